@@ -1,0 +1,110 @@
+#include "alloc.h"
+
+#include "alloc_inline.h"
+#include "config.h"
+#include "dp_heap.h"
+#include "init.h"
+#include "log.h"
+
+#include <errno.h>
+#include <string.h>
+
+size_t nic_auto_dp_threshold = SIZE_MAX;
+const uintptr_t nic_free_key_seed = 0x6e69636d616c6c6fULL; /* "nicmallo" */
+
+static unsigned long long dataplane_fallbacks, dataplane_failures, invalid_frees, double_frees;
+static bool warned_fallback;
+
+static void *control_alloc(size_t size, size_t alignment, bool zero) {
+  if (alignment <= NIC_MIN_BLOCK) return nic_control_alloc_fast(size, zero);
+  size = nic_block_request(size);
+  /* The _at variants skip the shortcut that returns misaligned blocks in 2.0.9 (#700). */
+  void *p =
+      zero ? mi_zalloc_aligned_at(size, alignment, 0) : mi_malloc_aligned_at(size, alignment, 0);
+  if (p) {
+    if (!zero) nic_block_mark_live(p);
+    nic_counter_add(&nic_self.control_live, (int64_t)mi_usable_size(p));
+  }
+  return p;
+}
+
+static bool wants_dataplane(size_t size, enum nic_route route) {
+  if (route != NIC_ROUTE_AUTO) return route == NIC_ROUTE_DATAPLANE;
+  if (!nic_thread_ready()) return false;
+  return nic_self.scope_depth > 0 || size >= nic_auto_dp_threshold;
+}
+
+static void *dataplane_or_policy(size_t size, size_t alignment, bool zero) {
+  void *p = nic_dp_alloc(nic_block_request(size), alignment, zero);
+  if (p) {
+    if (!zero) nic_block_mark_live(p);
+    return p;
+  }
+  const bool fail = nic_config()->on_pin_fail == NIC_PIN_FAIL_FAIL;
+  __atomic_add_fetch(fail ? &dataplane_failures : &dataplane_fallbacks, 1, __ATOMIC_RELAXED);
+  if (!__atomic_exchange_n(&warned_fallback, true, __ATOMIC_RELAXED))
+    nic_log_warn("a dataplane request of %zu bytes found no chunk to hold it (cap of %u chunks, "
+                 "mapping or pinning refused, or larger than %zu bytes); %s",
+                 size, nic_config()->max_chunks, nic_dp_max_request(),
+                 fail ? "returning ENOMEM (NICMALLOC_ON_PIN_FAIL=fail)"
+                      : "serving it and later ones from the control heap");
+  if (fail) return NULL;
+  return control_alloc(size, alignment, zero);
+}
+
+void *nic_alloc(size_t size, size_t alignment, bool zero, enum nic_route route) {
+  nic_global_init();
+  void *p = wants_dataplane(size, route) ? dataplane_or_policy(size, alignment, zero)
+                                         : control_alloc(size, alignment, zero);
+  if (!p) errno = ENOMEM;
+  return p;
+}
+
+void nic_report_bad_free(const void *p, const char *caller, bool double_free) {
+  if (double_free) {
+    __atomic_add_fetch(&double_frees, 1, __ATOMIC_RELAXED);
+    nic_log_error("%s(%p): double free (block already freed); ignored", caller, p);
+  } else {
+    __atomic_add_fetch(&invalid_frees, 1, __ATOMIC_RELAXED);
+    nic_log_error("%s(%p): pointer was not allocated by nicmalloc; ignored", caller, p);
+  }
+}
+
+void nic_free(void *p, const char *caller) {
+  nic_free_inline(p, caller);
+}
+
+size_t nic_usable_size(const void *p, const char *caller) {
+  if (!p || !nic_check_live_block(p, caller)) return 0;
+  return mi_usable_size(p);
+}
+
+void *nic_realloc_routed(void *p, size_t size, enum nic_route route, const char *caller) {
+  if (!p) return nic_alloc(size, 0, false, route);
+  if (!nic_check_live_block(p, caller)) {
+    errno = EINVAL;
+    return NULL;
+  }
+  if (size == 0 && route == NIC_ROUTE_AUTO) { /* glibc frees and returns NULL */
+    nic_release_block(p);
+    return NULL;
+  }
+  const bool was_dp = nic_in_dp(p);
+  if (route == NIC_ROUTE_AUTO && was_dp) route = NIC_ROUTE_DATAPLANE;
+  const size_t usable = mi_usable_size(p);
+  const bool heap_ok = route != NIC_ROUTE_DATAPLANE || was_dp;
+  /* Keep the block when it fits and would not waste more than half of it. */
+  if (heap_ok && size <= usable && size >= usable / 2) return p;
+  void *q = nic_alloc(size, 0, false, route);
+  if (!q) return NULL; /* p stays valid, as C requires */
+  memcpy(q, p, size < usable ? size : usable);
+  nic_release_block(p);
+  return q;
+}
+
+void nic_alloc_counters(struct nic_alloc_counters *out) {
+  out->dataplane_fallbacks = __atomic_load_n(&dataplane_fallbacks, __ATOMIC_RELAXED);
+  out->dataplane_failures = __atomic_load_n(&dataplane_failures, __ATOMIC_RELAXED);
+  out->invalid_frees = __atomic_load_n(&invalid_frees, __ATOMIC_RELAXED);
+  out->double_frees = __atomic_load_n(&double_frees, __ATOMIC_RELAXED);
+}

@@ -1,0 +1,35 @@
+/* The allocation core shared by the malloc family, operator new and the nic_* API. */
+#ifndef NIC_ALLOC_H
+#define NIC_ALLOC_H
+
+#include <stdbool.h>
+#include <stddef.h>
+
+/* Where a request goes. */
+enum nic_route { NIC_ROUTE_AUTO, NIC_ROUTE_CONTROL, NIC_ROUTE_DATAPLANE };
+
+/* Allocates from the heap the route names (AUTO: the thread's scope and NICMALLOC_DP_MIN_SIZE
+ * decide). A dataplane request no chunk can hold follows NICMALLOC_ON_PIN_FAIL. alignment is 0
+ * or a power of two. Returns NULL with errno = ENOMEM on failure. */
+void *nic_alloc(size_t size, size_t alignment, bool zero, enum nic_route route);
+
+/* Frees after checking p is a live block of ours; otherwise prints one line naming the caller
+ * and returns without touching memory. */
+void nic_free(void *p, const char *caller);
+
+/* realloc: the new block stays in p's heap unless the route asks for dataplane. */
+void *nic_realloc_routed(void *p, size_t size, enum nic_route route, const char *caller);
+
+/* Usable size of a live block, 0 (with the error printed) for a pointer that is not one. */
+size_t nic_usable_size(const void *p, const char *caller);
+
+/* operator new semantics (new-handler, then std::bad_alloc) for a given route. */
+void *nic_new_routed(size_t size, enum nic_route route);
+
+/* counters for the stats */
+struct nic_alloc_counters {
+  unsigned long long dataplane_fallbacks, dataplane_failures, invalid_frees, double_frees;
+};
+void nic_alloc_counters(struct nic_alloc_counters *out);
+
+#endif

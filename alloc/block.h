@@ -1,0 +1,31 @@
+/* What every block nicmalloc hands out carries: word 1 is cleared on allocation and set to a
+ * per-process key on free (word 0 is mimalloc's free-list link). Finding the key again on free
+ * means a double free, as glibc's tcache key does; user data equal to the key is astronomically
+ * unlikely because the key mixes in an ASLR address. */
+#ifndef NIC_BLOCK_H
+#define NIC_BLOCK_H
+
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+
+#define NIC_MIN_BLOCK 16 /* room for the key in word 1 */
+
+extern const uintptr_t nic_free_key_seed;
+static inline uintptr_t nic_free_key(void) {
+  return (uintptr_t)&nic_free_key_seed ^ nic_free_key_seed;
+}
+static inline void nic_block_mark_live(void *p) {
+  ((uintptr_t *)p)[1] = 0;
+}
+static inline void nic_block_mark_free(void *p) {
+  ((uintptr_t *)p)[1] = nic_free_key();
+}
+static inline bool nic_block_is_free(const void *p) {
+  return ((const uintptr_t *)p)[1] == nic_free_key();
+}
+static inline size_t nic_block_request(size_t size) {
+  return size < NIC_MIN_BLOCK ? NIC_MIN_BLOCK : size;
+}
+
+#endif

@@ -1,0 +1,160 @@
+#define _GNU_SOURCE
+#include "chunks.h"
+
+#include "config.h"
+#include "log.h"
+#include "vspace.h"
+
+#include <errno.h>
+#include <pthread.h>
+#include <string.h>
+#include <sys/mman.h>
+#include <sys/resource.h>
+
+#define CHUNK_SLOTS 48 /* NICMALLOC_MAX_CHUNKS limit, see config.c */
+
+struct nic_dp_range nic_dp;
+static struct nic_chunk chunks[CHUNK_SLOTS];
+static unsigned slots_used;
+static pthread_mutex_t chunk_lock = PTHREAD_MUTEX_INITIALIZER;
+static uint64_t created, released, page_fallbacks, pin_failures;
+static enum nic_page_kind last_kind;
+static bool warned_page_kind, warned_pin;
+
+int nic_dp_reserve(void) {
+  if (__atomic_load_n(&nic_dp.base, __ATOMIC_ACQUIRE)) return 0;
+  const struct nic_config *cfg = nic_config();
+  size_t span = (size_t)cfg->max_chunks * cfg->chunk_size;
+  void *base = nic_vspace_reserve(span, cfg->chunk_size, NIC_DATAPLANE_HINT);
+  if (!base) {
+    nic_log_warn("cannot reserve %zu bytes of address space for dataplane chunks below 20 TiB; "
+                 "dataplane requests will use the control heap",
+                 span);
+    return -ENOMEM;
+  }
+  nic_dp.span = span;
+  nic_dp.shift = cfg->chunk_shift;
+  __atomic_store_n(&nic_dp.base, (uintptr_t)base, __ATOMIC_RELEASE);
+  return 0;
+}
+
+struct nic_chunk *nic_chunk_at(unsigned index) {
+  return &chunks[index];
+}
+
+unsigned nic_chunk_slots_used(void) {
+  return __atomic_load_n(&slots_used, __ATOMIC_ACQUIRE);
+}
+
+static void report_mapping(unsigned index, const struct nic_mapping *m, enum nic_page_kind want) {
+  if (m->kind < want) {
+    page_fallbacks++;
+    if (!warned_page_kind) {
+      warned_page_kind = true;
+      nic_log_warn("dataplane chunk %u is backed by %s pages, not %s (hugetlb pool too small? see "
+                   "/sys/kernel/mm/hugepages); further chunks are counted in the stats",
+                   index, nic_page_kind_name(m->kind), nic_page_kind_name(want));
+    }
+  }
+  nic_log_info("dataplane chunk %u mapped: %s pages, %s", index, nic_page_kind_name(m->kind),
+               m->pinned ? "pinned" : "NOT pinned");
+}
+
+/* Returns false when the policy says an unpinned chunk must not be used. */
+static bool accept_pin_result(unsigned index, const struct nic_mapping *m) {
+  if (m->pinned) return true;
+  pin_failures++;
+  const bool fail = nic_config()->on_pin_fail == NIC_PIN_FAIL_FAIL;
+  if (!warned_pin) {
+    warned_pin = true;
+    struct rlimit lim = {0, 0};
+    getrlimit(RLIMIT_MEMLOCK, &lim);
+    nic_log_warn("cannot lock dataplane chunk %u in memory (mlock: %s; RLIMIT_MEMLOCK is %lu "
+                 "bytes, CAP_IPC_LOCK lifts it); %s",
+                 index, strerror(m->pin_errno), (unsigned long)lim.rlim_cur,
+                 fail ? "NICMALLOC_ON_PIN_FAIL=fail: dataplane requests get ENOMEM"
+                      : "using it unpinned (NICMALLOC_ON_PIN_FAIL=fallback)");
+  }
+  return !fail;
+}
+
+static int create_locked(unsigned *index_out) {
+  const struct nic_config *cfg = nic_config();
+  if (slots_used >= cfg->max_chunks) return -ENOSPC;
+  unsigned index = slots_used;
+  void *base = nic_chunk_base(index);
+  /* 1 GiB pages only fit chunks of 1 GiB. */
+  enum nic_page_kind want = cfg->page_kind;
+  if (want == NIC_PAGE_1G && cfg->chunk_size < (1ul << 30)) want = NIC_PAGE_2M;
+  struct nic_mapping m;
+  int rc = nic_map_chunk(base, cfg->chunk_size, want, &m);
+  if (rc) {
+    nic_log_warn("cannot map dataplane chunk %u (%s)", index, strerror(-rc));
+    return -ENOMEM;
+  }
+  report_mapping(index, &m, want);
+  if (!accept_pin_result(index, &m)) {
+    nic_unmap_chunk(base, cfg->chunk_size);
+    return -ENOMEM;
+  }
+  mi_arena_id_t arena;
+  /* is_large=true tells mimalloc the memory is pinned: it must never decommit or reset it, or
+   * the NIC's registration would point at pages the process no longer uses. */
+  if (!mi_manage_os_memory_ex(base, cfg->chunk_size, true, true, true, -1, true, &arena)) {
+    nic_log_warn("mimalloc refused dataplane chunk %u as an arena (at most 64 per process)", index);
+    nic_unmap_chunk(base, cfg->chunk_size);
+    return -ENOMEM;
+  }
+  struct nic_chunk *c = &chunks[index];
+  c->arena = arena;
+  c->mapping = m;
+  c->lkey = c->rkey = 0;
+  c->backend_handle = 0;
+  last_kind = m.kind;
+  created++;
+  __atomic_store_n(&c->state, NIC_CHUNK_LIVE, __ATOMIC_RELEASE);
+  __atomic_store_n(&slots_used, index + 1, __ATOMIC_RELEASE);
+  *index_out = index;
+  return 0;
+}
+
+int nic_chunk_create(unsigned *index_out) {
+  if (nic_dp_reserve()) return -ENOMEM;
+  pthread_mutex_lock(&chunk_lock);
+  int rc = create_locked(index_out);
+  pthread_mutex_unlock(&chunk_lock);
+  return rc;
+}
+
+void nic_chunk_totals(struct nic_chunk_totals *out) {
+  memset(out, 0, sizeof *out);
+  pthread_mutex_lock(&chunk_lock);
+  size_t size = (size_t)1 << nic_dp.shift;
+  for (unsigned i = 0; i < slots_used; i++) {
+    if (chunks[i].state != NIC_CHUNK_LIVE) continue;
+    out->live++;
+    out->mapped_bytes += size;
+    if (chunks[i].mapping.pinned) out->pinned_bytes += size;
+  }
+  out->created = created;
+  out->released = released;
+  out->page_fallbacks = page_fallbacks;
+  out->pin_failures = pin_failures;
+  out->last_kind = last_kind;
+  pthread_mutex_unlock(&chunk_lock);
+}
+
+void nic_chunks_lock(void) {
+  pthread_mutex_lock(&chunk_lock);
+}
+void nic_chunks_unlock(void) {
+  pthread_mutex_unlock(&chunk_lock);
+}
+void nic_chunks_reset_lock_in_child(void) {
+  pthread_mutex_init(&chunk_lock, NULL);
+}
+
+void nic_chunks_mark_unpinned_in_child(void) {
+  for (unsigned i = 0; i < slots_used; i++)
+    chunks[i].mapping.pinned = false;
+}

@@ -1,0 +1,65 @@
+/* The dataplane range: one virtual reservation made at start-up, carved into chunks of
+ * chunk_size bytes. A pointer is dataplane iff it lies in the range (one compare), and its chunk
+ * is one shift away. Each chunk, once mapped, is a mimalloc exclusive arena. */
+#ifndef NIC_CHUNKS_H
+#define NIC_CHUNKS_H
+
+#include "pin.h"
+
+#include <mimalloc.h>
+#include <stdbool.h>
+#include <stdint.h>
+
+enum nic_chunk_state { NIC_CHUNK_UNMAPPED = 0, NIC_CHUNK_LIVE = 1 };
+
+struct nic_chunk {
+  int state; /* enum nic_chunk_state, read with acquire */
+  mi_arena_id_t arena;
+  struct nic_mapping mapping;
+  /* Registration, filled in by the backend that registered the chunk; a local stub until then. */
+  uint32_t lkey;
+  uint32_t rkey;
+  uint64_t backend_handle;
+};
+
+struct nic_dp_range {
+  uintptr_t base; /* 0 until reserved, so nothing is dataplane */
+  size_t span;    /* max_chunks * chunk_size */
+  unsigned shift; /* log2(chunk_size) */
+};
+extern struct nic_dp_range nic_dp;
+
+static inline bool nic_in_dp(const void *p) {
+  return (uintptr_t)p - nic_dp.base < nic_dp.span;
+}
+static inline unsigned nic_chunk_index(const void *p) {
+  return (unsigned)(((uintptr_t)p - nic_dp.base) >> nic_dp.shift);
+}
+static inline void *nic_chunk_base(unsigned index) {
+  return (void *)(nic_dp.base + ((uintptr_t)index << nic_dp.shift));
+}
+
+/* Reserves the range. Idempotent. Returns 0 or -errno (then no dataplane memory exists). */
+int nic_dp_reserve(void);
+/* Maps, pins and hands the next unmapped chunk to mimalloc. Returns 0 and the index, -ENOSPC at
+ * the cap, or -ENOMEM when mapping or (with NICMALLOC_ON_PIN_FAIL=fail) pinning failed. */
+int nic_chunk_create(unsigned *index_out);
+struct nic_chunk *nic_chunk_at(unsigned index);
+/* Number of chunk slots ever mapped (live chunks are among the first this many). */
+unsigned nic_chunk_slots_used(void);
+
+struct nic_chunk_totals {
+  uint32_t live;
+  size_t mapped_bytes, pinned_bytes;
+  uint64_t created, released, page_fallbacks, pin_failures;
+  enum nic_page_kind last_kind;
+};
+void nic_chunk_totals(struct nic_chunk_totals *out);
+
+/* Fork handlers: the chunk lock must not be held across fork(). */
+void nic_chunks_lock(void);
+void nic_chunks_unlock(void);
+void nic_chunks_reset_lock_in_child(void);
+void nic_chunks_mark_unpinned_in_child(void);
+
+#endif

@@ -1,0 +1,35 @@
+/* Settings, read once from NICMALLOC_* environment variables. A bad value gets one warning and
+ * the default. */
+#ifndef NIC_CONFIG_H
+#define NIC_CONFIG_H
+
+#include "nicmalloc.h"
+
+#include <stdbool.h>
+#include <stddef.h>
+
+enum nic_pin_fail_policy {
+  NIC_PIN_FAIL_FALLBACK, /* serve from an unpinned chunk, or from the control heap */
+  NIC_PIN_FAIL_FAIL,     /* return NULL with errno = ENOMEM */
+};
+
+struct nic_config {
+  size_t chunk_size;                    /* NICMALLOC_CHUNK_SIZE: power of two, 32 MiB .. 1 GiB */
+  unsigned chunk_shift;                 /* log2(chunk_size) */
+  unsigned max_chunks;                  /* NICMALLOC_MAX_CHUNKS */
+  enum nic_page_kind page_kind;         /* NICMALLOC_PAGE_KIND: the largest kind to try */
+  enum nic_pin_fail_policy on_pin_fail; /* NICMALLOC_ON_PIN_FAIL */
+  size_t dp_min_size; /* NICMALLOC_DP_MIN_SIZE: malloc of at least this is dataplane; 0 = off */
+  unsigned release_delay_ms; /* NICMALLOC_RELEASE_DELAY_MS */
+  bool stats_at_exit;        /* NICMALLOC_STATS */
+  bool verbose;              /* NICMALLOC_VERBOSE */
+};
+
+/* Parsed on first use; valid for the life of the process. */
+const struct nic_config *nic_config(void);
+
+/* Parsing helpers, exposed for the tests. Return true and set *out on success. */
+bool nic_parse_size(const char *text, size_t *out);
+bool nic_parse_bool(const char *text, bool *out);
+
+#endif

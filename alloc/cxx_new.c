@@ -1,0 +1,122 @@
+/* C++ operator new and delete, every variant, written in C so the runtime needs no libstdc++.
+ * Failure follows the standard: call the new-handler while one is installed, then throw
+ * std::bad_alloc. Both are reached through weak references that resolve when libstdc++ is in the
+ * process, which it always is when C++ calls operator new. This file is built with -fexceptions
+ * so the exception can unwind through it. */
+#include "alloc_inline.h"
+#include "log.h"
+
+#include <stddef.h>
+
+#define NIC_EXPORT __attribute__((visibility("default")))
+
+typedef void (*new_handler_fn)(void);
+extern new_handler_fn _ZSt15get_new_handlerv(void) __attribute__((weak));
+extern void _ZSt17__throw_bad_allocv(void) __attribute__((weak, noreturn));
+
+/* Returns false when there is no handler left to try. */
+static bool call_new_handler(void) {
+  new_handler_fn handler = _ZSt15get_new_handlerv ? _ZSt15get_new_handlerv() : NULL;
+  if (!handler) return false;
+  handler();
+  return true;
+}
+
+static void *new_impl(size_t size, size_t alignment, bool nothrow) {
+  for (;;) {
+    void *p =
+        alignment ? nic_alloc(size, alignment, false, NIC_ROUTE_AUTO) : nic_alloc_auto(size, false);
+    if (__builtin_expect(p != NULL, 1)) return p;
+    if (nothrow) return NULL;
+    if (!call_new_handler()) break;
+  }
+  if (_ZSt17__throw_bad_allocv) _ZSt17__throw_bad_allocv();
+  nic_fatal("operator new(%zu) failed and std::bad_alloc cannot be thrown here", size);
+}
+
+NIC_EXPORT void *_Znwm(size_t n) {
+  return new_impl(n, 0, false);
+}
+NIC_EXPORT void *_Znam(size_t n) {
+  return new_impl(n, 0, false);
+}
+NIC_EXPORT void *_ZnwmRKSt9nothrow_t(size_t n, const void *nt) {
+  (void)nt;
+  return new_impl(n, 0, true);
+}
+NIC_EXPORT void *_ZnamRKSt9nothrow_t(size_t n, const void *nt) {
+  (void)nt;
+  return new_impl(n, 0, true);
+}
+NIC_EXPORT void *_ZnwmSt11align_val_t(size_t n, size_t al) {
+  return new_impl(n, al, false);
+}
+NIC_EXPORT void *_ZnamSt11align_val_t(size_t n, size_t al) {
+  return new_impl(n, al, false);
+}
+NIC_EXPORT void *_ZnwmSt11align_val_tRKSt9nothrow_t(size_t n, size_t al, const void *nt) {
+  (void)nt;
+  return new_impl(n, al, true);
+}
+NIC_EXPORT void *_ZnamSt11align_val_tRKSt9nothrow_t(size_t n, size_t al, const void *nt) {
+  (void)nt;
+  return new_impl(n, al, true);
+}
+
+/* nic_new_site: operator new semantics for the LLVM pass's rewritten new-expressions. */
+void *nic_new_routed(size_t size, enum nic_route route) {
+  for (;;) {
+    void *p = nic_alloc(size, 0, false, route);
+    if (p) return p;
+    if (!call_new_handler()) break;
+  }
+  if (_ZSt17__throw_bad_allocv) _ZSt17__throw_bad_allocv();
+  nic_fatal("operator new(%zu) failed and std::bad_alloc cannot be thrown here", size);
+}
+
+NIC_EXPORT void _ZdlPv(void *p) {
+  nic_free_inline(p, "operator delete");
+}
+NIC_EXPORT void _ZdaPv(void *p) {
+  nic_free_inline(p, "operator delete[]");
+}
+NIC_EXPORT void _ZdlPvm(void *p, size_t n) {
+  (void)n;
+  nic_free_inline(p, "operator delete");
+}
+NIC_EXPORT void _ZdaPvm(void *p, size_t n) {
+  (void)n;
+  nic_free_inline(p, "operator delete[]");
+}
+NIC_EXPORT void _ZdlPvSt11align_val_t(void *p, size_t al) {
+  (void)al;
+  nic_free_inline(p, "operator delete");
+}
+NIC_EXPORT void _ZdaPvSt11align_val_t(void *p, size_t al) {
+  (void)al;
+  nic_free_inline(p, "operator delete[]");
+}
+NIC_EXPORT void _ZdlPvmSt11align_val_t(void *p, size_t n, size_t al) {
+  (void)n, (void)al;
+  nic_free_inline(p, "operator delete");
+}
+NIC_EXPORT void _ZdaPvmSt11align_val_t(void *p, size_t n, size_t al) {
+  (void)n, (void)al;
+  nic_free_inline(p, "operator delete[]");
+}
+NIC_EXPORT void _ZdlPvRKSt9nothrow_t(void *p, const void *nt) {
+  (void)nt;
+  nic_free_inline(p, "operator delete");
+}
+NIC_EXPORT void _ZdaPvRKSt9nothrow_t(void *p, const void *nt) {
+  (void)nt;
+  nic_free_inline(p, "operator delete[]");
+}
+NIC_EXPORT void _ZdlPvSt11align_val_tRKSt9nothrow_t(void *p, size_t al, const void *nt) {
+  (void)al, (void)nt;
+  nic_free_inline(p, "operator delete");
+}
+NIC_EXPORT void _ZdaPvSt11align_val_tRKSt9nothrow_t(void *p, size_t al, const void *nt) {
+  (void)al, (void)nt;
+  nic_free_inline(p, "operator delete[]");
+}

@@ -1,0 +1,75 @@
+/* Process set-up and tear-down: read the settings, reserve the address space, make fork safe,
+ * print the report at exit. Set-up runs on the first allocation, which may come long before
+ * this library's constructor (from other libraries' constructors or the dynamic loader). */
+#include "init.h"
+
+#include "alloc_inline.h"
+#include "config.h"
+#include "log.h"
+#include "nicmalloc.h"
+#include "vspace.h"
+
+#include <pthread.h>
+#include <sched.h>
+#include <unistd.h>
+
+enum { INIT_NOT_STARTED, INIT_RUNNING, INIT_DONE };
+static int init_state;
+static __thread bool initializing __attribute__((tls_model("initial-exec")));
+
+static void before_fork(void) {
+  nic_chunks_lock();
+  nic_threads_lock();
+}
+
+static void after_fork_parent(void) {
+  nic_threads_unlock();
+  nic_chunks_unlock();
+}
+
+/* Locks are re-made rather than unlocked: the child's copy may be held by a thread that no
+ * longer exists. mlock is not inherited, so the child's chunks are no longer pinned; re-pinning
+ * would copy every page of every chunk on each fork. */
+static void after_fork_child(void) {
+  nic_threads_after_fork_child();
+  nic_chunks_reset_lock_in_child();
+  nic_chunks_mark_unpinned_in_child();
+}
+
+static void init_once(void) {
+  const struct nic_config *cfg = nic_config();
+  if (cfg->dp_min_size) nic_auto_dp_threshold = cfg->dp_min_size;
+  /* Before mimalloc maps its first segment: see vspace.h. */
+  nic_control_arena_init();
+  nic_dp_reserve();
+  /* May allocate; the initializing flag sends that allocation past us. */
+  pthread_atfork(before_fork, after_fork_parent, after_fork_child);
+}
+
+void nic_global_init_slow(void) {
+  int expected = INIT_NOT_STARTED;
+  if (__atomic_compare_exchange_n(&init_state, &expected, INIT_RUNNING, false, __ATOMIC_ACQ_REL,
+                                  __ATOMIC_ACQUIRE)) {
+    initializing = true;
+    init_once();
+    initializing = false;
+    __atomic_store_n(&init_state, INIT_DONE, __ATOMIC_RELEASE);
+    return;
+  }
+  if (initializing) return; /* re-entered from init_once on this thread */
+  while (__atomic_load_n(&init_state, __ATOMIC_ACQUIRE) != INIT_DONE)
+    sched_yield();
+}
+
+bool nic_global_init_done(void) {
+  return __atomic_load_n(&init_state, __ATOMIC_ACQUIRE) == INIT_DONE;
+}
+
+__attribute__((constructor(101))) static void nic_init(void) {
+  nic_global_init();
+  nic_thread_ready();
+}
+
+__attribute__((destructor)) static void nic_fini(void) {
+  if (nic_config()->stats_at_exit) nic_print_stats(STDERR_FILENO);
+}

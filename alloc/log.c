@@ -1,0 +1,76 @@
+#include "log.h"
+
+#include "config.h"
+
+#include <stdio.h>
+#include <stdlib.h>
+#include <unistd.h>
+
+/* vsnprintf with integer and string conversions does not allocate in glibc; we never format
+ * floating point here for that reason. */
+static size_t format_line(char *buf, size_t cap, const char *prefix, const char *fmt, va_list ap) {
+  int n = snprintf(buf, cap, "%s", prefix);
+  if (n < 0) n = 0;
+  int m = vsnprintf(buf + n, cap - (size_t)n, fmt, ap);
+  size_t len = (size_t)n + (m < 0 ? 0 : (size_t)m);
+  if (len > cap - 2) len = cap - 2;
+  if (len == 0 || buf[len - 1] != '\n') buf[len++] = '\n';
+  return len;
+}
+
+static void write_all(int fd, const char *buf, size_t len) {
+  while (len > 0) {
+    ssize_t w = write(fd, buf, len);
+    if (w <= 0) return;
+    buf += w;
+    len -= (size_t)w;
+  }
+}
+
+static void log_with_prefix(const char *prefix, const char *fmt, va_list ap) {
+  char buf[512];
+  size_t len = format_line(buf, sizeof buf, prefix, fmt, ap);
+  write_all(STDERR_FILENO, buf, len);
+}
+
+void nic_log_error(const char *fmt, ...) {
+  va_list ap;
+  va_start(ap, fmt);
+  log_with_prefix("nicmalloc: error: ", fmt, ap);
+  va_end(ap);
+}
+
+void nic_log_warn(const char *fmt, ...) {
+  va_list ap;
+  va_start(ap, fmt);
+  log_with_prefix("nicmalloc: warning: ", fmt, ap);
+  va_end(ap);
+}
+
+void nic_log_info(const char *fmt, ...) {
+  if (!nic_config()->verbose) return;
+  va_list ap;
+  va_start(ap, fmt);
+  log_with_prefix("nicmalloc: ", fmt, ap);
+  va_end(ap);
+}
+
+void nic_fatal(const char *fmt, ...) {
+  va_list ap;
+  va_start(ap, fmt);
+  log_with_prefix("nicmalloc: fatal: ", fmt, ap);
+  va_end(ap);
+  abort();
+}
+
+size_t nic_fdprintf(int fd, const char *fmt, ...) {
+  char buf[1024];
+  va_list ap;
+  va_start(ap, fmt);
+  int n = vsnprintf(buf, sizeof buf, fmt, ap);
+  va_end(ap);
+  if (n <= 0) return 0;
+  size_t len = (size_t)n < sizeof buf ? (size_t)n : sizeof buf - 1;
+  write_all(fd, buf, len);
+  return len;
+}

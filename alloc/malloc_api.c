@@ -1,0 +1,99 @@
+/* The standard malloc family, exported for LD_PRELOAD and link-time replacement. */
+#define _GNU_SOURCE
+#include "alloc_inline.h"
+
+#include <errno.h>
+#include <malloc.h>
+#include <stdlib.h>
+#include <unistd.h>
+
+#define NIC_EXPORT __attribute__((visibility("default")))
+
+static bool is_power_of_two(size_t x) {
+  return x && !(x & (x - 1));
+}
+
+static size_t page_size(void) {
+  static size_t cached;
+  if (!cached) cached = (size_t)sysconf(_SC_PAGESIZE);
+  return cached;
+}
+
+NIC_EXPORT void *malloc(size_t size) {
+  return nic_alloc_auto(size, false);
+}
+
+NIC_EXPORT void free(void *p) {
+  nic_free_inline(p, "free");
+}
+
+NIC_EXPORT void cfree(void *p) {
+  nic_free_inline(p, "cfree");
+}
+
+NIC_EXPORT void *calloc(size_t count, size_t size) {
+  size_t total;
+  if (__builtin_mul_overflow(count, size, &total)) {
+    errno = ENOMEM;
+    return NULL;
+  }
+  return nic_alloc_auto(total, true);
+}
+
+NIC_EXPORT void *realloc(void *p, size_t size) {
+  return nic_realloc_routed(p, size, NIC_ROUTE_AUTO, "realloc");
+}
+
+NIC_EXPORT void *reallocarray(void *p, size_t count, size_t size) {
+  size_t total;
+  if (__builtin_mul_overflow(count, size, &total)) {
+    errno = ENOMEM;
+    return NULL;
+  }
+  return nic_realloc_routed(p, total, NIC_ROUTE_AUTO, "reallocarray");
+}
+
+NIC_EXPORT int posix_memalign(void **out, size_t alignment, size_t size) {
+  if (!is_power_of_two(alignment) || alignment % sizeof(void *)) return EINVAL;
+  void *p = nic_alloc(size, alignment, false, NIC_ROUTE_AUTO);
+  if (!p) return ENOMEM;
+  *out = p;
+  return 0;
+}
+
+NIC_EXPORT void *aligned_alloc(size_t alignment, size_t size) {
+  if (!is_power_of_two(alignment)) {
+    errno = EINVAL;
+    return NULL;
+  }
+  return nic_alloc(size, alignment, false, NIC_ROUTE_AUTO);
+}
+
+/* glibc rounds a non-power-of-two alignment up; so do we. */
+NIC_EXPORT void *memalign(size_t alignment, size_t size) {
+  if (alignment > ((size_t)1 << (sizeof(size_t) * 8 - 1))) {
+    errno = EINVAL;
+    return NULL;
+  }
+  size_t a = alignment < sizeof(void *) ? sizeof(void *) : alignment;
+  if (!is_power_of_two(a)) a = (size_t)1 << (sizeof(size_t) * 8 - __builtin_clzl(a));
+  return nic_alloc(size, a, false, NIC_ROUTE_AUTO);
+}
+
+NIC_EXPORT void *valloc(size_t size) {
+  return nic_alloc(size, page_size(), false, NIC_ROUTE_AUTO);
+}
+
+NIC_EXPORT void *pvalloc(size_t size) {
+  size_t ps = page_size(), rounded;
+  if (__builtin_add_overflow(size, ps - 1, &rounded)) {
+    errno = ENOMEM;
+    return NULL;
+  }
+  rounded &= ~(ps - 1);
+  return nic_alloc(rounded ? rounded : ps, ps, false, NIC_ROUTE_AUTO);
+}
+
+NIC_EXPORT size_t malloc_usable_size(void *p) {
+  return nic_usable_size(p, "malloc_usable_size");
+}

@@ -1,0 +1,147 @@
+#define _GNU_SOURCE
+#include "pin.h"
+
+#include "log.h"
+
+#include <errno.h>
+#include <fcntl.h>
+#include <linux/mman.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/mman.h>
+#include <unistd.h>
+
+#ifndef MADV_POPULATE_WRITE
+#define MADV_POPULATE_WRITE 23
+#endif
+
+int nic_reserve_fixed(void *addr, size_t len) {
+  void *p =
+      mmap(addr, len, PROT_NONE, MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE | MAP_FIXED, -1, 0);
+  return p == MAP_FAILED ? -errno : 0;
+}
+
+/* Reads one small sysfs/procfs number without stdio (no malloc). */
+static long read_long_file(const char *path) {
+  int fd = open(path, O_RDONLY | O_CLOEXEC);
+  if (fd < 0) return -1;
+  char buf[32];
+  ssize_t n = read(fd, buf, sizeof buf - 1);
+  close(fd);
+  if (n <= 0) return -1;
+  buf[n] = '\0';
+  return strtol(buf, NULL, 10);
+}
+
+static size_t free_hugepages(size_t page_size) {
+  char path[96];
+  snprintf(path, sizeof path, "/sys/kernel/mm/hugepages/hugepages-%zukB/free_hugepages",
+           page_size >> 10);
+  long n = read_long_file(path);
+  return n > 0 ? (size_t)n : 0;
+}
+
+/* A failed MAP_FIXED mmap may already have removed the reservation, so we check the pool first
+ * and restore the reservation after any failure. */
+static int map_hugetlb(void *addr, size_t len, size_t page_size, int size_flag) {
+  if (len % page_size) return -EINVAL;
+  if (free_hugepages(page_size) < len / page_size) return -ENOMEM;
+  void *p =
+      mmap(addr, len, PROT_READ | PROT_WRITE,
+           MAP_PRIVATE | MAP_ANONYMOUS | MAP_FIXED | MAP_HUGETLB | size_flag | MAP_POPULATE, -1, 0);
+  if (p != MAP_FAILED) return 0;
+  int err = errno;
+  nic_reserve_fixed(addr, len);
+  return -err;
+}
+
+/* Faults every page in now, so no page fault happens on a later DMA or hot-path access. */
+static void prefault(void *addr, size_t len, size_t step) {
+  if (madvise(addr, len, MADV_POPULATE_WRITE) == 0) return;
+  for (size_t off = 0; off < len; off += step)
+    ((volatile char *)addr)[off] = 0;
+}
+
+/* Finds AnonHugePages of the mapping that starts at addr in /proc/self/smaps: the only way to
+ * know whether THP really backed the chunk. Streams the file through a stack buffer. */
+static size_t anon_huge_kb(void *addr) {
+  int fd = open("/proc/self/smaps", O_RDONLY | O_CLOEXEC);
+  if (fd < 0) return 0;
+  char want[32];
+  int want_len = snprintf(want, sizeof want, "%lx-", (unsigned long)(uintptr_t)addr);
+  char buf[4096], line[256];
+  size_t line_len = 0, result = 0;
+  bool in_mapping = false, done = false;
+  ssize_t n;
+  while (!done && (n = read(fd, buf, sizeof buf)) > 0) {
+    for (ssize_t i = 0; i < n && !done; i++) {
+      if (buf[i] != '\n') {
+        if (line_len < sizeof line - 1) line[line_len++] = buf[i];
+        continue;
+      }
+      line[line_len] = '\0';
+      line_len = 0;
+      /* Mapping headers start with a lowercase hex address; fields start with a capital. */
+      bool header = (line[0] >= '0' && line[0] <= '9') || (line[0] >= 'a' && line[0] <= 'f');
+      if (header) {
+        if (in_mapping) done = true;
+        in_mapping = strncmp(line, want, (size_t)want_len) == 0;
+      } else if (in_mapping && strncmp(line, "AnonHugePages:", 14) == 0) {
+        result = strtoul(line + 14, NULL, 10);
+        done = true;
+      }
+    }
+  }
+  close(fd);
+  return result;
+}
+
+static bool thp_possible(void) {
+  int fd = open("/sys/kernel/mm/transparent_hugepage/enabled", O_RDONLY | O_CLOEXEC);
+  if (fd < 0) return false;
+  char buf[128];
+  ssize_t n = read(fd, buf, sizeof buf - 1);
+  close(fd);
+  if (n <= 0) return false;
+  buf[n] = '\0';
+  return strstr(buf, "[never]") == NULL;
+}
+
+static int map_small_pages(void *addr, size_t len, bool try_thp, enum nic_page_kind *kind) {
+  void *p = mmap(addr, len, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS | MAP_FIXED, -1, 0);
+  if (p == MAP_FAILED) {
+    int err = errno;
+    nic_reserve_fixed(addr, len);
+    return -err;
+  }
+  if (try_thp) madvise(addr, len, MADV_HUGEPAGE);
+  prefault(addr, len, 4096);
+  *kind = NIC_PAGE_4K;
+  if (try_thp && anon_huge_kb(addr) > 0) *kind = NIC_PAGE_THP;
+  return 0;
+}
+
+int nic_map_chunk(void *addr, size_t len, enum nic_page_kind want, struct nic_mapping *out) {
+  out->kind = NIC_PAGE_NONE;
+  out->pinned = false;
+  out->pin_errno = 0;
+  int rc = -ENOMEM;
+  if (want >= NIC_PAGE_1G && map_hugetlb(addr, len, 1ul << 30, MAP_HUGE_1GB) == 0)
+    out->kind = NIC_PAGE_1G;
+  else if (want >= NIC_PAGE_2M && map_hugetlb(addr, len, 2ul << 20, MAP_HUGE_2MB) == 0)
+    out->kind = NIC_PAGE_2M;
+  else if ((rc = map_small_pages(addr, len, want >= NIC_PAGE_THP && thp_possible(), &out->kind)))
+    return rc;
+  if (mlock(addr, len) == 0)
+    out->pinned = true;
+  else
+    out->pin_errno = errno;
+  return 0;
+}
+
+void nic_unmap_chunk(void *addr, size_t len) {
+  munlock(addr, len);
+  nic_reserve_fixed(addr, len);
+}

@@ -1,0 +1,25 @@
+/* Backing one chunk of the reserved range with real memory: the largest page kind available,
+ * prefaulted, then locked. */
+#ifndef NIC_PIN_H
+#define NIC_PIN_H
+
+#include "nicmalloc.h"
+
+#include <stdbool.h>
+#include <stddef.h>
+
+struct nic_mapping {
+  enum nic_page_kind kind; /* what the chunk really got */
+  bool pinned;             /* mlock succeeded */
+  int pin_errno;           /* why not, when !pinned */
+};
+
+/* addr..addr+len must be a PROT_NONE part of the reservation, aligned to len. Tries `want` and
+ * then each smaller kind. Returns 0, or -errno with the reservation restored. */
+int nic_map_chunk(void *addr, size_t len, enum nic_page_kind want, struct nic_mapping *out);
+/* Gives the memory back to the OS and restores the PROT_NONE reservation. */
+void nic_unmap_chunk(void *addr, size_t len);
+/* Puts PROT_NONE, MAP_NORESERVE address space at addr (MAP_FIXED). Returns 0 or -errno. */
+int nic_reserve_fixed(void *addr, size_t len);
+
+#endif

@@ -1,0 +1,108 @@
+#include "thread.h"
+
+#include "init.h"
+#include "log.h"
+
+#include <pthread.h>
+#include <string.h>
+
+__thread struct nic_thread nic_self __attribute__((tls_model("initial-exec")));
+
+static pthread_mutex_t threads_lock = PTHREAD_MUTEX_INITIALIZER;
+static struct nic_thread *threads;
+/* Accounts of threads that have exited. */
+static int64_t exited_control_live, exited_dp_live[NIC_CHUNK_SLOTS];
+static pthread_key_t exit_key;
+static pthread_once_t exit_key_once = PTHREAD_ONCE_INIT;
+
+static void fold_into_exited(struct nic_thread *t) {
+  exited_control_live += t->control_live;
+  t->control_live = 0;
+  for (unsigned i = 0; i < NIC_CHUNK_SLOTS; i++) {
+    exited_dp_live[i] += t->dp_live[i];
+    t->dp_live[i] = 0;
+  }
+}
+
+/* mimalloc deletes this thread's arena heaps in its own thread-exit hook, which runs before or
+ * after this one; from here on the thread allocates through the slow path, which gives it the
+ * control heap, and its later frees go to the exited totals. */
+static void on_thread_exit(void *arg) {
+  struct nic_thread *t = arg;
+  pthread_mutex_lock(&threads_lock);
+  fold_into_exited(t);
+  if (t->prev)
+    t->prev->next = t->next;
+  else
+    threads = t->next;
+  if (t->next) t->next->prev = t->prev;
+  t->next = t->prev = NULL;
+  pthread_mutex_unlock(&threads_lock);
+  memset(t->heaps, 0, sizeof t->heaps);
+  t->fast = 0;
+  t->state = NIC_THREAD_EXITED;
+}
+
+static void make_exit_key(void) {
+  if (pthread_key_create(&exit_key, on_thread_exit))
+    nic_log_warn("no pthread key for thread exit; per-thread counters of exiting threads are lost");
+}
+
+bool nic_thread_ready(void) {
+  struct nic_thread *t = &nic_self;
+  if (__builtin_expect(t->state == NIC_THREAD_READY, 1)) return true;
+  if (t->state != NIC_THREAD_NEW) return false;
+  nic_global_init();
+  if (!nic_global_init_done()) return false; /* allocation from inside the set-up itself */
+  t->state = NIC_THREAD_SETTING_UP;
+  /* pthread_once and pthread_setspecific may allocate; the state makes that re-entry take the
+   * control heap. */
+  pthread_once(&exit_key_once, make_exit_key);
+  pthread_mutex_lock(&threads_lock);
+  t->next = threads;
+  t->prev = NULL;
+  if (threads) threads->prev = t;
+  threads = t;
+  pthread_mutex_unlock(&threads_lock);
+  pthread_setspecific(exit_key, t);
+  t->state = NIC_THREAD_READY;
+  nic_thread_refresh_fast();
+  return true;
+}
+
+void nic_thread_refresh_fast(void) {
+  struct nic_thread *t = &nic_self;
+  t->fast = t->state == NIC_THREAD_READY && t->scope_depth == 0;
+}
+
+void nic_thread_sum(int64_t *control_live, int64_t dp_live[NIC_CHUNK_SLOTS]) {
+  pthread_mutex_lock(&threads_lock);
+  *control_live = exited_control_live;
+  memcpy(dp_live, exited_dp_live, sizeof exited_dp_live);
+  for (struct nic_thread *t = threads; t; t = t->next) {
+    *control_live += __atomic_load_n(&t->control_live, __ATOMIC_RELAXED);
+    for (unsigned i = 0; i < NIC_CHUNK_SLOTS; i++)
+      dp_live[i] += __atomic_load_n(&t->dp_live[i], __ATOMIC_RELAXED);
+  }
+  pthread_mutex_unlock(&threads_lock);
+}
+
+void nic_threads_lock(void) {
+  pthread_mutex_lock(&threads_lock);
+}
+void nic_threads_unlock(void) {
+  pthread_mutex_unlock(&threads_lock);
+}
+
+void nic_threads_after_fork_child(void) {
+  pthread_mutex_init(&threads_lock, NULL);
+  struct nic_thread *self = &nic_self;
+  /* The other threads are gone, but their blocks live on in the child: keep their accounts. */
+  for (struct nic_thread *t = threads; t; t = t->next)
+    if (t != self) fold_into_exited(t);
+  threads = NULL;
+  if (self->state == NIC_THREAD_READY) {
+    self->next = self->prev = NULL;
+    threads = self;
+  }
+}

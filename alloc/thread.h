@@ -1,0 +1,48 @@
+/* Per-thread state. Counters are written only by their own thread with plain (relaxed) stores
+ * and summed by readers across the thread list, so the hot paths take no lock and no atomic
+ * read-modify-write. */
+#ifndef NIC_THREAD_H
+#define NIC_THREAD_H
+
+#include <mimalloc.h>
+#include <stdbool.h>
+#include <stdint.h>
+
+#define NIC_CHUNK_SLOTS 48
+
+struct nic_thread {
+  /* Nonzero when malloc may take the control fast path: the thread is set up and not inside a
+   * dataplane scope. */
+  int fast;
+  int scope_depth;
+  int state;       /* enum below; next to control_live so free's check shares its cache line */
+  unsigned cursor; /* chunk this thread allocates dataplane memory from first */
+  int64_t control_live;
+  mi_heap_t *heaps[NIC_CHUNK_SLOTS]; /* this thread's heap in each chunk's arena */
+  int64_t dp_live[NIC_CHUNK_SLOTS];
+  struct nic_thread *next, *prev;
+};
+
+enum { NIC_THREAD_NEW = 0, NIC_THREAD_SETTING_UP, NIC_THREAD_READY, NIC_THREAD_EXITED };
+
+extern __thread struct nic_thread nic_self __attribute__((tls_model("initial-exec")));
+
+/* Relaxed add: the owner is the only writer; readers on other threads see a recent value. */
+static inline void nic_counter_add(int64_t *counter, int64_t delta) {
+  __atomic_store_n(counter, __atomic_load_n(counter, __ATOMIC_RELAXED) + delta, __ATOMIC_RELAXED);
+}
+
+/* Sets the calling thread up (once). Returns false while setting up (re-entrant malloc from
+ * inside the set-up) or after the thread has exited; callers then use the control heap. */
+bool nic_thread_ready(void);
+/* Recomputes nic_self.fast after the scope changed. */
+void nic_thread_refresh_fast(void);
+/* Sums the accounts of all threads, live and exited. */
+void nic_thread_sum(int64_t *control_live, int64_t dp_live[NIC_CHUNK_SLOTS]);
+
+void nic_threads_lock(void);
+void nic_threads_unlock(void);
+/* In a fork child only the forking thread survives. */
+void nic_threads_after_fork_child(void);
+
+#endif

@@ -1,0 +1,50 @@
+#define _GNU_SOURCE
+#include "vspace.h"
+
+#include "log.h"
+
+#include <errno.h>
+#include <mimalloc.h>
+#include <sys/mman.h>
+
+#ifndef MAP_FIXED_NOREPLACE
+#define MAP_FIXED_NOREPLACE 0x100000
+#endif
+
+#define CONTROL_ARENA_SIZE ((size_t)4 << 40)
+#define CONTROL_ARENA_MIN ((size_t)64 << 30)
+
+bool nic_free_check_strict;
+
+void *nic_vspace_reserve(size_t size, size_t align, uintptr_t hint) {
+  const int flags = MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE | MAP_FIXED_NOREPLACE;
+  /* Step through the window from the hint; each failed try costs one syscall. */
+  for (uintptr_t at = (hint + align - 1) & ~(uintptr_t)(align - 1);
+       at >= hint && at + size <= NIC_VSPACE_LIMIT; at += size > align ? size : align) {
+    void *p = mmap((void *)at, size, PROT_NONE, flags, -1, 0);
+    if (p == (void *)at) return p;
+    if (p != MAP_FAILED)
+      munmap(p, size); /* a kernel without NOREPLACE put it elsewhere */
+    else if (errno != EEXIST)
+      return NULL;
+  }
+  return NULL;
+}
+
+bool nic_control_arena_init(void) {
+  for (size_t size = CONTROL_ARENA_SIZE; size >= CONTROL_ARENA_MIN; size /= 2) {
+    void *base = nic_vspace_reserve(size, (size_t)32 << 20, NIC_CONTROL_HINT);
+    if (!base) continue;
+    /* Not committed, so mimalloc commits (mprotect) and decommits (MADV_DONTNEED) as usual. */
+    if (!mi_manage_os_memory(base, size, false, false, true, -1)) {
+      munmap(base, size);
+      break;
+    }
+    mi_option_enable(mi_option_limit_os_alloc);
+    nic_free_check_strict = true;
+    return true;
+  }
+  nic_log_warn("cannot reserve address space for the control heap below 20 TiB; frees of "
+               "pointers nicmalloc did not allocate cannot be detected");
+  return false;
+}

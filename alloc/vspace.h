@@ -1,0 +1,28 @@
+/* Address space for mimalloc's memory. mimalloc 2.0.9 can only recognise its blocks
+ * (mi_is_in_heap_region, which nicmalloc's free check relies on) below 20 TiB, and maps large
+ * objects wherever the kernel likes. So nicmalloc reserves all heap memory itself, inside that
+ * window: one control arena and the dataplane range. */
+#ifndef NIC_VSPACE_H
+#define NIC_VSPACE_H
+
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+
+#define NIC_VSPACE_LIMIT ((uintptr_t)20 << 40) /* mimalloc's MI_MAX_ADDRESS */
+#define NIC_CONTROL_HINT ((uintptr_t)1 << 40)
+#define NIC_DATAPLANE_HINT ((uintptr_t)16 << 40)
+
+/* Reserves size bytes (PROT_NONE, no swap accounting) aligned to align, at or above hint and
+ * ending below NIC_VSPACE_LIMIT. Returns NULL when no such place is free. */
+void *nic_vspace_reserve(size_t size, size_t align, uintptr_t hint);
+
+/* Gives mimalloc's default heap one big uncommitted arena and forbids it other OS memory, so
+ * that every control block is recognisable. Returns false (after a warning) when the
+ * reservation failed; mimalloc then maps memory itself and free checks cannot be strict. */
+bool nic_control_arena_init(void);
+/* True once the control arena is in place: a pointer mimalloc does not recognise is then
+ * certainly not a block of ours. */
+extern bool nic_free_check_strict;
+
+#endif

@@ -1,0 +1,111 @@
+/* nicmalloc: a malloc replacement that places NIC-bound ("dataplane") objects in pinned,
+ * registrable hugepage chunks and everything else in mimalloc's ordinary heap.
+ *
+ * This is the only public header. Every symbol is prefixed nic_, every setting is a NICMALLOC_*
+ * environment variable (see README.md). The standard malloc family and C++ operator new/delete are
+ * exported by libnicmalloc itself; they need no declaration here. */
+#ifndef NICMALLOC_H
+#define NICMALLOC_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+#define NIC_VERSION_MAJOR 0
+#define NIC_VERSION_MINOR 1
+
+/* ---- Explicit dataplane allocation. Free any of these with plain free(). ---- */
+void *nic_malloc(size_t size);
+void *nic_calloc(size_t count, size_t size);
+/* Moves a block into dataplane memory if it is not there already. */
+void *nic_realloc(void *p, size_t size);
+void *nic_aligned_alloc(size_t alignment, size_t size);
+
+/* ---- Per-thread scope: inside it, ordinary malloc/new on this thread is dataplane. Nests. ---- */
+void nic_dataplane_begin(void);
+void nic_dataplane_end(void);
+
+/* ---- Site ABI emitted by the LLVM pass (llvm-pass/) and used by profile-guided routing. A site
+ * that is switched off allocates from the control heap. Site ids are below NIC_MAX_SITES. ---- */
+#define NIC_MAX_SITES 65536u
+void *nic_malloc_site(size_t size, uint32_t site_id);
+void *nic_calloc_site(size_t count, size_t size, uint32_t site_id);
+void *nic_realloc_site(void *p, size_t size, uint32_t site_id);
+void *nic_aligned_alloc_site(size_t alignment, size_t size, uint32_t site_id);
+int nic_posix_memalign_site(void **out, size_t alignment, size_t size, uint32_t site_id);
+/* C++ operator new semantics (throws std::bad_alloc when C++ is present, else aborts). */
+void *nic_new_site(size_t size, uint32_t site_id);
+/* Returns 0, or -EINVAL for an id out of range. */
+int nic_site_set_enabled(uint32_t site_id, int enabled);
+int nic_site_is_enabled(uint32_t site_id);
+
+/* ---- Queries ---- */
+/* Nonzero when p lies in the dataplane range (one compare; no lookup). */
+int nic_is_dataplane(const void *p);
+
+enum nic_region_kind {
+  NIC_REGION_NONE = 0,
+  NIC_REGION_ARENA = 1, /* a dataplane chunk */
+};
+
+/* What a NIC needs to address [p, p+len): the registered region and the offset inside it. */
+struct nic_region_ref {
+  enum nic_region_kind kind;
+  uint32_t chunk_index;    /* which dataplane chunk */
+  void *region_base;       /* first byte of the registered region */
+  size_t region_len;       /* its length */
+  size_t offset;           /* p - region_base */
+  uint32_t lkey;           /* local key of the registration (backend-specific) */
+  uint32_t rkey;           /* remote key; 0 unless remote access was requested */
+  uint64_t backend_handle; /* backend's own handle (io_uring buffer index, ...) */
+};
+
+/* Error codes returned (negated) by nic_translate and friends. */
+#define NIC_ENOTDP 1001 /* not dataplane memory and no registration covers it */
+#define NIC_ECROSS 1002 /* the range crosses the end of its region */
+#define NIC_ERANGE 1003 /* length 0 or p+len overflows */
+
+/* O(1) for dataplane memory. Returns 0 and fills *out, or -NIC_ENOTDP / -NIC_ECROSS / -NIC_ERANGE.
+ */
+int nic_translate(const void *p, size_t len, struct nic_region_ref *out);
+
+enum nic_page_kind {
+  NIC_PAGE_NONE = 0, /* no chunk yet */
+  NIC_PAGE_4K = 1,
+  NIC_PAGE_THP = 2,
+  NIC_PAGE_2M = 3,
+  NIC_PAGE_1G = 4,
+};
+const char *nic_page_kind_name(enum nic_page_kind kind);
+
+struct nic_stats {
+  size_t control_bytes;      /* live bytes in the control heap (usable sizes) */
+  size_t dataplane_live;     /* live bytes in dataplane chunks (usable sizes) */
+  size_t dataplane_pinned;   /* bytes of chunks currently mapped and locked in memory */
+  size_t dataplane_mapped;   /* bytes of chunks currently mapped (pinned or not) */
+  size_t dataplane_reserved; /* virtual bytes reserved for all chunks */
+  size_t chunk_size;
+  uint32_t chunks_live;    /* chunks mapped now */
+  uint32_t chunks_max;     /* cap */
+  uint64_t chunks_created; /* over the process lifetime */
+  uint64_t chunks_released;
+  enum nic_page_kind page_kind; /* kind of the most recently mapped chunk */
+  uint64_t page_fallbacks;      /* chunks that got a smaller page kind than asked for */
+  uint64_t pin_failures;        /* chunks that could not be locked in memory */
+  uint64_t dataplane_fallbacks; /* dataplane requests served from the control heap */
+  uint64_t dataplane_failures;  /* dataplane requests that returned NULL (ENOMEM) */
+  uint64_t invalid_frees;       /* free/realloc of pointers nicmalloc did not allocate */
+  uint64_t double_frees;
+};
+/* Fills *out. Safe from any thread; figures from other threads are a moment old. */
+void nic_get_stats(struct nic_stats *out);
+/* Writes the readable report (the one NICMALLOC_STATS=1 prints at exit) to fd. */
+void nic_print_stats(int fd);
+
+#ifdef __cplusplus
+}
+#endif
+#endif /* NICMALLOC_H */

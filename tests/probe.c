@@ -1,0 +1,105 @@
+/* nic_probe: runs one allocation scenario under whatever NICMALLOC_* settings its environment
+ * holds and prints key=value lines for the test that spawned it. */
+#define _GNU_SOURCE
+#include "nicmalloc.h"
+
+#include <errno.h>
+#include <linux/capability.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/resource.h>
+#include <sys/syscall.h>
+#include <unistd.h>
+
+static void print_stats(const char *prefix) {
+  struct nic_stats s;
+  nic_get_stats(&s);
+  printf("%schunks_live=%u\n%schunks_created=%llu\n%schunks_released=%llu\n", prefix, s.chunks_live,
+         prefix, (unsigned long long)s.chunks_created, prefix,
+         (unsigned long long)s.chunks_released);
+  printf("%spinned=%zu\n%smapped=%zu\n%slive=%zu\n%scontrol=%zu\n", prefix, s.dataplane_pinned,
+         prefix, s.dataplane_mapped, prefix, s.dataplane_live, prefix, s.control_bytes);
+  printf("%spage_kind=%s\n%spage_fallbacks=%llu\n%spin_failures=%llu\n", prefix,
+         nic_page_kind_name(s.page_kind), prefix, (unsigned long long)s.page_fallbacks, prefix,
+         (unsigned long long)s.pin_failures);
+  printf("%sdp_fallbacks=%llu\n%sdp_failures=%llu\n%schunk_size=%zu\n%schunks_max=%u\n", prefix,
+         (unsigned long long)s.dataplane_fallbacks, prefix,
+         (unsigned long long)s.dataplane_failures, prefix, s.chunk_size, prefix, s.chunks_max);
+}
+
+/* Allocates total bytes in blocks of block bytes with nic_malloc; counts where they landed. */
+static int dp_alloc(size_t total, size_t block) {
+  size_t n = total / block, dp = 0, nulls = 0, control = 0;
+  void **blocks = calloc(n, sizeof *blocks);
+  int first_errno = 0;
+  for (size_t i = 0; i < n; i++) {
+    errno = 0;
+    blocks[i] = nic_malloc(block);
+    if (!blocks[i]) {
+      nulls++;
+      if (!first_errno) first_errno = errno;
+    } else {
+      memset(blocks[i], (int)i, block);
+      if (nic_is_dataplane(blocks[i]))
+        dp++;
+      else
+        control++;
+    }
+  }
+  printf("dp=%zu\ncontrol_blocks=%zu\nnulls=%zu\nerrno=%d\n", dp, control, nulls, first_errno);
+  print_stats("");
+  for (size_t i = 0; i < n; i++)
+    free(blocks[i]);
+  free(blocks);
+  print_stats("after_free_");
+  return 0;
+}
+
+/* Root ignores RLIMIT_MEMLOCK through CAP_IPC_LOCK; dropping it makes the limit bite. */
+static int drop_ipc_lock(void) {
+  struct __user_cap_header_struct header = {_LINUX_CAPABILITY_VERSION_3, 0};
+  struct __user_cap_data_struct data[2];
+  if (syscall(SYS_capget, &header, data)) return -1;
+  data[CAP_IPC_LOCK / 32].effective &= ~(1u << (CAP_IPC_LOCK % 32));
+  data[CAP_IPC_LOCK / 32].permitted &= ~(1u << (CAP_IPC_LOCK % 32));
+  return (int)syscall(SYS_capset, &header, data);
+}
+
+static int low_memlock(size_t block) {
+  struct rlimit lim = {64 << 10, 64 << 10};
+  if (setrlimit(RLIMIT_MEMLOCK, &lim) || drop_ipc_lock()) {
+    printf("setup_failed=%d\n", errno);
+    return 3;
+  }
+  errno = 0;
+  void *p = nic_malloc(block);
+  printf("got=%d\nis_dp=%d\nerrno=%d\n", p != NULL, p ? nic_is_dataplane(p) : 0, errno);
+  if (p) {
+    memset(p, 0x5a, block);
+    free(p);
+  }
+  print_stats("");
+  return 0;
+}
+
+static int auto_route(size_t size) {
+  void *p = malloc(size);
+  printf("is_dp=%d\n", nic_is_dataplane(p));
+  free(p);
+  return 0;
+}
+
+int main(int argc, char **argv) {
+  if (argc >= 4 && !strcmp(argv[1], "dp-alloc"))
+    return dp_alloc(strtoull(argv[2], NULL, 0), strtoull(argv[3], NULL, 0));
+  if (argc >= 3 && !strcmp(argv[1], "low-memlock")) return low_memlock(strtoull(argv[2], NULL, 0));
+  if (argc >= 3 && !strcmp(argv[1], "auto")) return auto_route(strtoull(argv[2], NULL, 0));
+  if (argc >= 2 && !strcmp(argv[1], "stats")) {
+    print_stats("");
+    return 0;
+  }
+  fprintf(stderr,
+          "usage: nic_probe dp-alloc TOTAL BLOCK | low-memlock BLOCK | auto SIZE | stats\n");
+  return 2;
+}

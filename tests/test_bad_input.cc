@@ -1,0 +1,115 @@
+// Bad input gets one clear line on stderr and loses nothing: invalid frees, double frees, and
+// bad settings.
+#include <gtest/gtest.h>
+#include <malloc.h>
+#include <sys/mman.h>
+
+#include <cerrno>
+#include <cstdlib>
+#include <cstring>
+#include <string>
+
+#include "nicmalloc.h"
+#include "probe_runner.h"
+
+namespace {
+
+static char static_buffer[64];
+
+uint64_t errors(bool doubles) {
+  nic_stats s;
+  nic_get_stats(&s);
+  return doubles ? s.double_frees : s.invalid_frees;
+}
+
+TEST(BadInput, FreeOfForeignPointersIsReportedAndIgnored) {
+  char on_stack[64];
+  void *mapped = mmap(nullptr, 4096, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+  strcpy(static_cast<char *>(mapped), "intact");
+  const uint64_t before = errors(false);
+  testing::internal::CaptureStderr();
+  free(on_stack);
+  free(static_buffer);
+  free(mapped);
+  free(reinterpret_cast<void *>(0x1000));
+  std::string err = testing::internal::GetCapturedStderr();
+  EXPECT_EQ(count_lines(err, "was not allocated by nicmalloc"), 4) << err;
+  EXPECT_EQ(count_lines(err, "free("), 4);
+  EXPECT_EQ(errors(false), before + 4);
+  EXPECT_STREQ(static_cast<char *>(mapped), "intact");
+  munmap(mapped, 4096);
+}
+
+TEST(BadInput, ReallocAndUsableSizeOfForeignPointers) {
+  char on_stack[64] = "keep";
+  testing::internal::CaptureStderr();
+  errno = 0;
+  EXPECT_EQ(realloc(on_stack, 128), nullptr);
+  EXPECT_EQ(errno, EINVAL);
+  EXPECT_EQ(malloc_usable_size(on_stack), 0u);
+  std::string err = testing::internal::GetCapturedStderr();
+  EXPECT_EQ(count_lines(err, "realloc("), 1) << err;
+  EXPECT_EQ(count_lines(err, "malloc_usable_size("), 1) << err;
+  EXPECT_STREQ(on_stack, "keep");
+}
+
+TEST(BadInput, DoubleFreeIsReportedAndTheHeapStaysConsistent) {
+  for (bool dataplane : {false, true}) {
+    void *p = dataplane ? nic_malloc(48) : malloc(48);
+    free(p);
+    const uint64_t before = errors(true);
+    testing::internal::CaptureStderr();
+    free(p);
+    std::string err = testing::internal::GetCapturedStderr();
+    EXPECT_EQ(count_lines(err, "double free"), 1) << err;
+    EXPECT_EQ(errors(true), before + 1);
+    // Had the second free reached mimalloc, the block would be handed out twice.
+    void *a = dataplane ? nic_malloc(48) : malloc(48);
+    void *b = dataplane ? nic_malloc(48) : malloc(48);
+    EXPECT_NE(a, b);
+    free(a);
+    free(b);
+  }
+}
+
+TEST(BadInput, DoubleDeleteIsReported) {
+  int *p = new int(5);
+  delete p;
+  testing::internal::CaptureStderr();
+  ::operator delete(p);
+  std::string err = testing::internal::GetCapturedStderr();
+  EXPECT_EQ(count_lines(err, "operator delete"), 1) << err;
+}
+
+TEST(BadInput, BadSettingsWarnOnceAndUseDefaults) {
+  auto r = run_probe({"NICMALLOC_CHUNK_SIZE=lots", "NICMALLOC_MAX_CHUNKS=0",
+                      "NICMALLOC_PAGE_KIND=huge", "NICMALLOC_ON_PIN_FAIL=maybe",
+                      "NICMALLOC_STATS=sometimes", "NICMALLOC_DP_MIN_SIZE=-3"},
+                     {"stats"});
+  ASSERT_EQ(r.exit_code, 0) << r.err;
+  for (const char *name :
+       {"NICMALLOC_CHUNK_SIZE=lots", "NICMALLOC_MAX_CHUNKS=0", "NICMALLOC_PAGE_KIND=huge",
+        "NICMALLOC_ON_PIN_FAIL=maybe", "NICMALLOC_STATS=sometimes", "NICMALLOC_DP_MIN_SIZE=-3"})
+    EXPECT_EQ(count_lines(r.err, name), 1) << name << "\n" << r.err;
+  EXPECT_EQ(r.num("chunk_size"), 1 << 30);
+  EXPECT_EQ(r.num("chunks_max"), 16);
+}
+
+TEST(BadInput, ChunkSizeMustBeAPowerOfTwoInRange) {
+  for (const char *bad :
+       {"NICMALLOC_CHUNK_SIZE=48M", "NICMALLOC_CHUNK_SIZE=16M", "NICMALLOC_CHUNK_SIZE=2G"}) {
+    auto r = run_probe({bad}, {"stats"});
+    EXPECT_EQ(count_lines(r.err, "is not valid"), 1) << bad << r.err;
+    EXPECT_EQ(r.num("chunk_size"), 1 << 30);
+  }
+}
+
+TEST(BadInput, StatsReportIsPrintedAtExit) {
+  auto r = run_probe({"NICMALLOC_STATS=1"}, {"dp-alloc", "1048576", "4096"});
+  ASSERT_EQ(r.exit_code, 0);
+  EXPECT_EQ(count_lines(r.err, "nicmalloc report"), 1) << r.err;
+  EXPECT_EQ(count_lines(r.err, "  dataplane         live"), 1);
+  EXPECT_EQ(count_lines(r.err, "  chunks            1 live"), 1);
+}
+
+} // namespace

@@ -1,0 +1,233 @@
+// Dataplane memory: the explicit API, the thread scope, the site ABI, the size threshold,
+// translation, chunk growth, and what happens when no chunk can hold a request.
+#include <gtest/gtest.h>
+
+#include <cerrno>
+#include <cstdint>
+#include <cstring>
+#include <thread>
+#include <vector>
+
+#include "nicmalloc.h"
+#include "probe_runner.h"
+
+namespace {
+
+TEST(Dataplane, ExplicitApiReturnsDataplaneMemory) {
+  void *a = nic_malloc(100);
+  void *b = nic_calloc(10, 100);
+  void *c = nic_aligned_alloc(4096, 5000);
+  ASSERT_TRUE(a && b && c);
+  EXPECT_TRUE(nic_is_dataplane(a));
+  EXPECT_TRUE(nic_is_dataplane(b));
+  EXPECT_TRUE(nic_is_dataplane(c));
+  EXPECT_EQ(reinterpret_cast<uintptr_t>(c) % 4096, 0u);
+  for (int i = 0; i < 1000; i++)
+    ASSERT_EQ(static_cast<char *>(b)[i], 0);
+  memset(a, 1, 100);
+  memset(c, 2, 5000);
+  free(a);
+  free(b);
+  free(c);
+}
+
+TEST(Dataplane, NicReallocMovesControlBlocksIntoDataplane) {
+  char *p = static_cast<char *>(malloc(64));
+  strcpy(p, "payload");
+  ASSERT_FALSE(nic_is_dataplane(p));
+  p = static_cast<char *>(nic_realloc(p, 64));
+  ASSERT_TRUE(nic_is_dataplane(p));
+  EXPECT_STREQ(p, "payload");
+  // Plain realloc keeps a dataplane block in dataplane memory.
+  p = static_cast<char *>(realloc(p, 100000));
+  EXPECT_TRUE(nic_is_dataplane(p));
+  EXPECT_STREQ(p, "payload");
+  free(p);
+}
+
+TEST(Dataplane, ScopeRoutesOnlyThisThread) {
+  nic_dataplane_begin();
+  void *inside = malloc(256);
+  char *str = new char[32];
+  void *other = nullptr;
+  std::thread([&] { other = malloc(256); }).join();
+  nic_dataplane_begin(); // nests
+  nic_dataplane_end();
+  void *still_inside = malloc(8);
+  nic_dataplane_end();
+  void *after = malloc(256);
+  EXPECT_TRUE(nic_is_dataplane(inside));
+  EXPECT_TRUE(nic_is_dataplane(str));
+  EXPECT_TRUE(nic_is_dataplane(still_inside));
+  EXPECT_FALSE(nic_is_dataplane(other)) << "the scope belongs to the thread that opened it";
+  EXPECT_FALSE(nic_is_dataplane(after));
+  nic_dataplane_end(); // unbalanced end is harmless
+  void *later = malloc(8);
+  EXPECT_FALSE(nic_is_dataplane(later));
+  for (void *p : {inside, other, still_inside, after, later})
+    free(p);
+  delete[] str;
+}
+
+TEST(Dataplane, SitesCanBeSwitchedOffAtRunTime) {
+  const uint32_t site = 4242;
+  ASSERT_EQ(nic_site_is_enabled(site), 1);
+  void *on = nic_malloc_site(128, site);
+  ASSERT_EQ(nic_site_set_enabled(site, 0), 0);
+  void *off = nic_malloc_site(128, site);
+  void *off_calloc = nic_calloc_site(4, 32, site);
+  void *other_site = nic_malloc_site(128, site + 1);
+  ASSERT_EQ(nic_site_set_enabled(site, 1), 0);
+  void *on_again = nic_malloc_site(128, site);
+  EXPECT_TRUE(nic_is_dataplane(on));
+  EXPECT_FALSE(nic_is_dataplane(off));
+  EXPECT_FALSE(nic_is_dataplane(off_calloc));
+  EXPECT_TRUE(nic_is_dataplane(other_site));
+  EXPECT_TRUE(nic_is_dataplane(on_again));
+  EXPECT_EQ(nic_site_set_enabled(NIC_MAX_SITES, 1), -EINVAL);
+  for (void *p : {on, off, off_calloc, other_site, on_again})
+    free(p);
+}
+
+TEST(Dataplane, SiteVariantsHonourAlignmentAndNewSemantics) {
+  void *a = nic_aligned_alloc_site(512, 512, 7);
+  void *b = nullptr;
+  ASSERT_EQ(nic_posix_memalign_site(&b, 1024, 1024, 7), 0);
+  EXPECT_EQ(nic_posix_memalign_site(&b, 3, 16, 7), EINVAL);
+  void *n = nic_new_site(64, 7);
+  void *r = nic_realloc_site(nullptr, 32, 7);
+  EXPECT_EQ(reinterpret_cast<uintptr_t>(a) % 512, 0u);
+  EXPECT_EQ(reinterpret_cast<uintptr_t>(b) % 1024, 0u);
+  for (void *p : {a, b, n, r}) {
+    EXPECT_TRUE(nic_is_dataplane(p));
+    free(p);
+  }
+  EXPECT_THROW(nic_new_site(SIZE_MAX - 4096, 7), std::bad_alloc);
+}
+
+TEST(Dataplane, TranslateIsChunkAndOffset) {
+  char *p = static_cast<char *>(nic_malloc(1000));
+  nic_region_ref ref;
+  ASSERT_EQ(nic_translate(p + 10, 100, &ref), 0);
+  EXPECT_EQ(ref.kind, NIC_REGION_ARENA);
+  EXPECT_EQ(static_cast<char *>(ref.region_base) + ref.offset, p + 10);
+  nic_stats s;
+  nic_get_stats(&s);
+  EXPECT_EQ(ref.region_len, s.chunk_size);
+  EXPECT_EQ(reinterpret_cast<uintptr_t>(ref.region_base) % s.chunk_size, 0u);
+  EXPECT_EQ(ref.rkey, 0u) << "no remote key unless remote access was asked for";
+  // Errors: a range crossing the chunk end, an empty or overflowing range, control memory.
+  char *chunk_end = static_cast<char *>(ref.region_base) + ref.region_len;
+  EXPECT_EQ(nic_translate(chunk_end - 8, 16, &ref), -NIC_ECROSS);
+  EXPECT_EQ(nic_translate(chunk_end - 8, 8, &ref), 0);
+  EXPECT_EQ(nic_translate(p, 0, &ref), -NIC_ERANGE);
+  EXPECT_EQ(nic_translate(p, SIZE_MAX, &ref), -NIC_ERANGE);
+  void *control = malloc(100);
+  EXPECT_EQ(nic_translate(control, 10, &ref), -NIC_ENOTDP);
+  int on_stack = 0;
+  EXPECT_EQ(nic_translate(&on_stack, sizeof on_stack, &ref), -NIC_ENOTDP);
+  free(control);
+  free(p);
+}
+
+TEST(Dataplane, StatsFollowLiveBytes) {
+  nic_stats before, during, after;
+  nic_get_stats(&before);
+  std::vector<void *> blocks;
+  for (int i = 0; i < 64; i++)
+    blocks.push_back(nic_malloc(64 << 10));
+  nic_get_stats(&during);
+  for (void *p : blocks)
+    free(p);
+  nic_get_stats(&after);
+  EXPECT_GE(during.dataplane_live, before.dataplane_live + (4u << 20));
+  EXPECT_EQ(after.dataplane_live, before.dataplane_live);
+  EXPECT_GE(during.chunks_live, 1u);
+  EXPECT_NE(during.page_kind, NIC_PAGE_NONE);
+  EXPECT_GE(during.dataplane_mapped, during.chunk_size);
+  EXPECT_EQ(during.dataplane_reserved, size_t(during.chunks_max) * during.chunk_size);
+}
+
+TEST(Dataplane, CrossThreadFreesOfDataplaneBlocks) {
+  constexpr int kBlocks = 20000;
+  std::vector<char *> blocks(kBlocks);
+  std::thread producer([&] {
+    for (int i = 0; i < kBlocks; i++) {
+      blocks[i] = static_cast<char *>(nic_malloc(16 + i % 2000));
+      blocks[i][0] = static_cast<char>(i);
+    }
+  });
+  producer.join();
+  nic_stats mid;
+  nic_get_stats(&mid);
+  std::thread consumer([&] {
+    for (int i = 0; i < kBlocks; i++) {
+      ASSERT_TRUE(nic_is_dataplane(blocks[i]));
+      ASSERT_EQ(blocks[i][0], static_cast<char>(i));
+      free(blocks[i]);
+    }
+  });
+  consumer.join();
+  nic_stats end;
+  nic_get_stats(&end);
+  EXPECT_LT(end.dataplane_live, mid.dataplane_live);
+  // The exited producer's heap pages are reusable by a new thread.
+  std::thread([] {
+    for (int i = 0; i < 1000; i++)
+      free(nic_malloc(100));
+  }).join();
+}
+
+TEST(DataplaneChunks, GrowsPastOneChunkAndReportsPageKind) {
+  // 64 MiB chunks; 150 MiB in 1 MiB blocks needs three.
+  auto r = run_probe({"NICMALLOC_CHUNK_SIZE=64M"}, {"dp-alloc", "157286400", "1048576"});
+  ASSERT_EQ(r.exit_code, 0) << r.err;
+  EXPECT_EQ(r.num("dp"), 150);
+  EXPECT_EQ(r.num("nulls"), 0);
+  EXPECT_GE(r.num("chunks_live"), 3);
+  EXPECT_EQ(r.num("chunk_size"), 64 << 20);
+  EXPECT_NE(r.values["page_kind"], "none");
+  EXPECT_EQ(r.num("after_free_live"), 0);
+}
+
+TEST(DataplaneChunks, CapReachedFallsBackToControlWithOneWarning) {
+  auto r = run_probe(
+      {"NICMALLOC_CHUNK_SIZE=32M", "NICMALLOC_MAX_CHUNKS=1", "NICMALLOC_ON_PIN_FAIL=fallback"},
+      {"dp-alloc", "67108864", "1048576"});
+  ASSERT_EQ(r.exit_code, 0) << r.err;
+  EXPECT_EQ(r.num("nulls"), 0) << "fallback never fails a request";
+  EXPECT_GT(r.num("control_blocks"), 0);
+  EXPECT_GT(r.num("dp"), 0);
+  EXPECT_EQ(r.num("dp_fallbacks"), r.num("control_blocks"));
+  EXPECT_EQ(count_lines(r.err, "found no chunk"), 1) << r.err;
+}
+
+TEST(DataplaneChunks, CapReachedFailsWithEnomemWhenAsked) {
+  auto r = run_probe(
+      {"NICMALLOC_CHUNK_SIZE=32M", "NICMALLOC_MAX_CHUNKS=1", "NICMALLOC_ON_PIN_FAIL=fail"},
+      {"dp-alloc", "67108864", "1048576"});
+  ASSERT_EQ(r.exit_code, 0) << r.err;
+  EXPECT_GT(r.num("nulls"), 0);
+  EXPECT_EQ(r.num("errno"), ENOMEM);
+  EXPECT_EQ(r.num("control_blocks"), 0) << "fail never hands out control memory";
+  EXPECT_EQ(r.num("dp_failures"), r.num("nulls"));
+  EXPECT_EQ(count_lines(r.err, "found no chunk"), 1) << r.err;
+}
+
+TEST(DataplaneChunks, RequestLargerThanAChunkIsNotSilentlyLost) {
+  auto r = run_probe({"NICMALLOC_CHUNK_SIZE=32M"}, {"dp-alloc", "67108864", "67108864"});
+  ASSERT_EQ(r.exit_code, 0) << r.err;
+  EXPECT_EQ(r.num("control_blocks"), 1);
+  EXPECT_EQ(r.num("chunks_created"), 0) << "no chunk is mapped for a request no chunk can hold";
+}
+
+TEST(DataplaneChunks, SizeThresholdRoutesLargeMallocs) {
+  auto big = run_probe({"NICMALLOC_DP_MIN_SIZE=4096"}, {"auto", "4096"});
+  auto small = run_probe({"NICMALLOC_DP_MIN_SIZE=4096"}, {"auto", "4095"});
+  auto off = run_probe({}, {"auto", "1000000"});
+  EXPECT_EQ(big.num("is_dp"), 1) << big.err;
+  EXPECT_EQ(small.num("is_dp"), 0);
+  EXPECT_EQ(off.num("is_dp"), 0);
+}
+
+} // namespace

@@ -1,0 +1,182 @@
+// The standard malloc family and operator new/delete, as a program linked with -lnicmalloc sees
+// them.
+#include <gtest/gtest.h>
+#include <malloc.h>
+#include <unistd.h>
+
+#include <cerrno>
+#include <cstdint>
+#include <cstdlib>
+#include <cstring>
+#include <new>
+
+#include "nicmalloc.h"
+
+namespace {
+
+bool filled_with(const void *p, int byte, size_t n) {
+  const unsigned char *c = static_cast<const unsigned char *>(p);
+  for (size_t i = 0; i < n; i++)
+    if (c[i] != byte) return false;
+  return true;
+}
+
+TEST(MallocApi, MallocReturnsWritableControlMemory) {
+  for (size_t size : {0ul, 1ul, 8ul, 15ul, 16ul, 100ul, 4096ul, 1ul << 20, 40ul << 20}) {
+    void *p = malloc(size);
+    ASSERT_NE(p, nullptr) << size;
+    EXPECT_FALSE(nic_is_dataplane(p)) << "outside a scope malloc is control";
+    EXPECT_GE(malloc_usable_size(p), size);
+    memset(p, 0xab, size);
+    free(p);
+  }
+}
+
+TEST(MallocApi, CallocZeroesReusedMemory) {
+  // Dirty blocks first, so calloc must really clear recycled memory (including the word where
+  // nicmalloc keeps its free key).
+  for (int round = 0; round < 3; round++) {
+    void *dirty[64];
+    for (auto &d : dirty) {
+      d = malloc(256);
+      memset(d, 0xff, 256);
+    }
+    for (auto &d : dirty)
+      free(d);
+    for (int i = 0; i < 64; i++) {
+      void *p = calloc(16, 16);
+      ASSERT_NE(p, nullptr);
+      EXPECT_TRUE(filled_with(p, 0, 256));
+      free(p);
+    }
+  }
+}
+
+TEST(MallocApi, CallocAndReallocarrayRejectOverflow) {
+  errno = 0;
+  EXPECT_EQ(calloc(SIZE_MAX / 2, 4), nullptr);
+  EXPECT_EQ(errno, ENOMEM);
+  void *p = malloc(8);
+  errno = 0;
+  EXPECT_EQ(reallocarray(p, SIZE_MAX / 2, 4), nullptr);
+  EXPECT_EQ(errno, ENOMEM);
+  free(p); // still valid after the failed reallocarray
+}
+
+TEST(MallocApi, ReallocKeepsContentsWhenGrowingAndShrinking) {
+  char *p = static_cast<char *>(malloc(10));
+  memcpy(p, "0123456789", 10);
+  p = static_cast<char *>(realloc(p, 100000));
+  ASSERT_NE(p, nullptr);
+  EXPECT_EQ(memcmp(p, "0123456789", 10), 0);
+  p = static_cast<char *>(realloc(p, 5));
+  ASSERT_NE(p, nullptr);
+  EXPECT_EQ(memcmp(p, "01234", 5), 0);
+  free(p);
+}
+
+TEST(MallocApi, ReallocNullIsMallocAndZeroFrees) {
+  void *p = realloc(nullptr, 32);
+  ASSERT_NE(p, nullptr);
+  EXPECT_EQ(realloc(p, 0), nullptr) << "glibc semantics: realloc(p, 0) frees p";
+}
+
+TEST(MallocApi, ReallocFailureLeavesTheBlockValid) {
+  char *p = static_cast<char *>(malloc(16));
+  strcpy(p, "still here");
+  errno = 0;
+  EXPECT_EQ(realloc(p, SIZE_MAX - 4096), nullptr);
+  EXPECT_EQ(errno, ENOMEM);
+  EXPECT_STREQ(p, "still here");
+  free(p);
+}
+
+TEST(MallocApi, AlignedEntryPointsValidateTheirArguments) {
+  void *p = reinterpret_cast<void *>(1);
+  EXPECT_EQ(posix_memalign(&p, 3, 16), EINVAL);
+  EXPECT_EQ(posix_memalign(&p, 4, 16), EINVAL) << "must be a multiple of sizeof(void*)";
+  EXPECT_EQ(p, reinterpret_cast<void *>(1)) << "the out pointer is untouched on error";
+  errno = 0;
+  EXPECT_EQ(aligned_alloc(24, 48), nullptr);
+  EXPECT_EQ(errno, EINVAL);
+  void *m = memalign(24, 10); // glibc rounds up to 32
+  ASSERT_NE(m, nullptr);
+  EXPECT_EQ(reinterpret_cast<uintptr_t>(m) % 32, 0u);
+  free(m);
+}
+
+TEST(MallocApi, VallocAndPvallocArePageAligned) {
+  const size_t page = sysconf(_SC_PAGESIZE);
+  void *v = valloc(10);
+  void *pv = pvalloc(page + 1);
+  ASSERT_NE(v, nullptr);
+  ASSERT_NE(pv, nullptr);
+  EXPECT_EQ(reinterpret_cast<uintptr_t>(v) % page, 0u);
+  EXPECT_EQ(reinterpret_cast<uintptr_t>(pv) % page, 0u);
+  EXPECT_GE(malloc_usable_size(pv), 2 * page) << "pvalloc rounds the size up to pages";
+  free(v);
+  free(pv);
+}
+
+TEST(MallocApi, EveryOperatorNewVariantPairsWithDelete) {
+  int *a = new int(7);
+  int *b = new int[100];
+  auto *c = new (std::nothrow) int(8);
+  auto *d = new (std::nothrow) int[10];
+  struct alignas(256) Wide {
+    char bytes[256];
+  };
+  Wide *e = new Wide;
+  Wide *f = new Wide[3];
+  Wide *g = new (std::nothrow) Wide;
+  for (void *p : {static_cast<void *>(a), static_cast<void *>(b), static_cast<void *>(c),
+                  static_cast<void *>(d)})
+    ASSERT_NE(p, nullptr);
+  EXPECT_EQ(reinterpret_cast<uintptr_t>(e) % 256, 0u);
+  EXPECT_EQ(reinterpret_cast<uintptr_t>(f) % 256, 0u);
+  EXPECT_EQ(reinterpret_cast<uintptr_t>(g) % 256, 0u);
+  delete a;
+  delete[] b;
+  delete c;
+  delete[] d;
+  delete e;
+  delete[] f;
+  delete g;
+  ::operator delete(::operator new(40), 40); // sized
+  ::operator delete(::operator new(40, std::align_val_t(64)), std::align_val_t(64));
+  ::operator delete(::operator new(40, std::align_val_t(64)), 40, std::align_val_t(64));
+  ::operator delete[](::operator new[](40, std::nothrow), std::nothrow);
+}
+
+TEST(MallocApi, FailedNewThrowsBadAlloc) {
+  EXPECT_THROW((void)::operator new(SIZE_MAX - 8192), std::bad_alloc);
+  EXPECT_THROW((void)::operator new[](SIZE_MAX - 8192), std::bad_alloc);
+  EXPECT_THROW((void)::operator new(SIZE_MAX - 8192, std::align_val_t(64)), std::bad_alloc);
+  EXPECT_EQ(::operator new(SIZE_MAX - 8192, std::nothrow), nullptr);
+}
+
+int handler_calls;
+void release_and_give_up() {
+  handler_calls++;
+  std::set_new_handler(nullptr); // the next failure throws
+}
+
+TEST(MallocApi, FailedNewCallsTheNewHandlerFirst) {
+  handler_calls = 0;
+  std::set_new_handler(release_and_give_up);
+  EXPECT_THROW((void)::operator new(SIZE_MAX - 8192), std::bad_alloc);
+  EXPECT_EQ(handler_calls, 1);
+}
+
+TEST(MallocApi, StatsCountControlBytes) {
+  nic_stats before, during, after;
+  nic_get_stats(&before);
+  void *p = malloc(8 << 20);
+  nic_get_stats(&during);
+  free(p);
+  nic_get_stats(&after);
+  EXPECT_GE(during.control_bytes, before.control_bytes + (8 << 20));
+  EXPECT_LE(after.control_bytes, during.control_bytes - (8 << 20));
+}
+
+} // namespace
