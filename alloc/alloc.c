@@ -70,6 +70,14 @@ void nic_report_bad_free(const void *p, const char *caller, bool double_free) {
   }
 }
 
+/* Threads still setting up, or past their exit hook, count into the exited totals. */
+void nic_release_block_unregistered(void *p) {
+  int64_t size = (int64_t)mi_usable_size(p);
+  nic_thread_account_exited(nic_in_dp(p) ? nic_chunk_index(p) : NIC_CHUNK_SLOTS, -size);
+  nic_block_mark_free(p);
+  mi_free(p);
+}
+
 void nic_free(void *p, const char *caller) {
   nic_free_inline(p, caller);
 }

@@ -5,6 +5,7 @@
 #include "alloc.h"
 #include "block.h"
 #include "chunks.h"
+#include "dp_heap.h"
 #include "thread.h"
 #include "vspace.h"
 
@@ -50,15 +51,27 @@ static inline bool nic_check_live_block(const void *p, const char *caller) {
   return true;
 }
 
+void nic_release_block_unregistered(void *p);
+
 /* Frees a block already checked live. */
 static inline void nic_release_block(void *p) {
+  struct nic_thread *t = &nic_self;
   /* A thread that only frees must still be counted. */
-  if (__builtin_expect(nic_self.state != NIC_THREAD_READY, 0)) nic_thread_ready();
+  if (__builtin_expect(t->state != NIC_THREAD_READY, 0) && !nic_thread_ready()) {
+    nic_release_block_unregistered(p);
+    return;
+  }
   int64_t size = (int64_t)mi_usable_size(p);
-  if (nic_in_dp(p))
-    nic_counter_add(&nic_self.dp_live[nic_chunk_index(p)], -size);
-  else
-    nic_counter_add(&nic_self.control_live, -size);
+  if (nic_in_dp(p)) {
+    nic_dp_enter(t);
+    nic_counter_add(&t->dp_live[nic_chunk_index(p)], -size);
+    nic_block_mark_free(p);
+    mi_free(p);
+    if (__builtin_expect(!nic_dp_epoch_seen(t), 0)) nic_dp_refresh(t);
+    nic_dp_leave(t);
+    return;
+  }
+  nic_counter_add(&t->control_live, -size);
   nic_block_mark_free(p);
   mi_free(p);
 }

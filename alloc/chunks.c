@@ -3,6 +3,7 @@
 
 #include "config.h"
 #include "log.h"
+#include "reaper.h"
 #include "vspace.h"
 
 #include <errno.h>
@@ -14,6 +15,7 @@
 #define CHUNK_SLOTS 48 /* NICMALLOC_MAX_CHUNKS limit, see config.c */
 
 struct nic_dp_range nic_dp;
+unsigned nic_chunk_epoch;
 static struct nic_chunk chunks[CHUNK_SLOTS];
 static unsigned slots_used;
 static pthread_mutex_t chunk_lock = PTHREAD_MUTEX_INITIALIZER;
@@ -78,11 +80,23 @@ static bool accept_pin_result(unsigned index, const struct nic_mapping *m) {
   return !fail;
 }
 
+void nic_chunk_set_state(unsigned index, enum nic_chunk_state state) {
+  __atomic_store_n(&chunks[index].state, state, __ATOMIC_RELEASE);
+  __atomic_add_fetch(&nic_chunk_epoch, 1, __ATOMIC_RELEASE);
+}
+
+static unsigned pick_slot_locked(void) {
+  for (unsigned i = 0; i < slots_used; i++)
+    if (chunks[i].state == NIC_CHUNK_RELEASED) return i;
+  return slots_used;
+}
+
 static int create_locked(unsigned *index_out) {
   const struct nic_config *cfg = nic_config();
-  if (slots_used >= cfg->max_chunks) return -ENOSPC;
-  unsigned index = slots_used;
+  unsigned index = pick_slot_locked();
+  if (index >= cfg->max_chunks) return -ENOSPC;
   void *base = nic_chunk_base(index);
+  struct nic_chunk *c = &chunks[index];
   /* 1 GiB pages only fit chunks of 1 GiB. */
   enum nic_page_kind want = cfg->page_kind;
   if (want == NIC_PAGE_1G && cfg->chunk_size < (1ul << 30)) want = NIC_PAGE_2M;
@@ -97,25 +111,36 @@ static int create_locked(unsigned *index_out) {
     nic_unmap_chunk(base, cfg->chunk_size);
     return -ENOMEM;
   }
-  mi_arena_id_t arena;
   /* is_large=true tells mimalloc the memory is pinned: it must never decommit or reset it, or
-   * the NIC's registration would point at pages the process no longer uses. */
-  if (!mi_manage_os_memory_ex(base, cfg->chunk_size, true, true, true, -1, true, &arena)) {
+   * the NIC's registration would point at pages the process no longer uses. A released slot
+   * keeps its arena: mimalloc cannot remove one. */
+  if (!c->has_arena &&
+      !mi_manage_os_memory_ex(base, cfg->chunk_size, true, true, true, -1, true, &c->arena)) {
     nic_log_warn("mimalloc refused dataplane chunk %u as an arena (at most 64 per process)", index);
     nic_unmap_chunk(base, cfg->chunk_size);
     return -ENOMEM;
   }
-  struct nic_chunk *c = &chunks[index];
-  c->arena = arena;
+  c->has_arena = true;
   c->mapping = m;
+  c->empty_since_ms = 0;
   c->lkey = c->rkey = 0;
   c->backend_handle = 0;
   last_kind = m.kind;
   created++;
-  __atomic_store_n(&c->state, NIC_CHUNK_LIVE, __ATOMIC_RELEASE);
-  __atomic_store_n(&slots_used, index + 1, __ATOMIC_RELEASE);
+  nic_chunk_set_state(index, NIC_CHUNK_LIVE);
+  if (index == slots_used) __atomic_store_n(&slots_used, index + 1, __ATOMIC_RELEASE);
   *index_out = index;
   return 0;
+}
+
+void nic_chunk_release_locked(unsigned index) {
+  struct nic_chunk *c = &chunks[index];
+  nic_release_chunk_memory(nic_chunk_base(index), (size_t)1 << nic_dp.shift);
+  c->mapping.pinned = false;
+  c->empty_since_ms = 0;
+  released++;
+  nic_log_info("dataplane chunk %u released to the OS", index);
+  nic_chunk_set_state(index, NIC_CHUNK_RELEASED);
 }
 
 int nic_chunk_create(unsigned *index_out) {
@@ -123,6 +148,7 @@ int nic_chunk_create(unsigned *index_out) {
   pthread_mutex_lock(&chunk_lock);
   int rc = create_locked(index_out);
   pthread_mutex_unlock(&chunk_lock);
+  if (rc == 0) nic_reaper_start();
   return rc;
 }
 
@@ -131,7 +157,8 @@ void nic_chunk_totals(struct nic_chunk_totals *out) {
   pthread_mutex_lock(&chunk_lock);
   size_t size = (size_t)1 << nic_dp.shift;
   for (unsigned i = 0; i < slots_used; i++) {
-    if (chunks[i].state != NIC_CHUNK_LIVE) continue;
+    if (chunks[i].state == NIC_CHUNK_DRAINING) out->draining++;
+    if (chunks[i].state != NIC_CHUNK_LIVE && chunks[i].state != NIC_CHUNK_DRAINING) continue;
     out->live++;
     out->mapped_bytes += size;
     if (chunks[i].mapping.pinned) out->pinned_bytes += size;

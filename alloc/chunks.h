@@ -10,10 +10,20 @@
 #include <stdbool.h>
 #include <stdint.h>
 
-enum nic_chunk_state { NIC_CHUNK_UNMAPPED = 0, NIC_CHUNK_LIVE = 1 };
+/* UNMAPPED: never used. LIVE: mapped, pinned, allocatable. DRAINING: empty for the release
+ * delay; nothing new is allocated there and owners hand back their pages. RELEASED: memory given
+ * back to the OS; the slot keeps its mimalloc arena and is mapped again before reuse. */
+enum nic_chunk_state {
+  NIC_CHUNK_UNMAPPED = 0,
+  NIC_CHUNK_LIVE,
+  NIC_CHUNK_DRAINING,
+  NIC_CHUNK_RELEASED,
+};
 
 struct nic_chunk {
   int state; /* enum nic_chunk_state, read with acquire */
+  bool has_arena;
+  uint64_t empty_since_ms; /* reaper: when live bytes were first seen at zero; 0 = not empty */
   mi_arena_id_t arena;
   struct nic_mapping mapping;
   /* Registration, filled in by the backend that registered the chunk; a local stub until then. */
@@ -41,15 +51,24 @@ static inline void *nic_chunk_base(unsigned index) {
 
 /* Reserves the range. Idempotent. Returns 0 or -errno (then no dataplane memory exists). */
 int nic_dp_reserve(void);
-/* Maps, pins and hands the next unmapped chunk to mimalloc. Returns 0 and the index, -ENOSPC at
- * the cap, or -ENOMEM when mapping or (with NICMALLOC_ON_PIN_FAIL=fail) pinning failed. */
+/* Bumped on every chunk state change: threads compare it with the value they last saw to learn,
+ * with one load, that they must look at the chunk states again. */
+extern unsigned nic_chunk_epoch;
+void nic_chunk_set_state(unsigned index, enum nic_chunk_state state);
+
+/* Maps, pins and hands a chunk to mimalloc: a released slot first (same arena), else a new
+ * one. Returns 0 and the index, -ENOSPC at the cap, or -ENOMEM when mapping or (with
+ * NICMALLOC_ON_PIN_FAIL=fail) pinning failed. */
 int nic_chunk_create(unsigned *index_out);
 struct nic_chunk *nic_chunk_at(unsigned index);
 /* Number of chunk slots ever mapped (live chunks are among the first this many). */
 unsigned nic_chunk_slots_used(void);
 
+/* Gives a drained chunk's memory back to the OS (caller holds the chunk lock). */
+void nic_chunk_release_locked(unsigned index);
+
 struct nic_chunk_totals {
-  uint32_t live;
+  uint32_t live, draining;
   size_t mapped_bytes, pinned_bytes;
   uint64_t created, released, page_fallbacks, pin_failures;
   enum nic_page_kind last_kind;

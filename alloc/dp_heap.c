@@ -1,8 +1,7 @@
 #include "dp_heap.h"
 
-#include "chunks.h"
 #include "config.h"
-#include "thread.h"
+#include "reaper.h"
 
 #include <errno.h>
 #include <mimalloc.h>
@@ -24,28 +23,35 @@ static void *heap_alloc(mi_heap_t *heap, size_t size, size_t alignment, bool zer
               : mi_heap_malloc_aligned_at(heap, size, alignment, 0);
 }
 
-static mi_heap_t *heap_in_chunk(unsigned index) {
-  mi_heap_t *heap = nic_self.heaps[index];
-  if (!heap) {
-    heap = mi_heap_new_in_arena(nic_chunk_at(index)->arena);
-    nic_self.heaps[index] = heap;
-  }
-  return heap;
+static int chunk_state(unsigned index) {
+  return __atomic_load_n(&nic_chunk_at(index)->state, __ATOMIC_ACQUIRE);
 }
 
-static void *try_chunk(unsigned index, size_t size, size_t alignment, bool zero) {
-  if (__atomic_load_n(&nic_chunk_at(index)->state, __ATOMIC_ACQUIRE) != NIC_CHUNK_LIVE) return NULL;
-  mi_heap_t *heap = heap_in_chunk(index);
+void nic_dp_refresh(struct nic_thread *t) {
+  t->seen_epoch = __atomic_load_n(&nic_chunk_epoch, __ATOMIC_ACQUIRE);
+  unsigned slots = nic_chunk_slots_used();
+  for (unsigned i = 0; i < slots; i++)
+    if (t->heaps[i] && chunk_state(i) == NIC_CHUNK_DRAINING) mi_heap_collect(t->heaps[i], true);
+}
+
+static void *try_chunk(struct nic_thread *t, unsigned index, size_t size, size_t alignment,
+                       bool zero) {
+  if (chunk_state(index) != NIC_CHUNK_LIVE) return NULL;
+  mi_heap_t *heap = t->heaps[index];
+  if (!heap) heap = t->heaps[index] = mi_heap_new_in_arena(nic_chunk_at(index)->arena);
   return heap ? heap_alloc(heap, size, alignment, zero) : NULL;
 }
 
-/* The cursor chunk is full: look for room in the others, lowest first so that high chunks can
- * drain, then map a new chunk. */
-static void *alloc_elsewhere(size_t size, size_t alignment, bool zero, unsigned *index_out) {
+/* The cursor chunk is full or not live: look for room in the others, lowest first so that high
+ * chunks can drain, then map a chunk. */
+static void *alloc_slow(struct nic_thread *t, size_t size, size_t alignment, bool zero,
+                        unsigned *index_out) {
+  if (!nic_dp_epoch_seen(t)) nic_dp_refresh(t);
+  if (nic_dp_reserve()) return NULL;
+  nic_reaper_start();
   unsigned seen = nic_chunk_slots_used();
   for (unsigned i = 0; i < seen; i++) {
-    if (i == nic_self.cursor && nic_self.heaps[i]) continue;
-    void *p = try_chunk(i, size, alignment, zero);
+    void *p = try_chunk(t, i, size, alignment, zero);
     if (p) {
       *index_out = i;
       return p;
@@ -53,18 +59,17 @@ static void *alloc_elsewhere(size_t size, size_t alignment, bool zero, unsigned 
   }
   for (;;) {
     unsigned index;
-    int rc = nic_chunk_create(&index);
-    if (rc == 0) {
-      void *p = try_chunk(index, size, alignment, zero);
-      if (p) *index_out = index;
+    if (nic_chunk_create(&index) == 0) {
       /* A fresh chunk that cannot hold it will not be helped by another. */
+      void *p = try_chunk(t, index, size, alignment, zero);
+      if (p) *index_out = index;
       return p;
     }
     /* Another thread may have mapped chunks meanwhile: try those before giving up. */
     unsigned now = nic_chunk_slots_used();
     if (now == seen) return NULL;
     for (unsigned i = seen; i < now; i++) {
-      void *p = try_chunk(i, size, alignment, zero);
+      void *p = try_chunk(t, i, size, alignment, zero);
       if (p) {
         *index_out = i;
         return p;
@@ -76,15 +81,19 @@ static void *alloc_elsewhere(size_t size, size_t alignment, bool zero, unsigned 
 
 void *nic_dp_alloc(size_t size, size_t alignment, bool zero) {
   if (!nic_thread_ready() || size > nic_dp_max_request()) return NULL;
-  unsigned index = nic_self.cursor;
-  mi_heap_t *heap = nic_self.heaps[index];
-  void *p = heap ? heap_alloc(heap, size, alignment, zero) : NULL;
+  struct nic_thread *t = &nic_self;
+  nic_dp_enter(t);
+  unsigned index = t->cursor;
+  mi_heap_t *heap = t->heaps[index];
+  void *p = NULL;
+  /* The epoch has not moved since this thread saw its cursor chunk live, so it still is. */
+  if (__builtin_expect(heap && nic_dp_epoch_seen(t), 1))
+    p = heap_alloc(heap, size, alignment, zero);
   if (__builtin_expect(p == NULL, 0)) {
-    if (nic_dp_reserve()) return NULL;
-    p = alloc_elsewhere(size, alignment, zero, &index);
-    if (!p) return NULL;
-    nic_self.cursor = index;
+    p = alloc_slow(t, size, alignment, zero, &index);
+    if (p) t->cursor = index;
   }
-  nic_counter_add(&nic_self.dp_live[index], (int64_t)mi_usable_size(p));
+  if (p) nic_counter_add(&t->dp_live[index], (int64_t)mi_usable_size(p));
+  nic_dp_leave(t);
   return p;
 }

@@ -2,6 +2,9 @@
 #ifndef NIC_DP_HEAP_H
 #define NIC_DP_HEAP_H
 
+#include "chunks.h"
+#include "thread.h"
+
 #include <stdbool.h>
 #include <stddef.h>
 
@@ -10,5 +13,21 @@
 void *nic_dp_alloc(size_t size, size_t alignment, bool zero);
 /* Largest request a chunk can hold. */
 size_t nic_dp_max_request(void);
+
+/* Brackets every mimalloc call on dataplane memory. A plain store is enough on this side: the
+ * reaper pairs it with membarrier(2), which orders it against the epoch load that follows. */
+static inline void nic_dp_enter(struct nic_thread *t) {
+  __atomic_store_n(&t->dp_busy, t->dp_busy + 1, __ATOMIC_RELAXED);
+  __atomic_signal_fence(__ATOMIC_SEQ_CST);
+}
+static inline void nic_dp_leave(struct nic_thread *t) {
+  __atomic_store_n(&t->dp_busy, t->dp_busy - 1, __ATOMIC_RELEASE);
+}
+static inline bool nic_dp_epoch_seen(const struct nic_thread *t) {
+  return __atomic_load_n(&nic_chunk_epoch, __ATOMIC_ACQUIRE) == t->seen_epoch;
+}
+/* A chunk changed state: hand back pages in draining chunks and move off chunks that are not
+ * live. Call inside nic_dp_enter/leave. */
+void nic_dp_refresh(struct nic_thread *t);
 
 #endif

@@ -7,6 +7,7 @@
 #include "config.h"
 #include "log.h"
 #include "nicmalloc.h"
+#include "reaper.h"
 #include "vspace.h"
 
 #include <pthread.h>
@@ -34,6 +35,7 @@ static void after_fork_child(void) {
   nic_threads_after_fork_child();
   nic_chunks_reset_lock_in_child();
   nic_chunks_mark_unpinned_in_child();
+  nic_reaper_after_fork_child();
 }
 
 static void init_once(void) {

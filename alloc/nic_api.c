@@ -1,6 +1,7 @@
 /* Explicit dataplane allocation and the per-thread dataplane scope. */
 #include "alloc_inline.h"
 #include "nicmalloc.h"
+#include "reaper.h"
 
 #include <errno.h>
 
@@ -40,6 +41,21 @@ NIC_EXPORT void nic_dataplane_begin(void) {
 NIC_EXPORT void nic_dataplane_end(void) {
   if (nic_self.scope_depth > 0) nic_self.scope_depth--;
   nic_thread_refresh_fast();
+}
+
+NIC_EXPORT void nic_collect(void) {
+  struct nic_thread *t = &nic_self;
+  if (nic_thread_ready()) {
+    nic_dp_enter(t);
+    nic_dp_refresh(t);
+    unsigned slots = nic_chunk_slots_used();
+    for (unsigned i = 0; i < slots; i++)
+      if (t->heaps[i] &&
+          __atomic_load_n(&nic_chunk_at(i)->state, __ATOMIC_ACQUIRE) == NIC_CHUNK_LIVE)
+        mi_heap_collect(t->heaps[i], true);
+    nic_dp_leave(t);
+  }
+  nic_reaper_pass();
 }
 
 NIC_EXPORT int nic_is_dataplane(const void *p) {

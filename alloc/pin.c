@@ -145,3 +145,11 @@ void nic_unmap_chunk(void *addr, size_t len) {
   munlock(addr, len);
   nic_reserve_fixed(addr, len);
 }
+
+void nic_release_chunk_memory(void *addr, size_t len) {
+  munlock(addr, len);
+  /* A fresh mapping also returns hugetlb pages to their pool, which MADV_DONTNEED may not. */
+  if (mmap(addr, len, PROT_READ | PROT_WRITE,
+           MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE | MAP_FIXED, -1, 0) == MAP_FAILED)
+    madvise(addr, len, MADV_DONTNEED);
+}

@@ -17,6 +17,9 @@ struct nic_mapping {
 /* addr..addr+len must be a PROT_NONE part of the reservation, aligned to len. Tries `want` and
  * then each smaller kind. Returns 0, or -errno with the reservation restored. */
 int nic_map_chunk(void *addr, size_t len, enum nic_page_kind want, struct nic_mapping *out);
+/* Gives a released chunk's memory back to the OS. The range stays readable and writable (empty,
+ * unpopulated) so that a late write by mimalloc to a segment it just freed can never fault. */
+void nic_release_chunk_memory(void *addr, size_t len);
 /* Gives the memory back to the OS and restores the PROT_NONE reservation. */
 void nic_unmap_chunk(void *addr, size_t len);
 /* Puts PROT_NONE, MAP_NORESERVE address space at addr (MAP_FIXED). Returns 0 or -errno. */

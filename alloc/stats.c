@@ -46,6 +46,7 @@ NIC_EXPORT void nic_get_stats(struct nic_stats *out) {
   out->dataplane_reserved = nic_dp.base ? nic_dp.span : 0;
   out->chunk_size = cfg->chunk_size;
   out->chunks_live = chunks.live;
+  out->chunks_draining = chunks.draining;
   out->chunks_max = cfg->max_chunks;
   out->chunks_created = chunks.created;
   out->chunks_released = chunks.released;
@@ -77,9 +78,9 @@ NIC_EXPORT void nic_print_stats(int fd) {
   nic_fdprintf(fd, "  dataplane free    %zu.%zu MiB mapped but not in use by live blocks\n",
                MIB(unused));
   nic_fdprintf(fd,
-               "  chunks            %u live of %u max, %zu MiB each, %llu created, %llu "
-               "released, page kind %s\n",
-               s.chunks_live, s.chunks_max, s.chunk_size >> 20,
+               "  chunks            %u live (%u draining) of %u max, %zu MiB each, %llu "
+               "created, %llu released, page kind %s\n",
+               s.chunks_live, s.chunks_draining, s.chunks_max, s.chunk_size >> 20,
                (unsigned long long)s.chunks_created, (unsigned long long)s.chunks_released,
                nic_page_kind_name(s.page_kind));
   nic_fdprintf(fd,

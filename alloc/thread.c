@@ -4,6 +4,7 @@
 #include "log.h"
 
 #include <pthread.h>
+#include <sched.h>
 #include <string.h>
 
 __thread struct nic_thread nic_self __attribute__((tls_model("initial-exec")));
@@ -16,10 +17,10 @@ static pthread_key_t exit_key;
 static pthread_once_t exit_key_once = PTHREAD_ONCE_INIT;
 
 static void fold_into_exited(struct nic_thread *t) {
-  exited_control_live += t->control_live;
+  nic_thread_account_exited(NIC_CHUNK_SLOTS, t->control_live);
   t->control_live = 0;
   for (unsigned i = 0; i < NIC_CHUNK_SLOTS; i++) {
-    exited_dp_live[i] += t->dp_live[i];
+    nic_thread_account_exited(i, t->dp_live[i]);
     t->dp_live[i] = 0;
   }
 }
@@ -77,13 +78,27 @@ void nic_thread_refresh_fast(void) {
 
 void nic_thread_sum(int64_t *control_live, int64_t dp_live[NIC_CHUNK_SLOTS]) {
   pthread_mutex_lock(&threads_lock);
-  *control_live = exited_control_live;
-  memcpy(dp_live, exited_dp_live, sizeof exited_dp_live);
+  *control_live = __atomic_load_n(&exited_control_live, __ATOMIC_RELAXED);
+  for (unsigned i = 0; i < NIC_CHUNK_SLOTS; i++)
+    dp_live[i] = __atomic_load_n(&exited_dp_live[i], __ATOMIC_RELAXED);
   for (struct nic_thread *t = threads; t; t = t->next) {
     *control_live += __atomic_load_n(&t->control_live, __ATOMIC_RELAXED);
     for (unsigned i = 0; i < NIC_CHUNK_SLOTS; i++)
       dp_live[i] += __atomic_load_n(&t->dp_live[i], __ATOMIC_RELAXED);
   }
+  pthread_mutex_unlock(&threads_lock);
+}
+
+void nic_thread_account_exited(unsigned chunk, int64_t delta) {
+  __atomic_add_fetch(chunk < NIC_CHUNK_SLOTS ? &exited_dp_live[chunk] : &exited_control_live, delta,
+                     __ATOMIC_RELAXED);
+}
+
+void nic_threads_wait_not_busy(void) {
+  pthread_mutex_lock(&threads_lock);
+  for (struct nic_thread *t = threads; t; t = t->next)
+    while (__atomic_load_n(&t->dp_busy, __ATOMIC_ACQUIRE))
+      sched_yield();
   pthread_mutex_unlock(&threads_lock);
 }
 

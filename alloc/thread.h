@@ -18,6 +18,10 @@ struct nic_thread {
   int state;       /* enum below; next to control_live so free's check shares its cache line */
   unsigned cursor; /* chunk this thread allocates dataplane memory from first */
   int64_t control_live;
+  /* Nonzero while this thread is inside mimalloc on dataplane memory; the reaper waits for it
+   * to be seen at zero before it releases a chunk (see reaper.c). A count, as calls nest. */
+  int dp_busy;
+  unsigned seen_epoch; /* nic_chunk_epoch when this thread last looked at the chunk states */
   mi_heap_t *heaps[NIC_CHUNK_SLOTS]; /* this thread's heap in each chunk's arena */
   int64_t dp_live[NIC_CHUNK_SLOTS];
   struct nic_thread *next, *prev;
@@ -37,6 +41,10 @@ static inline void nic_counter_add(int64_t *counter, int64_t delta) {
 bool nic_thread_ready(void);
 /* Recomputes nic_self.fast after the scope changed. */
 void nic_thread_refresh_fast(void);
+/* Frees by a thread after its exit hook go straight to the exited totals. */
+void nic_thread_account_exited(unsigned chunk, int64_t delta);
+/* Returns once every registered thread has been seen outside dataplane code (see reaper.c). */
+void nic_threads_wait_not_busy(void);
 /* Sums the accounts of all threads, live and exited. */
 void nic_thread_sum(int64_t *control_live, int64_t dp_live[NIC_CHUNK_SLOTS]);
 

@@ -42,6 +42,12 @@ void *nic_new_site(size_t size, uint32_t site_id);
 int nic_site_set_enabled(uint32_t site_id, int enabled);
 int nic_site_is_enabled(uint32_t site_id);
 
+/* Hands this thread's empty dataplane pages back to their chunks and runs one pass of the chunk
+ * reaper, so that chunks emptied by this thread are released without waiting for its next
+ * dataplane call. Empty chunks are otherwise released NICMALLOC_RELEASE_DELAY_MS after they
+ * empty, once the threads that allocated there come back to dataplane code. */
+void nic_collect(void);
+
 /* ---- Queries ---- */
 /* Nonzero when p lies in the dataplane range (one compare; no lookup). */
 int nic_is_dataplane(const void *p);
@@ -88,9 +94,10 @@ struct nic_stats {
   size_t dataplane_mapped;   /* bytes of chunks currently mapped (pinned or not) */
   size_t dataplane_reserved; /* virtual bytes reserved for all chunks */
   size_t chunk_size;
-  uint32_t chunks_live;    /* chunks mapped now */
-  uint32_t chunks_max;     /* cap */
-  uint64_t chunks_created; /* over the process lifetime */
+  uint32_t chunks_live;     /* chunks mapped now */
+  uint32_t chunks_draining; /* empty chunks waiting for their threads to let go */
+  uint32_t chunks_max;      /* cap */
+  uint64_t chunks_created;  /* over the process lifetime */
   uint64_t chunks_released;
   enum nic_page_kind page_kind; /* kind of the most recently mapped chunk */
   uint64_t page_fallbacks;      /* chunks that got a smaller page kind than asked for */

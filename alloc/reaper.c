@@ -1,0 +1,144 @@
+/* Why releasing a chunk is safe. A chunk is released only when
+ *  1. its live bytes have been zero for the release delay (it is then DRAINING: no allocation
+ *     starts there, because every allocation checks the chunk epoch and state inside a busy
+ *     window, see dp_heap.h);
+ *  2. mimalloc holds no segment in it: owner threads collect their heaps for draining chunks on
+ *     their next dataplane call, and segments abandoned by exited threads are freed when another
+ *     heap visits them. The probe is mimalloc's segment map, one lookup per 32 MiB;
+ *  3. after membarrier(2), every thread has been seen outside dataplane code, so no call that
+ *     began before the chunk stopped being live is still running in it; and the live bytes and
+ *     segment probe still say empty.
+ * Segments of the chunk that sit in mimalloc's segment cache are only handed to heaps of the
+ * chunk's own arena, so to nobody until the chunk is mapped again. A chunk whose threads never
+ * come back to dataplane code stays DRAINING, pinned and counted in the stats. */
+#define _GNU_SOURCE
+#include "reaper.h"
+
+#include "chunks.h"
+#include "config.h"
+#include "log.h"
+#include "thread.h"
+
+#include <linux/membarrier.h>
+#include <mimalloc.h>
+#include <pthread.h>
+#include <signal.h>
+#include <sys/syscall.h>
+#include <time.h>
+#include <unistd.h>
+
+#define SEGMENT_SIZE ((size_t)32 << 20) /* mimalloc 2.0.9's segment alignment */
+
+static int started;
+static pthread_mutex_t pass_lock = PTHREAD_MUTEX_INITIALIZER;
+static bool barrier_registered;
+
+static uint64_t now_ms(void) {
+  struct timespec ts;
+  clock_gettime(CLOCK_MONOTONIC, &ts);
+  return (uint64_t)ts.tv_sec * 1000 + (uint64_t)ts.tv_nsec / 1000000;
+}
+
+/* One byte past each segment boundary: mimalloc 2.0.9 finds a pointer's segment as
+ * (p - 1) & ~mask, so a boundary address itself belongs to the segment before it. A slot inside
+ * a huge segment is found by mimalloc's downward search. */
+static bool has_segments(unsigned index) {
+  char *base = nic_chunk_base(index);
+  size_t size = (size_t)1 << nic_dp.shift;
+  for (size_t off = 0; off < size; off += SEGMENT_SIZE)
+    if (mi_is_in_heap_region(base + off + 1)) return true;
+  return false;
+}
+
+/* Orders every thread's busy-flag store before its next epoch load (see dp_heap.h). */
+static bool process_barrier(void) {
+  if (barrier_registered && syscall(SYS_membarrier, MEMBARRIER_CMD_PRIVATE_EXPEDITED, 0, 0) == 0)
+    return true;
+  return syscall(SYS_membarrier, MEMBARRIER_CMD_GLOBAL, 0, 0) == 0;
+}
+
+/* Moves LIVE chunks that stayed empty to DRAINING and back; returns the draining chunks that
+ * look releasable as a bit mask. */
+static uint64_t advance_states(const int64_t *live, uint64_t now, unsigned delay_ms) {
+  uint64_t candidates = 0;
+  nic_chunks_lock();
+  unsigned slots = nic_chunk_slots_used();
+  for (unsigned i = 0; i < slots; i++) {
+    struct nic_chunk *c = nic_chunk_at(i);
+    if (c->state == NIC_CHUNK_LIVE) {
+      if (live[i] != 0)
+        c->empty_since_ms = 0;
+      else if (!c->empty_since_ms)
+        c->empty_since_ms = now;
+      else if (now - c->empty_since_ms >= delay_ms)
+        nic_chunk_set_state(i, NIC_CHUNK_DRAINING);
+    } else if (c->state == NIC_CHUNK_DRAINING) {
+      if (live[i] != 0) {
+        c->empty_since_ms = 0;
+        nic_chunk_set_state(i, NIC_CHUNK_LIVE);
+      } else if (!has_segments(i)) {
+        candidates |= 1ull << i;
+      }
+    }
+  }
+  nic_chunks_unlock();
+  return candidates;
+}
+
+void nic_reaper_pass(void) {
+  pthread_mutex_lock(&pass_lock);
+  int64_t control, live[NIC_CHUNK_SLOTS];
+  nic_thread_sum(&control, live);
+  uint64_t candidates = advance_states(live, now_ms(), nic_config()->release_delay_ms);
+  if (candidates && process_barrier()) {
+    nic_threads_wait_not_busy();
+    nic_thread_sum(&control, live);
+    nic_chunks_lock();
+    for (unsigned i = 0; i < NIC_CHUNK_SLOTS; i++)
+      if ((candidates >> i & 1) && nic_chunk_at(i)->state == NIC_CHUNK_DRAINING && live[i] == 0 &&
+          !has_segments(i))
+        nic_chunk_release_locked(i);
+    nic_chunks_unlock();
+  }
+  pthread_mutex_unlock(&pass_lock);
+}
+
+static void *reaper_main(void *arg) {
+  (void)arg;
+  unsigned delay = nic_config()->release_delay_ms;
+  unsigned period = delay / 4 < 10 ? 10 : delay / 4 > 1000 ? 1000 : delay / 4;
+  struct timespec ts = {period / 1000, (long)(period % 1000) * 1000000};
+  for (;;) {
+    nanosleep(&ts, NULL);
+    nic_reaper_pass();
+  }
+  return NULL;
+}
+
+void nic_reaper_start(void) {
+  if (__atomic_load_n(&started, __ATOMIC_ACQUIRE)) return;
+  if (__atomic_exchange_n(&started, 1, __ATOMIC_ACQ_REL)) return;
+  barrier_registered =
+      syscall(SYS_membarrier, MEMBARRIER_CMD_REGISTER_PRIVATE_EXPEDITED, 0, 0) == 0;
+  /* pthread_create allocates; inside a dataplane scope that must not become dataplane. */
+  struct nic_thread *self = &nic_self;
+  int saved_depth = self->scope_depth;
+  self->scope_depth = 0;
+  nic_thread_refresh_fast();
+  sigset_t all, old;
+  sigfillset(&all);
+  pthread_sigmask(SIG_SETMASK, &all, &old); /* the app's signals are not for us */
+  pthread_t thread;
+  if (pthread_create(&thread, NULL, reaper_main, NULL) == 0)
+    pthread_detach(thread);
+  else
+    nic_log_warn("cannot start the chunk reaper thread; empty chunks stay pinned");
+  pthread_sigmask(SIG_SETMASK, &old, NULL);
+  self->scope_depth = saved_depth;
+  nic_thread_refresh_fast();
+}
+
+void nic_reaper_after_fork_child(void) {
+  __atomic_store_n(&started, 0, __ATOMIC_RELEASE);
+  pthread_mutex_init(&pass_lock, NULL);
+}

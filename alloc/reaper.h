@@ -1,0 +1,13 @@
+/* The reaper: a background thread that gives empty dataplane chunks back to the OS after
+ * NICMALLOC_RELEASE_DELAY_MS. Started on first need; again in a fork child. */
+#ifndef NIC_REAPER_H
+#define NIC_REAPER_H
+
+/* Idempotent and cheap after the first call. */
+void nic_reaper_start(void);
+/* One pass, exposed for nic_collect and the tests. */
+void nic_reaper_pass(void);
+/* In a fork child the thread is gone. */
+void nic_reaper_after_fork_child(void);
+
+#endif

@@ -1,0 +1,47 @@
+// Memory goes back to the OS: chunks that empty are unpinned and released after the delay, and
+// free space inside live chunks is reported.
+#include <gtest/gtest.h>
+
+#include "probe_runner.h"
+
+namespace {
+
+const std::vector<std::string> kEnv = {"NICMALLOC_CHUNK_SIZE=64M", "NICMALLOC_MAX_CHUNKS=32",
+                                       "NICMALLOC_RELEASE_DELAY_MS=50"};
+const std::string kOneGiB = "1073741824";
+
+TEST(Release, FreeingTheOldestNinetyPercentReleasesChunks) {
+  auto r = run_probe(kEnv, {"fifo", kOneGiB});
+  ASSERT_EQ(r.exit_code, 0) << r.out << r.err;
+  EXPECT_GE(r.num("full_live"), 1ll << 30);
+  EXPECT_GE(r.num("full_pinned"), r.num("full_live"));
+  EXPECT_GE(r.num("after_released"), r.num("full_chunks") / 2) << r.out;
+  // About a tenth stays live: pinned memory falls to well under half of what it was.
+  EXPECT_LT(r.num("after_pinned"), r.num("full_pinned") / 2) << r.out;
+  EXPECT_LE(r.num("after_live"), r.num("full_live") / 9);
+  EXPECT_EQ(r.num("corrupt"), 0);
+  // Released slots are mapped again for new objects.
+  EXPECT_GT(r.num("refill_pinned"), r.num("after_pinned"));
+  EXPECT_LE(r.num("refill_chunks"), 32);
+}
+
+TEST(Release, TheReaperAndLaterTrafficReleaseWithoutNicCollect) {
+  auto r = run_probe(kEnv, {"poke", kOneGiB});
+  ASSERT_EQ(r.exit_code, 0) << r.out << r.err;
+  EXPECT_GE(r.num("after_released"), r.num("full_chunks") / 2) << r.out;
+  EXPECT_LT(r.num("after_pinned"), r.num("full_pinned") / 2) << r.out;
+  EXPECT_EQ(r.num("corrupt"), 0);
+}
+
+TEST(Release, ScatteredFreesKeepChunksButReportTheFreeSpace) {
+  auto r = run_probe(kEnv, {"random", kOneGiB});
+  ASSERT_EQ(r.exit_code, 0) << r.out << r.err;
+  // Every chunk keeps live objects, so nothing is released, and the stats say how much of the
+  // pinned memory is free.
+  EXPECT_EQ(r.num("after_released"), 0);
+  EXPECT_EQ(r.num("after_pinned"), r.num("full_pinned"));
+  EXPECT_LE(r.num("after_live"), r.num("full_live") / 9);
+  EXPECT_GE(r.num("after_mapped") - r.num("after_live"), r.num("after_mapped") * 8 / 10);
+}
+
+} // namespace
