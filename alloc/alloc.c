@@ -13,17 +13,26 @@ size_t nic_auto_dp_threshold = SIZE_MAX;
 const uintptr_t nic_free_key_seed = 0x6e69636d616c6c6fULL; /* "nicmallo" */
 
 static unsigned long long dataplane_fallbacks, dataplane_failures, invalid_frees, double_frees;
-static bool warned_fallback;
+
+/* Counts a new control block for a thread in any state: one still setting up or past its exit
+ * hook has no account of its own. */
+static void count_control(void *p) {
+  int64_t size = (int64_t)mi_usable_size(p);
+  if (nic_self.state == NIC_THREAD_READY)
+    nic_counter_add(&nic_self.control_live, size);
+  else
+    nic_thread_account_exited(NIC_CHUNK_SLOTS, size);
+}
 
 static void *control_alloc(size_t size, size_t alignment, bool zero) {
-  if (alignment <= NIC_MIN_BLOCK) return nic_control_alloc_fast(size, zero);
   size = nic_block_request(size);
   /* The _at variants skip the shortcut that returns misaligned blocks in 2.0.9 (#700). */
-  void *p =
-      zero ? mi_zalloc_aligned_at(size, alignment, 0) : mi_malloc_aligned_at(size, alignment, 0);
+  void *p = alignment <= NIC_MIN_BLOCK ? (zero ? mi_zalloc(size) : mi_malloc(size))
+            : zero                     ? mi_zalloc_aligned_at(size, alignment, 0)
+                                       : mi_malloc_aligned_at(size, alignment, 0);
   if (p) {
     if (!zero) nic_block_mark_live(p);
-    nic_counter_add(&nic_self.control_live, (int64_t)mi_usable_size(p));
+    count_control(p);
   }
   return p;
 }
@@ -34,20 +43,42 @@ static bool wants_dataplane(size_t size, enum nic_route route) {
   return nic_self.scope_depth > 0 || size >= nic_auto_dp_threshold;
 }
 
+/* One warning per cause: the first time each one sends a request elsewhere. A refused pin was
+ * already explained by chunks.c. */
+static void warn_once(enum nic_dp_failure why, size_t size, bool fail) {
+  static int warned[NIC_DP_NO_THREAD + 1];
+  if (why == NIC_DP_MAP_REFUSED || __atomic_exchange_n(&warned[why], 1, __ATOMIC_RELAXED)) return;
+  const char *outcome =
+      fail ? "returning ENOMEM (NICMALLOC_ON_PIN_FAIL=fail)" : "serving it from the control heap";
+  switch (why) {
+  case NIC_DP_TOO_LARGE:
+    nic_log_warn("a dataplane request of %zu bytes is larger than a chunk can hold (%zu; see "
+                 "NICMALLOC_CHUNK_SIZE); %s",
+                 size, nic_dp_max_request(), outcome);
+    break;
+  case NIC_DP_CAP:
+    nic_log_warn("dataplane chunks are full and the cap of %u chunks is reached (see "
+                 "NICMALLOC_MAX_CHUNKS); %s, and later ones too",
+                 nic_config()->max_chunks, outcome);
+    break;
+  case NIC_DP_NO_THREAD:
+    nic_log_warn("a dataplane request came from a thread past its last exit hook; %s", outcome);
+    break;
+  default:
+    break;
+  }
+}
+
 static void *dataplane_or_policy(size_t size, size_t alignment, bool zero) {
-  void *p = nic_dp_alloc(nic_block_request(size), alignment, zero);
+  enum nic_dp_failure why;
+  void *p = nic_dp_alloc(nic_block_request(size), alignment, zero, &why);
   if (p) {
     if (!zero) nic_block_mark_live(p);
     return p;
   }
   const bool fail = nic_config()->on_pin_fail == NIC_PIN_FAIL_FAIL;
   __atomic_add_fetch(fail ? &dataplane_failures : &dataplane_fallbacks, 1, __ATOMIC_RELAXED);
-  if (!__atomic_exchange_n(&warned_fallback, true, __ATOMIC_RELAXED))
-    nic_log_warn("a dataplane request of %zu bytes found no chunk to hold it (cap of %u chunks, "
-                 "mapping or pinning refused, or larger than %zu bytes); %s",
-                 size, nic_config()->max_chunks, nic_dp_max_request(),
-                 fail ? "returning ENOMEM (NICMALLOC_ON_PIN_FAIL=fail)"
-                      : "serving it and later ones from the control heap");
+  warn_once(why, size, fail);
   if (fail) return NULL;
   return control_alloc(size, alignment, zero);
 }
@@ -74,6 +105,7 @@ void nic_report_bad_free(const void *p, const char *caller, bool double_free) {
 void nic_release_block_unregistered(void *p) {
   int64_t size = (int64_t)mi_usable_size(p);
   nic_thread_account_exited(nic_in_dp(p) ? nic_chunk_index(p) : NIC_CHUNK_SLOTS, -size);
+  if (!nic_in_dp(p)) nic_rcache_on_free(p, (size_t)size);
   nic_block_mark_free(p);
   mi_free(p);
 }

@@ -6,6 +6,7 @@
 #include "block.h"
 #include "chunks.h"
 #include "dp_heap.h"
+#include "rcache.h"
 #include "thread.h"
 #include "vspace.h"
 
@@ -14,7 +15,7 @@
 /* SIZE_MAX unless NICMALLOC_DP_MIN_SIZE is set; read before any thread turns fast. */
 extern size_t nic_auto_dp_threshold;
 
-/* Control heap, no alignment beyond 16. */
+/* Control heap, no alignment beyond 16; for a thread that is set up (the caller knows). */
 static inline void *nic_control_alloc_fast(size_t size, bool zero) {
   size = nic_block_request(size);
   void *p = zero ? mi_zalloc(size) : mi_malloc(size);
@@ -72,6 +73,7 @@ static inline void nic_release_block(void *p) {
     return;
   }
   nic_counter_add(&t->control_live, -size);
+  nic_rcache_on_free(p, (size_t)size);
   nic_block_mark_free(p);
   mi_free(p);
 }

@@ -11,6 +11,7 @@
 #include <string.h>
 #include <sys/mman.h>
 #include <sys/resource.h>
+#include <time.h>
 
 #define CHUNK_SLOTS 48 /* NICMALLOC_MAX_CHUNKS limit, see config.c */
 
@@ -22,6 +23,15 @@ static pthread_mutex_t chunk_lock = PTHREAD_MUTEX_INITIALIZER;
 static uint64_t created, released, page_fallbacks, pin_failures;
 static enum nic_page_kind last_kind;
 static bool warned_page_kind, warned_pin;
+/* Under NICMALLOC_ON_PIN_FAIL=fail a refused pin is not retried on every request (each retry
+ * maps and prefaults a whole chunk): the next try waits 1 s, doubling up to a minute. */
+static uint64_t pin_retry_at_ms, pin_backoff_ms;
+
+static uint64_t monotonic_ms(void) {
+  struct timespec ts;
+  clock_gettime(CLOCK_MONOTONIC, &ts);
+  return (uint64_t)ts.tv_sec * 1000 + (uint64_t)ts.tv_nsec / 1000000;
+}
 
 int nic_dp_reserve(void) {
   if (__atomic_load_n(&nic_dp.base, __ATOMIC_ACQUIRE)) return 0;
@@ -95,6 +105,7 @@ static int create_locked(unsigned *index_out) {
   const struct nic_config *cfg = nic_config();
   unsigned index = pick_slot_locked();
   if (index >= cfg->max_chunks) return -ENOSPC;
+  if (pin_retry_at_ms && monotonic_ms() < pin_retry_at_ms) return -ENOMEM;
   void *base = nic_chunk_base(index);
   struct nic_chunk *c = &chunks[index];
   /* 1 GiB pages only fit chunks of 1 GiB. */
@@ -109,8 +120,12 @@ static int create_locked(unsigned *index_out) {
   report_mapping(index, &m, want);
   if (!accept_pin_result(index, &m)) {
     nic_unmap_chunk(base, cfg->chunk_size);
+    pin_backoff_ms =
+        pin_backoff_ms ? (pin_backoff_ms * 2 > 60000 ? 60000 : pin_backoff_ms * 2) : 1000;
+    pin_retry_at_ms = monotonic_ms() + pin_backoff_ms;
     return -ENOMEM;
   }
+  pin_backoff_ms = 0;
   /* is_large=true tells mimalloc the memory is pinned: it must never decommit or reset it, or
    * the NIC's registration would point at pages the process no longer uses. A released slot
    * keeps its arena: mimalloc cannot remove one. */
@@ -181,7 +196,40 @@ void nic_chunks_reset_lock_in_child(void) {
   pthread_mutex_init(&chunk_lock, NULL);
 }
 
-void nic_chunks_mark_unpinned_in_child(void) {
-  for (unsigned i = 0; i < slots_used; i++)
+/* A private hugetlb chunk shares its pages with the parent after fork, and the child's first
+ * write to each needs a whole free huge page for copy-on-write; with the pool empty (nicmalloc
+ * took what it needed) the child dies of SIGBUS. So the child swaps such chunks for ordinary
+ * memory holding the same bytes, before it returns from fork. It costs a copy of each chunk, in
+ * the child only, and only when the pool could not cover the writes; posix_spawn and vfork
+ * children run no fork handlers and pay nothing. */
+static void unshare_hugetlb_chunk(unsigned index, size_t size) {
+  struct nic_chunk *c = &chunks[index];
+  size_t page = c->mapping.kind == NIC_PAGE_1G ? (1ul << 30) : (2ul << 20);
+  if (free_hugepages_of(page) >= size / page) return;
+  void *base = nic_chunk_base(index);
+  void *copy = mmap(NULL, size, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+  if (copy == MAP_FAILED) {
+    nic_log_warn("fork child: cannot copy hugetlb chunk %u (%s); writing to it may raise SIGBUS",
+                 index, strerror(errno));
+    return;
+  }
+  memcpy(copy, base, size);
+  if (mremap(copy, size, size, MREMAP_MAYMOVE | MREMAP_FIXED, base) == MAP_FAILED) {
+    nic_log_warn("fork child: cannot move the copy of chunk %u into place (%s)", index,
+                 strerror(errno));
+    munmap(copy, size);
+    return;
+  }
+  c->mapping.kind = NIC_PAGE_4K;
+}
+
+void nic_chunks_after_fork_child(void) {
+  pthread_mutex_init(&chunk_lock, NULL);
+  size_t size = (size_t)1 << nic_dp.shift;
+  for (unsigned i = 0; i < slots_used; i++) {
+    /* mlock is not inherited, and re-locking would copy every page of every chunk. */
     chunks[i].mapping.pinned = false;
+    bool mapped = chunks[i].state == NIC_CHUNK_LIVE || chunks[i].state == NIC_CHUNK_DRAINING;
+    if (mapped && chunks[i].mapping.kind >= NIC_PAGE_2M) unshare_hugetlb_chunk(i, size);
+  }
 }

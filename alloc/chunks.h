@@ -78,7 +78,7 @@ void nic_chunk_totals(struct nic_chunk_totals *out);
 /* Fork handlers: the chunk lock must not be held across fork(). */
 void nic_chunks_lock(void);
 void nic_chunks_unlock(void);
-void nic_chunks_reset_lock_in_child(void);
-void nic_chunks_mark_unpinned_in_child(void);
+/* Fresh lock; chunks unpinned (mlock is not inherited); hugetlb chunks made safe to write. */
+void nic_chunks_after_fork_child(void);
 
 #endif

@@ -76,11 +76,9 @@ static void read_size(const char *name, size_t min, size_t max, bool power_of_tw
     *field = v;
     return;
   }
-  char expected[96];
   nic_log_warn("%s=%s is not valid (expected a size%s between %zu and %zu, suffix K/M/G); using "
                "the default",
                name, text, power_of_two ? " that is a power of two" : "", min, max);
-  (void)expected;
 }
 
 static void read_bool(const char *name, bool *field) {
@@ -124,6 +122,8 @@ static void read_all(void) {
   config.release_delay_ms = 1000;
   config.stats_at_exit = false;
   config.verbose = false;
+  config.rcache_max_regions = 1024; /* libfabric's and MVAPICH's default */
+  config.rcache_max_bytes = (size_t)4 << 30;
 
   read_bool("NICMALLOC_VERBOSE", &config.verbose);
   read_bool("NICMALLOC_STATS", &config.stats_at_exit);
@@ -137,6 +137,10 @@ static void read_all(void) {
   size_t delay = config.release_delay_ms;
   read_size("NICMALLOC_RELEASE_DELAY_MS", 0, 3600u * 1000u, false, &delay);
   config.release_delay_ms = (unsigned)delay;
+  size_t regions = config.rcache_max_regions;
+  read_size("NICMALLOC_RCACHE_MAX_REGIONS", 1, 1u << 20, false, &regions);
+  config.rcache_max_regions = (unsigned)regions;
+  read_size("NICMALLOC_RCACHE_MAX_BYTES", 1u << 12, SIZE_MAX, false, &config.rcache_max_bytes);
   config.chunk_shift = (unsigned)__builtin_ctzl(config.chunk_size);
 }
 

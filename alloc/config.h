@@ -20,9 +20,11 @@ struct nic_config {
   enum nic_page_kind page_kind;         /* NICMALLOC_PAGE_KIND: the largest kind to try */
   enum nic_pin_fail_policy on_pin_fail; /* NICMALLOC_ON_PIN_FAIL */
   size_t dp_min_size; /* NICMALLOC_DP_MIN_SIZE: malloc of at least this is dataplane; 0 = off */
-  unsigned release_delay_ms; /* NICMALLOC_RELEASE_DELAY_MS */
-  bool stats_at_exit;        /* NICMALLOC_STATS */
-  bool verbose;              /* NICMALLOC_VERBOSE */
+  unsigned release_delay_ms;   /* NICMALLOC_RELEASE_DELAY_MS */
+  unsigned rcache_max_regions; /* NICMALLOC_RCACHE_MAX_REGIONS */
+  size_t rcache_max_bytes;     /* NICMALLOC_RCACHE_MAX_BYTES */
+  bool stats_at_exit;          /* NICMALLOC_STATS */
+  bool verbose;                /* NICMALLOC_VERBOSE */
 };
 
 /* Parsed on first use; valid for the life of the process. */

@@ -45,8 +45,9 @@ static void *try_chunk(struct nic_thread *t, unsigned index, size_t size, size_t
 /* The cursor chunk is full or not live: look for room in the others, lowest first so that high
  * chunks can drain, then map a chunk. */
 static void *alloc_slow(struct nic_thread *t, size_t size, size_t alignment, bool zero,
-                        unsigned *index_out) {
+                        unsigned *index_out, enum nic_dp_failure *why) {
   if (!nic_dp_epoch_seen(t)) nic_dp_refresh(t);
+  *why = NIC_DP_MAP_REFUSED;
   if (nic_dp_reserve()) return NULL;
   nic_reaper_start();
   unsigned seen = nic_chunk_slots_used();
@@ -59,7 +60,8 @@ static void *alloc_slow(struct nic_thread *t, size_t size, size_t alignment, boo
   }
   for (;;) {
     unsigned index;
-    if (nic_chunk_create(&index) == 0) {
+    int rc = nic_chunk_create(&index);
+    if (rc == 0) {
       /* A fresh chunk that cannot hold it will not be helped by another. */
       void *p = try_chunk(t, index, size, alignment, zero);
       if (p) *index_out = index;
@@ -67,7 +69,10 @@ static void *alloc_slow(struct nic_thread *t, size_t size, size_t alignment, boo
     }
     /* Another thread may have mapped chunks meanwhile: try those before giving up. */
     unsigned now = nic_chunk_slots_used();
-    if (now == seen) return NULL;
+    if (now == seen) {
+      *why = rc == -ENOSPC ? NIC_DP_CAP : NIC_DP_MAP_REFUSED;
+      return NULL;
+    }
     for (unsigned i = seen; i < now; i++) {
       void *p = try_chunk(t, i, size, alignment, zero);
       if (p) {
@@ -79,8 +84,16 @@ static void *alloc_slow(struct nic_thread *t, size_t size, size_t alignment, boo
   }
 }
 
-void *nic_dp_alloc(size_t size, size_t alignment, bool zero) {
-  if (!nic_thread_ready() || size > nic_dp_max_request()) return NULL;
+void *nic_dp_alloc(size_t size, size_t alignment, bool zero, enum nic_dp_failure *why) {
+  *why = NIC_DP_OK;
+  if (size > nic_dp_max_request()) {
+    *why = NIC_DP_TOO_LARGE;
+    return NULL;
+  }
+  if (!nic_thread_ready()) {
+    *why = NIC_DP_NO_THREAD;
+    return NULL;
+  }
   struct nic_thread *t = &nic_self;
   nic_dp_enter(t);
   unsigned index = t->cursor;
@@ -90,7 +103,7 @@ void *nic_dp_alloc(size_t size, size_t alignment, bool zero) {
   if (__builtin_expect(heap && nic_dp_epoch_seen(t), 1))
     p = heap_alloc(heap, size, alignment, zero);
   if (__builtin_expect(p == NULL, 0)) {
-    p = alloc_slow(t, size, alignment, zero, &index);
+    p = alloc_slow(t, size, alignment, zero, &index, why);
     if (p) t->cursor = index;
   }
   if (p) nic_counter_add(&t->dp_live[index], (int64_t)mi_usable_size(p));

@@ -8,9 +8,18 @@
 #include <stdbool.h>
 #include <stddef.h>
 
-/* Returns NULL (errno untouched) when no chunk can hold the request: cap reached, mapping or
- * pinning refused, or the request larger than a chunk. The caller applies the policy. */
-void *nic_dp_alloc(size_t size, size_t alignment, bool zero);
+/* Why no chunk could hold a dataplane request. */
+enum nic_dp_failure {
+  NIC_DP_OK = 0,
+  NIC_DP_TOO_LARGE,   /* larger than a chunk can hold */
+  NIC_DP_CAP,         /* NICMALLOC_MAX_CHUNKS reached and every chunk full */
+  NIC_DP_MAP_REFUSED, /* mapping or (under NICMALLOC_ON_PIN_FAIL=fail) pinning refused */
+  NIC_DP_NO_THREAD,   /* the thread is being set up or has finished its exit */
+};
+
+/* Returns NULL (errno untouched) and the reason when no chunk can hold the request; the caller
+ * applies the policy. */
+void *nic_dp_alloc(size_t size, size_t alignment, bool zero, enum nic_dp_failure *why);
 /* Largest request a chunk can hold. */
 size_t nic_dp_max_request(void);
 

@@ -29,12 +29,10 @@ static void after_fork_parent(void) {
 }
 
 /* Locks are re-made rather than unlocked: the child's copy may be held by a thread that no
- * longer exists. mlock is not inherited, so the child's chunks are no longer pinned; re-pinning
- * would copy every page of every chunk on each fork. */
+ * longer exists. */
 static void after_fork_child(void) {
   nic_threads_after_fork_child();
-  nic_chunks_reset_lock_in_child();
-  nic_chunks_mark_unpinned_in_child();
+  nic_chunks_after_fork_child();
   nic_reaper_after_fork_child();
 }
 

@@ -35,7 +35,7 @@ static long read_long_file(const char *path) {
   return strtol(buf, NULL, 10);
 }
 
-static size_t free_hugepages(size_t page_size) {
+size_t free_hugepages_of(size_t page_size) {
   char path[96];
   snprintf(path, sizeof path, "/sys/kernel/mm/hugepages/hugepages-%zukB/free_hugepages",
            page_size >> 10);
@@ -47,7 +47,7 @@ static size_t free_hugepages(size_t page_size) {
  * and restore the reservation after any failure. */
 static int map_hugetlb(void *addr, size_t len, size_t page_size, int size_flag) {
   if (len % page_size) return -EINVAL;
-  if (free_hugepages(page_size) < len / page_size) return -ENOMEM;
+  if (free_hugepages_of(page_size) < len / page_size) return -ENOMEM;
   void *p =
       mmap(addr, len, PROT_READ | PROT_WRITE,
            MAP_PRIVATE | MAP_ANONYMOUS | MAP_FIXED | MAP_HUGETLB | size_flag | MAP_POPULATE, -1, 0);

@@ -22,6 +22,8 @@ int nic_map_chunk(void *addr, size_t len, enum nic_page_kind want, struct nic_ma
 void nic_release_chunk_memory(void *addr, size_t len);
 /* Gives the memory back to the OS and restores the PROT_NONE reservation. */
 void nic_unmap_chunk(void *addr, size_t len);
+/* Free pages in the hugetlb pool of that page size. */
+size_t free_hugepages_of(size_t page_size);
 /* Puts PROT_NONE, MAP_NORESERVE address space at addr (MAP_FIXED). Returns 0 or -errno. */
 int nic_reserve_fixed(void *addr, size_t len);
 

@@ -3,6 +3,7 @@
 #include "init.h"
 #include "log.h"
 
+#include <limits.h>
 #include <pthread.h>
 #include <sched.h>
 #include <string.h>
@@ -25,11 +26,20 @@ static void fold_into_exited(struct nic_thread *t) {
   }
 }
 
-/* mimalloc deletes this thread's arena heaps in its own thread-exit hook, which runs before or
- * after this one; from here on the thread allocates through the slow path, which gives it the
- * control heap, and its later frees go to the exited totals. */
+/* glibc runs key destructors in rounds, up to PTHREAD_DESTRUCTOR_ITERATIONS, and mimalloc's key
+ * (made at its load, before ours) runs first in each round: by the time this hook runs,
+ * mimalloc may have deleted this thread's arena heaps, so they are forgotten here every time.
+ * Later destructors may still allocate and free, so the hook re-arms itself and the thread stays
+ * counted and visible to the reaper until the last round; only then is it unlinked, and what
+ * little happens after that goes to the exited totals. */
 static void on_thread_exit(void *arg) {
   struct nic_thread *t = arg;
+  memset(t->heaps, 0, sizeof t->heaps);
+  t->cursor = 0;
+  if (++t->exit_rounds < PTHREAD_DESTRUCTOR_ITERATIONS) {
+    pthread_setspecific(exit_key, t);
+    return;
+  }
   pthread_mutex_lock(&threads_lock);
   fold_into_exited(t);
   if (t->prev)
@@ -39,7 +49,6 @@ static void on_thread_exit(void *arg) {
   if (t->next) t->next->prev = t->prev;
   t->next = t->prev = NULL;
   pthread_mutex_unlock(&threads_lock);
-  memset(t->heaps, 0, sizeof t->heaps);
   t->fast = 0;
   t->state = NIC_THREAD_EXITED;
 }

@@ -21,7 +21,8 @@ struct nic_thread {
   /* Nonzero while this thread is inside mimalloc on dataplane memory; the reaper waits for it
    * to be seen at zero before it releases a chunk (see reaper.c). A count, as calls nest. */
   int dp_busy;
-  unsigned seen_epoch; /* nic_chunk_epoch when this thread last looked at the chunk states */
+  unsigned seen_epoch;  /* nic_chunk_epoch when this thread last looked at the chunk states */
+  unsigned exit_rounds; /* destructor rounds seen at thread exit (see thread.c) */
   mi_heap_t *heaps[NIC_CHUNK_SLOTS]; /* this thread's heap in each chunk's arena */
   int64_t dp_live[NIC_CHUNK_SLOTS];
   struct nic_thread *next, *prev;

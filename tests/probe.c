@@ -10,6 +10,7 @@
 #include <string.h>
 #include <sys/resource.h>
 #include <sys/syscall.h>
+#include <sys/wait.h>
 #include <unistd.h>
 
 static void print_stats(const char *prefix) {
@@ -83,6 +84,58 @@ static int low_memlock(size_t block) {
   return 0;
 }
 
+/* Many requests under the same limits: how often a refused pin is retried, and how many
+ * warnings that costs. */
+static int low_memlock_fill(size_t total, size_t block) {
+  struct rlimit lim = {64 << 10, 64 << 10};
+  if (setrlimit(RLIMIT_MEMLOCK, &lim) || drop_ipc_lock()) {
+    printf("setup_failed=%d\n", errno);
+    return 3;
+  }
+  return dp_alloc(total, block);
+}
+
+/* A child forked after dataplane chunks exist reads the parent's blocks, frees one and
+ * allocates from both heaps; its first write to a chunk page is a copy-on-write fault. */
+static int fork_child(size_t block) {
+  unsigned char *a = nic_malloc(block), *b = nic_malloc(block);
+  if (!a || !b) {
+    printf("setup_failed=%d\n", errno);
+    return 3;
+  }
+  memset(a, 0x11, block);
+  memset(b, 0x22, block);
+  print_stats("before_fork_");
+  fflush(stdout);
+  pid_t pid = fork();
+  if (pid == 0) {
+    alarm(30); /* a deadlock becomes SIGALRM */
+    int ok = a[0] == 0x11 && a[block - 1] == 0x11 && b[0] == 0x22;
+    free(b);
+    unsigned char *c = nic_malloc(block), *d = malloc(block);
+    if (!c || !d) _exit(4);
+    memset(c, 0x33, block);
+    memset(d, 0x44, block);
+    free(c);
+    free(d);
+    _exit(ok ? 0 : 1);
+  }
+  int status = 0;
+  if (pid < 0 || waitpid(pid, &status, 0) != pid) {
+    printf("fork_failed=%d\n", errno);
+    return 3;
+  }
+  printf("child_exit=%d\nchild_signal=%d\n", WIFEXITED(status) ? WEXITSTATUS(status) : -1,
+         WIFSIGNALED(status) ? WTERMSIG(status) : 0);
+  int intact = a[0] == 0x11 && a[block - 1] == 0x11 && b[0] == 0x22 && b[block - 1] == 0x22;
+  memset(a, 0x55, block); /* the parent still writes its own pages */
+  printf("parent_intact=%d\n", intact);
+  free(a);
+  free(b);
+  print_stats("");
+  return 0;
+}
+
 static int auto_route(size_t size) {
   void *p = malloc(size);
   printf("is_dp=%d\n", nic_is_dataplane(p));
@@ -94,12 +147,17 @@ int main(int argc, char **argv) {
   if (argc >= 4 && !strcmp(argv[1], "dp-alloc"))
     return dp_alloc(strtoull(argv[2], NULL, 0), strtoull(argv[3], NULL, 0));
   if (argc >= 3 && !strcmp(argv[1], "low-memlock")) return low_memlock(strtoull(argv[2], NULL, 0));
+  if (argc >= 4 && !strcmp(argv[1], "low-memlock-fill"))
+    return low_memlock_fill(strtoull(argv[2], NULL, 0), strtoull(argv[3], NULL, 0));
+  if (argc >= 3 && !strcmp(argv[1], "fork-child")) return fork_child(strtoull(argv[2], NULL, 0));
   if (argc >= 3 && !strcmp(argv[1], "auto")) return auto_route(strtoull(argv[2], NULL, 0));
   if (argc >= 2 && !strcmp(argv[1], "stats")) {
     print_stats("");
     return 0;
   }
-  fprintf(stderr,
-          "usage: nic_probe dp-alloc TOTAL BLOCK | low-memlock BLOCK | auto SIZE | stats\n");
+  fprintf(
+      stderr,
+      "usage: nic_probe dp-alloc TOTAL BLOCK | low-memlock BLOCK | low-memlock-fill TOTAL BLOCK | "
+      "fork-child BLOCK | auto SIZE | stats\n");
   return 2;
 }

@@ -109,7 +109,7 @@ TEST(BadInput, StatsReportIsPrintedAtExit) {
   ASSERT_EQ(r.exit_code, 0);
   EXPECT_EQ(count_lines(r.err, "nicmalloc report"), 1) << r.err;
   EXPECT_EQ(count_lines(r.err, "  dataplane         live"), 1);
-  EXPECT_EQ(count_lines(r.err, "  chunks            1 live"), 1);
+  EXPECT_EQ(count_lines(r.err, "  chunks            1 live ("), 1);
 }
 
 } // namespace

@@ -199,7 +199,7 @@ TEST(DataplaneChunks, CapReachedFallsBackToControlWithOneWarning) {
   EXPECT_GT(r.num("control_blocks"), 0);
   EXPECT_GT(r.num("dp"), 0);
   EXPECT_EQ(r.num("dp_fallbacks"), r.num("control_blocks"));
-  EXPECT_EQ(count_lines(r.err, "found no chunk"), 1) << r.err;
+  EXPECT_EQ(count_lines(r.err, "cap of 1 chunks is reached"), 1) << r.err;
 }
 
 TEST(DataplaneChunks, CapReachedFailsWithEnomemWhenAsked) {
@@ -211,7 +211,7 @@ TEST(DataplaneChunks, CapReachedFailsWithEnomemWhenAsked) {
   EXPECT_EQ(r.num("errno"), ENOMEM);
   EXPECT_EQ(r.num("control_blocks"), 0) << "fail never hands out control memory";
   EXPECT_EQ(r.num("dp_failures"), r.num("nulls"));
-  EXPECT_EQ(count_lines(r.err, "found no chunk"), 1) << r.err;
+  EXPECT_EQ(count_lines(r.err, "cap of 1 chunks is reached"), 1) << r.err;
 }
 
 TEST(DataplaneChunks, RequestLargerThanAChunkIsNotSilentlyLost) {
@@ -219,6 +219,7 @@ TEST(DataplaneChunks, RequestLargerThanAChunkIsNotSilentlyLost) {
   ASSERT_EQ(r.exit_code, 0) << r.err;
   EXPECT_EQ(r.num("control_blocks"), 1);
   EXPECT_EQ(r.num("chunks_created"), 0) << "no chunk is mapped for a request no chunk can hold";
+  EXPECT_EQ(count_lines(r.err, "larger than a chunk can hold"), 1) << r.err;
 }
 
 TEST(DataplaneChunks, SizeThresholdRoutesLargeMallocs) {

@@ -1,0 +1,87 @@
+/* Choosing and opening the process-wide backend (NICMALLOC_BACKEND). verbs and dpdk live in
+ * plugins loaded only when chosen, so that preloading the allocator never drags rdma-core or
+ * DPDK (and their constructors) into every program. */
+#define _GNU_SOURCE
+#include "backend.h"
+
+#include "log.h"
+
+#include <dlfcn.h>
+#include <errno.h>
+#include <pthread.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+typedef struct nic_backend *(*open_fn)(void);
+
+/* Weak, so the runtime still links when a backend is left out of the build (no liburing, say);
+ * it is then simply not available. */
+extern struct nic_backend *nic_backend_sim_open(void) __attribute__((weak));
+extern struct nic_backend *nic_backend_uring_open(void) __attribute__((weak));
+
+static struct nic_backend *open_builtin(open_fn fn) {
+  if (fn) return fn();
+  errno = ENOSYS;
+  return NULL;
+}
+
+static struct nic_backend *active;
+static pthread_once_t once = PTHREAD_ONCE_INIT;
+
+/* Plugins sit next to libnicmalloc.so; dladdr finds where that is. */
+static struct nic_backend *open_plugin(const char *name) {
+  char path[4096];
+  Dl_info self;
+  const char *dir_end = NULL;
+  if (dladdr((void *)&open_plugin, &self) && self.dli_fname) dir_end = strrchr(self.dli_fname, '/');
+  size_t dir_len = dir_end ? (size_t)(dir_end - self.dli_fname) + 1 : 0;
+  if (dir_len + strlen(name) + 40 > sizeof path) return NULL;
+  memcpy(path, self.dli_fname, dir_len);
+  snprintf(path + dir_len, sizeof path - dir_len, "libnicmalloc-%s.so", name);
+  void *handle = dlopen(path, RTLD_NOW | RTLD_LOCAL);
+  if (!handle) handle = dlopen(path + dir_len, RTLD_NOW | RTLD_LOCAL); /* library path */
+  if (!handle) {
+    nic_log_info("backend %s: cannot load %s: %s", name, path, dlerror());
+    errno = ENOENT;
+    return NULL;
+  }
+  char symbol[64];
+  snprintf(symbol, sizeof symbol, "nic_backend_%s_open", name);
+  open_fn fn = (open_fn)dlsym(handle, symbol);
+  return fn ? fn() : NULL;
+}
+
+static struct nic_backend *open_named(const char *name) {
+  if (!strcmp(name, "sim")) return open_builtin(nic_backend_sim_open);
+  if (!strcmp(name, "uring")) return open_builtin(nic_backend_uring_open);
+  if (!strcmp(name, "verbs") || !strcmp(name, "dpdk")) return open_plugin(name);
+  errno = EINVAL;
+  return NULL;
+}
+
+static void choose(void) {
+  const char *want = getenv("NICMALLOC_BACKEND");
+  if (want && strcmp(want, "auto")) {
+    active = open_named(want);
+    if (active) return;
+    if (errno == EINVAL)
+      nic_log_warn("NICMALLOC_BACKEND=%s is not valid (expected auto, sim, uring, verbs or "
+                   "dpdk); choosing automatically",
+                   want);
+    else
+      nic_log_warn("backend %s cannot run here (%s); choosing automatically", want,
+                   strerror(errno));
+  }
+  static const char *order[] = {"verbs", "uring", "sim"};
+  for (size_t i = 0; i < sizeof order / sizeof order[0] && !active; i++) {
+    active = open_named(order[i]);
+    if (!active) nic_log_info("backend %s not available: %s", order[i], strerror(errno));
+  }
+  if (!active) nic_log_warn("no registration backend could be opened");
+}
+
+struct nic_backend *nic_backend(void) {
+  pthread_once(&once, choose);
+  return active;
+}

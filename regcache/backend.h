@@ -1,0 +1,85 @@
+/* The registration backends behind one ops table: sim (a software NIC that enforces
+ * registrations and models the NIC's translation cache), uring (io_uring fixed buffers and
+ * SEND_ZC), verbs (rdma-core), dpdk (external memory + extbuf mbufs). NICMALLOC_BACKEND picks
+ * one; auto = verbs when a device exists, else uring, else sim.
+ *
+ * Internal interface: the scatter-gather API in nicmalloc.h is built on it. */
+#ifndef NIC_BACKEND_H
+#define NIC_BACKEND_H
+
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+
+/* Access rights asked for at registration. Local read is always granted; anything remote is
+ * granted only when asked for, and only then does a registration carry a nonzero rkey. */
+enum nic_access {
+  NIC_ACCESS_LOCAL = 0,
+  NIC_ACCESS_LOCAL_WRITE = 1u << 0, /* the NIC may write (receive buffers) */
+  NIC_ACCESS_REMOTE_READ = 1u << 1,
+  NIC_ACCESS_REMOTE_WRITE = 1u << 2,
+};
+
+/* One registered region, as the backend returned it. */
+struct nic_registration {
+  void *base;
+  size_t len;
+  unsigned access;
+  uint32_t lkey;
+  uint32_t rkey;   /* 0 unless remote access was asked for */
+  uint64_t handle; /* backend's own: fixed-buffer index, struct ibv_mr *, extmem cookie... */
+};
+
+/* One scatter-gather entry, already translated. */
+struct nic_sge {
+  const void *addr;
+  uint32_t len;
+  uint32_t lkey;
+  uint64_t handle;
+};
+
+struct nic_backend_caps {
+  uint32_t max_sge;        /* entries per post */
+  size_t max_region_bytes; /* largest single registration */
+  uint32_t max_regions;    /* registrations alive at once */
+  bool zero_copy;          /* false where the transport copies (uring over loopback) */
+};
+
+/* Where posted data goes: a socket (uring), a queue pair (verbs), a port and queue (dpdk), or the
+ * sim NIC's receiver. Created by the backend's own constructor; opaque to the rest. */
+struct nic_endpoint;
+
+/* Runs once per post when the NIC no longer needs the memory: status 0, or -EFAULT for a
+ * protection error (an entry not covered by a registration), or another -errno. */
+typedef void (*nic_completion_fn)(void *arg, int status);
+
+struct nic_backend {
+  const char *name;
+  struct nic_backend_caps caps;
+  int (*reg)(struct nic_backend *b, void *base, size_t len, unsigned access,
+             struct nic_registration *out);
+  /* Returns 0, or -EBUSY while posts that use the registration are in flight. */
+  int (*dereg)(struct nic_backend *b, struct nic_registration *reg);
+  /* Queues n entries to ep as one message; done(arg, status) runs exactly once afterwards,
+   * from poll() or from the backend's own thread, never from inside post(). Returns 0, or
+   * -EINVAL (n over max_sge, bad entry) without calling done. */
+  int (*post)(struct nic_backend *b, struct nic_endpoint *ep, const struct nic_sge *sge, unsigned n,
+              nic_completion_fn done, void *arg);
+  /* Runs ready completions; returns how many ran. */
+  int (*poll)(struct nic_backend *b, int max);
+  void (*close)(struct nic_backend *b);
+  void *priv;
+};
+
+/* Each backend's constructor. Returns NULL with errno set when it cannot run here (no device,
+ * io_uring disabled, EAL refused): auto selection then tries the next one. */
+struct nic_backend *nic_backend_sim_open(void);
+struct nic_backend *nic_backend_uring_open(void);
+struct nic_backend *nic_backend_verbs_open(void);
+struct nic_backend *nic_backend_dpdk_open(void);
+
+/* The process-wide backend named by NICMALLOC_BACKEND, opened on first use. NULL when none could
+ * be opened (the reason was printed once). */
+struct nic_backend *nic_backend(void);
+
+#endif

@@ -1,0 +1,74 @@
+/* Calls that change which pages back an address range invalidate the registration cache first,
+ * so the NIC can never be handed a registration that still pins the old pages. nicmalloc is
+ * preloaded, so these definitions also catch mimalloc's own decommits (it calls madvise and
+ * munmap through the PLT). Each forwards to the system call directly, as glibc does. */
+#define _GNU_SOURCE
+#include "rcache.h"
+
+#include <errno.h>
+#include <stdarg.h>
+#include <stdint.h>
+#include <sys/mman.h>
+#include <sys/syscall.h>
+#include <unistd.h>
+
+#define NIC_EXPORT __attribute__((visibility("default")))
+
+static void *raw_mmap(void *addr, size_t len, int prot, int flags, int fd, off_t offset) {
+  long r = syscall(SYS_mmap, addr, len, prot, flags, fd, offset);
+  return r == -1 ? MAP_FAILED : (void *)r;
+}
+
+NIC_EXPORT void *mmap(void *addr, size_t len, int prot, int flags, int fd, off_t offset) {
+  /* Only a fixed mapping can replace pages the cache knows. */
+  if (flags & (MAP_FIXED | MAP_FIXED_NOREPLACE)) nic_rcache_invalidate((uintptr_t)addr, len);
+  return raw_mmap(addr, len, prot, flags, fd, offset);
+}
+
+NIC_EXPORT void *mmap64(void *addr, size_t len, int prot, int flags, int fd, off_t offset) {
+  return mmap(addr, len, prot, flags, fd, offset);
+}
+
+NIC_EXPORT int munmap(void *addr, size_t len) {
+  nic_rcache_invalidate((uintptr_t)addr, len);
+  return (int)syscall(SYS_munmap, addr, len);
+}
+
+NIC_EXPORT void *mremap(void *old, size_t old_len, size_t new_len, int flags, ...) {
+  void *new_addr = NULL;
+  if (flags & MREMAP_FIXED) {
+    va_list ap;
+    va_start(ap, flags);
+    new_addr = va_arg(ap, void *);
+    va_end(ap);
+    nic_rcache_invalidate((uintptr_t)new_addr, new_len);
+  }
+  nic_rcache_invalidate((uintptr_t)old, old_len);
+  long r = syscall(SYS_mremap, old, old_len, new_len, flags, new_addr);
+  return r == -1 ? MAP_FAILED : (void *)r;
+}
+
+static int drops_pages(int advice) {
+  switch (advice) {
+  case MADV_DONTNEED:
+  case MADV_FREE:
+  case MADV_REMOVE:
+#ifdef MADV_DONTNEED_LOCKED
+  case MADV_DONTNEED_LOCKED:
+#endif
+    return 1;
+  default:
+    return 0;
+  }
+}
+
+NIC_EXPORT int madvise(void *addr, size_t len, int advice) {
+  if (drops_pages(advice)) nic_rcache_invalidate((uintptr_t)addr, len);
+  return (int)syscall(SYS_madvise, addr, len, advice);
+}
+
+NIC_EXPORT int posix_madvise(void *addr, size_t len, int advice) {
+  /* POSIX_MADV_DONTNEED is a hint glibc ignores; only the others reach the kernel. */
+  if (advice == POSIX_MADV_DONTNEED) return 0;
+  return madvise(addr, len, advice) == 0 ? 0 : errno;
+}

@@ -1,0 +1,262 @@
+#define _GNU_SOURCE
+#include "rcache.h"
+
+#include "config.h"
+#include "log.h"
+#include "rcache_table.h"
+
+#include <errno.h>
+#include <pthread.h>
+#include <sys/mman.h>
+#include <unistd.h>
+
+#define PAGE ((uintptr_t)1 << NIC_RT_PAGE_SHIFT)
+
+/* Region structs live in a pool that is never unmapped, so a reader that loaded a slot from the
+ * table can always look at it; it takes a reference only while the count is nonzero and then
+ * checks the slot still describes the range (a recycled slot fails that check). */
+struct region {
+  uintptr_t start, end;
+  struct nic_registration reg;
+  int refs;  /* the table's one while valid, plus one per user */
+  int valid; /* in the table */
+  int clock; /* referenced since the last eviction sweep */
+  uint32_t next_free;
+};
+
+int nic_rcache_regions_live;
+
+/* Recursive: a backend may free memory inside reg/dereg, and that free invalidates here. */
+static pthread_mutex_t lock = PTHREAD_RECURSIVE_MUTEX_INITIALIZER_NP;
+static struct region *pool; /* slot 0 unused: 0 means "no region" in the table */
+static uint32_t pool_slots, free_head, clock_hand;
+static size_t bytes_live;
+static struct nic_backend *backend_override;
+static struct nic_rcache_stats stats;
+
+static struct nic_backend *backend(void) {
+  return backend_override ? backend_override : nic_backend();
+}
+
+void nic_rcache_use_backend(struct nic_backend *b) {
+  backend_override = b;
+}
+
+static void count(uint64_t *counter) {
+  __atomic_add_fetch(counter, 1, __ATOMIC_RELAXED);
+}
+
+/* Room for every cached region plus as many again held only by users in flight. */
+static bool pool_ready_locked(void) {
+  if (pool) return true;
+  uint32_t slots = nic_config()->rcache_max_regions * 2 + 64;
+  void *p = mmap(NULL, (size_t)slots * sizeof *pool, PROT_READ | PROT_WRITE,
+                 MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+  if (p == MAP_FAILED) return false;
+  pool = p;
+  pool_slots = slots;
+  for (uint32_t i = 1; i < slots; i++)
+    pool[i].next_free = i + 1 < slots ? i + 1 : 0;
+  free_head = 1;
+  return true;
+}
+
+static bool covers(const struct region *r, uintptr_t start, uintptr_t last, unsigned access) {
+  return r->start <= start && last < r->end && (r->reg.access & access) == access;
+}
+
+/* Takes a reference unless the region is being torn down (count already zero). */
+static bool try_ref(struct region *r) {
+  int refs = __atomic_load_n(&r->refs, __ATOMIC_ACQUIRE);
+  while (refs > 0)
+    if (__atomic_compare_exchange_n(&r->refs, &refs, refs + 1, true, __ATOMIC_ACQ_REL,
+                                    __ATOMIC_ACQUIRE))
+      return true;
+  return false;
+}
+
+static void drop_ref_locked(uint32_t slot) {
+  struct region *r = &pool[slot];
+  if (__atomic_sub_fetch(&r->refs, 1, __ATOMIC_ACQ_REL) != 0) return;
+  backend()->dereg(backend(), &r->reg);
+  r->next_free = free_head;
+  free_head = slot;
+}
+
+static void invalidate_locked(uint32_t slot) {
+  struct region *r = &pool[slot];
+  if (!r->valid) return;
+  __atomic_store_n(&r->valid, 0, __ATOMIC_RELEASE);
+  nic_rt_clear(r->start, r->end, slot);
+  bytes_live -= r->end - r->start;
+  __atomic_sub_fetch(&nic_rcache_regions_live, 1, __ATOMIC_RELAXED);
+  drop_ref_locked(slot);
+}
+
+/* CLOCK: the first valid region nobody uses and nobody touched since the last sweep. */
+static bool evict_one_locked(void) {
+  for (uint32_t n = 0; n < 2 * pool_slots; n++) {
+    uint32_t slot = clock_hand = clock_hand + 1 < pool_slots ? clock_hand + 1 : 1;
+    struct region *r = &pool[slot];
+    if (!r->valid || __atomic_load_n(&r->refs, __ATOMIC_ACQUIRE) != 1) continue;
+    if (__atomic_exchange_n(&r->clock, 0, __ATOMIC_RELAXED)) continue;
+    invalidate_locked(slot);
+    count(&stats.evictions);
+    return true;
+  }
+  return false;
+}
+
+static bool make_room_locked(size_t size) {
+  const struct nic_config *cfg = nic_config();
+  while ((uint32_t)nic_rcache_regions_live >= cfg->rcache_max_regions ||
+         bytes_live + size > cfg->rcache_max_bytes)
+    if (!evict_one_locked()) return false;
+  return free_head != 0;
+}
+
+/* mincore fails with ENOMEM on any unmapped page: registering such a range would fail in the
+ * NIC, or worse in the sim, succeed. */
+static bool is_mapped(uintptr_t start, uintptr_t end) {
+  unsigned char vec[256];
+  for (uintptr_t a = start; a < end; a += sizeof vec * PAGE) {
+    size_t len = end - a < sizeof vec * PAGE ? end - a : sizeof vec * PAGE;
+    if (mincore((void *)a, len, vec) != 0) return false;
+  }
+  return true;
+}
+
+/* Widens [*start, *end) over the valid regions of the same access that overlap or touch it,
+ * as long as the union stays registrable. */
+static void merge_neighbours_locked(uintptr_t *start, uintptr_t *end, unsigned access,
+                                    size_t max_bytes) {
+  uintptr_t lo = *start > PAGE ? *start - PAGE : *start, hi = *end + PAGE;
+  for (uintptr_t a = lo; a < hi;) {
+    uint32_t slot = nic_rt_next(&a, hi);
+    if (!slot) break;
+    struct region *r = &pool[slot];
+    uintptr_t s = r->start < *start ? r->start : *start, e = r->end > *end ? r->end : *end;
+    if (r->valid && r->reg.access == access && e - s <= max_bytes) {
+      *start = s;
+      *end = e;
+    }
+    a = r->end > a ? r->end : a + PAGE;
+  }
+}
+
+static int insert_locked(uintptr_t start, uintptr_t end, unsigned access,
+                         struct nic_rcache_ref *out) {
+  struct nic_backend *b = backend();
+  if (!b) return -ENODEV;
+  if (!pool_ready_locked()) return -ENOMEM;
+  if (end - start > b->caps.max_region_bytes) return -ERANGE;
+  if (!is_mapped(start, end)) return -EFAULT;
+  merge_neighbours_locked(&start, &end, access, b->caps.max_region_bytes);
+  if (!make_room_locked(end - start)) return -ENOSPC;
+  /* Taken off the free list before the backend runs, which may re-enter (see lock). */
+  uint32_t slot = free_head;
+  struct region *r = &pool[slot];
+  free_head = r->next_free;
+  int rc = b->reg(b, (void *)start, end - start, access, &r->reg);
+  if (rc == 0 && !nic_rt_set(start, end, slot)) {
+    b->dereg(b, &r->reg);
+    rc = -ENOMEM;
+  }
+  if (rc) {
+    r->next_free = free_head;
+    free_head = slot;
+    return rc;
+  }
+  r->start = start;
+  r->end = end;
+  r->clock = 1;
+  __atomic_store_n(&r->refs, 2, __ATOMIC_RELEASE); /* the table's and the caller's */
+  __atomic_store_n(&r->valid, 1, __ATOMIC_RELEASE);
+  /* Regions the new one swallowed no longer own any page: retire them. */
+  for (uint32_t i = 1; i < pool_slots; i++)
+    if (i != slot && pool[i].valid && pool[i].start >= start && pool[i].end <= end)
+      invalidate_locked(i);
+  bytes_live += end - start;
+  __atomic_add_fetch(&nic_rcache_regions_live, 1, __ATOMIC_RELAXED);
+  count(&stats.registrations);
+  out->slot = slot;
+  out->reg = r->reg;
+  return 0;
+}
+
+static bool lookup(uintptr_t start, uintptr_t last, unsigned access, struct nic_rcache_ref *out) {
+  uint32_t slot = nic_rt_get(start);
+  if (!slot || !pool) return false;
+  struct region *r = &pool[slot];
+  if (!try_ref(r)) return false;
+  if (__atomic_load_n(&r->valid, __ATOMIC_ACQUIRE) && covers(r, start, last, access) &&
+      nic_rt_get(start) == slot) {
+    if (!r->clock) __atomic_store_n(&r->clock, 1, __ATOMIC_RELAXED);
+    out->slot = slot;
+    out->reg = r->reg;
+    return true;
+  }
+  nic_rcache_release(slot);
+  return false;
+}
+
+int nic_rcache_acquire(const void *p, size_t len, unsigned access, struct nic_rcache_ref *out) {
+  uintptr_t start = (uintptr_t)p, last;
+  if (len == 0 || __builtin_add_overflow(start, len - 1, &last) || last >= UINTPTR_MAX - PAGE)
+    return -ERANGE;
+  if (lookup(start, last, access, out)) {
+    count(&stats.hits);
+    return 0;
+  }
+  pthread_mutex_lock(&lock);
+  int rc = 0;
+  if (lookup(start, last, access, out)) {
+    count(&stats.hits); /* another thread registered it meanwhile */
+  } else {
+    count(&stats.misses);
+    rc = insert_locked(start & ~(PAGE - 1), (last + PAGE) & ~(PAGE - 1), access, out);
+    if (rc) count(&stats.failures);
+  }
+  pthread_mutex_unlock(&lock);
+  return rc;
+}
+
+void nic_rcache_release(uint32_t slot) {
+  struct region *r = &pool[slot];
+  /* Only the last reference needs the lock (it deregisters and recycles the slot). */
+  int refs = __atomic_load_n(&r->refs, __ATOMIC_ACQUIRE);
+  while (refs > 1)
+    if (__atomic_compare_exchange_n(&r->refs, &refs, refs - 1, true, __ATOMIC_ACQ_REL,
+                                    __ATOMIC_ACQUIRE))
+      return;
+  pthread_mutex_lock(&lock);
+  drop_ref_locked(slot);
+  pthread_mutex_unlock(&lock);
+}
+
+void nic_rcache_invalidate(uintptr_t start, size_t len) {
+  if (!__atomic_load_n(&nic_rcache_regions_live, __ATOMIC_ACQUIRE) || len == 0) return;
+  uintptr_t end = start + len < start ? UINTPTR_MAX : start + len;
+  /* Lock-free first look: most frees and unmaps touch no cached page. */
+  uintptr_t probe = start;
+  if (!nic_rt_next(&probe, end)) return;
+  pthread_mutex_lock(&lock);
+  for (uintptr_t a = start; a < end;) {
+    uint32_t slot = nic_rt_next(&a, end);
+    if (!slot) break;
+    a = pool[slot].end > a ? pool[slot].end : a + PAGE;
+    if (pool[slot].valid) {
+      invalidate_locked(slot);
+      count(&stats.invalidations);
+    }
+  }
+  pthread_mutex_unlock(&lock);
+}
+
+void nic_rcache_stats(struct nic_rcache_stats *out) {
+  pthread_mutex_lock(&lock);
+  *out = stats;
+  out->regions = (uint32_t)nic_rcache_regions_live;
+  out->bytes = bytes_live;
+  pthread_mutex_unlock(&lock);
+}

@@ -1,0 +1,49 @@
+/* The registration cache: registrations for memory outside the dataplane arenas (control heap,
+ * stack, static data, mmap), so a serializer can hand any pointer to the NIC. A hit is a lookup
+ * in rcache_table plus one reference count; a miss registers the page-aligned range (merged with
+ * neighbouring registrations of the same access) and caches it. Regions beyond
+ * NICMALLOC_RCACHE_MAX_REGIONS / _MAX_BYTES are evicted, least recently used first (CLOCK).
+ * Invalidation is exact: free/realloc of a block inside a region and munmap/mremap/madvise of
+ * its pages remove it at once; users in flight keep their reference, and the backend
+ * registration goes when the last one lets go. */
+#ifndef NIC_RCACHE_H
+#define NIC_RCACHE_H
+
+#include "backend.h"
+
+#include <stddef.h>
+#include <stdint.h>
+
+struct nic_rcache_ref {
+  uint32_t slot; /* pass to nic_rcache_release */
+  struct nic_registration reg;
+};
+
+/* Finds or makes a registration covering [p, p+len) with at least the given access, and holds
+ * it until nic_rcache_release. Returns 0, -EFAULT (range not mapped), -ENOSPC (over the limits
+ * with nothing evictable), -ERANGE (len 0, overflow, or larger than a region may be), or the
+ * backend's error. */
+int nic_rcache_acquire(const void *p, size_t len, unsigned access, struct nic_rcache_ref *out);
+void nic_rcache_release(uint32_t slot);
+
+/* Drops every cached region overlapping [start, start+len). */
+void nic_rcache_invalidate(uintptr_t start, size_t len);
+
+/* Nonzero while any region is cached: free's one-load filter. */
+extern int nic_rcache_regions_live;
+static inline void nic_rcache_on_free(const void *p, size_t len) {
+  if (__builtin_expect(__atomic_load_n(&nic_rcache_regions_live, __ATOMIC_RELAXED) != 0, 0))
+    nic_rcache_invalidate((uintptr_t)p, len);
+}
+
+struct nic_rcache_stats {
+  uint64_t hits, misses, evictions, invalidations, registrations, failures;
+  uint32_t regions;
+  size_t bytes;
+};
+void nic_rcache_stats(struct nic_rcache_stats *out);
+
+/* Tests use their own backend; otherwise the process-wide one is used. */
+void nic_rcache_use_backend(struct nic_backend *b);
+
+#endif

@@ -1,0 +1,25 @@
+/* A radix page table from 4 KiB virtual pages to registration-cache region slots, like SPDK's
+ * mem_map or UCX's pgtable: three levels (1 GiB, 2 MiB, 4 KiB), tables mapped on first use and
+ * never freed, so a lookup is three dependent loads and takes no lock. Writers serialise
+ * themselves (the registration cache's lock). */
+#ifndef NIC_RCACHE_TABLE_H
+#define NIC_RCACHE_TABLE_H
+
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+
+#define NIC_RT_PAGE_SHIFT 12
+
+/* Slot for the page holding addr; 0 = none. */
+uint32_t nic_rt_get(uintptr_t addr);
+/* Sets every page of [start, end) (page aligned) to slot. Returns false when a table could not
+ * be mapped (then nothing was changed). */
+bool nic_rt_set(uintptr_t start, uintptr_t end, uint32_t slot);
+/* Clears the pages of [start, end) that still hold slot. */
+void nic_rt_clear(uintptr_t start, uintptr_t end, uint32_t slot);
+/* The first nonzero slot in [*addr, end), skipping absent tables; advances *addr to its page.
+ * Returns 0 when there is none. */
+uint32_t nic_rt_next(uintptr_t *addr, uintptr_t end);
+
+#endif

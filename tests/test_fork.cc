@@ -1,0 +1,284 @@
+// fork(): the child of a nicmalloc process must keep allocating, freeing and exec'ing, even when
+// other threads were inside the allocator at the moment of the fork. A child never uses gtest
+// macros (it must not report into the parent's test run); it answers through its exit status,
+// and alarm() turns a deadlock into a SIGALRM death instead of a hung test.
+#include <gtest/gtest.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <atomic>
+#include <cerrno>
+#include <csignal>
+#include <cstdint>
+#include <cstdlib>
+#include <cstring>
+#include <functional>
+#include <random>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include "nicmalloc.h"
+
+namespace {
+
+// Generous: a healthy child finishes in milliseconds; this only bounds a deadlock.
+constexpr unsigned kChildAlarmSeconds = 30;
+
+// Exit statuses a child uses to say which step failed.
+enum ChildStatus {
+  kChildOk = 0,
+  kParentBlockCorrupt = 10,
+  kAllocFailed = 11,
+  kWrongHeap = 12,
+  kContentLost = 13,
+  kStatsWrong = 14,
+  kExecFailed = 15,
+  kPipeFailed = 16,
+};
+
+std::string describe_status(int status) {
+  if (WIFSIGNALED(status)) {
+    int sig = WTERMSIG(status);
+    return std::string("killed by signal ") + std::to_string(sig) + " (" + strsignal(sig) + ")" +
+           (sig == SIGALRM ? ": the child deadlocked or hung" : "");
+  }
+  if (WIFEXITED(status)) return "exit status " + std::to_string(WEXITSTATUS(status));
+  return "status " + std::to_string(status);
+}
+
+// Runs body in a forked child and returns the raw wait status.
+int in_child(const std::function<int()> &body) {
+  pid_t pid = fork();
+  if (pid == 0) {
+    alarm(kChildAlarmSeconds);
+    _exit(body());
+  }
+  if (pid < 0) return -1;
+  int status = 0;
+  while (waitpid(pid, &status, 0) < 0 && errno == EINTR) {
+  }
+  return status;
+}
+
+bool filled_with(const void *p, unsigned char byte, size_t n) {
+  const unsigned char *c = static_cast<const unsigned char *>(p);
+  for (size_t i = 0; i < n; i++)
+    if (c[i] != byte) return false;
+  return true;
+}
+
+struct Block {
+  void *p;
+  size_t size;
+  unsigned char byte;
+  bool dataplane;
+};
+
+// Allocates, fills, checks and frees a batch the way a busy child would. Returns a ChildStatus.
+int exercise_allocator(int rounds) {
+  std::vector<Block> blocks;
+  for (int i = 0; i < rounds; i++) {
+    size_t size = 16 + (size_t(i) * 997) % 70000;
+    unsigned char byte = static_cast<unsigned char>(i * 7 + 1);
+    void *control = malloc(size);
+    void *dp = nic_malloc(size);
+    nic_dataplane_begin();
+    void *scoped = malloc(size);
+    nic_dataplane_end();
+    void *zeroed = nic_calloc(1, size);
+    if (!control || !dp || !scoped || !zeroed) return kAllocFailed;
+    if (nic_is_dataplane(control) || !nic_is_dataplane(dp) || !nic_is_dataplane(scoped) ||
+        !nic_is_dataplane(zeroed))
+      return kWrongHeap;
+    if (!filled_with(zeroed, 0, size)) return kContentLost;
+    for (void *p : {control, dp, scoped, zeroed}) {
+      memset(p, byte, size);
+      blocks.push_back({p, size, byte, nic_is_dataplane(p) != 0});
+    }
+    void *grown = realloc(blocks[blocks.size() - 3].p, size * 2); // dp stays dp
+    if (!grown || !nic_is_dataplane(grown)) return kWrongHeap;
+    if (!filled_with(grown, byte, size)) return kContentLost;
+    memset(grown, byte, size * 2);
+    blocks[blocks.size() - 3].p = grown;
+    blocks[blocks.size() - 3].size = size * 2;
+  }
+  for (const Block &b : blocks) {
+    if (!filled_with(b.p, b.byte, b.size)) return kContentLost;
+    free(b.p);
+  }
+  return kChildOk;
+}
+
+TEST(Fork, ChildReadsFreesAllocatesAndExecs) {
+  nic_stats parent_before;
+  nic_get_stats(&parent_before);
+  std::vector<Block> parent;
+  for (int i = 0; i < 64; i++) {
+    size_t size = 32 + size_t(i) * 1500;
+    bool dp = i % 2;
+    void *p = dp ? nic_malloc(size) : malloc(size);
+    ASSERT_NE(p, nullptr);
+    unsigned char byte = static_cast<unsigned char>(0x40 + i);
+    memset(p, byte, size);
+    parent.push_back({p, size, byte, dp});
+  }
+
+  int status = in_child([&] {
+    for (const Block &b : parent)
+      if (!filled_with(b.p, b.byte, b.size) || (nic_is_dataplane(b.p) != 0) != b.dataplane)
+        return int(kParentBlockCorrupt);
+    // Free half of what the parent allocated, from both heaps.
+    for (size_t i = 0; i < parent.size(); i += 2)
+      free(parent[i].p);
+    for (size_t i = 1; i < parent.size(); i += 4)
+      free(parent[i].p);
+    if (int rc = exercise_allocator(200)) return rc;
+    nic_stats s;
+    nic_get_stats(&s);
+    if (s.invalid_frees != parent_before.invalid_frees ||
+        s.double_frees != parent_before.double_frees)
+      return int(kStatsWrong);
+    // exec must work from a child that has used the allocator; status 7 proves the shell ran.
+    const char *argv[] = {"/bin/sh", "-c", "exit 7", nullptr};
+    execv("/bin/sh", const_cast<char *const *>(argv));
+    return int(kExecFailed);
+  });
+  ASSERT_TRUE(WIFEXITED(status)) << describe_status(status);
+  EXPECT_EQ(WEXITSTATUS(status), 7) << describe_status(status) << " (see ChildStatus)";
+
+  for (const Block &b : parent) {
+    EXPECT_TRUE(filled_with(b.p, b.byte, b.size)) << "the child's frees changed parent memory";
+    free(b.p);
+  }
+  nic_stats parent_after;
+  nic_get_stats(&parent_after);
+  EXPECT_EQ(parent_after.dataplane_live, parent_before.dataplane_live);
+  EXPECT_EQ(parent_after.invalid_frees, parent_before.invalid_frees);
+  EXPECT_EQ(parent_after.double_frees, parent_before.double_frees);
+}
+
+// Threads that are inside malloc, nic_malloc, thread set-up and nic_get_stats when fork() runs
+// are the way a lock held across fork deadlocks the child.
+TEST(Fork, ForkWhileOtherThreadsHammerTheAllocator) {
+  std::atomic<bool> stop{false};
+  std::atomic<long> work{0};
+  auto hammer = [&](unsigned seed, bool dataplane) {
+    std::mt19937 rng(seed);
+    std::vector<void *> live(64, nullptr);
+    while (!stop.load(std::memory_order_relaxed)) {
+      size_t slot = rng() % live.size();
+      free(live[slot]);
+      size_t size = 1 + rng() % 20000;
+      live[slot] = dataplane && rng() % 2 ? nic_malloc(size) : malloc(size);
+      if (live[slot]) memset(live[slot], 0x5a, size);
+      work.fetch_add(1, std::memory_order_relaxed);
+    }
+    for (void *p : live)
+      free(p);
+  };
+  // Thread start and exit take the thread-list lock; stats take both locks.
+  auto churn = [&] {
+    while (!stop.load(std::memory_order_relaxed)) {
+      std::thread([] { free(nic_malloc(100)); }).join();
+      nic_stats s;
+      nic_get_stats(&s);
+    }
+  };
+  std::thread t1(hammer, 1, false), t2(hammer, 2, true), t3(churn);
+  while (work.load() < 1000)
+    std::this_thread::yield();
+
+  std::vector<std::string> failures;
+  for (int round = 0; round < 30; round++) {
+    int status = in_child([] {
+      if (int rc = exercise_allocator(50)) return rc;
+      nic_stats s;
+      nic_get_stats(&s);
+      // Threads work in the child too, with their own fresh dataplane heaps.
+      int rc = kChildOk;
+      std::thread([&] { rc = exercise_allocator(20); }).join();
+      return rc;
+    });
+    if (!WIFEXITED(status) || WEXITSTATUS(status) != 0)
+      failures.push_back("round " + std::to_string(round) + ": " + describe_status(status));
+  }
+  stop = true;
+  t1.join();
+  t2.join();
+  t3.join();
+  EXPECT_TRUE(failures.empty()) << failures.size() << " children failed, first: " << failures[0];
+}
+
+TEST(Fork, ForkFromAThreadThatNeverAllocated) {
+  // The forking thread has no nicmalloc state yet; in the child it is the only thread.
+  int status = -1;
+  std::thread([&] { status = in_child([] { return exercise_allocator(50); }); }).join();
+  ASSERT_TRUE(WIFEXITED(status)) << describe_status(status);
+  EXPECT_EQ(WEXITSTATUS(status), 0) << describe_status(status) << " (see ChildStatus)";
+}
+
+// mlock is not inherited: the child's view of the parent's chunks is "mapped, not pinned". The
+// chunk reaper may release an empty chunk at any moment, so chunk counts are compared only when
+// the parent's created/released counters show nothing changed around the fork.
+TEST(Fork, ChildReportsInheritedChunksUnpinned) {
+  void *keep = nic_malloc(4096); // makes sure a chunk is mapped
+  ASSERT_NE(keep, nullptr);
+  nic_stats parent;
+  nic_get_stats(&parent);
+  ASSERT_GE(parent.chunks_live, 1u);
+  if (geteuid() == 0) {
+    EXPECT_GT(parent.dataplane_pinned, 0u) << "root can always mlock";
+  }
+
+  int fds[2];
+  ASSERT_EQ(pipe(fds), 0);
+  int status = in_child([&] {
+    close(fds[0]);
+    nic_stats child[2];
+    nic_get_stats(&child[0]);
+    // A chunk the child maps itself is locked by the child, so it counts as pinned.
+    std::vector<void *> big;
+    for (int i = 0; i < 4; i++) {
+      big.push_back(nic_malloc(parent.chunk_size / 2));
+      nic_get_stats(&child[1]);
+      if (child[1].chunks_created > child[0].chunks_created) break;
+    }
+    ssize_t n = write(fds[1], child, sizeof child);
+    for (void *p : big)
+      free(p);
+    return n == ssize_t(sizeof child) ? int(kChildOk) : int(kPipeFailed);
+  });
+  nic_stats after;
+  nic_get_stats(&after);
+  close(fds[1]);
+  nic_stats child[2];
+  ssize_t got = read(fds[0], child, sizeof child);
+  close(fds[0]);
+  ASSERT_TRUE(WIFEXITED(status) && WEXITSTATUS(status) == 0) << describe_status(status);
+  ASSERT_EQ(got, ssize_t(sizeof child));
+  const bool parent_chunks_steady = after.chunks_released == parent.chunks_released &&
+                                    after.chunks_created == parent.chunks_created;
+
+  EXPECT_EQ(child[0].dataplane_pinned, 0u) << "the child holds no lock on inherited chunks";
+  EXPECT_EQ(child[0].dataplane_live, parent.dataplane_live);
+  if (parent_chunks_steady) {
+    EXPECT_EQ(child[0].chunks_live, parent.chunks_live);
+    EXPECT_EQ(child[0].dataplane_mapped, parent.dataplane_mapped);
+  }
+  ASSERT_GT(child[1].chunks_created, child[0].chunks_created)
+      << "the child mapped a chunk of its own";
+  if (geteuid() == 0) {
+    EXPECT_EQ(child[1].dataplane_pinned,
+              (child[1].chunks_created - child[0].chunks_created) * parent.chunk_size)
+        << "exactly the chunks the child mapped itself are pinned in the child";
+  }
+
+  EXPECT_EQ(after.chunks_created, parent.chunks_created) << "the child's chunk is not the parent's";
+  if (parent_chunks_steady) {
+    EXPECT_EQ(after.dataplane_pinned, parent.dataplane_pinned) << "the parent's pins are intact";
+  }
+  free(keep);
+}
+
+} // namespace

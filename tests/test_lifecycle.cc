@@ -1,0 +1,138 @@
+// Allocation outside main: in constructors before main, in atexit handlers and destructors at
+// exit, and in the destructor of a C++ static object. These run in a child process (stdout and
+// stderr on one pipe, so the order of lines is the order of events) because what matters is the
+// process's own start-up and exit.
+#include <fcntl.h>
+#include <gtest/gtest.h>
+#include <spawn.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <cstdlib>
+#include <cstring>
+#include <sstream>
+#include <string>
+#include <vector>
+
+#include "nicmalloc.h"
+#include "probe_runner.h"
+
+extern char **environ;
+
+namespace {
+
+// A dataplane block that lives as long as the process: made before main by the C++ runtime and
+// freed after main returns, then reported. Only in the child the test spawns (NIC_LIFECYCLE_REPORT
+// set): ctest's test discovery runs this binary without the suite's 64 MiB chunk setting, and
+// would otherwise map and pin a 1 GiB chunk just to list the tests.
+struct StaticDataplaneBuffer {
+  static constexpr size_t kSize = 8192;
+  char *p = nullptr;
+  StaticDataplaneBuffer() {
+    if (!getenv("NIC_LIFECYCLE_REPORT")) return;
+    p = static_cast<char *>(nic_malloc(kSize));
+    if (p) memset(p, 0x5c, kSize);
+  }
+  ~StaticDataplaneBuffer() {
+    if (!getenv("NIC_LIFECYCLE_REPORT")) return;
+    bool ok = p && nic_is_dataplane(p);
+    for (size_t i = 0; ok && i < kSize; i++)
+      ok = p[i] == 0x5c;
+    free(p);
+    nic_stats s;
+    nic_get_stats(&s);
+    std::string line = std::string(ok ? "static-dtor-ok" : "FAIL static-dtor") +
+                       " dataplane_live=" + std::to_string(s.dataplane_live) + "\n";
+    ssize_t w = write(STDOUT_FILENO, line.data(), line.size());
+    (void)w;
+  }
+};
+StaticDataplaneBuffer static_buffer;
+
+struct Spawned {
+  int status = -1;
+  std::string output; // stdout and stderr interleaved as written
+};
+
+Spawned spawn(const std::string &path, const std::vector<std::string> &args,
+              const std::vector<std::string> &env) {
+  std::vector<char *> argv, envp;
+  argv.push_back(const_cast<char *>(path.c_str()));
+  for (auto &a : args)
+    argv.push_back(const_cast<char *>(a.c_str()));
+  argv.push_back(nullptr);
+  // getenv returns the first match, so the test's settings go first.
+  for (auto &e : env)
+    envp.push_back(const_cast<char *>(e.c_str()));
+  for (char **e = environ; *e; e++)
+    envp.push_back(*e);
+  envp.push_back(nullptr);
+
+  Spawned r;
+  int fds[2];
+  if (pipe2(fds, O_CLOEXEC)) return r;
+  posix_spawn_file_actions_t actions;
+  posix_spawn_file_actions_init(&actions);
+  posix_spawn_file_actions_adddup2(&actions, fds[1], STDOUT_FILENO);
+  posix_spawn_file_actions_adddup2(&actions, fds[1], STDERR_FILENO);
+  pid_t pid;
+  int rc = posix_spawn(&pid, path.c_str(), &actions, nullptr, argv.data(), envp.data());
+  posix_spawn_file_actions_destroy(&actions);
+  close(fds[1]);
+  if (rc == 0) {
+    char buf[4096];
+    for (ssize_t n; (n = read(fds[0], buf, sizeof buf)) > 0;)
+      r.output.append(buf, size_t(n));
+    waitpid(pid, &r.status, 0);
+  }
+  close(fds[0]);
+  return r;
+}
+
+// Position of the first line containing needle, or npos.
+size_t line_of(const std::string &text, const std::string &needle) {
+  std::istringstream lines(text);
+  size_t index = 0;
+  for (std::string line; std::getline(lines, line); index++)
+    if (line.find(needle) != std::string::npos) return index;
+  return std::string::npos;
+}
+
+TEST(Lifecycle, AllocationInConstructorsMainAtexitAndDestructors) {
+  Spawned r = spawn(NIC_LIFECYCLE_PROBE_PATH, {}, {"NICMALLOC_STATS=1"});
+  ASSERT_TRUE(WIFEXITED(r.status)) << "killed by signal " << WTERMSIG(r.status) << "\n" << r.output;
+  EXPECT_EQ(WEXITSTATUS(r.status), 0) << r.output;
+  EXPECT_EQ(count_lines(r.output, "FAIL"), 0) << r.output;
+  const char *stages[] = {"ctor101-ok", "ctor65535-ok",  "main-ok",
+                          "atexit-ok",  "destructor-ok", "nicmalloc report"};
+  size_t previous = 0;
+  for (const char *stage : stages) {
+    size_t at = line_of(r.output, stage);
+    ASSERT_NE(at, std::string::npos) << "no \"" << stage << "\" line\n" << r.output;
+    EXPECT_GE(at, previous) << "\"" << stage << "\" out of order\n" << r.output;
+    previous = at;
+  }
+  EXPECT_EQ(count_lines(r.output, "nicmalloc report"), 1) << r.output;
+  EXPECT_EQ(count_lines(r.output, "dataplane_live=0 invalid_frees=0 double_frees=0"), 1)
+      << "every dataplane block is freed by the last destructor, with no bad frees\n"
+      << r.output;
+  EXPECT_EQ(count_lines(r.output, "errors            0 invalid frees, 0 double frees"), 1)
+      << r.output;
+  EXPECT_EQ(count_lines(r.output, "nicmalloc: error"), 0) << r.output;
+}
+
+TEST(Lifecycle, CxxStaticObjectFreesItsDataplaneBlockAtExit) {
+  // This very binary, running no tests: only its static objects' start-up and exit happen.
+  Spawned r = spawn("/proc/self/exe", {"--gtest_filter=NoTestHasThisName"},
+                    {"NIC_LIFECYCLE_REPORT=1", "NICMALLOC_STATS=1"});
+  ASSERT_TRUE(WIFEXITED(r.status)) << "killed by signal " << WTERMSIG(r.status) << "\n" << r.output;
+  EXPECT_EQ(WEXITSTATUS(r.status), 0) << r.output;
+  size_t dtor = line_of(r.output, "static-dtor-ok dataplane_live=0");
+  size_t report = line_of(r.output, "nicmalloc report");
+  ASSERT_NE(dtor, std::string::npos) << r.output;
+  ASSERT_NE(report, std::string::npos) << r.output;
+  EXPECT_LT(dtor, report) << "the report comes after the program's own destructors\n" << r.output;
+  EXPECT_EQ(count_lines(r.output, "nicmalloc: error"), 0) << r.output;
+}
+
+} // namespace

@@ -1,0 +1,279 @@
+// Pinning and page kinds when the machine says no: RLIMIT_MEMLOCK too low without CAP_IPC_LOCK,
+// an empty or too small hugetlb pool, 1 GiB pages. Each case must fall back or fail with ENOMEM
+// as NICMALLOC_ON_PIN_FAIL says, with one warning, and never crash. The hugetlb pool is
+// system-wide: tests only ever grow it, for the length of one probe run, and put the old size
+// back on every exit path. ctest runs this suite alone (RUN_SERIAL) so no other test takes the
+// pages meanwhile.
+#include <gtest/gtest.h>
+#include <unistd.h>
+
+#include <cerrno>
+#include <fstream>
+#include <iostream>
+#include <iterator>
+#include <string>
+#include <utility>
+
+#include "probe_runner.h"
+
+namespace {
+
+const std::string kHugepages2M = "/sys/kernel/mm/hugepages/hugepages-2048kB/";
+const std::string kHugepages1G = "/sys/kernel/mm/hugepages/hugepages-1048576kB/";
+constexpr long long kChunk64M = 64ll << 20;
+
+long long read_number(const std::string &path) {
+  std::ifstream in(path);
+  long long v = -1;
+  if (!(in >> v)) return -1;
+  return v;
+}
+
+bool write_number(const std::string &path, long long v) {
+  std::ofstream out(path);
+  out << v << "\n";
+  out.flush();
+  return bool(out);
+}
+
+// Pages of the pool nobody holds or has reserved: what a new mapping can get.
+long long available_pages(const std::string &dir) {
+  long long free_pages = read_number(dir + "free_hugepages");
+  long long reserved = read_number(dir + "resv_hugepages");
+  if (free_pages < 0) return -1;
+  return free_pages - (reserved > 0 ? reserved : 0);
+}
+
+// Grows a hugetlb pool for one scope and gives the pages back when it ends, however it ends.
+class PoolGrowth {
+public:
+  explicit PoolGrowth(std::string dir) : path_(dir + "nr_hugepages"), dir_(std::move(dir)) {
+    old_ = read_number(path_);
+  }
+  ~PoolGrowth() {
+    if (grown_ && !write_number(path_, old_))
+      ADD_FAILURE() << "could not restore " << path_ << " to " << old_;
+  }
+  // Returns how many more pages are available afterwards (may be fewer than asked: the kernel
+  // reserves what it can find contiguous).
+  long long grow(long long pages) {
+    if (old_ < 0) return 0;
+    long long before = available_pages(dir_);
+    grown_ = true;
+    if (!write_number(path_, old_ + pages)) return 0;
+    return available_pages(dir_) - before;
+  }
+  long long old_size() const { return old_; }
+
+private:
+  std::string path_, dir_;
+  long long old_ = -1;
+  bool grown_ = false;
+};
+
+#define REQUIRE_ROOT()                                                                             \
+  if (geteuid() != 0)                                                                              \
+  GTEST_SKIP()                                                                                     \
+      << "needs root (to drop CAP_IPC_LOCK, or to size the hugetlb pool); running as uid "         \
+      << geteuid()
+
+bool thp_enabled() {
+  std::ifstream in("/sys/kernel/mm/transparent_hugepage/enabled");
+  std::string text((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
+  return !text.empty() && text.find("[never]") == std::string::npos;
+}
+
+// ---- RLIMIT_MEMLOCK too low and no CAP_IPC_LOCK ----
+// Page kind 4k keeps page-kind warnings out, so every warning line is about pinning.
+
+TEST(PinFailure, FallbackUsesTheChunkUnpinnedWithOneWarning) {
+  REQUIRE_ROOT();
+  auto r = run_probe({"NICMALLOC_ON_PIN_FAIL=fallback", "NICMALLOC_PAGE_KIND=4k"},
+                     {"low-memlock", "4096"});
+  ASSERT_EQ(r.exit_code, 0) << r.out << r.err;
+  EXPECT_EQ(r.num("got"), 1);
+  EXPECT_EQ(r.num("is_dp"), 1) << "fallback keeps dataplane requests in (unpinned) chunks";
+  EXPECT_EQ(r.num("pin_failures"), 1);
+  EXPECT_EQ(r.num("pinned"), 0);
+  EXPECT_EQ(r.num("mapped"), kChunk64M);
+  EXPECT_EQ(r.num("dp_failures"), 0);
+  EXPECT_EQ(count_lines(r.err, "cannot lock"), 1) << r.err;
+  EXPECT_EQ(count_lines(r.err, "nicmalloc: warning"), 1) << r.err;
+}
+
+TEST(PinFailure, FailReturnsEnomemWithOneCannotLockLine) {
+  REQUIRE_ROOT();
+  auto r =
+      run_probe({"NICMALLOC_ON_PIN_FAIL=fail", "NICMALLOC_PAGE_KIND=4k"}, {"low-memlock", "4096"});
+  ASSERT_EQ(r.exit_code, 0) << r.out << r.err;
+  EXPECT_EQ(r.num("got"), 0);
+  EXPECT_EQ(r.num("errno"), ENOMEM);
+  EXPECT_EQ(r.num("pinned"), 0);
+  EXPECT_EQ(r.num("mapped"), 0) << "a chunk that cannot be pinned is given back under fail";
+  EXPECT_EQ(r.num("dp_failures"), 1);
+  EXPECT_EQ(r.num("dp_fallbacks"), 0);
+  EXPECT_EQ(count_lines(r.err, "cannot lock"), 1) << r.err;
+}
+
+// The issue asks for one warning per cause. Today fail prints the pin warning and then the
+// generic "no chunk" warning for the same request.
+TEST(PinFailure, FailPrintsExactlyOneWarning) {
+  REQUIRE_ROOT();
+  auto r =
+      run_probe({"NICMALLOC_ON_PIN_FAIL=fail", "NICMALLOC_PAGE_KIND=4k"}, {"low-memlock", "4096"});
+  ASSERT_EQ(r.exit_code, 0) << r.out << r.err;
+  EXPECT_EQ(count_lines(r.err, "nicmalloc: warning"), 1) << r.err;
+}
+
+TEST(PinFailure, FallbackOverSeveralChunksWarnsOnce) {
+  REQUIRE_ROOT();
+  // 150 MiB in 1 MiB blocks needs three 64 MiB chunks, none of which can be locked.
+  auto r = run_probe({"NICMALLOC_ON_PIN_FAIL=fallback", "NICMALLOC_PAGE_KIND=4k"},
+                     {"low-memlock-fill", "157286400", "1048576"});
+  ASSERT_EQ(r.exit_code, 0) << r.out << r.err;
+  EXPECT_EQ(r.num("nulls"), 0);
+  EXPECT_EQ(r.num("dp"), 150);
+  EXPECT_GE(r.num("chunks_live"), 3);
+  EXPECT_EQ(r.num("pin_failures"), r.num("chunks_created"));
+  EXPECT_EQ(r.num("pinned"), 0);
+  EXPECT_EQ(r.num("after_free_live"), 0);
+  EXPECT_EQ(count_lines(r.err, "cannot lock"), 1) << r.err;
+  EXPECT_EQ(count_lines(r.err, "nicmalloc: warning"), 1) << r.err;
+}
+
+// Under fail, every dataplane request after the first refused pin maps, prefaults and unmaps a
+// whole chunk again (64 MiB here, 1 GiB by default) only to be refused the same way.
+TEST(PinFailure, FailDoesNotRemapAChunkForEveryRequest) {
+  REQUIRE_ROOT();
+  auto r = run_probe({"NICMALLOC_ON_PIN_FAIL=fail", "NICMALLOC_PAGE_KIND=4k"},
+                     {"low-memlock-fill", "16777216", "1048576"});
+  ASSERT_EQ(r.exit_code, 0) << r.out << r.err;
+  EXPECT_EQ(r.num("nulls"), 16);
+  EXPECT_EQ(r.num("errno"), ENOMEM);
+  EXPECT_EQ(r.num("dp_failures"), 16);
+  EXPECT_EQ(r.num("control_blocks"), 0);
+  EXPECT_EQ(count_lines(r.err, "cannot lock"), 1) << r.err;
+  EXPECT_EQ(r.num("pin_failures"), 1) << "16 requests led to " << r.num("pin_failures")
+                                      << " chunk mappings that were prefaulted and thrown away";
+}
+
+// ---- hugetlb pages ----
+
+TEST(Hugepages, TwoMegabytePagesWhenThePoolHasThem) {
+  REQUIRE_ROOT();
+  PoolGrowth pool(kHugepages2M);
+  const long long got = pool.grow(32); // one 64 MiB chunk
+  if (got < 32)
+    GTEST_SKIP() << "the kernel reserved only " << got << " of 32 2 MiB pages (memory too "
+                 << "fragmented?)";
+  auto r = run_probe({"NICMALLOC_CHUNK_SIZE=64M", "NICMALLOC_PAGE_KIND=2m"},
+                     {"dp-alloc", "16777216", "1048576"});
+  ASSERT_EQ(r.exit_code, 0) << r.out << r.err;
+  EXPECT_EQ(r.num("dp"), 16);
+  EXPECT_EQ(r.values["page_kind"], "2m") << r.err;
+  EXPECT_EQ(r.num("page_fallbacks"), 0);
+  EXPECT_EQ(r.num("pin_failures"), 0);
+  EXPECT_EQ(r.num("pinned"), kChunk64M);
+  EXPECT_EQ(count_lines(r.err, "nicmalloc: warning"), 0) << r.err;
+}
+
+TEST(Hugepages, PoolTooSmallForTheSecondChunkFallsBackForThatChunkOnly) {
+  REQUIRE_ROOT();
+  PoolGrowth pool(kHugepages2M);
+  const long long got = pool.grow(32);
+  if (got < 32) GTEST_SKIP() << "the kernel reserved only " << got << " of 32 2 MiB pages";
+  if (available_pages(kHugepages2M) >= 64)
+    GTEST_SKIP() << "the pool has room for two chunks; nothing to fall back from";
+  // 100 MiB in 1 MiB blocks: chunk 0 takes the 32 pages, chunk 1 finds the pool empty.
+  auto r = run_probe({"NICMALLOC_CHUNK_SIZE=64M", "NICMALLOC_PAGE_KIND=2m"},
+                     {"dp-alloc", "104857600", "1048576"});
+  ASSERT_EQ(r.exit_code, 0) << r.out << r.err;
+  EXPECT_EQ(r.num("dp"), 100);
+  EXPECT_EQ(r.num("chunks_created"), 2);
+  EXPECT_EQ(r.num("page_fallbacks"), 1);
+  EXPECT_NE(r.values["page_kind"], "2m") << "page_kind is the kind of the latest chunk";
+  EXPECT_EQ(r.num("pinned"), 2 * kChunk64M);
+  EXPECT_EQ(count_lines(r.err, "not 2m"), 1) << r.err;
+}
+
+// A forked child's first write into an inherited private hugetlb chunk is a copy-on-write of a
+// whole huge page. When the pool holds just the parent's chunk (sized for what the program
+// needs, the normal set-up) there is no page to copy into.
+TEST(Hugepages, ForkChildWritesIntoAnInheritedTwoMegabyteChunk) {
+  REQUIRE_ROOT();
+  PoolGrowth pool(kHugepages2M);
+  const long long got = pool.grow(32); // exactly one 64 MiB chunk
+  if (got < 32) GTEST_SKIP() << "the kernel reserved only " << got << " of 32 2 MiB pages";
+  auto r =
+      run_probe({"NICMALLOC_CHUNK_SIZE=64M", "NICMALLOC_PAGE_KIND=2m"}, {"fork-child", "65536"});
+  ASSERT_EQ(r.exit_code, 0) << r.out << r.err;
+  ASSERT_EQ(r.values["before_fork_page_kind"], "2m") << r.err;
+  EXPECT_EQ(r.num("child_signal"), 0)
+      << "the child was killed by signal " << r.num("child_signal")
+      << " when it freed a block the parent allocated (7 = SIGBUS: no free huge page for "
+         "copy-on-write)";
+  EXPECT_EQ(r.num("child_exit"), 0);
+  EXPECT_EQ(r.num("parent_intact"), 1);
+}
+
+TEST(Hugepages, EmptyPoolFallsBackWithOneWarning) {
+  REQUIRE_ROOT();
+  const long long available = available_pages(kHugepages2M);
+  if (available >= 32)
+    GTEST_SKIP() << available << " 2 MiB pages are free on this machine; emptying the pool "
+                 << "would take pages others may be using";
+  // Three chunks, none of which the pool can back.
+  auto r = run_probe({"NICMALLOC_CHUNK_SIZE=64M", "NICMALLOC_PAGE_KIND=2m"},
+                     {"dp-alloc", "157286400", "1048576"});
+  ASSERT_EQ(r.exit_code, 0) << r.out << r.err;
+  EXPECT_EQ(r.num("nulls"), 0);
+  EXPECT_EQ(r.num("dp"), 150);
+  const std::string kind = r.values["page_kind"];
+  EXPECT_TRUE(kind == "thp" || kind == "4k") << kind;
+  EXPECT_EQ(r.num("page_fallbacks"), r.num("chunks_created"));
+  EXPECT_GE(r.num("page_fallbacks"), 1);
+  EXPECT_EQ(r.num("pin_failures"), 0);
+  EXPECT_EQ(r.num("pinned"), r.num("mapped"));
+  EXPECT_EQ(count_lines(r.err, "not 2m"), 1) << r.err;
+  EXPECT_EQ(count_lines(r.err, "nicmalloc: warning"), 1) << r.err;
+}
+
+TEST(Hugepages, TransparentHugepagesOrFourKilobytePages) {
+  auto r = run_probe({"NICMALLOC_CHUNK_SIZE=64M", "NICMALLOC_PAGE_KIND=thp"},
+                     {"dp-alloc", "16777216", "1048576"});
+  ASSERT_EQ(r.exit_code, 0) << r.out << r.err;
+  const std::string kind = r.values["page_kind"];
+  std::cout << "NICMALLOC_PAGE_KIND=thp gave " << kind << " pages (THP "
+            << (thp_enabled() ? "enabled" : "disabled") << ")\n";
+  RecordProperty("thp_page_kind", kind);
+  ASSERT_TRUE(kind == "thp" || kind == "4k") << kind;
+  if (!thp_enabled()) {
+    EXPECT_EQ(kind, "4k");
+  }
+  EXPECT_EQ(r.num("page_fallbacks"), kind == "4k" ? 1 : 0);
+  EXPECT_EQ(count_lines(r.err, "nicmalloc: warning"), kind == "4k" ? 1 : 0) << r.err;
+  if (geteuid() == 0) {
+    EXPECT_EQ(r.num("pinned"), kChunk64M);
+  }
+}
+
+TEST(Hugepages, OneGigabytePages) {
+  REQUIRE_ROOT();
+  if (access((kHugepages1G + "nr_hugepages").c_str(), W_OK) != 0)
+    GTEST_SKIP() << "this kernel has no writable 1 GiB hugepage pool";
+  PoolGrowth pool(kHugepages1G);
+  const long long got = pool.grow(1);
+  if (got < 1)
+    GTEST_SKIP() << "could not reserve one 1 GiB page (no 1 GiB of contiguous free memory)";
+  auto r = run_probe({"NICMALLOC_CHUNK_SIZE=1G", "NICMALLOC_PAGE_KIND=1g"},
+                     {"dp-alloc", "1048576", "65536"});
+  ASSERT_EQ(r.exit_code, 0) << r.out << r.err;
+  EXPECT_EQ(r.num("dp"), 16);
+  EXPECT_EQ(r.values["page_kind"], "1g") << r.err;
+  EXPECT_EQ(r.num("page_fallbacks"), 0);
+  EXPECT_EQ(r.num("chunk_size"), 1ll << 30);
+  EXPECT_EQ(r.num("pinned"), 1ll << 30);
+  EXPECT_EQ(count_lines(r.err, "nicmalloc: warning"), 0) << r.err;
+}
+
+} // namespace
