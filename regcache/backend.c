@@ -81,7 +81,7 @@ static void choose(void) {
   if (!active) nic_log_warn("no registration backend could be opened");
 }
 
-struct nic_backend *nic_backend(void) {
+struct nic_backend *nic_backend_active(void) {
   pthread_once(&once, choose);
   return active;
 }

@@ -80,6 +80,6 @@ struct nic_backend *nic_backend_dpdk_open(void);
 
 /* The process-wide backend named by NICMALLOC_BACKEND, opened on first use. NULL when none could
  * be opened (the reason was printed once). */
-struct nic_backend *nic_backend(void);
+struct nic_backend *nic_backend_active(void);
 
 #endif

@@ -35,7 +35,7 @@ static struct nic_backend *backend_override;
 static struct nic_rcache_stats stats;
 
 static struct nic_backend *backend(void) {
-  return backend_override ? backend_override : nic_backend();
+  return backend_override ? backend_override : nic_backend_active();
 }
 
 void nic_rcache_use_backend(struct nic_backend *b) {
@@ -253,7 +253,7 @@ void nic_rcache_invalidate(uintptr_t start, size_t len) {
   pthread_mutex_unlock(&lock);
 }
 
-void nic_rcache_stats(struct nic_rcache_stats *out) {
+void nic_rcache_get_stats(struct nic_rcache_stats *out) {
   pthread_mutex_lock(&lock);
   *out = stats;
   out->regions = (uint32_t)nic_rcache_regions_live;

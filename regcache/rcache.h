@@ -41,7 +41,7 @@ struct nic_rcache_stats {
   uint32_t regions;
   size_t bytes;
 };
-void nic_rcache_stats(struct nic_rcache_stats *out);
+void nic_rcache_get_stats(struct nic_rcache_stats *out);
 
 /* Tests use their own backend; otherwise the process-wide one is used. */
 void nic_rcache_use_backend(struct nic_backend *b);

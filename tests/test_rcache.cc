@@ -1,0 +1,238 @@
+// The registration cache against a recording backend: hits and misses, merging, eviction, and
+// exact invalidation from free, munmap, mremap and madvise. Limits come from the environment
+// ctest gives this suite (8 regions, 64 MiB).
+#include <gtest/gtest.h>
+#include <sys/mman.h>
+#include <unistd.h>
+
+#include <atomic>
+#include <cerrno>
+#include <cstdlib>
+#include <cstring>
+#include <map>
+#include <mutex>
+#include <thread>
+#include <vector>
+
+extern "C" {
+#include "rcache.h"
+}
+
+namespace {
+
+const size_t kPage = 4096;
+
+// Records every registration; an entry stays until deregistered.
+struct RecordingBackend {
+  nic_backend ops{};
+  std::mutex mu;
+  std::map<uint32_t, std::pair<uintptr_t, size_t>> live; // lkey -> range
+  uint32_t next_key = 1;
+  int regs = 0, deregs = 0;
+
+  RecordingBackend() {
+    ops.name = "recording";
+    ops.caps.max_region_bytes = 16 << 20;
+    ops.reg = [](nic_backend *b, void *base, size_t len, unsigned access, nic_registration *out) {
+      auto *self = static_cast<RecordingBackend *>(b->priv);
+      std::lock_guard<std::mutex> lock(self->mu);
+      *out = {base, len, access, self->next_key++, 0, 0};
+      self->live[out->lkey] = {reinterpret_cast<uintptr_t>(base), len};
+      self->regs++;
+      return 0;
+    };
+    ops.dereg = [](nic_backend *b, nic_registration *reg) {
+      auto *self = static_cast<RecordingBackend *>(b->priv);
+      std::lock_guard<std::mutex> lock(self->mu);
+      EXPECT_EQ(self->live.erase(reg->lkey), 1u) << "deregistered twice or never registered";
+      self->deregs++;
+      return 0;
+    };
+    ops.priv = this;
+  }
+  bool registered(uint32_t lkey) {
+    std::lock_guard<std::mutex> lock(mu);
+    return live.count(lkey) != 0;
+  }
+};
+
+class RegistrationCache : public ::testing::Test {
+protected:
+  static RecordingBackend *backend;
+  static void SetUpTestSuite() {
+    backend = new RecordingBackend;
+    nic_rcache_use_backend(&backend->ops);
+  }
+  void SetUp() override {
+    region_ = static_cast<char *>(
+        mmap(nullptr, 64 * kPage, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0));
+    ASSERT_NE(region_, MAP_FAILED);
+    memset(region_, 7, 64 * kPage);
+    nic_rcache_get_stats(&before_);
+  }
+  void TearDown() override { munmap(region_, 64 * kPage); }
+  nic_rcache_stats now() {
+    nic_rcache_stats s;
+    nic_rcache_get_stats(&s);
+    return s;
+  }
+  char *region_ = nullptr;
+  nic_rcache_stats before_{};
+};
+RecordingBackend *RegistrationCache::backend;
+
+TEST_F(RegistrationCache, SecondLookupOfACoveredRangeIsAHit) {
+  nic_rcache_ref a, b, c;
+  ASSERT_EQ(nic_rcache_acquire(region_ + 100, 200, NIC_ACCESS_LOCAL, &a), 0);
+  ASSERT_EQ(nic_rcache_acquire(region_ + 150, 50, NIC_ACCESS_LOCAL, &b), 0);
+  ASSERT_EQ(nic_rcache_acquire(region_ + 100, 200, NIC_ACCESS_LOCAL, &c), 0);
+  EXPECT_EQ(a.slot, b.slot);
+  EXPECT_EQ(a.reg.lkey, c.reg.lkey);
+  EXPECT_EQ(a.reg.base, region_) << "registrations are page aligned";
+  EXPECT_EQ(a.reg.len, kPage);
+  auto s = now();
+  EXPECT_EQ(s.misses - before_.misses, 1u);
+  EXPECT_EQ(s.hits - before_.hits, 2u);
+  for (auto *r : {&a, &b, &c})
+    nic_rcache_release(r->slot);
+}
+
+TEST_F(RegistrationCache, NeighboursMergeIntoOneRegistration) {
+  nic_rcache_ref a, b;
+  ASSERT_EQ(nic_rcache_acquire(region_, kPage, NIC_ACCESS_LOCAL, &a), 0);
+  ASSERT_EQ(nic_rcache_acquire(region_ + kPage, kPage, NIC_ACCESS_LOCAL, &b), 0);
+  EXPECT_EQ(b.reg.base, region_);
+  EXPECT_EQ(b.reg.len, 2 * kPage);
+  EXPECT_TRUE(backend->registered(a.reg.lkey)) << "still held by a user";
+  nic_rcache_release(a.slot);
+  EXPECT_FALSE(backend->registered(a.reg.lkey)) << "the merged-away region goes with its last user";
+  nic_rcache_ref c;
+  ASSERT_EQ(nic_rcache_acquire(region_ + 10, 2 * kPage - 20, NIC_ACCESS_LOCAL, &c), 0);
+  EXPECT_EQ(c.reg.lkey, b.reg.lkey);
+  nic_rcache_release(b.slot);
+  nic_rcache_release(c.slot);
+}
+
+TEST_F(RegistrationCache, DifferentAccessIsNeverMergedOrShared) {
+  nic_rcache_ref local, remote;
+  ASSERT_EQ(nic_rcache_acquire(region_, kPage, NIC_ACCESS_LOCAL, &local), 0);
+  ASSERT_EQ(nic_rcache_acquire(region_ + kPage, kPage, NIC_ACCESS_REMOTE_READ, &remote), 0);
+  EXPECT_NE(local.reg.lkey, remote.reg.lkey);
+  EXPECT_EQ(remote.reg.len, kPage) << "local-only memory must not gain remote access by merging";
+  EXPECT_EQ(local.reg.access, NIC_ACCESS_LOCAL);
+  nic_rcache_release(local.slot);
+  nic_rcache_release(remote.slot);
+}
+
+TEST_F(RegistrationCache, FreeOfABlockInsideARegionInvalidatesIt) {
+  char *block = static_cast<char *>(malloc(3000));
+  nic_rcache_ref ref;
+  ASSERT_EQ(nic_rcache_acquire(block, 3000, NIC_ACCESS_LOCAL, &ref), 0);
+  free(block);
+  EXPECT_EQ(now().invalidations - before_.invalidations, 1u);
+  EXPECT_TRUE(backend->registered(ref.reg.lkey)) << "a user in flight keeps it registered";
+  nic_rcache_release(ref.slot);
+  EXPECT_FALSE(backend->registered(ref.reg.lkey));
+  // The same address handed out again gets a new registration, never the stale one.
+  char *again = static_cast<char *>(malloc(3000));
+  nic_rcache_ref fresh;
+  ASSERT_EQ(nic_rcache_acquire(again, 3000, NIC_ACCESS_LOCAL, &fresh), 0);
+  EXPECT_NE(fresh.reg.lkey, ref.reg.lkey);
+  nic_rcache_release(fresh.slot);
+  free(again);
+}
+
+TEST_F(RegistrationCache, MunmapMadviseAndMremapInvalidate) {
+  nic_rcache_ref a, b, c;
+  ASSERT_EQ(nic_rcache_acquire(region_, kPage, NIC_ACCESS_LOCAL, &a), 0);
+  ASSERT_EQ(nic_rcache_acquire(region_ + 10 * kPage, kPage, NIC_ACCESS_LOCAL, &b), 0);
+  ASSERT_EQ(nic_rcache_acquire(region_ + 20 * kPage, kPage, NIC_ACCESS_LOCAL, &c), 0);
+  for (auto *r : {&a, &b, &c})
+    nic_rcache_release(r->slot);
+  ASSERT_EQ(madvise(region_, kPage, MADV_DONTNEED), 0);
+  EXPECT_FALSE(backend->registered(a.reg.lkey));
+  EXPECT_TRUE(backend->registered(b.reg.lkey));
+  ASSERT_EQ(munmap(region_ + 10 * kPage, kPage), 0);
+  EXPECT_FALSE(backend->registered(b.reg.lkey));
+  void *moved = mremap(region_ + 20 * kPage, kPage, 2 * kPage, MREMAP_MAYMOVE);
+  ASSERT_NE(moved, MAP_FAILED);
+  EXPECT_FALSE(backend->registered(c.reg.lkey));
+  EXPECT_EQ(now().invalidations - before_.invalidations, 3u);
+  munmap(moved, 2 * kPage);
+  // What is unmapped now cannot be registered.
+  nic_rcache_ref d;
+  EXPECT_EQ(nic_rcache_acquire(region_ + 10 * kPage, 16, NIC_ACCESS_LOCAL, &d), -EFAULT);
+}
+
+TEST_F(RegistrationCache, LeastRecentlyUsedIsEvictedPastTheLimit) {
+  // 8 regions at most; touch 12 separate pages (gaps prevent merging).
+  std::vector<nic_rcache_ref> refs(12);
+  for (int i = 0; i < 12; i++) {
+    ASSERT_EQ(nic_rcache_acquire(region_ + 2 * i * kPage, 8, NIC_ACCESS_LOCAL, &refs[i]), 0);
+    nic_rcache_release(refs[i].slot);
+  }
+  auto s = now();
+  EXPECT_LE(s.regions, 8u);
+  EXPECT_GE(s.evictions - before_.evictions, 4u);
+  EXPECT_FALSE(backend->registered(refs[0].reg.lkey)) << "the oldest went first";
+  EXPECT_TRUE(backend->registered(refs[11].reg.lkey));
+}
+
+TEST_F(RegistrationCache, RegionsInUseAreNeverEvicted) {
+  std::vector<nic_rcache_ref> held(8);
+  for (int i = 0; i < 8; i++)
+    ASSERT_EQ(nic_rcache_acquire(region_ + 2 * i * kPage, 8, NIC_ACCESS_LOCAL, &held[i]), 0);
+  nic_rcache_ref extra;
+  EXPECT_EQ(nic_rcache_acquire(region_ + 40 * kPage, 8, NIC_ACCESS_LOCAL, &extra), -ENOSPC);
+  for (auto &r : held)
+    EXPECT_TRUE(backend->registered(r.reg.lkey));
+  for (auto &r : held)
+    nic_rcache_release(r.slot);
+  ASSERT_EQ(nic_rcache_acquire(region_ + 40 * kPage, 8, NIC_ACCESS_LOCAL, &extra), 0);
+  nic_rcache_release(extra.slot);
+}
+
+TEST_F(RegistrationCache, BadRangesAreRefused) {
+  nic_rcache_ref r;
+  EXPECT_EQ(nic_rcache_acquire(region_, 0, NIC_ACCESS_LOCAL, &r), -ERANGE);
+  EXPECT_EQ(nic_rcache_acquire(region_, SIZE_MAX, NIC_ACCESS_LOCAL, &r), -ERANGE);
+  EXPECT_EQ(nic_rcache_acquire(region_, 32 << 20, NIC_ACCESS_LOCAL, &r), -ERANGE)
+      << "larger than the backend's largest region";
+  EXPECT_EQ(nic_rcache_acquire(reinterpret_cast<void *>(0x1000), 8, NIC_ACCESS_LOCAL, &r), -EFAULT);
+}
+
+TEST_F(RegistrationCache, ConcurrentUseAndInvalidationStayBalanced) {
+  std::atomic<bool> stop{false};
+  std::atomic<long> acquired{0};
+  std::vector<std::thread> users;
+  for (int t = 0; t < 3; t++)
+    users.emplace_back([&, t] {
+      unsigned seed = t + 1;
+      while (!stop) {
+        size_t page = rand_r(&seed) % 32;
+        nic_rcache_ref r;
+        if (nic_rcache_acquire(region_ + page * kPage + 8, 64, NIC_ACCESS_LOCAL, &r) == 0) {
+          EXPECT_LE(reinterpret_cast<uintptr_t>(r.reg.base),
+                    reinterpret_cast<uintptr_t>(region_ + page * kPage));
+          acquired++;
+          nic_rcache_release(r.slot);
+        }
+      }
+    });
+  for (int i = 0; i < 200; i++)
+    madvise(region_ + (i % 32) * kPage, kPage, MADV_DONTNEED);
+  while (acquired < 2000)
+    std::this_thread::yield();
+  stop = true;
+  for (auto &u : users)
+    u.join();
+  munmap(region_, 64 * kPage); // drops everything left over this area
+  region_ = static_cast<char *>(
+      mmap(nullptr, 64 * kPage, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0));
+  auto s = now();
+  std::lock_guard<std::mutex> lock(backend->mu);
+  EXPECT_EQ(static_cast<size_t>(backend->live.size()), static_cast<size_t>(s.regions))
+      << "every registration the cache dropped was deregistered exactly once";
+}
+
+} // namespace
