@@ -10,19 +10,11 @@
 #include <string.h>
 
 size_t nic_auto_dp_threshold = SIZE_MAX;
+size_t nic_dp_fast_max; /* 0 until set-up: the inline path stays off */
+bool nic_free_check = true;
 const uintptr_t nic_free_key_seed = 0x6e69636d616c6c6fULL; /* "nicmallo" */
 
 static unsigned long long dataplane_fallbacks, dataplane_failures, invalid_frees, double_frees;
-
-/* Counts a new control block for a thread in any state: one still setting up or past its exit
- * hook has no account of its own. */
-static void count_control(void *p) {
-  int64_t size = (int64_t)mi_usable_size(p);
-  if (nic_self.state == NIC_THREAD_READY)
-    nic_counter_add(&nic_self.control_live, size);
-  else
-    nic_thread_account_exited(NIC_CHUNK_SLOTS, size);
-}
 
 static void *control_alloc(size_t size, size_t alignment, bool zero) {
   size = nic_block_request(size);
@@ -32,7 +24,6 @@ static void *control_alloc(size_t size, size_t alignment, bool zero) {
                                        : mi_malloc_aligned_at(size, alignment, 0);
   if (p) {
     if (!zero) nic_block_mark_live(p);
-    count_control(p);
   }
   return p;
 }
@@ -71,7 +62,9 @@ static void warn_once(enum nic_dp_failure why, size_t size, bool fail) {
 
 static void *dataplane_or_policy(size_t size, size_t alignment, bool zero) {
   enum nic_dp_failure why;
-  void *p = nic_dp_alloc(nic_block_request(size), alignment, zero, &why);
+  void *p = alignment <= NIC_MIN_BLOCK ? nic_dp_alloc_fast(size, zero) : NULL;
+  if (p) return p;
+  p = nic_dp_alloc(nic_block_request(size), alignment, zero, &why);
   if (p) {
     if (!zero) nic_block_mark_live(p);
     return p;
@@ -102,12 +95,14 @@ void nic_report_bad_free(const void *p, const char *caller, bool double_free) {
 }
 
 /* Threads still setting up, or past their exit hook, count into the exited totals. */
-void nic_release_block_unregistered(void *p) {
-  int64_t size = (int64_t)mi_usable_size(p);
-  nic_thread_account_exited(nic_in_dp(p) ? nic_chunk_index(p) : NIC_CHUNK_SLOTS, -size);
-  if (!nic_in_dp(p)) nic_rcache_on_free(p, (size_t)size);
+void nic_release_dp_block_unregistered(void *p) {
+  nic_thread_account_exited(nic_chunk_index(p), -1);
   nic_block_mark_free(p);
   mi_free(p);
+}
+
+void nic_free_dp_block(void *p) {
+  nic_release_dp_block(p);
 }
 
 void nic_free(void *p, const char *caller) {

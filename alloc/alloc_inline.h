@@ -1,4 +1,5 @@
-/* The hot paths, inlined into the exported malloc family. */
+/* The hot paths, inlined into the exported malloc family. Costs are counted in instructions
+ * with bench/callgrind_hotpaths.sh; every line here is paid on each malloc or free. */
 #ifndef NIC_ALLOC_INLINE_H
 #define NIC_ALLOC_INLINE_H
 
@@ -14,34 +15,60 @@
 
 /* SIZE_MAX unless NICMALLOC_DP_MIN_SIZE is set; read before any thread turns fast. */
 extern size_t nic_auto_dp_threshold;
+/* Largest request the inline dataplane path takes (a chunk can hold far more; see dp_heap.c). */
+extern size_t nic_dp_fast_max;
+/* NICMALLOC_FREE_CHECK: validate every pointer given to free (the default). */
+extern bool nic_free_check;
 
-/* Control heap, no alignment beyond 16; for a thread that is set up (the caller knows). */
+/* Control heap, no alignment beyond 16. Counts nothing: see struct nic_stats. */
 static inline void *nic_control_alloc_fast(size_t size, bool zero) {
   size = nic_block_request(size);
   void *p = zero ? mi_zalloc(size) : mi_malloc(size);
-  if (__builtin_expect(p != NULL, 1)) {
-    if (!zero) nic_block_mark_live(p);
-    nic_counter_add(&nic_self.control_live, (int64_t)mi_usable_size(p));
-  }
+  if (__builtin_expect(p != NULL, 1) && !zero) nic_block_mark_live(p);
   return p;
 }
 
-/* malloc/calloc: the fast path when the thread is outside any scope and below the threshold. */
+/* malloc/calloc: one thread-local load and one compare choose the control fast path. */
 static inline void *nic_alloc_auto(size_t size, bool zero) {
-  if (__builtin_expect(nic_self.fast && size < nic_auto_dp_threshold, 1)) {
+  if (__builtin_expect(size < nic_self.fast_below, 1)) {
     void *p = nic_control_alloc_fast(size, zero);
     if (__builtin_expect(p != NULL, 1)) return p;
   }
   return nic_alloc(size, 0, zero, NIC_ROUTE_AUTO);
 }
 
-void nic_report_bad_free(const void *p, const char *caller, bool double_free);
+/* Dataplane allocation from the thread's current chunk; NULL sends the caller to nic_alloc,
+ * which handles everything else (set-up, a full or changed chunk, large requests, policy). */
+static inline void *nic_dp_alloc_fast(size_t size, bool zero) {
+  struct nic_thread *t = &nic_self;
+  if (__builtin_expect(t->state != NIC_THREAD_READY || size > nic_dp_fast_max, 0)) return NULL;
+  unsigned index = t->cursor;
+  mi_heap_t *heap = t->heaps[index];
+  if (__builtin_expect(heap == NULL, 0)) return NULL;
+  nic_dp_enter(t);
+  void *p = NULL;
+  if (__builtin_expect(nic_dp_epoch_seen(t), 1)) {
+    size = nic_block_request(size);
+    p = zero ? mi_heap_zalloc(heap, size) : mi_heap_malloc(heap, size);
+    if (__builtin_expect(p != NULL, 1)) {
+      if (!zero) nic_block_mark_live(p);
+      nic_counter_add(&t->dp_blocks[index], 1);
+    }
+  }
+  nic_dp_leave(t);
+  return p;
+}
 
-/* Returns false (after reporting) when p is not a live block of ours. */
+void nic_report_bad_free(const void *p, const char *caller, bool double_free);
+/* A thread still setting up, or past its last exit hook, frees into the exited totals. */
+void nic_release_dp_block_unregistered(void *p);
+
+/* Returns false (after reporting) when p is not a live block of ours. mimalloc's segment map
+ * answers in O(1) for our blocks (all of them lie below 20 TiB, see vspace.h); the key is read
+ * only after that, so a wild pointer is never dereferenced. */
 static inline bool nic_check_live_block(const void *p, const char *caller) {
-  /* mimalloc's segment map answers in O(1) for our blocks; the key is read only after we know
-   * the address is ours, so a wild pointer is never dereferenced. */
-  if (__builtin_expect(!mi_is_in_heap_region(p), 0) && nic_free_check_strict) {
+  if (!nic_free_check) return true;
+  if (__builtin_expect(!mi_is_in_heap_region(p), 0)) {
     nic_report_bad_free(p, caller, false);
     return false;
   }
@@ -52,28 +79,34 @@ static inline bool nic_check_live_block(const void *p, const char *caller) {
   return true;
 }
 
-void nic_release_block_unregistered(void *p);
-
-/* Frees a block already checked live. */
-static inline void nic_release_block(void *p) {
+/* Out of line: the control free path stays short. No busy window around mi_free: a block
+ * being freed is live, so its chunk cannot be released under it (see reaper.c). Only the
+ * refresh, which collects pages of draining chunks, needs one. */
+static inline void nic_release_dp_block(void *p) {
   struct nic_thread *t = &nic_self;
-  /* A thread that only frees must still be counted. */
   if (__builtin_expect(t->state != NIC_THREAD_READY, 0) && !nic_thread_ready()) {
-    nic_release_block_unregistered(p);
+    nic_release_dp_block_unregistered(p);
     return;
   }
-  int64_t size = (int64_t)mi_usable_size(p);
-  if (nic_in_dp(p)) {
+  nic_counter_add(&t->dp_blocks[nic_chunk_index(p)], -1);
+  nic_block_mark_free(p);
+  mi_free(p);
+  if (__builtin_expect(!nic_dp_epoch_seen(t), 0)) {
     nic_dp_enter(t);
-    nic_counter_add(&t->dp_live[nic_chunk_index(p)], -size);
-    nic_block_mark_free(p);
-    mi_free(p);
-    if (__builtin_expect(!nic_dp_epoch_seen(t), 0)) nic_dp_refresh(t);
+    nic_dp_refresh(t);
     nic_dp_leave(t);
+  }
+}
+void nic_free_dp_block(void *p);
+
+/* Frees a block already checked live; ends in a tail call to mi_free on the control path. */
+static inline void nic_release_block(void *p) {
+  if (nic_in_dp(p)) {
+    nic_free_dp_block(p);
     return;
   }
-  nic_counter_add(&t->control_live, -size);
-  nic_rcache_on_free(p, (size_t)size);
+  if (__builtin_expect(__atomic_load_n(&nic_rcache_regions_live, __ATOMIC_RELAXED) != 0, 0))
+    nic_rcache_invalidate((uintptr_t)p, mi_usable_size(p));
   nic_block_mark_free(p);
   mi_free(p);
 }

@@ -51,8 +51,8 @@ static inline void *nic_chunk_base(unsigned index) {
 
 /* Reserves the range. Idempotent. Returns 0 or -errno (then no dataplane memory exists). */
 int nic_dp_reserve(void);
-/* Bumped on every chunk state change: threads compare it with the value they last saw to learn,
- * with one load, that they must look at the chunk states again. */
+/* Bumped on every chunk state change, and when the stats want fresh usage figures: threads
+ * compare it with the value they last saw to learn, with one load, that they must refresh. */
 extern unsigned nic_chunk_epoch;
 void nic_chunk_set_state(unsigned index, enum nic_chunk_state state);
 

@@ -124,9 +124,12 @@ static void read_all(void) {
   config.verbose = false;
   config.rcache_max_regions = 1024; /* libfabric's and MVAPICH's default */
   config.rcache_max_bytes = (size_t)4 << 30;
+  config.free_check = true;
+  config.keep_chunks = 1; /* a bursty program must not map and pin a chunk per burst */
 
   read_bool("NICMALLOC_VERBOSE", &config.verbose);
   read_bool("NICMALLOC_STATS", &config.stats_at_exit);
+  read_bool("NICMALLOC_FREE_CHECK", &config.free_check);
   read_size("NICMALLOC_CHUNK_SIZE", MIN_CHUNK_SIZE, MAX_CHUNK_SIZE, true, &config.chunk_size);
   size_t max_chunks = config.max_chunks;
   read_size("NICMALLOC_MAX_CHUNKS", 1, MAX_CHUNKS_LIMIT, false, &max_chunks);
@@ -141,6 +144,9 @@ static void read_all(void) {
   read_size("NICMALLOC_RCACHE_MAX_REGIONS", 1, 1u << 20, false, &regions);
   config.rcache_max_regions = (unsigned)regions;
   read_size("NICMALLOC_RCACHE_MAX_BYTES", 1u << 12, SIZE_MAX, false, &config.rcache_max_bytes);
+  size_t keep = config.keep_chunks;
+  read_size("NICMALLOC_KEEP_CHUNKS", 0, MAX_CHUNKS_LIMIT, false, &keep);
+  config.keep_chunks = (unsigned)keep;
   config.chunk_shift = (unsigned)__builtin_ctzl(config.chunk_size);
 }
 

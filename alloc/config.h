@@ -23,6 +23,8 @@ struct nic_config {
   unsigned release_delay_ms;   /* NICMALLOC_RELEASE_DELAY_MS */
   unsigned rcache_max_regions; /* NICMALLOC_RCACHE_MAX_REGIONS */
   size_t rcache_max_bytes;     /* NICMALLOC_RCACHE_MAX_BYTES */
+  bool free_check;             /* NICMALLOC_FREE_CHECK */
+  unsigned keep_chunks;        /* NICMALLOC_KEEP_CHUNKS: never released */
   bool stats_at_exit;          /* NICMALLOC_STATS */
   bool verbose;                /* NICMALLOC_VERBOSE */
 };

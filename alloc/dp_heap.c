@@ -5,6 +5,7 @@
 
 #include <errno.h>
 #include <mimalloc.h>
+#include <pthread.h>
 
 /* A huge object gets a mimalloc segment of its own: the object plus the segment's header, well
  * under 1 MiB, rounded to 64 KiB slices. */
@@ -27,11 +28,40 @@ static int chunk_state(unsigned index) {
   return __atomic_load_n(&nic_chunk_at(index)->state, __ATOMIC_ACQUIRE);
 }
 
+static bool add_used(const mi_heap_t *heap, const mi_heap_area_t *area, void *block,
+                     size_t block_size, void *arg) {
+  (void)heap, (void)block, (void)block_size;
+  if (area) *(size_t *)arg += area->used * area->block_size;
+  return true;
+}
+
+/* One callback per mimalloc page, not per block: cheap enough for every refresh. */
+static void publish_usage(struct nic_thread *t) {
+  size_t used = 0;
+  unsigned slots = nic_chunk_slots_used();
+  for (unsigned i = 0; i < slots; i++) {
+    int state = chunk_state(i);
+    if (t->heaps[i] && (state == NIC_CHUNK_LIVE || state == NIC_CHUNK_DRAINING))
+      mi_heap_visit_blocks(t->heaps[i], false, add_used, &used);
+  }
+  __atomic_store_n(&t->dp_used_bytes, used, __ATOMIC_RELAXED);
+}
+
 void nic_dp_refresh(struct nic_thread *t) {
   t->seen_epoch = __atomic_load_n(&nic_chunk_epoch, __ATOMIC_ACQUIRE);
   unsigned slots = nic_chunk_slots_used();
   for (unsigned i = 0; i < slots; i++)
     if (t->heaps[i] && chunk_state(i) == NIC_CHUNK_DRAINING) mi_heap_collect(t->heaps[i], true);
+  publish_usage(t);
+}
+
+void nic_dp_request_usage(void) {
+  __atomic_add_fetch(&nic_chunk_epoch, 1, __ATOMIC_RELEASE);
+  struct nic_thread *t = &nic_self;
+  if (t->state != NIC_THREAD_READY) return;
+  nic_dp_enter(t);
+  nic_dp_refresh(t);
+  nic_dp_leave(t);
 }
 
 static void *try_chunk(struct nic_thread *t, unsigned index, size_t size, size_t alignment,
@@ -84,12 +114,38 @@ static void *alloc_slow(struct nic_thread *t, size_t size, size_t alignment, boo
   }
 }
 
+/* Threads past their first exit hook are invisible to the reaper's busy scan, so their (rare)
+ * dataplane allocations hold a lock the reaper holds while it releases. */
+static pthread_mutex_t late_lock = PTHREAD_MUTEX_INITIALIZER;
+
+void nic_dp_late_lock(void) {
+  pthread_mutex_lock(&late_lock);
+}
+void nic_dp_late_unlock(void) {
+  pthread_mutex_unlock(&late_lock);
+}
+
+static void *alloc_late(struct nic_thread *t, size_t size, size_t alignment, bool zero,
+                        enum nic_dp_failure *why) {
+  unsigned index = 0;
+  pthread_mutex_lock(&late_lock);
+  void *p = alloc_slow(t, size, alignment, zero, &index, why);
+  if (p) {
+    t->cursor = index;
+    nic_thread_account_exited(index, 1);
+  }
+  pthread_mutex_unlock(&late_lock);
+  return p;
+}
+
 void *nic_dp_alloc(size_t size, size_t alignment, bool zero, enum nic_dp_failure *why) {
   *why = NIC_DP_OK;
   if (size > nic_dp_max_request()) {
     *why = NIC_DP_TOO_LARGE;
     return NULL;
   }
+  if (nic_self.state == NIC_THREAD_EXITING)
+    return alloc_late(&nic_self, size, alignment, zero, why);
   if (!nic_thread_ready()) {
     *why = NIC_DP_NO_THREAD;
     return NULL;
@@ -106,7 +162,7 @@ void *nic_dp_alloc(size_t size, size_t alignment, bool zero, enum nic_dp_failure
     p = alloc_slow(t, size, alignment, zero, &index, why);
     if (p) t->cursor = index;
   }
-  if (p) nic_counter_add(&t->dp_live[index], (int64_t)mi_usable_size(p));
+  if (p) nic_counter_add(&t->dp_blocks[index], 1);
   nic_dp_leave(t);
   return p;
 }

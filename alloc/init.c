@@ -5,6 +5,7 @@
 
 #include "alloc_inline.h"
 #include "config.h"
+#include "dp_heap.h"
 #include "log.h"
 #include "nicmalloc.h"
 #include "reaper.h"
@@ -39,6 +40,8 @@ static void after_fork_child(void) {
 static void init_once(void) {
   const struct nic_config *cfg = nic_config();
   if (cfg->dp_min_size) nic_auto_dp_threshold = cfg->dp_min_size;
+  nic_free_check = cfg->free_check;
+  nic_dp_fast_max = nic_dp_max_request();
   /* Before mimalloc maps its first segment: see vspace.h. */
   nic_control_arena_init();
   nic_dp_reserve();

@@ -8,7 +8,8 @@
 #define NIC_EXPORT __attribute__((visibility("default")))
 
 NIC_EXPORT void *nic_malloc(size_t size) {
-  return nic_alloc(size, 0, false, NIC_ROUTE_DATAPLANE);
+  void *p = nic_dp_alloc_fast(size, false);
+  return p ? p : nic_alloc(size, 0, false, NIC_ROUTE_DATAPLANE);
 }
 
 NIC_EXPORT void *nic_calloc(size_t count, size_t size) {

@@ -2,6 +2,7 @@
 #include "pin.h"
 
 #include "log.h"
+#include "smaps.h"
 
 #include <errno.h>
 #include <fcntl.h>
@@ -64,38 +65,16 @@ static void prefault(void *addr, size_t len, size_t step) {
     ((volatile char *)addr)[off] = 0;
 }
 
-/* Finds AnonHugePages of the mapping that starts at addr in /proc/self/smaps: the only way to
- * know whether THP really backed the chunk. Streams the file through a stack buffer. */
-static size_t anon_huge_kb(void *addr) {
-  int fd = open("/proc/self/smaps", O_RDONLY | O_CLOEXEC);
-  if (fd < 0) return 0;
-  char want[32];
-  int want_len = snprintf(want, sizeof want, "%lx-", (unsigned long)(uintptr_t)addr);
-  char buf[4096], line[256];
-  size_t line_len = 0, result = 0;
-  bool in_mapping = false, done = false;
-  ssize_t n;
-  while (!done && (n = read(fd, buf, sizeof buf)) > 0) {
-    for (ssize_t i = 0; i < n && !done; i++) {
-      if (buf[i] != '\n') {
-        if (line_len < sizeof line - 1) line[line_len++] = buf[i];
-        continue;
-      }
-      line[line_len] = '\0';
-      line_len = 0;
-      /* Mapping headers start with a lowercase hex address; fields start with a capital. */
-      bool header = (line[0] >= '0' && line[0] <= '9') || (line[0] >= 'a' && line[0] <= 'f');
-      if (header) {
-        if (in_mapping) done = true;
-        in_mapping = strncmp(line, want, (size_t)want_len) == 0;
-      } else if (in_mapping && strncmp(line, "AnonHugePages:", 14) == 0) {
-        result = strtoul(line + 14, NULL, 10);
-        done = true;
-      }
-    }
-  }
-  close(fd);
-  return result;
+static bool add_anon_huge(const struct nic_smaps_entry *e, void *arg) {
+  *(size_t *)arg += e->anon_huge_kb;
+  return true;
+}
+
+/* The only way to know whether THP really backed the chunk. */
+static size_t anon_huge_kb(void *addr, size_t len) {
+  size_t kb = 0;
+  nic_smaps_walk((uintptr_t)addr, (uintptr_t)addr + len, add_anon_huge, &kb);
+  return kb;
 }
 
 static bool thp_possible(void) {
@@ -119,7 +98,7 @@ static int map_small_pages(void *addr, size_t len, bool try_thp, enum nic_page_k
   if (try_thp) madvise(addr, len, MADV_HUGEPAGE);
   prefault(addr, len, 4096);
   *kind = NIC_PAGE_4K;
-  if (try_thp && anon_huge_kb(addr) > 0) *kind = NIC_PAGE_THP;
+  if (try_thp && anon_huge_kb(addr, len) > 0) *kind = NIC_PAGE_THP;
   return 0;
 }
 

@@ -1,13 +1,17 @@
 /* Why releasing a chunk is safe. A chunk is released only when
- *  1. its live bytes have been zero for the release delay (it is then DRAINING: no allocation
+ *  1. its live blocks have been zero for the release delay (it is then DRAINING: no allocation
  *     starts there, because every allocation checks the chunk epoch and state inside a busy
  *     window, see dp_heap.h);
  *  2. mimalloc holds no segment in it: owner threads collect their heaps for draining chunks on
  *     their next dataplane call, and segments abandoned by exited threads are freed when another
  *     heap visits them. The probe is mimalloc's segment map, one lookup per 32 MiB;
  *  3. after membarrier(2), every thread has been seen outside dataplane code, so no call that
- *     began before the chunk stopped being live is still running in it; and the live bytes and
+ *     began before the chunk stopped being live is still running in it; and the live blocks and
  *     segment probe still say empty.
+ * Frees take no busy window: a block being freed is live, so its chunk is not even DRAINING.
+ * The last free of a chunk may still be inside mi_free when its count drops to zero; the release
+ * comes at least the release delay later, and even a free stalled that long would only write
+ * into the fresh, unpinned memory a released chunk is left with.
  * Segments of the chunk that sit in mimalloc's segment cache are only handed to heaps of the
  * chunk's own arena, so to nobody until the chunk is mapped again. A chunk whose threads never
  * come back to dataplane code stays DRAINING, pinned and counted in the stats. */
@@ -16,6 +20,7 @@
 
 #include "chunks.h"
 #include "config.h"
+#include "dp_heap.h"
 #include "log.h"
 #include "thread.h"
 
@@ -57,28 +62,32 @@ static bool process_barrier(void) {
   return syscall(SYS_membarrier, MEMBARRIER_CMD_GLOBAL, 0, 0) == 0;
 }
 
+static bool is_mapped(int state) {
+  return state == NIC_CHUNK_LIVE || state == NIC_CHUNK_DRAINING;
+}
+
 /* Moves LIVE chunks that stayed empty to DRAINING and back; returns the draining chunks that
- * look releasable as a bit mask. */
+ * look releasable as a bit mask. The lowest NICMALLOC_KEEP_CHUNKS mapped chunks never drain, so
+ * a bursty program does not map and pin a chunk for every burst. */
 static uint64_t advance_states(const int64_t *live, uint64_t now, unsigned delay_ms) {
   uint64_t candidates = 0;
+  unsigned keep = nic_config()->keep_chunks, kept = 0;
   nic_chunks_lock();
   unsigned slots = nic_chunk_slots_used();
   for (unsigned i = 0; i < slots; i++) {
     struct nic_chunk *c = nic_chunk_at(i);
-    if (c->state == NIC_CHUNK_LIVE) {
-      if (live[i] != 0)
-        c->empty_since_ms = 0;
-      else if (!c->empty_since_ms)
+    if (!is_mapped(c->state)) continue;
+    if (live[i] != 0 || kept < keep) {
+      if (live[i] == 0) kept++;
+      c->empty_since_ms = 0;
+      if (c->state == NIC_CHUNK_DRAINING) nic_chunk_set_state(i, NIC_CHUNK_LIVE);
+    } else if (c->state == NIC_CHUNK_LIVE) {
+      if (!c->empty_since_ms)
         c->empty_since_ms = now;
       else if (now - c->empty_since_ms >= delay_ms)
         nic_chunk_set_state(i, NIC_CHUNK_DRAINING);
-    } else if (c->state == NIC_CHUNK_DRAINING) {
-      if (live[i] != 0) {
-        c->empty_since_ms = 0;
-        nic_chunk_set_state(i, NIC_CHUNK_LIVE);
-      } else if (!has_segments(i)) {
-        candidates |= 1ull << i;
-      }
+    } else if (!has_segments(i)) {
+      candidates |= 1ull << i;
     }
   }
   nic_chunks_unlock();
@@ -87,18 +96,20 @@ static uint64_t advance_states(const int64_t *live, uint64_t now, unsigned delay
 
 void nic_reaper_pass(void) {
   pthread_mutex_lock(&pass_lock);
-  int64_t control, live[NIC_CHUNK_SLOTS];
-  nic_thread_sum(&control, live);
+  int64_t live[NIC_CHUNK_SLOTS];
+  nic_thread_sum(live);
   uint64_t candidates = advance_states(live, now_ms(), nic_config()->release_delay_ms);
   if (candidates && process_barrier()) {
+    nic_dp_late_lock();
     nic_threads_wait_not_busy();
-    nic_thread_sum(&control, live);
+    nic_thread_sum(live);
     nic_chunks_lock();
     for (unsigned i = 0; i < NIC_CHUNK_SLOTS; i++)
       if ((candidates >> i & 1) && nic_chunk_at(i)->state == NIC_CHUNK_DRAINING && live[i] == 0 &&
           !has_segments(i))
         nic_chunk_release_locked(i);
     nic_chunks_unlock();
+    nic_dp_late_unlock();
   }
   pthread_mutex_unlock(&pass_lock);
 }

@@ -1,14 +1,21 @@
 /* nic_get_stats and the readable report NICMALLOC_STATS=1 prints at exit. */
 #include "alloc.h"
+#include "backend.h"
 #include "chunks.h"
 #include "config.h"
+#include "dp_heap.h"
 #include "log.h"
 #include "nicmalloc.h"
+#include "rcache.h"
+#include "smaps.h"
 #include "thread.h"
+#include "vspace.h"
 
+#include <mimalloc.h>
 #include <string.h>
 
 #define NIC_EXPORT __attribute__((visibility("default")))
+#define SEGMENT_SIZE ((size_t)32 << 20)
 
 NIC_EXPORT const char *nic_page_kind_name(enum nic_page_kind kind) {
   switch (kind) {
@@ -25,22 +32,47 @@ NIC_EXPORT const char *nic_page_kind_name(enum nic_page_kind kind) {
   }
 }
 
-static size_t clamp_positive(int64_t v) {
-  return v > 0 ? (size_t)v : 0;
+static uint64_t clamp_positive(int64_t v) {
+  return v > 0 ? (uint64_t)v : 0;
+}
+
+/* mimalloc commits control memory by making it writable; what the kernel holds is Rss. */
+static bool add_control(const struct nic_smaps_entry *e, void *arg) {
+  struct nic_stats *s = arg;
+  if (e->writable) s->control_committed += e->end - e->start;
+  s->control_resident += e->rss_kb << 10;
+  return true;
+}
+
+/* One probe of mimalloc's segment map per 32 MiB (see reaper.c for the one-byte offset). */
+static size_t segment_bytes(unsigned chunk) {
+  char *base = nic_chunk_base(chunk);
+  size_t size = (size_t)1 << nic_dp.shift, bytes = 0;
+  for (size_t off = 0; off < size; off += SEGMENT_SIZE)
+    if (mi_is_in_heap_region(base + off + 1)) bytes += SEGMENT_SIZE;
+  return bytes;
 }
 
 NIC_EXPORT void nic_get_stats(struct nic_stats *out) {
   memset(out, 0, sizeof *out);
-  int64_t control, dp[NIC_CHUNK_SLOTS], dp_total = 0;
-  nic_thread_sum(&control, dp);
+  nic_dp_request_usage();
+  int64_t dp[NIC_CHUNK_SLOTS], dp_total = 0;
+  nic_thread_sum(dp);
   for (unsigned i = 0; i < NIC_CHUNK_SLOTS; i++)
     dp_total += dp[i];
-  out->control_bytes = clamp_positive(control);
-  out->dataplane_live = clamp_positive(dp_total);
+  out->dataplane_blocks = clamp_positive(dp_total);
+  out->dataplane_used = nic_thread_sum_dp_used();
+  if (nic_control_size)
+    nic_smaps_walk(nic_control_base, nic_control_base + nic_control_size, add_control, out);
 
   struct nic_chunk_totals chunks;
   nic_chunk_totals(&chunks);
   const struct nic_config *cfg = nic_config();
+  for (unsigned i = 0; i < nic_chunk_slots_used(); i++) {
+    int state = __atomic_load_n(&nic_chunk_at(i)->state, __ATOMIC_ACQUIRE);
+    if (state == NIC_CHUNK_LIVE || state == NIC_CHUNK_DRAINING)
+      out->dataplane_in_use += segment_bytes(i);
+  }
   out->dataplane_pinned = chunks.pinned_bytes;
   out->dataplane_mapped = chunks.mapped_bytes;
   out->dataplane_reserved = nic_dp.base ? nic_dp.span : 0;
@@ -60,6 +92,17 @@ NIC_EXPORT void nic_get_stats(struct nic_stats *out) {
   out->dataplane_failures = counters.dataplane_failures;
   out->invalid_frees = counters.invalid_frees;
   out->double_frees = counters.double_frees;
+
+  struct nic_rcache_stats rc;
+  nic_rcache_get_stats(&rc);
+  out->rcache_hits = rc.hits;
+  out->rcache_misses = rc.misses;
+  out->rcache_evictions = rc.evictions;
+  out->rcache_invalidations = rc.invalidations;
+  out->rcache_regions = rc.regions;
+  out->rcache_bytes = rc.bytes;
+  struct nic_backend *b = nic_backend_if_open();
+  out->backend = b ? b->name : "none";
 }
 
 #define MIB(x) ((x) >> 20), ((((x) & ((1ul << 20) - 1)) * 10) >> 20)
@@ -68,15 +111,19 @@ NIC_EXPORT void nic_print_stats(int fd) {
   struct nic_stats s;
   nic_get_stats(&s);
   nic_fdprintf(fd, "nicmalloc report\n");
-  nic_fdprintf(fd, "  control heap      live %zu.%zu MiB\n", MIB(s.control_bytes));
+  nic_fdprintf(fd, "  control heap      %zu.%zu MiB committed, %zu.%zu MiB resident\n",
+               MIB(s.control_committed), MIB(s.control_resident));
   nic_fdprintf(fd,
-               "  dataplane         live %zu.%zu MiB, pinned %zu.%zu MiB, mapped %zu.%zu MiB, "
+               "  dataplane         %llu live blocks, pinned %zu.%zu MiB, mapped %zu.%zu MiB, "
                "reserved %zu MiB\n",
-               MIB(s.dataplane_live), MIB(s.dataplane_pinned), MIB(s.dataplane_mapped),
-               s.dataplane_reserved >> 20);
-  size_t unused = s.dataplane_mapped > s.dataplane_live ? s.dataplane_mapped - s.dataplane_live : 0;
-  nic_fdprintf(fd, "  dataplane free    %zu.%zu MiB mapped but not in use by live blocks\n",
-               MIB(unused));
+               (unsigned long long)s.dataplane_blocks, MIB(s.dataplane_pinned),
+               MIB(s.dataplane_mapped), s.dataplane_reserved >> 20);
+  size_t in_use = s.dataplane_in_use < s.dataplane_mapped ? s.dataplane_in_use : s.dataplane_mapped;
+  size_t used = s.dataplane_used < s.dataplane_mapped ? s.dataplane_used : s.dataplane_mapped;
+  nic_fdprintf(fd,
+               "  dataplane free    %zu.%zu MiB of mapped chunks not in live blocks (%zu.%zu MiB "
+               "held by no mimalloc segment)\n",
+               MIB(s.dataplane_mapped - used), MIB(s.dataplane_mapped - in_use));
   nic_fdprintf(fd,
                "  chunks            %u live (%u draining) of %u max, %zu MiB each, %llu "
                "created, %llu released, page kind %s\n",
@@ -88,6 +135,12 @@ NIC_EXPORT void nic_print_stats(int fd) {
                "requests served by control, %llu failed\n",
                (unsigned long long)s.page_fallbacks, (unsigned long long)s.pin_failures,
                (unsigned long long)s.dataplane_fallbacks, (unsigned long long)s.dataplane_failures);
+  nic_fdprintf(fd,
+               "  registration      backend %s; cache %u regions (%zu.%zu MiB), %llu hits, %llu "
+               "misses, %llu evictions, %llu invalidations\n",
+               s.backend, s.rcache_regions, MIB(s.rcache_bytes), (unsigned long long)s.rcache_hits,
+               (unsigned long long)s.rcache_misses, (unsigned long long)s.rcache_evictions,
+               (unsigned long long)s.rcache_invalidations);
   nic_fdprintf(fd, "  errors            %llu invalid frees, %llu double frees\n",
                (unsigned long long)s.invalid_frees, (unsigned long long)s.double_frees);
 }

@@ -1,5 +1,6 @@
 #include "thread.h"
 
+#include "alloc_inline.h"
 #include "init.h"
 #include "log.h"
 
@@ -13,33 +14,34 @@ __thread struct nic_thread nic_self __attribute__((tls_model("initial-exec")));
 static pthread_mutex_t threads_lock = PTHREAD_MUTEX_INITIALIZER;
 static struct nic_thread *threads;
 /* Accounts of threads that have exited. */
-static int64_t exited_control_live, exited_dp_live[NIC_CHUNK_SLOTS];
+static int64_t exited_dp_blocks[NIC_CHUNK_SLOTS];
+static size_t exited_dp_used; /* what exited threads last published */
 static pthread_key_t exit_key;
 static pthread_once_t exit_key_once = PTHREAD_ONCE_INIT;
 
 static void fold_into_exited(struct nic_thread *t) {
-  nic_thread_account_exited(NIC_CHUNK_SLOTS, t->control_live);
-  t->control_live = 0;
+  __atomic_add_fetch(&exited_dp_used, t->dp_used_bytes, __ATOMIC_RELAXED);
+  t->dp_used_bytes = 0;
   for (unsigned i = 0; i < NIC_CHUNK_SLOTS; i++) {
-    nic_thread_account_exited(i, t->dp_live[i]);
-    t->dp_live[i] = 0;
+    nic_thread_account_exited(i, t->dp_blocks[i]);
+    t->dp_blocks[i] = 0;
   }
 }
 
-/* glibc runs key destructors in rounds, up to PTHREAD_DESTRUCTOR_ITERATIONS, and mimalloc's key
- * (made at its load, before ours) runs first in each round: by the time this hook runs,
- * mimalloc may have deleted this thread's arena heaps, so they are forgotten here every time.
- * Later destructors may still allocate and free, so the hook re-arms itself and the thread stays
- * counted and visible to the reaper until the last round; only then is it unlinked, and what
- * little happens after that goes to the exited totals. */
+/* glibc runs key destructors in rounds (at most PTHREAD_DESTRUCTOR_ITERATIONS, fewer when a
+ * round sets nothing), and mimalloc's key, made at its load before ours, runs first in each: by
+ * the time this hook runs, mimalloc may have deleted this thread's arena heaps. So every call
+ * forgets the heaps and re-arms, to do so again after later rounds. The first call also folds
+ * the thread's counts into the exited totals and unlinks it: from then on (EXITING) it counts
+ * straight into those totals and allocates dataplane memory under the late lock (dp_heap.c),
+ * so nothing depends on how many rounds glibc runs, and a thread that dies linked cannot be
+ * left behind for a new thread to find at the same address. */
 static void on_thread_exit(void *arg) {
   struct nic_thread *t = arg;
   memset(t->heaps, 0, sizeof t->heaps);
   t->cursor = 0;
-  if (++t->exit_rounds < PTHREAD_DESTRUCTOR_ITERATIONS) {
-    pthread_setspecific(exit_key, t);
-    return;
-  }
+  pthread_setspecific(exit_key, t);
+  if (t->state != NIC_THREAD_READY) return;
   pthread_mutex_lock(&threads_lock);
   fold_into_exited(t);
   if (t->prev)
@@ -48,9 +50,9 @@ static void on_thread_exit(void *arg) {
     threads = t->next;
   if (t->next) t->next->prev = t->prev;
   t->next = t->prev = NULL;
+  t->state = NIC_THREAD_EXITING;
   pthread_mutex_unlock(&threads_lock);
-  t->fast = 0;
-  t->state = NIC_THREAD_EXITED;
+  t->fast_below = 0;
 }
 
 static void make_exit_key(void) {
@@ -82,25 +84,31 @@ bool nic_thread_ready(void) {
 
 void nic_thread_refresh_fast(void) {
   struct nic_thread *t = &nic_self;
-  t->fast = t->state == NIC_THREAD_READY && t->scope_depth == 0;
+  bool fast = t->state == NIC_THREAD_READY && t->scope_depth == 0;
+  t->fast_below = fast ? nic_auto_dp_threshold : 0;
 }
 
-void nic_thread_sum(int64_t *control_live, int64_t dp_live[NIC_CHUNK_SLOTS]) {
+void nic_thread_sum(int64_t dp_blocks[NIC_CHUNK_SLOTS]) {
   pthread_mutex_lock(&threads_lock);
-  *control_live = __atomic_load_n(&exited_control_live, __ATOMIC_RELAXED);
   for (unsigned i = 0; i < NIC_CHUNK_SLOTS; i++)
-    dp_live[i] = __atomic_load_n(&exited_dp_live[i], __ATOMIC_RELAXED);
-  for (struct nic_thread *t = threads; t; t = t->next) {
-    *control_live += __atomic_load_n(&t->control_live, __ATOMIC_RELAXED);
+    dp_blocks[i] = __atomic_load_n(&exited_dp_blocks[i], __ATOMIC_RELAXED);
+  for (struct nic_thread *t = threads; t; t = t->next)
     for (unsigned i = 0; i < NIC_CHUNK_SLOTS; i++)
-      dp_live[i] += __atomic_load_n(&t->dp_live[i], __ATOMIC_RELAXED);
-  }
+      dp_blocks[i] += __atomic_load_n(&t->dp_blocks[i], __ATOMIC_RELAXED);
   pthread_mutex_unlock(&threads_lock);
 }
 
+size_t nic_thread_sum_dp_used(void) {
+  pthread_mutex_lock(&threads_lock);
+  size_t sum = __atomic_load_n(&exited_dp_used, __ATOMIC_RELAXED);
+  for (struct nic_thread *t = threads; t; t = t->next)
+    sum += __atomic_load_n(&t->dp_used_bytes, __ATOMIC_RELAXED);
+  pthread_mutex_unlock(&threads_lock);
+  return sum;
+}
+
 void nic_thread_account_exited(unsigned chunk, int64_t delta) {
-  __atomic_add_fetch(chunk < NIC_CHUNK_SLOTS ? &exited_dp_live[chunk] : &exited_control_live, delta,
-                     __ATOMIC_RELAXED);
+  __atomic_add_fetch(&exited_dp_blocks[chunk], delta, __ATOMIC_RELAXED);
 }
 
 void nic_threads_wait_not_busy(void) {

@@ -11,24 +11,26 @@
 #define NIC_CHUNK_SLOTS 48
 
 struct nic_thread {
-  /* Nonzero when malloc may take the control fast path: the thread is set up and not inside a
-   * dataplane scope. */
-  int fast;
+  /* malloc of fewer bytes than this takes the control fast path: NICMALLOC_DP_MIN_SIZE (or
+   * SIZE_MAX) once the thread is set up and outside any dataplane scope, else 0. One load and
+   * one compare decide the route. */
+  size_t fast_below;
   int scope_depth;
-  int state;       /* enum below; next to control_live so free's check shares its cache line */
+  int state;       /* enum below */
   unsigned cursor; /* chunk this thread allocates dataplane memory from first */
-  int64_t control_live;
   /* Nonzero while this thread is inside mimalloc on dataplane memory; the reaper waits for it
    * to be seen at zero before it releases a chunk (see reaper.c). A count, as calls nest. */
   int dp_busy;
-  unsigned seen_epoch;  /* nic_chunk_epoch when this thread last looked at the chunk states */
-  unsigned exit_rounds; /* destructor rounds seen at thread exit (see thread.c) */
+  unsigned seen_epoch; /* nic_chunk_epoch when this thread last looked at the chunk states */
   mi_heap_t *heaps[NIC_CHUNK_SLOTS]; /* this thread's heap in each chunk's arena */
-  int64_t dp_live[NIC_CHUNK_SLOTS];
+  int64_t dp_blocks[NIC_CHUNK_SLOTS];
+  /* Bytes in this thread's live dataplane blocks, measured by the thread itself (it alone may
+   * walk its heaps) at its last refresh; see nic_dp_publish_usage. */
+  size_t dp_used_bytes;
   struct nic_thread *next, *prev;
 };
 
-enum { NIC_THREAD_NEW = 0, NIC_THREAD_SETTING_UP, NIC_THREAD_READY, NIC_THREAD_EXITED };
+enum { NIC_THREAD_NEW = 0, NIC_THREAD_SETTING_UP, NIC_THREAD_READY, NIC_THREAD_EXITING };
 
 extern __thread struct nic_thread nic_self __attribute__((tls_model("initial-exec")));
 
@@ -40,14 +42,16 @@ static inline void nic_counter_add(int64_t *counter, int64_t delta) {
 /* Sets the calling thread up (once). Returns false while setting up (re-entrant malloc from
  * inside the set-up) or after the thread has exited; callers then use the control heap. */
 bool nic_thread_ready(void);
-/* Recomputes nic_self.fast after the scope changed. */
+/* Recomputes nic_self.fast_below after the thread's state or scope changed. */
 void nic_thread_refresh_fast(void);
-/* Frees by a thread after its exit hook go straight to the exited totals. */
+/* Dataplane frees by a thread after its exit hook go straight to the exited totals. */
 void nic_thread_account_exited(unsigned chunk, int64_t delta);
 /* Returns once every registered thread has been seen outside dataplane code (see reaper.c). */
 void nic_threads_wait_not_busy(void);
 /* Sums the accounts of all threads, live and exited. */
-void nic_thread_sum(int64_t *control_live, int64_t dp_live[NIC_CHUNK_SLOTS]);
+void nic_thread_sum(int64_t dp_blocks[NIC_CHUNK_SLOTS]);
+/* Bytes in dataplane blocks as last published by each thread (exited ones included). */
+size_t nic_thread_sum_dp_used(void);
 
 void nic_threads_lock(void);
 void nic_threads_unlock(void);

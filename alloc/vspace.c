@@ -15,6 +15,8 @@
 #define CONTROL_ARENA_MIN ((size_t)64 << 30)
 
 bool nic_free_check_strict;
+uintptr_t nic_control_base;
+size_t nic_control_size;
 
 void *nic_vspace_reserve(size_t size, size_t align, uintptr_t hint) {
   const int flags = MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE | MAP_FIXED_NOREPLACE;
@@ -42,6 +44,8 @@ bool nic_control_arena_init(void) {
     }
     mi_option_enable(mi_option_limit_os_alloc);
     nic_free_check_strict = true;
+    nic_control_base = (uintptr_t)base;
+    nic_control_size = size;
     return true;
   }
   nic_log_warn("cannot reserve address space for the control heap below 20 TiB; frees of "

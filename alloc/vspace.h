@@ -24,5 +24,8 @@ bool nic_control_arena_init(void);
 /* True once the control arena is in place: a pointer mimalloc does not recognise is then
  * certainly not a block of ours. */
 extern bool nic_free_check_strict;
+/* The control arena's range (0 when it could not be made). */
+extern uintptr_t nic_control_base;
+extern size_t nic_control_size;
 
 #endif

@@ -88,8 +88,14 @@ enum nic_page_kind {
 const char *nic_page_kind_name(enum nic_page_kind kind);
 
 struct nic_stats {
-  size_t control_bytes;      /* live bytes in the control heap (usable sizes) */
-  size_t dataplane_live;     /* live bytes in dataplane chunks (usable sizes) */
+  /* Control heap: mimalloc's memory in nicmalloc's control arena, read from the kernel when
+   * asked for, so that malloc and free count nothing. */
+  size_t control_committed; /* bytes mimalloc has made usable */
+  size_t control_resident;  /* of those, bytes in RAM */
+  /* Dataplane chunks. */
+  uint64_t dataplane_blocks; /* live blocks */
+  size_t dataplane_used;     /* bytes in live blocks, as each thread last measured its heaps */
+  size_t dataplane_in_use;   /* chunk bytes held by mimalloc segments (32 MiB granularity) */
   size_t dataplane_pinned;   /* bytes of chunks currently mapped and locked in memory */
   size_t dataplane_mapped;   /* bytes of chunks currently mapped (pinned or not) */
   size_t dataplane_reserved; /* virtual bytes reserved for all chunks */
@@ -106,6 +112,11 @@ struct nic_stats {
   uint64_t dataplane_failures;  /* dataplane requests that returned NULL (ENOMEM) */
   uint64_t invalid_frees;       /* free/realloc of pointers nicmalloc did not allocate */
   uint64_t double_frees;
+  /* Registration cache (memory outside the chunks). */
+  uint64_t rcache_hits, rcache_misses, rcache_evictions, rcache_invalidations;
+  uint32_t rcache_regions;
+  size_t rcache_bytes;
+  const char *backend; /* registration backend in use, or "none" while none was needed */
 };
 /* Fills *out. Safe from any thread; figures from other threads are a moment old. */
 void nic_get_stats(struct nic_stats *out);

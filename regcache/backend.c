@@ -85,3 +85,7 @@ struct nic_backend *nic_backend_active(void) {
   pthread_once(&once, choose);
   return active;
 }
+
+struct nic_backend *nic_backend_if_open(void) {
+  return __atomic_load_n(&active, __ATOMIC_ACQUIRE);
+}

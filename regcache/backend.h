@@ -81,5 +81,7 @@ struct nic_backend *nic_backend_dpdk_open(void);
 /* The process-wide backend named by NICMALLOC_BACKEND, opened on first use. NULL when none could
  * be opened (the reason was printed once). */
 struct nic_backend *nic_backend_active(void);
+/* The backend if one was opened already, else NULL; never opens one. */
+struct nic_backend *nic_backend_if_open(void);
 
 #endif

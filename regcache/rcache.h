@@ -31,10 +31,6 @@ void nic_rcache_invalidate(uintptr_t start, size_t len);
 
 /* Nonzero while any region is cached: free's one-load filter. */
 extern int nic_rcache_regions_live;
-static inline void nic_rcache_on_free(const void *p, size_t len) {
-  if (__builtin_expect(__atomic_load_n(&nic_rcache_regions_live, __ATOMIC_RELAXED) != 0, 0))
-    nic_rcache_invalidate((uintptr_t)p, len);
-}
 
 struct nic_rcache_stats {
   uint64_t hits, misses, evictions, invalidations, registrations, failures;
