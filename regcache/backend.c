@@ -49,6 +49,7 @@ static struct nic_backend *open_plugin(const char *name) {
   char symbol[64];
   snprintf(symbol, sizeof symbol, "nic_backend_%s_open", name);
   open_fn fn = (open_fn)dlsym(handle, symbol);
+  if (!fn) errno = ENOSYS;
   return fn ? fn() : NULL;
 }
 

@@ -11,6 +11,10 @@
 #include <stddef.h>
 #include <stdint.h>
 
+#ifdef __cplusplus
+extern "C" {
+#endif
+
 /* Access rights asked for at registration. Local read is always granted; anything remote is
  * granted only when asked for, and only then does a registration carry a nonzero rkey. */
 enum nic_access {
@@ -27,7 +31,7 @@ struct nic_registration {
   unsigned access;
   uint32_t lkey;
   uint32_t rkey;   /* 0 unless remote access was asked for */
-  uint64_t handle; /* backend's own: fixed-buffer index, struct ibv_mr *, extmem cookie... */
+  uint64_t handle; /* backend's own: fixed-buffer slot, registration slot index... */
 };
 
 /* One scatter-gather entry, already translated. */
@@ -62,10 +66,12 @@ struct nic_backend {
   int (*dereg)(struct nic_backend *b, struct nic_registration *reg);
   /* Queues n entries to ep as one message; done(arg, status) runs exactly once afterwards,
    * from poll() or from the backend's own thread, never from inside post(). Returns 0, or
-   * -EINVAL (n over max_sge, bad entry) without calling done. */
+   * without calling done: -EINVAL (n over max_sge, bad entry) or -ENOMEM (no room to queue).
+   * An entry not covered by a registration, or a full device queue, completes with -EFAULT or
+   * -EAGAIN. A registration must not be deregistered while posts that use it are in flight. */
   int (*post)(struct nic_backend *b, struct nic_endpoint *ep, const struct nic_sge *sge, unsigned n,
               nic_completion_fn done, void *arg);
-  /* Runs ready completions; returns how many ran. */
+  /* Runs up to max ready completions (all of them when max <= 0); returns how many ran. */
   int (*poll)(struct nic_backend *b, int max);
   void (*close)(struct nic_backend *b);
   void *priv;
@@ -84,4 +90,7 @@ struct nic_backend *nic_backend_active(void);
 /* The backend if one was opened already, else NULL; never opens one. */
 struct nic_backend *nic_backend_if_open(void);
 
+#ifdef __cplusplus
+}
+#endif
 #endif

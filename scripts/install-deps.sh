@@ -5,6 +5,7 @@ set -euo pipefail
 packages=(
   build-essential cmake ninja-build pkg-config
   libmimalloc-dev libgtest-dev libbenchmark-dev liburing-dev libunwind-dev
+  libibverbs-dev libdpdk-dev iproute2 valgrind
   memcached libmemcached-tools redis-server python3
 )
 missing=()

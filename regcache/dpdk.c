@@ -1,0 +1,276 @@
+/* dpdk backend: EAL (the application's, or started here), extmem registrations, posts as
+ * extbuf mbuf chains (dpdk_mbuf.c). Built as libnicmalloc-dpdk.so. See dpdk.h. */
+#define _GNU_SOURCE
+#define NIC_DPDK_INTERNAL
+#include "dpdk.h"
+
+#include "log.h"
+
+#include <errno.h>
+#include <rte_eal.h>
+#include <rte_errno.h>
+#include <rte_ethdev.h>
+#include <rte_lcore.h>
+#include <sched.h>
+#include <stdarg.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+/* The plugin cannot reach libnicmalloc's hidden log functions: it carries its own. */
+void nic_log_warn(const char *fmt, ...) {
+  char buf[512];
+  va_list ap;
+  va_start(ap, fmt);
+  vsnprintf(buf, sizeof buf, fmt, ap);
+  va_end(ap);
+  fprintf(stderr, "nicmalloc: warning: %s\n", buf);
+}
+
+/* EAL is per process and cannot restart: what we start lives until exit. */
+static struct {
+  bool started_eal, attached;
+  uint16_t port, queue; /* the default endpoint */
+  bool have_port;
+  struct rte_mempool *hdr_pool, *rx_pool;
+} g;
+
+/* Our EAL must not pin the application's thread to one CPU: lcore 0 gets every allowed CPU. */
+static void lcores_arg(char *buf, size_t cap) {
+  cpu_set_t set;
+  size_t n = (size_t)snprintf(buf, cap, "--lcores=0@(");
+  if (sched_getaffinity(0, sizeof set, &set)) CPU_ZERO(&set);
+  for (int c = 0; c < RTE_MAX_LCORE && n + 8 < cap; c++)
+    if (CPU_ISSET(c, &set)) n += (size_t)snprintf(buf + n, cap - n, "%d,", c);
+  if (buf[n - 1] == ',') n--;
+  snprintf(buf + n, cap - n, n > 12 ? ")" : "0)");
+}
+
+static int start_eal(void) {
+  char *argv[64], lcores[1024], *own = NULL, *vdevs = NULL, *save;
+  int argc = 0;
+  argv[argc++] = "nicmalloc";
+  const char *env = getenv("NICMALLOC_DPDK_EAL_ARGS");
+  if (env && *env) {
+    own = strdup(env);
+    for (char *t = strtok_r(own, " \t", &save); t && argc < 48; t = strtok_r(NULL, " \t", &save))
+      argv[argc++] = t;
+  } else {
+    lcores_arg(lcores, sizeof lcores);
+    static char *defaults[] = {"--no-huge",         "-m",          "256",
+                               "--no-pci",          "--no-shconf", "--no-telemetry",
+                               "--log-level=notice"};
+    for (size_t i = 0; i < sizeof defaults / sizeof defaults[0]; i++)
+      argv[argc++] = defaults[i];
+    argv[argc++] = lcores;
+  }
+  if ((env = getenv("NICMALLOC_DPDK_VDEV")) && *env) {
+    vdevs = strdup(env);
+    for (char *t = strtok_r(vdevs, ";", &save); t && argc < 62; t = strtok_r(NULL, ";", &save)) {
+      argv[argc++] = "--vdev";
+      argv[argc++] = t;
+    }
+  }
+  argv[argc] = NULL;
+  int rc = rte_eal_init(argc, argv);
+  int err = rte_errno;
+  free(own); /* EAL copies what it keeps (vdev arguments included) */
+  free(vdevs);
+  if (rc < 0) return -(err ? err : EINVAL);
+  g.started_eal = true;
+  return 0;
+}
+
+/* One rx and one tx queue, multi-segment tx when offered; rx needs a pool even if unused. */
+static int start_port(uint16_t port) {
+  struct rte_eth_dev_info info;
+  struct rte_eth_conf conf = {0};
+  int rc = rte_eth_dev_info_get(port, &info);
+  if (rc) return rc;
+  conf.txmode.offloads = info.tx_offload_capa & RTE_ETH_TX_OFFLOAD_MULTI_SEGS;
+  int socket = rte_eth_dev_socket_id(port);
+  if (!g.rx_pool && !(g.rx_pool = rte_pktmbuf_pool_create(
+                          "nic_rx", 2047, 64, 0, RTE_MBUF_DEFAULT_BUF_SIZE, SOCKET_ID_ANY)))
+    return -rte_errno;
+  if ((rc = rte_eth_dev_configure(port, 1, 1, &conf)) ||
+      (rc = rte_eth_rx_queue_setup(port, 0, 512, socket, NULL, g.rx_pool)) ||
+      (rc = rte_eth_tx_queue_setup(port, 0, 512, socket, NULL)) || (rc = rte_eth_dev_start(port)))
+    return rc;
+  return 0;
+}
+
+int nic_dpdk_dma(struct rte_device *dev, struct dreg *r, bool map) {
+  rte_iova_t iova = r->iovas ? r->iovas[0] : (rte_iova_t)(uintptr_t)r->map_base;
+  int rc = map ? rte_dev_dma_map(dev, r->map_base, iova, r->map_len)
+               : rte_dev_dma_unmap(dev, r->map_base, iova, r->map_len);
+  return rc && rte_errno != ENOTSUP ? -rte_errno : 0;
+}
+
+/* Maps (or unmaps) r once for every device that has an endpoint. */
+static int dma_all(struct dbackend *be, struct dreg *r, bool map) {
+  for (struct nic_endpoint *ep = be->eps; ep; ep = ep->next) {
+    bool seen = false;
+    for (struct nic_endpoint *o = be->eps; o != ep && !seen; o = o->next)
+      seen = o->dev == ep->dev;
+    int rc = seen ? 0 : nic_dpdk_dma(ep->dev, r, map);
+    if (rc && map) return rc;
+  }
+  return 0;
+}
+
+/* Registers whole pages. IOVA-as-VA: the largest page size the range is aligned to, IOVA = VA
+ * (without a table DPDK would record RTE_BAD_IOVA). IOVA-as-PA: 4 KiB pages, each with its
+ * physical address (the memory is pinned), kept for the segments' buf_iova. */
+static int extmem(struct dreg *r) {
+  size_t pg = (size_t)sysconf(_SC_PAGESIZE);
+  bool pa = rte_eal_iova_mode() == RTE_IOVA_PA;
+  uintptr_t lo = (uintptr_t)r->base & ~(pg - 1);
+  uintptr_t hi = ((uintptr_t)r->base + r->len + pg - 1) & ~(pg - 1);
+  r->map_base = (void *)lo;
+  r->map_len = hi - lo;
+  r->page_sz = pg;
+  for (size_t big = (size_t)1 << 30; !pa && big > pg; big >>= 9)
+    if (!(lo % big) && !(r->map_len % big)) {
+      r->page_sz = big;
+      break;
+    }
+  size_t n = r->map_len / r->page_sz;
+  rte_iova_t *iova = malloc(n * sizeof *iova);
+  if (!iova) return -ENOMEM;
+  int rc = 0;
+  for (size_t i = 0; i < n && !rc; i++) {
+    void *va = (char *)r->map_base + i * r->page_sz;
+    iova[i] = pa ? rte_mem_virt2phy(va) : (rte_iova_t)(uintptr_t)va;
+    if (iova[i] == RTE_BAD_IOVA) rc = -EIO;
+  }
+  if (!rc && rte_extmem_register(r->map_base, r->map_len, iova, (unsigned)n, r->page_sz))
+    rc = -rte_errno;
+  if (rc || !pa)
+    free(iova);
+  else
+    r->iovas = iova;
+  return rc;
+}
+
+static int d_reg(struct nic_backend *b, void *base, size_t len, unsigned access,
+                 struct nic_registration *out) {
+  struct dbackend *be = (struct dbackend *)b;
+  if (!base || !len || !out || access & ~7u) return -EINVAL;
+  if (access & (NIC_ACCESS_REMOTE_READ | NIC_ACCESS_REMOTE_WRITE))
+    return -EOPNOTSUPP; /* an Ethernet port has no remote access, so no rkey to expose */
+  pthread_mutex_lock(&be->reg_lock);
+  int rc = -ENOSPC;
+  for (uint32_t i = 0; i < NIC_DPDK_MAX_REGS; i++) {
+    struct dreg *r = &be->regs[i];
+    if (r->used) continue;
+    *r = (struct dreg){.base = base, .len = len};
+    if ((rc = extmem(r))) break;
+    pthread_mutex_lock(&be->lock);
+    if ((rc = dma_all(be, r, true))) dma_all(be, r, false);
+    pthread_mutex_unlock(&be->lock);
+    if (rc) {
+      rte_extmem_unregister(r->map_base, r->map_len);
+      free(r->iovas);
+      break;
+    }
+    r->used = true;
+    *out = (struct nic_registration){
+        .base = base, .len = len, .access = access, .lkey = i, .handle = i};
+    break;
+  }
+  pthread_mutex_unlock(&be->reg_lock);
+  return rc;
+}
+
+static int d_dereg(struct nic_backend *b, struct nic_registration *reg) {
+  struct dbackend *be = (struct dbackend *)b;
+  if (!reg || reg->handle >= NIC_DPDK_MAX_REGS) return -EINVAL;
+  struct dreg *r = &be->regs[reg->handle];
+  pthread_mutex_lock(&be->reg_lock);
+  int rc = !r->used || r->base != reg->base ? -EINVAL : atomic_load(&r->inflight) ? -EBUSY : 0;
+  if (!rc) {
+    pthread_mutex_lock(&be->lock);
+    dma_all(be, r, false);
+    pthread_mutex_unlock(&be->lock);
+    if (rte_extmem_unregister(r->map_base, r->map_len)) rc = -rte_errno;
+    free(r->iovas);
+    r->iovas = NULL;
+    r->used = false;
+  }
+  pthread_mutex_unlock(&be->reg_lock);
+  return rc;
+}
+
+NIC_EXPORT bool nic_dpdk_owns_eal(struct nic_backend *b) {
+  return b && ((struct dbackend *)b)->own_eal;
+}
+
+static struct dbackend *the_backend; /* for nic_dpdk_attach after open */
+
+NIC_EXPORT int nic_dpdk_attach(uint16_t port, uint16_t queue) {
+  if (!rte_eth_dev_is_valid_port(port)) return -EINVAL;
+  g.attached = g.have_port = true;
+  g.port = port;
+  g.queue = queue;
+  if (the_backend) the_backend->default_ep = nic_dpdk_endpoint(&the_backend->pub, port, queue);
+  return 0;
+}
+
+static void dclose(struct nic_backend *b) {
+  struct dbackend *be = (struct dbackend *)b;
+  nic_dpdk_run_completions(be, 0);
+  for (uint32_t i = 0; i < NIC_DPDK_MAX_REGS; i++)
+    if (be->regs[i].used) {
+      struct nic_registration reg = {.base = be->regs[i].base, .handle = i};
+      if (d_dereg(b, &reg)) nic_log_warn("dpdk: registration %u still in flight at close", i);
+    }
+  while (be->eps) {
+    struct nic_endpoint *next = be->eps->next;
+    free(be->eps);
+    be->eps = next;
+  }
+  the_backend = NULL;
+  free(be);
+}
+
+NIC_EXPORT struct nic_backend *nic_backend_dpdk_open(void) {
+  /* lcore_count is 0 until someone's rte_eal_init ran: then the application owns EAL. */
+  bool app_eal = g.attached || (!g.started_eal && rte_lcore_count() > 0);
+  int rc = app_eal || g.started_eal ? 0 : start_eal();
+  if (!rc && g.started_eal && !g.have_port) {
+    uint16_t port;
+    RTE_ETH_FOREACH_DEV(port) {
+      if ((rc = start_port(port))) break;
+      if (!g.have_port) g.port = port, g.queue = 0, g.have_port = true;
+    }
+  }
+  if (!rc && !g.hdr_pool &&
+      !(g.hdr_pool = rte_pktmbuf_pool_create("nic_extbuf_hdr", 8191, 256, 0, 0, SOCKET_ID_ANY)))
+    rc = -rte_errno;
+  struct dbackend *be = rc ? NULL : calloc(1, sizeof *be);
+  if (!be) {
+    errno = rc ? -rc : ENOMEM;
+    if (rc) nic_log_warn("dpdk: cannot start: %s", strerror(-rc));
+    return NULL;
+  }
+  be->pub = (struct nic_backend){.name = "dpdk",
+                                 .caps = {.max_sge = 64,
+                                          .max_region_bytes = SIZE_MAX,
+                                          .max_regions = NIC_DPDK_MAX_REGS,
+                                          .zero_copy = true},
+                                 .reg = d_reg,
+                                 .dereg = d_dereg,
+                                 .post = nic_dpdk_post,
+                                 .poll = nic_dpdk_poll,
+                                 .close = dclose};
+  be->hdr_pool = g.hdr_pool;
+  be->own_eal = g.started_eal;
+  pthread_mutex_init(&be->reg_lock, NULL);
+  pthread_mutex_init(&be->lock, NULL);
+  pthread_mutex_init(&be->cq_lock, NULL);
+  the_backend = be;
+  if (g.have_port && !(be->default_ep = nic_dpdk_endpoint(&be->pub, g.port, g.queue)))
+    nic_log_warn("dpdk: port %u queue %u is not usable", g.port, g.queue);
+  return &be->pub;
+}

@@ -1,0 +1,129 @@
+/* The dpdk backend's own API, exported by libnicmalloc-dpdk.so (link it, or dlsym the loaded
+ * plugin). Registrations are rte_extmem_register + rte_dev_dma_map; a post becomes one mbuf
+ * chain of rte_pktmbuf_attach_extbuf segments pointing into the registered memory (zero-copy),
+ * sent with rte_eth_tx_burst. The post completes when the driver frees the last segment.
+ *
+ * EAL: when the application already runs it (nic_dpdk_attach, or EAL found initialised), the
+ * backend uses it and starts no port. Otherwise open() starts it with
+ *   --no-huge -m 256 --no-pci --no-shconf --no-telemetry --log-level=notice --lcores=0@(cpus)
+ * (NICMALLOC_DPDK_EAL_ARGS, split at spaces, replaces that list), adds --vdev for each
+ * ';'-separated entry of NICMALLOC_DPDK_VDEV (e.g. "net_ring0" or
+ * "net_af_packet0,iface=veth0"), and configures and starts every port with one rx and one tx
+ * queue. The first port, queue 0, is the default endpoint. EAL lives until the process exits.
+ *
+ * Registrations: local access only (remote access is -EOPNOTSUPP, rkey always 0); lkey and
+ * handle are the registration's slot. A completion's 0 means the driver let go of the memory:
+ * like any Ethernet NIC, a driver may drop a frame it cannot send (too long for the port). */
+#ifndef NIC_DPDK_H
+#define NIC_DPDK_H
+
+#include "backend.h"
+
+#include <stdbool.h>
+#include <stdint.h>
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+struct rte_mbuf;
+
+/* The application owns EAL and has configured and started port_id with tx queue queue_id:
+ * the backend never starts EAL and uses that queue as its default endpoint. Call before the
+ * backend opens (after, it just replaces the default endpoint). 0 or -EINVAL (no such port). */
+int nic_dpdk_attach(uint16_t port_id, uint16_t queue_id);
+
+/* An endpoint on a started port's tx queue. Every registration is DMA-mapped for the port's
+ * device. Posts to one endpoint may come from several threads (a lock serialises tx_burst).
+ * NULL with errno on error. */
+struct nic_endpoint *nic_dpdk_endpoint(struct nic_backend *b, uint16_t port_id, uint16_t queue_id);
+/* The port nicmalloc started (or the attached one), or NULL when there is none. */
+struct nic_endpoint *nic_dpdk_default_endpoint(struct nic_backend *b);
+/* 0, or -EBUSY while posts on it are in flight. The default endpoint cannot be closed. */
+int nic_dpdk_endpoint_close(struct nic_backend *b, struct nic_endpoint *ep);
+/* Which port and queue an endpoint sends on. */
+void nic_dpdk_endpoint_port(const struct nic_endpoint *ep, uint16_t *port_id, uint16_t *queue_id);
+/* Whether this backend started EAL itself. */
+bool nic_dpdk_owns_eal(struct nic_backend *b);
+
+/* The helper under post(): an mbuf chain over the n entries (one extbuf segment per entry,
+ * entries over 64 KiB - 1 split), which the caller may send however it likes. When the last
+ * segment is freed, done(arg, 0) is queued; it runs from the backend's poll(), never from the
+ * free. NULL with errno: EINVAL (bad entry, too many segments), EFAULT (an entry not covered by
+ * the registration its lkey names), ENOBUFS (no mbuf headers), ENOMEM. */
+struct rte_mbuf *nic_dpdk_chain(struct nic_backend *b, const struct nic_sge *sge, unsigned n,
+                                nic_completion_fn done, void *arg);
+
+#ifdef __cplusplus
+}
+#endif
+
+/* ---- Shared by dpdk.c and dpdk_mbuf.c only. ---- */
+#ifdef NIC_DPDK_INTERNAL
+#include <pthread.h>
+#include <rte_mbuf.h>
+#include <rte_spinlock.h>
+#include <stdatomic.h>
+
+#define NIC_EXPORT __attribute__((visibility("default")))
+#define NIC_DPDK_MAX_REGS 64        /* each extmem registration takes one of 128 memseg lists */
+#define NIC_DPDK_SEG_MAX UINT16_MAX /* extbuf buf_len is 16 bits */
+
+struct dreg {
+  bool used;
+  void *base; /* as asked for: entries are checked against it */
+  size_t len;
+  void *map_base; /* page-aligned range given to DPDK */
+  size_t map_len;
+  size_t page_sz;
+  rte_iova_t *iovas; /* per page, IOVA-as-PA mode only; NULL means IOVA = VA */
+  atomic_uint inflight;
+};
+
+struct nic_endpoint {
+  uint16_t port, queue;
+  uint16_t max_segs;
+  bool no_cleanup;     /* driver has no tx_done_cleanup */
+  rte_spinlock_t lock; /* tx_burst and tx_done_cleanup on one queue must not overlap */
+  atomic_uint inflight;
+  struct rte_device *dev;
+  struct nic_endpoint *next;
+};
+
+/* One post or chain: its segments share this shinfo, whose refcount is the segment count, so
+ * DPDK itself tells us (free_cb) when the last one is gone. */
+struct dpost {
+  struct rte_mbuf_ext_shared_info shinfo;
+  struct dbackend *be;
+  struct nic_endpoint *ep; /* NULL for nic_dpdk_chain */
+  nic_completion_fn done;
+  void *arg;
+  int status;
+  struct dpost *next; /* on the completion queue */
+  unsigned n;
+  uint8_t slots[]; /* registration per entry, for in-flight counts */
+};
+
+struct dbackend {
+  struct nic_backend pub;
+  struct rte_mempool *hdr_pool; /* data-less mbufs that carry the extbufs */
+  bool own_eal;
+  pthread_mutex_t reg_lock; /* registrations: held across extmem registration, not by poll */
+  pthread_mutex_t lock;     /* the endpoint list (taken after reg_lock) */
+  struct nic_endpoint *eps, *default_ep;
+  pthread_mutex_t cq_lock; /* completion queue: free_cb runs on any thread */
+  struct dpost *cq_head, *cq_tail;
+  struct dreg regs[NIC_DPDK_MAX_REGS];
+};
+
+/* dpdk_mbuf.c: the data path (chains, posts, completions, endpoints). */
+int nic_dpdk_post(struct nic_backend *b, struct nic_endpoint *ep, const struct nic_sge *sge,
+                  unsigned n, nic_completion_fn done, void *arg);
+int nic_dpdk_poll(struct nic_backend *b, int max);
+int nic_dpdk_run_completions(struct dbackend *be, int max);
+/* dpdk.c: DMA-maps (or unmaps) r for dev. 0 or -rte_errno; devices without DMA mapping
+ * (virtual ones) count as success. Callers hold reg_lock and lock. */
+int nic_dpdk_dma(struct rte_device *dev, struct dreg *r, bool map);
+#endif
+
+#endif

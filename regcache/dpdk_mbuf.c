@@ -1,0 +1,257 @@
+/* The data path: scatter-gather list -> mbuf chain of external-buffer segments, posts,
+ * completions, endpoints.
+ *
+ * Every segment of a chain points into registered memory (rte_pktmbuf_attach_extbuf, no copy)
+ * and shares one rte_mbuf_ext_shared_info whose refcount is the segment count: DPDK calls its
+ * free_cb once, when the driver (after TX) or the receiving peer (net_ring hands over the very
+ * mbufs) frees the last segment. That may be inside rte_eth_tx_burst, inside
+ * rte_eth_tx_done_cleanup, or on another thread, so free_cb only queues the completion; done()
+ * runs from poll(). */
+#define _GNU_SOURCE
+#define NIC_DPDK_INTERNAL
+#include "dpdk.h"
+
+#include <errno.h>
+#include <rte_ethdev.h>
+#include <stdlib.h>
+
+/* The registration an entry names (lkey = slot), if it covers the entry. */
+static struct dreg *covering(struct dbackend *be, const struct nic_sge *s) {
+  if (s->lkey >= NIC_DPDK_MAX_REGS) return NULL;
+  struct dreg *r = &be->regs[s->lkey];
+  uintptr_t a = (uintptr_t)s->addr, lo = (uintptr_t)r->base;
+  if (!r->used || a < lo || a - lo > r->len || s->len > r->len - (a - lo)) return NULL;
+  return r;
+}
+
+/* Longest segment starting at addr: 16-bit buf_len, and in IOVA-as-PA mode no page crossing
+ * (the pages need not be physically contiguous). */
+static uint32_t seg_len(const struct dreg *r, uintptr_t addr, uint32_t left) {
+  uint32_t max = NIC_DPDK_SEG_MAX;
+  if (r->iovas) {
+    size_t to_page_end = r->page_sz - (addr - (uintptr_t)r->map_base) % r->page_sz;
+    if (to_page_end < max) max = (uint32_t)to_page_end;
+  }
+  return left < max ? left : max;
+}
+
+static rte_iova_t iova_of(const struct dreg *r, uintptr_t addr) {
+  if (!r->iovas) return (rte_iova_t)addr;
+  size_t off = addr - (uintptr_t)r->map_base;
+  return r->iovas[off / r->page_sz] + off % r->page_sz;
+}
+
+static void enqueue(struct dbackend *be, struct dpost *p) {
+  p->next = NULL;
+  pthread_mutex_lock(&be->cq_lock);
+  if (be->cq_tail)
+    be->cq_tail->next = p;
+  else
+    be->cq_head = p;
+  be->cq_tail = p;
+  pthread_mutex_unlock(&be->cq_lock);
+}
+
+/* The memory is free again as soon as the last segment is: release the registrations now (so
+ * dereg succeeds), run done() later from poll. */
+static void chain_freed(void *addr, void *opaque) {
+  (void)addr;
+  struct dpost *p = opaque;
+  for (unsigned i = 0; i < p->n; i++)
+    atomic_fetch_sub(&p->be->regs[p->slots[i]].inflight, 1);
+  enqueue(p->be, p);
+}
+
+static struct dpost *new_post(struct dbackend *be, struct nic_endpoint *ep, unsigned n,
+                              nic_completion_fn done, void *arg) {
+  struct dpost *p = malloc(sizeof *p + n);
+  if (!p) return NULL;
+  *p = (struct dpost){.be = be, .ep = ep, .done = done, .arg = arg};
+  p->shinfo.free_cb = chain_freed;
+  p->shinfo.fcb_opaque = p;
+  if (ep) atomic_fetch_add(&ep->inflight, 1);
+  return p;
+}
+
+static int fail(struct dbackend *be, struct nic_endpoint *ep, nic_completion_fn done, void *arg,
+                int status) {
+  struct dpost *p = new_post(be, ep, 0, done, arg);
+  if (!p) return -ENOMEM;
+  p->status = status;
+  enqueue(be, p);
+  return 0;
+}
+
+static struct rte_mbuf *build(struct dbackend *be, struct nic_endpoint *ep,
+                              const struct nic_sge *sge, unsigned n, nic_completion_fn done,
+                              void *arg, int *err) {
+  uint32_t max_segs = ep ? ep->max_segs : RTE_MBUF_MAX_NB_SEGS, segs = 0;
+  uint64_t total = 0;
+  *err = -EINVAL;
+  if (!sge || !n || n > be->pub.caps.max_sge || !done) return NULL;
+  for (unsigned i = 0; i < n; i++) { /* validate and count before touching anything */
+    if (!sge[i].addr || !sge[i].len) return NULL;
+    const struct dreg *r = covering(be, &sge[i]);
+    if (!r) return *err = -EFAULT, NULL;
+    for (uintptr_t a = (uintptr_t)sge[i].addr, left = sge[i].len; left; segs++) {
+      uint32_t l = seg_len(r, a, (uint32_t)left);
+      a += l;
+      left -= l;
+    }
+    total += sge[i].len;
+  }
+  if (segs > max_segs || total > UINT32_MAX) return NULL;
+  struct dpost *p = new_post(be, ep, n, done, arg);
+  if (!p) return *err = -ENOMEM, NULL;
+  /* Take every header first: a half-built chain could not be freed without firing free_cb. */
+  struct rte_mbuf *head = NULL, **link = &head;
+  for (uint32_t i = 0; i < segs; i++, link = &(*link)->next)
+    if (!(*link = rte_pktmbuf_alloc(be->hdr_pool))) {
+      rte_pktmbuf_free(head);
+      if (ep) atomic_fetch_sub(&ep->inflight, 1);
+      free(p);
+      return *err = -ENOBUFS, NULL;
+    }
+  rte_mbuf_ext_refcnt_set(&p->shinfo, (uint16_t)segs);
+  struct rte_mbuf *m = head;
+  for (unsigned i = 0; i < n; i++) {
+    struct dreg *r = covering(be, &sge[i]);
+    p->slots[p->n++] = (uint8_t)sge[i].lkey;
+    atomic_fetch_add(&r->inflight, 1);
+    for (uintptr_t a = (uintptr_t)sge[i].addr, left = sge[i].len; left; m = m->next) {
+      uint32_t l = seg_len(r, a, (uint32_t)left);
+      rte_pktmbuf_attach_extbuf(m, (void *)a, iova_of(r, a), (uint16_t)l, &p->shinfo);
+      m->data_len = (uint16_t)l;
+      a += l;
+      left -= l;
+    }
+  }
+  head->nb_segs = (uint16_t)segs;
+  head->pkt_len = (uint32_t)total;
+  *err = 0;
+  return head;
+}
+
+int nic_dpdk_run_completions(struct dbackend *be, int max) {
+  int ran = 0;
+  if (max <= 0) max = 1 << 30;
+  while (ran < max) {
+    pthread_mutex_lock(&be->cq_lock);
+    struct dpost *p = be->cq_head;
+    if (p && !(be->cq_head = p->next)) be->cq_tail = NULL;
+    pthread_mutex_unlock(&be->cq_lock);
+    if (!p) break;
+    if (p->ep) atomic_fetch_sub(&p->ep->inflight, 1);
+    p->done(p->arg, p->status);
+    free(p);
+    ran++;
+  }
+  return ran;
+}
+
+/* A full tx queue gets one cleanup and one retry; then the post completes with -EAGAIN (the
+ * chain is freed, nothing was sent) and the caller decides whether to resend. */
+int nic_dpdk_post(struct nic_backend *b, struct nic_endpoint *ep, const struct nic_sge *sge,
+                  unsigned n, nic_completion_fn done, void *arg) {
+  struct dbackend *be = (struct dbackend *)b;
+  int err;
+  if (!ep || !done) return -EINVAL;
+  struct rte_mbuf *m = build(be, ep, sge, n, done, arg, &err);
+  if (!m) /* -EFAULT and -ENOBUFS complete like a NIC error would */
+    return err == -EINVAL || err == -ENOMEM ? err : fail(be, ep, done, arg, err);
+  rte_spinlock_lock(&ep->lock);
+  uint16_t sent = rte_eth_tx_burst(ep->port, ep->queue, &m, 1);
+  if (!sent && !ep->no_cleanup && rte_eth_tx_done_cleanup(ep->port, ep->queue, 0) >= 0)
+    sent = rte_eth_tx_burst(ep->port, ep->queue, &m, 1);
+  rte_spinlock_unlock(&ep->lock);
+  if (!sent) {
+    ((struct dpost *)m->shinfo->fcb_opaque)->status = -EAGAIN;
+    rte_pktmbuf_free(m);
+  }
+  return 0;
+}
+
+/* Drivers that hold sent mbufs until the next tx call get a cleanup here, so completions do
+ * not wait for more traffic; a queue busy in another thread's tx_burst is skipped. */
+int nic_dpdk_poll(struct nic_backend *b, int max) {
+  struct dbackend *be = (struct dbackend *)b;
+  pthread_mutex_lock(&be->lock);
+  for (struct nic_endpoint *ep = be->eps; ep; ep = ep->next) {
+    if (ep->no_cleanup || !rte_spinlock_trylock(&ep->lock)) continue;
+    if (rte_eth_tx_done_cleanup(ep->port, ep->queue, 0) == -ENOTSUP) ep->no_cleanup = true;
+    rte_spinlock_unlock(&ep->lock);
+  }
+  pthread_mutex_unlock(&be->lock);
+  return nic_dpdk_run_completions(be, max);
+}
+
+/* Maps (or unmaps) every registration for dev, unless another endpoint already shares it. */
+static int dma_dev(struct dbackend *be, struct nic_endpoint *self, bool map) {
+  for (struct nic_endpoint *o = be->eps; o; o = o->next)
+    if (o != self && o->dev == self->dev) return 0;
+  int rc = 0, i = 0;
+  for (; i < NIC_DPDK_MAX_REGS && !rc; i++)
+    if (be->regs[i].used) rc = nic_dpdk_dma(self->dev, &be->regs[i], map);
+  while (rc && map && --i >= 0) /* undo a partial mapping */
+    if (be->regs[i].used) nic_dpdk_dma(self->dev, &be->regs[i], false);
+  return map ? rc : 0;
+}
+
+NIC_EXPORT struct nic_endpoint *nic_dpdk_endpoint(struct nic_backend *b, uint16_t port,
+                                                  uint16_t queue) {
+  struct dbackend *be = (struct dbackend *)b;
+  struct rte_eth_dev_info info;
+  if (!be || rte_eth_dev_info_get(port, &info) || queue >= info.max_tx_queues) {
+    errno = EINVAL;
+    return NULL;
+  }
+  struct nic_endpoint *ep = calloc(1, sizeof *ep);
+  if (!ep) return NULL;
+  uint16_t segs = info.tx_desc_lim.nb_seg_max;
+  *ep = (struct nic_endpoint){.port = port,
+                              .queue = queue,
+                              .dev = info.device,
+                              .max_segs = segs ? segs : RTE_MBUF_MAX_NB_SEGS};
+  rte_spinlock_init(&ep->lock);
+  pthread_mutex_lock(&be->reg_lock);
+  pthread_mutex_lock(&be->lock);
+  int rc = dma_dev(be, ep, true);
+  if (!rc) ep->next = be->eps, be->eps = ep;
+  pthread_mutex_unlock(&be->lock);
+  pthread_mutex_unlock(&be->reg_lock);
+  if (rc) free(ep), errno = -rc;
+  return rc ? NULL : ep;
+}
+
+NIC_EXPORT int nic_dpdk_endpoint_close(struct nic_backend *b, struct nic_endpoint *ep) {
+  struct dbackend *be = (struct dbackend *)b;
+  int rc = -EINVAL;
+  pthread_mutex_lock(&be->reg_lock);
+  pthread_mutex_lock(&be->lock);
+  for (struct nic_endpoint **pp = &be->eps; *pp && ep != be->default_ep; pp = &(*pp)->next) {
+    if (*pp != ep) continue;
+    rc = atomic_load(&ep->inflight) ? -EBUSY : 0;
+    if (!rc) *pp = ep->next, dma_dev(be, ep, false);
+    break;
+  }
+  pthread_mutex_unlock(&be->lock);
+  pthread_mutex_unlock(&be->reg_lock);
+  if (!rc) free(ep);
+  return rc;
+}
+
+NIC_EXPORT struct nic_endpoint *nic_dpdk_default_endpoint(struct nic_backend *b) {
+  return b ? ((struct dbackend *)b)->default_ep : NULL;
+}
+NIC_EXPORT void nic_dpdk_endpoint_port(const struct nic_endpoint *ep, uint16_t *port,
+                                       uint16_t *queue) {
+  if (port) *port = ep->port;
+  if (queue) *queue = ep->queue;
+}
+NIC_EXPORT struct rte_mbuf *nic_dpdk_chain(struct nic_backend *b, const struct nic_sge *sge,
+                                           unsigned n, nic_completion_fn done, void *arg) {
+  int err = -EINVAL;
+  struct rte_mbuf *m = b ? build((struct dbackend *)b, NULL, sge, n, done, arg, &err) : NULL;
+  if (!m) errno = -err;
+  return m;
+}

@@ -1,0 +1,86 @@
+/* Internal to the sim backend: the state sim_nic.c (table, post, poll, close) shares with
+ * sim_dma.c (the engine thread). Not for other modules: use sim_nic.h. */
+#ifndef NIC_SIM_DMA_H
+#define NIC_SIM_DMA_H
+
+#include "sim_delays.h"
+#include "sim_nic.h"
+
+#include <pthread.h>
+
+#define SIM_NO_SLOT UINT32_MAX
+
+/* One registration slot. lkey = generation << 16 | slot index, as hardware keys carry an index
+ * and a variant: a stale lkey fails the lookup until its slot has been reused 65535 times. */
+struct sim_reg {
+  uint32_t lkey;     /* 0 = free */
+  uint32_t inflight; /* entries of posts not yet completed that name this lkey */
+  uint16_t gen;
+  uintptr_t base;
+  size_t len;
+  unsigned access;
+  uint32_t next_free;
+};
+
+struct nic_endpoint {
+  struct sim_nic *sim;
+  nic_sim_receive_fn receive;
+  void *arg;
+  unsigned flags;
+  uint64_t inflight;
+  struct nic_endpoint *next;
+};
+
+/* One post. Items are recycled through a free list, so steady-state posting does not allocate. */
+struct sim_work {
+  struct sim_work *next;
+  struct nic_endpoint *ep;
+  nic_completion_fn done;
+  void *arg;
+  uint64_t due_ns;
+  int status;
+  unsigned n;
+  uint32_t *held; /* per entry: the slot whose inflight count it holds, or SIM_NO_SLOT */
+  struct nic_sge sge[];
+};
+
+struct sim_queue {
+  struct sim_work *head, *tail;
+};
+
+struct sim_nic {
+  struct nic_backend b; /* first: b.priv points back here */
+  pthread_mutex_t lock;
+  pthread_cond_t wake; /* the engine waits on it (CLOCK_MONOTONIC) */
+  pthread_t thread;
+  bool stop, paused;
+  struct sim_queue pending;   /* waiting for their DMA, in post order */
+  struct sim_queue completed; /* DMA done, waiting for poll() */
+  struct sim_work *free_work;
+  size_t work_size;
+  uint64_t last_due;
+  struct sim_reg *regs;
+  uint32_t free_slot, unused_slot; /* free list of returned slots; first never-used slot */
+  struct nic_endpoint *endpoints;
+  struct nic_sim_delays delays;
+  struct nic_tcache *tcache;
+  struct nic_sim_stats st;
+  char *msg; /* the engine's message buffer */
+  size_t msg_cap;
+};
+
+uint64_t sim_now_ns(void);
+/* The slot for lkey, or NULL. Lock held. */
+struct sim_reg *sim_lookup(struct sim_nic *s, uint32_t lkey);
+/* Drops the inflight counts w holds (on its registrations and endpoint). Lock held. */
+void sim_release(struct sim_nic *s, struct sim_work *w);
+/* Lock held: releases w, runs its done with the lock dropped, recycles w. */
+void sim_complete(struct sim_nic *s, struct sim_work *w);
+void sim_queue_push(struct sim_queue *q, struct sim_work *w);
+struct sim_work *sim_queue_pop(struct sim_queue *q);
+
+/* Start and stop the engine thread. */
+int sim_dma_start(struct sim_nic *s);
+void sim_dma_stop(struct sim_nic *s);
+
+#endif

@@ -1,0 +1,338 @@
+/* The sim backend's table, post, poll and close; the engine thread is in sim_dma.c. */
+#define _GNU_SOURCE
+#include "sim_dma.h"
+
+#include "config.h"
+#include "log.h"
+
+#include <errno.h>
+#include <stdlib.h>
+#include <string.h>
+
+#define MAX_SGE_LIMIT 256
+#define MAX_REGIONS_LIMIT 65536 /* the slot index is the lkey's low 16 bits */
+#define REMOTE (NIC_ACCESS_REMOTE_READ | NIC_ACCESS_REMOTE_WRITE)
+
+void nic_sim_config_defaults(struct nic_sim_config *c) {
+  *c = (struct nic_sim_config){.max_sge = 32,
+                               .max_regions = MAX_REGIONS_LIMIT,
+                               .max_region_bytes = (size_t)1 << 30,
+                               .fixed_delay_ns = -1,
+                               .seed = 1};
+  c->tcache = nic_tcache_preset_find(NIC_TCACHE_DEFAULT_PRESET)->params;
+}
+
+static void warn_bad(const char *var, const char *value, const char *expected) {
+  nic_log_warn("%s=%s is not valid (expected %s); using the default", var, value, expected);
+}
+
+void nic_sim_config_from_env(struct nic_sim_config *c) {
+  nic_sim_config_defaults(c);
+  const char *t = getenv("NICMALLOC_SIM_MAX_SGE");
+  size_t v;
+  if (t && nic_parse_size(t, &v) && v >= 1 && v <= MAX_SGE_LIMIT)
+    c->max_sge = (uint32_t)v;
+  else if (t)
+    warn_bad("NICMALLOC_SIM_MAX_SGE", t, "1 to 256");
+  if ((t = getenv("NICMALLOC_SIM_SEED"))) {
+    char *end;
+    errno = 0;
+    unsigned long long seed = strtoull(t, &end, 0);
+    if (!errno && end != t && !*end && *t != '-')
+      c->seed = seed;
+    else
+      warn_bad("NICMALLOC_SIM_SEED", t, "an unsigned integer");
+  }
+  if ((t = getenv("NICMALLOC_SIM_DELAYS")) && !strncmp(t, "fixed:", 6)) {
+    if (nic_parse_size(t + 6, &v) && v <= 10000000)
+      c->fixed_delay_ns = (int64_t)v * 1000;
+    else
+      warn_bad("NICMALLOC_SIM_DELAYS", t, "a file or fixed:<microseconds>");
+  } else if (t && *t) {
+    c->delays_path = t; /* read, and complained about, by nic_sim_open */
+  }
+  nic_tcache_params_from_env(&c->tcache, warn_bad);
+}
+
+/* ---- internals shared with sim_dma.c ---- */
+struct sim_reg *sim_lookup(struct sim_nic *s, uint32_t lkey) {
+  uint32_t i = lkey & 0xffff;
+  if (!lkey || i >= s->unused_slot) return NULL;
+  return s->regs[i].lkey == lkey ? &s->regs[i] : NULL;
+}
+
+/* ---- the ops table ---- */
+static int sim_reg(struct nic_backend *b, void *base, size_t len, unsigned access,
+                   struct nic_registration *out) {
+  struct sim_nic *s = b->priv;
+  unsigned known = NIC_ACCESS_LOCAL_WRITE | REMOTE;
+  if (!base || !len || len > b->caps.max_region_bytes || (uintptr_t)base + len < (uintptr_t)base ||
+      (access & ~known) || !out)
+    return -EINVAL;
+  pthread_mutex_lock(&s->lock);
+  uint32_t i = s->free_slot;
+  if (i != SIM_NO_SLOT) {
+    s->free_slot = s->regs[i].next_free;
+  } else if (s->unused_slot < b->caps.max_regions) {
+    i = s->unused_slot++;
+  } else {
+    pthread_mutex_unlock(&s->lock);
+    return -ENOMEM; /* what ibv_reg_mr says when the NIC's table is full */
+  }
+  struct sim_reg *r = &s->regs[i];
+  uint16_t gen = (uint16_t)(r->gen % 0xffff + 1); /* 1..65535: the lkey is never 0 */
+  uint32_t lkey = (uint32_t)gen << 16 | i;
+  *r = (struct sim_reg){
+      .lkey = lkey, .gen = gen, .base = (uintptr_t)base, .len = len, .access = access};
+  s->st.regions++;
+  s->st.registered_bytes += len;
+  s->st.entries_needed += nic_tcache_entries_for(nic_tcache_params_of(s->tcache), r->base, len);
+  pthread_mutex_unlock(&s->lock);
+  /* As on mlx5, rkey = lkey, but only when remote access was asked for. */
+  *out = (struct nic_registration){.base = base,
+                                   .len = len,
+                                   .access = access,
+                                   .lkey = lkey,
+                                   .rkey = (access & REMOTE) ? lkey : 0,
+                                   .handle = lkey};
+  return 0;
+}
+
+static int sim_dereg(struct nic_backend *b, struct nic_registration *reg) {
+  struct sim_nic *s = b->priv;
+  if (!reg) return -EINVAL;
+  pthread_mutex_lock(&s->lock);
+  struct sim_reg *r = sim_lookup(s, reg->lkey);
+  int rc = 0;
+  if (!r || r->base != (uintptr_t)reg->base || r->len != reg->len) {
+    rc = -EINVAL;
+  } else if (r->inflight) {
+    rc = -EBUSY;
+  } else {
+    nic_tcache_forget(s->tcache, r->lkey); /* the NIC invalidates its cached entries */
+    s->st.regions--;
+    s->st.registered_bytes -= r->len;
+    s->st.entries_needed -=
+        nic_tcache_entries_for(nic_tcache_params_of(s->tcache), r->base, r->len);
+    r->lkey = 0;
+    r->next_free = s->free_slot;
+    s->free_slot = (uint32_t)(r - s->regs);
+  }
+  pthread_mutex_unlock(&s->lock);
+  return rc;
+}
+
+static int sim_post(struct nic_backend *b, struct nic_endpoint *ep, const struct nic_sge *sge,
+                    unsigned n, nic_completion_fn done, void *arg) {
+  struct sim_nic *s = b->priv;
+  bool ok = ep && ep->sim == s && sge && n >= 1 && n <= b->caps.max_sge;
+  for (unsigned i = 0; ok && i < n; i++)
+    ok = sge[i].len > 0;
+  pthread_mutex_lock(&s->lock);
+  if (!ok) {
+    s->st.rejected++;
+    pthread_mutex_unlock(&s->lock);
+    return -EINVAL;
+  }
+  struct sim_work *w = s->free_work;
+  if (w) {
+    s->free_work = w->next;
+  } else { /* grow the pool outside the lock; it is never shrunk before close */
+    pthread_mutex_unlock(&s->lock);
+    if (!(w = malloc(s->work_size))) return -ENOMEM;
+    pthread_mutex_lock(&s->lock);
+  }
+  *w = (struct sim_work){.ep = ep, .done = done, .arg = arg, .n = n};
+  w->held = (uint32_t *)&w->sge[b->caps.max_sge];
+  memcpy(w->sge, sge, n * sizeof *sge); /* the caller's array may be on its stack */
+  for (unsigned i = 0; i < n; i++) {    /* hold what the entries name, so dereg says EBUSY */
+    struct sim_reg *r = sim_lookup(s, sge[i].lkey);
+    w->held[i] = r ? (uint32_t)(r - s->regs) : SIM_NO_SLOT;
+    if (r) r->inflight++;
+  }
+  uint64_t delay = nic_sim_delays_next(&s->delays), due = sim_now_ns() + delay;
+  w->due_ns = s->last_due = due > s->last_due ? due : s->last_due; /* in post order */
+  s->st.delay_ns += delay;
+  bool was_idle = !s->pending.head;
+  sim_queue_push(&s->pending, w);
+  ep->inflight++;
+  s->st.posts++;
+  s->st.in_flight++;
+  if (was_idle) pthread_cond_signal(&s->wake);
+  pthread_mutex_unlock(&s->lock);
+  return 0;
+}
+
+/* max <= 0 runs every ready completion. */
+static int sim_poll(struct nic_backend *b, int max) {
+  struct sim_nic *s = b->priv;
+  int ran = 0;
+  pthread_mutex_lock(&s->lock);
+  for (struct sim_work *w; (max <= 0 || ran < max) && (w = sim_queue_pop(&s->completed)); ran++)
+    sim_complete(s, w);
+  pthread_mutex_unlock(&s->lock);
+  return ran;
+}
+
+static void sim_close(struct nic_backend *b) {
+  struct sim_nic *s = b->priv;
+  sim_dma_stop(s);
+  pthread_mutex_lock(&s->lock);
+  struct sim_work *w;
+  while ((w = sim_queue_pop(&s->completed)))
+    sim_complete(s, w); /* their real status */
+  while ((w = sim_queue_pop(&s->pending))) {
+    w->status = -ECANCELED;
+    sim_complete(s, w);
+  }
+  pthread_mutex_unlock(&s->lock);
+  while ((w = s->free_work)) {
+    s->free_work = w->next;
+    free(w);
+  }
+  for (struct nic_endpoint *ep = s->endpoints, *next; ep; ep = next) {
+    next = ep->next;
+    free(ep);
+  }
+  nic_tcache_free(s->tcache);
+  nic_sim_delays_release(&s->delays);
+  pthread_mutex_destroy(&s->lock);
+  free(s->regs);
+  free(s->msg);
+  free(s);
+}
+
+bool nic_sim_is(const struct nic_backend *b) {
+  return b && b->close == sim_close;
+}
+
+static void load_delays(struct sim_nic *s, const struct nic_sim_config *c) {
+  if (c->fixed_delay_ns >= 0) {
+    nic_sim_delays_fixed(&s->delays, (uint64_t)c->fixed_delay_ns);
+    return;
+  }
+  nic_sim_delays_builtin(&s->delays, c->seed);
+  if (!c->delays_path) return;
+  unsigned line;
+  int rc = nic_sim_delays_load(&s->delays, c->delays_path, c->seed, &line);
+  if (rc == -EINVAL && line)
+    nic_log_warn("NICMALLOC_SIM_DELAYS=%s: line %u is not a delay in microseconds (0 to 1e7); "
+                 "using the built-in delays",
+                 c->delays_path, line);
+  else if (rc == -EINVAL)
+    nic_log_warn("NICMALLOC_SIM_DELAYS=%s holds no delays; using the built-in delays",
+                 c->delays_path);
+  else if (rc)
+    nic_log_warn("NICMALLOC_SIM_DELAYS=%s cannot be read (%s); using the built-in delays",
+                 c->delays_path, strerror(-rc));
+}
+
+struct nic_backend *nic_sim_open(const struct nic_sim_config *c) {
+  if (!c || c->max_sge < 1 || c->max_sge > MAX_SGE_LIMIT || c->max_regions < 1 ||
+      c->max_regions > MAX_REGIONS_LIMIT || !c->max_region_bytes ||
+      !nic_tcache_params_valid(&c->tcache)) {
+    errno = EINVAL;
+    return NULL;
+  }
+  struct sim_nic *s = calloc(1, sizeof *s);
+  if (!s) return NULL;
+  s->regs = calloc(c->max_regions, sizeof *s->regs);
+  s->tcache = nic_tcache_new(&c->tcache);
+  if (!s->regs || !s->tcache || pthread_mutex_init(&s->lock, NULL)) {
+    nic_tcache_free(s->tcache);
+    free(s->regs);
+    free(s);
+    errno = ENOMEM;
+    return NULL;
+  }
+  load_delays(s, c);
+  s->free_slot = SIM_NO_SLOT;
+  s->paused = c->start_paused;
+  s->work_size = sizeof(struct sim_work) + c->max_sge * (sizeof(struct nic_sge) + sizeof(uint32_t));
+  s->b = (struct nic_backend){.name = "sim",
+                              .caps = {.max_sge = c->max_sge,
+                                       .max_region_bytes = c->max_region_bytes,
+                                       .max_regions = c->max_regions,
+                                       .zero_copy = true /* reads the caller's memory */},
+                              .reg = sim_reg,
+                              .dereg = sim_dereg,
+                              .post = sim_post,
+                              .poll = sim_poll,
+                              .close = sim_close,
+                              .priv = s};
+  int rc = sim_dma_start(s);
+  if (rc) {
+    nic_tcache_free(s->tcache);
+    nic_sim_delays_release(&s->delays);
+    pthread_mutex_destroy(&s->lock);
+    free(s->regs);
+    free(s);
+    errno = rc;
+    return NULL;
+  }
+  return &s->b;
+}
+
+struct nic_backend *nic_backend_sim_open(void) {
+  struct nic_sim_config c;
+  nic_sim_config_from_env(&c);
+  return nic_sim_open(&c);
+}
+
+struct nic_endpoint *nic_sim_endpoint_open_ex(struct nic_backend *b, nic_sim_receive_fn receive,
+                                              void *arg, unsigned flags) {
+  struct nic_endpoint *ep;
+  if (!nic_sim_is(b) || (flags & ~(unsigned)NIC_SIM_EP_ENGINE_COMPLETIONS)) {
+    errno = EINVAL;
+    return NULL;
+  }
+  if (!(ep = calloc(1, sizeof *ep))) return NULL;
+  struct sim_nic *s = b->priv;
+  *ep = (struct nic_endpoint){.sim = s, .receive = receive, .arg = arg, .flags = flags};
+  pthread_mutex_lock(&s->lock);
+  ep->next = s->endpoints;
+  s->endpoints = ep;
+  pthread_mutex_unlock(&s->lock);
+  return ep;
+}
+
+struct nic_endpoint *nic_sim_endpoint_open(struct nic_backend *b, nic_sim_receive_fn receive,
+                                           void *arg) {
+  return nic_sim_endpoint_open_ex(b, receive, arg, 0);
+}
+
+int nic_sim_endpoint_close(struct nic_backend *b, struct nic_endpoint *ep) {
+  if (!nic_sim_is(b) || !ep || ep->sim != b->priv) return -EINVAL;
+  struct sim_nic *s = b->priv;
+  pthread_mutex_lock(&s->lock);
+  int rc = ep->inflight ? -EBUSY : 0;
+  for (struct nic_endpoint **p = &s->endpoints; !rc && *p; p = &(*p)->next)
+    if (*p == ep) {
+      *p = ep->next;
+      break;
+    }
+  pthread_mutex_unlock(&s->lock);
+  if (!rc) free(ep);
+  return rc;
+}
+
+void nic_sim_pause(struct nic_backend *b, bool paused) {
+  struct sim_nic *s = b->priv;
+  pthread_mutex_lock(&s->lock);
+  s->paused = paused;
+  pthread_cond_signal(&s->wake);
+  pthread_mutex_unlock(&s->lock);
+}
+
+void nic_sim_get_stats(struct nic_backend *b, struct nic_sim_stats *out) {
+  struct sim_nic *s = b->priv;
+  pthread_mutex_lock(&s->lock);
+  *out = s->st;
+  nic_tcache_get(s->tcache, &out->tcache);
+  out->tcache_params = *nic_tcache_params_of(s->tcache);
+  out->delay_table_len = s->delays.n;
+  out->delay_table_builtin = s->delays.builtin;
+  pthread_mutex_unlock(&s->lock);
+  out->modeled_misses = out->tcache.misses;
+  out->modeled_ns = out->tcache.modeled_ns;
+}

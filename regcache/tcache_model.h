@@ -1,0 +1,102 @@
+/* A model of the NIC's address-translation cache: what a ConnectX-class NIC must hold on chip to
+ * DMA from registered memory. Each region has MPT entries (its key, bounds and rights) and one
+ * MTT entry per page (virtual page -> bus address) at the page size the registration was made
+ * with. Both kinds share one LRU cache of `capacity` entries; every entry a DMA needs that is
+ * not cached costs one miss (a PCIe read of host memory, ~1 us).
+ *
+ * Also counts the working set: distinct regions and pages touched by the last `window`
+ * accesses, which is what the pressure figure compares with the capacity.
+ *
+ * Standalone: libc only, no other nicmalloc module. Not thread-safe: one model per thread, or
+ * the caller serializes. Used by the sim backend, the MR-miss benchmark and the pressure
+ * tracker. */
+#ifndef NIC_TCACHE_MODEL_H
+#define NIC_TCACHE_MODEL_H
+
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+struct nic_tcache_params {
+  uint32_t capacity;       /* cache entries, MPT and MTT together; 1 .. 2^24 */
+  uint32_t mpt_per_region; /* entries each region's MPT takes; 0 = do not model MPT; <= 16 */
+  uint64_t page_size;      /* MTT granularity: a power of two from 4 KiB to 1 GiB */
+  uint32_t miss_ns;        /* modeled cost of one miss */
+  uint32_t window;         /* accesses in the working-set window; 0 = off; <= 2^20 */
+};
+
+struct nic_tcache_preset {
+  const char *name;
+  struct nic_tcache_params params;
+  const char *basis; /* where each number comes from and how sure it is */
+};
+
+#define NIC_TCACHE_DEFAULT_PRESET "cx5"
+
+/* The preset called name, or NULL. */
+const struct nic_tcache_preset *nic_tcache_preset_find(const char *name);
+/* The i-th preset, or NULL past the end: for listing them. */
+const struct nic_tcache_preset *nic_tcache_preset_at(size_t i);
+
+/* Called once per bad setting; the setting keeps its previous value. */
+typedef void (*nic_tcache_warn_fn)(const char *var, const char *value, const char *expected);
+/* Fills *out from NICMALLOC_SIM_TCACHE (preset, default cx5), then the overrides
+ * NICMALLOC_SIM_TCACHE_ENTRIES, NICMALLOC_SIM_TCACHE_PAGE (4K, 2M, 1G or any power of two in
+ * between), NICMALLOC_SIM_MISS_NS and NICMALLOC_SIM_TCACHE_WINDOW. warn may be NULL. */
+void nic_tcache_params_from_env(struct nic_tcache_params *out, nic_tcache_warn_fn warn);
+/* True when every field is in range. */
+bool nic_tcache_params_valid(const struct nic_tcache_params *p);
+/* Entries a region [base, base+len) needs to be fully resident: MPT + pages spanned. */
+uint64_t nic_tcache_entries_for(const struct nic_tcache_params *p, uintptr_t base, size_t len);
+
+struct nic_tcache_counters {
+  uint64_t accesses;   /* nic_tcache_access calls */
+  uint64_t lookups;    /* entries looked up: hits + misses */
+  uint64_t hits;       /* entries found cached */
+  uint64_t misses;     /* mpt_misses + mtt_misses */
+  uint64_t mpt_misses; /* region-key misses */
+  uint64_t mtt_misses; /* page-translation misses */
+  uint64_t evictions;  /* entries pushed out by capacity */
+  uint64_t modeled_ns; /* misses x miss_ns */
+  uint64_t resident;   /* entries cached now */
+  /* Working set over the last `window` accesses (all 0 when the window is off). */
+  uint64_t ws_regions;      /* distinct regions */
+  uint64_t ws_pages;        /* distinct (region, page) pairs */
+  uint64_t ws_entries;      /* ws_regions x mpt_per_region + ws_pages: compare with capacity */
+  uint64_t ws_peak_entries; /* largest ws_entries seen */
+  /* False once the window held more than max(16 x capacity, 64K) distinct keys (so far past
+   * the capacity that the exact figure no longer matters, and its memory stays bounded) or ran
+   * out of memory: the ws_ figures then stay frozen. */
+  bool ws_valid;
+};
+
+struct nic_tcache;
+
+/* NULL with errno EINVAL (bad params) or ENOMEM. Allocates all cache memory up front; only the
+ * working-set table grows later. */
+struct nic_tcache *nic_tcache_new(const struct nic_tcache_params *p);
+struct nic_tcache *nic_tcache_new_preset(const char *name);
+void nic_tcache_free(struct nic_tcache *m);
+const struct nic_tcache_params *nic_tcache_params_of(const struct nic_tcache *m);
+
+/* One DMA of [addr, addr+len) through region `region` (any id unique among live regions) that
+ * starts at region_base. Looks up the MPT entries, then the MTT entry of every page touched
+ * (pages counted from region_base's page, as the MTT does). Returns the misses. Costs O(pages
+ * touched). */
+uint32_t nic_tcache_access(struct nic_tcache *m, uint64_t region, uintptr_t region_base,
+                           uintptr_t addr, size_t len);
+/* Deregistration: drop the region's cached entries, as the NIC invalidates them. O(capacity).
+ * The working-set window keeps its history. */
+void nic_tcache_forget(struct nic_tcache *m, uint64_t region);
+void nic_tcache_get(const struct nic_tcache *m, struct nic_tcache_counters *out);
+/* Zeroes the counters (not the cache contents or the window). */
+void nic_tcache_reset_counters(struct nic_tcache *m);
+
+#ifdef __cplusplus
+}
+#endif
+#endif

@@ -1,0 +1,376 @@
+/* verbs backend (rdma-core): one ibv_reg_mr per registration, posts as signaled sends on the
+ * application's QPs, completions from their send CQs. Built as libnicmalloc-verbs.so. */
+#define _GNU_SOURCE
+#include "verbs.h"
+
+#include "log.h"
+
+#include <errno.h>
+#include <infiniband/verbs.h>
+#include <pthread.h>
+#include <stdarg.h>
+#include <stdatomic.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#define NIC_EXPORT __attribute__((visibility("default")))
+#define VERBS_MAX_REGS 4096 /* chunks plus the registration cache's regions */
+#define VERBS_MAX_SGE 64    /* stack array per post; devices offer ~30 */
+
+/* The plugin cannot reach libnicmalloc's hidden log functions: it carries its own. */
+static void log_line(const char *prefix, const char *fmt, va_list ap) {
+  char buf[512];
+  vsnprintf(buf, sizeof buf, fmt, ap);
+  fprintf(stderr, "nicmalloc: %s%s\n", prefix, buf);
+}
+void nic_log_warn(const char *fmt, ...) {
+  va_list ap;
+  va_start(ap, fmt);
+  log_line("warning: ", fmt, ap);
+  va_end(ap);
+}
+void nic_log_info(const char *fmt, ...) {
+  const char *v = getenv("NICMALLOC_VERBOSE");
+  if (!v || strcmp(v, "1")) return;
+  va_list ap;
+  va_start(ap, fmt);
+  log_line("", fmt, ap);
+  va_end(ap);
+}
+
+struct vreg {
+  struct ibv_mr *mr; /* NULL: free slot */
+  atomic_uint inflight;
+};
+
+struct nic_endpoint {
+  struct ibv_qp *qp;
+  struct ibv_cq *cq;
+  uint32_t max_sge;
+  atomic_uint inflight;
+  struct nic_endpoint *next;
+};
+
+/* One post; wr_id points here until its completion runs. */
+struct vpost {
+  nic_completion_fn done;
+  void *arg;
+  struct nic_endpoint *ep;
+  struct vpost *next; /* on the software completion list */
+  int status;
+  unsigned n;
+  uint32_t slots[];
+};
+
+struct vbackend {
+  struct nic_backend pub;
+  struct ibv_context *ctx;
+  struct ibv_pd *pd;
+  bool odp_capable, odp;
+  pthread_mutex_t reg_lock; /* registrations: held across ibv_reg_mr, so not taken by poll */
+  pthread_mutex_t lock;     /* endpoint list, software completions */
+  struct nic_endpoint *eps;
+  struct vpost *soft_head, *soft_tail; /* posts the NIC never saw (bad entry, queue full) */
+  struct vreg regs[VERBS_MAX_REGS];
+};
+
+NIC_EXPORT int nic_verbs_access_flags(unsigned access, bool odp) {
+  if (access &
+      ~(unsigned)(NIC_ACCESS_LOCAL_WRITE | NIC_ACCESS_REMOTE_READ | NIC_ACCESS_REMOTE_WRITE))
+    return -EINVAL;
+  int flags = 0; /* local read is implicit in verbs */
+  if (access & NIC_ACCESS_LOCAL_WRITE) flags |= IBV_ACCESS_LOCAL_WRITE;
+  if (access & NIC_ACCESS_REMOTE_READ) flags |= IBV_ACCESS_REMOTE_READ;
+  if (access & NIC_ACCESS_REMOTE_WRITE) flags |= IBV_ACCESS_REMOTE_WRITE | IBV_ACCESS_LOCAL_WRITE;
+  if (odp) flags |= IBV_ACCESS_ON_DEMAND;
+  return flags;
+}
+
+NIC_EXPORT uint32_t nic_verbs_exposed_rkey(unsigned access, uint32_t mr_rkey) {
+  return access & (NIC_ACCESS_REMOTE_READ | NIC_ACCESS_REMOTE_WRITE) ? mr_rkey : 0;
+}
+
+NIC_EXPORT int nic_verbs_wc_errno(int status) {
+  static const int map[][2] = {{IBV_WC_SUCCESS, 0},
+                               {IBV_WC_LOC_PROT_ERR, -EFAULT},
+                               {IBV_WC_WR_FLUSH_ERR, -ECANCELED},
+                               {IBV_WC_RETRY_EXC_ERR, -ETIMEDOUT},
+                               {IBV_WC_RNR_RETRY_EXC_ERR, -ETIMEDOUT},
+                               {IBV_WC_REM_ACCESS_ERR, -EACCES},
+                               {IBV_WC_LOC_LEN_ERR, -EMSGSIZE}};
+  for (size_t i = 0; i < sizeof map / sizeof map[0]; i++)
+    if (map[i][0] == status) return map[i][1];
+  return -EIO;
+}
+
+static struct vbackend *vb_of(struct nic_backend *b) {
+  return (struct vbackend *)b;
+}
+
+static int vreg(struct nic_backend *b, void *base, size_t len, unsigned access,
+                struct nic_registration *out) {
+  struct vbackend *vb = vb_of(b);
+  if (!base || !len || !out) return -EINVAL;
+  pthread_mutex_lock(&vb->reg_lock);
+  int flags = nic_verbs_access_flags(access, vb->odp), rc = -ENOSPC;
+  for (uint32_t i = 0; flags >= 0 && i < b->caps.max_regions; i++) {
+    if (vb->regs[i].mr) continue;
+    struct ibv_mr *mr = ibv_reg_mr(vb->pd, base, len, flags);
+    if (!mr) {
+      rc = errno ? -errno : -EIO;
+      break;
+    }
+    vb->regs[i].mr = mr;
+    *out = (struct nic_registration){.base = base,
+                                     .len = len,
+                                     .access = access,
+                                     .lkey = mr->lkey,
+                                     .rkey = nic_verbs_exposed_rkey(access, mr->rkey),
+                                     .handle = i};
+    rc = 0;
+    break;
+  }
+  pthread_mutex_unlock(&vb->reg_lock);
+  return flags < 0 ? flags : rc;
+}
+
+static int vdereg(struct nic_backend *b, struct nic_registration *reg) {
+  struct vbackend *vb = vb_of(b);
+  if (!reg || reg->handle >= b->caps.max_regions) return -EINVAL;
+  struct vreg *r = &vb->regs[reg->handle];
+  pthread_mutex_lock(&vb->reg_lock);
+  int rc = -EINVAL;
+  if (r->mr && r->mr->lkey == reg->lkey) {
+    rc = atomic_load(&r->inflight) ? -EBUSY : -ibv_dereg_mr(r->mr);
+    if (!rc) r->mr = NULL;
+  }
+  pthread_mutex_unlock(&vb->reg_lock);
+  return rc;
+}
+
+/* The registration an entry names, if it covers the entry. The NIC would check the lkey too;
+ * checking here as well lets us count in-flight posts per registration for dereg. */
+static int find_reg(struct vbackend *vb, const struct nic_sge *s) {
+  if (s->handle >= vb->pub.caps.max_regions) return -1;
+  struct ibv_mr *mr = vb->regs[s->handle].mr;
+  if (!mr || mr->lkey != s->lkey) return -1;
+  uintptr_t a = (uintptr_t)s->addr, lo = (uintptr_t)mr->addr;
+  return a >= lo && a - lo <= mr->length && s->len <= mr->length - (a - lo) ? (int)s->handle : -1;
+}
+
+static void finish(struct vbackend *vb, struct vpost *p, int status) {
+  for (unsigned i = 0; i < p->n; i++)
+    atomic_fetch_sub(&vb->regs[p->slots[i]].inflight, 1);
+  atomic_fetch_sub(&p->ep->inflight, 1);
+  p->done(p->arg, status);
+  free(p);
+}
+
+static void soft_complete(struct vbackend *vb, struct vpost *p, int status) {
+  p->status = status;
+  p->next = NULL;
+  pthread_mutex_lock(&vb->lock);
+  if (vb->soft_tail)
+    vb->soft_tail->next = p;
+  else
+    vb->soft_head = p;
+  vb->soft_tail = p;
+  pthread_mutex_unlock(&vb->lock);
+}
+
+/* Failures after validation (uncovered entry: -EFAULT; send queue full: -EAGAIN) complete
+ * through poll like a NIC error would, so callers handle one path. */
+static int vpost(struct nic_backend *b, struct nic_endpoint *ep, const struct nic_sge *sge,
+                 unsigned n, nic_completion_fn done, void *arg) {
+  struct vbackend *vb = vb_of(b);
+  if (!ep || !done || !sge || !n || n > b->caps.max_sge || n > ep->max_sge) return -EINVAL;
+  for (unsigned i = 0; i < n; i++)
+    if (!sge[i].addr || !sge[i].len) return -EINVAL;
+  struct vpost *p = malloc(sizeof *p + n * sizeof p->slots[0]);
+  if (!p) return -ENOMEM;
+  *p = (struct vpost){.done = done, .arg = arg, .ep = ep};
+  atomic_fetch_add(&ep->inflight, 1);
+  struct ibv_sge list[VERBS_MAX_SGE];
+  int status = 0;
+  for (unsigned i = 0; i < n && !status; i++) {
+    int slot = find_reg(vb, &sge[i]);
+    if (slot < 0) {
+      status = -EFAULT;
+      break;
+    }
+    atomic_fetch_add(&vb->regs[slot].inflight, 1);
+    p->slots[p->n++] = (uint32_t)slot;
+    list[i] =
+        (struct ibv_sge){.addr = (uintptr_t)sge[i].addr, .length = sge[i].len, .lkey = sge[i].lkey};
+  }
+  if (!status) {
+    struct ibv_send_wr wr = {.wr_id = (uintptr_t)p,
+                             .sg_list = list,
+                             .num_sge = (int)n,
+                             .opcode = IBV_WR_SEND,
+                             .send_flags = IBV_SEND_SIGNALED};
+    struct ibv_send_wr *bad = NULL;
+    int rc = ibv_post_send(ep->qp, &wr, &bad);
+    if (!rc) return 0;
+    status = rc == ENOMEM ? -EAGAIN : -rc; /* ENOMEM: send queue full */
+  }
+  soft_complete(vb, p, status);
+  return 0;
+}
+
+static int vpoll(struct nic_backend *b, int max) {
+  struct vbackend *vb = vb_of(b);
+  int ran = 0;
+  if (max <= 0) max = 1 << 30;
+  while (ran < max) { /* software completions first: they are already decided */
+    pthread_mutex_lock(&vb->lock);
+    struct vpost *p = vb->soft_head;
+    if (p && !(vb->soft_head = p->next)) vb->soft_tail = NULL;
+    pthread_mutex_unlock(&vb->lock);
+    if (!p) break;
+    finish(vb, p, p->status);
+    ran++;
+  }
+  while (ran < max) {
+    /* Reap under the lock (endpoints may close meanwhile), run done() outside it. */
+    struct ibv_wc wc[32];
+    int got = 0;
+    pthread_mutex_lock(&vb->lock);
+    for (struct nic_endpoint *ep = vb->eps; ep && got < 32 && ran + got < max; ep = ep->next) {
+      int want = 32 - got < max - ran - got ? 32 - got : max - ran - got;
+      int k = ibv_poll_cq(ep->cq, want, wc + got);
+      got += k > 0 ? k : 0;
+    }
+    pthread_mutex_unlock(&vb->lock);
+    for (int i = 0; i < got; i++)
+      finish(vb, (struct vpost *)(uintptr_t)wc[i].wr_id, nic_verbs_wc_errno(wc[i].status));
+    ran += got;
+    if (!got) break;
+  }
+  return ran;
+}
+
+static void vclose(struct nic_backend *b) {
+  struct vbackend *vb = vb_of(b);
+  if (!vb) return;
+  for (uint32_t i = 0; i < VERBS_MAX_REGS; i++)
+    if (vb->regs[i].mr) ibv_dereg_mr(vb->regs[i].mr);
+  while (vb->eps) {
+    struct nic_endpoint *next = vb->eps->next;
+    free(vb->eps);
+    vb->eps = next;
+  }
+  if (vb->pd) ibv_dealloc_pd(vb->pd);
+  if (vb->ctx) ibv_close_device(vb->ctx);
+  pthread_mutex_destroy(&vb->lock);
+  pthread_mutex_destroy(&vb->reg_lock);
+  free(vb);
+}
+
+NIC_EXPORT struct ibv_context *nic_verbs_context(struct nic_backend *b) {
+  return b ? vb_of(b)->ctx : NULL;
+}
+NIC_EXPORT struct ibv_pd *nic_verbs_pd(struct nic_backend *b) {
+  return b ? vb_of(b)->pd : NULL;
+}
+
+NIC_EXPORT int nic_verbs_set_odp(struct nic_backend *b, bool on) {
+  if (on && !vb_of(b)->odp_capable) return -EOPNOTSUPP;
+  vb_of(b)->odp = on;
+  return 0;
+}
+
+NIC_EXPORT struct nic_endpoint *nic_verbs_endpoint(struct nic_backend *b, struct ibv_qp *qp,
+                                                   struct ibv_cq *send_cq) {
+  struct ibv_qp_attr attr;
+  struct ibv_qp_init_attr init;
+  if (!b || !qp || !send_cq || qp->pd != vb_of(b)->pd) {
+    errno = EINVAL; /* a QP in another PD could not use our lkeys */
+    return NULL;
+  }
+  struct nic_endpoint *ep = calloc(1, sizeof *ep);
+  if (!ep) return NULL;
+  *ep = (struct nic_endpoint){.qp = qp, .cq = send_cq, .max_sge = b->caps.max_sge};
+  if (!ibv_query_qp(qp, &attr, IBV_QP_CAP, &init) && init.cap.max_send_sge < ep->max_sge)
+    ep->max_sge = init.cap.max_send_sge;
+  pthread_mutex_lock(&vb_of(b)->lock);
+  ep->next = vb_of(b)->eps;
+  vb_of(b)->eps = ep;
+  pthread_mutex_unlock(&vb_of(b)->lock);
+  return ep;
+}
+
+NIC_EXPORT int nic_verbs_endpoint_close(struct nic_backend *b, struct nic_endpoint *ep) {
+  struct vbackend *vb = vb_of(b);
+  int rc = -EINVAL;
+  pthread_mutex_lock(&vb->lock);
+  for (struct nic_endpoint **pp = &vb->eps; *pp; pp = &(*pp)->next) {
+    if (*pp != ep) continue;
+    rc = atomic_load(&ep->inflight) ? -EBUSY : 0;
+    if (!rc) *pp = ep->next;
+    break;
+  }
+  pthread_mutex_unlock(&vb->lock);
+  if (!rc) free(ep);
+  return rc;
+}
+
+static struct ibv_device *choose_device(struct ibv_device **list, int n) {
+  const char *want = getenv("NICMALLOC_VERBS_DEVICE");
+  if (!want || !*want) return list[0];
+  for (int i = 0; i < n; i++)
+    if (!strcmp(ibv_get_device_name(list[i]), want)) return list[i];
+  nic_log_warn("NICMALLOC_VERBS_DEVICE=%s: no such RDMA device", want);
+  return NULL;
+}
+
+/* Opens the device and PD and fills the caps. Returns 0 or an errno value. */
+static int setup(struct vbackend *vb, struct ibv_device *dev) {
+  struct ibv_device_attr_ex attr;
+  if (!(vb->ctx = ibv_open_device(dev)) || !(vb->pd = ibv_alloc_pd(vb->ctx)))
+    return errno ? errno : EIO;
+  int err = ibv_query_device_ex(vb->ctx, NULL, &attr);
+  if (err) return err;
+  const struct ibv_odp_caps *odp = &attr.odp_caps;
+  vb->odp_capable = (odp->general_caps & IBV_ODP_SUPPORT) &&
+                    (odp->per_transport_caps.rc_odp_caps & IBV_ODP_SUPPORT_SEND);
+  int max_sge = attr.orig_attr.max_sge, max_mr = attr.orig_attr.max_mr;
+  vb->pub = (struct nic_backend){
+      .name = "verbs",
+      .caps = {.max_sge = max_sge < VERBS_MAX_SGE ? (uint32_t)max_sge : VERBS_MAX_SGE,
+               .max_region_bytes = (size_t)attr.orig_attr.max_mr_size,
+               .max_regions = max_mr < VERBS_MAX_REGS ? (uint32_t)max_mr : VERBS_MAX_REGS,
+               .zero_copy = true},
+      .reg = vreg,
+      .dereg = vdereg,
+      .post = vpost,
+      .poll = vpoll,
+      .close = vclose};
+  pthread_mutex_init(&vb->reg_lock, NULL);
+  return pthread_mutex_init(&vb->lock, NULL);
+}
+
+NIC_EXPORT struct nic_backend *nic_backend_verbs_open(void) {
+  int n = 0;
+  struct ibv_device **list = ibv_get_device_list(&n);
+  /* rdma-core says ENOSYS without kernel support; auto selection only needs "no device". */
+  struct ibv_device *dev = list && n > 0 ? choose_device(list, n) : NULL;
+  struct vbackend *vb = dev ? calloc(1, sizeof *vb) : NULL;
+  int err = !dev ? ENODEV : !vb ? ENOMEM : setup(vb, dev);
+  if (!err) {
+    const char *odp_env = getenv("NICMALLOC_VERBS_ODP");
+    if (odp_env && !strcmp(odp_env, "1") && nic_verbs_set_odp(&vb->pub, true))
+      nic_log_warn("NICMALLOC_VERBS_ODP=1 but %s reports no ODP for RC sends; pinning instead",
+                   ibv_get_device_name(dev));
+    nic_log_info("verbs backend on %s", ibv_get_device_name(dev));
+  } else if (vb) {
+    if (vb->pd) ibv_dealloc_pd(vb->pd);
+    if (vb->ctx) ibv_close_device(vb->ctx);
+    free(vb);
+    vb = NULL;
+  }
+  if (list) ibv_free_device_list(list);
+  errno = err ? err : errno;
+  return vb ? &vb->pub : NULL;
+}

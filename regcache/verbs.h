@@ -1,0 +1,56 @@
+/* The verbs (rdma-core) backend's own API, exported by libnicmalloc-verbs.so. A program reaches
+ * it by linking that library or with dlsym on the handle of the loaded plugin.
+ *
+ * The backend opens one device (NICMALLOC_VERBS_DEVICE, else the first) and one protection
+ * domain; every chunk is one ibv_reg_mr in it. The application creates its queue pairs on that
+ * device and PD (nic_verbs_context, nic_verbs_pd), connects them as it likes, and hands each to
+ * nic_verbs_endpoint: posts become one signaled IBV_WR_SEND with the SG list. */
+#ifndef NIC_VERBS_H
+#define NIC_VERBS_H
+
+#include "backend.h"
+
+#include <stdbool.h>
+#include <stdint.h>
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+struct ibv_context;
+struct ibv_pd;
+struct ibv_qp;
+struct ibv_cq;
+
+/* The device and protection domain the registrations live in: QPs must share this PD. */
+struct ibv_context *nic_verbs_context(struct nic_backend *b);
+struct ibv_pd *nic_verbs_pd(struct nic_backend *b);
+
+/* An endpoint over the application's QP. send_cq is the QP's send CQ and must carry only
+ * nicmalloc's posts: poll() takes every completion it finds there. NULL with errno on error. */
+struct nic_endpoint *nic_verbs_endpoint(struct nic_backend *b, struct ibv_qp *qp,
+                                        struct ibv_cq *send_cq);
+/* 0, or -EBUSY while posts on it are in flight. The QP and CQ stay the application's. */
+int nic_verbs_endpoint_close(struct nic_backend *b, struct nic_endpoint *ep);
+
+/* On-demand paging for later registrations (also NICMALLOC_VERBS_ODP=1): the NIC faults pages
+ * in instead of the kernel pinning them at ibv_reg_mr. 0, or -EOPNOTSUPP when the device does
+ * not report ODP for RC sends. */
+int nic_verbs_set_odp(struct nic_backend *b, bool on);
+
+/* ---- Pure mappings, no device needed (the tests run them everywhere). ---- */
+
+/* IBV_ACCESS_* flags for NIC_ACCESS_* bits; -EINVAL for unknown bits. REMOTE_WRITE brings
+ * LOCAL_WRITE with it, as verbs requires. */
+int nic_verbs_access_flags(unsigned nic_access, bool odp);
+/* The rkey a registration reports: the MR's only when remote access was asked for, else 0. */
+uint32_t nic_verbs_exposed_rkey(unsigned nic_access, uint32_t mr_rkey);
+/* Completion status for an enum ibv_wc_status: 0, -EFAULT (local protection: the SGE is not
+ * covered by its lkey), -ECANCELED (flushed: the QP went to error before this ran),
+ * -ETIMEDOUT (retries exhausted), -EACCES (remote access), -EMSGSIZE (length), else -EIO. */
+int nic_verbs_wc_errno(int wc_status);
+
+#ifdef __cplusplus
+}
+#endif
+#endif

@@ -1,0 +1,24 @@
+# Tests of the verbs and dpdk backend plugins (regcache/plugins.cmake). The suites dlopen the
+# plugin that sits next to libnicmalloc.so, as backend.c does, and link rdma-core or DPDK
+# themselves only to play the application's part (queue pairs, ports, receivers).
+function(nic_add_plugin_suite name plugin)
+  add_executable(${name} ${name}.cc)
+  target_link_libraries(${name} PRIVATE nicmalloc GTest::gtest GTest::gtest_main
+    Threads::Threads ${CMAKE_DL_LIBS} ${ARGN})
+  target_include_directories(${name} PRIVATE ${PROJECT_SOURCE_DIR}/regcache)
+  target_compile_definitions(${name} PRIVATE NIC_PLUGIN_DIR="$<TARGET_FILE_DIR:nicmalloc>")
+  add_dependencies(${name} ${plugin})
+  # Each test is a process of its own (EAL starts once per process); all are bounded.
+  gtest_discover_tests(${name} PROPERTIES ENVIRONMENT "${NIC_TEST_ENV}" TIMEOUT 60
+                       DISCOVERY_TIMEOUT 60)
+endfunction()
+
+if(TARGET nicmalloc-verbs)
+  nic_add_plugin_suite(test_verbs_backend nicmalloc-verbs PkgConfig::NIC_IBVERBS)
+endif()
+if(TARGET nicmalloc-dpdk)
+  nic_add_plugin_suite(test_dpdk_backend nicmalloc-dpdk PkgConfig::NIC_DPDK)
+  # rte_eth_from_rings lives in the net_ring driver library, outside pkg-config's list.
+  target_link_libraries(test_dpdk_backend PRIVATE rte_net_ring)
+  target_compile_definitions(test_dpdk_backend PRIVATE ALLOW_EXPERIMENTAL_API)
+endif()

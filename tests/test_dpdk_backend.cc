@@ -1,0 +1,426 @@
+// The dpdk backend plugin, for real: net_ring (the peer gets the very mbufs: true zero-copy) and
+// net_af_packet over a veth pair in a network namespace this process creates. EAL starts once
+// per process; ctest runs each test in its own process.
+#include <gtest/gtest.h>
+
+#include <arpa/inet.h>
+#include <dlfcn.h>
+#include <fcntl.h>
+#include <net/if.h>
+#include <netpacket/packet.h>
+#include <sched.h>
+#include <sys/socket.h>
+#include <unistd.h>
+
+#include <chrono>
+#include <cstring>
+#include <fstream>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include <rte_eal.h>
+#include <rte_eth_ring.h>
+#include <rte_ethdev.h>
+#include <rte_mbuf.h>
+
+#include "backend.h"
+#include "dpdk.h"
+#include "nicmalloc.h"
+
+namespace {
+
+void *Plugin() {
+  static void *h = dlopen(NIC_PLUGIN_DIR "/libnicmalloc-dpdk.so", RTLD_NOW | RTLD_LOCAL);
+  return h;
+}
+#define SYM(fn) reinterpret_cast<decltype(&fn)>(dlsym(Plugin(), #fn))
+
+const int kCpusAtStart = [] {
+  cpu_set_t s;
+  return sched_getaffinity(0, sizeof s, &s) ? -1 : CPU_COUNT(&s);
+}();
+
+int Run(const std::string &cmd) {
+  return system(("timeout 10 " + cmd + " >/dev/null 2>&1").c_str());
+}
+
+// A veth pair (veth-a, veth-b) in a namespace of our own. Once this thread is inside, the name is
+// removed at once: the namespace and the pair then vanish with the process, crash or not.
+struct Veth {
+  bool ok = false;
+  std::string why;
+};
+const Veth &VethPair() {
+  static const Veth v = [] {
+    Veth v;
+    std::string ns = "nicmalloc-test-" + std::to_string(getpid()), in = "ip -n " + ns + " ";
+    if (geteuid() != 0) return v.why = "not root: cannot create a namespace and veth pair", v;
+    if (Run("ip netns add " + ns)) return v.why = "`ip netns add` failed (iproute2?)", v;
+    bool ok = !Run(in + "link add veth-a type veth peer name veth-b") &&
+              !Run(in + "link set veth-a up") && !Run(in + "link set veth-b up");
+    int fd = ok ? open(("/var/run/netns/" + ns).c_str(), O_RDONLY | O_CLOEXEC) : -1;
+    v.ok = fd >= 0 && setns(fd, CLONE_NEWNET) == 0;
+    if (fd >= 0) close(fd);
+    Run("ip netns del " + ns);
+    if (!v.ok) v.why = "could not create a veth pair in namespace " + ns;
+    return v;
+  }();
+  return v;
+}
+
+struct nic_backend *Backend() {
+  static struct nic_backend *b = [] {
+    std::string vdev = "net_ring0";
+    if (VethPair().ok) vdev += ";net_af_packet0,iface=veth-a";
+    setenv("NICMALLOC_DPDK_VDEV", vdev.c_str(), 1);
+    auto open = SYM(nic_backend_dpdk_open);
+    return open ? open() : nullptr;
+  }();
+  return b;
+}
+
+// The dataplane chunk holding a nic_malloc block, registered for this test.
+struct ChunkReg {
+  struct nic_backend *b;
+  nic_registration reg{};
+  int rc = -1;
+  explicit ChunkReg(struct nic_backend *be) : b(be) {
+    nic_region_ref ref{};
+    void *p = nic_malloc(64);
+    if (p && nic_translate(p, 1, &ref) == 0)
+      rc = b->reg(b, ref.region_base, ref.region_len, NIC_ACCESS_LOCAL, &reg);
+    free(p);
+  }
+  ~ChunkReg() {
+    if (!rc) {
+      EXPECT_EQ(b->dereg(b, &reg), 0);
+    }
+  }
+  nic_sge Sge(const void *p, uint32_t len) const { return {p, len, reg.lkey, reg.handle}; }
+};
+
+struct Done {
+  int calls = 0, status = 1;
+  static void Fn(void *arg, int status) {
+    auto *d = static_cast<Done *>(arg);
+    d->calls++;
+    d->status = status;
+  }
+};
+
+using Clock = std::chrono::steady_clock;
+bool PollFor(struct nic_backend *b, const Done &d, int ms = 3000) {
+  for (auto end = Clock::now() + std::chrono::milliseconds(ms); !d.calls && Clock::now() < end;)
+    if (!b->poll(b, 16)) std::this_thread::sleep_for(std::chrono::microseconds(100));
+  return d.calls > 0;
+}
+
+rte_mbuf *RxOne(uint16_t port, int ms = 2000) {
+  rte_mbuf *m = nullptr;
+  for (auto end = Clock::now() + std::chrono::milliseconds(ms); Clock::now() < end;)
+    if (rte_eth_rx_burst(port, 0, &m, 1)) return m;
+  return nullptr;
+}
+
+std::string Bytes(const rte_mbuf *m) {
+  std::string s;
+  for (; m; m = m->next)
+    s.append(rte_pktmbuf_mtod(m, const char *), m->data_len);
+  return s;
+}
+
+// Entries from three dataplane blocks; the 70000-byte one needs two extbuf segments.
+struct Payload {
+  std::vector<char *> bufs;
+  std::vector<uint32_t> lens{14, 1000, 70000};
+  std::string expect;
+  Payload() {
+    for (size_t i = 0; i < lens.size(); i++) {
+      bufs.push_back(static_cast<char *>(nic_malloc(lens[i])));
+      for (uint32_t j = 0; j < lens[i]; j++)
+        bufs[i][j] = static_cast<char>(i * 31 + j * 7);
+      expect.append(bufs[i], lens[i]);
+    }
+  }
+  ~Payload() {
+    for (char *p : bufs)
+      free(p);
+  }
+  std::vector<nic_sge> Sges(const ChunkReg &r) const {
+    std::vector<nic_sge> v;
+    for (size_t i = 0; i < lens.size(); i++)
+      v.push_back(r.Sge(bufs[i], lens[i]));
+    return v;
+  }
+};
+
+// Posts the payload to ep and receives it on rx_port: the very mbufs, pointing at our memory.
+void ZeroCopyRoundTrip(struct nic_backend *b, nic_endpoint *ep, uint16_t rx_port) {
+  ChunkReg r(b);
+  ASSERT_EQ(r.rc, 0);
+  Payload pl;
+  auto sge = pl.Sges(r);
+  Done d;
+  ASSERT_EQ(b->post(b, ep, sge.data(), sge.size(), Done::Fn, &d), 0);
+  rte_mbuf *m = RxOne(rx_port);
+  ASSERT_NE(m, nullptr);
+  EXPECT_EQ(m->nb_segs, 4);
+  EXPECT_EQ(m->pkt_len, pl.expect.size());
+  EXPECT_EQ(Bytes(m), pl.expect);
+  const rte_mbuf *seg = m;
+  for (size_t i = 0; i < pl.bufs.size(); i++, seg = seg->next)
+    EXPECT_EQ(seg->buf_addr, pl.bufs[i]) << "segment " << i << " is not our memory";
+  EXPECT_EQ(seg->buf_addr, pl.bufs[2] + 65535);
+  EXPECT_EQ(b->poll(b, 16), 0) << "completed while the peer still holds the mbufs";
+  EXPECT_EQ(b->dereg(b, &r.reg), -EBUSY);
+  rte_pktmbuf_free(m);
+  EXPECT_EQ(d.calls, 0) << "done ran inside the free, not from poll";
+  ASSERT_TRUE(PollFor(b, d));
+  EXPECT_EQ(d.status, 0);
+}
+
+uint16_t Port(const char *name) {
+  uint16_t port = UINT16_MAX;
+  rte_eth_dev_get_port_by_name(name, &port);
+  return port;
+}
+
+// Configures and starts a port as an application would (ethdev wants an rx pool even where
+// net_ring never takes from it).
+uint16_t StartPort(int port) {
+  static rte_mempool *pool =
+      rte_pktmbuf_pool_create("nm_test_rx", 255, 0, 0, RTE_MBUF_DEFAULT_BUF_SIZE, SOCKET_ID_ANY);
+  rte_eth_conf conf{};
+  if (!pool || port < 0 || rte_eth_dev_configure(port, 1, 1, &conf) ||
+      rte_eth_rx_queue_setup(port, 0, 64, SOCKET_ID_ANY, nullptr, pool) ||
+      rte_eth_tx_queue_setup(port, 0, 64, SOCKET_ID_ANY, nullptr) || rte_eth_dev_start(port))
+    return UINT16_MAX;
+  return static_cast<uint16_t>(port);
+}
+
+uint16_t RingPort(const char *name, rte_ring *rx, rte_ring *tx) {
+  return StartPort(rte_eth_from_rings(name, &rx, 1, &tx, 1, SOCKET_ID_ANY));
+}
+
+// Tests that start EAL themselves (as an application would) or make it fail need a process of
+// their own: ctest gives them one; a run of the whole binary skips them.
+bool AloneInProcess() {
+  return ::testing::UnitTest::GetInstance()->test_to_run_count() == 1;
+}
+#define REQUIRE_OWN_PROCESS()                                                                      \
+  if (!AloneInProcess()) GTEST_SKIP() << "needs EAL to itself: run it alone (ctest does)"
+
+uint16_t ApplicationEal() {
+  std::string lcores = "--lcores=0@" + std::to_string(sched_getcpu());
+  const char *argv[] = {"app",
+                        "--no-huge",
+                        "-m",
+                        "128",
+                        "--no-pci",
+                        "--no-shconf",
+                        "--no-telemetry",
+                        "--log-level=notice",
+                        lcores.c_str(),
+                        "--vdev=net_ring1"};
+  if (rte_eal_init(10, const_cast<char **>(argv)) < 0) return UINT16_MAX;
+  return StartPort(Port("net_ring1"));
+}
+
+TEST(DpdkAppEal, AttachedPortIsTheDefaultEndpoint) {
+  REQUIRE_OWN_PROCESS();
+  uint16_t port = ApplicationEal(), p = 0;
+  ASSERT_NE(port, UINT16_MAX);
+  ASSERT_EQ(SYM(nic_dpdk_attach)(port, 0), 0);
+  struct nic_backend *b = SYM(nic_backend_dpdk_open)();
+  ASSERT_NE(b, nullptr);
+  EXPECT_FALSE(SYM(nic_dpdk_owns_eal)(b));
+  nic_endpoint *ep = SYM(nic_dpdk_default_endpoint)(b);
+  ASSERT_NE(ep, nullptr);
+  SYM(nic_dpdk_endpoint_port)(ep, &p, nullptr);
+  EXPECT_EQ(p, port);
+  ZeroCopyRoundTrip(b, ep, port);
+  b->close(b);
+}
+
+TEST(DpdkAppEal, FoundWithoutAttachAndLeftAlone) {
+  REQUIRE_OWN_PROCESS();
+  uint16_t port = ApplicationEal();
+  ASSERT_NE(port, UINT16_MAX);
+  struct nic_backend *b = SYM(nic_backend_dpdk_open)();
+  ASSERT_NE(b, nullptr);
+  EXPECT_FALSE(SYM(nic_dpdk_owns_eal)(b));
+  EXPECT_EQ(SYM(nic_dpdk_default_endpoint)(b), nullptr);
+  EXPECT_EQ(rte_eth_dev_count_avail(), 1u) << "nicmalloc added ports to the application's EAL";
+  nic_endpoint *ep = SYM(nic_dpdk_endpoint)(b, port, 0);
+  ASSERT_NE(ep, nullptr);
+  ZeroCopyRoundTrip(b, ep, port);
+  EXPECT_EQ(SYM(nic_dpdk_endpoint_close)(b, ep), 0);
+  b->close(b);
+}
+
+TEST(DpdkEalArgs, RefusedArgumentsGiveNullAndErrno) {
+  REQUIRE_OWN_PROCESS();
+  setenv("NICMALLOC_DPDK_EAL_ARGS", "--no-huge --no-such-eal-option", 1);
+  errno = 0;
+  EXPECT_EQ(SYM(nic_backend_dpdk_open)(), nullptr);
+  EXPECT_EQ(errno, EINVAL);
+}
+
+TEST(DpdkPlugin, LoadsOnlyWhenAskedAndExportsItsApi) {
+  std::ifstream maps("/proc/self/maps");
+  std::string all((std::istreambuf_iterator<char>(maps)), {});
+  EXPECT_EQ(all.find("libnicmalloc-dpdk.so"), std::string::npos) << "loaded without dlopen";
+  ASSERT_NE(Plugin(), nullptr) << dlerror();
+  EXPECT_NE(SYM(nic_backend_dpdk_open), nullptr);
+  EXPECT_NE(SYM(nic_dpdk_chain), nullptr);
+  EXPECT_EQ(dlsym(Plugin(), "nic_log_warn"), nullptr) << "log shim must stay hidden";
+}
+
+class DpdkRing : public ::testing::Test {
+protected:
+  void SetUp() override {
+    b = Backend();
+    ASSERT_NE(b, nullptr) << "EAL did not start: " << strerror(errno);
+    ASSERT_NE(ep = SYM(nic_dpdk_default_endpoint)(b), nullptr);
+  }
+  struct nic_backend *b = nullptr;
+  nic_endpoint *ep = nullptr;
+};
+
+TEST_F(DpdkRing, StartedEalWithoutPinningTheCaller) {
+  EXPECT_TRUE(SYM(nic_dpdk_owns_eal)(b));
+  cpu_set_t s;
+  ASSERT_EQ(sched_getaffinity(0, sizeof s, &s), 0);
+  EXPECT_EQ(CPU_COUNT(&s), kCpusAtStart);
+  EXPECT_FALSE(b->caps.max_regions == 0 || b->caps.max_sge == 0);
+}
+
+TEST_F(DpdkRing, MultiSegmentPostIsZeroCopyAndCompletesAfterThePeerFrees) {
+  ZeroCopyRoundTrip(b, ep, Port("net_ring0")); // net_ring0 alone loops back to itself
+}
+
+TEST_F(DpdkRing, ApplicationPortPairAndTheChainHelper) {
+  rte_ring *ab = rte_ring_create("nm_ab", 4, SOCKET_ID_ANY, RING_F_SP_ENQ | RING_F_SC_DEQ);
+  rte_ring *ba = rte_ring_create("nm_ba", 4, SOCKET_ID_ANY, RING_F_SP_ENQ | RING_F_SC_DEQ);
+  uint16_t a = RingPort("nm_a", ba, ab), peer = RingPort("nm_b", ab, ba);
+  ASSERT_TRUE(a != UINT16_MAX && peer != UINT16_MAX);
+  nic_endpoint *app_ep = SYM(nic_dpdk_endpoint)(b, a, 0);
+  ASSERT_NE(app_ep, nullptr);
+  ZeroCopyRoundTrip(b, app_ep, peer);
+
+  // The helper alone: the application sends the chain itself; the last free on another
+  // thread queues the completion, poll() runs it here.
+  ChunkReg r(b);
+  Payload pl;
+  auto sge = pl.Sges(r);
+  Done d;
+  rte_mbuf *m = SYM(nic_dpdk_chain)(b, sge.data(), sge.size(), Done::Fn, &d);
+  ASSERT_NE(m, nullptr);
+  ASSERT_EQ(rte_eth_tx_burst(a, 0, &m, 1), 1);
+  rte_mbuf *got = RxOne(peer);
+  ASSERT_EQ(got, m);
+  std::thread([got] { rte_pktmbuf_free(got); }).join();
+  ASSERT_TRUE(PollFor(b, d));
+  EXPECT_EQ(d.status, 0);
+
+  // A full queue (ring of 3): the post completes with -EAGAIN, nothing sent.
+  Done ds[4];
+  for (Done &x : ds)
+    ASSERT_EQ(b->post(b, app_ep, sge.data(), 1, Done::Fn, &x), 0);
+  ASSERT_TRUE(PollFor(b, ds[3]));
+  EXPECT_EQ(ds[3].status, -EAGAIN);
+  for (int i = 0; i < 3; i++)
+    rte_pktmbuf_free(RxOne(peer));
+  for (int i = 0; i < 3; i++)
+    ASSERT_TRUE(PollFor(b, ds[i])) << i;
+  EXPECT_EQ(SYM(nic_dpdk_endpoint_close)(b, app_ep), 0);
+}
+
+TEST_F(DpdkRing, UncoveredEntryCompletesWithEfaultAndBadArgumentsAreEinval) {
+  ChunkReg r(b);
+  ASSERT_EQ(r.rc, 0);
+  static char outside[64];
+  nic_sge bad = r.Sge(outside, sizeof outside), none = {outside, 8, 63, 63};
+  for (nic_sge *s : {&bad, &none}) {
+    Done d;
+    ASSERT_EQ(b->post(b, ep, s, 1, Done::Fn, &d), 0);
+    ASSERT_TRUE(PollFor(b, d));
+    EXPECT_EQ(d.status, -EFAULT);
+  }
+  EXPECT_EQ(RxOne(Port("net_ring0"), 50), nullptr) << "an uncovered entry was sent";
+  char *p = static_cast<char *>(nic_malloc(16));
+  std::vector<nic_sge> many(b->caps.max_sge + 1, r.Sge(p, 16));
+  nic_sge zero = r.Sge(p, 0);
+  Done d;
+  EXPECT_EQ(b->post(b, ep, many.data(), 0, Done::Fn, &d), -EINVAL);
+  EXPECT_EQ(b->post(b, ep, many.data(), many.size(), Done::Fn, &d), -EINVAL);
+  EXPECT_EQ(b->post(b, ep, &zero, 1, Done::Fn, &d), -EINVAL);
+  EXPECT_EQ(b->poll(b, 16), 0);
+  EXPECT_EQ(d.calls, 0);
+  free(p);
+}
+
+TEST_F(DpdkRing, RemoteAccessIsRefusedAndLocalWriteHasNoRkey) {
+  static char page[2][4096] __attribute__((aligned(4096)));
+  nic_registration reg{};
+  EXPECT_EQ(b->reg(b, page[0], 4096, NIC_ACCESS_REMOTE_READ, &reg), -EOPNOTSUPP);
+  EXPECT_EQ(b->reg(b, page[0], 4096, NIC_ACCESS_REMOTE_WRITE, &reg), -EOPNOTSUPP);
+  ASSERT_EQ(b->reg(b, page[1], 4096, NIC_ACCESS_LOCAL_WRITE, &reg), 0);
+  EXPECT_EQ(reg.rkey, 0u);
+  EXPECT_EQ(b->dereg(b, &reg), 0);
+}
+
+// Skips (with the reason) only when the veth pair cannot exist here.
+TEST(DpdkAfPacket, MultiSegmentFrameArrivesOnThePeerVeth) {
+  if (!VethPair().ok) GTEST_SKIP() << "net_af_packet test skipped: " << VethPair().why;
+  struct nic_backend *b = Backend();
+  ASSERT_NE(b, nullptr);
+  uint16_t port = Port("net_af_packet0");
+  ASSERT_NE(port, UINT16_MAX) << "net_af_packet0 did not probe on veth-a";
+  nic_endpoint *ep = SYM(nic_dpdk_endpoint)(b, port, 0);
+  ASSERT_NE(ep, nullptr);
+
+  int fd = socket(AF_PACKET, SOCK_RAW | SOCK_CLOEXEC, htons(0x88B5));
+  ASSERT_GE(fd, 0) << strerror(errno);
+  sockaddr_ll sll{};
+  sll.sll_family = AF_PACKET;
+  sll.sll_protocol = htons(0x88B5);
+  sll.sll_ifindex = static_cast<int>(if_nametoindex("veth-b"));
+  timeval tv{2, 0};
+  setsockopt(fd, SOL_SOCKET, SO_RCVTIMEO, &tv, sizeof tv);
+  ASSERT_EQ(bind(fd, reinterpret_cast<sockaddr *>(&sll), sizeof sll), 0) << strerror(errno);
+
+  // Broadcast, local-experimental ethertype 0x88B5; header and payload in three entries.
+  ChunkReg r(b);
+  ASSERT_EQ(r.rc, 0);
+  const uint32_t lens[3] = {14, 300, 1100};
+  std::string expect;
+  std::vector<nic_sge> sge;
+  std::vector<char *> bufs;
+  for (int i = 0; i < 3; i++) {
+    char *p = static_cast<char *>(nic_malloc(lens[i]));
+    for (uint32_t j = 0; j < lens[i]; j++)
+      p[j] = static_cast<char>(j * 13 + i);
+    if (i == 0) memcpy(p, "\xff\xff\xff\xff\xff\xff\x02\x00\x00\x00\x00\x01\x88\xb5", 14);
+    bufs.push_back(p);
+    sge.push_back(r.Sge(p, lens[i]));
+    expect.append(p, lens[i]);
+  }
+  Done d;
+  ASSERT_EQ(b->post(b, ep, sge.data(), 3, Done::Fn, &d), 0);
+  EXPECT_EQ(d.calls, 0) << "done ran inside post (af_packet frees inside tx_burst)";
+  ASSERT_TRUE(PollFor(b, d));
+  EXPECT_EQ(d.status, 0);
+  std::string got(2048, '\0');
+  ssize_t n = recv(fd, got.data(), got.size(), 0);
+  ASSERT_GT(n, 0) << "nothing arrived on veth-b: " << strerror(errno);
+  got.resize(static_cast<size_t>(n));
+  EXPECT_EQ(got, expect);
+  close(fd);
+  for (char *p : bufs)
+    free(p);
+  EXPECT_EQ(SYM(nic_dpdk_endpoint_close)(b, ep), 0);
+}
+
+} // namespace

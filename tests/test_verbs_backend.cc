@@ -1,0 +1,267 @@
+// The verbs backend plugin. What needs no RDMA device runs everywhere: the access-flag and rkey
+// rules, the completion-status mapping, open() without a device, the plugin's exports. The
+// device tests (register, post over a loopback RC queue pair, poll) skip when
+// ibv_get_device_list finds nothing, as on machines whose kernel has no RDMA.
+#include <gtest/gtest.h>
+
+#include <dlfcn.h>
+#include <infiniband/verbs.h>
+
+#include <cerrno>
+#include <chrono>
+#include <cstdlib>
+#include <cstring>
+#include <string>
+#include <vector>
+
+#include "backend.h"
+#include "nicmalloc.h"
+#include "verbs.h"
+
+namespace {
+
+void *Plugin() {
+  static void *h = dlopen(NIC_PLUGIN_DIR "/libnicmalloc-verbs.so", RTLD_NOW | RTLD_LOCAL);
+  return h;
+}
+#define SYM(fn) reinterpret_cast<decltype(&fn)>(dlsym(Plugin(), #fn))
+
+int DeviceCount() {
+  int n = 0;
+  ibv_device **list = ibv_get_device_list(&n);
+  if (list) ibv_free_device_list(list);
+  return list ? n : 0;
+}
+
+TEST(VerbsPlugin, LoadsAndExportsItsApiOnly) {
+  ASSERT_NE(Plugin(), nullptr) << dlerror();
+  EXPECT_NE(SYM(nic_backend_verbs_open), nullptr);
+  EXPECT_NE(SYM(nic_verbs_endpoint), nullptr);
+  EXPECT_EQ(dlsym(Plugin(), "nic_log_warn"), nullptr) << "log shim must stay hidden";
+}
+
+TEST(VerbsMapping, AccessFlagsMapExactly) {
+  auto flags = SYM(nic_verbs_access_flags);
+  ASSERT_NE(flags, nullptr);
+  EXPECT_EQ(flags(NIC_ACCESS_LOCAL, false), 0); // local read needs no flag
+  EXPECT_EQ(flags(NIC_ACCESS_LOCAL_WRITE, false), IBV_ACCESS_LOCAL_WRITE);
+  EXPECT_EQ(flags(NIC_ACCESS_REMOTE_READ, false), IBV_ACCESS_REMOTE_READ);
+  // verbs refuses REMOTE_WRITE without LOCAL_WRITE.
+  EXPECT_EQ(flags(NIC_ACCESS_REMOTE_WRITE, false),
+            IBV_ACCESS_REMOTE_WRITE | IBV_ACCESS_LOCAL_WRITE);
+  EXPECT_EQ(flags(NIC_ACCESS_LOCAL_WRITE | NIC_ACCESS_REMOTE_READ | NIC_ACCESS_REMOTE_WRITE, false),
+            IBV_ACCESS_LOCAL_WRITE | IBV_ACCESS_REMOTE_READ | IBV_ACCESS_REMOTE_WRITE);
+  EXPECT_EQ(flags(NIC_ACCESS_LOCAL, true), IBV_ACCESS_ON_DEMAND);
+  EXPECT_EQ(flags(NIC_ACCESS_LOCAL_WRITE, true), IBV_ACCESS_LOCAL_WRITE | IBV_ACCESS_ON_DEMAND);
+  EXPECT_EQ(flags(1u << 7, false), -EINVAL);
+}
+
+TEST(VerbsMapping, RkeyOnlyWhenRemoteAccessWasAsked) {
+  auto rkey = SYM(nic_verbs_exposed_rkey);
+  ASSERT_NE(rkey, nullptr);
+  EXPECT_EQ(rkey(NIC_ACCESS_LOCAL, 0x1234), 0u);
+  EXPECT_EQ(rkey(NIC_ACCESS_LOCAL_WRITE, 0x1234), 0u);
+  EXPECT_EQ(rkey(NIC_ACCESS_REMOTE_READ, 0x1234), 0x1234u);
+  EXPECT_EQ(rkey(NIC_ACCESS_REMOTE_WRITE, 0x1234), 0x1234u);
+}
+
+TEST(VerbsMapping, CompletionStatusToErrno) {
+  auto err = SYM(nic_verbs_wc_errno);
+  ASSERT_NE(err, nullptr);
+  EXPECT_EQ(err(IBV_WC_SUCCESS), 0);
+  EXPECT_EQ(err(IBV_WC_LOC_PROT_ERR), -EFAULT);
+  EXPECT_EQ(err(IBV_WC_WR_FLUSH_ERR), -ECANCELED);
+  EXPECT_EQ(err(IBV_WC_RETRY_EXC_ERR), -ETIMEDOUT);
+  EXPECT_EQ(err(IBV_WC_RNR_RETRY_EXC_ERR), -ETIMEDOUT);
+  EXPECT_EQ(err(IBV_WC_REM_ACCESS_ERR), -EACCES);
+  EXPECT_EQ(err(IBV_WC_LOC_LEN_ERR), -EMSGSIZE);
+  EXPECT_EQ(err(IBV_WC_LOC_QP_OP_ERR), -EIO);
+  EXPECT_EQ(err(IBV_WC_GENERAL_ERR), -EIO);
+}
+
+TEST(VerbsOpen, NoDeviceGivesNullAndEnodev) {
+  if (DeviceCount()) GTEST_SKIP() << "an RDMA device exists here";
+  errno = 0;
+  EXPECT_EQ(SYM(nic_backend_verbs_open)(), nullptr);
+  EXPECT_EQ(errno, ENODEV);
+}
+
+TEST(VerbsOpen, UnknownDeviceNameGivesEnodev) {
+  setenv("NICMALLOC_VERBS_DEVICE", "no-such-rdma-device", 1);
+  errno = 0;
+  EXPECT_EQ(SYM(nic_backend_verbs_open)(), nullptr);
+  EXPECT_EQ(errno, ENODEV);
+  unsetenv("NICMALLOC_VERBS_DEVICE");
+}
+
+struct Done {
+  int calls = 0, status = 1;
+  static void Fn(void *arg, int status) {
+    auto *d = static_cast<Done *>(arg);
+    d->calls++;
+    d->status = status;
+  }
+};
+
+// A device: the backend, a dataplane chunk registered in it, and an RC queue pair connected to
+// itself, so a send arrives in its own receive queue.
+class VerbsDevice : public ::testing::Test {
+protected:
+  void SetUp() override {
+    if (!DeviceCount()) GTEST_SKIP() << "no RDMA device: ibv_get_device_list returned 0 devices";
+    ASSERT_NE(b = SYM(nic_backend_verbs_open)(), nullptr) << strerror(errno);
+    ibv_context *ctx = SYM(nic_verbs_context)(b);
+    ibv_pd *pd = SYM(nic_verbs_pd)(b);
+    ASSERT_TRUE(ctx && pd);
+    nic_region_ref ref{};
+    void *p = nic_malloc(64);
+    ASSERT_EQ(nic_translate(p, 1, &ref), 0);
+    free(p);
+    ASSERT_EQ(b->reg(b, ref.region_base, ref.region_len, NIC_ACCESS_LOCAL, &chunk), 0);
+    ASSERT_TRUE((scq = ibv_create_cq(ctx, 16, nullptr, nullptr, 0)) &&
+                (rcq = ibv_create_cq(ctx, 16, nullptr, nullptr, 0)));
+    ibv_qp_init_attr init{};
+    init.send_cq = scq;
+    init.recv_cq = rcq;
+    init.qp_type = IBV_QPT_RC;
+    init.cap = {16, 16, 4, 4, 0};
+    ASSERT_NE(qp = ibv_create_qp(pd, &init), nullptr) << strerror(errno);
+    ConnectToSelf(ctx);
+    ASSERT_NE(ep = SYM(nic_verbs_endpoint)(b, qp, scq), nullptr);
+  }
+  void ConnectToSelf(ibv_context *ctx) {
+    ibv_port_attr port{};
+    ibv_gid gid{};
+    ASSERT_EQ(ibv_query_port(ctx, 1, &port), 0);
+    ASSERT_EQ(ibv_query_gid(ctx, 1, 0, &gid), 0);
+    ibv_qp_attr a{};
+    a.qp_state = IBV_QPS_INIT;
+    a.port_num = 1;
+    ASSERT_EQ(
+        ibv_modify_qp(qp, &a, IBV_QP_STATE | IBV_QP_PKEY_INDEX | IBV_QP_PORT | IBV_QP_ACCESS_FLAGS),
+        0);
+    a = {};
+    a.qp_state = IBV_QPS_RTR;
+    a.path_mtu = port.active_mtu;
+    a.dest_qp_num = qp->qp_num;
+    a.max_dest_rd_atomic = 1;
+    a.min_rnr_timer = 12;
+    a.ah_attr.port_num = 1;
+    a.ah_attr.dlid = port.lid;
+    a.ah_attr.is_global = port.link_layer == IBV_LINK_LAYER_ETHERNET; // RoCE (rxe) needs a GRH
+    a.ah_attr.grh.dgid = gid;
+    a.ah_attr.grh.hop_limit = 1;
+    ASSERT_EQ(ibv_modify_qp(qp, &a,
+                            IBV_QP_STATE | IBV_QP_AV | IBV_QP_PATH_MTU | IBV_QP_DEST_QPN |
+                                IBV_QP_RQ_PSN | IBV_QP_MAX_DEST_RD_ATOMIC | IBV_QP_MIN_RNR_TIMER),
+              0);
+    a = {};
+    a.qp_state = IBV_QPS_RTS;
+    a.timeout = 14;
+    a.retry_cnt = 7;
+    a.rnr_retry = 7;
+    a.max_rd_atomic = 1;
+    ASSERT_EQ(ibv_modify_qp(qp, &a,
+                            IBV_QP_STATE | IBV_QP_TIMEOUT | IBV_QP_RETRY_CNT | IBV_QP_RNR_RETRY |
+                                IBV_QP_SQ_PSN | IBV_QP_MAX_QP_RD_ATOMIC),
+              0);
+  }
+  void TearDown() override {
+    if (!b) return;
+    if (ep) {
+      EXPECT_EQ(SYM(nic_verbs_endpoint_close)(b, ep), 0);
+    }
+    if (qp) ibv_destroy_qp(qp);
+    if (scq) ibv_destroy_cq(scq);
+    if (rcq) ibv_destroy_cq(rcq);
+    if (chunk.base) {
+      EXPECT_EQ(b->dereg(b, &chunk), 0);
+    }
+    b->close(b);
+  }
+  bool PollFor(const Done &d) {
+    auto end = std::chrono::steady_clock::now() + std::chrono::seconds(5);
+    while (!d.calls && std::chrono::steady_clock::now() < end)
+      b->poll(b, 16);
+    return d.calls > 0;
+  }
+  nic_sge Sge(const void *p, uint32_t len) { return {p, len, chunk.lkey, chunk.handle}; }
+  struct nic_backend *b = nullptr;
+  nic_registration chunk{};
+  ibv_cq *scq = nullptr, *rcq = nullptr;
+  ibv_qp *qp = nullptr;
+  nic_endpoint *ep = nullptr;
+};
+
+TEST_F(VerbsDevice, RkeyOnlyForRemoteRegistrations) {
+  static char page[2][4096] __attribute__((aligned(4096)));
+  nic_registration local{}, remote{};
+  ASSERT_EQ(b->reg(b, page[0], 4096, NIC_ACCESS_LOCAL_WRITE, &local), 0);
+  ASSERT_EQ(b->reg(b, page[1], 4096, NIC_ACCESS_REMOTE_READ, &remote), 0);
+  EXPECT_EQ(chunk.rkey, 0u);
+  EXPECT_EQ(local.rkey, 0u);
+  EXPECT_NE(remote.rkey, 0u);
+  EXPECT_EQ(b->dereg(b, &local), 0);
+  EXPECT_EQ(b->dereg(b, &remote), 0);
+  EXPECT_GT(b->caps.max_sge, 0u);
+  EXPECT_GT(b->caps.max_regions, 0u);
+}
+
+TEST_F(VerbsDevice, SgListArrivesAndCompletesFromPoll) {
+  const uint32_t lens[3] = {64, 1000, 3000};
+  std::string expect;
+  std::vector<nic_sge> sge;
+  std::vector<char *> bufs;
+  for (int i = 0; i < 3; i++) {
+    bufs.push_back(static_cast<char *>(nic_malloc(lens[i])));
+    memset(bufs[i], 'a' + i, lens[i]);
+    sge.push_back(Sge(bufs[i], lens[i]));
+    expect.append(bufs[i], lens[i]);
+  }
+  static char rbuf[8192];
+  nic_registration rreg{};
+  ASSERT_EQ(b->reg(b, rbuf, sizeof rbuf, NIC_ACCESS_LOCAL_WRITE, &rreg), 0);
+  ibv_sge rsge = {reinterpret_cast<uintptr_t>(rbuf), sizeof rbuf, rreg.lkey};
+  ibv_recv_wr rwr{}, *bad = nullptr;
+  rwr.sg_list = &rsge;
+  rwr.num_sge = 1;
+  ASSERT_EQ(ibv_post_recv(qp, &rwr, &bad), 0);
+  Done d;
+  ASSERT_EQ(b->post(b, ep, sge.data(), 3, Done::Fn, &d), 0);
+  EXPECT_EQ(d.calls, 0) << "done ran inside post";
+  EXPECT_EQ(b->dereg(b, &chunk), -EBUSY);
+  ASSERT_TRUE(PollFor(d));
+  EXPECT_EQ(d.status, 0);
+  ibv_wc wc{};
+  auto end = std::chrono::steady_clock::now() + std::chrono::seconds(5);
+  while (ibv_poll_cq(rcq, 1, &wc) == 0 && std::chrono::steady_clock::now() < end) {
+  }
+  ASSERT_EQ(wc.status, IBV_WC_SUCCESS);
+  ASSERT_EQ(wc.byte_len, expect.size());
+  EXPECT_EQ(std::string(rbuf, expect.size()), expect);
+  EXPECT_EQ(b->dereg(b, &rreg), 0);
+  for (char *p : bufs)
+    free(p);
+}
+
+TEST_F(VerbsDevice, UncoveredEntryCompletesWithEfault) {
+  static char outside[64];
+  nic_sge s = Sge(outside, sizeof outside);
+  Done d;
+  ASSERT_EQ(b->post(b, ep, &s, 1, Done::Fn, &d), 0);
+  ASSERT_TRUE(PollFor(d));
+  EXPECT_EQ(d.status, -EFAULT);
+  std::vector<nic_sge> many(b->caps.max_sge + 1, s);
+  EXPECT_EQ(b->post(b, ep, many.data(), many.size(), Done::Fn, &d), -EINVAL);
+}
+
+TEST_F(VerbsDevice, OdpFollowsTheDeviceCaps) {
+  ibv_device_attr_ex attr{};
+  ASSERT_EQ(ibv_query_device_ex(SYM(nic_verbs_context)(b), nullptr, &attr), 0);
+  bool odp = (attr.odp_caps.general_caps & IBV_ODP_SUPPORT) &&
+             (attr.odp_caps.per_transport_caps.rc_odp_caps & IBV_ODP_SUPPORT_SEND);
+  EXPECT_EQ(SYM(nic_verbs_set_odp)(b, true), odp ? 0 : -EOPNOTSUPP);
+  EXPECT_EQ(SYM(nic_verbs_set_odp)(b, false), 0);
+}
+
+} // namespace
