@@ -138,8 +138,7 @@ static int create_locked(unsigned *index_out) {
   c->has_arena = true;
   c->mapping = m;
   c->empty_since_ms = 0;
-  c->lkey = c->rkey = 0;
-  c->backend_handle = 0;
+  c->registered = 0;
   last_kind = m.kind;
   created++;
   nic_chunk_set_state(index, NIC_CHUNK_LIVE);
@@ -148,14 +147,44 @@ static int create_locked(unsigned *index_out) {
   return 0;
 }
 
-void nic_chunk_release_locked(unsigned index) {
+int nic_chunk_register(unsigned index, struct nic_registration *out) {
   struct nic_chunk *c = &chunks[index];
+  if (__atomic_load_n(&c->registered, __ATOMIC_ACQUIRE)) {
+    *out = c->reg;
+    return 0;
+  }
+  struct nic_backend *b = nic_backend_active();
+  if (!b) return -ENODEV;
+  pthread_mutex_lock(&chunk_lock);
+  int rc = 0;
+  if (c->state != NIC_CHUNK_LIVE && c->state != NIC_CHUNK_DRAINING)
+    rc = -ENOENT;
+  else if (!c->registered && (rc = b->reg(b, nic_chunk_base(index), (size_t)1 << nic_dp.shift,
+                                          NIC_ACCESS_LOCAL, &c->reg)) == 0)
+    __atomic_store_n(&c->registered, 1, __ATOMIC_RELEASE);
+  if (rc == 0) *out = c->reg;
+  pthread_mutex_unlock(&chunk_lock);
+  if (rc)
+    nic_log_warn("cannot register dataplane chunk %u with backend %s (%s)", index, b->name,
+                 strerror(-rc));
+  return rc;
+}
+
+bool nic_chunk_release_locked(unsigned index) {
+  struct nic_chunk *c = &chunks[index];
+  /* No stale registration may outlive the memory: deregister first, or do not release. */
+  if (c->registered) {
+    struct nic_backend *b = nic_backend_if_open();
+    if (b && b->dereg(b, &c->reg) != 0) return false;
+    __atomic_store_n(&c->registered, 0, __ATOMIC_RELEASE);
+  }
   nic_release_chunk_memory(nic_chunk_base(index), (size_t)1 << nic_dp.shift);
   c->mapping.pinned = false;
   c->empty_since_ms = 0;
   released++;
   nic_log_info("dataplane chunk %u released to the OS", index);
   nic_chunk_set_state(index, NIC_CHUNK_RELEASED);
+  return true;
 }
 
 int nic_chunk_create(unsigned *index_out) {

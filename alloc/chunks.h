@@ -4,6 +4,7 @@
 #ifndef NIC_CHUNKS_H
 #define NIC_CHUNKS_H
 
+#include "backend.h"
 #include "pin.h"
 
 #include <mimalloc.h>
@@ -26,10 +27,10 @@ struct nic_chunk {
   uint64_t empty_since_ms; /* reaper: when live bytes were first seen at zero; 0 = not empty */
   mi_arena_id_t arena;
   struct nic_mapping mapping;
-  /* Registration, filled in by the backend that registered the chunk; a local stub until then. */
-  uint32_t lkey;
-  uint32_t rkey;
-  uint64_t backend_handle;
+  /* The chunk's local-access registration with the active backend, made on first use by
+   * nic_chunk_register (never inside malloc) and dropped before the chunk is released. */
+  int registered; /* read with acquire */
+  struct nic_registration reg;
 };
 
 struct nic_dp_range {
@@ -64,8 +65,13 @@ struct nic_chunk *nic_chunk_at(unsigned index);
 /* Number of chunk slots ever mapped (live chunks are among the first this many). */
 unsigned nic_chunk_slots_used(void);
 
-/* Gives a drained chunk's memory back to the OS (caller holds the chunk lock). */
-void nic_chunk_release_locked(unsigned index);
+/* The chunk's registration, made now if it has none yet. Returns 0, or the backend's error
+ * (-ENODEV when no backend could be opened). */
+int nic_chunk_register(unsigned index, struct nic_registration *out);
+
+/* Gives a drained chunk's memory back to the OS (caller holds the chunk lock). Returns false,
+ * leaving it DRAINING, when the backend still has posts in flight on its registration. */
+bool nic_chunk_release_locked(unsigned index);
 
 struct nic_chunk_totals {
   uint32_t live, draining;

@@ -19,8 +19,12 @@ NIC_EXPORT int nic_translate(const void *p, size_t len, struct nic_region_ref *o
   out->region_base = (void *)base;
   out->region_len = size;
   out->offset = start - base;
-  out->lkey = c->lkey;
-  out->rkey = c->rkey;
-  out->backend_handle = c->backend_handle;
+  /* O(1) and side-effect free: a chunk not registered yet reports key 0 (nic_register makes
+   * the registration). Arena memory never carries a remote key. */
+  bool registered = __atomic_load_n(&c->registered, __ATOMIC_ACQUIRE);
+  out->lkey = registered ? c->reg.lkey : 0;
+  out->rkey = 0;
+  out->backend_handle = registered ? c->reg.handle : 0;
+  out->cache_slot = 0;
   return 0;
 }

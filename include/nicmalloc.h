@@ -54,7 +54,8 @@ int nic_is_dataplane(const void *p);
 
 enum nic_region_kind {
   NIC_REGION_NONE = 0,
-  NIC_REGION_ARENA = 1, /* a dataplane chunk */
+  NIC_REGION_ARENA = 1,  /* a dataplane chunk */
+  NIC_REGION_CACHED = 2, /* a registration-cache region (memory outside the chunks) */
 };
 
 /* What a NIC needs to address [p, p+len): the registered region and the offset inside it. */
@@ -67,6 +68,7 @@ struct nic_region_ref {
   uint32_t lkey;           /* local key of the registration (backend-specific) */
   uint32_t rkey;           /* remote key; 0 unless remote access was requested */
   uint64_t backend_handle; /* backend's own handle (io_uring buffer index, ...) */
+  uint32_t cache_slot;     /* nonzero for NIC_REGION_CACHED: held until nic_unregister */
 };
 
 /* Error codes returned (negated) by nic_translate and friends. */
@@ -74,9 +76,26 @@ struct nic_region_ref {
 #define NIC_ECROSS 1002 /* the range crosses the end of its region */
 #define NIC_ERANGE 1003 /* length 0 or p+len overflows */
 
-/* O(1) for dataplane memory. Returns 0 and fills *out, or -NIC_ENOTDP / -NIC_ECROSS / -NIC_ERANGE.
+/* O(1) for dataplane memory and free of side effects: a chunk not yet registered reports
+ * lkey 0 (nic_register makes the registration). Returns 0 and fills *out, or -NIC_ENOTDP /
+ * -NIC_ECROSS / -NIC_ERANGE.
  */
 int nic_translate(const void *p, size_t len, struct nic_region_ref *out);
+
+/* Access asked for at registration. Without a REMOTE flag no remote key is ever made. */
+#define NIC_REG_LOCAL 0u
+#define NIC_REG_LOCAL_WRITE 1u  /* the NIC may write here (receive buffers) */
+#define NIC_REG_REMOTE_READ 2u  /* peers may read here (RDMA READ) */
+#define NIC_REG_REMOTE_WRITE 4u /* peers may write here (RDMA WRITE) */
+
+/* Finds or makes a registration covering [p, p+len) with the backend in use
+ * (NICMALLOC_BACKEND) and holds it until nic_unregister. Dataplane memory with local access uses
+ * its chunk's registration, made once per chunk; anything else, and any remote access, goes
+ * through the registration cache at page granularity, so a remote key never covers more than
+ * the pages asked for. Returns 0, or -NIC_ERANGE, -EFAULT (not mapped), -ENOSPC (cache full of
+ * registrations in use), -ENODEV (no backend), or the backend's error. */
+int nic_register(const void *p, size_t len, unsigned access, struct nic_region_ref *out);
+void nic_unregister(const struct nic_region_ref *ref);
 
 enum nic_page_kind {
   NIC_PAGE_NONE = 0, /* no chunk yet */

@@ -1,0 +1,47 @@
+/* nic_register: one entry point for "make the NIC able to reach this range", whichever memory
+ * it is. Arena memory needs no reference (its chunk stays while any block in it is live); a
+ * cached region is held until nic_unregister. */
+#include "chunks.h"
+#include "nicmalloc.h"
+#include "rcache.h"
+
+#include <errno.h>
+
+#define NIC_EXPORT __attribute__((visibility("default")))
+
+_Static_assert(NIC_REG_LOCAL_WRITE == NIC_ACCESS_LOCAL_WRITE &&
+                   NIC_REG_REMOTE_READ == NIC_ACCESS_REMOTE_READ &&
+                   NIC_REG_REMOTE_WRITE == NIC_ACCESS_REMOTE_WRITE,
+               "public and backend access flags must agree");
+
+NIC_EXPORT int nic_register(const void *p, size_t len, unsigned access,
+                            struct nic_region_ref *out) {
+  if (access & ~(NIC_REG_LOCAL_WRITE | NIC_REG_REMOTE_READ | NIC_REG_REMOTE_WRITE)) return -EINVAL;
+  int rc = nic_translate(p, len, out);
+  if (rc == -NIC_ERANGE || rc == -NIC_ECROSS) return rc;
+  if (rc == 0 && !(access & (NIC_REG_REMOTE_READ | NIC_REG_REMOTE_WRITE))) {
+    struct nic_registration reg;
+    rc = nic_chunk_register(out->chunk_index, &reg);
+    if (rc) return rc;
+    out->lkey = reg.lkey;
+    out->backend_handle = reg.handle;
+    return 0;
+  }
+  struct nic_rcache_ref ref;
+  rc = nic_rcache_acquire(p, len, access, &ref);
+  if (rc) return rc == -ERANGE ? -NIC_ERANGE : rc;
+  out->kind = NIC_REGION_CACHED;
+  out->chunk_index = 0;
+  out->region_base = ref.reg.base;
+  out->region_len = ref.reg.len;
+  out->offset = (size_t)((const char *)p - (const char *)ref.reg.base);
+  out->lkey = ref.reg.lkey;
+  out->rkey = ref.reg.rkey;
+  out->backend_handle = ref.reg.handle;
+  out->cache_slot = ref.slot;
+  return 0;
+}
+
+NIC_EXPORT void nic_unregister(const struct nic_region_ref *ref) {
+  if (ref && ref->kind == NIC_REGION_CACHED && ref->cache_slot) nic_rcache_release(ref->cache_slot);
+}
