@@ -242,3 +242,58 @@ TEST_F(UringTest, CompletionQueueOverflowLosesNothing) {
     EXPECT_TRUE(readers[s]->Data() == mem.Bytes(0, kPosts * 100));
   }
 }
+
+// Posts queued behind a send that fails because the peer is gone: each completes once, with
+// the connection's error or -EPIPE, none left cancelled or hanging.
+TEST_F(UringTest, PostsToAResetPeerAllFailOnce) {
+  Region mem(1 << 20, 17);
+  LoopbackPair pair;
+  nic_endpoint *ep = Endpoint(pair.tx);
+  nic_registration r = Reg(mem.base, mem.len);
+  linger hard{1, 0};
+  setsockopt(pair.rx, SOL_SOCKET, SO_LINGER, &hard, sizeof hard);
+  close(pair.rx); // RST
+  pair.rx = -1;
+  usleep(10000);
+  constexpr int kPosts = 40;
+  std::vector<Done> done(kPosts);
+  for (int i = 0; i < kPosts; i++) {
+    nic_sge sge = Sge(r, size_t(i) * 1000, 1000);
+    ASSERT_EQ(b->post(b, ep, &sge, 1, Done::Fn, &done[i]), 0);
+  }
+  ASSERT_TRUE(PollUntil(b, [&] {
+    for (auto &d : done)
+      if (!d.calls) return false;
+    return true;
+  }));
+  for (int i = 0; i < kPosts; i++) {
+    EXPECT_EQ(done[i].calls, 1) << i;
+    EXPECT_LT(done[i].status, 0) << i;
+    EXPECT_NE(done[i].status, -ECANCELED) << i;
+  }
+}
+
+// Zero-copy for real on the sending side: bytes the kernel has not taken yet are read from the
+// registered pages when they go out, so a write after post reaches the receiver. This is the
+// unprotected baseline the safety layer's write-after-post fencing exists for.
+TEST_F(UringTest, WriteAfterPostReachesTheReceiverUnlessFenced) {
+  Region mem(4 << 20, 18);
+  const std::string original = mem.Bytes(0, mem.len);
+  LoopbackPair pair(kSmall, kSmall);
+  Reader reader(pair.rx, /*paused=*/true);
+  nic_endpoint *ep = Endpoint(pair.tx);
+  nic_registration r = Reg(mem.base, mem.len);
+  nic_sge sge = Sge(r, 0, mem.len);
+  Done d;
+  ASSERT_EQ(b->post(b, ep, &sge, 1, Done::Fn, &d), 0);
+  const size_t tail = 3 << 20; // far beyond what two 256 KiB socket buffers can hold
+  memset(mem.base + tail, 0x5a, mem.len - tail);
+  reader.Resume();
+  ASSERT_TRUE(PollUntil(b, [&] { return d.calls > 0; }));
+  EXPECT_EQ(d.status, 0);
+  ASSERT_TRUE(reader.WaitFor(mem.len));
+  std::string got = reader.Data();
+  EXPECT_TRUE(got.compare(0, 1 << 20, original, 0, 1 << 20) == 0) << "head changed";
+  EXPECT_TRUE(got.compare(tail, std::string::npos, std::string(mem.len - tail, '\x5a')) == 0)
+      << "the kernel sent a copy taken at post time: not zero-copy on the sending side";
+}

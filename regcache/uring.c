@@ -1,0 +1,198 @@
+/* The io_uring backend: the ring, what the kernel supports, open and close, endpoints. The
+ * fixed-buffer table is in uring_buffers.c, posting and completions in uring_send.c. */
+#define _GNU_SOURCE
+#include "uring_internal.h"
+
+#include "config.h"
+#include "log.h"
+
+#include <errno.h>
+#include <stdlib.h>
+#include <string.h>
+
+static void uring_close(struct nic_backend *b);
+
+bool nic_uring_is(struct nic_backend *b) {
+  return b && b->close == uring_close;
+}
+
+/* NICMALLOC_URING_ENTRIES: submission queue depth; each post takes one entry until submitted. */
+static unsigned queue_entries(void) {
+  const char *text = getenv("NICMALLOC_URING_ENTRIES");
+  size_t v = 0;
+  if (!text) return URING_DEFAULT_ENTRIES;
+  if (nic_parse_size(text, &v) && v >= 1 && v <= 32768) return (unsigned)v;
+  nic_log_warn("NICMALLOC_URING_ENTRIES=%s is not valid (expected 1 to 32768); using %u", text,
+               URING_DEFAULT_ENTRIES);
+  return URING_DEFAULT_ENTRIES;
+}
+
+static bool has_send_zc(struct io_uring *ring) {
+  struct io_uring_probe *probe = io_uring_get_probe_ring(ring);
+  if (!probe) return false;
+  bool ok = io_uring_opcode_supported(probe, IORING_OP_SEND_ZC) &&
+            io_uring_opcode_supported(probe, IORING_OP_SENDMSG_ZC);
+  io_uring_free_probe(probe);
+  return ok;
+}
+
+/* Whether the kernel takes a zero-copy send with these flags: prep rejects what it does not
+ * know with -EINVAL, while a send it accepts gets as far as the file and fails with -EBADF on
+ * fd -1. Nothing is sent. Runs before any other use of the ring. */
+static bool accepts(struct io_uring *ring, bool vectored, unsigned zc_flags) {
+  static char byte;
+  struct iovec iov = {&byte, 1};
+  struct msghdr msg = {.msg_iov = &iov, .msg_iovlen = 1};
+  struct io_uring_sqe *sqe = io_uring_get_sqe(ring);
+  if (!sqe) return false;
+  if (vectored)
+    io_uring_prep_sendmsg_zc(sqe, -1, &msg, 0);
+  else
+    io_uring_prep_send_zc(sqe, -1, &byte, 1, 0, 0);
+  sqe->ioprio |= zc_flags;
+  sqe->buf_index = 0;
+  sqe->user_data = 0;
+  if (io_uring_submit(ring) != 1) return false;
+  int res = 0;
+  for (bool more = true, first = true; more;) {
+    struct io_uring_cqe *cqe;
+    struct __kernel_timespec ts = {.tv_sec = 1};
+    if (io_uring_wait_cqe_timeout(ring, &cqe, &ts) != 0) return false;
+    if (first) res = cqe->res;
+    more = first && (cqe->flags & IORING_CQE_F_MORE);
+    first = false;
+    io_uring_cqe_seen(ring, cqe);
+  }
+  return res == -EBADF;
+}
+
+struct nic_backend *nic_backend_uring_open(void) {
+  struct uring_backend *ub = calloc(1, sizeof *ub);
+  if (!ub) return NULL;
+  unsigned entries = queue_entries();
+  /* Two CQEs per post (result, then notification); the kernel keeps overflow anyway. */
+  struct io_uring_params params = {.flags = IORING_SETUP_SUBMIT_ALL | IORING_SETUP_CQSIZE |
+                                            IORING_SETUP_CLAMP,
+                                   .cq_entries = entries * 4};
+  int rc = io_uring_queue_init_params(entries, &ub->ring, &params);
+  if (rc < 0) {
+    free(ub);
+    errno = -rc; /* EPERM: io_uring_disabled; ENOSYS: not built in */
+    return NULL;
+  }
+  if (!has_send_zc(&ub->ring)) {
+    io_uring_queue_exit(&ub->ring);
+    free(ub);
+    errno = ENOTSUP;
+    return NULL;
+  }
+  rc = nic_uring_table_init(ub);
+  if (rc < 0) {
+    io_uring_queue_exit(&ub->ring);
+    free(ub);
+    errno = -rc;
+    return NULL;
+  }
+  /* SENDMSG_ZC from a fixed buffer: vectored registered buffers, 6.15 (6.18 has them). */
+  ub->vectored_fixed = accepts(&ub->ring, true, IORING_RECVSEND_FIXED_BUF);
+  /* Notifications that say whether the kernel copied after all: 6.2. */
+  ub->report_usage = accepts(&ub->ring, false, IORING_SEND_ZC_REPORT_USAGE);
+  pthread_mutex_init(&ub->lock, NULL);
+  ub->pub = (struct nic_backend){
+      .name = "uring",
+      .caps = {.max_sge = URING_MAX_SGE,
+               .max_region_bytes = URING_MAX_BYTES,
+               .max_regions = ub->nslots,
+               /* To a NIC; to a local receiver (loopback, veth) the kernel copies, which the
+                * notifications report: stats.copied / stats.zero_copied. */
+               .zero_copy = true},
+      .reg = nic_uring_reg,
+      .dereg = nic_uring_dereg,
+      .post = nic_uring_post,
+      .poll = nic_uring_poll,
+      .close = uring_close,
+      .priv = ub,
+  };
+  ub->stats.slots = ub->nslots;
+  ub->stats.vectored_fixed = ub->vectored_fixed;
+  ub->stats.reports_copies = ub->report_usage;
+  nic_log_info("uring backend: %u entries, %u fixed-buffer slots, SENDMSG_ZC %s fixed buffers, "
+               "copy reports %s",
+               params.sq_entries, ub->nslots, ub->vectored_fixed ? "with" : "without",
+               ub->report_usage ? "on" : "off");
+  return &ub->pub;
+}
+
+/* Completions still pending are dropped: the ring's teardown waits for the kernel to let go of
+ * the memory, but done() no longer runs. Endpoints must be closed first. */
+static void uring_close(struct nic_backend *b) {
+  struct uring_backend *ub = uring_of(b);
+  if (ub->stats.pending || ub->endpoints)
+    nic_log_warn("uring backend closed with %u posts pending and %u endpoints open",
+                 ub->stats.pending, ub->endpoints);
+  io_uring_queue_exit(&ub->ring);
+  nic_uring_table_fini(ub);
+  nic_uring_requests_fini(ub);
+  pthread_mutex_destroy(&ub->lock);
+  free(ub);
+}
+
+struct nic_endpoint *nic_uring_endpoint_open(struct nic_backend *b, int sockfd) {
+  int type = 0, domain = 0;
+  socklen_t len = sizeof type;
+  struct sockaddr_storage peer;
+  socklen_t peer_len = sizeof peer;
+  if (!nic_uring_is(b)) {
+    errno = EINVAL;
+    return NULL;
+  }
+  if (getsockopt(sockfd, SOL_SOCKET, SO_TYPE, &type, &len) != 0) return NULL; /* ENOTSOCK */
+  len = sizeof domain;
+  if (getsockopt(sockfd, SOL_SOCKET, SO_DOMAIN, &domain, &len) != 0) return NULL;
+  if (type != SOCK_STREAM) {
+    errno = EPROTOTYPE;
+    return NULL;
+  }
+  if (domain != AF_INET && domain != AF_INET6) { /* AF_UNIX fails SEND_ZC with EOPNOTSUPP */
+    errno = EOPNOTSUPP;
+    return NULL;
+  }
+  if (getpeername(sockfd, (struct sockaddr *)&peer, &peer_len) != 0) return NULL; /* ENOTCONN */
+  struct nic_endpoint *ep = calloc(1, sizeof *ep);
+  if (!ep) return NULL;
+  struct uring_backend *ub = uring_of(b);
+  ep->ub = ub;
+  ep->fd = sockfd;
+  pthread_mutex_lock(&ub->lock);
+  ub->endpoints++;
+  pthread_mutex_unlock(&ub->lock);
+  return ep;
+}
+
+int nic_uring_endpoint_close(struct nic_endpoint *ep) {
+  if (!ep) return -EINVAL;
+  struct uring_backend *ub = ep->ub;
+  pthread_mutex_lock(&ub->lock);
+  if (ep->inflight) {
+    pthread_mutex_unlock(&ub->lock);
+    return -EBUSY;
+  }
+  for (struct nic_endpoint **at = &ub->kick; ep->kicked && *at; at = &(*at)->kick_next)
+    if (*at == ep) { /* kicked, then emptied by a post's own flush: poll() would visit it */
+      *at = ep->kick_next;
+      break;
+    }
+  ub->endpoints--;
+  pthread_mutex_unlock(&ub->lock);
+  free(ep);
+  return 0;
+}
+
+bool nic_uring_get_stats(struct nic_backend *b, struct nic_uring_stats *out) {
+  if (!nic_uring_is(b)) return false;
+  struct uring_backend *ub = uring_of(b);
+  pthread_mutex_lock(&ub->lock);
+  *out = ub->stats;
+  pthread_mutex_unlock(&ub->lock);
+  return true;
+}

@@ -1,0 +1,117 @@
+/* Shared by uring.c (ring, open/close, endpoints), uring_buffers.c (the fixed-buffer table),
+ * uring_send.c (post, poll) and uring_reqs.c (request memory and queues). One mutex guards
+ * everything below: liburing's submission and completion queues are not thread-safe. */
+#ifndef NIC_URING_INTERNAL_H
+#define NIC_URING_INTERNAL_H
+
+#include "uring.h"
+
+#include <liburing.h>
+#include <pthread.h>
+#include <sys/socket.h>
+#include <sys/uio.h>
+
+#define URING_MAX_SLOTS 16384u      /* the kernel's IORING_MAX_REG_BUFFERS */
+#define URING_MAX_BYTES (1ul << 30) /* the kernel's largest fixed buffer */
+#define URING_MAX_SGE 64u           /* well under IOV_MAX; the SG layer takes the min */
+#define URING_MAX_MSG 0x7ffff000ul  /* MAX_RW_COUNT: a longer send would be cut short */
+#define URING_DEFAULT_ENTRIES 256u
+
+/* Kernel 6.2 uapi that liburing 2.3's copy of io_uring.h predates. */
+#ifndef IORING_SEND_ZC_REPORT_USAGE
+#define IORING_SEND_ZC_REPORT_USAGE (1U << 3)
+#endif
+#ifndef IORING_NOTIF_USAGE_ZC_COPIED
+#define IORING_NOTIF_USAGE_ZC_COPIED (1U << 31)
+#endif
+
+struct uring_slot {
+  uintptr_t base;
+  size_t len;
+  uint32_t inflight; /* entries of posts not yet notified */
+  bool live;         /* registered and usable; false while being (de)registered */
+};
+
+struct uring_req {
+  struct uring_req *next;
+  struct nic_endpoint *ep; /* NULL once the kernel is done with the memory */
+  nic_completion_fn done;
+  void *arg;
+  uint64_t seq; /* post order on the endpoint */
+  int status;
+  bool sent;         /* no more sends for this post: status is final */
+  unsigned notifs;   /* notifications still to come, one per send that pinned memory */
+  bool lead;         /* first of its batch: a cancellation was not caused by another send */
+  unsigned cancels;  /* cancelled as the lead, in a row, without sending anything */
+  unsigned n, first; /* entries; the first one not entirely sent */
+  size_t total, off; /* message bytes; bytes sent so far */
+  uint32_t slot[URING_MAX_SGE];
+  struct msghdr msg; /* read by the kernel at submission; kept until completion anyway */
+  struct iovec iov[URING_MAX_SGE]; /* advanced past what has been sent */
+};
+
+/* FIFO of requests linked through next. */
+struct uring_queue {
+  struct uring_req *head, *tail;
+};
+
+struct nic_endpoint {
+  struct uring_backend *ub;
+  int fd;
+  unsigned sending;  /* submitted whose send CQE has not arrived */
+  unsigned inflight; /* accepted and not yet notified */
+  bool broken;       /* a message went out partly: later ones would corrupt the stream */
+  bool kicked;       /* on the backend's kick list */
+  uint64_t next_seq;
+  struct nic_endpoint *kick_next;
+  struct uring_queue backlog;
+};
+
+struct uring_backend {
+  struct nic_backend pub;
+  pthread_mutex_t lock;
+  struct io_uring ring;
+  bool vectored_fixed; /* SENDMSG_ZC takes IORING_RECVSEND_FIXED_BUF */
+  bool report_usage;   /* IORING_SEND_ZC_REPORT_USAGE */
+  uint32_t nslots;
+  struct uring_slot *slots;
+  uint64_t *free_map; /* bit set = slot free */
+  struct uring_req *free_reqs;
+  void *slabs;               /* mmap'd request slabs, chained through their first word */
+  struct uring_queue ready;  /* done() due, run by poll() */
+  struct nic_endpoint *kick; /* endpoints whose backlog poll() must submit */
+  unsigned endpoints;
+  bool warned_memlock; /* the RLIMIT_MEMLOCK warning is printed once */
+  struct nic_uring_stats stats;
+};
+
+static inline struct uring_backend *uring_of(struct nic_backend *b) {
+  return (struct uring_backend *)b->priv;
+}
+
+/* uring.c */
+bool nic_uring_is(struct nic_backend *b);
+
+/* uring_buffers.c */
+int nic_uring_table_init(struct uring_backend *ub);
+void nic_uring_table_fini(struct uring_backend *ub);
+int nic_uring_reg(struct nic_backend *b, void *base, size_t len, unsigned access,
+                  struct nic_registration *out);
+int nic_uring_dereg(struct nic_backend *b, struct nic_registration *reg);
+/* Locked: the slot of an entry that lies inside a live registration, or -1. */
+int64_t nic_uring_check_locked(struct uring_backend *ub, const struct nic_sge *sge);
+
+/* uring_send.c */
+int nic_uring_post(struct nic_backend *b, struct nic_endpoint *ep, const struct nic_sge *sge,
+                   unsigned n, nic_completion_fn done, void *arg);
+int nic_uring_poll(struct nic_backend *b, int max);
+
+/* uring_reqs.c */
+struct uring_req *nic_uring_req_alloc_locked(struct uring_backend *ub);
+void nic_uring_req_free_locked(struct uring_backend *ub, struct uring_req *req);
+void nic_uring_requests_fini(struct uring_backend *ub);
+void nic_uring_push(struct uring_queue *q, struct uring_req *req);
+struct uring_req *nic_uring_pop(struct uring_queue *q);
+void nic_uring_requeue(struct uring_queue *q, struct uring_req *req); /* in seq order */
+
+#endif
