@@ -1,0 +1,21 @@
+#!/usr/bin/env bash
+# Installs the build into a scratch prefix, then builds and runs a consumer twice: through
+# find_package(nicmalloc) and through pkg-config. Usage: check_install.sh BUILD_DIR
+set -euo pipefail
+build=$1
+here=$(cd "$(dirname "$0")" && pwd)
+work=$(mktemp -d)
+trap 'rm -rf "$work"' EXIT
+cmake --install "$build" --prefix "$work/prefix" >/dev/null
+libdir=$(dirname "$(find "$work/prefix" -name 'libnicmalloc.so' | head -1)")
+export NICMALLOC_CHUNK_SIZE=64M LD_LIBRARY_PATH=$libdir
+
+cmake -S "$here/consumer" -B "$work/cmake-build" -DCMAKE_PREFIX_PATH="$work/prefix" >/dev/null
+cmake --build "$work/cmake-build" >/dev/null
+"$work/cmake-build/consumer" | grep -qx 'consumer: ok, 1 chunk(s)' || { echo "FAIL: find_package consumer"; exit 1; }
+
+export PKG_CONFIG_PATH=$libdir/pkgconfig
+# shellcheck disable=SC2046 # word splitting of the flags is intended
+cc -o "$work/pc-consumer" "$here/consumer/main.c" $(pkg-config --cflags --libs nicmalloc)
+"$work/pc-consumer" | grep -qx 'consumer: ok, 1 chunk(s)' || { echo "FAIL: pkg-config consumer"; exit 1; }
+echo "install: find_package and pkg-config consumers built and ran"
