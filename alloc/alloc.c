@@ -96,13 +96,18 @@ void nic_report_bad_free(const void *p, const char *caller, bool double_free) {
 
 /* Threads still setting up, or past their exit hook, count into the exited totals. */
 void nic_release_dp_block_unregistered(void *p) {
-  nic_thread_account_exited(nic_chunk_index(p), -1);
+  nic_thread_account_exited(nic_chunk_index(p), -(int64_t)mi_usable_size(p));
   nic_block_mark_free(p);
   mi_free(p);
 }
 
 void nic_free_dp_block(void *p) {
   nic_release_dp_block(p);
+}
+
+/* A free deferred by safety/deferred.c, done now that no page of the block is referenced. */
+void nic_release_deferred(void *p) {
+  nic_release_block_now(p);
 }
 
 void nic_free(void *p, const char *caller) {
@@ -128,8 +133,17 @@ void *nic_realloc_routed(void *p, size_t size, enum nic_route route, const char 
   if (route == NIC_ROUTE_AUTO && was_dp) route = NIC_ROUTE_DATAPLANE;
   const size_t usable = mi_usable_size(p);
   const bool heap_ok = route != NIC_ROUTE_DATAPLANE || was_dp;
+  /* Safety: a block the NIC may still read is moved, or waited for (NICMALLOC_REALLOC_INFLIGHT);
+   * one whose free is deferred was freed already. */
+  const int inflight = __builtin_expect(__atomic_load_n(&nic_safety_refs, __ATOMIC_RELAXED) != 0, 0)
+                           ? nic_safety_realloc_check(p, usable)
+                           : 0;
+  if (inflight < 0) {
+    errno = EINVAL;
+    return NULL;
+  }
   /* Keep the block when it fits and would not waste more than half of it. */
-  if (heap_ok && size <= usable && size >= usable / 2) return p;
+  if (heap_ok && !inflight && size <= usable && size >= usable / 2) return p;
   void *q = nic_alloc(size, 0, false, route);
   if (!q) return NULL; /* p stays valid, as C requires */
   memcpy(q, p, size < usable ? size : usable);

@@ -52,7 +52,7 @@ static inline void *nic_dp_alloc_fast(size_t size, bool zero) {
     p = zero ? mi_heap_zalloc(heap, size) : mi_heap_malloc(heap, size);
     if (__builtin_expect(p != NULL, 1)) {
       if (!zero) nic_block_mark_live(p);
-      nic_counter_add(&t->dp_blocks[index], 1);
+      nic_counter_add(&t->dp_live[index], (int64_t)mi_usable_size(p));
     }
   }
   nic_dp_leave(t);
@@ -88,7 +88,7 @@ static inline void nic_release_dp_block(void *p) {
     nic_release_dp_block_unregistered(p);
     return;
   }
-  nic_counter_add(&t->dp_blocks[nic_chunk_index(p)], -1);
+  nic_counter_add(&t->dp_live[nic_chunk_index(p)], -(int64_t)mi_usable_size(p));
   nic_block_mark_free(p);
   mi_free(p);
   if (__builtin_expect(!nic_dp_epoch_seen(t), 0)) {
@@ -99,8 +99,14 @@ static inline void nic_release_dp_block(void *p) {
 }
 void nic_free_dp_block(void *p);
 
+/* Safety (safety/safety.h): page references held by posted SG entries and nic_hold. While any
+ * exist, free asks whether a page of the block is referenced and, if so, defers the free. */
+extern unsigned long nic_safety_refs __attribute__((visibility("hidden"))); /* no GOT load */
+bool nic_safety_defer_free(void *p);
+int nic_safety_realloc_check(void *p, size_t usable);
+
 /* Frees a block already checked live; ends in a tail call to mi_free on the control path. */
-static inline void nic_release_block(void *p) {
+static inline void nic_release_block_now(void *p) {
   if (nic_in_dp(p)) {
     nic_free_dp_block(p);
     return;
@@ -109,6 +115,16 @@ static inline void nic_release_block(void *p) {
     nic_rcache_invalidate((uintptr_t)p, mi_usable_size(p));
   nic_block_mark_free(p);
   mi_free(p);
+}
+
+/* Every release (free, delete, realloc's old block) goes through here. The safety filter is one
+ * relaxed load and a predictable branch while nothing is in flight; a block the NIC may still
+ * read is neither written (not even its key) nor reused until its completion. */
+static inline void nic_release_block(void *p) {
+  if (__builtin_expect(__atomic_load_n(&nic_safety_refs, __ATOMIC_RELAXED) != 0, 0) &&
+      nic_safety_defer_free(p))
+    return;
+  nic_release_block_now(p);
 }
 
 static inline void nic_free_inline(void *p, const char *caller) {

@@ -28,40 +28,11 @@ static int chunk_state(unsigned index) {
   return __atomic_load_n(&nic_chunk_at(index)->state, __ATOMIC_ACQUIRE);
 }
 
-static bool add_used(const mi_heap_t *heap, const mi_heap_area_t *area, void *block,
-                     size_t block_size, void *arg) {
-  (void)heap, (void)block, (void)block_size;
-  if (area) *(size_t *)arg += area->used * area->block_size;
-  return true;
-}
-
-/* One callback per mimalloc page, not per block: cheap enough for every refresh. */
-static void publish_usage(struct nic_thread *t) {
-  size_t used = 0;
-  unsigned slots = nic_chunk_slots_used();
-  for (unsigned i = 0; i < slots; i++) {
-    int state = chunk_state(i);
-    if (t->heaps[i] && (state == NIC_CHUNK_LIVE || state == NIC_CHUNK_DRAINING))
-      mi_heap_visit_blocks(t->heaps[i], false, add_used, &used);
-  }
-  __atomic_store_n(&t->dp_used_bytes, used, __ATOMIC_RELAXED);
-}
-
 void nic_dp_refresh(struct nic_thread *t) {
   t->seen_epoch = __atomic_load_n(&nic_chunk_epoch, __ATOMIC_ACQUIRE);
   unsigned slots = nic_chunk_slots_used();
   for (unsigned i = 0; i < slots; i++)
     if (t->heaps[i] && chunk_state(i) == NIC_CHUNK_DRAINING) mi_heap_collect(t->heaps[i], true);
-  publish_usage(t);
-}
-
-void nic_dp_request_usage(void) {
-  __atomic_add_fetch(&nic_chunk_epoch, 1, __ATOMIC_RELEASE);
-  struct nic_thread *t = &nic_self;
-  if (t->state != NIC_THREAD_READY) return;
-  nic_dp_enter(t);
-  nic_dp_refresh(t);
-  nic_dp_leave(t);
 }
 
 static void *try_chunk(struct nic_thread *t, unsigned index, size_t size, size_t alignment,
@@ -132,7 +103,7 @@ static void *alloc_late(struct nic_thread *t, size_t size, size_t alignment, boo
   void *p = alloc_slow(t, size, alignment, zero, &index, why);
   if (p) {
     t->cursor = index;
-    nic_thread_account_exited(index, 1);
+    nic_thread_account_exited(index, (int64_t)mi_usable_size(p));
   }
   pthread_mutex_unlock(&late_lock);
   return p;
@@ -162,7 +133,7 @@ void *nic_dp_alloc(size_t size, size_t alignment, bool zero, enum nic_dp_failure
     p = alloc_slow(t, size, alignment, zero, &index, why);
     if (p) t->cursor = index;
   }
-  if (p) nic_counter_add(&t->dp_blocks[index], 1);
+  if (p) nic_counter_add(&t->dp_live[index], (int64_t)mi_usable_size(p));
   nic_dp_leave(t);
   return p;
 }

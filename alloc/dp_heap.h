@@ -38,9 +38,6 @@ static inline bool nic_dp_epoch_seen(const struct nic_thread *t) {
 /* A chunk changed state: hand back pages in draining chunks and move off chunks that are not
  * live. Call inside nic_dp_enter/leave. */
 void nic_dp_refresh(struct nic_thread *t);
-/* Publishes the calling thread's dataplane usage now and asks every other thread to publish
- * its own on its next dataplane call (an epoch bump). Used by nic_get_stats. */
-void nic_dp_request_usage(void);
 /* Held by exiting threads around dataplane allocation and by the reaper around a release. */
 void nic_dp_late_lock(void);
 void nic_dp_late_unlock(void);

@@ -7,6 +7,7 @@
 #include "log.h"
 #include "nicmalloc.h"
 #include "rcache.h"
+#include "safety.h"
 #include "smaps.h"
 #include "thread.h"
 #include "vspace.h"
@@ -55,13 +56,11 @@ static size_t segment_bytes(unsigned chunk) {
 
 NIC_EXPORT void nic_get_stats(struct nic_stats *out) {
   memset(out, 0, sizeof *out);
-  nic_dp_request_usage();
   int64_t dp[NIC_CHUNK_SLOTS], dp_total = 0;
   nic_thread_sum(dp);
   for (unsigned i = 0; i < NIC_CHUNK_SLOTS; i++)
     dp_total += dp[i];
-  out->dataplane_blocks = clamp_positive(dp_total);
-  out->dataplane_used = nic_thread_sum_dp_used();
+  out->dataplane_live = clamp_positive(dp_total);
   if (nic_control_size)
     nic_smaps_walk(nic_control_base, nic_control_base + nic_control_size, add_control, out);
 
@@ -103,6 +102,7 @@ NIC_EXPORT void nic_get_stats(struct nic_stats *out) {
   out->rcache_bytes = rc.bytes;
   struct nic_backend *b = nic_backend_if_open();
   out->backend = b ? b->name : "none";
+  nic_safety_fill_stats(out); /* safety/safety_stats.c */
 }
 
 #define MIB(x) ((x) >> 20), ((((x) & ((1ul << 20) - 1)) * 10) >> 20)
@@ -114,12 +114,12 @@ NIC_EXPORT void nic_print_stats(int fd) {
   nic_fdprintf(fd, "  control heap      %zu.%zu MiB committed, %zu.%zu MiB resident\n",
                MIB(s.control_committed), MIB(s.control_resident));
   nic_fdprintf(fd,
-               "  dataplane         %llu live blocks, pinned %zu.%zu MiB, mapped %zu.%zu MiB, "
+               "  dataplane         live %zu.%zu MiB, pinned %zu.%zu MiB, mapped %zu.%zu MiB, "
                "reserved %zu MiB\n",
-               (unsigned long long)s.dataplane_blocks, MIB(s.dataplane_pinned),
-               MIB(s.dataplane_mapped), s.dataplane_reserved >> 20);
+               MIB(s.dataplane_live), MIB(s.dataplane_pinned), MIB(s.dataplane_mapped),
+               s.dataplane_reserved >> 20);
   size_t in_use = s.dataplane_in_use < s.dataplane_mapped ? s.dataplane_in_use : s.dataplane_mapped;
-  size_t used = s.dataplane_used < s.dataplane_mapped ? s.dataplane_used : s.dataplane_mapped;
+  size_t used = s.dataplane_live < s.dataplane_mapped ? s.dataplane_live : s.dataplane_mapped;
   nic_fdprintf(fd,
                "  dataplane free    %zu.%zu MiB of mapped chunks not in live blocks (%zu.%zu MiB "
                "held by no mimalloc segment)\n",
@@ -141,6 +141,12 @@ NIC_EXPORT void nic_print_stats(int fd) {
                s.backend, s.rcache_regions, MIB(s.rcache_bytes), (unsigned long long)s.rcache_hits,
                (unsigned long long)s.rcache_misses, (unsigned long long)s.rcache_evictions,
                (unsigned long long)s.rcache_invalidations);
+  nic_fdprintf(fd,
+               "  safety            %llu posts (%llu entries) in flight, %llu frees deferred "
+               "(%llu pending), %llu holds, %llu bytes copied to bounce areas\n",
+               (unsigned long long)s.inflight_posts, (unsigned long long)s.inflight_entries,
+               (unsigned long long)s.deferred_frees, (unsigned long long)s.deferred_pending,
+               (unsigned long long)s.holds, (unsigned long long)s.bounce_bytes);
   nic_fdprintf(fd, "  errors            %llu invalid frees, %llu double frees\n",
                (unsigned long long)s.invalid_frees, (unsigned long long)s.double_frees);
 }

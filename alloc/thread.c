@@ -14,17 +14,14 @@ __thread struct nic_thread nic_self __attribute__((tls_model("initial-exec")));
 static pthread_mutex_t threads_lock = PTHREAD_MUTEX_INITIALIZER;
 static struct nic_thread *threads;
 /* Accounts of threads that have exited. */
-static int64_t exited_dp_blocks[NIC_CHUNK_SLOTS];
-static size_t exited_dp_used; /* what exited threads last published */
+static int64_t exited_dp_live[NIC_CHUNK_SLOTS];
 static pthread_key_t exit_key;
 static pthread_once_t exit_key_once = PTHREAD_ONCE_INIT;
 
 static void fold_into_exited(struct nic_thread *t) {
-  __atomic_add_fetch(&exited_dp_used, t->dp_used_bytes, __ATOMIC_RELAXED);
-  t->dp_used_bytes = 0;
   for (unsigned i = 0; i < NIC_CHUNK_SLOTS; i++) {
-    nic_thread_account_exited(i, t->dp_blocks[i]);
-    t->dp_blocks[i] = 0;
+    nic_thread_account_exited(i, t->dp_live[i]);
+    t->dp_live[i] = 0;
   }
 }
 
@@ -88,27 +85,18 @@ void nic_thread_refresh_fast(void) {
   t->fast_below = fast ? nic_auto_dp_threshold : 0;
 }
 
-void nic_thread_sum(int64_t dp_blocks[NIC_CHUNK_SLOTS]) {
+void nic_thread_sum(int64_t dp_live[NIC_CHUNK_SLOTS]) {
   pthread_mutex_lock(&threads_lock);
   for (unsigned i = 0; i < NIC_CHUNK_SLOTS; i++)
-    dp_blocks[i] = __atomic_load_n(&exited_dp_blocks[i], __ATOMIC_RELAXED);
+    dp_live[i] = __atomic_load_n(&exited_dp_live[i], __ATOMIC_RELAXED);
   for (struct nic_thread *t = threads; t; t = t->next)
     for (unsigned i = 0; i < NIC_CHUNK_SLOTS; i++)
-      dp_blocks[i] += __atomic_load_n(&t->dp_blocks[i], __ATOMIC_RELAXED);
+      dp_live[i] += __atomic_load_n(&t->dp_live[i], __ATOMIC_RELAXED);
   pthread_mutex_unlock(&threads_lock);
-}
-
-size_t nic_thread_sum_dp_used(void) {
-  pthread_mutex_lock(&threads_lock);
-  size_t sum = __atomic_load_n(&exited_dp_used, __ATOMIC_RELAXED);
-  for (struct nic_thread *t = threads; t; t = t->next)
-    sum += __atomic_load_n(&t->dp_used_bytes, __ATOMIC_RELAXED);
-  pthread_mutex_unlock(&threads_lock);
-  return sum;
 }
 
 void nic_thread_account_exited(unsigned chunk, int64_t delta) {
-  __atomic_add_fetch(&exited_dp_blocks[chunk], delta, __ATOMIC_RELAXED);
+  __atomic_add_fetch(&exited_dp_live[chunk], delta, __ATOMIC_RELAXED);
 }
 
 void nic_threads_wait_not_busy(void) {

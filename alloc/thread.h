@@ -23,10 +23,7 @@ struct nic_thread {
   int dp_busy;
   unsigned seen_epoch; /* nic_chunk_epoch when this thread last looked at the chunk states */
   mi_heap_t *heaps[NIC_CHUNK_SLOTS]; /* this thread's heap in each chunk's arena */
-  int64_t dp_blocks[NIC_CHUNK_SLOTS];
-  /* Bytes in this thread's live dataplane blocks, measured by the thread itself (it alone may
-   * walk its heaps) at its last refresh; see nic_dp_publish_usage. */
-  size_t dp_used_bytes;
+  int64_t dp_live[NIC_CHUNK_SLOTS];  /* usable bytes allocated minus freed, per chunk */
   struct nic_thread *next, *prev;
 };
 
@@ -49,10 +46,7 @@ void nic_thread_account_exited(unsigned chunk, int64_t delta);
 /* Returns once every registered thread has been seen outside dataplane code (see reaper.c). */
 void nic_threads_wait_not_busy(void);
 /* Sums the accounts of all threads, live and exited. */
-void nic_thread_sum(int64_t dp_blocks[NIC_CHUNK_SLOTS]);
-/* Bytes in dataplane blocks as last published by each thread (exited ones included). */
-size_t nic_thread_sum_dp_used(void);
-
+void nic_thread_sum(int64_t dp_live[NIC_CHUNK_SLOTS]);
 void nic_threads_lock(void);
 void nic_threads_unlock(void);
 /* In a fork child only the forking thread survives. */

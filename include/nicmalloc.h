@@ -108,12 +108,11 @@ const char *nic_page_kind_name(enum nic_page_kind kind);
 
 struct nic_stats {
   /* Control heap: mimalloc's memory in nicmalloc's control arena, read from the kernel when
-   * asked for, so that malloc and free count nothing. */
+   * asked for, so that control malloc and free count nothing. */
   size_t control_committed; /* bytes mimalloc has made usable */
   size_t control_resident;  /* of those, bytes in RAM */
   /* Dataplane chunks. */
-  uint64_t dataplane_blocks; /* live blocks */
-  size_t dataplane_used;     /* bytes in live blocks, as each thread last measured its heaps */
+  size_t dataplane_live;     /* usable bytes of live blocks, exact */
   size_t dataplane_in_use;   /* chunk bytes held by mimalloc segments (32 MiB granularity) */
   size_t dataplane_pinned;   /* bytes of chunks currently mapped and locked in memory */
   size_t dataplane_mapped;   /* bytes of chunks currently mapped (pinned or not) */
@@ -136,11 +135,91 @@ struct nic_stats {
   uint32_t rcache_regions;
   size_t rcache_bytes;
   const char *backend; /* registration backend in use, or "none" while none was needed */
+  /* Scatter-gather and safety (see "Scatter-gather and safety" below). */
+  uint64_t inflight_posts;   /* posted, completion not yet run */
+  uint64_t inflight_entries; /* their entries */
+  uint64_t deferred_frees;   /* frees deferred because a page of the block was in flight/held */
+  uint64_t deferred_pending; /* of those, not released yet */
+  uint64_t holds;            /* nic_hold references outstanding */
+  uint64_t bounce_bytes;     /* bytes copied into bounce areas, over the process lifetime */
+  uint64_t fence_waits;      /* nic_fence_write / realloc calls that had to wait */
+  uint64_t fence_timeouts;   /* of those, gave up after NICMALLOC_FENCE_TIMEOUT_MS */
 };
 /* Fills *out. Safe from any thread; figures from other threads are a moment old. */
 void nic_get_stats(struct nic_stats *out);
 /* Writes the readable report (the one NICMALLOC_STATS=1 prints at exit) to fd. */
 void nic_print_stats(int fd);
+
+/* ---- Scatter-gather and safety ----
+ * A serializer collects (pointer, length) entries in a struct nic_sga (on its stack) and posts
+ * them to an endpoint as one message. Each entry is resolved when added: dataplane memory uses
+ * its chunk's registration, other memory the registration cache, and entries shorter than
+ * NICMALLOC_COPY_THRESHOLD (default 512) or that cannot be registered are copied into a pinned
+ * bounce area. Adjacent entries are coalesced; past the entry limit the smallest neighbours are
+ * copied together. From post until the completion, free/realloc/delete of the memory an entry
+ * points to is deferred (page granularity: see safety/README.md). */
+#define NIC_EFREED 1004  /* the pointer is a block already freed */
+#define NIC_ENOHOLD 1005 /* nic_release of a pointer with no nic_hold outstanding */
+
+#define NIC_SGA_CAPACITY 64 /* entries a struct nic_sga can hold; the backend may allow fewer */
+
+/* Internal to the library; exposed only so that the array can live on the caller's stack. */
+struct nic_sga_entry {
+  const void *addr;
+  uint32_t len;
+  uint32_t lkey;
+  uint64_t handle;
+  uint32_t cache_slot; /* registration-cache slot held, 0 = none */
+  uint32_t kind;       /* enum nic_region_kind, or 3 for a bounce copy */
+};
+struct nic_sga {
+  uint32_t count; /* entries in use */
+  uint32_t max;   /* entry limit (nic_sga_init) */
+  uint64_t bytes; /* payload bytes added */
+  void *bounce;   /* bounce slabs owned by this array */
+  struct nic_sga_entry entry[NIC_SGA_CAPACITY];
+};
+
+/* Where messages go; made by a backend-specific constructor (nic_sim_endpoint_create below). */
+struct nic_endpoint;
+/* Runs once per posted message, when the NIC no longer reads its memory: status 0 or -errno. */
+typedef void (*nic_sga_done_fn)(void *arg, int status);
+
+/* max_entries 0 = the backend's limit (caps.max_sge), at most NIC_SGA_CAPACITY. Returns 0, or
+ * -E2BIG when max_entries is above what the backend or the array allows, -ENODEV (no backend). */
+int nic_sga_init(struct nic_sga *sga, unsigned max_entries);
+/* Returns 0, or -NIC_ERANGE (len 0, overflow, over 4 GiB), -EFAULT (range not mapped),
+ * -NIC_EFREED (a block already freed), -E2BIG (over the limit and the smallest neighbours too big
+ * to copy), -ENOMEM, -EINVAL (sga not initialised). On error the array is unchanged. */
+int nic_sga_add(struct nic_sga *sga, const void *p, size_t len);
+/* Hands the entries to the backend; on success the array is empty again and its references
+ * belong to the message until done(arg, status) runs. On error (-EINVAL empty, -ENODEV, the
+ * backend's -EINVAL/-ENOMEM) nothing was posted and the array is unchanged. */
+int nic_sga_post(struct nic_sga *sga, struct nic_endpoint *ep, nic_sga_done_fn done, void *arg);
+/* Drops the entries without posting. */
+void nic_sga_reset(struct nic_sga *sga);
+/* Runs up to max ready completions of the process-wide backend (all when max <= 0). */
+int nic_poll(int max);
+
+/* Keeps the nicmalloc block holding p (a received buffer, say) from being freed and reused
+ * until the matching nic_release: a free of it meanwhile is deferred. Holds nest. Returns 0,
+ * -EINVAL (NULL or not nicmalloc memory), -ENOMEM; nic_release returns -NIC_ENOHOLD without a
+ * hold on exactly p. */
+int nic_hold(const void *p);
+int nic_release(const void *p);
+
+/* NICMALLOC_FENCE=wait (default): returns 0 once no posted entry overlaps the pages of
+ * [p, p+len), polling the backend meanwhile; -ETIMEDOUT after NICMALLOC_FENCE_TIMEOUT_MS
+ * (default 5000); -NIC_ERANGE for len 0 or overflow. off: returns 0 at once. */
+int nic_fence_write(const void *p, size_t len);
+
+/* The sim backend's endpoint: each message is received into a fresh dataplane buffer that is
+ * freed when receive returns, unless receive nic_hold()s a pointer into it. */
+typedef void (*nic_receive_fn)(void *arg, void *data, size_t len);
+#define NIC_EP_ENGINE_COMPLETIONS 1u /* completions run on the NIC's thread, not from nic_poll */
+struct nic_endpoint *nic_sim_endpoint_create(nic_receive_fn receive, void *arg, unsigned flags);
+/* 0, or -EBUSY while messages to ep are in flight, -EINVAL for an unknown endpoint. */
+int nic_sim_endpoint_destroy(struct nic_endpoint *ep);
 
 #ifdef __cplusplus
 }

@@ -137,9 +137,8 @@ __attribute__((destructor)) static void destructor(void) {
   churn(stage);
   struct nic_stats s;
   nic_get_stats(&s);
-  say("destructor-ok dataplane_blocks=%llu invalid_frees=%llu double_frees=%llu",
-      (unsigned long long)s.dataplane_blocks, (unsigned long long)s.invalid_frees,
-      (unsigned long long)s.double_frees);
+  say("destructor-ok dataplane_live=%zu invalid_frees=%llu double_frees=%llu", s.dataplane_live,
+      (unsigned long long)s.invalid_frees, (unsigned long long)s.double_frees);
 }
 
 int main(void) {

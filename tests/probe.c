@@ -19,10 +19,8 @@ static void print_stats(const char *prefix) {
   printf("%schunks_live=%u\n%schunks_created=%llu\n%schunks_released=%llu\n", prefix, s.chunks_live,
          prefix, (unsigned long long)s.chunks_created, prefix,
          (unsigned long long)s.chunks_released);
-  printf("%spinned=%zu\n%smapped=%zu\n%sblocks=%llu\n%sused=%zu\n%scontrol=%zu\n", prefix,
-         s.dataplane_pinned, prefix, s.dataplane_mapped, prefix,
-         (unsigned long long)s.dataplane_blocks, prefix, s.dataplane_used, prefix,
-         s.control_committed);
+  printf("%spinned=%zu\n%smapped=%zu\n%slive=%zu\n%scontrol=%zu\n", prefix, s.dataplane_pinned,
+         prefix, s.dataplane_mapped, prefix, s.dataplane_live, prefix, s.control_committed);
   printf("%spage_kind=%s\n%spage_fallbacks=%llu\n%spin_failures=%llu\n", prefix,
          nic_page_kind_name(s.page_kind), prefix, (unsigned long long)s.page_fallbacks, prefix,
          (unsigned long long)s.pin_failures);

@@ -134,7 +134,7 @@ protected:
   void TearDown() override {
     nic_stats after;
     nic_get_stats(&after);
-    EXPECT_EQ(after.dataplane_blocks, before_.dataplane_blocks) << "every block was freed";
+    EXPECT_EQ(after.dataplane_live, before_.dataplane_live) << "every block was freed";
     EXPECT_EQ(after.invalid_frees, before_.invalid_frees);
     EXPECT_EQ(after.double_frees, before_.double_frees);
     EXPECT_EQ(after.dataplane_fallbacks, before_.dataplane_fallbacks)

@@ -108,7 +108,7 @@ TEST(BadInput, StatsReportIsPrintedAtExit) {
   auto r = run_probe({"NICMALLOC_STATS=1"}, {"dp-alloc", "1048576", "4096"});
   ASSERT_EQ(r.exit_code, 0);
   EXPECT_EQ(count_lines(r.err, "nicmalloc report"), 1) << r.err;
-  EXPECT_EQ(count_lines(r.err, "  dataplane         0 live blocks"), 1) << r.err;
+  EXPECT_EQ(count_lines(r.err, "  dataplane         live 0.0 MiB"), 1) << r.err;
   EXPECT_EQ(count_lines(r.err, "  chunks            1 live ("), 1);
 }
 

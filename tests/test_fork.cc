@@ -153,7 +153,7 @@ TEST(Fork, ChildReadsFreesAllocatesAndExecs) {
   }
   nic_stats parent_after;
   nic_get_stats(&parent_after);
-  EXPECT_EQ(parent_after.dataplane_blocks, parent_before.dataplane_blocks);
+  EXPECT_EQ(parent_after.dataplane_live, parent_before.dataplane_live);
   EXPECT_EQ(parent_after.invalid_frees, parent_before.invalid_frees);
   EXPECT_EQ(parent_after.double_frees, parent_before.double_frees);
 }
@@ -261,7 +261,7 @@ TEST(Fork, ChildReportsInheritedChunksUnpinned) {
                                     after.chunks_created == parent.chunks_created;
 
   EXPECT_EQ(child[0].dataplane_pinned, 0u) << "the child holds no lock on inherited chunks";
-  EXPECT_EQ(child[0].dataplane_blocks, parent.dataplane_blocks);
+  EXPECT_EQ(child[0].dataplane_live, parent.dataplane_live);
   if (parent_chunks_steady) {
     EXPECT_EQ(child[0].chunks_live, parent.chunks_live);
     EXPECT_EQ(child[0].dataplane_mapped, parent.dataplane_mapped);

@@ -42,7 +42,7 @@ struct StaticDataplaneBuffer {
     nic_stats s;
     nic_get_stats(&s);
     std::string line = std::string(ok ? "static-dtor-ok" : "FAIL static-dtor") +
-                       " dataplane_blocks=" + std::to_string(s.dataplane_blocks) + "\n";
+                       " dataplane_live=" + std::to_string(s.dataplane_live) + "\n";
     ssize_t w = write(STDOUT_FILENO, line.data(), line.size());
     (void)w;
   }
@@ -113,7 +113,7 @@ TEST(Lifecycle, AllocationInConstructorsMainAtexitAndDestructors) {
     previous = at;
   }
   EXPECT_EQ(count_lines(r.output, "nicmalloc report"), 1) << r.output;
-  EXPECT_EQ(count_lines(r.output, "dataplane_blocks=0 invalid_frees=0 double_frees=0"), 1)
+  EXPECT_EQ(count_lines(r.output, "dataplane_live=0 invalid_frees=0 double_frees=0"), 1)
       << "every dataplane block is freed by the last destructor, with no bad frees\n"
       << r.output;
   EXPECT_EQ(count_lines(r.output, "errors            0 invalid frees, 0 double frees"), 1)
@@ -127,7 +127,7 @@ TEST(Lifecycle, CxxStaticObjectFreesItsDataplaneBlockAtExit) {
                     {"NIC_LIFECYCLE_REPORT=1", "NICMALLOC_STATS=1"});
   ASSERT_TRUE(WIFEXITED(r.status)) << "killed by signal " << WTERMSIG(r.status) << "\n" << r.output;
   EXPECT_EQ(WEXITSTATUS(r.status), 0) << r.output;
-  size_t dtor = line_of(r.output, "static-dtor-ok dataplane_blocks=0");
+  size_t dtor = line_of(r.output, "static-dtor-ok dataplane_live=0");
   size_t report = line_of(r.output, "nicmalloc report");
   ASSERT_NE(dtor, std::string::npos) << r.output;
   ASSERT_NE(report, std::string::npos) << r.output;

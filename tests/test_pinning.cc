@@ -136,7 +136,7 @@ TEST(PinFailure, FallbackOverSeveralChunksWarnsOnce) {
   EXPECT_GE(r.num("chunks_live"), 3);
   EXPECT_EQ(r.num("pin_failures"), r.num("chunks_created"));
   EXPECT_EQ(r.num("pinned"), 0);
-  EXPECT_EQ(r.num("after_free_blocks"), 0);
+  EXPECT_EQ(r.num("after_free_live"), 0);
   EXPECT_EQ(count_lines(r.err, "cannot lock"), 1) << r.err;
   EXPECT_EQ(count_lines(r.err, "nicmalloc: warning"), 1) << r.err;
 }

@@ -1,0 +1,126 @@
+// Cost per scatter-gather entry by path (arena / registration-cache hit / copy), per write-fence
+// mode, and of free while something else is in flight, side by side in one process on the sim
+// backend (NICMALLOC_BACKEND=sim, no DMA delay). Names: BM_<what>/<path or mode>/<size>; the
+// "per entry" figures are the time column divided by the entries counter (items_per_second).
+#include <benchmark/benchmark.h>
+
+#include <atomic>
+#include <cstdlib>
+#include <cstring>
+#include <thread>
+
+#include "nicmalloc.h"
+extern "C" {
+#include "backend.h"
+#include "safety.h"
+#include "sim_nic.h"
+}
+
+namespace {
+
+constexpr int kEntries = 16;      // per array
+constexpr size_t kStride = 16384; // gap between pieces, so that none coalesce
+constexpr size_t kSpan = kStride * kEntries;
+
+enum Path { kArena, kCacheHit, kCopy };
+
+char *Buffer(Path path) {
+  static char *arena = static_cast<char *>(nic_malloc(kSpan));
+  static char *control = static_cast<char *>(malloc(kSpan));
+  memset(path == kArena ? arena : control, 1, kSpan);
+  return path == kArena ? arena : control;
+}
+
+// nic_sga_add of kEntries pieces, then nic_sga_reset: resolution, references, copies.
+void BM_SgaAdd(benchmark::State &state, Path path) {
+  const size_t size = static_cast<size_t>(state.range(0));
+  char *buf = Buffer(path);
+  nic_sga sga;
+  nic_sga_init(&sga, kEntries);
+  for (int i = 0; i < kEntries; i++) // warm the cache (a miss registers)
+    nic_sga_add(&sga, buf + i * kStride, size);
+  nic_sga_reset(&sga);
+  for (auto _ : state) {
+    for (int i = 0; i < kEntries; i++)
+      if (nic_sga_add(&sga, buf + i * kStride, size)) state.SkipWithError("add failed");
+    nic_sga_reset(&sga);
+  }
+  state.SetItemsProcessed(state.iterations() * kEntries);
+}
+
+std::atomic<long> done_count{0};
+void Done(void *, int) {
+  done_count.fetch_add(1, std::memory_order_relaxed);
+}
+
+// add + post + completion (page references taken and dropped, deferred-free retry) per message
+// of kEntries entries; includes the sim's engine hand-off, which dominates.
+void BM_SgaPost(benchmark::State &state, Path path) {
+  const size_t size = static_cast<size_t>(state.range(0));
+  char *buf = Buffer(path);
+  static nic_endpoint *ep = nic_sim_endpoint_create(nullptr, nullptr, NIC_EP_ENGINE_COMPLETIONS);
+  nic_sga sga;
+  nic_sga_init(&sga, kEntries);
+  for (auto _ : state) {
+    for (int i = 0; i < kEntries; i++)
+      nic_sga_add(&sga, buf + i * kStride, size);
+    long target = done_count.load() + 1;
+    if (nic_sga_post(&sga, ep, Done, nullptr)) state.SkipWithError("post failed");
+    while (done_count.load(std::memory_order_relaxed) < target)
+      std::this_thread::yield();
+  }
+  state.SetItemsProcessed(state.iterations() * kEntries);
+}
+
+// nic_fence_write on a 4 KiB range with nothing of it in flight: off vs wait. "busy" keeps
+// one unrelated page in flight (a hold), so wait must look the range's pages up.
+void BM_Fence(benchmark::State &state, enum nic_fence_mode mode, bool busy) {
+  struct nic_safety_config c = *nic_safety_config(), saved = c;
+  c.fence = mode;
+  nic_safety_config_set(&c);
+  char *p = static_cast<char *>(nic_malloc(4096)), *other = static_cast<char *>(nic_malloc(64));
+  if (busy) nic_hold(other);
+  for (auto _ : state)
+    benchmark::DoNotOptimize(nic_fence_write(p, 4096));
+  if (busy) nic_release(other);
+  free(p);
+  free(other);
+  nic_safety_config_set(&saved);
+}
+
+// malloc/free of 64 B with nothing in flight (the one-load filter) and with an unrelated page
+// held (every free looks its pages up).
+void BM_FreeFilter(benchmark::State &state, bool busy) {
+  char *other = static_cast<char *>(nic_malloc(64));
+  if (busy) nic_hold(other);
+  for (auto _ : state) {
+    char *q = static_cast<char *>(malloc(64));
+    benchmark::DoNotOptimize(q);
+    free(q);
+  }
+  if (busy) nic_release(other);
+  free(other);
+}
+
+BENCHMARK_CAPTURE(BM_SgaAdd, arena, kArena)->Arg(1024)->Arg(8192);
+BENCHMARK_CAPTURE(BM_SgaAdd, cache_hit, kCacheHit)->Arg(1024)->Arg(8192);
+BENCHMARK_CAPTURE(BM_SgaAdd, copy, kCopy)->Arg(64)->Arg(256);
+BENCHMARK_CAPTURE(BM_SgaPost, arena, kArena)->Arg(1024)->UseRealTime();
+BENCHMARK_CAPTURE(BM_SgaPost, cache_hit, kCacheHit)->Arg(1024)->UseRealTime();
+BENCHMARK_CAPTURE(BM_SgaPost, copy, kCopy)->Arg(256)->UseRealTime();
+BENCHMARK_CAPTURE(BM_Fence, off, NIC_FENCE_OFF, false);
+BENCHMARK_CAPTURE(BM_Fence, wait, NIC_FENCE_WAIT, false);
+BENCHMARK_CAPTURE(BM_Fence, wait_other_page_held, NIC_FENCE_WAIT, true);
+BENCHMARK_CAPTURE(BM_FreeFilter, nothing_in_flight, false);
+BENCHMARK_CAPTURE(BM_FreeFilter, other_page_held, true);
+
+} // namespace
+
+int main(int argc, char **argv) {
+  setenv("NICMALLOC_BACKEND", "sim", 0); // read when the backend is first opened
+  setenv("NICMALLOC_SIM_DELAYS", "fixed:0", 0);
+  benchmark::Initialize(&argc, argv);
+  benchmark::RunSpecifiedBenchmarks();
+  benchmark::Shutdown();
+  return 0;
+}

@@ -1,0 +1,19 @@
+/* Bounce areas: pinned, registered dataplane slabs that small entries (and entries that cannot
+ * be registered) are copied into. An array owns a chain of slabs; at post the chain moves to
+ * the message and is freed by its completion, so nothing is reused while the NIC reads it. */
+#ifndef NIC_BOUNCE_H
+#define NIC_BOUNCE_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#define NIC_SGA_BOUNCE 3u /* struct nic_sga_entry.kind of a copied entry */
+
+/* Room for len bytes at the end of the newest slab of *chain, or in a new slab pushed on it.
+ * Sets the registration's lkey and handle. NULL (-errno in *err) when no slab could be made
+ * or registered. */
+void *nic_bounce_take(void **chain, size_t len, uint32_t *lkey, uint64_t *handle, int *err);
+/* Frees every slab of the chain and drops their registrations. */
+void nic_bounce_free(void *chain);
+
+#endif

@@ -1,0 +1,136 @@
+/* Deferred frees: free() of a block with a page still referenced by a posted SG entry or a
+ * nic_hold is recorded here instead of being done, and done by whichever thread drops the last
+ * reference (mimalloc allows cross-thread free). The record lives in a separate table, never
+ * in the block: the NIC may still be reading the block's bytes, so not even its free-list word
+ * or its double-free key may be written until then.
+ *
+ * Race between a free and the completion that clears its pages: the free re-checks the pages
+ * under the table lock, and a completion drops its page counts before taking the lock to scan,
+ * so either the free sees the pages clear (and frees now) or the scan sees the record.
+ * Records stay in the table (marked releasing) until the real free has happened, so a second
+ * free of the block is always reported as a double free: by this table, then by the key. */
+#include "alloc_inline.h"
+#include "log.h"
+#include "pagecount.h"
+#include "pool.h"
+#include "safety.h"
+
+#include <pthread.h>
+
+#define BUCKETS 256
+#define BATCH 64
+
+struct record {
+  struct record *next;
+  void *p;
+  uintptr_t start, end;
+  bool releasing;
+};
+
+static pthread_mutex_t lock = PTHREAD_MUTEX_INITIALIZER;
+static struct record *buckets[BUCKETS];
+static struct nic_pool pool = {.node_size = sizeof(struct record)};
+
+static struct record **bucket(const void *p) {
+  return &buckets[((uintptr_t)p >> 4) * 0x9e3779b97f4a7c15ull >> 56];
+}
+
+static struct record *find_locked(const void *p) {
+  for (struct record *r = *bucket(p); r; r = r->next)
+    if (r->p == p) return r;
+  return NULL;
+}
+
+bool nic_safety_is_deferred(const void *p) {
+  if (!__atomic_load_n(&nic_safety_ctr.deferred_pending, __ATOMIC_ACQUIRE)) return false;
+  pthread_mutex_lock(&lock);
+  bool found = find_locked(p) != NULL;
+  pthread_mutex_unlock(&lock);
+  return found;
+}
+
+bool nic_safety_defer_free(void *p) {
+  uintptr_t start = (uintptr_t)p, end = start + mi_usable_size(p);
+  /* Lock-free answer for the common case: nothing of p referenced, nothing deferred. */
+  if (!nic_pc_any(start, end, NIC_PC_ANY) &&
+      !__atomic_load_n(&nic_safety_ctr.deferred_pending, __ATOMIC_ACQUIRE))
+    return false;
+  pthread_mutex_lock(&lock);
+  if (find_locked(p)) {
+    pthread_mutex_unlock(&lock);
+    nic_report_bad_free(p, "free", true); /* its first free is still deferred */
+    return true;
+  }
+  if (!nic_pc_any(start, end, NIC_PC_ANY)) {
+    pthread_mutex_unlock(&lock);
+    return false;
+  }
+  struct record *r = nic_pool_get(&pool);
+  if (!r) {
+    pthread_mutex_unlock(&lock);
+    nic_log_error("free(%p): the block is in flight and no memory is left to defer its free; "
+                  "it is leaked rather than reused under the NIC",
+                  p);
+    return true;
+  }
+  *r = (struct record){.next = *bucket(p), .p = p, .start = start, .end = end};
+  *bucket(p) = r;
+  NIC_SAFETY_COUNT(deferred_frees, 1);
+  NIC_SAFETY_COUNT(deferred_pending, 1);
+  pthread_mutex_unlock(&lock);
+  return true;
+}
+
+/* Marks up to BATCH records whose pages are clear as releasing; returns how many. */
+static unsigned collect_locked(struct record **out) {
+  unsigned n = 0;
+  for (unsigned b = 0; b < BUCKETS && n < BATCH; b++)
+    for (struct record *r = buckets[b]; r && n < BATCH; r = r->next)
+      if (!r->releasing && !nic_pc_any(r->start, r->end, NIC_PC_ANY)) {
+        r->releasing = true;
+        out[n++] = r;
+      }
+  return n;
+}
+
+void nic_safety_retry_deferred(void) {
+  struct record *ready[BATCH];
+  for (;;) {
+    if (!__atomic_load_n(&nic_safety_ctr.deferred_pending, __ATOMIC_ACQUIRE)) return;
+    pthread_mutex_lock(&lock);
+    unsigned n = collect_locked(ready);
+    pthread_mutex_unlock(&lock);
+    if (!n) return;
+    /* The real frees run unlocked: they may take the allocator's and the cache's locks, whose
+     * holders may themselves free. */
+    for (unsigned i = 0; i < n; i++)
+      nic_release_deferred(ready[i]->p);
+    pthread_mutex_lock(&lock);
+    for (unsigned i = 0; i < n; i++) {
+      struct record **link = bucket(ready[i]->p);
+      while (*link != ready[i])
+        link = &(*link)->next;
+      *link = ready[i]->next;
+      nic_pool_put(&pool, ready[i]);
+    }
+    __atomic_sub_fetch(&nic_safety_ctr.deferred_pending, n, __ATOMIC_RELEASE);
+    pthread_mutex_unlock(&lock);
+    if (n < BATCH) return;
+  }
+}
+
+int nic_safety_realloc_check(void *p, size_t usable) {
+  if (nic_safety_is_deferred(p)) {
+    nic_report_bad_free(p, "realloc", true);
+    return -1;
+  }
+  uintptr_t start = (uintptr_t)p;
+  if (!nic_pc_any(start, start + usable, NIC_PC_DMA_MASK)) return 0;
+  const struct nic_safety_config *c = nic_safety_config();
+  if (c->fence == NIC_FENCE_OFF) return 0; /* the user chose no fencing */
+  if (c->realloc_inflight == NIC_REALLOC_WAIT &&
+      nic_fence_wait(start, start + usable, "realloc") == 0)
+    return 0;
+  NIC_SAFETY_COUNT(realloc_moves, 1);
+  return 1;
+}

@@ -1,0 +1,74 @@
+/* The sim backend's public endpoint. The sim NIC hands each message to its receiver in the
+ * engine's own buffer; here it lands in a fresh dataplane buffer instead, as a real NIC would
+ * DMA into posted dataplane receive buffers. The buffer is freed when receive returns — a free
+ * that nic_hold defers — so a deserializer may keep pointers into it. */
+#include "log.h"
+#include "nicmalloc.h"
+#include "sim_nic.h"
+
+#include <errno.h>
+#include <pthread.h>
+#include <stdlib.h>
+#include <string.h>
+
+#define NIC_EXPORT __attribute__((visibility("default")))
+
+struct rx {
+  nic_receive_fn receive;
+  void *arg;
+  struct nic_endpoint *ep;
+  struct rx *next;
+};
+
+static pthread_mutex_t lock = PTHREAD_MUTEX_INITIALIZER;
+static struct rx *endpoints;
+
+static void deliver(void *arg, const void *data, size_t len) {
+  struct rx *r = arg;
+  void *buf = len ? nic_malloc(len) : NULL;
+  if (!buf && len) {
+    nic_log_error("receive: no dataplane memory for a %zu-byte message; it is dropped", len);
+    return;
+  }
+  if (len) memcpy(buf, data, len);
+  if (r->receive) r->receive(r->arg, buf, len);
+  free(buf);
+}
+
+NIC_EXPORT struct nic_endpoint *nic_sim_endpoint_create(nic_receive_fn receive, void *arg,
+                                                        unsigned flags) {
+  struct nic_backend *b = nic_backend_active();
+  if (!nic_sim_is(b) || (flags & ~NIC_EP_ENGINE_COMPLETIONS)) {
+    nic_log_error("nic_sim_endpoint_create: %s", !nic_sim_is(b) ? "the backend in use is not sim "
+                                                                  "(NICMALLOC_BACKEND=sim)"
+                                                                : "unknown flags");
+    errno = !nic_sim_is(b) ? ENODEV : EINVAL;
+    return NULL;
+  }
+  struct rx *r = malloc(sizeof *r);
+  if (!r) return NULL;
+  *r = (struct rx){.receive = receive, .arg = arg};
+  unsigned sim_flags = flags & NIC_EP_ENGINE_COMPLETIONS ? NIC_SIM_EP_ENGINE_COMPLETIONS : 0;
+  if (!(r->ep = nic_sim_endpoint_open_ex(b, deliver, r, sim_flags))) {
+    free(r);
+    return NULL;
+  }
+  pthread_mutex_lock(&lock);
+  r->next = endpoints;
+  endpoints = r;
+  pthread_mutex_unlock(&lock);
+  return r->ep;
+}
+
+NIC_EXPORT int nic_sim_endpoint_destroy(struct nic_endpoint *ep) {
+  pthread_mutex_lock(&lock);
+  struct rx **link = &endpoints;
+  while (*link && (*link)->ep != ep)
+    link = &(*link)->next;
+  struct rx *r = *link;
+  int rc = r ? nic_sim_endpoint_close(nic_backend_active(), ep) : -EINVAL;
+  if (rc == 0) *link = r->next;
+  pthread_mutex_unlock(&lock);
+  if (rc == 0) free(r);
+  return rc;
+}

@@ -1,0 +1,80 @@
+/* nic_hold / nic_release: a deserializer keeps pointers into a received buffer alive past the
+ * receive call (Zerializer-style RX arenas). A hold is a reference on the 4 KiB page holding p
+ * (the high half of its page count): every free of a block touching that page, the received
+ * buffer's included, is deferred until the page is clear, so the buffer is neither reused nor
+ * unpinned while held. The exact pointer is recorded too, so that nic_release of a pointer that
+ * was never held is an error rather than a silent underflow. */
+#include "chunks.h"
+#include "log.h"
+#include "nicmalloc.h"
+#include "pagecount.h"
+#include "pool.h"
+#include "safety.h"
+
+#include <errno.h>
+#include <mimalloc.h>
+#include <pthread.h>
+
+#define NIC_EXPORT __attribute__((visibility("default")))
+#define BUCKETS 256
+
+struct hold {
+  struct hold *next;
+  const void *p;
+  uint64_t count;
+};
+
+static pthread_mutex_t lock = PTHREAD_MUTEX_INITIALIZER;
+static struct hold *buckets[BUCKETS];
+static struct nic_pool pool = {.node_size = sizeof(struct hold)};
+
+static struct hold **find_locked(const void *p) {
+  struct hold **link = &buckets[((uintptr_t)p >> 4) * 0x9e3779b97f4a7c15ull >> 56];
+  while (*link && (*link)->p != p)
+    link = &(*link)->next;
+  return link;
+}
+
+NIC_EXPORT int nic_hold(const void *p) {
+  if (!p || (!nic_in_dp(p) && !mi_is_in_heap_region(p))) {
+    nic_log_error("nic_hold(%p): not nicmalloc memory; a hold would protect nothing", p);
+    return -EINVAL;
+  }
+  uintptr_t a = (uintptr_t)p;
+  if (!nic_pc_add(a, a + 1, NIC_PC_HOLD)) return -ENOMEM;
+  pthread_mutex_lock(&lock);
+  struct hold **link = find_locked(p);
+  if (!*link) {
+    struct hold *h = nic_pool_get(&pool);
+    if (!h) {
+      pthread_mutex_unlock(&lock);
+      nic_pc_sub(a, a + 1, NIC_PC_HOLD);
+      return -ENOMEM;
+    }
+    *h = (struct hold){.p = p};
+    *link = h;
+  }
+  (*link)->count++;
+  pthread_mutex_unlock(&lock);
+  NIC_SAFETY_COUNT(holds, 1);
+  return 0;
+}
+
+NIC_EXPORT int nic_release(const void *p) {
+  pthread_mutex_lock(&lock);
+  struct hold **link = find_locked(p), *h = *link;
+  if (!h) {
+    pthread_mutex_unlock(&lock);
+    nic_log_error("nic_release(%p): no nic_hold(%p) is outstanding", p, p);
+    return -NIC_ENOHOLD;
+  }
+  if (--h->count == 0) {
+    *link = h->next;
+    nic_pool_put(&pool, h);
+  }
+  pthread_mutex_unlock(&lock);
+  __atomic_sub_fetch(&nic_safety_ctr.holds, 1, __ATOMIC_RELAXED);
+  nic_pc_sub((uintptr_t)p, (uintptr_t)p + 1, NIC_PC_HOLD);
+  nic_safety_retry_deferred(); /* the buffer's free may have waited for this */
+  return 0;
+}

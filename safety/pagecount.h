@@ -1,0 +1,31 @@
+/* In-flight references per 4 KiB page: a lock-free radix table (like regcache/rcache_table.c,
+ * but holding counts, and creating its tables with compare-and-swap so that any thread may add
+ * references). Each page has one 64-bit word: the low half counts posted SG entries that cover
+ * the page (DMA), the high half nic_hold references. free() defers a block while any page of
+ * it has either; nic_fence_write waits only for the DMA half. */
+#ifndef NIC_PAGECOUNT_H
+#define NIC_PAGECOUNT_H
+
+#include <stdbool.h>
+#include <stdint.h>
+
+#define NIC_PC_PAGE_SHIFT 12
+#define NIC_PC_DMA 1ull                  /* one posted entry */
+#define NIC_PC_HOLD (1ull << 32)         /* one nic_hold */
+#define NIC_PC_DMA_MASK 0xffffffffull    /* what a write fence waits for */
+#define NIC_PC_ANY 0xffffffffffffffffull /* what a free waits for */
+
+/* Page references outstanding in the whole table (added before the pages, dropped after):
+ * zero means no page is in flight, so free's filter is this one relaxed load. */
+extern unsigned long nic_safety_refs;
+
+/* Adds unit to every page touching [start, end). Returns false (nothing changed) when the range
+ * is outside the 47-bit user space or a table could not be mapped. */
+bool nic_pc_add(uintptr_t start, uintptr_t end, uint64_t unit);
+/* Takes back what nic_pc_add(start, end, unit) added. */
+void nic_pc_sub(uintptr_t start, uintptr_t end, uint64_t unit);
+/* True when a page touching [start, end) has a count under mask. Lock-free; skips absent
+ * tables, so a free of a large block far from anything in flight stays cheap. */
+bool nic_pc_any(uintptr_t start, uintptr_t end, uint64_t mask);
+
+#endif

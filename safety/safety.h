@@ -1,0 +1,56 @@
+/* What the safety modules share: settings, counters, and the hooks the allocator calls. */
+#ifndef NIC_SAFETY_H
+#define NIC_SAFETY_H
+
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+
+enum nic_fence_mode { NIC_FENCE_OFF, NIC_FENCE_WAIT };
+enum nic_realloc_inflight { NIC_REALLOC_MOVE, NIC_REALLOC_WAIT };
+
+struct nic_safety_config {
+  size_t copy_threshold;     /* NICMALLOC_COPY_THRESHOLD: entries shorter are copied (512) */
+  enum nic_fence_mode fence; /* NICMALLOC_FENCE: off | wait (protect, detect: not yet) */
+  unsigned fence_timeout_ms; /* NICMALLOC_FENCE_TIMEOUT_MS (5000) */
+  enum nic_realloc_inflight realloc_inflight; /* NICMALLOC_REALLOC_INFLIGHT: move | wait */
+};
+/* Read from the environment on first use. */
+const struct nic_safety_config *nic_safety_config(void);
+/* Tests and benchmarks switch settings at run time (not thread-safe against users). */
+void nic_safety_config_set(const struct nic_safety_config *c);
+/* Parses a NICMALLOC_FENCE value, warning about protect/detect and bad values. */
+enum nic_fence_mode nic_safety_parse_fence(const char *text);
+
+/* Counters, updated with relaxed atomics. */
+struct nic_safety_counters {
+  uint64_t inflight_posts, inflight_entries, deferred_frees, deferred_pending, holds;
+  uint64_t bounce_bytes, fence_waits, fence_timeouts, realloc_moves;
+};
+extern struct nic_safety_counters nic_safety_ctr;
+#define NIC_SAFETY_COUNT(field, n) __atomic_add_fetch(&nic_safety_ctr.field, (n), __ATOMIC_RELAXED)
+
+/* ---- deferred.c: the allocator's hooks (see alloc/alloc_inline.h) ---- */
+/* free(): true when p was deferred (a page of it is in flight or held) or reported as a
+ * double free of a block already deferred; false means free it now. */
+bool nic_safety_defer_free(void *p);
+/* realloc(): 0 = p may be kept, 1 = move it (in flight), -1 = p is a deferred, i.e. already
+ * freed, block (reported). */
+int nic_safety_realloc_check(void *p, size_t usable);
+/* True when p is a block whose free is deferred (the user freed it already). */
+bool nic_safety_is_deferred(const void *p);
+/* Releases deferred blocks none of whose pages is referenced any more. Any thread. */
+void nic_safety_retry_deferred(void);
+/* alloc.c: frees a block for real, skipping the hook. */
+void nic_release_deferred(void *p);
+
+/* safety_stats.c: the safety fields of struct nic_stats. */
+struct nic_stats;
+void nic_safety_fill_stats(struct nic_stats *out);
+
+/* ---- fence.c ---- */
+/* Waits until no posted entry covers a page of [start, end), polling the backend; 0 or
+ * -ETIMEDOUT (reported, naming who). */
+int nic_fence_wait(uintptr_t start, uintptr_t end, const char *who);
+
+#endif

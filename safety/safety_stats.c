@@ -1,0 +1,18 @@
+/* The safety fields of struct nic_stats (filled by alloc/stats.c through this). */
+#include "nicmalloc.h"
+#include "safety.h"
+
+static uint64_t get(const uint64_t *field) {
+  return __atomic_load_n(field, __ATOMIC_RELAXED);
+}
+
+void nic_safety_fill_stats(struct nic_stats *out) {
+  out->inflight_posts = get(&nic_safety_ctr.inflight_posts);
+  out->inflight_entries = get(&nic_safety_ctr.inflight_entries);
+  out->deferred_frees = get(&nic_safety_ctr.deferred_frees);
+  out->deferred_pending = get(&nic_safety_ctr.deferred_pending);
+  out->holds = get(&nic_safety_ctr.holds);
+  out->bounce_bytes = get(&nic_safety_ctr.bounce_bytes);
+  out->fence_waits = get(&nic_safety_ctr.fence_waits);
+  out->fence_timeouts = get(&nic_safety_ctr.fence_timeouts);
+}

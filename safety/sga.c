@@ -1,0 +1,187 @@
+/* Building a scatter-gather array: each entry is resolved when added (arena → its chunk's
+ * registration, other memory → the registration cache, short or unregistrable → a bounce
+ * copy), coalesced with its neighbour when contiguous in the same registration, and past the
+ * entry limit the smallest neighbours are copied together. Posting is in sga_post.c. */
+#define _GNU_SOURCE
+#include "backend.h"
+#include "block.h"
+#include "bounce.h"
+#include "chunks.h"
+#include "log.h"
+#include "nicmalloc.h"
+#include "safety.h"
+
+#include <errno.h>
+#include <mimalloc.h>
+#include <string.h>
+#include <sys/mman.h>
+
+#define NIC_EXPORT __attribute__((visibility("default")))
+#define MERGE_MAX ((size_t)64 << 10) /* largest pair copied to stay under the entry limit */
+#define PAGE ((uintptr_t)4096)
+
+NIC_EXPORT int nic_sga_init(struct nic_sga *sga, unsigned max_entries) {
+  if (!sga) return -EINVAL;
+  struct nic_backend *b = nic_backend_active();
+  if (!b) {
+    nic_log_error("nic_sga_init: no registration backend could be opened (NICMALLOC_BACKEND)");
+    return -ENODEV;
+  }
+  unsigned limit = b->caps.max_sge < NIC_SGA_CAPACITY ? b->caps.max_sge : NIC_SGA_CAPACITY;
+  if (max_entries > limit) {
+    nic_log_error("nic_sga_init: %u entries asked for; backend %s and the array allow %u",
+                  max_entries, b->name, limit);
+    return -E2BIG;
+  }
+  sga->count = 0;
+  sga->max = max_entries ? max_entries : limit;
+  sga->bytes = 0;
+  sga->bounce = NULL;
+  return 0;
+}
+
+static void drop_entry(struct nic_sga_entry *e) {
+  if (e->cache_slot) {
+    struct nic_region_ref ref = {.kind = NIC_REGION_CACHED, .cache_slot = e->cache_slot};
+    nic_unregister(&ref);
+    e->cache_slot = 0;
+  }
+}
+
+NIC_EXPORT void nic_sga_reset(struct nic_sga *sga) {
+  if (!sga) return;
+  for (uint32_t i = 0; i < sga->count; i++)
+    drop_entry(&sga->entry[i]);
+  nic_bounce_free(sga->bounce);
+  sga->bounce = NULL;
+  sga->count = 0;
+  sga->bytes = 0;
+}
+
+/* A copy must not fault: dataplane chunks and nicmalloc's heaps are mapped while the pointer
+ * is live; anything else (stack, static data, mmap) is asked of the kernel. */
+static bool readable(const void *p, size_t len) {
+  const char *c = p;
+  if (nic_in_dp(c) && nic_in_dp(c + len - 1)) return true;
+  if (mi_is_in_heap_region(c) && mi_is_in_heap_region(c + len - 1)) return true;
+  uintptr_t first = (uintptr_t)c & ~(PAGE - 1), end = ((uintptr_t)c + len + PAGE - 1) & ~(PAGE - 1);
+  unsigned char vec[64];
+  for (uintptr_t a = first; a < end; a += sizeof vec * PAGE) {
+    size_t n = end - a < sizeof vec * PAGE ? end - a : sizeof vec * PAGE;
+    if (mincore((void *)a, n, vec)) return false;
+  }
+  return true;
+}
+
+/* Copies [p, p+len) (and [q, q+qlen) after it, when q) into the bounce area as entry *e. */
+static int copy_entry(struct nic_sga *sga, const void *p, size_t len, const void *q, size_t qlen,
+                      struct nic_sga_entry *e) {
+  int err = 0;
+  uint32_t lkey;
+  uint64_t handle;
+  char *dst = nic_bounce_take(&sga->bounce, len + qlen, &lkey, &handle, &err);
+  if (!dst) return err;
+  memcpy(dst, p, len);
+  if (qlen) memcpy(dst + len, q, qlen);
+  NIC_SAFETY_COUNT(bounce_bytes, len + qlen);
+  *e = (struct nic_sga_entry){.addr = dst,
+                              .len = (uint32_t)(len + qlen),
+                              .lkey = lkey,
+                              .handle = handle,
+                              .kind = NIC_SGA_BOUNCE};
+  return 0;
+}
+
+/* Resolves one entry: direct (arena, cache) or copied. */
+static int resolve(struct nic_sga *sga, const void *p, size_t len, struct nic_sga_entry *e) {
+  if (len < nic_safety_config()->copy_threshold) {
+    if (!readable(p, len)) return -EFAULT;
+    return copy_entry(sga, p, len, NULL, 0, e);
+  }
+  struct nic_region_ref ref;
+  int rc = nic_register(p, len, NIC_REG_LOCAL, &ref);
+  if (rc == 0) {
+    *e = (struct nic_sga_entry){.addr = p,
+                                .len = (uint32_t)len,
+                                .lkey = ref.lkey,
+                                .handle = ref.backend_handle,
+                                .cache_slot = ref.kind == NIC_REGION_CACHED ? ref.cache_slot : 0,
+                                .kind = ref.kind};
+    return 0;
+  }
+  if (rc == -EFAULT || rc == -NIC_ERANGE || rc == -ENODEV) return rc;
+  return copy_entry(sga, p, len, NULL, 0, e); /* registrable in principle, not now: copy */
+}
+
+static bool contiguous(const struct nic_sga_entry *a, const struct nic_sga_entry *b) {
+  return a->kind == b->kind && a->lkey == b->lkey && a->cache_slot == b->cache_slot &&
+         (const char *)a->addr + a->len == (const char *)b->addr &&
+         (uint64_t)a->len + b->len <= UINT32_MAX;
+}
+
+/* The array is full: copy the adjacent pair (the new entry counts as the last) with the
+ * smallest total into one bounce entry. */
+static int merge_smallest(struct nic_sga *sga, struct nic_sga_entry *fresh) {
+  struct nic_sga_entry *ent = sga->entry;
+  uint32_t n = sga->count, best = n;
+  uint64_t best_len = UINT64_MAX;
+  for (uint32_t i = 0; i < n; i++) {
+    uint64_t total = (uint64_t)ent[i].len + (i + 1 < n ? ent[i + 1].len : fresh->len);
+    if (total < best_len) best_len = total, best = i;
+  }
+  if (best_len > MERGE_MAX) return -E2BIG;
+  struct nic_sga_entry *a = &ent[best], *b = best + 1 < n ? &ent[best + 1] : fresh, merged;
+  int rc = copy_entry(sga, a->addr, a->len, b->addr, b->len, &merged);
+  if (rc) return rc;
+  drop_entry(a);
+  drop_entry(b);
+  *a = merged;
+  if (b != fresh) { /* close the gap, then append the new entry */
+    memmove(b, b + 1, (size_t)(n - best - 2) * sizeof *b);
+    ent[n - 1] = *fresh;
+  }
+  return 0;
+}
+
+NIC_EXPORT int nic_sga_add(struct nic_sga *sga, const void *p, size_t len) {
+  uintptr_t start = (uintptr_t)p, last;
+  if (!sga || !sga->max || sga->max > NIC_SGA_CAPACITY || sga->count > sga->max) {
+    nic_log_error("nic_sga_add(%p): the array is not initialised (nic_sga_init)", (void *)sga);
+    return -EINVAL;
+  }
+  if (len == 0 || len > UINT32_MAX || __builtin_add_overflow(start, len - 1, &last)) {
+    nic_log_error("nic_sga_add(%p, %zu): length is 0, overflows, or is over 4 GiB", p, len);
+    return -NIC_ERANGE;
+  }
+  /* A block already freed: its key (block.h), read only at a 16-aligned address in our heaps
+   * (both words then lie on p's page), or its free still deferred. */
+  if ((((start & 15) == 0 && mi_is_in_heap_region(p) && nic_block_is_free(p)) ||
+       nic_safety_is_deferred(p))) {
+    nic_log_error("nic_sga_add(%p, %zu): the block was already freed", p, len);
+    return -NIC_EFREED;
+  }
+  struct nic_sga_entry e;
+  int rc = resolve(sga, p, len, &e);
+  if (rc == 0 && sga->count && contiguous(&sga->entry[sga->count - 1], &e)) {
+    sga->entry[sga->count - 1].len += e.len;
+    drop_entry(&e); /* the entry before holds the same cache region already */
+  } else if (rc == 0 && sga->count < sga->max) {
+    sga->entry[sga->count++] = e;
+  } else if (rc == 0 && (rc = merge_smallest(sga, &e)) != 0) {
+    drop_entry(&e);
+  }
+  if (rc == 0) {
+    sga->bytes += len;
+    return 0;
+  }
+  if (rc == -EFAULT)
+    nic_log_error("nic_sga_add(%p, %zu): the range is not (entirely) mapped", p, len);
+  else if (rc == -E2BIG)
+    nic_log_error("nic_sga_add(%p, %zu): more than %u entries, and no neighbours small enough "
+                  "(under %zu bytes together) to copy into one",
+                  p, len, sga->max, MERGE_MAX);
+  else
+    nic_log_error("nic_sga_add(%p, %zu): cannot be resolved (%s)", p, len,
+                  rc == -NIC_ECROSS ? "crosses the end of its chunk" : strerror(-rc));
+  return rc;
+}

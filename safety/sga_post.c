@@ -1,0 +1,109 @@
+/* Posting an array and completing it. At post every direct entry takes a DMA reference on its
+ * pages (pagecount.h), so that free/realloc of that memory is deferred and writes are fenced
+ * until the completion; the message then owns the array's cache references and bounce slabs,
+ * and the completion drops them all, from whichever thread runs it. */
+#include "backend.h"
+#include "bounce.h"
+#include "log.h"
+#include "nicmalloc.h"
+#include "pagecount.h"
+#include "safety.h"
+
+#include <errno.h>
+#include <stdlib.h>
+#include <string.h>
+
+#define NIC_EXPORT __attribute__((visibility("default")))
+
+struct message {
+  nic_sga_done_fn done;
+  void *arg;
+  void *bounce;
+  uint32_t n;
+  struct nic_sga_entry entry[];
+};
+
+static bool direct(const struct nic_sga_entry *e) {
+  return e->kind != NIC_SGA_BOUNCE;
+}
+
+static void unref_pages(const struct message *m, uint32_t upto) {
+  for (uint32_t i = 0; i < upto; i++)
+    if (direct(&m->entry[i]))
+      nic_pc_sub((uintptr_t)m->entry[i].addr, (uintptr_t)m->entry[i].addr + m->entry[i].len,
+                 NIC_PC_DMA);
+}
+
+static void release(struct message *m) {
+  for (uint32_t i = 0; i < m->n; i++)
+    if (m->entry[i].cache_slot) {
+      struct nic_region_ref ref = {.kind = NIC_REGION_CACHED, .cache_slot = m->entry[i].cache_slot};
+      nic_unregister(&ref);
+    }
+  nic_bounce_free(m->bounce);
+}
+
+static void completed(void *arg, int status) {
+  struct message *m = arg;
+  unref_pages(m, m->n);
+  __atomic_sub_fetch(&nic_safety_ctr.inflight_entries, m->n, __ATOMIC_RELAXED);
+  __atomic_sub_fetch(&nic_safety_ctr.inflight_posts, 1, __ATOMIC_RELAXED);
+  nic_safety_retry_deferred(); /* frees that waited for these pages */
+  release(m);
+  if (m->done) m->done(m->arg, status);
+  free(m);
+}
+
+NIC_EXPORT int nic_sga_post(struct nic_sga *sga, struct nic_endpoint *ep, nic_sga_done_fn done,
+                            void *arg) {
+  struct nic_backend *b = nic_backend_active();
+  if (!sga || !sga->count || sga->count > NIC_SGA_CAPACITY) {
+    nic_log_error("nic_sga_post(%p): the array is empty or not initialised", (void *)sga);
+    return -EINVAL;
+  }
+  if (!b) {
+    nic_log_error("nic_sga_post: no registration backend could be opened (NICMALLOC_BACKEND)");
+    return -ENODEV;
+  }
+  const uint32_t n = sga->count;
+  struct message *m = malloc(sizeof *m + n * sizeof *m->entry);
+  if (!m) return -ENOMEM;
+  *m = (struct message){.done = done, .arg = arg, .bounce = sga->bounce, .n = n};
+  memcpy(m->entry, sga->entry, n * sizeof *m->entry);
+  struct nic_sge sge[NIC_SGA_CAPACITY];
+  int rc = 0;
+  uint32_t i = 0;
+  for (; i < n && rc == 0; i++) {
+    const struct nic_sga_entry *e = &m->entry[i];
+    sge[i] = (struct nic_sge){.addr = e->addr, .len = e->len, .lkey = e->lkey, .handle = e->handle};
+    if (direct(e) && !nic_pc_add((uintptr_t)e->addr, (uintptr_t)e->addr + e->len, NIC_PC_DMA))
+      rc = -ENOMEM;
+  }
+  if (rc) {
+    unref_pages(m, i - 1);
+    free(m);
+    nic_log_error("nic_sga_post: no memory to track the entries in flight");
+    return rc;
+  }
+  NIC_SAFETY_COUNT(inflight_posts, 1);
+  NIC_SAFETY_COUNT(inflight_entries, n);
+  rc = b->post(b, ep, sge, n, completed, m);
+  if (rc) {
+    __atomic_sub_fetch(&nic_safety_ctr.inflight_entries, n, __ATOMIC_RELAXED);
+    __atomic_sub_fetch(&nic_safety_ctr.inflight_posts, 1, __ATOMIC_RELAXED);
+    unref_pages(m, n);
+    nic_safety_retry_deferred();
+    free(m);
+    nic_log_error("nic_sga_post: backend %s refused the message (%s)", b->name, strerror(-rc));
+    return rc;
+  }
+  sga->count = 0; /* the message owns the references now */
+  sga->bytes = 0;
+  sga->bounce = NULL;
+  return 0;
+}
+
+NIC_EXPORT int nic_poll(int max) {
+  struct nic_backend *b = nic_backend_if_open();
+  return b ? b->poll(b, max) : 0;
+}
