@@ -1,0 +1,122 @@
+// Translation and registration costs, side by side in one run:
+//   BM_translate_arena      nic_translate on dataplane memory (target <= 5 ns)
+//   BM_rcache_hit           registration-cache lookup + reference for ordinary heap memory
+//                           (target <= 25 ns)
+//   BM_rcache_miss          a miss: register the page range, then drop it (munmap-invalidated)
+//   BM_register/<backend>/<page kind>/<size>  one backend registration + deregistration of a
+//                           region backed by 4 KiB pages, THP or 2 MiB hugetlb pages
+// Backends: sim always; uring when io_uring works here. Run with NICMALLOC_BACKEND=sim.
+#include <benchmark/benchmark.h>
+#include <sys/mman.h>
+#include <unistd.h>
+
+#include <cstdio>
+#include <cstring>
+#include <string>
+
+#include "nicmalloc.h"
+extern "C" {
+#include "backend.h"
+#include "rcache.h"
+}
+
+namespace {
+
+void BM_translate_arena(benchmark::State &state) {
+  char *p = static_cast<char *>(nic_malloc(4096));
+  nic_region_ref ref;
+  for (auto _ : state) {
+    benchmark::DoNotOptimize(nic_translate(p + 128, 512, &ref));
+    benchmark::ClobberMemory();
+  }
+  free(p);
+}
+BENCHMARK(BM_translate_arena);
+
+void BM_rcache_hit(benchmark::State &state) {
+  char *p = static_cast<char *>(malloc(4096));
+  nic_rcache_ref ref;
+  if (nic_rcache_acquire(p, 4096, NIC_ACCESS_LOCAL, &ref) != 0) state.SkipWithError("register");
+  nic_rcache_release(ref.slot);
+  for (auto _ : state) {
+    nic_rcache_acquire(p + 64, 512, NIC_ACCESS_LOCAL, &ref);
+    nic_rcache_release(ref.slot);
+  }
+  free(p);
+}
+BENCHMARK(BM_rcache_hit);
+
+void BM_rcache_miss(benchmark::State &state) {
+  const size_t len = 16 * 4096;
+  for (auto _ : state) {
+    void *p = mmap(nullptr, len, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS | MAP_POPULATE,
+                   -1, 0);
+    nic_rcache_ref ref;
+    if (nic_rcache_acquire(p, len, NIC_ACCESS_LOCAL, &ref) != 0) state.SkipWithError("register");
+    nic_rcache_release(ref.slot);
+    munmap(p, len); // invalidates: the next round misses again
+  }
+}
+BENCHMARK(BM_rcache_miss)->Unit(benchmark::kMicrosecond);
+
+enum Kind { k4K, kTHP, k2M };
+const char *kind_name[] = {"4k", "thp", "2m"};
+
+// Prefaulted and locked, as a dataplane chunk is before it is registered.
+void *map_region(Kind kind, size_t len) {
+  int flags = MAP_PRIVATE | MAP_ANONYMOUS;
+  if (kind == k2M) flags |= MAP_HUGETLB;
+  void *p = mmap(nullptr, len, PROT_READ | PROT_WRITE, flags, -1, 0);
+  if (p == MAP_FAILED) return nullptr;
+  if (kind == kTHP) madvise(p, len, MADV_HUGEPAGE); /* before the first touch, or it is too late */
+  memset(p, 1, len);
+  mlock(p, len);
+  return p;
+}
+
+void BM_register(benchmark::State &state, nic_backend *(*open)(), Kind kind) {
+  const size_t len = size_t(state.range(0));
+  nic_backend *b = open ? open() : nullptr;
+  void *p = b ? map_region(kind, len) : nullptr;
+  if (!b || !p) {
+    state.SkipWithError(!b ? "backend cannot run here"
+                           : "no memory of this page kind (hugetlb pool?)");
+    return;
+  }
+  for (auto _ : state) {
+    nic_registration reg;
+    if (b->reg(b, p, len, NIC_ACCESS_LOCAL, &reg) != 0 || b->dereg(b, &reg) != 0) {
+      state.SkipWithError("registration failed");
+      break;
+    }
+  }
+  munmap(p, len);
+  b->close(b);
+}
+
+void register_all() {
+  struct {
+    const char *name;
+    nic_backend *(*open)();
+  } backends[] = {{"sim", nic_backend_sim_open}, {"uring", nic_backend_uring_open}};
+  for (auto &be : backends)
+    for (Kind k : {k4K, kTHP, k2M}) {
+      std::string name = std::string("BM_register/") + be.name + "/" + kind_name[k];
+      benchmark::RegisterBenchmark(name.c_str(), BM_register, be.open, k)
+          ->Arg(2 << 20)
+          ->Arg(64 << 20)
+          ->Arg(1 << 30)
+          ->Unit(benchmark::kMicrosecond)
+          ->Iterations(3);
+    }
+}
+
+} // namespace
+
+int main(int argc, char **argv) {
+  setenv("NICMALLOC_BACKEND", "sim", 0);
+  register_all();
+  benchmark::Initialize(&argc, argv);
+  benchmark::RunSpecifiedBenchmarks();
+  return 0;
+}
