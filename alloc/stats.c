@@ -6,6 +6,7 @@
 #include "dp_heap.h"
 #include "log.h"
 #include "nicmalloc.h"
+#include "pressure.h"
 #include "rcache.h"
 #include "safety.h"
 #include "smaps.h"
@@ -102,7 +103,8 @@ NIC_EXPORT void nic_get_stats(struct nic_stats *out) {
   out->rcache_bytes = rc.bytes;
   struct nic_backend *b = nic_backend_if_open();
   out->backend = b ? b->name : "none";
-  nic_safety_fill_stats(out); /* safety/safety_stats.c */
+  nic_safety_fill_stats(out);   /* safety/safety_stats.c */
+  nic_pressure_fill_stats(out); /* safety/pressure.c */
 }
 
 #define MIB(x) ((x) >> 20), ((((x) & ((1ul << 20) - 1)) * 10) >> 20)
@@ -147,6 +149,15 @@ NIC_EXPORT void nic_print_stats(int fd) {
                (unsigned long long)s.inflight_posts, (unsigned long long)s.inflight_entries,
                (unsigned long long)s.deferred_frees, (unsigned long long)s.deferred_pending,
                (unsigned long long)s.holds, (unsigned long long)s.bounce_bytes);
+  char busiest[256];
+  nic_pressure_describe(busiest, sizeof busiest);
+  nic_fdprintf(fd,
+               "  NIC cache         %llu regions need %llu entries; posted working set %llu of "
+               "%u (%u%%), %llu modeled misses, %llu small entries copied under pressure%s%s\n",
+               (unsigned long long)s.nic_regions, (unsigned long long)s.nic_entries_needed,
+               (unsigned long long)s.nic_working_set, s.nic_cache_capacity, s.nic_pressure_pct,
+               (unsigned long long)s.nic_modeled_misses, (unsigned long long)s.pressure_copies,
+               busiest[0] ? "; busiest: " : "", busiest);
   nic_fdprintf(fd, "  errors            %llu invalid frees, %llu double frees\n",
                (unsigned long long)s.invalid_frees, (unsigned long long)s.double_frees);
 }

@@ -35,6 +35,7 @@ BENCHMARK(BM_translate_arena);
 
 void BM_rcache_hit(benchmark::State &state) {
   char *p = static_cast<char *>(malloc(4096));
+  memset(p, 0, 4096);
   nic_rcache_ref ref;
   if (nic_rcache_acquire(p, 4096, NIC_ACCESS_LOCAL, &ref) != 0) state.SkipWithError("register");
   nic_rcache_release(ref.slot);

@@ -48,6 +48,22 @@ int nic_site_is_enabled(uint32_t site_id);
  * empty, once the threads that allocated there come back to dataplane code. */
 void nic_collect(void);
 
+/* NIC_SINK(fn) or NIC_SINK(fn, "spec"): tells the LLVM pass (llvm-pass/) that fn sends data to
+ * the NIC, so allocations reaching it become dataplane. spec = "ARG[:OFF[/STRIDE],...]" (default
+ * "*": every pointer argument), e.g. "1:16,0" for a msghdr. Works on a bare declaration: it
+ * emits a record in section .nic_sinks that the pass reads and deletes (a plain annotate
+ * attribute is dropped on declarations without a body). */
+struct nic_sink_record {
+  void (*fn)(void);
+  const char *spec;
+};
+#define NIC_SINK_CAT2_(a, b) a##b
+#define NIC_SINK_CAT_(a, b) NIC_SINK_CAT2_(a, b)
+#define NIC_SINK(...) NIC_SINK_(__VA_ARGS__, "*", )
+#define NIC_SINK_(fn, spec, ...)                                                                   \
+  __attribute__((used, section(".nic_sinks"))) static const struct nic_sink_record NIC_SINK_CAT_(  \
+      nic_sink_record_, __COUNTER__) = {(void (*)(void))(fn), spec}
+
 /* ---- Queries ---- */
 /* Nonzero when p lies in the dataplane range (one compare; no lookup). */
 int nic_is_dataplane(const void *p);
@@ -144,6 +160,14 @@ struct nic_stats {
   uint64_t bounce_bytes;     /* bytes copied into bounce areas, over the process lifetime */
   uint64_t fence_waits;      /* nic_fence_write / realloc calls that had to wait */
   uint64_t fence_timeouts;   /* of those, gave up after NICMALLOC_FENCE_TIMEOUT_MS */
+  /* NIC translation-cache pressure (safety/pressure.h): what the NIC must hold. */
+  uint32_t nic_cache_capacity; /* entries the NIC caches (NICMALLOC_SIM_TCACHE*) */
+  uint64_t nic_regions;        /* registrations alive: chunks and cache regions */
+  uint64_t nic_entries_needed; /* MPT + MTT entries to hold all of them */
+  uint64_t nic_working_set;    /* entries touched by the last window of posted entries */
+  uint32_t nic_pressure_pct;   /* working set / capacity; above 100 the NIC thrashes */
+  uint64_t nic_modeled_misses; /* modeled translation misses of everything posted */
+  uint64_t pressure_copies;    /* small entries copied instead of registered under pressure */
 };
 /* Fills *out. Safe from any thread; figures from other threads are a moment old. */
 void nic_get_stats(struct nic_stats *out);

@@ -221,6 +221,14 @@ int nic_rcache_acquire(const void *p, size_t len, unsigned access, struct nic_rc
   return rc;
 }
 
+int nic_rcache_find(const void *p, size_t len, unsigned access, struct nic_rcache_ref *out) {
+  uintptr_t start = (uintptr_t)p, last;
+  if (len == 0 || __builtin_add_overflow(start, len - 1, &last)) return -ERANGE;
+  if (!lookup(start, last, access, out)) return -ENOENT;
+  count(&stats.hits);
+  return 0;
+}
+
 void nic_rcache_release(uint32_t slot) {
   struct region *r = &pool[slot];
   /* Only the last reference needs the lock (it deregisters and recycles the slot). */

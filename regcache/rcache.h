@@ -25,6 +25,10 @@ struct nic_rcache_ref {
  * backend's error. */
 int nic_rcache_acquire(const void *p, size_t len, unsigned access, struct nic_rcache_ref *out);
 void nic_rcache_release(uint32_t slot);
+/* Like nic_rcache_acquire, but never registers: -ENOENT when no cached region covers the range.
+ * Used under NIC translation-cache pressure, where a new registration would cost more than a
+ * copy. */
+int nic_rcache_find(const void *p, size_t len, unsigned access, struct nic_rcache_ref *out);
 
 /* Drops every cached region overlapping [start, start+len). */
 void nic_rcache_invalidate(uintptr_t start, size_t len);

@@ -9,6 +9,8 @@
 #include "chunks.h"
 #include "log.h"
 #include "nicmalloc.h"
+#include "pressure.h"
+#include "rcache.h"
 #include "safety.h"
 
 #include <errno.h>
@@ -19,6 +21,7 @@
 #define NIC_EXPORT __attribute__((visibility("default")))
 #define MERGE_MAX ((size_t)64 << 10) /* largest pair copied to stay under the entry limit */
 #define PAGE ((uintptr_t)4096)
+#define PRESSURE_COPY_MAX ((size_t)16 << 10) /* "small" under pressure: a copy beats a register */
 
 NIC_EXPORT int nic_sga_init(struct nic_sga *sga, unsigned max_entries) {
   if (!sga) return -EINVAL;
@@ -99,7 +102,24 @@ static int resolve(struct nic_sga *sga, const void *p, size_t len, struct nic_sg
     return copy_entry(sga, p, len, NULL, 0, e);
   }
   struct nic_region_ref ref;
-  int rc = nic_register(p, len, NIC_REG_LOCAL, &ref);
+  int rc;
+  /* Under translation-cache pressure a new registration for a small entry costs the NIC more
+   * than the copy: take a cached one if it exists, else copy. */
+  if (!nic_in_dp(p) && len < PRESSURE_COPY_MAX && nic_pressure_high()) {
+    struct nic_rcache_ref cached;
+    if (nic_rcache_find(p, len, NIC_ACCESS_LOCAL, &cached) != 0) {
+      if (!readable(p, len)) return -EFAULT;
+      nic_pressure_count_copy();
+      return copy_entry(sga, p, len, NULL, 0, e);
+    }
+    ref = (struct nic_region_ref){.kind = NIC_REGION_CACHED,
+                                  .lkey = cached.reg.lkey,
+                                  .backend_handle = cached.reg.handle,
+                                  .cache_slot = cached.slot};
+    rc = 0;
+  } else {
+    rc = nic_register(p, len, NIC_REG_LOCAL, &ref);
+  }
   if (rc == 0) {
     *e = (struct nic_sga_entry){.addr = p,
                                 .len = (uint32_t)len,

@@ -7,6 +7,7 @@
 #include "log.h"
 #include "nicmalloc.h"
 #include "pagecount.h"
+#include "pressure.h"
 #include "safety.h"
 
 #include <errno.h>
@@ -87,6 +88,7 @@ NIC_EXPORT int nic_sga_post(struct nic_sga *sga, struct nic_endpoint *ep, nic_sg
   }
   NIC_SAFETY_COUNT(inflight_posts, 1);
   NIC_SAFETY_COUNT(inflight_entries, n);
+  nic_pressure_note(sga->entry, sga->count);
   rc = b->post(b, ep, sge, n, completed, m);
   if (rc) {
     __atomic_sub_fetch(&nic_safety_ctr.inflight_entries, n, __ATOMIC_RELAXED);

@@ -7,6 +7,7 @@ packages=(
   libmimalloc-dev libgtest-dev libbenchmark-dev liburing-dev libunwind-dev
   libibverbs-dev libdpdk-dev iproute2 valgrind
   memcached libmemcached-tools redis-server python3
+  clang-16 llvm-16-dev llvm-16-tools
 )
 missing=()
 for p in "${packages[@]}"; do

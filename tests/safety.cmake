@@ -22,3 +22,14 @@ foreach(mode protect detect)
     PASS_REGULAR_EXPRESSION "NICMALLOC_FENCE=${mode}: not implemented yet, using wait"
     FAIL_REGULAR_EXPRESSION "\\[  FAILED  \\]")
 endforeach()
+
+# Translation-cache pressure, once with a tiny NIC cache (pressure, copies) and once with the
+# default one (none).
+add_executable(test_pressure test_pressure.cc)
+target_link_libraries(test_pressure PRIVATE nicmalloc GTest::gtest GTest::gtest_main)
+add_test(NAME pressure_tiny_cache COMMAND test_pressure)
+set_tests_properties(pressure_tiny_cache PROPERTIES ENVIRONMENT
+  "NICMALLOC_BACKEND=sim;NICMALLOC_SIM_TCACHE=tiny;NICMALLOC_SIM_DELAYS=fixed:20" TIMEOUT 120)
+add_test(NAME pressure_default_cache COMMAND test_pressure)
+set_tests_properties(pressure_default_cache PROPERTIES ENVIRONMENT
+  "NICMALLOC_BACKEND=sim;NICMALLOC_SIM_DELAYS=fixed:20" TIMEOUT 120)

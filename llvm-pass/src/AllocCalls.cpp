@@ -1,0 +1,149 @@
+#include "AllocCalls.h"
+
+#include "llvm/IR/Instructions.h"
+#include "llvm/IR/Module.h"
+
+using namespace llvm;
+
+namespace nicpass {
+
+namespace {
+struct KnownAlloc {
+  const char *Name;
+  AllocKind Kind;
+  const char *SiteFunction;
+  const char *Family;
+  int OutArg;
+};
+} // namespace
+
+// x86-64 Itanium names for operator new (size_t is unsigned long: 'm').
+static const KnownAlloc KnownAllocs[] = {
+    {"malloc", AllocKind::Malloc, "nic_malloc_site", "malloc", -1},
+    {"calloc", AllocKind::Calloc, "nic_calloc_site", "malloc", -1},
+    {"realloc", AllocKind::Realloc, "nic_realloc_site", "malloc", -1},
+    {"aligned_alloc", AllocKind::AlignedAlloc, "nic_aligned_alloc_site", "malloc", -1},
+    {"posix_memalign", AllocKind::PosixMemalign, "nic_posix_memalign_site", "malloc", 0},
+    {"_Znwm", AllocKind::New, "nic_new_site", "_Znwm", -1},
+    {"_Znam", AllocKind::NewArray, "nic_new_site", "_Znam", -1},
+    // Allocations the site ABI cannot express: tracked (their objects still flow) and reported
+    // in the site table as skipped, never rewritten.
+    {"_ZnwmSt11align_val_t", AllocKind::Other, "", "_Znwm", -1},
+    {"_ZnamSt11align_val_t", AllocKind::Other, "", "_Znam", -1},
+    {"_ZnwmRKSt9nothrow_t", AllocKind::Other, "", "_Znwm", -1},
+    {"_ZnamRKSt9nothrow_t", AllocKind::Other, "", "_Znam", -1},
+    {"_ZnwmSt11align_val_tRKSt9nothrow_t", AllocKind::Other, "", "_Znwm", -1},
+    {"_ZnamSt11align_val_tRKSt9nothrow_t", AllocKind::Other, "", "_Znam", -1},
+    {"memalign", AllocKind::Other, "", "malloc", -1},
+    {"valloc", AllocKind::Other, "", "malloc", -1},
+    {"pvalloc", AllocKind::Other, "", "malloc", -1},
+    {"strdup", AllocKind::Other, "", "malloc", -1},
+    {"strndup", AllocKind::Other, "", "malloc", -1},
+    {"reallocarray", AllocKind::Other, "", "malloc", -1},
+};
+
+std::optional<AllocFunction> classifyAllocFunction(const Function &Callee) {
+  // A module that defines malloc itself (an allocator) is not allocating through it.
+  if (!Callee.isDeclaration()) return std::nullopt;
+  StringRef Name = Callee.getName();
+  for (const KnownAlloc &K : KnownAllocs)
+    if (Name == K.Name) return AllocFunction{K.Kind, K.Name, K.SiteFunction, K.Family, K.OutArg};
+  return std::nullopt;
+}
+
+std::optional<AllocFunction> classifyAllocCall(const CallBase &Call) {
+  const auto *Callee = dyn_cast<Function>(Call.getCalledOperand()->stripPointerCasts());
+  if (!Callee) return std::nullopt;
+  return classifyAllocFunction(*Callee);
+}
+
+static AllocFnKind allocKindFor(AllocKind K) {
+  switch (K) {
+  case AllocKind::Calloc:
+    return AllocFnKind::Alloc | AllocFnKind::Zeroed;
+  case AllocKind::Realloc:
+    return AllocFnKind::Realloc | AllocFnKind::Uninitialized;
+  case AllocKind::AlignedAlloc:
+    return AllocFnKind::Alloc | AllocFnKind::Uninitialized | AllocFnKind::Aligned;
+  default:
+    return AllocFnKind::Alloc | AllocFnKind::Uninitialized;
+  }
+}
+
+FunctionCallee getSiteFunction(Module &M, const AllocFunction &Alloc, const Function &Original) {
+  LLVMContext &Ctx = M.getContext();
+  FunctionType *OrigTy = Original.getFunctionType();
+  SmallVector<Type *, 4> Params(OrigTy->params());
+  Params.push_back(Type::getInt32Ty(Ctx));
+  FunctionType *Ty = FunctionType::get(OrigTy->getReturnType(), Params, false);
+  FunctionCallee Callee = M.getOrInsertFunction(Alloc.SiteFunction, Ty);
+  auto *Fn = dyn_cast<Function>(Callee.getCallee());
+  if (!Fn || !Fn->isDeclaration() || Fn->getFunctionType() != Ty) return Callee;
+
+  // Start from whatever the original declaration carries (memory effects, nounwind, noalias
+  // result, allocptr/allocalign parameters) and make sure the allocator facts are there.
+  AttributeList OrigAttrs = Original.getAttributes();
+  AttrBuilder FnAttrs(Ctx, OrigAttrs.getFnAttrs());
+  FnAttrs.removeAttribute(Attribute::NoBuiltin); // meaningless off a library name
+  if (Alloc.Kind != AllocKind::PosixMemalign) {
+    FnAttrs.addAllocKindAttr(allocKindFor(Alloc.Kind));
+    FnAttrs.addAttribute("alloc-family", Alloc.Family);
+    switch (Alloc.Kind) {
+    case AllocKind::Calloc:
+      FnAttrs.addAllocSizeAttr(0, 1);
+      break;
+    case AllocKind::Realloc:
+    case AllocKind::AlignedAlloc:
+      FnAttrs.addAllocSizeAttr(1, std::nullopt);
+      break;
+    default:
+      FnAttrs.addAllocSizeAttr(0, std::nullopt);
+      break;
+    }
+  }
+  AttrBuilder RetAttrs(Ctx, OrigAttrs.getRetAttrs());
+  if (Ty->getReturnType()->isPointerTy()) RetAttrs.addAttribute(Attribute::NoAlias);
+  SmallVector<AttributeSet, 4> ParamAttrs;
+  for (unsigned I = 0; I < OrigTy->getNumParams(); ++I)
+    ParamAttrs.push_back(OrigAttrs.getParamAttrs(I));
+  if (Alloc.Kind == AllocKind::Realloc)
+    ParamAttrs[0] = ParamAttrs[0].addAttribute(Ctx, Attribute::AllocatedPointer);
+  if (Alloc.Kind == AllocKind::AlignedAlloc)
+    ParamAttrs[0] = ParamAttrs[0].addAttribute(Ctx, Attribute::AllocAlign);
+  ParamAttrs.push_back(AttributeSet::get(Ctx, {Attribute::get(Ctx, Attribute::NoUndef)}));
+  Fn->setAttributes(AttributeList::get(Ctx, AttributeSet::get(Ctx, FnAttrs),
+                                       AttributeSet::get(Ctx, RetAttrs), ParamAttrs));
+  return Callee;
+}
+
+CallBase *replaceWithExtraArgument(CallBase &Call, FunctionCallee Callee, Value *Extra) {
+  SmallVector<Value *, 6> Args(Call.args());
+  Args.push_back(Extra);
+  SmallVector<OperandBundleDef, 1> Bundles;
+  Call.getOperandBundlesAsDefs(Bundles);
+  CallBase *New;
+  if (auto *Invoke = dyn_cast<InvokeInst>(&Call)) {
+    New = InvokeInst::Create(Callee, Invoke->getNormalDest(), Invoke->getUnwindDest(), Args,
+                             Bundles, "", &Call);
+  } else {
+    auto *NewCall = CallInst::Create(Callee, Args, Bundles, "", &Call);
+    NewCall->setTailCallKind(cast<CallInst>(Call).getTailCallKind());
+    New = NewCall;
+  }
+  LLVMContext &Ctx = Call.getContext();
+  AttributeList Attrs = Call.getAttributes();
+  SmallVector<AttributeSet, 6> ParamAttrs;
+  for (unsigned I = 0; I < Call.arg_size(); ++I)
+    ParamAttrs.push_back(Attrs.getParamAttrs(I));
+  ParamAttrs.push_back(AttributeSet::get(Ctx, {Attribute::get(Ctx, Attribute::NoUndef)}));
+  New->setAttributes(AttributeList::get(Ctx, Attrs.getFnAttrs(), Attrs.getRetAttrs(), ParamAttrs));
+  New->setCallingConv(Call.getCallingConv());
+  New->copyMetadata(Call);
+  New->setDebugLoc(Call.getDebugLoc());
+  New->takeName(&Call);
+  Call.replaceAllUsesWith(New);
+  Call.eraseFromParent();
+  return New;
+}
+
+} // namespace nicpass

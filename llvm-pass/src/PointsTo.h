@@ -1,0 +1,222 @@
+// Field-sensitive, inclusion-based (Andersen-style) points-to analysis over a whole module.
+//
+// Abstract objects are allocation calls, call sites of allocation wrappers (one object per call
+// site: heap cloning), allocas, globals, functions and one "socket descriptor" pseudo-object.
+// A pointee is (object, byte offset); every (object, offset) that is stored to or loaded from
+// is a memory cell with its own points-to set. Integers are tracked like pointers, so pointers
+// that go through uintptr_t (ibv_sge.addr) and socket descriptors are followed too.
+#ifndef NICMALLOC_LLVM_PASS_POINTS_TO_H
+#define NICMALLOC_LLVM_PASS_POINTS_TO_H
+
+#include "SinkSpecs.h"
+
+#include "llvm/ADT/DenseMap.h"
+#include "llvm/ADT/DenseSet.h"
+
+#include <cstdint>
+#include <map>
+#include <memory>
+#include <optional>
+#include <set>
+#include <string>
+#include <tuple>
+#include <vector>
+
+namespace llvm {
+class CallBase;
+class Constant;
+class DataLayout;
+class Function;
+class GEPOperator;
+class Instruction;
+class Module;
+class Type;
+class Value;
+} // namespace llvm
+
+namespace nicpass {
+
+using ObjectId = uint32_t;
+/// (object, byte offset) packed so that a set of pointees is an ordered set of integers.
+using Pointee = uint64_t;
+inline Pointee makePointee(ObjectId Obj, uint32_t Offset) {
+  return (uint64_t(Obj) << 32) | Offset;
+}
+inline ObjectId pointeeObject(Pointee P) {
+  return ObjectId(P >> 32);
+}
+inline uint32_t pointeeOffset(Pointee P) {
+  return uint32_t(P);
+}
+using PointeeSet = std::set<Pointee>;
+
+/// Offsets are folded modulo this (consistently, so it only merges fields): p += 16 in a loop
+/// or a memmove inside an array must not create new fields forever.
+constexpr uint32_t MaxFieldOffset = 4096;
+/// An object addressed at more distinct offsets than this (pointer arithmetic that walks it
+/// through memory, where no phi shows the loop) is collapsed: one field for everything.
+constexpr size_t MaxOffsetsPerObject = 64;
+
+/// External: memory this module did not allocate, seen through a parameter of an exported
+/// function or the pointer result of an unknown external call (one object per parameter/call).
+enum class ObjectKind { HeapAlloc, WrapperResult, Stack, Global, Function, SocketFd, External };
+
+struct AbstractObject {
+  ObjectKind Kind;
+  const llvm::Value *Site = nullptr;       ///< allocating call, wrapper call, alloca, global
+  const llvm::Function *Creator = nullptr; ///< function whose body holds Site
+  const llvm::Function *Wrapper = nullptr; ///< WrapperResult: the wrapper called at Site
+};
+
+struct SinkUse {
+  const llvm::CallBase *Call;
+  const llvm::Function *Sink;
+  const SinkSpec *Spec;
+};
+
+/// Byte offset a GEP adds to the pointer, with arrays smashed: struct fields are exact, array
+/// indices (and pointer arithmetic over aggregates) add nothing, constant pointer arithmetic
+/// over scalars (i8 GEPs) adds its bytes.
+int64_t gepFieldOffset(const llvm::GEPOperator &GEP, const llvm::DataLayout &DL);
+
+class PointsToGraph {
+public:
+  /// Wrappers: functions whose direct call sites each get their own result object.
+  PointsToGraph(const llvm::Module &M, const SinkCatalog &Sinks,
+                const llvm::DenseSet<const llvm::Function *> &Wrappers);
+  ~PointsToGraph();
+  /// Solves to a fixed point, or stops after Budget units of work (pointees pushed along
+  /// edges, edges added): compile time stays bounded on modules the solver handles badly.
+  void solve(uint64_t Budget = DefaultBudget);
+  /// True when solve() ran out of budget: the solution is incomplete and must not be used.
+  bool exhausted() const { return Exhausted; }
+  static constexpr uint64_t DefaultBudget = 20'000'000;
+  /// One line of sizes (nodes, edges, objects, cells, work) for -nic-sites-stats.
+  std::string statistics() const;
+
+  const PointeeSet &pointsTo(const llvm::Value *V) const;
+  const PointeeSet &returnsOf(const llvm::Function *F) const;
+  const PointeeSet &cell(ObjectId Obj, uint32_t Offset) const;
+  const std::set<uint32_t> &cellOffsets(ObjectId Obj) const;
+  const AbstractObject &object(ObjectId Obj) const { return Objects[Obj]; }
+  size_t numObjects() const { return Objects.size(); }
+  /// The heap or wrapper-result object created by a call, if any.
+  std::optional<ObjectId> objectCreatedBy(const llvm::CallBase *Call) const;
+  bool createdIn(ObjectId Obj, const llvm::Function *F) const;
+  const std::vector<SinkUse> &sinkUses() const { return SinkUses; }
+  ObjectId socketObject() const { return SocketObject; }
+
+private:
+  using NodeId = uint32_t;
+  struct Edge {
+    NodeId Dst;
+    int64_t Delta = 0;                          ///< added to every pointee's offset
+    const llvm::Function *RenameFrom = nullptr; ///< wrapper call: objects created in it...
+    ObjectId RenameTo = 0;                      ///< ...become the call site's object
+  };
+  struct LoadConstraint {
+    NodeId Ptr, Dst;
+  };
+  struct StoreConstraint {
+    NodeId Ptr, Val;
+  };
+  struct CopyMemConstraint {
+    NodeId DstPtr, SrcPtr;
+    std::optional<uint64_t> Len;
+  };
+  struct IndirectCallConstraint {
+    const llvm::CallBase *Call;
+    NodeId Callee;
+  };
+  struct WrapperCellsConstraint {
+    NodeId Ret;
+    const llvm::Function *Wrapper;
+    ObjectId Result;
+  };
+
+  // Building.
+  void buildGlobals();
+  void buildFunction(const llvm::Function &F);
+  void buildInstruction(const llvm::Instruction &I);
+  void buildCall(const llvm::CallBase &Call);
+  void bindCall(const llvm::CallBase &Call, const llvm::Function &Callee, bool Direct);
+  /// Arguments (and offsets) a function returns when it returns nothing but them, seen
+  /// through casts, GEPs, phis and selects: such helpers are applied per call site.
+  const std::optional<std::vector<std::pair<unsigned, int64_t>>> &
+  passThrough(const llvm::Function &F);
+  void addInitializer(ObjectId Obj, const llvm::Constant *Init, int64_t Offset);
+  ObjectId newObject(ObjectKind Kind, const llvm::Value *Site, const llvm::Function *Creator,
+                     const llvm::Function *Wrapper = nullptr);
+  ObjectId objectForGlobal(const llvm::Value *G);
+  NodeId node(const llvm::Value *V);
+  NodeId freshNode();
+  NodeId retNode(const llvm::Function *F);
+  NodeId cellNode(ObjectId Obj, uint32_t Offset);
+  void constantPointees(const llvm::Constant *C, PointeeSet &Out);
+  bool tracked(const llvm::Type *Ty) const;
+
+  // Solving.
+  enum class ComplexKind : uint8_t { Load, Store, IndirectCall, CopySrc, CopyDst, WrapperRet };
+  void addLoad(LoadConstraint C);
+  void addStore(StoreConstraint C);
+  void addIndirect(IndirectCallConstraint C);
+  void addCopyMem(CopyMemConstraint C);
+  void addWrapperCells(WrapperCellsConstraint C);
+  void copyCell(size_t Index, ObjectId SrcObj, uint32_t Start, uint32_t Off,
+                const std::vector<Pointee> &Dsts);
+  void newCell(ObjectId Obj, uint32_t Off);
+  /// P moved by Delta bytes; the one place offsets are made, so collapsing stays consistent.
+  Pointee shift(Pointee P, int64_t Delta);
+  void collapse(ObjectId Obj);
+  void attach(NodeId N, ComplexKind K, size_t Index);
+  void applyIncremental(ComplexKind K, size_t Index, const PointeeSet &New);
+  bool addEdge(NodeId Src, Edge E);
+  void addPointees(NodeId N, const PointeeSet &New);
+  void propagate(const PointeeSet &From, const Edge &E);
+  void drain(uint64_t Budget);
+
+  const llvm::Module &M;
+  const llvm::DataLayout &DL;
+  const SinkCatalog &Sinks;
+  const llvm::DenseSet<const llvm::Function *> &Wrappers;
+
+  std::vector<AbstractObject> Objects;
+  std::vector<std::set<uint32_t>> ObjectCells;
+  llvm::DenseMap<const llvm::Value *, ObjectId> GlobalObjects;
+  llvm::DenseMap<const llvm::CallBase *, ObjectId> CallObjects;
+  ObjectId SocketObject = 0;
+
+  std::vector<PointeeSet> Pts;
+  std::vector<PointeeSet> Pending; ///< difference propagation: pointees not yet pushed on
+  std::vector<std::vector<std::pair<ComplexKind, uint32_t>>> ComplexAt;
+  std::vector<std::vector<Edge>> Succ;
+  std::set<std::tuple<NodeId, NodeId, int64_t, int64_t>> EdgeKeys;
+  llvm::DenseMap<const llvm::Value *, NodeId> ValueNodes;
+  llvm::DenseMap<const llvm::Function *, NodeId> RetNodes;
+  std::map<Pointee, NodeId> CellNodes;
+  std::vector<NodeId> Worklist;
+  std::vector<bool> InWorklist;
+
+  std::vector<LoadConstraint> Loads;
+  std::vector<StoreConstraint> Stores;
+  std::vector<CopyMemConstraint> CopyMems;
+  std::vector<IndirectCallConstraint> IndirectCalls;
+  std::vector<WrapperCellsConstraint> WrapperCells;
+  std::set<std::pair<const llvm::CallBase *, const llvm::Function *>> BoundIndirect;
+  std::vector<SinkUse> SinkUses;
+  /// Objects whose future cells feed a memcpy (constraint, source start) or a wrapper result.
+  std::vector<std::vector<std::pair<uint32_t, uint32_t>>> CopyWatch;
+  std::vector<std::vector<uint32_t>> WrapperWatch;
+  std::set<std::tuple<ObjectId, uint32_t, uint32_t>> Watching;
+  std::vector<Pointee> NewCells;
+  std::vector<std::set<uint32_t>> ObjectOffsets;
+  std::vector<bool> Collapsed;
+  uint64_t Work = 0;
+  bool Exhausted = false;
+  std::map<const llvm::Function *, std::optional<std::vector<std::pair<unsigned, int64_t>>>>
+      PassThrough;
+};
+
+} // namespace nicpass
+
+#endif

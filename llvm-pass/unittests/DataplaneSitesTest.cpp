@@ -1,0 +1,281 @@
+// Drives the pass through its C++ API: the pass manager, the analysis, site ids, sink specs and
+// the site table.
+#include "DataplaneAnalysis.h"
+#include "DataplaneSitesPass.h"
+#include "SinkSpecs.h"
+#include "SiteTable.h"
+
+#include "llvm/AsmParser/Parser.h"
+#include "llvm/IR/InstIterator.h"
+#include "llvm/IR/Instructions.h"
+#include "llvm/IR/LLVMContext.h"
+#include "llvm/IR/Module.h"
+#include "llvm/IR/Verifier.h"
+#include "llvm/Passes/PassBuilder.h"
+#include "llvm/Support/FileSystem.h"
+#include "llvm/Support/JSON.h"
+#include "llvm/Support/MemoryBuffer.h"
+#include "llvm/Support/SourceMgr.h"
+
+#include <gtest/gtest.h>
+
+using namespace llvm;
+using namespace nicpass;
+
+namespace {
+
+const char Prelude[] = R"(
+target datalayout = "e-m:e-p270:32:32-p271:32:32-p272:64:64-i64:64-f80:128-n8:16:32:64-S128"
+target triple = "x86_64-pc-linux-gnu"
+declare ptr @malloc(i64)
+declare void @free(ptr)
+declare i64 @send(i32, ptr, i64, i32)
+declare i64 @sendmsg(i32, ptr, i32)
+declare void @consume(ptr)
+)";
+
+class DataplaneSitesTest : public ::testing::Test {
+protected:
+  std::unique_ptr<Module> parse(StringRef Body) {
+    SMDiagnostic Err;
+    std::string Text = (Twine(Prelude) + Body).str();
+    std::unique_ptr<Module> M = parseAssemblyString(Text, Err, Ctx);
+    if (!M) Err.print("test", errs());
+    return M;
+  }
+  // Names of the functions called in F, in order.
+  static std::vector<std::string> callees(const Function &F) {
+    std::vector<std::string> Names;
+    for (const BasicBlock &BB : F)
+      for (const Instruction &I : BB)
+        if (auto *Call = dyn_cast<CallBase>(&I))
+          if (const Function *Callee = Call->getCalledFunction())
+            Names.push_back(Callee->getName().str());
+    return Names;
+  }
+  LLVMContext Ctx;
+};
+
+TEST_F(DataplaneSitesTest, RunsThroughThePassManager) {
+  std::unique_ptr<Module> M = parse(R"(
+define void @f(i32 %fd) {
+  %a = call ptr @malloc(i64 64)
+  %b = call ptr @malloc(i64 64)
+  %r = call i64 @send(i32 %fd, ptr %a, i64 64, i32 0)
+  call void @consume(ptr %b)
+  ret void
+}
+)");
+  ASSERT_TRUE(M);
+  PassBuilder PB;
+  LoopAnalysisManager LAM;
+  FunctionAnalysisManager FAM;
+  CGSCCAnalysisManager CGAM;
+  ModuleAnalysisManager MAM;
+  PB.registerModuleAnalyses(MAM);
+  PB.registerCGSCCAnalyses(CGAM);
+  PB.registerFunctionAnalyses(FAM);
+  PB.registerLoopAnalyses(LAM);
+  PB.crossRegisterProxies(LAM, FAM, CGAM, MAM);
+  ModulePassManager MPM;
+  MPM.addPass(DataplaneSitesPass(DataplaneSitesOptions{}));
+  MPM.run(*M, MAM);
+  EXPECT_FALSE(verifyModule(*M, &errs()));
+  EXPECT_EQ(callees(*M->getFunction("f")),
+            (std::vector<std::string>{"nic_malloc_site", "malloc", "send", "consume"}));
+  Function *Site = M->getFunction("nic_malloc_site");
+  ASSERT_TRUE(Site);
+  EXPECT_TRUE(Site->hasFnAttribute(Attribute::AllocKind));
+  EXPECT_TRUE(Site->hasFnAttribute(Attribute::AllocSize));
+  EXPECT_EQ(Site->getFnAttribute("alloc-family").getValueAsString(), "malloc");
+  EXPECT_TRUE(Site->hasRetAttribute(Attribute::NoAlias));
+}
+
+TEST_F(DataplaneSitesTest, WrapperIsClonedPerCallSite) {
+  std::unique_ptr<Module> M = parse(R"(
+define internal ptr @xmalloc(i64 %n) {
+  %p = call ptr @malloc(i64 %n)
+  ret ptr %p
+}
+define void @dataplane(i32 %fd) {
+  %p = call ptr @xmalloc(i64 32)
+  %r = call i64 @send(i32 %fd, ptr %p, i64 32, i32 0)
+  ret void
+}
+define void @control() {
+  %p = call ptr @xmalloc(i64 32)
+  call void @consume(ptr %p)
+  ret void
+}
+)");
+  ASSERT_TRUE(M);
+  Expected<DataplaneSitesSummary> S = runDataplaneSites(*M, {});
+  ASSERT_TRUE(bool(S)) << toString(S.takeError());
+  EXPECT_FALSE(verifyModule(*M, &errs()));
+  EXPECT_EQ(S->Wrappers, 1u);
+  ASSERT_EQ(S->Sites.size(), 1u);
+  const SiteRecord &R = S->Sites[0];
+  EXPECT_EQ(R.K, SiteRecord::Kind::WrapperCall);
+  EXPECT_EQ(R.Function, "dataplane");
+  EXPECT_EQ(R.Replacement, "xmalloc.nic_site");
+  ASSERT_EQ(R.Inner.size(), 1u);
+  EXPECT_NE(R.Inner[0].find("malloc() in xmalloc"), std::string::npos) << R.Inner[0];
+  EXPECT_EQ(callees(*M->getFunction("dataplane"))[0], "xmalloc.nic_site");
+  EXPECT_EQ(callees(*M->getFunction("control"))[0], "xmalloc");
+  EXPECT_EQ(callees(*M->getFunction("xmalloc"))[0], "malloc");
+  Function *Clone = M->getFunction("xmalloc.nic_site");
+  ASSERT_TRUE(Clone);
+  auto *Call = cast<CallBase>(&Clone->getEntryBlock().front());
+  EXPECT_EQ(Call->getCalledFunction()->getName(), "nic_malloc_site");
+  EXPECT_EQ(Call->getArgOperand(1), Clone->getArg(1)); // the caller's id, passed through
+}
+
+TEST_F(DataplaneSitesTest, FieldSensitivePointsTo) {
+  std::unique_ptr<Module> M = parse(R"(
+%pair = type { ptr, ptr }
+define void @f(i32 %fd) {
+  %s = alloca %pair
+  %a = call ptr @malloc(i64 8)
+  %b = call ptr @malloc(i64 8)
+  %f1 = getelementptr %pair, ptr %s, i32 0, i32 1
+  store ptr %a, ptr %s
+  store ptr %b, ptr %f1
+  %x = load ptr, ptr %f1
+  %r = call i64 @send(i32 %fd, ptr %x, i64 8, i32 0)
+  ret void
+}
+)");
+  ASSERT_TRUE(M);
+  SinkCatalog Sinks;
+  Sinks.addDefaults();
+  DataplaneResult R = analyzeDataplane(*M, Sinks);
+  Function &F = *M->getFunction("f");
+  auto Find = [&](StringRef Name) {
+    for (Instruction &I : instructions(F))
+      if (I.getName() == Name) return &I;
+    return static_cast<Instruction *>(nullptr);
+  };
+  const PointeeSet &X = R.Graph->pointsTo(Find("x"));
+  ASSERT_EQ(X.size(), 1u);
+  ObjectId B = pointeeObject(*X.begin());
+  EXPECT_EQ(R.Graph->object(B).Site, Find("b"));
+  const PointeeSet &F1 = R.Graph->pointsTo(Find("f1"));
+  ASSERT_EQ(F1.size(), 1u);
+  EXPECT_EQ(pointeeOffset(*F1.begin()), 8u);
+  ASSERT_EQ(R.Reaching.size(), 1u);
+  EXPECT_EQ(R.Reaching.begin()->first, B);
+}
+
+TEST_F(DataplaneSitesTest, RunningTwiceRewritesOnce) {
+  std::unique_ptr<Module> M = parse(R"(
+define void @f(i32 %fd) {
+  %a = call ptr @malloc(i64 64)
+  %r = call i64 @send(i32 %fd, ptr %a, i64 64, i32 0)
+  ret void
+}
+)");
+  ASSERT_TRUE(M);
+  ASSERT_EQ(cantFail(runDataplaneSites(*M, {})).Sites.size(), 1u);
+  EXPECT_EQ(cantFail(runDataplaneSites(*M, {})).Sites.size(), 0u);
+  EXPECT_FALSE(verifyModule(*M, &errs()));
+}
+
+TEST_F(DataplaneSitesTest, AnnotatedSinkIsReadAndRemoved) {
+  std::unique_ptr<Module> M = parse(R"(
+%struct.nic_sink_record = type { ptr, ptr }
+@.str = private unnamed_addr constant [2 x i8] c"0\00"
+@rec = internal constant %struct.nic_sink_record { ptr @my_tx, ptr @.str }, section ".nic_sinks"
+@llvm.compiler.used = appending global [1 x ptr] [ptr @rec], section "llvm.metadata"
+declare void @my_tx(ptr)
+define void @f() {
+  %a = call ptr @malloc(i64 64)
+  call void @my_tx(ptr %a)
+  ret void
+}
+)");
+  ASSERT_TRUE(M);
+  DataplaneSitesSummary S = cantFail(runDataplaneSites(*M, {}));
+  EXPECT_EQ(S.AnnotatedSinks, 1u);
+  EXPECT_EQ(S.Sites.size(), 1u);
+  EXPECT_FALSE(M->getNamedGlobal("rec"));
+  EXPECT_FALSE(M->getNamedGlobal("llvm.compiler.used"));
+  EXPECT_FALSE(verifyModule(*M, &errs()));
+}
+
+TEST(SinkSpecTest, Parses) {
+  SinkSpec S = cantFail(parseSinkSpec("1:16,0/16;sockfd=0"));
+  EXPECT_EQ(S.ArgIndex, 1);
+  ASSERT_EQ(S.Path.size(), 2u);
+  EXPECT_EQ(S.Path[0].Offset, 16u);
+  EXPECT_EQ(S.Path[0].Stride, 0u);
+  EXPECT_EQ(S.Path[1].Stride, 16u);
+  EXPECT_EQ(S.SocketFdArg, 0);
+  EXPECT_EQ(cantFail(parseSinkSpec("*")).ArgIndex, -1);
+  for (const char *Bad : {"x", "1:a", "1:8/0", "1;fd=2", "-1"}) {
+    Expected<SinkSpec> E = parseSinkSpec(Bad);
+    EXPECT_FALSE(bool(E)) << Bad;
+    consumeError(E.takeError());
+  }
+}
+
+TEST(SiteIdTest, StableInRangeAndModuleSpecific) {
+  SiteRecord R;
+  R.File = "net.c";
+  R.Line = 42;
+  R.Column = 7;
+  R.Function = "reply";
+  uint32_t A = hashSiteId("net.c", R);
+  EXPECT_EQ(A, hashSiteId("net.c", R));
+  EXPECT_LT(A, MaxSites);
+  EXPECT_NE(A, hashSiteId("other.c", R));
+  R.Line = 43;
+  EXPECT_NE(A, hashSiteId("net.c", R));
+}
+
+TEST(SiteIdTest, CollisionsAreRecordedAndProbed) {
+  SiteRecord R;
+  R.File = "a.c";
+  R.Line = 1;
+  R.Function = "f";
+  std::vector<SiteRecord> Sites{R, R, R}; // same key: same hash
+  assignSiteIds("a.c", Sites);
+  EXPECT_EQ(Sites[0].HashId, Sites[1].HashId);
+  EXPECT_EQ(Sites[0].Id, Sites[0].HashId);
+  EXPECT_EQ(Sites[1].Id, (Sites[0].Id + 1) % MaxSites);
+  EXPECT_EQ(Sites[2].Id, (Sites[0].Id + 2) % MaxSites);
+  EXPECT_EQ(Sites[0].CollidesWith.size(), 2u);
+  EXPECT_EQ(Sites[2].CollidesWith.size(), 1u);
+  json::Value V = cantFail(json::parse(siteTableLine("a.c", Sites)));
+  const json::Array *Arr = V.getAsObject()->getArray("sites");
+  ASSERT_TRUE(Arr);
+  ASSERT_EQ(Arr->size(), 3u);
+  const json::Object *Second = (*Arr)[1].getAsObject();
+  EXPECT_EQ(Second->getInteger("id"), int64_t(Sites[1].Id));
+  EXPECT_EQ(Second->getInteger("hash_id"), int64_t(Sites[1].HashId));
+  EXPECT_TRUE(Second->getArray("collides_with"));
+}
+
+TEST(SiteTableTest, AppendsOneLinePerModule) {
+  SmallString<128> Path;
+  ASSERT_FALSE(sys::fs::createTemporaryFile("nic-sites", "jsonl", Path));
+  SiteRecord R;
+  R.File = "m.c";
+  R.Function = "f";
+  R.Callee = "malloc";
+  R.Replacement = "nic_malloc_site";
+  std::vector<SiteRecord> Sites{R};
+  assignSiteIds("m.c", Sites);
+  ASSERT_FALSE(bool(appendSiteTable(Path, siteTableLine("m.c", Sites))));
+  ASSERT_FALSE(bool(appendSiteTable(Path, siteTableLine("n.c", {}))));
+  std::unique_ptr<MemoryBuffer> Buf = std::move(*MemoryBuffer::getFile(Path));
+  SmallVector<StringRef, 4> Lines;
+  Buf->getBuffer().trim().split(Lines, '\n');
+  ASSERT_EQ(Lines.size(), 2u);
+  json::Value First = cantFail(json::parse(Lines[0]));
+  EXPECT_EQ(First.getAsObject()->getString("module"), "m.c");
+  json::Value Second = cantFail(json::parse(Lines[1]));
+  EXPECT_EQ(Second.getAsObject()->getArray("sites")->size(), 0u);
+  sys::fs::remove(Path);
+}
+
+} // namespace

@@ -1,0 +1,140 @@
+#include "pressure.h"
+
+#include "chunks.h"
+#include "rcache.h"
+#include "tcache_model.h"
+
+#include <pthread.h>
+#include <stdio.h>
+#include <string.h>
+
+#define MODEL_PAGE 4096u
+#define BUSY_SLOTS 64 /* regions tracked for the report; the busiest survive */
+
+static pthread_mutex_t lock = PTHREAD_MUTEX_INITIALIZER;
+static pthread_once_t once = PTHREAD_ONCE_INIT;
+static struct nic_tcache *model; /* NULL when the settings are unusable: no pressure then */
+static struct nic_tcache_params params;
+static int high;
+static uint64_t copies;
+static struct busy {
+  uint64_t region, posts;
+  uintptr_t addr; /* an address in it, for the report */
+} busy[BUSY_SLOTS];
+
+static void make_model(void) {
+  nic_tcache_params_from_env(&params, NULL);
+  if (params.window == 0) params.window = 4096;
+  params.page_size = MODEL_PAGE;
+  model = nic_tcache_new(&params);
+}
+
+/* Chunk entries and cache regions get distinct ids (cache lkeys are below 2^32). */
+static uint64_t region_of(const struct nic_sga_entry *e) {
+  if (e->kind == NIC_REGION_ARENA) return (1ull << 32) | nic_chunk_index(e->addr);
+  return e->lkey;
+}
+
+static void count_busy(uint64_t region, uintptr_t addr) {
+  struct busy *least = &busy[0];
+  for (unsigned i = 0; i < BUSY_SLOTS; i++) {
+    if (busy[i].posts && busy[i].region == region) {
+      busy[i].posts++;
+      return;
+    }
+    if (busy[i].posts < least->posts) least = &busy[i];
+  }
+  *least = (struct busy){region, 1, addr}; /* evicts the quietest */
+}
+
+void nic_pressure_note(const struct nic_sga_entry *entries, unsigned n) {
+  pthread_once(&once, make_model);
+  if (!model) return;
+  pthread_mutex_lock(&lock);
+  for (unsigned i = 0; i < n; i++) {
+    const struct nic_sga_entry *e = &entries[i];
+    if (e->kind != NIC_REGION_ARENA && e->kind != NIC_REGION_CACHED) continue; /* bounce copies */
+    uintptr_t addr = (uintptr_t)e->addr;
+    size_t len = e->len;
+    /* One model, one page size: a chunk on huge pages needs one translation per huge page, so
+     * its addresses are scaled to count each huge page as one model page. */
+    if (e->kind == NIC_REGION_ARENA) {
+      unsigned kind = nic_chunk_at(nic_chunk_index(e->addr))->mapping.kind;
+      unsigned shift = kind == NIC_PAGE_1G ? 30 : kind >= NIC_PAGE_THP ? 21 : 12;
+      uintptr_t first = addr >> shift, last = (addr + len - 1) >> shift;
+      addr = first * MODEL_PAGE;
+      len = (last - first + 1) * MODEL_PAGE;
+    }
+    nic_tcache_access(model, region_of(e), 0, addr, len);
+    count_busy(region_of(e), (uintptr_t)e->addr);
+  }
+  struct nic_tcache_counters c;
+  nic_tcache_get(model, &c);
+  __atomic_store_n(&high, c.ws_valid ? c.ws_entries > params.capacity : 1, __ATOMIC_RELAXED);
+  pthread_mutex_unlock(&lock);
+}
+
+bool nic_pressure_high(void) {
+  return __atomic_load_n(&high, __ATOMIC_RELAXED);
+}
+
+void nic_pressure_count_copy(void) {
+  __atomic_add_fetch(&copies, 1, __ATOMIC_RELAXED);
+}
+
+void nic_pressure_fill_stats(struct nic_stats *out) {
+  pthread_once(&once, make_model);
+  out->nic_cache_capacity = params.capacity;
+  out->pressure_copies = __atomic_load_n(&copies, __ATOMIC_RELAXED);
+  /* What the NIC must hold for everything registered now: each chunk at its page size, each
+   * cache region at 4 KiB. */
+  uint64_t entries = 0, regions = 0;
+  size_t chunk = (size_t)1 << nic_dp.shift;
+  for (unsigned i = 0; i < nic_chunk_slots_used(); i++) {
+    struct nic_chunk *c = nic_chunk_at(i);
+    if (!__atomic_load_n(&c->registered, __ATOMIC_ACQUIRE)) continue;
+    size_t page = c->mapping.kind == NIC_PAGE_1G    ? (1ul << 30)
+                  : c->mapping.kind >= NIC_PAGE_THP ? (2ul << 20)
+                                                    : 4096;
+    regions++;
+    entries += params.mpt_per_region + chunk / page;
+  }
+  struct nic_rcache_stats rc;
+  nic_rcache_get_stats(&rc);
+  regions += rc.regions;
+  entries += rc.regions * params.mpt_per_region + rc.bytes / 4096;
+  out->nic_regions = regions;
+  out->nic_entries_needed = entries;
+  if (!model) return;
+  pthread_mutex_lock(&lock);
+  struct nic_tcache_counters c;
+  nic_tcache_get(model, &c);
+  pthread_mutex_unlock(&lock);
+  out->nic_working_set = c.ws_entries;
+  out->nic_pressure_pct = params.capacity ? (uint32_t)(c.ws_entries * 100 / params.capacity) : 0;
+  out->nic_modeled_misses = c.misses;
+}
+
+void nic_pressure_describe(char *buf, size_t cap) {
+  struct busy top[3] = {{0}};
+  pthread_mutex_lock(&lock);
+  for (unsigned i = 0; i < BUSY_SLOTS; i++)
+    for (unsigned k = 0; k < 3; k++)
+      if (busy[i].posts > top[k].posts) {
+        memmove(&top[k + 1], &top[k], (2 - k) * sizeof top[0]);
+        top[k] = busy[i];
+        break;
+      }
+  pthread_mutex_unlock(&lock);
+  size_t used = 0;
+  buf[0] = '\0';
+  for (unsigned k = 0; k < 3 && top[k].posts && used < cap; k++) {
+    int n =
+        top[k].region >> 32
+            ? snprintf(buf + used, cap - used, "%schunk %u: %llu entries", k ? ", " : "",
+                       (unsigned)(top[k].region & 0xffffffffu), (unsigned long long)top[k].posts)
+            : snprintf(buf + used, cap - used, "%scache region near %p: %llu entries",
+                       k ? ", " : "", (void *)top[k].addr, (unsigned long long)top[k].posts);
+    if (n > 0) used += (size_t)n;
+  }
+}
