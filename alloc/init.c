@@ -9,6 +9,7 @@
 #include "log.h"
 #include "nicmalloc.h"
 #include "reaper.h"
+#include "site_table.h"
 #include "vspace.h"
 
 #include <pthread.h>
@@ -45,6 +46,7 @@ static void init_once(void) {
   /* Before mimalloc maps its first segment: see vspace.h. */
   nic_control_arena_init();
   nic_dp_reserve();
+  nic_site_table_apply();
   /* May allocate; the initializing flag sends that allocation past us. */
   pthread_atfork(before_fork, after_fork_parent, after_fork_child);
 }

@@ -151,6 +151,11 @@ int main(int argc, char **argv) {
     return low_memlock_fill(strtoull(argv[2], NULL, 0), strtoull(argv[3], NULL, 0));
   if (argc >= 3 && !strcmp(argv[1], "fork-child")) return fork_child(strtoull(argv[2], NULL, 0));
   if (argc >= 3 && !strcmp(argv[1], "auto")) return auto_route(strtoull(argv[2], NULL, 0));
+  if (argc >= 2 && !strcmp(argv[1], "sites")) { /* sites ID...: which are on */
+    for (int i = 2; i < argc; i++)
+      printf("site_%s=%d\n", argv[i], nic_site_is_enabled((uint32_t)atoi(argv[i])));
+    return 0;
+  }
   if (argc >= 2 && !strcmp(argv[1], "stats")) {
     print_stats("");
     return 0;

@@ -1,0 +1,60 @@
+// Switching allocation sites off without recompiling: by id, or by file:line or function name
+// through the LLVM pass's site table (JSON lines), in a child process with its own environment.
+#include <gtest/gtest.h>
+#include <unistd.h>
+
+#include <cstdio>
+#include <string>
+
+#include "probe_runner.h"
+
+namespace {
+
+// Two modules, as the pass appends them; id 300 appears in both (a cross-module collision).
+const char *kTable =
+    R"({"module":"src/net.c","sites":[{"callee":"malloc","column":9,"file":"src/net.c","function":"reply","id":100,"kind":"allocation","line":18,"path":["malloc() at src/net.c:18:9 in reply"]},{"callee":"calloc","file":"src/net.c","function":"frame","id":300,"kind":"allocation","line":40}]})"
+    "\n"
+    R"({"module":"src/kv.c","sites":[{"callee":"malloc","file":"src/kv.c","function":"item_alloc","id":200,"kind":"allocation","line":7,"tags":[{"id":9}]},{"file":"src/kv.c","function":"slab","id":300,"line":90}]})"
+    "\n";
+
+std::string write_table() {
+  char path[] = "/tmp/nic-sites-XXXXXX";
+  int fd = mkstemp(path);
+  EXPECT_GE(fd, 0);
+  EXPECT_EQ(write(fd, kTable, strlen(kTable)), ssize_t(strlen(kTable)));
+  close(fd);
+  return path;
+}
+
+TEST(SiteTable, SitesAreSwitchedOffByIdFileLineAndFunction) {
+  std::string table = write_table();
+  auto r =
+      run_probe({"NICMALLOC_SITE_TABLE=" + table, "NICMALLOC_SITES_OFF=net.c:18,item_alloc,555"},
+                {"sites", "100", "200", "300", "555", "9", "556"});
+  unlink(table.c_str());
+  ASSERT_EQ(r.exit_code, 0) << r.err;
+  EXPECT_EQ(r.num("site_100"), 0) << "net.c:18 names reply's malloc";
+  EXPECT_EQ(r.num("site_200"), 0) << "item_alloc names kv.c's site";
+  EXPECT_EQ(r.num("site_555"), 0) << "a bare id";
+  EXPECT_EQ(r.num("site_300"), 1);
+  EXPECT_EQ(r.num("site_9"), 1) << "ids inside tags are not sites of their own";
+  EXPECT_EQ(r.num("site_556"), 1);
+  EXPECT_EQ(count_lines(r.err, "id 300 is used by more than one site"), 1) << r.err;
+}
+
+TEST(SiteTable, NamesWithoutATableOrMatchingNothingAreReported) {
+  auto no_table = run_probe({"NICMALLOC_SITES_OFF=reply"}, {"sites", "100"});
+  EXPECT_EQ(no_table.num("site_100"), 1);
+  EXPECT_EQ(count_lines(no_table.err, "needs the pass's table"), 1) << no_table.err;
+  std::string table = write_table();
+  auto nothing = run_probe({"NICMALLOC_SITE_TABLE=" + table, "NICMALLOC_SITES_OFF=nosuch.c:1"},
+                           {"sites", "100"});
+  unlink(table.c_str());
+  EXPECT_EQ(nothing.num("site_100"), 1);
+  EXPECT_EQ(count_lines(nothing.err, "matched no site"), 1) << nothing.err;
+  auto missing = run_probe({"NICMALLOC_SITE_TABLE=/nonexistent.jsonl", "NICMALLOC_SITES_OFF=reply"},
+                           {"sites", "100"});
+  EXPECT_EQ(count_lines(missing.err, "cannot be read"), 1) << missing.err;
+}
+
+} // namespace
