@@ -105,7 +105,7 @@ static void feed(struct scan *sc, char c) {
       sc->in_string = false;
       sc->str[sc->len] = '\0';
       if (sc->value_is_key && sc->depth == 2) /* the keys looked for are short: cut the rest */
-        snprintf(sc->site.key, sizeof sc->site.key, "%s", sc->str);
+        snprintf(sc->site.key, sizeof sc->site.key, "%.15s", sc->str);
       else if (!sc->value_is_key)
         take_value(sc, sc->str, true);
       return;
