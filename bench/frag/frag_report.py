@@ -86,7 +86,7 @@ def targets(rows):
 
 
 def sizes_table(rows):
-    out = ["| pool | paper mean | model mean (p0 = p5/2, p100 = 1.5·p99) | sample mean | items at fill |",
+    out = ["| pool | paper mean | model mean (bench/value_sizes.h: p0 = p5/2, p100 = 1.5·p99) | sample mean | items at fill |",
            "|---|---|---|---|---|"]
     seen = set()
     for r in rows:
