@@ -5,11 +5,13 @@
 #include "dp_heap.h"
 #include "init.h"
 #include "log.h"
+#include "profile.h"
 
 #include <errno.h>
 #include <string.h>
 
 size_t nic_auto_dp_threshold = SIZE_MAX;
+size_t nic_fast_limit = SIZE_MAX;
 size_t nic_dp_fast_max; /* 0 until set-up: the inline path stays off */
 bool nic_free_check = true;
 const uintptr_t nic_free_key_seed = 0x6e69636d616c6c6fULL; /* "nicmallo" */
@@ -76,12 +78,26 @@ static void *dataplane_or_policy(size_t size, size_t alignment, bool zero) {
   return control_alloc(size, alignment, zero);
 }
 
-void *nic_alloc(size_t size, size_t alignment, bool zero, enum nic_route route) {
-  nic_global_init();
+void *nic_alloc_core(size_t size, size_t alignment, bool zero, enum nic_route route) {
   void *p = wants_dataplane(size, route) ? dataplane_or_policy(size, alignment, zero)
                                          : control_alloc(size, alignment, zero);
   if (!p) errno = ENOMEM;
   return p;
+}
+
+void *nic_alloc(size_t size, size_t alignment, bool zero, enum nic_route route) {
+  nic_global_init();
+  /* Profile-guided sites (profile.c): sampling and routing take over when either is on. */
+  if (__builtin_expect(nic_profile_flags != 0, 0))
+    return nic_profile_alloc(size, alignment, zero, route);
+  return nic_alloc_core(size, alignment, zero, route);
+}
+
+/* The safety filter of nic_release_block. Profiling keeps it armed (profile.c) so that frees of
+ * sampled blocks are seen without a test of their own on the free fast path. */
+bool nic_release_filter(void *p) {
+  if (nic_profile_tracking) nic_profile_forget(p);
+  return nic_safety_defer_free(p);
 }
 
 void nic_report_bad_free(const void *p, const char *caller, bool double_free) {

@@ -15,6 +15,8 @@
 
 /* SIZE_MAX unless NICMALLOC_DP_MIN_SIZE is set; read before any thread turns fast. */
 extern size_t nic_auto_dp_threshold;
+/* Cap on fast_below: nic_auto_dp_threshold, lowered by profiling or routing (profile.h). */
+extern size_t nic_fast_limit;
 /* Largest request the inline dataplane path takes (a chunk can hold far more; see dp_heap.c). */
 extern size_t nic_dp_fast_max;
 /* NICMALLOC_FREE_CHECK: validate every pointer given to free (the default). */
@@ -103,6 +105,8 @@ void nic_free_dp_block(void *p);
  * exist, free asks whether a page of the block is referenced and, if so, defers the free. */
 extern unsigned long nic_safety_refs __attribute__((visibility("hidden"))); /* no GOT load */
 bool nic_safety_defer_free(void *p);
+/* nic_safety_defer_free, after the profiler's free hook (alloc.c). */
+bool nic_release_filter(void *p);
 int nic_safety_realloc_check(void *p, size_t usable);
 
 /* Frees a block already checked live; ends in a tail call to mi_free on the control path. */
@@ -122,7 +126,7 @@ static inline void nic_release_block_now(void *p) {
  * read is neither written (not even its key) nor reused until its completion. */
 static inline void nic_release_block(void *p) {
   if (__builtin_expect(__atomic_load_n(&nic_safety_refs, __ATOMIC_RELAXED) != 0, 0) &&
-      nic_safety_defer_free(p))
+      nic_release_filter(p))
     return;
   nic_release_block_now(p);
 }

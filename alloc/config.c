@@ -113,6 +113,21 @@ static void read_pin_policy(void) {
     warn_bad("NICMALLOC_ON_PIN_FAIL", text, "fallback or fail");
 }
 
+/* Profile-guided sites (profile.h). An empty path is treated as unset. */
+static void read_profile_settings(void) {
+  const char *profile = getenv("NICMALLOC_PROFILE"), *sites = getenv("NICMALLOC_SITES");
+  config.profile_path = profile && *profile ? profile : NULL;
+  config.sites_path = sites && *sites ? sites : NULL;
+  config.profile_sample = 64 << 10;
+  config.sites_min_size = 256;
+  config.sites_budget = (size_t)1 << 30;
+  read_size("NICMALLOC_PROFILE_SAMPLE", 1, (size_t)1 << 40, false, &config.profile_sample);
+  read_size("NICMALLOC_SITES_MIN_SIZE", 0, SIZE_MAX, false, &config.sites_min_size);
+  read_size("NICMALLOC_SITES_BUDGET", 0, SIZE_MAX, false, &config.sites_budget);
+  config.sites_headroom = 2;
+  read_size("NICMALLOC_SITES_HEADROOM", 0, 1000, false, &config.sites_headroom);
+}
+
 static void read_all(void) {
   config.chunk_size = MAX_CHUNK_SIZE;
   config.max_chunks = 16;
@@ -148,6 +163,7 @@ static void read_all(void) {
   read_size("NICMALLOC_KEEP_CHUNKS", 0, MAX_CHUNKS_LIMIT, false, &keep);
   config.keep_chunks = (unsigned)keep;
   config.chunk_shift = (unsigned)__builtin_ctzl(config.chunk_size);
+  read_profile_settings();
 }
 
 const struct nic_config *nic_config(void) {

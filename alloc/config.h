@@ -27,6 +27,13 @@ struct nic_config {
   unsigned keep_chunks;        /* NICMALLOC_KEEP_CHUNKS: never released */
   bool stats_at_exit;          /* NICMALLOC_STATS */
   bool verbose;                /* NICMALLOC_VERBOSE */
+  /* Profile-guided sites (profile.h). */
+  const char *profile_path; /* NICMALLOC_PROFILE: write a site profile here at exit; NULL = off */
+  size_t profile_sample;    /* NICMALLOC_PROFILE_SAMPLE: mean bytes between samples */
+  const char *sites_path;   /* NICMALLOC_SITES: route the sites of this profile; NULL = off */
+  size_t sites_min_size;    /* NICMALLOC_SITES_MIN_SIZE: smaller requests are never routed */
+  size_t sites_budget;      /* NICMALLOC_SITES_BUDGET: bytes routed per site, at most */
+  size_t sites_headroom;    /* NICMALLOC_SITES_HEADROOM: budget = this x profiled sent blocks */
 };
 
 /* Parsed on first use; valid for the life of the process. */

@@ -8,6 +8,7 @@
 #include "dp_heap.h"
 #include "log.h"
 #include "nicmalloc.h"
+#include "profile.h"
 #include "reaper.h"
 #include "site_table.h"
 #include "vspace.h"
@@ -36,12 +37,16 @@ static void after_fork_child(void) {
   nic_threads_after_fork_child();
   nic_chunks_after_fork_child();
   nic_reaper_after_fork_child();
+  nic_profile_after_fork_child();
 }
 
 static void init_once(void) {
   const struct nic_config *cfg = nic_config();
   if (cfg->dp_min_size) nic_auto_dp_threshold = cfg->dp_min_size;
   nic_free_check = cfg->free_check;
+  /* Profiling or routing sends (some) mallocs to the slow path, where profile.c sees them. */
+  size_t limit = nic_profile_fast_limit();
+  nic_fast_limit = limit < nic_auto_dp_threshold ? limit : nic_auto_dp_threshold;
   nic_dp_fast_max = nic_dp_max_request();
   /* Before mimalloc maps its first segment: see vspace.h. */
   nic_control_arena_init();
@@ -73,8 +78,10 @@ bool nic_global_init_done(void) {
 __attribute__((constructor(101))) static void nic_init(void) {
   nic_global_init();
   nic_thread_ready();
+  nic_profile_start(); /* reads NICMALLOC_SITES, resolves the send calls: see profile.c */
 }
 
 __attribute__((destructor)) static void nic_fini(void) {
+  nic_profile_finish(); /* writes NICMALLOC_PROFILE */
   if (nic_config()->stats_at_exit) nic_print_stats(STDERR_FILENO);
 }

@@ -7,6 +7,7 @@
 #include "log.h"
 #include "nicmalloc.h"
 #include "pressure.h"
+#include "profile.h"
 #include "rcache.h"
 #include "safety.h"
 #include "smaps.h"
@@ -105,6 +106,16 @@ NIC_EXPORT void nic_get_stats(struct nic_stats *out) {
   out->backend = b ? b->name : "none";
   nic_safety_fill_stats(out);   /* safety/safety_stats.c */
   nic_pressure_fill_stats(out); /* safety/pressure.c */
+  struct nic_sink_totals sent;  /* alloc/profile_sink.c */
+  nic_sink_totals(&sent);
+  out->sent_dataplane_bytes = sent.dataplane;
+  out->sent_other_bytes = sent.other;
+  struct nic_sites_totals sites; /* alloc/profile_sites.c */
+  nic_sites_totals(&sites);
+  out->sites_routed = sites.sites;
+  out->sites_routed_allocs = sites.routed_allocs;
+  out->sites_routed_bytes = sites.routed_bytes;
+  out->sites_over_budget = sites.over_budget;
 }
 
 #define MIB(x) ((x) >> 20), ((((x) & ((1ul << 20) - 1)) * 10) >> 20)
@@ -158,6 +169,20 @@ NIC_EXPORT void nic_print_stats(int fd) {
                (unsigned long long)s.nic_working_set, s.nic_cache_capacity, s.nic_pressure_pct,
                (unsigned long long)s.nic_modeled_misses, (unsigned long long)s.pressure_copies,
                busiest[0] ? "; busiest: " : "", busiest);
+  uint64_t sent = s.sent_dataplane_bytes + s.sent_other_bytes;
+  nic_fdprintf(fd,
+               "  sent              %llu bytes, %llu from dataplane memory (%llu.%llu%%), %llu "
+               "from elsewhere\n",
+               (unsigned long long)sent, (unsigned long long)s.sent_dataplane_bytes,
+               (unsigned long long)(sent ? s.sent_dataplane_bytes * 100 / sent : 0),
+               (unsigned long long)(sent ? s.sent_dataplane_bytes * 1000 / sent % 10 : 0),
+               (unsigned long long)s.sent_other_bytes);
+  if (s.sites_routed)
+    nic_fdprintf(fd,
+                 "  routed sites      %llu sites, %llu allocations (%llu bytes) routed, %llu "
+                 "over budget\n",
+                 (unsigned long long)s.sites_routed, (unsigned long long)s.sites_routed_allocs,
+                 (unsigned long long)s.sites_routed_bytes, (unsigned long long)s.sites_over_budget);
   nic_fdprintf(fd, "  errors            %llu invalid frees, %llu double frees\n",
                (unsigned long long)s.invalid_frees, (unsigned long long)s.double_frees);
 }

@@ -82,7 +82,7 @@ bool nic_thread_ready(void) {
 void nic_thread_refresh_fast(void) {
   struct nic_thread *t = &nic_self;
   bool fast = t->state == NIC_THREAD_READY && t->scope_depth == 0;
-  t->fast_below = fast ? nic_auto_dp_threshold : 0;
+  t->fast_below = fast ? nic_fast_limit : 0; /* nic_auto_dp_threshold, or lower (init.c) */
 }
 
 void nic_thread_sum(int64_t dp_live[NIC_CHUNK_SLOTS]) {

@@ -168,6 +168,16 @@ struct nic_stats {
   uint32_t nic_pressure_pct;   /* working set / capacity; above 100 the NIC thrashes */
   uint64_t nic_modeled_misses; /* modeled translation misses of everything posted */
   uint64_t pressure_copies;    /* small entries copied instead of registered under pressure */
+  /* Bytes handed to the network (interposed send/sendto/sendmsg/sendmmsg, and write/writev on
+   * sockets), by where they lie. Counted in every mode. */
+  uint64_t sent_dataplane_bytes;
+  uint64_t sent_other_bytes;
+  /* Profile-guided sites (NICMALLOC_SITES): sites loaded, allocations and bytes routed to
+   * dataplane memory, allocations refused by a site's budget. */
+  uint64_t sites_routed;
+  uint64_t sites_routed_allocs;
+  uint64_t sites_routed_bytes;
+  uint64_t sites_over_budget;
 };
 /* Fills *out. Safe from any thread; figures from other threads are a moment old. */
 void nic_get_stats(struct nic_stats *out);

@@ -10,6 +10,7 @@
 #include "log.h"
 #include "nicmalloc.h"
 #include "pressure.h"
+#include "profile.h"
 #include "rcache.h"
 #include "safety.h"
 
@@ -192,6 +193,7 @@ NIC_EXPORT int nic_sga_add(struct nic_sga *sga, const void *p, size_t len) {
   }
   if (rc == 0) {
     sga->bytes += len;
+    nic_sink_range(p, len); /* a sink for NICMALLOC_PROFILE and the sent-bytes counts */
     return 0;
   }
   if (rc == -EFAULT)

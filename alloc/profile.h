@@ -1,0 +1,86 @@
+/* Profile-guided dataplane sites for binaries nobody can recompile (README: NICMALLOC_PROFILE,
+ * NICMALLOC_SITES). A site is a short chain of return addresses above malloc; profiling samples
+ * allocations by bytes, remembers which site made each sampled block, and counts the bytes that
+ * reach a sink (interposed send calls) from each site; routing sends the allocations of the sites
+ * a profile names to dataplane memory, within a per-site budget. All of it is off (and costs the
+ * malloc fast path nothing) unless one of the two settings is given. */
+#ifndef NIC_PROFILE_H
+#define NIC_PROFILE_H
+
+#include "alloc.h"
+
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+
+#define NIC_PROF_FRAMES 4 /* return addresses per site */
+
+enum { NIC_PROF_SAMPLE = 1, NIC_PROF_ROUTE = 2 };
+/* Nonzero sends every nic_alloc through nic_profile_alloc. Set in the constructor, after the
+ * files are read (see profile.c). */
+extern int nic_profile_flags;
+/* Largest fast_below a thread may use: SIZE_MAX when both settings are off, 0 when profiling
+ * (every malloc takes the slow path and is counted towards the next sample), the routing minimum
+ * size when routing. Set by init_once before any thread turns fast. */
+size_t nic_profile_fast_limit(void);
+
+/* alloc.c: nic_alloc without the profile hook. */
+void *nic_alloc_core(size_t size, size_t alignment, bool zero, enum nic_route route);
+void *nic_profile_alloc(size_t size, size_t alignment, bool zero, enum nic_route route);
+/* Called for every released block while profiling (through the safety filter of
+ * nic_release_block, which profiling keeps armed): forgets p if it was sampled. */
+void nic_profile_forget(void *p);
+extern bool nic_profile_tracking;
+
+/* Reads the files and arms the hooks; from the library constructor. */
+void nic_profile_start(void);
+/* Writes the profile; from the library destructor. */
+void nic_profile_finish(void);
+void nic_profile_after_fork_child(void);
+
+/* Sinks (profile_sink.c): bytes handed to the network, counted in every mode. */
+void nic_sink_range(const void *p, size_t len);
+struct nic_sink_totals {
+  uint64_t dataplane, other;
+};
+void nic_sink_totals(struct nic_sink_totals *out);
+
+/* profile_stack.c: the site of the current call. Returns the number of frames (0: none). */
+unsigned nic_prof_capture(uintptr_t frames[NIC_PROF_FRAMES]);
+uint64_t nic_prof_hash(const uintptr_t *frames, unsigned n);
+/* Module path and load bias of the loaded object holding addr; false if none. */
+bool nic_prof_module_of(uintptr_t addr, char *path, size_t cap, uintptr_t *bias);
+/* Load bias of the loaded object whose path has the same base name; false if none. */
+bool nic_prof_module_base(const char *path, uintptr_t *bias);
+void nic_prof_stack_init(void);
+
+/* profile_table.c: sampled blocks and profiled sites. Thread-safe. */
+struct nic_prof_site {
+  uint64_t hash;
+  uintptr_t frames[NIC_PROF_FRAMES];
+  unsigned nframes;
+  uint64_t sampled, sent;
+  double est_allocs, est_bytes, est_sent;
+  double est_sent_blocks; /* bytes of the site's blocks that reached a sink, scaled */
+};
+bool nic_prof_table_init(void);
+void nic_prof_table_sample(void *p, size_t usable, double weight, const uintptr_t *frames,
+                           unsigned n);
+void nic_prof_table_forget(void *p);
+/* Credits len bytes sent from address p to the site of the sampled block holding it. */
+void nic_prof_table_sent(const void *p, size_t len);
+/* Copies out the sites; returns how many. */
+unsigned nic_prof_table_sites(struct nic_prof_site *out, unsigned cap);
+uint64_t nic_prof_table_dropped(void);
+void nic_prof_table_after_fork_child(void);
+
+/* profile_sites.c: routing. */
+bool nic_sites_load(const char *path);
+/* The route for an allocation of size bytes from the current call site. */
+enum nic_route nic_sites_route(size_t size);
+struct nic_sites_totals {
+  uint64_t sites, routed_allocs, routed_bytes, over_budget;
+};
+void nic_sites_totals(struct nic_sites_totals *out);
+
+#endif

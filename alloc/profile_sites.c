@@ -1,0 +1,168 @@
+/* NICMALLOC_SITES: routes the allocations of the sites a profile (profile.c's format) saw
+ * sending bytes to dataplane memory. Each site's frames are turned back into addresses once, at
+ * start-up, from the load addresses of the modules now (matched by base name), so the site hash
+ * computed at allocation time matches under ASLR. Modules loaded later (dlopen) are not
+ * resolved; their sites are counted as unresolved in the verbose log.
+ * The budget (NICMALLOC_SITES_BUDGET) caps the bytes each site routes over the run (requested
+ * bytes, not live ones: frees do not give budget back), so a mis-profiled site cannot pin the
+ * world; over it, the site allocates from the control heap after one warning. */
+#define _GNU_SOURCE
+#include "profile.h"
+
+#include "config.h"
+#include "log.h"
+#include "thread.h"
+
+#include <fcntl.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/mman.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#define ROUTE_SLOTS 4096u
+
+struct routed {
+  uint64_t hash; /* 0 = empty; read-only after loading */
+  uint64_t bytes;
+  uint64_t budget;
+  int warned;
+};
+
+static struct routed table[ROUTE_SLOTS];
+static size_t min_size;
+static uint64_t nsites, routed_allocs, routed_bytes, over_budget;
+
+static struct routed *slot(uint64_t hash, bool insert) {
+  for (uint32_t i = (uint32_t)(hash >> 20) & (ROUTE_SLOTS - 1);; i = (i + 1) & (ROUTE_SLOTS - 1)) {
+    if (table[i].hash == hash) return &table[i];
+    if (table[i].hash) continue;
+    if (!insert || nsites >= ROUTE_SLOTS / 2) return NULL;
+    nsites++;
+    table[i].hash = hash;
+    return &table[i];
+  }
+}
+
+/* NICMALLOC_SITES_BUDGET, lowered to NICMALLOC_SITES_HEADROOM times the bytes of the site's
+ * blocks that the profile saw reach the network (at least 1 MiB): a site whose blocks were
+ * mostly never sent (memcached's slab pages filled by a set-only load) routes about as much as
+ * its sent blocks needed, not everything it allocates. Headroom 0 keeps the fixed budget. */
+static uint64_t site_budget(double sent_blocks) {
+  const struct nic_config *c = nic_config();
+  if (!c->sites_headroom) return c->sites_budget;
+  double b = sent_blocks * c->sites_headroom;
+  if (b < (double)(1 << 20)) b = (double)(1 << 20);
+  return b < (double)c->sites_budget ? (uint64_t)b : c->sites_budget;
+}
+
+/* "site SENT EST_SENT SAMPLED EST_ALLOCS EST_BYTES EST_SENT_BLOCKS MOD+0xOFF...": true if parsed;
+ * *resolved
+ * says whether every module is loaded now. */
+static bool parse_site(char *line, bool *resolved) {
+  char *save, *tok = strtok_r(line, " \t", &save);
+  if (!tok || strcmp(tok, "site")) return false;
+  char *end;
+  unsigned long long sent = strtoull(strtok_r(NULL, " \t", &save) ?: "x", &end, 10);
+  if (*end) return false;
+  for (int i = 0; i < 4; i++)
+    if (!strtok_r(NULL, " \t", &save)) return false;
+  double blocks = strtod(strtok_r(NULL, " \t", &save) ?: "x", &end);
+  if (*end) return false;
+  uintptr_t frames[NIC_PROF_FRAMES];
+  unsigned n = 0;
+  *resolved = true;
+  while ((tok = strtok_r(NULL, " \t", &save)) && n < NIC_PROF_FRAMES) {
+    char *plus = strrchr(tok, '+');
+    if (!plus || strncmp(plus, "+0x", 3)) return false;
+    *plus = '\0';
+    uintptr_t off = strtoull(plus + 3, &end, 16), bias;
+    if (*end) return false;
+    if (!nic_prof_module_base(tok, &bias)) *resolved = false;
+    frames[n++] = bias + off;
+  }
+  if (!n) return false;
+  struct routed *r = sent && *resolved ? slot(nic_prof_hash(frames, n), true) : NULL;
+  if (r) r->budget = site_budget(blocks);
+  return true;
+}
+
+bool nic_sites_load(const char *path) {
+  const struct nic_config *c = nic_config();
+  min_size = c->sites_min_size;
+  int fd = open(path, O_RDONLY | O_CLOEXEC);
+  if (fd < 0) {
+    nic_log_warn("NICMALLOC_SITES=%s cannot be read; running unrouted", path);
+    return false;
+  }
+  /* mmap: no malloc at start-up, and no line buffer to refill. */
+  struct stat st;
+  char *text = fstat(fd, &st) == 0 && st.st_size > 0
+                   ? mmap(NULL, (size_t)st.st_size, PROT_READ, MAP_PRIVATE, fd, 0)
+                   : MAP_FAILED;
+  close(fd);
+  unsigned lines = 0, bad = 0, unresolved = 0;
+  bool header = false;
+  static char line[1 << 14];
+  for (size_t at = 0, size = text == MAP_FAILED ? 0 : (size_t)st.st_size; at < size;) {
+    const char *nl = memchr(text + at, '\n', size - at);
+    size_t len = (nl ? (size_t)(nl - text) : size) - at;
+    if (len < sizeof line) {
+      memcpy(line, text + at, len);
+      line[len] = '\0';
+      bool resolved;
+      if (lines++ == 0)
+        header = !strcmp(line, "# nicmalloc profile 1");
+      else if (line[0] && line[0] != '#' && !parse_site(line, &resolved))
+        bad++;
+      else if (line[0] && line[0] != '#')
+        unresolved += !resolved;
+    } else {
+      bad++;
+    }
+    at += len + 1;
+  }
+  if (text != MAP_FAILED) munmap(text, (size_t)st.st_size);
+  if (!header || bad) {
+    nic_log_warn("NICMALLOC_SITES=%s is not a nicmalloc profile (%s); running unrouted", path,
+                 header ? "malformed site lines" : "no '# nicmalloc profile 1' header");
+    memset(table, 0, sizeof table);
+    nsites = 0;
+    return false;
+  }
+  if (!nsites) {
+    nic_log_warn("NICMALLOC_SITES=%s names no loaded site that sent bytes; running unrouted", path);
+    return false;
+  }
+  nic_log_info("NICMALLOC_SITES=%s: %llu sites routed, %u not loaded now", path,
+               (unsigned long long)nsites, unresolved);
+  return true;
+}
+
+enum nic_route nic_sites_route(size_t size) {
+  if (size < min_size || !nic_thread_ready() || nic_self.scope_depth) return NIC_ROUTE_AUTO;
+  uintptr_t frames[NIC_PROF_FRAMES];
+  unsigned n = nic_prof_capture(frames);
+  struct routed *r = n ? slot(nic_prof_hash(frames, n), false) : NULL;
+  if (!r) return NIC_ROUTE_AUTO;
+  uint64_t before = __atomic_fetch_add(&r->bytes, size, __ATOMIC_RELAXED);
+  if (before + size > r->budget) {
+    __atomic_sub_fetch(&r->bytes, size, __ATOMIC_RELAXED);
+    __atomic_add_fetch(&over_budget, 1, __ATOMIC_RELAXED);
+    if (!__atomic_exchange_n(&r->warned, 1, __ATOMIC_RELAXED))
+      nic_log_warn("a routed site (0x%lx) reached its budget of %zu bytes "
+                   "(NICMALLOC_SITES_BUDGET/_HEADROOM); its further allocations are control",
+                   (unsigned long)frames[0], (size_t)r->budget);
+    return NIC_ROUTE_AUTO;
+  }
+  __atomic_add_fetch(&routed_allocs, 1, __ATOMIC_RELAXED);
+  __atomic_add_fetch(&routed_bytes, size, __ATOMIC_RELAXED);
+  return NIC_ROUTE_DATAPLANE;
+}
+
+void nic_sites_totals(struct nic_sites_totals *out) {
+  out->sites = nsites;
+  out->routed_allocs = __atomic_load_n(&routed_allocs, __ATOMIC_RELAXED);
+  out->routed_bytes = __atomic_load_n(&routed_bytes, __ATOMIC_RELAXED);
+  out->over_budget = __atomic_load_n(&over_budget, __ATOMIC_RELAXED);
+}

@@ -1,0 +1,124 @@
+/* Call-site capture for profile-guided routing. A site is the first NIC_PROF_FRAMES return
+ * addresses outside this library (malloc, nic_alloc and the profile code are skipped by address,
+ * whatever the compiler inlined). libunwind's unw_backtrace walks with DWARF CFI, so programs
+ * built without frame pointers (Debian's) are walked correctly, and caches per address. Addresses
+ * are kept raw during the run; only the profile writer and the routing loader turn them into
+ * module + offset (dl_iterate_phdr takes the loader's lock, which is fine there). */
+#define _GNU_SOURCE
+#define UNW_LOCAL_ONLY
+#include "profile.h"
+
+#include <libunwind.h>
+#include <link.h>
+#include <stdio.h>
+#include <string.h>
+#include <unistd.h>
+
+#define SKIP_MAX 16 /* frames of ours above the caller, with room for deep inlining changes */
+
+static uintptr_t own_lo, own_hi; /* this library's mapped range */
+
+static int find_own(struct dl_phdr_info *info, size_t size, void *arg) {
+  (void)size;
+  uintptr_t me = (uintptr_t)arg, lo = UINTPTR_MAX, hi = 0;
+  for (int i = 0; i < info->dlpi_phnum; i++) {
+    const ElfW(Phdr) *ph = &info->dlpi_phdr[i];
+    if (ph->p_type != PT_LOAD) continue;
+    uintptr_t start = info->dlpi_addr + ph->p_vaddr;
+    if (start < lo) lo = start;
+    if (start + ph->p_memsz > hi) hi = start + ph->p_memsz;
+  }
+  if (me < lo || me >= hi) return 0;
+  own_lo = lo;
+  own_hi = hi;
+  return 1;
+}
+
+void nic_prof_stack_init(void) {
+  dl_iterate_phdr(find_own, (void *)(uintptr_t)&nic_prof_stack_init);
+}
+
+uint64_t nic_prof_hash(const uintptr_t *frames, unsigned n) {
+  uint64_t h = 0x9e3779b97f4a7c15ull ^ n;
+  for (unsigned i = 0; i < n; i++) {
+    h ^= frames[i];
+    h *= 0xff51afd7ed558ccdull;
+    h ^= h >> 33;
+  }
+  return h | 1; /* 0 marks an empty slot in the tables */
+}
+
+unsigned nic_prof_capture(uintptr_t frames[NIC_PROF_FRAMES]) {
+  void *raw[SKIP_MAX + NIC_PROF_FRAMES];
+  int got = unw_backtrace(raw, (int)(sizeof raw / sizeof raw[0]));
+  unsigned n = 0;
+  int i = 0;
+  while (i < got && (uintptr_t)raw[i] >= own_lo && (uintptr_t)raw[i] < own_hi)
+    i++;
+  for (; i < got && n < NIC_PROF_FRAMES; i++)
+    frames[n++] = (uintptr_t)raw[i];
+  return n;
+}
+
+struct module_query {
+  uintptr_t addr;
+  const char *name; /* for nic_prof_module_base */
+  char *path;
+  size_t cap;
+  uintptr_t bias;
+  bool found;
+};
+
+/* The main program has an empty name in dl_iterate_phdr: name it by /proc/self/exe. */
+static const char *module_name(const struct dl_phdr_info *info, char *buf, size_t cap) {
+  if (info->dlpi_name && info->dlpi_name[0]) return info->dlpi_name;
+  ssize_t n = readlink("/proc/self/exe", buf, cap - 1);
+  buf[n > 0 ? n : 0] = '\0';
+  return buf;
+}
+
+static int find_addr(struct dl_phdr_info *info, size_t size, void *arg) {
+  (void)size;
+  struct module_query *q = arg;
+  for (int i = 0; i < info->dlpi_phnum; i++) {
+    const ElfW(Phdr) *ph = &info->dlpi_phdr[i];
+    uintptr_t start = info->dlpi_addr + ph->p_vaddr;
+    if (ph->p_type != PT_LOAD || q->addr < start || q->addr >= start + ph->p_memsz) continue;
+    char exe[512];
+    snprintf(q->path, q->cap, "%s", module_name(info, exe, sizeof exe));
+    q->bias = info->dlpi_addr;
+    q->found = true;
+    return 1;
+  }
+  return 0;
+}
+
+bool nic_prof_module_of(uintptr_t addr, char *path, size_t cap, uintptr_t *bias) {
+  struct module_query q = {.addr = addr, .path = path, .cap = cap};
+  dl_iterate_phdr(find_addr, &q);
+  *bias = q.bias;
+  return q.found;
+}
+
+static const char *base_name(const char *path) {
+  const char *slash = strrchr(path, '/');
+  return slash ? slash + 1 : path;
+}
+
+/* By base name: the same library may be reached through different symlinks on the next run. */
+static int find_name(struct dl_phdr_info *info, size_t size, void *arg) {
+  (void)size;
+  struct module_query *q = arg;
+  char exe[512];
+  if (strcmp(base_name(module_name(info, exe, sizeof exe)), base_name(q->name))) return 0;
+  q->bias = info->dlpi_addr;
+  q->found = true;
+  return 1;
+}
+
+bool nic_prof_module_base(const char *path, uintptr_t *bias) {
+  struct module_query q = {.name = path};
+  dl_iterate_phdr(find_name, &q);
+  *bias = q.bias;
+  return q.found;
+}

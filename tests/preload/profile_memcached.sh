@@ -1,0 +1,77 @@
+#!/usr/bin/env bash
+# Profile-guided sites on Debian's unmodified memcached (-m 256 -t 2) under LD_PRELOAD: a profile
+# run (NICMALLOC_PROFILE) under a memcslap load (binary get load, then text set load), then a
+# routed run (NICMALLOC_SITES = that profile) under the same load. Passes when the profile names
+# a site that sent bytes, and in the routed run at least 95% of the bytes memcached sends come
+# from dataplane memory while the dataplane pinned bytes stay below its total heap (control
+# committed + dataplane mapped). Prints both figures.
+# Usage: profile_memcached.sh /path/to/libnicmalloc.so [workdir to keep the profile and logs]
+set -euo pipefail
+here=$(cd "$(dirname "$0")" && pwd)
+source "$here/common.sh"
+lib=$(realpath "${1:?usage: profile_memcached.sh LIBNICMALLOC [WORKDIR]}")
+[ -f "$lib" ] || fail "no library at $lib"
+need memcached memcslap
+
+tmp=${2:-$(mktemp -d)}
+mkdir -p "$tmp"
+server_pid=
+trap '[ -n "$server_pid" ] && kill -KILL "$server_pid" 2>/dev/null; [ -n "${2:-}" ] || rm -rf "$tmp"' EXIT
+
+mode_env=() # the settings of the current run
+launch() {
+  env LD_PRELOAD="$lib" NICMALLOC_STATS=1 NICMALLOC_CHUNK_SIZE=64M "${mode_env[@]}" \
+    memcached -p "$port" -U 0 -l 127.0.0.1 -m 256 -t 2 -u "$(id -un)" 2>"$log" &
+  server_pid=$!
+}
+ready() {
+  printf 'stats\r\nquit\r\n' | timeout 2 bash -c "exec 3<>/dev/tcp/127.0.0.1/$port && cat >&3 && cat <&3" \
+    2>/dev/null | grep "^STAT pid $server_pid"$'\r' >/dev/null
+}
+slap() {
+  local name=$1 min=$2 n
+  shift 2
+  timeout 60 memcslap --servers="127.0.0.1:$port" "$@" >"$tmp/$name.out" 2>&1 ||
+    fail "memcslap $name failed: $(tail -3 "$tmp/$name.out")"
+  n=$(sed -n "s/^Time to $name *\([0-9]*\) keys by.*/\1/p" "$tmp/$name.out")
+  [ -n "$n" ] && [ "$n" -ge "$min" ] || fail "memcslap $name: ${n:-no} keys done, expected >= $min"
+}
+# run NAME SETTINGS...: memcached under the load, stopped with SIGTERM; its stderr in $tmp/NAME.err.
+run() {
+  local name=$1
+  shift
+  mode_env=("$@")
+  log=$tmp/$name.err
+  start_server launch ready "$log"
+  slap get 72000 --concurrency=4 --execute-number=20000 --test=get --binary
+  slap set 80000 --concurrency=4 --execute-number=20000 --test=set
+  kill -TERM "$server_pid"
+  wait_exit "$server_pid" 20
+  server_pid=
+  [ "$exit_rc" -eq 0 ] || { cat "$log" >&2; fail "memcached ($name run) exited with status $exit_rc"; }
+  grep -q '^nicmalloc report' "$log" || { cat "$log" >&2; fail "no report from the $name run"; }
+}
+
+run profile NICMALLOC_PROFILE="$tmp/memcached.profile"
+profile=$tmp/memcached.profile
+[ -s "$profile" ] || fail "no profile written"
+head -1 "$profile" | grep -q '^# nicmalloc profile 1$' || fail "profile has no header"
+sending=$(awk '$1 == "site" && $2 > 0' "$profile" | wc -l)
+[ "$sending" -ge 1 ] || { cat "$profile" >&2; fail "the profile names no site that sent bytes"; }
+echo "profile: $(grep -c '^site' "$profile") sites, $sending sent bytes; the top ones:"
+grep '^site' "$profile" | head -3
+
+run routed NICMALLOC_SITES="$profile"
+log=$tmp/routed.err
+sed -n '/^nicmalloc report/,$p' "$log"
+# "sent N bytes, D from dataplane memory" and "dataplane live .., pinned P MiB, mapped M MiB".
+read -r sent dp < <(sed -n 's/^ *sent *\([0-9]*\) bytes, \([0-9]*\) from dataplane.*/\1 \2/p' "$log")
+read -r pinned mapped < <(sed -n 's/^ *dataplane *live.*pinned \([0-9.]*\) MiB, mapped \([0-9.]*\) MiB.*/\1 \2/p' "$log")
+committed=$(sed -n 's/^ *control heap *\([0-9.]*\) MiB committed.*/\1/p' "$log")
+[ -n "$sent" ] && [ -n "$pinned" ] && [ -n "$committed" ] || fail "cannot read the routed report"
+[ "$sent" -gt 0 ] || fail "memcached sent nothing through the interposed calls"
+awk -v s="$sent" -v d="$dp" -v p="$pinned" -v m="$mapped" -v c="$committed" 'BEGIN {
+  share = 100 * d / s; heap = c + m
+  printf "routed run: %.1f%% of %d sent bytes from dataplane memory; dataplane pinned %.1f MiB of a %.1f MiB heap (%.1f MiB control committed + %.1f MiB dataplane mapped), %.0f%%\n", share, s, p, heap, c, m, 100 * p / heap
+  exit !(share >= 95 && p < heap) }' || fail "routed run below 95% dataplane share, or pinned all of the heap"
+echo "ok: profile-guided memcached"

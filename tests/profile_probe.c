@@ -1,0 +1,55 @@
+/* Child process for test_profile.cc: two allocation sites, one whose buffers are sent over a
+ * socketpair with sendmsg, one whose buffers are never sent. Prints how many blocks of each site
+ * were dataplane memory, and the sent-bytes figures of struct nic_stats, as key=value lines. */
+#include <nicmalloc.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/socket.h>
+#include <sys/uio.h>
+#include <unistd.h>
+
+enum { kBlocks = 400, kSize = 8192 };
+
+__attribute__((noinline)) static char *sending_site(size_t n) {
+  char *p = malloc(n);
+  __asm__ volatile("" : : "r"(p) : "memory");
+  return p;
+}
+
+__attribute__((noinline)) static char *quiet_site(size_t n) {
+  char *p = malloc(n);
+  __asm__ volatile("" : : "r"(p) : "memory");
+  return p;
+}
+
+int main(void) {
+  int sv[2];
+  if (socketpair(AF_UNIX, SOCK_STREAM, 0, sv)) return 2;
+  static char sink[kSize];
+  int sent_dp = 0, quiet_dp = 0;
+  for (int i = 0; i < kBlocks; i++) {
+    char *p = sending_site(kSize), *q = quiet_site(kSize);
+    memset(p, 'a', kSize);
+    memset(q, 'b', kSize);
+    sent_dp += nic_is_dataplane(p);
+    quiet_dp += nic_is_dataplane(q);
+    struct iovec iov = {p, kSize};
+    struct msghdr msg = {.msg_iov = &iov, .msg_iovlen = 1};
+    if (sendmsg(sv[0], &msg, 0) != kSize) return 3;
+    for (size_t got = 0; got < kSize;) {
+      ssize_t r = read(sv[1], sink, kSize - got);
+      if (r <= 0) return 4;
+      got += (size_t)r;
+    }
+    free(p);
+    free(q);
+  }
+  struct nic_stats s;
+  nic_get_stats(&s);
+  printf("sending_dataplane=%d\nquiet_dataplane=%d\n", sent_dp, quiet_dp);
+  printf("sent_dataplane_bytes=%llu\nsent_other_bytes=%llu\n",
+         (unsigned long long)s.sent_dataplane_bytes, (unsigned long long)s.sent_other_bytes);
+  printf("sites_over_budget=%llu\n", (unsigned long long)s.sites_over_budget);
+  return 0;
+}

@@ -1,0 +1,96 @@
+// Profile-guided sites (NICMALLOC_PROFILE, NICMALLOC_SITES) on profile_probe.c: a site whose
+// buffers are sent with sendmsg and one whose buffers are not, each run in a child process.
+#include <gtest/gtest.h>
+#include <unistd.h>
+
+#include <fstream>
+#include <sstream>
+#include <string>
+
+#include "probe_runner.h"
+
+namespace {
+
+const long long kBytes = 400 * 8192; // profile_probe.c: kBlocks * kSize
+
+struct Profile {
+  std::string path = "/tmp/nic-profile-" + std::to_string(getpid());
+  ~Profile() { unlink(path.c_str()); }
+};
+
+// The profile's site lines with SENT (second field) above zero, and all of them.
+void count_sites(const std::string &path, int &sending, int &all) {
+  std::ifstream in(path);
+  std::string line;
+  sending = all = 0;
+  while (std::getline(in, line)) {
+    std::istringstream f(line);
+    std::string tag;
+    long long sent = 0;
+    if (!(f >> tag >> sent) || tag != "site") continue;
+    all++;
+    sending += sent > 0;
+  }
+}
+
+ProbeResult make_profile(const Profile &p) {
+  return run_probe({"NICMALLOC_PROFILE=" + p.path, "NICMALLOC_PROFILE_SAMPLE=4K"}, {});
+}
+
+TEST(Profile, SentBytesAreCountedWithoutAnySetting) {
+  auto r = run_probe({}, {});
+  ASSERT_EQ(r.exit_code, 0) << r.err;
+  EXPECT_EQ(r.num("sent_other_bytes"), kBytes);
+  EXPECT_EQ(r.num("sent_dataplane_bytes"), 0);
+}
+
+TEST(Profile, ListsTheSendingSiteOnly) {
+  Profile p;
+  auto r = make_profile(p);
+  ASSERT_EQ(r.exit_code, 0) << r.err;
+  int sending, all;
+  count_sites(p.path, sending, all);
+  EXPECT_EQ(sending, 1) << "only sending_site's blocks reach sendmsg";
+  EXPECT_GE(all, 2) << "quiet_site is sampled too, with nothing sent";
+}
+
+TEST(Profile, RoutedRunGivesDataplaneToTheSendingSiteOnly) {
+  Profile p;
+  ASSERT_EQ(make_profile(p).exit_code, 0);
+  auto r = run_probe({"NICMALLOC_SITES=" + p.path}, {});
+  ASSERT_EQ(r.exit_code, 0) << r.err;
+  EXPECT_EQ(r.num("sending_dataplane"), 400);
+  EXPECT_EQ(r.num("quiet_dataplane"), 0);
+  EXPECT_EQ(r.num("sent_dataplane_bytes"), kBytes);
+  EXPECT_EQ(count_lines(r.err, "NICMALLOC_SITES"), 0) << r.err; // no budget or file warning
+}
+
+TEST(Profile, BudgetCapsASite) {
+  Profile p;
+  ASSERT_EQ(make_profile(p).exit_code, 0);
+  // 64 KiB of budget: the first eight 8 KiB blocks, then the control heap and one warning.
+  auto r = run_probe(
+      {"NICMALLOC_SITES=" + p.path, "NICMALLOC_SITES_BUDGET=64K", "NICMALLOC_SITES_HEADROOM=0"},
+      {});
+  ASSERT_EQ(r.exit_code, 0) << r.err;
+  EXPECT_EQ(r.num("sending_dataplane"), 8);
+  EXPECT_EQ(r.num("sites_over_budget"), 400 - 8);
+  EXPECT_EQ(count_lines(r.err, "budget"), 1) << r.err;
+}
+
+TEST(Profile, MissingOrBadProfileWarnsOnceAndRunsUnrouted) {
+  char bad[] = "/tmp/nic-bad-profile-XXXXXX";
+  int fd = mkstemp(bad);
+  ASSERT_GE(fd, 0);
+  ASSERT_EQ(write(fd, "site 1 2\n", 9), 9);
+  close(fd);
+  for (std::string path : {std::string("/nonexistent/profile"), std::string(bad)}) {
+    auto r = run_probe({"NICMALLOC_SITES=" + path}, {});
+    ASSERT_EQ(r.exit_code, 0) << r.err;
+    EXPECT_EQ(count_lines(r.err, "warning"), 1) << r.err; // no dataplane chunk: no pool warning
+    EXPECT_EQ(r.num("sending_dataplane"), 0);
+  }
+  unlink(bad);
+}
+
+} // namespace
