@@ -5,7 +5,8 @@ set -euo pipefail
 packages=(
   build-essential cmake ninja-build pkg-config
   libmimalloc-dev libgtest-dev libbenchmark-dev liburing-dev libunwind-dev
-  libibverbs-dev libdpdk-dev iproute2 valgrind
+  libibverbs-dev libdpdk-dev iproute2 valgrind time
+  libjemalloc2 libtcmalloc-minimal4 python3-matplotlib
   memcached libmemcached-tools redis-server python3
   clang-16 llvm-16-dev llvm-16-tools
 )

@@ -1,0 +1,255 @@
+"""Report of a bench/run_all.sh results directory: report.md and PNG plots.
+
+    /usr/bin/python3 bench/report.py RESULTS_DIR MODE   # report.md + *.png in RESULTS_DIR
+    /usr/bin/python3 bench/report.py --peers peers.csv  # the peers table alone (bench/peers.sh)
+    /usr/bin/python3 bench/report.py --servers servers.csv
+
+Medians of repeated runs and ratios to mimalloc; it judges no timing, it only states targets.
+Without matplotlib (Debian's python3-matplotlib) the tables are still written, with a note.
+"""
+import csv
+import os
+import statistics
+import sys
+
+PEERS = ["glibc", "mimalloc", "jemalloc", "tcmalloc"]
+SECTIONS = ["Machine and settings", "Steps", "Headline", "malloc/free pairs (compare_malloc)",
+            "Instruction counts (callgrind)", "MR misses", "Fragmentation",
+            "Allocator peers", "Real servers"]
+try:
+    import matplotlib
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+except ImportError:
+    plt = None
+
+
+def read_csv(path):
+    if not os.path.exists(path):
+        return None
+    with open(path) as fh:
+        return list(csv.DictReader(fh))
+
+
+def table(head, rows):
+    out = ["| " + " | ".join(head) + " |", "|" + "---|" * len(head)]
+    return out + ["| " + " | ".join(str(c) for c in r) + " |" for r in rows]
+
+
+def med(rows, key):
+    vals = [float(r[key]) for r in rows if r["status"] == "ok" and r[key] not in ("", "-")]
+    return statistics.median(vals) if vals else None
+
+
+def fmt(v, f="%.3f"):
+    return "-" if v is None else f % v
+
+
+def ratio(a, b):
+    return a / b if a is not None and b else None
+
+
+def peers_summary(rows):
+    """{workload: {allocator: (median s, median RSS MiB, failures)}} in first-seen order."""
+    out = {}
+    for r in rows:
+        out.setdefault(r["workload"], {}).setdefault(r["allocator"], []).append(r)
+    return {w: {a: (med(rs, "seconds"), ratio(med(rs, "max_rss_kib"), 1024),
+                    sum(r["status"] != "ok" for r in rs)) for a, rs in d.items()}
+            for w, d in out.items()}
+
+
+def peers_table(rows):
+    s = peers_summary(rows)
+    allocs = list(dict.fromkeys(r["allocator"] for r in rows))
+    body = []
+    for w, d in s.items():
+        mi = d.get("mimalloc", (None, None, 0))
+        best = min((d[a][0] for a in PEERS if a in d and d[a][0]), default=None)
+        for a in allocs:
+            t, rss, bad = d.get(a, (None, None, 0))
+            goal = ""
+            if a.startswith("nicmalloc") and t is not None:
+                goal = "%s / %s" % ("yes" if ratio(t, mi[0]) <= 1.05 else "no",
+                                    "yes" if best and t <= 1.10 * best else "no")
+            body.append([w, a, "FAILED %d" % bad if bad else "ok", fmt(t), fmt(ratio(t, mi[0])),
+                         fmt(ratio(t, best)), fmt(rss, "%.1f"), fmt(ratio(rss, mi[1]), "%.2f"),
+                         goal])
+    return table(["workload", "allocator", "runs", "median s", "time / mimalloc",
+                  "time / best peer", "median peak RSS MiB", "RSS / mimalloc",
+                  "goal ≤1.05× mi / ≤1.10× best"], body)
+
+
+def servers_summary(rows):
+    out = {}
+    for r in rows:
+        out.setdefault((r["server"], r["test"]), {}).setdefault(r["allocator"], []).append(r)
+    return out
+
+
+def servers_table(rows):
+    body = []
+    allocs = list(dict.fromkeys(r["allocator"] for r in rows))
+    fails = [r for r in rows if r["status"] != "ok"]
+    for (server, test), d in servers_summary(rows).items():
+        if test == "-":
+            continue
+        mi = d.get("mimalloc", [])
+        mops, mrss = med(mi, "ops_per_sec"), med(mi, "vmhwm_kib")
+        for a in allocs:
+            rs = d.get(a, [])
+            ops, rss = med(rs, "ops_per_sec"), med(rs, "vmhwm_kib")
+            body.append([server, test, a, fmt(ops, "%.0f"), fmt(ratio(ops, mops)),
+                         fmt(ratio(rss, 1024), "%.1f"), fmt(ratio(rss, mrss), "%.2f")])
+    for r in fails:
+        body.append([r["server"], "-", r["allocator"], "FAILED (rep %s)" % r["rep"], "", "", ""])
+    return table(["server", "test", "allocator", "median ops/s", "ops/s / mimalloc (target ≥0.97)",
+                  "median peak RSS MiB", "RSS / mimalloc"], body)
+
+
+def plot_peers(rows, path):
+    s = peers_summary(rows)
+    allocs = [a for a in dict.fromkeys(r["allocator"] for r in rows)]
+    fig, ax = plt.subplots(figsize=(9, 4))
+    width = 0.8 / len(allocs)
+    for i, a in enumerate(allocs):
+        ys = [ratio(s[w].get(a, (None,))[0], s[w].get("mimalloc", (None,))[0]) or 0 for w in s]
+        ax.bar([x + i * width for x in range(len(s))], ys, width, label=a)
+    ax.axhline(1.05, color="k", ls="--", lw=0.8, label="1.05× mimalloc")
+    ax.set_xticks([x + 0.4 - width / 2 for x in range(len(s))], list(s))
+    ax.set_ylabel("median wall time / mimalloc")
+    ax.set_yscale("log")
+    ax.legend(fontsize=7, ncol=4)
+    fig.tight_layout()
+    fig.savefig(path, dpi=110)
+    plt.close(fig)
+
+
+def plot_mr(rows, path):
+    pools = list(dict.fromkeys(r["pool"] for r in rows))
+    fig, axes = plt.subplots(1, len(pools), figsize=(4 * len(pools), 3.6), squeeze=False)
+    for ax, pool in zip(axes[0], pools):
+        for scheme in dict.fromkeys(r["scheme"] for r in rows):
+            pts = [(int(r["capacity"]), float(r["misses_per_million"])) for r in rows
+                   if r["pool"] == pool and r["scheme"] == scheme]
+            ax.plot(*zip(*sorted(pts)), marker="o", label=scheme)
+        ax.set_xscale("log", base=2)
+        ax.set_yscale("symlog", linthresh=1)  # the arena scheme may reach 0 misses
+        ax.set_ylim(bottom=0)
+        ax.set_title(pool)
+        ax.set_xlabel("NIC translation-cache entries")
+    axes[0][0].set_ylabel("modeled misses per 1M entries")
+    axes[0][0].legend(fontsize=8)
+    fig.tight_layout()
+    fig.savefig(path, dpi=110)
+    plt.close(fig)
+
+
+def text(path):
+    return open(path).read().rstrip() if os.path.exists(path) else None
+
+
+def frag_table(rows):
+    body = [[r["pool"], r["allocator"], r["shrink"], fmt(float(r["peak_mem_ratio"])),
+             fmt(float(r["returned_pct"]), "%.1f%%")] for r in rows if r.get("api") != "slab"]
+    return table(["pool", "allocator", "shrink", "peak held/live", "returned after release"], body)
+
+
+def headline(d, peers, servers, mr):
+    out = []
+    if peers:
+        s = peers_summary(peers)
+        out += ["Peers, median wall time ratio to mimalloc (full table below):", ""]
+        allocs = [a for a in dict.fromkeys(r["allocator"] for r in peers) if a != "mimalloc"]
+        out += table(["workload"] + allocs, [
+            [w] + [fmt(ratio(s[w].get(a, (None,))[0], s[w].get("mimalloc", (None,))[0]), "%.2f")
+                   for a in allocs] for w in s]) + [""]
+    if servers:
+        out += ["Servers, median ops/s ratio to mimalloc:", ""]
+        body = []
+        for (server, test), dd in servers_summary(servers).items():
+            if test == "-":
+                continue
+            mops = med(dd.get("mimalloc", []), "ops_per_sec")
+            body.append([server + " " + test] + [fmt(ratio(med(dd.get(a, []), "ops_per_sec"),
+                                                               mops), "%.3f")
+                                                 for a in ("glibc", "nicmalloc", "nicmalloc-dp1k")])
+        out += table(["load", "glibc", "nicmalloc", "nicmalloc-dp1k"], body) + [""]
+    if mr:
+        out += ["MR misses per 1M entries at 16384 NIC cache entries:", ""]
+        pts = {(r["pool"], r["scheme"]): r["misses_per_million"] for r in mr
+               if r["capacity"] == "16384"}
+        schemes = list(dict.fromkeys(r["scheme"] for r in mr))
+        out += table(["pool"] + schemes, [[p] + ["%.0f" % float(pts.get((p, s), "nan"))
+                                                 for s in schemes]
+                                          for p in dict.fromkeys(r["pool"] for r in mr)]) + [""]
+    return out or ["(no results)"]
+
+
+def report(d, mode):
+    peers, servers = read_csv(d + "/peers.csv"), read_csv(d + "/servers.csv")
+    mr, frag = read_csv(d + "/mr/mr_miss_sweep.csv"), read_csv(d + "/frag/summary.csv")
+    steps = read_csv(d + "/steps.csv") or []
+    pngs, notes = {}, []
+    if plt is None:
+        notes.append("**Note: matplotlib is missing (apt-get install python3-matplotlib); "
+                     "tables only, no plots.**")
+    else:
+        for name, rows, fn in [("mr_misses.png", mr, plot_mr), ("peers_ratio.png", peers,
+                                                                 plot_peers)]:
+            if rows:
+                fn(rows, os.path.join(d, name))
+                pngs[name] = True
+    md = ["# nicmalloc benchmarks (%s mode)" % mode, ""] + notes
+    md += ["## Machine and settings", "", "```", text(d + "/machine.txt") or "?", "```", ""]
+    md += ["## Steps", ""] + table(["step", "status", "seconds", "output"], [
+        [s["step"], s["status"], s["seconds"], s["output"]] for s in steps]) + [""]
+    md += ["## Headline", ""] + headline(d, peers, servers, mr)
+    md += ["## malloc/free pairs (compare_malloc)", "",
+           "Google Benchmark in one process, allocators interleaved; median ns per pair.", "",
+           "```", text(d + "/compare/malloc_compare.txt") or "not run", "```", ""]
+    md += ["## Instruction counts (callgrind)", "",
+           "Instructions inside each driver loop (valgrind --tool=callgrind): the repeatable "
+           "numbers to track from change to change.", "",
+           "```", text(d + "/callgrind/callgrind.txt") or "not run", "",
+           text(d + "/callgrind/callgrind_nic.txt") or "nic paths: not run", "```", ""]
+    md += ["## MR misses", "",
+           "One send stream per pool through arenas, per-buffer registration and the "
+           "registration cache, replayed through the sim NIC's translation-cache model (cx5 "
+           "miss penalty). Per-send modeled latency percentiles at 16384 entries from mr_miss; "
+           "it does not print the variance, so none is given here.", ""]
+    md += [text(d + "/mr/mr_miss.md") or "not run", ""]
+    if "mr_misses.png" in pngs:
+        md += ["![MR misses vs NIC cache capacity](mr_misses.png)", ""]
+    md += ["## Fragmentation", "", "bench/frag/run_frag.sh; its own report: "
+           "[frag/summary.md](frag/summary.md).", ""]
+    md += frag_table(frag) if frag else ["not run"]
+    md += [""] + ["![%s](frag/%s)" % (f, f) for f in sorted(os.listdir(d + "/frag"))
+                  if f.endswith(".png")] if os.path.isdir(d + "/frag") else []
+    md += ["", "## Allocator peers", "",
+           "bench/workloads under LD_PRELOAD, wall time and peak RSS (GNU time), allocators "
+           "interleaved in each repetition; medians; 'best peer' = fastest of glibc, mimalloc, "
+           "jemalloc, tcmalloc.", ""]
+    md += peers_table(peers) if peers else ["not run"]
+    if "peers_ratio.png" in pngs:
+        md += ["", "![peers: time ratio to mimalloc](peers_ratio.png)"]
+    md += ["", "## Real servers", "", "memcached + memcaslap, redis-server + redis-benchmark on "
+           "127.0.0.1; peak RSS is the server's VmHWM before shutdown; medians.", ""]
+    md += servers_table(servers) if servers else ["not run"]
+    with open(os.path.join(d, "report.md"), "w") as fh:
+        fh.write("\n".join(md) + "\n")
+
+
+def main():
+    if len(sys.argv) == 3 and sys.argv[1] == "--peers":
+        print("\n".join(peers_table(read_csv(sys.argv[2]))))
+    elif len(sys.argv) == 3 and sys.argv[1] == "--servers":
+        print("\n".join(servers_table(read_csv(sys.argv[2]))))
+    elif len(sys.argv) == 3:
+        report(sys.argv[1], sys.argv[2])
+    else:
+        sys.exit(__doc__)
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,104 @@
+#!/usr/bin/env bash
+# Real servers under LD_PRELOAD: memcached loaded by memcaslap and redis-server loaded by
+# redis-benchmark, on 127.0.0.1 only, each under glibc, Debian's mimalloc, nicmalloc (control heap)
+# and nicmalloc with NICMALLOC_DP_MIN_SIZE=1024 (values on the dataplane, as the preload tests run
+# it). Each load is bounded by an operation count. Allocators interleave within each repetition.
+#   bench/servers.sh [quick|full] [results_dir]
+# Records ops/s and the server's peak RSS (VmHWM, read just before it is stopped) in
+# results_dir/servers.csv; the report takes medians and ratios to mimalloc.
+# SERVERS_REPS overrides the repetitions (quick 2, full 3). Uses tests/preload/common.sh.
+set -euo pipefail
+root=$(cd "$(dirname "$0")/.." && pwd)
+source "$root/tests/preload/common.sh"
+build=${NICMALLOC_BUILD_DIR:-build}
+[[ $build = /* ]] || build=$root/$build
+mode=${1:-quick}
+out=${2:-$root/results/$mode}
+case $mode in
+quick) reps=2 mc_ops=60000 redis_n=10000 redis_tests=set,get ;;
+full) reps=3 mc_ops=600000 redis_n=100000 redis_tests=set,get,lpush,lpop ;;
+*) echo "usage: $0 [quick|full] [results_dir]" >&2 && exit 2 ;;
+esac
+reps=${SERVERS_REPS:-$reps}
+libnic=$build/alloc/libnicmalloc.so
+allocs=("glibc||" "mimalloc|/usr/lib/x86_64-linux-gnu/libmimalloc.so.2|"
+  "nicmalloc|$libnic|" "nicmalloc-dp1k|$libnic|NICMALLOC_DP_MIN_SIZE=1024 NICMALLOC_CHUNK_SIZE=256M")
+mkdir -p "$out"
+csv=$out/servers.csv log=$out/servers.log
+echo "rep,server,allocator,test,ops_per_sec,vmhwm_kib,status" >"$csv"
+: >"$log"
+servers=()
+command -v memcached >/dev/null && command -v memcaslap >/dev/null && servers+=(memcached)
+command -v redis-server >/dev/null && command -v redis-benchmark >/dev/null && servers+=(redis)
+[ ${#servers[@]} -gt 0 ] || { echo "servers: neither memcached+memcaslap nor redis installed" >&2; exit 1; }
+echo "servers: ${servers[*]}, $reps repetitions (memcaslap -x $mc_ops; redis-benchmark -n" \
+  "$redis_n -t $redis_tests; log in $log)" >&2
+
+# The launch/ready pairs start_server (common.sh) calls; $lib and $extra name the allocator.
+launch_memcached() {
+  env ${lib:+LD_PRELOAD=$lib} $extra memcached -p "$port" -U 0 -l 127.0.0.1 -m 1024 -t 2 \
+    -u "$(id -un)" >"$tmp/server.log" 2>&1 &
+  server_pid=$!
+}
+ready_memcached() {
+  printf 'stats\r\nquit\r\n' | timeout 2 bash -c "exec 3<>/dev/tcp/127.0.0.1/$port && cat >&3 && cat <&3" \
+    2>/dev/null | grep "^STAT pid $server_pid"$'\r' >/dev/null
+}
+launch_redis() {
+  env ${lib:+LD_PRELOAD=$lib} $extra redis-server --port "$port" --bind 127.0.0.1 --save "" \
+    --appendonly no --daemonize no --dir "$tmp" >"$tmp/server.log" 2>&1 &
+  server_pid=$!
+}
+ready_redis() {
+  timeout 2 redis-cli -p "$port" INFO server 2>/dev/null | grep -q "^process_id:$server_pid"$'\r'
+}
+
+# measure SERVER: one server under one allocator, in a subshell so that common.sh's fail() ends
+# only this measurement; prints "test ops_per_sec" lines then "hwm KIB".
+measure() (
+  server=$1
+  tmp=$(mktemp -d) server_pid=
+  trap '[ -n "$server_pid" ] && kill -KILL "$server_pid" 2>/dev/null; rm -rf "$tmp"' EXIT
+  start_server "launch_$server" "ready_$server" "$tmp/server.log" >&2
+  if [ "$server" = memcached ]; then
+    # 90% get / 10% set (memaslap's default mix), 2 threads x 16 connections.
+    timeout 300 memcaslap -s "127.0.0.1:$port" -T 2 -c 32 -x "$mc_ops" >"$tmp/load.out" 2>&1 ||
+      fail "memcaslap exited with status $?"
+    tps=$(grep -o 'TPS: [0-9]*' "$tmp/load.out" | tail -1 | cut -d' ' -f2)
+    [ -n "$tps" ] || { cat "$tmp/load.out" >&2; fail "memcaslap printed no TPS"; }
+    echo "mixed $tps"
+  else
+    timeout 300 redis-benchmark -h 127.0.0.1 -p "$port" -q -n "$redis_n" -c 16 -r 10000 -d 256 \
+      -t "$redis_tests" >"$tmp/load.out" 2>&1 || fail "redis-benchmark exited with status $?"
+    tr '\r' '\n' <"$tmp/load.out" | sed -n 's/^\([A-Z]*\): \([0-9.]*\) requests per second.*/\1 \2/p' |
+      sort -u -k1,1
+  fi
+  kill -0 "$server_pid" 2>/dev/null || fail "server died under load"
+  echo "hwm $(awk '/^VmHWM/ {print $2}' "/proc/$server_pid/status")"
+  kill -TERM "$server_pid"
+  wait_exit "$server_pid" 20
+  server_pid=
+  [ "$exit_rc" = 0 ] || fail "server exited with status $exit_rc"
+)
+
+failed=0
+for rep in $(seq "$reps"); do
+  for server in "${servers[@]}"; do
+    for a in "${allocs[@]}"; do
+      IFS='|' read -r name lib extra <<<"$a"
+      if ! res=$(measure "$server" 2>>"$log"); then
+        echo "$rep,$server,$name,-,,,FAILED" >>"$csv"
+        echo "servers: $server under $name FAILED (see $log)" >&2
+        failed=1
+        continue
+      fi
+      echo "$server/$name rep $rep: $(echo $res)" >>"$log"
+      hwm=$(awk '$1 == "hwm" {print $2}' <<<"$res")
+      awk -v p="$rep,$server,$name," -v h="$hwm" '$1 != "hwm" {print p $1 "," $2 "," h ",ok"}' \
+        <<<"$res" >>"$csv"
+    done
+  done
+  echo "servers: repetition $rep/$reps done" >&2
+done
+/usr/bin/python3 "$root/bench/report.py" --servers "$csv" | tee "$out/servers.md"
+exit "$failed"

@@ -1,0 +1,34 @@
+# bench_quick: bench/run_all.sh quick into a fresh directory; passes when the report exists, has
+# every section and no step or row says FAILED. No timing is judged (shared, noisy machines).
+# Included from tests/CMakeLists.txt to register the test; run by cmake -P as the test itself.
+if(NOT CMAKE_SCRIPT_MODE_FILE)
+  if(NICMALLOC_BUILD_BENCH)
+    add_test(NAME bench_quick
+      COMMAND ${CMAKE_COMMAND} -DROOT=${PROJECT_SOURCE_DIR} -DBUILD=${PROJECT_BINARY_DIR}
+              -DOUT=${CMAKE_CURRENT_BINARY_DIR}/bench_quick -P ${CMAKE_CURRENT_LIST_FILE})
+    # Serial: it measures, and it takes hugepages and loopback ports like other tests do.
+    set_tests_properties(bench_quick PROPERTIES LABELS bench TIMEOUT 600 RUN_SERIAL TRUE)
+  endif()
+  return()
+endif()
+
+file(REMOVE_RECURSE ${OUT})
+set(ENV{NICMALLOC_BUILD_DIR} ${BUILD})
+execute_process(COMMAND ${ROOT}/bench/run_all.sh quick ${OUT} RESULT_VARIABLE rc)
+set(report ${OUT}/report.md)
+if(NOT EXISTS ${report})
+  message(FATAL_ERROR "bench_quick: no ${report} (run_all.sh status ${rc})")
+endif()
+file(READ ${report} text)
+foreach(h "Machine and settings" "Steps" "Headline" "malloc/free pairs" "Instruction counts"
+          "MR misses" "Fragmentation" "Allocator peers" "Real servers")
+  string(FIND "${text}" "## ${h}" at)
+  if(at EQUAL -1)
+    message(FATAL_ERROR "bench_quick: section '${h}' missing from ${report}")
+  endif()
+endforeach()
+string(FIND "${text}" "FAILED" at)
+if(NOT at EQUAL -1 OR NOT rc EQUAL 0)
+  message(FATAL_ERROR "bench_quick: a step or row FAILED (run_all.sh status ${rc}); see ${report}")
+endif()
+message(STATUS "bench_quick: ${report} complete")
