@@ -4,9 +4,12 @@
 //                           (target <= 25 ns)
 //   BM_rcache_miss          a miss: register the page range, then drop it (munmap-invalidated)
 //   BM_register/<backend>/<page kind>/<size>  one backend registration + deregistration of a
-//                           region backed by 4 KiB pages, THP or 2 MiB hugetlb pages
+//                           region backed by 4 KiB pages, THP, 2 MiB or 1 GiB hugetlb pages
+//                           (hugetlb rows skip unless the pool has the pages: reserve them in
+//                           /sys/kernel/mm/hugepages first)
 // Backends: sim always; uring when io_uring works here. Run with NICMALLOC_BACKEND=sim.
 #include <benchmark/benchmark.h>
+#include <linux/mman.h>
 #include <sys/mman.h>
 #include <unistd.h>
 
@@ -60,13 +63,14 @@ void BM_rcache_miss(benchmark::State &state) {
 }
 BENCHMARK(BM_rcache_miss)->Unit(benchmark::kMicrosecond);
 
-enum Kind { k4K, kTHP, k2M };
-const char *kind_name[] = {"4k", "thp", "2m"};
+enum Kind { k4K, kTHP, k2M, k1G };
+const char *kind_name[] = {"4k", "thp", "2m", "1g"};
 
 // Prefaulted and locked, as a dataplane chunk is before it is registered.
 void *map_region(Kind kind, size_t len) {
   int flags = MAP_PRIVATE | MAP_ANONYMOUS;
   if (kind == k2M) flags |= MAP_HUGETLB;
+  if (kind == k1G) flags |= MAP_HUGETLB | (30 << MAP_HUGE_SHIFT);
   void *p = mmap(nullptr, len, PROT_READ | PROT_WRITE, flags, -1, 0);
   if (p == MAP_FAILED) return nullptr;
   if (kind == kTHP) madvise(p, len, MADV_HUGEPAGE); /* before the first touch, or it is too late */
@@ -77,6 +81,10 @@ void *map_region(Kind kind, size_t len) {
 
 void BM_register(benchmark::State &state, nic_backend *(*open)(), Kind kind) {
   const size_t len = size_t(state.range(0));
+  if (kind == k1G && len % (1ul << 30)) {
+    state.SkipWithError("1 GiB pages only back whole GiB regions");
+    return;
+  }
   nic_backend *b = open ? open() : nullptr;
   void *p = b ? map_region(kind, len) : nullptr;
   if (!b || !p) {
@@ -101,7 +109,7 @@ void register_all() {
     nic_backend *(*open)();
   } backends[] = {{"sim", nic_backend_sim_open}, {"uring", nic_backend_uring_open}};
   for (auto &be : backends)
-    for (Kind k : {k4K, kTHP, k2M}) {
+    for (Kind k : {k4K, kTHP, k2M, k1G}) {
       std::string name = std::string("BM_register/") + be.name + "/" + kind_name[k];
       benchmark::RegisterBenchmark(name.c_str(), BM_register, be.open, k)
           ->Arg(2 << 20)
