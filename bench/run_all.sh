@@ -11,7 +11,9 @@ out=${2:-$root/results/$mode}
 build=${NICMALLOC_BUILD_DIR:-build}
 [[ $build = /* ]] || build=$root/$build
 export NICMALLOC_BUILD_DIR=$build
-sizes=$root/../shared/workloads/fb-memcache-value-sizes.csv
+sizes=${FRAG_SIZES:-$root/../shared/workloads/fb-memcache-value-sizes.csv}
+# The value-size table comes from the project's shared folder, checked out beside the repository.
+[ -r "$sizes" ] || { echo "run_all: value-size table $sizes not found (set FRAG_SIZES)" >&2; exit 1; }
 case $mode in
 quick)
   cmp_flags=(--benchmark_filter='BM_pair/.*/(64|4096)/.*threads:1' --benchmark_min_time=0.02

@@ -27,7 +27,7 @@ esac
 live=${FRAG_LIVE:-$live}
 rounds=${FRAG_ROUNDS:-$rounds}
 for f in "$nic_bin" "$peer_bin" "$libnic" "$sizes"; do
-  [ -e "$f" ] || { echo "run_frag: $f missing (build with -DNICMALLOC_BUILD_BENCH=ON)" >&2; exit 1; }
+  [ -e "$f" ] || { echo "run_frag: $f missing (binaries: build with -DNICMALLOC_BUILD_BENCH=ON; sizes: shared/workloads beside the repository, or FRAG_SIZES)" >&2; exit 1; }
 done
 mkdir -p "$out"
 rm -f "$out"/summary.csv "$out"/series-*.csv "$out"/*.png "$out"/runs.log
