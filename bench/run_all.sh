@@ -37,20 +37,8 @@ mkdir -p "$out"
 rm -rf "${out:?}"/{compare,callgrind,mr,frag} "$out"/*.csv "$out"/*.md "$out"/*.png
 
 {
-  echo "mode: $mode, date $(date -u +%FT%TZ)"
-  echo "cpu: $(nproc) cores, $(grep -m1 'model name' /proc/cpuinfo | cut -d: -f2 | xargs)"
-  echo "memory: $(awk '/MemTotal/ {printf "%.1f GiB", $2/1048576}' /proc/meminfo)"
-  echo "kernel: $(uname -r)"
-  echo "thp: enabled $(cat /sys/kernel/mm/transparent_hugepage/enabled), defrag $(cat /sys/kernel/mm/transparent_hugepage/defrag)"
-  for d in /sys/kernel/mm/hugepages/hugepages-*; do
-    echo "hugetlb ${d##*-}: nr $(cat "$d"/nr_hugepages), free $(cat "$d"/free_hugepages)"
-  done
-  echo "glibc: $(ldd --version | head -1 | awk '{print $NF}')"
-  for p in libmimalloc2.0 libjemalloc2 libtcmalloc-minimal4 memcached redis-server valgrind; do
-    echo "$p: $(dpkg-query -W -f='${Version}' "$p" 2>/dev/null || echo absent)"
-  done
-  # Read-only git (no index refresh): which nicmalloc was measured.
-  echo "nicmalloc: $(GIT_OPTIONAL_LOCKS=0 git -C "$root" rev-parse --short HEAD 2>/dev/null || echo ?)$(GIT_OPTIONAL_LOCKS=0 git -C "$root" diff --quiet HEAD -- alloc include regcache 2>/dev/null || echo ' + uncommitted changes'), $build"
+  echo "mode: $mode"
+  "$root/bench/machine_info.sh" "$root"
   echo "compare_malloc flags: ${cmp_flags[*]:-(defaults: 5 repetitions, all sizes)}"
   echo "callgrind: $cg_pairs pairs/calls per loop"
   echo "mr_miss: ${mr_flags[*]}, sizes $sizes"

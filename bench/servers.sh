@@ -40,15 +40,12 @@ launch_memcached() {
     -u "$(id -un)" >"$tmp/server.log" 2>&1 &
   server_pid=$!
 }
-ready_memcached() {
-  printf 'stats\r\nquit\r\n' | timeout 2 bash -c "exec 3<>/dev/tcp/127.0.0.1/$port && cat >&3 && cat <&3" \
-    2>/dev/null | grep "^STAT pid $server_pid"$'\r' >/dev/null
-}
 launch_redis() {
   env ${lib:+LD_PRELOAD=$lib} $extra redis-server --port "$port" --bind 127.0.0.1 --save "" \
     --appendonly no --daemonize no --dir "$tmp" >"$tmp/server.log" 2>&1 &
   server_pid=$!
 }
+ready_memcached() { memcached_ready; } # common.sh; the name start_server is given below
 ready_redis() {
   timeout 2 redis-cli -p "$port" INFO server 2>/dev/null | grep -q "^process_id:$server_pid"$'\r'
 }

@@ -22,17 +22,13 @@ launch() {
     memcached -p "$port" -U 0 -l 127.0.0.1 -m 64 -t 2 -u "$(id -un)" 2>"$tmp/memcached.err" &
   server_pid=$!
 }
-ready() {
-  printf 'stats\r\nquit\r\n' | timeout 2 bash -c "exec 3<>/dev/tcp/127.0.0.1/$port && cat >&3 && cat <&3" \
-    2>/dev/null | grep "^STAT pid $server_pid"$'\r' >/dev/null
-}
 mc_stats() {  # the named figures from memcached's "stats"
   printf 'stats\r\nquit\r\n' | timeout 5 bash -c "exec 3<>/dev/tcp/127.0.0.1/$port && cat >&3 && cat <&3" |
     tr -d '\r' | awk -v want=" $* " 'index(want, " " $2 " ") { printf "  %-16s %s\n", $2, $3 }'
 }
 section() { printf '\n== %s ==\n' "$*"; }
 
-start_server launch ready "$tmp/memcached.err"
+start_server launch memcached_ready "$tmp/memcached.err"
 section "memcached $(memcached -V | cut -d' ' -f2) under nicmalloc"
 echo "  pid $server_pid on 127.0.0.1:$port, -m 64 -t 2"
 echo "  LD_PRELOAD=$lib"

@@ -19,7 +19,7 @@ extern "C" {
 #include "sim_nic.h"
 }
 
-#include "sim_inbox.h"
+#include "sim_endpoint_fixture.h"
 
 namespace {
 
@@ -27,18 +27,14 @@ std::atomic<int> completions{0};
 void OnDone(void *, int) {
   completions++;
 }
-class Fence : public ::testing::Test {
+class Fence : public SimEndpointTest {
 protected:
   void SetUp() override {
     saved = *nic_safety_config();
-    ASSERT_NE(nic_backend_active(), nullptr);
-    ep = nic_sim_endpoint_create(Receive, &inbox, 0);
-    ASSERT_NE(ep, nullptr);
+    SimEndpointTest::SetUp();
   }
   void TearDown() override {
-    nic_sim_pause(nic_backend_active(), false);
-    while (nic_sim_endpoint_destroy(ep) == -EBUSY)
-      nic_poll(0);
+    SimEndpointTest::TearDown();
     nic_safety_config_set(&saved);
   }
   void Set(void (*change)(struct nic_safety_config *)) {
@@ -60,8 +56,6 @@ protected:
       nic_poll(0);
   }
   struct nic_safety_config saved;
-  nic_endpoint *ep = nullptr;
-  Inbox inbox;
 };
 
 TEST_F(Fence, WriteAfterPostWaitsForTheDma) {

@@ -20,7 +20,7 @@ extern "C" {
 #include "sim_nic.h"
 }
 
-#include "sim_inbox.h"
+#include "sim_endpoint_fixture.h"
 
 namespace {
 
@@ -46,17 +46,10 @@ void PostOne(nic_endpoint *ep, const void *p, size_t len, Done *done) {
   ASSERT_EQ(nic_sga_post(&sga, ep, OnDone, done), 0);
 }
 
-class FreeProtection : public ::testing::Test {
+class FreeProtection : public SimEndpointTest {
 protected:
-  void SetUp() override {
-    ASSERT_NE(nic_backend_active(), nullptr);
-    ep = nic_sim_endpoint_create(Receive, &inbox, 0);
-    ASSERT_NE(ep, nullptr);
-  }
   void TearDown() override {
-    nic_sim_pause(nic_backend_active(), false);
-    while (nic_sim_endpoint_destroy(ep) == -EBUSY)
-      nic_poll(0);
+    SimEndpointTest::TearDown();
     EXPECT_EQ(Stats().inflight_entries, 0u);
   }
   // A block freed right after post is neither written nor reused until the DMA is done.
@@ -85,8 +78,6 @@ protected:
     for (char *q : others)
       free(q);
   }
-  nic_endpoint *ep = nullptr;
-  Inbox inbox;
 };
 
 TEST_F(FreeProtection, DataplaneBlockFreedAfterPost) {

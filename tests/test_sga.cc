@@ -22,7 +22,7 @@ extern "C" {
 #include "sim_nic.h"
 }
 
-#include "sim_inbox.h"
+#include "sim_endpoint_fixture.h"
 
 namespace {
 
@@ -39,18 +39,15 @@ void WaitFor(int n) {
     std::this_thread::yield();
   }
 }
-class Sga : public ::testing::Test {
+class Sga : public SimEndpointTest {
 protected:
   void SetUp() override {
-    ASSERT_NE(nic_backend_active(), nullptr);
-    ep = nic_sim_endpoint_create(Receive, &inbox, 0);
-    ASSERT_NE(ep, nullptr);
+    SimEndpointTest::SetUp();
     ASSERT_EQ(nic_sga_init(&sga, 0), 0);
   }
   void TearDown() override {
     nic_sga_reset(&sga);
-    while (nic_sim_endpoint_destroy(ep) == -EBUSY)
-      nic_poll(0);
+    SimEndpointTest::TearDown();
   }
   // Posts sga and returns what the receiver got.
   std::string PostAndReceive() {
@@ -61,8 +58,6 @@ protected:
     std::lock_guard<std::mutex> g(inbox.mu);
     return inbox.msgs.size() > before ? inbox.msgs.back() : std::string("<nothing>");
   }
-  nic_endpoint *ep = nullptr;
-  Inbox inbox;
   nic_sga sga;
 };
 

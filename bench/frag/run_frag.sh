@@ -38,20 +38,7 @@ pools=(wildcard app replicated regional)
 
 {
   echo "mode: $mode"
-  echo "date: $(date -u +%FT%TZ)"
-  echo "cpu: $(nproc) cores, $(grep -m1 'model name' /proc/cpuinfo | cut -d: -f2 | xargs)"
-  echo "memory: $(awk '/MemTotal/ {printf "%.1f GiB", $2/1048576}' /proc/meminfo)"
-  echo "kernel: $(uname -r)"
-  echo "thp: enabled $(cat /sys/kernel/mm/transparent_hugepage/enabled), defrag $(cat /sys/kernel/mm/transparent_hugepage/defrag)"
-  for d in /sys/kernel/mm/hugepages/hugepages-*; do
-    echo "hugetlb ${d##*-}: nr $(cat "$d"/nr_hugepages), free $(cat "$d"/free_hugepages)"
-  done
-  echo "glibc: $(ldd --version | head -1 | awk '{print $NF}')"
-  for p in libmimalloc2.0 libjemalloc2 libtcmalloc-minimal4 memcached; do
-    echo "$p: $(dpkg-query -W -f='${Version}' "$p" 2>/dev/null || echo absent)"
-  done
-  # Read-only git: no optional index refresh.
-  echo "nicmalloc: $(GIT_OPTIONAL_LOCKS=0 git -C "$root" rev-parse --short HEAD 2>/dev/null || echo ?)$(GIT_OPTIONAL_LOCKS=0 git -C "$root" diff --quiet HEAD -- alloc include 2>/dev/null || echo ' + uncommitted changes in alloc/ or include/')"
+  "$root/bench/machine_info.sh" "$root"
   echo "libnicmalloc: $libnic ($(date -u -r "$libnic" +%FT%TZ))"
   echo "settings: live target $live, $rounds rounds, shrink 90% (random; full mode adds oldest-first for nic-dp-${chunks[0]}), seed 42, key 30 B, nicmalloc chunks ${chunks[*]}, NICMALLOC_RELEASE_DELAY_MS=$NICMALLOC_RELEASE_DELAY_MS NICMALLOC_MAX_CHUNKS=$NICMALLOC_MAX_CHUNKS NICMALLOC_PAGE_KIND=${NICMALLOC_PAGE_KIND:-auto}"
   echo "sizes: $sizes"

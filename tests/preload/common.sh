@@ -48,6 +48,13 @@ start_server() {
   fail "could not start the server on a free port after 3 attempts"
 }
 
+# memcached_ready: start_server's READY test for memcached: the server answering on $port is ours
+# (its "STAT pid" is $server_pid), not another process that took the port.
+memcached_ready() {
+  printf 'stats\r\nquit\r\n' | timeout 2 bash -c "exec 3<>/dev/tcp/127.0.0.1/$port && cat >&3 && cat <&3" \
+    2>/dev/null | grep "^STAT pid $server_pid"$'\r' >/dev/null
+}
+
 # wait_exit PID SECS: waits for our child PID to exit and sets $exit_rc. A server that does not exit
 # within SECS is killed with SIGKILL and the test fails (a hang on shutdown is a real bug).
 wait_exit() {

@@ -21,12 +21,7 @@ launch() {
     memcached -p "$port" -U 0 -l 127.0.0.1 -m 64 -t 2 -u "$(id -un)" 2>"$tmp/memcached.err" &
   server_pid=$!
 }
-# Ready when the memcached answering on $port is ours (its "STAT pid" is $server_pid).
-ready() {
-  printf 'stats\r\nquit\r\n' | timeout 2 bash -c "exec 3<>/dev/tcp/127.0.0.1/$port && cat >&3 && cat <&3" \
-    2>/dev/null | grep "^STAT pid $server_pid"$'\r' >/dev/null
-}
-start_server launch ready "$tmp/memcached.err"
+start_server launch memcached_ready "$tmp/memcached.err"
 echo "memcached (pid $server_pid) listening on 127.0.0.1:$port"
 
 # slap NAME EXPECTED_MIN ARGS...: runs memcslap; it exits 0 even when the server is gone, so its

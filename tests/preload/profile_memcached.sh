@@ -24,10 +24,6 @@ launch() {
     memcached -p "$port" -U 0 -l 127.0.0.1 -m 256 -t 2 -u "$(id -un)" 2>"$log" &
   server_pid=$!
 }
-ready() {
-  printf 'stats\r\nquit\r\n' | timeout 2 bash -c "exec 3<>/dev/tcp/127.0.0.1/$port && cat >&3 && cat <&3" \
-    2>/dev/null | grep "^STAT pid $server_pid"$'\r' >/dev/null
-}
 slap() {
   local name=$1 min=$2 n
   shift 2
@@ -42,7 +38,7 @@ run() {
   shift
   mode_env=("$@")
   log=$tmp/$name.err
-  start_server launch ready "$log"
+  start_server launch memcached_ready "$log"
   slap get 72000 --concurrency=4 --execute-number=20000 --test=get --binary
   slap set 80000 --concurrency=4 --execute-number=20000 --test=set
   kill -TERM "$server_pid"
