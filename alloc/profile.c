@@ -18,6 +18,7 @@
 
 #include "chunks.h"
 #include "config.h"
+#include "fence.h"
 #include "log.h"
 
 #include <fcntl.h>
@@ -38,41 +39,66 @@ void nic_sink_init(void);
 
 static double sample_mean;
 static pid_t owner;
+/* NICMALLOC_FENCE=detect: blocks from fence_min bytes get their site recorded, about one per
+ * fence_mean bytes (0: all); see safety/fence_detect.c. */
+static size_t fence_min = SIZE_MAX;
+static double fence_mean;
+extern size_t nic_dp_fast_max; /* alloc_inline.h */
 static __thread int64_t until_sample __attribute__((tls_model("initial-exec")));
+static __thread int64_t until_record __attribute__((tls_model("initial-exec")));
 static __thread uint64_t rng __attribute__((tls_model("initial-exec")));
 /* Set while this thread captures a stack: allocations from inside the unwinder are plain. */
 static __thread bool busy __attribute__((tls_model("initial-exec")));
 
 size_t nic_profile_fast_limit(void) {
   const struct nic_config *c = nic_config();
+  double mean;
+  size_t fence = nic_fence_detect_record_min(&mean);
   if (c->profile_path) return 0;
-  if (c->sites_path) return c->sites_min_size;
-  return SIZE_MAX;
+  if (c->sites_path) return c->sites_min_size < fence ? c->sites_min_size : fence;
+  return fence;
 }
 
-static int64_t next_interval(void) {
+static int64_t next_interval(double mean) {
   if (!rng) rng = ((uintptr_t)&rng * 0x9e3779b97f4a7c15ull) ^ (uint64_t)time(NULL) ^ 1;
   rng ^= rng << 13;
   rng ^= rng >> 7;
   rng ^= rng << 17;
   double u = ((double)(rng >> 11) + 0.5) * 0x1.0p-53;
-  return (int64_t)(-log(u) * sample_mean) + 1;
+  return (int64_t)(-log(u) * mean) + 1;
 }
 
-static void sample(void *p, size_t size) {
+/* True when p was sampled. */
+static bool sample(void *p, size_t size) {
   if (!rng) { /* a thread's first allocation starts its countdown */
-    until_sample = next_interval();
-    return;
+    until_sample = next_interval(sample_mean);
+    return false;
   }
   until_sample -= (int64_t)size;
-  if (until_sample > 0) return;
-  until_sample = next_interval();
-  if (nic_in_dp(p)) return; /* sinks count only memory that is not dataplane */
+  if (until_sample > 0) return false;
+  until_sample = next_interval(sample_mean);
+  if (nic_in_dp(p)) return false; /* sinks count only memory that is not dataplane */
   busy = true;
   uintptr_t frames[NIC_PROF_FRAMES];
   unsigned n = nic_prof_capture(frames);
   double weight = 1.0 / -expm1(-(double)size / sample_mean);
   if (n) nic_prof_table_sample(p, mi_usable_size(p), weight, frames, n);
+  busy = false;
+  return n != 0;
+}
+
+/* NICMALLOC_FENCE=detect: the site of a block a mismatch report may have to name. */
+static void record(void *p, size_t size) {
+  if (size < fence_min) return;
+  if (fence_mean > 0) {
+    until_record -= (int64_t)size;
+    if (until_record > 0) return;
+    until_record = next_interval(fence_mean);
+  }
+  busy = true;
+  uintptr_t frames[NIC_PROF_FRAMES];
+  unsigned n = nic_prof_capture(frames);
+  if (n) nic_prof_table_record(p, mi_usable_size(p), frames, n);
   busy = false;
 }
 
@@ -85,7 +111,8 @@ void *nic_profile_alloc(size_t size, size_t alignment, bool zero, enum nic_route
     busy = false;
   }
   void *p = nic_alloc_core(size, alignment, zero, route);
-  if (p && (flags & NIC_PROF_SAMPLE)) sample(p, size);
+  bool sampled = p && (flags & NIC_PROF_SAMPLE) && sample(p, size);
+  if (p && !sampled && (flags & NIC_PROF_FENCE)) record(p, size);
   return p;
 }
 
@@ -96,20 +123,27 @@ void nic_profile_forget(void *p) {
 void nic_profile_start(void) {
   nic_sink_init();
   const struct nic_config *c = nic_config();
-  if (!c->profile_path && !c->sites_path) return;
+  fence_min = nic_fence_detect_record_min(&fence_mean);
+  if (!c->profile_path && !c->sites_path && fence_min == SIZE_MAX) return;
   nic_prof_stack_init();
   int flags = 0;
   if (c->sites_path && nic_sites_load(c->sites_path)) flags |= NIC_PROF_ROUTE;
-  if (c->profile_path) {
+  const bool fence = fence_min != SIZE_MAX;
+  if (c->profile_path || fence) {
     if (nic_prof_table_init()) {
-      flags |= NIC_PROF_SAMPLE;
+      flags |= (c->profile_path ? NIC_PROF_SAMPLE : 0) | (fence ? NIC_PROF_FENCE : 0);
       /* Arms the safety filter of nic_release_block for good, so that every free reaches
        * nic_profile_forget without a test of its own on the fast path (safety code treats the
        * extra reference as "something may be in flight" and answers from its page counts). */
       nic_profile_tracking = true;
       __atomic_add_fetch(&nic_safety_refs, 1, __ATOMIC_SEQ_CST);
+      /* Dataplane blocks that detect records leave the inline path for nic_alloc. */
+      if (fence && nic_dp_fast_max >= fence_min) nic_dp_fast_max = fence_min - 1;
     } else {
-      nic_log_warn("NICMALLOC_PROFILE: no memory for the profile tables; not profiling");
+      nic_log_warn("%s", c->profile_path ? "NICMALLOC_PROFILE: no memory for the profile tables; "
+                                           "not profiling"
+                                         : "NICMALLOC_FENCE=detect: no memory for the site "
+                                           "tables; reports name no allocation site");
     }
   }
   sample_mean = (double)c->profile_sample;

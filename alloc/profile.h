@@ -15,7 +15,8 @@
 
 #define NIC_PROF_FRAMES 4 /* return addresses per site */
 
-enum { NIC_PROF_SAMPLE = 1, NIC_PROF_ROUTE = 2 };
+/* NIC_PROF_FENCE: NICMALLOC_FENCE=detect records the site of blocks it may report. */
+enum { NIC_PROF_SAMPLE = 1, NIC_PROF_ROUTE = 2, NIC_PROF_FENCE = 4 };
 /* Nonzero sends every nic_alloc through nic_profile_alloc. Set in the constructor, after the
  * files are read (see profile.c). */
 extern int nic_profile_flags;
@@ -67,6 +68,11 @@ bool nic_prof_table_init(void);
 void nic_prof_table_sample(void *p, size_t usable, double weight, const uintptr_t *frames,
                            unsigned n);
 void nic_prof_table_forget(void *p);
+/* For NICMALLOC_FENCE=detect: records p's site without counting it as a profile sample, and
+ * finds the recorded block (either kind) holding p. */
+void nic_prof_table_record(void *p, size_t usable, const uintptr_t *frames, unsigned n);
+bool nic_prof_table_block_at(const void *p, uintptr_t *start, uintptr_t *end, uintptr_t *frames,
+                             unsigned *n);
 /* Credits len bytes sent from address p to the site of the sampled block holding it. */
 void nic_prof_table_sent(const void *p, size_t len);
 /* Copies out the sites; returns how many. */

@@ -21,11 +21,13 @@
 #define SITE_SLOTS 8192u
 #define BLOOM_BITS (1u << 20)
 #define SENT 0x80000000u
+#define FENCE_ONLY 0x40000000u /* recorded for NICMALLOC_FENCE=detect, not a profile sample */
+#define SITE_MASK 0x3fffffffu
 
 struct entry {
   uintptr_t granule; /* 0 = empty */
   uintptr_t start, end;
-  uint32_t site; /* | SENT once the block reached a sink */
+  uint32_t site; /* | SENT once the block reached a sink, | FENCE_ONLY */
   float weight;  /* 1 / probability that the block was sampled */
 };
 
@@ -141,6 +143,39 @@ void nic_prof_table_sample(void *p, size_t usable, double weight, const uintptr_
   unlock_table();
 }
 
+void nic_prof_table_record(void *p, size_t usable, const uintptr_t *frames, unsigned n) {
+  uintptr_t start = (uintptr_t)p, end = start + usable;
+  uintptr_t first = start >> GRANULE_SHIFT, last = (end - 1) >> GRANULE_SHIFT;
+  if (last - first >= MAX_GRANULES) last = first + MAX_GRANULES - 1;
+  lock_table();
+  uint32_t site = site_slot(nic_prof_hash(frames, n), frames, n);
+  if (site != UINT32_MAX && blocks_used + (last - first + 1) <= BLOCK_LIMIT &&
+      find(first, start, true) == UINT32_MAX) {
+    for (uintptr_t g = first; g <= last; g++)
+      insert(g, start, end, site | FENCE_ONLY, 0.0f);
+    uint64_t bit, *word = bloom_word(start, &bit);
+    __atomic_or_fetch(word, bit, __ATOMIC_RELAXED);
+  }
+  unlock_table();
+}
+
+bool nic_prof_table_block_at(const void *p, uintptr_t *start, uintptr_t *end, uintptr_t *frames,
+                             unsigned *n) {
+  if (!blocks) return false;
+  uintptr_t a = (uintptr_t)p;
+  lock_table();
+  uint32_t i = find(a >> GRANULE_SHIFT, a, false);
+  if (i != UINT32_MAX) {
+    const struct nic_prof_site *s = &sites[blocks[i].site & SITE_MASK];
+    *start = blocks[i].start;
+    *end = blocks[i].end;
+    *n = s->nframes;
+    memcpy(frames, s->frames, s->nframes * sizeof *frames);
+  }
+  unlock_table();
+  return i != UINT32_MAX;
+}
+
 void nic_prof_table_forget(void *p) {
   uint64_t bit, *word = bloom_word((uintptr_t)p, &bit);
   if (!(__atomic_load_n(word, __ATOMIC_RELAXED) & bit)) return;
@@ -163,8 +198,8 @@ void nic_prof_table_sent(const void *p, size_t len) {
   uintptr_t a = (uintptr_t)p;
   lock_table();
   uint32_t i = find(a >> GRANULE_SHIFT, a, false);
-  if (i != UINT32_MAX) {
-    struct nic_prof_site *s = &sites[blocks[i].site & ~SENT];
+  if (i != UINT32_MAX && !(blocks[i].site & FENCE_ONLY)) {
+    struct nic_prof_site *s = &sites[blocks[i].site & SITE_MASK];
     const struct entry e = blocks[i];
     size_t n = len < e.end - a ? len : e.end - a;
     s->sent += n;
@@ -185,7 +220,7 @@ unsigned nic_prof_table_sites(struct nic_prof_site *out, unsigned cap) {
   unsigned n = 0;
   lock_table();
   for (uint32_t i = 0; i < SITE_SLOTS && n < cap; i++)
-    if (sites[i].hash) out[n++] = sites[i];
+    if (sites[i].hash && sites[i].sampled) out[n++] = sites[i]; /* not fence-only sites */
   unlock_table();
   return n;
 }

@@ -4,6 +4,7 @@
 #include "chunks.h"
 #include "config.h"
 #include "dp_heap.h"
+#include "fence.h"
 #include "log.h"
 #include "nicmalloc.h"
 #include "pressure.h"
@@ -160,6 +161,19 @@ NIC_EXPORT void nic_print_stats(int fd) {
                (unsigned long long)s.inflight_posts, (unsigned long long)s.inflight_entries,
                (unsigned long long)s.deferred_frees, (unsigned long long)s.deferred_pending,
                (unsigned long long)s.holds, (unsigned long long)s.bounce_bytes);
+  static const char *const fence_modes[] = {"off", "wait", "protect", "detect"};
+  const enum nic_fence_mode mode = nic_safety_config()->fence;
+  nic_fdprintf(fd,
+               "  fence             %s%s%s%s; %llu waits (%llu timed out), %llu writes held, %llu "
+               "let through, %llu entries unprotected, %llu written while posted\n",
+               fence_modes[mode], mode == NIC_FENCE_PROTECT ? " (" : "",
+               mode != NIC_FENCE_PROTECT     ? ""
+               : nic_fence_protect_started() ? nic_fence_protect_name()
+                                             : "nothing posted yet",
+               mode == NIC_FENCE_PROTECT ? ")" : "", (unsigned long long)s.fence_waits,
+               (unsigned long long)s.fence_timeouts, (unsigned long long)s.fence_held_writes,
+               (unsigned long long)s.fence_bypasses, (unsigned long long)s.fence_unprotected,
+               (unsigned long long)s.fence_mismatches);
   char busiest[256];
   nic_pressure_describe(busiest, sizeof busiest);
   nic_fdprintf(fd,

@@ -1,7 +1,8 @@
 // Cost per scatter-gather entry by path (arena / registration-cache hit / copy), per write-fence
-// mode, and of free while something else is in flight, side by side in one process on the sim
-// backend (NICMALLOC_BACKEND=sim, no DMA delay). Names: BM_<what>/<path or mode>/<size>; the
-// "per entry" figures are the time column divided by the entries counter (items_per_second).
+// mode (nic_fence_write, and what each mode adds to a post), and of free while something else is in
+// flight, side by side in one process on the sim backend (NICMALLOC_BACKEND=sim, no DMA delay).
+// Names: BM_<what>/<path or mode>/<size>; the "per entry" figures are the time column divided by
+// the entries counter (items_per_second).
 #include <benchmark/benchmark.h>
 
 #include <atomic>
@@ -12,6 +13,7 @@
 #include "nicmalloc.h"
 extern "C" {
 #include "backend.h"
+#include "fence.h"
 #include "safety.h"
 #include "sim_nic.h"
 }
@@ -88,6 +90,40 @@ void BM_Fence(benchmark::State &state, enum nic_fence_mode mode, bool busy) {
   nic_safety_config_set(&saved);
 }
 
+// One entry of `size` bytes of dataplane memory, post + completion, per fence mode: what each
+// mode adds to a post (protect: write-protect at post, unprotect at completion; detect: a
+// checksum at post and one more as the NIC reads). Nothing writes to the memory meanwhile.
+enum FenceCase { kOff, kWait, kProtectUffd, kProtectMprotect, kDetect };
+void BM_PostFence(benchmark::State &state, FenceCase fc) {
+  const size_t size = static_cast<size_t>(state.range(0));
+  struct nic_safety_config c = *nic_safety_config(), saved = c;
+  c.fence = fc == kOff      ? NIC_FENCE_OFF
+            : fc == kWait   ? NIC_FENCE_WAIT
+            : fc == kDetect ? NIC_FENCE_DETECT
+                            : NIC_FENCE_PROTECT;
+  nic_safety_config_set(&c);
+  if ((fc == kProtectUffd || fc == kProtectMprotect) &&
+      nic_fence_protect_use(fc == kProtectUffd ? NIC_PROTECT_UFFD : NIC_PROTECT_MPROTECT)) {
+    state.SkipWithError("this protect mechanism is not available here");
+    nic_safety_config_set(&saved);
+    return;
+  }
+  static nic_endpoint *ep = nic_sim_endpoint_create(nullptr, nullptr, NIC_EP_ENGINE_COMPLETIONS);
+  char *buf = static_cast<char *>(nic_aligned_alloc(4096, size));
+  memset(buf, 1, size);
+  nic_sga sga;
+  nic_sga_init(&sga, 1);
+  for (auto _ : state) {
+    nic_sga_add(&sga, buf, size);
+    long target = done_count.load() + 1;
+    if (nic_sga_post(&sga, ep, Done, nullptr)) state.SkipWithError("post failed");
+    while (done_count.load(std::memory_order_relaxed) < target)
+      std::this_thread::yield();
+  }
+  free(buf);
+  nic_safety_config_set(&saved);
+}
+
 // malloc/free of 64 B with nothing in flight (the one-load filter) and with an unrelated page
 // held (every free looks its pages up).
 void BM_FreeFilter(benchmark::State &state, bool busy) {
@@ -111,6 +147,23 @@ BENCHMARK_CAPTURE(BM_SgaPost, copy, kCopy)->Arg(256)->UseRealTime();
 BENCHMARK_CAPTURE(BM_Fence, off, NIC_FENCE_OFF, false);
 BENCHMARK_CAPTURE(BM_Fence, wait, NIC_FENCE_WAIT, false);
 BENCHMARK_CAPTURE(BM_Fence, wait_other_page_held, NIC_FENCE_WAIT, true);
+BENCHMARK_CAPTURE(BM_PostFence, off, kOff)->Arg(4096)->Arg(65536)->Arg(2 << 20)->UseRealTime();
+BENCHMARK_CAPTURE(BM_PostFence, wait, kWait)->Arg(4096)->Arg(65536)->Arg(2 << 20)->UseRealTime();
+BENCHMARK_CAPTURE(BM_PostFence, protect_uffd, kProtectUffd)
+    ->Arg(4096)
+    ->Arg(65536)
+    ->Arg(2 << 20)
+    ->UseRealTime();
+BENCHMARK_CAPTURE(BM_PostFence, protect_mprotect, kProtectMprotect)
+    ->Arg(4096)
+    ->Arg(65536)
+    ->Arg(2 << 20)
+    ->UseRealTime();
+BENCHMARK_CAPTURE(BM_PostFence, detect, kDetect)
+    ->Arg(4096)
+    ->Arg(65536)
+    ->Arg(2 << 20)
+    ->UseRealTime();
 BENCHMARK_CAPTURE(BM_FreeFilter, nothing_in_flight, false);
 BENCHMARK_CAPTURE(BM_FreeFilter, other_page_held, true);
 

@@ -160,6 +160,15 @@ struct nic_stats {
   uint64_t bounce_bytes;     /* bytes copied into bounce areas, over the process lifetime */
   uint64_t fence_waits;      /* nic_fence_write / realloc calls that had to wait */
   uint64_t fence_timeouts;   /* of those, gave up after NICMALLOC_FENCE_TIMEOUT_MS */
+  /* NICMALLOC_FENCE=protect: writes held until their page's DMA completed, writers held now,
+   * writes let through unheld (by a thread the NIC or the completions need, or after
+   * NICMALLOC_FENCE_TIMEOUT_MS), entries that could not be protected (memory outside
+   * nicmalloc's heaps, or the kernel refused). detect: entries found written while posted. */
+  uint64_t fence_held_writes;
+  uint64_t fence_writers_held;
+  uint64_t fence_bypasses;
+  uint64_t fence_unprotected;
+  uint64_t fence_mismatches;
   /* NIC translation-cache pressure (safety/pressure.h): what the NIC must hold. */
   uint32_t nic_cache_capacity; /* entries the NIC caches (NICMALLOC_SIM_TCACHE*) */
   uint64_t nic_regions;        /* registrations alive: chunks and cache regions */
@@ -254,6 +263,40 @@ typedef void (*nic_receive_fn)(void *arg, void *data, size_t len);
 struct nic_endpoint *nic_sim_endpoint_create(nic_receive_fn receive, void *arg, unsigned flags);
 /* 0, or -EBUSY while messages to ep are in flight, -EINVAL for an unknown endpoint. */
 int nic_sim_endpoint_destroy(struct nic_endpoint *ep);
+
+/* The other backends' endpoints. Each constructor returns NULL with errno, after one line on
+ * stderr, when the backend in use (NICMALLOC_BACKEND) is not its kind (ENODEV) or its argument
+ * is not usable. Each destroy returns 0, -EBUSY while posts on the endpoint have not completed
+ * (nic_poll until they have), or -EINVAL for an endpoint its constructor did not make. done()
+ * runs from nic_poll (or a fence) once the NIC, or the kernel, no longer reads the memory. */
+
+/* io_uring: a connected TCP or UDP socket (AF_INET, AF_INET6), which stays the caller's:
+ * destroy the endpoint before closing it. A post is one SEND_ZC (one entry) or SENDMSG_ZC from
+ * the registered buffers; done() runs after the kernel's zero-copy notification. On a stream,
+ * posts reach the socket whole and in post order; on a datagram socket each post is one
+ * datagram (longer than the socket takes: done() gets -EMSGSIZE). errno: ENODEV, EBADF,
+ * ENOTSOCK, EPROTOTYPE (neither stream nor datagram), EOPNOTSUPP (not TCP or UDP), ENOTCONN. */
+struct nic_endpoint *nic_uring_endpoint_create(int sockfd);
+int nic_uring_endpoint_destroy(struct nic_endpoint *ep);
+
+/* DPDK: tx queue queue_id of a started port; each post is one mbuf chain whose segments point
+ * into the registered memory, and done() runs once the driver (or, on net_ring, the receiver)
+ * frees its last segment. NIC_DPDK_DEFAULT_PORT with queue 0: the port nicmalloc started from
+ * NICMALLOC_DPDK_VDEV, or the one the application attached (nic_dpdk_attach in the plugin).
+ * Asking twice for one queue gives the same endpoint; destroy each. errno: ENODEV, EINVAL (no
+ * such port or tx queue), ENOENT (no default port). */
+#define NIC_DPDK_DEFAULT_PORT 0xffffu
+struct nic_endpoint *nic_dpdk_endpoint_create(uint16_t port_id, uint16_t queue_id);
+int nic_dpdk_endpoint_destroy(struct nic_endpoint *ep);
+
+/* RDMA verbs: qp is a struct ibv_qp * created in the protection domain nic_verbs_get_pd()
+ * returns (a struct ibv_pd *; its context is the device nicmalloc opened) and connected by the
+ * application. A post is one signaled IBV_WR_SEND of the entries; done() runs when its work
+ * completion is polled from the QP's send CQ, which must carry only nicmalloc's posts. errno:
+ * ENODEV, EINVAL (no QP, or one in another protection domain). */
+void *nic_verbs_get_pd(void);
+struct nic_endpoint *nic_verbs_endpoint_create(void *qp);
+int nic_verbs_endpoint_destroy(struct nic_endpoint *ep);
 
 #ifdef __cplusplus
 }

@@ -35,11 +35,14 @@ int nic_dpdk_attach(uint16_t port_id, uint16_t queue_id);
 
 /* An endpoint on a started port's tx queue. Every registration is DMA-mapped for the port's
  * device. Posts to one endpoint may come from several threads (a lock serialises tx_burst).
- * NULL with errno on error. */
+ * Asking again for the same port and queue gives the same endpoint, counted (two locks on one
+ * queue would let two tx_bursts race): each call needs its own close. NULL with errno: EINVAL
+ * (no such port, or no such tx queue on it), ENOMEM, or the DMA mapping's error. */
 struct nic_endpoint *nic_dpdk_endpoint(struct nic_backend *b, uint16_t port_id, uint16_t queue_id);
 /* The port nicmalloc started (or the attached one), or NULL when there is none. */
 struct nic_endpoint *nic_dpdk_default_endpoint(struct nic_backend *b);
-/* 0, or -EBUSY while posts on it are in flight. The default endpoint cannot be closed. */
+/* 0, or -EBUSY while posts on it are in flight (unless another holder keeps it open). The
+ * backend's own hold on the default endpoint cannot be closed (-EINVAL). */
 int nic_dpdk_endpoint_close(struct nic_backend *b, struct nic_endpoint *ep);
 /* Which port and queue an endpoint sends on. */
 void nic_dpdk_endpoint_port(const struct nic_endpoint *ep, uint16_t *port_id, uint16_t *queue_id);
@@ -83,6 +86,7 @@ struct dreg {
 struct nic_endpoint {
   uint16_t port, queue;
   uint16_t max_segs;
+  unsigned refs;       /* nic_dpdk_endpoint calls not closed yet (the default's: the backend) */
   bool no_cleanup;     /* driver has no tx_done_cleanup */
   rte_spinlock_t lock; /* tx_burst and tx_done_cleanup on one queue must not overlap */
   atomic_uint inflight;

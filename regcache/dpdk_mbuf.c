@@ -197,12 +197,19 @@ static int dma_dev(struct dbackend *be, struct nic_endpoint *self, bool map) {
   return map ? rc : 0;
 }
 
+/* Under reg_lock and lock. */
+static struct nic_endpoint *find_locked(struct dbackend *be, uint16_t port, uint16_t queue) {
+  for (struct nic_endpoint *o = be->eps; o; o = o->next)
+    if (o->port == port && o->queue == queue) return o;
+  return NULL;
+}
+
 NIC_EXPORT struct nic_endpoint *nic_dpdk_endpoint(struct nic_backend *b, uint16_t port,
                                                   uint16_t queue) {
   struct dbackend *be = (struct dbackend *)b;
   struct rte_eth_dev_info info;
-  if (!be || rte_eth_dev_info_get(port, &info) || queue >= info.max_tx_queues) {
-    errno = EINVAL;
+  if (!be || rte_eth_dev_info_get(port, &info) || queue >= info.nb_tx_queues) {
+    errno = EINVAL; /* a queue not set up would crash tx_burst */
     return NULL;
   }
   struct nic_endpoint *ep = calloc(1, sizeof *ep);
@@ -210,33 +217,46 @@ NIC_EXPORT struct nic_endpoint *nic_dpdk_endpoint(struct nic_backend *b, uint16_
   uint16_t segs = info.tx_desc_lim.nb_seg_max;
   *ep = (struct nic_endpoint){.port = port,
                               .queue = queue,
+                              .refs = 1,
                               .dev = info.device,
                               .max_segs = segs ? segs : RTE_MBUF_MAX_NB_SEGS};
   rte_spinlock_init(&ep->lock);
   pthread_mutex_lock(&be->reg_lock);
   pthread_mutex_lock(&be->lock);
-  int rc = dma_dev(be, ep, true);
-  if (!rc) ep->next = be->eps, be->eps = ep;
+  struct nic_endpoint *same = find_locked(be, port, queue);
+  int rc = same ? 0 : dma_dev(be, ep, true);
+  if (same)
+    same->refs++;
+  else if (!rc)
+    ep->next = be->eps, be->eps = ep;
   pthread_mutex_unlock(&be->lock);
   pthread_mutex_unlock(&be->reg_lock);
-  if (rc) free(ep), errno = -rc;
-  return rc ? NULL : ep;
+  if (same || rc) free(ep);
+  if (rc) errno = -rc;
+  return rc ? NULL : same ? same : ep;
 }
 
 NIC_EXPORT int nic_dpdk_endpoint_close(struct nic_backend *b, struct nic_endpoint *ep) {
   struct dbackend *be = (struct dbackend *)b;
   int rc = -EINVAL;
+  bool last = false;
+  if (!be || !ep) return -EINVAL;
   pthread_mutex_lock(&be->reg_lock);
   pthread_mutex_lock(&be->lock);
-  for (struct nic_endpoint **pp = &be->eps; *pp && ep != be->default_ep; pp = &(*pp)->next) {
+  for (struct nic_endpoint **pp = &be->eps; *pp; pp = &(*pp)->next) {
     if (*pp != ep) continue;
-    rc = atomic_load(&ep->inflight) ? -EBUSY : 0;
-    if (!rc) *pp = ep->next, dma_dev(be, ep, false);
+    if (ep->refs > 1) { /* another holder still posts here: its completions need ep */
+      ep->refs--;
+      rc = 0;
+    } else if (ep != be->default_ep) {
+      rc = atomic_load(&ep->inflight) ? -EBUSY : 0;
+      if ((last = !rc)) *pp = ep->next, dma_dev(be, ep, false);
+    }
     break;
   }
   pthread_mutex_unlock(&be->lock);
   pthread_mutex_unlock(&be->reg_lock);
-  if (!rc) free(ep);
+  if (last) free(ep);
   return rc;
 }
 

@@ -3,12 +3,16 @@
 #define _GNU_SOURCE
 #include "sim_dma.h"
 
+#include "fence.h"
+
 #include <errno.h>
 #include <signal.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/prctl.h>
 #include <time.h>
+
+void (*nic_sim_read_hook)(void *arg, unsigned index, const void *bytes, size_t len);
 
 uint64_t sim_now_ns(void) {
   struct timespec ts;
@@ -96,8 +100,11 @@ static void perform(struct sim_nic *s, struct sim_work *w) {
   }
   if ((size_t)total <= s->msg_cap) {
     char *p = s->msg;
+    void (*hook)(void *, unsigned, const void *, size_t) =
+        __atomic_load_n(&nic_sim_read_hook, __ATOMIC_ACQUIRE);
     for (unsigned i = 0; i < w->n; i++) {
       memcpy(p, w->sge[i].addr, w->sge[i].len);
+      if (hook) hook(w->arg, i, p, w->sge[i].len); /* what was read, before anyone sees it */
       p += w->sge[i].len;
     }
     if (w->ep->receive) w->ep->receive(w->ep->arg, s->msg, (size_t)total);
@@ -114,6 +121,7 @@ static void perform(struct sim_nic *s, struct sim_work *w) {
 static void *engine(void *arg) {
   struct sim_nic *s = arg;
   prctl(PR_SET_TIMERSLACK, 1ul); /* the default 50 us slack would swamp microsecond delays */
+  nic_fence_thread_is_nic();     /* the DMA itself: write protection must never hold it */
   pthread_mutex_lock(&s->lock);
   while (!s->stop) {
     struct sim_work *w = s->pending.head;
@@ -135,6 +143,7 @@ static void *engine(void *arg) {
       sim_queue_push(&s->completed, w);
   }
   pthread_mutex_unlock(&s->lock);
+  nic_fence_thread_gone();
   return NULL;
 }
 

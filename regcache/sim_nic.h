@@ -76,6 +76,11 @@ struct nic_endpoint *nic_sim_endpoint_open_ex(struct nic_backend *b, nic_sim_rec
 /* 0, or -EBUSY while posts to ep have not completed. close() of the backend frees the rest. */
 int nic_sim_endpoint_close(struct nic_backend *b, struct nic_endpoint *ep);
 
+/* Called by the engine right after it read entry index of a post (bytes: what it read, len of
+ * them), before the receiver sees them; arg is the post's done argument. NULL = none. Set by
+ * NICMALLOC_FENCE=detect (safety/fence_detect.c), to compare with what was posted. */
+extern void (*nic_sim_read_hook)(void *arg, unsigned index, const void *bytes, size_t len);
+
 /* Test hook: while paused the engine performs no DMA; posts queue up (their delays still count
  * from post). Lets a test change a buffer between post and DMA without relying on timing. */
 void nic_sim_pause(struct nic_backend *b, bool paused);

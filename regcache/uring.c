@@ -149,7 +149,7 @@ struct nic_endpoint *nic_uring_endpoint_open(struct nic_backend *b, int sockfd) 
   if (getsockopt(sockfd, SOL_SOCKET, SO_TYPE, &type, &len) != 0) return NULL; /* ENOTSOCK */
   len = sizeof domain;
   if (getsockopt(sockfd, SOL_SOCKET, SO_DOMAIN, &domain, &len) != 0) return NULL;
-  if (type != SOCK_STREAM) {
+  if (type != SOCK_STREAM && type != SOCK_DGRAM) { /* SEQPACKET: not TCP or UDP, no SEND_ZC */
     errno = EPROTOTYPE;
     return NULL;
   }
@@ -157,12 +157,14 @@ struct nic_endpoint *nic_uring_endpoint_open(struct nic_backend *b, int sockfd) 
     errno = EOPNOTSUPP;
     return NULL;
   }
+  /* Posts carry no address: a datagram socket must be connected too. */
   if (getpeername(sockfd, (struct sockaddr *)&peer, &peer_len) != 0) return NULL; /* ENOTCONN */
   struct nic_endpoint *ep = calloc(1, sizeof *ep);
   if (!ep) return NULL;
   struct uring_backend *ub = uring_of(b);
   ep->ub = ub;
   ep->fd = sockfd;
+  ep->dgram = type == SOCK_DGRAM;
   pthread_mutex_lock(&ub->lock);
   ub->endpoints++;
   pthread_mutex_unlock(&ub->lock);

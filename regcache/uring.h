@@ -4,7 +4,7 @@
  * 1 GiB): handle = slot index, lkey = slot + 1, rkey = 0 (io_uring has no remote access, so
  * NIC_ACCESS_REMOTE_* is refused with -EOPNOTSUPP).
  *
- * Posting on an endpoint (a connected TCP socket):
+ * Posting on an endpoint (a connected TCP or UDP socket):
  *  - one entry: IORING_OP_SEND_ZC from the fixed buffer (the kernel checks the range too);
  *  - several entries in one slot: IORING_OP_SENDMSG_ZC with IORING_RECVSEND_FIXED_BUF, where the
  *    kernel accepts it (probed at open; 6.18 does); otherwise, or when the entries span slots,
@@ -14,7 +14,9 @@
  * entry outside its registration sends nothing and completes with -EFAULT, from poll().
  * Completion runs after the kernel's notification (IORING_CQE_F_NOTIF), i.e. once the kernel
  * no longer reads the memory; the status is 0 when every byte was queued to the socket.
- * Posts on one endpoint reach the stream in post order (see uring_send.c). */
+ * Posts on one endpoint reach the socket in post order (see uring_send.c). On a datagram
+ * socket each post is one datagram: one longer than the socket takes (65507 bytes for IPv4
+ * UDP without GSO) completes with -EMSGSIZE, and a failed post does not fail later ones. */
 #ifndef NIC_URING_H
 #define NIC_URING_H
 
@@ -23,10 +25,14 @@
 #include <stdbool.h>
 #include <stdint.h>
 
-/* A connected SOCK_STREAM socket of AF_INET or AF_INET6 (the families with zero-copy send).
- * Returns NULL with errno: EINVAL (b is not the uring backend), ENOTSOCK, EPROTOTYPE (not a
- * stream), EOPNOTSUPP (e.g. AF_UNIX, which rejects SEND_ZC), ENOTCONN, ENOMEM. The endpoint
- * does not own sockfd: close the endpoint first, then the socket. */
+/* True when b is the io_uring backend. */
+bool nic_uring_is(struct nic_backend *b);
+
+/* A connected SOCK_STREAM or SOCK_DGRAM socket of AF_INET or AF_INET6 (the families with
+ * zero-copy send). Returns NULL with errno: EINVAL (b is not the uring backend), ENOTSOCK,
+ * EPROTOTYPE (neither stream nor datagram), EOPNOTSUPP (e.g. AF_UNIX, which rejects SEND_ZC),
+ * ENOTCONN, ENOMEM. The endpoint does not own sockfd: close the endpoint first, then the
+ * socket. */
 struct nic_endpoint *nic_uring_endpoint_open(struct nic_backend *b, int sockfd);
 
 /* Returns 0, or -EBUSY while posts on it have not completed (poll until they have). */

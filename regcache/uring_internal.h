@@ -60,6 +60,7 @@ struct nic_endpoint {
   int fd;
   unsigned sending;  /* submitted whose send CQE has not arrived */
   unsigned inflight; /* accepted and not yet notified */
+  bool dgram;        /* one datagram per post: never resumed, a failure breaks only that post */
   bool broken;       /* a message went out partly: later ones would corrupt the stream */
   bool kicked;       /* on the backend's kick list */
   uint64_t next_seq;
@@ -88,9 +89,6 @@ struct uring_backend {
 static inline struct uring_backend *uring_of(struct nic_backend *b) {
   return (struct uring_backend *)b->priv;
 }
-
-/* uring.c */
-bool nic_uring_is(struct nic_backend *b);
 
 /* uring_buffers.c */
 int nic_uring_table_init(struct uring_backend *ub);

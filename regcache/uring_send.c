@@ -18,6 +18,9 @@
  * the message had gone out (the peer holds a torn message) or the connection is gone
  * (-EPIPE, -ECONNRESET...: resending each queued post only to fail again is pointless).
  *
+ * A datagram endpoint keeps the batches (posts stay in order) but is never resumed or broken:
+ * each post is one datagram, sent whole or failed on its own.
+ *
  * Completion: done(arg, status) runs from poll() once the post's final send has reported and
  * every notification (one per send that pinned memory, F_NOTIF) has arrived: only then does
  * the kernel hold no reference to the pages. Until then the slots count the post in flight and
@@ -161,12 +164,16 @@ static void on_sent_locked(struct uring_backend *ub, struct uring_req *req, int 
     advance(req, (size_t)res);
     req->cancels = 0;
   }
+  bool cut_short = res > 0 && !ep->dgram; /* a datagram goes whole or not at all */
   if (req->off == req->total) {
     end_sends_locked(ub, req, 0);
-  } else if (res > 0 || (res == -ECANCELED && (!req->lead || ++req->cancels < MAX_CANCELS))) {
+  } else if (cut_short || (res == -ECANCELED && (!req->lead || ++req->cancels < MAX_CANCELS))) {
     /* Cancelled behind a failed send, or itself (its thread exited): the rest goes again. */
     nic_uring_requeue(&ep->backlog, req);
     ub->stats.resubmits++;
+  } else if (ep->dgram) {
+    /* Datagrams stand alone: a refused or oversized one fails, the next may go. */
+    end_sends_locked(ub, req, res < 0 ? res : -EMSGSIZE);
   } else {
     if (req->off) ub->stats.torn++;
     if (req->off || connection_gone(res)) ep->broken = true;

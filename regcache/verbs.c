@@ -285,10 +285,11 @@ NIC_EXPORT struct nic_endpoint *nic_verbs_endpoint(struct nic_backend *b, struct
                                                    struct ibv_cq *send_cq) {
   struct ibv_qp_attr attr;
   struct ibv_qp_init_attr init;
-  if (!b || !qp || !send_cq || qp->pd != vb_of(b)->pd) {
+  if (!b || !qp || qp->pd != vb_of(b)->pd) {
     errno = EINVAL; /* a QP in another PD could not use our lkeys */
     return NULL;
   }
+  if (!send_cq) send_cq = qp->send_cq;
   struct nic_endpoint *ep = calloc(1, sizeof *ep);
   if (!ep) return NULL;
   *ep = (struct nic_endpoint){.qp = qp, .cq = send_cq, .max_sge = b->caps.max_sge};

@@ -26,8 +26,9 @@ struct ibv_cq;
 struct ibv_context *nic_verbs_context(struct nic_backend *b);
 struct ibv_pd *nic_verbs_pd(struct nic_backend *b);
 
-/* An endpoint over the application's QP. send_cq is the QP's send CQ and must carry only
- * nicmalloc's posts: poll() takes every completion it finds there. NULL with errno on error. */
+/* An endpoint over the application's QP. send_cq is the QP's send CQ (NULL: qp->send_cq) and
+ * must carry only nicmalloc's posts: poll() takes every completion it finds there. NULL with
+ * errno EINVAL (no QP, or a QP outside nic_verbs_pd), or ENOMEM. */
 struct nic_endpoint *nic_verbs_endpoint(struct nic_backend *b, struct ibv_qp *qp,
                                         struct ibv_cq *send_cq);
 /* 0, or -EBUSY while posts on it are in flight. The QP and CQ stay the application's. */

@@ -1,6 +1,7 @@
 /* Safety settings, read once on first use (not at start-up: a program that never posts never
  * reads them), and the shared counters. */
 #include "config.h"
+#include "fence.h"
 #include "log.h"
 #include "safety.h"
 
@@ -13,18 +14,18 @@ struct nic_safety_counters nic_safety_ctr;
 static struct nic_safety_config cfg = {.copy_threshold = 512, /* the seed paper's crossover */
                                        .fence = NIC_FENCE_WAIT,
                                        .fence_timeout_ms = 5000,
+                                       .detect_sites = true,
                                        .realloc_inflight = NIC_REALLOC_MOVE};
 static pthread_once_t once = PTHREAD_ONCE_INIT;
 
 enum nic_fence_mode nic_safety_parse_fence(const char *t) {
   if (!strcmp(t, "off")) return NIC_FENCE_OFF;
   if (!strcmp(t, "wait")) return NIC_FENCE_WAIT;
-  if (!strcmp(t, "protect") || !strcmp(t, "detect"))
-    nic_log_warn("NICMALLOC_FENCE=%s: not implemented yet, using wait", t);
-  else
-    nic_log_warn("NICMALLOC_FENCE=%s is not valid (expected off, wait, protect or detect); using "
-                 "wait",
-                 t);
+  if (!strcmp(t, "protect")) return NIC_FENCE_PROTECT;
+  if (!strcmp(t, "detect")) return NIC_FENCE_DETECT;
+  nic_log_warn("NICMALLOC_FENCE=%s is not valid (expected off, wait, protect or detect); using "
+               "wait",
+               t);
   return NIC_FENCE_WAIT;
 }
 
@@ -38,6 +39,7 @@ static void load(void) {
       nic_log_warn("NICMALLOC_COPY_THRESHOLD=%s is not valid (expected 0 to 1M); using 512", t);
   }
   if ((t = getenv("NICMALLOC_FENCE"))) cfg.fence = nic_safety_parse_fence(t);
+  nic_fence_load_settings(&cfg); /* NICMALLOC_FENCE_PROTECT, NICMALLOC_FENCE_DETECT_SAMPLE */
   if ((t = getenv("NICMALLOC_FENCE_TIMEOUT_MS"))) {
     if (nic_parse_size(t, &v) && v >= 1 && v <= 3600000)
       cfg.fence_timeout_ms = (unsigned)v;

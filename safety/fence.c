@@ -1,9 +1,13 @@
-/* NICMALLOC_FENCE=wait: a write to memory the NIC may still be reading waits for the DMA.
- * The waiter polls the backend itself, so it makes progress even when no other thread runs
- * completions, and gives up after NICMALLOC_FENCE_TIMEOUT_MS rather than hang. Page
- * granularity: a write next to an in-flight entry, on the same 4 KiB page, waits too. */
+/* nic_fence_write (every mode but off): a write to memory the NIC may still be reading waits
+ * for the DMA. The waiter polls the backend itself, so it makes progress even when no other
+ * thread runs completions, and gives up after NICMALLOC_FENCE_TIMEOUT_MS rather than hang. Page
+ * granularity: a write next to an in-flight entry, on the same 4 KiB page, waits too.
+ * Also here: the hooks through which nic_sga_post reaches protect and detect, and their
+ * settings. */
 #define _GNU_SOURCE
+#include "fence.h"
 #include "backend.h"
+#include "config.h"
 #include "log.h"
 #include "nicmalloc.h"
 #include "pagecount.h"
@@ -11,6 +15,8 @@
 
 #include <errno.h>
 #include <sched.h>
+#include <stdlib.h>
+#include <string.h>
 #include <time.h>
 
 #define NIC_EXPORT __attribute__((visibility("default")))
@@ -55,4 +61,49 @@ NIC_EXPORT int nic_fence_write(const void *p, size_t len) {
   }
   if (nic_safety_config()->fence == NIC_FENCE_OFF) return 0;
   return nic_fence_wait(start, last + 1, "nic_fence_write");
+}
+
+void nic_fence_posted(const void *msg, const struct nic_sga_entry *e, uint32_t n) {
+  enum nic_fence_mode mode = nic_safety_config()->fence;
+  if (mode == NIC_FENCE_PROTECT)
+    nic_fence_protect(e, n);
+  else if (mode == NIC_FENCE_DETECT)
+    nic_fence_detect_posted(msg, e, n);
+}
+
+/* Whatever was done at post is undone even if the mode changed since (tests and benchmarks
+ * switch it at run time); in off and wait modes these are two loads. */
+void nic_fence_completing(const void *msg, int status) {
+  if (nic_fence_detect_started()) nic_fence_detect_completing(msg, status);
+}
+
+void nic_fence_completed(const struct nic_sga_entry *e, uint32_t n) {
+  if (nic_fence_protect_started()) nic_fence_unprotect(e, n);
+}
+
+void nic_fence_load_settings(struct nic_safety_config *c) {
+  const char *t;
+  if ((t = getenv("NICMALLOC_FENCE_PROTECT"))) {
+    if (!strcmp(t, "auto"))
+      c->protect_with = NIC_PROTECT_AUTO;
+    else if (!strcmp(t, "uffd"))
+      c->protect_with = NIC_PROTECT_UFFD;
+    else if (!strcmp(t, "mprotect"))
+      c->protect_with = NIC_PROTECT_MPROTECT;
+    else
+      nic_log_warn("NICMALLOC_FENCE_PROTECT=%s is not valid (expected auto, uffd or mprotect); "
+                   "using auto",
+                   t);
+  }
+  if ((t = getenv("NICMALLOC_FENCE_DETECT_SAMPLE"))) {
+    size_t v;
+    if (!strcmp(t, "off"))
+      c->detect_sites = false;
+    else if (nic_parse_size(t, &v) && v <= ((size_t)1 << 40))
+      c->detect_mean = v;
+    else
+      nic_log_warn("NICMALLOC_FENCE_DETECT_SAMPLE=%s is not valid (expected off, 0 for every "
+                   "block, or mean bytes up to 1T); using 0",
+                   t);
+  }
 }

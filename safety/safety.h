@@ -6,26 +6,34 @@
 #include <stddef.h>
 #include <stdint.h>
 
-enum nic_fence_mode { NIC_FENCE_OFF, NIC_FENCE_WAIT };
+enum nic_fence_mode { NIC_FENCE_OFF, NIC_FENCE_WAIT, NIC_FENCE_PROTECT, NIC_FENCE_DETECT };
+/* How protect write-protects pages (safety/fence_protect.c): auto = userfaultfd, else mprotect. */
+enum nic_fence_protect_with { NIC_PROTECT_AUTO, NIC_PROTECT_UFFD, NIC_PROTECT_MPROTECT };
 enum nic_realloc_inflight { NIC_REALLOC_MOVE, NIC_REALLOC_WAIT };
 
 struct nic_safety_config {
   size_t copy_threshold;     /* NICMALLOC_COPY_THRESHOLD: entries shorter are copied (512) */
-  enum nic_fence_mode fence; /* NICMALLOC_FENCE: off | wait (protect, detect: not yet) */
+  enum nic_fence_mode fence; /* NICMALLOC_FENCE: off | wait | protect | detect */
   unsigned fence_timeout_ms; /* NICMALLOC_FENCE_TIMEOUT_MS (5000) */
+  enum nic_fence_protect_with protect_with; /* NICMALLOC_FENCE_PROTECT (auto) */
+  bool detect_sites;  /* NICMALLOC_FENCE_DETECT_SAMPLE is not off: record allocation sites */
+  size_t detect_mean; /* its mean bytes between recorded blocks; 0 = every block */
   enum nic_realloc_inflight realloc_inflight; /* NICMALLOC_REALLOC_INFLIGHT: move | wait */
 };
 /* Read from the environment on first use. */
 const struct nic_safety_config *nic_safety_config(void);
 /* Tests and benchmarks switch settings at run time (not thread-safe against users). */
 void nic_safety_config_set(const struct nic_safety_config *c);
-/* Parses a NICMALLOC_FENCE value, warning about protect/detect and bad values. */
+/* Parses a NICMALLOC_FENCE value, warning about bad values. */
 enum nic_fence_mode nic_safety_parse_fence(const char *text);
 
 /* Counters, updated with relaxed atomics. */
 struct nic_safety_counters {
   uint64_t inflight_posts, inflight_entries, deferred_frees, deferred_pending, holds;
   uint64_t bounce_bytes, fence_waits, fence_timeouts, realloc_moves;
+  /* NICMALLOC_FENCE=protect|detect (safety/fence.h) */
+  uint64_t fence_held_writes, fence_writers_held, fence_bypasses, fence_unprotected;
+  uint64_t fence_mismatches;
 };
 extern struct nic_safety_counters nic_safety_ctr;
 #define NIC_SAFETY_COUNT(field, n) __atomic_add_fetch(&nic_safety_ctr.field, (n), __ATOMIC_RELAXED)

@@ -15,4 +15,9 @@ void nic_safety_fill_stats(struct nic_stats *out) {
   out->bounce_bytes = get(&nic_safety_ctr.bounce_bytes);
   out->fence_waits = get(&nic_safety_ctr.fence_waits);
   out->fence_timeouts = get(&nic_safety_ctr.fence_timeouts);
+  out->fence_held_writes = get(&nic_safety_ctr.fence_held_writes);
+  out->fence_writers_held = get(&nic_safety_ctr.fence_writers_held);
+  out->fence_bypasses = get(&nic_safety_ctr.fence_bypasses);
+  out->fence_unprotected = get(&nic_safety_ctr.fence_unprotected);
+  out->fence_mismatches = get(&nic_safety_ctr.fence_mismatches);
 }

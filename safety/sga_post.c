@@ -4,6 +4,7 @@
  * and the completion drops them all, from whichever thread runs it. */
 #include "backend.h"
 #include "bounce.h"
+#include "fence.h"
 #include "log.h"
 #include "nicmalloc.h"
 #include "pagecount.h"
@@ -46,7 +47,9 @@ static void release(struct message *m) {
 
 static void completed(void *arg, int status) {
   struct message *m = arg;
+  nic_fence_completing(m, status);
   unref_pages(m, m->n);
+  nic_fence_completed(m->entry, m->n); /* after: pages no entry covers now become writable */
   __atomic_sub_fetch(&nic_safety_ctr.inflight_entries, m->n, __ATOMIC_RELAXED);
   __atomic_sub_fetch(&nic_safety_ctr.inflight_posts, 1, __ATOMIC_RELAXED);
   nic_safety_retry_deferred(); /* frees that waited for these pages */
@@ -89,11 +92,14 @@ NIC_EXPORT int nic_sga_post(struct nic_sga *sga, struct nic_endpoint *ep, nic_sg
   NIC_SAFETY_COUNT(inflight_posts, 1);
   NIC_SAFETY_COUNT(inflight_entries, n);
   nic_pressure_note(sga->entry, sga->count);
+  nic_fence_posted(m, m->entry, n); /* NICMALLOC_FENCE=protect|detect, before the NIC can read */
   rc = b->post(b, ep, sge, n, completed, m);
   if (rc) {
     __atomic_sub_fetch(&nic_safety_ctr.inflight_entries, n, __ATOMIC_RELAXED);
     __atomic_sub_fetch(&nic_safety_ctr.inflight_posts, 1, __ATOMIC_RELAXED);
+    nic_fence_completing(m, rc);
     unref_pages(m, n);
+    nic_fence_completed(m->entry, n);
     nic_safety_retry_deferred();
     free(m);
     nic_log_error("nic_sga_post: backend %s refused the message (%s)", b->name, strerror(-rc));

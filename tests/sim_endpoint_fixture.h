@@ -4,6 +4,8 @@
 
 #include <gtest/gtest.h>
 
+#include <atomic>
+
 #include "sim_inbox.h"
 extern "C" {
 #include "backend.h"
@@ -22,6 +24,30 @@ protected:
     while (nic_sim_endpoint_destroy(ep) == -EBUSY)
       nic_poll(0);
   }
+  // Posts [p, p+len) as one message; its completion counts in done_count (and failures).
+  void Post(const void *p, size_t len) {
+    nic_sga sga;
+    ASSERT_EQ(nic_sga_init(&sga, 0), 0);
+    ASSERT_EQ(nic_sga_add(&sga, p, len), 0);
+    ASSERT_EQ(nic_sga_post(&sga, ep, CountDone, this), 0);
+  }
+  // The same with the NIC paused: nothing is read until Drain.
+  void PostPaused(const void *p, size_t len) {
+    nic_sim_pause(nic_backend_active(), true);
+    Post(p, len);
+  }
+  // Lets the NIC run and polls until done_count reaches target.
+  void Drain(int target) {
+    nic_sim_pause(nic_backend_active(), false);
+    while (done_count.load() < target)
+      nic_poll(0);
+  }
+  static void CountDone(void *arg, int status) {
+    auto *self = static_cast<SimEndpointTest *>(arg);
+    if (status) self->done_failed++;
+    self->done_count++;
+  }
   nic_endpoint *ep = nullptr;
   Inbox inbox;
+  std::atomic<int> done_count{0}, done_failed{0};
 };

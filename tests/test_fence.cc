@@ -23,10 +23,6 @@ extern "C" {
 
 namespace {
 
-std::atomic<int> completions{0};
-void OnDone(void *, int) {
-  completions++;
-}
 class Fence : public SimEndpointTest {
 protected:
   void SetUp() override {
@@ -42,19 +38,6 @@ protected:
     change(&c);
     nic_safety_config_set(&c);
   }
-  // Posts [p, p+len) with the NIC paused.
-  void PostPaused(const void *p, size_t len) {
-    nic_sim_pause(nic_backend_active(), true);
-    nic_sga sga;
-    ASSERT_EQ(nic_sga_init(&sga, 0), 0);
-    ASSERT_EQ(nic_sga_add(&sga, p, len), 0);
-    ASSERT_EQ(nic_sga_post(&sga, ep, OnDone, nullptr), 0);
-  }
-  void Drain(int target) {
-    nic_sim_pause(nic_backend_active(), false);
-    while (completions.load() < target)
-      nic_poll(0);
-  }
   struct nic_safety_config saved;
 };
 
@@ -62,7 +45,7 @@ TEST_F(Fence, WriteAfterPostWaitsForTheDma) {
   char *p = static_cast<char *>(nic_malloc(8192));
   memset(p, 'A', 8192);
   const uint64_t waits = Stats().fence_waits;
-  const int target = completions.load() + 1;
+  const int target = done_count.load() + 1;
   PostPaused(p, 8192);
   std::atomic<bool> wrote{false};
   std::thread writer([&] {
@@ -94,7 +77,7 @@ TEST_F(Fence, GivesUpAfterTheTimeoutWithAMessage) {
   Set([](struct nic_safety_config *c) { c->fence_timeout_ms = 50; });
   char *p = static_cast<char *>(malloc(4096));
   memset(p, 'T', 4096);
-  const int target = completions.load() + 1;
+  const int target = done_count.load() + 1;
   PostPaused(p, 4096);
   testing::internal::CaptureStderr();
   EXPECT_EQ(nic_fence_write(p, 4096), -ETIMEDOUT);
@@ -109,7 +92,7 @@ TEST_F(Fence, GivesUpAfterTheTimeoutWithAMessage) {
 TEST_F(Fence, OffDoesNotWait) {
   Set([](struct nic_safety_config *c) { c->fence = NIC_FENCE_OFF; });
   char *p = static_cast<char *>(nic_malloc(4096));
-  const int target = completions.load() + 1;
+  const int target = done_count.load() + 1;
   PostPaused(p, 4096);
   const uint64_t waits = Stats().fence_waits;
   EXPECT_EQ(nic_fence_write(p, 4096), 0);
@@ -131,7 +114,7 @@ TEST_F(Fence, ReallocWaitsWhenAsked) {
   Set([](struct nic_safety_config *c) { c->realloc_inflight = NIC_REALLOC_WAIT; });
   char *p = static_cast<char *>(malloc(4096));
   memset(p, 'W', 4096);
-  const int target = completions.load() + 1;
+  const int target = done_count.load() + 1;
   PostPaused(p, 4096);
   char *q = nullptr;
   std::thread writer([&] {
@@ -149,7 +132,7 @@ TEST_F(Fence, ReallocWaitsWhenAsked) {
 TEST_F(Fence, ReallocMovesByDefault) {
   char *p = static_cast<char *>(nic_malloc(4096));
   memset(p, 'M', 4096);
-  const int target = completions.load() + 1;
+  const int target = done_count.load() + 1;
   PostPaused(p, 4096);
   char *q = static_cast<char *>(realloc(p, 4000));
   ASSERT_NE(q, nullptr);
@@ -161,23 +144,17 @@ TEST_F(Fence, ReallocMovesByDefault) {
   free(q);
 }
 
-TEST(FenceSetting, ProtectAndDetectAreNotImplementedYet) {
-  for (const char *mode : {"protect", "detect"}) {
-    testing::internal::CaptureStderr();
-    EXPECT_EQ(nic_safety_parse_fence(mode), NIC_FENCE_WAIT);
-    std::string err = testing::internal::GetCapturedStderr();
-    EXPECT_NE(err.find("not implemented yet, using wait"), std::string::npos) << err;
-  }
+TEST(FenceSetting, EveryModeParsesAndABadOneWarnsAndWaits) {
+  testing::internal::CaptureStderr();
+  EXPECT_EQ(nic_safety_parse_fence("off"), NIC_FENCE_OFF);
+  EXPECT_EQ(nic_safety_parse_fence("wait"), NIC_FENCE_WAIT);
+  EXPECT_EQ(nic_safety_parse_fence("protect"), NIC_FENCE_PROTECT);
+  EXPECT_EQ(nic_safety_parse_fence("detect"), NIC_FENCE_DETECT);
+  EXPECT_EQ(testing::internal::GetCapturedStderr(), "");
   testing::internal::CaptureStderr();
   EXPECT_EQ(nic_safety_parse_fence("sometimes"), NIC_FENCE_WAIT);
-  EXPECT_EQ(nic_safety_parse_fence("off"), NIC_FENCE_OFF);
-  testing::internal::GetCapturedStderr();
-}
-
-// Run by ctest with NICMALLOC_FENCE=protect|detect (tests/safety.cmake), which also checks the
-// warning on stderr.
-TEST(FenceEnv, ProtectOrDetectFallsBackToWait) {
-  EXPECT_EQ(nic_safety_config()->fence, NIC_FENCE_WAIT);
+  std::string err = testing::internal::GetCapturedStderr();
+  EXPECT_NE(err.find("NICMALLOC_FENCE=sometimes is not valid"), std::string::npos) << err;
 }
 
 } // namespace

@@ -5,18 +5,11 @@
 
 using namespace uring_test;
 
-namespace {
-// Socket buffers small enough that a send of a few MiB must wait for the reader. Not much
-// smaller: once the receive window stays below loopback's 64 KiB MSS, zero-copy sends on 6.18
-// can stall for good (measured with 4 and 16 KiB buffers; plain send does not).
-constexpr int kSmall = 256 << 10;
-} // namespace
-
 // io_uring alone may run two sends on one socket out of order when the first finds it full;
 // the backend must keep post order on a stream.
 TEST_F(UringTest, PostsOnOneSocketKeepTheirOrderUnderBackpressure) {
   Region mem(4 << 20, 11);
-  LoopbackPair pair(kSmall, kSmall);
+  LoopbackPair pair(kSmallBuf, kSmallBuf);
   ASSERT_EQ(fcntl(pair.tx, F_SETFL, O_NONBLOCK), 0); // as event-driven servers have it
   Reader reader(pair.rx, /*paused=*/true, 4096);     // starts once everything is posted
   nic_endpoint *ep = Endpoint(pair.tx);
@@ -58,7 +51,7 @@ TEST_F(UringTest, TwoThreadsOnTwoSocketsEachCompletionRunsOnce) {
   nic_registration r1 = Reg(mem.base, 2 << 20), r2 = Reg(mem.base + (2 << 20), 2 << 20);
   constexpr int kPosts = 300;
   struct Side {
-    LoopbackPair pair{kSmall, kSmall};
+    LoopbackPair pair{kSmallBuf, kSmallBuf};
     std::vector<Done> done = std::vector<Done>(kPosts);
     std::string want;
     nic_endpoint *ep = nullptr;
@@ -111,7 +104,7 @@ TEST_F(UringTest, TwoThreadsOnTwoSocketsEachCompletionRunsOnce) {
 // memory is certainly in flight while the reader is paused: what the safety suites rely on.
 TEST_F(UringTest, MemoryStaysInFlightWhileTheReceiverStalls) {
   Region mem(4 << 20, 13);
-  LoopbackPair pair(kSmall, kSmall);
+  LoopbackPair pair(kSmallBuf, kSmallBuf);
   Reader reader(pair.rx, /*paused=*/true);
   nic_endpoint *ep = Endpoint(pair.tx);
   nic_registration r = Reg(mem.base, mem.len);
@@ -137,7 +130,7 @@ TEST_F(UringTest, MemoryStaysInFlightWhileTheReceiverStalls) {
 // stays failed rather than sending the rest of a torn stream.
 TEST_F(UringTest, ConnectionResetMidMessageFailsThisAndLaterPosts) {
   Region mem(4 << 20, 14);
-  LoopbackPair pair(kSmall, kSmall);
+  LoopbackPair pair(kSmallBuf, kSmallBuf);
   nic_endpoint *ep = Endpoint(pair.tx);
   nic_registration r = Reg(mem.base, mem.len);
   nic_sge sge = Sge(r, 0, mem.len);
@@ -166,7 +159,7 @@ TEST_F(UringTest, ConnectionResetMidMessageFailsThisAndLaterPosts) {
 // exits (measured: a 4 MiB SEND_ZC came back with 32 KiB sent); the backend resumes it.
 TEST_F(UringTest, PostFromAThreadThatExitsStillCompletes) {
   Region mem(2 << 20, 15);
-  LoopbackPair pair(kSmall, kSmall);
+  LoopbackPair pair(kSmallBuf, kSmallBuf);
   Reader reader(pair.rx, /*paused=*/true);
   nic_endpoint *ep = Endpoint(pair.tx);
   nic_registration r = Reg(mem.base, mem.len);
@@ -181,10 +174,11 @@ TEST_F(UringTest, PostFromAThreadThatExitsStillCompletes) {
   EXPECT_GE(Stats().resubmits, 1u) << "the send was expected to be cut short by the exit";
 }
 
-TEST_F(UringTest, EndpointsAreConnectedTcpSocketsOnly) {
-  int p[2], u[2];
+TEST_F(UringTest, EndpointsAreConnectedTcpOrUdpSocketsOnly) {
+  int p[2], u[2], sp[2];
   ASSERT_EQ(pipe(p), 0);
   ASSERT_EQ(socketpair(AF_UNIX, SOCK_STREAM, 0, u), 0);
+  ASSERT_EQ(socketpair(AF_UNIX, SOCK_SEQPACKET, 0, sp), 0);
   int idle = socket(AF_INET, SOCK_STREAM, 0);
   int udp = socket(AF_INET, SOCK_DGRAM, 0);
   struct {
@@ -192,18 +186,21 @@ TEST_F(UringTest, EndpointsAreConnectedTcpSocketsOnly) {
     const char *what;
   } cases[] = {{p[0], ENOTSOCK, "pipe"},
                {-1, EBADF, "bad fd"},
-               {idle, ENOTCONN, "unconnected"},
-               {udp, EPROTOTYPE, "datagram"},
+               {idle, ENOTCONN, "unconnected stream"},
+               {udp, ENOTCONN, "unconnected datagram (posts carry no address)"},
+               {sp[0], EPROTOTYPE, "seqpacket"},
                {u[0], EOPNOTSUPP, "AF_UNIX (no zero-copy send)"}};
   for (auto &c : cases) {
     errno = 0;
     EXPECT_EQ(nic_uring_endpoint_open(b, c.fd), nullptr) << c.what;
     EXPECT_EQ(errno, c.err) << c.what;
   }
-  for (int fd : {p[0], p[1], u[0], u[1], idle, udp})
+  for (int fd : {p[0], p[1], u[0], u[1], sp[0], sp[1], idle, udp})
     close(fd);
   EXPECT_EQ(nic_uring_endpoint_open(nullptr, 0), nullptr);
   EXPECT_EQ(errno, EINVAL);
+  UdpPair pair;
+  Endpoint(pair.tx); // a connected datagram socket is one
 }
 
 // Three batches of 256 linked sends give 1536 CQEs before the next poll, more than the
@@ -279,7 +276,7 @@ TEST_F(UringTest, PostsToAResetPeerAllFailOnce) {
 TEST_F(UringTest, WriteAfterPostReachesTheReceiverUnlessFenced) {
   Region mem(4 << 20, 18);
   const std::string original = mem.Bytes(0, mem.len);
-  LoopbackPair pair(kSmall, kSmall);
+  LoopbackPair pair(kSmallBuf, kSmallBuf);
   Reader reader(pair.rx, /*paused=*/true);
   nic_endpoint *ep = Endpoint(pair.tx);
   nic_registration r = Reg(mem.base, mem.len);

@@ -10,3 +10,24 @@ target_link_libraries(test_uring_backend PRIVATE nicmalloc_objects GTest::gtest 
   Threads::Threads)
 # Every wait in the suite has its own deadline; TIMEOUT is the last resort.
 gtest_discover_tests(test_uring_backend PROPERTIES TIMEOUT 120 DISCOVERY_TIMEOUT 60)
+
+# The public endpoint (nic_uring_endpoint_create) and the safety layer on io_uring over loopback:
+# free-after-post, write-after-post (NICMALLOC_FENCE=wait) and many threads, as the sim suites
+# do (issue #4). The process-wide backend is uring; one case runs again under sim to see the
+# wrong-backend error.
+set(NIC_URING_SGA_ENV "NICMALLOC_BACKEND=uring;NICMALLOC_CHUNK_SIZE=64M;NICMALLOC_FENCE=wait")
+foreach(suite test_uring_endpoint test_uring_safety)
+  add_executable(${suite} ${CMAKE_CURRENT_LIST_DIR}/${suite}.cc)
+  target_link_libraries(${suite} PRIVATE nicmalloc_objects GTest::gtest GTest::gtest_main
+    Threads::Threads)
+  nic_gtest_with_env(${suite} ${NIC_URING_SGA_ENV})
+endforeach()
+gtest_discover_tests(test_uring_safety PROPERTIES TIMEOUT 300 DISCOVERY_TIMEOUT 60)
+gtest_discover_tests(test_uring_endpoint TEST_FILTER "-UringEndpointWrongBackend.*"
+                     PROPERTIES TIMEOUT 300 DISCOVERY_TIMEOUT 60)
+# By path, not target name: the target's env(1) wrapper would set the backend back to uring.
+add_test(NAME UringEndpointWrongBackend.UnderSim
+         COMMAND $<TARGET_FILE:test_uring_endpoint> --gtest_filter=UringEndpointWrongBackend.*)
+set_tests_properties(UringEndpointWrongBackend.UnderSim PROPERTIES
+  ENVIRONMENT "NICMALLOC_BACKEND=sim;NICMALLOC_CHUNK_SIZE=64M" TIMEOUT 60
+  FAIL_REGULAR_EXPRESSION "\\[  SKIPPED \\]")

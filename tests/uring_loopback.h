@@ -1,12 +1,14 @@
-// Loopback TCP harness for the io_uring backend: a connected pair, a receiver that drains on
-// its own thread (on loopback the zero-copy notification usually waits for the receiver to read,
-// so a test that waits for completions without draining hangs), patterned memory, and polling
-// with a deadline. Also meant for the safety suites (free-after-post, write-after-post): a
-// paused Reader plus small socket buffers keeps a post in flight for as long as a test wants.
+// Loopback harness for the io_uring backend: a connected TCP or UDP pair, a receiver that drains
+// on its own thread (on loopback the zero-copy notification usually waits for the receiver to
+// read, so a test that waits for completions without draining hangs), patterned memory, and
+// polling with a deadline. The safety suites (free-after-post, write-after-post) rely on a paused
+// Reader plus small socket buffers keeping a post in flight for as long as a test wants; they
+// go through the public API (UringSgaTest at the end).
 #pragma once
 
 #include <gtest/gtest.h>
 
+#include "nicmalloc.h"
 extern "C" {
 #include "uring.h"
 }
@@ -34,6 +36,11 @@ namespace uring_test {
 
 using Clock = std::chrono::steady_clock;
 constexpr std::chrono::milliseconds kLimit{20000}; // every wait fails after this
+
+// Socket buffers small enough that a send of a few MiB must wait for the reader. Not much
+// smaller: once the receive window stays below loopback's 64 KiB MSS, zero-copy sends on 6.18
+// can stall for good (measured with 4 and 16 KiB buffers; plain send does not).
+constexpr int kSmallBuf = 256 << 10;
 
 // Anonymous memory filled with a seeded, non-periodic pattern (a misplaced byte shows).
 struct Region {
@@ -80,6 +87,30 @@ struct LoopbackPair {
   int tx = -1, rx = -1;
 };
 
+// Two UDP sockets on 127.0.0.1, connected to each other. A large receive buffer, so that no
+// datagram is dropped while the Reader catches up.
+struct UdpPair {
+  UdpPair() {
+    rx = socket(AF_INET, SOCK_DGRAM, 0);
+    tx = socket(AF_INET, SOCK_DGRAM, 0);
+    int big = 8 << 20;
+    setsockopt(rx, SOL_SOCKET, SO_RCVBUFFORCE, &big, sizeof big);
+    sockaddr_in a{}, b{};
+    a.sin_family = b.sin_family = AF_INET;
+    a.sin_addr.s_addr = b.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+    socklen_t alen = sizeof a, blen = sizeof b;
+    if (bind(rx, (sockaddr *)&a, sizeof a) || getsockname(rx, (sockaddr *)&a, &alen) ||
+        bind(tx, (sockaddr *)&b, sizeof b) || getsockname(tx, (sockaddr *)&b, &blen) ||
+        connect(tx, (sockaddr *)&a, sizeof a) || connect(rx, (sockaddr *)&b, sizeof b))
+      ADD_FAILURE() << "udp pair on 127.0.0.1: " << strerror(errno);
+  }
+  ~UdpPair() {
+    close(tx);
+    close(rx);
+  }
+  int tx = -1, rx = -1;
+};
+
 // Reads rx on its own thread into a string, in reads of at most `chunk` bytes.
 class Reader {
 public:
@@ -97,6 +128,14 @@ public:
   size_t Size() {
     std::lock_guard<std::mutex> g(mu_);
     return data_.size();
+  }
+  // What each read returned: one datagram per read on a datagram socket.
+  std::vector<std::string> Reads() {
+    std::lock_guard<std::mutex> g(mu_);
+    std::vector<std::string> out;
+    for (size_t i = 0, at = 0; i < ends_.size(); at = ends_[i++])
+      out.push_back(data_.substr(at, ends_[i] - at));
+    return out;
   }
   // True once at least n bytes arrived; false at the deadline.
   bool WaitFor(size_t n, std::chrono::milliseconds limit = kLimit) {
@@ -120,6 +159,7 @@ private:
       if (r <= 0) break; // EOF or reset
       std::lock_guard<std::mutex> g(mu_);
       data_.append(buf.data(), static_cast<size_t>(r));
+      ends_.push_back(data_.size());
     }
   }
   int fd_;
@@ -127,16 +167,18 @@ private:
   std::atomic<bool> paused_, stop_{false};
   std::mutex mu_;
   std::string data_;
+  std::vector<size_t> ends_;
   std::thread thread_; // last: starts once the rest is built
 };
 
-// Counts done() calls; keeps the last status.
+// Counts done() calls and failures; keeps the last status.
 struct Done {
-  std::atomic<int> calls{0};
+  std::atomic<int> calls{0}, failed{0};
   std::atomic<int> status{INT_MIN};
   static void Fn(void *arg, int st) {
     auto *d = static_cast<Done *>(arg);
     d->status = st;
+    if (st) d->failed++;
     d->calls++;
   }
 };
@@ -200,6 +242,64 @@ protected:
     return s;
   }
   struct nic_backend *b = nullptr;
+  std::vector<nic_endpoint *> eps;
+};
+
+// ---- Through the public API: nic_uring_endpoint_create, nic_sga_*, nic_poll ----
+
+inline nic_stats NicStats() {
+  nic_stats s;
+  nic_get_stats(&s);
+  return s;
+}
+
+// Runs completions (nic_poll) until pred() holds; false at the deadline.
+template <class Pred> bool NicPollUntil(Pred pred, std::chrono::milliseconds limit = kLimit) {
+  for (auto end = Clock::now() + limit; !pred();) {
+    if (Clock::now() > end) return false;
+    if (nic_poll(64) == 0) usleep(100);
+  }
+  return true;
+}
+
+// One message of the given parts, posted with done as its completion. 0 or the first error.
+inline int PostParts(nic_endpoint *ep, const std::vector<std::pair<const void *, size_t>> &parts,
+                     Done *done) {
+  nic_sga sga;
+  int rc = nic_sga_init(&sga, 0);
+  for (size_t i = 0; i < parts.size() && rc == 0; i++)
+    rc = nic_sga_add(&sga, parts[i].first, parts[i].second);
+  if (rc == 0) rc = nic_sga_post(&sga, ep, Done::Fn, done);
+  if (rc) nic_sga_reset(&sga);
+  return rc;
+}
+
+// The process-wide backend must be uring (ctest sets NICMALLOC_BACKEND=uring); skips only where
+// io_uring is switched off. Endpoints made with Endpoint() are destroyed once their posts are.
+class UringSgaTest : public ::testing::Test {
+protected:
+  void SetUp() override {
+    struct nic_backend *b = nic_backend_active();
+    if (b && nic_uring_is(b)) return;
+    std::string why = UringDisabledReason(0);
+    if (!why.empty()) GTEST_SKIP() << why;
+    FAIL() << "the backend in use is " << (b ? b->name : "none")
+           << ", not uring: run with NICMALLOC_BACKEND=uring (ctest does)";
+  }
+  void TearDown() override {
+    for (nic_endpoint *ep : eps) {
+      int rc = -EBUSY;
+      NicPollUntil([&] { return (rc = nic_uring_endpoint_destroy(ep)) != -EBUSY; });
+      EXPECT_EQ(rc, 0);
+    }
+    EXPECT_EQ(NicStats().inflight_entries, 0u);
+  }
+  nic_endpoint *Endpoint(int fd) {
+    nic_endpoint *ep = nic_uring_endpoint_create(fd);
+    EXPECT_NE(ep, nullptr) << strerror(errno);
+    if (ep) eps.push_back(ep);
+    return ep;
+  }
   std::vector<nic_endpoint *> eps;
 };
 

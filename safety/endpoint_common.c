@@ -1,0 +1,69 @@
+/* Shared by the public endpoint constructors: see endpoint_common.h. */
+#define _GNU_SOURCE
+#include "endpoint_common.h"
+
+#include "log.h"
+
+#include <dlfcn.h>
+#include <errno.h>
+#include <pthread.h>
+#include <stdlib.h>
+#include <string.h>
+
+struct made {
+  struct nic_endpoint *ep;
+  const char *kind;
+  struct made *next;
+};
+
+static pthread_mutex_t lock = PTHREAD_MUTEX_INITIALIZER;
+static struct made *made;
+
+struct nic_backend *nic_ep_backend(const char *who, const char *kind, const char *hint) {
+  struct nic_backend *b = nic_backend_active();
+  if (b && !strcmp(b->name, kind)) return b;
+  if (b)
+    nic_log_error("%s: the backend in use is %s, not %s (%s)", who, b->name, kind, hint);
+  else
+    nic_log_error("%s: no registration backend could be opened (%s)", who, hint);
+  errno = ENODEV;
+  return NULL;
+}
+
+bool nic_ep_track(struct nic_endpoint *ep, const char *kind) {
+  struct made *m = malloc(sizeof *m);
+  if (!m) return false;
+  pthread_mutex_lock(&lock);
+  *m = (struct made){.ep = ep, .kind = kind, .next = made};
+  made = m;
+  pthread_mutex_unlock(&lock);
+  return true;
+}
+
+int nic_ep_untrack(struct nic_endpoint *ep, const char *kind, const char *who,
+                   nic_ep_close_fn close) {
+  pthread_mutex_lock(&lock);
+  struct made **link = &made;
+  while (*link && ((*link)->ep != ep || strcmp((*link)->kind, kind)))
+    link = &(*link)->next;
+  struct made *m = *link;
+  /* Under the lock: a second destroy of the same endpoint must not race this one. */
+  int rc = m ? close(nic_backend_if_open(), ep) : -EINVAL;
+  if (rc == 0) *link = m->next;
+  pthread_mutex_unlock(&lock);
+  if (!m)
+    nic_log_error("%s(%p): not an endpoint made by nic_%s_endpoint_create", who, (void *)ep, kind);
+  if (rc == 0) free(m);
+  return rc;
+}
+
+void *nic_ep_plugin_symbol(struct nic_backend *b, const char *name) {
+  Dl_info info;
+  if (!b || !dladdr((void *)b->post, &info) || !info.dli_fname) return NULL;
+  /* NOLOAD finds the copy already loaded and never loads a second one. */
+  void *handle = dlopen(info.dli_fname, RTLD_NOW | RTLD_LOCAL | RTLD_NOLOAD);
+  if (!handle) return NULL;
+  void *sym = dlsym(handle, name);
+  dlclose(handle); /* drops only NOLOAD's reference: the backend keeps the plugin loaded */
+  return sym;
+}

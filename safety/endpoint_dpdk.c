@@ -1,0 +1,70 @@
+/* nic_dpdk_endpoint_create: the dpdk backend's public endpoint, a started port's tx queue.
+ * The backend is a plugin (libnicmalloc-dpdk.so) loaded only when chosen, so its endpoint API
+ * (regcache/dpdk.h) is reached through the plugin's own handle. */
+#include "endpoint_common.h"
+#include "log.h"
+#include "nicmalloc.h"
+
+#include <errno.h>
+#include <string.h>
+
+typedef struct nic_endpoint *(*open_fn)(struct nic_backend *, uint16_t, uint16_t);
+typedef struct nic_endpoint *(*default_fn)(struct nic_backend *);
+typedef void (*port_fn)(const struct nic_endpoint *, uint16_t *, uint16_t *);
+
+/* The default endpoint's port and queue: 0, or -ENOENT when the backend has none. */
+static int default_port(struct nic_backend *b, uint16_t *port, uint16_t *queue) {
+  default_fn get = (default_fn)nic_ep_plugin_symbol(b, "nic_dpdk_default_endpoint");
+  port_fn where = (port_fn)nic_ep_plugin_symbol(b, "nic_dpdk_endpoint_port");
+  struct nic_endpoint *ep = get && where ? get(b) : NULL;
+  if (!ep) return -ENOENT;
+  where(ep, port, queue);
+  return 0;
+}
+
+static int close_dpdk(struct nic_backend *b, struct nic_endpoint *ep) {
+  nic_ep_close_fn close = (nic_ep_close_fn)nic_ep_plugin_symbol(b, "nic_dpdk_endpoint_close");
+  return close ? close(b, ep) : -ENOSYS;
+}
+
+NIC_EXPORT struct nic_endpoint *nic_dpdk_endpoint_create(uint16_t port_id, uint16_t queue_id) {
+  static const char who[] = "nic_dpdk_endpoint_create";
+  struct nic_backend *b = nic_ep_backend(who, "dpdk", "set NICMALLOC_BACKEND=dpdk");
+  if (!b) return NULL;
+  open_fn open = (open_fn)nic_ep_plugin_symbol(b, "nic_dpdk_endpoint");
+  if (!open) {
+    nic_log_error("%s: libnicmalloc-dpdk.so lacks nic_dpdk_endpoint (a plugin from another "
+                  "build?)",
+                  who);
+    errno = ENOSYS;
+    return NULL;
+  }
+  if (port_id == NIC_DPDK_DEFAULT_PORT) {
+    if (queue_id != 0 || default_port(b, &port_id, &queue_id)) {
+      nic_log_error("%s(NIC_DPDK_DEFAULT_PORT, %u): %s", who, queue_id,
+                    queue_id ? "the default port takes queue 0 (its own queue)"
+                             : "there is no default port (set NICMALLOC_DPDK_VDEV, or call "
+                               "nic_dpdk_attach)");
+      errno = queue_id ? EINVAL : ENOENT;
+      return NULL;
+    }
+  }
+  struct nic_endpoint *ep = open(b, port_id, queue_id);
+  int err = errno;
+  if (ep && !nic_ep_track(ep, "dpdk")) {
+    close_dpdk(b, ep);
+    ep = NULL;
+    err = ENOMEM;
+  }
+  if (!ep) {
+    nic_log_error("%s(%u, %u): %s", who, port_id, queue_id,
+                  err == EINVAL ? "no such port, or no tx queue of that number set up on it"
+                                : strerror(err));
+    errno = err;
+  }
+  return ep;
+}
+
+NIC_EXPORT int nic_dpdk_endpoint_destroy(struct nic_endpoint *ep) {
+  return nic_ep_untrack(ep, "dpdk", "nic_dpdk_endpoint_destroy", close_dpdk);
+}

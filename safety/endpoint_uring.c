@@ -1,0 +1,54 @@
+/* nic_uring_endpoint_create: the io_uring backend's public endpoint, a connected TCP or UDP
+ * socket. Posting and completion are the backend's (regcache/uring_send.c): SEND_ZC or
+ * SENDMSG_ZC from the fixed buffers, done() after the kernel's notification. */
+#include "endpoint_common.h"
+#include "log.h"
+#include "nicmalloc.h"
+#include "uring.h"
+
+#include <errno.h>
+#include <string.h>
+
+static const char *why_not(int err) {
+  switch (err) {
+  case EBADF:
+    return "not an open file descriptor";
+  case ENOTSOCK:
+    return "not a socket";
+  case EPROTOTYPE:
+    return "neither a stream nor a datagram socket";
+  case EOPNOTSUPP:
+    return "not an AF_INET or AF_INET6 socket (zero-copy send needs TCP or UDP)";
+  case ENOTCONN:
+    return "not connected (datagram sockets too: posts carry no address)";
+  default:
+    return strerror(err);
+  }
+}
+
+NIC_EXPORT struct nic_endpoint *nic_uring_endpoint_create(int sockfd) {
+  static const char who[] = "nic_uring_endpoint_create";
+  struct nic_backend *b = nic_ep_backend(who, "uring", "set NICMALLOC_BACKEND=uring");
+  if (!b) return NULL;
+  struct nic_endpoint *ep = nic_uring_endpoint_open(b, sockfd);
+  int err = errno;
+  if (ep && !nic_ep_track(ep, "uring")) {
+    nic_uring_endpoint_close(ep);
+    ep = NULL;
+    err = ENOMEM;
+  }
+  if (!ep) {
+    nic_log_error("%s(%d): %s", who, sockfd, why_not(err));
+    errno = err;
+  }
+  return ep;
+}
+
+static int close_uring(struct nic_backend *b, struct nic_endpoint *ep) {
+  (void)b;
+  return nic_uring_endpoint_close(ep);
+}
+
+NIC_EXPORT int nic_uring_endpoint_destroy(struct nic_endpoint *ep) {
+  return nic_ep_untrack(ep, "uring", "nic_uring_endpoint_destroy", close_uring);
+}

@@ -1,0 +1,98 @@
+/* Write fencing beyond wait: NICMALLOC_FENCE=protect (writers of in-flight pages are held until
+ * the completion) and detect (a checksum at post, compared with what the NIC read). What
+ * sga_post.c, the sim engine and the allocation profiler call, and what the fence_*.c files
+ * share. The design and its rules are in safety/README.md ("Write fencing"). */
+#ifndef NIC_FENCE_H
+#define NIC_FENCE_H
+
+#include "nicmalloc.h"
+#include "safety.h"
+
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <sys/types.h>
+
+/* ---- fence.c: the hooks of nic_sga_post and of its completion ---- */
+/* After the entries' page references are taken, before the backend sees message msg. */
+void nic_fence_posted(const void *msg, const struct nic_sga_entry *e, uint32_t n);
+/* Completion (or a post the backend refused, status < 0), before the page references are
+ * dropped: the memory is still the message's. */
+void nic_fence_completing(const void *msg, int status);
+/* After the page references are dropped. */
+void nic_fence_completed(const struct nic_sga_entry *e, uint32_t n);
+/* From config.c: NICMALLOC_FENCE_PROTECT, NICMALLOC_FENCE_DETECT_SAMPLE. */
+void nic_fence_load_settings(struct nic_safety_config *c);
+
+/* ---- fence_protect.c: write-protecting the pages of posted entries ---- */
+void nic_fence_protect(const struct nic_sga_entry *e, uint32_t n);
+/* Releases the units of the entries' pages that no posted entry covers any more. */
+void nic_fence_unprotect(const struct nic_sga_entry *e, uint32_t n);
+bool nic_fence_protect_started(void);
+/* Makes the unit holding a writable now, whatever is in flight there: for a writer that must not
+ * wait (a NIC thread) or has waited too long. Any thread, signal handlers included. */
+void nic_fence_release(uintptr_t a);
+/* Under the protect lock: is a's unit still ours? If not, makes sure it is writable (uffd: a
+ * fault that raced with a release). */
+bool nic_fence_still_protected(uintptr_t a);
+/* Benchmarks and tests: switch mechanism (protect starts if needed). -EBUSY while entries are in
+ * flight, -ENOTSUP when the mechanism cannot run here. */
+int nic_fence_protect_use(enum nic_fence_protect_with with);
+/* "uffd", "mprotect", or "none" (not started, or nothing worked). */
+const char *nic_fence_protect_name(void);
+
+/* A way to write-protect: userfaultfd (fence_uffd.c) or mprotect + SIGSEGV (fence_segv.c).
+ * protect and unprotect get unit-aligned ranges and run under the protect lock. */
+struct nic_fence_mech {
+  const char *name;
+  int (*start)(void); /* 0 or -errno; once */
+  int (*protect)(uintptr_t start, size_t len);
+  int (*unprotect)(uintptr_t start, size_t len);
+  void (*after_fork_child)(void);
+};
+extern const struct nic_fence_mech nic_fence_uffd, nic_fence_mprotect;
+
+/* ---- fence_pages.c: which 4 KiB pages protect has write-protected ---- */
+/* Readers are lock-free and async-signal-safe; writers hold the protect lock. A page is marked
+ * before it is protected and unmarked after it is writable again. */
+bool nic_fence_marked(uintptr_t a);
+bool nic_fence_mark(uintptr_t start, uintptr_t end); /* false: no memory for the bitmap */
+void nic_fence_unmark(uintptr_t start, uintptr_t end);
+/* Calls fn on every marked run (fork child). */
+void nic_fence_each_marked(void (*fn)(uintptr_t start, uintptr_t end));
+/* The unit protect works in at a: the hugepage on hugetlb chunks, else 4 KiB; 0 when a is not
+ * in memory protect covers (the dataplane chunks and the control arena). */
+size_t nic_fence_unit(uintptr_t a);
+/* The range a protection covering a must be registered for (uffd): its chunk or the arena. */
+bool nic_fence_region(uintptr_t a, uintptr_t *start, size_t *len);
+/* Bumped after every release: the futex word a held SIGSEGV writer sleeps on. */
+extern unsigned nic_fence_gen;
+extern unsigned nic_fence_gen_waiters;
+void nic_fence_gen_bump(void); /* async-signal-safe */
+
+/* ---- fence_threads.c: threads protect never holds, and the poller ---- */
+/* This thread performs DMA or runs completions (the sim engine, the poller): a write of it to a
+ * protected page releases the page instead of waiting, which could never end. */
+void nic_fence_thread_is_nic(void);
+void nic_fence_thread_gone(void);
+bool nic_fence_thread_exempt(pid_t tid);
+bool nic_fence_self_exempt(void); /* async-signal-safe */
+/* Starts the poller: while a writer is held it polls the backend, so that a completion needed
+ * by a held thread runs even if that thread is the program's only poller. */
+void nic_fence_poller_start(void);
+void nic_fence_poller_kick(void); /* async-signal-safe */
+uint64_t nic_fence_now_ms(void);  /* async-signal-safe */
+
+/* ---- fence_detect.c and fence_report.c ---- */
+void nic_fence_detect_posted(const void *msg, const struct nic_sga_entry *e, uint32_t n);
+void nic_fence_detect_completing(const void *msg, int status);
+bool nic_fence_detect_started(void);
+/* For alloc/profile.c: blocks of at least this many bytes get their allocation site recorded
+ * (SIZE_MAX: none), about one per *mean bytes (0: every one). */
+size_t nic_fence_detect_record_min(double *mean);
+/* A mismatch on [addr, addr+len): one report on stderr with the blocks' sites, and the count. */
+void nic_fence_report(const void *addr, size_t len, const char *when);
+/* The checksum detect compares (any change of the bytes changes it, short of a 2^-64 chance). */
+uint64_t nic_fence_sum(const void *p, size_t len);
+
+#endif

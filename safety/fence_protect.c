@@ -1,0 +1,233 @@
+/* NICMALLOC_FENCE=protect: the pages of every direct entry are write-protected from post until
+ * no posted entry covers them, so that a write to them waits for the DMA (fence_uffd.c holds
+ * the writer in the kernel, fence_segv.c in a SIGSEGV handler). Bounce entries need nothing:
+ * the NIC reads our copy.
+ *
+ * One lock orders every change of protection, and the decision to release a unit is made under
+ * it from the page counts, which the completion drops before it gets here: so a post that adds
+ * a reference to a unit either comes first (the release sees its count and keeps the unit) or
+ * after (and protects the unit again). Units are 4 KiB, or the hugepage on hugetlb chunks (the
+ * kernel write-protects a hugetlb mapping whole). The lock is held only around system calls,
+ * never while user memory is written, and with signals blocked: a signal handler that wrote to
+ * a protected page on a thread holding it could otherwise never be released. */
+#define _GNU_SOURCE
+#include "bounce.h"
+#include "fence.h"
+#include "log.h"
+#include "pagecount.h"
+
+#include <errno.h>
+#include <pthread.h>
+#include <sched.h>
+#include <signal.h>
+#include <string.h>
+
+static int lock_word;
+static const struct nic_fence_mech *mech; /* NULL: not started, or no mechanism works here */
+static bool started;
+static pthread_once_t once = PTHREAD_ONCE_INIT;
+
+static void lock(sigset_t *old) {
+  sigset_t all;
+  sigfillset(&all);
+  pthread_sigmask(SIG_BLOCK, &all, old);
+  for (unsigned spins = 0; __atomic_exchange_n(&lock_word, 1, __ATOMIC_ACQUIRE); spins++)
+    if (spins > 64) sched_yield(); /* the holder is in a system call */
+}
+
+static void unlock(const sigset_t *old) {
+  __atomic_store_n(&lock_word, 0, __ATOMIC_RELEASE);
+  pthread_sigmask(SIG_SETMASK, old, NULL);
+}
+
+/* The child has no handler thread and no poller, and an inherited userfaultfd would still act
+ * on the parent's memory: protect ends there (posting in a child is not supported; README). */
+static void child_release(uintptr_t start, uintptr_t end) {
+  if (mech == &nic_fence_mprotect) mech->unprotect(start, end - start);
+  nic_fence_unmark(start, end);
+}
+
+static void after_fork_child(void) {
+  lock_word = 0;
+  if (!mech) return;
+  nic_fence_each_marked(child_release);
+  if (mech->after_fork_child) mech->after_fork_child();
+  mech = NULL;
+}
+
+static bool up[2]; /* uffd, mprotect: started (each starts at most once) */
+
+static bool bring_up(const struct nic_fence_mech *m) {
+  bool *flag = &up[m == &nic_fence_mprotect];
+  if (*flag) return true;
+  int rc = m->start();
+  if (rc)
+    nic_log_info("NICMALLOC_FENCE=protect: %s cannot be used here (%s)", m->name, strerror(-rc));
+  return *flag = rc == 0;
+}
+
+static void start(void) {
+  enum nic_fence_protect_with with = nic_safety_config()->protect_with;
+  const struct nic_fence_mech *m = NULL;
+  if (with != NIC_PROTECT_MPROTECT && bring_up(&nic_fence_uffd))
+    m = &nic_fence_uffd;
+  else if (with == NIC_PROTECT_UFFD)
+    nic_log_warn("NICMALLOC_FENCE_PROTECT=uffd: userfaultfd write-protect is not available "
+                 "here; using mprotect");
+  if (!m && bring_up(&nic_fence_mprotect)) m = &nic_fence_mprotect;
+  if (!m)
+    nic_log_warn("NICMALLOC_FENCE=protect: neither userfaultfd nor a SIGSEGV handler could be "
+                 "set up; posted memory is not protected");
+  else
+    nic_fence_poller_start();
+  pthread_atfork(NULL, NULL, after_fork_child);
+  __atomic_store_n(&mech, m, __ATOMIC_RELEASE);
+  __atomic_store_n(&started, true, __ATOMIC_RELEASE);
+}
+
+bool nic_fence_protect_started(void) {
+  return __atomic_load_n(&started, __ATOMIC_ACQUIRE);
+}
+
+const char *nic_fence_protect_name(void) {
+  const struct nic_fence_mech *m = __atomic_load_n(&mech, __ATOMIC_ACQUIRE);
+  return m ? m->name : "none";
+}
+
+static void not_protected(const struct nic_sga_entry *e, int err) {
+  static int warned;
+  NIC_SAFETY_COUNT(fence_unprotected, 1);
+  if (err && !__atomic_exchange_n(&warned, 1, __ATOMIC_RELAXED))
+    nic_log_warn("NICMALLOC_FENCE=protect: %s cannot write-protect %p (%s); such entries are "
+                 "sent unprotected (counted in fence_unprotected)",
+                 mech->name, e->addr, strerror(-err));
+}
+
+/* Protects the units of [start, end) not protected yet, in runs; lock held. */
+static int protect_range(uintptr_t start, uintptr_t end, size_t unit) {
+  for (uintptr_t a = start; a < end;) {
+    if (nic_fence_marked(a)) {
+      a += unit;
+      continue;
+    }
+    uintptr_t run = a;
+    while (a < end && !nic_fence_marked(a))
+      a += unit;
+    if (!nic_fence_mark(run, a)) return -ENOMEM;
+    int rc = mech->protect(run, a - run);
+    if (rc) {
+      nic_fence_unmark(run, a);
+      return rc;
+    }
+  }
+  return 0;
+}
+
+/* The units an entry's pages lie in, [*first, *end); false for a copied entry (the NIC reads
+ * our copy) and for memory protect does not cover (*unit is then 0). */
+static bool entry_units(const struct nic_sga_entry *e, uintptr_t *first, uintptr_t *end,
+                        size_t *unit) {
+  *unit = 0;
+  if (e->kind == NIC_SGA_BOUNCE) return false;
+  uintptr_t a = (uintptr_t)e->addr;
+  if (!(*unit = nic_fence_unit(a))) return false;
+  *first = a & ~(*unit - 1);
+  *end = (a + e->len + *unit - 1) & ~(*unit - 1);
+  return true;
+}
+
+void nic_fence_protect(const struct nic_sga_entry *e, uint32_t n) {
+  pthread_once(&once, start);
+  if (!__atomic_load_n(&mech, __ATOMIC_ACQUIRE)) {
+    for (uint32_t i = 0; i < n; i++)
+      if (e[i].kind != NIC_SGA_BOUNCE) NIC_SAFETY_COUNT(fence_unprotected, 1);
+    return;
+  }
+  sigset_t old;
+  lock(&old);
+  for (uint32_t i = 0; i < n; i++) {
+    uintptr_t first, end;
+    size_t unit;
+    if (entry_units(&e[i], &first, &end, &unit)) {
+      int rc = protect_range(first, end, unit);
+      if (rc) not_protected(&e[i], rc);
+    } else if (e[i].kind != NIC_SGA_BOUNCE) {
+      not_protected(&e[i], 0);
+    }
+  }
+  unlock(&old);
+}
+
+/* Lock held. Makes [start, end) writable and forgets it. */
+static void release_run(uintptr_t start, uintptr_t end) {
+  mech->unprotect(start, end - start); /* a range gone since cannot fault any more either */
+  nic_fence_unmark(start, end);
+}
+
+void nic_fence_unprotect(const struct nic_sga_entry *e, uint32_t n) {
+  if (!__atomic_load_n(&mech, __ATOMIC_ACQUIRE)) return;
+  bool any = false;
+  sigset_t old;
+  lock(&old);
+  for (uint32_t i = 0; i < n; i++) {
+    uintptr_t first, end, run = 0, run_end = 0;
+    size_t unit;
+    if (!entry_units(&e[i], &first, &end, &unit)) continue;
+    for (uintptr_t u = first; u < end; u += unit) {
+      if (!nic_fence_marked(u) || nic_pc_any(u, u + unit, NIC_PC_DMA_MASK)) continue;
+      if (run_end != u) {
+        if (run_end) release_run(run, run_end);
+        run = u;
+      }
+      run_end = u + unit;
+      any = true;
+    }
+    if (run_end) release_run(run, run_end);
+  }
+  if (any) nic_fence_gen_bump();
+  unlock(&old);
+}
+
+void nic_fence_release(uintptr_t a) {
+  size_t unit = nic_fence_unit(a);
+  if (!unit || !__atomic_load_n(&mech, __ATOMIC_ACQUIRE)) return;
+  uintptr_t u = a & ~(unit - 1);
+  sigset_t old;
+  lock(&old);
+  bool ours = nic_fence_marked(u);
+  if (ours) release_run(u, u + unit);
+  unlock(&old);
+  if (ours) nic_fence_gen_bump();
+}
+
+bool nic_fence_still_protected(uintptr_t a) {
+  size_t unit = nic_fence_unit(a);
+  if (!unit) return false;
+  uintptr_t u = a & ~(unit - 1);
+  sigset_t old;
+  lock(&old);
+  bool ours = nic_fence_marked(u);
+  if (!ours && mech) mech->unprotect(u, unit);
+  unlock(&old);
+  return ours;
+}
+
+int nic_fence_protect_use(enum nic_fence_protect_with with) {
+  pthread_once(&once, start);
+  const struct nic_fence_mech *want = with == NIC_PROTECT_MPROTECT ? &nic_fence_mprotect
+                                      : with == NIC_PROTECT_UFFD   ? &nic_fence_uffd
+                                                                   : mech;
+  if (!want) return -ENOTSUP;
+  sigset_t old;
+  lock(&old);
+  int rc = 0;
+  if (want != mech && __atomic_load_n(&nic_safety_ctr.inflight_entries, __ATOMIC_ACQUIRE))
+    rc = -EBUSY;
+  else if (want != mech && !bring_up(want))
+    rc = -ENOTSUP;
+  else
+    __atomic_store_n(&mech, want, __ATOMIC_RELEASE);
+  unlock(&old);
+  if (!rc) nic_fence_poller_start();
+  return rc;
+}

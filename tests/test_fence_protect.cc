@@ -1,0 +1,285 @@
+// NICMALLOC_FENCE=protect on the sim backend, with each mechanism (userfaultfd write-protect,
+// and mprotect + SIGSEGV): a write to posted memory is held until the DMA has read it. The sim
+// engine is paused so that an unheld write would reach the receiver; every verdict comes from
+// the bytes received and the counters, never from elapsed time (the waits below are deadlines).
+#include <gtest/gtest.h>
+
+#include <unistd.h>
+
+#include <atomic>
+#include <cerrno>
+#include <chrono>
+#include <cstdio>
+#include <cstdlib>
+#include <cstring>
+#include <functional>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include "nicmalloc.h"
+extern "C" {
+#include "backend.h"
+#include "fence.h"
+#include "safety.h"
+#include "sim_nic.h"
+}
+
+#include "sim_endpoint_fixture.h"
+
+namespace {
+
+// Polls cond until it holds or 20 s pass (a deadline for a broken build, not a measurement).
+bool WaitFor(const std::function<bool()> &cond) {
+  const auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(20);
+  while (!cond()) {
+    if (std::chrono::steady_clock::now() > deadline) return false;
+    std::this_thread::sleep_for(std::chrono::milliseconds(1));
+  }
+  return true;
+}
+
+const char *Name(nic_fence_protect_with w) {
+  return w == NIC_PROTECT_UFFD ? "uffd" : "mprotect";
+}
+
+class Protect : public SimEndpointTest, public testing::WithParamInterface<nic_fence_protect_with> {
+protected:
+  void SetUp() override {
+    saved = *nic_safety_config();
+    struct nic_safety_config c = saved;
+    c.fence = NIC_FENCE_PROTECT;
+    nic_safety_config_set(&c);
+    int rc = nic_fence_protect_use(GetParam());
+    if (rc == -ENOTSUP) GTEST_SKIP() << Name(GetParam()) << " write-protect is not available here";
+    ASSERT_EQ(rc, 0);
+    ASSERT_STREQ(nic_fence_protect_name(), Name(GetParam()));
+    SimEndpointTest::SetUp();
+  }
+  void TearDown() override {
+    SimEndpointTest::TearDown();
+    nic_safety_config_set(&saved);
+  }
+  // Page-aligned, so that nothing else the test allocates shares a page with it.
+  static char *Block(bool dataplane, size_t size) {
+    return static_cast<char *>(dataplane ? nic_aligned_alloc(4096, size)
+                                         : aligned_alloc(4096, size));
+  }
+  // Drain with a deadline: a broken protect could leave a completion stuck behind a writer.
+  void DrainWithin(int target) {
+    nic_sim_pause(nic_backend_active(), false);
+    ASSERT_TRUE(WaitFor([&] {
+      nic_poll(0);
+      return done_count.load() >= target;
+    }));
+    EXPECT_EQ(done_failed.load(), 0);
+  }
+  std::string Received(size_t i) {
+    std::lock_guard<std::mutex> g(inbox.mu);
+    return i < inbox.msgs.size() ? inbox.msgs[i] : "(nothing)";
+  }
+  void WriteAfterPostIsHeld(bool dataplane);
+  struct nic_safety_config saved;
+};
+
+void Protect::WriteAfterPostIsHeld(bool dataplane) {
+  char *p = Block(dataplane, 8192);
+  ASSERT_NE(p, nullptr);
+  memset(p, 'A', 8192);
+  const nic_stats before = Stats();
+  const int target = done_count.load() + 1;
+  PostPaused(p, 8192);
+  std::atomic<bool> wrote{false};
+  std::thread writer([&] {
+    memset(p + 4000, 'B', 200); // across the two pages
+    wrote = true;
+  });
+  ASSERT_TRUE(WaitFor([] { return Stats().fence_writers_held >= 1; }))
+      << "the writer was never held";
+  EXPECT_FALSE(wrote.load()) << "a held writer went on while the DMA was pending";
+  DrainWithin(target);
+  writer.join(); // released by the completion (the poller runs it if nobody else does)
+  EXPECT_EQ(Received(0), std::string(8192, 'A')) << "the write reached the wire";
+  EXPECT_EQ(std::string(p + 4000, 200), std::string(200, 'B')) << "the write was lost";
+  const nic_stats after = Stats();
+  EXPECT_GE(after.fence_held_writes, before.fence_held_writes + 1);
+  // uffd's fault thread notices a released writer on its next sweep (every millisecond).
+  EXPECT_TRUE(WaitFor([] { return Stats().fence_writers_held == 0; }));
+  EXPECT_EQ(after.fence_bypasses, before.fence_bypasses);
+  EXPECT_EQ(after.fence_unprotected, before.fence_unprotected);
+  free(p);
+}
+
+TEST_P(Protect, DataplaneWriteAfterPostIsHeldUntilTheDma) {
+  WriteAfterPostIsHeld(true);
+}
+
+TEST_P(Protect, ControlHeapWriteAfterPostIsHeldUntilTheDma) {
+  WriteAfterPostIsHeld(false);
+}
+
+TEST_P(Protect, PagesAreWritableAgainAfterTheCompletion) {
+  char *p = Block(true, 4096);
+  memset(p, 'C', 4096);
+  const int target = done_count.load() + 1;
+  PostPaused(p, 4096);
+  DrainWithin(target);
+  const uint64_t held = Stats().fence_held_writes;
+  memset(p, 'D', 4096); // would hang past the timeout if the page stayed protected
+  EXPECT_EQ(Stats().fence_held_writes, held);
+  EXPECT_EQ(Received(0), std::string(4096, 'C'));
+  free(p);
+}
+
+// Two posts share a page: the first completion must not unprotect what the second still reads.
+TEST_P(Protect, APageStaysProtectedWhileAnyPostCoversIt) {
+  char *p = Block(true, 4096);
+  memset(p, 'E', 4096);
+  const int target = done_count.load() + 2;
+  PostPaused(p, 2048);
+  Post(p + 2048, 2048);
+  nic_fence_completed(nullptr, 0); // a completion with nothing of its own changes nothing
+  nic_sga_entry first = {};
+  first.addr = p;
+  first.len = 2048;
+  first.kind = NIC_REGION_ARENA;
+  nic_fence_unprotect(&first, 1); // as if another post of the page completed: still referenced
+  std::atomic<bool> wrote{false};
+  std::thread writer([&] {
+    p[10] = 'F';
+    wrote = true;
+  });
+  ASSERT_TRUE(WaitFor([] { return Stats().fence_writers_held >= 1; }))
+      << "the page was made writable while two posts still covered it";
+  EXPECT_FALSE(wrote.load());
+  DrainWithin(target);
+  writer.join();
+  EXPECT_EQ(Received(0) + Received(1), std::string(4096, 'E'));
+  free(p);
+}
+
+TEST_P(Protect, AWriterHeldPastTheTimeoutGoesOnWithAMessage) {
+  struct nic_safety_config c = *nic_safety_config();
+  c.fence_timeout_ms = 200;
+  nic_safety_config_set(&c);
+  char *p = Block(false, 4096);
+  memset(p, 'G', 4096);
+  const nic_stats before = Stats();
+  const int target = done_count.load() + 1;
+  PostPaused(p, 4096);
+  testing::internal::CaptureStderr();
+  std::thread writer([&] { memset(p, 'H', 4096); });
+  writer.join(); // the NIC stays paused: only the timeout lets it go
+  std::string err = testing::internal::GetCapturedStderr();
+  EXPECT_NE(err.find("NICMALLOC_FENCE_TIMEOUT_MS"), std::string::npos) << err;
+  EXPECT_EQ(Stats().fence_bypasses, before.fence_bypasses + 1);
+  DrainWithin(target);
+  EXPECT_EQ(Received(0), std::string(4096, 'H')) << "documented: after the timeout the write wins";
+  free(p);
+}
+
+TEST_P(Protect, TheReportNamesTheModeTheMechanismAndTheHolds) {
+  WriteAfterPostIsHeld(true);
+  FILE *f = tmpfile();
+  ASSERT_NE(f, nullptr);
+  nic_print_stats(fileno(f));
+  std::string report(4096, '\0');
+  rewind(f);
+  report.resize(fread(&report[0], 1, report.size(), f));
+  fclose(f);
+  const std::string want = std::string("fence             protect (") + Name(GetParam()) + "); ";
+  EXPECT_NE(report.find(want), std::string::npos) << report;
+  EXPECT_EQ(report.find(" 0 writes held"), std::string::npos) << report;
+}
+
+// Memory outside nicmalloc's heaps (static, stack, other mappings) cannot be protected: it is
+// sent all the same and counted.
+TEST_P(Protect, MemoryOutsideTheHeapsIsSentUnprotectedAndCounted) {
+  static char outside[8192] __attribute__((aligned(4096)));
+  memset(outside, 'I', sizeof outside);
+  const uint64_t unprotected = Stats().fence_unprotected;
+  const int target = done_count.load() + 1;
+  Post(outside, sizeof outside);
+  EXPECT_EQ(Stats().fence_unprotected, unprotected + 1);
+  DrainWithin(target);
+  EXPECT_EQ(Received(0), std::string(sizeof outside, 'I'));
+}
+
+// userfaultfd also holds the kernel's own writes (read(2) into the page); under mprotect the
+// kernel does not signal, so the system call fails with EFAULT (README: a documented limit).
+TEST_P(Protect, AKernelWriteIsHeldUnderUffdAndFailsUnderMprotect) {
+  char *p = Block(true, 4096);
+  memset(p, 'J', 4096);
+  int fds[2];
+  ASSERT_EQ(pipe(fds), 0);
+  ASSERT_EQ(write(fds[1], "kernel", 6), 6);
+  const int target = done_count.load() + 1;
+  PostPaused(p, 4096);
+  std::atomic<ssize_t> got{-2};
+  std::atomic<int> err{0};
+  std::thread reader([&] {
+    ssize_t n = read(fds[0], p + 100, 6);
+    err = errno;
+    got = n;
+  });
+  if (GetParam() == NIC_PROTECT_UFFD) {
+    ASSERT_TRUE(WaitFor([] { return Stats().fence_writers_held >= 1; }));
+    EXPECT_EQ(got.load(), -2) << "read(2) wrote into the page while the DMA was pending";
+    DrainWithin(target);
+    reader.join();
+    EXPECT_EQ(got.load(), 6);
+    EXPECT_EQ(std::string(p + 100, 6), "kernel");
+  } else {
+    reader.join();
+    EXPECT_EQ(got.load(), -1);
+    EXPECT_EQ(err.load(), EFAULT);
+    DrainWithin(target);
+  }
+  EXPECT_EQ(Received(0), std::string(4096, 'J'));
+  close(fds[0]);
+  close(fds[1]);
+  free(p);
+}
+
+// Threads post and at once overwrite their buffer for the next message, with no fence call:
+// protect alone must keep every message whole. A lost hold shows as a message of mixed bytes or
+// of the next message's byte.
+TEST_P(Protect, ManyThreadsOverwriteRightAfterPosting) {
+  constexpr int kThreads = 4, kRounds = 40;
+  constexpr size_t kSize = 8192;
+  const int target = done_count.load() + kThreads * kRounds;
+  std::vector<std::thread> threads;
+  for (int t = 0; t < kThreads; t++)
+    threads.emplace_back([&, t] {
+      char *p = Block(t % 2 == 0, kSize);
+      for (int r = 0; r < kRounds; r++) {
+        memset(p, 1 + t * kRounds + r, kSize); // the byte names the thread and the round
+        Post(p, kSize);
+        nic_poll(0);
+      }
+      nic_fence_write(p, kSize); // the last message is read before the buffer goes
+      free(p);
+    });
+  for (auto &t : threads)
+    t.join();
+  DrainWithin(target);
+  std::vector<int> seen(1 + kThreads * kRounds, 0);
+  std::lock_guard<std::mutex> g(inbox.mu);
+  ASSERT_EQ(inbox.msgs.size(), size_t(kThreads * kRounds));
+  for (const std::string &m : inbox.msgs) {
+    ASSERT_EQ(m.size(), kSize);
+    const unsigned char b = static_cast<unsigned char>(m[0]);
+    EXPECT_EQ(m, std::string(kSize, m[0])) << "a message was rewritten during its DMA";
+    if (b < seen.size()) seen[b]++;
+  }
+  for (size_t b = 1; b < seen.size(); b++)
+    EXPECT_EQ(seen[b], 1) << "message " << b << " sent " << seen[b] << " times";
+}
+
+INSTANTIATE_TEST_SUITE_P(Mechanisms, Protect,
+                         testing::Values(NIC_PROTECT_UFFD, NIC_PROTECT_MPROTECT),
+                         [](const testing::TestParamInfo<nic_fence_protect_with> &i) {
+                           return std::string(Name(i.param));
+                         });
+
+} // namespace
