@@ -5,8 +5,10 @@
  * so the exception can unwind through it. */
 #include "alloc_inline.h"
 #include "log.h"
+#include "nicmalloc.h"
 
 #include <stddef.h>
+#include <stdint.h>
 
 #define NIC_EXPORT __attribute__((visibility("default")))
 
@@ -22,56 +24,81 @@ static bool call_new_handler(void) {
   return true;
 }
 
-static void *new_impl(size_t size, size_t alignment, bool nothrow) {
-  for (;;) {
-    void *p =
-        alignment ? nic_alloc(size, alignment, false, NIC_ROUTE_AUTO) : nic_alloc_auto(size, false);
-    if (__builtin_expect(p != NULL, 1)) return p;
-    if (nothrow) return NULL;
-    if (!call_new_handler()) break;
-  }
+__attribute__((noreturn)) static void throw_bad_alloc(size_t size) {
   if (_ZSt17__throw_bad_allocv) _ZSt17__throw_bad_allocv();
   nic_fatal("operator new(%zu) failed and std::bad_alloc cannot be thrown here", size);
 }
 
+static void *new_impl(size_t size, size_t alignment, bool nothrow, enum nic_route route) {
+  for (;;) {
+    void *p = alignment || route != NIC_ROUTE_AUTO ? nic_alloc(size, alignment, false, route)
+                                                   : nic_alloc_auto(size, false);
+    if (__builtin_expect(p != NULL, 1)) return p;
+    if (nothrow) return NULL;
+    if (!call_new_handler()) throw_bad_alloc(size);
+  }
+}
+
 NIC_EXPORT void *_Znwm(size_t n) {
-  return new_impl(n, 0, false);
+  return new_impl(n, 0, false, NIC_ROUTE_AUTO);
 }
 NIC_EXPORT void *_Znam(size_t n) {
-  return new_impl(n, 0, false);
+  return new_impl(n, 0, false, NIC_ROUTE_AUTO);
 }
 NIC_EXPORT void *_ZnwmRKSt9nothrow_t(size_t n, const void *nt) {
   (void)nt;
-  return new_impl(n, 0, true);
+  return new_impl(n, 0, true, NIC_ROUTE_AUTO);
 }
 NIC_EXPORT void *_ZnamRKSt9nothrow_t(size_t n, const void *nt) {
   (void)nt;
-  return new_impl(n, 0, true);
+  return new_impl(n, 0, true, NIC_ROUTE_AUTO);
 }
 NIC_EXPORT void *_ZnwmSt11align_val_t(size_t n, size_t al) {
-  return new_impl(n, al, false);
+  return new_impl(n, al, false, NIC_ROUTE_AUTO);
 }
 NIC_EXPORT void *_ZnamSt11align_val_t(size_t n, size_t al) {
-  return new_impl(n, al, false);
+  return new_impl(n, al, false, NIC_ROUTE_AUTO);
 }
 NIC_EXPORT void *_ZnwmSt11align_val_tRKSt9nothrow_t(size_t n, size_t al, const void *nt) {
   (void)nt;
-  return new_impl(n, al, true);
+  return new_impl(n, al, true, NIC_ROUTE_AUTO);
 }
 NIC_EXPORT void *_ZnamSt11align_val_tRKSt9nothrow_t(size_t n, size_t al, const void *nt) {
   (void)nt;
-  return new_impl(n, al, true);
+  return new_impl(n, al, true, NIC_ROUTE_AUTO);
 }
 
 /* nic_new_site: operator new semantics for the LLVM pass's rewritten new-expressions. */
 void *nic_new_routed(size_t size, enum nic_route route) {
-  for (;;) {
-    void *p = nic_alloc(size, 0, false, route);
-    if (p) return p;
-    if (!call_new_handler()) break;
-  }
-  if (_ZSt17__throw_bad_allocv) _ZSt17__throw_bad_allocv();
-  nic_fatal("operator new(%zu) failed and std::bad_alloc cannot be thrown here", size);
+  return new_impl(size, 0, false, route);
+}
+
+/* The other new-expressions the pass rewrites. Each takes the original operator's arguments
+ * (the nothrow tag included, unused) plus the site id, so the pass only appends an argument.
+ * The site's switch is read through the public query: sites.c keeps the table. */
+static enum nic_route site_route(uint32_t site) {
+  return nic_site_is_enabled(site) == 1 ? NIC_ROUTE_DATAPLANE : NIC_ROUTE_AUTO;
+}
+
+/* operator new(size, align_val_t): an alignment that is not a power of two is undefined
+ * behaviour in C++; treat it as an allocation failure rather than pass it on. */
+static bool bad_alignment(size_t al) {
+  return !al || (al & (al - 1));
+}
+
+NIC_EXPORT void *nic_new_aligned_site(size_t size, size_t alignment, uint32_t site) {
+  if (bad_alignment(alignment)) throw_bad_alloc(size);
+  return new_impl(size, alignment, false, site_route(site));
+}
+NIC_EXPORT void *nic_new_nothrow_site(size_t size, const void *nothrow_tag, uint32_t site) {
+  (void)nothrow_tag;
+  return new_impl(size, 0, true, site_route(site));
+}
+NIC_EXPORT void *nic_new_aligned_nothrow_site(size_t size, size_t alignment,
+                                              const void *nothrow_tag, uint32_t site) {
+  (void)nothrow_tag;
+  if (bad_alignment(alignment)) return NULL;
+  return new_impl(size, alignment, true, site_route(site));
 }
 
 NIC_EXPORT void _ZdlPv(void *p) {

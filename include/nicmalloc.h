@@ -38,6 +38,13 @@ void *nic_aligned_alloc_site(size_t alignment, size_t size, uint32_t site_id);
 int nic_posix_memalign_site(void **out, size_t alignment, size_t size, uint32_t site_id);
 /* C++ operator new semantics (throws std::bad_alloc when C++ is present, else aborts). */
 void *nic_new_site(size_t size, uint32_t site_id);
+/* operator new(size, std::align_val_t), new(size, const std::nothrow_t &) and both together,
+ * for new and new[] alike. Each takes the operator's own arguments plus the id; the nothrow tag
+ * is ignored, and the nothrow variants return NULL instead of throwing. */
+void *nic_new_aligned_site(size_t size, size_t alignment, uint32_t site_id);
+void *nic_new_nothrow_site(size_t size, const void *nothrow_tag, uint32_t site_id);
+void *nic_new_aligned_nothrow_site(size_t size, size_t alignment, const void *nothrow_tag,
+                                   uint32_t site_id);
 /* Returns 0, or -EINVAL for an id out of range. */
 int nic_site_set_enabled(uint32_t site_id, int enabled);
 int nic_site_is_enabled(uint32_t site_id);

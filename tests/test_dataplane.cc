@@ -2,6 +2,8 @@
 // translation, chunk growth, and what happens when no chunk can hold a request.
 #include <gtest/gtest.h>
 
+#include <new>
+
 #include <cerrno>
 #include <cstdint>
 #include <cstring>
@@ -103,6 +105,38 @@ TEST(Dataplane, SiteVariantsHonourAlignmentAndNewSemantics) {
     free(p);
   }
   EXPECT_THROW(nic_new_site(SIZE_MAX - 4096, 7), std::bad_alloc);
+}
+
+// The aligned and nothrow operator new variants the LLVM pass emits: dataplane while the site
+// is on, ordinary memory while it is off, aligned as asked, and each failing the way its
+// operator does (bad_alloc, or NULL for nothrow).
+TEST(Dataplane, NewSiteVariantsFollowTheSiteAndTheirOperator) {
+  const uint32_t site = 9;
+  const std::nothrow_t &tag = std::nothrow;
+  ASSERT_EQ(nic_site_set_enabled(site, 1), 0);
+  void *aligned = nic_new_aligned_site(300, 256, site);
+  void *nothrow = nic_new_nothrow_site(300, &tag, site);
+  void *both = nic_new_aligned_nothrow_site(300, 4096, &tag, site);
+  EXPECT_EQ(reinterpret_cast<uintptr_t>(aligned) % 256, 0u);
+  EXPECT_EQ(reinterpret_cast<uintptr_t>(both) % 4096, 0u);
+  for (void *p : {aligned, nothrow, both}) {
+    EXPECT_TRUE(nic_is_dataplane(p));
+    free(p);
+  }
+  ASSERT_EQ(nic_site_set_enabled(site, 0), 0);
+  void *off_aligned = nic_new_aligned_site(300, 256, site);
+  void *off_nothrow = nic_new_nothrow_site(300, &tag, site);
+  EXPECT_EQ(reinterpret_cast<uintptr_t>(off_aligned) % 256, 0u);
+  for (void *p : {off_aligned, off_nothrow}) {
+    ASSERT_NE(p, nullptr);
+    EXPECT_FALSE(nic_is_dataplane(p));
+    free(p);
+  }
+  ASSERT_EQ(nic_site_set_enabled(site, 1), 0);
+  EXPECT_EQ(nic_new_nothrow_site(SIZE_MAX - 4096, &tag, site), nullptr);
+  EXPECT_EQ(nic_new_aligned_nothrow_site(SIZE_MAX - 4096, 64, &tag, site), nullptr);
+  EXPECT_EQ(nic_new_aligned_nothrow_site(64, 48, &tag, site), nullptr) << "not a power of two";
+  EXPECT_THROW(nic_new_aligned_site(SIZE_MAX - 4096, 64, site), std::bad_alloc);
 }
 
 TEST(Dataplane, TranslateIsChunkAndOffset) {

@@ -14,32 +14,36 @@ struct KnownAlloc {
   const char *SiteFunction;
   const char *Family;
   int OutArg;
+  int AlignArg;
 };
 } // namespace
 
-// x86-64 Itanium names for operator new (size_t is unsigned long: 'm').
+// x86-64 Itanium names for operator new (size_t is unsigned long: 'm'). Each site function
+// takes the operator's own arguments plus the id, so a rewrite only appends an argument.
 static const KnownAlloc KnownAllocs[] = {
-    {"malloc", AllocKind::Malloc, "nic_malloc_site", "malloc", -1},
-    {"calloc", AllocKind::Calloc, "nic_calloc_site", "malloc", -1},
-    {"realloc", AllocKind::Realloc, "nic_realloc_site", "malloc", -1},
-    {"aligned_alloc", AllocKind::AlignedAlloc, "nic_aligned_alloc_site", "malloc", -1},
-    {"posix_memalign", AllocKind::PosixMemalign, "nic_posix_memalign_site", "malloc", 0},
-    {"_Znwm", AllocKind::New, "nic_new_site", "_Znwm", -1},
-    {"_Znam", AllocKind::NewArray, "nic_new_site", "_Znam", -1},
+    {"malloc", AllocKind::Malloc, "nic_malloc_site", "malloc", -1, -1},
+    {"calloc", AllocKind::Calloc, "nic_calloc_site", "malloc", -1, -1},
+    {"realloc", AllocKind::Realloc, "nic_realloc_site", "malloc", -1, -1},
+    {"aligned_alloc", AllocKind::AlignedAlloc, "nic_aligned_alloc_site", "malloc", -1, 0},
+    {"posix_memalign", AllocKind::PosixMemalign, "nic_posix_memalign_site", "malloc", 0, -1},
+    {"_Znwm", AllocKind::New, "nic_new_site", "_Znwm", -1, -1},
+    {"_Znam", AllocKind::New, "nic_new_site", "_Znam", -1, -1},
+    {"_ZnwmSt11align_val_t", AllocKind::NewAligned, "nic_new_aligned_site", "_Znwm", -1, 1},
+    {"_ZnamSt11align_val_t", AllocKind::NewAligned, "nic_new_aligned_site", "_Znam", -1, 1},
+    {"_ZnwmRKSt9nothrow_t", AllocKind::NewNothrow, "nic_new_nothrow_site", "_Znwm", -1, -1},
+    {"_ZnamRKSt9nothrow_t", AllocKind::NewNothrow, "nic_new_nothrow_site", "_Znam", -1, -1},
+    {"_ZnwmSt11align_val_tRKSt9nothrow_t", AllocKind::NewNothrow, "nic_new_aligned_nothrow_site",
+     "_Znwm", -1, 1},
+    {"_ZnamSt11align_val_tRKSt9nothrow_t", AllocKind::NewNothrow, "nic_new_aligned_nothrow_site",
+     "_Znam", -1, 1},
     // Allocations the site ABI cannot express: tracked (their objects still flow) and reported
     // in the site table as skipped, never rewritten.
-    {"_ZnwmSt11align_val_t", AllocKind::Other, "", "_Znwm", -1},
-    {"_ZnamSt11align_val_t", AllocKind::Other, "", "_Znam", -1},
-    {"_ZnwmRKSt9nothrow_t", AllocKind::Other, "", "_Znwm", -1},
-    {"_ZnamRKSt9nothrow_t", AllocKind::Other, "", "_Znam", -1},
-    {"_ZnwmSt11align_val_tRKSt9nothrow_t", AllocKind::Other, "", "_Znwm", -1},
-    {"_ZnamSt11align_val_tRKSt9nothrow_t", AllocKind::Other, "", "_Znam", -1},
-    {"memalign", AllocKind::Other, "", "malloc", -1},
-    {"valloc", AllocKind::Other, "", "malloc", -1},
-    {"pvalloc", AllocKind::Other, "", "malloc", -1},
-    {"strdup", AllocKind::Other, "", "malloc", -1},
-    {"strndup", AllocKind::Other, "", "malloc", -1},
-    {"reallocarray", AllocKind::Other, "", "malloc", -1},
+    {"memalign", AllocKind::Other, "", "malloc", -1, 0},
+    {"valloc", AllocKind::Other, "", "malloc", -1, -1},
+    {"pvalloc", AllocKind::Other, "", "malloc", -1, -1},
+    {"strdup", AllocKind::Other, "", "malloc", -1, -1},
+    {"strndup", AllocKind::Other, "", "malloc", -1, -1},
+    {"reallocarray", AllocKind::Other, "", "malloc", -1, -1},
 };
 
 std::optional<AllocFunction> classifyAllocFunction(const Function &Callee) {
@@ -47,7 +51,8 @@ std::optional<AllocFunction> classifyAllocFunction(const Function &Callee) {
   if (!Callee.isDeclaration()) return std::nullopt;
   StringRef Name = Callee.getName();
   for (const KnownAlloc &K : KnownAllocs)
-    if (Name == K.Name) return AllocFunction{K.Kind, K.Name, K.SiteFunction, K.Family, K.OutArg};
+    if (Name == K.Name)
+      return AllocFunction{K.Kind, K.Name, K.SiteFunction, K.Family, K.OutArg, K.AlignArg};
   return std::nullopt;
 }
 
@@ -57,16 +62,15 @@ std::optional<AllocFunction> classifyAllocCall(const CallBase &Call) {
   return classifyAllocFunction(*Callee);
 }
 
-static AllocFnKind allocKindFor(AllocKind K) {
-  switch (K) {
+static AllocFnKind allocKindFor(const AllocFunction &A) {
+  switch (A.Kind) {
   case AllocKind::Calloc:
     return AllocFnKind::Alloc | AllocFnKind::Zeroed;
   case AllocKind::Realloc:
     return AllocFnKind::Realloc | AllocFnKind::Uninitialized;
-  case AllocKind::AlignedAlloc:
-    return AllocFnKind::Alloc | AllocFnKind::Uninitialized | AllocFnKind::Aligned;
   default:
-    return AllocFnKind::Alloc | AllocFnKind::Uninitialized;
+    return AllocFnKind::Alloc | AllocFnKind::Uninitialized |
+           (A.AlignArg >= 0 ? AllocFnKind::Aligned : AllocFnKind::Unknown);
   }
 }
 
@@ -86,14 +90,14 @@ FunctionCallee getSiteFunction(Module &M, const AllocFunction &Alloc, const Func
   AttrBuilder FnAttrs(Ctx, OrigAttrs.getFnAttrs());
   FnAttrs.removeAttribute(Attribute::NoBuiltin); // meaningless off a library name
   if (Alloc.Kind != AllocKind::PosixMemalign) {
-    FnAttrs.addAllocKindAttr(allocKindFor(Alloc.Kind));
+    FnAttrs.addAllocKindAttr(allocKindFor(Alloc));
     FnAttrs.addAttribute("alloc-family", Alloc.Family);
     switch (Alloc.Kind) {
     case AllocKind::Calloc:
       FnAttrs.addAllocSizeAttr(0, 1);
       break;
     case AllocKind::Realloc:
-    case AllocKind::AlignedAlloc:
+    case AllocKind::AlignedAlloc: // aligned_alloc(alignment, size)
       FnAttrs.addAllocSizeAttr(1, std::nullopt);
       break;
     default:
@@ -108,8 +112,9 @@ FunctionCallee getSiteFunction(Module &M, const AllocFunction &Alloc, const Func
     ParamAttrs.push_back(OrigAttrs.getParamAttrs(I));
   if (Alloc.Kind == AllocKind::Realloc)
     ParamAttrs[0] = ParamAttrs[0].addAttribute(Ctx, Attribute::AllocatedPointer);
-  if (Alloc.Kind == AllocKind::AlignedAlloc)
-    ParamAttrs[0] = ParamAttrs[0].addAttribute(Ctx, Attribute::AllocAlign);
+  if (Alloc.AlignArg >= 0 && unsigned(Alloc.AlignArg) < ParamAttrs.size())
+    ParamAttrs[Alloc.AlignArg] =
+        ParamAttrs[Alloc.AlignArg].addAttribute(Ctx, Attribute::AllocAlign);
   ParamAttrs.push_back(AttributeSet::get(Ctx, {Attribute::get(Ctx, Attribute::NoUndef)}));
   Fn->setAttributes(AttributeList::get(Ctx, AttributeSet::get(Ctx, FnAttrs),
                                        AttributeSet::get(Ctx, RetAttrs), ParamAttrs));

@@ -16,17 +16,29 @@ class Value;
 
 namespace nicpass {
 
-enum class AllocKind { Malloc, Calloc, Realloc, AlignedAlloc, PosixMemalign, New, NewArray, Other };
+enum class AllocKind {
+  Malloc,
+  Calloc,
+  Realloc,
+  AlignedAlloc,
+  PosixMemalign,
+  New,        ///< operator new / new[] (the family tells them apart)
+  NewAligned, ///< operator new(size, align_val_t) and new[]
+  NewNothrow, ///< operator new(size, const nothrow_t &), also with align_val_t (AlignArg set)
+  Other
+};
 
 struct AllocFunction {
   AllocKind Kind;
   llvm::StringRef Name;
-  /// nicmalloc's site variant, or empty when the site ABI has none (aligned/nothrow new, ...).
+  /// nicmalloc's site variant, or empty when the site ABI has none (memalign, strdup, ...).
   llvm::StringRef SiteFunction;
   /// LLVM's "alloc-family": the deallocator family the result pairs with.
   llvm::StringRef Family;
   /// posix_memalign: the object is returned through this argument, not the return value.
   int OutArg = -1;
+  /// The argument that carries the alignment (aligned new), or -1.
+  int AlignArg = -1;
 };
 
 /// Recognises a declared (not defined here) allocation function by name.

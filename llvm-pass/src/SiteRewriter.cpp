@@ -159,8 +159,9 @@ CallBase *Rewriter::rewrite(CallBase &Call, Value *SiteId) {
   if (std::optional<AllocFunction> Alloc = classifyAllocCall(Call)) {
     FunctionCallee Site = getSiteFunction(M, *Alloc, *Callee);
     CallBase *New = replaceWithExtraArgument(Call, Site, SiteId);
-    // One nic_new_site serves new and new[]: the family (for delete vs delete[]) goes on the call.
-    if (Alloc->Kind == AllocKind::New || Alloc->Kind == AllocKind::NewArray)
+    // One site function serves new and new[]: the family (delete vs delete[]) goes on the call.
+    if (Alloc->Kind == AllocKind::New || Alloc->Kind == AllocKind::NewAligned ||
+        Alloc->Kind == AllocKind::NewNothrow)
       New->addFnAttr(Attribute::get(M.getContext(), "alloc-family", Alloc->Family));
     return New;
   }

@@ -1,5 +1,6 @@
 // operator new and new[] as plain calls and as invokes (inside a try) become nic_new_site with
-// the matching alloc-family; aligned new has no site variant and is reported as skipped.
+// the matching alloc-family; aligned new becomes nic_new_aligned_site (cxx-new-variants.cpp has
+// the nothrow ones).
 // RUN: %clang-nic -x c++ -O0 -S -emit-llvm -o - %s | FileCheck %s
 // RUN: %clang-nic -x c++ -O2 -c -o /dev/null -Rpass=nic-dataplane-sites -Rpass-missed=nic-dataplane-sites %s 2>&1 | FileCheck %s --check-prefix=REMARK
 #include <cstddef>
@@ -40,7 +41,7 @@ void send_try(int fd) {
 Packet *control() { return new Packet; }
 
 // CHECK-LABEL: define {{.*}} @_Z12send_alignedi(
-// CHECK: call noalias noundef nonnull align 64 ptr @_ZnwmSt11align_val_t(
+// CHECK: call noalias noundef nonnull align 64 ptr @nic_new_aligned_site(i64 noundef 64, i64 noundef 64, i32 noundef {{[0-9]+}}) [[NEW]]
 void send_aligned(int fd) {
   Line *l = new Line;
   send(fd, l, sizeof *l, 0);
@@ -51,7 +52,7 @@ void send_aligned(int fd) {
 // CHECK-DAG: attributes [[NEWARR]] = { builtin allocsize(0) "alloc-family"="_Znam" }
 // CHECK-DAG: attributes [[DECL]] = { {{.*}}allockind("alloc,uninitialized") allocsize(0) {{.*}}"alloc-family"="_Znwm"
 
-// REMARK-DAG: cxx-new.cpp:20:{{.*}} remark: _Znwm -> nic_new_site
-// REMARK-DAG: cxx-new.cpp:22:{{.*}} remark: _Znam -> nic_new_site
-// REMARK-DAG: cxx-new.cpp:31:{{.*}} remark: _Znwm -> nic_new_site
-// REMARK-DAG: cxx-new.cpp:45:{{.*}} remark: _ZnwmSt11align_val_t reaches send arg 1 {{.*}} but nicmalloc has no site variant of _ZnwmSt11align_val_t
+// REMARK-DAG: cxx-new.cpp:21:{{.*}} remark: _Znwm -> nic_new_site
+// REMARK-DAG: cxx-new.cpp:23:{{.*}} remark: _Znam -> nic_new_site
+// REMARK-DAG: cxx-new.cpp:32:{{.*}} remark: _Znwm -> nic_new_site
+// REMARK-DAG: cxx-new.cpp:46:{{.*}} remark: _ZnwmSt11align_val_t -> nic_new_aligned_site
