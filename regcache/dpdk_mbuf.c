@@ -208,7 +208,8 @@ NIC_EXPORT struct nic_endpoint *nic_dpdk_endpoint(struct nic_backend *b, uint16_
                                                   uint16_t queue) {
   struct dbackend *be = (struct dbackend *)b;
   struct rte_eth_dev_info info;
-  if (!be || rte_eth_dev_info_get(port, &info) || queue >= info.nb_tx_queues) {
+  if (!be || !rte_eth_dev_is_valid_port(port) || rte_eth_dev_info_get(port, &info) ||
+      queue >= info.nb_tx_queues) {
     errno = EINVAL; /* a queue not set up would crash tx_burst */
     return NULL;
   }

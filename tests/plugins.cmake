@@ -22,3 +22,28 @@ if(TARGET nicmalloc-dpdk)
   target_link_libraries(test_dpdk_backend PRIVATE rte_net_ring)
   target_compile_definitions(test_dpdk_backend PRIVATE ALLOW_EXPERIMENTAL_API)
 endif()
+
+# The public endpoint constructors of dpdk and verbs, through libnicmalloc.so as applications use
+# them: one process per backend setting. The dpdk and sim runs must not skip (the dpdk backend is
+# real here); the verbs device case skips, saying why, where there is no RDMA device.
+if(TARGET nicmalloc-dpdk AND TARGET nicmalloc-verbs)
+  add_executable(test_public_endpoints test_public_endpoints.cc)
+  target_link_libraries(test_public_endpoints PRIVATE nicmalloc GTest::gtest GTest::gtest_main
+    PkgConfig::NIC_DPDK PkgConfig::NIC_IBVERBS rte_net_ring)
+  target_compile_definitions(test_public_endpoints PRIVATE ALLOW_EXPERIMENTAL_API)
+  add_dependencies(test_public_endpoints nicmalloc-dpdk nicmalloc-verbs)
+  foreach(run "dpdk;DpdkEndpoint;NICMALLOC_DPDK_VDEV=net_ring0" "sim;OtherBackendEndpoints;"
+              "verbs;VerbsEndpoint;")
+    list(GET run 0 backend)
+    list(GET run 1 suite)
+    list(GET run 2 extra)
+    add_test(NAME public_endpoints_${backend}
+             COMMAND test_public_endpoints --gtest_filter=${suite}.*)
+    set_tests_properties(public_endpoints_${backend} PROPERTIES TIMEOUT 120
+      ENVIRONMENT "NICMALLOC_BACKEND=${backend};NICMALLOC_CHUNK_SIZE=64M;${extra}")
+    if(NOT backend STREQUAL "verbs")
+      set_tests_properties(public_endpoints_${backend} PROPERTIES
+        FAIL_REGULAR_EXPRESSION "\\[  SKIPPED \\]")
+    endif()
+  endforeach()
+endif()

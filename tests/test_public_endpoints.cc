@@ -1,0 +1,287 @@
+// The public endpoints of the dpdk and verbs backends (nic_dpdk_endpoint_create,
+// nic_verbs_get_pd / nic_verbs_endpoint_create) through libnicmalloc.so, as an application uses
+// them: the dpdk cases run with NICMALLOC_BACKEND=dpdk on net_ring0 (which loops back to
+// itself), the refusals under sim, the verbs ones under NICMALLOC_BACKEND=verbs (tests/
+// plugins.cmake). Every case is a process of its own: EAL starts once per process.
+#include <gtest/gtest.h>
+
+#include <algorithm>
+#include <cerrno>
+#include <chrono>
+#include <cstdlib>
+#include <cstring>
+#include <functional>
+#include <string>
+#include <thread>
+
+#include <infiniband/verbs.h>
+#include <rte_eth_ring.h>
+#include <rte_ethdev.h>
+#include <rte_mbuf.h>
+#include <rte_ring.h>
+
+#include "nicmalloc.h"
+
+namespace {
+
+using Clock = std::chrono::steady_clock;
+
+struct Done {
+  int calls = 0, status = 1;
+  static void Fn(void *arg, int status) {
+    auto *d = static_cast<Done *>(arg);
+    d->status = status;
+    d->calls++;
+  }
+};
+
+bool PollUntilDone(const Done &d) {
+  for (auto end = Clock::now() + std::chrono::seconds(10); !d.calls; nic_poll(16))
+    if (Clock::now() > end) return false;
+  return true;
+}
+
+rte_mbuf *RxOne(uint16_t port) {
+  rte_mbuf *m = nullptr;
+  for (auto end = Clock::now() + std::chrono::seconds(5); Clock::now() < end;)
+    if (rte_eth_rx_burst(port, 0, &m, 1)) return m;
+  return nullptr;
+}
+
+std::string Bytes(const rte_mbuf *m) {
+  std::string s;
+  for (; m; m = m->next)
+    s.append(rte_pktmbuf_mtod(m, const char *), m->data_len);
+  return s;
+}
+
+nic_stats Stats() {
+  nic_stats s;
+  nic_get_stats(&s);
+  return s;
+}
+
+int Lines(const std::string &s) {
+  return static_cast<int>(std::count(s.begin(), s.end(), '\n'));
+}
+
+// A dataplane block and a control-heap block, filled; posted as one message.
+struct Message {
+  char *dp = static_cast<char *>(nic_malloc(3000));
+  char *ctl = static_cast<char *>(malloc(5000));
+  std::string bytes;
+  Message() {
+    for (int i = 0; i < 3000; i++)
+      dp[i] = static_cast<char>(i * 7);
+    for (int i = 0; i < 5000; i++)
+      ctl[i] = static_cast<char>(i * 13 + 1);
+    bytes = std::string(dp, 3000) + std::string(ctl, 5000);
+  }
+  int Post(nic_endpoint *ep, Done *done) {
+    nic_sga sga;
+    int rc = nic_sga_init(&sga, 0);
+    if (!rc) rc = nic_sga_add(&sga, dp, 3000);
+    if (!rc) rc = nic_sga_add(&sga, ctl, 5000);
+    if (!rc) rc = nic_sga_post(&sga, ep, Done::Fn, done);
+    return rc;
+  }
+  // Right after the post: both frees must wait for the NIC.
+  void FreeAndScribble() {
+    free(dp);
+    free(ctl);
+    for (int i = 0; i < 32; i++) {
+      void *q = i % 2 ? nic_malloc(3000) : malloc(5000);
+      memset(q, 0x5a, i % 2 ? 3000 : 5000);
+      free(q);
+    }
+  }
+};
+
+// The backend opens on first need; nic_sga_init needs it.
+std::string BackendName() {
+  nic_sga sga;
+  nic_sga_init(&sga, 0);
+  return Stats().backend;
+}
+bool UsingDpdk() {
+  return BackendName() == "dpdk";
+}
+#define REQUIRE_DPDK()                                                                             \
+  if (!UsingDpdk()) GTEST_SKIP() << "the dpdk backend did not open (see the warning above)"
+
+TEST(DpdkEndpoint, DefaultPortFreeAfterPostArrivesIntactAndCompletesAfterThePeerFrees) {
+  nic_endpoint *ep = nic_dpdk_endpoint_create(NIC_DPDK_DEFAULT_PORT, 0);
+  REQUIRE_DPDK();
+  ASSERT_NE(ep, nullptr);
+  EXPECT_EQ(nic_dpdk_endpoint_create(NIC_DPDK_DEFAULT_PORT, 0), ep) << "one endpoint per queue";
+  uint16_t port = UINT16_MAX;
+  ASSERT_EQ(rte_eth_dev_get_port_by_name("net_ring0", &port), 0);
+  const uint64_t deferred = Stats().deferred_frees;
+  Message msg;
+  Done done;
+  ASSERT_EQ(msg.Post(ep, &done), 0);
+  const std::string want = msg.bytes;
+  msg.FreeAndScribble();
+  EXPECT_GE(Stats().deferred_frees, deferred + 2) << "a block in flight was freed at once";
+  rte_mbuf *m = RxOne(port);
+  ASSERT_NE(m, nullptr);
+  EXPECT_EQ(Bytes(m), want) << "the peer got reused memory";
+  nic_poll(16);
+  EXPECT_EQ(done.calls, 0) << "completed while the peer holds the mbufs";
+  rte_pktmbuf_free(m);
+  ASSERT_TRUE(PollUntilDone(done));
+  EXPECT_EQ(done.status, 0);
+  EXPECT_EQ(Stats().deferred_pending, 0u);
+  EXPECT_EQ(nic_dpdk_endpoint_destroy(ep), 0);
+  EXPECT_EQ(nic_dpdk_endpoint_destroy(ep), 0) << "each create needs its destroy";
+  testing::internal::CaptureStderr();
+  EXPECT_EQ(nic_dpdk_endpoint_destroy(ep), -EINVAL) << "destroyed more often than created";
+  std::string err = testing::internal::GetCapturedStderr();
+  EXPECT_NE(err.find("not an endpoint made by nic_dpdk_endpoint_create"), std::string::npos) << err;
+}
+
+TEST(DpdkEndpoint, BadPortsAndQueuesAreRefusedWithErrnoAndOneLine) {
+  nic_endpoint *probe = nic_dpdk_endpoint_create(NIC_DPDK_DEFAULT_PORT, 0);
+  REQUIRE_DPDK();
+  ASSERT_EQ(nic_dpdk_endpoint_destroy(probe), 0);
+  struct {
+    uint16_t port, queue;
+    const char *says;
+  } cases[] = {{200, 0, "no such port"},
+               {NIC_DPDK_DEFAULT_PORT, 1, "the default port takes queue 0"}};
+  for (auto &c : cases) {
+    testing::internal::CaptureStderr();
+    errno = 0;
+    EXPECT_EQ(nic_dpdk_endpoint_create(c.port, c.queue), nullptr) << c.says;
+    EXPECT_EQ(errno, EINVAL) << c.says;
+    std::string err = testing::internal::GetCapturedStderr();
+    EXPECT_NE(err.find(c.says), std::string::npos) << err;
+    EXPECT_EQ(Lines(err), 1) << err;
+  }
+}
+
+// An application's own port pair: destroy is refused while a post on it is in flight.
+TEST(DpdkEndpoint, ApplicationPortIsBusyUntilThePeerFreesTheChain) {
+  nic_endpoint *probe = nic_dpdk_endpoint_create(NIC_DPDK_DEFAULT_PORT, 0);
+  REQUIRE_DPDK();
+  ASSERT_EQ(nic_dpdk_endpoint_destroy(probe), 0);
+  rte_ring *ab = rte_ring_create("pub_ab", 8, SOCKET_ID_ANY, RING_F_SP_ENQ | RING_F_SC_DEQ);
+  rte_ring *ba = rte_ring_create("pub_ba", 8, SOCKET_ID_ANY, RING_F_SP_ENQ | RING_F_SC_DEQ);
+  ASSERT_TRUE(ab && ba);
+  rte_mempool *pool =
+      rte_pktmbuf_pool_create("pub_rx", 63, 0, 0, RTE_MBUF_DEFAULT_BUF_SIZE, SOCKET_ID_ANY);
+  ASSERT_NE(pool, nullptr);
+  int ports[2] = {rte_eth_from_rings("pub_a", &ba, 1, &ab, 1, SOCKET_ID_ANY),
+                  rte_eth_from_rings("pub_b", &ab, 1, &ba, 1, SOCKET_ID_ANY)};
+  for (int port : ports) {
+    rte_eth_conf conf{};
+    ASSERT_GE(port, 0);
+    ASSERT_EQ(rte_eth_dev_configure(port, 1, 1, &conf), 0);
+    ASSERT_EQ(rte_eth_rx_queue_setup(port, 0, 64, SOCKET_ID_ANY, nullptr, pool), 0);
+    ASSERT_EQ(rte_eth_tx_queue_setup(port, 0, 64, SOCKET_ID_ANY, nullptr), 0);
+    ASSERT_EQ(rte_eth_dev_start(port), 0);
+  }
+  nic_endpoint *ep = nic_dpdk_endpoint_create(ports[0], 0);
+  ASSERT_NE(ep, nullptr);
+  Message msg;
+  Done done;
+  ASSERT_EQ(msg.Post(ep, &done), 0);
+  EXPECT_EQ(nic_dpdk_endpoint_destroy(ep), -EBUSY);
+  rte_mbuf *m = RxOne(static_cast<uint16_t>(ports[1]));
+  ASSERT_NE(m, nullptr);
+  EXPECT_EQ(Bytes(m), msg.bytes);
+  rte_pktmbuf_free(m);
+  ASSERT_TRUE(PollUntilDone(done));
+  EXPECT_EQ(done.status, 0);
+  EXPECT_EQ(nic_dpdk_endpoint_destroy(ep), 0);
+  free(msg.dp);
+  free(msg.ctl);
+}
+
+// Run under sim: each constructor names the backend in use and what to set, in one line.
+TEST(OtherBackendEndpoints, RefusedWithENODEVAndOneLineEach) {
+  if (BackendName() != "sim")
+    GTEST_SKIP() << "the backend is " << BackendName() << ": ctest runs this under sim";
+  struct {
+    const char *what;
+    std::function<void *()> call;
+  } cases[] = {
+      {"nic_dpdk_endpoint_create: the backend in use is sim, not dpdk (set NICMALLOC_BACKEND=dpdk)",
+       [] { return static_cast<void *>(nic_dpdk_endpoint_create(0, 0)); }},
+      {"nic_verbs_get_pd: the backend in use is sim, not verbs", [] { return nic_verbs_get_pd(); }},
+      {"nic_verbs_endpoint_create: the backend in use is sim, not verbs",
+       [] { return static_cast<void *>(nic_verbs_endpoint_create(nullptr)); }},
+  };
+  for (auto &c : cases) {
+    testing::internal::CaptureStderr();
+    errno = 0;
+    EXPECT_EQ(c.call(), nullptr) << c.what;
+    EXPECT_EQ(errno, ENODEV) << c.what;
+    std::string err = testing::internal::GetCapturedStderr();
+    EXPECT_NE(err.find(c.what), std::string::npos) << err;
+    EXPECT_EQ(Lines(err), 1) << err;
+  }
+  int not_an_endpoint = 0;
+  auto *fake = reinterpret_cast<nic_endpoint *>(&not_an_endpoint);
+  testing::internal::CaptureStderr();
+  EXPECT_EQ(nic_dpdk_endpoint_destroy(fake), -EINVAL);
+  EXPECT_EQ(nic_verbs_endpoint_destroy(nullptr), -EINVAL);
+  std::string err = testing::internal::GetCapturedStderr();
+  EXPECT_EQ(Lines(err), 2) << err;
+}
+
+// Run with NICMALLOC_BACKEND=verbs. With no RDMA device the backend falls back and the verbs
+// constructors say so; with one, a QP in nicmalloc's PD becomes an endpoint and a QP of
+// another PD is refused.
+int RdmaDevices() {
+  int n = 0;
+  ibv_device **list = ibv_get_device_list(&n);
+  if (list) ibv_free_device_list(list);
+  return list ? n : 0;
+}
+
+TEST(VerbsEndpoint, WithoutADeviceTheConstructorsSaySo) {
+  if (RdmaDevices() > 0) GTEST_SKIP() << "an RDMA device exists: VerbsEndpoint.QpInOurPd runs";
+  testing::internal::CaptureStderr();
+  errno = 0;
+  EXPECT_EQ(nic_verbs_get_pd(), nullptr);
+  EXPECT_EQ(errno, ENODEV);
+  std::string err = testing::internal::GetCapturedStderr();
+  EXPECT_NE(err.find("not verbs (set NICMALLOC_BACKEND=verbs; it needs an RDMA device)"),
+            std::string::npos)
+      << err;
+}
+
+TEST(VerbsEndpoint, QpInOurPdIsAnEndpointAndAnotherPdIsRefused) {
+  if (RdmaDevices() == 0)
+    GTEST_SKIP()
+        << "no RDMA device: ibv_get_device_list returned 0 devices (the kernel has no "
+           "RDMA here); tested up to the device boundary by WithoutADeviceTheConstructorsSaySo";
+  auto *pd = static_cast<ibv_pd *>(nic_verbs_get_pd());
+  ASSERT_NE(pd, nullptr);
+  ibv_cq *cq = ibv_create_cq(pd->context, 16, nullptr, nullptr, 0);
+  ASSERT_NE(cq, nullptr);
+  ibv_qp_init_attr init{};
+  init.send_cq = init.recv_cq = cq;
+  init.qp_type = IBV_QPT_RC;
+  init.cap.max_send_wr = init.cap.max_recv_wr = 8;
+  init.cap.max_send_sge = init.cap.max_recv_sge = 1;
+  ibv_qp *qp = ibv_create_qp(pd, &init);
+  ASSERT_NE(qp, nullptr);
+  nic_endpoint *ep = nic_verbs_endpoint_create(qp);
+  ASSERT_NE(ep, nullptr);
+  EXPECT_EQ(nic_verbs_endpoint_destroy(ep), 0);
+  ibv_pd *other = ibv_alloc_pd(pd->context);
+  ASSERT_NE(other, nullptr);
+  ibv_qp *foreign = ibv_create_qp(other, &init);
+  ASSERT_NE(foreign, nullptr);
+  errno = 0;
+  EXPECT_EQ(nic_verbs_endpoint_create(foreign), nullptr);
+  EXPECT_EQ(errno, EINVAL);
+  ibv_destroy_qp(foreign);
+  ibv_destroy_qp(qp);
+  ibv_dealloc_pd(other);
+  ibv_destroy_cq(cq);
+}
+
+} // namespace
