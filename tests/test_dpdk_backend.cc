@@ -26,6 +26,7 @@
 
 #include "backend.h"
 #include "dpdk.h"
+#include "dpdk_rx.h"
 #include "nicmalloc.h"
 
 namespace {
@@ -114,20 +115,6 @@ bool PollFor(struct nic_backend *b, const Done &d, int ms = 3000) {
   for (auto end = Clock::now() + std::chrono::milliseconds(ms); !d.calls && Clock::now() < end;)
     if (!b->poll(b, 16)) std::this_thread::sleep_for(std::chrono::microseconds(100));
   return d.calls > 0;
-}
-
-rte_mbuf *RxOne(uint16_t port, int ms = 2000) {
-  rte_mbuf *m = nullptr;
-  for (auto end = Clock::now() + std::chrono::milliseconds(ms); Clock::now() < end;)
-    if (rte_eth_rx_burst(port, 0, &m, 1)) return m;
-  return nullptr;
-}
-
-std::string Bytes(const rte_mbuf *m) {
-  std::string s;
-  for (; m; m = m->next)
-    s.append(rte_pktmbuf_mtod(m, const char *), m->data_len);
-  return s;
 }
 
 // Entries from three dataplane blocks; the 70000-byte one needs two extbuf segments.

@@ -20,6 +20,7 @@
 #include <rte_mbuf.h>
 #include <rte_ring.h>
 
+#include "dpdk_rx.h"
 #include "nicmalloc.h"
 
 namespace {
@@ -39,20 +40,6 @@ bool PollUntilDone(const Done &d) {
   for (auto end = Clock::now() + std::chrono::seconds(10); !d.calls; nic_poll(16))
     if (Clock::now() > end) return false;
   return true;
-}
-
-rte_mbuf *RxOne(uint16_t port) {
-  rte_mbuf *m = nullptr;
-  for (auto end = Clock::now() + std::chrono::seconds(5); Clock::now() < end;)
-    if (rte_eth_rx_burst(port, 0, &m, 1)) return m;
-  return nullptr;
-}
-
-std::string Bytes(const rte_mbuf *m) {
-  std::string s;
-  for (; m; m = m->next)
-    s.append(rte_pktmbuf_mtod(m, const char *), m->data_len);
-  return s;
 }
 
 nic_stats Stats() {
@@ -123,7 +110,7 @@ TEST(DpdkEndpoint, DefaultPortFreeAfterPostArrivesIntactAndCompletesAfterThePeer
   const std::string want = msg.bytes;
   msg.FreeAndScribble();
   EXPECT_GE(Stats().deferred_frees, deferred + 2) << "a block in flight was freed at once";
-  rte_mbuf *m = RxOne(port);
+  rte_mbuf *m = RxOne(port, 5000);
   ASSERT_NE(m, nullptr);
   EXPECT_EQ(Bytes(m), want) << "the peer got reused memory";
   nic_poll(16);
