@@ -8,6 +8,7 @@
 #include <atomic>
 #include <cstdlib>
 #include <cstring>
+#include <string>
 #include <thread>
 
 #include "nicmalloc.h"
@@ -124,6 +125,38 @@ void BM_PostFence(benchmark::State &state, FenceCase fc) {
   nic_safety_config_set(&saved);
 }
 
+// protect's own cost per post, without the NIC: write-protecting an entry's pages and making
+// them writable again (nic_fence_protect + nic_fence_unprotect), per mechanism and entry size.
+// The unit is the chunk's page: 4 KiB on THP or 4 KiB chunks, the hugepage on hugetlb ones
+// (NICMALLOC_PAGE_KIND=2m with a hugepage pool), as the label says.
+void BM_ProtectCycle(benchmark::State &state, nic_fence_protect_with with) {
+  const size_t size = static_cast<size_t>(state.range(0));
+  struct nic_safety_config c = *nic_safety_config(), saved = c;
+  c.fence = NIC_FENCE_PROTECT;
+  nic_safety_config_set(&c);
+  if (nic_fence_protect_use(with)) {
+    state.SkipWithError("this protect mechanism is not available here");
+    nic_safety_config_set(&saved);
+    return;
+  }
+  char *buf = static_cast<char *>(nic_aligned_alloc(4096, size));
+  memset(buf, 1, size);
+  nic_sga_entry e = {};
+  e.addr = buf;
+  e.len = static_cast<uint32_t>(size);
+  e.kind = NIC_REGION_ARENA;
+  for (auto _ : state) {
+    nic_fence_protect(&e, 1);
+    nic_fence_unprotect(&e, 1);
+  }
+  nic_stats s;
+  nic_get_stats(&s);
+  state.SetLabel(std::string(nic_fence_protect_name()) + ", " + nic_page_kind_name(s.page_kind) +
+                 " pages");
+  free(buf);
+  nic_safety_config_set(&saved);
+}
+
 // malloc/free of 64 B with nothing in flight (the one-load filter) and with an unrelated page
 // held (every free looks its pages up).
 void BM_FreeFilter(benchmark::State &state, bool busy) {
@@ -164,6 +197,11 @@ BENCHMARK_CAPTURE(BM_PostFence, detect, kDetect)
     ->Arg(65536)
     ->Arg(2 << 20)
     ->UseRealTime();
+BENCHMARK_CAPTURE(BM_ProtectCycle, uffd, NIC_PROTECT_UFFD)->Arg(4096)->Arg(65536)->Arg(2 << 20);
+BENCHMARK_CAPTURE(BM_ProtectCycle, mprotect, NIC_PROTECT_MPROTECT)
+    ->Arg(4096)
+    ->Arg(65536)
+    ->Arg(2 << 20);
 BENCHMARK_CAPTURE(BM_FreeFilter, nothing_in_flight, false);
 BENCHMARK_CAPTURE(BM_FreeFilter, other_page_held, true);
 

@@ -48,26 +48,39 @@ bool nic_fence_marked(uintptr_t a) {
   return __atomic_load_n(w, __ATOMIC_ACQUIRE) & bit;
 }
 
-/* Writers hold the protect lock, so only readers race with them: atomic bit updates suffice. A
- * page at a time is plenty: protect units are few pages, or hugepages marked once per post. */
+/* Applies a run of page bits to the words of [start, end), a word (64 pages) per atomic: a
+ * hugepage unit is 512 pages. Writers hold the protect lock, so only readers race with them. */
+static void set_bits(uintptr_t start, uintptr_t end, bool on) {
+  for (uintptr_t a = start; a < end;) {
+    uint64_t *l = leaf(a, false), bit;
+    uintptr_t leaf_end = ((a >> LEAF_SHIFT) + 1) << LEAF_SHIFT;
+    if (!l) { /* nothing marked in this GiB */
+      a = leaf_end;
+      continue;
+    }
+    uint64_t *w = word(l, a, &bit);
+    uintptr_t stop = end < leaf_end ? end : leaf_end;
+    unsigned first = (unsigned)__builtin_ctzll(bit);
+    uintptr_t pages = (stop - a) >> PAGE_SHIFT, n = pages < 64 - first ? pages : 64 - first;
+    uint64_t mask = (n == 64 ? ~0ull : ((1ull << n) - 1)) << first;
+    if (on)
+      __atomic_or_fetch(w, mask, __ATOMIC_RELEASE);
+    else
+      __atomic_and_fetch(w, ~mask, __ATOMIC_RELEASE);
+    a += n << PAGE_SHIFT;
+  }
+}
+
 bool nic_fence_mark(uintptr_t start, uintptr_t end) {
   for (uintptr_t a = start; a < end; a += (uintptr_t)1 << LEAF_SHIFT)
     if (!leaf(a, true)) return false;
   if (!leaf(end - 1, true)) return false;
-  for (uintptr_t a = start; a < end; a += 1ul << PAGE_SHIFT) {
-    uint64_t bit, *w = word(leaf(a, false), a, &bit);
-    __atomic_or_fetch(w, bit, __ATOMIC_RELEASE);
-  }
+  set_bits(start, end, true);
   return true;
 }
 
 void nic_fence_unmark(uintptr_t start, uintptr_t end) {
-  for (uintptr_t a = start; a < end; a += 1ul << PAGE_SHIFT) {
-    uint64_t *l = leaf(a, false), bit;
-    if (!l) continue;
-    uint64_t *w = word(l, a, &bit);
-    __atomic_and_fetch(w, ~bit, __ATOMIC_RELEASE);
-  }
+  set_bits(start, end, false);
 }
 
 void nic_fence_each_marked(void (*fn)(uintptr_t start, uintptr_t end)) {

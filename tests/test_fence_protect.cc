@@ -276,6 +276,27 @@ TEST_P(Protect, ManyThreadsOverwriteRightAfterPosting) {
     EXPECT_EQ(seen[b], 1) << "message " << b << " sent " << seen[b] << " times";
 }
 
+// The bitmap a fault handler reads: marking a run sets exactly its pages, across 64-page words
+// and GiB leaves, and unmarking clears exactly them.
+TEST(FencePages, MarkAndUnmarkCoverExactlyTheRun) {
+  const uintptr_t gib = uintptr_t(1) << 30, page = 4096;
+  const uintptr_t start = 0x500000000000 + gib - 3 * page, end = start + 70 * page; // 2 leaves
+  ASSERT_TRUE(nic_fence_mark(start, end));
+  EXPECT_FALSE(nic_fence_marked(start - page));
+  for (uintptr_t a = start; a < end; a += page)
+    ASSERT_TRUE(nic_fence_marked(a + 100)) << std::hex << a;
+  EXPECT_FALSE(nic_fence_marked(end));
+  ASSERT_TRUE(nic_fence_mark(end + page, end + 2 * page));
+  nic_fence_unmark(start + page, end);
+  EXPECT_TRUE(nic_fence_marked(start));
+  for (uintptr_t a = start + page; a < end; a += page)
+    ASSERT_FALSE(nic_fence_marked(a)) << std::hex << a;
+  EXPECT_TRUE(nic_fence_marked(end + page)) << "a neighbour run was cleared";
+  nic_fence_unmark(start, end + 2 * page);
+  EXPECT_FALSE(nic_fence_marked(start));
+  EXPECT_FALSE(nic_fence_marked(end + page));
+}
+
 INSTANTIATE_TEST_SUITE_P(Mechanisms, Protect,
                          testing::Values(NIC_PROTECT_UFFD, NIC_PROTECT_MPROTECT),
                          [](const testing::TestParamInfo<nic_fence_protect_with> &i) {
