@@ -7,8 +7,10 @@
 //                           region backed by 4 KiB pages, THP, 2 MiB or 1 GiB hugetlb pages
 //                           (hugetlb rows skip unless the pool has the pages: reserve them in
 //                           /sys/kernel/mm/hugepages first)
-// Backends: sim always; uring when io_uring works here. Run with NICMALLOC_BACKEND=sim.
+// Backends: sim always; uring when io_uring works here; dpdk (rte_extmem_register and a DMA map
+// for net_ring0) when the plugin was built. Run with NICMALLOC_BACKEND=sim.
 #include <benchmark/benchmark.h>
+#include <dlfcn.h>
 #include <linux/mman.h>
 #include <sys/mman.h>
 #include <unistd.h>
@@ -79,6 +81,19 @@ void *map_region(Kind kind, size_t len) {
   return p;
 }
 
+// The dpdk backend is a plugin next to libnicmalloc.so, loaded as backend.c loads it, and EAL
+// starts once per process: it is opened once (on net_ring0) and never closed.
+nic_backend *dpdk_open() {
+  static nic_backend *b = [] {
+    setenv("NICMALLOC_DPDK_VDEV", "net_ring0", 0); // a device to DMA-map for, as in use
+    void *h = dlopen(NIC_PLUGIN_DIR "/libnicmalloc-dpdk.so", RTLD_NOW | RTLD_LOCAL);
+    auto open =
+        h ? reinterpret_cast<nic_backend *(*)()>(dlsym(h, "nic_backend_dpdk_open")) : nullptr;
+    return open ? open() : nullptr;
+  }();
+  return b;
+}
+
 void BM_register(benchmark::State &state, nic_backend *(*open)(), Kind kind) {
   const size_t len = size_t(state.range(0));
   if (kind == k1G && len % (1ul << 30)) {
@@ -100,14 +115,15 @@ void BM_register(benchmark::State &state, nic_backend *(*open)(), Kind kind) {
     }
   }
   munmap(p, len);
-  b->close(b);
+  if (open != dpdk_open) b->close(b);
 }
 
 void register_all() {
   struct {
     const char *name;
     nic_backend *(*open)();
-  } backends[] = {{"sim", nic_backend_sim_open}, {"uring", nic_backend_uring_open}};
+  } backends[] = {
+      {"sim", nic_backend_sim_open}, {"uring", nic_backend_uring_open}, {"dpdk", dpdk_open}};
   for (auto &be : backends)
     for (Kind k : {k4K, kTHP, k2M, k1G}) {
       std::string name = std::string("BM_register/") + be.name + "/" + kind_name[k];
