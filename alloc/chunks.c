@@ -17,7 +17,7 @@
 
 struct nic_dp_range nic_dp;
 unsigned nic_chunk_epoch;
-static struct nic_chunk chunks[CHUNK_SLOTS];
+struct nic_chunk nic_chunks[CHUNK_SLOTS];
 static unsigned slots_used;
 static pthread_mutex_t chunk_lock = PTHREAD_MUTEX_INITIALIZER;
 static uint64_t created, released, page_fallbacks, pin_failures;
@@ -48,10 +48,6 @@ int nic_dp_reserve(void) {
   nic_dp.shift = cfg->chunk_shift;
   __atomic_store_n(&nic_dp.base, (uintptr_t)base, __ATOMIC_RELEASE);
   return 0;
-}
-
-struct nic_chunk *nic_chunk_at(unsigned index) {
-  return &chunks[index];
 }
 
 unsigned nic_chunk_slots_used(void) {
@@ -91,13 +87,13 @@ static bool accept_pin_result(unsigned index, const struct nic_mapping *m) {
 }
 
 void nic_chunk_set_state(unsigned index, enum nic_chunk_state state) {
-  __atomic_store_n(&chunks[index].state, state, __ATOMIC_RELEASE);
+  __atomic_store_n(&nic_chunks[index].state, state, __ATOMIC_RELEASE);
   __atomic_add_fetch(&nic_chunk_epoch, 1, __ATOMIC_RELEASE);
 }
 
 static unsigned pick_slot_locked(void) {
   for (unsigned i = 0; i < slots_used; i++)
-    if (chunks[i].state == NIC_CHUNK_RELEASED) return i;
+    if (nic_chunks[i].state == NIC_CHUNK_RELEASED) return i;
   return slots_used;
 }
 
@@ -107,7 +103,7 @@ static int create_locked(unsigned *index_out) {
   if (index >= cfg->max_chunks) return -ENOSPC;
   if (pin_retry_at_ms && monotonic_ms() < pin_retry_at_ms) return -ENOMEM;
   void *base = nic_chunk_base(index);
-  struct nic_chunk *c = &chunks[index];
+  struct nic_chunk *c = &nic_chunks[index];
   /* 1 GiB pages only fit chunks of 1 GiB. */
   enum nic_page_kind want = cfg->page_kind;
   if (want == NIC_PAGE_1G && cfg->chunk_size < (1ul << 30)) want = NIC_PAGE_2M;
@@ -148,7 +144,7 @@ static int create_locked(unsigned *index_out) {
 }
 
 int nic_chunk_register(unsigned index, struct nic_registration *out) {
-  struct nic_chunk *c = &chunks[index];
+  struct nic_chunk *c = &nic_chunks[index];
   if (__atomic_load_n(&c->registered, __ATOMIC_ACQUIRE)) {
     *out = c->reg;
     return 0;
@@ -171,7 +167,7 @@ int nic_chunk_register(unsigned index, struct nic_registration *out) {
 }
 
 bool nic_chunk_release_locked(unsigned index) {
-  struct nic_chunk *c = &chunks[index];
+  struct nic_chunk *c = &nic_chunks[index];
   /* No stale registration may outlive the memory: deregister first, or do not release. */
   if (c->registered) {
     struct nic_backend *b = nic_backend_if_open();
@@ -201,11 +197,11 @@ void nic_chunk_totals(struct nic_chunk_totals *out) {
   pthread_mutex_lock(&chunk_lock);
   size_t size = (size_t)1 << nic_dp.shift;
   for (unsigned i = 0; i < slots_used; i++) {
-    if (chunks[i].state == NIC_CHUNK_DRAINING) out->draining++;
-    if (chunks[i].state != NIC_CHUNK_LIVE && chunks[i].state != NIC_CHUNK_DRAINING) continue;
+    if (nic_chunks[i].state == NIC_CHUNK_DRAINING) out->draining++;
+    if (nic_chunks[i].state != NIC_CHUNK_LIVE && nic_chunks[i].state != NIC_CHUNK_DRAINING) continue;
     out->live++;
     out->mapped_bytes += size;
-    if (chunks[i].mapping.pinned) out->pinned_bytes += size;
+    if (nic_chunks[i].mapping.pinned) out->pinned_bytes += size;
   }
   out->created = created;
   out->released = released;
@@ -232,7 +228,7 @@ void nic_chunks_reset_lock_in_child(void) {
  * the child only, and only when the pool could not cover the writes; posix_spawn and vfork
  * children run no fork handlers and pay nothing. */
 static void unshare_hugetlb_chunk(unsigned index, size_t size) {
-  struct nic_chunk *c = &chunks[index];
+  struct nic_chunk *c = &nic_chunks[index];
   size_t page = c->mapping.kind == NIC_PAGE_1G ? (1ul << 30) : (2ul << 20);
   if (free_hugepages_of(page) >= size / page) return;
   void *base = nic_chunk_base(index);
@@ -257,8 +253,8 @@ void nic_chunks_after_fork_child(void) {
   size_t size = (size_t)1 << nic_dp.shift;
   for (unsigned i = 0; i < slots_used; i++) {
     /* mlock is not inherited, and re-locking would copy every page of every chunk. */
-    chunks[i].mapping.pinned = false;
-    bool mapped = chunks[i].state == NIC_CHUNK_LIVE || chunks[i].state == NIC_CHUNK_DRAINING;
-    if (mapped && chunks[i].mapping.kind >= NIC_PAGE_2M) unshare_hugetlb_chunk(i, size);
+    nic_chunks[i].mapping.pinned = false;
+    bool mapped = nic_chunks[i].state == NIC_CHUNK_LIVE || nic_chunks[i].state == NIC_CHUNK_DRAINING;
+    if (mapped && nic_chunks[i].mapping.kind >= NIC_PAGE_2M) unshare_hugetlb_chunk(i, size);
   }
 }

@@ -61,7 +61,11 @@ void nic_chunk_set_state(unsigned index, enum nic_chunk_state state);
  * one. Returns 0 and the index, -ENOSPC at the cap, or -ENOMEM when mapping or (with
  * NICMALLOC_ON_PIN_FAIL=fail) pinning failed. */
 int nic_chunk_create(unsigned *index_out);
-struct nic_chunk *nic_chunk_at(unsigned index);
+/* Inline: nic_translate and the dataplane paths look a chunk up on every call. */
+extern struct nic_chunk nic_chunks[];
+static inline struct nic_chunk *nic_chunk_at(unsigned index) {
+  return &nic_chunks[index];
+}
 /* Number of chunk slots ever mapped (live chunks are among the first this many). */
 unsigned nic_chunk_slots_used(void);
 
