@@ -30,6 +30,8 @@ static cl::opt<bool> DefaultSinksOpt("nic-default-sinks", cl::init(true),
 
 /// Marks a module as done, so that the pass registered at two extension points runs once.
 static const char DoneMetadata[] = "nic.dataplane_sites";
+/// Set once the merged module of a link was analysed (LTO merges every unit's DoneMetadata).
+static const char LinkDoneMetadata[] = "nic.dataplane_sites.link";
 
 DataplaneSitesOptions optionsFromCommandLine() {
   DataplaneSitesOptions O;
@@ -54,8 +56,9 @@ DataplaneSitesOptions optionsFromCommandLine() {
 
 Expected<DataplaneSitesSummary> runDataplaneSites(Module &M, const DataplaneSitesOptions &Opts) {
   DataplaneSitesSummary Summary;
-  if (M.getNamedMetadata(DoneMetadata)) return Summary;
-  M.getOrInsertNamedMetadata(DoneMetadata);
+  const char *Done = Opts.LinkTime ? LinkDoneMetadata : DoneMetadata;
+  if (M.getNamedMetadata(Done)) return Summary;
+  M.getOrInsertNamedMetadata(Done);
 
   SinkCatalog Sinks;
   if (Opts.DefaultSinks) Sinks.addDefaults();

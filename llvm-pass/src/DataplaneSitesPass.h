@@ -18,6 +18,9 @@ struct DataplaneSitesOptions {
   std::vector<std::string> SinkFiles;
   bool DefaultSinks = true;
   uint64_t AnalysisBudget = 20'000'000; ///< solver work before giving up on a module
+  /// Link time (full LTO): the merged module is analysed again even though each translation
+  /// unit in it already was, so flows between them are found.
+  bool LinkTime = false;
 };
 
 /// -nic-site-table / NICMALLOC_SITE_TABLE_OUT, -nic-sink-file / NICMALLOC_SINK_FILE

@@ -11,12 +11,22 @@ using namespace llvm;
 static void registerCallbacks(PassBuilder &PB) {
   PB.registerPipelineParsingCallback(
       [](StringRef Name, ModulePassManager &MPM, ArrayRef<PassBuilder::PipelineElement>) {
-        if (Name != "nic-dataplane-sites") return false;
-        MPM.addPass(nicpass::DataplaneSitesPass());
+        if (Name != "nic-dataplane-sites" && Name != "nic-dataplane-sites-link") return false;
+        nicpass::DataplaneSitesOptions Opts = nicpass::optionsFromCommandLine();
+        Opts.LinkTime = Name == "nic-dataplane-sites-link";
+        MPM.addPass(nicpass::DataplaneSitesPass(std::move(Opts)));
         return true;
       });
   PB.registerPipelineEarlySimplificationEPCallback([](ModulePassManager &MPM, OptimizationLevel) {
     MPM.addPass(nicpass::DataplaneSitesPass());
+  });
+  // Whole programs: under full LTO (`-flto -fuse-ld=lld -Wl,--load-pass-plugin=`) the merged
+  // module is analysed once more before it is optimised, so flows that cross translation units
+  // (a slab allocator in one file, sendmsg in another) are seen.
+  PB.registerFullLinkTimeOptimizationEarlyEPCallback([](ModulePassManager &MPM, OptimizationLevel) {
+    nicpass::DataplaneSitesOptions Opts = nicpass::optionsFromCommandLine();
+    Opts.LinkTime = true;
+    MPM.addPass(nicpass::DataplaneSitesPass(std::move(Opts)));
   });
 }
 
