@@ -198,7 +198,8 @@ void nic_chunk_totals(struct nic_chunk_totals *out) {
   size_t size = (size_t)1 << nic_dp.shift;
   for (unsigned i = 0; i < slots_used; i++) {
     if (nic_chunks[i].state == NIC_CHUNK_DRAINING) out->draining++;
-    if (nic_chunks[i].state != NIC_CHUNK_LIVE && nic_chunks[i].state != NIC_CHUNK_DRAINING) continue;
+    if (nic_chunks[i].state != NIC_CHUNK_LIVE && nic_chunks[i].state != NIC_CHUNK_DRAINING)
+      continue;
     out->live++;
     out->mapped_bytes += size;
     if (nic_chunks[i].mapping.pinned) out->pinned_bytes += size;
@@ -254,7 +255,8 @@ void nic_chunks_after_fork_child(void) {
   for (unsigned i = 0; i < slots_used; i++) {
     /* mlock is not inherited, and re-locking would copy every page of every chunk. */
     nic_chunks[i].mapping.pinned = false;
-    bool mapped = nic_chunks[i].state == NIC_CHUNK_LIVE || nic_chunks[i].state == NIC_CHUNK_DRAINING;
+    bool mapped =
+        nic_chunks[i].state == NIC_CHUNK_LIVE || nic_chunks[i].state == NIC_CHUNK_DRAINING;
     if (mapped && nic_chunks[i].mapping.kind >= NIC_PAGE_2M) unshare_hugetlb_chunk(i, size);
   }
 }
