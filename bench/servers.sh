@@ -7,6 +7,8 @@
 # Records ops/s and the server's peak RSS (VmHWM, read just before it is stopped) in
 # results_dir/servers.csv; the report takes medians and ratios to mimalloc.
 # SERVERS_REPS overrides the repetitions (quick 2, full 3). Uses tests/preload/common.sh.
+# With two CPUs or more, the server runs on CPU 0 and the load generator on CPU 1 (taskset), so
+# that they do not take turns on one core; SERVERS_PIN=0 turns that off.
 set -euo pipefail
 root=$(cd "$(dirname "$0")/.." && pwd)
 source "$root/tests/preload/common.sh"
@@ -20,6 +22,10 @@ full) reps=3 mc_ops=600000 redis_n=100000 redis_tests=set,get,lpush,lpop ;;
 *) echo "usage: $0 [quick|full] [results_dir]" >&2 && exit 2 ;;
 esac
 reps=${SERVERS_REPS:-$reps}
+server_cpu=() client_cpu=()
+if [ "${SERVERS_PIN:-1}" != 0 ] && [ "$(nproc)" -ge 2 ] && command -v taskset >/dev/null; then
+  server_cpu=(taskset -c 0) client_cpu=(taskset -c 1)
+fi
 libnic=$build/alloc/libnicmalloc.so
 allocs=("glibc||" "mimalloc|/usr/lib/x86_64-linux-gnu/libmimalloc.so.2|"
   "nicmalloc|$libnic|" "nicmalloc-dp1k|$libnic|NICMALLOC_DP_MIN_SIZE=1024 NICMALLOC_CHUNK_SIZE=256M")
@@ -32,17 +38,17 @@ command -v memcached >/dev/null && command -v memcaslap >/dev/null && servers+=(
 command -v redis-server >/dev/null && command -v redis-benchmark >/dev/null && servers+=(redis)
 [ ${#servers[@]} -gt 0 ] || { echo "servers: neither memcached+memcaslap nor redis installed" >&2; exit 1; }
 echo "servers: ${servers[*]}, $reps repetitions (memcaslap -x $mc_ops; redis-benchmark -n" \
-  "$redis_n -t $redis_tests; log in $log)" >&2
+  "$redis_n -t $redis_tests; log in $log)${server_cpu:+; server on CPU 0, load on CPU 1}" >&2
 
 # The launch/ready pairs start_server (common.sh) calls; $lib and $extra name the allocator.
 launch_memcached() {
-  env ${lib:+LD_PRELOAD=$lib} $extra memcached -p "$port" -U 0 -l 127.0.0.1 -m 1024 -t 2 \
-    -u "$(id -un)" >"$tmp/server.log" 2>&1 &
+  "${server_cpu[@]}" env ${lib:+LD_PRELOAD=$lib} $extra memcached -p "$port" -U 0 -l 127.0.0.1 \
+    -m 1024 -t 2 -u "$(id -un)" >"$tmp/server.log" 2>&1 &
   server_pid=$!
 }
 launch_redis() {
-  env ${lib:+LD_PRELOAD=$lib} $extra redis-server --port "$port" --bind 127.0.0.1 --save "" \
-    --appendonly no --daemonize no --dir "$tmp" >"$tmp/server.log" 2>&1 &
+  "${server_cpu[@]}" env ${lib:+LD_PRELOAD=$lib} $extra redis-server --port "$port" \
+    --bind 127.0.0.1 --save "" --appendonly no --daemonize no --dir "$tmp" >"$tmp/server.log" 2>&1 &
   server_pid=$!
 }
 ready_memcached() { memcached_ready; } # common.sh; the name start_server is given below
@@ -59,14 +65,16 @@ measure() (
   start_server "launch_$server" "ready_$server" "$tmp/server.log" >&2
   if [ "$server" = memcached ]; then
     # 90% get / 10% set (memaslap's default mix), 2 threads x 16 connections.
-    timeout 300 memcaslap -s "127.0.0.1:$port" -T 2 -c 32 -x "$mc_ops" >"$tmp/load.out" 2>&1 ||
+    timeout 300 "${client_cpu[@]}" memcaslap -s "127.0.0.1:$port" -T 2 -c 32 -x "$mc_ops" \
+      >"$tmp/load.out" 2>&1 ||
       fail "memcaslap exited with status $?"
     tps=$(grep -o 'TPS: [0-9]*' "$tmp/load.out" | tail -1 | cut -d' ' -f2)
     [ -n "$tps" ] || { cat "$tmp/load.out" >&2; fail "memcaslap printed no TPS"; }
     echo "mixed $tps"
   else
-    timeout 300 redis-benchmark -h 127.0.0.1 -p "$port" -q -n "$redis_n" -c 16 -r 10000 -d 256 \
-      -t "$redis_tests" >"$tmp/load.out" 2>&1 || fail "redis-benchmark exited with status $?"
+    timeout 300 "${client_cpu[@]}" redis-benchmark -h 127.0.0.1 -p "$port" -q -n "$redis_n" -c 16 \
+      -r 10000 -d 256 -t "$redis_tests" >"$tmp/load.out" 2>&1 ||
+      fail "redis-benchmark exited with status $?"
     tr '\r' '\n' <"$tmp/load.out" | sed -n 's/^\([A-Z]*\): \([0-9.]*\) requests per second.*/\1 \2/p' |
       sort -u -k1,1
   fi
