@@ -20,6 +20,11 @@ static unsigned long long dataplane_fallbacks, dataplane_failures, invalid_frees
 
 static void *control_alloc(size_t size, size_t alignment, bool zero) {
   size = nic_block_request(size);
+  /* A fresh huge block is zero already; a cached one would need clearing. */
+  if (size > NIC_HUGE_BLOCK_MIN && alignment <= NIC_MIN_BLOCK && !zero) {
+    void *cached = nic_huge_cache_take(size);
+    if (cached) return cached;
+  }
   /* The _at variants skip the shortcut that returns misaligned blocks in 2.0.9 (#700). */
   void *p = alignment <= NIC_MIN_BLOCK ? (zero ? mi_zalloc(size) : mi_malloc(size))
             : zero                     ? mi_zalloc_aligned_at(size, alignment, 0)

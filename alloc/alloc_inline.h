@@ -7,6 +7,7 @@
 #include "block.h"
 #include "chunks.h"
 #include "dp_heap.h"
+#include "huge_cache.h"
 #include "rcache.h"
 #include "thread.h"
 #include "vspace.h"
@@ -118,6 +119,7 @@ static inline void nic_release_block_now(void *p) {
   if (__builtin_expect(__atomic_load_n(&nic_rcache_regions_live, __ATOMIC_RELAXED) != 0, 0))
     nic_rcache_invalidate((uintptr_t)p, mi_usable_size(p));
   nic_block_mark_free(p);
+  if (__builtin_expect(nic_maybe_huge_block(p), 0) && nic_huge_cache_put(p)) return;
   mi_free(p);
 }
 

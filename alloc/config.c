@@ -135,6 +135,8 @@ static void read_all(void) {
   config.on_pin_fail = NIC_PIN_FAIL_FALLBACK;
   config.dp_min_size = 0;
   config.release_delay_ms = 1000;
+  config.purge_delay_ms = 1000;
+  config.huge_cache_bytes = (size_t)128 << 20;
   config.stats_at_exit = false;
   config.verbose = false;
   config.rcache_max_regions = 1024; /* libfabric's and MVAPICH's default */
@@ -155,6 +157,10 @@ static void read_all(void) {
   size_t delay = config.release_delay_ms;
   read_size("NICMALLOC_RELEASE_DELAY_MS", 0, 3600u * 1000u, false, &delay);
   config.release_delay_ms = (unsigned)delay;
+  delay = config.purge_delay_ms;
+  read_size("NICMALLOC_PURGE_DELAY_MS", 0, 3600u * 1000u, false, &delay);
+  config.purge_delay_ms = (unsigned)delay;
+  read_size("NICMALLOC_HUGE_CACHE_BYTES", 0, SIZE_MAX, false, &config.huge_cache_bytes);
   size_t regions = config.rcache_max_regions;
   read_size("NICMALLOC_RCACHE_MAX_REGIONS", 1, 1u << 20, false, &regions);
   config.rcache_max_regions = (unsigned)regions;

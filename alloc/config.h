@@ -21,6 +21,8 @@ struct nic_config {
   enum nic_pin_fail_policy on_pin_fail; /* NICMALLOC_ON_PIN_FAIL */
   size_t dp_min_size; /* NICMALLOC_DP_MIN_SIZE: malloc of at least this is dataplane; 0 = off */
   unsigned release_delay_ms;   /* NICMALLOC_RELEASE_DELAY_MS */
+  unsigned purge_delay_ms;     /* NICMALLOC_PURGE_DELAY_MS: freed control memory kept this long */
+  size_t huge_cache_bytes;     /* NICMALLOC_HUGE_CACHE_BYTES: freed blocks over 16 MiB kept */
   unsigned rcache_max_regions; /* NICMALLOC_RCACHE_MAX_REGIONS */
   size_t rcache_max_bytes;     /* NICMALLOC_RCACHE_MAX_BYTES */
   bool free_check;             /* NICMALLOC_FREE_CHECK */

@@ -6,6 +6,7 @@
 #include "alloc_inline.h"
 #include "config.h"
 #include "dp_heap.h"
+#include "huge_cache.h"
 #include "log.h"
 #include "nicmalloc.h"
 #include "profile.h"
@@ -13,8 +14,10 @@
 #include "site_table.h"
 #include "vspace.h"
 
+#include <mimalloc.h>
 #include <pthread.h>
 #include <sched.h>
+#include <stdlib.h>
 #include <unistd.h>
 
 enum { INIT_NOT_STARTED, INIT_RUNNING, INIT_DONE };
@@ -24,9 +27,11 @@ static __thread bool initializing __attribute__((tls_model("initial-exec")));
 static void before_fork(void) {
   nic_chunks_lock();
   nic_threads_lock();
+  nic_huge_cache_lock();
 }
 
 static void after_fork_parent(void) {
+  nic_huge_cache_unlock();
   nic_threads_unlock();
   nic_chunks_unlock();
 }
@@ -38,6 +43,17 @@ static void after_fork_child(void) {
   nic_chunks_after_fork_child();
   nic_reaper_after_fork_child();
   nic_profile_after_fork_child();
+  nic_huge_cache_after_fork_child();
+}
+
+/* Freed control memory stays committed for the purge delay: mimalloc's own 25 ms made a program
+ * that frees and reallocates megabytes fault its pages in again and again. The user's
+ * MIMALLOC_DECOMMIT_DELAY, if set, wins. Huge requests take the slow path, past the cache. */
+static void tune_control_heap(const struct nic_config *cfg) {
+  if (!getenv("MIMALLOC_DECOMMIT_DELAY"))
+    mi_option_set(mi_option_decommit_delay, (long)cfg->purge_delay_ms);
+  if (cfg->huge_cache_bytes && nic_fast_limit > NIC_HUGE_BLOCK_MIN + 1)
+    nic_fast_limit = NIC_HUGE_BLOCK_MIN + 1;
 }
 
 static void init_once(void) {
@@ -47,6 +63,7 @@ static void init_once(void) {
   /* Profiling or routing sends (some) mallocs to the slow path, where profile.c sees them. */
   size_t limit = nic_profile_fast_limit();
   nic_fast_limit = limit < nic_auto_dp_threshold ? limit : nic_auto_dp_threshold;
+  tune_control_heap(cfg);
   nic_dp_fast_max = nic_dp_max_request();
   /* Before mimalloc maps its first segment: see vspace.h. */
   nic_control_arena_init();

@@ -56,6 +56,7 @@ NIC_EXPORT void nic_collect(void) {
         mi_heap_collect(t->heaps[i], true);
     nic_dp_leave(t);
   }
+  nic_huge_cache_purge(0);
   nic_reaper_pass();
 }
 

@@ -21,6 +21,7 @@
 #include "chunks.h"
 #include "config.h"
 #include "dp_heap.h"
+#include "huge_cache.h"
 #include "log.h"
 #include "thread.h"
 
@@ -95,6 +96,7 @@ static uint64_t advance_states(const int64_t *live, uint64_t now, unsigned delay
 }
 
 void nic_reaper_pass(void) {
+  nic_huge_cache_purge(nic_config()->purge_delay_ms ? nic_config()->purge_delay_ms : 1);
   pthread_mutex_lock(&pass_lock);
   int64_t live[NIC_CHUNK_SLOTS];
   nic_thread_sum(live);
@@ -116,7 +118,9 @@ void nic_reaper_pass(void) {
 
 static void *reaper_main(void *arg) {
   (void)arg;
-  unsigned delay = nic_config()->release_delay_ms;
+  const struct nic_config *cfg = nic_config();
+  unsigned delay =
+      cfg->release_delay_ms < cfg->purge_delay_ms ? cfg->release_delay_ms : cfg->purge_delay_ms;
   unsigned period = delay / 4 < 10 ? 10 : delay / 4 > 1000 ? 1000 : delay / 4;
   struct timespec ts = {period / 1000, (long)(period % 1000) * 1000000};
   for (;;) {

@@ -5,6 +5,7 @@
 #include "config.h"
 #include "dp_heap.h"
 #include "fence.h"
+#include "huge_cache.h"
 #include "log.h"
 #include "nicmalloc.h"
 #include "pressure.h"
@@ -66,6 +67,13 @@ NIC_EXPORT void nic_get_stats(struct nic_stats *out) {
   out->dataplane_live = clamp_positive(dp_total);
   if (nic_control_size)
     nic_smaps_walk(nic_control_base, nic_control_base + nic_control_size, add_control, out);
+  struct nic_huge_cache_stats huge;
+  nic_huge_cache_stats(&huge);
+  out->huge_cached_bytes = huge.bytes;
+  out->huge_cached_blocks = huge.blocks;
+  out->huge_hits = huge.hits;
+  out->huge_misses = huge.misses;
+  out->huge_purged = huge.purged;
 
   struct nic_chunk_totals chunks;
   nic_chunk_totals(&chunks);
@@ -127,6 +135,12 @@ NIC_EXPORT void nic_print_stats(int fd) {
   nic_fdprintf(fd, "nicmalloc report\n");
   nic_fdprintf(fd, "  control heap      %zu.%zu MiB committed, %zu.%zu MiB resident\n",
                MIB(s.control_committed), MIB(s.control_resident));
+  if (s.huge_hits + s.huge_misses)
+    nic_fdprintf(fd,
+                 "  huge blocks       %llu of %llu requests over 16 MiB reused a freed block; %u "
+                 "cached (%zu.%zu MiB), %llu given back\n",
+                 (unsigned long long)s.huge_hits, (unsigned long long)(s.huge_hits + s.huge_misses),
+                 s.huge_cached_blocks, MIB(s.huge_cached_bytes), (unsigned long long)s.huge_purged);
   nic_fdprintf(fd,
                "  dataplane         live %zu.%zu MiB, pinned %zu.%zu MiB, mapped %zu.%zu MiB, "
                "reserved %zu MiB\n",

@@ -194,6 +194,12 @@ struct nic_stats {
   uint64_t sites_routed_allocs;
   uint64_t sites_routed_bytes;
   uint64_t sites_over_budget;
+  /* Freed control blocks over 16 MiB kept committed for reuse (NICMALLOC_HUGE_CACHE_BYTES,
+   * NICMALLOC_PURGE_DELAY_MS): bytes and blocks held now; requests over 16 MiB served from them
+   * and not; blocks given back to mimalloc. */
+  size_t huge_cached_bytes;
+  uint32_t huge_cached_blocks;
+  uint64_t huge_hits, huge_misses, huge_purged;
 };
 /* Fills *out. Safe from any thread; figures from other threads are a moment old. */
 void nic_get_stats(struct nic_stats *out);

@@ -143,6 +143,25 @@ static int auto_route(size_t size) {
   return 0;
 }
 
+/* Fills and frees a block of size bytes, waits, allocates the same size again: kept_bytes says
+ * whether the old contents are still there (the huge cache kept the block, huge_cache.h). */
+static int huge_reuse(size_t size, unsigned sleep_ms) {
+  unsigned char *p = malloc(size);
+  if (!p) return 1;
+  memset(p, 0xab, size);
+  free(p);
+  usleep(sleep_ms * 1000u);
+  unsigned char *q = malloc(size);
+  if (!q) return 1;
+  printf("kept_bytes=%d\n", q == p && q[0] == 0xab && q[size - 1] == 0xab);
+  struct nic_stats s;
+  nic_get_stats(&s);
+  printf("huge_hits=%llu\nhuge_purged=%llu\n", (unsigned long long)s.huge_hits,
+         (unsigned long long)s.huge_purged);
+  free(q);
+  return 0;
+}
+
 int main(int argc, char **argv) {
   if (argc >= 4 && !strcmp(argv[1], "dp-alloc"))
     return dp_alloc(strtoull(argv[2], NULL, 0), strtoull(argv[3], NULL, 0));
@@ -151,6 +170,8 @@ int main(int argc, char **argv) {
     return low_memlock_fill(strtoull(argv[2], NULL, 0), strtoull(argv[3], NULL, 0));
   if (argc >= 3 && !strcmp(argv[1], "fork-child")) return fork_child(strtoull(argv[2], NULL, 0));
   if (argc >= 3 && !strcmp(argv[1], "auto")) return auto_route(strtoull(argv[2], NULL, 0));
+  if (argc >= 4 && !strcmp(argv[1], "huge"))
+    return huge_reuse(strtoull(argv[2], NULL, 0), (unsigned)atoi(argv[3]));
   if (argc >= 2 && !strcmp(argv[1], "sites")) { /* sites ID...: which are on */
     for (int i = 2; i < argc; i++)
       printf("site_%s=%d\n", argv[i], nic_site_is_enabled((uint32_t)atoi(argv[i])));
@@ -163,6 +184,6 @@ int main(int argc, char **argv) {
   fprintf(
       stderr,
       "usage: nic_probe dp-alloc TOTAL BLOCK | low-memlock BLOCK | low-memlock-fill TOTAL BLOCK | "
-      "fork-child BLOCK | auto SIZE | stats\n");
+      "fork-child BLOCK | auto SIZE | huge SIZE SLEEP_MS | stats\n");
   return 2;
 }

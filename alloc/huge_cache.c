@@ -1,0 +1,147 @@
+/* A handful of slots under one lock: huge blocks are rare and each one saves thousands of page
+ * faults, so neither the lock nor the linear scans show. Blocks are handed back to mimalloc with
+ * the lock dropped, since mi_free of a huge block unmaps memory. */
+#define _GNU_SOURCE
+#include "huge_cache.h"
+
+#include "block.h"
+#include "config.h"
+#include "reaper.h"
+#include "thread.h"
+
+#include <mimalloc.h>
+#include <pthread.h>
+#include <sys/mman.h>
+#include <time.h>
+
+#define SLOTS 16
+#define TRIM_MIN ((size_t)1 << 20) /* a smaller unused tail is not worth a system call */
+
+struct slot {
+  void *block; /* NULL: empty */
+  size_t usable;
+  uint64_t freed_ms;
+};
+
+static pthread_mutex_t lock = PTHREAD_MUTEX_INITIALIZER;
+static struct slot slots[SLOTS];
+static size_t cached_bytes;
+static unsigned cached_blocks;
+static uint64_t hits, misses, purged;
+
+static uint64_t now_ms(void) {
+  struct timespec ts;
+  clock_gettime(CLOCK_MONOTONIC_COARSE, &ts);
+  return (uint64_t)ts.tv_sec * 1000 + (uint64_t)ts.tv_nsec / 1000000;
+}
+
+static void *remove_slot(struct slot *s) {
+  void *block = s->block;
+  cached_bytes -= s->usable;
+  cached_blocks--;
+  s->block = NULL;
+  return block;
+}
+
+static struct slot *oldest_slot(void) {
+  struct slot *oldest = NULL;
+  for (unsigned i = 0; i < SLOTS; i++)
+    if (slots[i].block && (!oldest || slots[i].freed_ms < oldest->freed_ms)) oldest = &slots[i];
+  return oldest;
+}
+
+static void free_all(void **blocks, unsigned n) {
+  for (unsigned i = 0; i < n; i++)
+    mi_free(blocks[i]);
+}
+
+bool nic_huge_cache_put(void *p) {
+  const size_t cap = nic_config()->huge_cache_bytes;
+  const size_t usable = mi_usable_size(p);
+  if (usable <= NIC_HUGE_BLOCK_MIN || usable > cap) return false;
+  void *evicted[SLOTS];
+  unsigned n_evicted = 0;
+  pthread_mutex_lock(&lock);
+  while (cached_blocks == SLOTS || cached_bytes + usable > cap)
+    evicted[n_evicted++] = remove_slot(oldest_slot());
+  for (unsigned i = 0; i < SLOTS; i++)
+    if (!slots[i].block) {
+      slots[i] = (struct slot){p, usable, now_ms()};
+      break;
+    }
+  cached_bytes += usable;
+  cached_blocks++;
+  purged += n_evicted;
+  pthread_mutex_unlock(&lock);
+  free_all(evicted, n_evicted);
+  /* Someone must give the block back if no other comes; not from a thread still setting up. */
+  if (nic_self.state == NIC_THREAD_READY) nic_reaper_start();
+  return true;
+}
+
+/* The kernel takes back the pages the new owner did not ask for; they stay mapped and read as
+ * zero, which mimalloc (it treats the block as committed) never relies on. */
+static void trim_tail(char *block, size_t size, size_t usable) {
+  const uintptr_t page = 4096;
+  uintptr_t start = ((uintptr_t)block + size + page - 1) & ~(page - 1);
+  uintptr_t end = ((uintptr_t)block + usable) & ~(page - 1);
+  if (end > start && end - start >= TRIM_MIN) madvise((void *)start, end - start, MADV_DONTNEED);
+}
+
+void *nic_huge_cache_take(size_t size) {
+  if (size <= NIC_HUGE_BLOCK_MIN) return NULL;
+  struct slot *best = NULL;
+  pthread_mutex_lock(&lock);
+  for (unsigned i = 0; i < SLOTS; i++) {
+    struct slot *s = &slots[i];
+    /* At most twice the request: a bigger block would hold address space and page tables for
+     * nothing; the trim below gives its pages back, not those. */
+    if (s->block && s->usable >= size && s->usable / 2 <= size &&
+        (!best || s->usable < best->usable))
+      best = s;
+  }
+  size_t usable = best ? best->usable : 0;
+  void *block = best ? remove_slot(best) : NULL;
+  if (block)
+    hits++;
+  else
+    misses++;
+  pthread_mutex_unlock(&lock);
+  if (!block) return NULL;
+  trim_tail(block, size, usable);
+  nic_block_mark_live(block);
+  return block;
+}
+
+void nic_huge_cache_purge(unsigned max_age_ms) {
+  void *expired[SLOTS];
+  unsigned n = 0;
+  pthread_mutex_lock(&lock);
+  if (cached_blocks) {
+    const uint64_t now = now_ms();
+    for (unsigned i = 0; i < SLOTS; i++)
+      if (slots[i].block && (max_age_ms == 0 || now - slots[i].freed_ms >= max_age_ms))
+        expired[n++] = remove_slot(&slots[i]);
+    purged += n;
+  }
+  pthread_mutex_unlock(&lock);
+  free_all(expired, n);
+}
+
+void nic_huge_cache_stats(struct nic_huge_cache_stats *out) {
+  pthread_mutex_lock(&lock);
+  *out = (struct nic_huge_cache_stats){cached_bytes, cached_blocks, hits, misses, purged};
+  pthread_mutex_unlock(&lock);
+}
+
+void nic_huge_cache_lock(void) {
+  pthread_mutex_lock(&lock);
+}
+
+void nic_huge_cache_unlock(void) {
+  pthread_mutex_unlock(&lock);
+}
+
+void nic_huge_cache_after_fork_child(void) {
+  pthread_mutex_init(&lock, NULL);
+}

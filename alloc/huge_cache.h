@@ -1,0 +1,48 @@
+/* Freed control blocks over 16 MiB, kept for reuse. mimalloc 2.0.9 gives each such block a
+ * segment of its own and, because the control arena is not committed up front, hands the
+ * segment's memory back to the kernel (MADV_DONTNEED) the moment it is freed: the next large
+ * block faults every page in again. That was most of the `large` workload's time (bench/peers.sh).
+ * Cached blocks stay live to mimalloc and carry the free key (block.h), so a double free of one
+ * is still caught; the reaper gives them back after NICMALLOC_PURGE_DELAY_MS. */
+#ifndef NIC_HUGE_CACHE_H
+#define NIC_HUGE_CACHE_H
+
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+
+/* mimalloc 2.0.9's MI_LARGE_OBJ_SIZE_MAX: larger requests get a huge segment. */
+#define NIC_HUGE_BLOCK_MIN ((size_t)16 << 20)
+/* Where a huge segment's block starts: one 64 KiB slice of segment header into the 32 MiB
+ * segment. Other blocks start there only as the first block of a segment, so this cheap test
+ * keeps mi_usable_size off the free path of nearly every block. If a later mimalloc moved it,
+ * nothing would be cached (tests/test_huge_cache.cc would say so), never anything wrong. */
+#define NIC_HUGE_BLOCK_OFFSET ((uintptr_t)64 << 10)
+#define NIC_SEGMENT_MASK (((uintptr_t)32 << 20) - 1)
+
+static inline bool nic_maybe_huge_block(const void *p) {
+  return ((uintptr_t)p & NIC_SEGMENT_MASK) == NIC_HUGE_BLOCK_OFFSET;
+}
+
+/* Keeps p, already marked free, when it is a huge block and the cache has room; false means
+ * the caller frees it. */
+bool nic_huge_cache_put(void *p);
+/* A cached block with room for size, at most twice as large, marked live; NULL on a miss.
+ * Pages past size are given back to the kernel first. */
+void *nic_huge_cache_take(size_t size);
+/* Frees blocks cached longer than max_age_ms (0: all). Called by the reaper and nic_collect. */
+void nic_huge_cache_purge(unsigned max_age_ms);
+
+struct nic_huge_cache_stats {
+  size_t bytes;
+  unsigned blocks;
+  uint64_t hits, misses, purged;
+};
+void nic_huge_cache_stats(struct nic_huge_cache_stats *out);
+
+/* fork: the parent holds the lock across fork, the child starts with it free. */
+void nic_huge_cache_lock(void);
+void nic_huge_cache_unlock(void);
+void nic_huge_cache_after_fork_child(void);
+
+#endif

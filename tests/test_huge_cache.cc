@@ -1,0 +1,215 @@
+// Freed control blocks over 16 MiB are kept for reuse (alloc/huge_cache.h) and must behave
+// exactly like blocks mimalloc would hand out: never twice, zero for calloc, caught on double
+// free, bounded in bytes, and given back after the purge delay (probe tests, own settings).
+#include "nicmalloc.h"
+#include "probe_runner.h"
+
+#include <gtest/gtest.h>
+
+#include <malloc.h>
+#include <sys/mman.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <cstdlib>
+#include <cstring>
+#include <random>
+#include <thread>
+#include <vector>
+
+namespace {
+
+constexpr size_t kMiB = size_t{1} << 20;
+
+nic_stats Stats() {
+  nic_stats s;
+  nic_get_stats(&s);
+  return s;
+}
+
+bool Resident(const void *p) {
+  unsigned char v = 0;
+  auto page = reinterpret_cast<uintptr_t>(p) & ~uintptr_t{4095};
+  return mincore(reinterpret_cast<void *>(page), 4096, &v) == 0 && (v & 1);
+}
+
+class HugeCache : public ::testing::Test {
+protected:
+  void SetUp() override { nic_collect(); } // every test starts with an empty cache
+  void TearDown() override { nic_collect(); }
+};
+
+TEST_F(HugeCache, FreedBlockIsReusedWithItsPagesInPlace) {
+  const uint64_t hits = Stats().huge_hits;
+  char *p = static_cast<char *>(malloc(20 * kMiB));
+  ASSERT_NE(p, nullptr);
+  memset(p, 0x5a, 20 * kMiB);
+  free(p);
+  EXPECT_EQ(Stats().huge_cached_blocks, 1u);
+  char *q = static_cast<char *>(malloc(20 * kMiB));
+  // If mimalloc ever placed huge blocks elsewhere in their segment, free would stop caching
+  // (NIC_HUGE_BLOCK_OFFSET) and this is where it shows.
+  ASSERT_EQ(q, p) << "a freed 20 MiB block was not reused";
+  EXPECT_EQ(Stats().huge_hits, hits + 1);
+  EXPECT_TRUE(Resident(q + 10 * kMiB)) << "the reused block's pages were given back";
+  EXPECT_EQ(Stats().huge_cached_blocks, 0u);
+  free(q);
+}
+
+TEST_F(HugeCache, CallocNeverGetsADirtyBlock) {
+  char *p = static_cast<char *>(malloc(20 * kMiB));
+  ASSERT_NE(p, nullptr);
+  memset(p, 0xff, 20 * kMiB);
+  free(p);
+  auto *c = static_cast<unsigned char *>(calloc(1, 20 * kMiB));
+  ASSERT_NE(c, nullptr);
+  size_t nonzero = 0;
+  for (size_t i = 0; i < 20 * kMiB; i++)
+    nonzero += c[i] != 0;
+  EXPECT_EQ(nonzero, 0u);
+  free(c);
+}
+
+TEST_F(HugeCache, DoubleFreeOfACachedBlockIsCaughtAndItIsHandedOutOnce) {
+  const uint64_t doubles = Stats().double_frees;
+  void *p = malloc(20 * kMiB);
+  ASSERT_NE(p, nullptr);
+  free(p);
+  free(p); // reported on stderr, ignored
+  EXPECT_EQ(Stats().double_frees, doubles + 1);
+  EXPECT_EQ(Stats().huge_cached_blocks, 1u);
+  void *a = malloc(20 * kMiB), *b = malloc(20 * kMiB);
+  ASSERT_NE(a, nullptr);
+  ASSERT_NE(b, nullptr);
+  EXPECT_NE(a, b);
+  EXPECT_GE(malloc_usable_size(a), 20 * kMiB);
+  free(a);
+  free(b);
+}
+
+TEST_F(HugeCache, TakesAtMostTwiceTheRequestAndGivesTheTailBack) {
+  char *big = static_cast<char *>(malloc(40 * kMiB));
+  ASSERT_NE(big, nullptr);
+  memset(big, 1, 40 * kMiB);
+  free(big);
+  void *small = malloc(17 * kMiB); // 40 MiB is more than twice 17: not this one
+  EXPECT_NE(small, big);
+  free(small);
+  nic_collect();
+
+  char *p = static_cast<char *>(malloc(30 * kMiB));
+  ASSERT_NE(p, nullptr);
+  memset(p, 1, 30 * kMiB);
+  free(p);
+  char *q = static_cast<char *>(malloc(17 * kMiB));
+  ASSERT_EQ(q, p);
+  EXPECT_TRUE(Resident(q + 16 * kMiB));
+  EXPECT_FALSE(Resident(q + 25 * kMiB)) << "the unused tail stayed resident";
+  free(q);
+}
+
+TEST_F(HugeCache, HoldsNoMoreThanItsCapAndCollectEmptiesIt) {
+  const uint64_t purged = Stats().huge_purged;
+  std::vector<void *> blocks;
+  for (int i = 0; i < 6; i++) {
+    blocks.push_back(malloc(30 * kMiB));
+    ASSERT_NE(blocks.back(), nullptr);
+  }
+  for (void *p : blocks)
+    free(p);
+  nic_stats s = Stats();
+  EXPECT_LE(s.huge_cached_bytes, 128 * kMiB); // the default NICMALLOC_HUGE_CACHE_BYTES
+  EXPECT_GE(s.huge_cached_blocks, 3u);
+  EXPECT_EQ(s.huge_purged - purged, 6 - s.huge_cached_blocks);
+  nic_collect();
+  s = Stats();
+  EXPECT_EQ(s.huge_cached_bytes, 0u);
+  EXPECT_EQ(s.huge_cached_blocks, 0u);
+  EXPECT_EQ(s.huge_purged - purged, 6u);
+}
+
+// Threads trade blocks through the cache; each writes its own pattern over the whole block and
+// checks it before freeing, so a block handed to two owners at once shows as a wrong byte.
+TEST_F(HugeCache, ThreadsNeverShareABlock) {
+  std::vector<std::thread> threads;
+  std::vector<int> errors(4);
+  for (int t = 0; t < 4; t++)
+    threads.emplace_back([t, &errors] {
+      std::mt19937 rng(t);
+      for (int i = 0; i < 40; i++) {
+        size_t size = (17 + rng() % 16) * kMiB - rng() % 4096;
+        auto *p = static_cast<unsigned char *>(malloc(size));
+        if (!p) {
+          errors[t]++;
+          continue;
+        }
+        memset(p, 0x10 + t, size);
+        std::this_thread::yield();
+        for (size_t off = 0; off < size; off += 4093)
+          if (p[off] != 0x10 + t) {
+            errors[t]++;
+            break;
+          }
+        free(p);
+      }
+    });
+  for (auto &th : threads)
+    th.join();
+  for (int t = 0; t < 4; t++)
+    EXPECT_EQ(errors[t], 0) << "thread " << t;
+  EXPECT_GT(Stats().huge_hits, 0u);
+}
+
+TEST_F(HugeCache, ForkChildUsesItsCopyOfTheCache) {
+  char *p = static_cast<char *>(malloc(20 * kMiB));
+  ASSERT_NE(p, nullptr);
+  free(p);
+  pid_t pid = fork();
+  ASSERT_GE(pid, 0);
+  if (pid == 0) {
+    char *q = static_cast<char *>(malloc(20 * kMiB));
+    if (q != p) _exit(3);
+    memset(q, 7, 20 * kMiB);
+    free(q);
+    void *r = malloc(24 * kMiB);
+    free(r);
+    nic_collect();
+    _exit(Stats().huge_cached_blocks == 0 ? 0 : 4);
+  }
+  int status = 0;
+  ASSERT_EQ(waitpid(pid, &status, 0), pid);
+  ASSERT_TRUE(WIFEXITED(status));
+  EXPECT_EQ(WEXITSTATUS(status), 0);
+  EXPECT_EQ(malloc(20 * kMiB), p) << "the parent's cached block is still its own";
+  free(p);
+}
+
+// Settings are per process: these run nic_probe with their own.
+TEST(HugeCacheSettings, ZeroTurnsItOff) {
+  ProbeResult r = run_probe({"NICMALLOC_HUGE_CACHE_BYTES=0"}, {"huge", "20971520", "0"});
+  ASSERT_EQ(r.exit_code, 0) << r.err;
+  EXPECT_EQ(r.num("huge_hits"), 0);
+  EXPECT_EQ(r.num("kept_bytes"), 0) << "without the cache mimalloc gives the pages back";
+}
+
+TEST(HugeCacheSettings, ReaperGivesBlocksBackAfterThePurgeDelay) {
+  ProbeResult kept = run_probe({"NICMALLOC_PURGE_DELAY_MS=60000"}, {"huge", "20971520", "300"});
+  ASSERT_EQ(kept.exit_code, 0) << kept.err;
+  EXPECT_EQ(kept.num("huge_hits"), 1);
+  EXPECT_EQ(kept.num("kept_bytes"), 1);
+  ProbeResult purged = run_probe({"NICMALLOC_PURGE_DELAY_MS=20"}, {"huge", "20971520", "300"});
+  ASSERT_EQ(purged.exit_code, 0) << purged.err;
+  EXPECT_EQ(purged.num("huge_purged"), 1);
+  EXPECT_EQ(purged.num("huge_hits"), 0);
+}
+
+TEST(HugeCacheSettings, BadValuesWarnAndKeepTheDefaults) {
+  ProbeResult r = run_probe({"NICMALLOC_HUGE_CACHE_BYTES=lots", "NICMALLOC_PURGE_DELAY_MS=-1"},
+                            {"huge", "20971520", "0"});
+  ASSERT_EQ(r.exit_code, 0) << r.err;
+  EXPECT_EQ(count_lines(r.err, "NICMALLOC_HUGE_CACHE_BYTES=lots is not valid"), 1) << r.err;
+  EXPECT_EQ(count_lines(r.err, "NICMALLOC_PURGE_DELAY_MS=-1 is not valid"), 1) << r.err;
+  EXPECT_EQ(r.num("huge_hits"), 1);
+}
+
+} // namespace
