@@ -4,21 +4,36 @@
 
 #define NIC_EXPORT __attribute__((visibility("default")))
 
+static inline bool bad_range(uintptr_t start, size_t len) {
+  uintptr_t last;
+  return len == 0 || __builtin_add_overflow(start, len - 1, &last);
+}
+
+/* Sorts out why a range in the dataplane failed the combined check below, in the order callers
+ * rely on: a bad range, then memory outside live chunks, then a range crossing a chunk end. */
+__attribute__((noinline, cold)) static int translate_error(uintptr_t start, size_t len) {
+  if (bad_range(start, len)) return -NIC_ERANGE;
+  const struct nic_chunk *c = nic_chunk_at(nic_chunk_index((const void *)start));
+  if (__atomic_load_n(&c->state, __ATOMIC_ACQUIRE) != NIC_CHUNK_LIVE) return -NIC_ENOTDP;
+  return -NIC_ECROSS;
+}
+
 NIC_EXPORT int nic_translate(const void *p, size_t len, struct nic_region_ref *out) {
-  uintptr_t start = (uintptr_t)p, last;
-  if (len == 0 || __builtin_add_overflow(start, len - 1, &last)) return -NIC_ERANGE;
-  if (!nic_in_dp(p)) return -NIC_ENOTDP;
-  unsigned index = nic_chunk_index(p);
+  const uintptr_t start = (uintptr_t)p, off = start - nic_dp.base;
+  const size_t size = (size_t)1 << nic_dp.shift, in_chunk = off & (size - 1);
+  /* One test for the common case: inside the range, and len - 1 (huge when len is 0) within
+   * what is left of the chunk. Chunks are aligned to their size, so no base is looked up. */
+  if (off >= nic_dp.span) return bad_range(start, len) ? -NIC_ERANGE : -NIC_ENOTDP;
+  if (__builtin_expect(len - 1 >= size - in_chunk, 0)) return translate_error(start, len);
+  const unsigned index = (unsigned)(off >> nic_dp.shift);
   const struct nic_chunk *c = nic_chunk_at(index);
   if (__atomic_load_n(&c->state, __ATOMIC_ACQUIRE) != NIC_CHUNK_LIVE) return -NIC_ENOTDP;
-  uintptr_t base = (uintptr_t)nic_chunk_base(index);
-  size_t size = (size_t)1 << nic_dp.shift;
-  if (last - base >= size) return -NIC_ECROSS;
+  const uintptr_t base = start - in_chunk;
   out->kind = NIC_REGION_ARENA;
   out->chunk_index = index;
   out->region_base = (void *)base;
   out->region_len = size;
-  out->offset = start - base;
+  out->offset = in_chunk;
   /* O(1) and side-effect free: a chunk not registered yet reports key 0 (nic_register makes
    * the registration). Arena memory never carries a remote key. */
   bool registered = __atomic_load_n(&c->registered, __ATOMIC_ACQUIRE);

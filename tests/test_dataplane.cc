@@ -158,6 +158,7 @@ TEST(Dataplane, TranslateIsChunkAndOffset) {
   EXPECT_EQ(nic_translate(p, SIZE_MAX, &ref), -NIC_ERANGE);
   void *control = malloc(100);
   EXPECT_EQ(nic_translate(control, 10, &ref), -NIC_ENOTDP);
+  EXPECT_EQ(nic_translate(control, 0, &ref), -NIC_ERANGE); // a bad range first, wherever it is
   int on_stack = 0;
   EXPECT_EQ(nic_translate(&on_stack, sizeof on_stack, &ref), -NIC_ENOTDP);
   free(control);
