@@ -135,7 +135,7 @@ static void read_all(void) {
   config.on_pin_fail = NIC_PIN_FAIL_FALLBACK;
   config.dp_min_size = 0;
   config.release_delay_ms = 1000;
-  config.purge_delay_ms = 1000;
+  config.purge_delay_ms = 250;
   config.huge_cache_bytes = (size_t)128 << 20;
   config.stats_at_exit = false;
   config.verbose = false;
