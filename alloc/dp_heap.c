@@ -1,3 +1,4 @@
+#define _GNU_SOURCE
 #include "dp_heap.h"
 
 #include "config.h"
@@ -43,6 +44,62 @@ static void *try_chunk(struct nic_thread *t, unsigned index, size_t size, size_t
   return heap ? heap_alloc(heap, size, alignment, zero) : NULL;
 }
 
+static void *try_chunks(struct nic_thread *t, unsigned from, unsigned to, size_t size,
+                        size_t alignment, bool zero, unsigned *index_out) {
+  for (unsigned i = from; i < to; i++) {
+    void *p = try_chunk(t, i, size, alignment, zero);
+    if (p) {
+      *index_out = i;
+      return p;
+    }
+  }
+  return NULL;
+}
+
+/* One thread at a time decides to map a chunk. Without it, threads that all found the chunks
+ * full at once each mapped and pinned one: 8 threads starting together took 8 chunks where one
+ * would do (wl_threads_mixed with NICMALLOC_DP_MIN_SIZE=4096: 2 GiB pinned for nothing).
+ * Recursive: a chunk being mapped logs, and nothing must deadlock if that ever allocated. */
+static pthread_mutex_t grow_lock = PTHREAD_RECURSIVE_MUTEX_INITIALIZER_NP;
+
+void nic_dp_grow_lock(void) {
+  pthread_mutex_lock(&grow_lock);
+}
+void nic_dp_grow_unlock(void) {
+  pthread_mutex_unlock(&grow_lock);
+}
+void nic_dp_grow_after_fork_child(void) {
+  grow_lock = (pthread_mutex_t)PTHREAD_RECURSIVE_MUTEX_INITIALIZER_NP;
+}
+
+/* Under the growth lock. Any chunk state change since the caller's scan (a chunk mapped, or a
+ * released slot mapped again, by the thread that held the lock) means a new scan first; only
+ * then a new chunk. */
+static void *grow(struct nic_thread *t, unsigned scanned_epoch, size_t size, size_t alignment,
+                  bool zero, unsigned *index_out, enum nic_dp_failure *why) {
+  for (;;) {
+    unsigned now = nic_chunk_slots_used();
+    unsigned epoch = __atomic_load_n(&nic_chunk_epoch, __ATOMIC_ACQUIRE);
+    void *p =
+        epoch == scanned_epoch ? NULL : try_chunks(t, 0, now, size, alignment, zero, index_out);
+    if (p) return p;
+    scanned_epoch = epoch;
+    unsigned index;
+    int rc = nic_chunk_create(&index);
+    if (rc == 0) {
+      /* A fresh chunk that cannot hold it will not be helped by another. */
+      p = try_chunk(t, index, size, alignment, zero);
+      if (p) *index_out = index;
+      return p;
+    }
+    if (nic_chunk_slots_used() == now &&
+        __atomic_load_n(&nic_chunk_epoch, __ATOMIC_ACQUIRE) == scanned_epoch) {
+      *why = rc == -ENOSPC ? NIC_DP_CAP : NIC_DP_MAP_REFUSED;
+      return NULL;
+    }
+  }
+}
+
 /* The cursor chunk is full or not live: look for room in the others, lowest first so that high
  * chunks can drain, then map a chunk. */
 static void *alloc_slow(struct nic_thread *t, size_t size, size_t alignment, bool zero,
@@ -51,38 +108,13 @@ static void *alloc_slow(struct nic_thread *t, size_t size, size_t alignment, boo
   *why = NIC_DP_MAP_REFUSED;
   if (nic_dp_reserve()) return NULL;
   nic_reaper_start();
-  unsigned seen = nic_chunk_slots_used();
-  for (unsigned i = 0; i < seen; i++) {
-    void *p = try_chunk(t, i, size, alignment, zero);
-    if (p) {
-      *index_out = i;
-      return p;
-    }
-  }
-  for (;;) {
-    unsigned index;
-    int rc = nic_chunk_create(&index);
-    if (rc == 0) {
-      /* A fresh chunk that cannot hold it will not be helped by another. */
-      void *p = try_chunk(t, index, size, alignment, zero);
-      if (p) *index_out = index;
-      return p;
-    }
-    /* Another thread may have mapped chunks meanwhile: try those before giving up. */
-    unsigned now = nic_chunk_slots_used();
-    if (now == seen) {
-      *why = rc == -ENOSPC ? NIC_DP_CAP : NIC_DP_MAP_REFUSED;
-      return NULL;
-    }
-    for (unsigned i = seen; i < now; i++) {
-      void *p = try_chunk(t, i, size, alignment, zero);
-      if (p) {
-        *index_out = i;
-        return p;
-      }
-    }
-    seen = now;
-  }
+  unsigned epoch = __atomic_load_n(&nic_chunk_epoch, __ATOMIC_ACQUIRE);
+  void *p = try_chunks(t, 0, nic_chunk_slots_used(), size, alignment, zero, index_out);
+  if (p) return p;
+  pthread_mutex_lock(&grow_lock);
+  p = grow(t, epoch, size, alignment, zero, index_out, why);
+  pthread_mutex_unlock(&grow_lock);
+  return p;
 }
 
 /* Threads past their first exit hook are invisible to the reaper's busy scan, so their (rare)

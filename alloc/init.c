@@ -25,6 +25,7 @@ static int init_state;
 static __thread bool initializing __attribute__((tls_model("initial-exec")));
 
 static void before_fork(void) {
+  nic_dp_grow_lock(); /* before the chunks lock, as in dp_heap.c */
   nic_chunks_lock();
   nic_threads_lock();
   nic_huge_cache_lock();
@@ -34,6 +35,7 @@ static void after_fork_parent(void) {
   nic_huge_cache_unlock();
   nic_threads_unlock();
   nic_chunks_unlock();
+  nic_dp_grow_unlock();
 }
 
 /* Locks are re-made rather than unlocked: the child's copy may be held by a thread that no
@@ -44,6 +46,7 @@ static void after_fork_child(void) {
   nic_reaper_after_fork_child();
   nic_profile_after_fork_child();
   nic_huge_cache_after_fork_child();
+  nic_dp_grow_after_fork_child();
 }
 
 /* Freed control memory stays committed for the purge delay: mimalloc's own 25 ms made a program

@@ -5,6 +5,8 @@
 
 #include <errno.h>
 #include <linux/capability.h>
+#include <pthread.h>
+#include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -162,6 +164,31 @@ static int huge_reuse(size_t size, unsigned sleep_ms) {
   return 0;
 }
 
+/* n threads released at once each make their first dataplane allocation: with room for all of
+ * them in one chunk, one chunk must be mapped, not one per thread. */
+static pthread_barrier_t start_line;
+static void *first_dp_alloc(void *arg) {
+  pthread_barrier_wait(&start_line);
+  void *p = nic_malloc((size_t)(uintptr_t)arg);
+  return (void *)(uintptr_t)(p && nic_is_dataplane(p));
+}
+
+static int threads_start(unsigned n, size_t size) {
+  pthread_t threads[64];
+  if (n == 0 || n > 64 || pthread_barrier_init(&start_line, NULL, n)) return 1;
+  for (unsigned i = 0; i < n; i++)
+    if (pthread_create(&threads[i], NULL, first_dp_alloc, (void *)(uintptr_t)size)) return 1;
+  unsigned dp = 0;
+  for (unsigned i = 0; i < n; i++) {
+    void *ok = NULL;
+    pthread_join(threads[i], &ok);
+    dp += ok != NULL;
+  }
+  printf("dataplane_threads=%u\n", dp);
+  print_stats("");
+  return 0;
+}
+
 int main(int argc, char **argv) {
   if (argc >= 4 && !strcmp(argv[1], "dp-alloc"))
     return dp_alloc(strtoull(argv[2], NULL, 0), strtoull(argv[3], NULL, 0));
@@ -170,6 +197,8 @@ int main(int argc, char **argv) {
     return low_memlock_fill(strtoull(argv[2], NULL, 0), strtoull(argv[3], NULL, 0));
   if (argc >= 3 && !strcmp(argv[1], "fork-child")) return fork_child(strtoull(argv[2], NULL, 0));
   if (argc >= 3 && !strcmp(argv[1], "auto")) return auto_route(strtoull(argv[2], NULL, 0));
+  if (argc >= 4 && !strcmp(argv[1], "threads-start"))
+    return threads_start((unsigned)atoi(argv[2]), strtoull(argv[3], NULL, 0));
   if (argc >= 4 && !strcmp(argv[1], "huge"))
     return huge_reuse(strtoull(argv[2], NULL, 0), (unsigned)atoi(argv[3]));
   if (argc >= 2 && !strcmp(argv[1], "sites")) { /* sites ID...: which are on */
@@ -184,6 +213,6 @@ int main(int argc, char **argv) {
   fprintf(
       stderr,
       "usage: nic_probe dp-alloc TOTAL BLOCK | low-memlock BLOCK | low-memlock-fill TOTAL BLOCK | "
-      "fork-child BLOCK | auto SIZE | huge SIZE SLEEP_MS | stats\n");
+      "fork-child BLOCK | auto SIZE | huge SIZE SLEEP_MS | threads-start N SIZE | stats\n");
   return 2;
 }

@@ -19,6 +19,7 @@
 #include <vector>
 
 #include "nicmalloc.h"
+#include "probe_runner.h"
 
 namespace {
 
@@ -187,6 +188,17 @@ std::string mixed_worker(int thread_id, int iterations) {
     free(s.p);
   }
   return "";
+}
+
+// Threads that find no room at the same moment must not each map a chunk: 4 threads need 4
+// mimalloc segments of 32 MiB, which one 256 MiB chunk holds.
+TEST(ThreadsGrowth, ThreadsStartingTogetherShareOneNewChunk) {
+  for (int run = 0; run < 3; run++) {
+    ProbeResult r = run_probe({"NICMALLOC_CHUNK_SIZE=256M"}, {"threads-start", "4", "8192"});
+    ASSERT_EQ(r.exit_code, 0) << r.err;
+    EXPECT_EQ(r.num("dataplane_threads"), 4);
+    EXPECT_EQ(r.num("chunks_created"), 1) << "run " << run;
+  }
 }
 
 TEST_F(Threads, FourThreadsMixMallocNicMallocReallocAndFree) {
