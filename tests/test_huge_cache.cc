@@ -128,6 +128,16 @@ TEST_F(HugeCache, HoldsNoMoreThanItsCapAndCollectEmptiesIt) {
   EXPECT_EQ(s.huge_purged - purged, 6u);
 }
 
+TEST_F(HugeCache, MallocTrimGivesCachedBlocksBack) {
+  void *p = malloc(20 * kMiB);
+  ASSERT_NE(p, nullptr);
+  free(p);
+  ASSERT_EQ(Stats().huge_cached_blocks, 1u);
+  EXPECT_EQ(malloc_trim(0), 1);
+  EXPECT_EQ(Stats().huge_cached_blocks, 0u);
+  EXPECT_EQ(Stats().huge_cached_bytes, 0u);
+}
+
 // Threads trade blocks through the cache; each writes its own pattern over the whole block and
 // checks it before freeing, so a block handed to two owners at once shows as a wrong byte.
 TEST_F(HugeCache, ThreadsNeverShareABlock) {
