@@ -111,3 +111,8 @@ NIC_EXPORT int malloc_trim(size_t pad) {
   return after.huge_purged > before.huge_purged || after.chunks_released > before.chunks_released ||
          after.control_resident < before.control_resident;
 }
+
+/* glibc's report of its arenas; under LD_PRELOAD it would describe memory nobody uses. */
+NIC_EXPORT void malloc_stats(void) {
+  nic_print_stats(STDERR_FILENO);
+}

@@ -181,3 +181,23 @@ TEST(MallocApi, StatsShowControlMemoryFromTheKernel) {
 }
 
 } // namespace
+
+// glibc's malloc_stats, called by programs that know nothing of nicmalloc, prints our report.
+TEST(MallocApi, MallocStatsPrintsTheNicmallocReport) {
+  char path[] = "/tmp/nic_malloc_stats_XXXXXX";
+  int fd = mkstemp(path);
+  ASSERT_GE(fd, 0);
+  unlink(path);
+  int saved = dup(STDERR_FILENO);
+  ASSERT_GE(saved, 0);
+  ASSERT_EQ(dup2(fd, STDERR_FILENO), STDERR_FILENO);
+  malloc_stats();
+  dup2(saved, STDERR_FILENO);
+  close(saved);
+  char text[4096] = {};
+  ssize_t n = pread(fd, text, sizeof text - 1, 0);
+  close(fd);
+  ASSERT_GT(n, 0);
+  EXPECT_NE(strstr(text, "nicmalloc report"), nullptr) << text;
+  EXPECT_NE(strstr(text, "control heap"), nullptr) << text;
+}
