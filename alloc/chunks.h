@@ -59,7 +59,7 @@ void nic_chunk_set_state(unsigned index, enum nic_chunk_state state);
 
 /* Maps, pins and hands a chunk to mimalloc: a released slot first (same arena), else a new
  * one. Returns 0 and the index, -ENOSPC at the cap, or -ENOMEM when mapping or (with
- * NICMALLOC_ON_PIN_FAIL=fail) pinning failed. */
+ * NICMALLOC_ON_PIN_FAIL=fail) pinning failed. Called only under nic_dp_grow_lock (dp_heap.c). */
 int nic_chunk_create(unsigned *index_out);
 /* Inline: nic_translate and the dataplane paths look a chunk up on every call. */
 extern struct nic_chunk nic_chunks[];

@@ -72,32 +72,25 @@ void nic_dp_grow_after_fork_child(void) {
   grow_lock = (pthread_mutex_t)PTHREAD_RECURSIVE_MUTEX_INITIALIZER_NP;
 }
 
-/* Under the growth lock. Any chunk state change since the caller's scan (a chunk mapped, or a
- * released slot mapped again, by the thread that held the lock) means a new scan first; only
- * then a new chunk. */
+/* Under the growth lock, the only place chunks are mapped. Any chunk state change since the
+ * caller's scan (a chunk mapped, or a released slot mapped again, by the thread that held the
+ * lock before) means a new scan first; only then a new chunk. */
 static void *grow(struct nic_thread *t, unsigned scanned_epoch, size_t size, size_t alignment,
                   bool zero, unsigned *index_out, enum nic_dp_failure *why) {
-  for (;;) {
-    unsigned now = nic_chunk_slots_used();
-    unsigned epoch = __atomic_load_n(&nic_chunk_epoch, __ATOMIC_ACQUIRE);
-    void *p =
-        epoch == scanned_epoch ? NULL : try_chunks(t, 0, now, size, alignment, zero, index_out);
+  if (__atomic_load_n(&nic_chunk_epoch, __ATOMIC_ACQUIRE) != scanned_epoch) {
+    void *p = try_chunks(t, 0, nic_chunk_slots_used(), size, alignment, zero, index_out);
     if (p) return p;
-    scanned_epoch = epoch;
-    unsigned index;
-    int rc = nic_chunk_create(&index);
-    if (rc == 0) {
-      /* A fresh chunk that cannot hold it will not be helped by another. */
-      p = try_chunk(t, index, size, alignment, zero);
-      if (p) *index_out = index;
-      return p;
-    }
-    if (nic_chunk_slots_used() == now &&
-        __atomic_load_n(&nic_chunk_epoch, __ATOMIC_ACQUIRE) == scanned_epoch) {
-      *why = rc == -ENOSPC ? NIC_DP_CAP : NIC_DP_MAP_REFUSED;
-      return NULL;
-    }
   }
+  unsigned index;
+  int rc = nic_chunk_create(&index);
+  if (rc) {
+    *why = rc == -ENOSPC ? NIC_DP_CAP : NIC_DP_MAP_REFUSED;
+    return NULL;
+  }
+  /* A fresh chunk that cannot hold it will not be helped by another. */
+  void *p = try_chunk(t, index, size, alignment, zero);
+  if (p) *index_out = index;
+  return p;
 }
 
 /* The cursor chunk is full or not live: look for room in the others, lowest first so that high
