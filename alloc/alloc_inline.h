@@ -9,6 +9,7 @@
 #include "dp_heap.h"
 #include "huge_cache.h"
 #include "rcache.h"
+#include "small_usable.h"
 #include "thread.h"
 #include "vspace.h"
 
@@ -55,7 +56,7 @@ static inline void *nic_dp_alloc_fast(size_t size, bool zero) {
     p = zero ? mi_heap_zalloc(heap, size) : mi_heap_malloc(heap, size);
     if (__builtin_expect(p != NULL, 1)) {
       if (!zero) nic_block_mark_live(p);
-      nic_counter_add(&t->dp_live[index], (int64_t)mi_usable_size(p));
+      nic_counter_add(&t->dp_live[index], (int64_t)nic_usable_of_new(p, size));
     }
   }
   nic_dp_leave(t);

@@ -12,6 +12,7 @@
 #include "profile.h"
 #include "reaper.h"
 #include "site_table.h"
+#include "small_usable.h"
 #include "vspace.h"
 
 #include <mimalloc.h>
@@ -72,6 +73,7 @@ static void init_once(void) {
   /* Before mimalloc maps its first segment: see vspace.h. */
   nic_control_arena_init();
   nic_dp_reserve();
+  nic_small_usable_init(); /* after the arena: it allocates */
   nic_site_table_apply();
   /* May allocate; the initializing flag sends that allocation past us. */
   pthread_atfork(before_fork, after_fork_parent, after_fork_child);

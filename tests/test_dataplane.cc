@@ -2,6 +2,8 @@
 // translation, chunk growth, and what happens when no chunk can hold a request.
 #include <gtest/gtest.h>
 
+#include <malloc.h>
+
 #include <new>
 
 #include <cerrno>
@@ -181,6 +183,28 @@ TEST(Dataplane, StatsFollowLiveBytes) {
   EXPECT_NE(during.page_kind, NIC_PAGE_NONE);
   EXPECT_GE(during.dataplane_mapped, during.chunk_size);
   EXPECT_EQ(during.dataplane_reserved, size_t(during.chunks_max) * during.chunk_size);
+}
+
+// Every size up to past the fast path's table of small usable sizes (alloc/small_usable.h): the
+// live total must move by exactly the usable bytes mimalloc reports, block by block.
+TEST(Dataplane, LiveBytesAreExactForEverySmallSize) {
+  nic_stats before, during, after;
+  nic_get_stats(&before);
+  std::vector<void *> blocks;
+  size_t usable = 0;
+  for (size_t size = 0; size <= 1100; size++) {
+    void *p = nic_malloc(size);
+    ASSERT_NE(p, nullptr);
+    ASSERT_TRUE(nic_is_dataplane(p)) << size;
+    usable += malloc_usable_size(p);
+    blocks.push_back(p);
+  }
+  nic_get_stats(&during);
+  for (void *p : blocks)
+    free(p);
+  nic_get_stats(&after);
+  EXPECT_EQ(during.dataplane_live - before.dataplane_live, usable);
+  EXPECT_EQ(after.dataplane_live, before.dataplane_live);
 }
 
 TEST(Dataplane, CrossThreadFreesOfDataplaneBlocks) {
