@@ -83,24 +83,7 @@ static inline bool nic_check_live_block(const void *p, const char *caller) {
   return true;
 }
 
-/* Out of line: the control free path stays short. No busy window around mi_free: a block
- * being freed is live, so its chunk cannot be released under it (see reaper.c). Only the
- * refresh, which collects pages of draining chunks, needs one. */
-static inline void nic_release_dp_block(void *p) {
-  struct nic_thread *t = &nic_self;
-  if (__builtin_expect(t->state != NIC_THREAD_READY, 0) && !nic_thread_ready()) {
-    nic_release_dp_block_unregistered(p);
-    return;
-  }
-  nic_counter_add(&t->dp_live[nic_chunk_index(p)], -(int64_t)mi_usable_size(p));
-  nic_block_mark_free(p);
-  mi_free(p);
-  if (__builtin_expect(!nic_dp_epoch_seen(t), 0)) {
-    nic_dp_enter(t);
-    nic_dp_refresh(t);
-    nic_dp_leave(t);
-  }
-}
+/* A dataplane block's free, out of line so that the control free path stays short. */
 void nic_free_dp_block(void *p);
 
 /* Safety (safety/safety.h): page references held by posted SG entries and nic_hold. While any
