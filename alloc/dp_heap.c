@@ -7,6 +7,7 @@
 #include <errno.h>
 #include <mimalloc.h>
 #include <pthread.h>
+#include <time.h>
 
 /* A huge object gets a mimalloc segment of its own: the object plus the segment's header, well
  * under 1 MiB, rounded to 64 KiB slices. */
@@ -134,6 +135,34 @@ static void *alloc_late(struct nic_thread *t, size_t size, size_t alignment, boo
   return p;
 }
 
+/* At the cap with every chunk full, each look costs a failed mimalloc allocation per chunk, and
+ * mimalloc answers each failure with a forced collection of that heap before it gives up: tens
+ * of microseconds per chunk once the heaps are large (a fragmentation run at the cap took over
+ * ten minutes instead of seconds). So a thread that found everything full does not look again
+ * for a while, unless a chunk changes state. Its fast path still tries its current chunk, where
+ * its own frees make room. */
+#define FULL_BACKOFF_NS 1000000ull
+
+static uint64_t monotonic_ns(void) {
+  struct timespec ts;
+  clock_gettime(CLOCK_MONOTONIC, &ts);
+  return (uint64_t)ts.tv_sec * 1000000000ull + (uint64_t)ts.tv_nsec;
+}
+
+bool nic_dp_backing_off(struct nic_thread *t) {
+  if (!t->full_until_ns) return false;
+  if (__atomic_load_n(&nic_chunk_epoch, __ATOMIC_ACQUIRE) == t->full_epoch &&
+      monotonic_ns() < t->full_until_ns)
+    return true;
+  t->full_until_ns = 0;
+  return false;
+}
+
+static void back_off(struct nic_thread *t, unsigned scanned_epoch) {
+  t->full_epoch = scanned_epoch;
+  t->full_until_ns = monotonic_ns() + FULL_BACKOFF_NS;
+}
+
 void *nic_dp_alloc(size_t size, size_t alignment, bool zero, enum nic_dp_failure *why) {
   *why = NIC_DP_OK;
   if (size > nic_dp_max_request()) {
@@ -147,6 +176,11 @@ void *nic_dp_alloc(size_t size, size_t alignment, bool zero, enum nic_dp_failure
     return NULL;
   }
   struct nic_thread *t = &nic_self;
+  if (__builtin_expect(nic_dp_backing_off(t), 0)) {
+    *why = NIC_DP_CAP;
+    return NULL;
+  }
+  const unsigned epoch = __atomic_load_n(&nic_chunk_epoch, __ATOMIC_ACQUIRE);
   nic_dp_enter(t);
   unsigned index = t->cursor;
   mi_heap_t *heap = t->heaps[index];
@@ -158,7 +192,10 @@ void *nic_dp_alloc(size_t size, size_t alignment, bool zero, enum nic_dp_failure
     p = alloc_slow(t, size, alignment, zero, &index, why);
     if (p) t->cursor = index;
   }
-  if (p) nic_counter_add(&t->dp_live[index], (int64_t)mi_usable_size(p));
+  if (p)
+    nic_counter_add(&t->dp_live[index], (int64_t)mi_usable_size(p));
+  else if (*why == NIC_DP_CAP)
+    back_off(t, epoch);
   nic_dp_leave(t);
   return p;
 }

@@ -24,6 +24,10 @@ struct nic_thread {
   unsigned seen_epoch; /* nic_chunk_epoch when this thread last looked at the chunk states */
   mi_heap_t *heaps[NIC_CHUNK_SLOTS]; /* this thread's heap in each chunk's arena */
   int64_t dp_live[NIC_CHUNK_SLOTS];  /* usable bytes allocated minus freed, per chunk */
+  /* Every chunk was full at the cap (dp_heap.c): until this CLOCK_MONOTONIC time in ns, or
+   * until nic_chunk_epoch moves from full_epoch, the slow path does not look again. 0: not. */
+  uint64_t full_until_ns;
+  unsigned full_epoch;
   struct nic_thread *next, *prev;
 };
 

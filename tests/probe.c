@@ -59,6 +59,48 @@ static int dp_alloc(size_t total, size_t block) {
   return 0;
 }
 
+/* At the cap (run it with a small NICMALLOC_MAX_CHUNKS and NICMALLOC_ON_PIN_FAIL=fail): fills
+ * every chunk with block-byte blocks, then checks that room made afterwards is found, both the
+ * thread's own free in its current chunk (at once) and a chunk emptied behind it (after a
+ * pause). Prints the counts and whether each request got dataplane memory. */
+static int cap_again(size_t block) {
+  size_t cap = 1 << 22, n = 0;
+  void **blocks = calloc(cap, sizeof *blocks);
+  while (n < cap && (blocks[n] = nic_malloc(block)) != NULL)
+    n++;
+  printf("filled=%zu\nfill_errno=%d\n", n, errno);
+  if (n < 2 || n == cap) return 1;
+  free(blocks[--n]);
+  void *again = nic_malloc(block);
+  printf("own_free_reused=%d\n", again != NULL && nic_is_dataplane(again));
+  if (again) blocks[n++] = again;
+  /* Empty the lowest chunk; the thread allocates from the highest by now. */
+  struct nic_stats s;
+  nic_get_stats(&s);
+  uintptr_t lowest = UINTPTR_MAX;
+  for (size_t i = 0; i < n; i++)
+    if ((uintptr_t)blocks[i] < lowest) lowest = (uintptr_t)blocks[i];
+  const uintptr_t chunk0 = lowest & ~((uintptr_t)s.chunk_size - 1);
+  size_t freed = 0;
+  for (size_t i = 0; i < n; i++)
+    if ((uintptr_t)blocks[i] - chunk0 < s.chunk_size) {
+      free(blocks[i]);
+      blocks[i] = NULL;
+      freed++;
+    }
+  usleep(20000); /* past the pause a thread takes after finding every chunk full */
+  errno = 0;
+  void *later = nic_malloc(block);
+  printf("freed_chunk0=%zu\nlater_dataplane=%d\nlater_in_chunk0=%d\nlater_errno=%d\n", freed,
+         later != NULL && nic_is_dataplane(later), (uintptr_t)later - chunk0 < s.chunk_size, errno);
+  free(later);
+  for (size_t i = 0; i < n; i++)
+    free(blocks[i]);
+  free(blocks);
+  print_stats("");
+  return 0;
+}
+
 /* Root ignores RLIMIT_MEMLOCK through CAP_IPC_LOCK; dropping it makes the limit bite. */
 static int drop_ipc_lock(void) {
   struct __user_cap_header_struct header = {_LINUX_CAPABILITY_VERSION_3, 0};
@@ -197,6 +239,7 @@ int main(int argc, char **argv) {
     return low_memlock_fill(strtoull(argv[2], NULL, 0), strtoull(argv[3], NULL, 0));
   if (argc >= 3 && !strcmp(argv[1], "fork-child")) return fork_child(strtoull(argv[2], NULL, 0));
   if (argc >= 3 && !strcmp(argv[1], "auto")) return auto_route(strtoull(argv[2], NULL, 0));
+  if (argc >= 3 && !strcmp(argv[1], "cap-again")) return cap_again(strtoull(argv[2], NULL, 0));
   if (argc >= 4 && !strcmp(argv[1], "threads-start"))
     return threads_start((unsigned)atoi(argv[2]), strtoull(argv[3], NULL, 0));
   if (argc >= 4 && !strcmp(argv[1], "huge"))
@@ -213,6 +256,7 @@ int main(int argc, char **argv) {
   fprintf(
       stderr,
       "usage: nic_probe dp-alloc TOTAL BLOCK | low-memlock BLOCK | low-memlock-fill TOTAL BLOCK | "
-      "fork-child BLOCK | auto SIZE | huge SIZE SLEEP_MS | threads-start N SIZE | stats\n");
+      "fork-child BLOCK | auto SIZE | cap-again BLOCK | huge SIZE SLEEP_MS | threads-start N SIZE "
+      "| stats\n");
   return 2;
 }

@@ -274,6 +274,23 @@ TEST(DataplaneChunks, CapReachedFailsWithEnomemWhenAsked) {
   EXPECT_EQ(count_lines(r.err, "cap of 1 chunks is reached"), 1) << r.err;
 }
 
+// Once every chunk is full at the cap, a thread stops looking through the chunks for a moment
+// (each look makes mimalloc collect every heap it tries), but room made afterwards is used: its
+// own free in its current chunk at once, an emptied chunk once the pause is over.
+TEST(DataplaneChunks, RoomMadeAtTheCapIsFound) {
+  auto r = run_probe(
+      {"NICMALLOC_CHUNK_SIZE=32M", "NICMALLOC_MAX_CHUNKS=2", "NICMALLOC_ON_PIN_FAIL=fail"},
+      {"cap-again", "4096"});
+  ASSERT_EQ(r.exit_code, 0) << r.err;
+  EXPECT_GT(r.num("filled"), 10000);
+  EXPECT_EQ(r.num("fill_errno"), ENOMEM);
+  EXPECT_EQ(r.num("own_free_reused"), 1);
+  EXPECT_GT(r.num("freed_chunk0"), 1000);
+  EXPECT_EQ(r.num("later_dataplane"), 1) << "errno " << r.num("later_errno");
+  EXPECT_EQ(r.num("later_in_chunk0"), 1);
+  EXPECT_EQ(r.num("live"), 0);
+}
+
 TEST(DataplaneChunks, RequestLargerThanAChunkIsNotSilentlyLost) {
   auto r = run_probe({"NICMALLOC_CHUNK_SIZE=32M"}, {"dp-alloc", "67108864", "67108864"});
   ASSERT_EQ(r.exit_code, 0) << r.err;
