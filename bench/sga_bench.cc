@@ -157,18 +157,27 @@ void BM_ProtectCycle(benchmark::State &state, nic_fence_protect_with with) {
   nic_safety_config_set(&saved);
 }
 
-// malloc/free of 64 B with nothing in flight (the one-load filter) and with an unrelated page
-// held (every free looks its pages up).
-void BM_FreeFilter(benchmark::State &state, bool busy) {
-  char *other = static_cast<char *>(nic_malloc(64));
-  if (busy) nic_hold(other);
+// malloc/free of 64 B with nothing in flight (the one-load filter), with an unrelated page held
+// (every free looks its pages up), and with an unrelated block's free deferred (every free also
+// asks whether it is that block), on 1 and 2 threads.
+enum FilterCase { kNothingInFlight, kOtherPageHeld, kOtherFreeDeferred };
+
+void BM_FreeFilter(benchmark::State &state, FilterCase what) {
+  static char *other;
+  if (state.thread_index() == 0) {
+    other = static_cast<char *>(nic_malloc(64));
+    if (what != kNothingInFlight) nic_hold(other);
+    if (what == kOtherFreeDeferred) free(other);
+  }
   for (auto _ : state) {
     char *q = static_cast<char *>(malloc(64));
     benchmark::DoNotOptimize(q);
     free(q);
   }
-  if (busy) nic_release(other);
-  free(other);
+  if (state.thread_index() == 0) {
+    if (what != kNothingInFlight) nic_release(other); // does the deferred free, if any
+    if (what != kOtherFreeDeferred) free(other);
+  }
 }
 
 BENCHMARK_CAPTURE(BM_SgaAdd, arena, kArena)->Arg(1024)->Arg(8192);
@@ -202,8 +211,9 @@ BENCHMARK_CAPTURE(BM_ProtectCycle, mprotect, NIC_PROTECT_MPROTECT)
     ->Arg(4096)
     ->Arg(65536)
     ->Arg(2 << 20);
-BENCHMARK_CAPTURE(BM_FreeFilter, nothing_in_flight, false);
-BENCHMARK_CAPTURE(BM_FreeFilter, other_page_held, true);
+BENCHMARK_CAPTURE(BM_FreeFilter, nothing_in_flight, kNothingInFlight)->ThreadRange(1, 2);
+BENCHMARK_CAPTURE(BM_FreeFilter, other_page_held, kOtherPageHeld)->ThreadRange(1, 2);
+BENCHMARK_CAPTURE(BM_FreeFilter, other_free_deferred, kOtherFreeDeferred)->ThreadRange(1, 2);
 
 } // namespace
 

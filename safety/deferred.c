@@ -51,9 +51,15 @@ bool nic_safety_is_deferred(const void *p) {
 
 bool nic_safety_defer_free(void *p) {
   uintptr_t start = (uintptr_t)p, end = start + mi_usable_size(p);
-  /* Lock-free answer for the common case: nothing of p referenced, nothing deferred. */
+  /* Lock-free answer for the common case: nothing of p referenced, and p not deferred (nothing
+   * is, or p's bucket is empty). Only a free racing with another free of the same block could
+   * miss its record, and that double free would race the same way under the lock. Without the
+   * bucket look, every free took the lock while any other free was deferred: with 2 threads a
+   * malloc/free pair took 46 ns of wall time against 26 ns on 1 (sga_bench
+   * BM_FreeFilter/other_free_deferred; now 10 and 17 ns). */
   if (!nic_pc_any(start, end, NIC_PC_ANY) &&
-      !__atomic_load_n(&nic_safety_ctr.deferred_pending, __ATOMIC_ACQUIRE))
+      (!__atomic_load_n(&nic_safety_ctr.deferred_pending, __ATOMIC_ACQUIRE) ||
+       !__atomic_load_n(bucket(p), __ATOMIC_ACQUIRE)))
     return false;
   pthread_mutex_lock(&lock);
   if (find_locked(p)) {
@@ -74,7 +80,7 @@ bool nic_safety_defer_free(void *p) {
     return true;
   }
   *r = (struct record){.next = *bucket(p), .p = p, .start = start, .end = end};
-  *bucket(p) = r;
+  __atomic_store_n(bucket(p), r, __ATOMIC_RELEASE); /* read unlocked above */
   NIC_SAFETY_COUNT(deferred_frees, 1);
   NIC_SAFETY_COUNT(deferred_pending, 1);
   pthread_mutex_unlock(&lock);
@@ -110,7 +116,7 @@ void nic_safety_retry_deferred(void) {
       struct record **link = bucket(ready[i]->p);
       while (*link != ready[i])
         link = &(*link)->next;
-      *link = ready[i]->next;
+      __atomic_store_n(link, ready[i]->next, __ATOMIC_RELEASE);
       nic_pool_put(&pool, ready[i]);
     }
     __atomic_sub_fetch(&nic_safety_ctr.deferred_pending, n, __ATOMIC_RELEASE);
