@@ -126,8 +126,8 @@ void nic_release_dp_block_unregistered(void *p) {
   mi_free(p);
 }
 
-/* The rare cases of a dataplane free: a thread not set up (or past its exit hook), and a chunk
- * state change to catch up with. */
+/* The rare cases of a dataplane free: a thread not set up (or past its exit hook), a chunk
+ * state change to catch up with, and a thread whose inline path is paused at the cap. */
 static __attribute__((noinline)) void free_dp_block_slow(void *p, size_t usable) {
   struct nic_thread *t = &nic_self;
   if (t->state != NIC_THREAD_READY && !nic_thread_ready()) {
@@ -137,6 +137,7 @@ static __attribute__((noinline)) void free_dp_block_slow(void *p, size_t usable)
   nic_counter_add(&t->dp_live[nic_chunk_index(p)], -(int64_t)usable);
   nic_block_mark_free(p);
   mi_free(p);
+  nic_dp_reopen_fast(t);
   nic_dp_enter(t);
   nic_dp_refresh(t);
   nic_dp_leave(t);

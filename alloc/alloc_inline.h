@@ -19,7 +19,8 @@
 extern size_t nic_auto_dp_threshold;
 /* Cap on fast_below: nic_auto_dp_threshold, lowered by profiling or routing (profile.h). */
 extern size_t nic_fast_limit;
-/* Largest request the inline dataplane path takes (a chunk can hold far more; see dp_heap.c). */
+/* Largest request the inline dataplane path takes (a chunk can hold far more; see dp_heap.c).
+ * Threads copy it into dp_fast_below when they refresh (thread.c). */
 extern size_t nic_dp_fast_max;
 /* NICMALLOC_FREE_CHECK: validate every pointer given to free (the default). */
 extern bool nic_free_check;
@@ -45,7 +46,7 @@ static inline void *nic_alloc_auto(size_t size, bool zero) {
  * which handles everything else (set-up, a full or changed chunk, large requests, policy). */
 static inline void *nic_dp_alloc_fast(size_t size, bool zero) {
   struct nic_thread *t = &nic_self;
-  if (__builtin_expect(t->state != NIC_THREAD_READY || size > nic_dp_fast_max, 0)) return NULL;
+  if (__builtin_expect(size >= t->dp_fast_below, 0)) return NULL; /* 0 unless set up */
   unsigned index = t->cursor;
   mi_heap_t *heap = t->heaps[index];
   if (__builtin_expect(heap == NULL, 0)) return NULL;

@@ -139,8 +139,9 @@ static void *alloc_late(struct nic_thread *t, size_t size, size_t alignment, boo
  * mimalloc answers each failure with a forced collection of that heap before it gives up: tens
  * of microseconds per chunk once the heaps are large (a fragmentation run at the cap took over
  * ten minutes instead of seconds). So a thread that found everything full does not look again
- * for a while, unless a chunk changes state. Its fast path still tries its current chunk, where
- * its own frees make room. */
+ * for a while, unless a chunk changes state. Once its current chunk has failed it too, its
+ * inline path stays off until it frees a dataplane block, which may make room there: then one
+ * request tries that chunk again. */
 #define FULL_BACKOFF_NS 1000000ull
 
 static uint64_t monotonic_ns(void) {
@@ -149,18 +150,35 @@ static uint64_t monotonic_ns(void) {
   return (uint64_t)ts.tv_sec * 1000000000ull + (uint64_t)ts.tv_nsec;
 }
 
+/* The inline path off: and the thread's epoch made stale, so that its next dataplane free takes
+ * the slow path, which calls nic_dp_reopen_fast. */
+static void pause_fast(struct nic_thread *t) {
+  if (t->dp_fast_paused) return;
+  t->dp_fast_paused = true;
+  nic_thread_refresh_fast();
+  t->seen_epoch = t->full_epoch - 1; /* epochs only grow */
+}
+
+void nic_dp_reopen_fast(struct nic_thread *t) {
+  if (!t->dp_fast_paused) return;
+  t->dp_fast_paused = false;
+  nic_thread_refresh_fast();
+}
+
 bool nic_dp_backing_off(struct nic_thread *t) {
   if (!t->full_until_ns) return false;
   if (__atomic_load_n(&nic_chunk_epoch, __ATOMIC_ACQUIRE) == t->full_epoch &&
       monotonic_ns() < t->full_until_ns)
     return true;
   t->full_until_ns = 0;
+  nic_dp_reopen_fast(t);
   return false;
 }
 
 static void back_off(struct nic_thread *t, unsigned scanned_epoch) {
   t->full_epoch = scanned_epoch;
   t->full_until_ns = monotonic_ns() + FULL_BACKOFF_NS;
+  pause_fast(t); /* the look included its current chunk */
 }
 
 void *nic_dp_alloc(size_t size, size_t alignment, bool zero, enum nic_dp_failure *why) {
@@ -177,6 +195,7 @@ void *nic_dp_alloc(size_t size, size_t alignment, bool zero, enum nic_dp_failure
   }
   struct nic_thread *t = &nic_self;
   if (__builtin_expect(nic_dp_backing_off(t), 0)) {
+    pause_fast(t); /* nic_malloc's inline try just failed in the current chunk, or was off */
     *why = NIC_DP_CAP;
     return NULL;
   }

@@ -101,7 +101,8 @@ bool nic_global_init_done(void) {
 __attribute__((constructor(101))) static void nic_init(void) {
   nic_global_init();
   nic_thread_ready();
-  nic_profile_start(); /* reads NICMALLOC_SITES, resolves the send calls: see profile.c */
+  nic_profile_start();       /* reads NICMALLOC_SITES, resolves the send calls: see profile.c */
+  nic_thread_refresh_fast(); /* it may have lowered nic_dp_fast_max */
 }
 
 __attribute__((destructor)) static void nic_fini(void) {

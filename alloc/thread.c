@@ -50,6 +50,7 @@ static void on_thread_exit(void *arg) {
   t->state = NIC_THREAD_EXITING;
   pthread_mutex_unlock(&threads_lock);
   t->fast_below = 0;
+  t->dp_fast_below = 0;
 }
 
 static void make_exit_key(void) {
@@ -83,6 +84,8 @@ void nic_thread_refresh_fast(void) {
   struct nic_thread *t = &nic_self;
   bool fast = t->state == NIC_THREAD_READY && t->scope_depth == 0;
   t->fast_below = fast ? nic_fast_limit : 0; /* nic_auto_dp_threshold, or lower (init.c) */
+  const bool dp_fast = t->state == NIC_THREAD_READY && !t->dp_fast_paused;
+  t->dp_fast_below = dp_fast ? nic_dp_fast_max + 1 : 0;
 }
 
 void nic_thread_sum(int64_t dp_live[NIC_CHUNK_SLOTS]) {

@@ -15,6 +15,10 @@ struct nic_thread {
    * SIZE_MAX) once the thread is set up and outside any dataplane scope, else 0. One load and
    * one compare decide the route. */
   size_t fast_below;
+  /* nic_malloc's inline dataplane path takes requests of fewer bytes than this: one more than
+   * nic_dp_fast_max once the thread is set up, 0 before, after its exit hook, and while
+   * dp_fast_paused. */
+  size_t dp_fast_below;
   int scope_depth;
   int state;       /* enum below */
   unsigned cursor; /* chunk this thread allocates dataplane memory from first */
@@ -28,6 +32,9 @@ struct nic_thread {
    * until nic_chunk_epoch moves from full_epoch, the slow path does not look again. 0: not. */
   uint64_t full_until_ns;
   unsigned full_epoch;
+  /* The inline path found the current chunk full too: it stays off until this thread frees a
+   * dataplane block (which may make room there) or the pause ends. */
+  bool dp_fast_paused;
   struct nic_thread *next, *prev;
 };
 
