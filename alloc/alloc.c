@@ -137,10 +137,10 @@ static __attribute__((noinline)) void free_dp_block_slow(void *p, size_t usable)
   nic_counter_add(&t->dp_live[nic_chunk_index(p)], -(int64_t)usable);
   nic_block_mark_free(p);
   mi_free(p);
-  nic_dp_reopen_fast(t);
   nic_dp_enter(t);
   nic_dp_refresh(t);
   nic_dp_leave(t);
+  if (__builtin_expect(t->dp_fast_paused, 0)) nic_dp_freed_while_paused(t, nic_chunk_index(p));
 }
 
 /* No busy window around mi_free: a block being freed is live, so its chunk cannot be released

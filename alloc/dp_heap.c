@@ -140,8 +140,8 @@ static void *alloc_late(struct nic_thread *t, size_t size, size_t alignment, boo
  * of microseconds per chunk once the heaps are large (a fragmentation run at the cap took over
  * ten minutes instead of seconds). So a thread that found everything full does not look again
  * for a while, unless a chunk changes state. Once its current chunk has failed it too, its
- * inline path stays off until it frees a dataplane block, which may make room there: then one
- * request tries that chunk again. */
+ * inline path stays off until it frees a block in that chunk, which may make room there: then
+ * one request tries it again. */
 #define FULL_BACKOFF_NS 1000000ull
 
 static uint64_t monotonic_ns(void) {
@@ -150,8 +150,8 @@ static uint64_t monotonic_ns(void) {
   return (uint64_t)ts.tv_sec * 1000000000ull + (uint64_t)ts.tv_nsec;
 }
 
-/* The inline path off: and the thread's epoch made stale, so that its next dataplane free takes
- * the slow path, which calls nic_dp_reopen_fast. */
+/* The inline path off, and the thread's epoch made stale, so that its dataplane frees take the
+ * slow path, which calls nic_dp_freed_while_paused. */
 static void pause_fast(struct nic_thread *t) {
   if (t->dp_fast_paused) return;
   t->dp_fast_paused = true;
@@ -159,10 +159,19 @@ static void pause_fast(struct nic_thread *t) {
   t->seen_epoch = t->full_epoch - 1; /* epochs only grow */
 }
 
-void nic_dp_reopen_fast(struct nic_thread *t) {
+static void reopen_fast(struct nic_thread *t) {
   if (!t->dp_fast_paused) return;
   t->dp_fast_paused = false;
   nic_thread_refresh_fast();
+}
+
+/* Only room in its current chunk helps the inline path; a free elsewhere leaves it paused and
+ * the epoch stale again (nic_dp_refresh has just made it current), so the next free looks too. */
+void nic_dp_freed_while_paused(struct nic_thread *t, unsigned chunk) {
+  if (chunk == t->cursor)
+    reopen_fast(t);
+  else
+    t->seen_epoch--;
 }
 
 bool nic_dp_backing_off(struct nic_thread *t) {
@@ -171,7 +180,7 @@ bool nic_dp_backing_off(struct nic_thread *t) {
       monotonic_ns() < t->full_until_ns)
     return true;
   t->full_until_ns = 0;
-  nic_dp_reopen_fast(t);
+  reopen_fast(t);
   return false;
 }
 

@@ -24,8 +24,8 @@ void *nic_dp_alloc(size_t size, size_t alignment, bool zero, enum nic_dp_failure
 size_t nic_dp_max_request(void);
 /* True while the thread found every chunk full at the cap a moment ago (see dp_heap.c). */
 bool nic_dp_backing_off(struct nic_thread *t);
-/* The thread freed a dataplane block: its inline path may try its current chunk again. */
-void nic_dp_reopen_fast(struct nic_thread *t);
+/* The thread, its inline path paused, freed a block in chunk (after nic_dp_refresh). */
+void nic_dp_freed_while_paused(struct nic_thread *t, unsigned chunk);
 
 /* Brackets every mimalloc call on dataplane memory. A plain store is enough on this side: the
  * reaper pairs it with membarrier(2), which orders it against the epoch load that follows. */

@@ -33,7 +33,7 @@ struct nic_thread {
   uint64_t full_until_ns;
   unsigned full_epoch;
   /* The inline path found the current chunk full too: it stays off until this thread frees a
-   * dataplane block (which may make room there) or the pause ends. */
+   * block there (which may make room) or the pause ends. */
   bool dp_fast_paused;
   struct nic_thread *next, *prev;
 };

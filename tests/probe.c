@@ -61,8 +61,9 @@ static int dp_alloc(size_t total, size_t block) {
 
 /* At the cap (run it with a small NICMALLOC_MAX_CHUNKS and NICMALLOC_ON_PIN_FAIL=fail): fills
  * every chunk with block-byte blocks, then checks that room made afterwards is found, both the
- * thread's own free in its current chunk (at once) and a chunk emptied behind it (after a
- * pause). Prints the counts and whether each request got dataplane memory. */
+ * thread's own free in its current chunk (at once, even after a free elsewhere) and a chunk
+ * emptied behind it (after a pause). Prints the counts and whether each request got dataplane
+ * memory. */
 static int cap_again(size_t block) {
   size_t cap = 1 << 22, n = 0;
   void **blocks = calloc(cap, sizeof *blocks);
@@ -70,6 +71,8 @@ static int cap_again(size_t block) {
     n++;
   printf("filled=%zu\nfill_errno=%d\n", n, errno);
   if (n < 2 || n == cap) return 1;
+  free(blocks[0]); /* first a free outside the current chunk, which makes no room there */
+  blocks[0] = NULL;
   free(blocks[--n]);
   void *again = nic_malloc(block);
   printf("own_free_reused=%d\n", again != NULL && nic_is_dataplane(again));
@@ -79,11 +82,11 @@ static int cap_again(size_t block) {
   nic_get_stats(&s);
   uintptr_t lowest = UINTPTR_MAX;
   for (size_t i = 0; i < n; i++)
-    if ((uintptr_t)blocks[i] < lowest) lowest = (uintptr_t)blocks[i];
+    if (blocks[i] && (uintptr_t)blocks[i] < lowest) lowest = (uintptr_t)blocks[i];
   const uintptr_t chunk0 = lowest & ~((uintptr_t)s.chunk_size - 1);
   size_t freed = 0;
   for (size_t i = 0; i < n; i++)
-    if ((uintptr_t)blocks[i] - chunk0 < s.chunk_size) {
+    if (blocks[i] && (uintptr_t)blocks[i] - chunk0 < s.chunk_size) {
       free(blocks[i]);
       blocks[i] = NULL;
       freed++;
