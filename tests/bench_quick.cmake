@@ -27,6 +27,11 @@ foreach(h "Machine and settings" "Steps" "Headline" "malloc/free pairs" "Instruc
     message(FATAL_ERROR "bench_quick: section '${h}' missing from ${report}")
   endif()
 endforeach()
+# The issue asks for the spread of the modeled per-send latency, not only percentiles.
+string(FIND "${text}" "stddev us (variance" at)
+if(at EQUAL -1)
+  message(FATAL_ERROR "bench_quick: the MR-miss table has no variance column; see ${report}")
+endif()
 string(FIND "${text}" "FAILED" at)
 if(NOT at EQUAL -1 OR NOT rc EQUAL 0)
   message(FATAL_ERROR "bench_quick: a step or row FAILED (run_all.sh status ${rc}); see ${report}")
