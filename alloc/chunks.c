@@ -1,5 +1,6 @@
 #define _GNU_SOURCE
 #include "chunks.h"
+#include "clock.h"
 
 #include "config.h"
 #include "log.h"
@@ -26,12 +27,6 @@ static bool warned_page_kind, warned_pin;
 /* Under NICMALLOC_ON_PIN_FAIL=fail a refused pin is not retried on every request (each retry
  * maps and prefaults a whole chunk): the next try waits 1 s, doubling up to a minute. */
 static uint64_t pin_retry_at_ms, pin_backoff_ms;
-
-static uint64_t monotonic_ms(void) {
-  struct timespec ts;
-  clock_gettime(CLOCK_MONOTONIC, &ts);
-  return (uint64_t)ts.tv_sec * 1000 + (uint64_t)ts.tv_nsec / 1000000;
-}
 
 int nic_dp_reserve(void) {
   if (__atomic_load_n(&nic_dp.base, __ATOMIC_ACQUIRE)) return 0;
@@ -101,7 +96,7 @@ static int create_locked(unsigned *index_out) {
   const struct nic_config *cfg = nic_config();
   unsigned index = pick_slot_locked();
   if (index >= cfg->max_chunks) return -ENOSPC;
-  if (pin_retry_at_ms && monotonic_ms() < pin_retry_at_ms) return -ENOMEM;
+  if (pin_retry_at_ms && nic_now_ms() < pin_retry_at_ms) return -ENOMEM;
   void *base = nic_chunk_base(index);
   struct nic_chunk *c = &nic_chunks[index];
   /* 1 GiB pages only fit chunks of 1 GiB. */
@@ -118,7 +113,7 @@ static int create_locked(unsigned *index_out) {
     nic_unmap_chunk(base, cfg->chunk_size);
     pin_backoff_ms =
         pin_backoff_ms ? (pin_backoff_ms * 2 > 60000 ? 60000 : pin_backoff_ms * 2) : 1000;
-    pin_retry_at_ms = monotonic_ms() + pin_backoff_ms;
+    pin_retry_at_ms = nic_now_ms() + pin_backoff_ms;
     return -ENOMEM;
   }
   pin_backoff_ms = 0;

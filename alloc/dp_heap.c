@@ -1,5 +1,6 @@
 #define _GNU_SOURCE
 #include "dp_heap.h"
+#include "clock.h"
 
 #include "config.h"
 #include "reaper.h"
@@ -144,12 +145,6 @@ static void *alloc_late(struct nic_thread *t, size_t size, size_t alignment, boo
  * one request tries it again. */
 #define FULL_BACKOFF_NS 1000000ull
 
-static uint64_t monotonic_ns(void) {
-  struct timespec ts;
-  clock_gettime(CLOCK_MONOTONIC, &ts);
-  return (uint64_t)ts.tv_sec * 1000000000ull + (uint64_t)ts.tv_nsec;
-}
-
 /* The inline path off, and the thread's epoch made stale, so that its dataplane frees take the
  * slow path, which calls nic_dp_freed_while_paused. */
 static void pause_fast(struct nic_thread *t) {
@@ -177,7 +172,7 @@ void nic_dp_freed_while_paused(struct nic_thread *t, unsigned chunk) {
 bool nic_dp_backing_off(struct nic_thread *t) {
   if (!t->full_until_ns) return false;
   if (__atomic_load_n(&nic_chunk_epoch, __ATOMIC_ACQUIRE) == t->full_epoch &&
-      monotonic_ns() < t->full_until_ns)
+      nic_now_ns() < t->full_until_ns)
     return true;
   t->full_until_ns = 0;
   reopen_fast(t);
@@ -186,7 +181,7 @@ bool nic_dp_backing_off(struct nic_thread *t) {
 
 static void back_off(struct nic_thread *t, unsigned scanned_epoch) {
   t->full_epoch = scanned_epoch;
-  t->full_until_ns = monotonic_ns() + FULL_BACKOFF_NS;
+  t->full_until_ns = nic_now_ns() + FULL_BACKOFF_NS;
   pause_fast(t); /* the look included its current chunk */
 }
 

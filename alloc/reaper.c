@@ -17,6 +17,7 @@
  * come back to dataplane code stays DRAINING, pinned and counted in the stats. */
 #define _GNU_SOURCE
 #include "reaper.h"
+#include "clock.h"
 
 #include "chunks.h"
 #include "config.h"
@@ -38,12 +39,6 @@
 static int started;
 static pthread_mutex_t pass_lock = PTHREAD_MUTEX_INITIALIZER;
 static bool barrier_registered;
-
-static uint64_t now_ms(void) {
-  struct timespec ts;
-  clock_gettime(CLOCK_MONOTONIC, &ts);
-  return (uint64_t)ts.tv_sec * 1000 + (uint64_t)ts.tv_nsec / 1000000;
-}
 
 /* One byte past each segment boundary: mimalloc 2.0.9 finds a pointer's segment as
  * (p - 1) & ~mask, so a boundary address itself belongs to the segment before it. A slot inside
@@ -100,7 +95,7 @@ void nic_reaper_pass(void) {
   pthread_mutex_lock(&pass_lock);
   int64_t live[NIC_CHUNK_SLOTS];
   nic_thread_sum(live);
-  uint64_t candidates = advance_states(live, now_ms(), nic_config()->release_delay_ms);
+  uint64_t candidates = advance_states(live, nic_now_ms(), nic_config()->release_delay_ms);
   if (candidates && process_barrier()) {
     nic_dp_late_lock();
     nic_threads_wait_not_busy();

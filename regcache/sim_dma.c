@@ -2,6 +2,7 @@
  * only then reads the bytes, so the receiver sees memory as it is at DMA time. */
 #define _GNU_SOURCE
 #include "sim_dma.h"
+#include "clock.h"
 
 #include "fence.h"
 
@@ -13,12 +14,6 @@
 #include <time.h>
 
 void (*nic_sim_read_hook)(void *arg, unsigned index, const void *bytes, size_t len);
-
-uint64_t sim_now_ns(void) {
-  struct timespec ts;
-  clock_gettime(CLOCK_MONOTONIC, &ts);
-  return (uint64_t)ts.tv_sec * 1000000000u + (uint64_t)ts.tv_nsec;
-}
 
 void sim_release(struct sim_nic *s, struct sim_work *w) {
   for (unsigned i = 0; i < w->n; i++)
@@ -129,13 +124,13 @@ static void *engine(void *arg) {
       pthread_cond_wait(&s->wake, &s->lock);
       continue;
     }
-    if (w->due_ns > sim_now_ns()) {
+    if (w->due_ns > nic_now_ns()) {
       struct timespec until = {(time_t)(w->due_ns / 1000000000u), (long)(w->due_ns % 1000000000u)};
       pthread_cond_timedwait(&s->wake, &s->lock, &until);
       continue; /* re-check: woken for stop, pause or spuriously */
     }
     sim_queue_pop(&s->pending);
-    s->st.late_ns += sim_now_ns() - w->due_ns;
+    s->st.late_ns += nic_now_ns() - w->due_ns;
     perform(s, w);
     if (w->ep->flags & NIC_SIM_EP_ENGINE_COMPLETIONS)
       sim_complete(s, w);

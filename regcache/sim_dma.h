@@ -69,7 +69,6 @@ struct sim_nic {
   size_t msg_cap;
 };
 
-uint64_t sim_now_ns(void);
 /* The slot for lkey, or NULL. Lock held. */
 struct sim_reg *sim_lookup(struct sim_nic *s, uint32_t lkey);
 /* Drops the inflight counts w holds (on its registrations and endpoint). Lock held. */

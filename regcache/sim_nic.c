@@ -1,5 +1,6 @@
 /* The sim backend's table, post, poll and close; the engine thread is in sim_dma.c. */
 #define _GNU_SOURCE
+#include "clock.h"
 #include "sim_dma.h"
 
 #include "config.h"
@@ -150,7 +151,7 @@ static int sim_post(struct nic_backend *b, struct nic_endpoint *ep, const struct
     w->held[i] = r ? (uint32_t)(r - s->regs) : SIM_NO_SLOT;
     if (r) r->inflight++;
   }
-  uint64_t delay = nic_sim_delays_next(&s->delays), due = sim_now_ns() + delay;
+  uint64_t delay = nic_sim_delays_next(&s->delays), due = nic_now_ns() + delay;
   w->due_ns = s->last_due = due > s->last_due ? due : s->last_due; /* in post order */
   s->st.delay_ns += delay;
   bool was_idle = !s->pending.head;

@@ -7,6 +7,7 @@
 #define _GNU_SOURCE
 #include "fence.h"
 #include "backend.h"
+#include "clock.h"
 #include "config.h"
 #include "log.h"
 #include "nicmalloc.h"
@@ -21,24 +22,18 @@
 
 #define NIC_EXPORT __attribute__((visibility("default")))
 
-static uint64_t now_ms(void) {
-  struct timespec ts;
-  clock_gettime(CLOCK_MONOTONIC, &ts);
-  return (uint64_t)ts.tv_sec * 1000 + (uint64_t)ts.tv_nsec / 1000000;
-}
-
 int nic_fence_wait(uintptr_t start, uintptr_t end, const char *who) {
   if (!__atomic_load_n(&nic_safety_refs, __ATOMIC_ACQUIRE) ||
       !nic_pc_any(start, end, NIC_PC_DMA_MASK))
     return 0;
   NIC_SAFETY_COUNT(fence_waits, 1);
   const unsigned timeout = nic_safety_config()->fence_timeout_ms;
-  const uint64_t deadline = now_ms() + timeout;
+  const uint64_t deadline = nic_now_ms() + timeout;
   struct nic_backend *b = nic_backend_if_open();
   for (unsigned round = 0;; round++) {
     if (b) b->poll(b, 0); /* runs completions, ours among them */
     if (!nic_pc_any(start, end, NIC_PC_DMA_MASK)) return 0;
-    if (now_ms() >= deadline) break;
+    if (nic_now_ms() >= deadline) break;
     if (round < 64) {
       sched_yield();
     } else {

@@ -81,7 +81,6 @@ bool nic_fence_self_exempt(void); /* async-signal-safe */
  * by a held thread runs even if that thread is the program's only poller. */
 void nic_fence_poller_start(void);
 void nic_fence_poller_kick(void); /* async-signal-safe */
-uint64_t nic_fence_now_ms(void);  /* async-signal-safe */
 
 /* ---- fence_detect.c and fence_report.c ---- */
 void nic_fence_detect_posted(const void *msg, const struct nic_sga_entry *e, uint32_t n);

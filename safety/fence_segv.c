@@ -10,6 +10,7 @@
  * release in between. System calls that write into a protected page fail with EFAULT: the
  * kernel does not signal its own accesses (README). */
 #define _GNU_SOURCE
+#include "clock.h"
 #include "fence.h"
 
 #include <errno.h>
@@ -74,11 +75,11 @@ static void hold(uintptr_t a) {
   __atomic_add_fetch(&nic_safety_ctr.fence_writers_held, 1, __ATOMIC_SEQ_CST);
   nic_fence_poller_kick();
   __atomic_add_fetch(&nic_fence_gen_waiters, 1, __ATOMIC_SEQ_CST);
-  const uint64_t since = nic_fence_now_ms();
+  const uint64_t since = nic_now_ms();
   for (;;) {
     unsigned gen = __atomic_load_n(&nic_fence_gen, __ATOMIC_SEQ_CST);
     if (!nic_fence_marked(a)) break;
-    if (nic_fence_now_ms() - since >= cfg->fence_timeout_ms) {
+    if (nic_now_ms() - since >= cfg->fence_timeout_ms) {
       say("NICMALLOC_FENCE=protect: a write to ", a,
           " waited NICMALLOC_FENCE_TIMEOUT_MS for the NIC; the page is made writable and the write "
           "goes on (does a completion it waits for need a lock it holds?)");

@@ -57,12 +57,6 @@ bool nic_fence_self_exempt(void) {
   return exempt;
 }
 
-uint64_t nic_fence_now_ms(void) {
-  struct timespec ts;
-  clock_gettime(CLOCK_MONOTONIC, &ts);
-  return (uint64_t)ts.tv_sec * 1000 + (uint64_t)ts.tv_nsec / 1000000;
-}
-
 void nic_fence_poller_kick(void) {
   __atomic_add_fetch(&kick, 1, __ATOMIC_SEQ_CST);
   syscall(SYS_futex, &kick, FUTEX_WAKE_PRIVATE, 1, NULL, NULL, 0);

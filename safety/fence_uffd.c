@@ -11,6 +11,7 @@
  * be parked itself. Regions are registered whole (a chunk, the control arena) on their first
  * protect, so that VMAs are not split per entry. */
 #define _GNU_SOURCE
+#include "clock.h"
 #include "fence.h"
 #include "log.h"
 
@@ -98,7 +99,7 @@ static void on_fault(uintptr_t addr, pid_t tid) {
     return;
   }
   NIC_SAFETY_COUNT(fence_held_writes, 1);
-  const struct held h = {.tid = tid, .addr = addr, .since_ms = nic_fence_now_ms()};
+  const struct held h = {.tid = tid, .addr = addr, .since_ms = nic_now_ms()};
   unsigned i = 0;
   while (i < nheld && held[i].tid != tid)
     i++;
@@ -115,7 +116,7 @@ static void on_fault(uintptr_t addr, pid_t tid) {
  * writer has waited too long. */
 static void sweep(void) {
   const unsigned timeout = nic_safety_config()->fence_timeout_ms;
-  const uint64_t now = nic_fence_now_ms();
+  const uint64_t now = nic_now_ms();
   for (unsigned i = 0; i < nheld;) {
     bool done = !nic_fence_marked(held[i].addr);
     if (!done && now - held[i].since_ms >= timeout) {
