@@ -69,11 +69,7 @@ static void warn_once(enum nic_dp_failure why, size_t size, bool fail) {
 
 static void *dataplane_or_policy(size_t size, size_t alignment, bool zero) {
   enum nic_dp_failure why;
-  /* nic_malloc tried the fast path already; while the chunks are full a second failed try
-   * would cost mimalloc another forced collection. */
-  void *p = alignment <= NIC_MIN_BLOCK && !nic_dp_backing_off(&nic_self)
-                ? nic_dp_alloc_fast(size, zero)
-                : NULL;
+  void *p = alignment <= NIC_MIN_BLOCK ? nic_dp_alloc_fast(size, zero) : NULL;
   if (p) return p;
   p = nic_dp_alloc(nic_block_request(size), alignment, zero, &why);
   if (p) {

@@ -58,6 +58,8 @@ static inline void *nic_dp_alloc_fast(size_t size, bool zero) {
     if (__builtin_expect(p != NULL, 1)) {
       if (!zero) nic_block_mark_live(p);
       nic_counter_add(&t->dp_live[index], (int64_t)nic_usable_of_new(p, size));
+    } else if (t->full_until_ns) {
+      nic_dp_pause_fast(t); /* at the cap: the one try a free of its own allowed has failed */
     }
   }
   nic_dp_leave(t);

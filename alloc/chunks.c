@@ -1,7 +1,7 @@
 #define _GNU_SOURCE
 #include "chunks.h"
-#include "clock.h"
 
+#include "clock.h"
 #include "config.h"
 #include "log.h"
 #include "reaper.h"

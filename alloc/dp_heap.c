@@ -1,14 +1,13 @@
 #define _GNU_SOURCE
 #include "dp_heap.h"
-#include "clock.h"
 
+#include "clock.h"
 #include "config.h"
 #include "reaper.h"
 
 #include <errno.h>
 #include <mimalloc.h>
 #include <pthread.h>
-#include <time.h>
 
 /* A huge object gets a mimalloc segment of its own: the object plus the segment's header, well
  * under 1 MiB, rounded to 64 KiB slices. */
@@ -147,7 +146,7 @@ static void *alloc_late(struct nic_thread *t, size_t size, size_t alignment, boo
 
 /* The inline path off, and the thread's epoch made stale, so that its dataplane frees take the
  * slow path, which calls nic_dp_freed_while_paused. */
-static void pause_fast(struct nic_thread *t) {
+void nic_dp_pause_fast(struct nic_thread *t) {
   if (t->dp_fast_paused) return;
   t->dp_fast_paused = true;
   nic_thread_refresh_fast();
@@ -169,7 +168,8 @@ void nic_dp_freed_while_paused(struct nic_thread *t, unsigned chunk) {
     t->seen_epoch--;
 }
 
-bool nic_dp_backing_off(struct nic_thread *t) {
+/* True while the thread found every chunk full a moment ago. */
+static bool backing_off(struct nic_thread *t) {
   if (!t->full_until_ns) return false;
   if (__atomic_load_n(&nic_chunk_epoch, __ATOMIC_ACQUIRE) == t->full_epoch &&
       nic_now_ns() < t->full_until_ns)
@@ -182,7 +182,7 @@ bool nic_dp_backing_off(struct nic_thread *t) {
 static void back_off(struct nic_thread *t, unsigned scanned_epoch) {
   t->full_epoch = scanned_epoch;
   t->full_until_ns = nic_now_ns() + FULL_BACKOFF_NS;
-  pause_fast(t); /* the look included its current chunk */
+  nic_dp_pause_fast(t); /* the look included its current chunk */
 }
 
 void *nic_dp_alloc(size_t size, size_t alignment, bool zero, enum nic_dp_failure *why) {
@@ -198,8 +198,8 @@ void *nic_dp_alloc(size_t size, size_t alignment, bool zero, enum nic_dp_failure
     return NULL;
   }
   struct nic_thread *t = &nic_self;
-  if (__builtin_expect(nic_dp_backing_off(t), 0)) {
-    pause_fast(t); /* nic_malloc's inline try just failed in the current chunk, or was off */
+  if (__builtin_expect(backing_off(t), 0)) {
+    nic_dp_pause_fast(t); /* a request that did not come through the inline path */
     *why = NIC_DP_CAP;
     return NULL;
   }

@@ -22,8 +22,8 @@ enum nic_dp_failure {
 void *nic_dp_alloc(size_t size, size_t alignment, bool zero, enum nic_dp_failure *why);
 /* Largest request a chunk can hold. */
 size_t nic_dp_max_request(void);
-/* True while the thread found every chunk full at the cap a moment ago (see dp_heap.c). */
-bool nic_dp_backing_off(struct nic_thread *t);
+/* At the cap: the thread's inline path off until it frees in its current chunk (dp_heap.c). */
+void nic_dp_pause_fast(struct nic_thread *t);
 /* The thread, its inline path paused, freed a block in chunk (after nic_dp_refresh). */
 void nic_dp_freed_while_paused(struct nic_thread *t, unsigned chunk);
 

@@ -17,9 +17,9 @@
  * come back to dataplane code stays DRAINING, pinned and counted in the stats. */
 #define _GNU_SOURCE
 #include "reaper.h"
-#include "clock.h"
 
 #include "chunks.h"
+#include "clock.h"
 #include "config.h"
 #include "dp_heap.h"
 #include "huge_cache.h"

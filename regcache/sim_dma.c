@@ -2,8 +2,8 @@
  * only then reads the bytes, so the receiver sees memory as it is at DMA time. */
 #define _GNU_SOURCE
 #include "sim_dma.h"
-#include "clock.h"
 
+#include "clock.h"
 #include "fence.h"
 
 #include <errno.h>

@@ -1,8 +1,8 @@
 /* The sim backend's table, post, poll and close; the engine thread is in sim_dma.c. */
 #define _GNU_SOURCE
-#include "clock.h"
 #include "sim_dma.h"
 
+#include "clock.h"
 #include "config.h"
 #include "log.h"
 

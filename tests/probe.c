@@ -77,6 +77,13 @@ static int cap_again(size_t block) {
   void *again = nic_malloc(block);
   printf("own_free_reused=%d\n", again != NULL && nic_is_dataplane(again));
   if (again) blocks[n++] = again;
+  /* The same through malloc inside a dataplane scope, which takes another way in. */
+  free(blocks[--n]);
+  nic_dataplane_begin();
+  again = malloc(block);
+  nic_dataplane_end();
+  printf("scoped_free_reused=%d\n", again != NULL && nic_is_dataplane(again));
+  if (again) blocks[n++] = again;
   /* Empty the lowest chunk; the thread allocates from the highest by now. */
   struct nic_stats s;
   nic_get_stats(&s);

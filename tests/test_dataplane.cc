@@ -286,6 +286,7 @@ TEST(DataplaneChunks, RoomMadeAtTheCapIsFound) {
   EXPECT_GT(r.num("filled"), 10000);
   EXPECT_EQ(r.num("fill_errno"), ENOMEM);
   EXPECT_EQ(r.num("own_free_reused"), 1);
+  EXPECT_EQ(r.num("scoped_free_reused"), 1);
   EXPECT_GT(r.num("freed_chunk0"), 1000);
   EXPECT_EQ(r.num("later_dataplane"), 1) << "errno " << r.num("later_errno");
   EXPECT_EQ(r.num("later_in_chunk0"), 1);
