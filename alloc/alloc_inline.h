@@ -6,6 +6,7 @@
 #include "alloc.h"
 #include "block.h"
 #include "chunks.h"
+#include "commit_map.h"
 #include "dp_heap.h"
 #include "huge_cache.h"
 #include "rcache.h"
@@ -70,12 +71,22 @@ void nic_report_bad_free(const void *p, const char *caller, bool double_free);
 /* A thread still setting up, or past its last exit hook, frees into the exited totals. */
 void nic_release_dp_block_unregistered(void *p);
 
-/* Returns false (after reporting) when p is not a live block of ours. mimalloc's segment map
- * answers in O(1) for our blocks (all of them lie below 20 TiB, see vspace.h); the key is read
- * only after that, so a wild pointer is never dereferenced. */
+/* May p be a block of ours, and is the word after it readable? Control blocks: the commit map
+ * (commit_map.h) answers for the control arena; dataplane blocks: their chunk must be mapped.
+ * Anything else (or everything, when the map could not be proven) asks mimalloc's segment map,
+ * an exported call that costs about three times as much. */
+static inline bool nic_may_be_block(const void *p) {
+  const uintptr_t offset = (uintptr_t)p - nic_commit_map.base;
+  if (__builtin_expect(offset < nic_commit_map.checked, 1)) return nic_commit_map_has(offset);
+  if (nic_in_dp(p)) return nic_chunk_readable(nic_chunk_index(p));
+  return mi_is_in_heap_region(p);
+}
+
+/* Returns false (after reporting) when p is not a live block of ours. The key is read only
+ * after nic_may_be_block, so a wild pointer is never dereferenced. */
 static inline bool nic_check_live_block(const void *p, const char *caller) {
   if (!nic_free_check) return true;
-  if (__builtin_expect(!mi_is_in_heap_region(p), 0)) {
+  if (__builtin_expect(!nic_may_be_block(p), 0)) {
     nic_report_bad_free(p, caller, false);
     return false;
   }

@@ -66,6 +66,11 @@ extern struct nic_chunk nic_chunks[];
 static inline struct nic_chunk *nic_chunk_at(unsigned index) {
   return &nic_chunks[index];
 }
+/* Live and draining chunks are mapped: a pointer into one can be read. */
+static inline bool nic_chunk_readable(unsigned index) {
+  const int state = __atomic_load_n(&nic_chunks[index].state, __ATOMIC_ACQUIRE);
+  return state == NIC_CHUNK_LIVE || state == NIC_CHUNK_DRAINING;
+}
 /* Number of chunk slots ever mapped (live chunks are among the first this many). */
 unsigned nic_chunk_slots_used(void);
 

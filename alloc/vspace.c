@@ -1,6 +1,7 @@
 #define _GNU_SOURCE
 #include "vspace.h"
 
+#include "commit_map.h"
 #include "log.h"
 
 #include <errno.h>
@@ -37,12 +38,17 @@ bool nic_control_arena_init(void) {
   for (size_t size = CONTROL_ARENA_SIZE; size >= CONTROL_ARENA_MIN; size /= 2) {
     void *base = nic_vspace_reserve(size, (size_t)32 << 20, NIC_CONTROL_HINT);
     if (!base) continue;
-    /* Not committed, so mimalloc commits (mprotect) and decommits (MADV_DONTNEED) as usual. */
+    /* Not committed, so mimalloc commits (mprotect) and decommits (MADV_DONTNEED) as usual,
+     * and the commit map (made first, to see every call) follows. */
+    nic_commit_map_init((uintptr_t)base, size);
     if (!mi_manage_os_memory(base, size, false, false, true, -1)) {
       munmap(base, size);
       break;
     }
     mi_option_enable(mi_option_limit_os_alloc);
+    void *probe = mi_malloc(64);
+    nic_commit_map_verify(probe);
+    mi_free(probe);
     nic_free_check_strict = true;
     nic_control_base = (uintptr_t)base;
     nic_control_size = size;

@@ -1,7 +1,7 @@
-/* Address space for mimalloc's memory. mimalloc 2.0.9 can only recognise its blocks
- * (mi_is_in_heap_region, which nicmalloc's free check relies on) below 20 TiB, and maps large
- * objects wherever the kernel likes. So nicmalloc reserves all heap memory itself, inside that
- * window: one control arena and the dataplane range. */
+/* Address space for mimalloc's memory. mimalloc 2.0.9 can only recognise its blocks below
+ * 20 TiB (mi_is_in_heap_region: the reaper, the stats and the free check's fallback use it), and
+ * maps large objects wherever the kernel likes. So nicmalloc reserves all heap memory
+ * itself, inside that window: one control arena and the dataplane range. */
 #ifndef NIC_VSPACE_H
 #define NIC_VSPACE_H
 

@@ -1,8 +1,10 @@
 /* Calls that change which pages back an address range invalidate the registration cache first,
  * so the NIC can never be handed a registration that still pins the old pages. nicmalloc is
- * preloaded, so these definitions also catch mimalloc's own decommits (it calls madvise and
- * munmap through the PLT). Each forwards to the system call directly, as glibc does. */
+ * preloaded, so these definitions also catch mimalloc's own commits and decommits (it calls
+ * mprotect, madvise and munmap through the PLT), which the control arena's commit map records
+ * once they succeeded. Each forwards to the system call directly, as glibc does. */
 #define _GNU_SOURCE
+#include "commit_map.h"
 #include "rcache.h"
 
 #include <errno.h>
@@ -21,8 +23,11 @@ static void *raw_mmap(void *addr, size_t len, int prot, int flags, int fd, off_t
 
 NIC_EXPORT void *mmap(void *addr, size_t len, int prot, int flags, int fd, off_t offset) {
   /* Only a fixed mapping can replace pages the cache knows. */
-  if (flags & (MAP_FIXED | MAP_FIXED_NOREPLACE)) nic_rcache_invalidate((uintptr_t)addr, len);
-  return raw_mmap(addr, len, prot, flags, fd, offset);
+  const bool fixed = flags & (MAP_FIXED | MAP_FIXED_NOREPLACE);
+  if (fixed) nic_rcache_invalidate((uintptr_t)addr, len);
+  void *p = raw_mmap(addr, len, prot, flags, fd, offset);
+  if (fixed && p != MAP_FAILED) nic_commit_map_note(p, len, false); /* new pages, no blocks */
+  return p;
 }
 
 NIC_EXPORT void *mmap64(void *addr, size_t len, int prot, int flags, int fd, off_t offset) {
@@ -31,7 +36,9 @@ NIC_EXPORT void *mmap64(void *addr, size_t len, int prot, int flags, int fd, off
 
 NIC_EXPORT int munmap(void *addr, size_t len) {
   nic_rcache_invalidate((uintptr_t)addr, len);
-  return (int)syscall(SYS_munmap, addr, len);
+  int rc = (int)syscall(SYS_munmap, addr, len);
+  if (rc == 0) nic_commit_map_note(addr, len, false);
+  return rc;
 }
 
 NIC_EXPORT void *mremap(void *old, size_t old_len, size_t new_len, int flags, ...) {
@@ -64,7 +71,18 @@ static int drops_pages(int advice) {
 
 NIC_EXPORT int madvise(void *addr, size_t len, int advice) {
   if (drops_pages(advice)) nic_rcache_invalidate((uintptr_t)addr, len);
-  return (int)syscall(SYS_madvise, addr, len, advice);
+  int rc = (int)syscall(SYS_madvise, addr, len, advice);
+  /* mimalloc decommits with DONTNEED. MADV_FREE is its "reset", after which it reuses the
+   * memory as committed: that must not clear the map. */
+  if (rc == 0 && (advice == MADV_DONTNEED || advice == MADV_REMOVE))
+    nic_commit_map_note(addr, len, false);
+  return rc;
+}
+
+NIC_EXPORT int mprotect(void *addr, size_t len, int prot) {
+  int rc = (int)syscall(SYS_mprotect, addr, len, prot);
+  if (rc == 0) nic_commit_map_note(addr, len, prot & PROT_READ);
+  return rc;
 }
 
 NIC_EXPORT int posix_madvise(void *addr, size_t len, int advice) {

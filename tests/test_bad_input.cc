@@ -72,6 +72,41 @@ TEST(BadInput, DoubleFreeIsReportedAndTheHeapStaysConsistent) {
   }
 }
 
+// Inside the control arena but where mimalloc never committed memory: the check must not read
+// the word after the pointer (that would be a segfault, not a report).
+TEST(BadInput, FreeIntoUncommittedHeapMemoryIsReported) {
+  char *block = static_cast<char *>(malloc(64));
+  char *far = reinterpret_cast<char *>((reinterpret_cast<uintptr_t>(block) + (size_t{32} << 30)) &
+                                       ~uintptr_t{4095});
+  const uint64_t before = errors(false);
+  testing::internal::CaptureStderr();
+  free(far);
+  free(far + 4096 + 16);
+  std::string err = testing::internal::GetCapturedStderr();
+  EXPECT_EQ(count_lines(err, "was not allocated by nicmalloc"), 2) << err;
+  EXPECT_EQ(errors(false), before + 2);
+  free(block);
+}
+
+// A huge block's memory goes back to the kernel when it is freed for good (nic_collect empties
+// the huge cache), so its double free finds neither a key nor a segment.
+TEST(BadInput, DoubleFreeAfterTheMemoryWentBackIsReported) {
+  char *huge = static_cast<char *>(malloc(size_t{20} << 20));
+  ASSERT_NE(huge, nullptr);
+  huge[0] = 1;
+  free(huge);
+  nic_collect();
+  const uint64_t before = errors(false) + errors(true);
+  testing::internal::CaptureStderr();
+  free(huge);
+  std::string err = testing::internal::GetCapturedStderr();
+  EXPECT_EQ(count_lines(err, "free("), 1) << err;
+  EXPECT_EQ(errors(false) + errors(true), before + 1);
+  void *again = malloc(size_t{20} << 20);
+  EXPECT_NE(again, nullptr);
+  free(again);
+}
+
 TEST(BadInput, DoubleDeleteIsReported) {
   int *p = new int(5);
   delete p;

@@ -1,0 +1,76 @@
+// The control arena's commit map (alloc/commit_map.h): it must see mimalloc's commits and
+// decommits through the interposed mprotect and madvise, or the free check would read
+// unmapped memory (a map that says "committed" too often) or reject live blocks (too rarely).
+#include <gtest/gtest.h>
+#include <sys/mman.h>
+
+#include <cstdint>
+#include <cstdlib>
+
+extern "C" {
+#include "commit_map.h"
+}
+
+namespace {
+
+constexpr size_t kPage = 4096;
+
+bool Committed(const void *p) {
+  const uintptr_t offset = reinterpret_cast<uintptr_t>(p) - nic_commit_map.base;
+  return offset < nic_commit_map.checked && nic_commit_map_has(offset);
+}
+
+char *PageIn(char *block, size_t offset) {
+  return reinterpret_cast<char *>((reinterpret_cast<uintptr_t>(block) + offset) & ~(kPage - 1));
+}
+
+TEST(CommitMap, IsProvenAtStartUpAndCoversControlBlocks) {
+  char *block = static_cast<char *>(malloc(2 << 20));
+  ASSERT_NE(block, nullptr);
+  block[0] = block[(2 << 20) - 1] = 1;
+  // Zero here means mimalloc's mprotect did not reach nicmalloc: every free would then pay for
+  // mimalloc's own lookup.
+  ASSERT_GT(nic_commit_map.checked, 0u);
+  EXPECT_TRUE(Committed(block));
+  EXPECT_TRUE(Committed(block + (2 << 20) - 1));
+  // Far beyond anything this process has allocated, still inside the arena.
+  char *far = PageIn(block, nic_commit_map.checked / 2);
+  ASSERT_LT(reinterpret_cast<uintptr_t>(far) - nic_commit_map.base, nic_commit_map.checked);
+  EXPECT_FALSE(Committed(far));
+  free(block);
+}
+
+TEST(CommitMap, FollowsDecommitAndCommitButNotReset) {
+  char *block = static_cast<char *>(malloc(2 << 20));
+  ASSERT_NE(block, nullptr);
+  char *mid = PageIn(block, 1 << 20);
+  const size_t len = 16 * kPage;
+  // MADV_FREE is mimalloc's reset: the memory stays in use.
+  ASSERT_EQ(madvise(mid, len, MADV_FREE), 0);
+  EXPECT_TRUE(Committed(mid));
+  ASSERT_EQ(madvise(mid, len, MADV_DONTNEED), 0);
+  for (size_t off = 0; off < len; off += kPage)
+    EXPECT_FALSE(Committed(mid + off)) << off;
+  EXPECT_TRUE(Committed(mid - 1));
+  EXPECT_TRUE(Committed(mid + len));
+  ASSERT_EQ(mprotect(mid, len, PROT_READ | PROT_WRITE), 0);
+  for (size_t off = 0; off < len; off += kPage)
+    EXPECT_TRUE(Committed(mid + off)) << off;
+  // A failed call changes nothing.
+  EXPECT_NE(madvise(mid + 1, len, MADV_DONTNEED), 0);
+  EXPECT_TRUE(Committed(mid));
+  free(block);
+}
+
+TEST(CommitMap, RangesOutsideTheArenaAreIgnored) {
+  const uint64_t first_word = __atomic_load_n(&nic_commit_map.bits[0], __ATOMIC_RELAXED);
+  void *mapped =
+      mmap(nullptr, 4 * kPage, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+  ASSERT_NE(mapped, MAP_FAILED);
+  nic_commit_map_note(mapped, 4 * kPage, false);
+  nic_commit_map_note(reinterpret_cast<char *>(nic_commit_map.base) - kPage, kPage, false);
+  EXPECT_EQ(__atomic_load_n(&nic_commit_map.bits[0], __ATOMIC_RELAXED), first_word);
+  munmap(mapped, 4 * kPage);
+}
+
+} // namespace
