@@ -24,7 +24,7 @@ extern size_t nic_fast_limit;
  * Threads copy it into dp_fast_below when they refresh (thread.c). */
 extern size_t nic_dp_fast_max;
 /* NICMALLOC_FREE_CHECK: validate every pointer given to free (the default). */
-extern bool nic_free_check;
+extern bool nic_free_check __attribute__((visibility("hidden")));
 
 /* Control heap, no alignment beyond 16. Counts nothing: see struct nic_stats. */
 static inline void *nic_control_alloc_fast(size_t size, bool zero) {

@@ -11,7 +11,7 @@
 
 #define NIC_MIN_BLOCK 16 /* room for the key in word 1 */
 
-extern const uintptr_t nic_free_key_seed;
+extern const uintptr_t nic_free_key_seed __attribute__((visibility("hidden")));
 static inline uintptr_t nic_free_key(void) {
   return (uintptr_t)&nic_free_key_seed ^ nic_free_key_seed;
 }

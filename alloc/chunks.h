@@ -38,7 +38,7 @@ struct nic_dp_range {
   size_t span;    /* max_chunks * chunk_size */
   unsigned shift; /* log2(chunk_size) */
 };
-extern struct nic_dp_range nic_dp;
+extern struct nic_dp_range nic_dp __attribute__((visibility("hidden")));
 
 static inline bool nic_in_dp(const void *p) {
   return (uintptr_t)p - nic_dp.base < nic_dp.span;
@@ -54,7 +54,7 @@ static inline void *nic_chunk_base(unsigned index) {
 int nic_dp_reserve(void);
 /* Bumped on every chunk state change, and when the stats want fresh usage figures: threads
  * compare it with the value they last saw to learn, with one load, that they must refresh. */
-extern unsigned nic_chunk_epoch;
+extern unsigned nic_chunk_epoch __attribute__((visibility("hidden")));
 void nic_chunk_set_state(unsigned index, enum nic_chunk_state state);
 
 /* Maps, pins and hands a chunk to mimalloc: a released slot first (same arena), else a new
@@ -62,7 +62,7 @@ void nic_chunk_set_state(unsigned index, enum nic_chunk_state state);
  * NICMALLOC_ON_PIN_FAIL=fail) pinning failed. Called only under nic_dp_grow_lock (dp_heap.c). */
 int nic_chunk_create(unsigned *index_out);
 /* Inline: nic_translate and the dataplane paths look a chunk up on every call. */
-extern struct nic_chunk nic_chunks[];
+extern struct nic_chunk nic_chunks[] __attribute__((visibility("hidden")));
 static inline struct nic_chunk *nic_chunk_at(unsigned index) {
   return &nic_chunks[index];
 }

@@ -18,7 +18,7 @@ struct nic_commit_map {
   size_t checked; /* bytes from base the free check trusts the map for: 0 until it is proven */
   uint64_t *bits; /* one bit per page; NULL when it could not be reserved */
 };
-extern struct nic_commit_map nic_commit_map;
+extern struct nic_commit_map nic_commit_map __attribute__((visibility("hidden")));
 
 /* Reserves the bits for [base, base + size) before mimalloc is given that memory. */
 bool nic_commit_map_init(uintptr_t base, size_t size);

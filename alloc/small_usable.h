@@ -12,7 +12,8 @@
 #define NIC_SMALL_USABLE_MAX 1024
 
 /* Indexed by (size + 7) / 8; 0 where not known, and everywhere until nic_small_usable_init. */
-extern uint32_t nic_small_usable[NIC_SMALL_USABLE_MAX / 8 + 1];
+extern uint32_t nic_small_usable[NIC_SMALL_USABLE_MAX / 8 + 1]
+    __attribute__((visibility("hidden")));
 
 /* Fills the table from mi_good_size, keeping only entries a real allocation confirms. */
 void nic_small_usable_init(void);

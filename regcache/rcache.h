@@ -34,7 +34,7 @@ int nic_rcache_find(const void *p, size_t len, unsigned access, struct nic_rcach
 void nic_rcache_invalidate(uintptr_t start, size_t len);
 
 /* Nonzero while any region is cached: free's one-load filter. */
-extern int nic_rcache_regions_live;
+extern int nic_rcache_regions_live __attribute__((visibility("hidden")));
 
 struct nic_rcache_stats {
   uint64_t hits, misses, evictions, invalidations, registrations, failures;
