@@ -182,6 +182,7 @@ int Run::main() {
   r.size_mean_paper = sizes_.mean;
   r.peak_mem = series_.peak_mem, r.peak_live = series_.peak_live;
   r.peak_rss = series_.peak_rss, r.peak_items = series_.peak_items;
+  r.peak_usable = series_.peak_usable;
   r.slab = slab_;
   r.lib = slab_ ? "-" : peer_.lib.empty() ? "nicmalloc" : peer_.lib;
   r.t0 = series_.t0();

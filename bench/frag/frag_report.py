@@ -74,14 +74,17 @@ def oracle_table(rows):
 
 
 def targets(rows):
-    out = ["| pool | nicmalloc dataplane | peak pinned/live ≤ %.2f | returned ≥ %.0f%% |"
-           % (TARGET_PEAK, TARGET_RETURNED), "|---|---|---|---|"]
+    # Block sizes alone: the usable size mimalloc rounds each value up to, summed over the live
+    # values (peak over fill and churn). No pinned/live ratio can fall below it.
+    out = ["| pool | nicmalloc dataplane | peak pinned/live ≤ %.2f | block sizes alone | "
+           "returned ≥ %.0f%% |" % (TARGET_PEAK, TARGET_RETURNED), "|---|---|---|---|---|"]
     for r in rows:
         if kind(r) == "nic" and r["shrink"] == "random":
             peak, ret = float(r["peak_mem_ratio"]), float(r["returned_pct"])
-            out.append("| %s | %s | %.3f %s | %.1f%% %s |" % (
+            out.append("| %s | %s | %.3f %s | %s | %.1f%% %s |" % (
                 r["pool"], r["allocator"], peak, "met" if peak <= TARGET_PEAK else "**missed**",
-                ret, "met" if ret >= TARGET_RETURNED else "**missed**"))
+                f(r.get("peak_usable_ratio", "nan"), "%.3f"), ret,
+                "met" if ret >= TARGET_RETURNED else "**missed**"))
     return out
 
 
@@ -168,7 +171,10 @@ def main():
         "whole run on a shared machine: indicative only. See README.md for the method.", "",
         "## Value sizes", ""] + sizes_table(rows) + [
         "", "## Results, random 90% shrink", ""] + main_table(rows, "random") + [
-        "", "## nicmalloc dataplane against the targets", ""] + targets(rows)
+        "", "## nicmalloc dataplane against the targets", "",
+        "*Block sizes alone*: the most usable bytes mimalloc's size classes gave the live values "
+        "during fill and churn, per live byte. Pinned/live cannot fall below it however well "
+        "chunks are packed.", ""] + targets(rows)
     if any(r["shrink"] == "fifo" for r in rows):
         md += ["", "## Results, FIFO 90% shrink (oldest items first)", ""] + main_table(rows, "fifo")
     md += ["", "## memcached slab reference", "",

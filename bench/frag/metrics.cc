@@ -66,6 +66,7 @@ void Series::take(const char *phase, const Counts &c, bool nic, const Slab *slab
     peak_mem = std::max(peak_mem, s.mem);
     peak_live = std::max(peak_live, s.live);
     peak_rss = std::max(peak_rss, s.rss);
+    peak_usable = std::max(peak_usable, s.usable);
   }
   last_ = s;
 }

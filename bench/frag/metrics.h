@@ -39,6 +39,7 @@ public:
   double t0() const { return t0_; }
   const Sample &last() const { return last_; }
   size_t peak_mem = 0, peak_live = 0, peak_rss = 0, peak_items = 0; // over fill and churn
+  size_t peak_usable = 0; // nic: the block sizes mimalloc gave, whatever held them
 
 private:
   FILE *out_ = nullptr;

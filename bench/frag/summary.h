@@ -18,7 +18,7 @@ struct Result {
   size_t live_before = 0, mem_before = 0, rss_before = 0; // end of churn
   size_t mem_idle = 0;                                    // shrink, then 1 s idle
   size_t live_after = 0, mem_after = 0, rss_after = 0;    // after the release call
-  size_t peak_mem = 0, peak_live = 0, peak_rss = 0, peak_items = 0;
+  size_t peak_mem = 0, peak_live = 0, peak_rss = 0, peak_items = 0, peak_usable = 0;
   double kept[4] = {0, 0, 0, 0}; // best case at 4 KiB, 64 KiB, 2 MiB, chunk (release.h)
   HeapInfo heap;
   const Slab *slab = nullptr; // the memcached model, if that was the run
