@@ -72,12 +72,15 @@ void nic_report_bad_free(const void *p, const char *caller, bool double_free);
 void nic_release_dp_block_unregistered(void *p);
 
 /* May p be a block of ours, and is the word after it readable? Control blocks: the commit map
- * (commit_map.h) answers for the control arena; dataplane blocks: their chunk must be mapped.
- * Anything else (or everything, when the map could not be proven) asks mimalloc's segment map,
- * an exported call that costs about three times as much. */
+ * (commit_map.h) answers for the control arena, and mimalloc's segment map for a page the
+ * program dropped itself; dataplane blocks: their chunk must be mapped. Anything else (or
+ * everything, when the map could not be proven) asks mimalloc's segment map, an exported call
+ * that costs about three times as much as the commit map. */
 static inline bool nic_may_be_block(const void *p) {
   const uintptr_t offset = (uintptr_t)p - nic_commit_map.base;
-  if (__builtin_expect(offset < nic_commit_map.checked, 1)) return nic_commit_map_has(offset);
+  if (__builtin_expect(offset < nic_commit_map.checked, 1))
+    return nic_commit_map_has(offset) ||
+           (nic_commit_map_readable(offset) && mi_is_in_heap_region(p));
   if (nic_in_dp(p)) return nic_chunk_readable(nic_chunk_index(p));
   return mi_is_in_heap_region(p);
 }

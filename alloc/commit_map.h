@@ -1,8 +1,12 @@
 /* Which 4 KiB pages of the control arena mimalloc has committed. mimalloc 2.0.9 (release build)
  * commits arena memory with mprotect(PROT_READ | PROT_WRITE) and decommits it with
- * madvise(MADV_DONTNEED); nicmalloc interposes both (regcache/interpose.c) and keeps one bit
+ * madvise(MADV_DONTNEED); nicmalloc interposes both (regcache/interpose.c) and keeps two bits
  * per page. The free check then knows in a few instructions, without calling into mimalloc,
- * that the word it reads next to a pointer is readable and that mimalloc holds memory there. */
+ * that the word it reads next to a pointer is readable and that mimalloc holds memory there.
+ *   committed: made readable and not dropped since (MADV_DONTNEED clears it);
+ *   readable:  mapped readable, dropped or not (only mprotect, munmap and mmap change it).
+ * A page a program dropped itself inside a live block is readable but not committed: the free
+ * check then asks mimalloc (nic_may_be_block). */
 #ifndef NIC_COMMIT_MAP_H
 #define NIC_COMMIT_MAP_H
 
@@ -15,24 +19,37 @@
 struct nic_commit_map {
   uintptr_t base; /* the control arena, recorded from nic_commit_map_init on */
   size_t size;
-  size_t checked; /* bytes from base the free check trusts the map for: 0 until it is proven */
-  uint64_t *bits; /* one bit per page; NULL when it could not be reserved */
+  size_t checked;      /* bytes from base the free check trusts the map for: 0 until proven */
+  uint64_t *committed; /* one bit per page; NULL when the bits could not be reserved */
+  uint64_t *readable;
 };
 extern struct nic_commit_map nic_commit_map __attribute__((visibility("hidden")));
+
+enum nic_page_change {
+  NIC_PAGES_READABLE, /* mprotect with PROT_READ: committed and readable */
+  NIC_PAGES_DROPPED,  /* MADV_DONTNEED: still readable (as zeros), no longer committed */
+  NIC_PAGES_GONE,     /* munmap, a fixed mmap, mprotect without PROT_READ: neither */
+};
 
 /* Reserves the bits for [base, base + size) before mimalloc is given that memory. */
 bool nic_commit_map_init(uintptr_t base, size_t size);
 /* Once mimalloc allocated from the arena: the map is trusted only if it saw that memory being
  * committed, which proves that mimalloc's calls reach nicmalloc's mprotect. */
 void nic_commit_map_verify(const void *block);
-/* Called by the interposed mprotect, madvise, munmap and fixed mmap after they succeeded: the
- * pages of [addr, addr + len) are now committed or not. Ranges outside the arena are ignored. */
-void nic_commit_map_note(const void *addr, size_t len, bool committed);
+/* Called by the interposed calls after they succeeded, for the pages of [addr, addr + len).
+ * Ranges outside the arena are ignored. */
+void nic_commit_map_note(const void *addr, size_t len, enum nic_page_change change);
 
+static inline bool nic_commit_map_bit(const uint64_t *bits, uintptr_t offset) {
+  const uintptr_t page = offset >> NIC_COMMIT_PAGE_SHIFT;
+  return (__atomic_load_n(&bits[page / 64], __ATOMIC_RELAXED) >> (page % 64)) & 1;
+}
 /* offset: p - base, already known to be below checked. */
 static inline bool nic_commit_map_has(uintptr_t offset) {
-  const uintptr_t page = offset >> NIC_COMMIT_PAGE_SHIFT;
-  return (__atomic_load_n(&nic_commit_map.bits[page / 64], __ATOMIC_RELAXED) >> (page % 64)) & 1;
+  return nic_commit_map_bit(nic_commit_map.committed, offset);
+}
+static inline bool nic_commit_map_readable(uintptr_t offset) {
+  return nic_commit_map_bit(nic_commit_map.readable, offset);
 }
 
 #endif

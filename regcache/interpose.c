@@ -26,7 +26,7 @@ NIC_EXPORT void *mmap(void *addr, size_t len, int prot, int flags, int fd, off_t
   const bool fixed = flags & (MAP_FIXED | MAP_FIXED_NOREPLACE);
   if (fixed) nic_rcache_invalidate((uintptr_t)addr, len);
   void *p = raw_mmap(addr, len, prot, flags, fd, offset);
-  if (fixed && p != MAP_FAILED) nic_commit_map_note(p, len, false); /* new pages, no blocks */
+  if (fixed && p != MAP_FAILED) nic_commit_map_note(p, len, NIC_PAGES_GONE); /* no blocks */
   return p;
 }
 
@@ -37,7 +37,7 @@ NIC_EXPORT void *mmap64(void *addr, size_t len, int prot, int flags, int fd, off
 NIC_EXPORT int munmap(void *addr, size_t len) {
   nic_rcache_invalidate((uintptr_t)addr, len);
   int rc = (int)syscall(SYS_munmap, addr, len);
-  if (rc == 0) nic_commit_map_note(addr, len, false);
+  if (rc == 0) nic_commit_map_note(addr, len, NIC_PAGES_GONE);
   return rc;
 }
 
@@ -75,13 +75,14 @@ NIC_EXPORT int madvise(void *addr, size_t len, int advice) {
   /* mimalloc decommits with DONTNEED. MADV_FREE is its "reset", after which it reuses the
    * memory as committed: that must not clear the map. */
   if (rc == 0 && (advice == MADV_DONTNEED || advice == MADV_REMOVE))
-    nic_commit_map_note(addr, len, false);
+    nic_commit_map_note(addr, len, NIC_PAGES_DROPPED);
   return rc;
 }
 
 NIC_EXPORT int mprotect(void *addr, size_t len, int prot) {
   int rc = (int)syscall(SYS_mprotect, addr, len, prot);
-  if (rc == 0) nic_commit_map_note(addr, len, prot & PROT_READ);
+  if (rc == 0)
+    nic_commit_map_note(addr, len, prot & PROT_READ ? NIC_PAGES_READABLE : NIC_PAGES_GONE);
   return rc;
 }
 

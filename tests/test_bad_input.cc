@@ -88,6 +88,25 @@ TEST(BadInput, FreeIntoUncommittedHeapMemoryIsReported) {
   free(block);
 }
 
+// Programs may drop the contents of memory they own with MADV_DONTNEED; the block stays theirs
+// and its free must go through, not be reported.
+TEST(BadInput, FreeOfABlockWhosePagesTheProgramDroppedGoesThrough) {
+  const size_t size = size_t{1} << 20;
+  char *block = static_cast<char *>(malloc(size));
+  ASSERT_NE(block, nullptr);
+  memset(block, 1, size);
+  // Every page that starts in the block, its first page included when the block starts one.
+  uintptr_t first = (reinterpret_cast<uintptr_t>(block) + 4095) & ~uintptr_t{4095};
+  if (reinterpret_cast<uintptr_t>(block) % 4096 == 0) first = reinterpret_cast<uintptr_t>(block);
+  ASSERT_EQ(madvise(reinterpret_cast<void *>(first), size / 2, MADV_DONTNEED), 0);
+  const uint64_t before = errors(false) + errors(true);
+  testing::internal::CaptureStderr();
+  free(block);
+  std::string err = testing::internal::GetCapturedStderr();
+  EXPECT_EQ(err, "");
+  EXPECT_EQ(errors(false) + errors(true), before);
+}
+
 // A huge block's memory goes back to the kernel when it is freed for good (nic_collect empties
 // the huge cache), so its double free finds neither a key nor a segment.
 TEST(BadInput, DoubleFreeAfterTheMemoryWentBackIsReported) {

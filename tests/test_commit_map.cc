@@ -20,6 +20,11 @@ bool Committed(const void *p) {
   return offset < nic_commit_map.checked && nic_commit_map_has(offset);
 }
 
+bool Readable(const void *p) {
+  const uintptr_t offset = reinterpret_cast<uintptr_t>(p) - nic_commit_map.base;
+  return offset < nic_commit_map.checked && nic_commit_map_readable(offset);
+}
+
 char *PageIn(char *block, size_t offset) {
   return reinterpret_cast<char *>((reinterpret_cast<uintptr_t>(block) + offset) & ~(kPage - 1));
 }
@@ -33,14 +38,16 @@ TEST(CommitMap, IsProvenAtStartUpAndCoversControlBlocks) {
   ASSERT_GT(nic_commit_map.checked, 0u);
   EXPECT_TRUE(Committed(block));
   EXPECT_TRUE(Committed(block + (2 << 20) - 1));
+  EXPECT_TRUE(Readable(block));
   // Far beyond anything this process has allocated, still inside the arena.
   char *far = PageIn(block, nic_commit_map.checked / 2);
   ASSERT_LT(reinterpret_cast<uintptr_t>(far) - nic_commit_map.base, nic_commit_map.checked);
   EXPECT_FALSE(Committed(far));
+  EXPECT_FALSE(Readable(far));
   free(block);
 }
 
-TEST(CommitMap, FollowsDecommitAndCommitButNotReset) {
+TEST(CommitMap, FollowsDecommitCommitAndProtectionButNotReset) {
   char *block = static_cast<char *>(malloc(2 << 20));
   ASSERT_NE(block, nullptr);
   char *mid = PageIn(block, 1 << 20);
@@ -49,13 +56,21 @@ TEST(CommitMap, FollowsDecommitAndCommitButNotReset) {
   ASSERT_EQ(madvise(mid, len, MADV_FREE), 0);
   EXPECT_TRUE(Committed(mid));
   ASSERT_EQ(madvise(mid, len, MADV_DONTNEED), 0);
-  for (size_t off = 0; off < len; off += kPage)
+  for (size_t off = 0; off < len; off += kPage) {
     EXPECT_FALSE(Committed(mid + off)) << off;
+    EXPECT_TRUE(Readable(mid + off)) << off; // dropped pages read as zeros
+  }
   EXPECT_TRUE(Committed(mid - 1));
   EXPECT_TRUE(Committed(mid + len));
   ASSERT_EQ(mprotect(mid, len, PROT_READ | PROT_WRITE), 0);
   for (size_t off = 0; off < len; off += kPage)
     EXPECT_TRUE(Committed(mid + off)) << off;
+  ASSERT_EQ(mprotect(mid, len, PROT_NONE), 0);
+  EXPECT_FALSE(Committed(mid));
+  EXPECT_FALSE(Readable(mid));
+  ASSERT_EQ(mprotect(mid, len, PROT_READ | PROT_WRITE), 0);
+  EXPECT_TRUE(Committed(mid));
+  EXPECT_TRUE(Readable(mid));
   // A failed call changes nothing.
   EXPECT_NE(madvise(mid + 1, len, MADV_DONTNEED), 0);
   EXPECT_TRUE(Committed(mid));
@@ -63,13 +78,15 @@ TEST(CommitMap, FollowsDecommitAndCommitButNotReset) {
 }
 
 TEST(CommitMap, RangesOutsideTheArenaAreIgnored) {
-  const uint64_t first_word = __atomic_load_n(&nic_commit_map.bits[0], __ATOMIC_RELAXED);
+  const uint64_t committed = __atomic_load_n(&nic_commit_map.committed[0], __ATOMIC_RELAXED);
+  const uint64_t readable = __atomic_load_n(&nic_commit_map.readable[0], __ATOMIC_RELAXED);
   void *mapped =
       mmap(nullptr, 4 * kPage, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
   ASSERT_NE(mapped, MAP_FAILED);
-  nic_commit_map_note(mapped, 4 * kPage, false);
-  nic_commit_map_note(reinterpret_cast<char *>(nic_commit_map.base) - kPage, kPage, false);
-  EXPECT_EQ(__atomic_load_n(&nic_commit_map.bits[0], __ATOMIC_RELAXED), first_word);
+  nic_commit_map_note(mapped, 4 * kPage, NIC_PAGES_GONE);
+  nic_commit_map_note(reinterpret_cast<char *>(nic_commit_map.base) - kPage, kPage, NIC_PAGES_GONE);
+  EXPECT_EQ(__atomic_load_n(&nic_commit_map.committed[0], __ATOMIC_RELAXED), committed);
+  EXPECT_EQ(__atomic_load_n(&nic_commit_map.readable[0], __ATOMIC_RELAXED), readable);
   munmap(mapped, 4 * kPage);
 }
 
