@@ -78,7 +78,7 @@ void nic_release_dp_block_unregistered(void *p);
  * that costs about three times as much as the commit map. */
 static inline bool nic_may_be_block(const void *p) {
   const uintptr_t offset = (uintptr_t)p - nic_commit_map.base;
-  if (__builtin_expect(offset < nic_commit_map.checked, 1))
+  if (__builtin_expect(offset < __atomic_load_n(&nic_commit_map.checked, __ATOMIC_RELAXED), 1))
     return nic_commit_map_has(offset) ||
            (nic_commit_map_readable(offset) && mi_is_in_heap_region(p));
   if (nic_in_dp(p)) return nic_chunk_readable(nic_chunk_index(p));

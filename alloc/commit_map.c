@@ -2,17 +2,38 @@
 #include "commit_map.h"
 
 #include <sys/mman.h>
+#include <sys/syscall.h>
+#include <unistd.h>
+
+#define PAGE ((uintptr_t)1 << NIC_COMMIT_PAGE_SHIFT)
 
 struct nic_commit_map nic_commit_map;
 
+/* The bits are mapped read-only (zeros, no commit charge even under strict overcommit: 256 MiB
+ * for a 4 TiB arena) and each 4 KiB of them is made writable when a bit in it is first set;
+ * one flag per such page says whether it is. */
+static uint64_t *writable_flags;
+static uintptr_t bits_start;
+
+static uintptr_t round_up(uintptr_t x) {
+  return (x + PAGE - 1) & ~(PAGE - 1);
+}
+
 bool nic_commit_map_init(uintptr_t base, size_t size) {
   const size_t words = ((size >> NIC_COMMIT_PAGE_SHIFT) + 63) / 64;
-  /* 64 KiB of bits per GiB of arena; untouched parts read as zero and cost no memory. */
-  uint64_t *bits = mmap(NULL, 2 * words * sizeof(uint64_t), PROT_READ | PROT_WRITE,
-                        MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE, -1, 0);
-  if (bits == MAP_FAILED) return false;
-  nic_commit_map.committed = bits;
-  nic_commit_map.readable = bits + words;
+  const size_t bits_bytes = round_up(2 * words * sizeof(uint64_t));
+  const size_t flag_bytes = round_up((bits_bytes / PAGE + 63) / 64 * sizeof(uint64_t));
+  char *region = mmap(NULL, flag_bytes + bits_bytes, PROT_READ,
+                      MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE, -1, 0);
+  if (region == MAP_FAILED) return false;
+  if (syscall(SYS_mprotect, region, flag_bytes, PROT_READ | PROT_WRITE)) {
+    munmap(region, flag_bytes + bits_bytes);
+    return false;
+  }
+  writable_flags = (uint64_t *)region;
+  bits_start = (uintptr_t)region + flag_bytes;
+  nic_commit_map.committed = (uint64_t *)bits_start;
+  nic_commit_map.readable = nic_commit_map.committed + words;
   nic_commit_map.base = base;
   __atomic_store_n(&nic_commit_map.size, size, __ATOMIC_RELEASE);
   return true;
@@ -25,16 +46,33 @@ void nic_commit_map_verify(const void *block) {
     __atomic_store_n(&nic_commit_map.checked, nic_commit_map.size, __ATOMIC_RELEASE);
 }
 
+/* Whether word can be written; with make, makes it so (false only if the kernel refused). */
+static bool word_writable(uint64_t *word, bool make) {
+  const uintptr_t page = ((uintptr_t)word - bits_start) / PAGE;
+  const uint64_t flag = (uint64_t)1 << (page % 64);
+  if (__atomic_load_n(&writable_flags[page / 64], __ATOMIC_ACQUIRE) & flag) return true;
+  if (!make) return false; /* a read-only page of bits holds only zeros */
+  if (syscall(SYS_mprotect, bits_start + page * PAGE, PAGE, PROT_READ | PROT_WRITE)) return false;
+  __atomic_fetch_or(&writable_flags[page / 64], flag, __ATOMIC_RELEASE);
+  return true;
+}
+
 static void set_bits(uint64_t *bits, uintptr_t first, uintptr_t last, bool on) {
   for (uintptr_t page = first; page < last;) {
     const unsigned bit = page % 64;
     const uintptr_t n = last - page < 64 - bit ? last - page : 64 - bit;
     const uint64_t mask = (n == 64 ? ~(uint64_t)0 : (((uint64_t)1 << n) - 1)) << bit;
-    if (on)
-      __atomic_fetch_or(&bits[page / 64], mask, __ATOMIC_RELEASE);
-    else
-      __atomic_fetch_and(&bits[page / 64], ~mask, __ATOMIC_RELEASE);
+    uint64_t *word = &bits[page / 64];
     page += n;
+    if (!word_writable(word, on)) {
+      if (on) /* the kernel refused: stop trusting the map, frees ask mimalloc again */
+        __atomic_store_n(&nic_commit_map.checked, 0, __ATOMIC_RELEASE);
+      continue;
+    }
+    if (on)
+      __atomic_fetch_or(word, mask, __ATOMIC_RELEASE);
+    else
+      __atomic_fetch_and(word, ~mask, __ATOMIC_RELEASE);
   }
 }
 
@@ -45,10 +83,9 @@ void nic_commit_map_note(const void *addr, size_t len, enum nic_page_change chan
     return;
   const uintptr_t lo = start > nic_commit_map.base ? start - nic_commit_map.base : 0;
   const uintptr_t hi = end - nic_commit_map.base < size ? end - nic_commit_map.base : size;
-  const uintptr_t page_mask = ((uintptr_t)1 << NIC_COMMIT_PAGE_SHIFT) - 1;
   /* Whole pages, rounded out as the kernel rounds the calls that report here. */
   const uintptr_t first = lo >> NIC_COMMIT_PAGE_SHIFT;
-  const uintptr_t last = (hi + page_mask) >> NIC_COMMIT_PAGE_SHIFT; /* exclusive */
+  const uintptr_t last = (hi + PAGE - 1) >> NIC_COMMIT_PAGE_SHIFT; /* exclusive */
   set_bits(nic_commit_map.committed, first, last, change == NIC_PAGES_READABLE);
   if (change != NIC_PAGES_DROPPED)
     set_bits(nic_commit_map.readable, first, last, change == NIC_PAGES_READABLE);
