@@ -52,7 +52,15 @@ NIC_EXPORT void *mremap(void *old, size_t old_len, size_t new_len, int flags, ..
   }
   nic_rcache_invalidate((uintptr_t)old, old_len);
   long r = syscall(SYS_mremap, old, old_len, new_len, flags, new_addr);
-  return r == -1 ? MAP_FAILED : (void *)r;
+  if (r == -1) return MAP_FAILED;
+  /* Pages that left, or arrived from elsewhere: either way no block of the arena is there. */
+  if ((void *)r != old) {
+    nic_commit_map_note(old, old_len, NIC_PAGES_GONE);
+    nic_commit_map_note((void *)r, new_len, NIC_PAGES_GONE);
+  } else if (new_len < old_len) {
+    nic_commit_map_note((char *)old + new_len, old_len - new_len, NIC_PAGES_GONE);
+  }
+  return (void *)r;
 }
 
 static int drops_pages(int advice) {

@@ -77,6 +77,24 @@ TEST(CommitMap, FollowsDecommitCommitAndProtectionButNotReset) {
   free(block);
 }
 
+TEST(CommitMap, PagesRemappedAwayAreGone) {
+  char *block = static_cast<char *>(malloc(2 << 20));
+  ASSERT_NE(block, nullptr);
+  char *mid = PageIn(block, 1 << 20);
+  // Shrinking in place unmaps the tail page; mapping it again makes it readable, not ours.
+  ASSERT_EQ(mremap(mid, 2 * kPage, kPage, 0), mid);
+  EXPECT_TRUE(Readable(mid));
+  EXPECT_FALSE(Readable(mid + kPage));
+  EXPECT_FALSE(Committed(mid + kPage));
+  ASSERT_EQ(mmap(mid + kPage, kPage, PROT_READ | PROT_WRITE,
+                 MAP_PRIVATE | MAP_ANONYMOUS | MAP_FIXED, -1, 0),
+            mid + kPage);
+  EXPECT_FALSE(Readable(mid + kPage));
+  ASSERT_EQ(mprotect(mid + kPage, kPage, PROT_READ | PROT_WRITE), 0); // as mimalloc commits
+  EXPECT_TRUE(Committed(mid + kPage));
+  free(block);
+}
+
 TEST(CommitMap, RangesOutsideTheArenaAreIgnored) {
   const uint64_t committed = __atomic_load_n(&nic_commit_map.committed[0], __ATOMIC_RELAXED);
   const uint64_t readable = __atomic_load_n(&nic_commit_map.readable[0], __ATOMIC_RELAXED);
