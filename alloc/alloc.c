@@ -161,6 +161,10 @@ void nic_release_deferred(void *p) {
   nic_release_block_now(p);
 }
 
+void nic_free_general(void *p, const char *caller) {
+  if (p && nic_check_live_block(p, caller)) nic_release_block(p);
+}
+
 void nic_free(void *p, const char *caller) {
   nic_free_inline(p, caller);
 }

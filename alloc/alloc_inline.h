@@ -134,8 +134,40 @@ static inline void nic_release_block(void *p) {
   nic_release_block_now(p);
 }
 
-static inline void nic_free_inline(void *p, const char *caller) {
-  if (p && nic_check_live_block(p, caller)) nic_release_block(p);
+/* Whether free must look further than its fast path: something is posted or held (safety), or
+ * the registration cache holds a region a freed block may overlap. One load-or-test for both. */
+static inline bool nic_free_filters_armed(void) {
+  return (__atomic_load_n(&nic_safety_refs, __ATOMIC_RELAXED) |
+          (unsigned long)__atomic_load_n(&nic_rcache_regions_live, __ATOMIC_RELAXED)) != 0;
+}
+
+/* Every free the fast path below does not take: NULL, dataplane blocks, pointers outside the
+ * proven control arena (or all of them under NICMALLOC_FREE_CHECK=0), pages the program dropped,
+ * double frees, armed filters and huge blocks. */
+void nic_free_general(void *p, const char *caller);
+
+/* The common frees as chains of tests, each a branch out to nic_free_general. A control block:
+ * in the control arena (which also rules out NULL), on a page mimalloc committed (so the key
+ * word can be read), not already freed, nothing in flight or registered, not a huge block; it
+ * ends in a tail call to mi_free. A dataplane block: checks on, its chunk mapped, not already
+ * freed, nothing in flight. The tests are those of nic_check_live_block and nic_release_block in
+ * the same order, so every path reports and releases alike. */
+static inline __attribute__((always_inline)) void nic_free_inline(void *p, const char *caller) {
+  const uintptr_t offset = (uintptr_t)p - nic_commit_map.base;
+  if (__builtin_expect(offset < __atomic_load_n(&nic_commit_map.checked, __ATOMIC_RELAXED), 1)) {
+    if (__builtin_expect(nic_commit_map_has(offset) && !nic_block_is_free(p) &&
+                             !nic_free_filters_armed() && !nic_maybe_huge_block(p),
+                         1)) {
+      nic_block_mark_free(p);
+      mi_free(p);
+      return;
+    }
+  } else if (nic_in_dp(p) && nic_free_check && nic_chunk_readable(nic_chunk_index(p)) &&
+             !nic_block_is_free(p) && !__atomic_load_n(&nic_safety_refs, __ATOMIC_RELAXED)) {
+    nic_free_dp_block(p);
+    return;
+  }
+  nic_free_general(p, caller);
 }
 
 #endif

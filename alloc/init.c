@@ -71,7 +71,7 @@ static void init_once(void) {
   tune_control_heap(cfg);
   nic_dp_fast_max = nic_dp_max_request();
   /* Before mimalloc maps its first segment: see vspace.h. */
-  nic_control_arena_init();
+  nic_control_arena_init(nic_free_check);
   nic_dp_reserve();
   nic_small_usable_init(); /* after the arena: it allocates */
   nic_site_table_apply();

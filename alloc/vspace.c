@@ -34,7 +34,7 @@ void *nic_vspace_reserve(size_t size, size_t align, uintptr_t hint) {
   return NULL;
 }
 
-bool nic_control_arena_init(void) {
+bool nic_control_arena_init(bool use_commit_map) {
   for (size_t size = CONTROL_ARENA_SIZE; size >= CONTROL_ARENA_MIN; size /= 2) {
     void *base = nic_vspace_reserve(size, (size_t)32 << 20, NIC_CONTROL_HINT);
     if (!base) continue;
@@ -47,7 +47,7 @@ bool nic_control_arena_init(void) {
     }
     mi_option_enable(mi_option_limit_os_alloc);
     void *probe = mi_malloc(64);
-    nic_commit_map_verify(probe);
+    if (use_commit_map) nic_commit_map_verify(probe);
     mi_free(probe);
     nic_free_check_strict = true;
     nic_control_base = (uintptr_t)base;

@@ -19,8 +19,10 @@ void *nic_vspace_reserve(size_t size, size_t align, uintptr_t hint);
 
 /* Gives mimalloc's default heap one big uncommitted arena and forbids it other OS memory, so
  * that every control block is recognisable. Returns false (after a warning) when the
- * reservation failed; mimalloc then maps memory itself and free checks cannot be strict. */
-bool nic_control_arena_init(void);
+ * reservation failed; mimalloc then maps memory itself and free checks cannot be strict.
+ * use_commit_map: let free trust the commit map (commit_map.h) once proven; false under
+ * NICMALLOC_FREE_CHECK=0, since free's fast path is also its check (alloc_inline.h). */
+bool nic_control_arena_init(bool use_commit_map);
 /* True once the control arena is in place: a pointer mimalloc does not recognise is then
  * certainly not a block of ours. */
 extern bool nic_free_check_strict;

@@ -1,7 +1,8 @@
 /* release_probe: fills dataplane memory with small objects, frees most of them, and reports how
  * the pinned bytes follow. Modes: "fifo" frees the oldest 90% (whole chunks empty out), "random"
  * frees a random 90% (every chunk keeps some live objects), and "poke" is fifo but lets the
- * reaper thread and later dataplane traffic do the release instead of nic_collect. */
+ * reaper thread and later dataplane traffic do the release instead of nic_collect, and "stale"
+ * is fifo, then frees once more a block whose chunk went back to the OS. */
 #define _GNU_SOURCE
 #include "nicmalloc.h"
 
@@ -26,7 +27,7 @@ static void sleep_ms(long ms) {
 
 int main(int argc, char **argv) {
   if (argc < 3) {
-    fprintf(stderr, "usage: release_probe fifo|random|poke TOTAL_BYTES\n");
+    fprintf(stderr, "usage: release_probe fifo|random|poke|stale TOTAL_BYTES\n");
     return 2;
   }
   const char *mode = argv[1];
@@ -67,6 +68,15 @@ int main(int argc, char **argv) {
     sleep_ms(50);
   }
   print("after");
+  if (!strcmp(mode, "stale")) { /* a double free the chunk state must catch: no key to read */
+    struct nic_region_ref ref;
+    for (size_t i = 0; i < keep_from; i++) {
+      if (nic_translate(blocks[i], 1, &ref) != -NIC_ENOTDP) continue;
+      free(blocks[i]);
+      printf("stale_free_survived=1\n");
+      break;
+    }
+  }
   /* What is left is intact, and released chunks are usable again. */
   size_t bad = 0;
   if (strcmp(mode, "random"))

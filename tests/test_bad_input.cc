@@ -135,6 +135,22 @@ TEST(BadInput, DoubleDeleteIsReported) {
   EXPECT_EQ(count_lines(err, "operator delete"), 1) << err;
 }
 
+// NICMALLOC_FREE_CHECK=0 sends every free past the checked fast path: dataplane blocks still
+// leave the live count, and a huge block still goes to the cache and comes back.
+TEST(BadInput, WithTheFreeCheckOffFreesStillRelease) {
+  auto dp = run_probe({"NICMALLOC_FREE_CHECK=0", "NICMALLOC_CHUNK_SIZE=64M"},
+                      {"dp-alloc", "16777216", "4096"});
+  ASSERT_EQ(dp.exit_code, 0) << dp.err;
+  EXPECT_EQ(dp.num("dp"), 4096);
+  EXPECT_GE(dp.num("live"), 16ll << 20);
+  EXPECT_EQ(dp.num("after_free_live"), 0);
+  auto huge = run_probe({"NICMALLOC_FREE_CHECK=0"}, {"huge", "20971520", "0"});
+  ASSERT_EQ(huge.exit_code, 0) << huge.err;
+  EXPECT_EQ(huge.num("huge_hits"), 1);
+  EXPECT_EQ(huge.num("kept_bytes"), 1);
+  EXPECT_EQ(huge.err, "");
+}
+
 TEST(BadInput, BadSettingsWarnOnceAndUseDefaults) {
   auto r = run_probe({"NICMALLOC_CHUNK_SIZE=lots", "NICMALLOC_MAX_CHUNKS=0",
                       "NICMALLOC_PAGE_KIND=huge", "NICMALLOC_ON_PIN_FAIL=maybe",

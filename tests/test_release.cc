@@ -33,6 +33,19 @@ TEST(Release, TheReaperAndLaterTrafficReleaseWithoutNicCollect) {
   EXPECT_EQ(r.num("corrupt"), 0);
 }
 
+// A free into a chunk that went back to the OS is reported from the chunk's state: the block's
+// free key is never read, since its memory is gone.
+TEST(Release, FreeIntoAReleasedChunkIsReportedWithoutReadingIt) {
+  std::vector<std::string> env = kEnv;
+  env.push_back("NICMALLOC_KEEP_CHUNKS=0");
+  auto r = run_probe(env, {"stale", kOneGiB});
+  ASSERT_EQ(r.exit_code, 0) << r.out << r.err;
+  ASSERT_GE(r.num("after_released"), 1) << r.out;
+  ASSERT_EQ(r.num("after_draining"), 0) << r.out; // so a chunk that is not live is unmapped
+  EXPECT_EQ(r.num("stale_free_survived"), 1) << r.out;
+  EXPECT_EQ(count_lines(r.err, "not allocated by nicmalloc"), 1) << r.err;
+}
+
 TEST(Release, ScatteredFreesKeepChunksButReportTheFreeSpace) {
   auto r = run_probe(kEnv, {"random", kOneGiB});
   ASSERT_EQ(r.exit_code, 0) << r.out << r.err;
