@@ -20,10 +20,13 @@ static unsigned long long dataplane_fallbacks, dataplane_failures, invalid_frees
 
 static void *control_alloc(size_t size, size_t alignment, bool zero) {
   size = nic_block_request(size);
-  /* A fresh huge block is zero already; a cached one would need clearing. */
-  if (size > NIC_HUGE_BLOCK_MIN && alignment <= NIC_MIN_BLOCK && !zero) {
+  /* A fresh huge block is zero already; a cached one would need clearing. A fresh one is made
+   * as large as its address space allows, so that once cached it fits more requests. */
+  if (size > NIC_HUGE_BLOCK_MIN && alignment <= NIC_MIN_BLOCK && !zero &&
+      nic_config()->huge_cache_bytes) {
     void *cached = nic_huge_cache_take(size);
     if (cached) return cached;
+    size = nic_huge_capacity(size);
   }
   /* The _at variants skip the shortcut that returns misaligned blocks in 2.0.9 (#700). */
   void *p = alignment <= NIC_MIN_BLOCK ? (zero ? mi_zalloc(size) : mi_malloc(size))

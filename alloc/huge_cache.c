@@ -79,24 +79,27 @@ bool nic_huge_cache_put(void *p) {
   return true;
 }
 
-/* The kernel takes back the pages the new owner did not ask for; they stay mapped and read as
- * zero, which mimalloc (it treats the block as committed) never relies on. */
-static void trim_tail(char *block, size_t size, size_t usable) {
+/* The kernel takes back the pages past keep; they stay mapped and read as zero, which mimalloc
+ * (it treats the block as committed) never relies on. */
+static void trim_tail(char *block, size_t keep, size_t usable) {
   const uintptr_t page = 4096;
-  uintptr_t start = ((uintptr_t)block + size + page - 1) & ~(page - 1);
+  uintptr_t start = ((uintptr_t)block + keep + page - 1) & ~(page - 1);
   uintptr_t end = ((uintptr_t)block + usable) & ~(page - 1);
   if (end > start && end - start >= TRIM_MIN) madvise((void *)start, end - start, MADV_DONTNEED);
 }
 
 void *nic_huge_cache_take(size_t size) {
   if (size <= NIC_HUGE_BLOCK_MIN) return NULL;
+  const size_t capacity = nic_huge_capacity(size);
+  const size_t largest = capacity > 2 * size ? capacity : 2 * size;
   struct slot *best = NULL;
   pthread_mutex_lock(&lock);
   for (unsigned i = 0; i < SLOTS; i++) {
     struct slot *s = &slots[i];
-    /* At most twice the request: a bigger block would hold address space and page tables for
-     * nothing; the trim below gives its pages back, not those. */
-    if (s->block && s->usable >= size && s->usable / 2 <= size &&
+    /* At most twice the request, or what a fresh block for it would hold: a bigger block would
+     * hold address space and page tables for nothing; the trim below gives its pages back, not
+     * those. */
+    if (s->block && s->usable >= size && s->usable <= largest &&
         (!best || s->usable < best->usable))
       best = s;
   }
@@ -108,7 +111,10 @@ void *nic_huge_cache_take(size_t size) {
     misses++;
   pthread_mutex_unlock(&lock);
   if (!block) return NULL;
-  trim_tail(block, size, usable);
+  /* Pages within what a fresh block would span stay for the new owner: giving them back made
+   * the next larger owner fault them in again (bench/peers.sh large: 159k faults instead of
+   * 111k, 1.5x instead of 1.2x tcmalloc's time, for 4% less peak RSS). */
+  trim_tail(block, capacity, usable);
   nic_block_mark_live(block);
   return block;
 }

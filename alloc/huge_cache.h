@@ -24,11 +24,26 @@ static inline bool nic_maybe_huge_block(const void *p) {
   return ((uintptr_t)p & NIC_SEGMENT_MASK) == NIC_HUGE_BLOCK_OFFSET;
 }
 
+/* How much a fresh huge block is made to hold when size is asked for: the next power of two.
+ * Address space the program never writes costs nothing (the control arena reserves 4 TiB, and
+ * pages are touched only as written), and blocks of one size serve every request of their class
+ * once cached, where exact sizes made a block useless to any larger request (bench/peers.sh
+ * large: 158k page faults with exact sizes, 111k with classes). Sizes no arena could hold are
+ * returned unchanged, for mimalloc to refuse. */
+static inline size_t nic_huge_capacity(size_t size) {
+  if (size > ((size_t)1 << 46)) return size;
+  size_t capacity = NIC_HUGE_BLOCK_MIN;
+  while (capacity < size)
+    capacity *= 2;
+  return capacity;
+}
+
 /* Keeps p, already marked free, when it is a huge block and the cache has room; false means
  * the caller frees it. */
 bool nic_huge_cache_put(void *p);
-/* A cached block with room for size, at most twice as large, marked live; NULL on a miss.
- * Pages past size are given back to the kernel first. */
+/* A cached block with room for size, at most twice as large (or no larger than
+ * nic_huge_capacity(size)), marked live; NULL on a miss. Pages past nic_huge_capacity(size) are
+ * given back to the kernel first; those before it stay, written or not. */
 void *nic_huge_cache_take(size_t size);
 /* Frees blocks cached longer than max_age_ms (0: all). Called by the reaper and nic_collect. */
 void nic_huge_cache_purge(unsigned max_age_ms);

@@ -87,16 +87,38 @@ TEST_F(HugeCache, DoubleFreeOfACachedBlockIsCaughtAndItIsHandedOutOnce) {
   free(b);
 }
 
-TEST_F(HugeCache, TakesAtMostTwiceTheRequestAndGivesTheTailBack) {
+// A fresh huge block holds the next power of two, so that once freed it serves every request of
+// its class; calloc's blocks are never taken from the cache and keep their size.
+TEST_F(HugeCache, FreshBlocksFillTheirSegmentsSoOneServesItsWholeClass) {
+  char *p = static_cast<char *>(malloc(17 * kMiB));
+  ASSERT_NE(p, nullptr);
+  EXPECT_EQ(malloc_usable_size(p), 32 * kMiB);
+  EXPECT_EQ(realloc(p, 30 * kMiB), p) << "growth within the class stays in place";
+  free(p);
+  char *q = static_cast<char *>(malloc(32 * kMiB)); // larger than the block was first asked for
+  EXPECT_EQ(q, p);
+  free(q);
+  char *r = static_cast<char *>(malloc(33 * kMiB));
+  ASSERT_NE(r, nullptr);
+  EXPECT_EQ(malloc_usable_size(r), 64 * kMiB);
+  free(r);
+  char *z = static_cast<char *>(calloc(17, kMiB));
+  ASSERT_NE(z, nullptr);
+  EXPECT_LT(malloc_usable_size(z), 18 * kMiB);
+  free(z);
+}
+
+TEST_F(HugeCache, TakesAtMostTwiceTheRequestAndGivesBackPagesPastItsClass) {
   char *big = static_cast<char *>(malloc(40 * kMiB));
   ASSERT_NE(big, nullptr);
   memset(big, 1, 40 * kMiB);
   free(big);
-  void *small = malloc(17 * kMiB); // 40 MiB is more than twice 17: not this one
+  void *small = malloc(17 * kMiB); // 64 MiB is more than twice 17: not this one
   EXPECT_NE(small, big);
   free(small);
   nic_collect();
 
+  // Within the request's class the previous owner's pages stay for the next one.
   char *p = static_cast<char *>(malloc(30 * kMiB));
   ASSERT_NE(p, nullptr);
   memset(p, 1, 30 * kMiB);
@@ -104,8 +126,22 @@ TEST_F(HugeCache, TakesAtMostTwiceTheRequestAndGivesTheTailBack) {
   char *q = static_cast<char *>(malloc(17 * kMiB));
   ASSERT_EQ(q, p);
   EXPECT_TRUE(Resident(q + 16 * kMiB));
-  EXPECT_FALSE(Resident(q + 25 * kMiB)) << "the unused tail stayed resident";
+  EXPECT_TRUE(Resident(q + 25 * kMiB)) << "a tail inside the class was given back";
   free(q);
+  nic_collect();
+
+  // A block of 90 MiB (calloc's keep their size) serving 50 MiB, whose own block would hold
+  // 64 MiB, gives back what lies past 64 MiB and keeps the rest.
+  char *b = static_cast<char *>(calloc(90, kMiB));
+  ASSERT_NE(b, nullptr);
+  memset(b, 1, 90 * kMiB);
+  free(b);
+  char *c = static_cast<char *>(malloc(50 * kMiB));
+  ASSERT_EQ(c, b);
+  EXPECT_TRUE(Resident(c + 60 * kMiB));
+  EXPECT_FALSE(Resident(c + 70 * kMiB)) << "pages past the class stayed resident";
+  EXPECT_FALSE(Resident(c + 89 * kMiB));
+  free(c);
 }
 
 TEST_F(HugeCache, HoldsNoMoreThanItsCapAndCollectEmptiesIt) {
