@@ -9,10 +9,12 @@
 #include "reaper.h"
 #include "thread.h"
 
+#include <fcntl.h>
 #include <mimalloc.h>
 #include <pthread.h>
 #include <sys/mman.h>
 #include <time.h>
+#include <unistd.h>
 
 #define SLOTS 16
 #define TRIM_MIN ((size_t)1 << 20) /* a smaller unused tail is not worth a system call */
@@ -22,6 +24,22 @@ struct slot {
   size_t usable;
   uint64_t freed_ms;
 };
+
+bool nic_huge_classes;
+
+static bool strict_overcommit(void) {
+  const int fd = open("/proc/sys/vm/overcommit_memory", O_RDONLY | O_CLOEXEC);
+  if (fd < 0) return false;
+  char mode = 0;
+  const ssize_t n = read(fd, &mode, 1);
+  close(fd);
+  return n == 1 && mode == '2';
+}
+
+void nic_huge_cache_init(size_t control_arena_size) {
+  nic_huge_classes = nic_config()->huge_cache_bytes && control_arena_size >= ((size_t)1 << 40) &&
+                     !strict_overcommit();
+}
 
 static pthread_mutex_t lock = PTHREAD_MUTEX_INITIALIZER;
 static struct slot slots[SLOTS];

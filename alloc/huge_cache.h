@@ -24,6 +24,13 @@ static inline bool nic_maybe_huge_block(const void *p) {
   return ((uintptr_t)p & NIC_SEGMENT_MASK) == NIC_HUGE_BLOCK_OFFSET;
 }
 
+/* Whether fresh huge blocks are made to hold nic_huge_capacity: the cache is on, the control
+ * arena has address space to spare (at least 1 TiB; under an address-space limit it can be as
+ * small as 64 GiB) and the kernel does not account commits strictly (vm.overcommit_memory=2),
+ * since mimalloc commits a huge block's whole segment. Set by nic_huge_cache_init. */
+extern bool nic_huge_classes __attribute__((visibility("hidden")));
+void nic_huge_cache_init(size_t control_arena_size);
+
 /* How much a fresh huge block is made to hold when size is asked for: the next power of two.
  * Address space the program never writes costs nothing (the control arena reserves 4 TiB, and
  * pages are touched only as written), and blocks of one size serve every request of their class

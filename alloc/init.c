@@ -72,6 +72,7 @@ static void init_once(void) {
   nic_dp_fast_max = nic_dp_max_request();
   /* Before mimalloc maps its first segment: see vspace.h. */
   nic_control_arena_init(nic_free_check);
+  nic_huge_cache_init(nic_control_size);
   nic_dp_reserve();
   nic_small_usable_init(); /* after the arena: it allocates */
   nic_site_table_apply();

@@ -5,6 +5,7 @@
 
 #include <errno.h>
 #include <linux/capability.h>
+#include <malloc.h>
 #include <pthread.h>
 #include <stdint.h>
 #include <stdio.h>
@@ -216,6 +217,23 @@ static int huge_reuse(size_t size, unsigned sleep_ms) {
   return 0;
 }
 
+/* The usable size of a fresh 17 MiB block; with limit_gib, under that address-space limit: the
+ * probe runs itself again so that nicmalloc starts under it. */
+static int huge_usable(const char *self, const char *limit_gib) {
+  if (limit_gib) {
+    const rlim_t bytes = (rlim_t)strtoull(limit_gib, NULL, 0) << 30;
+    const struct rlimit limit = {bytes, bytes};
+    if (setrlimit(RLIMIT_AS, &limit)) return 1;
+    execl(self, self, "huge-usable", (char *)NULL);
+    return 1;
+  }
+  void *p = malloc((size_t)17 << 20);
+  if (!p) return 1;
+  printf("huge_usable=%zu\n", malloc_usable_size(p));
+  free(p);
+  return 0;
+}
+
 /* n threads released at once each make their first dataplane allocation: with room for all of
  * them in one chunk, one chunk must be mapped, not one per thread. */
 static pthread_barrier_t start_line;
@@ -254,6 +272,8 @@ int main(int argc, char **argv) {
     return threads_start((unsigned)atoi(argv[2]), strtoull(argv[3], NULL, 0));
   if (argc >= 4 && !strcmp(argv[1], "huge"))
     return huge_reuse(strtoull(argv[2], NULL, 0), (unsigned)atoi(argv[3]));
+  if (argc >= 2 && !strcmp(argv[1], "huge-usable"))
+    return huge_usable(argv[0], argc >= 3 ? argv[2] : NULL);
   if (argc >= 2 && !strcmp(argv[1], "sites")) { /* sites ID...: which are on */
     for (int i = 2; i < argc; i++)
       printf("site_%s=%d\n", argv[i], nic_site_is_enabled((uint32_t)atoi(argv[i])));
@@ -266,7 +286,7 @@ int main(int argc, char **argv) {
   fprintf(
       stderr,
       "usage: nic_probe dp-alloc TOTAL BLOCK | low-memlock BLOCK | low-memlock-fill TOTAL BLOCK | "
-      "fork-child BLOCK | auto SIZE | cap-again BLOCK | huge SIZE SLEEP_MS | threads-start N SIZE "
-      "| stats\n");
+      "fork-child BLOCK | auto SIZE | cap-again BLOCK | huge SIZE SLEEP_MS | huge-usable [GIB] | "
+      "threads-start N SIZE | stats\n");
   return 2;
 }

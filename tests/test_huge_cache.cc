@@ -249,6 +249,21 @@ TEST(HugeCacheSettings, ReaperGivesBlocksBackAfterThePurgeDelay) {
   EXPECT_EQ(purged.num("huge_hits"), 0);
 }
 
+// Power-of-two capacities cost address space (and, under strict overcommit, commit charge): a
+// control arena cut down by an address-space limit, or the cache off, keeps requested sizes.
+TEST(HugeCacheSettings, BlocksKeepTheirSizeWhereAddressSpaceIsShortOrTheCacheIsOff) {
+  ProbeResult normal = run_probe({}, {"huge-usable"});
+  ASSERT_EQ(normal.exit_code, 0) << normal.err;
+  EXPECT_EQ(normal.num("huge_usable"), 32ll << 20);
+  ProbeResult off = run_probe({"NICMALLOC_HUGE_CACHE_BYTES=0"}, {"huge-usable"});
+  ASSERT_EQ(off.exit_code, 0) << off.err;
+  EXPECT_LT(off.num("huge_usable"), 18ll << 20);
+  ProbeResult limited = run_probe({}, {"huge-usable", "200"}); // a 128 GiB arena fits
+  ASSERT_EQ(limited.exit_code, 0) << limited.err;
+  EXPECT_GE(limited.num("huge_usable"), 17ll << 20);
+  EXPECT_LT(limited.num("huge_usable"), 18ll << 20);
+}
+
 TEST(HugeCacheSettings, BadValuesWarnAndKeepTheDefaults) {
   ProbeResult r = run_probe({"NICMALLOC_HUGE_CACHE_BYTES=lots", "NICMALLOC_PURGE_DELAY_MS=-1"},
                             {"huge", "20971520", "0"});
