@@ -21,7 +21,7 @@
 #define NIC_SEGMENT_MASK (((uintptr_t)32 << 20) - 1)
 
 static inline bool nic_maybe_huge_block(const void *p) {
-  return ((uintptr_t)p & NIC_SEGMENT_MASK) == NIC_HUGE_BLOCK_OFFSET;
+  return (((uintptr_t)p - NIC_HUGE_BLOCK_OFFSET) & NIC_SEGMENT_MASK) == 0; /* lea, test */
 }
 
 /* Whether fresh huge blocks are made to hold nic_huge_capacity: the cache is on, the control
