@@ -26,7 +26,7 @@ static void *control_alloc(size_t size, size_t alignment, bool zero) {
       nic_config()->huge_cache_bytes) {
     void *cached = nic_huge_cache_take(size);
     if (cached) return cached;
-    if (nic_huge_classes) size = nic_huge_capacity(size);
+    size = nic_huge_fresh_capacity(size);
   }
   /* The _at variants skip the shortcut that returns misaligned blocks in 2.0.9 (#700). */
   void *p = alignment <= NIC_MIN_BLOCK ? (zero ? mi_zalloc(size) : mi_malloc(size))

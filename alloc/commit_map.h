@@ -20,7 +20,8 @@ struct nic_commit_map {
   uintptr_t base; /* the control arena, recorded from nic_commit_map_init on */
   size_t size;
   size_t checked;      /* bytes from base the free check trusts the map for: 0 until proven,
-                        * and 0 under NICMALLOC_FREE_CHECK=0 (free's fast path tests it first) */
+                        * and 0 under NICMALLOC_FREE_CHECK=0 (no map is kept then; free's fast
+                        * path tests this first) */
   uint64_t *committed; /* one bit per page; NULL when the bits could not be reserved */
   uint64_t *readable;
 };

@@ -108,7 +108,7 @@ static void trim_tail(char *block, size_t keep, size_t usable) {
 
 void *nic_huge_cache_take(size_t size) {
   if (size <= NIC_HUGE_BLOCK_MIN) return NULL;
-  const size_t capacity = nic_huge_capacity(size);
+  const size_t capacity = nic_huge_fresh_capacity(size);
   const size_t largest = capacity > 2 * size ? capacity : 2 * size;
   struct slot *best = NULL;
   pthread_mutex_lock(&lock);

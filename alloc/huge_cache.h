@@ -21,7 +21,8 @@
 #define NIC_SEGMENT_MASK (((uintptr_t)32 << 20) - 1)
 
 static inline bool nic_maybe_huge_block(const void *p) {
-  return (((uintptr_t)p - NIC_HUGE_BLOCK_OFFSET) & NIC_SEGMENT_MASK) == 0; /* lea, test */
+  /* Written so, not as (p & mask) == offset: one instruction less on every free. */
+  return (((uintptr_t)p - NIC_HUGE_BLOCK_OFFSET) & NIC_SEGMENT_MASK) == 0;
 }
 
 /* Whether fresh huge blocks are made to hold nic_huge_capacity: the cache is on, the control
@@ -44,13 +45,19 @@ static inline size_t nic_huge_capacity(size_t size) {
     capacity *= 2;
   return capacity;
 }
+/* What a fresh huge block for size holds here: its class, or size itself where classes are off.
+ * Allocation asks mimalloc for it; the cache takes and trims by it. */
+static inline size_t nic_huge_fresh_capacity(size_t size) {
+  return nic_huge_classes ? nic_huge_capacity(size) : size;
+}
 
 /* Keeps p, already marked free, when it is a huge block and the cache has room; false means
  * the caller frees it. */
 bool nic_huge_cache_put(void *p);
 /* A cached block with room for size, at most twice as large (or no larger than
- * nic_huge_capacity(size)), marked live; NULL on a miss. Pages past nic_huge_capacity(size) are
- * given back to the kernel first; those before it stay, written or not. */
+ * nic_huge_fresh_capacity(size)), marked live; NULL on a miss. Pages past
+ * nic_huge_fresh_capacity(size) are given back to the kernel first; those before it stay,
+ * written or not. */
 void *nic_huge_cache_take(size_t size);
 /* Frees blocks cached longer than max_age_ms (0: all). Called by the reaper and nic_collect. */
 void nic_huge_cache_purge(unsigned max_age_ms);

@@ -40,7 +40,7 @@ bool nic_control_arena_init(bool use_commit_map) {
     if (!base) continue;
     /* Not committed, so mimalloc commits (mprotect) and decommits (MADV_DONTNEED) as usual,
      * and the commit map (made first, to see every call) follows. */
-    nic_commit_map_init((uintptr_t)base, size);
+    if (use_commit_map) nic_commit_map_init((uintptr_t)base, size);
     if (!mi_manage_os_memory(base, size, false, false, true, -1)) {
       munmap(base, size);
       break;

@@ -108,11 +108,16 @@ TEST_F(HugeCache, FreshBlocksFillTheirSegmentsSoOneServesItsWholeClass) {
   free(z);
 }
 
+// A block of bytes, every page written, then freed into the cache.
+void WrittenAndFreed(char *block, size_t bytes) {
+  memset(block, 1, bytes);
+  free(block);
+}
+
 TEST_F(HugeCache, TakesAtMostTwiceTheRequestAndGivesBackPagesPastItsClass) {
   char *big = static_cast<char *>(malloc(40 * kMiB));
   ASSERT_NE(big, nullptr);
-  memset(big, 1, 40 * kMiB);
-  free(big);
+  WrittenAndFreed(big, 40 * kMiB);
   void *small = malloc(17 * kMiB); // 64 MiB is more than twice 17: not this one
   EXPECT_NE(small, big);
   free(small);
@@ -121,8 +126,7 @@ TEST_F(HugeCache, TakesAtMostTwiceTheRequestAndGivesBackPagesPastItsClass) {
   // Within the request's class the previous owner's pages stay for the next one.
   char *p = static_cast<char *>(malloc(30 * kMiB));
   ASSERT_NE(p, nullptr);
-  memset(p, 1, 30 * kMiB);
-  free(p);
+  WrittenAndFreed(p, 30 * kMiB);
   char *q = static_cast<char *>(malloc(17 * kMiB));
   ASSERT_EQ(q, p);
   EXPECT_TRUE(Resident(q + 16 * kMiB));
@@ -134,8 +138,7 @@ TEST_F(HugeCache, TakesAtMostTwiceTheRequestAndGivesBackPagesPastItsClass) {
   // 64 MiB, gives back what lies past 64 MiB and keeps the rest.
   char *b = static_cast<char *>(calloc(90, kMiB));
   ASSERT_NE(b, nullptr);
-  memset(b, 1, 90 * kMiB);
-  free(b);
+  WrittenAndFreed(b, 90 * kMiB);
   char *c = static_cast<char *>(malloc(50 * kMiB));
   ASSERT_EQ(c, b);
   EXPECT_TRUE(Resident(c + 60 * kMiB));
@@ -255,13 +258,16 @@ TEST(HugeCacheSettings, BlocksKeepTheirSizeWhereAddressSpaceIsShortOrTheCacheIsO
   ProbeResult normal = run_probe({}, {"huge-usable"});
   ASSERT_EQ(normal.exit_code, 0) << normal.err;
   EXPECT_EQ(normal.num("huge_usable"), 32ll << 20);
+  EXPECT_EQ(normal.num("reused_tail_resident"), 1) << "the tail inside the class stays";
   ProbeResult off = run_probe({"NICMALLOC_HUGE_CACHE_BYTES=0"}, {"huge-usable"});
   ASSERT_EQ(off.exit_code, 0) << off.err;
   EXPECT_LT(off.num("huge_usable"), 18ll << 20);
+  // Without classes the cache takes and trims by the request itself, as a fresh block holds.
   ProbeResult limited = run_probe({}, {"huge-usable", "200"}); // a 128 GiB arena fits
   ASSERT_EQ(limited.exit_code, 0) << limited.err;
   EXPECT_GE(limited.num("huge_usable"), 17ll << 20);
   EXPECT_LT(limited.num("huge_usable"), 18ll << 20);
+  EXPECT_EQ(limited.num("reused_tail_resident"), 0) << "pages no fresh block has stayed";
 }
 
 TEST(HugeCacheSettings, BadValuesWarnAndKeepTheDefaults) {
