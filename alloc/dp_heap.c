@@ -30,8 +30,13 @@ static int chunk_state(unsigned index) {
   return __atomic_load_n(&nic_chunk_at(index)->state, __ATOMIC_ACQUIRE);
 }
 
+/* Both allocation paths take a seen epoch to mean that the cursor chunk is live, so a refresh
+ * that finds it draining or released parks the cursor: allocating there would hand out memory
+ * the reaper is about to give back, or has given back. */
 void nic_dp_refresh(struct nic_thread *t) {
   t->seen_epoch = __atomic_load_n(&nic_chunk_epoch, __ATOMIC_ACQUIRE);
+  if (t->cursor != NIC_CURSOR_PARKED && chunk_state(t->cursor) != NIC_CHUNK_LIVE)
+    t->cursor = NIC_CURSOR_PARKED;
   unsigned slots = nic_chunk_slots_used();
   for (unsigned i = 0; i < slots; i++)
     if (t->heaps[i] && chunk_state(i) == NIC_CHUNK_DRAINING) mi_heap_collect(t->heaps[i], true);

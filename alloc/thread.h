@@ -9,6 +9,7 @@
 #include <stdint.h>
 
 #define NIC_CHUNK_SLOTS 48
+#define NIC_CURSOR_PARKED NIC_CHUNK_SLOTS
 
 struct nic_thread {
   /* malloc of fewer bytes than this takes the control fast path: NICMALLOC_DP_MIN_SIZE (or
@@ -20,14 +21,18 @@ struct nic_thread {
    * dp_fast_paused. */
   size_t dp_fast_below;
   int scope_depth;
-  int state;       /* enum below */
-  unsigned cursor; /* chunk this thread allocates dataplane memory from first */
+  int state; /* enum below */
+  /* Chunk this thread allocates dataplane memory from first; NIC_CURSOR_PARKED when that chunk
+   * stopped being live, so that the next allocation takes the slow path, which scans. */
+  unsigned cursor;
   /* Nonzero while this thread is inside mimalloc on dataplane memory; the reaper waits for it
    * to be seen at zero before it releases a chunk (see reaper.c). A count, as calls nest. */
   int dp_busy;
   unsigned seen_epoch; /* nic_chunk_epoch when this thread last looked at the chunk states */
-  mi_heap_t *heaps[NIC_CHUNK_SLOTS]; /* this thread's heap in each chunk's arena */
-  int64_t dp_live[NIC_CHUNK_SLOTS];  /* usable bytes allocated minus freed, per chunk */
+  /* This thread's heap in each chunk's arena, and a last entry that is always NULL: the heap
+   * the parked cursor finds, which sends the inline path to the slow one. */
+  mi_heap_t *heaps[NIC_CHUNK_SLOTS + 1];
+  int64_t dp_live[NIC_CHUNK_SLOTS]; /* usable bytes allocated minus freed, per chunk */
   /* Every chunk was full at the cap (dp_heap.c): until this CLOCK_MONOTONIC time in ns, or
    * until nic_chunk_epoch moves from full_epoch, the slow path does not look again. 0: not. */
   uint64_t full_until_ns;

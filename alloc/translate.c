@@ -10,11 +10,10 @@ static inline bool bad_range(uintptr_t start, size_t len) {
 }
 
 /* Sorts out why a range in the dataplane failed the combined check below, in the order callers
- * rely on: a bad range, then memory outside live chunks, then a range crossing a chunk end. */
+ * rely on: a bad range, then memory outside mapped chunks, then a range crossing a chunk end. */
 __attribute__((noinline, cold)) static int translate_error(uintptr_t start, size_t len) {
   if (bad_range(start, len)) return -NIC_ERANGE;
-  const struct nic_chunk *c = nic_chunk_at(nic_chunk_index((const void *)start));
-  if (__atomic_load_n(&c->state, __ATOMIC_ACQUIRE) != NIC_CHUNK_LIVE) return -NIC_ENOTDP;
+  if (!nic_chunk_readable(nic_chunk_index((const void *)start))) return -NIC_ENOTDP;
   return -NIC_ECROSS;
 }
 
@@ -26,8 +25,11 @@ NIC_EXPORT int nic_translate(const void *p, size_t len, struct nic_region_ref *o
   if (off >= nic_dp.span) return bad_range(start, len) ? -NIC_ERANGE : -NIC_ENOTDP;
   if (__builtin_expect(len - 1 >= size - in_chunk, 0)) return translate_error(start, len);
   const unsigned index = (unsigned)(off >> nic_dp.shift);
+  /* A draining chunk is still mapped, pinned and registered, and can hold a live block: an
+   * allocation that began before the reaper marked it draining lands there (the reaper then
+   * makes it live again). Only released and unmapped chunks translate to nothing. */
+  if (!nic_chunk_readable(index)) return -NIC_ENOTDP;
   const struct nic_chunk *c = nic_chunk_at(index);
-  if (__atomic_load_n(&c->state, __ATOMIC_ACQUIRE) != NIC_CHUNK_LIVE) return -NIC_ENOTDP;
   const uintptr_t base = start - in_chunk;
   out->kind = NIC_REGION_ARENA;
   out->chunk_index = index;

@@ -2,10 +2,13 @@
  * the pinned bytes follow. Modes: "fifo" frees the oldest 90% (whole chunks empty out), "random"
  * frees a random 90% (every chunk keeps some live objects), and "poke" is fifo but lets the
  * reaper thread and later dataplane traffic do the release instead of nic_collect, and "stale"
- * is fifo, then frees once more a block whose chunk went back to the OS. */
+ * is fifo, then frees once more a block whose chunk went back to the OS. "cursor" (TOTAL
+ * unused) releases the chunk a thread last allocated from, then frees elsewhere and allocates;
+ * "draining" (TOTAL unused) translates into a chunk waiting to be released. */
 #define _GNU_SOURCE
 #include "nicmalloc.h"
 
+#include <pthread.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -25,12 +28,96 @@ static void sleep_ms(long ms) {
   nanosleep(&ts, NULL);
 }
 
+static void wait_for_release(void) {
+  for (int tries = 0; tries < 100; tries++) {
+    struct nic_stats s;
+    nic_get_stats(&s);
+    if (s.chunks_released >= 1) return;
+    sleep_ms(50);
+  }
+}
+
+/* A thread takes a second chunk, empties it and waits: the page its heap keeps there keeps the
+ * chunk draining. */
+static pthread_mutex_t step_lock = PTHREAD_MUTEX_INITIALIZER;
+static pthread_cond_t step_cond = PTHREAD_COND_INITIALIZER;
+static int step;
+static void *in_second_chunk;
+
+static void wait_step(int want) {
+  pthread_mutex_lock(&step_lock);
+  while (step < want)
+    pthread_cond_wait(&step_cond, &step_lock);
+  pthread_mutex_unlock(&step_lock);
+}
+static void set_step(int to) {
+  pthread_mutex_lock(&step_lock);
+  step = to;
+  pthread_cond_broadcast(&step_cond);
+  pthread_mutex_unlock(&step_lock);
+}
+
+static void *empty_a_chunk(void *arg) {
+  (void)arg;
+  in_second_chunk = nic_malloc(1000); /* the first block fills the first chunk's only segment */
+  free(in_second_chunk);
+  set_step(1);
+  wait_step(2);
+  free(nic_malloc(100)); /* back in dataplane code: its heap lets the chunk go */
+  return NULL;
+}
+
+/* A draining chunk is mapped, pinned and registered until it is released, and translates
+ * until then: an allocation racing the reaper can leave a live block in one. */
+static int draining_translates(void) {
+  void *first = nic_malloc(20 << 20);
+  pthread_t thread;
+  if (!first || pthread_create(&thread, NULL, empty_a_chunk, NULL)) return 1;
+  wait_step(1);
+  struct nic_stats s = {0};
+  for (int tries = 0; tries < 100 && s.chunks_draining == 0; tries++) {
+    sleep_ms(20);
+    nic_get_stats(&s);
+  }
+  struct nic_region_ref ref;
+  printf("draining=%u\n", s.chunks_draining);
+  printf("draining_translated=%d\n", nic_translate(in_second_chunk, 64, &ref) == 0);
+  set_step(2);
+  pthread_join(thread, NULL);
+  wait_for_release();
+  print("end");
+  printf("released_translated=%d\n", nic_translate(in_second_chunk, 64, &ref) == 0);
+  free(first);
+  return 0;
+}
+
+/* Two blocks of 20 MiB in 32 MiB chunks take two chunks; the second, where the thread last
+ * allocated, empties and goes back to the OS. A free in the first then brings the thread up to
+ * date with the chunk states, and its next allocation must land in a live chunk. */
+static int released_cursor(void) {
+  void *first = nic_malloc(20 << 20), *second = nic_malloc(20 << 20);
+  if (!first || !second) return 1;
+  free(second);
+  wait_for_release();
+  print("emptied");
+  free(first);
+  void *small = nic_malloc(100);
+  struct nic_region_ref ref;
+  printf("small_dataplane=%d\n", nic_is_dataplane(small));
+  printf("small_translated=%d\n", nic_translate(small, 100, &ref) == 0);
+  free(small);
+  print("end");
+  return 0;
+}
+
 int main(int argc, char **argv) {
   if (argc < 3) {
-    fprintf(stderr, "usage: release_probe fifo|random|poke|stale TOTAL_BYTES\n");
+    fprintf(stderr, "usage: release_probe fifo|random|poke|stale|cursor|draining TOTAL_BYTES\n");
     return 2;
   }
   const char *mode = argv[1];
+  if (!strcmp(mode, "cursor")) return released_cursor();
+  if (!strcmp(mode, "draining")) return draining_translates();
   size_t total = strtoull(argv[2], NULL, 0), used = 0, n = 0, cap = total / 64;
   unsigned char **blocks = malloc(cap * sizeof *blocks);
   unsigned seed = 12345;
