@@ -40,7 +40,7 @@ static void *control_alloc(size_t size, size_t alignment, bool zero) {
 
 static bool wants_dataplane(size_t size, enum nic_route route) {
   if (route != NIC_ROUTE_AUTO) return route == NIC_ROUTE_DATAPLANE;
-  if (!nic_thread_ready()) return false;
+  if (!nic_thread_ready() || nic_self.internal_depth > 0) return false;
   return nic_self.scope_depth > 0 || size >= nic_auto_dp_threshold;
 }
 

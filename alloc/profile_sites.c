@@ -140,7 +140,8 @@ bool nic_sites_load(const char *path) {
 }
 
 enum nic_route nic_sites_route(size_t size) {
-  if (size < min_size || !nic_thread_ready() || nic_self.scope_depth) return NIC_ROUTE_AUTO;
+  if (size < min_size || !nic_thread_ready() || nic_self.scope_depth || nic_self.internal_depth)
+    return NIC_ROUTE_AUTO;
   uintptr_t frames[NIC_PROF_FRAMES];
   unsigned n = nic_prof_capture(frames);
   struct routed *r = n ? slot(nic_prof_hash(frames, n), false) : NULL;

@@ -113,6 +113,7 @@ void nic_reaper_pass(void) {
 
 static void *reaper_main(void *arg) {
   (void)arg;
+  nic_internal_enter(); /* for its whole life */
   const struct nic_config *cfg = nic_config();
   unsigned delay =
       cfg->release_delay_ms < cfg->purge_delay_ms ? cfg->release_delay_ms : cfg->purge_delay_ms;
@@ -130,11 +131,7 @@ void nic_reaper_start(void) {
   if (__atomic_exchange_n(&started, 1, __ATOMIC_ACQ_REL)) return;
   barrier_registered =
       syscall(SYS_membarrier, MEMBARRIER_CMD_REGISTER_PRIVATE_EXPEDITED, 0, 0) == 0;
-  /* pthread_create allocates; inside a dataplane scope that must not become dataplane. */
-  struct nic_thread *self = &nic_self;
-  int saved_depth = self->scope_depth;
-  self->scope_depth = 0;
-  nic_thread_refresh_fast();
+  NIC_INTERNAL_SCOPE(); /* pthread_create allocates */
   sigset_t all, old;
   sigfillset(&all);
   pthread_sigmask(SIG_SETMASK, &all, &old); /* the app's signals are not for us */
@@ -144,8 +141,6 @@ void nic_reaper_start(void) {
   else
     nic_log_warn("cannot start the chunk reaper thread; empty chunks stay pinned");
   pthread_sigmask(SIG_SETMASK, &old, NULL);
-  self->scope_depth = saved_depth;
-  nic_thread_refresh_fast();
 }
 
 void nic_reaper_after_fork_child(void) {

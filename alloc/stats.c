@@ -59,6 +59,7 @@ static size_t segment_bytes(unsigned chunk) {
 }
 
 NIC_EXPORT void nic_get_stats(struct nic_stats *out) {
+  NIC_INTERNAL_SCOPE();
   memset(out, 0, sizeof *out);
   int64_t dp[NIC_CHUNK_SLOTS], dp_total = 0;
   nic_thread_sum(dp);
@@ -130,6 +131,7 @@ NIC_EXPORT void nic_get_stats(struct nic_stats *out) {
 #define MIB(x) ((x) >> 20), ((((x) & ((1ul << 20) - 1)) * 10) >> 20)
 
 NIC_EXPORT void nic_print_stats(int fd) {
+  NIC_INTERNAL_SCOPE();
   struct nic_stats s;
   nic_get_stats(&s);
   nic_fdprintf(fd, "nicmalloc report\n");

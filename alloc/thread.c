@@ -82,10 +82,23 @@ bool nic_thread_ready(void) {
 
 void nic_thread_refresh_fast(void) {
   struct nic_thread *t = &nic_self;
-  bool fast = t->state == NIC_THREAD_READY && t->scope_depth == 0;
-  t->fast_below = fast ? nic_fast_limit : 0; /* nic_auto_dp_threshold, or lower (init.c) */
+  const bool ready = t->state == NIC_THREAD_READY;
+  if (ready && t->internal_depth > 0)
+    t->fast_below = SIZE_MAX; /* every size control, and not sampled by the profiler */
+  else                        /* nic_auto_dp_threshold, or lower (init.c) */
+    t->fast_below = ready && t->scope_depth == 0 ? nic_fast_limit : 0;
   const bool dp_fast = t->state == NIC_THREAD_READY && !t->dp_fast_paused;
   t->dp_fast_below = dp_fast ? nic_dp_fast_max + 1 : 0;
+}
+
+void nic_internal_enter(void) {
+  nic_self.internal_depth++;
+  nic_thread_refresh_fast();
+}
+
+void nic_internal_leave(void) {
+  if (nic_self.internal_depth > 0) nic_self.internal_depth--;
+  nic_thread_refresh_fast();
 }
 
 void nic_thread_sum(int64_t dp_live[NIC_CHUNK_SLOTS]) {

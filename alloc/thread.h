@@ -21,6 +21,9 @@ struct nic_thread {
    * dp_fast_paused. */
   size_t dp_fast_below;
   int scope_depth;
+  /* Nonzero while nicmalloc's own code runs on this thread (nic_internal_enter): its blocks are
+   * control memory whatever the scope or NICMALLOC_DP_MIN_SIZE say. A count, as calls nest. */
+  int internal_depth;
   int state; /* enum below */
   /* Chunk this thread allocates dataplane memory from first; NIC_CURSOR_PARKED when that chunk
    * stopped being live, so that the next allocation takes the slow path, which scans. */
@@ -57,6 +60,24 @@ static inline void nic_counter_add(int64_t *counter, int64_t delta) {
 bool nic_thread_ready(void);
 /* Recomputes nic_self.fast_below after the thread's state or scope changed. */
 void nic_thread_refresh_fast(void);
+
+/* Brackets nicmalloc's own work on the calling thread (statistics, backends, endpoints, posts,
+ * its threads): what it allocates for itself must not become dataplane memory because the
+ * caller is inside a dataplane scope or NICMALLOC_DP_MIN_SIZE is set, where it would map and pin
+ * a chunk for bookkeeping. NIC_INTERNAL_SCOPE() at the top of a function covers every return. */
+void nic_internal_enter(void);
+void nic_internal_leave(void);
+static inline int nic_internal_scope_begin(void) {
+  nic_internal_enter();
+  return 0;
+}
+static inline void nic_internal_scope_end(int *unused) {
+  (void)unused;
+  nic_internal_leave();
+}
+#define NIC_INTERNAL_SCOPE()                                                                       \
+  __attribute__((cleanup(nic_internal_scope_end))) int nic_internal_scope_ =                       \
+      nic_internal_scope_begin()
 /* Dataplane frees by a thread after its exit hook go straight to the exited totals. */
 void nic_thread_account_exited(unsigned chunk, int64_t delta);
 /* Returns once every registered thread has been seen outside dataplane code (see reaper.c). */

@@ -4,6 +4,7 @@
 #include "chunks.h"
 #include "nicmalloc.h"
 #include "rcache.h"
+#include "thread.h"
 
 #include <errno.h>
 
@@ -16,6 +17,7 @@ _Static_assert(NIC_REG_LOCAL_WRITE == NIC_ACCESS_LOCAL_WRITE &&
 
 NIC_EXPORT int nic_register(const void *p, size_t len, unsigned access,
                             struct nic_region_ref *out) {
+  NIC_INTERNAL_SCOPE();
   if (access & ~(NIC_REG_LOCAL_WRITE | NIC_REG_REMOTE_READ | NIC_REG_REMOTE_WRITE)) return -EINVAL;
   int rc = nic_translate(p, len, out);
   if (rc == -NIC_ERANGE || rc == -NIC_ECROSS) return rc;
@@ -43,5 +45,6 @@ NIC_EXPORT int nic_register(const void *p, size_t len, unsigned access,
 }
 
 NIC_EXPORT void nic_unregister(const struct nic_region_ref *ref) {
+  NIC_INTERNAL_SCOPE();
   if (ref && ref->kind == NIC_REGION_CACHED && ref->cache_slot) nic_rcache_release(ref->cache_slot);
 }

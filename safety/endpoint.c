@@ -5,6 +5,7 @@
 #include "log.h"
 #include "nicmalloc.h"
 #include "sim_nic.h"
+#include "thread.h"
 
 #include <errno.h>
 #include <pthread.h>
@@ -37,6 +38,7 @@ static void deliver(void *arg, const void *data, size_t len) {
 
 NIC_EXPORT struct nic_endpoint *nic_sim_endpoint_create(nic_receive_fn receive, void *arg,
                                                         unsigned flags) {
+  NIC_INTERNAL_SCOPE();
   struct nic_backend *b = nic_backend_active();
   if (!nic_sim_is(b) || (flags & ~NIC_EP_ENGINE_COMPLETIONS)) {
     nic_log_error("nic_sim_endpoint_create: %s", !nic_sim_is(b) ? "the backend in use is not sim "
@@ -61,6 +63,7 @@ NIC_EXPORT struct nic_endpoint *nic_sim_endpoint_create(nic_receive_fn receive, 
 }
 
 NIC_EXPORT int nic_sim_endpoint_destroy(struct nic_endpoint *ep) {
+  NIC_INTERNAL_SCOPE();
   pthread_mutex_lock(&lock);
   struct rx **link = &endpoints;
   while (*link && (*link)->ep != ep)

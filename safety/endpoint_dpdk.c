@@ -4,6 +4,7 @@
 #include "endpoint_common.h"
 #include "log.h"
 #include "nicmalloc.h"
+#include "thread.h"
 
 #include <errno.h>
 #include <string.h>
@@ -28,6 +29,7 @@ static int close_dpdk(struct nic_backend *b, struct nic_endpoint *ep) {
 }
 
 NIC_EXPORT struct nic_endpoint *nic_dpdk_endpoint_create(uint16_t port_id, uint16_t queue_id) {
+  NIC_INTERNAL_SCOPE();
   static const char who[] = "nic_dpdk_endpoint_create";
   struct nic_backend *b = nic_ep_backend(who, "dpdk", "set NICMALLOC_BACKEND=dpdk");
   if (!b) return NULL;
@@ -66,5 +68,6 @@ NIC_EXPORT struct nic_endpoint *nic_dpdk_endpoint_create(uint16_t port_id, uint1
 }
 
 NIC_EXPORT int nic_dpdk_endpoint_destroy(struct nic_endpoint *ep) {
+  NIC_INTERNAL_SCOPE();
   return nic_ep_untrack(ep, "dpdk", "nic_dpdk_endpoint_destroy", close_dpdk);
 }

@@ -4,6 +4,7 @@
 #include "endpoint_common.h"
 #include "log.h"
 #include "nicmalloc.h"
+#include "thread.h"
 #include "uring.h"
 
 #include <errno.h>
@@ -27,6 +28,7 @@ static const char *why_not(int err) {
 }
 
 NIC_EXPORT struct nic_endpoint *nic_uring_endpoint_create(int sockfd) {
+  NIC_INTERNAL_SCOPE();
   static const char who[] = "nic_uring_endpoint_create";
   struct nic_backend *b = nic_ep_backend(who, "uring", "set NICMALLOC_BACKEND=uring");
   if (!b) return NULL;
@@ -50,5 +52,6 @@ static int close_uring(struct nic_backend *b, struct nic_endpoint *ep) {
 }
 
 NIC_EXPORT int nic_uring_endpoint_destroy(struct nic_endpoint *ep) {
+  NIC_INTERNAL_SCOPE();
   return nic_ep_untrack(ep, "uring", "nic_uring_endpoint_destroy", close_uring);
 }

@@ -5,6 +5,7 @@
 #include "endpoint_common.h"
 #include "log.h"
 #include "nicmalloc.h"
+#include "thread.h"
 
 #include <errno.h>
 #include <string.h>
@@ -26,6 +27,7 @@ static int close_verbs(struct nic_backend *b, struct nic_endpoint *ep) {
 }
 
 NIC_EXPORT void *nic_verbs_get_pd(void) {
+  NIC_INTERNAL_SCOPE();
   static const char who[] = "nic_verbs_get_pd";
   struct nic_backend *b = nic_ep_backend(who, "verbs", kHint);
   void *(*pd)(struct nic_backend *) = b ? plugin_fn(b, who, "nic_verbs_pd") : NULL;
@@ -33,6 +35,7 @@ NIC_EXPORT void *nic_verbs_get_pd(void) {
 }
 
 NIC_EXPORT struct nic_endpoint *nic_verbs_endpoint_create(void *qp) {
+  NIC_INTERNAL_SCOPE();
   static const char who[] = "nic_verbs_endpoint_create";
   struct nic_backend *b = nic_ep_backend(who, "verbs", kHint);
   struct nic_endpoint *(*open)(struct nic_backend *, void *, void *) =
@@ -56,5 +59,6 @@ NIC_EXPORT struct nic_endpoint *nic_verbs_endpoint_create(void *qp) {
 }
 
 NIC_EXPORT int nic_verbs_endpoint_destroy(struct nic_endpoint *ep) {
+  NIC_INTERNAL_SCOPE();
   return nic_ep_untrack(ep, "verbs", "nic_verbs_endpoint_destroy", close_verbs);
 }

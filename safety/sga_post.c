@@ -10,6 +10,7 @@
 #include "pagecount.h"
 #include "pressure.h"
 #include "safety.h"
+#include "thread.h"
 
 #include <errno.h>
 #include <stdlib.h>
@@ -69,6 +70,9 @@ NIC_EXPORT int nic_sga_post(struct nic_sga *sga, struct nic_endpoint *ep, nic_sg
     nic_log_error("nic_sga_post: no registration backend could be opened (NICMALLOC_BACKEND)");
     return -ENODEV;
   }
+  /* The message and the backend's own bookkeeping are control memory. Completions (and the
+   * program's callbacks) come from nic_poll or the backend's thread, never from inside here. */
+  NIC_INTERNAL_SCOPE();
   const uint32_t n = sga->count;
   struct message *m = malloc(sizeof *m + n * sizeof *m->entry);
   if (!m) return -ENOMEM;

@@ -4,6 +4,7 @@
 #include "nicmalloc.h"
 
 #include <errno.h>
+#include <fcntl.h>
 #include <linux/capability.h>
 #include <malloc.h>
 #include <pthread.h>
@@ -291,6 +292,17 @@ int main(int argc, char **argv) {
       printf("site_%s=%d\n", argv[i], nic_site_is_enabled((uint32_t)atoi(argv[i])));
     return 0;
   }
+  if (argc >= 2 && !strcmp(argv[1], "stats-in-scope")) { /* nicmalloc's bookkeeping: control */
+    nic_dataplane_begin();
+    struct nic_stats s;
+    nic_get_stats(&s);
+    const int null_fd = open("/dev/null", O_WRONLY);
+    nic_print_stats(null_fd);
+    close(null_fd);
+    nic_dataplane_end();
+    print_stats("");
+    return 0;
+  }
   if (argc >= 2 && !strcmp(argv[1], "stats")) {
     print_stats("");
     return 0;
@@ -299,6 +311,6 @@ int main(int argc, char **argv) {
       stderr,
       "usage: nic_probe dp-alloc TOTAL BLOCK | low-memlock BLOCK | low-memlock-fill TOTAL BLOCK | "
       "fork-child BLOCK | auto SIZE | cap-again BLOCK | huge SIZE SLEEP_MS | huge-usable [GIB] | "
-      "threads-start N SIZE | stats\n");
+      "threads-start N SIZE | stats | stats-in-scope\n");
   return 2;
 }

@@ -237,6 +237,15 @@ TEST(Dataplane, CrossThreadFreesOfDataplaneBlocks) {
   }).join();
 }
 
+// What nicmalloc allocates for itself (here the translation-cache model the first statistics
+// build) is control memory even inside a dataplane scope: it used to map and pin a chunk.
+TEST(DataplaneChunks, StatisticsInsideAScopeMapNoChunk) {
+  auto r = run_probe({}, {"stats-in-scope"});
+  ASSERT_EQ(r.exit_code, 0) << r.err;
+  EXPECT_EQ(r.num("chunks_created"), 0) << r.out;
+  EXPECT_EQ(r.num("live"), 0) << r.out;
+}
+
 TEST(DataplaneChunks, GrowsPastOneChunkAndReportsPageKind) {
   // 64 MiB chunks; 150 MiB in 1 MiB blocks needs three.
   auto r = run_probe({"NICMALLOC_CHUNK_SIZE=64M"}, {"dp-alloc", "157286400", "1048576"});
