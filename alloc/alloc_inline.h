@@ -89,7 +89,7 @@ static inline bool nic_may_be_block(const void *p) {
  * after nic_may_be_block, so a wild pointer is never dereferenced. */
 static inline bool nic_check_live_block(const void *p, const char *caller) {
   if (!nic_free_check) return true;
-  if (__builtin_expect(!nic_may_be_block(p), 0)) {
+  if (__builtin_expect(!nic_block_aligned(p) || !nic_may_be_block(p), 0)) {
     nic_report_bad_free(p, caller, false);
     return false;
   }
@@ -150,20 +150,23 @@ void nic_free_general(void *p, const char *caller);
  * in the control arena (which also rules out NULL), on a page mimalloc committed (so the key
  * word can be read), not already freed, nothing in flight or registered, not a huge block; it
  * ends in a tail call to mi_free. A dataplane block: checks on, its chunk mapped, not already
- * freed, nothing in flight. The tests are those of nic_check_live_block and nic_release_block in
- * the same order, so every path reports and releases alike. */
+ * freed, nothing in flight. Both first ask for the alignment every block has. The tests are those
+ * of nic_check_live_block and nic_release_block in the same order, so every path reports and
+ * releases alike. */
 static inline __attribute__((always_inline)) void nic_free_inline(void *p, const char *caller) {
   const uintptr_t offset = (uintptr_t)p - nic_commit_map.base;
   if (__builtin_expect(offset < __atomic_load_n(&nic_commit_map.checked, __ATOMIC_RELAXED), 1)) {
-    if (__builtin_expect(nic_commit_map_has(offset) && !nic_block_is_free(p) &&
-                             !nic_free_filters_armed() && !nic_maybe_huge_block(p),
+    if (__builtin_expect(nic_block_aligned(p) && nic_commit_map_has(offset) &&
+                             !nic_block_is_free(p) && !nic_free_filters_armed() &&
+                             !nic_maybe_huge_block(p),
                          1)) {
       nic_block_mark_free(p);
       mi_free(p);
       return;
     }
-  } else if (nic_in_dp(p) && nic_free_check && nic_chunk_readable(nic_chunk_index(p)) &&
-             !nic_block_is_free(p) && !__atomic_load_n(&nic_safety_refs, __ATOMIC_RELAXED)) {
+  } else if (nic_in_dp(p) && nic_free_check && nic_block_aligned(p) &&
+             nic_chunk_readable(nic_chunk_index(p)) && !nic_block_is_free(p) &&
+             !__atomic_load_n(&nic_safety_refs, __ATOMIC_RELAXED)) {
     nic_free_dp_block(p);
     return;
   }

@@ -24,6 +24,13 @@ static inline void nic_block_mark_free(void *p) {
 static inline bool nic_block_is_free(const void *p) {
   return ((const uintptr_t *)p)[1] == nic_free_key();
 }
+/* Every block starts 16-byte aligned (mimalloc's minimum; larger alignments are multiples), so a
+ * pointer that is not cannot be one: free(p + 8) is caught here. An interior pointer at a
+ * multiple of 16 is not: mimalloc 2.0.9 keeps no per-block record its public API can reach. */
+#define NIC_BLOCK_ALIGN 16
+static inline bool nic_block_aligned(const void *p) {
+  return ((uintptr_t)p & (NIC_BLOCK_ALIGN - 1)) == 0;
+}
 static inline size_t nic_block_request(size_t size) {
   return size < NIC_MIN_BLOCK ? NIC_MIN_BLOCK : size;
 }

@@ -8,6 +8,7 @@
 #include <cstdlib>
 #include <cstring>
 #include <string>
+#include <vector>
 
 #include "nicmalloc.h"
 #include "probe_runner.h"
@@ -38,6 +39,39 @@ TEST(BadInput, FreeOfForeignPointersIsReportedAndIgnored) {
   EXPECT_EQ(errors(false), before + 4);
   EXPECT_STREQ(static_cast<char *>(mapped), "intact");
   munmap(mapped, 4096);
+}
+
+// A pointer into a block that is not 16-byte aligned cannot start one: reported, and the block
+// is untouched (its neighbours are not handed out over it). Sizes cover small, medium, large and
+// huge blocks, control and dataplane.
+TEST(BadInput, FreeOfAMisalignedPointerIntoABlockIsReported) {
+  for (bool dataplane : {false, true})
+    for (size_t size : {24ul, 200ul, 5000ul, 70000ul, 600000ul, 40ul << 20}) {
+      char *p = static_cast<char *>(dataplane ? nic_malloc(size) : malloc(size));
+      ASSERT_NE(p, nullptr);
+      memset(p, 'k', size);
+      const uint64_t before = errors(false), doubles = errors(true);
+      testing::internal::CaptureStderr();
+      free(p + 8);
+      EXPECT_EQ(realloc(p + 4, size * 2), nullptr);
+      std::string err = testing::internal::GetCapturedStderr();
+      EXPECT_EQ(count_lines(err, "was not allocated by nicmalloc"), 2) << size << err;
+      EXPECT_EQ(errors(false), before + 2) << size;
+      // Nothing was freed: new blocks of the same size land elsewhere, the data is intact, and
+      // the real free is no double free.
+      std::vector<char *> others;
+      for (int i = 0; i < (size > (1 << 20) ? 4 : 64); i++) {
+        char *q = static_cast<char *>(dataplane ? nic_malloc(size) : malloc(size));
+        EXPECT_TRUE(q + size <= p || q >= p + size) << size;
+        others.push_back(q);
+      }
+      EXPECT_EQ(p[0], 'k');
+      EXPECT_EQ(p[size - 1], 'k');
+      free(p);
+      EXPECT_EQ(errors(true), doubles) << size;
+      for (char *q : others)
+        free(q);
+    }
 }
 
 TEST(BadInput, ReallocAndUsableSizeOfForeignPointers) {
