@@ -62,6 +62,7 @@ static void tune_control_heap(const struct nic_config *cfg) {
 }
 
 static void init_once(void) {
+  nic_log_note_stderr();
   const struct nic_config *cfg = nic_config();
   if (cfg->dp_min_size) nic_auto_dp_threshold = cfg->dp_min_size;
   nic_free_check = cfg->free_check;
@@ -108,5 +109,5 @@ __attribute__((constructor(101))) static void nic_init(void) {
 
 __attribute__((destructor)) static void nic_fini(void) {
   nic_profile_finish(); /* writes NICMALLOC_PROFILE */
-  if (nic_config()->stats_at_exit) nic_print_stats(STDERR_FILENO);
+  if (nic_config()->stats_at_exit) nic_print_stats(nic_log_fd());
 }

@@ -19,6 +19,7 @@ static size_t format_line(char *buf, size_t cap, const char *prefix, const char 
 }
 
 static void write_all(int fd, const char *buf, size_t len) {
+  if (fd < 0) return;
   while (len > 0) {
     ssize_t w = write(fd, buf, len);
     if (w <= 0) return;
@@ -30,7 +31,7 @@ static void write_all(int fd, const char *buf, size_t len) {
 static void log_with_prefix(const char *prefix, const char *fmt, va_list ap) {
   char buf[512];
   size_t len = format_line(buf, sizeof buf, prefix, fmt, ap);
-  write_all(STDERR_FILENO, buf, len);
+  write_all(nic_log_fd(), buf, len);
 }
 
 void nic_log_error(const char *fmt, ...) {

@@ -11,6 +11,7 @@
  * internal closes, close_range) may be counted by its old kind. */
 #define _GNU_SOURCE
 #include "chunks.h"
+#include "log.h"
 #include "profile.h"
 
 #include <dlfcn.h>
@@ -122,12 +123,17 @@ NIC_EXPORT int close(int fd) {
   return real_close ? real_close(fd) : (int)syscall(SYS_close, fd);
 }
 
+/* dup2 and dup3 onto fd 2 also tell the log that stderr moved on purpose (log.c). */
 NIC_EXPORT int dup2(int old, int new_fd) {
   forget_fd(new_fd);
-  return (int)syscall(SYS_dup2, old, new_fd);
+  int rc = (int)syscall(SYS_dup2, old, new_fd);
+  if (rc == STDERR_FILENO) nic_log_stderr_redirected();
+  return rc;
 }
 
 NIC_EXPORT int dup3(int old, int new_fd, int flags) {
   forget_fd(new_fd);
-  return (int)syscall(SYS_dup3, old, new_fd, flags);
+  int rc = (int)syscall(SYS_dup3, old, new_fd, flags);
+  if (rc == STDERR_FILENO) nic_log_stderr_redirected();
+  return rc;
 }

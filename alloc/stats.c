@@ -131,6 +131,7 @@ NIC_EXPORT void nic_get_stats(struct nic_stats *out) {
 #define MIB(x) ((x) >> 20), ((((x) & ((1ul << 20) - 1)) * 10) >> 20)
 
 NIC_EXPORT void nic_print_stats(int fd) {
+  if (fd < 0) return;
   NIC_INTERNAL_SCOPE();
   struct nic_stats s;
   nic_get_stats(&s);

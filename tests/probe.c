@@ -292,6 +292,16 @@ int main(int argc, char **argv) {
       printf("site_%s=%d\n", argv[i], nic_site_is_enabled((uint32_t)atoi(argv[i])));
     return 0;
   }
+  if (argc >= 3 && !strcmp(argv[1], "stderr-reused")) { /* close fd 2; a file takes its number */
+    close(STDERR_FILENO);
+    const int fd = open(argv[2], O_WRONLY | O_CREAT | O_TRUNC, 0600);
+    printf("file_fd=%d\n", fd);
+    fflush(stdout);
+    if (write(fd, "data\n", 5) != 5) return 1;
+    char on_stack[32];
+    free(on_stack); /* an error line, which must not land in the file */
+    return 0;
+  }
   if (argc >= 2 && !strcmp(argv[1], "stats-in-scope")) { /* nicmalloc's bookkeeping: control */
     nic_dataplane_begin();
     struct nic_stats s;
@@ -311,6 +321,6 @@ int main(int argc, char **argv) {
       stderr,
       "usage: nic_probe dp-alloc TOTAL BLOCK | low-memlock BLOCK | low-memlock-fill TOTAL BLOCK | "
       "fork-child BLOCK | auto SIZE | cap-again BLOCK | huge SIZE SLEEP_MS | huge-usable [GIB] | "
-      "threads-start N SIZE | stats | stats-in-scope\n");
+      "threads-start N SIZE | stats | stats-in-scope | stderr-reused FILE\n");
   return 2;
 }

@@ -3,10 +3,13 @@
 #include <gtest/gtest.h>
 #include <malloc.h>
 #include <sys/mman.h>
+#include <unistd.h>
 
 #include <cerrno>
 #include <cstdlib>
 #include <cstring>
+#include <fstream>
+#include <iterator>
 #include <string>
 #include <vector>
 
@@ -214,6 +217,24 @@ TEST(BadInput, StatsReportIsPrintedAtExit) {
   EXPECT_EQ(count_lines(r.err, "nicmalloc report"), 1) << r.err;
   EXPECT_EQ(count_lines(r.err, "  dataplane         live 0.0 MiB"), 1) << r.err;
   EXPECT_EQ(count_lines(r.err, "  chunks            1 live ("), 1);
+}
+
+// A program that closes stderr and opens a file, which gets fd 2, keeps that file to itself:
+// nicmalloc's lines and the exit report go to the stderr the process started with.
+TEST(BadInput, LinesNeverLandInAFileThatTookOverFdTwo) {
+  char path[] = "/tmp/nicmalloc-fd2-XXXXXX";
+  const int made = mkstemp(path);
+  ASSERT_GE(made, 0);
+  close(made);
+  auto r = run_probe({"NICMALLOC_STATS=1"}, {"stderr-reused", path});
+  ASSERT_EQ(r.exit_code, 0) << r.out << r.err;
+  ASSERT_EQ(r.num("file_fd"), 2) << r.out;
+  std::ifstream in(path);
+  std::string content((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
+  unlink(path);
+  EXPECT_EQ(content, "data\n");
+  EXPECT_EQ(count_lines(r.err, "was not allocated by nicmalloc"), 1) << r.err;
+  EXPECT_EQ(count_lines(r.err, "nicmalloc report"), 1) << r.err;
 }
 
 } // namespace

@@ -22,12 +22,13 @@ echo hello
 fork 0'
 
 # run NAME ENV...: runs the workload under the library with the extra environment; -I keeps the
-# user's site-packages and PYTHON* variables out.
+# user's site-packages and PYTHON* variables out. timeout runs outside the library: it would print
+# a report of its own.
 run() {
   local name=$1 rc=0
   shift
-  env LD_PRELOAD="$lib" NICMALLOC_CHUNK_SIZE=64M "$@" \
-    timeout 50 "$py" -I "$here/workload.py" >"$tmp/$name.out" 2>"$tmp/$name.err" || rc=$?
+  timeout 50 env LD_PRELOAD="$lib" NICMALLOC_CHUNK_SIZE=64M "$@" \
+    "$py" -I "$here/workload.py" >"$tmp/$name.out" 2>"$tmp/$name.err" || rc=$?
   if [ "$rc" -ne 0 ]; then
     cat "$tmp/$name.out" "$tmp/$name.err" >&2
     fail "$name: python exited with status $rc"

@@ -1,0 +1,59 @@
+/* Where stderr lines go. A program may close fd 2 (coreutils do at exit) and its next open()
+ * then gets fd 2: writing there would put our lines into its file. So fd 2 is used only while it
+ * is still the file it was at start-up, or the one the program last put there with dup2/dup3 (as
+ * gtest's capture and daemons do); else a copy of the start-up stderr; else nothing. A program
+ * that moves fd 2 with freopen (whose dup3 is glibc's own, out of our reach) finds our lines
+ * where its stderr first was. */
+#include "log.h"
+
+#include <fcntl.h>
+#include <stdbool.h>
+#include <sys/resource.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+struct file_id {
+  bool valid;
+  dev_t dev;
+  ino_t ino;
+};
+
+static bool noted;              /* before nic_log_note_stderr, lines go to fd 2 as it is */
+static struct file_id expected; /* what fd 2 should be */
+static struct file_id copy_id;  /* what copy_fd was made from */
+static int copy_fd = -1;
+
+static struct file_id id_of(int fd) {
+  struct stat st;
+  if (fstat(fd, &st)) return (struct file_id){0};
+  return (struct file_id){.valid = true, .dev = st.st_dev, .ino = st.st_ino};
+}
+
+static bool still(int fd, struct file_id want) {
+  struct file_id now = id_of(fd);
+  return want.valid && now.valid && now.dev == want.dev && now.ino == want.ino;
+}
+
+/* The copy sits far above the numbers a program's own open() calls get, so none of them shifts;
+ * close-on-exec, as an exec'd program notes its own. */
+void nic_log_note_stderr(void) {
+  expected = copy_id = id_of(STDERR_FILENO);
+  if (expected.valid) {
+    struct rlimit lim;
+    int low = getrlimit(RLIMIT_NOFILE, &lim) == 0 && lim.rlim_cur > 512 ? 256 : 3;
+    copy_fd = fcntl(STDERR_FILENO, F_DUPFD_CLOEXEC, low);
+  }
+  __atomic_store_n(&noted, true, __ATOMIC_RELEASE);
+}
+
+void nic_log_stderr_redirected(void) {
+  struct file_id now = id_of(STDERR_FILENO);
+  if (now.valid) expected = now;
+}
+
+int nic_log_fd(void) {
+  if (!__atomic_load_n(&noted, __ATOMIC_ACQUIRE)) return STDERR_FILENO;
+  if (still(STDERR_FILENO, expected)) return STDERR_FILENO;
+  if (copy_fd >= 0 && still(copy_fd, copy_id)) return copy_fd;
+  return -1;
+}
