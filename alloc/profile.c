@@ -4,15 +4,16 @@
  * allocation that crosses zero, so a block of s bytes is sampled with probability
  * 1 - exp(-s/mean): every large block is caught, and a sampled block stands for
  * 1 / that probability blocks (the estimates in the profile).
- * File format (text, one site per line, sorted by bytes sent):
+ * File format (text, one site per line, sorted by bytes sent; written by profile_write.c):
  *   # nicmalloc profile 1
  *   # sample_bytes S sent_dataplane D sent_other O dropped_samples N
+ *   # run ID
  *   site SENT EST_SENT SAMPLED EST_ALLOCS EST_BYTES EST_SENT_BLOCKS MODULE+0xOFFSET ...
  * SENT: bytes sent (interposed send calls) from this site's sampled blocks while they were not
  * dataplane; EST_BYTES: bytes allocated; EST_SENT_BLOCKS: bytes of the blocks that reached a
  * sink at least once (what routing the site needs; see profile_sites.c's budget); EST_*: scaled
  * by sampling; MODULE+0xOFFSET: return addresses, innermost first, as offsets from the module's
- * load address (ASLR-independent). */
+ * load address (ASLR-independent; a space or '%' in a module's path is written %20 / %25). */
 #define _GNU_SOURCE
 #include "profile.h"
 
@@ -38,7 +39,6 @@ extern unsigned long nic_safety_refs; /* safety/pagecount.c */
 void nic_sink_init(void);
 
 static double sample_mean;
-static pid_t owner;
 /* NICMALLOC_FENCE=detect: blocks from fence_min bytes get their site recorded, about one per
  * fence_mean bytes (0: all); see safety/fence_detect.c. */
 static size_t fence_min = SIZE_MAX;
@@ -147,62 +147,16 @@ void nic_profile_start(void) {
     }
   }
   sample_mean = (double)c->profile_sample;
-  owner = getpid();
+  if (flags & NIC_PROF_SAMPLE) nic_profile_file_start(c->profile_path);
   __atomic_store_n(&nic_profile_flags, flags, __ATOMIC_RELEASE);
 }
 
 void nic_profile_after_fork_child(void) {
   nic_prof_table_after_fork_child();
+  nic_sink_after_fork_child();
 }
 
-static int by_sent(const void *a, const void *b) {
-  const struct nic_prof_site *x = a, *y = b;
-  if (x->sent != y->sent) return x->sent < y->sent ? 1 : -1;
-  return x->est_bytes < y->est_bytes ? 1 : x->est_bytes > y->est_bytes ? -1 : 0;
-}
-
-static void write_site(int fd, const struct nic_prof_site *s) {
-  char line[4096], path[1024];
-  int len = snprintf(line, sizeof line, "site %llu %.0f %llu %.0f %.0f %.0f",
-                     (unsigned long long)s->sent, s->est_sent, (unsigned long long)s->sampled,
-                     s->est_allocs, s->est_bytes, s->est_sent_blocks);
-  for (unsigned i = 0; i < s->nframes && len < (int)sizeof line - 1; i++) {
-    uintptr_t bias = 0;
-    if (!nic_prof_module_of(s->frames[i], path, sizeof path, &bias)) snprintf(path, 8, "?");
-    len += snprintf(line + len, sizeof line - (size_t)len, " %s+0x%lx", path,
-                    (unsigned long)(s->frames[i] - bias));
-  }
-  if (len >= (int)sizeof line - 1) return; /* absurd paths: leave the site out */
-  line[len++] = '\n';
-  (void)!write(fd, line, (size_t)len);
-}
-
-/* A forked child writes PATH.PID, so that it does not overwrite its parent's profile. */
 void nic_profile_finish(void) {
-  if (!(__atomic_load_n(&nic_profile_flags, __ATOMIC_ACQUIRE) & NIC_PROF_SAMPLE)) return;
-  const struct nic_config *c = nic_config();
-  char path[4096];
-  if (getpid() == owner)
-    snprintf(path, sizeof path, "%s", c->profile_path);
-  else
-    snprintf(path, sizeof path, "%s.%d", c->profile_path, (int)getpid());
-  static struct nic_prof_site sites[MAX_SITES];
-  unsigned n = nic_prof_table_sites(sites, MAX_SITES);
-  qsort(sites, n, sizeof sites[0], by_sent);
-  int fd = open(path, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
-  if (fd < 0) {
-    nic_log_warn("NICMALLOC_PROFILE=%s cannot be written; no profile", path);
-    return;
-  }
-  struct nic_sink_totals sent;
-  nic_sink_totals(&sent);
-  nic_fdprintf(fd, "# nicmalloc profile 1\n");
-  nic_fdprintf(fd, "# sample_bytes %zu sent_dataplane %llu sent_other %llu dropped_samples %llu\n",
-               c->profile_sample, (unsigned long long)sent.dataplane,
-               (unsigned long long)sent.other, (unsigned long long)nic_prof_table_dropped());
-  nic_fdprintf(
-      fd, "# site SENT EST_SENT SAMPLED EST_ALLOCS EST_BYTES EST_SENT_BLOCKS MODULE+0xOFFSET...\n");
-  for (unsigned i = 0; i < n; i++)
-    write_site(fd, &sites[i]);
-  close(fd);
+  if (__atomic_load_n(&nic_profile_flags, __ATOMIC_ACQUIRE) & NIC_PROF_SAMPLE)
+    nic_profile_file_write();
 }

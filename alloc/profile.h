@@ -45,6 +45,11 @@ struct nic_sink_totals {
   uint64_t dataplane, other;
 };
 void nic_sink_totals(struct nic_sink_totals *out);
+void nic_sink_after_fork_child(void);
+
+/* profile_write.c: the profile file, shared by every process of a run. */
+void nic_profile_file_start(const char *path);
+void nic_profile_file_write(void);
 
 /* profile_stack.c: the site of the current call. Returns the number of frames (0: none). */
 unsigned nic_prof_capture(uintptr_t frames[NIC_PROF_FRAMES]);

@@ -54,6 +54,10 @@ void nic_sink_range(const void *p, size_t len) {
     nic_prof_table_sent(p, len);
 }
 
+void nic_sink_after_fork_child(void) {
+  sent_dp = sent_other = 0;
+}
+
 void nic_sink_totals(struct nic_sink_totals *out) {
   out->dataplane = __atomic_load_n(&sent_dp, __ATOMIC_RELAXED);
   out->other = __atomic_load_n(&sent_other, __ATOMIC_RELAXED);

@@ -56,6 +56,23 @@ static uint64_t site_budget(double sent_blocks) {
   return b < (double)c->sites_budget ? (uint64_t)b : c->sites_budget;
 }
 
+/* Undoes profile_write.c's %20 / %25 in a module path, in place. */
+static bool decode_path(char *p) {
+  char *out = p;
+  for (; *p; p++) {
+    if (*p != '%') {
+      *out++ = *p;
+    } else if (!strncmp(p, "%20", 3) || !strncmp(p, "%25", 3)) {
+      *out++ = p[2] == '0' ? ' ' : '%';
+      p += 2;
+    } else {
+      return false;
+    }
+  }
+  *out = '\0';
+  return true;
+}
+
 /* "site SENT EST_SENT SAMPLED EST_ALLOCS EST_BYTES EST_SENT_BLOCKS MOD+0xOFF...": true if parsed;
  * *resolved
  * says whether every module is loaded now. */
@@ -77,7 +94,7 @@ static bool parse_site(char *line, bool *resolved) {
     if (!plus || strncmp(plus, "+0x", 3)) return false;
     *plus = '\0';
     uintptr_t off = strtoull(plus + 3, &end, 16), bias;
-    if (*end) return false;
+    if (*end || !decode_path(tok)) return false;
     if (!nic_prof_module_base(tok, &bias)) *resolved = false;
     frames[n++] = bias + off;
   }

@@ -74,6 +74,11 @@ static const char *module_name(const struct dl_phdr_info *info, char *buf, size_
   if (info->dlpi_name && info->dlpi_name[0]) return info->dlpi_name;
   ssize_t n = readlink("/proc/self/exe", buf, cap - 1);
   buf[n > 0 ? n : 0] = '\0';
+  /* A program replaced while it runs is still the same program on the next run. */
+  static const char deleted[] = " (deleted)";
+  size_t len = strlen(buf);
+  if (len > sizeof deleted - 1 && !strcmp(buf + len - (sizeof deleted - 1), deleted))
+    buf[len - (sizeof deleted - 1)] = '\0';
   return buf;
 }
 

@@ -220,7 +220,8 @@ unsigned nic_prof_table_sites(struct nic_prof_site *out, unsigned cap) {
   unsigned n = 0;
   lock_table();
   for (uint32_t i = 0; i < SITE_SLOTS && n < cap; i++)
-    if (sites[i].hash && sites[i].sampled) out[n++] = sites[i]; /* not fence-only sites */
+    if (sites[i].hash && (sites[i].sampled || sites[i].sent)) /* not fence-only sites */
+      out[n++] = sites[i];
   unlock_table();
   return n;
 }
@@ -229,7 +230,16 @@ uint64_t nic_prof_table_dropped(void) {
   return __atomic_load_n(&dropped, __ATOMIC_RELAXED);
 }
 
-/* The lock may have been held by a thread that does not exist in the child. */
+/* The lock may have been held by a thread that does not exist in the child. The child's
+ * profile is added to its parent's (profile_write.c), so it starts its counts from zero; its
+ * blocks keep their sites, so what it sends from them is still counted. */
 void nic_prof_table_after_fork_child(void) {
   lock = 0;
+  for (uint32_t i = 0; sites && i < SITE_SLOTS; i++) {
+    struct nic_prof_site *s = &sites[i];
+    if (!s->hash) continue;
+    s->sampled = s->sent = 0;
+    s->est_allocs = s->est_bytes = s->est_sent = s->est_sent_blocks = 0;
+  }
+  dropped = 0;
 }

@@ -37,6 +37,11 @@ static void drain(int out_fd, int err_fd, std::string &out, std::string &err) {
 }
 
 ProbeResult run_probe(const std::vector<std::string> &env, const std::vector<std::string> &args) {
+  return run_program(NIC_PROBE_PATH, env, args);
+}
+
+ProbeResult run_program(const std::string &path, const std::vector<std::string> &env,
+                        const std::vector<std::string> &args) {
   std::vector<char *> envp, argv;
   // getenv returns the first match, so the test's settings go first.
   for (auto &e : env)
@@ -44,7 +49,6 @@ ProbeResult run_probe(const std::vector<std::string> &env, const std::vector<std
   for (char **e = environ; *e; e++)
     envp.push_back(*e);
   envp.push_back(nullptr);
-  std::string path = NIC_PROBE_PATH;
   argv.push_back(const_cast<char *>(path.c_str()));
   for (auto &a : args)
     argv.push_back(const_cast<char *>(a.c_str()));

@@ -14,5 +14,8 @@ struct ProbeResult {
 };
 
 ProbeResult run_probe(const std::vector<std::string> &env, const std::vector<std::string> &args);
+// The same for another program (a copy of the probe somewhere else, say).
+ProbeResult run_program(const std::string &path, const std::vector<std::string> &env,
+                        const std::vector<std::string> &args);
 // Counts the lines of text that contain needle.
 int count_lines(const std::string &text, const std::string &needle);

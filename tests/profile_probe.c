@@ -7,6 +7,7 @@
 #include <string.h>
 #include <sys/socket.h>
 #include <sys/uio.h>
+#include <sys/wait.h>
 #include <unistd.h>
 
 enum { kBlocks = 400, kSize = 8192 };
@@ -23,7 +24,7 @@ __attribute__((noinline)) static char *quiet_site(size_t n) {
   return p;
 }
 
-int main(void) {
+static int send_blocks(void) {
   int sv[2];
   if (socketpair(AF_UNIX, SOCK_STREAM, 0, sv)) return 2;
   static char sink[kSize];
@@ -52,4 +53,27 @@ int main(void) {
          (unsigned long long)s.sent_dataplane_bytes, (unsigned long long)s.sent_other_bytes);
   printf("sites_over_budget=%llu\n", (unsigned long long)s.sites_over_budget);
   return 0;
+}
+
+/* "wrap": this program runs itself as a child that sends, as timeout or a shell would, and
+ * exits after it; "fork": this program sends, then a forked child sends, and the parent exits
+ * after it. */
+int main(int argc, char **argv) {
+  if (argc < 2) return send_blocks();
+  if (!strcmp(argv[1], "fork") && send_blocks()) return 2; /* counts the child must not repeat */
+  fflush(stdout);
+  pid_t child = fork();
+  if (child < 0) return 2;
+  if (child == 0) {
+    if (!strcmp(argv[1], "wrap")) {
+      execl("/proc/self/exe", argv[0], (char *)NULL);
+      _exit(127);
+    }
+    exit(send_blocks());
+  }
+  int status = 0;
+  if (waitpid(child, &status, 0) != child) return 2;
+  for (int i = 0; i < 100; i++) /* the parent's own (quiet) sites */
+    free(quiet_site(kSize));
+  return WIFEXITED(status) ? WEXITSTATUS(status) : 2;
 }

@@ -1,11 +1,13 @@
 // Profile-guided sites (NICMALLOC_PROFILE, NICMALLOC_SITES) on profile_probe.c: a site whose
 // buffers are sent with sendmsg and one whose buffers are not, each run in a child process.
 #include <gtest/gtest.h>
+#include <sys/stat.h>
 #include <unistd.h>
 
 #include <fstream>
 #include <sstream>
 #include <string>
+#include <vector>
 
 #include "probe_runner.h"
 
@@ -33,8 +35,20 @@ void count_sites(const std::string &path, int &sending, int &all) {
   }
 }
 
-ProbeResult make_profile(const Profile &p) {
-  return run_probe({"NICMALLOC_PROFILE=" + p.path, "NICMALLOC_PROFILE_SAMPLE=4K"}, {});
+// The header's sent_other: bytes sent from memory that was not dataplane, over the run.
+long long header_sent_other(const std::string &path) {
+  std::ifstream in(path);
+  std::string line;
+  while (std::getline(in, line)) {
+    auto at = line.find("sent_other ");
+    if (line.rfind("# sample_bytes", 0) == 0 && at != std::string::npos)
+      return std::stoll(line.substr(at + 11));
+  }
+  return -1;
+}
+
+ProbeResult make_profile(const Profile &p, const std::vector<std::string> &args = {}) {
+  return run_probe({"NICMALLOC_PROFILE=" + p.path, "NICMALLOC_PROFILE_SAMPLE=4K"}, args);
 }
 
 TEST(Profile, SentBytesAreCountedWithoutAnySetting) {
@@ -52,6 +66,58 @@ TEST(Profile, ListsTheSendingSiteOnly) {
   count_sites(p.path, sending, all);
   EXPECT_EQ(sending, 1) << "only sending_site's blocks reach sendmsg";
   EXPECT_GE(all, 2) << "quiet_site is sampled too, with nothing sent";
+}
+
+// Every process of a run adds to the one profile: a wrapper that exits after the program it ran
+// (as timeout, a shell or a pyenv shim do) used to overwrite the program's profile with its own.
+TEST(Profile, AWrapperAndTheProgramItRunsShareOneProfile) {
+  Profile p;
+  ASSERT_EQ(make_profile(p, {"wrap"}).exit_code, 0);
+  int sending, all;
+  count_sites(p.path, sending, all);
+  EXPECT_EQ(sending, 1);
+  EXPECT_EQ(header_sent_other(p.path), kBytes);
+}
+
+// A forked child's sends land in the same file, and what its parent sent before the fork is
+// counted once (there are no PATH.PID files any more).
+TEST(Profile, AForkedChildAddsToItsParentsProfile) {
+  Profile p;
+  ASSERT_EQ(make_profile(p, {"fork"}).exit_code, 0);
+  int sending, all;
+  count_sites(p.path, sending, all);
+  EXPECT_GE(sending, 1); // the parent's and the child's calls may be two sites
+  EXPECT_EQ(header_sent_other(p.path), 2 * kBytes);
+}
+
+// A program whose path has a space (or a '%') still gives a profile its next run can route by.
+TEST(Profile, AProgramPathWithASpaceRoundTrips) {
+  Profile p;
+  const std::string dir = "/tmp/nic probe 100% " + std::to_string(getpid());
+  const std::string copy = dir + "/profile probe";
+  ASSERT_EQ(mkdir(dir.c_str(), 0755), 0);
+  {
+    std::ifstream src(NIC_PROBE_PATH, std::ios::binary);
+    std::ofstream dst(copy, std::ios::binary);
+    dst << src.rdbuf();
+  }
+  ASSERT_EQ(chmod(copy.c_str(), 0755), 0);
+  auto made = run_program(copy, {"NICMALLOC_PROFILE=" + p.path, "NICMALLOC_PROFILE_SAMPLE=4K"}, {});
+  auto routed = run_program(copy, {"NICMALLOC_SITES=" + p.path}, {});
+  unlink(copy.c_str());
+  rmdir(dir.c_str());
+  ASSERT_EQ(made.exit_code, 0) << made.err;
+  ASSERT_EQ(routed.exit_code, 0) << routed.err;
+  EXPECT_EQ(count_lines(routed.err, "not a nicmalloc profile"), 0) << routed.err;
+  EXPECT_EQ(routed.num("sent_dataplane_bytes"), kBytes) << routed.err;
+}
+
+// A later run replaces the profile rather than adding to it.
+TEST(Profile, AnotherRunReplacesTheProfile) {
+  Profile p;
+  ASSERT_EQ(make_profile(p).exit_code, 0);
+  ASSERT_EQ(make_profile(p).exit_code, 0);
+  EXPECT_EQ(header_sent_other(p.path), kBytes);
 }
 
 TEST(Profile, RoutedRunGivesDataplaneToTheSendingSiteOnly) {
