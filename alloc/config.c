@@ -15,12 +15,26 @@
 static struct nic_config config;
 static int config_state; /* 0 unread, 1 reading, 2 ready */
 
-bool nic_parse_size(const char *text, size_t *out) {
-  if (!text || !*text) return false;
+/* Digits first: strtoull would skip spaces and take "-1" (even " -1") as 2^64 - 1. */
+static bool parse_digits(const char *text, unsigned long long *v, char **end) {
+  if (!text || *text < '0' || *text > '9') return false;
   errno = 0;
+  *v = strtoull(text, end, 10);
+  return !errno;
+}
+
+bool nic_parse_count(const char *text, size_t *out) {
+  unsigned long long v;
   char *end;
-  unsigned long long v = strtoull(text, &end, 10);
-  if (errno || end == text || text[0] == '-') return false;
+  if (!parse_digits(text, &v, &end) || *end || v > SIZE_MAX) return false;
+  *out = (size_t)v;
+  return true;
+}
+
+bool nic_parse_size(const char *text, size_t *out) {
+  unsigned long long v;
+  char *end;
+  if (!parse_digits(text, &v, &end)) return false;
   unsigned shift = 0;
   switch (*end) {
   case 'k':
@@ -41,8 +55,8 @@ bool nic_parse_size(const char *text, size_t *out) {
   default:
     break;
   }
-  if (*end == 'i') end++; /* accept KiB-style suffixes */
-  if (*end == 'B' || *end == 'b') end++;
+  if (shift && *end == 'i') end++; /* KiB-style suffixes */
+  if (*end == 'B') end++;
   if (*end != '\0') return false;
   if (shift && v > (SIZE_MAX >> shift)) return false;
   *out = (size_t)(v << shift);
@@ -79,6 +93,19 @@ static void read_size(const char *name, size_t min, size_t max, bool power_of_tw
   nic_log_warn("%s=%s is not valid (expected a size%s between %zu and %zu, suffix K/M/G); using "
                "the default",
                name, text, power_of_two ? " that is a power of two" : "", min, max);
+}
+
+/* Counts and milliseconds: digits only. */
+static void read_number(const char *name, size_t min, size_t max, size_t *field) {
+  const char *text = getenv(name);
+  if (!text) return;
+  size_t v;
+  if (nic_parse_count(text, &v) && v >= min && v <= max) {
+    *field = v;
+    return;
+  }
+  nic_log_warn("%s=%s is not valid (expected a number between %zu and %zu); using the default",
+               name, text, min, max);
 }
 
 static void read_bool(const char *name, bool *field) {
@@ -125,7 +152,7 @@ static void read_profile_settings(void) {
   read_size("NICMALLOC_SITES_MIN_SIZE", 0, SIZE_MAX, false, &config.sites_min_size);
   read_size("NICMALLOC_SITES_BUDGET", 0, SIZE_MAX, false, &config.sites_budget);
   config.sites_headroom = 2;
-  read_size("NICMALLOC_SITES_HEADROOM", 0, 1000, false, &config.sites_headroom);
+  read_number("NICMALLOC_SITES_HEADROOM", 0, 1000, &config.sites_headroom);
 }
 
 static void read_all(void) {
@@ -149,24 +176,24 @@ static void read_all(void) {
   read_bool("NICMALLOC_FREE_CHECK", &config.free_check);
   read_size("NICMALLOC_CHUNK_SIZE", MIN_CHUNK_SIZE, MAX_CHUNK_SIZE, true, &config.chunk_size);
   size_t max_chunks = config.max_chunks;
-  read_size("NICMALLOC_MAX_CHUNKS", 1, MAX_CHUNKS_LIMIT, false, &max_chunks);
+  read_number("NICMALLOC_MAX_CHUNKS", 1, MAX_CHUNKS_LIMIT, &max_chunks);
   config.max_chunks = (unsigned)max_chunks;
   read_page_kind();
   read_pin_policy();
   read_size("NICMALLOC_DP_MIN_SIZE", 0, SIZE_MAX, false, &config.dp_min_size);
   size_t delay = config.release_delay_ms;
-  read_size("NICMALLOC_RELEASE_DELAY_MS", 0, 3600u * 1000u, false, &delay);
+  read_number("NICMALLOC_RELEASE_DELAY_MS", 0, 3600u * 1000u, &delay);
   config.release_delay_ms = (unsigned)delay;
   delay = config.purge_delay_ms;
-  read_size("NICMALLOC_PURGE_DELAY_MS", 0, 3600u * 1000u, false, &delay);
+  read_number("NICMALLOC_PURGE_DELAY_MS", 0, 3600u * 1000u, &delay);
   config.purge_delay_ms = (unsigned)delay;
   read_size("NICMALLOC_HUGE_CACHE_BYTES", 0, SIZE_MAX, false, &config.huge_cache_bytes);
   size_t regions = config.rcache_max_regions;
-  read_size("NICMALLOC_RCACHE_MAX_REGIONS", 1, 1u << 20, false, &regions);
+  read_number("NICMALLOC_RCACHE_MAX_REGIONS", 1, 1u << 20, &regions);
   config.rcache_max_regions = (unsigned)regions;
   read_size("NICMALLOC_RCACHE_MAX_BYTES", 1u << 12, SIZE_MAX, false, &config.rcache_max_bytes);
   size_t keep = config.keep_chunks;
-  read_size("NICMALLOC_KEEP_CHUNKS", 0, MAX_CHUNKS_LIMIT, false, &keep);
+  read_number("NICMALLOC_KEEP_CHUNKS", 0, MAX_CHUNKS_LIMIT, &keep);
   config.keep_chunks = (unsigned)keep;
   config.chunk_shift = (unsigned)__builtin_ctzl(config.chunk_size);
   read_profile_settings();

@@ -43,6 +43,8 @@ const struct nic_config *nic_config(void);
 
 /* Parsing helpers, exposed for the tests. Return true and set *out on success. */
 bool nic_parse_size(const char *text, size_t *out);
+/* Digits only, no suffix: counts and milliseconds. */
+bool nic_parse_count(const char *text, size_t *out);
 bool nic_parse_bool(const char *text, bool *out);
 
 #endif

@@ -13,6 +13,7 @@
 #include "log.h"
 #include "thread.h"
 
+#include <errno.h>
 #include <fcntl.h>
 #include <stdlib.h>
 #include <string.h>
@@ -107,14 +108,17 @@ static bool parse_site(char *line, bool *resolved) {
 bool nic_sites_load(const char *path) {
   const struct nic_config *c = nic_config();
   min_size = c->sites_min_size;
-  int fd = open(path, O_RDONLY | O_CLOEXEC);
-  if (fd < 0) {
-    nic_log_warn("NICMALLOC_SITES=%s cannot be read; running unrouted", path);
+  /* O_NONBLOCK: a FIFO would hold start-up until someone wrote to it. */
+  int fd = open(path, O_RDONLY | O_CLOEXEC | O_NONBLOCK);
+  struct stat st;
+  if (fd < 0 || fstat(fd, &st) || !S_ISREG(st.st_mode)) {
+    nic_log_warn("NICMALLOC_SITES=%s cannot be read (%s); running unrouted", path,
+                 fd < 0 ? strerror(errno) : "not a regular file");
+    if (fd >= 0) close(fd);
     return false;
   }
   /* mmap: no malloc at start-up, and no line buffer to refill. */
-  struct stat st;
-  char *text = fstat(fd, &st) == 0 && st.st_size > 0
+  char *text = st.st_size > 0
                    ? mmap(NULL, (size_t)st.st_size, PROT_READ, MAP_PRIVATE, fd, 0)
                    : MAP_FAILED;
   close(fd);

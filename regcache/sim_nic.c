@@ -31,21 +31,21 @@ void nic_sim_config_from_env(struct nic_sim_config *c) {
   nic_sim_config_defaults(c);
   const char *t = getenv("NICMALLOC_SIM_MAX_SGE");
   size_t v;
-  if (t && nic_parse_size(t, &v) && v >= 1 && v <= MAX_SGE_LIMIT)
+  if (t && nic_parse_count(t, &v) && v >= 1 && v <= MAX_SGE_LIMIT)
     c->max_sge = (uint32_t)v;
   else if (t)
     warn_bad("NICMALLOC_SIM_MAX_SGE", t, "1 to 256");
   if ((t = getenv("NICMALLOC_SIM_SEED"))) {
     char *end;
     errno = 0;
-    unsigned long long seed = strtoull(t, &end, 0);
-    if (!errno && end != t && !*end && *t != '-')
+    unsigned long long seed = strtoull(t, &end, 10);
+    if (!errno && *t >= '0' && *t <= '9' && !*end)
       c->seed = seed;
     else
       warn_bad("NICMALLOC_SIM_SEED", t, "an unsigned integer");
   }
   if ((t = getenv("NICMALLOC_SIM_DELAYS")) && !strncmp(t, "fixed:", 6)) {
-    if (nic_parse_size(t + 6, &v) && v <= 10000000)
+    if (nic_parse_count(t + 6, &v) && v <= 10000000)
       c->fixed_delay_ns = (int64_t)v * 1000;
     else
       warn_bad("NICMALLOC_SIM_DELAYS", t, "a file or fixed:<microseconds>");

@@ -21,7 +21,7 @@ static unsigned queue_entries(void) {
   const char *text = getenv("NICMALLOC_URING_ENTRIES");
   size_t v = 0;
   if (!text) return URING_DEFAULT_ENTRIES;
-  if (nic_parse_size(text, &v) && v >= 1 && v <= 32768) return (unsigned)v;
+  if (nic_parse_count(text, &v) && v >= 1 && v <= 32768) return (unsigned)v;
   nic_log_warn("NICMALLOC_URING_ENTRIES=%s is not valid (expected 1 to 32768); using %u", text,
                URING_DEFAULT_ENTRIES);
   return URING_DEFAULT_ENTRIES;

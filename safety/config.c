@@ -41,7 +41,7 @@ static void load(void) {
   if ((t = getenv("NICMALLOC_FENCE"))) cfg.fence = nic_safety_parse_fence(t);
   nic_fence_load_settings(&cfg); /* NICMALLOC_FENCE_PROTECT, NICMALLOC_FENCE_DETECT_SAMPLE */
   if ((t = getenv("NICMALLOC_FENCE_TIMEOUT_MS"))) {
-    if (nic_parse_size(t, &v) && v >= 1 && v <= 3600000)
+    if (nic_parse_count(t, &v) && v >= 1 && v <= 3600000)
       cfg.fence_timeout_ms = (unsigned)v;
     else
       nic_log_warn("NICMALLOC_FENCE_TIMEOUT_MS=%s is not valid (expected 1 to 3600000); using "

@@ -150,12 +150,15 @@ TEST(Profile, MissingOrBadProfileWarnsOnceAndRunsUnrouted) {
   ASSERT_GE(fd, 0);
   ASSERT_EQ(write(fd, "site 1 2\n", 9), 9);
   close(fd);
-  for (std::string path : {std::string("/nonexistent/profile"), std::string(bad)}) {
+  const std::string fifo = std::string(bad) + ".fifo"; // opening it must not wait for a writer
+  ASSERT_EQ(mkfifo(fifo.c_str(), 0600), 0);
+  for (std::string path : {std::string("/nonexistent/profile"), std::string(bad), fifo}) {
     auto r = run_probe({"NICMALLOC_SITES=" + path}, {});
     ASSERT_EQ(r.exit_code, 0) << r.err;
     EXPECT_EQ(count_lines(r.err, "warning"), 1) << r.err; // no dataplane chunk: no pool warning
     EXPECT_EQ(r.num("sending_dataplane"), 0);
   }
+  unlink(fifo.c_str());
   unlink(bad);
 }
 
