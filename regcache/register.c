@@ -38,7 +38,9 @@ NIC_EXPORT int nic_register(const void *p, size_t len, unsigned access,
   out->region_len = ref.reg.len;
   out->offset = (size_t)((const char *)p - (const char *)ref.reg.base);
   out->lkey = ref.reg.lkey;
-  out->rkey = ref.reg.rkey;
+  /* A local request may be served by a cached region made for remote access: its key stays
+   * with whoever asked for remote access. */
+  out->rkey = access & (NIC_REG_REMOTE_READ | NIC_REG_REMOTE_WRITE) ? ref.reg.rkey : 0;
   out->backend_handle = ref.reg.handle;
   out->cache_slot = ref.slot;
   return 0;

@@ -74,6 +74,22 @@ TEST(Register, RemoteAccessOnArenaMemoryExposesOnlyThePagesAskedFor) {
   free(p);
 }
 
+// A local registration served by a cached region that was made for remote access must not
+// hand out that region's remote key.
+TEST(Register, ALocalRequestNeverSeesAnotherRequestsRemoteKey) {
+  char *p = static_cast<char *>(aligned_alloc(4096, 8192));
+  nic_region_ref remote, local;
+  ASSERT_EQ(nic_register(p, 4096, NIC_REG_REMOTE_READ, &remote), 0);
+  ASSERT_NE(remote.rkey, 0u);
+  ASSERT_EQ(nic_register(p + 100, 200, NIC_REG_LOCAL, &local), 0);
+  EXPECT_EQ(local.region_base, remote.region_base) << "served by the same cached region";
+  EXPECT_NE(local.lkey, 0u);
+  EXPECT_EQ(local.rkey, 0u);
+  nic_unregister(&local);
+  nic_unregister(&remote);
+  free(p);
+}
+
 TEST(Register, BadInput) {
   nic_region_ref r;
   char *p = static_cast<char *>(nic_malloc(64));
