@@ -66,7 +66,11 @@ NIC_EXPORT void nic_sga_reset(struct nic_sga *sga) {
  * is live; anything else (stack, static data, mmap) is asked of the kernel. */
 static bool readable(const void *p, size_t len) {
   const char *c = p;
-  if (nic_in_dp(c) && nic_in_dp(c + len - 1)) return true;
+  if (nic_in_dp(c) && nic_in_dp(c + len - 1)) { /* every chunk it touches must be mapped */
+    for (unsigned i = nic_chunk_index(c); i <= nic_chunk_index(c + len - 1); i++)
+      if (!nic_chunk_readable(i)) return false;
+    return true;
+  }
   if (mi_is_in_heap_region(c) && mi_is_in_heap_region(c + len - 1)) return true;
   uintptr_t first = (uintptr_t)c & ~(PAGE - 1), end = ((uintptr_t)c + len + PAGE - 1) & ~(PAGE - 1);
   unsigned char vec[64];
@@ -130,7 +134,8 @@ static int resolve(struct nic_sga *sga, const void *p, size_t len, struct nic_sg
                                 .kind = ref.kind};
     return 0;
   }
-  if (rc == -EFAULT || rc == -NIC_ERANGE || rc == -ENODEV) return rc;
+  if (rc == -EFAULT || rc == -NIC_ERANGE || rc == -NIC_ECROSS || rc == -ENODEV) return rc;
+  if (!readable(p, len)) return -EFAULT;
   return copy_entry(sga, p, len, NULL, 0, e); /* registrable in principle, not now: copy */
 }
 

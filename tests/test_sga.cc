@@ -15,9 +15,12 @@
 #include <thread>
 #include <vector>
 
+#include <mimalloc.h> // before chunks.h: its C++ parts cannot sit in extern "C"
+
 #include "nicmalloc.h"
 extern "C" {
 #include "backend.h"
+#include "chunks.h"
 #include "safety.h"
 #include "sim_nic.h"
 }
@@ -205,6 +208,23 @@ TEST_F(Sga, APostInADataplaneScopeKeepsItsBookkeepingOutOfTheDataplane) {
   EXPECT_TRUE(nic_is_dataplane(callback_block));
   free(callback_block);
   free(p);
+}
+
+// An entry that runs from the last mapped chunk into one that is not mapped: short ones (copied)
+// are refused as unmapped, long ones as crossing the chunk end; neither may read past it.
+TEST_F(Sga, AnEntryOverTheEndOfTheLastChunkIsRefused) {
+  void *keep = nic_malloc(64); // at least one chunk mapped
+  const unsigned last = nic_chunk_slots_used() - 1;
+  ASSERT_TRUE(nic_chunk_readable(last));
+  ASSERT_FALSE(nic_chunk_readable(last + 1));
+  char *end = static_cast<char *>(nic_chunk_base(last + 1));
+  testing::internal::CaptureStderr();
+  EXPECT_EQ(nic_sga_add(&sga, end - 100, 200), -EFAULT);
+  EXPECT_EQ(nic_sga_add(&sga, end - 4096, 1 << 20), -NIC_ECROSS);
+  std::string err = testing::internal::GetCapturedStderr();
+  EXPECT_NE(err.find("crosses the end of its chunk"), std::string::npos) << err;
+  EXPECT_EQ(sga.count, 0u);
+  free(keep);
 }
 
 TEST_F(Sga, BadInputGetsAnErrorAndAMessage) {
