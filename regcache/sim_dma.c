@@ -149,9 +149,12 @@ int sim_dma_start(struct sim_nic *s) {
   int rc = pthread_cond_init(&s->wake, &attr);
   pthread_condattr_destroy(&attr);
   if (rc) return rc;
-  /* The application's signal handlers must not run on our thread. */
+  /* The application's signal handlers must not run on our thread; faults must reach their
+   * handler (the mprotect fence's) rather than kill the process, as completions run here. */
   sigset_t all, old;
   sigfillset(&all);
+  sigdelset(&all, SIGSEGV);
+  sigdelset(&all, SIGBUS);
   pthread_sigmask(SIG_SETMASK, &all, &old);
   rc = pthread_create(&s->thread, NULL, engine, s);
   pthread_sigmask(SIG_SETMASK, &old, NULL);
