@@ -36,6 +36,7 @@ static void fold_into_exited(struct nic_thread *t) {
 static void on_thread_exit(void *arg) {
   struct nic_thread *t = arg;
   memset(t->heaps, 0, sizeof t->heaps);
+  t->internal_heap = NULL;
   t->cursor = 0;
   pthread_setspecific(exit_key, t);
   if (t->state != NIC_THREAD_READY) return;
@@ -83,10 +84,9 @@ bool nic_thread_ready(void) {
 void nic_thread_refresh_fast(void) {
   struct nic_thread *t = &nic_self;
   const bool ready = t->state == NIC_THREAD_READY;
-  if (ready && t->internal_depth > 0)
-    t->fast_below = SIZE_MAX; /* every size control, and not sampled by the profiler */
-  else                        /* nic_auto_dp_threshold, or lower (init.c) */
-    t->fast_below = ready && t->scope_depth == 0 ? nic_fast_limit : 0;
+  /* nic_auto_dp_threshold, or lower (init.c). Inside nicmalloc's own code every allocation
+   * takes the slow path, to its own heap (alloc.c). */
+  t->fast_below = ready && t->scope_depth == 0 && t->internal_depth == 0 ? nic_fast_limit : 0;
   const bool dp_fast = t->state == NIC_THREAD_READY && !t->dp_fast_paused;
   t->dp_fast_below = dp_fast ? nic_dp_fast_max + 1 : 0;
 }
@@ -94,6 +94,13 @@ void nic_thread_refresh_fast(void) {
 void nic_internal_enter(void) {
   nic_self.internal_depth++;
   nic_thread_refresh_fast();
+}
+
+mi_heap_t *nic_internal_heap(void) {
+  struct nic_thread *t = &nic_self;
+  if (t->state != NIC_THREAD_READY) return NULL;
+  if (!t->internal_heap) t->internal_heap = mi_heap_new();
+  return t->internal_heap;
 }
 
 void nic_internal_leave(void) {

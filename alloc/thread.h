@@ -24,7 +24,8 @@ struct nic_thread {
   /* Nonzero while nicmalloc's own code runs on this thread (nic_internal_enter): its blocks are
    * control memory whatever the scope or NICMALLOC_DP_MIN_SIZE say. A count, as calls nest. */
   int internal_depth;
-  int state; /* enum below */
+  mi_heap_t *internal_heap; /* what that code allocates from (alloc.c), made on first use */
+  int state;                /* enum below */
   /* Chunk this thread allocates dataplane memory from first; NIC_CURSOR_PARKED when that chunk
    * stopped being live, so that the next allocation takes the slow path, which scans. */
   unsigned cursor;
@@ -67,6 +68,9 @@ void nic_thread_refresh_fast(void);
  * a chunk for bookkeeping. NIC_INTERNAL_SCOPE() at the top of a function covers every return. */
 void nic_internal_enter(void);
 void nic_internal_leave(void);
+/* The calling thread's heap for nicmalloc's own blocks; NULL (use the default heap) while the
+ * thread sets up or after its exit hook, when mimalloc may have deleted it. */
+mi_heap_t *nic_internal_heap(void);
 static inline int nic_internal_scope_begin(void) {
   nic_internal_enter();
   return 0;

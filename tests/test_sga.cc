@@ -11,6 +11,7 @@
 #include <cstring>
 #include <mutex>
 #include <random>
+#include <set>
 #include <string>
 #include <thread>
 #include <vector>
@@ -23,6 +24,7 @@ extern "C" {
 #include "chunks.h"
 #include "safety.h"
 #include "sim_nic.h"
+#include "thread.h"
 }
 
 #include "sim_endpoint_fixture.h"
@@ -208,6 +210,35 @@ TEST_F(Sga, APostInADataplaneScopeKeepsItsBookkeepingOutOfTheDataplane) {
   EXPECT_TRUE(nic_is_dataplane(callback_block));
   free(callback_block);
   free(p);
+}
+
+// nicmalloc's own blocks (a post's bookkeeping, say) come from a heap of their own, so none
+// shares an OS page with a program's buffer, which the fence may write-protect while in flight.
+TEST(InternalHeap, NicmallocsOwnBlocksNeverShareAPageWithTheProgramsBlocks) {
+  std::vector<char *> mine, theirs;
+  for (int i = 0; i < 2000; i++) {
+    const size_t size = 16 + i % 700;
+    nic_internal_enter();
+    mine.push_back(static_cast<char *>(malloc(size)));
+    nic_internal_leave();
+    theirs.push_back(static_cast<char *>(malloc(size)));
+  }
+  const uintptr_t page = 4096;
+  std::set<uintptr_t> their_pages;
+  for (size_t i = 0; i < theirs.size(); i++)
+    for (uintptr_t a = (uintptr_t)theirs[i] / page;
+         a <= ((uintptr_t)theirs[i] + 16 + i % 700 - 1) / page; a++)
+      their_pages.insert(a);
+  int shared = 0;
+  for (size_t i = 0; i < mine.size(); i++)
+    for (uintptr_t a = (uintptr_t)mine[i] / page;
+         a <= ((uintptr_t)mine[i] + 16 + i % 700 - 1) / page; a++)
+      shared += their_pages.count(a) != 0;
+  EXPECT_EQ(shared, 0);
+  for (char *p : mine)
+    free(p);
+  for (char *p : theirs)
+    free(p);
 }
 
 // An entry that runs from the last mapped chunk into one that is not mapped: short ones (copied)
