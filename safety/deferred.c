@@ -7,8 +7,11 @@
  * Race between a free and the completion that clears its pages: the free re-checks the pages
  * under the table lock, and a completion drops its page counts before taking the lock to scan,
  * so either the free sees the pages clear (and frees now) or the scan sees the record.
- * Records stay in the table (marked releasing) until the real free has happened, so a second
- * free of the block is always reported as a double free: by this table, then by the key. */
+ * A record leaves the table under the lock once its pages are clear, and the block's free key
+ * is written then (the NIC no longer reads it), so a second free is always reported as a double
+ * free: by this table, then by the key. Records used to stay until the real free had been done,
+ * unlocked; another thread could get the same address from malloc in between, and its free or
+ * nic_sga_add then met the stale record (a false double free and a leak, or -NIC_EFREED). */
 #include "alloc_inline.h"
 #include "log.h"
 #include "pagecount.h"
@@ -24,7 +27,6 @@ struct record {
   struct record *next;
   void *p;
   uintptr_t start, end;
-  bool releasing;
 };
 
 static pthread_mutex_t lock = PTHREAD_MUTEX_INITIALIZER;
@@ -87,40 +89,37 @@ bool nic_safety_defer_free(void *p) {
   return true;
 }
 
-/* Marks up to BATCH records whose pages are clear as releasing; returns how many. */
-static unsigned collect_locked(struct record **out) {
+/* Takes up to BATCH records whose pages are clear out of the table, marking their blocks freed;
+ * returns how many blocks are left to release. */
+static unsigned collect_locked(void **out) {
   unsigned n = 0;
   for (unsigned b = 0; b < BUCKETS && n < BATCH; b++)
-    for (struct record *r = buckets[b]; r && n < BATCH; r = r->next)
-      if (!r->releasing && !nic_pc_any(r->start, r->end, NIC_PC_ANY)) {
-        r->releasing = true;
-        out[n++] = r;
+    for (struct record **link = &buckets[b]; *link && n < BATCH;) {
+      struct record *r = *link;
+      if (nic_pc_any(r->start, r->end, NIC_PC_ANY)) {
+        link = &r->next;
+        continue;
       }
+      nic_block_mark_free(r->p);
+      out[n++] = r->p;
+      __atomic_store_n(link, r->next, __ATOMIC_RELEASE);
+      nic_pool_put(&pool, r);
+    }
+  __atomic_sub_fetch(&nic_safety_ctr.deferred_pending, n, __ATOMIC_RELEASE);
   return n;
 }
 
 void nic_safety_retry_deferred(void) {
-  struct record *ready[BATCH];
+  void *ready[BATCH];
   for (;;) {
     if (!__atomic_load_n(&nic_safety_ctr.deferred_pending, __ATOMIC_ACQUIRE)) return;
     pthread_mutex_lock(&lock);
     unsigned n = collect_locked(ready);
     pthread_mutex_unlock(&lock);
-    if (!n) return;
     /* The real frees run unlocked: they may take the allocator's and the cache's locks, whose
      * holders may themselves free. */
     for (unsigned i = 0; i < n; i++)
-      nic_release_deferred(ready[i]->p);
-    pthread_mutex_lock(&lock);
-    for (unsigned i = 0; i < n; i++) {
-      struct record **link = bucket(ready[i]->p);
-      while (*link != ready[i])
-        link = &(*link)->next;
-      __atomic_store_n(link, ready[i]->next, __ATOMIC_RELEASE);
-      nic_pool_put(&pool, ready[i]);
-    }
-    __atomic_sub_fetch(&nic_safety_ctr.deferred_pending, n, __ATOMIC_RELEASE);
-    pthread_mutex_unlock(&lock);
+      nic_release_deferred(ready[i]);
     if (n < BATCH) return;
   }
 }
