@@ -259,8 +259,8 @@ int nic_poll(int max);
 
 /* Keeps the nicmalloc block holding p (a received buffer, say) from being freed and reused
  * until the matching nic_release: a free of it meanwhile is deferred. Holds nest. Returns 0,
- * -EINVAL (NULL or not nicmalloc memory), -ENOMEM; nic_release returns -NIC_ENOHOLD without a
- * hold on exactly p. */
+ * -EINVAL (NULL or not nicmalloc memory), -NIC_EFREED (a block already freed), -ENOMEM;
+ * nic_release returns -NIC_ENOHOLD without a hold on exactly p. */
 int nic_hold(const void *p);
 int nic_release(const void *p);
 

@@ -4,6 +4,7 @@
  * buffer's included, is deferred until the page is clear, so the buffer is neither reused nor
  * unpinned while held. The exact pointer is recorded too, so that nic_release of a pointer that
  * was never held is an error rather than a silent underflow. */
+#include "block.h"
 #include "chunks.h"
 #include "log.h"
 #include "nicmalloc.h"
@@ -41,6 +42,13 @@ NIC_EXPORT int nic_hold(const void *p) {
     return -EINVAL;
   }
   uintptr_t a = (uintptr_t)p;
+  /* A block already freed (its key, read as nic_sga_add does, or its free deferred): a hold
+   * would keep nothing alive, and the program would read memory handed out again. */
+  const bool mapped = nic_in_dp(p) ? nic_chunk_readable(nic_chunk_index(p)) : true;
+  if (((a & 15) == 0 && mapped && nic_block_is_free(p)) || nic_safety_is_deferred(p)) {
+    nic_log_error("nic_hold(%p): the block was already freed", p);
+    return -NIC_EFREED;
+  }
   if (!nic_pc_add(a, a + 1, NIC_PC_HOLD)) return -ENOMEM;
   pthread_mutex_lock(&lock);
   struct hold **link = find_locked(p);

@@ -209,6 +209,8 @@ NIC_EXPORT int nic_sga_add(struct nic_sga *sga, const void *p, size_t len) {
                   p, len, sga->max, MERGE_MAX);
   else
     nic_log_error("nic_sga_add(%p, %zu): cannot be resolved (%s)", p, len,
-                  rc == -NIC_ECROSS ? "crosses the end of its chunk" : strerror(-rc));
+                  rc == -NIC_ECROSS   ? "crosses the end of its chunk"
+                  : rc == -NIC_ERANGE ? "too large for one registration"
+                                      : strerror(-rc));
   return rc;
 }

@@ -377,6 +377,14 @@ TEST(Holds, BadInput) {
   EXPECT_EQ(nic_hold(nullptr), -EINVAL);
   testing::internal::GetCapturedStderr();
   free(p);
+  for (bool dataplane : {true, false}) { // a hold on a freed block would protect nothing
+    char *gone = static_cast<char *>(dataplane ? nic_malloc(256) : malloc(256));
+    free(gone);
+    testing::internal::CaptureStderr();
+    EXPECT_EQ(nic_hold(gone), -NIC_EFREED);
+    err = testing::internal::GetCapturedStderr();
+    EXPECT_NE(err.find("already freed"), std::string::npos) << err;
+  }
 }
 
 } // namespace
