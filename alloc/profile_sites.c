@@ -32,13 +32,17 @@ struct routed {
 
 static struct routed table[ROUTE_SLOTS];
 static size_t min_size;
-static uint64_t nsites, routed_allocs, routed_bytes, over_budget;
+static uint64_t nsites, routed_allocs, routed_bytes, over_budget, dropped_sites;
 
 static struct routed *slot(uint64_t hash, bool insert) {
   for (uint32_t i = (uint32_t)(hash >> 20) & (ROUTE_SLOTS - 1);; i = (i + 1) & (ROUTE_SLOTS - 1)) {
     if (table[i].hash == hash) return &table[i];
     if (table[i].hash) continue;
-    if (!insert || nsites >= ROUTE_SLOTS / 2) return NULL;
+    if (!insert) return NULL;
+    if (nsites >= ROUTE_SLOTS / 2) {
+      dropped_sites++;
+      return NULL;
+    }
     nsites++;
     table[i].hash = hash;
     return &table[i];
@@ -80,12 +84,17 @@ static bool decode_path(char *p) {
 static bool parse_site(char *line, bool *resolved) {
   char *save, *tok = strtok_r(line, " \t", &save);
   if (!tok || strcmp(tok, "site")) return false;
-  char *end;
-  unsigned long long sent = strtoull(strtok_r(NULL, " \t", &save) ?: "x", &end, 10);
-  if (*end) return false;
+  /* Numbers as profile_write.c writes them: digits only (strtoull would take "-5"). */
+  char *end, *number = strtok_r(NULL, " \t", &save);
+  if (!number || *number < '0' || *number > '9') return false;
+  errno = 0;
+  unsigned long long sent = strtoull(number, &end, 10);
+  if (*end || errno) return false;
   for (int i = 0; i < 4; i++)
     if (!strtok_r(NULL, " \t", &save)) return false;
-  double blocks = strtod(strtok_r(NULL, " \t", &save) ?: "x", &end);
+  number = strtok_r(NULL, " \t", &save);
+  if (!number || *number < '0' || *number > '9') return false; /* no nan, inf or sign */
+  double blocks = strtod(number, &end);
   if (*end) return false;
   uintptr_t frames[NIC_PROF_FRAMES];
   unsigned n = 0;
@@ -101,7 +110,7 @@ static bool parse_site(char *line, bool *resolved) {
   }
   if (!n) return false;
   struct routed *r = sent && *resolved ? slot(nic_prof_hash(frames, n), true) : NULL;
-  if (r) r->budget = site_budget(blocks);
+  if (r && site_budget(blocks) > r->budget) r->budget = site_budget(blocks); /* a repeated site */
   return true;
 }
 
@@ -118,9 +127,8 @@ bool nic_sites_load(const char *path) {
     return false;
   }
   /* mmap: no malloc at start-up, and no line buffer to refill. */
-  char *text = st.st_size > 0
-                   ? mmap(NULL, (size_t)st.st_size, PROT_READ, MAP_PRIVATE, fd, 0)
-                   : MAP_FAILED;
+  char *text =
+      st.st_size > 0 ? mmap(NULL, (size_t)st.st_size, PROT_READ, MAP_PRIVATE, fd, 0) : MAP_FAILED;
   close(fd);
   unsigned lines = 0, bad = 0, unresolved = 0;
   bool header = false;
@@ -155,6 +163,9 @@ bool nic_sites_load(const char *path) {
     nic_log_warn("NICMALLOC_SITES=%s names no loaded site that sent bytes; running unrouted", path);
     return false;
   }
+  if (dropped_sites)
+    nic_log_warn("NICMALLOC_SITES=%s: %llu sending sites past the first %u are not routed", path,
+                 (unsigned long long)dropped_sites, ROUTE_SLOTS / 2);
   nic_log_info("NICMALLOC_SITES=%s: %llu sites routed, %u not loaded now", path,
                (unsigned long long)nsites, unresolved);
   return true;

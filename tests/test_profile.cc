@@ -150,15 +150,20 @@ TEST(Profile, MissingOrBadProfileWarnsOnceAndRunsUnrouted) {
   ASSERT_GE(fd, 0);
   ASSERT_EQ(write(fd, "site 1 2\n", 9), 9);
   close(fd);
+  // Numbers strtoull/strtod would take: a negative count, and a nan budget.
+  const std::string signs = std::string(bad) + ".signs";
+  std::ofstream(signs) << "# nicmalloc profile 1\nsite -5 0 1 1 1 1 " NIC_PROBE_PATH "+0x10\n"
+                       << "site 5 0 1 1 1 nan " NIC_PROBE_PATH "+0x20\n";
   const std::string fifo = std::string(bad) + ".fifo"; // opening it must not wait for a writer
   ASSERT_EQ(mkfifo(fifo.c_str(), 0600), 0);
-  for (std::string path : {std::string("/nonexistent/profile"), std::string(bad), fifo}) {
+  for (std::string path : {std::string("/nonexistent/profile"), std::string(bad), signs, fifo}) {
     auto r = run_probe({"NICMALLOC_SITES=" + path}, {});
     ASSERT_EQ(r.exit_code, 0) << r.err;
     EXPECT_EQ(count_lines(r.err, "warning"), 1) << r.err; // no dataplane chunk: no pool warning
     EXPECT_EQ(r.num("sending_dataplane"), 0);
   }
   unlink(fifo.c_str());
+  unlink(signs.c_str());
   unlink(bad);
 }
 
