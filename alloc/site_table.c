@@ -36,6 +36,7 @@ struct scan {
   unsigned switched_off, duplicates;
   const char *tokens[TOKENS_MAX];
   size_t token_len[TOKENS_MAX];
+  bool token_matched[TOKENS_MAX];
   unsigned ntokens;
 };
 
@@ -49,7 +50,9 @@ static bool matches(const struct site *s, const char *tok, size_t len) {
   const char *colon = memchr(tok, ':', len);
   if (!colon) return strlen(s->function) == len && !memcmp(s->function, tok, len);
   size_t flen = (size_t)(colon - tok);
-  long line = strtol(colon + 1, NULL, 10);
+  char *end;
+  long line = strtol(colon + 1, &end, 10);
+  if (end != tok + len || end == colon + 1) return false; /* "b.c:20x" is not line 20 */
   bool file = (strlen(s->file) == flen && !memcmp(s->file, tok, flen)) ||
               (strlen(base_name(s->file)) == flen && !memcmp(base_name(s->file), tok, flen));
   return file && line == s->line;
@@ -70,6 +73,7 @@ static void finish_site(struct scan *sc) {
     if (matches(s, sc->tokens[i], sc->token_len[i])) {
       nic_site_set_enabled((uint32_t)s->id, 0);
       sc->switched_off++;
+      sc->token_matched[i] = true;
     }
 }
 
@@ -187,8 +191,10 @@ void nic_site_table_apply(void) {
     return;
   }
   if (table) read_table(&sc, table);
-  if (names && sc.switched_off == 0)
-    nic_log_warn("NICMALLOC_SITES_OFF=%s matched no site in %s", off, table);
+  for (unsigned i = 0; i < sc.ntokens; i++) /* each name that matched nothing: a typo? */
+    if (!sc.token_matched[i])
+      nic_log_warn("NICMALLOC_SITES_OFF: '%.*s' matched no site in %s", (int)sc.token_len[i],
+                   sc.tokens[i], table);
   nic_log_info("site table: %u sites switched off by name, %u duplicate ids", sc.switched_off,
                sc.duplicates);
 }

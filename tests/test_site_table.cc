@@ -49,9 +49,14 @@ TEST(SiteTable, NamesWithoutATableOrMatchingNothingAreReported) {
   std::string table = write_table();
   auto nothing = run_probe({"NICMALLOC_SITE_TABLE=" + table, "NICMALLOC_SITES_OFF=nosuch.c:1"},
                            {"sites", "100"});
-  unlink(table.c_str());
   EXPECT_EQ(nothing.num("site_100"), 1);
   EXPECT_EQ(count_lines(nothing.err, "matched no site"), 1) << nothing.err;
+  // A typo next to a name that matches is reported too; "net.c:18x" is not line 18.
+  auto typo = run_probe({"NICMALLOC_SITE_TABLE=" + table, "NICMALLOC_SITES_OFF=reply,net.c:18x"},
+                        {"sites", "100"});
+  unlink(table.c_str());
+  EXPECT_EQ(typo.num("site_100"), 0);
+  EXPECT_EQ(count_lines(typo.err, "'net.c:18x' matched no site"), 1) << typo.err;
   auto missing = run_probe({"NICMALLOC_SITE_TABLE=/nonexistent.jsonl", "NICMALLOC_SITES_OFF=reply"},
                            {"sites", "100"});
   EXPECT_EQ(count_lines(missing.err, "cannot be read"), 1) << missing.err;
