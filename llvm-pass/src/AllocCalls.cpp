@@ -132,7 +132,10 @@ CallBase *replaceWithExtraArgument(CallBase &Call, FunctionCallee Callee, Value 
                              Bundles, "", &Call);
   } else {
     auto *NewCall = CallInst::Create(Callee, Args, Bundles, "", &Call);
-    NewCall->setTailCallKind(cast<CallInst>(Call).getTailCallKind());
+    // musttail needs the callee's prototype to match the caller's, which the extra argument
+    // breaks; a plain tail call is what is left of it.
+    CallInst::TailCallKind Kind = cast<CallInst>(Call).getTailCallKind();
+    NewCall->setTailCallKind(Kind == CallInst::TCK_MustTail ? CallInst::TCK_Tail : Kind);
     New = NewCall;
   }
   LLVMContext &Ctx = Call.getContext();

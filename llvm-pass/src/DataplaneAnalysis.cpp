@@ -11,10 +11,16 @@ using namespace llvm;
 
 namespace nicpass {
 
-/// A function can be cloned with an extra site-id parameter and returns a pointer.
+/// A function can be cloned with an extra site-id parameter and returns a pointer. Not one
+/// with address-taken blocks (computed goto): a clone's blockaddress constants would still
+/// point into the original, as the inliner knows.
 static bool canBeWrapper(const Function &F) {
-  return !F.isDeclaration() && !F.isVarArg() && F.getReturnType()->isPointerTy() &&
-         F.getName() != "main";
+  if (F.isDeclaration() || F.isVarArg() || !F.getReturnType()->isPointerTy() ||
+      F.getName() == "main")
+    return false;
+  for (const BasicBlock &BB : F)
+    if (BB.hasAddressTaken()) return false;
+  return true;
 }
 
 /// Wrappers for the next round: functions that return an object they created.

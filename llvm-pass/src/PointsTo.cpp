@@ -33,7 +33,14 @@ int64_t gepFieldOffset(const GEPOperator &GEP, const DataLayout &DL) {
   for (gep_type_iterator GTI = gep_type_begin(GEP), E = gep_type_end(GEP); GTI != E;
        ++GTI, First = false) {
     if (StructType *ST = GTI.getStructTypeOrNull()) {
-      auto *Field = cast<ConstantInt>(GTI.getOperand());
+      // A vector GEP's struct index is a vector constant: its lanes are taken as lane 0's field
+      // (they agree in every splat; a GEP whose lanes pick different fields is not tracked
+      // per lane).
+      auto *Field = dyn_cast<ConstantInt>(GTI.getOperand());
+      if (!Field)
+        if (auto *C = dyn_cast<Constant>(GTI.getOperand()))
+          Field = dyn_cast_or_null<ConstantInt>(C->getAggregateElement(0u));
+      if (!Field) return Offset;
       Offset += DL.getStructLayout(ST)->getElementOffset(Field->getZExtValue());
       continue;
     }

@@ -78,7 +78,9 @@ void SinkCatalog::add(StringRef Name, SinkSpec Spec) {
 Error SinkCatalog::addLine(StringRef Line) {
   Line = Line.split('#').first.trim();
   if (Line.empty()) return Error::success();
-  auto [Name, SpecText] = Line.split(' ');
+  size_t Blank = Line.find_first_of(" \t");
+  StringRef Name = Line.take_front(Blank),
+            SpecText = Blank == StringRef::npos ? "" : Line.drop_front(Blank);
   SpecText = SpecText.trim();
   if (SpecText.empty()) SpecText = "*";
   Expected<SinkSpec> Spec = parseSinkSpec(SpecText);

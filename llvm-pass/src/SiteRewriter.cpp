@@ -50,6 +50,14 @@ static const Function *directCallee(const CallBase &Call) {
   return dyn_cast<Function>(Call.getCalledOperand()->stripPointerCasts());
 }
 
+/// A call through a cast (C lets an unprototyped declaration or a cast function pointer call
+/// with other types) cannot be given the callee's site variant, which is built from the
+/// callee's type: the new call would not match its arguments. Such sites stay as they are.
+static bool callMatchesCallee(const CallBase &Call) {
+  const Function *Callee = directCallee(Call);
+  return Callee && Call.getFunctionType() == Callee->getFunctionType();
+}
+
 void Rewriter::describePath(ObjectId Obj, SiteRecord &Out) {
   const SinkWitness &W = R.Reaching.at(Obj);
   const PointsToGraph &G = *R.Graph;
@@ -103,6 +111,11 @@ void Rewriter::plan() {
         Rec.Replacement = Alloc->SiteFunction.str();
       }
     }
+    if (Rec.K != SiteRecord::Kind::Skipped && !callMatchesCallee(*Call)) {
+      Rec.K = SiteRecord::Kind::Skipped;
+      Rec.Reason = "the call's type differs from " + Rec.Callee +
+                   "'s (a cast or an unprototyped declaration)";
+    }
     if (Rec.K != SiteRecord::Kind::Skipped) InPlace[Call] = Records.size();
     Records.push_back(std::move(Rec));
     RecordCalls.push_back(Call);
@@ -138,6 +151,7 @@ Function *Rewriter::cloneFor(const Function &W) {
     auto *Copy = cast<CallBase>(VMap[Orig]);
     auto Own = InPlace.find(mutableCall(Orig));
     if (Own != InPlace.end()) continue; // handled below with its constant id
+    if (!callMatchesCallee(*Orig)) continue;
     std::optional<ObjectId> Obj = R.Graph->objectCreatedBy(Orig);
     if (R.Graph->object(*Obj).Kind == ObjectKind::HeapAlloc) {
       std::optional<AllocFunction> Alloc = classifyAllocCall(*Orig);

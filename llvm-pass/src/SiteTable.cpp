@@ -59,6 +59,7 @@ static std::string where(const SiteRecord &R) {
 
 void assignSiteIds(StringRef Module, std::vector<SiteRecord> &Sites) {
   std::map<uint32_t, size_t> ByHash, ById;
+  uint32_t Free = MaxSites; // ids left: past MaxSites sites, ids are shared (and said so)
   for (size_t I = 0; I < Sites.size(); ++I) {
     SiteRecord &R = Sites[I];
     if (R.K == SiteRecord::Kind::Skipped) continue;
@@ -69,9 +70,15 @@ void assignSiteIds(StringRef Module, std::vector<SiteRecord> &Sites) {
       Sites[It->second].CollidesWith.push_back(where(R));
     }
     R.Id = R.HashId;
+    if (!Free) { // every id is taken: share the hash's, and say with whom
+      R.CollidesWith.push_back(where(Sites[ById[R.Id]]) + " (all " + std::to_string(MaxSites) +
+                               " site ids are in use)");
+      continue;
+    }
     while (ById.count(R.Id))
       R.Id = (R.Id + 1) % MaxSites;
     ById[R.Id] = I;
+    --Free;
   }
 }
 

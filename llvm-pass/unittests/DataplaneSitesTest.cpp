@@ -19,6 +19,8 @@
 
 #include <gtest/gtest.h>
 
+#include <set>
+
 using namespace llvm;
 using namespace nicpass;
 
@@ -276,6 +278,27 @@ TEST(SiteTableTest, AppendsOneLinePerModule) {
   json::Value Second = cantFail(json::parse(Lines[1]));
   EXPECT_EQ(Second.getAsObject()->getArray("sites")->size(), 0u);
   sys::fs::remove(Path);
+}
+
+// Past MaxSites sites in one module every id is in use: ids are shared, and each such site says
+// so in its collisions, instead of probing forever (a module of 66000 sites hung the pass).
+TEST(SiteIds, MoreSitesThanIdsShareIdsAndSaySo) {
+  std::vector<nicpass::SiteRecord> Sites(nicpass::MaxSites + 100);
+  for (size_t I = 0; I < Sites.size(); ++I) {
+    Sites[I].File = "gen.c";
+    Sites[I].Line = unsigned(I + 1);
+    Sites[I].Function = "f";
+  }
+  nicpass::assignSiteIds("gen.c", Sites);
+  std::set<uint32_t> Ids;
+  size_t Shared = 0;
+  for (const nicpass::SiteRecord &R : Sites) {
+    Ids.insert(R.Id);
+    for (const std::string &C : R.CollidesWith)
+      Shared += C.find("site ids are in use") != std::string::npos;
+  }
+  EXPECT_EQ(Ids.size(), size_t(nicpass::MaxSites));
+  EXPECT_EQ(Shared, 100u);
 }
 
 } // namespace
