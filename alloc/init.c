@@ -10,6 +10,7 @@
 #include "log.h"
 #include "nicmalloc.h"
 #include "profile.h"
+#include "rcache.h"
 #include "reaper.h"
 #include "site_table.h"
 #include "small_usable.h"
@@ -30,9 +31,11 @@ static void before_fork(void) {
   nic_chunks_lock();
   nic_threads_lock();
   nic_huge_cache_lock();
+  nic_rcache_lock(); /* last: see rcache.c */
 }
 
 static void after_fork_parent(void) {
+  nic_rcache_unlock();
   nic_huge_cache_unlock();
   nic_threads_unlock();
   nic_chunks_unlock();
@@ -48,6 +51,7 @@ static void after_fork_child(void) {
   nic_profile_after_fork_child();
   nic_huge_cache_after_fork_child();
   nic_dp_grow_after_fork_child();
+  nic_rcache_after_fork_child();
 }
 
 /* Freed control memory stays committed for the purge delay: mimalloc's own 25 ms made a program

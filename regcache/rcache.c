@@ -261,6 +261,20 @@ void nic_rcache_invalidate(uintptr_t start, size_t len) {
   pthread_mutex_unlock(&lock);
 }
 
+/* fork: held across it, last of the runtime's locks (a huge-cache or chunk lock holder may
+ * unmap memory, whose interposed call then takes this one; its own holders take none of
+ * those), so a child that frees or unmaps memory the cache covers, or asks for statistics,
+ * does not wait forever on a lock a parent thread held. */
+void nic_rcache_lock(void) {
+  pthread_mutex_lock(&lock);
+}
+void nic_rcache_unlock(void) {
+  pthread_mutex_unlock(&lock);
+}
+void nic_rcache_after_fork_child(void) {
+  lock = (pthread_mutex_t)PTHREAD_RECURSIVE_MUTEX_INITIALIZER_NP;
+}
+
 void nic_rcache_get_stats(struct nic_rcache_stats *out) {
   pthread_mutex_lock(&lock);
   *out = stats;

@@ -3,10 +3,15 @@
 // its memory goes.
 #include <gtest/gtest.h>
 
+#include <sys/wait.h>
 #include <unistd.h>
 
+#include <atomic>
+#include <cerrno>
+#include <csignal>
 #include <cstdlib>
 #include <cstring>
+#include <thread>
 #include <vector>
 
 #include "nicmalloc.h"
@@ -88,6 +93,41 @@ TEST(Register, ALocalRequestNeverSeesAnotherRequestsRemoteKey) {
   nic_unregister(&local);
   nic_unregister(&remote);
   free(p);
+}
+
+// A fork while another thread works in the registration cache: the child must still free
+// memory the cache may cover and read statistics (both take the cache's lock), not wait forever
+// on a lock held by a thread it does not have. Registering in the child is not supported.
+TEST(Register, AForkChildFreesAndReadsStatsWhileTheParentRegisters) {
+  std::atomic<bool> stop{false};
+  std::thread worker([&] {
+    while (!stop.load()) {
+      char *p = static_cast<char *>(malloc(8192));
+      nic_region_ref r;
+      if (nic_register(p, 8192, NIC_REG_LOCAL, &r) == 0) nic_unregister(&r);
+      free(p);
+    }
+  });
+  int hung = 0, failed = 0;
+  for (int round = 0; round < 20; round++) {
+    pid_t pid = fork();
+    if (pid == 0) {
+      alarm(2); // a healthy child takes milliseconds
+      nic_stats s;
+      nic_get_stats(&s);
+      free(malloc(8192));
+      _exit(0);
+    }
+    int status = 0;
+    while (waitpid(pid, &status, 0) < 0 && errno == EINTR) {
+    }
+    hung += WIFSIGNALED(status) && WTERMSIG(status) == SIGALRM;
+    failed += !WIFEXITED(status) || WEXITSTATUS(status) != 0;
+  }
+  stop = true;
+  worker.join();
+  EXPECT_EQ(hung, 0);
+  EXPECT_EQ(failed, 0);
 }
 
 TEST(Register, BadInput) {
