@@ -18,23 +18,18 @@ const uintptr_t nic_free_key_seed = 0x6e69636d616c6c6fULL; /* "nicmallo" */
 
 static unsigned long long dataplane_fallbacks, dataplane_failures, invalid_frees, double_frees;
 
-/* nicmalloc's own blocks (NIC_INTERNAL_SCOPE) come from a heap of their own: mimalloc pages
- * belong to one heap and span whole OS pages, so none of them shares a page with a program's
- * buffer that the fence write-protects while the NIC reads it (a post's bookkeeping written
- * there waited out the fence's timeout, with the program's held writes let through after it). */
-static void *internal_alloc(mi_heap_t *heap, size_t size, size_t alignment, bool zero) {
-  void *p = alignment <= NIC_MIN_BLOCK
-                ? (zero ? mi_heap_zalloc(heap, size) : mi_heap_malloc(heap, size))
-            : zero ? mi_heap_zalloc_aligned_at(heap, size, alignment, 0)
-                   : mi_heap_malloc_aligned_at(heap, size, alignment, 0);
-  if (p && !zero) nic_block_mark_live(p);
-  return p;
-}
-
 static void *control_alloc(size_t size, size_t alignment, bool zero) {
   size = nic_block_request(size);
+  /* nicmalloc's own blocks (NIC_INTERNAL_SCOPE) come from a heap of their own: mimalloc pages
+   * belong to one heap and span whole OS pages, so none shares a page with a program's buffer
+   * that the fence write-protects while the NIC reads it (a post's bookkeeping written there
+   * waited out the fence's timeout, with the program's held writes let through after it). */
   mi_heap_t *own = nic_self.internal_depth ? nic_internal_heap() : NULL;
-  if (own) return internal_alloc(own, size, alignment, zero);
+  if (own) {
+    void *p = nic_heap_alloc(own, size, alignment, zero);
+    if (p && !zero) nic_block_mark_live(p);
+    return p;
+  }
   /* A fresh huge block is zero already; a cached one would need clearing. A fresh one is made
    * as large as its address space allows, so that once cached it fits more requests. */
   if (size > NIC_HUGE_BLOCK_MIN && alignment <= NIC_MIN_BLOCK && !zero &&

@@ -17,7 +17,7 @@ size_t nic_dp_max_request(void) {
   return nic_config()->chunk_size - HUGE_SEGMENT_OVERHEAD;
 }
 
-static void *heap_alloc(mi_heap_t *heap, size_t size, size_t alignment, bool zero) {
+void *nic_heap_alloc(mi_heap_t *heap, size_t size, size_t alignment, bool zero) {
   /* mi_heap_*_aligned_at skips the shortcut in mi_malloc_aligned that returns misaligned blocks
    * in mimalloc 2.0.9 (upstream #700). */
   if (alignment <= sizeof(void *) * 2)
@@ -47,7 +47,7 @@ static void *try_chunk(struct nic_thread *t, unsigned index, size_t size, size_t
   if (chunk_state(index) != NIC_CHUNK_LIVE) return NULL;
   mi_heap_t *heap = t->heaps[index];
   if (!heap) heap = t->heaps[index] = mi_heap_new_in_arena(nic_chunk_at(index)->arena);
-  return heap ? heap_alloc(heap, size, alignment, zero) : NULL;
+  return heap ? nic_heap_alloc(heap, size, alignment, zero) : NULL;
 }
 
 static void *try_chunks(struct nic_thread *t, unsigned from, unsigned to, size_t size,
@@ -215,7 +215,7 @@ void *nic_dp_alloc(size_t size, size_t alignment, bool zero, enum nic_dp_failure
   void *p = NULL;
   /* The epoch has not moved since this thread saw its cursor chunk live, so it still is. */
   if (__builtin_expect(heap && nic_dp_epoch_seen(t), 1))
-    p = heap_alloc(heap, size, alignment, zero);
+    p = nic_heap_alloc(heap, size, alignment, zero);
   if (__builtin_expect(p == NULL, 0)) {
     p = alloc_slow(t, size, alignment, zero, &index, why);
     if (p) t->cursor = index;

@@ -20,6 +20,9 @@ enum nic_dp_failure {
 /* Returns NULL (errno untouched) and the reason when no chunk can hold the request; the caller
  * applies the policy. */
 void *nic_dp_alloc(size_t size, size_t alignment, bool zero, enum nic_dp_failure *why);
+/* From a given mimalloc heap, honouring any alignment (the dataplane's per-chunk heaps,
+ * nicmalloc's own heap). */
+void *nic_heap_alloc(mi_heap_t *heap, size_t size, size_t alignment, bool zero);
 /* Largest request a chunk can hold. */
 size_t nic_dp_max_request(void);
 /* At the cap: the thread's inline path off until it frees in its current chunk (dp_heap.c). */

@@ -69,6 +69,8 @@ struct nic_prof_site {
   double est_allocs, est_bytes, est_sent;
   double est_sent_blocks; /* bytes of the site's blocks that reached a sink, scaled */
 };
+/* Anonymous memory, touched as used: the profiler's tables never come from malloc. */
+void *nic_prof_map(size_t bytes);
 bool nic_prof_table_init(void);
 void nic_prof_table_sample(void *p, size_t usable, double weight, const uintptr_t *frames,
                            unsigned n);

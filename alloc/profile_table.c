@@ -48,16 +48,16 @@ static void unlock_table(void) {
   __atomic_store_n(&lock, 0, __ATOMIC_RELEASE);
 }
 
-static void *map(size_t bytes) {
+void *nic_prof_map(size_t bytes) {
   void *p =
       mmap(NULL, bytes, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE, -1, 0);
   return p == MAP_FAILED ? NULL : p;
 }
 
 bool nic_prof_table_init(void) {
-  blocks = map(sizeof(struct entry) * BLOCK_SLOTS);
-  sites = map(sizeof(struct nic_prof_site) * SITE_SLOTS);
-  bloom = map(BLOOM_BITS / 8);
+  blocks = nic_prof_map(sizeof(struct entry) * BLOCK_SLOTS);
+  sites = nic_prof_map(sizeof(struct nic_prof_site) * SITE_SLOTS);
+  bloom = nic_prof_map(BLOOM_BITS / 8);
   return blocks && sites && bloom;
 }
 

@@ -191,19 +191,13 @@ static int by_sent(const void *a, const void *b) {
   return x->number[4] < y->number[4] ? 1 : x->number[4] > y->number[4] ? -1 : 0;
 }
 
-static void *map(size_t bytes) {
-  void *p =
-      mmap(NULL, bytes, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE, -1, 0);
-  return p == MAP_FAILED ? NULL : p;
-}
-
 void nic_profile_file_write(void) {
   if (!usable) return;
   static struct nic_prof_site own[8192];
   const unsigned n = nic_prof_table_sites(own, sizeof own / sizeof own[0]);
-  sites = map(sizeof *sites * MAX_MERGED);
-  slots = map(sizeof *slots * MERGE_SLOTS);
-  text = map(TEXT_BYTES);
+  sites = nic_prof_map(sizeof *sites * MAX_MERGED);
+  slots = nic_prof_map(sizeof *slots * MERGE_SLOTS);
+  text = nic_prof_map(TEXT_BYTES);
   int fd = open(path, O_RDWR | O_CREAT | O_CLOEXEC | O_NONBLOCK, 0644);
   if (!sites || !slots || !text || fd < 0 || flock(fd, LOCK_EX)) {
     nic_log_warn("NICMALLOC_PROFILE=%s cannot be written (%s); no profile", path,

@@ -245,8 +245,9 @@ typedef void (*nic_sga_done_fn)(void *arg, int status);
  * -E2BIG when max_entries is above what the backend or the array allows, -ENODEV (no backend). */
 int nic_sga_init(struct nic_sga *sga, unsigned max_entries);
 /* Returns 0, or -NIC_ERANGE (len 0, overflow, over 4 GiB), -EFAULT (range not mapped),
- * -NIC_ECROSS (dataplane memory over the end of its chunk, too long to copy), -NIC_EFREED (a block already freed), -E2BIG (over the limit and the smallest neighbours too big
- * to copy), -ENOMEM, -EINVAL (sga not initialised). On error the array is unchanged. */
+ * -NIC_ECROSS (dataplane memory over the end of its chunk, too long to copy), -NIC_EFREED (a block
+ * already freed), -E2BIG (over the limit and the smallest neighbours too big to copy), -ENOMEM,
+ * -EINVAL (sga not initialised). On error the array is unchanged. */
 int nic_sga_add(struct nic_sga *sga, const void *p, size_t len);
 /* Hands the entries to the backend; on success the array is empty again and its references
  * belong to the message until done(arg, status) runs. On error (-EINVAL empty, -ENODEV, the

@@ -36,11 +36,8 @@ void nic_sim_config_from_env(struct nic_sim_config *c) {
   else if (t)
     warn_bad("NICMALLOC_SIM_MAX_SGE", t, "1 to 256");
   if ((t = getenv("NICMALLOC_SIM_SEED"))) {
-    char *end;
-    errno = 0;
-    unsigned long long seed = strtoull(t, &end, 10);
-    if (!errno && *t >= '0' && *t <= '9' && !*end)
-      c->seed = seed;
+    if (nic_parse_count(t, &v))
+      c->seed = v;
     else
       warn_bad("NICMALLOC_SIM_SEED", t, "an unsigned integer");
   }

@@ -51,6 +51,12 @@ bool nic_safety_is_deferred(const void *p) {
   return found;
 }
 
+bool nic_safety_was_freed(const void *p) {
+  const bool readable =
+      nic_in_dp(p) ? nic_chunk_readable(nic_chunk_index(p)) : mi_is_in_heap_region(p);
+  return (nic_block_aligned(p) && readable && nic_block_is_free(p)) || nic_safety_is_deferred(p);
+}
+
 bool nic_safety_defer_free(void *p) {
   uintptr_t start = (uintptr_t)p, end = start + mi_usable_size(p);
   /* Lock-free answer for the common case: nothing of p referenced, and p not deferred (nothing

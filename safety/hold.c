@@ -4,7 +4,6 @@
  * buffer's included, is deferred until the page is clear, so the buffer is neither reused nor
  * unpinned while held. The exact pointer is recorded too, so that nic_release of a pointer that
  * was never held is an error rather than a silent underflow. */
-#include "block.h"
 #include "chunks.h"
 #include "log.h"
 #include "nicmalloc.h"
@@ -42,10 +41,9 @@ NIC_EXPORT int nic_hold(const void *p) {
     return -EINVAL;
   }
   uintptr_t a = (uintptr_t)p;
-  /* A block already freed (its key, read as nic_sga_add does, or its free deferred): a hold
-   * would keep nothing alive, and the program would read memory handed out again. */
-  const bool mapped = nic_in_dp(p) ? nic_chunk_readable(nic_chunk_index(p)) : true;
-  if (((a & 15) == 0 && mapped && nic_block_is_free(p)) || nic_safety_is_deferred(p)) {
+  /* A hold on a freed block would keep nothing alive, and the program would read memory
+   * handed out again. */
+  if (nic_safety_was_freed(p)) {
     nic_log_error("nic_hold(%p): the block was already freed", p);
     return -NIC_EFREED;
   }

@@ -47,6 +47,10 @@ bool nic_safety_defer_free(void *p);
 int nic_safety_realloc_check(void *p, size_t usable);
 /* True when p is a block whose free is deferred (the user freed it already). */
 bool nic_safety_is_deferred(const void *p);
+/* True when p is a block already freed: its free key (block.h), read only at a block-aligned
+ * address in mapped memory of our heaps (both words then lie on p's page), or its free still
+ * deferred. For nic_sga_add and nic_hold, which must refuse such a pointer. */
+bool nic_safety_was_freed(const void *p);
 /* Releases deferred blocks none of whose pages is referenced any more. Any thread. */
 void nic_safety_retry_deferred(void);
 /* alloc.c: frees a block for real, skipping the hook. */

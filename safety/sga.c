@@ -179,10 +179,7 @@ NIC_EXPORT int nic_sga_add(struct nic_sga *sga, const void *p, size_t len) {
     nic_log_error("nic_sga_add(%p, %zu): length is 0, overflows, or is over 4 GiB", p, len);
     return -NIC_ERANGE;
   }
-  /* A block already freed: its key (block.h), read only at a 16-aligned address in our heaps
-   * (both words then lie on p's page), or its free still deferred. */
-  if ((((start & 15) == 0 && mi_is_in_heap_region(p) && nic_block_is_free(p)) ||
-       nic_safety_is_deferred(p))) {
+  if (nic_safety_was_freed(p)) {
     nic_log_error("nic_sga_add(%p, %zu): the block was already freed", p, len);
     return -NIC_EFREED;
   }

@@ -46,12 +46,14 @@ TEST(Release, FreeIntoAReleasedChunkIsReportedWithoutReadingIt) {
   EXPECT_EQ(count_lines(r.err, "not allocated by nicmalloc"), 1) << r.err;
 }
 
+// Small chunks released at once, none kept in reserve: a released chunk is gone for good.
+const std::vector<std::string> kReleaseAtOnce = {
+    "NICMALLOC_CHUNK_SIZE=32M", "NICMALLOC_RELEASE_DELAY_MS=20", "NICMALLOC_KEEP_CHUNKS=0"};
+
 // A thread's next allocation after the chunk it last allocated from went back to the OS lands
 // in a live chunk, even when a free elsewhere has brought it up to date with the chunk states.
 TEST(Release, AllocationAfterTheCursorChunkIsReleasedLandsInALiveChunk) {
-  auto r = run_probe(
-      {"NICMALLOC_CHUNK_SIZE=32M", "NICMALLOC_RELEASE_DELAY_MS=20", "NICMALLOC_KEEP_CHUNKS=0"},
-      {"cursor", "0"});
+  auto r = run_probe(kReleaseAtOnce, {"cursor", "0"});
   ASSERT_EQ(r.exit_code, 0) << r.out << r.err;
   ASSERT_EQ(r.num("emptied_released"), 1) << r.out;
   EXPECT_EQ(r.num("small_dataplane"), 1) << r.out;
@@ -62,9 +64,7 @@ TEST(Release, AllocationAfterTheCursorChunkIsReleasedLandsInALiveChunk) {
 
 // A draining chunk is still mapped, pinned and registered, so it translates until released.
 TEST(Release, ADrainingChunkTranslatesUntilReleased) {
-  auto r = run_probe(
-      {"NICMALLOC_CHUNK_SIZE=32M", "NICMALLOC_RELEASE_DELAY_MS=20", "NICMALLOC_KEEP_CHUNKS=0"},
-      {"draining", "0"});
+  auto r = run_probe(kReleaseAtOnce, {"draining", "0"});
   ASSERT_EQ(r.exit_code, 0) << r.out << r.err;
   ASSERT_EQ(r.num("draining"), 1) << r.out;
   EXPECT_EQ(r.num("draining_translated"), 1) << r.out;
