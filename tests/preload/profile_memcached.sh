@@ -3,8 +3,13 @@
 # run (NICMALLOC_PROFILE) under a memcslap load (binary get load, then text set load), then a
 # routed run (NICMALLOC_SITES = that profile) under the same load. Passes when the profile names
 # a site that sent bytes, and in the routed run at least 95% of the bytes memcached sends come
-# from dataplane memory while the dataplane pinned bytes stay below its total heap (control
+# from dataplane memory while the dataplane pinned bytes stay under 60% of its total heap (control
 # committed + dataplane mapped). Prints both figures.
+# memcached's items all live in 1 MiB slab pages from one allocation site, and the set load fills
+# pages that are never read back. The routed run therefore uses NICMALLOC_SITES_HEADROOM=1 (route
+# as many bytes as the profile saw reach the network; the default 2 routes every slab page here,
+# 83% of the heap pinned), and 32 MiB chunks: a mimalloc segment (32 MiB) holds 31 slab pages, so
+# a 64 MiB chunk pins up to 32 MiB more.
 # Usage: profile_memcached.sh /path/to/libnicmalloc.so [workdir to keep the profile and logs]
 set -euo pipefail
 here=$(cd "$(dirname "$0")" && pwd)
@@ -20,7 +25,7 @@ trap '[ -n "$server_pid" ] && kill -KILL "$server_pid" 2>/dev/null; [ -n "${2:-}
 
 mode_env=() # the settings of the current run
 launch() {
-  env LD_PRELOAD="$lib" NICMALLOC_STATS=1 NICMALLOC_CHUNK_SIZE=64M "${mode_env[@]}" \
+  env LD_PRELOAD="$lib" NICMALLOC_STATS=1 NICMALLOC_CHUNK_SIZE=32M "${mode_env[@]}" \
     memcached -p "$port" -U 0 -l 127.0.0.1 -m 256 -t 2 -u "$(id -un)" 2>"$log" &
   server_pid=$!
 }
@@ -57,7 +62,7 @@ sending=$(awk '$1 == "site" && $2 > 0' "$profile" | wc -l)
 echo "profile: $(grep -c '^site' "$profile") sites, $sending sent bytes; the top ones:"
 grep '^site' "$profile" | head -3
 
-run routed NICMALLOC_SITES="$profile"
+run routed NICMALLOC_SITES="$profile" NICMALLOC_SITES_HEADROOM=1
 log=$tmp/routed.err
 sed -n '/^nicmalloc report/,$p' "$log"
 # "sent N bytes, D from dataplane memory" and "dataplane live .., pinned P MiB, mapped M MiB".
@@ -69,5 +74,5 @@ committed=$(sed -n 's/^ *control heap *\([0-9.]*\) MiB committed.*/\1/p' "$log")
 awk -v s="$sent" -v d="$dp" -v p="$pinned" -v m="$mapped" -v c="$committed" 'BEGIN {
   share = 100 * d / s; heap = c + m
   printf "routed run: %.1f%% of %d sent bytes from dataplane memory; dataplane pinned %.1f MiB of a %.1f MiB heap (%.1f MiB control committed + %.1f MiB dataplane mapped), %.0f%%\n", share, s, p, heap, c, m, 100 * p / heap
-  exit !(share >= 95 && p < heap) }' || fail "routed run below 95% dataplane share, or pinned all of the heap"
+  exit !(share >= 95 && p <= 0.6 * heap) }' || fail "routed run below 95% dataplane share, or pinned over 60% of the heap"
 echo "ok: profile-guided memcached"
