@@ -1,8 +1,11 @@
 // The registration cache against a recording backend: hits and misses, merging, eviction, and
-// exact invalidation from free, munmap, mremap and madvise. Limits come from the environment
-// ctest gives this suite (8 regions, 64 MiB).
+// exact invalidation from free, munmap, mremap, madvise, shmdt/shmat and dlclose. Limits come from
+// the environment ctest gives this suite (8 regions, 64 MiB).
+#include <dlfcn.h>
 #include <gtest/gtest.h>
 #include <sys/mman.h>
+#include <sys/shm.h>
+#include <sys/syscall.h>
 #include <unistd.h>
 
 #include <atomic>
@@ -162,6 +165,56 @@ TEST_F(RegistrationCache, MunmapMadviseAndMremapInvalidate) {
   // What is unmapped now cannot be registered.
   nic_rcache_ref d;
   EXPECT_EQ(nic_rcache_acquire(region_ + 10 * kPage, 16, NIC_ACCESS_LOCAL, &d), -EFAULT);
+}
+
+// System V segments leave through shmdt or are replaced by shmat(SHM_REMAP), never munmap; a
+// segment attached by a raw system call (size unknown) is still invalidated at its shmdt.
+TEST_F(RegistrationCache, SharedMemoryDetachAndRemapInvalidate) {
+  const size_t len = 16 * kPage;
+  int ids[3];
+  for (int &id : ids) {
+    id = shmget(IPC_PRIVATE, len, IPC_CREAT | 0600);
+    ASSERT_GE(id, 0) << strerror(errno);
+  }
+  char *p = static_cast<char *>(shmat(ids[0], nullptr, 0));
+  char *raw = reinterpret_cast<char *>(syscall(SYS_shmat, ids[2], nullptr, 0));
+  shmctl(ids[0], IPC_RMID, nullptr); // each goes once detached (an unattached one at once)
+  shmctl(ids[2], IPC_RMID, nullptr);
+  ASSERT_NE(p, reinterpret_cast<char *>(-1));
+  ASSERT_NE(raw, reinterpret_cast<char *>(-1));
+  nic_rcache_ref a, b, c;
+  ASSERT_EQ(nic_rcache_acquire(p + 5 * kPage, kPage, NIC_ACCESS_LOCAL, &a), 0);
+  nic_rcache_release(a.slot);
+  char *over = static_cast<char *>(shmat(ids[1], p, SHM_REMAP));
+  shmctl(ids[1], IPC_RMID, nullptr);
+  ASSERT_EQ(over, p) << strerror(errno);
+  EXPECT_FALSE(backend->registered(a.reg.lkey)) << "a remapped segment kept its registration";
+  ASSERT_EQ(nic_rcache_acquire(p + 5 * kPage, kPage, NIC_ACCESS_LOCAL, &b), 0);
+  nic_rcache_release(b.slot);
+  EXPECT_NE(b.reg.lkey, a.reg.lkey);
+  ASSERT_EQ(shmdt(p), 0);
+  EXPECT_FALSE(backend->registered(b.reg.lkey)) << "a detached segment kept its registration";
+  ASSERT_EQ(nic_rcache_acquire(raw + kPage, kPage, NIC_ACCESS_LOCAL, &c), 0);
+  nic_rcache_release(c.slot);
+  ASSERT_EQ(shmdt(raw), 0);
+  EXPECT_FALSE(backend->registered(c.reg.lkey)) << "an unknown segment kept its registration";
+  EXPECT_GE(now().invalidations - before_.invalidations, 3u);
+}
+
+// The loader unmaps a closed library itself; a registration of its static data must not outlive
+// it (the next library loaded there would be sent from the old pages).
+TEST_F(RegistrationCache, DlcloseInvalidatesTheLibrarysStaticData) {
+  void *lib = dlopen(RCACHE_DL_MODULE, RTLD_NOW | RTLD_LOCAL);
+  ASSERT_NE(lib, nullptr) << dlerror();
+  auto buffer_addr = reinterpret_cast<void *(*)()>(dlsym(lib, "rcache_dl_module_buffer_addr"));
+  ASSERT_NE(buffer_addr, nullptr);
+  char *buffer = static_cast<char *>(buffer_addr());
+  nic_rcache_ref ref;
+  ASSERT_EQ(nic_rcache_acquire(buffer + kPage, 2 * kPage, NIC_ACCESS_LOCAL, &ref), 0);
+  nic_rcache_release(ref.slot);
+  ASSERT_TRUE(backend->registered(ref.reg.lkey));
+  ASSERT_EQ(dlclose(lib), 0);
+  EXPECT_FALSE(backend->registered(ref.reg.lkey));
 }
 
 TEST_F(RegistrationCache, LeastRecentlyUsedIsEvictedPastTheLimit) {
