@@ -57,11 +57,10 @@ say "source: $src"
 # plugin both in the compiler and in the linker. The merged module needs more solver work than
 # one unit.
 export NICMALLOC_ANALYSIS_BUDGET=${NICMALLOC_ANALYSIS_BUDGET:-400000000}
-export NICMALLOC_SITE_TABLE_OUT=$work/memcached.sites.jsonl
-rm -f "$NICMALLOC_SITE_TABLE_OUT"
 cd "$src"
+# configure's link tests run the plugin too: they must not write into the site table.
 if [ ! -f Makefile ]; then
-  ./configure -q CC=/usr/lib/llvm-16/bin/clang \
+  env -u NICMALLOC_SITE_TABLE_OUT ./configure -q CC=/usr/lib/llvm-16/bin/clang \
     CFLAGS="-O2 -g -flto -fpass-plugin=$plugin -I$root/include" \
     LDFLAGS="-fuse-ld=lld -flto -Wl,--load-pass-plugin=$plugin -L$lib -Wl,-rpath,$lib" \
     LIBS="-lnicmalloc"
@@ -69,6 +68,8 @@ fi
 say "building (each of the two binaries spends about a minute in the link-time analysis)"
 start=$(date +%s)
 make -s clean >/dev/null 2>&1 || true
+export NICMALLOC_SITE_TABLE_OUT=$work/memcached.sites.jsonl
+rm -f "$NICMALLOC_SITE_TABLE_OUT" "$work/others.sites.jsonl"
 # memcached first, alone, so that its site table holds one link; then the rest (memcached-debug,
 # timedrun, testapp: make test runs them) with a table of their own.
 make -s -j"$(nproc)" memcached >"$work/build.log" 2>&1 &&
