@@ -28,21 +28,41 @@ static bool warned_page_kind, warned_pin;
  * maps and prefaults a whole chunk): the next try waits 1 s, doubling up to a minute. */
 static uint64_t pin_retry_at_ms, pin_backoff_ms;
 
-int nic_dp_reserve(void) {
-  if (__atomic_load_n(&nic_dp.base, __ATOMIC_ACQUIRE)) return 0;
+/* A refused reservation (an address-space limit) is not asked for again on every dataplane
+ * request: one warning, then one more try a second later at most. Only the thread that wins
+ * reserving tries, or two reservations could race and one be lost. */
+static uint64_t reserve_retry_at_ms;
+static int reserving;
+
+static int reserve_locked(void) {
+  if (__atomic_load_n(&nic_dp.base, __ATOMIC_ACQUIRE)) return 0; /* another thread did it */
   const struct nic_config *cfg = nic_config();
   size_t span = (size_t)cfg->max_chunks * cfg->chunk_size;
   void *base = nic_vspace_reserve(span, cfg->chunk_size, NIC_DATAPLANE_HINT);
   if (!base) {
-    nic_log_warn("cannot reserve %zu bytes of address space for dataplane chunks below 20 TiB; "
-                 "dataplane requests will use the control heap",
-                 span);
+    if (!__atomic_load_n(&reserve_retry_at_ms, __ATOMIC_RELAXED))
+      nic_log_warn("cannot reserve %zu bytes of address space for dataplane chunks below 20 TiB "
+                   "(an address-space limit?); dataplane requests %s until it can",
+                   span,
+                   cfg->on_pin_fail == NIC_PIN_FAIL_FAIL ? "get ENOMEM (NICMALLOC_ON_PIN_FAIL=fail)"
+                                                         : "use the control heap");
+    __atomic_store_n(&reserve_retry_at_ms, nic_now_ms() + 1000, __ATOMIC_RELAXED);
     return -ENOMEM;
   }
   nic_dp.span = span;
   nic_dp.shift = cfg->chunk_shift;
   __atomic_store_n(&nic_dp.base, (uintptr_t)base, __ATOMIC_RELEASE);
   return 0;
+}
+
+int nic_dp_reserve(void) {
+  if (__atomic_load_n(&nic_dp.base, __ATOMIC_ACQUIRE)) return 0;
+  uint64_t retry_at = __atomic_load_n(&reserve_retry_at_ms, __ATOMIC_RELAXED);
+  if (retry_at && nic_now_ms() < retry_at) return -ENOMEM;
+  if (__atomic_exchange_n(&reserving, 1, __ATOMIC_ACQUIRE)) return -ENOMEM;
+  int rc = reserve_locked();
+  __atomic_store_n(&reserving, 0, __ATOMIC_RELEASE);
+  return rc;
 }
 
 unsigned nic_chunk_slots_used(void) {
@@ -246,6 +266,7 @@ static void unshare_hugetlb_chunk(unsigned index, size_t size) {
 
 void nic_chunks_after_fork_child(void) {
   pthread_mutex_init(&chunk_lock, NULL);
+  reserving = 0; /* the thread that held it is gone */
   size_t size = (size_t)1 << nic_dp.shift;
   for (unsigned i = 0; i < slots_used; i++) {
     /* mlock is not inherited, and re-locking would copy every page of every chunk. */

@@ -272,7 +272,19 @@ static int threads_start(unsigned n, size_t size) {
   return 0;
 }
 
+/* as-limit GIB ARGS...: runs the probe again with ARGS under an address-space limit, so that
+ * nicmalloc starts under it. */
+static int as_limit(char **argv) {
+  const rlim_t bytes = (rlim_t)strtoull(argv[2], NULL, 0) << 30;
+  const struct rlimit limit = {bytes, bytes};
+  if (setrlimit(RLIMIT_AS, &limit)) return 1;
+  argv[2] = argv[0];
+  execv(argv[0], argv + 2);
+  return 1;
+}
+
 int main(int argc, char **argv) {
+  if (argc >= 4 && !strcmp(argv[1], "as-limit")) return as_limit(argv);
   if (argc >= 4 && !strcmp(argv[1], "dp-alloc"))
     return dp_alloc(strtoull(argv[2], NULL, 0), strtoull(argv[3], NULL, 0));
   if (argc >= 3 && !strcmp(argv[1], "low-memlock")) return low_memlock(strtoull(argv[2], NULL, 0));
@@ -321,6 +333,7 @@ int main(int argc, char **argv) {
       stderr,
       "usage: nic_probe dp-alloc TOTAL BLOCK | low-memlock BLOCK | low-memlock-fill TOTAL BLOCK | "
       "fork-child BLOCK | auto SIZE | cap-again BLOCK | huge SIZE SLEEP_MS | huge-usable [GIB] | "
-      "threads-start N SIZE | stats | stats-in-scope | stderr-reused FILE\n");
+      "threads-start N SIZE | stats | stats-in-scope | stderr-reused FILE | as-limit GIB "
+      "ARGS...\n");
   return 2;
 }
