@@ -23,10 +23,11 @@ static unsigned slots_used;
 static pthread_mutex_t chunk_lock = PTHREAD_MUTEX_INITIALIZER;
 static uint64_t created, released, page_fallbacks, pin_failures;
 static enum nic_page_kind last_kind;
-static bool warned_page_kind, warned_pin;
-/* Under NICMALLOC_ON_PIN_FAIL=fail a refused pin is not retried on every request (each retry
- * maps and prefaults a whole chunk): the next try waits 1 s, doubling up to a minute. */
-static uint64_t pin_retry_at_ms, pin_backoff_ms;
+static bool warned_page_kind, warned_pin, warned_map, warned_arena;
+/* A chunk refused (its mapping, its arena, or its pin under NICMALLOC_ON_PIN_FAIL=fail) is not
+ * tried again on every request: each try maps and prefaults a whole chunk. The next try waits
+ * 1 s, doubling up to a minute. */
+static uint64_t retry_at_ms, backoff_ms;
 
 /* A refused reservation (an address-space limit) is not asked for again on every dataplane
  * request: one warning, then one more try a second later at most. Only the thread that wins
@@ -112,11 +113,17 @@ static unsigned pick_slot_locked(void) {
   return slots_used;
 }
 
+static int refuse_for_a_while(void) {
+  backoff_ms = backoff_ms ? (backoff_ms * 2 > 60000 ? 60000 : backoff_ms * 2) : 1000;
+  retry_at_ms = nic_now_ms() + backoff_ms;
+  return -ENOMEM;
+}
+
 static int create_locked(unsigned *index_out) {
   const struct nic_config *cfg = nic_config();
   unsigned index = pick_slot_locked();
   if (index >= cfg->max_chunks) return -ENOSPC;
-  if (pin_retry_at_ms && nic_now_ms() < pin_retry_at_ms) return -ENOMEM;
+  if (retry_at_ms && nic_now_ms() < retry_at_ms) return -ENOMEM;
   void *base = nic_chunk_base(index);
   struct nic_chunk *c = &nic_chunks[index];
   /* 1 GiB pages only fit chunks of 1 GiB. */
@@ -125,27 +132,36 @@ static int create_locked(unsigned *index_out) {
   struct nic_mapping m;
   int rc = nic_map_chunk(base, cfg->chunk_size, want, &m);
   if (rc) {
-    nic_log_warn("cannot map dataplane chunk %u (%s)", index, strerror(-rc));
-    return -ENOMEM;
+    if (!warned_map) {
+      warned_map = true;
+      nic_log_warn("cannot map dataplane chunk %u (%s); dataplane requests get the "
+                   "NICMALLOC_ON_PIN_FAIL policy meanwhile, and it is tried again later",
+                   index, strerror(-rc));
+    }
+    return refuse_for_a_while();
   }
   report_mapping(index, &m, want);
   if (!accept_pin_result(index, &m)) {
     nic_unmap_chunk(base, cfg->chunk_size);
-    pin_backoff_ms =
-        pin_backoff_ms ? (pin_backoff_ms * 2 > 60000 ? 60000 : pin_backoff_ms * 2) : 1000;
-    pin_retry_at_ms = nic_now_ms() + pin_backoff_ms;
-    return -ENOMEM;
+    return refuse_for_a_while();
   }
-  pin_backoff_ms = 0;
   /* is_large=true tells mimalloc the memory is pinned: it must never decommit or reset it, or
    * the NIC's registration would point at pages the process no longer uses. A released slot
    * keeps its arena: mimalloc cannot remove one. */
   if (!c->has_arena &&
       !mi_manage_os_memory_ex(base, cfg->chunk_size, true, true, true, -1, true, &c->arena)) {
-    nic_log_warn("mimalloc refused dataplane chunk %u as an arena (at most 64 per process)", index);
+    if (!warned_arena) {
+      warned_arena = true;
+      nic_log_warn("mimalloc refused dataplane chunk %u as an arena (at most 64 arenas per "
+                   "process, and its bookkeeping needs memory: RLIMIT_DATA?); it is tried "
+                   "again later",
+                   index);
+    }
     nic_unmap_chunk(base, cfg->chunk_size);
-    return -ENOMEM;
+    return refuse_for_a_while();
   }
+  backoff_ms = 0;
+  retry_at_ms = 0;
   c->has_arena = true;
   c->mapping = m;
   c->empty_since_ms = 0;

@@ -272,19 +272,20 @@ static int threads_start(unsigned n, size_t size) {
   return 0;
 }
 
-/* as-limit GIB ARGS...: runs the probe again with ARGS under an address-space limit, so that
- * nicmalloc starts under it. */
-static int as_limit(char **argv) {
-  const rlim_t bytes = (rlim_t)strtoull(argv[2], NULL, 0) << 30;
+/* as-limit GIB ARGS... / data-limit MIB ARGS...: runs the probe again with ARGS under an
+ * address-space (or data) limit, so that nicmalloc starts under it. */
+static int run_limited(int resource, unsigned shift, char **argv) {
+  const rlim_t bytes = (rlim_t)strtoull(argv[2], NULL, 0) << shift;
   const struct rlimit limit = {bytes, bytes};
-  if (setrlimit(RLIMIT_AS, &limit)) return 1;
+  if (setrlimit(resource, &limit)) return 1;
   argv[2] = argv[0];
   execv(argv[0], argv + 2);
   return 1;
 }
 
 int main(int argc, char **argv) {
-  if (argc >= 4 && !strcmp(argv[1], "as-limit")) return as_limit(argv);
+  if (argc >= 4 && !strcmp(argv[1], "as-limit")) return run_limited(RLIMIT_AS, 30, argv);
+  if (argc >= 4 && !strcmp(argv[1], "data-limit")) return run_limited(RLIMIT_DATA, 20, argv);
   if (argc >= 4 && !strcmp(argv[1], "dp-alloc"))
     return dp_alloc(strtoull(argv[2], NULL, 0), strtoull(argv[3], NULL, 0));
   if (argc >= 3 && !strcmp(argv[1], "low-memlock")) return low_memlock(strtoull(argv[2], NULL, 0));
