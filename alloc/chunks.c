@@ -136,7 +136,10 @@ static int create_locked(unsigned *index_out) {
       warned_map = true;
       nic_log_warn("cannot map dataplane chunk %u (%s); dataplane requests get the "
                    "NICMALLOC_ON_PIN_FAIL policy meanwhile, and it is tried again later",
-                   index, strerror(-rc));
+                   index,
+                   rc == -EDQUOT ? "it would not fit under the memory cgroup's limit, and "
+                                   "prefaulting it would wake the OOM killer"
+                                 : strerror(-rc));
     }
     return refuse_for_a_while();
   }

@@ -2,6 +2,7 @@
 #include "pin.h"
 
 #include "log.h"
+#include "memcg.h"
 #include "smaps.h"
 
 #include <errno.h>
@@ -111,6 +112,8 @@ int nic_map_chunk(void *addr, size_t len, enum nic_page_kind want, struct nic_ma
     out->kind = NIC_PAGE_1G;
   else if (want >= NIC_PAGE_2M && map_hugetlb(addr, len, 2ul << 20, MAP_HUGE_2MB) == 0)
     out->kind = NIC_PAGE_2M;
+  else if (nic_memcg_headroom() < len + len / 8)
+    return -EDQUOT; /* prefaulting it would wake the cgroup's OOM killer: see memcg.c */
   else if ((rc = map_small_pages(addr, len, want >= NIC_PAGE_THP && thp_possible(), &out->kind)))
     return rc;
   if (mlock(addr, len) == 0)

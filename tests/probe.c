@@ -283,8 +283,22 @@ static int run_limited(int resource, unsigned shift, char **argv) {
   return 1;
 }
 
+/* in-cgroup DIR ARGS...: runs the probe again with ARGS inside the cgroup at DIR. */
+static int in_cgroup(char **argv) {
+  char path[512], pid[32];
+  snprintf(path, sizeof path, "%s/cgroup.procs", argv[2]);
+  const int fd = open(path, O_WRONLY | O_CLOEXEC);
+  const int len = snprintf(pid, sizeof pid, "%d\n", (int)getpid());
+  if (fd < 0 || write(fd, pid, (size_t)len) != len) return 1;
+  close(fd);
+  argv[2] = argv[0];
+  execv(argv[0], argv + 2);
+  return 1;
+}
+
 int main(int argc, char **argv) {
   if (argc >= 4 && !strcmp(argv[1], "as-limit")) return run_limited(RLIMIT_AS, 30, argv);
+  if (argc >= 4 && !strcmp(argv[1], "in-cgroup")) return in_cgroup(argv);
   if (argc >= 4 && !strcmp(argv[1], "data-limit")) return run_limited(RLIMIT_DATA, 20, argv);
   if (argc >= 4 && !strcmp(argv[1], "dp-alloc"))
     return dp_alloc(strtoull(argv[2], NULL, 0), strtoull(argv[3], NULL, 0));

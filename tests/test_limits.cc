@@ -1,10 +1,16 @@
 // Resource limits the machine or the user imposes: an address-space limit (RLIMIT_AS) that
 // leaves no room for the dataplane reservation, a data limit (RLIMIT_DATA) under which a chunk
-// maps but mimalloc cannot take it as an arena. Each must give one warning and the fallback or
-// ENOMEM that NICMALLOC_ON_PIN_FAIL asks for, never a crash or a line per request.
+// maps but mimalloc cannot take it as an arena, a memory cgroup limit that a prefaulted chunk
+// would cross (the kernel's answer to that is the OOM killer, so nicmalloc must look first). Each
+// must give one warning and the fallback or ENOMEM that NICMALLOC_ON_PIN_FAIL asks for, never a
+// crash or a line per request.
 #include <gtest/gtest.h>
+#include <sys/stat.h>
+#include <unistd.h>
 
 #include <cerrno>
+#include <fstream>
+#include <sstream>
 #include <string>
 #include <vector>
 
@@ -51,6 +57,59 @@ TEST(DataLimit, RefusedChunkIsNotTriedAgainOnEveryRequest) {
   EXPECT_EQ(r.num("control_blocks"), 16);
   EXPECT_EQ(r.num("chunks_created"), 0);
   EXPECT_EQ(count_lines(r.err, "refused dataplane chunk"), 1) << r.err;
+}
+
+// A child of this process's memory cgroup (v1, or v2 with the memory controller) with a limit,
+// removed when the scope ends. path() is empty when none could be made.
+class LimitedCgroup {
+public:
+  explicit LimitedCgroup(long long limit) {
+    std::ifstream in("/proc/self/cgroup");
+    std::string line, v1, v2;
+    while (std::getline(in, line)) {
+      auto a = line.find(':'), b = line.find(':', a + 1);
+      std::string controllers = line.substr(a + 1, b - a - 1), path = line.substr(b + 1);
+      if (("," + controllers + ",").find(",memory,") != std::string::npos)
+        v1 = "/sys/fs/cgroup/memory" + path;
+      else if (line.compare(0, 3, "0::") == 0)
+        v2 = "/sys/fs/cgroup" + path;
+    }
+    const std::string parent = v1.empty() ? v2 : v1;
+    const std::string name = "/nic-limits-" + std::to_string(getpid());
+    if (parent.empty() || mkdir((parent + name).c_str(), 0755) != 0) return;
+    made_ = parent + name;
+    std::ofstream out(made_ + (v1.empty() ? "/memory.max" : "/memory.limit_in_bytes"));
+    out << limit << "\n";
+    out.flush();
+    if (out) path_ = made_;
+  }
+  ~LimitedCgroup() {
+    if (!made_.empty() && rmdir(made_.c_str()) != 0)
+      ADD_FAILURE() << "could not remove the test cgroup " << made_;
+  }
+  const std::string &path() const { return path_; }
+
+private:
+  std::string made_, path_;
+};
+
+// 160 MiB holds four 32 MiB chunks and the probe, not ten: the fifth or so must be refused
+// with ENOMEM, not prefaulted into the OOM killer.
+TEST(MemoryCgroup, ChunkPastTheLimitIsRefusedNotKilled) {
+  if (geteuid() != 0) GTEST_SKIP() << "needs root to make a memory cgroup; uid " << geteuid();
+  LimitedCgroup cg(160ll << 20);
+  if (cg.path().empty())
+    GTEST_SKIP() << "SKIPPED LOUDLY: no memory cgroup could be made under this process's own "
+                    "(neither cgroup v1's memory hierarchy nor v2 with the memory controller)";
+  auto r = run_probe(
+      {"NICMALLOC_CHUNK_SIZE=32M", "NICMALLOC_PAGE_KIND=4k", "NICMALLOC_ON_PIN_FAIL=fail"},
+      {"in-cgroup", cg.path(), "dp-alloc", std::to_string(320 << 20), "65536"});
+  ASSERT_EQ(r.exit_code, 0) << "killed? " << r.out << r.err;
+  EXPECT_GT(r.num("dp"), 0);
+  EXPECT_GT(r.num("nulls"), 0);
+  EXPECT_EQ(r.num("errno"), ENOMEM);
+  EXPECT_LE(r.num("mapped"), 160ll << 20);
+  EXPECT_EQ(count_lines(r.err, "memory cgroup's limit"), 1) << r.err;
 }
 
 } // namespace

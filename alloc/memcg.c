@@ -1,0 +1,105 @@
+/* How much more memory the process's memory cgroups let it fault in. A chunk is prefaulted
+ * whole; past a cgroup's limit the kernel answers MADV_POPULATE_WRITE with the OOM killer, not
+ * an error, so the only way to get ENOMEM instead is to look first. Reads sysfs and procfs with
+ * plain system calls into stack buffers: this runs under the chunk lock, with no malloc. */
+#define _GNU_SOURCE
+#include "memcg.h"
+
+#include <fcntl.h>
+#include <stdbool.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+static ssize_t read_file(const char *path, char *buf, size_t size) {
+  int fd = open(path, O_RDONLY | O_CLOEXEC);
+  if (fd < 0) return -1;
+  ssize_t n = read(fd, buf, size - 1);
+  close(fd);
+  if (n < 0) return -1;
+  buf[n] = '\0';
+  return n;
+}
+
+/* A number file; "max" (cgroup v2's no limit) and anything unreadable are SIZE_MAX. */
+static size_t read_bytes(const char *dir, const char *name) {
+  char path[512], buf[64];
+  if ((size_t)snprintf(path, sizeof path, "%s/%s", dir, name) >= sizeof path) return SIZE_MAX;
+  if (read_file(path, buf, sizeof buf) <= 0 || buf[0] < '0' || buf[0] > '9') return SIZE_MAX;
+  return (size_t)strtoull(buf, NULL, 10);
+}
+
+/* Page cache the kernel reclaims before it kills: the file LRU lists of memory.stat. */
+static size_t reclaimable(const char *dir, bool v1) {
+  char path[512], buf[8192];
+  if ((size_t)snprintf(path, sizeof path, "%s/memory.stat", dir) >= sizeof path) return 0;
+  if (read_file(path, buf, sizeof buf) <= 0) return 0;
+  const char *keys[2] = {v1 ? "total_active_file " : "active_file ",
+                         v1 ? "total_inactive_file " : "inactive_file "};
+  size_t sum = 0;
+  for (int k = 0; k < 2; k++) {
+    size_t len = strlen(keys[k]);
+    for (const char *line = buf; line && *line;) {
+      if (!strncmp(line, keys[k], len)) {
+        sum += (size_t)strtoull(line + len, NULL, 10);
+        break;
+      }
+      line = strchr(line, '\n');
+      if (line) line++;
+    }
+  }
+  return sum;
+}
+
+/* The smallest room left in dir and each cgroup above it, up to the mount point. */
+static size_t room_up_from(const char *mount, const char *cgroup_path, bool v1) {
+  char dir[512];
+  if ((size_t)snprintf(dir, sizeof dir, "%s%s", mount, cgroup_path) >= sizeof dir) return SIZE_MAX;
+  if (access(dir, R_OK) != 0) return SIZE_MAX;
+  const size_t mount_len = strlen(mount);
+  size_t room = SIZE_MAX;
+  for (;;) {
+    size_t limit = read_bytes(dir, v1 ? "memory.limit_in_bytes" : "memory.max");
+    size_t usage = read_bytes(dir, v1 ? "memory.usage_in_bytes" : "memory.current");
+    if (limit != SIZE_MAX && usage != SIZE_MAX) {
+      size_t cache = reclaimable(dir, v1);
+      size_t used = usage - (cache < usage ? cache : usage);
+      size_t here = limit > used ? limit - used : 0;
+      if (here < room) room = here;
+    }
+    char *slash = strrchr(dir, '/');
+    if (!slash || (size_t)(slash - dir) < mount_len) break;
+    *slash = '\0';
+  }
+  return room;
+}
+
+size_t nic_memcg_headroom(void) {
+  char buf[4096];
+  if (read_file("/proc/self/cgroup", buf, sizeof buf) <= 0) return SIZE_MAX;
+  size_t room = SIZE_MAX;
+  for (char *line = buf, *next; line && *line; line = next) {
+    next = strchr(line, '\n');
+    if (next) *next++ = '\0';
+    /* "id:controllers:path"; cgroup v2 is "0::path", v1 lists memory among its controllers. */
+    char *controllers = strchr(line, ':');
+    char *path = controllers ? strchr(controllers + 1, ':') : NULL;
+    if (!path) continue;
+    *path++ = '\0';
+    controllers++;
+    size_t r = SIZE_MAX;
+    if (!strcmp(line, "0") && !*controllers) {
+      r = room_up_from("/sys/fs/cgroup", path, false);
+      size_t u = room_up_from("/sys/fs/cgroup/unified", path, false);
+      if (u < r) r = u;
+    } else {
+      char *save = NULL;
+      for (char *c = strtok_r(controllers, ",", &save); c; c = strtok_r(NULL, ",", &save))
+        if (!strcmp(c, "memory")) r = room_up_from("/sys/fs/cgroup/memory", path, true);
+    }
+    if (r < room) room = r;
+  }
+  return room;
+}
