@@ -169,6 +169,8 @@ static int create_locked(unsigned *index_out) {
   c->mapping = m;
   c->empty_since_ms = 0;
   c->registered = 0;
+  c->reg_retry_at_ms = 0;
+  c->reg_warned = false;
   last_kind = m.kind;
   created++;
   nic_chunk_set_state(index, NIC_CHUNK_LIVE);
@@ -187,16 +189,26 @@ int nic_chunk_register(unsigned index, struct nic_registration *out) {
   if (!b) return -ENODEV;
   pthread_mutex_lock(&chunk_lock);
   int rc = 0;
+  bool warn = false;
   if (c->state != NIC_CHUNK_LIVE && c->state != NIC_CHUNK_DRAINING)
     rc = -ENOENT;
+  else if (!c->registered && c->reg_retry_at_ms && nic_now_ms() < c->reg_retry_at_ms)
+    rc = c->reg_error;
   else if (!c->registered && (rc = b->reg(b, nic_chunk_base(index), (size_t)1 << nic_dp.shift,
                                           NIC_ACCESS_LOCAL, &c->reg)) == 0)
     __atomic_store_n(&c->registered, 1, __ATOMIC_RELEASE);
+  else if (rc) {
+    c->reg_error = rc;
+    c->reg_retry_at_ms = nic_now_ms() + 1000;
+    warn = !c->reg_warned;
+    c->reg_warned = true;
+  }
   if (rc == 0) *out = c->reg;
   pthread_mutex_unlock(&chunk_lock);
-  if (rc)
-    nic_log_warn("cannot register dataplane chunk %u with backend %s (%s)", index, b->name,
-                 strerror(-rc));
+  if (warn)
+    nic_log_warn("cannot register dataplane chunk %u with backend %s (%s); it is tried again "
+                 "after a second, and its memory cannot reach the NIC meanwhile",
+                 index, b->name, strerror(-rc));
   return rc;
 }
 

@@ -31,6 +31,11 @@ struct nic_chunk {
    * nic_chunk_register (never inside malloc) and dropped before the chunk is released. */
   int registered; /* read with acquire */
   struct nic_registration reg;
+  /* A refused registration (no CAP_IPC_LOCK, a small RLIMIT_MEMLOCK) is given back as reg_error
+   * until reg_retry_at_ms rather than asked of the backend on every entry. */
+  uint64_t reg_retry_at_ms;
+  int reg_error;
+  bool reg_warned;
 };
 
 struct nic_dp_range {

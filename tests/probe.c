@@ -152,6 +152,30 @@ static int low_memlock_fill(size_t total, size_t block) {
   return dp_alloc(total, block);
 }
 
+/* Registers n dataplane blocks under the same limits: with a backend that pins (uring), the
+ * chunk's registration is refused; how often it is asked for again, and warned about. */
+static int low_memlock_register(unsigned n, size_t block) {
+  struct rlimit lim = {64 << 10, 64 << 10};
+  if (setrlimit(RLIMIT_MEMLOCK, &lim) || drop_ipc_lock()) {
+    printf("setup_failed=%d\n", errno);
+    return 3;
+  }
+  unsigned failures = 0;
+  int first_rc = 0;
+  for (unsigned i = 0; i < n; i++) {
+    void *p = nic_malloc(block);
+    struct nic_region_ref ref;
+    int rc = p ? nic_register(p, block, 0, &ref) : -ENOMEM;
+    if (rc && !failures++) first_rc = rc;
+    if (!rc) nic_unregister(&ref);
+    free(p);
+  }
+  struct nic_stats s;
+  nic_get_stats(&s);
+  printf("register_failures=%u\nfirst_rc=%d\nbackend=%s\n", failures, first_rc, s.backend);
+  return 0;
+}
+
 /* A child forked after dataplane chunks exist reads the parent's blocks, frees one and
  * allocates from both heaps; its first write to a chunk page is a copy-on-write fault. */
 static int fork_child(size_t block) {
@@ -305,6 +329,8 @@ int main(int argc, char **argv) {
   if (argc >= 3 && !strcmp(argv[1], "low-memlock")) return low_memlock(strtoull(argv[2], NULL, 0));
   if (argc >= 4 && !strcmp(argv[1], "low-memlock-fill"))
     return low_memlock_fill(strtoull(argv[2], NULL, 0), strtoull(argv[3], NULL, 0));
+  if (argc >= 4 && !strcmp(argv[1], "low-memlock-register"))
+    return low_memlock_register((unsigned)atoi(argv[2]), strtoull(argv[3], NULL, 0));
   if (argc >= 3 && !strcmp(argv[1], "fork-child")) return fork_child(strtoull(argv[2], NULL, 0));
   if (argc >= 3 && !strcmp(argv[1], "auto")) return auto_route(strtoull(argv[2], NULL, 0));
   if (argc >= 3 && !strcmp(argv[1], "cap-again")) return cap_again(strtoull(argv[2], NULL, 0));
@@ -347,6 +373,7 @@ int main(int argc, char **argv) {
   fprintf(
       stderr,
       "usage: nic_probe dp-alloc TOTAL BLOCK | low-memlock BLOCK | low-memlock-fill TOTAL BLOCK | "
+      "low-memlock-register N BLOCK | "
       "fork-child BLOCK | auto SIZE | cap-again BLOCK | huge SIZE SLEEP_MS | huge-usable [GIB] | "
       "threads-start N SIZE | stats | stats-in-scope | stderr-reused FILE | as-limit GIB "
       "ARGS...\n");

@@ -1,7 +1,8 @@
 // Resource limits the machine or the user imposes: an address-space limit (RLIMIT_AS) that
 // leaves no room for the dataplane reservation, a data limit (RLIMIT_DATA) under which a chunk
 // maps but mimalloc cannot take it as an arena, a memory cgroup limit that a prefaulted chunk
-// would cross (the kernel's answer to that is the OOM killer, so nicmalloc must look first). Each
+// would cross (the kernel's answer to that is the OOM killer, so nicmalloc must look first), a
+// memory-lock limit under which the io_uring backend cannot register a chunk. Each
 // must give one warning and the fallback or ENOMEM that NICMALLOC_ON_PIN_FAIL asks for, never a
 // crash or a line per request.
 #include <gtest/gtest.h>
@@ -110,6 +111,23 @@ TEST(MemoryCgroup, ChunkPastTheLimitIsRefusedNotKilled) {
   EXPECT_EQ(r.num("errno"), ENOMEM);
   EXPECT_LE(r.num("mapped"), 160ll << 20);
   EXPECT_EQ(count_lines(r.err, "memory cgroup's limit"), 1) << r.err;
+}
+
+// Without CAP_IPC_LOCK and with 64 KiB of RLIMIT_MEMLOCK, io_uring cannot pin a chunk as a fixed
+// buffer. Each entry in it gets the error; the backend is not asked again for each one, and
+// the cause is told once.
+TEST(MemlockLimit, RefusedChunkRegistrationIsToldOnceNotPerEntry) {
+  if (geteuid() != 0) GTEST_SKIP() << "needs root to drop CAP_IPC_LOCK; uid " << geteuid();
+  auto r = run_probe({"NICMALLOC_BACKEND=uring", "NICMALLOC_PAGE_KIND=4k"},
+                     {"low-memlock-register", "50", "4096"});
+  ASSERT_EQ(r.exit_code, 0) << r.out << r.err;
+  if (r.values["backend"] != "uring")
+    GTEST_SKIP() << "SKIPPED LOUDLY: io_uring cannot run here (backend " << r.values["backend"]
+                 << ")";
+  EXPECT_EQ(r.num("register_failures"), 50);
+  EXPECT_EQ(r.num("first_rc"), -ENOMEM);
+  EXPECT_EQ(count_lines(r.err, "cannot register dataplane chunk"), 1) << r.err;
+  EXPECT_LE(count_lines(r.err, "io_uring cannot pin"), 1) << r.err;
 }
 
 } // namespace
