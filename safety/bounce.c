@@ -1,5 +1,6 @@
 #include "bounce.h"
 
+#include "alloc.h"
 #include "nicmalloc.h"
 
 #include <errno.h>
@@ -14,21 +15,32 @@ struct slab {
   _Alignas(16) char data[];
 };
 
+/* A dataplane slab uses its chunk's registration. When that is refused (io_uring without
+ * CAP_IPC_LOCK cannot pin a whole chunk under a small RLIMIT_MEMLOCK), a control slab through
+ * the registration cache pins only its own pages, so entries that could not be registered can
+ * still be copied, as nic_sga_add promises. */
+static struct slab *new_slab(size_t bytes, enum nic_route route, int *err) {
+  struct slab *s = nic_alloc(bytes, 0, false, route);
+  if (!s) {
+    *err = -ENOMEM;
+    return NULL;
+  }
+  int rc = nic_register(s, bytes, NIC_REG_LOCAL, &s->ref);
+  if (rc) {
+    free(s);
+    *err = rc;
+    return NULL;
+  }
+  return s;
+}
+
 void *nic_bounce_take(void **chain, size_t len, uint32_t *lkey, uint64_t *handle, int *err) {
   struct slab *s = *chain;
   if (!s || s->cap - s->used < len) {
     size_t cap = len > SLAB_BYTES - sizeof *s ? len : SLAB_BYTES - sizeof *s;
-    struct slab *fresh = nic_malloc(sizeof *s + cap);
-    if (!fresh) {
-      *err = -ENOMEM;
-      return NULL;
-    }
-    int rc = nic_register(fresh, sizeof *s + cap, NIC_REG_LOCAL, &fresh->ref);
-    if (rc) {
-      free(fresh);
-      *err = rc;
-      return NULL;
-    }
+    struct slab *fresh = new_slab(sizeof *s + cap, NIC_ROUTE_DATAPLANE, err);
+    if (!fresh) fresh = new_slab(sizeof *s + cap, NIC_ROUTE_CONTROL, err);
+    if (!fresh) return NULL;
     fresh->next = s;
     fresh->used = 0;
     fresh->cap = cap;

@@ -1,5 +1,6 @@
-/* Bounce areas: pinned, registered dataplane slabs that small entries (and entries that cannot
- * be registered) are copied into. An array owns a chain of slabs; at post the chain moves to
+/* Bounce areas: pinned, registered dataplane slabs (control slabs through the registration
+ * cache when the chunk cannot be registered) that small entries (and entries that cannot be
+ * registered) are copied into. An array owns a chain of slabs; at post the chain moves to
  * the message and is freed by its completion, so nothing is reused while the NIC reads it. */
 #ifndef NIC_BOUNCE_H
 #define NIC_BOUNCE_H

@@ -176,6 +176,29 @@ static int low_memlock_register(unsigned n, size_t block) {
   return 0;
 }
 
+/* One dataplane entry added to a scatter-gather array under kib KiB of RLIMIT_MEMLOCK without
+ * CAP_IPC_LOCK: too little for io_uring to pin the chunk, enough for a bounce slab. */
+static int low_memlock_sga(rlim_t kib, size_t block) {
+  struct rlimit lim = {kib << 10, kib << 10};
+  if (setrlimit(RLIMIT_MEMLOCK, &lim) || drop_ipc_lock()) {
+    printf("setup_failed=%d\n", errno);
+    return 3;
+  }
+  char *p = nic_malloc(block);
+  struct nic_sga sga;
+  if (!p || nic_sga_init(&sga, 0)) return 4;
+  memset(p, 0x5a, block);
+  int rc = nic_sga_add(&sga, p, block);
+  int copied =
+      rc == 0 && sga.count == 1 && sga.entry[0].addr != p && !memcmp(sga.entry[0].addr, p, block);
+  nic_sga_reset(&sga);
+  free(p);
+  struct nic_stats s;
+  nic_get_stats(&s);
+  printf("add_rc=%d\ncopied=%d\nbackend=%s\n", rc, copied, s.backend);
+  return 0;
+}
+
 /* A child forked after dataplane chunks exist reads the parent's blocks, frees one and
  * allocates from both heaps; its first write to a chunk page is a copy-on-write fault. */
 static int fork_child(size_t block) {
@@ -331,6 +354,8 @@ int main(int argc, char **argv) {
     return low_memlock_fill(strtoull(argv[2], NULL, 0), strtoull(argv[3], NULL, 0));
   if (argc >= 4 && !strcmp(argv[1], "low-memlock-register"))
     return low_memlock_register((unsigned)atoi(argv[2]), strtoull(argv[3], NULL, 0));
+  if (argc >= 4 && !strcmp(argv[1], "low-memlock-sga"))
+    return low_memlock_sga(strtoull(argv[2], NULL, 0), strtoull(argv[3], NULL, 0));
   if (argc >= 3 && !strcmp(argv[1], "fork-child")) return fork_child(strtoull(argv[2], NULL, 0));
   if (argc >= 3 && !strcmp(argv[1], "auto")) return auto_route(strtoull(argv[2], NULL, 0));
   if (argc >= 3 && !strcmp(argv[1], "cap-again")) return cap_again(strtoull(argv[2], NULL, 0));
@@ -373,7 +398,7 @@ int main(int argc, char **argv) {
   fprintf(
       stderr,
       "usage: nic_probe dp-alloc TOTAL BLOCK | low-memlock BLOCK | low-memlock-fill TOTAL BLOCK | "
-      "low-memlock-register N BLOCK | "
+      "low-memlock-register N BLOCK | low-memlock-sga KIB BLOCK | "
       "fork-child BLOCK | auto SIZE | cap-again BLOCK | huge SIZE SLEEP_MS | huge-usable [GIB] | "
       "threads-start N SIZE | stats | stats-in-scope | stderr-reused FILE | as-limit GIB "
       "ARGS...\n");

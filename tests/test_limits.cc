@@ -130,4 +130,21 @@ TEST(MemlockLimit, RefusedChunkRegistrationIsToldOnceNotPerEntry) {
   EXPECT_LE(count_lines(r.err, "io_uring cannot pin"), 1) << r.err;
 }
 
+// The chunk cannot be registered (8 MiB of RLIMIT_MEMLOCK, 64 MiB chunks, io_uring), so its
+// entries are copied, as nic_sga_add promises; the bounce slab must then not come from that same
+// chunk, or the copy cannot be registered either.
+TEST(MemlockLimit, EntryOfAnUnregistrableChunkIsCopied) {
+  if (geteuid() != 0) GTEST_SKIP() << "needs root to drop CAP_IPC_LOCK; uid " << geteuid();
+  auto r =
+      run_probe({"NICMALLOC_BACKEND=uring", "NICMALLOC_PAGE_KIND=4k", "NICMALLOC_CHUNK_SIZE=64M"},
+                {"low-memlock-sga", "8192", "4096"});
+  ASSERT_EQ(r.exit_code, 0) << r.out << r.err;
+  if (r.values["backend"] != "uring")
+    GTEST_SKIP() << "SKIPPED LOUDLY: io_uring cannot run here (backend " << r.values["backend"]
+                 << ")";
+  EXPECT_EQ(r.num("add_rc"), 0) << r.err;
+  EXPECT_EQ(r.num("copied"), 1);
+  EXPECT_EQ(count_lines(r.err, "cannot be resolved"), 0) << r.err;
+}
+
 } // namespace
