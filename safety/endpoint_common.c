@@ -22,7 +22,15 @@ static struct made *made;
 struct nic_backend *nic_ep_backend(const char *who, const char *kind, const char *hint) {
   struct nic_backend *b = nic_backend_active();
   if (b && !strcmp(b->name, kind)) return b;
-  if (b)
+  /* Asked for but it could not start: advice to set the variable is no help, what follows the
+   * advice in the hint (verbs: it needs an RDMA device) still is. */
+  const char *want = getenv("NICMALLOC_BACKEND");
+  const char *rest = strchr(hint, ';');
+  if (b && want && !strcmp(want, kind))
+    nic_log_error("%s: the backend in use is %s, not %s (NICMALLOC_BACKEND=%s is set but could "
+                  "not start here, see the warning at start-up%s)",
+                  who, b->name, kind, kind, rest ? rest : "");
+  else if (b)
     nic_log_error("%s: the backend in use is %s, not %s (%s)", who, b->name, kind, hint);
   else
     nic_log_error("%s: no registration backend could be opened (%s)", who, hint);

@@ -6,13 +6,17 @@
 #include <errno.h>
 #include <fcntl.h>
 #include <linux/capability.h>
+#include <linux/filter.h>
+#include <linux/seccomp.h>
 #include <malloc.h>
 #include <pthread.h>
+#include <stddef.h>
 #include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/mman.h>
+#include <sys/prctl.h>
 #include <sys/resource.h>
 #include <sys/syscall.h>
 #include <sys/wait.h>
@@ -343,8 +347,34 @@ static int in_cgroup(char **argv) {
   return 1;
 }
 
+/* no-uring ARGS...: runs the probe again with ARGS where io_uring_setup fails with ENOSYS, as
+ * under a container's seccomp profile. */
+static int no_uring(char **argv) {
+  struct sock_filter filter[] = {
+      BPF_STMT(BPF_LD | BPF_W | BPF_ABS, offsetof(struct seccomp_data, nr)),
+      BPF_JUMP(BPF_JMP | BPF_JEQ | BPF_K, __NR_io_uring_setup, 0, 1),
+      BPF_STMT(BPF_RET | BPF_K, SECCOMP_RET_ERRNO | ENOSYS),
+      BPF_STMT(BPF_RET | BPF_K, SECCOMP_RET_ALLOW),
+  };
+  struct sock_fprog prog = {sizeof filter / sizeof filter[0], filter};
+  if (prctl(PR_SET_NO_NEW_PRIVS, 1, 0, 0, 0) || prctl(PR_SET_SECCOMP, SECCOMP_MODE_FILTER, &prog))
+    return 1;
+  argv[1] = argv[0];
+  execv(argv[0], argv + 1);
+  return 1;
+}
+
 int main(int argc, char **argv) {
   if (argc >= 4 && !strcmp(argv[1], "as-limit")) return run_limited(RLIMIT_AS, 30, argv);
+  if (argc >= 3 && !strcmp(argv[1], "no-uring")) return no_uring(argv);
+  if (argc >= 2 && !strcmp(argv[1], "uring-endpoint")) { /* which backend; can one be made? */
+    errno = 0;
+    struct nic_endpoint *ep = nic_uring_endpoint_create(STDOUT_FILENO);
+    struct nic_stats s;
+    nic_get_stats(&s);
+    printf("endpoint=%d\nerrno=%d\nbackend=%s\n", ep != NULL, errno, s.backend);
+    return 0;
+  }
   if (argc >= 4 && !strcmp(argv[1], "in-cgroup")) return in_cgroup(argv);
   if (argc >= 4 && !strcmp(argv[1], "data-limit")) return run_limited(RLIMIT_DATA, 20, argv);
   if (argc >= 4 && !strcmp(argv[1], "dp-alloc"))
@@ -401,6 +431,7 @@ int main(int argc, char **argv) {
       "low-memlock-register N BLOCK | low-memlock-sga KIB BLOCK | "
       "fork-child BLOCK | auto SIZE | cap-again BLOCK | huge SIZE SLEEP_MS | huge-usable [GIB] | "
       "threads-start N SIZE | stats | stats-in-scope | stderr-reused FILE | as-limit GIB "
-      "ARGS...\n");
+      "ARGS... | data-limit MIB ARGS... | in-cgroup DIR ARGS... | no-uring ARGS... | "
+      "uring-endpoint\n");
   return 2;
 }

@@ -2,7 +2,8 @@
 // leaves no room for the dataplane reservation, a data limit (RLIMIT_DATA) under which a chunk
 // maps but mimalloc cannot take it as an arena, a memory cgroup limit that a prefaulted chunk
 // would cross (the kernel's answer to that is the OOM killer, so nicmalloc must look first), a
-// memory-lock limit under which the io_uring backend cannot register a chunk. Each
+// memory-lock limit under which the io_uring backend cannot register a chunk, io_uring refused
+// by a seccomp filter. Each
 // must give one warning and the fallback or ENOMEM that NICMALLOC_ON_PIN_FAIL asks for, never a
 // crash or a line per request.
 #include <gtest/gtest.h>
@@ -145,6 +146,30 @@ TEST(MemlockLimit, EntryOfAnUnregistrableChunkIsCopied) {
   EXPECT_EQ(r.num("add_rc"), 0) << r.err;
   EXPECT_EQ(r.num("copied"), 1);
   EXPECT_EQ(count_lines(r.err, "cannot be resolved"), 0) << r.err;
+}
+
+// With io_uring_setup refused (ENOSYS, as a container's seccomp profile does), auto quietly
+// takes the next backend; an explicit uring says once that it could not start, and the
+// endpoint's error must not tell the user to set what is set already.
+TEST(NoUring, AutoChoosesAnotherBackendQuietly) {
+  auto r = run_probe({"NICMALLOC_BACKEND=auto"}, {"no-uring", "uring-endpoint"});
+  ASSERT_EQ(r.exit_code, 0) << r.out << r.err;
+  EXPECT_NE(r.values["backend"], "uring");
+  EXPECT_EQ(r.num("endpoint"), 0);
+  EXPECT_EQ(r.num("errno"), ENODEV);
+  EXPECT_EQ(count_lines(r.err, "warning"), 0) << r.err;
+}
+
+TEST(NoUring, ExplicitUringSaysItCouldNotStart) {
+  auto r = run_probe({"NICMALLOC_BACKEND=uring"}, {"no-uring", "uring-endpoint"});
+  ASSERT_EQ(r.exit_code, 0) << r.out << r.err;
+  EXPECT_NE(r.values["backend"], "uring");
+  EXPECT_EQ(r.num("errno"), ENODEV);
+  EXPECT_EQ(count_lines(r.err, "backend uring cannot run here (Function not implemented)"), 1)
+      << r.err;
+  EXPECT_EQ(count_lines(r.err, "NICMALLOC_BACKEND=uring is set but could not start here"), 1)
+      << r.err;
+  EXPECT_EQ(count_lines(r.err, "(set NICMALLOC_BACKEND=uring)"), 0) << r.err;
 }
 
 } // namespace
