@@ -82,7 +82,7 @@ static inline bool nic_may_be_block(const void *p) {
     return nic_commit_map_has(offset) ||
            (nic_commit_map_readable(offset) && mi_is_in_heap_region(p));
   if (nic_in_dp(p)) return nic_chunk_readable(nic_chunk_index(p));
-  return mi_is_in_heap_region(p);
+  return mi_is_in_heap_region(p) || nic_vspace_trusted_beyond_map(p);
 }
 
 /* Returns false (after reporting) when p is not a live block of ours. The key is read only

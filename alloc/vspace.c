@@ -34,6 +34,19 @@ void *nic_vspace_reserve(size_t size, size_t align, uintptr_t hint) {
   return NULL;
 }
 
+static bool page_mapped(uintptr_t a) {
+  unsigned char in_core;
+  return mincore((void *)(a & ~(uintptr_t)4095), 4096, &in_core) == 0;
+}
+
+/* mi_free reads the segment header at the 32 MiB boundary below a block (MI_SEGMENT_SIZE in
+ * 2.0.9): unless that page is mapped too, the pointer cannot be mimalloc's, and passing it on
+ * would fault. */
+bool nic_vspace_trusted_beyond_map(const void *p) {
+  if (nic_free_check_strict || (uintptr_t)p < NIC_VSPACE_LIMIT) return false;
+  return page_mapped((uintptr_t)p & ~(((uintptr_t)32 << 20) - 1)) && page_mapped((uintptr_t)p);
+}
+
 bool nic_control_arena_init(bool use_commit_map) {
   for (size_t size = CONTROL_ARENA_SIZE; size >= CONTROL_ARENA_MIN; size /= 2) {
     void *base = nic_vspace_reserve(size, (size_t)32 << 20, NIC_CONTROL_HINT);

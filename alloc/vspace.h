@@ -27,6 +27,12 @@ bool nic_control_arena_init(bool use_commit_map);
 /* True once the control arena is in place: a pointer mimalloc does not recognise is then
  * certainly not a block of ours. */
 extern bool nic_free_check_strict;
+/* Without the control arena mimalloc maps blocks over 1 GiB (it gives them no address hint)
+ * wherever the kernel likes, above the 20 TiB its map covers. Such a pointer is taken on trust,
+ * as the start-up warning says, once its page is known to be mapped, so that reading its
+ * double-free key cannot fault: rejecting it would leak every such block and fail its realloc.
+ * False with the arena in place, and below 20 TiB, where mimalloc's map is exact. */
+bool nic_vspace_trusted_beyond_map(const void *p);
 /* The control arena's range (0 when it could not be made). */
 extern uintptr_t nic_control_base;
 extern size_t nic_control_size;

@@ -323,6 +323,19 @@ static int threads_start(unsigned n, size_t size) {
   return 0;
 }
 
+/* A control block of mib MiB, shrunk in place by realloc, then freed: whether nicmalloc took
+ * both calls (no error line, the same pointer back). */
+static int big_block(size_t mib) {
+  char *p = malloc(mib << 20);
+  if (!p) return 4;
+  p[0] = 1;
+  errno = 0;
+  char *q = realloc(p, (mib << 20) * 9 / 10);
+  printf("realloc_same=%d\nrealloc_errno=%d\n", q == p, errno);
+  free(q ? q : p);
+  return 0;
+}
+
 /* as-limit GIB ARGS... / data-limit MIB ARGS...: runs the probe again with ARGS under an
  * address-space (or data) limit, so that nicmalloc starts under it. */
 static int run_limited(int resource, unsigned shift, char **argv) {
@@ -367,6 +380,7 @@ static int no_uring(char **argv) {
 int main(int argc, char **argv) {
   if (argc >= 4 && !strcmp(argv[1], "as-limit")) return run_limited(RLIMIT_AS, 30, argv);
   if (argc >= 3 && !strcmp(argv[1], "no-uring")) return no_uring(argv);
+  if (argc >= 3 && !strcmp(argv[1], "big-block")) return big_block(strtoull(argv[2], NULL, 0));
   if (argc >= 2 && !strcmp(argv[1], "uring-endpoint")) { /* which backend; can one be made? */
     errno = 0;
     struct nic_endpoint *ep = nic_uring_endpoint_create(STDOUT_FILENO);

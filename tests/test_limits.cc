@@ -50,6 +50,17 @@ TEST(AddressSpaceLimit, RefusedReservationUnderFailGivesEnomemAndSaysSo) {
   EXPECT_EQ(count_lines(r.err, "get ENOMEM"), 1) << r.err;
 }
 
+// Under 8 GiB there is no room for the control arena either, and mimalloc maps a block over
+// 1 GiB wherever the kernel likes, above the 20 TiB its map covers. The start-up warning says
+// bad frees can then go unnoticed; good ones must still be taken, not reported and leaked.
+TEST(AddressSpaceLimit, WithoutTheControlArenaBigBlocksCanBeReallocatedAndFreed) {
+  auto r = run_probe({}, {"as-limit", "8", "big-block", "1100"});
+  ASSERT_EQ(r.exit_code, 0) << r.out << r.err;
+  EXPECT_EQ(count_lines(r.err, "cannot reserve address space for the control heap"), 1) << r.err;
+  EXPECT_EQ(r.num("realloc_same"), 1) << r.err;
+  EXPECT_EQ(count_lines(r.err, "not allocated by nicmalloc"), 0) << r.err;
+}
+
 // A 1 GiB chunk maps under a 256 MiB data limit, but mimalloc's arena bookkeeping does not fit
 // after it. Each try maps and prefaults the whole chunk, so it must not happen per request.
 TEST(DataLimit, RefusedChunkIsNotTriedAgainOnEveryRequest) {
