@@ -59,11 +59,16 @@ static int map_hugetlb(void *addr, size_t len, size_t page_size, int size_flag) 
   return -err;
 }
 
-/* Faults every page in now, so no page fault happens on a later DMA or hot-path access. */
-static void prefault(void *addr, size_t len, size_t step) {
-  if (madvise(addr, len, MADV_POPULATE_WRITE) == 0) return;
+/* Faults every page in now, so no page fault happens on a later DMA or hot-path access. Only a
+ * kernel without MADV_POPULATE_WRITE (EINVAL, before 5.14) gets the pages touched one by one:
+ * any other error (ENOMEM, EFAULT for SIGBUS) means memory cannot be had, and touching it would
+ * end in the OOM killer, a SIGBUS, or a wait forever in a cgroup with its OOM killer off. */
+static int prefault(void *addr, size_t len, size_t step) {
+  if (madvise(addr, len, MADV_POPULATE_WRITE) == 0) return 0;
+  if (errno != EINVAL) return -errno;
   for (size_t off = 0; off < len; off += step)
     ((volatile char *)addr)[off] = 0;
+  return 0;
 }
 
 static bool add_anon_huge(const struct nic_smaps_entry *e, void *arg) {
@@ -97,7 +102,11 @@ static int map_small_pages(void *addr, size_t len, bool try_thp, enum nic_page_k
     return -err;
   }
   if (try_thp) madvise(addr, len, MADV_HUGEPAGE);
-  prefault(addr, len, 4096);
+  int rc = prefault(addr, len, 4096);
+  if (rc) {
+    nic_reserve_fixed(addr, len); /* gives back what was faulted in */
+    return rc;
+  }
   *kind = NIC_PAGE_4K;
   if (try_thp && anon_huge_kb(addr, len) > 0) *kind = NIC_PAGE_THP;
   return 0;

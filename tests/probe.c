@@ -360,15 +360,19 @@ static int in_cgroup(char **argv) {
   return 1;
 }
 
-/* no-uring ARGS...: runs the probe again with ARGS where io_uring_setup fails with ENOSYS, as
- * under a container's seccomp profile. */
-static int no_uring(char **argv) {
+/* no-uring ARGS... / no-populate ARGS...: runs the probe again with ARGS where a system call
+ * fails, as under a container's seccomp profile: io_uring_setup with ENOSYS, or
+ * madvise(MADV_POPULATE_WRITE) with ENOMEM, as when memory cannot be had. */
+static int refusing(char **argv, int nr, int advice, int err) {
   struct sock_filter filter[] = {
       BPF_STMT(BPF_LD | BPF_W | BPF_ABS, offsetof(struct seccomp_data, nr)),
-      BPF_JUMP(BPF_JMP | BPF_JEQ | BPF_K, __NR_io_uring_setup, 0, 1),
-      BPF_STMT(BPF_RET | BPF_K, SECCOMP_RET_ERRNO | ENOSYS),
+      BPF_JUMP(BPF_JMP | BPF_JEQ | BPF_K, (unsigned)nr, 0, 3),
+      BPF_STMT(BPF_LD | BPF_W | BPF_ABS, offsetof(struct seccomp_data, args[2])),
+      BPF_JUMP(BPF_JMP | BPF_JEQ | BPF_K, (unsigned)advice, 0, 1),
+      BPF_STMT(BPF_RET | BPF_K, SECCOMP_RET_ERRNO | (unsigned)err),
       BPF_STMT(BPF_RET | BPF_K, SECCOMP_RET_ALLOW),
   };
+  if (advice < 0) filter[3] = (struct sock_filter)BPF_JUMP(BPF_JMP | BPF_JA, 0, 0, 0);
   struct sock_fprog prog = {sizeof filter / sizeof filter[0], filter};
   if (prctl(PR_SET_NO_NEW_PRIVS, 1, 0, 0, 0) || prctl(PR_SET_SECCOMP, SECCOMP_MODE_FILTER, &prog))
     return 1;
@@ -379,7 +383,10 @@ static int no_uring(char **argv) {
 
 int main(int argc, char **argv) {
   if (argc >= 4 && !strcmp(argv[1], "as-limit")) return run_limited(RLIMIT_AS, 30, argv);
-  if (argc >= 3 && !strcmp(argv[1], "no-uring")) return no_uring(argv);
+  if (argc >= 3 && !strcmp(argv[1], "no-uring"))
+    return refusing(argv, __NR_io_uring_setup, -1, ENOSYS);
+  if (argc >= 3 && !strcmp(argv[1], "no-populate"))
+    return refusing(argv, __NR_madvise, 23 /* MADV_POPULATE_WRITE */, ENOMEM);
   if (argc >= 3 && !strcmp(argv[1], "big-block")) return big_block(strtoull(argv[2], NULL, 0));
   if (argc >= 2 && !strcmp(argv[1], "uring-endpoint")) { /* which backend; can one be made? */
     errno = 0;

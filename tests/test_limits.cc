@@ -159,6 +159,19 @@ TEST(MemlockLimit, EntryOfAnUnregistrableChunkIsCopied) {
   EXPECT_EQ(count_lines(r.err, "cannot be resolved"), 0) << r.err;
 }
 
+// MADV_POPULATE_WRITE failing with ENOMEM means the memory cannot be had: touching the pages
+// one by one instead would end in the OOM killer (or a SIGBUS, or a wait forever in a cgroup
+// whose OOM killer is off). The chunk must be refused, with the policy's fallback.
+TEST(PrefaultFailure, RefusesTheChunkInsteadOfTouchingIt) {
+  auto r = run_probe(
+      {"NICMALLOC_CHUNK_SIZE=64M", "NICMALLOC_PAGE_KIND=4k", "NICMALLOC_ON_PIN_FAIL=fallback"},
+      {"no-populate", "dp-alloc", "1048576", "4096"});
+  ASSERT_EQ(r.exit_code, 0) << r.out << r.err;
+  EXPECT_EQ(r.num("chunks_created"), 0);
+  EXPECT_EQ(r.num("control_blocks"), 256);
+  EXPECT_EQ(count_lines(r.err, "cannot map dataplane chunk 0"), 1) << r.err;
+}
+
 // With io_uring_setup refused (ENOSYS, as a container's seccomp profile does), auto quietly
 // takes the next backend; an explicit uring says once that it could not start, and the
 // endpoint's error must not tell the user to set what is set already.
