@@ -54,10 +54,10 @@ static bool pool_ready_locked(void) {
                  MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
   if (p == MAP_FAILED) return false;
   pool = p;
-  pool_slots = slots;
   for (uint32_t i = 1; i < slots; i++)
     pool[i].next_free = i + 1 < slots ? i + 1 : 0;
   free_head = 1;
+  __atomic_store_n(&pool_slots, slots, __ATOMIC_RELEASE); /* last: a checked release reads it */
   return true;
 }
 
@@ -240,6 +240,24 @@ void nic_rcache_release(uint32_t slot) {
   pthread_mutex_lock(&lock);
   drop_ref_locked(slot);
   pthread_mutex_unlock(&lock);
+}
+
+/* The table holds one reference while the region is valid, so a user's release that would
+ * take the last one away (or one from a dead or unknown slot) releases nothing it owns. With
+ * more than two references some user holds one whatever this caller does: no lock needed. */
+int nic_rcache_release_checked(uint32_t slot) {
+  if (!slot || slot >= __atomic_load_n(&pool_slots, __ATOMIC_ACQUIRE)) return -EINVAL;
+  struct region *r = &pool[slot];
+  int refs = __atomic_load_n(&r->refs, __ATOMIC_ACQUIRE);
+  while (refs > 2)
+    if (__atomic_compare_exchange_n(&r->refs, &refs, refs - 1, true, __ATOMIC_ACQ_REL,
+                                    __ATOMIC_ACQUIRE))
+      return 0;
+  pthread_mutex_lock(&lock);
+  int rc = __atomic_load_n(&r->refs, __ATOMIC_ACQUIRE) > r->valid ? 0 : -EINVAL;
+  if (rc == 0) drop_ref_locked(slot);
+  pthread_mutex_unlock(&lock);
+  return rc;
 }
 
 void nic_rcache_invalidate(uintptr_t start, size_t len) {

@@ -25,6 +25,12 @@ struct nic_rcache_ref {
  * backend's error. */
 int nic_rcache_acquire(const void *p, size_t len, unsigned access, struct nic_rcache_ref *out);
 void nic_rcache_release(uint32_t slot);
+/* For references that come from outside (nic_unregister): -EINVAL, releasing nothing, when the
+ * slot holds no reference of a user (released already, never handed out, out of range). */
+int nic_rcache_release_checked(uint32_t slot);
+/* For nicmalloc's own references (scatter-gather entries), which are right by construction:
+ * nic_rcache_release inside the internal scope, as nic_unregister runs it. */
+void nic_rcache_release_own(uint32_t slot);
 /* Like nic_rcache_acquire, but never registers: -ENOENT when no cached region covers the range.
  * Used under NIC translation-cache pressure, where a new registration would cost more than a
  * copy. */

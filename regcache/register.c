@@ -2,6 +2,7 @@
  * it is. Arena memory needs no reference (its chunk stays while any block in it is live); a
  * cached region is held until nic_unregister. */
 #include "chunks.h"
+#include "log.h"
 #include "nicmalloc.h"
 #include "rcache.h"
 #include "thread.h"
@@ -46,7 +47,18 @@ NIC_EXPORT int nic_register(const void *p, size_t len, unsigned access,
   return 0;
 }
 
+/* A reference unregistered twice would take the cache's own reference: the region would stay
+ * in the table with its registration gone and never be evicted. */
 NIC_EXPORT void nic_unregister(const struct nic_region_ref *ref) {
   NIC_INTERNAL_SCOPE();
-  if (ref && ref->kind == NIC_REGION_CACHED && ref->cache_slot) nic_rcache_release(ref->cache_slot);
+  if (!ref || ref->kind != NIC_REGION_CACHED || !ref->cache_slot) return;
+  if (nic_rcache_release_checked(ref->cache_slot))
+    nic_log_error("nic_unregister(%p): registration-cache slot %u holds no registration of "
+                  "yours (unregistered already?); ignored",
+                  (const void *)ref, ref->cache_slot);
+}
+
+void nic_rcache_release_own(uint32_t slot) {
+  NIC_INTERNAL_SCOPE();
+  nic_rcache_release(slot);
 }

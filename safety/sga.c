@@ -46,8 +46,7 @@ NIC_EXPORT int nic_sga_init(struct nic_sga *sga, unsigned max_entries) {
 
 static void drop_entry(struct nic_sga_entry *e) {
   if (e->cache_slot) {
-    struct nic_region_ref ref = {.kind = NIC_REGION_CACHED, .cache_slot = e->cache_slot};
-    nic_unregister(&ref);
+    nic_rcache_release_own(e->cache_slot);
     e->cache_slot = 0;
   }
 }

@@ -9,6 +9,7 @@
 #include "nicmalloc.h"
 #include "pagecount.h"
 #include "pressure.h"
+#include "rcache.h"
 #include "safety.h"
 #include "thread.h"
 
@@ -39,10 +40,7 @@ static void unref_pages(const struct message *m, uint32_t upto) {
 
 static void release(struct message *m) {
   for (uint32_t i = 0; i < m->n; i++)
-    if (m->entry[i].cache_slot) {
-      struct nic_region_ref ref = {.kind = NIC_REGION_CACHED, .cache_slot = m->entry[i].cache_slot};
-      nic_unregister(&ref);
-    }
+    if (m->entry[i].cache_slot) nic_rcache_release_own(m->entry[i].cache_slot);
   nic_bounce_free(m->bounce);
 }
 

@@ -6,11 +6,13 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <atomic>
 #include <cerrno>
 #include <csignal>
 #include <cstdlib>
 #include <cstring>
+#include <string>
 #include <thread>
 #include <vector>
 
@@ -137,6 +139,42 @@ TEST(Register, BadInput) {
   EXPECT_EQ(nic_register(p, 64, 0x80, &r), -EINVAL);
   EXPECT_EQ(nic_register(reinterpret_cast<void *>(0x1000), 8, NIC_REG_LOCAL, &r), -EFAULT);
   free(p);
+}
+
+TEST(Register, AReferenceUnregisteredTwiceIsReportedAndReleasesNothing) {
+  char *page = static_cast<char *>(aligned_alloc(4096, 4096));
+  nic_region_ref first, second;
+  ASSERT_EQ(nic_register(page, 4096, NIC_REG_REMOTE_READ, &first), 0);
+  ASSERT_EQ(nic_register(page, 4096, NIC_REG_REMOTE_READ, &second), 0);
+  ASSERT_EQ(first.cache_slot, second.cache_slot);
+  const uint64_t registered = sim_stats().regions;
+  testing::internal::CaptureStderr();
+  nic_unregister(&first);
+  nic_unregister(&second);
+  EXPECT_EQ(testing::internal::GetCapturedStderr(), "") << "two references, two unregisters";
+  testing::internal::CaptureStderr();
+  nic_unregister(&second);
+  nic_unregister(&second);
+  nic_region_ref unknown = second;
+  unknown.cache_slot = 0x7fffffff;
+  nic_unregister(&unknown);
+  const std::string err = testing::internal::GetCapturedStderr();
+  EXPECT_EQ(std::count(err.begin(), err.end(), '\n'), 3) << err;
+  EXPECT_NE(err.find("nic_unregister("), std::string::npos) << err;
+  // The cache still holds the region and its registration, and hands it out again.
+  EXPECT_EQ(sim_stats().regions, registered);
+  nic_region_ref again;
+  ASSERT_EQ(nic_register(page, 4096, NIC_REG_REMOTE_READ, &again), 0);
+  EXPECT_EQ(again.cache_slot, first.cache_slot);
+  EXPECT_EQ(again.rkey, first.rkey);
+  nic_unregister(&again);
+  nic_stats before;
+  nic_get_stats(&before);
+  free(page); // invalidation drops the cache's reference: the registration goes
+  nic_stats after;
+  nic_get_stats(&after);
+  EXPECT_EQ(after.rcache_regions + 1, before.rcache_regions);
+  EXPECT_EQ(sim_stats().regions, registered - 1);
 }
 
 TEST(Register, ReleasedChunkIsDeregisteredFirst) {
