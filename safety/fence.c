@@ -58,6 +58,16 @@ NIC_EXPORT int nic_fence_write(const void *p, size_t len) {
   return nic_fence_wait(start, last + 1, "nic_fence_write");
 }
 
+bool nic_fence_posting_begin(void) {
+  if (nic_safety_config()->fence != NIC_FENCE_PROTECT || nic_fence_self_exempt()) return false;
+  nic_fence_thread_is_nic();
+  return true;
+}
+
+void nic_fence_posting_end(bool began) {
+  if (began) nic_fence_thread_gone();
+}
+
 void nic_fence_posted(const void *msg, const struct nic_sga_entry *e, uint32_t n) {
   enum nic_fence_mode mode = nic_safety_config()->fence;
   if (mode == NIC_FENCE_PROTECT)

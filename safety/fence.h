@@ -77,6 +77,12 @@ void nic_fence_thread_is_nic(void);
 void nic_fence_thread_gone(void);
 bool nic_fence_thread_exempt(pid_t tid);
 bool nic_fence_self_exempt(void); /* async-signal-safe */
+/* Brackets nic_sga_post from protecting its entries to the backend's return. The NIC cannot
+ * read them before, so a write of this thread to their pages then (nicmalloc's own: mimalloc
+ * keeps a heap's metadata in the thread's ordinary pages, beside the program's blocks) would
+ * wait for a completion only its own post can lead to. Returns whether end must undo it. */
+bool nic_fence_posting_begin(void);
+void nic_fence_posting_end(bool began);
 /* Starts the poller: while a writer is held it polls the backend, so that a completion needed
  * by a held thread runs even if that thread is the program's only poller. */
 void nic_fence_poller_start(void);

@@ -381,6 +381,48 @@ static int refusing(char **argv, int nr, int advice, int err) {
   return 1;
 }
 
+/* NICMALLOC_FENCE=protect: a fresh thread's first nicmalloc bookkeeping (the heap mimalloc
+ * keeps it in) lands among the program's blocks; one message posts all of them, and the post
+ * itself must not wait for its own DMA. */
+static int post_done;
+static void count_done(void *arg, int status) {
+  (void)arg;
+  (void)status;
+  __atomic_add_fetch(&post_done, 1, __ATOMIC_RELEASE);
+}
+
+static void *post_beside_bookkeeping(void *arg) {
+  (void)arg;
+  static char *blocks[NIC_SGA_CAPACITY];
+  const unsigned half = 8, size = 3000; /* the size class of mimalloc's heap struct */
+  for (unsigned i = 0; i < half; i++)
+    memset(blocks[i] = malloc(size), (int)i, size);
+  struct nic_endpoint *ep = nic_sim_endpoint_create(NULL, NULL, 0); /* first internal block */
+  struct nic_sga sga;
+  if (!ep || nic_sga_init(&sga, 0)) return (void *)1;
+  for (unsigned i = half; i < sga.max; i++)
+    memset(blocks[i] = malloc(size), (int)i, size);
+  for (unsigned i = 0; i < sga.max; i++)
+    if (nic_sga_add(&sga, blocks[i], size)) return (void *)1;
+  if (nic_sga_post(&sga, ep, count_done, NULL)) return (void *)1;
+  while (!__atomic_load_n(&post_done, __ATOMIC_ACQUIRE))
+    nic_poll(0);
+  while (nic_sim_endpoint_destroy(ep) == -EBUSY)
+    nic_poll(0);
+  return NULL;
+}
+
+static int post_beside(void) {
+  pthread_t t;
+  void *failed = (void *)1;
+  if (pthread_create(&t, NULL, post_beside_bookkeeping, NULL) || pthread_join(t, &failed) || failed)
+    return 1;
+  struct nic_stats s;
+  nic_get_stats(&s);
+  printf("held_writes=%llu\nposts_done=%d\n", (unsigned long long)s.fence_held_writes, post_done);
+  return 0;
+}
+
 int main(int argc, char **argv) {
   if (argc >= 4 && !strcmp(argv[1], "as-limit")) return run_limited(RLIMIT_AS, 30, argv);
   if (argc >= 3 && !strcmp(argv[1], "no-uring"))
@@ -442,6 +484,7 @@ int main(int argc, char **argv) {
     print_stats("");
     return 0;
   }
+  if (argc >= 2 && !strcmp(argv[1], "post-beside-bookkeeping")) return post_beside();
   if (argc >= 2 && !strcmp(argv[1], "stats")) {
     print_stats("");
     return 0;
@@ -453,6 +496,6 @@ int main(int argc, char **argv) {
       "fork-child BLOCK | auto SIZE | cap-again BLOCK | huge SIZE SLEEP_MS | huge-usable [GIB] | "
       "threads-start N SIZE | stats | stats-in-scope | stderr-reused FILE | as-limit GIB "
       "ARGS... | data-limit MIB ARGS... | in-cgroup DIR ARGS... | no-uring ARGS... | "
-      "uring-endpoint\n");
+      "uring-endpoint | post-beside-bookkeeping\n");
   return 2;
 }

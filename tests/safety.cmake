@@ -21,6 +21,10 @@ foreach(suite test_fence_protect test_fence_detect)
   target_link_libraries(${suite} PRIVATE nicmalloc_objects GTest::gtest GTest::gtest_main
     Threads::Threads)
 endforeach()
+# protect also runs nic_probe, for scenarios that need a fresh process.
+target_sources(test_fence_protect PRIVATE ${CMAKE_CURRENT_LIST_DIR}/probe_runner.cc)
+target_compile_definitions(test_fence_protect PRIVATE NIC_PROBE_PATH="$<TARGET_FILE:nic_probe>")
+add_dependencies(test_fence_protect nic_probe)
 # The sites detect must name live in a library of their own (see fence_detect_sites.c); they
 # call the runtime linked into the test executable, which exports it.
 add_library(fence_detect_sites SHARED ${CMAKE_CURRENT_LIST_DIR}/fence_detect_sites.c)

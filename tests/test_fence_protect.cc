@@ -25,6 +25,7 @@ extern "C" {
 #include "sim_nic.h"
 }
 
+#include "probe_runner.h"
 #include "sim_endpoint_fixture.h"
 
 namespace {
@@ -278,6 +279,21 @@ TEST_P(Protect, ManyThreadsOverwriteRightAfterPosting) {
 
 // The bitmap a fault handler reads: marking a run sets exactly its pages, across 64-page words
 // and GiB leaves, and unmarking clears exactly them.
+// mimalloc keeps a heap's own structure among the thread's ordinary blocks, so the pages of a
+// post can hold nicmalloc's bookkeeping, which the post itself then writes (the sim growing its
+// pool of work items). In a fresh process, so that the pool is empty and the thread new.
+TEST(FencePost, APostNeverWaitsForItsOwnDma) {
+  for (const char *mech : {"uffd", "mprotect"}) {
+    const ProbeResult r = run_probe({std::string("NICMALLOC_FENCE_PROTECT=") + mech,
+                                     "NICMALLOC_FENCE=protect", "NICMALLOC_FENCE_TIMEOUT_MS=1000"},
+                                    {"post-beside-bookkeeping"});
+    ASSERT_EQ(r.exit_code, 0) << mech << r.err;
+    EXPECT_EQ(r.num("posts_done"), 1) << mech;
+    EXPECT_EQ(r.num("held_writes"), 0) << mech << r.err;
+    EXPECT_EQ(count_lines(r.err, "NICMALLOC_FENCE_TIMEOUT_MS"), 0) << mech << r.err;
+  }
+}
+
 TEST(FencePages, MarkAndUnmarkCoverExactlyTheRun) {
   const uintptr_t gib = uintptr_t(1) << 30, page = 4096;
   const uintptr_t start = 0x500000000000 + gib - 3 * page, end = start + 70 * page; // 2 leaves
