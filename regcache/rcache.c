@@ -4,6 +4,7 @@
 #include "config.h"
 #include "log.h"
 #include "rcache_table.h"
+#include "readable.h"
 
 #include <errno.h>
 #include <pthread.h>
@@ -115,17 +116,6 @@ static bool make_room_locked(size_t size) {
   return free_head != 0;
 }
 
-/* mincore fails with ENOMEM on any unmapped page: registering such a range would fail in the
- * NIC, or worse in the sim, succeed. */
-static bool is_mapped(uintptr_t start, uintptr_t end) {
-  unsigned char vec[256];
-  for (uintptr_t a = start; a < end; a += sizeof vec * PAGE) {
-    size_t len = end - a < sizeof vec * PAGE ? end - a : sizeof vec * PAGE;
-    if (mincore((void *)a, len, vec) != 0) return false;
-  }
-  return true;
-}
-
 /* Widens [*start, *end) over the valid regions of the same access that overlap or touch it,
  * as long as the union stays registrable. */
 static void merge_neighbours_locked(uintptr_t *start, uintptr_t *end, unsigned access,
@@ -150,7 +140,8 @@ static int insert_locked(uintptr_t start, uintptr_t end, unsigned access,
   if (!b) return -ENODEV;
   if (!pool_ready_locked()) return -ENOMEM;
   if (end - start > b->caps.max_region_bytes) return -ERANGE;
-  if (!is_mapped(start, end)) return -EFAULT;
+  /* Else the NIC refuses it, or worse the sim takes it and faults reading it. */
+  if (!nic_range_readable((const void *)start, end - start)) return -EFAULT;
   merge_neighbours_locked(&start, &end, access, b->caps.max_region_bytes);
   if (!make_room_locked(end - start)) return -ENOSPC;
   /* Taken off the free list before the backend runs, which may re-enter (see lock). */

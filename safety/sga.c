@@ -12,16 +12,14 @@
 #include "pressure.h"
 #include "profile.h"
 #include "rcache.h"
+#include "readable.h"
 #include "safety.h"
 
 #include <errno.h>
-#include <mimalloc.h>
 #include <string.h>
-#include <sys/mman.h>
 
 #define NIC_EXPORT __attribute__((visibility("default")))
-#define MERGE_MAX ((size_t)64 << 10) /* largest pair copied to stay under the entry limit */
-#define PAGE ((uintptr_t)4096)
+#define MERGE_MAX ((size_t)64 << 10)         /* largest pair copied to stay under the entry limit */
 #define PRESSURE_COPY_MAX ((size_t)16 << 10) /* "small" under pressure: a copy beats a register */
 
 NIC_EXPORT int nic_sga_init(struct nic_sga *sga, unsigned max_entries) {
@@ -61,25 +59,6 @@ NIC_EXPORT void nic_sga_reset(struct nic_sga *sga) {
   sga->bytes = 0;
 }
 
-/* A copy must not fault: dataplane chunks and nicmalloc's heaps are mapped while the pointer
- * is live; anything else (stack, static data, mmap) is asked of the kernel. */
-static bool readable(const void *p, size_t len) {
-  const char *c = p;
-  if (nic_in_dp(c) && nic_in_dp(c + len - 1)) { /* every chunk it touches must be mapped */
-    for (unsigned i = nic_chunk_index(c); i <= nic_chunk_index(c + len - 1); i++)
-      if (!nic_chunk_readable(i)) return false;
-    return true;
-  }
-  if (mi_is_in_heap_region(c) && mi_is_in_heap_region(c + len - 1)) return true;
-  uintptr_t first = (uintptr_t)c & ~(PAGE - 1), end = ((uintptr_t)c + len + PAGE - 1) & ~(PAGE - 1);
-  unsigned char vec[64];
-  for (uintptr_t a = first; a < end; a += sizeof vec * PAGE) {
-    size_t n = end - a < sizeof vec * PAGE ? end - a : sizeof vec * PAGE;
-    if (mincore((void *)a, n, vec)) return false;
-  }
-  return true;
-}
-
 /* Copies [p, p+len) (and [q, q+qlen) after it, when q) into the bounce area as entry *e. */
 static int copy_entry(struct nic_sga *sga, const void *p, size_t len, const void *q, size_t qlen,
                       struct nic_sga_entry *e) {
@@ -102,7 +81,7 @@ static int copy_entry(struct nic_sga *sga, const void *p, size_t len, const void
 /* Resolves one entry: direct (arena, cache) or copied. */
 static int resolve(struct nic_sga *sga, const void *p, size_t len, struct nic_sga_entry *e) {
   if (len < nic_safety_config()->copy_threshold) {
-    if (!readable(p, len)) return -EFAULT;
+    if (!nic_range_readable(p, len)) return -EFAULT;
     return copy_entry(sga, p, len, NULL, 0, e);
   }
   struct nic_region_ref ref;
@@ -112,7 +91,7 @@ static int resolve(struct nic_sga *sga, const void *p, size_t len, struct nic_sg
   if (!nic_in_dp(p) && len < PRESSURE_COPY_MAX && nic_pressure_high()) {
     struct nic_rcache_ref cached;
     if (nic_rcache_find(p, len, NIC_ACCESS_LOCAL, &cached) != 0) {
-      if (!readable(p, len)) return -EFAULT;
+      if (!nic_range_readable(p, len)) return -EFAULT;
       nic_pressure_count_copy();
       return copy_entry(sga, p, len, NULL, 0, e);
     }
@@ -134,7 +113,7 @@ static int resolve(struct nic_sga *sga, const void *p, size_t len, struct nic_sg
     return 0;
   }
   if (rc == -EFAULT || rc == -NIC_ERANGE || rc == -NIC_ECROSS || rc == -ENODEV) return rc;
-  if (!readable(p, len)) return -EFAULT;
+  if (!nic_range_readable(p, len)) return -EFAULT;
   return copy_entry(sga, p, len, NULL, 0, e); /* registrable in principle, not now: copy */
 }
 

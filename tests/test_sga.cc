@@ -22,6 +22,7 @@
 extern "C" {
 #include "backend.h"
 #include "chunks.h"
+#include "commit_map.h"
 #include "safety.h"
 #include "sim_nic.h"
 #include "thread.h"
@@ -255,6 +256,40 @@ TEST_F(Sga, AnEntryOverTheEndOfTheLastChunkIsRefused) {
   std::string err = testing::internal::GetCapturedStderr();
   EXPECT_NE(err.find("crosses the end of its chunk"), std::string::npos) << err;
   EXPECT_EQ(sga.count, 0u);
+  free(keep);
+}
+
+// Address space that is reserved but cannot be read (mincore calls it mapped): nicmalloc's
+// dataplane range past the mapped chunks, its control arena past what mimalloc committed, and a
+// program's PROT_NONE mapping. Copying it would fault in the program, registering it would
+// fault in the sim NIC.
+TEST_F(Sga, ReservedMemoryThatCannotBeReadIsRefused) {
+  void *keep = nic_malloc(64); // at least one chunk mapped
+  const unsigned last = nic_chunk_slots_used() - 1;
+  ASSERT_FALSE(nic_chunk_readable(last + 1));
+  char *past_chunks = static_cast<char *>(nic_chunk_base(last + 1)) + 4096;
+  ASSERT_NE(nic_commit_map.base, 0u);
+  char *arena_end = reinterpret_cast<char *>(nic_commit_map.base + nic_commit_map.size) - 8192;
+  ASSERT_FALSE(nic_commit_map_readable(nic_commit_map.size - 8192));
+  const long page = sysconf(_SC_PAGESIZE);
+  char *none =
+      static_cast<char *>(mmap(nullptr, 2 * page, PROT_NONE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0));
+  ASSERT_NE(none, MAP_FAILED);
+  for (char *p : {past_chunks, arena_end, none}) {
+    unsigned char vec[2];
+    ASSERT_EQ(
+        mincore(reinterpret_cast<void *>(reinterpret_cast<uintptr_t>(p) & ~4095ul), 4096, vec), 0)
+        << "reserved, so mincore alone calls it mapped";
+    testing::internal::CaptureStderr();
+    EXPECT_EQ(nic_sga_add(&sga, p + 16, 100), -EFAULT) << static_cast<void *>(p);
+    EXPECT_EQ(nic_sga_add(&sga, p, 2 * page), -EFAULT) << static_cast<void *>(p);
+    const std::string err = testing::internal::GetCapturedStderr();
+    EXPECT_NE(err.find("not (entirely) mapped"), std::string::npos) << err;
+    nic_region_ref ref;
+    EXPECT_EQ(nic_register(p, 2 * page, NIC_REG_LOCAL, &ref), -EFAULT) << static_cast<void *>(p);
+  }
+  EXPECT_EQ(sga.count, 0u);
+  munmap(none, 2 * page);
   free(keep);
 }
 
