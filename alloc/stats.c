@@ -59,6 +59,10 @@ static size_t segment_bytes(unsigned chunk) {
 }
 
 NIC_EXPORT void nic_get_stats(struct nic_stats *out) {
+  if (!out) {
+    nic_log_error("nic_get_stats(NULL): nowhere to write the statistics; ignored");
+    return;
+  }
   NIC_INTERNAL_SCOPE();
   memset(out, 0, sizeof *out);
   int64_t dp[NIC_CHUNK_SLOTS], dp_total = 0;

@@ -1,6 +1,9 @@
 /* Pointer to registration, O(1): a range compare, a shift, and the chunk's entry. */
 #include "chunks.h"
+#include "log.h"
 #include "nicmalloc.h"
+
+#include <errno.h>
 
 #define NIC_EXPORT __attribute__((visibility("default")))
 
@@ -17,9 +20,16 @@ __attribute__((noinline, cold)) static int translate_error(uintptr_t start, size
   return -NIC_ECROSS;
 }
 
+/* A NULL result pointer is the caller's bug: reported, not followed. */
+__attribute__((noinline, cold)) static int no_output(const void *p) {
+  nic_log_error("nic_translate(%p): the result pointer is NULL; nothing done", p);
+  return -EINVAL;
+}
+
 NIC_EXPORT int nic_translate(const void *p, size_t len, struct nic_region_ref *out) {
   const uintptr_t start = (uintptr_t)p, off = start - nic_dp.base;
   const size_t size = (size_t)1 << nic_dp.shift, in_chunk = off & (size - 1);
+  if (__builtin_expect(!out, 0)) return no_output(p);
   /* One test for the common case: inside the range, and len - 1 (huge when len is 0) within
    * what is left of the chunk. Chunks are aligned to their size, so no base is looked up. */
   if (off >= nic_dp.span) return bad_range(start, len) ? -NIC_ERANGE : -NIC_ENOTDP;

@@ -101,7 +101,7 @@ struct nic_region_ref {
 
 /* O(1) for dataplane memory and free of side effects: a chunk not yet registered reports
  * lkey 0 (nic_register makes the registration). Returns 0 and fills *out, or -NIC_ENOTDP /
- * -NIC_ECROSS / -NIC_ERANGE.
+ * -NIC_ECROSS / -NIC_ERANGE, or -EINVAL when out is NULL.
  */
 int nic_translate(const void *p, size_t len, struct nic_region_ref *out);
 
@@ -116,7 +116,8 @@ int nic_translate(const void *p, size_t len, struct nic_region_ref *out);
  * its chunk's registration, made once per chunk; anything else, and any remote access, goes
  * through the registration cache at page granularity, so a remote key never covers more than
  * the pages asked for. Returns 0, or -NIC_ERANGE, -EFAULT (not mapped), -ENOSPC (cache full of
- * registrations in use), -ENODEV (no backend), or the backend's error. */
+ * registrations in use), -ENODEV (no backend), -EINVAL (unknown access bits, out NULL), or the
+ * backend's error. */
 int nic_register(const void *p, size_t len, unsigned access, struct nic_region_ref *out);
 void nic_unregister(const struct nic_region_ref *ref);
 
@@ -201,7 +202,8 @@ struct nic_stats {
   uint32_t huge_cached_blocks;
   uint64_t huge_hits, huge_misses, huge_purged;
 };
-/* Fills *out. Safe from any thread; figures from other threads are a moment old. */
+/* Fills *out (NULL: one line on stderr, nothing else). Safe from any thread; figures from other
+ * threads are a moment old. */
 void nic_get_stats(struct nic_stats *out);
 /* Writes the readable report (the one NICMALLOC_STATS=1 prints at exit) to fd. */
 void nic_print_stats(int fd);

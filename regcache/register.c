@@ -19,6 +19,10 @@ _Static_assert(NIC_REG_LOCAL_WRITE == NIC_ACCESS_LOCAL_WRITE &&
 NIC_EXPORT int nic_register(const void *p, size_t len, unsigned access,
                             struct nic_region_ref *out) {
   NIC_INTERNAL_SCOPE();
+  if (!out) {
+    nic_log_error("nic_register(%p): the result pointer is NULL; nothing registered", p);
+    return -EINVAL;
+  }
   if (access & ~(NIC_REG_LOCAL_WRITE | NIC_REG_REMOTE_READ | NIC_REG_REMOTE_WRITE)) return -EINVAL;
   int rc = nic_translate(p, len, out);
   if (rc == -NIC_ERANGE || rc == -NIC_ECROSS) return rc;

@@ -141,6 +141,25 @@ TEST(Register, BadInput) {
   free(p);
 }
 
+TEST(Register, NullResultPointersAreReportedNotWrittenThrough) {
+  char *dp = static_cast<char *>(nic_malloc(4096)), *control = static_cast<char *>(malloc(4096));
+  testing::internal::CaptureStderr();
+  EXPECT_EQ(nic_translate(dp, 64, nullptr), -EINVAL);
+  EXPECT_EQ(nic_translate(control, 64, nullptr), -EINVAL);
+  EXPECT_EQ(nic_register(dp, 64, NIC_REG_LOCAL, nullptr), -EINVAL);
+  EXPECT_EQ(nic_register(control, 64, NIC_REG_REMOTE_READ, nullptr), -EINVAL);
+  nic_get_stats(nullptr);
+  EXPECT_EQ(nic_posix_memalign_site(nullptr, 64, 100, 1), EINVAL);
+  const std::string err = testing::internal::GetCapturedStderr();
+  EXPECT_EQ(std::count(err.begin(), err.end(), '\n'), 6) << err;
+  size_t named = 0;
+  for (size_t at = err.find("NULL"); at != std::string::npos; at = err.find("NULL", at + 1))
+    named++;
+  EXPECT_EQ(named, 6u) << err;
+  free(dp);
+  free(control);
+}
+
 TEST(Register, AReferenceUnregisteredTwiceIsReportedAndReleasesNothing) {
   char *page = static_cast<char *>(aligned_alloc(4096, 4096));
   nic_region_ref first, second;
