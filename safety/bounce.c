@@ -53,6 +53,23 @@ void *nic_bounce_take(void **chain, size_t len, uint32_t *lkey, uint64_t *handle
   return p;
 }
 
+struct nic_bounce_mark nic_bounce_mark(void *chain) {
+  struct slab *s = chain;
+  return (struct nic_bounce_mark){.head = s, .used = s ? s->used : 0};
+}
+
+void nic_bounce_rewind(void **chain, struct nic_bounce_mark mark) {
+  struct slab *s = *chain;
+  while (s && s != mark.head) {
+    struct slab *next = s->next;
+    s->next = NULL;
+    nic_bounce_free(s);
+    s = next;
+  }
+  if (s) s->used = mark.used;
+  *chain = s;
+}
+
 void nic_bounce_free(void *chain) {
   for (struct slab *s = chain, *next; s; s = next) {
     next = s->next;

@@ -14,6 +14,15 @@
  * Sets the registration's lkey and handle. NULL (-errno in *err) when no slab could be made
  * or registered. */
 void *nic_bounce_take(void **chain, size_t len, uint32_t *lkey, uint64_t *handle, int *err);
+/* Where a chain stands, so that an entry that failed after taking room gives it back: the
+ * array is then as it was (nic_sga_add's promise), and retries do not grow it. */
+struct nic_bounce_mark {
+  void *head;
+  size_t used;
+};
+struct nic_bounce_mark nic_bounce_mark(void *chain);
+/* Frees the slabs pushed since mark and gives back the room taken in its newest one. */
+void nic_bounce_rewind(void **chain, struct nic_bounce_mark mark);
 /* Frees every slab of the chain and drops their registrations. */
 void nic_bounce_free(void *chain);
 

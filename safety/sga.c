@@ -162,6 +162,7 @@ NIC_EXPORT int nic_sga_add(struct nic_sga *sga, const void *p, size_t len) {
     return -NIC_EFREED;
   }
   struct nic_sga_entry e;
+  const struct nic_bounce_mark mark = nic_bounce_mark(sga->bounce);
   int rc = resolve(sga, p, len, &e);
   if (rc == 0 && sga->count && contiguous(&sga->entry[sga->count - 1], &e)) {
     sga->entry[sga->count - 1].len += e.len;
@@ -176,6 +177,7 @@ NIC_EXPORT int nic_sga_add(struct nic_sga *sga, const void *p, size_t len) {
     nic_sink_range(p, len); /* a sink for NICMALLOC_PROFILE and the sent-bytes counts */
     return 0;
   }
+  nic_bounce_rewind(&sga->bounce, mark);
   if (rc == -EFAULT)
     nic_log_error("nic_sga_add(%p, %zu): the range is not (entirely) mapped", p, len);
   else if (rc == -E2BIG)

@@ -293,6 +293,21 @@ TEST_F(Sga, ReservedMemoryThatCannotBeReadIsRefused) {
   free(keep);
 }
 
+TEST_F(Sga, AnEntryRefusedAfterItsCopyLeavesTheArrayAsItWas) {
+  ASSERT_EQ(nic_sga_init(&sga, 1), 0);
+  char *big = static_cast<char *>(nic_malloc(100000));
+  char small[100] = "short";
+  ASSERT_EQ(nic_sga_add(&sga, big, 100000), 0);
+  const nic_sga before = sga;
+  testing::internal::CaptureStderr();
+  for (int i = 0; i < 1000; i++) // copied at add, then too big to merge with the entry before
+    ASSERT_EQ(nic_sga_add(&sga, small, sizeof small), -E2BIG);
+  testing::internal::GetCapturedStderr();
+  EXPECT_EQ(memcmp(&before, &sga, sizeof sga), 0) << "bounce " << sga.bounce;
+  nic_sga_reset(&sga);
+  free(big);
+}
+
 TEST_F(Sga, BadInputGetsAnErrorAndAMessage) {
   char *p = static_cast<char *>(nic_malloc(4096));
   testing::internal::CaptureStderr();
