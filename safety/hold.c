@@ -35,8 +35,13 @@ static struct hold **find_locked(const void *p) {
   return link;
 }
 
+/* The dataplane range is reserved whole, but only mapped chunks hold blocks. */
+static bool ours(const void *p) {
+  return nic_in_dp(p) ? nic_chunk_readable(nic_chunk_index(p)) : mi_is_in_heap_region(p);
+}
+
 NIC_EXPORT int nic_hold(const void *p) {
-  if (!p || (!nic_in_dp(p) && !mi_is_in_heap_region(p))) {
+  if (!p || !ours(p)) {
     nic_log_error("nic_hold(%p): not nicmalloc memory; a hold would protect nothing", p);
     return -EINVAL;
   }

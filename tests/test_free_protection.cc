@@ -3,6 +3,7 @@
 // keep received buffers alive. Correctness is judged from the bytes the receiver gets.
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <atomic>
 #include <cstdlib>
 #include <cstring>
@@ -13,10 +14,13 @@
 #include <thread>
 #include <vector>
 
+#include <mimalloc.h> // before chunks.h: its C++ parts cannot sit in extern "C"
+
 #include "nicmalloc.h"
 extern "C" {
 #include "backend.h"
 #include "block.h"
+#include "chunks.h"
 #include "sim_nic.h"
 }
 
@@ -375,7 +379,11 @@ TEST(Holds, BadInput) {
   int on_stack = 0;
   EXPECT_EQ(nic_hold(&on_stack), -EINVAL);
   EXPECT_EQ(nic_hold(nullptr), -EINVAL);
-  testing::internal::GetCapturedStderr();
+  const unsigned unmapped = nic_chunk_slots_used(); // reserved dataplane range, no chunk there
+  ASSERT_FALSE(nic_chunk_readable(unmapped));
+  EXPECT_EQ(nic_hold(static_cast<char *>(nic_chunk_base(unmapped)) + 4096), -EINVAL);
+  err = testing::internal::GetCapturedStderr();
+  EXPECT_EQ(std::count(err.begin(), err.end(), '\n'), 4) << err;
   free(p);
   for (bool dataplane : {true, false}) { // a hold on a freed block would protect nothing
     char *gone = static_cast<char *>(dataplane ? nic_malloc(256) : malloc(256));
