@@ -194,8 +194,10 @@ int nic_chunk_register(unsigned index, struct nic_registration *out) {
     rc = -ENOENT;
   else if (!c->registered && c->reg_retry_at_ms && nic_now_ms() < c->reg_retry_at_ms)
     rc = c->reg_error;
+  /* Local write: nic_register hands this registration out for NIC_REG_LOCAL_WRITE too (receive
+   * buffers), and a verbs MR without it fails every receive into the chunk. */
   else if (!c->registered && (rc = b->reg(b, nic_chunk_base(index), (size_t)1 << nic_dp.shift,
-                                          NIC_ACCESS_LOCAL, &c->reg)) == 0)
+                                          NIC_ACCESS_LOCAL_WRITE, &c->reg)) == 0)
     __atomic_store_n(&c->registered, 1, __ATOMIC_RELEASE);
   else if (rc) {
     c->reg_error = rc;

@@ -19,6 +19,7 @@
 #include "nicmalloc.h"
 extern "C" {
 #include "backend.h"
+#include "sim_dma.h"
 #include "sim_nic.h"
 }
 
@@ -139,6 +140,19 @@ TEST(Register, BadInput) {
   EXPECT_EQ(nic_register(p, 64, 0x80, &r), -EINVAL);
   EXPECT_EQ(nic_register(reinterpret_cast<void *>(0x1000), 8, NIC_REG_LOCAL, &r), -EFAULT);
   free(p);
+}
+
+TEST(Register, TheChunkRegistrationLetsTheNicWriteForReceiveBuffers) {
+  char *rx = static_cast<char *>(nic_malloc(9000));
+  nic_region_ref ref;
+  ASSERT_EQ(nic_register(rx, 9000, NIC_REG_LOCAL_WRITE, &ref), 0);
+  ASSERT_EQ(ref.kind, NIC_REGION_ARENA);
+  auto *sim = static_cast<sim_nic *>(nic_backend_active()->priv);
+  const sim_reg *reg = sim_lookup(sim, ref.lkey);
+  ASSERT_NE(reg, nullptr);
+  EXPECT_EQ(reg->access & NIC_ACCESS_LOCAL_WRITE, static_cast<unsigned>(NIC_ACCESS_LOCAL_WRITE));
+  nic_unregister(&ref);
+  free(rx);
 }
 
 TEST(Register, NullResultPointersAreReportedNotWrittenThrough) {
