@@ -62,7 +62,14 @@ static bool pool_ready_locked(void) {
   return true;
 }
 
+#define REMOTE (NIC_ACCESS_REMOTE_READ | NIC_ACCESS_REMOTE_WRITE)
+
+/* A remote key reaches every page of its region, so a remote request takes only a region of
+ * exactly its own pages: a wider one would let the peer into pages nobody asked it to see. */
 static bool covers(const struct region *r, uintptr_t start, uintptr_t last, unsigned access) {
+  if (access & REMOTE)
+    return r->start == (start & ~(PAGE - 1)) && r->end == (last & ~(PAGE - 1)) + PAGE &&
+           (r->reg.access & access) == access;
   return r->start <= start && last < r->end && (r->reg.access & access) == access;
 }
 
@@ -142,7 +149,8 @@ static int insert_locked(uintptr_t start, uintptr_t end, unsigned access,
   if (end - start > b->caps.max_region_bytes) return -ERANGE;
   /* Else the NIC refuses it, or worse the sim takes it and faults reading it. */
   if (!nic_range_readable((const void *)start, end - start)) return -EFAULT;
-  merge_neighbours_locked(&start, &end, access, b->caps.max_region_bytes);
+  if (!(access & REMOTE)) /* see covers */
+    merge_neighbours_locked(&start, &end, access, b->caps.max_region_bytes);
   if (!make_room_locked(end - start)) return -ENOSPC;
   /* Taken off the free list before the backend runs, which may re-enter (see lock). */
   uint32_t slot = free_head;

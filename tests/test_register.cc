@@ -82,6 +82,27 @@ TEST(Register, RemoteAccessOnArenaMemoryExposesOnlyThePagesAskedFor) {
   free(p);
 }
 
+// Neither a fresh registration (merged with its neighbours) nor a cached one (made for a wider
+// request) may give a remote key that reaches pages the caller did not ask for.
+TEST(Register, ARemoteKeyNeverReachesANeighboursPages) {
+  char *buf = static_cast<char *>(aligned_alloc(4096, 3 * 4096));
+  for (unsigned access : {NIC_REG_REMOTE_READ, NIC_REG_REMOTE_READ | NIC_REG_REMOTE_WRITE}) {
+    nic_region_ref first, second, both, one;
+    ASSERT_EQ(nic_register(buf, 4096, access, &first), 0);
+    ASSERT_EQ(nic_register(buf + 4096, 4096, access, &second), 0);
+    EXPECT_EQ(static_cast<char *>(second.region_base), buf + 4096);
+    EXPECT_EQ(second.region_len, 4096u);
+    ASSERT_EQ(nic_register(buf, 2 * 4096, access, &both), 0);
+    EXPECT_EQ(both.region_len, 2 * 4096u);
+    ASSERT_EQ(nic_register(buf + 4096 + 8, 100, access, &one), 0);
+    EXPECT_EQ(static_cast<char *>(one.region_base), buf + 4096);
+    EXPECT_EQ(one.region_len, 4096u) << "not the two-page region made for the wider request";
+    for (const nic_region_ref *r : {&first, &second, &both, &one})
+      nic_unregister(r);
+  }
+  free(buf);
+}
+
 // A local registration served by a cached region that was made for remote access must not
 // hand out that region's remote key.
 TEST(Register, ALocalRequestNeverSeesAnotherRequestsRemoteKey) {
