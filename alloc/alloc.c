@@ -96,9 +96,23 @@ static void *dataplane_or_policy(size_t size, size_t alignment, bool zero) {
   return control_alloc(size, alignment, zero);
 }
 
+/* mimalloc 2.0.9 refuses larger alignments (ENOMEM, nothing said); glibc serves them. Said once,
+ * so that a program that asks is not left to guess. */
+#define NIC_MAX_ALIGNMENT ((size_t)16 << 20)
+
+static void *refuse_alignment(size_t alignment) {
+  static int warned;
+  if (!__atomic_exchange_n(&warned, 1, __ATOMIC_RELAXED))
+    nic_log_warn("an alignment of %zu bytes is over the largest mimalloc 2.0.9 serves (%zu); "
+                 "returning ENOMEM for it and any such request",
+                 alignment, NIC_MAX_ALIGNMENT);
+  return NULL;
+}
+
 void *nic_alloc_core(size_t size, size_t alignment, bool zero, enum nic_route route) {
-  void *p = wants_dataplane(size, route) ? dataplane_or_policy(size, alignment, zero)
-                                         : control_alloc(size, alignment, zero);
+  void *p = alignment > NIC_MAX_ALIGNMENT  ? refuse_alignment(alignment)
+            : wants_dataplane(size, route) ? dataplane_or_policy(size, alignment, zero)
+                                           : control_alloc(size, alignment, zero);
   if (!p) errno = ENOMEM;
   return p;
 }

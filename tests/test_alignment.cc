@@ -256,4 +256,29 @@ TEST(Alignment, InvalidAlignmentsAreRejected) {
   EXPECT_EQ(p, reinterpret_cast<void *>(1)) << "the out pointer is untouched on error";
 }
 
+// mimalloc 2.0.9 serves alignments up to 16 MiB; past that it returns ENOMEM without a word.
+// nicmalloc says why, once, and still returns ENOMEM (the request is valid, so not EINVAL).
+TEST(Alignment, AlignmentsOverWhatMimallocServesGetEnomemAndOneWarning) {
+  void *p = nullptr;
+  ASSERT_EQ(posix_memalign(&p, size_t(16) << 20, 4096), 0) << "16 MiB is served";
+  EXPECT_EQ(reinterpret_cast<uintptr_t>(p) % (size_t(16) << 20), 0u);
+  free(p);
+  testing::internal::CaptureStderr();
+  p = reinterpret_cast<void *>(1);
+  EXPECT_EQ(posix_memalign(&p, size_t(32) << 20, 4096), ENOMEM);
+  EXPECT_EQ(p, reinterpret_cast<void *>(1));
+  errno = 0;
+  EXPECT_EQ(aligned_alloc(size_t(1) << 30, size_t(1) << 30), nullptr);
+  EXPECT_EQ(errno, ENOMEM);
+  errno = 0;
+  EXPECT_EQ(nic_aligned_alloc(size_t(64) << 20, 4096), nullptr);
+  EXPECT_EQ(errno, ENOMEM);
+  std::string err = testing::internal::GetCapturedStderr();
+  size_t lines = 0;
+  for (size_t at = err.find("over the largest mimalloc"); at != std::string::npos;
+       at = err.find("over the largest mimalloc", at + 1))
+    lines++;
+  EXPECT_EQ(lines, 1u) << err;
+}
+
 } // namespace
