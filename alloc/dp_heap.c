@@ -26,6 +26,17 @@ void *nic_heap_alloc(mi_heap_t *heap, size_t size, size_t alignment, bool zero) 
               : mi_heap_malloc_aligned_at(heap, size, alignment, 0);
 }
 
+/* mimalloc visits the abandoned list on a heap's collect and frees the segments that turned out
+ * empty. A forced collect of the main thread's own (backing) heap would also take every
+ * non-empty abandoned segment into that heap, dataplane segments included, and ordinary malloc
+ * would then hand out chunk memory that no live count knows of: so a heap of its own visits. */
+void nic_collect_abandoned(void) {
+  mi_heap_t *visitor = mi_heap_new();
+  if (!visitor) return;
+  mi_heap_collect(visitor, true);
+  mi_heap_delete(visitor);
+}
+
 static int chunk_state(unsigned index) {
   return __atomic_load_n(&nic_chunk_at(index)->state, __ATOMIC_ACQUIRE);
 }

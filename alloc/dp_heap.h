@@ -45,6 +45,10 @@ static inline bool nic_dp_epoch_seen(const struct nic_thread *t) {
 /* A chunk changed state: hand back pages in draining chunks and move off chunks that are not
  * live. Call inside nic_dp_enter/leave. */
 void nic_dp_refresh(struct nic_thread *t);
+/* Frees the empty segments exited threads left on mimalloc's abandoned list (there they keep
+ * their chunk from being released) without ever reclaiming a non-empty one into an ordinary
+ * heap. Use it instead of mi_collect(true), which does that on the main thread. */
+void nic_collect_abandoned(void);
 /* Held by exiting threads around dataplane allocation and by the reaper around a release. */
 void nic_dp_late_lock(void);
 void nic_dp_late_unlock(void);

@@ -106,7 +106,10 @@ NIC_EXPORT int malloc_trim(size_t pad) {
   struct nic_stats before, after;
   nic_get_stats(&before);
   nic_collect();
-  mi_collect(true);
+  /* Not mi_collect(true): on the main thread it would take dataplane segments that exited
+   * threads abandoned into the ordinary heap (see nic_collect_abandoned). */
+  mi_heap_collect(mi_heap_get_default(), false);
+  nic_collect_abandoned();
   nic_get_stats(&after);
   return after.huge_purged > before.huge_purged || after.chunks_released > before.chunks_released ||
          after.control_resident < before.control_resident;

@@ -4,7 +4,8 @@
  *     window, see dp_heap.h);
  *  2. mimalloc holds no segment in it: owner threads collect their heaps for draining chunks on
  *     their next dataplane call, and segments abandoned by exited threads are freed when another
- *     heap visits them. The probe is mimalloc's segment map, one lookup per 32 MiB;
+ *     heap visits them, which the reaper makes happen while a draining chunk still has segments
+ *     (nic_collect_abandoned). The probe is mimalloc's segment map, one lookup per 32 MiB;
  *  3. after membarrier(2), every thread has been seen outside dataplane code, so no call that
  *     began before the chunk stopped being live is still running in it; and the live blocks and
  *     segment probe still say empty.
@@ -65,8 +66,10 @@ static bool is_mapped(int state) {
 /* Moves LIVE chunks that stayed empty to DRAINING and back; returns the draining chunks that
  * look releasable as a bit mask. The lowest NICMALLOC_KEEP_CHUNKS mapped chunks never drain, so
  * a bursty program does not map and pin a chunk for every burst. */
-static uint64_t advance_states(const int64_t *live, uint64_t now, unsigned delay_ms) {
+static uint64_t advance_states(const int64_t *live, uint64_t now, unsigned delay_ms,
+                               bool *segments_left) {
   uint64_t candidates = 0;
+  *segments_left = false;
   unsigned keep = nic_config()->keep_chunks, kept = 0;
   nic_chunks_lock();
   unsigned slots = nic_chunk_slots_used();
@@ -84,6 +87,8 @@ static uint64_t advance_states(const int64_t *live, uint64_t now, unsigned delay
         nic_chunk_set_state(i, NIC_CHUNK_DRAINING);
     } else if (!has_segments(i)) {
       candidates |= 1ull << i;
+    } else {
+      *segments_left = true;
     }
   }
   nic_chunks_unlock();
@@ -95,7 +100,18 @@ void nic_reaper_pass(void) {
   pthread_mutex_lock(&pass_lock);
   int64_t live[NIC_CHUNK_SLOTS];
   nic_thread_sum(live);
-  uint64_t candidates = advance_states(live, nic_now_ms(), nic_config()->release_delay_ms);
+  const uint64_t now = nic_now_ms();
+  bool segments_left;
+  uint64_t candidates = advance_states(live, now, nic_config()->release_delay_ms, &segments_left);
+  /* Empty segments abandoned by threads that exited are freed only when a heap visits them;
+   * a program whose dataplane threads are gone may never make one. At most once a second: a
+   * thread that keeps its segments and never comes back would otherwise pay it every pass. */
+  static uint64_t visited_ms;
+  if (segments_left && (!visited_ms || now - visited_ms >= 1000)) {
+    visited_ms = now;
+    nic_collect_abandoned();
+    candidates = advance_states(live, now, nic_config()->release_delay_ms, &segments_left);
+  }
   if (candidates && process_barrier()) {
     nic_dp_late_lock();
     nic_threads_wait_not_busy();
