@@ -6,6 +6,7 @@
 
 #include "block.h"
 #include "config.h"
+#include "nocancel.h"
 #include "reaper.h"
 #include "thread.h"
 
@@ -28,11 +29,11 @@ struct slot {
 bool nic_huge_classes;
 
 static bool strict_overcommit(void) {
-  const int fd = open("/proc/sys/vm/overcommit_memory", O_RDONLY | O_CLOEXEC);
+  const int fd = nic_open_nocancel("/proc/sys/vm/overcommit_memory", O_RDONLY | O_CLOEXEC);
   if (fd < 0) return false;
   char mode = 0;
-  const ssize_t n = read(fd, &mode, 1);
-  close(fd);
+  const ssize_t n = nic_read_nocancel(fd, &mode, 1);
+  nic_close_nocancel(fd);
   return n == 1 && mode == '2';
 }
 

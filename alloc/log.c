@@ -1,6 +1,7 @@
 #include "log.h"
 
 #include "config.h"
+#include "nocancel.h"
 
 #include <stdio.h>
 #include <stdlib.h>
@@ -21,7 +22,7 @@ static size_t format_line(char *buf, size_t cap, const char *prefix, const char 
 static void write_all(int fd, const char *buf, size_t len) {
   if (fd < 0) return;
   while (len > 0) {
-    ssize_t w = write(fd, buf, len);
+    ssize_t w = nic_write_nocancel(fd, buf, len);
     if (w <= 0) return;
     buf += w;
     len -= (size_t)w;

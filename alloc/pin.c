@@ -3,6 +3,7 @@
 
 #include "log.h"
 #include "memcg.h"
+#include "nocancel.h"
 #include "smaps.h"
 
 #include <errno.h>
@@ -27,11 +28,11 @@ int nic_reserve_fixed(void *addr, size_t len) {
 
 /* Reads one small sysfs/procfs number without stdio (no malloc). */
 static long read_long_file(const char *path) {
-  int fd = open(path, O_RDONLY | O_CLOEXEC);
+  int fd = nic_open_nocancel(path, O_RDONLY | O_CLOEXEC);
   if (fd < 0) return -1;
   char buf[32];
-  ssize_t n = read(fd, buf, sizeof buf - 1);
-  close(fd);
+  ssize_t n = nic_read_nocancel(fd, buf, sizeof buf - 1);
+  nic_close_nocancel(fd);
   if (n <= 0) return -1;
   buf[n] = '\0';
   return strtol(buf, NULL, 10);
@@ -84,11 +85,11 @@ static size_t anon_huge_kb(void *addr, size_t len) {
 }
 
 static bool thp_possible(void) {
-  int fd = open("/sys/kernel/mm/transparent_hugepage/enabled", O_RDONLY | O_CLOEXEC);
+  int fd = nic_open_nocancel("/sys/kernel/mm/transparent_hugepage/enabled", O_RDONLY | O_CLOEXEC);
   if (fd < 0) return false;
   char buf[128];
-  ssize_t n = read(fd, buf, sizeof buf - 1);
-  close(fd);
+  ssize_t n = nic_read_nocancel(fd, buf, sizeof buf - 1);
+  nic_close_nocancel(fd);
   if (n <= 0) return false;
   buf[n] = '\0';
   return strstr(buf, "[never]") == NULL;

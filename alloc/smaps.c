@@ -1,5 +1,7 @@
 #include "smaps.h"
 
+#include "nocancel.h"
+
 #include <fcntl.h>
 #include <stdlib.h>
 #include <string.h>
@@ -38,13 +40,13 @@ static void parse_line(struct walk *w, char *line) {
 
 bool nic_smaps_walk(uintptr_t lo, uintptr_t hi,
                     bool (*fn)(const struct nic_smaps_entry *e, void *arg), void *arg) {
-  int fd = open("/proc/self/smaps", O_RDONLY | O_CLOEXEC);
+  int fd = nic_open_nocancel("/proc/self/smaps", O_RDONLY | O_CLOEXEC);
   if (fd < 0) return false;
   struct walk w = {.lo = lo, .hi = hi, .fn = fn, .arg = arg};
   char buf[4096], line[256];
   size_t line_len = 0;
   ssize_t n;
-  while (!w.stop && (n = read(fd, buf, sizeof buf)) > 0) {
+  while (!w.stop && (n = nic_read_nocancel(fd, buf, sizeof buf)) > 0) {
     for (ssize_t i = 0; i < n && !w.stop; i++) {
       if (buf[i] != '\n') {
         if (line_len < sizeof line - 1) line[line_len++] = buf[i];
@@ -56,6 +58,6 @@ bool nic_smaps_walk(uintptr_t lo, uintptr_t hi,
     }
   }
   if (!w.stop) finish(&w);
-  close(fd);
+  nic_close_nocancel(fd);
   return true;
 }

@@ -1,0 +1,66 @@
+/* thread_edges_probe: threads that meet the allocator at awkward moments (cancelled inside it,
+ * ...). Each scenario prints key=value lines; alarm() turns a deadlock into SIGALRM. */
+#define _GNU_SOURCE
+#include "nicmalloc.h"
+
+#include <pthread.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+#define MIB ((size_t)1 << 20)
+
+static void *noop(void *arg) {
+  pthread_testcancel();
+  return arg;
+}
+
+/* Fills blocks dataplane blocks of one MiB: more than a 32 MiB chunk holds, so new chunks are
+ * mapped on the way, then frees them. */
+static size_t dp_churn(void **blocks, size_t n) {
+  size_t got = 0;
+  for (size_t i = 0; i < n; i++)
+    if ((blocks[i] = nic_malloc(MIB)) != NULL) got++;
+  for (size_t i = 0; i < n; i++)
+    free(blocks[i]);
+  return got;
+}
+
+/* With a cancel already pending, the first cancellation point the thread reaches acts on it:
+ * none may be inside the allocator, where the thread would die holding a lock. */
+static void *cancelled_allocator(void *arg) {
+  pthread_cancel(pthread_self());
+  void *blocks[48];
+  *(size_t *)arg = dp_churn(blocks, 48);
+  pthread_testcancel();
+  return NULL;
+}
+
+static int cancel_pending(void) {
+  /* The first pthread_cancel loads libgcc_s (and allocates): done here, before the one that
+   * matters, so the victim's own allocations are what meets the pending cancel. */
+  pthread_t t;
+  pthread_create(&t, NULL, noop, NULL);
+  pthread_cancel(t);
+  pthread_join(t, NULL);
+  size_t victim_got = 0;
+  void *r;
+  pthread_create(&t, NULL, cancelled_allocator, &victim_got);
+  pthread_join(t, &r);
+  printf("victim_cancelled=%d\nvictim_blocks=%zu\n", r == PTHREAD_CANCELED, victim_got);
+  fflush(stdout);
+  void *blocks[96];
+  printf("main_blocks=%zu\n", dp_churn(blocks, 96));
+  struct nic_stats s;
+  nic_get_stats(&s);
+  printf("chunks_created=%llu\n", (unsigned long long)s.chunks_created);
+  return 0;
+}
+
+int main(int argc, char **argv) {
+  alarm(30);
+  if (argc >= 2 && !strcmp(argv[1], "cancel-pending")) return cancel_pending();
+  fprintf(stderr, "usage: thread_edges_probe cancel-pending\n");
+  return 2;
+}
