@@ -122,12 +122,26 @@ void nic_thread_account_exited(unsigned chunk, int64_t delta) {
   __atomic_add_fetch(&exited_dp_live[chunk], delta, __ATOMIC_RELAXED);
 }
 
+/* Each thread need only be seen idle once. The list lock is not held while waiting: a busy
+ * thread may be waiting for the growth lock, whose holder (fork's prepare handler, which takes
+ * every lock) waits for the list lock, and the three would wait for each other forever. */
 void nic_threads_wait_not_busy(void) {
-  pthread_mutex_lock(&threads_lock);
-  for (struct nic_thread *t = threads; t; t = t->next)
-    while (__atomic_load_n(&t->dp_busy, __ATOMIC_ACQUIRE))
-      sched_yield();
-  pthread_mutex_unlock(&threads_lock);
+  static unsigned pass;      /* one caller at a time: the reaper's pass lock */
+  if (++pass == 0) pass = 1; /* a new thread's 0 never counts as seen */
+  for (;;) {
+    bool waiting = false;
+    pthread_mutex_lock(&threads_lock);
+    for (struct nic_thread *t = threads; t; t = t->next) {
+      if (t->idle_pass == pass) continue;
+      if (__atomic_load_n(&t->dp_busy, __ATOMIC_ACQUIRE))
+        waiting = true;
+      else
+        t->idle_pass = pass;
+    }
+    pthread_mutex_unlock(&threads_lock);
+    if (!waiting) return;
+    sched_yield();
+  }
 }
 
 void nic_threads_lock(void) {

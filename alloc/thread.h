@@ -32,6 +32,7 @@ struct nic_thread {
   /* Nonzero while this thread is inside mimalloc on dataplane memory; the reaper waits for it
    * to be seen at zero before it releases a chunk (see reaper.c). A count, as calls nest. */
   int dp_busy;
+  unsigned idle_pass;  /* the reaper's wait that last saw dp_busy at zero; under the list lock */
   unsigned seen_epoch; /* nic_chunk_epoch when this thread last looked at the chunk states */
   /* This thread's heap in each chunk's arena, and a last entry that is always NULL: the heap
    * the parked cursor finds, which sends the inline path to the slow one. */

@@ -6,8 +6,11 @@
 
 namespace {
 
-ProbeResult run_edges(const std::vector<std::string> &args) {
-  return run_program(NIC_EDGES_PROBE_PATH, {"NICMALLOC_CHUNK_SIZE=32M"}, args);
+ProbeResult run_edges(const std::vector<std::string> &args,
+                      const std::vector<std::string> &env = {}) {
+  std::vector<std::string> all = env;
+  all.push_back("NICMALLOC_CHUNK_SIZE=32M");
+  return run_program(NIC_EDGES_PROBE_PATH, all, args);
 }
 
 // A thread cancelled while it maps a chunk must not take the chunk lock with it: glibc's open,
@@ -19,6 +22,18 @@ TEST(ThreadEdges, PendingCancelInsideMallocLeavesNoLockHeld) {
   EXPECT_EQ(r.num("victim_blocks"), 48);
   EXPECT_EQ(r.num("main_blocks"), 96);
   EXPECT_GE(r.num("chunks_created"), 3);
+}
+
+// The reaper waited for busy threads holding the thread-list lock. A busy thread waiting for the
+// growth lock, held by fork's prepare handler waiting for the list lock, hung all three: within
+// the first hundred forks here.
+TEST(ThreadEdges, ForkWhileTheReaperReleasesChunks) {
+  ProbeResult r = run_edges({"fork-while-reaping", "200"},
+                            {"NICMALLOC_RELEASE_DELAY_MS=20", "NICMALLOC_KEEP_CHUNKS=0"});
+  ASSERT_EQ(r.exit_code, 0) << r.out << r.err;
+  EXPECT_EQ(r.num("forks"), 200);
+  EXPECT_EQ(r.num("bad_children"), 0);
+  EXPECT_GT(r.num("chunks_released"), 0) << "the reaper never released a chunk: nothing tested";
 }
 
 } // namespace

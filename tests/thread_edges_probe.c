@@ -1,5 +1,6 @@
 /* thread_edges_probe: threads that meet the allocator at awkward moments (cancelled inside it,
- * ...). Each scenario prints key=value lines; alarm() turns a deadlock into SIGALRM. */
+ * forking while the reaper releases chunks). Each scenario prints key=value lines; alarm() turns a
+ * deadlock into SIGALRM. */
 #define _GNU_SOURCE
 #include "nicmalloc.h"
 
@@ -7,6 +8,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/wait.h>
 #include <unistd.h>
 
 #define MIB ((size_t)1 << 20)
@@ -58,9 +60,42 @@ static int cancel_pending(void) {
   return 0;
 }
 
+static volatile int churn_stop;
+
+static void *churn(void *arg) {
+  void *blocks[40];
+  while (!churn_stop)
+    dp_churn(blocks, 40);
+  return arg;
+}
+
+/* Two threads map chunks and empty them, so the reaper keeps waiting for busy threads while it
+ * releases them; the main thread forks meanwhile, and fork's prepare handler takes every lock. */
+static int fork_while_reaping(int forks) {
+  pthread_t t[2];
+  for (int i = 0; i < 2; i++)
+    pthread_create(&t[i], NULL, churn, NULL);
+  int bad = 0;
+  for (int k = 0; k < forks; k++) {
+    pid_t c = fork();
+    if (c == 0) _exit(0);
+    int st;
+    if (c < 0 || waitpid(c, &st, 0) != c || st != 0) bad++;
+  }
+  churn_stop = 1;
+  for (int i = 0; i < 2; i++)
+    pthread_join(t[i], NULL);
+  struct nic_stats s;
+  nic_get_stats(&s);
+  printf("forks=%d\nbad_children=%d\nchunks_released=%llu\n", forks, bad,
+         (unsigned long long)s.chunks_released);
+  return 0;
+}
+
 int main(int argc, char **argv) {
   alarm(30);
   if (argc >= 2 && !strcmp(argv[1], "cancel-pending")) return cancel_pending();
-  fprintf(stderr, "usage: thread_edges_probe cancel-pending\n");
+  if (argc >= 3 && !strcmp(argv[1], "fork-while-reaping")) return fork_while_reaping(atoi(argv[2]));
+  fprintf(stderr, "usage: thread_edges_probe cancel-pending | fork-while-reaping FORKS\n");
   return 2;
 }
