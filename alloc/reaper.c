@@ -24,6 +24,7 @@
 #include "config.h"
 #include "dp_heap.h"
 #include "huge_cache.h"
+#include "last_thread.h"
 #include "log.h"
 #include "thread.h"
 
@@ -31,6 +32,7 @@
 #include <mimalloc.h>
 #include <pthread.h>
 #include <signal.h>
+#include <stdlib.h>
 #include <sys/syscall.h>
 #include <time.h>
 #include <unistd.h>
@@ -138,6 +140,8 @@ static void *reaper_main(void *arg) {
   for (;;) {
     nanosleep(&ts, NULL);
     nic_reaper_pass();
+    /* Alone: only when no other nicmalloc thread runs (they start on nic_* API use). */
+    if (nic_only_background_left(1)) exit(0);
   }
   return NULL;
 }

@@ -36,4 +36,12 @@ TEST(ThreadEdges, ForkWhileTheReaperReleasesChunks) {
   EXPECT_GT(r.num("chunks_released"), 0) << "the reaper never released a chunk: nothing tested";
 }
 
+// main() ends with pthread_exit: glibc ends the process with exit(0) when the last thread ends,
+// but the reaper never ended, so the process never did (killed here by the probe's alarm).
+TEST(ThreadEdges, ProcessEndsWithItsLastThreadAfterMainPthreadExit) {
+  ProbeResult r = run_edges({"main-pthread-exit"}, {"NICMALLOC_RELEASE_DELAY_MS=20"});
+  EXPECT_EQ(r.exit_code, 0) << r.out << r.err;
+  EXPECT_EQ(r.num("worker_blocks"), 40);
+}
+
 } // namespace

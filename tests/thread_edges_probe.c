@@ -1,10 +1,11 @@
 /* thread_edges_probe: threads that meet the allocator at awkward moments (cancelled inside it,
- * forking while the reaper releases chunks). Each scenario prints key=value lines; alarm() turns a
- * deadlock into SIGALRM. */
+ * forking while the reaper releases chunks, outliving a main thread that called pthread_exit). Each
+ * scenario prints key=value lines; alarm() turns a deadlock into SIGALRM. */
 #define _GNU_SOURCE
 #include "nicmalloc.h"
 
 #include <pthread.h>
+#include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -92,10 +93,37 @@ static int fork_while_reaping(int forks) {
   return 0;
 }
 
+static void *last_worker(void *arg) {
+  void *blocks[40];
+  printf("worker_blocks=%zu\n", dp_churn(blocks, 40)); /* starts the reaper */
+  fflush(stdout);
+  return arg;
+}
+
+/* The process must end with its last thread, as glibc ends it, though the reaper lives on. */
+static int main_pthread_exit(void) {
+  /* alarm() cannot end it: the reaper, all that would be left, blocks every signal. A watchdog
+   * process kills it instead, and leaves as soon as the probe is gone. */
+  pid_t probe = getpid();
+  if (fork() == 0) {
+    for (int fd = 0; fd < 1024; fd++)
+      close(fd);
+    for (int i = 0; i < 3000 && getppid() == probe; i++)
+      usleep(10000);
+    if (getppid() == probe) kill(probe, SIGKILL);
+    _exit(0);
+  }
+  pthread_t t;
+  pthread_create(&t, NULL, last_worker, NULL);
+  pthread_exit(NULL);
+}
+
 int main(int argc, char **argv) {
   alarm(30);
   if (argc >= 2 && !strcmp(argv[1], "cancel-pending")) return cancel_pending();
   if (argc >= 3 && !strcmp(argv[1], "fork-while-reaping")) return fork_while_reaping(atoi(argv[2]));
-  fprintf(stderr, "usage: thread_edges_probe cancel-pending | fork-while-reaping FORKS\n");
+  if (argc >= 2 && !strcmp(argv[1], "main-pthread-exit")) return main_pthread_exit();
+  fprintf(stderr, "usage: thread_edges_probe cancel-pending | fork-while-reaping FORKS | "
+                  "main-pthread-exit\n");
   return 2;
 }

@@ -1,0 +1,11 @@
+/* Whether nicmalloc's background threads are all that is left of the program. */
+#ifndef NIC_LAST_THREAD_H
+#define NIC_LAST_THREAD_H
+
+#include <stdbool.h>
+
+/* True when the main thread has exited (pthread_exit) and the process has exactly own_threads
+ * other threads: the caller's own. Reads two small /proc files. */
+bool nic_only_background_left(unsigned own_threads);
+
+#endif
