@@ -5,6 +5,8 @@
 #define _GNU_SOURCE
 #include "memcg.h"
 
+#include "nocancel.h"
+
 #include <fcntl.h>
 #include <stdbool.h>
 #include <stdint.h>
@@ -14,10 +16,10 @@
 #include <unistd.h>
 
 static ssize_t read_file(const char *path, char *buf, size_t size) {
-  int fd = open(path, O_RDONLY | O_CLOEXEC);
+  int fd = nic_open_nocancel(path, O_RDONLY | O_CLOEXEC); /* malloc is no cancellation point */
   if (fd < 0) return -1;
-  ssize_t n = read(fd, buf, size - 1);
-  close(fd);
+  ssize_t n = nic_read_nocancel(fd, buf, size - 1);
+  nic_close_nocancel(fd);
   if (n < 0) return -1;
   buf[n] = '\0';
   return n;
@@ -33,7 +35,7 @@ static size_t read_bytes(const char *dir, const char *name) {
 
 /* Page cache the kernel reclaims before it kills: the file LRU lists of memory.stat. */
 static size_t reclaimable(const char *dir, bool v1) {
-  char path[512], buf[8192];
+  char path[512], buf[4096]; /* the file LRU lines come well within it */
   if ((size_t)snprintf(path, sizeof path, "%s/memory.stat", dir) >= sizeof path) return 0;
   if (read_file(path, buf, sizeof buf) <= 0) return 0;
   const char *keys[2] = {v1 ? "total_active_file " : "active_file ",
@@ -77,7 +79,7 @@ static size_t room_up_from(const char *mount, const char *cgroup_path, bool v1) 
 }
 
 size_t nic_memcg_headroom(void) {
-  char buf[4096];
+  char buf[2048];
   if (read_file("/proc/self/cgroup", buf, sizeof buf) <= 0) return SIZE_MAX;
   size_t room = SIZE_MAX;
   for (char *line = buf, *next; line && *line; line = next) {
