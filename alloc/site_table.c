@@ -8,12 +8,14 @@
 
 #include "log.h"
 #include "nicmalloc.h"
+#include "nocancel.h"
 
 #include <fcntl.h>
 #include <stdbool.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/stat.h>
 #include <unistd.h>
 
 #define TOKENS_MAX 64
@@ -148,22 +150,26 @@ static void feed(struct scan *sc, char c) {
   }
 }
 
+/* Read at start-up, inside the first malloc: O_NONBLOCK and a regular file only, since a FIFO
+ * would hold every process that names it until someone wrote to it. */
 static void read_table(struct scan *sc, const char *path) {
-  int fd = open(path, O_RDONLY | O_CLOEXEC);
-  if (fd < 0) {
-    nic_log_warn("NICMALLOC_SITE_TABLE=%s cannot be read; sites named in NICMALLOC_SITES_OFF by "
-                 "file:line or function stay on",
+  int fd = nic_open_nocancel(path, O_RDONLY | O_CLOEXEC | O_NONBLOCK);
+  struct stat st;
+  if (fd < 0 || fstat(fd, &st) || !S_ISREG(st.st_mode)) {
+    if (fd >= 0) nic_close_nocancel(fd);
+    nic_log_warn("NICMALLOC_SITE_TABLE=%s cannot be read (not a readable regular file); sites "
+                 "named in NICMALLOC_SITES_OFF by file:line or function stay on",
                  path);
     return;
   }
   char buf[4096];
   ssize_t n;
-  while ((n = read(fd, buf, sizeof buf)) > 0)
+  while ((n = nic_read_nocancel(fd, buf, sizeof buf)) > 0)
     for (ssize_t i = 0; i < n; i++) {
       if (buf[i] == '\n') sc->depth = 0; /* each line is one module */
       feed(sc, buf[i]);
     }
-  close(fd);
+  nic_close_nocancel(fd);
 }
 
 void nic_site_table_apply(void) {

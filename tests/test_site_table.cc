@@ -1,6 +1,7 @@
 // Switching allocation sites off without recompiling: by id, or by file:line or function name
 // through the LLVM pass's site table (JSON lines), in a child process with its own environment.
 #include <gtest/gtest.h>
+#include <sys/stat.h>
 #include <unistd.h>
 
 #include <cstdio>
@@ -60,6 +61,20 @@ TEST(SiteTable, NamesWithoutATableOrMatchingNothingAreReported) {
   auto missing = run_probe({"NICMALLOC_SITE_TABLE=/nonexistent.jsonl", "NICMALLOC_SITES_OFF=reply"},
                            {"sites", "100"});
   EXPECT_EQ(count_lines(missing.err, "cannot be read"), 1) << missing.err;
+}
+
+// The table is read inside the first malloc of every process that names it: a FIFO there must
+// not hold start-up until someone writes to it.
+TEST(SiteTable, AFifoAsTheTableIsRefusedWithoutWaiting) {
+  const std::string fifo = "/tmp/nic-sites-fifo-" + std::to_string(getpid());
+  ASSERT_EQ(mkfifo(fifo.c_str(), 0600), 0);
+  auto r = run_probe({"NICMALLOC_SITE_TABLE=" + fifo, "NICMALLOC_SITES_OFF=reply,555"},
+                     {"sites", "555", "100"});
+  unlink(fifo.c_str());
+  ASSERT_EQ(r.exit_code, 0) << r.err;
+  EXPECT_EQ(r.num("site_555"), 0) << "ids still switch off";
+  EXPECT_EQ(r.num("site_100"), 1);
+  EXPECT_EQ(count_lines(r.err, "not a readable regular file"), 1) << r.err;
 }
 
 } // namespace
