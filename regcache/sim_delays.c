@@ -3,9 +3,12 @@
 
 #include <ctype.h>
 #include <errno.h>
+#include <fcntl.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/stat.h>
+#include <unistd.h>
 
 #define MAX_DELAY_US 1e7 /* 10 s: anything longer is a typo, not a NIC */
 
@@ -58,8 +61,16 @@ static int parse_line(char *text, uint64_t *ns) {
 
 int nic_sim_delays_load(struct nic_sim_delays *d, const char *path, uint64_t seed, unsigned *line) {
   *line = 0;
-  FILE *f = fopen(path, "re");
-  if (!f) return -errno;
+  /* A regular file only: a FIFO would hold the backend's start until someone wrote to it, and a
+   * device such as /dev/zero would never end its first line. */
+  int fd = open(path, O_RDONLY | O_CLOEXEC | O_NONBLOCK);
+  if (fd < 0) return -errno;
+  struct stat st;
+  FILE *f = fstat(fd, &st) == 0 && S_ISREG(st.st_mode) ? fdopen(fd, "re") : NULL;
+  if (!f) {
+    close(fd);
+    return -ESPIPE;
+  }
   uint64_t *table = NULL;
   size_t n = 0, cap = 0, buflen = 0;
   char *buf = NULL;

@@ -27,7 +27,8 @@ void nic_sim_delays_builtin(struct nic_sim_delays *d, uint64_t seed);
 void nic_sim_delays_fixed(struct nic_sim_delays *d, uint64_t ns);
 /* A file with one delay per line in microseconds (decimals allowed, 0 to 10 s); '#' starts a
  * comment; blank lines are skipped. Returns 0, or -errno (-EINVAL for bad content, with *line
- * set to the offending line number, else 0). On failure *d is untouched. */
+ * set to the offending line number, else 0; -ESPIPE for anything but a regular file). On failure
+ * *d is untouched. */
 int nic_sim_delays_load(struct nic_sim_delays *d, const char *path, uint64_t seed, unsigned *line);
 /* The next delay in nanoseconds. */
 uint64_t nic_sim_delays_next(struct nic_sim_delays *d);

@@ -220,6 +220,9 @@ static void load_delays(struct sim_nic *s, const struct nic_sim_config *c) {
   else if (rc == -EINVAL)
     nic_log_warn("NICMALLOC_SIM_DELAYS=%s holds no delays; using the built-in delays",
                  c->delays_path);
+  else if (rc == -ESPIPE)
+    nic_log_warn("NICMALLOC_SIM_DELAYS=%s is not a regular file; using the built-in delays",
+                 c->delays_path);
   else if (rc)
     nic_log_warn("NICMALLOC_SIM_DELAYS=%s cannot be read (%s); using the built-in delays",
                  c->delays_path, strerror(-rc));

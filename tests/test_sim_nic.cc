@@ -3,6 +3,7 @@
 // No assertion depends on wall time: ordering is forced with the engine's pause hook and judged
 // from the bytes the receiver got. Waits only have a generous hang guard.
 #include <gtest/gtest.h>
+#include <sys/stat.h>
 
 #include <algorithm>
 #include <atomic>
@@ -482,6 +483,20 @@ TEST_F(SimNic, BadDelayFilesWarnAndFallBackToTheBuiltInTable) {
   std::string err = testing::internal::GetCapturedStderr();
   EXPECT_NE(err.find("cannot be read"), std::string::npos) << err;
   EXPECT_TRUE(stats().delay_table_builtin);
+}
+
+// Neither a FIFO (it would hold the backend's start until someone wrote to it) nor a device
+// that never ends a line is read.
+TEST(SimDelays, OnlyARegularFileIsRead) {
+  const std::string fifo = "/tmp/nic-delays-fifo-" + std::to_string(getpid());
+  ASSERT_EQ(mkfifo(fifo.c_str(), 0600), 0);
+  nic_sim_delays d{};
+  unsigned line = 1;
+  EXPECT_EQ(nic_sim_delays_load(&d, fifo.c_str(), 1, &line), -ESPIPE);
+  unlink(fifo.c_str());
+  EXPECT_EQ(nic_sim_delays_load(&d, "/dev/zero", 1, &line), -ESPIPE);
+  EXPECT_EQ(line, 0u);
+  EXPECT_EQ(d.ns, nullptr) << "untouched";
 }
 
 TEST(SimDelays, SeedReplaysTheSequenceAndFixedIsFixed) {
