@@ -9,11 +9,13 @@
  *   # sample_bytes S sent_dataplane D sent_other O dropped_samples N
  *   # run ID
  *   site SENT EST_SENT SAMPLED EST_ALLOCS EST_BYTES EST_SENT_BLOCKS MODULE+0xOFFSET ...
- * SENT: bytes sent (interposed send calls) from this site's sampled blocks while they were not
- * dataplane; EST_BYTES: bytes allocated; EST_SENT_BLOCKS: bytes of the blocks that reached a
- * sink at least once (what routing the site needs; see profile_sites.c's budget); EST_*: scaled
- * by sampling; MODULE+0xOFFSET: return addresses, innermost first, as offsets from the module's
- * load address (ASLR-independent; a space or '%' in a module's path is written %20 / %25). */
+ * SENT: bytes sent (interposed send calls) from this site's sampled blocks that were not
+ * dataplane, or were made dataplane by NICMALLOC_SITES in this run (so that a profile written by
+ * a routed run keeps its routed sites); EST_BYTES: bytes allocated; EST_SENT_BLOCKS: bytes of the
+ * blocks that reached a sink at least once (what routing the site needs; see profile_sites.c's
+ * budget); EST_*: scaled by sampling; MODULE+0xOFFSET: return addresses, innermost first, as
+ * offsets from the module's load address (ASLR-independent; a space or '%' in a module's path is
+ * written %20 / %25). */
 #define _GNU_SOURCE
 #include "profile.h"
 
@@ -68,8 +70,8 @@ static int64_t next_interval(double mean) {
   return (int64_t)(-log(u) * mean) + 1;
 }
 
-/* True when p was sampled. */
-static bool sample(void *p, size_t size) {
+/* True when p was sampled. routed: NICMALLOC_SITES made p dataplane in this run. */
+static bool sample(void *p, size_t size, bool routed) {
   if (!rng) { /* a thread's first allocation starts its countdown */
     until_sample = next_interval(sample_mean);
     return false;
@@ -77,7 +79,9 @@ static bool sample(void *p, size_t size) {
   until_sample -= (int64_t)size;
   if (until_sample > 0) return false;
   until_sample = next_interval(sample_mean);
-  if (nic_in_dp(p)) return false; /* sinks count only memory that is not dataplane */
+  /* Dataplane blocks need no profile, except routed ones: a run with NICMALLOC_SITES and
+   * NICMALLOC_PROFILE on one file would otherwise write a profile without its routed sites. */
+  if (!routed && nic_in_dp(p)) return false;
   busy = true;
   uintptr_t frames[NIC_PROF_FRAMES];
   unsigned n = nic_prof_capture(frames);
@@ -105,13 +109,15 @@ static void record(void *p, size_t size) {
 void *nic_profile_alloc(size_t size, size_t alignment, bool zero, enum nic_route route) {
   int flags = __atomic_load_n(&nic_profile_flags, __ATOMIC_RELAXED);
   if (busy) return nic_alloc_core(size, alignment, zero, route);
+  bool routed = false;
   if ((flags & NIC_PROF_ROUTE) && route == NIC_ROUTE_AUTO) {
     busy = true;
     route = nic_sites_route(size);
+    routed = route == NIC_ROUTE_DATAPLANE;
     busy = false;
   }
   void *p = nic_alloc_core(size, alignment, zero, route);
-  bool sampled = p && (flags & NIC_PROF_SAMPLE) && sample(p, size);
+  bool sampled = p && (flags & NIC_PROF_SAMPLE) && sample(p, size, routed);
   if (p && !sampled && (flags & NIC_PROF_FENCE)) record(p, size);
   return p;
 }

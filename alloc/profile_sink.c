@@ -1,8 +1,9 @@
 /* Sinks: the calls that hand bytes to the network. Exported, like regcache/interpose.c's mmap
  * family, so that a preloaded (or linked) nicmalloc sees them in unmodified programs. Every
  * mode counts the bytes actually sent (the return value, walked over the iovecs in order) from
- * dataplane memory and from elsewhere (struct nic_stats sent_*); while profiling, bytes from
- * elsewhere are credited to the site of the sampled block they lie in.
+ * dataplane memory and from elsewhere (struct nic_stats sent_*); while profiling, bytes are
+ * credited to the site of the sampled block they lie in (blocks that are dataplane only because
+ * NICMALLOC_SITES routed them are sampled too, see profile.c).
  * Each call forwards to the C library's own function, found once with dlsym(RTLD_NEXT) from the
  * constructor, so cancellation points and errno stay as the program expects; before that (other
  * libraries' constructors) it makes the system call itself.
@@ -45,11 +46,8 @@ void nic_sink_init(void) {
 
 void nic_sink_range(const void *p, size_t len) {
   if (!len) return;
-  if (nic_in_dp(p)) {
-    __atomic_add_fetch(&sent_dp, len, __ATOMIC_RELAXED);
-    return;
-  }
-  __atomic_add_fetch(&sent_other, len, __ATOMIC_RELAXED);
+  __atomic_add_fetch(nic_in_dp(p) ? &sent_dp : &sent_other, len, __ATOMIC_RELAXED);
+  /* Dataplane blocks are in the table only when NICMALLOC_SITES routed them (profile.c). */
   if (__atomic_load_n(&nic_profile_flags, __ATOMIC_RELAXED) & NIC_PROF_SAMPLE)
     nic_prof_table_sent(p, len);
 }

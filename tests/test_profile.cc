@@ -131,6 +131,24 @@ TEST(Profile, RoutedRunGivesDataplaneToTheSendingSiteOnly) {
   EXPECT_EQ(count_lines(r.err, "NICMALLOC_SITES"), 0) << r.err; // no budget or file warning
 }
 
+// NICMALLOC_PROFILE and NICMALLOC_SITES on one file: the profile the routed run writes still
+// names the routed site as sending, so the run after it is routed too.
+TEST(Profile, ARoutedRunThatProfilesKeepsItsRoutedSites) {
+  Profile p;
+  ASSERT_EQ(make_profile(p).exit_code, 0);
+  auto r = run_probe({"NICMALLOC_SITES=" + p.path, "NICMALLOC_PROFILE=" + p.path,
+                      "NICMALLOC_PROFILE_SAMPLE=4K"},
+                     {});
+  ASSERT_EQ(r.exit_code, 0) << r.err;
+  EXPECT_EQ(r.num("sending_dataplane"), 400);
+  int sending = 0, all = 0;
+  count_sites(p.path, sending, all);
+  EXPECT_EQ(sending, 1);
+  auto again = run_probe({"NICMALLOC_SITES=" + p.path}, {});
+  ASSERT_EQ(again.exit_code, 0) << again.err;
+  EXPECT_EQ(again.num("sending_dataplane"), 400) << again.err;
+}
+
 TEST(Profile, BudgetCapsASite) {
   Profile p;
   ASSERT_EQ(make_profile(p).exit_code, 0);
