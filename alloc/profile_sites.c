@@ -131,11 +131,17 @@ bool nic_sites_load(const char *path) {
       st.st_size > 0 ? mmap(NULL, (size_t)st.st_size, PROT_READ, MAP_PRIVATE, fd, 0) : MAP_FAILED;
   close(fd);
   unsigned lines = 0, bad = 0, unresolved = 0;
-  bool header = false;
+  bool header = false, cut = false;
   static char line[1 << 14];
   for (size_t at = 0, size = text == MAP_FAILED ? 0 : (size_t)st.st_size; at < size;) {
     const char *nl = memchr(text + at, '\n', size - at);
     size_t len = (nl ? (size_t)(nl - text) : size) - at;
+    /* Every line is written whole with its newline: one without is what a writer killed in the
+     * middle leaves, and the lines before it are still good. */
+    if (!nl && lines > 0) {
+      cut = true;
+      break;
+    }
     if (len < sizeof line) {
       memcpy(line, text + at, len);
       line[len] = '\0';
@@ -159,6 +165,9 @@ bool nic_sites_load(const char *path) {
     nsites = 0;
     return false;
   }
+  if (cut)
+    nic_log_warn(
+        "NICMALLOC_SITES=%s ends in a cut line (its writer stopped?); that line is skipped", path);
   if (!nsites) {
     nic_log_warn("NICMALLOC_SITES=%s names no loaded site that sent bytes; running unrouted", path);
     return false;

@@ -5,6 +5,7 @@
 #include <unistd.h>
 
 #include <fstream>
+#include <iterator>
 #include <sstream>
 #include <string>
 #include <vector>
@@ -136,9 +137,9 @@ TEST(Profile, RoutedRunGivesDataplaneToTheSendingSiteOnly) {
 TEST(Profile, ARoutedRunThatProfilesKeepsItsRoutedSites) {
   Profile p;
   ASSERT_EQ(make_profile(p).exit_code, 0);
-  auto r = run_probe({"NICMALLOC_SITES=" + p.path, "NICMALLOC_PROFILE=" + p.path,
-                      "NICMALLOC_PROFILE_SAMPLE=4K"},
-                     {});
+  auto r = run_probe(
+      {"NICMALLOC_SITES=" + p.path, "NICMALLOC_PROFILE=" + p.path, "NICMALLOC_PROFILE_SAMPLE=4K"},
+      {});
   ASSERT_EQ(r.exit_code, 0) << r.err;
   EXPECT_EQ(r.num("sending_dataplane"), 400);
   int sending = 0, all = 0;
@@ -147,6 +148,24 @@ TEST(Profile, ARoutedRunThatProfilesKeepsItsRoutedSites) {
   auto again = run_probe({"NICMALLOC_SITES=" + p.path}, {});
   ASSERT_EQ(again.exit_code, 0) << again.err;
   EXPECT_EQ(again.num("sending_dataplane"), 400) << again.err;
+}
+
+// A writer killed in the middle leaves a last line without its newline: that line is skipped
+// with a warning, and the complete lines before it still route.
+TEST(Profile, AProfileCutShortStillRoutesItsCompleteLines) {
+  Profile p;
+  ASSERT_EQ(make_profile(p).exit_code, 0);
+  std::string text;
+  {
+    std::ifstream in(p.path);
+    text.assign(std::istreambuf_iterator<char>(in), std::istreambuf_iterator<char>());
+  }
+  ASSERT_FALSE(text.empty());
+  std::ofstream(p.path, std::ios::app) << "site 123 0 1 1 1 1 " NIC_PROBE_PATH "+0x1"; // cut
+  auto r = run_probe({"NICMALLOC_SITES=" + p.path}, {});
+  ASSERT_EQ(r.exit_code, 0) << r.err;
+  EXPECT_EQ(r.num("sending_dataplane"), 400) << r.err;
+  EXPECT_EQ(count_lines(r.err, "ends in a cut line"), 1) << r.err;
 }
 
 TEST(Profile, BudgetCapsASite) {
