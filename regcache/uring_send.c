@@ -159,7 +159,11 @@ static bool connection_gone(int res) {
 static void on_sent_locked(struct uring_backend *ub, struct uring_req *req, int res, bool more) {
   struct nic_endpoint *ep = req->ep;
   ep->sending--;
-  if (more) req->notifs++;
+  /* Every send that got past its prep has a notification coming. A send cancelled because an
+   * earlier one in its batch failed reports -ECANCELED without F_MORE, yet its notification
+   * still arrives (measured on 6.18): counting only F_MORE left the post short by one for good,
+   * never completed. A send that failed its own prep has another errno and no notification. */
+  if (more || res == -ECANCELED) req->notifs++;
   if (res > 0) {
     advance(req, (size_t)res);
     req->cancels = 0;

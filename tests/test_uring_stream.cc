@@ -270,6 +270,42 @@ TEST_F(UringTest, PostsToAResetPeerAllFailOnce) {
   }
 }
 
+// Posts queued behind a send stalled on a full socket go out as one linked batch when it is
+// resumed; the peer's reset then fails its head and the kernel cancels the rest, whose
+// notifications come without F_MORE on their results. Each post must still complete once.
+TEST_F(UringTest, BatchCancelledByAResetStillCompletesEveryPost) {
+  Region mem(1 << 20, 19);
+  LoopbackPair pair(64 << 10, 64 << 10);
+  nic_endpoint *ep = Endpoint(pair.tx);
+  nic_registration r = Reg(mem.base, mem.len);
+  constexpr int kPosts = 16;
+  std::vector<Done> done(kPosts);
+  nic_sge sge = Sge(r, 0, uint32_t(mem.len));
+  for (int i = 0; i < kPosts; i++)
+    ASSERT_EQ(b->post(b, ep, &sge, 1, Done::Fn, &done[i]), 0);
+  // The first send is part-way (the receiver reads nothing); the reset cuts it short and the
+  // rest join its resumption, which fails.
+  pollfd pfd{pair.rx, POLLIN, 0};
+  ASSERT_EQ(poll(&pfd, 1, int(kLimit.count())), 1);
+  linger hard{1, 0};
+  setsockopt(pair.rx, SOL_SOCKET, SO_LINGER, &hard, sizeof hard);
+  close(pair.rx); // unread data: RST
+  pair.rx = -1;
+  ASSERT_TRUE(PollUntil(b,
+                        [&] {
+                          for (auto &d : done)
+                            if (!d.calls) return false;
+                          return true;
+                        }))
+      << Stats().pending << " posts never completed";
+  for (int i = 0; i < kPosts; i++) {
+    EXPECT_EQ(done[i].calls, 1) << i;
+    EXPECT_LT(done[i].status, 0) << i;
+  }
+  EXPECT_EQ(Stats().pending, 0u);
+  EXPECT_EQ(b->dereg(b, &r), 0);
+}
+
 // Zero-copy for real on the sending side: bytes the kernel has not taken yet are read from the
 // registered pages when they go out, so a write after post reaches the receiver. This is the
 // unprotected baseline the safety layer's write-after-post fencing exists for.
