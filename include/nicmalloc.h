@@ -287,11 +287,13 @@ int nic_sim_endpoint_destroy(struct nic_endpoint *ep);
  * runs from nic_poll (or a fence) once the NIC, or the kernel, no longer reads the memory. */
 
 /* io_uring: a connected TCP or UDP socket (AF_INET, AF_INET6), which stays the caller's:
- * destroy the endpoint before closing it. A post is one SEND_ZC (one entry) or SENDMSG_ZC from
- * the registered buffers; done() runs after the kernel's zero-copy notification. On a stream,
- * posts reach the socket whole and in post order; on a datagram socket each post is one
- * datagram (longer than the socket takes: done() gets -EMSGSIZE). errno: ENODEV, EBADF,
- * ENOTSOCK, EPROTOTYPE (neither stream nor datagram), EOPNOTSUPP (not TCP or UDP), ENOTCONN. */
+ * destroy the endpoint before closing it (closed first, the socket stays open, and posts go to
+ * it, until the destroy; never to a socket that gets its number). A post is one SEND_ZC (one entry)
+ * or SENDMSG_ZC from the registered buffers; done() runs after the kernel's zero-copy notification.
+ * On a stream, posts reach the socket whole and in post order; on a datagram socket each post is
+ * one datagram (longer than the socket takes: done() gets -EMSGSIZE). errno: ENODEV, EBADF,
+ * ENOTSOCK, EPROTOTYPE (neither stream nor datagram), EOPNOTSUPP (not TCP or UDP), ENOTCONN,
+ * EMFILE (as many endpoints open as RLIMIT_NOFILE, at most 16384). */
 struct nic_endpoint *nic_uring_endpoint_create(int sockfd);
 int nic_uring_endpoint_destroy(struct nic_endpoint *ep);
 

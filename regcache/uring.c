@@ -97,6 +97,7 @@ struct nic_backend *nic_backend_uring_open(void) {
   ub->vectored_fixed = accepts(&ub->ring, true, IORING_RECVSEND_FIXED_BUF);
   /* Notifications that say whether the kernel copied after all: 6.2. */
   ub->report_usage = accepts(&ub->ring, false, IORING_SEND_ZC_REPORT_USAGE);
+  nic_uring_files_init(ub);
   pthread_mutex_init(&ub->lock, NULL);
   ub->pub = (struct nic_backend){
       .name = "uring",
@@ -132,6 +133,7 @@ static void uring_close(struct nic_backend *b) {
                  ub->stats.pending, ub->endpoints);
   io_uring_queue_exit(&ub->ring);
   nic_uring_table_fini(ub);
+  nic_uring_files_fini(ub);
   nic_uring_requests_fini(ub);
   pthread_mutex_destroy(&ub->lock);
   free(ub);
@@ -166,8 +168,14 @@ struct nic_endpoint *nic_uring_endpoint_open(struct nic_backend *b, int sockfd) 
   ep->fd = sockfd;
   ep->dgram = type == SOCK_DGRAM;
   pthread_mutex_lock(&ub->lock);
-  ub->endpoints++;
+  ep->file = nic_uring_file_add_locked(ub, sockfd);
+  if (ep->file >= -1) ub->endpoints++;
   pthread_mutex_unlock(&ub->lock);
+  if (ep->file < -1) {
+    errno = -ep->file; /* EMFILE: as many endpoints open as the file table holds */
+    free(ep);
+    return NULL;
+  }
   return ep;
 }
 
@@ -184,6 +192,7 @@ int nic_uring_endpoint_close(struct nic_endpoint *ep) {
       *at = ep->kick_next;
       break;
     }
+  nic_uring_file_remove_locked(ub, ep->file);
   ub->endpoints--;
   pthread_mutex_unlock(&ub->lock);
   free(ep);

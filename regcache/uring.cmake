@@ -5,6 +5,7 @@ pkg_check_modules(LIBURING REQUIRED IMPORTED_TARGET liburing)
 target_sources(nicmalloc_objects PRIVATE
   ${CMAKE_CURRENT_LIST_DIR}/uring.c
   ${CMAKE_CURRENT_LIST_DIR}/uring_buffers.c
+  ${CMAKE_CURRENT_LIST_DIR}/uring_files.c
   ${CMAKE_CURRENT_LIST_DIR}/uring_reqs.c
   ${CMAKE_CURRENT_LIST_DIR}/uring_send.c)
 target_link_libraries(nicmalloc_objects PUBLIC PkgConfig::LIBURING)

@@ -31,8 +31,9 @@ bool nic_uring_is(struct nic_backend *b);
 /* A connected SOCK_STREAM or SOCK_DGRAM socket of AF_INET or AF_INET6 (the families with
  * zero-copy send). Returns NULL with errno: EINVAL (b is not the uring backend), ENOTSOCK,
  * EPROTOTYPE (neither stream nor datagram), EOPNOTSUPP (e.g. AF_UNIX, which rejects SEND_ZC),
- * ENOTCONN, ENOMEM. The endpoint does not own sockfd: close the endpoint first, then the
- * socket. */
+ * ENOTCONN, ENOMEM, EMFILE (the ring's file table is full). The endpoint does not own sockfd:
+ * close the endpoint first, then the socket. The ring keeps its own reference to the socket
+ * until then (uring_files.c). */
 struct nic_endpoint *nic_uring_endpoint_open(struct nic_backend *b, int sockfd);
 
 /* Returns 0, or -EBUSY while posts on it have not completed (poll until they have). */

@@ -58,6 +58,7 @@ struct uring_queue {
 struct nic_endpoint {
   struct uring_backend *ub;
   int fd;
+  int file;          /* its slot in the ring's file table, or -1: sends name fd */
   unsigned sending;  /* submitted whose send CQE has not arrived */
   unsigned inflight; /* accepted and not yet notified */
   bool dgram;        /* one datagram per post: never resumed, a failure breaks only that post */
@@ -82,6 +83,8 @@ struct uring_backend {
   struct uring_queue ready;  /* done() due, run by poll() */
   struct nic_endpoint *kick; /* endpoints whose backlog poll() must submit */
   unsigned endpoints;
+  uint32_t nfiles;     /* the ring's file table: one slot per endpoint (0: none, raw fds) */
+  uint64_t *files_map; /* bit set = file slot in use */
   bool warned_memlock; /* the RLIMIT_MEMLOCK warning is printed once */
   struct nic_uring_stats stats;
 };
@@ -103,6 +106,13 @@ int64_t nic_uring_check_locked(struct uring_backend *ub, const struct nic_sge *s
 int nic_uring_post(struct nic_backend *b, struct nic_endpoint *ep, const struct nic_sge *sge,
                    unsigned n, nic_completion_fn done, void *arg);
 int nic_uring_poll(struct nic_backend *b, int max);
+
+/* uring_files.c */
+void nic_uring_files_init(struct uring_backend *ub);
+void nic_uring_files_fini(struct uring_backend *ub);
+/* Registers fd: its slot, -1 without a table, or -errno (EMFILE: table full). */
+int nic_uring_file_add_locked(struct uring_backend *ub, int fd);
+void nic_uring_file_remove_locked(struct uring_backend *ub, int slot);
 
 /* uring_reqs.c */
 struct uring_req *nic_uring_req_alloc_locked(struct uring_backend *ub);

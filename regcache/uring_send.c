@@ -80,7 +80,7 @@ static void advance(struct uring_req *req, size_t bytes) {
 }
 
 static void prep_send(struct uring_backend *ub, struct uring_req *req, struct io_uring_sqe *sqe) {
-  int fd = req->ep->fd;
+  int fd = req->ep->file >= 0 ? req->ep->file : req->ep->fd;
   unsigned first = req->first, left = req->n - first;
   unsigned zc_flags = ub->report_usage ? IORING_SEND_ZC_REPORT_USAGE : 0;
   if (left == 1) {
@@ -103,6 +103,7 @@ static void prep_send(struct uring_backend *ub, struct uring_req *req, struct io
       ub->stats.sendmsg_zc_plain++;
     }
   }
+  if (req->ep->file >= 0) sqe->flags |= IOSQE_FIXED_FILE;
   io_uring_sqe_set_data(sqe, req);
 }
 

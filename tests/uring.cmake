@@ -5,7 +5,7 @@ if(NOT TARGET GTest::gtest)
   include(GoogleTest)
 endif()
 add_executable(test_uring_backend ${CMAKE_CURRENT_LIST_DIR}/test_uring_backend.cc
-  ${CMAKE_CURRENT_LIST_DIR}/test_uring_stream.cc)
+  ${CMAKE_CURRENT_LIST_DIR}/test_uring_stream.cc ${CMAKE_CURRENT_LIST_DIR}/test_uring_fd.cc)
 target_link_libraries(test_uring_backend PRIVATE nicmalloc_objects GTest::gtest GTest::gtest_main
   Threads::Threads)
 # Every wait in the suite has its own deadline; TIMEOUT is the last resort.
