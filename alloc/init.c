@@ -4,6 +4,7 @@
 #include "init.h"
 
 #include "alloc_inline.h"
+#include "backend.h"
 #include "config.h"
 #include "dp_heap.h"
 #include "huge_cache.h"
@@ -52,6 +53,7 @@ static void after_fork_child(void) {
   nic_huge_cache_after_fork_child();
   nic_dp_grow_after_fork_child();
   nic_rcache_after_fork_child();
+  nic_backend_after_fork_child();
 }
 
 /* Freed control memory stays committed for the purge delay: mimalloc's own 25 ms made a program

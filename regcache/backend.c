@@ -82,11 +82,23 @@ static void choose(void) {
   if (!active) nic_log_warn("no registration backend could be opened");
 }
 
+static bool parents; /* this process is a child of fork and the backend is the parent's */
+
 struct nic_backend *nic_backend_active(void) {
   pthread_once(&once, choose);
-  return active;
+  return parents ? NULL : active;
 }
 
 struct nic_backend *nic_backend_if_open(void) {
-  return __atomic_load_n(&active, __ATOMIC_ACQUIRE);
+  return parents ? NULL : __atomic_load_n(&active, __ATOMIC_ACQUIRE);
+}
+
+void nic_backend_after_fork_child(void) {
+  if (__atomic_load_n(&active, __ATOMIC_ACQUIRE)) parents = true;
+}
+
+const char *nic_backend_missing_why(void) {
+  return parents ? "the backend belongs to the parent process: a child of fork neither posts nor "
+                   "polls"
+                 : NULL;
 }

@@ -89,6 +89,13 @@ struct nic_backend *nic_backend_dpdk_open(void);
 struct nic_backend *nic_backend_active(void);
 /* The backend if one was opened already, else NULL; never opens one. */
 struct nic_backend *nic_backend_if_open(void);
+/* In a child of fork both say NULL when the parent had a backend open: the child shares its
+ * state with the parent (an io_uring instance and its CQ ring, a NIC's queues), so a child that
+ * polled would run the parent's completions and lose them for the parent, and one that
+ * registered or deregistered would change the parent's table. That reason, for messages, or
+ * NULL when the backend is not the parent's. */
+const char *nic_backend_missing_why(void);
+void nic_backend_after_fork_child(void); /* alloc/init.c's fork handler */
 
 #ifdef __cplusplus
 }

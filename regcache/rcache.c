@@ -86,7 +86,8 @@ static bool try_ref(struct region *r) {
 static void drop_ref_locked(uint32_t slot) {
   struct region *r = &pool[slot];
   if (__atomic_sub_fetch(&r->refs, 1, __ATOMIC_ACQ_REL) != 0) return;
-  backend()->dereg(backend(), &r->reg);
+  struct nic_backend *b = backend();
+  if (b) b->dereg(b, &r->reg); /* none in a child of fork: the registration is the parent's */
   r->next_free = free_head;
   free_head = slot;
 }

@@ -33,7 +33,8 @@ struct nic_backend *nic_ep_backend(const char *who, const char *kind, const char
   else if (b)
     nic_log_error("%s: the backend in use is %s, not %s (%s)", who, b->name, kind, hint);
   else
-    nic_log_error("%s: no registration backend could be opened (%s)", who, hint);
+    nic_log_error("%s: no registration backend could be opened (%s)", who,
+                  nic_backend_missing_why() ? nic_backend_missing_why() : hint);
   errno = ENODEV;
   return NULL;
 }
@@ -50,6 +51,10 @@ bool nic_ep_track(struct nic_endpoint *ep, const char *kind) {
 
 int nic_ep_untrack(struct nic_endpoint *ep, const char *kind, const char *who,
                    nic_ep_close_fn close) {
+  if (nic_backend_missing_why()) { /* closing would change the parent's backend: see backend.h */
+    nic_log_error("%s(%p): %s", who, (void *)ep, nic_backend_missing_why());
+    return -ENODEV;
+  }
   pthread_mutex_lock(&lock);
   struct made **link = &made;
   while (*link && ((*link)->ep != ep || strcmp((*link)->kind, kind)))

@@ -26,7 +26,8 @@ NIC_EXPORT int nic_sga_init(struct nic_sga *sga, unsigned max_entries) {
   if (!sga) return -EINVAL;
   struct nic_backend *b = nic_backend_active();
   if (!b) {
-    nic_log_error("nic_sga_init: no registration backend could be opened (NICMALLOC_BACKEND)");
+    nic_log_error("nic_sga_init: no registration backend could be opened (%s)",
+                  nic_backend_missing_why() ? nic_backend_missing_why() : "NICMALLOC_BACKEND");
     return -ENODEV;
   }
   unsigned limit = b->caps.max_sge < NIC_SGA_CAPACITY ? b->caps.max_sge : NIC_SGA_CAPACITY;

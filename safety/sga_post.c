@@ -65,7 +65,8 @@ NIC_EXPORT int nic_sga_post(struct nic_sga *sga, struct nic_endpoint *ep, nic_sg
     return -EINVAL;
   }
   if (!b) {
-    nic_log_error("nic_sga_post: no registration backend could be opened (NICMALLOC_BACKEND)");
+    nic_log_error("nic_sga_post: no registration backend could be opened (%s)",
+                  nic_backend_missing_why() ? nic_backend_missing_why() : "NICMALLOC_BACKEND");
     return -ENODEV;
   }
   /* The message and the backend's own bookkeeping are control memory. Completions (and the

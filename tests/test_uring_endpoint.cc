@@ -5,6 +5,8 @@
 
 #include <algorithm>
 
+#include <sys/wait.h>
+
 using namespace uring_test;
 
 namespace {
@@ -171,6 +173,43 @@ TEST_F(UringSgaTest, OversizedDatagramFailsAloneWithEmsgsize) {
 }
 
 // Runs under NICMALLOC_BACKEND=sim (its own ctest entry); skipped in the uring run.
+// A child of fork shares the parent's io_uring instance, its completion queue included: a poll
+// in the child must not take (and run) the parent's completions, which the parent would then
+// never see, and the child can neither post nor destroy the parent's endpoints.
+TEST_F(UringSgaTest, ChildOfForkNeitherTakesNorRunsTheParentsCompletions) {
+  LoopbackPair pair;
+  nic_endpoint *ep = Endpoint(pair.tx);
+  Parts parts(5);
+  const size_t want = parts.Bytes().size();
+  Done d;
+  ASSERT_EQ(PostParts(ep, parts.List(), &d), 0);
+  std::vector<char> buf(want);
+  for (size_t got = 0; got < want;) { // read: the completion and notification then follow
+    ssize_t r = read(pair.rx, buf.data() + got, want - got);
+    ASSERT_GT(r, 0);
+    got += size_t(r);
+  }
+  pid_t pid = fork();
+  ASSERT_GE(pid, 0);
+  if (pid == 0) {
+    int ran = 0;
+    for (auto end = Clock::now() + std::chrono::seconds(2); !ran && Clock::now() < end;
+         usleep(1000))
+      ran += nic_poll(0);
+    nic_sga sga;
+    bool refused = nic_sga_init(&sga, 0) == -ENODEV && nic_uring_endpoint_destroy(ep) == -ENODEV;
+    _exit(ran ? 1 : refused ? 0 : 2);
+  }
+  int status = 0;
+  ASSERT_EQ(waitpid(pid, &status, 0), pid);
+  ASSERT_TRUE(WIFEXITED(status));
+  EXPECT_EQ(WEXITSTATUS(status), 0)
+      << "1: the child ran the parent's completion; 2: it could post or destroy";
+  EXPECT_TRUE(NicPollUntil([&] { return d.calls == 1; }, std::chrono::seconds(5)))
+      << "the parent's completion was lost";
+  EXPECT_EQ(d.status, 0);
+}
+
 TEST(UringEndpointWrongBackend, RefusedWithENODEVAndOneLine) {
   struct nic_backend *b = nic_backend_active();
   if (b && nic_uring_is(b)) GTEST_SKIP() << "the backend is uring: ctest runs this under sim";
