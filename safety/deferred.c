@@ -140,7 +140,9 @@ int nic_safety_realloc_check(void *p, size_t usable) {
   const struct nic_safety_config *c = nic_safety_config();
   if (c->fence == NIC_FENCE_OFF) return 0; /* the user chose no fencing */
   if (c->realloc_inflight == NIC_REALLOC_WAIT &&
-      nic_fence_wait(start, start + usable, "realloc") == 0)
+      nic_fence_wait(start, start + usable, "realloc",
+                     /* realloc does not fail on a timeout: it falls back to move */
+                     "moving the block instead, as NICMALLOC_REALLOC_INFLIGHT=move does") == 0)
     return 0;
   NIC_SAFETY_COUNT(realloc_moves, 1);
   return 1;

@@ -22,7 +22,7 @@
 
 #define NIC_EXPORT __attribute__((visibility("default")))
 
-int nic_fence_wait(uintptr_t start, uintptr_t end, const char *who) {
+int nic_fence_wait(uintptr_t start, uintptr_t end, const char *who, const char *then) {
   if (!__atomic_load_n(&nic_safety_refs, __ATOMIC_ACQUIRE) ||
       !nic_pc_any(start, end, NIC_PC_DMA_MASK))
     return 0;
@@ -43,8 +43,8 @@ int nic_fence_wait(uintptr_t start, uintptr_t end, const char *who) {
   }
   NIC_SAFETY_COUNT(fence_timeouts, 1);
   nic_log_error("%s(%#lx, %lu bytes): the NIC still reads this memory after %u ms "
-                "(NICMALLOC_FENCE_TIMEOUT_MS); giving up with ETIMEDOUT",
-                who, (unsigned long)start, (unsigned long)(end - start), timeout);
+                "(NICMALLOC_FENCE_TIMEOUT_MS); %s",
+                who, (unsigned long)start, (unsigned long)(end - start), timeout, then);
   return -ETIMEDOUT;
 }
 
@@ -55,7 +55,7 @@ NIC_EXPORT int nic_fence_write(const void *p, size_t len) {
     return -NIC_ERANGE;
   }
   if (nic_safety_config()->fence == NIC_FENCE_OFF) return 0;
-  return nic_fence_wait(start, last + 1, "nic_fence_write");
+  return nic_fence_wait(start, last + 1, "nic_fence_write", "giving up with ETIMEDOUT");
 }
 
 bool nic_fence_posting_begin(void) {

@@ -62,7 +62,7 @@ void nic_safety_fill_stats(struct nic_stats *out);
 
 /* ---- fence.c ---- */
 /* Waits until no posted entry covers a page of [start, end), polling the backend; 0 or
- * -ETIMEDOUT (reported, naming who). */
-int nic_fence_wait(uintptr_t start, uintptr_t end, const char *who);
+ * -ETIMEDOUT (reported, naming who and, as then, what the caller does next). */
+int nic_fence_wait(uintptr_t start, uintptr_t end, const char *who, const char *then);
 
 #endif

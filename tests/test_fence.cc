@@ -3,6 +3,7 @@
 // decides from the bytes received, never from elapsed time.
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <atomic>
 #include <cerrno>
 #include <cstdlib>
@@ -126,6 +127,31 @@ TEST_F(Fence, ReallocWaitsWhenAsked) {
   writer.join();
   EXPECT_EQ(q, p) << "waited, then kept in place";
   EXPECT_EQ(inbox.msgs.at(0), std::string(4096, 'W'));
+  free(q);
+}
+
+// A realloc that waited in vain moves the block and succeeds: its one line must say so, not
+// claim the ETIMEDOUT that nic_fence_write returns.
+TEST_F(Fence, ReallocWaitTimeoutSaysItMovedTheBlock) {
+  Set([](struct nic_safety_config *c) {
+    c->realloc_inflight = NIC_REALLOC_WAIT;
+    c->fence_timeout_ms = 50;
+  });
+  char *p = static_cast<char *>(nic_malloc(4096));
+  memset(p, 'R', 4096);
+  const int target = done_count.load() + 1;
+  PostPaused(p, 4096);
+  testing::internal::CaptureStderr();
+  char *q = static_cast<char *>(realloc(p, 4096));
+  std::string err = testing::internal::GetCapturedStderr();
+  ASSERT_NE(q, nullptr);
+  EXPECT_NE(q, p) << "the block the NIC still reads was kept in place";
+  EXPECT_NE(err.find("moving the block instead"), std::string::npos) << err;
+  EXPECT_EQ(err.find("giving up with ETIMEDOUT"), std::string::npos) << err;
+  EXPECT_EQ(std::count(err.begin(), err.end(), '\n'), 1) << err;
+  memset(q, 'S', 4096);
+  Drain(target);
+  EXPECT_EQ(inbox.msgs.at(0), std::string(4096, 'R'));
   free(q);
 }
 
