@@ -163,6 +163,15 @@ void nic_profile_after_fork_child(void) {
 }
 
 void nic_profile_finish(void) {
-  if (__atomic_load_n(&nic_profile_flags, __ATOMIC_ACQUIRE) & NIC_PROF_SAMPLE)
-    nic_profile_file_write();
+  const int flags = __atomic_load_n(&nic_profile_flags, __ATOMIC_ACQUIRE);
+  if (flags & NIC_PROF_SAMPLE) nic_profile_file_write();
+  /* A profile of another build of the program names the right modules at the wrong offsets:
+   * it loads without a word and routes nothing. Say so once the run shows it. */
+  struct nic_sites_totals t;
+  nic_sites_totals(&t);
+  if ((flags & NIC_PROF_ROUTE) && t.sites && !t.routed_allocs && !t.over_budget)
+    nic_log_warn("NICMALLOC_SITES=%s: none of its %llu sites allocated in this run (was it "
+                 "recorded from another build of the program? requests under "
+                 "NICMALLOC_SITES_MIN_SIZE are never routed)",
+                 nic_config()->sites_path, (unsigned long long)t.sites);
 }

@@ -168,6 +168,32 @@ TEST(Profile, AProfileCutShortStillRoutesItsCompleteLines) {
   EXPECT_EQ(count_lines(r.err, "ends in a cut line"), 1) << r.err;
 }
 
+// A profile of another build names the program's module at offsets where its code no longer
+// is: nothing is routed, and the run says so at exit rather than not at all.
+TEST(Profile, AProfileOfAnotherBuildRoutesNothingAndSaysSo) {
+  Profile p;
+  ASSERT_EQ(make_profile(p).exit_code, 0);
+  std::ifstream in(p.path);
+  std::ostringstream moved;
+  for (std::string line; std::getline(in, line);) {
+    for (size_t at = line.rfind("site ", 0) == 0 ? line.find("+0x") : std::string::npos;
+         at != std::string::npos; at = line.find("+0x", at + 1)) {
+      size_t end = line.find_first_of(" \n", at);
+      unsigned long off = std::stoul(line.substr(at + 3, end - at - 3), nullptr, 16);
+      std::ostringstream hex;
+      hex << std::hex << off + 0x40; // the same calls, 64 bytes further on in the new build
+      line.replace(at + 3, end == std::string::npos ? std::string::npos : end - at - 3, hex.str());
+    }
+    moved << line << "\n";
+  }
+  in.close();
+  std::ofstream(p.path, std::ios::trunc) << moved.str();
+  auto r = run_probe({"NICMALLOC_SITES=" + p.path}, {});
+  ASSERT_EQ(r.exit_code, 0) << r.err;
+  EXPECT_EQ(r.num("sending_dataplane"), 0);
+  EXPECT_EQ(count_lines(r.err, "another build of the program"), 1) << r.err;
+}
+
 TEST(Profile, BudgetCapsASite) {
   Profile p;
   ASSERT_EQ(make_profile(p).exit_code, 0);
