@@ -16,6 +16,7 @@
 set -euo pipefail
 here=$(cd "$(dirname "$0")" && pwd)
 source "$here/common.sh"
+source "$here/profile_checks.sh"
 lib=$(realpath "${1:?usage: profile_redis.sh LIBNICMALLOC [WORKDIR]}")
 [ -f "$lib" ] || fail "no library at $lib"
 need redis-server redis-cli redis-benchmark
@@ -71,23 +72,7 @@ run() {
 
 profile=$tmp/redis.profile
 run profile NICMALLOC_PROFILE="$profile" NICMALLOC_PROFILE_SAMPLE=512
-[ -s "$profile" ] || fail "no profile written"
-head -1 "$profile" | grep -q '^# nicmalloc profile 1$' || fail "profile has no header"
-sending=$(awk '$1 == "site" && $2 > 0' "$profile" | wc -l)
-[ "$sending" -ge 1 ] || { cat "$profile" >&2; fail "the profile names no site that sent bytes"; }
-echo "profile: $(grep -c '^site' "$profile") sites, $sending sent bytes; the top ones:"
-awk '$1 == "site" && n++ < 5' "$profile" # not head: pipefail and SIGPIPE
+check_profile "$profile"
 
 run routed NICMALLOC_SITES="$profile"
-log=$tmp/routed.err
-sed -n '/^nicmalloc report/,$p' "$log"
-read -r sent dp < <(sed -n 's/^ *sent *\([0-9]*\) bytes, \([0-9]*\) from dataplane.*/\1 \2/p' "$log")
-read -r pinned mapped < <(sed -n 's/^ *dataplane *live.*pinned \([0-9.]*\) MiB, mapped \([0-9.]*\) MiB.*/\1 \2/p' "$log")
-committed=$(sed -n 's/^ *control heap *\([0-9.]*\) MiB committed.*/\1/p' "$log")
-[ -n "$sent" ] && [ -n "$pinned" ] && [ -n "$committed" ] || fail "cannot read the routed report"
-[ "$sent" -gt 0 ] || fail "redis sent nothing through the interposed calls"
-awk -v s="$sent" -v d="$dp" -v p="$pinned" -v m="$mapped" -v c="$committed" 'BEGIN {
-  share = 100 * d / s; heap = c + m
-  printf "routed run: %.1f%% of %d sent bytes from dataplane memory; dataplane pinned %.1f MiB of a %.1f MiB heap (%.1f MiB control committed + %.1f MiB dataplane mapped), %.0f%%\n", share, s, p, heap, c, m, 100 * p / heap
-  exit !(share >= 97 && p <= 0.6 * heap) }' || fail "routed run below 97% dataplane share, or pinned over 60% of the heap"
-echo "ok: profile-guided redis"
+check_routed "$tmp/routed.err" redis 97 3/5
