@@ -55,6 +55,13 @@ memcached_ready() {
     2>/dev/null | grep "^STAT pid $server_pid"$'\r' >/dev/null
 }
 
+# redis_ready: start_server's READY test for redis-server: the server answering on $port is ours
+# (its INFO process_id is $server_pid) and answers PING.
+redis_ready() {
+  timeout 2 redis-cli -p "$port" INFO server 2>/dev/null | grep "^process_id:$server_pid"$'\r' >/dev/null &&
+    [ "$(timeout 2 redis-cli -p "$port" PING 2>/dev/null)" = PONG ]
+}
+
 # wait_exit PID SECS: waits for our child PID to exit and sets $exit_rc. A server that does not exit
 # within SECS is killed with SIGKILL and the test fails (a hang on shutdown is a real bug).
 wait_exit() {

@@ -33,10 +33,6 @@ launch() {
     --dir "$tmp" >"$tmp/$name.log" 2>"$log" &
   server_pid=$!
 }
-ready() {
-  timeout 2 redis-cli -p "$port" INFO server 2>/dev/null | grep "^process_id:$server_pid"$'\r' >/dev/null &&
-    [ "$(timeout 2 redis-cli -p "$port" PING 2>/dev/null)" = PONG ]
-}
 bench() {
   local rc=0
   timeout 120 redis-benchmark -h 127.0.0.1 -p "$port" -q "$@" >"$tmp/$name.bench" 2>&1 || rc=$?
@@ -49,7 +45,7 @@ run() {
   shift
   mode_env=("$@")
   log=$tmp/$name.err
-  start_server launch ready "$log"
+  start_server launch redis_ready "$log"
   bench -n 100000 -c 20 -r 10000 -d 1024 -t set,get,lpush
   [ "$name" = profile ] && { timeout 10 redis-cli -p "$port" BGSAVE >/dev/null || fail "BGSAVE refused"; }
   bench -n 5000 -c 50 -d 1024 -t lrange_100

@@ -23,12 +23,7 @@ launch() {
     --dir "$tmp" >"$tmp/redis.log" 2>"$tmp/redis.err" &
   server_pid=$!
 }
-# Ready when the redis answering on $port is ours and answers PING.
-ready() {
-  timeout 2 redis-cli -p "$port" INFO server 2>/dev/null | grep "^process_id:$server_pid"$'\r' >/dev/null &&
-    [ "$(timeout 2 redis-cli -p "$port" PING 2>/dev/null)" = PONG ]
-}
-start_server launch ready "$tmp/redis.log"
+start_server launch redis_ready "$tmp/redis.log"
 echo "redis-server (pid $server_pid) listening on 127.0.0.1:$port"
 cli() { timeout 20 redis-cli -h 127.0.0.1 -p "$port" "$@"; }
 
