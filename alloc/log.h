@@ -3,6 +3,7 @@
 #define NIC_LOG_H
 
 #include <stdarg.h>
+#include <stdbool.h>
 #include <stddef.h>
 
 /* One line "nicmalloc: error: ..." on stderr. */
@@ -10,6 +11,18 @@ void nic_log_error(const char *fmt, ...) __attribute__((format(printf, 1, 2)));
 void nic_log_warn(const char *fmt, ...) __attribute__((format(printf, 1, 2)));
 /* Printed only when NICMALLOC_VERBOSE=1. */
 void nic_log_info(const char *fmt, ...) __attribute__((format(printf, 1, 2)));
+/* True for the first caller only: a message printed once per kind, however often its cause
+ * recurs (the count belongs in the statistics). */
+static inline bool nic_first_time(int *flag) {
+  return __atomic_load_n(flag, __ATOMIC_RELAXED) == 0 &&
+         __atomic_exchange_n(flag, 1, __ATOMIC_RELAXED) == 0;
+}
+#define nic_log_warn_once(...)                                                                     \
+  do {                                                                                             \
+    static int nic_warned_;                                                                        \
+    if (nic_first_time(&nic_warned_)) nic_log_warn(__VA_ARGS__);                                   \
+  } while (0)
+
 /* Says why on stderr, then aborts: only where going on would corrupt memory. */
 _Noreturn void nic_fatal(const char *fmt, ...) __attribute__((format(printf, 1, 2)));
 
