@@ -12,6 +12,7 @@
 
 #include "config.h"
 #include "log.h"
+#include "settings.h"
 
 #include <errno.h>
 #include <fcntl.h>
@@ -47,7 +48,7 @@ void nic_profile_file_start(const char *given) {
     nic_log_warn("NICMALLOC_PROFILE=%s: path too long; no profile", given);
     return;
   }
-  const char *inherited = getenv(RUN_ENV);
+  const char *inherited = nic_getenv(RUN_ENV);
   if (inherited && *inherited && strlen(inherited) < sizeof run) {
     snprintf(run, sizeof run, "%s", inherited);
   } else {

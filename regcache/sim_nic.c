@@ -5,6 +5,7 @@
 #include "clock.h"
 #include "config.h"
 #include "log.h"
+#include "settings.h"
 
 #include <errno.h>
 #include <stdlib.h>
@@ -29,19 +30,19 @@ static void warn_bad(const char *var, const char *value, const char *expected) {
 
 void nic_sim_config_from_env(struct nic_sim_config *c) {
   nic_sim_config_defaults(c);
-  const char *t = getenv("NICMALLOC_SIM_MAX_SGE");
+  const char *t = nic_getenv("NICMALLOC_SIM_MAX_SGE");
   size_t v;
   if (t && nic_parse_count(t, &v) && v >= 1 && v <= MAX_SGE_LIMIT)
     c->max_sge = (uint32_t)v;
   else if (t)
     warn_bad("NICMALLOC_SIM_MAX_SGE", t, "1 to 256");
-  if ((t = getenv("NICMALLOC_SIM_SEED"))) {
+  if ((t = nic_getenv("NICMALLOC_SIM_SEED"))) {
     if (nic_parse_count(t, &v))
       c->seed = v;
     else
       warn_bad("NICMALLOC_SIM_SEED", t, "an unsigned integer");
   }
-  if ((t = getenv("NICMALLOC_SIM_DELAYS")) && !strncmp(t, "fixed:", 6)) {
+  if ((t = nic_getenv("NICMALLOC_SIM_DELAYS")) && !strncmp(t, "fixed:", 6)) {
     if (nic_parse_count(t + 6, &v) && v <= 10000000)
       c->fixed_delay_ns = (int64_t)v * 1000;
     else
