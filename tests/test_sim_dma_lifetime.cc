@@ -18,6 +18,8 @@
 #include <vector>
 
 extern "C" {
+#include "rcache.h"
+#include "reaper.h"
 #include "sim_nic.h"
 }
 
@@ -202,6 +204,39 @@ TEST_F(SimDmaLifetime, WritesBetweenPostAndDmaStillReachTheReceiver) {
   EXPECT_EQ(stats().kept_entries, 0u);
   expect_nothing_left(r);
   munmap(p, kPage);
+}
+
+// The registration cache drops a region whose pages are unmapped while a post (made by a user
+// who already let go of it) still names it: the sim answers -EBUSY. The registration must go
+// once the post is done, not stay in the NIC's table for good.
+TEST_F(SimDmaLifetime, CachedRegionUnmappedWhilePostedIsDeregisteredAfterTheCompletion) {
+  open_paused();
+  nic_rcache_use_backend(b);
+  const size_t len = 2 * kPage;
+  char *p = map_pages(len, 'C');
+  ASSERT_NE(p, nullptr);
+  nic_rcache_ref ref;
+  ASSERT_EQ(nic_rcache_acquire(p, len, NIC_ACCESS_LOCAL, &ref), 0);
+  nic_sge s{p, (uint32_t)len, ref.reg.lkey, ref.reg.handle};
+  Done d;
+  ASSERT_EQ(b->post(b, ep, &s, 1, on_done, &d), 0);
+  nic_rcache_release(ref.slot);
+  ASSERT_EQ(munmap(p, len), 0);
+  EXPECT_EQ(stats().regions, 1u) << "busy: the post is not done";
+  nic_sim_pause(b, false);
+  ASSERT_TRUE(wait(d)) << "completion never came";
+  EXPECT_EQ(d.status, 0);
+  EXPECT_EQ(only_message(), bytes(len, 'C'));
+  nic_reaper_start(); // what retries a busy deregistration in a program that does nothing more
+  auto limit = std::chrono::steady_clock::now() + std::chrono::seconds(30);
+  while (stats().regions != 0 && std::chrono::steady_clock::now() < limit)
+    usleep(1000);
+  EXPECT_EQ(stats().regions, 0u) << "the registration of the unmapped pages stayed";
+  nic_rcache_stats rs;
+  nic_rcache_get_stats(&rs);
+  EXPECT_EQ(rs.busy_deregs, 1u);
+  EXPECT_EQ(rs.busy, 0u);
+  nic_rcache_use_backend(nullptr);
 }
 
 // A shared file mapping whose file is truncated: the pages stay mapped but hold nothing (a CPU
