@@ -1,5 +1,6 @@
 /* Calls that change which pages back an address range invalidate the registration cache first,
- * so the NIC can never be handed a registration that still pins the old pages. nicmalloc is
+ * so the NIC can never be handed a registration that still pins the old pages, and let the sim
+ * NIC keep the old pages' bytes for posts still to read them (leaving.h). nicmalloc is
  * preloaded, so these definitions also catch mimalloc's own commits and decommits (it calls
  * mprotect, madvise and munmap through the PLT), which the control arena's commit map records
  * once they succeeded. Each forwards to the system call directly, as glibc does. */
