@@ -13,6 +13,7 @@
 #include "profile.h"
 #include "rcache.h"
 #include "reaper.h"
+#include "sim_nic.h"
 #include "site_table.h"
 #include "small_usable.h"
 #include "vspace.h"
@@ -53,6 +54,7 @@ static void after_fork_child(void) {
   nic_huge_cache_after_fork_child();
   nic_dp_grow_after_fork_child();
   nic_rcache_after_fork_child();
+  nic_sim_after_fork_child();
   nic_backend_after_fork_child();
 }
 

@@ -1,11 +1,12 @@
 /* Calls that change which pages back an address range invalidate the registration cache first,
- * so the NIC can never be handed a registration that still pins the old pages. nicmalloc is
+ * so the NIC can never be handed a registration that still pins the old pages, and let the sim
+ * NIC keep the old pages' bytes for posts still to read them (leaving.h). nicmalloc is
  * preloaded, so these definitions also catch mimalloc's own commits and decommits (it calls
  * mprotect, madvise and munmap through the PLT), which the control arena's commit map records
  * once they succeeded. Each forwards to the system call directly, as glibc does. */
 #define _GNU_SOURCE
 #include "commit_map.h"
-#include "rcache.h"
+#include "leaving.h"
 
 #include <errno.h>
 #include <stdarg.h>
@@ -24,7 +25,7 @@ static void *raw_mmap(void *addr, size_t len, int prot, int flags, int fd, off_t
 NIC_EXPORT void *mmap(void *addr, size_t len, int prot, int flags, int fd, off_t offset) {
   /* Only a fixed mapping can replace pages the cache knows. */
   const bool fixed = flags & (MAP_FIXED | MAP_FIXED_NOREPLACE);
-  if (fixed) nic_rcache_invalidate((uintptr_t)addr, len);
+  if (fixed) nic_pages_leaving((uintptr_t)addr, len);
   void *p = raw_mmap(addr, len, prot, flags, fd, offset);
   if (fixed && p != MAP_FAILED) nic_commit_map_note(p, len, NIC_PAGES_GONE); /* no blocks */
   return p;
@@ -35,7 +36,7 @@ NIC_EXPORT void *mmap64(void *addr, size_t len, int prot, int flags, int fd, off
 }
 
 NIC_EXPORT int munmap(void *addr, size_t len) {
-  nic_rcache_invalidate((uintptr_t)addr, len);
+  nic_pages_leaving((uintptr_t)addr, len);
   int rc = (int)syscall(SYS_munmap, addr, len);
   if (rc == 0) nic_commit_map_note(addr, len, NIC_PAGES_GONE);
   return rc;
@@ -48,9 +49,9 @@ NIC_EXPORT void *mremap(void *old, size_t old_len, size_t new_len, int flags, ..
     va_start(ap, flags);
     new_addr = va_arg(ap, void *);
     va_end(ap);
-    nic_rcache_invalidate((uintptr_t)new_addr, new_len);
+    nic_pages_leaving((uintptr_t)new_addr, new_len);
   }
-  nic_rcache_invalidate((uintptr_t)old, old_len);
+  nic_pages_leaving((uintptr_t)old, old_len);
   long r = syscall(SYS_mremap, old, old_len, new_len, flags, new_addr);
   if (r == -1) return MAP_FAILED;
   /* Pages that left, or arrived from elsewhere: either way no block of the arena is there. */
@@ -78,7 +79,7 @@ static int drops_pages(int advice) {
 }
 
 NIC_EXPORT int madvise(void *addr, size_t len, int advice) {
-  if (drops_pages(advice)) nic_rcache_invalidate((uintptr_t)addr, len);
+  if (drops_pages(advice)) nic_pages_leaving((uintptr_t)addr, len);
   int rc = (int)syscall(SYS_madvise, addr, len, advice);
   /* mimalloc decommits with DONTNEED. MADV_FREE is its "reset", after which it reuses the
    * memory as committed: that must not clear the map. */

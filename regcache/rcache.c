@@ -8,6 +8,7 @@
 
 #include <errno.h>
 #include <pthread.h>
+#include <string.h>
 #include <sys/mman.h>
 #include <unistd.h>
 
@@ -83,13 +84,65 @@ static bool try_ref(struct region *r) {
   return false;
 }
 
+/* Registrations the backend would not drop yet: -EBUSY, a post naming them still in flight (one
+ * made with a key from nic_register by a caller that let go before its completion, say). Their
+ * slots stay off the free list, chained through next_free, until a retry succeeds: a slot
+ * recycled at once would leave the backend's registration, and its pages, held for good. */
+static uint32_t busy_head;
+static uint32_t busy_count; /* read without the lock by nic_rcache_retry_busy */
+static bool retrying;       /* a backend's dereg may re-enter through a free or an unmap */
+
+/* Lock held. 0 when slot's registration is gone (or the backend forgot it), -EBUSY else. */
+static int dereg_locked(uint32_t slot) {
+  struct region *r = &pool[slot];
+  struct nic_backend *b = backend();
+  int rc = b ? b->dereg(b, &r->reg) : 0; /* none in a child of fork: the parent's registration */
+  if (rc && rc != -EBUSY)
+    nic_log_warn_once("registration cache: backend %s refused to deregister [%p, +%zu) (%s); the "
+                      "region is dropped",
+                      b->name, r->reg.base, r->reg.len, strerror(-rc));
+  return rc == -EBUSY ? rc : 0;
+}
+
+static void free_slot_locked(uint32_t slot) {
+  pool[slot].next_free = free_head;
+  free_head = slot;
+}
+
+static void retry_busy_locked(void) {
+  if (!busy_head || retrying) return;
+  retrying = true;
+  for (uint32_t *p = &busy_head; *p;) {
+    uint32_t slot = *p;
+    if (dereg_locked(slot)) {
+      p = &pool[slot].next_free;
+      continue;
+    }
+    *p = pool[slot].next_free;
+    __atomic_sub_fetch(&busy_count, 1, __ATOMIC_RELAXED);
+    free_slot_locked(slot);
+  }
+  retrying = false;
+}
+
 static void drop_ref_locked(uint32_t slot) {
   struct region *r = &pool[slot];
   if (__atomic_sub_fetch(&r->refs, 1, __ATOMIC_ACQ_REL) != 0) return;
-  struct nic_backend *b = backend();
-  if (b) b->dereg(b, &r->reg); /* none in a child of fork: the registration is the parent's */
-  r->next_free = free_head;
-  free_head = slot;
+  if (dereg_locked(slot) == 0) {
+    free_slot_locked(slot);
+    return;
+  }
+  r->next_free = busy_head;
+  busy_head = slot;
+  __atomic_add_fetch(&busy_count, 1, __ATOMIC_RELAXED);
+  count(&stats.busy_deregs);
+}
+
+void nic_rcache_retry_busy(void) {
+  if (!__atomic_load_n(&busy_count, __ATOMIC_RELAXED)) return;
+  pthread_mutex_lock(&lock);
+  retry_busy_locked();
+  pthread_mutex_unlock(&lock);
 }
 
 static void invalidate_locked(uint32_t slot) {
@@ -118,6 +171,7 @@ static bool evict_one_locked(void) {
 
 static bool make_room_locked(size_t size) {
   const struct nic_config *cfg = nic_config();
+  retry_busy_locked(); /* their slots, if their posts are done */
   while ((uint32_t)nic_rcache_regions_live >= cfg->rcache_max_regions ||
          bytes_live + size > cfg->rcache_max_bytes)
     if (!evict_one_locked()) return false;
@@ -159,12 +213,12 @@ static int insert_locked(uintptr_t start, uintptr_t end, unsigned access,
   free_head = r->next_free;
   int rc = b->reg(b, (void *)start, end - start, access, &r->reg);
   if (rc == 0 && !nic_rt_set(start, end, slot)) {
-    b->dereg(b, &r->reg);
-    rc = -ENOMEM;
+    __atomic_store_n(&r->refs, 1, __ATOMIC_RELEASE); /* nobody posted with it: goes at once */
+    drop_ref_locked(slot);
+    return -ENOMEM;
   }
   if (rc) {
-    r->next_free = free_head;
-    free_head = slot;
+    free_slot_locked(slot);
     return rc;
   }
   r->start = start;
@@ -267,6 +321,7 @@ void nic_rcache_invalidate(uintptr_t start, size_t len) {
   uintptr_t probe = start;
   if (!nic_rt_next(&probe, end)) return;
   pthread_mutex_lock(&lock);
+  retry_busy_locked();
   for (uintptr_t a = start; a < end;) {
     uint32_t slot = nic_rt_next(&a, end);
     if (!slot) break;
@@ -291,11 +346,13 @@ void nic_rcache_unlock(void) {
 }
 void nic_rcache_after_fork_child(void) {
   lock = (pthread_mutex_t)PTHREAD_RECURSIVE_MUTEX_INITIALIZER_NP;
+  retrying = false;
 }
 
 void nic_rcache_get_stats(struct nic_rcache_stats *out) {
   pthread_mutex_lock(&lock);
   *out = stats;
+  out->busy = busy_count;
   out->regions = (uint32_t)nic_rcache_regions_live;
   out->bytes = bytes_live;
   pthread_mutex_unlock(&lock);

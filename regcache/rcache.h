@@ -38,12 +38,18 @@ int nic_rcache_find(const void *p, size_t len, unsigned access, struct nic_rcach
 
 /* Drops every cached region overlapping [start, start+len). */
 void nic_rcache_invalidate(uintptr_t start, size_t len);
+/* Deregisters the regions the backend refused as busy (a post naming them was in flight) when
+ * their posts are done. Also done by every call above that takes the cache's lock; the reaper
+ * and nic_poll call this so that none waits for the next miss. One load when there are none. */
+void nic_rcache_retry_busy(void);
 
 /* Nonzero while any region is cached: free's one-load filter. */
 extern int nic_rcache_regions_live __attribute__((visibility("hidden")));
 
 struct nic_rcache_stats {
   uint64_t hits, misses, evictions, invalidations, registrations, failures;
+  uint64_t busy_deregs; /* regions whose deregistration the backend refused as busy at first */
+  uint32_t busy;        /* of those, not deregistered yet (retried later) */
   uint32_t regions;
   size_t bytes;
 };

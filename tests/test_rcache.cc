@@ -32,6 +32,7 @@ struct RecordingBackend {
   std::map<uint32_t, std::pair<uintptr_t, size_t>> live; // lkey -> range
   uint32_t next_key = 1;
   int regs = 0, deregs = 0;
+  std::atomic<bool> busy{false}; // dereg answers -EBUSY, as with a post in flight
 
   RecordingBackend() {
     ops.name = "recording";
@@ -46,6 +47,7 @@ struct RecordingBackend {
     };
     ops.dereg = [](nic_backend *b, nic_registration *reg) {
       auto *self = static_cast<RecordingBackend *>(b->priv);
+      if (self->busy) return -EBUSY;
       std::lock_guard<std::mutex> lock(self->mu);
       EXPECT_EQ(self->live.erase(reg->lkey), 1u) << "deregistered twice or never registered";
       self->deregs++;
@@ -252,6 +254,29 @@ TEST_F(RegistrationCache, BadRangesAreRefused) {
   EXPECT_EQ(nic_rcache_acquire(region_, 32 << 20, NIC_ACCESS_LOCAL, &r), -ERANGE)
       << "larger than the backend's largest region";
   EXPECT_EQ(nic_rcache_acquire(reinterpret_cast<void *>(0x1000), 8, NIC_ACCESS_LOCAL, &r), -EFAULT);
+}
+
+// A region dropped while a post that names it is still in flight (its user let go early): the
+// backend refuses, and the registration must be retried, not forgotten with its slot reused.
+TEST_F(RegistrationCache, BusyDeregistrationIsRetriedNotLost) {
+  nic_rcache_ref a;
+  ASSERT_EQ(nic_rcache_acquire(region_ + 30 * kPage, 64, NIC_ACCESS_LOCAL, &a), 0);
+  nic_rcache_release(a.slot);
+  backend->busy = true;
+  ASSERT_EQ(munmap(region_ + 30 * kPage, kPage), 0);
+  EXPECT_TRUE(backend->registered(a.reg.lkey)) << "the backend said busy";
+  EXPECT_EQ(now().busy, 1u);
+  EXPECT_EQ(now().busy_deregs - before_.busy_deregs, 1u);
+  nic_rcache_ref b; // the cache goes on meanwhile, without the busy region's slot
+  ASSERT_EQ(nic_rcache_acquire(region_ + 40 * kPage, 64, NIC_ACCESS_LOCAL, &b), 0);
+  EXPECT_NE(b.slot, a.slot) << "a slot whose registration is not gone was reused";
+  nic_rcache_release(b.slot);
+  nic_rcache_retry_busy();
+  EXPECT_TRUE(backend->registered(a.reg.lkey)) << "still busy: kept for the next retry";
+  backend->busy = false; // the post completed
+  nic_rcache_retry_busy();
+  EXPECT_FALSE(backend->registered(a.reg.lkey)) << "deregistered once the post was done";
+  EXPECT_EQ(now().busy, 0u);
 }
 
 TEST_F(RegistrationCache, ConcurrentUseAndInvalidationStayBalanced) {
