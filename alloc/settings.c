@@ -130,7 +130,8 @@ static void read_environment(bool secure_now) {
     int i = find(*e, len);
     bool report = secure ? true : i < 0 && !is_tool_variable(*e, len);
     if (report && odd_n < REPORT_MAX) odd[odd_n] = *e, odd_len[odd_n++] = len;
-    if (secure || i < 0 || !value) continue;
+    /* The first of several entries with one name wins, as with getenv. */
+    if (secure || i < 0 || !value || values[i]) continue;
     size_t n = strlen(value) + 1;
     if (n > sizeof store - used) {
       nic_log_warn("%s is too long to keep (settings hold %zu bytes in all); ignored",

@@ -105,6 +105,17 @@ TEST_F(CleanEnv, SecureExecutionIgnoresEverySettingWithOneLine) {
   EXPECT_FALSE(nic_secure_execution());
 }
 
+// A process can be handed two entries of one name; getenv answers with the first.
+TEST_F(CleanEnv, TheFirstOfTwoEntriesWinsAsWithGetenv) {
+  static char first[] = "NICMALLOC_SIM_SEED=11", second[] = "NICMALLOC_SIM_SEED=22";
+  char **saved = environ;
+  char *two[] = {first, second, nullptr};
+  environ = two;
+  Reload(false);
+  environ = saved;
+  EXPECT_STREQ(nic_getenv("NICMALLOC_SIM_SEED"), "11");
+}
+
 TEST_F(CleanEnv, SecureExecutionWithNoSettingSaysNothing) {
   EXPECT_EQ(Reload(true), "");
 }
