@@ -12,8 +12,11 @@
 #include <cerrno>
 #include <cstdlib>
 #include <cstring>
+#include <functional>
 #include <map>
+#include <memory>
 #include <mutex>
+#include <string>
 #include <thread>
 #include <vector>
 
@@ -56,6 +59,15 @@ struct RecordingBackend {
   bool registered(uint32_t lkey) {
     std::lock_guard<std::mutex> lock(mu);
     return live.count(lkey) != 0;
+  }
+  // Live registrations with a byte in [p, p+len).
+  int covering(const void *p, size_t len) {
+    std::lock_guard<std::mutex> lock(mu);
+    const uintptr_t a = reinterpret_cast<uintptr_t>(p);
+    int n = 0;
+    for (const auto &kv : live)
+      n += kv.second.first < a + len && a < kv.second.first + kv.second.second;
+    return n;
   }
 };
 
@@ -215,6 +227,80 @@ TEST_F(RegistrationCache, DlcloseInvalidatesTheLibrarysStaticData) {
   ASSERT_TRUE(backend->registered(ref.reg.lkey));
   ASSERT_EQ(dlclose(lib), 0);
   EXPECT_FALSE(backend->registered(ref.reg.lkey));
+}
+
+// Regions of different access over shared pages: invalidating one page must take out every
+// region that had it, however the regions lie and whichever call drops the page, or a later
+// request for a neighbouring page is served a registration that pins the page since replaced.
+TEST_F(RegistrationCache, InvalidatingAPageDropsEveryRegionThatHadIt) {
+  struct Request {
+    size_t first, pages;
+    unsigned access;
+  };
+  struct Layout {
+    const char *name;
+    Request a, b;
+  };
+  const Layout layouts[] = {
+      {"0-1 local, then 1-3 local-write", {0, 2, NIC_ACCESS_LOCAL}, {1, 3, NIC_ACCESS_LOCAL_WRITE}},
+      {"1-3 local-write, then 0-1 local", {1, 3, NIC_ACCESS_LOCAL_WRITE}, {0, 2, NIC_ACCESS_LOCAL}},
+      {"0-3 local, then 1 remote", {0, 4, NIC_ACCESS_LOCAL}, {1, 1, NIC_ACCESS_REMOTE_READ}},
+      {"1 remote, then 0-3 local", {1, 1, NIC_ACCESS_REMOTE_WRITE}, {0, 4, NIC_ACCESS_LOCAL}},
+      {"0-1 remote, then 1-2 remote",
+       {0, 2, NIC_ACCESS_REMOTE_READ},
+       {1, 2, NIC_ACCESS_REMOTE_READ}},
+  };
+  struct Path {
+    const char *name;
+    void (*drop)(char *page);
+  };
+  const Path paths[] = {
+      {"madvise", [](char *page) { ASSERT_EQ(madvise(page, kPage, MADV_DONTNEED), 0); }},
+      {"mmap MAP_FIXED",
+       [](char *page) {
+         ASSERT_EQ(mmap(page, kPage, PROT_READ | PROT_WRITE,
+                        MAP_PRIVATE | MAP_ANONYMOUS | MAP_FIXED, -1, 0),
+                   page);
+       }},
+      {"munmap", [](char *page) { ASSERT_EQ(munmap(page, kPage), 0); }},
+      {"mremap away",
+       [](char *page) {
+         void *moved = mremap(page, kPage, kPage, MREMAP_MAYMOVE | MREMAP_FIXED, page + 8 * kPage);
+         ASSERT_EQ(moved, page + 8 * kPage);
+       }},
+  };
+  for (const Path &path : paths)
+    for (const Layout &layout : layouts) {
+      SCOPED_TRACE(std::string(path.name) + ", " + layout.name);
+      // 4 pages used, and the mremap target 8 pages further.
+      char *base = static_cast<char *>(mmap(nullptr, 16 * kPage, PROT_READ | PROT_WRITE,
+                                            MAP_PRIVATE | MAP_ANONYMOUS | MAP_POPULATE, -1, 0));
+      ASSERT_NE(base, MAP_FAILED);
+      std::unique_ptr<char, std::function<void(char *)>> unmap(
+          base, [](char *p) { munmap(p, 16 * kPage); });
+      nic_rcache_ref a, b;
+      ASSERT_EQ(nic_rcache_acquire(base + layout.a.first * kPage, layout.a.pages * kPage,
+                                   layout.a.access, &a),
+                0);
+      ASSERT_EQ(nic_rcache_acquire(base + layout.b.first * kPage, layout.b.pages * kPage,
+                                   layout.b.access, &b),
+                0);
+      nic_rcache_release(a.slot);
+      nic_rcache_release(b.slot);
+      path.drop(base + kPage);
+      EXPECT_EQ(backend->covering(base + kPage, kPage), 0)
+          << "a registration of the dropped page is still cached";
+      // Page 0 is still the same memory: asking for it must not bring back a stale region.
+      nic_rcache_ref again;
+      ASSERT_EQ(nic_rcache_acquire(base, kPage, NIC_ACCESS_LOCAL, &again), 0);
+      EXPECT_NE(again.reg.lkey, a.reg.lkey);
+      EXPECT_NE(again.reg.lkey, b.reg.lkey);
+      nic_rcache_release(again.slot);
+    }
+  // Nothing registered twice or lost track of: what the cache holds is what the backend holds.
+  const uint32_t regions = now().regions;
+  std::lock_guard<std::mutex> lock(backend->mu);
+  EXPECT_EQ(static_cast<size_t>(backend->live.size()), static_cast<size_t>(regions));
 }
 
 TEST_F(RegistrationCache, LeastRecentlyUsedIsEvictedPastTheLimit) {

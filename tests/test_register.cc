@@ -3,6 +3,7 @@
 // its memory goes.
 #include <gtest/gtest.h>
 
+#include <sys/mman.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
@@ -101,6 +102,30 @@ TEST(Register, ARemoteKeyNeverReachesANeighboursPages) {
       nic_unregister(r);
   }
   free(buf);
+}
+
+// Cached regions of different access over a shared page (pages 0-1 local, pages 1-3
+// local-write): dropping that page must take both off the NIC, and pages 0-1 asked for again
+// must get a registration made after the drop.
+TEST(Register, DroppingAPageDeregistersEveryCachedRegionThatHadIt) {
+  char *buf = static_cast<char *>(mmap(nullptr, 4 * 4096, PROT_READ | PROT_WRITE,
+                                       MAP_PRIVATE | MAP_ANONYMOUS | MAP_POPULATE, -1, 0));
+  ASSERT_NE(buf, MAP_FAILED);
+  auto *sim = static_cast<sim_nic *>(nic_backend_active()->priv);
+  nic_region_ref send, recv;
+  ASSERT_EQ(nic_register(buf, 2 * 4096, NIC_REG_LOCAL, &send), 0);
+  ASSERT_EQ(nic_register(buf + 4096, 3 * 4096, NIC_REG_LOCAL_WRITE, &recv), 0);
+  nic_unregister(&send);
+  nic_unregister(&recv);
+  ASSERT_EQ(madvise(buf + 4096, 4096, MADV_DONTNEED), 0);
+  EXPECT_EQ(sim_lookup(sim, send.lkey), nullptr) << "pages 0-1 stay registered";
+  EXPECT_EQ(sim_lookup(sim, recv.lkey), nullptr) << "pages 1-3 stay registered";
+  nic_region_ref again;
+  ASSERT_EQ(nic_register(buf, 2 * 4096, NIC_REG_LOCAL, &again), 0);
+  EXPECT_NE(again.lkey, send.lkey);
+  EXPECT_NE(again.lkey, recv.lkey);
+  nic_unregister(&again);
+  munmap(buf, 4 * 4096);
 }
 
 // A local registration served by a cached region that was made for remote access must not
