@@ -33,6 +33,7 @@ struct RecordingBackend {
   nic_backend ops{};
   std::mutex mu;
   std::map<uint32_t, std::pair<uintptr_t, size_t>> live; // lkey -> range
+  std::map<uint32_t, unsigned> access;                   // lkey -> access of the live ones
   uint32_t next_key = 1;
   int regs = 0, deregs = 0;
 
@@ -44,6 +45,7 @@ struct RecordingBackend {
       std::lock_guard<std::mutex> lock(self->mu);
       *out = {base, len, access, self->next_key++, 0, 0};
       self->live[out->lkey] = {reinterpret_cast<uintptr_t>(base), len};
+      self->access[out->lkey] = access;
       self->regs++;
       return 0;
     };
@@ -51,6 +53,7 @@ struct RecordingBackend {
       auto *self = static_cast<RecordingBackend *>(b->priv);
       std::lock_guard<std::mutex> lock(self->mu);
       EXPECT_EQ(self->live.erase(reg->lkey), 1u) << "deregistered twice or never registered";
+      self->access.erase(reg->lkey);
       self->deregs++;
       return 0;
     };
@@ -338,6 +341,40 @@ TEST_F(RegistrationCache, BadRangesAreRefused) {
   EXPECT_EQ(nic_rcache_acquire(region_, 32 << 20, NIC_ACCESS_LOCAL, &r), -ERANGE)
       << "larger than the backend's largest region";
   EXPECT_EQ(nic_rcache_acquire(reinterpret_cast<void *>(0x1000), 8, NIC_ACCESS_LOCAL, &r), -EFAULT);
+}
+
+// Remote users of the same pages come and go on several threads, with local users of them in
+// between: whatever the interleaving, no remote registration outlives its user, and none is
+// deregistered twice (the backend checks).
+TEST_F(RegistrationCache, ARemoteRegistrationLeavesWithItsUserOnEveryThread) {
+  std::atomic<bool> stop{false};
+  std::atomic<long> rounds{0};
+  std::vector<std::thread> users;
+  for (int t = 0; t < 3; t++)
+    users.emplace_back([&, t] {
+      unsigned seed = t + 1;
+      while (!stop) {
+        const size_t page = rand_r(&seed) % 2;
+        const unsigned access =
+            t == 2 && rand_r(&seed) % 2 ? NIC_ACCESS_LOCAL : NIC_ACCESS_REMOTE_WRITE;
+        nic_rcache_ref r;
+        if (nic_rcache_acquire(region_ + page * kPage, kPage, access, &r) == 0) {
+          rounds++;
+          nic_rcache_release(r.slot);
+        }
+      }
+    });
+  while (rounds < 5000)
+    std::this_thread::yield();
+  stop = true;
+  for (auto &u : users)
+    u.join();
+  const uint32_t regions = now().regions;
+  std::lock_guard<std::mutex> lock(backend->mu);
+  for (const auto &kv : backend->access)
+    EXPECT_EQ(kv.second & (NIC_ACCESS_REMOTE_READ | NIC_ACCESS_REMOTE_WRITE), 0u)
+        << "a remote registration outlived its user: key " << kv.first;
+  EXPECT_EQ(static_cast<size_t>(backend->live.size()), static_cast<size_t>(regions));
 }
 
 TEST_F(RegistrationCache, ConcurrentUseAndInvalidationStayBalanced) {
