@@ -306,6 +306,50 @@ TEST_F(RegistrationCache, InvalidatingAPageDropsEveryRegionThatHadIt) {
   EXPECT_EQ(static_cast<size_t>(backend->live.size()), static_cast<size_t>(regions));
 }
 
+// The data segment shrinks without a munmap.
+TEST_F(RegistrationCache, BrkAndSbrkShrinkingInvalidate) {
+  char *const start = static_cast<char *>(sbrk(0));
+  ASSERT_NE(start, reinterpret_cast<char *>(-1));
+  const uintptr_t s = reinterpret_cast<uintptr_t>(start);
+  char *const pages = reinterpret_cast<char *>((s + kPage - 1) & ~(kPage - 1));
+  ASSERT_NE(sbrk(static_cast<intptr_t>(pages - start + 4 * kPage)), reinterpret_cast<void *>(-1))
+      << strerror(errno);
+  memset(pages, 3, 4 * kPage);
+  nic_rcache_ref low, high;
+  ASSERT_EQ(nic_rcache_acquire(pages, kPage, NIC_ACCESS_LOCAL, &low), 0);
+  ASSERT_EQ(nic_rcache_acquire(pages + 3 * kPage, kPage, NIC_ACCESS_LOCAL, &high), 0);
+  nic_rcache_release(low.slot);
+  nic_rcache_release(high.slot);
+  ASSERT_NE(sbrk(-static_cast<intptr_t>(2 * kPage)), reinterpret_cast<void *>(-1));
+  EXPECT_FALSE(backend->registered(high.reg.lkey)) << "sbrk gave the page back, still cached";
+  EXPECT_TRUE(backend->registered(low.reg.lkey));
+  ASSERT_EQ(brk(start), 0) << strerror(errno);
+  EXPECT_FALSE(backend->registered(low.reg.lkey)) << "brk gave the page back, still cached";
+}
+
+// A page can leave by a path the cache never sees (the C library unmaps thread stacks itself,
+// or a raw system call): the region cached on it must not survive a new mapping there.
+TEST_F(RegistrationCache, ANewMappingDropsWhatAnUnseenUnmapLeft) {
+  char *p = static_cast<char *>(
+      mmap(nullptr, 4 * kPage, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0));
+  ASSERT_NE(p, MAP_FAILED);
+  memset(p, 1, 4 * kPage);
+  nic_rcache_ref old;
+  ASSERT_EQ(nic_rcache_acquire(p + kPage, 2 * kPage, NIC_ACCESS_LOCAL, &old), 0);
+  nic_rcache_release(old.slot);
+  ASSERT_EQ(syscall(SYS_munmap, p, 4 * kPage), 0);
+  ASSERT_TRUE(backend->registered(old.reg.lkey)) << "the cache saw the raw munmap?";
+  char *again = static_cast<char *>(
+      mmap(p, 4 * kPage, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0));
+  ASSERT_EQ(again, p) << "the kernel did not take the hint";
+  EXPECT_FALSE(backend->registered(old.reg.lkey)) << "a region of the old pages is still cached";
+  nic_rcache_ref fresh;
+  ASSERT_EQ(nic_rcache_acquire(p + kPage, 2 * kPage, NIC_ACCESS_LOCAL, &fresh), 0);
+  EXPECT_NE(fresh.reg.lkey, old.reg.lkey);
+  nic_rcache_release(fresh.slot);
+  munmap(p, 4 * kPage);
+}
+
 TEST_F(RegistrationCache, LeastRecentlyUsedIsEvictedPastTheLimit) {
   // 8 regions at most; touch 12 separate pages (gaps prevent merging).
   std::vector<nic_rcache_ref> refs(12);
