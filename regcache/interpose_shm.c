@@ -69,6 +69,7 @@ NIC_EXPORT void *shmat(int shmid, const void *addr, int flags) {
   long r = syscall(SYS_shmat, shmid, addr, flags);
   if (r == -1) return (void *)-1;
   if (len) {
+    if (!(flags & SHM_REMAP)) nic_rcache_invalidate((uintptr_t)r, len); /* see interpose.c mmap */
     record((uintptr_t)r, len);
     nic_commit_map_note((void *)r, len, NIC_PAGES_GONE); /* no blocks of ours there now */
   }
