@@ -177,11 +177,18 @@ static bool take_existing(int fd) {
     for (size_t at = 0; at < size;) {
       const char *nl = memchr(file + at, '\n', size - at);
       size_t len = (nl ? (size_t)(nl - file) : size) - at;
+      /* sscanf only on a copy of the header line: on the mapping itself it would measure the
+       * rest of the file at every line, and read past its end when the size is a whole number of
+       * pages. */
+      char header[256];
       double d, o, n;
-      if (sscanf(file + at,
-                 "# sample_bytes %*f sent_dataplane %lf sent_other %lf dropped_samples %lf", &d, &o,
-                 &n) == 3) {
-        totals[0] += d, totals[1] += o, totals[2] += n;
+      if (len > 15 && len < sizeof header && !memcmp(file + at, "# sample_bytes ", 15)) {
+        memcpy(header, file + at, len);
+        header[len] = '\0';
+        if (sscanf(header,
+                   "# sample_bytes %*f sent_dataplane %lf sent_other %lf dropped_samples %lf", &d,
+                   &o, &n) == 3)
+          totals[0] += d, totals[1] += o, totals[2] += n;
       } else {
         add_line(file + at, len);
       }
