@@ -111,8 +111,11 @@ int nic_prof_path_open_dir(char *name, size_t cap) {
     walked_len += len;
     int next = openat(fd, comp, O_PATH | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC);
     if (next < 0) {
-      refuse(REFUSE_DIR_GONE, "directory %s cannot be reached without following a link (%s)",
-             walked, strerror(errno));
+      if (errno == ELOOP || errno == ENOTDIR)
+        refuse(REFUSE_DIR_GONE, "%s is no longer the directory it was at start-up but a link",
+               walked);
+      else
+        refuse(REFUSE_DIR_GONE, "directory %s cannot be opened (%s)", walked, strerror(errno));
       goto fail;
     }
     nic_close_nocancel(fd);

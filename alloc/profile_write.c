@@ -460,12 +460,12 @@ static void write_now(bool final) {
       (!text && !(text = nic_prof_map(TEXT_BYTES))) ||
       (!done && !(done = nic_prof_map(sizeof *done * DONE_SLOTS)))) {
     if (!finished) nic_log_warn_once("NICMALLOC_PROFILE: no memory to write the profile");
-    finished |= final;
+    if (final) __atomic_store_n(&finished, true, __ATOMIC_RELAXED);
     pthread_mutex_unlock(&write_mutex);
     return;
   }
-  finished = final;
-  last_write_ms = nic_now_ms();
+  __atomic_store_n(&finished, final, __ATOMIC_RELAXED);
+  __atomic_store_n(&last_write_ms, nic_now_ms(), __ATOMIC_RELAXED);
   const unsigned n = nic_prof_table_sites(own, OWN_SITES);
   bool changed = !written && final;
   for (unsigned i = 0; i < n; i++) {

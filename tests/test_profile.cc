@@ -307,6 +307,21 @@ TEST(ProfileFile, AFileOfAnotherUserOrAnUnsafeDirectoryIsRefused) {
   EXPECT_EQ(count_lines(r.err, "without the sticky bit"), 1) << r.err;
 }
 
+// Another user's link on the way (a directory name planted in /tmp pointing at /etc, say) is not
+// followed.
+TEST(ProfileFile, ALinkOfAnotherUserOnTheWayIsNotFollowed) {
+  if (geteuid() != 0) GTEST_SKIP() << "SKIPPED: needs root to make a link of another user";
+  TempDir dir, victim;
+  const std::string link = dir.path + "/profiles";
+  ASSERT_EQ(symlink(victim.path.c_str(), link.c_str()), 0);
+  ASSERT_EQ(lchown(link.c_str(), other_uid(), other_uid()), 0);
+  auto r =
+      run_probe({"NICMALLOC_PROFILE=" + link + "/app.profile", "NICMALLOC_PROFILE_SAMPLE=4K"}, {});
+  ASSERT_EQ(r.exit_code, 0) << r.err;
+  EXPECT_NE(access((victim.path + "/app.profile").c_str(), F_OK), 0) << "nothing written there";
+  EXPECT_EQ(count_lines(r.err, "symbolic link of uid"), 1) << r.err;
+}
+
 // A complete profile: its header, all its site lines well formed, a newline at the end.
 bool complete(const std::string &text, const std::string &run, size_t min_sites, std::string &why) {
   if (text.rfind("# nicmalloc profile 1\n", 0) != 0) return why = "no header", false;
