@@ -416,6 +416,36 @@ TEST(ProfileFile, WritersKilledAtRandomPointsNeverLeaveACutProfile) {
   EXPECT_GT(killed, kKills / 2) << "the kills must land before the writers end";
 }
 
+// Writers of one run that end together all count: each locks the file it found, and one that
+// waited finds it renamed over and merges into the new one instead.
+TEST(ProfileFile, WritersOfOneRunEndingTogetherAllCount) {
+  TempDir dir;
+  const std::string path = dir.path + "/app.profile", run = "many-" + std::to_string(getpid());
+  const std::string env_profile = "NICMALLOC_PROFILE=" + path,
+                    env_run = "NICMALLOC_PROFILE_RUN=" + run;
+  std::vector<char *> envp = {const_cast<char *>(env_profile.c_str()),
+                              const_cast<char *>(env_run.c_str()),
+                              const_cast<char *>("NICMALLOC_PROFILE_SAMPLE=4K")};
+  for (char **e = environ; *e; e++)
+    envp.push_back(*e);
+  envp.push_back(nullptr);
+  char *argv[] = {const_cast<char *>(NIC_PROBE_PATH), nullptr};
+  posix_spawn_file_actions_t quiet;
+  posix_spawn_file_actions_init(&quiet);
+  posix_spawn_file_actions_addopen(&quiet, 1, "/dev/null", O_WRONLY, 0);
+  const int kWriters = 16;
+  std::vector<pid_t> pids(kWriters);
+  for (pid_t &pid : pids)
+    ASSERT_EQ(posix_spawn(&pid, NIC_PROBE_PATH, &quiet, nullptr, argv, envp.data()), 0);
+  posix_spawn_file_actions_destroy(&quiet);
+  for (pid_t pid : pids) {
+    int status = 0;
+    ASSERT_EQ(waitpid(pid, &status, 0), pid);
+    EXPECT_TRUE(WIFEXITED(status) && WEXITSTATUS(status) == 0);
+  }
+  EXPECT_EQ(header_sent_other(path), kWriters * kBytes);
+}
+
 // A writer killed between making its new file and renaming it leaves that file behind; the next
 // writer removes such files once they are old, when they are its own.
 TEST(ProfileFile, NewFilesLeftByKilledWritersAreRemoved) {
