@@ -63,16 +63,25 @@ static void leave_now(int sig) {
   _exit(0);
 }
 
+static volatile sig_atomic_t stop;
+static void stop_soon(int sig) {
+  (void)sig;
+  stop = 1;
+}
+
 /* A daemon: sends, says "ready", then waits to be stopped. "daemon" leaves SIGTERM at its
  * default; "daemon-handler" installs a handler that ends the process with _exit, as a daemon
- * careful about async-signal safety does. */
-static int daemon_like(bool handler) {
-  if (handler) signal(SIGTERM, leave_now);
+ * careful about async-signal safety does; "daemon-exit" one that makes main send once more and
+ * return. */
+static int daemon_like(const char *mode) {
+  if (!strcmp(mode, "daemon-handler")) signal(SIGTERM, leave_now);
+  if (!strcmp(mode, "daemon-exit")) signal(SIGTERM, stop_soon);
   if (send_blocks()) return 2;
   printf("ready=1\n");
   fflush(stdout);
-  for (;;)
+  while (!stop)
     pause();
+  return send_blocks(); /* after the periodic write: counted by the write at exit */
 }
 
 /* A master that stays root and a worker that drops to uid (as nginx's do); both send. */
@@ -95,8 +104,7 @@ static int drop_privileges(uid_t uid) {
  * after it. */
 int main(int argc, char **argv) {
   if (argc < 2) return send_blocks();
-  if (!strcmp(argv[1], "daemon") || !strcmp(argv[1], "daemon-handler"))
-    return daemon_like(!strcmp(argv[1], "daemon-handler"));
+  if (!strncmp(argv[1], "daemon", 6)) return daemon_like(argv[1]);
   if (!strcmp(argv[1], "setuid") && argc > 2) return drop_privileges((uid_t)atoi(argv[2]));
   if (!strcmp(argv[1], "fork") && send_blocks()) return 2; /* counts the child must not repeat */
   fflush(stdout);
