@@ -375,15 +375,21 @@ TEST(ProfileFile, WritersKilledAtRandomPointsNeverLeaveACutProfile) {
     EXPECT_EQ(posix_spawn(&pid, NIC_PROBE_PATH, &quiet, nullptr, argv, envp.data()), 0);
     return pid;
   };
-  // How long a writer lives, so that the kills spread over all of its life.
-  auto t0 = std::chrono::steady_clock::now();
+  // How long a writer lives (the shortest of three, so that a slow first start does not push
+  // the kills past the end), so that the kills spread over all of its life.
+  long life_us = 0;
   int status = 0;
-  pid_t pid = spawn();
-  ASSERT_EQ(waitpid(pid, &status, 0), pid);
-  ASSERT_TRUE(WIFEXITED(status) && WEXITSTATUS(status) == 0);
-  const long life_us =
-      std::chrono::duration_cast<std::chrono::microseconds>(std::chrono::steady_clock::now() - t0)
-          .count();
+  pid_t pid;
+  for (int i = 0; i < 3; i++) {
+    auto t0 = std::chrono::steady_clock::now();
+    pid = spawn();
+    ASSERT_EQ(waitpid(pid, &status, 0), pid);
+    ASSERT_TRUE(WIFEXITED(status) && WEXITSTATUS(status) == 0);
+    const long us =
+        std::chrono::duration_cast<std::chrono::microseconds>(std::chrono::steady_clock::now() - t0)
+            .count();
+    life_us = i == 0 || us < life_us ? us : life_us;
+  }
   std::string why;
   ASSERT_TRUE(complete(read_all(path), run, kSites, why)) << why;
   std::mt19937 rng(getpid());
