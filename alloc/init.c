@@ -29,7 +29,8 @@ static int init_state;
 static __thread bool initializing __attribute__((tls_model("initial-exec")));
 
 static void before_fork(void) {
-  nic_dp_grow_lock(); /* before the chunks lock, as in dp_heap.c */
+  nic_profile_file_before_fork(); /* held only around opening and closing files */
+  nic_dp_grow_lock();             /* before the chunks lock, as in dp_heap.c */
   nic_chunks_lock();
   nic_threads_lock();
   nic_huge_cache_lock();
@@ -42,6 +43,7 @@ static void after_fork_parent(void) {
   nic_threads_unlock();
   nic_chunks_unlock();
   nic_dp_grow_unlock();
+  nic_profile_file_after_fork_parent();
 }
 
 /* Locks are re-made rather than unlocked: the child's copy may be held by a thread that no

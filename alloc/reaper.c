@@ -26,6 +26,7 @@
 #include "huge_cache.h"
 #include "last_thread.h"
 #include "log.h"
+#include "profile.h"
 #include "rcache.h"
 #include "thread.h"
 
@@ -143,6 +144,7 @@ static void *reaper_main(void *arg) {
   for (;;) {
     nanosleep(&ts, NULL);
     nic_reaper_pass();
+    nic_profile_tick();
     /* Alone: only when no other nicmalloc thread runs (they start on nic_* API use). Two /proc
      * reads, so at most once a second: a second late is no matter at the end of a process. */
     const uint64_t now = nic_now_ms();
