@@ -132,13 +132,25 @@ bool nic_release_filter(void *p) {
   return nic_safety_defer_free(p);
 }
 
-void nic_report_bad_free(const void *p, const char *caller, bool double_free) {
-  if (double_free) {
-    __atomic_add_fetch(&double_frees, 1, __ATOMIC_RELAXED);
-    nic_log_error("%s(%p): double free (block already freed); ignored", caller, p);
-  } else {
+/* A freed block given to realloc or malloc_usable_size is no double free; the report names the
+ * use. Both count as double_frees in the statistics, as uses of a freed block. */
+void nic_report_bad_block(const void *p, const char *caller, enum nic_block_use use, bool freed) {
+  if (!freed) {
     __atomic_add_fetch(&invalid_frees, 1, __ATOMIC_RELAXED);
     nic_log_error("%s(%p): pointer was not allocated by nicmalloc; ignored", caller, p);
+    return;
+  }
+  __atomic_add_fetch(&double_frees, 1, __ATOMIC_RELAXED);
+  switch (use) {
+  case NIC_USE_FREE:
+    nic_log_error("%s(%p): double free (block already freed); ignored", caller, p);
+    break;
+  case NIC_USE_REALLOC:
+    nic_log_error("%s(%p): realloc of a freed block; returning NULL (EINVAL)", caller, p);
+    break;
+  case NIC_USE_SIZE:
+    nic_log_error("%s(%p): malloc_usable_size of a freed block; returning 0", caller, p);
+    break;
   }
 }
 
@@ -189,7 +201,7 @@ void nic_release_deferred(void *p) {
 }
 
 void nic_free_general(void *p, const char *caller) {
-  if (p && nic_check_live_block(p, caller)) nic_release_block(p);
+  if (p && nic_check_live_block(p, caller, NIC_USE_FREE)) nic_release_block(p);
 }
 
 void nic_free(void *p, const char *caller) {
@@ -197,13 +209,13 @@ void nic_free(void *p, const char *caller) {
 }
 
 size_t nic_usable_size(const void *p, const char *caller) {
-  if (!p || !nic_check_live_block(p, caller)) return 0;
+  if (!p || !nic_check_live_block(p, caller, NIC_USE_SIZE)) return 0;
   return mi_usable_size(p);
 }
 
 void *nic_realloc_routed(void *p, size_t size, enum nic_route route, const char *caller) {
   if (!p) return nic_alloc(size, 0, false, route);
-  if (!nic_check_live_block(p, caller)) {
+  if (!nic_check_live_block(p, caller, NIC_USE_REALLOC)) {
     errno = EINVAL;
     return NULL;
   }

@@ -67,7 +67,9 @@ static inline void *nic_dp_alloc_fast(size_t size, bool zero) {
   return p;
 }
 
-void nic_report_bad_free(const void *p, const char *caller, bool double_free);
+/* What a call does with the block it is given, for its report when the block is not live. */
+enum nic_block_use { NIC_USE_FREE, NIC_USE_REALLOC, NIC_USE_SIZE };
+void nic_report_bad_block(const void *p, const char *caller, enum nic_block_use use, bool freed);
 /* A thread still setting up, or past its last exit hook, frees into the exited totals. */
 void nic_release_dp_block_unregistered(void *p);
 
@@ -87,14 +89,14 @@ static inline bool nic_may_be_block(const void *p) {
 
 /* Returns false (after reporting) when p is not a live block of ours. The key is read only
  * after nic_may_be_block, so a wild pointer is never dereferenced. */
-static inline bool nic_check_live_block(const void *p, const char *caller) {
+static inline bool nic_check_live_block(const void *p, const char *caller, enum nic_block_use use) {
   if (!nic_free_check) return true;
   if (__builtin_expect(!nic_block_aligned(p) || !nic_may_be_block(p), 0)) {
-    nic_report_bad_free(p, caller, false);
+    nic_report_bad_block(p, caller, use, false);
     return false;
   }
   if (__builtin_expect(nic_block_is_free(p), 0)) {
-    nic_report_bad_free(p, caller, true);
+    nic_report_bad_block(p, caller, use, true);
     return false;
   }
   return true;

@@ -90,6 +90,23 @@ TEST(BadInput, ReallocAndUsableSizeOfForeignPointers) {
   EXPECT_STREQ(on_stack, "keep");
 }
 
+// Using a freed block is no double free: the report names the use.
+TEST(BadInput, ReallocAndUsableSizeOfAFreedBlockSayWhatTheyAre) {
+  for (bool dataplane : {false, true}) {
+    void *p = dataplane ? nic_malloc(64) : malloc(64);
+    free(p);
+    testing::internal::CaptureStderr();
+    EXPECT_EQ(malloc_usable_size(p), 0u);
+    errno = 0;
+    EXPECT_EQ(realloc(p, 128), nullptr);
+    EXPECT_EQ(errno, EINVAL);
+    std::string err = testing::internal::GetCapturedStderr();
+    EXPECT_EQ(count_lines(err, "malloc_usable_size of a freed block"), 1) << err;
+    EXPECT_EQ(count_lines(err, "realloc of a freed block"), 1) << err;
+    EXPECT_EQ(count_lines(err, "double free"), 0) << err;
+  }
+}
+
 TEST(BadInput, DoubleFreeIsReportedAndTheHeapStaysConsistent) {
   for (bool dataplane : {false, true}) {
     void *p = dataplane ? nic_malloc(48) : malloc(48);
