@@ -48,10 +48,13 @@ static void *control_alloc(size_t size, size_t alignment, bool zero) {
   return p;
 }
 
+/* The threshold's SIZE_MAX means "no size rule", so it must not catch a request of SIZE_MAX
+ * bytes: malloc(SIZE_MAX) was called a dataplane request larger than a chunk. */
 static bool wants_dataplane(size_t size, enum nic_route route) {
   if (route != NIC_ROUTE_AUTO) return route == NIC_ROUTE_DATAPLANE;
   if (!nic_thread_ready() || nic_self.internal_depth > 0) return false;
-  return nic_self.scope_depth > 0 || size >= nic_auto_dp_threshold;
+  return nic_self.scope_depth > 0 ||
+         (size >= nic_auto_dp_threshold && nic_auto_dp_threshold != SIZE_MAX);
 }
 
 /* One warning per cause: the first time each one sends a request elsewhere. A refused pin was

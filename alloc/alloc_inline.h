@@ -16,7 +16,8 @@
 
 #include <mimalloc.h>
 
-/* SIZE_MAX unless NICMALLOC_DP_MIN_SIZE is set; read before any thread turns fast. */
+/* SIZE_MAX (no size rule, whatever the size) unless NICMALLOC_DP_MIN_SIZE is set; read before
+ * any thread turns fast. */
 extern size_t nic_auto_dp_threshold;
 /* Cap on fast_below: nic_auto_dp_threshold, lowered by profiling or routing (profile.h). */
 extern size_t nic_fast_limit;
