@@ -14,7 +14,6 @@ size_t nic_auto_dp_threshold = SIZE_MAX;
 size_t nic_fast_limit = SIZE_MAX;
 size_t nic_dp_fast_max; /* 0 until set-up: the inline path stays off */
 bool nic_free_check = true;
-const uintptr_t nic_free_key_seed = 0x6e69636d616c6c6fULL; /* "nicmallo" */
 
 static unsigned long long dataplane_fallbacks, dataplane_failures, invalid_frees, double_frees;
 

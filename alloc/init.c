@@ -5,6 +5,7 @@
 
 #include "alloc_inline.h"
 #include "backend.h"
+#include "block.h"
 #include "config.h"
 #include "dp_heap.h"
 #include "huge_cache.h"
@@ -68,6 +69,7 @@ static void tune_control_heap(const struct nic_config *cfg) {
 }
 
 static void init_once(void) {
+  nic_free_key_init(); /* before anything here allocates */
   nic_log_note_stderr();
   const struct nic_config *cfg = nic_config();
   if (cfg->dp_min_size) nic_auto_dp_threshold = cfg->dp_min_size;

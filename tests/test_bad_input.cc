@@ -6,10 +6,12 @@
 #include <unistd.h>
 
 #include <cerrno>
+#include <cstdio>
 #include <cstdlib>
 #include <cstring>
 #include <fstream>
 #include <iterator>
+#include <set>
 #include <string>
 #include <vector>
 
@@ -124,6 +126,37 @@ TEST(BadInput, DoubleFreeIsReportedAndTheHeapStaysConsistent) {
     free(a);
     free(b);
   }
+}
+
+// The free key, learnt as a peer could learn it: from a freed block's second word.
+uintptr_t learned_free_key() {
+  auto *volatile block = static_cast<uintptr_t *>(malloc(48));
+  free(block);
+  return block[1];
+}
+
+// Each process draws its own key: two started alike, even with address space layout
+// randomisation off, hold different keys, with getrandom or without it, and none holds ours.
+TEST(BadInput, EachProcessDrawsItsOwnFreeKey) {
+  std::set<std::string> keys;
+  char ours[32];
+  snprintf(ours, sizeof ours, "%llx", static_cast<unsigned long long>(learned_free_key()));
+  keys.insert(ours);
+  const std::vector<std::vector<std::string>> runs = {
+      {"fixed-layout", "free-key"},
+      {"fixed-layout", "free-key"},
+      {"fixed-layout", "no-getrandom", "free-key"},
+      {"fixed-layout", "no-getrandom", "free-key"},
+  };
+  for (const auto &args : runs) {
+    auto r = run_probe({}, args);
+    if (r.exit_code == 77) GTEST_SKIP() << "the kernel refuses to turn randomisation off";
+    ASSERT_EQ(r.exit_code, 0) << r.err;
+    ASSERT_EQ(r.values.count("free_key"), 1u) << r.out;
+    EXPECT_NE(r.values.at("free_key"), "0");
+    keys.insert(r.values.at("free_key"));
+  }
+  EXPECT_EQ(keys.size(), runs.size() + 1);
 }
 
 // Inside the control arena but where mimalloc never committed memory: the check must not read
