@@ -5,6 +5,7 @@
 #include "dp_heap.h"
 #include "init.h"
 #include "log.h"
+#include "mi_free_lists.h"
 #include "profile.h"
 
 #include <errno.h>
@@ -154,6 +155,12 @@ void nic_report_bad_block(const void *p, const char *caller, enum nic_block_use 
     nic_log_error("%s(%p): malloc_usable_size of a freed block; returning 0", caller, p);
     break;
   }
+}
+
+/* Blocks in the huge cache are freed to the program and live to mimalloc: asked first. */
+bool nic_key_match_freed(const void *p) {
+  if (nic_maybe_huge_block(p) && nic_huge_cache_holds(p)) return true;
+  return nic_mi_block_state(p) != NIC_MI_LIVE;
 }
 
 /* Threads still setting up, or past their exit hook, count into the exited totals. */

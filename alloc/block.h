@@ -1,6 +1,8 @@
 /* What every block nicmalloc hands out carries: word 1 is cleared on allocation and set to a
  * per-process random key on free (word 0 is mimalloc's free-list link). Finding the key again on
- * free means a double free, as glibc's tcache key does. */
+ * free makes the block a suspect, as glibc's tcache key does: user data can hold the key too (a
+ * peer's bytes in a received buffer), so a match is confirmed before a free is refused
+ * (alloc.c, mi_free_lists.h). The key keeps that confirmation off every other free. */
 #ifndef NIC_BLOCK_H
 #define NIC_BLOCK_H
 

@@ -19,7 +19,8 @@ static uint64_t mix(uint64_t x) {
 }
 
 /* Without getrandom (a seccomp filter, a kernel before 3.17) the key mixes what differs from
- * one exec to the next: the clocks, the pid and two ASLR addresses. */
+ * one exec to the next: the clocks, the pid and two ASLR addresses. Weaker, but a key match is
+ * confirmed before a free is refused anyway (alloc.c); the key only keeps that path rare. */
 static uint64_t fallback_key(void) {
   struct timespec mono = {0, 0}, real = {0, 0};
   clock_gettime(CLOCK_MONOTONIC, &mono);

@@ -54,7 +54,7 @@ bool nic_safety_is_deferred(const void *p) {
 bool nic_safety_was_freed(const void *p) {
   const bool readable =
       nic_in_dp(p) ? nic_chunk_readable(nic_chunk_index(p)) : mi_is_in_heap_region(p);
-  return (nic_block_aligned(p) && readable && nic_block_is_free(p)) || nic_safety_is_deferred(p);
+  return (nic_block_aligned(p) && readable && nic_block_was_freed(p)) || nic_safety_is_deferred(p);
 }
 
 bool nic_safety_defer_free(void *p) {
