@@ -84,9 +84,8 @@ static void init_once(void) {
   nic_control_arena_init(nic_free_check);
   nic_huge_cache_init(nic_control_size);
   nic_dp_reserve();
-  nic_small_usable_init(); /* after the arena: it allocates */
-  /* It allocates too, and reads the commit map, which only the free check keeps. */
-  if (nic_free_check) nic_mi_free_lists_init();
+  nic_small_usable_init();  /* after the arena: it allocates */
+  nic_mi_free_lists_init(); /* it allocates too */
   nic_site_table_apply();
   /* May allocate; the initializing flag sends that allocation past us. */
   pthread_atfork(before_fork, after_fork_parent, after_fork_child);
