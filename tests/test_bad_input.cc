@@ -148,7 +148,7 @@ size_t dataplane_live() {
 
 // A live block whose second word holds the free key (a peer can arrange that in a received
 // buffer) is freed for real: no report, its bytes leave the live count, mimalloc hands it out
-// again, once; and a second free of it is a real double free, still caught.
+// again (and not twice in a row); and a second free of it is a real double free, still caught.
 TEST(BadInput, ALiveBlockHoldingTheFreeKeyIsFreedForReal) {
   const uintptr_t key = learned_free_key();
   for (bool dataplane : {false, true}) {
@@ -170,7 +170,7 @@ TEST(BadInput, ALiveBlockHoldingTheFreeKeyIsFreedForReal) {
     err = testing::internal::GetCapturedStderr();
     EXPECT_EQ(count_lines(err, "double free"), 1) << dataplane << err;
     EXPECT_EQ(errors(true), doubles + 1) << dataplane;
-    // Freed once: handed out again once (a block freed twice would come back twice).
+    // Freed once: handed out again, and not at once a second time (as a block freed twice can).
     std::vector<void *> taken;
     size_t found = 0;
     for (int i = 0; i < 100000 && found == 0; i++) {
