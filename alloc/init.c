@@ -5,10 +5,12 @@
 
 #include "alloc_inline.h"
 #include "backend.h"
+#include "block.h"
 #include "config.h"
 #include "dp_heap.h"
 #include "huge_cache.h"
 #include "log.h"
+#include "mi_free_lists.h"
 #include "nicmalloc.h"
 #include "profile.h"
 #include "rcache.h"
@@ -72,6 +74,7 @@ static void tune_control_heap(const struct nic_config *cfg) {
 }
 
 static void init_once(void) {
+  nic_free_key_init(); /* before anything here allocates */
   nic_log_note_stderr();
   const struct nic_config *cfg = nic_config();
   if (cfg->dp_min_size) nic_auto_dp_threshold = cfg->dp_min_size;
@@ -85,7 +88,8 @@ static void init_once(void) {
   nic_control_arena_init(nic_free_check);
   nic_huge_cache_init(nic_control_size);
   nic_dp_reserve();
-  nic_small_usable_init(); /* after the arena: it allocates */
+  nic_small_usable_init();  /* after the arena: it allocates */
+  nic_mi_free_lists_init(); /* it allocates too */
   nic_site_table_apply();
   /* May allocate; the initializing flag sends that allocation past us. */
   pthread_atfork(before_fork, after_fork_parent, after_fork_child);

@@ -154,7 +154,7 @@ struct nic_stats {
   uint64_t dataplane_fallbacks; /* dataplane requests served from the control heap */
   uint64_t dataplane_failures;  /* dataplane requests that returned NULL (ENOMEM) */
   uint64_t invalid_frees;       /* free/realloc of pointers nicmalloc did not allocate */
-  uint64_t double_frees;
+  uint64_t double_frees;        /* free, realloc or malloc_usable_size of a freed block */
   /* Registration cache (memory outside the chunks). */
   uint64_t rcache_hits, rcache_misses, rcache_evictions, rcache_invalidations;
   uint32_t rcache_regions;
