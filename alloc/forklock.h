@@ -27,7 +27,8 @@
  *   deferred, holds, fence detect, fence protect, pressure, profile table, shm attaches:
  *                              leaves (their holders take no other lock: pool memory comes
  *                              from mmap without MAP_FIXED, which the cache does not see)
- * The hooks (no lock) come last.
+ * The hooks (no lock) come last: the backend's is before in-flight, whose frees must find the
+ * backend marked the parent's and the write protection gone.
  *
  * EVERY LOCK of alloc/, regcache/ and safety/ and its decision:
  *   held across fork (on the list, ranks below): the sim endpoint list (safety/endpoint.c),
@@ -82,6 +83,7 @@ enum nic_fork_rank {
   NIC_FORK_REAPER_THREAD, /* the reaper is gone: start it again on need */
   NIC_FORK_PROFILE_SINK,  /* the child's profile counts start from zero */
   NIC_FORK_BACKEND,       /* the backend is the parent's */
+  NIC_FORK_INFLIGHT,      /* the parent's posts are void in the child (safety/inflight_fork.c) */
   NIC_FORK_RANKS
 };
 

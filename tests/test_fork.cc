@@ -39,6 +39,8 @@ enum ChildStatus {
   kStatsWrong = 14,
   kExecFailed = 15,
   kPipeFailed = 16,
+  kInflightInherited = 17, // the child counted the parent's posts or deferred frees as its own
+  kFreeDeferred = 18,      // the child's free of a block the parent had posted was deferred
 };
 
 std::string describe_status(int status) {
@@ -316,9 +318,10 @@ struct Completions {
 // blocks still in flight (deferred frees, moves) and read statistics, while the main thread
 // forks: each lock the NIC path takes (deferred frees, pressure model, registration cache,
 // holds...) is held by some parent thread at some fork. The child frees a block the parent had
-// posted (its completion never comes in the child: the child must not wait for it), reads
-// statistics and execs. Their completions run on the NIC's thread; the main thread's own
-// posts complete only when it polls, so they are surely in flight when it forks.
+// posted, reads statistics and execs. Its completion never comes in the child, so the child
+// must see nothing in flight and no free deferred, its own or the parent's. The threads'
+// completions run on the NIC's thread; the main thread's own posts complete only when it
+// polls, so they are surely in flight when it forks.
 TEST(Fork, ChildrenOfThreadsWithPostsInFlightNeverHang) {
   nic_endpoint *engine_ep = nic_sim_endpoint_create(nullptr, nullptr, NIC_EP_ENGINE_COMPLETIONS);
   nic_endpoint *polled_ep = nic_sim_endpoint_create(nullptr, nullptr, 0);
@@ -406,9 +409,11 @@ TEST(Fork, ChildrenOfThreadsWithPostsInFlightNeverHang) {
       alarm(kChildAlarmSeconds);
       nic_stats s;
       nic_get_stats(&s);
+      if (s.inflight_posts || s.inflight_entries || s.deferred_pending) _exit(kInflightInherited);
       if (int rc = exercise_allocator(5)) _exit(rc);
       free(posted);
       nic_get_stats(&s);
+      if (s.deferred_pending) _exit(kFreeDeferred);
       const char *argv[] = {"/bin/true", nullptr};
       execv("/bin/true", const_cast<char *const *>(argv));
       _exit(kExecFailed);
