@@ -52,6 +52,11 @@
  *   pthread_once (alloc/thread.c, regcache/backend.c, safety/config.c, pressure.c,
  *     fence_protect.c, fence_threads.c): glibc restarts in the child an initialisation that a
  *     parent thread had under way (its fork generation), so nothing is needed.
+ *   the start-up flags (alloc/config.c config_state, alloc/init.c init_state), once-only
+ *     states others wait for: both are set before or right after the fork handler is
+ *     installed (init's last step), so no fork that runs it finds the settings half read; a
+ *     fork between that step and init_state's final store is not covered: its child would
+ *     wait forever for init, unless the initialising thread itself forked.
  *   mimalloc's own state is mimalloc's; the locks above are the runtime's.
  */
 #ifndef NIC_FORKLOCK_H
