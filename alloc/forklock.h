@@ -17,8 +17,6 @@
  *                              completions free blocks, drop cache slots, report fence
  *                              mismatches (everything below)
  *   fence report               the profile table (the blocks' sites), the log
- *   reaper pass                the late lock, the thread list, the chunks lock, mimalloc's
- *                              collection (munmap: the registration cache)
  *   dataplane late             waits for busy threads to leave dataplane code, and they may
  *                              wait for the growth, chunks, thread or cache locks
  *   dataplane growth           the chunks lock, mmap/munmap of a chunk (the cache)
@@ -33,7 +31,7 @@
  * EVERY LOCK of alloc/, regcache/ and safety/ and its decision:
  *   held across fork (on the list, ranks below): the sim endpoint list (safety/endpoint.c),
  *     the other endpoints' list (safety/endpoint_common.c), the fence report lock
- *     (safety/fence_report.c), the reaper pass lock (alloc/reaper.c), the late and growth locks
+ *     (safety/fence_report.c), the late and growth locks
  *     (alloc/dp_heap.c), the chunks lock (alloc/chunks.c), the thread list (alloc/thread.c),
  *     the huge-block cache (alloc/huge_cache.c), the registration cache (regcache/rcache.c),
  *     the deferred-free table (safety/deferred.c), the hold table (safety/hold.c), the detect
@@ -41,10 +39,14 @@
  *     signals blocked as every holder does), the pressure model (safety/pressure.c), the
  *     profile table's spin lock (alloc/profile_table.c), the System V attach table
  *     (regcache/interpose_shm.c).
- *   not held, reset in the child: the dataplane reservation flag (alloc/chunks.c "reserving"),
- *     a try-lock: holding it across fork would make a concurrent dataplane request fail;
- *     what it guards is published with one atomic store, so the child sees the reservation
- *     done or not done, and then makes its own.
+ *   not held, reset in the child (on the list with a reset only):
+ *     - the reaper pass lock (alloc/reaper.c): holding it would make fork wait for a whole
+ *       pass, a visit of mimalloc's abandoned segments included; everything a pass changes
+ *       is under the late, thread and chunks locks, which are held, and the reaper thread that
+ *       holds it does not exist in the child.
+ *     - the dataplane reservation flag (alloc/chunks.c "reserving"), a try-lock: holding it
+ *       would make a concurrent dataplane request fail; what it guards is published with one
+ *       atomic store, so the child sees the reservation done or not done, then makes its own.
  *   not held, never touched by a child: the backends' own locks (regcache/sim_nic.c,
  *     sim_dma.c, uring*.c, verbs.c, dpdk*.c, one per backend or endpoint). A child of a process
  *     with an open backend neither registers, posts nor polls (regcache/backend.c), so it

@@ -42,7 +42,11 @@
 
 static int started;
 static pthread_mutex_t pass_lock = PTHREAD_MUTEX_INITIALIZER;
-NIC_FORKLOCK_MUTEX(reaper_pass, NIC_FORK_REAPER_PASS, &pass_lock, NULL);
+/* Not held across fork (forklock.h): fork would wait for a whole pass. */
+static void pass_lock_reset(void) {
+  pthread_mutex_init(&pass_lock, NULL);
+}
+NIC_FORKLOCK_CUSTOM(reaper_pass, NIC_FORK_REAPER_PASS, NULL, NULL, pass_lock_reset, NULL);
 static bool barrier_registered;
 
 /* One byte past each segment boundary: mimalloc 2.0.9 finds a pointer's segment as
