@@ -380,14 +380,15 @@ TEST(Fork, ChildrenOfThreadsWithPostsInFlightNeverHang) {
   for (unsigned i = 0; i < 3; i++)
     threads.emplace_back(poster, 100 + i);
 
-  constexpr int kMaxForks = 300;
-  constexpr auto kBudget = std::chrono::seconds(90);
+  // At least kMinForks whatever the machine's load; more, up to kMaxForks, while time allows.
+  constexpr int kMinForks = 50, kMaxForks = 200;
+  constexpr auto kBudget = std::chrono::seconds(60);
   constexpr auto kChildDeadline = std::chrono::seconds(10); // healthy: milliseconds
   auto test_end = std::chrono::steady_clock::now() + kBudget;
   int forks = 0, hung = 0, inflight_at_fork = 0;
   std::vector<std::string> failures;
   Completions mine;
-  while (forks < kMaxForks && std::chrono::steady_clock::now() < test_end) {
+  while (forks < kMinForks || (forks < kMaxForks && std::chrono::steady_clock::now() < test_end)) {
     // A block posted (in flight until this thread polls), and one freed while posted.
     const size_t size = 4096 + size_t(forks % 7) * 1000;
     void *posted = nic_malloc(size), *freed = nic_malloc(size);
@@ -437,7 +438,6 @@ TEST(Fork, ChildrenOfThreadsWithPostsInFlightNeverHang) {
   printf("forks run / hung: %d / %d (%d failed; the main thread's post in flight at %d forks; "
          "%ld posts refused)\n",
          forks, hung, int(failures.size()), inflight_at_fork, post_errors.load());
-  EXPECT_GE(forks, 50) << "too few forks in the time budget to say anything";
   EXPECT_EQ(hung, 0) << "children hung in the allocator, on a lock a parent thread held at fork";
   EXPECT_TRUE(failures.empty()) << failures.size() << " children failed, first: " << failures[0];
   nic_stats end;
