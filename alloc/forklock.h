@@ -31,22 +31,23 @@
  * EVERY LOCK of alloc/, regcache/ and safety/ and its decision:
  *   held across fork (on the list, ranks below): the sim endpoint list (safety/endpoint.c),
  *     the other endpoints' list (safety/endpoint_common.c), the fence report lock
- *     (safety/fence_report.c), the late and growth locks
- *     (alloc/dp_heap.c), the chunks lock (alloc/chunks.c), the thread list (alloc/thread.c),
- *     the huge-block cache (alloc/huge_cache.c), the registration cache (regcache/rcache.c),
- *     the deferred-free table (safety/deferred.c), the hold table (safety/hold.c), the detect
- *     records (safety/fence_detect.c), the protect spin lock (safety/fence_protect.c, taken with
+ *     (safety/fence_report.c), the late and growth locks (alloc/dp_heap.c), the chunks lock
+ *     (alloc/chunks.c), the thread list (alloc/thread.c), the huge-block cache
+ *     (alloc/huge_cache.c), the registration cache (regcache/rcache.c), the deferred-free
+ *     table (safety/deferred.c), the hold table (safety/hold.c), the detect records
+ *     (safety/fence_detect.c), the protect spin lock (safety/fence_protect.c, taken with
  *     signals blocked as every holder does), the pressure model (safety/pressure.c), the
  *     profile table's spin lock (alloc/profile_table.c), the System V attach table
  *     (regcache/interpose_shm.c).
- *   not held, reset in the child (on the list with a reset only):
+ *   not held, only reset in the child (a reset entry, or its module's child hook):
  *     - the reaper pass lock (alloc/reaper.c): holding it would make fork wait for a whole
  *       pass, a visit of mimalloc's abandoned segments included; everything a pass changes
  *       is under the late, thread and chunks locks, which are held, and the reaper thread that
  *       holds it does not exist in the child.
- *     - the dataplane reservation flag (alloc/chunks.c "reserving"), a try-lock: holding it
- *       would make a concurrent dataplane request fail; what it guards is published with one
- *       atomic store, so the child sees the reservation done or not done, then makes its own.
+ *     - the dataplane reservation flag (alloc/chunks.c "reserving", by the chunks' hook), a
+ *       try-lock: holding it would make a concurrent dataplane request fail; what it guards
+ *       is published with one atomic store, so the child sees the reservation done or not
+ *       done, then makes its own.
  *   not held, never touched by a child: the backends' own locks (regcache/sim_nic.c,
  *     sim_dma.c, uring*.c, verbs.c, dpdk*.c, one per backend or endpoint). A child of a process
  *     with an open backend neither registers, posts nor polls (regcache/backend.c), so it
