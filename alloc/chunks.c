@@ -3,6 +3,7 @@
 
 #include "clock.h"
 #include "config.h"
+#include "forklock.h"
 #include "log.h"
 #include "reaper.h"
 #include "vspace.h"
@@ -266,9 +267,6 @@ void nic_chunks_lock(void) {
 void nic_chunks_unlock(void) {
   pthread_mutex_unlock(&chunk_lock);
 }
-void nic_chunks_reset_lock_in_child(void) {
-  pthread_mutex_init(&chunk_lock, NULL);
-}
 
 /* A private hugetlb chunk shares its pages with the parent after fork, and the child's first
  * write to each needs a whole free huge page for copy-on-write; with the pool empty (nicmalloc
@@ -297,9 +295,9 @@ static void unshare_hugetlb_chunk(unsigned index, size_t size) {
   c->mapping.kind = NIC_PAGE_4K;
 }
 
-void nic_chunks_after_fork_child(void) {
-  pthread_mutex_init(&chunk_lock, NULL);
-  reserving = 0; /* the thread that held it is gone */
+/* Fork child, every lock fresh. */
+static void after_fork_child(void) {
+  reserving = 0; /* the thread that held it is gone (not held across fork: forklock.h) */
   size_t size = (size_t)1 << nic_dp.shift;
   for (unsigned i = 0; i < slots_used; i++) {
     /* mlock is not inherited, and re-locking would copy every page of every chunk. */
@@ -309,3 +307,4 @@ void nic_chunks_after_fork_child(void) {
     if (mapped && nic_chunks[i].mapping.kind >= NIC_PAGE_2M) unshare_hugetlb_chunk(i, size);
   }
 }
+NIC_FORKLOCK_MUTEX(chunks, NIC_FORK_CHUNKS, &chunk_lock, after_fork_child);

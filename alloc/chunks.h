@@ -95,10 +95,9 @@ struct nic_chunk_totals {
 };
 void nic_chunk_totals(struct nic_chunk_totals *out);
 
-/* Fork handlers: the chunk lock must not be held across fork(). */
+/* The chunk lock (the reaper's release; fork holds it across: forklock.h, where the child
+ * also finds its chunks unpinned, as mlock is not inherited, and hugetlb chunks safe to write). */
 void nic_chunks_lock(void);
 void nic_chunks_unlock(void);
-/* Fresh lock; chunks unpinned (mlock is not inherited); hugetlb chunks made safe to write. */
-void nic_chunks_after_fork_child(void);
 
 #endif

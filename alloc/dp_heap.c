@@ -3,6 +3,7 @@
 
 #include "clock.h"
 #include "config.h"
+#include "forklock.h"
 #include "reaper.h"
 
 #include <errno.h>
@@ -78,16 +79,7 @@ static void *try_chunks(struct nic_thread *t, unsigned from, unsigned to, size_t
  * would do (wl_threads_mixed with NICMALLOC_DP_MIN_SIZE=4096: 2 GiB pinned for nothing).
  * Recursive: a chunk being mapped logs, and nothing must deadlock if that ever allocated. */
 static pthread_mutex_t grow_lock = PTHREAD_RECURSIVE_MUTEX_INITIALIZER_NP;
-
-void nic_dp_grow_lock(void) {
-  pthread_mutex_lock(&grow_lock);
-}
-void nic_dp_grow_unlock(void) {
-  pthread_mutex_unlock(&grow_lock);
-}
-void nic_dp_grow_after_fork_child(void) {
-  grow_lock = (pthread_mutex_t)PTHREAD_RECURSIVE_MUTEX_INITIALIZER_NP;
-}
+NIC_FORKLOCK_RECURSIVE(dp_grow, NIC_FORK_DP_GROW, &grow_lock, NULL);
 
 /* Under the growth lock, the only place chunks are mapped. Any chunk state change since the
  * caller's scan (a chunk mapped, or a released slot mapped again, by the thread that held the
@@ -130,6 +122,7 @@ static void *alloc_slow(struct nic_thread *t, size_t size, size_t alignment, boo
 /* Threads past their first exit hook are invisible to the reaper's busy scan, so their (rare)
  * dataplane allocations hold a lock the reaper holds while it releases. */
 static pthread_mutex_t late_lock = PTHREAD_MUTEX_INITIALIZER;
+NIC_FORKLOCK_MUTEX(dp_late, NIC_FORK_DP_LATE, &late_lock, NULL);
 
 void nic_dp_late_lock(void) {
   pthread_mutex_lock(&late_lock);

@@ -52,9 +52,5 @@ void nic_collect_abandoned(void);
 /* Held by exiting threads around dataplane allocation and by the reaper around a release. */
 void nic_dp_late_lock(void);
 void nic_dp_late_unlock(void);
-/* Held while deciding to map a chunk; fork holds it across and the child makes it anew. */
-void nic_dp_grow_lock(void);
-void nic_dp_grow_unlock(void);
-void nic_dp_grow_after_fork_child(void);
 
 #endif

@@ -6,6 +6,7 @@
 
 #include "block.h"
 #include "config.h"
+#include "forklock.h"
 #include "nocancel.h"
 #include "reaper.h"
 #include "thread.h"
@@ -43,6 +44,7 @@ void nic_huge_cache_init(size_t control_arena_size) {
 }
 
 static pthread_mutex_t lock = PTHREAD_MUTEX_INITIALIZER;
+NIC_FORKLOCK_MUTEX(huge_cache, NIC_FORK_HUGE_CACHE, &lock, NULL);
 static struct slot slots[SLOTS];
 static size_t cached_bytes;
 static unsigned cached_blocks;
@@ -166,16 +168,4 @@ void nic_huge_cache_stats(struct nic_huge_cache_stats *out) {
   pthread_mutex_lock(&lock);
   *out = (struct nic_huge_cache_stats){cached_bytes, cached_blocks, hits, misses, purged};
   pthread_mutex_unlock(&lock);
-}
-
-void nic_huge_cache_lock(void) {
-  pthread_mutex_lock(&lock);
-}
-
-void nic_huge_cache_unlock(void) {
-  pthread_mutex_unlock(&lock);
-}
-
-void nic_huge_cache_after_fork_child(void) {
-  pthread_mutex_init(&lock, NULL);
 }

@@ -71,9 +71,4 @@ struct nic_huge_cache_stats {
 };
 void nic_huge_cache_stats(struct nic_huge_cache_stats *out);
 
-/* fork: the parent holds the lock across fork, the child starts with it free. */
-void nic_huge_cache_lock(void);
-void nic_huge_cache_unlock(void);
-void nic_huge_cache_after_fork_child(void);
-
 #endif

@@ -4,18 +4,14 @@
 #include "init.h"
 
 #include "alloc_inline.h"
-#include "backend.h"
-#include "block.h"
 #include "config.h"
 #include "dp_heap.h"
+#include "forklock.h"
 #include "huge_cache.h"
 #include "log.h"
 #include "mi_free_lists.h"
 #include "nicmalloc.h"
 #include "profile.h"
-#include "rcache.h"
-#include "reaper.h"
-#include "sim_nic.h"
 #include "site_table.h"
 #include "small_usable.h"
 #include "vspace.h"
@@ -29,38 +25,6 @@
 enum { INIT_NOT_STARTED, INIT_RUNNING, INIT_DONE };
 static int init_state;
 static __thread bool initializing __attribute__((tls_model("initial-exec")));
-
-static void before_fork(void) {
-  nic_profile_file_before_fork(); /* held only around opening and closing files */
-  nic_dp_grow_lock();             /* before the chunks lock, as in dp_heap.c */
-  nic_chunks_lock();
-  nic_threads_lock();
-  nic_huge_cache_lock();
-  nic_rcache_lock(); /* last: see rcache.c */
-}
-
-static void after_fork_parent(void) {
-  nic_rcache_unlock();
-  nic_huge_cache_unlock();
-  nic_threads_unlock();
-  nic_chunks_unlock();
-  nic_dp_grow_unlock();
-  nic_profile_file_after_fork_parent();
-}
-
-/* Locks are re-made rather than unlocked: the child's copy may be held by a thread that no
- * longer exists. */
-static void after_fork_child(void) {
-  nic_threads_after_fork_child();
-  nic_chunks_after_fork_child();
-  nic_reaper_after_fork_child();
-  nic_profile_after_fork_child();
-  nic_huge_cache_after_fork_child();
-  nic_dp_grow_after_fork_child();
-  nic_rcache_after_fork_child();
-  nic_sim_after_fork_child();
-  nic_backend_after_fork_child();
-}
 
 /* Freed control memory stays committed for the purge delay: mimalloc's own 25 ms made a program
  * that frees and reallocates megabytes fault its pages in again and again (bench/peers.sh large:
@@ -91,8 +55,9 @@ static void init_once(void) {
   nic_small_usable_init();  /* after the arena: it allocates */
   nic_mi_free_lists_init(); /* it allocates too */
   nic_site_table_apply();
-  /* May allocate; the initializing flag sends that allocation past us. */
-  pthread_atfork(before_fork, after_fork_parent, after_fork_child);
+  /* Every lock of the runtime, in one order: forklock.h. May allocate; the initializing flag
+   * sends that allocation past us. */
+  pthread_atfork(nic_forklock_prepare, nic_forklock_parent, nic_forklock_child);
 }
 
 void nic_global_init_slow(void) {

@@ -167,12 +167,6 @@ void nic_profile_tick(void) {
     nic_profile_file_tick();
 }
 
-void nic_profile_after_fork_child(void) {
-  nic_prof_table_after_fork_child();
-  nic_profile_file_after_fork_child();
-  nic_sink_after_fork_child();
-}
-
 void nic_profile_finish(void) {
   const int flags = __atomic_load_n(&nic_profile_flags, __ATOMIC_ACQUIRE);
   if (flags & NIC_PROF_SAMPLE) nic_profile_file_write();

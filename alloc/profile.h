@@ -37,7 +37,6 @@ extern bool nic_profile_tracking;
 void nic_profile_start(void);
 /* Writes the profile; from the library destructor. */
 void nic_profile_finish(void);
-void nic_profile_after_fork_child(void);
 
 /* Sinks (profile_sink.c): bytes handed to the network, counted in every mode. */
 void nic_sink_range(const void *p, size_t len);
@@ -45,14 +44,9 @@ struct nic_sink_totals {
   uint64_t dataplane, other;
 };
 void nic_sink_totals(struct nic_sink_totals *out);
-void nic_sink_after_fork_child(void);
 
 /* From the reaper thread: writes the profile every few seconds (profile_write.c). */
 void nic_profile_tick(void);
-/* Fork handlers of profile_write.c (init.c). */
-void nic_profile_file_before_fork(void);
-void nic_profile_file_after_fork_parent(void);
-void nic_profile_file_after_fork_child(void);
 
 /* profile_write.c: the profile file, shared by every process of a run. */
 void nic_profile_file_start(const char *path);
@@ -93,7 +87,6 @@ void nic_prof_table_sent(const void *p, size_t len);
 /* Copies out the sites; returns how many. */
 unsigned nic_prof_table_sites(struct nic_prof_site *out, unsigned cap);
 uint64_t nic_prof_table_dropped(void);
-void nic_prof_table_after_fork_child(void);
 
 /* profile_sites.c: routing. */
 bool nic_sites_load(const char *path);

@@ -12,6 +12,7 @@
  * internal closes, close_range) may be counted by its old kind. */
 #define _GNU_SOURCE
 #include "chunks.h"
+#include "forklock.h"
 #include "log.h"
 #include "profile.h"
 
@@ -52,9 +53,11 @@ void nic_sink_range(const void *p, size_t len) {
     nic_prof_table_sent(p, len);
 }
 
-void nic_sink_after_fork_child(void) {
+/* The child's profile is added to its parent's: it counts from zero. */
+static void after_fork_child(void) {
   sent_dp = sent_other = 0;
 }
+NIC_FORK_CHILD(profile_sink, NIC_FORK_PROFILE_SINK, after_fork_child);
 
 void nic_sink_totals(struct nic_sink_totals *out) {
   out->dataplane = __atomic_load_n(&sent_dp, __ATOMIC_RELAXED);

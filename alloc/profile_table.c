@@ -9,6 +9,7 @@
  * - A bloom bitmap of sampled block starts lets free skip the lock for blocks never sampled.
  * - Sites: open addressing on the site hash; a full table drops new sites (counted). */
 #define _GNU_SOURCE
+#include "forklock.h"
 #include "profile.h"
 
 #include <string.h>
@@ -230,11 +231,14 @@ uint64_t nic_prof_table_dropped(void) {
   return __atomic_load_n(&dropped, __ATOMIC_RELAXED);
 }
 
-/* The lock may have been held by a thread that does not exist in the child. The child's
- * profile is added to its parent's (profile_write.c), so it starts its counts from zero; its
- * blocks keep their sites, so what it sends from them is still counted. */
-void nic_prof_table_after_fork_child(void) {
+/* Held across fork (alloc/forklock.h); free again in the child. */
+static void table_lock_reset(void) {
   lock = 0;
+}
+
+/* The child's profile is added to its parent's (profile_write.c), so it starts its counts from
+ * zero; its blocks keep their sites, so what it sends from them is still counted. */
+static void after_fork_child(void) {
   for (uint32_t i = 0; sites && i < SITE_SLOTS; i++) {
     struct nic_prof_site *s = &sites[i];
     if (!s->hash) continue;
@@ -243,3 +247,5 @@ void nic_prof_table_after_fork_child(void) {
   }
   dropped = 0;
 }
+NIC_FORKLOCK_CUSTOM(profile_table, NIC_FORK_PROFILE_TABLE, lock_table, unlock_table,
+                    table_lock_reset, after_fork_child);

@@ -22,6 +22,7 @@
 
 #include "clock.h"
 #include "config.h"
+#include "forklock.h"
 #include "log.h"
 #include "nocancel.h"
 #include "profile_path.h"
@@ -512,17 +513,17 @@ void nic_profile_file_tick(void) {
   write_now(false);
 }
 
-void nic_profile_file_before_fork(void) {
+static void before_fork(void) {
   fd_lock_take();
 }
 
-void nic_profile_file_after_fork_parent(void) {
+static void after_fork_parent(void) {
   fd_lock_drop();
 }
 
 /* The child's counts start from zero (profile_table.c), and so does what it has written. A write
  * in progress in the parent is the parent's: the child only closes its copies of the files. */
-void nic_profile_file_after_fork_child(void) {
+static void after_fork_child(void) {
   for (int i = 0; i < 3; i++)
     if (open_fds[i] >= 0) nic_close_nocancel(open_fds[i]);
   open_fds[0] = open_fds[1] = open_fds[2] = -1;
@@ -533,3 +534,5 @@ void nic_profile_file_after_fork_child(void) {
   written = false;
   last_write_ms = nic_now_ms();
 }
+NIC_FORKLOCK_CUSTOM(profile_files, NIC_FORK_PROFILE_FILES, before_fork, after_fork_parent, NULL,
+                    after_fork_child);

@@ -23,6 +23,7 @@
 #include "clock.h"
 #include "config.h"
 #include "dp_heap.h"
+#include "forklock.h"
 #include "huge_cache.h"
 #include "last_thread.h"
 #include "log.h"
@@ -43,6 +44,11 @@
 
 static int started;
 static pthread_mutex_t pass_lock = PTHREAD_MUTEX_INITIALIZER;
+/* Not held across fork (forklock.h): fork would wait for a whole pass. */
+static void pass_lock_reset(void) {
+  pthread_mutex_init(&pass_lock, NULL);
+}
+NIC_FORKLOCK_CUSTOM(reaper_pass, NIC_FORK_REAPER_PASS, NULL, NULL, pass_lock_reset, NULL);
 static bool barrier_registered;
 
 /* One byte past each segment boundary: mimalloc 2.0.9 finds a pointer's segment as
@@ -172,7 +178,8 @@ void nic_reaper_start(void) {
   pthread_sigmask(SIG_SETMASK, &old, NULL);
 }
 
-void nic_reaper_after_fork_child(void) {
+/* In a fork child the thread is gone. */
+static void after_fork_child(void) {
   __atomic_store_n(&started, 0, __ATOMIC_RELEASE);
-  pthread_mutex_init(&pass_lock, NULL);
 }
+NIC_FORK_CHILD(reaper_thread, NIC_FORK_REAPER_THREAD, after_fork_child);

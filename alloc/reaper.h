@@ -8,7 +8,5 @@
 void nic_reaper_start(void);
 /* One pass, exposed for nic_collect and the tests. */
 void nic_reaper_pass(void);
-/* In a fork child the thread is gone. */
-void nic_reaper_after_fork_child(void);
 
 #endif

@@ -1,6 +1,7 @@
 #include "thread.h"
 
 #include "alloc_inline.h"
+#include "forklock.h"
 #include "init.h"
 #include "log.h"
 
@@ -144,15 +145,8 @@ void nic_threads_wait_not_busy(void) {
   }
 }
 
-void nic_threads_lock(void) {
-  pthread_mutex_lock(&threads_lock);
-}
-void nic_threads_unlock(void) {
-  pthread_mutex_unlock(&threads_lock);
-}
-
-void nic_threads_after_fork_child(void) {
-  pthread_mutex_init(&threads_lock, NULL);
+/* In a fork child only the forking thread survives. */
+static void after_fork_child(void) {
   struct nic_thread *self = &nic_self;
   /* The other threads are gone, but their blocks live on in the child: keep their accounts. */
   for (struct nic_thread *t = threads; t; t = t->next)
@@ -163,3 +157,4 @@ void nic_threads_after_fork_child(void) {
     threads = self;
   }
 }
+NIC_FORKLOCK_MUTEX(threads, NIC_FORK_THREADS, &threads_lock, after_fork_child);

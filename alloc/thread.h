@@ -89,9 +89,5 @@ void nic_thread_account_exited(unsigned chunk, int64_t delta);
 void nic_threads_wait_not_busy(void);
 /* Sums the accounts of all threads, live and exited. */
 void nic_thread_sum(int64_t dp_live[NIC_CHUNK_SLOTS]);
-void nic_threads_lock(void);
-void nic_threads_unlock(void);
-/* In a fork child only the forking thread survives. */
-void nic_threads_after_fork_child(void);
 
 #endif

@@ -3,6 +3,7 @@
  * DPDK (and their constructors) into every program. */
 #define _GNU_SOURCE
 #include "backend.h"
+#include "forklock.h"
 
 #include "log.h"
 #include "settings.h"
@@ -100,9 +101,10 @@ struct nic_backend *nic_backend_if_open(void) {
   return parents ? NULL : __atomic_load_n(&active, __ATOMIC_ACQUIRE);
 }
 
-void nic_backend_after_fork_child(void) {
+static void after_fork_child(void) {
   if (__atomic_load_n(&active, __ATOMIC_ACQUIRE)) parents = true;
 }
+NIC_FORK_CHILD(backend, NIC_FORK_BACKEND, after_fork_child);
 
 const char *nic_backend_missing_why(void) {
   return parents ? "the backend belongs to the parent process: a child of fork neither posts nor "

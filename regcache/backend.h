@@ -95,7 +95,6 @@ struct nic_backend *nic_backend_if_open(void);
  * registered or deregistered would change the parent's table. That reason, for messages, or
  * NULL when the backend is not the parent's. */
 const char *nic_backend_missing_why(void);
-void nic_backend_after_fork_child(void); /* alloc/init.c's fork handler */
 
 #ifdef __cplusplus
 }

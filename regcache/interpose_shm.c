@@ -6,6 +6,7 @@
  * safe and only costs registering again. */
 #define _GNU_SOURCE
 #include "commit_map.h"
+#include "forklock.h"
 #include "leaving.h"
 
 #include <errno.h>
@@ -25,6 +26,7 @@ struct attach {
 
 static struct attach attaches[ATTACH_SLOTS];
 static pthread_mutex_t attaches_lock = PTHREAD_MUTEX_INITIALIZER;
+NIC_FORKLOCK_MUTEX(shm_attaches, NIC_FORK_SHM_ATTACHES, &attaches_lock, NULL);
 
 static size_t segment_bytes(int shmid) {
   struct shmid_ds ds;

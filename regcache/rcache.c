@@ -2,6 +2,7 @@
 #include "rcache.h"
 
 #include "config.h"
+#include "forklock.h"
 #include "log.h"
 #include "rcache_table.h"
 #include "readable.h"
@@ -30,6 +31,10 @@ int nic_rcache_regions_live;
 
 /* Recursive: a backend may free memory inside reg/dereg, and that free invalidates here. */
 static pthread_mutex_t lock = PTHREAD_RECURSIVE_MUTEX_INITIALIZER_NP;
+/* Held across fork after the allocator's locks (a chunk or huge-cache lock holder may unmap
+ * memory, whose interposed call takes this one), so a child that frees or unmaps memory the
+ * cache covers, or asks for statistics, does not wait on a lock a parent thread held. */
+NIC_FORKLOCK_RECURSIVE(rcache, NIC_FORK_RCACHE, &lock, NULL);
 static struct region *pool; /* slot 0 unused: 0 means "no region" in the table */
 static uint32_t pool_slots, free_head, clock_hand;
 static size_t bytes_live;
@@ -359,21 +364,6 @@ void nic_rcache_invalidate(uintptr_t start, size_t len) {
   unsigned n = invalidate_range_locked(start, end);
   __atomic_add_fetch(&stats.invalidations, n, __ATOMIC_RELAXED);
   pthread_mutex_unlock(&lock);
-}
-
-/* fork: held across it, last of the runtime's locks (a huge-cache or chunk lock holder may
- * unmap memory, whose interposed call then takes this one; its own holders take none of
- * those), so a child that frees or unmaps memory the cache covers, or asks for statistics,
- * does not wait forever on a lock a parent thread held. */
-void nic_rcache_lock(void) {
-  pthread_mutex_lock(&lock);
-}
-void nic_rcache_unlock(void) {
-  pthread_mutex_unlock(&lock);
-}
-void nic_rcache_after_fork_child(void) {
-  lock = (pthread_mutex_t)PTHREAD_RECURSIVE_MUTEX_INITIALIZER_NP;
-  retrying = false;
 }
 
 void nic_rcache_get_stats(struct nic_rcache_stats *out) {

@@ -56,10 +56,6 @@ struct nic_rcache_stats {
   size_t bytes;
 };
 void nic_rcache_get_stats(struct nic_rcache_stats *out);
-/* fork (alloc/init.c). */
-void nic_rcache_lock(void);
-void nic_rcache_unlock(void);
-void nic_rcache_after_fork_child(void);
 
 /* Tests use their own backend; otherwise the process-wide one is used. */
 void nic_rcache_use_backend(struct nic_backend *b);

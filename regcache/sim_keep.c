@@ -12,6 +12,8 @@
 #define _GNU_SOURCE
 #include "sim_dma.h"
 
+#include "forklock.h"
+
 #include <sys/mman.h>
 #include <sys/syscall.h>
 #include <unistd.h>
@@ -119,8 +121,10 @@ void nic_sim_pages_leaving(uintptr_t start, size_t len) {
   pthread_rwlock_unlock(&sims_lock);
 }
 
-void nic_sim_after_fork_child(void) {
+/* fork: the child has no engine, and a sim lock a parent thread held would stay taken. */
+static void after_fork_reset(void) {
   sims = NULL;
   __atomic_store_n(&sim_dma_ahead, 0, __ATOMIC_RELEASE);
   sims_lock = (pthread_rwlock_t)PTHREAD_RWLOCK_INITIALIZER;
 }
+NIC_FORKLOCK_CUSTOM(sim_keep, NIC_FORK_SIM_KEEP, NULL, NULL, after_fork_reset, NULL);

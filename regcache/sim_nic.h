@@ -93,8 +93,6 @@ extern void (*nic_sim_read_hook)(void *arg, unsigned index, const void *bytes, s
  * what the pages a NIC pinned would still hold, since no one can write them any more. Waits for
  * a DMA in progress that reads the range. One load when no post is waiting for its DMA. */
 void nic_sim_pages_leaving(uintptr_t start, size_t len);
-/* fork: the child has no engine, and a sim lock a parent thread held stays taken. */
-void nic_sim_after_fork_child(void);
 
 /* Test hook: while paused the engine performs no DMA; posts queue up (their delays still count
  * from post). Lets a test change a buffer between post and DMA without relying on timing. */

@@ -13,6 +13,7 @@
  * unlocked; another thread could get the same address from malloc in between, and its free or
  * nic_sga_add then met the stale record (a false double free and a leak, or -NIC_EFREED). */
 #include "alloc_inline.h"
+#include "forklock.h"
 #include "log.h"
 #include "pagecount.h"
 #include "pool.h"
@@ -30,6 +31,7 @@ struct record {
 };
 
 static pthread_mutex_t lock = PTHREAD_MUTEX_INITIALIZER;
+NIC_FORKLOCK_MUTEX(deferred, NIC_FORK_DEFERRED, &lock, NULL);
 static struct record *buckets[BUCKETS];
 static struct nic_pool pool = {.node_size = sizeof(struct record)};
 

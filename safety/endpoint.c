@@ -2,6 +2,7 @@
  * engine's own buffer; here it lands in a fresh dataplane buffer instead, as a real NIC would
  * DMA into posted dataplane receive buffers. The buffer is freed when receive returns — a free
  * that nic_hold defers — so a deserializer may keep pointers into it. */
+#include "forklock.h"
 #include "log.h"
 #include "nicmalloc.h"
 #include "sim_nic.h"
@@ -22,6 +23,7 @@ struct rx {
 };
 
 static pthread_mutex_t lock = PTHREAD_MUTEX_INITIALIZER;
+NIC_FORKLOCK_MUTEX(sim_endpoints, NIC_FORK_SIM_ENDPOINTS, &lock, NULL);
 static struct rx *endpoints;
 
 static void deliver(void *arg, const void *data, size_t len) {

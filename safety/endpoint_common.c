@@ -2,6 +2,7 @@
 #define _GNU_SOURCE
 #include "endpoint_common.h"
 
+#include "forklock.h"
 #include "log.h"
 #include "settings.h"
 
@@ -18,6 +19,7 @@ struct made {
 };
 
 static pthread_mutex_t lock = PTHREAD_MUTEX_INITIALIZER;
+NIC_FORKLOCK_MUTEX(endpoints, NIC_FORK_ENDPOINTS, &lock, NULL);
 static struct made *made;
 
 struct nic_backend *nic_ep_backend(const char *who, const char *kind, const char *hint) {

@@ -7,6 +7,7 @@
  * the allocation sites of the blocks (fence_report.c). */
 #include "bounce.h"
 #include "fence.h"
+#include "forklock.h"
 #include "log.h"
 #include "pool.h"
 #include "sim_nic.h"
@@ -26,6 +27,7 @@ struct record {
 };
 
 static pthread_mutex_t lock = PTHREAD_MUTEX_INITIALIZER;
+NIC_FORKLOCK_MUTEX(fence_detect, NIC_FORK_FENCE_DETECT, &lock, NULL);
 static struct record *buckets[BUCKETS];
 static struct nic_pool pool = {.node_size = sizeof(struct record)};
 static bool started;

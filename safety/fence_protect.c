@@ -13,6 +13,7 @@
 #define _GNU_SOURCE
 #include "bounce.h"
 #include "fence.h"
+#include "forklock.h"
 #include "log.h"
 #include "pagecount.h"
 
@@ -48,12 +49,23 @@ static void child_release(uintptr_t start, uintptr_t end) {
 }
 
 static void after_fork_child(void) {
-  lock_word = 0;
   if (!mech) return;
   nic_fence_each_marked(child_release);
   if (mech->after_fork_child) mech->after_fork_child();
   mech = NULL;
 }
+
+/* Across fork the lock is held as every holder holds it, with signals blocked: the SIGSEGV
+ * handler takes it. glibc runs one fork at a time, so one saved mask will do. */
+static sigset_t fork_mask;
+static void fork_acquire(void) {
+  lock(&fork_mask);
+}
+static void fork_release(void) {
+  unlock(&fork_mask);
+}
+NIC_FORKLOCK_CUSTOM(fence_protect, NIC_FORK_FENCE_PROTECT, fork_acquire, fork_release, fork_release,
+                    after_fork_child);
 
 static bool up[2]; /* uffd, mprotect: started (each starts at most once) */
 
@@ -80,7 +92,6 @@ static void start(void) {
                  "set up; posted memory is not protected");
   else
     nic_fence_poller_start();
-  pthread_atfork(NULL, NULL, after_fork_child);
   __atomic_store_n(&mech, m, __ATOMIC_RELEASE);
   __atomic_store_n(&started, true, __ATOMIC_RELEASE);
 }

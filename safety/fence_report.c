@@ -6,6 +6,7 @@
 #define _GNU_SOURCE
 #define UNW_LOCAL_ONLY
 #include "fence.h"
+#include "forklock.h"
 #include "log.h"
 #include "profile.h"
 
@@ -16,6 +17,7 @@
 #define BLOCKS_MAX 4
 
 static pthread_mutex_t lock = PTHREAD_MUTEX_INITIALIZER; /* one report's lines together */
+NIC_FORKLOCK_MUTEX(fence_report, NIC_FORK_FENCE_REPORT, &lock, NULL);
 
 /* libunwind looks names up through a cursor: one on this frame, pointed at ip. */
 static bool symbol(uintptr_t ip, char *name, size_t cap, uintptr_t *offset) {

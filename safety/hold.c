@@ -5,6 +5,7 @@
  * unpinned while held. The exact pointer is recorded too, so that nic_release of a pointer that
  * was never held is an error rather than a silent underflow. */
 #include "chunks.h"
+#include "forklock.h"
 #include "log.h"
 #include "nicmalloc.h"
 #include "pagecount.h"
@@ -25,6 +26,7 @@ struct hold {
 };
 
 static pthread_mutex_t lock = PTHREAD_MUTEX_INITIALIZER;
+NIC_FORKLOCK_MUTEX(holds, NIC_FORK_HOLDS, &lock, NULL);
 static struct hold *buckets[BUCKETS];
 static struct nic_pool pool = {.node_size = sizeof(struct hold)};
 

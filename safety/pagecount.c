@@ -86,3 +86,21 @@ bool nic_pc_any(uintptr_t start, uintptr_t end, uint64_t mask) {
   }
   return false;
 }
+
+void nic_pc_void_dma(void) {
+  if (!__atomic_load_n(&nic_safety_refs, __ATOMIC_ACQUIRE)) return;
+  unsigned long holds = 0;
+  for (size_t i = 0; i < L1_ENTRIES; i++) {
+    l2_table l2 = l1[i];
+    for (size_t j = 0; l2 && j < L2_ENTRIES; j++) {
+      l3_table l3 = l2[j];
+      for (size_t k = 0; l3 && k < L3_ENTRIES; k++) {
+        l3[k] &= ~NIC_PC_DMA_MASK;
+        holds += l3[k] / NIC_PC_HOLD;
+      }
+    }
+  }
+  /* Recounted rather than decremented: a post the fork cut in half may have counted its pages
+   * in the total and not yet in the table. */
+  __atomic_store_n(&nic_safety_refs, holds, __ATOMIC_SEQ_CST);
+}

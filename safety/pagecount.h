@@ -27,5 +27,8 @@ void nic_pc_sub(uintptr_t start, uintptr_t end, uint64_t unit);
 /* True when a page touching [start, end) has a count under mask. Lock-free; skips absent
  * tables, so a free of a large block far from anything in flight stays cheap. */
 bool nic_pc_any(uintptr_t start, uintptr_t end, uint64_t mask);
+/* Fork child, no other thread: drops every DMA reference (the parent's posts complete in the
+ * parent only), keeps the holds, and recounts nic_safety_refs from them. */
+void nic_pc_void_dma(void);
 
 #endif

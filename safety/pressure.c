@@ -1,6 +1,7 @@
 #include "pressure.h"
 
 #include "chunks.h"
+#include "forklock.h"
 #include "rcache.h"
 #include "tcache_model.h"
 
@@ -12,6 +13,7 @@
 #define BUSY_SLOTS 64 /* regions tracked for the report; the busiest survive */
 
 static pthread_mutex_t lock = PTHREAD_MUTEX_INITIALIZER;
+NIC_FORKLOCK_MUTEX(pressure, NIC_FORK_PRESSURE, &lock, NULL);
 static pthread_once_t once = PTHREAD_ONCE_INIT;
 static struct nic_tcache *model; /* NULL when the settings are unusable: no pressure then */
 static struct nic_tcache_params params;

@@ -1,13 +1,17 @@
 // fork(): the child of a nicmalloc process must keep allocating, freeing and exec'ing, even when
 // other threads were inside the allocator at the moment of the fork. A child never uses gtest
 // macros (it must not report into the parent's test run); it answers through its exit status,
-// and alarm() turns a deadlock into a SIGALRM death instead of a hung test.
+// and alarm() turns a deadlock into a SIGALRM death instead of a hung test. The suite runs on
+// the sim backend (tests/CMakeLists.txt), so that parent threads can have posts in flight.
 #include <gtest/gtest.h>
+#include <poll.h>
+#include <sys/syscall.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
 #include <atomic>
 #include <cerrno>
+#include <chrono>
 #include <csignal>
 #include <cstdint>
 #include <cstdlib>
@@ -35,6 +39,8 @@ enum ChildStatus {
   kStatsWrong = 14,
   kExecFailed = 15,
   kPipeFailed = 16,
+  kInflightInherited = 17, // the child counted the parent's posts or deferred frees as its own
+  kFreeDeferred = 18,      // the child's free of a block the parent had posted was deferred
 };
 
 std::string describe_status(int status) {
@@ -279,6 +285,166 @@ TEST(Fork, ChildReportsInheritedChunksUnpinned) {
     EXPECT_EQ(after.dataplane_pinned, parent.dataplane_pinned) << "the parent's pins are intact";
   }
   free(keep);
+}
+
+// Waits up to deadline for pid to end; false (and pid killed and reaped) when it did not.
+bool wait_with_deadline(pid_t pid, std::chrono::milliseconds deadline, int *status) {
+  int pidfd = int(syscall(SYS_pidfd_open, pid, 0));
+  if (pidfd >= 0) {
+    pollfd pfd = {pidfd, POLLIN, 0};
+    int n;
+    while ((n = poll(&pfd, 1, int(deadline.count()))) < 0 && errno == EINTR) {
+    }
+    close(pidfd);
+    if (n == 1) return waitpid(pid, status, 0) == pid;
+  } else { // no pidfd (before Linux 5.3): poll the exit, bounded by the deadline
+    auto end = std::chrono::steady_clock::now() + deadline;
+    while (std::chrono::steady_clock::now() < end) {
+      if (waitpid(pid, status, WNOHANG) == pid) return true;
+      std::this_thread::sleep_for(std::chrono::milliseconds(1));
+    }
+  }
+  kill(pid, SIGKILL);
+  waitpid(pid, status, 0);
+  return false;
+}
+
+struct Completions {
+  std::atomic<long> posted{0}, done{0};
+  static void Done(void *arg, int) { static_cast<Completions *>(arg)->done++; }
+};
+
+// Parent threads post on the sim backend with random sizes and pauses, free or reallocate
+// blocks still in flight (deferred frees, moves) and read statistics, while the main thread
+// forks: each lock the NIC path takes (deferred frees, pressure model, registration cache,
+// holds...) is held by some parent thread at some fork. The child frees a block the parent had
+// posted, reads statistics and execs. Its completion never comes in the child, so the child
+// must see nothing in flight and no free deferred, its own or the parent's. The threads'
+// completions run on the NIC's thread; the main thread's own posts complete only when it
+// polls, so they are surely in flight when it forks.
+TEST(Fork, ChildrenOfThreadsWithPostsInFlightNeverHang) {
+  nic_endpoint *engine_ep = nic_sim_endpoint_create(nullptr, nullptr, NIC_EP_ENGINE_COMPLETIONS);
+  nic_endpoint *polled_ep = nic_sim_endpoint_create(nullptr, nullptr, 0);
+  ASSERT_NE(engine_ep, nullptr) << "the suite runs with NICMALLOC_BACKEND=sim";
+  ASSERT_NE(polled_ep, nullptr);
+
+  std::atomic<bool> stop{false};
+  std::atomic<long> post_errors{0};
+  auto poster = [&](unsigned seed) {
+    std::mt19937 rng(seed);
+    Completions c;
+    std::vector<void *> kept(16, nullptr);
+    while (!stop.load(std::memory_order_relaxed)) {
+      while (c.posted - c.done > 32 && !stop.load(std::memory_order_relaxed))
+        std::this_thread::yield();       // the NIC's thread completes them
+      size_t size = 600 + rng() % 30000; // above the copy threshold: posted in place
+      void *p = rng() % 4 ? nic_malloc(size) : malloc(size); // control memory: the cache
+      if (!p) continue;
+      memset(p, int(rng()), size);
+      nic_sga sga;
+      int rc = nic_sga_init(&sga, 0);
+      if (rc == 0) rc = nic_sga_add(&sga, p, size);
+      if (rc == 0) rc = nic_sga_post(&sga, engine_ep, Completions::Done, &c);
+      if (rc == 0)
+        c.posted++;
+      else
+        post_errors++;
+      switch (rng() % 4) {
+      case 0: // freed in flight: deferred
+        free(p);
+        break;
+      case 1: { // moved in flight, the old block freed at completion
+        void *q = realloc(p, size * 2);
+        free(q ? q : p);
+        break;
+      }
+      default: { // freed later, maybe still in flight
+        size_t slot = rng() % kept.size();
+        free(kept[slot]);
+        kept[slot] = p;
+      }
+      }
+      if (rng() % 8 == 0) {
+        nic_stats s;
+        nic_get_stats(&s);
+      }
+      std::this_thread::sleep_for(std::chrono::microseconds(rng() % 50)); // random pacing
+    }
+    for (void *p : kept)
+      free(p);
+    auto end = std::chrono::steady_clock::now() + std::chrono::seconds(30);
+    while (c.done < c.posted && std::chrono::steady_clock::now() < end)
+      std::this_thread::yield();
+  };
+  std::vector<std::thread> threads;
+  for (unsigned i = 0; i < 3; i++)
+    threads.emplace_back(poster, 100 + i);
+
+  // At least kMinForks whatever the machine's load; more, up to kMaxForks, while time allows.
+  constexpr int kMinForks = 50, kMaxForks = 200;
+  constexpr auto kBudget = std::chrono::seconds(60);
+  constexpr auto kChildDeadline = std::chrono::seconds(10); // healthy: milliseconds
+  auto test_end = std::chrono::steady_clock::now() + kBudget;
+  int forks = 0, hung = 0, inflight_at_fork = 0;
+  std::vector<std::string> failures;
+  Completions mine;
+  while (forks < kMinForks || (forks < kMaxForks && std::chrono::steady_clock::now() < test_end)) {
+    // A block posted (in flight until this thread polls), and one freed while posted.
+    const size_t size = 4096 + size_t(forks % 7) * 1000;
+    void *posted = nic_malloc(size), *freed = nic_malloc(size);
+    ASSERT_NE(posted, nullptr);
+    ASSERT_NE(freed, nullptr);
+    memset(posted, 0x11, size);
+    memset(freed, 0x22, size);
+    nic_sga sga;
+    ASSERT_EQ(nic_sga_init(&sga, 0), 0);
+    ASSERT_EQ(nic_sga_add(&sga, posted, size), 0);
+    ASSERT_EQ(nic_sga_add(&sga, freed, size), 0);
+    ASSERT_EQ(nic_sga_post(&sga, polled_ep, Completions::Done, &mine), 0);
+    mine.posted++;
+    free(freed);
+    if (mine.done < mine.posted) inflight_at_fork++;
+
+    pid_t pid = fork();
+    if (pid == 0) {
+      alarm(kChildAlarmSeconds);
+      nic_stats s;
+      nic_get_stats(&s);
+      if (s.inflight_posts || s.inflight_entries || s.deferred_pending) _exit(kInflightInherited);
+      if (int rc = exercise_allocator(5)) _exit(rc);
+      free(posted);
+      nic_get_stats(&s);
+      if (s.deferred_pending) _exit(kFreeDeferred);
+      const char *argv[] = {"/bin/true", nullptr};
+      execv("/bin/true", const_cast<char *const *>(argv));
+      _exit(kExecFailed);
+    }
+    ASSERT_GT(pid, 0) << strerror(errno);
+    forks++;
+    int status = 0;
+    if (!wait_with_deadline(pid, kChildDeadline, &status))
+      hung++;
+    else if (!WIFEXITED(status) || WEXITSTATUS(status) != 0)
+      failures.push_back("fork " + std::to_string(forks) + ": " + describe_status(status));
+    auto end = std::chrono::steady_clock::now() + std::chrono::seconds(30);
+    while (mine.done < mine.posted && std::chrono::steady_clock::now() < end)
+      nic_poll(0);
+    ASSERT_EQ(mine.done.load(), mine.posted.load()) << "the parent's own post never completed";
+    free(posted);
+  }
+  stop = true;
+  for (std::thread &t : threads)
+    t.join();
+  printf("forks run / hung: %d / %d (%d failed; the main thread's post in flight at %d forks; "
+         "%ld posts refused)\n",
+         forks, hung, int(failures.size()), inflight_at_fork, post_errors.load());
+  EXPECT_EQ(hung, 0) << "children hung in the allocator, on a lock a parent thread held at fork";
+  EXPECT_TRUE(failures.empty()) << failures.size() << " children failed, first: " << failures[0];
+  nic_stats end;
+  nic_get_stats(&end);
+  EXPECT_EQ(end.inflight_posts, 0u);
+  EXPECT_EQ(nic_sim_endpoint_destroy(engine_ep), 0);
+  EXPECT_EQ(nic_sim_endpoint_destroy(polled_ep), 0);
 }
 
 } // namespace

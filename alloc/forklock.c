@@ -1,0 +1,52 @@
+/* The fork-lock registry: the order and the decisions are in forklock.h. */
+#define _GNU_SOURCE /* PTHREAD_RECURSIVE_MUTEX_INITIALIZER_NP */
+#include "forklock.h"
+
+/* Made by the linker around the entries; weak so that a link without any entry still works,
+ * hidden so that no other module's table of the same name can stand in for ours. */
+extern const struct nic_forklock __start_nic_forklocks[]
+    __attribute__((weak, visibility("hidden")));
+extern const struct nic_forklock __stop_nic_forklocks[] __attribute__((weak, visibility("hidden")));
+
+#define EACH_AT(rank_, e)                                                                          \
+  for (const struct nic_forklock *e = __start_nic_forklocks; e < __stop_nic_forklocks; e++)        \
+    if (e->rank == (rank_))
+
+void nic_forklock_prepare(void) {
+  for (unsigned r = 0; r < NIC_FORK_RANKS; r++)
+    EACH_AT(r, e) {
+      if (e->mutex)
+        pthread_mutex_lock(e->mutex);
+      else if (e->acquire)
+        e->acquire();
+    }
+}
+
+void nic_forklock_parent(void) {
+  for (unsigned r = NIC_FORK_RANKS; r-- > 0;)
+    EACH_AT(r, e) {
+      if (e->mutex)
+        pthread_mutex_unlock(e->mutex);
+      else if (e->release)
+        e->release();
+    }
+}
+
+/* Locks are made anew rather than unlocked: in the child the forking thread has another
+ * thread id, which a recursive mutex checks on unlock. All of them first: a hook may take any
+ * (a chunk copied into place is an mremap, which the registration cache hears of). */
+void nic_forklock_child(void) {
+  for (unsigned r = 0; r < NIC_FORK_RANKS; r++)
+    EACH_AT(r, e) {
+      if (e->mutex && e->recursive)
+        *e->mutex = (pthread_mutex_t)PTHREAD_RECURSIVE_MUTEX_INITIALIZER_NP;
+      else if (e->mutex)
+        pthread_mutex_init(e->mutex, NULL);
+      else if (e->reset)
+        e->reset();
+    }
+  for (unsigned r = 0; r < NIC_FORK_RANKS; r++)
+    EACH_AT(r, e) {
+      if (e->child) e->child();
+    }
+}

@@ -1,0 +1,146 @@
+/* The fork-lock registry: every lock of the runtime, held across fork() in one fixed order.
+ *
+ * A child of a multi-threaded process has only the thread that forked. A lock another thread
+ * held at that moment stays held in the child forever, so the one fork handler (alloc/init.c
+ * installs it) takes every lock below before fork, lets go of them in the parent, and makes
+ * them anew in the child, where none of the parent's other threads exists. Then it runs the
+ * child hooks (state a child must not inherit), in the same order, with every lock free.
+ *
+ * A lock registers itself next to its definition, in a static table the linker gathers
+ * (section nic_forklocks): no malloc, no start-up order, and a lock cannot be forgotten by a
+ * hand list elsewhere. This file includes nothing of regcache/ or safety/.
+ *
+ * ORDER. The prepare handler holds the locks of lower ranks while it waits for the next one,
+ * so a lock must come before every lock its holders may wait for, directly or through a lock
+ * or thread that is not on the list. Derived from the code (holder -> what it may wait for):
+ *   profile files              nothing: held only while a profile writer opens or closes
+ *                              a file, so that a child closes its copies (profile_write.c)
+ *   sim endpoints, endpoints   close an endpoint: the backend drains its posts, whose
+ *                              completions free blocks, drop cache slots, report fence
+ *                              mismatches (everything below)
+ *   fence report               the profile table (the blocks' sites), the log
+ *   dataplane late             waits for busy threads to leave dataplane code, and they may
+ *                              wait for the growth, chunks, thread or cache locks
+ *   dataplane growth           the chunks lock, mmap/munmap of a chunk (the cache)
+ *   chunks, threads, huge cache  munmap (the cache)
+ *   registration cache         the backend's reg/dereg, which may free memory: a deferred free
+ *   deferred, holds, fence detect, fence protect, pressure, profile table, shm attaches:
+ *                              leaves (their holders take no other lock: pool memory comes
+ *                              from mmap without MAP_FIXED, which the cache does not see)
+ * The hooks (no lock) come last: the backend's is before in-flight, whose frees must find the
+ * backend marked the parent's and the write protection gone.
+ *
+ * EVERY LOCK of alloc/, regcache/ and safety/ and its decision:
+ *   held across fork (on the list, ranks below): the sim endpoint list (safety/endpoint.c),
+ *     the other endpoints' list (safety/endpoint_common.c), the fence report lock
+ *     (safety/fence_report.c), the late and growth locks (alloc/dp_heap.c), the chunks lock
+ *     (alloc/chunks.c), the thread list (alloc/thread.c), the huge-block cache
+ *     (alloc/huge_cache.c), the registration cache (regcache/rcache.c), the deferred-free
+ *     table (safety/deferred.c), the hold table (safety/hold.c), the detect records
+ *     (safety/fence_detect.c), the protect spin lock (safety/fence_protect.c, taken with
+ *     signals blocked as every holder does), the pressure model (safety/pressure.c), the
+ *     profile table's spin lock (alloc/profile_table.c), the System V attach table
+ *     (regcache/interpose_shm.c).
+ *   not held, only reset in the child (a reset entry, or its module's child hook):
+ *     - the reaper pass lock (alloc/reaper.c): holding it would make fork wait for a whole
+ *       pass, a visit of mimalloc's abandoned segments included; everything a pass changes
+ *       is under the late, thread and chunks locks, which are held, and the reaper thread that
+ *       holds it does not exist in the child.
+ *     - the dataplane reservation flag (alloc/chunks.c "reserving", by the chunks' hook), a
+ *       try-lock: holding it would make a concurrent dataplane request fail; what it guards
+ *       is published with one atomic store, so the child sees the reservation done or not
+ *       done, then makes its own.
+ *   not held, reset in the child with what it guards: the list of sims whose pending posts
+ *     an unmap must look at (regcache/sim_keep.c, a rwlock): a child's munmap would otherwise
+ *     wait for a parent's sim; the child has no sim of its own, so the list is emptied.
+ *   not held, never touched by a child: the backends' own locks (regcache/sim_nic.c,
+ *     sim_dma.c, uring*.c, verbs.c, dpdk*.c, one per backend or endpoint). A child of a process
+ *     with an open backend neither registers, posts nor polls (regcache/backend.c), so it
+ *     never takes them; holding them would make fork wait for the sim engine.
+ *   pthread_once (alloc/thread.c, regcache/backend.c, safety/config.c, pressure.c,
+ *     fence_protect.c, fence_threads.c): glibc restarts in the child an initialisation that a
+ *     parent thread had under way (its fork generation), so nothing is needed.
+ *   the start-up flags (alloc/config.c config_state, alloc/init.c init_state), once-only
+ *     states others wait for: both are set before or right after the fork handler is
+ *     installed (init's last step), so no fork that runs it finds the settings half read; a
+ *     fork between that step and init_state's final store is not covered: its child would
+ *     wait forever for init, unless the initialising thread itself forked.
+ *   mimalloc's own state is mimalloc's; the locks above are the runtime's.
+ */
+#ifndef NIC_FORKLOCK_H
+#define NIC_FORKLOCK_H
+
+#include <pthread.h>
+#include <stdbool.h>
+
+/* The order: lower ranks are taken first. One entry per rank. */
+enum nic_fork_rank {
+  NIC_FORK_PROFILE_FILES,
+  NIC_FORK_SIM_ENDPOINTS,
+  NIC_FORK_ENDPOINTS,
+  NIC_FORK_FENCE_REPORT,
+  NIC_FORK_REAPER_PASS,
+  NIC_FORK_DP_LATE,
+  NIC_FORK_DP_GROW,
+  NIC_FORK_CHUNKS,
+  NIC_FORK_THREADS,
+  NIC_FORK_HUGE_CACHE,
+  NIC_FORK_RCACHE,
+  NIC_FORK_DEFERRED,
+  NIC_FORK_HOLDS,
+  NIC_FORK_FENCE_DETECT,
+  NIC_FORK_FENCE_PROTECT,
+  NIC_FORK_PRESSURE,
+  NIC_FORK_PROFILE_TABLE,
+  NIC_FORK_SHM_ATTACHES,
+  NIC_FORK_SIM_KEEP, /* reset only: the parent's sims are not the child's */
+  /* Child hooks without a lock of their own. */
+  NIC_FORK_REAPER_THREAD, /* the reaper is gone: start it again on need */
+  NIC_FORK_PROFILE_SINK,  /* the child's profile counts start from zero */
+  NIC_FORK_BACKEND,       /* the backend is the parent's */
+  NIC_FORK_INFLIGHT,      /* the parent's posts are void in the child (safety/inflight_fork.c) */
+  NIC_FORK_RANKS
+};
+
+struct nic_forklock {
+  unsigned rank;
+  const char *name;
+  pthread_mutex_t *mutex; /* a pthread mutex, or NULL */
+  bool recursive;
+  /* Locks that are not pthread mutexes: take, let go in the parent, make free in the child. */
+  void (*acquire)(void);
+  void (*release)(void);
+  void (*reset)(void);
+  /* In the child, once every lock is free again: state the child must not inherit. */
+  void (*child)(void);
+};
+
+#define NIC_FORKLOCK_ENTRY_(id)                                                                    \
+  static const struct nic_forklock nic_forklock_##id                                               \
+      __attribute__((used, section("nic_forklocks"), aligned(sizeof(void *))))
+
+/* A pthread mutex; child may be NULL. */
+#define NIC_FORKLOCK_MUTEX(id, rank_, mutex_, child_)                                              \
+  NIC_FORKLOCK_ENTRY_(id) = {.rank = (rank_), .name = #id, .mutex = (mutex_), .child = (child_)}
+/* A mutex made with PTHREAD_RECURSIVE_MUTEX_INITIALIZER_NP. */
+#define NIC_FORKLOCK_RECURSIVE(id, rank_, mutex_, child_)                                          \
+  NIC_FORKLOCK_ENTRY_(id) = {                                                                      \
+      .rank = (rank_), .name = #id, .mutex = (mutex_), .recursive = true, .child = (child_)}
+/* Any other lock. */
+#define NIC_FORKLOCK_CUSTOM(id, rank_, acquire_, release_, reset_, child_)                         \
+  NIC_FORKLOCK_ENTRY_(id) = {.rank = (rank_),                                                      \
+                             .name = #id,                                                          \
+                             .acquire = (acquire_),                                                \
+                             .release = (release_),                                                \
+                             .reset = (reset_),                                                    \
+                             .child = (child_)}
+/* No lock: only a child hook. */
+#define NIC_FORK_CHILD(id, rank_, child_)                                                          \
+  NIC_FORKLOCK_ENTRY_(id) = {.rank = (rank_), .name = #id, .child = (child_)}
+
+/* The fork handlers (pthread_atfork, alloc/init.c). */
+void nic_forklock_prepare(void);
+void nic_forklock_parent(void);
+void nic_forklock_child(void);
+
+#endif
