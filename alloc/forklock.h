@@ -99,6 +99,7 @@ enum nic_fork_rank {
   NIC_FORK_PROFILE_SINK,  /* the child's profile counts start from zero */
   NIC_FORK_BACKEND,       /* the backend is the parent's */
   NIC_FORK_INFLIGHT,      /* the parent's posts are void in the child (safety/inflight_fork.c) */
+  NIC_FORK_PROFILE_ARM,   /* profiling's reference on the free filter, which INFLIGHT recounts */
   NIC_FORK_RANKS
 };
 

@@ -22,6 +22,7 @@
 #include "chunks.h"
 #include "config.h"
 #include "fence.h"
+#include "forklock.h"
 #include "log.h"
 #include "reaper.h"
 #include "thread.h"
@@ -129,6 +130,13 @@ void *nic_profile_alloc(size_t size, size_t alignment, bool zero, enum nic_route
 void nic_profile_forget(void *p) {
   nic_prof_table_forget(p);
 }
+
+/* A child of fork recounts nic_safety_refs from its holds (the parent's posts are void there),
+ * which drops the reference that arms the filter for profiling: armed again, after that. */
+static void rearm_after_fork(void) {
+  if (nic_profile_tracking) __atomic_add_fetch(&nic_safety_refs, 1, __ATOMIC_SEQ_CST);
+}
+NIC_FORK_CHILD(profile_arm, NIC_FORK_PROFILE_ARM, rearm_after_fork);
 
 void nic_profile_start(void) {
   nic_sink_init();
