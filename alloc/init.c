@@ -68,8 +68,10 @@ static void tune_control_heap(const struct nic_config *cfg) {
 }
 
 static void init_once(void) {
-  nic_log_note_stderr();
+  /* Settings first: whether a copy of stderr is kept depends on them, and their warnings go to
+   * fd 2 as it is, the start-up stderr by definition. */
   const struct nic_config *cfg = nic_config();
+  nic_log_note_stderr(cfg->stats_at_exit);
   if (cfg->dp_min_size) nic_auto_dp_threshold = cfg->dp_min_size;
   nic_free_check = cfg->free_check;
   /* Profiling or routing sends (some) mallocs to the slow path, where profile.c sees them. */

@@ -26,13 +26,14 @@ static inline bool nic_first_time(int *flag) {
 /* Says why on stderr, then aborts: only where going on would corrupt memory. */
 _Noreturn void nic_fatal(const char *fmt, ...) __attribute__((format(printf, 1, 2)));
 
-/* Notes which file fd 2 is at start-up, and keeps a copy of it; and where the program pointed
- * it on purpose (dup2/dup3 onto fd 2). */
-void nic_log_note_stderr(void);
+/* Notes which file fd 2 is at start-up, and keeps a copy of it if keep_copy (only output at exit
+ * asked for needs one); and where the program pointed it on purpose (dup2/dup3 onto fd 2). */
+void nic_log_note_stderr(bool keep_copy);
 void nic_log_stderr_redirected(void);
 /* Where lines for stderr go now: fd 2 while it is still the start-up stderr, else the copy, else
- * -1 (nothing is written). */
+ * -1 (nothing is written, and the line is counted as dropped). */
 int nic_log_fd(void);
+unsigned long nic_log_dropped(void);
 
 /* Writes a formatted line to fd with a stack buffer. Returns bytes written. */
 size_t nic_fdprintf(int fd, const char *fmt, ...) __attribute__((format(printf, 2, 3)));

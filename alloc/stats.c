@@ -130,6 +130,7 @@ NIC_EXPORT void nic_get_stats(struct nic_stats *out) {
   out->sites_routed_allocs = sites.routed_allocs;
   out->sites_routed_bytes = sites.routed_bytes;
   out->sites_over_budget = sites.over_budget;
+  out->log_lines_dropped = nic_log_dropped();
 }
 
 #define MIB(x) ((x) >> 20), ((((x) & ((1ul << 20) - 1)) * 10) >> 20)
@@ -220,4 +221,7 @@ NIC_EXPORT void nic_print_stats(int fd) {
                  (unsigned long long)s.sites_routed_bytes, (unsigned long long)s.sites_over_budget);
   nic_fdprintf(fd, "  errors            %llu invalid frees, %llu double frees\n",
                (unsigned long long)s.invalid_frees, (unsigned long long)s.double_frees);
+  if (s.log_lines_dropped)
+    nic_fdprintf(fd, "  messages          %llu lines not written: stderr was closed or reused\n",
+                 (unsigned long long)s.log_lines_dropped);
 }

@@ -201,6 +201,9 @@ struct nic_stats {
   size_t huge_cached_bytes;
   uint32_t huge_cached_blocks;
   uint64_t huge_hits, huge_misses, huge_purged;
+  /* Lines nicmalloc had for a stderr the program has closed or reused for another file: not
+   * written (NICMALLOC_STATS=1 keeps a copy of the start-up stderr for them instead). */
+  uint64_t log_lines_dropped;
 };
 /* Fills *out (NULL: one line on stderr, nothing else). Safe from any thread; figures from other
  * threads are a moment old. */
