@@ -82,7 +82,7 @@ static void init_once(void) {
   /* Before mimalloc maps its first segment: see vspace.h. */
   nic_control_arena_init(nic_free_check);
   nic_huge_cache_init(nic_control_size);
-  nic_dp_reserve();
+  nic_dp_reserve_early();
   nic_small_usable_init(); /* after the arena: it allocates */
   nic_site_table_apply();
   /* May allocate; the initializing flag sends that allocation past us. */

@@ -57,6 +57,14 @@ void nic_log_info(const char *fmt, ...) {
   va_end(ap);
 }
 
+void nic_log_fallback(bool explicit_setting_refused, const char *fmt, ...) {
+  if (!explicit_setting_refused && !nic_config()->verbose) return;
+  va_list ap;
+  va_start(ap, fmt);
+  log_with_prefix(explicit_setting_refused ? "nicmalloc: warning: " : "nicmalloc: ", fmt, ap);
+  va_end(ap);
+}
+
 void nic_fatal(const char *fmt, ...) {
   va_list ap;
   va_start(ap, fmt);

@@ -22,6 +22,24 @@ static inline bool nic_first_time(int *flag) {
     static int nic_warned_;                                                                        \
     if (nic_first_time(&nic_warned_)) nic_log_warn(__VA_ARGS__);                                   \
   } while (0)
+#define nic_log_error_once(...)                                                                    \
+  do {                                                                                             \
+    static int nic_warned_;                                                                        \
+    if (nic_first_time(&nic_warned_)) nic_log_error(__VA_ARGS__);                                  \
+  } while (0)
+
+/* nicmalloc runs inside programs that treat any stderr output as failure (build tools merge a
+ * child's stderr, test suites compare it). A fallback it takes on its own (smaller pages,
+ * unpinned memory, the control heap, no address space) is no error: it is counted in the
+ * statistics and said only with NICMALLOC_VERBOSE=1. It is a warning only where it refuses what
+ * the user explicitly set (NICMALLOC_ON_PIN_FAIL=fail, NICMALLOC_PAGE_KIND). */
+void nic_log_fallback(bool explicit_setting_refused, const char *fmt, ...)
+    __attribute__((format(printf, 2, 3)));
+#define nic_log_fallback_once(refused, ...)                                                        \
+  do {                                                                                             \
+    static int nic_said_;                                                                          \
+    if (nic_first_time(&nic_said_)) nic_log_fallback(refused, __VA_ARGS__);                        \
+  } while (0)
 
 /* Says why on stderr, then aborts: only where going on would corrupt memory. */
 _Noreturn void nic_fatal(const char *fmt, ...) __attribute__((format(printf, 1, 2)));

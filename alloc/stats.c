@@ -131,6 +131,8 @@ NIC_EXPORT void nic_get_stats(struct nic_stats *out) {
   out->sites_routed_bytes = sites.routed_bytes;
   out->sites_over_budget = sites.over_budget;
   out->log_lines_dropped = nic_log_dropped();
+  out->vspace_refusals = __atomic_load_n(&nic_vspace_refusals, __ATOMIC_RELAXED);
+  out->chunk_refusals = chunks.refusals;
 }
 
 #define MIB(x) ((x) >> 20), ((((x) & ((1ul << 20) - 1)) * 10) >> 20)
@@ -168,9 +170,12 @@ NIC_EXPORT void nic_print_stats(int fd) {
                nic_page_kind_name(s.page_kind));
   nic_fdprintf(fd,
                "  fallbacks         %llu smaller page kind, %llu not pinned, %llu dataplane "
-               "requests served by control, %llu failed\n",
+               "requests served by control, %llu failed; %llu chunks refused, %llu address-space "
+               "reservations refused%s\n",
                (unsigned long long)s.page_fallbacks, (unsigned long long)s.pin_failures,
-               (unsigned long long)s.dataplane_fallbacks, (unsigned long long)s.dataplane_failures);
+               (unsigned long long)s.dataplane_fallbacks, (unsigned long long)s.dataplane_failures,
+               (unsigned long long)s.chunk_refusals, (unsigned long long)s.vspace_refusals,
+               nic_control_size ? "" : " (no control arena: bad frees may go unnoticed)");
   nic_fdprintf(fd,
                "  registration      backend %s; cache %u regions (%zu.%zu MiB), %llu hits, %llu "
                "misses, %llu evictions, %llu invalidations\n",

@@ -204,6 +204,11 @@ struct nic_stats {
   /* Lines nicmalloc had for a stderr the program has closed or reused for another file: not
    * written (NICMALLOC_STATS=1 keeps a copy of the start-up stderr for them instead). */
   uint64_t log_lines_dropped;
+  /* Fallbacks taken without a word on stderr (NICMALLOC_VERBOSE=1 says them): address-space
+   * reservations refused (an address-space limit: the control arena's, the dataplane span's),
+   * and chunks the kernel would not map or mimalloc would not take as an arena. */
+  uint64_t vspace_refusals;
+  uint64_t chunk_refusals;
 };
 /* Fills *out (NULL: one line on stderr, nothing else). Safe from any thread; figures from other
  * threads are a moment old. */

@@ -10,6 +10,7 @@
 #include <fstream>
 #include <iterator>
 #include <string>
+#include <vector>
 
 namespace {
 
@@ -50,6 +51,71 @@ TEST(Guest, LinesForAReusedStderrAreDroppedAndCounted) {
   EXPECT_EQ(content, "data\n");
   EXPECT_EQ(r.err, "");
   EXPECT_GE(r.num("dropped"), 1);
+}
+
+// Fallbacks the user did not ask to avoid (no hugetlb pool, no address space, no memlock) are
+// counted in the stats and said with NICMALLOC_VERBOSE=1, never on stderr by default: programs
+// that merge a child's stderr (cmake) or compare it (test suites) must not notice nicmalloc.
+struct Start {
+  const char *name;
+  std::vector<std::string> env, args;
+};
+
+// The suites run with 64 MiB chunks; under ulimit -v the default 1 GiB ones are what a program
+// meets (16 GiB of address space for them, refused). Nothing is mapped then, so that is cheap.
+const std::string kDefaultChunks = "NICMALLOC_CHUNK_SIZE=1G";
+const std::vector<std::string> kUlimitV = {"as-limit-kib", "4000000", "guest-start"};
+
+const std::vector<Start> kStarts = {
+    {"default", {}, {"guest-start"}},
+    {"dp", {"NICMALLOC_DP_MIN_SIZE=1024"}, {"guest-start"}},
+    {"ulimit -v", {kDefaultChunks}, kUlimitV},
+    {"ulimit -v, dp", {kDefaultChunks, "NICMALLOC_DP_MIN_SIZE=1024"}, kUlimitV},
+    {"memlock", {}, {"low-memlock-guest"}},
+    {"memlock, dp", {"NICMALLOC_DP_MIN_SIZE=1024"}, {"low-memlock-guest"}},
+};
+
+TEST(Guest, StartUpPrintsNothing) {
+  for (const auto &start : kStarts) {
+    auto r = run_probe(start.env, start.args);
+    ASSERT_EQ(r.exit_code, 0) << start.name << "\n" << r.out << r.err;
+    EXPECT_EQ(r.err, "") << start.name;
+  }
+}
+
+TEST(Guest, FallbacksAreCountedAndSaidWhenVerbose) {
+  const std::string dp = "NICMALLOC_DP_MIN_SIZE=1024";
+  auto limited = run_probe({kDefaultChunks, dp}, kUlimitV);
+  ASSERT_EQ(limited.exit_code, 0) << limited.err;
+  EXPECT_GE(limited.num("vspace_refusals"), 2) << "the control arena's and the dataplane span's";
+  EXPECT_GT(limited.num("dp_fallbacks"), 0);
+  auto said = run_probe({kDefaultChunks, dp, "NICMALLOC_VERBOSE=1"}, kUlimitV);
+  EXPECT_EQ(count_lines(said.err, "cannot reserve address space for the control heap"), 1)
+      << said.err;
+  EXPECT_EQ(count_lines(said.err, "of address space for dataplane chunks"), 1) << said.err;
+  EXPECT_EQ(count_lines(said.err, "warning"), 0) << said.err;
+
+  auto unpinned = run_probe({dp, "NICMALLOC_VERBOSE=1"}, {"low-memlock-guest"});
+  ASSERT_EQ(unpinned.exit_code, 0) << unpinned.err;
+  EXPECT_GE(unpinned.num("pin_failures"), 1);
+  EXPECT_EQ(count_lines(unpinned.err, "cannot lock dataplane chunk"), 1) << unpinned.err;
+  // Without a hugetlb pool the chunk gets smaller pages; said once, counted for each chunk.
+  EXPECT_EQ(count_lines(unpinned.err, "pages, not"), unpinned.num("page_fallbacks") ? 1 : 0)
+      << unpinned.err;
+  EXPECT_EQ(count_lines(unpinned.err, "warning"), 0) << unpinned.err;
+}
+
+// Where the user's explicit setting is refused, it is a warning, once.
+TEST(Guest, RefusingAnExplicitSettingWarnsOnce) {
+  auto r = run_probe({"NICMALLOC_DP_MIN_SIZE=1024", "NICMALLOC_ON_PIN_FAIL=fail"},
+                     {"low-memlock-guest"});
+  EXPECT_EQ(count_lines(r.err, "warning: cannot lock dataplane chunk"), 1) << r.err;
+  auto big = run_probe({"NICMALLOC_PAGE_KIND=1g", "NICMALLOC_CHUNK_SIZE=1G"},
+                       {"dp-alloc", "4096", "4096"});
+  ASSERT_EQ(big.exit_code, 0) << big.err;
+  EXPECT_EQ(count_lines(big.err, "warning: dataplane chunk 0 is backed by"),
+            big.values["page_kind"] == "1g" ? 0 : 1)
+      << big.err;
 }
 
 } // namespace
