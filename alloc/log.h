@@ -5,6 +5,7 @@
 #include <stdarg.h>
 #include <stdbool.h>
 #include <stddef.h>
+#include <stdint.h>
 
 /* One line "nicmalloc: error: ..." on stderr. */
 void nic_log_error(const char *fmt, ...) __attribute__((format(printf, 1, 2)));
@@ -27,6 +28,11 @@ static inline bool nic_first_time(int *flag) {
     static int nic_warned_;                                                                        \
     if (nic_first_time(&nic_warned_)) nic_log_error(__VA_ARGS__);                                  \
   } while (0)
+
+/* The same where one call site says several kinds (an entry point's name, an errno): true the
+ * first time this (site, a, b) is seen. Lock-free, so usable anywhere; past 128 kinds nothing
+ * more is said (the statistics still count). */
+bool nic_first_time_key(uintptr_t site, uintptr_t a, uintptr_t b);
 
 /* nicmalloc runs inside programs that treat any stderr output as failure (build tools merge a
  * child's stderr, test suites compare it). A fallback it takes on its own (smaller pages,

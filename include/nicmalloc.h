@@ -209,6 +209,15 @@ struct nic_stats {
    * and chunks the kernel would not map or mimalloc would not take as an arena. */
   uint64_t vspace_refusals;
   uint64_t chunk_refusals;
+  /* Calls of the public API that returned an error (each kind is said once on stderr, however
+   * often it recurs): nic_sga_init/add/post; nic_register/unregister/translate; nic_hold/release;
+   * endpoint constructors and destroys; others (nic_fence_write's bad ranges, nic_get_stats(NULL),
+   * nic_posix_memalign_site). */
+  uint64_t sga_errors;
+  uint64_t registration_errors;
+  uint64_t hold_errors;
+  uint64_t endpoint_errors;
+  uint64_t other_api_errors;
 };
 /* Fills *out (NULL: one line on stderr, nothing else). Safe from any thread; figures from other
  * threads are a moment old. */

@@ -1,9 +1,11 @@
 // nicmalloc as a guest in other people's processes: it adds no descriptor a program can see, and
 // keeps its lines out of the files a program puts on fd 2.
+#include "nicmalloc.h"
 #include "probe_runner.h"
 
 #include <gtest/gtest.h>
 
+#include <errno.h>
 #include <stdlib.h>
 #include <unistd.h>
 
@@ -116,6 +118,58 @@ TEST(Guest, RefusingAnExplicitSettingWarnsOnce) {
   EXPECT_EQ(count_lines(big.err, "warning: dataplane chunk 0 is backed by"),
             big.values["page_kind"] == "1g" ? 0 : 1)
       << big.err;
+}
+
+// An error the API returns is the caller's to handle: a program that gets it in a loop must not
+// fill stderr. Each kind is said once; nic_get_stats counts every call.
+TEST(Guest, AnApiErrorIsSaidOnceAndCountedEveryTime) {
+  constexpr unsigned kCalls = 1000;
+  int on_stack = 0;
+  nic_sga raw = {};
+  char *block = static_cast<char *>(malloc(64));
+  nic_stats before;
+  nic_get_stats(&before);
+  testing::internal::CaptureStderr();
+  for (unsigned i = 0; i < kCalls; i++) {
+    EXPECT_EQ(nic_hold(&on_stack), -EINVAL);
+    EXPECT_EQ(nic_release(&on_stack), -NIC_ENOHOLD);
+    EXPECT_EQ(nic_sga_add(&raw, block, 64), -EINVAL);
+    EXPECT_EQ(nic_register(block, 64, NIC_REG_LOCAL, nullptr), -EINVAL);
+    EXPECT_EQ(nic_fence_write(block, 0), -NIC_ERANGE);
+  }
+  const std::string err = testing::internal::GetCapturedStderr();
+  nic_stats after;
+  nic_get_stats(&after);
+  free(block);
+  EXPECT_EQ(count_lines(err, "error: nic_hold("), 1) << err;
+  EXPECT_EQ(count_lines(err, "nic_release("), 1) << err;
+  EXPECT_EQ(count_lines(err, "nic_sga_add("), 1) << err;
+  EXPECT_EQ(count_lines(err, "nic_register("), 1) << err;
+  EXPECT_EQ(count_lines(err, "nic_fence_write("), 1) << err;
+  EXPECT_EQ(count_lines(err, "nicmalloc:"), 5) << err;
+  EXPECT_EQ(after.hold_errors - before.hold_errors, 2 * kCalls);
+  EXPECT_EQ(after.sga_errors - before.sga_errors, kCalls);
+  EXPECT_EQ(after.registration_errors - before.registration_errors, kCalls);
+  EXPECT_EQ(after.other_api_errors - before.other_api_errors, kCalls);
+}
+
+// The report shows the counts.
+TEST(Guest, TheReportShowsApiErrors) {
+  nic_sga raw = {};
+  int on_stack = 0;
+  testing::internal::CaptureStderr();
+  nic_sga_add(&raw, &on_stack, 4);
+  nic_sga_add(&raw, &on_stack, 4);
+  testing::internal::GetCapturedStderr();
+  char path[] = "/tmp/nicmalloc-guest-report-XXXXXX";
+  const int fd = mkstemp(path);
+  ASSERT_GE(fd, 0);
+  nic_print_stats(fd);
+  close(fd);
+  std::ifstream in(path);
+  std::string report((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
+  unlink(path);
+  EXPECT_EQ(count_lines(report, "calls that returned an error: 2 sga, "), 1) << report;
 }
 
 } // namespace
