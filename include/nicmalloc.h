@@ -219,8 +219,8 @@ struct nic_stats {
   uint64_t endpoint_errors;
   uint64_t other_api_errors;
 };
-/* Fills *out (NULL: one line on stderr, nothing else). Safe from any thread; figures from other
- * threads are a moment old. */
+/* Fills *out (NULL: one line on stderr the first time, nothing else). Safe from any thread; figures
+ * from other threads are a moment old. */
 void nic_get_stats(struct nic_stats *out);
 /* Writes the readable report (the one NICMALLOC_STATS=1 prints at exit) to fd. */
 void nic_print_stats(int fd);
@@ -297,11 +297,12 @@ struct nic_endpoint *nic_sim_endpoint_create(nic_receive_fn receive, void *arg, 
 /* 0, or -EBUSY while messages to ep are in flight, -EINVAL for an unknown endpoint. */
 int nic_sim_endpoint_destroy(struct nic_endpoint *ep);
 
-/* The other backends' endpoints. Each constructor returns NULL with errno, after one line on
- * stderr, when the backend in use (NICMALLOC_BACKEND) is not its kind (ENODEV) or its argument
- * is not usable. Each destroy returns 0, -EBUSY while posts on the endpoint have not completed
- * (nic_poll until they have), or -EINVAL for an endpoint its constructor did not make. done()
- * runs from nic_poll (or a fence) once the NIC, or the kernel, no longer reads the memory. */
+/* The other backends' endpoints. Each constructor returns NULL with errno (said on stderr once
+ * per kind, counted in endpoint_errors), when the backend in use (NICMALLOC_BACKEND) is not its
+ * kind (ENODEV) or its argument is not usable. Each destroy returns 0, -EBUSY while posts on the
+ * endpoint have not completed (nic_poll until they have), or -EINVAL for an endpoint its
+ * constructor did not make. done() runs from nic_poll (or a fence) once the NIC, or the kernel, no
+ * longer reads the memory. */
 
 /* io_uring: a connected TCP or UDP socket (AF_INET, AF_INET6), which stays the caller's:
  * destroy the endpoint before closing it (closed first, the socket stays open, and posts go to
