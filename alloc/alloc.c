@@ -5,6 +5,7 @@
 #include "dp_heap.h"
 #include "init.h"
 #include "log.h"
+#include "mi_free_lists.h"
 #include "profile.h"
 
 #include <errno.h>
@@ -14,7 +15,6 @@ size_t nic_auto_dp_threshold = SIZE_MAX;
 size_t nic_fast_limit = SIZE_MAX;
 size_t nic_dp_fast_max; /* 0 until set-up: the inline path stays off */
 bool nic_free_check = true;
-const uintptr_t nic_free_key_seed = 0x6e69636d616c6c6fULL; /* "nicmallo" */
 
 static unsigned long long dataplane_fallbacks, dataplane_failures, invalid_frees, double_frees;
 
@@ -48,10 +48,13 @@ static void *control_alloc(size_t size, size_t alignment, bool zero) {
   return p;
 }
 
+/* The threshold's SIZE_MAX means "no size rule", so it must not catch a request of SIZE_MAX
+ * bytes: malloc(SIZE_MAX) was called a dataplane request larger than a chunk. */
 static bool wants_dataplane(size_t size, enum nic_route route) {
   if (route != NIC_ROUTE_AUTO) return route == NIC_ROUTE_DATAPLANE;
   if (!nic_thread_ready() || nic_self.internal_depth > 0) return false;
-  return nic_self.scope_depth > 0 || size >= nic_auto_dp_threshold;
+  return nic_self.scope_depth > 0 ||
+         (size >= nic_auto_dp_threshold && nic_auto_dp_threshold != SIZE_MAX);
 }
 
 /* Said once per cause, the first time each one sends a request elsewhere (counted in the stats
@@ -132,14 +135,32 @@ bool nic_release_filter(void *p) {
   return nic_safety_defer_free(p);
 }
 
-void nic_report_bad_free(const void *p, const char *caller, bool double_free) {
-  if (double_free) {
-    __atomic_add_fetch(&double_frees, 1, __ATOMIC_RELAXED);
-    nic_log_error("%s(%p): double free (block already freed); ignored", caller, p);
-  } else {
+/* A freed block given to realloc or malloc_usable_size is no double free; the report names the
+ * use. Both count as double_frees in the statistics, as uses of a freed block. */
+void nic_report_bad_block(const void *p, const char *caller, enum nic_block_use use, bool freed) {
+  if (!freed) {
     __atomic_add_fetch(&invalid_frees, 1, __ATOMIC_RELAXED);
     nic_log_error("%s(%p): pointer was not allocated by nicmalloc; ignored", caller, p);
+    return;
   }
+  __atomic_add_fetch(&double_frees, 1, __ATOMIC_RELAXED);
+  switch (use) {
+  case NIC_USE_FREE:
+    nic_log_error("%s(%p): double free (block already freed); ignored", caller, p);
+    break;
+  case NIC_USE_REALLOC:
+    nic_log_error("%s(%p): realloc of a freed block; returning NULL (EINVAL)", caller, p);
+    break;
+  case NIC_USE_SIZE:
+    nic_log_error("%s(%p): malloc_usable_size of a freed block; returning 0", caller, p);
+    break;
+  }
+}
+
+/* Blocks in the huge cache are freed to the program and live to mimalloc: asked first. */
+bool nic_key_match_freed(const void *p) {
+  if (nic_maybe_huge_block(p) && nic_huge_cache_holds(p)) return true;
+  return nic_mi_block_state(p) != NIC_MI_LIVE;
 }
 
 /* Threads still setting up, or past their exit hook, count into the exited totals. */
@@ -189,7 +210,7 @@ void nic_release_deferred(void *p) {
 }
 
 void nic_free_general(void *p, const char *caller) {
-  if (p && nic_check_live_block(p, caller)) nic_release_block(p);
+  if (p && nic_check_live_block(p, caller, NIC_USE_FREE)) nic_release_block(p);
 }
 
 void nic_free(void *p, const char *caller) {
@@ -197,13 +218,13 @@ void nic_free(void *p, const char *caller) {
 }
 
 size_t nic_usable_size(const void *p, const char *caller) {
-  if (!p || !nic_check_live_block(p, caller)) return 0;
+  if (!p || !nic_check_live_block(p, caller, NIC_USE_SIZE)) return 0;
   return mi_usable_size(p);
 }
 
 void *nic_realloc_routed(void *p, size_t size, enum nic_route route, const char *caller) {
   if (!p) return nic_alloc(size, 0, false, route);
-  if (!nic_check_live_block(p, caller)) {
+  if (!nic_check_live_block(p, caller, NIC_USE_REALLOC)) {
     errno = EINVAL;
     return NULL;
   }

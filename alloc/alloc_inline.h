@@ -16,7 +16,8 @@
 
 #include <mimalloc.h>
 
-/* SIZE_MAX unless NICMALLOC_DP_MIN_SIZE is set; read before any thread turns fast. */
+/* SIZE_MAX (no size rule, whatever the size) unless NICMALLOC_DP_MIN_SIZE is set; read before
+ * any thread turns fast. */
 extern size_t nic_auto_dp_threshold;
 /* Cap on fast_below: nic_auto_dp_threshold, lowered by profiling or routing (profile.h). */
 extern size_t nic_fast_limit;
@@ -67,7 +68,16 @@ static inline void *nic_dp_alloc_fast(size_t size, bool zero) {
   return p;
 }
 
-void nic_report_bad_free(const void *p, const char *caller, bool double_free);
+/* What a call does with the block it is given, for its report when the block is not live. */
+enum nic_block_use { NIC_USE_FREE, NIC_USE_REALLOC, NIC_USE_SIZE };
+void nic_report_bad_block(const void *p, const char *caller, enum nic_block_use use, bool freed);
+/* p, a block that may be ours, holds the free key in word 1: freed, or live with data equal to
+ * the key (a peer's bytes in a received buffer can be). True when nicmalloc's or mimalloc's free
+ * lists hold it, or when mimalloc's cannot be read. Out of line: only a key match pays for it. */
+bool nic_key_match_freed(const void *p);
+static inline bool nic_block_was_freed(const void *p) {
+  return __builtin_expect(nic_block_is_free(p), 0) && nic_key_match_freed(p);
+}
 /* A thread still setting up, or past its last exit hook, frees into the exited totals. */
 void nic_release_dp_block_unregistered(void *p);
 
@@ -87,14 +97,14 @@ static inline bool nic_may_be_block(const void *p) {
 
 /* Returns false (after reporting) when p is not a live block of ours. The key is read only
  * after nic_may_be_block, so a wild pointer is never dereferenced. */
-static inline bool nic_check_live_block(const void *p, const char *caller) {
+static inline bool nic_check_live_block(const void *p, const char *caller, enum nic_block_use use) {
   if (!nic_free_check) return true;
   if (__builtin_expect(!nic_block_aligned(p) || !nic_may_be_block(p), 0)) {
-    nic_report_bad_free(p, caller, false);
+    nic_report_bad_block(p, caller, use, false);
     return false;
   }
-  if (__builtin_expect(nic_block_is_free(p), 0)) {
-    nic_report_bad_free(p, caller, true);
+  if (nic_block_was_freed(p)) {
+    nic_report_bad_block(p, caller, use, true);
     return false;
   }
   return true;
@@ -143,16 +153,17 @@ static inline bool nic_free_filters_armed(void) {
 
 /* Every free the fast path below does not take: NULL, dataplane blocks, pointers outside the
  * proven control arena (or all of them under NICMALLOC_FREE_CHECK=0), pages the program dropped,
- * double frees, armed filters and huge blocks. */
+ * blocks holding the free key (double frees, or data equal to the key), armed filters and huge
+ * blocks. */
 void nic_free_general(void *p, const char *caller);
 
 /* The common frees as chains of tests, each a branch out to nic_free_general. A control block:
  * in the control arena (which also rules out NULL), on a page mimalloc committed (so the key
- * word can be read), not already freed, nothing in flight or registered, not a huge block; it
- * ends in a tail call to mi_free. A dataplane block: checks on, its chunk mapped, not already
- * freed, nothing in flight. Both first ask for the alignment every block has. The tests are those
- * of nic_check_live_block and nic_release_block in the same order, so every path reports and
- * releases alike. */
+ * word can be read), not holding the free key, nothing in flight or registered, not a huge
+ * block; it ends in a tail call to mi_free. A dataplane block: checks on, its chunk mapped, not
+ * holding the free key, nothing in flight. Both first ask for the alignment every block has. The
+ * tests are those of nic_check_live_block and nic_release_block in the same order, so every path
+ * reports and releases alike; a key match is confirmed only on the general path. */
 static inline __attribute__((always_inline)) void nic_free_inline(void *p, const char *caller) {
   const uintptr_t offset = (uintptr_t)p - nic_commit_map.base;
   if (__builtin_expect(offset < __atomic_load_n(&nic_commit_map.checked, __ATOMIC_RELAXED), 1)) {

@@ -1,7 +1,8 @@
 /* What every block nicmalloc hands out carries: word 1 is cleared on allocation and set to a
- * per-process key on free (word 0 is mimalloc's free-list link). Finding the key again on free
- * means a double free, as glibc's tcache key does; user data equal to the key is astronomically
- * unlikely because the key mixes in an ASLR address. */
+ * per-process random key on free (word 0 is mimalloc's free-list link). Finding the key again on
+ * free makes the block a suspect, as glibc's tcache key does: user data can hold the key too (a
+ * peer's bytes in a received buffer), so a match is confirmed before a free is refused
+ * (alloc.c, mi_free_lists.h). The key keeps that confirmation off every other free. */
 #ifndef NIC_BLOCK_H
 #define NIC_BLOCK_H
 
@@ -11,9 +12,11 @@
 
 #define NIC_MIN_BLOCK 16 /* room for the key in word 1 */
 
-extern const uintptr_t nic_free_key_seed __attribute__((visibility("hidden")));
+/* Set once, at set-up, before the first block is allocated (free_key.c). */
+extern uintptr_t nic_free_key_value __attribute__((visibility("hidden")));
+void nic_free_key_init(void);
 static inline uintptr_t nic_free_key(void) {
-  return (uintptr_t)&nic_free_key_seed ^ nic_free_key_seed;
+  return __atomic_load_n(&nic_free_key_value, __ATOMIC_RELAXED);
 }
 static inline void nic_block_mark_live(void *p) {
   ((uintptr_t *)p)[1] = 0;

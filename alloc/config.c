@@ -1,6 +1,7 @@
 #include "config.h"
 
 #include "log.h"
+#include "settings.h"
 
 #include <errno.h>
 #include <stdint.h>
@@ -81,7 +82,7 @@ static void warn_bad(const char *name, const char *value, const char *expected) 
 }
 
 static void read_size(const char *name, size_t min, size_t max, bool power_of_two, size_t *field) {
-  const char *text = getenv(name);
+  const char *text = nic_getenv(name);
   if (!text) return;
   size_t v;
   bool ok = nic_parse_size(text, &v) && v >= min && v <= max;
@@ -97,7 +98,7 @@ static void read_size(const char *name, size_t min, size_t max, bool power_of_tw
 
 /* Counts and milliseconds: digits only. */
 static void read_number(const char *name, size_t min, size_t max, size_t *field) {
-  const char *text = getenv(name);
+  const char *text = nic_getenv(name);
   if (!text) return;
   size_t v;
   if (nic_parse_count(text, &v) && v >= min && v <= max) {
@@ -109,12 +110,12 @@ static void read_number(const char *name, size_t min, size_t max, size_t *field)
 }
 
 static void read_bool(const char *name, bool *field) {
-  const char *text = getenv(name);
+  const char *text = nic_getenv(name);
   if (text && !nic_parse_bool(text, field)) warn_bad(name, text, "0 or 1");
 }
 
 static void read_page_kind(void) {
-  const char *text = getenv("NICMALLOC_PAGE_KIND");
+  const char *text = nic_getenv("NICMALLOC_PAGE_KIND");
   if (!text || !strcmp(text, "auto")) return;
   static const struct {
     const char *name;
@@ -131,7 +132,7 @@ static void read_page_kind(void) {
 }
 
 static void read_pin_policy(void) {
-  const char *text = getenv("NICMALLOC_ON_PIN_FAIL");
+  const char *text = nic_getenv("NICMALLOC_ON_PIN_FAIL");
   if (!text) return;
   if (!strcmp(text, "fallback"))
     config.on_pin_fail = NIC_PIN_FAIL_FALLBACK;
@@ -143,7 +144,7 @@ static void read_pin_policy(void) {
 
 /* Profile-guided sites (profile.h). An empty path is treated as unset. */
 static void read_profile_settings(void) {
-  const char *profile = getenv("NICMALLOC_PROFILE"), *sites = getenv("NICMALLOC_SITES");
+  const char *profile = nic_getenv("NICMALLOC_PROFILE"), *sites = nic_getenv("NICMALLOC_SITES");
   config.profile_path = profile && *profile ? profile : NULL;
   config.sites_path = sites && *sites ? sites : NULL;
   config.profile_sample = 64 << 10;

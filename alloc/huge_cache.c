@@ -138,6 +138,15 @@ void *nic_huge_cache_take(size_t size) {
   return block;
 }
 
+bool nic_huge_cache_holds(const void *p) {
+  bool held = false;
+  pthread_mutex_lock(&lock);
+  for (unsigned i = 0; i < SLOTS && !held; i++)
+    held = slots[i].block == p;
+  pthread_mutex_unlock(&lock);
+  return held;
+}
+
 void nic_huge_cache_purge(unsigned max_age_ms) {
   void *expired[SLOTS];
   unsigned n = 0;

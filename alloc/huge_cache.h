@@ -54,6 +54,8 @@ static inline size_t nic_huge_fresh_capacity(size_t size) {
 /* Keeps p, already marked free, when it is a huge block and the cache has room; false means
  * the caller frees it. */
 bool nic_huge_cache_put(void *p);
+/* Whether p is a block the cache holds: freed to the program, live to mimalloc. */
+bool nic_huge_cache_holds(const void *p);
 /* A cached block with room for size, at most twice as large (or no larger than
  * nic_huge_fresh_capacity(size)), marked live; NULL on a miss. Pages past
  * nic_huge_fresh_capacity(size) are given back to the kernel first; those before it stay,

@@ -5,14 +5,17 @@
 
 #include "alloc_inline.h"
 #include "backend.h"
+#include "block.h"
 #include "config.h"
 #include "dp_heap.h"
 #include "huge_cache.h"
 #include "log.h"
+#include "mi_free_lists.h"
 #include "nicmalloc.h"
 #include "profile.h"
 #include "rcache.h"
 #include "reaper.h"
+#include "sim_nic.h"
 #include "site_table.h"
 #include "small_usable.h"
 #include "vspace.h"
@@ -28,7 +31,8 @@ static int init_state;
 static __thread bool initializing __attribute__((tls_model("initial-exec")));
 
 static void before_fork(void) {
-  nic_dp_grow_lock(); /* before the chunks lock, as in dp_heap.c */
+  nic_profile_file_before_fork(); /* held only around opening and closing files */
+  nic_dp_grow_lock();             /* before the chunks lock, as in dp_heap.c */
   nic_chunks_lock();
   nic_threads_lock();
   nic_huge_cache_lock();
@@ -41,6 +45,7 @@ static void after_fork_parent(void) {
   nic_threads_unlock();
   nic_chunks_unlock();
   nic_dp_grow_unlock();
+  nic_profile_file_after_fork_parent();
 }
 
 /* Locks are re-made rather than unlocked: the child's copy may be held by a thread that no
@@ -53,6 +58,7 @@ static void after_fork_child(void) {
   nic_huge_cache_after_fork_child();
   nic_dp_grow_after_fork_child();
   nic_rcache_after_fork_child();
+  nic_sim_after_fork_child();
   nic_backend_after_fork_child();
 }
 
@@ -68,6 +74,7 @@ static void tune_control_heap(const struct nic_config *cfg) {
 }
 
 static void init_once(void) {
+  nic_free_key_init(); /* before anything here allocates */
   /* Settings first: whether a copy of stderr is kept depends on them, and their warnings go to
    * fd 2 as it is, the start-up stderr by definition. */
   const struct nic_config *cfg = nic_config();
@@ -83,7 +90,8 @@ static void init_once(void) {
   nic_control_arena_init(nic_free_check);
   nic_huge_cache_init(nic_control_size);
   nic_dp_reserve_early();
-  nic_small_usable_init(); /* after the arena: it allocates */
+  nic_small_usable_init();  /* after the arena: it allocates */
+  nic_mi_free_lists_init(); /* it allocates too */
   nic_site_table_apply();
   /* May allocate; the initializing flag sends that allocation past us. */
   pthread_atfork(before_fork, after_fork_parent, after_fork_child);

@@ -5,6 +5,7 @@
 
 #include <stdio.h>
 #include <stdlib.h>
+#include <string.h>
 #include <unistd.h>
 
 /* vsnprintf with integer and string conversions does not allocate in glibc; we never format
@@ -47,6 +48,15 @@ void nic_log_warn(const char *fmt, ...) {
   va_start(ap, fmt);
   log_with_prefix("nicmalloc: warning: ", fmt, ap);
   va_end(ap);
+}
+
+void nic_log_warn_text(const char *prefix, const char *text) {
+  int fd = nic_log_fd();
+  static const char head[] = "nicmalloc: warning: ";
+  write_all(fd, head, sizeof head - 1);
+  write_all(fd, prefix, strlen(prefix));
+  write_all(fd, text, strlen(text));
+  write_all(fd, "\n", 1);
 }
 
 void nic_log_info(const char *fmt, ...) {

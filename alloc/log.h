@@ -10,6 +10,8 @@
 /* One line "nicmalloc: error: ..." on stderr. */
 void nic_log_error(const char *fmt, ...) __attribute__((format(printf, 1, 2)));
 void nic_log_warn(const char *fmt, ...) __attribute__((format(printf, 1, 2)));
+/* A warning of any length: `prefix` then `text` on one line. */
+void nic_log_warn_text(const char *prefix, const char *text);
 /* Printed only when NICMALLOC_VERBOSE=1. */
 void nic_log_info(const char *fmt, ...) __attribute__((format(printf, 1, 2)));
 /* True for the first caller only: a message printed once per kind, however often its cause

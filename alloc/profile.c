@@ -23,6 +23,8 @@
 #include "config.h"
 #include "fence.h"
 #include "log.h"
+#include "reaper.h"
+#include "thread.h"
 
 #include <fcntl.h>
 #include <math.h>
@@ -119,6 +121,8 @@ void *nic_profile_alloc(size_t size, size_t alignment, bool zero, enum nic_route
   void *p = nic_alloc_core(size, alignment, zero, route);
   bool sampled = p && (flags & NIC_PROF_SAMPLE) && sample(p, size, routed);
   if (p && !sampled && (flags & NIC_PROF_FENCE)) record(p, size);
+  /* The reaper writes the profile periodically; a forked child starts its own here. */
+  if ((flags & NIC_PROF_SAMPLE) && nic_self.state == NIC_THREAD_READY) nic_reaper_start();
   return p;
 }
 
@@ -155,10 +159,17 @@ void nic_profile_start(void) {
   sample_mean = (double)c->profile_sample;
   if (flags & NIC_PROF_SAMPLE) nic_profile_file_start(c->profile_path);
   __atomic_store_n(&nic_profile_flags, flags, __ATOMIC_RELEASE);
+  if (flags & NIC_PROF_SAMPLE) nic_reaper_start();
+}
+
+void nic_profile_tick(void) {
+  if (__atomic_load_n(&nic_profile_flags, __ATOMIC_ACQUIRE) & NIC_PROF_SAMPLE)
+    nic_profile_file_tick();
 }
 
 void nic_profile_after_fork_child(void) {
   nic_prof_table_after_fork_child();
+  nic_profile_file_after_fork_child();
   nic_sink_after_fork_child();
 }
 

@@ -47,9 +47,17 @@ struct nic_sink_totals {
 void nic_sink_totals(struct nic_sink_totals *out);
 void nic_sink_after_fork_child(void);
 
+/* From the reaper thread: writes the profile every few seconds (profile_write.c). */
+void nic_profile_tick(void);
+/* Fork handlers of profile_write.c (init.c). */
+void nic_profile_file_before_fork(void);
+void nic_profile_file_after_fork_parent(void);
+void nic_profile_file_after_fork_child(void);
+
 /* profile_write.c: the profile file, shared by every process of a run. */
 void nic_profile_file_start(const char *path);
 void nic_profile_file_write(void);
+void nic_profile_file_tick(void);
 
 /* profile_stack.c: the site of the current call. Returns the number of frames (0: none). */
 unsigned nic_prof_capture(uintptr_t frames[NIC_PROF_FRAMES]);

@@ -4,23 +4,44 @@
  * nothing) left its profile. A run is the first process to start profiling and everything it
  * execs or forks: the first sets NICMALLOC_PROFILE_RUN, which its descendants inherit, and the
  * file names its run; a process of another run (an earlier one) replaces the file instead of
- * adding to it. Writers take an exclusive flock on the file, so concurrent exits do not tear it.
- * Forked children start their counts from zero (profile_table.c), so nothing is counted twice.
- * The path is made absolute at start-up, where it is also checked to be writable. */
+ * adding to it. Forked children start their counts from zero (profile_table.c), so nothing is
+ * counted twice.
+ * The file is never written in place: a writer takes an exclusive flock on the current file,
+ * reads it, writes the merged profile to a new file in the same directory and renames that over
+ * the path, so the path always holds a complete profile, the old one or the new one, whenever the
+ * writer is killed. A writer that waited for the lock finds the path renamed over and locks the
+ * new file instead; when there is no file yet, the first new one is put in place only if the path
+ * is still free (RENAME_NOREPLACE), and a writer that lost that race merges into the winner's.
+ * What may be written where is profile_path.c's business.
+ * Besides at exit, a process writes what it counted since its last write every few seconds from
+ * the reaper thread, so a daemon stopped by SIGTERM (or SIGKILL, or _exit) loses at most that
+ * interval: this needs no signal handler, which would change the program's signal dispositions
+ * and could not merge from signal context anyway. */
 #define _GNU_SOURCE
 #include "profile.h"
 
+#include "clock.h"
 #include "config.h"
 #include "log.h"
+#include "nocancel.h"
+#include "profile_path.h"
+#include "settings.h"
 
+#include <dirent.h>
 #include <errno.h>
 #include <fcntl.h>
+#include <limits.h>
+#include <pthread.h>
+#include <sched.h>
+#include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/file.h>
 #include <sys/mman.h>
+#include <sys/random.h>
 #include <sys/stat.h>
+#include <sys/syscall.h>
 #include <time.h>
 #include <unistd.h>
 
@@ -29,25 +50,19 @@
 #define MERGE_SLOTS (2 * MAX_MERGED)
 #define TEXT_BYTES (64u << 20) /* frames text of all sites: virtual, touched as used */
 #define NUMBERS 6              /* SENT EST_SENT SAMPLED EST_ALLOCS EST_BYTES EST_SENT_BLOCKS */
+#define OWN_SITES 8192u
+#define DONE_SLOTS 16384u
+#define PERIOD_MS 5000u
+#define LOCK_WAIT_MS 10000u /* another user may hold a lock on a file it can read */
 
-static char path[4096];
 static char run[64];
 static bool usable;
+static pthread_mutex_t write_mutex = PTHREAD_MUTEX_INITIALIZER; /* reaper thread and exit */
+static bool finished;
+static uint64_t last_write_ms;
 
 void nic_profile_file_start(const char *given) {
-  int n = 0;
-  if (given[0] != '/') {
-    char cwd[2048];
-    if (!getcwd(cwd, sizeof cwd)) cwd[0] = '\0';
-    n = snprintf(path, sizeof path, "%s/%s", cwd, given);
-  } else {
-    n = snprintf(path, sizeof path, "%s", given);
-  }
-  if (n <= 0 || (size_t)n >= sizeof path) {
-    nic_log_warn("NICMALLOC_PROFILE=%s: path too long; no profile", given);
-    return;
-  }
-  const char *inherited = getenv(RUN_ENV);
+  const char *inherited = nic_getenv(RUN_ENV);
   if (inherited && *inherited && strlen(inherited) < sizeof run) {
     snprintf(run, sizeof run, "%s", inherited);
   } else {
@@ -56,17 +71,8 @@ void nic_profile_file_start(const char *given) {
     snprintf(run, sizeof run, "%d-%lld%09ld", (int)getpid(), (long long)ts.tv_sec, ts.tv_nsec);
     setenv(RUN_ENV, run, 1);
   }
-  /* Said now, not after the whole run. Opening without O_TRUNC leaves the file alone. */
-  int fd = open(path, O_WRONLY | O_CREAT | O_CLOEXEC | O_NONBLOCK, 0644);
-  struct stat st;
-  if (fd < 0 || fstat(fd, &st) || !S_ISREG(st.st_mode)) {
-    nic_log_warn("NICMALLOC_PROFILE=%s cannot be written (%s); no profile", path,
-                 fd < 0 ? strerror(errno) : "not a regular file");
-    if (fd >= 0) close(fd);
-    return;
-  }
-  close(fd);
-  usable = true;
+  usable = nic_prof_path_start(given);
+  last_write_ms = nic_now_ms();
 }
 
 struct merged {
@@ -157,25 +163,33 @@ static bool add_line(const char *line, size_t len) {
   return add(number, at, strlen(at));
 }
 
-/* The file's sites and totals, if it is a profile of this run. */
-static void take_existing(int fd) {
+/* The file's sites and totals, if it is a profile of this run (true then). */
+static bool take_existing(int fd) {
   struct stat st;
-  if (fstat(fd, &st) || st.st_size <= 0) return;
+  if (fstat(fd, &st) || st.st_size <= 0) return false;
   const size_t size = (size_t)st.st_size;
   char *file = mmap(NULL, size, PROT_READ, MAP_PRIVATE, fd, 0);
-  if (file == MAP_FAILED) return;
+  if (file == MAP_FAILED) return false;
   char want[128];
   int want_len = snprintf(want, sizeof want, "# run %s\n", run);
-  if (memmem(file, size, want, (size_t)want_len) && size > 21 &&
-      !memcmp(file, "# nicmalloc profile 1\n", 22)) {
+  const bool ours = memmem(file, size, want, (size_t)want_len) && size > 21 &&
+                    !memcmp(file, "# nicmalloc profile 1\n", 22);
+  if (ours) {
     for (size_t at = 0; at < size;) {
       const char *nl = memchr(file + at, '\n', size - at);
       size_t len = (nl ? (size_t)(nl - file) : size) - at;
+      /* sscanf only on a copy of the header line: on the mapping itself it would measure the
+       * rest of the file at every line, and read past its end when the size is a whole number of
+       * pages. */
+      char header[256];
       double d, o, n;
-      if (sscanf(file + at,
-                 "# sample_bytes %*f sent_dataplane %lf sent_other %lf dropped_samples %lf", &d, &o,
-                 &n) == 3) {
-        totals[0] += d, totals[1] += o, totals[2] += n;
+      if (len > 15 && len < sizeof header && !memcmp(file + at, "# sample_bytes ", 15)) {
+        memcpy(header, file + at, len);
+        header[len] = '\0';
+        if (sscanf(header,
+                   "# sample_bytes %*f sent_dataplane %lf sent_other %lf dropped_samples %lf", &d,
+                   &o, &n) == 3)
+          totals[0] += d, totals[1] += o, totals[2] += n;
       } else {
         add_line(file + at, len);
       }
@@ -183,6 +197,7 @@ static void take_existing(int fd) {
     }
   }
   munmap(file, size);
+  return ours;
 }
 
 static int by_sent(const void *a, const void *b) {
@@ -191,43 +206,330 @@ static int by_sent(const void *a, const void *b) {
   return x->number[4] < y->number[4] ? 1 : x->number[4] > y->number[4] ? -1 : 0;
 }
 
-void nic_profile_file_write(void) {
-  if (!usable) return;
-  static struct nic_prof_site own[8192];
-  const unsigned n = nic_prof_table_sites(own, sizeof own / sizeof own[0]);
-  sites = nic_prof_map(sizeof *sites * MAX_MERGED);
-  slots = nic_prof_map(sizeof *slots * MERGE_SLOTS);
-  text = nic_prof_map(TEXT_BYTES);
-  int fd = open(path, O_RDWR | O_CREAT | O_CLOEXEC | O_NONBLOCK, 0644);
-  if (!sites || !slots || !text || fd < 0 || flock(fd, LOCK_EX)) {
-    nic_log_warn("NICMALLOC_PROFILE=%s cannot be written (%s); no profile", path,
-                 fd < 0 ? strerror(errno) : "no memory or no lock");
-    if (fd >= 0) close(fd);
-    return;
-  }
-  take_existing(fd);
-  for (unsigned i = 0; i < n; i++)
-    add_own(&own[i]);
-  struct nic_sink_totals sent;
-  nic_sink_totals(&sent);
-  totals[0] += (double)sent.dataplane;
-  totals[1] += (double)sent.other;
-  totals[2] += (double)nic_prof_table_dropped();
-  qsort(sites, count, sizeof *sites, by_sent);
-  if (ftruncate(fd, 0) == 0) {
-    nic_fdprintf(fd, "# nicmalloc profile 1\n");
-    nic_fdprintf(fd,
-                 "# sample_bytes %zu sent_dataplane %.0f sent_other %.0f dropped_samples %.0f\n",
-                 nic_config()->profile_sample, totals[0], totals[1], totals[2]);
-    nic_fdprintf(fd, "# run %s\n", run);
-    nic_fdprintf(fd, "# site SENT EST_SENT SAMPLED EST_ALLOCS EST_BYTES EST_SENT_BLOCKS "
-                     "MODULE+0xOFFSET...\n");
-    for (uint32_t i = 0; i < count; i++) {
-      const struct merged *m = &sites[i];
-      nic_fdprintf(fd, "site %.0f %.0f %.0f %.0f %.0f %.0f", m->number[0], m->number[1],
-                   m->number[2], m->number[3], m->number[4], m->number[5]);
-      if (write(fd, text + m->text, m->len) != (ssize_t)m->len || write(fd, "\n", 1) != 1) break;
+/* What this process has written so far, by site, so that each write adds only what was counted
+ * since (the file already holds the rest). */
+struct done {
+  uint64_t hash;
+  double number[NUMBERS];
+};
+static struct done *done;
+static double done_totals[3];
+static bool written;
+static struct nic_prof_site own[OWN_SITES];
+static double own_number[OWN_SITES][NUMBERS];
+static double own_totals[3];
+
+static struct done *done_of(uint64_t hash) {
+  for (uint32_t i = (uint32_t)(hash * 0x9e3779b97f4a7c15ull >> 40) & (DONE_SLOTS - 1);;
+       i = (i + 1) & (DONE_SLOTS - 1))
+    if (done[i].hash == hash || !done[i].hash) return &done[i];
+}
+
+/* Output through one buffer; a failed write sticks. */
+static char out[1 << 16];
+static size_t out_len;
+static bool out_failed;
+
+static void out_flush(int fd) {
+  for (size_t at = 0; at < out_len && !out_failed;) {
+    ssize_t r = nic_write_nocancel(fd, out + at, out_len - at);
+    if (r > 0) {
+      at += (size_t)r;
+    } else if (r < 0 && errno != EINTR) {
+      out_failed = true;
     }
   }
-  close(fd); /* and the lock with it */
+  out_len = 0;
+}
+
+static void out_put(int fd, const char *s, size_t len) {
+  while (len) {
+    if (out_len == sizeof out) out_flush(fd);
+    size_t n = len < sizeof out - out_len ? len : sizeof out - out_len;
+    memcpy(out + out_len, s, n);
+    out_len += n, s += n, len -= n;
+  }
+}
+
+static void out_printf(int fd, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
+static void out_printf(int fd, const char *fmt, ...) {
+  char line[512];
+  va_list ap;
+  va_start(ap, fmt);
+  int n = vsnprintf(line, sizeof line, fmt, ap);
+  va_end(ap);
+  if (n > 0) out_put(fd, line, (size_t)n < sizeof line ? (size_t)n : sizeof line - 1);
+}
+
+static bool write_profile(int fd) {
+  out_len = 0;
+  out_failed = false;
+  out_printf(fd, "# nicmalloc profile 1\n");
+  out_printf(fd, "# sample_bytes %zu sent_dataplane %.0f sent_other %.0f dropped_samples %.0f\n",
+             nic_config()->profile_sample, totals[0], totals[1], totals[2]);
+  out_printf(fd, "# run %s\n", run);
+  out_printf(fd, "# site SENT EST_SENT SAMPLED EST_ALLOCS EST_BYTES EST_SENT_BLOCKS "
+                 "MODULE+0xOFFSET...\n");
+  for (uint32_t i = 0; i < count; i++) {
+    const struct merged *m = &sites[i];
+    out_printf(fd, "site %.0f %.0f %.0f %.0f %.0f %.0f", m->number[0], m->number[1], m->number[2],
+               m->number[3], m->number[4], m->number[5]);
+    out_put(fd, text + m->text, m->len);
+    out_put(fd, "\n", 1);
+  }
+  out_flush(fd);
+  return !out_failed;
+}
+
+/* Descriptors open during a write, recorded under fd_lock (which a fork waits for, briefly: it
+ * is never held across anything that blocks), so that a forked child closes its copies: a
+ * child's copy of the locked file's descriptor would hold the lock for as long as it lives. */
+static int fd_lock;
+static int open_fds[3] = {-1, -1, -1}; /* directory, current file, new file */
+
+static void fd_lock_take(void) {
+  while (__atomic_exchange_n(&fd_lock, 1, __ATOMIC_ACQUIRE))
+    sched_yield();
+}
+static void fd_lock_drop(void) {
+  __atomic_store_n(&fd_lock, 0, __ATOMIC_RELEASE);
+}
+
+static int fd_note(int slot, int fd) {
+  open_fds[slot] = fd;
+  return fd;
+}
+
+static void fd_close(int slot) {
+  fd_lock_take();
+  if (open_fds[slot] >= 0) nic_close_nocancel(open_fds[slot]);
+  open_fds[slot] = -1;
+  fd_lock_drop();
+}
+
+/* flock, waiting at most LOCK_WAIT_MS. */
+static bool lock_file(int fd) {
+  const uint64_t until = nic_now_ms() + LOCK_WAIT_MS;
+  struct timespec pause = {0, 1000000};
+  while (flock(fd, LOCK_EX | LOCK_NB)) {
+    if ((errno != EWOULDBLOCK && errno != EINTR) || nic_now_ms() > until) return false;
+    nanosleep(&pause, NULL);
+    if (pause.tv_nsec < 32000000) pause.tv_nsec *= 2;
+  }
+  return true;
+}
+
+/* A fresh name next to the profile, created exclusively and never through a link: whatever
+ * another user planted under a name makes us pick another. */
+static int create_new(int dirfd, const char *name, char *tmp, size_t cap) {
+  for (int tries = 0; tries < 16; tries++) {
+    uint64_t r = 0;
+    if (getrandom(&r, sizeof r, GRND_NONBLOCK) != sizeof r) {
+      struct timespec ts;
+      clock_gettime(CLOCK_MONOTONIC, &ts);
+      r = ((uint64_t)ts.tv_nsec << 20) ^ (uint64_t)getpid() ^ ((uint64_t)tries << 56);
+    }
+    snprintf(tmp, cap, ".%s.%016llx.tmp", name, (unsigned long long)r);
+    fd_lock_take();
+    int fd =
+        fd_note(2, openat(dirfd, tmp, O_WRONLY | O_CREAT | O_EXCL | O_NOFOLLOW | O_CLOEXEC, 0644));
+    fd_lock_drop();
+    if (fd >= 0 || errno != EEXIST) return fd;
+  }
+  return -1;
+}
+
+/* New files of writers that were killed (SIGKILL, _exit from another thread) before they renamed
+ * them: ours, regular, named as create_new names them and older than any write takes. Only
+ * called with the current file locked, when no other writer of a live process is between
+ * create_new and its rename, but for one that found no file to lock: hence the age. Read with
+ * getdents64 into a stack buffer: opendir would malloc. */
+#define STALE_S 60
+static void remove_stale(int dirfd, const char *name) {
+  int fd = openat(dirfd, ".", O_RDONLY | O_DIRECTORY | O_CLOEXEC);
+  if (fd < 0) return;
+  char prefix[NAME_MAX + 2];
+  const size_t prefix_len = (size_t)snprintf(prefix, sizeof prefix, ".%s.", name);
+  const time_t old = time(NULL) - STALE_S;
+  char buf[8192];
+  for (long got; (got = syscall(SYS_getdents64, fd, buf, sizeof buf)) > 0;) {
+    for (long at = 0; at < got;) {
+      const struct dirent64 *e = (const struct dirent64 *)(buf + at);
+      at += e->d_reclen;
+      const size_t len = strlen(e->d_name);
+      struct stat st;
+      if (len != prefix_len + 20 || memcmp(e->d_name, prefix, prefix_len) ||
+          strcmp(e->d_name + len - 4, ".tmp") ||
+          fstatat(dirfd, e->d_name, &st, AT_SYMLINK_NOFOLLOW) || !S_ISREG(st.st_mode) ||
+          st.st_uid != geteuid() || st.st_mtime > old)
+        continue;
+      unlinkat(dirfd, e->d_name, 0);
+    }
+  }
+  nic_close_nocancel(fd);
+}
+
+/* Counts of this process not yet in the file: all of them when the file is not of this run. */
+static void add_own_counts(unsigned n, bool merge) {
+  for (unsigned i = 0; i < n; i++) {
+    const struct done *d = merge ? done_of(own[i].hash) : NULL;
+    struct nic_prof_site s = own[i];
+    double number[NUMBERS];
+    memcpy(number, own_number[i], sizeof number);
+    if (d && d->hash)
+      for (int k = 0; k < NUMBERS; k++)
+        number[k] -= d->number[k];
+    bool any = false;
+    for (int k = 0; k < NUMBERS; k++)
+      any |= number[k] > 0;
+    if (!any && merge) continue;
+    s.sent = (uint64_t)number[0], s.est_sent = number[1], s.sampled = (uint64_t)number[2];
+    s.est_allocs = number[3], s.est_bytes = number[4], s.est_sent_blocks = number[5];
+    add_own(&s);
+  }
+  for (int k = 0; k < 3; k++)
+    totals[k] += own_totals[k] - (merge ? done_totals[k] : 0);
+}
+
+enum attempt { WRITTEN, RETRY, FAILED };
+
+static enum attempt write_attempt(unsigned n) {
+  char name[NAME_MAX + 1], tmp[NAME_MAX + 32];
+  fd_lock_take();
+  int dirfd = fd_note(0, nic_prof_path_open_dir(name, sizeof name));
+  int cur = dirfd < 0 ? -2 : fd_note(1, nic_prof_path_open_file(dirfd, name));
+  fd_lock_drop();
+  if (cur == -2) return FAILED;
+  if (cur >= 0) {
+    struct stat held, now;
+    if (!lock_file(cur)) {
+      nic_log_warn_once("NICMALLOC_PROFILE=%s: locked by another process for %u s; not written",
+                        nic_prof_path_shown(), LOCK_WAIT_MS / 1000);
+      return FAILED;
+    }
+    /* Renamed over while we waited: lock the new one. */
+    if (fstat(cur, &held) || fstatat(dirfd, name, &now, AT_SYMLINK_NOFOLLOW) ||
+        held.st_ino != now.st_ino || held.st_dev != now.st_dev)
+      return RETRY;
+  }
+  if (cur >= 0) remove_stale(dirfd, name);
+  count = text_used = 0;
+  memset(slots, 0, sizeof *slots * MERGE_SLOTS);
+  memset(totals, 0, sizeof totals);
+  const bool merge = cur >= 0 && take_existing(cur);
+  add_own_counts(n, merge);
+  qsort(sites, count, sizeof *sites, by_sent);
+  int fd = create_new(dirfd, name, tmp, sizeof tmp);
+  if (fd < 0) {
+    nic_log_warn_once("NICMALLOC_PROFILE=%s: no new file can be made next to it (%s); not written",
+                      nic_prof_path_shown(), strerror(errno));
+    return FAILED;
+  }
+  const bool ok = write_profile(fd);
+  const int saved = errno;
+  fd_close(2);
+  if (!ok) {
+    unlinkat(dirfd, tmp, 0);
+    nic_log_warn_once("NICMALLOC_PROFILE=%s: cannot be written (%s); the previous profile stays",
+                      nic_prof_path_shown(), strerror(saved));
+    return FAILED;
+  }
+  /* With the current file locked, a plain rename; with none, only if none appeared meanwhile. */
+  int rc = cur >= 0 ? renameat(dirfd, tmp, dirfd, name)
+                    : renameat2(dirfd, tmp, dirfd, name, RENAME_NOREPLACE);
+  if (rc && cur < 0 && (errno == EINVAL || errno == ENOSYS)) { /* a file system without it */
+    rc = linkat(dirfd, tmp, dirfd, name, 0);
+    if (rc == 0 || errno == EEXIST) unlinkat(dirfd, tmp, 0);
+  }
+  if (rc) {
+    const int why = errno;
+    unlinkat(dirfd, tmp, 0);
+    if (why == EEXIST) return RETRY;
+    nic_log_warn_once("NICMALLOC_PROFILE=%s cannot be replaced (%s); not written",
+                      nic_prof_path_shown(), strerror(why));
+    return FAILED;
+  }
+  return WRITTEN;
+}
+
+/* Writes what this process counted since its last write; at exit (final) even when that is
+ * nothing, if it never wrote, so that a run leaves a profile. */
+static void write_now(bool final) {
+  pthread_mutex_lock(&write_mutex);
+  if (finished || (!sites && !(sites = nic_prof_map(sizeof *sites * MAX_MERGED))) ||
+      (!slots && !(slots = nic_prof_map(sizeof *slots * MERGE_SLOTS))) ||
+      (!text && !(text = nic_prof_map(TEXT_BYTES))) ||
+      (!done && !(done = nic_prof_map(sizeof *done * DONE_SLOTS)))) {
+    if (!finished) nic_log_warn_once("NICMALLOC_PROFILE: no memory to write the profile");
+    if (final) __atomic_store_n(&finished, true, __ATOMIC_RELAXED);
+    pthread_mutex_unlock(&write_mutex);
+    return;
+  }
+  __atomic_store_n(&finished, final, __ATOMIC_RELAXED);
+  __atomic_store_n(&last_write_ms, nic_now_ms(), __ATOMIC_RELAXED);
+  const unsigned n = nic_prof_table_sites(own, OWN_SITES);
+  bool changed = !written && final;
+  for (unsigned i = 0; i < n; i++) {
+    const struct nic_prof_site *s = &own[i];
+    const double number[NUMBERS] = {(double)s->sent, s->est_sent,  (double)s->sampled,
+                                    s->est_allocs,   s->est_bytes, s->est_sent_blocks};
+    memcpy(own_number[i], number, sizeof number);
+    const struct done *d = done_of(s->hash);
+    changed |= !d->hash || memcmp(d->number, number, sizeof number);
+  }
+  struct nic_sink_totals sent;
+  nic_sink_totals(&sent);
+  own_totals[0] = (double)sent.dataplane;
+  own_totals[1] = (double)sent.other;
+  own_totals[2] = (double)nic_prof_table_dropped();
+  changed |= memcmp(own_totals, done_totals, sizeof own_totals) != 0;
+  enum attempt a = changed ? RETRY : FAILED;
+  for (int tries = 0; a == RETRY && tries < 64; tries++) {
+    a = write_attempt(n);
+    fd_close(1);
+    fd_close(0);
+  }
+  if (a == WRITTEN) {
+    written = true;
+    for (unsigned i = 0; i < n; i++) {
+      struct done *d = done_of(own[i].hash);
+      d->hash = own[i].hash;
+      memcpy(d->number, own_number[i], sizeof d->number);
+    }
+    memcpy(done_totals, own_totals, sizeof done_totals);
+  }
+  pthread_mutex_unlock(&write_mutex);
+}
+
+void nic_profile_file_write(void) {
+  if (usable) write_now(true);
+}
+
+void nic_profile_file_tick(void) {
+  if (!usable || __atomic_load_n(&finished, __ATOMIC_RELAXED) ||
+      nic_now_ms() - __atomic_load_n(&last_write_ms, __ATOMIC_RELAXED) < PERIOD_MS)
+    return;
+  write_now(false);
+}
+
+void nic_profile_file_before_fork(void) {
+  fd_lock_take();
+}
+
+void nic_profile_file_after_fork_parent(void) {
+  fd_lock_drop();
+}
+
+/* The child's counts start from zero (profile_table.c), and so does what it has written. A write
+ * in progress in the parent is the parent's: the child only closes its copies of the files. */
+void nic_profile_file_after_fork_child(void) {
+  for (int i = 0; i < 3; i++)
+    if (open_fds[i] >= 0) nic_close_nocancel(open_fds[i]);
+  open_fds[0] = open_fds[1] = open_fds[2] = -1;
+  fd_lock = 0;
+  pthread_mutex_init(&write_mutex, NULL);
+  if (done) memset(done, 0, sizeof *done * DONE_SLOTS);
+  memset(done_totals, 0, sizeof done_totals);
+  written = false;
+  last_write_ms = nic_now_ms();
 }

@@ -9,6 +9,7 @@
 #include "log.h"
 #include "nicmalloc.h"
 #include "nocancel.h"
+#include "settings.h"
 
 #include <fcntl.h>
 #include <stdbool.h>
@@ -173,7 +174,7 @@ static void read_table(struct scan *sc, const char *path) {
 }
 
 void nic_site_table_apply(void) {
-  const char *off = getenv("NICMALLOC_SITES_OFF"), *table = getenv("NICMALLOC_SITE_TABLE");
+  const char *off = nic_getenv("NICMALLOC_SITES_OFF"), *table = nic_getenv("NICMALLOC_SITE_TABLE");
   if (!off && !table) return;
   static struct scan sc; /* 8 KiB of id bits: not on the stack of whatever thread starts us */
   memset(&sc, 0, sizeof sc);

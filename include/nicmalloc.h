@@ -114,10 +114,11 @@ int nic_translate(const void *p, size_t len, struct nic_region_ref *out);
 /* Finds or makes a registration covering [p, p+len) with the backend in use
  * (NICMALLOC_BACKEND) and holds it until nic_unregister. Dataplane memory with local access uses
  * its chunk's registration, made once per chunk; anything else, and any remote access, goes
- * through the registration cache at page granularity, so a remote key never covers more than
- * the pages asked for. Returns 0, or -NIC_ERANGE, -EFAULT (not mapped), -ENOSPC (cache full of
- * registrations in use), -ENODEV (no backend), -EINVAL (unknown access bits, out NULL), or the
- * backend's error. */
+ * through the registration cache at page granularity. Each request with remote access gets a
+ * registration of its own, never cached or shared: its remote key covers exactly the pages and
+ * rights asked for, and nic_unregister revokes it. Returns 0, or -NIC_ERANGE, -EFAULT (not
+ * mapped), -ENOSPC (cache full of registrations in use), -ENODEV (no backend), -EINVAL (unknown
+ * access bits, out NULL), or the backend's error. */
 int nic_register(const void *p, size_t len, unsigned access, struct nic_region_ref *out);
 void nic_unregister(const struct nic_region_ref *ref);
 
@@ -153,7 +154,7 @@ struct nic_stats {
   uint64_t dataplane_fallbacks; /* dataplane requests served from the control heap */
   uint64_t dataplane_failures;  /* dataplane requests that returned NULL (ENOMEM) */
   uint64_t invalid_frees;       /* free/realloc of pointers nicmalloc did not allocate */
-  uint64_t double_frees;
+  uint64_t double_frees;        /* free, realloc or malloc_usable_size of a freed block */
   /* Registration cache (memory outside the chunks). */
   uint64_t rcache_hits, rcache_misses, rcache_evictions, rcache_invalidations;
   uint32_t rcache_regions;

@@ -5,6 +5,7 @@
 #include "backend.h"
 
 #include "log.h"
+#include "settings.h"
 
 #include <dlfcn.h>
 #include <errno.h>
@@ -53,6 +54,11 @@ static struct nic_backend *open_plugin(const char *name) {
   return fn ? fn() : NULL;
 }
 
+static bool is_backend_name(const char *name) {
+  return !strcmp(name, "sim") || !strcmp(name, "uring") || !strcmp(name, "verbs") ||
+         !strcmp(name, "dpdk");
+}
+
 static struct nic_backend *open_named(const char *name) {
   if (!strcmp(name, "sim")) return open_builtin(nic_backend_sim_open);
   if (!strcmp(name, "uring")) return open_builtin(nic_backend_uring_open);
@@ -62,11 +68,12 @@ static struct nic_backend *open_named(const char *name) {
 }
 
 static void choose(void) {
-  const char *want = getenv("NICMALLOC_BACKEND");
+  const char *want = nic_getenv("NICMALLOC_BACKEND");
   if (want && strcmp(want, "auto")) {
     active = open_named(want);
     if (active) return;
-    if (errno == EINVAL)
+    /* Not errno: a backend that cannot start may say EINVAL too (EAL refusing its arguments). */
+    if (!is_backend_name(want))
       nic_log_warn("NICMALLOC_BACKEND=%s is not valid (expected auto, sim, uring, verbs or "
                    "dpdk); choosing automatically",
                    want);

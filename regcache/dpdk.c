@@ -51,7 +51,7 @@ static int start_eal(void) {
   char *argv[64], lcores[1024], *own = NULL, *vdevs = NULL, *save;
   int argc = 0;
   argv[argc++] = "nicmalloc";
-  const char *env = getenv("NICMALLOC_DPDK_EAL_ARGS");
+  const char *env = secure_getenv("NICMALLOC_DPDK_EAL_ARGS");
   if (env && *env) {
     own = strdup(env);
     for (char *t = strtok_r(own, " \t", &save); t && argc < 48; t = strtok_r(NULL, " \t", &save))
@@ -65,7 +65,7 @@ static int start_eal(void) {
       argv[argc++] = defaults[i];
     argv[argc++] = lcores;
   }
-  if ((env = getenv("NICMALLOC_DPDK_VDEV")) && *env) {
+  if ((env = secure_getenv("NICMALLOC_DPDK_VDEV")) && *env) {
     vdevs = strdup(env);
     for (char *t = strtok_r(vdevs, ";", &save); t && argc < 62; t = strtok_r(NULL, ";", &save)) {
       argv[argc++] = "--vdev";

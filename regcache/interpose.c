@@ -1,11 +1,13 @@
 /* Calls that change which pages back an address range invalidate the registration cache first,
- * so the NIC can never be handed a registration that still pins the old pages. nicmalloc is
+ * so the NIC can never be handed a registration that still pins the old pages, and let the sim
+ * NIC keep the old pages' bytes for posts still to read them (leaving.h). nicmalloc is
  * preloaded, so these definitions also catch mimalloc's own commits and decommits (it calls
  * mprotect, madvise and munmap through the PLT), which the control arena's commit map records
- * once they succeeded. Each forwards to the system call directly, as glibc does. */
+ * once they succeeded. Each forwards to the system call directly, as glibc does. Pages a call maps
+ * anew are invalidated after it too: that catches what went by a path none of these saw. */
 #define _GNU_SOURCE
 #include "commit_map.h"
-#include "rcache.h"
+#include "leaving.h"
 
 #include <errno.h>
 #include <stdarg.h>
@@ -24,9 +26,16 @@ static void *raw_mmap(void *addr, size_t len, int prot, int flags, int fd, off_t
 NIC_EXPORT void *mmap(void *addr, size_t len, int prot, int flags, int fd, off_t offset) {
   /* Only a fixed mapping can replace pages the cache knows. */
   const bool fixed = flags & (MAP_FIXED | MAP_FIXED_NOREPLACE);
-  if (fixed) nic_rcache_invalidate((uintptr_t)addr, len);
+  if (fixed) nic_pages_leaving((uintptr_t)addr, len);
   void *p = raw_mmap(addr, len, prot, flags, fd, offset);
-  if (fixed && p != MAP_FAILED) nic_commit_map_note(p, len, NIC_PAGES_GONE); /* no blocks */
+  if (p == MAP_FAILED) return p;
+  /* Anywhere but over a fixed mapping the pages are fresh: a region still cached there lost its
+   * pages by a path none of these calls saw (the C library's own unmaps, such as the thread
+   * stacks it frees, or a raw system call). */
+  if (fixed)
+    nic_commit_map_note(p, len, NIC_PAGES_GONE); /* no blocks */
+  else
+    nic_rcache_invalidate((uintptr_t)p, len);
   return p;
 }
 
@@ -35,7 +44,7 @@ NIC_EXPORT void *mmap64(void *addr, size_t len, int prot, int flags, int fd, off
 }
 
 NIC_EXPORT int munmap(void *addr, size_t len) {
-  nic_rcache_invalidate((uintptr_t)addr, len);
+  nic_pages_leaving((uintptr_t)addr, len);
   int rc = (int)syscall(SYS_munmap, addr, len);
   if (rc == 0) nic_commit_map_note(addr, len, NIC_PAGES_GONE);
   return rc;
@@ -48,11 +57,13 @@ NIC_EXPORT void *mremap(void *old, size_t old_len, size_t new_len, int flags, ..
     va_start(ap, flags);
     new_addr = va_arg(ap, void *);
     va_end(ap);
-    nic_rcache_invalidate((uintptr_t)new_addr, new_len);
+    nic_pages_leaving((uintptr_t)new_addr, new_len);
   }
-  nic_rcache_invalidate((uintptr_t)old, old_len);
+  nic_pages_leaving((uintptr_t)old, old_len);
   long r = syscall(SYS_mremap, old, old_len, new_len, flags, new_addr);
   if (r == -1) return MAP_FAILED;
+  if ((void *)r != old || new_len > old_len)
+    nic_rcache_invalidate((uintptr_t)r, new_len); /* see mmap */
   /* Pages that left, or arrived from elsewhere: either way no block of the arena is there. */
   if ((void *)r != old) {
     nic_commit_map_note(old, old_len, NIC_PAGES_GONE);
@@ -78,7 +89,7 @@ static int drops_pages(int advice) {
 }
 
 NIC_EXPORT int madvise(void *addr, size_t len, int advice) {
-  if (drops_pages(advice)) nic_rcache_invalidate((uintptr_t)addr, len);
+  if (drops_pages(advice)) nic_pages_leaving((uintptr_t)addr, len);
   int rc = (int)syscall(SYS_madvise, addr, len, advice);
   /* mimalloc decommits with DONTNEED. MADV_FREE is its "reset", after which it reuses the
    * memory as committed: that must not clear the map. */
@@ -98,4 +109,24 @@ NIC_EXPORT int posix_madvise(void *addr, size_t len, int advice) {
   /* POSIX_MADV_DONTNEED is a hint glibc ignores; only the others reach the kernel. */
   if (advice == POSIX_MADV_DONTNEED) return 0;
   return madvise(addr, len, advice) == 0 ? 0 : errno;
+}
+
+/* The data segment shrinks by brk or sbrk, again without a munmap; its new pages are fresh (see
+ * mmap). glibc's brk and sbrk keep the break in __curbrk, so both go through __sbrk. */
+extern void *__sbrk(intptr_t increment);
+
+NIC_EXPORT void *sbrk(intptr_t increment) {
+  uintptr_t cur = (uintptr_t)__sbrk(0);
+  if (cur == (uintptr_t)-1) return (void *)-1;
+  const uintptr_t shrink = increment < 0 ? (uintptr_t)0 - (uintptr_t)increment : 0;
+  if (shrink) nic_rcache_invalidate(cur - shrink, shrink);
+  void *r = __sbrk(increment);
+  if (r != (void *)-1 && increment > 0) nic_rcache_invalidate(cur, (uintptr_t)increment);
+  return r;
+}
+
+NIC_EXPORT int brk(void *addr) {
+  uintptr_t cur = (uintptr_t)__sbrk(0);
+  if (cur == (uintptr_t)-1) return -1;
+  return sbrk((intptr_t)((uintptr_t)addr - cur)) == (void *)-1 ? -1 : 0;
 }

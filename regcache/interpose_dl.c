@@ -4,7 +4,7 @@
  * address span is invalidated before the real dlclose: whether this close is the last one is not
  * known beforehand, and a needless invalidation only costs registering again. */
 #define _GNU_SOURCE
-#include "rcache.h"
+#include "leaving.h"
 
 #include <dlfcn.h>
 #include <link.h>
@@ -41,11 +41,10 @@ NIC_EXPORT int dlclose(void *handle) {
   struct link_map *map = NULL;
   void *h = handle;
   __asm__("" : "+r"(h)); /* declared nonnull, yet a program may pass NULL: keep the test */
-  if (h && __atomic_load_n(&nic_rcache_regions_live, __ATOMIC_ACQUIRE) &&
-      dlinfo(h, RTLD_DI_LINKMAP, &map) == 0 && map) {
+  if (h && dlinfo(h, RTLD_DI_LINKMAP, &map) == 0 && map) {
     struct span_search s = {map, 0, 0};
     dl_iterate_phdr(find_span, &s);
-    if (s.end) nic_rcache_invalidate(s.start, s.end - s.start);
+    if (s.end) nic_pages_leaving(s.start, s.end - s.start);
   }
   return real_dlclose(handle);
 }

@@ -8,6 +8,7 @@
 
 #include <errno.h>
 #include <pthread.h>
+#include <string.h>
 #include <sys/mman.h>
 #include <unistd.h>
 
@@ -64,12 +65,8 @@ static bool pool_ready_locked(void) {
 
 #define REMOTE (NIC_ACCESS_REMOTE_READ | NIC_ACCESS_REMOTE_WRITE)
 
-/* A remote key reaches every page of its region, so a remote request takes only a region of
- * exactly its own pages: a wider one would let the peer into pages nobody asked it to see. */
+/* Only local regions are cached (see insert_locked). */
 static bool covers(const struct region *r, uintptr_t start, uintptr_t last, unsigned access) {
-  if (access & REMOTE)
-    return r->start == (start & ~(PAGE - 1)) && r->end == (last & ~(PAGE - 1)) + PAGE &&
-           (r->reg.access & access) == access;
   return r->start <= start && last < r->end && (r->reg.access & access) == access;
 }
 
@@ -83,13 +80,65 @@ static bool try_ref(struct region *r) {
   return false;
 }
 
+/* Registrations the backend would not drop yet: -EBUSY, a post naming them still in flight (one
+ * made with a key from nic_register by a caller that let go before its completion, say). Their
+ * slots stay off the free list, chained through next_free, until a retry succeeds: a slot
+ * recycled at once would leave the backend's registration, and its pages, held for good. */
+static uint32_t busy_head;
+static uint32_t busy_count; /* read without the lock by nic_rcache_retry_busy */
+static bool retrying;       /* a backend's dereg may re-enter through a free or an unmap */
+
+/* Lock held. 0 when slot's registration is gone (or the backend forgot it), -EBUSY else. */
+static int dereg_locked(uint32_t slot) {
+  struct region *r = &pool[slot];
+  struct nic_backend *b = backend();
+  int rc = b ? b->dereg(b, &r->reg) : 0; /* none in a child of fork: the parent's registration */
+  if (rc && rc != -EBUSY)
+    nic_log_warn_once("registration cache: backend %s refused to deregister [%p, +%zu) (%s); the "
+                      "region is dropped",
+                      b->name, r->reg.base, r->reg.len, strerror(-rc));
+  return rc == -EBUSY ? rc : 0;
+}
+
+static void free_slot_locked(uint32_t slot) {
+  pool[slot].next_free = free_head;
+  free_head = slot;
+}
+
+static void retry_busy_locked(void) {
+  if (!busy_head || retrying) return;
+  retrying = true;
+  for (uint32_t *p = &busy_head; *p;) {
+    uint32_t slot = *p;
+    if (dereg_locked(slot)) {
+      p = &pool[slot].next_free;
+      continue;
+    }
+    *p = pool[slot].next_free;
+    __atomic_sub_fetch(&busy_count, 1, __ATOMIC_RELAXED);
+    free_slot_locked(slot);
+  }
+  retrying = false;
+}
+
 static void drop_ref_locked(uint32_t slot) {
   struct region *r = &pool[slot];
   if (__atomic_sub_fetch(&r->refs, 1, __ATOMIC_ACQ_REL) != 0) return;
-  struct nic_backend *b = backend();
-  if (b) b->dereg(b, &r->reg); /* none in a child of fork: the registration is the parent's */
-  r->next_free = free_head;
-  free_head = slot;
+  if (dereg_locked(slot) == 0) {
+    free_slot_locked(slot);
+    return;
+  }
+  r->next_free = busy_head;
+  busy_head = slot;
+  __atomic_add_fetch(&busy_count, 1, __ATOMIC_RELAXED);
+  count(&stats.busy_deregs);
+}
+
+void nic_rcache_retry_busy(void) {
+  if (!__atomic_load_n(&busy_count, __ATOMIC_RELAXED)) return;
+  pthread_mutex_lock(&lock);
+  retry_busy_locked();
+  pthread_mutex_unlock(&lock);
 }
 
 static void invalidate_locked(uint32_t slot) {
@@ -118,28 +167,50 @@ static bool evict_one_locked(void) {
 
 static bool make_room_locked(size_t size) {
   const struct nic_config *cfg = nic_config();
+  retry_busy_locked(); /* their slots, if their posts are done */
   while ((uint32_t)nic_rcache_regions_live >= cfg->rcache_max_regions ||
          bytes_live + size > cfg->rcache_max_bytes)
     if (!evict_one_locked()) return false;
   return free_head != 0;
 }
 
-/* Widens [*start, *end) over the valid regions of the same access that overlap or touch it,
- * as long as the union stays registrable. */
-static void merge_neighbours_locked(uintptr_t *start, uintptr_t *end, unsigned access,
+/* Widens [*start, *end) over the valid regions that overlap it (taking their access too,
+ * so that a region that must give way to the new one leaves no page less usable than before)
+ * and over those of the same access that touch it, as long as the union stays registrable. */
+static void merge_neighbours_locked(uintptr_t *start, uintptr_t *end, unsigned *access,
                                     size_t max_bytes) {
-  uintptr_t lo = *start > PAGE ? *start - PAGE : *start, hi = *end + PAGE;
+  const uintptr_t lo = *start > PAGE ? *start - PAGE : *start, hi = *end + PAGE;
+  const uintptr_t asked_start = *start, asked_end = *end;
+  const unsigned asked = *access;
   for (uintptr_t a = lo; a < hi;) {
     uint32_t slot = nic_rt_next(&a, hi);
     if (!slot) break;
     struct region *r = &pool[slot];
     uintptr_t s = r->start < *start ? r->start : *start, e = r->end > *end ? r->end : *end;
-    if (r->valid && r->reg.access == access && e - s <= max_bytes) {
+    bool overlaps = r->start < asked_end && asked_start < r->end;
+    if (r->valid && (overlaps || r->reg.access == asked) && e - s <= max_bytes) {
       *start = s;
       *end = e;
+      *access |= r->reg.access;
     }
     a = r->end > a ? r->end : a + PAGE;
   }
+}
+
+/* Takes every valid region with a page in [start, end) out of the cache. Regions never overlap
+ * and each is in the table for all its pages, so walking the table finds them all. */
+static unsigned invalidate_range_locked(uintptr_t start, uintptr_t end) {
+  unsigned n = 0;
+  for (uintptr_t a = start; a < end;) {
+    uint32_t slot = nic_rt_next(&a, end);
+    if (!slot) break;
+    a = pool[slot].end > a ? pool[slot].end : a + PAGE;
+    if (pool[slot].valid) {
+      invalidate_locked(slot);
+      n++;
+    }
+  }
+  return n;
 }
 
 static int insert_locked(uintptr_t start, uintptr_t end, unsigned access,
@@ -150,35 +221,51 @@ static int insert_locked(uintptr_t start, uintptr_t end, unsigned access,
   if (end - start > b->caps.max_region_bytes) return -ERANGE;
   /* Else the NIC refuses it, or worse the sim takes it and faults reading it. */
   if (!nic_range_readable((const void *)start, end - start)) return -EFAULT;
-  if (!(access & REMOTE)) /* see covers */
-    merge_neighbours_locked(&start, &end, access, b->caps.max_region_bytes);
-  if (!make_room_locked(end - start)) return -ENOSPC;
+  /* A remote key reaches every page of its registration with every right it carries, for as
+   * long as the registration lives. So a request with remote access gets a registration of
+   * exactly its pages and rights that nobody else is given and that its release deregisters:
+   * cached, it would outlive the last nic_unregister (until evicted) and be handed to later
+   * requests, each keeping the peer's access alive, or giving a peer more than was asked. */
+  const bool cached = !(access & REMOTE);
+  if (cached) {
+    merge_neighbours_locked(&start, &end, &access, b->caps.max_region_bytes);
+    /* Every page belongs to one region at most: a page the table gave to the new region would
+     * hide an older one from the invalidations of that page, and the older one, still valid
+     * through its other pages, would go on handing out a registration of pages since
+     * replaced. So whatever overlaps the new region leaves the cache first (merged into it, or
+     * too large to merge); users in flight keep theirs. */
+    invalidate_range_locked(start, end);
+    if (!make_room_locked(end - start)) return -ENOSPC;
+  } else if (!free_head) {
+    return -ENOSPC;
+  }
   /* Taken off the free list before the backend runs, which may re-enter (see lock). */
   uint32_t slot = free_head;
   struct region *r = &pool[slot];
   free_head = r->next_free;
   int rc = b->reg(b, (void *)start, end - start, access, &r->reg);
-  if (rc == 0 && !nic_rt_set(start, end, slot)) {
-    b->dereg(b, &r->reg);
-    rc = -ENOMEM;
+  if (rc == 0 && cached && !nic_rt_set(start, end, slot)) {
+    __atomic_store_n(&r->refs, 1, __ATOMIC_RELEASE); /* nobody posted with it: goes at once */
+    drop_ref_locked(slot);
+    return -ENOMEM;
   }
   if (rc) {
-    r->next_free = free_head;
-    free_head = slot;
+    free_slot_locked(slot);
     return rc;
   }
   r->start = start;
   r->end = end;
   r->clock = 1;
-  __atomic_store_n(&r->refs, 2, __ATOMIC_RELEASE); /* the table's and the caller's */
-  __atomic_store_n(&r->valid, 1, __ATOMIC_RELEASE);
-  /* Regions the new one swallowed no longer own any page: retire them. */
-  for (uint32_t i = 1; i < pool_slots; i++)
-    if (i != slot && pool[i].valid && pool[i].start >= start && pool[i].end <= end)
-      invalidate_locked(i);
-  bytes_live += end - start;
-  __atomic_add_fetch(&nic_rcache_regions_live, 1, __ATOMIC_RELAXED);
   count(&stats.registrations);
+  if (cached) {
+    __atomic_store_n(&r->refs, 2, __ATOMIC_RELEASE); /* the table's and the caller's */
+    __atomic_store_n(&r->valid, 1, __ATOMIC_RELEASE);
+    bytes_live += end - start;
+    __atomic_add_fetch(&nic_rcache_regions_live, 1, __ATOMIC_RELAXED);
+  } else {
+    __atomic_store_n(&r->refs, 1, __ATOMIC_RELEASE); /* the caller's alone */
+    __atomic_store_n(&r->valid, 0, __ATOMIC_RELEASE);
+  }
   out->slot = slot;
   out->reg = r->reg;
   return 0;
@@ -204,13 +291,14 @@ int nic_rcache_acquire(const void *p, size_t len, unsigned access, struct nic_rc
   uintptr_t start = (uintptr_t)p, last;
   if (len == 0 || __builtin_add_overflow(start, len - 1, &last) || last >= UINTPTR_MAX - PAGE)
     return -ERANGE;
-  if (lookup(start, last, access, out)) {
+  const bool cached = !(access & REMOTE); /* see insert_locked */
+  if (cached && lookup(start, last, access, out)) {
     count(&stats.hits);
     return 0;
   }
   pthread_mutex_lock(&lock);
   int rc = 0;
-  if (lookup(start, last, access, out)) {
+  if (cached && lookup(start, last, access, out)) {
     count(&stats.hits); /* another thread registered it meanwhile */
   } else {
     count(&stats.misses);
@@ -224,7 +312,7 @@ int nic_rcache_acquire(const void *p, size_t len, unsigned access, struct nic_rc
 int nic_rcache_find(const void *p, size_t len, unsigned access, struct nic_rcache_ref *out) {
   uintptr_t start = (uintptr_t)p, last;
   if (len == 0 || __builtin_add_overflow(start, len - 1, &last)) return -ERANGE;
-  if (!lookup(start, last, access, out)) return -ENOENT;
+  if ((access & REMOTE) || !lookup(start, last, access, out)) return -ENOENT;
   count(&stats.hits);
   return 0;
 }
@@ -267,15 +355,9 @@ void nic_rcache_invalidate(uintptr_t start, size_t len) {
   uintptr_t probe = start;
   if (!nic_rt_next(&probe, end)) return;
   pthread_mutex_lock(&lock);
-  for (uintptr_t a = start; a < end;) {
-    uint32_t slot = nic_rt_next(&a, end);
-    if (!slot) break;
-    a = pool[slot].end > a ? pool[slot].end : a + PAGE;
-    if (pool[slot].valid) {
-      invalidate_locked(slot);
-      count(&stats.invalidations);
-    }
-  }
+  retry_busy_locked();
+  unsigned n = invalidate_range_locked(start, end);
+  __atomic_add_fetch(&stats.invalidations, n, __ATOMIC_RELAXED);
   pthread_mutex_unlock(&lock);
 }
 
@@ -291,11 +373,13 @@ void nic_rcache_unlock(void) {
 }
 void nic_rcache_after_fork_child(void) {
   lock = (pthread_mutex_t)PTHREAD_RECURSIVE_MUTEX_INITIALIZER_NP;
+  retrying = false;
 }
 
 void nic_rcache_get_stats(struct nic_rcache_stats *out) {
   pthread_mutex_lock(&lock);
   *out = stats;
+  out->busy = busy_count;
   out->regions = (uint32_t)nic_rcache_regions_live;
   out->bytes = bytes_live;
   pthread_mutex_unlock(&lock);

@@ -48,8 +48,8 @@ NIC_EXPORT int nic_register(const void *p, size_t len, unsigned access,
   out->region_len = ref.reg.len;
   out->offset = (size_t)((const char *)p - (const char *)ref.reg.base);
   out->lkey = ref.reg.lkey;
-  /* A local request may be served by a cached region made for remote access: its key stays
-   * with whoever asked for remote access. */
+  /* Registrations with remote access are never cached, so never serve a local request; should
+   * a backend put a remote key in a local registration, it still goes to nobody. */
   out->rkey = access & (NIC_REG_REMOTE_READ | NIC_REG_REMOTE_WRITE) ? ref.reg.rkey : 0;
   out->backend_handle = ref.reg.handle;
   out->cache_slot = ref.slot;

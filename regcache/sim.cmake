@@ -4,4 +4,5 @@ target_sources(nicmalloc_objects PRIVATE
   ${CMAKE_CURRENT_LIST_DIR}/sim_nic.c
   ${CMAKE_CURRENT_LIST_DIR}/sim_dma.c
   ${CMAKE_CURRENT_LIST_DIR}/sim_delays.c
+  ${CMAKE_CURRENT_LIST_DIR}/sim_keep.c
   ${CMAKE_CURRENT_LIST_DIR}/tcache_model.c)

@@ -11,7 +11,9 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/prctl.h>
+#include <sys/uio.h>
 #include <time.h>
+#include <unistd.h>
 
 void (*nic_sim_read_hook)(void *arg, unsigned index, const void *bytes, size_t len);
 
@@ -27,14 +29,16 @@ void sim_release(struct sim_nic *s, struct sim_work *w) {
 
 void sim_complete(struct sim_nic *s, struct sim_work *w) {
   sim_release(s, w);
+  sim_keep_ahead(w, false); /* cancelled by close before its DMA */
+  sim_keep_drop(w);
   s->st.completions++;
   if (w->status == -ECANCELED) s->st.cancelled++;
   nic_completion_fn done = w->done;
   void *arg = w->arg;
   int status = w->status;
-  pthread_mutex_unlock(&s->lock); /* done may post, poll or dereg */
+  sim_unlock(s); /* done may post, poll or dereg */
   if (done) done(arg, status);
-  pthread_mutex_lock(&s->lock);
+  sim_lock(s);
   w->next = s->free_work;
   s->free_work = w;
 }
@@ -76,48 +80,109 @@ static int64_t check_entries(struct sim_nic *s, struct sim_work *w) {
   return total;
 }
 
+int sim_read(struct sim_nic *s, void *dst, const void *src, size_t len) {
+  char *to = dst;
+  uintptr_t from = (uintptr_t)src;
+  while (len) {
+    /* The kernel copies what the CPU may read, and says EFAULT instead of faulting. */
+    struct iovec local = {to, len}, remote = {(void *)from, len};
+    ssize_t n = process_vm_readv(getpid(), &local, 1, &remote, 1, 0);
+    if (n < 0 && errno != EFAULT && errno != ENOSYS && errno != EPERM) return -EFAULT;
+    /* A page the CPU may not read (PROT_NONE) the NIC reads all the same: /proc/self/mem reads
+     * past the protection, as a debugger does, and says EIO where nothing is mapped. */
+    if (n <= 0 && s->mem_fd >= 0) n = pread(s->mem_fd, to, len, (off_t)from);
+    if (n < 0 && s->mem_fd < 0 && (errno == ENOSYS || errno == EPERM)) {
+      memcpy(to, (const void *)from, len); /* neither is allowed here: as a plain read would */
+      return 0;
+    }
+    if (n <= 0) return -EFAULT;
+    to += n;
+    from += (size_t)n;
+    len -= (size_t)n;
+  }
+  return 0;
+}
+
+/* Copies every entry into the message: from memory, or from what was kept when its pages left.
+ * Lock not held; s->performing = w keeps an unmap of w's memory waiting until this is done. */
+static int read_entries(struct sim_nic *s, struct sim_work *w) {
+  char *p = s->msg;
+  for (unsigned i = 0; i < w->n; i++) {
+    const void *kept = w->kept[i];
+    if (kept == SIM_KEEP_FAILED) return -EFAULT;
+    if (kept)
+      memcpy(p, kept, w->sge[i].len);
+    else if (sim_read(s, p, w->sge[i].addr, w->sge[i].len))
+      return -EFAULT;
+    p += w->sge[i].len;
+  }
+  return 0;
+}
+
+/* Lock held. The memory of w is read: nothing needs keeping for it any more. */
+static void dma_finished(struct sim_nic *s, struct sim_work *w) {
+  s->performing = NULL;
+  pthread_cond_broadcast(&s->dma_done);
+  sim_keep_ahead(w, false);
+  sim_keep_drop(w);
+}
+
 /* Lock held on entry and exit; dropped while copying and calling the receiver. The held counts
- * keep every registration (and the endpoint) alive meanwhile. */
+ * keep every registration (and the endpoint) alive meanwhile. From here until its bytes are
+ * read, s->performing = w holds back an unmap of w's memory (nic_sim_pages_leaving). */
 static void perform(struct sim_nic *s, struct sim_work *w) {
+  s->performing = w;
   int64_t total = check_entries(s, w);
   if (total < 0) {
     w->status = (int)total;
     s->st.protection_errors++;
+    dma_finished(s, w);
     return;
   }
-  pthread_mutex_unlock(&s->lock);
-  if ((size_t)total > s->msg_cap) {
-    char *bigger = realloc(s->msg, (size_t)total);
-    if (bigger) {
-      s->msg = bigger;
-      s->msg_cap = (size_t)total;
-    }
-  }
-  if ((size_t)total <= s->msg_cap) {
-    char *p = s->msg;
+  sim_unlock(s);
+  int rc = (size_t)total <= s->msg_cap ? read_entries(s, w) : -ENOMEM;
+  sim_lock(s);
+  dma_finished(s, w);
+  if (rc == -EFAULT) s->st.unreadable++;
+  sim_unlock(s);
+  if (!rc) {
+    /* After the reads, not between them: the hook and the receiver may free, and so unmap,
+     * memory, which must not wait for this DMA (nic_sim_pages_leaving). */
     void (*hook)(void *, unsigned, const void *, size_t) =
         __atomic_load_n(&nic_sim_read_hook, __ATOMIC_ACQUIRE);
-    for (unsigned i = 0; i < w->n; i++) {
-      memcpy(p, w->sge[i].addr, w->sge[i].len);
-      if (hook) hook(w->arg, i, p, w->sge[i].len); /* what was read, before anyone sees it */
-      p += w->sge[i].len;
-    }
+    const char *p = s->msg;
+    for (unsigned i = 0; hook && i < w->n; p += w->sge[i].len, i++)
+      hook(w->arg, i, p, w->sge[i].len); /* what was read, before anyone sees it */
     if (w->ep->receive) w->ep->receive(w->ep->arg, s->msg, (size_t)total);
-  } else {
-    w->status = -ENOMEM;
   }
-  pthread_mutex_lock(&s->lock);
-  if (!w->status) {
+  sim_lock(s);
+  w->status = rc;
+  if (!rc) {
     s->st.delivered++;
     s->st.bytes += (uint64_t)total;
   }
 }
 
+/* Lock not held. Grows the message buffer for w before its DMA starts: a realloc may unmap,
+ * and an unmap may wait for the DMA in progress (nic_sim_pages_leaving). A failed grow leaves
+ * the buffer short, and perform completes w with -ENOMEM. */
+static void grow_msg(struct sim_nic *s, const struct sim_work *w) {
+  size_t total = 0;
+  for (unsigned i = 0; i < w->n; i++)
+    total += w->sge[i].len;
+  if (total <= s->msg_cap) return;
+  char *bigger = realloc(s->msg, total);
+  if (!bigger) return;
+  s->msg = bigger;
+  s->msg_cap = total;
+}
+
 static void *engine(void *arg) {
   struct sim_nic *s = arg;
+  const struct sim_work *grown_for = NULL;
   prctl(PR_SET_TIMERSLACK, 1ul); /* the default 50 us slack would swamp microsecond delays */
   nic_fence_thread_is_nic();     /* the DMA itself: write protection must never hold it */
-  pthread_mutex_lock(&s->lock);
+  sim_lock(s);
   while (!s->stop) {
     struct sim_work *w = s->pending.head;
     if (!w || s->paused) {
@@ -129,6 +194,14 @@ static void *engine(void *arg) {
       pthread_cond_timedwait(&s->wake, &s->lock, &until);
       continue; /* re-check: woken for stop, pause or spuriously */
     }
+    if (grown_for != w) { /* only the engine takes posts off pending: w stays the head */
+      grown_for = w;
+      sim_unlock(s);
+      grow_msg(s, w);
+      sim_lock(s);
+      continue;
+    }
+    grown_for = NULL;
     sim_queue_pop(&s->pending);
     s->st.late_ns += nic_now_ns() - w->due_ns;
     perform(s, w);
@@ -137,7 +210,7 @@ static void *engine(void *arg) {
     else
       sim_queue_push(&s->completed, w);
   }
-  pthread_mutex_unlock(&s->lock);
+  sim_unlock(s);
   nic_fence_thread_gone();
   return NULL;
 }
@@ -149,6 +222,10 @@ int sim_dma_start(struct sim_nic *s) {
   int rc = pthread_cond_init(&s->wake, &attr);
   pthread_condattr_destroy(&attr);
   if (rc) return rc;
+  if ((rc = pthread_cond_init(&s->dma_done, NULL))) {
+    pthread_cond_destroy(&s->wake);
+    return rc;
+  }
   /* The application's signal handlers must not run on our thread; faults must reach their
    * handler (the mprotect fence's) rather than kill the process, as completions run here. */
   sigset_t all, old;
@@ -160,6 +237,7 @@ int sim_dma_start(struct sim_nic *s) {
   pthread_sigmask(SIG_SETMASK, &old, NULL);
   if (rc) {
     pthread_cond_destroy(&s->wake);
+    pthread_cond_destroy(&s->dma_done);
     return rc;
   }
   pthread_setname_np(s->thread, "nicmalloc-sim");
@@ -167,10 +245,11 @@ int sim_dma_start(struct sim_nic *s) {
 }
 
 void sim_dma_stop(struct sim_nic *s) {
-  pthread_mutex_lock(&s->lock);
+  sim_lock(s);
   s->stop = true;
   pthread_cond_signal(&s->wake);
-  pthread_mutex_unlock(&s->lock);
+  sim_unlock(s);
   pthread_join(s->thread, NULL);
   pthread_cond_destroy(&s->wake);
+  pthread_cond_destroy(&s->dma_done);
 }

@@ -40,6 +40,8 @@ struct sim_work {
   uint64_t due_ns;
   int status;
   unsigned n;
+  bool ahead;     /* its DMA has not finished: counted in sim_dma_ahead */
+  void **kept;    /* per entry: NULL (read the memory), its bytes kept aside, or SIM_KEEP_FAILED */
   uint32_t *held; /* per entry: the slot whose inflight count it holds, or SIM_NO_SLOT */
   struct nic_sge sge[];
 };
@@ -67,7 +69,19 @@ struct sim_nic {
   struct nic_sim_stats st;
   char *msg; /* the engine's message buffer */
   size_t msg_cap;
+  int mem_fd;                  /* /proc/self/mem, or -1: reads what the CPU may not (sim_read) */
+  struct sim_work *performing; /* the post whose bytes the engine is reading, lock dropped */
+  pthread_cond_t dma_done;     /* broadcast when performing is cleared */
+  struct sim_nic *next_sim;    /* the list sim_keep.c walks when pages leave */
 };
+
+/* kept[i] when the bytes could not be kept (no memory, or unreadable): the entry fails. */
+#define SIM_KEEP_FAILED ((void *)1)
+
+/* Every s->lock is taken through these: a thread holding one is known (sim_keep.c must not
+ * wait for a sim from inside that sim's own bookkeeping, whose frees may unmap). */
+void sim_lock(struct sim_nic *s);
+void sim_unlock(struct sim_nic *s);
 
 /* The slot for lkey, or NULL. Lock held. */
 struct sim_reg *sim_lookup(struct sim_nic *s, uint32_t lkey);
@@ -77,6 +91,20 @@ void sim_release(struct sim_nic *s, struct sim_work *w);
 void sim_complete(struct sim_nic *s, struct sim_work *w);
 void sim_queue_push(struct sim_queue *q, struct sim_work *w);
 struct sim_work *sim_queue_pop(struct sim_queue *q);
+
+/* Copies len bytes at src as a NIC would read them: whatever the CPU's protection of the pages
+ * (PROT_NONE, write-protected by a fence), and without a fault when they are gone. 0, or -EFAULT
+ * when some byte is not mapped at all. Any thread; no lock needed. */
+int sim_read(struct sim_nic *s, void *dst, const void *src, size_t len);
+
+/* sim_keep.c: open sims are listed so that pages leaving the address space (nic_sim_pages_leaving)
+ * can be kept for the posts that still have to read them. */
+void sim_keep_track(struct sim_nic *s);
+void sim_keep_untrack(struct sim_nic *s);
+/* Lock held. w enters (sim_post) or leaves (its DMA done, or cancelled) the posts still to read. */
+void sim_keep_ahead(struct sim_work *w, bool ahead);
+/* Lock held. Frees what was kept for w. */
+void sim_keep_drop(struct sim_work *w);
 
 /* Start and stop the engine thread. */
 int sim_dma_start(struct sim_nic *s);

@@ -5,10 +5,13 @@
 #include "clock.h"
 #include "config.h"
 #include "log.h"
+#include "settings.h"
 
 #include <errno.h>
+#include <fcntl.h>
 #include <stdlib.h>
 #include <string.h>
+#include <unistd.h>
 
 #define MAX_SGE_LIMIT 256
 #define MAX_REGIONS_LIMIT 65536 /* the slot index is the lkey's low 16 bits */
@@ -29,19 +32,19 @@ static void warn_bad(const char *var, const char *value, const char *expected) {
 
 void nic_sim_config_from_env(struct nic_sim_config *c) {
   nic_sim_config_defaults(c);
-  const char *t = getenv("NICMALLOC_SIM_MAX_SGE");
+  const char *t = nic_getenv("NICMALLOC_SIM_MAX_SGE");
   size_t v;
   if (t && nic_parse_count(t, &v) && v >= 1 && v <= MAX_SGE_LIMIT)
     c->max_sge = (uint32_t)v;
   else if (t)
     warn_bad("NICMALLOC_SIM_MAX_SGE", t, "1 to 256");
-  if ((t = getenv("NICMALLOC_SIM_SEED"))) {
+  if ((t = nic_getenv("NICMALLOC_SIM_SEED"))) {
     if (nic_parse_count(t, &v))
       c->seed = v;
     else
       warn_bad("NICMALLOC_SIM_SEED", t, "an unsigned integer");
   }
-  if ((t = getenv("NICMALLOC_SIM_DELAYS")) && !strncmp(t, "fixed:", 6)) {
+  if ((t = nic_getenv("NICMALLOC_SIM_DELAYS")) && !strncmp(t, "fixed:", 6)) {
     if (nic_parse_count(t + 6, &v) && v <= 10000000)
       c->fixed_delay_ns = (int64_t)v * 1000;
     else
@@ -67,14 +70,14 @@ static int sim_reg(struct nic_backend *b, void *base, size_t len, unsigned acces
   if (!base || !len || len > b->caps.max_region_bytes || (uintptr_t)base + len < (uintptr_t)base ||
       (access & ~known) || !out)
     return -EINVAL;
-  pthread_mutex_lock(&s->lock);
+  sim_lock(s);
   uint32_t i = s->free_slot;
   if (i != SIM_NO_SLOT) {
     s->free_slot = s->regs[i].next_free;
   } else if (s->unused_slot < b->caps.max_regions) {
     i = s->unused_slot++;
   } else {
-    pthread_mutex_unlock(&s->lock);
+    sim_unlock(s);
     return -ENOMEM; /* what ibv_reg_mr says when the NIC's table is full */
   }
   struct sim_reg *r = &s->regs[i];
@@ -85,7 +88,7 @@ static int sim_reg(struct nic_backend *b, void *base, size_t len, unsigned acces
   s->st.regions++;
   s->st.registered_bytes += len;
   s->st.entries_needed += nic_tcache_entries_for(nic_tcache_params_of(s->tcache), r->base, len);
-  pthread_mutex_unlock(&s->lock);
+  sim_unlock(s);
   /* As on mlx5, rkey = lkey, but only when remote access was asked for. */
   *out = (struct nic_registration){.base = base,
                                    .len = len,
@@ -99,7 +102,7 @@ static int sim_reg(struct nic_backend *b, void *base, size_t len, unsigned acces
 static int sim_dereg(struct nic_backend *b, struct nic_registration *reg) {
   struct sim_nic *s = b->priv;
   if (!reg) return -EINVAL;
-  pthread_mutex_lock(&s->lock);
+  sim_lock(s);
   struct sim_reg *r = sim_lookup(s, reg->lkey);
   int rc = 0;
   if (!r || r->base != (uintptr_t)reg->base || r->len != reg->len) {
@@ -116,7 +119,7 @@ static int sim_dereg(struct nic_backend *b, struct nic_registration *reg) {
     r->next_free = s->free_slot;
     s->free_slot = (uint32_t)(r - s->regs);
   }
-  pthread_mutex_unlock(&s->lock);
+  sim_unlock(s);
   return rc;
 }
 
@@ -126,22 +129,25 @@ static int sim_post(struct nic_backend *b, struct nic_endpoint *ep, const struct
   bool ok = ep && ep->sim == s && sge && n >= 1 && n <= b->caps.max_sge;
   for (unsigned i = 0; ok && i < n; i++)
     ok = sge[i].len > 0;
-  pthread_mutex_lock(&s->lock);
+  sim_lock(s);
   if (!ok) {
     s->st.rejected++;
-    pthread_mutex_unlock(&s->lock);
+    sim_unlock(s);
     return -EINVAL;
   }
   struct sim_work *w = s->free_work;
   if (w) {
     s->free_work = w->next;
   } else { /* grow the pool outside the lock; it is never shrunk before close */
-    pthread_mutex_unlock(&s->lock);
+    sim_unlock(s);
     if (!(w = malloc(s->work_size))) return -ENOMEM;
-    pthread_mutex_lock(&s->lock);
+    sim_lock(s);
   }
   *w = (struct sim_work){.ep = ep, .done = done, .arg = arg, .n = n};
-  w->held = (uint32_t *)&w->sge[b->caps.max_sge];
+  w->kept = (void **)&w->sge[b->caps.max_sge];
+  w->held = (uint32_t *)&w->kept[b->caps.max_sge];
+  memset(w->kept, 0, n * sizeof *w->kept);
+  sim_keep_ahead(w, true);
   memcpy(w->sge, sge, n * sizeof *sge); /* the caller's array may be on its stack */
   for (unsigned i = 0; i < n; i++) {    /* hold what the entries name, so dereg says EBUSY */
     struct sim_reg *r = sim_lookup(s, sge[i].lkey);
@@ -157,7 +163,7 @@ static int sim_post(struct nic_backend *b, struct nic_endpoint *ep, const struct
   s->st.posts++;
   s->st.in_flight++;
   if (was_idle) pthread_cond_signal(&s->wake);
-  pthread_mutex_unlock(&s->lock);
+  sim_unlock(s);
   return 0;
 }
 
@@ -165,17 +171,18 @@ static int sim_post(struct nic_backend *b, struct nic_endpoint *ep, const struct
 static int sim_poll(struct nic_backend *b, int max) {
   struct sim_nic *s = b->priv;
   int ran = 0;
-  pthread_mutex_lock(&s->lock);
+  sim_lock(s);
   for (struct sim_work *w; (max <= 0 || ran < max) && (w = sim_queue_pop(&s->completed)); ran++)
     sim_complete(s, w);
-  pthread_mutex_unlock(&s->lock);
+  sim_unlock(s);
   return ran;
 }
 
 static void sim_close(struct nic_backend *b) {
   struct sim_nic *s = b->priv;
+  sim_keep_untrack(s); /* first: an unmap may be waiting for the engine */
   sim_dma_stop(s);
-  pthread_mutex_lock(&s->lock);
+  sim_lock(s);
   struct sim_work *w;
   while ((w = sim_queue_pop(&s->completed)))
     sim_complete(s, w); /* their real status */
@@ -183,7 +190,7 @@ static void sim_close(struct nic_backend *b) {
     w->status = -ECANCELED;
     sim_complete(s, w);
   }
-  pthread_mutex_unlock(&s->lock);
+  sim_unlock(s);
   while ((w = s->free_work)) {
     s->free_work = w->next;
     free(w);
@@ -195,6 +202,7 @@ static void sim_close(struct nic_backend *b) {
   nic_tcache_free(s->tcache);
   nic_sim_delays_release(&s->delays);
   pthread_mutex_destroy(&s->lock);
+  if (s->mem_fd >= 0) close(s->mem_fd);
   free(s->regs);
   free(s->msg);
   free(s);
@@ -249,7 +257,9 @@ struct nic_backend *nic_sim_open(const struct nic_sim_config *c) {
   load_delays(s, c);
   s->free_slot = SIM_NO_SLOT;
   s->paused = c->start_paused;
-  s->work_size = sizeof(struct sim_work) + c->max_sge * (sizeof(struct nic_sge) + sizeof(uint32_t));
+  s->work_size = sizeof(struct sim_work) +
+                 c->max_sge * (sizeof(struct nic_sge) + sizeof(void *) + sizeof(uint32_t));
+  s->mem_fd = open("/proc/self/mem", O_RDONLY | O_CLOEXEC); /* -1: sim_read does without */
   s->b = (struct nic_backend){.name = "sim",
                               .caps = {.max_sge = c->max_sge,
                                        .max_region_bytes = c->max_region_bytes,
@@ -263,6 +273,7 @@ struct nic_backend *nic_sim_open(const struct nic_sim_config *c) {
                               .priv = s};
   int rc = sim_dma_start(s);
   if (rc) {
+    if (s->mem_fd >= 0) close(s->mem_fd);
     nic_tcache_free(s->tcache);
     nic_sim_delays_release(&s->delays);
     pthread_mutex_destroy(&s->lock);
@@ -271,6 +282,7 @@ struct nic_backend *nic_sim_open(const struct nic_sim_config *c) {
     errno = rc;
     return NULL;
   }
+  sim_keep_track(s);
   return &s->b;
 }
 
@@ -290,10 +302,10 @@ struct nic_endpoint *nic_sim_endpoint_open_ex(struct nic_backend *b, nic_sim_rec
   if (!(ep = calloc(1, sizeof *ep))) return NULL;
   struct sim_nic *s = b->priv;
   *ep = (struct nic_endpoint){.sim = s, .receive = receive, .arg = arg, .flags = flags};
-  pthread_mutex_lock(&s->lock);
+  sim_lock(s);
   ep->next = s->endpoints;
   s->endpoints = ep;
-  pthread_mutex_unlock(&s->lock);
+  sim_unlock(s);
   return ep;
 }
 
@@ -305,35 +317,35 @@ struct nic_endpoint *nic_sim_endpoint_open(struct nic_backend *b, nic_sim_receiv
 int nic_sim_endpoint_close(struct nic_backend *b, struct nic_endpoint *ep) {
   if (!nic_sim_is(b) || !ep || ep->sim != b->priv) return -EINVAL;
   struct sim_nic *s = b->priv;
-  pthread_mutex_lock(&s->lock);
+  sim_lock(s);
   int rc = ep->inflight ? -EBUSY : 0;
   for (struct nic_endpoint **p = &s->endpoints; !rc && *p; p = &(*p)->next)
     if (*p == ep) {
       *p = ep->next;
       break;
     }
-  pthread_mutex_unlock(&s->lock);
+  sim_unlock(s);
   if (!rc) free(ep);
   return rc;
 }
 
 void nic_sim_pause(struct nic_backend *b, bool paused) {
   struct sim_nic *s = b->priv;
-  pthread_mutex_lock(&s->lock);
+  sim_lock(s);
   s->paused = paused;
   pthread_cond_signal(&s->wake);
-  pthread_mutex_unlock(&s->lock);
+  sim_unlock(s);
 }
 
 void nic_sim_get_stats(struct nic_backend *b, struct nic_sim_stats *out) {
   struct sim_nic *s = b->priv;
-  pthread_mutex_lock(&s->lock);
+  sim_lock(s);
   *out = s->st;
   nic_tcache_get(s->tcache, &out->tcache);
   out->tcache_params = *nic_tcache_params_of(s->tcache);
   out->delay_table_len = s->delays.n;
   out->delay_table_builtin = s->delays.builtin;
-  pthread_mutex_unlock(&s->lock);
+  sim_unlock(s);
   out->modeled_misses = out->tcache.misses;
   out->modeled_ns = out->tcache.modeled_ns;
 }

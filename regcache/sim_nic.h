@@ -15,6 +15,13 @@
  * slept. Completions run from poll() unless the endpoint asks for them on the engine thread.
  * After fork the child has no engine: use the sim in the parent only.
  *
+ * Like a NIC, which holds the physical pages of what was posted, the engine reads the pages
+ * whatever the CPU's protection of them (PROT_NONE, a fence's write protection), and pages that
+ * leave the address space before their DMA (munmap, mremap, madvise(DONTNEED), a fixed mmap over
+ * them, shmdt, dlclose: nic_sim_pages_leaving) are kept aside for the posts still to read them,
+ * so the receiver gets the posted pages and never whatever is mapped there later. Memory that
+ * went away unseen (a raw system call) completes its post with -EFAULT instead of a fault.
+ *
  * Settings (read by nic_sim_config_from_env; a bad value gets one warning and the default):
  *   NICMALLOC_SIM_MAX_SGE=n        entries per post, 1..256 (default 32)
  *   NICMALLOC_SIM_DELAYS=file      one delay per line in us, '#' comments; or fixed:<us>
@@ -81,6 +88,14 @@ int nic_sim_endpoint_close(struct nic_backend *b, struct nic_endpoint *ep);
  * NICMALLOC_FENCE=detect (safety/fence_detect.c), to compare with what was posted. */
 extern void (*nic_sim_read_hook)(void *arg, unsigned index, const void *bytes, size_t len);
 
+/* The interposed mmap family calls this before [start, start+len) stops being the pages it was
+ * (interpose*.c): every open sim copies aside the bytes its pending posts have there, which is
+ * what the pages a NIC pinned would still hold, since no one can write them any more. Waits for
+ * a DMA in progress that reads the range. One load when no post is waiting for its DMA. */
+void nic_sim_pages_leaving(uintptr_t start, size_t len);
+/* fork: the child has no engine, and a sim lock a parent thread held stays taken. */
+void nic_sim_after_fork_child(void);
+
 /* Test hook: while paused the engine performs no DMA; posts queue up (their delays still count
  * from post). Lets a test change a buffer between post and DMA without relying on timing. */
 void nic_sim_pause(struct nic_backend *b, bool paused);
@@ -90,7 +105,9 @@ struct nic_sim_stats {
   uint64_t rejected;          /* post() returned -EINVAL */
   uint64_t delivered;         /* messages handed to receivers */
   uint64_t bytes;             /* bytes handed to receivers */
-  uint64_t protection_errors; /* posts completed with -EFAULT */
+  uint64_t protection_errors; /* posts completed with -EFAULT: an entry no registration covers */
+  uint64_t unreadable;        /* posts completed with -EFAULT: memory gone at DMA time */
+  uint64_t kept_entries;      /* entries whose pages left before their DMA, read from a copy */
   uint64_t cancelled;         /* posts completed with -ECANCELED by close() */
   uint64_t completions;       /* done callbacks run, whatever the status */
   uint64_t in_flight;         /* posted, done not yet run */

@@ -3,6 +3,8 @@
  * so long runs stay fast). See tcache_model.h. */
 #include "tcache_model.h"
 
+#include "settings.h"
+
 #include <errno.h>
 #include <stdlib.h>
 #include <string.h>
@@ -78,7 +80,7 @@ static bool parse_u64(const char *t, uint64_t max, uint64_t *out) {
 
 static void env_u64(const char *var, uint64_t min, uint64_t max, bool pow2, uint64_t *field,
                     const char *expected, nic_tcache_warn_fn warn) {
-  const char *t = getenv(var);
+  const char *t = nic_getenv(var);
   uint64_t v;
   if (!t) return;
   if (parse_u64(t, max, &v) && v >= min && (!pow2 || !(v & (v - 1))))
@@ -88,7 +90,7 @@ static void env_u64(const char *var, uint64_t min, uint64_t max, bool pow2, uint
 }
 
 void nic_tcache_params_from_env(struct nic_tcache_params *out, nic_tcache_warn_fn warn) {
-  const char *name = getenv("NICMALLOC_SIM_TCACHE");
+  const char *name = nic_getenv("NICMALLOC_SIM_TCACHE");
   const struct nic_tcache_preset *p = nic_tcache_preset_find(name);
   if (name && !p && warn) warn("NICMALLOC_SIM_TCACHE", name, "tiny, cx4, cx5, cx6dx or bluefield2");
   *out = (p ? p : nic_tcache_preset_find(NIC_TCACHE_DEFAULT_PRESET))->params;

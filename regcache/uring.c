@@ -5,6 +5,7 @@
 
 #include "config.h"
 #include "log.h"
+#include "settings.h"
 
 #include <errno.h>
 #include <stdlib.h>
@@ -18,7 +19,7 @@ bool nic_uring_is(struct nic_backend *b) {
 
 /* NICMALLOC_URING_ENTRIES: submission queue depth; each post takes one entry until submitted. */
 static unsigned queue_entries(void) {
-  const char *text = getenv("NICMALLOC_URING_ENTRIES");
+  const char *text = nic_getenv("NICMALLOC_URING_ENTRIES");
   size_t v = 0;
   if (!text) return URING_DEFAULT_ENTRIES;
   if (nic_parse_count(text, &v) && v >= 1 && v <= 32768) return (unsigned)v;

@@ -4,6 +4,7 @@
 #include "fence.h"
 #include "log.h"
 #include "safety.h"
+#include "settings.h"
 
 #include <pthread.h>
 #include <stdlib.h>
@@ -32,15 +33,15 @@ enum nic_fence_mode nic_safety_parse_fence(const char *t) {
 static void load(void) {
   const char *t;
   size_t v;
-  if ((t = getenv("NICMALLOC_COPY_THRESHOLD"))) {
+  if ((t = nic_getenv("NICMALLOC_COPY_THRESHOLD"))) {
     if (nic_parse_size(t, &v) && v <= ((size_t)1 << 20))
       cfg.copy_threshold = v;
     else
       nic_log_warn("NICMALLOC_COPY_THRESHOLD=%s is not valid (expected 0 to 1M); using 512", t);
   }
-  if ((t = getenv("NICMALLOC_FENCE"))) cfg.fence = nic_safety_parse_fence(t);
+  if ((t = nic_getenv("NICMALLOC_FENCE"))) cfg.fence = nic_safety_parse_fence(t);
   nic_fence_load_settings(&cfg); /* NICMALLOC_FENCE_PROTECT, NICMALLOC_FENCE_DETECT_SAMPLE */
-  if ((t = getenv("NICMALLOC_FENCE_TIMEOUT_MS"))) {
+  if ((t = nic_getenv("NICMALLOC_FENCE_TIMEOUT_MS"))) {
     if (nic_parse_count(t, &v) && v >= 1 && v <= 3600000)
       cfg.fence_timeout_ms = (unsigned)v;
     else
@@ -48,7 +49,7 @@ static void load(void) {
                    "5000",
                    t);
   }
-  if ((t = getenv("NICMALLOC_REALLOC_INFLIGHT"))) {
+  if ((t = nic_getenv("NICMALLOC_REALLOC_INFLIGHT"))) {
     if (!strcmp(t, "move") || !strcmp(t, "wait"))
       cfg.realloc_inflight = t[0] == 'w' ? NIC_REALLOC_WAIT : NIC_REALLOC_MOVE;
     else

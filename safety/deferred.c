@@ -54,7 +54,7 @@ bool nic_safety_is_deferred(const void *p) {
 bool nic_safety_was_freed(const void *p) {
   const bool readable =
       nic_in_dp(p) ? nic_chunk_readable(nic_chunk_index(p)) : mi_is_in_heap_region(p);
-  return (nic_block_aligned(p) && readable && nic_block_is_free(p)) || nic_safety_is_deferred(p);
+  return (nic_block_aligned(p) && readable && nic_block_was_freed(p)) || nic_safety_is_deferred(p);
 }
 
 bool nic_safety_defer_free(void *p) {
@@ -72,7 +72,7 @@ bool nic_safety_defer_free(void *p) {
   pthread_mutex_lock(&lock);
   if (find_locked(p)) {
     pthread_mutex_unlock(&lock);
-    nic_report_bad_free(p, "free", true); /* its first free is still deferred */
+    nic_report_bad_block(p, "free", NIC_USE_FREE, true); /* its first free is still deferred */
     return true;
   }
   if (!nic_pc_any(start, end, NIC_PC_ANY)) {
@@ -132,7 +132,7 @@ void nic_safety_retry_deferred(void) {
 
 int nic_safety_realloc_check(void *p, size_t usable) {
   if (nic_safety_is_deferred(p)) {
-    nic_report_bad_free(p, "realloc", true);
+    nic_report_bad_block(p, "realloc", NIC_USE_REALLOC, true);
     return -1;
   }
   uintptr_t start = (uintptr_t)p;

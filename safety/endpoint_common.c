@@ -4,6 +4,7 @@
 #include "api_errors.h"
 
 #include "log.h"
+#include "settings.h"
 
 #include <dlfcn.h>
 #include <errno.h>
@@ -25,7 +26,7 @@ struct nic_backend *nic_ep_backend(const char *who, const char *kind, const char
   if (b && !strcmp(b->name, kind)) return b;
   /* Asked for but it could not start: advice to set the variable is no help, what follows the
    * advice in the hint (verbs: it needs an RDMA device) still is. */
-  const char *want = getenv("NICMALLOC_BACKEND");
+  const char *want = nic_getenv("NICMALLOC_BACKEND");
   const char *rest = strchr(hint, ';');
   if (b && want && !strcmp(want, kind))
     nic_api_error_by(endpoint, who, 0,

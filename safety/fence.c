@@ -14,6 +14,7 @@
 #include "nicmalloc.h"
 #include "pagecount.h"
 #include "safety.h"
+#include "settings.h"
 
 #include <errno.h>
 #include <sched.h>
@@ -89,7 +90,7 @@ void nic_fence_completed(const struct nic_sga_entry *e, uint32_t n) {
 
 void nic_fence_load_settings(struct nic_safety_config *c) {
   const char *t;
-  if ((t = getenv("NICMALLOC_FENCE_PROTECT"))) {
+  if ((t = nic_getenv("NICMALLOC_FENCE_PROTECT"))) {
     if (!strcmp(t, "auto"))
       c->protect_with = NIC_PROTECT_AUTO;
     else if (!strcmp(t, "uffd"))
@@ -101,7 +102,7 @@ void nic_fence_load_settings(struct nic_safety_config *c) {
                    "using auto",
                    t);
   }
-  if ((t = getenv("NICMALLOC_FENCE_DETECT_SAMPLE"))) {
+  if ((t = nic_getenv("NICMALLOC_FENCE_DETECT_SAMPLE"))) {
     size_t v;
     if (!strcmp(t, "off"))
       c->detect_sites = false;

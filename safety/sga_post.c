@@ -120,5 +120,7 @@ NIC_EXPORT int nic_sga_post(struct nic_sga *sga, struct nic_endpoint *ep, nic_sg
 
 NIC_EXPORT int nic_poll(int max) {
   struct nic_backend *b = nic_backend_if_open();
-  return b ? b->poll(b, max) : 0;
+  int ran = b ? b->poll(b, max) : 0;
+  if (ran) nic_rcache_retry_busy(); /* a registration refused as busy may be free now */
+  return ran;
 }

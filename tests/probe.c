@@ -16,6 +16,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/mman.h>
+#include <sys/personality.h>
 #include <sys/prctl.h>
 #include <sys/resource.h>
 #include <sys/syscall.h>
@@ -388,9 +389,9 @@ static int in_cgroup(char **argv) {
   return 1;
 }
 
-/* no-uring ARGS... / no-populate ARGS...: runs the probe again with ARGS where a system call
- * fails, as under a container's seccomp profile: io_uring_setup with ENOSYS, or
- * madvise(MADV_POPULATE_WRITE) with ENOMEM, as when memory cannot be had. */
+/* no-uring ARGS... / no-populate ARGS... / no-getrandom ARGS...: runs the probe again with ARGS
+ * where a system call fails, as under a container's seccomp profile: io_uring_setup or getrandom
+ * with ENOSYS, or madvise(MADV_POPULATE_WRITE) with ENOMEM, as when memory cannot be had. */
 static int refusing(char **argv, int nr, int advice, int err) {
   struct sock_filter filter[] = {
       BPF_STMT(BPF_LD | BPF_W | BPF_ABS, offsetof(struct seccomp_data, nr)),
@@ -440,6 +441,24 @@ static void *post_beside_bookkeeping(void *arg) {
   return NULL;
 }
 
+/* The free key, learnt as a peer could learn it: from a freed block's second word. */
+static int print_free_key(void) {
+  uintptr_t *volatile block = malloc(48);
+  free(block);
+  printf("free_key=%llx\n", (unsigned long long)block[1]);
+  return 0;
+}
+
+/* Runs the scenario argv[2]... with address space layout randomisation off, so that two runs
+ * differ only in what they draw. 77: the kernel (or a seccomp filter) refused. */
+static int fixed_layout(char **argv) {
+  const int persona = personality(0xffffffff);
+  if (persona == -1 || personality((unsigned long)persona | ADDR_NO_RANDOMIZE) == -1) return 77;
+  argv[1] = argv[0];
+  execv(argv[0], argv + 1);
+  return 1;
+}
+
 static int post_beside(void) {
   pthread_t t;
   void *failed = (void *)1;
@@ -462,6 +481,10 @@ int main(int argc, char **argv) {
   }
   if (argc >= 3 && !strcmp(argv[1], "no-uring"))
     return refusing(argv, __NR_io_uring_setup, -1, ENOSYS);
+  if (argc >= 3 && !strcmp(argv[1], "no-getrandom"))
+    return refusing(argv, __NR_getrandom, -1, ENOSYS);
+  if (argc >= 3 && !strcmp(argv[1], "fixed-layout")) return fixed_layout(argv);
+  if (argc >= 2 && !strcmp(argv[1], "free-key")) return print_free_key();
   if (argc >= 3 && !strcmp(argv[1], "no-populate"))
     return refusing(argv, __NR_madvise, 23 /* MADV_POPULATE_WRITE */, ENOMEM);
   if (argc >= 3 && !strcmp(argv[1], "big-block")) return big_block(strtoull(argv[2], NULL, 0));
@@ -534,6 +557,7 @@ int main(int argc, char **argv) {
       "fork-child BLOCK | auto SIZE | cap-again BLOCK | huge SIZE SLEEP_MS | huge-usable [GIB] | "
       "threads-start N SIZE | stats | stats-in-scope | stderr-reused FILE | as-limit GIB "
       "ARGS... | data-limit MIB ARGS... | in-cgroup DIR ARGS... | no-uring ARGS... | "
-      "uring-endpoint | post-beside-bookkeeping\n");
+      "no-getrandom ARGS... | fixed-layout ARGS... | free-key | uring-endpoint | "
+      "post-beside-bookkeeping\n");
   return 2;
 }

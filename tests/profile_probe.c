@@ -1,7 +1,10 @@
 /* Child process for test_profile.cc: two allocation sites, one whose buffers are sent over a
  * socketpair with sendmsg, one whose buffers are never sent. Prints how many blocks of each site
  * were dataplane memory, and the sent-bytes figures of struct nic_stats, as key=value lines. */
+#include <grp.h>
 #include <nicmalloc.h>
+#include <signal.h>
+#include <stdbool.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -55,11 +58,54 @@ static int send_blocks(void) {
   return 0;
 }
 
+static void leave_now(int sig) {
+  (void)sig;
+  _exit(0);
+}
+
+static volatile sig_atomic_t stop;
+static void stop_soon(int sig) {
+  (void)sig;
+  stop = 1;
+}
+
+/* A daemon: sends, says "ready", then waits to be stopped. "daemon" leaves SIGTERM at its
+ * default; "daemon-handler" installs a handler that ends the process with _exit, as a daemon
+ * careful about async-signal safety does; "daemon-exit" one that makes main send once more and
+ * return. */
+static int daemon_like(const char *mode) {
+  if (!strcmp(mode, "daemon-handler")) signal(SIGTERM, leave_now);
+  if (!strcmp(mode, "daemon-exit")) signal(SIGTERM, stop_soon);
+  if (send_blocks()) return 2;
+  printf("ready=1\n");
+  fflush(stdout);
+  while (!stop)
+    pause();
+  return send_blocks(); /* after the periodic write: counted by the write at exit */
+}
+
+/* A master that stays root and a worker that drops to uid (as nginx's do); both send. */
+static int drop_privileges(uid_t uid) {
+  if (send_blocks()) return 2;
+  fflush(stdout);
+  pid_t child = fork();
+  if (child < 0) return 2;
+  if (child == 0) {
+    if (setgroups(0, NULL) || setgid((gid_t)uid) || setuid(uid)) _exit(5);
+    exit(send_blocks());
+  }
+  int status = 0;
+  if (waitpid(child, &status, 0) != child) return 2;
+  return WIFEXITED(status) ? WEXITSTATUS(status) : 2;
+}
+
 /* "wrap": this program runs itself as a child that sends, as timeout or a shell would, and
  * exits after it; "fork": this program sends, then a forked child sends, and the parent exits
  * after it. */
 int main(int argc, char **argv) {
   if (argc < 2) return send_blocks();
+  if (!strncmp(argv[1], "daemon", 6)) return daemon_like(argv[1]);
+  if (!strcmp(argv[1], "setuid") && argc > 2) return drop_privileges((uid_t)atoi(argv[2]));
   if (!strcmp(argv[1], "fork") && send_blocks()) return 2; /* counts the child must not repeat */
   fflush(stdout);
   pid_t child = fork();

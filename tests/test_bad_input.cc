@@ -6,11 +6,14 @@
 #include <unistd.h>
 
 #include <cerrno>
+#include <cstdio>
 #include <cstdlib>
 #include <cstring>
 #include <fstream>
 #include <iterator>
+#include <set>
 #include <string>
+#include <thread>
 #include <vector>
 
 #include "nicmalloc.h"
@@ -90,6 +93,23 @@ TEST(BadInput, ReallocAndUsableSizeOfForeignPointers) {
   EXPECT_STREQ(on_stack, "keep");
 }
 
+// Using a freed block is no double free: the report names the use.
+TEST(BadInput, ReallocAndUsableSizeOfAFreedBlockSayWhatTheyAre) {
+  for (bool dataplane : {false, true}) {
+    void *p = dataplane ? nic_malloc(64) : malloc(64);
+    free(p);
+    testing::internal::CaptureStderr();
+    EXPECT_EQ(malloc_usable_size(p), 0u);
+    errno = 0;
+    EXPECT_EQ(realloc(p, 128), nullptr);
+    EXPECT_EQ(errno, EINVAL);
+    std::string err = testing::internal::GetCapturedStderr();
+    EXPECT_EQ(count_lines(err, "malloc_usable_size of a freed block"), 1) << err;
+    EXPECT_EQ(count_lines(err, "realloc of a freed block"), 1) << err;
+    EXPECT_EQ(count_lines(err, "double free"), 0) << err;
+  }
+}
+
 TEST(BadInput, DoubleFreeIsReportedAndTheHeapStaysConsistent) {
   for (bool dataplane : {false, true}) {
     void *p = dataplane ? nic_malloc(48) : malloc(48);
@@ -107,6 +127,142 @@ TEST(BadInput, DoubleFreeIsReportedAndTheHeapStaysConsistent) {
     free(a);
     free(b);
   }
+}
+
+// The free key, learnt as a peer could learn it: from a freed block's second word.
+uintptr_t learned_free_key() {
+  auto *volatile block = static_cast<uintptr_t *>(malloc(48));
+  free(block);
+  return block[1];
+}
+
+void *alloc48(bool dataplane) {
+  return dataplane ? nic_malloc(48) : malloc(48);
+}
+
+size_t dataplane_live() {
+  nic_stats s;
+  nic_get_stats(&s);
+  return s.dataplane_live;
+}
+
+// A live block whose second word holds the free key (a peer can arrange that in a received
+// buffer) is freed for real: no report, its bytes leave the live count, mimalloc hands it out
+// again (and not twice in a row); and a second free of it is a real double free, still caught.
+TEST(BadInput, ALiveBlockHoldingTheFreeKeyIsFreedForReal) {
+  const uintptr_t key = learned_free_key();
+  for (bool dataplane : {false, true}) {
+    auto *block = static_cast<uintptr_t *>(alloc48(dataplane));
+    ASSERT_NE(block, nullptr);
+    block[1] = key;
+    const uint64_t before = errors(false) + errors(true), doubles = errors(true);
+    const size_t live = dataplane_live();
+    testing::internal::CaptureStderr();
+    free(block);
+    std::string err = testing::internal::GetCapturedStderr();
+    EXPECT_EQ(err, "") << dataplane;
+    EXPECT_EQ(errors(false) + errors(true), before) << dataplane;
+    if (dataplane) {
+      EXPECT_EQ(dataplane_live(), live - 48);
+    }
+    testing::internal::CaptureStderr();
+    free(block);
+    err = testing::internal::GetCapturedStderr();
+    EXPECT_EQ(count_lines(err, "double free"), 1) << dataplane << err;
+    EXPECT_EQ(errors(true), doubles + 1) << dataplane;
+    // Freed once: handed out again, and not at once a second time (as a block freed twice can).
+    std::vector<void *> taken;
+    size_t found = 0;
+    for (int i = 0; i < 100000 && found == 0; i++) {
+      taken.push_back(alloc48(dataplane));
+      found += taken.back() == block;
+    }
+    EXPECT_EQ(found, 1u) << dataplane;
+    void *next = alloc48(dataplane);
+    EXPECT_NE(next, block) << dataplane;
+    free(next);
+    for (void *p : taken)
+      free(p);
+  }
+}
+
+// Every kind of page: small, medium, large and huge blocks, control and dataplane, and blocks
+// whose pointer an alignment moved inside them. The second free is reported, as a double free
+// or, where the memory went back with the free, as a pointer nicmalloc does not know.
+TEST(BadInput, ALiveBlockOfAnySizeHoldingTheFreeKeyIsFreed) {
+  const uintptr_t key = learned_free_key();
+  for (bool dataplane : {false, true})
+    for (size_t size : {16ul, 1000ul, 5000ul, 70000ul, 600000ul, 40ul << 20})
+      for (size_t alignment : {0ul, 256ul}) {
+        void *p = nullptr;
+        if (alignment == 0)
+          p = dataplane ? nic_malloc(size) : malloc(size);
+        else if (dataplane)
+          p = nic_aligned_alloc(alignment, size);
+        else
+          ASSERT_EQ(posix_memalign(&p, alignment, size), 0);
+        ASSERT_NE(p, nullptr) << size;
+        static_cast<uintptr_t *>(p)[1] = key;
+        const uint64_t before = errors(false) + errors(true);
+        testing::internal::CaptureStderr();
+        free(p);
+        std::string err = testing::internal::GetCapturedStderr();
+        EXPECT_EQ(err, "") << dataplane << " " << size << " " << alignment;
+        EXPECT_EQ(errors(false) + errors(true), before) << size;
+        testing::internal::CaptureStderr();
+        free(p);
+        err = testing::internal::GetCapturedStderr();
+        EXPECT_EQ(count_lines(err, "free("), 1) << dataplane << " " << size << err;
+        EXPECT_EQ(errors(false) + errors(true), before + 1) << size;
+      }
+}
+
+// The same across threads: the freeing thread walks lists of a page another thread owns.
+TEST(BadInput, ABlockHoldingTheFreeKeyIsFreedForRealFromAnotherThread) {
+  const uintptr_t key = learned_free_key();
+  for (bool dataplane : {false, true}) {
+    auto *block = static_cast<uintptr_t *>(alloc48(dataplane));
+    ASSERT_NE(block, nullptr);
+    block[1] = key;
+    const uint64_t before = errors(false) + errors(true);
+    const size_t live = dataplane_live();
+    testing::internal::CaptureStderr();
+    std::thread([block] { free(block); }).join();
+    std::string err = testing::internal::GetCapturedStderr();
+    EXPECT_EQ(err, "") << dataplane;
+    EXPECT_EQ(errors(false) + errors(true), before) << dataplane;
+    if (dataplane) {
+      EXPECT_EQ(dataplane_live(), live - 48);
+    }
+    testing::internal::CaptureStderr();
+    std::thread([block] { free(block); }).join();
+    err = testing::internal::GetCapturedStderr();
+    EXPECT_EQ(count_lines(err, "double free"), 1) << dataplane << err;
+  }
+}
+
+// Each process draws its own key: two started alike, even with address space layout
+// randomisation off, hold different keys, with getrandom or without it, and none holds ours.
+TEST(BadInput, EachProcessDrawsItsOwnFreeKey) {
+  std::set<std::string> keys;
+  char ours[32];
+  snprintf(ours, sizeof ours, "%llx", static_cast<unsigned long long>(learned_free_key()));
+  keys.insert(ours);
+  const std::vector<std::vector<std::string>> runs = {
+      {"fixed-layout", "free-key"},
+      {"fixed-layout", "free-key"},
+      {"fixed-layout", "no-getrandom", "free-key"},
+      {"fixed-layout", "no-getrandom", "free-key"},
+  };
+  for (const auto &args : runs) {
+    auto r = run_probe({}, args);
+    if (r.exit_code == 77) GTEST_SKIP() << "the kernel refuses to turn randomisation off";
+    ASSERT_EQ(r.exit_code, 0) << r.err;
+    ASSERT_EQ(r.values.count("free_key"), 1u) << r.out;
+    EXPECT_NE(r.values.at("free_key"), "0");
+    keys.insert(r.values.at("free_key"));
+  }
+  EXPECT_EQ(keys.size(), runs.size() + 1);
 }
 
 // Inside the control arena but where mimalloc never committed memory: the check must not read

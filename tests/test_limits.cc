@@ -201,4 +201,17 @@ TEST(NoUring, ExplicitUringSaysItCouldNotStart) {
   EXPECT_EQ(count_lines(r.err, "(set NICMALLOC_BACKEND=uring)"), 0) << r.err;
 }
 
+// EAL refusing its arguments answers EINVAL: that is dpdk failing to start, not a bad
+// NICMALLOC_BACKEND value.
+TEST(BackendChoice, ADpdkThatCannotStartIsNotCalledAnInvalidName) {
+  auto r = run_probe({"NICMALLOC_BACKEND=dpdk", "NICMALLOC_DPDK_EAL_ARGS=--no-such-eal-option"},
+                     {"uring-endpoint"});
+  ASSERT_EQ(r.exit_code, 0) << r.out << r.err;
+  EXPECT_NE(r.values["backend"], "dpdk");
+  EXPECT_EQ(count_lines(r.err, "is not valid"), 0) << r.err;
+  EXPECT_EQ(count_lines(r.err, "backend dpdk cannot run here (Invalid argument)"), 1) << r.err;
+  auto bad = run_probe({"NICMALLOC_BACKEND=dpkd"}, {"uring-endpoint"});
+  EXPECT_EQ(count_lines(bad.err, "NICMALLOC_BACKEND=dpkd is not valid"), 1) << bad.err;
+}
+
 } // namespace

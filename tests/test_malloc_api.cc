@@ -9,6 +9,7 @@
 #include <cstdlib>
 #include <cstring>
 #include <new>
+#include <string>
 
 #include "nicmalloc.h"
 
@@ -61,6 +62,23 @@ TEST(MallocApi, CallocAndReallocarrayRejectOverflow) {
   EXPECT_EQ(reallocarray(p, SIZE_MAX / 2, 4), nullptr);
   EXPECT_EQ(errno, ENOMEM);
   free(p); // still valid after the failed reallocarray
+}
+
+// With no dataplane configured no request is a dataplane one, SIZE_MAX included: it fails as
+// glibc's does, ENOMEM and nothing said.
+TEST(MallocApi, MallocOfSizeMaxFailsQuietly) {
+  testing::internal::CaptureStderr();
+  errno = 0;
+  EXPECT_EQ(malloc(SIZE_MAX), nullptr);
+  EXPECT_EQ(errno, ENOMEM);
+  errno = 0;
+  EXPECT_EQ(calloc(1, SIZE_MAX), nullptr);
+  EXPECT_EQ(errno, ENOMEM);
+  std::string err = testing::internal::GetCapturedStderr();
+  EXPECT_EQ(err, "");
+  nic_stats s;
+  nic_get_stats(&s);
+  EXPECT_EQ(s.dataplane_fallbacks + s.dataplane_failures, 0u);
 }
 
 TEST(MallocApi, ReallocKeepsContentsWhenGrowingAndShrinking) {

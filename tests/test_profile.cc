@@ -1,16 +1,27 @@
 // Profile-guided sites (NICMALLOC_PROFILE, NICMALLOC_SITES) on profile_probe.c: a site whose
 // buffers are sent with sendmsg and one whose buffers are not, each run in a child process.
+#include <dirent.h>
+#include <fcntl.h>
 #include <gtest/gtest.h>
+#include <signal.h>
+#include <spawn.h>
 #include <sys/stat.h>
+#include <sys/wait.h>
 #include <unistd.h>
 
+#include <chrono>
+#include <cstdio>
+#include <cstring>
 #include <fstream>
 #include <iterator>
+#include <random>
 #include <sstream>
 #include <string>
 #include <vector>
 
 #include "probe_runner.h"
+
+extern char **environ;
 
 namespace {
 
@@ -228,6 +239,323 @@ TEST(Profile, MissingOrBadProfileWarnsOnceAndRunsUnrouted) {
   unlink(fifo.c_str());
   unlink(signs.c_str());
   unlink(bad);
+}
+
+std::string read_all(const std::string &path) {
+  std::ifstream in(path, std::ios::binary);
+  return std::string(std::istreambuf_iterator<char>(in), std::istreambuf_iterator<char>());
+}
+
+// A private directory for one test, removed with everything in it.
+struct TempDir {
+  std::string path;
+  explicit TempDir(mode_t mode = 0700) {
+    char tmpl[] = "/tmp/nic-profile-dir-XXXXXX";
+    if (mkdtemp(tmpl)) path = tmpl;
+    chmod(path.c_str(), mode);
+  }
+  ~TempDir() {
+    if (DIR *d = opendir(path.c_str())) {
+      while (dirent *e = readdir(d))
+        if (strcmp(e->d_name, ".") && strcmp(e->d_name, ".."))
+          unlink((path + "/" + e->d_name).c_str());
+      closedir(d);
+    }
+    rmdir(path.c_str());
+  }
+};
+
+// A uid no account uses, for files of "another user" and for a worker that drops privileges.
+uid_t other_uid() {
+  return 40000 + (uid_t)(getpid() % 20000);
+}
+
+// A symbolic link planted at the path (in /tmp, by anyone) used to make root's run write
+// through it and overwrite its target.
+TEST(ProfileFile, ASymlinkAtThePathIsRefusedAndItsTargetUntouched) {
+  TempDir dir;
+  const std::string victim = dir.path + "/victim", link = dir.path + "/app.profile";
+  std::ofstream(victim) << "precious\n";
+  ASSERT_EQ(symlink(victim.c_str(), link.c_str()), 0);
+  auto r = run_probe({"NICMALLOC_PROFILE=" + link, "NICMALLOC_PROFILE_SAMPLE=4K"}, {});
+  ASSERT_EQ(r.exit_code, 0) << r.err;
+  EXPECT_EQ(read_all(victim), "precious\n");
+  struct stat st;
+  ASSERT_EQ(lstat(link.c_str(), &st), 0);
+  EXPECT_TRUE(S_ISLNK(st.st_mode)) << "the link itself is left alone too";
+  EXPECT_EQ(count_lines(r.err, "symbolic link"), 1) << r.err;
+}
+
+// A file another user made at the path (or a directory any user can rename entries in) is not
+// written, and what was there stays.
+TEST(ProfileFile, AFileOfAnotherUserOrAnUnsafeDirectoryIsRefused) {
+  if (geteuid() != 0) GTEST_SKIP() << "SKIPPED: needs root to make a file of another user";
+  TempDir dir;
+  const std::string foreign = dir.path + "/app.profile";
+  std::ofstream(foreign) << "foreign\n";
+  ASSERT_EQ(chown(foreign.c_str(), other_uid(), other_uid()), 0);
+  auto r = run_probe({"NICMALLOC_PROFILE=" + foreign, "NICMALLOC_PROFILE_SAMPLE=4K"}, {});
+  ASSERT_EQ(r.exit_code, 0) << r.err;
+  EXPECT_EQ(read_all(foreign), "foreign\n");
+  EXPECT_EQ(count_lines(r.err, "owned by uid " + std::to_string(other_uid())), 1) << r.err;
+
+  TempDir open_dir(0777); // world-writable, no sticky bit
+  const std::string path = open_dir.path + "/app.profile";
+  r = run_probe({"NICMALLOC_PROFILE=" + path, "NICMALLOC_PROFILE_SAMPLE=4K"}, {});
+  ASSERT_EQ(r.exit_code, 0) << r.err;
+  EXPECT_NE(access(path.c_str(), F_OK), 0) << "nothing is written there";
+  EXPECT_EQ(count_lines(r.err, "without the sticky bit"), 1) << r.err;
+}
+
+// Another user's link on the way (a directory name planted in /tmp pointing at /etc, say) is not
+// followed.
+TEST(ProfileFile, ALinkOfAnotherUserOnTheWayIsNotFollowed) {
+  if (geteuid() != 0) GTEST_SKIP() << "SKIPPED: needs root to make a link of another user";
+  TempDir dir, victim;
+  const std::string link = dir.path + "/profiles";
+  ASSERT_EQ(symlink(victim.path.c_str(), link.c_str()), 0);
+  ASSERT_EQ(lchown(link.c_str(), other_uid(), other_uid()), 0);
+  auto r =
+      run_probe({"NICMALLOC_PROFILE=" + link + "/app.profile", "NICMALLOC_PROFILE_SAMPLE=4K"}, {});
+  ASSERT_EQ(r.exit_code, 0) << r.err;
+  EXPECT_NE(access((victim.path + "/app.profile").c_str(), F_OK), 0) << "nothing written there";
+  EXPECT_EQ(count_lines(r.err, "symbolic link of uid"), 1) << r.err;
+}
+
+// A complete profile: its header, all its site lines well formed, a newline at the end.
+bool complete(const std::string &text, const std::string &run, size_t min_sites, std::string &why) {
+  if (text.rfind("# nicmalloc profile 1\n", 0) != 0) return why = "no header", false;
+  if (text.back() != '\n') return why = "a cut last line", false;
+  if (text.find("# run " + run + "\n") == std::string::npos) return why = "not of the run", false;
+  std::istringstream in(text);
+  size_t n = 0;
+  for (std::string line; std::getline(in, line);) {
+    if (line.rfind("site ", 0) != 0) continue;
+    std::istringstream f(line.substr(5));
+    double x;
+    for (int k = 0; k < 6; k++)
+      if (!(f >> x)) return why = "a bad line: " + line, false;
+    n++;
+  }
+  if (n < min_sites) return why = std::to_string(n) + " sites", false;
+  return true;
+}
+
+// The file used to be truncated, then written: a writer killed in between left an empty or cut
+// profile, and with it every earlier process's sites. Writers of one run, killed at random points
+// of their lives (the profile is large, so many kills land while it is written), must leave the
+// previous complete profile or the new one.
+TEST(ProfileFile, WritersKilledAtRandomPointsNeverLeaveACutProfile) {
+  TempDir dir;
+  const std::string path = dir.path + "/app.profile", run = "kill-test-" + std::to_string(getpid());
+  const size_t kSites = 12000;
+  {
+    std::ofstream out(path);
+    out << "# nicmalloc profile 1\n# sample_bytes 4096 sent_dataplane 0 sent_other 0 "
+           "dropped_samples 0\n# run "
+        << run << "\n";
+    for (size_t i = 0; i < kSites; i++)
+      out << "site 1 1 1 1 1 1 /nonexistent/module+0x" << std::hex << i * 16 << std::dec << "\n";
+  }
+  const std::string env_profile = "NICMALLOC_PROFILE=" + path,
+                    env_run = "NICMALLOC_PROFILE_RUN=" + run;
+  std::vector<char *> envp = {const_cast<char *>(env_profile.c_str()),
+                              const_cast<char *>(env_run.c_str()),
+                              const_cast<char *>("NICMALLOC_PROFILE_SAMPLE=4K")};
+  for (char **e = environ; *e; e++)
+    envp.push_back(*e);
+  envp.push_back(nullptr);
+  char *argv[] = {const_cast<char *>(NIC_PROBE_PATH), nullptr};
+  posix_spawn_file_actions_t quiet;
+  posix_spawn_file_actions_init(&quiet);
+  posix_spawn_file_actions_addopen(&quiet, 1, "/dev/null", O_WRONLY, 0);
+  posix_spawn_file_actions_addopen(&quiet, 2, "/dev/null", O_WRONLY, 0);
+  auto spawn = [&] {
+    pid_t pid = -1;
+    EXPECT_EQ(posix_spawn(&pid, NIC_PROBE_PATH, &quiet, nullptr, argv, envp.data()), 0);
+    return pid;
+  };
+  // How long a writer lives (the shortest of three, so that a slow first start does not push
+  // the kills past the end), so that the kills spread over all of its life.
+  long life_us = 0;
+  int status = 0;
+  pid_t pid;
+  for (int i = 0; i < 3; i++) {
+    auto t0 = std::chrono::steady_clock::now();
+    pid = spawn();
+    ASSERT_EQ(waitpid(pid, &status, 0), pid);
+    ASSERT_TRUE(WIFEXITED(status) && WEXITSTATUS(status) == 0);
+    const long us =
+        std::chrono::duration_cast<std::chrono::microseconds>(std::chrono::steady_clock::now() - t0)
+            .count();
+    life_us = i == 0 || us < life_us ? us : life_us;
+  }
+  std::string why;
+  ASSERT_TRUE(complete(read_all(path), run, kSites, why)) << why;
+  std::mt19937 rng(getpid());
+  std::uniform_int_distribution<long> at(0, life_us * 11 / 10);
+  const int kKills = 150;
+  int killed = 0, cut = 0;
+  for (int i = 0; i < kKills; i++) {
+    pid = spawn();
+    usleep((useconds_t)at(rng)); // where the kill lands, not a wait for anything
+    kill(pid, SIGKILL);
+    ASSERT_EQ(waitpid(pid, &status, 0), pid);
+    killed += WIFSIGNALED(status);
+    if (!complete(read_all(path), run, kSites, why)) {
+      cut++;
+      ADD_FAILURE() << "after kill " << i << " at a random point: " << why;
+      if (cut >= 3) break;
+    }
+  }
+  int left = 0;
+  if (DIR *d = opendir(dir.path.c_str())) {
+    while (dirent *e = readdir(d))
+      left += strstr(e->d_name, ".tmp") != nullptr;
+    closedir(d);
+  }
+  printf("%d writers, %d killed before they ended, %d cut profiles, %d new files left behind "
+         "(life %ld us)\n",
+         kKills, killed, cut, left, life_us);
+  posix_spawn_file_actions_destroy(&quiet);
+  EXPECT_EQ(cut, 0);
+  EXPECT_GT(killed, kKills / 2) << "the kills must land before the writers end";
+}
+
+// Writers of one run that end together all count: each locks the file it found, and one that
+// waited finds it renamed over and merges into the new one instead.
+TEST(ProfileFile, WritersOfOneRunEndingTogetherAllCount) {
+  TempDir dir;
+  const std::string path = dir.path + "/app.profile", run = "many-" + std::to_string(getpid());
+  const std::string env_profile = "NICMALLOC_PROFILE=" + path,
+                    env_run = "NICMALLOC_PROFILE_RUN=" + run;
+  std::vector<char *> envp = {const_cast<char *>(env_profile.c_str()),
+                              const_cast<char *>(env_run.c_str()),
+                              const_cast<char *>("NICMALLOC_PROFILE_SAMPLE=4K")};
+  for (char **e = environ; *e; e++)
+    envp.push_back(*e);
+  envp.push_back(nullptr);
+  char *argv[] = {const_cast<char *>(NIC_PROBE_PATH), nullptr};
+  posix_spawn_file_actions_t quiet;
+  posix_spawn_file_actions_init(&quiet);
+  posix_spawn_file_actions_addopen(&quiet, 1, "/dev/null", O_WRONLY, 0);
+  const int kWriters = 16;
+  std::vector<pid_t> pids(kWriters);
+  for (pid_t &pid : pids)
+    ASSERT_EQ(posix_spawn(&pid, NIC_PROBE_PATH, &quiet, nullptr, argv, envp.data()), 0);
+  posix_spawn_file_actions_destroy(&quiet);
+  for (pid_t pid : pids) {
+    int status = 0;
+    ASSERT_EQ(waitpid(pid, &status, 0), pid);
+    EXPECT_TRUE(WIFEXITED(status) && WEXITSTATUS(status) == 0);
+  }
+  EXPECT_EQ(header_sent_other(path), kWriters * kBytes);
+}
+
+// A writer killed between making its new file and renaming it leaves that file behind; the next
+// writer removes such files once they are old, when they are its own.
+TEST(ProfileFile, NewFilesLeftByKilledWritersAreRemoved) {
+  TempDir dir;
+  const std::string path = dir.path + "/app.profile";
+  ASSERT_EQ(run_probe({"NICMALLOC_PROFILE=" + path}, {}).exit_code, 0);
+  const std::string ours = dir.path + "/.app.profile.0123456789abcdef.tmp",
+                    young = dir.path + "/.app.profile.1123456789abcdef.tmp",
+                    theirs = dir.path + "/.app.profile.2123456789abcdef.tmp";
+  for (const std::string &f : {ours, young, theirs})
+    std::ofstream(f) << "# nicmalloc profile 1\n";
+  const struct timespec old[2] = {{time(nullptr) - 3600, 0}, {time(nullptr) - 3600, 0}};
+  ASSERT_EQ(utimensat(AT_FDCWD, ours.c_str(), old, 0), 0);
+  ASSERT_EQ(utimensat(AT_FDCWD, theirs.c_str(), old, 0), 0);
+  const bool root = geteuid() == 0;
+  if (root) {
+    ASSERT_EQ(chown(theirs.c_str(), other_uid(), other_uid()), 0);
+  }
+  ASSERT_EQ(run_probe({"NICMALLOC_PROFILE=" + path}, {}).exit_code, 0);
+  EXPECT_NE(access(ours.c_str(), F_OK), 0) << "an old one of ours goes";
+  EXPECT_EQ(access(young.c_str(), F_OK), 0) << "a writer may still be writing it";
+  if (root) {
+    EXPECT_EQ(access(theirs.c_str(), F_OK), 0) << "not ours to remove";
+  }
+}
+
+// A daemon stopped by SIGTERM never reaches the exit code that writes the profile. Waits (for
+// the periodic write, bounded) until the running daemon's sites are in the profile, then stops it;
+// the profile must still hold them, complete.
+void sigtermed_daemon_keeps_its_sites(const char *mode, long long sent = kBytes) {
+  TempDir dir;
+  const std::string path = dir.path + "/app.profile";
+  const std::string env_profile = "NICMALLOC_PROFILE=" + path;
+  std::vector<char *> envp = {const_cast<char *>(env_profile.c_str()),
+                              const_cast<char *>("NICMALLOC_PROFILE_SAMPLE=4K")};
+  for (char **e = environ; *e; e++)
+    envp.push_back(*e);
+  envp.push_back(nullptr);
+  char *argv[] = {const_cast<char *>(NIC_PROBE_PATH), const_cast<char *>(mode), nullptr};
+  int out[2];
+  ASSERT_EQ(pipe(out), 0);
+  posix_spawn_file_actions_t actions;
+  posix_spawn_file_actions_init(&actions);
+  posix_spawn_file_actions_adddup2(&actions, out[1], 1);
+  pid_t pid = -1;
+  ASSERT_EQ(posix_spawn(&pid, NIC_PROBE_PATH, &actions, nullptr, argv, envp.data()), 0);
+  posix_spawn_file_actions_destroy(&actions);
+  close(out[1]);
+  std::string said;
+  char buf[256];
+  for (ssize_t n;
+       said.find("ready=1") == std::string::npos && (n = read(out[0], buf, sizeof buf)) > 0;)
+    said.append(buf, (size_t)n);
+  close(out[0]);
+  ASSERT_NE(said.find("ready=1"), std::string::npos) << said;
+  int sending = 0, all = 0;
+  const auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(60);
+  while (count_sites(path, sending, all),
+         sending == 0 && std::chrono::steady_clock::now() < deadline)
+    usleep(100000);
+  kill(pid, SIGTERM);
+  int status = 0;
+  ASSERT_EQ(waitpid(pid, &status, 0), pid);
+  count_sites(path, sending, all);
+  EXPECT_GE(sending, 1) << "the daemon's sending site, written while it ran";
+  EXPECT_EQ(header_sent_other(path), sent);
+}
+
+TEST(ProfileFile, ADaemonStoppedBySigtermKeepsItsSites) {
+  sigtermed_daemon_keeps_its_sites("daemon");
+}
+
+TEST(ProfileFile, ADaemonWhoseHandlerExitsOnSigtermKeepsItsSites) {
+  sigtermed_daemon_keeps_its_sites("daemon-handler");
+}
+
+// One that sends again and returns from main writes at exit what it counted since its last
+// write, nothing twice.
+TEST(ProfileFile, ADaemonThatExitsOnSigtermCountsItsBytesOnce) {
+  sigtermed_daemon_keeps_its_sites("daemon-exit", 2 * kBytes);
+}
+
+// nginx's master stays root and its workers drop to another user: with %u in the file name each
+// writes a profile of its own (the worker could neither replace nor be allowed to merge into
+// root's file), both complete, in a shared sticky directory such as /tmp.
+TEST(ProfileFile, AWorkerThatDropsPrivilegesWritesAProfileOfItsOwn) {
+  if (geteuid() != 0) GTEST_SKIP() << "SKIPPED: needs root to drop privileges";
+  TempDir dir(01777);
+  const std::string uid = std::to_string(other_uid());
+  auto r = run_probe(
+      {"NICMALLOC_PROFILE=" + dir.path + "/app.%u.profile", "NICMALLOC_PROFILE_SAMPLE=4K"},
+      {"setuid", uid});
+  ASSERT_EQ(r.exit_code, 0) << r.err;
+  EXPECT_EQ(count_lines(r.err, "warning"), 0) << r.err;
+  for (const std::string &who : {std::string("0"), uid}) {
+    const std::string path = dir.path + "/app." + who + ".profile";
+    struct stat st;
+    ASSERT_EQ(stat(path.c_str(), &st), 0) << path;
+    EXPECT_EQ(std::to_string(st.st_uid), who) << path;
+    int sending = 0, all = 0;
+    count_sites(path, sending, all);
+    EXPECT_EQ(sending, 1) << path;
+    EXPECT_EQ(header_sent_other(path), kBytes) << path;
+  }
 }
 
 } // namespace

@@ -12,8 +12,11 @@
 #include <cerrno>
 #include <cstdlib>
 #include <cstring>
+#include <functional>
 #include <map>
+#include <memory>
 #include <mutex>
+#include <string>
 #include <thread>
 #include <vector>
 
@@ -30,8 +33,10 @@ struct RecordingBackend {
   nic_backend ops{};
   std::mutex mu;
   std::map<uint32_t, std::pair<uintptr_t, size_t>> live; // lkey -> range
+  std::map<uint32_t, unsigned> access;                   // lkey -> access of the live ones
   uint32_t next_key = 1;
   int regs = 0, deregs = 0;
+  std::atomic<bool> busy{false}; // dereg answers -EBUSY, as with a post in flight
 
   RecordingBackend() {
     ops.name = "recording";
@@ -41,13 +46,16 @@ struct RecordingBackend {
       std::lock_guard<std::mutex> lock(self->mu);
       *out = {base, len, access, self->next_key++, 0, 0};
       self->live[out->lkey] = {reinterpret_cast<uintptr_t>(base), len};
+      self->access[out->lkey] = access;
       self->regs++;
       return 0;
     };
     ops.dereg = [](nic_backend *b, nic_registration *reg) {
       auto *self = static_cast<RecordingBackend *>(b->priv);
+      if (self->busy) return -EBUSY;
       std::lock_guard<std::mutex> lock(self->mu);
       EXPECT_EQ(self->live.erase(reg->lkey), 1u) << "deregistered twice or never registered";
+      self->access.erase(reg->lkey);
       self->deregs++;
       return 0;
     };
@@ -56,6 +64,15 @@ struct RecordingBackend {
   bool registered(uint32_t lkey) {
     std::lock_guard<std::mutex> lock(mu);
     return live.count(lkey) != 0;
+  }
+  // Live registrations with a byte in [p, p+len).
+  int covering(const void *p, size_t len) {
+    std::lock_guard<std::mutex> lock(mu);
+    const uintptr_t a = reinterpret_cast<uintptr_t>(p);
+    int n = 0;
+    for (const auto &kv : live)
+      n += kv.second.first < a + len && a < kv.second.first + kv.second.second;
+    return n;
   }
 };
 
@@ -217,6 +234,124 @@ TEST_F(RegistrationCache, DlcloseInvalidatesTheLibrarysStaticData) {
   EXPECT_FALSE(backend->registered(ref.reg.lkey));
 }
 
+// Regions of different access over shared pages: invalidating one page must take out every
+// region that had it, however the regions lie and whichever call drops the page, or a later
+// request for a neighbouring page is served a registration that pins the page since replaced.
+TEST_F(RegistrationCache, InvalidatingAPageDropsEveryRegionThatHadIt) {
+  struct Request {
+    size_t first, pages;
+    unsigned access;
+  };
+  struct Layout {
+    const char *name;
+    Request a, b;
+  };
+  const Layout layouts[] = {
+      {"0-1 local, then 1-3 local-write", {0, 2, NIC_ACCESS_LOCAL}, {1, 3, NIC_ACCESS_LOCAL_WRITE}},
+      {"1-3 local-write, then 0-1 local", {1, 3, NIC_ACCESS_LOCAL_WRITE}, {0, 2, NIC_ACCESS_LOCAL}},
+      {"0-3 local, then 1 remote", {0, 4, NIC_ACCESS_LOCAL}, {1, 1, NIC_ACCESS_REMOTE_READ}},
+      {"1 remote, then 0-3 local", {1, 1, NIC_ACCESS_REMOTE_WRITE}, {0, 4, NIC_ACCESS_LOCAL}},
+      {"0-1 remote, then 1-2 remote",
+       {0, 2, NIC_ACCESS_REMOTE_READ},
+       {1, 2, NIC_ACCESS_REMOTE_READ}},
+  };
+  struct Path {
+    const char *name;
+    void (*drop)(char *page);
+  };
+  const Path paths[] = {
+      {"madvise", [](char *page) { ASSERT_EQ(madvise(page, kPage, MADV_DONTNEED), 0); }},
+      {"mmap MAP_FIXED",
+       [](char *page) {
+         ASSERT_EQ(mmap(page, kPage, PROT_READ | PROT_WRITE,
+                        MAP_PRIVATE | MAP_ANONYMOUS | MAP_FIXED, -1, 0),
+                   page);
+       }},
+      {"munmap", [](char *page) { ASSERT_EQ(munmap(page, kPage), 0); }},
+      {"mremap away",
+       [](char *page) {
+         void *moved = mremap(page, kPage, kPage, MREMAP_MAYMOVE | MREMAP_FIXED, page + 8 * kPage);
+         ASSERT_EQ(moved, page + 8 * kPage);
+       }},
+  };
+  for (const Path &path : paths)
+    for (const Layout &layout : layouts) {
+      SCOPED_TRACE(std::string(path.name) + ", " + layout.name);
+      // 4 pages used, and the mremap target 8 pages further.
+      char *base = static_cast<char *>(mmap(nullptr, 16 * kPage, PROT_READ | PROT_WRITE,
+                                            MAP_PRIVATE | MAP_ANONYMOUS | MAP_POPULATE, -1, 0));
+      ASSERT_NE(base, MAP_FAILED);
+      std::unique_ptr<char, std::function<void(char *)>> unmap(
+          base, [](char *p) { munmap(p, 16 * kPage); });
+      nic_rcache_ref a, b;
+      ASSERT_EQ(nic_rcache_acquire(base + layout.a.first * kPage, layout.a.pages * kPage,
+                                   layout.a.access, &a),
+                0);
+      ASSERT_EQ(nic_rcache_acquire(base + layout.b.first * kPage, layout.b.pages * kPage,
+                                   layout.b.access, &b),
+                0);
+      nic_rcache_release(a.slot);
+      nic_rcache_release(b.slot);
+      path.drop(base + kPage);
+      EXPECT_EQ(backend->covering(base + kPage, kPage), 0)
+          << "a registration of the dropped page is still cached";
+      // Page 0 is still the same memory: asking for it must not bring back a stale region.
+      nic_rcache_ref again;
+      ASSERT_EQ(nic_rcache_acquire(base, kPage, NIC_ACCESS_LOCAL, &again), 0);
+      EXPECT_NE(again.reg.lkey, a.reg.lkey);
+      EXPECT_NE(again.reg.lkey, b.reg.lkey);
+      nic_rcache_release(again.slot);
+    }
+  // Nothing registered twice or lost track of: what the cache holds is what the backend holds.
+  const uint32_t regions = now().regions;
+  std::lock_guard<std::mutex> lock(backend->mu);
+  EXPECT_EQ(static_cast<size_t>(backend->live.size()), static_cast<size_t>(regions));
+}
+
+// The data segment shrinks without a munmap.
+TEST_F(RegistrationCache, BrkAndSbrkShrinkingInvalidate) {
+  char *const start = static_cast<char *>(sbrk(0));
+  ASSERT_NE(start, reinterpret_cast<char *>(-1));
+  const uintptr_t s = reinterpret_cast<uintptr_t>(start);
+  char *const pages = reinterpret_cast<char *>((s + kPage - 1) & ~(kPage - 1));
+  ASSERT_NE(sbrk(static_cast<intptr_t>(pages - start + 4 * kPage)), reinterpret_cast<void *>(-1))
+      << strerror(errno);
+  memset(pages, 3, 4 * kPage);
+  nic_rcache_ref low, high;
+  ASSERT_EQ(nic_rcache_acquire(pages, kPage, NIC_ACCESS_LOCAL, &low), 0);
+  ASSERT_EQ(nic_rcache_acquire(pages + 3 * kPage, kPage, NIC_ACCESS_LOCAL, &high), 0);
+  nic_rcache_release(low.slot);
+  nic_rcache_release(high.slot);
+  ASSERT_NE(sbrk(-static_cast<intptr_t>(2 * kPage)), reinterpret_cast<void *>(-1));
+  EXPECT_FALSE(backend->registered(high.reg.lkey)) << "sbrk gave the page back, still cached";
+  EXPECT_TRUE(backend->registered(low.reg.lkey));
+  ASSERT_EQ(brk(start), 0) << strerror(errno);
+  EXPECT_FALSE(backend->registered(low.reg.lkey)) << "brk gave the page back, still cached";
+}
+
+// A page can leave by a path the cache never sees (the C library unmaps thread stacks itself,
+// or a raw system call): the region cached on it must not survive a new mapping there.
+TEST_F(RegistrationCache, ANewMappingDropsWhatAnUnseenUnmapLeft) {
+  char *p = static_cast<char *>(
+      mmap(nullptr, 4 * kPage, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0));
+  ASSERT_NE(p, MAP_FAILED);
+  memset(p, 1, 4 * kPage);
+  nic_rcache_ref old;
+  ASSERT_EQ(nic_rcache_acquire(p + kPage, 2 * kPage, NIC_ACCESS_LOCAL, &old), 0);
+  nic_rcache_release(old.slot);
+  ASSERT_EQ(syscall(SYS_munmap, p, 4 * kPage), 0);
+  ASSERT_TRUE(backend->registered(old.reg.lkey)) << "the cache saw the raw munmap?";
+  char *again = static_cast<char *>(
+      mmap(p, 4 * kPage, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0));
+  ASSERT_EQ(again, p) << "the kernel did not take the hint";
+  EXPECT_FALSE(backend->registered(old.reg.lkey)) << "a region of the old pages is still cached";
+  nic_rcache_ref fresh;
+  ASSERT_EQ(nic_rcache_acquire(p + kPage, 2 * kPage, NIC_ACCESS_LOCAL, &fresh), 0);
+  EXPECT_NE(fresh.reg.lkey, old.reg.lkey);
+  nic_rcache_release(fresh.slot);
+  munmap(p, 4 * kPage);
+}
+
 TEST_F(RegistrationCache, LeastRecentlyUsedIsEvictedPastTheLimit) {
   // 8 regions at most; touch 12 separate pages (gaps prevent merging).
   std::vector<nic_rcache_ref> refs(12);
@@ -252,6 +387,63 @@ TEST_F(RegistrationCache, BadRangesAreRefused) {
   EXPECT_EQ(nic_rcache_acquire(region_, 32 << 20, NIC_ACCESS_LOCAL, &r), -ERANGE)
       << "larger than the backend's largest region";
   EXPECT_EQ(nic_rcache_acquire(reinterpret_cast<void *>(0x1000), 8, NIC_ACCESS_LOCAL, &r), -EFAULT);
+}
+
+// A region dropped while a post that names it is still in flight (its user let go early): the
+// backend refuses, and the registration must be retried, not forgotten with its slot reused.
+TEST_F(RegistrationCache, BusyDeregistrationIsRetriedNotLost) {
+  nic_rcache_ref a;
+  ASSERT_EQ(nic_rcache_acquire(region_ + 30 * kPage, 64, NIC_ACCESS_LOCAL, &a), 0);
+  nic_rcache_release(a.slot);
+  backend->busy = true;
+  ASSERT_EQ(munmap(region_ + 30 * kPage, kPage), 0);
+  EXPECT_TRUE(backend->registered(a.reg.lkey)) << "the backend said busy";
+  EXPECT_EQ(now().busy, 1u);
+  EXPECT_EQ(now().busy_deregs - before_.busy_deregs, 1u);
+  nic_rcache_ref b; // the cache goes on meanwhile, without the busy region's slot
+  ASSERT_EQ(nic_rcache_acquire(region_ + 40 * kPage, 64, NIC_ACCESS_LOCAL, &b), 0);
+  EXPECT_NE(b.slot, a.slot) << "a slot whose registration is not gone was reused";
+  nic_rcache_release(b.slot);
+  nic_rcache_retry_busy();
+  EXPECT_TRUE(backend->registered(a.reg.lkey)) << "still busy: kept for the next retry";
+  backend->busy = false; // the post completed
+  nic_rcache_retry_busy();
+  EXPECT_FALSE(backend->registered(a.reg.lkey)) << "deregistered once the post was done";
+  EXPECT_EQ(now().busy, 0u);
+}
+
+// Remote users of the same pages come and go on several threads, with local users of them in
+// between: whatever the interleaving, no remote registration outlives its user, and none is
+// deregistered twice (the backend checks).
+TEST_F(RegistrationCache, ARemoteRegistrationLeavesWithItsUserOnEveryThread) {
+  std::atomic<bool> stop{false};
+  std::atomic<long> rounds{0};
+  std::vector<std::thread> users;
+  for (int t = 0; t < 3; t++)
+    users.emplace_back([&, t] {
+      unsigned seed = t + 1;
+      while (!stop) {
+        const size_t page = rand_r(&seed) % 2;
+        const unsigned access =
+            t == 2 && rand_r(&seed) % 2 ? NIC_ACCESS_LOCAL : NIC_ACCESS_REMOTE_WRITE;
+        nic_rcache_ref r;
+        if (nic_rcache_acquire(region_ + page * kPage, kPage, access, &r) == 0) {
+          rounds++;
+          nic_rcache_release(r.slot);
+        }
+      }
+    });
+  while (rounds < 5000)
+    std::this_thread::yield();
+  stop = true;
+  for (auto &u : users)
+    u.join();
+  const uint32_t regions = now().regions;
+  std::lock_guard<std::mutex> lock(backend->mu);
+  for (const auto &kv : backend->access)
+    EXPECT_EQ(kv.second & (NIC_ACCESS_REMOTE_READ | NIC_ACCESS_REMOTE_WRITE), 0u)
+        << "a remote registration outlived its user: key " << kv.first;
+  EXPECT_EQ(static_cast<size_t>(backend->live.size()), static_cast<size_t>(regions));
 }
 
 TEST_F(RegistrationCache, ConcurrentUseAndInvalidationStayBalanced) {

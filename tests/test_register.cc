@@ -3,6 +3,7 @@
 // its memory goes.
 #include <gtest/gtest.h>
 
+#include <sys/mman.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
@@ -103,20 +104,93 @@ TEST(Register, ARemoteKeyNeverReachesANeighboursPages) {
   free(buf);
 }
 
-// A local registration served by a cached region that was made for remote access must not
-// hand out that region's remote key.
+// Cached regions of different access over a shared page (pages 0-1 local, pages 1-3
+// local-write): dropping that page must take both off the NIC, and pages 0-1 asked for again
+// must get a registration made after the drop.
+TEST(Register, DroppingAPageDeregistersEveryCachedRegionThatHadIt) {
+  char *buf = static_cast<char *>(mmap(nullptr, 4 * 4096, PROT_READ | PROT_WRITE,
+                                       MAP_PRIVATE | MAP_ANONYMOUS | MAP_POPULATE, -1, 0));
+  ASSERT_NE(buf, MAP_FAILED);
+  auto *sim = static_cast<sim_nic *>(nic_backend_active()->priv);
+  nic_region_ref send, recv;
+  ASSERT_EQ(nic_register(buf, 2 * 4096, NIC_REG_LOCAL, &send), 0);
+  ASSERT_EQ(nic_register(buf + 4096, 3 * 4096, NIC_REG_LOCAL_WRITE, &recv), 0);
+  nic_unregister(&send);
+  nic_unregister(&recv);
+  ASSERT_EQ(madvise(buf + 4096, 4096, MADV_DONTNEED), 0);
+  EXPECT_EQ(sim_lookup(sim, send.lkey), nullptr) << "pages 0-1 stay registered";
+  EXPECT_EQ(sim_lookup(sim, recv.lkey), nullptr) << "pages 1-3 stay registered";
+  nic_region_ref again;
+  ASSERT_EQ(nic_register(buf, 2 * 4096, NIC_REG_LOCAL, &again), 0);
+  EXPECT_NE(again.lkey, send.lkey);
+  EXPECT_NE(again.lkey, recv.lkey);
+  nic_unregister(&again);
+  munmap(buf, 4 * 4096);
+}
+
+// A local registration of pages registered for remote access gets a registration of its own:
+// it must neither see nor hold the remote one (holding it would keep the peer's key alive).
 TEST(Register, ALocalRequestNeverSeesAnotherRequestsRemoteKey) {
   char *p = static_cast<char *>(aligned_alloc(4096, 8192));
   nic_region_ref remote, local;
   ASSERT_EQ(nic_register(p, 4096, NIC_REG_REMOTE_READ, &remote), 0);
   ASSERT_NE(remote.rkey, 0u);
   ASSERT_EQ(nic_register(p + 100, 200, NIC_REG_LOCAL, &local), 0);
-  EXPECT_EQ(local.region_base, remote.region_base) << "served by the same cached region";
+  EXPECT_NE(local.cache_slot, remote.cache_slot) << "served by the remote region";
   EXPECT_NE(local.lkey, 0u);
+  EXPECT_NE(local.lkey, remote.lkey);
   EXPECT_EQ(local.rkey, 0u);
   nic_unregister(&local);
   nic_unregister(&remote);
   free(p);
+}
+
+// A remote key lives exactly as long as the registration it was made for: its nic_unregister
+// takes it off the NIC, and neither another remote registration of the same page nor local
+// registrations of it, made before or after, share or prolong it.
+TEST(Register, TheUnregisterOfRemoteAccessRevokesItsKey) {
+  auto *sim = static_cast<sim_nic *>(nic_backend_active()->priv);
+  char *page = static_cast<char *>(aligned_alloc(4096, 4096));
+  for (unsigned access :
+       {NIC_REG_REMOTE_READ, NIC_REG_REMOTE_WRITE, NIC_REG_REMOTE_READ | NIC_REG_REMOTE_WRITE}) {
+    SCOPED_TRACE("access " + std::to_string(access));
+    nic_region_ref before, first, second, after;
+    ASSERT_EQ(nic_register(page, 4096, NIC_REG_LOCAL, &before), 0);
+    ASSERT_EQ(nic_register(page, 4096, access, &first), 0);
+    ASSERT_EQ(nic_register(page + 64, 64, access, &second), 0);
+    ASSERT_EQ(nic_register(page + 128, 64, NIC_REG_LOCAL, &after), 0);
+    ASSERT_NE(first.rkey, 0u);
+    ASSERT_NE(second.rkey, 0u);
+    EXPECT_NE(second.rkey, first.rkey) << "two registrations share a remote key";
+    EXPECT_NE(after.lkey, first.lkey) << "a local request took a remote registration";
+    EXPECT_NE(after.lkey, second.lkey) << "a local request took a remote registration";
+    nic_unregister(&first);
+    EXPECT_EQ(sim_lookup(sim, first.rkey), nullptr) << "the key outlived its nic_unregister";
+    EXPECT_NE(sim_lookup(sim, second.rkey), nullptr) << "revoked while still registered";
+    nic_unregister(&second);
+    EXPECT_EQ(sim_lookup(sim, second.rkey), nullptr) << "the key outlived its nic_unregister";
+    EXPECT_NE(sim_lookup(sim, after.lkey), nullptr) << "a local registration went with it";
+    nic_unregister(&after);
+    nic_unregister(&before);
+  }
+  free(page);
+}
+
+// A remote key carries exactly the remote rights asked for: a read-only request is never given
+// the key of a cached read-write registration of the same pages.
+TEST(Register, ARemoteKeyCarriesOnlyTheRightsAskedFor) {
+  auto *sim = static_cast<sim_nic *>(nic_backend_active()->priv);
+  char *page = static_cast<char *>(aligned_alloc(4096, 4096));
+  nic_region_ref rw, ro;
+  ASSERT_EQ(nic_register(page, 4096, NIC_REG_REMOTE_READ | NIC_REG_REMOTE_WRITE, &rw), 0);
+  ASSERT_EQ(nic_register(page, 4096, NIC_REG_REMOTE_READ, &ro), 0);
+  EXPECT_NE(ro.rkey, rw.rkey);
+  const sim_reg *reg = sim_lookup(sim, ro.rkey);
+  ASSERT_NE(reg, nullptr);
+  EXPECT_EQ(reg->access & NIC_ACCESS_REMOTE_WRITE, 0u) << "a read-only request can write";
+  nic_unregister(&ro);
+  nic_unregister(&rw);
+  free(page);
 }
 
 // A fork while another thread works in the registration cache: the child must still free
@@ -205,8 +279,8 @@ TEST(Register, NullResultPointersAreReportedNotWrittenThrough) {
 TEST(Register, AReferenceUnregisteredTwiceIsReportedAndReleasesNothing) {
   char *page = static_cast<char *>(aligned_alloc(4096, 4096));
   nic_region_ref first, second;
-  ASSERT_EQ(nic_register(page, 4096, NIC_REG_REMOTE_READ, &first), 0);
-  ASSERT_EQ(nic_register(page, 4096, NIC_REG_REMOTE_READ, &second), 0);
+  ASSERT_EQ(nic_register(page, 4096, NIC_REG_LOCAL, &first), 0);
+  ASSERT_EQ(nic_register(page, 4096, NIC_REG_LOCAL, &second), 0);
   ASSERT_EQ(first.cache_slot, second.cache_slot);
   const uint64_t registered = sim_stats().regions;
   testing::internal::CaptureStderr();
@@ -230,9 +304,9 @@ TEST(Register, AReferenceUnregisteredTwiceIsReportedAndReleasesNothing) {
   // The cache still holds the region and its registration, and hands it out again.
   EXPECT_EQ(sim_stats().regions, registered);
   nic_region_ref again;
-  ASSERT_EQ(nic_register(page, 4096, NIC_REG_REMOTE_READ, &again), 0);
+  ASSERT_EQ(nic_register(page, 4096, NIC_REG_LOCAL, &again), 0);
   EXPECT_EQ(again.cache_slot, first.cache_slot);
-  EXPECT_EQ(again.rkey, first.rkey);
+  EXPECT_EQ(again.lkey, first.lkey);
   nic_unregister(&again);
   nic_stats before;
   nic_get_stats(&before);

@@ -21,6 +21,7 @@
 #include "nicmalloc.h"
 extern "C" {
 #include "backend.h"
+#include "block.h"
 #include "chunks.h"
 #include "commit_map.h"
 #include "safety.h"
@@ -66,6 +67,25 @@ protected:
   }
   nic_sga sga;
 };
+
+// A received buffer may hold the free key where a freed block keeps it: it is still live, and
+// can be posted and held.
+TEST_F(Sga, ALiveBufferHoldingTheFreeKeyIsNoFreedBlock) {
+  for (bool dataplane : {false, true}) {
+    auto *buf = static_cast<uintptr_t *>(dataplane ? nic_malloc(2048) : malloc(2048));
+    ASSERT_NE(buf, nullptr);
+    memset(buf, 'x', 2048);
+    buf[1] = nic_free_key();
+    testing::internal::CaptureStderr();
+    EXPECT_EQ(nic_sga_add(&sga, buf, 2048), 0) << dataplane;
+    EXPECT_EQ(nic_hold(buf), 0) << dataplane;
+    std::string err = testing::internal::GetCapturedStderr();
+    EXPECT_EQ(err, "") << dataplane;
+    EXPECT_EQ(nic_release(buf), 0);
+    nic_sga_reset(&sga);
+    free(buf);
+  }
+}
 
 TEST_F(Sga, DefaultLimitIsTheBackendsMaxSge) {
   EXPECT_EQ(sga.max, nic_backend_active()->caps.max_sge); // 32 for the sim

@@ -20,6 +20,7 @@
 
 extern "C" {
 #include "sim_delays.h"
+#include "settings.h"
 #include "sim_nic.h"
 }
 
@@ -280,6 +281,7 @@ TEST(SimNicSettings, CapsAndMaxSgeFromEnvironment) {
   EXPECT_EQ(c.max_sge, 32u);
   setenv("NICMALLOC_SIM_MAX_SGE", "4", 1);
   setenv("NICMALLOC_SIM_DELAYS", "fixed:0", 1);
+  nic_settings_reload(false); // settings are copied at start-up
   struct nic_backend *b = nic_backend_sim_open();
   ASSERT_NE(b, nullptr);
   EXPECT_STREQ(b->name, "sim");
@@ -290,6 +292,7 @@ TEST(SimNicSettings, CapsAndMaxSgeFromEnvironment) {
   b->close(b);
   setenv("NICMALLOC_SIM_MAX_SGE", "0", 1);
   setenv("NICMALLOC_SIM_SEED", "many", 1);
+  nic_settings_reload(false); // settings are copied at start-up
   testing::internal::CaptureStderr();
   nic_sim_config_from_env(&c);
   std::string err = testing::internal::GetCapturedStderr();

@@ -8,6 +8,7 @@
 #include <vector>
 
 extern "C" {
+#include "settings.h"
 #include "tcache_model.h"
 }
 
@@ -213,6 +214,7 @@ TEST(TcacheSettings, PresetAndOverridesFromEnvironment) {
   setenv("NICMALLOC_SIM_TCACHE_PAGE", "2M", 1);
   setenv("NICMALLOC_SIM_MISS_NS", "500", 1);
   setenv("NICMALLOC_SIM_TCACHE_WINDOW", "64", 1);
+  nic_settings_reload(false); // settings are copied at start-up
   nic_tcache_params p;
   nic_tcache_params_from_env(&p, record_warning);
   EXPECT_EQ(p.capacity, 100u);
@@ -232,6 +234,7 @@ TEST(TcacheSettings, BadValuesWarnOnceEachAndKeepDefaults) {
   setenv("NICMALLOC_SIM_TCACHE_PAGE", "3000", 1);
   setenv("NICMALLOC_SIM_MISS_NS", "fast", 1);
   setenv("NICMALLOC_SIM_TCACHE_WINDOW", "-1", 1);
+  nic_settings_reload(false); // settings are copied at start-up
   nic_tcache_params p;
   nic_tcache_params_from_env(&p, record_warning);
   const nic_tcache_params &d = nic_tcache_preset_find(NIC_TCACHE_DEFAULT_PRESET)->params;

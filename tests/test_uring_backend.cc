@@ -2,6 +2,10 @@
 // fixed buffer, SENDMSG_ZC for several entries, protection errors, dereg while in flight).
 #include "uring_loopback.h"
 
+extern "C" {
+#include "rcache.h"
+}
+
 #include <linux/capability.h>
 #include <sys/resource.h>
 #include <sys/syscall.h>
@@ -334,4 +338,43 @@ TEST_F(UringTest, RegistrationWithoutIpcLockOverTheLimitIsEnomem) {
   ASSERT_TRUE(WIFEXITED(status));
   EXPECT_EQ(WEXITSTATUS(status), 0) << "10-11: could not drop CAP_IPC_LOCK, 12: open failed, "
                                        "13: registration succeeded, 14: another error";
+}
+
+// The registration cache over io_uring, which pins the pages it registers: pages 0-1 cached for
+// sending, pages 1-3 for receiving, then page 1 dropped and written anew. A send of pages 0-1
+// must carry the new bytes; a registration left over from before would send the old page.
+TEST_F(UringTest, ACachedRegistrationNeverSendsTheOldBytesOfADroppedPage) {
+  nic_rcache_use_backend(b);
+  struct Restore {
+    ~Restore() { nic_rcache_use_backend(nullptr); } // after the region: see below
+  } restore;
+  {
+    Region mem(4 * 4096, 9);
+    ASSERT_NE(mem.base, nullptr);
+    LoopbackPair pair;
+    Reader reader(pair.rx);
+    nic_endpoint *ep = Endpoint(pair.tx);
+    nic_rcache_ref send, recv;
+    ASSERT_EQ(nic_rcache_acquire(mem.base, 2 * 4096, NIC_ACCESS_LOCAL, &send), 0);
+    ASSERT_EQ(nic_rcache_acquire(mem.base + 4096, 3 * 4096, NIC_ACCESS_LOCAL_WRITE, &recv), 0);
+    nic_rcache_release(send.slot);
+    nic_rcache_release(recv.slot);
+    const std::string old = mem.Bytes(4096, 4096);
+    ASSERT_EQ(madvise(mem.base + 4096, 4096, MADV_DONTNEED), 0);
+    memset(mem.base + 4096, 'N', 4096);
+    nic_rcache_ref now;
+    ASSERT_EQ(nic_rcache_acquire(mem.base, 2 * 4096, NIC_ACCESS_LOCAL, &now), 0);
+    nic_sge sge =
+        Sge(now.reg, static_cast<size_t>(mem.base - static_cast<char *>(now.reg.base)), 2 * 4096);
+    Done d;
+    ASSERT_EQ(b->post(b, ep, &sge, 1, Done::Fn, &d), 0);
+    ASSERT_TRUE(PollUntil(b, [&] { return d.calls > 0; })) << "no completion";
+    if (d.status == 0) {
+      ASSERT_TRUE(reader.WaitFor(2 * 4096));
+      const std::string got = reader.Data();
+      EXPECT_TRUE(got.substr(4096) != old) << "the dropped page's old bytes were sent";
+      EXPECT_TRUE(got == mem.Bytes(0, 2 * 4096)) << "receiver got other bytes";
+    }
+    nic_rcache_release(now.slot);
+  } // unmapping the region drops what the cache holds, while b is still its backend
 }

@@ -1,0 +1,184 @@
+/* mimalloc 2.0.9's headers, read from outside (mi_free_lists.h). The offsets are those of its
+ * mimalloc-types.h for x86-64 with MI_SECURE 0 and MI_DEBUG 0 (Debian's build); a segment is
+ * 32 MiB of 64 KiB slices, and each slice entry of its header is a page header. */
+#define _GNU_SOURCE /* process_vm_readv */
+#include "mi_free_lists.h"
+
+#include "alloc_inline.h"
+#include "log.h"
+
+#include <mimalloc.h>
+#include <pthread.h>
+#include <stdint.h>
+#include <sys/uio.h>
+#include <unistd.h>
+
+#define SEGMENT_MASK (((uintptr_t)32 << 20) - 1)
+#define SLICE_SHIFT 16
+#define SEG_SLICE_ENTRIES 248 /* size_t */
+#define SEG_THREAD_ID 256     /* the owning thread's id: its thread pointer */
+#define SEG_SLICES 264        /* the page headers */
+#define PAGE_HEADER 80        /* sizeof(mi_page_t) */
+#define PAGE_SLICE_COUNT 0    /* uint32_t, and slice_offset (bytes back to the page) at 4 */
+#define PAGE_CAPACITY 8       /* in the word at 8: the uint16_t at byte 10 */
+#define PAGE_FREE 16
+#define PAGE_XBLOCK_SIZE 24 /* in the word at 24: the uint32_t at byte 28 */
+#define PAGE_LOCAL_FREE 32
+#define PAGE_XTHREAD_FREE 40 /* low two bits are flags */
+#define PAGE_XHEAP 48
+#define HEAP_DELAYED_FREE 2840 /* after tld, 129 direct pages and 75 page queues */
+#define HEAP_THREAD_ID 2848
+#define HUGE_BLOCK_SIZE ((uint32_t)1 << 31) /* xblock_size of a huge page */
+#define DELAYED_STEPS_MAX 65536
+
+static bool layout_ok;
+
+/* Whether the word at a is known to be mapped readable: the control arena's commit map knows,
+ * and a dataplane chunk is mapped whole while live or draining. */
+static bool known_readable(uintptr_t a) {
+  const uintptr_t offset = a - nic_commit_map.base;
+  if (offset < __atomic_load_n(&nic_commit_map.checked, __ATOMIC_RELAXED))
+    return nic_commit_map_readable(offset);
+  if (nic_in_dp((const void *)a)) return nic_chunk_readable(nic_chunk_index((const void *)a));
+  return false;
+}
+
+/* The calling thread's own heaps live as long as it does. */
+static bool own_heap(uintptr_t heap) {
+  return heap == (uintptr_t)mi_heap_get_default() || heap == (uintptr_t)mi_heap_get_backing();
+}
+
+/* Relaxed atomic loads: other threads may write these words meanwhile. Words nothing vouches
+ * for (another thread's heap, which mimalloc keeps outside the arena, or a header the commit
+ * map does not cover) are copied by the kernel, which fails on unmapped memory instead of
+ * faulting; where it refuses (a seccomp filter), they are not read. */
+static bool load(uintptr_t a, uintptr_t *out) {
+  if (a & 7) return false;
+  if (known_readable(a)) {
+    *out = __atomic_load_n((const uintptr_t *)a, __ATOMIC_RELAXED);
+    return true;
+  }
+  struct iovec local = {out, sizeof *out}, remote = {(void *)a, sizeof *out};
+  return process_vm_readv(getpid(), &local, 1, &remote, 1, 0) == (ssize_t)sizeof *out;
+}
+
+static bool load_heap_word(uintptr_t heap, uintptr_t offset, uintptr_t *out) {
+  if (own_heap(heap)) {
+    *out = __atomic_load_n((const uintptr_t *)(heap + offset), __ATOMIC_RELAXED);
+    return true;
+  }
+  return load(heap + offset, out);
+}
+
+struct page_view {
+  uintptr_t header, start, end, block_size, capacity;
+  bool in_use;
+};
+
+static bool read_page(uintptr_t p, struct page_view *v) {
+  const uintptr_t segment = (p - 1) & ~SEGMENT_MASK;
+  const uintptr_t slices = segment + SEG_SLICES;
+  const uintptr_t index = (p - segment) >> SLICE_SHIFT;
+  uintptr_t entries, counts, word, sizes;
+  if (!load(segment + SEG_SLICE_ENTRIES, &entries) || index >= entries ||
+      !load(slices + index * PAGE_HEADER + PAGE_SLICE_COUNT, &counts))
+    return false;
+  /* A slice inside a page points back to the page's header. */
+  const uintptr_t back = counts >> 32;
+  if (back > index * PAGE_HEADER || back % PAGE_HEADER) return false;
+  v->header = slices + index * PAGE_HEADER - back;
+  const uintptr_t page_index = index - back / PAGE_HEADER;
+  if (!load(v->header + PAGE_SLICE_COUNT, &counts) || !load(v->header + PAGE_CAPACITY, &word) ||
+      !load(v->header + PAGE_XBLOCK_SIZE, &sizes))
+    return false;
+  const uint32_t slice_count = (uint32_t)counts, xblock_size = (uint32_t)(sizes >> 32);
+  /* A span that is no page (any more): nothing in it is allocated. */
+  v->in_use = slice_count != 0 && xblock_size != 0;
+  if (!v->in_use) return true;
+  /* Blocks of up to 1 KiB start 3 * MI_MAX_ALIGN_GUARANTEE bytes into their page. */
+  const uintptr_t start_offset = xblock_size >= 8 && xblock_size <= 1024 ? 384 : 0;
+  const uintptr_t page_bytes = ((uintptr_t)slice_count << SLICE_SHIFT) - start_offset;
+  v->start = segment + (page_index << SLICE_SHIFT) + start_offset;
+  v->block_size = xblock_size < HUGE_BLOCK_SIZE ? xblock_size : page_bytes;
+  v->capacity = (uint16_t)(word >> 16);
+  v->end = v->start + v->capacity * v->block_size;
+  return v->end <= v->start + page_bytes;
+}
+
+/* NIC_MI_FREE if block is on the list from head, NIC_MI_LIVE if the list ends without it. */
+static enum nic_mi_block_state walk_page_list(const struct page_view *v, uintptr_t head,
+                                              uintptr_t block) {
+  uintptr_t b = head;
+  for (uintptr_t steps = 0; b; steps++) {
+    if (b == block) return NIC_MI_FREE;
+    if (steps >= v->capacity || b < v->start || b >= v->end || (b - v->start) % v->block_size ||
+        !load(b, &b))
+      return NIC_MI_UNKNOWN;
+  }
+  return NIC_MI_LIVE;
+}
+
+/* The heap's list of blocks other threads freed into its full pages: any page of the heap. */
+static enum nic_mi_block_state walk_delayed_list(uintptr_t heap, uintptr_t block) {
+  uintptr_t b;
+  if (!load_heap_word(heap, HEAP_DELAYED_FREE, &b)) return NIC_MI_UNKNOWN;
+  for (unsigned steps = 0; b; steps++) {
+    if (b == block) return NIC_MI_FREE;
+    if (steps >= DELAYED_STEPS_MAX || !load(b, &b)) return NIC_MI_UNKNOWN;
+  }
+  return NIC_MI_LIVE;
+}
+
+enum nic_mi_block_state nic_mi_block_state(const void *ptr) {
+  const uintptr_t p = (uintptr_t)ptr;
+  struct page_view v;
+  if (!__atomic_load_n(&layout_ok, __ATOMIC_RELAXED) || !read_page(p, &v)) return NIC_MI_UNKNOWN;
+  if (!v.in_use) return NIC_MI_FREE;
+  if (p < v.start || p >= v.end) return NIC_MI_UNKNOWN;
+  /* An aligned allocation may hand out a pointer inside its block; lists hold block starts. */
+  const uintptr_t block = p - (p - v.start) % v.block_size;
+  static const unsigned lists[] = {PAGE_FREE, PAGE_LOCAL_FREE, PAGE_XTHREAD_FREE};
+  for (unsigned i = 0; i < sizeof lists / sizeof lists[0]; i++) {
+    uintptr_t head;
+    if (!load(v.header + lists[i], &head)) return NIC_MI_UNKNOWN;
+    if (lists[i] == PAGE_XTHREAD_FREE) head &= ~(uintptr_t)3;
+    const enum nic_mi_block_state state = walk_page_list(&v, head, block);
+    if (state != NIC_MI_LIVE) return state;
+  }
+  uintptr_t heap;
+  if (!load(v.header + PAGE_XHEAP, &heap)) return NIC_MI_UNKNOWN;
+  return heap ? walk_delayed_list(heap, block) : NIC_MI_LIVE; /* none: abandoned, no delayed */
+}
+
+/* The page of p belongs to this thread's default heap, as 2.0.9's layout says it must. */
+static bool owned_here(const void *p) {
+  struct page_view v;
+  uintptr_t heap, heap_thread, segment_thread;
+  const uintptr_t self = (uintptr_t)pthread_self(); /* mimalloc's thread id on glibc x86-64 */
+  return read_page((uintptr_t)p, &v) && v.in_use && v.block_size == mi_usable_size(p) &&
+         load(v.header + PAGE_XHEAP, &heap) && heap == (uintptr_t)mi_heap_get_default() &&
+         load_heap_word(heap, HEAP_THREAD_ID, &heap_thread) && heap_thread == self &&
+         load((((uintptr_t)p - 1) & ~SEGMENT_MASK) + SEG_THREAD_ID, &segment_thread) &&
+         segment_thread == self;
+}
+
+/* Two blocks of a size: both live, then the first freed and found, the second still live. */
+static bool check_size(size_t size) {
+  void *a = mi_malloc(size), *b = mi_malloc(size);
+  bool ok = a && b && owned_here(a) && owned_here(b) && nic_mi_block_state(a) == NIC_MI_LIVE &&
+            nic_mi_block_state(b) == NIC_MI_LIVE;
+  mi_free(a);
+  ok = ok && nic_mi_block_state(a) == NIC_MI_FREE && nic_mi_block_state(b) == NIC_MI_LIVE;
+  mi_free(b);
+  return ok;
+}
+
+void nic_mi_free_lists_init(void) {
+  __atomic_store_n(&layout_ok, true, __ATOMIC_RELAXED);
+  /* Two classes of pages whose blocks start 384 bytes in, and a medium page. */
+  const bool ok = check_size(16) && check_size(1000) && check_size(20000);
+  __atomic_store_n(&layout_ok, ok, __ATOMIC_RELAXED);
+  if (!ok)
+    nic_log_info("mimalloc's free lists are not laid out as in 2.0.9: a free whose block holds "
+                 "the free key is refused as a double free without confirmation");
+}

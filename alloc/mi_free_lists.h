@@ -1,0 +1,26 @@
+/* Whether mimalloc holds a block as free, from its own lists: the confirmation a free key match
+ * (block.h) needs before a free is refused. mimalloc 2.0.9 exports no such answer, so this reads
+ * its page and heap headers with 2.0.9's layout (x86-64 release build, free lists not encoded),
+ * which nic_mi_free_lists_init checks once against real blocks; where the check fails nothing is
+ * confirmed and the answer is NIC_MI_UNKNOWN. Only a key match pays for the walk. */
+#ifndef NIC_MI_FREE_LISTS_H
+#define NIC_MI_FREE_LISTS_H
+
+enum nic_mi_block_state {
+  NIC_MI_LIVE,    /* on none of the lists its page and heap keep */
+  NIC_MI_FREE,    /* on one of them, or its page holds no blocks any more */
+  NIC_MI_UNKNOWN, /* the headers could not be read, or the layout is not the one expected */
+};
+
+/* After the control arena is set up: it allocates and frees a few blocks. */
+void nic_mi_free_lists_init(void);
+
+/* p passed the free check's pointer tests (nic_may_be_block). Never faults: every word it reads
+ * is first known to be mapped readable, links are followed only to blocks of the page (or, on
+ * the heap's delayed list, to readable memory) and for at most as many steps as the page has
+ * blocks. The lists of the calling thread's own pages hold still under the walk; another
+ * thread's can change, and a block it allocates or frees meanwhile can then be missed or found,
+ * which only a double free racing with that thread can run into. */
+enum nic_mi_block_state nic_mi_block_state(const void *p);
+
+#endif

@@ -1,0 +1,224 @@
+/* Where NICMALLOC_PROFILE's file may be written. The profile is written by whoever runs the
+ * program, root included, often into a shared directory such as /tmp, where another user can
+ * plant a symbolic link or a file of their own at the path or at a temporary name, or swap a
+ * directory on the way. So, before every write:
+ * - the directory, resolved once at start-up, is reached again by walking its components without
+ *   following links: a component replaced by a link since start-up is refused. At start-up a link
+ *   on the given path is followed only when root or the process's effective uid owns it (another
+ *   user's link in /tmp could otherwise send root's profile into /etc);
+ * - every directory on the way must be owned by root or the effective uid, and not writable by
+ *   group or others unless sticky (the sticky bit keeps others from renaming or removing our
+ *   entries; without it they could swap the file between our checks and our rename);
+ * - the file must not be a link, must be a regular file, and must be owned by the effective uid.
+ * profile_write.c then never writes the file in place: it writes a new one under a fresh name
+ * (O_EXCL, O_NOFOLLOW) and renames it over the path.
+ * "%u" in the file name stands for the effective uid at the time of writing, so that workers that
+ * drop privileges (nginx: master root, workers www-data) write a file of their own.
+ * Each kind of refusal is said once per process: the file is written again periodically. */
+#define _GNU_SOURCE
+#include "profile_path.h"
+
+#include "log.h"
+#include "nocancel.h"
+
+#include <errno.h>
+#include <limits.h>
+#include <stdarg.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+enum {
+  REFUSE_LINK_ON_PATH,
+  REFUSE_DIR_OWNER,
+  REFUSE_DIR_MODE,
+  REFUSE_DIR_GONE,
+  REFUSE_FILE_LINK,
+  REFUSE_FILE_KIND,
+  REFUSE_FILE_OWNER,
+  REFUSE_FILE_OPEN,
+  REFUSE_KINDS
+};
+
+static char given_abs[PATH_MAX];
+static char dir[PATH_MAX]; /* resolved at start-up */
+static char name_tmpl[NAME_MAX + 1];
+static int warned[REFUSE_KINDS];
+
+static void refuse(int kind, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
+static void refuse(int kind, const char *fmt, ...) {
+  if (!nic_first_time(&warned[kind])) return;
+  char why[PATH_MAX + 128];
+  va_list ap;
+  va_start(ap, fmt);
+  vsnprintf(why, sizeof why, fmt, ap);
+  va_end(ap);
+  nic_log_warn("NICMALLOC_PROFILE=%s: %s; not written", given_abs, why);
+}
+
+const char *nic_prof_path_shown(void) {
+  return given_abs;
+}
+
+/* A directory others can change under us: owned by another user, or writable by group or
+ * others without the sticky bit. */
+static bool dir_ok(const struct stat *st, const char *shown) {
+  const uid_t me = geteuid();
+  if (st->st_uid != me && st->st_uid != 0) {
+    refuse(REFUSE_DIR_OWNER, "directory %s is owned by uid %u, not by root or uid %u", shown,
+           (unsigned)st->st_uid, (unsigned)me);
+    return false;
+  }
+  if ((st->st_mode & (S_IWGRP | S_IWOTH)) && !(st->st_mode & S_ISVTX)) {
+    refuse(REFUSE_DIR_MODE, "directory %s is writable by %s without the sticky bit", shown,
+           st->st_mode & S_IWOTH ? "others" : "its group");
+    return false;
+  }
+  return true;
+}
+
+int nic_prof_path_open_dir(char *name, size_t cap) {
+  /* The name for the current effective uid. */
+  size_t n = 0;
+  for (const char *t = name_tmpl; *t && n + 12 < cap; t++) {
+    if (t[0] == '%' && t[1] == 'u') {
+      n += (size_t)snprintf(name + n, cap - n, "%u", (unsigned)geteuid());
+      t++;
+    } else {
+      name[n++] = *t;
+    }
+  }
+  name[n] = '\0';
+  int fd = nic_open_nocancel("/", O_PATH | O_DIRECTORY | O_CLOEXEC);
+  struct stat st;
+  if (fd < 0 || fstat(fd, &st) || !dir_ok(&st, "/")) goto fail;
+  char walked[PATH_MAX] = "";
+  size_t walked_len = 0;
+  for (const char *at = dir; *at;) {
+    while (*at == '/')
+      at++;
+    if (!*at) break;
+    const char *end = strchr(at, '/');
+    size_t len = end ? (size_t)(end - at) : strlen(at);
+    char comp[NAME_MAX + 1];
+    if (len > NAME_MAX || walked_len + len + 2 > sizeof walked) goto fail;
+    memcpy(comp, at, len);
+    comp[len] = '\0';
+    walked[walked_len++] = '/';
+    memcpy(walked + walked_len, comp, len + 1);
+    walked_len += len;
+    int next = openat(fd, comp, O_PATH | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC);
+    if (next < 0) {
+      if (errno == ELOOP || errno == ENOTDIR)
+        refuse(REFUSE_DIR_GONE, "%s is no longer the directory it was at start-up but a link",
+               walked);
+      else
+        refuse(REFUSE_DIR_GONE, "directory %s cannot be opened (%s)", walked, strerror(errno));
+      goto fail;
+    }
+    nic_close_nocancel(fd);
+    fd = next;
+    if (fstat(fd, &st) || !dir_ok(&st, walked)) goto fail;
+    at += len;
+  }
+  return fd;
+fail:
+  if (fd >= 0) nic_close_nocancel(fd);
+  return -1;
+}
+
+int nic_prof_path_open_file(int dirfd, const char *name) {
+  int fd = openat(dirfd, name, O_RDONLY | O_NOFOLLOW | O_NONBLOCK | O_CLOEXEC);
+  if (fd < 0) {
+    if (errno == ENOENT) return -1;
+    struct stat st;
+    if (errno == ELOOP ||
+        (fstatat(dirfd, name, &st, AT_SYMLINK_NOFOLLOW) == 0 && S_ISLNK(st.st_mode))) {
+      refuse(REFUSE_FILE_LINK, "%s/%s is a symbolic link", dir, name);
+    } else {
+      refuse(REFUSE_FILE_OPEN, "%s/%s cannot be opened (%s)", dir, name, strerror(errno));
+    }
+    return -2;
+  }
+  struct stat st;
+  const uid_t me = geteuid();
+  if (fstat(fd, &st) || !S_ISREG(st.st_mode)) {
+    refuse(REFUSE_FILE_KIND, "%s/%s is not a regular file", dir, name);
+  } else if (st.st_uid != me) {
+    refuse(REFUSE_FILE_OWNER,
+           "%s/%s is owned by uid %u, not by uid %u (put %%u in the file name "
+           "for a profile per user)",
+           dir, name, (unsigned)st.st_uid, (unsigned)me);
+  } else {
+    return fd;
+  }
+  nic_close_nocancel(fd);
+  return -2;
+}
+
+/* A link on the given directory path is followed only when root or we made it. Each prefix is
+ * looked at with lstat, the parts before it having passed already. */
+static bool links_ok(const char *path) {
+  char prefix[PATH_MAX];
+  const uid_t me = geteuid();
+  for (const char *at = strchr(path + 1, '/');; at = strchr(at + 1, '/')) {
+    size_t len = at ? (size_t)(at - path) : strlen(path);
+    if (len >= sizeof prefix) return false;
+    memcpy(prefix, path, len);
+    prefix[len] = '\0';
+    struct stat st;
+    if (len > 1 && lstat(prefix, &st) == 0 && S_ISLNK(st.st_mode) && st.st_uid != me &&
+        st.st_uid != 0) {
+      refuse(REFUSE_LINK_ON_PATH, "%s is a symbolic link of uid %u", prefix, (unsigned)st.st_uid);
+      return false;
+    }
+    if (!at) return true;
+  }
+}
+
+bool nic_prof_path_start(const char *given) {
+  char full[PATH_MAX];
+  int n = 0;
+  if (given[0] != '/') {
+    char cwd[PATH_MAX];
+    if (!getcwd(cwd, sizeof cwd)) cwd[0] = '\0';
+    n = snprintf(full, sizeof full, "%s/%s", cwd, given);
+  } else {
+    n = snprintf(full, sizeof full, "%s", given);
+  }
+  snprintf(given_abs, sizeof given_abs, "%s", n > 0 && (size_t)n < sizeof full ? full : given);
+  char *slash = strrchr(full, '/');
+  const char *base = slash ? slash + 1 : "";
+  if (n <= 0 || (size_t)n >= sizeof full || !*base || !strcmp(base, ".") || !strcmp(base, "..") ||
+      strlen(base) > NAME_MAX - 24) {
+    nic_log_warn("NICMALLOC_PROFILE=%s: not a path to a file (or too long); no profile", given);
+    return false;
+  }
+  snprintf(name_tmpl, sizeof name_tmpl, "%s", base);
+  *slash = '\0';
+  if (!full[0]) snprintf(full, sizeof full, "/");
+  if (!links_ok(full)) return false;
+  if (!realpath(full, dir)) {
+    nic_log_warn("NICMALLOC_PROFILE=%s cannot be written (%s); no profile", given_abs,
+                 strerror(errno));
+    return false;
+  }
+  if (!strcmp(dir, "/")) dir[0] = '\0'; /* the walk adds the slashes */
+  /* Said now, not after the whole run; a refusal here is said once and the check is made again
+   * at each write, where a worker may have another uid. */
+  char name[NAME_MAX + 1];
+  int dirfd = nic_prof_path_open_dir(name, sizeof name);
+  if (dirfd < 0) return true;
+  if (faccessat(AT_FDCWD, dir[0] ? dir : "/", W_OK | X_OK, AT_EACCESS)) {
+    nic_log_warn("NICMALLOC_PROFILE=%s cannot be written (%s); no profile", given_abs,
+                 strerror(errno));
+    nic_close_nocancel(dirfd);
+    return false;
+  }
+  int fd = nic_prof_path_open_file(dirfd, name);
+  if (fd >= 0) nic_close_nocancel(fd);
+  nic_close_nocancel(dirfd);
+  return true;
+}

@@ -1,0 +1,137 @@
+#!/usr/bin/env bash
+# A setuid-root program linked with -lnicmalloc, run by an unprivileged user this test creates,
+# with NICMALLOC_* settings an attacker would pass: none of them may name a file, a plugin or an
+# argument for the root process. Each attack is first run without the setuid bit (root runs the
+# probe itself, no secure execution) to show that it would work, so the checks can fail.
+#   setuid.sh <directory of libnicmalloc.so> <source directory> <C compiler>
+set -u
+libdir=$1 src=$2 cc=${3:-cc}
+skip() {
+  echo "SKIP: $*"
+  exit 77
+}
+fail() {
+  echo "FAIL: $*"
+  failed=1
+}
+failed=0
+
+[ "$(id -u)" = 0 ] || skip "needs root to make a setuid-root program and a user"
+command -v useradd >/dev/null && command -v setpriv >/dev/null || skip "useradd or setpriv missing"
+
+user=nicsec$$
+work=$(mktemp -d /tmp/nicmalloc-setuid.XXXXXX)
+cleanup() {
+  userdel -r "$user" >/dev/null 2>&1
+  rm -rf "$work"
+}
+trap cleanup EXIT
+# A home outside /tmp: EAL refuses plugins under a world-writable folder, a user's home is not.
+useradd -m -r -s /usr/sbin/nologin "$user" || skip "useradd $user failed"
+uid=$(id -u "$user") gid=$(id -g "$user")
+home=$(getent passwd "$user" | cut -d: -f6)
+[ -d "$home" ] || skip "useradd made no home for $user"
+
+# Everything the unprivileged user runs must be reachable by them: copies under one 0755 folder.
+chmod 755 "$work"
+bin=$work/bin secret=$work/secret
+mkdir -p "$bin" "$secret"
+chmod 755 "$bin"
+chmod 700 "$secret"
+cp -P "$libdir"/libnicmalloc*.so* "$bin"/
+"$cc" -o "$bin/probe" "$src/tests/security/setuid_probe.c" -I"$src/include" -L"$bin" \
+  -lnicmalloc -Wl,-rpath,"$bin" || skip "cannot build the probe"
+"$cc" -shared -fPIC -o "$home/evil.so" "$src/tests/security/evil_plugin.c" ||
+  skip "cannot build the plugin"
+chown "$user:" "$home/evil.so"
+# Root's site table, whose strings a duplicate id would echo.
+for i in 1 2; do
+  echo '{"module":"m","sites":[{"file":"SECRET-7f3a9.c","function":"f","id":5,"line":'$i'}]}'
+done >"$secret/file"
+chmod 600 "$secret/file"
+
+as_root() { env -i PATH=/usr/bin:/bin "$@" "$bin/probe" 2>&1; }
+as_user() {
+  setpriv --reuid="$uid" --regid="$gid" --clear-groups env -i PATH=/usr/bin:/bin "$@" \
+    "$bin/probe" 2>&1
+}
+
+chmod 4755 "$bin/probe"
+out=$(as_user)
+case "$out" in
+*"euid 0 uid $uid"*) ;;
+*) skip "the setuid bit does not take effect here (nosuid mount or no_new_privs): $out" ;;
+esac
+echo "setuid probe runs with euid 0 for uid $uid"
+
+setuid_on() { chmod 4755 "$bin/probe"; }
+setuid_off() { chmod 0755 "$bin/probe"; }
+
+# 1. NICMALLOC_PROFILE creates (and would overwrite) a file in a root-only folder.
+setuid_off
+rm -f "$secret/profile"
+as_root NICMALLOC_PROFILE="$secret/profile" >/dev/null
+[ -e "$secret/profile" ] || fail "control: the probe wrote no profile without setuid"
+rm -f "$secret/profile"
+setuid_on
+out=$(as_user NICMALLOC_PROFILE="$secret/profile")
+[ -e "$secret/profile" ] && fail "NICMALLOC_PROFILE created $secret/profile as root: $out"
+case "$out" in
+*"secure execution"*NICMALLOC_PROFILE*) ;;
+*) fail "no line saying NICMALLOC_PROFILE was ignored: $out" ;;
+esac
+[ "$(printf '%s\n' "$out" | grep -c nicmalloc)" = 1 ] || fail "more than one line: $out"
+echo "NICMALLOC_PROFILE: ignored"
+
+# 2. NICMALLOC_SITE_TABLE echoes strings of a root-only file in a warning.
+setuid_off
+out=$(as_root NICMALLOC_SITES_OFF=nosuchsite NICMALLOC_SITE_TABLE="$secret/file")
+case "$out" in
+*SECRET-7f3a9*) ;;
+*) fail "control: without setuid the site table's text is not echoed: $out" ;;
+esac
+setuid_on
+out=$(as_user NICMALLOC_SITES_OFF=nosuchsite NICMALLOC_SITE_TABLE="$secret/file")
+case "$out" in
+*SECRET-7f3a9*) fail "NICMALLOC_SITE_TABLE read a root-only file back: $out" ;;
+esac
+echo "NICMALLOC_SITE_TABLE: ignored"
+
+# 3. NICMALLOC_SITES tells whether a root-only file exists.
+setuid_off
+a=$(as_root NICMALLOC_SITES="$secret/file" | sed "s#$secret/file#PATH#g")
+b=$(as_root NICMALLOC_SITES="$secret/none" | sed "s#$secret/none#PATH#g")
+[ "$a" != "$b" ] || fail "control: without setuid an existing and a missing file answer alike: $a"
+setuid_on
+a=$(as_user NICMALLOC_SITES="$secret/file" | sed "s#$secret/file#PATH#g")
+b=$(as_user NICMALLOC_SITES="$secret/none" | sed "s#$secret/none#PATH#g")
+[ "$a" = "$b" ] || fail "NICMALLOC_SITES tells an existing root-only file from a missing one:
+  existing: $a
+  missing:  $b"
+echo "NICMALLOC_SITES: no answer differs"
+
+# 4. NICMALLOC_DPDK_EAL_ARGS makes the root process load the user's library.
+if ls "$bin"/libnicmalloc-dpdk.so >/dev/null 2>&1; then
+  eal="--no-huge -m 64 --no-pci --no-shconf --no-telemetry -d $home/evil.so"
+  setuid_off
+  rm -f "$home/mark"
+  as_root EVIL_MARK="$home/mark" NICMALLOC_BACKEND=dpdk NICMALLOC_DPDK_EAL_ARGS="$eal" >/dev/null
+  [ -e "$home/mark" ] || fail "control: EAL did not load the plugin without setuid"
+  rm -f "$home/mark"
+  setuid_on
+  out=$(as_user EVIL_MARK="$home/mark" NICMALLOC_BACKEND=dpdk NICMALLOC_DPDK_EAL_ARGS="$eal")
+  [ -e "$home/mark" ] && fail "the user's plugin ran in the root process ($(cat "$home/mark")): $out"
+  echo "NICMALLOC_DPDK_EAL_ARGS: ignored"
+else
+  echo "SKIP part: the dpdk plugin is not built here, NICMALLOC_DPDK_EAL_ARGS not tried"
+fi
+
+# 5. Settings that only tune: ignored too, with the one line.
+out=$(as_user NICMALLOC_DP_MIN_SIZE=1 NICMALLOC_MAX_CHUNKS=48 NICMALLOC_FREE_CHECK=0)
+case "$out" in
+*"secure execution"*NICMALLOC_DP_MIN_SIZE*) ;;
+*) fail "no line saying NICMALLOC_DP_MIN_SIZE was ignored: $out" ;;
+esac
+
+[ "$failed" = 0 ] && echo "setuid: every attack refused"
+exit "$failed"
