@@ -57,26 +57,28 @@ static bool wants_dataplane(size_t size, enum nic_route route) {
          (size >= nic_auto_dp_threshold && nic_auto_dp_threshold != SIZE_MAX);
 }
 
-/* One warning per cause: the first time each one sends a request elsewhere. A refused pin was
- * already explained by chunks.c. */
-static void warn_once(enum nic_dp_failure why, size_t size, bool fail) {
-  static int warned[NIC_DP_NO_THREAD + 1];
-  if (why == NIC_DP_MAP_REFUSED || __atomic_exchange_n(&warned[why], 1, __ATOMIC_RELAXED)) return;
+/* Said once per cause, the first time each one sends a request elsewhere (counted in the stats
+ * every time); a warning only where NICMALLOC_ON_PIN_FAIL=fail makes it refuse the request. A
+ * refused pin or mapping was already explained by chunks.c. */
+static void report_once(enum nic_dp_failure why, size_t size, bool fail) {
   const char *outcome =
       fail ? "returning ENOMEM (NICMALLOC_ON_PIN_FAIL=fail)" : "serving it from the control heap";
   switch (why) {
   case NIC_DP_TOO_LARGE:
-    nic_log_warn("a dataplane request of %zu bytes is larger than a chunk can hold (%zu; see "
-                 "NICMALLOC_CHUNK_SIZE); %s",
-                 size, nic_dp_max_request(), outcome);
+    nic_log_fallback_once(fail,
+                          "a dataplane request of %zu bytes is larger than a chunk can hold (%zu; "
+                          "see NICMALLOC_CHUNK_SIZE); %s",
+                          size, nic_dp_max_request(), outcome);
     break;
   case NIC_DP_CAP:
-    nic_log_warn("dataplane chunks are full and the cap of %u chunks is reached (see "
-                 "NICMALLOC_MAX_CHUNKS); %s, and later ones too",
-                 nic_config()->max_chunks, outcome);
+    nic_log_fallback_once(fail,
+                          "dataplane chunks are full and the cap of %u chunks is reached (see "
+                          "NICMALLOC_MAX_CHUNKS); %s, and later ones too",
+                          nic_config()->max_chunks, outcome);
     break;
   case NIC_DP_NO_THREAD:
-    nic_log_warn("a dataplane request came from a thread past its last exit hook; %s", outcome);
+    nic_log_fallback_once(
+        fail, "a dataplane request came from a thread past its last exit hook; %s", outcome);
     break;
   default:
     break;
@@ -94,7 +96,7 @@ static void *dataplane_or_policy(size_t size, size_t alignment, bool zero) {
   }
   const bool fail = nic_config()->on_pin_fail == NIC_PIN_FAIL_FAIL;
   __atomic_add_fetch(fail ? &dataplane_failures : &dataplane_fallbacks, 1, __ATOMIC_RELAXED);
-  warn_once(why, size, fail);
+  report_once(why, size, fail);
   if (fail) return NULL;
   return control_alloc(size, alignment, zero);
 }
@@ -104,11 +106,9 @@ static void *dataplane_or_policy(size_t size, size_t alignment, bool zero) {
 #define NIC_MAX_ALIGNMENT ((size_t)16 << 20)
 
 static void *refuse_alignment(size_t alignment) {
-  static int warned;
-  if (!__atomic_exchange_n(&warned, 1, __ATOMIC_RELAXED))
-    nic_log_warn("an alignment of %zu bytes is over the largest mimalloc 2.0.9 serves (%zu); "
-                 "returning ENOMEM for it and any such request",
-                 alignment, NIC_MAX_ALIGNMENT);
+  nic_log_warn_once("an alignment of %zu bytes is over the largest mimalloc 2.0.9 serves (%zu); "
+                    "returning ENOMEM for it and any such request",
+                    alignment, NIC_MAX_ALIGNMENT);
   return NULL;
 }
 

@@ -22,17 +22,16 @@ unsigned nic_chunk_epoch;
 struct nic_chunk nic_chunks[CHUNK_SLOTS];
 static unsigned slots_used;
 static pthread_mutex_t chunk_lock = PTHREAD_MUTEX_INITIALIZER;
-static uint64_t created, released, page_fallbacks, pin_failures;
+static uint64_t created, released, page_fallbacks, pin_failures, refusals;
 static enum nic_page_kind last_kind;
-static bool warned_page_kind, warned_pin, warned_map, warned_arena;
 /* A chunk refused (its mapping, its arena, or its pin under NICMALLOC_ON_PIN_FAIL=fail) is not
  * tried again on every request: each try maps and prefaults a whole chunk. The next try waits
  * 1 s, doubling up to a minute. */
 static uint64_t retry_at_ms, backoff_ms;
 
 /* A refused reservation (an address-space limit) is not asked for again on every dataplane
- * request: one warning, then one more try a second later at most. Only the thread that wins
- * reserving tries, or two reservations could race and one be lost. */
+ * request: one more try a second later at most. Only the thread that wins reserving tries, or
+ * two reservations could race and one be lost. */
 static uint64_t reserve_retry_at_ms;
 static int reserving;
 
@@ -42,12 +41,7 @@ static int reserve_locked(void) {
   size_t span = (size_t)cfg->max_chunks * cfg->chunk_size;
   void *base = nic_vspace_reserve(span, cfg->chunk_size, NIC_DATAPLANE_HINT);
   if (!base) {
-    if (!__atomic_load_n(&reserve_retry_at_ms, __ATOMIC_RELAXED))
-      nic_log_warn("cannot reserve %zu bytes of address space for dataplane chunks below 20 TiB "
-                   "(an address-space limit?); dataplane requests %s until it can",
-                   span,
-                   cfg->on_pin_fail == NIC_PIN_FAIL_FAIL ? "get ENOMEM (NICMALLOC_ON_PIN_FAIL=fail)"
-                                                         : "use the control heap");
+    __atomic_add_fetch(&nic_vspace_refusals, 1, __ATOMIC_RELAXED);
     __atomic_store_n(&reserve_retry_at_ms, nic_now_ms() + 1000, __ATOMIC_RELAXED);
     return -ENOMEM;
   }
@@ -57,7 +51,7 @@ static int reserve_locked(void) {
   return 0;
 }
 
-int nic_dp_reserve(void) {
+int nic_dp_reserve_early(void) {
   if (__atomic_load_n(&nic_dp.base, __ATOMIC_ACQUIRE)) return 0;
   uint64_t retry_at = __atomic_load_n(&reserve_retry_at_ms, __ATOMIC_RELAXED);
   if (retry_at && nic_now_ms() < retry_at) return -ENOMEM;
@@ -67,19 +61,37 @@ int nic_dp_reserve(void) {
   return rc;
 }
 
+/* Said when a request meets the refusal, not at start-up: under ulimit -v most programs never
+ * ask for dataplane memory. */
+int nic_dp_reserve(void) {
+  int rc = nic_dp_reserve_early();
+  if (rc && __atomic_load_n(&reserve_retry_at_ms, __ATOMIC_RELAXED)) {
+    const struct nic_config *cfg = nic_config();
+    const bool fail = cfg->on_pin_fail == NIC_PIN_FAIL_FAIL;
+    nic_log_fallback_once(fail,
+                          "cannot reserve %zu bytes of address space for dataplane chunks below 20 "
+                          "TiB (an address-space limit?); dataplane requests %s until it can",
+                          (size_t)cfg->max_chunks * cfg->chunk_size,
+                          fail ? "get ENOMEM (NICMALLOC_ON_PIN_FAIL=fail)"
+                               : "use the control heap");
+  }
+  return rc;
+}
+
 unsigned nic_chunk_slots_used(void) {
   return __atomic_load_n(&slots_used, __ATOMIC_ACQUIRE);
 }
 
+/* Smaller pages than the default asks for are the common case (no hugetlb pool): a warning only
+ * when NICMALLOC_PAGE_KIND named the kind. */
 static void report_mapping(unsigned index, const struct nic_mapping *m, enum nic_page_kind want) {
   if (m->kind < want) {
     page_fallbacks++;
-    if (!warned_page_kind) {
-      warned_page_kind = true;
-      nic_log_warn("dataplane chunk %u is backed by %s pages, not %s (hugetlb pool too small? see "
-                   "/sys/kernel/mm/hugepages); further chunks are counted in the stats",
-                   index, nic_page_kind_name(m->kind), nic_page_kind_name(want));
-    }
+    nic_log_fallback_once(nic_config()->page_kind_set,
+                          "dataplane chunk %u is backed by %s pages, not %s (hugetlb pool too "
+                          "small? see /sys/kernel/mm/hugepages); further chunks are counted in "
+                          "the stats",
+                          index, nic_page_kind_name(m->kind), nic_page_kind_name(want));
   }
   nic_log_info("dataplane chunk %u mapped: %s pages, %s", index, nic_page_kind_name(m->kind),
                m->pinned ? "pinned" : "NOT pinned");
@@ -90,16 +102,14 @@ static bool accept_pin_result(unsigned index, const struct nic_mapping *m) {
   if (m->pinned) return true;
   pin_failures++;
   const bool fail = nic_config()->on_pin_fail == NIC_PIN_FAIL_FAIL;
-  if (!warned_pin) {
-    warned_pin = true;
-    struct rlimit lim = {0, 0};
-    getrlimit(RLIMIT_MEMLOCK, &lim);
-    nic_log_warn("cannot lock dataplane chunk %u in memory (mlock: %s; RLIMIT_MEMLOCK is %lu "
-                 "bytes, CAP_IPC_LOCK lifts it); %s",
-                 index, strerror(m->pin_errno), (unsigned long)lim.rlim_cur,
-                 fail ? "NICMALLOC_ON_PIN_FAIL=fail: dataplane requests get ENOMEM"
-                      : "using it unpinned (NICMALLOC_ON_PIN_FAIL=fallback)");
-  }
+  struct rlimit lim = {0, 0};
+  getrlimit(RLIMIT_MEMLOCK, &lim);
+  nic_log_fallback_once(fail,
+                        "cannot lock dataplane chunk %u in memory (mlock: %s; RLIMIT_MEMLOCK is "
+                        "%lu bytes, CAP_IPC_LOCK lifts it); %s",
+                        index, strerror(m->pin_errno), (unsigned long)lim.rlim_cur,
+                        fail ? "NICMALLOC_ON_PIN_FAIL=fail: dataplane requests get ENOMEM"
+                             : "using it unpinned (NICMALLOC_ON_PIN_FAIL=fallback)");
   return !fail;
 }
 
@@ -132,16 +142,16 @@ static int create_locked(unsigned *index_out) {
   if (want == NIC_PAGE_1G && cfg->chunk_size < (1ul << 30)) want = NIC_PAGE_2M;
   struct nic_mapping m;
   int rc = nic_map_chunk(base, cfg->chunk_size, want, &m);
+  const bool fail = cfg->on_pin_fail == NIC_PIN_FAIL_FAIL;
   if (rc) {
-    if (!warned_map) {
-      warned_map = true;
-      nic_log_warn("cannot map dataplane chunk %u (%s); dataplane requests get the "
-                   "NICMALLOC_ON_PIN_FAIL policy meanwhile, and it is tried again later",
-                   index,
-                   rc == -EDQUOT ? "it would not fit under the memory cgroup's limit, and "
-                                   "prefaulting it would wake the OOM killer"
-                                 : strerror(-rc));
-    }
+    refusals++;
+    nic_log_fallback_once(fail,
+                          "cannot map dataplane chunk %u (%s); dataplane requests get the "
+                          "NICMALLOC_ON_PIN_FAIL policy meanwhile, and it is tried again later",
+                          index,
+                          rc == -EDQUOT ? "it would not fit under the memory cgroup's limit, and "
+                                          "prefaulting it would wake the OOM killer"
+                                        : strerror(-rc));
     return refuse_for_a_while();
   }
   report_mapping(index, &m, want);
@@ -154,13 +164,12 @@ static int create_locked(unsigned *index_out) {
    * keeps its arena: mimalloc cannot remove one. */
   if (!c->has_arena &&
       !mi_manage_os_memory_ex(base, cfg->chunk_size, true, true, true, -1, true, &c->arena)) {
-    if (!warned_arena) {
-      warned_arena = true;
-      nic_log_warn("mimalloc refused dataplane chunk %u as an arena (at most 64 arenas per "
-                   "process, and its bookkeeping needs memory: RLIMIT_DATA?); it is tried "
-                   "again later",
-                   index);
-    }
+    refusals++;
+    nic_log_fallback_once(fail,
+                          "mimalloc refused dataplane chunk %u as an arena (at most 64 arenas per "
+                          "process, and its bookkeeping needs memory: RLIMIT_DATA?); it is tried "
+                          "again later",
+                          index);
     nic_unmap_chunk(base, cfg->chunk_size);
     return refuse_for_a_while();
   }
@@ -171,7 +180,6 @@ static int create_locked(unsigned *index_out) {
   c->empty_since_ms = 0;
   c->registered = 0;
   c->reg_retry_at_ms = 0;
-  c->reg_warned = false;
   last_kind = m.kind;
   created++;
   nic_chunk_set_state(index, NIC_CHUNK_LIVE);
@@ -190,7 +198,7 @@ int nic_chunk_register(unsigned index, struct nic_registration *out) {
   if (!b) return -ENODEV;
   pthread_mutex_lock(&chunk_lock);
   int rc = 0;
-  bool warn = false;
+  bool refused = false;
   if (c->state != NIC_CHUNK_LIVE && c->state != NIC_CHUNK_DRAINING)
     rc = -ENOENT;
   else if (!c->registered && c->reg_retry_at_ms && nic_now_ms() < c->reg_retry_at_ms)
@@ -203,15 +211,14 @@ int nic_chunk_register(unsigned index, struct nic_registration *out) {
   else if (rc) {
     c->reg_error = rc;
     c->reg_retry_at_ms = nic_now_ms() + 1000;
-    warn = !c->reg_warned;
-    c->reg_warned = true;
+    refused = true;
   }
   if (rc == 0) *out = c->reg;
   pthread_mutex_unlock(&chunk_lock);
-  if (warn)
-    nic_log_warn("cannot register dataplane chunk %u with backend %s (%s); it is tried again "
-                 "after a second, and its memory cannot reach the NIC meanwhile",
-                 index, b->name, strerror(-rc));
+  if (refused)
+    nic_log_warn_once("cannot register dataplane chunk %u with backend %s (%s); it is tried again "
+                      "after a second, and its memory cannot reach the NIC meanwhile",
+                      index, b->name, strerror(-rc));
   return rc;
 }
 
@@ -257,6 +264,7 @@ void nic_chunk_totals(struct nic_chunk_totals *out) {
   out->released = released;
   out->page_fallbacks = page_fallbacks;
   out->pin_failures = pin_failures;
+  out->refusals = refusals;
   out->last_kind = last_kind;
   pthread_mutex_unlock(&chunk_lock);
 }

@@ -35,7 +35,6 @@ struct nic_chunk {
    * until reg_retry_at_ms rather than asked of the backend on every entry. */
   uint64_t reg_retry_at_ms;
   int reg_error;
-  bool reg_warned;
 };
 
 struct nic_dp_range {
@@ -57,6 +56,8 @@ static inline void *nic_chunk_base(unsigned index) {
 
 /* Reserves the range. Idempotent. Returns 0 or -errno (then no dataplane memory exists). */
 int nic_dp_reserve(void);
+/* The same at start-up, before anything asked for dataplane memory: says nothing. */
+int nic_dp_reserve_early(void);
 /* Bumped on every chunk state change, and when the stats want fresh usage figures: threads
  * compare it with the value they last saw to learn, with one load, that they must refresh. */
 extern unsigned nic_chunk_epoch __attribute__((visibility("hidden")));
@@ -91,6 +92,7 @@ struct nic_chunk_totals {
   uint32_t live, draining;
   size_t mapped_bytes, pinned_bytes;
   uint64_t created, released, page_fallbacks, pin_failures;
+  uint64_t refusals; /* chunks the kernel would not map or mimalloc not take as an arena */
   enum nic_page_kind last_kind;
 };
 void nic_chunk_totals(struct nic_chunk_totals *out);

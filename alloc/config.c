@@ -125,6 +125,7 @@ static void read_page_kind(void) {
   for (size_t i = 0; i < sizeof kinds / sizeof kinds[0]; i++)
     if (!strcmp(text, kinds[i].name)) {
       config.page_kind = kinds[i].kind;
+      config.page_kind_set = true;
       return;
     }
   warn_bad("NICMALLOC_PAGE_KIND", text, "auto, 1g, 2m, thp or 4k");

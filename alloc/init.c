@@ -39,8 +39,10 @@ static void tune_control_heap(const struct nic_config *cfg) {
 
 static void init_once(void) {
   nic_free_key_init(); /* before anything here allocates */
-  nic_log_note_stderr();
+  /* Settings first: whether a copy of stderr is kept depends on them, and their warnings go to
+   * fd 2 as it is, the start-up stderr by definition. */
   const struct nic_config *cfg = nic_config();
+  nic_log_note_stderr(cfg->stats_at_exit);
   if (cfg->dp_min_size) nic_auto_dp_threshold = cfg->dp_min_size;
   nic_free_check = cfg->free_check;
   /* Profiling or routing sends (some) mallocs to the slow path, where profile.c sees them. */
@@ -51,7 +53,7 @@ static void init_once(void) {
   /* Before mimalloc maps its first segment: see vspace.h. */
   nic_control_arena_init(nic_free_check);
   nic_huge_cache_init(nic_control_size);
-  nic_dp_reserve();
+  nic_dp_reserve_early();
   nic_small_usable_init();  /* after the arena: it allocates */
   nic_mi_free_lists_init(); /* it allocates too */
   nic_site_table_apply();

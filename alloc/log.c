@@ -67,6 +67,44 @@ void nic_log_info(const char *fmt, ...) {
   va_end(ap);
 }
 
+#define KINDS 128
+
+struct kind {
+  int state; /* 0 free, 1 being written, 2 ready */
+  uintptr_t site, a, b;
+};
+static struct kind kinds[KINDS];
+
+bool nic_first_time_key(uintptr_t site, uintptr_t a, uintptr_t b) {
+  for (unsigned i = 0; i < KINDS; i++) {
+    struct kind *k = &kinds[i];
+    int state = __atomic_load_n(&k->state, __ATOMIC_ACQUIRE);
+    if (state == 2 && k->site == site && k->a == a && k->b == b) return false;
+    if (state == 0) {
+      int expected = 0;
+      if (!__atomic_compare_exchange_n(&k->state, &expected, 1, false, __ATOMIC_ACQUIRE,
+                                       __ATOMIC_RELAXED)) {
+        i--; /* taken under us: look at it again */
+        continue;
+      }
+      k->site = site;
+      k->a = a;
+      k->b = b;
+      __atomic_store_n(&k->state, 2, __ATOMIC_RELEASE);
+      return true;
+    }
+  }
+  return false;
+}
+
+void nic_log_fallback(bool explicit_setting_refused, const char *fmt, ...) {
+  if (!explicit_setting_refused && !nic_config()->verbose) return;
+  va_list ap;
+  va_start(ap, fmt);
+  log_with_prefix(explicit_setting_refused ? "nicmalloc: warning: " : "nicmalloc: ", fmt, ap);
+  va_end(ap);
+}
+
 void nic_fatal(const char *fmt, ...) {
   va_list ap;
   va_start(ap, fmt);

@@ -174,7 +174,7 @@ void nic_reaper_start(void) {
   if (pthread_create(&thread, NULL, reaper_main, NULL) == 0)
     pthread_detach(thread);
   else
-    nic_log_warn("cannot start the chunk reaper thread; empty chunks stay pinned");
+    nic_log_info("cannot start the chunk reaper thread; empty chunks stay pinned");
   pthread_sigmask(SIG_SETMASK, &old, NULL);
 }
 

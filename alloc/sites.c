@@ -1,6 +1,7 @@
 /* The allocation-site ABI the LLVM pass emits: a site allocates dataplane memory while its bit
  * in the site table is on (every site starts on). */
 #include "alloc_inline.h"
+#include "api_errors.h"
 #include "log.h"
 #include "nicmalloc.h"
 
@@ -59,7 +60,7 @@ NIC_EXPORT void *nic_aligned_alloc_site(size_t alignment, size_t size, uint32_t 
 
 NIC_EXPORT int nic_posix_memalign_site(void **out, size_t alignment, size_t size, uint32_t site) {
   if (!out) {
-    nic_log_error("nic_posix_memalign_site(NULL, %zu, %zu, %u): nowhere to store the block",
+    nic_api_error(other, "nic_posix_memalign_site(NULL, %zu, %zu, %u): nowhere to store the block",
                   alignment, size, site);
     return EINVAL;
   }

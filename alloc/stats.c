@@ -1,5 +1,6 @@
 /* nic_get_stats and the readable report NICMALLOC_STATS=1 prints at exit. */
 #include "alloc.h"
+#include "api_errors.h"
 #include "backend.h"
 #include "chunks.h"
 #include "config.h"
@@ -20,6 +21,8 @@
 #include <string.h>
 
 #define NIC_EXPORT __attribute__((visibility("default")))
+
+struct nic_api_error_counts nic_api_errors;
 #define SEGMENT_SIZE ((size_t)32 << 20)
 
 NIC_EXPORT const char *nic_page_kind_name(enum nic_page_kind kind) {
@@ -60,7 +63,7 @@ static size_t segment_bytes(unsigned chunk) {
 
 NIC_EXPORT void nic_get_stats(struct nic_stats *out) {
   if (!out) {
-    nic_log_error("nic_get_stats(NULL): nowhere to write the statistics; ignored");
+    nic_api_error(other, "nic_get_stats(NULL): nowhere to write the statistics; ignored");
     return;
   }
   NIC_INTERNAL_SCOPE();
@@ -130,6 +133,14 @@ NIC_EXPORT void nic_get_stats(struct nic_stats *out) {
   out->sites_routed_allocs = sites.routed_allocs;
   out->sites_routed_bytes = sites.routed_bytes;
   out->sites_over_budget = sites.over_budget;
+  out->log_lines_dropped = nic_log_dropped();
+  out->vspace_refusals = __atomic_load_n(&nic_vspace_refusals, __ATOMIC_RELAXED);
+  out->chunk_refusals = chunks.refusals;
+  out->sga_errors = __atomic_load_n(&nic_api_errors.sga, __ATOMIC_RELAXED);
+  out->registration_errors = __atomic_load_n(&nic_api_errors.registration, __ATOMIC_RELAXED);
+  out->hold_errors = __atomic_load_n(&nic_api_errors.hold, __ATOMIC_RELAXED);
+  out->endpoint_errors = __atomic_load_n(&nic_api_errors.endpoint, __ATOMIC_RELAXED);
+  out->other_api_errors = __atomic_load_n(&nic_api_errors.other, __ATOMIC_RELAXED);
 }
 
 #define MIB(x) ((x) >> 20), ((((x) & ((1ul << 20) - 1)) * 10) >> 20)
@@ -167,9 +178,12 @@ NIC_EXPORT void nic_print_stats(int fd) {
                nic_page_kind_name(s.page_kind));
   nic_fdprintf(fd,
                "  fallbacks         %llu smaller page kind, %llu not pinned, %llu dataplane "
-               "requests served by control, %llu failed\n",
+               "requests served by control, %llu failed; %llu chunks refused, %llu address-space "
+               "reservations refused%s\n",
                (unsigned long long)s.page_fallbacks, (unsigned long long)s.pin_failures,
-               (unsigned long long)s.dataplane_fallbacks, (unsigned long long)s.dataplane_failures);
+               (unsigned long long)s.dataplane_fallbacks, (unsigned long long)s.dataplane_failures,
+               (unsigned long long)s.chunk_refusals, (unsigned long long)s.vspace_refusals,
+               nic_control_size ? "" : " (no control arena: bad frees may go unnoticed)");
   nic_fdprintf(fd,
                "  registration      backend %s; cache %u regions (%zu.%zu MiB), %llu hits, %llu "
                "misses, %llu evictions, %llu invalidations\n",
@@ -218,6 +232,14 @@ NIC_EXPORT void nic_print_stats(int fd) {
                  "over budget\n",
                  (unsigned long long)s.sites_routed, (unsigned long long)s.sites_routed_allocs,
                  (unsigned long long)s.sites_routed_bytes, (unsigned long long)s.sites_over_budget);
-  nic_fdprintf(fd, "  errors            %llu invalid frees, %llu double frees\n",
-               (unsigned long long)s.invalid_frees, (unsigned long long)s.double_frees);
+  nic_fdprintf(fd,
+               "  errors            %llu invalid frees, %llu double frees; calls that returned an "
+               "error: %llu sga, %llu registration, %llu hold, %llu endpoint, %llu other\n",
+               (unsigned long long)s.invalid_frees, (unsigned long long)s.double_frees,
+               (unsigned long long)s.sga_errors, (unsigned long long)s.registration_errors,
+               (unsigned long long)s.hold_errors, (unsigned long long)s.endpoint_errors,
+               (unsigned long long)s.other_api_errors);
+  if (s.log_lines_dropped)
+    nic_fdprintf(fd, "  messages          %llu lines not written: stderr was closed or reused\n",
+                 (unsigned long long)s.log_lines_dropped);
 }

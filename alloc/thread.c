@@ -57,7 +57,7 @@ static void on_thread_exit(void *arg) {
 
 static void make_exit_key(void) {
   if (pthread_key_create(&exit_key, on_thread_exit))
-    nic_log_warn("no pthread key for thread exit; per-thread counters of exiting threads are lost");
+    nic_log_info("no pthread key for thread exit; per-thread counters of exiting threads are lost");
 }
 
 bool nic_thread_ready(void) {

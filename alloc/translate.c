@@ -1,4 +1,5 @@
 /* Pointer to registration, O(1): a range compare, a shift, and the chunk's entry. */
+#include "api_errors.h"
 #include "chunks.h"
 #include "log.h"
 #include "nicmalloc.h"
@@ -22,7 +23,7 @@ __attribute__((noinline, cold)) static int translate_error(uintptr_t start, size
 
 /* A NULL result pointer is the caller's bug: reported, not followed. */
 __attribute__((noinline, cold)) static int no_output(const void *p) {
-  nic_log_error("nic_translate(%p): the result pointer is NULL; nothing done", p);
+  nic_api_error(registration, "nic_translate(%p): the result pointer is NULL; nothing done", p);
   return -EINVAL;
 }
 

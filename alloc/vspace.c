@@ -18,6 +18,7 @@
 bool nic_free_check_strict;
 uintptr_t nic_control_base;
 size_t nic_control_size;
+uint64_t nic_vspace_refusals;
 
 void *nic_vspace_reserve(size_t size, size_t align, uintptr_t hint) {
   const int flags = MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE | MAP_FIXED_NOREPLACE;
@@ -67,7 +68,9 @@ bool nic_control_arena_init(bool use_commit_map) {
     nic_control_size = size;
     return true;
   }
-  nic_log_warn("cannot reserve address space for the control heap below 20 TiB; frees of "
+  /* Under ulimit -v every process starts here: a fallback, not an error of the program's. */
+  __atomic_add_fetch(&nic_vspace_refusals, 1, __ATOMIC_RELAXED);
+  nic_log_info("cannot reserve address space for the control heap below 20 TiB; frees of "
                "pointers nicmalloc did not allocate cannot be detected");
   return false;
 }

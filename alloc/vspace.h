@@ -36,5 +36,7 @@ bool nic_vspace_trusted_beyond_map(const void *p);
 /* The control arena's range (0 when it could not be made). */
 extern uintptr_t nic_control_base;
 extern size_t nic_control_size;
+/* Reservations refused (an address-space limit): the control arena's, the dataplane span's. */
+extern uint64_t nic_vspace_refusals;
 
 #endif

@@ -202,9 +202,26 @@ struct nic_stats {
   size_t huge_cached_bytes;
   uint32_t huge_cached_blocks;
   uint64_t huge_hits, huge_misses, huge_purged;
+  /* Lines nicmalloc had for a stderr the program has closed or reused for another file: not
+   * written (NICMALLOC_STATS=1 keeps a copy of the start-up stderr for them instead). */
+  uint64_t log_lines_dropped;
+  /* Fallbacks taken without a word on stderr (NICMALLOC_VERBOSE=1 says them): address-space
+   * reservations refused (an address-space limit: the control arena's, the dataplane span's),
+   * and chunks the kernel would not map or mimalloc would not take as an arena. */
+  uint64_t vspace_refusals;
+  uint64_t chunk_refusals;
+  /* Calls of the public API that returned an error (each kind is said once on stderr, however
+   * often it recurs): nic_sga_init/add/post; nic_register/unregister/translate; nic_hold/release;
+   * endpoint constructors and destroys; others (nic_fence_write's bad ranges, nic_get_stats(NULL),
+   * nic_posix_memalign_site). */
+  uint64_t sga_errors;
+  uint64_t registration_errors;
+  uint64_t hold_errors;
+  uint64_t endpoint_errors;
+  uint64_t other_api_errors;
 };
-/* Fills *out (NULL: one line on stderr, nothing else). Safe from any thread; figures from other
- * threads are a moment old. */
+/* Fills *out (NULL: one line on stderr the first time, nothing else). Safe from any thread; figures
+ * from other threads are a moment old. */
 void nic_get_stats(struct nic_stats *out);
 /* Writes the readable report (the one NICMALLOC_STATS=1 prints at exit) to fd. */
 void nic_print_stats(int fd);
@@ -281,11 +298,12 @@ struct nic_endpoint *nic_sim_endpoint_create(nic_receive_fn receive, void *arg, 
 /* 0, or -EBUSY while messages to ep are in flight, -EINVAL for an unknown endpoint. */
 int nic_sim_endpoint_destroy(struct nic_endpoint *ep);
 
-/* The other backends' endpoints. Each constructor returns NULL with errno, after one line on
- * stderr, when the backend in use (NICMALLOC_BACKEND) is not its kind (ENODEV) or its argument
- * is not usable. Each destroy returns 0, -EBUSY while posts on the endpoint have not completed
- * (nic_poll until they have), or -EINVAL for an endpoint its constructor did not make. done()
- * runs from nic_poll (or a fence) once the NIC, or the kernel, no longer reads the memory. */
+/* The other backends' endpoints. Each constructor returns NULL with errno (said on stderr once
+ * per kind, counted in endpoint_errors), when the backend in use (NICMALLOC_BACKEND) is not its
+ * kind (ENODEV) or its argument is not usable. Each destroy returns 0, -EBUSY while posts on the
+ * endpoint have not completed (nic_poll until they have), or -EINVAL for an endpoint its
+ * constructor did not make. done() runs from nic_poll (or a fence) once the NIC, or the kernel, no
+ * longer reads the memory. */
 
 /* io_uring: a connected TCP or UDP socket (AF_INET, AF_INET6), which stays the caller's:
  * destroy the endpoint before closing it (closed first, the socket stays open, and posts go to

@@ -1,6 +1,7 @@
 /* nic_register: one entry point for "make the NIC able to reach this range", whichever memory
  * it is. Arena memory needs no reference (its chunk stays while any block in it is live); a
  * cached region is held until nic_unregister. */
+#include "api_errors.h"
 #include "chunks.h"
 #include "log.h"
 #include "nicmalloc.h"
@@ -20,10 +21,14 @@ NIC_EXPORT int nic_register(const void *p, size_t len, unsigned access,
                             struct nic_region_ref *out) {
   NIC_INTERNAL_SCOPE();
   if (!out) {
-    nic_log_error("nic_register(%p): the result pointer is NULL; nothing registered", p);
+    nic_api_error(registration, "nic_register(%p): the result pointer is NULL; nothing registered",
+                  p);
     return -EINVAL;
   }
-  if (access & ~(NIC_REG_LOCAL_WRITE | NIC_REG_REMOTE_READ | NIC_REG_REMOTE_WRITE)) return -EINVAL;
+  if (access & ~(NIC_REG_LOCAL_WRITE | NIC_REG_REMOTE_READ | NIC_REG_REMOTE_WRITE)) {
+    nic_api_count(registration);
+    return -EINVAL;
+  }
   int rc = nic_translate(p, len, out);
   if (rc == -NIC_ERANGE || rc == -NIC_ECROSS) return rc;
   if (rc == 0 && !(access & (NIC_REG_REMOTE_READ | NIC_REG_REMOTE_WRITE))) {
@@ -57,7 +62,8 @@ NIC_EXPORT void nic_unregister(const struct nic_region_ref *ref) {
   NIC_INTERNAL_SCOPE();
   if (!ref || ref->kind != NIC_REGION_CACHED || !ref->cache_slot) return;
   if (nic_rcache_release_checked(ref->cache_slot))
-    nic_log_error("nic_unregister(%p): registration-cache slot %u holds no registration of "
+    nic_api_error(registration,
+                  "nic_unregister(%p): registration-cache slot %u holds no registration of "
                   "yours (unregistered already?); ignored",
                   (const void *)ref, ref->cache_slot);
 }

@@ -90,10 +90,10 @@ static int fill_slot(struct uring_backend *ub, uint32_t slot, void *base, size_t
   if (rc < 0) {
     give_slot_locked(ub, slot);
     pthread_mutex_unlock(&ub->lock);
-    if (rc == -ENOMEM && !__atomic_exchange_n(&ub->warned_memlock, true, __ATOMIC_RELAXED))
-      nic_log_warn("io_uring cannot pin %zu bytes at %p (ENOMEM): without CAP_IPC_LOCK fixed "
-                   "buffers count against RLIMIT_MEMLOCK (ulimit -l), else memory is short",
-                   len, base);
+    if (rc == -ENOMEM)
+      nic_log_warn_once("io_uring cannot pin %zu bytes at %p (ENOMEM): without CAP_IPC_LOCK fixed "
+                        "buffers count against RLIMIT_MEMLOCK (ulimit -l), else memory is short",
+                        len, base);
     return rc;
   }
   ub->slots[slot] = (struct uring_slot){.base = (uintptr_t)base, .len = len, .live = true};

@@ -85,7 +85,6 @@ struct uring_backend {
   unsigned endpoints;
   uint32_t nfiles;     /* the ring's file table: one slot per endpoint (0: none, raw fds) */
   uint64_t *files_map; /* bit set = file slot in use */
-  bool warned_memlock; /* the RLIMIT_MEMLOCK warning is printed once */
   struct nic_uring_stats stats;
 };
 

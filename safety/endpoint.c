@@ -2,6 +2,7 @@
  * engine's own buffer; here it lands in a fresh dataplane buffer instead, as a real NIC would
  * DMA into posted dataplane receive buffers. The buffer is freed when receive returns — a free
  * that nic_hold defers — so a deserializer may keep pointers into it. */
+#include "api_errors.h"
 #include "forklock.h"
 #include "log.h"
 #include "nicmalloc.h"
@@ -43,9 +44,10 @@ NIC_EXPORT struct nic_endpoint *nic_sim_endpoint_create(nic_receive_fn receive, 
   NIC_INTERNAL_SCOPE();
   struct nic_backend *b = nic_backend_active();
   if (!nic_sim_is(b) || (flags & ~NIC_EP_ENGINE_COMPLETIONS)) {
-    nic_log_error("nic_sim_endpoint_create: %s", !nic_sim_is(b) ? "the backend in use is not sim "
-                                                                  "(NICMALLOC_BACKEND=sim)"
-                                                                : "unknown flags");
+    nic_api_error_by(endpoint, nic_sim_is(b), 0, "nic_sim_endpoint_create: %s",
+                     !nic_sim_is(b) ? "the backend in use is not sim "
+                                      "(NICMALLOC_BACKEND=sim)"
+                                    : "unknown flags");
     errno = !nic_sim_is(b) ? ENODEV : EINVAL;
     return NULL;
   }

@@ -1,6 +1,7 @@
 /* Shared by the public endpoint constructors: see endpoint_common.h. */
 #define _GNU_SOURCE
 #include "endpoint_common.h"
+#include "api_errors.h"
 
 #include "forklock.h"
 #include "log.h"
@@ -30,14 +31,16 @@ struct nic_backend *nic_ep_backend(const char *who, const char *kind, const char
   const char *want = nic_getenv("NICMALLOC_BACKEND");
   const char *rest = strchr(hint, ';');
   if (b && want && !strcmp(want, kind))
-    nic_log_error("%s: the backend in use is %s, not %s (NICMALLOC_BACKEND=%s is set but could "
-                  "not start here, see the warning at start-up%s)",
-                  who, b->name, kind, kind, rest ? rest : "");
+    nic_api_error_by(endpoint, who, 0,
+                     "%s: the backend in use is %s, not %s (NICMALLOC_BACKEND=%s is set but could "
+                     "not start here, see the warning at start-up%s)",
+                     who, b->name, kind, kind, rest ? rest : "");
   else if (b)
-    nic_log_error("%s: the backend in use is %s, not %s (%s)", who, b->name, kind, hint);
+    nic_api_error_by(endpoint, who, 0, "%s: the backend in use is %s, not %s (%s)", who, b->name,
+                     kind, hint);
   else
-    nic_log_error("%s: no registration backend could be opened (%s)", who,
-                  nic_backend_missing_why() ? nic_backend_missing_why() : hint);
+    nic_api_error_by(endpoint, who, 0, "%s: no registration backend could be opened (%s)", who,
+                     nic_backend_missing_why() ? nic_backend_missing_why() : hint);
   errno = ENODEV;
   return NULL;
 }
@@ -55,7 +58,7 @@ bool nic_ep_track(struct nic_endpoint *ep, const char *kind) {
 int nic_ep_untrack(struct nic_endpoint *ep, const char *kind, const char *who,
                    nic_ep_close_fn close) {
   if (nic_backend_missing_why()) { /* closing would change the parent's backend: see backend.h */
-    nic_log_error("%s(%p): %s", who, (void *)ep, nic_backend_missing_why());
+    nic_api_error_by(endpoint, who, 0, "%s(%p): %s", who, (void *)ep, nic_backend_missing_why());
     return -ENODEV;
   }
   pthread_mutex_lock(&lock);
@@ -68,7 +71,8 @@ int nic_ep_untrack(struct nic_endpoint *ep, const char *kind, const char *who,
   if (rc == 0) *link = m->next;
   pthread_mutex_unlock(&lock);
   if (!m)
-    nic_log_error("%s(%p): not an endpoint made by nic_%s_endpoint_create", who, (void *)ep, kind);
+    nic_api_error_by(endpoint, who, 0, "%s(%p): not an endpoint made by nic_%s_endpoint_create",
+                     who, (void *)ep, kind);
   if (rc == 0) free(m);
   return rc;
 }

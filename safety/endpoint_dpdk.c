@@ -1,6 +1,7 @@
 /* nic_dpdk_endpoint_create: the dpdk backend's public endpoint, a started port's tx queue.
  * The backend is a plugin (libnicmalloc-dpdk.so) loaded only when chosen, so its endpoint API
  * (regcache/dpdk.h) is reached through the plugin's own handle. */
+#include "api_errors.h"
 #include "endpoint_common.h"
 #include "log.h"
 #include "nicmalloc.h"
@@ -35,7 +36,8 @@ NIC_EXPORT struct nic_endpoint *nic_dpdk_endpoint_create(uint16_t port_id, uint1
   if (!b) return NULL;
   open_fn open = (open_fn)nic_ep_plugin_symbol(b, "nic_dpdk_endpoint");
   if (!open) {
-    nic_log_error("%s: libnicmalloc-dpdk.so lacks nic_dpdk_endpoint (a plugin from another "
+    nic_api_error(endpoint,
+                  "%s: libnicmalloc-dpdk.so lacks nic_dpdk_endpoint (a plugin from another "
                   "build?)",
                   who);
     errno = ENOSYS;
@@ -43,10 +45,11 @@ NIC_EXPORT struct nic_endpoint *nic_dpdk_endpoint_create(uint16_t port_id, uint1
   }
   if (port_id == NIC_DPDK_DEFAULT_PORT) {
     if (queue_id != 0 || default_port(b, &port_id, &queue_id)) {
-      nic_log_error("%s(NIC_DPDK_DEFAULT_PORT, %u): %s", who, queue_id,
-                    queue_id ? "the default port takes queue 0 (its own queue)"
-                             : "there is no default port (set NICMALLOC_DPDK_VDEV, or call "
-                               "nic_dpdk_attach)");
+      nic_api_error_by(endpoint, queue_id != 0, 0, "%s(NIC_DPDK_DEFAULT_PORT, %u): %s", who,
+                       queue_id,
+                       queue_id ? "the default port takes queue 0 (its own queue)"
+                                : "there is no default port (set NICMALLOC_DPDK_VDEV, or call "
+                                  "nic_dpdk_attach)");
       errno = queue_id ? EINVAL : ENOENT;
       return NULL;
     }
@@ -59,9 +62,9 @@ NIC_EXPORT struct nic_endpoint *nic_dpdk_endpoint_create(uint16_t port_id, uint1
     err = ENOMEM;
   }
   if (!ep) {
-    nic_log_error("%s(%u, %u): %s", who, port_id, queue_id,
-                  err == EINVAL ? "no such port, or no tx queue of that number set up on it"
-                                : strerror(err));
+    nic_api_error_by(endpoint, err, 0, "%s(%u, %u): %s", who, port_id, queue_id,
+                     err == EINVAL ? "no such port, or no tx queue of that number set up on it"
+                                   : strerror(err));
     errno = err;
   }
   return ep;

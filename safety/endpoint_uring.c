@@ -1,6 +1,7 @@
 /* nic_uring_endpoint_create: the io_uring backend's public endpoint, a connected TCP or UDP
  * socket. Posting and completion are the backend's (regcache/uring_send.c): SEND_ZC or
  * SENDMSG_ZC from the fixed buffers, done() after the kernel's notification. */
+#include "api_errors.h"
 #include "endpoint_common.h"
 #include "log.h"
 #include "nicmalloc.h"
@@ -40,7 +41,7 @@ NIC_EXPORT struct nic_endpoint *nic_uring_endpoint_create(int sockfd) {
     err = ENOMEM;
   }
   if (!ep) {
-    nic_log_error("%s(%d): %s", who, sockfd, why_not(err));
+    nic_api_error_by(endpoint, err, 0, "%s(%d): %s", who, sockfd, why_not(err));
     errno = err;
   }
   return ep;

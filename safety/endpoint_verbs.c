@@ -2,6 +2,7 @@
  * The backend is a plugin (libnicmalloc-verbs.so) loaded only when chosen, so its API
  * (regcache/verbs.h) is reached through the plugin's own handle, and this file needs no
  * rdma-core header: the QP and PD pass as void *. */
+#include "api_errors.h"
 #include "endpoint_common.h"
 #include "log.h"
 #include "nicmalloc.h"
@@ -15,7 +16,9 @@ static const char kHint[] = "set NICMALLOC_BACKEND=verbs; it needs an RDMA devic
 static void *plugin_fn(struct nic_backend *b, const char *who, const char *name) {
   void *fn = nic_ep_plugin_symbol(b, name);
   if (!fn) {
-    nic_log_error("%s: libnicmalloc-verbs.so lacks %s (a plugin from another build?)", who, name);
+    nic_api_error_by(endpoint, who, name,
+                     "%s: libnicmalloc-verbs.so lacks %s (a plugin from another build?)", who,
+                     name);
     errno = ENOSYS;
   }
   return fn;
@@ -49,10 +52,10 @@ NIC_EXPORT struct nic_endpoint *nic_verbs_endpoint_create(void *qp) {
     err = ENOMEM;
   }
   if (!ep) {
-    nic_log_error("%s(%p): %s", who, qp,
-                  err == EINVAL ? "no queue pair, or one outside nicmalloc's protection domain "
-                                  "(create it in nic_verbs_get_pd())"
-                                : strerror(err));
+    nic_api_error_by(endpoint, err, 0, "%s(%p): %s", who, qp,
+                     err == EINVAL ? "no queue pair, or one outside nicmalloc's protection domain "
+                                     "(create it in nic_verbs_get_pd())"
+                                   : strerror(err));
     errno = err;
   }
   return ep;

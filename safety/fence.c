@@ -6,6 +6,7 @@
  * settings. */
 #define _GNU_SOURCE
 #include "fence.h"
+#include "api_errors.h"
 #include "backend.h"
 #include "clock.h"
 #include "config.h"
@@ -52,7 +53,7 @@ int nic_fence_wait(uintptr_t start, uintptr_t end, const char *who, const char *
 NIC_EXPORT int nic_fence_write(const void *p, size_t len) {
   uintptr_t start = (uintptr_t)p, last;
   if (len == 0 || __builtin_add_overflow(start, len - 1, &last) || last == UINTPTR_MAX) {
-    nic_log_error("nic_fence_write(%p, %zu): empty or overflowing range", p, len);
+    nic_api_error(other, "nic_fence_write(%p, %zu): empty or overflowing range", p, len);
     return -NIC_ERANGE;
   }
   if (nic_safety_config()->fence == NIC_FENCE_OFF) return 0;

@@ -98,10 +98,8 @@ void nic_fence_detect_posted(const void *msg, const struct nic_sga_entry *e, uin
   struct record *r = nic_pool_get(&pool);
   pthread_mutex_unlock(&lock);
   if (!r) {
-    static int warned;
-    if (!__atomic_exchange_n(&warned, 1, __ATOMIC_RELAXED))
-      nic_log_warn("NICMALLOC_FENCE=detect: no memory to record a post; such posts are not "
-                   "checked");
+    nic_log_warn_once("NICMALLOC_FENCE=detect: no memory to record a post; such posts are not "
+                      "checked");
     return;
   }
   *r = (struct record){.msg = msg, .e = e, .n = n};

@@ -106,12 +106,11 @@ const char *nic_fence_protect_name(void) {
 }
 
 static void not_protected(const struct nic_sga_entry *e, int err) {
-  static int warned;
   NIC_SAFETY_COUNT(fence_unprotected, 1);
-  if (err && !__atomic_exchange_n(&warned, 1, __ATOMIC_RELAXED))
-    nic_log_warn("NICMALLOC_FENCE=protect: %s cannot write-protect %p (%s); such entries are "
-                 "sent unprotected (counted in fence_unprotected)",
-                 mech->name, e->addr, strerror(-err));
+  if (err)
+    nic_log_warn_once("NICMALLOC_FENCE=protect: %s cannot write-protect %p (%s); such entries are "
+                      "sent unprotected (counted in fence_unprotected)",
+                      mech->name, e->addr, strerror(-err));
 }
 
 /* Protects the units of [start, end) not protected yet, in runs; lock held. */

@@ -88,14 +88,12 @@ static int uffd_unprotect(uintptr_t start, size_t len) {
 static void on_fault(uintptr_t addr, pid_t tid) {
   if (!nic_fence_still_protected(addr)) return; /* released meanwhile: the writer is awake */
   if (nic_fence_thread_exempt(tid)) {
-    static int warned;
     NIC_SAFETY_COUNT(fence_bypasses, 1);
     nic_fence_release(addr);
-    if (!__atomic_exchange_n(&warned, 1, __ATOMIC_RELAXED))
-      nic_log_warn("NICMALLOC_FENCE=protect: thread %d, which the NIC or the completions need, "
-                   "wrote to %#lx while the NIC may still read that page; the page is made "
-                   "writable rather than hold it (counted in fence_bypasses)",
-                   (int)tid, (unsigned long)addr);
+    nic_log_warn_once("NICMALLOC_FENCE=protect: thread %d, which the NIC or the completions need, "
+                      "wrote to %#lx while the NIC may still read that page; the page is made "
+                      "writable rather than hold it (counted in fence_bypasses)",
+                      (int)tid, (unsigned long)addr);
     return;
   }
   NIC_SAFETY_COUNT(fence_held_writes, 1);

@@ -4,6 +4,7 @@
  * buffer's included, is deferred until the page is clear, so the buffer is neither reused nor
  * unpinned while held. The exact pointer is recorded too, so that nic_release of a pointer that
  * was never held is an error rather than a silent underflow. */
+#include "api_errors.h"
 #include "chunks.h"
 #include "forklock.h"
 #include "log.h"
@@ -44,14 +45,14 @@ static bool ours(const void *p) {
 
 NIC_EXPORT int nic_hold(const void *p) {
   if (!p || !ours(p)) {
-    nic_log_error("nic_hold(%p): not nicmalloc memory; a hold would protect nothing", p);
+    nic_api_error(hold, "nic_hold(%p): not nicmalloc memory; a hold would protect nothing", p);
     return -EINVAL;
   }
   uintptr_t a = (uintptr_t)p;
   /* A hold on a freed block would keep nothing alive, and the program would read memory
    * handed out again. */
   if (nic_safety_was_freed(p)) {
-    nic_log_error("nic_hold(%p): the block was already freed", p);
+    nic_api_error(hold, "nic_hold(%p): the block was already freed", p);
     return -NIC_EFREED;
   }
   if (!nic_pc_add(a, a + 1, NIC_PC_HOLD)) return -ENOMEM;
@@ -78,7 +79,7 @@ NIC_EXPORT int nic_release(const void *p) {
   struct hold **link = find_locked(p), *h = *link;
   if (!h) {
     pthread_mutex_unlock(&lock);
-    nic_log_error("nic_release(%p): no nic_hold(%p) is outstanding", p, p);
+    nic_api_error(hold, "nic_release(%p): no nic_hold(%p) is outstanding", p, p);
     return -NIC_ENOHOLD;
   }
   if (--h->count == 0) {

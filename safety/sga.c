@@ -3,6 +3,7 @@
  * copy), coalesced with its neighbour when contiguous in the same registration, and past the
  * entry limit the smallest neighbours are copied together. Posting is in sga_post.c. */
 #define _GNU_SOURCE
+#include "api_errors.h"
 #include "backend.h"
 #include "block.h"
 #include "bounce.h"
@@ -23,16 +24,19 @@
 #define PRESSURE_COPY_MAX ((size_t)16 << 10) /* "small" under pressure: a copy beats a register */
 
 NIC_EXPORT int nic_sga_init(struct nic_sga *sga, unsigned max_entries) {
-  if (!sga) return -EINVAL;
+  if (!sga) {
+    nic_api_count(sga);
+    return -EINVAL;
+  }
   struct nic_backend *b = nic_backend_active();
   if (!b) {
-    nic_log_error("nic_sga_init: no registration backend could be opened (%s)",
+    nic_api_error(sga, "nic_sga_init: no registration backend could be opened (%s)",
                   nic_backend_missing_why() ? nic_backend_missing_why() : "NICMALLOC_BACKEND");
     return -ENODEV;
   }
   unsigned limit = b->caps.max_sge < NIC_SGA_CAPACITY ? b->caps.max_sge : NIC_SGA_CAPACITY;
   if (max_entries > limit) {
-    nic_log_error("nic_sga_init: %u entries asked for; backend %s and the array allow %u",
+    nic_api_error(sga, "nic_sga_init: %u entries asked for; backend %s and the array allow %u",
                   max_entries, b->name, limit);
     return -E2BIG;
   }
@@ -151,15 +155,15 @@ static int merge_smallest(struct nic_sga *sga, struct nic_sga_entry *fresh) {
 NIC_EXPORT int nic_sga_add(struct nic_sga *sga, const void *p, size_t len) {
   uintptr_t start = (uintptr_t)p, last;
   if (!sga || !sga->max || sga->max > NIC_SGA_CAPACITY || sga->count > sga->max) {
-    nic_log_error("nic_sga_add(%p): the array is not initialised (nic_sga_init)", (void *)sga);
+    nic_api_error(sga, "nic_sga_add(%p): the array is not initialised (nic_sga_init)", (void *)sga);
     return -EINVAL;
   }
   if (len == 0 || len > UINT32_MAX || __builtin_add_overflow(start, len - 1, &last)) {
-    nic_log_error("nic_sga_add(%p, %zu): length is 0, overflows, or is over 4 GiB", p, len);
+    nic_api_error(sga, "nic_sga_add(%p, %zu): length is 0, overflows, or is over 4 GiB", p, len);
     return -NIC_ERANGE;
   }
   if (nic_safety_was_freed(p)) {
-    nic_log_error("nic_sga_add(%p, %zu): the block was already freed", p, len);
+    nic_api_error(sga, "nic_sga_add(%p, %zu): the block was already freed", p, len);
     return -NIC_EFREED;
   }
   struct nic_sga_entry e;
@@ -180,15 +184,20 @@ NIC_EXPORT int nic_sga_add(struct nic_sga *sga, const void *p, size_t len) {
   }
   nic_bounce_rewind(&sga->bounce, mark);
   if (rc == -EFAULT)
-    nic_log_error("nic_sga_add(%p, %zu): the range is not (entirely) mapped", p, len);
+    nic_api_error(sga, "nic_sga_add(%p, %zu): the range is not (entirely) mapped", p, len);
   else if (rc == -E2BIG)
-    nic_log_error("nic_sga_add(%p, %zu): more than %u entries, and no neighbours small enough "
+    nic_api_error(sga,
+                  "nic_sga_add(%p, %zu): more than %u entries, and no neighbours small enough "
                   "(under %zu bytes together) to copy into one",
                   p, len, sga->max, MERGE_MAX);
+  else if (rc == -NIC_ECROSS) /* each kind has its own line, said once */
+    nic_api_error(sga, "nic_sga_add(%p, %zu): cannot be resolved (crosses the end of its chunk)", p,
+                  len);
+  else if (rc == -NIC_ERANGE)
+    nic_api_error(sga, "nic_sga_add(%p, %zu): cannot be resolved (too large for one registration)",
+                  p, len);
   else
-    nic_log_error("nic_sga_add(%p, %zu): cannot be resolved (%s)", p, len,
-                  rc == -NIC_ECROSS   ? "crosses the end of its chunk"
-                  : rc == -NIC_ERANGE ? "too large for one registration"
-                                      : strerror(-rc));
+    nic_api_error_by(sga, rc, 0, "nic_sga_add(%p, %zu): cannot be resolved (%s)", p, len,
+                     strerror(-rc));
   return rc;
 }

@@ -2,6 +2,7 @@
  * pages (pagecount.h), so that free/realloc of that memory is deferred and writes are fenced
  * until the completion; the message then owns the array's cache references and bounce slabs,
  * and the completion drops them all, from whichever thread runs it. */
+#include "api_errors.h"
 #include "backend.h"
 #include "bounce.h"
 #include "fence.h"
@@ -61,11 +62,11 @@ NIC_EXPORT int nic_sga_post(struct nic_sga *sga, struct nic_endpoint *ep, nic_sg
                             void *arg) {
   struct nic_backend *b = nic_backend_active();
   if (!sga || !sga->count || sga->count > NIC_SGA_CAPACITY) {
-    nic_log_error("nic_sga_post(%p): the array is empty or not initialised", (void *)sga);
+    nic_api_error(sga, "nic_sga_post(%p): the array is empty or not initialised", (void *)sga);
     return -EINVAL;
   }
   if (!b) {
-    nic_log_error("nic_sga_post: no registration backend could be opened (%s)",
+    nic_api_error(sga, "nic_sga_post: no registration backend could be opened (%s)",
                   nic_backend_missing_why() ? nic_backend_missing_why() : "NICMALLOC_BACKEND");
     return -ENODEV;
   }
@@ -89,7 +90,7 @@ NIC_EXPORT int nic_sga_post(struct nic_sga *sga, struct nic_endpoint *ep, nic_sg
   if (rc) {
     unref_pages(m, i - 1);
     free(m);
-    nic_log_error("nic_sga_post: no memory to track the entries in flight");
+    nic_api_error(sga, "nic_sga_post: no memory to track the entries in flight");
     return rc;
   }
   NIC_SAFETY_COUNT(inflight_posts, 1);
@@ -107,7 +108,8 @@ NIC_EXPORT int nic_sga_post(struct nic_sga *sga, struct nic_endpoint *ep, nic_sg
     nic_fence_completed(m->entry, n);
     nic_safety_retry_deferred();
     free(m);
-    nic_log_error("nic_sga_post: backend %s refused the message (%s)", b->name, strerror(-rc));
+    nic_api_error_by(sga, rc, 0, "nic_sga_post: backend %s refused the message (%s)", b->name,
+                     strerror(-rc));
     return rc;
   }
   sga->count = 0; /* the message owns the references now */

@@ -337,6 +337,34 @@ static int big_block(size_t mib) {
   return 0;
 }
 
+/* What any program does at start-up, with no nicmalloc call: blocks of many sizes (1 MiB ones
+ * are dataplane under NICMALLOC_DP_MIN_SIZE), grown and freed; then the fallbacks taken. */
+static int guest_start(void) {
+  char *blocks[64];
+  for (unsigned i = 0; i < 64; i++) {
+    const size_t size = (size_t)16 << (i % 17);
+    blocks[i] = malloc(size);
+    if (!blocks[i]) return 1;
+    memset(blocks[i], (int)i, size);
+  }
+  for (unsigned i = 0; i < 64; i += 2) {
+    char *grown = realloc(blocks[i], (size_t)24 << (i % 17));
+    if (!grown) return 1;
+    blocks[i] = grown;
+  }
+  for (unsigned i = 0; i < 64; i++)
+    free(blocks[i]);
+  struct nic_stats s;
+  nic_get_stats(&s);
+  printf("chunks_created=%llu\npage_fallbacks=%llu\npin_failures=%llu\n",
+         (unsigned long long)s.chunks_created, (unsigned long long)s.page_fallbacks,
+         (unsigned long long)s.pin_failures);
+  printf("vspace_refusals=%llu\nchunk_refusals=%llu\ndp_fallbacks=%llu\n",
+         (unsigned long long)s.vspace_refusals, (unsigned long long)s.chunk_refusals,
+         (unsigned long long)s.dataplane_fallbacks);
+  return 0;
+}
+
 /* as-limit GIB ARGS... / data-limit MIB ARGS...: runs the probe again with ARGS under an
  * address-space (or data) limit, so that nicmalloc starts under it. */
 static int run_limited(int resource, unsigned shift, char **argv) {
@@ -444,6 +472,13 @@ static int post_beside(void) {
 
 int main(int argc, char **argv) {
   if (argc >= 4 && !strcmp(argv[1], "as-limit")) return run_limited(RLIMIT_AS, 30, argv);
+  if (argc >= 4 && !strcmp(argv[1], "as-limit-kib")) return run_limited(RLIMIT_AS, 10, argv);
+  if (argc >= 2 && !strcmp(argv[1], "guest-start")) return guest_start();
+  if (argc >= 2 && !strcmp(argv[1], "low-memlock-guest")) { /* the same without CAP_IPC_LOCK */
+    struct rlimit lim = {64 << 10, 64 << 10};
+    if (setrlimit(RLIMIT_MEMLOCK, &lim) || drop_ipc_lock()) return 3;
+    return guest_start();
+  }
   if (argc >= 3 && !strcmp(argv[1], "no-uring"))
     return refusing(argv, __NR_io_uring_setup, -1, ENOSYS);
   if (argc >= 3 && !strcmp(argv[1], "no-getrandom"))
@@ -494,6 +529,9 @@ int main(int argc, char **argv) {
     if (write(fd, "data\n", 5) != 5) return 1;
     char on_stack[32];
     free(on_stack); /* an error line, which must not land in the file */
+    struct nic_stats s;
+    nic_get_stats(&s);
+    printf("dropped=%llu\n", (unsigned long long)s.log_lines_dropped);
     return 0;
   }
   if (argc >= 2 && !strcmp(argv[1], "stats-in-scope")) { /* nicmalloc's bookkeeping: control */

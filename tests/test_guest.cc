@@ -1,0 +1,175 @@
+// nicmalloc as a guest in other people's processes: it adds no descriptor a program can see, and
+// keeps its lines out of the files a program puts on fd 2.
+#include "nicmalloc.h"
+#include "probe_runner.h"
+
+#include <gtest/gtest.h>
+
+#include <errno.h>
+#include <stdlib.h>
+#include <unistd.h>
+
+#include <fstream>
+#include <iterator>
+#include <string>
+#include <vector>
+
+namespace {
+
+const std::string kPreload = std::string("LD_PRELOAD=") + NIC_LIB_PATH;
+
+// The descriptors a shell's exec'd ls finds open, under a descriptor limit of nofile.
+std::string OpenFds(bool preload, int nofile) {
+  const std::string script = "ulimit -n " + std::to_string(nofile) + "; exec ls /proc/self/fd";
+  auto r = run_program("/bin/sh",
+                       preload ? std::vector<std::string>{kPreload} : std::vector<std::string>{},
+                       {"-c", script});
+  EXPECT_EQ(r.exit_code, 0) << r.err;
+  EXPECT_EQ(r.err, "");
+  return r.out;
+}
+
+TEST(Guest, AddsNoDescriptorWithDefaultSettings) {
+  for (int nofile : {4096, 512, 64}) {
+    const std::string without = OpenFds(false, nofile);
+    ASSERT_NE(without, "");
+    EXPECT_EQ(OpenFds(true, nofile), without) << "RLIMIT_NOFILE " << nofile;
+  }
+}
+
+// Without NICMALLOC_STATS=1 no copy of stderr is kept: a line for a stderr the program closed
+// and reused is dropped and counted, never written into the program's file.
+TEST(Guest, LinesForAReusedStderrAreDroppedAndCounted) {
+  char path[] = "/tmp/nicmalloc-guest-fd2-XXXXXX";
+  const int made = mkstemp(path);
+  ASSERT_GE(made, 0);
+  close(made);
+  auto r = run_probe({}, {"stderr-reused", path});
+  ASSERT_EQ(r.exit_code, 0) << r.out << r.err;
+  ASSERT_EQ(r.num("file_fd"), 2) << r.out;
+  std::ifstream in(path);
+  std::string content((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
+  unlink(path);
+  EXPECT_EQ(content, "data\n");
+  EXPECT_EQ(r.err, "");
+  EXPECT_GE(r.num("dropped"), 1);
+}
+
+// Fallbacks the user did not ask to avoid (no hugetlb pool, no address space, no memlock) are
+// counted in the stats and said with NICMALLOC_VERBOSE=1, never on stderr by default: programs
+// that merge a child's stderr (cmake) or compare it (test suites) must not notice nicmalloc.
+struct Start {
+  const char *name;
+  std::vector<std::string> env, args;
+};
+
+// The suites run with 64 MiB chunks; under ulimit -v the default 1 GiB ones are what a program
+// meets (16 GiB of address space for them, refused). Nothing is mapped then, so that is cheap.
+const std::string kDefaultChunks = "NICMALLOC_CHUNK_SIZE=1G";
+const std::vector<std::string> kUlimitV = {"as-limit-kib", "4000000", "guest-start"};
+
+const std::vector<Start> kStarts = {
+    {"default", {}, {"guest-start"}},
+    {"dp", {"NICMALLOC_DP_MIN_SIZE=1024"}, {"guest-start"}},
+    {"ulimit -v", {kDefaultChunks}, kUlimitV},
+    {"ulimit -v, dp", {kDefaultChunks, "NICMALLOC_DP_MIN_SIZE=1024"}, kUlimitV},
+    {"memlock", {}, {"low-memlock-guest"}},
+    {"memlock, dp", {"NICMALLOC_DP_MIN_SIZE=1024"}, {"low-memlock-guest"}},
+};
+
+TEST(Guest, StartUpPrintsNothing) {
+  for (const auto &start : kStarts) {
+    auto r = run_probe(start.env, start.args);
+    ASSERT_EQ(r.exit_code, 0) << start.name << "\n" << r.out << r.err;
+    EXPECT_EQ(r.err, "") << start.name;
+  }
+}
+
+TEST(Guest, FallbacksAreCountedAndSaidWhenVerbose) {
+  const std::string dp = "NICMALLOC_DP_MIN_SIZE=1024";
+  auto limited = run_probe({kDefaultChunks, dp}, kUlimitV);
+  ASSERT_EQ(limited.exit_code, 0) << limited.err;
+  EXPECT_GE(limited.num("vspace_refusals"), 2) << "the control arena's and the dataplane span's";
+  EXPECT_GT(limited.num("dp_fallbacks"), 0);
+  auto said = run_probe({kDefaultChunks, dp, "NICMALLOC_VERBOSE=1"}, kUlimitV);
+  EXPECT_EQ(count_lines(said.err, "cannot reserve address space for the control heap"), 1)
+      << said.err;
+  EXPECT_EQ(count_lines(said.err, "of address space for dataplane chunks"), 1) << said.err;
+  EXPECT_EQ(count_lines(said.err, "warning"), 0) << said.err;
+
+  auto unpinned = run_probe({dp, "NICMALLOC_VERBOSE=1"}, {"low-memlock-guest"});
+  ASSERT_EQ(unpinned.exit_code, 0) << unpinned.err;
+  EXPECT_GE(unpinned.num("pin_failures"), 1);
+  EXPECT_EQ(count_lines(unpinned.err, "cannot lock dataplane chunk"), 1) << unpinned.err;
+  // Without a hugetlb pool the chunk gets smaller pages; said once, counted for each chunk.
+  EXPECT_EQ(count_lines(unpinned.err, "pages, not"), unpinned.num("page_fallbacks") ? 1 : 0)
+      << unpinned.err;
+  EXPECT_EQ(count_lines(unpinned.err, "warning"), 0) << unpinned.err;
+}
+
+// Where the user's explicit setting is refused, it is a warning, once.
+TEST(Guest, RefusingAnExplicitSettingWarnsOnce) {
+  auto r = run_probe({"NICMALLOC_DP_MIN_SIZE=1024", "NICMALLOC_ON_PIN_FAIL=fail"},
+                     {"low-memlock-guest"});
+  EXPECT_EQ(count_lines(r.err, "warning: cannot lock dataplane chunk"), 1) << r.err;
+  auto big = run_probe({"NICMALLOC_PAGE_KIND=1g", "NICMALLOC_CHUNK_SIZE=1G"},
+                       {"dp-alloc", "4096", "4096"});
+  ASSERT_EQ(big.exit_code, 0) << big.err;
+  EXPECT_EQ(count_lines(big.err, "warning: dataplane chunk 0 is backed by"),
+            big.values["page_kind"] == "1g" ? 0 : 1)
+      << big.err;
+}
+
+// An error the API returns is the caller's to handle: a program that gets it in a loop must not
+// fill stderr. Each kind is said once; nic_get_stats counts every call.
+TEST(Guest, AnApiErrorIsSaidOnceAndCountedEveryTime) {
+  constexpr unsigned kCalls = 1000;
+  int on_stack = 0;
+  nic_sga raw = {};
+  char *block = static_cast<char *>(malloc(64));
+  nic_stats before;
+  nic_get_stats(&before);
+  testing::internal::CaptureStderr();
+  for (unsigned i = 0; i < kCalls; i++) {
+    EXPECT_EQ(nic_hold(&on_stack), -EINVAL);
+    EXPECT_EQ(nic_release(&on_stack), -NIC_ENOHOLD);
+    EXPECT_EQ(nic_sga_add(&raw, block, 64), -EINVAL);
+    EXPECT_EQ(nic_register(block, 64, NIC_REG_LOCAL, nullptr), -EINVAL);
+    EXPECT_EQ(nic_fence_write(block, 0), -NIC_ERANGE);
+  }
+  const std::string err = testing::internal::GetCapturedStderr();
+  nic_stats after;
+  nic_get_stats(&after);
+  free(block);
+  EXPECT_EQ(count_lines(err, "error: nic_hold("), 1) << err;
+  EXPECT_EQ(count_lines(err, "nic_release("), 1) << err;
+  EXPECT_EQ(count_lines(err, "nic_sga_add("), 1) << err;
+  EXPECT_EQ(count_lines(err, "nic_register("), 1) << err;
+  EXPECT_EQ(count_lines(err, "nic_fence_write("), 1) << err;
+  EXPECT_EQ(count_lines(err, "nicmalloc:"), 5) << err;
+  EXPECT_EQ(after.hold_errors - before.hold_errors, 2 * kCalls);
+  EXPECT_EQ(after.sga_errors - before.sga_errors, kCalls);
+  EXPECT_EQ(after.registration_errors - before.registration_errors, kCalls);
+  EXPECT_EQ(after.other_api_errors - before.other_api_errors, kCalls);
+}
+
+// The report shows the counts.
+TEST(Guest, TheReportShowsApiErrors) {
+  nic_sga raw = {};
+  int on_stack = 0;
+  testing::internal::CaptureStderr();
+  nic_sga_add(&raw, &on_stack, 4);
+  nic_sga_add(&raw, &on_stack, 4);
+  testing::internal::GetCapturedStderr();
+  char path[] = "/tmp/nicmalloc-guest-report-XXXXXX";
+  const int fd = mkstemp(path);
+  ASSERT_GE(fd, 0);
+  nic_print_stats(fd);
+  close(fd);
+  std::ifstream in(path);
+  std::string report((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
+  unlink(path);
+  EXPECT_EQ(count_lines(report, "calls that returned an error: 2 sga, "), 1) << report;
+}
+
+} // namespace
