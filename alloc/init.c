@@ -32,11 +32,13 @@ static void before_fork(void) {
   nic_chunks_lock();
   nic_threads_lock();
   nic_huge_cache_lock();
+  nic_mapped_lock();
   nic_rcache_lock(); /* last: see rcache.c */
 }
 
 static void after_fork_parent(void) {
   nic_rcache_unlock();
+  nic_mapped_unlock();
   nic_huge_cache_unlock();
   nic_threads_unlock();
   nic_chunks_unlock();
@@ -51,6 +53,7 @@ static void after_fork_child(void) {
   nic_reaper_after_fork_child();
   nic_profile_after_fork_child();
   nic_huge_cache_after_fork_child();
+  nic_mapped_after_fork_child();
   nic_dp_grow_after_fork_child();
   nic_rcache_after_fork_child();
   nic_backend_after_fork_child();

@@ -270,6 +270,23 @@ static int huge_reuse(size_t size, unsigned sleep_ms) {
   return 0;
 }
 
+/* nic_aligned_alloc(alignment, size): what it returned, and whether the block works. */
+static int aligned_dataplane(size_t alignment, size_t size) {
+  errno = 0;
+  unsigned char *p = nic_aligned_alloc(alignment, size);
+  printf("aligned_errno=%d\n", p ? 0 : errno);
+  if (p) {
+    printf("aligned_ok=%d\n", (uintptr_t)p % alignment == 0);
+    printf("aligned_dp=%d\n", nic_is_dataplane(p));
+    p[0] = 1;
+    p[size - 1] = 2;
+    printf("aligned_usable_ok=%d\n", malloc_usable_size(p) >= size);
+    free(p);
+  }
+  print_stats("");
+  return 0;
+}
+
 /* The usable size of a fresh 17 MiB block, and whether a written 30 MiB block, freed and taken
  * again for 17 MiB, keeps its page at 25 MiB resident; with limit_gib, under that address-space
  * limit: the probe runs itself again so that nicmalloc starts under it. */
@@ -456,6 +473,8 @@ int main(int argc, char **argv) {
     return threads_start((unsigned)atoi(argv[2]), strtoull(argv[3], NULL, 0));
   if (argc >= 4 && !strcmp(argv[1], "huge"))
     return huge_reuse(strtoull(argv[2], NULL, 0), (unsigned)atoi(argv[3]));
+  if (argc >= 4 && !strcmp(argv[1], "aligned-dp"))
+    return aligned_dataplane(strtoull(argv[2], NULL, 0), strtoull(argv[3], NULL, 0));
   if (argc >= 2 && !strcmp(argv[1], "huge-usable"))
     return huge_usable(argv[0], argc >= 3 ? argv[2] : NULL);
   if (argc >= 2 && !strcmp(argv[1], "sites")) { /* sites ID...: which are on */
@@ -494,6 +513,7 @@ int main(int argc, char **argv) {
       "usage: nic_probe dp-alloc TOTAL BLOCK | low-memlock BLOCK | low-memlock-fill TOTAL BLOCK | "
       "low-memlock-register N BLOCK | low-memlock-sga KIB BLOCK | "
       "fork-child BLOCK | auto SIZE | cap-again BLOCK | huge SIZE SLEEP_MS | huge-usable [GIB] | "
+      "aligned-dp ALIGNMENT SIZE | "
       "threads-start N SIZE | stats | stats-in-scope | stderr-reused FILE | as-limit GIB "
       "ARGS... | data-limit MIB ARGS... | in-cgroup DIR ARGS... | no-uring ARGS... | "
       "uring-endpoint | post-beside-bookkeeping\n");
