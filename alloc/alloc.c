@@ -31,7 +31,7 @@ static void *control_alloc(size_t size, size_t alignment, bool zero) {
     if (p && !zero) nic_block_mark_live(p);
     return p;
   }
-  if (alignment > NIC_MI_ALIGNMENT_MAX) return nic_mapped_alloc(size, alignment);
+  if (nic_mapped_wanted(size, alignment)) return nic_mapped_alloc(size, alignment);
   /* A fresh huge block is zero already; a cached one would need clearing. A fresh one is made
    * as large as its address space allows, so that once cached it fits more requests. */
   if (size > NIC_HUGE_BLOCK_MIN && alignment <= NIC_MIN_BLOCK && !zero &&
@@ -243,6 +243,13 @@ void *nic_realloc_routed(void *p, size_t size, enum nic_route route, const char 
   }
   /* Keep the block when it fits and would not waste more than half of it. */
   if (heap_ok && !inflight && size <= usable && size >= usable / 2) return p;
+  /* A mapped block that stays one moves by page tables, not by copying (glibc does the same):
+   * pages never written stay unwritten. */
+  if (mapped && heap_ok && !inflight && nic_mapped_wanted(size, 0) &&
+      !__atomic_load_n(&nic_rcache_regions_live, __ATOMIC_RELAXED)) {
+    void *q = nic_mapped_resize(p, size);
+    if (q) return q;
+  }
   void *q = nic_alloc(size, 0, false, route);
   if (!q) return NULL; /* p stays valid, as C requires */
   memcpy(q, p, size < usable ? size : usable);

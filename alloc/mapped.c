@@ -136,6 +136,29 @@ void nic_mapped_unmap(void *p, size_t len) {
   munmap(p, len);
 }
 
+void *nic_mapped_resize(void *p, size_t size) {
+  if (size > SIZE_MAX - PAGE) return NULL;
+  const size_t len = size ? (size + PAGE - 1) & ~(PAGE - 1) : PAGE;
+  /* The entry leaves the table while the block moves, so that no other thread finds a block
+   * that is not there; the caller owns p, so nobody frees it meanwhile. */
+  pthread_mutex_lock(&lock);
+  struct entry *e = find_locked((uintptr_t)p);
+  const bool mapping = e && !e->base;
+  const size_t old_len = mapping ? e->len : 0;
+  if (mapping) remove_locked(e);
+  pthread_mutex_unlock(&lock);
+  if (!mapping) return NULL;
+  void *q = mremap(p, old_len, len, MREMAP_MAYMOVE);
+  if (q == MAP_FAILED) q = NULL;
+  pthread_mutex_lock(&lock);
+  /* The removal above left room for one. */
+  put_locked(q ? (struct entry){(uintptr_t)q, len, NULL}
+               : (struct entry){(uintptr_t)p, old_len, NULL});
+  __atomic_store_n(&nic_mapped_blocks, nic_mapped_blocks + 1, __ATOMIC_RELAXED);
+  pthread_mutex_unlock(&lock);
+  return q;
+}
+
 void nic_mapped_lock(void) {
   pthread_mutex_lock(&lock);
 }
