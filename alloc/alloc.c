@@ -5,6 +5,7 @@
 #include "dp_heap.h"
 #include "init.h"
 #include "log.h"
+#include "mapped.h"
 #include "mi_free_lists.h"
 #include "profile.h"
 
@@ -30,6 +31,7 @@ static void *control_alloc(size_t size, size_t alignment, bool zero) {
     if (p && !zero) nic_block_mark_live(p);
     return p;
   }
+  if (nic_mapped_wanted(size, alignment)) return nic_mapped_alloc(size, alignment);
   /* A fresh huge block is zero already; a cached one would need clearing. A fresh one is made
    * as large as its address space allows, so that once cached it fits more requests. */
   if (size > NIC_HUGE_BLOCK_MIN && alignment <= NIC_MIN_BLOCK && !zero &&
@@ -85,37 +87,48 @@ static void report_once(enum nic_dp_failure why, size_t size, bool fail) {
   }
 }
 
+/* A dataplane block aligned beyond what mimalloc serves: cut out of a block with room for the
+ * alignment, in a chunk like any other. Its start, on a segment boundary, sends its frees past
+ * mimalloc to the table (mapped.h); the bytes before it stay unused. */
+static void *dp_alloc_offset(size_t size, size_t alignment, bool zero, enum nic_dp_failure *why) {
+  if (size > SIZE_MAX - alignment) {
+    *why = NIC_DP_TOO_LARGE;
+    return NULL;
+  }
+  char *base = nic_dp_alloc(size + alignment, 0, zero, why);
+  if (!base) return NULL;
+  if (!zero) nic_block_mark_live(base);
+  char *p = (char *)(((uintptr_t)base + alignment - 1) & ~(uintptr_t)(alignment - 1));
+  if (nic_mapped_add(p, mi_usable_size(base) - (size_t)(p - base), base)) return p;
+  nic_free_dp_block(base);
+  *why = NIC_DP_MAP_REFUSED; /* the table could not grow: as silent as mapping memory */
+  return NULL;
+}
+
 static void *dataplane_or_policy(size_t size, size_t alignment, bool zero) {
   enum nic_dp_failure why;
   void *p = alignment <= NIC_MIN_BLOCK ? nic_dp_alloc_fast(size, zero) : NULL;
   if (p) return p;
-  p = nic_dp_alloc(nic_block_request(size), alignment, zero, &why);
-  if (p) {
-    if (!zero) nic_block_mark_live(p);
-    return p;
+  if (alignment > NIC_MI_ALIGNMENT_MAX) {
+    p = dp_alloc_offset(size, alignment, zero, &why);
+    if (p) return p;
+  } else {
+    p = nic_dp_alloc(nic_block_request(size), alignment, zero, &why);
+    if (p) {
+      if (!zero) nic_block_mark_live(p);
+      return p;
+    }
   }
   const bool fail = nic_config()->on_pin_fail == NIC_PIN_FAIL_FAIL;
   __atomic_add_fetch(fail ? &dataplane_failures : &dataplane_fallbacks, 1, __ATOMIC_RELAXED);
-  report_once(why, size, fail);
+  report_once(why, alignment > NIC_MI_ALIGNMENT_MAX ? size + alignment : size, fail);
   if (fail) return NULL;
   return control_alloc(size, alignment, zero);
 }
 
-/* mimalloc 2.0.9 refuses larger alignments (ENOMEM, nothing said); glibc serves them. Said once,
- * so that a program that asks is not left to guess. */
-#define NIC_MAX_ALIGNMENT ((size_t)16 << 20)
-
-static void *refuse_alignment(size_t alignment) {
-  nic_log_warn_once("an alignment of %zu bytes is over the largest mimalloc 2.0.9 serves (%zu); "
-                    "returning ENOMEM for it and any such request",
-                    alignment, NIC_MAX_ALIGNMENT);
-  return NULL;
-}
-
 void *nic_alloc_core(size_t size, size_t alignment, bool zero, enum nic_route route) {
-  void *p = alignment > NIC_MAX_ALIGNMENT  ? refuse_alignment(alignment)
-            : wants_dataplane(size, route) ? dataplane_or_policy(size, alignment, zero)
-                                           : control_alloc(size, alignment, zero);
+  void *p = wants_dataplane(size, route) ? dataplane_or_policy(size, alignment, zero)
+                                         : control_alloc(size, alignment, zero);
   if (!p) errno = ENOMEM;
   return p;
 }
@@ -210,7 +223,8 @@ void nic_release_deferred(void *p) {
 }
 
 void nic_free_general(void *p, const char *caller) {
-  if (p && nic_check_live_block(p, caller, NIC_USE_FREE)) nic_release_block(p);
+  if (p && (nic_is_mapped(p) || nic_check_live_block(p, caller, NIC_USE_FREE)))
+    nic_release_block(p);
 }
 
 void nic_free(void *p, const char *caller) {
@@ -218,13 +232,19 @@ void nic_free(void *p, const char *caller) {
 }
 
 size_t nic_usable_size(const void *p, const char *caller) {
-  if (!p || !nic_check_live_block(p, caller, NIC_USE_SIZE)) return 0;
+  if (!p) return 0;
+  if (nic_mapped_maybe(p)) {
+    const size_t usable = nic_mapped_usable(p);
+    if (usable) return usable;
+  }
+  if (!nic_check_live_block(p, caller, NIC_USE_SIZE)) return 0;
   return mi_usable_size(p);
 }
 
 void *nic_realloc_routed(void *p, size_t size, enum nic_route route, const char *caller) {
   if (!p) return nic_alloc(size, 0, false, route);
-  if (!nic_check_live_block(p, caller, NIC_USE_REALLOC)) {
+  const bool mapped = nic_is_mapped(p);
+  if (!mapped && !nic_check_live_block(p, caller, NIC_USE_REALLOC)) {
     errno = EINVAL;
     return NULL;
   }
@@ -234,7 +254,7 @@ void *nic_realloc_routed(void *p, size_t size, enum nic_route route, const char 
   }
   const bool was_dp = nic_in_dp(p);
   if (route == NIC_ROUTE_AUTO && was_dp) route = NIC_ROUTE_DATAPLANE;
-  const size_t usable = mi_usable_size(p);
+  const size_t usable = nic_block_usable(p);
   const bool heap_ok = route != NIC_ROUTE_DATAPLANE || was_dp;
   /* Safety: a block the NIC may still read is moved, or waited for (NICMALLOC_REALLOC_INFLIGHT);
    * one whose free is deferred was freed already. */
@@ -247,6 +267,13 @@ void *nic_realloc_routed(void *p, size_t size, enum nic_route route, const char 
   }
   /* Keep the block when it fits and would not waste more than half of it. */
   if (heap_ok && !inflight && size <= usable && size >= usable / 2) return p;
+  /* A mapped block that stays one moves by page tables, not by copying (glibc does the same):
+   * pages never written stay unwritten. */
+  if (mapped && heap_ok && !inflight && nic_mapped_wanted(size, 0) &&
+      !__atomic_load_n(&nic_rcache_regions_live, __ATOMIC_RELAXED)) {
+    void *q = nic_mapped_resize(p, size);
+    if (q) return q;
+  }
   void *q = nic_alloc(size, 0, false, route);
   if (!q) return NULL; /* p stays valid, as C requires */
   memcpy(q, p, size < usable ? size : usable);

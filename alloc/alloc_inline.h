@@ -9,6 +9,7 @@
 #include "commit_map.h"
 #include "dp_heap.h"
 #include "huge_cache.h"
+#include "mapped.h"
 #include "rcache.h"
 #include "small_usable.h"
 #include "thread.h"
@@ -99,7 +100,8 @@ static inline bool nic_may_be_block(const void *p) {
  * after nic_may_be_block, so a wild pointer is never dereferenced. */
 static inline bool nic_check_live_block(const void *p, const char *caller, enum nic_block_use use) {
   if (!nic_free_check) return true;
-  if (__builtin_expect(!nic_block_aligned(p) || !nic_may_be_block(p), 0)) {
+  if (__builtin_expect(!nic_block_aligned(p) || nic_segment_boundary(p) || !nic_may_be_block(p),
+                       0)) {
     nic_report_bad_block(p, caller, use, false);
     return false;
   }
@@ -108,6 +110,20 @@ static inline bool nic_check_live_block(const void *p, const char *caller, enum 
     return false;
   }
   return true;
+}
+
+/* Whether p starts a block nicmalloc mapped itself (mapped.h). */
+static inline bool nic_is_mapped(const void *p) {
+  return nic_mapped_maybe(p) && nic_mapped_usable(p) != 0;
+}
+
+/* The usable size of a block already checked live, wherever it came from. */
+static inline size_t nic_block_usable(const void *p) {
+  if (__builtin_expect(nic_mapped_maybe(p), 0)) {
+    const size_t usable = nic_mapped_usable(p);
+    if (usable) return usable;
+  }
+  return mi_usable_size(p);
 }
 
 /* A dataplane block's free, out of line so that the control free path stays short. */
@@ -123,6 +139,21 @@ int nic_safety_realloc_check(void *p, size_t usable);
 
 /* Frees a block already checked live; ends in a tail call to mi_free on the control path. */
 static inline void nic_release_block_now(void *p) {
+  if (__builtin_expect(nic_mapped_maybe(p), 0)) {
+    void *base;
+    const size_t len = nic_mapped_take(p, &base);
+    if (len && !base) {
+      if (__atomic_load_n(&nic_rcache_regions_live, __ATOMIC_RELAXED))
+        nic_rcache_invalidate((uintptr_t)p, len);
+      nic_mapped_unmap(p, len);
+      return;
+    }
+    if (base) p = base; /* an offset block: its base goes back as any block */
+    /* Gone from the table under a racing double free: with the control arena in place nothing
+     * else lives out here, and p may be unmapped already. */
+    else if (nic_free_check_strict && !nic_in_dp(p))
+      return;
+  }
   if (nic_in_dp(p)) {
     nic_free_dp_block(p);
     return;
@@ -169,15 +200,15 @@ static inline __attribute__((always_inline)) void nic_free_inline(void *p, const
   if (__builtin_expect(offset < __atomic_load_n(&nic_commit_map.checked, __ATOMIC_RELAXED), 1)) {
     if (__builtin_expect(nic_block_aligned(p) && nic_commit_map_has(offset) &&
                              !nic_block_is_free(p) && !nic_free_filters_armed() &&
-                             !nic_maybe_huge_block(p),
+                             !nic_maybe_huge_block_or_boundary(p),
                          1)) {
       nic_block_mark_free(p);
       mi_free(p);
       return;
     }
   } else if (nic_in_dp(p) && nic_free_check && nic_block_aligned(p) &&
-             nic_chunk_readable(nic_chunk_index(p)) && !nic_block_is_free(p) &&
-             !__atomic_load_n(&nic_safety_refs, __ATOMIC_RELAXED)) {
+             !nic_maybe_huge_block_or_boundary(p) && nic_chunk_readable(nic_chunk_index(p)) &&
+             !nic_block_is_free(p) && !__atomic_load_n(&nic_safety_refs, __ATOMIC_RELAXED)) {
     nic_free_dp_block(p);
     return;
   }

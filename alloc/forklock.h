@@ -22,7 +22,7 @@
  *   dataplane late             waits for busy threads to leave dataplane code, and they may
  *                              wait for the growth, chunks, thread or cache locks
  *   dataplane growth           the chunks lock, mmap/munmap of a chunk (the cache)
- *   chunks, threads, huge cache  munmap (the cache)
+ *   chunks, threads, huge cache, mapped blocks  munmap (the cache)
  *   registration cache         the backend's reg/dereg, which may free memory: a deferred free
  *   deferred, holds, fence detect, fence protect, pressure, profile table, shm attaches:
  *                              leaves (their holders take no other lock: pool memory comes
@@ -35,7 +35,8 @@
  *     the other endpoints' list (safety/endpoint_common.c), the fence report lock
  *     (safety/fence_report.c), the late and growth locks (alloc/dp_heap.c), the chunks lock
  *     (alloc/chunks.c), the thread list (alloc/thread.c), the huge-block cache
- *     (alloc/huge_cache.c), the registration cache (regcache/rcache.c), the deferred-free
+ *     (alloc/huge_cache.c), the table of blocks nicmalloc maps itself (alloc/mapped.c), the
+ *     registration cache (regcache/rcache.c), the deferred-free
  *     table (safety/deferred.c), the hold table (safety/hold.c), the detect records
  *     (safety/fence_detect.c), the protect spin lock (safety/fence_protect.c, taken with
  *     signals blocked as every holder does), the pressure model (safety/pressure.c), the
@@ -85,6 +86,7 @@ enum nic_fork_rank {
   NIC_FORK_CHUNKS,
   NIC_FORK_THREADS,
   NIC_FORK_HUGE_CACHE,
+  NIC_FORK_MAPPED,
   NIC_FORK_RCACHE,
   NIC_FORK_DEFERRED,
   NIC_FORK_HOLDS,

@@ -25,6 +25,16 @@ static inline bool nic_maybe_huge_block(const void *p) {
   return (((uintptr_t)p - NIC_HUGE_BLOCK_OFFSET) & NIC_SEGMENT_MASK) == 0;
 }
 
+/* A segment starts with its header, so no block of mimalloc 2.0.9 starts on the boundary:
+ * a pointer there is an offset block (mapped.h) or no block at all. */
+static inline bool nic_segment_boundary(const void *p) {
+  return ((uintptr_t)p & NIC_SEGMENT_MASK) == 0;
+}
+/* nic_maybe_huge_block(p) || nic_segment_boundary(p) in one test, for free's fast paths. */
+static inline bool nic_maybe_huge_block_or_boundary(const void *p) {
+  return ((uintptr_t)p & (NIC_SEGMENT_MASK & ~NIC_HUGE_BLOCK_OFFSET)) == 0;
+}
+
 /* Whether fresh huge blocks are made to hold nic_huge_capacity: the cache is on, the control
  * arena has address space to spare (at least 1 TiB; under an address-space limit it can be as
  * small as 64 GiB) and the kernel does not account commits strictly (vm.overcommit_memory=2),

@@ -19,6 +19,7 @@
 #define _GNU_SOURCE
 #include "profile.h"
 
+#include "alloc_inline.h"
 #include "chunks.h"
 #include "config.h"
 #include "fence.h"
@@ -89,7 +90,7 @@ static bool sample(void *p, size_t size, bool routed) {
   uintptr_t frames[NIC_PROF_FRAMES];
   unsigned n = nic_prof_capture(frames);
   double weight = 1.0 / -expm1(-(double)size / sample_mean);
-  if (n) nic_prof_table_sample(p, mi_usable_size(p), weight, frames, n);
+  if (n) nic_prof_table_sample(p, nic_block_usable(p), weight, frames, n);
   busy = false;
   return n != 0;
 }
@@ -105,7 +106,7 @@ static void record(void *p, size_t size) {
   busy = true;
   uintptr_t frames[NIC_PROF_FRAMES];
   unsigned n = nic_prof_capture(frames);
-  if (n) nic_prof_table_record(p, mi_usable_size(p), frames, n);
+  if (n) nic_prof_table_record(p, nic_block_usable(p), frames, n);
   busy = false;
 }
 

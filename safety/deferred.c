@@ -60,7 +60,7 @@ bool nic_safety_was_freed(const void *p) {
 }
 
 bool nic_safety_defer_free(void *p) {
-  uintptr_t start = (uintptr_t)p, end = start + mi_usable_size(p);
+  uintptr_t start = (uintptr_t)p, end = start + nic_block_usable(p);
   /* Lock-free answer for the common case: nothing of p referenced, and p not deferred (nothing
    * is, or p's bucket is empty). Only a free racing with another free of the same block could
    * miss its record, and that double free would race the same way under the lock. Without the

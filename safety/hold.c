@@ -8,6 +8,7 @@
 #include "chunks.h"
 #include "forklock.h"
 #include "log.h"
+#include "mapped.h"
 #include "nicmalloc.h"
 #include "pagecount.h"
 #include "pool.h"
@@ -40,7 +41,9 @@ static struct hold **find_locked(const void *p) {
 
 /* The dataplane range is reserved whole, but only mapped chunks hold blocks. */
 static bool ours(const void *p) {
-  return nic_in_dp(p) ? nic_chunk_readable(nic_chunk_index(p)) : mi_is_in_heap_region(p);
+  if (nic_in_dp(p)) return nic_chunk_readable(nic_chunk_index(p));
+  return mi_is_in_heap_region(p) ||
+         (__atomic_load_n(&nic_mapped_blocks, __ATOMIC_RELAXED) && nic_mapped_contains(p));
 }
 
 NIC_EXPORT int nic_hold(const void *p) {

@@ -271,6 +271,65 @@ static int huge_reuse(size_t size, unsigned sleep_ms) {
   return 0;
 }
 
+static long resident_kib(void) {
+  FILE *f = fopen("/proc/self/statm", "r");
+  long size = 0, resident = 0;
+  if (!f) return -1;
+  if (fscanf(f, "%ld %ld", &size, &resident) != 2) resident = -1;
+  fclose(f);
+  return resident < 0 ? -1 : resident * (sysconf(_SC_PAGESIZE) / 1024);
+}
+
+/* malloc(1 MiB), 2 MiB, 4 MiB ... up to max, each written at its first and last byte and
+ * freed: such blocks must cost address space, not memory. Prints the most the resident set
+ * grew while a block was live. Skips (grow_skipped=REASON) where the kernel would refuse such a
+ * block to any allocator: an address-space limit, or strict overcommit. */
+static int grow_untouched(size_t max) {
+  void *room =
+      mmap(NULL, max, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE, -1, 0);
+  if (room == MAP_FAILED) {
+    printf("grow_skipped=a mapping of %zu bytes is refused here: %s\n", max, strerror(errno));
+    return 0;
+  }
+  munmap(room, max);
+  const long start = resident_kib();
+  long grown = 0;
+  unsigned blocks = 0, usable = 0;
+  for (size_t size = (size_t)1 << 20; size <= max; size *= 2) {
+    unsigned char *p = malloc(size);
+    if (!p) {
+      printf("grow_failed_at=%zu\n", size);
+      break;
+    }
+    blocks++;
+    p[0] = 1;
+    p[size - 1] = 2;
+    if (p[0] == 1 && p[size - 1] == 2 && malloc_usable_size(p) >= size) usable++;
+    const long now = resident_kib();
+    if (now - start > grown) grown = now - start;
+    free(p);
+  }
+  printf("grow_blocks=%u\ngrow_usable=%u\ngrow_rss_kib=%ld\n", blocks, usable, grown);
+  return 0;
+}
+
+/* nic_aligned_alloc(alignment, size): what it returned, and whether the block works. */
+static int aligned_dataplane(size_t alignment, size_t size) {
+  errno = 0;
+  unsigned char *p = nic_aligned_alloc(alignment, size);
+  printf("aligned_errno=%d\n", p ? 0 : errno);
+  if (p) {
+    printf("aligned_ok=%d\n", (uintptr_t)p % alignment == 0);
+    printf("aligned_dp=%d\n", nic_is_dataplane(p));
+    p[0] = 1;
+    p[size - 1] = 2;
+    printf("aligned_usable_ok=%d\n", malloc_usable_size(p) >= size);
+    free(p);
+  }
+  print_stats("");
+  return 0;
+}
+
 /* The usable size of a fresh 17 MiB block, and whether a written 30 MiB block, freed and taken
  * again for 17 MiB, keeps its page at 25 MiB resident; with limit_gib, under that address-space
  * limit: the probe runs itself again so that nicmalloc starts under it. */
@@ -514,6 +573,10 @@ int main(int argc, char **argv) {
     return threads_start((unsigned)atoi(argv[2]), strtoull(argv[3], NULL, 0));
   if (argc >= 4 && !strcmp(argv[1], "huge"))
     return huge_reuse(strtoull(argv[2], NULL, 0), (unsigned)atoi(argv[3]));
+  if (argc >= 3 && !strcmp(argv[1], "grow-untouched"))
+    return grow_untouched(strtoull(argv[2], NULL, 0));
+  if (argc >= 4 && !strcmp(argv[1], "aligned-dp"))
+    return aligned_dataplane(strtoull(argv[2], NULL, 0), strtoull(argv[3], NULL, 0));
   if (argc >= 2 && !strcmp(argv[1], "huge-usable"))
     return huge_usable(argv[0], argc >= 3 ? argv[2] : NULL);
   if (argc >= 2 && !strcmp(argv[1], "sites")) { /* sites ID...: which are on */
@@ -555,6 +618,7 @@ int main(int argc, char **argv) {
       "usage: nic_probe dp-alloc TOTAL BLOCK | low-memlock BLOCK | low-memlock-fill TOTAL BLOCK | "
       "low-memlock-register N BLOCK | low-memlock-sga KIB BLOCK | "
       "fork-child BLOCK | auto SIZE | cap-again BLOCK | huge SIZE SLEEP_MS | huge-usable [GIB] | "
+      "grow-untouched MAX | aligned-dp ALIGNMENT SIZE | "
       "threads-start N SIZE | stats | stats-in-scope | stderr-reused FILE | as-limit GIB "
       "ARGS... | data-limit MIB ARGS... | in-cgroup DIR ARGS... | no-uring ARGS... | "
       "no-getrandom ARGS... | fixed-layout ARGS... | free-key | uring-endpoint | "

@@ -402,4 +402,23 @@ TEST(Holds, BadInput) {
   EXPECT_EQ(after.hold_errors - before.hold_errors, 6u) << "every call counted";
 }
 
+// Blocks nicmalloc maps itself (alloc/mapped.h: alignments over 16 MiB, 1 GiB and more) take
+// holds like any other, through any pointer into them, and their free waits for the release.
+TEST(Holds, BlocksNicmallocMapsItselfCanBeHeld) {
+  char *aligned = static_cast<char *>(aligned_alloc(size_t(64) << 20, 4096));
+  char *big = static_cast<char *>(malloc(size_t(1) << 30));
+  ASSERT_NE(aligned, nullptr);
+  ASSERT_NE(big, nullptr);
+  const uint64_t pending = Stats().deferred_pending;
+  for (char *p : {aligned, big}) {
+    p[0] = 'h';
+    ASSERT_EQ(nic_hold(p + 100), 0);
+    free(p);
+    EXPECT_EQ(Stats().deferred_pending, pending + 1) << "the free waits for the release";
+    EXPECT_EQ(p[0], 'h') << "still mapped while held";
+    EXPECT_EQ(nic_release(p + 100), 0);
+    EXPECT_EQ(Stats().deferred_pending, pending) << "released: the deferred free ran";
+  }
+}
+
 } // namespace
