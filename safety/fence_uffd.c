@@ -39,6 +39,10 @@ struct held {
   pid_t tid;
   uintptr_t addr;
   uint64_t since_ms;
+  /* A posting thread's entries: it waits only while other entries cover the page. Readable while
+   * it is parked here, inside nic_sga_post. */
+  const struct nic_sga_entry *own;
+  uint32_t own_n;
 };
 
 static int uffd = -1;
@@ -87,10 +91,13 @@ static int uffd_unprotect(uintptr_t start, size_t len) {
 
 static void on_fault(uintptr_t addr, pid_t tid) {
   if (!nic_fence_still_protected(addr)) return; /* released meanwhile: the writer is awake */
-  if (nic_fence_thread_exempt(tid)) {
+  const struct nic_sga_entry *own = NULL;
+  uint32_t own_n = 0;
+  const bool exempt = nic_fence_thread_exempt(tid, &own, &own_n);
+  if (exempt && !(own && nic_fence_others_cover(addr, own, own_n))) {
     static int warned;
     NIC_SAFETY_COUNT(fence_bypasses, 1);
-    nic_fence_release(addr);
+    nic_fence_release(addr, own, own_n);
     if (!__atomic_exchange_n(&warned, 1, __ATOMIC_RELAXED))
       nic_log_warn("NICMALLOC_FENCE=protect: thread %d, which the NIC or the completions need, "
                    "wrote to %#lx while the NIC may still read that page; the page is made "
@@ -99,7 +106,8 @@ static void on_fault(uintptr_t addr, pid_t tid) {
     return;
   }
   NIC_SAFETY_COUNT(fence_held_writes, 1);
-  const struct held h = {.tid = tid, .addr = addr, .since_ms = nic_now_ms()};
+  const struct held h = {
+      .tid = tid, .addr = addr, .since_ms = nic_now_ms(), .own = own, .own_n = own_n};
   unsigned i = 0;
   while (i < nheld && held[i].tid != tid)
     i++;
@@ -119,13 +127,17 @@ static void sweep(void) {
   const uint64_t now = nic_now_ms();
   for (unsigned i = 0; i < nheld;) {
     bool done = !nic_fence_marked(held[i].addr);
+    if (!done && held[i].own && !nic_fence_others_cover(held[i].addr, held[i].own, held[i].own_n)) {
+      nic_fence_release(held[i].addr, held[i].own, held[i].own_n); /* its own entries alone */
+      done = true;
+    }
     if (!done && now - held[i].since_ms >= timeout) {
       nic_log_error("NICMALLOC_FENCE=protect: thread %d waited %u ms (NICMALLOC_FENCE_TIMEOUT_MS) "
                     "to write %#lx, which the NIC may still read; the page is made writable and "
                     "the write goes on (does a completion it waits for need a lock it holds?)",
                     (int)held[i].tid, timeout, (unsigned long)held[i].addr);
       NIC_SAFETY_COUNT(fence_bypasses, 1);
-      nic_fence_release(held[i].addr);
+      nic_fence_release(held[i].addr, held[i].own, held[i].own_n);
       done = true;
     }
     if (!done) {
