@@ -87,10 +87,12 @@ static void perform(struct sim_nic *s, struct sim_work *w) {
   }
   pthread_mutex_unlock(&s->lock);
   if ((size_t)total > s->msg_cap) {
-    char *bigger = realloc(s->msg, (size_t)total);
+    const size_t cap = ((size_t)total + 4095) & ~(size_t)4095;
+    char *bigger = sim_map(cap);
     if (bigger) {
+      sim_unmap(s->msg, s->msg_cap);
       s->msg = bigger;
-      s->msg_cap = (size_t)total;
+      s->msg_cap = cap;
     }
   }
   if ((size_t)total <= s->msg_cap) {

@@ -3,8 +3,10 @@
 // posting free, realloc or rewrite the posted blocks (and keep some alive beside new posts, so
 // that in-flight entries, deferred frees and rewrites share pages). The receiver checks every
 // byte of every message; a message that differs from what was posted is a mismatch, whichever
-// write got through. Under protect the rewrite needs no call; under wait it calls
-// nic_fence_write first, as that mode requires.
+// write got through. The threads come in waves: those of a wave exit before the next starts, so
+// that what they allocated (nicmalloc's and the backend's own blocks among it) goes on in the
+// pages of the next wave's heaps, beside the program's blocks it posts. Under protect the rewrite
+// needs no call; under wait it calls nic_fence_write first, as that mode requires.
 #pragma once
 
 #include <gtest/gtest.h>
@@ -57,12 +59,14 @@ inline void Receive(void *arg, void *data, size_t len) {
 
 struct Options {
   int threads = 4;
-  int messages = 2500; // per thread
+  int waves = 2;
+  int messages = 1250; // per thread and wave
   bool fence_before_rewrite = false;
+  uint64_t total() const { return uint64_t(waves) * threads * messages; }
 };
 
-// Posts opt.threads * opt.messages messages to ep (its receive must be Receive with c) and waits
-// for every completion. Returns how many completions failed.
+// Posts opt.waves * opt.threads * opt.messages messages to ep (its receive must be Receive with c)
+// and waits for every completion. Returns how many completions failed.
 inline int Run(nic_endpoint *ep, Checker *c, const Options &opt) {
   std::atomic<int> done{0}, failed{0};
   auto on_done = [](void *arg, int status) {
@@ -71,64 +75,66 @@ inline int Run(nic_endpoint *ep, Checker *c, const Options &opt) {
     (*counts->first)++;
   };
   std::pair<std::atomic<int> *, std::atomic<int> *> counts{&done, &failed};
-  std::vector<std::thread> threads;
-  for (int t = 0; t < opt.threads; t++)
-    threads.emplace_back([&, t] {
-      uint64_t rnd = 0x1234567ull * (t + 1);
-      auto next = [&rnd] {
-        rnd ^= rnd << 13, rnd ^= rnd >> 7, rnd ^= rnd << 17;
-        return rnd;
-      };
-      constexpr int kKept = 8; // blocks kept alive a while beside the next posts
-      char *kept[kKept] = {};
-      for (int m = 0; m < opt.messages; m++) {
-        const uint64_t id = (uint64_t(t) << 32) | uint64_t(m);
-        const size_t len = LengthOf(id);
-        const bool dataplane = next() & 1;
-        char *p = static_cast<char *>(dataplane ? nic_malloc(len) : malloc(len));
-        ASSERT_NE(p, nullptr);
-        Fill(p, id);
-        nic_sga sga;
-        ASSERT_EQ(nic_sga_init(&sga, 0), 0);
-        ASSERT_EQ(nic_sga_add(&sga, p, len), 0);
-        ASSERT_EQ(nic_sga_post(&sga, ep, on_done, &counts), 0);
-        switch (next() % 4) {
-        case 0: // freed at once: deferred until the DMA
-          free(p);
-          break;
-        case 1: { // grown: moved, the old block's free deferred
-          char *q = static_cast<char *>(realloc(p, len * 2));
-          ASSERT_NE(q, nullptr);
-          free(q);
-          break;
-        }
-        case 2: // rewritten at once, then freed
-          if (opt.fence_before_rewrite) {
-            ASSERT_EQ(nic_fence_write(p, len), 0);
+  for (int wave = 0; wave < opt.waves; wave++) {
+    std::vector<std::thread> threads;
+    for (int t = wave * opt.threads; t < (wave + 1) * opt.threads; t++)
+      threads.emplace_back([&, t] {
+        uint64_t rnd = 0x1234567ull * (t + 1);
+        auto next = [&rnd] {
+          rnd ^= rnd << 13, rnd ^= rnd >> 7, rnd ^= rnd << 17;
+          return rnd;
+        };
+        constexpr int kKept = 8; // blocks kept alive a while beside the next posts
+        char *kept[kKept] = {};
+        for (int m = 0; m < opt.messages; m++) {
+          const uint64_t id = (uint64_t(t) << 32) | uint64_t(m);
+          const size_t len = LengthOf(id);
+          const bool dataplane = next() & 1;
+          char *p = static_cast<char *>(dataplane ? nic_malloc(len) : malloc(len));
+          ASSERT_NE(p, nullptr);
+          Fill(p, id);
+          nic_sga sga;
+          ASSERT_EQ(nic_sga_init(&sga, 0), 0);
+          ASSERT_EQ(nic_sga_add(&sga, p, len), 0);
+          ASSERT_EQ(nic_sga_post(&sga, ep, on_done, &counts), 0);
+          switch (next() % 4) {
+          case 0: // freed at once: deferred until the DMA
+            free(p);
+            break;
+          case 1: { // grown: moved, the old block's free deferred
+            char *q = static_cast<char *>(realloc(p, len * 2));
+            ASSERT_NE(q, nullptr);
+            free(q);
+            break;
           }
-          memset(p, 0xee, len);
-          free(p);
-          break;
-        default: { // rewritten later, while newer posts share its pages
-          char *&slot = kept[next() % kKept];
-          if (slot) {
+          case 2: // rewritten at once, then freed
             if (opt.fence_before_rewrite) {
-              ASSERT_EQ(nic_fence_write(slot, 64), 0);
+              ASSERT_EQ(nic_fence_write(p, len), 0);
             }
-            memset(slot, 0xdd, 64);
-            free(slot);
+            memset(p, 0xee, len);
+            free(p);
+            break;
+          default: { // rewritten later, while newer posts share its pages
+            char *&slot = kept[next() % kKept];
+            if (slot) {
+              if (opt.fence_before_rewrite) {
+                ASSERT_EQ(nic_fence_write(slot, 64), 0);
+              }
+              memset(slot, 0xdd, 64);
+              free(slot);
+            }
+            slot = p;
           }
-          slot = p;
+          }
+          if (m % 16 == 15) nic_poll(0);
         }
-        }
-        if (m % 16 == 15) nic_poll(0);
-      }
-      for (char *&slot : kept)
-        free(slot);
-    });
-  for (auto &th : threads)
-    th.join();
-  const int target = opt.threads * opt.messages;
+        for (char *&slot : kept)
+          free(slot);
+      });
+    for (auto &th : threads)
+      th.join();
+  }
+  const int target = int(opt.total());
   // A deadline for a broken build (a completion stuck behind a writer), not a measurement.
   const auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(60);
   while (done.load() < target && std::chrono::steady_clock::now() < deadline)

@@ -196,7 +196,7 @@ TEST_F(Fence, EveryMessageArrivesAsPostedWhileBlocksAreFreedAndRewritten) {
   EXPECT_EQ(fence_integrity::Run(own, &checker, opt), 0);
   while (nic_sim_endpoint_destroy(own) == -EBUSY)
     nic_poll(0);
-  EXPECT_EQ(checker.checked.load(), 4u * 2500u);
+  EXPECT_EQ(checker.checked.load(), opt.total());
   EXPECT_EQ(checker.mismatched.load(), 0u) << "messages arrived modified";
 }
 
