@@ -126,6 +126,8 @@ static void forget_locked(const void *p) {
     }
 }
 
+void (*nic_safety_retry_hook)(void *const *blocks, unsigned n);
+
 void nic_safety_retry_deferred(void) {
   void *ready[BATCH];
   for (;;) {
@@ -137,6 +139,9 @@ void nic_safety_retry_deferred(void) {
     pthread_mutex_lock(&lock);
     unsigned n = collect_locked(ready);
     pthread_mutex_unlock(&lock);
+    void (*hook)(void *const *, unsigned) =
+        __atomic_load_n(&nic_safety_retry_hook, __ATOMIC_ACQUIRE);
+    if (n && hook) hook(ready, n);
     for (unsigned i = 0; i < n; i++)
       nic_block_mark_free(ready[i]);
     pthread_mutex_lock(&lock);

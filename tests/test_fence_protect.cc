@@ -301,6 +301,82 @@ TEST_P(Protect, EveryMessageArrivesAsPostedWhileBlocksAreFreedAndRewritten) {
   EXPECT_GT(after.fence_held_writes, before.fence_held_writes) << "no rewrite was ever held";
 }
 
+// What a retry of deferred frees runs between taking blocks whose pages were clear and writing
+// into them (nicmalloc's free key, mimalloc's free list), once it takes retry_block.
+std::atomic<void *> retry_block{nullptr};
+std::atomic<std::function<void()> *> retry_action{nullptr};
+void RetryHook(void *const *blocks, unsigned n) {
+  for (unsigned i = 0; i < n; i++)
+    if (blocks[i] == retry_block.load())
+      if (std::function<void()> *f = retry_action.exchange(nullptr)) (*f)();
+}
+
+// A completion on the NIC's own thread makes a deferred free runnable; right then (after its
+// pages were found clear, before its writes) a post of another block on the same page protects
+// that page. The free's writes must wait for that post: made on the NIC's thread, which is never
+// held, they used to release the page for every thread while the NIC still read it.
+TEST_P(Protect, ADeferredFreeWaitsForAPostOfItsPageInsteadOfReleasingIt) {
+  std::vector<char *> spare; // two blocks on one 4 KiB page: x, y
+  char *x = nullptr, *y = nullptr;
+  for (int i = 0; i < 64 && !y; i++) {
+    char *p = static_cast<char *>(nic_malloc(512));
+    ASSERT_NE(p, nullptr);
+    if (x && reinterpret_cast<uintptr_t>(p) >> 12 == reinterpret_cast<uintptr_t>(x) >> 12) {
+      y = p;
+    } else {
+      if (x) spare.push_back(x);
+      x = p;
+    }
+  }
+  ASSERT_NE(y, nullptr) << "no two blocks on one page";
+  memset(x, 'X', 512);
+  memset(y, 'Y', 512);
+  nic_endpoint *nic_thread_ep = nic_sim_endpoint_create(Receive, &inbox, NIC_EP_ENGINE_COMPLETIONS);
+  ASSERT_NE(nic_thread_ep, nullptr);
+  const nic_stats before = Stats();
+  const int target = done_count.load() + 2;
+  nic_sim_pause(nic_backend_active(), true);
+  nic_sga sga;
+  ASSERT_EQ(nic_sga_init(&sga, 0), 0);
+  ASSERT_EQ(nic_sga_add(&sga, x, 512), 0);
+  ASSERT_EQ(nic_sga_post(&sga, nic_thread_ep, CountDone, this), 0);
+  free(x);
+  ASSERT_TRUE(nic_safety_is_deferred(x));
+  std::atomic<bool> posted{false};
+  std::function<void()> post_y = [&] {
+    nic_sim_pause(nic_backend_active(), true); // y stays in flight until the test lets it go
+    Post(y, 512);
+    posted = true;
+  };
+  retry_block = x;
+  retry_action = &post_y;
+  nic_safety_retry_hook = RetryHook;
+  nic_sim_pause(nic_backend_active(), false); // x's DMA, then its completion on the NIC thread
+  ASSERT_TRUE(WaitFor([&] {
+    return posted &&
+           (Stats().fence_writers_held >= 1 || Stats().fence_bypasses > before.fence_bypasses);
+  })) << "the free was never retried";
+  const nic_stats during = Stats();
+  EXPECT_EQ(during.fence_bypasses, before.fence_bypasses)
+      << "the free's write released the page while y's post covered it";
+  EXPECT_EQ(during.fence_mismatches, before.fence_mismatches);
+  EXPECT_TRUE(nic_fence_marked(reinterpret_cast<uintptr_t>(y)))
+      << "y's page is writable while its post is pending";
+  EXPECT_GE(during.fence_writers_held, 1u) << "the free's write was not held";
+  DrainWithin(target);
+  EXPECT_TRUE(WaitFor([&] { return Stats().deferred_pending == before.deferred_pending; }))
+      << "x was never freed";
+  nic_safety_retry_hook = nullptr;
+  EXPECT_EQ(Received(0), std::string(512, 'X'));
+  EXPECT_EQ(Received(1), std::string(512, 'Y'));
+  EXPECT_EQ(Stats().fence_bypasses, before.fence_bypasses);
+  free(y);
+  for (char *p : spare)
+    free(p);
+  while (nic_sim_endpoint_destroy(nic_thread_ep) == -EBUSY)
+    nic_poll(0);
+}
+
 // The bitmap a fault handler reads: marking a run sets exactly its pages, across 64-page words
 // and GiB leaves, and unmarking clears exactly them.
 // mimalloc keeps a heap's own structure among the thread's ordinary blocks, so the pages of a
