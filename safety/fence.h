@@ -29,11 +29,14 @@ void nic_fence_protect(const struct nic_sga_entry *e, uint32_t n);
 /* Releases the units of the entries' pages that no posted entry covers any more. */
 void nic_fence_unprotect(const struct nic_sga_entry *e, uint32_t n);
 bool nic_fence_protect_started(void);
-/* Makes the unit holding a writable now, whatever is in flight there: for a writer that must not
- * wait (a NIC thread) or has waited too long, or a posting thread once only its own entries
- * (own, n: not handed to the NIC yet) cover it. If other posted entries still cover it, the
- * write may reach the wire: counted in fence_mismatches. Any thread, signal handlers included. */
-void nic_fence_release(uintptr_t a, const struct nic_sga_entry *own, uint32_t n);
+/* Makes the unit holding a writable now: for a writer that must not wait (a NIC thread: own
+ * NULL) or has waited too long (force), whatever is in flight there; if other posted entries
+ * still cover it, the write may reach the wire, counted in fence_mismatches. For a posting
+ * thread (own, n: its entries, not handed to the NIC yet) only if no other entry covers the unit
+ * now, decided under the protect lock (a post of a neighbour may have come since the caller
+ * looked): returns false, changing nothing, when the writer must wait after all. Any thread,
+ * signal handlers included. */
+bool nic_fence_release(uintptr_t a, const struct nic_sga_entry *own, uint32_t n, bool force);
 /* Whether posted entries other than own cover a page of a's unit (per-page counts against the
  * own entries touching each page). Lock-free, async-signal-safe. */
 bool nic_fence_others_cover(uintptr_t a, const struct nic_sga_entry *own, uint32_t n);

@@ -203,20 +203,25 @@ bool nic_fence_others_cover(uintptr_t a, const struct nic_sga_entry *own, uint32
   return false;
 }
 
-void nic_fence_release(uintptr_t a, const struct nic_sga_entry *own, uint32_t n) {
+bool nic_fence_release(uintptr_t a, const struct nic_sga_entry *own, uint32_t n, bool force) {
   size_t unit = nic_fence_unit(a);
-  if (!unit || !__atomic_load_n(&mech, __ATOMIC_ACQUIRE)) return;
+  if (!unit || !__atomic_load_n(&mech, __ATOMIC_ACQUIRE)) return true;
   uintptr_t u = a & ~(unit - 1);
   sigset_t old;
   lock(&old);
-  bool ours = nic_fence_marked(u);
+  bool ours = nic_fence_marked(u), others = ours && nic_fence_others_cover(u, own, n);
+  if (others && own && !force) {
+    unlock(&old);
+    return false;
+  }
   /* The writer goes on while another posted entry still covers the unit: what the NIC reads of
    * it may be the new bytes, so it counts as a mismatch, as detect would report it, not only as
    * the bypass its caller counts. */
-  if (ours && nic_fence_others_cover(u, own, n)) NIC_SAFETY_COUNT(fence_mismatches, 1);
+  if (others) NIC_SAFETY_COUNT(fence_mismatches, 1);
   if (ours) release_run(u, u + unit);
   unlock(&old);
   if (ours) nic_fence_gen_bump();
+  return true;
 }
 
 void nic_fence_reprotect(const struct nic_sga_entry *e, uint32_t n) {

@@ -58,14 +58,16 @@ static void say(const char *a, uintptr_t x, const char *b) {
   (void)!write(STDERR_FILENO, buf, (size_t)(p - buf));
 }
 
-static void bypass(uintptr_t a, const struct nic_sga_entry *own, uint32_t n) {
+/* False when a posting thread must wait after all (a post of a neighbour came meanwhile). */
+static bool bypass(uintptr_t a, const struct nic_sga_entry *own, uint32_t n) {
   static int warned;
+  if (!nic_fence_release(a, own, n, false)) return false;
   NIC_SAFETY_COUNT(fence_bypasses, 1);
-  nic_fence_release(a, own, n);
   if (!__atomic_exchange_n(&warned, 1, __ATOMIC_RELAXED))
     say("NICMALLOC_FENCE=protect: a thread the NIC or the completions need wrote to ", a,
         " while the NIC may still read that page; the page is made writable rather than hold it "
         "(counted in fence_bypasses)");
+  return true;
 }
 
 /* Waits until a's page is released: by its completion (on the poller, which this wakes, or any
@@ -80,16 +82,14 @@ static void hold(uintptr_t a, const struct nic_sga_entry *own, uint32_t n) {
   for (;;) {
     unsigned gen = __atomic_load_n(&nic_fence_gen, __ATOMIC_SEQ_CST);
     if (!nic_fence_marked(a)) break;
-    if (own && !nic_fence_others_cover(a, own, n)) {
-      nic_fence_release(a, own, n); /* the NIC cannot read its own entries yet */
-      break;
-    }
+    /* the NIC cannot read its own entries yet */
+    if (own && !nic_fence_others_cover(a, own, n) && nic_fence_release(a, own, n, false)) break;
     if (nic_now_ms() - since >= cfg->fence_timeout_ms) {
       say("NICMALLOC_FENCE=protect: a write to ", a,
           " waited NICMALLOC_FENCE_TIMEOUT_MS for the NIC; the page is made writable and the write "
           "goes on (does a completion it waits for need a lock it holds?)");
       NIC_SAFETY_COUNT(fence_bypasses, 1);
-      nic_fence_release(a, own, n);
+      nic_fence_release(a, own, n, true);
       break;
     }
     struct timespec tick = {0, 10 * 1000 * 1000}; /* the timeout is checked this often */
@@ -120,10 +120,8 @@ static void on_segv(int sig, siginfo_t *si, void *context) {
       uint32_t n;
       if (!nic_fence_self_exempt(&own, &n))
         hold(a, NULL, 0);
-      else if (own && nic_fence_others_cover(a, own, n))
+      else if ((own && nic_fence_others_cover(a, own, n)) || !bypass(a, own, n))
         hold(a, own, n); /* a posting thread: its write waits for the others' DMA */
-      else
-        bypass(a, own, n);
       errno = saved_errno;
       return;
     }

@@ -94,10 +94,11 @@ static void on_fault(uintptr_t addr, pid_t tid) {
   const struct nic_sga_entry *own = NULL;
   uint32_t own_n = 0;
   const bool exempt = nic_fence_thread_exempt(tid, &own, &own_n);
-  if (exempt && !(own && nic_fence_others_cover(addr, own, own_n))) {
+  /* A posting thread whose release is refused (a post of a neighbour came meanwhile) waits. */
+  if (exempt && !(own && nic_fence_others_cover(addr, own, own_n)) &&
+      nic_fence_release(addr, own, own_n, false)) {
     static int warned;
     NIC_SAFETY_COUNT(fence_bypasses, 1);
-    nic_fence_release(addr, own, own_n);
     if (!__atomic_exchange_n(&warned, 1, __ATOMIC_RELAXED))
       nic_log_warn("NICMALLOC_FENCE=protect: thread %d, which the NIC or the completions need, "
                    "wrote to %#lx while the NIC may still read that page; the page is made "
@@ -127,17 +128,15 @@ static void sweep(void) {
   const uint64_t now = nic_now_ms();
   for (unsigned i = 0; i < nheld;) {
     bool done = !nic_fence_marked(held[i].addr);
-    if (!done && held[i].own && !nic_fence_others_cover(held[i].addr, held[i].own, held[i].own_n)) {
-      nic_fence_release(held[i].addr, held[i].own, held[i].own_n); /* its own entries alone */
-      done = true;
-    }
+    if (!done && held[i].own && !nic_fence_others_cover(held[i].addr, held[i].own, held[i].own_n))
+      done = nic_fence_release(held[i].addr, held[i].own, held[i].own_n, false); /* its own alone */
     if (!done && now - held[i].since_ms >= timeout) {
       nic_log_error("NICMALLOC_FENCE=protect: thread %d waited %u ms (NICMALLOC_FENCE_TIMEOUT_MS) "
                     "to write %#lx, which the NIC may still read; the page is made writable and "
                     "the write goes on (does a completion it waits for need a lock it holds?)",
                     (int)held[i].tid, timeout, (unsigned long)held[i].addr);
       NIC_SAFETY_COUNT(fence_bypasses, 1);
-      nic_fence_release(held[i].addr, held[i].own, held[i].own_n);
+      nic_fence_release(held[i].addr, held[i].own, held[i].own_n, true);
       done = true;
     }
     if (!done) {

@@ -377,6 +377,36 @@ TEST_P(Protect, ADeferredFreeWaitsForAPostOfItsPageInsteadOfReleasingIt) {
     nic_poll(0);
 }
 
+// A posting thread's write may release a unit only while its own entries (not handed to the NIC
+// yet) alone cover it, and the fault handlers look first without the lock: a post of another
+// block on the page may come before the release. The release decides again under the lock: it
+// refuses then (the writer waits), and lets a forced one (the timeout) through as a mismatch.
+TEST_P(Protect, APostingThreadsReleaseIsRefusedOnceAnotherPostCoversThePage) {
+  char *p = Block(true, 4096);
+  ASSERT_NE(p, nullptr);
+  memset(p, 'K', 4096);
+  const uintptr_t page = reinterpret_cast<uintptr_t>(p);
+  nic_sga_entry own = {};
+  own.addr = p + 2048;
+  own.len = 2048;
+  own.kind = NIC_REGION_ARENA;
+  const int target = done_count.load() + 2;
+  PostPaused(p + 2048, 2048); // stands for the posting thread's own entry
+  EXPECT_FALSE(nic_fence_others_cover(page, &own, 1));
+  Post(p, 2048); // another post of the page, after the posting thread looked
+  const nic_stats before = Stats();
+  EXPECT_FALSE(nic_fence_release(page, &own, 1, false))
+      << "a posting thread's write released a page another post covers";
+  EXPECT_TRUE(nic_fence_marked(page));
+  EXPECT_EQ(Stats().fence_mismatches, before.fence_mismatches);
+  EXPECT_TRUE(nic_fence_release(page, &own, 1, true)); // after the timeout: through, counted
+  EXPECT_FALSE(nic_fence_marked(page));
+  EXPECT_EQ(Stats().fence_mismatches, before.fence_mismatches + 1);
+  DrainWithin(target);
+  EXPECT_EQ(Received(0) + Received(1), std::string(4096, 'K'));
+  free(p);
+}
+
 // The bitmap a fault handler reads: marking a run sets exactly its pages, across 64-page words
 // and GiB leaves, and unmarking clears exactly them.
 // mimalloc keeps a heap's own structure among the thread's ordinary blocks, so the pages of a
