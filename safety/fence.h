@@ -95,7 +95,9 @@ bool nic_fence_self_exempt(const struct nic_sga_entry **own, uint32_t *n); /* si
  * then (nicmalloc's own: mimalloc keeps a heap's metadata in the thread's ordinary pages,
  * beside the program's blocks) would wait for a completion only its own post can lead to: it
  * waits only while other posted entries cover the page, then goes on, and end protects the
- * page again. Returns whether end must undo it. */
+ * page again. Under mprotect only: the uffd fault thread reads faults late and cannot tell a
+ * write inside the post from one before it, so it holds a posting thread like any writer
+ * (fence_uffd.c). Returns whether end must undo it. */
 bool nic_fence_posting_begin(const struct nic_sga_entry *e, uint32_t n);
 void nic_fence_posting_end(bool began, const struct nic_sga_entry *e, uint32_t n);
 /* Starts the poller: while a writer is held it polls the backend, so that a completion needed

@@ -295,7 +295,11 @@ TEST_P(Protect, EveryMessageArrivesAsPostedWhileBlocksAreFreedAndRewritten) {
     nic_poll(0);
   const nic_stats after = Stats();
   EXPECT_EQ(checker.checked.load(), opt.total());
-  EXPECT_EQ(checker.mismatched.load(), 0u) << "messages arrived modified";
+  EXPECT_EQ(checker.mismatched.load(), 0u)
+      << "messages arrived modified; unprotected entries "
+      << after.fence_unprotected - before.fence_unprotected << ", bypasses "
+      << after.fence_bypasses - before.fence_bypasses << ", held "
+      << after.fence_held_writes - before.fence_held_writes;
   EXPECT_EQ(after.fence_mismatches, before.fence_mismatches)
       << "writes got through to pages in flight";
   EXPECT_GT(after.fence_held_writes, before.fence_held_writes) << "no rewrite was ever held";
