@@ -163,7 +163,7 @@ static void perform(struct sim_nic *s, struct sim_work *w) {
   }
 }
 
-/* Lock not held. Grows the message buffer for w before its DMA starts: a realloc may unmap,
+/* Lock not held. Grows the message buffer for w before its DMA starts: the old one's unmap
  * and an unmap may wait for the DMA in progress (nic_sim_pages_leaving). A failed grow leaves
  * the buffer short, and perform completes w with -ENOMEM. */
 static void grow_msg(struct sim_nic *s, const struct sim_work *w) {
@@ -171,10 +171,12 @@ static void grow_msg(struct sim_nic *s, const struct sim_work *w) {
   for (unsigned i = 0; i < w->n; i++)
     total += w->sge[i].len;
   if (total <= s->msg_cap) return;
-  char *bigger = realloc(s->msg, total);
+  const size_t cap = (total + 4095) & ~(size_t)4095;
+  char *bigger = sim_map(cap); /* pages of its own: see sim_map */
   if (!bigger) return;
+  sim_unmap(s->msg, s->msg_cap);
   s->msg = bigger;
-  s->msg_cap = total;
+  s->msg_cap = cap;
 }
 
 static void *engine(void *arg) {

@@ -59,9 +59,11 @@ struct sim_nic {
   struct sim_queue pending;   /* waiting for their DMA, in post order */
   struct sim_queue completed; /* DMA done, waiting for poll() */
   struct sim_work *free_work;
+  void *work_slabs; /* every slab the work items were carved from, linked by their first word */
   size_t work_size;
   uint64_t last_due;
   struct sim_reg *regs;
+  size_t regs_bytes;
   uint32_t free_slot, unused_slot; /* free list of returned slots; first never-used slot */
   struct nic_endpoint *endpoints;
   struct nic_sim_delays delays;
@@ -83,6 +85,15 @@ struct sim_nic {
 void sim_lock(struct sim_nic *s);
 void sim_unlock(struct sim_nic *s);
 
+/* The backend's own state (this struct, the slots, endpoints, work items, the engine's message
+ * buffer) lives in pages of its own, never in heap pages: under NICMALLOC_FENCE=protect a heap
+ * page may also hold a program's block in flight, and a write of ours there, made under the
+ * lock or on the engine thread, would either wait for a completion that needs the lock or
+ * release the page while the NIC reads it. (A heap page can hold both once a thread that
+ * allocated our state has exited: mimalloc hands its pages to other threads' heaps.) Zeroed;
+ * NULL when nothing could be mapped. */
+void *sim_map(size_t len);
+void sim_unmap(void *p, size_t len);
 /* The slot for lkey, or NULL. Lock held. */
 struct sim_reg *sim_lookup(struct sim_nic *s, uint32_t lkey);
 /* Drops the inflight counts w holds (on its registrations and endpoint). Lock held. */

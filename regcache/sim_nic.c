@@ -11,6 +11,7 @@
 #include <fcntl.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/mman.h>
 #include <unistd.h>
 
 #define MAX_SGE_LIMIT 256
@@ -123,6 +124,42 @@ static int sim_dereg(struct nic_backend *b, struct nic_registration *reg) {
   return rc;
 }
 
+void *sim_map(size_t len) {
+  void *p = mmap(NULL, len, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+  return p == MAP_FAILED ? NULL : p;
+}
+
+void sim_unmap(void *p, size_t len) {
+  if (p) munmap(p, len);
+}
+
+#define WORK_SLAB ((size_t)64 << 10)
+
+/* Lock held, dropped while mapping. Adds a slab of work items to the free list; false when no
+ * memory could be mapped. */
+static size_t work_item_size(const struct sim_nic *s) {
+  return (s->work_size + 15) & ~(size_t)15;
+}
+
+static size_t work_slab_size(const struct sim_nic *s) {
+  return work_item_size(s) + 16 > WORK_SLAB ? work_item_size(s) + 16 : WORK_SLAB;
+}
+
+static bool grow_work(struct sim_nic *s) {
+  sim_unlock(s);
+  const size_t item = work_item_size(s), slab = work_slab_size(s);
+  char *p = sim_map(slab);
+  sim_lock(s);
+  if (!p) return false;
+  *(void **)p = s->work_slabs; /* the first 16 bytes link the slabs */
+  s->work_slabs = p;
+  for (char *w = p + 16; w + item <= p + slab; w += item) {
+    ((struct sim_work *)w)->next = s->free_work;
+    s->free_work = (struct sim_work *)w;
+  }
+  return true;
+}
+
 static int sim_post(struct nic_backend *b, struct nic_endpoint *ep, const struct nic_sge *sge,
                     unsigned n, nic_completion_fn done, void *arg) {
   struct sim_nic *s = b->priv;
@@ -135,14 +172,13 @@ static int sim_post(struct nic_backend *b, struct nic_endpoint *ep, const struct
     sim_unlock(s);
     return -EINVAL;
   }
-  struct sim_work *w = s->free_work;
-  if (w) {
-    s->free_work = w->next;
-  } else { /* grow the pool outside the lock; it is never shrunk before close */
+  /* The pool grows outside the lock; it is never shrunk before close. */
+  if (!s->free_work && !grow_work(s)) {
     sim_unlock(s);
-    if (!(w = malloc(s->work_size))) return -ENOMEM;
-    sim_lock(s);
+    return -ENOMEM;
   }
+  struct sim_work *w = s->free_work;
+  s->free_work = w->next;
   *w = (struct sim_work){.ep = ep, .done = done, .arg = arg, .n = n};
   w->kept = (void **)&w->sge[b->caps.max_sge];
   w->held = (uint32_t *)&w->kept[b->caps.max_sge];
@@ -191,21 +227,21 @@ static void sim_close(struct nic_backend *b) {
     sim_complete(s, w);
   }
   sim_unlock(s);
-  while ((w = s->free_work)) {
-    s->free_work = w->next;
-    free(w);
+  for (void *slab = s->work_slabs, *next; slab; slab = next) {
+    next = *(void **)slab;
+    sim_unmap(slab, work_slab_size(s));
   }
   for (struct nic_endpoint *ep = s->endpoints, *next; ep; ep = next) {
     next = ep->next;
-    free(ep);
+    sim_unmap(ep, sizeof *ep);
   }
   nic_tcache_free(s->tcache);
   nic_sim_delays_release(&s->delays);
   pthread_mutex_destroy(&s->lock);
   if (s->mem_fd >= 0) close(s->mem_fd);
-  free(s->regs);
-  free(s->msg);
-  free(s);
+  sim_unmap(s->regs, s->regs_bytes);
+  sim_unmap(s->msg, s->msg_cap);
+  sim_unmap(s, sizeof *s);
 }
 
 bool nic_sim_is(const struct nic_backend *b) {
@@ -243,14 +279,15 @@ struct nic_backend *nic_sim_open(const struct nic_sim_config *c) {
     errno = EINVAL;
     return NULL;
   }
-  struct sim_nic *s = calloc(1, sizeof *s);
+  struct sim_nic *s = sim_map(sizeof *s);
   if (!s) return NULL;
-  s->regs = calloc(c->max_regions, sizeof *s->regs);
+  s->regs_bytes = (size_t)c->max_regions * sizeof *s->regs;
+  s->regs = sim_map(s->regs_bytes);
   s->tcache = nic_tcache_new(&c->tcache);
   if (!s->regs || !s->tcache || pthread_mutex_init(&s->lock, NULL)) {
     nic_tcache_free(s->tcache);
-    free(s->regs);
-    free(s);
+    sim_unmap(s->regs, s->regs_bytes);
+    sim_unmap(s, sizeof *s);
     errno = ENOMEM;
     return NULL;
   }
@@ -277,8 +314,8 @@ struct nic_backend *nic_sim_open(const struct nic_sim_config *c) {
     nic_tcache_free(s->tcache);
     nic_sim_delays_release(&s->delays);
     pthread_mutex_destroy(&s->lock);
-    free(s->regs);
-    free(s);
+    sim_unmap(s->regs, s->regs_bytes);
+    sim_unmap(s, sizeof *s);
     errno = rc;
     return NULL;
   }
@@ -299,7 +336,7 @@ struct nic_endpoint *nic_sim_endpoint_open_ex(struct nic_backend *b, nic_sim_rec
     errno = EINVAL;
     return NULL;
   }
-  if (!(ep = calloc(1, sizeof *ep))) return NULL;
+  if (!(ep = sim_map(sizeof *ep))) return NULL;
   struct sim_nic *s = b->priv;
   *ep = (struct nic_endpoint){.sim = s, .receive = receive, .arg = arg, .flags = flags};
   sim_lock(s);
@@ -325,7 +362,7 @@ int nic_sim_endpoint_close(struct nic_backend *b, struct nic_endpoint *ep) {
       break;
     }
   sim_unlock(s);
-  if (!rc) free(ep);
+  if (!rc) sim_unmap(ep, sizeof *ep);
   return rc;
 }
 

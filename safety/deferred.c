@@ -7,12 +7,18 @@
  * Race between a free and the completion that clears its pages: the free re-checks the pages
  * under the table lock, and a completion drops its page counts before taking the lock to scan,
  * so either the free sees the pages clear (and frees now) or the scan sees the record.
- * A record leaves the table under the lock once its pages are clear, and the block's free key
- * is written then (the NIC no longer reads it), so a second free is always reported as a double
- * free: by this table, then by the key. Records used to stay until the real free had been done,
+ * A record is taken under the lock once its pages are clear; the block's free key is written
+ * unlocked (under NICMALLOC_FENCE=protect that write waits if a post of a neighbour has
+ * protected the page since, and nobody may wait for the lock meanwhile), and only then does the
+ * record leave the table, before the real free: so a second free is always reported as a double
+ * free, by this table, then by the key. Records used to stay until the real free had been done,
  * unlocked; another thread could get the same address from malloc in between, and its free or
- * nic_sga_add then met the stale record (a false double free and a leak, or -NIC_EFREED). */
+ * nic_sga_add then met the stale record (a false double free and a leak, or -NIC_EFREED).
+ *
+ * Under protect, the threads protect never holds (the NIC's, the poller) make no free
+ * themselves: they record it here and the free thread makes it (fence_threads.c). */
 #include "alloc_inline.h"
+#include "fence.h"
 #include "forklock.h"
 #include "log.h"
 #include "pagecount.h"
@@ -28,6 +34,7 @@ struct record {
   struct record *next;
   void *p;
   uintptr_t start, end;
+  bool taken; /* by a retry that is writing its key: still reported as deferred */
 };
 
 static pthread_mutex_t lock = PTHREAD_MUTEX_INITIALIZER;
@@ -67,7 +74,8 @@ bool nic_safety_defer_free(void *p) {
    * bucket look, every free took the lock while any other free was deferred: with 2 threads a
    * malloc/free pair took 46 ns of wall time against 26 ns on 1 (sga_bench
    * BM_FreeFilter/other_free_deferred; now 10 and 17 ns). */
-  if (!nic_pc_any(start, end, NIC_PC_ANY) &&
+  const bool hand_off = nic_fence_frees_handed_off();
+  if (!hand_off && !nic_pc_any(start, end, NIC_PC_ANY) &&
       (!__atomic_load_n(&nic_safety_ctr.deferred_pending, __ATOMIC_ACQUIRE) ||
        !__atomic_load_n(bucket(p), __ATOMIC_ACQUIRE)))
     return false;
@@ -77,7 +85,7 @@ bool nic_safety_defer_free(void *p) {
     nic_report_bad_block(p, "free", NIC_USE_FREE, true); /* its first free is still deferred */
     return true;
   }
-  if (!nic_pc_any(start, end, NIC_PC_ANY)) {
+  if (!hand_off && !nic_pc_any(start, end, NIC_PC_ANY)) {
     pthread_mutex_unlock(&lock);
     return false;
   }
@@ -94,35 +102,54 @@ bool nic_safety_defer_free(void *p) {
   NIC_SAFETY_COUNT(deferred_frees, 1);
   NIC_SAFETY_COUNT(deferred_pending, 1);
   pthread_mutex_unlock(&lock);
+  if (hand_off) nic_fence_free_kick();
   return true;
 }
 
-/* Takes up to BATCH records whose pages are clear out of the table, marking their blocks freed;
- * returns how many blocks are left to release. */
+/* Takes up to BATCH records whose pages are clear; returns how many blocks are left to free. */
 static unsigned collect_locked(void **out) {
   unsigned n = 0;
   for (unsigned b = 0; b < BUCKETS && n < BATCH; b++)
-    for (struct record **link = &buckets[b]; *link && n < BATCH;) {
-      struct record *r = *link;
-      if (nic_pc_any(r->start, r->end, NIC_PC_ANY)) {
-        link = &r->next;
-        continue;
+    for (struct record *r = buckets[b]; r && n < BATCH; r = r->next)
+      if (!r->taken && !nic_pc_any(r->start, r->end, NIC_PC_ANY)) {
+        r->taken = true;
+        out[n++] = r->p;
       }
-      nic_block_mark_free(r->p);
-      out[n++] = r->p;
-      __atomic_store_n(link, r->next, __ATOMIC_RELEASE);
-      nic_pool_put(&pool, r);
-    }
-  __atomic_sub_fetch(&nic_safety_ctr.deferred_pending, n, __ATOMIC_RELEASE);
   return n;
 }
+
+static void forget_locked(const void *p) {
+  for (struct record **link = bucket(p); *link; link = &(*link)->next)
+    if ((*link)->p == p) {
+      struct record *r = *link;
+      __atomic_store_n(link, r->next, __ATOMIC_RELEASE);
+      nic_pool_put(&pool, r);
+      return;
+    }
+}
+
+void (*nic_safety_retry_hook)(void *const *blocks, unsigned n);
 
 void nic_safety_retry_deferred(void) {
   void *ready[BATCH];
   for (;;) {
     if (!__atomic_load_n(&nic_safety_ctr.deferred_pending, __ATOMIC_ACQUIRE)) return;
+    if (nic_fence_frees_handed_off()) {
+      nic_fence_free_kick();
+      return;
+    }
     pthread_mutex_lock(&lock);
     unsigned n = collect_locked(ready);
+    pthread_mutex_unlock(&lock);
+    void (*hook)(void *const *, unsigned) =
+        __atomic_load_n(&nic_safety_retry_hook, __ATOMIC_ACQUIRE);
+    if (n && hook) hook(ready, n);
+    for (unsigned i = 0; i < n; i++)
+      nic_block_mark_free(ready[i]);
+    pthread_mutex_lock(&lock);
+    for (unsigned i = 0; i < n; i++)
+      forget_locked(ready[i]);
+    __atomic_sub_fetch(&nic_safety_ctr.deferred_pending, n, __ATOMIC_RELEASE);
     pthread_mutex_unlock(&lock);
     /* The real frees run unlocked: they may take the allocator's and the cache's locks, whose
      * holders may themselves free. */

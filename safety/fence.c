@@ -51,23 +51,30 @@ int nic_fence_wait(uintptr_t start, uintptr_t end, const char *who, const char *
 }
 
 NIC_EXPORT int nic_fence_write(const void *p, size_t len) {
-  uintptr_t start = (uintptr_t)p, last;
-  if (len == 0 || __builtin_add_overflow(start, len - 1, &last) || last == UINTPTR_MAX) {
-    nic_api_error(other, "nic_fence_write(%p, %zu): empty or overflowing range", p, len);
+  if (!nic_pc_user_range(p, len)) {
+    nic_api_error(other,
+                  "nic_fence_write(%p, %zu): empty or overflowing range (past the user space)", p,
+                  len);
     return -NIC_ERANGE;
   }
   if (nic_safety_config()->fence == NIC_FENCE_OFF) return 0;
-  return nic_fence_wait(start, last + 1, "nic_fence_write", "giving up with ETIMEDOUT");
+  return nic_fence_wait((uintptr_t)p, (uintptr_t)p + len, "nic_fence_write",
+                        "giving up with ETIMEDOUT");
 }
 
-bool nic_fence_posting_begin(void) {
-  if (nic_safety_config()->fence != NIC_FENCE_PROTECT || nic_fence_self_exempt()) return false;
-  nic_fence_thread_is_nic();
+bool nic_fence_posting_begin(const struct nic_sga_entry *e, uint32_t n) {
+  const struct nic_sga_entry *own;
+  uint32_t own_n;
+  if (nic_safety_config()->fence != NIC_FENCE_PROTECT || nic_fence_self_exempt(&own, &own_n))
+    return false;
+  nic_fence_thread_is_posting(e, n);
   return true;
 }
 
-void nic_fence_posting_end(bool began) {
-  if (began) nic_fence_thread_gone();
+void nic_fence_posting_end(bool began, const struct nic_sga_entry *e, uint32_t n) {
+  if (!began) return;
+  nic_fence_thread_gone();
+  if (nic_fence_protect_started()) nic_fence_reprotect(e, n);
 }
 
 void nic_fence_posted(const void *msg, const struct nic_sga_entry *e, uint32_t n) {

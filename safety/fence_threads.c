@@ -1,11 +1,17 @@
-/* The threads protect must never hold, and the poller.
+/* The threads protect must never hold, the poller, and the thread that runs their frees.
  *
  * A held writer waits for a completion. If completions run only when the program calls nic_poll
  * and the held thread is the one that would call it, nothing would ever release it: so while any
  * writer is held, the poller thread polls the backend (completions, and their callbacks, may then
  * run on it). Threads that the DMA or the completions themselves depend on (the sim NIC's engine,
  * which also runs receive and engine-completion callbacks, and the poller) are never held: a
- * write of theirs to a protected page releases the page, since holding them could never end. */
+ * write of theirs to a protected page releases the page, since holding them could never end.
+ *
+ * So they must not write there in the first place for nicmalloc's own work: a deferred free
+ * (the key and mimalloc's free-list word in the block, mimalloc's page and heap metadata beside
+ * the program's blocks) made by a completion on such a thread, racing with a post of the same
+ * page, released that page for every thread while the NIC still read it. Their frees go to the
+ * free thread instead, which is held like any writer: its write waits for the DMA. */
 #define _GNU_SOURCE
 #include "backend.h"
 #include "fence.h"
@@ -21,20 +27,41 @@
 #define NIC_THREADS_MAX 64
 
 static pid_t nic_threads[NIC_THREADS_MAX]; /* 0 = free slot */
+/* A posting thread's entries (NULL for a NIC thread), set before its tid is published. */
+static const struct nic_sga_entry *nic_threads_own[NIC_THREADS_MAX];
+static uint32_t nic_threads_own_n[NIC_THREADS_MAX];
 static __thread bool exempt;
+static __thread const struct nic_sga_entry *self_own;
+static __thread uint32_t self_own_n;
 static unsigned kick;
+static unsigned free_kick;
+static bool freer_up;
 
-void nic_fence_thread_is_nic(void) {
+static void is_exempt(const struct nic_sga_entry *own, uint32_t n) {
+  self_own = own;
+  self_own_n = n;
   exempt = true;
   pid_t me = gettid();
   for (unsigned i = 0; i < NIC_THREADS_MAX; i++) {
     pid_t none = 0;
+    if (__atomic_load_n(&nic_threads[i], __ATOMIC_RELAXED)) continue;
+    /* A reader that sees the tid sees these; a slot is claimed only by its own thread. */
+    __atomic_store_n(&nic_threads_own_n[i], n, __ATOMIC_RELAXED);
+    __atomic_store_n(&nic_threads_own[i], own, __ATOMIC_RELAXED);
     if (__atomic_compare_exchange_n(&nic_threads[i], &none, me, false, __ATOMIC_RELEASE,
                                     __ATOMIC_RELAXED))
       return;
   }
   /* More NIC threads than slots: the uffd thread cannot tell this one, and its writes wait until
    * NICMALLOC_FENCE_TIMEOUT_MS at worst. */
+}
+
+void nic_fence_thread_is_nic(void) {
+  is_exempt(NULL, 0);
+}
+
+void nic_fence_thread_is_posting(const struct nic_sga_entry *e, uint32_t n) {
+  is_exempt(e, n);
 }
 
 void nic_fence_thread_gone(void) {
@@ -47,19 +74,45 @@ void nic_fence_thread_gone(void) {
   }
 }
 
-bool nic_fence_thread_exempt(pid_t tid) {
+bool nic_fence_thread_exempt(pid_t tid, const struct nic_sga_entry **own, uint32_t *n) {
   for (unsigned i = 0; i < NIC_THREADS_MAX; i++)
-    if (__atomic_load_n(&nic_threads[i], __ATOMIC_ACQUIRE) == tid) return true;
+    if (__atomic_load_n(&nic_threads[i], __ATOMIC_ACQUIRE) == tid) {
+      *own = __atomic_load_n(&nic_threads_own[i], __ATOMIC_RELAXED);
+      *n = __atomic_load_n(&nic_threads_own_n[i], __ATOMIC_RELAXED);
+      return true;
+    }
   return false;
 }
 
-bool nic_fence_self_exempt(void) {
+bool nic_fence_self_exempt(const struct nic_sga_entry **own, uint32_t *n) {
+  *own = self_own;
+  *n = self_own_n;
   return exempt;
 }
 
 void nic_fence_poller_kick(void) {
   __atomic_add_fetch(&kick, 1, __ATOMIC_SEQ_CST);
   syscall(SYS_futex, &kick, FUTEX_WAKE_PRIVATE, 1, NULL, NULL, 0);
+}
+
+bool nic_fence_frees_handed_off(void) {
+  /* A posting thread is exempt only for its own entries' pages; its frees stay its own. */
+  return exempt && !self_own && __atomic_load_n(&freer_up, __ATOMIC_ACQUIRE);
+}
+
+void nic_fence_free_kick(void) {
+  __atomic_add_fetch(&free_kick, 1, __ATOMIC_SEQ_CST);
+  syscall(SYS_futex, &free_kick, FUTEX_WAKE_PRIVATE, 1, NULL, NULL, 0);
+}
+
+static void *freer(void *arg) {
+  (void)arg;
+  for (;;) {
+    unsigned seen = __atomic_load_n(&free_kick, __ATOMIC_SEQ_CST);
+    nic_safety_retry_deferred(); /* not exempt: a write to a page in flight waits here */
+    syscall(SYS_futex, &free_kick, FUTEX_WAIT_PRIVATE, seen, NULL, NULL, 0);
+  }
+  return NULL;
 }
 
 static void *poller(void *arg) {
@@ -79,26 +132,36 @@ static void *poller(void *arg) {
   return NULL;
 }
 
+/* Signals as the poller's; false when the thread could not be made. */
+static bool spawn(void *(*fn)(void *), const char *name, sigset_t *mask) {
+  sigset_t old;
+  pthread_sigmask(SIG_SETMASK, mask, &old);
+  pthread_t t;
+  int rc = pthread_create(&t, NULL, fn, NULL);
+  pthread_sigmask(SIG_SETMASK, &old, NULL);
+  if (rc) return false;
+  pthread_setname_np(t, name);
+  pthread_detach(t);
+  return true;
+}
+
 static void start(void) {
-  sigset_t all, old;
+  sigset_t all;
   sigfillset(&all);
   /* The application's handlers stay off it, but not faults: completions it runs can write a
    * page the mprotect fence holds, and a blocked SIGSEGV would kill the process instead of
    * waiting in the fence's handler. */
   sigdelset(&all, SIGSEGV);
   sigdelset(&all, SIGBUS);
-  pthread_sigmask(SIG_SETMASK, &all, &old);
-  pthread_t t;
-  int rc = pthread_create(&t, NULL, poller, NULL);
-  pthread_sigmask(SIG_SETMASK, &old, NULL);
-  if (rc) {
-    nic_log_warn("NICMALLOC_FENCE=protect: no poller thread (%d); a writer held on the thread "
-                 "that polls waits until NICMALLOC_FENCE_TIMEOUT_MS",
-                 rc);
-    return;
-  }
-  pthread_setname_np(t, "nicmalloc-fence");
-  pthread_detach(t);
+  if (!spawn(poller, "nicmalloc-fence", &all))
+    nic_log_warn("NICMALLOC_FENCE=protect: no poller thread; a writer held on the thread that "
+                 "polls waits until NICMALLOC_FENCE_TIMEOUT_MS");
+  /* Without it the NIC threads run their frees themselves, as before. */
+  if (spawn(freer, "nicmalloc-free", &all))
+    __atomic_store_n(&freer_up, true, __ATOMIC_RELEASE);
+  else
+    nic_log_warn("NICMALLOC_FENCE=protect: no thread for the NIC threads' frees; a free of theirs "
+                 "racing with a post of the same page can release that page early");
 }
 
 void nic_fence_poller_start(void) {

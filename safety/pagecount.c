@@ -66,6 +66,14 @@ void nic_pc_sub(uintptr_t start, uintptr_t end, uint64_t unit) {
   __atomic_sub_fetch(&nic_safety_refs, ((last - first) >> NIC_PC_PAGE_SHIFT) + 1, __ATOMIC_SEQ_CST);
 }
 
+uint64_t nic_pc_count(uintptr_t a) {
+  if (a >> 47) return 0;
+  l2_table l2 = __atomic_load_n(&l1[a >> L1_SHIFT], __ATOMIC_ACQUIRE);
+  l3_table l3 = l2 ? __atomic_load_n(&l2[(a >> L2_SHIFT) & (L2_ENTRIES - 1)], __ATOMIC_ACQUIRE) : 0;
+  return l3 ? __atomic_load_n(&l3[(a >> NIC_PC_PAGE_SHIFT) & (L3_ENTRIES - 1)], __ATOMIC_SEQ_CST)
+            : 0;
+}
+
 bool nic_pc_any(uintptr_t start, uintptr_t end, uint64_t mask) {
   uintptr_t a, last;
   if (!page_range(start, end, &a, &last)) return false;

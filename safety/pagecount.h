@@ -7,13 +7,21 @@
 #define NIC_PAGECOUNT_H
 
 #include <stdbool.h>
+#include <stddef.h>
 #include <stdint.h>
 
 #define NIC_PC_PAGE_SHIFT 12
-#define NIC_PC_DMA 1ull                  /* one posted entry */
-#define NIC_PC_HOLD (1ull << 32)         /* one nic_hold */
-#define NIC_PC_DMA_MASK 0xffffffffull    /* what a write fence waits for */
-#define NIC_PC_ANY 0xffffffffffffffffull /* what a free waits for */
+#define NIC_PC_DMA 1ull                      /* one posted entry */
+#define NIC_PC_HOLD (1ull << 32)             /* one nic_hold */
+#define NIC_PC_DMA_MASK 0xffffffffull        /* what a write fence waits for */
+#define NIC_PC_ANY 0xffffffffffffffffull     /* what a free waits for */
+#define NIC_PC_USER_END ((uintptr_t)1 << 47) /* the tables cover the 47-bit user space */
+
+/* [p, p+len) is not empty and lies in the user space: what every public entry taking a range
+ * checks first. A range past it would not be found in the tables, and be taken as clear. */
+static inline bool nic_pc_user_range(const void *p, size_t len) {
+  return len && (uintptr_t)p < NIC_PC_USER_END && len <= NIC_PC_USER_END - (uintptr_t)p;
+}
 
 /* Page references outstanding in the whole table (added before the pages, dropped after):
  * zero means no page is in flight, so free's filter is this one relaxed load. */
@@ -24,6 +32,8 @@ extern unsigned long nic_safety_refs;
 bool nic_pc_add(uintptr_t start, uintptr_t end, uint64_t unit);
 /* Takes back what nic_pc_add(start, end, unit) added. */
 void nic_pc_sub(uintptr_t start, uintptr_t end, uint64_t unit);
+/* The count of the page holding a (0 when none). Lock-free, async-signal-safe. */
+uint64_t nic_pc_count(uintptr_t a);
 /* True when a page touching [start, end) has a count under mask. Lock-free; skips absent
  * tables, so a free of a large block far from anything in flight stays cheap. */
 bool nic_pc_any(uintptr_t start, uintptr_t end, uint64_t mask);

@@ -53,6 +53,9 @@ bool nic_safety_is_deferred(const void *p);
 bool nic_safety_was_freed(const void *p);
 /* Releases deferred blocks none of whose pages is referenced any more. Any thread. */
 void nic_safety_retry_deferred(void);
+/* Tests: called by a retry on the thread making it, after it took blocks whose pages were clear
+ * and before it writes into them (where a post of a neighbour may protect the page since). */
+extern void (*nic_safety_retry_hook)(void *const *blocks, unsigned n);
 /* alloc.c: frees a block for real, skipping the hook. */
 void nic_release_deferred(void *p);
 

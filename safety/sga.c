@@ -10,6 +10,7 @@
 #include "chunks.h"
 #include "log.h"
 #include "nicmalloc.h"
+#include "pagecount.h"
 #include "pressure.h"
 #include "profile.h"
 #include "rcache.h"
@@ -158,8 +159,12 @@ NIC_EXPORT int nic_sga_add(struct nic_sga *sga, const void *p, size_t len) {
     nic_api_error(sga, "nic_sga_add(%p): the array is not initialised (nic_sga_init)", (void *)sga);
     return -EINVAL;
   }
-  if (len == 0 || len > UINT32_MAX || __builtin_add_overflow(start, len - 1, &last)) {
-    nic_api_error(sga, "nic_sga_add(%p, %zu): length is 0, overflows, or is over 4 GiB", p, len);
+  if (!nic_pc_user_range(p, len) || len > UINT32_MAX ||
+      __builtin_add_overflow(start, len - 1, &last)) {
+    nic_api_error(sga,
+                  "nic_sga_add(%p, %zu): length is 0, overflows (past the user space), or is "
+                  "over 4 GiB",
+                  p, len);
     return -NIC_ERANGE;
   }
   if (nic_safety_was_freed(p)) {

@@ -96,10 +96,11 @@ NIC_EXPORT int nic_sga_post(struct nic_sga *sga, struct nic_endpoint *ep, nic_sg
   NIC_SAFETY_COUNT(inflight_posts, 1);
   NIC_SAFETY_COUNT(inflight_entries, n);
   nic_pressure_note(sga->entry, sga->count);
-  const bool exempt = nic_fence_posting_begin();
+  /* sga->entry, not m's copy: the completion may free m before the backend returns. */
+  const bool exempt = nic_fence_posting_begin(sga->entry, n);
   nic_fence_posted(m, m->entry, n); /* NICMALLOC_FENCE=protect|detect, before the NIC can read */
   rc = b->post(b, ep, sge, n, completed, m);
-  nic_fence_posting_end(exempt);
+  nic_fence_posting_end(exempt, sga->entry, n);
   if (rc) {
     __atomic_sub_fetch(&nic_safety_ctr.inflight_entries, n, __ATOMIC_RELAXED);
     __atomic_sub_fetch(&nic_safety_ctr.inflight_posts, 1, __ATOMIC_RELAXED);

@@ -25,6 +25,7 @@ extern "C" {
 #include "sim_nic.h"
 }
 
+#include "fence_integrity.h"
 #include "probe_runner.h"
 #include "sim_endpoint_fixture.h"
 
@@ -275,6 +276,139 @@ TEST_P(Protect, ManyThreadsOverwriteRightAfterPosting) {
   }
   for (size_t b = 1; b < seen.size(); b++)
     EXPECT_EQ(seen[b], 1) << "message " << b << " sent " << seen[b] << " times";
+}
+
+// Threads post messages and at once free, realloc or rewrite what they posted, with slow random
+// DMA: every message must arrive byte for byte as posted, and no write may have got through to
+// a page in flight (fence_mismatches). nicmalloc's own writes used to release pages other posts
+// still covered (deferred frees run by a completion on the poller), or to wait out the timeout
+// under the backend's lock (its work items, allocated by threads that had exited, shared pages
+// with the program's blocks of the next threads), letting the held writes through after it.
+TEST_P(Protect, EveryMessageArrivesAsPostedWhileBlocksAreFreedAndRewritten) {
+  fence_integrity::Checker checker;
+  nic_endpoint *own = nic_sim_endpoint_create(fence_integrity::Receive, &checker, 0);
+  ASSERT_NE(own, nullptr);
+  const nic_stats before = Stats();
+  const fence_integrity::Options opt;
+  EXPECT_EQ(fence_integrity::Run(own, &checker, opt), 0);
+  while (nic_sim_endpoint_destroy(own) == -EBUSY)
+    nic_poll(0);
+  const nic_stats after = Stats();
+  EXPECT_EQ(checker.checked.load(), opt.total());
+  EXPECT_EQ(checker.mismatched.load(), 0u)
+      << "messages arrived modified; unprotected entries "
+      << after.fence_unprotected - before.fence_unprotected << ", bypasses "
+      << after.fence_bypasses - before.fence_bypasses << ", held "
+      << after.fence_held_writes - before.fence_held_writes;
+  EXPECT_EQ(after.fence_mismatches, before.fence_mismatches)
+      << "writes got through to pages in flight";
+  EXPECT_GT(after.fence_held_writes, before.fence_held_writes) << "no rewrite was ever held";
+}
+
+// What a retry of deferred frees runs between taking blocks whose pages were clear and writing
+// into them (nicmalloc's free key, mimalloc's free list), once it takes retry_block.
+std::atomic<void *> retry_block{nullptr};
+std::atomic<std::function<void()> *> retry_action{nullptr};
+void RetryHook(void *const *blocks, unsigned n) {
+  for (unsigned i = 0; i < n; i++)
+    if (blocks[i] == retry_block.load())
+      if (std::function<void()> *f = retry_action.exchange(nullptr)) (*f)();
+}
+
+// A completion on the NIC's own thread makes a deferred free runnable; right then (after its
+// pages were found clear, before its writes) a post of another block on the same page protects
+// that page. The free's writes must wait for that post: made on the NIC's thread, which is never
+// held, they used to release the page for every thread while the NIC still read it.
+TEST_P(Protect, ADeferredFreeWaitsForAPostOfItsPageInsteadOfReleasingIt) {
+  std::vector<char *> spare; // two blocks on one 4 KiB page: x, y
+  char *x = nullptr, *y = nullptr;
+  for (int i = 0; i < 64 && !y; i++) {
+    char *p = static_cast<char *>(nic_malloc(512));
+    ASSERT_NE(p, nullptr);
+    if (x && reinterpret_cast<uintptr_t>(p) >> 12 == reinterpret_cast<uintptr_t>(x) >> 12) {
+      y = p;
+    } else {
+      if (x) spare.push_back(x);
+      x = p;
+    }
+  }
+  ASSERT_NE(y, nullptr) << "no two blocks on one page";
+  memset(x, 'X', 512);
+  memset(y, 'Y', 512);
+  nic_endpoint *nic_thread_ep = nic_sim_endpoint_create(Receive, &inbox, NIC_EP_ENGINE_COMPLETIONS);
+  ASSERT_NE(nic_thread_ep, nullptr);
+  const nic_stats before = Stats();
+  const int target = done_count.load() + 2;
+  nic_sim_pause(nic_backend_active(), true);
+  nic_sga sga;
+  ASSERT_EQ(nic_sga_init(&sga, 0), 0);
+  ASSERT_EQ(nic_sga_add(&sga, x, 512), 0);
+  ASSERT_EQ(nic_sga_post(&sga, nic_thread_ep, CountDone, this), 0);
+  free(x);
+  ASSERT_TRUE(nic_safety_is_deferred(x));
+  std::atomic<bool> posted{false};
+  std::function<void()> post_y = [&] {
+    nic_sim_pause(nic_backend_active(), true); // y stays in flight until the test lets it go
+    Post(y, 512);
+    posted = true;
+  };
+  retry_block = x;
+  retry_action = &post_y;
+  nic_safety_retry_hook = RetryHook;
+  nic_sim_pause(nic_backend_active(), false); // x's DMA, then its completion on the NIC thread
+  ASSERT_TRUE(WaitFor([&] {
+    return posted &&
+           (Stats().fence_writers_held >= 1 || Stats().fence_bypasses > before.fence_bypasses);
+  })) << "the free was never retried";
+  const nic_stats during = Stats();
+  EXPECT_EQ(during.fence_bypasses, before.fence_bypasses)
+      << "the free's write released the page while y's post covered it";
+  EXPECT_EQ(during.fence_mismatches, before.fence_mismatches);
+  EXPECT_TRUE(nic_fence_marked(reinterpret_cast<uintptr_t>(y)))
+      << "y's page is writable while its post is pending";
+  EXPECT_GE(during.fence_writers_held, 1u) << "the free's write was not held";
+  DrainWithin(target);
+  EXPECT_TRUE(WaitFor([&] { return Stats().deferred_pending == before.deferred_pending; }))
+      << "x was never freed";
+  nic_safety_retry_hook = nullptr;
+  EXPECT_EQ(Received(0), std::string(512, 'X'));
+  EXPECT_EQ(Received(1), std::string(512, 'Y'));
+  EXPECT_EQ(Stats().fence_bypasses, before.fence_bypasses);
+  free(y);
+  for (char *p : spare)
+    free(p);
+  while (nic_sim_endpoint_destroy(nic_thread_ep) == -EBUSY)
+    nic_poll(0);
+}
+
+// A posting thread's write may release a unit only while its own entries (not handed to the NIC
+// yet) alone cover it, and the fault handlers look first without the lock: a post of another
+// block on the page may come before the release. The release decides again under the lock: it
+// refuses then (the writer waits), and lets a forced one (the timeout) through as a mismatch.
+TEST_P(Protect, APostingThreadsReleaseIsRefusedOnceAnotherPostCoversThePage) {
+  char *p = Block(true, 4096);
+  ASSERT_NE(p, nullptr);
+  memset(p, 'K', 4096);
+  const uintptr_t page = reinterpret_cast<uintptr_t>(p);
+  nic_sga_entry own = {};
+  own.addr = p + 2048;
+  own.len = 2048;
+  own.kind = NIC_REGION_ARENA;
+  const int target = done_count.load() + 2;
+  PostPaused(p + 2048, 2048); // stands for the posting thread's own entry
+  EXPECT_FALSE(nic_fence_others_cover(page, &own, 1));
+  Post(p, 2048); // another post of the page, after the posting thread looked
+  const nic_stats before = Stats();
+  EXPECT_FALSE(nic_fence_release(page, &own, 1, false))
+      << "a posting thread's write released a page another post covers";
+  EXPECT_TRUE(nic_fence_marked(page));
+  EXPECT_EQ(Stats().fence_mismatches, before.fence_mismatches);
+  EXPECT_TRUE(nic_fence_release(page, &own, 1, true)); // after the timeout: through, counted
+  EXPECT_FALSE(nic_fence_marked(page));
+  EXPECT_EQ(Stats().fence_mismatches, before.fence_mismatches + 1);
+  DrainWithin(target);
+  EXPECT_EQ(Received(0) + Received(1), std::string(4096, 'K'));
+  free(p);
 }
 
 // The bitmap a fault handler reads: marking a run sets exactly its pages, across 64-page words
