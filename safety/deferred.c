@@ -60,10 +60,11 @@ bool nic_safety_is_deferred(const void *p) {
   return found;
 }
 
+/* The key is read only where a block of ours may be and its page is committed (the free check's
+ * own test): mimalloc's region map also answers yes for reserved pages never committed. */
 bool nic_safety_was_freed(const void *p) {
-  const bool readable =
-      nic_in_dp(p) ? nic_chunk_readable(nic_chunk_index(p)) : mi_is_in_heap_region(p);
-  return (nic_block_aligned(p) && readable && nic_block_was_freed(p)) || nic_safety_is_deferred(p);
+  return (nic_block_aligned(p) && nic_may_be_block(p) && nic_block_was_freed(p)) ||
+         nic_safety_is_deferred(p);
 }
 
 bool nic_safety_defer_free(void *p) {
