@@ -9,6 +9,7 @@
 // misses per million entries and the per-send modeled latency distribution. Registrations run
 // for real on the sim backend. Deterministic: fixed seeds, no timing.
 //   mr_miss CSV [--live-mib N] [--sends N] [--out DIR]
+#include "default_settings.h"
 #include <algorithm>
 #include <cmath>
 #include <cstdio>
@@ -75,8 +76,8 @@ void make(Scheme s, Item &it, size_t size, Trace &t) {
   memset(it.buf, 1, size);
   if (s == Scheme::per_buffer) {
     nic_backend *b = nic_backend_active();
-    if (b->reg(b, it.buf, size, NIC_ACCESS_LOCAL, &it.reg) != 0) {
-      fprintf(stderr, "mr_miss: per-buffer registration failed\n");
+    if (int rc = b->reg(b, it.buf, size, NIC_ACCESS_LOCAL, &it.reg)) {
+      fprintf(stderr, "mr_miss: per-buffer registration failed: %d\n", rc);
       exit(1);
     }
     t.registrations++;
@@ -208,7 +209,7 @@ int main(int argc, char **argv) {
     else if (!strcmp(argv[i], "--out"))
       out = argv[i + 1];
   }
-  setenv("NICMALLOC_BACKEND", "sim", 0);
+  nic_bench_default_settings(argv, {{"NICMALLOC_BACKEND", "sim"}});
   // Sets per get from the paper's Table 2, per pool.
   const std::pair<const char *, double> set_ratios[] = {{"wildcard", 8.26 / 262},
                                                         {"app", 11.9 / 96.5},

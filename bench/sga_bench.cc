@@ -3,6 +3,7 @@
 // flight, side by side in one process on the sim backend (NICMALLOC_BACKEND=sim, no DMA delay).
 // Names: BM_<what>/<path or mode>/<size>; the "per entry" figures are the time column divided by
 // the entries counter (items_per_second).
+#include "default_settings.h"
 #include <benchmark/benchmark.h>
 
 #include <atomic>
@@ -218,8 +219,8 @@ BENCHMARK_CAPTURE(BM_FreeFilter, other_free_deferred, kOtherFreeDeferred)->Threa
 } // namespace
 
 int main(int argc, char **argv) {
-  setenv("NICMALLOC_BACKEND", "sim", 0); // read when the backend is first opened
-  setenv("NICMALLOC_SIM_DELAYS", "fixed:0", 0);
+  nic_bench_default_settings(argv,
+                             {{"NICMALLOC_BACKEND", "sim"}, {"NICMALLOC_SIM_DELAYS", "fixed:0"}});
   benchmark::Initialize(&argc, argv);
   benchmark::RunSpecifiedBenchmarks();
   benchmark::Shutdown();

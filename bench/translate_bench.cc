@@ -10,6 +10,7 @@
 //                           /sys/kernel/mm/hugepages first)
 // Backends: sim always; uring when io_uring works here; dpdk (rte_extmem_register and a DMA map
 // for net_ring0) when the plugin was built. Run with NICMALLOC_BACKEND=sim.
+#include "default_settings.h"
 #include <benchmark/benchmark.h>
 #include <dlfcn.h>
 #include <linux/mman.h>
@@ -164,7 +165,7 @@ void register_all() {
 } // namespace
 
 int main(int argc, char **argv) {
-  setenv("NICMALLOC_BACKEND", "sim", 0);
+  nic_bench_default_settings(argv, {{"NICMALLOC_BACKEND", "sim"}});
   register_all();
   benchmark::Initialize(&argc, argv);
   benchmark::RunSpecifiedBenchmarks();
