@@ -1,0 +1,435 @@
+// Random and adversarial pointers and lengths into every nic_* call, from several threads, for a
+// bounded time, on the backend NICMALLOC_BACKEND names (sim with its random delays, or uring over
+// a loopback TCP connection). It passes when the process survives, every post completes exactly
+// once, and once every thread has let go of what it holds, nothing stays live, held, deferred
+// or in flight: a call that leaks pinned memory (a refused free, a lost reference) fails it.
+//   nic_api_fuzz <seconds> <threads> <seed>
+#include <nicmalloc.h>
+
+#include <arpa/inet.h>
+#include <fcntl.h>
+#include <netinet/in.h>
+#include <netinet/tcp.h>
+#include <sys/mman.h>
+#include <sys/socket.h>
+#include <unistd.h>
+
+#include <atomic>
+#include <chrono>
+#include <cstdint>
+#include <cstdio>
+#include <cstdlib>
+#include <cstring>
+#include <random>
+#include <string>
+#include <thread>
+#include <vector>
+
+namespace {
+
+using Clock = std::chrono::steady_clock;
+
+std::atomic<uint64_t> calls{0}, posted{0}, completed{0}, double_completions{0}, received{0};
+std::atomic<bool> draining_stop{false};
+
+// Memory no call may reach, or only read: unmapped, PROT_NONE, read-only.
+char *unmapped, *no_access, *read_only;
+char static_buffer[1 << 16];
+
+struct Post {
+  std::atomic<int> done{0};
+};
+
+void on_done(void *arg, int) {
+  auto *p = static_cast<Post *>(arg);
+  if (p->done.fetch_add(1) != 0) double_completions++;
+  completed++;
+}
+
+void on_receive(void *, void *, size_t) {
+  received++;
+}
+
+struct Thread {
+  std::mt19937_64 rng;
+  std::vector<void *> live; // blocks this thread owns
+  std::vector<void *> held; // nic_hold references it must release
+  std::vector<nic_region_ref> refs;
+  std::vector<Post *> posts;
+  nic_endpoint *ep;
+  nic_sga sga{};
+  bool sga_ready = false;
+  int scope = 0;
+
+  uint64_t pick(uint64_t n) { return n ? rng() % n : 0; }
+
+  size_t size() {
+    static const size_t sizes[] = {0,
+                                   1,
+                                   7,
+                                   16,
+                                   511,
+                                   512,
+                                   513,
+                                   4096,
+                                   65536,
+                                   1 << 20,
+                                   4 << 20,
+                                   (size_t)1 << 32,
+                                   SIZE_MAX,
+                                   SIZE_MAX / 2,
+                                   SIZE_MAX - 4095};
+    return pick(3) ? 1 + pick(pick(2) ? 8192 : (64 << 10)) : sizes[pick(std::size(sizes))];
+  }
+
+  // Anything a careless or hostile caller could hand in.
+  const void *pointer() {
+    thread_local char tls[256]; // outside every heap, like a stack buffer
+    switch (pick(14)) {
+    case 0:
+      return nullptr;
+    case 1:
+      return reinterpret_cast<void *>(1);
+    case 2:
+      return reinterpret_cast<void *>(UINTPTR_MAX & ~(uintptr_t)15);
+    case 3:
+      return reinterpret_cast<void *>(0xffff800000000000ull);
+    case 4:
+      return unmapped + pick(4096);
+    case 5:
+      return no_access + pick(4096);
+    case 6:
+      return read_only + pick(4096);
+    case 7:
+      return static_buffer + pick(sizeof static_buffer);
+    case 8:
+      return reinterpret_cast<void *>((uintptr_t)16 << 40 | pick(1ull << 36)); // dp range
+    case 9:
+      return reinterpret_cast<void *>((uintptr_t)1 << 40 | pick(1ull << 34)); // control
+    case 10:
+      return tls + pick(sizeof tls);
+    default:
+      if (live.empty()) return static_buffer;
+      char *b = static_cast<char *>(live[pick(live.size())]);
+      return b + (pick(4) ? 0 : pick(64));
+    }
+  }
+
+  void *allocate() {
+    size_t n = size();
+    uint32_t site = (uint32_t)pick(1 << 20);
+    switch (pick(9)) {
+    case 0:
+      return nic_malloc(n);
+    case 1:
+      return nic_calloc(pick(2) ? n : SIZE_MAX / 2, pick(2) ? 1 : 3);
+    case 2:
+      return nic_aligned_alloc((size_t)1 << pick(24), n);
+    case 3:
+      return nic_aligned_alloc(pick(1000), n); // mostly not a power of two
+    case 4:
+      return nic_malloc_site(n, site);
+    case 5:
+      return nic_calloc_site(pick(64), n & 0xffff, site);
+    case 6: {
+      void *p = nullptr;
+      return nic_posix_memalign_site(&p, (size_t)8 << pick(16), n, site) ? nullptr : p;
+    }
+    case 7:
+      return nic_aligned_alloc_site((size_t)1 << pick(16), n, site);
+    default:
+      return malloc(n & 0xfffff);
+    }
+  }
+
+  void release_one() {
+    if (live.empty()) return;
+    size_t i = pick(live.size());
+    void *p = live[i];
+    live[i] = live.back();
+    live.pop_back();
+    if (pick(4) == 0) {
+      // A realloc copies what the block holds: grown to gigabytes, the copies alone would fill
+      // the machine. Sizes past what anyone can have still come through, and fail.
+      size_t n = size();
+      if (n > ((size_t)64 << 20) && n < SIZE_MAX / 4) n = (size_t)64 << 20;
+      void *q = pick(2) ? nic_realloc(p, n) : nic_realloc_site(p, n, (uint32_t)pick(99));
+      if (q) {
+        live.push_back(q);
+        return;
+      }
+      // A failed realloc leaves p alone: it is still ours.
+    }
+    free(p);
+    // Freed twice at once: no other thread can have been handed it, it is our heap's.
+    if (pick(16) == 0) free(p);
+  }
+
+  void post_some() {
+    if (!sga_ready) {
+      sga_ready = nic_sga_init(&sga, (unsigned)pick(NIC_SGA_CAPACITY + 8)) == 0;
+      if (!sga_ready) return;
+    }
+    switch (pick(4)) {
+    case 0:
+    case 1:
+      nic_sga_add(&sga, pointer(), size());
+      break;
+    case 2: {
+      auto *post = new Post;
+      if (nic_sga_post(&sga, ep, on_done, post) == 0) {
+        posted++;
+        posts.push_back(post);
+      } else {
+        delete post;
+        nic_sga_reset(&sga);
+      }
+      break;
+    }
+    default:
+      if (sga.count) nic_sga_add(&sga, live.empty() ? static_buffer : live.back(), 1 + pick(4096));
+      break;
+    }
+  }
+
+  void step() {
+    calls++;
+    switch (pick(18)) {
+    case 0:
+    case 1:
+    case 2:
+      if (live.size() >= 256) {
+        release_one(); // bounded: the run is about calls, not about growing
+      } else if (void *p = allocate()) {
+        live.push_back(p);
+      }
+      break;
+    case 3:
+    case 4:
+      release_one();
+      break;
+    case 5:
+      nic_is_dataplane(pointer());
+      break;
+    case 6: {
+      nic_region_ref r;
+      nic_translate(pointer(), size(), pick(8) ? &r : nullptr);
+      break;
+    }
+    case 7: {
+      nic_region_ref r{};
+      unsigned access = (unsigned)pick(12);
+      if (nic_register(pointer(), size(), access, pick(16) ? &r : nullptr) == 0 && r.region_base)
+        refs.push_back(r);
+      break;
+    }
+    case 8:
+      if (!refs.empty()) {
+        nic_unregister(&refs.back());
+        refs.pop_back();
+      } else if (pick(4) == 0) {
+        nic_region_ref forged{};
+        forged.kind = NIC_REGION_CACHED;
+        forged.cache_slot = (uint32_t)rng();
+        nic_unregister(&forged);
+      }
+      break;
+    case 9:
+    case 10:
+    case 11:
+      post_some();
+      break;
+    case 12:
+      nic_poll((int)pick(8) - 2);
+      break;
+    case 13: {
+      const void *p = pointer();
+      if (nic_hold(p) == 0) held.push_back(const_cast<void *>(p));
+      break;
+    }
+    case 14:
+      if (!held.empty() && pick(2)) {
+        nic_release(held.back());
+        held.pop_back();
+      } else {
+        nic_release(pointer()); // without a hold: -NIC_ENOHOLD
+      }
+      break;
+    case 15:
+      nic_fence_write(pointer(), size());
+      break;
+    case 16: {
+      nic_stats s;
+      nic_get_stats(pick(8) ? &s : nullptr);
+      if (pick(64) == 0) nic_collect();
+      nic_site_set_enabled((uint32_t)pick(1 << 20), (int)pick(2));
+      nic_site_is_enabled((uint32_t)rng());
+      break;
+    }
+    default:
+      if (scope && pick(2)) {
+        nic_dataplane_end();
+        scope--;
+      } else if (scope < 4) {
+        nic_dataplane_begin();
+        scope++;
+      }
+      if (live.size() < 256)
+        if (void *p = malloc(1 + pick(8192))) live.push_back(p);
+      break;
+    }
+  }
+
+  void finish() {
+    while (scope--)
+      nic_dataplane_end();
+    if (sga_ready) nic_sga_reset(&sga);
+    for (void *p : held)
+      nic_release(p);
+    for (auto &r : refs)
+      nic_unregister(&r);
+    for (void *p : live)
+      free(p);
+    live.clear();
+  }
+};
+
+int connected_pair(int *client, int *server) {
+  int lst = socket(AF_INET, SOCK_STREAM, 0);
+  sockaddr_in a{};
+  a.sin_family = AF_INET;
+  a.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+  socklen_t len = sizeof a;
+  if (lst < 0 || bind(lst, (sockaddr *)&a, sizeof a) || listen(lst, 1) ||
+      getsockname(lst, (sockaddr *)&a, &len))
+    return -1;
+  *client = socket(AF_INET, SOCK_STREAM, 0);
+  if (connect(*client, (sockaddr *)&a, sizeof a)) return -1;
+  *server = accept(lst, nullptr, nullptr);
+  close(lst);
+  return *server < 0 ? -1 : 0;
+}
+
+} // namespace
+
+int main(int argc, char **argv) {
+  double seconds = argc > 1 ? atof(argv[1]) : 10;
+  int nthreads = argc > 2 ? atoi(argv[2]) : 4;
+  uint64_t seed = argc > 3 ? strtoull(argv[3], nullptr, 0) : 1;
+  const char *backend = getenv("NICMALLOC_BACKEND") ? getenv("NICMALLOC_BACKEND") : "sim";
+
+  // Every refused call may say why once: keep those lines out of the test's output, count them.
+  int err_pipe[2];
+  if (pipe2(err_pipe, O_CLOEXEC)) return 2;
+  int saved_err = dup(2);
+  dup2(err_pipe[1], 2);
+  std::atomic<uint64_t> err_bytes{0};
+  std::thread err_reader([&] {
+    char buf[4096];
+    ssize_t n;
+    while ((n = read(err_pipe[0], buf, sizeof buf)) > 0)
+      err_bytes += (uint64_t)n;
+  });
+
+  unmapped = (char *)mmap(nullptr, 3 * 4096, PROT_READ, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+  munmap(unmapped, 4096);
+  no_access = unmapped + 4096;
+  mprotect(no_access, 4096, PROT_NONE);
+  read_only = unmapped + 2 * 4096;
+
+  nic_endpoint *ep = nullptr;
+  int client = -1, server = -1;
+  std::thread drain;
+  if (!strcmp(backend, "uring")) {
+    if (connected_pair(&client, &server)) return 2;
+    ep = nic_uring_endpoint_create(client);
+    drain = std::thread([&] {
+      std::vector<char> buf(1 << 20);
+      while (!draining_stop) {
+        ssize_t n = recv(server, buf.data(), buf.size(), MSG_DONTWAIT);
+        if (n > 0)
+          received += (uint64_t)n;
+        else
+          usleep(200);
+      }
+    });
+  } else {
+    ep = nic_sim_endpoint_create(on_receive, nullptr, 0);
+  }
+  if (!ep) {
+    dup2(saved_err, 2);
+    fprintf(stderr, "api fuzz: no %s endpoint (errno %d)\n", backend, errno);
+    return 2;
+  }
+
+  nic_stats before;
+  nic_get_stats(&before);
+  auto deadline = Clock::now() + std::chrono::duration<double>(seconds);
+  std::vector<Thread> state(nthreads);
+  std::vector<std::thread> threads;
+  for (int t = 0; t < nthreads; t++) {
+    state[t].rng.seed(seed * 7919 + t);
+    state[t].ep = ep;
+    threads.emplace_back([&, t] {
+      Thread &me = state[t];
+      while (Clock::now() < deadline)
+        for (int i = 0; i < 64; i++)
+          me.step();
+      me.finish();
+    });
+  }
+  for (auto &t : threads)
+    t.join();
+
+  // Every post completes once: the NIC's side, then deferred frees behind it.
+  auto settle = Clock::now() + std::chrono::seconds(60);
+  while (completed.load() < posted.load() && Clock::now() < settle)
+    if (nic_poll(0) == 0) usleep(1000);
+  // What the threads' own bookkeeping took inside their dataplane scopes (vectors, posts) goes
+  // before the count: only what nicmalloc keeps may be left.
+  for (auto &t : state)
+    for (Post *p : t.posts)
+      delete p;
+  state.clear();
+  state.shrink_to_fit();
+  nic_stats after;
+  do {
+    nic_poll(0);
+    nic_collect();
+    nic_get_stats(&after);
+  } while ((after.deferred_pending || after.inflight_posts) && Clock::now() < settle &&
+           !usleep(1000));
+  draining_stop = true;
+  if (drain.joinable()) drain.join();
+  int destroy =
+      strcmp(backend, "uring") ? nic_sim_endpoint_destroy(ep) : nic_uring_endpoint_destroy(ep);
+
+  dup2(saved_err, 2);
+  close(err_pipe[1]);
+  err_reader.join();
+
+  bool ok = true;
+  auto check = [&](bool cond, const std::string &what) {
+    if (!cond) fprintf(stderr, "api fuzz: FAILED: %s\n", what.c_str());
+    ok = ok && cond;
+  };
+  printf("api fuzz (%s): %d threads, %.0f s, seed %llu: %llu calls, %llu posts, %llu completed, "
+         "%llu received, %llu bytes of warnings\n",
+         backend, nthreads, seconds, (unsigned long long)seed, (unsigned long long)calls.load(),
+         (unsigned long long)posted.load(), (unsigned long long)completed.load(),
+         (unsigned long long)received.load(), (unsigned long long)err_bytes.load());
+  printf("dataplane live bytes before %zu after %zu; deferred pending %llu; holds %llu; in "
+         "flight %llu\n",
+         before.dataplane_live, after.dataplane_live, (unsigned long long)after.deferred_pending,
+         (unsigned long long)after.holds, (unsigned long long)after.inflight_posts);
+  check(completed.load() == posted.load(), "posts that never completed");
+  check(double_completions.load() == 0, "posts completed twice");
+  check(after.inflight_posts == 0, "posts still in flight");
+  check(after.deferred_pending == 0, "deferred frees never released");
+  check(after.holds == before.holds, "holds left over");
+  check(after.dataplane_live == before.dataplane_live, "dataplane blocks leaked");
+  check(destroy == 0, "the endpoint could not be destroyed: " + std::to_string(destroy));
+  if (client >= 0) close(client);
+  if (server >= 0) close(server);
+  return ok ? 0 : 1;
+}
