@@ -6,9 +6,9 @@
 //   nic_api_fuzz <seconds> <threads> <seed>
 #include <nicmalloc.h>
 
-#include <arpa/inet.h>
+#include "loopback_pair.h"
+
 #include <fcntl.h>
-#include <netinet/in.h>
 #include <netinet/tcp.h>
 #include <sys/mman.h>
 #include <sys/socket.h>
@@ -294,22 +294,6 @@ struct Thread {
   }
 };
 
-int connected_pair(int *client, int *server) {
-  int lst = socket(AF_INET, SOCK_STREAM, 0);
-  sockaddr_in a{};
-  a.sin_family = AF_INET;
-  a.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
-  socklen_t len = sizeof a;
-  if (lst < 0 || bind(lst, (sockaddr *)&a, sizeof a) || listen(lst, 1) ||
-      getsockname(lst, (sockaddr *)&a, &len))
-    return -1;
-  *client = socket(AF_INET, SOCK_STREAM, 0);
-  if (connect(*client, (sockaddr *)&a, sizeof a)) return -1;
-  *server = accept(lst, nullptr, nullptr);
-  close(lst);
-  return *server < 0 ? -1 : 0;
-}
-
 } // namespace
 
 int main(int argc, char **argv) {
@@ -341,7 +325,7 @@ int main(int argc, char **argv) {
   int client = -1, server = -1;
   std::thread drain;
   if (!strcmp(backend, "uring")) {
-    if (connected_pair(&client, &server)) return 2;
+    if (LoopbackPair(&client, &server)) return 2;
     ep = nic_uring_endpoint_create(client);
     drain = std::thread([&] {
       std::vector<char> buf(1 << 20);

@@ -7,8 +7,8 @@
 //   nic_uring_integrity <seconds> <threads> <seed>
 #include <nicmalloc.h>
 
-#include <arpa/inet.h>
-#include <netinet/in.h>
+#include "loopback_pair.h"
+
 #include <sys/socket.h>
 #include <unistd.h>
 
@@ -73,22 +73,6 @@ void Receive(int fd) {
   }
 }
 
-int ConnectedPair(int *client, int *server) {
-  int lst = socket(AF_INET, SOCK_STREAM, 0);
-  sockaddr_in a{};
-  a.sin_family = AF_INET;
-  a.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
-  socklen_t len = sizeof a;
-  if (lst < 0 || bind(lst, (sockaddr *)&a, sizeof a) || listen(lst, 1) ||
-      getsockname(lst, (sockaddr *)&a, &len))
-    return -1;
-  *client = socket(AF_INET, SOCK_STREAM, 0);
-  if (connect(*client, (sockaddr *)&a, sizeof a)) return -1;
-  *server = accept(lst, nullptr, nullptr);
-  close(lst);
-  return *server < 0 ? -1 : 0;
-}
-
 } // namespace
 
 int main(int argc, char **argv) {
@@ -99,7 +83,7 @@ int main(int argc, char **argv) {
   const bool protect = !strcmp(fence, "protect");
 
   int client, server;
-  if (ConnectedPair(&client, &server)) return 2;
+  if (LoopbackPair(&client, &server)) return 2;
   nic_endpoint *ep = nic_uring_endpoint_create(client);
   if (!ep) {
     fprintf(stderr, "uring integrity: no io_uring endpoint (errno %d)\n", errno);
