@@ -38,8 +38,16 @@ struct record {
 };
 
 static pthread_mutex_t lock = PTHREAD_MUTEX_INITIALIZER;
-NIC_FORKLOCK_MUTEX(deferred, NIC_FORK_DEFERRED, &lock, NULL);
 static struct record *buckets[BUCKETS];
+/* A record taken by a parent thread is still in the table until that thread's free of the block
+ * is about to run (forget_locked comes before nic_release_deferred), so in the child nobody is
+ * freeing it: it is the child's to take again, or it would stay deferred for good. */
+static void after_fork_child(void) {
+  for (unsigned b = 0; b < BUCKETS; b++)
+    for (struct record *r = buckets[b]; r; r = r->next)
+      r->taken = false;
+}
+NIC_FORKLOCK_MUTEX(deferred, NIC_FORK_DEFERRED, &lock, after_fork_child);
 static struct nic_pool pool = {.node_size = sizeof(struct record)};
 
 static struct record **bucket(const void *p) {
