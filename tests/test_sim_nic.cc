@@ -19,8 +19,8 @@
 #include <vector>
 
 extern "C" {
-#include "sim_delays.h"
 #include "settings.h"
+#include "sim_delays.h"
 #include "sim_nic.h"
 }
 
