@@ -17,6 +17,8 @@
 #include <string>
 #include <vector>
 
+#include "sim_backend_receiver.h"
+
 extern "C" {
 #include "rcache.h"
 #include "reaper.h"
@@ -26,28 +28,6 @@ extern "C" {
 namespace {
 
 constexpr size_t kPage = 4096;
-
-struct Received {
-  std::mutex mu;
-  std::vector<std::string> msgs;
-};
-
-void receive(void *arg, const void *data, size_t len) {
-  auto *r = static_cast<Received *>(arg);
-  std::lock_guard<std::mutex> g(r->mu);
-  r->msgs.emplace_back(static_cast<const char *>(data), len);
-}
-
-struct Done {
-  std::atomic<int> calls{0};
-  std::atomic<int> status{1};
-};
-
-void on_done(void *arg, int status) {
-  auto *d = static_cast<Done *>(arg);
-  d->status = status;
-  d->calls++;
-}
 
 char *map_pages(size_t len, char fill, void *at = nullptr) {
   int flags = MAP_PRIVATE | MAP_ANONYMOUS | (at ? MAP_FIXED : 0);

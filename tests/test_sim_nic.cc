@@ -18,6 +18,8 @@
 #include <unistd.h>
 #include <vector>
 
+#include "sim_backend_receiver.h"
+
 extern "C" {
 #include "settings.h"
 #include "sim_delays.h"
@@ -25,32 +27,6 @@ extern "C" {
 }
 
 namespace {
-
-struct Received {
-  std::mutex mu;
-  std::vector<std::string> msgs;
-  size_t count() {
-    std::lock_guard<std::mutex> g(mu);
-    return msgs.size();
-  }
-};
-
-void receive(void *arg, const void *data, size_t len) {
-  auto *r = static_cast<Received *>(arg);
-  std::lock_guard<std::mutex> g(r->mu);
-  r->msgs.emplace_back(static_cast<const char *>(data), len);
-}
-
-struct Done {
-  std::atomic<int> calls{0};
-  std::atomic<int> status{1};
-};
-
-void on_done(void *arg, int status) {
-  auto *d = static_cast<Done *>(arg);
-  d->status = status;
-  d->calls++;
-}
 
 // Fails the test instead of hanging forever; not a timing assertion.
 template <class Pred> bool eventually(Pred pred, struct nic_backend *b, bool poll = true) {
