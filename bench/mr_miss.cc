@@ -5,7 +5,7 @@
 //              deregistered at free)
 //   rcache     an ordinary heap, registered at send time through nicmalloc's registration cache
 // Every sent entry is recorded (region, region base, address, length) and replayed through the
-// NIC translation-cache model (regcache/tcache_model.h) at several cache capacities: modeled
+// NIC translation-cache model (regcache/model/tcache_model.h) at several cache capacities: modeled
 // misses per million entries and the per-send modeled latency distribution. Registrations run
 // for real on the sim backend. Deterministic: fixed seeds, no timing.
 //   mr_miss CSV [--live-mib N] [--sends N] [--out DIR]

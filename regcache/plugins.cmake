@@ -20,8 +20,8 @@ function(nic_add_backend_plugin name)
     PREFIX lib OUTPUT_NAME nicmalloc-${name}
     LIBRARY_OUTPUT_DIRECTORY $<TARGET_FILE_DIR:nicmalloc>
     C_VISIBILITY_PRESET hidden)
-  target_include_directories(${target} PRIVATE ${CMAKE_CURRENT_LIST_DIR}
-    ${PROJECT_SOURCE_DIR}/alloc ${PROJECT_SOURCE_DIR}/include)
+  target_include_directories(${target} PRIVATE ${CMAKE_CURRENT_LIST_DIR}/cache ${CMAKE_CURRENT_LIST_DIR}/dpdk ${CMAKE_CURRENT_LIST_DIR}/verbs
+    ${PROJECT_SOURCE_DIR}/alloc/base ${PROJECT_SOURCE_DIR}/include)
   target_link_libraries(${target} PRIVATE Threads::Threads)
   # Unresolved symbols would only show up at dlopen time in someone else's program.
   target_link_options(${target} PRIVATE -Wl,--no-undefined -Wl,-z,now)
@@ -29,15 +29,15 @@ function(nic_add_backend_plugin name)
 endfunction()
 
 if(NIC_IBVERBS_FOUND)
-  nic_add_backend_plugin(verbs ${CMAKE_CURRENT_LIST_DIR}/verbs.c)
+  nic_add_backend_plugin(verbs ${CMAKE_CURRENT_LIST_DIR}/verbs/verbs.c)
   target_link_libraries(nicmalloc-verbs PRIVATE PkgConfig::NIC_IBVERBS)
 else()
   message(STATUS "nicmalloc: rdma-core (libibverbs) not found: the verbs backend is not built")
 endif()
 
 if(NIC_DPDK_FOUND)
-  nic_add_backend_plugin(dpdk ${CMAKE_CURRENT_LIST_DIR}/dpdk.c
-    ${CMAKE_CURRENT_LIST_DIR}/dpdk_mbuf.c)
+  nic_add_backend_plugin(dpdk ${CMAKE_CURRENT_LIST_DIR}/dpdk/dpdk.c
+    ${CMAKE_CURRENT_LIST_DIR}/dpdk/dpdk_mbuf.c)
   # rte_dev_dma_map and rte_dev_dma_unmap are experimental in 22.11.
   target_compile_definitions(nicmalloc-dpdk PRIVATE ALLOW_EXPERIMENTAL_API)
   target_link_libraries(nicmalloc-dpdk PRIVATE PkgConfig::NIC_DPDK)

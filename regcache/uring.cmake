@@ -3,11 +3,11 @@
 find_package(PkgConfig REQUIRED)
 pkg_check_modules(LIBURING REQUIRED IMPORTED_TARGET liburing)
 target_sources(nicmalloc_objects PRIVATE
-  ${CMAKE_CURRENT_LIST_DIR}/uring.c
-  ${CMAKE_CURRENT_LIST_DIR}/uring_buffers.c
-  ${CMAKE_CURRENT_LIST_DIR}/uring_files.c
-  ${CMAKE_CURRENT_LIST_DIR}/uring_reqs.c
-  ${CMAKE_CURRENT_LIST_DIR}/uring_send.c)
+  ${CMAKE_CURRENT_LIST_DIR}/uring/uring.c
+  ${CMAKE_CURRENT_LIST_DIR}/uring/uring_buffers.c
+  ${CMAKE_CURRENT_LIST_DIR}/uring/uring_files.c
+  ${CMAKE_CURRENT_LIST_DIR}/uring/uring_reqs.c
+  ${CMAKE_CURRENT_LIST_DIR}/uring/uring_send.c)
 target_link_libraries(nicmalloc_objects PUBLIC PkgConfig::LIBURING)
 # The shared library is built from the objects alone and does not inherit their link
 # libraries; it links with --no-undefined, so it needs liburing itself.

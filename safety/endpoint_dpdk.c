@@ -1,6 +1,6 @@
 /* nic_dpdk_endpoint_create: the dpdk backend's public endpoint, a started port's tx queue.
  * The backend is a plugin (libnicmalloc-dpdk.so) loaded only when chosen, so its endpoint API
- * (regcache/dpdk.h) is reached through the plugin's own handle. */
+ * (regcache/dpdk/dpdk.h) is reached through the plugin's own handle. */
 #include "api_errors.h"
 #include "endpoint_common.h"
 #include "log.h"

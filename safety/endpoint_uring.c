@@ -1,5 +1,5 @@
 /* nic_uring_endpoint_create: the io_uring backend's public endpoint, a connected TCP or UDP
- * socket. Posting and completion are the backend's (regcache/uring_send.c): SEND_ZC or
+ * socket. Posting and completion are the backend's (regcache/uring/uring_send.c): SEND_ZC or
  * SENDMSG_ZC from the fixed buffers, done() after the kernel's notification. */
 #include "api_errors.h"
 #include "endpoint_common.h"

@@ -1,6 +1,6 @@
 /* nic_verbs_endpoint_create: the verbs backend's public endpoint, the application's queue pair.
  * The backend is a plugin (libnicmalloc-verbs.so) loaded only when chosen, so its API
- * (regcache/verbs.h) is reached through the plugin's own handle, and this file needs no
+ * (regcache/verbs/verbs.h) is reached through the plugin's own handle, and this file needs no
  * rdma-core header: the QP and PD pass as void *. */
 #include "api_errors.h"
 #include "endpoint_common.h"

@@ -17,7 +17,7 @@
 #define LEAVES (1ul << (47 - LEAF_SHIFT))
 #define LEAF_WORDS ((1ul << (LEAF_SHIFT - PAGE_SHIFT)) / 64)
 
-/* The control arena's range (alloc/vspace.c; 0 when it could not be made). */
+/* The control arena's range (alloc/os/vspace.c; 0 when it could not be made). */
 extern uintptr_t nic_control_base;
 extern size_t nic_control_size;
 

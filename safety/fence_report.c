@@ -1,5 +1,5 @@
 /* A detect mismatch on stderr: the range, then for each block it covers (up to four) the block
- * and the allocation site recorded for it (alloc/profile*.c records the sites: see
+ * and the allocation site recorded for it (alloc/routing/profile*.c records the sites: see
  * NICMALLOC_FENCE_DETECT_SAMPLE). Frames are named with libunwind, which reads the symbol tables
  * of the loaded files, static functions included, and given as module+offset for addr2line.
  * Reports are rare; they may allocate and take locks (never from inside malloc). */

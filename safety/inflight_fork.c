@@ -1,5 +1,5 @@
 /* What a child of fork sees of the parent's posts: nothing. The child has no completion coming
- * (the backend, its queues and its threads are the parent's: regcache/backend.h), so the
+ * (the backend, its queues and its threads are the parent's: regcache/cache/backend.h), so the
  * parent's in-flight references are void there. Without this a child's free of a block the
  * parent had posted was deferred for good, a write fence on it waited for its timeout, and a
  * free the parent had deferred was never done. Holds stay: nic_hold is the program's own

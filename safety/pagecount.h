@@ -1,4 +1,4 @@
-/* In-flight references per 4 KiB page: a lock-free radix table (like regcache/rcache_table.c,
+/* In-flight references per 4 KiB page: a lock-free radix table (like regcache/cache/rcache_table.c,
  * but holding counts, and creating its tables with compare-and-swap so that any thread may add
  * references). Each page has one 64-bit word: the low half counts posted SG entries that cover
  * the page (DMA), the high half nic_hold references. free() defers a block while any page of

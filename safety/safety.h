@@ -38,7 +38,7 @@ struct nic_safety_counters {
 extern struct nic_safety_counters nic_safety_ctr;
 #define NIC_SAFETY_COUNT(field, n) __atomic_add_fetch(&nic_safety_ctr.field, (n), __ATOMIC_RELAXED)
 
-/* ---- deferred.c: the allocator's hooks (see alloc/alloc_inline.h) ---- */
+/* ---- deferred.c: the allocator's hooks (see alloc/core/alloc_inline.h) ---- */
 /* free(): true when p was deferred (a page of it is in flight or held) or reported as a
  * double free of a block already deferred; false means free it now. */
 bool nic_safety_defer_free(void *p);

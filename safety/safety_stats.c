@@ -1,4 +1,4 @@
-/* The safety fields of struct nic_stats (filled by alloc/stats.c through this). */
+/* The safety fields of struct nic_stats (filled by alloc/api/stats.c through this). */
 #include "nicmalloc.h"
 #include "safety.h"
 

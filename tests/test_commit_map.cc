@@ -1,4 +1,4 @@
-// The control arena's commit map (alloc/commit_map.h): it must see mimalloc's commits and
+// The control arena's commit map (alloc/os/commit_map.h): it must see mimalloc's commits and
 // decommits through the interposed mprotect and madvise, or the free check would read
 // unmapped memory (a map that says "committed" too often) or reject live blocks (too rarely).
 #include <gtest/gtest.h>

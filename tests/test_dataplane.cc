@@ -185,7 +185,7 @@ TEST(Dataplane, StatsFollowLiveBytes) {
   EXPECT_EQ(during.dataplane_reserved, size_t(during.chunks_max) * during.chunk_size);
 }
 
-// Every size up to past the fast path's table of small usable sizes (alloc/small_usable.h): the
+// Every size up to past the fast path's table of small usable sizes (alloc/heap/small_usable.h): the
 // live total must move by exactly the usable bytes mimalloc reports, block by block.
 TEST(Dataplane, LiveBytesAreExactForEverySmallSize) {
   nic_stats before, during, after;

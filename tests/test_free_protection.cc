@@ -402,7 +402,7 @@ TEST(Holds, BadInput) {
   EXPECT_EQ(after.hold_errors - before.hold_errors, 6u) << "every call counted";
 }
 
-// Blocks nicmalloc maps itself (alloc/mapped.h: alignments over 16 MiB, 1 GiB and more) take
+// Blocks nicmalloc maps itself (alloc/heap/mapped.h: alignments over 16 MiB, 1 GiB and more) take
 // holds like any other, through any pointer into them, and their free waits for the release.
 TEST(Holds, BlocksNicmallocMapsItselfCanBeHeld) {
   char *aligned = static_cast<char *>(aligned_alloc(size_t(64) << 20, 4096));

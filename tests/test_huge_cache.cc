@@ -1,4 +1,4 @@
-// Freed control blocks over 16 MiB are kept for reuse (alloc/huge_cache.h) and must behave
+// Freed control blocks over 16 MiB are kept for reuse (alloc/heap/huge_cache.h) and must behave
 // exactly like blocks mimalloc would hand out: never twice, zero for calloc, caught on double
 // free, bounded in bytes, and given back after the purge delay (probe tests, own settings).
 #include "nicmalloc.h"
@@ -283,7 +283,7 @@ TEST(HugeCacheSettings, BadValuesWarnAndKeepTheDefaults) {
 // malloc(1 MiB), 2 MiB ... 2 TiB, each written at both ends and freed: glibc and mimalloc give
 // such blocks address space, not memory. nicmalloc spent 2.7 GB of RAM and seconds on the last
 // one (mimalloc cleared its slice table, 80 bytes per 64 KiB of block, and the commit map set 2
-// bits per page) before it mapped blocks of 1 GiB and more itself (alloc/mapped.h).
+// bits per page) before it mapped blocks of 1 GiB and more itself (alloc/heap/mapped.h).
 TEST(HugeBlocks, GrowingUntouchedBlocksUpTo2TiBCostAddressSpaceOnly) {
   ProbeResult r = run_probe({}, {"grow-untouched", std::to_string(size_t(2) << 40)});
   ASSERT_EQ(r.exit_code, 0) << r.err;

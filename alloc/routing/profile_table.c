@@ -231,7 +231,7 @@ uint64_t nic_prof_table_dropped(void) {
   return __atomic_load_n(&dropped, __ATOMIC_RELAXED);
 }
 
-/* Held across fork (alloc/forklock.h); free again in the child. */
+/* Held across fork (alloc/base/forklock.h); free again in the child. */
 static void table_lock_reset(void) {
   lock = 0;
 }

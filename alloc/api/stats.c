@@ -123,11 +123,11 @@ NIC_EXPORT void nic_get_stats(struct nic_stats *out) {
   out->backend = b ? b->name : "none";
   nic_safety_fill_stats(out);   /* safety/safety_stats.c */
   nic_pressure_fill_stats(out); /* safety/pressure.c */
-  struct nic_sink_totals sent;  /* alloc/profile_sink.c */
+  struct nic_sink_totals sent;  /* alloc/routing/profile_sink.c */
   nic_sink_totals(&sent);
   out->sent_dataplane_bytes = sent.dataplane;
   out->sent_other_bytes = sent.other;
-  struct nic_sites_totals sites; /* alloc/profile_sites.c */
+  struct nic_sites_totals sites; /* alloc/routing/profile_sites.c */
   nic_sites_totals(&sites);
   out->sites_routed = sites.sites;
   out->sites_routed_allocs = sites.routed_allocs;

@@ -1,7 +1,7 @@
 /* The fork-lock registry: every lock of the runtime, held across fork() in one fixed order.
  *
  * A child of a multi-threaded process has only the thread that forked. A lock another thread
- * held at that moment stays held in the child forever, so the one fork handler (alloc/init.c
+ * held at that moment stays held in the child forever, so the one fork handler (alloc/api/init.c
  * installs it) takes every lock below before fork, lets go of them in the parent, and makes
  * them anew in the child, where none of the parent's other threads exists. Then it runs the
  * child hooks (state a child must not inherit), in the same order, with every lock free.
@@ -33,35 +33,35 @@
  * EVERY LOCK of alloc/, regcache/ and safety/ and its decision:
  *   held across fork (on the list, ranks below): the sim endpoint list (safety/endpoint.c),
  *     the other endpoints' list (safety/endpoint_common.c), the fence report lock
- *     (safety/fence_report.c), the late and growth locks (alloc/dp_heap.c), the chunks lock
- *     (alloc/chunks.c), the thread list (alloc/thread.c), the huge-block cache
- *     (alloc/huge_cache.c), the table of blocks nicmalloc maps itself (alloc/mapped.c), the
- *     registration cache (regcache/rcache.c), the deferred-free
+ *     (safety/fence_report.c), the late and growth locks (alloc/heap/dp_heap.c), the chunks lock
+ *     (alloc/heap/chunks.c), the thread list (alloc/heap/thread.c), the huge-block cache
+ *     (alloc/heap/huge_cache.c), the table of blocks nicmalloc maps itself (alloc/heap/mapped.c), the
+ *     registration cache (regcache/cache/rcache.c), the deferred-free
  *     table (safety/deferred.c), the hold table (safety/hold.c), the detect records
  *     (safety/fence_detect.c), the protect spin lock (safety/fence_protect.c, taken with
  *     signals blocked as every holder does), the pressure model (safety/pressure.c), the
- *     profile table's spin lock (alloc/profile_table.c), the System V attach table
- *     (regcache/interpose_shm.c).
+ *     profile table's spin lock (alloc/routing/profile_table.c), the System V attach table
+ *     (regcache/cache/interpose_shm.c).
  *   not held, only reset in the child (a reset entry, or its module's child hook):
- *     - the reaper pass lock (alloc/reaper.c): holding it would make fork wait for a whole
+ *     - the reaper pass lock (alloc/heap/reaper.c): holding it would make fork wait for a whole
  *       pass, a visit of mimalloc's abandoned segments included; everything a pass changes
  *       is under the late, thread and chunks locks, which are held, and the reaper thread that
  *       holds it does not exist in the child.
- *     - the dataplane reservation flag (alloc/chunks.c "reserving", by the chunks' hook), a
+ *     - the dataplane reservation flag (alloc/heap/chunks.c "reserving", by the chunks' hook), a
  *       try-lock: holding it would make a concurrent dataplane request fail; what it guards
  *       is published with one atomic store, so the child sees the reservation done or not
  *       done, then makes its own.
  *   not held, reset in the child with what it guards: the list of sims whose pending posts
- *     an unmap must look at (regcache/sim_keep.c, a rwlock): a child's munmap would otherwise
+ *     an unmap must look at (regcache/sim/sim_keep.c, a rwlock): a child's munmap would otherwise
  *     wait for a parent's sim; the child has no sim of its own, so the list is emptied.
- *   not held, never touched by a child: the backends' own locks (regcache/sim_nic.c,
+ *   not held, never touched by a child: the backends' own locks (regcache/sim/sim_nic.c,
  *     sim_dma.c, uring*.c, verbs.c, dpdk*.c, one per backend or endpoint). A child of a process
- *     with an open backend neither registers, posts nor polls (regcache/backend.c), so it
+ *     with an open backend neither registers, posts nor polls (regcache/cache/backend.c), so it
  *     never takes them; holding them would make fork wait for the sim engine.
- *   pthread_once (alloc/thread.c, regcache/backend.c, safety/config.c, pressure.c,
+ *   pthread_once (alloc/heap/thread.c, regcache/cache/backend.c, safety/config.c, pressure.c,
  *     fence_protect.c, fence_threads.c): glibc restarts in the child an initialisation that a
  *     parent thread had under way (its fork generation), so nothing is needed.
- *   the start-up flags (alloc/config.c config_state, alloc/init.c init_state), once-only
+ *   the start-up flags (alloc/base/config.c config_state, alloc/api/init.c init_state), once-only
  *     states others wait for: both are set before or right after the fork handler is
  *     installed (init's last step), so no fork that runs it finds the settings half read; a
  *     fork between that step and init_state's final store is not covered: its child would
@@ -141,7 +141,7 @@ struct nic_forklock {
 #define NIC_FORK_CHILD(id, rank_, child_)                                                          \
   NIC_FORKLOCK_ENTRY_(id) = {.rank = (rank_), .name = #id, .child = (child_)}
 
-/* The fork handlers (pthread_atfork, alloc/init.c). */
+/* The fork handlers (pthread_atfork, alloc/api/init.c). */
 void nic_forklock_prepare(void);
 void nic_forklock_parent(void);
 void nic_forklock_child(void);

@@ -161,5 +161,5 @@ void *nic_mapped_resize(void *p, size_t size) {
   return q;
 }
 
-/* Held across fork (alloc/forklock.h). */
+/* Held across fork (alloc/base/forklock.h). */
 NIC_FORKLOCK_MUTEX(mapped, NIC_FORK_MAPPED, &lock, NULL);
