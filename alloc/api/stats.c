@@ -22,22 +22,10 @@
 
 #define NIC_EXPORT __attribute__((visibility("default")))
 
-struct nic_api_error_counts nic_api_errors;
 #define SEGMENT_SIZE ((size_t)32 << 20)
 
 NIC_EXPORT const char *nic_page_kind_name(enum nic_page_kind kind) {
-  switch (kind) {
-  case NIC_PAGE_4K:
-    return "4k";
-  case NIC_PAGE_THP:
-    return "thp";
-  case NIC_PAGE_2M:
-    return "2m";
-  case NIC_PAGE_1G:
-    return "1g";
-  default:
-    return "none";
-  }
+  return nic_page_kind_str(kind);
 }
 
 static uint64_t clamp_positive(int64_t v) {

@@ -15,7 +15,7 @@ struct nic_api_error_counts {
   uint64_t endpoint;     /* endpoint constructors and destroys, nic_verbs_get_pd */
   uint64_t other;        /* nic_fence_write, nic_get_stats, nic_posix_memalign_site */
 };
-extern struct nic_api_error_counts nic_api_errors; /* alloc/api/stats.c */
+extern struct nic_api_error_counts nic_api_errors;
 
 #define nic_api_count(family) __atomic_add_fetch(&nic_api_errors.family, 1, __ATOMIC_RELAXED)
 #define nic_api_error(family, ...)                                                                 \

@@ -91,9 +91,9 @@ static void report_mapping(unsigned index, const struct nic_mapping *m, enum nic
                           "dataplane chunk %u is backed by %s pages, not %s (hugetlb pool too "
                           "small? see /sys/kernel/mm/hugepages); further chunks are counted in "
                           "the stats",
-                          index, nic_page_kind_name(m->kind), nic_page_kind_name(want));
+                          index, nic_page_kind_str(m->kind), nic_page_kind_str(want));
   }
-  nic_log_info("dataplane chunk %u mapped: %s pages, %s", index, nic_page_kind_name(m->kind),
+  nic_log_info("dataplane chunk %u mapped: %s pages, %s", index, nic_page_kind_str(m->kind),
                m->pinned ? "pinned" : "NOT pinned");
 }
 

@@ -145,3 +145,18 @@ void nic_release_chunk_memory(void *addr, size_t len) {
            MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE | MAP_FIXED, -1, 0) == MAP_FAILED)
     madvise(addr, len, MADV_DONTNEED);
 }
+
+const char *nic_page_kind_str(enum nic_page_kind kind) {
+  switch (kind) {
+  case NIC_PAGE_4K:
+    return "4k";
+  case NIC_PAGE_THP:
+    return "thp";
+  case NIC_PAGE_2M:
+    return "2m";
+  case NIC_PAGE_1G:
+    return "1g";
+  default:
+    return "none";
+  }
+}

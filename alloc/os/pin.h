@@ -17,6 +17,9 @@ struct nic_mapping {
 /* addr..addr+len must be a PROT_NONE part of the reservation, aligned to len. Tries `want` and
  * then each smaller kind. Returns 0, or -errno with the reservation restored: -EDQUOT when
  * ordinary pages would not fit under the memory cgroup's limit. */
+/* "4k", "thp", "2m", "1g" or "none": nic_page_kind_name's answer, for the runtime's own lines. */
+const char *nic_page_kind_str(enum nic_page_kind kind);
+
 int nic_map_chunk(void *addr, size_t len, enum nic_page_kind want, struct nic_mapping *out);
 /* Gives a released chunk's memory back to the OS. The range stays readable and writable (empty,
  * unpopulated) so that a late write by mimalloc to a segment it just freed can never fault. */
