@@ -2,7 +2,7 @@
 # directory of libnicmalloc.so, only when NICMALLOC_BACKEND picks them: preloading the allocator
 # must never drag rdma-core or DPDK (and their constructors) into every program.
 #
-# They do not link nicmalloc_objects: they are loaded into a process that already has
+# They do not link the runtime's layers: they are loaded into a process that already has
 # libnicmalloc, whose symbols are hidden. They log through their own copy of the log.h
 # functions (hidden, stderr, same "nicmalloc: " prefix), so no new symbol leaves libnicmalloc.
 # Each exports only nic_backend_<name>_open and its nic_<name>_* API (see verbs.h, dpdk.h).
@@ -20,12 +20,15 @@ function(nic_add_backend_plugin name)
     PREFIX lib OUTPUT_NAME nicmalloc-${name}
     LIBRARY_OUTPUT_DIRECTORY $<TARGET_FILE_DIR:nicmalloc>
     C_VISIBILITY_PRESET hidden)
-  target_include_directories(${target} PRIVATE ${CMAKE_CURRENT_LIST_DIR}/cache ${CMAKE_CURRENT_LIST_DIR}/dpdk ${CMAKE_CURRENT_LIST_DIR}/verbs
+  target_include_directories(${target} PRIVATE ${CMAKE_CURRENT_LIST_DIR}/${name} ${CMAKE_CURRENT_LIST_DIR}/cache
     ${PROJECT_SOURCE_DIR}/alloc/base ${PROJECT_SOURCE_DIR}/include)
   target_link_libraries(${target} PRIVATE Threads::Threads)
   # Unresolved symbols would only show up at dlopen time in someone else's program.
   target_link_options(${target} PRIVATE -Wl,--no-undefined -Wl,-z,now)
   install(TARGETS ${target} LIBRARY DESTINATION ${CMAKE_INSTALL_LIBDIR})
+  # A layer above the registration cache, whose headers alone it uses (tests/layers checks it).
+  file(APPEND ${PROJECT_BINARY_DIR}/layers.txt
+    "${name} regcache/${name} ${CMAKE_CURRENT_BINARY_DIR}/CMakeFiles/${target}.dir below:cache\n")
 endfunction()
 
 if(NIC_IBVERBS_FOUND)

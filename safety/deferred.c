@@ -168,20 +168,24 @@ void nic_safety_retry_deferred(void) {
   }
 }
 
-int nic_safety_realloc_check(void *p, size_t usable) {
+enum nic_resize_answer nic_safety_realloc_check(void *p, size_t usable) {
   if (nic_safety_is_deferred(p)) {
     nic_report_bad_block(p, "realloc", NIC_USE_REALLOC, true);
-    return -1;
+    return NIC_RESIZE_REFUSE;
   }
   uintptr_t start = (uintptr_t)p;
-  if (!nic_pc_any(start, start + usable, NIC_PC_DMA_MASK)) return 0;
+  if (!nic_pc_any(start, start + usable, NIC_PC_DMA_MASK)) return NIC_RESIZE_AS_USUAL;
   const struct nic_safety_config *c = nic_safety_config();
-  if (c->fence == NIC_FENCE_OFF) return 0; /* the user chose no fencing */
+  if (c->fence == NIC_FENCE_OFF) return NIC_RESIZE_AS_USUAL; /* the user chose no fencing */
   if (c->realloc_inflight == NIC_REALLOC_WAIT &&
       nic_fence_wait(start, start + usable, "realloc",
                      /* realloc does not fail on a timeout: it falls back to move */
                      "moving the block instead, as NICMALLOC_REALLOC_INFLIGHT=move does") == 0)
-    return 0;
+    return NIC_RESIZE_AS_USUAL;
   NIC_SAFETY_COUNT(realloc_moves, 1);
-  return 1;
+  return NIC_RESIZE_MOVE;
 }
+
+/* The allocator's frees and reallocs of blocks whose pages may be in flight or held. */
+NIC_MEMORY_WATCHER(inflight_blocks, .block_freeing = nic_safety_defer_free,
+                   .block_resizing = nic_safety_realloc_check);

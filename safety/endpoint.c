@@ -2,6 +2,7 @@
  * engine's own buffer; here it lands in a fresh dataplane buffer instead, as a real NIC would
  * DMA into posted dataplane receive buffers. The buffer is freed when receive returns — a free
  * that nic_hold defers — so a deserializer may keep pointers into it. */
+#include "alloc.h"
 #include "api_errors.h"
 #include "forklock.h"
 #include "log.h"
@@ -29,7 +30,7 @@ static struct rx *endpoints;
 
 static void deliver(void *arg, const void *data, size_t len) {
   struct rx *r = arg;
-  void *buf = len ? nic_malloc(len) : NULL;
+  void *buf = len ? nic_alloc(len, 0, false, NIC_ROUTE_DATAPLANE) : NULL;
   if (!buf && len) {
     nic_log_error("receive: no dataplane memory for a %zu-byte message; it is dropped", len);
     return;

@@ -168,3 +168,12 @@ void nic_fence_poller_start(void) {
   static pthread_once_t once = PTHREAD_ONCE_INIT;
   pthread_once(&once, start);
 }
+
+/* Threads that act for the NIC (the sim's DMA engine) say so through the memory events. */
+static void nic_thread_event(bool starting) {
+  if (starting)
+    nic_fence_thread_is_nic();
+  else
+    nic_fence_thread_gone();
+}
+NIC_MEMORY_WATCHER(fence_nic_threads, .nic_thread = nic_thread_event);

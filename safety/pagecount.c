@@ -1,5 +1,7 @@
 #include "pagecount.h"
 
+#include "events.h"
+
 #include <stddef.h>
 #include <sys/mman.h>
 
@@ -52,7 +54,9 @@ bool nic_pc_add(uintptr_t start, uintptr_t end, uint64_t unit) {
   if (!page_range(start, end, &first, &last)) return false;
   for (uintptr_t a = first; a <= last; a += PAGE) /* every table first: all or nothing */
     if (!leaf(a, true)) return false;
-  __atomic_add_fetch(&nic_safety_refs, ((last - first) >> NIC_PC_PAGE_SHIFT) + 1, __ATOMIC_SEQ_CST);
+  const unsigned long pages = ((last - first) >> NIC_PC_PAGE_SHIFT) + 1;
+  nic_watch_blocks((int64_t)pages); /* before the count: events.h */
+  __atomic_add_fetch(&nic_safety_refs, pages, __ATOMIC_SEQ_CST);
   for (uintptr_t a = first; a <= last; a += PAGE)
     __atomic_add_fetch(leaf(a, false), unit, __ATOMIC_SEQ_CST);
   return true;
@@ -63,7 +67,9 @@ void nic_pc_sub(uintptr_t start, uintptr_t end, uint64_t unit) {
   if (!page_range(start, end, &first, &last)) return;
   for (uintptr_t a = first; a <= last; a += PAGE)
     __atomic_sub_fetch(leaf(a, false), unit, __ATOMIC_SEQ_CST);
-  __atomic_sub_fetch(&nic_safety_refs, ((last - first) >> NIC_PC_PAGE_SHIFT) + 1, __ATOMIC_SEQ_CST);
+  const unsigned long pages = ((last - first) >> NIC_PC_PAGE_SHIFT) + 1;
+  __atomic_sub_fetch(&nic_safety_refs, pages, __ATOMIC_SEQ_CST);
+  nic_watch_blocks(-(int64_t)pages); /* after the count: events.h */
 }
 
 uint64_t nic_pc_count(uintptr_t a) {
@@ -110,5 +116,8 @@ void nic_pc_void_dma(void) {
   }
   /* Recounted rather than decremented: a post the fork cut in half may have counted its pages
    * in the total and not yet in the table. */
-  __atomic_store_n(&nic_safety_refs, holds, __ATOMIC_SEQ_CST);
+  const unsigned long counted = __atomic_exchange_n(&nic_safety_refs, holds, __ATOMIC_SEQ_CST);
+  /* The watch word counted at least what the total did (it is raised first), so this leaves
+   * it at or above holds; other watchers' shares stay. */
+  nic_watch_blocks((int64_t)holds - (int64_t)counted);
 }

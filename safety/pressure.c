@@ -1,4 +1,5 @@
 #include "pressure.h"
+#include "chunk_reg.h"
 
 #include "chunks.h"
 #include "forklock.h"
@@ -94,7 +95,7 @@ void nic_pressure_fill_stats(struct nic_stats *out) {
   size_t chunk = (size_t)1 << nic_dp.shift;
   for (unsigned i = 0; i < nic_chunk_slots_used(); i++) {
     struct nic_chunk *c = nic_chunk_at(i);
-    if (!__atomic_load_n(&c->registered, __ATOMIC_ACQUIRE)) continue;
+    if (!nic_chunk_registration(i)) continue;
     size_t page = c->mapping.kind == NIC_PAGE_1G    ? (1ul << 30)
                   : c->mapping.kind >= NIC_PAGE_THP ? (2ul << 20)
                                                     : 4096;

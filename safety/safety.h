@@ -2,6 +2,8 @@
 #ifndef NIC_SAFETY_H
 #define NIC_SAFETY_H
 
+#include "events.h"
+
 #include <stdbool.h>
 #include <stddef.h>
 #include <stdint.h>
@@ -38,13 +40,13 @@ struct nic_safety_counters {
 extern struct nic_safety_counters nic_safety_ctr;
 #define NIC_SAFETY_COUNT(field, n) __atomic_add_fetch(&nic_safety_ctr.field, (n), __ATOMIC_RELAXED)
 
-/* ---- deferred.c: the allocator's hooks (see alloc/core/alloc_inline.h) ---- */
+/* ---- deferred.c: a watcher of the allocator's frees and reallocs (base/events.h) ---- */
 /* free(): true when p was deferred (a page of it is in flight or held) or reported as a
  * double free of a block already deferred; false means free it now. */
 bool nic_safety_defer_free(void *p);
-/* realloc(): 0 = p may be kept, 1 = move it (in flight), -1 = p is a deferred, i.e. already
- * freed, block (reported). */
-int nic_safety_realloc_check(void *p, size_t usable);
+/* realloc(): as usual, move it (in flight), or refuse: p is a deferred, i.e. already freed,
+ * block (reported). */
+enum nic_resize_answer nic_safety_realloc_check(void *p, size_t usable);
 /* True when p is a block whose free is deferred (the user freed it already). */
 bool nic_safety_is_deferred(const void *p);
 /* True when p is a block already freed: its free key (block.h), read only at a block-aligned
@@ -56,8 +58,6 @@ void nic_safety_retry_deferred(void);
 /* Tests: called by a retry on the thread making it, after it took blocks whose pages were clear
  * and before it writes into them (where a post of a neighbour may protect the page since). */
 extern void (*nic_safety_retry_hook)(void *const *blocks, unsigned n);
-/* alloc.c: frees a block for real, skipping the hook. */
-void nic_release_deferred(void *p);
 
 /* safety_stats.c: the safety fields of struct nic_stats. */
 struct nic_stats;

@@ -5,7 +5,7 @@ function(nic_add_plugin_suite name plugin)
   add_executable(${name} ${name}.cc)
   target_link_libraries(${name} PRIVATE nicmalloc GTest::gtest GTest::gtest_main
     Threads::Threads ${CMAKE_DL_LIBS} ${ARGN})
-  target_include_directories(${name} PRIVATE ${PROJECT_SOURCE_DIR}/regcache/cache ${PROJECT_SOURCE_DIR}/regcache/dpdk ${PROJECT_SOURCE_DIR}/regcache/verbs)
+  target_include_directories(${name} PRIVATE ${PROJECT_SOURCE_DIR}/alloc/base ${PROJECT_SOURCE_DIR}/regcache/cache ${PROJECT_SOURCE_DIR}/regcache/dpdk ${PROJECT_SOURCE_DIR}/regcache/verbs)
   target_compile_definitions(${name} PRIVATE NIC_PLUGIN_DIR="$<TARGET_FILE_DIR:nicmalloc>")
   add_dependencies(${name} ${plugin})
   # Each test is a process of its own (EAL starts once per process); all are bounded.

@@ -7,7 +7,7 @@ file(WRITE ${NIC_SAFETY_DELAYS} "# microseconds, drawn at random per post\n50\n8
 set(NIC_SAFETY_ENV "NICMALLOC_BACKEND=sim;NICMALLOC_CHUNK_SIZE=64M;NICMALLOC_SIM_DELAYS=${NIC_SAFETY_DELAYS};NICMALLOC_SIM_SEED=7")
 foreach(suite test_sga test_free_protection test_fence)
   add_executable(${suite} ${CMAKE_CURRENT_LIST_DIR}/${suite}.cc)
-  target_link_libraries(${suite} PRIVATE nicmalloc_objects GTest::gtest GTest::gtest_main
+  target_link_libraries(${suite} PRIVATE ${NIC_RUNTIME_LAYERS} GTest::gtest GTest::gtest_main
     Threads::Threads)
   nic_gtest_with_env(${suite} ${NIC_SAFETY_ENV})
   gtest_discover_tests(${suite} PROPERTIES TIMEOUT 300 DISCOVERY_TIMEOUT 60)
@@ -18,7 +18,7 @@ endforeach()
 # sites), so it runs in an environment of its own.
 foreach(suite test_fence_protect test_fence_detect)
   add_executable(${suite} ${CMAKE_CURRENT_LIST_DIR}/${suite}.cc)
-  target_link_libraries(${suite} PRIVATE nicmalloc_objects GTest::gtest GTest::gtest_main
+  target_link_libraries(${suite} PRIVATE ${NIC_RUNTIME_LAYERS} GTest::gtest GTest::gtest_main
     Threads::Threads)
 endforeach()
 # protect also runs nic_probe, for scenarios that need a fresh process.

@@ -2,7 +2,7 @@
 # (internal symbols are hidden in libnicmalloc.so), as test_config does.
 foreach(suite test_sim_nic test_sim_dma_lifetime test_tcache_model)
   add_executable(${suite} ${CMAKE_CURRENT_LIST_DIR}/${suite}.cc)
-  target_link_libraries(${suite} PRIVATE nicmalloc_objects GTest::gtest GTest::gtest_main
+  target_link_libraries(${suite} PRIVATE ${NIC_RUNTIME_LAYERS} GTest::gtest GTest::gtest_main
     Threads::Threads)
   gtest_discover_tests(${suite} PROPERTIES TIMEOUT 300 DISCOVERY_TIMEOUT 60)
 endforeach()

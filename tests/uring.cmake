@@ -6,7 +6,7 @@ if(NOT TARGET GTest::gtest)
 endif()
 add_executable(test_uring_backend ${CMAKE_CURRENT_LIST_DIR}/test_uring_backend.cc
   ${CMAKE_CURRENT_LIST_DIR}/test_uring_stream.cc ${CMAKE_CURRENT_LIST_DIR}/test_uring_fd.cc)
-target_link_libraries(test_uring_backend PRIVATE nicmalloc_objects GTest::gtest GTest::gtest_main
+target_link_libraries(test_uring_backend PRIVATE ${NIC_RUNTIME_LAYERS} GTest::gtest GTest::gtest_main
   Threads::Threads)
 # Every wait in the suite has its own deadline; TIMEOUT is the last resort.
 gtest_discover_tests(test_uring_backend PROPERTIES TIMEOUT 120 DISCOVERY_TIMEOUT 60)
@@ -18,7 +18,7 @@ gtest_discover_tests(test_uring_backend PROPERTIES TIMEOUT 120 DISCOVERY_TIMEOUT
 set(NIC_URING_SGA_ENV "NICMALLOC_BACKEND=uring;NICMALLOC_CHUNK_SIZE=64M;NICMALLOC_FENCE=wait")
 foreach(suite test_uring_endpoint test_uring_safety)
   add_executable(${suite} ${CMAKE_CURRENT_LIST_DIR}/${suite}.cc)
-  target_link_libraries(${suite} PRIVATE nicmalloc_objects GTest::gtest GTest::gtest_main
+  target_link_libraries(${suite} PRIVATE ${NIC_RUNTIME_LAYERS} GTest::gtest GTest::gtest_main
     Threads::Threads)
   nic_gtest_with_env(${suite} ${NIC_URING_SGA_ENV})
 endforeach()

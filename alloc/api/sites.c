@@ -4,37 +4,14 @@
 #include "api_errors.h"
 #include "log.h"
 #include "nicmalloc.h"
+#include "site_table.h"
 
 #include <errno.h>
 
 #define NIC_EXPORT __attribute__((visibility("default")))
 
-/* One bit per site, set = switched off, so the zero-initialised table means "all on". */
-static unsigned long long sites_off[NIC_MAX_SITES / 64];
-
-static enum nic_route site_route(uint32_t site) {
-  if (site >= NIC_MAX_SITES) return NIC_ROUTE_AUTO;
-  unsigned long long word = __atomic_load_n(&sites_off[site / 64], __ATOMIC_RELAXED);
-  return (word >> (site % 64)) & 1 ? NIC_ROUTE_AUTO : NIC_ROUTE_DATAPLANE;
-}
-
-NIC_EXPORT int nic_site_set_enabled(uint32_t site, int enabled) {
-  if (site >= NIC_MAX_SITES) return -EINVAL;
-  unsigned long long bit = 1ull << (site % 64);
-  if (enabled)
-    __atomic_and_fetch(&sites_off[site / 64], ~bit, __ATOMIC_RELAXED);
-  else
-    __atomic_or_fetch(&sites_off[site / 64], bit, __ATOMIC_RELAXED);
-  return 0;
-}
-
-NIC_EXPORT int nic_site_is_enabled(uint32_t site) {
-  if (site >= NIC_MAX_SITES) return -EINVAL;
-  return site_route(site) == NIC_ROUTE_DATAPLANE;
-}
-
 NIC_EXPORT void *nic_malloc_site(size_t size, uint32_t site) {
-  return nic_alloc(size, 0, false, site_route(site));
+  return nic_alloc(size, 0, false, nic_site_route(site));
 }
 
 NIC_EXPORT void *nic_calloc_site(size_t count, size_t size, uint32_t site) {
@@ -43,11 +20,11 @@ NIC_EXPORT void *nic_calloc_site(size_t count, size_t size, uint32_t site) {
     errno = ENOMEM;
     return NULL;
   }
-  return nic_alloc(total, 0, true, site_route(site));
+  return nic_alloc(total, 0, true, nic_site_route(site));
 }
 
 NIC_EXPORT void *nic_realloc_site(void *p, size_t size, uint32_t site) {
-  return nic_realloc_routed(p, size, site_route(site), "nic_realloc_site");
+  return nic_realloc_routed(p, size, nic_site_route(site), "nic_realloc_site");
 }
 
 NIC_EXPORT void *nic_aligned_alloc_site(size_t alignment, size_t size, uint32_t site) {
@@ -55,7 +32,7 @@ NIC_EXPORT void *nic_aligned_alloc_site(size_t alignment, size_t size, uint32_t 
     errno = EINVAL;
     return NULL;
   }
-  return nic_alloc(size, alignment, false, site_route(site));
+  return nic_alloc(size, alignment, false, nic_site_route(site));
 }
 
 NIC_EXPORT int nic_posix_memalign_site(void **out, size_t alignment, size_t size, uint32_t site) {
@@ -65,12 +42,12 @@ NIC_EXPORT int nic_posix_memalign_site(void **out, size_t alignment, size_t size
     return EINVAL;
   }
   if (!alignment || (alignment & (alignment - 1)) || alignment % sizeof(void *)) return EINVAL;
-  void *p = nic_alloc(size, alignment, false, site_route(site));
+  void *p = nic_alloc(size, alignment, false, nic_site_route(site));
   if (!p) return ENOMEM;
   *out = p;
   return 0;
 }
 
 NIC_EXPORT void *nic_new_site(size_t size, uint32_t site) {
-  return nic_new_routed(size, site_route(site));
+  return nic_new_routed(size, nic_site_route(site));
 }

@@ -1,6 +1,7 @@
 /* The fork-lock registry: the order and the decisions are in forklock.h. */
 #define _GNU_SOURCE /* PTHREAD_RECURSIVE_MUTEX_INITIALIZER_NP */
 #include "forklock.h"
+#include "startup.h"
 
 /* Made by the linker around the entries; weak so that a link without any entry still works,
  * hidden so that no other module's table of the same name can stand in for ours. */
@@ -50,3 +51,9 @@ void nic_forklock_child(void) {
       if (e->child) e->child();
     }
 }
+
+/* May allocate: the start-up flag sends that allocation past us. */
+static void install_fork_handler(void) {
+  pthread_atfork(nic_forklock_prepare, nic_forklock_parent, nic_forklock_child);
+}
+NIC_STARTUP_STEP(fork_handler, NIC_START_FORK, install_fork_handler);

@@ -7,7 +7,9 @@
  * when the user asked for output at exit (NICMALLOC_STATS=1), which a program that closes
  * stderr before exit would otherwise never show. A program that moves fd 2 with freopen (whose
  * dup3 is glibc's own, out of our reach) then finds our lines where its stderr first was. */
+#include "config.h"
 #include "log.h"
+#include "startup.h"
 
 #include <fcntl.h>
 #include <stdbool.h>
@@ -69,3 +71,10 @@ int nic_log_fd(void) {
 unsigned long nic_log_dropped(void) {
   return __atomic_load_n(&dropped, __ATOMIC_RELAXED);
 }
+
+/* Whether a copy of stderr is kept depends on the settings; their warnings go to fd 2 as it
+ * is, the start-up stderr by definition. */
+static void note_stderr(void) {
+  nic_log_note_stderr(nic_config()->stats_at_exit);
+}
+NIC_STARTUP_STEP(log_target, NIC_START_LOG, note_stderr);

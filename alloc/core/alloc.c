@@ -3,21 +3,42 @@
 #include "alloc_inline.h"
 #include "config.h"
 #include "dp_heap.h"
-#include "init.h"
 #include "log.h"
 #include "mapped.h"
 #include "mi_free_lists.h"
-#include "profile.h"
+#include "startup.h"
 
 #include <errno.h>
+#include <stdlib.h>
 #include <string.h>
 
 size_t nic_auto_dp_threshold = SIZE_MAX;
-size_t nic_fast_limit = SIZE_MAX;
-size_t nic_dp_fast_max; /* 0 until set-up: the inline path stays off */
 bool nic_free_check = true;
+nic_alloc_router_fn nic_alloc_router;
 
 static unsigned long long dataplane_fallbacks, dataplane_failures, invalid_frees, double_frees;
+
+/* Freed control memory stays committed for the purge delay: mimalloc's own 25 ms made a program
+ * that frees and reallocates megabytes fault its pages in again and again (bench/peers.sh large:
+ * 25 ms 12-14 s, 100 ms 3-8 s, 250 ms 1.9 s, the same as 1000 ms). The user's
+ * MIMALLOC_DECOMMIT_DELAY, if set, wins. Huge requests take the slow path, past the cache. */
+static void tune_control_heap(const struct nic_config *cfg) {
+  if (!getenv("MIMALLOC_DECOMMIT_DELAY"))
+    mi_option_set(mi_option_decommit_delay, (long)cfg->purge_delay_ms);
+  if (cfg->huge_cache_bytes && nic_fast_limit > NIC_HUGE_BLOCK_MIN + 1)
+    nic_fast_limit = NIC_HUGE_BLOCK_MIN + 1;
+}
+
+/* The size rule and the free check, before the first allocation takes a fast path. */
+static void fast_paths_start(void) {
+  const struct nic_config *cfg = nic_config();
+  if (cfg->dp_min_size) nic_auto_dp_threshold = cfg->dp_min_size;
+  nic_free_check = cfg->free_check;
+  if (nic_auto_dp_threshold < nic_fast_limit) nic_fast_limit = nic_auto_dp_threshold;
+  tune_control_heap(cfg);
+  nic_dp_fast_max = nic_dp_max_request();
+}
+NIC_STARTUP_STEP(fast_paths, NIC_START_FAST_PATHS, fast_paths_start);
 
 static void *control_alloc(size_t size, size_t alignment, bool zero) {
   size = nic_block_request(size);
@@ -134,18 +155,12 @@ void *nic_alloc_core(size_t size, size_t alignment, bool zero, enum nic_route ro
 }
 
 void *nic_alloc(size_t size, size_t alignment, bool zero, enum nic_route route) {
-  nic_global_init();
-  /* Profile-guided sites (profile.c): sampling and routing take over when either is on. */
-  if (__builtin_expect(nic_profile_flags != 0, 0) && !nic_self.internal_depth)
-    return nic_profile_alloc(size, alignment, zero, route);
+  nic_startup();
+  /* Profile-guided sites (routing/profile.c): sampling and routing take over when either is on. */
+  const nic_alloc_router_fn router = __atomic_load_n(&nic_alloc_router, __ATOMIC_ACQUIRE);
+  if (__builtin_expect(router != NULL, 0) && !nic_self.internal_depth)
+    return router(size, alignment, zero, route);
   return nic_alloc_core(size, alignment, zero, route);
-}
-
-/* The safety filter of nic_release_block. Profiling keeps it armed (profile.c) so that frees of
- * sampled blocks are seen without a test of their own on the free fast path. */
-bool nic_release_filter(void *p) {
-  if (nic_profile_tracking) nic_profile_forget(p);
-  return nic_safety_defer_free(p);
 }
 
 /* A freed block given to realloc or malloc_usable_size is no double free; the report names the
@@ -217,7 +232,7 @@ void nic_free_dp_block(void *p) {
   mi_free(p);
 }
 
-/* A free deferred by safety/deferred.c, done now that no page of the block is referenced. */
+/* A free a watcher took (safety/deferred.c), done now that no page of the block is referenced. */
 void nic_release_deferred(void *p) {
   nic_release_block_now(p);
 }
@@ -258,9 +273,8 @@ void *nic_realloc_routed(void *p, size_t size, enum nic_route route, const char 
   const bool heap_ok = route != NIC_ROUTE_DATAPLANE || was_dp;
   /* Safety: a block the NIC may still read is moved, or waited for (NICMALLOC_REALLOC_INFLIGHT);
    * one whose free is deferred was freed already. */
-  const int inflight = __builtin_expect(__atomic_load_n(&nic_safety_refs, __ATOMIC_RELAXED) != 0, 0)
-                           ? nic_safety_realloc_check(p, usable)
-                           : 0;
+  const int inflight =
+      __builtin_expect(nic_watching_blocks(), 0) ? nic_publish_block_resizing(p, usable) : 0;
   if (inflight < 0) {
     errno = EINVAL;
     return NULL;
@@ -269,8 +283,7 @@ void *nic_realloc_routed(void *p, size_t size, enum nic_route route, const char 
   if (heap_ok && !inflight && size <= usable && size >= usable / 2) return p;
   /* A mapped block that stays one moves by page tables, not by copying (glibc does the same):
    * pages never written stay unwritten. */
-  if (mapped && heap_ok && !inflight && nic_mapped_wanted(size, 0) &&
-      !__atomic_load_n(&nic_rcache_regions_live, __ATOMIC_RELAXED)) {
+  if (mapped && heap_ok && !inflight && nic_mapped_wanted(size, 0) && !nic_watching_ranges()) {
     void *q = nic_mapped_resize(p, size);
     if (q) return q;
   }

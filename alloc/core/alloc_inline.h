@@ -8,9 +8,9 @@
 #include "chunks.h"
 #include "commit_map.h"
 #include "dp_heap.h"
+#include "events.h"
 #include "huge_cache.h"
 #include "mapped.h"
-#include "rcache.h"
 #include "small_usable.h"
 #include "thread.h"
 #include "vspace.h"
@@ -20,11 +20,6 @@
 /* SIZE_MAX (no size rule, whatever the size) unless NICMALLOC_DP_MIN_SIZE is set; read before
  * any thread turns fast. */
 extern size_t nic_auto_dp_threshold;
-/* Cap on fast_below: nic_auto_dp_threshold, lowered by profiling or routing (profile.h). */
-extern size_t nic_fast_limit;
-/* Largest request the inline dataplane path takes (a chunk can hold far more; see dp_heap.c).
- * Threads copy it into dp_fast_below when they refresh (thread.c). */
-extern size_t nic_dp_fast_max;
 /* NICMALLOC_FREE_CHECK: validate every pointer given to free (the default). */
 extern bool nic_free_check __attribute__((visibility("hidden")));
 
@@ -129,13 +124,8 @@ static inline size_t nic_block_usable(const void *p) {
 /* A dataplane block's free, out of line so that the control free path stays short. */
 void nic_free_dp_block(void *p);
 
-/* Safety (safety/safety.h): page references held by posted SG entries and nic_hold. While any
- * exist, free asks whether a page of the block is referenced and, if so, defers the free. */
-extern unsigned long nic_safety_refs __attribute__((visibility("hidden"))); /* no GOT load */
-bool nic_safety_defer_free(void *p);
-/* nic_safety_defer_free, after the profiler's free hook (alloc.c). */
-bool nic_release_filter(void *p);
-int nic_safety_realloc_check(void *p, size_t usable);
+/* A block a watcher took at its free (events.h: the NIC may still read it), released now. */
+void nic_release_deferred(void *p);
 
 /* Frees a block already checked live; ends in a tail call to mi_free on the control path. */
 static inline void nic_release_block_now(void *p) {
@@ -143,8 +133,7 @@ static inline void nic_release_block_now(void *p) {
     void *base;
     const size_t len = nic_mapped_take(p, &base);
     if (len && !base) {
-      if (__atomic_load_n(&nic_rcache_regions_live, __ATOMIC_RELAXED))
-        nic_rcache_invalidate((uintptr_t)p, len);
+      if (nic_watching_ranges()) nic_publish_range_stale((uintptr_t)p, len);
       nic_mapped_unmap(p, len);
       return;
     }
@@ -158,28 +147,26 @@ static inline void nic_release_block_now(void *p) {
     nic_free_dp_block(p);
     return;
   }
-  if (__builtin_expect(__atomic_load_n(&nic_rcache_regions_live, __ATOMIC_RELAXED) != 0, 0))
-    nic_rcache_invalidate((uintptr_t)p, mi_usable_size(p));
+  if (__builtin_expect(nic_watching_ranges(), 0))
+    nic_publish_range_stale((uintptr_t)p, mi_usable_size(p));
   nic_block_mark_free(p);
   if (__builtin_expect(nic_maybe_huge_block(p), 0) && nic_huge_cache_put(p)) return;
   mi_free(p);
 }
 
-/* Every release (free, delete, realloc's old block) goes through here. The safety filter is one
- * relaxed load and a predictable branch while nothing is in flight; a block the NIC may still
- * read is neither written (not even its key) nor reused until its completion. */
+/* Every release (free, delete, realloc's old block) goes through here. The watchers' test is one
+ * relaxed load and a predictable branch while nobody watches; a block the NIC may still read is
+ * neither written (not even its key) nor reused until its completion (safety/deferred.c takes
+ * it). */
 static inline void nic_release_block(void *p) {
-  if (__builtin_expect(__atomic_load_n(&nic_safety_refs, __ATOMIC_RELAXED) != 0, 0) &&
-      nic_release_filter(p))
-    return;
+  if (__builtin_expect(nic_watching_blocks(), 0) && nic_publish_block_freeing(p)) return;
   nic_release_block_now(p);
 }
 
-/* Whether free must look further than its fast path: something is posted or held (safety), or
- * the registration cache holds a region a freed block may overlap. One load-or-test for both. */
+/* Whether free must look further than its fast path: a watcher of frees (events.h) holds
+ * something, pages posted or held, or a cached registration a freed block may overlap. */
 static inline bool nic_free_filters_armed(void) {
-  return (__atomic_load_n(&nic_safety_refs, __ATOMIC_RELAXED) |
-          (unsigned long)__atomic_load_n(&nic_rcache_regions_live, __ATOMIC_RELAXED)) != 0;
+  return nic_watching_frees();
 }
 
 /* Every free the fast path below does not take: NULL, dataplane blocks, pointers outside the
@@ -208,7 +195,7 @@ static inline __attribute__((always_inline)) void nic_free_inline(void *p, const
     }
   } else if (nic_in_dp(p) && nic_free_check && nic_block_aligned(p) &&
              !nic_maybe_huge_block_or_boundary(p) && nic_chunk_readable(nic_chunk_index(p)) &&
-             !nic_block_is_free(p) && !__atomic_load_n(&nic_safety_refs, __ATOMIC_RELAXED)) {
+             !nic_block_is_free(p) && !nic_watching_blocks()) {
     nic_free_dp_block(p);
     return;
   }

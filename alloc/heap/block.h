@@ -14,7 +14,6 @@
 
 /* Set once, at set-up, before the first block is allocated (free_key.c). */
 extern uintptr_t nic_free_key_value __attribute__((visibility("hidden")));
-void nic_free_key_init(void);
 static inline uintptr_t nic_free_key(void) {
   return __atomic_load_n(&nic_free_key_value, __ATOMIC_RELAXED);
 }

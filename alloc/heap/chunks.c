@@ -3,9 +3,11 @@
 
 #include "clock.h"
 #include "config.h"
+#include "events.h"
 #include "forklock.h"
 #include "log.h"
 #include "reaper.h"
+#include "startup.h"
 #include "vspace.h"
 
 #include <errno.h>
@@ -15,11 +17,9 @@
 #include <sys/resource.h>
 #include <time.h>
 
-#define CHUNK_SLOTS 48 /* NICMALLOC_MAX_CHUNKS limit, see config.c */
-
 struct nic_dp_range nic_dp;
 unsigned nic_chunk_epoch;
-struct nic_chunk nic_chunks[CHUNK_SLOTS];
+struct nic_chunk nic_chunks[NIC_CHUNK_SLOTS];
 static unsigned slots_used;
 static pthread_mutex_t chunk_lock = PTHREAD_MUTEX_INITIALIZER;
 static uint64_t created, released, page_fallbacks, pin_failures, refusals;
@@ -178,58 +178,20 @@ static int create_locked(unsigned *index_out) {
   c->has_arena = true;
   c->mapping = m;
   c->empty_since_ms = 0;
-  c->registered = 0;
-  c->reg_retry_at_ms = 0;
   last_kind = m.kind;
   created++;
+  nic_publish_chunk_mapped(index, base, cfg->chunk_size);
   nic_chunk_set_state(index, NIC_CHUNK_LIVE);
   if (index == slots_used) __atomic_store_n(&slots_used, index + 1, __ATOMIC_RELEASE);
   *index_out = index;
   return 0;
 }
 
-int nic_chunk_register(unsigned index, struct nic_registration *out) {
-  struct nic_chunk *c = &nic_chunks[index];
-  if (__atomic_load_n(&c->registered, __ATOMIC_ACQUIRE)) {
-    *out = c->reg;
-    return 0;
-  }
-  struct nic_backend *b = nic_backend_active();
-  if (!b) return -ENODEV;
-  pthread_mutex_lock(&chunk_lock);
-  int rc = 0;
-  bool refused = false;
-  if (c->state != NIC_CHUNK_LIVE && c->state != NIC_CHUNK_DRAINING)
-    rc = -ENOENT;
-  else if (!c->registered && c->reg_retry_at_ms && nic_now_ms() < c->reg_retry_at_ms)
-    rc = c->reg_error;
-  /* Local write: nic_register hands this registration out for NIC_REG_LOCAL_WRITE too (receive
-   * buffers), and a verbs MR without it fails every receive into the chunk. */
-  else if (!c->registered && (rc = b->reg(b, nic_chunk_base(index), (size_t)1 << nic_dp.shift,
-                                          NIC_ACCESS_LOCAL_WRITE, &c->reg)) == 0)
-    __atomic_store_n(&c->registered, 1, __ATOMIC_RELEASE);
-  else if (rc) {
-    c->reg_error = rc;
-    c->reg_retry_at_ms = nic_now_ms() + 1000;
-    refused = true;
-  }
-  if (rc == 0) *out = c->reg;
-  pthread_mutex_unlock(&chunk_lock);
-  if (refused)
-    nic_log_warn_once("cannot register dataplane chunk %u with backend %s (%s); it is tried again "
-                      "after a second, and its memory cannot reach the NIC meanwhile",
-                      index, b->name, strerror(-rc));
-  return rc;
-}
-
 bool nic_chunk_release_locked(unsigned index) {
   struct nic_chunk *c = &nic_chunks[index];
-  /* No stale registration may outlive the memory: deregister first, or do not release. */
-  if (c->registered) {
-    struct nic_backend *b = nic_backend_if_open();
-    if (b && b->dereg(b, &c->reg) != 0) return false;
-    __atomic_store_n(&c->registered, 0, __ATOMIC_RELEASE);
-  }
+  /* The layers above let go of the chunk first (a registration busy with posts keeps it). */
+  if (!nic_publish_chunk_releasing(index, nic_chunk_base(index), (size_t)1 << nic_dp.shift))
+    return false;
   nic_release_chunk_memory(nic_chunk_base(index), (size_t)1 << nic_dp.shift);
   c->mapping.pinned = false;
   c->empty_since_ms = 0;
@@ -316,3 +278,8 @@ static void after_fork_child(void) {
   }
 }
 NIC_FORKLOCK_MUTEX(chunks, NIC_FORK_CHUNKS, &chunk_lock, after_fork_child);
+
+static void reserve_early(void) {
+  nic_dp_reserve_early();
+}
+NIC_STARTUP_STEP(dataplane_range, NIC_START_DATAPLANE, reserve_early);

@@ -4,7 +4,6 @@
 #ifndef NIC_CHUNKS_H
 #define NIC_CHUNKS_H
 
-#include "backend.h"
 #include "pin.h"
 
 #include <mimalloc.h>
@@ -21,20 +20,15 @@ enum nic_chunk_state {
   NIC_CHUNK_RELEASED,
 };
 
+/* Chunk slots: the NICMALLOC_MAX_CHUNKS limit (config.c). */
+#define NIC_CHUNK_SLOTS 48
+
 struct nic_chunk {
   int state; /* enum nic_chunk_state, read with acquire */
   bool has_arena;
   uint64_t empty_since_ms; /* reaper: when live bytes were first seen at zero; 0 = not empty */
   mi_arena_id_t arena;
   struct nic_mapping mapping;
-  /* The chunk's local-access registration with the active backend, made on first use by
-   * nic_chunk_register (never inside malloc) and dropped before the chunk is released. */
-  int registered; /* read with acquire */
-  struct nic_registration reg;
-  /* A refused registration (no CAP_IPC_LOCK, a small RLIMIT_MEMLOCK) is given back as reg_error
-   * until reg_retry_at_ms rather than asked of the backend on every entry. */
-  uint64_t reg_retry_at_ms;
-  int reg_error;
 };
 
 struct nic_dp_range {
@@ -80,12 +74,9 @@ static inline bool nic_chunk_readable(unsigned index) {
 /* Number of chunk slots ever mapped (live chunks are among the first this many). */
 unsigned nic_chunk_slots_used(void);
 
-/* The chunk's registration, made now if it has none yet. Returns 0, or the backend's error
- * (-ENODEV when no backend could be opened). */
-int nic_chunk_register(unsigned index, struct nic_registration *out);
-
 /* Gives a drained chunk's memory back to the OS (caller holds the chunk lock). Returns false,
- * leaving it DRAINING, when the backend still has posts in flight on its registration. */
+ * leaving it DRAINING, when a watcher cannot let it go yet (events.h: its registration still
+ * has posts in flight). */
 bool nic_chunk_release_locked(unsigned index);
 
 struct nic_chunk_totals {

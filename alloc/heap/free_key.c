@@ -3,6 +3,7 @@
  * second word could put it in a buffer of its own; now every exec draws a new one. A forked
  * child keeps its parent's: its heap, freed blocks and all, is a copy of the parent's. */
 #include "block.h"
+#include "startup.h"
 
 #include <sys/syscall.h>
 #include <time.h>
@@ -32,7 +33,7 @@ static uint64_t fallback_key(void) {
   return mix(x ^ (uint64_t)(uintptr_t)&nic_free_key_value);
 }
 
-void nic_free_key_init(void) {
+static void free_key_init(void) {
   uint64_t key = 0;
   /* The raw system call: glibc's wrapper is a cancellation point, and this runs inside malloc.
    * GRND_NONBLOCK: a process started before the kernel's pool is ready must not block in its
@@ -42,3 +43,4 @@ void nic_free_key_init(void) {
   /* Word 1 of a live block is 0 after malloc and calloc: the key must never be. */
   __atomic_store_n(&nic_free_key_value, key ? key : 0x6e69636d616c6c6fULL, __ATOMIC_RELAXED);
 }
+NIC_STARTUP_STEP(free_key, NIC_START_FREE_KEY, free_key_init);

@@ -9,7 +9,9 @@
 #include "forklock.h"
 #include "nocancel.h"
 #include "reaper.h"
+#include "startup.h"
 #include "thread.h"
+#include "vspace.h"
 
 #include <fcntl.h>
 #include <mimalloc.h>
@@ -38,7 +40,7 @@ static bool strict_overcommit(void) {
   return n == 1 && mode == '2';
 }
 
-void nic_huge_cache_init(size_t control_arena_size) {
+static void huge_cache_init(size_t control_arena_size) {
   nic_huge_classes = nic_config()->huge_cache_bytes && control_arena_size >= ((size_t)1 << 40) &&
                      !strict_overcommit();
 }
@@ -169,3 +171,8 @@ void nic_huge_cache_stats(struct nic_huge_cache_stats *out) {
   *out = (struct nic_huge_cache_stats){cached_bytes, cached_blocks, hits, misses, purged};
   pthread_mutex_unlock(&lock);
 }
+
+static void huge_cache_start(void) {
+  huge_cache_init(nic_control_size);
+}
+NIC_STARTUP_STEP(huge_cache, NIC_START_HUGE_CACHE, huge_cache_start);

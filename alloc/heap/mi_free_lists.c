@@ -4,8 +4,10 @@
 #define _GNU_SOURCE /* process_vm_readv */
 #include "mi_free_lists.h"
 
-#include "alloc_inline.h"
+#include "chunks.h"
+#include "commit_map.h"
 #include "log.h"
+#include "startup.h"
 
 #include <mimalloc.h>
 #include <pthread.h>
@@ -173,7 +175,7 @@ static bool check_size(size_t size) {
   return ok;
 }
 
-void nic_mi_free_lists_init(void) {
+static void mi_free_lists_init(void) {
   __atomic_store_n(&layout_ok, true, __ATOMIC_RELAXED);
   /* Two classes of pages whose blocks start 384 bytes in, and a medium page. */
   const bool ok = check_size(16) && check_size(1000) && check_size(20000);
@@ -182,3 +184,4 @@ void nic_mi_free_lists_init(void) {
     nic_log_info("mimalloc's free lists are not laid out as in 2.0.9: a free whose block holds "
                  "the free key is refused as a double free without confirmation");
 }
+NIC_STARTUP_STEP(mi_free_lists, NIC_START_FREE_LISTS, mi_free_lists_init);

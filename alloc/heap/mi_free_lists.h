@@ -13,7 +13,6 @@ enum nic_mi_block_state {
 };
 
 /* After the control arena is set up: it allocates and frees a few blocks. */
-void nic_mi_free_lists_init(void);
 
 /* p passed the free check's pointer tests (nic_may_be_block). Never faults: every word it reads
  * is first known to be mapped readable, links are followed only to blocks of the page (or, on

@@ -23,12 +23,11 @@
 #include "clock.h"
 #include "config.h"
 #include "dp_heap.h"
+#include "events.h"
 #include "forklock.h"
 #include "huge_cache.h"
 #include "last_thread.h"
 #include "log.h"
-#include "profile.h"
-#include "rcache.h"
 #include "thread.h"
 
 #include <linux/membarrier.h>
@@ -106,7 +105,7 @@ static uint64_t advance_states(const int64_t *live, uint64_t now, unsigned delay
 }
 
 void nic_reaper_pass(void) {
-  nic_rcache_retry_busy();
+  nic_publish_tick(); /* the layers' periodic work: busy deregistrations, the profile */
   nic_huge_cache_purge(nic_config()->purge_delay_ms ? nic_config()->purge_delay_ms : 1);
   pthread_mutex_lock(&pass_lock);
   int64_t live[NIC_CHUNK_SLOTS];
@@ -150,7 +149,6 @@ static void *reaper_main(void *arg) {
   for (;;) {
     nanosleep(&ts, NULL);
     nic_reaper_pass();
-    nic_profile_tick();
     /* Alone: only when no other nicmalloc thread runs (they start on nic_* API use). Two /proc
      * reads, so at most once a second: a second late is no matter at the end of a process. */
     const uint64_t now = nic_now_ms();

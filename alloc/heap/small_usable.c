@@ -3,10 +3,11 @@
  * the dataplane path ask mi_usable_size as before, never count wrong. A size's entry serves every
  * request that rounds to the same 8 bytes: mimalloc's size classes are multiples of 8. */
 #include "small_usable.h"
+#include "startup.h"
 
 uint32_t nic_small_usable[NIC_SMALL_USABLE_MAX / 8 + 1];
 
-void nic_small_usable_init(void) {
+static void small_usable_init(void) {
   for (size_t i = 1; i <= NIC_SMALL_USABLE_MAX / 8; i++) {
     const size_t size = i * 8;
     const size_t good = mi_good_size(size);
@@ -19,3 +20,5 @@ void nic_small_usable_init(void) {
     mi_free(high);
   }
 }
+/* After the control arena: it allocates. */
+NIC_STARTUP_STEP(small_usable, NIC_START_SMALL_USABLE, small_usable_init);

@@ -16,7 +16,6 @@ extern uint32_t nic_small_usable[NIC_SMALL_USABLE_MAX / 8 + 1]
     __attribute__((visibility("hidden")));
 
 /* Fills the table from mi_good_size, keeping only entries a real allocation confirms. */
-void nic_small_usable_init(void);
 
 /* p is a block mimalloc just returned for size. */
 static inline size_t nic_usable_of_new(const void *p, size_t size) {

@@ -1,9 +1,8 @@
 #include "thread.h"
 
-#include "alloc_inline.h"
 #include "forklock.h"
-#include "init.h"
 #include "log.h"
+#include "startup.h"
 
 #include <limits.h>
 #include <pthread.h>
@@ -14,6 +13,9 @@ __thread struct nic_thread nic_self __attribute__((tls_model("initial-exec")));
 
 static pthread_mutex_t threads_lock = PTHREAD_MUTEX_INITIALIZER;
 static struct nic_thread *threads;
+size_t nic_fast_limit = SIZE_MAX;
+size_t nic_dp_fast_max;
+
 /* Accounts of threads that have exited. */
 static int64_t exited_dp_live[NIC_CHUNK_SLOTS];
 static pthread_key_t exit_key;
@@ -64,8 +66,8 @@ bool nic_thread_ready(void) {
   struct nic_thread *t = &nic_self;
   if (__builtin_expect(t->state == NIC_THREAD_READY, 1)) return true;
   if (t->state != NIC_THREAD_NEW) return false;
-  nic_global_init();
-  if (!nic_global_init_done()) return false; /* allocation from inside the set-up itself */
+  nic_startup();
+  if (!nic_started()) return false; /* allocation from inside the start-up itself */
   t->state = NIC_THREAD_SETTING_UP;
   /* pthread_once and pthread_setspecific may allocate; the state makes that re-entry take the
    * control heap. */
@@ -85,7 +87,7 @@ bool nic_thread_ready(void) {
 void nic_thread_refresh_fast(void) {
   struct nic_thread *t = &nic_self;
   const bool ready = t->state == NIC_THREAD_READY;
-  /* nic_auto_dp_threshold, or lower (init.c). Inside nicmalloc's own code every allocation
+  /* nic_fast_limit (thread.h). Inside nicmalloc's own code every allocation
    * takes the slow path, to its own heap (alloc.c). */
   t->fast_below = ready && t->scope_depth == 0 && t->internal_depth == 0 ? nic_fast_limit : 0;
   const bool dp_fast = t->state == NIC_THREAD_READY && !t->dp_fast_paused;

@@ -4,11 +4,12 @@
 #ifndef NIC_THREAD_H
 #define NIC_THREAD_H
 
+#include "chunks.h"
+
 #include <mimalloc.h>
 #include <stdbool.h>
 #include <stdint.h>
 
-#define NIC_CHUNK_SLOTS 48
 #define NIC_CURSOR_PARKED NIC_CHUNK_SLOTS
 
 struct nic_thread {
@@ -62,6 +63,13 @@ static inline void nic_counter_add(int64_t *counter, int64_t delta) {
 bool nic_thread_ready(void);
 /* Recomputes nic_self.fast_below after the thread's state or scope changed. */
 void nic_thread_refresh_fast(void);
+/* What the fast paths take, set at start-up, copied by each thread when it refreshes. Cap on
+ * fast_below: NICMALLOC_DP_MIN_SIZE's threshold, lowered by the control heap's tuning, profiling,
+ * routing and detect's site records (each at its start-up step: startup.h). */
+extern size_t nic_fast_limit;
+/* Largest request the inline dataplane path takes (a chunk can hold far more; see dp_heap.c);
+ * 0 until set-up, so that the inline path stays off. */
+extern size_t nic_dp_fast_max;
 
 /* Brackets nicmalloc's own work on the calling thread (statistics, backends, endpoints, posts,
  * its threads): what it allocates for itself must not become dataplane memory because the

@@ -2,7 +2,9 @@
 #include "vspace.h"
 
 #include "commit_map.h"
+#include "config.h"
 #include "log.h"
+#include "startup.h"
 
 #include <errno.h>
 #include <mimalloc.h>
@@ -74,3 +76,9 @@ bool nic_control_arena_init(bool use_commit_map) {
                "pointers nicmalloc did not allocate cannot be detected");
   return false;
 }
+
+/* Before mimalloc maps its first segment. */
+static void control_arena_start(void) {
+  nic_control_arena_init(nic_config()->free_check);
+}
+NIC_STARTUP_STEP(control_arena, NIC_START_CONTROL_ARENA, control_arena_start);

@@ -22,10 +22,10 @@
 #include "alloc_inline.h"
 #include "chunks.h"
 #include "config.h"
-#include "fence.h"
-#include "forklock.h"
+#include "events.h"
 #include "log.h"
 #include "reaper.h"
+#include "startup.h"
 #include "thread.h"
 
 #include <fcntl.h>
@@ -41,7 +41,6 @@
 
 int nic_profile_flags;
 bool nic_profile_tracking;
-extern unsigned long nic_safety_refs; /* safety/pagecount.c */
 void nic_sink_init(void);
 
 static double sample_mean;
@@ -49,20 +48,25 @@ static double sample_mean;
  * fence_mean bytes (0: all); see safety/fence_detect.c. */
 static size_t fence_min = SIZE_MAX;
 static double fence_mean;
-extern size_t nic_dp_fast_max; /* alloc_inline.h */
 static __thread int64_t until_sample __attribute__((tls_model("initial-exec")));
 static __thread int64_t until_record __attribute__((tls_model("initial-exec")));
 static __thread uint64_t rng __attribute__((tls_model("initial-exec")));
 /* Set while this thread captures a stack: allocations from inside the unwinder are plain. */
 static __thread bool busy __attribute__((tls_model("initial-exec")));
 
-size_t nic_profile_fast_limit(void) {
+/* Profiling sees every malloc, routing those of NICMALLOC_SITES_MIN_SIZE bytes and more: they
+ * take the slow path, where nic_profile_alloc is. */
+static void routes_start(void) {
   const struct nic_config *c = nic_config();
-  double mean;
-  size_t fence = nic_fence_detect_record_min(&mean);
-  if (c->profile_path) return 0;
-  if (c->sites_path) return c->sites_min_size < fence ? c->sites_min_size : fence;
-  return fence;
+  const size_t limit = c->profile_path ? 0 : c->sites_path ? c->sites_min_size : SIZE_MAX;
+  if (limit < nic_fast_limit) nic_fast_limit = limit;
+}
+NIC_STARTUP_STEP(routes, NIC_START_ROUTES, routes_start);
+
+void nic_profile_record_sites(size_t min_size, double mean) {
+  fence_min = min_size;
+  fence_mean = mean;
+  if (min_size < nic_fast_limit) nic_fast_limit = min_size;
 }
 
 static int64_t next_interval(double mean) {
@@ -128,21 +132,17 @@ void *nic_profile_alloc(size_t size, size_t alignment, bool zero, enum nic_route
   return p;
 }
 
-void nic_profile_forget(void *p) {
-  nic_prof_table_forget(p);
+/* Every free, while the tables track blocks: a sampled or recorded block leaves them. */
+static bool profile_block_freeing(void *p) {
+  if (nic_profile_tracking) nic_prof_table_forget(p);
+  return false;
 }
-
-/* A child of fork recounts nic_safety_refs from its holds (the parent's posts are void there),
- * which drops the reference that arms the filter for profiling: armed again, after that. */
-static void rearm_after_fork(void) {
-  if (nic_profile_tracking) __atomic_add_fetch(&nic_safety_refs, 1, __ATOMIC_SEQ_CST);
-}
-NIC_FORK_CHILD(profile_arm, NIC_FORK_PROFILE_ARM, rearm_after_fork);
+NIC_MEMORY_WATCHER(profile, .observes_only = true, .block_freeing = profile_block_freeing,
+                   .tick = nic_profile_tick);
 
 void nic_profile_start(void) {
   nic_sink_init();
   const struct nic_config *c = nic_config();
-  fence_min = nic_fence_detect_record_min(&fence_mean);
   if (!c->profile_path && !c->sites_path && fence_min == SIZE_MAX) return;
   nic_prof_stack_init();
   int flags = 0;
@@ -151,11 +151,10 @@ void nic_profile_start(void) {
   if (c->profile_path || fence) {
     if (nic_prof_table_init()) {
       flags |= (c->profile_path ? NIC_PROF_SAMPLE : 0) | (fence ? NIC_PROF_FENCE : 0);
-      /* Arms the safety filter of nic_release_block for good, so that every free reaches
-       * nic_profile_forget without a test of its own on the fast path (safety code treats the
-       * extra reference as "something may be in flight" and answers from its page counts). */
+      /* Watches every free for good (events.h), so that sampled blocks leave the tables
+       * without a test of their own on the free fast path. */
       nic_profile_tracking = true;
-      __atomic_add_fetch(&nic_safety_refs, 1, __ATOMIC_SEQ_CST);
+      nic_watch_blocks(1);
       /* Dataplane blocks that detect records leave the inline path for nic_alloc. */
       if (fence && nic_dp_fast_max >= fence_min) nic_dp_fast_max = fence_min - 1;
     } else {
@@ -168,6 +167,7 @@ void nic_profile_start(void) {
   sample_mean = (double)c->profile_sample;
   if (flags & NIC_PROF_SAMPLE) nic_profile_file_start(c->profile_path);
   __atomic_store_n(&nic_profile_flags, flags, __ATOMIC_RELEASE);
+  if (flags) __atomic_store_n(&nic_alloc_router, nic_profile_alloc, __ATOMIC_RELEASE);
   if (flags & NIC_PROF_SAMPLE) nic_reaper_start();
 }
 

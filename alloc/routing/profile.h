@@ -17,20 +17,14 @@
 
 /* NIC_PROF_FENCE: NICMALLOC_FENCE=detect records the site of blocks it may report. */
 enum { NIC_PROF_SAMPLE = 1, NIC_PROF_ROUTE = 2, NIC_PROF_FENCE = 4 };
-/* Nonzero sends every nic_alloc through nic_profile_alloc. Set in the constructor, after the
- * files are read (see profile.c). */
+/* What profile.c does; set in the constructor, after the files are read. */
 extern int nic_profile_flags;
-/* Largest fast_below a thread may use: SIZE_MAX when both settings are off, 0 when profiling
- * (every malloc takes the slow path and is counted towards the next sample), the routing minimum
- * size when routing. Set by init_once before any thread turns fast. */
-size_t nic_profile_fast_limit(void);
+/* NICMALLOC_FENCE=detect (safety/fence_detect.c, at start-up): record the sites of blocks of
+ * min_size bytes and more, about one per mean bytes (0: all), for its mismatch reports. */
+void nic_profile_record_sites(size_t min_size, double mean);
 
-/* alloc.c: nic_alloc without the profile hook. */
-void *nic_alloc_core(size_t size, size_t alignment, bool zero, enum nic_route route);
+/* The allocation router (core/alloc.h) while profiling or routing: samples, routes, records. */
 void *nic_profile_alloc(size_t size, size_t alignment, bool zero, enum nic_route route);
-/* Called for every released block while profiling (through the safety filter of
- * nic_release_block, which profiling keeps armed): forgets p if it was sampled. */
-void nic_profile_forget(void *p);
 extern bool nic_profile_tracking;
 
 /* Reads the files and arms the hooks; from the library constructor. */
@@ -45,7 +39,7 @@ struct nic_sink_totals {
 };
 void nic_sink_totals(struct nic_sink_totals *out);
 
-/* From the reaper thread: writes the profile every few seconds (profile_write.c). */
+/* From the reaper's passes: writes the profile every few seconds (profile_write.c). */
 void nic_profile_tick(void);
 
 /* profile_write.c: the profile file, shared by every process of a run. */

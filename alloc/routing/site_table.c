@@ -10,7 +10,9 @@
 #include "nicmalloc.h"
 #include "nocancel.h"
 #include "settings.h"
+#include "startup.h"
 
+#include <errno.h>
 #include <fcntl.h>
 #include <stdbool.h>
 #include <stdio.h>
@@ -18,6 +20,8 @@
 #include <string.h>
 #include <sys/stat.h>
 #include <unistd.h>
+
+#define NIC_EXPORT __attribute__((visibility("default")))
 
 #define TOKENS_MAX 64
 #define FIELD_MAX 256
@@ -173,7 +177,7 @@ static void read_table(struct scan *sc, const char *path) {
   nic_close_nocancel(fd);
 }
 
-void nic_site_table_apply(void) {
+static void site_table_apply(void) {
   const char *off = nic_getenv("NICMALLOC_SITES_OFF"), *table = nic_getenv("NICMALLOC_SITE_TABLE");
   if (!off && !table) return;
   static struct scan sc; /* 8 KiB of id bits: not on the stack of whatever thread starts us */
@@ -204,4 +208,29 @@ void nic_site_table_apply(void) {
                    sc.tokens[i], table);
   nic_log_info("site table: %u sites switched off by name, %u duplicate ids", sc.switched_off,
                sc.duplicates);
+}
+NIC_STARTUP_STEP(site_table, NIC_START_SITE_TABLE, site_table_apply);
+
+/* One bit per site, set = switched off, so the zero-initialised table means "all on". */
+static unsigned long long sites_off[NIC_MAX_SITES / 64];
+
+enum nic_route nic_site_route(uint32_t site) {
+  if (site >= NIC_MAX_SITES) return NIC_ROUTE_AUTO;
+  unsigned long long word = __atomic_load_n(&sites_off[site / 64], __ATOMIC_RELAXED);
+  return (word >> (site % 64)) & 1 ? NIC_ROUTE_AUTO : NIC_ROUTE_DATAPLANE;
+}
+
+NIC_EXPORT int nic_site_set_enabled(uint32_t site, int enabled) {
+  if (site >= NIC_MAX_SITES) return -EINVAL;
+  unsigned long long bit = 1ull << (site % 64);
+  if (enabled)
+    __atomic_and_fetch(&sites_off[site / 64], ~bit, __ATOMIC_RELAXED);
+  else
+    __atomic_or_fetch(&sites_off[site / 64], bit, __ATOMIC_RELAXED);
+  return 0;
+}
+
+NIC_EXPORT int nic_site_is_enabled(uint32_t site) {
+  if (site >= NIC_MAX_SITES) return -EINVAL;
+  return nic_site_route(site) == NIC_ROUTE_DATAPLANE;
 }

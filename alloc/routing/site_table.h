@@ -1,8 +1,13 @@
-/* NICMALLOC_SITES_OFF and NICMALLOC_SITE_TABLE: see site_table.c. */
+/* Sites the LLVM pass emitted, switched on and off: NICMALLOC_SITES_OFF and NICMALLOC_SITE_TABLE
+ * at start-up (see site_table.c), nic_site_set_enabled at any time. */
 #ifndef NIC_SITE_TABLE_H
 #define NIC_SITE_TABLE_H
 
-/* Switches off the sites the environment names. Called once at start-up. */
-void nic_site_table_apply(void);
+#include "alloc.h"
+
+#include <stdint.h>
+
+/* DATAPLANE while the site is on (every site starts on), AUTO when it is off or unknown. */
+enum nic_route nic_site_route(uint32_t site);
 
 #endif

@@ -17,13 +17,14 @@
 
 typedef struct nic_backend *(*open_fn)(void);
 
-/* Weak, so the runtime still links when a backend is left out of the build (no liburing, say);
- * it is then simply not available. */
-extern struct nic_backend *nic_backend_sim_open(void) __attribute__((weak));
-extern struct nic_backend *nic_backend_uring_open(void) __attribute__((weak));
+/* Built-in backends register themselves (NIC_BACKEND_BUILTIN); one left out of the build (no
+ * liburing, say) is then simply not available. */
+NIC_REGISTRY_DECLARE(struct nic_backend_builtin, nic_backends);
 
-static struct nic_backend *open_builtin(open_fn fn) {
-  if (fn) return fn();
+static struct nic_backend *open_builtin(const char *name) {
+  NIC_REGISTRY_EACH(struct nic_backend_builtin, nic_backends, e) {
+    if (!strcmp(e->name, name)) return e->open();
+  }
   errno = ENOSYS;
   return NULL;
 }
@@ -61,8 +62,7 @@ static bool is_backend_name(const char *name) {
 }
 
 static struct nic_backend *open_named(const char *name) {
-  if (!strcmp(name, "sim")) return open_builtin(nic_backend_sim_open);
-  if (!strcmp(name, "uring")) return open_builtin(nic_backend_uring_open);
+  if (!strcmp(name, "sim") || !strcmp(name, "uring")) return open_builtin(name);
   if (!strcmp(name, "verbs") || !strcmp(name, "dpdk")) return open_plugin(name);
   errno = EINVAL;
   return NULL;

@@ -7,6 +7,8 @@
 #ifndef NIC_BACKEND_H
 #define NIC_BACKEND_H
 
+#include "registry.h"
+
 #include <stdbool.h>
 #include <stddef.h>
 #include <stdint.h>
@@ -78,7 +80,16 @@ struct nic_backend {
 };
 
 /* Each backend's constructor. Returns NULL with errno set when it cannot run here (no device,
- * io_uring disabled, EAL refused): auto selection then tries the next one. */
+ * io_uring disabled, EAL refused): auto selection then tries the next one. The built-in ones
+ * (sim, uring) register it with NIC_BACKEND_BUILTIN; the plugins (verbs, dpdk) export it. */
+struct nic_backend_builtin {
+  const char *name;
+  struct nic_backend *(*open)(void);
+};
+#define NIC_BACKEND_BUILTIN(name_, open_)                                                          \
+  static const struct nic_backend_builtin nic_backend_##name_ NIC_REGISTRY_ENTRY(nic_backends) = { \
+      .name = #name_, .open = (open_)}
+
 struct nic_backend *nic_backend_sim_open(void);
 struct nic_backend *nic_backend_uring_open(void);
 struct nic_backend *nic_backend_verbs_open(void);

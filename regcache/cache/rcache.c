@@ -2,6 +2,7 @@
 #include "rcache.h"
 
 #include "config.h"
+#include "events.h"
 #include "forklock.h"
 #include "log.h"
 #include "rcache_table.h"
@@ -153,6 +154,7 @@ static void invalidate_locked(uint32_t slot) {
   nic_rt_clear(r->start, r->end, slot);
   bytes_live -= r->end - r->start;
   __atomic_sub_fetch(&nic_rcache_regions_live, 1, __ATOMIC_RELAXED);
+  nic_watch_ranges(-1); /* after the count: events.h */
   drop_ref_locked(slot);
 }
 
@@ -266,6 +268,7 @@ static int insert_locked(uintptr_t start, uintptr_t end, unsigned access,
     __atomic_store_n(&r->refs, 2, __ATOMIC_RELEASE); /* the table's and the caller's */
     __atomic_store_n(&r->valid, 1, __ATOMIC_RELEASE);
     bytes_live += end - start;
+    nic_watch_ranges(1); /* before the count: events.h */
     __atomic_add_fetch(&nic_rcache_regions_live, 1, __ATOMIC_RELAXED);
   } else {
     __atomic_store_n(&r->refs, 1, __ATOMIC_RELEASE); /* the caller's alone */
@@ -374,3 +377,8 @@ void nic_rcache_get_stats(struct nic_rcache_stats *out) {
   out->bytes = bytes_live;
   pthread_mutex_unlock(&lock);
 }
+
+/* A cached region must never outlive what it registered: a block freed inside it, pages that
+ * leave or are replaced under it. Busy deregistrations are retried on the reaper's passes. */
+NIC_MEMORY_WATCHER(registration_cache, .range_stale = nic_rcache_invalidate,
+                   .pages_leaving = nic_rcache_invalidate, .tick = nic_rcache_retry_busy);

@@ -2,6 +2,7 @@
  * it is. Arena memory needs no reference (its chunk stays while any block in it is live); a
  * cached region is held until nic_unregister. */
 #include "api_errors.h"
+#include "chunk_reg.h"
 #include "chunks.h"
 #include "log.h"
 #include "nicmalloc.h"

@@ -1,5 +1,6 @@
 /* Pointer to registration, O(1): a range compare, a shift, and the chunk's entry. */
 #include "api_errors.h"
+#include "chunk_reg.h"
 #include "chunks.h"
 #include "log.h"
 #include "nicmalloc.h"
@@ -40,7 +41,6 @@ NIC_EXPORT int nic_translate(const void *p, size_t len, struct nic_region_ref *o
    * allocation that began before the reaper marked it draining lands there (the reaper then
    * makes it live again). Only released and unmapped chunks translate to nothing. */
   if (!nic_chunk_readable(index)) return -NIC_ENOTDP;
-  const struct nic_chunk *c = nic_chunk_at(index);
   const uintptr_t base = start - in_chunk;
   out->kind = NIC_REGION_ARENA;
   out->chunk_index = index;
@@ -49,10 +49,10 @@ NIC_EXPORT int nic_translate(const void *p, size_t len, struct nic_region_ref *o
   out->offset = in_chunk;
   /* O(1) and side-effect free: a chunk not registered yet reports key 0 (nic_register makes
    * the registration). Arena memory never carries a remote key. */
-  bool registered = __atomic_load_n(&c->registered, __ATOMIC_ACQUIRE);
-  out->lkey = registered ? c->reg.lkey : 0;
+  const struct nic_registration *reg = nic_chunk_registration(index);
+  out->lkey = reg ? reg->lkey : 0;
   out->rkey = 0;
-  out->backend_handle = registered ? c->reg.handle : 0;
+  out->backend_handle = reg ? reg->handle : 0;
   out->cache_slot = 0;
   return 0;
 }

@@ -4,7 +4,7 @@
 #include "sim_dma.h"
 
 #include "clock.h"
-#include "fence.h"
+#include "events.h"
 
 #include <errno.h>
 #include <signal.h>
@@ -183,7 +183,7 @@ static void *engine(void *arg) {
   struct sim_nic *s = arg;
   const struct sim_work *grown_for = NULL;
   prctl(PR_SET_TIMERSLACK, 1ul); /* the default 50 us slack would swamp microsecond delays */
-  nic_fence_thread_is_nic();     /* the DMA itself: write protection must never hold it */
+  nic_publish_nic_thread(true);  /* the DMA itself: write protection must never hold it */
   sim_lock(s);
   while (!s->stop) {
     struct sim_work *w = s->pending.head;
@@ -213,7 +213,7 @@ static void *engine(void *arg) {
       sim_queue_push(&s->completed, w);
   }
   sim_unlock(s);
-  nic_fence_thread_gone();
+  nic_publish_nic_thread(false);
   return NULL;
 }
 

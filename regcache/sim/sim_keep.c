@@ -10,6 +10,7 @@
  * so a DMA whose own frees unmap memory (the receiver, the detect hook) never waits behind a
  * closing sim while another thread waits for that DMA here. */
 #define _GNU_SOURCE
+#include "events.h"
 #include "sim_dma.h"
 
 #include "forklock.h"
@@ -128,3 +129,6 @@ static void after_fork_reset(void) {
   sims_lock = (pthread_rwlock_t)PTHREAD_RWLOCK_INITIALIZER;
 }
 NIC_FORKLOCK_CUSTOM(sim_keep, NIC_FORK_SIM_KEEP, NULL, NULL, after_fork_reset, NULL);
+
+/* The interposed munmap family (alloc/os/interpose*.c) says when pages leave. */
+NIC_MEMORY_WATCHER(sim_kept_pages, .pages_leaving = nic_sim_pages_leaving);

@@ -328,6 +328,7 @@ struct nic_backend *nic_backend_sim_open(void) {
   nic_sim_config_from_env(&c);
   return nic_sim_open(&c);
 }
+NIC_BACKEND_BUILTIN(sim, nic_backend_sim_open);
 
 struct nic_endpoint *nic_sim_endpoint_open_ex(struct nic_backend *b, nic_sim_receive_fn receive,
                                               void *arg, unsigned flags) {

@@ -124,6 +124,7 @@ struct nic_backend *nic_backend_uring_open(void) {
                ub->report_usage ? "on" : "off");
   return &ub->pub;
 }
+NIC_BACKEND_BUILTIN(uring, nic_backend_uring_open);
 
 /* Completions still pending are dropped: the ring's teardown waits for the kernel to let go of
  * the memory, but done() no longer runs. Endpoints must be closed first. */

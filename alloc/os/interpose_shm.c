@@ -6,8 +6,8 @@
  * safe and only costs registering again. */
 #define _GNU_SOURCE
 #include "commit_map.h"
+#include "events.h"
 #include "forklock.h"
-#include "leaving.h"
 
 #include <errno.h>
 #include <pthread.h>
@@ -67,11 +67,11 @@ static void record(uintptr_t addr, size_t len) {
 NIC_EXPORT void *shmat(int shmid, const void *addr, int flags) {
   const size_t len = segment_bytes(shmid);
   /* Only a remap can replace pages the cache knows; without it the kernel refuses a busy range. */
-  if (addr && (flags & SHM_REMAP)) nic_pages_leaving((uintptr_t)addr, len);
+  if (addr && (flags & SHM_REMAP)) nic_publish_pages_leaving((uintptr_t)addr, len);
   long r = syscall(SYS_shmat, shmid, addr, flags);
   if (r == -1) return (void *)-1;
   if (len) {
-    if (!(flags & SHM_REMAP)) nic_rcache_invalidate((uintptr_t)r, len); /* see interpose.c mmap */
+    if (!(flags & SHM_REMAP)) nic_publish_range_stale((uintptr_t)r, len); /* see interpose.c mmap */
     record((uintptr_t)r, len);
     nic_commit_map_note((void *)r, len, NIC_PAGES_GONE); /* no blocks of ours there now */
   }
@@ -81,7 +81,7 @@ NIC_EXPORT void *shmat(int shmid, const void *addr, int flags) {
 NIC_EXPORT int shmdt(const void *addr) {
   const uintptr_t start = (uintptr_t)addr;
   const size_t len = recorded(start, false);
-  nic_pages_leaving(start, len ? len : UINTPTR_MAX - start);
+  nic_publish_pages_leaving(start, len ? len : UINTPTR_MAX - start);
   int rc = (int)syscall(SYS_shmdt, addr);
   if (rc == 0) recorded(start, true);
   return rc;

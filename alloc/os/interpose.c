@@ -1,13 +1,14 @@
-/* Calls that change which pages back an address range invalidate the registration cache first,
- * so the NIC can never be handed a registration that still pins the old pages, and let the sim
- * NIC keep the old pages' bytes for posts still to read them (leaving.h). nicmalloc is
+/* Calls that change which pages back an address range tell the layers above first
+ * (events.h: pages_leaving), so that the registration cache never hands the NIC a registration
+ * that still pins the old pages, and the sim NIC keeps the old pages' bytes for posts still to
+ * read them. nicmalloc is
  * preloaded, so these definitions also catch mimalloc's own commits and decommits (it calls
  * mprotect, madvise and munmap through the PLT), which the control arena's commit map records
  * once they succeeded. Each forwards to the system call directly, as glibc does. Pages a call maps
  * anew are invalidated after it too: that catches what went by a path none of these saw. */
 #define _GNU_SOURCE
 #include "commit_map.h"
-#include "leaving.h"
+#include "events.h"
 
 #include <errno.h>
 #include <stdarg.h>
@@ -26,7 +27,7 @@ static void *raw_mmap(void *addr, size_t len, int prot, int flags, int fd, off_t
 NIC_EXPORT void *mmap(void *addr, size_t len, int prot, int flags, int fd, off_t offset) {
   /* Only a fixed mapping can replace pages the cache knows. */
   const bool fixed = flags & (MAP_FIXED | MAP_FIXED_NOREPLACE);
-  if (fixed) nic_pages_leaving((uintptr_t)addr, len);
+  if (fixed) nic_publish_pages_leaving((uintptr_t)addr, len);
   void *p = raw_mmap(addr, len, prot, flags, fd, offset);
   if (p == MAP_FAILED) return p;
   /* Anywhere but over a fixed mapping the pages are fresh: a region still cached there lost its
@@ -35,7 +36,7 @@ NIC_EXPORT void *mmap(void *addr, size_t len, int prot, int flags, int fd, off_t
   if (fixed)
     nic_commit_map_note(p, len, NIC_PAGES_GONE); /* no blocks */
   else
-    nic_rcache_invalidate((uintptr_t)p, len);
+    nic_publish_range_stale((uintptr_t)p, len);
   return p;
 }
 
@@ -44,7 +45,7 @@ NIC_EXPORT void *mmap64(void *addr, size_t len, int prot, int flags, int fd, off
 }
 
 NIC_EXPORT int munmap(void *addr, size_t len) {
-  nic_pages_leaving((uintptr_t)addr, len);
+  nic_publish_pages_leaving((uintptr_t)addr, len);
   int rc = (int)syscall(SYS_munmap, addr, len);
   if (rc == 0) nic_commit_map_note(addr, len, NIC_PAGES_GONE);
   return rc;
@@ -57,13 +58,13 @@ NIC_EXPORT void *mremap(void *old, size_t old_len, size_t new_len, int flags, ..
     va_start(ap, flags);
     new_addr = va_arg(ap, void *);
     va_end(ap);
-    nic_pages_leaving((uintptr_t)new_addr, new_len);
+    nic_publish_pages_leaving((uintptr_t)new_addr, new_len);
   }
-  nic_pages_leaving((uintptr_t)old, old_len);
+  nic_publish_pages_leaving((uintptr_t)old, old_len);
   long r = syscall(SYS_mremap, old, old_len, new_len, flags, new_addr);
   if (r == -1) return MAP_FAILED;
   if ((void *)r != old || new_len > old_len)
-    nic_rcache_invalidate((uintptr_t)r, new_len); /* see mmap */
+    nic_publish_range_stale((uintptr_t)r, new_len); /* see mmap */
   /* Pages that left, or arrived from elsewhere: either way no block of the arena is there. */
   if ((void *)r != old) {
     nic_commit_map_note(old, old_len, NIC_PAGES_GONE);
@@ -89,7 +90,7 @@ static int drops_pages(int advice) {
 }
 
 NIC_EXPORT int madvise(void *addr, size_t len, int advice) {
-  if (drops_pages(advice)) nic_pages_leaving((uintptr_t)addr, len);
+  if (drops_pages(advice)) nic_publish_pages_leaving((uintptr_t)addr, len);
   int rc = (int)syscall(SYS_madvise, addr, len, advice);
   /* mimalloc decommits with DONTNEED. MADV_FREE is its "reset", after which it reuses the
    * memory as committed: that must not clear the map. */
@@ -119,9 +120,9 @@ NIC_EXPORT void *sbrk(intptr_t increment) {
   uintptr_t cur = (uintptr_t)__sbrk(0);
   if (cur == (uintptr_t)-1) return (void *)-1;
   const uintptr_t shrink = increment < 0 ? (uintptr_t)0 - (uintptr_t)increment : 0;
-  if (shrink) nic_rcache_invalidate(cur - shrink, shrink);
+  if (shrink) nic_publish_range_stale(cur - shrink, shrink);
   void *r = __sbrk(increment);
-  if (r != (void *)-1 && increment > 0) nic_rcache_invalidate(cur, (uintptr_t)increment);
+  if (r != (void *)-1 && increment > 0) nic_publish_range_stale(cur, (uintptr_t)increment);
   return r;
 }
 

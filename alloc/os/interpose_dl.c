@@ -4,7 +4,7 @@
  * address span is invalidated before the real dlclose: whether this close is the last one is not
  * known beforehand, and a needless invalidation only costs registering again. */
 #define _GNU_SOURCE
-#include "leaving.h"
+#include "events.h"
 
 #include <dlfcn.h>
 #include <link.h>
@@ -44,7 +44,7 @@ NIC_EXPORT int dlclose(void *handle) {
   if (h && dlinfo(h, RTLD_DI_LINKMAP, &map) == 0 && map) {
     struct span_search s = {map, 0, 0};
     dl_iterate_phdr(find_span, &s);
-    if (s.end) nic_pages_leaving(s.start, s.end - s.start);
+    if (s.end) nic_publish_pages_leaving(s.start, s.end - s.start);
   }
   return real_dlclose(handle);
 }

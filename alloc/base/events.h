@@ -1,0 +1,90 @@
+/* Memory events: what the allocator and the OS-memory layer tell the layers above them. The
+ * heap frees blocks, maps and gives back dataplane chunks, and the interposed mmap family sees
+ * pages leave; it does not know that a registration cache, a NIC model or in-flight protection
+ * exist. Those layers subscribe with a watcher (NIC_MEMORY_WATCHER), as SPDK's spdk_mem_map
+ * notify callbacks let RDMA code follow memory without the allocator knowing RDMA.
+ *
+ * The free path pays for this with one test of one word: nic_free_watch is zero while nobody
+ * needs to hear of frees. Its low half counts what block watchers hold (pages posted or held,
+ * profiling's standing interest), its high half what range watchers hold (cached
+ * registrations). A watcher adds to its half before its own state says "interested" and takes
+ * away after, so that its own count is never nonzero while the word is zero. */
+#ifndef NIC_EVENTS_H
+#define NIC_EVENTS_H
+
+#include "registry.h"
+
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+
+extern uint64_t nic_free_watch __attribute__((visibility("hidden"))); /* no GOT load */
+
+/* Any watcher: control frees leave their fast path. */
+static inline bool nic_watching_frees(void) {
+  return __atomic_load_n(&nic_free_watch, __ATOMIC_RELAXED) != 0;
+}
+/* Block watchers only: dataplane blocks are never in a range watcher's cache. */
+static inline bool nic_watching_blocks(void) {
+  return (uint32_t)__atomic_load_n(&nic_free_watch, __ATOMIC_RELAXED) != 0;
+}
+static inline bool nic_watching_ranges(void) {
+  return (__atomic_load_n(&nic_free_watch, __ATOMIC_RELAXED) >> 32) != 0;
+}
+static inline void nic_watch_blocks(int64_t delta) {
+  __atomic_add_fetch(&nic_free_watch, (uint64_t)delta, __ATOMIC_SEQ_CST);
+}
+static inline void nic_watch_ranges(int64_t delta) {
+  __atomic_add_fetch(&nic_free_watch, (uint64_t)delta << 32, __ATOMIC_SEQ_CST);
+}
+
+/* What realloc may do with a block a watcher cares about. */
+enum nic_resize_answer {
+  NIC_RESIZE_AS_USUAL = 0,
+  NIC_RESIZE_MOVE = 1,    /* copy to a new block; never resize in place */
+  NIC_RESIZE_REFUSE = -1, /* the block is freed already (its free was taken): EINVAL */
+};
+
+/* Every member may be NULL. */
+struct nic_memory_watcher {
+  const char *name;
+  /* A block the program frees, before any byte of it changes. A watcher that takes the block
+   * (the NIC may still read it) returns true and hands it back later with nic_release_deferred
+   * (core/alloc_inline.h). Watchers that never take one set observes_only, and all of them hear of
+   * the block before any watcher may take it. */
+  bool observes_only;
+  bool (*block_freeing)(void *p);
+  /* realloc of a live block of `usable` bytes. */
+  enum nic_resize_answer (*block_resizing)(void *p, size_t usable);
+  /* [start, start+len) no longer holds what it held: a freed block, a fresh mapping over
+   * memory that left unseen, a moved program break. */
+  void (*range_stale)(uintptr_t start, size_t len);
+  /* The pages of [start, start+len) are about to leave the address space or be replaced
+   * (munmap, mremap, madvise dropping them, a fixed mmap or shmat over them, shmdt, dlclose). */
+  void (*pages_leaving)(uintptr_t start, size_t len);
+  /* A dataplane chunk's memory is new (mapped and pinned), or about to be given back; a
+   * watcher that cannot let it go yet (its registration is busy) returns false, and the chunk
+   * stays. Called with the chunks lock held. */
+  void (*chunk_mapped)(unsigned index, void *base, size_t len);
+  bool (*chunk_releasing)(unsigned index, void *base, size_t len);
+  /* A thread that acts for the NIC (a DMA engine) starts (true) or ends (false). */
+  void (*nic_thread)(bool starting);
+  /* Periodic work, from the reaper's passes (at least every few seconds while it runs). */
+  void (*tick)(void);
+};
+
+#define NIC_MEMORY_WATCHER(id, ...)                                                                \
+  static const struct nic_memory_watcher nic_watcher_##id NIC_REGISTRY_ENTRY(nic_watchers) = {     \
+      .name = #id, __VA_ARGS__}
+
+/* Publishers. */
+bool nic_publish_block_freeing(void *p); /* true: a watcher took it */
+enum nic_resize_answer nic_publish_block_resizing(void *p, size_t usable);
+void nic_publish_range_stale(uintptr_t start, size_t len);
+void nic_publish_pages_leaving(uintptr_t start, size_t len);
+void nic_publish_chunk_mapped(unsigned index, void *base, size_t len);
+bool nic_publish_chunk_releasing(unsigned index, void *base, size_t len);
+void nic_publish_nic_thread(bool starting);
+void nic_publish_tick(void);
+
+#endif

@@ -1,0 +1,69 @@
+/* The heap maps and releases chunks without knowing the NIC; this file follows it through the
+ * chunk events (events.h). A registration is made under the chunks lock, as the heap's release
+ * runs under it, so a chunk is never registered while it is being given back. */
+#include "chunk_reg.h"
+
+#include "chunks.h"
+#include "clock.h"
+#include "events.h"
+#include "log.h"
+#include "thread.h"
+
+#include <errno.h>
+#include <string.h>
+
+struct nic_chunk_reg nic_chunk_regs[NIC_CHUNK_SLOTS];
+
+int nic_chunk_register(unsigned index, struct nic_registration *out) {
+  struct nic_chunk_reg *r = &nic_chunk_regs[index];
+  if (__atomic_load_n(&r->registered, __ATOMIC_ACQUIRE)) {
+    *out = r->reg;
+    return 0;
+  }
+  struct nic_backend *b = nic_backend_active();
+  if (!b) return -ENODEV;
+  nic_chunks_lock();
+  int rc = 0;
+  bool refused = false;
+  if (!nic_chunk_readable(index))
+    rc = -ENOENT;
+  else if (!r->registered && r->retry_at_ms && nic_now_ms() < r->retry_at_ms)
+    rc = r->error;
+  /* Local write: nic_register hands this registration out for NIC_REG_LOCAL_WRITE too (receive
+   * buffers), and a verbs MR without it fails every receive into the chunk. */
+  else if (!r->registered && (rc = b->reg(b, nic_chunk_base(index), (size_t)1 << nic_dp.shift,
+                                          NIC_ACCESS_LOCAL_WRITE, &r->reg)) == 0)
+    __atomic_store_n(&r->registered, 1, __ATOMIC_RELEASE);
+  else if (rc) {
+    r->error = rc;
+    r->retry_at_ms = nic_now_ms() + 1000;
+    refused = true;
+  }
+  if (rc == 0) *out = r->reg;
+  nic_chunks_unlock();
+  if (refused)
+    nic_log_warn_once("cannot register dataplane chunk %u with backend %s (%s); it is tried again "
+                      "after a second, and its memory cannot reach the NIC meanwhile",
+                      index, b->name, strerror(-rc));
+  return rc;
+}
+
+static void chunk_mapped(unsigned index, void *base, size_t len) {
+  (void)base, (void)len;
+  nic_chunk_regs[index].registered = 0;
+  nic_chunk_regs[index].retry_at_ms = 0;
+}
+
+/* No stale registration may outlive the memory: deregister first, or keep the chunk. */
+static bool chunk_releasing(unsigned index, void *base, size_t len) {
+  (void)base, (void)len;
+  struct nic_chunk_reg *r = &nic_chunk_regs[index];
+  if (!r->registered) return true;
+  struct nic_backend *b = nic_backend_if_open();
+  if (b && b->dereg(b, &r->reg) != 0) return false;
+  __atomic_store_n(&r->registered, 0, __ATOMIC_RELEASE);
+  return true;
+}
+
+NIC_MEMORY_WATCHER(chunk_registrations, .chunk_mapped = chunk_mapped,
+                   .chunk_releasing = chunk_releasing);
