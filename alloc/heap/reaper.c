@@ -106,7 +106,7 @@ static uint64_t advance_states(const int64_t *live, uint64_t now, unsigned delay
 }
 
 void nic_reaper_pass(void) {
-  nic_rcache_retry_busy();
+  nic_rcache_retry_busy(nic_rcache_process());
   nic_huge_cache_purge(nic_config()->purge_delay_ms ? nic_config()->purge_delay_ms : 1);
   pthread_mutex_lock(&pass_lock);
   int64_t live[NIC_CHUNK_SLOTS];
