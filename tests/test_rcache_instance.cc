@@ -124,6 +124,7 @@ TEST_F(RcacheInstance, ACoveredRangeIsAHitAndEachCacheRegistersOnItsOwnBackend) 
   FakeBackend &fa = Fake("a"), &fb = Fake("b");
   nic_rcache *a = Make(fa), *b = Make(fb);
   ASSERT_TRUE(a && b);
+  const nic_rcache_stats process = Stats(nic_rcache_process());
   nic_rcache_ref r1, r2, r3;
   ASSERT_EQ(nic_rcache_acquire(a, mem_ + 100, 200, NIC_ACCESS_LOCAL, &r1), 0);
   ASSERT_EQ(nic_rcache_acquire(a, mem_ + 150, 50, NIC_ACCESS_LOCAL, &r2), 0);
@@ -144,6 +145,9 @@ TEST_F(RcacheInstance, ACoveredRangeIsAHitAndEachCacheRegistersOnItsOwnBackend) 
   for (auto *r : {&r1, &r2, &r3})
     nic_rcache_release(a, r->slot);
   nic_rcache_release(b, other.slot);
+  EXPECT_EQ(Stats(nic_rcache_process()).hits, process.hits) << "counted in the process's cache";
+  EXPECT_EQ(Stats(nic_rcache_process()).misses, process.misses);
+  EXPECT_EQ(Stats(nic_rcache_process()).regions, 0u);
   EXPECT_TRUE(fa.calls(Call::dereg).empty()) << "released regions stay cached";
 }
 

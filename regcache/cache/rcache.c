@@ -350,8 +350,9 @@ static int insert_locked(struct nic_rcache *c, uintptr_t start, uintptr_t end, u
   return 0;
 }
 
-static bool lookup(struct nic_rcache *c, uintptr_t start, uintptr_t last, unsigned access,
-                   struct nic_rcache_ref *out) {
+static inline __attribute__((always_inline)) bool lookup(struct nic_rcache *c, uintptr_t start,
+                                                         uintptr_t last, unsigned access,
+                                                         struct nic_rcache_ref *out) {
   const struct nic_rt *rt = __atomic_load_n(&c->rt, __ATOMIC_ACQUIRE);
   if (!rt) return false;
   uint32_t slot = nic_rt_get(rt, start);
