@@ -9,8 +9,10 @@
 #include <cerrno>
 #include <cstdint>
 #include <cstring>
+#include <functional>
 #include <mutex>
 #include <set>
+#include <thread>
 #include <vector>
 
 extern "C" {
@@ -39,6 +41,8 @@ struct FakeBackend {
   std::set<uint32_t> live;
   int fail_reg = 0;  // reg answers this (a negative errno) while nonzero
   bool busy = false; // dereg answers -EBUSY, as with a post in flight
+  // Runs at each deregistration before it is logged, as a backend that frees or unmaps there.
+  std::function<void()> on_dereg;
   static uint32_t next_key;
 
   explicit FakeBackend(const char *name, size_t max_region = 16 << 20) {
@@ -62,6 +66,7 @@ struct FakeBackend {
     };
     ops.dereg = [](nic_backend *b, nic_registration *reg) {
       auto *self = static_cast<FakeBackend *>(b->priv);
+      if (self->on_dereg) self->on_dereg();
       std::lock_guard<std::mutex> lock(self->mu);
       const int rc = self->busy ? -EBUSY : 0;
       self->log.push_back({Call::dereg, reinterpret_cast<uintptr_t>(reg->base), reg->len,
@@ -244,6 +249,71 @@ TEST_F(RcacheInstance, InvalidationReachesEveryCacheAndOnlyTheRegionsInTheRange)
   EXPECT_NE(again.reg.lkey, ra.reg.lkey);
   EXPECT_EQ(fa.regs(), 2u);
   nic_rcache_release(a, again.slot);
+}
+
+// A backend's deregistration may unmap memory another cache holds a region of: that region goes
+// at once, from inside the first cache's call, without waiting on a lock the thread holds.
+TEST_F(RcacheInstance, ADeregistrationThatUnmapsReachesTheOtherCache) {
+  FakeBackend &fa = Fake("a"), &fb = Fake("b");
+  nic_rcache *a = Make(fa), *b = Make(fb);
+  ASSERT_TRUE(a && b);
+  nic_rcache_ref ra, rb;
+  ASSERT_EQ(nic_rcache_acquire(a, mem_, kPage, NIC_ACCESS_LOCAL, &ra), 0);
+  ASSERT_EQ(nic_rcache_acquire(b, mem_ + 20 * kPage, kPage, NIC_ACCESS_LOCAL, &rb), 0);
+  nic_rcache_release(a, ra.slot);
+  nic_rcache_release(b, rb.slot);
+  char *page = mem_ + 20 * kPage;
+  fa.on_dereg = [&fb, &rb, page] {
+    EXPECT_TRUE(fb.registered(rb.reg.lkey));
+    EXPECT_EQ(munmap(page, kPage), 0);
+    EXPECT_FALSE(fb.registered(rb.reg.lkey)) << "cache b kept a region whose page was unmapped";
+  };
+  nic_rcache_invalidate(At(0), kPage);
+  fa.on_dereg = nullptr;
+  ASSERT_EQ(fa.calls(Call::dereg).size(), 1u);
+  ASSERT_EQ(fb.calls(Call::dereg).size(), 1u);
+  EXPECT_EQ(fb.calls(Call::dereg)[0].lkey, rb.reg.lkey);
+  EXPECT_EQ(Stats(b).regions, 0u);
+}
+
+// Two caches used on two threads while a third drops their pages: every handed-out registration
+// covers what was asked and is live in its own backend, and once the caches are destroyed each
+// backend has had every registration deregistered exactly once (the fake checks).
+TEST_F(RcacheInstance, TwoCachesUsedWhileTheirPagesAreDroppedStayBalanced) {
+  FakeBackend &fa = Fake("a"), &fb = Fake("b");
+  const nic_rcache_params pa{&fa.ops, 4, 0, "a"}, pb{&fb.ops, 4, 0, "b"};
+  nic_rcache *a = nic_rcache_create(&pa), *b = nic_rcache_create(&pb);
+  ASSERT_TRUE(a && b);
+  const int kRounds = 3000;
+  auto user = [this](nic_rcache *c, FakeBackend *f, unsigned seed) {
+    for (int i = 0; i < kRounds; i++) {
+      const size_t page = rand_r(&seed) % 8, off = rand_r(&seed) % kPage;
+      const size_t len = 1 + rand_r(&seed) % (2 * kPage);
+      const uintptr_t p = At(page) + off;
+      nic_rcache_ref r;
+      if (nic_rcache_acquire(c, reinterpret_cast<void *>(p), len, NIC_ACCESS_LOCAL, &r) != 0) {
+        ADD_FAILURE() << "acquire failed at round " << i;
+        return;
+      }
+      const uintptr_t base = reinterpret_cast<uintptr_t>(r.reg.base);
+      EXPECT_TRUE(base <= p && p + len <= base + r.reg.len) << "round " << i;
+      EXPECT_TRUE(f->registered(r.reg.lkey)) << "handed out a deregistered key, round " << i;
+      nic_rcache_release(c, r.slot);
+    }
+  };
+  std::thread ta(user, a, &fa, 1u), tb(user, b, &fb, 2u);
+  unsigned seed = 3;
+  for (int i = 0; i < kRounds; i++)
+    ASSERT_EQ(madvise(mem_ + (rand_r(&seed) % 9) * kPage, kPage, MADV_DONTNEED), 0);
+  ta.join();
+  tb.join();
+  EXPECT_GT(Stats(a).invalidations + Stats(b).invalidations, 0u);
+  ASSERT_EQ(nic_rcache_destroy(a), 0);
+  ASSERT_EQ(nic_rcache_destroy(b), 0);
+  for (FakeBackend *f : {&fa, &fb}) {
+    EXPECT_TRUE(f->live.empty()) << f->ops.name << ": " << f->live.size() << " left registered";
+    EXPECT_EQ(f->calls(Call::reg).size(), f->calls(Call::dereg).size()) << f->ops.name;
+  }
 }
 
 TEST_F(RcacheInstance, AUserInFlightKeepsAnInvalidatedRegistration) {
