@@ -97,7 +97,7 @@ Access send_one(Scheme s, const Item &it, Trace &t) {
     return a;
   }
   nic_rcache_stats before; // the cache's own counters: nic_get_stats reads /proc
-  if (s == Scheme::rcache) nic_rcache_get_stats(&before);
+  if (s == Scheme::rcache) nic_rcache_get_stats(nic_rcache_process(), &before);
   nic_region_ref ref;
   if (nic_register(it.buf, it.size, NIC_REG_LOCAL, &ref) != 0) {
     fprintf(stderr, "mr_miss: nic_register failed\n");
@@ -107,7 +107,7 @@ Access send_one(Scheme s, const Item &it, Trace &t) {
   a.base = reinterpret_cast<uintptr_t>(ref.region_base);
   if (s == Scheme::rcache) {
     nic_rcache_stats after;
-    nic_rcache_get_stats(&after);
+    nic_rcache_get_stats(nic_rcache_process(), &after);
     if (after.misses > before.misses) {
       a.registered_bytes = uint32_t(ref.region_len);
       t.registrations++;

@@ -68,11 +68,12 @@ void BM_rcache_hit(benchmark::State &state) {
   char *p = static_cast<char *>(malloc(4096));
   memset(p, 0, 4096);
   nic_rcache_ref ref;
-  if (nic_rcache_acquire(p, 4096, NIC_ACCESS_LOCAL, &ref) != 0) state.SkipWithError("register");
-  nic_rcache_release(ref.slot);
+  if (nic_rcache_acquire(nic_rcache_process(), p, 4096, NIC_ACCESS_LOCAL, &ref) != 0)
+    state.SkipWithError("register");
+  nic_rcache_release(nic_rcache_process(), ref.slot);
   for (auto _ : state) {
-    nic_rcache_acquire(p + 64, 512, NIC_ACCESS_LOCAL, &ref);
-    nic_rcache_release(ref.slot);
+    nic_rcache_acquire(nic_rcache_process(), p + 64, 512, NIC_ACCESS_LOCAL, &ref);
+    nic_rcache_release(nic_rcache_process(), ref.slot);
   }
   free(p);
 }
@@ -84,8 +85,9 @@ void BM_rcache_miss(benchmark::State &state) {
     void *p = mmap(nullptr, len, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS | MAP_POPULATE,
                    -1, 0);
     nic_rcache_ref ref;
-    if (nic_rcache_acquire(p, len, NIC_ACCESS_LOCAL, &ref) != 0) state.SkipWithError("register");
-    nic_rcache_release(ref.slot);
+    if (nic_rcache_acquire(nic_rcache_process(), p, len, NIC_ACCESS_LOCAL, &ref) != 0)
+      state.SkipWithError("register");
+    nic_rcache_release(nic_rcache_process(), ref.slot);
     munmap(p, len); // invalidates: the next round misses again
   }
 }

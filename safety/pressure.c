@@ -103,7 +103,7 @@ void nic_pressure_fill_stats(struct nic_stats *out) {
     entries += params.mpt_per_region + chunk / page;
   }
   struct nic_rcache_stats rc;
-  nic_rcache_get_stats(&rc);
+  nic_rcache_get_stats(nic_rcache_process(), &rc);
   regions += rc.regions;
   entries += rc.regions * params.mpt_per_region + rc.bytes / 4096;
   out->nic_regions = regions;

@@ -96,7 +96,7 @@ static int resolve(struct nic_sga *sga, const void *p, size_t len, struct nic_sg
    * than the copy: take a cached one if it exists, else copy. */
   if (!nic_in_dp(p) && len < PRESSURE_COPY_MAX && nic_pressure_high()) {
     struct nic_rcache_ref cached;
-    if (nic_rcache_find(p, len, NIC_ACCESS_LOCAL, &cached) != 0) {
+    if (nic_rcache_find(nic_rcache_process(), p, len, NIC_ACCESS_LOCAL, &cached) != 0) {
       if (!nic_range_readable(p, len)) return -EFAULT;
       nic_pressure_count_copy();
       return copy_entry(sga, p, len, NULL, 0, e);

@@ -122,6 +122,8 @@ NIC_EXPORT int nic_sga_post(struct nic_sga *sga, struct nic_endpoint *ep, nic_sg
 NIC_EXPORT int nic_poll(int max) {
   struct nic_backend *b = nic_backend_if_open();
   int ran = b ? b->poll(b, max) : 0;
-  if (ran) nic_rcache_retry_busy(); /* a registration refused as busy may be free now */
+  if (ran)
+    nic_rcache_retry_busy(
+        nic_rcache_process()); /* a registration refused as busy may be free now */
   return ran;
 }

@@ -88,12 +88,12 @@ protected:
         mmap(nullptr, 64 * kPage, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0));
     ASSERT_NE(region_, MAP_FAILED);
     memset(region_, 7, 64 * kPage);
-    nic_rcache_get_stats(&before_);
+    nic_rcache_get_stats(nic_rcache_process(), &before_);
   }
   void TearDown() override { munmap(region_, 64 * kPage); }
   nic_rcache_stats now() {
     nic_rcache_stats s;
-    nic_rcache_get_stats(&s);
+    nic_rcache_get_stats(nic_rcache_process(), &s);
     return s;
   }
   char *region_ = nullptr;
@@ -103,9 +103,9 @@ RecordingBackend *RegistrationCache::backend;
 
 TEST_F(RegistrationCache, SecondLookupOfACoveredRangeIsAHit) {
   nic_rcache_ref a, b, c;
-  ASSERT_EQ(nic_rcache_acquire(region_ + 100, 200, NIC_ACCESS_LOCAL, &a), 0);
-  ASSERT_EQ(nic_rcache_acquire(region_ + 150, 50, NIC_ACCESS_LOCAL, &b), 0);
-  ASSERT_EQ(nic_rcache_acquire(region_ + 100, 200, NIC_ACCESS_LOCAL, &c), 0);
+  ASSERT_EQ(nic_rcache_acquire(nic_rcache_process(), region_ + 100, 200, NIC_ACCESS_LOCAL, &a), 0);
+  ASSERT_EQ(nic_rcache_acquire(nic_rcache_process(), region_ + 150, 50, NIC_ACCESS_LOCAL, &b), 0);
+  ASSERT_EQ(nic_rcache_acquire(nic_rcache_process(), region_ + 100, 200, NIC_ACCESS_LOCAL, &c), 0);
   EXPECT_EQ(a.slot, b.slot);
   EXPECT_EQ(a.reg.lkey, c.reg.lkey);
   EXPECT_EQ(a.reg.base, region_) << "registrations are page aligned";
@@ -114,61 +114,70 @@ TEST_F(RegistrationCache, SecondLookupOfACoveredRangeIsAHit) {
   EXPECT_EQ(s.misses - before_.misses, 1u);
   EXPECT_EQ(s.hits - before_.hits, 2u);
   for (auto *r : {&a, &b, &c})
-    nic_rcache_release(r->slot);
+    nic_rcache_release(nic_rcache_process(), r->slot);
 }
 
 TEST_F(RegistrationCache, NeighboursMergeIntoOneRegistration) {
   nic_rcache_ref a, b;
-  ASSERT_EQ(nic_rcache_acquire(region_, kPage, NIC_ACCESS_LOCAL, &a), 0);
-  ASSERT_EQ(nic_rcache_acquire(region_ + kPage, kPage, NIC_ACCESS_LOCAL, &b), 0);
+  ASSERT_EQ(nic_rcache_acquire(nic_rcache_process(), region_, kPage, NIC_ACCESS_LOCAL, &a), 0);
+  ASSERT_EQ(nic_rcache_acquire(nic_rcache_process(), region_ + kPage, kPage, NIC_ACCESS_LOCAL, &b),
+            0);
   EXPECT_EQ(b.reg.base, region_);
   EXPECT_EQ(b.reg.len, 2 * kPage);
   EXPECT_TRUE(backend->registered(a.reg.lkey)) << "still held by a user";
-  nic_rcache_release(a.slot);
+  nic_rcache_release(nic_rcache_process(), a.slot);
   EXPECT_FALSE(backend->registered(a.reg.lkey)) << "the merged-away region goes with its last user";
   nic_rcache_ref c;
-  ASSERT_EQ(nic_rcache_acquire(region_ + 10, 2 * kPage - 20, NIC_ACCESS_LOCAL, &c), 0);
+  ASSERT_EQ(
+      nic_rcache_acquire(nic_rcache_process(), region_ + 10, 2 * kPage - 20, NIC_ACCESS_LOCAL, &c),
+      0);
   EXPECT_EQ(c.reg.lkey, b.reg.lkey);
-  nic_rcache_release(b.slot);
-  nic_rcache_release(c.slot);
+  nic_rcache_release(nic_rcache_process(), b.slot);
+  nic_rcache_release(nic_rcache_process(), c.slot);
 }
 
 TEST_F(RegistrationCache, DifferentAccessIsNeverMergedOrShared) {
   nic_rcache_ref local, remote;
-  ASSERT_EQ(nic_rcache_acquire(region_, kPage, NIC_ACCESS_LOCAL, &local), 0);
-  ASSERT_EQ(nic_rcache_acquire(region_ + kPage, kPage, NIC_ACCESS_REMOTE_READ, &remote), 0);
+  ASSERT_EQ(nic_rcache_acquire(nic_rcache_process(), region_, kPage, NIC_ACCESS_LOCAL, &local), 0);
+  ASSERT_EQ(nic_rcache_acquire(nic_rcache_process(), region_ + kPage, kPage, NIC_ACCESS_REMOTE_READ,
+                               &remote),
+            0);
   EXPECT_NE(local.reg.lkey, remote.reg.lkey);
   EXPECT_EQ(remote.reg.len, kPage) << "local-only memory must not gain remote access by merging";
   EXPECT_EQ(local.reg.access, NIC_ACCESS_LOCAL);
-  nic_rcache_release(local.slot);
-  nic_rcache_release(remote.slot);
+  nic_rcache_release(nic_rcache_process(), local.slot);
+  nic_rcache_release(nic_rcache_process(), remote.slot);
 }
 
 TEST_F(RegistrationCache, FreeOfABlockInsideARegionInvalidatesIt) {
   char *block = static_cast<char *>(malloc(3000));
   nic_rcache_ref ref;
-  ASSERT_EQ(nic_rcache_acquire(block, 3000, NIC_ACCESS_LOCAL, &ref), 0);
+  ASSERT_EQ(nic_rcache_acquire(nic_rcache_process(), block, 3000, NIC_ACCESS_LOCAL, &ref), 0);
   free(block);
   EXPECT_EQ(now().invalidations - before_.invalidations, 1u);
   EXPECT_TRUE(backend->registered(ref.reg.lkey)) << "a user in flight keeps it registered";
-  nic_rcache_release(ref.slot);
+  nic_rcache_release(nic_rcache_process(), ref.slot);
   EXPECT_FALSE(backend->registered(ref.reg.lkey));
   // The same address handed out again gets a new registration, never the stale one.
   char *again = static_cast<char *>(malloc(3000));
   nic_rcache_ref fresh;
-  ASSERT_EQ(nic_rcache_acquire(again, 3000, NIC_ACCESS_LOCAL, &fresh), 0);
+  ASSERT_EQ(nic_rcache_acquire(nic_rcache_process(), again, 3000, NIC_ACCESS_LOCAL, &fresh), 0);
   EXPECT_NE(fresh.reg.lkey, ref.reg.lkey);
-  nic_rcache_release(fresh.slot);
+  nic_rcache_release(nic_rcache_process(), fresh.slot);
   free(again);
 }
 
 TEST_F(RegistrationCache, MunmapMadviseAndMremapInvalidate) {
   nic_rcache_ref a, b, c;
-  ASSERT_EQ(nic_rcache_acquire(region_, kPage, NIC_ACCESS_LOCAL, &a), 0);
-  ASSERT_EQ(nic_rcache_acquire(region_ + 10 * kPage, kPage, NIC_ACCESS_LOCAL, &b), 0);
-  ASSERT_EQ(nic_rcache_acquire(region_ + 20 * kPage, kPage, NIC_ACCESS_LOCAL, &c), 0);
+  ASSERT_EQ(nic_rcache_acquire(nic_rcache_process(), region_, kPage, NIC_ACCESS_LOCAL, &a), 0);
+  ASSERT_EQ(
+      nic_rcache_acquire(nic_rcache_process(), region_ + 10 * kPage, kPage, NIC_ACCESS_LOCAL, &b),
+      0);
+  ASSERT_EQ(
+      nic_rcache_acquire(nic_rcache_process(), region_ + 20 * kPage, kPage, NIC_ACCESS_LOCAL, &c),
+      0);
   for (auto *r : {&a, &b, &c})
-    nic_rcache_release(r->slot);
+    nic_rcache_release(nic_rcache_process(), r->slot);
   ASSERT_EQ(madvise(region_, kPage, MADV_DONTNEED), 0);
   EXPECT_FALSE(backend->registered(a.reg.lkey));
   EXPECT_TRUE(backend->registered(b.reg.lkey));
@@ -181,7 +190,9 @@ TEST_F(RegistrationCache, MunmapMadviseAndMremapInvalidate) {
   munmap(moved, 2 * kPage);
   // What is unmapped now cannot be registered.
   nic_rcache_ref d;
-  EXPECT_EQ(nic_rcache_acquire(region_ + 10 * kPage, 16, NIC_ACCESS_LOCAL, &d), -EFAULT);
+  EXPECT_EQ(
+      nic_rcache_acquire(nic_rcache_process(), region_ + 10 * kPage, 16, NIC_ACCESS_LOCAL, &d),
+      -EFAULT);
 }
 
 // System V segments leave through shmdt or are replaced by shmat(SHM_REMAP), never munmap; a
@@ -200,19 +211,21 @@ TEST_F(RegistrationCache, SharedMemoryDetachAndRemapInvalidate) {
   ASSERT_NE(p, reinterpret_cast<char *>(-1));
   ASSERT_NE(raw, reinterpret_cast<char *>(-1));
   nic_rcache_ref a, b, c;
-  ASSERT_EQ(nic_rcache_acquire(p + 5 * kPage, kPage, NIC_ACCESS_LOCAL, &a), 0);
-  nic_rcache_release(a.slot);
+  ASSERT_EQ(nic_rcache_acquire(nic_rcache_process(), p + 5 * kPage, kPage, NIC_ACCESS_LOCAL, &a),
+            0);
+  nic_rcache_release(nic_rcache_process(), a.slot);
   char *over = static_cast<char *>(shmat(ids[1], p, SHM_REMAP));
   shmctl(ids[1], IPC_RMID, nullptr);
   ASSERT_EQ(over, p) << strerror(errno);
   EXPECT_FALSE(backend->registered(a.reg.lkey)) << "a remapped segment kept its registration";
-  ASSERT_EQ(nic_rcache_acquire(p + 5 * kPage, kPage, NIC_ACCESS_LOCAL, &b), 0);
-  nic_rcache_release(b.slot);
+  ASSERT_EQ(nic_rcache_acquire(nic_rcache_process(), p + 5 * kPage, kPage, NIC_ACCESS_LOCAL, &b),
+            0);
+  nic_rcache_release(nic_rcache_process(), b.slot);
   EXPECT_NE(b.reg.lkey, a.reg.lkey);
   ASSERT_EQ(shmdt(p), 0);
   EXPECT_FALSE(backend->registered(b.reg.lkey)) << "a detached segment kept its registration";
-  ASSERT_EQ(nic_rcache_acquire(raw + kPage, kPage, NIC_ACCESS_LOCAL, &c), 0);
-  nic_rcache_release(c.slot);
+  ASSERT_EQ(nic_rcache_acquire(nic_rcache_process(), raw + kPage, kPage, NIC_ACCESS_LOCAL, &c), 0);
+  nic_rcache_release(nic_rcache_process(), c.slot);
   ASSERT_EQ(shmdt(raw), 0);
   EXPECT_FALSE(backend->registered(c.reg.lkey)) << "an unknown segment kept its registration";
   EXPECT_GE(now().invalidations - before_.invalidations, 3u);
@@ -227,8 +240,10 @@ TEST_F(RegistrationCache, DlcloseInvalidatesTheLibrarysStaticData) {
   ASSERT_NE(buffer_addr, nullptr);
   char *buffer = static_cast<char *>(buffer_addr());
   nic_rcache_ref ref;
-  ASSERT_EQ(nic_rcache_acquire(buffer + kPage, 2 * kPage, NIC_ACCESS_LOCAL, &ref), 0);
-  nic_rcache_release(ref.slot);
+  ASSERT_EQ(
+      nic_rcache_acquire(nic_rcache_process(), buffer + kPage, 2 * kPage, NIC_ACCESS_LOCAL, &ref),
+      0);
+  nic_rcache_release(nic_rcache_process(), ref.slot);
   ASSERT_TRUE(backend->registered(ref.reg.lkey));
   ASSERT_EQ(dlclose(lib), 0);
   EXPECT_FALSE(backend->registered(ref.reg.lkey));
@@ -284,23 +299,23 @@ TEST_F(RegistrationCache, InvalidatingAPageDropsEveryRegionThatHadIt) {
       std::unique_ptr<char, std::function<void(char *)>> unmap(
           base, [](char *p) { munmap(p, 16 * kPage); });
       nic_rcache_ref a, b;
-      ASSERT_EQ(nic_rcache_acquire(base + layout.a.first * kPage, layout.a.pages * kPage,
-                                   layout.a.access, &a),
+      ASSERT_EQ(nic_rcache_acquire(nic_rcache_process(), base + layout.a.first * kPage,
+                                   layout.a.pages * kPage, layout.a.access, &a),
                 0);
-      ASSERT_EQ(nic_rcache_acquire(base + layout.b.first * kPage, layout.b.pages * kPage,
-                                   layout.b.access, &b),
+      ASSERT_EQ(nic_rcache_acquire(nic_rcache_process(), base + layout.b.first * kPage,
+                                   layout.b.pages * kPage, layout.b.access, &b),
                 0);
-      nic_rcache_release(a.slot);
-      nic_rcache_release(b.slot);
+      nic_rcache_release(nic_rcache_process(), a.slot);
+      nic_rcache_release(nic_rcache_process(), b.slot);
       path.drop(base + kPage);
       EXPECT_EQ(backend->covering(base + kPage, kPage), 0)
           << "a registration of the dropped page is still cached";
       // Page 0 is still the same memory: asking for it must not bring back a stale region.
       nic_rcache_ref again;
-      ASSERT_EQ(nic_rcache_acquire(base, kPage, NIC_ACCESS_LOCAL, &again), 0);
+      ASSERT_EQ(nic_rcache_acquire(nic_rcache_process(), base, kPage, NIC_ACCESS_LOCAL, &again), 0);
       EXPECT_NE(again.reg.lkey, a.reg.lkey);
       EXPECT_NE(again.reg.lkey, b.reg.lkey);
-      nic_rcache_release(again.slot);
+      nic_rcache_release(nic_rcache_process(), again.slot);
     }
   // Nothing registered twice or lost track of: what the cache holds is what the backend holds.
   const uint32_t regions = now().regions;
@@ -318,10 +333,12 @@ TEST_F(RegistrationCache, BrkAndSbrkShrinkingInvalidate) {
       << strerror(errno);
   memset(pages, 3, 4 * kPage);
   nic_rcache_ref low, high;
-  ASSERT_EQ(nic_rcache_acquire(pages, kPage, NIC_ACCESS_LOCAL, &low), 0);
-  ASSERT_EQ(nic_rcache_acquire(pages + 3 * kPage, kPage, NIC_ACCESS_LOCAL, &high), 0);
-  nic_rcache_release(low.slot);
-  nic_rcache_release(high.slot);
+  ASSERT_EQ(nic_rcache_acquire(nic_rcache_process(), pages, kPage, NIC_ACCESS_LOCAL, &low), 0);
+  ASSERT_EQ(
+      nic_rcache_acquire(nic_rcache_process(), pages + 3 * kPage, kPage, NIC_ACCESS_LOCAL, &high),
+      0);
+  nic_rcache_release(nic_rcache_process(), low.slot);
+  nic_rcache_release(nic_rcache_process(), high.slot);
   ASSERT_NE(sbrk(-static_cast<intptr_t>(2 * kPage)), reinterpret_cast<void *>(-1));
   EXPECT_FALSE(backend->registered(high.reg.lkey)) << "sbrk gave the page back, still cached";
   EXPECT_TRUE(backend->registered(low.reg.lkey));
@@ -337,8 +354,9 @@ TEST_F(RegistrationCache, ANewMappingDropsWhatAnUnseenUnmapLeft) {
   ASSERT_NE(p, MAP_FAILED);
   memset(p, 1, 4 * kPage);
   nic_rcache_ref old;
-  ASSERT_EQ(nic_rcache_acquire(p + kPage, 2 * kPage, NIC_ACCESS_LOCAL, &old), 0);
-  nic_rcache_release(old.slot);
+  ASSERT_EQ(nic_rcache_acquire(nic_rcache_process(), p + kPage, 2 * kPage, NIC_ACCESS_LOCAL, &old),
+            0);
+  nic_rcache_release(nic_rcache_process(), old.slot);
   ASSERT_EQ(syscall(SYS_munmap, p, 4 * kPage), 0);
   ASSERT_TRUE(backend->registered(old.reg.lkey)) << "the cache saw the raw munmap?";
   char *again = static_cast<char *>(
@@ -346,9 +364,10 @@ TEST_F(RegistrationCache, ANewMappingDropsWhatAnUnseenUnmapLeft) {
   ASSERT_EQ(again, p) << "the kernel did not take the hint";
   EXPECT_FALSE(backend->registered(old.reg.lkey)) << "a region of the old pages is still cached";
   nic_rcache_ref fresh;
-  ASSERT_EQ(nic_rcache_acquire(p + kPage, 2 * kPage, NIC_ACCESS_LOCAL, &fresh), 0);
+  ASSERT_EQ(
+      nic_rcache_acquire(nic_rcache_process(), p + kPage, 2 * kPage, NIC_ACCESS_LOCAL, &fresh), 0);
   EXPECT_NE(fresh.reg.lkey, old.reg.lkey);
-  nic_rcache_release(fresh.slot);
+  nic_rcache_release(nic_rcache_process(), fresh.slot);
   munmap(p, 4 * kPage);
 }
 
@@ -356,8 +375,10 @@ TEST_F(RegistrationCache, LeastRecentlyUsedIsEvictedPastTheLimit) {
   // 8 regions at most; touch 12 separate pages (gaps prevent merging).
   std::vector<nic_rcache_ref> refs(12);
   for (int i = 0; i < 12; i++) {
-    ASSERT_EQ(nic_rcache_acquire(region_ + 2 * i * kPage, 8, NIC_ACCESS_LOCAL, &refs[i]), 0);
-    nic_rcache_release(refs[i].slot);
+    ASSERT_EQ(nic_rcache_acquire(nic_rcache_process(), region_ + 2 * i * kPage, 8, NIC_ACCESS_LOCAL,
+                                 &refs[i]),
+              0);
+    nic_rcache_release(nic_rcache_process(), refs[i].slot);
   }
   auto s = now();
   EXPECT_LE(s.regions, 8u);
@@ -369,45 +390,57 @@ TEST_F(RegistrationCache, LeastRecentlyUsedIsEvictedPastTheLimit) {
 TEST_F(RegistrationCache, RegionsInUseAreNeverEvicted) {
   std::vector<nic_rcache_ref> held(8);
   for (int i = 0; i < 8; i++)
-    ASSERT_EQ(nic_rcache_acquire(region_ + 2 * i * kPage, 8, NIC_ACCESS_LOCAL, &held[i]), 0);
+    ASSERT_EQ(nic_rcache_acquire(nic_rcache_process(), region_ + 2 * i * kPage, 8, NIC_ACCESS_LOCAL,
+                                 &held[i]),
+              0);
   nic_rcache_ref extra;
-  EXPECT_EQ(nic_rcache_acquire(region_ + 40 * kPage, 8, NIC_ACCESS_LOCAL, &extra), -ENOSPC);
+  EXPECT_EQ(
+      nic_rcache_acquire(nic_rcache_process(), region_ + 40 * kPage, 8, NIC_ACCESS_LOCAL, &extra),
+      -ENOSPC);
   for (auto &r : held)
     EXPECT_TRUE(backend->registered(r.reg.lkey));
   for (auto &r : held)
-    nic_rcache_release(r.slot);
-  ASSERT_EQ(nic_rcache_acquire(region_ + 40 * kPage, 8, NIC_ACCESS_LOCAL, &extra), 0);
-  nic_rcache_release(extra.slot);
+    nic_rcache_release(nic_rcache_process(), r.slot);
+  ASSERT_EQ(
+      nic_rcache_acquire(nic_rcache_process(), region_ + 40 * kPage, 8, NIC_ACCESS_LOCAL, &extra),
+      0);
+  nic_rcache_release(nic_rcache_process(), extra.slot);
 }
 
 TEST_F(RegistrationCache, BadRangesAreRefused) {
   nic_rcache_ref r;
-  EXPECT_EQ(nic_rcache_acquire(region_, 0, NIC_ACCESS_LOCAL, &r), -ERANGE);
-  EXPECT_EQ(nic_rcache_acquire(region_, SIZE_MAX, NIC_ACCESS_LOCAL, &r), -ERANGE);
-  EXPECT_EQ(nic_rcache_acquire(region_, 32 << 20, NIC_ACCESS_LOCAL, &r), -ERANGE)
+  EXPECT_EQ(nic_rcache_acquire(nic_rcache_process(), region_, 0, NIC_ACCESS_LOCAL, &r), -ERANGE);
+  EXPECT_EQ(nic_rcache_acquire(nic_rcache_process(), region_, SIZE_MAX, NIC_ACCESS_LOCAL, &r),
+            -ERANGE);
+  EXPECT_EQ(nic_rcache_acquire(nic_rcache_process(), region_, 32 << 20, NIC_ACCESS_LOCAL, &r),
+            -ERANGE)
       << "larger than the backend's largest region";
-  EXPECT_EQ(nic_rcache_acquire(reinterpret_cast<void *>(0x1000), 8, NIC_ACCESS_LOCAL, &r), -EFAULT);
+  EXPECT_EQ(nic_rcache_acquire(nic_rcache_process(), reinterpret_cast<void *>(0x1000), 8,
+                               NIC_ACCESS_LOCAL, &r),
+            -EFAULT);
 }
 
 // A region dropped while a post that names it is still in flight (its user let go early): the
 // backend refuses, and the registration must be retried, not forgotten with its slot reused.
 TEST_F(RegistrationCache, BusyDeregistrationIsRetriedNotLost) {
   nic_rcache_ref a;
-  ASSERT_EQ(nic_rcache_acquire(region_ + 30 * kPage, 64, NIC_ACCESS_LOCAL, &a), 0);
-  nic_rcache_release(a.slot);
+  ASSERT_EQ(
+      nic_rcache_acquire(nic_rcache_process(), region_ + 30 * kPage, 64, NIC_ACCESS_LOCAL, &a), 0);
+  nic_rcache_release(nic_rcache_process(), a.slot);
   backend->busy = true;
   ASSERT_EQ(munmap(region_ + 30 * kPage, kPage), 0);
   EXPECT_TRUE(backend->registered(a.reg.lkey)) << "the backend said busy";
   EXPECT_EQ(now().busy, 1u);
   EXPECT_EQ(now().busy_deregs - before_.busy_deregs, 1u);
   nic_rcache_ref b; // the cache goes on meanwhile, without the busy region's slot
-  ASSERT_EQ(nic_rcache_acquire(region_ + 40 * kPage, 64, NIC_ACCESS_LOCAL, &b), 0);
+  ASSERT_EQ(
+      nic_rcache_acquire(nic_rcache_process(), region_ + 40 * kPage, 64, NIC_ACCESS_LOCAL, &b), 0);
   EXPECT_NE(b.slot, a.slot) << "a slot whose registration is not gone was reused";
-  nic_rcache_release(b.slot);
-  nic_rcache_retry_busy();
+  nic_rcache_release(nic_rcache_process(), b.slot);
+  nic_rcache_retry_busy(nic_rcache_process());
   EXPECT_TRUE(backend->registered(a.reg.lkey)) << "still busy: kept for the next retry";
   backend->busy = false; // the post completed
-  nic_rcache_retry_busy();
+  nic_rcache_retry_busy(nic_rcache_process());
   EXPECT_FALSE(backend->registered(a.reg.lkey)) << "deregistered once the post was done";
   EXPECT_EQ(now().busy, 0u);
 }
@@ -427,9 +460,10 @@ TEST_F(RegistrationCache, ARemoteRegistrationLeavesWithItsUserOnEveryThread) {
         const unsigned access =
             t == 2 && rand_r(&seed) % 2 ? NIC_ACCESS_LOCAL : NIC_ACCESS_REMOTE_WRITE;
         nic_rcache_ref r;
-        if (nic_rcache_acquire(region_ + page * kPage, kPage, access, &r) == 0) {
+        if (nic_rcache_acquire(nic_rcache_process(), region_ + page * kPage, kPage, access, &r) ==
+            0) {
           rounds++;
-          nic_rcache_release(r.slot);
+          nic_rcache_release(nic_rcache_process(), r.slot);
         }
       }
     });
@@ -456,11 +490,12 @@ TEST_F(RegistrationCache, ConcurrentUseAndInvalidationStayBalanced) {
       while (!stop) {
         size_t page = rand_r(&seed) % 32;
         nic_rcache_ref r;
-        if (nic_rcache_acquire(region_ + page * kPage + 8, 64, NIC_ACCESS_LOCAL, &r) == 0) {
+        if (nic_rcache_acquire(nic_rcache_process(), region_ + page * kPage + 8, 64,
+                               NIC_ACCESS_LOCAL, &r) == 0) {
           EXPECT_LE(reinterpret_cast<uintptr_t>(r.reg.base),
                     reinterpret_cast<uintptr_t>(region_ + page * kPage));
           acquired++;
-          nic_rcache_release(r.slot);
+          nic_rcache_release(nic_rcache_process(), r.slot);
         }
       }
     });

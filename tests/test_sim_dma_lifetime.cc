@@ -196,11 +196,11 @@ TEST_F(SimDmaLifetime, CachedRegionUnmappedWhilePostedIsDeregisteredAfterTheComp
   char *p = map_pages(len, 'C');
   ASSERT_NE(p, nullptr);
   nic_rcache_ref ref;
-  ASSERT_EQ(nic_rcache_acquire(p, len, NIC_ACCESS_LOCAL, &ref), 0);
+  ASSERT_EQ(nic_rcache_acquire(nic_rcache_process(), p, len, NIC_ACCESS_LOCAL, &ref), 0);
   nic_sge s{p, (uint32_t)len, ref.reg.lkey, ref.reg.handle};
   Done d;
   ASSERT_EQ(b->post(b, ep, &s, 1, on_done, &d), 0);
-  nic_rcache_release(ref.slot);
+  nic_rcache_release(nic_rcache_process(), ref.slot);
   ASSERT_EQ(munmap(p, len), 0);
   EXPECT_EQ(stats().regions, 1u) << "busy: the post is not done";
   nic_sim_pause(b, false);
@@ -213,7 +213,7 @@ TEST_F(SimDmaLifetime, CachedRegionUnmappedWhilePostedIsDeregisteredAfterTheComp
     usleep(1000);
   EXPECT_EQ(stats().regions, 0u) << "the registration of the unmapped pages stayed";
   nic_rcache_stats rs;
-  nic_rcache_get_stats(&rs);
+  nic_rcache_get_stats(nic_rcache_process(), &rs);
   EXPECT_EQ(rs.busy_deregs, 1u);
   EXPECT_EQ(rs.busy, 0u);
   nic_rcache_use_backend(nullptr);

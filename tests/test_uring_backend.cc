@@ -355,15 +355,19 @@ TEST_F(UringTest, ACachedRegistrationNeverSendsTheOldBytesOfADroppedPage) {
     Reader reader(pair.rx);
     nic_endpoint *ep = Endpoint(pair.tx);
     nic_rcache_ref send, recv;
-    ASSERT_EQ(nic_rcache_acquire(mem.base, 2 * 4096, NIC_ACCESS_LOCAL, &send), 0);
-    ASSERT_EQ(nic_rcache_acquire(mem.base + 4096, 3 * 4096, NIC_ACCESS_LOCAL_WRITE, &recv), 0);
-    nic_rcache_release(send.slot);
-    nic_rcache_release(recv.slot);
+    ASSERT_EQ(nic_rcache_acquire(nic_rcache_process(), mem.base, 2 * 4096, NIC_ACCESS_LOCAL, &send),
+              0);
+    ASSERT_EQ(nic_rcache_acquire(nic_rcache_process(), mem.base + 4096, 3 * 4096,
+                                 NIC_ACCESS_LOCAL_WRITE, &recv),
+              0);
+    nic_rcache_release(nic_rcache_process(), send.slot);
+    nic_rcache_release(nic_rcache_process(), recv.slot);
     const std::string old = mem.Bytes(4096, 4096);
     ASSERT_EQ(madvise(mem.base + 4096, 4096, MADV_DONTNEED), 0);
     memset(mem.base + 4096, 'N', 4096);
     nic_rcache_ref now;
-    ASSERT_EQ(nic_rcache_acquire(mem.base, 2 * 4096, NIC_ACCESS_LOCAL, &now), 0);
+    ASSERT_EQ(nic_rcache_acquire(nic_rcache_process(), mem.base, 2 * 4096, NIC_ACCESS_LOCAL, &now),
+              0);
     nic_sge sge =
         Sge(now.reg, static_cast<size_t>(mem.base - static_cast<char *>(now.reg.base)), 2 * 4096);
     Done d;
@@ -375,6 +379,6 @@ TEST_F(UringTest, ACachedRegistrationNeverSendsTheOldBytesOfADroppedPage) {
       EXPECT_TRUE(got.substr(4096) != old) << "the dropped page's old bytes were sent";
       EXPECT_TRUE(got == mem.Bytes(0, 2 * 4096)) << "receiver got other bytes";
     }
-    nic_rcache_release(now.slot);
+    nic_rcache_release(nic_rcache_process(), now.slot);
   } // unmapping the region drops what the cache holds, while b is still its backend
 }

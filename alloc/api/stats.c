@@ -100,7 +100,7 @@ NIC_EXPORT void nic_get_stats(struct nic_stats *out) {
   out->double_frees = counters.double_frees;
 
   struct nic_rcache_stats rc;
-  nic_rcache_get_stats(&rc);
+  nic_rcache_get_stats(nic_rcache_process(), &rc);
   out->rcache_hits = rc.hits;
   out->rcache_misses = rc.misses;
   out->rcache_evictions = rc.evictions;

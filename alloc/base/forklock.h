@@ -35,13 +35,14 @@
  *     the other endpoints' list (safety/endpoint_common.c), the fence report lock
  *     (safety/fence_report.c), the late and growth locks (alloc/heap/dp_heap.c), the chunks lock
  *     (alloc/heap/chunks.c), the thread list (alloc/heap/thread.c), the huge-block cache
- *     (alloc/heap/huge_cache.c), the table of blocks nicmalloc maps itself (alloc/heap/mapped.c),
- * the registration cache (regcache/cache/rcache.c), the deferred-free table (safety/deferred.c),
- * the hold table (safety/hold.c), the detect records (safety/fence_detect.c), the protect spin lock
- * (safety/fence_protect.c, taken with signals blocked as every holder does), the pressure model
- * (safety/pressure.c), the profile table's spin lock (alloc/routing/profile_table.c), the System V
- * attach table (regcache/cache/interpose_shm.c). not held, only reset in the child (a reset entry,
- * or its module's child hook):
+ *     (alloc/heap/huge_cache.c), the table of blocks nicmalloc maps itself (alloc/heap/mapped.c), the
+ *     registration caches (regcache/cache/rcache.c, one lock for all), the deferred-free
+ *     table (safety/deferred.c), the hold table (safety/hold.c), the detect records
+ *     (safety/fence_detect.c), the protect spin lock (safety/fence_protect.c, taken with
+ *     signals blocked as every holder does), the pressure model (safety/pressure.c), the
+ *     profile table's spin lock (alloc/routing/profile_table.c), the System V attach table
+ *     (alloc/os/interpose_shm.c).
+ *   not held, only reset in the child (a reset entry, or its module's child hook):
  *     - the reaper pass lock (alloc/heap/reaper.c): holding it would make fork wait for a whole
  *       pass, a visit of mimalloc's abandoned segments included; everything a pass changes
  *       is under the late, thread and chunks locks, which are held, and the reaper thread that

@@ -10,15 +10,17 @@
 
 #include <errno.h>
 #include <pthread.h>
+#include <stdio.h>
 #include <string.h>
 #include <sys/mman.h>
 #include <unistd.h>
 
 #define PAGE ((uintptr_t)1 << NIC_RT_PAGE_SHIFT)
 
-/* Region structs live in a pool that is never unmapped, so a reader that loaded a slot from the
- * table can always look at it; it takes a reference only while the count is nonzero and then
- * checks the slot still describes the range (a recycled slot fails that check). */
+/* Region structs live in a pool that is unmapped only with its cache, so a reader that loaded a
+ * slot from the table can always look at it; it takes a reference only while the count is
+ * nonzero and then checks the slot still describes the range (a recycled slot fails that
+ * check). */
 struct region {
   uintptr_t start, end;
   struct nic_registration reg;
@@ -28,26 +30,56 @@ struct region {
   uint32_t next_free;
 };
 
+struct nic_rcache {
+  /* What a hit reads first. Both are published once, rt last (see ready_locked). */
+  struct nic_rt *rt;
+  struct region *pool; /* slot 0 unused: 0 means "no region" in the table */
+  uint32_t pool_slots, free_head, clock_hand;
+  /* Registrations the backend would not drop yet: -EBUSY, a post naming them still in flight
+   * (one made with a key from nic_register by a caller that let go before its completion,
+   * say). Their slots stay off the free list, chained through next_free, until a retry
+   * succeeds: a slot recycled at once would leave the backend's registration, and its pages,
+   * held for good. */
+  uint32_t busy_head;
+  uint32_t busy_count; /* read without the lock by nic_rcache_retry_busy */
+  bool retrying;       /* a backend's dereg may re-enter through a free or an unmap */
+  bool made;           /* by nic_rcache_create (mapped), not the process-wide one */
+  uint32_t regions;    /* cached, against max_regions */
+  size_t bytes_live;
+  uint32_t max_regions; /* 0 until the first registration reads the settings */
+  size_t max_bytes;
+  struct nic_backend *backend; /* NULL: the process-wide one */
+  struct nic_rcache_stats stats;
+  struct nic_rcache *next, **prev_next; /* the made ones, for invalidation */
+  char name[32];
+};
+
 int nic_rcache_regions_live;
 
-/* Recursive: a backend may free memory inside reg/dereg, and that free invalidates here. */
+/* One lock for every cache, recursive: a backend may free or unmap memory inside reg/dereg, and
+ * that invalidates every cache. With a lock per cache, two caches deregistering at once on two
+ * threads could each wait for the other's lock there. Misses are the only callers that wait for
+ * it (a hit takes no lock), and they wait for a registration anyway. */
 static pthread_mutex_t lock = PTHREAD_RECURSIVE_MUTEX_INITIALIZER_NP;
 /* Held across fork after the allocator's locks (a chunk or huge-cache lock holder may unmap
- * memory, whose interposed call takes this one), so a child that frees or unmaps memory the
+ * memory, whose interposed call takes this one), so a child that frees or unmaps memory a
  * cache covers, or asks for statistics, does not wait on a lock a parent thread held. */
 NIC_FORKLOCK_RECURSIVE(rcache, NIC_FORK_RCACHE, &lock, NULL);
-static struct region *pool; /* slot 0 unused: 0 means "no region" in the table */
-static uint32_t pool_slots, free_head, clock_hand;
-static size_t bytes_live;
-static struct nic_backend *backend_override;
-static struct nic_rcache_stats stats;
 
-static struct nic_backend *backend(void) {
-  return backend_override ? backend_override : nic_backend_active();
+struct nic_rcache nic_rcache_process_instance = {.name = "process"};
+
+/* The caches nic_rcache_create made, under the lock. While there are none, invalidation looks
+ * at the process-wide cache's table without the lock first, as most frees and unmaps touch no
+ * cached page; a made cache may be destroyed, so its table is only read under the lock. */
+static struct nic_rcache *made;
+static unsigned made_count; /* read without the lock */
+
+static struct nic_backend *backend(const struct nic_rcache *c) {
+  return c->backend ? c->backend : nic_backend_active();
 }
 
 void nic_rcache_use_backend(struct nic_backend *b) {
-  backend_override = b;
+  nic_rcache_process_instance.backend = b;
 }
 
 static void count(uint64_t *counter) {
@@ -55,18 +87,67 @@ static void count(uint64_t *counter) {
 }
 
 /* Room for every cached region plus as many again held only by users in flight. */
-static bool pool_ready_locked(void) {
-  if (pool) return true;
-  uint32_t slots = nic_config()->rcache_max_regions * 2 + 64;
-  void *p = mmap(NULL, (size_t)slots * sizeof *pool, PROT_READ | PROT_WRITE,
-                 MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
-  if (p == MAP_FAILED) return false;
-  pool = p;
-  for (uint32_t i = 1; i < slots; i++)
-    pool[i].next_free = i + 1 < slots ? i + 1 : 0;
-  free_head = 1;
-  __atomic_store_n(&pool_slots, slots, __ATOMIC_RELEASE); /* last: a checked release reads it */
+static uint32_t pool_slots_for(uint32_t max_regions) {
+  return max_regions * 2 + 64;
+}
+
+static bool ready_locked(struct nic_rcache *c) {
+  if (c->rt) return true;
+  if (!c->max_regions) c->max_regions = nic_config()->rcache_max_regions;
+  if (!c->max_bytes) c->max_bytes = nic_config()->rcache_max_bytes;
+  const uint32_t slots = pool_slots_for(c->max_regions);
+  if (!c->pool) {
+    void *p = mmap(NULL, (size_t)slots * sizeof *c->pool, PROT_READ | PROT_WRITE,
+                   MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+    if (p == MAP_FAILED) return false;
+    c->pool = p;
+    for (uint32_t i = 1; i < slots; i++)
+      c->pool[i].next_free = i + 1 < slots ? i + 1 : 0;
+    c->free_head = 1;
+    /* Before rt: a checked release reads it. */
+    __atomic_store_n(&c->pool_slots, slots, __ATOMIC_RELEASE);
+  }
+  struct nic_rt *rt = nic_rt_create();
+  if (!rt) return false;
+  __atomic_store_n(&c->rt, rt, __ATOMIC_RELEASE); /* last: a lookup that sees it sees the pool */
   return true;
+}
+
+struct nic_rcache *nic_rcache_create(const struct nic_rcache_params *params) {
+  if (!params || !params->backend || !params->backend->reg || !params->backend->dereg ||
+      params->max_regions > (UINT32_MAX - 64) / 2) {
+    errno = EINVAL;
+    return NULL;
+  }
+  struct nic_rcache *c =
+      mmap(NULL, sizeof *c, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+  if (c == MAP_FAILED) {
+    errno = ENOMEM;
+    return NULL;
+  }
+  memset(c, 0, sizeof *c);
+  c->made = true;
+  c->backend = params->backend;
+  c->max_regions = params->max_regions;
+  c->max_bytes = params->max_bytes;
+  snprintf(c->name, sizeof c->name, "%s", params->name ? params->name : "rcache");
+  pthread_mutex_lock(&lock);
+  bool ok = ready_locked(c);
+  if (ok) {
+    c->next = made;
+    c->prev_next = &made;
+    if (made) made->prev_next = &c->next;
+    made = c;
+    __atomic_add_fetch(&made_count, 1, __ATOMIC_RELEASE);
+  }
+  pthread_mutex_unlock(&lock);
+  if (!ok) {
+    if (c->pool) munmap(c->pool, (size_t)c->pool_slots * sizeof *c->pool);
+    munmap(c, sizeof *c);
+    errno = ENOMEM;
+    return NULL;
+  }
+  return c;
 }
 
 #define REMOTE (NIC_ACCESS_REMOTE_READ | NIC_ACCESS_REMOTE_WRITE)
@@ -86,113 +167,104 @@ static bool try_ref(struct region *r) {
   return false;
 }
 
-/* Registrations the backend would not drop yet: -EBUSY, a post naming them still in flight (one
- * made with a key from nic_register by a caller that let go before its completion, say). Their
- * slots stay off the free list, chained through next_free, until a retry succeeds: a slot
- * recycled at once would leave the backend's registration, and its pages, held for good. */
-static uint32_t busy_head;
-static uint32_t busy_count; /* read without the lock by nic_rcache_retry_busy */
-static bool retrying;       /* a backend's dereg may re-enter through a free or an unmap */
-
 /* Lock held. 0 when slot's registration is gone (or the backend forgot it), -EBUSY else. */
-static int dereg_locked(uint32_t slot) {
-  struct region *r = &pool[slot];
-  struct nic_backend *b = backend();
+static int dereg_locked(struct nic_rcache *c, uint32_t slot) {
+  struct region *r = &c->pool[slot];
+  struct nic_backend *b = backend(c);
   int rc = b ? b->dereg(b, &r->reg) : 0; /* none in a child of fork: the parent's registration */
   if (rc && rc != -EBUSY)
-    nic_log_warn_once("registration cache: backend %s refused to deregister [%p, +%zu) (%s); the "
-                      "region is dropped",
-                      b->name, r->reg.base, r->reg.len, strerror(-rc));
+    nic_log_warn_once("registration cache %s: backend %s refused to deregister [%p, +%zu) (%s); "
+                      "the region is dropped",
+                      c->name, b->name, r->reg.base, r->reg.len, strerror(-rc));
   return rc == -EBUSY ? rc : 0;
 }
 
-static void free_slot_locked(uint32_t slot) {
-  pool[slot].next_free = free_head;
-  free_head = slot;
+static void free_slot_locked(struct nic_rcache *c, uint32_t slot) {
+  c->pool[slot].next_free = c->free_head;
+  c->free_head = slot;
 }
 
-static void retry_busy_locked(void) {
-  if (!busy_head || retrying) return;
-  retrying = true;
-  for (uint32_t *p = &busy_head; *p;) {
+static void retry_busy_locked(struct nic_rcache *c) {
+  if (!c->busy_head || c->retrying) return;
+  c->retrying = true;
+  for (uint32_t *p = &c->busy_head; *p;) {
     uint32_t slot = *p;
-    if (dereg_locked(slot)) {
-      p = &pool[slot].next_free;
+    if (dereg_locked(c, slot)) {
+      p = &c->pool[slot].next_free;
       continue;
     }
-    *p = pool[slot].next_free;
-    __atomic_sub_fetch(&busy_count, 1, __ATOMIC_RELAXED);
-    free_slot_locked(slot);
+    *p = c->pool[slot].next_free;
+    __atomic_sub_fetch(&c->busy_count, 1, __ATOMIC_RELAXED);
+    free_slot_locked(c, slot);
   }
-  retrying = false;
+  c->retrying = false;
 }
 
-static void drop_ref_locked(uint32_t slot) {
-  struct region *r = &pool[slot];
+static void drop_ref_locked(struct nic_rcache *c, uint32_t slot) {
+  struct region *r = &c->pool[slot];
   if (__atomic_sub_fetch(&r->refs, 1, __ATOMIC_ACQ_REL) != 0) return;
-  if (dereg_locked(slot) == 0) {
-    free_slot_locked(slot);
+  if (dereg_locked(c, slot) == 0) {
+    free_slot_locked(c, slot);
     return;
   }
-  r->next_free = busy_head;
-  busy_head = slot;
-  __atomic_add_fetch(&busy_count, 1, __ATOMIC_RELAXED);
-  count(&stats.busy_deregs);
+  r->next_free = c->busy_head;
+  c->busy_head = slot;
+  __atomic_add_fetch(&c->busy_count, 1, __ATOMIC_RELAXED);
+  count(&c->stats.busy_deregs);
 }
 
-void nic_rcache_retry_busy(void) {
-  if (!__atomic_load_n(&busy_count, __ATOMIC_RELAXED)) return;
+void nic_rcache_retry_busy(struct nic_rcache *c) {
+  if (!__atomic_load_n(&c->busy_count, __ATOMIC_RELAXED)) return;
   pthread_mutex_lock(&lock);
-  retry_busy_locked();
+  retry_busy_locked(c);
   pthread_mutex_unlock(&lock);
 }
 
-static void invalidate_locked(uint32_t slot) {
-  struct region *r = &pool[slot];
+static void invalidate_locked(struct nic_rcache *c, uint32_t slot) {
+  struct region *r = &c->pool[slot];
   if (!r->valid) return;
   __atomic_store_n(&r->valid, 0, __ATOMIC_RELEASE);
-  nic_rt_clear(r->start, r->end, slot);
-  bytes_live -= r->end - r->start;
+  nic_rt_clear(c->rt, r->start, r->end, slot);
+  c->bytes_live -= r->end - r->start;
+  c->regions--;
   __atomic_sub_fetch(&nic_rcache_regions_live, 1, __ATOMIC_RELAXED);
   nic_watch_ranges(-1); /* after the count: events.h */
-  drop_ref_locked(slot);
+  drop_ref_locked(c, slot);
 }
 
 /* CLOCK: the first valid region nobody uses and nobody touched since the last sweep. */
-static bool evict_one_locked(void) {
-  for (uint32_t n = 0; n < 2 * pool_slots; n++) {
-    uint32_t slot = clock_hand = clock_hand + 1 < pool_slots ? clock_hand + 1 : 1;
-    struct region *r = &pool[slot];
+static bool evict_one_locked(struct nic_rcache *c) {
+  for (uint32_t n = 0; n < 2 * c->pool_slots; n++) {
+    uint32_t slot = c->clock_hand = c->clock_hand + 1 < c->pool_slots ? c->clock_hand + 1 : 1;
+    struct region *r = &c->pool[slot];
     if (!r->valid || __atomic_load_n(&r->refs, __ATOMIC_ACQUIRE) != 1) continue;
     if (__atomic_exchange_n(&r->clock, 0, __ATOMIC_RELAXED)) continue;
-    invalidate_locked(slot);
-    count(&stats.evictions);
+    invalidate_locked(c, slot);
+    count(&c->stats.evictions);
     return true;
   }
   return false;
 }
 
-static bool make_room_locked(size_t size) {
-  const struct nic_config *cfg = nic_config();
-  retry_busy_locked(); /* their slots, if their posts are done */
-  while ((uint32_t)nic_rcache_regions_live >= cfg->rcache_max_regions ||
-         bytes_live + size > cfg->rcache_max_bytes)
-    if (!evict_one_locked()) return false;
-  return free_head != 0;
+static bool make_room_locked(struct nic_rcache *c, size_t size) {
+  retry_busy_locked(c); /* their slots, if their posts are done */
+  while (c->regions >= c->max_regions || c->bytes_live + size > c->max_bytes)
+    if (!evict_one_locked(c)) return false;
+  return c->free_head != 0;
 }
 
 /* Widens [*start, *end) over the valid regions that overlap it (taking their access too,
  * so that a region that must give way to the new one leaves no page less usable than before)
  * and over those of the same access that touch it, as long as the union stays registrable. */
-static void merge_neighbours_locked(uintptr_t *start, uintptr_t *end, unsigned *access,
-                                    size_t max_bytes) {
+static void merge_neighbours_locked(struct nic_rcache *c, uintptr_t *start, uintptr_t *end,
+                                    unsigned *access, size_t max_bytes) {
   const uintptr_t lo = *start > PAGE ? *start - PAGE : *start, hi = *end + PAGE;
   const uintptr_t asked_start = *start, asked_end = *end;
   const unsigned asked = *access;
   for (uintptr_t a = lo; a < hi;) {
-    uint32_t slot = nic_rt_next(&a, hi);
+    uint32_t slot = nic_rt_next(c->rt, &a, hi);
     if (!slot) break;
-    struct region *r = &pool[slot];
+    struct region *r = &c->pool[slot];
     uintptr_t s = r->start < *start ? r->start : *start, e = r->end > *end ? r->end : *end;
     bool overlaps = r->start < asked_end && asked_start < r->end;
     if (r->valid && (overlaps || r->reg.access == asked) && e - s <= max_bytes) {
@@ -206,25 +278,26 @@ static void merge_neighbours_locked(uintptr_t *start, uintptr_t *end, unsigned *
 
 /* Takes every valid region with a page in [start, end) out of the cache. Regions never overlap
  * and each is in the table for all its pages, so walking the table finds them all. */
-static unsigned invalidate_range_locked(uintptr_t start, uintptr_t end) {
+static unsigned invalidate_range_locked(struct nic_rcache *c, uintptr_t start, uintptr_t end) {
   unsigned n = 0;
+  if (!c->rt) return 0;
   for (uintptr_t a = start; a < end;) {
-    uint32_t slot = nic_rt_next(&a, end);
+    uint32_t slot = nic_rt_next(c->rt, &a, end);
     if (!slot) break;
-    a = pool[slot].end > a ? pool[slot].end : a + PAGE;
-    if (pool[slot].valid) {
-      invalidate_locked(slot);
+    a = c->pool[slot].end > a ? c->pool[slot].end : a + PAGE;
+    if (c->pool[slot].valid) {
+      invalidate_locked(c, slot);
       n++;
     }
   }
   return n;
 }
 
-static int insert_locked(uintptr_t start, uintptr_t end, unsigned access,
+static int insert_locked(struct nic_rcache *c, uintptr_t start, uintptr_t end, unsigned access,
                          struct nic_rcache_ref *out) {
-  struct nic_backend *b = backend();
+  struct nic_backend *b = backend(c);
   if (!b) return -ENODEV;
-  if (!pool_ready_locked()) return -ENOMEM;
+  if (!ready_locked(c)) return -ENOMEM;
   if (end - start > b->caps.max_region_bytes) return -ERANGE;
   /* Else the NIC refuses it, or worse the sim takes it and faults reading it. */
   if (!nic_range_readable((const void *)start, end - start)) return -EFAULT;
@@ -235,39 +308,40 @@ static int insert_locked(uintptr_t start, uintptr_t end, unsigned access,
    * requests, each keeping the peer's access alive, or giving a peer more than was asked. */
   const bool cached = !(access & REMOTE);
   if (cached) {
-    merge_neighbours_locked(&start, &end, &access, b->caps.max_region_bytes);
+    merge_neighbours_locked(c, &start, &end, &access, b->caps.max_region_bytes);
     /* Every page belongs to one region at most: a page the table gave to the new region would
      * hide an older one from the invalidations of that page, and the older one, still valid
      * through its other pages, would go on handing out a registration of pages since
      * replaced. So whatever overlaps the new region leaves the cache first (merged into it, or
      * too large to merge); users in flight keep theirs. */
-    invalidate_range_locked(start, end);
-    if (!make_room_locked(end - start)) return -ENOSPC;
-  } else if (!free_head) {
+    invalidate_range_locked(c, start, end);
+    if (!make_room_locked(c, end - start)) return -ENOSPC;
+  } else if (!c->free_head) {
     return -ENOSPC;
   }
   /* Taken off the free list before the backend runs, which may re-enter (see lock). */
-  uint32_t slot = free_head;
-  struct region *r = &pool[slot];
-  free_head = r->next_free;
+  uint32_t slot = c->free_head;
+  struct region *r = &c->pool[slot];
+  c->free_head = r->next_free;
   int rc = b->reg(b, (void *)start, end - start, access, &r->reg);
-  if (rc == 0 && cached && !nic_rt_set(start, end, slot)) {
+  if (rc == 0 && cached && !nic_rt_set(c->rt, start, end, slot)) {
     __atomic_store_n(&r->refs, 1, __ATOMIC_RELEASE); /* nobody posted with it: goes at once */
-    drop_ref_locked(slot);
+    drop_ref_locked(c, slot);
     return -ENOMEM;
   }
   if (rc) {
-    free_slot_locked(slot);
+    free_slot_locked(c, slot);
     return rc;
   }
   r->start = start;
   r->end = end;
   r->clock = 1;
-  count(&stats.registrations);
+  count(&c->stats.registrations);
   if (cached) {
     __atomic_store_n(&r->refs, 2, __ATOMIC_RELEASE); /* the table's and the caller's */
     __atomic_store_n(&r->valid, 1, __ATOMIC_RELEASE);
-    bytes_live += end - start;
+    c->bytes_live += end - start;
+    c->regions++;
     nic_watch_ranges(1); /* before the count: events.h */
     __atomic_add_fetch(&nic_rcache_regions_live, 1, __ATOMIC_RELAXED);
   } else {
@@ -279,54 +353,60 @@ static int insert_locked(uintptr_t start, uintptr_t end, unsigned access,
   return 0;
 }
 
-static bool lookup(uintptr_t start, uintptr_t last, unsigned access, struct nic_rcache_ref *out) {
-  uint32_t slot = nic_rt_get(start);
-  if (!slot || !pool) return false;
-  struct region *r = &pool[slot];
+static inline __attribute__((always_inline)) bool lookup(struct nic_rcache *c, uintptr_t start,
+                                                         uintptr_t last, unsigned access,
+                                                         struct nic_rcache_ref *out) {
+  const struct nic_rt *rt = __atomic_load_n(&c->rt, __ATOMIC_ACQUIRE);
+  if (!rt) return false;
+  uint32_t slot = nic_rt_get(rt, start);
+  if (!slot) return false;
+  struct region *r = &c->pool[slot];
   if (!try_ref(r)) return false;
   if (__atomic_load_n(&r->valid, __ATOMIC_ACQUIRE) && covers(r, start, last, access) &&
-      nic_rt_get(start) == slot) {
+      nic_rt_get(rt, start) == slot) {
     if (!r->clock) __atomic_store_n(&r->clock, 1, __ATOMIC_RELAXED);
     out->slot = slot;
     out->reg = r->reg;
     return true;
   }
-  nic_rcache_release(slot);
+  nic_rcache_release(c, slot);
   return false;
 }
 
-int nic_rcache_acquire(const void *p, size_t len, unsigned access, struct nic_rcache_ref *out) {
+int nic_rcache_acquire(struct nic_rcache *c, const void *p, size_t len, unsigned access,
+                       struct nic_rcache_ref *out) {
   uintptr_t start = (uintptr_t)p, last;
   if (len == 0 || __builtin_add_overflow(start, len - 1, &last) || last >= UINTPTR_MAX - PAGE)
     return -ERANGE;
   const bool cached = !(access & REMOTE); /* see insert_locked */
-  if (cached && lookup(start, last, access, out)) {
-    count(&stats.hits);
+  if (cached && lookup(c, start, last, access, out)) {
+    count(&c->stats.hits);
     return 0;
   }
   pthread_mutex_lock(&lock);
   int rc = 0;
-  if (cached && lookup(start, last, access, out)) {
-    count(&stats.hits); /* another thread registered it meanwhile */
+  if (cached && lookup(c, start, last, access, out)) {
+    count(&c->stats.hits); /* another thread registered it meanwhile */
   } else {
-    count(&stats.misses);
-    rc = insert_locked(start & ~(PAGE - 1), (last + PAGE) & ~(PAGE - 1), access, out);
-    if (rc) count(&stats.failures);
+    count(&c->stats.misses);
+    rc = insert_locked(c, start & ~(PAGE - 1), (last + PAGE) & ~(PAGE - 1), access, out);
+    if (rc) count(&c->stats.failures);
   }
   pthread_mutex_unlock(&lock);
   return rc;
 }
 
-int nic_rcache_find(const void *p, size_t len, unsigned access, struct nic_rcache_ref *out) {
+int nic_rcache_find(struct nic_rcache *c, const void *p, size_t len, unsigned access,
+                    struct nic_rcache_ref *out) {
   uintptr_t start = (uintptr_t)p, last;
   if (len == 0 || __builtin_add_overflow(start, len - 1, &last)) return -ERANGE;
-  if ((access & REMOTE) || !lookup(start, last, access, out)) return -ENOENT;
-  count(&stats.hits);
+  if ((access & REMOTE) || !lookup(c, start, last, access, out)) return -ENOENT;
+  count(&c->stats.hits);
   return 0;
 }
 
-void nic_rcache_release(uint32_t slot) {
-  struct region *r = &pool[slot];
+void nic_rcache_release(struct nic_rcache *c, uint32_t slot) {
+  struct region *r = &c->pool[slot];
   /* Only the last reference needs the lock (it deregisters and recycles the slot). */
   int refs = __atomic_load_n(&r->refs, __ATOMIC_ACQUIRE);
   while (refs > 1)
@@ -334,16 +414,16 @@ void nic_rcache_release(uint32_t slot) {
                                     __ATOMIC_ACQUIRE))
       return;
   pthread_mutex_lock(&lock);
-  drop_ref_locked(slot);
+  drop_ref_locked(c, slot);
   pthread_mutex_unlock(&lock);
 }
 
 /* The table holds one reference while the region is valid, so a user's release that would
  * take the last one away (or one from a dead or unknown slot) releases nothing it owns. With
  * more than two references some user holds one whatever this caller does: no lock needed. */
-int nic_rcache_release_checked(uint32_t slot) {
-  if (!slot || slot >= __atomic_load_n(&pool_slots, __ATOMIC_ACQUIRE)) return -EINVAL;
-  struct region *r = &pool[slot];
+int nic_rcache_release_checked(struct nic_rcache *c, uint32_t slot) {
+  if (!slot || slot >= __atomic_load_n(&c->pool_slots, __ATOMIC_ACQUIRE)) return -EINVAL;
+  struct region *r = &c->pool[slot];
   int refs = __atomic_load_n(&r->refs, __ATOMIC_ACQUIRE);
   while (refs > 2)
     if (__atomic_compare_exchange_n(&r->refs, &refs, refs - 1, true, __ATOMIC_ACQ_REL,
@@ -351,34 +431,76 @@ int nic_rcache_release_checked(uint32_t slot) {
       return 0;
   pthread_mutex_lock(&lock);
   int rc = __atomic_load_n(&r->refs, __ATOMIC_ACQUIRE) > r->valid ? 0 : -EINVAL;
-  if (rc == 0) drop_ref_locked(slot);
+  if (rc == 0) drop_ref_locked(c, slot);
   pthread_mutex_unlock(&lock);
   return rc;
+}
+
+static void invalidate_one_locked(struct nic_rcache *c, uintptr_t start, uintptr_t end) {
+  retry_busy_locked(c);
+  unsigned n = invalidate_range_locked(c, start, end);
+  __atomic_add_fetch(&c->stats.invalidations, n, __ATOMIC_RELAXED);
 }
 
 void nic_rcache_invalidate(uintptr_t start, size_t len) {
   if (!__atomic_load_n(&nic_rcache_regions_live, __ATOMIC_ACQUIRE) || len == 0) return;
   uintptr_t end = start + len < start ? UINTPTR_MAX : start + len;
-  /* Lock-free first look: most frees and unmaps touch no cached page. */
-  uintptr_t probe = start;
-  if (!nic_rt_next(&probe, end)) return;
+  if (!__atomic_load_n(&made_count, __ATOMIC_ACQUIRE)) {
+    /* Lock-free first look: most frees and unmaps touch no cached page. */
+    const struct nic_rt *rt = __atomic_load_n(&nic_rcache_process_instance.rt, __ATOMIC_ACQUIRE);
+    uintptr_t probe = start;
+    if (!rt || !nic_rt_next(rt, &probe, end)) return;
+  }
   pthread_mutex_lock(&lock);
-  retry_busy_locked();
-  unsigned n = invalidate_range_locked(start, end);
-  __atomic_add_fetch(&stats.invalidations, n, __ATOMIC_RELAXED);
+  invalidate_one_locked(&nic_rcache_process_instance, start, end);
+  for (struct nic_rcache *c = made; c; c = c->next)
+    invalidate_one_locked(c, start, end);
   pthread_mutex_unlock(&lock);
 }
 
-void nic_rcache_get_stats(struct nic_rcache_stats *out) {
+/* Lock held. Whether a user still holds a reference to a region of c. */
+static bool held_locked(const struct nic_rcache *c) {
+  for (uint32_t slot = 1; slot < c->pool_slots; slot++)
+    if (__atomic_load_n(&c->pool[slot].refs, __ATOMIC_ACQUIRE) > c->pool[slot].valid) return true;
+  return false;
+}
+
+int nic_rcache_destroy(struct nic_rcache *c) {
+  if (!c || !c->made) return -EINVAL;
   pthread_mutex_lock(&lock);
-  *out = stats;
-  out->busy = busy_count;
-  out->regions = (uint32_t)nic_rcache_regions_live;
-  out->bytes = bytes_live;
+  retry_busy_locked(c);
+  if (c->busy_head || held_locked(c)) {
+    pthread_mutex_unlock(&lock);
+    return -EBUSY;
+  }
+  invalidate_range_locked(c, 0, UINTPTR_MAX);
+  if (c->busy_head) { /* emptied, but the backend refused some just now */
+    pthread_mutex_unlock(&lock);
+    return -EBUSY;
+  }
+  *c->prev_next = c->next;
+  if (c->next) c->next->prev_next = c->prev_next;
+  __atomic_sub_fetch(&made_count, 1, __ATOMIC_RELEASE);
+  pthread_mutex_unlock(&lock);
+  nic_rt_destroy(c->rt);
+  munmap(c->pool, (size_t)c->pool_slots * sizeof *c->pool);
+  munmap(c, sizeof *c);
+  return 0;
+}
+
+void nic_rcache_get_stats(struct nic_rcache *c, struct nic_rcache_stats *out) {
+  pthread_mutex_lock(&lock);
+  *out = c->stats;
+  out->busy = c->busy_count;
+  out->regions = c->regions;
+  out->bytes = c->bytes_live;
   pthread_mutex_unlock(&lock);
 }
 
 /* A cached region must never outlive what it registered: a block freed inside it, pages that
  * leave or are replaced under it. Busy deregistrations are retried on the reaper's passes. */
+static void retry_busy_tick(void) {
+  nic_rcache_retry_busy(nic_rcache_process());
+}
 NIC_MEMORY_WATCHER(registration_cache, .range_stale = nic_rcache_invalidate,
-                   .pages_leaving = nic_rcache_invalidate, .tick = nic_rcache_retry_busy);
+                   .pages_leaving = nic_rcache_invalidate, .tick = retry_busy_tick);

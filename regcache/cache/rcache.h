@@ -3,11 +3,14 @@
  * in rcache_table plus one reference count; a miss registers the page-aligned range (merged with
  * neighbouring registrations) and caches it. Regions never overlap. Remote access is never
  * cached: each such request gets a registration of exactly its pages and rights, of its own,
- * deregistered when it is released. Regions beyond
- * NICMALLOC_RCACHE_MAX_REGIONS / _MAX_BYTES are evicted, least recently used first (CLOCK).
- * Invalidation is exact: free/realloc of a block inside a region and munmap/mremap/madvise of
- * its pages remove it at once; users in flight keep their reference, and the backend
- * registration goes when the last one lets go. */
+ * deregistered when it is released. Regions beyond the cache's limits are evicted, least
+ * recently used first (CLOCK). Invalidation is exact: free/realloc of a block inside a region
+ * and munmap/mremap/madvise of its pages remove it at once, from every cache; users in flight
+ * keep their reference, and the backend registration goes when the last one lets go.
+ *
+ * A cache is an instance over one backend (nic_rcache_create), so that it can be used, and
+ * tested, over any ops table. The runtime's own is nic_rcache_process(): over the process-wide
+ * backend, with the limits NICMALLOC_RCACHE_MAX_REGIONS / _MAX_BYTES, made on first use. */
 #ifndef NIC_RCACHE_H
 #define NIC_RCACHE_H
 
@@ -16,8 +19,38 @@
 #include <stddef.h>
 #include <stdint.h>
 
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+struct nic_rcache;
+
+struct nic_rcache_params {
+  /* Registers and deregisters the cache's regions; must outlive the cache. */
+  struct nic_backend *backend;
+  /* Cached regions and bytes at most; 0 takes NICMALLOC_RCACHE_MAX_REGIONS / _MAX_BYTES. */
+  uint32_t max_regions;
+  size_t max_bytes;
+  const char *name; /* for messages; copied (NULL: "rcache") */
+};
+
+/* NULL with errno EINVAL (no backend, or more regions than slots can number) or ENOMEM. Takes
+ * no lock of the allocator's and never calls malloc. */
+struct nic_rcache *nic_rcache_create(const struct nic_rcache_params *params);
+/* Deregisters every cached region and frees the cache. -EBUSY, destroying nothing, while a user
+ * still holds a reference or the backend refuses to drop a registration as busy (then the
+ * regions it did drop are gone from the cache): call again once they let go. No other call on
+ * the cache may run meanwhile or after. -EINVAL for NULL or the process-wide cache. */
+int nic_rcache_destroy(struct nic_rcache *c);
+
+/* The runtime's cache, over the process-wide backend (static: the accessor costs nothing). */
+extern struct nic_rcache nic_rcache_process_instance __attribute__((visibility("hidden")));
+static inline struct nic_rcache *nic_rcache_process(void) {
+  return &nic_rcache_process_instance;
+}
+
 struct nic_rcache_ref {
-  uint32_t slot; /* pass to nic_rcache_release */
+  uint32_t slot; /* pass to nic_rcache_release with the same cache */
   struct nic_registration reg;
 };
 
@@ -25,27 +58,30 @@ struct nic_rcache_ref {
  * access: makes one of exactly its pages and rights), and holds it until nic_rcache_release.
  * Returns 0, -EFAULT (range not mapped), -ENOSPC (over the limits with nothing evictable), -ERANGE
  * (len 0, overflow, or larger than a region may be), or the backend's error. */
-int nic_rcache_acquire(const void *p, size_t len, unsigned access, struct nic_rcache_ref *out);
-void nic_rcache_release(uint32_t slot);
+int nic_rcache_acquire(struct nic_rcache *c, const void *p, size_t len, unsigned access,
+                       struct nic_rcache_ref *out);
+void nic_rcache_release(struct nic_rcache *c, uint32_t slot);
 /* For references that come from outside (nic_unregister): -EINVAL, releasing nothing, when the
  * slot holds no reference of a user (released already, never handed out, out of range). */
-int nic_rcache_release_checked(uint32_t slot);
-/* For nicmalloc's own references (scatter-gather entries), which are right by construction:
- * nic_rcache_release inside the internal scope, as nic_unregister runs it. */
+int nic_rcache_release_checked(struct nic_rcache *c, uint32_t slot);
+/* For nicmalloc's own references to the process-wide cache (scatter-gather entries), which are
+ * right by construction: nic_rcache_release inside the internal scope, as nic_unregister runs
+ * it. */
 void nic_rcache_release_own(uint32_t slot);
 /* Like nic_rcache_acquire, but never registers: -ENOENT when no cached region covers the range
  * (always for remote access). Used under NIC translation-cache pressure, where a new
  * registration would cost more than a copy. */
-int nic_rcache_find(const void *p, size_t len, unsigned access, struct nic_rcache_ref *out);
+int nic_rcache_find(struct nic_rcache *c, const void *p, size_t len, unsigned access,
+                    struct nic_rcache_ref *out);
 
-/* Drops every cached region overlapping [start, start+len). */
+/* Drops the cached regions overlapping [start, start+len) from every cache: the pages left. */
 void nic_rcache_invalidate(uintptr_t start, size_t len);
 /* Deregisters the regions the backend refused as busy (a post naming them was in flight) when
  * their posts are done. Also done by every call above that takes the cache's lock; the reaper
  * and nic_poll call this so that none waits for the next miss. One load when there are none. */
-void nic_rcache_retry_busy(void);
+void nic_rcache_retry_busy(struct nic_rcache *c);
 
-/* Nonzero while any region is cached: free's one-load filter. */
+/* Nonzero while any cache holds a region: free's one-load filter. */
 extern int nic_rcache_regions_live __attribute__((visibility("hidden")));
 
 struct nic_rcache_stats {
@@ -55,9 +91,12 @@ struct nic_rcache_stats {
   uint32_t regions;
   size_t bytes;
 };
-void nic_rcache_get_stats(struct nic_rcache_stats *out);
+void nic_rcache_get_stats(struct nic_rcache *c, struct nic_rcache_stats *out);
 
-/* Tests use their own backend; otherwise the process-wide one is used. */
+/* Tests of the runtime give the process-wide cache their own backend (NULL: the process's). */
 void nic_rcache_use_backend(struct nic_backend *b);
 
+#ifdef __cplusplus
+}
+#endif
 #endif

@@ -41,7 +41,7 @@ NIC_EXPORT int nic_register(const void *p, size_t len, unsigned access,
     return 0;
   }
   struct nic_rcache_ref ref;
-  rc = nic_rcache_acquire(p, len, access, &ref);
+  rc = nic_rcache_acquire(nic_rcache_process(), p, len, access, &ref);
   if (rc) return rc == -ERANGE ? -NIC_ERANGE : rc;
   out->kind = NIC_REGION_CACHED;
   out->chunk_index = 0;
@@ -62,7 +62,7 @@ NIC_EXPORT int nic_register(const void *p, size_t len, unsigned access,
 NIC_EXPORT void nic_unregister(const struct nic_region_ref *ref) {
   NIC_INTERNAL_SCOPE();
   if (!ref || ref->kind != NIC_REGION_CACHED || !ref->cache_slot) return;
-  if (nic_rcache_release_checked(ref->cache_slot))
+  if (nic_rcache_release_checked(nic_rcache_process(), ref->cache_slot))
     nic_api_error(registration,
                   "nic_unregister(%p): registration-cache slot %u holds no registration of "
                   "yours (unregistered already?); ignored",
@@ -71,5 +71,5 @@ NIC_EXPORT void nic_unregister(const struct nic_region_ref *ref) {
 
 void nic_rcache_release_own(uint32_t slot) {
   NIC_INTERNAL_SCOPE();
-  nic_rcache_release(slot);
+  nic_rcache_release(nic_rcache_process(), slot);
 }

@@ -1,0 +1,451 @@
+// Registration caches made with nic_rcache_create, each over a fake backend of its own that logs
+// every registration and deregistration and fails or answers busy on demand: hits, merging,
+// eviction by limit, exact invalidation across caches, busy deregistration, remote regions and
+// destruction, each read from the fake's log. No sim NIC and not the process-wide cache.
+#include <gtest/gtest.h>
+#include <sys/mman.h>
+#include <unistd.h>
+
+#include <cerrno>
+#include <cstdint>
+#include <cstring>
+#include <functional>
+#include <mutex>
+#include <set>
+#include <thread>
+#include <vector>
+
+extern "C" {
+#include "rcache.h"
+}
+
+namespace {
+
+const size_t kPage = 4096;
+
+struct Call {
+  enum Kind { reg, dereg } kind;
+  uintptr_t base;
+  size_t len;
+  unsigned access;
+  uint32_t lkey;
+  int rc;
+};
+
+// The ops table the caches register with. Keys are unique across fakes, so a key names one
+// registration of one fake.
+struct FakeBackend {
+  nic_backend ops{};
+  std::mutex mu;
+  std::vector<Call> log;
+  std::set<uint32_t> live;
+  int fail_reg = 0;  // reg answers this (a negative errno) while nonzero
+  bool busy = false; // dereg answers -EBUSY, as with a post in flight
+  // Runs at each deregistration before it is logged, as a backend that frees or unmaps there.
+  std::function<void()> on_dereg;
+  static uint32_t next_key;
+
+  explicit FakeBackend(const char *name, size_t max_region = 16 << 20) {
+    log.reserve(256);
+    ops.name = name;
+    ops.caps.max_region_bytes = max_region;
+    ops.reg = [](nic_backend *b, void *base, size_t len, unsigned access, nic_registration *out) {
+      auto *self = static_cast<FakeBackend *>(b->priv);
+      std::lock_guard<std::mutex> lock(self->mu);
+      if (self->fail_reg) {
+        self->log.push_back(
+            {Call::reg, reinterpret_cast<uintptr_t>(base), len, access, 0, self->fail_reg});
+        return self->fail_reg;
+      }
+      const bool remote = access & (NIC_ACCESS_REMOTE_READ | NIC_ACCESS_REMOTE_WRITE);
+      *out = {base, len, access, next_key++, remote ? next_key : 0, 0};
+      self->live.insert(out->lkey);
+      self->log.push_back(
+          {Call::reg, reinterpret_cast<uintptr_t>(base), len, access, out->lkey, 0});
+      return 0;
+    };
+    ops.dereg = [](nic_backend *b, nic_registration *reg) {
+      auto *self = static_cast<FakeBackend *>(b->priv);
+      if (self->on_dereg) self->on_dereg();
+      std::lock_guard<std::mutex> lock(self->mu);
+      const int rc = self->busy ? -EBUSY : 0;
+      self->log.push_back({Call::dereg, reinterpret_cast<uintptr_t>(reg->base), reg->len,
+                           reg->access, reg->lkey, rc});
+      if (rc == 0) {
+        EXPECT_EQ(self->live.erase(reg->lkey), 1u) << "deregistered twice or never";
+      }
+      return rc;
+    };
+    ops.priv = this;
+  }
+  std::vector<Call> calls(Call::Kind kind) {
+    std::lock_guard<std::mutex> lock(mu);
+    std::vector<Call> out;
+    for (const Call &c : log)
+      if (c.kind == kind) out.push_back(c);
+    return out;
+  }
+  size_t regs() { return calls(Call::reg).size(); }
+  bool registered(uint32_t lkey) {
+    std::lock_guard<std::mutex> lock(mu);
+    return live.count(lkey) != 0;
+  }
+};
+uint32_t FakeBackend::next_key = 1;
+
+class RcacheInstance : public ::testing::Test {
+protected:
+  void SetUp() override {
+    mem_ = static_cast<char *>(
+        mmap(nullptr, 64 * kPage, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0));
+    ASSERT_NE(mem_, MAP_FAILED);
+    memset(mem_, 1, 64 * kPage);
+  }
+  void TearDown() override {
+    for (nic_rcache *c : caches_)
+      EXPECT_EQ(nic_rcache_destroy(c), 0) << "a test left a reference held";
+    munmap(mem_, 64 * kPage);
+  }
+  // Never freed: a cache a failed assertion left behind may still call its backend.
+  static FakeBackend &Fake(const char *name) { return *new FakeBackend(name); }
+  nic_rcache *Make(FakeBackend &b, uint32_t max_regions = 8, size_t max_bytes = 64 << 20) {
+    nic_rcache_params params{&b.ops, max_regions, max_bytes, b.ops.name};
+    nic_rcache *c = nic_rcache_create(&params);
+    EXPECT_NE(c, nullptr) << strerror(errno);
+    if (c) caches_.push_back(c);
+    return c;
+  }
+  nic_rcache_stats Stats(nic_rcache *c) {
+    nic_rcache_stats s;
+    nic_rcache_get_stats(c, &s);
+    return s;
+  }
+  uintptr_t At(size_t page) { return reinterpret_cast<uintptr_t>(mem_ + page * kPage); }
+  char *mem_ = nullptr;
+  std::vector<nic_rcache *> caches_;
+};
+
+TEST_F(RcacheInstance, ACoveredRangeIsAHitAndEachCacheRegistersOnItsOwnBackend) {
+  FakeBackend &fa = Fake("a"), &fb = Fake("b");
+  nic_rcache *a = Make(fa), *b = Make(fb);
+  ASSERT_TRUE(a && b);
+  const nic_rcache_stats process = Stats(nic_rcache_process());
+  nic_rcache_ref r1, r2, r3;
+  ASSERT_EQ(nic_rcache_acquire(a, mem_ + 100, 200, NIC_ACCESS_LOCAL, &r1), 0);
+  ASSERT_EQ(nic_rcache_acquire(a, mem_ + 150, 50, NIC_ACCESS_LOCAL, &r2), 0);
+  ASSERT_EQ(nic_rcache_find(a, mem_ + 8, 8, NIC_ACCESS_LOCAL, &r3), 0);
+  ASSERT_EQ(fa.regs(), 1u) << "the second and third lookups were hits";
+  EXPECT_EQ(fa.calls(Call::reg)[0].base, At(0)) << "page aligned";
+  EXPECT_EQ(fa.calls(Call::reg)[0].len, kPage);
+  EXPECT_EQ(r1.slot, r2.slot);
+  EXPECT_EQ(r2.reg.lkey, r1.reg.lkey);
+  EXPECT_EQ(Stats(a).hits, 2u);
+  EXPECT_EQ(Stats(a).misses, 1u);
+  EXPECT_EQ(fb.regs(), 0u) << "another cache's miss registered here";
+  nic_rcache_ref other;
+  ASSERT_EQ(nic_rcache_find(b, mem_ + 100, 200, NIC_ACCESS_LOCAL, &other), -ENOENT);
+  ASSERT_EQ(nic_rcache_acquire(b, mem_ + 100, 200, NIC_ACCESS_LOCAL, &other), 0);
+  ASSERT_EQ(fb.regs(), 1u);
+  EXPECT_NE(other.reg.lkey, r1.reg.lkey);
+  for (auto *r : {&r1, &r2, &r3})
+    nic_rcache_release(a, r->slot);
+  nic_rcache_release(b, other.slot);
+  EXPECT_EQ(Stats(nic_rcache_process()).hits, process.hits) << "counted in the process's cache";
+  EXPECT_EQ(Stats(nic_rcache_process()).misses, process.misses);
+  EXPECT_EQ(Stats(nic_rcache_process()).regions, 0u);
+  EXPECT_TRUE(fa.calls(Call::dereg).empty()) << "released regions stay cached";
+}
+
+TEST_F(RcacheInstance, NeighboursMergeAndTheMergedAwayRegionGoesWithItsLastUser) {
+  FakeBackend &f = Fake("merge");
+  nic_rcache *c = Make(f);
+  ASSERT_TRUE(c);
+  nic_rcache_ref first, second, both;
+  ASSERT_EQ(nic_rcache_acquire(c, mem_, kPage, NIC_ACCESS_LOCAL, &first), 0);
+  ASSERT_EQ(nic_rcache_acquire(c, mem_ + kPage, kPage, NIC_ACCESS_LOCAL, &second), 0);
+  auto regs = f.calls(Call::reg);
+  ASSERT_EQ(regs.size(), 2u);
+  EXPECT_EQ(regs[1].base, At(0));
+  EXPECT_EQ(regs[1].len, 2 * kPage) << "the touching neighbour was not merged";
+  EXPECT_TRUE(f.calls(Call::dereg).empty()) << "the first region is still held";
+  nic_rcache_release(c, first.slot);
+  auto deregs = f.calls(Call::dereg);
+  ASSERT_EQ(deregs.size(), 1u);
+  EXPECT_EQ(deregs[0].lkey, first.reg.lkey);
+  ASSERT_EQ(nic_rcache_acquire(c, mem_ + 10, 2 * kPage - 20, NIC_ACCESS_LOCAL, &both), 0);
+  EXPECT_EQ(both.reg.lkey, second.reg.lkey);
+  EXPECT_EQ(f.regs(), 2u);
+  nic_rcache_release(c, second.slot);
+  nic_rcache_release(c, both.slot);
+}
+
+TEST_F(RcacheInstance, RegionsBeyondTheLimitsAreEvictedLeastRecentlyUsedFirst) {
+  FakeBackend &f = Fake("limits");
+  nic_rcache *c = Make(f, 2, 3 * kPage);
+  ASSERT_TRUE(c);
+  nic_rcache_ref r[4];
+  for (int i = 0; i < 3; i++) {
+    ASSERT_EQ(nic_rcache_acquire(c, mem_ + 10 * i * kPage, 8, NIC_ACCESS_LOCAL, &r[i]), 0);
+    nic_rcache_release(c, r[i].slot);
+  }
+  auto deregs = f.calls(Call::dereg);
+  ASSERT_EQ(deregs.size(), 1u) << "two regions at most";
+  EXPECT_EQ(deregs[0].lkey, r[0].reg.lkey) << "the oldest goes first";
+  EXPECT_EQ(Stats(c).evictions, 1u);
+  EXPECT_EQ(Stats(c).regions, 2u);
+  // Bytes: two more pages next to nothing cached would make four; one region must go.
+  ASSERT_EQ(nic_rcache_acquire(c, mem_ + 40 * kPage, 2 * kPage, NIC_ACCESS_LOCAL, &r[3]), 0);
+  deregs = f.calls(Call::dereg);
+  ASSERT_EQ(deregs.size(), 2u);
+  EXPECT_EQ(deregs[1].lkey, r[1].reg.lkey);
+  EXPECT_LE(Stats(c).bytes, 3 * kPage);
+  // A region a user holds is never evicted: with both held there is no room.
+  nic_rcache_ref held, extra;
+  ASSERT_EQ(nic_rcache_acquire(c, mem_ + 20 * kPage, 8, NIC_ACCESS_LOCAL, &held), 0) << "a hit";
+  const size_t regs = f.regs();
+  EXPECT_EQ(nic_rcache_acquire(c, mem_ + 50 * kPage, 8, NIC_ACCESS_LOCAL, &extra), -ENOSPC);
+  EXPECT_EQ(f.regs(), regs) << "registered although there was no room";
+  nic_rcache_release(c, held.slot);
+  nic_rcache_release(c, r[3].slot);
+  ASSERT_EQ(nic_rcache_acquire(c, mem_ + 50 * kPage, 8, NIC_ACCESS_LOCAL, &extra), 0);
+  nic_rcache_release(c, extra.slot);
+}
+
+// An unmap, a page drop or an explicit invalidation reaches every cache, and takes exactly the
+// regions with a page in the range.
+TEST_F(RcacheInstance, InvalidationReachesEveryCacheAndOnlyTheRegionsInTheRange) {
+  FakeBackend &fa = Fake("a"), &fb = Fake("b");
+  nic_rcache *a = Make(fa), *b = Make(fb);
+  ASSERT_TRUE(a && b);
+  nic_rcache_ref ra, rb0, rb2, rb8;
+  ASSERT_EQ(nic_rcache_acquire(a, mem_, kPage, NIC_ACCESS_LOCAL, &ra), 0);
+  ASSERT_EQ(nic_rcache_acquire(b, mem_, kPage, NIC_ACCESS_LOCAL, &rb0), 0);
+  ASSERT_EQ(nic_rcache_acquire(b, mem_ + 2 * kPage, kPage, NIC_ACCESS_LOCAL, &rb2), 0);
+  ASSERT_EQ(nic_rcache_acquire(b, mem_ + 8 * kPage, kPage, NIC_ACCESS_LOCAL, &rb8), 0);
+  for (auto *r : {&rb0, &rb2, &rb8})
+    nic_rcache_release(b, r->slot);
+  nic_rcache_release(a, ra.slot);
+
+  nic_rcache_invalidate(At(1), kPage); // the page between two regions
+  EXPECT_TRUE(fa.calls(Call::dereg).empty());
+  EXPECT_TRUE(fb.calls(Call::dereg).empty());
+
+  ASSERT_EQ(madvise(mem_, kPage, MADV_DONTNEED), 0);
+  ASSERT_EQ(fa.calls(Call::dereg).size(), 1u) << "cache a kept a region whose page was dropped";
+  EXPECT_EQ(fa.calls(Call::dereg)[0].lkey, ra.reg.lkey);
+  ASSERT_EQ(fb.calls(Call::dereg).size(), 1u) << "cache b kept a region whose page was dropped";
+  EXPECT_EQ(fb.calls(Call::dereg)[0].lkey, rb0.reg.lkey);
+
+  ASSERT_EQ(munmap(mem_ + 2 * kPage, kPage), 0);
+  ASSERT_EQ(fb.calls(Call::dereg).size(), 2u);
+  EXPECT_EQ(fb.calls(Call::dereg)[1].lkey, rb2.reg.lkey);
+  EXPECT_TRUE(fb.registered(rb8.reg.lkey)) << "a region outside every range was dropped";
+  EXPECT_EQ(Stats(a).invalidations, 1u);
+  EXPECT_EQ(Stats(b).invalidations, 2u);
+  EXPECT_EQ(Stats(b).regions, 1u);
+  // A fresh registration there, never the stale one.
+  nic_rcache_ref again;
+  ASSERT_EQ(nic_rcache_acquire(a, mem_, kPage, NIC_ACCESS_LOCAL, &again), 0);
+  EXPECT_NE(again.reg.lkey, ra.reg.lkey);
+  EXPECT_EQ(fa.regs(), 2u);
+  nic_rcache_release(a, again.slot);
+}
+
+// A backend's deregistration may unmap memory another cache holds a region of: that region goes
+// at once, from inside the first cache's call, without waiting on a lock the thread holds.
+TEST_F(RcacheInstance, ADeregistrationThatUnmapsReachesTheOtherCache) {
+  FakeBackend &fa = Fake("a"), &fb = Fake("b");
+  nic_rcache *a = Make(fa), *b = Make(fb);
+  ASSERT_TRUE(a && b);
+  nic_rcache_ref ra, rb;
+  ASSERT_EQ(nic_rcache_acquire(a, mem_, kPage, NIC_ACCESS_LOCAL, &ra), 0);
+  ASSERT_EQ(nic_rcache_acquire(b, mem_ + 20 * kPage, kPage, NIC_ACCESS_LOCAL, &rb), 0);
+  nic_rcache_release(a, ra.slot);
+  nic_rcache_release(b, rb.slot);
+  char *page = mem_ + 20 * kPage;
+  fa.on_dereg = [&fb, &rb, page] {
+    EXPECT_TRUE(fb.registered(rb.reg.lkey));
+    EXPECT_EQ(munmap(page, kPage), 0);
+    EXPECT_FALSE(fb.registered(rb.reg.lkey)) << "cache b kept a region whose page was unmapped";
+  };
+  nic_rcache_invalidate(At(0), kPage);
+  fa.on_dereg = nullptr;
+  ASSERT_EQ(fa.calls(Call::dereg).size(), 1u);
+  ASSERT_EQ(fb.calls(Call::dereg).size(), 1u);
+  EXPECT_EQ(fb.calls(Call::dereg)[0].lkey, rb.reg.lkey);
+  EXPECT_EQ(Stats(b).regions, 0u);
+}
+
+// Two caches used on two threads while a third drops their pages: every handed-out registration
+// covers what was asked and is live in its own backend, and once the caches are destroyed each
+// backend has had every registration deregistered exactly once (the fake checks).
+TEST_F(RcacheInstance, TwoCachesUsedWhileTheirPagesAreDroppedStayBalanced) {
+  FakeBackend &fa = Fake("a"), &fb = Fake("b");
+  const nic_rcache_params pa{&fa.ops, 4, 0, "a"}, pb{&fb.ops, 4, 0, "b"};
+  nic_rcache *a = nic_rcache_create(&pa), *b = nic_rcache_create(&pb);
+  ASSERT_TRUE(a && b);
+  const int kRounds = 3000;
+  auto user = [this](nic_rcache *c, FakeBackend *f, unsigned seed) {
+    for (int i = 0; i < kRounds; i++) {
+      const size_t page = rand_r(&seed) % 8, off = rand_r(&seed) % kPage;
+      const size_t len = 1 + rand_r(&seed) % (2 * kPage);
+      const uintptr_t p = At(page) + off;
+      nic_rcache_ref r;
+      if (nic_rcache_acquire(c, reinterpret_cast<void *>(p), len, NIC_ACCESS_LOCAL, &r) != 0) {
+        ADD_FAILURE() << "acquire failed at round " << i;
+        return;
+      }
+      const uintptr_t base = reinterpret_cast<uintptr_t>(r.reg.base);
+      EXPECT_TRUE(base <= p && p + len <= base + r.reg.len) << "round " << i;
+      EXPECT_TRUE(f->registered(r.reg.lkey)) << "handed out a deregistered key, round " << i;
+      nic_rcache_release(c, r.slot);
+    }
+  };
+  std::thread ta(user, a, &fa, 1u), tb(user, b, &fb, 2u);
+  unsigned seed = 3;
+  for (int i = 0; i < kRounds; i++)
+    ASSERT_EQ(madvise(mem_ + (rand_r(&seed) % 9) * kPage, kPage, MADV_DONTNEED), 0);
+  ta.join();
+  tb.join();
+  EXPECT_GT(Stats(a).invalidations + Stats(b).invalidations, 0u);
+  ASSERT_EQ(nic_rcache_destroy(a), 0);
+  ASSERT_EQ(nic_rcache_destroy(b), 0);
+  for (FakeBackend *f : {&fa, &fb}) {
+    EXPECT_TRUE(f->live.empty()) << f->ops.name << ": " << f->live.size() << " left registered";
+    EXPECT_EQ(f->calls(Call::reg).size(), f->calls(Call::dereg).size()) << f->ops.name;
+  }
+}
+
+TEST_F(RcacheInstance, AUserInFlightKeepsAnInvalidatedRegistration) {
+  FakeBackend &f = Fake("inflight");
+  nic_rcache *c = Make(f);
+  ASSERT_TRUE(c);
+  nic_rcache_ref r;
+  ASSERT_EQ(nic_rcache_acquire(c, mem_ + 4 * kPage, 64, NIC_ACCESS_LOCAL, &r), 0);
+  nic_rcache_invalidate(At(4), kPage);
+  EXPECT_TRUE(f.calls(Call::dereg).empty()) << "deregistered under its user";
+  nic_rcache_ref fresh;
+  ASSERT_EQ(nic_rcache_acquire(c, mem_ + 4 * kPage, 64, NIC_ACCESS_LOCAL, &fresh), 0);
+  EXPECT_NE(fresh.reg.lkey, r.reg.lkey) << "an invalidated region was handed out again";
+  nic_rcache_release(c, r.slot);
+  ASSERT_EQ(f.calls(Call::dereg).size(), 1u);
+  EXPECT_EQ(f.calls(Call::dereg)[0].lkey, r.reg.lkey);
+  nic_rcache_release(c, fresh.slot);
+}
+
+TEST_F(RcacheInstance, BusyDeregistrationIsRetriedUntilTheBackendLetsGo) {
+  FakeBackend &f = Fake("busy");
+  nic_rcache *c = Make(f);
+  ASSERT_TRUE(c);
+  nic_rcache_ref r;
+  ASSERT_EQ(nic_rcache_acquire(c, mem_ + 6 * kPage, 64, NIC_ACCESS_LOCAL, &r), 0);
+  nic_rcache_release(c, r.slot);
+  f.busy = true;
+  nic_rcache_invalidate(At(6), kPage);
+  auto deregs = f.calls(Call::dereg);
+  ASSERT_EQ(deregs.size(), 1u);
+  EXPECT_EQ(deregs[0].rc, -EBUSY);
+  EXPECT_TRUE(f.registered(r.reg.lkey));
+  EXPECT_EQ(Stats(c).busy, 1u);
+  EXPECT_EQ(Stats(c).busy_deregs, 1u);
+  nic_rcache_ref other; // the cache goes on meanwhile, without the busy region's slot
+  ASSERT_EQ(nic_rcache_acquire(c, mem_ + 12 * kPage, 64, NIC_ACCESS_LOCAL, &other), 0);
+  EXPECT_NE(other.slot, r.slot) << "a slot whose registration is not gone was reused";
+  nic_rcache_release(c, other.slot);
+  nic_rcache_retry_busy(c);
+  EXPECT_TRUE(f.registered(r.reg.lkey)) << "still busy: kept for the next retry";
+  EXPECT_EQ(nic_rcache_destroy(c), -EBUSY) << "destroyed with a registration the backend holds";
+  f.busy = false; // the post completed
+  nic_rcache_retry_busy(c);
+  EXPECT_FALSE(f.registered(r.reg.lkey));
+  deregs = f.calls(Call::dereg);
+  EXPECT_EQ(deregs.back().lkey, r.reg.lkey);
+  EXPECT_EQ(deregs.back().rc, 0);
+  EXPECT_EQ(Stats(c).busy, 0u);
+}
+
+TEST_F(RcacheInstance, RemoteRegionsAreNeverCachedNorMerged) {
+  FakeBackend &f = Fake("remote");
+  nic_rcache *c = Make(f);
+  ASSERT_TRUE(c);
+  nic_rcache_ref local, remote1, remote2, found;
+  ASSERT_EQ(nic_rcache_acquire(c, mem_, kPage, NIC_ACCESS_LOCAL, &local), 0);
+  ASSERT_EQ(nic_rcache_acquire(c, mem_ + kPage + 8, 16, NIC_ACCESS_REMOTE_READ, &remote1), 0);
+  ASSERT_EQ(nic_rcache_acquire(c, mem_ + kPage + 8, 16, NIC_ACCESS_REMOTE_READ, &remote2), 0);
+  auto regs = f.calls(Call::reg);
+  ASSERT_EQ(regs.size(), 3u) << "each remote request gets a registration of its own";
+  for (int i : {1, 2}) {
+    EXPECT_EQ(regs[i].base, At(1)) << "exactly its pages";
+    EXPECT_EQ(regs[i].len, kPage);
+    EXPECT_EQ(regs[i].access, NIC_ACCESS_REMOTE_READ) << "exactly its rights";
+  }
+  EXPECT_NE(remote1.reg.lkey, remote2.reg.lkey);
+  EXPECT_EQ(nic_rcache_find(c, mem_ + kPage, 16, NIC_ACCESS_REMOTE_READ, &found), -ENOENT);
+  EXPECT_EQ(Stats(c).regions, 1u) << "only the local region is cached";
+  nic_rcache_release(c, remote1.slot);
+  ASSERT_EQ(f.calls(Call::dereg).size(), 1u) << "a remote registration outlived its user";
+  EXPECT_EQ(f.calls(Call::dereg)[0].lkey, remote1.reg.lkey);
+  nic_rcache_release(c, remote2.slot);
+  ASSERT_EQ(f.calls(Call::dereg).size(), 2u);
+  EXPECT_EQ(f.calls(Call::dereg)[1].lkey, remote2.reg.lkey);
+  EXPECT_TRUE(f.registered(local.reg.lkey));
+  EXPECT_EQ(nic_rcache_release_checked(c, remote2.slot), -EINVAL) << "released twice";
+  nic_rcache_release(c, local.slot);
+}
+
+TEST_F(RcacheInstance, AFailedRegistrationCachesNothing) {
+  FakeBackend &f = Fake("failing");
+  nic_rcache *c = Make(f);
+  ASSERT_TRUE(c);
+  nic_rcache_ref r;
+  f.fail_reg = -ENOMEM;
+  EXPECT_EQ(nic_rcache_acquire(c, mem_ + 3 * kPage, 8, NIC_ACCESS_LOCAL, &r), -ENOMEM);
+  EXPECT_EQ(nic_rcache_find(c, mem_ + 3 * kPage, 8, NIC_ACCESS_LOCAL, &r), -ENOENT);
+  EXPECT_EQ(Stats(c).failures, 1u);
+  EXPECT_EQ(Stats(c).regions, 0u);
+  f.fail_reg = 0;
+  ASSERT_EQ(nic_rcache_acquire(c, mem_ + 3 * kPage, 8, NIC_ACCESS_LOCAL, &r), 0);
+  EXPECT_EQ(f.regs(), 2u) << "asked the backend again";
+  nic_rcache_release(c, r.slot);
+  EXPECT_EQ(nic_rcache_acquire(c, reinterpret_cast<void *>(0x1000), 8, NIC_ACCESS_LOCAL, &r),
+            -EFAULT);
+  EXPECT_EQ(nic_rcache_acquire(c, mem_, 32 << 20, NIC_ACCESS_LOCAL, &r), -ERANGE);
+  EXPECT_EQ(f.regs(), 2u) << "the backend saw a range it cannot take";
+}
+
+TEST_F(RcacheInstance, DestroyWaitsForUsersThenDeregistersEverything) {
+  FakeBackend &f = Fake("destroy");
+  nic_rcache_params params{&f.ops, 8, 1 << 20, "destroy"};
+  nic_rcache *c = nic_rcache_create(&params);
+  ASSERT_NE(c, nullptr);
+  nic_rcache_ref a, b;
+  ASSERT_EQ(nic_rcache_acquire(c, mem_, kPage, NIC_ACCESS_LOCAL, &a), 0);
+  ASSERT_EQ(nic_rcache_acquire(c, mem_ + 5 * kPage, kPage, NIC_ACCESS_LOCAL, &b), 0);
+  nic_rcache_release(c, a.slot);
+  EXPECT_EQ(nic_rcache_destroy(c), -EBUSY) << "destroyed under a user";
+  EXPECT_TRUE(f.calls(Call::dereg).empty()) << "a refused destroy deregistered";
+  nic_rcache_release(c, b.slot);
+  ASSERT_EQ(nic_rcache_destroy(c), 0);
+  std::set<uint32_t> gone;
+  for (const Call &d : f.calls(Call::dereg))
+    gone.insert(d.lkey);
+  EXPECT_EQ(gone, (std::set<uint32_t>{a.reg.lkey, b.reg.lkey}));
+  // The destroyed cache is out of the invalidation list: an unmap now must not reach it.
+  nic_rcache_invalidate(At(0), 8 * kPage);
+  EXPECT_EQ(f.calls(Call::dereg).size(), 2u);
+}
+
+TEST_F(RcacheInstance, BadParametersAreRefused) {
+  errno = 0;
+  EXPECT_EQ(nic_rcache_create(nullptr), nullptr);
+  EXPECT_EQ(errno, EINVAL);
+  nic_rcache_params none{nullptr, 8, 1 << 20, "none"};
+  EXPECT_EQ(nic_rcache_create(&none), nullptr);
+  FakeBackend &f = Fake("big");
+  nic_rcache_params big{&f.ops, UINT32_MAX, 1 << 20, "big"};
+  EXPECT_EQ(nic_rcache_create(&big), nullptr);
+  EXPECT_EQ(nic_rcache_destroy(nullptr), -EINVAL);
+  EXPECT_EQ(nic_rcache_destroy(nic_rcache_process()), -EINVAL);
+}
+
+} // namespace
