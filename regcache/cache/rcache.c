@@ -4,6 +4,7 @@
 #include "config.h"
 #include "forklock.h"
 #include "log.h"
+#include "page.h"
 #include "rcache_table.h"
 #include "readable.h"
 
@@ -12,8 +13,6 @@
 #include <string.h>
 #include <sys/mman.h>
 #include <unistd.h>
-
-#define PAGE ((uintptr_t)1 << NIC_RT_PAGE_SHIFT)
 
 /* Region structs live in a pool that is never unmapped, so a reader that loaded a slot from the
  * table can always look at it; it takes a reference only while the count is nonzero and then
@@ -184,7 +183,8 @@ static bool make_room_locked(size_t size) {
  * and over those of the same access that touch it, as long as the union stays registrable. */
 static void merge_neighbours_locked(uintptr_t *start, uintptr_t *end, unsigned *access,
                                     size_t max_bytes) {
-  const uintptr_t lo = *start > PAGE ? *start - PAGE : *start, hi = *end + PAGE;
+  const uintptr_t lo = *start > NIC_PAGE_SIZE ? *start - NIC_PAGE_SIZE : *start,
+                  hi = *end + NIC_PAGE_SIZE;
   const uintptr_t asked_start = *start, asked_end = *end;
   const unsigned asked = *access;
   for (uintptr_t a = lo; a < hi;) {
@@ -198,7 +198,7 @@ static void merge_neighbours_locked(uintptr_t *start, uintptr_t *end, unsigned *
       *end = e;
       *access |= r->reg.access;
     }
-    a = r->end > a ? r->end : a + PAGE;
+    a = r->end > a ? r->end : a + NIC_PAGE_SIZE;
   }
 }
 
@@ -209,7 +209,7 @@ static unsigned invalidate_range_locked(uintptr_t start, uintptr_t end) {
   for (uintptr_t a = start; a < end;) {
     uint32_t slot = nic_rt_next(&a, end);
     if (!slot) break;
-    a = pool[slot].end > a ? pool[slot].end : a + PAGE;
+    a = pool[slot].end > a ? pool[slot].end : a + NIC_PAGE_SIZE;
     if (pool[slot].valid) {
       invalidate_locked(slot);
       n++;
@@ -294,7 +294,8 @@ static bool lookup(uintptr_t start, uintptr_t last, unsigned access, struct nic_
 
 int nic_rcache_acquire(const void *p, size_t len, unsigned access, struct nic_rcache_ref *out) {
   uintptr_t start = (uintptr_t)p, last;
-  if (len == 0 || __builtin_add_overflow(start, len - 1, &last) || last >= UINTPTR_MAX - PAGE)
+  if (len == 0 || __builtin_add_overflow(start, len - 1, &last) ||
+      last >= UINTPTR_MAX - NIC_PAGE_SIZE)
     return -ERANGE;
   const bool cached = !(access & REMOTE); /* see insert_locked */
   if (cached && lookup(start, last, access, out)) {
@@ -307,7 +308,8 @@ int nic_rcache_acquire(const void *p, size_t len, unsigned access, struct nic_rc
     count(&stats.hits); /* another thread registered it meanwhile */
   } else {
     count(&stats.misses);
-    rc = insert_locked(start & ~(PAGE - 1), (last + PAGE) & ~(PAGE - 1), access, out);
+    rc = insert_locked(start & ~(NIC_PAGE_SIZE - 1), (last + NIC_PAGE_SIZE) & ~(NIC_PAGE_SIZE - 1),
+                       access, out);
     if (rc) count(&stats.failures);
   }
   pthread_mutex_unlock(&lock);

@@ -1,96 +1,45 @@
 #include "rcache_table.h"
 
-#include <sys/mman.h>
+#include "pagemap.h"
 
-#define L1_SHIFT 30
-#define L2_SHIFT 21
-#define L1_ENTRIES (1ul << (47 - L1_SHIFT)) /* user space is 47 bits on x86-64 */
-#define L2_ENTRIES (1ul << (L1_SHIFT - L2_SHIFT))
-#define L3_ENTRIES (1ul << (L2_SHIFT - NIC_RT_PAGE_SHIFT))
-
-typedef uint32_t *l3_table;
-typedef l3_table *l2_table;
-
-static l2_table *l1; /* L1_ENTRIES pointers, mapped on first use */
-
-static void *map_zeroed(size_t bytes) {
-  void *p =
-      mmap(NULL, bytes, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE, -1, 0);
-  return p == MAP_FAILED ? NULL : p;
-}
+static void *root[NIC_PAGEMAP_ROOT_ENTRIES];
+static const struct nic_pagemap map = NIC_PAGEMAP(root, 3, 32);
 
 uint32_t nic_rt_get(uintptr_t addr) {
-  l2_table *top = __atomic_load_n(&l1, __ATOMIC_ACQUIRE);
-  if (!top || (addr >> L1_SHIFT) >= L1_ENTRIES) return 0;
-  l2_table l2 = __atomic_load_n(&top[addr >> L1_SHIFT], __ATOMIC_ACQUIRE);
-  if (!l2) return 0;
-  l3_table l3 = __atomic_load_n(&l2[(addr >> L2_SHIFT) & (L2_ENTRIES - 1)], __ATOMIC_ACQUIRE);
-  if (!l3) return 0;
-  return __atomic_load_n(&l3[(addr >> NIC_RT_PAGE_SHIFT) & (L3_ENTRIES - 1)], __ATOMIC_ACQUIRE);
-}
-
-/* Returns the leaf entry for addr, mapping missing tables when create is set. */
-static uint32_t *leaf(uintptr_t addr, bool create) {
-  if (!l1) {
-    if (!create) return NULL;
-    l2_table *top = map_zeroed(L1_ENTRIES * sizeof *top);
-    if (!top) return NULL;
-    __atomic_store_n(&l1, top, __ATOMIC_RELEASE);
-  }
-  l2_table *l2p = &l1[addr >> L1_SHIFT];
-  if (!*l2p) {
-    if (!create) return NULL;
-    l2_table l2 = map_zeroed(L2_ENTRIES * sizeof *l2);
-    if (!l2) return NULL;
-    __atomic_store_n(l2p, l2, __ATOMIC_RELEASE);
-  }
-  l3_table *l3p = &(*l2p)[(addr >> L2_SHIFT) & (L2_ENTRIES - 1)];
-  if (!*l3p) {
-    if (!create) return NULL;
-    l3_table l3 = map_zeroed(L3_ENTRIES * sizeof *l3);
-    if (!l3) return NULL;
-    __atomic_store_n(l3p, l3, __ATOMIC_RELEASE);
-  }
-  return &(*l3p)[(addr >> NIC_RT_PAGE_SHIFT) & (L3_ENTRIES - 1)];
+  const uint32_t *e = nic_pagemap_u32(&map, addr);
+  return e ? __atomic_load_n(e, __ATOMIC_ACQUIRE) : 0;
 }
 
 bool nic_rt_set(uintptr_t start, uintptr_t end, uint32_t slot) {
-  if ((end - 1) >> L1_SHIFT >= L1_ENTRIES) return false;
-  /* Map every table first, so that a failure leaves the table as it was. */
-  for (uintptr_t a = start; a < end; a += (uintptr_t)1 << NIC_RT_PAGE_SHIFT)
-    if (!leaf(a, true)) return false;
-  for (uintptr_t a = start; a < end; a += (uintptr_t)1 << NIC_RT_PAGE_SHIFT)
-    __atomic_store_n(leaf(a, false), slot, __ATOMIC_RELEASE);
+  if (end <= start) return true;
+  /* Every table first, so that a failure leaves the entries as they were. */
+  if (!nic_pagemap_reserve(&map, start, end)) return false;
+  for (uintptr_t a = start; a < end; a += NIC_PAGE_SIZE)
+    __atomic_store_n(nic_pagemap_u32(&map, a), slot, __ATOMIC_RELEASE);
   return true;
 }
 
 void nic_rt_clear(uintptr_t start, uintptr_t end, uint32_t slot) {
-  for (uintptr_t a = start; a < end; a += (uintptr_t)1 << NIC_RT_PAGE_SHIFT) {
-    uint32_t *e = leaf(a, false);
-    if (e && *e == slot) __atomic_store_n(e, 0, __ATOMIC_RELEASE);
+  for (uintptr_t a = start; a < end; a += NIC_PAGE_SIZE) {
+    uint32_t *e = nic_pagemap_u32(&map, a);
+    if (e && __atomic_load_n(e, __ATOMIC_RELAXED) == slot) __atomic_store_n(e, 0, __ATOMIC_RELEASE);
   }
 }
 
 uint32_t nic_rt_next(uintptr_t *addr, uintptr_t end) {
-  l2_table *top = __atomic_load_n(&l1, __ATOMIC_ACQUIRE);
-  uintptr_t a = *addr & ~(((uintptr_t)1 << NIC_RT_PAGE_SHIFT) - 1);
-  while (top && a < end && (a >> L1_SHIFT) < L1_ENTRIES) {
-    l2_table l2 = top[a >> L1_SHIFT];
-    if (!l2) {
-      a = ((a >> L1_SHIFT) + 1) << L1_SHIFT;
+  for (uintptr_t a = nic_page_down(*addr), next; a < end;) {
+    const uint32_t *leaf = nic_pagemap_span(&map, a, &next);
+    if (!leaf) {
+      a = next;
       continue;
     }
-    l3_table l3 = l2[(a >> L2_SHIFT) & (L2_ENTRIES - 1)];
-    if (!l3) {
-      a = ((a >> L2_SHIFT) + 1) << L2_SHIFT;
-      continue;
+    for (; a < end && a < next; a += NIC_PAGE_SIZE) {
+      uint32_t slot = __atomic_load_n(&leaf[nic_pagemap_index(&map, a)], __ATOMIC_ACQUIRE);
+      if (slot) {
+        *addr = a;
+        return slot;
+      }
     }
-    uint32_t slot = l3[(a >> NIC_RT_PAGE_SHIFT) & (L3_ENTRIES - 1)];
-    if (slot) {
-      *addr = a;
-      return slot;
-    }
-    a += (uintptr_t)1 << NIC_RT_PAGE_SHIFT;
   }
   *addr = end;
   return 0;

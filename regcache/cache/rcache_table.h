@@ -1,15 +1,12 @@
-/* A radix page table from 4 KiB virtual pages to registration-cache region slots, like SPDK's
- * mem_map or UCX's pgtable: three levels (1 GiB, 2 MiB, 4 KiB), tables mapped on first use and
- * never freed, so a lookup is three dependent loads and takes no lock. Writers serialise
- * themselves (the registration cache's lock). */
+/* From 4 KiB virtual pages to registration-cache region slots: an instance of the runtime's page
+ * map (alloc/base/pagemap.h, three levels: 1 GiB, 2 MiB, 4 KiB), so a lookup is a few dependent
+ * loads and takes no lock. Writers serialise themselves (the registration cache's lock). */
 #ifndef NIC_RCACHE_TABLE_H
 #define NIC_RCACHE_TABLE_H
 
 #include <stdbool.h>
 #include <stddef.h>
 #include <stdint.h>
-
-#define NIC_RT_PAGE_SHIFT 12
 
 /* Slot for the page holding addr; 0 = none. */
 uint32_t nic_rt_get(uintptr_t addr);
