@@ -40,8 +40,7 @@ void sim_complete(struct sim_nic *s, struct sim_work *w) {
   sim_unlock(s); /* done may post, poll or dereg */
   if (done) done(arg, status);
   sim_lock(s);
-  w->next = s->free_work;
-  s->free_work = w;
+  nic_pool_put(&s->work, w);
 }
 
 void sim_queue_push(struct sim_queue *q, struct sim_work *w) {
