@@ -40,14 +40,15 @@ uint64_t nic_pc_count(uintptr_t a) {
 bool nic_pc_any(uintptr_t start, uintptr_t end, uint64_t mask) {
   uintptr_t a, last;
   if (!page_range(start, end, &a, &last)) return false;
+  /* Page by page, as most ranges are a page or two; an absent table is skipped whole. */
   for (uintptr_t next; a <= last;) {
     const uint64_t *leaf = nic_pagemap_span(&map, a, &next);
     if (!leaf) {
-      a = next;
+      a = next; /* nothing in flight where no table was made */
       continue;
     }
-    for (; a <= last && a < next; a += NIC_PAGE_SIZE)
-      if (__atomic_load_n(&leaf[nic_pagemap_index(&map, a)], __ATOMIC_SEQ_CST) & mask) return true;
+    if (__atomic_load_n(&leaf[nic_pagemap_index(&map, a)], __ATOMIC_SEQ_CST) & mask) return true;
+    a += NIC_PAGE_SIZE;
   }
   return false;
 }

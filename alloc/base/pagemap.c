@@ -1,31 +1,19 @@
-#define _GNU_SOURCE
 #include "pagemap.h"
 
+#include "map.h"
+
 #include <sys/mman.h>
-#include <sys/syscall.h>
-#include <unistd.h>
-
-void *nic_map_zeroed(size_t bytes, int prot) {
-  void *p = mmap(NULL, bytes, prot, MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE, -1, 0);
-  return p == MAP_FAILED ? NULL : p;
-}
-
-/* The raw call: the runtime interposes mprotect (regcache/cache/interpose.c), and a table is none
- * of the interposed call's business. */
-bool nic_map_writable(void *p, size_t bytes) {
-  return syscall(SYS_mprotect, p, bytes, PROT_READ | PROT_WRITE) == 0;
-}
 
 /* *slot, or a zeroed table of bytes stored there first when it is empty. The loser of a race
  * unmaps its table, which nobody saw, and takes the winner's. */
 static void *table(void **slot, size_t bytes) {
   void *t = __atomic_load_n(slot, __ATOMIC_ACQUIRE);
   if (t) return t;
-  void *fresh = nic_map_zeroed(bytes, PROT_READ | PROT_WRITE);
+  void *fresh = nic_map_anon(bytes, PROT_READ | PROT_WRITE, true);
   if (!fresh) return NULL;
   if (__atomic_compare_exchange_n(slot, &t, fresh, false, __ATOMIC_ACQ_REL, __ATOMIC_ACQUIRE))
     return fresh;
-  munmap(fresh, bytes);
+  nic_unmap(fresh, bytes);
   return t;
 }
 
@@ -38,14 +26,6 @@ void *nic_pagemap_make(const struct nic_pagemap *m, uintptr_t a) {
     slot = &mid[(a >> NIC_PAGEMAP_MID_SHIFT) & (NIC_PAGEMAP_MID_ENTRIES - 1)];
   }
   return table(slot, nic_pagemap_leaf_bytes(m));
-}
-
-bool nic_pagemap_reserve(const struct nic_pagemap *m, uintptr_t start, uintptr_t end) {
-  if (end <= start || end > NIC_USER_END) return false;
-  const uintptr_t leaf = (uintptr_t)1 << nic_pagemap_leaf_shift(m);
-  for (uintptr_t a = start & ~(leaf - 1); a < end; a += leaf)
-    if (!nic_pagemap_make(m, a)) return false;
-  return true;
 }
 
 void nic_pagemap_bits(const struct nic_pagemap *m, uintptr_t start, uintptr_t end, bool on) {

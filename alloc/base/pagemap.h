@@ -12,8 +12,8 @@
  * An instance is a static const struct, so the accessors below fold its shape into constants:
  *   static void *root[NIC_PAGEMAP_ROOT_ENTRIES];
  *   static const struct nic_pagemap map = NIC_PAGEMAP(root, 3, 32);
- * Also here: mapping zeroed table memory (for maps that cannot be a radix, alloc/os/commit_map.c)
- * and the word runs of a bit range. */
+ * Tables come from alloc/base/map.h, as those of maps that cannot be a radix do
+ * (alloc/os/commit_map.c). Also here: the word runs of a bit range. */
 #ifndef NIC_PAGEMAP_H
 #define NIC_PAGEMAP_H
 
@@ -98,18 +98,19 @@ static inline bool nic_pagemap_bit(const struct nic_pagemap *m, uintptr_t a) {
 void *nic_pagemap_make(const struct nic_pagemap *m, uintptr_t a);
 /* Makes every leaf [start, end) needs, so that the entries can then be written without a
  * failure half way. False (entries unchanged) when the range is empty, outside the user space,
- * or a table could not be mapped. */
-bool nic_pagemap_reserve(const struct nic_pagemap *m, uintptr_t start, uintptr_t end);
+ * or a table could not be mapped. Inline: in-flight counts reserve on every post, and their
+ * leaves are there already. */
+static inline bool nic_pagemap_reserve(const struct nic_pagemap *m, uintptr_t start,
+                                       uintptr_t end) {
+  if (end <= start || end > NIC_USER_END) return false;
+  const uintptr_t leaf = (uintptr_t)1 << nic_pagemap_leaf_shift(m);
+  for (uintptr_t a = start & ~(leaf - 1); a < end; a += leaf)
+    if (!nic_pagemap_leaf(m, a) && !nic_pagemap_make(m, a)) return false;
+  return true;
+}
 /* A bitmap: sets or clears the bits of the pages touching [start, end) in the leaves that exist
  * (absent leaves read as clear already; reserve first to set). One atomic per word. */
 void nic_pagemap_bits(const struct nic_pagemap *m, uintptr_t start, uintptr_t end, bool on);
-
-/* Zeroed anonymous memory that costs no commit charge (MAP_NORESERVE) until written, mapped
- * with prot (PROT_READ for a table kept read-only until a page of it is first written); NULL
- * when the kernel refused. Never through malloc: tables are made inside malloc and free. */
-void *nic_map_zeroed(size_t bytes, int prot);
-/* Makes [p, p + bytes) of such memory writable, bypassing any interposed mprotect. */
-bool nic_map_writable(void *p, size_t bytes);
 
 /* The run of bits [bit, bit + left) falls in the word of bit: its mask there, and how many of
  * them it holds. */

@@ -1,5 +1,7 @@
 #include "pool.h"
 
+#include "map.h"
+
 #include <stdint.h>
 #include <sys/mman.h>
 
@@ -53,9 +55,7 @@ static void add_locked(struct nic_pool *p, void *mem) {
 }
 
 void *nic_pool_map_block(const struct nic_pool *p) {
-  void *mem =
-      mmap(NULL, block_bytes(p), PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
-  return mem == MAP_FAILED ? NULL : mem;
+  return nic_map_anon(block_bytes(p), PROT_READ | PROT_WRITE, false);
 }
 
 void nic_pool_add_block(struct nic_pool *p, void *block) {
@@ -75,8 +75,8 @@ void *nic_pool_get(struct nic_pool *p) {
   lock(p);
   void *node = pop_locked(p);
   if (!node) {
-    /* Mapped under the lock: an anonymous mmap without MAP_FIXED takes no lock of the runtime
-     * (the registration cache does not see it), so the pool's lock stays a leaf. */
+    /* Mapped under the lock: the system call takes no lock of the runtime, so the pool's lock
+     * stays a leaf. */
     void *mem = nic_pool_map_block(p);
     if (mem) {
       add_locked(p, mem);
@@ -98,7 +98,7 @@ void nic_pool_release(struct nic_pool *p) {
   lock(p);
   for (struct block *b = p->blocks, *next; b; b = next) {
     next = b->next;
-    munmap(b, b->bytes);
+    nic_unmap(b, b->bytes);
   }
   p->blocks = NULL;
   p->free_list = NULL;

@@ -1,6 +1,7 @@
 #define _GNU_SOURCE
 #include "commit_map.h"
 
+#include "map.h"
 #include "pagemap.h"
 
 #include <sys/mman.h>
@@ -17,10 +18,10 @@ bool nic_commit_map_init(uintptr_t base, size_t size) {
   const size_t words = ((size >> NIC_PAGE_SHIFT) + 63) / 64;
   const size_t bits_bytes = nic_page_up(2 * words * sizeof(uint64_t));
   const size_t flag_bytes = nic_page_up((bits_bytes / NIC_PAGE_SIZE + 63) / 64 * sizeof(uint64_t));
-  char *region = nic_map_zeroed(flag_bytes + bits_bytes, PROT_READ);
+  char *region = nic_map_anon(flag_bytes + bits_bytes, PROT_READ, true);
   if (!region) return false;
   if (!nic_map_writable(region, flag_bytes)) {
-    munmap(region, flag_bytes + bits_bytes);
+    nic_unmap(region, flag_bytes + bits_bytes);
     return false;
   }
   writable_flags = (uint64_t *)region;
