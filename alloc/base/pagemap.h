@@ -1,6 +1,6 @@
 /* One page map for every per-page table of the runtime (SPDK mem_map style: one map type, many
- * instances). A map holds one entry of 1, 8, 16, 32 or 64 bits per 4 KiB page of the 47-bit user
- * space, in a radix tree whose root (one pointer per GiB, 1 MiB of zero pages in .bss until
+ * instances). A map holds one entry of 1 to 64 bits (a power of two) per 4 KiB page of the 47-bit
+ * user space, in a radix tree whose root (one pointer per GiB, 1 MiB of zero pages in .bss until
  * used) belongs to the instance:
  *   levels 2: root -> leaf per GiB (a bitmap's leaf is 32 KiB);
  *   levels 3: root -> middle table per GiB (512 pointers) -> leaf per 2 MiB (512 entries).

@@ -1,7 +1,7 @@
 /* Fixed-size nodes carved from mmap'd blocks, for the runtime's tables and queues that free()
- * itself, or a backend called from it, updates: they may not call malloc. Nodes are recycled and
- * never unmapped while the pool lives, so a node the NIC may still read is never written by
- * anyone but its holder; nic_pool_release unmaps every block when the owner closes.
+ * itself, or a backend called from it, updates: they may not call malloc, which could also hand
+ * them a block the NIC is still reading. Nodes are recycled, never unmapped while the pool lives;
+ * nic_pool_release unmaps every block when the owner closes.
  *
  * Access is serialised by the owner's lock, or by the pool's own when made with
  * NIC_POOL_LOCKED (then the owner registers &pool.lock with the fork-lock registry,
