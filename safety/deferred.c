@@ -48,7 +48,7 @@ static void after_fork_child(void) {
       r->taken = false;
 }
 NIC_FORKLOCK_MUTEX(deferred, NIC_FORK_DEFERRED, &lock, after_fork_child);
-static struct nic_pool pool = {.node_size = sizeof(struct record)};
+static struct nic_pool pool = NIC_POOL_INIT(sizeof(struct record));
 
 static struct record **bucket(const void *p) {
   return &buckets[((uintptr_t)p >> 4) * 0x9e3779b97f4a7c15ull >> 56];

@@ -29,7 +29,7 @@ struct record {
 static pthread_mutex_t lock = PTHREAD_MUTEX_INITIALIZER;
 NIC_FORKLOCK_MUTEX(fence_detect, NIC_FORK_FENCE_DETECT, &lock, NULL);
 static struct record *buckets[BUCKETS];
-static struct nic_pool pool = {.node_size = sizeof(struct record)};
+static struct nic_pool pool = NIC_POOL_INIT(sizeof(struct record));
 static bool started;
 
 static inline uint64_t rotl(uint64_t x, int r) {

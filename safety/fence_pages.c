@@ -1,102 +1,58 @@
 /* Which pages protect has write-protected: one bit per 4 KiB page, in 32 KiB leaves (one per
- * GiB) mapped on first use and never unmapped, so that a SIGSEGV handler or the uffd thread can
- * ask "is this fault ours?" without a lock. The pagecount table cannot answer that: a page's
- * count drops to zero before the completion makes it writable, and a fault in between must
+ * GiB) mapped on first use and never unmapped (a page map), so that a SIGSEGV handler or the uffd
+ * thread can ask "is this fault ours?" without a lock. The pagecount table cannot answer that: a
+ * page's count drops to zero before the completion makes it writable, and a fault in between must
  * still wait rather than be passed on as someone else's.
  * Also here: the unit of protection at an address, from the memory kind behind it. */
 #include "chunks.h"
 #include "fence.h"
+#include "pagemap.h"
 
 #include <linux/futex.h>
 #include <sys/mman.h>
 #include <sys/syscall.h>
 #include <unistd.h>
 
-#define PAGE_SHIFT 12
-#define LEAF_SHIFT 30
-#define LEAVES (1ul << (47 - LEAF_SHIFT))
-#define LEAF_WORDS ((1ul << (LEAF_SHIFT - PAGE_SHIFT)) / 64)
-
 /* The control arena's range (alloc/os/vspace.c; 0 when it could not be made). */
 extern uintptr_t nic_control_base;
 extern size_t nic_control_size;
 
-static uint64_t *leaves[LEAVES]; /* 1 MiB of .bss: costs nothing until protect runs */
+/* A bitmap instance of the runtime's page map (alloc/base/pagemap.h): 32 KiB leaves, one per GiB;
+ * the root is 1 MiB of .bss that costs nothing until protect runs. */
+static void *root[NIC_PAGEMAP_ROOT_ENTRIES];
+static const struct nic_pagemap map = NIC_PAGEMAP(root, 2, 1);
 unsigned nic_fence_gen, nic_fence_gen_waiters;
 
-static uint64_t *leaf(uintptr_t a, bool create) {
-  if (a >> 47) return NULL;
-  uint64_t *l = __atomic_load_n(&leaves[a >> LEAF_SHIFT], __ATOMIC_ACQUIRE);
-  if (l || !create) return l;
-  void *fresh = mmap(NULL, LEAF_WORDS * 8, PROT_READ | PROT_WRITE,
-                     MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE, -1, 0);
-  if (fresh == MAP_FAILED) return NULL;
-  __atomic_store_n(&leaves[a >> LEAF_SHIFT], (uint64_t *)fresh, __ATOMIC_RELEASE);
-  return fresh;
-}
-
-static uint64_t *word(uint64_t *l, uintptr_t a, uint64_t *bit) {
-  uintptr_t page = (a >> PAGE_SHIFT) & ((1ul << (LEAF_SHIFT - PAGE_SHIFT)) - 1);
-  *bit = 1ull << (page & 63);
-  return &l[page >> 6];
-}
-
 bool nic_fence_marked(uintptr_t a) {
-  uint64_t *l = leaf(a, false), bit;
-  if (!l) return false;
-  uint64_t *w = word(l, a, &bit);
-  return __atomic_load_n(w, __ATOMIC_ACQUIRE) & bit;
+  return nic_pagemap_bit(&map, a);
 }
 
-/* Applies a run of page bits to the words of [start, end), a word (64 pages) per atomic: a
- * hugepage unit is 512 pages. Writers hold the protect lock, so only readers race with them. */
-static void set_bits(uintptr_t start, uintptr_t end, bool on) {
-  for (uintptr_t a = start; a < end;) {
-    uint64_t *l = leaf(a, false), bit;
-    uintptr_t leaf_end = ((a >> LEAF_SHIFT) + 1) << LEAF_SHIFT;
-    if (!l) { /* nothing marked in this GiB */
-      a = leaf_end;
-      continue;
-    }
-    uint64_t *w = word(l, a, &bit);
-    uintptr_t stop = end < leaf_end ? end : leaf_end;
-    unsigned first = (unsigned)__builtin_ctzll(bit);
-    uintptr_t pages = (stop - a) >> PAGE_SHIFT, n = pages < 64 - first ? pages : 64 - first;
-    uint64_t mask = (n == 64 ? ~0ull : ((1ull << n) - 1)) << first;
-    if (on)
-      __atomic_or_fetch(w, mask, __ATOMIC_RELEASE);
-    else
-      __atomic_and_fetch(w, ~mask, __ATOMIC_RELEASE);
-    a += n << PAGE_SHIFT;
-  }
-}
-
+/* Writers hold the protect lock, so only readers race with them; a hugepage unit is 512 pages,
+ * set a word (64 pages) per atomic. */
 bool nic_fence_mark(uintptr_t start, uintptr_t end) {
-  for (uintptr_t a = start; a < end; a += (uintptr_t)1 << LEAF_SHIFT)
-    if (!leaf(a, true)) return false;
-  if (!leaf(end - 1, true)) return false;
-  set_bits(start, end, true);
+  if (end <= start) return true;
+  if (!nic_pagemap_reserve(&map, start, end)) return false;
+  nic_pagemap_bits(&map, start, end, true);
   return true;
 }
 
 void nic_fence_unmark(uintptr_t start, uintptr_t end) {
-  set_bits(start, end, false);
+  nic_pagemap_bits(&map, start, end, false);
 }
 
 void nic_fence_each_marked(void (*fn)(uintptr_t start, uintptr_t end)) {
   uintptr_t run = 0, run_end = 0;
-  for (uintptr_t i = 0; i < LEAVES; i++) {
-    uint64_t *l = leaves[i];
-    if (!l) continue;
-    for (uintptr_t w = 0; w < LEAF_WORDS; w++)
+  for (uintptr_t base = 0, next; base < NIC_USER_END; base = next) {
+    const uint64_t *l = nic_pagemap_span(&map, base, &next);
+    for (uintptr_t w = 0; l && w < nic_pagemap_leaf_bytes(&map) / sizeof *l; w++)
       for (unsigned b = 0; l[w] && b < 64; b++) {
         if (!(l[w] >> b & 1)) continue;
-        uintptr_t a = i << LEAF_SHIFT | (w * 64 + b) << PAGE_SHIFT;
+        uintptr_t a = base | (w * 64 + b) << NIC_PAGE_SHIFT;
         if (a != run_end) {
           if (run_end) fn(run, run_end);
           run = a;
         }
-        run_end = a + (1ul << PAGE_SHIFT);
+        run_end = a + NIC_PAGE_SIZE;
       }
   }
   if (run_end) fn(run, run_end);
@@ -105,9 +61,11 @@ void nic_fence_each_marked(void (*fn)(uintptr_t start, uintptr_t end)) {
 size_t nic_fence_unit(uintptr_t a) {
   if (nic_in_dp((const void *)a)) {
     enum nic_page_kind kind = nic_chunk_at(nic_chunk_index((const void *)a))->mapping.kind;
-    return kind == NIC_PAGE_1G ? (size_t)1 << 30 : kind == NIC_PAGE_2M ? (size_t)2 << 20 : 4096;
+    return kind == NIC_PAGE_1G   ? (size_t)1 << 30
+           : kind == NIC_PAGE_2M ? (size_t)2 << 20
+                                 : NIC_PAGE_SIZE;
   }
-  return a - nic_control_base < nic_control_size ? 4096 : 0;
+  return a - nic_control_base < nic_control_size ? NIC_PAGE_SIZE : 0;
 }
 
 bool nic_fence_region(uintptr_t a, uintptr_t *start, size_t *len) {

@@ -30,7 +30,7 @@ struct hold {
 static pthread_mutex_t lock = PTHREAD_MUTEX_INITIALIZER;
 NIC_FORKLOCK_MUTEX(holds, NIC_FORK_HOLDS, &lock, NULL);
 static struct hold *buckets[BUCKETS];
-static struct nic_pool pool = {.node_size = sizeof(struct hold)};
+static struct nic_pool pool = NIC_POOL_INIT(sizeof(struct hold));
 
 static struct hold **find_locked(const void *p) {
   struct hold **link = &buckets[((uintptr_t)p >> 4) * 0x9e3779b97f4a7c15ull >> 56];

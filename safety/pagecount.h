@@ -1,21 +1,22 @@
-/* In-flight references per 4 KiB page: a lock-free radix table (like regcache/cache/rcache_table.c,
- * but holding counts, and creating its tables with compare-and-swap so that any thread may add
- * references). Each page has one 64-bit word: the low half counts posted SG entries that cover
- * the page (DMA), the high half nic_hold references. free() defers a block while any page of
+/* In-flight references per 4 KiB page: an instance of the runtime's page map
+ * (alloc/base/pagemap.h: lock-free reads, tables made with compare-and-swap, so that any thread
+ * may add references). Each page has one 64-bit word: the low half counts posted SG entries that
+ * cover the page (DMA), the high half nic_hold references. free() defers a block while any page of
  * it has either; nic_fence_write waits only for the DMA half. */
 #ifndef NIC_PAGECOUNT_H
 #define NIC_PAGECOUNT_H
+
+#include "page.h"
 
 #include <stdbool.h>
 #include <stddef.h>
 #include <stdint.h>
 
-#define NIC_PC_PAGE_SHIFT 12
-#define NIC_PC_DMA 1ull                      /* one posted entry */
-#define NIC_PC_HOLD (1ull << 32)             /* one nic_hold */
-#define NIC_PC_DMA_MASK 0xffffffffull        /* what a write fence waits for */
-#define NIC_PC_ANY 0xffffffffffffffffull     /* what a free waits for */
-#define NIC_PC_USER_END ((uintptr_t)1 << 47) /* the tables cover the 47-bit user space */
+#define NIC_PC_DMA 1ull                  /* one posted entry */
+#define NIC_PC_HOLD (1ull << 32)         /* one nic_hold */
+#define NIC_PC_DMA_MASK 0xffffffffull    /* what a write fence waits for */
+#define NIC_PC_ANY 0xffffffffffffffffull /* what a free waits for */
+#define NIC_PC_USER_END NIC_USER_END     /* the tables cover the 47-bit user space */
 
 /* [p, p+len) is not empty and lies in the user space: what every public entry taking a range
  * checks first. A range past it would not be found in the tables, and be taken as clear. */

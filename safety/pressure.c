@@ -3,6 +3,7 @@
 
 #include "chunks.h"
 #include "forklock.h"
+#include "page.h"
 #include "rcache.h"
 #include "tcache_model.h"
 
@@ -98,14 +99,14 @@ void nic_pressure_fill_stats(struct nic_stats *out) {
     if (!nic_chunk_registration(i)) continue;
     size_t page = c->mapping.kind == NIC_PAGE_1G    ? (1ul << 30)
                   : c->mapping.kind >= NIC_PAGE_THP ? (2ul << 20)
-                                                    : 4096;
+                                                    : NIC_PAGE_SIZE;
     regions++;
     entries += params.mpt_per_region + chunk / page;
   }
   struct nic_rcache_stats rc;
   nic_rcache_get_stats(nic_rcache_process(), &rc);
   regions += rc.regions;
-  entries += rc.regions * params.mpt_per_region + rc.bytes / 4096;
+  entries += rc.regions * params.mpt_per_region + rc.bytes / NIC_PAGE_SIZE;
   out->nic_regions = regions;
   out->nic_entries_needed = entries;
   if (!model) return;

@@ -1,6 +1,7 @@
 #include "config.h"
 
 #include "log.h"
+#include "page.h"
 #include "settings.h"
 
 #include <errno.h>
@@ -193,7 +194,7 @@ static void read_all(void) {
   size_t regions = config.rcache_max_regions;
   read_number("NICMALLOC_RCACHE_MAX_REGIONS", 1, 1u << 20, &regions);
   config.rcache_max_regions = (unsigned)regions;
-  read_size("NICMALLOC_RCACHE_MAX_BYTES", 1u << 12, SIZE_MAX, false, &config.rcache_max_bytes);
+  read_size("NICMALLOC_RCACHE_MAX_BYTES", NIC_PAGE_SIZE, SIZE_MAX, false, &config.rcache_max_bytes);
   size_t keep = config.keep_chunks;
   read_number("NICMALLOC_KEEP_CHUNKS", 0, MAX_CHUNKS_LIMIT, &keep);
   config.keep_chunks = (unsigned)keep;

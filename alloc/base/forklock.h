@@ -25,8 +25,9 @@
  *   chunks, threads, huge cache, mapped blocks  munmap (the cache)
  *   registration cache         the backend's reg/dereg, which may free memory: a deferred free
  *   deferred, holds, fence detect, fence protect, pressure, profile table, shm attaches:
- *                              leaves (their holders take no other lock: pool memory comes
- *                              from mmap without MAP_FIXED, which the cache does not see)
+ *                              leaves (their holders take no other lock: pool memory is
+ *                              mapped by system call, alloc/base/map.h, which the cache does
+ *                              not see)
  * The hooks (no lock) come last: the backend's is before in-flight, whose frees must find the
  * backend marked the parent's and the write protection gone.
  *

@@ -8,6 +8,7 @@
 #include "config.h"
 #include "forklock.h"
 #include "nocancel.h"
+#include "page.h"
 #include "reaper.h"
 #include "startup.h"
 #include "thread.h"
@@ -105,9 +106,8 @@ bool nic_huge_cache_put(void *p) {
 /* The kernel takes back the pages past keep; they stay mapped and read as zero, which mimalloc
  * (it treats the block as committed) never relies on. */
 static void trim_tail(char *block, size_t keep, size_t usable) {
-  const uintptr_t page = 4096;
-  uintptr_t start = ((uintptr_t)block + keep + page - 1) & ~(page - 1);
-  uintptr_t end = ((uintptr_t)block + usable) & ~(page - 1);
+  uintptr_t start = nic_page_up((uintptr_t)block + keep);
+  uintptr_t end = nic_page_down((uintptr_t)block + usable);
   if (end > start && end - start >= TRIM_MIN) madvise((void *)start, end - start, MADV_DONTNEED);
 }
 

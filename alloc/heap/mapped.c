@@ -5,11 +5,11 @@
 #include "mapped.h"
 
 #include "forklock.h"
+#include "page.h"
 
 #include <pthread.h>
 #include <sys/mman.h>
 
-#define PAGE ((size_t)4096)
 #define FIRST_CAPACITY ((size_t)256)
 
 struct entry {
@@ -25,7 +25,7 @@ static struct entry *table;
 static size_t capacity; /* a power of two */
 
 static size_t home(uintptr_t start) {
-  return (size_t)(((start / PAGE) * 0x9e3779b97f4a7c15ull) >> 17) & (capacity - 1);
+  return (size_t)(((start / NIC_PAGE_SIZE) * 0x9e3779b97f4a7c15ull) >> 17) & (capacity - 1);
 }
 
 static struct entry *find_locked(uintptr_t start) {
@@ -76,11 +76,11 @@ static void remove_locked(struct entry *e) {
 }
 
 void *nic_mapped_alloc(size_t size, size_t alignment) {
-  const size_t align = alignment > PAGE ? alignment : PAGE;
-  if (size > SIZE_MAX - PAGE) return NULL;
-  const size_t len = size ? (size + PAGE - 1) & ~(PAGE - 1) : PAGE;
-  if (len > SIZE_MAX - (align - PAGE)) return NULL;
-  const size_t span = len + (align - PAGE);
+  const size_t align = alignment > NIC_PAGE_SIZE ? alignment : NIC_PAGE_SIZE;
+  if (size > SIZE_MAX - NIC_PAGE_SIZE) return NULL;
+  const size_t len = size ? (size + NIC_PAGE_SIZE - 1) & ~(NIC_PAGE_SIZE - 1) : NIC_PAGE_SIZE;
+  if (len > SIZE_MAX - (align - NIC_PAGE_SIZE)) return NULL;
+  const size_t span = len + (align - NIC_PAGE_SIZE);
   /* MAP_NORESERVE: pages cost only once written, as mimalloc's arena memory and glibc's
    * mappings do (vm.overcommit_memory=2 accounts them all the same). */
   char *raw =
@@ -139,8 +139,8 @@ void nic_mapped_unmap(void *p, size_t len) {
 }
 
 void *nic_mapped_resize(void *p, size_t size) {
-  if (size > SIZE_MAX - PAGE) return NULL;
-  const size_t len = size ? (size + PAGE - 1) & ~(PAGE - 1) : PAGE;
+  if (size > SIZE_MAX - NIC_PAGE_SIZE) return NULL;
+  const size_t len = size ? (size + NIC_PAGE_SIZE - 1) & ~(NIC_PAGE_SIZE - 1) : NIC_PAGE_SIZE;
   /* The entry leaves the table while the block moves, so that no other thread finds a block
    * that is not there; the caller owns p, so nobody frees it meanwhile. */
   pthread_mutex_lock(&lock);

@@ -19,6 +19,7 @@
 #define NIC_MAPPED_H
 
 #include "chunks.h"
+#include "page.h"
 #include "vspace.h"
 
 #include <stdbool.h>
@@ -40,7 +41,8 @@ extern unsigned long nic_mapped_blocks __attribute__((visibility("hidden")));
 /* Might p start a block of the table? A cheap filter before it: such blocks start on a page,
  * outside the control arena. */
 static inline bool nic_mapped_maybe(const void *p) {
-  return __atomic_load_n(&nic_mapped_blocks, __ATOMIC_RELAXED) != 0 && ((uintptr_t)p & 4095) == 0 &&
+  return __atomic_load_n(&nic_mapped_blocks, __ATOMIC_RELAXED) != 0 &&
+         ((uintptr_t)p & (NIC_PAGE_SIZE - 1)) == 0 &&
          (uintptr_t)p - nic_control_base >= nic_control_size;
 }
 

@@ -1,11 +1,10 @@
 #define _GNU_SOURCE
 #include "commit_map.h"
 
-#include <sys/mman.h>
-#include <sys/syscall.h>
-#include <unistd.h>
+#include "map.h"
+#include "pagemap.h"
 
-#define PAGE ((uintptr_t)1 << NIC_COMMIT_PAGE_SHIFT)
+#include <sys/mman.h>
 
 struct nic_commit_map nic_commit_map;
 
@@ -15,19 +14,14 @@ struct nic_commit_map nic_commit_map;
 static uint64_t *writable_flags;
 static uintptr_t bits_start;
 
-static uintptr_t round_up(uintptr_t x) {
-  return (x + PAGE - 1) & ~(PAGE - 1);
-}
-
 bool nic_commit_map_init(uintptr_t base, size_t size) {
-  const size_t words = ((size >> NIC_COMMIT_PAGE_SHIFT) + 63) / 64;
-  const size_t bits_bytes = round_up(2 * words * sizeof(uint64_t));
-  const size_t flag_bytes = round_up((bits_bytes / PAGE + 63) / 64 * sizeof(uint64_t));
-  char *region = mmap(NULL, flag_bytes + bits_bytes, PROT_READ,
-                      MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE, -1, 0);
-  if (region == MAP_FAILED) return false;
-  if (syscall(SYS_mprotect, region, flag_bytes, PROT_READ | PROT_WRITE)) {
-    munmap(region, flag_bytes + bits_bytes);
+  const size_t words = ((size >> NIC_PAGE_SHIFT) + 63) / 64;
+  const size_t bits_bytes = nic_page_up(2 * words * sizeof(uint64_t));
+  const size_t flag_bytes = nic_page_up((bits_bytes / NIC_PAGE_SIZE + 63) / 64 * sizeof(uint64_t));
+  char *region = nic_map_anon(flag_bytes + bits_bytes, PROT_READ, true);
+  if (!region) return false;
+  if (!nic_map_writable(region, flag_bytes)) {
+    nic_unmap(region, flag_bytes + bits_bytes);
     return false;
   }
   writable_flags = (uint64_t *)region;
@@ -48,20 +42,19 @@ void nic_commit_map_verify(const void *block) {
 
 /* Whether word can be written; with make, makes it so (false only if the kernel refused). */
 static bool word_writable(uint64_t *word, bool make) {
-  const uintptr_t page = ((uintptr_t)word - bits_start) / PAGE;
+  const uintptr_t page = ((uintptr_t)word - bits_start) / NIC_PAGE_SIZE;
   const uint64_t flag = (uint64_t)1 << (page % 64);
   if (__atomic_load_n(&writable_flags[page / 64], __ATOMIC_ACQUIRE) & flag) return true;
   if (!make) return false; /* a read-only page of bits holds only zeros */
-  if (syscall(SYS_mprotect, bits_start + page * PAGE, PAGE, PROT_READ | PROT_WRITE)) return false;
+  if (!nic_map_writable((void *)(bits_start + page * NIC_PAGE_SIZE), NIC_PAGE_SIZE)) return false;
   __atomic_fetch_or(&writable_flags[page / 64], flag, __ATOMIC_RELEASE);
   return true;
 }
 
 static void set_bits(uint64_t *bits, uintptr_t first, uintptr_t last, bool on) {
   for (uintptr_t page = first; page < last;) {
-    const unsigned bit = page % 64;
-    const uintptr_t n = last - page < 64 - bit ? last - page : 64 - bit;
-    const uint64_t mask = (n == 64 ? ~(uint64_t)0 : (((uint64_t)1 << n) - 1)) << bit;
+    size_t n;
+    const uint64_t mask = nic_bits_run(page, last - page, &n);
     uint64_t *word = &bits[page / 64];
     page += n;
     if (!word_writable(word, on)) {
@@ -84,8 +77,8 @@ void nic_commit_map_note(const void *addr, size_t len, enum nic_page_change chan
   const uintptr_t lo = start > nic_commit_map.base ? start - nic_commit_map.base : 0;
   const uintptr_t hi = end - nic_commit_map.base < size ? end - nic_commit_map.base : size;
   /* Whole pages, rounded out as the kernel rounds the calls that report here. */
-  const uintptr_t first = lo >> NIC_COMMIT_PAGE_SHIFT;
-  const uintptr_t last = (hi + PAGE - 1) >> NIC_COMMIT_PAGE_SHIFT; /* exclusive */
+  const uintptr_t first = lo >> NIC_PAGE_SHIFT;
+  const uintptr_t last = nic_page_up(hi) >> NIC_PAGE_SHIFT; /* exclusive */
   set_bits(nic_commit_map.committed, first, last, change == NIC_PAGES_READABLE);
   if (change != NIC_PAGES_DROPPED)
     set_bits(nic_commit_map.readable, first, last, change == NIC_PAGES_READABLE);

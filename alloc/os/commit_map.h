@@ -7,14 +7,18 @@
  *   readable:  mapped readable, dropped or not (only mprotect, munmap and mmap change it).
  * A page a program dropped itself inside a live block is readable but not committed: the free
  * check then asks mimalloc (nic_may_be_block). */
+/* Not an instance of the page map (alloc/base/pagemap.h): this one is read on free's fast path,
+ * where a radix walk would add two dependent loads to every free, and it covers one fixed range
+ * known at start-up, so a flat bitmap indexed by offset is one load. It shares the map's page
+ * size, its table mapping (read-only zeros, made writable a page at a time) and its bit runs. */
 #ifndef NIC_COMMIT_MAP_H
 #define NIC_COMMIT_MAP_H
+
+#include "page.h"
 
 #include <stdbool.h>
 #include <stddef.h>
 #include <stdint.h>
-
-#define NIC_COMMIT_PAGE_SHIFT 12
 
 struct nic_commit_map {
   uintptr_t base; /* the control arena, recorded from nic_commit_map_init on */
@@ -43,7 +47,7 @@ void nic_commit_map_verify(const void *block);
 void nic_commit_map_note(const void *addr, size_t len, enum nic_page_change change);
 
 static inline bool nic_commit_map_bit(const uint64_t *bits, uintptr_t offset) {
-  const uintptr_t page = offset >> NIC_COMMIT_PAGE_SHIFT;
+  const uintptr_t page = offset >> NIC_PAGE_SHIFT;
   return (__atomic_load_n(&bits[page / 64], __ATOMIC_RELAXED) >> (page % 64)) & 1;
 }
 /* offset: p - base, already known to be below checked. */

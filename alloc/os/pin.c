@@ -4,6 +4,7 @@
 #include "log.h"
 #include "memcg.h"
 #include "nocancel.h"
+#include "page.h"
 #include "smaps.h"
 
 #include <errno.h>
@@ -103,7 +104,7 @@ static int map_small_pages(void *addr, size_t len, bool try_thp, enum nic_page_k
     return -err;
   }
   if (try_thp) madvise(addr, len, MADV_HUGEPAGE);
-  int rc = prefault(addr, len, 4096);
+  int rc = prefault(addr, len, NIC_PAGE_SIZE);
   if (rc) {
     nic_reserve_fixed(addr, len); /* gives back what was faulted in */
     return rc;

@@ -5,6 +5,7 @@
 #include "config.h"
 #include "log.h"
 #include "startup.h"
+#include "page.h"
 
 #include <errno.h>
 #include <mimalloc.h>
@@ -39,7 +40,7 @@ void *nic_vspace_reserve(size_t size, size_t align, uintptr_t hint) {
 
 static bool page_mapped(uintptr_t a) {
   unsigned char in_core;
-  return mincore((void *)(a & ~(uintptr_t)4095), 4096, &in_core) == 0;
+  return mincore((void *)nic_page_down(a), NIC_PAGE_SIZE, &in_core) == 0;
 }
 
 /* mi_free reads the segment header at the 32 MiB boundary below a block (MI_SEGMENT_SIZE in

@@ -5,6 +5,7 @@
 #include "events.h"
 #include "forklock.h"
 #include "log.h"
+#include "page.h"
 #include "rcache_table.h"
 #include "readable.h"
 
@@ -14,8 +15,6 @@
 #include <string.h>
 #include <sys/mman.h>
 #include <unistd.h>
-
-#define PAGE ((uintptr_t)1 << NIC_RT_PAGE_SHIFT)
 
 /* Region structs live in a pool that is unmapped only with its cache, so a reader that loaded a
  * slot from the table can always look at it; it takes a reference only while the count is
@@ -258,7 +257,8 @@ static bool make_room_locked(struct nic_rcache *c, size_t size) {
  * and over those of the same access that touch it, as long as the union stays registrable. */
 static void merge_neighbours_locked(struct nic_rcache *c, uintptr_t *start, uintptr_t *end,
                                     unsigned *access, size_t max_bytes) {
-  const uintptr_t lo = *start > PAGE ? *start - PAGE : *start, hi = *end + PAGE;
+  const uintptr_t lo = *start > NIC_PAGE_SIZE ? *start - NIC_PAGE_SIZE : *start,
+                  hi = *end + NIC_PAGE_SIZE;
   const uintptr_t asked_start = *start, asked_end = *end;
   const unsigned asked = *access;
   for (uintptr_t a = lo; a < hi;) {
@@ -272,7 +272,7 @@ static void merge_neighbours_locked(struct nic_rcache *c, uintptr_t *start, uint
       *end = e;
       *access |= r->reg.access;
     }
-    a = r->end > a ? r->end : a + PAGE;
+    a = r->end > a ? r->end : a + NIC_PAGE_SIZE;
   }
 }
 
@@ -284,7 +284,7 @@ static unsigned invalidate_range_locked(struct nic_rcache *c, uintptr_t start, u
   for (uintptr_t a = start; a < end;) {
     uint32_t slot = nic_rt_next(c->rt, &a, end);
     if (!slot) break;
-    a = c->pool[slot].end > a ? c->pool[slot].end : a + PAGE;
+    a = c->pool[slot].end > a ? c->pool[slot].end : a + NIC_PAGE_SIZE;
     if (c->pool[slot].valid) {
       invalidate_locked(c, slot);
       n++;
@@ -376,7 +376,8 @@ static inline __attribute__((always_inline)) bool lookup(struct nic_rcache *c, u
 int nic_rcache_acquire(struct nic_rcache *c, const void *p, size_t len, unsigned access,
                        struct nic_rcache_ref *out) {
   uintptr_t start = (uintptr_t)p, last;
-  if (len == 0 || __builtin_add_overflow(start, len - 1, &last) || last >= UINTPTR_MAX - PAGE)
+  if (len == 0 || __builtin_add_overflow(start, len - 1, &last) ||
+      last >= UINTPTR_MAX - NIC_PAGE_SIZE)
     return -ERANGE;
   const bool cached = !(access & REMOTE); /* see insert_locked */
   if (cached && lookup(c, start, last, access, out)) {
@@ -389,7 +390,8 @@ int nic_rcache_acquire(struct nic_rcache *c, const void *p, size_t len, unsigned
     count(&c->stats.hits); /* another thread registered it meanwhile */
   } else {
     count(&c->stats.misses);
-    rc = insert_locked(c, start & ~(PAGE - 1), (last + PAGE) & ~(PAGE - 1), access, out);
+    rc = insert_locked(c, start & ~(NIC_PAGE_SIZE - 1),
+                       (last + NIC_PAGE_SIZE) & ~(NIC_PAGE_SIZE - 1), access, out);
     if (rc) count(&c->stats.failures);
   }
   pthread_mutex_unlock(&lock);

@@ -1,15 +1,13 @@
-/* A radix page table from 4 KiB virtual pages to registration-cache region slots, like SPDK's
- * mem_map or UCX's pgtable: three levels (1 GiB, 2 MiB, 4 KiB), tables mapped on first use and
- * freed only with the whole table, so a lookup is three dependent loads and takes no lock.
- * One table per cache. Writers serialise themselves (the registration cache's lock). */
+/* From 4 KiB virtual pages to registration-cache region slots: an instance of the runtime's page
+ * map (alloc/base/pagemap.h, three levels: 1 GiB, 2 MiB, 4 KiB), one per cache, so a lookup is
+ * a few dependent loads and takes no lock. Tables are freed only with the whole table. Writers
+ * serialise themselves (the registration cache's lock). */
 #ifndef NIC_RCACHE_TABLE_H
 #define NIC_RCACHE_TABLE_H
 
 #include <stdbool.h>
 #include <stddef.h>
 #include <stdint.h>
-
-#define NIC_RT_PAGE_SHIFT 12
 
 struct nic_rt;
 

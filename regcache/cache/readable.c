@@ -6,20 +6,20 @@
 
 #include "chunks.h"
 #include "commit_map.h"
+#include "page.h"
 
 #include <errno.h>
 #include <sys/mman.h>
 #include <sys/uio.h>
 #include <unistd.h>
 
-#define PAGE ((uintptr_t)4096)
 #define BATCH 256 /* pages per system call */
 
 /* Without process_vm_readv (a seccomp filter, say): presence alone, as before. */
 static bool mapped(uintptr_t first, uintptr_t end) {
   unsigned char vec[BATCH];
-  for (uintptr_t a = first; a < end; a += BATCH * PAGE) {
-    size_t n = end - a < BATCH * PAGE ? end - a : BATCH * PAGE;
+  for (uintptr_t a = first; a < end; a += BATCH * NIC_PAGE_SIZE) {
+    size_t n = end - a < BATCH * NIC_PAGE_SIZE ? end - a : BATCH * NIC_PAGE_SIZE;
     if (mincore((void *)a, n, vec)) return false;
   }
   return true;
@@ -28,12 +28,13 @@ static bool mapped(uintptr_t first, uintptr_t end) {
 /* Reads one byte of every page through the kernel: a page that cannot be read ends the copy
  * short instead of faulting. */
 static bool kernel_readable(uintptr_t start, uintptr_t last) {
-  const uintptr_t first = start & ~(PAGE - 1), end = (last & ~(PAGE - 1)) + PAGE;
+  const uintptr_t first = start & ~(NIC_PAGE_SIZE - 1),
+                  end = (last & ~(NIC_PAGE_SIZE - 1)) + NIC_PAGE_SIZE;
   char sink[BATCH];
   struct iovec local = {.iov_base = sink}, remote[BATCH];
   for (uintptr_t a = first; a < end;) {
     unsigned n = 0;
-    for (; n < BATCH && a < end; n++, a += PAGE)
+    for (; n < BATCH && a < end; n++, a += NIC_PAGE_SIZE)
       remote[n] = (struct iovec){.iov_base = (void *)(a < start ? start : a), .iov_len = 1};
     local.iov_len = n;
     ssize_t got = process_vm_readv(getpid(), &local, 1, remote, n, 0);
@@ -52,7 +53,7 @@ bool nic_range_readable(const void *p, size_t len) {
   }
   const uintptr_t off = start - nic_commit_map.base, checked = nic_commit_map.checked;
   if (off < checked && last - start < checked - off) {
-    for (uintptr_t o = off & ~(PAGE - 1); o <= off + (last - start); o += PAGE)
+    for (uintptr_t o = off & ~(NIC_PAGE_SIZE - 1); o <= off + (last - start); o += NIC_PAGE_SIZE)
       if (!nic_commit_map_readable(o)) return false;
     return true;
   }

@@ -5,6 +5,7 @@
 
 #include "clock.h"
 #include "events.h"
+#include "page.h"
 
 #include <errno.h>
 #include <signal.h>
@@ -39,8 +40,7 @@ void sim_complete(struct sim_nic *s, struct sim_work *w) {
   sim_unlock(s); /* done may post, poll or dereg */
   if (done) done(arg, status);
   sim_lock(s);
-  w->next = s->free_work;
-  s->free_work = w;
+  nic_pool_put(&s->work, w);
 }
 
 void sim_queue_push(struct sim_queue *q, struct sim_work *w) {
@@ -171,7 +171,7 @@ static void grow_msg(struct sim_nic *s, const struct sim_work *w) {
   for (unsigned i = 0; i < w->n; i++)
     total += w->sge[i].len;
   if (total <= s->msg_cap) return;
-  const size_t cap = (total + 4095) & ~(size_t)4095;
+  const size_t cap = nic_page_up(total);
   char *bigger = sim_map(cap); /* pages of its own: see sim_map */
   if (!bigger) return;
   sim_unmap(s->msg, s->msg_cap);

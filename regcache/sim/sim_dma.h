@@ -3,6 +3,7 @@
 #ifndef NIC_SIM_DMA_H
 #define NIC_SIM_DMA_H
 
+#include "pool.h"
 #include "sim_delays.h"
 #include "sim_nic.h"
 
@@ -58,9 +59,7 @@ struct sim_nic {
   bool stop, paused;
   struct sim_queue pending;   /* waiting for their DMA, in post order */
   struct sim_queue completed; /* DMA done, waiting for poll() */
-  struct sim_work *free_work;
-  void *work_slabs; /* every slab the work items were carved from, linked by their first word */
-  size_t work_size;
+  struct nic_pool work;       /* sim_work items with room for max_sge entries; under lock */
   uint64_t last_due;
   struct sim_reg *regs;
   size_t regs_bytes;

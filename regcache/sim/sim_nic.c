@@ -133,31 +133,17 @@ void sim_unmap(void *p, size_t len) {
   if (p) munmap(p, len);
 }
 
-#define WORK_SLAB ((size_t)64 << 10)
-
-/* Lock held, dropped while mapping. Adds a slab of work items to the free list; false when no
- * memory could be mapped. */
-static size_t work_item_size(const struct sim_nic *s) {
-  return (s->work_size + 15) & ~(size_t)15;
-}
-
-static size_t work_slab_size(const struct sim_nic *s) {
-  return work_item_size(s) + 16 > WORK_SLAB ? work_item_size(s) + 16 : WORK_SLAB;
-}
-
-static bool grow_work(struct sim_nic *s) {
+/* Lock held, dropped while mapping (the engine thread would wait on it). A work item; NULL when
+ * no memory could be mapped. */
+static struct sim_work *take_work(struct sim_nic *s) {
+  struct sim_work *w = nic_pool_try_get(&s->work);
+  if (w) return w;
   sim_unlock(s);
-  const size_t item = work_item_size(s), slab = work_slab_size(s);
-  char *p = sim_map(slab);
+  void *block = nic_pool_map_block(&s->work);
   sim_lock(s);
-  if (!p) return false;
-  *(void **)p = s->work_slabs; /* the first 16 bytes link the slabs */
-  s->work_slabs = p;
-  for (char *w = p + 16; w + item <= p + slab; w += item) {
-    ((struct sim_work *)w)->next = s->free_work;
-    s->free_work = (struct sim_work *)w;
-  }
-  return true;
+  if (!block) return NULL;
+  nic_pool_add_block(&s->work, block);
+  return nic_pool_try_get(&s->work);
 }
 
 static int sim_post(struct nic_backend *b, struct nic_endpoint *ep, const struct nic_sge *sge,
@@ -173,12 +159,11 @@ static int sim_post(struct nic_backend *b, struct nic_endpoint *ep, const struct
     return -EINVAL;
   }
   /* The pool grows outside the lock; it is never shrunk before close. */
-  if (!s->free_work && !grow_work(s)) {
+  struct sim_work *w = take_work(s);
+  if (!w) {
     sim_unlock(s);
     return -ENOMEM;
   }
-  struct sim_work *w = s->free_work;
-  s->free_work = w->next;
   *w = (struct sim_work){.ep = ep, .done = done, .arg = arg, .n = n};
   w->kept = (void **)&w->sge[b->caps.max_sge];
   w->held = (uint32_t *)&w->kept[b->caps.max_sge];
@@ -227,10 +212,7 @@ static void sim_close(struct nic_backend *b) {
     sim_complete(s, w);
   }
   sim_unlock(s);
-  for (void *slab = s->work_slabs, *next; slab; slab = next) {
-    next = *(void **)slab;
-    sim_unmap(slab, work_slab_size(s));
-  }
+  nic_pool_release(&s->work);
   for (struct nic_endpoint *ep = s->endpoints, *next; ep; ep = next) {
     next = ep->next;
     sim_unmap(ep, sizeof *ep);
@@ -294,8 +276,8 @@ struct nic_backend *nic_sim_open(const struct nic_sim_config *c) {
   load_delays(s, c);
   s->free_slot = SIM_NO_SLOT;
   s->paused = c->start_paused;
-  s->work_size = sizeof(struct sim_work) +
-                 c->max_sge * (sizeof(struct nic_sge) + sizeof(void *) + sizeof(uint32_t));
+  s->work.node_size = sizeof(struct sim_work) +
+                      c->max_sge * (sizeof(struct nic_sge) + sizeof(void *) + sizeof(uint32_t));
   s->mem_fd = open("/proc/self/mem", O_RDONLY | O_CLOEXEC); /* -1: sim_read does without */
   s->b = (struct nic_backend){.name = "sim",
                               .caps = {.max_sge = c->max_sge,

@@ -70,6 +70,7 @@ static bool accepts(struct io_uring *ring, bool vectored, unsigned zc_flags) {
 struct nic_backend *nic_backend_uring_open(void) {
   struct uring_backend *ub = calloc(1, sizeof *ub);
   if (!ub) return NULL;
+  ub->reqs.node_size = sizeof(struct uring_req);
   unsigned entries = queue_entries();
   /* Two CQEs per post (result, then notification); the kernel keeps overflow anyway. */
   struct io_uring_params params = {.flags = IORING_SETUP_SUBMIT_ALL | IORING_SETUP_CQSIZE |

@@ -4,6 +4,7 @@
 #ifndef NIC_URING_INTERNAL_H
 #define NIC_URING_INTERNAL_H
 
+#include "pool.h"
 #include "uring.h"
 
 #include <liburing.h>
@@ -77,9 +78,8 @@ struct uring_backend {
   bool report_usage;   /* IORING_SEND_ZC_REPORT_USAGE */
   uint32_t nslots;
   struct uring_slot *slots;
-  uint64_t *free_map; /* bit set = slot free */
-  struct uring_req *free_reqs;
-  void *slabs;               /* mmap'd request slabs, chained through their first word */
+  uint64_t *free_map;        /* bit set = slot free */
+  struct nic_pool reqs;      /* struct uring_req, under lock */
   struct uring_queue ready;  /* done() due, run by poll() */
   struct nic_endpoint *kick; /* endpoints whose backlog poll() must submit */
   unsigned endpoints;

@@ -1,45 +1,19 @@
-/* Request memory and request queues. Requests come from mmap'd slabs, never from malloc: the
- * backend runs inside the allocator and may be called from a free() that invalidates a
- * registration. Slabs are kept until the backend closes. */
+/* Request memory and request queues. Requests come from a pool of mmap'd blocks
+ * (alloc/base/pool.h), never from malloc: the backend runs inside the allocator and may be called
+ * from a free() that invalidates a registration. Blocks are kept until the backend closes. */
 #define _GNU_SOURCE
 #include "uring_internal.h"
 
-#include <sys/mman.h>
-
-#define SLAB_REQS 64
-
-struct slab {
-  struct slab *next;
-  struct uring_req reqs[SLAB_REQS];
-};
-
 struct uring_req *nic_uring_req_alloc_locked(struct uring_backend *ub) {
-  if (!ub->free_reqs) {
-    struct slab *s =
-        mmap(NULL, sizeof *s, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
-    if (s == MAP_FAILED) return NULL;
-    s->next = ub->slabs;
-    ub->slabs = s;
-    for (unsigned i = 0; i < SLAB_REQS; i++)
-      nic_uring_req_free_locked(ub, &s->reqs[i]);
-  }
-  struct uring_req *req = ub->free_reqs;
-  ub->free_reqs = req->next;
-  return req;
+  return nic_pool_get(&ub->reqs);
 }
 
 void nic_uring_req_free_locked(struct uring_backend *ub, struct uring_req *req) {
-  req->next = ub->free_reqs;
-  ub->free_reqs = req;
+  nic_pool_put(&ub->reqs, req);
 }
 
 void nic_uring_requests_fini(struct uring_backend *ub) {
-  for (struct slab *s = ub->slabs, *next; s; s = next) {
-    next = s->next;
-    munmap(s, sizeof *s);
-  }
-  ub->slabs = NULL;
-  ub->free_reqs = NULL;
+  nic_pool_release(&ub->reqs);
 }
 
 void nic_uring_push(struct uring_queue *q, struct uring_req *req) {
