@@ -113,9 +113,6 @@ void nic_fence_poller_kick(void); /* async-signal-safe */
 void nic_fence_detect_posted(const void *msg, const struct nic_sga_entry *e, uint32_t n);
 void nic_fence_detect_completing(const void *msg, int status);
 bool nic_fence_detect_started(void);
-/* For alloc/routing/profile.c: blocks of at least this many bytes get their allocation site recorded
- * (SIZE_MAX: none), about one per *mean bytes (0: every one). */
-size_t nic_fence_detect_record_min(double *mean);
 /* A mismatch on [addr, addr+len): one report on stderr with the blocks' sites, and the count. */
 void nic_fence_report(const void *addr, size_t len, const char *when);
 /* The checksum detect compares (any change of the bytes changes it, short of a 2^-64 chance). */

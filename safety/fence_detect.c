@@ -10,7 +10,9 @@
 #include "forklock.h"
 #include "log.h"
 #include "pool.h"
+#include "profile.h"
 #include "sim_nic.h"
+#include "startup.h"
 
 #include <pthread.h>
 #include <string.h>
@@ -128,10 +130,22 @@ void nic_fence_detect_completing(const void *msg, int status) {
   pthread_mutex_unlock(&lock);
 }
 
-size_t nic_fence_detect_record_min(double *mean) {
+/* Blocks of at least this many bytes get their allocation site recorded (SIZE_MAX: none), about
+ * one per *mean bytes (0: every one). */
+static size_t record_min(double *mean) {
   const struct nic_safety_config *c = nic_safety_config();
   if (c->fence != NIC_FENCE_DETECT || !c->detect_sites) return SIZE_MAX;
   *mean = (double)c->detect_mean;
   /* Shorter blocks are copied when posted whole, so only a longer block can be read in place. */
   return c->copy_threshold ? c->copy_threshold : 1;
 }
+
+/* The mismatch reports name allocation sites, which the profiler records (routing/profile.c)
+ * for the blocks detect may report; those then leave the fast paths. At start-up, before any
+ * thread turns fast. */
+static void record_sites_start(void) {
+  double mean = 0;
+  const size_t min_size = record_min(&mean);
+  if (min_size != SIZE_MAX) nic_profile_record_sites(min_size, mean);
+}
+NIC_STARTUP_STEP(fence_sites, NIC_START_FENCE_SITES, record_sites_start);
