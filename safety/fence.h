@@ -52,6 +52,15 @@ int nic_fence_protect_use(enum nic_fence_protect_with with);
 /* "uffd", "mprotect", or "none" (not started, or nothing worked). */
 const char *nic_fence_protect_name(void);
 
+/* Registrations pinning pages (fence_pins.c, through regcache's pin guard): begin is false,
+ * changing nothing, when a page of [start, end) is protected now (or too many pins run); else no
+ * page of it is protected until end (posts meeting it wait). */
+bool nic_fence_pin_begin(uintptr_t start, uintptr_t end);
+void nic_fence_pin_end(uintptr_t start, uintptr_t end);
+bool nic_fence_pins_full(void);
+/* Installs the pin guard (once protect has a mechanism). */
+void nic_fence_pins_install(void);
+
 /* A way to write-protect: userfaultfd (fence_uffd.c) or mprotect + SIGSEGV (fence_segv.c).
  * protect and unprotect get unit-aligned ranges and run under the protect lock. */
 struct nic_fence_mech {
@@ -68,6 +77,7 @@ extern const struct nic_fence_mech nic_fence_uffd, nic_fence_mprotect;
  * before it is protected and unmarked after it is writable again. */
 bool nic_fence_marked(uintptr_t a);
 bool nic_fence_mark(uintptr_t start, uintptr_t end); /* false: no memory for the bitmap */
+bool nic_fence_any_marked(uintptr_t start, uintptr_t end);
 void nic_fence_unmark(uintptr_t start, uintptr_t end);
 /* Calls fn on every marked run (fork child). */
 void nic_fence_each_marked(void (*fn)(uintptr_t start, uintptr_t end));
@@ -80,6 +90,8 @@ bool nic_fence_region(uintptr_t a, uintptr_t *start, size_t *len);
 extern unsigned nic_fence_gen;
 extern unsigned nic_fence_gen_waiters;
 void nic_fence_gen_bump(void); /* async-signal-safe */
+/* Sleeps until nic_fence_gen moves from seen (or a millisecond passes). */
+void nic_fence_gen_wait(unsigned seen);
 
 /* ---- fence_threads.c: threads protect never holds, and the poller ---- */
 /* This thread performs DMA or runs completions (the sim engine, the poller): a write of it to a
@@ -106,6 +118,10 @@ void nic_fence_poller_start(void);
 /* True on a thread protect never holds, once the free thread runs: its frees (deferred.c) must
  * go to that thread, which a protected page holds like any writer, rather than be made here. */
 bool nic_fence_frees_handed_off(void);
+/* Brackets a completion: its frees (deferred ones, the message, the program's in its callback)
+ * go to the free thread while protect runs. */
+void nic_fence_completion_begin(void);
+void nic_fence_completion_end(void);
 void nic_fence_free_kick(void);   /* the free thread runs nic_safety_retry_deferred */
 void nic_fence_poller_kick(void); /* async-signal-safe */
 
@@ -113,8 +129,8 @@ void nic_fence_poller_kick(void); /* async-signal-safe */
 void nic_fence_detect_posted(const void *msg, const struct nic_sga_entry *e, uint32_t n);
 void nic_fence_detect_completing(const void *msg, int status);
 bool nic_fence_detect_started(void);
-/* For alloc/routing/profile.c: blocks of at least this many bytes get their allocation site recorded
- * (SIZE_MAX: none), about one per *mean bytes (0: every one). */
+/* For alloc/routing/profile.c: blocks of at least this many bytes get their allocation site
+ * recorded (SIZE_MAX: none), about one per *mean bytes (0: every one). */
 size_t nic_fence_detect_record_min(double *mean);
 /* A mismatch on [addr, addr+len): one report on stderr with the blocks' sites, and the count. */
 void nic_fence_report(const void *addr, size_t len, const char *when);

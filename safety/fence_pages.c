@@ -10,6 +10,7 @@
 #include <linux/futex.h>
 #include <sys/mman.h>
 #include <sys/syscall.h>
+#include <time.h>
 #include <unistd.h>
 
 #define PAGE_SHIFT 12
@@ -79,6 +80,26 @@ bool nic_fence_mark(uintptr_t start, uintptr_t end) {
   return true;
 }
 
+bool nic_fence_any_marked(uintptr_t start, uintptr_t end) {
+  for (uintptr_t a = start & ~(((uintptr_t)1 << PAGE_SHIFT) - 1); a < end;) {
+    uint64_t *l = leaf(a, false), bit;
+    uintptr_t leaf_end = ((a >> LEAF_SHIFT) + 1) << LEAF_SHIFT;
+    if (!l) {
+      a = leaf_end;
+      continue;
+    }
+    uint64_t *w = word(l, a, &bit);
+    /* this word's pages from a on, up to end */
+    uintptr_t pages = (end - a + ((uintptr_t)1 << PAGE_SHIFT) - 1) >> PAGE_SHIFT;
+    unsigned first = (unsigned)__builtin_ctzll(bit);
+    uintptr_t n = pages < 64 - first ? pages : 64 - first;
+    uint64_t mask = (n == 64 ? ~0ull : ((1ull << n) - 1)) << first;
+    if (__atomic_load_n(w, __ATOMIC_ACQUIRE) & mask) return true;
+    a += n << PAGE_SHIFT;
+  }
+  return false;
+}
+
 void nic_fence_unmark(uintptr_t start, uintptr_t end) {
   set_bits(start, end, false);
 }
@@ -126,4 +147,11 @@ void nic_fence_gen_bump(void) {
   __atomic_add_fetch(&nic_fence_gen, 1, __ATOMIC_SEQ_CST);
   if (__atomic_load_n(&nic_fence_gen_waiters, __ATOMIC_SEQ_CST))
     syscall(SYS_futex, &nic_fence_gen, FUTEX_WAKE_PRIVATE, 0x7fffffff, NULL, NULL, 0);
+}
+
+void nic_fence_gen_wait(unsigned seen) {
+  __atomic_add_fetch(&nic_fence_gen_waiters, 1, __ATOMIC_SEQ_CST);
+  struct timespec tick = {0, 1000 * 1000};
+  syscall(SYS_futex, &nic_fence_gen, FUTEX_WAIT_PRIVATE, seen, &tick, NULL, 0);
+  __atomic_sub_fetch(&nic_fence_gen_waiters, 1, __ATOMIC_SEQ_CST);
 }

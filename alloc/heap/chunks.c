@@ -196,6 +196,7 @@ int nic_chunk_register(unsigned index, struct nic_registration *out) {
   }
   struct nic_backend *b = nic_backend_active();
   if (!b) return -ENODEV;
+again:
   pthread_mutex_lock(&chunk_lock);
   int rc = 0;
   bool refused = false;
@@ -205,10 +206,17 @@ int nic_chunk_register(unsigned index, struct nic_registration *out) {
     rc = c->reg_error;
   /* Local write: nic_register hands this registration out for NIC_REG_LOCAL_WRITE too (receive
    * buffers), and a verbs MR without it fails every receive into the chunk. */
-  else if (!c->registered && (rc = b->reg(b, nic_chunk_base(index), (size_t)1 << nic_dp.shift,
-                                          NIC_ACCESS_LOCAL_WRITE, &c->reg)) == 0)
+  else if (!c->registered &&
+           (rc = nic_backend_reg(b, nic_chunk_base(index), (size_t)1 << nic_dp.shift,
+                                 NIC_ACCESS_LOCAL_WRITE, &c->reg)) == 0)
     __atomic_store_n(&c->registered, 1, __ATOMIC_RELEASE);
-  else if (rc) {
+  else if (rc == -EAGAIN) { /* pages of it are protected: wait without the lock, try again */
+    pthread_mutex_unlock(&chunk_lock);
+    if (nic_backend_reg_wait(nic_chunk_base(index), (size_t)1 << nic_dp.shift)) goto again;
+    pthread_mutex_lock(&chunk_lock);
+    rc = -ENOSPC;
+    refused = true;
+  } else if (rc) {
     c->reg_error = rc;
     c->reg_retry_at_ms = nic_now_ms() + 1000;
     refused = true;

@@ -218,8 +218,9 @@ static unsigned invalidate_range_locked(uintptr_t start, uintptr_t end) {
   return n;
 }
 
+/* -EAGAIN: pages of [busy[0], busy[1]) are write-protected now (nic_backend_reg). */
 static int insert_locked(uintptr_t start, uintptr_t end, unsigned access,
-                         struct nic_rcache_ref *out) {
+                         struct nic_rcache_ref *out, uintptr_t busy[2]) {
   struct nic_backend *b = backend();
   if (!b) return -ENODEV;
   if (!pool_ready_locked()) return -ENOMEM;
@@ -248,7 +249,8 @@ static int insert_locked(uintptr_t start, uintptr_t end, unsigned access,
   uint32_t slot = free_head;
   struct region *r = &pool[slot];
   free_head = r->next_free;
-  int rc = b->reg(b, (void *)start, end - start, access, &r->reg);
+  int rc = nic_backend_reg(b, (void *)start, end - start, access, &r->reg);
+  if (rc == -EAGAIN) busy[0] = start, busy[1] = end;
   if (rc == 0 && cached && !nic_rt_set(start, end, slot)) {
     __atomic_store_n(&r->refs, 1, __ATOMIC_RELEASE); /* nobody posted with it: goes at once */
     drop_ref_locked(slot);
@@ -301,17 +303,25 @@ int nic_rcache_acquire(const void *p, size_t len, unsigned access, struct nic_rc
     count(&stats.hits);
     return 0;
   }
-  pthread_mutex_lock(&lock);
-  int rc = 0;
-  if (cached && lookup(start, last, access, out)) {
-    count(&stats.hits); /* another thread registered it meanwhile */
-  } else {
-    count(&stats.misses);
-    rc = insert_locked(start & ~(PAGE - 1), (last + PAGE) & ~(PAGE - 1), access, out);
-    if (rc) count(&stats.failures);
+  for (;;) {
+    pthread_mutex_lock(&lock);
+    int rc = 0;
+    uintptr_t busy[2];
+    if (cached && lookup(start, last, access, out)) {
+      count(&stats.hits); /* another thread registered it meanwhile */
+    } else {
+      count(&stats.misses);
+      rc = insert_locked(start & ~(PAGE - 1), (last + PAGE) & ~(PAGE - 1), access, out, busy);
+      if (rc && rc != -EAGAIN) count(&stats.failures);
+    }
+    pthread_mutex_unlock(&lock);
+    if (rc != -EAGAIN) return rc;
+    /* Outside the lock: the completions that make the pages writable may take it. */
+    if (!nic_backend_reg_wait((void *)busy[0], busy[1] - busy[0])) {
+      count(&stats.failures);
+      return -ENOSPC; /* refused now: the caller copies what it can */
+    }
   }
-  pthread_mutex_unlock(&lock);
-  return rc;
 }
 
 int nic_rcache_find(const void *p, size_t len, unsigned access, struct nic_rcache_ref *out) {
