@@ -102,14 +102,10 @@ void nic_fence_thread_gone(void);
 /* Exempt threads: NIC threads (*own NULL) and posting threads (*own, *n: their entries). */
 bool nic_fence_thread_exempt(pid_t tid, const struct nic_sga_entry **own, uint32_t *n);
 bool nic_fence_self_exempt(const struct nic_sga_entry **own, uint32_t *n); /* signal-safe */
-/* Brackets nic_sga_post from protecting its entries e (which stay readable until end) to the
- * backend's return. The NIC cannot read them before, so a write of this thread to their pages
- * then (nicmalloc's own: mimalloc keeps a heap's metadata in the thread's ordinary pages,
- * beside the program's blocks) would wait for a completion only its own post can lead to: it
- * waits only while other posted entries cover the page, then goes on, and end protects the
- * page again. Under mprotect only: the uffd fault thread reads faults late and cannot tell a
- * write inside the post from one before it, so it holds a posting thread like any writer
- * (fence_uffd.c). Returns whether end must undo it. */
+/* Brackets nic_sga_post from protecting its entries e to the backend's return. It used to let
+ * this thread's writes to pages its own entries alone covered through (under mprotect), on the
+ * premise that the NIC could not read them yet; the backend has them inside its post, so it no
+ * longer exempts anything (fence.c). Returns whether end must undo something. */
 bool nic_fence_posting_begin(const struct nic_sga_entry *e, uint32_t n);
 void nic_fence_posting_end(bool began, const struct nic_sga_entry *e, uint32_t n);
 /* Starts the poller: while a writer is held it polls the backend, so that a completion needed
