@@ -52,6 +52,15 @@ int nic_fence_protect_use(enum nic_fence_protect_with with);
 /* "uffd", "mprotect", or "none" (not started, or nothing worked). */
 const char *nic_fence_protect_name(void);
 
+/* Registrations pinning pages (fence_pins.c, through regcache's pin guard): begin is false,
+ * changing nothing, when a page of [start, end) is protected now (or too many pins run); else no
+ * page of it is protected until end (posts meeting it wait). */
+bool nic_fence_pin_begin(uintptr_t start, uintptr_t end);
+void nic_fence_pin_end(uintptr_t start, uintptr_t end);
+bool nic_fence_pins_full(void);
+/* Installs the pin guard (once protect has a mechanism). */
+void nic_fence_pins_install(void);
+
 /* A way to write-protect: userfaultfd (fence_uffd.c) or mprotect + SIGSEGV (fence_segv.c).
  * protect and unprotect get unit-aligned ranges and run under the protect lock. */
 struct nic_fence_mech {
@@ -68,6 +77,7 @@ extern const struct nic_fence_mech nic_fence_uffd, nic_fence_mprotect;
  * before it is protected and unmarked after it is writable again. */
 bool nic_fence_marked(uintptr_t a);
 bool nic_fence_mark(uintptr_t start, uintptr_t end); /* false: no memory for the bitmap */
+bool nic_fence_any_marked(uintptr_t start, uintptr_t end);
 void nic_fence_unmark(uintptr_t start, uintptr_t end);
 /* Calls fn on every marked run (fork child). */
 void nic_fence_each_marked(void (*fn)(uintptr_t start, uintptr_t end));
@@ -80,6 +90,8 @@ bool nic_fence_region(uintptr_t a, uintptr_t *start, size_t *len);
 extern unsigned nic_fence_gen;
 extern unsigned nic_fence_gen_waiters;
 void nic_fence_gen_bump(void); /* async-signal-safe */
+/* Sleeps until nic_fence_gen moves from seen (or a millisecond passes). */
+void nic_fence_gen_wait(unsigned seen);
 
 /* ---- fence_threads.c: threads protect never holds, and the poller ---- */
 /* This thread performs DMA or runs completions (the sim engine, the poller): a write of it to a
@@ -90,14 +102,10 @@ void nic_fence_thread_gone(void);
 /* Exempt threads: NIC threads (*own NULL) and posting threads (*own, *n: their entries). */
 bool nic_fence_thread_exempt(pid_t tid, const struct nic_sga_entry **own, uint32_t *n);
 bool nic_fence_self_exempt(const struct nic_sga_entry **own, uint32_t *n); /* signal-safe */
-/* Brackets nic_sga_post from protecting its entries e (which stay readable until end) to the
- * backend's return. The NIC cannot read them before, so a write of this thread to their pages
- * then (nicmalloc's own: mimalloc keeps a heap's metadata in the thread's ordinary pages,
- * beside the program's blocks) would wait for a completion only its own post can lead to: it
- * waits only while other posted entries cover the page, then goes on, and end protects the
- * page again. Under mprotect only: the uffd fault thread reads faults late and cannot tell a
- * write inside the post from one before it, so it holds a posting thread like any writer
- * (fence_uffd.c). Returns whether end must undo it. */
+/* Brackets nic_sga_post from protecting its entries e to the backend's return. It used to let
+ * this thread's writes to pages its own entries alone covered through (under mprotect), on the
+ * premise that the NIC could not read them yet; the backend has them inside its post, so it no
+ * longer exempts anything (fence.c). Returns whether end must undo something. */
 bool nic_fence_posting_begin(const struct nic_sga_entry *e, uint32_t n);
 void nic_fence_posting_end(bool began, const struct nic_sga_entry *e, uint32_t n);
 /* Starts the poller: while a writer is held it polls the backend, so that a completion needed
@@ -106,6 +114,10 @@ void nic_fence_poller_start(void);
 /* True on a thread protect never holds, once the free thread runs: its frees (deferred.c) must
  * go to that thread, which a protected page holds like any writer, rather than be made here. */
 bool nic_fence_frees_handed_off(void);
+/* Brackets a completion: its frees (deferred ones, the message, the program's in its callback)
+ * go to the free thread while protect runs. */
+void nic_fence_completion_begin(void);
+void nic_fence_completion_end(void);
 void nic_fence_free_kick(void);   /* the free thread runs nic_safety_retry_deferred */
 void nic_fence_poller_kick(void); /* async-signal-safe */
 

@@ -11,6 +11,7 @@
 #include <linux/futex.h>
 #include <sys/mman.h>
 #include <sys/syscall.h>
+#include <time.h>
 #include <unistd.h>
 
 /* The control arena's range (alloc/os/vspace.c; 0 when it could not be made). */
@@ -34,6 +35,21 @@ bool nic_fence_mark(uintptr_t start, uintptr_t end) {
   if (!nic_pagemap_reserve(&map, start, end)) return false;
   nic_pagemap_bits(&map, start, end, true);
   return true;
+}
+
+bool nic_fence_any_marked(uintptr_t start, uintptr_t end) {
+  for (uintptr_t a = nic_page_down(start), next; a < end; a = next) {
+    const uint64_t *leaf = nic_pagemap_span(&map, a, &next);
+    if (!leaf) continue;
+    const uintptr_t stop = end < next ? end : next;
+    size_t bit = nic_pagemap_index(&map, a);
+    for (size_t left = (stop - a + NIC_PAGE_SIZE - 1) >> NIC_PAGE_SHIFT, n; left; left -= n) {
+      const uint64_t mask = nic_bits_run(bit, left, &n);
+      if (__atomic_load_n(&leaf[bit / 64], __ATOMIC_ACQUIRE) & mask) return true;
+      bit += n;
+    }
+  }
+  return false;
 }
 
 void nic_fence_unmark(uintptr_t start, uintptr_t end) {
@@ -84,4 +100,11 @@ void nic_fence_gen_bump(void) {
   __atomic_add_fetch(&nic_fence_gen, 1, __ATOMIC_SEQ_CST);
   if (__atomic_load_n(&nic_fence_gen_waiters, __ATOMIC_SEQ_CST))
     syscall(SYS_futex, &nic_fence_gen, FUTEX_WAKE_PRIVATE, 0x7fffffff, NULL, NULL, 0);
+}
+
+void nic_fence_gen_wait(unsigned seen) {
+  __atomic_add_fetch(&nic_fence_gen_waiters, 1, __ATOMIC_SEQ_CST);
+  struct timespec tick = {0, 1000 * 1000};
+  syscall(SYS_futex, &nic_fence_gen, FUTEX_WAIT_PRIVATE, seen, &tick, NULL, 0);
+  __atomic_sub_fetch(&nic_fence_gen_waiters, 1, __ATOMIC_SEQ_CST);
 }

@@ -24,6 +24,11 @@
 #include <string.h>
 
 static int lock_word;
+/* Registrations pinning pages now (fence_pins.c): no page of them is protected until they end.
+ * Changed under the lock; a post that meets one waits on nic_fence_gen. */
+#define PINS_MAX 16
+static struct { uintptr_t start, end; } pins[PINS_MAX];
+static unsigned npins;
 static const struct nic_fence_mech *mech; /* NULL: not started, or no mechanism works here */
 static bool started;
 static pthread_once_t once = PTHREAD_ONCE_INIT;
@@ -93,6 +98,7 @@ static void start(void) {
   else
     nic_fence_poller_start();
   __atomic_store_n(&mech, m, __ATOMIC_RELEASE);
+  if (m) nic_fence_pins_install();
   __atomic_store_n(&started, true, __ATOMIC_RELEASE);
 }
 
@@ -146,6 +152,18 @@ static bool entry_units(const struct nic_sga_entry *e, uintptr_t *first, uintptr
   return true;
 }
 
+/* Lock held: whether an entry's units overlap a registration pinning its pages now. */
+static bool meets_pin(const struct nic_sga_entry *e, uint32_t n) {
+  for (uint32_t i = 0; npins && i < n; i++) {
+    uintptr_t first, end;
+    size_t unit;
+    if (!entry_units(&e[i], &first, &end, &unit)) continue;
+    for (unsigned k = 0; k < npins; k++)
+      if (first < pins[k].end && pins[k].start < end) return true;
+  }
+  return false;
+}
+
 void nic_fence_protect(const struct nic_sga_entry *e, uint32_t n) {
   pthread_once(&once, start);
   if (!__atomic_load_n(&mech, __ATOMIC_ACQUIRE)) {
@@ -154,7 +172,14 @@ void nic_fence_protect(const struct nic_sga_entry *e, uint32_t n) {
     return;
   }
   sigset_t old;
-  lock(&old);
+  for (;;) {
+    unsigned gen = __atomic_load_n(&nic_fence_gen, __ATOMIC_SEQ_CST);
+    lock(&old);
+    if (!meets_pin(e, n)) break;
+    unlock(&old);
+    /* The backend has not seen this post yet and the pin needs nothing of ours: it ends. */
+    nic_fence_gen_wait(gen);
+  }
   for (uint32_t i = 0; i < n; i++) {
     uintptr_t first, end;
     size_t unit;
@@ -246,7 +271,13 @@ void nic_fence_reprotect(const struct nic_sga_entry *e, uint32_t n) {
   }
   if (!any) return;
   sigset_t old;
-  lock(&old);
+  for (;;) { /* as nic_fence_protect: a registration pinning these pages ends first */
+    unsigned gen = __atomic_load_n(&nic_fence_gen, __ATOMIC_SEQ_CST);
+    lock(&old);
+    if (!meets_pin(e, n)) break;
+    unlock(&old);
+    nic_fence_gen_wait(gen);
+  }
   for (uint32_t i = 0; i < n; i++) {
     uintptr_t first, end;
     size_t unit;
@@ -289,5 +320,32 @@ int nic_fence_protect_use(enum nic_fence_protect_with with) {
     __atomic_store_n(&mech, want, __ATOMIC_RELEASE);
   unlock(&old);
   if (!rc) nic_fence_poller_start();
+  if (!rc) nic_fence_pins_install();
   return rc;
+}
+
+bool nic_fence_pin_begin(uintptr_t start, uintptr_t end) {
+  if (!__atomic_load_n(&mech, __ATOMIC_ACQUIRE)) return true;
+  sigset_t old;
+  lock(&old);
+  bool ok = npins < PINS_MAX && !nic_fence_any_marked(start, end);
+  if (ok) pins[npins].start = start, pins[npins++].end = end;
+  unlock(&old);
+  return ok;
+}
+
+void nic_fence_pin_end(uintptr_t start, uintptr_t end) {
+  sigset_t old;
+  lock(&old);
+  for (unsigned k = 0; k < npins; k++)
+    if (pins[k].start == start && pins[k].end == end) {
+      pins[k] = pins[--npins];
+      break;
+    }
+  unlock(&old);
+  nic_fence_gen_bump(); /* posts waiting for it */
+}
+
+bool nic_fence_pins_full(void) {
+  return __atomic_load_n(&npins, __ATOMIC_RELAXED) >= PINS_MAX;
 }

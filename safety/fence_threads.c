@@ -95,9 +95,24 @@ void nic_fence_poller_kick(void) {
   syscall(SYS_futex, &kick, FUTEX_WAKE_PRIVATE, 1, NULL, NULL, 0);
 }
 
+/* Inside a completion on any thread (nic_poll, a fence, the backend's thread): more completions
+ * may be in this thread's hands, taken from the backend in one batch, and a free's writes into
+ * a page one of them still covers (mimalloc's heap struct, which it keeps in an ordinary block
+ * beside the program's, takes a cross-thread free) would wait for a completion only this thread
+ * can run. */
+static __thread unsigned completing;
+
+void nic_fence_completion_begin(void) {
+  completing++;
+}
+
+void nic_fence_completion_end(void) {
+  completing--;
+}
+
 bool nic_fence_frees_handed_off(void) {
   /* A posting thread is exempt only for its own entries' pages; its frees stay its own. */
-  return exempt && !self_own && __atomic_load_n(&freer_up, __ATOMIC_ACQUIRE);
+  return ((exempt && !self_own) || completing) && __atomic_load_n(&freer_up, __ATOMIC_ACQUIRE);
 }
 
 void nic_fence_free_kick(void) {

@@ -47,6 +47,7 @@ static void release(struct message *m) {
 
 static void completed(void *arg, int status) {
   struct message *m = arg;
+  nic_fence_completion_begin();
   nic_fence_completing(m, status);
   unref_pages(m, m->n);
   nic_fence_completed(m->entry, m->n); /* after: pages no entry covers now become writable */
@@ -56,6 +57,7 @@ static void completed(void *arg, int status) {
   release(m);
   if (m->done) m->done(m->arg, status);
   free(m);
+  nic_fence_completion_end();
 }
 
 NIC_EXPORT int nic_sga_post(struct nic_sga *sga, struct nic_endpoint *ep, nic_sga_done_fn done,

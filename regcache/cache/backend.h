@@ -100,6 +100,25 @@ struct nic_backend *nic_backend_dpdk_open(void);
 struct nic_backend *nic_backend_active(void);
 /* The backend if one was opened already, else NULL; never opens one. */
 struct nic_backend *nic_backend_if_open(void);
+/* Registers [base, base + len) with b, unless pages of it are write-protected now (a layer
+ * above keeps posted memory so, regcache/cache/pin_guard.c): then -EAGAIN, nothing done. io_uring
+ * and verbs pin what they register for writing, a write the kernel makes: to a protected page it
+ * waits for the DMA, holding the ring's lock every completion needs. Every registration goes
+ * through here. */
+int nic_backend_reg(struct nic_backend *b, void *base, size_t len, unsigned access,
+                    struct nic_registration *out);
+/* After -EAGAIN, with no lock held that a completion takes: returns once a retry can succeed
+ * (true), or false when the pages stayed protected for NICMALLOC_FENCE_TIMEOUT_MS. */
+bool nic_backend_reg_wait(void *base, size_t len);
+/* Set once by the layer that write-protects pages. begin: false when a page of [start, end) is
+ * protected now, else no page of it will be until end. wait: as nic_backend_reg_wait. */
+struct nic_pin_guard {
+  bool (*begin)(uintptr_t start, uintptr_t end);
+  void (*end)(uintptr_t start, uintptr_t end);
+  bool (*wait)(uintptr_t start, uintptr_t end);
+};
+void nic_backend_pin_guard_set(const struct nic_pin_guard *g);
+
 /* In a child of fork both say NULL when the parent had a backend open: the child shares its
  * state with the parent (an io_uring instance and its CQ ring, a NIC's queues), so a child that
  * polled would run the parent's completions and lose them for the parent, and one that

@@ -22,6 +22,7 @@ int nic_chunk_register(unsigned index, struct nic_registration *out) {
   }
   struct nic_backend *b = nic_backend_active();
   if (!b) return -ENODEV;
+again:
   nic_chunks_lock();
   int rc = 0;
   bool refused = false;
@@ -31,10 +32,17 @@ int nic_chunk_register(unsigned index, struct nic_registration *out) {
     rc = r->error;
   /* Local write: nic_register hands this registration out for NIC_REG_LOCAL_WRITE too (receive
    * buffers), and a verbs MR without it fails every receive into the chunk. */
-  else if (!r->registered && (rc = b->reg(b, nic_chunk_base(index), (size_t)1 << nic_dp.shift,
-                                          NIC_ACCESS_LOCAL_WRITE, &r->reg)) == 0)
+  else if (!r->registered &&
+           (rc = nic_backend_reg(b, nic_chunk_base(index), (size_t)1 << nic_dp.shift,
+                                 NIC_ACCESS_LOCAL_WRITE, &r->reg)) == 0)
     __atomic_store_n(&r->registered, 1, __ATOMIC_RELEASE);
-  else if (rc) {
+  else if (rc == -EAGAIN) { /* pages of it are protected: wait without the lock, try again */
+    nic_chunks_unlock();
+    if (nic_backend_reg_wait(nic_chunk_base(index), (size_t)1 << nic_dp.shift)) goto again;
+    nic_chunks_lock();
+    rc = -ENOSPC;
+    refused = true;
+  } else if (rc) {
     r->error = rc;
     r->retry_at_ms = nic_now_ms() + 1000;
     refused = true;

@@ -293,8 +293,9 @@ static unsigned invalidate_range_locked(struct nic_rcache *c, uintptr_t start, u
   return n;
 }
 
+/* -EAGAIN: pages of [busy[0], busy[1]) are write-protected now (nic_backend_reg). */
 static int insert_locked(struct nic_rcache *c, uintptr_t start, uintptr_t end, unsigned access,
-                         struct nic_rcache_ref *out) {
+                         struct nic_rcache_ref *out, uintptr_t busy[2]) {
   struct nic_backend *b = backend(c);
   if (!b) return -ENODEV;
   if (!ready_locked(c)) return -ENOMEM;
@@ -323,7 +324,8 @@ static int insert_locked(struct nic_rcache *c, uintptr_t start, uintptr_t end, u
   uint32_t slot = c->free_head;
   struct region *r = &c->pool[slot];
   c->free_head = r->next_free;
-  int rc = b->reg(b, (void *)start, end - start, access, &r->reg);
+  int rc = nic_backend_reg(b, (void *)start, end - start, access, &r->reg);
+  if (rc == -EAGAIN) busy[0] = start, busy[1] = end;
   if (rc == 0 && cached && !nic_rt_set(c->rt, start, end, slot)) {
     __atomic_store_n(&r->refs, 1, __ATOMIC_RELEASE); /* nobody posted with it: goes at once */
     drop_ref_locked(c, slot);
@@ -384,18 +386,26 @@ int nic_rcache_acquire(struct nic_rcache *c, const void *p, size_t len, unsigned
     count(&c->stats.hits);
     return 0;
   }
-  pthread_mutex_lock(&lock);
-  int rc = 0;
-  if (cached && lookup(c, start, last, access, out)) {
-    count(&c->stats.hits); /* another thread registered it meanwhile */
-  } else {
-    count(&c->stats.misses);
-    rc = insert_locked(c, start & ~(NIC_PAGE_SIZE - 1),
-                       (last + NIC_PAGE_SIZE) & ~(NIC_PAGE_SIZE - 1), access, out);
-    if (rc) count(&c->stats.failures);
+  for (;;) {
+    pthread_mutex_lock(&lock);
+    int rc = 0;
+    uintptr_t busy[2];
+    if (cached && lookup(c, start, last, access, out)) {
+      count(&c->stats.hits); /* another thread registered it meanwhile */
+    } else {
+      count(&c->stats.misses);
+      rc = insert_locked(c, start & ~(NIC_PAGE_SIZE - 1),
+                         (last + NIC_PAGE_SIZE) & ~(NIC_PAGE_SIZE - 1), access, out, busy);
+      if (rc && rc != -EAGAIN) count(&c->stats.failures);
+    }
+    pthread_mutex_unlock(&lock);
+    if (rc != -EAGAIN) return rc;
+    /* Outside the lock: the completions that make the pages writable may take it. */
+    if (!nic_backend_reg_wait((void *)busy[0], busy[1] - busy[0])) {
+      count(&c->stats.failures);
+      return -ENOSPC; /* refused now: the caller copies what it can */
+    }
   }
-  pthread_mutex_unlock(&lock);
-  return rc;
 }
 
 int nic_rcache_find(struct nic_rcache *c, const void *p, size_t len, unsigned access,

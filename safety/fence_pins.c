@@ -1,0 +1,38 @@
+/* protect and registrations: a registration pins its pages for writing (io_uring fixed buffers,
+ * verbs MRs), which the kernel does as a write. On a page protected for a DMA in flight that
+ * write waits for the completion (userfaultfd) inside io_uring_register, holding the ring's lock
+ * the completion's io_uring_enter needs, so both wait until NICMALLOC_FENCE_TIMEOUT_MS and the
+ * program's held writes then go through; or it fails with EFAULT (mprotect). So the pin guard
+ * (regcache/cache/pin_guard.c) starts a registration only on pages that are not protected and
+ * keeps posts from protecting them until it ends; a registration that meets protected pages
+ * waits here, with no lock held that a completion takes, polling as nic_fence_write does. */
+#define _GNU_SOURCE
+#include "backend.h"
+#include "clock.h"
+#include "fence.h"
+
+#include <sched.h>
+#include <time.h>
+
+static bool pin_wait(uintptr_t start, uintptr_t end) {
+  const uint64_t deadline = nic_now_ms() + nic_safety_config()->fence_timeout_ms;
+  for (unsigned round = 0;; round++) {
+    if (!nic_fence_any_marked(start, end) && !nic_fence_pins_full()) return true;
+    if (nic_now_ms() >= deadline) return false;
+    struct nic_backend *b = nic_backend_if_open();
+    if (b) b->poll(b, 0); /* the completions that release the pages, ours among them */
+    if (round < 64) {
+      sched_yield();
+    } else {
+      struct timespec pause = {0, 20000};
+      nanosleep(&pause, NULL);
+    }
+  }
+}
+
+static const struct nic_pin_guard guard = {
+    .begin = nic_fence_pin_begin, .end = nic_fence_pin_end, .wait = pin_wait};
+
+void nic_fence_pins_install(void) {
+  nic_backend_pin_guard_set(&guard);
+}
