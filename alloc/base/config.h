@@ -4,7 +4,6 @@
 #define NIC_CONFIG_H
 
 #include "nicmalloc.h"
-#include "settings.h"
 
 #include <stdbool.h>
 #include <stddef.h>
