@@ -25,7 +25,7 @@ void Markdown() {
     const struct nic_setting_info *s = nic_setting_row(static_cast<nic_setting>(i));
     char takes[256];
     nic_setting_describe(static_cast<nic_setting>(i), takes, sizeof takes);
-    std::string def = *s->def ? "`" + std::string(s->def) + "`" : "none";
+    std::string def = *s->def ? "`" + std::string(s->def) + "`" : "unset";
     std::printf("| `%s` | %s | %s | %s |\n", s->name, def.c_str(), Cell(takes).c_str(),
                 Cell(s->help).c_str());
   }

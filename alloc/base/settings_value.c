@@ -179,7 +179,7 @@ void nic_setting_describe(enum nic_setting id, char *buf, size_t cap) {
     if (*words)
       snprintf(buf, cap, "a path, or %s then a number%s", words, range);
     else
-      snprintf(buf, cap, "%s", s->reach == NIC_REACH_FILE ? "a path or arguments" : "a name");
+      snprintf(buf, cap, "text"); /* a path, a name, a list: the help says which */
     break;
   }
 }
