@@ -2,9 +2,9 @@
  * its environment (nginx does) changes nothing we read later, checked against the one table of
  * known names (settings_table.h), and turned into typed values there, so no module parses text.
  *
- * A value is parsed on its first read, not at start-up: a program that never posts never reads
- * the fence settings, nor hears of a bad one. A bad value gets one warning,
- * "NICMALLOC_X=value: why; using default", and the setting keeps its default. */
+ * A value is parsed on its first read, where its module first needs it, not all at start-up. A
+ * bad value gets one warning, "NICMALLOC_X=value: expected <range>; using <default>", and the
+ * setting keeps its default. */
 #ifndef NIC_SETTINGS_H
 #define NIC_SETTINGS_H
 
