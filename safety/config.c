@@ -1,6 +1,5 @@
-/* Safety settings, read once on first use, and the shared counters. The first use is the first
- * post, or start-up itself: the allocator asks then whether detect records allocation sites
- * (nic_fence_detect_record_min), so that blocks allocated before the first post have theirs. */
+/* Safety settings, read once on first use (settings.h parses each on its first read), and the
+ * shared counters. */
 #include "config.h"
 #include "fence.h"
 #include "log.h"
