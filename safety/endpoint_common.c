@@ -28,9 +28,8 @@ struct nic_backend *nic_ep_backend(const char *who, const char *kind, const char
   if (b && !strcmp(b->name, kind)) return b;
   /* Asked for but it could not start: advice to set the variable is no help, what follows the
    * advice in the hint (verbs: it needs an RDMA device) still is. */
-  const char *want = nic_getenv("NICMALLOC_BACKEND");
   const char *rest = strchr(hint, ';');
-  if (b && want && !strcmp(want, kind))
+  if (b && nic_setting_is(NIC_S_BACKEND, kind))
     nic_api_error_by(endpoint, who, 0,
                      "%s: the backend in use is %s, not %s (NICMALLOC_BACKEND=%s is set but could "
                      "not start here, see the warning at start-up%s)",

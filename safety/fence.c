@@ -97,28 +97,11 @@ void nic_fence_completed(const struct nic_sga_entry *e, uint32_t n) {
 }
 
 void nic_fence_load_settings(struct nic_safety_config *c) {
-  const char *t;
-  if ((t = nic_getenv("NICMALLOC_FENCE_PROTECT"))) {
-    if (!strcmp(t, "auto"))
-      c->protect_with = NIC_PROTECT_AUTO;
-    else if (!strcmp(t, "uffd"))
-      c->protect_with = NIC_PROTECT_UFFD;
-    else if (!strcmp(t, "mprotect"))
-      c->protect_with = NIC_PROTECT_MPROTECT;
-    else
-      nic_log_warn("NICMALLOC_FENCE_PROTECT=%s is not valid (expected auto, uffd or mprotect); "
-                   "using auto",
-                   t);
-  }
-  if ((t = nic_getenv("NICMALLOC_FENCE_DETECT_SAMPLE"))) {
-    size_t v;
-    if (!strcmp(t, "off"))
-      c->detect_sites = false;
-    else if (nic_parse_size(t, &v) && v <= ((size_t)1 << 40))
-      c->detect_mean = v;
-    else
-      nic_log_warn("NICMALLOC_FENCE_DETECT_SAMPLE=%s is not valid (expected off, 0 for every "
-                   "block, or mean bytes up to 1T); using 0",
-                   t);
-  }
+  /* In the order of NICMALLOC_FENCE_PROTECT's words: auto|uffd|mprotect. */
+  static const enum nic_fence_protect_with with[] = {NIC_PROTECT_AUTO, NIC_PROTECT_UFFD,
+                                                     NIC_PROTECT_MPROTECT};
+  c->protect_with = with[nic_setting_choice(NIC_S_FENCE_PROTECT)];
+  /* A mean in bytes (0: every block), or the word off. */
+  c->detect_sites = nic_setting_choice(NIC_S_FENCE_DETECT_SAMPLE) < 0;
+  c->detect_mean = (size_t)nic_setting_number(NIC_S_FENCE_DETECT_SAMPLE);
 }

@@ -27,7 +27,7 @@ static struct busy {
 } busy[BUSY_SLOTS];
 
 static void make_model(void) {
-  nic_tcache_params_from_env(&params, NULL);
+  nic_tcache_params_from_env(&params);
   if (params.window == 0) params.window = 4096;
   params.page_size = MODEL_PAGE;
   model = nic_tcache_new(&params);

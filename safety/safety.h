@@ -27,7 +27,7 @@ const struct nic_safety_config *nic_safety_config(void);
 /* Tests and benchmarks switch settings at run time (not thread-safe against users). */
 void nic_safety_config_set(const struct nic_safety_config *c);
 /* Parses a NICMALLOC_FENCE value, warning about bad values. */
-enum nic_fence_mode nic_safety_parse_fence(const char *text);
+enum nic_fence_mode nic_safety_fence_setting(void);
 
 /* Counters, updated with relaxed atomics. */
 struct nic_safety_counters {

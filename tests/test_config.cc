@@ -2,7 +2,7 @@
 #include <gtest/gtest.h>
 
 extern "C" {
-#include "config.h"
+#include "settings.h"
 }
 
 TEST(ParseSize, AcceptsPlainAndSuffixedSizes) {

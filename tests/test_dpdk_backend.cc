@@ -72,9 +72,11 @@ const Veth &VethPair() {
 
 struct nic_backend *Backend() {
   static struct nic_backend *b = [] {
-    std::string vdev = "net_ring0";
+    static std::string vdev = "net_ring0";
     if (VethPair().ok) vdev += ";net_af_packet0,iface=veth-a";
-    setenv("NICMALLOC_DPDK_VDEV", vdev.c_str(), 1);
+    nic_plugin_settings s{}; // NICMALLOC_DPDK_VDEV as libnicmalloc hands it over (backend.c)
+    s.dpdk_vdev = vdev.c_str();
+    if (auto take = SYM(nic_backend_dpdk_settings)) take(&s);
     auto open = SYM(nic_backend_dpdk_open);
     return open ? open() : nullptr;
   }();
@@ -248,7 +250,9 @@ TEST(DpdkAppEal, FoundWithoutAttachAndLeftAlone) {
 
 TEST(DpdkEalArgs, RefusedArgumentsGiveNullAndErrno) {
   REQUIRE_OWN_PROCESS();
-  setenv("NICMALLOC_DPDK_EAL_ARGS", "--no-huge --no-such-eal-option", 1);
+  nic_plugin_settings s{};
+  s.dpdk_eal_args = "--no-huge --no-such-eal-option";
+  SYM(nic_backend_dpdk_settings)(&s);
   errno = 0;
   EXPECT_EQ(SYM(nic_backend_dpdk_open)(), nullptr);
   EXPECT_EQ(errno, EINVAL);

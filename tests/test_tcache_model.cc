@@ -2,6 +2,7 @@
 // working-set window, invalidation, presets and settings.
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <cstdlib>
 #include <memory>
 #include <string>
@@ -198,9 +199,8 @@ TEST(TcachePresets, EachHasNumbersAndABasis) {
 }
 
 namespace {
-std::vector<std::string> warned;
-void record_warning(const char *var, const char *, const char *) {
-  warned.push_back(var);
+int Lines(const std::string &s) {
+  return (int)std::count(s.begin(), s.end(), '\n');
 }
 const char *const tcache_vars[] = {"NICMALLOC_SIM_TCACHE", "NICMALLOC_SIM_TCACHE_ENTRIES",
                                    "NICMALLOC_SIM_TCACHE_PAGE", "NICMALLOC_SIM_MISS_NS",
@@ -208,7 +208,6 @@ const char *const tcache_vars[] = {"NICMALLOC_SIM_TCACHE", "NICMALLOC_SIM_TCACHE
 } // namespace
 
 TEST(TcacheSettings, PresetAndOverridesFromEnvironment) {
-  warned.clear();
   setenv("NICMALLOC_SIM_TCACHE", "cx4", 1);
   setenv("NICMALLOC_SIM_TCACHE_ENTRIES", "100", 1);
   setenv("NICMALLOC_SIM_TCACHE_PAGE", "2M", 1);
@@ -216,19 +215,19 @@ TEST(TcacheSettings, PresetAndOverridesFromEnvironment) {
   setenv("NICMALLOC_SIM_TCACHE_WINDOW", "64", 1);
   nic_settings_reload(false); // settings are copied at start-up
   nic_tcache_params p;
-  nic_tcache_params_from_env(&p, record_warning);
+  testing::internal::CaptureStderr();
+  nic_tcache_params_from_env(&p);
+  EXPECT_EQ(testing::internal::GetCapturedStderr(), "");
   EXPECT_EQ(p.capacity, 100u);
   EXPECT_EQ(p.page_size, M2);
   EXPECT_EQ(p.miss_ns, 500u);
   EXPECT_EQ(p.window, 64u);
   EXPECT_EQ(p.mpt_per_region, nic_tcache_preset_find("cx4")->params.mpt_per_region);
-  EXPECT_TRUE(warned.empty());
   for (const char *v : tcache_vars)
     unsetenv(v);
 }
 
 TEST(TcacheSettings, BadValuesWarnOnceEachAndKeepDefaults) {
-  warned.clear();
   setenv("NICMALLOC_SIM_TCACHE", "cx99", 1);
   setenv("NICMALLOC_SIM_TCACHE_ENTRIES", "0", 1);
   setenv("NICMALLOC_SIM_TCACHE_PAGE", "3000", 1);
@@ -236,13 +235,41 @@ TEST(TcacheSettings, BadValuesWarnOnceEachAndKeepDefaults) {
   setenv("NICMALLOC_SIM_TCACHE_WINDOW", "-1", 1);
   nic_settings_reload(false); // settings are copied at start-up
   nic_tcache_params p;
-  nic_tcache_params_from_env(&p, record_warning);
+  testing::internal::CaptureStderr();
+  nic_tcache_params_from_env(&p);
+  nic_tcache_params_from_env(&p); // a second reader is not warned again
+  std::string err = testing::internal::GetCapturedStderr();
   const nic_tcache_params &d = nic_tcache_preset_find(NIC_TCACHE_DEFAULT_PRESET)->params;
   EXPECT_EQ(p.capacity, d.capacity);
   EXPECT_EQ(p.page_size, d.page_size);
   EXPECT_EQ(p.miss_ns, d.miss_ns);
   EXPECT_EQ(p.window, d.window);
-  EXPECT_EQ(warned.size(), 5u);
+  EXPECT_EQ(Lines(err), 5) << err;
+  for (const char *v : tcache_vars)
+    EXPECT_NE(err.find(std::string(v) + "="), std::string::npos) << v << ": " << err;
   for (const char *v : tcache_vars)
     unsetenv(v);
+}
+
+// tcache_model maps NICMALLOC_SIM_TCACHE's words to presets: each word is a preset.
+TEST(TcacheSettings, EveryWordOfTheSettingIsAPreset) {
+  std::string words = nic_setting_row(NIC_S_SIM_TCACHE)->words;
+  int n = 0;
+  for (size_t at = 0; at <= words.size(); n++) {
+    size_t bar = words.find('|', at);
+    std::string w = words.substr(at, bar == std::string::npos ? std::string::npos : bar - at);
+    at = bar == std::string::npos ? words.size() + 1 : bar + 1;
+    const nic_tcache_preset *want = nic_tcache_preset_find(w.c_str());
+    ASSERT_NE(want, nullptr) << w;
+    setenv("NICMALLOC_SIM_TCACHE", w.c_str(), 1);
+    nic_settings_reload(false);
+    nic_tcache_params p;
+    nic_tcache_params_from_env(&p);
+    EXPECT_EQ(p.capacity, want->params.capacity) << w;
+    EXPECT_EQ(p.mpt_per_region, want->params.mpt_per_region) << w;
+    EXPECT_EQ(p.page_size, want->params.page_size) << w;
+  }
+  EXPECT_EQ(n, 5);
+  unsetenv("NICMALLOC_SIM_TCACHE");
+  nic_settings_reload(false);
 }

@@ -86,12 +86,16 @@ TEST(VerbsOpen, NoDeviceGivesNullAndEnodev) {
   EXPECT_EQ(errno, ENODEV);
 }
 
+// NICMALLOC_VERBS_DEVICE as libnicmalloc hands it over (backend.c).
 TEST(VerbsOpen, UnknownDeviceNameGivesEnodev) {
-  setenv("NICMALLOC_VERBS_DEVICE", "no-such-rdma-device", 1);
+  nic_plugin_settings s{};
+  s.verbs_device = "no-such-rdma-device";
+  SYM(nic_backend_verbs_settings)(&s);
   errno = 0;
   EXPECT_EQ(SYM(nic_backend_verbs_open)(), nullptr);
   EXPECT_EQ(errno, ENODEV);
-  unsetenv("NICMALLOC_VERBS_DEVICE");
+  s.verbs_device = nullptr;
+  SYM(nic_backend_verbs_settings)(&s);
 }
 
 struct Done {

@@ -1,5 +1,5 @@
-/* Settings, read once from NICMALLOC_* environment variables. A bad value gets one warning and
- * the default. */
+/* The allocator's settings in the shape its hot paths read, taken once from the typed values of
+ * settings.h (which parses, ranges and warns). */
 #ifndef NIC_CONFIG_H
 #define NIC_CONFIG_H
 
@@ -41,11 +41,5 @@ struct nic_config {
 
 /* Parsed on first use; valid for the life of the process. */
 const struct nic_config *nic_config(void);
-
-/* Parsing helpers, exposed for the tests. Return true and set *out on success. */
-bool nic_parse_size(const char *text, size_t *out);
-/* Digits only, no suffix: counts and milliseconds. */
-bool nic_parse_count(const char *text, size_t *out);
-bool nic_parse_bool(const char *text, bool *out);
 
 #endif

@@ -11,6 +11,7 @@
 #include "settings.h"
 
 #include "log.h"
+#include "settings_internal.h"
 #include "settings_table.h"
 
 #include <stddef.h>
@@ -20,16 +21,10 @@
 
 extern char **environ;
 
-enum nic_reach { NIC_REACH_VALUE, NIC_REACH_FILE };
-
-struct setting {
-  const char *name;
-  enum nic_reach reach;
-};
-
-#define AS_SETTING(name, reach) {name, reach},
-static const struct setting settings[] = {NIC_SETTINGS(AS_SETTING)};
-#undef AS_SETTING
+#define AS_INFO(id, name, type, def, min, max, words, reach, help)                                 \
+  {#id, name, type, def, min, max, words, reach, help},
+static const struct nic_setting_info settings[] = {NIC_SETTINGS(AS_INFO)};
+#undef AS_INFO
 #define AS_NAME(name) name,
 static const char *const tool_variables[] = {NIC_TOOL_VARIABLES(AS_NAME)};
 #undef AS_NAME
@@ -177,4 +172,5 @@ bool nic_secure_execution(void) {
 void nic_settings_reload(bool secure_now) {
   ensure_read();
   read_environment(secure_now || getauxval(AT_SECURE) != 0);
+  nic_setting_values_forget();
 }

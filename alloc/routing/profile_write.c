@@ -46,7 +46,6 @@
 #include <time.h>
 #include <unistd.h>
 
-#define RUN_ENV "NICMALLOC_PROFILE_RUN"
 #define MAX_MERGED 16384u
 #define MERGE_SLOTS (2 * MAX_MERGED)
 #define TEXT_BYTES (64u << 20) /* frames text of all sites: virtual, touched as used */
@@ -63,14 +62,14 @@ static bool finished;
 static uint64_t last_write_ms;
 
 void nic_profile_file_start(const char *given) {
-  const char *inherited = nic_getenv(RUN_ENV);
-  if (inherited && *inherited && strlen(inherited) < sizeof run) {
+  const char *inherited = nic_setting_text(NIC_S_PROFILE_RUN);
+  if (inherited && strlen(inherited) < sizeof run) {
     snprintf(run, sizeof run, "%s", inherited);
   } else {
     struct timespec ts;
     clock_gettime(CLOCK_REALTIME, &ts);
     snprintf(run, sizeof run, "%d-%lld%09ld", (int)getpid(), (long long)ts.tv_sec, ts.tv_nsec);
-    setenv(RUN_ENV, run, 1);
+    setenv(nic_setting_row(NIC_S_PROFILE_RUN)->name, run, 1);
   }
   usable = nic_prof_path_start(given);
   last_write_ms = nic_now_ms();

@@ -178,7 +178,7 @@ static void read_table(struct scan *sc, const char *path) {
 }
 
 static void site_table_apply(void) {
-  const char *off = nic_getenv("NICMALLOC_SITES_OFF"), *table = nic_getenv("NICMALLOC_SITE_TABLE");
+  const char *off = nic_setting_text(NIC_S_SITES_OFF), *table = nic_setting_text(NIC_S_SITE_TABLE);
   if (!off && !table) return;
   static struct scan sc; /* 8 KiB of id bits: not on the stack of whatever thread starts us */
   memset(&sc, 0, sizeof sc);

@@ -50,15 +50,21 @@ static struct nic_backend *open_plugin(const char *name) {
     return NULL;
   }
   char symbol[64];
+  snprintf(symbol, sizeof symbol, "nic_backend_%s_settings", name);
+  void (*take)(const struct nic_plugin_settings *) =
+      (void (*)(const struct nic_plugin_settings *))dlsym(handle, symbol);
+  if (take) {
+    struct nic_plugin_settings s = {.verbose = nic_setting_bool(NIC_S_VERBOSE),
+                                    .verbs_device = nic_setting_text(NIC_S_VERBS_DEVICE),
+                                    .verbs_odp = nic_setting_bool(NIC_S_VERBS_ODP),
+                                    .dpdk_vdev = nic_setting_text(NIC_S_DPDK_VDEV),
+                                    .dpdk_eal_args = nic_setting_text(NIC_S_DPDK_EAL_ARGS)};
+    take(&s);
+  }
   snprintf(symbol, sizeof symbol, "nic_backend_%s_open", name);
   open_fn fn = (open_fn)dlsym(handle, symbol);
   if (!fn) errno = ENOSYS;
   return fn ? fn() : NULL;
-}
-
-static bool is_backend_name(const char *name) {
-  return !strcmp(name, "sim") || !strcmp(name, "uring") || !strcmp(name, "verbs") ||
-         !strcmp(name, "dpdk");
 }
 
 static struct nic_backend *open_named(const char *name) {
@@ -69,18 +75,13 @@ static struct nic_backend *open_named(const char *name) {
 }
 
 static void choose(void) {
-  const char *want = nic_getenv("NICMALLOC_BACKEND");
-  if (want && strcmp(want, "auto")) {
+  /* A name the table does not list was refused there, with a warning: auto. */
+  static const char *named[] = {NULL, "sim", "uring", "verbs", "dpdk"}; /* auto|sim|... */
+  const char *want = named[nic_setting_choice(NIC_S_BACKEND)];
+  if (want) {
     active = open_named(want);
     if (active) return;
-    /* Not errno: a backend that cannot start may say EINVAL too (EAL refusing its arguments). */
-    if (!is_backend_name(want))
-      nic_log_warn("NICMALLOC_BACKEND=%s is not valid (expected auto, sim, uring, verbs or "
-                   "dpdk); choosing automatically",
-                   want);
-    else
-      nic_log_warn("backend %s cannot run here (%s); choosing automatically", want,
-                   strerror(errno));
+    nic_log_warn("backend %s cannot run here (%s); choosing automatically", want, strerror(errno));
   }
   static const char *order[] = {"verbs", "uring", "sim"};
   for (size_t i = 0; i < sizeof order / sizeof order[0] && !active; i++) {

@@ -95,6 +95,19 @@ struct nic_backend *nic_backend_uring_open(void);
 struct nic_backend *nic_backend_verbs_open(void);
 struct nic_backend *nic_backend_dpdk_open(void);
 
+/* The settings a plugin backend takes, typed and checked by libnicmalloc (settings.h) and handed
+ * over before it opens (nic_backend_<name>_settings): a plugin cannot reach libnicmalloc's hidden
+ * functions, and reading the environment itself would skip the copy at start-up, secure
+ * execution and first-entry-wins. The strings live as long as the process. */
+struct nic_plugin_settings {
+  bool verbose;                          /* NICMALLOC_VERBOSE */
+  const char *verbs_device;              /* NICMALLOC_VERBS_DEVICE; NULL: the first device */
+  bool verbs_odp;                        /* NICMALLOC_VERBS_ODP */
+  const char *dpdk_vdev, *dpdk_eal_args; /* NICMALLOC_DPDK_VDEV, _EAL_ARGS; NULL: none */
+};
+void nic_backend_verbs_settings(const struct nic_plugin_settings *s);
+void nic_backend_dpdk_settings(const struct nic_plugin_settings *s);
+
 /* The process-wide backend named by NICMALLOC_BACKEND, opened on first use. NULL when none could
  * be opened (the reason was printed once). */
 struct nic_backend *nic_backend_active(void);

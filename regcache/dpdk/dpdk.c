@@ -28,6 +28,12 @@ void nic_log_warn(const char *fmt, ...) {
   fprintf(stderr, "nicmalloc: warning: %s\n", buf);
 }
 
+/* Handed over by libnicmalloc before it opens the plugin (backend.h). */
+static struct nic_plugin_settings settings;
+NIC_EXPORT void nic_backend_dpdk_settings(const struct nic_plugin_settings *s) {
+  settings = *s;
+}
+
 /* EAL is per process and cannot restart: what we start lives until exit. */
 static struct {
   bool started_eal, attached;
@@ -51,8 +57,8 @@ static int start_eal(void) {
   char *argv[64], lcores[1024], *own = NULL, *vdevs = NULL, *save;
   int argc = 0;
   argv[argc++] = "nicmalloc";
-  const char *env = secure_getenv("NICMALLOC_DPDK_EAL_ARGS");
-  if (env && *env) {
+  const char *env = settings.dpdk_eal_args;
+  if (env) {
     own = strdup(env);
     for (char *t = strtok_r(own, " \t", &save); t && argc < 48; t = strtok_r(NULL, " \t", &save))
       argv[argc++] = t;
@@ -65,7 +71,7 @@ static int start_eal(void) {
       argv[argc++] = defaults[i];
     argv[argc++] = lcores;
   }
-  if ((env = secure_getenv("NICMALLOC_DPDK_VDEV")) && *env) {
+  if ((env = settings.dpdk_vdev)) {
     vdevs = strdup(env);
     for (char *t = strtok_r(vdevs, ";", &save); t && argc < 62; t = strtok_r(NULL, ";", &save)) {
       argv[argc++] = "--vdev";

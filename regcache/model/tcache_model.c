@@ -62,43 +62,20 @@ uint64_t nic_tcache_entries_for(const struct nic_tcache_params *p, uintptr_t bas
   return p->mpt_per_region + ((base + len - 1) >> shift) - (base >> shift) + 1;
 }
 
-/* Digits with an optional binary K/M/G suffix (our own, to stay free of other modules). */
-static bool parse_u64(const char *t, uint64_t max, uint64_t *out) {
-  if (!t || *t < '0' || *t > '9') return false;
-  char *end;
-  errno = 0;
-  unsigned long long v = strtoull(t, &end, 10);
-  unsigned shift = *end == 'K' || *end == 'k'   ? 10
-                   : *end == 'M' || *end == 'm' ? 20
-                   : *end == 'G' || *end == 'g' ? 30
-                                                : 0;
-  if (shift) end++;
-  if (errno || *end || v > (max >> shift)) return false;
-  *out = (uint64_t)v << shift;
-  return true;
+/* Each override, when given, replaces the preset's number (the table holds the ranges). */
+static void override(enum nic_setting s, uint64_t *field) {
+  if (nic_setting_given(s)) *field = nic_setting_number(s);
 }
 
-static void env_u64(const char *var, uint64_t min, uint64_t max, bool pow2, uint64_t *field,
-                    const char *expected, nic_tcache_warn_fn warn) {
-  const char *t = nic_getenv(var);
-  uint64_t v;
-  if (!t) return;
-  if (parse_u64(t, max, &v) && v >= min && (!pow2 || !(v & (v - 1))))
-    *field = v;
-  else if (warn)
-    warn(var, t, expected);
-}
-
-void nic_tcache_params_from_env(struct nic_tcache_params *out, nic_tcache_warn_fn warn) {
-  const char *name = nic_getenv("NICMALLOC_SIM_TCACHE");
-  const struct nic_tcache_preset *p = nic_tcache_preset_find(name);
-  if (name && !p && warn) warn("NICMALLOC_SIM_TCACHE", name, "tiny, cx4, cx5, cx6dx or bluefield2");
-  *out = (p ? p : nic_tcache_preset_find(NIC_TCACHE_DEFAULT_PRESET))->params;
+void nic_tcache_params_from_env(struct nic_tcache_params *out) {
+  /* In the order of NICMALLOC_SIM_TCACHE's words: tiny|cx4|cx5|cx6dx|bluefield2. */
+  static const char *names[] = {"tiny", "cx4", "cx5", "cx6dx", "bluefield2"};
+  *out = nic_tcache_preset_find(names[nic_setting_choice(NIC_S_SIM_TCACHE)])->params;
   uint64_t cap = out->capacity, page = out->page_size, miss = out->miss_ns, win = out->window;
-  env_u64("NICMALLOC_SIM_TCACHE_ENTRIES", 1, 1u << 24, false, &cap, "1 to 16M entries", warn);
-  env_u64("NICMALLOC_SIM_TCACHE_PAGE", 4096, 1u << 30, true, &page, "4K, 2M or 1G", warn);
-  env_u64("NICMALLOC_SIM_MISS_NS", 0, 1000000000, false, &miss, "0 to 1e9 ns", warn);
-  env_u64("NICMALLOC_SIM_TCACHE_WINDOW", 0, 1u << 20, false, &win, "0 to 1M accesses", warn);
+  override(NIC_S_SIM_TCACHE_ENTRIES, &cap);
+  override(NIC_S_SIM_TCACHE_PAGE, &page);
+  override(NIC_S_SIM_MISS_NS, &miss);
+  override(NIC_S_SIM_TCACHE_WINDOW, &win);
   out->capacity = (uint32_t)cap;
   out->page_size = page;
   out->miss_ns = (uint32_t)miss;

@@ -42,12 +42,11 @@ const struct nic_tcache_preset *nic_tcache_preset_find(const char *name);
 /* The i-th preset, or NULL past the end: for listing them. */
 const struct nic_tcache_preset *nic_tcache_preset_at(size_t i);
 
-/* Called once per bad setting; the setting keeps its previous value. */
-typedef void (*nic_tcache_warn_fn)(const char *var, const char *value, const char *expected);
 /* Fills *out from NICMALLOC_SIM_TCACHE (preset, default cx5), then the overrides
  * NICMALLOC_SIM_TCACHE_ENTRIES, NICMALLOC_SIM_TCACHE_PAGE (4K, 2M, 1G or any power of two in
- * between), NICMALLOC_SIM_MISS_NS and NICMALLOC_SIM_TCACHE_WINDOW. warn may be NULL. */
-void nic_tcache_params_from_env(struct nic_tcache_params *out, nic_tcache_warn_fn warn);
+ * between), NICMALLOC_SIM_MISS_NS and NICMALLOC_SIM_TCACHE_WINDOW. A bad value is warned
+ * about once, by settings.c, and keeps the preset's number. */
+void nic_tcache_params_from_env(struct nic_tcache_params *out);
 /* True when every field is in range. */
 bool nic_tcache_params_valid(const struct nic_tcache_params *p);
 /* Entries a region [base, base+len) needs to be fully resident: MPT + pages spanned. */

@@ -27,33 +27,16 @@ void nic_sim_config_defaults(struct nic_sim_config *c) {
   c->tcache = nic_tcache_preset_find(NIC_TCACHE_DEFAULT_PRESET)->params;
 }
 
-static void warn_bad(const char *var, const char *value, const char *expected) {
-  nic_log_warn("%s=%s is not valid (expected %s); using the default", var, value, expected);
-}
-
 void nic_sim_config_from_env(struct nic_sim_config *c) {
   nic_sim_config_defaults(c);
-  const char *t = nic_getenv("NICMALLOC_SIM_MAX_SGE");
-  size_t v;
-  if (t && nic_parse_count(t, &v) && v >= 1 && v <= MAX_SGE_LIMIT)
-    c->max_sge = (uint32_t)v;
-  else if (t)
-    warn_bad("NICMALLOC_SIM_MAX_SGE", t, "1 to 256");
-  if ((t = nic_getenv("NICMALLOC_SIM_SEED"))) {
-    if (nic_parse_count(t, &v))
-      c->seed = v;
-    else
-      warn_bad("NICMALLOC_SIM_SEED", t, "an unsigned integer");
-  }
-  if ((t = nic_getenv("NICMALLOC_SIM_DELAYS")) && !strncmp(t, "fixed:", 6)) {
-    if (nic_parse_count(t + 6, &v) && v <= 10000000)
-      c->fixed_delay_ns = (int64_t)v * 1000;
-    else
-      warn_bad("NICMALLOC_SIM_DELAYS", t, "a file or fixed:<microseconds>");
-  } else if (t && *t) {
-    c->delays_path = t; /* read, and complained about, by nic_sim_open */
-  }
-  nic_tcache_params_from_env(&c->tcache, warn_bad);
+  c->max_sge = (uint32_t)nic_setting_number(NIC_S_SIM_MAX_SGE); /* 1 to MAX_SGE_LIMIT */
+  c->seed = nic_setting_number(NIC_S_SIM_SEED);
+  /* fixed:<microseconds>, or a file read (and complained about) by nic_sim_open. */
+  if (nic_setting_choice(NIC_S_SIM_DELAYS) == 0)
+    c->fixed_delay_ns = (int64_t)nic_setting_number(NIC_S_SIM_DELAYS) * 1000;
+  else
+    c->delays_path = nic_setting_text(NIC_S_SIM_DELAYS);
+  nic_tcache_params_from_env(&c->tcache);
 }
 
 /* ---- internals shared with sim_dma.c ---- */

@@ -19,13 +19,7 @@ bool nic_uring_is(struct nic_backend *b) {
 
 /* NICMALLOC_URING_ENTRIES: submission queue depth; each post takes one entry until submitted. */
 static unsigned queue_entries(void) {
-  const char *text = nic_getenv("NICMALLOC_URING_ENTRIES");
-  size_t v = 0;
-  if (!text) return URING_DEFAULT_ENTRIES;
-  if (nic_parse_count(text, &v) && v >= 1 && v <= 32768) return (unsigned)v;
-  nic_log_warn("NICMALLOC_URING_ENTRIES=%s is not valid (expected 1 to 32768); using %u", text,
-               URING_DEFAULT_ENTRIES);
-  return URING_DEFAULT_ENTRIES;
+  return (unsigned)nic_setting_number(NIC_S_URING_ENTRIES); /* 1 to 32768 */
 }
 
 static bool has_send_zc(struct io_uring *ring) {

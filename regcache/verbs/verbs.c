@@ -30,9 +30,15 @@ void nic_log_warn(const char *fmt, ...) {
   log_line("warning: ", fmt, ap);
   va_end(ap);
 }
+
+/* Handed over by libnicmalloc before it opens the plugin (backend.h). */
+static struct nic_plugin_settings settings;
+NIC_EXPORT void nic_backend_verbs_settings(const struct nic_plugin_settings *s) {
+  settings = *s;
+}
+
 void nic_log_info(const char *fmt, ...) {
-  const char *v = secure_getenv("NICMALLOC_VERBOSE");
-  if (!v || strcmp(v, "1")) return;
+  if (!settings.verbose) return;
   va_list ap;
   va_start(ap, fmt);
   log_line("", fmt, ap);
@@ -318,8 +324,8 @@ NIC_EXPORT int nic_verbs_endpoint_close(struct nic_backend *b, struct nic_endpoi
 }
 
 static struct ibv_device *choose_device(struct ibv_device **list, int n) {
-  const char *want = secure_getenv("NICMALLOC_VERBS_DEVICE");
-  if (!want || !*want) return list[0];
+  const char *want = settings.verbs_device;
+  if (!want) return list[0];
   for (int i = 0; i < n; i++)
     if (!strcmp(ibv_get_device_name(list[i]), want)) return list[i];
   nic_log_warn("NICMALLOC_VERBS_DEVICE=%s: no such RDMA device", want);
@@ -360,8 +366,7 @@ NIC_EXPORT struct nic_backend *nic_backend_verbs_open(void) {
   struct vbackend *vb = dev ? calloc(1, sizeof *vb) : NULL;
   int err = !dev ? ENODEV : !vb ? ENOMEM : setup(vb, dev);
   if (!err) {
-    const char *odp_env = secure_getenv("NICMALLOC_VERBS_ODP");
-    if (odp_env && !strcmp(odp_env, "1") && nic_verbs_set_odp(&vb->pub, true))
+    if (settings.verbs_odp && nic_verbs_set_odp(&vb->pub, true))
       nic_log_warn("NICMALLOC_VERBS_ODP=1 but %s reports no ODP for RC sends; pinning instead",
                    ibv_get_device_name(dev));
     nic_log_info("verbs backend on %s", ibv_get_device_name(dev));
