@@ -59,7 +59,7 @@ extern void (*nic_safety_retry_hook)(void *const *blocks, unsigned n);
 /* alloc.c: frees a block for real, skipping the hook. */
 void nic_release_deferred(void *p);
 
-/* safety_stats.c: the safety fields of struct nic_stats. */
+/* safety_stats.c: the safety fields of struct nic_stats, NIC cache pressure included. */
 struct nic_stats;
 void nic_safety_fill_stats(struct nic_stats *out);
 

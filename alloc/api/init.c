@@ -42,7 +42,7 @@ static void init_once(void) {
   /* Settings first: whether a copy of stderr is kept depends on them, and their warnings go to
    * fd 2 as it is, the start-up stderr by definition. */
   const struct nic_config *cfg = nic_config();
-  nic_log_note_stderr(cfg->stats_at_exit);
+  nic_log_note_stderr(cfg->stats_at_exit != NIC_STATS_AT_EXIT_OFF);
   if (cfg->dp_min_size) nic_auto_dp_threshold = cfg->dp_min_size;
   nic_free_check = cfg->free_check;
   /* Profiling or routing sends (some) mallocs to the slow path, where profile.c sees them. */
@@ -90,5 +90,8 @@ __attribute__((constructor(101))) static void nic_init(void) {
 
 __attribute__((destructor)) static void nic_fini(void) {
   nic_profile_finish(); /* writes NICMALLOC_PROFILE */
-  if (nic_config()->stats_at_exit) nic_print_stats(nic_log_fd());
+  if (nic_config()->stats_at_exit == NIC_STATS_AT_EXIT_JSON)
+    nic_print_stats_json(nic_log_fd());
+  else if (nic_config()->stats_at_exit)
+    nic_print_stats(nic_log_fd());
 }

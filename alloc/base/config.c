@@ -142,6 +142,18 @@ static void read_pin_policy(void) {
     warn_bad("NICMALLOC_ON_PIN_FAIL", text, "fallback or fail");
 }
 
+static void read_stats_at_exit(void) {
+  const char *text = nic_getenv("NICMALLOC_STATS");
+  bool on;
+  if (!text) return;
+  if (!strcmp(text, "json"))
+    config.stats_at_exit = NIC_STATS_AT_EXIT_JSON;
+  else if (nic_parse_bool(text, &on))
+    config.stats_at_exit = on ? NIC_STATS_AT_EXIT_TEXT : NIC_STATS_AT_EXIT_OFF;
+  else
+    warn_bad("NICMALLOC_STATS", text, "0, 1 or json");
+}
+
 /* Profile-guided sites (profile.h). An empty path is treated as unset. */
 static void read_profile_settings(void) {
   const char *profile = nic_getenv("NICMALLOC_PROFILE"), *sites = nic_getenv("NICMALLOC_SITES");
@@ -166,7 +178,7 @@ static void read_all(void) {
   config.release_delay_ms = 1000;
   config.purge_delay_ms = 250;
   config.huge_cache_bytes = (size_t)128 << 20;
-  config.stats_at_exit = false;
+  config.stats_at_exit = NIC_STATS_AT_EXIT_OFF;
   config.verbose = false;
   config.rcache_max_regions = 1024; /* libfabric's and MVAPICH's default */
   config.rcache_max_bytes = (size_t)4 << 30;
@@ -174,7 +186,7 @@ static void read_all(void) {
   config.keep_chunks = 1; /* a bursty program must not map and pin a chunk per burst */
 
   read_bool("NICMALLOC_VERBOSE", &config.verbose);
-  read_bool("NICMALLOC_STATS", &config.stats_at_exit);
+  read_stats_at_exit();
   read_bool("NICMALLOC_FREE_CHECK", &config.free_check);
   read_size("NICMALLOC_CHUNK_SIZE", MIN_CHUNK_SIZE, MAX_CHUNK_SIZE, true, &config.chunk_size);
   size_t max_chunks = config.max_chunks;
