@@ -91,7 +91,7 @@ int main(int argc, char **argv) {
   benchmark::Shutdown();
   free(resident);
 
-  nic_stats st;
+  nic_stats st = NIC_STATS_INIT;
   nic_get_stats(&st);
   fprintf(stderr,
           "nicmalloc: chunks created %llu, released %llu, dataplane fallbacks %llu, dataplane "

@@ -140,7 +140,7 @@ Trace record(Scheme s, const ValuePool &pool, size_t live_bytes, size_t max_item
     }
   }
   if (s == Scheme::arena) {
-    nic_stats st;
+    nic_stats st = NIC_STATS_INIT;
     nic_get_stats(&st);
     t.page_size = st.page_kind == NIC_PAGE_1G    ? (1u << 30)
                   : st.page_kind >= NIC_PAGE_THP ? (2u << 20)

@@ -150,7 +150,7 @@ void BM_ProtectCycle(benchmark::State &state, nic_fence_protect_with with) {
     nic_fence_protect(&e, 1);
     nic_fence_unprotect(&e, 1);
   }
-  nic_stats s;
+  nic_stats s = NIC_STATS_INIT;
   nic_get_stats(&s);
   state.SetLabel(std::string(nic_fence_protect_name()) + ", " + nic_page_kind_name(s.page_kind) +
                  " pages");

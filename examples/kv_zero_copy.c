@@ -148,7 +148,7 @@ int main(int argc, char **argv) {
   while (nic_sim_endpoint_destroy(ep) == -EBUSY)
     nic_poll(0);
 
-  struct nic_stats s;
+  struct nic_stats s = NIC_STATS_INIT;
   nic_get_stats(&s);
   uint32_t items_dp = 0;
   for (uint32_t n = 0; n < items; n++)

@@ -127,7 +127,7 @@ int main(int argc, char **argv) {
   struct reader rd = {.fd = rx, .expect_replies = replies};
   pthread_t t;
   pthread_create(&t, NULL, read_replies, &rd);
-  struct nic_stats before, after;
+  struct nic_stats before = NIC_STATS_INIT, after = NIC_STATS_INIT;
   nic_get_stats(&before);
   unsigned long payload_bytes = 0, header_bytes = 0;
   for (unsigned long r = 0; r < replies; r++) {

@@ -1,14 +1,16 @@
 /* nicmalloc: a malloc replacement that places NIC-bound ("dataplane") objects in pinned,
  * registrable hugepage chunks and everything else in mimalloc's ordinary heap.
  *
- * This is the only public header. Every symbol is prefixed nic_, every setting is a NICMALLOC_*
- * environment variable (see README.md). The standard malloc family and C++ operator new/delete are
- * exported by libnicmalloc itself; they need no declaration here. */
+ * The public header, with nicmalloc_stats_fields.h. Every symbol is prefixed nic_, every setting
+ * is a NICMALLOC_* environment variable (see README.md). The standard malloc family and C++
+ * operator new/delete are exported by libnicmalloc itself; they need no declaration here. */
 #ifndef NICMALLOC_H
 #define NICMALLOC_H
 
 #include <stddef.h>
 #include <stdint.h>
+
+#include "nicmalloc_stats_fields.h"
 
 #ifdef __cplusplus
 extern "C" {
@@ -131,100 +133,48 @@ enum nic_page_kind {
 };
 const char *nic_page_kind_name(enum nic_page_kind kind);
 
+/* Statistics. The fields are declared once, with their units and meaning, in
+ * nicmalloc_stats_fields.h (and listed in README.md). Set size before each call:
+ *
+ *   struct nic_stats s = NIC_STATS_INIT;   (or s.size = sizeof s)
+ *   nic_get_stats(&s);
+ *
+ * size tells the library how much of the struct the caller has: a program built against an older
+ * header (a shorter struct) is filled up to its size and not a byte beyond, and a newer header's
+ * fields that an older library does not know are left as the caller set them. On return, size is
+ * the number of bytes filled and version is the library's NIC_STATS_VERSION. size 0 (a struct
+ * zeroed by memset or = {0}) is taken as NIC_STATS_SIZE_V1, the first layout that had size: safe
+ * for any program built against a header that has it. */
+#define NIC_STATS_VERSION 1u
 struct nic_stats {
-  /* Control heap: mimalloc's memory in nicmalloc's control arena, read from the kernel when
-   * asked for, so that control malloc and free count nothing. */
-  size_t control_committed; /* bytes mimalloc has made usable */
-  size_t control_resident;  /* of those, bytes in RAM */
-  /* Dataplane chunks. */
-  size_t dataplane_live;     /* usable bytes of live blocks, exact */
-  size_t dataplane_in_use;   /* chunk bytes held by mimalloc segments (32 MiB granularity) */
-  size_t dataplane_pinned;   /* bytes of chunks currently mapped and locked in memory */
-  size_t dataplane_mapped;   /* bytes of chunks currently mapped (pinned or not) */
-  size_t dataplane_reserved; /* virtual bytes reserved for all chunks */
-  size_t chunk_size;
-  uint32_t chunks_live;     /* chunks mapped now */
-  uint32_t chunks_draining; /* empty chunks waiting for their threads to let go */
-  uint32_t chunks_max;      /* cap */
-  uint64_t chunks_created;  /* over the process lifetime */
-  uint64_t chunks_released;
-  enum nic_page_kind page_kind; /* kind of the most recently mapped chunk */
-  uint64_t page_fallbacks;      /* chunks that got a smaller page kind than asked for */
-  uint64_t pin_failures;        /* chunks that could not be locked in memory */
-  uint64_t dataplane_fallbacks; /* dataplane requests served from the control heap */
-  uint64_t dataplane_failures;  /* dataplane requests that returned NULL (ENOMEM) */
-  uint64_t invalid_frees;       /* free/realloc of pointers nicmalloc did not allocate */
-  uint64_t double_frees;        /* free, realloc or malloc_usable_size of a freed block */
-  /* Registration cache (memory outside the chunks). */
-  uint64_t rcache_hits, rcache_misses, rcache_evictions, rcache_invalidations;
-  uint32_t rcache_regions;
-  size_t rcache_bytes;
-  const char *backend; /* registration backend in use, or "none" while none was needed */
-  /* Scatter-gather and safety (see "Scatter-gather and safety" below). */
-  uint64_t inflight_posts;   /* posted, completion not yet run */
-  uint64_t inflight_entries; /* their entries */
-  uint64_t deferred_frees;   /* frees deferred because a page of the block was in flight/held */
-  uint64_t deferred_pending; /* of those, not released yet */
-  uint64_t holds;            /* nic_hold references outstanding */
-  uint64_t bounce_bytes;     /* bytes copied into bounce areas, over the process lifetime */
-  uint64_t fence_waits;      /* nic_fence_write / realloc calls that had to wait */
-  uint64_t fence_timeouts;   /* of those, gave up after NICMALLOC_FENCE_TIMEOUT_MS */
-  /* NICMALLOC_FENCE=protect: writes held until their page's DMA completed, writers held now,
-   * writes let through unheld (by a thread the NIC or the completions need, or after
-   * NICMALLOC_FENCE_TIMEOUT_MS), entries that could not be protected (memory outside
-   * nicmalloc's heaps, or the kernel refused). detect: entries found written while posted. */
-  uint64_t fence_held_writes;
-  uint64_t fence_writers_held;
-  uint64_t fence_bypasses;
-  uint64_t fence_unprotected;
-  uint64_t fence_mismatches;
-  /* NIC translation-cache pressure (safety/pressure.h): what the NIC must hold. */
-  uint32_t nic_cache_capacity; /* entries the NIC caches (NICMALLOC_SIM_TCACHE*) */
-  uint64_t nic_regions;        /* registrations alive: chunks and cache regions */
-  uint64_t nic_entries_needed; /* MPT + MTT entries to hold all of them */
-  uint64_t nic_working_set;    /* entries touched by the last window of posted entries */
-  uint32_t nic_pressure_pct;   /* working set / capacity; above 100 the NIC thrashes */
-  uint64_t nic_modeled_misses; /* modeled translation misses of everything posted */
-  uint64_t pressure_copies;    /* small entries copied instead of registered under pressure */
-  /* Bytes handed to the network (interposed send/sendto/sendmsg/sendmmsg, and write/writev on
-   * sockets), by where they lie. Counted in every mode. */
-  uint64_t sent_dataplane_bytes;
-  uint64_t sent_other_bytes;
-  /* Profile-guided sites (NICMALLOC_SITES): sites loaded, allocations and bytes routed to
-   * dataplane memory, allocations refused by a site's budget. */
-  uint64_t sites_routed;
-  uint64_t sites_routed_allocs;
-  uint64_t sites_routed_bytes;
-  uint64_t sites_over_budget;
-  /* Freed control blocks over 16 MiB kept committed for reuse (NICMALLOC_HUGE_CACHE_BYTES,
-   * NICMALLOC_PURGE_DELAY_MS): bytes and blocks held now; requests over 16 MiB served from them
-   * and not; blocks given back to mimalloc. */
-  size_t huge_cached_bytes;
-  uint32_t huge_cached_blocks;
-  uint64_t huge_hits, huge_misses, huge_purged;
-  /* Lines nicmalloc had for a stderr the program has closed or reused for another file: not
-   * written (NICMALLOC_STATS=1 keeps a copy of the start-up stderr for them instead). */
-  uint64_t log_lines_dropped;
-  /* Fallbacks taken without a word on stderr (NICMALLOC_VERBOSE=1 says them): address-space
-   * reservations refused (an address-space limit: the control arena's, the dataplane span's),
-   * and chunks the kernel would not map or mimalloc would not take as an arena. */
-  uint64_t vspace_refusals;
-  uint64_t chunk_refusals;
-  /* Calls of the public API that returned an error (each kind is said once on stderr, however
-   * often it recurs): nic_sga_init/add/post; nic_register/unregister/translate; nic_hold/release;
-   * endpoint constructors and destroys; others (nic_fence_write's bad ranges, nic_get_stats(NULL),
-   * nic_posix_memalign_site). */
-  uint64_t sga_errors;
-  uint64_t registration_errors;
-  uint64_t hold_errors;
-  uint64_t endpoint_errors;
-  uint64_t other_api_errors;
+  uint32_t size;    /* in: bytes the caller has (sizeof); out: bytes filled */
+  uint32_t version; /* out: NIC_STATS_VERSION of the library */
+#define NIC_STATS_DECLARE_(group, name, type, unit, label, help) type name;
+  NIC_STATS_FIELDS(NIC_STATS_DECLARE_)
+#undef NIC_STATS_DECLARE_
 };
-/* Fills *out (NULL: one line on stderr the first time, nothing else). Safe from any thread; figures
- * from other threads are a moment old. */
-void nic_get_stats(struct nic_stats *out);
+#ifdef __cplusplus
+static inline nic_stats nic_stats_init_(void) {
+  nic_stats s = {};
+  s.size = sizeof s;
+  return s;
+}
+#define NIC_STATS_INIT nic_stats_init_()
+#else
+#define NIC_STATS_INIT                                                                             \
+  { .size = (uint32_t)sizeof(struct nic_stats) }
+#endif
+#define NIC_STATS_SIZE_V1 (offsetof(struct nic_stats, log_lines_dropped) + sizeof(uint64_t))
+/* Fills *out as said above. Returns 0, or -EINVAL (out NULL, or size below 8: nothing is written;
+ * each kind is said once on stderr). Safe from any thread, and calls no malloc; figures from other
+ * threads are a moment old. */
+int nic_get_stats(struct nic_stats *out);
 /* Writes the readable report (the one NICMALLOC_STATS=1 prints at exit) to fd. */
 void nic_print_stats(int fd);
+/* Writes the statistics as one JSON object (what NICMALLOC_STATS=json prints at exit) to fd:
+ * "version", then every field of nicmalloc_stats_fields.h by name; numbers are exact (bytes in
+ * bytes), backend and page_kind are strings. */
+void nic_print_stats_json(int fd);
 
 /* ---- Scatter-gather and safety ----
  * A serializer collects (pointer, length) entries in a struct nic_sga (on its stack) and posts

@@ -59,7 +59,7 @@ void nic_safety_retry_deferred(void);
  * and before it writes into them (where a post of a neighbour may protect the page since). */
 extern void (*nic_safety_retry_hook)(void *const *blocks, unsigned n);
 
-/* safety_stats.c: the safety fields of struct nic_stats. */
+/* safety_stats.c: the safety fields of struct nic_stats, NIC cache pressure included. */
 struct nic_stats;
 void nic_safety_fill_stats(struct nic_stats *out);
 

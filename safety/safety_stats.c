@@ -1,5 +1,7 @@
-/* The safety fields of struct nic_stats (filled by alloc/api/stats.c through this). */
+/* The safety fields of struct nic_stats, NIC cache pressure included (collected by
+ * alloc/api/stats.c through this). */
 #include "nicmalloc.h"
+#include "pressure.h"
 #include "safety.h"
 
 static uint64_t get(const uint64_t *field) {
@@ -20,4 +22,5 @@ void nic_safety_fill_stats(struct nic_stats *out) {
   out->fence_bypasses = get(&nic_safety_ctr.fence_bypasses);
   out->fence_unprotected = get(&nic_safety_ctr.fence_unprotected);
   out->fence_mismatches = get(&nic_safety_ctr.fence_mismatches);
+  nic_pressure_fill_stats(out);
 }

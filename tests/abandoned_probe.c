@@ -43,7 +43,7 @@ static int freed_after_exit(void) {
       free(b[k]);
     free(b);
   }
-  struct nic_stats s;
+  struct nic_stats s = NIC_STATS_INIT;
   nic_get_stats(&s);
   printf("before_live=%u\n", s.chunks_live);
   /* The reaper alone, then nic_collect: at most 5 s. */
@@ -80,7 +80,7 @@ static int trim_after_exit(void) {
     free(b[k]);
   free(plain);
   free(b);
-  struct nic_stats s;
+  struct nic_stats s = NIC_STATS_INIT;
   nic_get_stats(&s);
   printf("end_dataplane_live=%zu\n", s.dataplane_live);
   return 0;

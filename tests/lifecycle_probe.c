@@ -135,7 +135,7 @@ __attribute__((destructor)) static void destructor(void) {
   free(late_dp);
   free(early_grown);
   churn(stage);
-  struct nic_stats s;
+  struct nic_stats s = NIC_STATS_INIT;
   nic_get_stats(&s);
   say("destructor-ok dataplane_live=%zu invalid_frees=%llu double_frees=%llu", s.dataplane_live,
       (unsigned long long)s.invalid_frees, (unsigned long long)s.double_frees);

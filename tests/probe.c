@@ -24,7 +24,7 @@
 #include <unistd.h>
 
 static void print_stats(const char *prefix) {
-  struct nic_stats s;
+  struct nic_stats s = NIC_STATS_INIT;
   nic_get_stats(&s);
   printf("%schunks_live=%u\n%schunks_created=%llu\n%schunks_released=%llu\n", prefix, s.chunks_live,
          prefix, (unsigned long long)s.chunks_created, prefix,
@@ -93,7 +93,7 @@ static int cap_again(size_t block) {
   printf("scoped_free_reused=%d\n", again != NULL && nic_is_dataplane(again));
   if (again) blocks[n++] = again;
   /* Empty the lowest chunk; the thread allocates from the highest by now. */
-  struct nic_stats s;
+  struct nic_stats s = NIC_STATS_INIT;
   nic_get_stats(&s);
   uintptr_t lowest = UINTPTR_MAX;
   for (size_t i = 0; i < n; i++)
@@ -175,7 +175,7 @@ static int low_memlock_register(unsigned n, size_t block) {
     if (!rc) nic_unregister(&ref);
     free(p);
   }
-  struct nic_stats s;
+  struct nic_stats s = NIC_STATS_INIT;
   nic_get_stats(&s);
   printf("register_failures=%u\nfirst_rc=%d\nbackend=%s\n", failures, first_rc, s.backend);
   return 0;
@@ -198,7 +198,7 @@ static int low_memlock_sga(rlim_t kib, size_t block) {
       rc == 0 && sga.count == 1 && sga.entry[0].addr != p && !memcmp(sga.entry[0].addr, p, block);
   nic_sga_reset(&sga);
   free(p);
-  struct nic_stats s;
+  struct nic_stats s = NIC_STATS_INIT;
   nic_get_stats(&s);
   printf("add_rc=%d\ncopied=%d\nbackend=%s\n", rc, copied, s.backend);
   return 0;
@@ -263,7 +263,7 @@ static int huge_reuse(size_t size, unsigned sleep_ms) {
   unsigned char *q = malloc(size);
   if (!q) return 1;
   printf("kept_bytes=%d\n", q == p && q[0] == 0xab && q[size - 1] == 0xab);
-  struct nic_stats s;
+  struct nic_stats s = NIC_STATS_INIT;
   nic_get_stats(&s);
   printf("huge_hits=%llu\nhuge_purged=%llu\n", (unsigned long long)s.huge_hits,
          (unsigned long long)s.huge_purged);
@@ -413,7 +413,7 @@ static int guest_start(void) {
   }
   for (unsigned i = 0; i < 64; i++)
     free(blocks[i]);
-  struct nic_stats s;
+  struct nic_stats s = NIC_STATS_INIT;
   nic_get_stats(&s);
   printf("chunks_created=%llu\npage_fallbacks=%llu\npin_failures=%llu\n",
          (unsigned long long)s.chunks_created, (unsigned long long)s.page_fallbacks,
@@ -523,7 +523,7 @@ static int post_beside(void) {
   void *failed = (void *)1;
   if (pthread_create(&t, NULL, post_beside_bookkeeping, NULL) || pthread_join(t, &failed) || failed)
     return 1;
-  struct nic_stats s;
+  struct nic_stats s = NIC_STATS_INIT;
   nic_get_stats(&s);
   printf("held_writes=%llu\nposts_done=%d\n", (unsigned long long)s.fence_held_writes, post_done);
   return 0;
@@ -550,7 +550,7 @@ int main(int argc, char **argv) {
   if (argc >= 2 && !strcmp(argv[1], "uring-endpoint")) { /* which backend; can one be made? */
     errno = 0;
     struct nic_endpoint *ep = nic_uring_endpoint_create(STDOUT_FILENO);
-    struct nic_stats s;
+    struct nic_stats s = NIC_STATS_INIT;
     nic_get_stats(&s);
     printf("endpoint=%d\nerrno=%d\nbackend=%s\n", ep != NULL, errno, s.backend);
     return 0;
@@ -592,14 +592,14 @@ int main(int argc, char **argv) {
     if (write(fd, "data\n", 5) != 5) return 1;
     char on_stack[32];
     free(on_stack); /* an error line, which must not land in the file */
-    struct nic_stats s;
+    struct nic_stats s = NIC_STATS_INIT;
     nic_get_stats(&s);
     printf("dropped=%llu\n", (unsigned long long)s.log_lines_dropped);
     return 0;
   }
   if (argc >= 2 && !strcmp(argv[1], "stats-in-scope")) { /* nicmalloc's bookkeeping: control */
     nic_dataplane_begin();
-    struct nic_stats s;
+    struct nic_stats s = NIC_STATS_INIT;
     nic_get_stats(&s);
     const int null_fd = open("/dev/null", O_WRONLY);
     nic_print_stats(null_fd);

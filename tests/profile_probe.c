@@ -49,7 +49,7 @@ static int send_blocks(void) {
     free(p);
     free(q);
   }
-  struct nic_stats s;
+  struct nic_stats s = NIC_STATS_INIT;
   nic_get_stats(&s);
   printf("sending_dataplane=%d\nquiet_dataplane=%d\n", sent_dp, quiet_dp);
   printf("sent_dataplane_bytes=%llu\nsent_other_bytes=%llu\n",

@@ -15,7 +15,7 @@
 #include <time.h>
 
 static void print(const char *tag) {
-  struct nic_stats s;
+  struct nic_stats s = NIC_STATS_INIT;
   nic_get_stats(&s);
   printf("%s_draining=%u\n", tag, s.chunks_draining);
   printf("%s_pinned=%zu\n%s_live=%zu\n%s_mapped=%zu\n%s_chunks=%u\n%s_released=%llu\n", tag,
@@ -30,7 +30,7 @@ static void sleep_ms(long ms) {
 
 static void wait_for_release(void) {
   for (int tries = 0; tries < 100; tries++) {
-    struct nic_stats s;
+    struct nic_stats s = NIC_STATS_INIT;
     nic_get_stats(&s);
     if (s.chunks_released >= 1) return;
     sleep_ms(50);

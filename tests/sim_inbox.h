@@ -23,7 +23,7 @@ inline void Receive(void *arg, void *data, size_t len) {
 }
 
 inline nic_stats Stats() {
-  nic_stats s;
+  nic_stats s = NIC_STATS_INIT;
   nic_get_stats(&s);
   return s;
 }

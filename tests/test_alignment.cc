@@ -133,7 +133,7 @@ protected:
     nic_get_stats(&before_);
   }
   void TearDown() override {
-    nic_stats after;
+    nic_stats after = NIC_STATS_INIT;
     nic_get_stats(&after);
     EXPECT_EQ(after.dataplane_live, before_.dataplane_live) << "every block was freed";
     EXPECT_EQ(after.invalid_frees, before_.invalid_frees);
@@ -141,7 +141,7 @@ protected:
     EXPECT_EQ(after.dataplane_fallbacks, before_.dataplane_fallbacks)
         << "64 MiB chunks hold every request here";
   }
-  nic_stats before_;
+  nic_stats before_ = NIC_STATS_INIT;
 };
 
 TEST_P(AlignedEntryPoint, EveryAlignmentUpTo1MiBAgainstSizesAroundIt) {
@@ -318,7 +318,7 @@ TEST_P(AlignedEntryPoint, AlignmentsFrom32MiBAreServed) {
     }
     if (HasFailure()) return;
   }
-  nic_stats now;
+  nic_stats now = NIC_STATS_INIT;
   nic_get_stats(&now);
   EXPECT_EQ(now.dataplane_fallbacks - before_.dataplane_fallbacks, fell_back);
   before_.dataplane_fallbacks = now.dataplane_fallbacks; // counted here, not a surprise
@@ -333,7 +333,7 @@ TEST_P(AlignedEntryPoint, AlignmentsFrom32MiBAreServed) {
 // mimalloc would read a segment header), is reported, not freed, and the block stays usable.
 TEST(Alignment, PointersInsideLargeAlignedBlocksAreNotFreed) {
   const size_t kMiB = size_t(1) << 20;
-  nic_stats before;
+  nic_stats before = NIC_STATS_INIT;
   nic_get_stats(&before);
   testing::internal::CaptureStderr();
   for (bool dataplane : {false, true}) {
@@ -357,7 +357,7 @@ TEST(Alignment, PointersInsideLargeAlignedBlocksAreNotFreed) {
     free(p);
   }
   std::string err = testing::internal::GetCapturedStderr();
-  nic_stats after;
+  nic_stats after = NIC_STATS_INIT;
   nic_get_stats(&after);
   EXPECT_EQ(after.invalid_frees - before.invalid_frees, 6u) << err;
   EXPECT_EQ(count_lines(err, "was not allocated by nicmalloc"), 6) << err;

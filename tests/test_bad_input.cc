@@ -24,7 +24,7 @@ namespace {
 static char static_buffer[64];
 
 uint64_t errors(bool doubles) {
-  nic_stats s;
+  nic_stats s = NIC_STATS_INIT;
   nic_get_stats(&s);
   return doubles ? s.double_frees : s.invalid_frees;
 }
@@ -141,7 +141,7 @@ void *alloc48(bool dataplane) {
 }
 
 size_t dataplane_live() {
-  nic_stats s;
+  nic_stats s = NIC_STATS_INIT;
   nic_get_stats(&s);
   return s.dataplane_live;
 }
@@ -373,7 +373,7 @@ TEST(BadInput, StatsReportIsPrintedAtExit) {
   ASSERT_EQ(r.exit_code, 0);
   EXPECT_EQ(count_lines(r.err, "nicmalloc report"), 1) << r.err;
   EXPECT_EQ(count_lines(r.err, "  dataplane         live 0.0 MiB"), 1) << r.err;
-  EXPECT_EQ(count_lines(r.err, "  chunks            1 live ("), 1);
+  EXPECT_EQ(count_lines(r.err, "  chunks            1 live, "), 1);
 }
 
 // A program that closes stderr and opens a file, which gets fd 2, keeps that file to itself:

@@ -147,7 +147,7 @@ TEST(Dataplane, TranslateIsChunkAndOffset) {
   ASSERT_EQ(nic_translate(p + 10, 100, &ref), 0);
   EXPECT_EQ(ref.kind, NIC_REGION_ARENA);
   EXPECT_EQ(static_cast<char *>(ref.region_base) + ref.offset, p + 10);
-  nic_stats s;
+  nic_stats s = NIC_STATS_INIT;
   nic_get_stats(&s);
   EXPECT_EQ(ref.region_len, s.chunk_size);
   EXPECT_EQ(reinterpret_cast<uintptr_t>(ref.region_base) % s.chunk_size, 0u);
@@ -168,7 +168,7 @@ TEST(Dataplane, TranslateIsChunkAndOffset) {
 }
 
 TEST(Dataplane, StatsFollowLiveBytes) {
-  nic_stats before, during, after;
+  nic_stats before = NIC_STATS_INIT, during = NIC_STATS_INIT, after = NIC_STATS_INIT;
   nic_get_stats(&before);
   std::vector<void *> blocks;
   for (int i = 0; i < 64; i++)
@@ -185,10 +185,10 @@ TEST(Dataplane, StatsFollowLiveBytes) {
   EXPECT_EQ(during.dataplane_reserved, size_t(during.chunks_max) * during.chunk_size);
 }
 
-// Every size up to past the fast path's table of small usable sizes (alloc/heap/small_usable.h): the
-// live total must move by exactly the usable bytes mimalloc reports, block by block.
+// Every size up to past the fast path's table of small usable sizes (alloc/heap/small_usable.h):
+// the live total must move by exactly the usable bytes mimalloc reports, block by block.
 TEST(Dataplane, LiveBytesAreExactForEverySmallSize) {
-  nic_stats before, during, after;
+  nic_stats before = NIC_STATS_INIT, during = NIC_STATS_INIT, after = NIC_STATS_INIT;
   nic_get_stats(&before);
   std::vector<void *> blocks;
   size_t usable = 0;
@@ -217,7 +217,7 @@ TEST(Dataplane, CrossThreadFreesOfDataplaneBlocks) {
     }
   });
   producer.join();
-  nic_stats mid;
+  nic_stats mid = NIC_STATS_INIT;
   nic_get_stats(&mid);
   std::thread consumer([&] {
     for (int i = 0; i < kBlocks; i++) {
@@ -227,7 +227,7 @@ TEST(Dataplane, CrossThreadFreesOfDataplaneBlocks) {
     }
   });
   consumer.join();
-  nic_stats end;
+  nic_stats end = NIC_STATS_INIT;
   nic_get_stats(&end);
   EXPECT_LT(end.dataplane_live, mid.dataplane_live);
   // The exited producer's heap pages are reusable by a new thread.

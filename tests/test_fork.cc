@@ -117,7 +117,7 @@ int exercise_allocator(int rounds) {
 }
 
 TEST(Fork, ChildReadsFreesAllocatesAndExecs) {
-  nic_stats parent_before;
+  nic_stats parent_before = NIC_STATS_INIT;
   nic_get_stats(&parent_before);
   std::vector<Block> parent;
   for (int i = 0; i < 64; i++) {
@@ -140,7 +140,7 @@ TEST(Fork, ChildReadsFreesAllocatesAndExecs) {
     for (size_t i = 1; i < parent.size(); i += 4)
       free(parent[i].p);
     if (int rc = exercise_allocator(200)) return rc;
-    nic_stats s;
+    nic_stats s = NIC_STATS_INIT;
     nic_get_stats(&s);
     if (s.invalid_frees != parent_before.invalid_frees ||
         s.double_frees != parent_before.double_frees)
@@ -157,7 +157,7 @@ TEST(Fork, ChildReadsFreesAllocatesAndExecs) {
     EXPECT_TRUE(filled_with(b.p, b.byte, b.size)) << "the child's frees changed parent memory";
     free(b.p);
   }
-  nic_stats parent_after;
+  nic_stats parent_after = NIC_STATS_INIT;
   nic_get_stats(&parent_after);
   EXPECT_EQ(parent_after.dataplane_live, parent_before.dataplane_live);
   EXPECT_EQ(parent_after.invalid_frees, parent_before.invalid_frees);
@@ -187,7 +187,7 @@ TEST(Fork, ForkWhileOtherThreadsHammerTheAllocator) {
   auto churn = [&] {
     while (!stop.load(std::memory_order_relaxed)) {
       std::thread([] { free(nic_malloc(100)); }).join();
-      nic_stats s;
+      nic_stats s = NIC_STATS_INIT;
       nic_get_stats(&s);
     }
   };
@@ -199,7 +199,7 @@ TEST(Fork, ForkWhileOtherThreadsHammerTheAllocator) {
   for (int round = 0; round < 30; round++) {
     int status = in_child([] {
       if (int rc = exercise_allocator(50)) return rc;
-      nic_stats s;
+      nic_stats s = NIC_STATS_INIT;
       nic_get_stats(&s);
       // Threads work in the child too, with their own fresh dataplane heaps.
       int rc = kChildOk;
@@ -230,7 +230,7 @@ TEST(Fork, ForkFromAThreadThatNeverAllocated) {
 TEST(Fork, ChildReportsInheritedChunksUnpinned) {
   void *keep = nic_malloc(4096); // makes sure a chunk is mapped
   ASSERT_NE(keep, nullptr);
-  nic_stats parent;
+  nic_stats parent = NIC_STATS_INIT;
   nic_get_stats(&parent);
   ASSERT_GE(parent.chunks_live, 1u);
   if (geteuid() == 0) {
@@ -241,7 +241,7 @@ TEST(Fork, ChildReportsInheritedChunksUnpinned) {
   ASSERT_EQ(pipe(fds), 0);
   int status = in_child([&] {
     close(fds[0]);
-    nic_stats child[2];
+    nic_stats child[2] = {NIC_STATS_INIT, NIC_STATS_INIT};
     nic_get_stats(&child[0]);
     // A chunk the child maps itself is locked by the child, so it counts as pinned.
     std::vector<void *> big;
@@ -255,10 +255,10 @@ TEST(Fork, ChildReportsInheritedChunksUnpinned) {
       free(p);
     return n == ssize_t(sizeof child) ? int(kChildOk) : int(kPipeFailed);
   });
-  nic_stats after;
+  nic_stats after = NIC_STATS_INIT;
   nic_get_stats(&after);
   close(fds[1]);
-  nic_stats child[2];
+  nic_stats child[2] = {NIC_STATS_INIT, NIC_STATS_INIT};
   ssize_t got = read(fds[0], child, sizeof child);
   close(fds[0]);
   ASSERT_TRUE(WIFEXITED(status) && WEXITSTATUS(status) == 0) << describe_status(status);
@@ -365,7 +365,7 @@ TEST(Fork, ChildrenOfThreadsWithPostsInFlightNeverHang) {
       }
       }
       if (rng() % 8 == 0) {
-        nic_stats s;
+        nic_stats s = NIC_STATS_INIT;
         nic_get_stats(&s);
       }
       std::this_thread::sleep_for(std::chrono::microseconds(rng() % 50)); // random pacing
@@ -408,7 +408,7 @@ TEST(Fork, ChildrenOfThreadsWithPostsInFlightNeverHang) {
     pid_t pid = fork();
     if (pid == 0) {
       alarm(kChildAlarmSeconds);
-      nic_stats s;
+      nic_stats s = NIC_STATS_INIT;
       nic_get_stats(&s);
       if (s.inflight_posts || s.inflight_entries || s.deferred_pending) _exit(kInflightInherited);
       if (int rc = exercise_allocator(5)) _exit(rc);
@@ -440,7 +440,7 @@ TEST(Fork, ChildrenOfThreadsWithPostsInFlightNeverHang) {
          forks, hung, int(failures.size()), inflight_at_fork, post_errors.load());
   EXPECT_EQ(hung, 0) << "children hung in the allocator, on a lock a parent thread held at fork";
   EXPECT_TRUE(failures.empty()) << failures.size() << " children failed, first: " << failures[0];
-  nic_stats end;
+  nic_stats end = NIC_STATS_INIT;
   nic_get_stats(&end);
   EXPECT_EQ(end.inflight_posts, 0u);
   EXPECT_EQ(nic_sim_endpoint_destroy(engine_ep), 0);

@@ -287,7 +287,7 @@ TEST(FreeProtectionThreads, CompletionsOnTheNicThread) {
 TEST(FreeProtectionThreads, AReusedAddressIsNeverTakenForItsDeferredPredecessor) {
   nic_endpoint *ep = nic_sim_endpoint_create(nullptr, nullptr, 0);
   ASSERT_NE(ep, nullptr);
-  nic_stats before;
+  nic_stats before = NIC_STATS_INIT;
   nic_get_stats(&before);
   std::atomic<int> efreed{0};
   auto poster = [&] {
@@ -314,7 +314,7 @@ TEST(FreeProtectionThreads, AReusedAddressIsNeverTakenForItsDeferredPredecessor)
     t.join();
   while (nic_sim_endpoint_destroy(ep) == -EBUSY)
     nic_poll(0);
-  nic_stats after;
+  nic_stats after = NIC_STATS_INIT;
   nic_get_stats(&after);
   EXPECT_EQ(efreed.load(), 0);
   EXPECT_EQ(after.double_frees, before.double_frees);
@@ -374,7 +374,7 @@ TEST(Holds, BadInput) {
   ASSERT_EQ(nic_hold(p), 0);
   EXPECT_EQ(nic_release(p), 0);
   EXPECT_EQ(nic_release(p), 0);
-  nic_stats before;
+  nic_stats before = NIC_STATS_INIT;
   nic_get_stats(&before);
   testing::internal::CaptureStderr();
   EXPECT_EQ(nic_release(p), -NIC_ENOHOLD) << "one release per hold";
@@ -397,7 +397,7 @@ TEST(Holds, BadInput) {
     err = testing::internal::GetCapturedStderr();
     EXPECT_EQ(err.find("already freed") != std::string::npos, dataplane) << err;
   }
-  nic_stats after;
+  nic_stats after = NIC_STATS_INIT;
   nic_get_stats(&after);
   EXPECT_EQ(after.hold_errors - before.hold_errors, 6u) << "every call counted";
 }

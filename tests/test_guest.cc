@@ -127,7 +127,7 @@ TEST(Guest, AnApiErrorIsSaidOnceAndCountedEveryTime) {
   int on_stack = 0;
   nic_sga raw = {};
   char *block = static_cast<char *>(malloc(64));
-  nic_stats before;
+  nic_stats before = NIC_STATS_INIT;
   nic_get_stats(&before);
   testing::internal::CaptureStderr();
   for (unsigned i = 0; i < kCalls; i++) {
@@ -138,7 +138,7 @@ TEST(Guest, AnApiErrorIsSaidOnceAndCountedEveryTime) {
     EXPECT_EQ(nic_fence_write(block, 0), -NIC_ERANGE);
   }
   const std::string err = testing::internal::GetCapturedStderr();
-  nic_stats after;
+  nic_stats after = NIC_STATS_INIT;
   nic_get_stats(&after);
   free(block);
   EXPECT_EQ(count_lines(err, "error: nic_hold("), 1) << err;

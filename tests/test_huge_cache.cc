@@ -23,7 +23,7 @@ namespace {
 constexpr size_t kMiB = size_t{1} << 20;
 
 nic_stats Stats() {
-  nic_stats s;
+  nic_stats s = NIC_STATS_INIT;
   nic_get_stats(&s);
   return s;
 }

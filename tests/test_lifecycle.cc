@@ -39,7 +39,7 @@ struct StaticDataplaneBuffer {
     for (size_t i = 0; ok && i < kSize; i++)
       ok = p[i] == 0x5c;
     free(p);
-    nic_stats s;
+    nic_stats s = NIC_STATS_INIT;
     nic_get_stats(&s);
     std::string line = std::string(ok ? "static-dtor-ok" : "FAIL static-dtor") +
                        " dataplane_live=" + std::to_string(s.dataplane_live) + "\n";

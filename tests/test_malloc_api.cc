@@ -76,7 +76,7 @@ TEST(MallocApi, MallocOfSizeMaxFailsQuietly) {
   EXPECT_EQ(errno, ENOMEM);
   std::string err = testing::internal::GetCapturedStderr();
   EXPECT_EQ(err, "");
-  nic_stats s;
+  nic_stats s = NIC_STATS_INIT;
   nic_get_stats(&s);
   EXPECT_EQ(s.dataplane_fallbacks + s.dataplane_failures, 0u);
 }
@@ -187,7 +187,7 @@ TEST(MallocApi, FailedNewCallsTheNewHandlerFirst) {
 }
 
 TEST(MallocApi, StatsShowControlMemoryFromTheKernel) {
-  nic_stats before, during;
+  nic_stats before = NIC_STATS_INIT, during = NIC_STATS_INIT;
   nic_get_stats(&before);
   char *p = static_cast<char *>(malloc(64 << 20));
   memset(p, 1, 64 << 20); // resident only once touched

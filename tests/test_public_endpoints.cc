@@ -43,7 +43,7 @@ bool PollUntilDone(const Done &d) {
 }
 
 nic_stats Stats() {
-  nic_stats s;
+  nic_stats s = NIC_STATS_INIT;
   nic_get_stats(&s);
   return s;
 }

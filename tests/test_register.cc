@@ -47,7 +47,7 @@ TEST(Register, ArenaMemoryUsesItsChunkRegistrationWithoutRemoteKey) {
   nic_region_ref after;
   ASSERT_EQ(nic_translate(a, 1000, &after), 0);
   EXPECT_EQ(after.lkey, ra.lkey) << "translate reports the registration once it exists";
-  nic_stats s;
+  nic_stats s = NIC_STATS_INIT;
   nic_get_stats(&s);
   EXPECT_STREQ(s.backend, "sim");
   nic_unregister(&ra);
@@ -211,7 +211,7 @@ TEST(Register, AForkChildFreesAndReadsStatsWhileTheParentRegisters) {
     pid_t pid = fork();
     if (pid == 0) {
       alarm(2); // a healthy child takes milliseconds
-      nic_stats s;
+      nic_stats s = NIC_STATS_INIT;
       nic_get_stats(&s);
       free(malloc(8192));
       _exit(0);
@@ -252,7 +252,7 @@ TEST(Register, TheChunkRegistrationLetsTheNicWriteForReceiveBuffers) {
 
 TEST(Register, NullResultPointersAreReportedNotWrittenThrough) {
   char *dp = static_cast<char *>(nic_malloc(4096)), *control = static_cast<char *>(malloc(4096));
-  nic_stats before;
+  nic_stats before = NIC_STATS_INIT;
   nic_get_stats(&before);
   testing::internal::CaptureStderr();
   EXPECT_EQ(nic_translate(dp, 64, nullptr), -EINVAL);
@@ -268,7 +268,7 @@ TEST(Register, NullResultPointersAreReportedNotWrittenThrough) {
   for (size_t at = err.find("NULL"); at != std::string::npos; at = err.find("NULL", at + 1))
     named++;
   EXPECT_EQ(named, 4u) << err;
-  nic_stats after;
+  nic_stats after = NIC_STATS_INIT;
   nic_get_stats(&after);
   EXPECT_EQ(after.registration_errors - before.registration_errors, 4u);
   EXPECT_EQ(after.other_api_errors - before.other_api_errors, 2u);
@@ -287,7 +287,7 @@ TEST(Register, AReferenceUnregisteredTwiceIsReportedAndReleasesNothing) {
   nic_unregister(&first);
   nic_unregister(&second);
   EXPECT_EQ(testing::internal::GetCapturedStderr(), "") << "two references, two unregisters";
-  nic_stats errors_before;
+  nic_stats errors_before = NIC_STATS_INIT;
   nic_get_stats(&errors_before);
   testing::internal::CaptureStderr();
   nic_unregister(&second);
@@ -297,7 +297,7 @@ TEST(Register, AReferenceUnregisteredTwiceIsReportedAndReleasesNothing) {
   nic_unregister(&unknown);
   const std::string err = testing::internal::GetCapturedStderr();
   EXPECT_EQ(std::count(err.begin(), err.end(), '\n'), 1) << "said once: " << err;
-  nic_stats errors_after;
+  nic_stats errors_after = NIC_STATS_INIT;
   nic_get_stats(&errors_after);
   EXPECT_EQ(errors_after.registration_errors - errors_before.registration_errors, 3u);
   EXPECT_NE(err.find("nic_unregister("), std::string::npos) << err;
@@ -308,10 +308,10 @@ TEST(Register, AReferenceUnregisteredTwiceIsReportedAndReleasesNothing) {
   EXPECT_EQ(again.cache_slot, first.cache_slot);
   EXPECT_EQ(again.lkey, first.lkey);
   nic_unregister(&again);
-  nic_stats before;
+  nic_stats before = NIC_STATS_INIT;
   nic_get_stats(&before);
   free(page); // invalidation drops the cache's reference: the registration goes
-  nic_stats after;
+  nic_stats after = NIC_STATS_INIT;
   nic_get_stats(&after);
   EXPECT_EQ(after.rcache_regions + 1, before.rcache_regions);
   EXPECT_EQ(sim_stats().regions, registered - 1);
@@ -320,7 +320,7 @@ TEST(Register, AReferenceUnregisteredTwiceIsReportedAndReleasesNothing) {
 TEST(Register, ReleasedChunkIsDeregisteredFirst) {
   // Fill two chunks, register both, free everything: the empty chunk above the one kept is
   // released, and its registration leaves the NIC with it.
-  nic_stats s;
+  nic_stats s = NIC_STATS_INIT;
   nic_get_stats(&s);
   std::vector<void *> blocks;
   for (size_t used = 0; used < 2 * s.chunk_size; used += 1 << 20)
@@ -332,7 +332,7 @@ TEST(Register, ReleasedChunkIsDeregisteredFirst) {
   const uint64_t regions = sim_stats().regions;
   for (void *b : blocks)
     free(b);
-  nic_stats after;
+  nic_stats after = NIC_STATS_INIT;
   for (int i = 0; i < 200; i++) {
     nic_collect();
     nic_get_stats(&after);

@@ -243,9 +243,14 @@ TEST_F(Settings, SpecialValuesKeepTheirMeaning) {
   Set(NIC_S_PAGE_KIND, "thp");
   EXPECT_EQ(Get(NIC_S_PAGE_KIND).choice, 3);
   for (const char *yes : {"1", "yes", "on", "true"}) {
-    Set(NIC_S_STATS, yes);
-    EXPECT_EQ(Get(NIC_S_STATS).number, 1u) << yes;
+    Set(NIC_S_VERBOSE, yes);
+    EXPECT_EQ(Get(NIC_S_VERBOSE).number, 1u) << yes;
   }
+  // NICMALLOC_STATS: the boolean spellings, then json (config.c maps them by position).
+  Set(NIC_S_STATS, "on");
+  EXPECT_EQ(Get(NIC_S_STATS).choice, 6);
+  Set(NIC_S_STATS, "json");
+  EXPECT_EQ(Get(NIC_S_STATS).choice, 8);
   for (const char *no : {"0", "no", "off", "false"}) {
     Set(NIC_S_FREE_CHECK, no);
     EXPECT_EQ(Get(NIC_S_FREE_CHECK).number, 0u) << no;
@@ -267,6 +272,8 @@ TEST(SettingsWords, TheWordsModulesMapByPositionAreInTheirOrder) {
   EXPECT_STREQ(nic_setting_row(NIC_S_FENCE_DETECT_SAMPLE)->words, "off");           // fence.c
   EXPECT_STREQ(nic_setting_row(NIC_S_SIM_DELAYS)->words, "fixed:");                 // sim_nic.c
   EXPECT_STREQ(nic_setting_row(NIC_S_SIM_TCACHE)->words, "tiny|cx4|cx5|cx6dx|bluefield2");
+  EXPECT_STREQ(nic_setting_row(NIC_S_STATS)->words,
+               "0|no|off|false|1|yes|on|true|json"); // config.c
 }
 
 // Secure execution: every setting its default, and no warning for the values it ignores.

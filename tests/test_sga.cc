@@ -220,7 +220,7 @@ TEST_F(Sga, APostInADataplaneScopeKeepsItsBookkeepingOutOfTheDataplane) {
   memset(p, 'x', 8192);
   ASSERT_EQ(nic_sga_add(&sga, p, 8192), 0);
   nic_dataplane_begin();
-  struct nic_stats before, after;
+  struct nic_stats before = NIC_STATS_INIT, after = NIC_STATS_INIT;
   nic_get_stats(&before);
   const int target = completions.load() + 1;
   ASSERT_EQ(nic_sga_post(&sga, ep, OnDoneAllocating, nullptr), 0);
@@ -295,7 +295,7 @@ TEST_F(Sga, ReservedMemoryThatCannotBeReadIsRefused) {
   char *none =
       static_cast<char *>(mmap(nullptr, 2 * page, PROT_NONE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0));
   ASSERT_NE(none, MAP_FAILED);
-  nic_stats before;
+  nic_stats before = NIC_STATS_INIT;
   nic_get_stats(&before);
   for (char *p : {past_chunks, arena_end, none}) {
     unsigned char vec[2];
@@ -312,7 +312,7 @@ TEST_F(Sga, ReservedMemoryThatCannotBeReadIsRefused) {
     EXPECT_EQ(nic_register(p, 2 * page, NIC_REG_LOCAL, &ref), -EFAULT) << static_cast<void *>(p);
   }
   EXPECT_EQ(sga.count, 0u);
-  nic_stats after;
+  nic_stats after = NIC_STATS_INIT;
   nic_get_stats(&after);
   EXPECT_EQ(after.sga_errors - before.sga_errors, 6u);
   munmap(none, 2 * page);

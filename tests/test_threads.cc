@@ -34,7 +34,7 @@ class Threads : public testing::Test {
 protected:
   void SetUp() override { nic_get_stats(&before_); }
   void TearDown() override {
-    nic_stats after;
+    nic_stats after = NIC_STATS_INIT;
     nic_get_stats(&after);
     EXPECT_EQ(after.dataplane_live, before_.dataplane_live)
         << "every dataplane block allocated by the test was freed";
@@ -43,7 +43,7 @@ protected:
     EXPECT_EQ(after.dataplane_fallbacks, before_.dataplane_fallbacks);
     EXPECT_EQ(after.dataplane_failures, before_.dataplane_failures);
   }
-  nic_stats before_;
+  nic_stats before_ = NIC_STATS_INIT;
 };
 
 struct Item {
@@ -240,7 +240,7 @@ TEST_F(Threads, BlocksOutliveTheThreadsThatAllocatedThem) {
   for (auto &t : threads)
     t.join();
 
-  nic_stats mid;
+  nic_stats mid = NIC_STATS_INIT;
   nic_get_stats(&mid);
   size_t expected_bytes = 0;
   for (auto &list : made) {
@@ -317,7 +317,7 @@ TEST_F(Threads, FreesInPthreadKeyDestructorsAreCounted) {
       memset(p, 1, 100000);
       pthread_setspecific(buffer_key, p);
     }).join();
-  nic_stats after;
+  nic_stats after = NIC_STATS_INIT;
   nic_get_stats(&after);
   EXPECT_EQ(after.dataplane_live, before_.dataplane_live)
       << "8 blocks freed by a pthread key destructor at thread exit are still counted live";
@@ -359,7 +359,7 @@ TEST_F(Threads, MallocInPthreadKeyDestructorsIsSound) {
     free(p);
   }
   handed_over.clear();
-  nic_stats after;
+  nic_stats after = NIC_STATS_INIT;
   nic_get_stats(&after);
   EXPECT_EQ(after.invalid_frees, before_.invalid_frees);
   EXPECT_EQ(after.double_frees, before_.double_frees);

@@ -53,7 +53,7 @@ TEST_F(UringSgaTest, BadSocketsAreRefusedWithErrnoAndOneLine) {
                {u[0], EOPNOTSUPP, "not an AF_INET or AF_INET6 socket"}};
   // Each kind of refusal is said once (the second ENOTCONN is not), and every call counted.
   std::set<int> said;
-  nic_stats before;
+  nic_stats before = NIC_STATS_INIT;
   nic_get_stats(&before);
   for (auto &c : cases) {
     testing::internal::CaptureStderr();
@@ -68,7 +68,7 @@ TEST_F(UringSgaTest, BadSocketsAreRefusedWithErrnoAndOneLine) {
         << err;
     EXPECT_EQ(std::count(err.begin(), err.end(), '\n'), first ? 1 : 0) << err;
   }
-  nic_stats after;
+  nic_stats after = NIC_STATS_INIT;
   nic_get_stats(&after);
   EXPECT_EQ(after.endpoint_errors - before.endpoint_errors, std::size(cases));
   for (int fd : {p[0], p[1], u[0], u[1], sp[0], sp[1], idle, udp})

@@ -55,7 +55,7 @@ static int cancel_pending(void) {
   fflush(stdout);
   void *blocks[96];
   printf("main_blocks=%zu\n", dp_churn(blocks, 96));
-  struct nic_stats s;
+  struct nic_stats s = NIC_STATS_INIT;
   nic_get_stats(&s);
   printf("chunks_created=%llu\n", (unsigned long long)s.chunks_created);
   return 0;
@@ -86,7 +86,7 @@ static int fork_while_reaping(int forks) {
   churn_stop = 1;
   for (int i = 0; i < 2; i++)
     pthread_join(t[i], NULL);
-  struct nic_stats s;
+  struct nic_stats s = NIC_STATS_INIT;
   nic_get_stats(&s);
   printf("forks=%d\nbad_children=%d\nchunks_released=%llu\n", forks, bad,
          (unsigned long long)s.chunks_released);

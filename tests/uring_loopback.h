@@ -248,7 +248,7 @@ protected:
 // ---- Through the public API: nic_uring_endpoint_create, nic_sga_*, nic_poll ----
 
 inline nic_stats NicStats() {
-  nic_stats s;
+  nic_stats s = NIC_STATS_INIT;
   nic_get_stats(&s);
   return s;
 }

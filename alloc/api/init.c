@@ -17,5 +17,8 @@ __attribute__((constructor(101))) static void nic_init(void) {
 
 __attribute__((destructor)) static void nic_fini(void) {
   nic_profile_finish(); /* writes NICMALLOC_PROFILE */
-  if (nic_config()->stats_at_exit) nic_print_stats(nic_log_fd());
+  if (nic_config()->stats_at_exit == NIC_STATS_AT_EXIT_JSON)
+    nic_print_stats_json(nic_log_fd());
+  else if (nic_config()->stats_at_exit)
+    nic_print_stats(nic_log_fd());
 }

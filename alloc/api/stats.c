@@ -1,233 +1,283 @@
-/* nic_get_stats and the readable report NICMALLOC_STATS=1 prints at exit. */
+/* nic_get_stats, the readable report NICMALLOC_STATS=1 prints at exit and the JSON form
+ * NICMALLOC_STATS=json prints. The fields come from one list (nicmalloc_stats_fields.h); each
+ * layer fills its own. */
 #include "alloc.h"
 #include "api_errors.h"
-#include "backend.h"
-#include "chunks.h"
-#include "config.h"
-#include "dp_heap.h"
+#include "base_stats.h"
 #include "fence.h"
-#include "huge_cache.h"
+#include "heap_stats.h"
 #include "log.h"
 #include "nicmalloc.h"
+#include "os_stats.h"
+#include "pin.h"
 #include "pressure.h"
-#include "profile.h"
-#include "rcache.h"
+#include "rcache_stats.h"
+#include "routing_stats.h"
 #include "safety.h"
-#include "smaps.h"
 #include "thread.h"
 #include "vspace.h"
 
-#include <mimalloc.h>
+#include <errno.h>
+#include <stdarg.h>
+#include <stdio.h>
 #include <string.h>
+#include <unistd.h>
 
 #define NIC_EXPORT __attribute__((visibility("default")))
-
-#define SEGMENT_SIZE ((size_t)32 << 20)
 
 NIC_EXPORT const char *nic_page_kind_name(enum nic_page_kind kind) {
   return nic_page_kind_str(kind);
 }
 
-static uint64_t clamp_positive(int64_t v) {
-  return v > 0 ? (uint64_t)v : 0;
+/* The header fields before the first figure: a size below this leaves nowhere to say anything. */
+#define STATS_HEADER_SIZE offsetof(struct nic_stats, control_committed)
+
+static void collect(struct nic_stats *s) {
+  nic_base_fill_stats(s);
+  nic_os_fill_stats(s);
+  nic_heap_fill_stats(s);
+  nic_routing_fill_stats(s);
+  nic_core_fill_stats(s);
+  nic_regcache_fill_stats(s);
+  nic_safety_fill_stats(s);
 }
 
-/* mimalloc commits control memory by making it writable; what the kernel holds is Rss. */
-static bool add_control(const struct nic_smaps_entry *e, void *arg) {
-  struct nic_stats *s = arg;
-  if (e->writable) s->control_committed += e->end - e->start;
-  s->control_resident += e->rss_kb << 10;
-  return true;
-}
-
-/* One probe of mimalloc's segment map per 32 MiB (see reaper.c for the one-byte offset). */
-static size_t segment_bytes(unsigned chunk) {
-  char *base = nic_chunk_base(chunk);
-  size_t size = (size_t)1 << nic_dp.shift, bytes = 0;
-  for (size_t off = 0; off < size; off += SEGMENT_SIZE)
-    if (mi_is_in_heap_region(base + off + 1)) bytes += SEGMENT_SIZE;
-  return bytes;
-}
-
-NIC_EXPORT void nic_get_stats(struct nic_stats *out) {
+NIC_EXPORT int nic_get_stats(struct nic_stats *out) {
   if (!out) {
     nic_api_error(other, "nic_get_stats(NULL): nowhere to write the statistics; ignored");
-    return;
+    return -EINVAL;
   }
+  size_t size = __atomic_load_n(&out->size, __ATOMIC_RELAXED);
+  if (size == 0) size = NIC_STATS_SIZE_V1;
+  if (size < STATS_HEADER_SIZE) {
+    nic_api_error(other,
+                  "nic_get_stats: size %zu is too small for any statistics (set it to sizeof "
+                  "(struct nic_stats), or use NIC_STATS_INIT); nothing written",
+                  size);
+    return -EINVAL;
+  }
+  if (size > sizeof *out) size = sizeof *out; /* a newer header: its extra fields stay as set */
   NIC_INTERNAL_SCOPE();
-  memset(out, 0, sizeof *out);
-  int64_t dp[NIC_CHUNK_SLOTS], dp_total = 0;
-  nic_thread_sum(dp);
-  for (unsigned i = 0; i < NIC_CHUNK_SLOTS; i++)
-    dp_total += dp[i];
-  out->dataplane_live = clamp_positive(dp_total);
-  if (nic_control_size)
-    nic_smaps_walk(nic_control_base, nic_control_base + nic_control_size, add_control, out);
-  struct nic_huge_cache_stats huge;
-  nic_huge_cache_stats(&huge);
-  out->huge_cached_bytes = huge.bytes;
-  out->huge_cached_blocks = huge.blocks;
-  out->huge_hits = huge.hits;
-  out->huge_misses = huge.misses;
-  out->huge_purged = huge.purged;
-
-  struct nic_chunk_totals chunks;
-  nic_chunk_totals(&chunks);
-  const struct nic_config *cfg = nic_config();
-  for (unsigned i = 0; i < nic_chunk_slots_used(); i++) {
-    int state = __atomic_load_n(&nic_chunk_at(i)->state, __ATOMIC_ACQUIRE);
-    if (state == NIC_CHUNK_LIVE || state == NIC_CHUNK_DRAINING)
-      out->dataplane_in_use += segment_bytes(i);
-  }
-  out->dataplane_pinned = chunks.pinned_bytes;
-  out->dataplane_mapped = chunks.mapped_bytes;
-  out->dataplane_reserved = nic_dp.base ? nic_dp.span : 0;
-  out->chunk_size = cfg->chunk_size;
-  out->chunks_live = chunks.live;
-  out->chunks_draining = chunks.draining;
-  out->chunks_max = cfg->max_chunks;
-  out->chunks_created = chunks.created;
-  out->chunks_released = chunks.released;
-  out->page_kind = chunks.last_kind;
-  out->page_fallbacks = chunks.page_fallbacks;
-  out->pin_failures = chunks.pin_failures;
-
-  struct nic_alloc_counters counters;
-  nic_alloc_counters(&counters);
-  out->dataplane_fallbacks = counters.dataplane_fallbacks;
-  out->dataplane_failures = counters.dataplane_failures;
-  out->invalid_frees = counters.invalid_frees;
-  out->double_frees = counters.double_frees;
-
-  struct nic_rcache_stats rc;
-  nic_rcache_get_stats(nic_rcache_process(), &rc);
-  out->rcache_hits = rc.hits;
-  out->rcache_misses = rc.misses;
-  out->rcache_evictions = rc.evictions;
-  out->rcache_invalidations = rc.invalidations;
-  out->rcache_regions = rc.regions;
-  out->rcache_bytes = rc.bytes;
-  struct nic_backend *b = nic_backend_if_open();
-  out->backend = b ? b->name : "none";
-  nic_safety_fill_stats(out);   /* safety/safety_stats.c */
-  nic_pressure_fill_stats(out); /* safety/pressure.c */
-  struct nic_sink_totals sent;  /* alloc/routing/profile_sink.c */
-  nic_sink_totals(&sent);
-  out->sent_dataplane_bytes = sent.dataplane;
-  out->sent_other_bytes = sent.other;
-  struct nic_sites_totals sites; /* alloc/routing/profile_sites.c */
-  nic_sites_totals(&sites);
-  out->sites_routed = sites.sites;
-  out->sites_routed_allocs = sites.routed_allocs;
-  out->sites_routed_bytes = sites.routed_bytes;
-  out->sites_over_budget = sites.over_budget;
-  out->log_lines_dropped = nic_log_dropped();
-  out->vspace_refusals = __atomic_load_n(&nic_vspace_refusals, __ATOMIC_RELAXED);
-  out->chunk_refusals = chunks.refusals;
-  out->sga_errors = __atomic_load_n(&nic_api_errors.sga, __ATOMIC_RELAXED);
-  out->registration_errors = __atomic_load_n(&nic_api_errors.registration, __ATOMIC_RELAXED);
-  out->hold_errors = __atomic_load_n(&nic_api_errors.hold, __ATOMIC_RELAXED);
-  out->endpoint_errors = __atomic_load_n(&nic_api_errors.endpoint, __ATOMIC_RELAXED);
-  out->other_api_errors = __atomic_load_n(&nic_api_errors.other, __ATOMIC_RELAXED);
+  struct nic_stats s;
+  memset(&s, 0, sizeof s);
+  collect(&s);
+  s.size = (uint32_t)size;
+  s.version = NIC_STATS_VERSION;
+  memcpy(out, &s, size);
+  return 0;
 }
 
+/* ---- One table of the fields, made from the list, for the report and the JSON form. ---- */
+
+enum unit { UNIT_bytes, UNIT_bytes_total, UNIT_count, UNIT_percent, UNIT_name, UNIT_page_kind };
+
+struct field {
+  const char *group, *name, *label;
+  enum unit unit;
+  unsigned short offset, size;
+};
+
+#define DESCRIBE(group, name, type, unit, label, help)                                             \
+  {group,                                                                                          \
+   #name,                                                                                          \
+   label,                                                                                          \
+   UNIT_##unit,                                                                                    \
+   offsetof(struct nic_stats, name),                                                               \
+   sizeof(((struct nic_stats *)0)->name)},
+static const struct field fields[] = {NIC_STATS_FIELDS(DESCRIBE)};
+#undef DESCRIBE
+#define CHECK_SIZE(group, name, type, unit, label, help)                                           \
+  _Static_assert(sizeof(type) == 4 || sizeof(type) == 8, #name ": number() reads 4 or 8 bytes");
+NIC_STATS_FIELDS(CHECK_SIZE)
+#undef CHECK_SIZE
+#define FIELD_COUNT (sizeof fields / sizeof fields[0])
+
+/* Every numeric type of the list is an unsigned integer of 4 or 8 bytes. */
+static uint64_t number(const struct nic_stats *s, const struct field *f) {
+  const char *p = (const char *)s + f->offset;
+  if (f->size == sizeof(uint32_t)) {
+    uint32_t v;
+    memcpy(&v, p, sizeof v);
+    return v;
+  }
+  uint64_t v;
+  memcpy(&v, p, sizeof v);
+  return v;
+}
+
+static const char *text(const struct nic_stats *s, const struct field *f) {
+  if (f->unit == UNIT_page_kind) return nic_page_kind_name((enum nic_page_kind)number(s, f));
+  const char *v;
+  memcpy(&v, (const char *)s + f->offset, sizeof v);
+  return v ? v : "";
+}
+
+/* Output gathered on the stack and written in few writes: no malloc, and a report is not
+ * interleaved line by line with what other threads print at exit. */
+struct out {
+  int fd;
+  size_t len;
+  char buf[4096];
+};
+
+static void flush(struct out *o) {
+  size_t done = 0;
+  while (done < o->len) {
+    ssize_t n = write(o->fd, o->buf + done, o->len - done);
+    if (n < 0 && errno == EINTR) continue;
+    if (n <= 0) break;
+    done += (size_t)n;
+  }
+  o->len = 0;
+}
+
+__attribute__((format(printf, 2, 3))) static void put(struct out *o, const char *fmt, ...) {
+  char piece[512];
+  va_list ap;
+  va_start(ap, fmt);
+  int n = vsnprintf(piece, sizeof piece, fmt, ap);
+  va_end(ap);
+  if (n <= 0) return;
+  size_t len = (size_t)n < sizeof piece ? (size_t)n : sizeof piece - 1;
+  if (o->len + len > sizeof o->buf) flush(o);
+  memcpy(o->buf + o->len, piece, len);
+  o->len += len;
+}
+
+/* ---- The readable report: one line per group, each field as its label says. ---- */
+
 #define MIB(x) ((x) >> 20), ((((x) & ((1ul << 20) - 1)) * 10) >> 20)
+
+static void show(char *buf, size_t cap, const struct nic_stats *s, const struct field *f) {
+  uint64_t v = f->unit == UNIT_name || f->unit == UNIT_page_kind ? 0 : number(s, f);
+  switch (f->unit) {
+  case UNIT_bytes:
+    snprintf(buf, cap, "%llu.%llu MiB", (unsigned long long)(v >> 20),
+             (unsigned long long)(((v & ((1ull << 20) - 1)) * 10) >> 20));
+    break;
+  case UNIT_percent:
+    snprintf(buf, cap, "%llu%%", (unsigned long long)v);
+    break;
+  case UNIT_name:
+  case UNIT_page_kind:
+    snprintf(buf, cap, "%s", text(s, f));
+    break;
+  default:
+    snprintf(buf, cap, "%llu", (unsigned long long)v);
+  }
+}
+
+static void put_field(struct out *o, const struct nic_stats *s, const struct field *f) {
+  char value[64];
+  show(value, sizeof value, s, f);
+  const char *mark = strchr(f->label, '#');
+  if (!mark) {
+    put(o, "%s %s", value, f->label);
+    return;
+  }
+  put(o, "%.*s%s%s", (int)(mark - f->label), f->label, value, mark + 1);
+}
+
+/* Figures derived from several fields, and state that is no field, said at the start or the end
+ * of their group's line. */
+static void group_prefix(struct out *o, const struct nic_stats *s, const char *group) {
+  if (!strcmp(group, "fence")) {
+    static const char *const modes[] = {"off", "wait", "protect", "detect"};
+    const enum nic_fence_mode mode = nic_safety_config()->fence;
+    if (mode == NIC_FENCE_PROTECT)
+      put(o, "%s (%s); ", modes[mode],
+          nic_fence_protect_started() ? nic_fence_protect_name() : "nothing posted yet");
+    else
+      put(o, "%s; ", modes[mode]);
+  } else if (!strcmp(group, "sent")) {
+    put(o, "%llu bytes, ", (unsigned long long)(s->sent_dataplane_bytes + s->sent_other_bytes));
+  }
+}
+
+static void group_suffix(struct out *o, const struct nic_stats *s, const char *group) {
+  if (!strcmp(group, "fallbacks") && !nic_control_size) {
+    put(o, " (no control arena: bad frees may go unnoticed)");
+  } else if (!strcmp(group, "NIC cache")) {
+    char busiest[256];
+    nic_pressure_describe(busiest, sizeof busiest);
+    if (busiest[0]) put(o, "; busiest: %s", busiest);
+  } else if (!strcmp(group, "sent")) {
+    uint64_t sent = s->sent_dataplane_bytes + s->sent_other_bytes;
+    uint64_t permille = sent ? s->sent_dataplane_bytes * 1000 / sent : 0;
+    put(o, " (%llu.%llu%% from dataplane memory)", (unsigned long long)(permille / 10),
+        (unsigned long long)(permille % 10));
+  }
+}
+
+static void group_after(struct out *o, const struct nic_stats *s, const char *group) {
+  if (!strcmp(group, "dataplane")) {
+    size_t mapped = s->dataplane_mapped;
+    size_t in_use = s->dataplane_in_use < mapped ? s->dataplane_in_use : mapped;
+    size_t used = s->dataplane_live < mapped ? s->dataplane_live : mapped;
+    put(o,
+        "  dataplane free    %zu.%zu MiB of mapped chunks not in live blocks (%zu.%zu MiB held by "
+        "no mimalloc segment)\n",
+        MIB(mapped - used), MIB(mapped - in_use));
+  }
+}
 
 NIC_EXPORT void nic_print_stats(int fd) {
   if (fd < 0) return;
   NIC_INTERNAL_SCOPE();
-  struct nic_stats s;
+  struct nic_stats s = NIC_STATS_INIT;
   nic_get_stats(&s);
-  nic_fdprintf(fd, "nicmalloc report\n");
-  nic_fdprintf(fd, "  control heap      %zu.%zu MiB committed, %zu.%zu MiB resident\n",
-               MIB(s.control_committed), MIB(s.control_resident));
-  if (s.huge_hits + s.huge_misses)
-    nic_fdprintf(fd,
-                 "  huge blocks       %llu of %llu requests over 16 MiB reused a freed block; %u "
-                 "cached (%zu.%zu MiB), %llu given back\n",
-                 (unsigned long long)s.huge_hits, (unsigned long long)(s.huge_hits + s.huge_misses),
-                 s.huge_cached_blocks, MIB(s.huge_cached_bytes), (unsigned long long)s.huge_purged);
-  nic_fdprintf(fd,
-               "  dataplane         live %zu.%zu MiB, pinned %zu.%zu MiB, mapped %zu.%zu MiB, "
-               "reserved %zu MiB\n",
-               MIB(s.dataplane_live), MIB(s.dataplane_pinned), MIB(s.dataplane_mapped),
-               s.dataplane_reserved >> 20);
-  size_t in_use = s.dataplane_in_use < s.dataplane_mapped ? s.dataplane_in_use : s.dataplane_mapped;
-  size_t used = s.dataplane_live < s.dataplane_mapped ? s.dataplane_live : s.dataplane_mapped;
-  nic_fdprintf(fd,
-               "  dataplane free    %zu.%zu MiB of mapped chunks not in live blocks (%zu.%zu MiB "
-               "held by no mimalloc segment)\n",
-               MIB(s.dataplane_mapped - used), MIB(s.dataplane_mapped - in_use));
-  nic_fdprintf(fd,
-               "  chunks            %u live (%u draining) of %u max, %zu MiB each, %llu "
-               "created, %llu released, page kind %s\n",
-               s.chunks_live, s.chunks_draining, s.chunks_max, s.chunk_size >> 20,
-               (unsigned long long)s.chunks_created, (unsigned long long)s.chunks_released,
-               nic_page_kind_name(s.page_kind));
-  nic_fdprintf(fd,
-               "  fallbacks         %llu smaller page kind, %llu not pinned, %llu dataplane "
-               "requests served by control, %llu failed; %llu chunks refused, %llu address-space "
-               "reservations refused%s\n",
-               (unsigned long long)s.page_fallbacks, (unsigned long long)s.pin_failures,
-               (unsigned long long)s.dataplane_fallbacks, (unsigned long long)s.dataplane_failures,
-               (unsigned long long)s.chunk_refusals, (unsigned long long)s.vspace_refusals,
-               nic_control_size ? "" : " (no control arena: bad frees may go unnoticed)");
-  nic_fdprintf(fd,
-               "  registration      backend %s; cache %u regions (%zu.%zu MiB), %llu hits, %llu "
-               "misses, %llu evictions, %llu invalidations\n",
-               s.backend, s.rcache_regions, MIB(s.rcache_bytes), (unsigned long long)s.rcache_hits,
-               (unsigned long long)s.rcache_misses, (unsigned long long)s.rcache_evictions,
-               (unsigned long long)s.rcache_invalidations);
-  nic_fdprintf(fd,
-               "  safety            %llu posts (%llu entries) in flight, %llu frees deferred "
-               "(%llu pending), %llu holds, %llu bytes copied to bounce areas\n",
-               (unsigned long long)s.inflight_posts, (unsigned long long)s.inflight_entries,
-               (unsigned long long)s.deferred_frees, (unsigned long long)s.deferred_pending,
-               (unsigned long long)s.holds, (unsigned long long)s.bounce_bytes);
-  static const char *const fence_modes[] = {"off", "wait", "protect", "detect"};
-  const enum nic_fence_mode mode = nic_safety_config()->fence;
-  nic_fdprintf(fd,
-               "  fence             %s%s%s%s; %llu waits (%llu timed out), %llu writes held, %llu "
-               "let through, %llu entries unprotected, %llu written while posted\n",
-               fence_modes[mode], mode == NIC_FENCE_PROTECT ? " (" : "",
-               mode != NIC_FENCE_PROTECT     ? ""
-               : nic_fence_protect_started() ? nic_fence_protect_name()
-                                             : "nothing posted yet",
-               mode == NIC_FENCE_PROTECT ? ")" : "", (unsigned long long)s.fence_waits,
-               (unsigned long long)s.fence_timeouts, (unsigned long long)s.fence_held_writes,
-               (unsigned long long)s.fence_bypasses, (unsigned long long)s.fence_unprotected,
-               (unsigned long long)s.fence_mismatches);
-  char busiest[256];
-  nic_pressure_describe(busiest, sizeof busiest);
-  nic_fdprintf(fd,
-               "  NIC cache         %llu regions need %llu entries; posted working set %llu of "
-               "%u (%u%%), %llu modeled misses, %llu small entries copied under pressure%s%s\n",
-               (unsigned long long)s.nic_regions, (unsigned long long)s.nic_entries_needed,
-               (unsigned long long)s.nic_working_set, s.nic_cache_capacity, s.nic_pressure_pct,
-               (unsigned long long)s.nic_modeled_misses, (unsigned long long)s.pressure_copies,
-               busiest[0] ? "; busiest: " : "", busiest);
-  uint64_t sent = s.sent_dataplane_bytes + s.sent_other_bytes;
-  nic_fdprintf(fd,
-               "  sent              %llu bytes, %llu from dataplane memory (%llu.%llu%%), %llu "
-               "from elsewhere\n",
-               (unsigned long long)sent, (unsigned long long)s.sent_dataplane_bytes,
-               (unsigned long long)(sent ? s.sent_dataplane_bytes * 100 / sent : 0),
-               (unsigned long long)(sent ? s.sent_dataplane_bytes * 1000 / sent % 10 : 0),
-               (unsigned long long)s.sent_other_bytes);
-  if (s.sites_routed)
-    nic_fdprintf(fd,
-                 "  routed sites      %llu sites, %llu allocations (%llu bytes) routed, %llu "
-                 "over budget\n",
-                 (unsigned long long)s.sites_routed, (unsigned long long)s.sites_routed_allocs,
-                 (unsigned long long)s.sites_routed_bytes, (unsigned long long)s.sites_over_budget);
-  nic_fdprintf(fd,
-               "  errors            %llu invalid frees, %llu double frees; calls that returned an "
-               "error: %llu sga, %llu registration, %llu hold, %llu endpoint, %llu other\n",
-               (unsigned long long)s.invalid_frees, (unsigned long long)s.double_frees,
-               (unsigned long long)s.sga_errors, (unsigned long long)s.registration_errors,
-               (unsigned long long)s.hold_errors, (unsigned long long)s.endpoint_errors,
-               (unsigned long long)s.other_api_errors);
-  if (s.log_lines_dropped)
-    nic_fdprintf(fd, "  messages          %llu lines not written: stderr was closed or reused\n",
-                 (unsigned long long)s.log_lines_dropped);
+  struct out o = {.fd = fd};
+  put(&o, "nicmalloc report\n");
+  for (size_t i = 0; i < FIELD_COUNT; i++) {
+    const struct field *f = &fields[i];
+    bool first = i == 0 || strcmp(fields[i - 1].group, f->group);
+    if (first) {
+      put(&o, "  %-18s", f->group);
+      group_prefix(&o, &s, f->group);
+    } else {
+      put(&o, ", ");
+    }
+    put_field(&o, &s, f);
+    if (i + 1 == FIELD_COUNT || strcmp(fields[i + 1].group, f->group)) {
+      group_suffix(&o, &s, f->group);
+      put(&o, "\n");
+      group_after(&o, &s, f->group);
+    }
+  }
+  flush(&o);
+}
+
+/* ---- JSON: one object, every field by name. ---- */
+
+static void put_json_string(struct out *o, const char *v) {
+  put(o, "\"");
+  for (; *v; v++) {
+    unsigned char c = (unsigned char)*v;
+    if (c == '"' || c == '\\')
+      put(o, "\\%c", c);
+    else if (c < 0x20)
+      put(o, "\\u%04x", c);
+    else
+      put(o, "%c", c);
+  }
+  put(o, "\"");
+}
+
+NIC_EXPORT void nic_print_stats_json(int fd) {
+  if (fd < 0) return;
+  NIC_INTERNAL_SCOPE();
+  struct nic_stats s = NIC_STATS_INIT;
+  nic_get_stats(&s);
+  struct out o = {.fd = fd};
+  put(&o, "{\"version\": %u", s.version);
+  for (size_t i = 0; i < FIELD_COUNT; i++) {
+    const struct field *f = &fields[i];
+    put(&o, ", \"%s\": ", f->name);
+    if (f->unit == UNIT_name || f->unit == UNIT_page_kind)
+      put_json_string(&o, text(&s, f));
+    else
+      put(&o, "%llu", (unsigned long long)number(&s, f));
+  }
+  put(&o, "}\n");
+  flush(&o);
 }

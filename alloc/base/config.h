@@ -8,6 +8,12 @@
 #include <stdbool.h>
 #include <stddef.h>
 
+enum nic_stats_at_exit {
+  NIC_STATS_AT_EXIT_OFF,  /* NICMALLOC_STATS=0 */
+  NIC_STATS_AT_EXIT_TEXT, /* 1: the readable report */
+  NIC_STATS_AT_EXIT_JSON, /* json: one JSON object */
+};
+
 enum nic_pin_fail_policy {
   NIC_PIN_FAIL_FALLBACK, /* serve from an unpinned chunk, or from the control heap */
   NIC_PIN_FAIL_FAIL,     /* return NULL with errno = ENOMEM */
@@ -28,8 +34,8 @@ struct nic_config {
   size_t rcache_max_bytes;     /* NICMALLOC_RCACHE_MAX_BYTES */
   bool free_check;             /* NICMALLOC_FREE_CHECK */
   unsigned keep_chunks;        /* NICMALLOC_KEEP_CHUNKS: never released */
-  bool stats_at_exit;          /* NICMALLOC_STATS */
-  bool verbose;                /* NICMALLOC_VERBOSE */
+  enum nic_stats_at_exit stats_at_exit; /* NICMALLOC_STATS */
+  bool verbose;                         /* NICMALLOC_VERBOSE */
   /* Profile-guided sites (profile.h). */
   const char *profile_path; /* NICMALLOC_PROFILE: write a site profile here at exit; NULL = off */
   size_t profile_sample;    /* NICMALLOC_PROFILE_SAMPLE: mean bytes between samples */

@@ -75,6 +75,6 @@ unsigned long nic_log_dropped(void) {
 /* Whether a copy of stderr is kept depends on the settings; their warnings go to fd 2 as it
  * is, the start-up stderr by definition. */
 static void note_stderr(void) {
-  nic_log_note_stderr(nic_config()->stats_at_exit);
+  nic_log_note_stderr(nic_config()->stats_at_exit != NIC_STATS_AT_EXIT_OFF);
 }
 NIC_STARTUP_STEP(log_target, NIC_START_LOG, note_stderr);

@@ -190,14 +190,16 @@
   X(SITES_OFF, "NICMALLOC_SITES_OFF", NIC_T_TEXT, "", 0, 0, "", NIC_REACH_FILE,                    \
     "comma list of sites to switch off: site ids, or `file:line` / function names looked "         \
     "up in `NICMALLOC_SITE_TABLE`")                                                                \
-  X(STATS, "NICMALLOC_STATS", NIC_T_BOOL, "0", 0, 1, "", NIC_REACH_VALUE,                          \
-    "`1` prints a readable report to stderr at exit. Like every nicmalloc line, it goes "          \
+  X(STATS, "NICMALLOC_STATS", NIC_T_CHOICE, "0", 0, 0, "0|no|off|false|1|yes|on|true|json",        \
+    NIC_REACH_VALUE,                                                                               \
+    "`1` prints a readable report to stderr at exit, `json` the same figures as one JSON "         \
+    "object (`nic_print_stats_json`). Like every nicmalloc line, it goes "                         \
     "to fd 2 while that is still the stderr the process started with (or what the program"         \
     " put there with `dup2`): a program that closes stderr (coreutils do) and opens a "            \
     "file, which then gets fd 2, never finds our lines in it. By default nicmalloc holds "         \
     "no descriptor of its own, and such lines are dropped (counted as `log_lines_dropped`"         \
-    " in `nic_get_stats`); with `1` it keeps a close-on-exec copy of the start-up stderr "         \
-    "(at fd 256, or half the descriptor limit when that is 512 or less) so that the "              \
+    " in `nic_get_stats`); with `1` or `json` it keeps a close-on-exec copy of the start-up "      \
+    "stderr (at fd 256, or half the descriptor limit when that is 512 or less) so that the "       \
     "report still reaches it")                                                                     \
   X(VERBOSE, "NICMALLOC_VERBOSE", NIC_T_BOOL, "0", 0, 1, "", NIC_REACH_VALUE,                      \
     "`1` prints a line per chunk mapped and released, and once each fallback taken "               \

@@ -6,6 +6,7 @@
 #include "log.h"
 #include "mapped.h"
 #include "mi_free_lists.h"
+#include "nicmalloc.h"
 #include "startup.h"
 
 #include <errno.h>
@@ -294,7 +295,7 @@ void *nic_realloc_routed(void *p, size_t size, enum nic_route route, const char 
   return q;
 }
 
-void nic_alloc_counters(struct nic_alloc_counters *out) {
+void nic_core_fill_stats(struct nic_stats *out) {
   out->dataplane_fallbacks = __atomic_load_n(&dataplane_fallbacks, __ATOMIC_RELAXED);
   out->dataplane_failures = __atomic_load_n(&dataplane_failures, __ATOMIC_RELAXED);
   out->invalid_frees = __atomic_load_n(&invalid_frees, __ATOMIC_RELAXED);

@@ -34,10 +34,9 @@ size_t nic_usable_size(const void *p, const char *caller);
 /* operator new semantics (new-handler, then std::bad_alloc) for a given route. */
 void *nic_new_routed(size_t size, enum nic_route route);
 
-/* counters for the stats */
-struct nic_alloc_counters {
-  unsigned long long dataplane_fallbacks, dataplane_failures, invalid_frees, double_frees;
-};
-void nic_alloc_counters(struct nic_alloc_counters *out);
+/* The core's fields of struct nic_stats: dataplane requests not served, bad frees (collected by
+ * alloc/api/stats.c through this). */
+struct nic_stats;
+void nic_core_fill_stats(struct nic_stats *out);
 
 #endif

@@ -44,7 +44,7 @@ void Series::take(const char *phase, const Counts &c, bool nic, const Slab *slab
   s.mem = s.rss;
 #ifdef FRAG_WITH_NIC
   if (nic) {
-    nic_stats st;
+    nic_stats st = NIC_STATS_INIT;
     nic_get_stats(&st);
     s.mem = s.pinned = st.dataplane_pinned;
     s.mapped = st.dataplane_mapped;
@@ -80,7 +80,7 @@ HeapInfo heap_info(bool nic) {
   HeapInfo h;
 #ifdef FRAG_WITH_NIC
   if (nic) {
-    nic_stats st;
+    nic_stats st = NIC_STATS_INIT;
     nic_get_stats(&st);
     h.chunk = st.chunk_size;
     snprintf(h.kind, sizeof h.kind, "%s", nic_page_kind_name(st.page_kind));

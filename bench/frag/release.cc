@@ -51,7 +51,7 @@ void give_back(bool nic, const Peer &peer) {
     size_t pinned = SIZE_MAX;
     while (now_s() - start < 30) {
       nic_collect();
-      nic_stats st;
+      nic_stats st = NIC_STATS_INIT;
       nic_get_stats(&st);
       if (st.dataplane_pinned != pinned || st.chunks_draining) {
         pinned = st.dataplane_pinned;

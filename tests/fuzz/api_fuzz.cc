@@ -259,7 +259,7 @@ struct Thread {
       nic_fence_write(pointer(), size());
       break;
     case 16: {
-      nic_stats s;
+      nic_stats s = NIC_STATS_INIT;
       nic_get_stats(pick(8) ? &s : nullptr);
       if (pick(64) == 0) nic_collect();
       nic_site_set_enabled((uint32_t)pick(1 << 20), (int)pick(2));
@@ -346,7 +346,7 @@ int main(int argc, char **argv) {
     return 2;
   }
 
-  nic_stats before;
+  nic_stats before = NIC_STATS_INIT;
   nic_get_stats(&before);
   auto deadline = Clock::now() + std::chrono::duration<double>(seconds);
   std::vector<Thread> state(nthreads);
@@ -376,7 +376,7 @@ int main(int argc, char **argv) {
       delete p;
   state.clear();
   state.shrink_to_fit();
-  nic_stats after;
+  nic_stats after = NIC_STATS_INIT;
   do {
     nic_poll(0);
     nic_collect();

@@ -12,7 +12,7 @@ int main(void) {
   int ok = !nic_is_dataplane(control) && nic_is_dataplane(dataplane);
   free(control);
   free(dataplane);
-  struct nic_stats s;
+  struct nic_stats s = NIC_STATS_INIT;
   nic_get_stats(&s);
   printf("consumer: %s, %u chunk(s)\n", ok ? "ok" : "WRONG", s.chunks_live);
   return ok ? 0 : 1;

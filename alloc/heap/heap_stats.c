@@ -1,0 +1,64 @@
+/* The heap layer's fields of struct nic_stats (collected by alloc/api/stats.c through this). */
+#include "heap_stats.h"
+
+#include "chunks.h"
+#include "config.h"
+#include "dp_heap.h"
+#include "huge_cache.h"
+#include "nicmalloc.h"
+#include "thread.h"
+
+#include <mimalloc.h>
+
+#define SEGMENT_SIZE ((size_t)32 << 20)
+
+/* One probe of mimalloc's segment map per 32 MiB (see reaper.c for the one-byte offset). */
+static size_t segment_bytes(unsigned chunk) {
+  char *base = nic_chunk_base(chunk);
+  size_t size = (size_t)1 << nic_dp.shift, bytes = 0;
+  for (size_t off = 0; off < size; off += SEGMENT_SIZE)
+    if (mi_is_in_heap_region(base + off + 1)) bytes += SEGMENT_SIZE;
+  return bytes;
+}
+
+static void fill_huge(struct nic_stats *out) {
+  struct nic_huge_cache_stats huge;
+  nic_huge_cache_stats(&huge);
+  out->huge_cached_bytes = huge.bytes;
+  out->huge_cached_blocks = huge.blocks;
+  out->huge_hits = huge.hits;
+  out->huge_misses = huge.misses;
+  out->huge_purged = huge.purged;
+}
+
+void nic_heap_fill_stats(struct nic_stats *out) {
+  int64_t dp[NIC_CHUNK_SLOTS], dp_total = 0;
+  nic_thread_sum(dp);
+  for (unsigned i = 0; i < NIC_CHUNK_SLOTS; i++)
+    dp_total += dp[i];
+  out->dataplane_live = dp_total > 0 ? (size_t)dp_total : 0;
+  fill_huge(out);
+
+  struct nic_chunk_totals chunks;
+  nic_chunk_totals(&chunks);
+  const struct nic_config *cfg = nic_config();
+  out->dataplane_in_use = 0;
+  for (unsigned i = 0; i < nic_chunk_slots_used(); i++) {
+    int state = __atomic_load_n(&nic_chunk_at(i)->state, __ATOMIC_ACQUIRE);
+    if (state == NIC_CHUNK_LIVE || state == NIC_CHUNK_DRAINING)
+      out->dataplane_in_use += segment_bytes(i);
+  }
+  out->dataplane_pinned = chunks.pinned_bytes;
+  out->dataplane_mapped = chunks.mapped_bytes;
+  out->dataplane_reserved = nic_dp.base ? nic_dp.span : 0;
+  out->chunk_size = cfg->chunk_size;
+  out->chunks_live = chunks.live;
+  out->chunks_draining = chunks.draining;
+  out->chunks_max = cfg->max_chunks;
+  out->chunks_created = chunks.created;
+  out->chunks_released = chunks.released;
+  out->page_kind = chunks.last_kind;
+  out->page_fallbacks = chunks.page_fallbacks;
+  out->pin_failures = chunks.pin_failures;
+  out->chunk_refusals = chunks.refusals;
+}
