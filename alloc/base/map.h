@@ -1,5 +1,5 @@
 /* Anonymous memory for the runtime's own tables and pools, by system call. Not through mmap,
- * munmap and mprotect: the runtime interposes those (regcache/cache/interpose.c) to keep the
+ * munmap and mprotect: the runtime interposes those (alloc/os/interpose.c) to keep the
  * registration cache and the commit map right, and this memory is neither; going through them
  * from here would call a layer above, and take the cache's lock under whatever lock the table's
  * owner holds. Never malloc: tables and pools are made inside malloc and free. */

@@ -1,6 +1,6 @@
 /* Which 4 KiB pages of the control arena mimalloc has committed. mimalloc 2.0.9 (release build)
  * commits arena memory with mprotect(PROT_READ | PROT_WRITE) and decommits it with
- * madvise(MADV_DONTNEED); nicmalloc interposes both (regcache/cache/interpose.c) and keeps two bits
+ * madvise(MADV_DONTNEED); nicmalloc interposes both (alloc/os/interpose.c) and keeps two bits
  * per page. The free check then knows in a few instructions, without calling into mimalloc,
  * that the word it reads next to a pointer is readable and that mimalloc holds memory there.
  *   committed: made readable and not dropped since (MADV_DONTNEED clears it);

@@ -1,4 +1,4 @@
-/* Sinks: the calls that hand bytes to the network. Exported, like regcache/cache/interpose.c's mmap
+/* Sinks: the calls that hand bytes to the network. Exported, like alloc/os/interpose.c's mmap
  * family, so that a preloaded (or linked) nicmalloc sees them in unmodified programs. Every
  * mode counts the bytes actually sent (the return value, walked over the iovecs in order) from
  * dataplane memory and from elsewhere (struct nic_stats sent_*); while profiling, bytes are
