@@ -29,6 +29,10 @@ struct nic_chunk {
   uint64_t empty_since_ms; /* reaper: when live bytes were first seen at zero; 0 = not empty */
   mi_arena_id_t arena;
   struct nic_mapping mapping;
+  /* The registration layer's record of the chunk's registration while it has one (set with
+   * release, NULL otherwise; regcache/cache/chunk_reg.c): kept here, opaque to the heap, so
+   * that nic_translate finds the chunk's state and its keys in one place. */
+  const void *registration;
 };
 
 struct nic_dp_range {

@@ -34,9 +34,10 @@ again:
    * buffers), and a verbs MR without it fails every receive into the chunk. */
   else if (!r->registered &&
            (rc = nic_backend_reg(b, nic_chunk_base(index), (size_t)1 << nic_dp.shift,
-                                 NIC_ACCESS_LOCAL_WRITE, &r->reg)) == 0)
+                                 NIC_ACCESS_LOCAL_WRITE, &r->reg)) == 0) {
     __atomic_store_n(&r->registered, 1, __ATOMIC_RELEASE);
-  else if (rc == -EAGAIN) { /* pages of it are protected: wait without the lock, try again */
+    __atomic_store_n(&nic_chunk_at(index)->registration, &r->reg, __ATOMIC_RELEASE);
+  } else if (rc == -EAGAIN) { /* pages of it are protected: wait without the lock, try again */
     nic_chunks_unlock();
     if (nic_backend_reg_wait(nic_chunk_base(index), (size_t)1 << nic_dp.shift)) goto again;
     nic_chunks_lock();
@@ -60,6 +61,7 @@ static void chunk_mapped(unsigned index, void *base, size_t len) {
   (void)base, (void)len;
   nic_chunk_regs[index].registered = 0;
   nic_chunk_regs[index].retry_at_ms = 0;
+  __atomic_store_n(&nic_chunk_at(index)->registration, NULL, __ATOMIC_RELEASE);
 }
 
 /* No stale registration may outlive the memory: deregister first, or keep the chunk. */
@@ -69,6 +71,7 @@ static bool chunk_releasing(unsigned index, void *base, size_t len) {
   if (!r->registered) return true;
   struct nic_backend *b = nic_backend_if_open();
   if (b && b->dereg(b, &r->reg) != 0) return false;
+  __atomic_store_n(&nic_chunk_at(index)->registration, NULL, __ATOMIC_RELEASE);
   __atomic_store_n(&r->registered, 0, __ATOMIC_RELEASE);
   return true;
 }

@@ -40,16 +40,17 @@ NIC_EXPORT int nic_translate(const void *p, size_t len, struct nic_region_ref *o
   /* A draining chunk is still mapped, pinned and registered, and can hold a live block: an
    * allocation that began before the reaper marked it draining lands there (the reaper then
    * makes it live again). Only released and unmapped chunks translate to nothing. */
-  if (!nic_chunk_readable(index)) return -NIC_ENOTDP;
-  const uintptr_t base = start - in_chunk;
-  out->kind = NIC_REGION_ARENA;
-  out->chunk_index = index;
-  out->region_base = (void *)base;
-  out->region_len = size;
-  out->offset = in_chunk;
+  const struct nic_chunk *c = nic_chunk_at(index);
   /* O(1) and side-effect free: a chunk not registered yet reports key 0 (nic_register makes
    * the registration). Arena memory never carries a remote key. */
-  const struct nic_registration *reg = nic_chunk_registration(index);
+  const struct nic_registration *reg = __atomic_load_n(&c->registration, __ATOMIC_ACQUIRE);
+  const int state = __atomic_load_n(&c->state, __ATOMIC_ACQUIRE);
+  if (state != NIC_CHUNK_LIVE && state != NIC_CHUNK_DRAINING) return -NIC_ENOTDP;
+  out->kind = NIC_REGION_ARENA;
+  out->chunk_index = index;
+  out->region_base = (void *)(start - in_chunk);
+  out->region_len = size;
+  out->offset = in_chunk;
   out->lkey = reg ? reg->lkey : 0;
   out->rkey = 0;
   out->backend_handle = reg ? reg->handle : 0;
