@@ -3,8 +3,10 @@
 # must never drag rdma-core or DPDK (and their constructors) into every program.
 #
 # They do not link the runtime's layers: they are loaded into a process that already has
-# libnicmalloc, whose symbols are hidden. They log through their own copy of the log.h
-# functions (hidden, stderr, same "nicmalloc: " prefix), so no new symbol leaves libnicmalloc.
+# libnicmalloc, whose symbols are hidden. Their open call gets the host's services instead
+# (cache/plugin_host.h: its logger, control memory, API-error counts), reached through
+# cache/plugin_services.c, so no new symbol leaves libnicmalloc. Their settings are handed over
+# typed before that (nic_backend_<name>_settings, cache/backend.h).
 # Each exports only nic_backend_<name>_open and its nic_<name>_* API (see verbs.h, dpdk.h).
 # GLOBAL: tests/plugins.cmake links the same imported targets.
 find_package(PkgConfig QUIET)
@@ -15,7 +17,7 @@ endif()
 
 function(nic_add_backend_plugin name)
   set(target nicmalloc-${name})
-  add_library(${target} MODULE ${ARGN})
+  add_library(${target} MODULE ${ARGN} ${CMAKE_CURRENT_LIST_DIR}/cache/plugin_services.c)
   set_target_properties(${target} PROPERTIES
     PREFIX lib OUTPUT_NAME nicmalloc-${name}
     LIBRARY_OUTPUT_DIRECTORY $<TARGET_FILE_DIR:nicmalloc>

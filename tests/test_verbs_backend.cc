@@ -16,6 +16,7 @@
 
 #include "backend.h"
 #include "nicmalloc.h"
+#include "plugin_test_host.h"
 #include "verbs.h"
 
 namespace {
@@ -37,7 +38,7 @@ TEST(VerbsPlugin, LoadsAndExportsItsApiOnly) {
   ASSERT_NE(Plugin(), nullptr) << dlerror();
   EXPECT_NE(SYM(nic_backend_verbs_open), nullptr);
   EXPECT_NE(SYM(nic_verbs_endpoint), nullptr);
-  EXPECT_EQ(dlsym(Plugin(), "nic_log_warn"), nullptr) << "log shim must stay hidden";
+  EXPECT_EQ(dlsym(Plugin(), "nic_plugin_log"), nullptr) << "the host's services stay hidden";
 }
 
 TEST(VerbsMapping, AccessFlagsMapExactly) {
@@ -82,7 +83,7 @@ TEST(VerbsMapping, CompletionStatusToErrno) {
 TEST(VerbsOpen, NoDeviceGivesNullAndEnodev) {
   if (DeviceCount()) GTEST_SKIP() << "an RDMA device exists here";
   errno = 0;
-  EXPECT_EQ(SYM(nic_backend_verbs_open)(), nullptr);
+  EXPECT_EQ(SYM(nic_backend_verbs_open)(TestPluginHost()), nullptr);
   EXPECT_EQ(errno, ENODEV);
 }
 
@@ -92,7 +93,7 @@ TEST(VerbsOpen, UnknownDeviceNameGivesEnodev) {
   s.verbs_device = "no-such-rdma-device";
   SYM(nic_backend_verbs_settings)(&s);
   errno = 0;
-  EXPECT_EQ(SYM(nic_backend_verbs_open)(), nullptr);
+  EXPECT_EQ(SYM(nic_backend_verbs_open)(TestPluginHost()), nullptr);
   EXPECT_EQ(errno, ENODEV);
   s.verbs_device = nullptr;
   SYM(nic_backend_verbs_settings)(&s);
@@ -113,7 +114,7 @@ class VerbsDevice : public ::testing::Test {
 protected:
   void SetUp() override {
     if (!DeviceCount()) GTEST_SKIP() << "no RDMA device: ibv_get_device_list returned 0 devices";
-    ASSERT_NE(b = SYM(nic_backend_verbs_open)(), nullptr) << strerror(errno);
+    ASSERT_NE(b = SYM(nic_backend_verbs_open)(TestPluginHost()), nullptr) << strerror(errno);
     ibv_context *ctx = SYM(nic_verbs_context)(b);
     ibv_pd *pd = SYM(nic_verbs_pd)(b);
     ASSERT_TRUE(ctx && pd);
