@@ -63,12 +63,12 @@ struct rte_mbuf *nic_dpdk_chain(struct nic_backend *b, const struct nic_sge *sge
 
 /* ---- Shared by dpdk.c and dpdk_mbuf.c only. ---- */
 #ifdef NIC_DPDK_INTERNAL
+#include "export.h"
 #include <pthread.h>
 #include <rte_mbuf.h>
 #include <rte_spinlock.h>
 #include <stdatomic.h>
 
-#define NIC_EXPORT __attribute__((visibility("default")))
 #define NIC_DPDK_MAX_REGS 64        /* each extmem registration takes one of 128 memseg lists */
 #define NIC_DPDK_SEG_MAX UINT16_MAX /* extbuf buf_len is 16 bits */
 

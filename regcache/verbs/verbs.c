@@ -2,6 +2,7 @@
  * application's QPs, completions from their send CQs. Built as libnicmalloc-verbs.so. */
 #define _GNU_SOURCE
 #include "verbs.h"
+#include "export.h"
 
 #include "plugin_services.h"
 
@@ -11,7 +12,6 @@
 #include <stdatomic.h>
 #include <string.h>
 
-#define NIC_EXPORT __attribute__((visibility("default")))
 #define VERBS_MAX_REGS 4096 /* chunks plus the registration cache's regions */
 #define VERBS_MAX_SGE 64    /* stack array per post; devices offer ~30 */
 
