@@ -30,7 +30,8 @@ struct rte_mbuf;
 
 /* The application owns EAL and has configured and started port_id with tx queue queue_id:
  * the backend never starts EAL and uses that queue as its default endpoint. Call before the
- * backend opens (after, it just replaces the default endpoint). 0 or -EINVAL (no such port). */
+ * backend opens (after, it just replaces the default endpoint). 0 or -EINVAL (no such port;
+ * once the backend is open, also counted in endpoint_errors and said once). */
 int nic_dpdk_attach(uint16_t port_id, uint16_t queue_id);
 
 /* An endpoint on a started port's tx queue. Every registration is DMA-mapped for the port's
