@@ -18,12 +18,6 @@ void nic_plugin_log(enum nic_plugin_log_level level, const void *once, const cha
     __attribute__((format(printf, 3, 4)));
 #define nic_plugin_info(...) nic_plugin_log(NIC_PLUGIN_LOG_INFO, NULL, __VA_ARGS__)
 #define nic_plugin_warn(...) nic_plugin_log(NIC_PLUGIN_LOG_WARN, NULL, __VA_ARGS__)
-/* Said the first time only: one kind per call site. */
-#define nic_plugin_warn_once(...)                                                                  \
-  do {                                                                                             \
-    static const char nic_kind_;                                                                   \
-    nic_plugin_log(NIC_PLUGIN_LOG_WARN, &nic_kind_, __VA_ARGS__);                                  \
-  } while (0)
 /* An error the plugin's API returns to its caller: counted every time, said once per site. */
 #define nic_plugin_api_error(family, ...)                                                          \
   do {                                                                                             \
