@@ -24,6 +24,7 @@
 #include "nicmalloc.h"
 extern "C" {
 #include "backend.h"
+#include "plugin_host.h"
 #include "rcache.h"
 }
 
@@ -113,11 +114,16 @@ void *map_region(Kind kind, size_t len) {
 // starts once per process: it is opened once (on net_ring0) and never closed.
 nic_backend *dpdk_open() {
   static nic_backend *b = [] {
-    setenv("NICMALLOC_DPDK_VDEV", "net_ring0", 0); // a device to DMA-map for, as in use
     void *h = dlopen(NIC_PLUGIN_DIR "/libnicmalloc-dpdk.so", RTLD_NOW | RTLD_LOCAL);
+    auto take = h ? reinterpret_cast<void (*)(const nic_plugin_settings *)>(
+                        dlsym(h, "nic_backend_dpdk_settings"))
+                  : nullptr;
+    nic_plugin_settings s{};
+    s.dpdk_vdev = "net_ring0"; // a device to DMA-map for, as in use
+    if (take) take(&s);
     auto open =
-        h ? reinterpret_cast<nic_backend *(*)()>(dlsym(h, "nic_backend_dpdk_open")) : nullptr;
-    return open ? open() : nullptr;
+        h ? reinterpret_cast<nic_plugin_open_fn>(dlsym(h, "nic_backend_dpdk_open")) : nullptr;
+    return open ? open(nic_plugin_host_table()) : nullptr;
   }();
   return b;
 }

@@ -3,9 +3,12 @@
 # must never drag rdma-core or DPDK (and their constructors) into every program.
 #
 # They do not link the runtime's layers: they are loaded into a process that already has
-# libnicmalloc, whose symbols are hidden. They log through their own copy of the log.h
-# functions (hidden, stderr, same "nicmalloc: " prefix), so no new symbol leaves libnicmalloc.
-# Each exports only nic_backend_<name>_open and its nic_<name>_* API (see verbs.h, dpdk.h).
+# libnicmalloc, whose symbols are hidden. Their open call gets the host's services instead
+# (cache/plugin_host.h: its logger, control memory, API-error counts), reached through
+# cache/plugin_services.c, so no new symbol leaves libnicmalloc. Their settings are handed over
+# typed before that (nic_backend_<name>_settings, cache/backend.h).
+# Each exports only nic_backend_<name>_open, nic_backend_<name>_settings and its nic_<name>_* API
+# (see verbs.h, dpdk.h), as its <name>/<name>.map lists them.
 # GLOBAL: tests/plugins.cmake links the same imported targets.
 find_package(PkgConfig QUIET)
 if(PKG_CONFIG_FOUND)
@@ -15,7 +18,7 @@ endif()
 
 function(nic_add_backend_plugin name)
   set(target nicmalloc-${name})
-  add_library(${target} MODULE ${ARGN})
+  add_library(${target} MODULE ${ARGN} ${CMAKE_CURRENT_LIST_DIR}/cache/plugin_services.c)
   set_target_properties(${target} PROPERTIES
     PREFIX lib OUTPUT_NAME nicmalloc-${name}
     LIBRARY_OUTPUT_DIRECTORY $<TARGET_FILE_DIR:nicmalloc>
@@ -24,7 +27,10 @@ function(nic_add_backend_plugin name)
     ${PROJECT_SOURCE_DIR}/alloc/base ${PROJECT_SOURCE_DIR}/include)
   target_link_libraries(${target} PRIVATE Threads::Threads)
   # Unresolved symbols would only show up at dlopen time in someone else's program.
-  target_link_options(${target} PRIVATE -Wl,--no-undefined -Wl,-z,now)
+  target_link_options(${target} PRIVATE -Wl,--no-undefined -Wl,-z,now
+    -Wl,--version-script=${CMAKE_CURRENT_LIST_DIR}/${name}/${name}.map)
+  set_target_properties(${target} PROPERTIES
+    LINK_DEPENDS ${CMAKE_CURRENT_LIST_DIR}/${name}/${name}.map)
   install(TARGETS ${target} LIBRARY DESTINATION ${CMAKE_INSTALL_LIBDIR})
   # A layer above the registration cache, whose headers alone it uses (tests/layers checks it).
   file(APPEND ${PROJECT_BINARY_DIR}/layers.txt

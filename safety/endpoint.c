@@ -4,6 +4,7 @@
  * that nic_hold defers — so a deserializer may keep pointers into it. */
 #include "alloc.h"
 #include "api_errors.h"
+#include "export.h"
 #include "forklock.h"
 #include "log.h"
 #include "nicmalloc.h"
@@ -14,8 +15,6 @@
 #include <pthread.h>
 #include <stdlib.h>
 #include <string.h>
-
-#define NIC_EXPORT __attribute__((visibility("default")))
 
 struct rx {
   nic_receive_fn receive;

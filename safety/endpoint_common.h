@@ -6,10 +6,9 @@
 #define NIC_ENDPOINT_COMMON_H
 
 #include "backend.h"
+#include "export.h"
 
 #include <stdbool.h>
-
-#define NIC_EXPORT __attribute__((visibility("default")))
 
 /* The process-wide backend when it is named kind. Otherwise NULL with errno ENODEV, after one
  * line on stderr naming who, the backend in use and what to set (hint). */

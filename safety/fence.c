@@ -10,6 +10,7 @@
 #include "backend.h"
 #include "clock.h"
 #include "config.h"
+#include "export.h"
 #include "log.h"
 #include "nicmalloc.h"
 #include "pagecount.h"
@@ -21,8 +22,6 @@
 #include <stdlib.h>
 #include <string.h>
 #include <time.h>
-
-#define NIC_EXPORT __attribute__((visibility("default")))
 
 int nic_fence_wait(uintptr_t start, uintptr_t end, const char *who, const char *then) {
   if (!__atomic_load_n(&nic_safety_refs, __ATOMIC_ACQUIRE) ||

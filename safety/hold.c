@@ -6,6 +6,7 @@
  * was never held is an error rather than a silent underflow. */
 #include "api_errors.h"
 #include "chunks.h"
+#include "export.h"
 #include "forklock.h"
 #include "log.h"
 #include "mapped.h"
@@ -18,7 +19,6 @@
 #include <mimalloc.h>
 #include <pthread.h>
 
-#define NIC_EXPORT __attribute__((visibility("default")))
 #define BUCKETS 256
 
 struct hold {

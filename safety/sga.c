@@ -8,6 +8,7 @@
 #include "block.h"
 #include "bounce.h"
 #include "chunks.h"
+#include "export.h"
 #include "log.h"
 #include "nicmalloc.h"
 #include "pagecount.h"
@@ -20,7 +21,6 @@
 #include <errno.h>
 #include <string.h>
 
-#define NIC_EXPORT __attribute__((visibility("default")))
 #define MERGE_MAX ((size_t)64 << 10)         /* largest pair copied to stay under the entry limit */
 #define PRESSURE_COPY_MAX ((size_t)16 << 10) /* "small" under pressure: a copy beats a register */
 

@@ -5,6 +5,7 @@
 #include "api_errors.h"
 #include "backend.h"
 #include "bounce.h"
+#include "export.h"
 #include "fence.h"
 #include "log.h"
 #include "nicmalloc.h"
@@ -17,8 +18,6 @@
 #include <errno.h>
 #include <stdlib.h>
 #include <string.h>
-
-#define NIC_EXPORT __attribute__((visibility("default")))
 
 struct message {
   nic_sga_done_fn done;

@@ -30,7 +30,8 @@ if(TARGET nicmalloc-dpdk AND TARGET nicmalloc-verbs)
   add_executable(test_public_endpoints test_public_endpoints.cc)
   target_link_libraries(test_public_endpoints PRIVATE nicmalloc GTest::gtest GTest::gtest_main
     PkgConfig::NIC_DPDK PkgConfig::NIC_IBVERBS rte_net_ring)
-  target_compile_definitions(test_public_endpoints PRIVATE ALLOW_EXPERIMENTAL_API)
+  target_compile_definitions(test_public_endpoints PRIVATE ALLOW_EXPERIMENTAL_API
+    NIC_PLUGIN_DIR="$<TARGET_FILE_DIR:nicmalloc>")
   add_dependencies(test_public_endpoints nicmalloc-dpdk nicmalloc-verbs)
   foreach(run "dpdk;DpdkEndpoint;NICMALLOC_DPDK_VDEV=net_ring0" "sim;OtherBackendEndpoints;"
               "verbs;VerbsEndpoint;")

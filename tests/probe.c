@@ -529,6 +529,16 @@ static int post_beside(void) {
   return 0;
 }
 
+/* Opens the backend NICMALLOC_BACKEND names (a plugin says what it opened when verbose). */
+static void open_backend(void) {
+  struct nic_sga sga;
+  printf("sga_init=%d\n", nic_sga_init(&sga, 1));
+  struct nic_stats s = NIC_STATS_INIT;
+  nic_get_stats(&s);
+  printf("backend=%s\n", s.backend);
+  fflush(stdout);
+}
+
 int main(int argc, char **argv) {
   if (argc >= 4 && !strcmp(argv[1], "as-limit")) return run_limited(RLIMIT_AS, 30, argv);
   if (argc >= 4 && !strcmp(argv[1], "as-limit-kib")) return run_limited(RLIMIT_AS, 10, argv);
@@ -584,6 +594,10 @@ int main(int argc, char **argv) {
       printf("site_%s=%d\n", argv[i], nic_site_is_enabled((uint32_t)atoi(argv[i])));
     return 0;
   }
+  if (argc >= 2 && !strcmp(argv[1], "open-backend")) {
+    open_backend();
+    return 0;
+  }
   if (argc >= 3 && !strcmp(argv[1], "stderr-reused")) { /* close fd 2; a file takes its number */
     close(STDERR_FILENO);
     const int fd = open(argv[2], O_WRONLY | O_CREAT | O_TRUNC, 0600);
@@ -592,6 +606,7 @@ int main(int argc, char **argv) {
     if (write(fd, "data\n", 5) != 5) return 1;
     char on_stack[32];
     free(on_stack); /* an error line, which must not land in the file */
+    if (argc >= 4 && !strcmp(argv[3], "open-backend")) open_backend(); /* a plugin's lines */
     struct nic_stats s = NIC_STATS_INIT;
     nic_get_stats(&s);
     printf("dropped=%llu\n", (unsigned long long)s.log_lines_dropped);
@@ -619,7 +634,8 @@ int main(int argc, char **argv) {
       "low-memlock-register N BLOCK | low-memlock-sga KIB BLOCK | "
       "fork-child BLOCK | auto SIZE | cap-again BLOCK | huge SIZE SLEEP_MS | huge-usable [GIB] | "
       "grow-untouched MAX | aligned-dp ALIGNMENT SIZE | "
-      "threads-start N SIZE | stats | stats-in-scope | stderr-reused FILE | as-limit GIB "
+      "threads-start N SIZE | stats | stats-in-scope | stderr-reused FILE [open-backend] | "
+      "open-backend | as-limit GIB "
       "ARGS... | data-limit MIB ARGS... | in-cgroup DIR ARGS... | no-uring ARGS... | "
       "no-getrandom ARGS... | fixed-layout ARGS... | free-key | uring-endpoint | "
       "post-beside-bookkeeping\n");

@@ -28,6 +28,7 @@
 #include "dpdk.h"
 #include "dpdk_rx.h"
 #include "nicmalloc.h"
+#include "plugin_test_host.h"
 
 namespace {
 
@@ -78,7 +79,7 @@ struct nic_backend *Backend() {
     s.dpdk_vdev = vdev.c_str();
     if (auto take = SYM(nic_backend_dpdk_settings)) take(&s);
     auto open = SYM(nic_backend_dpdk_open);
-    return open ? open() : nullptr;
+    return open ? open(TestPluginHost()) : nullptr;
   }();
   return b;
 }
@@ -221,7 +222,7 @@ TEST(DpdkAppEal, AttachedPortIsTheDefaultEndpoint) {
   uint16_t port = ApplicationEal(), p = 0;
   ASSERT_NE(port, UINT16_MAX);
   ASSERT_EQ(SYM(nic_dpdk_attach)(port, 0), 0);
-  struct nic_backend *b = SYM(nic_backend_dpdk_open)();
+  struct nic_backend *b = SYM(nic_backend_dpdk_open)(TestPluginHost());
   ASSERT_NE(b, nullptr);
   EXPECT_FALSE(SYM(nic_dpdk_owns_eal)(b));
   nic_endpoint *ep = SYM(nic_dpdk_default_endpoint)(b);
@@ -236,7 +237,7 @@ TEST(DpdkAppEal, FoundWithoutAttachAndLeftAlone) {
   REQUIRE_OWN_PROCESS();
   uint16_t port = ApplicationEal();
   ASSERT_NE(port, UINT16_MAX);
-  struct nic_backend *b = SYM(nic_backend_dpdk_open)();
+  struct nic_backend *b = SYM(nic_backend_dpdk_open)(TestPluginHost());
   ASSERT_NE(b, nullptr);
   EXPECT_FALSE(SYM(nic_dpdk_owns_eal)(b));
   EXPECT_EQ(SYM(nic_dpdk_default_endpoint)(b), nullptr);
@@ -254,7 +255,7 @@ TEST(DpdkEalArgs, RefusedArgumentsGiveNullAndErrno) {
   s.dpdk_eal_args = "--no-huge --no-such-eal-option";
   SYM(nic_backend_dpdk_settings)(&s);
   errno = 0;
-  EXPECT_EQ(SYM(nic_backend_dpdk_open)(), nullptr);
+  EXPECT_EQ(SYM(nic_backend_dpdk_open)(TestPluginHost()), nullptr);
   EXPECT_EQ(errno, EINVAL);
 }
 
@@ -265,7 +266,7 @@ TEST(DpdkPlugin, LoadsOnlyWhenAskedAndExportsItsApi) {
   ASSERT_NE(Plugin(), nullptr) << dlerror();
   EXPECT_NE(SYM(nic_backend_dpdk_open), nullptr);
   EXPECT_NE(SYM(nic_dpdk_chain), nullptr);
-  EXPECT_EQ(dlsym(Plugin(), "nic_log_warn"), nullptr) << "log shim must stay hidden";
+  EXPECT_EQ(dlsym(Plugin(), "nic_plugin_log"), nullptr) << "the host's services stay hidden";
 }
 
 class DpdkRing : public ::testing::Test {

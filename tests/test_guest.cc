@@ -55,6 +55,34 @@ TEST(Guest, LinesForAReusedStderrAreDroppedAndCounted) {
   EXPECT_GE(r.num("dropped"), 1);
 }
 
+// The backend plugins log through the host (regcache/cache/plugin_host.h): a plugin's line goes
+// where nicmalloc's own go, so it too stays out of a file the program opened on fd 2. The dpdk
+// plugin runs here on a net_null port and says which port it uses when verbose.
+TEST(Guest, PluginLinesGoWhereTheHostsGo) {
+  if (access(NIC_DPDK_PLUGIN_PATH, R_OK)) GTEST_SKIP() << "the dpdk plugin is not built here";
+  const std::vector<std::string> env = {"NICMALLOC_BACKEND=dpdk", "NICMALLOC_DPDK_VDEV=net_null0",
+                                        "NICMALLOC_VERBOSE=1"};
+  auto said = run_probe(env, {"open-backend"});
+  ASSERT_EQ(said.exit_code, 0) << said.out << said.err;
+  ASSERT_EQ(said.values["backend"], "dpdk") << said.out << said.err;
+  EXPECT_EQ(count_lines(said.err, "nicmalloc: dpdk backend on port"), 1) << said.err;
+
+  char path[] = "/tmp/nicmalloc-guest-plugin-fd2-XXXXXX";
+  const int made = mkstemp(path);
+  ASSERT_GE(made, 0);
+  close(made);
+  auto r = run_probe(env, {"stderr-reused", path, "open-backend"});
+  std::ifstream in(path);
+  std::string content((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
+  unlink(path);
+  ASSERT_EQ(r.exit_code, 0) << r.out << r.err;
+  ASSERT_EQ(r.num("file_fd"), 2) << r.out;
+  ASSERT_EQ(r.values["backend"], "dpdk") << r.out;
+  EXPECT_EQ(content, "data\n");
+  EXPECT_EQ(r.err, "");
+  EXPECT_GE(r.num("dropped"), 2) << "the free() error and the plugin's line";
+}
+
 // Fallbacks the user did not ask to avoid (no hugetlb pool, no address space, no memlock) are
 // counted in the stats and said with NICMALLOC_VERBOSE=1, never on stderr by default: programs
 // that merge a child's stderr (cmake) or compare it (test suites) must not notice nicmalloc.

@@ -5,6 +5,8 @@
 // plugins.cmake). Every case is a process of its own: EAL starts once per process.
 #include <gtest/gtest.h>
 
+#include <dlfcn.h>
+
 #include <algorithm>
 #include <cerrno>
 #include <chrono>
@@ -145,6 +147,30 @@ TEST(DpdkEndpoint, BadPortsAndQueuesAreRefusedWithErrnoAndOneLine) {
     EXPECT_NE(err.find(c.says), std::string::npos) << err;
     EXPECT_EQ(Lines(err), 1) << err;
   }
+}
+
+// The plugin's own API, reached in the plugin the allocator loaded, reports through the host:
+// an error it returns is counted every time and said once (gtest's capture moved fd 2 with dup2,
+// so the host's lines land in it).
+TEST(DpdkEndpoint, PluginApiErrorsAreCountedAndSaidOnceByTheHost) {
+  nic_endpoint *probe = nic_dpdk_endpoint_create(NIC_DPDK_DEFAULT_PORT, 0);
+  REQUIRE_DPDK();
+  ASSERT_EQ(nic_dpdk_endpoint_destroy(probe), 0);
+  void *plugin = dlopen(NIC_PLUGIN_DIR "/libnicmalloc-dpdk.so", RTLD_NOW | RTLD_NOLOAD);
+  ASSERT_NE(plugin, nullptr) << "the allocator did not load the dpdk plugin";
+  auto attach = reinterpret_cast<int (*)(uint16_t, uint16_t)>(dlsym(plugin, "nic_dpdk_attach"));
+  ASSERT_NE(attach, nullptr);
+  constexpr unsigned kCalls = 100;
+  const uint64_t before = Stats().endpoint_errors;
+  testing::internal::CaptureStderr();
+  for (unsigned i = 0; i < kCalls; i++)
+    EXPECT_EQ(attach(200, 0), -EINVAL);
+  const std::string err = testing::internal::GetCapturedStderr();
+  dlclose(plugin);
+  EXPECT_EQ(Stats().endpoint_errors - before, kCalls);
+  EXPECT_EQ(Lines(err), 1) << err;
+  EXPECT_NE(err.find("nicmalloc: error: nic_dpdk_attach(200, 0): no such port"), std::string::npos)
+      << err;
 }
 
 // An application's own port pair: destroy is refused while a post on it is in flight.

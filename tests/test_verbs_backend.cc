@@ -9,6 +9,7 @@
 
 #include <cerrno>
 #include <chrono>
+#include <cstddef>
 #include <cstdlib>
 #include <cstring>
 #include <string>
@@ -16,6 +17,7 @@
 
 #include "backend.h"
 #include "nicmalloc.h"
+#include "plugin_test_host.h"
 #include "verbs.h"
 
 namespace {
@@ -37,7 +39,7 @@ TEST(VerbsPlugin, LoadsAndExportsItsApiOnly) {
   ASSERT_NE(Plugin(), nullptr) << dlerror();
   EXPECT_NE(SYM(nic_backend_verbs_open), nullptr);
   EXPECT_NE(SYM(nic_verbs_endpoint), nullptr);
-  EXPECT_EQ(dlsym(Plugin(), "nic_log_warn"), nullptr) << "log shim must stay hidden";
+  EXPECT_EQ(dlsym(Plugin(), "nic_plugin_log"), nullptr) << "the host's services stay hidden";
 }
 
 TEST(VerbsMapping, AccessFlagsMapExactly) {
@@ -82,8 +84,38 @@ TEST(VerbsMapping, CompletionStatusToErrno) {
 TEST(VerbsOpen, NoDeviceGivesNullAndEnodev) {
   if (DeviceCount()) GTEST_SKIP() << "an RDMA device exists here";
   errno = 0;
-  EXPECT_EQ(SYM(nic_backend_verbs_open)(), nullptr);
+  EXPECT_EQ(SYM(nic_backend_verbs_open)(TestPluginHost()), nullptr);
   EXPECT_EQ(errno, ENODEV);
+}
+
+// The host table is versioned by its size: a plugin refuses a host older than itself (a member
+// it needs is missing) before touching anything, and takes a newer one (members it does not know
+// follow the ones it reads). The unknown device name makes a host that was taken say ENODEV.
+TEST(VerbsOpen, TheHostTableIsCheckedByItsSize) {
+  auto open = SYM(nic_backend_verbs_open);
+  ASSERT_NE(open, nullptr);
+  nic_plugin_settings s{};
+  s.verbs_device = "no-such-rdma-device";
+  SYM(nic_backend_verbs_settings)(&s);
+  static nic_plugin_host older;
+  older = *TestPluginHost();
+  older.size = offsetof(nic_plugin_host, calloc);
+  static struct {
+    nic_plugin_host known;
+    void (*later)(void);
+  } newer;
+  newer.known = *TestPluginHost();
+  newer.known.size = sizeof newer;
+  for (auto c : {std::make_pair(&older, EPROTO), std::make_pair(&newer.known, ENODEV),
+                 std::make_pair(static_cast<nic_plugin_host *>(nullptr), EPROTO)}) {
+    errno = 0;
+    EXPECT_EQ(open(c.first), nullptr);
+    EXPECT_EQ(errno, c.second) << "host table of " << (c.first ? c.first->size : 0) << " bytes";
+  }
+  s.verbs_device = nullptr;
+  SYM(nic_backend_verbs_settings)(&s);
+  struct nic_backend *b = open(TestPluginHost()); // leaves the suite's own host attached
+  if (b) b->close(b);
 }
 
 // NICMALLOC_VERBS_DEVICE as libnicmalloc hands it over (backend.c).
@@ -92,7 +124,7 @@ TEST(VerbsOpen, UnknownDeviceNameGivesEnodev) {
   s.verbs_device = "no-such-rdma-device";
   SYM(nic_backend_verbs_settings)(&s);
   errno = 0;
-  EXPECT_EQ(SYM(nic_backend_verbs_open)(), nullptr);
+  EXPECT_EQ(SYM(nic_backend_verbs_open)(TestPluginHost()), nullptr);
   EXPECT_EQ(errno, ENODEV);
   s.verbs_device = nullptr;
   SYM(nic_backend_verbs_settings)(&s);
@@ -113,7 +145,7 @@ class VerbsDevice : public ::testing::Test {
 protected:
   void SetUp() override {
     if (!DeviceCount()) GTEST_SKIP() << "no RDMA device: ibv_get_device_list returned 0 devices";
-    ASSERT_NE(b = SYM(nic_backend_verbs_open)(), nullptr) << strerror(errno);
+    ASSERT_NE(b = SYM(nic_backend_verbs_open)(TestPluginHost()), nullptr) << strerror(errno);
     ibv_context *ctx = SYM(nic_verbs_context)(b);
     ibv_pd *pd = SYM(nic_verbs_pd)(b);
     ASSERT_TRUE(ctx && pd);

@@ -4,13 +4,12 @@
  * process, which it always is when C++ calls operator new. This file is built with -fexceptions
  * so the exception can unwind through it. */
 #include "alloc_inline.h"
+#include "export.h"
 #include "log.h"
 #include "nicmalloc.h"
 
 #include <stddef.h>
 #include <stdint.h>
-
-#define NIC_EXPORT __attribute__((visibility("default")))
 
 typedef void (*new_handler_fn)(void);
 extern new_handler_fn _ZSt15get_new_handlerv(void) __attribute__((weak));

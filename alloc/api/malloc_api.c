@@ -1,13 +1,12 @@
 /* The standard malloc family, exported for LD_PRELOAD and link-time replacement. */
 #define _GNU_SOURCE
 #include "alloc_inline.h"
+#include "export.h"
 
 #include <errno.h>
 #include <malloc.h>
 #include <stdlib.h>
 #include <unistd.h>
-
-#define NIC_EXPORT __attribute__((visibility("default")))
 
 static bool is_power_of_two(size_t x) {
   return x && !(x & (x - 1));

@@ -1,11 +1,10 @@
 /* Explicit dataplane allocation and the per-thread dataplane scope. */
 #include "alloc_inline.h"
+#include "export.h"
 #include "nicmalloc.h"
 #include "reaper.h"
 
 #include <errno.h>
-
-#define NIC_EXPORT __attribute__((visibility("default")))
 
 NIC_EXPORT void *nic_malloc(size_t size) {
   void *p = nic_dp_alloc_fast(size, false);

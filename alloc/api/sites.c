@@ -2,13 +2,12 @@
  * in the site table is on (every site starts on). */
 #include "alloc_inline.h"
 #include "api_errors.h"
+#include "export.h"
 #include "log.h"
 #include "nicmalloc.h"
 #include "site_table.h"
 
 #include <errno.h>
-
-#define NIC_EXPORT __attribute__((visibility("default")))
 
 NIC_EXPORT void *nic_malloc_site(size_t size, uint32_t site) {
   return nic_alloc(size, 0, false, nic_site_route(site));

@@ -4,6 +4,7 @@
 #include "alloc.h"
 #include "api_errors.h"
 #include "base_stats.h"
+#include "export.h"
 #include "fence.h"
 #include "heap_stats.h"
 #include "log.h"
@@ -22,8 +23,6 @@
 #include <stdio.h>
 #include <string.h>
 #include <unistd.h>
-
-#define NIC_EXPORT __attribute__((visibility("default")))
 
 NIC_EXPORT const char *nic_page_kind_name(enum nic_page_kind kind) {
   return nic_page_kind_str(kind);

@@ -67,6 +67,14 @@ void nic_log_info(const char *fmt, ...) {
   va_end(ap);
 }
 
+void nic_log_v(enum nic_log_level level, const char *fmt, va_list ap) {
+  if (level == NIC_LOG_INFO && !nic_config()->verbose) return;
+  log_with_prefix(level == NIC_LOG_ERROR  ? "nicmalloc: error: "
+                  : level == NIC_LOG_WARN ? "nicmalloc: warning: "
+                                          : "nicmalloc: ",
+                  fmt, ap);
+}
+
 #define KINDS 128
 
 struct kind {

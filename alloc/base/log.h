@@ -14,6 +14,10 @@ void nic_log_warn(const char *fmt, ...) __attribute__((format(printf, 1, 2)));
 void nic_log_warn_text(const char *prefix, const char *text);
 /* Printed only when NICMALLOC_VERBOSE=1. */
 void nic_log_info(const char *fmt, ...) __attribute__((format(printf, 1, 2)));
+/* The three above for callers that hold a va_list (the plugins' logger, plugin_host.c). */
+enum nic_log_level { NIC_LOG_INFO, NIC_LOG_WARN, NIC_LOG_ERROR };
+void nic_log_v(enum nic_log_level level, const char *fmt, va_list ap)
+    __attribute__((format(printf, 2, 0)));
 /* True for the first caller only: a message printed once per kind, however often its cause
  * recurs (the count belongs in the statistics). */
 static inline bool nic_first_time(int *flag) {

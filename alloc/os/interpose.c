@@ -9,6 +9,7 @@
 #define _GNU_SOURCE
 #include "commit_map.h"
 #include "events.h"
+#include "export.h"
 
 #include <errno.h>
 #include <stdarg.h>
@@ -16,8 +17,6 @@
 #include <sys/mman.h>
 #include <sys/syscall.h>
 #include <unistd.h>
-
-#define NIC_EXPORT __attribute__((visibility("default")))
 
 static void *raw_mmap(void *addr, size_t len, int prot, int flags, int fd, off_t offset) {
   long r = syscall(SYS_mmap, addr, len, prot, flags, fd, offset);

@@ -5,13 +5,12 @@
  * known beforehand, and a needless invalidation only costs registering again. */
 #define _GNU_SOURCE
 #include "events.h"
+#include "export.h"
 
 #include <dlfcn.h>
 #include <link.h>
 #include <stdint.h>
 #include <string.h>
-
-#define NIC_EXPORT __attribute__((visibility("default")))
 
 struct span_search {
   const struct link_map *map;

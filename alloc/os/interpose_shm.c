@@ -7,6 +7,7 @@
 #define _GNU_SOURCE
 #include "commit_map.h"
 #include "events.h"
+#include "export.h"
 #include "forklock.h"
 
 #include <errno.h>
@@ -16,7 +17,6 @@
 #include <sys/syscall.h>
 #include <unistd.h>
 
-#define NIC_EXPORT __attribute__((visibility("default")))
 #define ATTACH_SLOTS 256
 
 struct attach {

@@ -12,6 +12,7 @@
  * internal closes, close_range) may be counted by its old kind. */
 #define _GNU_SOURCE
 #include "chunks.h"
+#include "export.h"
 #include "forklock.h"
 #include "log.h"
 #include "profile.h"
@@ -23,7 +24,6 @@
 #include <sys/uio.h>
 #include <unistd.h>
 
-#define NIC_EXPORT __attribute__((visibility("default")))
 #define FD_CACHE 65536
 
 static uint64_t sent_dp, sent_other;

@@ -6,6 +6,7 @@
  * a fixed buffer and allocates nothing. */
 #include "site_table.h"
 
+#include "export.h"
 #include "log.h"
 #include "nicmalloc.h"
 #include "nocancel.h"
@@ -20,8 +21,6 @@
 #include <string.h>
 #include <sys/stat.h>
 #include <unistd.h>
-
-#define NIC_EXPORT __attribute__((visibility("default")))
 
 #define TOKENS_MAX 64
 #define FIELD_MAX 256

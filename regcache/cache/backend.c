@@ -6,6 +6,7 @@
 #include "forklock.h"
 
 #include "log.h"
+#include "plugin_host.h"
 #include "settings.h"
 
 #include <dlfcn.h>
@@ -54,17 +55,16 @@ static struct nic_backend *open_plugin(const char *name) {
   void (*take)(const struct nic_plugin_settings *) =
       (void (*)(const struct nic_plugin_settings *))dlsym(handle, symbol);
   if (take) {
-    struct nic_plugin_settings s = {.verbose = nic_setting_bool(NIC_S_VERBOSE),
-                                    .verbs_device = nic_setting_text(NIC_S_VERBS_DEVICE),
+    struct nic_plugin_settings s = {.verbs_device = nic_setting_text(NIC_S_VERBS_DEVICE),
                                     .verbs_odp = nic_setting_bool(NIC_S_VERBS_ODP),
                                     .dpdk_vdev = nic_setting_text(NIC_S_DPDK_VDEV),
                                     .dpdk_eal_args = nic_setting_text(NIC_S_DPDK_EAL_ARGS)};
     take(&s);
   }
   snprintf(symbol, sizeof symbol, "nic_backend_%s_open", name);
-  open_fn fn = (open_fn)dlsym(handle, symbol);
+  nic_plugin_open_fn fn = (nic_plugin_open_fn)dlsym(handle, symbol);
   if (!fn) errno = ENOSYS;
-  return fn ? fn() : NULL;
+  return fn ? fn(nic_plugin_host_table()) : NULL;
 }
 
 static struct nic_backend *open_named(const char *name) {

@@ -92,15 +92,17 @@ struct nic_backend_builtin {
 
 struct nic_backend *nic_backend_sim_open(void);
 struct nic_backend *nic_backend_uring_open(void);
-struct nic_backend *nic_backend_verbs_open(void);
-struct nic_backend *nic_backend_dpdk_open(void);
+/* The plugins' (plugin_host.h): they log, read settings and allocate through the host. */
+struct nic_plugin_host;
+struct nic_backend *nic_backend_verbs_open(const struct nic_plugin_host *host);
+struct nic_backend *nic_backend_dpdk_open(const struct nic_plugin_host *host);
 
 /* The settings a plugin backend takes, typed and checked by libnicmalloc (settings.h) and handed
  * over before it opens (nic_backend_<name>_settings): a plugin cannot reach libnicmalloc's hidden
  * functions, and reading the environment itself would skip the copy at start-up, secure
- * execution and first-entry-wins. The strings live as long as the process. */
+ * execution and first-entry-wins. The strings live as long as the process. NICMALLOC_VERBOSE is
+ * not here: the host's logger (plugin_host.h) decides whether an info line is said. */
 struct nic_plugin_settings {
-  bool verbose;                          /* NICMALLOC_VERBOSE */
   const char *verbs_device;              /* NICMALLOC_VERBS_DEVICE; NULL: the first device */
   bool verbs_odp;                        /* NICMALLOC_VERBS_ODP */
   const char *dpdk_vdev, *dpdk_eal_args; /* NICMALLOC_DPDK_VDEV, _EAL_ARGS; NULL: none */

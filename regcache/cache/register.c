@@ -4,14 +4,13 @@
 #include "api_errors.h"
 #include "chunk_reg.h"
 #include "chunks.h"
+#include "export.h"
 #include "log.h"
 #include "nicmalloc.h"
 #include "rcache.h"
 #include "thread.h"
 
 #include <errno.h>
-
-#define NIC_EXPORT __attribute__((visibility("default")))
 
 _Static_assert(NIC_REG_LOCAL_WRITE == NIC_ACCESS_LOCAL_WRITE &&
                    NIC_REG_REMOTE_READ == NIC_ACCESS_REMOTE_READ &&

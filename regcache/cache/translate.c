@@ -2,12 +2,11 @@
 #include "api_errors.h"
 #include "chunk_reg.h"
 #include "chunks.h"
+#include "export.h"
 #include "log.h"
 #include "nicmalloc.h"
 
 #include <errno.h>
-
-#define NIC_EXPORT __attribute__((visibility("default")))
 
 static inline bool bad_range(uintptr_t start, size_t len) {
   uintptr_t last;

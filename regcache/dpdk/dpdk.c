@@ -4,7 +4,7 @@
 #define NIC_DPDK_INTERNAL
 #include "dpdk.h"
 
-#include "log.h"
+#include "plugin_services.h"
 
 #include <errno.h>
 #include <rte_eal.h>
@@ -12,21 +12,9 @@
 #include <rte_ethdev.h>
 #include <rte_lcore.h>
 #include <sched.h>
-#include <stdarg.h>
 #include <stdio.h>
-#include <stdlib.h>
 #include <string.h>
 #include <unistd.h>
-
-/* The plugin cannot reach libnicmalloc's hidden log functions: it carries its own. */
-void nic_log_warn(const char *fmt, ...) {
-  char buf[512];
-  va_list ap;
-  va_start(ap, fmt);
-  vsnprintf(buf, sizeof buf, fmt, ap);
-  va_end(ap);
-  fprintf(stderr, "nicmalloc: warning: %s\n", buf);
-}
 
 /* Handed over by libnicmalloc before it opens the plugin (backend.h). */
 static struct nic_plugin_settings settings;
@@ -53,13 +41,20 @@ static void lcores_arg(char *buf, size_t cap) {
   snprintf(buf + n, cap - n, n > 12 ? ")" : "0)");
 }
 
+/* A copy the caller may cut into tokens, in the host's memory. */
+static char *copy(const char *s) {
+  size_t len = strlen(s) + 1;
+  char *c = nic_plugin_calloc(1, len);
+  return c ? memcpy(c, s, len) : NULL;
+}
+
 static int start_eal(void) {
   char *argv[64], lcores[1024], *own = NULL, *vdevs = NULL, *save;
   int argc = 0;
   argv[argc++] = "nicmalloc";
   const char *env = settings.dpdk_eal_args;
-  if (env) {
-    own = strdup(env);
+  if (env && *env) {
+    if (!(own = copy(env))) return -ENOMEM;
     for (char *t = strtok_r(own, " \t", &save); t && argc < 48; t = strtok_r(NULL, " \t", &save))
       argv[argc++] = t;
   } else {
@@ -71,8 +66,11 @@ static int start_eal(void) {
       argv[argc++] = defaults[i];
     argv[argc++] = lcores;
   }
-  if ((env = settings.dpdk_vdev)) {
-    vdevs = strdup(env);
+  if ((env = settings.dpdk_vdev) && *env) {
+    if (!(vdevs = copy(env))) {
+      nic_plugin_free(own);
+      return -ENOMEM;
+    }
     for (char *t = strtok_r(vdevs, ";", &save); t && argc < 62; t = strtok_r(NULL, ";", &save)) {
       argv[argc++] = "--vdev";
       argv[argc++] = t;
@@ -81,8 +79,8 @@ static int start_eal(void) {
   argv[argc] = NULL;
   int rc = rte_eal_init(argc, argv);
   int err = rte_errno;
-  free(own); /* EAL copies what it keeps (vdev arguments included) */
-  free(vdevs);
+  nic_plugin_free(own); /* EAL copies what it keeps (vdev arguments included) */
+  nic_plugin_free(vdevs);
   if (rc < 0) return -(err ? err : EINVAL);
   g.started_eal = true;
   return 0;
@@ -142,7 +140,7 @@ static int extmem(struct dreg *r) {
       break;
     }
   size_t n = r->map_len / r->page_sz;
-  rte_iova_t *iova = malloc(n * sizeof *iova);
+  rte_iova_t *iova = nic_plugin_calloc(n, sizeof *iova);
   if (!iova) return -ENOMEM;
   int rc = 0;
   for (size_t i = 0; i < n && !rc; i++) {
@@ -153,7 +151,7 @@ static int extmem(struct dreg *r) {
   if (!rc && rte_extmem_register(r->map_base, r->map_len, iova, (unsigned)n, r->page_sz))
     rc = -rte_errno;
   if (rc || !pa)
-    free(iova);
+    nic_plugin_free(iova);
   else
     r->iovas = iova;
   return rc;
@@ -177,7 +175,7 @@ static int d_reg(struct nic_backend *b, void *base, size_t len, unsigned access,
     pthread_mutex_unlock(&be->lock);
     if (rc) {
       rte_extmem_unregister(r->map_base, r->map_len);
-      free(r->iovas);
+      nic_plugin_free(r->iovas);
       break;
     }
     r->used = true;
@@ -200,7 +198,7 @@ static int d_dereg(struct nic_backend *b, struct nic_registration *reg) {
     dma_all(be, r, false);
     pthread_mutex_unlock(&be->lock);
     if (rte_extmem_unregister(r->map_base, r->map_len)) rc = -rte_errno;
-    free(r->iovas);
+    nic_plugin_free(r->iovas);
     r->iovas = NULL;
     r->used = false;
   }
@@ -215,7 +213,11 @@ NIC_EXPORT bool nic_dpdk_owns_eal(struct nic_backend *b) {
 static struct dbackend *the_backend; /* for nic_dpdk_attach after open */
 
 NIC_EXPORT int nic_dpdk_attach(uint16_t port, uint16_t queue) {
-  if (!rte_eth_dev_is_valid_port(port)) return -EINVAL;
+  if (!rte_eth_dev_is_valid_port(port)) {
+    nic_plugin_api_error(NIC_PLUGIN_API_ENDPOINT, "nic_dpdk_attach(%u, %u): no such port", port,
+                         queue);
+    return -EINVAL;
+  }
   g.attached = g.have_port = true;
   g.port = port;
   g.queue = queue;
@@ -229,18 +231,19 @@ static void dclose(struct nic_backend *b) {
   for (uint32_t i = 0; i < NIC_DPDK_MAX_REGS; i++)
     if (be->regs[i].used) {
       struct nic_registration reg = {.base = be->regs[i].base, .handle = i};
-      if (d_dereg(b, &reg)) nic_log_warn("dpdk: registration %u still in flight at close", i);
+      if (d_dereg(b, &reg)) nic_plugin_warn("dpdk: registration %u still in flight at close", i);
     }
   while (be->eps) {
     struct nic_endpoint *next = be->eps->next;
-    free(be->eps);
+    nic_plugin_free(be->eps);
     be->eps = next;
   }
   the_backend = NULL;
-  free(be);
+  nic_plugin_free(be);
 }
 
-NIC_EXPORT struct nic_backend *nic_backend_dpdk_open(void) {
+NIC_EXPORT struct nic_backend *nic_backend_dpdk_open(const struct nic_plugin_host *host) {
+  if (!nic_plugin_attach(host)) return NULL;
   /* lcore_count is 0 until someone's rte_eal_init ran: then the application owns EAL. */
   bool app_eal = g.attached || (!g.started_eal && rte_lcore_count() > 0);
   int rc = app_eal || g.started_eal ? 0 : start_eal();
@@ -254,10 +257,10 @@ NIC_EXPORT struct nic_backend *nic_backend_dpdk_open(void) {
   if (!rc && !g.hdr_pool &&
       !(g.hdr_pool = rte_pktmbuf_pool_create("nic_extbuf_hdr", 8191, 256, 0, 0, SOCKET_ID_ANY)))
     rc = -rte_errno;
-  struct dbackend *be = rc ? NULL : calloc(1, sizeof *be);
+  struct dbackend *be = rc ? NULL : nic_plugin_calloc(1, sizeof *be);
   if (!be) {
     errno = rc ? -rc : ENOMEM;
-    if (rc) nic_log_warn("dpdk: cannot start: %s", strerror(-rc));
+    if (rc) nic_plugin_warn("dpdk: cannot start: %s", strerror(-rc));
     return NULL;
   }
   be->pub = (struct nic_backend){.name = "dpdk",
@@ -277,6 +280,12 @@ NIC_EXPORT struct nic_backend *nic_backend_dpdk_open(void) {
   pthread_mutex_init(&be->cq_lock, NULL);
   the_backend = be;
   if (g.have_port && !(be->default_ep = nic_dpdk_endpoint(&be->pub, g.port, g.queue)))
-    nic_log_warn("dpdk: port %u queue %u is not usable", g.port, g.queue);
+    nic_plugin_warn("dpdk: port %u queue %u is not usable", g.port, g.queue);
+  else if (g.have_port)
+    nic_plugin_info("dpdk backend on port %u queue %u (EAL %s)", g.port, g.queue,
+                    g.started_eal ? "started by nicmalloc" : "the application's");
+  else
+    nic_plugin_info("dpdk backend without a default port (EAL %s)",
+                    g.started_eal ? "started by nicmalloc" : "the application's");
   return &be->pub;
 }

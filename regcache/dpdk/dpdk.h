@@ -30,7 +30,8 @@ struct rte_mbuf;
 
 /* The application owns EAL and has configured and started port_id with tx queue queue_id:
  * the backend never starts EAL and uses that queue as its default endpoint. Call before the
- * backend opens (after, it just replaces the default endpoint). 0 or -EINVAL (no such port). */
+ * backend opens (after, it just replaces the default endpoint). 0 or -EINVAL (no such port;
+ * once the backend is open, also counted in endpoint_errors and said once). */
 int nic_dpdk_attach(uint16_t port_id, uint16_t queue_id);
 
 /* An endpoint on a started port's tx queue. Every registration is DMA-mapped for the port's
@@ -63,12 +64,12 @@ struct rte_mbuf *nic_dpdk_chain(struct nic_backend *b, const struct nic_sge *sge
 
 /* ---- Shared by dpdk.c and dpdk_mbuf.c only. ---- */
 #ifdef NIC_DPDK_INTERNAL
+#include "export.h"
 #include <pthread.h>
 #include <rte_mbuf.h>
 #include <rte_spinlock.h>
 #include <stdatomic.h>
 
-#define NIC_EXPORT __attribute__((visibility("default")))
 #define NIC_DPDK_MAX_REGS 64        /* each extmem registration takes one of 128 memseg lists */
 #define NIC_DPDK_SEG_MAX UINT16_MAX /* extbuf buf_len is 16 bits */
 

@@ -10,10 +10,10 @@
 #define _GNU_SOURCE
 #define NIC_DPDK_INTERNAL
 #include "dpdk.h"
+#include "plugin_services.h"
 
 #include <errno.h>
 #include <rte_ethdev.h>
-#include <stdlib.h>
 
 /* The registration an entry names (lkey = slot), if it covers the entry. */
 static struct dreg *covering(struct dbackend *be, const struct nic_sge *s) {
@@ -64,7 +64,7 @@ static void chain_freed(void *addr, void *opaque) {
 
 static struct dpost *new_post(struct dbackend *be, struct nic_endpoint *ep, unsigned n,
                               nic_completion_fn done, void *arg) {
-  struct dpost *p = malloc(sizeof *p + n);
+  struct dpost *p = nic_plugin_calloc(1, sizeof *p + n);
   if (!p) return NULL;
   *p = (struct dpost){.be = be, .ep = ep, .done = done, .arg = arg};
   p->shinfo.free_cb = chain_freed;
@@ -109,7 +109,7 @@ static struct rte_mbuf *build(struct dbackend *be, struct nic_endpoint *ep,
     if (!(*link = rte_pktmbuf_alloc(be->hdr_pool))) {
       rte_pktmbuf_free(head);
       if (ep) atomic_fetch_sub(&ep->inflight, 1);
-      free(p);
+      nic_plugin_free(p);
       return *err = -ENOBUFS, NULL;
     }
   rte_mbuf_ext_refcnt_set(&p->shinfo, (uint16_t)segs);
@@ -143,7 +143,7 @@ int nic_dpdk_run_completions(struct dbackend *be, int max) {
     if (!p) break;
     if (p->ep) atomic_fetch_sub(&p->ep->inflight, 1);
     p->done(p->arg, p->status);
-    free(p);
+    nic_plugin_free(p);
     ran++;
   }
   return ran;
@@ -213,7 +213,7 @@ NIC_EXPORT struct nic_endpoint *nic_dpdk_endpoint(struct nic_backend *b, uint16_
     errno = EINVAL; /* a queue not set up would crash tx_burst */
     return NULL;
   }
-  struct nic_endpoint *ep = calloc(1, sizeof *ep);
+  struct nic_endpoint *ep = nic_plugin_calloc(1, sizeof *ep);
   if (!ep) return NULL;
   uint16_t segs = info.tx_desc_lim.nb_seg_max;
   *ep = (struct nic_endpoint){.port = port,
@@ -232,7 +232,7 @@ NIC_EXPORT struct nic_endpoint *nic_dpdk_endpoint(struct nic_backend *b, uint16_
     ep->next = be->eps, be->eps = ep;
   pthread_mutex_unlock(&be->lock);
   pthread_mutex_unlock(&be->reg_lock);
-  if (same || rc) free(ep);
+  if (same || rc) nic_plugin_free(ep);
   if (rc) errno = -rc;
   return rc ? NULL : same ? same : ep;
 }
@@ -257,7 +257,7 @@ NIC_EXPORT int nic_dpdk_endpoint_close(struct nic_backend *b, struct nic_endpoin
   }
   pthread_mutex_unlock(&be->lock);
   pthread_mutex_unlock(&be->reg_lock);
-  if (last) free(ep);
+  if (last) nic_plugin_free(ep);
   return rc;
 }
 

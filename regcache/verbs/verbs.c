@@ -2,47 +2,23 @@
  * application's QPs, completions from their send CQs. Built as libnicmalloc-verbs.so. */
 #define _GNU_SOURCE
 #include "verbs.h"
+#include "export.h"
 
-#include "log.h"
+#include "plugin_services.h"
 
 #include <errno.h>
 #include <infiniband/verbs.h>
 #include <pthread.h>
-#include <stdarg.h>
 #include <stdatomic.h>
-#include <stdio.h>
-#include <stdlib.h>
 #include <string.h>
 
-#define NIC_EXPORT __attribute__((visibility("default")))
 #define VERBS_MAX_REGS 4096 /* chunks plus the registration cache's regions */
 #define VERBS_MAX_SGE 64    /* stack array per post; devices offer ~30 */
-
-/* The plugin cannot reach libnicmalloc's hidden log functions: it carries its own. */
-static void log_line(const char *prefix, const char *fmt, va_list ap) {
-  char buf[512];
-  vsnprintf(buf, sizeof buf, fmt, ap);
-  fprintf(stderr, "nicmalloc: %s%s\n", prefix, buf);
-}
-void nic_log_warn(const char *fmt, ...) {
-  va_list ap;
-  va_start(ap, fmt);
-  log_line("warning: ", fmt, ap);
-  va_end(ap);
-}
 
 /* Handed over by libnicmalloc before it opens the plugin (backend.h). */
 static struct nic_plugin_settings settings;
 NIC_EXPORT void nic_backend_verbs_settings(const struct nic_plugin_settings *s) {
   settings = *s;
-}
-
-void nic_log_info(const char *fmt, ...) {
-  if (!settings.verbose) return;
-  va_list ap;
-  va_start(ap, fmt);
-  log_line("", fmt, ap);
-  va_end(ap);
 }
 
 struct vreg {
@@ -170,7 +146,7 @@ static void finish(struct vbackend *vb, struct vpost *p, int status) {
     atomic_fetch_sub(&vb->regs[p->slots[i]].inflight, 1);
   atomic_fetch_sub(&p->ep->inflight, 1);
   p->done(p->arg, status);
-  free(p);
+  nic_plugin_free(p);
 }
 
 static void soft_complete(struct vbackend *vb, struct vpost *p, int status) {
@@ -193,7 +169,7 @@ static int vpost(struct nic_backend *b, struct nic_endpoint *ep, const struct ni
   if (!ep || !done || !sge || !n || n > b->caps.max_sge || n > ep->max_sge) return -EINVAL;
   for (unsigned i = 0; i < n; i++)
     if (!sge[i].addr || !sge[i].len) return -EINVAL;
-  struct vpost *p = malloc(sizeof *p + n * sizeof p->slots[0]);
+  struct vpost *p = nic_plugin_calloc(1, sizeof *p + n * sizeof p->slots[0]);
   if (!p) return -ENOMEM;
   *p = (struct vpost){.done = done, .arg = arg, .ep = ep};
   atomic_fetch_add(&ep->inflight, 1);
@@ -264,14 +240,14 @@ static void vclose(struct nic_backend *b) {
     if (vb->regs[i].mr) ibv_dereg_mr(vb->regs[i].mr);
   while (vb->eps) {
     struct nic_endpoint *next = vb->eps->next;
-    free(vb->eps);
+    nic_plugin_free(vb->eps);
     vb->eps = next;
   }
   if (vb->pd) ibv_dealloc_pd(vb->pd);
   if (vb->ctx) ibv_close_device(vb->ctx);
   pthread_mutex_destroy(&vb->lock);
   pthread_mutex_destroy(&vb->reg_lock);
-  free(vb);
+  nic_plugin_free(vb);
 }
 
 NIC_EXPORT struct ibv_context *nic_verbs_context(struct nic_backend *b) {
@@ -296,7 +272,7 @@ NIC_EXPORT struct nic_endpoint *nic_verbs_endpoint(struct nic_backend *b, struct
     return NULL;
   }
   if (!send_cq) send_cq = qp->send_cq;
-  struct nic_endpoint *ep = calloc(1, sizeof *ep);
+  struct nic_endpoint *ep = nic_plugin_calloc(1, sizeof *ep);
   if (!ep) return NULL;
   *ep = (struct nic_endpoint){.qp = qp, .cq = send_cq, .max_sge = b->caps.max_sge};
   if (!ibv_query_qp(qp, &attr, IBV_QP_CAP, &init) && init.cap.max_send_sge < ep->max_sge)
@@ -319,16 +295,16 @@ NIC_EXPORT int nic_verbs_endpoint_close(struct nic_backend *b, struct nic_endpoi
     break;
   }
   pthread_mutex_unlock(&vb->lock);
-  if (!rc) free(ep);
+  if (!rc) nic_plugin_free(ep);
   return rc;
 }
 
 static struct ibv_device *choose_device(struct ibv_device **list, int n) {
   const char *want = settings.verbs_device;
-  if (!want) return list[0];
+  if (!want || !*want) return list[0];
   for (int i = 0; i < n; i++)
     if (!strcmp(ibv_get_device_name(list[i]), want)) return list[i];
-  nic_log_warn("NICMALLOC_VERBS_DEVICE=%s: no such RDMA device", want);
+  nic_plugin_warn("NICMALLOC_VERBS_DEVICE=%s: no such RDMA device", want);
   return NULL;
 }
 
@@ -358,22 +334,23 @@ static int setup(struct vbackend *vb, struct ibv_device *dev) {
   return pthread_mutex_init(&vb->lock, NULL);
 }
 
-NIC_EXPORT struct nic_backend *nic_backend_verbs_open(void) {
+NIC_EXPORT struct nic_backend *nic_backend_verbs_open(const struct nic_plugin_host *host) {
+  if (!nic_plugin_attach(host)) return NULL;
   int n = 0;
   struct ibv_device **list = ibv_get_device_list(&n);
   /* rdma-core says ENOSYS without kernel support; auto selection only needs "no device". */
   struct ibv_device *dev = list && n > 0 ? choose_device(list, n) : NULL;
-  struct vbackend *vb = dev ? calloc(1, sizeof *vb) : NULL;
+  struct vbackend *vb = dev ? nic_plugin_calloc(1, sizeof *vb) : NULL;
   int err = !dev ? ENODEV : !vb ? ENOMEM : setup(vb, dev);
   if (!err) {
     if (settings.verbs_odp && nic_verbs_set_odp(&vb->pub, true))
-      nic_log_warn("NICMALLOC_VERBS_ODP=1 but %s reports no ODP for RC sends; pinning instead",
-                   ibv_get_device_name(dev));
-    nic_log_info("verbs backend on %s", ibv_get_device_name(dev));
+      nic_plugin_warn("NICMALLOC_VERBS_ODP=1 but %s reports no ODP for RC sends; pinning instead",
+                      ibv_get_device_name(dev));
+    nic_plugin_info("verbs backend on %s", ibv_get_device_name(dev));
   } else if (vb) {
     if (vb->pd) ibv_dealloc_pd(vb->pd);
     if (vb->ctx) ibv_close_device(vb->ctx);
-    free(vb);
+    nic_plugin_free(vb);
     vb = NULL;
   }
   if (list) ibv_free_device_list(list);

@@ -1,0 +1,55 @@
+/* The host's side of plugin_host.h: the table backend.c hands to a plugin's open call. */
+#include "plugin_host.h"
+
+#include "api_errors.h"
+#include "log.h"
+#include "thread.h"
+
+#include <stdint.h>
+#include <stdlib.h>
+
+static void host_vlog(enum nic_plugin_log_level level, const void *once, const char *fmt,
+                      va_list ap) {
+  /* The key is the plugin's static: unique per kind for as long as the plugin is loaded. */
+  if (once && !nic_first_time_key((uintptr_t)&host_vlog, (uintptr_t)once, 0)) return;
+  nic_log_v(level == NIC_PLUGIN_LOG_ERROR  ? NIC_LOG_ERROR
+            : level == NIC_PLUGIN_LOG_WARN ? NIC_LOG_WARN
+                                           : NIC_LOG_INFO,
+            fmt, ap);
+}
+
+/* A plugin's API may be called from inside the program's dataplane scope (nic_dpdk_chain,
+ * nic_dpdk_endpoint): its own state is still nicmalloc's bookkeeping, not dataplane memory. */
+static void *host_calloc(size_t n, size_t size) {
+  NIC_INTERNAL_SCOPE();
+  return calloc(n, size);
+}
+
+static void host_free(void *p) {
+  NIC_INTERNAL_SCOPE();
+  free(p);
+}
+
+static void host_api_error(enum nic_plugin_api_family family) {
+  switch (family) {
+  case NIC_PLUGIN_API_REGISTRATION:
+    nic_api_count(registration);
+    break;
+  case NIC_PLUGIN_API_ENDPOINT:
+    nic_api_count(endpoint);
+    break;
+  default:
+    nic_api_count(other);
+    break;
+  }
+}
+
+static const struct nic_plugin_host host = {.size = sizeof host,
+                                            .vlog = host_vlog,
+                                            .calloc = host_calloc,
+                                            .free = host_free,
+                                            .api_error = host_api_error};
+
+const struct nic_plugin_host *nic_plugin_host_table(void) {
+  return &host;
+}

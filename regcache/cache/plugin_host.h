@@ -1,0 +1,63 @@
+/* What libnicmalloc lends a backend plugin (libnicmalloc-verbs.so, libnicmalloc-dpdk.so) when it
+ * opens one: its logger, its control memory and its API-error counts. A plugin links none of
+ * libnicmalloc's (hidden) functions, and must not carry copies of them: a copy would write to
+ * fd 2 after the program reused it for a file (log_target.c guards the host's lines only), and
+ * put the plugin's bookkeeping wherever malloc routes the caller's blocks (a dataplane scope).
+ * Its settings are not read through this table: they come typed, before the open call
+ * (nic_backend_<name>_settings, backend.h), so a plugin never reads the environment.
+ *
+ * The table is versioned by its size: members are only ever added at the end, and a plugin
+ * reads a member only when `size` covers it (NIC_PLUGIN_HOST_HAS). */
+#ifndef NIC_PLUGIN_HOST_H
+#define NIC_PLUGIN_HOST_H
+
+#include <stdarg.h>
+#include <stddef.h>
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+struct nic_backend;
+
+enum nic_plugin_log_level {
+  NIC_PLUGIN_LOG_INFO = 0, /* said only with NICMALLOC_VERBOSE=1 */
+  NIC_PLUGIN_LOG_WARN = 1,
+  NIC_PLUGIN_LOG_ERROR = 2,
+};
+
+/* The families of struct nic_stats' API-error counts. */
+enum nic_plugin_api_family {
+  NIC_PLUGIN_API_REGISTRATION = 0,
+  NIC_PLUGIN_API_ENDPOINT = 1,
+  NIC_PLUGIN_API_OTHER = 2,
+};
+
+struct nic_plugin_host {
+  size_t size; /* sizeof (struct nic_plugin_host) as the host was built */
+  /* One line "nicmalloc: [level: ]..." where the host's own lines go, or nowhere (counted) when
+   * the program reused fd 2. With a non-NULL `once`, only the first line for that key is said
+   * (the address of a static in the plugin: one key per kind). */
+  void (*vlog)(enum nic_plugin_log_level level, const void *once, const char *fmt, va_list ap);
+  /* Control memory (never dataplane chunks, whatever scope the caller is in), zeroed. */
+  void *(*calloc)(size_t n, size_t size);
+  void (*free)(void *p);
+  /* Counts an error the plugin's API returned to its caller (nic_get_stats). */
+  void (*api_error)(enum nic_plugin_api_family family);
+};
+
+#define NIC_PLUGIN_HOST_HAS(host, member)                                                          \
+  ((host) && (host)->size >= offsetof(struct nic_plugin_host, member) + sizeof((host)->member) &&  \
+   (host)->member)
+
+/* The entry point backend.c looks up as nic_backend_<name>_open. NULL with errno when the
+ * backend cannot run here, or EPROTO when the host's table lacks what the plugin needs. */
+typedef struct nic_backend *(*nic_plugin_open_fn)(const struct nic_plugin_host *host);
+
+/* The host's table (plugin_host.c). */
+const struct nic_plugin_host *nic_plugin_host_table(void);
+
+#ifdef __cplusplus
+}
+#endif
+#endif

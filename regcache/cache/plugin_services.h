@@ -1,0 +1,34 @@
+/* A plugin's view of the host table (plugin_host.h): the only logger and allocator
+ * libnicmalloc-verbs.so and libnicmalloc-dpdk.so use. Compiled into each plugin, hidden. Until
+ * the plugin's open call attaches the host nothing is said and no memory is given: there is
+ * nowhere safe to write to. */
+#ifndef NIC_PLUGIN_SERVICES_H
+#define NIC_PLUGIN_SERVICES_H
+
+#include "plugin_host.h"
+
+#include <stdbool.h>
+#include <stddef.h>
+
+/* Keeps host for every later call. false, with errno EPROTO, when the host's table lacks a
+ * member the plugin needs (a libnicmalloc older than the plugin). */
+bool nic_plugin_attach(const struct nic_plugin_host *host);
+
+void nic_plugin_log(enum nic_plugin_log_level level, const void *once, const char *fmt, ...)
+    __attribute__((format(printf, 3, 4)));
+#define nic_plugin_info(...) nic_plugin_log(NIC_PLUGIN_LOG_INFO, NULL, __VA_ARGS__)
+#define nic_plugin_warn(...) nic_plugin_log(NIC_PLUGIN_LOG_WARN, NULL, __VA_ARGS__)
+/* An error the plugin's API returns to its caller: counted every time, said once per site. */
+#define nic_plugin_api_error(family, ...)                                                          \
+  do {                                                                                             \
+    static const char nic_kind_;                                                                   \
+    nic_plugin_count_api_error(family);                                                            \
+    nic_plugin_log(NIC_PLUGIN_LOG_ERROR, &nic_kind_, __VA_ARGS__);                                 \
+  } while (0)
+void nic_plugin_count_api_error(enum nic_plugin_api_family family);
+
+/* Zeroed control memory of the host; NULL with errno ENOMEM. */
+void *nic_plugin_calloc(size_t n, size_t size);
+void nic_plugin_free(void *p);
+
+#endif

@@ -1,0 +1,31 @@
+// A host table (regcache/cache/plugin_host.h) for suites and benchmarks that open a backend
+// plugin themselves, playing libnicmalloc's part: its own (hidden) table is out of their reach.
+// Settings are not in it: the suites hand them over with nic_backend_<name>_settings.
+#ifndef NIC_PLUGIN_TEST_HOST_H
+#define NIC_PLUGIN_TEST_HOST_H
+
+#include "plugin_host.h"
+
+#include <cstdarg>
+#include <cstdio>
+#include <cstdlib>
+
+inline const nic_plugin_host *TestPluginHost() {
+  static const nic_plugin_host host = {
+      sizeof host,
+      [](nic_plugin_log_level level, const void *, const char *fmt, va_list ap) {
+        std::fprintf(stderr, "nicmalloc: %s",
+                     level == NIC_PLUGIN_LOG_ERROR  ? "error: "
+                     : level == NIC_PLUGIN_LOG_WARN ? "warning: "
+                                                    : "");
+        std::vfprintf(stderr, fmt, ap);
+        std::fputc('\n', stderr);
+      },
+      [](size_t n, size_t size) { return std::calloc(n, size); },
+      [](void *p) { std::free(p); },
+      [](nic_plugin_api_family) {},
+  };
+  return &host;
+}
+
+#endif
