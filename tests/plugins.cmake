@@ -2,7 +2,7 @@
 # plugin that sits next to libnicmalloc.so, as backend.c does, and link rdma-core or DPDK
 # themselves only to play the application's part (queue pairs, ports, receivers).
 function(nic_add_plugin_suite name plugin)
-  add_executable(${name} ${name}.cc)
+  add_executable(${name} regcache/${name}.cc)
   target_link_libraries(${name} PRIVATE nicmalloc GTest::gtest GTest::gtest_main
     Threads::Threads ${CMAKE_DL_LIBS} ${ARGN})
   target_include_directories(${name} PRIVATE ${PROJECT_SOURCE_DIR}/alloc/base ${PROJECT_SOURCE_DIR}/regcache/cache ${PROJECT_SOURCE_DIR}/regcache/dpdk ${PROJECT_SOURCE_DIR}/regcache/verbs)
@@ -27,7 +27,7 @@ endif()
 # them: one process per backend setting. The dpdk and sim runs must not skip (the dpdk backend is
 # real here); the verbs device case skips, saying why, where there is no RDMA device.
 if(TARGET nicmalloc-dpdk AND TARGET nicmalloc-verbs)
-  add_executable(test_public_endpoints test_public_endpoints.cc)
+  add_executable(test_public_endpoints safety/test_public_endpoints.cc)
   target_link_libraries(test_public_endpoints PRIVATE nicmalloc GTest::gtest GTest::gtest_main
     PkgConfig::NIC_DPDK PkgConfig::NIC_IBVERBS rte_net_ring)
   target_compile_definitions(test_public_endpoints PRIVATE ALLOW_EXPERIMENTAL_API

@@ -1,4 +1,4 @@
-// Runs nic_probe (tests/probe.c) in a child process with extra environment settings.
+// Runs nic_probe (tests/api/probe.c) in a child process with extra environment settings.
 #pragma once
 
 #include <map>

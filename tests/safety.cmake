@@ -6,7 +6,7 @@ set(NIC_SAFETY_DELAYS ${CMAKE_CURRENT_BINARY_DIR}/safety_delays.txt)
 file(WRITE ${NIC_SAFETY_DELAYS} "# microseconds, drawn at random per post\n50\n80\n120\n200\n300\n500\n800\n1200\n2000\n5000\n")
 set(NIC_SAFETY_ENV "NICMALLOC_BACKEND=sim;NICMALLOC_CHUNK_SIZE=64M;NICMALLOC_SIM_DELAYS=${NIC_SAFETY_DELAYS};NICMALLOC_SIM_SEED=7")
 foreach(suite test_sga test_free_protection test_fence)
-  add_executable(${suite} ${CMAKE_CURRENT_LIST_DIR}/${suite}.cc)
+  add_executable(${suite} ${CMAKE_CURRENT_LIST_DIR}/safety/${suite}.cc)
   target_link_libraries(${suite} PRIVATE ${NIC_RUNTIME_LAYERS} GTest::gtest GTest::gtest_main
     Threads::Threads)
   nic_gtest_with_env(${suite} ${NIC_SAFETY_ENV})
@@ -17,7 +17,7 @@ endforeach()
 # switches between them itself. detect needs the setting from the start (it records allocation
 # sites), so it runs in an environment of its own.
 foreach(suite test_fence_protect test_fence_detect)
-  add_executable(${suite} ${CMAKE_CURRENT_LIST_DIR}/${suite}.cc)
+  add_executable(${suite} ${CMAKE_CURRENT_LIST_DIR}/safety/${suite}.cc)
   target_link_libraries(${suite} PRIVATE ${NIC_RUNTIME_LAYERS} GTest::gtest GTest::gtest_main
     Threads::Threads)
 endforeach()
@@ -25,9 +25,9 @@ endforeach()
 target_sources(test_fence_protect PRIVATE ${CMAKE_CURRENT_LIST_DIR}/probe_runner.cc)
 target_compile_definitions(test_fence_protect PRIVATE NIC_PROBE_PATH="$<TARGET_FILE:nic_probe>")
 add_dependencies(test_fence_protect nic_probe)
-# The sites detect must name live in a library of their own (see fence_detect_sites.c); they
+# The sites detect must name live in a library of their own (see safety/fence_detect_sites.c); they
 # call the runtime linked into the test executable, which exports it.
-add_library(fence_detect_sites SHARED ${CMAKE_CURRENT_LIST_DIR}/fence_detect_sites.c)
+add_library(fence_detect_sites SHARED ${CMAKE_CURRENT_LIST_DIR}/safety/fence_detect_sites.c)
 target_include_directories(fence_detect_sites PRIVATE ${PROJECT_SOURCE_DIR}/include)
 target_link_libraries(test_fence_detect PRIVATE fence_detect_sites)
 set_target_properties(test_fence_detect PROPERTIES ENABLE_EXPORTS ON)
@@ -39,7 +39,7 @@ endforeach()
 
 # Translation-cache pressure, once with a tiny NIC cache (pressure, copies) and once with the
 # default one (none).
-add_executable(test_pressure test_pressure.cc)
+add_executable(test_pressure safety/test_pressure.cc)
 target_link_libraries(test_pressure PRIVATE nicmalloc GTest::gtest GTest::gtest_main)
 add_test(NAME pressure_tiny_cache COMMAND test_pressure)
 set_tests_properties(pressure_tiny_cache PROPERTIES ENVIRONMENT

@@ -4,8 +4,8 @@ if(NOT TARGET GTest::gtest)
   find_package(GTest REQUIRED)
   include(GoogleTest)
 endif()
-add_executable(test_uring_backend ${CMAKE_CURRENT_LIST_DIR}/test_uring_backend.cc
-  ${CMAKE_CURRENT_LIST_DIR}/test_uring_stream.cc ${CMAKE_CURRENT_LIST_DIR}/test_uring_fd.cc)
+add_executable(test_uring_backend ${CMAKE_CURRENT_LIST_DIR}/regcache/test_uring_backend.cc
+  ${CMAKE_CURRENT_LIST_DIR}/regcache/test_uring_stream.cc ${CMAKE_CURRENT_LIST_DIR}/regcache/test_uring_fd.cc)
 target_link_libraries(test_uring_backend PRIVATE ${NIC_RUNTIME_LAYERS} GTest::gtest GTest::gtest_main
   Threads::Threads)
 # Every wait in the suite has its own deadline; TIMEOUT is the last resort.
@@ -17,7 +17,7 @@ gtest_discover_tests(test_uring_backend PROPERTIES TIMEOUT 120 DISCOVERY_TIMEOUT
 # wrong-backend error.
 set(NIC_URING_SGA_ENV "NICMALLOC_BACKEND=uring;NICMALLOC_CHUNK_SIZE=64M;NICMALLOC_FENCE=wait")
 foreach(suite test_uring_endpoint test_uring_safety)
-  add_executable(${suite} ${CMAKE_CURRENT_LIST_DIR}/${suite}.cc)
+  add_executable(${suite} ${CMAKE_CURRENT_LIST_DIR}/safety/${suite}.cc)
   target_link_libraries(${suite} PRIVATE ${NIC_RUNTIME_LAYERS} GTest::gtest GTest::gtest_main
     Threads::Threads)
   nic_gtest_with_env(${suite} ${NIC_URING_SGA_ENV})

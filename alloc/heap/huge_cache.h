@@ -16,7 +16,7 @@
 /* Where a huge segment's block starts: one 64 KiB slice of segment header into the 32 MiB
  * segment. Other blocks start there only as the first block of a segment, so this cheap test
  * keeps mi_usable_size off the free path of nearly every block. If a later mimalloc moved it,
- * nothing would be cached (tests/test_huge_cache.cc would say so), never anything wrong. */
+ * nothing would be cached (tests/heap/test_huge_cache.cc would say so), never anything wrong. */
 #define NIC_HUGE_BLOCK_OFFSET ((uintptr_t)64 << 10)
 #define NIC_SEGMENT_MASK (((uintptr_t)32 << 20) - 1)
 

@@ -1,5 +1,5 @@
 // Threads that meet the allocator at awkward moments, each in a fresh process
-// (tests/thread_edges_probe.c) with 32 MiB chunks so that new chunks are mapped often.
+// (tests/heap/thread_edges_probe.c) with 32 MiB chunks so that new chunks are mapped often.
 #include <gtest/gtest.h>
 
 #include "probe_runner.h"

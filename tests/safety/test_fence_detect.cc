@@ -21,7 +21,7 @@ extern "C" {
 
 namespace {
 
-// Named in the reports; in tests/fence_detect_sites.c, a library of its own.
+// Named in the reports; in tests/safety/fence_detect_sites.c, a library of its own.
 extern "C" char *AllocatedForTheWire(size_t size);
 extern "C" char *AllocatedOnTheControlHeap(size_t size);
 
