@@ -4,8 +4,8 @@
 #include "commit_map.h"
 #include "config.h"
 #include "log.h"
-#include "startup.h"
 #include "page.h"
+#include "startup.h"
 
 #include <errno.h>
 #include <mimalloc.h>
