@@ -55,7 +55,8 @@ NIC_EXPORT struct nic_endpoint *nic_sim_endpoint_create(nic_receive_fn receive, 
   if (!r) return NULL;
   *r = (struct rx){.receive = receive, .arg = arg};
   unsigned sim_flags = flags & NIC_EP_ENGINE_COMPLETIONS ? NIC_SIM_EP_ENGINE_COMPLETIONS : 0;
-  if (!(r->ep = nic_sim_endpoint_open_ex(b, deliver, r, sim_flags))) {
+  const struct nic_endpoint_params params = {.receive = deliver, .arg = r, .sim_flags = sim_flags};
+  if (!(r->ep = b->endpoint_create(b, &params))) {
     free(r);
     return NULL;
   }
@@ -73,7 +74,8 @@ NIC_EXPORT int nic_sim_endpoint_destroy(struct nic_endpoint *ep) {
   while (*link && (*link)->ep != ep)
     link = &(*link)->next;
   struct rx *r = *link;
-  int rc = r ? nic_sim_endpoint_close(nic_backend_active(), ep) : -EINVAL;
+  struct nic_backend *b = nic_backend_active();
+  int rc = !r ? -EINVAL : b ? b->endpoint_destroy(b, ep) : -ENODEV;
   if (rc == 0) *link = r->next;
   pthread_mutex_unlock(&lock);
   if (rc == 0) free(r);

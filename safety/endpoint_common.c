@@ -54,8 +54,7 @@ bool nic_ep_track(struct nic_endpoint *ep, const char *kind) {
   return true;
 }
 
-int nic_ep_untrack(struct nic_endpoint *ep, const char *kind, const char *who,
-                   nic_ep_close_fn close) {
+int nic_ep_untrack(struct nic_endpoint *ep, const char *kind, const char *who) {
   if (nic_backend_missing_why()) { /* closing would change the parent's backend: see backend.h */
     nic_api_error_by(endpoint, who, 0, "%s(%p): %s", who, (void *)ep, nic_backend_missing_why());
     return -ENODEV;
@@ -66,7 +65,8 @@ int nic_ep_untrack(struct nic_endpoint *ep, const char *kind, const char *who,
     link = &(*link)->next;
   struct made *m = *link;
   /* Under the lock: a second destroy of the same endpoint must not race this one. */
-  int rc = m ? close(nic_backend_if_open(), ep) : -EINVAL;
+  struct nic_backend *b = m ? nic_backend_if_open() : NULL;
+  int rc = b ? b->endpoint_destroy(b, ep) : -EINVAL;
   if (rc == 0) *link = m->next;
   pthread_mutex_unlock(&lock);
   if (!m)

@@ -18,11 +18,9 @@ struct nic_backend *nic_ep_backend(const char *who, const char *kind, const char
  * listed twice). false when there is no memory for it. */
 bool nic_ep_track(struct nic_endpoint *ep, const char *kind);
 
-typedef int (*nic_ep_close_fn)(struct nic_backend *b, struct nic_endpoint *ep);
-/* Runs close(b, ep) for an endpoint kind's constructor made, and forgets it when that returns 0.
- * An endpoint it did not make: -EINVAL and one line on stderr naming who. */
-int nic_ep_untrack(struct nic_endpoint *ep, const char *kind, const char *who,
-                   nic_ep_close_fn close);
+/* Destroys (the backend's endpoint_destroy) an endpoint kind's constructor made, and forgets it
+ * when that returns 0. An endpoint it did not make: -EINVAL and one line on stderr naming who. */
+int nic_ep_untrack(struct nic_endpoint *ep, const char *kind, const char *who);
 
 /* A symbol exported by the plugin that b comes from. Plugins are loaded RTLD_LOCAL, so only
  * their own handle finds it. NULL when b is built in or the symbol is missing. */

@@ -10,7 +10,6 @@
 #include <errno.h>
 #include <string.h>
 
-typedef struct nic_endpoint *(*open_fn)(struct nic_backend *, uint16_t, uint16_t);
 typedef struct nic_endpoint *(*default_fn)(struct nic_backend *);
 typedef void (*port_fn)(const struct nic_endpoint *, uint16_t *, uint16_t *);
 
@@ -24,25 +23,11 @@ static int default_port(struct nic_backend *b, uint16_t *port, uint16_t *queue) 
   return 0;
 }
 
-static int close_dpdk(struct nic_backend *b, struct nic_endpoint *ep) {
-  nic_ep_close_fn close = (nic_ep_close_fn)nic_ep_plugin_symbol(b, "nic_dpdk_endpoint_close");
-  return close ? close(b, ep) : -ENOSYS;
-}
-
 NIC_EXPORT struct nic_endpoint *nic_dpdk_endpoint_create(uint16_t port_id, uint16_t queue_id) {
   NIC_INTERNAL_SCOPE();
   static const char who[] = "nic_dpdk_endpoint_create";
   struct nic_backend *b = nic_ep_backend(who, "dpdk", "set NICMALLOC_BACKEND=dpdk");
   if (!b) return NULL;
-  open_fn open = (open_fn)nic_ep_plugin_symbol(b, "nic_dpdk_endpoint");
-  if (!open) {
-    nic_api_error(endpoint,
-                  "%s: libnicmalloc-dpdk.so lacks nic_dpdk_endpoint (a plugin from another "
-                  "build?)",
-                  who);
-    errno = ENOSYS;
-    return NULL;
-  }
   if (port_id == NIC_DPDK_DEFAULT_PORT) {
     if (queue_id != 0 || default_port(b, &port_id, &queue_id)) {
       nic_api_error_by(endpoint, queue_id != 0, 0, "%s(NIC_DPDK_DEFAULT_PORT, %u): %s", who,
@@ -54,10 +39,11 @@ NIC_EXPORT struct nic_endpoint *nic_dpdk_endpoint_create(uint16_t port_id, uint1
       return NULL;
     }
   }
-  struct nic_endpoint *ep = open(b, port_id, queue_id);
+  struct nic_endpoint *ep =
+      b->endpoint_create(b, &(struct nic_endpoint_params){.port = port_id, .queue = queue_id});
   int err = errno;
   if (ep && !nic_ep_track(ep, "dpdk")) {
-    close_dpdk(b, ep);
+    b->endpoint_destroy(b, ep);
     ep = NULL;
     err = ENOMEM;
   }
@@ -72,5 +58,5 @@ NIC_EXPORT struct nic_endpoint *nic_dpdk_endpoint_create(uint16_t port_id, uint1
 
 NIC_EXPORT int nic_dpdk_endpoint_destroy(struct nic_endpoint *ep) {
   NIC_INTERNAL_SCOPE();
-  return nic_ep_untrack(ep, "dpdk", "nic_dpdk_endpoint_destroy", close_dpdk);
+  return nic_ep_untrack(ep, "dpdk", "nic_dpdk_endpoint_destroy");
 }

@@ -6,7 +6,6 @@
 #include "log.h"
 #include "nicmalloc.h"
 #include "thread.h"
-#include "uring.h"
 
 #include <errno.h>
 #include <string.h>
@@ -33,10 +32,10 @@ NIC_EXPORT struct nic_endpoint *nic_uring_endpoint_create(int sockfd) {
   static const char who[] = "nic_uring_endpoint_create";
   struct nic_backend *b = nic_ep_backend(who, "uring", "set NICMALLOC_BACKEND=uring");
   if (!b) return NULL;
-  struct nic_endpoint *ep = nic_uring_endpoint_open(b, sockfd);
+  struct nic_endpoint *ep = b->endpoint_create(b, &(struct nic_endpoint_params){.sockfd = sockfd});
   int err = errno;
   if (ep && !nic_ep_track(ep, "uring")) {
-    nic_uring_endpoint_close(ep);
+    b->endpoint_destroy(b, ep);
     ep = NULL;
     err = ENOMEM;
   }
@@ -47,12 +46,7 @@ NIC_EXPORT struct nic_endpoint *nic_uring_endpoint_create(int sockfd) {
   return ep;
 }
 
-static int close_uring(struct nic_backend *b, struct nic_endpoint *ep) {
-  (void)b;
-  return nic_uring_endpoint_close(ep);
-}
-
 NIC_EXPORT int nic_uring_endpoint_destroy(struct nic_endpoint *ep) {
   NIC_INTERNAL_SCOPE();
-  return nic_ep_untrack(ep, "uring", "nic_uring_endpoint_destroy", close_uring);
+  return nic_ep_untrack(ep, "uring", "nic_uring_endpoint_destroy");
 }

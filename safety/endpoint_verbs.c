@@ -24,11 +24,6 @@ static void *plugin_fn(struct nic_backend *b, const char *who, const char *name)
   return fn;
 }
 
-static int close_verbs(struct nic_backend *b, struct nic_endpoint *ep) {
-  nic_ep_close_fn close = (nic_ep_close_fn)nic_ep_plugin_symbol(b, "nic_verbs_endpoint_close");
-  return close ? close(b, ep) : -ENOSYS;
-}
-
 NIC_EXPORT void *nic_verbs_get_pd(void) {
   NIC_INTERNAL_SCOPE();
   static const char who[] = "nic_verbs_get_pd";
@@ -41,13 +36,11 @@ NIC_EXPORT struct nic_endpoint *nic_verbs_endpoint_create(void *qp) {
   NIC_INTERNAL_SCOPE();
   static const char who[] = "nic_verbs_endpoint_create";
   struct nic_backend *b = nic_ep_backend(who, "verbs", kHint);
-  struct nic_endpoint *(*open)(struct nic_backend *, void *, void *) =
-      b ? plugin_fn(b, who, "nic_verbs_endpoint") : NULL;
-  if (!open) return NULL;
-  struct nic_endpoint *ep = open(b, qp, NULL); /* NULL: completions from qp's own send CQ */
+  if (!b) return NULL;
+  struct nic_endpoint *ep = b->endpoint_create(b, &(struct nic_endpoint_params){.qp = qp});
   int err = errno;
   if (ep && !nic_ep_track(ep, "verbs")) {
-    close_verbs(b, ep);
+    b->endpoint_destroy(b, ep);
     ep = NULL;
     err = ENOMEM;
   }
@@ -63,5 +56,5 @@ NIC_EXPORT struct nic_endpoint *nic_verbs_endpoint_create(void *qp) {
 
 NIC_EXPORT int nic_verbs_endpoint_destroy(struct nic_endpoint *ep) {
   NIC_INTERNAL_SCOPE();
-  return nic_ep_untrack(ep, "verbs", "nic_verbs_endpoint_destroy", close_verbs);
+  return nic_ep_untrack(ep, "verbs", "nic_verbs_endpoint_destroy");
 }

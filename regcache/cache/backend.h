@@ -55,6 +55,18 @@ struct nic_backend_caps {
  * sim NIC's receiver. Created by the backend's own constructor; opaque to the rest. */
 struct nic_endpoint;
 
+/* A message the backend received for an endpoint, handed over in its own buffer. */
+typedef void (*nic_endpoint_receive_fn)(void *arg, const void *data, size_t len);
+/* What an endpoint is made from; each backend reads its own members. */
+struct nic_endpoint_params {
+  int sockfd;                      /* uring: a connected TCP or UDP socket */
+  uint16_t port, queue;            /* dpdk: a started port's tx queue */
+  void *qp;                        /* verbs: the application's queue pair */
+  nic_endpoint_receive_fn receive; /* sim: where its messages go, with arg */
+  void *arg;
+  unsigned sim_flags; /* sim: NIC_SIM_EP_* */
+};
+
 /* Runs once per post when the NIC no longer needs the memory: status 0, or -EFAULT for a
  * protection error (an entry not covered by a registration), or another -errno. */
 typedef void (*nic_completion_fn)(void *arg, int status);
@@ -76,6 +88,13 @@ struct nic_backend {
   /* Runs up to max ready completions (all of them when max <= 0); returns how many ran. */
   int (*poll)(struct nic_backend *b, int max);
   void (*close)(struct nic_backend *b);
+  /* Endpoints, what posts go out on, made from the members of params that are the backend's
+   * (below). NULL with errno set when it cannot make one; destroy: 0 or -errno (-EBUSY while
+   * posts on it are in flight). The public constructors (safety/endpoint*.c) check and count;
+   * these make and unmake. */
+  struct nic_endpoint *(*endpoint_create)(struct nic_backend *b,
+                                          const struct nic_endpoint_params *params);
+  int (*endpoint_destroy)(struct nic_backend *b, struct nic_endpoint *ep);
   void *priv;
 };
 

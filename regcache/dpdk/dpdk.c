@@ -242,6 +242,11 @@ static void dclose(struct nic_backend *b) {
   nic_plugin_free(be);
 }
 
+static struct nic_endpoint *d_endpoint_create(struct nic_backend *b,
+                                              const struct nic_endpoint_params *p) {
+  return nic_dpdk_endpoint(b, p->port, p->queue);
+}
+
 NIC_EXPORT struct nic_backend *nic_backend_dpdk_open(const struct nic_plugin_host *host) {
   if (!nic_plugin_attach(host)) return NULL;
   /* lcore_count is 0 until someone's rte_eal_init ran: then the application owns EAL. */
@@ -272,7 +277,9 @@ NIC_EXPORT struct nic_backend *nic_backend_dpdk_open(const struct nic_plugin_hos
                                  .dereg = d_dereg,
                                  .post = nic_dpdk_post,
                                  .poll = nic_dpdk_poll,
-                                 .close = dclose};
+                                 .close = dclose,
+                                 .endpoint_create = d_endpoint_create,
+                                 .endpoint_destroy = nic_dpdk_endpoint_close};
   be->hdr_pool = g.hdr_pool;
   be->own_eal = g.started_eal;
   pthread_mutex_init(&be->reg_lock, NULL);

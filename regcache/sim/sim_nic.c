@@ -237,6 +237,11 @@ static void load_delays(struct sim_nic *s, const struct nic_sim_config *c) {
                  c->delays_path, strerror(-rc));
 }
 
+static struct nic_endpoint *sim_endpoint_create(struct nic_backend *b,
+                                                const struct nic_endpoint_params *p) {
+  return nic_sim_endpoint_open_ex(b, p->receive, p->arg, p->sim_flags);
+}
+
 struct nic_backend *nic_sim_open(const struct nic_sim_config *c) {
   if (!c || c->max_sge < 1 || c->max_sge > MAX_SGE_LIMIT || c->max_regions < 1 ||
       c->max_regions > MAX_REGIONS_LIMIT || !c->max_region_bytes ||
@@ -272,6 +277,8 @@ struct nic_backend *nic_sim_open(const struct nic_sim_config *c) {
                               .post = sim_post,
                               .poll = sim_poll,
                               .close = sim_close,
+                              .endpoint_create = sim_endpoint_create,
+                              .endpoint_destroy = nic_sim_endpoint_close,
                               .priv = s};
   int rc = sim_dma_start(s);
   if (rc) {

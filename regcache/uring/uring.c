@@ -61,6 +61,15 @@ static bool accepts(struct io_uring *ring, bool vectored, unsigned zc_flags) {
   return res == -EBADF;
 }
 
+static struct nic_endpoint *uring_endpoint_create(struct nic_backend *b,
+                                                  const struct nic_endpoint_params *p) {
+  return nic_uring_endpoint_open(b, p->sockfd);
+}
+static int uring_endpoint_destroy(struct nic_backend *b, struct nic_endpoint *ep) {
+  (void)b;
+  return nic_uring_endpoint_close(ep);
+}
+
 struct nic_backend *nic_backend_uring_open(void) {
   struct uring_backend *ub = calloc(1, sizeof *ub);
   if (!ub) return NULL;
@@ -108,6 +117,8 @@ struct nic_backend *nic_backend_uring_open(void) {
       .post = nic_uring_post,
       .poll = nic_uring_poll,
       .close = uring_close,
+      .endpoint_create = uring_endpoint_create,
+      .endpoint_destroy = uring_endpoint_destroy,
       .priv = ub,
   };
   ub->stats.slots = ub->nslots;

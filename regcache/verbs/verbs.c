@@ -308,6 +308,12 @@ static struct ibv_device *choose_device(struct ibv_device **list, int n) {
   return NULL;
 }
 
+/* Completions from the queue pair's own send CQ. */
+static struct nic_endpoint *v_endpoint_create(struct nic_backend *b,
+                                              const struct nic_endpoint_params *p) {
+  return nic_verbs_endpoint(b, (struct ibv_qp *)p->qp, NULL);
+}
+
 /* Opens the device and PD and fills the caps. Returns 0 or an errno value. */
 static int setup(struct vbackend *vb, struct ibv_device *dev) {
   struct ibv_device_attr_ex attr;
@@ -329,7 +335,9 @@ static int setup(struct vbackend *vb, struct ibv_device *dev) {
       .dereg = vdereg,
       .post = vpost,
       .poll = vpoll,
-      .close = vclose};
+      .close = vclose,
+      .endpoint_create = v_endpoint_create,
+      .endpoint_destroy = nic_verbs_endpoint_close};
   pthread_mutex_init(&vb->reg_lock, NULL);
   return pthread_mutex_init(&vb->lock, NULL);
 }

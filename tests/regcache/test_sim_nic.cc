@@ -501,3 +501,28 @@ TEST(SimDelays, SeedReplaysTheSequenceAndFixedIsFixed) {
   for (int i = 0; i < 10; i++)
     EXPECT_EQ(nic_sim_delays_next(&fixed), 1234u);
 }
+
+// Endpoints are made and unmade through the ops table (backend.h), as the public constructors
+// do for every backend: the sim reads its receiver from the parameters and delivers to it.
+TEST_F(SimNic, EndpointsComeFromTheOpsTable) {
+  const nic_sim_config c = config();
+  b = nic_sim_open(&c);
+  ASSERT_NE(b, nullptr);
+  ASSERT_NE(b->endpoint_create, nullptr);
+  ASSERT_NE(b->endpoint_destroy, nullptr);
+  nic_endpoint_params params{};
+  params.receive = receive;
+  params.arg = &rx;
+  ep = b->endpoint_create(b, &params);
+  ASSERT_NE(ep, nullptr);
+  std::string text = "through the ops table";
+  nic_registration r = reg(text.data(), text.size());
+  nic_sge s = sge(text.data(), (uint32_t)text.size(), r);
+  Done d;
+  ASSERT_EQ(post(&s, 1, d), 0);
+  wait(d);
+  EXPECT_EQ(d.status, 0);
+  ASSERT_EQ(rx.count(), 1u);
+  EXPECT_EQ(rx.msgs[0], text);
+  EXPECT_EQ(b->endpoint_destroy(b, ep), 0);
+}
