@@ -7,13 +7,23 @@
  * Race between a free and the completion that clears its pages: the free re-checks the pages
  * under the table lock, and a completion drops its page counts before taking the lock to scan,
  * so either the free sees the pages clear (and frees now) or the scan sees the record.
- * A record is taken under the lock once its pages are clear; the block's free key is written
- * unlocked (under NICMALLOC_FENCE=protect that write waits if a post of a neighbour has
- * protected the page since, and nobody may wait for the lock meanwhile), and only then does the
- * record leave the table, before the real free: so a second free is always reported as a double
- * free, by this table, then by the key. Records used to stay until the real free had been done,
- * unlocked; another thread could get the same address from malloc in between, and its free or
- * nic_sga_add then met the stale record (a false double free and a leak, or -NIC_EFREED).
+ *
+ * A record lives from the program's free until the allocator has the block back, and a second
+ * free of the block meets it all that time. It goes PENDING (the NIC may still read the block),
+ * TAKEN (a retry found its pages clear and writes the free key, unlocked: under
+ * NICMALLOC_FENCE=protect that write waits if a post of a neighbour has protected the page since,
+ * and nobody may wait for the table lock meanwhile), RELEASING (the key is written; the real free
+ * runs unlocked, since it may take the allocator's and the cache's locks, whose holders may
+ * themselves free). It leaves the table only after the real free. A RELEASING record may meet a
+ * later block at its address once the real free is done and malloc handed the address out
+ * again: that block's allocation cleared the key, so a RELEASING record stands for the block only
+ * while the key is still there. Records used to leave before the real free, and a second free in
+ * that window passed every check (the key's confirmation asks mimalloc, which still held the
+ * block live) and freed it twice: a cycle in mimalloc's free list, and a thread spinning at exit.
+ *
+ * Each record holds an interest in frees (events.h), so that while it exists no free of its
+ * block takes a fast path that skips this table: without it, a free between the completion that
+ * cleared the block's pages and the retry that takes the record reached mimalloc directly.
  *
  * Under protect, the threads protect never holds (the NIC's, the poller) make no free
  * themselves: they record it here and the free thread makes it (fence_threads.c). */
@@ -30,33 +40,54 @@
 #define BUCKETS 256
 #define BATCH 64
 
+enum record_state { PENDING, TAKEN, RELEASING };
+
 struct record {
   struct record *next;
   void *p;
   uintptr_t start, end;
-  bool taken; /* by a retry that is writing its key: still reported as deferred */
+  enum record_state state;
 };
 
 static pthread_mutex_t lock = PTHREAD_MUTEX_INITIALIZER;
 static struct record *buckets[BUCKETS];
-/* A record taken by a parent thread is still in the table until that thread's free of the block
- * is about to run (forget_locked comes before nic_release_deferred), so in the child nobody is
- * freeing it: it is the child's to take again, or it would stay deferred for good. */
+static struct nic_pool pool = NIC_POOL_INIT(sizeof(struct record));
+
+static void unlink_locked(struct record **link) {
+  struct record *r = *link;
+  __atomic_store_n(link, r->next, __ATOMIC_RELEASE); /* read unlocked by nic_safety_defer_free */
+  nic_pool_put(&pool, r);
+  __atomic_sub_fetch(&nic_safety_ctr.deferred_pending, 1, __ATOMIC_RELEASE);
+  nic_watch_blocks(-1); /* after the record: events.h */
+}
+
+/* In the child, no thread is working on a record a parent thread took. A TAKEN one is the
+ * child's to take again, or it would stay deferred for good. A RELEASING one had its key written
+ * and its real free about to run or done: it leaves the table (at worst the block stays
+ * allocated in the child, never freed twice). */
 static void after_fork_child(void) {
   for (unsigned b = 0; b < BUCKETS; b++)
-    for (struct record *r = buckets[b]; r; r = r->next)
-      r->taken = false;
+    for (struct record **link = &buckets[b]; *link;) {
+      if ((*link)->state == RELEASING) {
+        unlink_locked(link);
+        continue;
+      }
+      (*link)->state = PENDING;
+      link = &(*link)->next;
+    }
 }
 NIC_FORKLOCK_MUTEX(deferred, NIC_FORK_DEFERRED, &lock, after_fork_child);
-static struct nic_pool pool = NIC_POOL_INIT(sizeof(struct record));
 
 static struct record **bucket(const void *p) {
   return &buckets[((uintptr_t)p >> 4) * 0x9e3779b97f4a7c15ull >> 56];
 }
 
+/* The record of a free of the block now at p, if the program freed it. A RELEASING record whose
+ * key is gone belongs to an earlier block at the address (see above). */
 static struct record *find_locked(const void *p) {
   for (struct record *r = *bucket(p); r; r = r->next)
-    if (r->p == p) return r;
+    if (r->p == p && (r->state != RELEASING || (nic_may_be_block(p) && nic_block_is_free(p))))
+      return r;
   return NULL;
 }
 
@@ -106,7 +137,8 @@ bool nic_safety_defer_free(void *p) {
                   p);
     return true;
   }
-  *r = (struct record){.next = *bucket(p), .p = p, .start = start, .end = end};
+  nic_watch_blocks(1); /* before the record: events.h */
+  *r = (struct record){.next = *bucket(p), .p = p, .start = start, .end = end, .state = PENDING};
   __atomic_store_n(bucket(p), r, __ATOMIC_RELEASE); /* read unlocked above */
   NIC_SAFETY_COUNT(deferred_frees, 1);
   NIC_SAFETY_COUNT(deferred_pending, 1);
@@ -115,31 +147,37 @@ bool nic_safety_defer_free(void *p) {
   return true;
 }
 
-/* Takes up to BATCH records whose pages are clear; returns how many blocks are left to free. */
-static unsigned collect_locked(void **out) {
+/* Takes up to BATCH records whose pages are clear; returns how many. */
+static unsigned collect_locked(struct record **out) {
   unsigned n = 0;
   for (unsigned b = 0; b < BUCKETS && n < BATCH; b++)
     for (struct record *r = buckets[b]; r && n < BATCH; r = r->next)
-      if (!r->taken && !nic_pc_any(r->start, r->end, NIC_PC_ANY)) {
-        r->taken = true;
-        out[n++] = r->p;
+      if (r->state == PENDING && !nic_pc_any(r->start, r->end, NIC_PC_ANY)) {
+        r->state = TAKEN;
+        out[n++] = r;
       }
   return n;
 }
 
-static void forget_locked(const void *p) {
-  for (struct record **link = bucket(p); *link; link = &(*link)->next)
-    if ((*link)->p == p) {
-      struct record *r = *link;
-      __atomic_store_n(link, r->next, __ATOMIC_RELEASE);
-      nic_pool_put(&pool, r);
+/* By identity: a later record for the same address may sit beside it. */
+static void forget_locked(const struct record *r) {
+  for (struct record **link = bucket(r->p); *link; link = &(*link)->next)
+    if (*link == r) {
+      unlink_locked(link);
       return;
     }
 }
 
-void (*nic_safety_retry_hook)(void *const *blocks, unsigned n);
+void (*nic_safety_retry_hook)(enum nic_retry_phase phase, void *const *blocks, unsigned n);
+
+static void call_hook(enum nic_retry_phase phase, void *const *blocks, unsigned n) {
+  void (*hook)(enum nic_retry_phase, void *const *, unsigned) =
+      __atomic_load_n(&nic_safety_retry_hook, __ATOMIC_ACQUIRE);
+  if (n && hook) hook(phase, blocks, n);
+}
 
 void nic_safety_retry_deferred(void) {
+  struct record *taken[BATCH];
   void *ready[BATCH];
   for (;;) {
     if (!__atomic_load_n(&nic_safety_ctr.deferred_pending, __ATOMIC_ACQUIRE)) return;
@@ -148,22 +186,25 @@ void nic_safety_retry_deferred(void) {
       return;
     }
     pthread_mutex_lock(&lock);
-    unsigned n = collect_locked(ready);
+    const unsigned n = collect_locked(taken);
+    for (unsigned i = 0; i < n; i++)
+      ready[i] = taken[i]->p;
     pthread_mutex_unlock(&lock);
-    void (*hook)(void *const *, unsigned) =
-        __atomic_load_n(&nic_safety_retry_hook, __ATOMIC_ACQUIRE);
-    if (n && hook) hook(ready, n);
+    call_hook(NIC_RETRY_TAKEN, ready, n);
     for (unsigned i = 0; i < n; i++)
       nic_block_mark_free(ready[i]);
     pthread_mutex_lock(&lock);
     for (unsigned i = 0; i < n; i++)
-      forget_locked(ready[i]);
-    __atomic_sub_fetch(&nic_safety_ctr.deferred_pending, n, __ATOMIC_RELEASE);
+      taken[i]->state = RELEASING;
     pthread_mutex_unlock(&lock);
-    /* The real frees run unlocked: they may take the allocator's and the cache's locks, whose
-     * holders may themselves free. */
+    call_hook(NIC_RETRY_KEYED, ready, n);
     for (unsigned i = 0; i < n; i++)
       nic_release_deferred(ready[i]);
+    call_hook(NIC_RETRY_RELEASED, ready, n);
+    pthread_mutex_lock(&lock);
+    for (unsigned i = 0; i < n; i++)
+      forget_locked(taken[i]);
+    pthread_mutex_unlock(&lock);
     if (n < BATCH) return;
   }
 }

@@ -55,9 +55,14 @@ bool nic_safety_is_deferred(const void *p);
 bool nic_safety_was_freed(const void *p);
 /* Releases deferred blocks none of whose pages is referenced any more. Any thread. */
 void nic_safety_retry_deferred(void);
-/* Tests: called by a retry on the thread making it, after it took blocks whose pages were clear
- * and before it writes into them (where a post of a neighbour may protect the page since). */
-extern void (*nic_safety_retry_hook)(void *const *blocks, unsigned n);
+/* Tests: called by a retry on the thread making it, at each step of its deferred frees. */
+enum nic_retry_phase {
+  NIC_RETRY_TAKEN,    /* their pages were found clear; nothing written into them yet (a post of
+                         a neighbour may protect the page since) */
+  NIC_RETRY_KEYED,    /* their free keys are written; the allocator does not have them yet */
+  NIC_RETRY_RELEASED, /* the allocator has them back; their records have not left the table */
+};
+extern void (*nic_safety_retry_hook)(enum nic_retry_phase phase, void *const *blocks, unsigned n);
 
 /* safety_stats.c: the safety fields of struct nic_stats, NIC cache pressure included. */
 struct nic_stats;

@@ -343,7 +343,8 @@ TEST_P(Protect, APostingThreadsWriteWaitsOnceItsEntryIsWithTheNic) {
 // into them (nicmalloc's free key, mimalloc's free list), once it takes retry_block.
 std::atomic<void *> retry_block{nullptr};
 std::atomic<std::function<void()> *> retry_action{nullptr};
-void RetryHook(void *const *blocks, unsigned n) {
+void RetryHook(nic_retry_phase phase, void *const *blocks, unsigned n) {
+  if (phase != NIC_RETRY_TAKEN) return;
   for (unsigned i = 0; i < n; i++)
     if (blocks[i] == retry_block.load())
       if (std::function<void()> *f = retry_action.exchange(nullptr)) (*f)();

@@ -8,6 +8,7 @@
 #include <cstdlib>
 #include <cstring>
 #include <deque>
+#include <functional>
 #include <mutex>
 #include <random>
 #include <string>
@@ -21,6 +22,7 @@ extern "C" {
 #include "backend.h"
 #include "block.h"
 #include "chunks.h"
+#include "safety.h"
 #include "sim_nic.h"
 }
 
@@ -123,6 +125,111 @@ TEST_F(FreeProtection, DoubleFreeOfADeferredBlockIsReportedOnce) {
   WaitFor(done, 1);
   EXPECT_EQ(inbox.msgs.at(0), std::string(4096, 'D'));
   EXPECT_EQ(Stats().double_frees, doubles + 1) << "and freed once";
+}
+
+// A second free of a deferred block at each step of the retry that makes the real free: it must
+// be reported and refused, and mimalloc must get the block once. A block mimalloc got twice is on
+// its free list twice (linked to itself): malloc then hands it out twice in a row.
+class DeferredRetry : public FreeProtection {
+protected:
+  static inline std::atomic<void *> block{nullptr};
+  static inline std::atomic<int> phase{-1};
+  static inline std::atomic<int> ran{0};
+  static inline std::function<void(void *)> action;
+  static void Hook(nic_retry_phase at, void *const *blocks, unsigned n) {
+    for (unsigned i = 0; i < n; i++)
+      if (blocks[i] == block.load() && (int)at == phase.load() && !ran.exchange(1))
+        action(blocks[i]);
+  }
+  // Posts a control block of `size`, frees it while in flight, and runs `act` on it at `at`.
+  void FreeTwiceAt(nic_retry_phase at, size_t size, std::function<void(void *)> act,
+                   uint64_t want_doubles) {
+    char *p = static_cast<char *>(malloc(size));
+    ASSERT_NE(p, nullptr);
+    memset(p, 'R', size);
+    Done done;
+    nic_sim_pause(nic_backend_active(), true);
+    PostOne(ep, p, size, &done);
+    free(p);
+    ASSERT_TRUE(nic_safety_is_deferred(p));
+    const nic_stats before = Stats();
+    block = p;
+    phase = at;
+    ran = 0;
+    action = std::move(act);
+    nic_safety_retry_hook = Hook;
+    testing::internal::CaptureStderr();
+    nic_sim_pause(nic_backend_active(), false);
+    WaitFor(done, 1);
+    while (Stats().deferred_pending != before.deferred_pending - 1)
+      nic_poll(0);
+    nic_safety_retry_hook = nullptr;
+    const std::string err = testing::internal::GetCapturedStderr();
+    EXPECT_EQ(ran.load(), 1) << "the retry never reached the step";
+    EXPECT_EQ(Stats().double_frees - before.double_frees, want_doubles) << err;
+    EXPECT_EQ(err.find("double free") != std::string::npos, want_doubles != 0) << err;
+    EXPECT_EQ(inbox.msgs.at(0), std::string(size, 'R'));
+    // mimalloc's view: no block of this size is handed out twice.
+    std::vector<void *> got;
+    for (int i = 0; i < 256; i++)
+      got.push_back(malloc(size));
+    std::vector<void *> sorted = got;
+    std::sort(sorted.begin(), sorted.end());
+    EXPECT_EQ(std::adjacent_find(sorted.begin(), sorted.end()), sorted.end())
+        << "mimalloc handed a block out twice: it was freed twice";
+    sorted.erase(std::unique(sorted.begin(), sorted.end()), sorted.end()); // each freed once
+    for (void *q : sorted)
+      free(q);
+  }
+};
+
+// Without the record counting as an interest in frees, this free took the fast path straight to
+// mimalloc: the completion had cleared the block's pages and nothing else was posted.
+TEST_F(DeferredRetry, ASecondFreeAfterThePagesClearedIsReported) {
+  FreeTwiceAt(
+      NIC_RETRY_TAKEN, 20000, [](void *p) { free(p); }, 1);
+}
+
+// The key is written and the record used to be gone: the key's confirmation asked mimalloc, which
+// still held the block live, and the free went through.
+TEST_F(DeferredRetry, ASecondFreeBeforeTheRealFreeIsReported) {
+  FreeTwiceAt(
+      NIC_RETRY_KEYED, 20000, [](void *p) { free(p); }, 1);
+}
+
+TEST_F(DeferredRetry, ASecondFreeAfterTheRealFreeIsReported) {
+  FreeTwiceAt(
+      NIC_RETRY_RELEASED, 20000, [](void *p) { free(p); }, 1);
+}
+
+// The address handed out again while the record is still in the table: a new block, freed (and
+// posted) as any other, never taken for the one before it.
+TEST_F(DeferredRetry, TheAddressHandedOutAgainIsANewBlock) {
+  bool reused = false;
+  int add = 1;
+  FreeTwiceAt(
+      NIC_RETRY_RELEASED, 20000,
+      [&](void *p) {
+        std::vector<void *> others;
+        for (int i = 0; i < 4096 && !reused; i++) {
+          void *q = malloc(20000);
+          if (q == p)
+            reused = true;
+          else
+            others.push_back(q);
+        }
+        for (void *q : others)
+          free(q);
+        if (!reused) return;
+        nic_sga sga;
+        nic_sga_init(&sga, 0);
+        add = nic_sga_add(&sga, p, 20000);
+        nic_sga_reset(&sga);
+        free(p);
+      },
+      0);
+  EXPECT_TRUE(reused) << "malloc never handed the address out again";
+  EXPECT_EQ(add, 0) << "the new block was taken for the freed one";
 }
 
 TEST_F(FreeProtection, BlockSharingAPageWithAnInFlightEntryIsDeferred) {
