@@ -192,6 +192,10 @@ bool nic_key_match_freed(const void *p) {
   return nic_mi_block_state(p) != NIC_MI_LIVE;
 }
 
+bool nic_dropped_block_freed(const void *p) {
+  return nic_mi_block_state(p) == NIC_MI_FREE;
+}
+
 /* Threads still setting up, or past their exit hook, count into the exited totals. */
 void nic_release_dp_block_unregistered(void *p) {
   nic_thread_account_exited(nic_chunk_index(p), -(int64_t)mi_usable_size(p));

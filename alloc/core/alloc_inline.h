@@ -71,8 +71,19 @@ void nic_report_bad_block(const void *p, const char *caller, enum nic_block_use 
  * the key (a peer's bytes in a received buffer can be). True when nicmalloc's or mimalloc's free
  * lists hold it, or when mimalloc's cannot be read. Out of line: only a key match pays for it. */
 bool nic_key_match_freed(const void *p);
+/* p, a control block that may be ours, lies on a page mimalloc decommitted (MADV_DONTNEED), which
+ * reads as zeros: a freed block there has lost its key. True when mimalloc holds no block at p
+ * (its span is free). A live block lies on such a page only if the program dropped the page
+ * itself: rare enough to ask mimalloc. Out of line. */
+bool nic_dropped_block_freed(const void *p);
+static inline bool nic_block_on_dropped_page(const void *p) {
+  const uintptr_t offset = (uintptr_t)p - nic_commit_map.base;
+  return offset < __atomic_load_n(&nic_commit_map.checked, __ATOMIC_RELAXED) &&
+         !nic_commit_map_has(offset);
+}
 static inline bool nic_block_was_freed(const void *p) {
-  return __builtin_expect(nic_block_is_free(p), 0) && nic_key_match_freed(p);
+  if (__builtin_expect(nic_block_is_free(p), 0)) return nic_key_match_freed(p);
+  return __builtin_expect(nic_block_on_dropped_page(p), 0) && nic_dropped_block_freed(p);
 }
 /* A thread still setting up, or past its last exit hook, frees into the exited totals. */
 void nic_release_dp_block_unregistered(void *p);

@@ -77,25 +77,35 @@ struct page_view {
   bool in_use;
 };
 
+/* The span holding p, found by walking the segment's spans from its first slice: each span's
+ * first slice entry holds its length in slices, and the spans tile the segment. Only those
+ * entries are kept up to date: a slice inside a span may still describe the page it belonged to
+ * before the span was freed and merged with its neighbours (2.0.9's span_free sets the first and
+ * last entries only), so the back-pointer of p's own entry is not to be trusted for freed
+ * memory. A freed large block's span is the case that matters: its pages may be decommitted at
+ * once (MADV_DONTNEED), which wipes the block's free key, and only this walk can tell that
+ * mimalloc holds nothing there. */
 static bool read_page(uintptr_t p, struct page_view *v) {
   const uintptr_t segment = (p - 1) & ~SEGMENT_MASK;
   const uintptr_t slices = segment + SEG_SLICES;
   const uintptr_t index = (p - segment) >> SLICE_SHIFT;
-  uintptr_t entries, counts, word, sizes;
-  if (!load(segment + SEG_SLICE_ENTRIES, &entries) || index >= entries ||
-      !load(slices + index * PAGE_HEADER + PAGE_SLICE_COUNT, &counts))
-    return false;
-  /* A slice inside a page points back to the page's header. */
-  const uintptr_t back = counts >> 32;
-  if (back > index * PAGE_HEADER || back % PAGE_HEADER) return false;
-  v->header = slices + index * PAGE_HEADER - back;
-  const uintptr_t page_index = index - back / PAGE_HEADER;
-  if (!load(v->header + PAGE_SLICE_COUNT, &counts) || !load(v->header + PAGE_CAPACITY, &word) ||
-      !load(v->header + PAGE_XBLOCK_SIZE, &sizes))
+  uintptr_t entries, counts = 0, word, sizes;
+  if (!load(segment + SEG_SLICE_ENTRIES, &entries) || index >= entries) return false;
+  uintptr_t page_index = 0;
+  for (;;) { /* a huge page's span runs on past the entries */
+    if (!load(slices + page_index * PAGE_HEADER + PAGE_SLICE_COUNT, &counts)) return false;
+    const uint32_t span = (uint32_t)counts;
+    if (span == 0) return false; /* not a span start: the segment is changing */
+    if (index < page_index + span) break;
+    page_index += span;
+    if (page_index >= entries) return false;
+  }
+  v->header = slices + page_index * PAGE_HEADER;
+  if (!load(v->header + PAGE_CAPACITY, &word) || !load(v->header + PAGE_XBLOCK_SIZE, &sizes))
     return false;
   const uint32_t slice_count = (uint32_t)counts, xblock_size = (uint32_t)(sizes >> 32);
-  /* A span that is no page (any more): nothing in it is allocated. */
-  v->in_use = slice_count != 0 && xblock_size != 0;
+  /* A free span: nothing in it is allocated. */
+  v->in_use = xblock_size != 0;
   if (!v->in_use) return true;
   /* Blocks of up to 1 KiB start 3 * MI_MAX_ALIGN_GUARANTEE bytes into their page. */
   const uintptr_t start_offset = xblock_size >= 8 && xblock_size <= 1024 ? 384 : 0;

@@ -319,6 +319,48 @@ TEST(BadInput, DoubleFreeAfterTheMemoryWentBackIsReported) {
   free(again);
 }
 
+// mimalloc decommits a freed span at once (MADV_DONTNEED) when its segment's purge deadline has
+// passed, which wipes the free key of the large block that lay there; the segment lives on for
+// its other blocks. The madvise here does what mimalloc does then. The double free used to pass
+// every check and reach mimalloc, which put a page it no longer had on a free list: blocks
+// handed out twice, or a thread spinning in a cycle of that list at exit. With the block before
+// it freed first, the two spans merge and the block's own slice entry keeps stale values: only
+// a walk of the segment's spans finds it free.
+void DoubleFreeOnADecommittedSpan(bool neighbour_freed_first) {
+  std::thread([neighbour_freed_first] {
+    const size_t size = 500000;
+    void *keep_small = malloc(100);
+    char *before = static_cast<char *>(malloc(size));
+    char *block = static_cast<char *>(malloc(size));
+    void *keep_large = malloc(size);
+    ASSERT_NE(block, nullptr);
+    ASSERT_EQ(reinterpret_cast<uintptr_t>(block) % 4096, 0u) << "a large block starts a page";
+    const uint64_t doubles = errors(true);
+    testing::internal::CaptureStderr(); // before the frees: nothing may allocate in between
+    if (neighbour_freed_first) free(before);
+    free(block);
+    const int dropped = madvise(block, size & ~size_t{4095}, MADV_DONTNEED);
+    free(block);
+    std::string err = testing::internal::GetCapturedStderr();
+    ASSERT_EQ(dropped, 0);
+    EXPECT_EQ(count_lines(err, "double free"), 1) << err;
+    EXPECT_EQ(errors(true), doubles + 1) << err;
+    void *a = malloc(size), *b = malloc(size), *c = malloc(size);
+    EXPECT_TRUE(a != b && b != c && a != c) << "a block was handed out twice";
+    for (void *q : {a, b, c, keep_small, keep_large})
+      free(q);
+    if (!neighbour_freed_first) free(before);
+  }).join();
+}
+
+TEST(BadInput, DoubleFreeOfALargeBlockOnADecommittedSpanIsReported) {
+  DoubleFreeOnADecommittedSpan(false);
+}
+
+TEST(BadInput, DoubleFreeOfALargeBlockOnAMergedDecommittedSpanIsReported) {
+  DoubleFreeOnADecommittedSpan(true);
+}
+
 TEST(BadInput, DoubleDeleteIsReported) {
   int *p = new int(5);
   delete p;
