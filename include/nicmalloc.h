@@ -240,9 +240,28 @@ int nic_release(const void *p);
  * (default 5000); -NIC_ERANGE for len 0 or overflow. off: returns 0 at once. */
 int nic_fence_write(const void *p, size_t len);
 
+/* ---- Receiving ----
+ * Every backend receives the same way. A message (a datagram, a DPDK packet, a verbs receive, or
+ * what a stream socket had ready, up to one receive buffer) lands in a receive buffer of
+ * dataplane memory, written there by the NIC or the kernel, and is handed to receive(arg, data,
+ * len) from nic_poll (or nic_wait). The buffer goes back to the NIC when receive returns, unless
+ * the program nic_hold()s a pointer into it: then at the matching nic_release. Never free() it.
+ * While every buffer of an endpoint is held, the endpoint stops receiving and the transport
+ * pushes back (TCP closes its window; datagrams and packets beyond the kernel's or the device's
+ * queue are dropped by them): counted in recv_stalls, said once on stderr. The end of a stream,
+ * or its failure, is one last call with data NULL and len 0; nic_endpoint_status tells which. */
+typedef void (*nic_receive_fn)(void *arg, void *data, size_t len);
+/* Starts delivering ep's messages to receive (any endpoint kind; a sim endpoint's receiver is
+ * replaced). 0, -EINVAL (no such endpoint, or receive NULL), -EALREADY (receiving already, with
+ * another function), -EOPNOTSUPP (the backend cannot receive), -ENOMEM (no dataplane memory for
+ * the buffers), or the transport's -errno. */
+int nic_endpoint_receive(struct nic_endpoint *ep, nic_receive_fn receive, void *arg);
+/* 0 while ep is open (or receiving never started), 1 once its peer ended the stream, or the
+ * -errno that ended its receiving (-ECONNRESET, say). */
+int nic_endpoint_status(const struct nic_endpoint *ep);
+
 /* The sim backend's endpoint: each message is received into a fresh dataplane buffer that is
  * freed when receive returns, unless receive nic_hold()s a pointer into it. */
-typedef void (*nic_receive_fn)(void *arg, void *data, size_t len);
 #define NIC_EP_ENGINE_COMPLETIONS 1u /* completions run on the NIC's thread, not from nic_poll */
 struct nic_endpoint *nic_sim_endpoint_create(nic_receive_fn receive, void *arg, unsigned flags);
 /* 0, or -EBUSY while messages to ep are in flight, -EINVAL for an unknown endpoint. */

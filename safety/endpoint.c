@@ -8,6 +8,7 @@
 #include "forklock.h"
 #include "log.h"
 #include "nicmalloc.h"
+#include "receive.h"
 #include "sim_nic.h"
 #include "thread.h"
 
@@ -35,7 +36,8 @@ static void deliver(void *arg, const void *data, size_t len) {
     return;
   }
   if (len) memcpy(buf, data, len);
-  if (r->receive) r->receive(r->arg, buf, len);
+  const nic_receive_fn receive = __atomic_load_n(&r->receive, __ATOMIC_ACQUIRE);
+  if (receive) receive(__atomic_load_n(&r->arg, __ATOMIC_ACQUIRE), buf, len);
   free(buf);
 }
 
@@ -65,6 +67,19 @@ NIC_EXPORT struct nic_endpoint *nic_sim_endpoint_create(nic_receive_fn receive, 
   endpoints = r;
   pthread_mutex_unlock(&lock);
   return r->ep;
+}
+
+int nic_sim_receive_set(struct nic_endpoint *ep, nic_receive_fn receive, void *arg) {
+  pthread_mutex_lock(&lock);
+  struct rx *r = endpoints;
+  while (r && r->ep != ep)
+    r = r->next;
+  if (r) {
+    __atomic_store_n(&r->arg, arg, __ATOMIC_RELEASE); /* read by deliver without the lock */
+    __atomic_store_n(&r->receive, receive, __ATOMIC_RELEASE);
+  }
+  pthread_mutex_unlock(&lock);
+  return r ? 0 : -EINVAL;
 }
 
 NIC_EXPORT int nic_sim_endpoint_destroy(struct nic_endpoint *ep) {

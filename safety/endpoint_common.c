@@ -5,6 +5,7 @@
 
 #include "forklock.h"
 #include "log.h"
+#include "receive.h"
 #include "settings.h"
 
 #include <dlfcn.h>
@@ -54,11 +55,21 @@ bool nic_ep_track(struct nic_endpoint *ep, const char *kind) {
   return true;
 }
 
+bool nic_ep_known(const struct nic_endpoint *ep) {
+  pthread_mutex_lock(&lock);
+  const struct made *m = made;
+  while (m && m->ep != ep)
+    m = m->next;
+  pthread_mutex_unlock(&lock);
+  return m != NULL;
+}
+
 int nic_ep_untrack(struct nic_endpoint *ep, const char *kind, const char *who) {
   if (nic_backend_missing_why()) { /* closing would change the parent's backend: see backend.h */
     nic_api_error_by(endpoint, who, 0, "%s(%p): %s", who, (void *)ep, nic_backend_missing_why());
     return -ENODEV;
   }
+  nic_receive_endpoint_closing(ep); /* unlocked: it takes the backend's lock */
   pthread_mutex_lock(&lock);
   struct made **link = &made;
   while (*link && ((*link)->ep != ep || strcmp((*link)->kind, kind)))
@@ -72,7 +83,10 @@ int nic_ep_untrack(struct nic_endpoint *ep, const char *kind, const char *who) {
   if (!m)
     nic_api_error_by(endpoint, who, 0, "%s(%p): not an endpoint made by nic_%s_endpoint_create",
                      who, (void *)ep, kind);
-  if (rc == 0) free(m);
+  if (rc == 0) {
+    free(m);
+    nic_receive_endpoint_gone(ep);
+  }
   return rc;
 }
 

@@ -13,6 +13,7 @@
 #include "nicmalloc.h"
 #include "pagecount.h"
 #include "pool.h"
+#include "receive.h"
 #include "safety.h"
 
 #include <errno.h>
@@ -93,5 +94,6 @@ NIC_EXPORT int nic_release(const void *p) {
   __atomic_sub_fetch(&nic_safety_ctr.holds, 1, __ATOMIC_RELAXED);
   nic_pc_sub((uintptr_t)p, (uintptr_t)p + 1, NIC_PC_HOLD);
   nic_safety_retry_deferred(); /* the buffer's free may have waited for this */
+  nic_receive_retry_held();    /* or the receive buffer its NIC waits for */
   return 0;
 }

@@ -14,6 +14,11 @@ void nic_safety_fill_stats(struct nic_stats *out) {
   out->deferred_frees = get(&nic_safety_ctr.deferred_frees);
   out->deferred_pending = get(&nic_safety_ctr.deferred_pending);
   out->holds = get(&nic_safety_ctr.holds);
+  out->recv_messages = get(&nic_safety_ctr.recv_messages);
+  out->recv_bytes = get(&nic_safety_ctr.recv_bytes);
+  out->recv_held_buffers = get(&nic_safety_ctr.recv_held_buffers);
+  out->recv_held_bytes = get(&nic_safety_ctr.recv_held_bytes);
+  out->recv_stalls = get(&nic_safety_ctr.recv_stalls);
   out->bounce_bytes = get(&nic_safety_ctr.bounce_bytes);
   out->fence_waits = get(&nic_safety_ctr.fence_waits);
   out->fence_timeouts = get(&nic_safety_ctr.fence_timeouts);

@@ -5,7 +5,7 @@
 set(NIC_SAFETY_DELAYS ${CMAKE_CURRENT_BINARY_DIR}/safety_delays.txt)
 file(WRITE ${NIC_SAFETY_DELAYS} "# microseconds, drawn at random per post\n50\n80\n120\n200\n300\n500\n800\n1200\n2000\n5000\n")
 set(NIC_SAFETY_ENV "NICMALLOC_BACKEND=sim;NICMALLOC_CHUNK_SIZE=64M;NICMALLOC_SIM_DELAYS=${NIC_SAFETY_DELAYS};NICMALLOC_SIM_SEED=7")
-foreach(suite test_sga test_free_protection test_fence)
+foreach(suite test_sga test_free_protection test_fence test_receive)
   add_executable(${suite} ${CMAKE_CURRENT_LIST_DIR}/safety/${suite}.cc)
   target_link_libraries(${suite} PRIVATE ${NIC_RUNTIME_LAYERS} GTest::gtest GTest::gtest_main
     Threads::Threads)

@@ -24,7 +24,8 @@
  *   dataplane growth           the chunks lock, mmap/munmap of a chunk (the cache)
  *   chunks, threads, huge cache, mapped blocks  munmap (the cache)
  *   registration cache         the backend's reg/dereg, which may free memory: a deferred free
- *   deferred, holds, fence detect, fence protect, pressure, profile table, shm attaches:
+ *   deferred, holds, receivers, fence detect, fence protect, pressure, profile table, shm
+ *   attaches:
  *                              leaves (their holders take no other lock: pool memory is
  *                              mapped by system call, alloc/base/map.h, which the cache does
  *                              not see)
@@ -39,7 +40,7 @@
  *     (alloc/heap/huge_cache.c), the table of blocks nicmalloc maps itself
  *     (alloc/heap/mapped.c), the registration caches (regcache/cache/rcache.c, one lock for
  *     all), the deferred-free table (safety/deferred.c), the hold table (safety/hold.c), the
- *     detect records
+ * receivers and held receive buffers (safety/receive.c), the detect records
  *     (safety/fence_detect.c), the protect spin lock (safety/fence_protect.c, taken with
  *     signals blocked as every holder does), the pressure model (safety/pressure.c), the
  *     profile table's spin lock (alloc/routing/profile_table.c), the System V attach table
@@ -92,6 +93,7 @@ enum nic_fork_rank {
   NIC_FORK_RCACHE,
   NIC_FORK_DEFERRED,
   NIC_FORK_HOLDS,
+  NIC_FORK_RECEIVERS,
   NIC_FORK_FENCE_DETECT,
   NIC_FORK_FENCE_PROTECT,
   NIC_FORK_PRESSURE,

@@ -67,6 +67,12 @@ struct nic_endpoint_params {
   unsigned sim_flags; /* sim: NIC_SIM_EP_* */
 };
 
+/* A received message for the layer above: data lies in one of the backend's receive buffers
+ * (dataplane memory the NIC or the kernel wrote); the buffer is the receiver's until the
+ * backend's rx_recycle(token). data NULL and len 0: receiving ended, with status 1 (the peer
+ * ended the stream) or -errno; no call follows. */
+typedef void (*nic_endpoint_rx_fn)(void *arg, void *data, size_t len, int status, uint64_t token);
+
 /* Runs once per post when the NIC no longer needs the memory: status 0, or -EFAULT for a
  * protection error (an entry not covered by a registration), or another -errno. */
 typedef void (*nic_completion_fn)(void *arg, int status);
@@ -95,6 +101,13 @@ struct nic_backend {
   struct nic_endpoint *(*endpoint_create)(struct nic_backend *b,
                                           const struct nic_endpoint_params *params);
   int (*endpoint_destroy)(struct nic_backend *b, struct nic_endpoint *ep);
+  /* Receiving, where the backend can (NULL otherwise). endpoint_receive starts handing ep's
+   * messages to rx from poll(), each in a receive buffer of dataplane memory: 0 or -errno.
+   * rx_recycle gives the buffer of token back to the NIC (any thread). While receive buffers
+   * are out, endpoint_destroy answers -EBUSY. */
+  int (*endpoint_receive)(struct nic_backend *b, struct nic_endpoint *ep, nic_endpoint_rx_fn rx,
+                          void *arg);
+  void (*rx_recycle)(struct nic_backend *b, struct nic_endpoint *ep, uint64_t token);
   void *priv;
 };
 

@@ -1,0 +1,24 @@
+/* The receive side of the endpoints (receive.c): one shape for every backend. The backend hands
+ * each message over in one of its receive buffers (backend.h nic_endpoint_rx_fn); this layer
+ * runs the program's function, then gives the buffer back, or keeps it out while a nic_hold
+ * covers it and gives it back at the matching nic_release. */
+#ifndef NIC_RECEIVE_H
+#define NIC_RECEIVE_H
+
+#include "nicmalloc.h"
+
+#include <stdbool.h>
+
+/* Gives back every receive buffer no hold covers any more (nic_release calls it). */
+void nic_receive_retry_held(void);
+/* Before an endpoint's destroy: its buffers no hold covers go back first. */
+void nic_receive_endpoint_closing(struct nic_endpoint *ep);
+/* After its destroy succeeded: forgets what it knew of ep. */
+void nic_receive_endpoint_gone(struct nic_endpoint *ep);
+
+/* endpoint.c: the sim's endpoints keep their receiver there. 0, or -EINVAL (not one of them). */
+int nic_sim_receive_set(struct nic_endpoint *ep, nic_receive_fn receive, void *arg);
+/* endpoint_common.c: whether ep was made by a public constructor of a non-sim backend. */
+bool nic_ep_known(const struct nic_endpoint *ep);
+
+#endif
