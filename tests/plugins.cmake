@@ -15,6 +15,14 @@ endfunction()
 
 if(TARGET nicmalloc-verbs)
   nic_add_plugin_suite(test_verbs_backend nicmalloc-verbs PkgConfig::NIC_IBVERBS)
+  # The receive buffers' books, which make no rdma-core call: built from the plugin's source and
+  # run everywhere, device or not.
+  add_executable(test_verbs_rx regcache/test_verbs_rx.cc
+    ${PROJECT_SOURCE_DIR}/regcache/verbs/verbs_rx.c)
+  target_include_directories(test_verbs_rx PRIVATE ${PROJECT_SOURCE_DIR}/regcache/verbs)
+  target_link_libraries(test_verbs_rx PRIVATE GTest::gtest GTest::gtest_main
+    PkgConfig::NIC_IBVERBS)
+  gtest_discover_tests(test_verbs_rx PROPERTIES TIMEOUT 60 DISCOVERY_TIMEOUT 60)
 endif()
 if(TARGET nicmalloc-dpdk)
   nic_add_plugin_suite(test_dpdk_backend nicmalloc-dpdk PkgConfig::NIC_DPDK)
