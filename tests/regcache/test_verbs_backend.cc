@@ -21,6 +21,7 @@
 #include "nicmalloc.h"
 #include "plugin_test_host.h"
 #include "verbs.h"
+#include "verbs_loopback.h"
 #include "verbs_rx.h"
 
 namespace {
@@ -170,41 +171,8 @@ protected:
     ASSERT_NE(ep = SYM(nic_verbs_endpoint)(b, qp, scq), nullptr);
   }
   void ConnectToSelf(ibv_context *ctx) {
-    ibv_port_attr port{};
-    ibv_gid gid{};
-    ASSERT_EQ(ibv_query_port(ctx, 1, &port), 0);
-    ASSERT_EQ(ibv_query_gid(ctx, 1, 0, &gid), 0);
-    ibv_qp_attr a{};
-    a.qp_state = IBV_QPS_INIT;
-    a.port_num = 1;
-    ASSERT_EQ(
-        ibv_modify_qp(qp, &a, IBV_QP_STATE | IBV_QP_PKEY_INDEX | IBV_QP_PORT | IBV_QP_ACCESS_FLAGS),
-        0);
-    a = {};
-    a.qp_state = IBV_QPS_RTR;
-    a.path_mtu = port.active_mtu;
-    a.dest_qp_num = qp->qp_num;
-    a.max_dest_rd_atomic = 1;
-    a.min_rnr_timer = 12;
-    a.ah_attr.port_num = 1;
-    a.ah_attr.dlid = port.lid;
-    a.ah_attr.is_global = port.link_layer == IBV_LINK_LAYER_ETHERNET; // RoCE (rxe) needs a GRH
-    a.ah_attr.grh.dgid = gid;
-    a.ah_attr.grh.hop_limit = 1;
-    ASSERT_EQ(ibv_modify_qp(qp, &a,
-                            IBV_QP_STATE | IBV_QP_AV | IBV_QP_PATH_MTU | IBV_QP_DEST_QPN |
-                                IBV_QP_RQ_PSN | IBV_QP_MAX_DEST_RD_ATOMIC | IBV_QP_MIN_RNR_TIMER),
-              0);
-    a = {};
-    a.qp_state = IBV_QPS_RTS;
-    a.timeout = 14;
-    a.retry_cnt = 7;
-    a.rnr_retry = 7;
-    a.max_rd_atomic = 1;
-    ASSERT_EQ(ibv_modify_qp(qp, &a,
-                            IBV_QP_STATE | IBV_QP_TIMEOUT | IBV_QP_RETRY_CNT | IBV_QP_RNR_RETRY |
-                                IBV_QP_SQ_PSN | IBV_QP_MAX_QP_RD_ATOMIC),
-              0);
+    const std::string err = VerbsConnectToSelf(ctx, qp);
+    ASSERT_EQ(err, "");
   }
   void TearDown() override {
     if (!b) return;
