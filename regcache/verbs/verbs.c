@@ -362,7 +362,6 @@ static int v_endpoint_receive(struct nic_backend *b, struct nic_endpoint *ep, ni
   unsigned posted = 0;
   pthread_mutex_lock(&vb->lock);
   if (!rc) {
-    r->owner = ep;
     ep->rx = r;
     ep->rx_fn = fn;
     ep->rx_arg = arg;
@@ -439,6 +438,18 @@ struct rx_event {
   int status;
 };
 
+/* The receiving endpoint whose buffer a receive completion names. NULL for a work request that
+ * is not nicmalloc's (the application's own receive on that CQ, against verbs.h): it is dropped
+ * rather than followed as a pointer. */
+static struct nic_endpoint *rx_owner_locked(struct vbackend *vb, uint64_t wr_id) {
+  for (struct nic_endpoint *e = vb->eps; e; e = e->next) {
+    if (!e->rx) continue;
+    const uintptr_t lo = (uintptr_t)e->rx->bufs, hi = (uintptr_t)(e->rx->bufs + e->rx->count);
+    if (wr_id >= lo && wr_id < hi && (wr_id - lo) % sizeof e->rx->bufs[0] == 0) return e;
+  }
+  return NULL;
+}
+
 /* Reaps the receive CQs under the lock and hands over outside it: the receiver gives buffers
  * back (v_rx_recycle) from inside its call. */
 static int poll_recv(struct vbackend *vb, int max) {
@@ -450,8 +461,16 @@ static int poll_recv(struct vbackend *vb, int max) {
     if (!ep->rx) continue;
     int k = ibv_poll_cq(ep->rcq, (32 < max ? 32 : max) - got, wc + got);
     for (int i = got; i < got + (k > 0 ? k : 0); i++) {
+      struct nic_endpoint *owner = rx_owner_locked(vb, wc[i].wr_id); /* CQs may be shared */
+      if (!owner) {
+        static const char once;
+        nic_plugin_log(NIC_PLUGIN_LOG_WARN, &once,
+                       "verbs receive: a completion on a receive CQ of nicmalloc's names no buffer "
+                       "of it (the application's own receive?); the CQ must carry only "
+                       "nicmalloc's receives. Dropped");
+        continue;
+      }
       struct nic_verbs_rx_buf *buf = (struct nic_verbs_rx_buf *)(uintptr_t)wc[i].wr_id;
-      struct nic_endpoint *owner = buf->ring->owner; /* receive CQs may be shared */
       const int status = nic_verbs_wc_errno(wc[i].status);
       enum nic_verbs_rx_event ev = nic_verbs_rx_complete(buf->ring, buf->index, status);
       /* An RDMA write with immediate takes a receive but leaves no data in it. */

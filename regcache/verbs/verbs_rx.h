@@ -45,7 +45,6 @@ struct nic_verbs_rx_buf {
 };
 
 struct nic_verbs_rx {
-  void *owner; /* the endpoint (verbs.c), found from a completion's buffer */
   char *block; /* page-aligned, count * buf_bytes long */
   size_t buf_bytes;
   unsigned count, posted, out;
