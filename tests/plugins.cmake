@@ -23,6 +23,19 @@ if(TARGET nicmalloc-verbs)
   target_link_libraries(test_verbs_rx PRIVATE GTest::gtest GTest::gtest_main
     PkgConfig::NIC_IBVERBS)
   gtest_discover_tests(test_verbs_rx PROPERTIES TIMEOUT 60 DISCOVERY_TIMEOUT 60)
+  # The plugin's receive paths run for real on a software device (regcache/soft_verbs.h): built
+  # from the plugin's sources with that device in place of libibverbs, whose headers alone it
+  # takes. Runs everywhere; the VerbsDevice suite repeats the checks on a real device.
+  add_executable(test_verbs_soft regcache/test_verbs_soft.cc regcache/soft_verbs.c
+    ${PROJECT_SOURCE_DIR}/regcache/verbs/verbs.c ${PROJECT_SOURCE_DIR}/regcache/verbs/verbs_rx.c
+    ${PROJECT_SOURCE_DIR}/regcache/cache/plugin_services.c)
+  target_include_directories(test_verbs_soft PRIVATE ${PROJECT_SOURCE_DIR}/regcache/verbs
+    ${PROJECT_SOURCE_DIR}/regcache/cache ${PROJECT_SOURCE_DIR}/alloc/base
+    $<TARGET_PROPERTY:PkgConfig::NIC_IBVERBS,INTERFACE_INCLUDE_DIRECTORIES>)
+  target_link_libraries(test_verbs_soft PRIVATE nicmalloc GTest::gtest GTest::gtest_main
+    Threads::Threads)
+  gtest_discover_tests(test_verbs_soft PROPERTIES ENVIRONMENT "${NIC_TEST_ENV}" TIMEOUT 60
+                       DISCOVERY_TIMEOUT 60)
 endif()
 if(TARGET nicmalloc-dpdk)
   nic_add_plugin_suite(test_dpdk_backend nicmalloc-dpdk PkgConfig::NIC_DPDK)
