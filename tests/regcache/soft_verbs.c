@@ -339,6 +339,23 @@ unsigned soft_verbs_sends_waiting(struct ibv_qp *qp) {
   return n;
 }
 
+bool soft_verbs_write_with_imm(struct ibv_qp *qp, uint32_t len) {
+  struct soft_qp *q = (struct soft_qp *)qp;
+  pthread_mutex_lock(&lock);
+  const bool posted = q->rq_n && qp->state == IBV_QPS_RTS;
+  if (posted) {
+    push(qp->recv_cq, (struct ibv_wc){.wr_id = q->rq[q->rq_head].wr_id,
+                                      .status = IBV_WC_SUCCESS,
+                                      .opcode = IBV_WC_RECV_RDMA_WITH_IMM,
+                                      .wc_flags = IBV_WC_WITH_IMM,
+                                      .byte_len = len,
+                                      .qp_num = qp->qp_num});
+    q->rq_n--, q->rq_head = (q->rq_head + 1) % SOFT_Q;
+  }
+  pthread_mutex_unlock(&lock);
+  return posted;
+}
+
 void soft_verbs_free(void *p) {
   free(p);
 }

@@ -11,6 +11,9 @@
 
 #include <infiniband/verbs.h>
 
+#include <stdbool.h>
+#include <stdint.h>
+
 #ifdef __cplusplus
 extern "C" {
 #endif
@@ -24,6 +27,9 @@ struct ibv_qp *soft_verbs_qp(struct ibv_pd *pd, struct ibv_cq *scq, struct ibv_c
 /* Receives posted and not yet taken; sends waiting for one. */
 unsigned soft_verbs_rq_posted(struct ibv_qp *qp);
 unsigned soft_verbs_sends_waiting(struct ibv_qp *qp);
+/* What a peer's RDMA write with immediate does at this QP: takes the oldest posted receive and
+ * completes it IBV_WC_RECV_RDMA_WITH_IMM, nothing written into it. false when none is posted. */
+bool soft_verbs_write_with_imm(struct ibv_qp *qp, uint32_t len);
 /* Frees a CQ or QP made above. */
 void soft_verbs_free(void *p);
 

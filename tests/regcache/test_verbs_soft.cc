@@ -479,4 +479,22 @@ TEST_F(SoftVerbs, BuffersGivenBackFromAnotherThreadWhilePollingAndSending) {
   free(bufs);
 }
 
+// A peer's RDMA write with immediate takes a posted receive but writes nothing into it: the
+// receiver is not called and the buffer goes straight back on the queue.
+TEST_F(SoftVerbs, AWriteWithImmediateTakesAReceiveAndItIsPostedAgain) {
+  Open();
+  ASSERT_EQ(b->endpoint_receive(b, ep, Rx::Fn, &rx), 0);
+  ASSERT_TRUE(soft_verbs_write_with_imm(qp, 100));
+  EXPECT_EQ(soft_verbs_rq_posted(qp), 15u);
+  Poll();
+  EXPECT_EQ(rx.msgs.size(), 0u);
+  EXPECT_EQ(rx.ends + rx.stalls, 0);
+  EXPECT_EQ(soft_verbs_rq_posted(qp), 16u);
+  Done d;
+  Send("then a message", &d);
+  Poll();
+  ASSERT_EQ(rx.msgs.size(), 1u);
+  EXPECT_EQ(rx.msgs[0], "then a message");
+}
+
 } // namespace
