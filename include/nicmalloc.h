@@ -299,7 +299,11 @@ int nic_dpdk_endpoint_destroy(struct nic_endpoint *ep);
  * returns (a struct ibv_pd *; its context is the device nicmalloc opened) and connected by the
  * application. A post is one signaled IBV_WR_SEND of the entries; done() runs when its work
  * completion is polled from the QP's send CQ, which must carry only nicmalloc's posts. errno:
- * ENODEV, EINVAL (no QP, or one in another protection domain). */
+ * ENODEV, EINVAL (no QP, or one in another protection domain). nic_endpoint_receive posts up to
+ * 32 buffers of 64 KiB (a longer message ends receiving with -EMSGSIZE) on the QP's own receive
+ * queue, from INIT on; an RC or UC QP without an SRQ, whose receive CQ carries only nicmalloc's
+ * receives and is not a send CQ. Destroying a receiving endpoint moves its QP to the error state
+ * (the NIC gives posted buffers back only so): -EBUSY until nic_poll has reaped them. */
 void *nic_verbs_get_pd(void);
 struct nic_endpoint *nic_verbs_endpoint_create(void *qp);
 int nic_verbs_endpoint_destroy(struct nic_endpoint *ep);

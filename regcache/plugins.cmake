@@ -38,7 +38,8 @@ function(nic_add_backend_plugin name)
 endfunction()
 
 if(NIC_IBVERBS_FOUND)
-  nic_add_backend_plugin(verbs ${CMAKE_CURRENT_LIST_DIR}/verbs/verbs.c)
+  nic_add_backend_plugin(verbs ${CMAKE_CURRENT_LIST_DIR}/verbs/verbs.c
+    ${CMAKE_CURRENT_LIST_DIR}/verbs/verbs_rx.c)
   target_link_libraries(nicmalloc-verbs PRIVATE PkgConfig::NIC_IBVERBS)
 else()
   message(STATUS "nicmalloc: rdma-core (libibverbs) not found: the verbs backend is not built")

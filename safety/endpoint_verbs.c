@@ -1,7 +1,9 @@
 /* nic_verbs_endpoint_create: the verbs backend's public endpoint, the application's queue pair.
  * The backend is a plugin (libnicmalloc-verbs.so) loaded only when chosen, so its API
  * (regcache/verbs/verbs.h) is reached through the plugin's own handle, and this file needs no
- * rdma-core header: the QP and PD pass as void *. */
+ * rdma-core header: the QP and PD pass as void *. Receiving needs dataplane memory, which the
+ * plugin cannot allocate (it links nothing of libnicmalloc): it is handed the means here. */
+#include "alloc.h"
 #include "api_errors.h"
 #include "endpoint_common.h"
 #include "log.h"
@@ -9,6 +11,7 @@
 #include "thread.h"
 
 #include <errno.h>
+#include <stdlib.h>
 #include <string.h>
 
 static const char kHint[] = "set NICMALLOC_BACKEND=verbs; it needs an RDMA device";
@@ -24,6 +27,36 @@ static void *plugin_fn(struct nic_backend *b, const char *who, const char *name)
   return fn;
 }
 
+/* As regcache/verbs/verbs.h declares it; this file includes no rdma-core header. */
+struct nic_verbs_rx_memory {
+  void *(*alloc)(size_t len, size_t align, uint32_t *lkey, uint64_t *handle);
+  void (*free)(void *block);
+};
+
+/* A block of a chunk, with the chunk's registration (local write: chunk_reg.c): the receive
+ * buffers are dataplane memory like everything else the NIC touches. */
+static void *rx_alloc(size_t len, size_t align, uint32_t *lkey, uint64_t *handle) {
+  NIC_INTERNAL_SCOPE();
+  void *p = nic_alloc(len, align, false, NIC_ROUTE_DATAPLANE);
+  struct nic_region_ref ref = {0};
+  const int rc = p ? nic_register(p, len, NIC_REG_LOCAL_WRITE, &ref) : -ENOMEM;
+  if (!rc && ref.kind == NIC_REGION_ARENA) {
+    *lkey = ref.lkey;
+    *handle = ref.backend_handle;
+    return p;
+  }
+  if (!rc) nic_unregister(&ref); /* memory outside the chunks: not what receiving needs */
+  free(p);
+  return NULL;
+}
+
+static void rx_free(void *block) {
+  NIC_INTERNAL_SCOPE();
+  free(block);
+}
+
+static const struct nic_verbs_rx_memory rx_memory = {.alloc = rx_alloc, .free = rx_free};
+
 NIC_EXPORT void *nic_verbs_get_pd(void) {
   NIC_INTERNAL_SCOPE();
   static const char who[] = "nic_verbs_get_pd";
@@ -37,6 +70,10 @@ NIC_EXPORT struct nic_endpoint *nic_verbs_endpoint_create(void *qp) {
   static const char who[] = "nic_verbs_endpoint_create";
   struct nic_backend *b = nic_ep_backend(who, "verbs", kHint);
   if (!b) return NULL;
+  /* A plugin without it (another build) still sends; receiving then says -EOPNOTSUPP. */
+  void (*set_rx_memory)(struct nic_backend *, const struct nic_verbs_rx_memory *) =
+      nic_ep_plugin_symbol(b, "nic_verbs_set_rx_memory");
+  if (set_rx_memory) set_rx_memory(b, &rx_memory);
   struct nic_endpoint *ep = b->endpoint_create(b, &(struct nic_endpoint_params){.qp = qp});
   int err = errno;
   if (ep && !nic_ep_track(ep, "verbs")) {

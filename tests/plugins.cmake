@@ -15,6 +15,58 @@ endfunction()
 
 if(TARGET nicmalloc-verbs)
   nic_add_plugin_suite(test_verbs_backend nicmalloc-verbs PkgConfig::NIC_IBVERBS)
+  # The receive buffers' books, which make no rdma-core call: built from the plugin's source and
+  # run everywhere, device or not.
+  add_executable(test_verbs_rx regcache/test_verbs_rx.cc
+    ${PROJECT_SOURCE_DIR}/regcache/verbs/verbs_rx.c)
+  target_include_directories(test_verbs_rx PRIVATE ${PROJECT_SOURCE_DIR}/regcache/verbs)
+  target_link_libraries(test_verbs_rx PRIVATE GTest::gtest GTest::gtest_main
+    PkgConfig::NIC_IBVERBS)
+  gtest_discover_tests(test_verbs_rx PROPERTIES TIMEOUT 60 DISCOVERY_TIMEOUT 60)
+  # The plugin's receive paths run for real on a software device (regcache/soft_verbs.h): built
+  # from the plugin's sources with that device in place of libibverbs, whose headers alone it
+  # takes. Runs everywhere; the VerbsDevice suite repeats the checks on a real device.
+  add_executable(test_verbs_soft regcache/test_verbs_soft.cc regcache/soft_verbs.c
+    ${PROJECT_SOURCE_DIR}/regcache/verbs/verbs.c ${PROJECT_SOURCE_DIR}/regcache/verbs/verbs_rx.c
+    ${PROJECT_SOURCE_DIR}/regcache/cache/plugin_services.c)
+  target_include_directories(test_verbs_soft PRIVATE ${PROJECT_SOURCE_DIR}/regcache/verbs
+    ${PROJECT_SOURCE_DIR}/regcache/cache ${PROJECT_SOURCE_DIR}/alloc/base
+    $<TARGET_PROPERTY:PkgConfig::NIC_IBVERBS,INTERFACE_INCLUDE_DIRECTORIES>)
+  target_link_libraries(test_verbs_soft PRIVATE nicmalloc GTest::gtest GTest::gtest_main
+    Threads::Threads)
+  gtest_discover_tests(test_verbs_soft PROPERTIES ENVIRONMENT "${NIC_TEST_ENV}" TIMEOUT 60
+                       DISCOVERY_TIMEOUT 60)
+  # The same device under the public calls: a copy of libnicmalloc.so in a directory of its own
+  # (LD_LIBRARY_PATH wins over the test's RUNPATH), beside a verbs plugin built from the same
+  # sources without libibverbs, whose rdma-core calls the test program defines and exports.
+  set(soft_dir ${CMAKE_CURRENT_BINARY_DIR}/soft_verbs)
+  add_library(nicmalloc-verbs-soft MODULE ${PROJECT_SOURCE_DIR}/regcache/verbs/verbs.c
+    ${PROJECT_SOURCE_DIR}/regcache/verbs/verbs_rx.c
+    ${PROJECT_SOURCE_DIR}/regcache/cache/plugin_services.c)
+  set_target_properties(nicmalloc-verbs-soft PROPERTIES PREFIX lib OUTPUT_NAME nicmalloc-verbs
+    LIBRARY_OUTPUT_DIRECTORY ${soft_dir} C_VISIBILITY_PRESET hidden)
+  target_include_directories(nicmalloc-verbs-soft PRIVATE ${PROJECT_SOURCE_DIR}/regcache/verbs
+    ${PROJECT_SOURCE_DIR}/regcache/cache ${PROJECT_SOURCE_DIR}/alloc/base
+    ${PROJECT_SOURCE_DIR}/include
+    $<TARGET_PROPERTY:PkgConfig::NIC_IBVERBS,INTERFACE_INCLUDE_DIRECTORIES>)
+  target_link_options(nicmalloc-verbs-soft PRIVATE
+    -Wl,--version-script=${PROJECT_SOURCE_DIR}/regcache/verbs/verbs.map)
+  add_custom_target(nicmalloc-soft-copy
+    COMMAND ${CMAKE_COMMAND} -E make_directory ${soft_dir}
+    COMMAND ${CMAKE_COMMAND} -E copy_if_different $<TARGET_FILE:nicmalloc>
+            ${soft_dir}/$<TARGET_SONAME_FILE_NAME:nicmalloc>
+    DEPENDS nicmalloc)
+  add_executable(test_verbs_soft_public safety/test_verbs_soft_public.cc regcache/soft_verbs.c)
+  set_target_properties(test_verbs_soft_public PROPERTIES ENABLE_EXPORTS ON)
+  target_include_directories(test_verbs_soft_public PRIVATE
+    $<TARGET_PROPERTY:PkgConfig::NIC_IBVERBS,INTERFACE_INCLUDE_DIRECTORIES>)
+  target_link_libraries(test_verbs_soft_public PRIVATE nicmalloc GTest::gtest GTest::gtest_main
+    Threads::Threads)
+  add_dependencies(test_verbs_soft_public nicmalloc-verbs-soft nicmalloc-soft-copy)
+  add_test(NAME verbs_soft_public COMMAND test_verbs_soft_public)
+  set_tests_properties(verbs_soft_public PROPERTIES TIMEOUT 60
+    ENVIRONMENT "NICMALLOC_BACKEND=verbs;NICMALLOC_CHUNK_SIZE=64M;LD_LIBRARY_PATH=${soft_dir}"
+    FAIL_REGULAR_EXPRESSION "\\[  SKIPPED \\]")
 endif()
 if(TARGET nicmalloc-dpdk)
   nic_add_plugin_suite(test_dpdk_backend nicmalloc-dpdk PkgConfig::NIC_DPDK)

@@ -1,8 +1,11 @@
 /* verbs backend (rdma-core): one ibv_reg_mr per registration, posts as signaled sends on the
- * application's QPs, completions from their send CQs. Built as libnicmalloc-verbs.so. */
+ * application's QPs, completions from their send CQs; receives into buffers of dataplane memory
+ * posted on the QPs' receive queues, completions from their receive CQs (verbs_rx.h keeps the
+ * buffers' books). Built as libnicmalloc-verbs.so. */
 #define _GNU_SOURCE
 #include "verbs.h"
 #include "export.h"
+#include "verbs_rx.h"
 
 #include "plugin_services.h"
 
@@ -23,6 +26,7 @@ NIC_EXPORT void nic_backend_verbs_settings(const struct nic_plugin_settings *s) 
 
 struct vreg {
   struct ibv_mr *mr; /* NULL: free slot */
+  int flags;         /* its IBV_ACCESS_* */
   atomic_uint inflight;
 };
 
@@ -32,6 +36,16 @@ struct nic_endpoint {
   uint32_t max_sge;
   atomic_uint inflight;
   struct nic_endpoint *next;
+  /* Receiving (v_endpoint_receive), under the backend's lock. */
+  struct nic_verbs_rx *rx;
+  struct ibv_cq *rcq;
+  nic_endpoint_rx_fn rx_fn;
+  void *rx_arg;
+  bool rx_starting, rx_flushing;
+  int64_t rx_slot;       /* the registration of the block counted in flight, or -1 */
+  uint32_t rx_lkey;      /* the chunk registration's lkey (rx_slot) */
+  struct ibv_mr *rx_mr;  /* the block's own MR when that registration lacks local write */
+  atomic_uint rx_active; /* rx calls under way outside the lock: destroy waits for them */
 };
 
 /* One post; wr_id points here until its completion runs. */
@@ -54,6 +68,7 @@ struct vbackend {
   pthread_mutex_t lock;     /* endpoint list, software completions */
   struct nic_endpoint *eps;
   struct vpost *soft_head, *soft_tail; /* posts the NIC never saw (bad entry, queue full) */
+  struct nic_verbs_rx_memory rx_mem;   /* where receive buffers come from (libnicmalloc's) */
   struct vreg regs[VERBS_MAX_REGS];
 };
 
@@ -104,6 +119,7 @@ static int vreg(struct nic_backend *b, void *base, size_t len, unsigned access,
       break;
     }
     vb->regs[i].mr = mr;
+    vb->regs[i].flags = flags;
     *out = (struct nic_registration){.base = base,
                                      .len = len,
                                      .access = access,
@@ -201,6 +217,8 @@ static int vpost(struct nic_backend *b, struct nic_endpoint *ep, const struct ni
   return 0;
 }
 
+static int poll_recv(struct vbackend *vb, int max);
+
 static int vpoll(struct nic_backend *b, int max) {
   struct vbackend *vb = vb_of(b);
   int ran = 0;
@@ -230,12 +248,285 @@ static int vpoll(struct nic_backend *b, int max) {
     ran += got;
     if (!got) break;
   }
+  while (ran < max) {
+    int got = poll_recv(vb, max - ran);
+    ran += got;
+    if (!got) break;
+  }
   return ran;
+}
+
+/* ---- Receiving ---- */
+
+static bool ep_listed_locked(struct vbackend *vb, const struct nic_endpoint *ep) {
+  for (const struct nic_endpoint *e = vb->eps; e; e = e->next)
+    if (e == ep) return true;
+  return false;
+}
+
+static int post_recv(struct nic_endpoint *ep, unsigned i) {
+  struct nic_verbs_rx *r = ep->rx;
+  struct ibv_sge sge = {.addr = (uintptr_t)nic_verbs_rx_addr(r, i),
+                        .length = (uint32_t)r->buf_bytes,
+                        .lkey = ep->rx_mr ? ep->rx_mr->lkey : ep->rx_lkey};
+  struct ibv_recv_wr wr = {.wr_id = (uintptr_t)&r->bufs[i], .sg_list = &sge, .num_sge = 1};
+  struct ibv_recv_wr *bad = NULL;
+  return ibv_post_recv(ep->qp, &wr, &bad);
+}
+
+/* The block's registration: its chunk's, counted in flight so that it stays, when that one lets
+ * the NIC write; else an MR of its own with local write (never remote access). */
+static int rx_register(struct vbackend *vb, struct nic_endpoint *ep, void *block, size_t len,
+                       uint32_t lkey, uint64_t handle) {
+  int rc = 0;
+  pthread_mutex_lock(&vb->reg_lock);
+  struct vreg *r = handle < vb->pub.caps.max_regions ? &vb->regs[handle] : NULL;
+  if (r && r->mr && r->mr->lkey == lkey && (r->flags & IBV_ACCESS_LOCAL_WRITE) &&
+      (uintptr_t)block >= (uintptr_t)r->mr->addr &&
+      (uintptr_t)block + len <= (uintptr_t)r->mr->addr + r->mr->length) {
+    atomic_fetch_add(&r->inflight, 1);
+    ep->rx_slot = (int64_t)handle;
+    ep->rx_lkey = lkey;
+  } else if (!(ep->rx_mr = ibv_reg_mr(vb->pd, block, len, IBV_ACCESS_LOCAL_WRITE))) {
+    rc = errno ? -errno : -EIO;
+  }
+  pthread_mutex_unlock(&vb->reg_lock);
+  return rc;
+}
+
+static void rx_unregister(struct vbackend *vb, struct nic_endpoint *ep) {
+  if (ep->rx_slot >= 0) atomic_fetch_sub(&vb->regs[ep->rx_slot].inflight, 1);
+  if (ep->rx_mr) ibv_dereg_mr(ep->rx_mr);
+  ep->rx_slot = -1;
+  ep->rx_mr = NULL;
+}
+
+/* What the QP offers, read under the lock (a send CQ is any endpoint's). */
+static struct nic_verbs_rx_qp rx_qp_locked(struct vbackend *vb, struct nic_endpoint *ep,
+                                           const struct ibv_qp_attr *attr,
+                                           const struct ibv_qp_init_attr *init) {
+  struct nic_verbs_rx_qp q = {.qp_type = ep->qp->qp_type,
+                              .state = attr->qp_state,
+                              .srq = ep->qp->srq || init->srq,
+                              .recv_cq = ep->qp->recv_cq != NULL,
+                              .max_recv_wr = attr->cap.max_recv_wr,
+                              .max_recv_sge = attr->cap.max_recv_sge};
+  for (const struct nic_endpoint *e = vb->eps; e; e = e->next)
+    q.recv_cq_is_send |= e->cq == ep->qp->recv_cq;
+  return q;
+}
+
+static int v_endpoint_receive(struct nic_backend *b, struct nic_endpoint *ep, nic_endpoint_rx_fn fn,
+                              void *arg) {
+  struct vbackend *vb = vb_of(b);
+  struct ibv_qp_attr attr;
+  struct ibv_qp_init_attr init;
+  const char *why = NULL;
+  unsigned count = 0;
+  int rc = 0;
+  if (!ep || !fn) return -EINVAL;
+  if (!vb->rx_mem.alloc) {
+    nic_plugin_api_error(NIC_PLUGIN_API_ENDPOINT,
+                         "verbs receive: no dataplane memory was handed to the backend (an "
+                         "endpoint made outside nic_verbs_endpoint_create?)");
+    return -EOPNOTSUPP;
+  }
+  pthread_mutex_lock(&vb->lock);
+  if (!ep_listed_locked(vb, ep))
+    rc = -EINVAL, why = "not an endpoint of the verbs backend";
+  else if (ep->rx || ep->rx_starting)
+    rc = -EALREADY, why = "the endpoint receives already";
+  else if (ibv_query_qp(ep->qp, &attr, IBV_QP_STATE | IBV_QP_CAP, &init))
+    rc = errno ? -errno : -EIO, why = "ibv_query_qp failed on its queue pair";
+  else {
+    struct nic_verbs_rx_qp q = rx_qp_locked(vb, ep, &attr, &init);
+    rc = nic_verbs_rx_check(&q, &count, &why);
+  }
+  if (!rc) ep->rx_starting = true; /* the endpoint stays while it is set: close says -EBUSY */
+  pthread_mutex_unlock(&vb->lock);
+  if (rc) {
+    nic_plugin_api_error(NIC_PLUGIN_API_ENDPOINT, "verbs receive on endpoint %p: %s", (void *)ep,
+                         why);
+    return rc;
+  }
+  /* Memory and registration outside the lock: making a chunk's registration may wait for
+   * completions, which poll() reaps under it. */
+  const size_t len = nic_verbs_rx_block_bytes(count);
+  uint32_t lkey = 0;
+  uint64_t handle = 0;
+  struct nic_verbs_rx *r = nic_plugin_calloc(1, nic_verbs_rx_ring_bytes(count));
+  void *block = r ? vb->rx_mem.alloc(len, NIC_VERBS_RX_ALIGN, &lkey, &handle) : NULL;
+  ep->rx_slot = -1;
+  rc = !block ? -ENOMEM : nic_verbs_rx_init(r, block, count);
+  if (!rc) rc = rx_register(vb, ep, block, len, lkey, handle);
+  unsigned posted = 0;
+  pthread_mutex_lock(&vb->lock);
+  if (!rc) {
+    ep->rx = r;
+    ep->rx_fn = fn;
+    ep->rx_arg = arg;
+    ep->rcq = ep->qp->recv_cq;
+    /* A receive queue the application filled partly itself takes fewer: those posted serve. */
+    int err = 0;
+    while (posted < count && !(err = post_recv(ep, posted)))
+      nic_verbs_rx_posted(r, posted++);
+    if (!posted) {
+      rc = err ? -err : -EIO;
+      ep->rx = NULL;
+    }
+  }
+  ep->rx_starting = false;
+  pthread_mutex_unlock(&vb->lock);
+  if (rc) {
+    rx_unregister(vb, ep);
+    if (block) vb->rx_mem.free(block);
+    nic_plugin_free(r);
+    nic_plugin_api_error(NIC_PLUGIN_API_ENDPOINT, "verbs receive on endpoint %p: %s", (void *)ep,
+                         strerror(-rc));
+    return rc;
+  }
+  if (posted < count)
+    nic_plugin_info("verbs receive: %u of %u receive buffers fit the queue pair's receive queue",
+                    posted, count);
+  return 0;
+}
+
+/* Gives buffer token back to the NIC; when the QP broke meanwhile and nothing else is posted,
+ * that is the end of receiving, said here (no completion will come to say it). */
+static void v_rx_recycle(struct nic_backend *b, struct nic_endpoint *ep, uint64_t token) {
+  struct vbackend *vb = vb_of(b);
+  enum nic_verbs_rx_event ev = NIC_VERBS_RX_NONE;
+  int status = 0;
+  bool bad = false;
+  pthread_mutex_lock(&vb->lock);
+  if (!ep_listed_locked(vb, ep) || !ep->rx) {
+    bad = true;
+  } else {
+    switch (nic_verbs_rx_recycle(ep->rx, token)) {
+    case NIC_VERBS_RX_REPOST:
+      if (!(status = post_recv(ep, (unsigned)token))) {
+        nic_verbs_rx_posted(ep->rx, (unsigned)token);
+      } else if ((ev = nic_verbs_rx_repost_failed(ep->rx, (unsigned)token)) != NIC_VERBS_RX_NONE) {
+        atomic_fetch_add(&ep->rx_active, 1);
+      }
+      break;
+    case NIC_VERBS_RX_KEEP:
+      break;
+    case NIC_VERBS_RX_BAD_TOKEN:
+      bad = true;
+      break;
+    }
+  }
+  pthread_mutex_unlock(&vb->lock);
+  if (bad) {
+    static const char once;
+    nic_plugin_log(NIC_PLUGIN_LOG_WARN, &once,
+                   "verbs receive: a buffer given back (token %llu) is not out; ignored",
+                   (unsigned long long)token);
+  }
+  if (ev == NIC_VERBS_RX_FINAL) {
+    ep->rx_fn(ep->rx_arg, NULL, 0, -status, 0);
+    atomic_fetch_sub(&ep->rx_active, 1);
+  }
+}
+
+struct rx_event {
+  struct nic_endpoint *ep;
+  enum nic_verbs_rx_event ev;
+  unsigned index;
+  uint32_t len;
+  int status;
+};
+
+/* The receiving endpoint whose buffer a receive completion names. NULL for a work request that
+ * is not nicmalloc's (the application's own receive on that CQ, against verbs.h): it is dropped
+ * rather than followed as a pointer. */
+static struct nic_endpoint *rx_owner_locked(struct vbackend *vb, uint64_t wr_id) {
+  for (struct nic_endpoint *e = vb->eps; e; e = e->next) {
+    if (!e->rx) continue;
+    const uintptr_t lo = (uintptr_t)e->rx->bufs, hi = (uintptr_t)(e->rx->bufs + e->rx->count);
+    if (wr_id >= lo && wr_id < hi && (wr_id - lo) % sizeof e->rx->bufs[0] == 0) return e;
+  }
+  return NULL;
+}
+
+/* Reaps the receive CQs under the lock and hands over outside it: the receiver gives buffers
+ * back (v_rx_recycle) from inside its call. */
+static int poll_recv(struct vbackend *vb, int max) {
+  struct ibv_wc wc[32];
+  struct rx_event evs[32];
+  int got = 0, n = 0;
+  pthread_mutex_lock(&vb->lock);
+  for (struct nic_endpoint *ep = vb->eps; ep && got < 32 && got < max; ep = ep->next) {
+    if (!ep->rx) continue;
+    int k = ibv_poll_cq(ep->rcq, (32 < max ? 32 : max) - got, wc + got);
+    for (int i = got; i < got + (k > 0 ? k : 0); i++) {
+      struct nic_endpoint *owner = rx_owner_locked(vb, wc[i].wr_id); /* CQs may be shared */
+      if (!owner) {
+        static const char once;
+        nic_plugin_log(NIC_PLUGIN_LOG_WARN, &once,
+                       "verbs receive: a completion on a receive CQ of nicmalloc's names no buffer "
+                       "of it (the application's own receive?); the CQ must carry only "
+                       "nicmalloc's receives. Dropped");
+        continue;
+      }
+      struct nic_verbs_rx_buf *buf = (struct nic_verbs_rx_buf *)(uintptr_t)wc[i].wr_id;
+      const int status = nic_verbs_wc_errno(wc[i].status);
+      enum nic_verbs_rx_event ev = nic_verbs_rx_complete(buf->ring, buf->index, status);
+      /* An RDMA write with immediate takes a receive but leaves no data in it. */
+      if (ev == NIC_VERBS_RX_DELIVER && wc[i].opcode != IBV_WC_RECV) {
+        nic_verbs_rx_recycle(buf->ring, buf->index);
+        if (!post_recv(owner, buf->index)) {
+          nic_verbs_rx_posted(buf->ring, buf->index);
+          ev = NIC_VERBS_RX_NONE;
+        } else {
+          ev = nic_verbs_rx_repost_failed(buf->ring, buf->index);
+        }
+      }
+      if (ev == NIC_VERBS_RX_NONE) continue;
+      atomic_fetch_add(&owner->rx_active, 1);
+      evs[n++] = (struct rx_event){
+          .ep = owner, .ev = ev, .index = buf->index, .len = wc[i].byte_len, .status = status};
+    }
+    got += k > 0 ? k : 0;
+  }
+  pthread_mutex_unlock(&vb->lock);
+  for (int i = 0; i < n; i++) {
+    struct nic_endpoint *ep = evs[i].ep;
+    if (evs[i].ev == NIC_VERBS_RX_FINAL) {
+      ep->rx_fn(ep->rx_arg, NULL, 0, evs[i].status ? evs[i].status : -EIO, 0);
+    } else {
+      ep->rx_fn(ep->rx_arg, nic_verbs_rx_addr(ep->rx, evs[i].index), evs[i].len, 0, evs[i].index);
+      pthread_mutex_lock(&vb->lock);
+      const bool stall = nic_verbs_rx_stall_due(ep->rx);
+      pthread_mutex_unlock(&vb->lock);
+      if (stall) ep->rx_fn(ep->rx_arg, NULL, 0, -ENOBUFS, 0);
+    }
+    atomic_fetch_sub(&ep->rx_active, 1);
+  }
+  return got;
+}
+
+/* Frees what receiving held; the endpoint is off the list or the backend is closing. */
+static void rx_teardown(struct vbackend *vb, struct nic_endpoint *ep, bool free_block) {
+  if (!ep->rx) return;
+  rx_unregister(vb, ep);
+  if (free_block && vb->rx_mem.free) vb->rx_mem.free(ep->rx->block);
+  nic_plugin_free(ep->rx);
+  ep->rx = NULL;
+}
+
+NIC_EXPORT void nic_verbs_set_rx_memory(struct nic_backend *b,
+                                        const struct nic_verbs_rx_memory *m) {
+  if (b && m) vb_of(b)->rx_mem = *m;
 }
 
 static void vclose(struct nic_backend *b) {
   struct vbackend *vb = vb_of(b);
   if (!vb) return;
+  /* The receive blocks stay the allocator's: at close it may be going away itself. */
+  for (struct nic_endpoint *ep = vb->eps; ep; ep = ep->next)
+    rx_teardown(vb, ep, false);
   for (uint32_t i = 0; i < VERBS_MAX_REGS; i++)
     if (vb->regs[i].mr) ibv_dereg_mr(vb->regs[i].mr);
   while (vb->eps) {
@@ -274,13 +565,24 @@ NIC_EXPORT struct nic_endpoint *nic_verbs_endpoint(struct nic_backend *b, struct
   if (!send_cq) send_cq = qp->send_cq;
   struct nic_endpoint *ep = nic_plugin_calloc(1, sizeof *ep);
   if (!ep) return NULL;
-  *ep = (struct nic_endpoint){.qp = qp, .cq = send_cq, .max_sge = b->caps.max_sge};
+  *ep = (struct nic_endpoint){.qp = qp, .cq = send_cq, .max_sge = b->caps.max_sge, .rx_slot = -1};
   if (!ibv_query_qp(qp, &attr, IBV_QP_CAP, &init) && init.cap.max_send_sge < ep->max_sge)
     ep->max_sge = init.cap.max_send_sge;
   pthread_mutex_lock(&vb_of(b)->lock);
-  ep->next = vb_of(b)->eps;
-  vb_of(b)->eps = ep;
+  /* poll() takes every completion of a send CQ as a send's: not a CQ receives complete on. */
+  bool shared = false;
+  for (const struct nic_endpoint *e = vb_of(b)->eps; e; e = e->next)
+    shared |= e->rx && e->rcq == send_cq;
+  if (!shared) {
+    ep->next = vb_of(b)->eps;
+    vb_of(b)->eps = ep;
+  }
   pthread_mutex_unlock(&vb_of(b)->lock);
+  if (shared) {
+    nic_plugin_free(ep);
+    errno = EINVAL;
+    return NULL;
+  }
   return ep;
 }
 
@@ -290,12 +592,32 @@ NIC_EXPORT int nic_verbs_endpoint_close(struct nic_backend *b, struct nic_endpoi
   pthread_mutex_lock(&vb->lock);
   for (struct nic_endpoint **pp = &vb->eps; *pp; pp = &(*pp)->next) {
     if (*pp != ep) continue;
-    rc = atomic_load(&ep->inflight) ? -EBUSY : 0;
+    rc = atomic_load(&ep->inflight) || ep->rx_starting || atomic_load(&ep->rx_active) ? -EBUSY : 0;
+    if (!rc && ep->rx && nic_verbs_rx_out(ep->rx)) {
+      rc = -EBUSY; /* the program holds a buffer: nic_release gives it back */
+    } else if (!rc && ep->rx && nic_verbs_rx_posted_any(ep->rx)) {
+      /* The NIC keeps posted receives until the QP flushes them: only the error state makes it
+       * give the buffers back (as completions poll() reaps), so that they can be freed. */
+      struct ibv_qp_attr a = {.qp_state = IBV_QPS_ERR};
+      int err = ep->rx_flushing ? 0 : ibv_modify_qp(ep->qp, &a, IBV_QP_STATE);
+      if (err) {
+        static const char once;
+        nic_plugin_log(NIC_PLUGIN_LOG_WARN, &once,
+                       "verbs endpoint close: cannot move its queue pair to the error state (%s), "
+                       "so its posted receive buffers stay the NIC's; it stays open",
+                       strerror(err));
+      }
+      ep->rx_flushing = !err;
+      rc = -EBUSY;
+    }
     if (!rc) *pp = ep->next;
     break;
   }
   pthread_mutex_unlock(&vb->lock);
-  if (!rc) nic_plugin_free(ep);
+  if (!rc) {
+    rx_teardown(vb, ep, true);
+    nic_plugin_free(ep);
+  }
   return rc;
 }
 
@@ -337,7 +659,9 @@ static int setup(struct vbackend *vb, struct ibv_device *dev) {
       .poll = vpoll,
       .close = vclose,
       .endpoint_create = v_endpoint_create,
-      .endpoint_destroy = nic_verbs_endpoint_close};
+      .endpoint_destroy = nic_verbs_endpoint_close,
+      .endpoint_receive = v_endpoint_receive,
+      .rx_recycle = v_rx_recycle};
   pthread_mutex_init(&vb->reg_lock, NULL);
   return pthread_mutex_init(&vb->lock, NULL);
 }

@@ -11,6 +11,7 @@
 #include "backend.h"
 
 #include <stdbool.h>
+#include <stddef.h>
 #include <stdint.h>
 
 #ifdef __cplusplus
@@ -31,8 +32,28 @@ struct ibv_pd *nic_verbs_pd(struct nic_backend *b);
  * errno EINVAL (no QP, or a QP outside nic_verbs_pd), or ENOMEM. */
 struct nic_endpoint *nic_verbs_endpoint(struct nic_backend *b, struct ibv_qp *qp,
                                         struct ibv_cq *send_cq);
-/* 0, or -EBUSY while posts on it are in flight. The QP and CQ stay the application's. */
+/* 0, or -EBUSY while posts on it are in flight, or while it receives and a receive buffer is
+ * out with the program (held) or still posted. The QP and CQs stay the application's; but a
+ * receiving endpoint's QP is moved to the error state at the first close, since only that makes
+ * the NIC give posted receive buffers back (flushed: poll() reaps them, receiving ends with
+ * -ECANCELED, and close then succeeds). */
 int nic_verbs_endpoint_close(struct nic_backend *b, struct nic_endpoint *ep);
+
+/* Receiving (the backend's endpoint_receive): NIC_VERBS_RX_BUFS buffers of
+ * NIC_VERBS_RX_BUF_BYTES (verbs_rx.h; fewer when the receive queue is shorter), carved
+ * page-aligned from one dataplane block, are posted on the QP's receive queue; a longer message
+ * ends receiving (-EMSGSIZE). The QP's receive CQ must carry only nicmalloc's receives, as the
+ * send CQ only its sends (poll() takes every completion it finds there), and must not be a send
+ * CQ of an endpoint. Refused: a QP on a shared receive queue (-EOPNOTSUPP), types other than RC
+ * and UC (-EOPNOTSUPP), a QP in RESET (-EINVAL: post receives from INIT on) or in error
+ * (-ENOTCONN). The block comes from libnicmalloc (safety/endpoint_verbs.c hands this over): alloc
+ * returns dataplane memory with the lkey and handle of the registration that covers it (its
+ * chunk's, which has local write), or NULL; free gives it back. Without it, -EOPNOTSUPP. */
+struct nic_verbs_rx_memory {
+  void *(*alloc)(size_t len, size_t align, uint32_t *lkey, uint64_t *handle);
+  void (*free)(void *block);
+};
+void nic_verbs_set_rx_memory(struct nic_backend *b, const struct nic_verbs_rx_memory *m);
 
 /* On-demand paging for later registrations (also NICMALLOC_VERBS_ODP=1): the NIC faults pages
  * in instead of the kernel pinning them at ibv_reg_mr. 0, or -EOPNOTSUPP when the device does

@@ -1,12 +1,14 @@
 // The verbs backend plugin. What needs no RDMA device runs everywhere: the access-flag and rkey
-// rules, the completion-status mapping, open() without a device, the plugin's exports. The
-// device tests (register, post over a loopback RC queue pair, poll) skip when
-// ibv_get_device_list finds nothing, as on machines whose kernel has no RDMA.
+// rules, the completion-status mapping, open() without a device, the plugin's exports (the
+// receive buffers' books: test_verbs_rx.cc). The device tests (register, post and receive over a
+// loopback RC queue pair, poll) skip when ibv_get_device_list finds nothing, as on machines whose
+// kernel has no RDMA.
 #include <gtest/gtest.h>
 
 #include <dlfcn.h>
 #include <infiniband/verbs.h>
 
+#include <algorithm>
 #include <cerrno>
 #include <chrono>
 #include <cstddef>
@@ -19,6 +21,8 @@
 #include "nicmalloc.h"
 #include "plugin_test_host.h"
 #include "verbs.h"
+#include "verbs_loopback.h"
+#include "verbs_rx.h"
 
 namespace {
 
@@ -39,6 +43,7 @@ TEST(VerbsPlugin, LoadsAndExportsItsApiOnly) {
   ASSERT_NE(Plugin(), nullptr) << dlerror();
   EXPECT_NE(SYM(nic_backend_verbs_open), nullptr);
   EXPECT_NE(SYM(nic_verbs_endpoint), nullptr);
+  EXPECT_NE(SYM(nic_verbs_set_rx_memory), nullptr);
   EXPECT_EQ(dlsym(Plugin(), "nic_plugin_log"), nullptr) << "the host's services stay hidden";
 }
 
@@ -141,7 +146,7 @@ struct Done {
 
 // A device: the backend, a dataplane chunk registered in it, and an RC queue pair connected to
 // itself, so a send arrives in its own receive queue.
-class VerbsDevice : public ::testing::Test {
+class VerbsDeviceBase : public ::testing::Test {
 protected:
   void SetUp() override {
     if (!DeviceCount()) GTEST_SKIP() << "no RDMA device: ibv_get_device_list returned 0 devices";
@@ -166,41 +171,8 @@ protected:
     ASSERT_NE(ep = SYM(nic_verbs_endpoint)(b, qp, scq), nullptr);
   }
   void ConnectToSelf(ibv_context *ctx) {
-    ibv_port_attr port{};
-    ibv_gid gid{};
-    ASSERT_EQ(ibv_query_port(ctx, 1, &port), 0);
-    ASSERT_EQ(ibv_query_gid(ctx, 1, 0, &gid), 0);
-    ibv_qp_attr a{};
-    a.qp_state = IBV_QPS_INIT;
-    a.port_num = 1;
-    ASSERT_EQ(
-        ibv_modify_qp(qp, &a, IBV_QP_STATE | IBV_QP_PKEY_INDEX | IBV_QP_PORT | IBV_QP_ACCESS_FLAGS),
-        0);
-    a = {};
-    a.qp_state = IBV_QPS_RTR;
-    a.path_mtu = port.active_mtu;
-    a.dest_qp_num = qp->qp_num;
-    a.max_dest_rd_atomic = 1;
-    a.min_rnr_timer = 12;
-    a.ah_attr.port_num = 1;
-    a.ah_attr.dlid = port.lid;
-    a.ah_attr.is_global = port.link_layer == IBV_LINK_LAYER_ETHERNET; // RoCE (rxe) needs a GRH
-    a.ah_attr.grh.dgid = gid;
-    a.ah_attr.grh.hop_limit = 1;
-    ASSERT_EQ(ibv_modify_qp(qp, &a,
-                            IBV_QP_STATE | IBV_QP_AV | IBV_QP_PATH_MTU | IBV_QP_DEST_QPN |
-                                IBV_QP_RQ_PSN | IBV_QP_MAX_DEST_RD_ATOMIC | IBV_QP_MIN_RNR_TIMER),
-              0);
-    a = {};
-    a.qp_state = IBV_QPS_RTS;
-    a.timeout = 14;
-    a.retry_cnt = 7;
-    a.rnr_retry = 7;
-    a.max_rd_atomic = 1;
-    ASSERT_EQ(ibv_modify_qp(qp, &a,
-                            IBV_QP_STATE | IBV_QP_TIMEOUT | IBV_QP_RETRY_CNT | IBV_QP_RNR_RETRY |
-                                IBV_QP_SQ_PSN | IBV_QP_MAX_QP_RD_ATOMIC),
-              0);
+    const std::string err = VerbsConnectToSelf(ctx, qp);
+    ASSERT_EQ(err, "");
   }
   void TearDown() override {
     if (!b) return;
@@ -227,6 +199,102 @@ protected:
   ibv_cq *scq = nullptr, *rcq = nullptr;
   ibv_qp *qp = nullptr;
   nic_endpoint *ep = nullptr;
+};
+
+// The device suite. For receiving the test plays libnicmalloc's part (safety/receive.c): it hands
+// the backend dataplane memory, takes what rx hands over, and gives buffers back, at once or later
+// (held).
+struct RxMemory {
+  static inline nic_registration chunk{}; // the fixture's (local access only)
+  static inline int blocks = 0;
+  static void *Alloc(size_t len, size_t align, uint32_t *lkey, uint64_t *handle) {
+    void *p = nic_aligned_alloc(align, len);
+    if (p) blocks++;
+    *lkey = chunk.lkey;
+    *handle = chunk.handle;
+    return p;
+  }
+  static void Free(void *p) {
+    blocks--;
+    free(p);
+  }
+};
+
+struct Rx {
+  struct nic_backend *b = nullptr;
+  nic_endpoint *ep = nullptr;
+  bool hold = false;
+  std::vector<std::string> msgs;
+  std::vector<uint64_t> held;
+  int dataplane = 0, aligned = 0, stalls = 0, ends = 0, status = 0;
+  static void Fn(void *arg, void *data, size_t len, int status, uint64_t token) {
+    auto *r = static_cast<Rx *>(arg);
+    if (!data) {
+      if (status == -ENOBUFS) {
+        r->stalls++;
+      } else {
+        r->ends++;
+        r->status = status;
+      }
+      return;
+    }
+    r->msgs.emplace_back(static_cast<char *>(data), len);
+    r->dataplane += nic_is_dataplane(data);
+    r->aligned += reinterpret_cast<uintptr_t>(data) % 4096 == 0;
+    if (r->hold)
+      r->held.push_back(token);
+    else
+      r->b->rx_recycle(r->b, r->ep, token);
+  }
+  void Release() {
+    for (uint64_t t : held)
+      b->rx_recycle(b, ep, t);
+    held.clear();
+  }
+};
+
+class VerbsDevice : public VerbsDeviceBase {
+protected:
+  void SetUp() override {
+    VerbsDeviceBase::SetUp();
+    if (IsSkipped() || HasFatalFailure()) return;
+    RxMemory::chunk = chunk;
+    RxMemory::blocks = 0;
+    nic_verbs_rx_memory mem = {RxMemory::Alloc, RxMemory::Free};
+    SYM(nic_verbs_set_rx_memory)(b, &mem);
+    rx.b = b;
+    rx.ep = ep;
+  }
+  // One message of len bytes of c, sent over the loopback QP; returns once its send completed.
+  void Send(size_t len, char c) {
+    char *p = static_cast<char *>(nic_malloc(len));
+    memset(p, c, len);
+    nic_sge s = Sge(p, static_cast<uint32_t>(len));
+    Done d;
+    ASSERT_EQ(b->post(b, ep, &s, 1, Done::Fn, &d), 0);
+    ASSERT_TRUE(PollFor(d));
+    EXPECT_EQ(d.status, 0);
+    free(p);
+  }
+  // Polls until pred holds; false after 5 s (a bound on the loop, not a timing assertion).
+  template <class F> bool PollUntil(F pred) {
+    auto end = std::chrono::steady_clock::now() + std::chrono::seconds(5);
+    while (!pred() && std::chrono::steady_clock::now() < end)
+      b->poll(b, 16);
+    return pred();
+  }
+  // Closes ep as a program does: -EBUSY while receive buffers are posted, polling meanwhile.
+  int CloseReceiving() {
+    int rc = SYM(nic_verbs_endpoint_close)(b, ep);
+    auto end = std::chrono::steady_clock::now() + std::chrono::seconds(5);
+    while (rc == -EBUSY && std::chrono::steady_clock::now() < end) {
+      b->poll(b, 16);
+      rc = SYM(nic_verbs_endpoint_close)(b, ep);
+    }
+    if (rc == 0) ep = nullptr;
+    return rc;
+  }
+  Rx rx;
 };
 
 TEST_F(VerbsDevice, RkeyOnlyForRemoteRegistrations) {
@@ -298,6 +366,153 @@ TEST_F(VerbsDevice, OdpFollowsTheDeviceCaps) {
              (attr.odp_caps.per_transport_caps.rc_odp_caps & IBV_ODP_SUPPORT_SEND);
   EXPECT_EQ(SYM(nic_verbs_set_odp)(b, true), odp ? 0 : -EOPNOTSUPP);
   EXPECT_EQ(SYM(nic_verbs_set_odp)(b, false), 0);
+}
+
+TEST_F(VerbsDevice, ReceiveBytesReceivedAreTheBytesSentInPageAlignedDataplaneBuffers) {
+  ASSERT_EQ(b->endpoint_receive(b, ep, Rx::Fn, &rx), 0);
+  EXPECT_EQ(RxMemory::blocks, 1);
+  const size_t lens[] = {1, 100, 4096, 60000};
+  for (size_t i = 0; i < 4; i++)
+    Send(lens[i], static_cast<char>('a' + i));
+  ASSERT_TRUE(PollUntil([&] { return rx.msgs.size() == 4; }));
+  for (size_t i = 0; i < 4; i++)
+    EXPECT_EQ(rx.msgs[i], std::string(lens[i], static_cast<char>('a' + i))) << i;
+  EXPECT_EQ(rx.dataplane, 4);
+  EXPECT_EQ(rx.aligned, 4);
+  EXPECT_EQ(rx.stalls, 0);
+  EXPECT_EQ(rx.ends, 0);
+  EXPECT_EQ(CloseReceiving(), 0);
+  EXPECT_EQ(rx.ends, 1) << "the QP was flushed to give the posted buffers back";
+  EXPECT_EQ(rx.status, -ECANCELED);
+  EXPECT_EQ(RxMemory::blocks, 0) << "the block went back";
+}
+
+TEST_F(VerbsDevice, ReceiveAllBuffersHeldStallsOnceAndAReleaseResumes) {
+  ASSERT_EQ(b->endpoint_receive(b, ep, Rx::Fn, &rx), 0);
+  rx.hold = true;
+  ibv_qp_attr attr{};
+  ibv_qp_init_attr init{};
+  ASSERT_EQ(ibv_query_qp(qp, &attr, IBV_QP_CAP, &init), 0);
+  const unsigned bufs = std::min<unsigned>(attr.cap.max_recv_wr, NIC_VERBS_RX_BUFS);
+  for (unsigned i = 0; i < bufs; i++)
+    Send(10, 'h');
+  ASSERT_TRUE(PollUntil([&] { return rx.msgs.size() == bufs; }));
+  EXPECT_EQ(rx.stalls, 1);
+  // The next one finds no receive posted: the NIC retries it (RNR) until a buffer is back.
+  char *p = static_cast<char *>(nic_malloc(5));
+  memcpy(p, "after", 5);
+  nic_sge s = Sge(p, 5);
+  Done d;
+  ASSERT_EQ(b->post(b, ep, &s, 1, Done::Fn, &d), 0);
+  EXPECT_EQ(SYM(nic_verbs_endpoint_close)(b, ep), -EBUSY) << "buffers are held";
+  b->poll(b, 16);
+  EXPECT_EQ(rx.msgs.size(), bufs) << "arrived with every buffer held";
+  rx.hold = false;
+  rx.Release();
+  ASSERT_TRUE(PollUntil([&] { return rx.msgs.size() == bufs + 1 && d.calls; }));
+  EXPECT_EQ(rx.msgs.back(), "after");
+  EXPECT_EQ(d.status, 0);
+  EXPECT_EQ(rx.stalls, 1);
+  free(p);
+  EXPECT_EQ(CloseReceiving(), 0);
+}
+
+TEST_F(VerbsDevice, ReceiveDestroyIsBusyWhileABufferIsHeld) {
+  ASSERT_EQ(b->endpoint_receive(b, ep, Rx::Fn, &rx), 0);
+  rx.hold = true;
+  Send(64, 'x');
+  ASSERT_TRUE(PollUntil([&] { return rx.held.size() == 1; }));
+  for (int i = 0; i < 3; i++) {
+    EXPECT_EQ(SYM(nic_verbs_endpoint_close)(b, ep), -EBUSY);
+    b->poll(b, 16);
+  }
+  EXPECT_EQ(RxMemory::blocks, 1) << "the held buffer's block stays";
+  EXPECT_EQ(rx.ends, 0) << "a held buffer leaves the QP alone";
+  rx.Release();
+  EXPECT_EQ(CloseReceiving(), 0);
+  EXPECT_EQ(RxMemory::blocks, 0);
+}
+
+TEST_F(VerbsDevice, ReceiveBadCallsAndQueuePairsItCannotServeAreRefused) {
+  int not_an_endpoint = 0;
+  EXPECT_EQ(b->endpoint_receive(b, reinterpret_cast<nic_endpoint *>(&not_an_endpoint), Rx::Fn, &rx),
+            -EINVAL);
+  EXPECT_EQ(b->endpoint_receive(b, ep, nullptr, &rx), -EINVAL);
+  ibv_context *ctx = SYM(nic_verbs_context)(b);
+  ibv_pd *pd = SYM(nic_verbs_pd)(b);
+  ibv_qp_init_attr init{};
+  init.send_cq = init.recv_cq = scq; // receives would complete on a send CQ
+  init.qp_type = IBV_QPT_RC;
+  init.cap = {4, 4, 1, 1, 0};
+  ibv_qp *shared = ibv_create_qp(pd, &init);
+  ASSERT_NE(shared, nullptr);
+  nic_endpoint *e2 = SYM(nic_verbs_endpoint)(b, shared, nullptr);
+  ASSERT_NE(e2, nullptr);
+  ibv_qp_attr a{};
+  a.qp_state = IBV_QPS_INIT;
+  a.port_num = 1;
+  ASSERT_EQ(ibv_modify_qp(shared, &a,
+                          IBV_QP_STATE | IBV_QP_PKEY_INDEX | IBV_QP_PORT | IBV_QP_ACCESS_FLAGS),
+            0);
+  EXPECT_EQ(b->endpoint_receive(b, e2, Rx::Fn, &rx), -EINVAL);
+  EXPECT_EQ(SYM(nic_verbs_endpoint_close)(b, e2), 0);
+  ibv_destroy_qp(shared);
+  // Still in RESET: nothing can be posted yet.
+  init.send_cq = scq;
+  init.recv_cq = ibv_create_cq(ctx, 4, nullptr, nullptr, 0);
+  ASSERT_NE(init.recv_cq, nullptr);
+  ibv_qp *fresh = ibv_create_qp(pd, &init);
+  ASSERT_NE(fresh, nullptr);
+  nic_endpoint *e3 = SYM(nic_verbs_endpoint)(b, fresh, nullptr);
+  ASSERT_NE(e3, nullptr);
+  EXPECT_EQ(b->endpoint_receive(b, e3, Rx::Fn, &rx), -EINVAL);
+  EXPECT_EQ(SYM(nic_verbs_endpoint_close)(b, e3), 0);
+  ibv_destroy_qp(fresh);
+  // On a shared receive queue.
+  ibv_srq_init_attr sattr{};
+  sattr.attr.max_wr = 4;
+  sattr.attr.max_sge = 1;
+  ibv_srq *srq = ibv_create_srq(pd, &sattr);
+  if (srq) {
+    init.srq = srq;
+    ibv_qp *onsrq = ibv_create_qp(pd, &init);
+    ASSERT_NE(onsrq, nullptr);
+    nic_endpoint *e4 = SYM(nic_verbs_endpoint)(b, onsrq, nullptr);
+    ASSERT_NE(e4, nullptr);
+    EXPECT_EQ(b->endpoint_receive(b, e4, Rx::Fn, &rx), -EOPNOTSUPP);
+    EXPECT_EQ(SYM(nic_verbs_endpoint_close)(b, e4), 0);
+    ibv_destroy_qp(onsrq);
+    ibv_destroy_srq(srq);
+  }
+  ibv_destroy_cq(init.recv_cq);
+  // Twice on one endpoint.
+  ASSERT_EQ(b->endpoint_receive(b, ep, Rx::Fn, &rx), 0);
+  EXPECT_EQ(b->endpoint_receive(b, ep, Rx::Fn, &rx), -EALREADY);
+  EXPECT_EQ(RxMemory::blocks, 1);
+  EXPECT_EQ(CloseReceiving(), 0);
+}
+
+// A receive the application posted itself, against verbs.h, completes on nicmalloc's receive CQ
+// with a wr_id of its own: dropped, never followed as one of our buffers. With it in the queue,
+// one buffer fewer fits.
+TEST_F(VerbsDevice, ReceiveACompletionOfTheApplicationsOwnIsDroppedNotFollowed) {
+  static char own[256];
+  nic_registration oreg{};
+  ASSERT_EQ(b->reg(b, own, sizeof own, NIC_ACCESS_LOCAL_WRITE, &oreg), 0);
+  ibv_sge sge = {reinterpret_cast<uintptr_t>(own), sizeof own, oreg.lkey};
+  ibv_recv_wr wr{}, *bad = nullptr;
+  wr.wr_id = 0xdeadbeef;
+  wr.sg_list = &sge;
+  wr.num_sge = 1;
+  ASSERT_EQ(ibv_post_recv(qp, &wr, &bad), 0);
+  ASSERT_EQ(b->endpoint_receive(b, ep, Rx::Fn, &rx), 0);
+  Send(10, 'o'); // into the application's receive, posted first
+  Send(20, 'n'); // into nicmalloc's
+  ASSERT_TRUE(PollUntil([&] { return rx.msgs.size() == 1; }));
+  EXPECT_EQ(rx.msgs[0], std::string(20, 'n'));
+  EXPECT_EQ(std::string(own, 10), std::string(10, 'o'));
+  EXPECT_EQ(CloseReceiving(), 0);
+  EXPECT_EQ(b->dereg(b, &oreg), 0);
 }
 
 } // namespace

@@ -1,0 +1,361 @@
+/* A software RDMA device behind the rdma-core calls the verbs backend makes (soft_verbs.h). */
+#include "soft_verbs.h"
+
+#include <errno.h>
+#include <pthread.h>
+#include <stdbool.h>
+#include <stdlib.h>
+#include <string.h>
+
+#define SOFT_Q 256 /* work requests or completions a queue holds */
+#define SOFT_MRS 64
+
+struct soft_cq {
+  struct ibv_cq cq;
+  struct ibv_wc wc[SOFT_Q];
+  unsigned head, n;
+};
+
+struct soft_send {
+  uint64_t wr_id;
+  unsigned n;
+  struct ibv_sge sge[8];
+};
+
+struct soft_qp {
+  struct ibv_qp qp;
+  uint32_t max_recv_wr, max_recv_sge;
+  struct ibv_recv_wr rq[SOFT_Q]; /* with sg_list pointing into rq_sge */
+  struct ibv_sge rq_sge[SOFT_Q];
+  unsigned rq_head, rq_n;
+  struct soft_send waiting[SOFT_Q]; /* sends finding no receive posted (RNR, retried) */
+  unsigned w_head, w_n;
+};
+
+static pthread_mutex_t lock = PTHREAD_MUTEX_INITIALIZER;
+static struct ibv_device device;
+static struct ibv_device *devices[2] = {&device, NULL};
+static struct ibv_mr *mrs[SOFT_MRS];
+static uint32_t next_key = 0x100;
+static int devices_listed = 1;
+
+void soft_verbs_set_devices(int n) {
+  devices_listed = n;
+}
+
+static void push(struct ibv_cq *cq, struct ibv_wc wc) {
+  struct soft_cq *c = (struct soft_cq *)cq;
+  if (c->n == SOFT_Q) abort(); /* a CQ overrun: the test is wrong */
+  c->wc[(c->head + c->n++) % SOFT_Q] = wc;
+}
+
+static int soft_poll_cq(struct ibv_cq *cq, int num, struct ibv_wc *wc) {
+  struct soft_cq *c = (struct soft_cq *)cq;
+  pthread_mutex_lock(&lock);
+  int k = 0;
+  for (; k < num && c->n; k++, c->n--, c->head = (c->head + 1) % SOFT_Q)
+    wc[k] = c->wc[c->head];
+  pthread_mutex_unlock(&lock);
+  return k;
+}
+
+/* The MR that lkey names, if it covers the entry. */
+static bool covered(const struct ibv_sge *s, bool write) {
+  for (int i = 0; i < SOFT_MRS; i++) {
+    const struct ibv_mr *m = mrs[i];
+    if (!m || m->lkey != s->lkey) continue;
+    const uintptr_t lo = (uintptr_t)m->addr;
+    if (write && !(m->handle & IBV_ACCESS_LOCAL_WRITE)) return false;
+    return s->addr >= lo && s->addr + s->length <= lo + m->length;
+  }
+  return false;
+}
+
+static void flush_locked(struct soft_qp *q) {
+  for (; q->rq_n; q->rq_n--, q->rq_head = (q->rq_head + 1) % SOFT_Q)
+    push(q->qp.recv_cq, (struct ibv_wc){.wr_id = q->rq[q->rq_head].wr_id,
+                                        .status = IBV_WC_WR_FLUSH_ERR,
+                                        .qp_num = q->qp.qp_num});
+  for (; q->w_n; q->w_n--, q->w_head = (q->w_head + 1) % SOFT_Q)
+    push(q->qp.send_cq, (struct ibv_wc){.wr_id = q->waiting[q->w_head].wr_id,
+                                        .status = IBV_WC_WR_FLUSH_ERR,
+                                        .qp_num = q->qp.qp_num});
+}
+
+static void to_error_locked(struct soft_qp *q) {
+  q->qp.state = IBV_QPS_ERR;
+  flush_locked(q);
+}
+
+/* The oldest waiting send into the oldest posted receive (the QP is connected to itself). */
+static void deliver_locked(struct soft_qp *q) {
+  while (q->qp.state == IBV_QPS_RTS && q->w_n && q->rq_n) {
+    struct soft_send *s = &q->waiting[q->w_head];
+    struct ibv_recv_wr *r = &q->rq[q->rq_head];
+    size_t total = 0;
+    for (unsigned i = 0; i < s->n; i++)
+      total += s->sge[i].length;
+    if (total > r->sg_list[0].length) {
+      q->rq_n--, q->rq_head = (q->rq_head + 1) % SOFT_Q;
+      push(
+          q->qp.recv_cq,
+          (struct ibv_wc){.wr_id = r->wr_id, .status = IBV_WC_LOC_LEN_ERR, .qp_num = q->qp.qp_num});
+      to_error_locked(q);
+      return;
+    }
+    char *to = (char *)(uintptr_t)r->sg_list[0].addr;
+    for (unsigned i = 0; i < s->n; i++) {
+      memcpy(to, (const void *)(uintptr_t)s->sge[i].addr, s->sge[i].length);
+      to += s->sge[i].length;
+    }
+    push(q->qp.recv_cq, (struct ibv_wc){.wr_id = r->wr_id,
+                                        .status = IBV_WC_SUCCESS,
+                                        .opcode = IBV_WC_RECV,
+                                        .byte_len = (uint32_t)total,
+                                        .qp_num = q->qp.qp_num});
+    push(q->qp.send_cq, (struct ibv_wc){.wr_id = s->wr_id,
+                                        .status = IBV_WC_SUCCESS,
+                                        .opcode = IBV_WC_SEND,
+                                        .qp_num = q->qp.qp_num});
+    q->rq_n--, q->rq_head = (q->rq_head + 1) % SOFT_Q;
+    q->w_n--, q->w_head = (q->w_head + 1) % SOFT_Q;
+  }
+}
+
+static int soft_post_recv(struct ibv_qp *qp, struct ibv_recv_wr *wr, struct ibv_recv_wr **bad) {
+  struct soft_qp *q = (struct soft_qp *)qp;
+  int rc = 0;
+  pthread_mutex_lock(&lock);
+  for (; wr && !rc; wr = wr->next) {
+    if (qp->state == IBV_QPS_RESET || wr->num_sge != 1 || wr->num_sge > (int)q->max_recv_sge)
+      rc = EINVAL;
+    else if (q->rq_n == q->max_recv_wr)
+      rc = ENOMEM;
+    else if (!covered(&wr->sg_list[0], true))
+      rc = EFAULT; /* a device would complete it with a protection error; the test wants to know */
+    if (rc) {
+      *bad = wr;
+      break;
+    }
+    const unsigned at = (q->rq_head + q->rq_n++) % SOFT_Q;
+    q->rq_sge[at] = wr->sg_list[0];
+    q->rq[at] = (struct ibv_recv_wr){.wr_id = wr->wr_id, .sg_list = &q->rq_sge[at], .num_sge = 1};
+    if (qp->state == IBV_QPS_ERR) flush_locked(q);
+  }
+  deliver_locked(q);
+  pthread_mutex_unlock(&lock);
+  return rc;
+}
+
+static int soft_post_send(struct ibv_qp *qp, struct ibv_send_wr *wr, struct ibv_send_wr **bad) {
+  struct soft_qp *q = (struct soft_qp *)qp;
+  int rc = 0;
+  pthread_mutex_lock(&lock);
+  for (; wr && !rc; wr = wr->next) {
+    if (qp->state != IBV_QPS_RTS || wr->num_sge > 8)
+      rc = EINVAL;
+    else if (q->w_n == SOFT_Q)
+      rc = ENOMEM;
+    if (rc) {
+      *bad = wr;
+      break;
+    }
+    bool ok = true;
+    for (int i = 0; i < wr->num_sge; i++)
+      ok &= covered(&wr->sg_list[i], false);
+    if (!ok) {
+      push(
+          qp->send_cq,
+          (struct ibv_wc){.wr_id = wr->wr_id, .status = IBV_WC_LOC_PROT_ERR, .qp_num = qp->qp_num});
+      continue;
+    }
+    struct soft_send *s = &q->waiting[(q->w_head + q->w_n++) % SOFT_Q];
+    *s = (struct soft_send){.wr_id = wr->wr_id, .n = (unsigned)wr->num_sge};
+    memcpy(s->sge, wr->sg_list, (size_t)wr->num_sge * sizeof s->sge[0]);
+  }
+  deliver_locked(q);
+  pthread_mutex_unlock(&lock);
+  return rc;
+}
+
+struct ibv_device **ibv_get_device_list(int *num) {
+  if (num) *num = devices_listed;
+  struct ibv_device **list = calloc(2, sizeof *list);
+  if (list && devices_listed) list[0] = devices[0];
+  return list;
+}
+void ibv_free_device_list(struct ibv_device **list) {
+  free(list);
+}
+const char *ibv_get_device_name(struct ibv_device *dev) {
+  (void)dev;
+  return "soft0";
+}
+struct ibv_context *ibv_open_device(struct ibv_device *dev) {
+  struct ibv_context *ctx = calloc(1, sizeof *ctx);
+  if (!ctx) return NULL;
+  ctx->device = dev;
+  ctx->ops.poll_cq = soft_poll_cq;
+  ctx->ops.post_send = soft_post_send;
+  ctx->ops.post_recv = soft_post_recv;
+  return ctx; /* abi_compat NULL: not extended, so queries take the legacy calls */
+}
+int ibv_close_device(struct ibv_context *ctx) {
+  free(ctx);
+  return 0;
+}
+struct ibv_pd *ibv_alloc_pd(struct ibv_context *ctx) {
+  struct ibv_pd *pd = calloc(1, sizeof *pd);
+  if (pd) pd->context = ctx;
+  return pd;
+}
+int ibv_dealloc_pd(struct ibv_pd *pd) {
+  for (int i = 0; i < SOFT_MRS; i++)
+    if (mrs[i] && mrs[i]->pd == pd) return EBUSY;
+  free(pd);
+  return 0;
+}
+int ibv_query_device(struct ibv_context *ctx, struct ibv_device_attr *attr) {
+  (void)ctx;
+  memset(attr, 0, sizeof *attr);
+  attr->max_sge = 8;
+  attr->max_mr = SOFT_MRS;
+  attr->max_mr_size = (uint64_t)1 << 40;
+  attr->max_qp_wr = SOFT_Q;
+  return 0;
+}
+
+/* The access flags are kept in handle: the test's lookups need them, nothing else reads it. */
+struct ibv_mr *ibv_reg_mr_iova2(struct ibv_pd *pd, void *addr, size_t length, uint64_t iova,
+                                unsigned int access) {
+  (void)iova;
+  struct ibv_mr *m = calloc(1, sizeof *m);
+  if (!m) return NULL;
+  pthread_mutex_lock(&lock);
+  int i = 0;
+  while (i < SOFT_MRS && mrs[i])
+    i++;
+  if (i == SOFT_MRS) {
+    pthread_mutex_unlock(&lock);
+    free(m);
+    errno = ENOMEM;
+    return NULL;
+  }
+  *m = (struct ibv_mr){.context = pd->context,
+                       .pd = pd,
+                       .addr = addr,
+                       .length = length,
+                       .handle = access,
+                       .lkey = next_key,
+                       .rkey = next_key + 1};
+  next_key += 2;
+  mrs[i] = m;
+  pthread_mutex_unlock(&lock);
+  return m;
+}
+#undef ibv_reg_mr
+struct ibv_mr *ibv_reg_mr(struct ibv_pd *pd, void *addr, size_t length, int access) {
+  return ibv_reg_mr_iova2(pd, addr, length, (uintptr_t)addr, (unsigned)access);
+}
+int ibv_dereg_mr(struct ibv_mr *mr) {
+  pthread_mutex_lock(&lock);
+  for (int i = 0; i < SOFT_MRS; i++)
+    if (mrs[i] == mr) mrs[i] = NULL;
+  pthread_mutex_unlock(&lock);
+  free(mr);
+  return 0;
+}
+
+int ibv_query_qp(struct ibv_qp *qp, struct ibv_qp_attr *attr, int mask,
+                 struct ibv_qp_init_attr *init) {
+  (void)mask;
+  struct soft_qp *q = (struct soft_qp *)qp;
+  memset(attr, 0, sizeof *attr);
+  memset(init, 0, sizeof *init);
+  pthread_mutex_lock(&lock);
+  attr->qp_state = qp->state;
+  attr->cap.max_send_wr = SOFT_Q;
+  attr->cap.max_send_sge = 8;
+  attr->cap.max_recv_wr = q->max_recv_wr;
+  attr->cap.max_recv_sge = q->max_recv_sge;
+  init->cap = attr->cap;
+  init->send_cq = qp->send_cq;
+  init->recv_cq = qp->recv_cq;
+  init->srq = qp->srq;
+  init->qp_type = qp->qp_type;
+  pthread_mutex_unlock(&lock);
+  return 0;
+}
+
+int ibv_modify_qp(struct ibv_qp *qp, struct ibv_qp_attr *attr, int mask) {
+  if (!(mask & IBV_QP_STATE)) return 0;
+  pthread_mutex_lock(&lock);
+  if (attr->qp_state == IBV_QPS_ERR)
+    to_error_locked((struct soft_qp *)qp);
+  else
+    qp->state = attr->qp_state;
+  deliver_locked((struct soft_qp *)qp);
+  pthread_mutex_unlock(&lock);
+  return 0;
+}
+
+struct ibv_cq *soft_verbs_cq(struct ibv_context *ctx) {
+  struct soft_cq *c = calloc(1, sizeof *c);
+  if (!c) return NULL;
+  c->cq.context = ctx;
+  c->cq.cqe = SOFT_Q;
+  return &c->cq;
+}
+
+struct ibv_qp *soft_verbs_qp(struct ibv_pd *pd, struct ibv_cq *scq, struct ibv_cq *rcq,
+                             enum ibv_qp_type type, uint32_t max_recv_wr, struct ibv_srq *srq) {
+  static uint32_t qpn = 0x10;
+  struct soft_qp *q = calloc(1, sizeof *q);
+  if (!q) return NULL;
+  q->qp = (struct ibv_qp){.context = pd->context,
+                          .pd = pd,
+                          .send_cq = scq,
+                          .recv_cq = rcq,
+                          .srq = srq,
+                          .qp_num = qpn++,
+                          .state = IBV_QPS_RESET,
+                          .qp_type = type};
+  q->max_recv_wr = max_recv_wr < SOFT_Q ? max_recv_wr : SOFT_Q;
+  q->max_recv_sge = 1;
+  return &q->qp;
+}
+
+unsigned soft_verbs_rq_posted(struct ibv_qp *qp) {
+  pthread_mutex_lock(&lock);
+  const unsigned n = ((struct soft_qp *)qp)->rq_n;
+  pthread_mutex_unlock(&lock);
+  return n;
+}
+
+unsigned soft_verbs_sends_waiting(struct ibv_qp *qp) {
+  pthread_mutex_lock(&lock);
+  const unsigned n = ((struct soft_qp *)qp)->w_n;
+  pthread_mutex_unlock(&lock);
+  return n;
+}
+
+bool soft_verbs_write_with_imm(struct ibv_qp *qp, uint32_t len) {
+  struct soft_qp *q = (struct soft_qp *)qp;
+  pthread_mutex_lock(&lock);
+  const bool posted = q->rq_n && qp->state == IBV_QPS_RTS;
+  if (posted) {
+    push(qp->recv_cq, (struct ibv_wc){.wr_id = q->rq[q->rq_head].wr_id,
+                                      .status = IBV_WC_SUCCESS,
+                                      .opcode = IBV_WC_RECV_RDMA_WITH_IMM,
+                                      .wc_flags = IBV_WC_WITH_IMM,
+                                      .byte_len = len,
+                                      .qp_num = qp->qp_num});
+    q->rq_n--, q->rq_head = (q->rq_head + 1) % SOFT_Q;
+  }
+  pthread_mutex_unlock(&lock);
+  return posted;
+}
+
+void soft_verbs_free(void *p) {
+  free(p);
+}

@@ -1,0 +1,39 @@
+/* A software RDMA device for the verbs backend's receive paths where there is no RDMA device
+ * (soft_verbs.c): it defines the rdma-core calls verbs.c makes (device list, open, PD, MRs, QP
+ * query and modify) and the context's post and poll operations, so that verbs.c, built into a
+ * test program without libibverbs, runs against it. One QP is connected to itself: a send lands
+ * in its own oldest posted receive, or waits (as an RC sender retries after RNR) until one is
+ * posted. Entries are checked against the MRs (receives need local write); a message longer than
+ * the receive is IBV_WC_LOC_LEN_ERR and the QP goes to error; error flushes every receive.
+ * Enough for the tests, not a model of a NIC's timing. */
+#ifndef NIC_SOFT_VERBS_H
+#define NIC_SOFT_VERBS_H
+
+#include <infiniband/verbs.h>
+
+#include <stdbool.h>
+#include <stdint.h>
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+/* How many devices ibv_get_device_list reports (1, or 0 for "no device"). */
+void soft_verbs_set_devices(int n);
+struct ibv_cq *soft_verbs_cq(struct ibv_context *ctx);
+/* A QP in RESET, with one receive entry per work request. */
+struct ibv_qp *soft_verbs_qp(struct ibv_pd *pd, struct ibv_cq *scq, struct ibv_cq *rcq,
+                             enum ibv_qp_type type, uint32_t max_recv_wr, struct ibv_srq *srq);
+/* Receives posted and not yet taken; sends waiting for one. */
+unsigned soft_verbs_rq_posted(struct ibv_qp *qp);
+unsigned soft_verbs_sends_waiting(struct ibv_qp *qp);
+/* What a peer's RDMA write with immediate does at this QP: takes the oldest posted receive and
+ * completes it IBV_WC_RECV_RDMA_WITH_IMM, nothing written into it. false when none is posted. */
+bool soft_verbs_write_with_imm(struct ibv_qp *qp, uint32_t len);
+/* Frees a CQ or QP made above. */
+void soft_verbs_free(void *p);
+
+#ifdef __cplusplus
+}
+#endif
+#endif

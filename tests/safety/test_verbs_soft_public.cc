@@ -1,0 +1,132 @@
+// Receiving on a verbs endpoint through the public calls, as an application does
+// (nic_verbs_endpoint_create, nic_endpoint_receive, nic_hold / nic_release, the statistics), on
+// the software device of tests/regcache/soft_verbs.h: ctest runs this program with
+// NICMALLOC_BACKEND=verbs and a copy of libnicmalloc.so whose neighbouring verbs plugin is built
+// against that device, which this program holds and exports (tests/plugins.cmake). It covers
+// what the plugin suites play themselves: the dataplane memory libnicmalloc hands the plugin
+// (safety/endpoint_verbs.c) and the hold bookkeeping (safety/receive.c).
+#include <gtest/gtest.h>
+
+#include <cerrno>
+#include <cstdlib>
+#include <cstring>
+#include <string>
+#include <vector>
+
+#include "nicmalloc.h"
+#include "soft_verbs.h"
+
+namespace {
+
+nic_stats Stats() {
+  nic_stats s = NIC_STATS_INIT;
+  nic_get_stats(&s);
+  return s;
+}
+
+struct Rx {
+  std::vector<std::string> msgs;
+  std::vector<void *> kept;
+  int dataplane = 0, aligned = 0, ends = 0;
+  bool hold = false;
+  static void Fn(void *arg, void *data, size_t len) {
+    auto *r = static_cast<Rx *>(arg);
+    if (!data) {
+      r->ends++;
+      return;
+    }
+    r->msgs.emplace_back(static_cast<char *>(data), len);
+    r->dataplane += nic_is_dataplane(data);
+    r->aligned += reinterpret_cast<uintptr_t>(data) % 4096 == 0;
+    if (r->hold) {
+      EXPECT_EQ(nic_hold(data), 0);
+      r->kept.push_back(data);
+    }
+  }
+};
+
+int Sent = 0;
+void Send(nic_endpoint *ep, const std::string &text) {
+  char *p = static_cast<char *>(nic_malloc(text.size()));
+  memcpy(p, text.data(), text.size());
+  nic_sga sga;
+  ASSERT_EQ(nic_sga_init(&sga, 0), 0);
+  ASSERT_EQ(nic_sga_add(&sga, p, text.size()), 0);
+  ASSERT_EQ(nic_sga_post(
+                &sga, ep, [](void *, int status) { Sent += status == 0; }, nullptr),
+            0);
+  free(p); // deferred until the send completed
+}
+
+void Drain() {
+  while (nic_poll(0) > 0) {
+  }
+}
+
+TEST(VerbsSoftPublic, ReceivesIntoDataplaneBuffersHeldOnesComeBackAtRelease) {
+  nic_sga probe;
+  nic_sga_init(&probe, 0); // opens the backend
+  ASSERT_STREQ(Stats().backend, "verbs")
+      << "the verbs plugin beside libnicmalloc.so (LD_LIBRARY_PATH) did not open";
+  auto *pd = static_cast<ibv_pd *>(nic_verbs_get_pd());
+  ASSERT_NE(pd, nullptr);
+  ibv_cq *scq = soft_verbs_cq(pd->context), *rcq = soft_verbs_cq(pd->context);
+  ibv_qp *qp = soft_verbs_qp(pd, scq, rcq, IBV_QPT_RC, 8, nullptr);
+  for (ibv_qp_state s : {IBV_QPS_INIT, IBV_QPS_RTR, IBV_QPS_RTS}) {
+    ibv_qp_attr a{};
+    a.qp_state = s;
+    ASSERT_EQ(ibv_modify_qp(qp, &a, IBV_QP_STATE), 0);
+  }
+  nic_endpoint *ep = nic_verbs_endpoint_create(qp);
+  ASSERT_NE(ep, nullptr);
+  Rx rx;
+  const nic_stats before = Stats();
+  ASSERT_EQ(nic_endpoint_receive(ep, Rx::Fn, &rx), 0);
+  EXPECT_EQ(soft_verbs_rq_posted(qp), 8u);
+  EXPECT_EQ(nic_endpoint_receive(ep, Rx::Fn, &rx), 0) << "the same receiver again is no error";
+  Send(ep, "hello over verbs");
+  Drain();
+  ASSERT_EQ(rx.msgs.size(), 1u);
+  EXPECT_EQ(rx.msgs[0], "hello over verbs");
+  EXPECT_EQ(soft_verbs_rq_posted(qp), 8u) << "the buffer went back when receive returned";
+  // Hold every buffer: the endpoint stalls (once) and the next message waits in the sender.
+  rx.hold = true;
+  for (int i = 0; i < 8; i++)
+    Send(ep, "held " + std::to_string(i));
+  Drain();
+  ASSERT_EQ(rx.kept.size(), 8u);
+  nic_stats s = Stats();
+  EXPECT_EQ(s.recv_held_buffers - before.recv_held_buffers, 8u);
+  EXPECT_EQ(s.recv_stalls - before.recv_stalls, 1u);
+  rx.hold = false;
+  Send(ep, "after the release");
+  Drain();
+  EXPECT_EQ(rx.msgs.size(), 9u) << "arrived while every buffer was held";
+  EXPECT_EQ(soft_verbs_sends_waiting(qp), 1u);
+  EXPECT_EQ(nic_verbs_endpoint_destroy(ep), -EBUSY) << "buffers are held";
+  EXPECT_EQ(rx.ends, 0);
+  for (void *p : rx.kept)
+    EXPECT_EQ(nic_release(p), 0);
+  EXPECT_EQ(Stats().recv_held_buffers, before.recv_held_buffers);
+  Drain();
+  ASSERT_EQ(rx.msgs.size(), 10u);
+  EXPECT_EQ(rx.msgs.back(), "after the release");
+  EXPECT_EQ(rx.dataplane, 10);
+  EXPECT_EQ(rx.aligned, 10);
+  EXPECT_EQ(Sent, 10);
+  s = Stats();
+  EXPECT_EQ(s.recv_messages - before.recv_messages, 10u);
+  EXPECT_EQ(s.recv_stalls - before.recv_stalls, 1u);
+  // Destroy flushes the QP to get the posted buffers back: receiving ends once, then it goes.
+  int rc = nic_verbs_endpoint_destroy(ep);
+  for (int i = 0; rc == -EBUSY && i < 100; i++) {
+    Drain();
+    rc = nic_verbs_endpoint_destroy(ep);
+  }
+  EXPECT_EQ(rc, 0);
+  EXPECT_EQ(rx.ends, 1);
+  for (void *p : {static_cast<void *>(qp), static_cast<void *>(scq), static_cast<void *>(rcq)})
+    soft_verbs_free(p);
+}
+
+} // namespace
