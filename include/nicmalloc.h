@@ -279,9 +279,11 @@ int nic_sim_endpoint_destroy(struct nic_endpoint *ep);
  * it, until the destroy; never to a socket that gets its number). A post is one SEND_ZC (one entry)
  * or SENDMSG_ZC from the registered buffers; done() runs after the kernel's zero-copy notification.
  * On a stream, posts reach the socket whole and in post order; on a datagram socket each post is
- * one datagram (longer than the socket takes: done() gets -EMSGSIZE). errno: ENODEV, EBADF,
- * ENOTSOCK, EPROTOTYPE (neither stream nor datagram), EOPNOTSUPP (not TCP or UDP), ENOTCONN,
- * EMFILE (as many endpoints open as RLIMIT_NOFILE, at most 16384). */
+ * one datagram (longer than the socket takes: done() gets -EMSGSIZE). nic_endpoint_receive on it
+ * receives into NICMALLOC_RECV_BUFFERS buffers of NICMALLOC_RECV_BUFFER_SIZE bytes (default 32
+ * of 64 KiB); a datagram longer than a buffer is dropped and said once, never handed over cut.
+ * errno: ENODEV, EBADF, ENOTSOCK, EPROTOTYPE (neither stream nor datagram), EOPNOTSUPP (not TCP
+ * or UDP), ENOTCONN, EMFILE (as many endpoints open as RLIMIT_NOFILE, at most 16384). */
 struct nic_endpoint *nic_uring_endpoint_create(int sockfd);
 int nic_uring_endpoint_destroy(struct nic_endpoint *ep);
 

@@ -31,3 +31,17 @@ add_test(NAME UringEndpointWrongBackend.UnderSim
 set_tests_properties(UringEndpointWrongBackend.UnderSim PROPERTIES
   ENVIRONMENT "NICMALLOC_BACKEND=sim;NICMALLOC_CHUNK_SIZE=64M" TIMEOUT 60
   FAIL_REGULAR_EXPRESSION "\\[  SKIPPED \\]")
+
+# Receiving (nic_endpoint_receive) on io_uring endpoints; UringReceiveSmall.* again with 4
+# receive buffers of 4 KiB, where a datagram outgrows a buffer and every buffer is soon held.
+add_executable(test_uring_receive ${CMAKE_CURRENT_LIST_DIR}/safety/test_uring_receive.cc)
+target_link_libraries(test_uring_receive PRIVATE ${NIC_RUNTIME_LAYERS} GTest::gtest
+  GTest::gtest_main Threads::Threads)
+nic_gtest_with_env(test_uring_receive ${NIC_URING_SGA_ENV})
+gtest_discover_tests(test_uring_receive TEST_FILTER "-UringReceiveSmall.*"
+                     PROPERTIES TIMEOUT 300 DISCOVERY_TIMEOUT 60)
+add_test(NAME UringReceiveSmall.WithFourBuffersOf4KiB
+         COMMAND $<TARGET_FILE:test_uring_receive> --gtest_filter=UringReceiveSmall.*)
+set_tests_properties(UringReceiveSmall.WithFourBuffersOf4KiB PROPERTIES
+  ENVIRONMENT "NICMALLOC_BACKEND=uring;NICMALLOC_CHUNK_SIZE=64M;NICMALLOC_FENCE=wait;NICMALLOC_RECV_BUFFERS=4;NICMALLOC_RECV_BUFFER_SIZE=4K"
+  TIMEOUT 120 FAIL_REGULAR_EXPRESSION "\\[  SKIPPED \\]")

@@ -102,6 +102,16 @@
     "sim entries per post")                                                                        \
   X(URING_ENTRIES, "NICMALLOC_URING_ENTRIES", NIC_T_COUNT, "256", 1, 32768, "", NIC_REACH_VALUE,   \
     "io_uring queue depth")                                                                        \
+  X(RECV_BUFFERS, "NICMALLOC_RECV_BUFFERS", NIC_T_COUNT, "32", 1, 32768, "", NIC_REACH_VALUE,      \
+    "io_uring: receive buffers per receiving endpoint (`nic_endpoint_receive`), carved from "      \
+    "one dataplane block; while the program holds them all the endpoint stops receiving and "      \
+    "its transport pushes back. The default, 32 of the default size, is 2 MiB per endpoint")       \
+  X(RECV_BUFFER_SIZE, "NICMALLOC_RECV_BUFFER_SIZE", NIC_T_SIZE, "64K", 4096, 16ull << 20, "",      \
+    NIC_REACH_VALUE,                                                                               \
+    "io_uring: bytes of each receive buffer, rounded up to whole 4 KiB pages (so that a "          \
+    "`nic_hold` on one buffer never keeps its neighbour). 64 KiB takes any UDP datagram whole "    \
+    "(65507 bytes at most over IPv4, 65527 over IPv6); a longer datagram is dropped, counted "     \
+    "and said once, never handed out cut")                                                         \
   X(VERBS_DEVICE, "NICMALLOC_VERBS_DEVICE", NIC_T_TEXT, "", 0, 0, "", NIC_REACH_VALUE,             \
     "RDMA device name; unset: the first device")                                                   \
   X(VERBS_ODP, "NICMALLOC_VERBS_ODP", NIC_T_BOOL, "0", 0, 1, "", NIC_REACH_VALUE,                  \

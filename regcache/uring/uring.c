@@ -1,5 +1,6 @@
 /* The io_uring backend: the ring, what the kernel supports, open and close, endpoints. The
- * fixed-buffer table is in uring_buffers.c, posting and completions in uring_send.c. */
+ * fixed-buffer table is in uring_buffers.c, posting and completions in uring_send.c, receiving
+ * in uring_recv.c. */
 #define _GNU_SOURCE
 #include "uring_internal.h"
 
@@ -119,6 +120,8 @@ struct nic_backend *nic_backend_uring_open(void) {
       .close = uring_close,
       .endpoint_create = uring_endpoint_create,
       .endpoint_destroy = uring_endpoint_destroy,
+      .endpoint_receive = nic_uring_endpoint_receive,
+      .rx_recycle = nic_uring_rx_recycle,
       .priv = ub,
   };
   ub->stats.slots = ub->nslots;
@@ -191,9 +194,13 @@ int nic_uring_endpoint_close(struct nic_endpoint *ep) {
   if (!ep) return -EINVAL;
   struct uring_backend *ub = ep->ub;
   pthread_mutex_lock(&ub->lock);
-  if (ep->inflight) {
+  struct uring_rx *rx = NULL;
+  int rc = ep->inflight ? -EBUSY : nic_uring_rx_stop_locked(ub, ep, &rx);
+  if (!rc && ep->inflight) rc = -EBUSY; /* posted while the receive was being stopped */
+  if (rc) {
     pthread_mutex_unlock(&ub->lock);
-    return -EBUSY;
+    nic_uring_rx_free(rx);
+    return rc;
   }
   for (struct nic_endpoint **at = &ub->kick; ep->kicked && *at; at = &(*at)->kick_next)
     if (*at == ep) { /* kicked, then emptied by a post's own flush: poll() would visit it */
@@ -203,6 +210,7 @@ int nic_uring_endpoint_close(struct nic_endpoint *ep) {
   nic_uring_file_remove_locked(ub, ep->file);
   ub->endpoints--;
   pthread_mutex_unlock(&ub->lock);
+  nic_uring_rx_free(rx); /* unlocked: freeing the block may deregister, which takes the lock */
   free(ep);
   return 0;
 }

@@ -16,7 +16,12 @@
  * no longer reads the memory; the status is 0 when every byte was queued to the socket.
  * Posts on one endpoint reach the socket in post order (see uring_send.c). On a datagram
  * socket each post is one datagram: one longer than the socket takes (65507 bytes for IPv4
- * UDP without GSO) completes with -EMSGSIZE, and a failed post does not fail later ones. */
+ * UDP without GSO) completes with -EMSGSIZE, and a failed post does not fail later ones.
+ *
+ * Receiving (endpoint_receive, uring_recv.c): one multishot receive per endpoint into a ring of
+ * provided buffers carved from one dataplane block (NICMALLOC_RECV_BUFFERS of
+ * NICMALLOC_RECV_BUFFER_SIZE, page-aligned), handed to the receiver from poll() in the order
+ * the socket gave them; a buffer goes back to the ring at rx_recycle. */
 #ifndef NIC_URING_H
 #define NIC_URING_H
 
@@ -58,6 +63,10 @@ struct nic_uring_stats {
   uint64_t notifications;       /* F_NOTIF CQEs: the kernel let go of a send's pages */
   uint64_t copied, zero_copied; /* notifications saying the kernel copied, or did not (6.2+) */
   uint64_t completions;         /* done() calls made */
+  /* Receiving (uring_recv.c): */
+  uint64_t recv_messages;  /* receive buffers handed to receivers */
+  uint64_t recv_truncated; /* datagrams longer than a receive buffer: dropped, never cut */
+  uint64_t recv_rearms;    /* multishot receives submitted again (buffers back, thread gone) */
   uint32_t slots, slots_used;
   uint32_t pending;    /* accepted posts whose done() has not run */
   bool vectored_fixed; /* SENDMSG_ZC takes fixed buffers on this kernel (6.15+) */

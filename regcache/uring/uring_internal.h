@@ -1,5 +1,6 @@
 /* Shared by uring.c (ring, open/close, endpoints), uring_buffers.c (the fixed-buffer table),
- * uring_send.c (post, poll) and uring_reqs.c (request memory and queues). One mutex guards
+ * uring_send.c (post, poll), uring_recv.c (receiving) and uring_reqs.c (request memory and
+ * queues). One mutex guards
  * everything below: liburing's submission and completion queues are not thread-safe. */
 #ifndef NIC_URING_INTERNAL_H
 #define NIC_URING_INTERNAL_H
@@ -17,6 +18,13 @@
 #define URING_MAX_SGE 64u           /* well under IOV_MAX; the SG layer takes the min */
 #define URING_MAX_MSG 0x7ffff000ul  /* MAX_RW_COUNT: a longer send would be cut short */
 #define URING_DEFAULT_ENTRIES 256u
+
+/* A CQE's user_data: a send's struct uring_req (pool memory, 8-aligned, low bits clear), a
+ * receive's struct uring_rx with URING_UD_RECV in its low bits, or URING_UD_QUIET for a request
+ * whose completion says nothing (a cancel). 0 is open's probe. */
+#define URING_UD_RECV 1u
+#define URING_UD_QUIET 2u
+#define URING_UD_TAGS 7u
 
 /* Kernel 6.2 uapi that liburing 2.3's copy of io_uring.h predates. */
 #ifndef IORING_SEND_ZC_REPORT_USAGE
@@ -68,6 +76,7 @@ struct nic_endpoint {
   uint64_t next_seq;
   struct nic_endpoint *kick_next;
   struct uring_queue backlog;
+  struct uring_rx *rx; /* receiving (uring_recv.c), or NULL */
 };
 
 struct uring_backend {
@@ -83,8 +92,13 @@ struct uring_backend {
   struct uring_queue ready;  /* done() due, run by poll() */
   struct nic_endpoint *kick; /* endpoints whose backlog poll() must submit */
   unsigned endpoints;
-  uint32_t nfiles;     /* the ring's file table: one slot per endpoint (0: none, raw fds) */
-  uint64_t *files_map; /* bit set = file slot in use */
+  uint32_t nfiles;           /* the ring's file table: one slot per endpoint (0: none, raw fds) */
+  uint64_t *files_map;       /* bit set = file slot in use */
+  struct uring_rx *rx_all;   /* receiving endpoints (uring_recv.c) */
+  struct uring_rx *rx_ready; /* those with something for their receiver, for poll() */
+  struct uring_rx *rx_ready_tail;
+  bool rx_rearm;      /* a receive could not be submitted (queue full): poll() retries */
+  uint16_t next_bgid; /* next provided-buffer group id to try */
   struct nic_uring_stats stats;
 };
 
@@ -105,6 +119,23 @@ int64_t nic_uring_check_locked(struct uring_backend *ub, const struct nic_sge *s
 int nic_uring_post(struct nic_backend *b, struct nic_endpoint *ep, const struct nic_sge *sge,
                    unsigned n, nic_completion_fn done, void *arg);
 int nic_uring_poll(struct nic_backend *b, int max);
+/* Takes the CQEs there are (a bounded number of rounds) and dispatches them. */
+void nic_uring_reap_locked(struct uring_backend *ub);
+
+/* uring_recv.c */
+int nic_uring_endpoint_receive(struct nic_backend *b, struct nic_endpoint *ep,
+                               nic_endpoint_rx_fn rx, void *arg);
+void nic_uring_rx_recycle(struct nic_backend *b, struct nic_endpoint *ep, uint64_t token);
+/* From the reaping loop: true when cqe was a receive's or a quiet one (then it is dealt with). */
+bool nic_uring_rx_cqe_locked(struct uring_backend *ub, const struct io_uring_cqe *cqe);
+/* From poll(), unlocked: hands what the receives got to their receivers; how many calls ran. */
+int nic_uring_rx_deliver(struct uring_backend *ub);
+/* From endpoint close, locked (it may let go of the lock while it waits): stops ep's receiving,
+ * 0, or -EBUSY while buffers are out with the program or the receive would not end. On 0 the
+ * receive is detached from ep; nic_uring_rx_free(what it left in *rx) unlocked after. */
+int nic_uring_rx_stop_locked(struct uring_backend *ub, struct nic_endpoint *ep,
+                             struct uring_rx **rx);
+void nic_uring_rx_free(struct uring_rx *rx);
 
 /* uring_files.c */
 void nic_uring_files_init(struct uring_backend *ub);

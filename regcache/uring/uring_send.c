@@ -187,12 +187,13 @@ static void on_sent_locked(struct uring_backend *ub, struct uring_req *req, int 
   if (!ep->sending && ep->backlog.head) kick_locked(ub, ep);
 }
 
-static void reap_locked(struct uring_backend *ub) {
+void nic_uring_reap_locked(struct uring_backend *ub) {
   for (int round = 0; round < 8; round++) { /* bounded: the next poll() goes on */
     struct io_uring_cqe *cqe;
     unsigned head, seen = 0;
     io_uring_for_each_cqe(&ub->ring, head, cqe) {
       seen++;
+      if (nic_uring_rx_cqe_locked(ub, cqe)) continue; /* a receive's (uring_recv.c) */
       struct uring_req *req = io_uring_cqe_get_data(cqe);
       if (!req) continue; /* open's probe */
       if (!(cqe->flags & IORING_CQE_F_NOTIF)) {
@@ -271,7 +272,7 @@ int nic_uring_poll(struct nic_backend *b, int max) {
     } batch[BATCH];
     int k = 0;
     pthread_mutex_lock(&ub->lock);
-    reap_locked(ub);
+    nic_uring_reap_locked(ub);
     struct nic_endpoint *kicked = ub->kick; /* a flush may kick again: take the list first */
     ub->kick = NULL;
     for (struct nic_endpoint *ep; (ep = kicked);) {
@@ -295,5 +296,5 @@ int nic_uring_poll(struct nic_backend *b, int max) {
     ran += k;
     if (k < BATCH) break;
   }
-  return ran;
+  return ran + nic_uring_rx_deliver(ub);
 }

@@ -1,0 +1,450 @@
+// nic_endpoint_receive on io_uring endpoints over loopback (regcache/uring/uring_recv.c through
+// safety/receive.c): a TCP stream arrives whole and in order, UDP datagrams whole, in dataplane
+// buffers; holds keep a buffer out of the ring until nic_release; a program that never releases
+// stalls the endpoint and the TCP sender, and both resume after release; many threads; fork;
+// the peer's close and reset; destroy while a buffer is held. UringReceiveSmall.* run with
+// 4 buffers of 4 KiB (tests/uring.cmake): a datagram longer than a buffer is reported, not cut.
+#include "uring_loopback.h"
+
+#include <algorithm>
+#include <random>
+#include <set>
+
+#include <sys/wait.h>
+
+using namespace uring_test;
+
+namespace {
+
+// What a receive function got: the bytes in order, each buffer's address, the end calls.
+struct Sink {
+  static void Fn(void *arg, void *data, size_t len) {
+    auto *s = static_cast<Sink *>(arg);
+    std::lock_guard<std::mutex> g(s->mu);
+    if (!data) {
+      s->ends++;
+      s->end_len = len;
+      return;
+    }
+    if (s->ends) s->after_end++;
+    s->data.append(static_cast<char *>(data), len);
+    s->msgs.emplace_back(static_cast<char *>(data), len);
+    s->bufs.push_back(data);
+    if (!nic_is_dataplane(data)) s->not_dataplane++;
+    if (reinterpret_cast<uintptr_t>(data) % 4096) s->unaligned++;
+    if (s->hold && nic_hold(data) == 0) s->held.push_back(data);
+  }
+  size_t Size() {
+    std::lock_guard<std::mutex> g(mu);
+    return data.size();
+  }
+  size_t Calls() {
+    std::lock_guard<std::mutex> g(mu);
+    return bufs.size();
+  }
+  int Ends() {
+    std::lock_guard<std::mutex> g(mu);
+    return ends;
+  }
+  // Releases every hold taken so far.
+  void ReleaseAll() {
+    std::vector<void *> h;
+    {
+      std::lock_guard<std::mutex> g(mu);
+      h.swap(held);
+    }
+    for (void *p : h)
+      EXPECT_EQ(nic_release(p), 0);
+  }
+  std::mutex mu;
+  std::string data;
+  std::vector<std::string> msgs;
+  std::vector<void *> bufs, held;
+  bool hold = false;
+  int ends = 0, after_end = 0, not_dataplane = 0, unaligned = 0;
+  size_t end_len = 1;
+};
+
+// Sends all of [p, p + n) on a blocking socket in pieces of random sizes.
+void SendSplit(int fd, const char *p, size_t n, unsigned seed) {
+  std::mt19937 rng(seed);
+  for (size_t off = 0; off < n;) {
+    size_t want = std::min<size_t>(n - off, 1 + rng() % 200000);
+    ssize_t r = send(fd, p + off, want, MSG_NOSIGNAL);
+    if (r <= 0) {
+      ADD_FAILURE() << "send: " << strerror(errno);
+      return;
+    }
+    off += static_cast<size_t>(r);
+  }
+}
+
+class UringReceive : public UringSgaTest {
+protected:
+  nic_endpoint *Receiving(int fd, Sink *s) {
+    nic_endpoint *ep = Endpoint(fd);
+    if (ep) {
+      EXPECT_EQ(nic_endpoint_receive(ep, Sink::Fn, s), 0);
+    }
+    return ep;
+  }
+};
+
+TEST_F(UringReceive, TcpStreamArrivesWholeInOrderInDataplaneBuffers) {
+  LoopbackPair pair;
+  Sink sink;
+  ASSERT_NE(Receiving(pair.rx, &sink), nullptr);
+  Region data(6 << 20, 3);
+  std::thread sender(SendSplit, pair.tx, data.base, data.len, 11u);
+  EXPECT_TRUE(NicPollUntil([&] { return sink.Size() >= data.len; }));
+  sender.join();
+  ASSERT_EQ(sink.Size(), data.len);
+  EXPECT_TRUE(sink.data == data.Bytes(0, data.len)) << "the stream arrived out of order";
+  EXPECT_EQ(sink.not_dataplane, 0) << "every receive buffer is dataplane memory";
+  EXPECT_EQ(sink.unaligned, 0) << "buffers start on a page";
+  EXPECT_EQ(sink.Ends(), 0);
+  EXPECT_EQ(nic_endpoint_status(eps[0]), 0);
+  EXPECT_GE(NicStats().recv_bytes, data.len);
+  EXPECT_EQ(NicStats().recv_stalls, 0u) << "nothing was held: no stall";
+}
+
+TEST_F(UringReceive, UdpDatagramsOfOneByteTo64KiBArriveWhole) {
+  UdpPair pair;
+  Sink sink;
+  ASSERT_NE(Receiving(pair.rx, &sink), nullptr);
+  std::vector<size_t> sizes = {1, 2, 100, 1472, 4095, 4096, 4097, 9000, 32768, 65507};
+  std::mt19937 rng(5);
+  for (int i = 0; i < 150; i++)
+    sizes.push_back(1 + rng() % 65507);
+  Region data(65507 * 2, 9);
+  std::vector<std::string> sent;
+  for (size_t i = 0; i < sizes.size(); i++) {
+    sent.push_back(data.Bytes(i * 397 % 65507, sizes[i]));
+    ASSERT_EQ(send(pair.tx, sent.back().data(), sizes[i], 0), static_cast<ssize_t>(sizes[i]))
+        << strerror(errno);
+    // A burst at a time, so that the kernel fills buffers faster than they are handed over.
+    if (i % 40 == 39) {
+      EXPECT_TRUE(NicPollUntil([&] { return sink.Calls() == i + 1; }));
+    }
+  }
+  EXPECT_TRUE(NicPollUntil([&] { return sink.Calls() >= sent.size(); }));
+  ASSERT_EQ(sink.msgs.size(), sent.size());
+  for (size_t i = 0; i < sent.size(); i++)
+    EXPECT_TRUE(sink.msgs[i] == sent[i]) << "datagram " << i << " of " << sizes[i] << " bytes";
+  EXPECT_EQ(sink.not_dataplane, 0);
+  EXPECT_EQ(NicStats().recv_stalls, 0u) << "buffers waiting to be handed over are no stall";
+}
+
+TEST_F(UringReceive, AHeldBufferIsReusedOnlyAfterItsRelease) {
+  UdpPair pair;
+  Sink sink;
+  ASSERT_NE(Receiving(pair.rx, &sink), nullptr);
+  auto one = [&](int i) {
+    std::string m = "message " + std::to_string(i);
+    ASSERT_EQ(send(pair.tx, m.data(), m.size(), 0), static_cast<ssize_t>(m.size()));
+    size_t want = sink.Calls() + 1;
+    ASSERT_TRUE(NicPollUntil([&] { return sink.Calls() == want; }));
+    ASSERT_EQ(sink.msgs.back(), m);
+  };
+  sink.hold = true;
+  one(0);
+  sink.hold = false;
+  ASSERT_EQ(sink.held.size(), 1u);
+  void *held = sink.held[0];
+  EXPECT_EQ(NicStats().recv_held_buffers, 1u);
+  // Every other buffer goes round twice and more (32 by default) while the held one stays out.
+  for (int i = 1; i <= 100; i++)
+    one(i);
+  EXPECT_EQ(std::count(sink.bufs.begin(), sink.bufs.end(), held), 1)
+      << "the held buffer was handed out again";
+  EXPECT_EQ(std::string(static_cast<char *>(held), 9), "message 0") << "overwritten while held";
+  sink.ReleaseAll();
+  EXPECT_EQ(NicStats().recv_held_buffers, 0u);
+  for (int i = 101; i <= 200; i++)
+    one(i);
+  EXPECT_GE(std::count(sink.bufs.begin(), sink.bufs.end(), held), 2)
+      << "the released buffer never came back";
+}
+
+TEST_F(UringReceive, NeverReleasingStallsOnceAndTheTcpSenderWaitsThenNothingIsLost) {
+  LoopbackPair pair(kSmallBuf, kSmallBuf);
+  Sink sink;
+  sink.hold = true;
+  ASSERT_NE(Receiving(pair.rx, &sink), nullptr);
+  Region data(16 << 20, 4);
+  ASSERT_EQ(fcntl(pair.tx, F_SETFL, fcntl(pair.tx, F_GETFL) | O_NONBLOCK), 0);
+  const uint64_t stalls0 = NicStats().recv_stalls;
+  size_t off = 0;
+  // Send without waiting until the socket refuses more once the endpoint has stalled: every
+  // buffer is held, so nothing more is read and TCP closes its window.
+  testing::internal::CaptureStderr();
+  bool refused_after_stall = false;
+  for (auto end = Clock::now() + kLimit; !refused_after_stall && Clock::now() < end;) {
+    ssize_t r =
+        send(pair.tx, data.base + off, std::min<size_t>(data.len - off, 1 << 16), MSG_NOSIGNAL);
+    if (r > 0) off += static_cast<size_t>(r);
+    ASSERT_TRUE(r > 0 || errno == EAGAIN) << strerror(errno);
+    ASSERT_LT(off, data.len) << "the sender never had to wait";
+    if (r < 0) refused_after_stall = NicStats().recv_stalls > stalls0;
+    nic_poll(0);
+  }
+  ASSERT_TRUE(refused_after_stall);
+  // Stalled: nothing can be handed over until a release, however often one polls.
+  const size_t calls = sink.Calls();
+  for (int i = 0; i < 200; i++)
+    nic_poll(0);
+  EXPECT_EQ(sink.Calls(), calls);
+  EXPECT_EQ(send(pair.tx, data.base + off, 4096, MSG_NOSIGNAL), -1);
+  const std::string err = testing::internal::GetCapturedStderr();
+  size_t said = 0;
+  for (size_t at = 0; (at = err.find("every receive buffer", at)) != std::string::npos; at++)
+    said++;
+  EXPECT_EQ(said, 1u) << err;
+  EXPECT_GE(NicStats().recv_held_buffers, 1u);
+  // Released, it goes on: the rest is sent and all of it arrives in order.
+  sink.hold = false;
+  sink.ReleaseAll();
+  for (auto end = Clock::now() + kLimit; off < data.len && Clock::now() < end;) {
+    ssize_t r =
+        send(pair.tx, data.base + off, std::min<size_t>(data.len - off, 1 << 16), MSG_NOSIGNAL);
+    if (r > 0) off += static_cast<size_t>(r);
+    sink.ReleaseAll(); /* buffers received while the last ones were being held */
+    nic_poll(0);
+  }
+  ASSERT_EQ(off, data.len);
+  EXPECT_TRUE(NicPollUntil([&] {
+    sink.ReleaseAll();
+    return sink.Size() >= data.len;
+  }));
+  EXPECT_TRUE(sink.data == data.Bytes(0, data.len)) << "bytes lost or reordered";
+  EXPECT_EQ(NicStats().recv_held_buffers, 0u);
+}
+
+TEST_F(UringReceive, ManyThreadsSendAndPollAndEachStreamStaysInOrder) {
+  constexpr int kPairs = 4, kPollers = 3;
+  constexpr size_t kBytes = 2 << 20;
+  std::vector<std::unique_ptr<LoopbackPair>> pairs;
+  std::vector<std::unique_ptr<Sink>> sinks;
+  std::vector<std::unique_ptr<Region>> data;
+  std::vector<nic_endpoint *> senders;
+  for (int i = 0; i < kPairs; i++) {
+    pairs.push_back(std::make_unique<LoopbackPair>());
+    sinks.push_back(std::make_unique<Sink>());
+    data.push_back(std::make_unique<Region>(kBytes, 20 + i));
+    ASSERT_NE(Receiving(pairs[i]->rx, sinks[i].get()), nullptr);
+    // Half the streams are sent through io_uring too: send and receive CQEs on one ring.
+    senders.push_back(i % 2 ? Endpoint(pairs[i]->tx) : nullptr);
+  }
+  std::atomic<bool> stop{false};
+  std::vector<std::thread> threads;
+  for (int t = 0; t < kPollers; t++)
+    threads.emplace_back([&] {
+      while (!stop)
+        if (nic_poll(0) == 0) usleep(50);
+    });
+  std::vector<Done> dones(kPairs);
+  std::atomic<int> posted[kPairs] = {};
+  for (int i = 0; i < kPairs; i++)
+    threads.emplace_back([&, i] {
+      if (!senders[i]) return SendSplit(pairs[i]->tx, data[i]->base, kBytes, 40 + i);
+      std::mt19937 rng(60 + i);
+      for (size_t off = 0; off < kBytes;) {
+        size_t n = std::min<size_t>(kBytes - off, 1 + rng() % 100000);
+        while (posted[i] - dones[i].calls >= 32) // a bounded number in flight
+          usleep(50);
+        ASSERT_EQ(PostParts(senders[i], {{data[i]->base + off, n}}, &dones[i]), 0);
+        posted[i]++;
+        off += n;
+      }
+    });
+  for (int i = 0; i < kPairs; i++)
+    EXPECT_TRUE(NicPollUntil([&] { return sinks[i]->Size() >= kBytes; })) << "stream " << i;
+  for (int i = 0; i < kPairs; i++)
+    EXPECT_TRUE(NicPollUntil([&] { return dones[i].calls == posted[i]; }));
+  stop = true;
+  for (auto &t : threads)
+    t.join();
+  for (int i = 0; i < kPairs; i++) {
+    EXPECT_TRUE(sinks[i]->data == data[i]->Bytes(0, kBytes)) << "stream " << i;
+    EXPECT_EQ(sinks[i]->not_dataplane, 0);
+    EXPECT_EQ(dones[i].failed, 0);
+  }
+}
+
+// io_uring cancels a request when the thread that submitted it exits: the receive goes on.
+TEST_F(UringReceive, ReceivingStartedByAThreadThatExitedGoesOn) {
+  LoopbackPair pair;
+  Sink sink;
+  nic_endpoint *ep = Endpoint(pair.rx);
+  ASSERT_NE(ep, nullptr);
+  std::thread([&] { EXPECT_EQ(nic_endpoint_receive(ep, Sink::Fn, &sink), 0); }).join();
+  ASSERT_EQ(send(pair.tx, "still here", 10, 0), 10);
+  EXPECT_TRUE(NicPollUntil([&] { return sink.Size() == 10; }));
+  EXPECT_EQ(sink.data, "still here");
+  EXPECT_EQ(sink.Ends(), 0);
+  EXPECT_EQ(nic_endpoint_status(ep), 0);
+}
+
+TEST_F(UringReceive, AChildOfForkReceivesNoneOfTheParentsMessages) {
+  UdpPair pair;
+  Sink sink;
+  nic_endpoint *ep = Receiving(pair.rx, &sink);
+  ASSERT_NE(ep, nullptr);
+  auto send_n = [&](int from, int n) {
+    for (int i = from; i < from + n; i++) {
+      std::string m = "datagram " + std::to_string(i);
+      ASSERT_EQ(send(pair.tx, m.data(), m.size(), 0), static_cast<ssize_t>(m.size()));
+    }
+  };
+  send_n(0, 10);
+  ASSERT_TRUE(NicPollUntil([&] { return sink.Calls() == 10; }));
+  send_n(10, 5); // in flight at the fork: reaped or not, the parent's
+  int go[2];
+  ASSERT_EQ(pipe(go), 0);
+  fflush(nullptr);
+  pid_t pid = fork();
+  ASSERT_GE(pid, 0);
+  if (pid == 0) {
+    // The child polls until the parent has all its messages, and must get none of them.
+    close(go[1]);
+    Sink child;
+    int code = nic_endpoint_receive(ep, Sink::Fn, &child) == 0 ? 2 : 0;
+    char c;
+    fcntl(go[0], F_SETFL, O_NONBLOCK);
+    for (;;) {
+      nic_poll(0);
+      if (read(go[0], &c, 1) == 0) break; // the parent closed its end
+      usleep(100);
+    }
+    nic_poll(0);
+    _exit(code | (sink.Calls() != 10 || child.Calls() ? 1 : 0));
+  }
+  close(go[0]);
+  send_n(15, 40);
+  EXPECT_TRUE(NicPollUntil([&] { return sink.Calls() == 55; }));
+  close(go[1]);
+  int status = 0;
+  ASSERT_EQ(waitpid(pid, &status, 0), pid);
+  ASSERT_TRUE(WIFEXITED(status));
+  EXPECT_EQ(WEXITSTATUS(status), 0) << "1: the child received messages; 2: it could receive";
+  ASSERT_EQ(sink.msgs.size(), 55u);
+  for (int i = 0; i < 55; i++)
+    EXPECT_EQ(sink.msgs[i], "datagram " + std::to_string(i));
+}
+
+TEST_F(UringReceive, PeerCloseEndsWithOneLastCallAndStatusOne) {
+  LoopbackPair pair;
+  Sink sink;
+  nic_endpoint *ep = Receiving(pair.rx, &sink);
+  ASSERT_NE(ep, nullptr);
+  ASSERT_EQ(send(pair.tx, "last words", 10, 0), 10);
+  close(pair.tx);
+  pair.tx = -1;
+  ASSERT_TRUE(NicPollUntil([&] { return sink.Ends() > 0; }));
+  for (int i = 0; i < 50; i++)
+    nic_poll(0);
+  EXPECT_EQ(sink.data, "last words");
+  EXPECT_EQ(sink.Ends(), 1);
+  EXPECT_EQ(sink.end_len, 0u);
+  EXPECT_EQ(sink.after_end, 0);
+  EXPECT_EQ(nic_endpoint_status(ep), 1);
+}
+
+TEST_F(UringReceive, PeerResetEndsWithEconnreset) {
+  LoopbackPair pair;
+  Sink sink;
+  nic_endpoint *ep = Receiving(pair.rx, &sink);
+  ASSERT_NE(ep, nullptr);
+  linger l{1, 0};
+  ASSERT_EQ(setsockopt(pair.tx, SOL_SOCKET, SO_LINGER, &l, sizeof l), 0);
+  close(pair.tx);
+  pair.tx = -1;
+  ASSERT_TRUE(NicPollUntil([&] { return sink.Ends() > 0; }));
+  EXPECT_EQ(sink.Ends(), 1);
+  EXPECT_EQ(nic_endpoint_status(ep), -ECONNRESET);
+}
+
+TEST_F(UringReceive, DestroyWhileABufferIsHeldIsBusyAndSucceedsAfterRelease) {
+  LoopbackPair pair;
+  Sink sink;
+  sink.hold = true;
+  nic_endpoint *ep = nic_uring_endpoint_create(pair.rx);
+  ASSERT_NE(ep, nullptr);
+  ASSERT_EQ(nic_endpoint_receive(ep, Sink::Fn, &sink), 0);
+  ASSERT_EQ(send(pair.tx, "kept", 4, 0), 4);
+  ASSERT_TRUE(NicPollUntil([&] { return sink.Calls() == 1; }));
+  EXPECT_EQ(nic_uring_endpoint_destroy(ep), -EBUSY);
+  EXPECT_EQ(std::string(static_cast<char *>(sink.bufs[0]), 4), "kept");
+  sink.ReleaseAll();
+  EXPECT_EQ(nic_uring_endpoint_destroy(ep), 0);
+  EXPECT_EQ(NicStats().recv_held_buffers, 0u);
+  // Messages after the destroy are the socket's again.
+  ASSERT_EQ(send(pair.tx, "after", 5, 0), 5);
+  pollfd p{pair.rx, POLLIN, 0};
+  ASSERT_EQ(poll(&p, 1, static_cast<int>(kLimit.count())), 1);
+  char buf[8];
+  EXPECT_EQ(recv(pair.rx, buf, sizeof buf, MSG_DONTWAIT), 5);
+}
+
+// ---- With NICMALLOC_RECV_BUFFERS=4 and NICMALLOC_RECV_BUFFER_SIZE=4K (tests/uring.cmake) ----
+
+class UringReceiveSmall : public UringReceive {
+protected:
+  void SetUp() override {
+    const char *n = getenv("NICMALLOC_RECV_BUFFERS"), *size = getenv("NICMALLOC_RECV_BUFFER_SIZE");
+    if (!n || strcmp(n, "4") || !size || strcmp(size, "4K"))
+      GTEST_SKIP() << "run with NICMALLOC_RECV_BUFFERS=4 NICMALLOC_RECV_BUFFER_SIZE=4K";
+    UringReceive::SetUp();
+  }
+};
+
+TEST_F(UringReceiveSmall, ADatagramLongerThanABufferIsReportedNotCut) {
+  UdpPair pair;
+  Sink sink;
+  ASSERT_NE(Receiving(pair.rx, &sink), nullptr);
+  nic_uring_stats before{};
+  ASSERT_TRUE(nic_uring_get_stats(nic_backend_active(), &before));
+  Region data(10000, 2);
+  testing::internal::CaptureStderr();
+  for (size_t n : {100, 5000, 4096, 4097, 200}) {
+    ASSERT_EQ(send(pair.tx, data.base, n, 0), static_cast<ssize_t>(n));
+  }
+  EXPECT_TRUE(NicPollUntil([&] { return sink.Calls() >= 3; }));
+  for (int i = 0; i < 50; i++)
+    nic_poll(0);
+  const std::string err = testing::internal::GetCapturedStderr();
+  ASSERT_EQ(sink.msgs.size(), 3u);
+  EXPECT_EQ(sink.msgs[0], data.Bytes(0, 100));
+  EXPECT_EQ(sink.msgs[1], data.Bytes(0, 4096));
+  EXPECT_EQ(sink.msgs[2], data.Bytes(0, 200));
+  nic_uring_stats after{};
+  ASSERT_TRUE(nic_uring_get_stats(nic_backend_active(), &after));
+  EXPECT_EQ(after.recv_truncated - before.recv_truncated, 2u);
+  size_t said = 0;
+  for (size_t at = 0; (at = err.find("longer than a receive buffer", at)) != std::string::npos;
+       at++)
+    said++;
+  EXPECT_EQ(said, 1u) << err;
+}
+
+TEST_F(UringReceiveSmall, EveryBufferHeldStallsUdpAndAReleaseResumes) {
+  UdpPair pair;
+  Sink sink;
+  sink.hold = true;
+  ASSERT_NE(Receiving(pair.rx, &sink), nullptr);
+  const uint64_t stalls0 = NicStats().recv_stalls;
+  for (int i = 0; i < 6; i++) {
+    std::string m = "d" + std::to_string(i);
+    ASSERT_EQ(send(pair.tx, m.data(), m.size(), 0), static_cast<ssize_t>(m.size()));
+  }
+  EXPECT_TRUE(NicPollUntil([&] { return NicStats().recv_stalls > stalls0; }));
+  EXPECT_EQ(sink.Calls(), 4u) << "4 buffers: the rest waits in the socket";
+  sink.hold = false;
+  sink.ReleaseAll();
+  EXPECT_TRUE(NicPollUntil([&] { return sink.Calls() == 6; }));
+  ASSERT_EQ(sink.msgs.size(), 6u);
+  for (int i = 0; i < 6; i++)
+    EXPECT_EQ(sink.msgs[i], "d" + std::to_string(i));
+}
+
+} // namespace
