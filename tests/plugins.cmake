@@ -54,7 +54,10 @@ endif()
 # where it cannot make one: not root, no iproute2).
 if(TARGET nicmalloc-dpdk)
   add_executable(test_dpdk_receive safety/test_dpdk_receive.cc)
-  target_link_libraries(test_dpdk_receive PRIVATE nicmalloc GTest::gtest GTest::gtest_main)
+  # DPDK itself only to play the application's part (a port pair of its own).
+  target_link_libraries(test_dpdk_receive PRIVATE nicmalloc GTest::gtest GTest::gtest_main
+    PkgConfig::NIC_DPDK rte_net_ring)
+  target_compile_definitions(test_dpdk_receive PRIVATE ALLOW_EXPERIMENTAL_API)
   add_dependencies(test_dpdk_receive nicmalloc-dpdk)
   foreach(run "ring;DpdkReceiveRing;net_ring0" "af_packet;DpdkReceiveAfPacket;net_af_packet0,iface=veth-a")
     list(GET run 0 name)

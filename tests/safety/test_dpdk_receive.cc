@@ -21,6 +21,11 @@
 #include <string>
 #include <vector>
 
+#include <rte_eth_ring.h>
+#include <rte_ethdev.h>
+#include <rte_mbuf.h>
+#include <rte_ring.h>
+
 #include "nicmalloc.h"
 
 namespace {
@@ -179,6 +184,64 @@ TEST(DpdkReceiveRing, ChainsArriveWhole) {
   free(bigp);
   free(ap);
   free(cp);
+}
+
+// An application's port pair (its own pool, which net_ring never takes from): b receives what a
+// sends. With every packet held, b stops at its cap (512: net_ring tells no descriptor count),
+// says so once, and gets the rest after the release.
+TEST(DpdkReceiveRing, ApplicationPortStallsAtItsCapAndResumes) {
+  nic_endpoint *probe = nic_dpdk_endpoint_create(NIC_DPDK_DEFAULT_PORT, 0);
+  REQUIRE_DPDK();
+  ASSERT_EQ(nic_dpdk_endpoint_destroy(probe), 0);
+  rte_ring *ab = rte_ring_create("rx_ab", 1024, SOCKET_ID_ANY, RING_F_SP_ENQ | RING_F_SC_DEQ);
+  rte_ring *ba = rte_ring_create("rx_ba", 1024, SOCKET_ID_ANY, RING_F_SP_ENQ | RING_F_SC_DEQ);
+  rte_mempool *pool =
+      rte_pktmbuf_pool_create("rx_app", 63, 0, 0, RTE_MBUF_DEFAULT_BUF_SIZE, SOCKET_ID_ANY);
+  ASSERT_TRUE(ab && ba && pool);
+  int ports[2] = {rte_eth_from_rings("rx_a", &ba, 1, &ab, 1, SOCKET_ID_ANY),
+                  rte_eth_from_rings("rx_b", &ab, 1, &ba, 1, SOCKET_ID_ANY)};
+  for (int port : ports) {
+    rte_eth_conf conf{};
+    ASSERT_GE(port, 0);
+    ASSERT_EQ(rte_eth_dev_configure(port, 1, 1, &conf), 0);
+    ASSERT_EQ(rte_eth_rx_queue_setup(port, 0, 64, SOCKET_ID_ANY, nullptr, pool), 0);
+    ASSERT_EQ(rte_eth_tx_queue_setup(port, 0, 64, SOCKET_ID_ANY, nullptr), 0);
+    ASSERT_EQ(rte_eth_dev_start(port), 0);
+  }
+  nic_endpoint *a = nic_dpdk_endpoint_create(ports[0], 0),
+               *b = nic_dpdk_endpoint_create(ports[1], 0);
+  ASSERT_TRUE(a && b);
+  Rx rx;
+  rx.hold = true;
+  ASSERT_EQ(nic_endpoint_receive(b, Rx::Fn, &rx), 0);
+  constexpr int kCap = 512, kMore = 8;
+  std::vector<char *> blocks;
+  std::vector<Done> done(kCap + kMore);
+  for (int i = 0; i < kCap + kMore; i++) {
+    blocks.push_back(static_cast<char *>(nic_aligned_alloc(4096, 4096)));
+    memcpy(blocks[i], Pattern(600, i).data(), 600);
+    ASSERT_EQ(Post(a, {{blocks[i], 600}}, &done[i]), 0);
+  }
+  const uint64_t stalls = Stats().recv_stalls;
+  ASSERT_TRUE(PollUntil([&] { return Stats().recv_stalls != stalls; })) << rx.msgs.size();
+  for (int i = 0; i < 1000; i++)
+    nic_poll(0);
+  EXPECT_EQ(rx.msgs.size(), size_t{kCap}) << "received past the cap";
+  EXPECT_EQ(Stats().recv_stalls, stalls + 1) << "one stall said more than once";
+  rx.hold = false;
+  rx.ReleaseAll();
+  ASSERT_TRUE(PollUntil([&] { return rx.msgs.size() == kCap + kMore; })) << rx.msgs.size();
+  for (int i = 0; i < kCap + kMore; i++)
+    EXPECT_EQ(rx.msgs[i], Pattern(600, i)) << "packet " << i;
+  ASSERT_TRUE(PollUntil([&] {
+    for (auto &d : done)
+      if (!d.calls) return false;
+    return true;
+  }));
+  EXPECT_EQ(nic_dpdk_endpoint_destroy(b), 0);
+  EXPECT_EQ(nic_dpdk_endpoint_destroy(a), 0);
+  for (char *p : blocks)
+    free(p);
 }
 
 int Run(const std::string &cmd) {
