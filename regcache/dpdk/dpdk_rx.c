@@ -207,8 +207,12 @@ static void hand_over(const struct item *it) {
   it->rx(it->arg, rte_pktmbuf_mtod(m, void *), m->pkt_len, 0, (uint64_t)(uintptr_t)m);
 }
 
+/* A receive function that polls gets no packet from inside: those after its own would reach it
+ * before the rest of the burst it is part of. */
+static __thread bool handing_over;
+
 int nic_dpdk_rx_poll(struct dbackend *be, int max) {
-  if (!atomic_load_explicit(&receiving, memory_order_relaxed)) return 0;
+  if (!atomic_load_explicit(&receiving, memory_order_relaxed) || handing_over) return 0;
   struct item items[RX_ITEMS];
   unsigned n = 0, limit = max > 0 && (unsigned)max < RX_ITEMS ? (unsigned)max : RX_ITEMS;
   pthread_mutex_lock(&be->lock); /* one burst at a time per queue; endpoints stay listed */
@@ -235,7 +239,9 @@ int nic_dpdk_rx_poll(struct dbackend *be, int max) {
   }
   pthread_mutex_unlock(&be->lock);
   /* Unlocked: the program's function may post, poll or close endpoints. */
+  handing_over = true;
   for (unsigned i = 0; i < n; i++)
     hand_over(&items[i]);
+  handing_over = false;
   return (int)n;
 }
