@@ -14,11 +14,14 @@
 #include <sys/socket.h>
 #include <unistd.h>
 
+#include <atomic>
 #include <cerrno>
 #include <chrono>
 #include <cstdlib>
 #include <cstring>
+#include <mutex>
 #include <string>
+#include <thread>
 #include <vector>
 
 #include <rte_eth_ring.h>
@@ -228,6 +231,51 @@ TEST(DpdkReceiveRing, AReceiveFunctionThatPollsKeepsTheOrder) {
   ASSERT_TRUE(PollUntil([&] { return done[0].calls && done[1].calls && st.more_done.calls; }));
   EXPECT_EQ(nic_dpdk_endpoint_destroy(ep), 0);
   for (char *p : {first[0], first[1], st.more})
+    free(p);
+}
+
+// Two threads polling at once: each packet is handed over exactly once.
+TEST(DpdkReceiveRing, TwoPollingThreadsGetEveryPacketOnce) {
+  nic_endpoint *ep = nic_dpdk_endpoint_create(NIC_DPDK_DEFAULT_PORT, 0);
+  REQUIRE_DPDK();
+  ASSERT_NE(ep, nullptr);
+  struct Seen {
+    std::mutex m;
+    std::vector<int> count = std::vector<int>(300);
+    std::atomic<int> total{0};
+  } seen;
+  auto fn = [](void *arg, void *data, size_t len) {
+    auto *s = static_cast<Seen *>(arg);
+    uint32_t i = 0;
+    ASSERT_GE(len, sizeof i);
+    memcpy(&i, data, sizeof i);
+    std::lock_guard<std::mutex> g(s->m);
+    if (i < s->count.size()) s->count[i]++;
+    s->total++;
+  };
+  ASSERT_EQ(nic_endpoint_receive(ep, fn, &seen), 0);
+  std::atomic<bool> stop{false};
+  std::thread other([&] {
+    while (!stop)
+      nic_poll(0);
+  });
+  std::vector<char *> blocks;
+  std::vector<Done> done(seen.count.size());
+  for (uint32_t i = 0; i < seen.count.size(); i++) {
+    blocks.push_back(static_cast<char *>(nic_aligned_alloc(4096, 4096)));
+    memset(blocks[i], 0, 600);
+    memcpy(blocks[i], &i, sizeof i);
+    ASSERT_EQ(Post(ep, {{blocks[i], 600}}, &done[i]), 0);
+    nic_poll(0);
+  }
+  const bool all = PollUntil([&] { return seen.total == static_cast<int>(seen.count.size()); });
+  stop = true;
+  other.join();
+  ASSERT_TRUE(all) << seen.total;
+  for (size_t i = 0; i < seen.count.size(); i++)
+    EXPECT_EQ(seen.count[i], 1) << "packet " << i;
+  EXPECT_TRUE(PollUntil([&] { return nic_dpdk_endpoint_destroy(ep) != -EBUSY; }));
+  for (char *p : blocks)
     free(p);
 }
 
