@@ -65,8 +65,10 @@ bool nic_dpdk_owns_eal(struct nic_backend *b);
  * each one 4 KiB page of dataplane memory (header and data; a hold on one never keeps another),
  * carved when an endpoint first receives, from memory libnicmalloc hands over (below). Until then
  * the pool is empty: frames wait in the driver (or the kernel) as if every buffer were held. A
- * driver that takes mbufs at queue setup (net_tap, physical NICs) gets a pool of DPDK memory
- * instead, and its packets are not in dataplane memory (said once when it receives).
+ * driver that takes mbufs at queue setup or start (net_tap; physical NICs, which fill their ring)
+ * refuses the empty pool and gets a pool of DPDK memory instead: its packets are not in
+ * dataplane memory (said once when it receives). net_ring never takes from the pool, and
+ * net_af_packet takes one mbuf per frame as it arrives.
  *
  * A port the application started: its rx queue uses the application's pool. For received data to
  * be dataplane memory, build that pool over it before setting up the queue: a block from
