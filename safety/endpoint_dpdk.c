@@ -1,13 +1,16 @@
 /* nic_dpdk_endpoint_create: the dpdk backend's public endpoint, a started port's tx queue.
  * The backend is a plugin (libnicmalloc-dpdk.so) loaded only when chosen, so its endpoint API
  * (regcache/dpdk/dpdk.h) is reached through the plugin's own handle. */
+#include "alloc.h"
 #include "api_errors.h"
+#include "chunks.h"
 #include "endpoint_common.h"
 #include "log.h"
 #include "nicmalloc.h"
 #include "thread.h"
 
 #include <errno.h>
+#include <stdlib.h>
 #include <string.h>
 
 typedef struct nic_endpoint *(*default_fn)(struct nic_backend *);
@@ -23,11 +26,45 @@ static int default_port(struct nic_backend *b, uint16_t *port, uint16_t *queue) 
   return 0;
 }
 
+/* The plugin's receive buffers (regcache/dpdk/dpdk.h, nic_dpdk_rx_memory): dataplane memory
+ * only, its chunk registered (the chunk's one registration, which the plugin's buffers then
+ * share with every post from that chunk), 4 KiB aligned for the pool's page-sized buffers. The
+ * layout of struct nic_dpdk_rx_memory (dpdk.h), which safety does not include: the plugin is
+ * reached only through its handle. */
+struct rx_memory {
+  void *(*alloc)(size_t len);
+  void (*free)(void *p);
+};
+typedef void (*rx_memory_fn)(const struct rx_memory *);
+
+static void *rx_alloc(size_t len) {
+  NIC_INTERNAL_SCOPE();
+  void *p = nic_alloc(len, 4096, false, NIC_ROUTE_DATAPLANE);
+  struct nic_region_ref ref;
+  if (p && (!nic_in_dp(p) || nic_register(p, len, NIC_REG_LOCAL_WRITE, &ref))) {
+    free(p);
+    p = NULL;
+  }
+  return p;
+}
+
+static void rx_free(void *p) {
+  NIC_INTERNAL_SCOPE();
+  free(p);
+}
+
+static void hand_rx_memory(struct nic_backend *b) {
+  static const struct rx_memory memory = {.alloc = rx_alloc, .free = rx_free};
+  rx_memory_fn give = (rx_memory_fn)nic_ep_plugin_symbol(b, "nic_dpdk_rx_memory");
+  if (give) give(&memory);
+}
+
 NIC_EXPORT struct nic_endpoint *nic_dpdk_endpoint_create(uint16_t port_id, uint16_t queue_id) {
   NIC_INTERNAL_SCOPE();
   static const char who[] = "nic_dpdk_endpoint_create";
   struct nic_backend *b = nic_ep_backend(who, "dpdk", "set NICMALLOC_BACKEND=dpdk");
   if (!b) return NULL;
+  hand_rx_memory(b); /* before any endpoint of it can receive */
   if (port_id == NIC_DPDK_DEFAULT_PORT) {
     if (queue_id != 0 || default_port(b, &port_id, &queue_id)) {
       nic_api_error_by(endpoint, queue_id != 0, 0, "%s(NIC_DPDK_DEFAULT_PORT, %u): %s", who,

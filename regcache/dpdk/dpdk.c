@@ -86,7 +86,16 @@ static int start_eal(void) {
   return 0;
 }
 
-/* One rx and one tx queue, multi-segment tx when offered; rx needs a pool even if unused. */
+/* A pool of DPDK memory, for drivers that take mbufs at queue setup or start. */
+static struct rte_mempool *dpdk_rx_pool(void) {
+  if (!g.rx_pool)
+    g.rx_pool =
+        rte_pktmbuf_pool_create("nic_rx", 2047, 64, 0, RTE_MBUF_DEFAULT_BUF_SIZE, SOCKET_ID_ANY);
+  return g.rx_pool;
+}
+
+/* One rx and one tx queue, multi-segment tx when offered. The rx queue takes the dataplane pool
+ * (dpdk_rx.c), empty until an endpoint receives; a driver that wants mbufs at once gets DPDK's. */
 static int start_port(uint16_t port) {
   struct rte_eth_dev_info info;
   struct rte_eth_conf conf = {0};
@@ -94,13 +103,18 @@ static int start_port(uint16_t port) {
   if (rc) return rc;
   conf.txmode.offloads = info.tx_offload_capa & RTE_ETH_TX_OFFLOAD_MULTI_SEGS;
   int socket = rte_eth_dev_socket_id(port);
-  if (!g.rx_pool && !(g.rx_pool = rte_pktmbuf_pool_create(
-                          "nic_rx", 2047, 64, 0, RTE_MBUF_DEFAULT_BUF_SIZE, SOCKET_ID_ANY)))
-    return -rte_errno;
+  struct rte_mempool *pool = nic_dpdk_rx_pool();
   if ((rc = rte_eth_dev_configure(port, 1, 1, &conf)) ||
-      (rc = rte_eth_rx_queue_setup(port, 0, 512, socket, NULL, g.rx_pool)) ||
-      (rc = rte_eth_tx_queue_setup(port, 0, 512, socket, NULL)) || (rc = rte_eth_dev_start(port)))
+      (rc = rte_eth_tx_queue_setup(port, 0, 512, socket, NULL)))
     return rc;
+  if (!pool || rte_eth_rx_queue_setup(port, 0, 512, socket, NULL, pool) ||
+      rte_eth_dev_start(port)) {
+    if (!(pool = dpdk_rx_pool())) return -rte_errno;
+    if ((rc = rte_eth_rx_queue_setup(port, 0, 512, socket, NULL, pool)) ||
+        (rc = rte_eth_dev_start(port)))
+      return rc;
+  }
+  nic_dpdk_rx_port_started(port, pool);
   return 0;
 }
 
@@ -279,7 +293,9 @@ NIC_EXPORT struct nic_backend *nic_backend_dpdk_open(const struct nic_plugin_hos
                                  .poll = nic_dpdk_poll,
                                  .close = dclose,
                                  .endpoint_create = d_endpoint_create,
-                                 .endpoint_destroy = nic_dpdk_endpoint_close};
+                                 .endpoint_destroy = nic_dpdk_endpoint_close,
+                                 .endpoint_receive = nic_dpdk_endpoint_receive,
+                                 .rx_recycle = nic_dpdk_rx_recycle};
   be->hdr_pool = g.hdr_pool;
   be->own_eal = g.started_eal;
   pthread_mutex_init(&be->reg_lock, NULL);

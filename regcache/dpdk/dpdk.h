@@ -20,6 +20,7 @@
 #include "backend.h"
 
 #include <stdbool.h>
+#include <stddef.h>
 #include <stdint.h>
 
 #ifdef __cplusplus
@@ -49,6 +50,45 @@ int nic_dpdk_endpoint_close(struct nic_backend *b, struct nic_endpoint *ep);
 void nic_dpdk_endpoint_port(const struct nic_endpoint *ep, uint16_t *port_id, uint16_t *queue_id);
 /* Whether this backend started EAL itself. */
 bool nic_dpdk_owns_eal(struct nic_backend *b);
+
+/* Receiving (backend ops endpoint_receive / rx_recycle, dpdk_rx.c). An endpoint receives from
+ * the rx queue of its number; poll() takes bursts and hands each packet over with its mbuf as
+ * the token; rx_recycle frees the mbuf (a nic_hold keeps it). A packet is handed over whole when
+ * its segments' data lie end to end; a chain whose segments do not is copied into one mbuf of
+ * the queue's pool when it fits one (else dropped, said once). An mbuf is handed over as the
+ * driver gave it: on net_ring that is the sender's very mbuf, pointing wherever its data was
+ * (memory the sender had registered): zero-copy, not necessarily dataplane memory. Such an mbuf
+ * outside nicmalloc's memory (an application's pool of DPDK memory) cannot be kept: nic_hold
+ * refuses it, and it goes back when the receive function returns.
+ *
+ * Ports nicmalloc starts: their rx queue takes mbufs from one pool of NIC_DPDK_RX_MBUFS mbufs,
+ * each one 4 KiB page of dataplane memory (header and data; a hold on one never keeps another),
+ * carved when an endpoint first receives, from memory libnicmalloc hands over (below). Until then
+ * the pool is empty: frames wait in the driver (or the kernel) as if every buffer were held. A
+ * driver that takes mbufs at queue setup or start (net_tap; physical NICs, which fill their ring)
+ * refuses the empty pool and gets a pool of DPDK memory instead: its packets are not in
+ * dataplane memory (said once when it receives). net_ring never takes from the pool, and
+ * net_af_packet takes one mbuf per frame as it arrives.
+ *
+ * A port the application started: its rx queue uses the application's pool. For received data to
+ * be dataplane memory, build that pool over it before setting up the queue: a block from
+ * nic_aligned_alloc(4096, n * 4096), nic_register(block, len, NIC_REG_LOCAL_WRITE, &ref) (its
+ * chunk becomes DPDK external memory), then rte_pktmbuf_pool_create_extbuf over it (buf_iova:
+ * rte_mem_virt2iova(block)), or rte_mempool_create_empty + rte_mempool_populate_virt.
+ *
+ * Stalls: an endpoint with as many mbufs out as its cap (the pool's size on nicmalloc's ports;
+ * the queue's descriptor count, or 512, on the application's), or whose pool nicmalloc made is
+ * empty, takes no burst and says -ENOBUFS once, until a recycle makes room. The driver keeps the
+ * frames meanwhile, and drops what its queue (or the kernel's ring) cannot hold. */
+#define NIC_DPDK_RX_MBUFS 511u
+/* What libnicmalloc lends for receive buffers (safety/endpoint_dpdk.c hands it over before it
+ * makes an endpoint): alloc gives len bytes, 4 KiB aligned, of dataplane memory whose chunk is
+ * registered with this backend, or NULL; free gives them back. */
+struct nic_dpdk_rx_memory {
+  void *(*alloc)(size_t len);
+  void (*free)(void *p);
+};
+void nic_dpdk_rx_memory(const struct nic_dpdk_rx_memory *m);
 
 /* The helper under post(): an mbuf chain over the n entries (one extbuf segment per entry,
  * entries over 64 KiB - 1 split), which the caller may send however it likes. When the last
@@ -93,6 +133,15 @@ struct nic_endpoint {
   atomic_uint inflight;
   struct rte_device *dev;
   struct nic_endpoint *next;
+  /* Receiving (dpdk_rx.c): set under the backend's lock; rx_out counts mbufs handed over and
+   * not recycled (and a stall being said), which keeps the endpoint from being closed. */
+  nic_endpoint_rx_fn rx;
+  void *rx_arg;
+  struct rte_mempool *rx_pool; /* the queue's pool when known: copies, stalls */
+  bool rx_pool_ours;           /* nicmalloc's pool: empty means every buffer is out */
+  bool rx_stalled;
+  unsigned rx_cap;
+  atomic_uint rx_out;
 };
 
 /* One post or chain: its segments share this shinfo, whose refcount is the segment count, so
@@ -126,6 +175,18 @@ int nic_dpdk_post(struct nic_backend *b, struct nic_endpoint *ep, const struct n
                   unsigned n, nic_completion_fn done, void *arg);
 int nic_dpdk_poll(struct nic_backend *b, int max);
 int nic_dpdk_run_completions(struct dbackend *be, int max);
+/* dpdk_rx.c: the pool for the rx queues of the ports nicmalloc starts (empty until an endpoint
+ * receives; NULL with rte_errno), whether port is one of them, and the receive ops. */
+struct rte_mempool *nic_dpdk_rx_pool(void);
+void nic_dpdk_rx_port_started(uint16_t port, struct rte_mempool *pool);
+int nic_dpdk_endpoint_receive(struct nic_backend *b, struct nic_endpoint *ep, nic_endpoint_rx_fn rx,
+                              void *arg);
+void nic_dpdk_rx_recycle(struct nic_backend *b, struct nic_endpoint *ep, uint64_t token);
+/* From poll(): bursts from every receiving endpoint, handed over outside every lock. Returns
+ * how many packets (and stalls) were handed over. */
+int nic_dpdk_rx_poll(struct dbackend *be, int max);
+/* Under lock, from a close: -EBUSY while mbufs are out, else stops receiving (0). */
+int nic_dpdk_rx_close_locked(struct nic_endpoint *ep);
 /* dpdk.c: DMA-maps (or unmaps) r for dev. 0 or -rte_errno; devices without DMA mapping
  * (virtual ones) count as success. Callers hold reg_lock and lock. */
 int nic_dpdk_dma(struct rte_device *dev, struct dreg *r, bool map);

@@ -182,7 +182,9 @@ int nic_dpdk_poll(struct nic_backend *b, int max) {
     rte_spinlock_unlock(&ep->lock);
   }
   pthread_mutex_unlock(&be->lock);
-  return nic_dpdk_run_completions(be, max);
+  int ran = nic_dpdk_run_completions(be, max);
+  if (max > 0 && ran >= max) return ran;
+  return ran + nic_dpdk_rx_poll(be, max > 0 ? max - ran : 0);
 }
 
 /* Maps (or unmaps) every registration for dev, unless another endpoint already shares it. */
@@ -246,11 +248,12 @@ NIC_EXPORT int nic_dpdk_endpoint_close(struct nic_backend *b, struct nic_endpoin
   pthread_mutex_lock(&be->lock);
   for (struct nic_endpoint **pp = &be->eps; *pp; pp = &(*pp)->next) {
     if (*pp != ep) continue;
+    /* Receiving stops at any holder's close: the receiver above is keyed by the endpoint
+     * and goes with the first close that succeeds. */
     if (ep->refs > 1) { /* another holder still posts here: its completions need ep */
-      ep->refs--;
-      rc = 0;
+      if (!(rc = nic_dpdk_rx_close_locked(ep))) ep->refs--;
     } else if (ep != be->default_ep) {
-      rc = atomic_load(&ep->inflight) ? -EBUSY : 0;
+      rc = atomic_load(&ep->inflight) ? -EBUSY : nic_dpdk_rx_close_locked(ep);
       if ((last = !rc)) *pp = ep->next, dma_dev(be, ep, false);
     }
     break;

@@ -1,0 +1,430 @@
+// Receiving on the dpdk backend through libnicmalloc.so (nic_endpoint_receive on a
+// nic_dpdk_endpoint_create endpoint), as an application does. Two runs (tests/plugins.cmake):
+// net_ring0, which loops back to itself and hands the receiver the sender's very mbufs, and
+// net_af_packet0 on veth-a of a veth pair in a namespace this process makes, whose frames land
+// in nicmalloc's receive pool of dataplane memory. Each run is a process of its own (EAL starts
+// once per process).
+#include <gtest/gtest.h>
+
+#include <arpa/inet.h>
+#include <fcntl.h>
+#include <net/if.h>
+#include <netpacket/packet.h>
+#include <sched.h>
+#include <sys/socket.h>
+#include <unistd.h>
+
+#include <atomic>
+#include <cerrno>
+#include <chrono>
+#include <cstdlib>
+#include <cstring>
+#include <mutex>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include <rte_eth_ring.h>
+#include <rte_ethdev.h>
+#include <rte_mbuf.h>
+#include <rte_ring.h>
+
+#include "nicmalloc.h"
+
+namespace {
+
+using Clock = std::chrono::steady_clock;
+
+nic_stats Stats() {
+  nic_stats s = NIC_STATS_INIT;
+  nic_get_stats(&s);
+  return s;
+}
+
+bool UsingDpdk() {
+  nic_sga sga;
+  nic_sga_init(&sga, 0); // the backend opens on first need
+  return std::string(Stats().backend) == "dpdk";
+}
+#define REQUIRE_DPDK()                                                                             \
+  if (!UsingDpdk()) GTEST_SKIP() << "the dpdk backend did not open (see the warning above)"
+
+// What the receive function saw. Every buffer is held when hold is set.
+struct Rx {
+  std::vector<std::string> msgs;
+  std::vector<void *> data, held;
+  int dataplane = 0, ends = 0;
+  bool hold = false, hold_odd = false;
+  uint16_t only_type = 0; // af_packet: count only our ethertype (the kernel sends its own)
+  static void Fn(void *arg, void *data, size_t len) {
+    auto *r = static_cast<Rx *>(arg);
+    if (!data) {
+      r->ends++;
+      return;
+    }
+    const bool odd = r->msgs.size() % 2 == 1;
+    if (r->hold || (r->hold_odd && odd)) {
+      EXPECT_EQ(nic_hold(data), 0);
+      r->held.push_back(data);
+    }
+    const auto *b = static_cast<const unsigned char *>(data);
+    if (r->only_type && (len < 14 || ((b[12] << 8) | b[13]) != r->only_type)) return;
+    r->msgs.emplace_back(static_cast<char *>(data), len);
+    r->data.push_back(data);
+    r->dataplane += nic_is_dataplane(data) == 1;
+  }
+  void ReleaseAll() {
+    for (void *p : held)
+      EXPECT_EQ(nic_release(p), 0);
+    held.clear();
+  }
+};
+
+// Polls until pred() holds; false after 10 s.
+template <class P> bool PollUntil(P pred) {
+  for (auto end = Clock::now() + std::chrono::seconds(10); !pred(); nic_poll(0))
+    if (Clock::now() > end) return false;
+  return true;
+}
+
+struct Done {
+  int calls = 0, status = 1;
+  static void Fn(void *arg, int status) {
+    auto *d = static_cast<Done *>(arg);
+    d->status = status;
+    d->calls++;
+  }
+};
+
+int Post(nic_endpoint *ep, const std::vector<std::pair<const void *, size_t>> &parts, Done *d) {
+  nic_sga sga;
+  int rc = nic_sga_init(&sga, 0);
+  for (auto &p : parts)
+    if (!rc) rc = nic_sga_add(&sga, p.first, p.second);
+  return rc ? rc : nic_sga_post(&sga, ep, Done::Fn, d);
+}
+
+std::string Pattern(size_t len, int seed) {
+  std::string s(len, '\0');
+  for (size_t i = 0; i < len; i++)
+    s[i] = static_cast<char>(i * 7 + seed * 13 + 1);
+  return s;
+}
+
+// net_ring0: every packet arrives, in order, in the very memory the sender posted; a held one
+// keeps its mbuf (so the sender's post does not complete) until nic_release.
+TEST(DpdkReceiveRing, EveryPacketArrivesHoldsKeepMbufsAndReleaseRecycles) {
+  nic_endpoint *ep = nic_dpdk_endpoint_create(NIC_DPDK_DEFAULT_PORT, 0);
+  REQUIRE_DPDK();
+  ASSERT_NE(ep, nullptr);
+  Rx rx;
+  rx.hold_odd = true;
+  ASSERT_EQ(nic_endpoint_receive(ep, Rx::Fn, &rx), 0);
+  const nic_stats before = Stats();
+  constexpr int kPackets = 100;
+  std::vector<char *> blocks;
+  std::vector<std::string> want;
+  std::vector<Done> done(kPackets);
+  for (int i = 0; i < kPackets; i++) {
+    want.push_back(Pattern(600 + i, i)); // over NICMALLOC_COPY_THRESHOLD: not copied
+    // A page each: holds count per page, and a hold must not keep the neighbour's packet.
+    blocks.push_back(static_cast<char *>(nic_aligned_alloc(4096, 4096)));
+    memcpy(blocks[i], want[i].data(), want[i].size());
+    ASSERT_EQ(Post(ep, {{blocks[i], want[i].size()}}, &done[i]), 0);
+  }
+  ASSERT_TRUE(PollUntil([&] { return rx.msgs.size() == kPackets; })) << rx.msgs.size();
+  auto completed = [&] {
+    int n = 0;
+    for (auto &d : done)
+      n += d.calls;
+    return n;
+  };
+  ASSERT_TRUE(PollUntil([&] { return completed() == kPackets / 2; }));
+  for (int i = 0; i < kPackets; i++) {
+    EXPECT_EQ(rx.msgs[i], want[i]) << "packet " << i;
+    EXPECT_EQ(rx.data[i], blocks[i]) << "packet " << i << " is not the sender's memory";
+    EXPECT_EQ(done[i].calls, i % 2 ? 0 : 1) << "packet " << i;
+  }
+  nic_stats s = Stats();
+  EXPECT_EQ(s.recv_messages - before.recv_messages, uint64_t{kPackets});
+  EXPECT_EQ(s.recv_held_buffers, uint64_t{kPackets / 2});
+  EXPECT_EQ(nic_dpdk_endpoint_destroy(ep), -EBUSY) << "closed with held mbufs out";
+  rx.ReleaseAll();
+  ASSERT_TRUE(PollUntil([&] { return completed() == kPackets; })) << completed();
+  for (auto &d : done)
+    EXPECT_EQ(d.status, 0);
+  EXPECT_EQ(Stats().recv_held_buffers, 0u);
+  EXPECT_EQ(nic_dpdk_endpoint_destroy(ep), 0);
+  for (char *b : blocks)
+    free(b);
+}
+
+// A chain whose segments lie end to end (one block over 64 KiB, two extbuf segments) is handed
+// over whole, in place; one whose segments are scattered (a dataplane block and a control one)
+// is gathered into one receive buffer of dataplane memory.
+TEST(DpdkReceiveRing, ChainsArriveWhole) {
+  nic_endpoint *ep = nic_dpdk_endpoint_create(NIC_DPDK_DEFAULT_PORT, 0);
+  REQUIRE_DPDK();
+  ASSERT_NE(ep, nullptr);
+  Rx rx;
+  ASSERT_EQ(nic_endpoint_receive(ep, Rx::Fn, &rx), 0);
+  const std::string big = Pattern(70000, 1), a = Pattern(1000, 2), c = Pattern(1000, 3);
+  char *bigp = static_cast<char *>(nic_malloc(big.size()));
+  char *ap = static_cast<char *>(nic_malloc(a.size()));
+  char *cp = static_cast<char *>(malloc(c.size()));
+  memcpy(bigp, big.data(), big.size());
+  memcpy(ap, a.data(), a.size());
+  memcpy(cp, c.data(), c.size());
+  Done d1, d2;
+  ASSERT_EQ(Post(ep, {{bigp, big.size()}}, &d1), 0);
+  ASSERT_EQ(Post(ep, {{ap, a.size()}, {cp, c.size()}}, &d2), 0);
+  ASSERT_TRUE(PollUntil([&] { return rx.msgs.size() == 2 && d1.calls && d2.calls; }));
+  EXPECT_EQ(rx.msgs[0], big);
+  EXPECT_EQ(rx.data[0], bigp) << "a contiguous chain was not handed over in place";
+  EXPECT_EQ(rx.msgs[1], a + c);
+  EXPECT_EQ(nic_is_dataplane(rx.data[1]), 1) << "a gathered chain is not in dataplane memory";
+  EXPECT_EQ(nic_dpdk_endpoint_destroy(ep), 0);
+  free(bigp);
+  free(ap);
+  free(cp);
+}
+
+// A receive function that posts and polls from inside: what it sends arrives after the rest of
+// the burst it was handed from, not before.
+TEST(DpdkReceiveRing, AReceiveFunctionThatPollsKeepsTheOrder) {
+  nic_endpoint *ep = nic_dpdk_endpoint_create(NIC_DPDK_DEFAULT_PORT, 0);
+  REQUIRE_DPDK();
+  ASSERT_NE(ep, nullptr);
+  struct State {
+    nic_endpoint *ep;
+    std::vector<std::string> got;
+    char *more;
+    Done more_done;
+  } st{ep, {}, static_cast<char *>(nic_aligned_alloc(4096, 4096)), {}};
+  memcpy(st.more, Pattern(700, 9).data(), 700);
+  auto fn = [](void *arg, void *data, size_t len) {
+    auto *s = static_cast<State *>(arg);
+    s->got.emplace_back(static_cast<char *>(data), len);
+    if (s->got.size() == 1) {
+      EXPECT_EQ(Post(s->ep, {{s->more, 700}}, &s->more_done), 0);
+      for (int i = 0; i < 100; i++)
+        nic_poll(0);
+    }
+  };
+  ASSERT_EQ(nic_endpoint_receive(ep, fn, &st), 0);
+  char *first[2];
+  Done done[2];
+  for (int i = 0; i < 2; i++) {
+    first[i] = static_cast<char *>(nic_aligned_alloc(4096, 4096));
+    memcpy(first[i], Pattern(700, i).data(), 700);
+    ASSERT_EQ(Post(ep, {{first[i], 700}}, &done[i]), 0);
+  }
+  ASSERT_TRUE(PollUntil([&] { return st.got.size() == 3; })) << st.got.size();
+  std::vector<int> order; // which message each one was: 0 and 1 first, then 9
+  for (auto &g : st.got)
+    order.push_back(g == Pattern(700, 0)   ? 0
+                    : g == Pattern(700, 1) ? 1
+                    : g == Pattern(700, 9) ? 9
+                                           : -1);
+  EXPECT_EQ(order, (std::vector<int>{0, 1, 9}))
+      << "a packet posted later overtook one already received";
+  ASSERT_TRUE(PollUntil([&] { return done[0].calls && done[1].calls && st.more_done.calls; }));
+  EXPECT_EQ(nic_dpdk_endpoint_destroy(ep), 0);
+  for (char *p : {first[0], first[1], st.more})
+    free(p);
+}
+
+// Two threads polling at once: each packet is handed over exactly once.
+TEST(DpdkReceiveRing, TwoPollingThreadsGetEveryPacketOnce) {
+  nic_endpoint *ep = nic_dpdk_endpoint_create(NIC_DPDK_DEFAULT_PORT, 0);
+  REQUIRE_DPDK();
+  ASSERT_NE(ep, nullptr);
+  struct Seen {
+    std::mutex m;
+    std::vector<int> count = std::vector<int>(300);
+    std::atomic<int> total{0};
+  } seen;
+  auto fn = [](void *arg, void *data, size_t len) {
+    auto *s = static_cast<Seen *>(arg);
+    uint32_t i = 0;
+    ASSERT_GE(len, sizeof i);
+    memcpy(&i, data, sizeof i);
+    std::lock_guard<std::mutex> g(s->m);
+    if (i < s->count.size()) s->count[i]++;
+    s->total++;
+  };
+  ASSERT_EQ(nic_endpoint_receive(ep, fn, &seen), 0);
+  std::atomic<bool> stop{false};
+  std::thread other([&] {
+    while (!stop)
+      nic_poll(0);
+  });
+  std::vector<char *> blocks;
+  std::vector<Done> done(seen.count.size());
+  for (uint32_t i = 0; i < seen.count.size(); i++) {
+    blocks.push_back(static_cast<char *>(nic_aligned_alloc(4096, 4096)));
+    memset(blocks[i], 0, 600);
+    memcpy(blocks[i], &i, sizeof i);
+    ASSERT_EQ(Post(ep, {{blocks[i], 600}}, &done[i]), 0);
+    nic_poll(0);
+  }
+  const bool all = PollUntil([&] { return seen.total == static_cast<int>(seen.count.size()); });
+  stop = true;
+  other.join();
+  ASSERT_TRUE(all) << seen.total;
+  for (size_t i = 0; i < seen.count.size(); i++)
+    EXPECT_EQ(seen.count[i], 1) << "packet " << i;
+  EXPECT_TRUE(PollUntil([&] { return nic_dpdk_endpoint_destroy(ep) != -EBUSY; }));
+  for (char *p : blocks)
+    free(p);
+}
+
+// An application's port pair (its own pool, which net_ring never takes from): b receives what a
+// sends. With every packet held, b stops at its cap (512: net_ring tells no descriptor count),
+// says so once, and gets the rest after the release.
+TEST(DpdkReceiveRing, ApplicationPortStallsAtItsCapAndResumes) {
+  nic_endpoint *probe = nic_dpdk_endpoint_create(NIC_DPDK_DEFAULT_PORT, 0);
+  REQUIRE_DPDK();
+  ASSERT_EQ(nic_dpdk_endpoint_destroy(probe), 0);
+  rte_ring *ab = rte_ring_create("rx_ab", 1024, SOCKET_ID_ANY, RING_F_SP_ENQ | RING_F_SC_DEQ);
+  rte_ring *ba = rte_ring_create("rx_ba", 1024, SOCKET_ID_ANY, RING_F_SP_ENQ | RING_F_SC_DEQ);
+  rte_mempool *pool =
+      rte_pktmbuf_pool_create("rx_app", 63, 0, 0, RTE_MBUF_DEFAULT_BUF_SIZE, SOCKET_ID_ANY);
+  ASSERT_TRUE(ab && ba && pool);
+  int ports[2] = {rte_eth_from_rings("rx_a", &ba, 1, &ab, 1, SOCKET_ID_ANY),
+                  rte_eth_from_rings("rx_b", &ab, 1, &ba, 1, SOCKET_ID_ANY)};
+  for (int port : ports) {
+    rte_eth_conf conf{};
+    ASSERT_GE(port, 0);
+    ASSERT_EQ(rte_eth_dev_configure(port, 1, 1, &conf), 0);
+    ASSERT_EQ(rte_eth_rx_queue_setup(port, 0, 64, SOCKET_ID_ANY, nullptr, pool), 0);
+    ASSERT_EQ(rte_eth_tx_queue_setup(port, 0, 64, SOCKET_ID_ANY, nullptr), 0);
+    ASSERT_EQ(rte_eth_dev_start(port), 0);
+  }
+  nic_endpoint *a = nic_dpdk_endpoint_create(ports[0], 0),
+               *b = nic_dpdk_endpoint_create(ports[1], 0);
+  ASSERT_TRUE(a && b);
+  Rx rx;
+  rx.hold = true;
+  ASSERT_EQ(nic_endpoint_receive(b, Rx::Fn, &rx), 0);
+  constexpr int kCap = 512, kMore = 8;
+  std::vector<char *> blocks;
+  std::vector<Done> done(kCap + kMore);
+  for (int i = 0; i < kCap + kMore; i++) {
+    blocks.push_back(static_cast<char *>(nic_aligned_alloc(4096, 4096)));
+    memcpy(blocks[i], Pattern(600, i).data(), 600);
+    ASSERT_EQ(Post(a, {{blocks[i], 600}}, &done[i]), 0);
+  }
+  const uint64_t stalls = Stats().recv_stalls;
+  ASSERT_TRUE(PollUntil([&] { return Stats().recv_stalls != stalls; })) << rx.msgs.size();
+  for (int i = 0; i < 1000; i++)
+    nic_poll(0);
+  EXPECT_EQ(rx.msgs.size(), size_t{kCap}) << "received past the cap";
+  EXPECT_EQ(Stats().recv_stalls, stalls + 1) << "one stall said more than once";
+  rx.hold = false;
+  rx.ReleaseAll();
+  ASSERT_TRUE(PollUntil([&] { return rx.msgs.size() == kCap + kMore; })) << rx.msgs.size();
+  for (int i = 0; i < kCap + kMore; i++)
+    EXPECT_EQ(rx.msgs[i], Pattern(600, i)) << "packet " << i;
+  ASSERT_TRUE(PollUntil([&] {
+    for (auto &d : done)
+      if (!d.calls) return false;
+    return true;
+  }));
+  EXPECT_EQ(nic_dpdk_endpoint_destroy(b), 0);
+  EXPECT_EQ(nic_dpdk_endpoint_destroy(a), 0);
+  for (char *p : blocks)
+    free(p);
+}
+
+int Run(const std::string &cmd) {
+  return system(("timeout 10 " + cmd + " >/dev/null 2>&1").c_str());
+}
+
+// A veth pair (veth-a, veth-b) in a namespace of our own, entered by this thread before the
+// backend opens (EAL's af_packet port binds veth-a then). The name goes at once: the namespace
+// and the pair vanish with the process.
+std::string VethPair() {
+  std::string ns = "nicmalloc-rx-" + std::to_string(getpid()), in = "ip -n " + ns + " ";
+  if (geteuid() != 0) return "not root: cannot create a namespace and veth pair";
+  if (Run("ip netns add " + ns)) return "`ip netns add` failed (iproute2?)";
+  bool ok = !Run(in + "link add veth-a type veth peer name veth-b") &&
+            !Run(in + "link set veth-a up") && !Run(in + "link set veth-b up");
+  int fd = ok ? open(("/var/run/netns/" + ns).c_str(), O_RDONLY | O_CLOEXEC) : -1;
+  ok = fd >= 0 && setns(fd, CLONE_NEWNET) == 0;
+  if (fd >= 0) close(fd);
+  Run("ip netns del " + ns);
+  return ok ? "" : "could not create a veth pair in namespace " + ns;
+}
+
+constexpr uint16_t kType = 0x88B5;
+
+std::string Frame(uint32_t seq) {
+  std::string f("\xff\xff\xff\xff\xff\xff\x02\x00\x00\x00\x00\x01\x88\xb5", 14);
+  f.append(reinterpret_cast<const char *>(&seq), sizeof seq);
+  f += Pattern(100 + seq % 300, static_cast<int>(seq));
+  return f;
+}
+
+// net_af_packet0 on veth-a: frames sent on veth-b land in dataplane memory, bytes equal. Holding
+// every buffer empties the pool: the endpoint stalls once (counted), the frames after wait in
+// the kernel, and every one arrives after the release.
+TEST(DpdkReceiveAfPacket, FramesLandInDataplaneAndHoldsPastThePoolStallUntilRelease) {
+  const std::string why = VethPair();
+  if (!why.empty()) GTEST_SKIP() << "net_af_packet receive test skipped: " << why;
+  nic_endpoint *ep = nic_dpdk_endpoint_create(NIC_DPDK_DEFAULT_PORT, 0);
+  REQUIRE_DPDK();
+  ASSERT_NE(ep, nullptr) << "net_af_packet0 on veth-a is not the default port";
+  int fd = socket(AF_PACKET, SOCK_RAW | SOCK_CLOEXEC, htons(kType));
+  ASSERT_GE(fd, 0) << strerror(errno);
+  sockaddr_ll sll{};
+  sll.sll_family = AF_PACKET;
+  sll.sll_protocol = htons(kType);
+  sll.sll_ifindex = static_cast<int>(if_nametoindex("veth-b"));
+  ASSERT_EQ(bind(fd, reinterpret_cast<sockaddr *>(&sll), sizeof sll), 0) << strerror(errno);
+  uint32_t sent = 0;
+  auto send_frames = [&](uint32_t n) {
+    for (uint32_t i = 0; i < n; i++, sent++) {
+      const std::string f = Frame(sent);
+      ASSERT_EQ(send(fd, f.data(), f.size(), 0), static_cast<ssize_t>(f.size())) << strerror(errno);
+    }
+  };
+
+  Rx rx;
+  rx.hold = true;
+  rx.only_type = kType;
+  ASSERT_EQ(nic_endpoint_receive(ep, Rx::Fn, &rx), 0);
+  const uint64_t stalls = Stats().recv_stalls;
+  // Batches smaller than the kernel's ring for the port, each received before the next goes,
+  // until every receive buffer is held.
+  while (Stats().recv_stalls == stalls && sent < 2000) {
+    send_frames(32);
+    ASSERT_TRUE(PollUntil([&] { return rx.msgs.size() == sent || Stats().recv_stalls != stalls; }))
+        << rx.msgs.size() << " of " << sent;
+  }
+  ASSERT_EQ(Stats().recv_stalls, stalls + 1) << "holding every buffer never stalled";
+  const size_t at_stall = rx.msgs.size();
+  EXPECT_GT(at_stall, 0u);
+  EXPECT_LT(at_stall, size_t{sent} + 1);
+  send_frames(8);
+  for (int i = 0; i < 1000; i++)
+    nic_poll(0);
+  EXPECT_EQ(Stats().recv_stalls, stalls + 1) << "one stall said more than once";
+  EXPECT_EQ(rx.msgs.size(), at_stall) << "received while every buffer was held";
+  EXPECT_EQ(nic_dpdk_endpoint_destroy(ep), -EBUSY) << "closed with held mbufs out";
+
+  rx.hold = false;
+  rx.ReleaseAll();
+  ASSERT_TRUE(PollUntil([&] { return rx.msgs.size() == sent; }))
+      << rx.msgs.size() << " of " << sent << ": frames were lost in the stall";
+  for (uint32_t i = 0; i < sent; i++) {
+    EXPECT_EQ(rx.msgs[i], Frame(i)) << "frame " << i;
+    if (HasFailure()) break;
+  }
+  EXPECT_EQ(rx.dataplane, static_cast<int>(sent)) << "frames outside dataplane memory";
+  EXPECT_EQ(Stats().recv_held_buffers, 0u);
+  EXPECT_EQ(nic_dpdk_endpoint_destroy(ep), 0);
+  close(fd);
+}
+
+} // namespace
