@@ -60,12 +60,12 @@
   X("safety", deferred_frees, uint64_t, count, "# frees deferred", "frees deferred because a page of the block was in flight or held") \
   X("safety", deferred_pending, uint64_t, count, "# pending", "of those, not released yet") \
   X("safety", holds, uint64_t, count, "# holds", "nic_hold references outstanding") \
+  X("safety", bounce_bytes, uint64_t, bytes_total, "# bytes copied to bounce areas", "bytes copied into bounce areas") \
   X("receive", recv_messages, uint64_t, count, "# messages", "messages handed to receive functions (nic_endpoint_receive)") \
   X("receive", recv_bytes, uint64_t, bytes_total, "# bytes received", "their bytes") \
   X("receive", recv_held_buffers, uint64_t, count, "# buffers held", "receive buffers kept from the NIC by a nic_hold now") \
   X("receive", recv_held_bytes, uint64_t, bytes, "# held", "their bytes") \
   X("receive", recv_stalls, uint64_t, count, "# stalls", "times an endpoint stopped receiving because every buffer of it was held") \
-  X("safety", bounce_bytes, uint64_t, bytes_total, "# bytes copied to bounce areas", "bytes copied into bounce areas") \
   X("fence", fence_waits, uint64_t, count, "# waits", "nic_fence_write / realloc calls that had to wait") \
   X("fence", fence_timeouts, uint64_t, count, "# timed out", "of those, gave up after NICMALLOC_FENCE_TIMEOUT_MS") \
   X("fence", fence_held_writes, uint64_t, count, "# writes held", "NICMALLOC_FENCE=protect: writes held until their page's DMA completed") \
