@@ -5,7 +5,8 @@ if(NOT TARGET GTest::gtest)
   include(GoogleTest)
 endif()
 add_executable(test_uring_backend ${CMAKE_CURRENT_LIST_DIR}/regcache/test_uring_backend.cc
-  ${CMAKE_CURRENT_LIST_DIR}/regcache/test_uring_stream.cc ${CMAKE_CURRENT_LIST_DIR}/regcache/test_uring_fd.cc)
+  ${CMAKE_CURRENT_LIST_DIR}/regcache/test_uring_stream.cc ${CMAKE_CURRENT_LIST_DIR}/regcache/test_uring_fd.cc
+  ${CMAKE_CURRENT_LIST_DIR}/regcache/test_uring_progress.cc)
 target_link_libraries(test_uring_backend PRIVATE ${NIC_RUNTIME_LAYERS} GTest::gtest GTest::gtest_main
   Threads::Threads)
 # Every wait in the suite has its own deadline; TIMEOUT is the last resort.

@@ -58,6 +58,7 @@ static void finish_locked(struct uring_backend *ub, struct uring_req *req) {
   else if (req->status < 0)
     ub->stats.send_errors++;
   nic_uring_push(&ub->ready, req);
+  nic_uring_work_signal_locked(ub);
 }
 
 /* No more sends for this post; it finishes once its last notification is in. */
@@ -214,6 +215,22 @@ static void reap_locked(struct uring_backend *ub) {
   }
 }
 
+void nic_uring_advance_locked(struct uring_backend *ub) {
+  reap_locked(ub);
+  struct nic_endpoint *kicked = ub->kick; /* a flush may kick again: take the list first */
+  ub->kick = NULL;
+  for (struct nic_endpoint *ep; (ep = kicked);) {
+    kicked = ep->kick_next;
+    ep->kicked = false;
+    flush_locked(ub, ep);
+  }
+  if (io_uring_sq_ready(&ub->ring)) io_uring_submit(&ub->ring);
+}
+
+bool nic_uring_unsent_locked(const struct nic_endpoint *ep) {
+  return ep->sending || ep->backlog.head;
+}
+
 int nic_uring_post(struct nic_backend *b, struct nic_endpoint *ep, const struct nic_sge *sge,
                    unsigned n, nic_completion_fn done, void *arg) {
   struct uring_backend *ub = uring_of(b);
@@ -271,15 +288,7 @@ int nic_uring_poll(struct nic_backend *b, int max) {
     } batch[BATCH];
     int k = 0;
     pthread_mutex_lock(&ub->lock);
-    reap_locked(ub);
-    struct nic_endpoint *kicked = ub->kick; /* a flush may kick again: take the list first */
-    ub->kick = NULL;
-    for (struct nic_endpoint *ep; (ep = kicked);) {
-      kicked = ep->kick_next;
-      ep->kicked = false;
-      flush_locked(ub, ep);
-    }
-    if (io_uring_sq_ready(&ub->ring)) io_uring_submit(&ub->ring);
+    nic_uring_advance_locked(ub);
     for (struct uring_req *req; k < BATCH && ran + k < max && (req = nic_uring_pop(&ub->ready));
          k++) {
       batch[k].done = req->done;
@@ -287,6 +296,7 @@ int nic_uring_poll(struct nic_backend *b, int max) {
       batch[k].status = req->status;
       nic_uring_req_free_locked(ub, req);
     }
+    if (!ub->ready.head) nic_uring_work_clear_locked(ub);
     ub->stats.pending -= (uint32_t)k;
     ub->stats.completions += (uint64_t)k;
     pthread_mutex_unlock(&ub->lock);
