@@ -22,6 +22,7 @@
 #define _GNU_SOURCE
 #include "uring_internal.h"
 
+#include "forklock.h"
 #include "log.h"
 #include "send_order.h"
 
@@ -37,6 +38,7 @@
 static pthread_rwlock_t open_lock = PTHREAD_RWLOCK_INITIALIZER; /* write: open and close */
 static struct uring_backend *open_list;
 static unsigned char endpoint_fds[FD_FILTER]; /* endpoints per fd, saturating */
+static unsigned linked;                       /* endpoints counted in nic_send_order_watch */
 
 void nic_uring_work_signal_locked(struct uring_backend *ub) {
   if (ub->work_signalled) return;
@@ -121,6 +123,7 @@ void nic_uring_ep_link_locked(struct uring_backend *ub, struct nic_endpoint *ep)
   ub->ep_list = ep;
   if (ep->fd >= 0 && ep->fd < FD_FILTER && endpoint_fds[ep->fd] < 255)
     __atomic_add_fetch(&endpoint_fds[ep->fd], 1, __ATOMIC_RELEASE);
+  __atomic_add_fetch(&linked, 1, __ATOMIC_RELAXED);
   nic_send_order_watch(1);
 }
 
@@ -132,8 +135,20 @@ void nic_uring_ep_unlink_locked(struct uring_backend *ub, struct nic_endpoint *e
     }
   if (ep->fd >= 0 && ep->fd < FD_FILTER && endpoint_fds[ep->fd] < 255)
     __atomic_sub_fetch(&endpoint_fds[ep->fd], 1, __ATOMIC_RELEASE);
+  __atomic_sub_fetch(&linked, 1, __ATOMIC_RELAXED);
   nic_send_order_watch(-1);
 }
+
+/* fork: the child has no progress thread and may not touch the parent's rings (backend.h), and
+ * a parent thread may have held open_lock: its plain sends go straight out, at one load. */
+static void after_fork_reset(void) {
+  open_list = NULL;
+  open_lock = (pthread_rwlock_t)PTHREAD_RWLOCK_INITIALIZER;
+  memset(endpoint_fds, 0, sizeof endpoint_fds);
+  nic_send_order_watch(-(int)linked);
+  linked = 0;
+}
+NIC_FORKLOCK_CUSTOM(uring_open, NIC_FORK_URING_OPEN, NULL, NULL, after_fork_reset, NULL);
 
 int nic_uring_progress_start(struct uring_backend *ub) {
   ub->ring_efd = eventfd(0, EFD_CLOEXEC);

@@ -4,6 +4,11 @@
 #include "uring_loopback.h"
 
 #include <sys/uio.h>
+#include <sys/wait.h>
+
+extern "C" {
+#include "send_order.h"
+}
 
 using namespace uring_test;
 
@@ -160,5 +165,35 @@ TEST_F(UringTest, NonBlockingPlainSendBehindAPostSaysEagain) {
   ASSERT_EQ(n, 3);
   ASSERT_TRUE(reader.WaitFor(kPost + 3));
   EXPECT_EQ(Mismatch(reader.Data(), mem.Bytes(0, kPost) + "xyz"), -1);
+  ASSERT_TRUE(PollUntil(b, [&] { return d.calls > 0; }));
+}
+
+// A child of fork shares the parent's rings but not its posts: its plain sends on the socket
+// go straight out (no wait for the parent's posts, and the check is back to one load).
+TEST_F(UringTest, AChildOfForkSendsWithoutWaitingForTheParentsPosts) {
+  constexpr size_t kPost = 4 << 20;
+  Region mem(kPost, 24);
+  LoopbackPair pair(kSmallBuf, kSmallBuf);
+  Reader reader(pair.rx, /*paused=*/true);
+  nic_endpoint *ep = Endpoint(pair.tx);
+  nic_registration r = Reg(mem.base, mem.len);
+  Done d;
+  nic_sge sge = Sge(r, 0, kPost);
+  ASSERT_EQ(b->post(b, ep, &sge, 1, Done::Fn, &d), 0);
+  ASSERT_TRUE(nic_send_order_active());
+  fflush(nullptr);
+  pid_t child = fork();
+  ASSERT_GE(child, 0);
+  if (child == 0) {
+    if (nic_send_order_active()) _exit(2);
+    send(pair.tx, "c", 1, MSG_DONTWAIT); // returns (sent, or EAGAIN: the socket is full)
+    _exit(0);
+  }
+  int status = 0;
+  ASSERT_EQ(waitpid(child, &status, 0), child);
+  ASSERT_TRUE(WIFEXITED(status));
+  EXPECT_EQ(WEXITSTATUS(status), 0) << "2: the child still checks plain sends against the "
+                                       "parent's endpoints";
+  reader.Resume();
   ASSERT_TRUE(PollUntil(b, [&] { return d.calls > 0; }));
 }
