@@ -295,7 +295,10 @@ int nic_sim_endpoint_destroy(struct nic_endpoint *ep);
  * it, until the destroy; never to a socket that gets its number). A post is one SEND_ZC (one entry)
  * or SENDMSG_ZC from the registered buffers; done() runs after the kernel's zero-copy notification.
  * On a stream, posts reach the socket whole and in post order; on a datagram socket each post is
- * one datagram (longer than the socket takes: done() gets -EMSGSIZE). errno: ENODEV, EBADF,
+ * one datagram (longer than the socket takes: done() gets -EMSGSIZE). A plain send, sendto,
+ * sendmsg, sendmmsg, write or writev on the socket waits until every post on it is in the
+ * socket, so its bytes follow them; non-blocking (O_NONBLOCK or MSG_DONTWAIT), it fails with
+ * EAGAIN meanwhile. errno: ENODEV, EBADF,
  * ENOTSOCK, EPROTOTYPE (neither stream nor datagram), EOPNOTSUPP (not TCP or UDP), ENOTCONN,
  * EMFILE (as many endpoints open as RLIMIT_NOFILE, at most 16384). */
 struct nic_endpoint *nic_uring_endpoint_create(int sockfd);

@@ -21,6 +21,9 @@
  * A datagram endpoint keeps the batches (posts stay in order) but is never resumed or broken:
  * each post is one datagram, sent whole or failed on its own.
  *
+ * Nothing here waits for poll(): the backend's thread (uring_progress.c) reaps and submits the
+ * next batches too, through nic_uring_advance_locked, so a reaping must never call the program.
+ *
  * Completion: done(arg, status) runs from poll() once the post's final send has reported and
  * every notification (one per send that pinned memory, F_NOTIF) has arrived: only then does
  * the kernel hold no reference to the pages. Until then the slots count the post in flight and
