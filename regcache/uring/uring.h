@@ -58,6 +58,7 @@ struct nic_uring_stats {
   uint64_t notifications;       /* F_NOTIF CQEs: the kernel let go of a send's pages */
   uint64_t copied, zero_copied; /* notifications saying the kernel copied, or did not (6.2+) */
   uint64_t completions;         /* done() calls made */
+  uint64_t progress_wakeups; /* rounds of the backend's thread: reap, submit (uring_progress.c) */
   uint32_t slots, slots_used;
   uint32_t pending;    /* accepted posts whose done() has not run */
   bool vectored_fixed; /* SENDMSG_ZC takes fixed buffers on this kernel (6.15+) */

@@ -69,7 +69,10 @@ static void *progress_main(void *arg) {
     }
     pthread_mutex_lock(&ub->lock);
     const bool stop = ub->progress_stop;
-    if (!stop) nic_uring_advance_locked(ub);
+    if (!stop) {
+      ub->stats.progress_wakeups++;
+      nic_uring_advance_locked(ub);
+    }
     if (ub->send_waiters) pthread_cond_broadcast(&ub->sent);
     pthread_mutex_unlock(&ub->lock);
     if (stop) return NULL;
