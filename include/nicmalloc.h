@@ -225,8 +225,24 @@ int nic_sga_add(struct nic_sga *sga, const void *p, size_t len);
 int nic_sga_post(struct nic_sga *sga, struct nic_endpoint *ep, nic_sga_done_fn done, void *arg);
 /* Drops the entries without posting. */
 void nic_sga_reset(struct nic_sga *sga);
-/* Runs up to max ready completions of the process-wide backend (all when max <= 0). */
+/* Progress and waiting. Posts move on without the program: the backend (its own thread for
+ * io_uring, the NIC or the sim's engine) hands them to the transport and collects what comes
+ * back. The program's functions, done() and receive(), run only from nic_poll and nic_wait, on
+ * the calling thread (and from a fence that waits: nic_fence_write). */
+/* Runs up to max ready completions and received messages of the process-wide backend (all of
+ * them when max <= 0) and returns how many ran: 0 when nothing was ready (never negative; no
+ * backend open is 0 too). It never blocks. */
 int nic_poll(int max);
+/* Runs what is ready, as nic_poll(0); when nothing is, blocks until something is or timeout_ms
+ * milliseconds pass (-1: no limit). Returns how many ran, 0 at the timeout, -EINTR when a signal
+ * interrupted the wait, -EINVAL for a timeout below -1, -ENODEV without a backend. */
+int nic_wait(int timeout_ms);
+/* A file descriptor that polls readable (POLLIN, EPOLLIN) while nic_poll has work, to put in the
+ * program's poll or epoll set: on readiness call nic_poll (or nic_wait(0)). Do not read, write
+ * or close it: nicmalloc clears it when nothing is left. Level-triggered; with EPOLLET poll until
+ * nic_poll returns 0. Returns the fd, -ENODEV without a backend, or -ENOSYS when the backend has
+ * none (verbs, dpdk): then nic_wait waits in short sleeps. */
+int nic_event_fd(void);
 
 /* Keeps the nicmalloc block holding p (a received buffer, say) from being freed and reused
  * until the matching nic_release: a free of it meanwhile is deferred. Holds nest. Returns 0,
@@ -279,11 +295,14 @@ int nic_sim_endpoint_destroy(struct nic_endpoint *ep);
  * it, until the destroy; never to a socket that gets its number). A post is one SEND_ZC (one entry)
  * or SENDMSG_ZC from the registered buffers; done() runs after the kernel's zero-copy notification.
  * On a stream, posts reach the socket whole and in post order; on a datagram socket each post is
- * one datagram (longer than the socket takes: done() gets -EMSGSIZE). nic_endpoint_receive on it
- * receives into NICMALLOC_RECV_BUFFERS buffers of NICMALLOC_RECV_BUFFER_SIZE bytes (default 32
- * of 64 KiB); a datagram longer than a buffer is dropped and said once, never handed over cut.
- * errno: ENODEV, EBADF, ENOTSOCK, EPROTOTYPE (neither stream nor datagram), EOPNOTSUPP (not TCP
- * or UDP), ENOTCONN, EMFILE (as many endpoints open as RLIMIT_NOFILE, at most 16384). */
+ * one datagram (longer than the socket takes: done() gets -EMSGSIZE). A plain send, sendto,
+ * sendmsg, sendmmsg, write or writev on the socket waits until every post on it is in the
+ * socket, so its bytes follow them; non-blocking (O_NONBLOCK or MSG_DONTWAIT), it fails with
+ * EAGAIN meanwhile. nic_endpoint_receive on it receives into NICMALLOC_RECV_BUFFERS buffers of
+ * NICMALLOC_RECV_BUFFER_SIZE bytes (default 32 of 64 KiB); a datagram longer than a buffer is
+ * dropped and said once, never handed over cut. errno: ENODEV, EBADF, ENOTSOCK, EPROTOTYPE
+ * (neither stream nor datagram), EOPNOTSUPP (not TCP or UDP), ENOTCONN, EMFILE (as many
+ * endpoints open as RLIMIT_NOFILE, at most 16384). */
 struct nic_endpoint *nic_uring_endpoint_create(int sockfd);
 int nic_uring_endpoint_destroy(struct nic_endpoint *ep);
 

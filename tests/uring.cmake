@@ -5,7 +5,8 @@ if(NOT TARGET GTest::gtest)
   include(GoogleTest)
 endif()
 add_executable(test_uring_backend ${CMAKE_CURRENT_LIST_DIR}/regcache/test_uring_backend.cc
-  ${CMAKE_CURRENT_LIST_DIR}/regcache/test_uring_stream.cc ${CMAKE_CURRENT_LIST_DIR}/regcache/test_uring_fd.cc)
+  ${CMAKE_CURRENT_LIST_DIR}/regcache/test_uring_stream.cc ${CMAKE_CURRENT_LIST_DIR}/regcache/test_uring_fd.cc
+  ${CMAKE_CURRENT_LIST_DIR}/regcache/test_uring_progress.cc)
 target_link_libraries(test_uring_backend PRIVATE ${NIC_RUNTIME_LAYERS} GTest::gtest GTest::gtest_main
   Threads::Threads)
 # Every wait in the suite has its own deadline; TIMEOUT is the last resort.
@@ -16,13 +17,15 @@ gtest_discover_tests(test_uring_backend PROPERTIES TIMEOUT 120 DISCOVERY_TIMEOUT
 # do (issue #4). The process-wide backend is uring; one case runs again under sim to see the
 # wrong-backend error.
 set(NIC_URING_SGA_ENV "NICMALLOC_BACKEND=uring;NICMALLOC_CHUNK_SIZE=64M;NICMALLOC_FENCE=wait")
-foreach(suite test_uring_endpoint test_uring_safety)
+foreach(suite test_uring_endpoint test_uring_safety test_uring_wait)
   add_executable(${suite} ${CMAKE_CURRENT_LIST_DIR}/safety/${suite}.cc)
   target_link_libraries(${suite} PRIVATE ${NIC_RUNTIME_LAYERS} GTest::gtest GTest::gtest_main
     Threads::Threads)
   nic_gtest_with_env(${suite} ${NIC_URING_SGA_ENV})
 endforeach()
 gtest_discover_tests(test_uring_safety PROPERTIES TIMEOUT 300 DISCOVERY_TIMEOUT 60)
+# nic_wait and nic_event_fd on io_uring: blocking waits and an epoll set instead of busy polling.
+gtest_discover_tests(test_uring_wait PROPERTIES TIMEOUT 120 DISCOVERY_TIMEOUT 60)
 gtest_discover_tests(test_uring_endpoint TEST_FILTER "-UringEndpointWrongBackend.*"
                      PROPERTIES TIMEOUT 300 DISCOVERY_TIMEOUT 60)
 # By path, not target name: the target's env(1) wrapper would set the backend back to uring.

@@ -56,7 +56,9 @@
  *       done, then makes its own.
  *   not held, reset in the child with what it guards: the list of sims whose pending posts
  *     an unmap must look at (regcache/sim/sim_keep.c, a rwlock): a child's munmap would otherwise
- *     wait for a parent's sim; the child has no sim of its own, so the list is emptied.
+ *     wait for a parent's sim; the child has no sim of its own, so the list is emptied. The same
+ *     for the list of open uring backends that plain sends look at (regcache/uring/
+ *     uring_progress.c, a rwlock), with its endpoint counts: the child's sends go straight out.
  *   not held, never touched by a child: the backends' own locks (regcache/sim/sim_nic.c,
  *     sim_dma.c, uring*.c, verbs.c, dpdk*.c, one per backend or endpoint). A child of a process
  *     with an open backend neither registers, posts nor polls (regcache/cache/backend.c), so it
@@ -99,7 +101,8 @@ enum nic_fork_rank {
   NIC_FORK_PRESSURE,
   NIC_FORK_PROFILE_TABLE,
   NIC_FORK_SHM_ATTACHES,
-  NIC_FORK_SIM_KEEP, /* reset only: the parent's sims are not the child's */
+  NIC_FORK_SIM_KEEP,   /* reset only: the parent's sims are not the child's */
+  NIC_FORK_URING_OPEN, /* reset only: the parent's endpoints hold no plain send of the child */
   /* Child hooks without a lock of their own. */
   NIC_FORK_REAPER_THREAD, /* the reaper is gone: start it again on need */
   NIC_FORK_PROFILE_SINK,  /* the child's profile counts start from zero */

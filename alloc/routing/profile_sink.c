@@ -9,15 +9,19 @@
  * libraries' constructors) it makes the system call itself.
  * write/writev count only on sockets. Whether an fd is a socket is cached per fd (fstat once)
  * and forgotten by close/dup2/dup3; an fd reused through a path we do not see (the C library's
- * internal closes, close_range) may be counted by its old kind. */
+ * internal closes, close_range) may be counted by its old kind.
+ * Before sending, each asks send_order.h whether posts on the fd must go first (one load when no
+ * endpoint exists); stdio and the C library's own writes reach the kernel without passing here. */
 #define _GNU_SOURCE
 #include "chunks.h"
 #include "export.h"
 #include "forklock.h"
 #include "log.h"
 #include "profile.h"
+#include "send_order.h"
 
 #include <dlfcn.h>
+#include <errno.h>
 #include <sys/socket.h>
 #include <sys/stat.h>
 #include <sys/syscall.h>
@@ -72,6 +76,16 @@ static void sink_iov(const struct iovec *iov, size_t n, ssize_t sent) {
   }
 }
 
+/* Whether the send must wait for, or give way to, posts on fd (send_order.h); true with errno
+ * set when it may not go. Each call below tests nic_send_order_active() first and leaves for
+ * its *_ordered twin only when an endpoint exists, so that its own path gains one load. */
+static bool held_back(int fd, int flags) {
+  int rc = nic_send_order(fd, flags);
+  if (rc == 0) return false;
+  errno = -rc;
+  return true;
+}
+
 static bool is_socket(int fd) {
   unsigned char kind = fd >= 0 && fd < FD_CACHE ? __atomic_load_n(&fd_kind[fd], 0) : 0;
   if (kind) return kind == 1;
@@ -85,42 +99,84 @@ static void forget_fd(int fd) {
   if (fd >= 0 && fd < FD_CACHE) __atomic_store_n(&fd_kind[fd], 0, 0);
 }
 
-NIC_EXPORT ssize_t sendmsg(int fd, const struct msghdr *msg, int flags) {
+static inline ssize_t sendmsg_now(int fd, const struct msghdr *msg, int flags) {
   ssize_t r = real_sendmsg ? real_sendmsg(fd, msg, flags) : syscall(SYS_sendmsg, fd, msg, flags);
   if (r > 0) sink_iov(msg->msg_iov, msg->msg_iovlen, r);
   return r;
 }
+static __attribute__((noinline, cold)) ssize_t sendmsg_ordered(int fd, const struct msghdr *msg,
+                                                               int flags) {
+  return held_back(fd, flags) ? -1 : sendmsg_now(fd, msg, flags);
+}
+NIC_EXPORT ssize_t sendmsg(int fd, const struct msghdr *msg, int flags) {
+  if (nic_send_order_active()) return sendmsg_ordered(fd, msg, flags);
+  return sendmsg_now(fd, msg, flags);
+}
 
-NIC_EXPORT int sendmmsg(int fd, struct mmsghdr *vec, unsigned vlen, int flags) {
+static inline int sendmmsg_now(int fd, struct mmsghdr *vec, unsigned vlen, int flags) {
   int r = real_sendmmsg ? real_sendmmsg(fd, vec, vlen, flags)
                         : (int)syscall(SYS_sendmmsg, fd, vec, vlen, flags);
   for (int i = 0; i < r; i++)
     sink_iov(vec[i].msg_hdr.msg_iov, vec[i].msg_hdr.msg_iovlen, vec[i].msg_len);
   return r;
 }
+static __attribute__((noinline, cold)) int sendmmsg_ordered(int fd, struct mmsghdr *vec,
+                                                            unsigned vlen, int flags) {
+  return held_back(fd, flags) ? -1 : sendmmsg_now(fd, vec, vlen, flags);
+}
+NIC_EXPORT int sendmmsg(int fd, struct mmsghdr *vec, unsigned vlen, int flags) {
+  if (nic_send_order_active()) return sendmmsg_ordered(fd, vec, vlen, flags);
+  return sendmmsg_now(fd, vec, vlen, flags);
+}
 
-NIC_EXPORT ssize_t sendto(int fd, const void *buf, size_t len, int flags,
-                          const struct sockaddr *addr, socklen_t alen) {
+static inline ssize_t sendto_now(int fd, const void *buf, size_t len, int flags,
+                                 const struct sockaddr *addr, socklen_t alen) {
   ssize_t r = real_sendto ? real_sendto(fd, buf, len, flags, addr, alen)
                           : syscall(SYS_sendto, fd, buf, len, flags, addr, alen);
   if (r > 0) nic_sink_range(buf, (size_t)r);
   return r;
+}
+static __attribute__((noinline, cold)) ssize_t sendto_ordered(int fd, const void *buf, size_t len,
+                                                              int flags,
+                                                              const struct sockaddr *addr,
+                                                              socklen_t alen) {
+  return held_back(fd, flags) ? -1 : sendto_now(fd, buf, len, flags, addr, alen);
+}
+NIC_EXPORT ssize_t sendto(int fd, const void *buf, size_t len, int flags,
+                          const struct sockaddr *addr, socklen_t alen) {
+  if (nic_send_order_active()) return sendto_ordered(fd, buf, len, flags, addr, alen);
+  return sendto_now(fd, buf, len, flags, addr, alen);
 }
 
 NIC_EXPORT ssize_t send(int fd, const void *buf, size_t len, int flags) {
   return sendto(fd, buf, len, flags, NULL, 0);
 }
 
-NIC_EXPORT ssize_t write(int fd, const void *buf, size_t len) {
+static inline ssize_t write_now(int fd, const void *buf, size_t len) {
   ssize_t r = real_write ? real_write(fd, buf, len) : syscall(SYS_write, fd, buf, len);
   if (r > 0 && is_socket(fd)) nic_sink_range(buf, (size_t)r);
   return r;
 }
+static __attribute__((noinline, cold)) ssize_t write_ordered(int fd, const void *buf, size_t len) {
+  return held_back(fd, 0) ? -1 : write_now(fd, buf, len);
+}
+NIC_EXPORT ssize_t write(int fd, const void *buf, size_t len) {
+  if (nic_send_order_active()) return write_ordered(fd, buf, len);
+  return write_now(fd, buf, len);
+}
 
-NIC_EXPORT ssize_t writev(int fd, const struct iovec *iov, int n) {
+static inline ssize_t writev_now(int fd, const struct iovec *iov, int n) {
   ssize_t r = real_writev ? real_writev(fd, iov, n) : syscall(SYS_writev, fd, iov, n);
   if (r > 0 && is_socket(fd)) sink_iov(iov, (size_t)n, r);
   return r;
+}
+static __attribute__((noinline, cold)) ssize_t writev_ordered(int fd, const struct iovec *iov,
+                                                              int n) {
+  return held_back(fd, 0) ? -1 : writev_now(fd, iov, n);
+}
+NIC_EXPORT ssize_t writev(int fd, const struct iovec *iov, int n) {
+  if (nic_send_order_active()) return writev_ordered(fd, iov, n);
+  return writev_now(fd, iov, n);
 }
 
 NIC_EXPORT int close(int fd) {

@@ -93,6 +93,11 @@ struct nic_backend {
               nic_completion_fn done, void *arg);
   /* Runs up to max ready completions (all of them when max <= 0); returns how many ran. */
   int (*poll)(struct nic_backend *b, int max);
+  /* A file descriptor that polls readable while poll() has work (completions, receives), for
+   * nic_wait and nic_event_fd. The backend owns it and clears it from poll() once nothing is
+   * left; readers only wait on it. -ENOSYS (or NULL) where the backend has none: waiting then
+   * polls in short sleeps. */
+  int (*event_fd)(struct nic_backend *b);
   void (*close)(struct nic_backend *b);
   /* Endpoints, what posts go out on, made from the members of params that are the backend's
    * (below). NULL with errno set when it cannot make one; destroy: 0 or -errno (-EBUSY while

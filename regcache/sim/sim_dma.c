@@ -11,6 +11,7 @@
 #include <signal.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/eventfd.h>
 #include <sys/prctl.h>
 #include <sys/uio.h>
 #include <time.h>
@@ -211,6 +212,10 @@ static void *engine(void *arg) {
       sim_complete(s, w);
     else
       sim_queue_push(&s->completed, w);
+    if (s->completed.head && !s->work_signalled) { /* once per burst, until poll() empties it */
+      s->work_signalled = true;
+      eventfd_write(s->work_efd, 1);
+    }
   }
   sim_unlock(s);
   nic_publish_nic_thread(false);

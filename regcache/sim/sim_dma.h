@@ -59,6 +59,8 @@ struct sim_nic {
   bool stop, paused;
   struct sim_queue pending;   /* waiting for their DMA, in post order */
   struct sim_queue completed; /* DMA done, waiting for poll() */
+  int work_efd;               /* readable while completed is not empty: the backend's event_fd */
+  bool work_signalled;        /* written since poll() last emptied completed */
   struct nic_pool work;       /* sim_work items with room for max_sge entries; under lock */
   uint64_t last_due;
   struct sim_reg *regs;

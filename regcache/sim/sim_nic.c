@@ -11,6 +11,7 @@
 #include <fcntl.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/eventfd.h>
 #include <sys/mman.h>
 #include <unistd.h>
 
@@ -178,8 +179,18 @@ static int sim_poll(struct nic_backend *b, int max) {
   sim_lock(s);
   for (struct sim_work *w; (max <= 0 || ran < max) && (w = sim_queue_pop(&s->completed)); ran++)
     sim_complete(s, w);
+  if (!s->completed.head && s->work_signalled) {
+    s->work_signalled = false;
+    eventfd_t n;
+    eventfd_read(s->work_efd, &n); /* non-blocking */
+  }
   sim_unlock(s);
   return ran;
+}
+
+static int sim_event_fd(struct nic_backend *b) {
+  struct sim_nic *s = b->priv;
+  return s->work_efd >= 0 ? s->work_efd : -ENOSYS;
 }
 
 static void sim_close(struct nic_backend *b) {
@@ -204,6 +215,7 @@ static void sim_close(struct nic_backend *b) {
   nic_sim_delays_release(&s->delays);
   pthread_mutex_destroy(&s->lock);
   if (s->mem_fd >= 0) close(s->mem_fd);
+  if (s->work_efd >= 0) close(s->work_efd);
   sim_unmap(s->regs, s->regs_bytes);
   sim_unmap(s->msg, s->msg_cap);
   sim_unmap(s, sizeof *s);
@@ -267,6 +279,7 @@ struct nic_backend *nic_sim_open(const struct nic_sim_config *c) {
   s->work.node_size = sizeof(struct sim_work) +
                       c->max_sge * (sizeof(struct nic_sge) + sizeof(void *) + sizeof(uint32_t));
   s->mem_fd = open("/proc/self/mem", O_RDONLY | O_CLOEXEC); /* -1: sim_read does without */
+  s->work_efd = eventfd(0, EFD_CLOEXEC | EFD_NONBLOCK);     /* -1: event_fd says so, waits sleep */
   s->b = (struct nic_backend){.name = "sim",
                               .caps = {.max_sge = c->max_sge,
                                        .max_region_bytes = c->max_region_bytes,
@@ -276,6 +289,7 @@ struct nic_backend *nic_sim_open(const struct nic_sim_config *c) {
                               .dereg = sim_dereg,
                               .post = sim_post,
                               .poll = sim_poll,
+                              .event_fd = sim_event_fd,
                               .close = sim_close,
                               .endpoint_create = sim_endpoint_create,
                               .endpoint_destroy = nic_sim_endpoint_close,
@@ -283,6 +297,7 @@ struct nic_backend *nic_sim_open(const struct nic_sim_config *c) {
   int rc = sim_dma_start(s);
   if (rc) {
     if (s->mem_fd >= 0) close(s->mem_fd);
+    if (s->work_efd >= 0) close(s->work_efd);
     nic_tcache_free(s->tcache);
     nic_sim_delays_release(&s->delays);
     pthread_mutex_destroy(&s->lock);

@@ -1,6 +1,6 @@
 /* The io_uring backend: the ring, what the kernel supports, open and close, endpoints. The
  * fixed-buffer table is in uring_buffers.c, posting and completions in uring_send.c, receiving
- * in uring_recv.c. */
+ * in uring_recv.c, the progress thread and plain sends behind posts in uring_progress.c. */
 #define _GNU_SOURCE
 #include "uring_internal.h"
 
@@ -117,6 +117,7 @@ struct nic_backend *nic_backend_uring_open(void) {
       .dereg = nic_uring_dereg,
       .post = nic_uring_post,
       .poll = nic_uring_poll,
+      .event_fd = nic_uring_event_fd,
       .close = uring_close,
       .endpoint_create = uring_endpoint_create,
       .endpoint_destroy = uring_endpoint_destroy,
@@ -124,6 +125,16 @@ struct nic_backend *nic_backend_uring_open(void) {
       .rx_recycle = nic_uring_rx_recycle,
       .priv = ub,
   };
+  rc = nic_uring_progress_start(ub);
+  if (rc < 0) {
+    pthread_mutex_destroy(&ub->lock);
+    io_uring_queue_exit(&ub->ring);
+    nic_uring_table_fini(ub);
+    nic_uring_files_fini(ub);
+    free(ub);
+    errno = -rc;
+    return NULL;
+  }
   ub->stats.slots = ub->nslots;
   ub->stats.vectored_fixed = ub->vectored_fixed;
   ub->stats.reports_copies = ub->report_usage;
@@ -142,6 +153,7 @@ static void uring_close(struct nic_backend *b) {
   if (ub->stats.pending || ub->endpoints)
     nic_log_warn("uring backend closed with %u posts pending and %u endpoints open",
                  ub->stats.pending, ub->endpoints);
+  nic_uring_progress_stop(ub);
   io_uring_queue_exit(&ub->ring);
   nic_uring_table_fini(ub);
   nic_uring_files_fini(ub);
@@ -180,7 +192,10 @@ struct nic_endpoint *nic_uring_endpoint_open(struct nic_backend *b, int sockfd) 
   ep->dgram = type == SOCK_DGRAM;
   pthread_mutex_lock(&ub->lock);
   ep->file = nic_uring_file_add_locked(ub, sockfd);
-  if (ep->file >= -1) ub->endpoints++;
+  if (ep->file >= -1) {
+    ub->endpoints++;
+    nic_uring_ep_link_locked(ub, ep);
+  }
   pthread_mutex_unlock(&ub->lock);
   if (ep->file < -1) {
     errno = -ep->file; /* EMFILE: as many endpoints open as the file table holds */
@@ -208,6 +223,7 @@ int nic_uring_endpoint_close(struct nic_endpoint *ep) {
       break;
     }
   nic_uring_file_remove_locked(ub, ep->file);
+  nic_uring_ep_unlink_locked(ub, ep);
   ub->endpoints--;
   pthread_mutex_unlock(&ub->lock);
   nic_uring_rx_free(rx); /* unlocked: freeing the block may deregister, which takes the lock */

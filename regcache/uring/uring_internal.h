@@ -1,7 +1,12 @@
 /* Shared by uring.c (ring, open/close, endpoints), uring_buffers.c (the fixed-buffer table),
- * uring_send.c (post, poll), uring_recv.c (receiving) and uring_reqs.c (request memory and
- * queues). One mutex guards
- * everything below: liburing's submission and completion queues are not thread-safe. */
+ * uring_send.c (post, poll), uring_recv.c (receiving), uring_reqs.c (request memory and queues)
+ * and uring_progress.c (the progress thread, the event fds, plain sends kept behind posts). One
+ * mutex guards everything below: liburing's submission and completion queues are not
+ * thread-safe.
+ *
+ * CQEs are reaped by poll() and by the progress thread alike, so reaping (nic_uring_advance_locked)
+ * must never call the program: whatever is due for it (done(), a received message) is queued for
+ * poll(), and nic_uring_work_signal_locked() makes the event fd readable. */
 #ifndef NIC_URING_INTERNAL_H
 #define NIC_URING_INTERNAL_H
 
@@ -73,6 +78,7 @@ struct nic_endpoint {
   bool dgram;        /* one datagram per post: never resumed, a failure breaks only that post */
   bool broken;       /* a message went out partly: later ones would corrupt the stream */
   bool kicked;       /* on the backend's kick list */
+  struct nic_endpoint *ep_next; /* the backend's endpoints (uring_progress.c: plain sends) */
   uint64_t next_seq;
   struct nic_endpoint *kick_next;
   struct uring_queue backlog;
@@ -100,6 +106,18 @@ struct uring_backend {
   bool rx_rearm;      /* a receive could not be submitted (queue full): poll() retries */
   uint16_t next_bgid; /* next provided-buffer group id to try */
   struct nic_uring_stats stats;
+  /* uring_progress.c */
+  int ring_efd;          /* registered with the ring: every CQE counts it up; the thread's */
+  int work_efd;          /* readable while poll() has work: nic_event_fd */
+  bool work_signalled;   /* work_efd written since poll() last found nothing left */
+  bool progress_stop;    /* the thread ends at its next wake */
+  bool progress_running; /* the thread was started */
+  pthread_t progress;    /* reaps and submits; never calls the program */
+  pthread_cond_t sent;   /* after each reaping by the thread: sends may have reported */
+  unsigned send_waiters; /* plain sends waiting on sent */
+  struct nic_endpoint *ep_list;
+  struct uring_backend *next_open; /* every open uring backend, for plain sends */
+  pid_t pid;                       /* the process that opened it: a child never waits */
 };
 
 static inline struct uring_backend *uring_of(struct nic_backend *b) {
@@ -119,6 +137,23 @@ int64_t nic_uring_check_locked(struct uring_backend *ub, const struct nic_sge *s
 int nic_uring_post(struct nic_backend *b, struct nic_endpoint *ep, const struct nic_sge *sge,
                    unsigned n, nic_completion_fn done, void *arg);
 int nic_uring_poll(struct nic_backend *b, int max);
+/* Reaps CQEs, then submits the backlogs of endpoints whose batch is done. Never calls done(). */
+void nic_uring_advance_locked(struct uring_backend *ub);
+/* True while an endpoint has posts not yet wholly handed to the socket (queued, or sending). */
+bool nic_uring_unsent_locked(const struct nic_endpoint *ep);
+
+/* uring_progress.c */
+/* Event fds and the progress thread; 0 or -errno. Stop before the ring goes. */
+int nic_uring_progress_start(struct uring_backend *ub);
+void nic_uring_progress_stop(struct uring_backend *ub);
+/* Work for poll() was queued: make the event fd readable (one write until poll() clears it). */
+void nic_uring_work_signal_locked(struct uring_backend *ub);
+/* poll() found nothing more to run: clear the event fd. */
+void nic_uring_work_clear_locked(struct uring_backend *ub);
+int nic_uring_event_fd(struct nic_backend *b);
+void nic_uring_ep_link_locked(struct uring_backend *ub, struct nic_endpoint *ep);
+void nic_uring_ep_unlink_locked(struct uring_backend *ub, struct nic_endpoint *ep);
+
 /* Takes the CQEs there are (a bounded number of rounds) and dispatches them. */
 void nic_uring_reap_locked(struct uring_backend *ub);
 
@@ -128,6 +163,9 @@ int nic_uring_endpoint_receive(struct nic_backend *b, struct nic_endpoint *ep,
 void nic_uring_rx_recycle(struct nic_backend *b, struct nic_endpoint *ep, uint64_t token);
 /* From the reaping loop: true when cqe was a receive's or a quiet one (then it is dealt with). */
 bool nic_uring_rx_cqe_locked(struct uring_backend *ub, const struct io_uring_cqe *cqe);
+/* Submits again the receives that found the submission queue full (poll() and the progress
+ * thread). */
+void nic_uring_rx_rearm_locked(struct uring_backend *ub);
 /* From poll(), unlocked: hands what the receives got to their receivers; how many calls ran. */
 int nic_uring_rx_deliver(struct uring_backend *ub);
 /* From endpoint close, locked (it may let go of the lock while it waits): stops ep's receiving,

@@ -104,6 +104,7 @@ static void mark_ready_locked(struct uring_backend *ub, struct uring_rx *rx) {
   else
     __atomic_store_n(&ub->rx_ready, rx, __ATOMIC_RELAXED); /* poll() peeks at it unlocked */
   ub->rx_ready_tail = rx;
+  nic_uring_work_signal_locked(ub); /* the event fd says poll() has something to hand over */
 }
 
 static struct uring_rx *pop_ready_locked(struct uring_backend *ub) {
@@ -254,18 +255,21 @@ static bool next_locked(struct uring_rx *rx, void **data, size_t *len, int *stat
   return false;
 }
 
+void nic_uring_rx_rearm_locked(struct uring_backend *ub) {
+  if (!ub->rx_rearm) return;
+  __atomic_store_n(&ub->rx_rearm, false, __ATOMIC_RELAXED);
+  for (struct uring_rx *rx = ub->rx_all; rx; rx = rx->all_next)
+    if (rx->rearm && !rx->closing) arm_locked(ub, rx);
+  if (io_uring_sq_ready(&ub->ring)) io_uring_submit(&ub->ring);
+}
+
 int nic_uring_rx_deliver(struct uring_backend *ub) {
   if (!__atomic_load_n(&ub->rx_ready, __ATOMIC_RELAXED) &&
       !__atomic_load_n(&ub->rx_rearm, __ATOMIC_RELAXED))
     return 0;
   int calls = 0;
   pthread_mutex_lock(&ub->lock);
-  if (ub->rx_rearm) {
-    __atomic_store_n(&ub->rx_rearm, false, __ATOMIC_RELAXED);
-    for (struct uring_rx *rx = ub->rx_all; rx; rx = rx->all_next)
-      if (rx->rearm && !rx->closing) arm_locked(ub, rx);
-    if (io_uring_sq_ready(&ub->ring)) io_uring_submit(&ub->ring);
-  }
+  nic_uring_rx_rearm_locked(ub);
   /* One endpoint at a time off the list, under the lock: a close may take one off meanwhile. A
    * bounded number of turns, as endpoints with more to say go back at the tail. */
   for (unsigned turn = 0; turn < 64; turn++) {
@@ -291,6 +295,7 @@ int nic_uring_rx_deliver(struct uring_backend *ub) {
                          (rx->stalled && !rx->armed && !rx->stall_said)))
       mark_ready_locked(ub, rx);
   }
+  if (!ub->rx_ready && !ub->ready.head) nic_uring_work_clear_locked(ub);
   pthread_mutex_unlock(&ub->lock);
   return calls;
 }

@@ -21,6 +21,9 @@
  * A datagram endpoint keeps the batches (posts stay in order) but is never resumed or broken:
  * each post is one datagram, sent whole or failed on its own.
  *
+ * Nothing here waits for poll(): the backend's thread (uring_progress.c) reaps and submits the
+ * next batches too, through nic_uring_advance_locked, so a reaping must never call the program.
+ *
  * Completion: done(arg, status) runs from poll() once the post's final send has reported and
  * every notification (one per send that pinned memory, F_NOTIF) has arrived: only then does
  * the kernel hold no reference to the pages. Until then the slots count the post in flight and
@@ -58,6 +61,7 @@ static void finish_locked(struct uring_backend *ub, struct uring_req *req) {
   else if (req->status < 0)
     ub->stats.send_errors++;
   nic_uring_push(&ub->ready, req);
+  nic_uring_work_signal_locked(ub);
 }
 
 /* No more sends for this post; it finishes once its last notification is in. */
@@ -215,6 +219,23 @@ void nic_uring_reap_locked(struct uring_backend *ub) {
   }
 }
 
+void nic_uring_advance_locked(struct uring_backend *ub) {
+  nic_uring_reap_locked(ub);
+  nic_uring_rx_rearm_locked(ub);
+  struct nic_endpoint *kicked = ub->kick; /* a flush may kick again: take the list first */
+  ub->kick = NULL;
+  for (struct nic_endpoint *ep; (ep = kicked);) {
+    kicked = ep->kick_next;
+    ep->kicked = false;
+    flush_locked(ub, ep);
+  }
+  if (io_uring_sq_ready(&ub->ring)) io_uring_submit(&ub->ring);
+}
+
+bool nic_uring_unsent_locked(const struct nic_endpoint *ep) {
+  return ep->sending || ep->backlog.head;
+}
+
 int nic_uring_post(struct nic_backend *b, struct nic_endpoint *ep, const struct nic_sge *sge,
                    unsigned n, nic_completion_fn done, void *arg) {
   struct uring_backend *ub = uring_of(b);
@@ -272,15 +293,7 @@ int nic_uring_poll(struct nic_backend *b, int max) {
     } batch[BATCH];
     int k = 0;
     pthread_mutex_lock(&ub->lock);
-    nic_uring_reap_locked(ub);
-    struct nic_endpoint *kicked = ub->kick; /* a flush may kick again: take the list first */
-    ub->kick = NULL;
-    for (struct nic_endpoint *ep; (ep = kicked);) {
-      kicked = ep->kick_next;
-      ep->kicked = false;
-      flush_locked(ub, ep);
-    }
-    if (io_uring_sq_ready(&ub->ring)) io_uring_submit(&ub->ring);
+    nic_uring_advance_locked(ub);
     for (struct uring_req *req; k < BATCH && ran + k < max && (req = nic_uring_pop(&ub->ready));
          k++) {
       batch[k].done = req->done;
@@ -288,6 +301,7 @@ int nic_uring_poll(struct nic_backend *b, int max) {
       batch[k].status = req->status;
       nic_uring_req_free_locked(ub, req);
     }
+    if (!ub->ready.head && !ub->rx_ready) nic_uring_work_clear_locked(ub);
     ub->stats.pending -= (uint32_t)k;
     ub->stats.completions += (uint64_t)k;
     pthread_mutex_unlock(&ub->lock);

@@ -3,6 +3,7 @@
 // No assertion depends on wall time: ordering is forced with the engine's pause hook and judged
 // from the bytes the receiver got. Waits only have a generous hang guard.
 #include <gtest/gtest.h>
+#include <poll.h>
 #include <sys/stat.h>
 
 #include <algorithm>
@@ -525,4 +526,24 @@ TEST_F(SimNic, EndpointsComeFromTheOpsTable) {
   ASSERT_EQ(rx.count(), 1u);
   EXPECT_EQ(rx.msgs[0], text);
   EXPECT_EQ(b->endpoint_destroy(b, ep), 0);
+}
+
+// The event fd polls readable once a completion waits for poll(), and poll() clears it.
+TEST_F(SimNic, EventFdIsReadableWhileCompletionsWaitForPoll) {
+  open(config(/*paused=*/true));
+  const int efd = b->event_fd(b);
+  ASSERT_GE(efd, 0);
+  std::vector<char> buf(256, 'v');
+  nic_registration r = reg(buf.data(), buf.size());
+  nic_sge s = sge(buf.data(), 256, r);
+  Done d[2];
+  ASSERT_EQ(post(&s, 1, d[0]), 0);
+  ASSERT_EQ(post(&s, 1, d[1]), 0);
+  pollfd p{efd, POLLIN, 0};
+  EXPECT_EQ(poll(&p, 1, 0), 0) << "nothing has completed: the engine is paused";
+  nic_sim_pause(b, false);
+  ASSERT_TRUE(eventually([&] { return stats().delivered == 2; }, b, /*poll=*/false));
+  ASSERT_EQ(poll(&p, 1, 60000), 1) << "two completions wait for poll()";
+  EXPECT_EQ(b->poll(b, 0), 2);
+  EXPECT_EQ(poll(&p, 1, 0), 0) << "poll() ran them all: cleared";
 }

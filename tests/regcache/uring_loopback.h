@@ -121,6 +121,7 @@ public:
     thread_.join();
   }
   void Resume() { paused_ = false; }
+  void Pause() { paused_ = true; }
   std::string Data() {
     std::lock_guard<std::mutex> g(mu_);
     return data_;

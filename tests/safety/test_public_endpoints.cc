@@ -4,6 +4,7 @@
 // itself), the refusals under sim, the verbs ones under NICMALLOC_BACKEND=verbs (tests/
 // plugins.cmake). Every case is a process of its own: EAL starts once per process.
 #include <gtest/gtest.h>
+#include <sys/syscall.h>
 
 #include <dlfcn.h>
 
@@ -129,6 +130,52 @@ TEST(DpdkEndpoint, DefaultPortFreeAfterPostArrivesIntactAndCompletesAfterThePeer
   EXPECT_EQ(nic_dpdk_endpoint_destroy(ep), -EINVAL) << "destroyed more often than created";
   std::string err = testing::internal::GetCapturedStderr();
   EXPECT_NE(err.find("not an endpoint made by nic_dpdk_endpoint_create"), std::string::npos) << err;
+}
+
+// dpdk has no event descriptor: nic_event_fd says so (once), and nic_wait polls in short
+// sleeps until the completion is ready.
+TEST(DpdkEndpoint, WaitWithoutAnEventFdPollsUntilTheCompletion) {
+  nic_endpoint *ep = nic_dpdk_endpoint_create(NIC_DPDK_DEFAULT_PORT, 0);
+  REQUIRE_DPDK();
+  ASSERT_NE(ep, nullptr);
+  testing::internal::CaptureStderr();
+  EXPECT_EQ(nic_event_fd(), -ENOSYS);
+  EXPECT_EQ(nic_event_fd(), -ENOSYS);
+  std::string err = testing::internal::GetCapturedStderr();
+  EXPECT_EQ(Lines(err), 1) << err;
+  EXPECT_NE(err.find("no event descriptor"), std::string::npos) << err;
+  uint16_t port = UINT16_MAX;
+  ASSERT_EQ(rte_eth_dev_get_port_by_name("net_ring0", &port), 0);
+  Message msg;
+  Done done;
+  ASSERT_EQ(msg.Post(ep, &done), 0);
+  rte_mbuf *m = RxOne(port, 5000);
+  ASSERT_NE(m, nullptr);
+  EXPECT_EQ(nic_wait(0), 0) << "the peer holds the mbufs";
+  // The peer frees the chain once this thread sleeps in nic_wait (nanosleep in /proc): the
+  // completion must be found by a later round of the wait, not by its first poll.
+  const pid_t waiter = gettid();
+  std::thread peer([waiter, m] {
+    const std::string path = "/proc/self/task/" + std::to_string(waiter) + "/syscall";
+    for (int i = 0; i < 100000; i++) { // bounded: a broken wait still ends the test
+      long nr = -1;
+      if (FILE *f = fopen(path.c_str(), "r")) {
+        if (fscanf(f, "%ld", &nr) != 1) nr = -1;
+        fclose(f);
+      }
+      if (nr == SYS_nanosleep || nr == SYS_clock_nanosleep) break;
+      usleep(100);
+    }
+    rte_pktmbuf_free(m);
+  });
+  int ran = nic_wait(10000); // the deadline only bounds a broken wait
+  while (ran == -EINTR)
+    ran = nic_wait(10000);
+  peer.join();
+  EXPECT_EQ(ran, 1);
+  EXPECT_EQ(done.calls, 1);
+  EXPECT_EQ(done.status, 0);
+  EXPECT_EQ(nic_dpdk_endpoint_destroy(ep), 0);
 }
 
 TEST(DpdkEndpoint, BadPortsAndQueuesAreRefusedWithErrnoAndOneLine) {

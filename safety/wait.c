@@ -1,0 +1,69 @@
+/* nic_wait and nic_event_fd: waiting for completions and receives without spinning on nic_poll.
+ * The backend's event_fd polls readable while its poll() has work and is cleared by poll(); a
+ * backend without one (the verbs and dpdk plugins) is waited for in sleeps of at most
+ * WAIT_STEP_MS between polls. */
+#include "api_errors.h"
+#include "backend.h"
+#include "clock.h"
+#include "export.h"
+#include "nicmalloc.h"
+
+#include <errno.h>
+#include <poll.h>
+#include <string.h>
+#include <time.h>
+
+#define WAIT_STEP_MS 1
+
+static int backend_event_fd(struct nic_backend *b) {
+  return b->event_fd ? b->event_fd(b) : -ENOSYS;
+}
+
+NIC_EXPORT int nic_event_fd(void) {
+  struct nic_backend *b = nic_backend_active();
+  if (!b) {
+    nic_api_error(other, "nic_event_fd: no registration backend could be opened (%s)",
+                  nic_backend_missing_why() ? nic_backend_missing_why() : "NICMALLOC_BACKEND");
+    return -ENODEV;
+  }
+  const int fd = backend_event_fd(b);
+  if (fd < 0)
+    nic_api_error_by(other, fd, 0,
+                     "nic_event_fd: the %s backend has no event descriptor (%s); "
+                     "nic_wait polls it in short sleeps",
+                     b->name, strerror(-fd));
+  return fd;
+}
+
+NIC_EXPORT int nic_wait(int timeout_ms) {
+  if (timeout_ms < -1) {
+    nic_api_error(other, "nic_wait(%d): the timeout is milliseconds, or -1 for none", timeout_ms);
+    return -EINVAL;
+  }
+  struct nic_backend *b = nic_backend_active();
+  if (!b) {
+    nic_api_error(other, "nic_wait: no registration backend could be opened (%s)",
+                  nic_backend_missing_why() ? nic_backend_missing_why() : "NICMALLOC_BACKEND");
+    return -ENODEV;
+  }
+  const int fd = backend_event_fd(b);
+  const uint64_t end = nic_now_ms() + (uint64_t)(timeout_ms < 0 ? 0 : timeout_ms);
+  for (;;) {
+    const int ran = nic_poll(0);
+    if (ran) return ran;
+    int left = -1;
+    if (timeout_ms >= 0) {
+      const uint64_t now = nic_now_ms();
+      if (now >= end) return 0;
+      left = (int)(end - now);
+    }
+    if (fd >= 0) {
+      struct pollfd p = {.fd = fd, .events = POLLIN};
+      if (poll(&p, 1, left) < 0 && errno == EINTR) return -EINTR;
+    } else {
+      const int ms = left < 0 || left > WAIT_STEP_MS ? WAIT_STEP_MS : left;
+      struct timespec ts = {0, (long)ms * 1000000L};
+      if (nanosleep(&ts, NULL) < 0 && errno == EINTR) return -EINTR;
+    }
+  }
+}
