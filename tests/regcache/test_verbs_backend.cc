@@ -23,6 +23,7 @@
 #include "verbs.h"
 #include "verbs_loopback.h"
 #include "verbs_rx.h"
+#include "verbs_rx_sink.h"
 
 namespace {
 
@@ -220,38 +221,7 @@ struct RxMemory {
   }
 };
 
-struct Rx {
-  struct nic_backend *b = nullptr;
-  nic_endpoint *ep = nullptr;
-  bool hold = false;
-  std::vector<std::string> msgs;
-  std::vector<uint64_t> held;
-  int dataplane = 0, aligned = 0, stalls = 0, ends = 0, status = 0;
-  static void Fn(void *arg, void *data, size_t len, int status, uint64_t token) {
-    auto *r = static_cast<Rx *>(arg);
-    if (!data) {
-      if (status == -ENOBUFS) {
-        r->stalls++;
-      } else {
-        r->ends++;
-        r->status = status;
-      }
-      return;
-    }
-    r->msgs.emplace_back(static_cast<char *>(data), len);
-    r->dataplane += nic_is_dataplane(data);
-    r->aligned += reinterpret_cast<uintptr_t>(data) % 4096 == 0;
-    if (r->hold)
-      r->held.push_back(token);
-    else
-      r->b->rx_recycle(r->b, r->ep, token);
-  }
-  void Release() {
-    for (uint64_t t : held)
-      b->rx_recycle(b, ep, t);
-    held.clear();
-  }
-};
+using Rx = VerbsRxSink;
 
 class VerbsDevice : public VerbsDeviceBase {
 protected:

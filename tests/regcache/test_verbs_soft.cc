@@ -23,6 +23,7 @@
 #include "soft_verbs.h"
 #include "verbs.h"
 #include "verbs_rx.h"
+#include "verbs_rx_sink.h"
 
 namespace {
 
@@ -42,40 +43,7 @@ struct Memory {
   }
 };
 
-struct Rx {
-  nic_backend *b = nullptr;
-  nic_endpoint *ep = nullptr;
-  bool hold = false;
-  std::vector<std::string> msgs;
-  std::vector<uint64_t> held;
-  int dataplane = 0, aligned = 0, stalls = 0, ends = 0, status = 0;
-  static void Fn(void *arg, void *data, size_t len, int status, uint64_t token) {
-    auto *r = static_cast<Rx *>(arg);
-    if (!data) {
-      EXPECT_EQ(len, 0u);
-      if (status == -ENOBUFS) {
-        r->stalls++;
-      } else {
-        r->ends++;
-        r->status = status;
-      }
-      return;
-    }
-    r->msgs.emplace_back(static_cast<char *>(data), len);
-    r->dataplane += nic_is_dataplane(data);
-    r->aligned += reinterpret_cast<uintptr_t>(data) % 4096 == 0;
-    if (r->hold)
-      r->held.push_back(token);
-    else
-      r->b->rx_recycle(r->b, r->ep, token);
-  }
-  void Release() {
-    std::vector<uint64_t> t;
-    t.swap(held);
-    for (uint64_t k : t)
-      b->rx_recycle(b, ep, k);
-  }
-};
+using Rx = VerbsRxSink;
 
 struct Done {
   int calls = 0, status = 1;

@@ -29,6 +29,7 @@
 #include <rte_mbuf.h>
 #include <rte_ring.h>
 
+#include "dpdk_ring_ports.h"
 #include "nicmalloc.h"
 
 namespace {
@@ -286,21 +287,8 @@ TEST(DpdkReceiveRing, ApplicationPortStallsAtItsCapAndResumes) {
   nic_endpoint *probe = nic_dpdk_endpoint_create(NIC_DPDK_DEFAULT_PORT, 0);
   REQUIRE_DPDK();
   ASSERT_EQ(nic_dpdk_endpoint_destroy(probe), 0);
-  rte_ring *ab = rte_ring_create("rx_ab", 1024, SOCKET_ID_ANY, RING_F_SP_ENQ | RING_F_SC_DEQ);
-  rte_ring *ba = rte_ring_create("rx_ba", 1024, SOCKET_ID_ANY, RING_F_SP_ENQ | RING_F_SC_DEQ);
-  rte_mempool *pool =
-      rte_pktmbuf_pool_create("rx_app", 63, 0, 0, RTE_MBUF_DEFAULT_BUF_SIZE, SOCKET_ID_ANY);
-  ASSERT_TRUE(ab && ba && pool);
-  int ports[2] = {rte_eth_from_rings("rx_a", &ba, 1, &ab, 1, SOCKET_ID_ANY),
-                  rte_eth_from_rings("rx_b", &ab, 1, &ba, 1, SOCKET_ID_ANY)};
-  for (int port : ports) {
-    rte_eth_conf conf{};
-    ASSERT_GE(port, 0);
-    ASSERT_EQ(rte_eth_dev_configure(port, 1, 1, &conf), 0);
-    ASSERT_EQ(rte_eth_rx_queue_setup(port, 0, 64, SOCKET_ID_ANY, nullptr, pool), 0);
-    ASSERT_EQ(rte_eth_tx_queue_setup(port, 0, 64, SOCKET_ID_ANY, nullptr), 0);
-    ASSERT_EQ(rte_eth_dev_start(port), 0);
-  }
+  int ports[2];
+  ASSERT_EQ(StartRingPortPair("rx", 1024, ports), "");
   nic_endpoint *a = nic_dpdk_endpoint_create(ports[0], 0),
                *b = nic_dpdk_endpoint_create(ports[1], 0);
   ASSERT_TRUE(a && b);

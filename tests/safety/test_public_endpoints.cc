@@ -24,6 +24,7 @@
 #include <rte_mbuf.h>
 #include <rte_ring.h>
 
+#include "dpdk_ring_ports.h"
 #include "dpdk_rx.h"
 #include "nicmalloc.h"
 #include "verbs_loopback.h"
@@ -227,22 +228,8 @@ TEST(DpdkEndpoint, ApplicationPortIsBusyUntilThePeerFreesTheChain) {
   nic_endpoint *probe = nic_dpdk_endpoint_create(NIC_DPDK_DEFAULT_PORT, 0);
   REQUIRE_DPDK();
   ASSERT_EQ(nic_dpdk_endpoint_destroy(probe), 0);
-  rte_ring *ab = rte_ring_create("pub_ab", 8, SOCKET_ID_ANY, RING_F_SP_ENQ | RING_F_SC_DEQ);
-  rte_ring *ba = rte_ring_create("pub_ba", 8, SOCKET_ID_ANY, RING_F_SP_ENQ | RING_F_SC_DEQ);
-  ASSERT_TRUE(ab && ba);
-  rte_mempool *pool =
-      rte_pktmbuf_pool_create("pub_rx", 63, 0, 0, RTE_MBUF_DEFAULT_BUF_SIZE, SOCKET_ID_ANY);
-  ASSERT_NE(pool, nullptr);
-  int ports[2] = {rte_eth_from_rings("pub_a", &ba, 1, &ab, 1, SOCKET_ID_ANY),
-                  rte_eth_from_rings("pub_b", &ab, 1, &ba, 1, SOCKET_ID_ANY)};
-  for (int port : ports) {
-    rte_eth_conf conf{};
-    ASSERT_GE(port, 0);
-    ASSERT_EQ(rte_eth_dev_configure(port, 1, 1, &conf), 0);
-    ASSERT_EQ(rte_eth_rx_queue_setup(port, 0, 64, SOCKET_ID_ANY, nullptr, pool), 0);
-    ASSERT_EQ(rte_eth_tx_queue_setup(port, 0, 64, SOCKET_ID_ANY, nullptr), 0);
-    ASSERT_EQ(rte_eth_dev_start(port), 0);
-  }
+  int ports[2];
+  ASSERT_EQ(StartRingPortPair("pub", 8, ports), "");
   nic_endpoint *ep = nic_dpdk_endpoint_create(ports[0], 0);
   ASSERT_NE(ep, nullptr);
   Message msg;

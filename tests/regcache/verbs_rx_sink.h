@@ -1,0 +1,55 @@
+// What the verbs receive tests hand the backend as its receiver (the device suite in
+// test_verbs_backend.cc, the software-device suite in test_verbs_soft.cc): it keeps each message,
+// counts dataplane and page-aligned buffers, stalls and ends, and gives buffers back at once or,
+// with hold set, at Release.
+#ifndef NIC_TEST_VERBS_RX_SINK_H
+#define NIC_TEST_VERBS_RX_SINK_H
+
+#include <gtest/gtest.h>
+
+#include <cerrno>
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#include "nicmalloc.h"
+extern "C" {
+#include "backend.h"
+}
+
+struct VerbsRxSink {
+  nic_backend *b = nullptr;
+  nic_endpoint *ep = nullptr;
+  bool hold = false;
+  std::vector<std::string> msgs;
+  std::vector<uint64_t> held;
+  int dataplane = 0, aligned = 0, stalls = 0, ends = 0, status = 0;
+  static void Fn(void *arg, void *data, size_t len, int status, uint64_t token) {
+    auto *r = static_cast<VerbsRxSink *>(arg);
+    if (!data) {
+      EXPECT_EQ(len, 0u);
+      if (status == -ENOBUFS) {
+        r->stalls++;
+      } else {
+        r->ends++;
+        r->status = status;
+      }
+      return;
+    }
+    r->msgs.emplace_back(static_cast<char *>(data), len);
+    r->dataplane += nic_is_dataplane(data);
+    r->aligned += reinterpret_cast<uintptr_t>(data) % 4096 == 0;
+    if (r->hold)
+      r->held.push_back(token);
+    else
+      r->b->rx_recycle(r->b, r->ep, token);
+  }
+  void Release() {
+    std::vector<uint64_t> t;
+    t.swap(held);
+    for (uint64_t k : t)
+      b->rx_recycle(b, ep, k);
+  }
+};
+
+#endif
