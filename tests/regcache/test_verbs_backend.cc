@@ -136,14 +136,7 @@ TEST(VerbsOpen, UnknownDeviceNameGivesEnodev) {
   SYM(nic_backend_verbs_settings)(&s);
 }
 
-struct Done {
-  int calls = 0, status = 1;
-  static void Fn(void *arg, int status) {
-    auto *d = static_cast<Done *>(arg);
-    d->calls++;
-    d->status = status;
-  }
-};
+using Done = VerbsDone;
 
 // A device: the backend, a dataplane chunk registered in it, and an RC queue pair connected to
 // itself, so a send arrives in its own receive queue.
@@ -205,21 +198,7 @@ protected:
 // The device suite. For receiving the test plays libnicmalloc's part (safety/receive.c): it hands
 // the backend dataplane memory, takes what rx hands over, and gives buffers back, at once or later
 // (held).
-struct RxMemory {
-  static inline nic_registration chunk{}; // the fixture's (local access only)
-  static inline int blocks = 0;
-  static void *Alloc(size_t len, size_t align, uint32_t *lkey, uint64_t *handle) {
-    void *p = nic_aligned_alloc(align, len);
-    if (p) blocks++;
-    *lkey = chunk.lkey;
-    *handle = chunk.handle;
-    return p;
-  }
-  static void Free(void *p) {
-    blocks--;
-    free(p);
-  }
-};
+using RxMemory = VerbsRxMemory;
 
 using Rx = VerbsRxSink;
 

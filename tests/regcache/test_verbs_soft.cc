@@ -27,32 +27,11 @@
 
 namespace {
 
-struct Memory {
-  static inline nic_registration chunk{};
-  static inline int blocks = 0;
-  static void *Alloc(size_t len, size_t align, uint32_t *lkey, uint64_t *handle) {
-    void *p = nic_aligned_alloc(align, len);
-    if (p) blocks++;
-    *lkey = chunk.lkey;
-    *handle = chunk.handle;
-    return p;
-  }
-  static void Free(void *p) {
-    blocks--;
-    free(p);
-  }
-};
+using Memory = VerbsRxMemory;
 
 using Rx = VerbsRxSink;
 
-struct Done {
-  int calls = 0, status = 1;
-  static void Fn(void *arg, int status) {
-    auto *d = static_cast<Done *>(arg);
-    d->calls++;
-    d->status = status;
-  }
-};
+using Done = VerbsDone;
 
 class SoftVerbs : public ::testing::Test {
 protected:

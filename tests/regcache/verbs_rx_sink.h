@@ -1,4 +1,6 @@
-// What the verbs receive tests hand the backend as its receiver (the device suite in
+// What the verbs receive tests hand the backend (they play libnicmalloc's part, safety/receive.c):
+// dataplane memory for its buffers (VerbsRxMemory), a receiver (VerbsRxSink), and a completion
+// counter (VerbsDone). The receiver (the device suite in
 // test_verbs_backend.cc, the software-device suite in test_verbs_soft.cc): it keeps each message,
 // counts dataplane and page-aligned buffers, stalls and ends, and gives buffers back at once or,
 // with hold set, at Release.
@@ -9,6 +11,7 @@
 
 #include <cerrno>
 #include <cstdint>
+#include <cstdlib>
 #include <string>
 #include <vector>
 
@@ -16,6 +19,32 @@
 extern "C" {
 #include "backend.h"
 }
+
+// Blocks of dataplane memory with the test's chunk registration (local access only).
+struct VerbsRxMemory {
+  static inline nic_registration chunk{};
+  static inline int blocks = 0;
+  static void *Alloc(size_t len, size_t align, uint32_t *lkey, uint64_t *handle) {
+    void *p = nic_aligned_alloc(align, len);
+    if (p) blocks++;
+    *lkey = chunk.lkey;
+    *handle = chunk.handle;
+    return p;
+  }
+  static void Free(void *p) {
+    blocks--;
+    free(p);
+  }
+};
+
+struct VerbsDone {
+  int calls = 0, status = 1;
+  static void Fn(void *arg, int status) {
+    auto *d = static_cast<VerbsDone *>(arg);
+    d->calls++;
+    d->status = status;
+  }
+};
 
 struct VerbsRxSink {
   nic_backend *b = nullptr;
