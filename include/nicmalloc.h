@@ -262,6 +262,8 @@ int nic_fence_write(const void *p, size_t len);
  * dataplane memory, written there by the NIC or the kernel, and is handed to receive(arg, data,
  * len) from nic_poll (or nic_wait). The buffer goes back to the NIC when receive returns, unless
  * the program nic_hold()s a pointer into it: then at the matching nic_release. Never free() it.
+ * A zero-copy reply posted from a received buffer must hold it until the post's done() runs
+ * (examples/echo_uring.c): a post alone does not keep the buffer from the NIC.
  * While every buffer of an endpoint is held, the endpoint stops receiving and the transport
  * pushes back (TCP closes its window; datagrams and packets beyond the kernel's or the device's
  * queue are dropped by them): counted in recv_stalls, said once on stderr. The end of a stream,
