@@ -66,9 +66,9 @@ TEST(Release, AllocationAfterTheCursorChunkIsReleasedLandsInALiveChunk) {
 // release waits a second, not 20 ms: the probe looks for the draining chunk every 20 ms, and on
 // a loaded machine (a CI run beside other builds) a 20 ms window was missed.
 TEST(Release, ADrainingChunkTranslatesUntilReleased) {
-  auto r = run_probe({"NICMALLOC_CHUNK_SIZE=32M", "NICMALLOC_RELEASE_DELAY_MS=1000",
-                      "NICMALLOC_KEEP_CHUNKS=0"},
-                     {"draining", "0"});
+  auto r = run_probe(
+      {"NICMALLOC_CHUNK_SIZE=32M", "NICMALLOC_RELEASE_DELAY_MS=1000", "NICMALLOC_KEEP_CHUNKS=0"},
+      {"draining", "0"});
   ASSERT_EQ(r.exit_code, 0) << r.out << r.err;
   ASSERT_EQ(r.num("draining"), 1) << r.out;
   EXPECT_EQ(r.num("draining_translated"), 1) << r.out;
