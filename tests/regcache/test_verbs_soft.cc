@@ -242,13 +242,8 @@ TEST_F(SoftVerbs, ACompletionOfTheApplicationsOwnReceiveIsDroppedNotFollowed) {
   Open();
   static char own[256] __attribute__((aligned(4096)));
   nic_registration oreg{};
-  ASSERT_EQ(b->reg(b, own, sizeof own, NIC_ACCESS_LOCAL_WRITE, &oreg), 0);
-  ibv_sge sge = {reinterpret_cast<uintptr_t>(own), sizeof own, oreg.lkey};
-  ibv_recv_wr wr{}, *bad = nullptr;
-  wr.wr_id = 0xdeadbeef;
-  wr.sg_list = &sge;
-  wr.num_sge = 1;
-  ASSERT_EQ(ibv_post_recv(qp, &wr, &bad), 0);
+  PostApplicationReceive(b, qp, own, sizeof own, &oreg);
+  if (HasFatalFailure()) return;
   ASSERT_EQ(b->endpoint_receive(b, ep, Rx::Fn, &rx), 0);
   EXPECT_EQ(soft_verbs_rq_posted(qp), 16u) << "one buffer fewer fits beside the application's";
   Done d1, d2;

@@ -9,6 +9,8 @@
 
 #include <gtest/gtest.h>
 
+#include <infiniband/verbs.h>
+
 #include <cerrno>
 #include <cstdint>
 #include <cstdlib>
@@ -80,5 +82,19 @@ struct VerbsRxSink {
       b->rx_recycle(b, ep, k);
   }
 };
+
+// The application's own receive on qp, in memory of its own registered with b: what the backend
+// must drop, never follow, when its completion names no buffer of nicmalloc's. The registration
+// goes to *oreg (the test deregisters it).
+inline void PostApplicationReceive(nic_backend *b, ibv_qp *qp, void *own, uint32_t len,
+                                   nic_registration *oreg) {
+  ASSERT_EQ(b->reg(b, own, len, NIC_ACCESS_LOCAL_WRITE, oreg), 0);
+  ibv_sge sge = {reinterpret_cast<uintptr_t>(own), len, oreg->lkey};
+  ibv_recv_wr wr{}, *bad = nullptr;
+  wr.wr_id = 0xdeadbeef;
+  wr.sg_list = &sge;
+  wr.num_sge = 1;
+  ASSERT_EQ(ibv_post_recv(qp, &wr, &bad), 0);
+}
 
 #endif
