@@ -238,72 +238,20 @@ void nic_fence_unprotect(const struct nic_sga_entry *e, uint32_t n) {
   unlock(&old);
 }
 
-bool nic_fence_others_cover(uintptr_t a, const struct nic_sga_entry *own, uint32_t n) {
+void nic_fence_release(uintptr_t a) {
   size_t unit = nic_fence_unit(a);
-  if (!unit) return false;
-  uintptr_t u = a & ~(unit - 1);
-  for (uintptr_t page = u; page < u + unit; page += 4096) {
-    uint64_t dma = nic_pc_count(page) & NIC_PC_DMA_MASK, mine = 0;
-    for (uint32_t i = 0; dma && i < n; i++) {
-      uintptr_t s = (uintptr_t)own[i].addr;
-      if (own[i].kind != NIC_SGA_BOUNCE && s < page + 4096 && page < s + own[i].len) mine++;
-    }
-    if (dma > mine) return true;
-  }
-  return false;
-}
-
-bool nic_fence_release(uintptr_t a, const struct nic_sga_entry *own, uint32_t n, bool force) {
-  size_t unit = nic_fence_unit(a);
-  if (!unit || !__atomic_load_n(&mech, __ATOMIC_ACQUIRE)) return true;
+  if (!unit || !__atomic_load_n(&mech, __ATOMIC_ACQUIRE)) return;
   uintptr_t u = a & ~(unit - 1);
   sigset_t old;
   lock(&old);
-  bool ours = nic_fence_marked(u), others = ours && nic_fence_others_cover(u, own, n);
-  if (others && own && !force) {
-    unlock(&old);
-    return false;
-  }
-  /* The writer goes on while another posted entry still covers the unit: what the NIC reads of
-   * it may be the new bytes, so it counts as a mismatch, as detect would report it, not only as
-   * the bypass its caller counts. */
-  if (others) NIC_SAFETY_COUNT(fence_mismatches, 1);
+  bool ours = nic_fence_marked(u);
+  /* The writer goes on while a posted entry still covers the unit: what the NIC reads of it may
+   * be the new bytes, so it counts as a mismatch, as detect would report it, not only as the
+   * bypass its caller counts. */
+  if (ours && nic_pc_any(u, u + unit, NIC_PC_DMA_MASK)) NIC_SAFETY_COUNT(fence_mismatches, 1);
   if (ours) release_run(u, u + unit);
   unlock(&old);
   if (ours) nic_fence_gen_bump();
-  return true;
-}
-
-void nic_fence_reprotect(const struct nic_sga_entry *e, uint32_t n) {
-  if (!__atomic_load_n(&mech, __ATOMIC_ACQUIRE)) return;
-  bool any = false; /* the common case: every unit still marked, no lock taken */
-  for (uint32_t i = 0; i < n && !any; i++) {
-    uintptr_t first, end;
-    size_t unit;
-    if (entry_units(&e[i], &first, &end, &unit))
-      for (uintptr_t u = first; u < end && !any; u += unit)
-        any = !nic_fence_marked(u);
-  }
-  if (!any) return;
-  sigset_t old;
-  for (;;) { /* as nic_fence_protect: a registration pinning these pages ends first */
-    unsigned gen = __atomic_load_n(&nic_fence_gen, __ATOMIC_SEQ_CST);
-    lock(&old);
-    if (!meets_pin(e, n)) break;
-    unlock(&old);
-    nic_fence_gen_wait(gen);
-  }
-  for (uint32_t i = 0; i < n; i++) {
-    uintptr_t first, end;
-    size_t unit;
-    if (!entry_units(&e[i], &first, &end, &unit)) continue;
-    /* Only units still in flight: one whose completion already ran must stay writable. */
-    for (uintptr_t u = first; u < end; u += unit)
-      if (!nic_fence_marked(u) && nic_pc_any(u, u + unit, NIC_PC_DMA_MASK) &&
-          protect_range(u, u + unit, unit))
-        NIC_SAFETY_COUNT(fence_unprotected, 1);
-  }
-  unlock(&old);
 }
 
 bool nic_fence_still_protected(uintptr_t a) {
