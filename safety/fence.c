@@ -61,22 +61,6 @@ NIC_EXPORT int nic_fence_write(const void *p, size_t len) {
                         "giving up with ETIMEDOUT");
 }
 
-bool nic_fence_posting_begin(const struct nic_sga_entry *e, uint32_t n) {
-  /* No exemption: the backend hands the entries to the NIC inside its post, and a page released
-   * for this thread then stayed writable for every thread until the post returned, while the
-   * NIC read it. The backends write no heap memory in a post (their state is in mappings of
-   * their own), so this thread is held like any writer, as under uffd. */
-  (void)e;
-  (void)n;
-  return false;
-}
-
-void nic_fence_posting_end(bool began, const struct nic_sga_entry *e, uint32_t n) {
-  if (!began) return;
-  nic_fence_thread_gone();
-  if (nic_fence_protect_started()) nic_fence_reprotect(e, n);
-}
-
 void nic_fence_posted(const void *msg, const struct nic_sga_entry *e, uint32_t n) {
   enum nic_fence_mode mode = nic_safety_config()->fence;
   if (mode == NIC_FENCE_PROTECT)

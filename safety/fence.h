@@ -29,20 +29,10 @@ void nic_fence_protect(const struct nic_sga_entry *e, uint32_t n);
 /* Releases the units of the entries' pages that no posted entry covers any more. */
 void nic_fence_unprotect(const struct nic_sga_entry *e, uint32_t n);
 bool nic_fence_protect_started(void);
-/* Makes the unit holding a writable now: for a writer that must not wait (a NIC thread: own
- * NULL) or has waited too long (force), whatever is in flight there; if other posted entries
- * still cover it, the write may reach the wire, counted in fence_mismatches. For a posting
- * thread (own, n: its entries, not handed to the NIC yet) only if no other entry covers the unit
- * now, decided under the protect lock (a post of a neighbour may have come since the caller
- * looked): returns false, changing nothing, when the writer must wait after all. Any thread,
- * signal handlers included. */
-bool nic_fence_release(uintptr_t a, const struct nic_sga_entry *own, uint32_t n, bool force);
-/* Whether posted entries other than own cover a page of a's unit (per-page counts against the
- * own entries touching each page). Lock-free, async-signal-safe. */
-bool nic_fence_others_cover(uintptr_t a, const struct nic_sga_entry *own, uint32_t n);
-/* After a post: protects again the units of its entries that a write of the posting thread
- * released while they were its alone, if they are still in flight. */
-void nic_fence_reprotect(const struct nic_sga_entry *e, uint32_t n);
+/* Makes the unit holding a writable now, whatever is in flight there: for a writer that must
+ * not wait (a NIC thread) or has waited too long. If a posted entry still covers the unit, the
+ * write may reach the wire: counted in fence_mismatches. Any thread, signal handlers included. */
+void nic_fence_release(uintptr_t a);
 /* Under the protect lock: is a's unit still ours? If not, makes sure it is writable (uffd: a
  * fault that raced with a release). */
 bool nic_fence_still_protected(uintptr_t a);
@@ -97,17 +87,10 @@ void nic_fence_gen_wait(unsigned seen);
 /* This thread performs DMA or runs completions (the sim engine, the poller): a write of it to a
  * protected page releases the page instead of waiting, which could never end. */
 void nic_fence_thread_is_nic(void);
-void nic_fence_thread_is_posting(const struct nic_sga_entry *e, uint32_t n);
 void nic_fence_thread_gone(void);
-/* Exempt threads: NIC threads (*own NULL) and posting threads (*own, *n: their entries). */
-bool nic_fence_thread_exempt(pid_t tid, const struct nic_sga_entry **own, uint32_t *n);
-bool nic_fence_self_exempt(const struct nic_sga_entry **own, uint32_t *n); /* signal-safe */
-/* Brackets nic_sga_post from protecting its entries e to the backend's return. It used to let
- * this thread's writes to pages its own entries alone covered through (under mprotect), on the
- * premise that the NIC could not read them yet; the backend has them inside its post, so it no
- * longer exempts anything (fence.c). Returns whether end must undo something. */
-bool nic_fence_posting_begin(const struct nic_sga_entry *e, uint32_t n);
-void nic_fence_posting_end(bool began, const struct nic_sga_entry *e, uint32_t n);
+/* Whether a thread is one of those (by tid: the uffd thread asks for the faulting one). */
+bool nic_fence_thread_exempt(pid_t tid);
+bool nic_fence_self_exempt(void); /* signal-safe */
 /* Starts the poller: while a writer is held it polls the backend, so that a completion needed
  * by a held thread runs even if that thread is the program's only poller. */
 void nic_fence_poller_start(void);

@@ -58,22 +58,19 @@ static void say(const char *a, uintptr_t x, const char *b) {
   (void)!write(STDERR_FILENO, buf, (size_t)(p - buf));
 }
 
-/* False when a posting thread must wait after all (a post of a neighbour came meanwhile). */
-static bool bypass(uintptr_t a, const struct nic_sga_entry *own, uint32_t n) {
+static void bypass(uintptr_t a) {
   static int warned;
-  if (!nic_fence_release(a, own, n, false)) return false;
+  nic_fence_release(a);
   NIC_SAFETY_COUNT(fence_bypasses, 1);
   if (!__atomic_exchange_n(&warned, 1, __ATOMIC_RELAXED))
     say("NICMALLOC_FENCE=protect: a thread the NIC or the completions need wrote to ", a,
         " while the NIC may still read that page; the page is made writable rather than hold it "
         "(counted in fence_bypasses)");
-  return true;
 }
 
 /* Waits until a's page is released: by its completion (on the poller, which this wakes, or any
- * thread), or by us after NICMALLOC_FENCE_TIMEOUT_MS. A posting thread (own: its entries) waits
- * only until no other posted entry covers the page, then releases it. */
-static void hold(uintptr_t a, const struct nic_sga_entry *own, uint32_t n) {
+ * thread), or by us after NICMALLOC_FENCE_TIMEOUT_MS. */
+static void hold(uintptr_t a) {
   NIC_SAFETY_COUNT(fence_held_writes, 1);
   __atomic_add_fetch(&nic_safety_ctr.fence_writers_held, 1, __ATOMIC_SEQ_CST);
   nic_fence_poller_kick();
@@ -82,14 +79,12 @@ static void hold(uintptr_t a, const struct nic_sga_entry *own, uint32_t n) {
   for (;;) {
     unsigned gen = __atomic_load_n(&nic_fence_gen, __ATOMIC_SEQ_CST);
     if (!nic_fence_marked(a)) break;
-    /* the NIC cannot read its own entries yet */
-    if (own && !nic_fence_others_cover(a, own, n) && nic_fence_release(a, own, n, false)) break;
     if (nic_now_ms() - since >= cfg->fence_timeout_ms) {
       say("NICMALLOC_FENCE=protect: a write to ", a,
           " waited NICMALLOC_FENCE_TIMEOUT_MS for the NIC; the page is made writable and the write "
           "goes on (does a completion it waits for need a lock it holds?)");
       NIC_SAFETY_COUNT(fence_bypasses, 1);
-      nic_fence_release(a, own, n, true);
+      nic_fence_release(a);
       break;
     }
     struct timespec tick = {0, 10 * 1000 * 1000}; /* the timeout is checked this often */
@@ -116,12 +111,10 @@ static void on_segv(int sig, siginfo_t *si, void *context) {
   const uintptr_t a = (uintptr_t)si->si_addr;
   if (si->si_code == SEGV_ACCERR && nic_fence_unit(a)) {
     if (nic_fence_marked(a)) {
-      const struct nic_sga_entry *own;
-      uint32_t n;
-      if (!nic_fence_self_exempt(&own, &n))
-        hold(a, NULL, 0);
-      else if ((own && nic_fence_others_cover(a, own, n)) || !bypass(a, own, n))
-        hold(a, own, n); /* a posting thread: its write waits for the others' DMA */
+      if (nic_fence_self_exempt())
+        bypass(a);
+      else
+        hold(a);
       errno = saved_errno;
       return;
     }

@@ -27,41 +27,23 @@
 #define NIC_THREADS_MAX 64
 
 static pid_t nic_threads[NIC_THREADS_MAX]; /* 0 = free slot */
-/* A posting thread's entries (NULL for a NIC thread), set before its tid is published. */
-static const struct nic_sga_entry *nic_threads_own[NIC_THREADS_MAX];
-static uint32_t nic_threads_own_n[NIC_THREADS_MAX];
 static __thread bool exempt;
-static __thread const struct nic_sga_entry *self_own;
-static __thread uint32_t self_own_n;
 static unsigned kick;
 static unsigned free_kick;
 static bool freer_up;
 
-static void is_exempt(const struct nic_sga_entry *own, uint32_t n) {
-  self_own = own;
-  self_own_n = n;
+void nic_fence_thread_is_nic(void) {
   exempt = true;
   pid_t me = gettid();
   for (unsigned i = 0; i < NIC_THREADS_MAX; i++) {
     pid_t none = 0;
     if (__atomic_load_n(&nic_threads[i], __ATOMIC_RELAXED)) continue;
-    /* A reader that sees the tid sees these; a slot is claimed only by its own thread. */
-    __atomic_store_n(&nic_threads_own_n[i], n, __ATOMIC_RELAXED);
-    __atomic_store_n(&nic_threads_own[i], own, __ATOMIC_RELAXED);
     if (__atomic_compare_exchange_n(&nic_threads[i], &none, me, false, __ATOMIC_RELEASE,
                                     __ATOMIC_RELAXED))
       return;
   }
   /* More NIC threads than slots: the uffd thread cannot tell this one, and its writes wait until
    * NICMALLOC_FENCE_TIMEOUT_MS at worst. */
-}
-
-void nic_fence_thread_is_nic(void) {
-  is_exempt(NULL, 0);
-}
-
-void nic_fence_thread_is_posting(const struct nic_sga_entry *e, uint32_t n) {
-  is_exempt(e, n);
 }
 
 void nic_fence_thread_gone(void) {
@@ -74,19 +56,13 @@ void nic_fence_thread_gone(void) {
   }
 }
 
-bool nic_fence_thread_exempt(pid_t tid, const struct nic_sga_entry **own, uint32_t *n) {
+bool nic_fence_thread_exempt(pid_t tid) {
   for (unsigned i = 0; i < NIC_THREADS_MAX; i++)
-    if (__atomic_load_n(&nic_threads[i], __ATOMIC_ACQUIRE) == tid) {
-      *own = __atomic_load_n(&nic_threads_own[i], __ATOMIC_RELAXED);
-      *n = __atomic_load_n(&nic_threads_own_n[i], __ATOMIC_RELAXED);
-      return true;
-    }
+    if (__atomic_load_n(&nic_threads[i], __ATOMIC_ACQUIRE) == tid) return true;
   return false;
 }
 
-bool nic_fence_self_exempt(const struct nic_sga_entry **own, uint32_t *n) {
-  *own = self_own;
-  *n = self_own_n;
+bool nic_fence_self_exempt(void) {
   return exempt;
 }
 
@@ -111,8 +87,7 @@ void nic_fence_completion_end(void) {
 }
 
 bool nic_fence_frees_handed_off(void) {
-  /* A posting thread is exempt only for its own entries' pages; its frees stay its own. */
-  return ((exempt && !self_own) || completing) && __atomic_load_n(&freer_up, __ATOMIC_ACQUIRE);
+  return (exempt || completing) && __atomic_load_n(&freer_up, __ATOMIC_ACQUIRE);
 }
 
 void nic_fence_free_kick(void) {

@@ -87,16 +87,10 @@ static int uffd_unprotect(uintptr_t start, size_t len) {
 
 static void on_fault(uintptr_t addr, pid_t tid) {
   if (!nic_fence_still_protected(addr)) return; /* released meanwhile: the writer is awake */
-  const struct nic_sga_entry *own = NULL;
-  uint32_t own_n = 0;
-  /* Only the NIC's threads go through. A posting thread is held here like any writer, unlike
-   * under mprotect: a fault is read after it happened, maybe after its writer was woken by a
-   * release and went on into a post, so an exemption judged now may be for a write made outside
-   * it (the page was then released while the NIC read it: about one run in ten of the integrity
-   * test). Holding it inside its own post is safe while the backend writes no heap memory there
-   * (the sim keeps its state in mappings of its own). */
-  if (nic_fence_thread_exempt(tid, &own, &own_n) && !own) {
-    nic_fence_release(addr, NULL, 0, true);
+  /* Only the NIC's threads go through; a posting thread is held like any writer, inside its
+   * post too, which is safe while the backend writes no heap memory there (safety/README.md). */
+  if (nic_fence_thread_exempt(tid)) {
+    nic_fence_release(addr);
     NIC_SAFETY_COUNT(fence_bypasses, 1);
     nic_log_warn_once("NICMALLOC_FENCE=protect: thread %d, which the NIC or the completions need, "
                       "wrote to %#lx while the NIC may still read that page; the page is made "
@@ -131,7 +125,7 @@ static void sweep(void) {
                     "the write goes on (does a completion it waits for need a lock it holds?)",
                     (int)held[i].tid, timeout, (unsigned long)held[i].addr);
       NIC_SAFETY_COUNT(fence_bypasses, 1);
-      nic_fence_release(held[i].addr, NULL, 0, true);
+      nic_fence_release(held[i].addr);
       done = true;
     }
     if (!done) {

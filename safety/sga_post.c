@@ -97,11 +97,11 @@ NIC_EXPORT int nic_sga_post(struct nic_sga *sga, struct nic_endpoint *ep, nic_sg
   NIC_SAFETY_COUNT(inflight_posts, 1);
   NIC_SAFETY_COUNT(inflight_entries, n);
   nic_pressure_note(sga->entry, sga->count);
-  /* sga->entry, not m's copy: the completion may free m before the backend returns. */
-  const bool exempt = nic_fence_posting_begin(sga->entry, n);
+  /* From here the backend may hand the entries to the NIC at any time, inside its post: a write
+   * of this thread to their pages is held like any other (the backends keep what they write in
+   * a post in mappings of their own, so that the post itself never waits for its own DMA). */
   nic_fence_posted(m, m->entry, n); /* NICMALLOC_FENCE=protect|detect, before the NIC can read */
   rc = b->post(b, ep, sge, n, completed, m);
-  nic_fence_posting_end(exempt, sga->entry, n);
   if (rc) {
     __atomic_sub_fetch(&nic_safety_ctr.inflight_entries, n, __ATOMIC_RELAXED);
     __atomic_sub_fetch(&nic_safety_ctr.inflight_posts, 1, __ATOMIC_RELAXED);

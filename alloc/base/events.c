@@ -39,6 +39,13 @@ void nic_publish_pages_leaving(uintptr_t start, size_t len) {
   }
 }
 
+bool nic_publish_protection_changing(uintptr_t start, size_t len, int prot, int *rc) {
+  EACH_WATCHER(w) {
+    if (w->protection_changing && w->protection_changing(start, len, prot, rc)) return true;
+  }
+  return false;
+}
+
 void nic_publish_chunk_mapped(unsigned index, void *base, size_t len) {
   EACH_WATCHER(w) {
     if (w->chunk_mapped) w->chunk_mapped(index, base, len);

@@ -62,6 +62,10 @@ struct nic_memory_watcher {
   /* The pages of [start, start+len) are about to leave the address space or be replaced
    * (munmap, mremap, madvise dropping them, a fixed mmap or shmat over them, shmdt, dlclose). */
   void (*pages_leaving)(uintptr_t start, size_t len);
+  /* mprotect(start, len, prot), by anyone (mimalloc commits with it). A watcher whose own page
+   * protection the call must not undo makes the call itself and returns true with *rc its result
+   * (0 or -errno); the first that does so makes it for all. */
+  bool (*protection_changing)(uintptr_t start, size_t len, int prot, int *rc);
   /* A dataplane chunk's memory is new (mapped and pinned), or about to be given back; a
    * watcher that cannot let it go yet (its registration is busy) returns false, and the chunk
    * stays. Called with the chunks lock held. */
@@ -82,6 +86,8 @@ bool nic_publish_block_freeing(void *p); /* true: a watcher took it */
 enum nic_resize_answer nic_publish_block_resizing(void *p, size_t usable);
 void nic_publish_range_stale(uintptr_t start, size_t len);
 void nic_publish_pages_leaving(uintptr_t start, size_t len);
+/* true: a watcher made the call, with result *rc */
+bool nic_publish_protection_changing(uintptr_t start, size_t len, int prot, int *rc);
 void nic_publish_chunk_mapped(unsigned index, void *base, size_t len);
 bool nic_publish_chunk_releasing(unsigned index, void *base, size_t len);
 void nic_publish_nic_thread(bool starting);

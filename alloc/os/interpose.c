@@ -5,7 +5,8 @@
  * preloaded, so these definitions also catch mimalloc's own commits and decommits (it calls
  * mprotect, madvise and munmap through the PLT), which the control arena's commit map records
  * once they succeeded. Each forwards to the system call directly, as glibc does. Pages a call maps
- * anew are invalidated after it too: that catches what went by a path none of these saw. */
+ * anew are invalidated after it too: that catches what went by a path none of these saw.
+ * mprotect goes through a watcher that protects pages itself, if there is one (events.h). */
 #define _GNU_SOURCE
 #include "commit_map.h"
 #include "events.h"
@@ -99,7 +100,13 @@ NIC_EXPORT int madvise(void *addr, size_t len, int advice) {
 }
 
 NIC_EXPORT int mprotect(void *addr, size_t len, int prot) {
-  int rc = (int)syscall(SYS_mprotect, addr, len, prot);
+  /* A watcher that write-protects pages of its own makes the call itself (events.h), so that
+   * no call makes those pages writable behind its back. */
+  int err, rc;
+  if (nic_publish_protection_changing((uintptr_t)addr, len, prot, &err))
+    rc = err ? (errno = -err, -1) : 0;
+  else
+    rc = (int)syscall(SYS_mprotect, addr, len, prot);
   if (rc == 0)
     nic_commit_map_note(addr, len, prot & PROT_READ ? NIC_PAGES_READABLE : NIC_PAGES_GONE);
   return rc;
