@@ -251,6 +251,8 @@ static bool run_socket(struct run *r, uint64_t *wall, uint64_t *cpu) {
     }
   }
   unsigned char *buf = r->m == RECV ? malloc(65536) : NULL;
+  struct timeval limit = {.tv_sec = 10}; /* a lost message ends the run */
+  setsockopt(rx, SOL_SOCKET, SO_RCVTIMEO, &limit, sizeof limit);
   const uint64_t c0 = process_cpu_ns(), t0 = now_ns(CLOCK_MONOTONIC);
   pthread_t th;
   if (pthread_create(&th, NULL, sender, r)) return false;
@@ -258,8 +260,6 @@ static bool run_socket(struct run *r, uint64_t *wall, uint64_t *cpu) {
   unsigned long seen = 0;
   while (r->ps.messages < r->messages && !atomic_load(&r->stop)) {
     if (r->m == RECV) {
-      struct timeval limit = {.tv_sec = 10};
-      setsockopt(rx, SOL_SOCKET, SO_RCVTIMEO, &limit, sizeof limit);
       const ssize_t n = recv(rx, buf, 65536, 0);
       if (n <= 0) break;
       feed(&r->ps, buf, (size_t)n);
