@@ -239,7 +239,7 @@ static bool run_socket(struct run *r, uint64_t *wall, uint64_t *cpu) {
   int rx, tx;
   if (socket_pair(r->t, &rx, &tx)) {
     perror("recv_bench: loopback sockets");
-    return false;
+    exit(2);
   }
   r->send_fd = tx;
   if (r->t == UDP) {
@@ -258,7 +258,7 @@ static bool run_socket(struct run *r, uint64_t *wall, uint64_t *cpu) {
     if (rc) {
       fprintf(stderr, "recv_bench: io_uring endpoint: %s (run with NICMALLOC_BACKEND=uring)\n",
               strerror(-rc));
-      return false;
+      exit(2); /* every run would fail the same way */
     }
   }
   unsigned char *buf = r->m == RECV ? malloc(65536) : NULL;
@@ -266,7 +266,7 @@ static bool run_socket(struct run *r, uint64_t *wall, uint64_t *cpu) {
   setsockopt(rx, SOL_SOCKET, SO_RCVTIMEO, &limit, sizeof limit);
   const uint64_t c0 = process_cpu_ns(), t0 = now_ns(CLOCK_MONOTONIC);
   pthread_t th;
-  if (pthread_create(&th, NULL, sender, r)) return false;
+  if (pthread_create(&th, NULL, sender, r)) exit(2);
   uint64_t last = t0;
   unsigned long seen = 0;
   while (r->ps.messages < r->messages && !atomic_load(&r->stop)) {
