@@ -126,7 +126,8 @@ struct run {
   atomic_bool stop;       /* the receiver is done (or gave up) */
   uint64_t sender_cpu_ns; /* the sender thread's CPU time */
   int send_fd;
-  unsigned long window; /* udp: datagrams the receiving socket's buffer takes for sure */
+  unsigned long window;           /* udp: datagrams the receiving socket's buffer takes for sure */
+  unsigned long in_sender_memory; /* ring: messages received in the block they were sent from */
   bool failed;
 };
 
@@ -183,11 +184,21 @@ static void *sender(void *arg) {
   return NULL;
 }
 
+/* ring: the blocks the sender posts from, in turn; message i is block i % kRingWindow's. */
+enum { kRingWindow = 32 };
+static unsigned char *ring_blocks[kRingWindow];
+
 static void on_receive(void *arg, void *data, size_t len) {
   struct run *r = arg;
   if (!data) { /* the stream ended */
     atomic_store(&r->stop, true);
     return;
+  }
+  /* Whether net_ring handed over the sender's very memory (its header's seq is its block). */
+  if (r->t == RING && len >= kHeader) {
+    uint32_t seq;
+    memcpy(&seq, (const unsigned char *)data + 4, sizeof seq);
+    r->in_sender_memory += seq < kRingWindow && data == ring_blocks[seq];
   }
   if (r->m == COPY) {
     unsigned char *c = malloc(len);
@@ -312,14 +323,13 @@ static void ring_done(void *arg, int status) {
 static struct nic_endpoint *ring_ep;
 
 static bool run_ring(struct run *r, uint64_t *wall, uint64_t *cpu) {
-  enum { kWindow = 32 };
-  static unsigned char *blocks[kWindow];
   static size_t block_size;
   if (block_size != r->size) {
-    for (int i = 0; i < kWindow; i++) {
-      free(blocks[i]);
-      if (!(blocks[i] = nic_aligned_alloc(4096, (r->size + 4095) & ~(size_t)4095))) return false;
-      fill_message(blocks[i], r->size, (uint32_t)i);
+    for (int i = 0; i < kRingWindow; i++) {
+      free(ring_blocks[i]);
+      if (!(ring_blocks[i] = nic_aligned_alloc(4096, (r->size + 4095) & ~(size_t)4095)))
+        return false;
+      fill_message(ring_blocks[i], r->size, (uint32_t)i);
     }
     block_size = r->size;
   }
@@ -333,10 +343,10 @@ static bool run_ring(struct run *r, uint64_t *wall, uint64_t *cpu) {
   uint64_t last = t0;
   unsigned long sent = 0, seen = 0;
   while (r->ps.messages < r->messages) {
-    while (sent < r->messages && sent - s.completed < kWindow) {
+    while (sent < r->messages && sent - s.completed < kRingWindow) {
       struct nic_sga sga;
       rc = nic_sga_init(&sga, 0);
-      if (!rc) rc = nic_sga_add(&sga, blocks[sent % kWindow], r->size);
+      if (!rc) rc = nic_sga_add(&sga, ring_blocks[sent % kRingWindow], r->size);
       if (!rc) rc = nic_sga_post(&sga, ring_ep, ring_done, &s);
       if (rc) {
         nic_sga_reset(&sga);
@@ -438,9 +448,10 @@ int main(int argc, char **argv) {
          "modes interleaved\n\n",
          tname, reps, bytes >> 10, max_messages);
   printf("| size B | mode | wall ns/msg: median (min-max) | MB/s | %s ns/msg: median (min-max) | "
-         "page faults per 1000 msgs | wall / inplace | CPU / inplace "
-         "|\n|---|---|---|---|---|---|---|---|\n",
-         t == RING ? "CPU (posting and receiving)" : "receiving side's CPU");
+         "page faults per 1000 msgs | wall / inplace | CPU / inplace |%s\n"
+         "|---|---|---|---|---|---|---|---|%s\n",
+         t == RING ? "CPU (posting and receiving)" : "receiving side's CPU",
+         t == RING ? " received in the sender's block |" : "", t == RING ? "---|" : "");
   bool all_ok = true;
   for (int si = 0; si < nsizes; si++) {
     size_t size = sizes[si];
@@ -449,6 +460,7 @@ int main(int argc, char **argv) {
     if (messages < 500) messages = 500;
     if (messages > max_messages) messages = max_messages;
     uint64_t wall[kModes][kMaxReps], cpu[kModes][kMaxReps], faults[kModes][kMaxReps];
+    unsigned long in_sender[kModes] = {0};
     for (int rep = 0; rep < reps; rep++)
       for (int k = 0; k < kModes - first_mode; k++) {
         const enum mode m = (enum mode)(first_mode + (k + rep) % (kModes - first_mode));
@@ -458,6 +470,7 @@ int main(int argc, char **argv) {
         const bool ok = t == RING ? run_ring(r, &wall[m][rep], &cpu[m][rep])
                                   : run_socket(r, &wall[m][rep], &cpu[m][rep]);
         faults[m][rep] = (uint64_t)(minor_faults() - f0);
+        in_sender[m] += r->in_sender_memory;
         if (!ok) {
           fprintf(stderr, "recv_bench %s %zu %s: FAILED: %lu of %lu messages, %lu malformed\n",
                   tname, size, mode_names[m], r->ps.messages, messages, r->ps.bad);
@@ -485,9 +498,11 @@ int main(int argc, char **argv) {
              (double)size * 1e3 / med[m][0], med[m][1], (unsigned long long)lo[m][1],
              (unsigned long long)hi[m][1], med[m][2]);
       if (m == INPLACE)
-        printf(" | |\n");
+        printf(" | |");
       else
-        printf(" %.2f | %.2f |\n", med[m][0] / med[INPLACE][0], med[m][1] / med[INPLACE][1]);
+        printf(" %.2f | %.2f |", med[m][0] / med[INPLACE][0], med[m][1] / med[INPLACE][1]);
+      if (t == RING) printf(" %lu of %lu |", in_sender[m], messages * (unsigned long)reps);
+      printf("\n");
     }
     fflush(stdout);
   }
