@@ -15,7 +15,7 @@ import sys
 PEERS = ["glibc", "mimalloc", "jemalloc", "tcmalloc"]
 SECTIONS = ["Machine and settings", "Steps", "Headline", "malloc/free pairs (compare_malloc)",
             "Instruction counts (callgrind)", "MR misses", "Fragmentation",
-            "Allocator peers", "Real servers"]
+            "Allocator peers", "Real servers", "Receive: copy against in place"]
 try:
     import matplotlib
     matplotlib.use("Agg")
@@ -236,6 +236,14 @@ def report(d, mode):
     md += ["", "## Real servers", "", "memcached + memcaslap, redis-server + redis-benchmark on "
            "127.0.0.1; peak RSS is the server's VmHWM before shutdown; medians.", ""]
     md += servers_table(servers) if servers else ["not run"]
+    md += ["", "## Receive: copy against in place", "",
+           "bench/recv_bench.sh: per message size, recv() into malloc'd memory (sockets), "
+           "nic_endpoint_receive with a copy into malloc'd memory, and nic_endpoint_receive "
+           "read in place, interleaved; medians of the repetitions. On loopback the kernel "
+           "copies every byte into the receive buffer either way (the in-place gain is the "
+           "user-space copy only); net_ring hands the receiver the sender's very mbufs. Wall "
+           "times on a shared machine move with its load; the CPU columns do much less.", ""]
+    md += [text(d + "/recv.md") or "not run"]
     with open(os.path.join(d, "report.md"), "w") as fh:
         fh.write("\n".join(md) + "\n")
 
