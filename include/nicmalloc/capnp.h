@@ -30,6 +30,7 @@
 #define NICMALLOC_CAPNP_H
 
 #include <nicmalloc.h>
+#include <nicmalloc/stream.h>
 
 #include <capnp/message.h>
 #include <capnp/orphan.h>
@@ -299,125 +300,35 @@ inline int post(nic_endpoint *ep, ::capnp::MessageBuilder &msg, nic_sga_done_fn 
   return rc;
 }
 
-// A received message: read it through reader() or getRoot<T>(). It keeps what it reads from:
-// the receive buffer (nic_hold, so the NIC does not reuse it) or its gathered copy, until it is
-// destroyed. A held buffer is one of the endpoint's receive buffers: keep messages only as long
-// as needed, for while all of them are held the endpoint stops receiving.
+// A received message: read it through reader() or getRoot<T>(). It keeps what it reads from (its
+// receive buffer, held, or its gathered copy: stream.h) until it is destroyed. Keep messages
+// only as long as needed: while all of an endpoint's buffers are held it stops receiving.
 class ReceivedMessage {
 public:
-  ReceivedMessage(const ::capnp::word *words, size_t n, const void *held, void *owned,
-                  const ::capnp::ReaderOptions &opts)
-      : held_(held), owned_(owned), reader_(kj::ArrayPtr<const ::capnp::word>(words, n), opts) {}
-  ~ReceivedMessage() {
-    if (held_) nic_release(held_);
-    free(owned_);
-  }
+  ReceivedMessage(ReceivedBytes bytes, const ::capnp::ReaderOptions &opts)
+      : bytes_(std::move(bytes)),
+        reader_(kj::ArrayPtr<const ::capnp::word>(static_cast<const ::capnp::word *>(bytes_.data()),
+                                                  bytes_.size() / sizeof(::capnp::word)),
+                opts) {}
   ReceivedMessage(const ReceivedMessage &) = delete;
   ReceivedMessage &operator=(const ReceivedMessage &) = delete;
 
   ::capnp::MessageReader &reader() { return reader_; }
   template <typename T> typename T::Reader getRoot() { return reader_.getRoot<T>(); }
   // True when read where it was received; false when gathered from several receive buffers.
-  bool in_place() const { return held_ != nullptr; }
+  bool in_place() const { return bytes_.in_place(); }
 
 private:
-  const void *held_;
-  void *owned_;
+  ReceivedBytes bytes_;
   ::capnp::FlatArrayMessageReader reader_;
 };
 
-// Cuts a stream of received bytes (what an endpoint's receive function gets, in order) into
-// messages. A message that lies whole in one receive buffer, 8-byte aligned, is read in place:
-// its buffer is held (nic_hold) while the ReceivedMessage lives. Any other message (split over
-// several buffers, as a TCP stream or a post split past the entry limit delivers it, or
-// misaligned) is gathered: copied, as it arrives, into one dataplane block of its own. So no
-// buffer is held for a message that is not complete, and a message larger than all the
-// endpoint's buffers together still arrives.
-class StreamReader {
-public:
-  // max_message_bytes: a larger framing is taken for garbage (-EMSGSIZE).
-  explicit StreamReader(::capnp::ReaderOptions opts = ::capnp::ReaderOptions(),
-                        size_t max_message_bytes = size_t{1} << 30)
-      : opts_(opts), max_bytes_(max_message_bytes) {}
-  ~StreamReader() { free(gather_); }
-  StreamReader(const StreamReader &) = delete;
-  StreamReader &operator=(const StreamReader &) = delete;
-
-  // Feeds the bytes of one receive call; calls on_message(std::unique_ptr<ReceivedMessage>) for
-  // each message they complete. Returns 0; or -EBADMSG (a segment count over capnp's 512) or
-  // -EMSGSIZE (over max_message_bytes), after which the stream is not framed as this reader
-  // expects and every later call returns the same error; or -ENOMEM (nothing consumed: the
-  // same bytes may be fed again). data NULL (the end of the stream) returns 0 when no message
-  // was cut short, else -EPIPE.
-  template <typename F> int feed(const void *data, size_t len, F &&on_message) {
-    if (error_) return error_;
-    if (!data) return (have_ || header_.size()) ? -EPIPE : 0;
-    const char *p = static_cast<const char *>(data);
-    while (len > 0) {
-      if (gather_) { // completing a gathered message
-        size_t n = std::min(len, total_ - have_);
-        memcpy(static_cast<char *>(gather_) + have_, p, n);
-        have_ += n, p += n, len -= n;
-        if (have_ < total_) return 0;
-        void *g = gather_;
-        gather_ = nullptr;
-        size_t words = total_ / sizeof(::capnp::word);
-        have_ = total_ = 0;
-        if (int rc = Deliver(static_cast<const ::capnp::word *>(g), words, nullptr, g, on_message))
-          return rc;
-        continue;
-      }
-      size_t total = 0;
-      if (header_.empty()) {
-        int rc = MessageBytes(p, len, &total);
-        if (rc < 0) return error_ = rc;
-        if (rc > 0 && len >= total &&
-            reinterpret_cast<uintptr_t>(p) % alignof(::capnp::word) == 0 && nic_hold(data) == 0) {
-          // Whole in this buffer: read in place.
-          int drc = Deliver(reinterpret_cast<const ::capnp::word *>(p),
-                            total / sizeof(::capnp::word), data, nullptr, on_message);
-          if (drc) return drc;
-          p += total, len -= total;
-          continue;
-        }
-        if (rc == 0) { // not even the table: keep its bytes
-          header_.assign(p, p + len);
-          return 0;
-        }
-      } else {
-        // The table began in an earlier buffer: take bytes until it is whole.
-        size_t before = header_.size();
-        header_.insert(header_.end(), p, p + std::min(len, kMaxTable));
-        int rc = MessageBytes(header_.data(), header_.size(), &total);
-        if (rc < 0) return error_ = rc;
-        header_.resize(before); // only what came before p; p is copied below
-        if (rc == 0) {
-          header_.insert(header_.end(), p, p + len);
-          return 0;
-        }
-      }
-      // Gather: the message's bytes so far (earlier table bytes, then this buffer's).
-      gather_ = nic_malloc(total);
-      if (!gather_) return -ENOMEM;
-      total_ = total;
-      memcpy(gather_, header_.data(), header_.size());
-      have_ = header_.size();
-      header_.clear();
-    }
-    return 0;
-  }
-
-  // Bytes of a message begun and not yet complete.
-  size_t pending() const { return gather_ ? have_ : header_.size(); }
-
-private:
-  // Largest segment table: capnp reads at most 512 segments.
-  static constexpr size_t kMaxSegments = 512;
-  static constexpr size_t kMaxTable = (kMaxSegments / 2 + 1) * 8;
-
-  // From the start of a message: 1 and its size in bytes when its table is in [p, p+len), 0
-  // when more bytes are needed, or a negative error.
-  int MessageBytes(const void *p, size_t len, size_t *total) const {
+namespace detail {
+// The stream framing: segment count - 1, each segment's size in words, padded to a word.
+struct Framing {
+  static constexpr size_t kMaxSegments = 512; // capnp reads no more
+  static constexpr size_t kMaxHeader = (kMaxSegments / 2 + 1) * 8;
+  int operator()(const void *p, size_t len, size_t max_bytes, size_t *total) const {
     if (len < 4) return 0;
     uint32_t count;
     memcpy(&count, p, 4);
@@ -430,32 +341,41 @@ private:
       memcpy(&w, static_cast<const char *>(p) + 4 + 4 * i, 4);
       words += w;
     }
-    if (words > (max_bytes_ - table) / 8) return -EMSGSIZE;
+    if (table > max_bytes || words > (max_bytes - table) / 8) return -EMSGSIZE;
     *total = table + words * 8;
     return 1;
   }
+};
+} // namespace detail
 
-  template <typename F>
-  int Deliver(const ::capnp::word *words, size_t n, const void *held, void *owned, F &on_message) {
-    std::unique_ptr<ReceivedMessage> m;
-    try {
-      m.reset(new ReceivedMessage(words, n, held, owned, opts_));
-    } catch (...) {
-      // FlatArrayMessageReader checks the table again; ours agreed, so only memory can fail.
-      if (held) nic_release(held);
-      free(owned);
-      return -ENOMEM;
-    }
-    on_message(std::move(m));
-    return 0;
+// Cuts a stream of received bytes (what an endpoint's receive function gets, in order) into
+// messages (stream.h): one lying whole in one receive buffer, 8-byte aligned, is read in place
+// and holds its buffer; any other is gathered into one dataplane block as it arrives.
+class StreamReader {
+public:
+  // max_message_bytes: a larger framing is taken for garbage (-EMSGSIZE).
+  explicit StreamReader(::capnp::ReaderOptions opts = ::capnp::ReaderOptions(),
+                        size_t max_message_bytes = size_t{1} << 30)
+      : opts_(opts), frames_(detail::Framing(), max_message_bytes, sizeof(::capnp::word)) {}
+
+  // Feeds the bytes of one receive call; calls on_message(std::unique_ptr<ReceivedMessage>) for
+  // each message they complete. Returns 0; or -EBADMSG (a segment count over capnp's 512) or
+  // -EMSGSIZE (over max_message_bytes), after which the stream is not framed as this reader
+  // expects and every later call returns the same error; or -ENOMEM. data NULL (the end of the
+  // stream) returns 0 when no message was cut short, else -EPIPE. Catch exceptions inside
+  // on_message (capnp throws for a message it refuses): one that escapes loses the rest of the
+  // piece, and the stream is cut.
+  template <typename F> int feed(const void *data, size_t len, F &&on_message) {
+    return frames_.feed(data, len, [&](ReceivedBytes &&bytes) {
+      on_message(std::make_unique<ReceivedMessage>(std::move(bytes), opts_));
+    });
   }
+  // Bytes of a message begun and not yet complete.
+  size_t pending() const { return frames_.pending(); }
 
+private:
   ::capnp::ReaderOptions opts_;
-  size_t max_bytes_;
-  int error_ = 0;
-  std::vector<char> header_; // bytes of a table split over buffers
-  void *gather_ = nullptr;   // the message being gathered, total_ bytes, have_ of them in
-  size_t total_ = 0, have_ = 0;
+  FrameReader<detail::Framing> frames_;
 };
 
 } // namespace capnp
