@@ -31,3 +31,18 @@ if(CapnProto_FOUND)
 else()
   message(STATUS "Cap'n Proto not found: test_capnp_adapter is not built (apt-get install libcapnp-dev capnproto)")
 endif()
+
+find_program(NIC_FLATC flatc)
+find_path(NIC_FLATBUFFERS_INCLUDE flatbuffers/flatbuffers.h)
+if(NIC_FLATC AND NIC_FLATBUFFERS_INCLUDE)
+  set(NIC_FB_HDR ${CMAKE_CURRENT_BINARY_DIR}/adapters_test_generated.h)
+  add_custom_command(OUTPUT ${NIC_FB_HDR}
+    COMMAND ${NIC_FLATC} --cpp -o ${CMAKE_CURRENT_BINARY_DIR}
+            ${CMAKE_CURRENT_LIST_DIR}/adapters/adapters_test.fbs
+    DEPENDS ${CMAKE_CURRENT_LIST_DIR}/adapters/adapters_test.fbs
+    COMMENT "flatc adapters_test.fbs")
+  nic_add_adapter_suite(test_flatbuffers_adapter
+    ${CMAKE_CURRENT_LIST_DIR}/adapters/test_flatbuffers_adapter.cc ${NIC_FB_HDR})
+else()
+  message(STATUS "FlatBuffers not found: test_flatbuffers_adapter is not built (apt-get install libflatbuffers-dev flatbuffers-compiler)")
+endif()
