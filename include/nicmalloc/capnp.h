@@ -24,12 +24,13 @@
 // (a plain reuse of the first segment, as capnp::MallocMessageBuilder does with its scratch
 // space, rewrites memory being sent unless NICMALLOC_FENCE=protect holds the writer).
 //
-// Not thread-safe: a builder, a pool and a stream reader each belong to one thread at a time
-// (done() may run on another thread with NIC_EP_ENGINE_COMPLETIONS: the pool allows that).
+// A builder and a stream reader each belong to one thread at a time; a pool is thread-safe
+// (done() may run on another thread with NIC_EP_ENGINE_COMPLETIONS).
 #ifndef NICMALLOC_CAPNP_H
 #define NICMALLOC_CAPNP_H
 
 #include <nicmalloc.h>
+#include <nicmalloc/sg_post.h>
 #include <nicmalloc/stream.h>
 
 #include <capnp/message.h>
@@ -50,90 +51,23 @@
 namespace nicmalloc {
 namespace capnp {
 
+// Segments are blocks of sg_post.h (dataplane memory, page-aligned whole pages) with room before
+// each for the stream's segment table (up to 63 segments), so that the table and the first
+// segment are one piece, written in the builder's own pages.
 namespace detail {
-
-// Segments start on a page and fill whole pages: NICMALLOC_FENCE=protect holds writers page by
-// page, so a segment being built must share no page with memory that is being sent.
-constexpr size_t kPage = 4096;
-// Room before each segment for the stream's segment table (up to 63 segments), so that posting
-// writes the table into the builder's own pages, not into a block that may share a page with
-// something in flight.
+using nicmalloc::detail::BlockRef;
+using nicmalloc::detail::NewBlock;
+using nicmalloc::detail::Piece;
+using nicmalloc::detail::PostPieces;
 constexpr size_t kTableBytes = 256;
-
-// One segment of dataplane memory. `inflight` counts the posts sending it that have not
-// completed; the memory is freed with the last reference (free() defers it past any post).
-struct Segment {
-  char *base = nullptr;
-  ::capnp::word *words = nullptr;
-  size_t size = 0; // in words
-  std::atomic<int> inflight{0};
-  Segment(char *b, size_t bytes)
-      : base(b), words(reinterpret_cast<::capnp::word *>(b + kTableBytes)),
-        size((bytes - kTableBytes) / sizeof(::capnp::word)) {}
-  ~Segment() { free(base); }
-  Segment(const Segment &) = delete;
-  Segment &operator=(const Segment &) = delete;
-  // Room for a table of `bytes` right before the segment, so that the two make one entry.
-  uint32_t *table(size_t bytes) const {
-    return reinterpret_cast<uint32_t *>(reinterpret_cast<char *>(words) - bytes);
-  }
-};
-using SegmentRef = std::shared_ptr<Segment>;
-
-inline SegmentRef NewSegment(size_t words) {
-  if (words > (SIZE_MAX - kTableBytes - kPage) / sizeof(::capnp::word)) throw std::bad_alloc();
-  const size_t bytes = (kTableBytes + words * sizeof(::capnp::word) + kPage - 1) / kPage * kPage;
-  void *p = nic_aligned_alloc(kPage, bytes);
-  if (!p) throw std::bad_alloc();
-  memset(p, 0, bytes);
-  try {
-    return std::make_shared<Segment>(static_cast<char *>(p), bytes);
-  } catch (...) {
-    free(p);
-    throw;
-  }
+inline ::capnp::word *Words(const BlockRef &b) {
+  return reinterpret_cast<::capnp::word *>(b->base + kTableBytes);
 }
-
 } // namespace detail
 
-// Segments kept between messages. A segment comes back when its builder is destroyed and goes
-// to a new builder only once no post is sending it any more.
-class SegmentPool {
-public:
-  // max_idle: segments kept; beyond it a returned segment is freed.
-  explicit SegmentPool(size_t max_idle = 16) : max_idle_(max_idle) {}
-  SegmentPool(const SegmentPool &) = delete;
-  SegmentPool &operator=(const SegmentPool &) = delete;
-
-  // A zeroed segment of at least `words` words: an idle one whose posts have all completed,
-  // else a fresh one.
-  detail::SegmentRef Take(size_t words) {
-    for (size_t i = 0; i < idle_.size(); i++) {
-      detail::Segment &s = *idle_[i];
-      // acquire: the NIC's reads of the segment happened before its post's done() ran.
-      if (s.size < words || s.inflight.load(std::memory_order_acquire) != 0) continue;
-      detail::SegmentRef r = std::move(idle_[i]);
-      idle_.erase(idle_.begin() + static_cast<std::ptrdiff_t>(i));
-      memset(r->words, 0, r->size * sizeof(::capnp::word));
-      reused_++;
-      return r;
-    }
-    fresh_++;
-    return detail::NewSegment(words);
-  }
-  void Give(detail::SegmentRef s) {
-    if (idle_.size() < max_idle_) idle_.push_back(std::move(s));
-  }
-  size_t idle() const { return idle_.size(); }
-  // Segments handed out again, and segments allocated because none idle was free to reuse.
-  uint64_t reused() const { return reused_; }
-  uint64_t fresh() const { return fresh_; }
-
-private:
-  size_t max_idle_;
-  std::vector<detail::SegmentRef> idle_;
-  uint64_t reused_ = 0, fresh_ = 0;
-};
+// Segments kept between messages: a segment goes to a new builder only once every post that sent
+// it has completed (sg_post.h).
+using SegmentPool = BlockPool;
 
 // A capnp::MessageBuilder whose segments are dataplane memory (from `pool` when given).
 class MessageBuilder : public ::capnp::MessageBuilder {
@@ -148,12 +82,21 @@ public:
   }
 
   kj::ArrayPtr<::capnp::word> allocateSegment(unsigned minimum_words) override {
-    size_t words = std::max<size_t>(minimum_words, next_words_);
-    detail::SegmentRef s = pool_ ? pool_->Take(words) : detail::NewSegment(words);
-    segments_.push_back(s);
+    const size_t words = std::max<size_t>(minimum_words, next_words_);
+    const size_t bytes = detail::kTableBytes + words * sizeof(::capnp::word);
+    detail::BlockRef b;
+    if (pool_) {
+      b = pool_->Take(bytes, true);
+    } else {
+      b = detail::NewBlock(bytes);
+      memset(b->base, 0, b->bytes); // capnp wants zeroed segments
+    }
+    segments_.push_back(b);
     // Grow heuristically, as capnp's own builder does, up to capnp's segment limit.
     next_words_ = std::min<size_t>(next_words_ + words, (1u << 29) - 1);
-    return kj::ArrayPtr<::capnp::word>(s->words, s->size);
+    const size_t got =
+        std::min<size_t>((b->bytes - detail::kTableBytes) / sizeof(::capnp::word), (1u << 29) - 1);
+    return kj::ArrayPtr<::capnp::word>(detail::Words(b), got);
   }
 
   // A Data field's value referenced where it lies (Orphanage::referenceExternalData): it becomes
@@ -171,61 +114,17 @@ public:
   }
 
   // The segments this builder allocated (for the post's bookkeeping).
-  const std::vector<detail::SegmentRef> &segments() const { return segments_; }
+  const std::vector<detail::BlockRef> &segments() const { return segments_; }
 
 private:
   SegmentPool *pool_;
   size_t next_words_;
-  std::vector<detail::SegmentRef> segments_;
+  std::vector<detail::BlockRef> segments_;
 };
-
-namespace detail {
-
-// One message, posted in one or more parts: done() runs once every part has completed.
-struct PostRecord {
-  std::atomic<int> pending{1}; // parts posted, plus one for the poster until it is done
-  std::atomic<int> status{0};
-  nic_sga_done_fn done = nullptr;
-  void *arg = nullptr;
-  std::vector<SegmentRef> segments; // kept from reuse until the last part completes
-
-  void Finish(int st) {
-    int zero = 0;
-    if (st) status.compare_exchange_strong(zero, st);
-    if (pending.fetch_sub(1, std::memory_order_acq_rel) != 1) return;
-    for (auto &s : segments)
-      s->inflight.fetch_sub(1, std::memory_order_release);
-    if (done) done(arg, status.load());
-    delete this;
-  }
-  static void PartDone(void *a, int st) { static_cast<PostRecord *>(a)->Finish(st); }
-};
-
-// Adds [p, p+len) to *sga; when the array is full, posts it as one part and starts the next, so
-// that nothing is copied to stay under the entry limit (nic_sga_add would copy neighbours up to
-// 64 KiB together, and fail past that).
-inline int AddSplitting(nic_sga *sga, nic_endpoint *ep, PostRecord *rec, unsigned max_entries,
-                        const void *p, size_t len) {
-  if (sga->count >= sga->max) {
-    // Posts on one endpoint arrive in post order: the peer sees one stream of bytes.
-    rec->pending.fetch_add(1, std::memory_order_relaxed);
-    int rc = nic_sga_post(sga, ep, PostRecord::PartDone, rec);
-    if (rc) {
-      rec->pending.fetch_sub(1, std::memory_order_relaxed);
-      return rc;
-    }
-    rc = nic_sga_init(sga, max_entries);
-    if (rc) return rc;
-  }
-  // A segment is below 4 GiB (2^29 words), as an entry must be.
-  return nic_sga_add(sga, p, len);
-}
-
-} // namespace detail
 
 // Posts the message in the stream framing (segment table, then the segments) to ep as one
-// scatter-gather message: segments are sent where they lie, short pieces (the table, a short
-// last segment) are copied at post as every short entry is. A message with more pieces than
+// scatter-gather message: segments are sent where they lie (the table with the first, as one
+// entry), short ones copied at post as every short entry is. A message with more pieces than
 // the entry limit (max_entries; 0 = the backend's) that nicmalloc cannot coalesce is sent as
 // several posts in a row, which a stream (TCP, sim through StreamReader) joins again; on a
 // datagram socket each post is a datagram of its own, so keep such messages within the limit.
@@ -237,67 +136,40 @@ inline int post(nic_endpoint *ep, ::capnp::MessageBuilder &msg, nic_sga_done_fn 
                 void *arg = nullptr, unsigned max_entries = 0) {
   auto segs = msg.getSegmentsForOutput();
   if (segs.size() == 0) return -EINVAL;
-  auto *rec = new (std::nothrow) detail::PostRecord;
-  if (!rec) return -ENOMEM;
-  rec->done = done;
-  rec->arg = arg;
   auto *ours = dynamic_cast<MessageBuilder *>(&msg);
-  if (ours) {
-    rec->segments = ours->segments();
-    for (auto &s : rec->segments)
-      s->inflight.fetch_add(1, std::memory_order_relaxed);
-  }
-  // The table: segment count - 1, each size in words, padded to a word. It goes in the room
-  // before our first segment; a message posted again writes it only if it changed (a write to a
-  // page in flight is held under NICMALLOC_FENCE=protect).
-  const size_t table_words = segs.size() / 2 + 1;
+  // The table: segment count - 1, each size in words, padded to a word.
+  const size_t table_bytes = (segs.size() / 2 + 1) * sizeof(::capnp::word);
   uint32_t local[detail::kTableBytes / 4] = {};
-  uint32_t *table = local, *owned_table = nullptr;
   const bool in_room = ours && !ours->segments().empty() &&
-                       ours->segments()[0]->words == segs[0].begin() &&
-                       table_words * sizeof(::capnp::word) <= detail::kTableBytes;
-  if (!in_room) {
-    // On pages of its own, for the reason segments are.
-    const size_t bytes =
-        (table_words * sizeof(::capnp::word) + detail::kPage - 1) / detail::kPage * detail::kPage;
-    owned_table = static_cast<uint32_t *>(nic_aligned_alloc(detail::kPage, bytes));
-    if (!owned_table) {
-      rec->done = nullptr;
-      rec->Finish(0);
-      return -ENOMEM;
-    }
-    memset(owned_table, 0, table_words * sizeof(::capnp::word));
-    table = owned_table;
+                       detail::Words(ours->segments()[0]) == segs[0].begin() &&
+                       table_bytes <= detail::kTableBytes;
+  std::vector<detail::BlockRef> blocks;
+  if (ours) blocks = ours->segments();
+  uint32_t *table = local;
+  if (!in_room) { // on pages of its own, for the reason segments are
+    blocks.push_back(detail::NewBlock(table_bytes));
+    table = reinterpret_cast<uint32_t *>(blocks.back()->base);
+    memset(table, 0, table_bytes);
   }
   table[0] = static_cast<uint32_t>(segs.size() - 1);
   for (size_t i = 0; i < segs.size(); i++)
     table[i + 1] = static_cast<uint32_t>(segs[i].size());
+  std::vector<detail::Piece> pieces;
+  pieces.reserve(segs.size() + 1);
   if (in_room) {
-    uint32_t *room = ours->segments()[0]->table(table_words * sizeof(::capnp::word));
-    if (memcmp(room, local, table_words * sizeof(::capnp::word)))
-      memcpy(room, local, table_words * sizeof(::capnp::word));
-    table = room;
+    // Right before the first segment, so that the two are one piece. A message posted again
+    // writes it only if it changed (a write to a page in flight is held under protect).
+    char *room = reinterpret_cast<char *>(detail::Words(ours->segments()[0])) - table_bytes;
+    if (memcmp(room, local, table_bytes)) memcpy(room, local, table_bytes);
+    pieces.push_back({room, table_bytes + segs[0].size() * sizeof(::capnp::word)});
+  } else {
+    pieces.push_back({table, table_bytes});
+    pieces.push_back({segs[0].begin(), segs[0].size() * sizeof(::capnp::word)});
   }
-  nic_sga sga;
-  int rc = nic_sga_init(&sga, max_entries);
-  if (!rc) rc = detail::AddSplitting(&sga, ep, rec, max_entries, table, table_words * 8);
-  for (size_t i = 0; !rc && i < segs.size(); i++)
-    if (segs[i].size())
-      rc = detail::AddSplitting(&sga, ep, rec, max_entries, segs[i].begin(),
-                                segs[i].size() * sizeof(::capnp::word));
-  if (!rc) {
-    rec->pending.fetch_add(1, std::memory_order_relaxed);
-    rc = nic_sga_post(&sga, ep, detail::PostRecord::PartDone, rec);
-    if (rc) rec->pending.fetch_sub(1, std::memory_order_relaxed);
-  }
-  if (rc) {
-    nic_sga_reset(&sga);
-    rec->done = nullptr; // the caller hears of the error from the return value
-  }
-  // free() of memory being sent is deferred by nicmalloc until its post completes.
-  free(owned_table);
-  rec->Finish(0);
-  return rc;
+  for (size_t i = 1; i < segs.size(); i++)
+    pieces.push_back({segs[i].begin(), segs[i].size() * sizeof(::capnp::word)});
+  return detail::PostPieces(ep, pieces.data(), pieces.size(), std::move(blocks), done, arg,
+                            max_entries);
 }
 
 // A received message: read it through reader() or getRoot<T>(). It keeps what it reads from (its
