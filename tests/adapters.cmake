@@ -46,3 +46,13 @@ if(NIC_FLATC AND NIC_FLATBUFFERS_INCLUDE)
 else()
   message(STATUS "FlatBuffers not found: test_flatbuffers_adapter is not built (apt-get install libflatbuffers-dev flatbuffers-compiler)")
 endif()
+
+find_package(Protobuf QUIET)
+if(Protobuf_FOUND AND Protobuf_PROTOC_EXECUTABLE)
+  protobuf_generate_cpp(NIC_PB_SRCS NIC_PB_HDRS ${CMAKE_CURRENT_LIST_DIR}/adapters/adapters_test.proto)
+  nic_add_adapter_suite(test_protobuf_adapter
+    ${CMAKE_CURRENT_LIST_DIR}/adapters/test_protobuf_adapter.cc ${NIC_PB_SRCS}
+    LIBS protobuf::libprotobuf)
+else()
+  message(STATUS "Protobuf not found: test_protobuf_adapter is not built (apt-get install libprotobuf-dev protobuf-compiler)")
+endif()
