@@ -233,8 +233,8 @@ public:
   // Feeds the bytes of one receive call; calls on_message(std::unique_ptr<ReceivedMessage>) for
   // each message they complete. Returns 0; or -EBADMSG (a segment count over capnp's 512) or
   // -EMSGSIZE (over max_message_bytes), after which the stream is not framed as this reader
-  // expects and every later call returns the same error; or -ENOMEM. data NULL (the end of the
-  // stream) returns 0 when no message was cut short, else -EPIPE. Catch exceptions inside
+  // expects and every later call returns the same error; or -ENOMEM (likewise). data NULL (the end
+  // of the stream) returns 0 when no message was cut short, else -EPIPE. Catch exceptions inside
   // on_message (capnp throws for a message it refuses): one that escapes loses the rest of the
   // piece, and the stream is cut.
   template <typename F> int feed(const void *data, size_t len, F &&on_message) {

@@ -286,7 +286,7 @@ public:
 
   // Feeds the bytes of one receive call; calls on_message(ReceivedMessage) for each message
   // they complete. Returns 0; -EBADMSG (a length of more than 5 bytes) or -EMSGSIZE (over
-  // max_message_bytes): every later call returns it; -ENOMEM; for data NULL (the end of the
+  // max_message_bytes) or -ENOMEM: every later call returns it; for data NULL (the end of the
   // stream) 0, or -EPIPE when a message was cut short.
   template <typename F> int feed(const void *data, size_t len, F &&on_message) {
     return frames_.feed(data, len, [&](ReceivedBytes &&bytes) {

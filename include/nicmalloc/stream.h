@@ -77,9 +77,9 @@ public:
 
   // Feeds the bytes of one receive call (data, as the receive function got it); calls
   // on_frame(ReceivedBytes &&) for each message they complete. Returns 0; or the framing's
-  // error, after which every call returns it; or -ENOMEM (nothing consumed of this piece
-  // but the messages already handed out: feed the rest again). data NULL (the end of the
-  // stream) returns 0 when no message was cut short, else -EPIPE.
+  // error, or -ENOMEM (no memory to gather a message into: the stream is cut), after which
+  // every call returns it. data NULL (the end of the stream) returns 0 when no message was cut
+  // short, else -EPIPE.
   template <typename F> int feed(const void *data, size_t len, F &&on_frame) {
     if (error_) return error_;
     if (!data) return pending() ? -EPIPE : 0;
@@ -105,7 +105,10 @@ public:
           header_.assign(p, p + len);
           return 0;
         }
-        if (len >= total && reinterpret_cast<uintptr_t>(p) % align_ == 0 && nic_hold(data) == 0) {
+        // Receive buffers are dataplane memory; bytes fed from elsewhere (a copy, a test) are
+        // gathered, without a nic_hold that would fail and be reported.
+        if (len >= total && reinterpret_cast<uintptr_t>(p) % align_ == 0 &&
+            nic_is_dataplane(data) && nic_hold(data) == 0) {
           on_frame(ReceivedBytes(p, total, data, nullptr)); // whole in this piece: in place
           p += total, len -= total;
           continue;
@@ -125,7 +128,7 @@ public:
       }
       // Gather: the earlier header bytes now, this piece's bytes at the top of the loop.
       gather_ = nic_malloc(std::max<size_t>(total, 1));
-      if (!gather_) return -ENOMEM;
+      if (!gather_) return error_ = -ENOMEM;
       total_ = total;
       memcpy(gather_, header_.data(), header_.size());
       have_ = header_.size();
