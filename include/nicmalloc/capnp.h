@@ -125,8 +125,8 @@ private:
 // Posts the message in the stream framing (segment table, then the segments) to ep as one
 // scatter-gather message: segments are sent where they lie (the table with the first, as one
 // entry), short ones copied at post as every short entry is. A message with more pieces than
-// the entry limit (max_entries; 0 = the backend's) that nicmalloc cannot coalesce is sent as
-// several posts in a row, which a stream (TCP, sim through StreamReader) joins again; on a
+// the entry limit (max_entries; 0 = the backend's) is sent as several posts in a row rather
+// than copied together, which a stream (TCP, sim through StreamReader) joins again; on a
 // datagram socket each post is a datagram of its own, so keep such messages within the limit.
 // Returns 0 and later runs done(arg, status) once (from nic_poll or nic_wait) when the NIC no
 // longer reads any of it; or a negative errno of nic_sga_init/add/post, and done() does not run.
