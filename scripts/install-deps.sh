@@ -9,6 +9,7 @@ packages=(
   libjemalloc2 libtcmalloc-minimal4 python3-matplotlib
   memcached libmemcached-tools redis-server python3
   clang-16 llvm-16-dev llvm-16-tools
+  libcapnp-dev capnproto libflatbuffers-dev flatbuffers-compiler libprotobuf-dev protobuf-compiler
 )
 missing=()
 for p in "${packages[@]}"; do

@@ -7,6 +7,9 @@ here=$(cd "$(dirname "$0")" && pwd)
 work=$(mktemp -d)
 trap 'rm -rf "$work"' EXIT
 cmake --install "$build" --prefix "$work/prefix" >/dev/null
+for h in nicmalloc.h nicmalloc_stats_fields.h nicmalloc/stream.h nicmalloc/sg_post.h nicmalloc/capnp.h nicmalloc/flatbuffers.h nicmalloc/protobuf.h; do
+  [ -f "$work/prefix/include/$h" ] || { echo "FAIL: $h not installed"; exit 1; }
+done
 libdir=$(dirname "$(find "$work/prefix" -name 'libnicmalloc.so' | head -1)")
 export NICMALLOC_CHUNK_SIZE=64M LD_LIBRARY_PATH=$libdir
 

@@ -1,0 +1,223 @@
+// FlatBuffers over nicmalloc (header-only, C++17): a builder whose buffer is dataplane memory, so
+// that the finished buffer is posted with no copy, and received buffers verified and read where
+// they landed.
+//
+//   nicmalloc::flatbuffers::Builder fbb;                  // a flatbuffers::FlatBufferBuilder
+//   fbb.FinishSizePrefixed(CreateFoo(fbb, ...));          // size-prefixed on a stream
+//   nicmalloc::flatbuffers::post(ep, fbb, done, arg);     // the buffer, one entry
+//   fbb.Clear();                                          // build the next at once
+//
+//   nicmalloc::flatbuffers::StreamReader rd;              // in the receive function:
+//   rd.feed(data, len, [](nicmalloc::flatbuffers::ReceivedBuffer b) {
+//     if (b.Verify<Foo>()) use(b.GetRoot<Foo>());         // in place, or gathered (stream.h)
+//   });
+//
+// Safe across post: post() takes the finished buffer out of the builder (FlatBufferBuilder::
+// Release) and keeps it until the post's done() has run, so the builder may be cleared, reused
+// or destroyed at once without changing what is sent, and a buffer goes back to the allocator
+// only once no post sends it. Clear() alone, without post() taking the buffer, would rewrite
+// the memory being sent.
+#ifndef NICMALLOC_FLATBUFFERS_H
+#define NICMALLOC_FLATBUFFERS_H
+
+#include <nicmalloc.h>
+#include <nicmalloc/stream.h>
+
+#include <flatbuffers/flatbuffers.h>
+
+#include <cerrno>
+#include <cstdint>
+#include <cstdlib>
+#include <cstring>
+#include <mutex>
+#include <new>
+#include <utility>
+#include <vector>
+
+namespace nicmalloc {
+namespace flatbuffers {
+
+// Buffers of dataplane memory, page-aligned and whole pages (NICMALLOC_FENCE=protect holds a
+// writer of any page being sent, so a buffer being built shares no page with one in flight).
+// Keeps up to max_idle freed buffers for reuse. Thread-safe: a buffer may come back from a
+// post's done() on another thread.
+class Allocator : public ::flatbuffers::Allocator {
+public:
+  static constexpr size_t kPage = 4096;
+  explicit Allocator(size_t max_idle = 16) : max_idle_(max_idle) {}
+  ~Allocator() override {
+    for (auto &b : idle_)
+      free(b.first);
+  }
+  Allocator(const Allocator &) = delete;
+  Allocator &operator=(const Allocator &) = delete;
+
+  uint8_t *allocate(size_t size) override {
+    const size_t bytes = Round(size);
+    {
+      std::lock_guard<std::mutex> g(mu_);
+      for (size_t i = 0; i < idle_.size(); i++)
+        if (idle_[i].second >= bytes && idle_[i].second <= 4 * bytes) {
+          uint8_t *p = idle_[i].first;
+          idle_.erase(idle_.begin() + static_cast<std::ptrdiff_t>(i));
+          reused_++;
+          return p;
+        }
+    }
+    void *p = nic_aligned_alloc(kPage, bytes);
+    if (!p) throw std::bad_alloc();
+    return static_cast<uint8_t *>(p);
+  }
+  void deallocate(uint8_t *p, size_t size) override {
+    {
+      std::lock_guard<std::mutex> g(mu_);
+      if (idle_.size() < max_idle_) {
+        idle_.emplace_back(p, Round(size));
+        return;
+      }
+    }
+    free(p);
+  }
+  // Buffers handed out again from the idle ones.
+  uint64_t reused() const {
+    std::lock_guard<std::mutex> g(mu_);
+    return reused_;
+  }
+
+  // One for the process, never destroyed (done() may run late in exit).
+  static Allocator &Default() {
+    static Allocator *a = new Allocator;
+    return *a;
+  }
+
+private:
+  static size_t Round(size_t n) {
+    if (n > SIZE_MAX - kPage) throw std::bad_alloc();
+    return (std::max<size_t>(n, 1) + kPage - 1) / kPage * kPage;
+  }
+  size_t max_idle_;
+  mutable std::mutex mu_;
+  std::vector<std::pair<uint8_t *, size_t>> idle_;
+  uint64_t reused_ = 0;
+};
+
+// A FlatBufferBuilder over dataplane buffers (the process's Allocator unless given one, which
+// must then outlive every post of the builder's buffers).
+class Builder : public ::flatbuffers::FlatBufferBuilder {
+public:
+  explicit Builder(size_t initial_size = 4096, Allocator *allocator = nullptr)
+      : ::flatbuffers::FlatBufferBuilder(initial_size,
+                                         allocator ? allocator : &Allocator::Default(), false) {}
+};
+
+namespace detail {
+struct PostRecord {
+  ::flatbuffers::DetachedBuffer buffer; // given back to its allocator after the completion
+  nic_sga_done_fn done = nullptr;
+  void *arg = nullptr;
+  static void Done(void *a, int status) {
+    auto *r = static_cast<PostRecord *>(a);
+    if (r->done) r->done(r->arg, status);
+    delete r;
+  }
+};
+} // namespace detail
+
+// Posts the finished buffer of fbb ([GetBufferPointer(), +GetSize()): one entry, sent where it
+// lies) to ep, and takes it out of fbb, which is left empty (as after Clear()) and may be reused
+// or destroyed at once. Returns 0 and later runs done(arg, status) once (from nic_poll or
+// nic_wait) when the NIC no longer reads the buffer; or -EINVAL (fbb not finished), or a negative
+// errno of nic_sga_init/add (fbb is then unchanged) or of nic_sga_post (the buffer is then
+// dropped: fbb is empty). Works with any FlatBufferBuilder; one of ours sends dataplane memory,
+// another's buffer goes through the registration cache. Use FinishSizePrefixed on a stream, so
+// that StreamReader can find where each buffer ends.
+inline int post(nic_endpoint *ep, ::flatbuffers::FlatBufferBuilder &fbb,
+                nic_sga_done_fn done = nullptr, void *arg = nullptr) {
+  if (fbb.GetSize() == 0) return -EINVAL;
+  auto *rec = new (std::nothrow) detail::PostRecord;
+  if (!rec) return -ENOMEM;
+  rec->done = done;
+  rec->arg = arg;
+  nic_sga sga;
+  int rc = nic_sga_init(&sga, 0);
+  if (!rc) rc = nic_sga_add(&sga, fbb.GetBufferPointer(), fbb.GetSize());
+  if (rc) {
+    delete rec;
+    return rc;
+  }
+  rec->buffer = fbb.Release(); // the same memory: the entry still points into it
+  fbb.Clear();                 // no buffer now: only the builder's state
+  rc = nic_sga_post(&sga, ep, detail::PostRecord::Done, rec);
+  if (rc) {
+    nic_sga_reset(&sga);
+    delete rec;
+  }
+  return rc;
+}
+
+// A received, size-prefixed buffer: GetRoot<T>() reads it in place (after Verify<T>() for bytes
+// you do not trust). It keeps its receive buffer held, or its gathered copy, until destroyed.
+class ReceivedBuffer {
+public:
+  explicit ReceivedBuffer(ReceivedBytes bytes) : bytes_(std::move(bytes)) {}
+  ReceivedBuffer(ReceivedBuffer &&) = default;
+  ReceivedBuffer &operator=(ReceivedBuffer &&) = default;
+
+  template <typename T> bool Verify(const char *identifier = nullptr) const {
+    ::flatbuffers::Verifier v(data(), size());
+    return v.VerifySizePrefixedBuffer<T>(identifier);
+  }
+  template <typename T> const T *GetRoot() const {
+    return ::flatbuffers::GetSizePrefixedRoot<T>(data());
+  }
+  // The whole buffer, its 4-byte size prefix included.
+  const uint8_t *data() const { return static_cast<const uint8_t *>(bytes_.data()); }
+  size_t size() const { return bytes_.size(); }
+  // True when read where it was received; false when gathered from several receive buffers.
+  bool in_place() const { return bytes_.in_place(); }
+
+private:
+  ReceivedBytes bytes_;
+};
+
+namespace detail {
+// FinishSizePrefixed's framing: a 32-bit little-endian length, then that many bytes.
+struct Framing {
+  static constexpr size_t kMaxHeader = 4;
+  int operator()(const void *p, size_t len, size_t max_bytes, size_t *total) const {
+    if (len < 4) return 0;
+    const uint8_t *b = static_cast<const uint8_t *>(p);
+    const size_t n = size_t{b[0]} | size_t{b[1]} << 8 | size_t{b[2]} << 16 | size_t{b[3]} << 24;
+    if (max_bytes < 4 || n > max_bytes - 4 || n >= FLATBUFFERS_MAX_BUFFER_SIZE) return -EMSGSIZE;
+    *total = 4 + n;
+    return 1;
+  }
+};
+} // namespace detail
+
+// Cuts a stream of received bytes into size-prefixed buffers (stream.h): one lying whole in one
+// receive buffer, 8-byte aligned, is read in place and holds its buffer; any other is gathered
+// into one dataplane block as it arrives.
+class StreamReader {
+public:
+  explicit StreamReader(size_t max_message_bytes = size_t{1} << 30)
+      : frames_(detail::Framing(), max_message_bytes, alignof(::flatbuffers::largest_scalar_t)) {}
+
+  // Feeds the bytes of one receive call; calls on_buffer(ReceivedBuffer) for each buffer they
+  // complete. Returns 0; -EMSGSIZE (a length over max_message_bytes: every later call returns
+  // it); -ENOMEM (likewise); for data NULL (the end of the stream) 0, or -EPIPE when a buffer was
+  // cut short.
+  template <typename F> int feed(const void *data, size_t len, F &&on_buffer) {
+    return frames_.feed(
+        data, len, [&](ReceivedBytes &&bytes) { on_buffer(ReceivedBuffer(std::move(bytes))); });
+  }
+  size_t pending() const { return frames_.pending(); }
+
+private:
+  FrameReader<detail::Framing> frames_;
+};
+
+} // namespace flatbuffers
+} // namespace nicmalloc
+
+#endif // NICMALLOC_FLATBUFFERS_H

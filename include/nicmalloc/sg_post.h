@@ -1,0 +1,196 @@
+// What the serializer adapters (capnp.h, protobuf.h; header-only C++17) share on the sending
+// side: blocks of dataplane memory that are reused only once no post sends them, and posting a
+// message made of pieces as one scatter-gather message, split past the entry limit.
+#ifndef NICMALLOC_SG_POST_H
+#define NICMALLOC_SG_POST_H
+
+#include <nicmalloc.h>
+
+#include <atomic>
+#include <cerrno>
+#include <cstdint>
+#include <cstdlib>
+#include <cstring>
+#include <functional>
+#include <memory>
+#include <mutex>
+#include <new>
+#include <utility>
+#include <vector>
+
+namespace nicmalloc {
+namespace detail {
+
+// Blocks start on a page and fill whole pages: NICMALLOC_FENCE=protect holds writers page by
+// page, so a block being written must share no page with memory that is being sent.
+constexpr size_t kPage = 4096;
+
+// A block of dataplane memory. `inflight` counts the posts sending it that have not completed;
+// the memory is freed with the last reference (and free() defers it past any post anyway).
+struct Block {
+  char *base;
+  size_t bytes;
+  std::atomic<int> inflight{0};
+  Block(char *b, size_t n) : base(b), bytes(n) {}
+  ~Block() { free(base); }
+  Block(const Block &) = delete;
+  Block &operator=(const Block &) = delete;
+};
+using BlockRef = std::shared_ptr<Block>;
+
+inline BlockRef NewBlock(size_t bytes) {
+  if (bytes > SIZE_MAX - kPage) throw std::bad_alloc();
+  bytes = (std::max<size_t>(bytes, 1) + kPage - 1) / kPage * kPage;
+  void *p = nic_aligned_alloc(kPage, bytes);
+  if (!p) throw std::bad_alloc();
+  try {
+    return std::make_shared<Block>(static_cast<char *>(p), bytes);
+  } catch (...) {
+    free(p);
+    throw;
+  }
+}
+
+} // namespace detail
+
+// Blocks kept between messages. A block comes back when its user is done with it and is handed
+// out again only once every post that sent it has completed (its done() ran, from nic_poll or
+// nic_wait); until then a fresh block is allocated, whatever the fence mode, so that nothing
+// rewrites memory being sent and nothing waits. Thread-safe.
+class BlockPool {
+public:
+  // max_idle: blocks kept; beyond it a returned block is freed.
+  explicit BlockPool(size_t max_idle = 16) : max_idle_(max_idle) {}
+  BlockPool(const BlockPool &) = delete;
+  BlockPool &operator=(const BlockPool &) = delete;
+
+  // A block of at least `bytes` bytes (zeroed when asked).
+  detail::BlockRef Take(size_t bytes, bool zero) {
+    detail::BlockRef r;
+    {
+      std::lock_guard<std::mutex> g(mu_);
+      for (size_t i = 0; i < idle_.size(); i++) {
+        detail::Block &b = *idle_[i];
+        // acquire: the NIC's reads of the block happened before its post's done() ran.
+        if (b.bytes < bytes || b.inflight.load(std::memory_order_acquire) != 0) continue;
+        r = std::move(idle_[i]);
+        idle_.erase(idle_.begin() + static_cast<std::ptrdiff_t>(i));
+        reused_++;
+        break;
+      }
+      if (!r) fresh_++;
+    }
+    if (!r) {
+      r = detail::NewBlock(bytes);
+      if (zero) memset(r->base, 0, r->bytes);
+    } else if (zero) {
+      memset(r->base, 0, r->bytes);
+    }
+    return r;
+  }
+  void Give(detail::BlockRef b) {
+    std::lock_guard<std::mutex> g(mu_);
+    if (idle_.size() < max_idle_) idle_.push_back(std::move(b));
+  }
+  size_t idle() const {
+    std::lock_guard<std::mutex> g(mu_);
+    return idle_.size();
+  }
+  // Blocks handed out again, and blocks allocated because none idle was free to reuse.
+  uint64_t reused() const {
+    std::lock_guard<std::mutex> g(mu_);
+    return reused_;
+  }
+  uint64_t fresh() const {
+    std::lock_guard<std::mutex> g(mu_);
+    return fresh_;
+  }
+
+private:
+  size_t max_idle_;
+  mutable std::mutex mu_;
+  std::vector<detail::BlockRef> idle_;
+  uint64_t reused_ = 0, fresh_ = 0;
+};
+
+namespace detail {
+
+// One message, posted in one or more parts: done() runs once every part has completed, after
+// the blocks it sent are marked free of this post.
+struct PostRecord {
+  std::atomic<int> pending{1}; // parts posted, plus one for the poster until it is done
+  std::atomic<int> status{0};
+  nic_sga_done_fn done = nullptr;
+  void *arg = nullptr;
+  std::vector<BlockRef> blocks; // kept from reuse until the last part completes
+
+  void Finish(int st) {
+    int zero = 0;
+    if (st) status.compare_exchange_strong(zero, st);
+    if (pending.fetch_sub(1, std::memory_order_acq_rel) != 1) return;
+    for (auto &b : blocks)
+      b->inflight.fetch_sub(1, std::memory_order_release);
+    if (done) done(arg, status.load());
+    delete this;
+  }
+  static void PartDone(void *a, int st) { static_cast<PostRecord *>(a)->Finish(st); }
+};
+
+struct Piece {
+  const void *p;
+  size_t len;
+};
+
+// Posts the pieces, in order, to ep as one scatter-gather message; when the array is full, it
+// posts it as one part and goes on in the next (posts on one endpoint arrive in post order, so a
+// stream peer sees one run of bytes), so that nothing is copied to stay under the entry limit
+// (nic_sga_add would copy neighbours up to 64 KiB together, and fail past that). Empty pieces
+// are skipped. Returns 0 and later runs done(arg, status) once, when every part completed; or
+// a negative errno of nic_sga_init/add/post, and done() does not run (parts posted before the
+// error are on their way). The blocks are marked in flight until the last part completes.
+inline int PostPieces(nic_endpoint *ep, const Piece *pieces, size_t n, std::vector<BlockRef> blocks,
+                      nic_sga_done_fn done, void *arg, unsigned max_entries) {
+  auto *rec = new (std::nothrow) PostRecord;
+  if (!rec) return -ENOMEM;
+  rec->done = done;
+  rec->arg = arg;
+  rec->blocks = std::move(blocks);
+  for (auto &b : rec->blocks)
+    b->inflight.fetch_add(1, std::memory_order_relaxed);
+  nic_sga sga;
+  int rc = nic_sga_init(&sga, max_entries);
+  bool live = rc == 0; // sga holds entries of ours
+  for (size_t i = 0; !rc && i < n; i++) {
+    if (pieces[i].len == 0) continue;
+    if (sga.count >= sga.max) {
+      rec->pending.fetch_add(1, std::memory_order_relaxed);
+      rc = nic_sga_post(&sga, ep, PostRecord::PartDone, rec);
+      if (rc) {
+        rec->pending.fetch_sub(1, std::memory_order_relaxed);
+        break;
+      }
+      live = false;
+      rc = nic_sga_init(&sga, max_entries);
+      if (rc) break;
+      live = true;
+    }
+    rc = nic_sga_add(&sga, pieces[i].p, pieces[i].len);
+  }
+  if (!rc && sga.count == 0) rc = -EINVAL; // nothing to send
+  if (!rc) {
+    rec->pending.fetch_add(1, std::memory_order_relaxed);
+    rc = nic_sga_post(&sga, ep, PostRecord::PartDone, rec);
+    if (rc) rec->pending.fetch_sub(1, std::memory_order_relaxed);
+  }
+  if (rc) {
+    if (live) nic_sga_reset(&sga);
+    rec->done = nullptr; // the caller hears of the error from the return value
+  }
+  rec->Finish(0);
+  return rc;
+}
+
+} // namespace detail
+} // namespace nicmalloc
+
+#endif // NICMALLOC_SG_POST_H

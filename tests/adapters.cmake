@@ -1,0 +1,58 @@
+# The serializer adapters (include/nicmalloc/*.h), each over the public API on sim (slow random
+# DMA delays, so a byte rewritten after post shows) and on io_uring over loopback TCP, once per
+# fence mode: under detect no mismatch may be reported, under protect no writer held. Included
+# from tests/CMakeLists.txt; a serializer that is not installed skips its suite.
+set(NIC_ADAPTER_ENV_sim NICMALLOC_BACKEND=sim NICMALLOC_SIM_DELAYS=${NIC_SAFETY_DELAYS}
+  NICMALLOC_SIM_SEED=7)
+set(NIC_ADAPTER_ENV_uring NICMALLOC_BACKEND=uring)
+# nic_add_adapter_suite(name sources... LIBS libs...): a test per backend and fence mode.
+function(nic_add_adapter_suite name)
+  cmake_parse_arguments(PARSE_ARGV 1 SUITE "" "" "LIBS")
+  add_executable(${name} ${SUITE_UNPARSED_ARGUMENTS})
+  target_include_directories(${name} PRIVATE ${CMAKE_CURRENT_BINARY_DIR}
+    ${CMAKE_CURRENT_SOURCE_DIR}/adapters ${PROJECT_SOURCE_DIR}/include)
+  target_link_libraries(${name} PRIVATE nicmalloc ${SUITE_LIBS} GTest::gtest GTest::gtest_main)
+  foreach(backend sim uring)
+    foreach(fence wait protect detect)
+      add_test(NAME ${name}_${backend}_${fence} COMMAND ${name})
+      set_tests_properties(${name}_${backend}_${fence} PROPERTIES TIMEOUT 300 ENVIRONMENT
+        "${NIC_ADAPTER_ENV_${backend}};NICMALLOC_CHUNK_SIZE=64M;NICMALLOC_FENCE=${fence}")
+    endforeach()
+  endforeach()
+endfunction()
+
+find_package(CapnProto QUIET)
+if(CapnProto_FOUND)
+  set(CAPNPC_SRC_PREFIX ${CMAKE_CURRENT_LIST_DIR}/adapters)
+  set(CAPNPC_OUTPUT_DIR ${CMAKE_CURRENT_BINARY_DIR})
+  capnp_generate_cpp(NIC_CAPNP_SRCS NIC_CAPNP_HDRS ${CMAKE_CURRENT_LIST_DIR}/adapters/adapters_test.capnp)
+  nic_add_adapter_suite(test_capnp_adapter ${CMAKE_CURRENT_LIST_DIR}/adapters/test_capnp_adapter.cc
+    ${NIC_CAPNP_SRCS} LIBS CapnProto::capnp)
+else()
+  message(STATUS "Cap'n Proto not found: test_capnp_adapter is not built (apt-get install libcapnp-dev capnproto)")
+endif()
+
+find_program(NIC_FLATC flatc)
+find_path(NIC_FLATBUFFERS_INCLUDE flatbuffers/flatbuffers.h)
+if(NIC_FLATC AND NIC_FLATBUFFERS_INCLUDE)
+  set(NIC_FB_HDR ${CMAKE_CURRENT_BINARY_DIR}/adapters_test_generated.h)
+  add_custom_command(OUTPUT ${NIC_FB_HDR}
+    COMMAND ${NIC_FLATC} --cpp -o ${CMAKE_CURRENT_BINARY_DIR}
+            ${CMAKE_CURRENT_LIST_DIR}/adapters/adapters_test.fbs
+    DEPENDS ${CMAKE_CURRENT_LIST_DIR}/adapters/adapters_test.fbs
+    COMMENT "flatc adapters_test.fbs")
+  nic_add_adapter_suite(test_flatbuffers_adapter
+    ${CMAKE_CURRENT_LIST_DIR}/adapters/test_flatbuffers_adapter.cc ${NIC_FB_HDR})
+else()
+  message(STATUS "FlatBuffers not found: test_flatbuffers_adapter is not built (apt-get install libflatbuffers-dev flatbuffers-compiler)")
+endif()
+
+find_package(Protobuf QUIET)
+if(Protobuf_FOUND AND Protobuf_PROTOC_EXECUTABLE)
+  protobuf_generate_cpp(NIC_PB_SRCS NIC_PB_HDRS ${CMAKE_CURRENT_LIST_DIR}/adapters/adapters_test.proto)
+  nic_add_adapter_suite(test_protobuf_adapter
+    ${CMAKE_CURRENT_LIST_DIR}/adapters/test_protobuf_adapter.cc ${NIC_PB_SRCS}
+    LIBS protobuf::libprotobuf)
+else()
+  message(STATUS "Protobuf not found: test_protobuf_adapter is not built (apt-get install libprotobuf-dev protobuf-compiler)")
+endif()

@@ -1,0 +1,348 @@
+// include/nicmalloc/protobuf.h end to end, through the public API on the run's backend (sim, or
+// io_uring over loopback TCP: wire.h), once per fence mode (tests/adapters.cmake): round trips
+// of nested messages, repeated fields and blobs of 0 B to 4 MiB, built on dataplane arenas, long
+// fields aliased; messages destroyed, arenas reset and scratch reused right after post; a
+// message over the entry limit; the stream reader in place and gathered. Every case checks that
+// no posted byte was written before the NIC read it: no mismatch under NICMALLOC_FENCE=detect, no
+// writer held under protect, and the bytes the receiver got.
+#include "adapters_test.pb.h"
+#include "wire.h"
+
+#include <nicmalloc/protobuf.h>
+
+#include <memory>
+#include <vector>
+
+using namespace adapters_test;
+namespace npb = nicmalloc::protobuf;
+namespace pb = adapters_test::pb;
+
+namespace {
+
+struct Spec {
+  uint64_t seq = 0;
+  size_t blob = 0;
+  int blobs = 0;
+  size_t each = 0;
+  int items = 3;
+};
+
+std::string TextOf(uint64_t seq, size_t n) {
+  std::string s(n, 'a');
+  for (size_t i = 0; i < n; i++)
+    s[i] = static_cast<char>('a' + PatternByte(seq, i) % 26);
+  return s;
+}
+std::string BlobOf(uint64_t seed, size_t n) {
+  std::string s(n, '\0');
+  FillPattern(s.data(), n, seed);
+  return s;
+}
+
+// Fills m after spec. The long fields are made in dataplane memory (nic_dataplane_begin), on
+// pages of their own (NICMALLOC_FENCE=protect holds any writer of a page being sent, and the
+// suite counts such writers: none may be held).
+void Build(pb::Outer *m, const Spec &s) {
+  m->set_seq(s.seq);
+  auto *inner = m->mutable_inner();
+  inner->set_id(static_cast<uint32_t>(s.seq * 3));
+  inner->set_name("inner " + std::to_string(s.seq));
+  inner->add_tags("t0");
+  inner->add_tags(TextOf(s.seq, 40));
+  for (int i = 0; i < s.items; i++) {
+    auto *it = m->add_items();
+    it->set_id(static_cast<uint32_t>(i));
+    it->set_name(TextOf(s.seq + static_cast<uint64_t>(i), 10));
+  }
+  for (uint32_t i = 0; i < 100; i++)
+    m->add_numbers(static_cast<uint32_t>(s.seq) * 1000 + i);
+  m->set_text(TextOf(s.seq, s.blob % 3000));
+  std::string blob;
+  blob.reserve((s.blob + 4096) / 4096 * 4096); // whole pages: a large block starts on a page
+  blob = BlobOf(s.seq, s.blob);
+  m->set_blob(std::move(blob));
+  for (int i = 0; i < s.blobs; i++) {
+    std::string b;
+    b.reserve((s.each + 4096) / 4096 * 4096);
+    b = BlobOf(s.seq * 1000 + static_cast<uint64_t>(i), s.each);
+    m->add_blobs(std::move(b));
+  }
+}
+
+void Check(const pb::Outer &r, const Spec &s) {
+  ASSERT_EQ(r.seq(), s.seq);
+  EXPECT_EQ(r.inner().id(), s.seq * 3);
+  EXPECT_EQ(r.inner().name(), "inner " + std::to_string(s.seq));
+  ASSERT_EQ(r.inner().tags_size(), 2);
+  EXPECT_EQ(r.inner().tags(1), TextOf(s.seq, 40));
+  ASSERT_EQ(r.items_size(), s.items);
+  for (int i = 0; i < s.items; i++)
+    EXPECT_EQ(r.items(i).name(), TextOf(s.seq + static_cast<uint64_t>(i), 10));
+  ASSERT_EQ(r.numbers_size(), 100);
+  EXPECT_EQ(r.numbers(99), static_cast<uint32_t>(s.seq) * 1000 + 99);
+  EXPECT_EQ(r.text(), TextOf(s.seq, s.blob % 3000));
+  ASSERT_EQ(r.blob().size(), s.blob);
+  EXPECT_EQ(PatternMismatch(r.blob().data(), s.blob, s.seq), s.blob)
+      << "message " << s.seq << ": blob of " << s.blob << " bytes";
+  ASSERT_EQ(r.blobs_size(), s.blobs);
+  for (int i = 0; i < s.blobs; i++)
+    EXPECT_EQ(PatternMismatch(r.blobs(i).data(), s.each, s.seq * 1000 + static_cast<uint64_t>(i)),
+              s.each)
+        << "message " << s.seq << ": blob " << i;
+}
+
+class ProtobufAdapter : public testing::Test {
+protected:
+  void SetUp() override {
+    before_ = Stats();
+    wire_ = std::make_unique<Wire>([this](void *data, size_t len) {
+      int rc = reader_.feed(data, len, [this](npb::ReceivedMessage m) {
+        auto r = std::make_unique<pb::Outer>();
+        if (!m.ParseInto(r.get())) bad_++;
+        in_place_ += m.in_place();
+        got_.push_back(std::move(r));
+      });
+      if (rc) feed_errors_++;
+    });
+    ASSERT_NE(wire_->tx(), nullptr);
+  }
+  void TearDown() override {
+    got_.clear();
+    wire_.reset();
+    nic_stats after = Stats();
+    EXPECT_EQ(feed_errors_, 0);
+    EXPECT_EQ(bad_, 0) << "messages that did not parse";
+    EXPECT_EQ(after.fence_mismatches, before_.fence_mismatches)
+        << "NICMALLOC_FENCE=detect: posted memory was written before the NIC read it";
+    if (adapter_writes_only_) {
+      EXPECT_EQ(after.fence_held_writes, before_.fence_held_writes)
+          << "NICMALLOC_FENCE=protect: a writer of posted memory had to be held";
+    }
+    EXPECT_EQ(after.fence_bypasses, before_.fence_bypasses)
+        << "NICMALLOC_FENCE=protect: a writer of posted memory was let through";
+    EXPECT_EQ(after.sga_errors, before_.sga_errors) << "the adapter made a call nicmalloc refused";
+  }
+  void Posted(int rc) {
+    ASSERT_EQ(rc, 0);
+    posted_++;
+  }
+  void ReceiveAndCheck(const std::vector<Spec> &specs) {
+    ASSERT_TRUE(wire_->PollUntil([&] {
+      return done_.calls.load() == posted_ && got_.size() >= specs.size();
+    })) << done_.calls.load()
+        << " of " << posted_ << " posts done, " << got_.size() << " of " << specs.size()
+        << " messages received";
+    EXPECT_EQ(done_.failed.load(), 0);
+    ASSERT_EQ(got_.size(), specs.size());
+    for (size_t i = 0; i < specs.size(); i++)
+      Check(*got_[i], specs[i]);
+  }
+
+  nic_stats before_;
+  std::unique_ptr<Wire> wire_;
+  npb::StreamReader reader_;
+  std::vector<std::unique_ptr<pb::Outer>> got_;
+  Done done_;
+  int posted_ = 0, feed_errors_ = 0, bad_ = 0, in_place_ = 0;
+  // Aliased fields are sent from the message's own heap blocks, which share pages with other
+  // blocks the test goes on writing (new messages, strings): under NICMALLOC_FENCE=protect those
+  // writers are held until the post completes, as they must be. Cases that alias set this false;
+  // the adapter's own writes (scratch blocks, page-exclusive) are never held.
+  bool adapter_writes_only_ = true;
+};
+
+TEST_F(ProtobufAdapter, BlobsOfZeroBytesToFourMiBRoundTripFromDataplaneArenas) {
+  adapter_writes_only_ = false;
+  const size_t sizes[] = {0, 1, 7, 8, 511, 512, 4096, 65537, 1 << 20, 4 << 20};
+  std::vector<Spec> specs;
+  google::protobuf::Arena arena(npb::DataplaneArenaOptions());
+  nic_dataplane_begin();
+  for (size_t n : sizes) {
+    Spec s;
+    s.seq = specs.size();
+    s.blob = n;
+    specs.push_back(s);
+    auto *m = google::protobuf::Arena::CreateMessage<pb::Outer>(&arena);
+    Build(m, s);
+    EXPECT_TRUE(nic_is_dataplane(m)) << "the message lies in its arena's dataplane blocks";
+    npb::OutputStream out;
+    ASSERT_TRUE(npb::serialize(*m, &out));
+    if (n >= 512) {
+      EXPECT_GE(out.aliased_bytes(), n) << "a blob of " << n << " bytes is sent where it lies";
+    }
+    Posted(out.post(wire_->tx(), Done::Fn, &done_));
+  }
+  nic_dataplane_end();
+  ReceiveAndCheck(specs);
+}
+
+// Messages destroyed and arenas reset right after post, new ones built at once in their place:
+// nothing sent may change.
+TEST_F(ProtobufAdapter, DestroyedAndResetRightAfterPost) {
+  adapter_writes_only_ = false;
+  std::vector<Spec> specs;
+  google::protobuf::Arena arena(npb::DataplaneArenaOptions());
+  nic_dataplane_begin();
+  for (uint64_t seq = 0; seq < 8; seq++) {
+    Spec s;
+    s.seq = seq;
+    s.blob = 4096 << (seq % 6);
+    s.blobs = 3;
+    s.each = 6000;
+    specs.push_back(s);
+    if (seq % 2) {
+      auto m = std::make_unique<pb::Outer>();
+      Build(m.get(), s);
+      Posted(npb::post(wire_->tx(), *m, Done::Fn, &done_));
+    } else {
+      auto *m = google::protobuf::Arena::CreateMessage<pb::Outer>(&arena);
+      Build(m, s);
+      Posted(npb::post(wire_->tx(), *m, Done::Fn, &done_));
+      arena.Reset();
+    }
+  }
+  // Handed over: kept until done().
+  for (uint64_t seq = 8; seq < 12; seq++) {
+    Spec s;
+    s.seq = seq;
+    s.blob = 30000;
+    specs.push_back(s);
+    auto m = std::make_shared<pb::Outer>();
+    Build(m.get(), s);
+    Posted(npb::post(wire_->tx(), std::shared_ptr<const pb::Outer>(m), Done::Fn, &done_));
+  }
+  nic_dataplane_end();
+  ReceiveAndCheck(specs);
+}
+
+// A pool hands a scratch block out again only once the posts that sent it are done: until then
+// the next message is written into a fresh one, and what was posted stays as it was.
+TEST_F(ProtobufAdapter, ScratchReusedRightAfterPostIsNotRewrittenWhileSent) {
+  nicmalloc::BlockPool pool;
+  std::vector<Spec> specs;
+  for (uint64_t seq = 0; seq < 6; seq++) {
+    Spec s;
+    s.seq = seq;
+    s.blob = 300;  // copied into the scratch
+    s.items = 300; // kilobytes of scratch: sent from there, not copied at post
+    specs.push_back(s);
+    pb::Outer m;
+    Build(&m, s);
+    npb::OutputStream out(&pool);
+    ASSERT_TRUE(npb::serialize(m, &out));
+    Posted(out.post(wire_->tx(), Done::Fn, &done_));
+  }
+  EXPECT_EQ(pool.reused(), 0u) << "no post has completed yet (no nic_poll ran): nothing may be "
+                                  "reused";
+  ReceiveAndCheck(specs);
+  pb::Outer m;
+  Build(&m, specs[0]);
+  npb::OutputStream out(&pool);
+  ASSERT_TRUE(npb::serialize(m, &out));
+  EXPECT_GT(pool.reused(), 0u) << "blocks whose posts completed are reused";
+}
+
+// More pieces than the entry limit: sent as several posts in a row, joined by the reader.
+TEST_F(ProtobufAdapter, MessageOverTheEntryLimitArrivesWhole) {
+  adapter_writes_only_ = false;
+  std::vector<Spec> specs;
+  nic_dataplane_begin();
+  for (unsigned max_entries : {0u, 4u}) {
+    Spec s;
+    s.seq = specs.size();
+    s.blob = 100000;
+    s.blobs = 100; // 100 aliased pieces, each too big to copy
+    s.each = 40000;
+    specs.push_back(s);
+    pb::Outer m;
+    Build(&m, s);
+    npb::OutputStream out;
+    ASSERT_TRUE(npb::serialize(m, &out));
+    EXPECT_GT(out.pieces(), static_cast<size_t>(NIC_SGA_CAPACITY));
+    Posted(out.post(wire_->tx(), Done::Fn, &done_, max_entries));
+  }
+  nic_dataplane_end();
+  ReceiveAndCheck(specs);
+  EXPECT_EQ(done_.calls.load(), 2) << "one done() per message, whatever its parts";
+}
+
+std::string Delimited(const pb::Outer &m) {
+  std::string body = m.SerializeAsString();
+  std::string out;
+  uint64_t n = body.size();
+  do {
+    out.push_back(static_cast<char>((n & 0x7f) | (n > 0x7f ? 0x80 : 0)));
+    n >>= 7;
+  } while (n);
+  return out + body;
+}
+
+TEST(ProtobufStreamReader, InPlaceWhenWholeGatheredWhenSplit) {
+  pb::Outer a, b;
+  Spec sa, sb;
+  sa.seq = 1, sa.blob = 200, sb.seq = 2, sb.blob = 70000;
+  Build(&a, sa);
+  Build(&b, sb);
+  const std::string stream = Delimited(a) + Delimited(b);
+  char *buf = static_cast<char *>(nic_malloc(stream.size()));
+  memcpy(buf, stream.data(), stream.size());
+  std::vector<npb::ReceivedMessage> got;
+  auto keep = [&](npb::ReceivedMessage m) { got.push_back(std::move(m)); };
+  const uint64_t holds = Stats().holds;
+  npb::StreamReader rd;
+  ASSERT_EQ(rd.feed(buf, stream.size(), keep), 0);
+  ASSERT_EQ(got.size(), 2u);
+  EXPECT_TRUE(got[0].in_place());
+  EXPECT_EQ(Stats().holds, holds + 2) << "each message holds its buffer";
+  pb::Outer r;
+  ASSERT_TRUE(got[0].ParseInto(&r));
+  Check(r, sa);
+  ASSERT_TRUE(got[1].ParseInto(&r));
+  Check(r, sb);
+  got.clear();
+  EXPECT_EQ(Stats().holds, holds);
+  for (size_t cut :
+       {size_t{1}, size_t{2}, size_t{100}, Delimited(a).size() + 1, Delimited(a).size() + 2}) {
+    npb::StreamReader r2;
+    ASSERT_EQ(r2.feed(buf, cut, keep), 0);
+    ASSERT_EQ(r2.feed(buf + cut, stream.size() - cut, keep), 0);
+    ASSERT_EQ(got.size(), 2u) << "cut at " << cut;
+    ASSERT_TRUE(got[0].ParseInto(&r));
+    Check(r, sa);
+    ASSERT_TRUE(got[1].ParseInto(&r));
+    Check(r, sb);
+    EXPECT_EQ(got[1].in_place(), cut <= Delimited(a).size())
+        << "the second message is gathered when split, else read in place";
+    got.clear();
+    EXPECT_EQ(r2.feed(nullptr, 0, keep), 0);
+  }
+  free(buf);
+}
+
+TEST(ProtobufStreamReader, GarbageAndCutShortStreamsAreErrors) {
+  auto none = [](npb::ReceivedMessage) { ADD_FAILURE() << "no message"; };
+  npb::StreamReader rd;
+  const unsigned char bad[6] = {0xff, 0xff, 0xff, 0xff, 0xff, 0x01};
+  EXPECT_EQ(rd.feed(bad, sizeof bad, none), -EBADMSG);
+  EXPECT_EQ(rd.feed(bad, sizeof bad, none), -EBADMSG) << "the stream stays refused";
+  npb::StreamReader small(1000);
+  const unsigned char big[2] = {0xe9, 0x07}; // 1001
+  EXPECT_EQ(small.feed(big, sizeof big, none), -EMSGSIZE);
+  npb::StreamReader cut;
+  const unsigned char part[3] = {10, 1, 2};
+  EXPECT_EQ(cut.feed(part, sizeof part, none), 0);
+  EXPECT_EQ(cut.feed(nullptr, 0, none), -EPIPE);
+  const unsigned char junk[3] = {2, 0xff, 0xff}; // a message of 2 bytes that does not parse
+  npb::StreamReader j;
+  int seen = 0;
+  EXPECT_EQ(j.feed(junk, sizeof junk,
+                   [&](npb::ReceivedMessage m) {
+                     pb::Outer o;
+                     EXPECT_FALSE(m.ParseInto(&o));
+                     seen++;
+                   }),
+            0);
+  EXPECT_EQ(seen, 1);
+}
+
+} // namespace

@@ -1,0 +1,146 @@
+// The adapters' suites send through the public API over the backend of the run (ctest sets
+// NICMALLOC_BACKEND): on sim, an endpoint that receives its own posts; on uring, a TCP pair on
+// 127.0.0.1, posting on one end and receiving (nic_endpoint_receive) on the other. Either way the
+// receiver is fed the bytes in order, in whatever pieces the transport delivers.
+#pragma once
+
+#include <gtest/gtest.h>
+
+#include <nicmalloc.h>
+
+#include <arpa/inet.h>
+#include <netinet/in.h>
+#include <sys/socket.h>
+#include <unistd.h>
+
+#include <atomic>
+#include <cerrno>
+#include <chrono>
+#include <cstring>
+#include <functional>
+#include <string>
+
+namespace adapters_test {
+
+inline nic_stats Stats() {
+  nic_stats s = NIC_STATS_INIT;
+  nic_get_stats(&s);
+  return s;
+}
+
+// The backend in use ("sim", "uring"), opened by a first nic_sga_init.
+inline std::string Backend() {
+  nic_sga sga;
+  if (nic_sga_init(&sga, 0) != 0) return "none";
+  return Stats().backend;
+}
+
+// Counts done() calls and failures.
+struct Done {
+  std::atomic<int> calls{0}, failed{0};
+  static void Fn(void *arg, int status) {
+    auto *d = static_cast<Done *>(arg);
+    if (status) d->failed++;
+    d->calls++;
+  }
+};
+
+class Wire {
+public:
+  using Feed = std::function<void(void *data, size_t len)>;
+  explicit Wire(Feed feed) : feed_(std::move(feed)), backend_(Backend()) {
+    if (backend_ == "sim") {
+      tx_ = nic_sim_endpoint_create(Receive, this, 0);
+      EXPECT_NE(tx_, nullptr) << strerror(errno);
+      return;
+    }
+    EXPECT_EQ(backend_, "uring") << "run with NICMALLOC_BACKEND=sim or uring";
+    int l = socket(AF_INET, SOCK_STREAM, 0);
+    sockaddr_in a{};
+    a.sin_family = AF_INET;
+    a.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+    socklen_t alen = sizeof a;
+    if (bind(l, (sockaddr *)&a, sizeof a) || listen(l, 1) || getsockname(l, (sockaddr *)&a, &alen))
+      ADD_FAILURE() << "listen on 127.0.0.1: " << strerror(errno);
+    fd_tx_ = socket(AF_INET, SOCK_STREAM, 0);
+    if (connect(fd_tx_, (sockaddr *)&a, sizeof a)) ADD_FAILURE() << "connect: " << strerror(errno);
+    fd_rx_ = accept(l, nullptr, nullptr);
+    close(l);
+    tx_ = nic_uring_endpoint_create(fd_tx_);
+    rx_ = nic_uring_endpoint_create(fd_rx_);
+    EXPECT_NE(tx_, nullptr) << strerror(errno);
+    EXPECT_NE(rx_, nullptr) << strerror(errno);
+    if (rx_) {
+      EXPECT_EQ(nic_endpoint_receive(rx_, Receive, this), 0);
+    }
+  }
+  ~Wire() {
+    auto end = std::chrono::steady_clock::now() + kLimit;
+    if (backend_ == "sim") {
+      while (tx_ && nic_sim_endpoint_destroy(tx_) == -EBUSY &&
+             std::chrono::steady_clock::now() < end)
+        nic_wait(10);
+      return;
+    }
+    while (tx_ && nic_uring_endpoint_destroy(tx_) == -EBUSY &&
+           std::chrono::steady_clock::now() < end)
+      nic_wait(10);
+    while (rx_ && nic_uring_endpoint_destroy(rx_) == -EBUSY &&
+           std::chrono::steady_clock::now() < end)
+      nic_wait(10);
+    close(fd_tx_);
+    close(fd_rx_);
+  }
+  Wire(const Wire &) = delete;
+  Wire &operator=(const Wire &) = delete;
+
+  nic_endpoint *tx() const { return tx_; }
+  const std::string &backend() const { return backend_; }
+  int ends() const { return ends_; }
+
+  // Runs completions and receives until pred() holds; false after kLimit.
+  template <typename Pred> bool PollUntil(Pred pred) {
+    for (auto end = std::chrono::steady_clock::now() + kLimit; !pred();) {
+      if (std::chrono::steady_clock::now() > end) return false;
+      nic_wait(10);
+    }
+    return true;
+  }
+
+  static constexpr std::chrono::milliseconds kLimit{30000}; // every wait fails after this
+
+private:
+  static void Receive(void *arg, void *data, size_t len) {
+    auto *w = static_cast<Wire *>(arg);
+    if (!data) {
+      w->ends_++;
+      return;
+    }
+    w->feed_(data, len);
+  }
+  Feed feed_;
+  std::string backend_;
+  nic_endpoint *tx_ = nullptr, *rx_ = nullptr;
+  int fd_tx_ = -1, fd_rx_ = -1;
+  int ends_ = 0;
+};
+
+// Bytes of a pattern that differs with seed and position (a misplaced byte shows).
+inline unsigned char PatternByte(uint64_t seed, size_t i) {
+  uint64_t x = (seed + 1) * 0x9E3779B97F4A7C15ull ^ (i + 1) * 0xBF58476D1CE4E5B9ull;
+  x ^= x >> 31;
+  x *= 0x94D049BB133111EBull;
+  return static_cast<unsigned char>(x >> 56);
+}
+inline void FillPattern(void *p, size_t n, uint64_t seed) {
+  for (size_t i = 0; i < n; i++)
+    static_cast<unsigned char *>(p)[i] = PatternByte(seed, i);
+}
+// The index of the first byte off the pattern, or n.
+inline size_t PatternMismatch(const void *p, size_t n, uint64_t seed) {
+  for (size_t i = 0; i < n; i++)
+    if (static_cast<const unsigned char *>(p)[i] != PatternByte(seed, i)) return i;
+  return n;
+}
+
+} // namespace adapters_test
