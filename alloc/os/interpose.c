@@ -8,6 +8,7 @@
  * anew are invalidated after it too: that catches what went by a path none of these saw. */
 #define _GNU_SOURCE
 #include "commit_map.h"
+#include "dp_commit.h"
 #include "events.h"
 #include "export.h"
 
@@ -89,6 +90,9 @@ static int drops_pages(int advice) {
 }
 
 NIC_EXPORT int madvise(void *addr, size_t len, int advice) {
+  /* mimalloc's decommits and resets of dataplane memory: its pages stay pinned and registered
+   * (and the kernel refuses to drop locked pages anyway); the heap gives steps back itself. */
+  if (drops_pages(advice) && nic_dp_commit_covers(addr)) return 0;
   if (drops_pages(advice)) nic_publish_pages_leaving((uintptr_t)addr, len);
   int rc = (int)syscall(SYS_madvise, addr, len, advice);
   /* mimalloc decommits with DONTNEED. MADV_FREE is its "reset", after which it reuses the
@@ -99,6 +103,15 @@ NIC_EXPORT int madvise(void *addr, size_t len, int advice) {
 }
 
 NIC_EXPORT int mprotect(void *addr, size_t len, int prot) {
+  /* mimalloc's commit inside a dataplane chunk: the range is readable and writable already, and
+   * a step is backed (prefaulted, pinned) the first time. No system call: on hugetlb steps one
+   * not aligned to the huge page would fail. */
+  if ((prot & PROT_WRITE) && nic_dp_commit_covers(addr)) {
+    int rc = nic_dp_commit.commit(addr, len);
+    if (rc == 0) return 0;
+    errno = -rc;
+    return -1;
+  }
   int rc = (int)syscall(SYS_mprotect, addr, len, prot);
   if (rc == 0)
     nic_commit_map_note(addr, len, prot & PROT_READ ? NIC_PAGES_READABLE : NIC_PAGES_GONE);

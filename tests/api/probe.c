@@ -37,6 +37,9 @@ static void print_stats(const char *prefix) {
   printf("%sdp_fallbacks=%llu\n%sdp_failures=%llu\n%schunk_size=%zu\n%schunks_max=%u\n", prefix,
          (unsigned long long)s.dataplane_fallbacks, prefix,
          (unsigned long long)s.dataplane_failures, prefix, s.chunk_size, prefix, s.chunks_max);
+  printf("%spin_step=%zu\n%ssteps_pinned=%u\n%ssteps_backed=%llu\n%sbacked=%zu\n", prefix,
+         s.pin_step, prefix, s.steps_pinned, prefix, (unsigned long long)s.steps_backed, prefix,
+         s.dataplane_backed);
 }
 
 /* Allocates total bytes in blocks of block bytes with nic_malloc; counts where they landed. */
