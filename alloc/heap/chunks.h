@@ -22,8 +22,8 @@ enum nic_chunk_state {
 
 /* Chunk slots: the NICMALLOC_MAX_CHUNKS limit (config.c). */
 #define NIC_CHUNK_SLOTS 48
-/* Steps per chunk at most: a 1 GiB chunk in steps of 32 MiB (NICMALLOC_PIN_STEP's range). */
-#define NIC_STEPS_MAX 32
+/* Steps per chunk at most: a 1 GiB chunk in steps of 2 MiB (NICMALLOC_PIN_STEP's range). */
+#define NIC_STEPS_MAX 512
 
 /* One step of a chunk (steps.h): the unit that is backed, pinned and registered. */
 struct nic_step {

@@ -95,7 +95,7 @@ int nic_steps_commit(void *addr, size_t len) {
 
 void nic_steps_forget_locked(unsigned index) {
   struct nic_chunk *c = nic_chunk_at(index);
-  for (unsigned s = 0; s < NIC_STEPS_MAX; s++) {
+  for (unsigned s = 0; s < nic_steps_per_chunk(); s++) {
     __atomic_store_n(&c->steps[s].backed, 0, __ATOMIC_RELEASE);
     c->steps[s].mapping.pinned = false;
   }

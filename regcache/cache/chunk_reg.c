@@ -66,7 +66,7 @@ again:
 
 static void chunk_mapped(unsigned index, void *base, size_t len) {
   (void)base, (void)len;
-  for (unsigned s = 0; s < NIC_STEPS_MAX; s++) {
+  for (unsigned s = 0; s < nic_steps_per_chunk(); s++) {
     nic_chunk_regs[index][s].registered = 0;
     nic_chunk_regs[index][s].retry_at_ms = 0;
     __atomic_store_n(&nic_chunk_at(index)->steps[s].registration, NULL, __ATOMIC_RELEASE);
@@ -79,7 +79,7 @@ static bool chunk_releasing(unsigned index, void *base, size_t len) {
   (void)base, (void)len;
   struct nic_backend *b = nic_backend_if_open();
   bool all = true;
-  for (unsigned s = 0; s < NIC_STEPS_MAX; s++) {
+  for (unsigned s = 0; s < nic_steps_per_chunk(); s++) {
     struct nic_chunk_reg *r = &nic_chunk_regs[index][s];
     if (!r->registered) continue;
     if (b && b->dereg(b, &r->reg) != 0) {

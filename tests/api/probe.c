@@ -10,6 +10,7 @@
 #include <linux/seccomp.h>
 #include <malloc.h>
 #include <pthread.h>
+#include <stdbool.h>
 #include <stddef.h>
 #include <stdint.h>
 #include <stdio.h>
@@ -23,6 +24,18 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
+/* What the kernel says is locked (VmLck, in KiB), or -1. */
+static long vmlck_kb(void) {
+  FILE *f = fopen("/proc/self/status", "r");
+  if (!f) return -1;
+  char line[256];
+  long kb = -1;
+  while (fgets(line, sizeof line, f))
+    if (!strncmp(line, "VmLck:", 6)) kb = strtol(line + 6, NULL, 10);
+  fclose(f);
+  return kb;
+}
+
 static void print_stats(const char *prefix) {
   struct nic_stats s = NIC_STATS_INIT;
   nic_get_stats(&s);
@@ -31,6 +44,7 @@ static void print_stats(const char *prefix) {
          (unsigned long long)s.chunks_released);
   printf("%spinned=%zu\n%smapped=%zu\n%slive=%zu\n%scontrol=%zu\n", prefix, s.dataplane_pinned,
          prefix, s.dataplane_mapped, prefix, s.dataplane_live, prefix, s.control_committed);
+  printf("%svmlck_kb=%ld\n", prefix, vmlck_kb());
   printf("%spage_kind=%s\n%spage_fallbacks=%llu\n%spin_failures=%llu\n", prefix,
          nic_page_kind_name(s.page_kind), prefix, (unsigned long long)s.page_fallbacks, prefix,
          (unsigned long long)s.pin_failures);
@@ -146,6 +160,42 @@ static int low_memlock(size_t block) {
     free(p);
   }
   print_stats("");
+  return 0;
+}
+
+/* Without CAP_IPC_LOCK under RLIMIT_MEMLOCK of limit bytes: total bytes of dataplane blocks, each
+ * registered with the backend; how many blocks could be, and what is locked. */
+static int memlock_steps(size_t limit, size_t total, size_t block) {
+  struct rlimit lim = {limit, limit};
+  if (setrlimit(RLIMIT_MEMLOCK, &lim) || drop_ipc_lock()) {
+    printf("setup_failed=%d\n", errno);
+    return 3;
+  }
+  size_t n = total / block, dp = 0, registered = 0;
+  void **blocks = calloc(n, sizeof *blocks);
+  for (size_t i = 0; i < n; i++) {
+    blocks[i] = nic_malloc(block);
+    if (!blocks[i] || !nic_is_dataplane(blocks[i])) continue;
+    dp++;
+    memset(blocks[i], (int)i, block);
+    /* Each step is its own registration: a block across a step end is registered per step. */
+    struct nic_stats s = NIC_STATS_INIT;
+    nic_get_stats(&s);
+    const uintptr_t step = s.pin_step;
+    bool all = true;
+    for (uintptr_t a = (uintptr_t)blocks[i], end = a + block; a < end;) {
+      const uintptr_t next = (a & ~(step - 1)) + step, stop = next < end ? next : end;
+      struct nic_region_ref ref;
+      if (nic_register((void *)a, stop - a, NIC_REG_LOCAL, &ref) != 0 || !ref.lkey) all = false;
+      a = stop;
+    }
+    registered += all;
+  }
+  printf("dp=%zu\nregistered=%zu\n", dp, registered);
+  print_stats("");
+  for (size_t i = 0; i < n; i++)
+    free(blocks[i]);
+  free(blocks);
   return 0;
 }
 
@@ -575,6 +625,9 @@ int main(int argc, char **argv) {
   if (argc >= 3 && !strcmp(argv[1], "low-memlock")) return low_memlock(strtoull(argv[2], NULL, 0));
   if (argc >= 4 && !strcmp(argv[1], "low-memlock-fill"))
     return low_memlock_fill(strtoull(argv[2], NULL, 0), strtoull(argv[3], NULL, 0));
+  if (argc >= 5 && !strcmp(argv[1], "memlock-steps"))
+    return memlock_steps(strtoull(argv[2], NULL, 0), strtoull(argv[3], NULL, 0),
+                         strtoull(argv[4], NULL, 0));
   if (argc >= 4 && !strcmp(argv[1], "low-memlock-register"))
     return low_memlock_register((unsigned)atoi(argv[2]), strtoull(argv[3], NULL, 0));
   if (argc >= 4 && !strcmp(argv[1], "low-memlock-sga"))
@@ -634,7 +687,8 @@ int main(int argc, char **argv) {
   fprintf(
       stderr,
       "usage: nic_probe dp-alloc TOTAL BLOCK | low-memlock BLOCK | low-memlock-fill TOTAL BLOCK | "
-      "low-memlock-register N BLOCK | low-memlock-sga KIB BLOCK | "
+      "low-memlock-register N BLOCK | low-memlock-sga KIB BLOCK | memlock-steps LIMIT TOTAL BLOCK "
+      "| "
       "fork-child BLOCK | auto SIZE | cap-again BLOCK | huge SIZE SLEEP_MS | huge-usable [GIB] | "
       "grow-untouched MAX | aligned-dp ALIGNMENT SIZE | "
       "threads-start N SIZE | stats | stats-in-scope | stderr-reused FILE [open-backend] | "

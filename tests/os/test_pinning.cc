@@ -83,6 +83,43 @@ bool thp_enabled() {
   return !text.empty() && text.find("[never]") == std::string::npos;
 }
 
+// ---- Reserve big, pin small ----
+
+constexpr long long kStep32M = 32ll << 20;
+
+// The first dataplane allocation of a process backs and locks one step, not its 1 GiB chunk:
+// the stats and the kernel's VmLck agree.
+TEST(PinSteps, FirstDataplaneAllocationPinsOneStepNotTheChunk) {
+  REQUIRE_ROOT(); // 32 MiB locked is over the default RLIMIT_MEMLOCK
+  auto r =
+      run_probe({"NICMALLOC_CHUNK_SIZE=1G", "NICMALLOC_PIN_STEP=32M", "NICMALLOC_PAGE_KIND=4k"},
+                {"dp-alloc", "64", "64"});
+  ASSERT_EQ(r.exit_code, 0) << r.out << r.err;
+  EXPECT_EQ(r.num("dp"), 1);
+  EXPECT_EQ(r.num("mapped"), 1ll << 30) << "the chunk is still reserved and mapped whole";
+  EXPECT_EQ(r.num("pinned"), kStep32M);
+  EXPECT_EQ(r.num("vmlck_kb"), kStep32M >> 10) << r.out;
+  EXPECT_EQ(r.num("pin_failures"), 0);
+}
+
+// Without CAP_IPC_LOCK, under an 8 MiB RLIMIT_MEMLOCK (the usual non-root limit), 2 MiB steps
+// are locked until the limit is reached, and every block still reaches the NIC; the steps past
+// the limit are used unpinned, said once when verbose. A whole chunk could never be locked.
+TEST(PinSteps, SmallMemlockLimitGetsStepsPinnedUpToIt) {
+  REQUIRE_ROOT(); // to drop CAP_IPC_LOCK
+  constexpr long long kLimit = 8ll << 20;
+  auto r = run_probe({"NICMALLOC_CHUNK_SIZE=64M", "NICMALLOC_PIN_STEP=2M", "NICMALLOC_PAGE_KIND=4k",
+                      "NICMALLOC_ON_PIN_FAIL=fallback", "NICMALLOC_BACKEND=sim"},
+                     {"memlock-steps", std::to_string(kLimit), "20971520", "1048576"});
+  ASSERT_EQ(r.exit_code, 0) << r.out << r.err;
+  EXPECT_EQ(r.num("dp"), 20);
+  EXPECT_EQ(r.num("pinned"), kLimit) << r.out;
+  EXPECT_EQ(r.num("vmlck_kb"), kLimit >> 10) << r.out;
+  EXPECT_EQ(r.num("registered"), 20);
+  EXPECT_GE(r.num("pin_failures"), 1);
+  EXPECT_EQ(count_lines(r.err, "nicmalloc: warning"), 0) << r.err;
+}
+
 // ---- RLIMIT_MEMLOCK too low and no CAP_IPC_LOCK ----
 // Page kind 4k keeps page-kind lines out, so every warning line is about pinning.
 
