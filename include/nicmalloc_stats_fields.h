@@ -97,7 +97,8 @@
   X("steps", pin_step, size_t, bytes, "# each", "bytes of one step: the unit a chunk is backed, pinned and registered in (NICMALLOC_PIN_STEP)") \
   X("steps", steps_pinned, uint32_t, count, "# pinned", "steps of mapped chunks backed and locked in memory now (dataplane_pinned is their bytes)") \
   X("steps", steps_backed, uint64_t, count, "# backed", "steps backed (prefaulted) over the process lifetime") \
-  X("steps", dataplane_backed, size_t, bytes, "backed #", "bytes of steps backed now, pinned or not")
+  X("steps", dataplane_backed, size_t, bytes, "backed #", "bytes of steps backed now, pinned or not") \
+  X("steps", steps_released, uint64_t, count, "# released", "steps given back to the OS inside live chunks (empty of mimalloc's commits for NICMALLOC_RELEASE_DELAY_MS) over the process lifetime")
 /* clang-format on */
 
 #endif /* NICMALLOC_STATS_FIELDS_H */

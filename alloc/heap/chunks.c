@@ -50,7 +50,7 @@ static int reserve_locked(void) {
   nic_dp.shift = cfg->chunk_shift;
   nic_dp.step_shift = cfg->step_shift;
   __atomic_store_n(&nic_dp.base, (uintptr_t)base, __ATOMIC_RELEASE);
-  nic_dp_commit_set((uintptr_t)base, span, nic_steps_commit);
+  nic_dp_commit_set((uintptr_t)base, span, nic_steps_commit, nic_steps_decommit);
   return 0;
 }
 
@@ -203,6 +203,7 @@ void nic_chunk_totals(struct nic_chunk_totals *out) {
   out->created = created;
   out->released = released;
   out->steps_backed = steps.backed;
+  out->steps_released = steps.released;
   out->page_fallbacks = steps.page_fallbacks;
   out->pin_failures = steps.pin_failures;
   out->refusals = refusals;

@@ -25,10 +25,15 @@ enum nic_chunk_state {
 /* Steps per chunk at most: a 1 GiB chunk in steps of 2 MiB (NICMALLOC_PIN_STEP's range). */
 #define NIC_STEPS_MAX 512
 
+/* Committed-slice words per chunk: 1 GiB in 64 KiB slices (mimalloc's slice). */
+#define NIC_SLICE_SHIFT 16
+#define NIC_COMMIT_WORDS ((1u << (30 - NIC_SLICE_SHIFT)) / 64)
+
 /* One step of a chunk (steps.h): the unit that is backed, pinned and registered. */
 struct nic_step {
   int backed; /* prefaulted (and locked if mapping.pinned); read with acquire */
   struct nic_mapping mapping;
+  uint64_t empty_since_ms; /* reaper: when no mimalloc segment was first seen in it; 0 = used */
   /* As the chunk's registration below, for this step only (regcache/cache/chunk_reg.c). */
   const void *registration;
 };
@@ -45,6 +50,10 @@ struct nic_chunk {
    * one (set with release, NULL otherwise): kept here, opaque to the heap, so that
    * nic_translate finds the chunk's state and the step's keys in one place. */
   struct nic_step steps[NIC_STEPS_MAX];
+  /* Which 64 KiB slices mimalloc holds committed (set on its commits, cleared on its
+   * decommits; steps.c): a step it holds nothing committed in can be given back, as mimalloc
+   * commits again, through the chunk lock, before it touches any byte there. */
+  uint64_t committed[NIC_COMMIT_WORDS];
 };
 
 struct nic_dp_range {
@@ -111,7 +120,7 @@ struct nic_chunk_totals {
   uint32_t live, draining;
   size_t mapped_bytes, pinned_bytes, backed_bytes;
   uint32_t pinned_steps;
-  uint64_t steps_backed; /* over the process lifetime */
+  uint64_t steps_backed, steps_released; /* over the process lifetime */
   uint64_t created, released, page_fallbacks, pin_failures;
   uint64_t refusals; /* chunks the kernel would not map or mimalloc not take as an arena */
   enum nic_page_kind last_kind;

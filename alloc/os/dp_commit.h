@@ -16,11 +16,14 @@ struct nic_dp_commit {
   size_t span;
   /* Backs [addr, addr + len) (a part of the range) with memory. Returns 0 or -errno. */
   int (*commit)(void *addr, size_t len);
+  /* mimalloc decommitted [addr, addr + len): it commits again before it touches a byte. */
+  void (*decommit)(void *addr, size_t len);
 };
 extern struct nic_dp_commit nic_dp_commit __attribute__((visibility("hidden")));
 
 /* Set once, by the heap, when its range is reserved (commit before base, with release). */
-void nic_dp_commit_set(uintptr_t base, size_t span, int (*commit)(void *addr, size_t len));
+void nic_dp_commit_set(uintptr_t base, size_t span, int (*commit)(void *addr, size_t len),
+                       void (*decommit)(void *addr, size_t len));
 
 static inline bool nic_dp_commit_covers(const void *addr) {
   const uintptr_t base = __atomic_load_n(&nic_dp_commit.base, __ATOMIC_ACQUIRE);

@@ -92,7 +92,10 @@ static int drops_pages(int advice) {
 NIC_EXPORT int madvise(void *addr, size_t len, int advice) {
   /* mimalloc's decommits and resets of dataplane memory: its pages stay pinned and registered
    * (and the kernel refuses to drop locked pages anyway); the heap gives steps back itself. */
-  if (drops_pages(advice) && nic_dp_commit_covers(addr)) return 0;
+  if (drops_pages(advice) && nic_dp_commit_covers(addr)) {
+    if (advice == MADV_DONTNEED) nic_dp_commit.decommit(addr, len); /* a reset is no decommit */
+    return 0;
+  }
   if (drops_pages(advice)) nic_publish_pages_leaving((uintptr_t)addr, len);
   int rc = (int)syscall(SYS_madvise, addr, len, advice);
   /* mimalloc decommits with DONTNEED. MADV_FREE is its "reset", after which it reuses the

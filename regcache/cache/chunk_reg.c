@@ -92,5 +92,19 @@ static bool chunk_releasing(unsigned index, void *base, size_t len) {
   return all;
 }
 
+/* The same for one step given back inside a live chunk: a post still using its registration
+ * keeps it (the backend says -EBUSY until the post completes). */
+static bool step_releasing(unsigned index, unsigned step, void *base, size_t len) {
+  (void)base, (void)len;
+  struct nic_chunk_reg *r = &nic_chunk_regs[index][step];
+  r->retry_at_ms = 0;
+  if (!r->registered) return true;
+  struct nic_backend *b = nic_backend_if_open();
+  if (b && b->dereg(b, &r->reg) != 0) return false;
+  __atomic_store_n(&nic_chunk_at(index)->steps[step].registration, NULL, __ATOMIC_RELEASE);
+  __atomic_store_n(&r->registered, 0, __ATOMIC_RELEASE);
+  return true;
+}
+
 NIC_MEMORY_WATCHER(chunk_registrations, .chunk_mapped = chunk_mapped,
-                   .chunk_releasing = chunk_releasing);
+                   .chunk_releasing = chunk_releasing, .step_releasing = step_releasing);

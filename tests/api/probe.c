@@ -22,6 +22,7 @@
 #include <sys/resource.h>
 #include <sys/syscall.h>
 #include <sys/wait.h>
+#include <time.h>
 #include <unistd.h>
 
 /* What the kernel says is locked (VmLck, in KiB), or -1. */
@@ -196,6 +197,60 @@ static int memlock_steps(size_t limit, size_t total, size_t block) {
   for (size_t i = 0; i < n; i++)
     free(blocks[i]);
   free(blocks);
+  return 0;
+}
+
+static uint64_t probe_now_ms(void) {
+  struct timespec ts;
+  clock_gettime(CLOCK_MONOTONIC, &ts);
+  return (uint64_t)ts.tv_sec * 1000 + (uint64_t)ts.tv_nsec / 1000000;
+}
+
+static struct nic_stats stats_now(void) {
+  struct nic_stats s = NIC_STATS_INIT;
+  nic_get_stats(&s);
+  return s;
+}
+
+/* A 20 MiB block gets a step of its own beside a small block that keeps the chunk live; it is
+ * registered, then freed (held first, when hold). Waits up to wait_ms for the step to be given
+ * back, then says what its stale pointer translates to and what a new block there gets. */
+static int step_release(int hold, unsigned wait_ms) {
+  void *keep = nic_malloc(64);
+  const size_t big = 20u << 20;
+  char *b = nic_malloc(big);
+  if (!keep || !b) return 1;
+  memset(b, 1, big);
+  struct nic_region_ref ref;
+  int rc = nic_register(b, 4096, NIC_REG_LOCAL, &ref);
+  printf("first_rc=%d\nfirst_lkey=%u\n", rc, ref.lkey);
+  printf("pinned_before=%zu\n", stats_now().dataplane_pinned);
+  if (hold && nic_hold(b)) return 1;
+  free(b);
+  const uint64_t deadline = probe_now_ms() + wait_ms;
+  while (stats_now().steps_released == 0 && probe_now_ms() < deadline)
+    usleep(10000);
+  printf("released_while_held=%llu\n", (unsigned long long)stats_now().steps_released);
+  if (hold) {
+    nic_release(b);
+    const uint64_t again = probe_now_ms() + 10000;
+    while (stats_now().steps_released == 0 && probe_now_ms() < again)
+      usleep(10000);
+  }
+  struct nic_stats s = stats_now();
+  printf("released=%llu\npinned_after=%zu\nvmlck_after_kb=%ld\n",
+         (unsigned long long)s.steps_released, s.dataplane_pinned, vmlck_kb());
+  rc = nic_translate(b, 4096, &ref);
+  printf("stale_rc=%d\nstale_lkey=%u\n", rc, ref.lkey);
+  char *c = nic_malloc(big);
+  if (!c) return 1;
+  memset(c, 2, big);
+  printf("same_place=%d\n", c == b);
+  rc = nic_register(c, 4096, NIC_REG_LOCAL, &ref);
+  printf("again_rc=%d\nagain_lkey=%u\n", rc, ref.lkey);
+  printf("pinned_again=%zu\n", stats_now().dataplane_pinned);
+  free(c);
+  free(keep);
   return 0;
 }
 
@@ -625,6 +680,8 @@ int main(int argc, char **argv) {
   if (argc >= 3 && !strcmp(argv[1], "low-memlock")) return low_memlock(strtoull(argv[2], NULL, 0));
   if (argc >= 4 && !strcmp(argv[1], "low-memlock-fill"))
     return low_memlock_fill(strtoull(argv[2], NULL, 0), strtoull(argv[3], NULL, 0));
+  if (argc >= 4 && !strcmp(argv[1], "step-release"))
+    return step_release(atoi(argv[2]), (unsigned)atoi(argv[3]));
   if (argc >= 5 && !strcmp(argv[1], "memlock-steps"))
     return memlock_steps(strtoull(argv[2], NULL, 0), strtoull(argv[3], NULL, 0),
                          strtoull(argv[4], NULL, 0));

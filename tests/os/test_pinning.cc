@@ -120,6 +120,43 @@ TEST(PinSteps, SmallMemlockLimitGetsStepsPinnedUpToIt) {
   EXPECT_EQ(count_lines(r.err, "nicmalloc: warning"), 0) << r.err;
 }
 
+const std::vector<std::string> kStepRelease = {"NICMALLOC_BACKEND=sim", "NICMALLOC_CHUNK_SIZE=64M",
+                                               "NICMALLOC_PIN_STEP=32M", "NICMALLOC_PAGE_KIND=4k",
+                                               "NICMALLOC_RELEASE_DELAY_MS=50"};
+
+// A step of a live chunk that held nothing of mimalloc's for the release delay is unlocked and
+// given back, and its registration dropped: its stale pointers translate to no key (never a
+// dead one), and a new block there gets the step backed and registered again.
+TEST(PinSteps, AStepEmptiedForTheDelayIsGivenBackAndItsRegistrationDropped) {
+  REQUIRE_ROOT(); // 64 MiB locked
+  auto r = run_probe(kStepRelease, {"step-release", "0", "10000"});
+  ASSERT_EQ(r.exit_code, 0) << r.out << r.err;
+  EXPECT_EQ(r.num("first_rc"), 0);
+  EXPECT_NE(r.num("first_lkey"), 0);
+  EXPECT_EQ(r.num("pinned_before"), 2 * kStep32M) << "the small block's step and the big one's";
+  EXPECT_EQ(r.num("released"), 1) << r.out;
+  EXPECT_EQ(r.num("pinned_after"), kStep32M);
+  EXPECT_EQ(r.num("vmlck_after_kb"), kStep32M >> 10);
+  EXPECT_EQ(r.num("stale_lkey"), 0) << "no registration is left over the given-back step";
+  EXPECT_EQ(r.num("same_place"), 1);
+  EXPECT_EQ(r.num("again_rc"), 0);
+  EXPECT_NE(r.num("again_lkey"), 0);
+  EXPECT_NE(r.num("again_lkey"), r.num("first_lkey")) << "a new registration, not the dead one";
+  EXPECT_EQ(r.num("pinned_again"), 2 * kStep32M);
+}
+
+// A held block keeps its step (its free is deferred, so mimalloc still holds the step) for
+// twenty release delays; once released, the step goes.
+TEST(PinSteps, AStepUnderAHoldIsNotGivenBackUntilTheHoldEnds) {
+  REQUIRE_ROOT();
+  auto r = run_probe(kStepRelease, {"step-release", "1", "1000"});
+  ASSERT_EQ(r.exit_code, 0) << r.out << r.err;
+  EXPECT_EQ(r.num("released_while_held"), 0) << r.out;
+  EXPECT_EQ(r.num("released"), 1) << r.out;
+  EXPECT_EQ(r.num("stale_lkey"), 0);
+  EXPECT_NE(r.num("again_lkey"), 0);
+}
+
 // ---- RLIMIT_MEMLOCK too low and no CAP_IPC_LOCK ----
 // Page kind 4k keeps page-kind lines out, so every warning line is about pinning.
 
