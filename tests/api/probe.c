@@ -212,9 +212,20 @@ static struct nic_stats stats_now(void) {
   return s;
 }
 
+static void drop_message(void *arg, const void *data, size_t len) {
+  (void)arg, (void)data, (void)len;
+}
+static int step_posts_done;
+static void step_post_done(void *arg, int status) {
+  (void)arg, (void)status;
+  step_posts_done++;
+}
+
 /* A 20 MiB block gets a step of its own beside a small block that keeps the chunk live; it is
- * registered, then freed (held first, when hold). Waits up to wait_ms for the step to be given
- * back, then says what its stale pointer translates to and what a new block there gets. */
+ * registered, then freed: after a nic_hold of it (hold 1), or after a post of it to a sim
+ * endpoint whose completion nothing polls for yet (hold 2). Waits up to wait_ms for the step to
+ * be given back, ends the hold or polls the post's completion, then says what the block's stale
+ * pointer translates to and what a new block there gets. */
 static int step_release(int hold, unsigned wait_ms) {
   void *keep = nic_malloc(64);
   const size_t big = 20u << 20;
@@ -225,14 +236,23 @@ static int step_release(int hold, unsigned wait_ms) {
   int rc = nic_register(b, 4096, NIC_REG_LOCAL, &ref);
   printf("first_rc=%d\nfirst_lkey=%u\n", rc, ref.lkey);
   printf("pinned_before=%zu\n", stats_now().dataplane_pinned);
-  if (hold && nic_hold(b)) return 1;
+  if (hold == 1 && nic_hold(b)) return 1;
+  struct nic_endpoint *ep = hold == 2 ? nic_sim_endpoint_create(drop_message, NULL, 0) : NULL;
+  if (hold == 2) {
+    struct nic_sga sga;
+    if (!ep || nic_sga_init(&sga, 0) || nic_sga_add(&sga, b, 1 << 20) ||
+        nic_sga_post(&sga, ep, step_post_done, NULL))
+      return 1;
+  }
   free(b);
   const uint64_t deadline = probe_now_ms() + wait_ms;
   while (stats_now().steps_released == 0 && probe_now_ms() < deadline)
     usleep(10000);
   printf("released_while_held=%llu\n", (unsigned long long)stats_now().steps_released);
   if (hold) {
-    nic_release(b);
+    if (hold == 1) nic_release(b);
+    while (hold == 2 && !step_posts_done)
+      nic_poll(0);
     const uint64_t again = probe_now_ms() + 10000;
     while (stats_now().steps_released == 0 && probe_now_ms() < again)
       usleep(10000);

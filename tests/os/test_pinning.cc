@@ -157,6 +157,19 @@ TEST(PinSteps, AStepUnderAHoldIsNotGivenBackUntilTheHoldEnds) {
   EXPECT_NE(r.num("again_lkey"), 0);
 }
 
+// A block freed while a post of it is in flight keeps its step until the post completes (its
+// completion polled): the NIC never reads a given-back page, nor with a dropped key.
+TEST(PinSteps, AStepUnderAPostInFlightIsNotGivenBackUntilItCompletes) {
+  REQUIRE_ROOT();
+  auto r = run_probe(kStepRelease, {"step-release", "2", "1000"});
+  ASSERT_EQ(r.exit_code, 0) << r.out << r.err;
+  EXPECT_EQ(r.num("released_while_held"), 0) << r.out;
+  EXPECT_EQ(r.num("released"), 1) << r.out;
+  EXPECT_EQ(r.num("stale_lkey"), 0);
+  EXPECT_NE(r.num("again_lkey"), 0);
+  EXPECT_NE(r.num("again_lkey"), r.num("first_lkey"));
+}
+
 // ---- RLIMIT_MEMLOCK too low and no CAP_IPC_LOCK ----
 // Page kind 4k keeps page-kind lines out, so every warning line is about pinning.
 
