@@ -67,10 +67,10 @@ int nic_step_back_locked(unsigned index, unsigned step) {
     return -ENOMEM;
   }
   report_mapping(index, step, &m, want);
-  if (!accept_pin_result(index, step, &m)) {
-    nic_release_step_memory(base, len);
-    return -ENOMEM;
-  }
+  /* Refused under NICMALLOC_ON_PIN_FAIL=fail: the step stays unbacked, so no registration is
+   * made of it. Its pages stay: mimalloc may have written to them already (a registration's
+   * backing of a cached segment). */
+  if (!accept_pin_result(index, step, &m)) return -ENOMEM;
   s->mapping = m;
   c->mapping.kind = m.kind;
   last_kind = m.kind;
