@@ -22,6 +22,7 @@
 struct nic_dp_range nic_dp;
 unsigned nic_chunk_epoch;
 struct nic_chunk nic_chunks[NIC_CHUNK_SLOTS];
+const void *nic_step_registrations[NIC_CHUNK_SLOTS * NIC_STEPS_MAX];
 static unsigned slots_used;
 static pthread_mutex_t chunk_lock = PTHREAD_MUTEX_INITIALIZER;
 static uint64_t created, released, refusals;

@@ -33,9 +33,7 @@ enum nic_chunk_state {
 struct nic_step {
   int backed; /* prefaulted (and locked if mapping.pinned); read with acquire */
   struct nic_mapping mapping;
-  uint64_t empty_since_ms; /* reaper: when no mimalloc segment was first seen in it; 0 = used */
-  /* As the chunk's registration below, for this step only (regcache/cache/chunk_reg.c). */
-  const void *registration;
+  uint64_t empty_since_ms; /* reaper: when mimalloc was first seen to hold none of it; 0 = not */
 };
 
 struct nic_chunk {
@@ -46,10 +44,7 @@ struct nic_chunk {
   /* The kind of the step backed last, and whether every backed step is pinned (a summary for
    * the messages and the fork child; each step has its own). */
   struct nic_mapping mapping;
-  /* Each step's backing and the registration layer's record of its registration while it has
-   * one (set with release, NULL otherwise): kept here, opaque to the heap, so that
-   * nic_translate finds the chunk's state and the step's keys in one place. */
-  struct nic_step steps[NIC_STEPS_MAX];
+  struct nic_step steps[NIC_STEPS_MAX]; /* each step's backing */
   /* Which 64 KiB slices mimalloc holds committed (set on its commits, cleared on its
    * decommits; steps.c): a step it holds nothing committed in can be given back, as mimalloc
    * commits again, through the chunk lock, before it touches any byte there. */
@@ -102,6 +97,14 @@ int nic_chunk_create(unsigned *index_out);
 extern struct nic_chunk nic_chunks[] __attribute__((visibility("hidden")));
 static inline struct nic_chunk *nic_chunk_at(unsigned index) {
   return &nic_chunks[index];
+}
+/* The registration layer's record of each step's registration while it has one (set with
+ * release, NULL otherwise; regcache/cache/chunk_reg.c), opaque to the heap: one flat table in
+ * the range's step order, so that nic_translate finds it with one shift of the offset. */
+extern const void *nic_step_registrations[NIC_CHUNK_SLOTS * NIC_STEPS_MAX]
+    __attribute__((visibility("hidden")));
+static inline const void **nic_step_registration(unsigned index, unsigned step) {
+  return &nic_step_registrations[((size_t)index << (nic_dp.shift - nic_dp.step_shift)) + step];
 }
 /* Live and draining chunks are mapped: a pointer into one can be read. */
 static inline bool nic_chunk_readable(unsigned index) {

@@ -43,7 +43,7 @@ again:
   else if (!r->registered &&
            (rc = nic_backend_reg(b, base, len, NIC_ACCESS_LOCAL_WRITE, &r->reg)) == 0) {
     __atomic_store_n(&r->registered, 1, __ATOMIC_RELEASE);
-    __atomic_store_n(&nic_chunk_at(index)->steps[step].registration, &r->reg, __ATOMIC_RELEASE);
+    __atomic_store_n(nic_step_registration(index, step), &r->reg, __ATOMIC_RELEASE);
   } else if (rc == -EAGAIN) { /* pages of it are protected: wait without the lock, try again */
     nic_chunks_unlock();
     if (nic_backend_reg_wait(base, len)) goto again;
@@ -69,7 +69,7 @@ static void chunk_mapped(unsigned index, void *base, size_t len) {
   for (unsigned s = 0; s < nic_steps_per_chunk(); s++) {
     nic_chunk_regs[index][s].registered = 0;
     nic_chunk_regs[index][s].retry_at_ms = 0;
-    __atomic_store_n(&nic_chunk_at(index)->steps[s].registration, NULL, __ATOMIC_RELEASE);
+    __atomic_store_n(nic_step_registration(index, s), NULL, __ATOMIC_RELEASE);
   }
 }
 
@@ -86,7 +86,7 @@ static bool chunk_releasing(unsigned index, void *base, size_t len) {
       all = false;
       continue;
     }
-    __atomic_store_n(&nic_chunk_at(index)->steps[s].registration, NULL, __ATOMIC_RELEASE);
+    __atomic_store_n(nic_step_registration(index, s), NULL, __ATOMIC_RELEASE);
     __atomic_store_n(&r->registered, 0, __ATOMIC_RELEASE);
   }
   return all;
@@ -101,7 +101,7 @@ static bool step_releasing(unsigned index, unsigned step, void *base, size_t len
   if (!r->registered) return true;
   struct nic_backend *b = nic_backend_if_open();
   if (b && b->dereg(b, &r->reg) != 0) return false;
-  __atomic_store_n(&nic_chunk_at(index)->steps[step].registration, NULL, __ATOMIC_RELEASE);
+  __atomic_store_n(nic_step_registration(index, step), NULL, __ATOMIC_RELEASE);
   __atomic_store_n(&r->registered, 0, __ATOMIC_RELEASE);
   return true;
 }

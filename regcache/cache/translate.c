@@ -38,7 +38,6 @@ NIC_EXPORT int nic_translate(const void *p, size_t len, struct nic_region_ref *o
   if (off >= nic_dp.span) return bad_range(start, len) ? -NIC_ERANGE : -NIC_ENOTDP;
   if (__builtin_expect(len - 1 >= size - in_step, 0)) return translate_error(start, len);
   const unsigned index = (unsigned)(off >> nic_dp.shift);
-  const unsigned step = nic_step_index(p);
   /* A draining chunk is still mapped, pinned and registered, and can hold a live block: an
    * allocation that began before the reaper marked it draining lands there (the reaper then
    * makes it live again). Only released and unmapped chunks translate to nothing. */
@@ -50,7 +49,7 @@ NIC_EXPORT int nic_translate(const void *p, size_t len, struct nic_region_ref *o
   /* O(1) and side-effect free: a step not registered yet reports key 0 (nic_register makes
    * the registration). Arena memory never carries a remote key. */
   const struct nic_registration *reg =
-      __atomic_load_n(&c->steps[step].registration, __ATOMIC_ACQUIRE);
+      __atomic_load_n(&nic_step_registrations[off >> nic_dp.step_shift], __ATOMIC_ACQUIRE);
   const int state = __atomic_load_n(&c->state, __ATOMIC_ACQUIRE);
   if (state != NIC_CHUNK_LIVE && state != NIC_CHUNK_DRAINING) return -NIC_ENOTDP;
   out->kind = NIC_REGION_ARENA;
