@@ -32,7 +32,7 @@
   X("huge blocks", huge_purged, uint64_t, count, "# given back", "cached blocks given back to mimalloc (NICMALLOC_PURGE_DELAY_MS)") \
   X("dataplane", dataplane_live, size_t, bytes, "live #", "usable bytes of live dataplane blocks, exact") \
   X("dataplane", dataplane_in_use, size_t, bytes, "in mimalloc segments #", "chunk bytes held by mimalloc segments (32 MiB granularity)") \
-  X("dataplane", dataplane_pinned, size_t, bytes, "pinned #", "bytes of chunks currently mapped and locked in memory") \
+  X("dataplane", dataplane_pinned, size_t, bytes, "pinned #", "bytes of chunk steps currently backed and locked in memory") \
   X("dataplane", dataplane_mapped, size_t, bytes, "mapped #", "bytes of chunks currently mapped (pinned or not)") \
   X("dataplane", dataplane_reserved, size_t, bytes, "reserved #", "virtual bytes reserved for all chunks") \
   X("chunks", chunks_live, uint32_t, count, "# live", "chunks mapped now") \
@@ -41,9 +41,9 @@
   X("chunks", chunk_size, size_t, bytes, "# each", "bytes of one chunk (NICMALLOC_CHUNK_SIZE)") \
   X("chunks", chunks_created, uint64_t, count, "# created", "chunks mapped over the process lifetime") \
   X("chunks", chunks_released, uint64_t, count, "# released", "chunks released over the process lifetime") \
-  X("chunks", page_kind, enum nic_page_kind, page_kind, "page kind #", "page kind of the most recently mapped chunk") \
-  X("fallbacks", page_fallbacks, uint64_t, count, "# smaller page kind", "chunks that got a smaller page kind than asked for") \
-  X("fallbacks", pin_failures, uint64_t, count, "# not pinned", "chunks that could not be locked in memory") \
+  X("chunks", page_kind, enum nic_page_kind, page_kind, "page kind #", "page kind of the most recently backed chunk step") \
+  X("fallbacks", page_fallbacks, uint64_t, count, "# smaller page kind", "chunk steps that got a smaller page kind than asked for") \
+  X("fallbacks", pin_failures, uint64_t, count, "# not pinned", "chunk steps that could not be locked in memory") \
   X("fallbacks", dataplane_fallbacks, uint64_t, count, "# dataplane requests served by control", "dataplane requests served from the control heap") \
   X("fallbacks", dataplane_failures, uint64_t, count, "# failed", "dataplane requests that returned NULL (ENOMEM)") \
   X("fallbacks", chunk_refusals, uint64_t, count, "# chunks refused", "chunks the kernel would not map or mimalloc would not take as an arena") \
@@ -93,7 +93,12 @@
   X("errors", hold_errors, uint64_t, count, "# hold", "nic_hold/release calls that returned an error") \
   X("errors", endpoint_errors, uint64_t, count, "# endpoint", "endpoint constructors and destroys that returned an error") \
   X("errors", other_api_errors, uint64_t, count, "# other", "other calls that returned an error (nic_fence_write's bad ranges, nic_get_stats, nic_posix_memalign_site)") \
-  X("messages", log_lines_dropped, uint64_t, count, "# lines not written", "lines for a stderr the program has closed or reused for another file: not written (NICMALLOC_STATS keeps a copy of the start-up stderr for them instead)")
+  X("messages", log_lines_dropped, uint64_t, count, "# lines not written", "lines for a stderr the program has closed or reused for another file: not written (NICMALLOC_STATS keeps a copy of the start-up stderr for them instead)") \
+  X("steps", pin_step, size_t, bytes, "# each", "bytes of one step: the unit a chunk is backed, pinned and registered in (NICMALLOC_PIN_STEP)") \
+  X("steps", steps_pinned, uint32_t, count, "# pinned", "steps of mapped chunks backed and locked in memory now (dataplane_pinned is their bytes)") \
+  X("steps", steps_backed, uint64_t, count, "# backed", "steps backed (prefaulted) over the process lifetime") \
+  X("steps", dataplane_backed, size_t, bytes, "backed #", "bytes of steps backed now, pinned or not") \
+  X("steps", steps_released, uint64_t, count, "# released", "steps given back to the OS inside live chunks (empty of mimalloc's commits for NICMALLOC_RELEASE_DELAY_MS) over the process lifetime")
 /* clang-format on */
 
 #endif /* NICMALLOC_STATS_FIELDS_H */

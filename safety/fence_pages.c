@@ -76,7 +76,9 @@ void nic_fence_each_marked(void (*fn)(uintptr_t start, uintptr_t end)) {
 
 size_t nic_fence_unit(uintptr_t a) {
   if (nic_in_dp((const void *)a)) {
-    enum nic_page_kind kind = nic_chunk_at(nic_chunk_index((const void *)a))->mapping.kind;
+    const void *q = (const void *)a;
+    enum nic_page_kind kind =
+        nic_chunk_at(nic_chunk_index(q))->steps[nic_step_index(q)].mapping.kind;
     return kind == NIC_PAGE_1G   ? (size_t)1 << 30
            : kind == NIC_PAGE_2M ? (size_t)2 << 20
                                  : NIC_PAGE_SIZE;

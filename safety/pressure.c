@@ -33,9 +33,11 @@ static void make_model(void) {
   model = nic_tcache_new(&params);
 }
 
-/* Chunk entries and cache regions get distinct ids (cache lkeys are below 2^32). */
+/* Chunk steps and cache regions get distinct ids (cache lkeys are below 2^32). */
 static uint64_t region_of(const struct nic_sga_entry *e) {
-  if (e->kind == NIC_REGION_ARENA) return (1ull << 32) | nic_chunk_index(e->addr);
+  if (e->kind == NIC_REGION_ARENA)
+    return (1ull << 32) |
+           ((uint64_t)nic_chunk_index(e->addr) * NIC_STEPS_MAX + nic_step_index(e->addr));
   return e->lkey;
 }
 
@@ -63,7 +65,8 @@ void nic_pressure_note(const struct nic_sga_entry *entries, unsigned n) {
     /* One model, one page size: a chunk on huge pages needs one translation per huge page, so
      * its addresses are scaled to count each huge page as one model page. */
     if (e->kind == NIC_REGION_ARENA) {
-      unsigned kind = nic_chunk_at(nic_chunk_index(e->addr))->mapping.kind;
+      unsigned kind =
+          nic_chunk_at(nic_chunk_index(e->addr))->steps[nic_step_index(e->addr)].mapping.kind;
       unsigned shift = kind == NIC_PAGE_1G ? 30 : kind >= NIC_PAGE_THP ? 21 : 12;
       uintptr_t first = addr >> shift, last = (addr + len - 1) >> shift;
       addr = first * MODEL_PAGE;
@@ -93,16 +96,17 @@ void nic_pressure_fill_stats(struct nic_stats *out) {
   /* What the NIC must hold for everything registered now: each chunk at its page size, each
    * cache region at 4 KiB. */
   uint64_t entries = 0, regions = 0;
-  size_t chunk = (size_t)1 << nic_dp.shift;
-  for (unsigned i = 0; i < nic_chunk_slots_used(); i++) {
-    struct nic_chunk *c = nic_chunk_at(i);
-    if (!nic_chunk_registration(i)) continue;
-    size_t page = c->mapping.kind == NIC_PAGE_1G    ? (1ul << 30)
-                  : c->mapping.kind >= NIC_PAGE_THP ? (2ul << 20)
-                                                    : NIC_PAGE_SIZE;
-    regions++;
-    entries += params.mpt_per_region + chunk / page;
-  }
+  size_t step = (size_t)1 << nic_dp.step_shift;
+  for (unsigned i = 0; i < nic_chunk_slots_used(); i++)
+    for (unsigned s = 0; s < nic_steps_per_chunk(); s++) {
+      if (!nic_chunk_registration(i, s)) continue;
+      enum nic_page_kind kind = nic_chunk_at(i)->steps[s].mapping.kind;
+      size_t page = kind == NIC_PAGE_1G    ? (1ul << 30)
+                    : kind >= NIC_PAGE_THP ? (2ul << 20)
+                                           : NIC_PAGE_SIZE;
+      regions++;
+      entries += params.mpt_per_region + step / page;
+    }
   struct nic_rcache_stats rc;
   nic_rcache_get_stats(nic_rcache_process(), &rc);
   regions += rc.regions;

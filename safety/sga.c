@@ -1,7 +1,8 @@
-/* Building a scatter-gather array: each entry is resolved when added (arena → its chunk's
- * registration, other memory → the registration cache, short or unregistrable → a bounce
- * copy), coalesced with its neighbour when contiguous in the same registration, and past the
- * entry limit the smallest neighbours are copied together. Posting is in sga_post.c. */
+/* Building a scatter-gather array: each entry is resolved when added (arena → its step's
+ * registration, split where it crosses steps, other memory → the registration cache, short or
+ * unregistrable → a bounce copy), coalesced with its neighbour when contiguous in the same
+ * registration, and past the entry limit the smallest neighbours are copied together. Posting is in
+ * sga_post.c. */
 #define _GNU_SOURCE
 #include "api_errors.h"
 #include "backend.h"
@@ -124,7 +125,9 @@ static int resolve(struct nic_sga *sga, const void *p, size_t len, struct nic_sg
 }
 
 static bool contiguous(const struct nic_sga_entry *a, const struct nic_sga_entry *b) {
-  return a->kind == b->kind && a->lkey == b->lkey && a->cache_slot == b->cache_slot &&
+  /* The handle too: two steps' registrations (io_uring fixed-buffer slots) may share a key. */
+  return a->kind == b->kind && a->lkey == b->lkey && a->handle == b->handle &&
+         a->cache_slot == b->cache_slot &&
          (const char *)a->addr + a->len == (const char *)b->addr &&
          (uint64_t)a->len + b->len <= UINT32_MAX;
 }
@@ -153,6 +156,51 @@ static int merge_smallest(struct nic_sga *sga, struct nic_sga_entry *fresh) {
   return 0;
 }
 
+static int add_piece(struct nic_sga *sga, const void *p, size_t len) {
+  struct nic_sga_entry e;
+  int rc = resolve(sga, p, len, &e);
+  if (rc == 0 && sga->count && contiguous(&sga->entry[sga->count - 1], &e)) {
+    sga->entry[sga->count - 1].len += e.len;
+    drop_entry(&e); /* the entry before holds the same cache region already */
+  } else if (rc == 0 && sga->count < sga->max) {
+    sga->entry[sga->count++] = e;
+  } else if (rc == 0 && (rc = merge_smallest(sga, &e)) != 0) {
+    drop_entry(&e);
+  }
+  return rc;
+}
+
+/* Bytes from p to the end of its step. */
+static size_t step_rest(const void *p) {
+  const size_t step = (size_t)1 << nic_dp.step_shift;
+  return step - ((uintptr_t)p & (step - 1));
+}
+
+/* Dataplane memory across steps: each step is its own registration (an io_uring fixed buffer
+ * is one slot, and a post must stay inside one), so one entry per step. All of them fit, or
+ * none is added. */
+static int add_pieces(struct nic_sga *sga, const void *p, size_t len, size_t first) {
+  const size_t step = (size_t)1 << nic_dp.step_shift;
+  const size_t pieces = 1 + (len - first + step - 1) / step;
+  const uint32_t count = sga->count;
+  if (count + pieces > sga->max) return -E2BIG;
+  const struct nic_sga_entry last = count ? sga->entry[count - 1] : (struct nic_sga_entry){0};
+  const char *at = p;
+  size_t piece = first, left = len;
+  int rc = 0;
+  while (left && (rc = add_piece(sga, at, piece)) == 0) {
+    at += piece;
+    left -= piece;
+    piece = left < step ? left : step;
+  }
+  if (rc == 0) return 0;
+  for (uint32_t i = count; i < sga->count; i++)
+    drop_entry(&sga->entry[i]);
+  sga->count = count;
+  if (count) sga->entry[count - 1] = last;
+  return rc;
+}
+
 NIC_EXPORT int nic_sga_add(struct nic_sga *sga, const void *p, size_t len) {
   uintptr_t start = (uintptr_t)p, last;
   if (!sga || !sga->max || sga->max > NIC_SGA_CAPACITY || sga->count > sga->max) {
@@ -171,17 +219,12 @@ NIC_EXPORT int nic_sga_add(struct nic_sga *sga, const void *p, size_t len) {
     nic_api_error(sga, "nic_sga_add(%p, %zu): the block was already freed", p, len);
     return -NIC_EFREED;
   }
-  struct nic_sga_entry e;
   const struct nic_bounce_mark mark = nic_bounce_mark(sga->bounce);
-  int rc = resolve(sga, p, len, &e);
-  if (rc == 0 && sga->count && contiguous(&sga->entry[sga->count - 1], &e)) {
-    sga->entry[sga->count - 1].len += e.len;
-    drop_entry(&e); /* the entry before holds the same cache region already */
-  } else if (rc == 0 && sga->count < sga->max) {
-    sga->entry[sga->count++] = e;
-  } else if (rc == 0 && (rc = merge_smallest(sga, &e)) != 0) {
-    drop_entry(&e);
-  }
+  size_t first = nic_in_dp(p) ? step_rest(p) : len;
+  /* Into a chunk that is not mapped: the pieces before it would be sent, the rest not. */
+  const char *end = (const char *)p + len - 1;
+  if (first < len && (!nic_in_dp(end) || !nic_chunk_readable(nic_chunk_index(end)))) first = len;
+  int rc = first >= len ? add_piece(sga, p, len) : add_pieces(sga, p, len, first);
   if (rc == 0) {
     sga->bytes += len;
     nic_sink_range(p, len); /* a sink for NICMALLOC_PROFILE and the sent-bytes counts */

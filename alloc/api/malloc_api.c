@@ -102,7 +102,8 @@ NIC_EXPORT size_t malloc_usable_size(void *p) {
  * Returns 1 when something went back to the OS, as glibc does. */
 NIC_EXPORT int malloc_trim(size_t pad) {
   (void)pad;
-  struct nic_stats before, after;
+  /* Sized: an unset size is whatever the stack held, and nic_get_stats would refuse it. */
+  struct nic_stats before = NIC_STATS_INIT, after = NIC_STATS_INIT;
   nic_get_stats(&before);
   nic_collect();
   /* Not mi_collect(true): on the main thread it would take dataplane segments that exited

@@ -22,6 +22,9 @@ static void read_all(void) {
   config.free_check = nic_setting_bool(NIC_S_FREE_CHECK);
   config.chunk_size = (size_t)nic_setting_number(NIC_S_CHUNK_SIZE);
   config.chunk_shift = (unsigned)__builtin_ctzl(config.chunk_size);
+  config.pin_step = (size_t)nic_setting_number(NIC_S_PIN_STEP);
+  if (config.pin_step > config.chunk_size) config.pin_step = config.chunk_size;
+  config.step_shift = (unsigned)__builtin_ctzl(config.pin_step);
   config.max_chunks = setting_unsigned(NIC_S_MAX_CHUNKS);
   int kind = nic_setting_choice(NIC_S_PAGE_KIND);
   config.page_kind = kinds[kind > 0 ? kind : 0];

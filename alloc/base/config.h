@@ -22,6 +22,8 @@ enum nic_pin_fail_policy {
 struct nic_config {
   size_t chunk_size;                    /* NICMALLOC_CHUNK_SIZE: power of two, 32 MiB .. 1 GiB */
   unsigned chunk_shift;                 /* log2(chunk_size) */
+  size_t pin_step;                      /* NICMALLOC_PIN_STEP, at most chunk_size */
+  unsigned step_shift;                  /* log2(pin_step) */
   unsigned max_chunks;                  /* NICMALLOC_MAX_CHUNKS */
   enum nic_page_kind page_kind;         /* NICMALLOC_PAGE_KIND: the largest kind to try */
   bool page_kind_set;                   /* ... named a kind (not auto): a fallback is a warning */

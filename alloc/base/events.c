@@ -61,6 +61,13 @@ bool nic_publish_chunk_releasing(unsigned index, void *base, size_t len) {
   return true;
 }
 
+bool nic_publish_step_releasing(unsigned index, unsigned step, void *base, size_t len) {
+  EACH_WATCHER(w) {
+    if (w->step_releasing && !w->step_releasing(index, step, base, len)) return false;
+  }
+  return true;
+}
+
 void nic_publish_nic_thread(bool starting) {
   EACH_WATCHER(w) {
     if (w->nic_thread) w->nic_thread(starting);

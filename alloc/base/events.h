@@ -71,6 +71,10 @@ struct nic_memory_watcher {
    * stays. Called with the chunks lock held. */
   void (*chunk_mapped)(unsigned index, void *base, size_t len);
   bool (*chunk_releasing)(unsigned index, void *base, size_t len);
+  /* One step of a live chunk, empty for the release delay, is about to be given back (its
+   * pages unlocked and dropped, to be backed again when mimalloc uses it anew); false keeps it,
+   * as for a chunk. Called with the chunks lock held. */
+  bool (*step_releasing)(unsigned index, unsigned step, void *base, size_t len);
   /* A thread that acts for the NIC (a DMA engine) starts (true) or ends (false). */
   void (*nic_thread)(bool starting);
   /* Periodic work, from the reaper's passes (at least every few seconds while it runs). */
@@ -90,6 +94,7 @@ void nic_publish_pages_leaving(uintptr_t start, size_t len);
 bool nic_publish_protection_changing(uintptr_t start, size_t len, int prot, int *rc);
 void nic_publish_chunk_mapped(unsigned index, void *base, size_t len);
 bool nic_publish_chunk_releasing(unsigned index, void *base, size_t len);
+bool nic_publish_step_releasing(unsigned index, unsigned step, void *base, size_t len);
 void nic_publish_nic_thread(bool starting);
 void nic_publish_tick(void);
 

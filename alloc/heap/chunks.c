@@ -3,11 +3,13 @@
 
 #include "clock.h"
 #include "config.h"
+#include "dp_commit.h"
 #include "events.h"
 #include "forklock.h"
 #include "log.h"
 #include "reaper.h"
 #include "startup.h"
+#include "steps.h"
 #include "vspace.h"
 
 #include <errno.h>
@@ -20,13 +22,13 @@
 struct nic_dp_range nic_dp;
 unsigned nic_chunk_epoch;
 struct nic_chunk nic_chunks[NIC_CHUNK_SLOTS];
+const void *nic_step_registrations[NIC_CHUNK_SLOTS * NIC_STEPS_MAX];
 static unsigned slots_used;
 static pthread_mutex_t chunk_lock = PTHREAD_MUTEX_INITIALIZER;
-static uint64_t created, released, page_fallbacks, pin_failures, refusals;
-static enum nic_page_kind last_kind;
-/* A chunk refused (its mapping, its arena, or its pin under NICMALLOC_ON_PIN_FAIL=fail) is not
- * tried again on every request: each try maps and prefaults a whole chunk. The next try waits
- * 1 s, doubling up to a minute. */
+static uint64_t created, released, refusals;
+/* A chunk refused (its mapping, its arena, or its first step's pin under
+ * NICMALLOC_ON_PIN_FAIL=fail) is not tried again on every request: each try maps and prefaults
+ * a step. The next try waits 1 s, doubling up to a minute. */
 static uint64_t retry_at_ms, backoff_ms;
 
 /* A refused reservation (an address-space limit) is not asked for again on every dataplane
@@ -47,7 +49,9 @@ static int reserve_locked(void) {
   }
   nic_dp.span = span;
   nic_dp.shift = cfg->chunk_shift;
+  nic_dp.step_shift = cfg->step_shift;
   __atomic_store_n(&nic_dp.base, (uintptr_t)base, __ATOMIC_RELEASE);
+  nic_dp_commit_set((uintptr_t)base, span, nic_steps_commit, nic_steps_decommit);
   return 0;
 }
 
@@ -82,37 +86,6 @@ unsigned nic_chunk_slots_used(void) {
   return __atomic_load_n(&slots_used, __ATOMIC_ACQUIRE);
 }
 
-/* Smaller pages than the default asks for are the common case (no hugetlb pool): a warning only
- * when NICMALLOC_PAGE_KIND named the kind. */
-static void report_mapping(unsigned index, const struct nic_mapping *m, enum nic_page_kind want) {
-  if (m->kind < want) {
-    page_fallbacks++;
-    nic_log_fallback_once(nic_config()->page_kind_set,
-                          "dataplane chunk %u is backed by %s pages, not %s (hugetlb pool too "
-                          "small? see /sys/kernel/mm/hugepages); further chunks are counted in "
-                          "the stats",
-                          index, nic_page_kind_str(m->kind), nic_page_kind_str(want));
-  }
-  nic_log_info("dataplane chunk %u mapped: %s pages, %s", index, nic_page_kind_str(m->kind),
-               m->pinned ? "pinned" : "NOT pinned");
-}
-
-/* Returns false when the policy says an unpinned chunk must not be used. */
-static bool accept_pin_result(unsigned index, const struct nic_mapping *m) {
-  if (m->pinned) return true;
-  pin_failures++;
-  const bool fail = nic_config()->on_pin_fail == NIC_PIN_FAIL_FAIL;
-  struct rlimit lim = {0, 0};
-  getrlimit(RLIMIT_MEMLOCK, &lim);
-  nic_log_fallback_once(fail,
-                        "cannot lock dataplane chunk %u in memory (mlock: %s; RLIMIT_MEMLOCK is "
-                        "%lu bytes, CAP_IPC_LOCK lifts it); %s",
-                        index, strerror(m->pin_errno), (unsigned long)lim.rlim_cur,
-                        fail ? "NICMALLOC_ON_PIN_FAIL=fail: dataplane requests get ENOMEM"
-                             : "using it unpinned (NICMALLOC_ON_PIN_FAIL=fallback)");
-  return !fail;
-}
-
 void nic_chunk_set_state(unsigned index, enum nic_chunk_state state) {
   __atomic_store_n(&nic_chunks[index].state, state, __ATOMIC_RELEASE);
   __atomic_add_fetch(&nic_chunk_epoch, 1, __ATOMIC_RELEASE);
@@ -137,48 +110,46 @@ static int create_locked(unsigned *index_out) {
   if (retry_at_ms && nic_now_ms() < retry_at_ms) return -ENOMEM;
   void *base = nic_chunk_base(index);
   struct nic_chunk *c = &nic_chunks[index];
-  /* 1 GiB pages only fit chunks of 1 GiB. */
-  enum nic_page_kind want = cfg->page_kind;
-  if (want == NIC_PAGE_1G && cfg->chunk_size < (1ul << 30)) want = NIC_PAGE_2M;
-  struct nic_mapping m;
-  int rc = nic_map_chunk(base, cfg->chunk_size, want, &m);
+  const bool fresh = c->state == NIC_CHUNK_UNMAPPED; /* a released slot is mapped lazily still */
   const bool fail = cfg->on_pin_fail == NIC_PIN_FAIL_FAIL;
+  int rc = fresh ? nic_map_lazy(base, cfg->chunk_size) : 0;
   if (rc) {
     refusals++;
     nic_log_fallback_once(fail,
                           "cannot map dataplane chunk %u (%s); dataplane requests get the "
                           "NICMALLOC_ON_PIN_FAIL policy meanwhile, and it is tried again later",
-                          index,
-                          rc == -EDQUOT ? "it would not fit under the memory cgroup's limit, and "
-                                          "prefaulting it would wake the OOM killer"
-                                        : strerror(-rc));
+                          index, strerror(-rc));
     return refuse_for_a_while();
   }
-  report_mapping(index, &m, want);
-  if (!accept_pin_result(index, &m)) {
-    nic_unmap_chunk(base, cfg->chunk_size);
+  /* The first step now: mimalloc's first segment goes there, and a chunk whose first step
+   * cannot be backed (or pinned, under NICMALLOC_ON_PIN_FAIL=fail) is refused as a whole. */
+  nic_steps_forget_locked(index);
+  c->mapping = (struct nic_mapping){.kind = NIC_PAGE_NONE, .pinned = false};
+  if (nic_step_back_locked(index, 0)) {
+    refusals++;
+    if (fresh) nic_unmap_chunk(base, cfg->chunk_size);
     return refuse_for_a_while();
   }
-  /* is_large=true tells mimalloc the memory is pinned: it must never decommit or reset it, or
-   * the NIC's registration would point at pages the process no longer uses. A released slot
-   * keeps its arena: mimalloc cannot remove one. */
+  /* Not committed: mimalloc commits inside the arena with mprotect, which backs and pins the
+   * step it falls in (steps.h); its decommits and resets there do nothing (os/dp_commit.h),
+   * so registered pages never leave. A released slot keeps its arena: mimalloc cannot remove
+   * one. */
   if (!c->has_arena &&
-      !mi_manage_os_memory_ex(base, cfg->chunk_size, true, true, true, -1, true, &c->arena)) {
+      !mi_manage_os_memory_ex(base, cfg->chunk_size, false, false, true, -1, true, &c->arena)) {
     refusals++;
     nic_log_fallback_once(fail,
                           "mimalloc refused dataplane chunk %u as an arena (at most 64 arenas per "
                           "process, and its bookkeeping needs memory: RLIMIT_DATA?); it is tried "
                           "again later",
                           index);
+    nic_steps_forget_locked(index);
     nic_unmap_chunk(base, cfg->chunk_size);
     return refuse_for_a_while();
   }
   backoff_ms = 0;
   retry_at_ms = 0;
   c->has_arena = true;
-  c->mapping = m;
   c->empty_since_ms = 0;
-  last_kind = m.kind;
   created++;
   nic_publish_chunk_mapped(index, base, cfg->chunk_size);
   nic_chunk_set_state(index, NIC_CHUNK_LIVE);
@@ -193,6 +164,7 @@ bool nic_chunk_release_locked(unsigned index) {
   if (!nic_publish_chunk_releasing(index, nic_chunk_base(index), (size_t)1 << nic_dp.shift))
     return false;
   nic_release_chunk_memory(nic_chunk_base(index), (size_t)1 << nic_dp.shift);
+  nic_steps_forget_locked(index);
   c->mapping.pinned = false;
   c->empty_since_ms = 0;
   released++;
@@ -213,21 +185,30 @@ int nic_chunk_create(unsigned *index_out) {
 void nic_chunk_totals(struct nic_chunk_totals *out) {
   memset(out, 0, sizeof *out);
   pthread_mutex_lock(&chunk_lock);
-  size_t size = (size_t)1 << nic_dp.shift;
+  size_t size = (size_t)1 << nic_dp.shift, step = (size_t)1 << nic_dp.step_shift;
   for (unsigned i = 0; i < slots_used; i++) {
     if (nic_chunks[i].state == NIC_CHUNK_DRAINING) out->draining++;
     if (nic_chunks[i].state != NIC_CHUNK_LIVE && nic_chunks[i].state != NIC_CHUNK_DRAINING)
       continue;
     out->live++;
     out->mapped_bytes += size;
-    if (nic_chunks[i].mapping.pinned) out->pinned_bytes += size;
+    for (unsigned s = 0; s < nic_steps_per_chunk(); s++) {
+      const struct nic_step *st = &nic_chunks[i].steps[s];
+      if (!st->backed) continue;
+      out->backed_bytes += step;
+      if (st->mapping.pinned) out->pinned_bytes += step, out->pinned_steps++;
+    }
   }
+  struct nic_step_totals steps;
+  nic_step_totals_locked(&steps);
   out->created = created;
   out->released = released;
-  out->page_fallbacks = page_fallbacks;
-  out->pin_failures = pin_failures;
+  out->steps_backed = steps.backed;
+  out->steps_released = steps.released;
+  out->page_fallbacks = steps.page_fallbacks;
+  out->pin_failures = steps.pin_failures;
   out->refusals = refusals;
-  out->last_kind = last_kind;
+  out->last_kind = steps.last_kind;
   pthread_mutex_unlock(&chunk_lock);
 }
 
@@ -244,37 +225,42 @@ void nic_chunks_unlock(void) {
  * memory holding the same bytes, before it returns from fork. It costs a copy of each chunk, in
  * the child only, and only when the pool could not cover the writes; posix_spawn and vfork
  * children run no fork handlers and pay nothing. */
-static void unshare_hugetlb_chunk(unsigned index, size_t size) {
-  struct nic_chunk *c = &nic_chunks[index];
-  size_t page = c->mapping.kind == NIC_PAGE_1G ? (1ul << 30) : (2ul << 20);
+static void unshare_hugetlb_step(unsigned index, unsigned step, size_t size) {
+  struct nic_step *st = &nic_chunks[index].steps[step];
+  size_t page = st->mapping.kind == NIC_PAGE_1G ? (1ul << 30) : (2ul << 20);
   if (free_hugepages_of(page) >= size / page) return;
-  void *base = nic_chunk_base(index);
+  void *base = nic_step_base(index, step);
   void *copy = mmap(NULL, size, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
   if (copy == MAP_FAILED) {
-    nic_log_warn("fork child: cannot copy hugetlb chunk %u (%s); writing to it may raise SIGBUS",
-                 index, strerror(errno));
+    nic_log_warn("fork child: cannot copy hugetlb chunk %u step %u (%s); writing to it may raise "
+                 "SIGBUS",
+                 index, step, strerror(errno));
     return;
   }
   memcpy(copy, base, size);
   if (mremap(copy, size, size, MREMAP_MAYMOVE | MREMAP_FIXED, base) == MAP_FAILED) {
-    nic_log_warn("fork child: cannot move the copy of chunk %u into place (%s)", index,
-                 strerror(errno));
+    nic_log_warn("fork child: cannot move the copy of chunk %u step %u into place (%s)", index,
+                 step, strerror(errno));
     munmap(copy, size);
     return;
   }
-  c->mapping.kind = NIC_PAGE_4K;
+  st->mapping.kind = NIC_PAGE_4K;
 }
 
 /* Fork child, every lock fresh. */
 static void after_fork_child(void) {
   reserving = 0; /* the thread that held it is gone (not held across fork: forklock.h) */
-  size_t size = (size_t)1 << nic_dp.shift;
+  size_t step = (size_t)1 << nic_dp.step_shift;
   for (unsigned i = 0; i < slots_used; i++) {
-    /* mlock is not inherited, and re-locking would copy every page of every chunk. */
+    /* mlock is not inherited, and re-locking would copy every page of every step. */
     nic_chunks[i].mapping.pinned = false;
     bool mapped =
         nic_chunks[i].state == NIC_CHUNK_LIVE || nic_chunks[i].state == NIC_CHUNK_DRAINING;
-    if (mapped && nic_chunks[i].mapping.kind >= NIC_PAGE_2M) unshare_hugetlb_chunk(i, size);
+    for (unsigned s = 0; s < nic_steps_per_chunk(); s++) {
+      struct nic_step *st = &nic_chunks[i].steps[s];
+      st->mapping.pinned = false;
+      if (mapped && st->backed && st->mapping.kind >= NIC_PAGE_2M) unshare_hugetlb_step(i, s, step);
+    }
   }
 }
 NIC_FORKLOCK_MUTEX(chunks, NIC_FORK_CHUNKS, &chunk_lock, after_fork_child);

@@ -22,23 +22,40 @@ enum nic_chunk_state {
 
 /* Chunk slots: the NICMALLOC_MAX_CHUNKS limit (config.c). */
 #define NIC_CHUNK_SLOTS 48
+/* Steps per chunk at most: a 1 GiB chunk in steps of 2 MiB (NICMALLOC_PIN_STEP's range). */
+#define NIC_STEPS_MAX 512
+
+/* Committed-slice words per chunk: 1 GiB in 64 KiB slices (mimalloc's slice). */
+#define NIC_SLICE_SHIFT 16
+#define NIC_COMMIT_WORDS ((1u << (30 - NIC_SLICE_SHIFT)) / 64)
+
+/* One step of a chunk (steps.h): the unit that is backed, pinned and registered. */
+struct nic_step {
+  int backed; /* prefaulted (and locked if mapping.pinned); read with acquire */
+  struct nic_mapping mapping;
+  uint64_t empty_since_ms; /* reaper: when mimalloc was first seen to hold none of it; 0 = not */
+};
 
 struct nic_chunk {
   int state; /* enum nic_chunk_state, read with acquire */
   bool has_arena;
   uint64_t empty_since_ms; /* reaper: when live bytes were first seen at zero; 0 = not empty */
   mi_arena_id_t arena;
+  /* The kind of the step backed last, and whether every backed step is pinned (a summary for
+   * the messages and the fork child; each step has its own). */
   struct nic_mapping mapping;
-  /* The registration layer's record of the chunk's registration while it has one (set with
-   * release, NULL otherwise; regcache/cache/chunk_reg.c): kept here, opaque to the heap, so
-   * that nic_translate finds the chunk's state and its keys in one place. */
-  const void *registration;
+  struct nic_step steps[NIC_STEPS_MAX]; /* each step's backing */
+  /* Which 64 KiB slices mimalloc holds committed (set on its commits, cleared on its
+   * decommits; steps.c): a step it holds nothing committed in can be given back, as mimalloc
+   * commits again, through the chunk lock, before it touches any byte there. */
+  uint64_t committed[NIC_COMMIT_WORDS];
 };
 
 struct nic_dp_range {
-  uintptr_t base; /* 0 until reserved, so nothing is dataplane */
-  size_t span;    /* max_chunks * chunk_size */
-  unsigned shift; /* log2(chunk_size) */
+  uintptr_t base;      /* 0 until reserved, so nothing is dataplane */
+  size_t span;         /* max_chunks * chunk_size */
+  unsigned shift;      /* log2(chunk_size) */
+  unsigned step_shift; /* log2(NICMALLOC_PIN_STEP), at most shift */
 };
 extern struct nic_dp_range nic_dp __attribute__((visibility("hidden")));
 
@@ -50,6 +67,17 @@ static inline unsigned nic_chunk_index(const void *p) {
 }
 static inline void *nic_chunk_base(unsigned index) {
   return (void *)(nic_dp.base + ((uintptr_t)index << nic_dp.shift));
+}
+/* Which step of its chunk p lies in. */
+static inline unsigned nic_step_index(const void *p) {
+  return (unsigned)((((uintptr_t)p - nic_dp.base) & (((uintptr_t)1 << nic_dp.shift) - 1)) >>
+                    nic_dp.step_shift);
+}
+static inline unsigned nic_steps_per_chunk(void) {
+  return 1u << (nic_dp.shift - nic_dp.step_shift);
+}
+static inline void *nic_step_base(unsigned index, unsigned step) {
+  return (char *)nic_chunk_base(index) + ((size_t)step << nic_dp.step_shift);
 }
 
 /* Reserves the range. Idempotent. Returns 0 or -errno (then no dataplane memory exists). */
@@ -70,6 +98,14 @@ extern struct nic_chunk nic_chunks[] __attribute__((visibility("hidden")));
 static inline struct nic_chunk *nic_chunk_at(unsigned index) {
   return &nic_chunks[index];
 }
+/* The registration layer's record of each step's registration while it has one (set with
+ * release, NULL otherwise; regcache/cache/chunk_reg.c), opaque to the heap: one flat table in
+ * the range's step order, so that nic_translate finds it with one shift of the offset. */
+extern const void *nic_step_registrations[NIC_CHUNK_SLOTS * NIC_STEPS_MAX]
+    __attribute__((visibility("hidden")));
+static inline const void **nic_step_registration(unsigned index, unsigned step) {
+  return &nic_step_registrations[((size_t)index << (nic_dp.shift - nic_dp.step_shift)) + step];
+}
 /* Live and draining chunks are mapped: a pointer into one can be read. */
 static inline bool nic_chunk_readable(unsigned index) {
   const int state = __atomic_load_n(&nic_chunks[index].state, __ATOMIC_ACQUIRE);
@@ -85,7 +121,9 @@ bool nic_chunk_release_locked(unsigned index);
 
 struct nic_chunk_totals {
   uint32_t live, draining;
-  size_t mapped_bytes, pinned_bytes;
+  size_t mapped_bytes, pinned_bytes, backed_bytes;
+  uint32_t pinned_steps;
+  uint64_t steps_backed, steps_released; /* over the process lifetime */
   uint64_t created, released, page_fallbacks, pin_failures;
   uint64_t refusals; /* chunks the kernel would not map or mimalloc not take as an arena */
   enum nic_page_kind last_kind;

@@ -61,4 +61,9 @@ void nic_heap_fill_stats(struct nic_stats *out) {
   out->page_fallbacks = chunks.page_fallbacks;
   out->pin_failures = chunks.pin_failures;
   out->chunk_refusals = chunks.refusals;
+  out->pin_step = nic_dp.base ? (size_t)1 << nic_dp.step_shift : cfg->pin_step;
+  out->steps_pinned = chunks.pinned_steps;
+  out->steps_backed = chunks.steps_backed;
+  out->steps_released = chunks.steps_released;
+  out->dataplane_backed = chunks.backed_bytes;
 }

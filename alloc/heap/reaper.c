@@ -28,6 +28,7 @@
 #include "huge_cache.h"
 #include "last_thread.h"
 #include "log.h"
+#include "steps.h"
 #include "thread.h"
 
 #include <linux/membarrier.h>
@@ -104,6 +105,28 @@ static uint64_t advance_states(const int64_t *live, uint64_t now, unsigned delay
   return candidates;
 }
 
+/* Steps of live chunks that mimalloc held nothing committed in for the release delay are given
+ * back (steps.h says why that is safe without a barrier); a draining chunk goes whole. */
+static void release_steps(uint64_t now, unsigned delay_ms) {
+  nic_chunks_lock();
+  unsigned slots = nic_chunk_slots_used();
+  for (unsigned i = 0; i < slots; i++) {
+    struct nic_chunk *c = nic_chunk_at(i);
+    if (c->state != NIC_CHUNK_LIVE) continue;
+    for (unsigned s = 0; s < nic_steps_per_chunk(); s++) {
+      struct nic_step *st = &c->steps[s];
+      if (!st->backed || nic_step_committed(i, s)) {
+        st->empty_since_ms = 0;
+      } else if (!st->empty_since_ms) {
+        st->empty_since_ms = now;
+      } else if (now - st->empty_since_ms >= delay_ms) {
+        nic_step_release_locked(i, s);
+      }
+    }
+  }
+  nic_chunks_unlock();
+}
+
 void nic_reaper_pass(void) {
   nic_publish_tick(); /* the layers' periodic work: busy deregistrations, the profile */
   nic_huge_cache_purge(nic_config()->purge_delay_ms ? nic_config()->purge_delay_ms : 1);
@@ -113,6 +136,7 @@ void nic_reaper_pass(void) {
   const uint64_t now = nic_now_ms();
   bool segments_left;
   uint64_t candidates = advance_states(live, now, nic_config()->release_delay_ms, &segments_left);
+  release_steps(now, nic_config()->release_delay_ms);
   /* Empty segments abandoned by threads that exited are freed only when a heap visits them;
    * a program whose dataplane threads are gone may never make one. At most once a second: a
    * thread that keeps its segments and never comes back would otherwise pay it every pass. */

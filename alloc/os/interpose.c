@@ -9,6 +9,7 @@
  * mprotect goes through a watcher that protects pages itself, if there is one (events.h). */
 #define _GNU_SOURCE
 #include "commit_map.h"
+#include "dp_commit.h"
 #include "events.h"
 #include "export.h"
 
@@ -90,6 +91,12 @@ static int drops_pages(int advice) {
 }
 
 NIC_EXPORT int madvise(void *addr, size_t len, int advice) {
+  /* mimalloc's decommits and resets of dataplane memory: its pages stay pinned and registered
+   * (and the kernel refuses to drop locked pages anyway); the heap gives steps back itself. */
+  if (drops_pages(advice) && nic_dp_commit_covers(addr)) {
+    if (advice == MADV_DONTNEED) nic_dp_commit.decommit(addr, len); /* a reset is no decommit */
+    return 0;
+  }
   if (drops_pages(advice)) nic_publish_pages_leaving((uintptr_t)addr, len);
   int rc = (int)syscall(SYS_madvise, addr, len, advice);
   /* mimalloc decommits with DONTNEED. MADV_FREE is its "reset", after which it reuses the
@@ -100,6 +107,15 @@ NIC_EXPORT int madvise(void *addr, size_t len, int advice) {
 }
 
 NIC_EXPORT int mprotect(void *addr, size_t len, int prot) {
+  /* mimalloc's commit inside a dataplane chunk: the range is readable and writable already, and
+   * a step is backed (prefaulted, pinned) the first time. No system call: on hugetlb steps one
+   * not aligned to the huge page would fail (and a page protect holds stays read-only). */
+  if ((prot & PROT_WRITE) && nic_dp_commit_covers(addr)) {
+    int rc = nic_dp_commit.commit(addr, len);
+    if (rc == 0) return 0;
+    errno = -rc;
+    return -1;
+  }
   /* A watcher that write-protects pages of its own makes the call itself (events.h), so that
    * no call makes those pages writable behind its back. */
   int err, rc;

@@ -15,6 +15,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/mman.h>
+#include <sys/syscall.h>
 #include <unistd.h>
 
 #ifndef MADV_POPULATE_WRITE
@@ -144,7 +145,77 @@ void nic_release_chunk_memory(void *addr, size_t len) {
   /* A fresh mapping also returns hugetlb pages to their pool, which MADV_DONTNEED may not. */
   if (mmap(addr, len, PROT_READ | PROT_WRITE,
            MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE | MAP_FIXED, -1, 0) == MAP_FAILED)
-    madvise(addr, len, MADV_DONTNEED);
+    syscall(SYS_madvise, addr, len, MADV_DONTNEED); /* the interposed one keeps dataplane pages */
+}
+
+int nic_map_lazy(void *addr, size_t len) {
+  void *p = mmap(addr, len, PROT_READ | PROT_WRITE,
+                 MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE | MAP_FIXED, -1, 0);
+  if (p != MAP_FAILED) return 0;
+  int err = errno;
+  nic_reserve_fixed(addr, len);
+  return -err;
+}
+
+/* Whether any page of the range is resident: a step mimalloc wrote to without committing it
+ * first (a segment from its cache, after the chunk was released) must keep its bytes. */
+static bool any_resident(void *addr, size_t len) {
+  unsigned char vec[256];
+  for (size_t off = 0; off < len; off += sizeof vec * NIC_PAGE_SIZE) {
+    size_t part = len - off < sizeof vec * NIC_PAGE_SIZE ? len - off : sizeof vec * NIC_PAGE_SIZE;
+    if (mincore((char *)addr + off, part, vec) != 0) return true; /* unknown: keep it */
+    for (size_t i = 0; i < part / NIC_PAGE_SIZE; i++)
+      if (vec[i] & 1) return true;
+  }
+  return false;
+}
+
+/* Back to the lazy mapping a step had before a failed hugetlb try. */
+static void restore_lazy(void *addr, size_t len) {
+  mmap(addr, len, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE | MAP_FIXED,
+       -1, 0);
+}
+
+static int map_hugetlb_step(void *addr, size_t len, size_t page_size, int size_flag) {
+  if (len % page_size || (uintptr_t)addr % page_size) return -EINVAL;
+  if (free_hugepages_of(page_size) < len / page_size) return -ENOMEM;
+  void *p =
+      mmap(addr, len, PROT_READ | PROT_WRITE,
+           MAP_PRIVATE | MAP_ANONYMOUS | MAP_FIXED | MAP_HUGETLB | size_flag | MAP_POPULATE, -1, 0);
+  if (p != MAP_FAILED) return 0;
+  int err = errno;
+  restore_lazy(addr, len);
+  return -err;
+}
+
+int nic_back_step(void *addr, size_t len, enum nic_page_kind want, struct nic_mapping *out) {
+  out->kind = NIC_PAGE_NONE;
+  out->pinned = false;
+  out->pin_errno = 0;
+  /* hugetlb replaces the mapping: only over pages nobody wrote yet. */
+  const bool fresh = want >= NIC_PAGE_2M && !any_resident(addr, len);
+  if (fresh && want >= NIC_PAGE_1G && map_hugetlb_step(addr, len, 1ul << 30, MAP_HUGE_1GB) == 0)
+    out->kind = NIC_PAGE_1G;
+  else if (fresh && map_hugetlb_step(addr, len, 2ul << 20, MAP_HUGE_2MB) == 0)
+    out->kind = NIC_PAGE_2M;
+  else if (nic_memcg_headroom() < len + len / 8)
+    return -EDQUOT; /* prefaulting it would wake the cgroup's OOM killer: see memcg.c */
+  else {
+    const bool thp = want >= NIC_PAGE_THP && thp_possible();
+    if (thp) madvise(addr, len, MADV_HUGEPAGE);
+    int rc = prefault(addr, len, NIC_PAGE_SIZE);
+    if (rc) return rc; /* the range stays as it was: readable, writable, not backed */
+    out->kind = thp && anon_huge_kb(addr, len) > 0 ? NIC_PAGE_THP : NIC_PAGE_4K;
+  }
+  if (mlock(addr, len) == 0)
+    out->pinned = true;
+  else
+    out->pin_errno = errno;
+  return 0;
+}
+
+void nic_release_step_memory(void *addr, size_t len) {
+  nic_release_chunk_memory(addr, len);
 }
 
 const char *nic_page_kind_str(enum nic_page_kind kind) {

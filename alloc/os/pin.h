@@ -21,6 +21,17 @@ struct nic_mapping {
 const char *nic_page_kind_str(enum nic_page_kind kind);
 
 int nic_map_chunk(void *addr, size_t len, enum nic_page_kind want, struct nic_mapping *out);
+/* A chunk mapped whole but backed by nothing yet: readable, writable, MAP_NORESERVE over its
+ * part of the reservation. Steps of it are backed later (nic_back_step). Returns 0 or -errno
+ * with the reservation restored. */
+int nic_map_lazy(void *addr, size_t len);
+/* Backs one step of a lazily mapped chunk: hugetlb (`want` and smaller) when no page of it was
+ * written yet, else ordinary pages prefaulted in place (their bytes kept); then locks it.
+ * Returns 0 (out says the kind and whether it is pinned), or -errno with the step as it was:
+ * -EDQUOT when it would not fit under the memory cgroup's limit. */
+int nic_back_step(void *addr, size_t len, enum nic_page_kind want, struct nic_mapping *out);
+/* Gives a step's memory back to the OS: unlocked, readable, writable, backed by nothing. */
+void nic_release_step_memory(void *addr, size_t len);
 /* Gives a released chunk's memory back to the OS. The range stays readable and writable (empty,
  * unpopulated) so that a late write by mimalloc to a segment it just freed can never fault. */
 void nic_release_chunk_memory(void *addr, size_t len);

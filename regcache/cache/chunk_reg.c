@@ -1,27 +1,30 @@
-/* The heap maps and releases chunks without knowing the NIC; this file follows it through the
- * chunk events (events.h). A registration is made under the chunks lock, as the heap's release
- * runs under it, so a chunk is never registered while it is being given back. */
+/* The heap maps and releases chunks, and backs their steps, without knowing the NIC; this file
+ * follows it through the chunk events (events.h). A registration is made under the chunks lock,
+ * as the heap's release runs under it, so a step is never registered while it is being given
+ * back. */
 #include "chunk_reg.h"
 
-#include "chunks.h"
 #include "clock.h"
 #include "events.h"
 #include "log.h"
+#include "steps.h"
 #include "thread.h"
 
 #include <errno.h>
 #include <string.h>
 
-struct nic_chunk_reg nic_chunk_regs[NIC_CHUNK_SLOTS];
+struct nic_chunk_reg nic_chunk_regs[NIC_CHUNK_SLOTS][NIC_STEPS_MAX];
 
-int nic_chunk_register(unsigned index, struct nic_registration *out) {
-  struct nic_chunk_reg *r = &nic_chunk_regs[index];
+int nic_chunk_register(unsigned index, unsigned step, struct nic_registration *out) {
+  struct nic_chunk_reg *r = &nic_chunk_regs[index][step];
   if (__atomic_load_n(&r->registered, __ATOMIC_ACQUIRE)) {
     *out = r->reg;
     return 0;
   }
   struct nic_backend *b = nic_backend_active();
   if (!b) return -ENODEV;
+  void *base = nic_step_base(index, step);
+  const size_t len = (size_t)1 << nic_dp.step_shift;
 again:
   nic_chunks_lock();
   int rc = 0;
@@ -30,16 +33,20 @@ again:
     rc = -ENOENT;
   else if (!r->registered && r->retry_at_ms && nic_now_ms() < r->retry_at_ms)
     rc = r->error;
+  /* A step mimalloc wrote to without committing it (a cached segment of a chunk mapped again)
+   * is backed before the NIC gets it: a registration of pages nobody locked could outlive
+   * them. */
+  else if (!r->registered && (rc = nic_step_back_locked(index, step)) != 0)
+    refused = true;
   /* Local write: nic_register hands this registration out for NIC_REG_LOCAL_WRITE too (receive
-   * buffers), and a verbs MR without it fails every receive into the chunk. */
+   * buffers), and a verbs MR without it fails every receive into the step. */
   else if (!r->registered &&
-           (rc = nic_backend_reg(b, nic_chunk_base(index), (size_t)1 << nic_dp.shift,
-                                 NIC_ACCESS_LOCAL_WRITE, &r->reg)) == 0) {
+           (rc = nic_backend_reg(b, base, len, NIC_ACCESS_LOCAL_WRITE, &r->reg)) == 0) {
     __atomic_store_n(&r->registered, 1, __ATOMIC_RELEASE);
-    __atomic_store_n(&nic_chunk_at(index)->registration, &r->reg, __ATOMIC_RELEASE);
+    __atomic_store_n(nic_step_registration(index, step), &r->reg, __ATOMIC_RELEASE);
   } else if (rc == -EAGAIN) { /* pages of it are protected: wait without the lock, try again */
     nic_chunks_unlock();
-    if (nic_backend_reg_wait(nic_chunk_base(index), (size_t)1 << nic_dp.shift)) goto again;
+    if (nic_backend_reg_wait(base, len)) goto again;
     nic_chunks_lock();
     rc = -ENOSPC;
     refused = true;
@@ -51,30 +58,53 @@ again:
   if (rc == 0) *out = r->reg;
   nic_chunks_unlock();
   if (refused)
-    nic_log_warn_once("cannot register dataplane chunk %u with backend %s (%s); it is tried again "
-                      "after a second, and its memory cannot reach the NIC meanwhile",
-                      index, b->name, strerror(-rc));
+    nic_log_warn_once("cannot register dataplane chunk %u step %u with backend %s (%s); it is "
+                      "tried again after a second, and its memory cannot reach the NIC meanwhile",
+                      index, step, b->name, strerror(-rc));
   return rc;
 }
 
 static void chunk_mapped(unsigned index, void *base, size_t len) {
   (void)base, (void)len;
-  nic_chunk_regs[index].registered = 0;
-  nic_chunk_regs[index].retry_at_ms = 0;
-  __atomic_store_n(&nic_chunk_at(index)->registration, NULL, __ATOMIC_RELEASE);
+  for (unsigned s = 0; s < nic_steps_per_chunk(); s++) {
+    nic_chunk_regs[index][s].registered = 0;
+    nic_chunk_regs[index][s].retry_at_ms = 0;
+    __atomic_store_n(nic_step_registration(index, s), NULL, __ATOMIC_RELEASE);
+  }
 }
 
-/* No stale registration may outlive the memory: deregister first, or keep the chunk. */
+/* No stale registration may outlive the memory: deregister every step first, or keep the
+ * chunk (the steps deregistered already are registered again on their next use). */
 static bool chunk_releasing(unsigned index, void *base, size_t len) {
   (void)base, (void)len;
-  struct nic_chunk_reg *r = &nic_chunk_regs[index];
+  struct nic_backend *b = nic_backend_if_open();
+  bool all = true;
+  for (unsigned s = 0; s < nic_steps_per_chunk(); s++) {
+    struct nic_chunk_reg *r = &nic_chunk_regs[index][s];
+    if (!r->registered) continue;
+    if (b && b->dereg(b, &r->reg) != 0) {
+      all = false;
+      continue;
+    }
+    __atomic_store_n(nic_step_registration(index, s), NULL, __ATOMIC_RELEASE);
+    __atomic_store_n(&r->registered, 0, __ATOMIC_RELEASE);
+  }
+  return all;
+}
+
+/* The same for one step given back inside a live chunk: a post still using its registration
+ * keeps it (the backend says -EBUSY until the post completes). */
+static bool step_releasing(unsigned index, unsigned step, void *base, size_t len) {
+  (void)base, (void)len;
+  struct nic_chunk_reg *r = &nic_chunk_regs[index][step];
+  r->retry_at_ms = 0;
   if (!r->registered) return true;
   struct nic_backend *b = nic_backend_if_open();
   if (b && b->dereg(b, &r->reg) != 0) return false;
-  __atomic_store_n(&nic_chunk_at(index)->registration, NULL, __ATOMIC_RELEASE);
+  __atomic_store_n(nic_step_registration(index, step), NULL, __ATOMIC_RELEASE);
   __atomic_store_n(&r->registered, 0, __ATOMIC_RELEASE);
   return true;
 }
 
 NIC_MEMORY_WATCHER(chunk_registrations, .chunk_mapped = chunk_mapped,
-                   .chunk_releasing = chunk_releasing);
+                   .chunk_releasing = chunk_releasing, .step_releasing = step_releasing);

@@ -1,5 +1,7 @@
-/* Dataplane chunks' registrations: each chunk has one local-access registration with the
- * process backend, made on first use and dropped before the heap gives the chunk back. */
+/* Dataplane chunks' registrations: each step of a chunk (NICMALLOC_PIN_STEP, alloc/heap/steps.h)
+ * has its own local-access registration with the process backend (a fixed-buffer slot, a sim
+ * region, an extmem area, an MR), made on first use and dropped before the heap gives the
+ * chunk back. */
 #ifndef NIC_CHUNK_REG_H
 #define NIC_CHUNK_REG_H
 
@@ -14,18 +16,20 @@ struct nic_chunk_reg {
   uint64_t retry_at_ms;
   int error;
 };
-/* Inline: nic_translate reads it on every call. */
-extern struct nic_chunk_reg nic_chunk_regs[NIC_CHUNK_SLOTS] __attribute__((visibility("hidden")));
+extern struct nic_chunk_reg nic_chunk_regs[NIC_CHUNK_SLOTS][NIC_STEPS_MAX]
+    __attribute__((visibility("hidden")));
 
-/* The chunk's registration if it has one already; never makes one. */
-static inline const struct nic_registration *nic_chunk_registration(unsigned index) {
-  const struct nic_chunk_reg *r = &nic_chunk_regs[index];
+/* The step's registration if it has one already; never makes one. */
+static inline const struct nic_registration *nic_chunk_registration(unsigned index, unsigned step) {
+  const struct nic_chunk_reg *r = &nic_chunk_regs[index][step];
   return __atomic_load_n(&r->registered, __ATOMIC_ACQUIRE) ? &r->reg : NULL;
 }
 
-/* The chunk's registration, made now if it has none yet (never from inside malloc). Returns 0,
- * -ENOENT for a chunk that is not mapped, -ENODEV when no backend could be opened, or the
- * backend's error (given back for a second without asking the backend again). */
-int nic_chunk_register(unsigned index, struct nic_registration *out);
+/* The step's registration, made now if it has none yet (never from inside malloc); a step not
+ * backed yet is backed (prefaulted and pinned) first. Returns 0, -ENOENT for a chunk that is
+ * not mapped, -ENOMEM for a step that cannot be backed, -ENODEV when no backend could be
+ * opened, or the backend's error (given back for a second without asking the backend
+ * again). */
+int nic_chunk_register(unsigned index, unsigned step, struct nic_registration *out);
 
 #endif

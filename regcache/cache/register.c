@@ -33,7 +33,7 @@ NIC_EXPORT int nic_register(const void *p, size_t len, unsigned access,
   if (rc == -NIC_ERANGE || rc == -NIC_ECROSS) return rc;
   if (rc == 0 && !(access & (NIC_REG_REMOTE_READ | NIC_REG_REMOTE_WRITE))) {
     struct nic_registration reg;
-    rc = nic_chunk_register(out->chunk_index, &reg);
+    rc = nic_chunk_register(out->chunk_index, nic_step_index(p), &reg);
     if (rc) return rc;
     out->lkey = reg.lkey;
     out->backend_handle = reg.handle;

@@ -1,4 +1,5 @@
-/* Pointer to registration, O(1): a range compare, a shift, and the chunk's entry. */
+/* Pointer to registration, O(1): a range compare, a shift to the chunk, a shift to its step, and
+ * the step's entry. */
 #include "api_errors.h"
 #include "chunk_reg.h"
 #include "chunks.h"
@@ -14,7 +15,8 @@ static inline bool bad_range(uintptr_t start, size_t len) {
 }
 
 /* Sorts out why a range in the dataplane failed the combined check below, in the order callers
- * rely on: a bad range, then memory outside mapped chunks, then a range crossing a chunk end. */
+ * rely on: a bad range, then memory outside mapped chunks, then a range crossing a step end
+ * (each step is its own registration: a range across two would need two keys). */
 __attribute__((noinline, cold)) static int translate_error(uintptr_t start, size_t len) {
   if (bad_range(start, len)) return -NIC_ERANGE;
   if (!nic_chunk_readable(nic_chunk_index((const void *)start))) return -NIC_ENOTDP;
@@ -29,12 +31,12 @@ __attribute__((noinline, cold)) static int no_output(const void *p) {
 
 NIC_EXPORT int nic_translate(const void *p, size_t len, struct nic_region_ref *out) {
   const uintptr_t start = (uintptr_t)p, off = start - nic_dp.base;
-  const size_t size = (size_t)1 << nic_dp.shift, in_chunk = off & (size - 1);
+  const size_t size = (size_t)1 << nic_dp.step_shift, in_step = off & (size - 1);
   if (__builtin_expect(!out, 0)) return no_output(p);
   /* One test for the common case: inside the range, and len - 1 (huge when len is 0) within
-   * what is left of the chunk. Chunks are aligned to their size, so no base is looked up. */
+   * what is left of the step. Steps are aligned to their size, so no base is looked up. */
   if (off >= nic_dp.span) return bad_range(start, len) ? -NIC_ERANGE : -NIC_ENOTDP;
-  if (__builtin_expect(len - 1 >= size - in_chunk, 0)) return translate_error(start, len);
+  if (__builtin_expect(len - 1 >= size - in_step, 0)) return translate_error(start, len);
   const unsigned index = (unsigned)(off >> nic_dp.shift);
   /* A draining chunk is still mapped, pinned and registered, and can hold a live block: an
    * allocation that began before the reaper marked it draining lands there (the reaper then
@@ -44,16 +46,17 @@ NIC_EXPORT int nic_translate(const void *p, size_t len, struct nic_region_ref *o
   const struct nic_chunk *chunks = nic_chunk_at(0);
   __asm__("" : "+r"(chunks));
   const struct nic_chunk *c = &chunks[index];
-  /* O(1) and side-effect free: a chunk not registered yet reports key 0 (nic_register makes
+  /* O(1) and side-effect free: a step not registered yet reports key 0 (nic_register makes
    * the registration). Arena memory never carries a remote key. */
-  const struct nic_registration *reg = __atomic_load_n(&c->registration, __ATOMIC_ACQUIRE);
+  const struct nic_registration *reg =
+      __atomic_load_n(&nic_step_registrations[off >> nic_dp.step_shift], __ATOMIC_ACQUIRE);
   const int state = __atomic_load_n(&c->state, __ATOMIC_ACQUIRE);
   if (state != NIC_CHUNK_LIVE && state != NIC_CHUNK_DRAINING) return -NIC_ENOTDP;
   out->kind = NIC_REGION_ARENA;
   out->chunk_index = index;
-  out->region_base = (void *)(start - in_chunk);
+  out->region_base = (void *)(start - in_step);
   out->region_len = size;
-  out->offset = in_chunk;
+  out->offset = in_step;
   out->lkey = reg ? reg->lkey : 0;
   out->rkey = 0;
   out->backend_handle = reg ? reg->handle : 0;

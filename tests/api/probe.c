@@ -10,6 +10,7 @@
 #include <linux/seccomp.h>
 #include <malloc.h>
 #include <pthread.h>
+#include <stdbool.h>
 #include <stddef.h>
 #include <stdint.h>
 #include <stdio.h>
@@ -21,7 +22,20 @@
 #include <sys/resource.h>
 #include <sys/syscall.h>
 #include <sys/wait.h>
+#include <time.h>
 #include <unistd.h>
+
+/* What the kernel says is locked (VmLck, in KiB), or -1. */
+static long vmlck_kb(void) {
+  FILE *f = fopen("/proc/self/status", "r");
+  if (!f) return -1;
+  char line[256];
+  long kb = -1;
+  while (fgets(line, sizeof line, f))
+    if (!strncmp(line, "VmLck:", 6)) kb = strtol(line + 6, NULL, 10);
+  fclose(f);
+  return kb;
+}
 
 static void print_stats(const char *prefix) {
   struct nic_stats s = NIC_STATS_INIT;
@@ -31,12 +45,16 @@ static void print_stats(const char *prefix) {
          (unsigned long long)s.chunks_released);
   printf("%spinned=%zu\n%smapped=%zu\n%slive=%zu\n%scontrol=%zu\n", prefix, s.dataplane_pinned,
          prefix, s.dataplane_mapped, prefix, s.dataplane_live, prefix, s.control_committed);
+  printf("%svmlck_kb=%ld\n", prefix, vmlck_kb());
   printf("%spage_kind=%s\n%spage_fallbacks=%llu\n%spin_failures=%llu\n", prefix,
          nic_page_kind_name(s.page_kind), prefix, (unsigned long long)s.page_fallbacks, prefix,
          (unsigned long long)s.pin_failures);
   printf("%sdp_fallbacks=%llu\n%sdp_failures=%llu\n%schunk_size=%zu\n%schunks_max=%u\n", prefix,
          (unsigned long long)s.dataplane_fallbacks, prefix,
          (unsigned long long)s.dataplane_failures, prefix, s.chunk_size, prefix, s.chunks_max);
+  printf("%spin_step=%zu\n%ssteps_pinned=%u\n%ssteps_backed=%llu\n%sbacked=%zu\n", prefix,
+         s.pin_step, prefix, s.steps_pinned, prefix, (unsigned long long)s.steps_backed, prefix,
+         s.dataplane_backed);
 }
 
 /* Allocates total bytes in blocks of block bytes with nic_malloc; counts where they landed. */
@@ -143,6 +161,116 @@ static int low_memlock(size_t block) {
     free(p);
   }
   print_stats("");
+  return 0;
+}
+
+/* Without CAP_IPC_LOCK under RLIMIT_MEMLOCK of limit bytes: total bytes of dataplane blocks, each
+ * registered with the backend; how many blocks could be, and what is locked. */
+static int memlock_steps(size_t limit, size_t total, size_t block) {
+  struct rlimit lim = {limit, limit};
+  if (setrlimit(RLIMIT_MEMLOCK, &lim) || drop_ipc_lock()) {
+    printf("setup_failed=%d\n", errno);
+    return 3;
+  }
+  size_t n = total / block, dp = 0, registered = 0;
+  void **blocks = calloc(n, sizeof *blocks);
+  for (size_t i = 0; i < n; i++) {
+    blocks[i] = nic_malloc(block);
+    if (!blocks[i] || !nic_is_dataplane(blocks[i])) continue;
+    dp++;
+    memset(blocks[i], (int)i, block);
+    /* Each step is its own registration: a block across a step end is registered per step. */
+    struct nic_stats s = NIC_STATS_INIT;
+    nic_get_stats(&s);
+    const uintptr_t step = s.pin_step;
+    bool all = true;
+    for (uintptr_t a = (uintptr_t)blocks[i], end = a + block; a < end;) {
+      const uintptr_t next = (a & ~(step - 1)) + step, stop = next < end ? next : end;
+      struct nic_region_ref ref;
+      if (nic_register((void *)a, stop - a, NIC_REG_LOCAL, &ref) != 0 || !ref.lkey) all = false;
+      a = stop;
+    }
+    registered += all;
+  }
+  printf("dp=%zu\nregistered=%zu\n", dp, registered);
+  print_stats("");
+  for (size_t i = 0; i < n; i++)
+    free(blocks[i]);
+  free(blocks);
+  return 0;
+}
+
+static uint64_t probe_now_ms(void) {
+  struct timespec ts;
+  clock_gettime(CLOCK_MONOTONIC, &ts);
+  return (uint64_t)ts.tv_sec * 1000 + (uint64_t)ts.tv_nsec / 1000000;
+}
+
+static struct nic_stats stats_now(void) {
+  struct nic_stats s = NIC_STATS_INIT;
+  nic_get_stats(&s);
+  return s;
+}
+
+static void drop_message(void *arg, const void *data, size_t len) {
+  (void)arg, (void)data, (void)len;
+}
+static int step_posts_done;
+static void step_post_done(void *arg, int status) {
+  (void)arg, (void)status;
+  step_posts_done++;
+}
+
+/* A 20 MiB block gets a step of its own beside a small block that keeps the chunk live; it is
+ * registered, then freed: after a nic_hold of it (hold 1), or after a post of it to a sim
+ * endpoint whose completion nothing polls for yet (hold 2). Waits up to wait_ms for the step to
+ * be given back, ends the hold or polls the post's completion, then says what the block's stale
+ * pointer translates to and what a new block there gets. */
+static int step_release(int hold, unsigned wait_ms) {
+  void *keep = nic_malloc(64);
+  const size_t big = 20u << 20;
+  char *b = nic_malloc(big);
+  if (!keep || !b) return 1;
+  memset(b, 1, big);
+  struct nic_region_ref ref;
+  int rc = nic_register(b, 4096, NIC_REG_LOCAL, &ref);
+  printf("first_rc=%d\nfirst_lkey=%u\n", rc, ref.lkey);
+  printf("pinned_before=%zu\n", stats_now().dataplane_pinned);
+  if (hold == 1 && nic_hold(b)) return 1;
+  struct nic_endpoint *ep = hold == 2 ? nic_sim_endpoint_create(drop_message, NULL, 0) : NULL;
+  if (hold == 2) {
+    struct nic_sga sga;
+    if (!ep || nic_sga_init(&sga, 0) || nic_sga_add(&sga, b, 1 << 20) ||
+        nic_sga_post(&sga, ep, step_post_done, NULL))
+      return 1;
+  }
+  free(b);
+  const uint64_t deadline = probe_now_ms() + wait_ms;
+  while (stats_now().steps_released == 0 && probe_now_ms() < deadline)
+    usleep(10000);
+  printf("released_while_held=%llu\n", (unsigned long long)stats_now().steps_released);
+  if (hold) {
+    if (hold == 1) nic_release(b);
+    while (hold == 2 && !step_posts_done)
+      nic_poll(0);
+    const uint64_t again = probe_now_ms() + 10000;
+    while (stats_now().steps_released == 0 && probe_now_ms() < again)
+      usleep(10000);
+  }
+  struct nic_stats s = stats_now();
+  printf("released=%llu\npinned_after=%zu\nvmlck_after_kb=%ld\n",
+         (unsigned long long)s.steps_released, s.dataplane_pinned, vmlck_kb());
+  rc = nic_translate(b, 4096, &ref);
+  printf("stale_rc=%d\nstale_lkey=%u\n", rc, ref.lkey);
+  char *c = nic_malloc(big);
+  if (!c) return 1;
+  memset(c, 2, big);
+  printf("same_place=%d\n", c == b);
+  rc = nic_register(c, 4096, NIC_REG_LOCAL, &ref);
+  printf("again_rc=%d\nagain_lkey=%u\n", rc, ref.lkey);
+  printf("pinned_again=%zu\n", stats_now().dataplane_pinned);
+  free(c);
+  free(keep);
   return 0;
 }
 
@@ -572,6 +700,11 @@ int main(int argc, char **argv) {
   if (argc >= 3 && !strcmp(argv[1], "low-memlock")) return low_memlock(strtoull(argv[2], NULL, 0));
   if (argc >= 4 && !strcmp(argv[1], "low-memlock-fill"))
     return low_memlock_fill(strtoull(argv[2], NULL, 0), strtoull(argv[3], NULL, 0));
+  if (argc >= 4 && !strcmp(argv[1], "step-release"))
+    return step_release(atoi(argv[2]), (unsigned)atoi(argv[3]));
+  if (argc >= 5 && !strcmp(argv[1], "memlock-steps"))
+    return memlock_steps(strtoull(argv[2], NULL, 0), strtoull(argv[3], NULL, 0),
+                         strtoull(argv[4], NULL, 0));
   if (argc >= 4 && !strcmp(argv[1], "low-memlock-register"))
     return low_memlock_register((unsigned)atoi(argv[2]), strtoull(argv[3], NULL, 0));
   if (argc >= 4 && !strcmp(argv[1], "low-memlock-sga"))
@@ -631,7 +764,8 @@ int main(int argc, char **argv) {
   fprintf(
       stderr,
       "usage: nic_probe dp-alloc TOTAL BLOCK | low-memlock BLOCK | low-memlock-fill TOTAL BLOCK | "
-      "low-memlock-register N BLOCK | low-memlock-sga KIB BLOCK | "
+      "low-memlock-register N BLOCK | low-memlock-sga KIB BLOCK | memlock-steps LIMIT TOTAL BLOCK "
+      "| "
       "fork-child BLOCK | auto SIZE | cap-again BLOCK | huge SIZE SLEEP_MS | huge-usable [GIB] | "
       "grow-untouched MAX | aligned-dp ALIGNMENT SIZE | "
       "threads-start N SIZE | stats | stats-in-scope | stderr-reused FILE [open-backend] | "

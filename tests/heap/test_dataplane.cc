@@ -141,7 +141,8 @@ TEST(Dataplane, NewSiteVariantsFollowTheSiteAndTheirOperator) {
   EXPECT_THROW(nic_new_aligned_site(SIZE_MAX - 4096, 64, site), std::bad_alloc);
 }
 
-TEST(Dataplane, TranslateIsChunkAndOffset) {
+// The region is the pointer's step (NICMALLOC_PIN_STEP): each step is its own registration.
+TEST(Dataplane, TranslateIsStepAndOffset) {
   char *p = static_cast<char *>(nic_malloc(1000));
   nic_region_ref ref;
   ASSERT_EQ(nic_translate(p + 10, 100, &ref), 0);
@@ -149,13 +150,13 @@ TEST(Dataplane, TranslateIsChunkAndOffset) {
   EXPECT_EQ(static_cast<char *>(ref.region_base) + ref.offset, p + 10);
   nic_stats s = NIC_STATS_INIT;
   nic_get_stats(&s);
-  EXPECT_EQ(ref.region_len, s.chunk_size);
-  EXPECT_EQ(reinterpret_cast<uintptr_t>(ref.region_base) % s.chunk_size, 0u);
+  EXPECT_EQ(ref.region_len, s.pin_step);
+  EXPECT_EQ(reinterpret_cast<uintptr_t>(ref.region_base) % s.pin_step, 0u);
   EXPECT_EQ(ref.rkey, 0u) << "no remote key unless remote access was asked for";
-  // Errors: a range crossing the chunk end, an empty or overflowing range, control memory.
-  char *chunk_end = static_cast<char *>(ref.region_base) + ref.region_len;
-  EXPECT_EQ(nic_translate(chunk_end - 8, 16, &ref), -NIC_ECROSS);
-  EXPECT_EQ(nic_translate(chunk_end - 8, 8, &ref), 0);
+  // Errors: a range crossing the step end, an empty or overflowing range, control memory.
+  char *step_end = static_cast<char *>(ref.region_base) + ref.region_len;
+  EXPECT_EQ(nic_translate(step_end - 8, 16, &ref), -NIC_ECROSS);
+  EXPECT_EQ(nic_translate(step_end - 8, 8, &ref), 0);
   EXPECT_EQ(nic_translate(p, 0, &ref), -NIC_ERANGE);
   EXPECT_EQ(nic_translate(p, SIZE_MAX, &ref), -NIC_ERANGE);
   void *control = malloc(100);

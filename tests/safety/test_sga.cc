@@ -71,6 +71,37 @@ protected:
   nic_sga sga;
 };
 
+// Each step of a chunk is its own registration: a range across a step end goes as one entry per
+// step, each inside its step with that step's key, and the receiver gets every byte in order.
+TEST_F(Sga, ARangeAcrossAStepEndGoesAsOneEntryPerStepAndArrivesWhole) {
+  const size_t big = 40u << 20, half = 64u << 10;
+  char *p = static_cast<char *>(nic_malloc(big)); // more than a 32 MiB step
+  ASSERT_NE(p, nullptr);
+  nic_region_ref ref;
+  ASSERT_EQ(nic_translate(p, 1, &ref), 0);
+  char *step_end = static_cast<char *>(ref.region_base) + ref.region_len;
+  ASSERT_TRUE(step_end - half >= p && step_end + half <= p + big) << "the block crosses a step end";
+  char *from = step_end - half;
+  for (size_t i = 0; i < 2 * half; i++)
+    from[i] = static_cast<char>(i * 7 + (i >> 12));
+  ASSERT_EQ(nic_sga_add(&sga, from, 2 * half), 0);
+  ASSERT_EQ(sga.count, 2u);
+  nic_region_ref first, second;
+  ASSERT_EQ(nic_register(from, half, NIC_REG_LOCAL, &first), 0);
+  ASSERT_EQ(nic_register(step_end, half, NIC_REG_LOCAL, &second), 0);
+  EXPECT_EQ(sga.entry[0].addr, from);
+  EXPECT_EQ(sga.entry[0].len, half);
+  EXPECT_EQ(sga.entry[0].lkey, first.lkey);
+  EXPECT_EQ(sga.entry[1].addr, step_end);
+  EXPECT_EQ(sga.entry[1].len, half);
+  EXPECT_EQ(sga.entry[1].lkey, second.lkey);
+  EXPECT_NE(first.lkey, second.lkey) << "two steps, two registrations";
+  const int failed = failures.load();
+  EXPECT_EQ(PostAndReceive(), std::string(from, 2 * half));
+  EXPECT_EQ(failures.load(), failed);
+  free(p);
+}
+
 // A received buffer may hold the free key where a freed block keeps it: it is still live, and
 // can be posted and held.
 TEST_F(Sga, ALiveBufferHoldingTheFreeKeyIsNoFreedBlock) {

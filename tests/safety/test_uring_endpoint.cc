@@ -137,6 +137,36 @@ TEST_F(UringSgaTest, StreamMessagesArriveWholeAndInOrder) {
   EXPECT_EQ(s.deferred_pending, 0u);
 }
 
+// Each step of a chunk is its own fixed buffer: a range across a step end goes as two entries,
+// one in each slot, and arrives whole and in order.
+TEST_F(UringSgaTest, ARangeAcrossAStepEndArrivesWhole) {
+  LoopbackPair pair;
+  Reader reader(pair.rx);
+  nic_endpoint *ep = Endpoint(pair.tx);
+  const size_t big = 40u << 20, half = 64u << 10;
+  char *p = static_cast<char *>(nic_malloc(big)); // more than a 32 MiB step
+  ASSERT_NE(p, nullptr);
+  nic_region_ref ref;
+  ASSERT_EQ(nic_translate(p, 1, &ref), 0);
+  char *step_end = static_cast<char *>(ref.region_base) + ref.region_len;
+  ASSERT_TRUE(step_end - half >= p && step_end + half <= p + big) << "the block crosses a step end";
+  char *from = step_end - half;
+  for (size_t i = 0; i < 2 * half; i++)
+    from[i] = static_cast<char>(i * 7 + (i >> 12));
+  const std::string want(from, 2 * half);
+  Done d;
+  ASSERT_EQ(PostParts(ep, {{from, 2 * half}}, &d), 0);
+  ASSERT_TRUE(NicPollUntil([&] { return d.calls == 1; }));
+  EXPECT_EQ(d.failed, 0);
+  ASSERT_TRUE(reader.WaitFor(want.size()));
+  EXPECT_TRUE(reader.Data() == want);
+  nic_region_ref a, b;
+  ASSERT_EQ(nic_register(from, half, NIC_REG_LOCAL, &a), 0);
+  ASSERT_EQ(nic_register(step_end, half, NIC_REG_LOCAL, &b), 0);
+  EXPECT_NE(a.backend_handle, b.backend_handle) << "two steps, two fixed-buffer slots";
+  free(p);
+}
+
 TEST_F(UringSgaTest, EachPostOnAUdpSocketIsOneDatagram) {
   UdpPair pair;
   Reader reader(pair.rx);

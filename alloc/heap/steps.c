@@ -1,0 +1,184 @@
+#define _GNU_SOURCE
+#include "steps.h"
+
+#include "config.h"
+#include "events.h"
+#include "log.h"
+
+#include <mimalloc.h>
+
+#include <errno.h>
+#include <string.h>
+#include <sys/resource.h>
+
+static uint64_t backed_total, released_total, page_fallbacks, pin_failures;
+static enum nic_page_kind last_kind;
+
+/* Smaller pages than the default asks for are the common case (no hugetlb pool): a warning only
+ * when NICMALLOC_PAGE_KIND named the kind. */
+static void report_mapping(unsigned index, unsigned step, const struct nic_mapping *m,
+                           enum nic_page_kind want) {
+  if (m->kind < want) {
+    page_fallbacks++;
+    nic_log_fallback_once(nic_config()->page_kind_set,
+                          "dataplane chunk %u step %u is backed by %s pages, not %s (hugetlb pool "
+                          "too small? see /sys/kernel/mm/hugepages); further steps are counted in "
+                          "the stats",
+                          index, step, nic_page_kind_str(m->kind), nic_page_kind_str(want));
+  }
+  nic_log_info("dataplane chunk %u step %u backed: %s pages, %s", index, step,
+               nic_page_kind_str(m->kind), m->pinned ? "pinned" : "NOT pinned");
+}
+
+/* Returns false when the policy says an unpinned step must not be used. */
+static bool accept_pin_result(unsigned index, unsigned step, const struct nic_mapping *m) {
+  if (m->pinned) return true;
+  pin_failures++;
+  const bool fail = nic_config()->on_pin_fail == NIC_PIN_FAIL_FAIL;
+  struct rlimit lim = {0, 0};
+  getrlimit(RLIMIT_MEMLOCK, &lim);
+  nic_log_fallback_once(fail,
+                        "cannot lock dataplane chunk %u step %u in memory (mlock: %s; "
+                        "RLIMIT_MEMLOCK is %lu bytes, CAP_IPC_LOCK lifts it); %s",
+                        index, step, strerror(m->pin_errno), (unsigned long)lim.rlim_cur,
+                        fail ? "NICMALLOC_ON_PIN_FAIL=fail: dataplane requests get ENOMEM"
+                             : "using it unpinned (NICMALLOC_ON_PIN_FAIL=fallback)");
+  return !fail;
+}
+
+int nic_step_back_locked(unsigned index, unsigned step) {
+  struct nic_chunk *c = nic_chunk_at(index);
+  struct nic_step *s = &c->steps[step];
+  if (s->backed) return 0;
+  const struct nic_config *cfg = nic_config();
+  const size_t len = (size_t)1 << nic_dp.step_shift;
+  void *base = nic_step_base(index, step);
+  /* 1 GiB pages only fit steps of 1 GiB. */
+  enum nic_page_kind want = cfg->page_kind;
+  if (want == NIC_PAGE_1G && len < (1ul << 30)) want = NIC_PAGE_2M;
+  struct nic_mapping m;
+  int rc = nic_back_step(base, len, want, &m);
+  if (rc) {
+    nic_log_fallback_once(cfg->on_pin_fail == NIC_PIN_FAIL_FAIL,
+                          "cannot back dataplane chunk %u step %u with memory (%s)", index, step,
+                          rc == -EDQUOT ? "it would not fit under the memory cgroup's limit, and "
+                                          "prefaulting it would wake the OOM killer"
+                                        : strerror(-rc));
+    return -ENOMEM;
+  }
+  report_mapping(index, step, &m, want);
+  /* Refused under NICMALLOC_ON_PIN_FAIL=fail: the step stays unbacked, so no registration is
+   * made of it. Its pages stay: mimalloc may have written to them already (a registration's
+   * backing of a cached segment). */
+  if (!accept_pin_result(index, step, &m)) return -ENOMEM;
+  s->mapping = m;
+  c->mapping.kind = m.kind;
+  last_kind = m.kind;
+  backed_total++;
+  __atomic_store_n(&s->backed, 1, __ATOMIC_RELEASE);
+  return 0;
+}
+
+/* The committed-slice bits of [first, last] (slice numbers inside chunk index): set or cleared
+ * one word at a time. */
+static void slice_bits(unsigned index, size_t first, size_t last, bool set) {
+  uint64_t *words = nic_chunk_at(index)->committed;
+  for (size_t i = first; i <= last;) {
+    const size_t bit = i & 63, n = last - i + 1 < 64 - bit ? last - i + 1 : 64 - bit;
+    const uint64_t mask = (n == 64 ? ~0ull : ((1ull << n) - 1)) << bit;
+    if (set)
+      __atomic_fetch_or(&words[i >> 6], mask, __ATOMIC_SEQ_CST);
+    else
+      __atomic_fetch_and(&words[i >> 6], ~mask, __ATOMIC_SEQ_CST);
+    i += n;
+  }
+}
+
+int nic_steps_commit(void *addr, size_t len) {
+  if (len == 0) return 0;
+  const uintptr_t first = (uintptr_t)addr, last = first + len - 1;
+  int rc = 0;
+  /* Commits of a step already backed (mimalloc commits in 64 KiB slices too) take no lock. */
+  for (uintptr_t a = first; a <= last && a >= first;
+       a = (a | (((uintptr_t)1 << nic_dp.step_shift) - 1)) + 1) {
+    if (!nic_in_dp((const void *)a)) break;
+    const unsigned index = nic_chunk_index((const void *)a), step = nic_step_index((const void *)a);
+    /* mimalloc holds these slices committed from now on (see nic_step_release_locked). */
+    const uintptr_t base = (uintptr_t)nic_chunk_base(index);
+    const uintptr_t step_last = a | (((uintptr_t)1 << nic_dp.step_shift) - 1);
+    const uintptr_t stop = last < step_last ? last : step_last;
+    slice_bits(index, (a - base) >> NIC_SLICE_SHIFT, (stop - base) >> NIC_SLICE_SHIFT, true);
+    if (__atomic_load_n(&nic_chunk_at(index)->steps[step].backed, __ATOMIC_SEQ_CST)) continue;
+    nic_chunks_lock();
+    if (nic_step_back_locked(index, step)) rc = -ENOMEM;
+    nic_chunks_unlock();
+  }
+  return rc;
+}
+
+void nic_steps_forget_locked(unsigned index) {
+  struct nic_chunk *c = nic_chunk_at(index);
+  for (unsigned s = 0; s < nic_steps_per_chunk(); s++) {
+    __atomic_store_n(&c->steps[s].backed, 0, __ATOMIC_RELEASE);
+    c->steps[s].mapping.pinned = false;
+  }
+}
+
+void nic_steps_decommit(void *addr, size_t len) {
+  /* Only slices wholly inside: mimalloc decommits OS pages, and a slice it still holds part of
+   * stays committed. */
+  uintptr_t a = (uintptr_t)addr, end = a + len;
+  const uintptr_t slice = (uintptr_t)1 << NIC_SLICE_SHIFT;
+  a = (a + slice - 1) & ~(slice - 1);
+  end &= ~(slice - 1);
+  const size_t chunk = (size_t)1 << nic_dp.shift;
+  while (a < end && nic_in_dp((const void *)a)) {
+    const unsigned index = nic_chunk_index((const void *)a);
+    const uintptr_t base = (uintptr_t)nic_chunk_base(index),
+                    stop = end < base + chunk ? end : base + chunk;
+    slice_bits(index, (a - base) >> NIC_SLICE_SHIFT, ((stop - base) >> NIC_SLICE_SHIFT) - 1, false);
+    a = stop;
+  }
+}
+
+bool nic_step_committed(unsigned index, unsigned step) {
+  const size_t per_step = (size_t)1 << (nic_dp.step_shift - NIC_SLICE_SHIFT);
+  const size_t first = (size_t)step * per_step;
+  const uint64_t *words = nic_chunk_at(index)->committed;
+  for (size_t i = first; i < first + per_step;) {
+    const size_t bit = i & 63,
+                 n = first + per_step - i < 64 - bit ? first + per_step - i : 64 - bit;
+    const uint64_t mask = (n == 64 ? ~0ull : ((1ull << n) - 1)) << bit;
+    if (__atomic_load_n(&words[i >> 6], __ATOMIC_SEQ_CST) & mask) return true;
+    i += n;
+  }
+  return false;
+}
+
+bool nic_step_release_locked(unsigned index, unsigned step) {
+  struct nic_step *s = &nic_chunk_at(index)->steps[step];
+  s->empty_since_ms = 0;
+  if (!s->backed) return false;
+  /* With nic_steps_commit's order (bits, then backed): either it sees the step unbacked and
+   * waits for the lock, or this sees its bits. */
+  __atomic_store_n(&s->backed, 0, __ATOMIC_SEQ_CST);
+  void *base = nic_step_base(index, step);
+  const size_t len = (size_t)1 << nic_dp.step_shift;
+  if (nic_step_committed(index, step) || !nic_publish_step_releasing(index, step, base, len)) {
+    __atomic_store_n(&s->backed, 1, __ATOMIC_RELEASE); /* its pages never left */
+    return false;
+  }
+  nic_release_step_memory(base, len);
+  s->mapping.pinned = false;
+  released_total++;
+  nic_log_info("dataplane chunk %u step %u released to the OS", index, step);
+  return true;
+}
+
+void nic_step_totals_locked(struct nic_step_totals *out) {
+  out->backed = backed_total;
+  out->released = released_total;
+  out->page_fallbacks = page_fallbacks;
+  out->pin_failures = pin_failures;
+  out->last_kind = last_kind;
+}

@@ -1,0 +1,47 @@
+/* Reserve big, pin small: a chunk is reserved, mapped (readable, writable, backed by nothing)
+ * and handed to mimalloc whole, but backed with memory, prefaulted and locked one step
+ * (NICMALLOC_PIN_STEP) at a time, when mimalloc first commits in the step (its arena is not
+ * committed as a whole: the interposed mprotect routes the commit here, os/dp_commit.h), or
+ * when a registration needs the step. Registrations are per step too (chunk_reg.c). */
+#ifndef NIC_STEPS_H
+#define NIC_STEPS_H
+
+#include "chunks.h"
+
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+
+/* The commit function handed down to the interposed mprotect: backs every step of
+ * [addr, addr + len). Returns 0, or -ENOMEM when a step could not be backed (or, under
+ * NICMALLOC_ON_PIN_FAIL=fail, not pinned). */
+int nic_steps_commit(void *addr, size_t len);
+/* The decommit function handed down: mimalloc holds [addr, addr + len) no longer. */
+void nic_steps_decommit(void *addr, size_t len);
+/* The same for one step, with the chunk lock held. */
+int nic_step_back_locked(unsigned index, unsigned step);
+/* A step's backing, read with acquire: true once it is prefaulted (and, if it could be,
+ * locked). */
+static inline bool nic_step_backed(unsigned index, unsigned step) {
+  return __atomic_load_n(&nic_chunk_at(index)->steps[step].backed, __ATOMIC_ACQUIRE);
+}
+/* Forgets every step's backing of a chunk whose memory was given back (chunk lock held). */
+void nic_steps_forget_locked(unsigned index);
+
+/* Giving back steps inside live chunks (the reaper). Whether mimalloc holds any slice of the
+ * step committed: a step with live blocks, a segment header or a cached segment in it does
+ * (the free path counts nothing more). */
+bool nic_step_committed(unsigned index, unsigned step);
+/* With the chunk lock held: gives a backed step back if mimalloc holds nothing committed in it
+ * and the layers above let it go (events.h, step_releasing: no post uses its registration).
+ * True when it was given back; it is backed again on mimalloc's next commit there. */
+bool nic_step_release_locked(unsigned index, unsigned step);
+
+struct nic_step_totals {
+  uint64_t backed, released, page_fallbacks, pin_failures;
+  enum nic_page_kind last_kind;
+};
+/* Counters over the process lifetime (chunk lock held). */
+void nic_step_totals_locked(struct nic_step_totals *out);
+
+#endif
