@@ -22,8 +22,8 @@ quick)
   reps=1 tput_msgs=100 entry_msgs=100 echo_sizes=1024 echo_secs=0.1
   ;;
 full)
-  steps_flags=(--benchmark_repetitions=10 --benchmark_min_time=0.05)
-  reps=3 tput_msgs=20000 entry_msgs=5000 echo_sizes=1024,4096 echo_secs=2
+  steps_flags=(--benchmark_repetitions=15 --benchmark_min_time=0.05)
+  reps=5 tput_msgs=50000 entry_msgs=10000 echo_sizes=1024,4096 echo_secs=3
   ;;
 *) echo "usage: $0 [quick|full] [results_dir]" >&2 && exit 2 ;;
 esac
