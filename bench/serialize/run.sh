@@ -3,7 +3,7 @@
 # Figure 3 (copy-out vs zero-copy per transport), Figure 2 (echo server), SG entries vs latency,
 # then report.md and PNG plots.
 #   bench/serialize/run.sh [quick|full] [results_dir, default results/serialize-<mode>]
-# quick: under 30 s, the ctest smoke run; full: the figures, 5-8 minutes on 2 cores.
+# quick: under 30 s, the ctest smoke run; full: the figures, about 6 minutes on 2 cores.
 # NICMALLOC_BUILD_DIR: the build directory (default build), built with NICMALLOC_BUILD_BENCH=ON.
 # Nothing here judges a timing: a step fails only when a program fails or a row is incomplete.
 set -uo pipefail
