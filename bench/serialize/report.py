@@ -301,12 +301,14 @@ def report(d, mode):
            "reply with the same payload into dataplane memory and posts it. Clients are "
            "closed-loop threads on plain sockets (one request out each) that check every reply "
            "byte; server and clients share the 2 cores. Latency is the client's, from send to "
-           "the whole reply.", ""]
+           "the whole reply. Receive stalls: times an endpoint had every receive buffer held "
+           "(nicmalloc's recv_stalls) and stopped receiving until one was released.", ""]
     md += table(["serializer", "bytes", "clients", "k req/s", "p50 us", "p99 us", "p99.9 us",
-                 "requests", "status"],
+                 "requests", "receive stalls", "status"],
                 [[r["serializer"], r["size"], r["clients"],
                   fmt((num(r, "req_per_s") or 0) / 1e3, "%.1f"), fmt(num(r, "p50_us")),
                   fmt(num(r, "p99_us")), fmt(num(r, "p999_us")), r["requests"],
+                  r.get("recv_stalls") or "MISSING",
                   "ok" if r["status"] == "ok" else "FAILED " + r["status"]] for r in echo])
     if plt and echo:
         plot_figure2(echo, d + "/figure2.png")

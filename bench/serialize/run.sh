@@ -39,8 +39,8 @@ rm -f "$out"/*.csv "$out"/*.json "$out"/*.log "$out"/*.md "$out"/*.png
 
 # Every process: small chunks (as the tests use), and the transport's own settings.
 export NICMALLOC_CHUNK_SIZE=64M
-env_of() { # TRANSPORT MODE -> the environment of one ser_net run
-  local t=$1 m=$2
+env_of() { # TRANSPORT [MODE] -> the environment of one run
+  local t=$1 m=${2:-}
   case $t in
   sim) echo NICMALLOC_BACKEND=sim NICMALLOC_SIM_DELAYS=fixed:0 ;;
   uring) echo NICMALLOC_BACKEND=uring ;;

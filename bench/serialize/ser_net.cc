@@ -640,7 +640,7 @@ struct Client {
 int EchoServer(const std::string &sername, const char *sizes, const char *clients, double seconds) {
   const Ser ser = ParseSer(sername);
   printf("serializer,size,clients,requests,seconds,req_per_s,p50_us,p99_us,p999_us,mismatches,"
-         "status\n");
+         "recv_stalls,status\n");
   for (size_t size : List(sizes)) {
     std::vector<uint8_t> payload(size);
     for (size_t i = 0; i < size; i++)
@@ -667,6 +667,7 @@ int EchoServer(const std::string &sername, const char *sizes, const char *client
       }
       g_phase = 0;
       g_measured = 0;
+      const nic_stats s0 = Stats();
       std::vector<std::thread> threads;
       for (auto &c : cl)
         threads.emplace_back([&c] { c.Run(); });
@@ -718,10 +719,14 @@ int EchoServer(const std::string &sername, const char *sizes, const char *client
                            : g_post_errors.load()  ? "post-errors"
                            : g_bad_requests.load() ? "bad-requests"
                                                    : "ok";
-      printf("%s,%zu,%zu,%zu,%.3f,%.0f,%.1f,%.1f,%.1f,%llu,%s\n", sername.c_str(), size, nc,
+      // Times an endpoint had every receive buffer held (sg's replies hold theirs until the
+      // kernel's zero-copy notification) and stopped receiving.
+      const uint64_t stalls = Stats().recv_stalls - s0.recv_stalls;
+      printf("%s,%zu,%zu,%zu,%.3f,%.0f,%.1f,%.1f,%.1f,%llu,%llu,%s\n", sername.c_str(), size, nc,
              lat.size(), secs, secs > 0 ? lat.size() / secs : 0, Pct(lat, 0.5) / 1e3,
              Pct(lat, 0.99) / 1e3, Pct(lat, 0.999) / 1e3,
-             static_cast<unsigned long long>(mismatches), status);
+             static_cast<unsigned long long>(mismatches), static_cast<unsigned long long>(stalls),
+             status);
       fflush(stdout);
     }
   }
