@@ -167,7 +167,8 @@ void Close(Link &l) {
 }
 
 struct Done {
-  int *free_slots;
+  int *free_slots; // the free list a completion gives its slot back to, cap entries deep
+  int cap;
   int *nfree;
   int slot;
   int status;
@@ -175,6 +176,7 @@ struct Done {
   static void Fn(void *arg, int status) {
     auto *d = static_cast<Done *>(arg);
     if (status) d->status = status;
+    if (*d->nfree >= d->cap) Die("a completion with its slot already free");
     d->free_slots[(*d->nfree)++] = d->slot;
     (*d->completed)++;
   }
@@ -207,7 +209,7 @@ int Throughput(const std::string &transport, const std::string &mode, const char
     std::vector<Done> done(kWindow);
     for (int i = 0; i < kWindow; i++) {
       free_slots[nfree++] = i;
-      done[i] = {free_slots, &nfree, i, 0, &completed};
+      done[i] = {free_slots, kWindow, &nfree, i, 0, &completed};
     }
     // A tenth of the messages warm up (chunk registration, bounce slabs, sockets), then the run.
     const uint64_t warm = messages / 10 + 1;
@@ -284,8 +286,8 @@ int Entries(const std::string &transport, const std::string &mode, const char *c
     const uint64_t warm = messages / 10 + 1;
     uint64_t completed = 0, errors = 0, copied = 0, misses = 0;
     uint32_t posted_entries = 0;
-    int free_slot[1], nfree = 0;
-    Done d = {free_slot, &nfree, 0, 0, &completed};
+    int free_slot[1], nfree = 0; // Done's free list, one slot deep
+    Done d = {free_slot, 1, &nfree, 0, 0, &completed};
     nic_stats s0{};
     for (uint64_t i = 0; i < warm + messages; i++) {
       if (i == warm) s0 = Stats();
@@ -307,6 +309,7 @@ int Entries(const std::string &transport, const std::string &mode, const char *c
       while ((l.sink.bytes < want_bytes || completed < want_done) && NowNs() < limit)
         nic_poll(0); // a round trip is measured spinning, whatever the transport
       const uint64_t t2 = NowNs();
+      nfree = 0; // one message at a time: its completion gave back the one slot
       if (completed < want_done) {
         errors++;
         break;
