@@ -29,6 +29,13 @@ static void read_all(void) {
   int kind = nic_setting_choice(NIC_S_PAGE_KIND);
   config.page_kind = kinds[kind > 0 ? kind : 0];
   config.page_kind_set = kind > 0;
+  /* A 1 GiB page cannot back a smaller step: an explicit 1g takes 1 GiB steps (as far as the
+   * chunk allows) unless NICMALLOC_PIN_STEP says otherwise, which then falls back, with a warning.
+   */
+  if (kind == 1 && !nic_setting_given(NIC_S_PIN_STEP) && config.pin_step < (1ul << 30)) {
+    config.pin_step = config.chunk_size < (1ul << 30) ? config.chunk_size : (1ul << 30);
+    config.step_shift = (unsigned)__builtin_ctzl(config.pin_step);
+  }
   /* fallback|fail */
   config.on_pin_fail =
       nic_setting_choice(NIC_S_ON_PIN_FAIL) == 1 ? NIC_PIN_FAIL_FAIL : NIC_PIN_FAIL_FALLBACK;

@@ -30,14 +30,14 @@
     NIC_REACH_VALUE,                                                                               \
     "size of each dataplane chunk: a power of two from `32M` to `1G` (1 GiB is io_uring's"         \
     " largest fixed buffer)")                                                                      \
-  X(PIN_STEP, "NICMALLOC_PIN_STEP", NIC_T_POW2, "32M", 2ull << 20, 1ull << 30, "",               \
+  X(PIN_STEP, "NICMALLOC_PIN_STEP", NIC_T_POW2, "32M", 2ull << 20, 1ull << 30, "",                 \
     NIC_REACH_VALUE,                                                                               \
     "unit in which a dataplane chunk is backed, prefaulted, pinned and registered: a power of "    \
     "two from `2M` to `1G`, at most the chunk size. A chunk is reserved whole, but a step is "     \
     "backed only when mimalloc first commits in it, and each step is its own registration on "     \
-    "every backend (a posted range across steps goes as one entry per step). The default is "     \
+    "every backend (a posted range across steps goes as one entry per step). The default is "      \
     "mimalloc's segment; a smaller step lets a small `RLIMIT_MEMLOCK` lock some steps, and "       \
-    "splits more blocks between registrations")                                                   \
+    "splits more blocks between registrations")                                                    \
   X(MAX_CHUNKS, "NICMALLOC_MAX_CHUNKS", NIC_T_COUNT, "16", 1, 48, "", NIC_REACH_VALUE,             \
     "cap on dataplane chunks (1–48; mimalloc allows 64 arenas per process). A thread that"       \
     " found every chunk full at the cap does not search again for 1 ms (or until a chunk "         \
@@ -48,7 +48,8 @@
     NIC_REACH_VALUE,                                                                               \
     "largest page kind to try: `1g`, `2m` (hugetlb), `thp`, `4k`; each falls back to the "         \
     "next, and the fallback is counted (`page_fallbacks`). It is a warning only when a "           \
-    "kind is named here; under `auto` it is said with `NICMALLOC_VERBOSE=1`")                      \
+    "kind is named here; under `auto` it is said with `NICMALLOC_VERBOSE=1`. `1g` also makes "     \
+    "the pin step 1 GiB (or the chunk) unless `NICMALLOC_PIN_STEP` is set")                        \
   X(ON_PIN_FAIL, "NICMALLOC_ON_PIN_FAIL", NIC_T_CHOICE, "fallback", 0, 0, "fallback|fail",         \
     NIC_REACH_VALUE,                                                                               \
     "when a chunk cannot be pinned or no chunk can hold a request: `fallback` (unpinned "          \

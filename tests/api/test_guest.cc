@@ -135,6 +135,24 @@ TEST(Guest, FallbacksAreCountedAndSaidWhenVerbose) {
   EXPECT_EQ(count_lines(unpinned.err, "warning"), 0) << unpinned.err;
 }
 
+// A 1 GiB page cannot back a smaller step: naming 1g takes 1 GiB steps, unless the step is
+// named too (then the pages fall back, with the warning above).
+TEST(Guest, OneGigabytePagesTakeOneGigabyteSteps) {
+  auto named = run_probe({"NICMALLOC_PAGE_KIND=1g", "NICMALLOC_CHUNK_SIZE=1G"},
+                         {"dp-alloc", "4096", "4096"});
+  ASSERT_EQ(named.exit_code, 0) << named.err;
+  EXPECT_EQ(named.num("pin_step"), 1ll << 30);
+  auto both =
+      run_probe({"NICMALLOC_PAGE_KIND=1g", "NICMALLOC_PIN_STEP=64M", "NICMALLOC_CHUNK_SIZE=1G"},
+                {"dp-alloc", "4096", "4096"});
+  ASSERT_EQ(both.exit_code, 0) << both.err;
+  EXPECT_EQ(both.num("pin_step"), 64ll << 20);
+  auto smaller = run_probe({"NICMALLOC_PAGE_KIND=1g", "NICMALLOC_CHUNK_SIZE=256M"},
+                           {"dp-alloc", "4096", "4096"});
+  ASSERT_EQ(smaller.exit_code, 0) << smaller.err;
+  EXPECT_EQ(smaller.num("pin_step"), 256ll << 20);
+}
+
 // Where the user's explicit setting is refused, it is a warning, once.
 TEST(Guest, RefusingAnExplicitSettingWarnsOnce) {
   auto r = run_probe({"NICMALLOC_DP_MIN_SIZE=1024", "NICMALLOC_ON_PIN_FAIL=fail"},
@@ -143,7 +161,7 @@ TEST(Guest, RefusingAnExplicitSettingWarnsOnce) {
   auto big = run_probe({"NICMALLOC_PAGE_KIND=1g", "NICMALLOC_CHUNK_SIZE=1G"},
                        {"dp-alloc", "4096", "4096"});
   ASSERT_EQ(big.exit_code, 0) << big.err;
-  EXPECT_EQ(count_lines(big.err, "warning: dataplane chunk 0 is backed by"),
+  EXPECT_EQ(count_lines(big.err, "warning: dataplane chunk 0 step 0 is backed by"),
             big.values["page_kind"] == "1g" ? 0 : 1)
       << big.err;
 }

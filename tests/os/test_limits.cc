@@ -174,7 +174,7 @@ TEST(PrefaultFailure, RefusesTheChunkInsteadOfTouchingIt) {
   ASSERT_EQ(r.exit_code, 0) << r.out << r.err;
   EXPECT_EQ(r.num("chunks_created"), 0);
   EXPECT_EQ(r.num("control_blocks"), 256);
-  EXPECT_EQ(count_lines(r.err, "cannot map dataplane chunk 0"), 1) << r.err;
+  EXPECT_EQ(count_lines(r.err, "cannot back dataplane chunk 0 step 0"), 1) << r.err;
 }
 
 // With io_uring_setup refused (ENOSYS, as a container's seccomp profile does), auto quietly
