@@ -196,11 +196,12 @@ void nic_free_general(void *p, const char *caller);
 static inline __attribute__((always_inline)) void nic_free_inline(void *p, const char *caller) {
   const uintptr_t offset = (uintptr_t)p - nic_commit_map.base;
   if (__builtin_expect(offset < __atomic_load_n(&nic_commit_map.checked, __ATOMIC_RELAXED), 1)) {
+    const uintptr_t key = nic_free_key(); /* once, for the test and the mark */
     if (__builtin_expect(nic_block_aligned(p) && nic_commit_map_has(offset) &&
-                             !nic_block_is_free(p) && !nic_free_filters_armed() &&
+                             !nic_block_holds(p, key) && !nic_free_filters_armed() &&
                              !nic_maybe_huge_block_or_boundary(p),
                          1)) {
-      nic_block_mark_free(p);
+      nic_block_set_word(p, key);
       mi_free(p);
       return;
     }
