@@ -23,18 +23,25 @@ extern size_t nic_auto_dp_threshold;
 /* NICMALLOC_FREE_CHECK: validate every pointer given to free (the default). */
 extern bool nic_free_check __attribute__((visibility("hidden")));
 
-/* Control heap, no alignment beyond 16. Counts nothing: see struct nic_stats. */
+/* Control heap, no alignment beyond 16, size already at least NIC_MIN_BLOCK. Counts nothing:
+ * see struct nic_stats. */
 static inline void *nic_control_alloc_fast(size_t size, bool zero) {
-  size = nic_block_request(size);
   void *p = zero ? mi_zalloc(size) : mi_malloc(size);
   if (__builtin_expect(p != NULL, 1) && !zero) nic_block_mark_live(p);
   return p;
 }
 
-/* malloc/calloc: one thread-local load and one compare choose the control fast path. */
+/* malloc/calloc: one thread-local load and one compare choose the control fast path for a
+ * request of at least NIC_MIN_BLOCK bytes (below it, size - NIC_MIN_BLOCK wraps around and
+ * fails the compare); a smaller one is raised to the minimum on a second test. */
 static inline void *nic_alloc_auto(size_t size, bool zero) {
-  if (__builtin_expect(size < nic_self.fast_below, 1)) {
+  if (__builtin_expect(size - NIC_MIN_BLOCK < nic_self.fast_span, 1)) {
     void *p = nic_control_alloc_fast(size, zero);
+    if (__builtin_expect(p != NULL, 1)) return p;
+  } else if (size < NIC_MIN_BLOCK &&
+             /* loaded again, not kept in a register the common path would pay for */
+             __atomic_load_n(&nic_self.fast_span, __ATOMIC_RELAXED) != 0) {
+    void *p = nic_control_alloc_fast(NIC_MIN_BLOCK, zero);
     if (__builtin_expect(p != NULL, 1)) return p;
   }
   return nic_alloc(size, 0, zero, NIC_ROUTE_AUTO);
