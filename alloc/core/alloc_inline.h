@@ -31,18 +31,24 @@ static inline void *nic_control_alloc_fast(size_t size, bool zero) {
   return p;
 }
 
+/* mimalloc refused a request the fast path took: the general path would ask it again for the
+ * same control block (for these sizes its route is the fast path's), so this only says ENOMEM.
+ * Out of line and without the size, which malloc then need not keep across its call. */
+void *nic_control_alloc_failed(void) __attribute__((cold));
+
 /* malloc/calloc: one thread-local load and one compare choose the control fast path for a
  * request of at least NIC_MIN_BLOCK bytes (below it, size - NIC_MIN_BLOCK wraps around and
  * fails the compare); a smaller one is raised to the minimum on a second test. */
 static inline void *nic_alloc_auto(size_t size, bool zero) {
   if (__builtin_expect(size - NIC_MIN_BLOCK < nic_self.fast_span, 1)) {
     void *p = nic_control_alloc_fast(size, zero);
-    if (__builtin_expect(p != NULL, 1)) return p;
-  } else if (size < NIC_MIN_BLOCK &&
-             /* loaded again, not kept in a register the common path would pay for */
-             __atomic_load_n(&nic_self.fast_span, __ATOMIC_RELAXED) != 0) {
+    return __builtin_expect(p != NULL, 1) ? p : nic_control_alloc_failed();
+  }
+  if (size < NIC_MIN_BLOCK &&
+      /* loaded again, not kept in a register the common path would pay for */
+      __atomic_load_n(&nic_self.fast_span, __ATOMIC_RELAXED) != 0) {
     void *p = nic_control_alloc_fast(NIC_MIN_BLOCK, zero);
-    if (__builtin_expect(p != NULL, 1)) return p;
+    return __builtin_expect(p != NULL, 1) ? p : nic_control_alloc_failed();
   }
   return nic_alloc(size, 0, zero, NIC_ROUTE_AUTO);
 }
