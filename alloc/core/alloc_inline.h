@@ -202,25 +202,30 @@ void nic_free_general(void *p, const char *caller);
 /* The common frees as chains of tests, each a branch out to nic_free_general. A control block:
  * in the control arena (which also rules out NULL), on a page mimalloc committed (so the key
  * word can be read), not holding the free key, nothing in flight or registered, not a huge
- * block; it ends in a tail call to mi_free. A dataplane block: checks on, its chunk mapped, not
- * holding the free key, nothing in flight. Both first ask for the alignment every block has. The
- * tests are those of nic_check_live_block and nic_release_block in the same order, so every path
- * reports and releases alike; a key match is confirmed only on the general path. */
+ * block; it ends in a tail call to mi_free. A dataplane block: its chunk mapped, not holding
+ * the free key, nothing in flight, whatever NICMALLOC_FREE_CHECK says (with it off the general
+ * path releases without checks, so a block these tests send there is released all the same).
+ * Both first ask for the alignment every block has (the control test in the same compare as the
+ * range). The tests are those of nic_check_live_block and nic_release_block in the same order,
+ * so every path reports and releases alike; a key match is confirmed only on the general path. */
 static inline __attribute__((always_inline)) void nic_free_inline(void *p, const char *caller) {
   const uintptr_t offset = (uintptr_t)p - nic_commit_map.base;
-  if (__builtin_expect(offset < __atomic_load_n(&nic_commit_map.checked, __ATOMIC_RELAXED), 1)) {
+  /* Rotated right by 4 bits, the offset of a p off the 16-byte alignment of every block (the
+   * arena's base is aligned) has a top bit set: one compare tests the range and the alignment. */
+  _Static_assert(NIC_BLOCK_ALIGN == 16, "checked_16 counts 16-byte units");
+  const uintptr_t units = (offset >> 4) | (offset << 60);
+  if (__builtin_expect(units < __atomic_load_n(&nic_commit_map.checked_16, __ATOMIC_RELAXED), 1)) {
     const uintptr_t key = nic_free_key(); /* once, for the test and the mark */
-    if (__builtin_expect(nic_block_aligned(p) && nic_commit_map_has(offset) &&
-                             !nic_block_holds(p, key) && !nic_free_filters_armed() &&
-                             !nic_maybe_huge_block_or_boundary(p),
+    if (__builtin_expect(nic_commit_map_has_16(units) && !nic_block_holds(p, key) &&
+                             !nic_free_filters_armed() && !nic_maybe_huge_block_or_boundary(p),
                          1)) {
       nic_block_set_word(p, key);
       mi_free(p);
       return;
     }
-  } else if (nic_in_dp(p) && nic_free_check && nic_block_aligned(p) &&
-             !nic_maybe_huge_block_or_boundary(p) && nic_chunk_readable(nic_chunk_index(p)) &&
-             !nic_block_is_free(p) && !nic_watching_blocks()) {
+  } else if (nic_in_dp(p) && nic_block_aligned(p) && !nic_maybe_huge_block_or_boundary(p) &&
+             nic_chunk_readable(nic_chunk_index(p)) && !nic_block_is_free(p) &&
+             !nic_watching_blocks()) {
     nic_free_dp_block(p);
     return;
   }

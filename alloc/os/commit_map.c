@@ -39,8 +39,10 @@ bool nic_commit_map_init(uintptr_t base, size_t size) {
 void nic_commit_map_verify(const void *block) {
   const uintptr_t offset = (uintptr_t)block - nic_commit_map.base;
   if (nic_commit_map.committed && offset < nic_commit_map.size && nic_commit_map_has(offset) &&
-      nic_commit_map_readable(offset))
+      nic_commit_map_readable(offset)) {
+    __atomic_store_n(&nic_commit_map.checked_16, nic_commit_map.size / 16, __ATOMIC_RELEASE);
     __atomic_store_n(&nic_commit_map.checked, nic_commit_map.size, __ATOMIC_RELEASE);
+  }
 }
 
 /* Whether the table entry at word can be written; with make, makes it so (false only if the
@@ -57,6 +59,7 @@ static bool word_writable(void *word, bool make) {
 
 /* The kernel refused a page of the table: stop trusting the map, frees ask mimalloc again. */
 static void distrust(void) {
+  __atomic_store_n(&nic_commit_map.checked_16, 0, __ATOMIC_RELEASE);
   __atomic_store_n(&nic_commit_map.checked, 0, __ATOMIC_RELEASE);
 }
 
