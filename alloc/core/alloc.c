@@ -155,6 +155,11 @@ void *nic_alloc_core(size_t size, size_t alignment, bool zero, enum nic_route ro
   return p;
 }
 
+void *nic_control_alloc_failed(void) {
+  errno = ENOMEM;
+  return NULL;
+}
+
 void *nic_alloc(size_t size, size_t alignment, bool zero, enum nic_route route) {
   nic_startup();
   /* Profile-guided sites (routing/profile.c): sampling and routing take over when either is on. */

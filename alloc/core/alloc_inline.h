@@ -23,19 +23,32 @@ extern size_t nic_auto_dp_threshold;
 /* NICMALLOC_FREE_CHECK: validate every pointer given to free (the default). */
 extern bool nic_free_check __attribute__((visibility("hidden")));
 
-/* Control heap, no alignment beyond 16. Counts nothing: see struct nic_stats. */
+/* Control heap, no alignment beyond 16, size already at least NIC_MIN_BLOCK. Counts nothing:
+ * see struct nic_stats. */
 static inline void *nic_control_alloc_fast(size_t size, bool zero) {
-  size = nic_block_request(size);
   void *p = zero ? mi_zalloc(size) : mi_malloc(size);
   if (__builtin_expect(p != NULL, 1) && !zero) nic_block_mark_live(p);
   return p;
 }
 
-/* malloc/calloc: one thread-local load and one compare choose the control fast path. */
+/* mimalloc refused a request the fast path took: the general path would ask it again for the
+ * same control block (for these sizes its route is the fast path's), so this only says ENOMEM.
+ * Out of line and without the size, which malloc then need not keep across its call. */
+void *nic_control_alloc_failed(void) __attribute__((cold));
+
+/* malloc/calloc: one thread-local load and one compare choose the control fast path for a
+ * request of at least NIC_MIN_BLOCK bytes (below it, size - NIC_MIN_BLOCK wraps around and
+ * fails the compare); a smaller one is raised to the minimum on a second test. */
 static inline void *nic_alloc_auto(size_t size, bool zero) {
-  if (__builtin_expect(size < nic_self.fast_below, 1)) {
+  if (__builtin_expect(size - NIC_MIN_BLOCK < nic_self.fast_span, 1)) {
     void *p = nic_control_alloc_fast(size, zero);
-    if (__builtin_expect(p != NULL, 1)) return p;
+    return __builtin_expect(p != NULL, 1) ? p : nic_control_alloc_failed();
+  }
+  if (size < NIC_MIN_BLOCK &&
+      /* loaded again, not kept in a register the common path would pay for */
+      __atomic_load_n(&nic_self.fast_span, __ATOMIC_RELAXED) != 0) {
+    void *p = nic_control_alloc_fast(NIC_MIN_BLOCK, zero);
+    return __builtin_expect(p != NULL, 1) ? p : nic_control_alloc_failed();
   }
   return nic_alloc(size, 0, zero, NIC_ROUTE_AUTO);
 }
@@ -189,24 +202,30 @@ void nic_free_general(void *p, const char *caller);
 /* The common frees as chains of tests, each a branch out to nic_free_general. A control block:
  * in the control arena (which also rules out NULL), on a page mimalloc committed (so the key
  * word can be read), not holding the free key, nothing in flight or registered, not a huge
- * block; it ends in a tail call to mi_free. A dataplane block: checks on, its chunk mapped, not
- * holding the free key, nothing in flight. Both first ask for the alignment every block has. The
- * tests are those of nic_check_live_block and nic_release_block in the same order, so every path
- * reports and releases alike; a key match is confirmed only on the general path. */
+ * block; it ends in a tail call to mi_free. A dataplane block: its chunk mapped, not holding
+ * the free key, nothing in flight, whatever NICMALLOC_FREE_CHECK says (with it off the general
+ * path releases without checks, so a block these tests send there is released all the same).
+ * Both first ask for the alignment every block has (the control test in the same compare as the
+ * range). The tests are those of nic_check_live_block and nic_release_block in the same order,
+ * so every path reports and releases alike; a key match is confirmed only on the general path. */
 static inline __attribute__((always_inline)) void nic_free_inline(void *p, const char *caller) {
   const uintptr_t offset = (uintptr_t)p - nic_commit_map.base;
-  if (__builtin_expect(offset < __atomic_load_n(&nic_commit_map.checked, __ATOMIC_RELAXED), 1)) {
-    if (__builtin_expect(nic_block_aligned(p) && nic_commit_map_has(offset) &&
-                             !nic_block_is_free(p) && !nic_free_filters_armed() &&
-                             !nic_maybe_huge_block_or_boundary(p),
+  /* Rotated right by 4 bits, the offset of a p off the 16-byte alignment of every block (the
+   * arena's base is aligned) has a top bit set: one compare tests the range and the alignment. */
+  _Static_assert(NIC_BLOCK_ALIGN == 16, "checked_16 counts 16-byte units");
+  const uintptr_t units = (offset >> 4) | (offset << 60);
+  if (__builtin_expect(units < __atomic_load_n(&nic_commit_map.checked_16, __ATOMIC_RELAXED), 1)) {
+    const uintptr_t key = nic_free_key(); /* once, for the test and the mark */
+    if (__builtin_expect(nic_commit_map_has_16(units) && !nic_block_holds(p, key) &&
+                             !nic_free_filters_armed() && !nic_maybe_huge_block_or_boundary(p),
                          1)) {
-      nic_block_mark_free(p);
+      nic_block_set_word(p, key);
       mi_free(p);
       return;
     }
-  } else if (nic_in_dp(p) && nic_free_check && nic_block_aligned(p) &&
-             !nic_maybe_huge_block_or_boundary(p) && nic_chunk_readable(nic_chunk_index(p)) &&
-             !nic_block_is_free(p) && !nic_watching_blocks()) {
+  } else if (nic_in_dp(p) && nic_block_aligned(p) && !nic_maybe_huge_block_or_boundary(p) &&
+             nic_chunk_readable(nic_chunk_index(p)) && !nic_block_is_free(p) &&
+             !nic_watching_blocks()) {
     nic_free_dp_block(p);
     return;
   }

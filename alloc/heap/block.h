@@ -17,14 +17,22 @@ extern uintptr_t nic_free_key_value __attribute__((visibility("hidden")));
 static inline uintptr_t nic_free_key(void) {
   return __atomic_load_n(&nic_free_key_value, __ATOMIC_RELAXED);
 }
+/* With the key passed in: free's fast path loads it once for the test and the mark (an atomic
+ * load is not merged with another). */
+static inline void nic_block_set_word(void *p, uintptr_t value) {
+  ((uintptr_t *)p)[1] = value;
+}
+static inline bool nic_block_holds(const void *p, uintptr_t key) {
+  return ((const uintptr_t *)p)[1] == key;
+}
 static inline void nic_block_mark_live(void *p) {
-  ((uintptr_t *)p)[1] = 0;
+  nic_block_set_word(p, 0);
 }
 static inline void nic_block_mark_free(void *p) {
-  ((uintptr_t *)p)[1] = nic_free_key();
+  nic_block_set_word(p, nic_free_key());
 }
 static inline bool nic_block_is_free(const void *p) {
-  return ((const uintptr_t *)p)[1] == nic_free_key();
+  return nic_block_holds(p, nic_free_key());
 }
 /* Every block starts 16-byte aligned (mimalloc's minimum; larger alignments are multiples), so a
  * pointer that is not cannot be one: free(p + 8) is caught here. An interior pointer at a

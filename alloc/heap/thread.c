@@ -1,5 +1,7 @@
 #include "thread.h"
 
+#include "block.h"
+
 #include "forklock.h"
 #include "log.h"
 #include "startup.h"
@@ -53,7 +55,7 @@ static void on_thread_exit(void *arg) {
   t->next = t->prev = NULL;
   t->state = NIC_THREAD_EXITING;
   pthread_mutex_unlock(&threads_lock);
-  t->fast_below = 0;
+  t->fast_span = 0;
   t->dp_fast_below = 0;
 }
 
@@ -89,7 +91,8 @@ void nic_thread_refresh_fast(void) {
   const bool ready = t->state == NIC_THREAD_READY;
   /* nic_fast_limit (thread.h). Inside nicmalloc's own code every allocation
    * takes the slow path, to its own heap (alloc.c). */
-  t->fast_below = ready && t->scope_depth == 0 && t->internal_depth == 0 ? nic_fast_limit : 0;
+  const bool fast = ready && t->scope_depth == 0 && t->internal_depth == 0;
+  t->fast_span = fast && nic_fast_limit > NIC_MIN_BLOCK ? nic_fast_limit - NIC_MIN_BLOCK : 0;
   const bool dp_fast = t->state == NIC_THREAD_READY && !t->dp_fast_paused;
   t->dp_fast_below = dp_fast ? nic_dp_fast_max + 1 : 0;
 }

@@ -13,10 +13,12 @@
 #define NIC_CURSOR_PARKED NIC_CHUNK_SLOTS
 
 struct nic_thread {
-  /* malloc of fewer bytes than this takes the control fast path: NICMALLOC_DP_MIN_SIZE (or
+  /* malloc of n bytes takes the control fast path when n - NIC_MIN_BLOCK < fast_span
+   * (unsigned): from NIC_MIN_BLOCK bytes up to below nic_fast_limit (NICMALLOC_DP_MIN_SIZE, or
    * SIZE_MAX) once the thread is set up and outside any dataplane scope, else 0. One load and
-   * one compare decide the route. */
-  size_t fast_below;
+   * one compare decide the route and that the request needs no raising to the minimum block;
+   * smaller requests take a second test, off the common path. */
+  size_t fast_span;
   /* nic_malloc's inline dataplane path takes requests of fewer bytes than this: one more than
    * nic_dp_fast_max once the thread is set up, 0 before, after its exit hook, and while
    * dp_fast_paused. */
@@ -61,10 +63,10 @@ static inline void nic_counter_add(int64_t *counter, int64_t delta) {
 /* Sets the calling thread up (once). Returns false while setting up (re-entrant malloc from
  * inside the set-up) or after the thread has exited; callers then use the control heap. */
 bool nic_thread_ready(void);
-/* Recomputes nic_self.fast_below after the thread's state or scope changed. */
+/* Recomputes nic_self.fast_span after the thread's state or scope changed. */
 void nic_thread_refresh_fast(void);
 /* What the fast paths take, set at start-up, copied by each thread when it refreshes. Cap on
- * fast_below: NICMALLOC_DP_MIN_SIZE's threshold, lowered by the control heap's tuning, profiling,
+ * fast_span: NICMALLOC_DP_MIN_SIZE's threshold, lowered by the control heap's tuning, profiling,
  * routing and detect's site records (each at its start-up step: startup.h). */
 extern size_t nic_fast_limit;
 /* Largest request the inline dataplane path takes (a chunk can hold far more; see dp_heap.c);

@@ -8,26 +8,29 @@
 
 struct nic_commit_map nic_commit_map;
 
-/* The bits are mapped read-only (zeros, no commit charge even under strict overcommit: 256 MiB
- * for a 4 TiB arena) and each 4 KiB of them is made writable when a bit in it is first set;
- * one flag per such page says whether it is. */
+/* The tables are mapped read-only (zeros, no commit charge even under strict overcommit: about
+ * 1.1 GiB for a 4 TiB arena) and each 4 KiB of them is made writable when an entry in it is
+ * first set; one flag per such page says whether it is. The committed bytes come first, then
+ * the readable bits. */
 static uint64_t *writable_flags;
 static uintptr_t bits_start;
 
 bool nic_commit_map_init(uintptr_t base, size_t size) {
-  const size_t words = ((size >> NIC_PAGE_SHIFT) + 63) / 64;
-  const size_t bits_bytes = nic_page_up(2 * words * sizeof(uint64_t));
-  const size_t flag_bytes = nic_page_up((bits_bytes / NIC_PAGE_SIZE + 63) / 64 * sizeof(uint64_t));
-  char *region = nic_map_anon(flag_bytes + bits_bytes, PROT_READ, true);
+  const size_t pages = size >> NIC_PAGE_SHIFT;
+  const size_t byte_bytes = nic_page_up(pages);
+  const size_t bit_bytes = nic_page_up((pages + 63) / 64 * sizeof(uint64_t));
+  const size_t table_bytes = byte_bytes + bit_bytes;
+  const size_t flag_bytes = nic_page_up((table_bytes / NIC_PAGE_SIZE + 63) / 64 * sizeof(uint64_t));
+  char *region = nic_map_anon(flag_bytes + table_bytes, PROT_READ, true);
   if (!region) return false;
   if (!nic_map_writable(region, flag_bytes)) {
-    nic_unmap(region, flag_bytes + bits_bytes);
+    nic_unmap(region, flag_bytes + table_bytes);
     return false;
   }
   writable_flags = (uint64_t *)region;
   bits_start = (uintptr_t)region + flag_bytes;
-  nic_commit_map.committed = (uint64_t *)bits_start;
-  nic_commit_map.readable = nic_commit_map.committed + words;
+  nic_commit_map.committed = (uint8_t *)bits_start;
+  nic_commit_map.readable = (uint64_t *)(bits_start + byte_bytes);
   nic_commit_map.base = base;
   __atomic_store_n(&nic_commit_map.size, size, __ATOMIC_RELEASE);
   return true;
@@ -36,12 +39,15 @@ bool nic_commit_map_init(uintptr_t base, size_t size) {
 void nic_commit_map_verify(const void *block) {
   const uintptr_t offset = (uintptr_t)block - nic_commit_map.base;
   if (nic_commit_map.committed && offset < nic_commit_map.size && nic_commit_map_has(offset) &&
-      nic_commit_map_readable(offset))
+      nic_commit_map_readable(offset)) {
+    __atomic_store_n(&nic_commit_map.checked_16, nic_commit_map.size / 16, __ATOMIC_RELEASE);
     __atomic_store_n(&nic_commit_map.checked, nic_commit_map.size, __ATOMIC_RELEASE);
+  }
 }
 
-/* Whether word can be written; with make, makes it so (false only if the kernel refused). */
-static bool word_writable(uint64_t *word, bool make) {
+/* Whether the table entry at word can be written; with make, makes it so (false only if the
+ * kernel refused). */
+static bool word_writable(void *word, bool make) {
   const uintptr_t page = ((uintptr_t)word - bits_start) / NIC_PAGE_SIZE;
   const uint64_t flag = (uint64_t)1 << (page % 64);
   if (__atomic_load_n(&writable_flags[page / 64], __ATOMIC_ACQUIRE) & flag) return true;
@@ -51,6 +57,28 @@ static bool word_writable(uint64_t *word, bool make) {
   return true;
 }
 
+/* The kernel refused a page of the table: stop trusting the map, frees ask mimalloc again. */
+static void distrust(void) {
+  __atomic_store_n(&nic_commit_map.checked_16, 0, __ATOMIC_RELEASE);
+  __atomic_store_n(&nic_commit_map.checked, 0, __ATOMIC_RELEASE);
+}
+
+/* Byte stores, one at a time: another thread may note a neighbouring page at the same moment. */
+static void set_bytes(uint8_t *bytes, uintptr_t first, uintptr_t last, bool on) {
+  for (uintptr_t page = first; page < last;) {
+    /* to the end of this page of the table, or of the range */
+    const uintptr_t table_end = nic_page_up((uintptr_t)&bytes[page] + 1) - (uintptr_t)bytes;
+    const uintptr_t end = table_end < last ? table_end : last;
+    if (!word_writable(&bytes[page], on)) {
+      if (on) distrust();
+      page = end;
+      continue;
+    }
+    for (; page < end; page++)
+      __atomic_store_n(&bytes[page], (uint8_t)on, __ATOMIC_RELEASE);
+  }
+}
+
 static void set_bits(uint64_t *bits, uintptr_t first, uintptr_t last, bool on) {
   for (uintptr_t page = first; page < last;) {
     size_t n;
@@ -58,8 +86,7 @@ static void set_bits(uint64_t *bits, uintptr_t first, uintptr_t last, bool on) {
     uint64_t *word = &bits[page / 64];
     page += n;
     if (!word_writable(word, on)) {
-      if (on) /* the kernel refused: stop trusting the map, frees ask mimalloc again */
-        __atomic_store_n(&nic_commit_map.checked, 0, __ATOMIC_RELEASE);
+      if (on) distrust();
       continue;
     }
     if (on)
@@ -79,7 +106,7 @@ void nic_commit_map_note(const void *addr, size_t len, enum nic_page_change chan
   /* Whole pages, rounded out as the kernel rounds the calls that report here. */
   const uintptr_t first = lo >> NIC_PAGE_SHIFT;
   const uintptr_t last = nic_page_up(hi) >> NIC_PAGE_SHIFT; /* exclusive */
-  set_bits(nic_commit_map.committed, first, last, change == NIC_PAGES_READABLE);
+  set_bytes(nic_commit_map.committed, first, last, change == NIC_PAGES_READABLE);
   if (change != NIC_PAGES_DROPPED)
     set_bits(nic_commit_map.readable, first, last, change == NIC_PAGES_READABLE);
 }

@@ -524,6 +524,35 @@ static int big_block(size_t mib) {
   return 0;
 }
 
+/* fill-control: fills the control arena with blocks never written, large ones first, until
+ * mimalloc refuses even small ones (the sizes malloc's fast path takes): they must come back
+ * NULL with ENOMEM, and once the blocks are freed, small ones must be served again. */
+static int fill_control(void) {
+  static void *blocks[1 << 16];
+  static const size_t sizes[] = {(size_t)256 << 20, (size_t)32 << 20, (size_t)4 << 20,
+                                 (size_t)256 << 10, (size_t)8 << 10,  64};
+  unsigned n = 0;
+  for (unsigned i = 0; i < sizeof sizes / sizeof sizes[0]; i++) {
+    void *p;
+    while (n < sizeof blocks / sizeof blocks[0] && (p = malloc(sizes[i])))
+      blocks[n++] = p;
+  }
+  errno = 0;
+  const int small_null = malloc(64) == NULL, small_errno = errno;
+  errno = 0;
+  const int tiny_null = malloc(8) == NULL, tiny_errno = errno;
+  errno = 0;
+  const int calloc_null = calloc(1, 64) == NULL, calloc_errno = errno;
+  for (unsigned i = 0; i < n; i++)
+    free(blocks[i]);
+  void *again = malloc(64);
+  printf("blocks=%u\nsmall_null=%d\nsmall_errno=%d\ntiny_null=%d\ntiny_errno=%d\n", n, small_null,
+         small_errno, tiny_null, tiny_errno);
+  printf("calloc_null=%d\ncalloc_errno=%d\nagain=%d\n", calloc_null, calloc_errno, again != NULL);
+  free(again);
+  return 0;
+}
+
 /* What any program does at start-up, with no nicmalloc call: blocks of many sizes (1 MiB ones
  * are dataplane under NICMALLOC_DP_MIN_SIZE), grown and freed; then the fallbacks taken. */
 static int guest_start(void) {
@@ -685,6 +714,7 @@ int main(int argc, char **argv) {
   if (argc >= 3 && !strcmp(argv[1], "no-populate"))
     return refusing(argv, __NR_madvise, 23 /* MADV_POPULATE_WRITE */, ENOMEM);
   if (argc >= 3 && !strcmp(argv[1], "big-block")) return big_block(strtoull(argv[2], NULL, 0));
+  if (argc >= 2 && !strcmp(argv[1], "fill-control")) return fill_control();
   if (argc >= 2 && !strcmp(argv[1], "uring-endpoint")) { /* which backend; can one be made? */
     errno = 0;
     struct nic_endpoint *ep = nic_uring_endpoint_create(STDOUT_FILENO);
@@ -772,6 +802,6 @@ int main(int argc, char **argv) {
       "open-backend | as-limit GIB "
       "ARGS... | data-limit MIB ARGS... | in-cgroup DIR ARGS... | no-uring ARGS... | "
       "no-getrandom ARGS... | fixed-layout ARGS... | free-key | uring-endpoint | "
-      "post-beside-bookkeeping\n");
+      "post-beside-bookkeeping | fill-control\n");
   return 2;
 }

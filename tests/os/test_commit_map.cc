@@ -95,15 +95,43 @@ TEST(CommitMap, PagesRemappedAwayAreGone) {
   free(block);
 }
 
+// One page of the committed table (a byte per arena page) covers 16 MiB of the arena: a change
+// across the border of two such pages reaches both, and no page beyond it.
+TEST(CommitMap, ChangesAcrossTablePagesReachEveryPage) {
+  constexpr size_t kTableSpan = kPage * kPage;
+  constexpr size_t kSize = 40 << 20;
+  char *block = static_cast<char *>(malloc(kSize));
+  ASSERT_NE(block, nullptr);
+  const uintptr_t offset = reinterpret_cast<uintptr_t>(block) - nic_commit_map.base;
+  const uintptr_t border = (offset + (1 << 20) + kTableSpan - 1) / kTableSpan * kTableSpan;
+  char *mid = reinterpret_cast<char *>(nic_commit_map.base + border);
+  const size_t half = 8 * kPage;
+  ASSERT_LE(mid + half, block + kSize);
+  ASSERT_GE(mid - half, block);
+  ASSERT_EQ(mprotect(mid - 2 * half, 4 * half, PROT_READ | PROT_WRITE), 0);
+  ASSERT_EQ(madvise(mid - half, 2 * half, MADV_DONTNEED), 0);
+  for (size_t off = 0; off < 2 * half; off += kPage)
+    EXPECT_FALSE(Committed(mid - half + off)) << off;
+  EXPECT_TRUE(Committed(mid - half - 1));
+  EXPECT_TRUE(Committed(mid + half));
+  ASSERT_EQ(mprotect(mid - half, 2 * half, PROT_READ | PROT_WRITE), 0);
+  for (size_t off = 0; off < 2 * half; off += kPage)
+    EXPECT_TRUE(Committed(mid - half + off)) << off;
+  free(block);
+}
+
 TEST(CommitMap, RangesOutsideTheArenaAreIgnored) {
-  const uint64_t committed = __atomic_load_n(&nic_commit_map.committed[0], __ATOMIC_RELAXED);
+  uint8_t committed[64];
+  for (size_t i = 0; i < 64; i++)
+    committed[i] = __atomic_load_n(&nic_commit_map.committed[i], __ATOMIC_RELAXED);
   const uint64_t readable = __atomic_load_n(&nic_commit_map.readable[0], __ATOMIC_RELAXED);
   void *mapped =
       mmap(nullptr, 4 * kPage, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
   ASSERT_NE(mapped, MAP_FAILED);
   nic_commit_map_note(mapped, 4 * kPage, NIC_PAGES_GONE);
   nic_commit_map_note(reinterpret_cast<char *>(nic_commit_map.base) - kPage, kPage, NIC_PAGES_GONE);
-  EXPECT_EQ(__atomic_load_n(&nic_commit_map.committed[0], __ATOMIC_RELAXED), committed);
+  for (size_t i = 0; i < 64; i++)
+    EXPECT_EQ(__atomic_load_n(&nic_commit_map.committed[i], __ATOMIC_RELAXED), committed[i]) << i;
   EXPECT_EQ(__atomic_load_n(&nic_commit_map.readable[0], __ATOMIC_RELAXED), readable);
   munmap(mapped, 4 * kPage);
 }

@@ -65,6 +65,23 @@ TEST(AddressSpaceLimit, WithoutTheControlArenaBigBlocksCanBeReallocatedAndFreed)
   EXPECT_EQ(count_lines(r.err, "not allocated by nicmalloc"), 0) << r.err;
 }
 
+// Under 80 GiB the control arena is 64 GiB, which blocks never written can fill without using
+// memory. Then mimalloc refuses even the small requests malloc's fast path takes: NULL and
+// ENOMEM (the fast path does not keep the size to ask again: the general path would only ask
+// mimalloc for the same block), and the heap goes on once blocks are freed.
+TEST(AddressSpaceLimit, FullControlArenaGivesEnomemToSmallRequests) {
+  auto r = run_probe({}, {"as-limit", "80", "fill-control"});
+  ASSERT_EQ(r.exit_code, 0) << r.out << r.err;
+  EXPECT_GT(r.num("blocks"), 200) << r.out;
+  EXPECT_EQ(r.num("small_null"), 1) << r.out;
+  EXPECT_EQ(r.num("small_errno"), ENOMEM) << r.out;
+  EXPECT_EQ(r.num("tiny_null"), 1) << r.out;
+  EXPECT_EQ(r.num("tiny_errno"), ENOMEM) << r.out;
+  EXPECT_EQ(r.num("calloc_null"), 1) << r.out;
+  EXPECT_EQ(r.num("calloc_errno"), ENOMEM) << r.out;
+  EXPECT_EQ(r.num("again"), 1) << r.out;
+}
+
 // A 1 GiB chunk maps under a 256 MiB data limit, but mimalloc's arena bookkeeping does not fit
 // after it. Each try maps and prefaults the whole chunk, so it must not happen per request.
 TEST(DataLimit, RefusedChunkIsNotTriedAgainOnEveryRequest) {
