@@ -1,10 +1,17 @@
 # The serializer adapters (include/nicmalloc/*.h), each over the public API on sim (slow random
-# DMA delays, so a byte rewritten after post shows) and on io_uring over loopback TCP, once per
-# fence mode: under detect no mismatch may be reported, under protect no writer held. Included
-# from tests/CMakeLists.txt; a serializer that is not installed skips its suite.
+# DMA delays, so a byte rewritten after post shows), on io_uring over loopback TCP and, where the
+# dpdk plugin is built, on DPDK net_ring0 (tests/adapters/wire.h; not under protect, below),
+# once per fence mode: under detect no mismatch may be reported, under protect no writer held.
+# Included from tests/CMakeLists.txt; a serializer that is not installed skips its suite. The dpdk runs skip,
+# saying why, where EAL cannot start; ctest fails such a skip, as the other dpdk tests do.
 set(NIC_ADAPTER_ENV_sim NICMALLOC_BACKEND=sim NICMALLOC_SIM_DELAYS=${NIC_SAFETY_DELAYS}
   NICMALLOC_SIM_SEED=7)
 set(NIC_ADAPTER_ENV_uring NICMALLOC_BACKEND=uring)
+set(NIC_ADAPTER_ENV_dpdk NICMALLOC_BACKEND=dpdk NICMALLOC_DPDK_VDEV=net_ring0)
+set(NIC_ADAPTER_BACKENDS sim uring)
+if(TARGET nicmalloc-dpdk)
+  list(APPEND NIC_ADAPTER_BACKENDS dpdk)
+endif()
 # nic_add_adapter_suite(name sources... LIBS libs...): a test per backend and fence mode.
 function(nic_add_adapter_suite name)
   cmake_parse_arguments(PARSE_ARGV 1 SUITE "" "" "LIBS")
@@ -12,11 +19,26 @@ function(nic_add_adapter_suite name)
   target_include_directories(${name} PRIVATE ${CMAKE_CURRENT_BINARY_DIR}
     ${CMAKE_CURRENT_SOURCE_DIR}/adapters ${PROJECT_SOURCE_DIR}/include)
   target_link_libraries(${name} PRIVATE nicmalloc ${SUITE_LIBS} GTest::gtest GTest::gtest_main)
-  foreach(backend sim uring)
+  if(TARGET nicmalloc-dpdk)
+    add_dependencies(${name} nicmalloc-dpdk)
+  endif()
+  foreach(backend ${NIC_ADAPTER_BACKENDS})
     foreach(fence wait protect detect)
+      # Not dpdk under protect: there the fence's poller thread (safety/fence_threads.c) polls
+      # the backend while a writer is held, and the dpdk backend's poll hands received packets
+      # to the program's receive function from that thread too, beside the program's own polls:
+      # packets then reach a stream reader out of order (2 runs in 12 of the protobuf suite
+      # lost a message). A runtime defect, to fix there; until then this run would be flaky.
+      if(backend STREQUAL "dpdk" AND fence STREQUAL "protect")
+        continue()
+      endif()
       add_test(NAME ${name}_${backend}_${fence} COMMAND ${name})
       set_tests_properties(${name}_${backend}_${fence} PROPERTIES TIMEOUT 300 ENVIRONMENT
         "${NIC_ADAPTER_ENV_${backend}};NICMALLOC_CHUNK_SIZE=64M;NICMALLOC_FENCE=${fence}")
+      if(backend STREQUAL "dpdk")
+        set_tests_properties(${name}_${backend}_${fence} PROPERTIES
+          FAIL_REGULAR_EXPRESSION "\\[  SKIPPED \\]")
+      endif()
     endforeach()
   endforeach()
 endfunction()

@@ -118,6 +118,7 @@ protected:
       });
       if (rc) feed_errors_++;
     });
+    if (!wire_->Unavailable().empty()) GTEST_SKIP() << wire_->Unavailable();
     ASSERT_NE(wire_->tx(), nullptr);
   }
   void TearDown() override {
@@ -133,20 +134,23 @@ protected:
   }
   // Posts msg; the completion counts in done_.
   void Post(ncp::MessageBuilder &msg, unsigned max_entries = 0) {
-    ASSERT_EQ(ncp::post(wire_->tx(), msg, Done::Fn, &done_, max_entries), 0);
+    ASSERT_EQ(ncp::post(wire_->tx(), msg, Done::Fn, &done_, wire_->entries(max_entries)), 0);
     posted_++;
   }
-  // Waits for every completion and for n messages, and checks them against specs by seq.
+  // Waits for the messages, checks them against specs by seq and drops them, then waits for
+  // every completion: on dpdk a message read in place holds the sender's memory, whose post
+  // completes only once the message is gone.
   void ReceiveAndCheck(const std::vector<Spec> &specs) {
-    ASSERT_TRUE(wire_->PollUntil([&] {
-      return done_.calls.load() == posted_ && got_.size() >= specs.size();
-    })) << done_.calls.load()
-        << " of " << posted_ << " posts done, " << got_.size() << " of " << specs.size()
-        << " messages received";
-    EXPECT_EQ(done_.failed.load(), 0);
+    ASSERT_TRUE(wire_->PollUntil([&] { return got_.size() >= specs.size(); }))
+        << got_.size() << " of " << specs.size() << " messages received, " << done_.calls.load()
+        << " of " << posted_ << " posts done";
     ASSERT_EQ(got_.size(), specs.size());
     for (size_t i = 0; i < specs.size(); i++)
       Check(got_[i]->getRoot<Outer>(), specs[i]);
+    got_.clear();
+    ASSERT_TRUE(wire_->PollUntil([&] { return done_.calls.load() == posted_; }))
+        << done_.calls.load() << " of " << posted_ << " posts done";
+    EXPECT_EQ(done_.failed.load(), 0);
   }
 
   nic_stats before_;

@@ -86,6 +86,7 @@ protected:
       });
       if (rc) feed_errors_++;
     });
+    if (!wire_->Unavailable().empty()) GTEST_SKIP() << wire_->Unavailable();
     ASSERT_NE(wire_->tx(), nullptr);
   }
   void TearDown() override {
@@ -104,17 +105,20 @@ protected:
     ASSERT_EQ(nfb::post(wire_->tx(), fbb, Done::Fn, &done_), 0);
     posted_++;
   }
-  // Waits for every completion and for the messages (seq, blob bytes), and checks them.
+  // Waits for the messages (seq, blob bytes), checks and drops them, then waits for every
+  // completion: on dpdk a buffer read in place holds the sender's memory, whose post completes
+  // only once the buffer is gone.
   void ReceiveAndCheck(const std::vector<std::pair<uint64_t, size_t>> &want) {
-    ASSERT_TRUE(wire_->PollUntil([&] {
-      return done_.calls.load() == posted_ && got_.size() >= want.size();
-    })) << done_.calls.load()
-        << " of " << posted_ << " posts done, " << got_.size() << " of " << want.size()
-        << " messages received";
-    EXPECT_EQ(done_.failed.load(), 0);
+    ASSERT_TRUE(wire_->PollUntil([&] { return got_.size() >= want.size(); }))
+        << got_.size() << " of " << want.size() << " messages received, " << done_.calls.load()
+        << " of " << posted_ << " posts done";
     ASSERT_EQ(got_.size(), want.size());
     for (size_t i = 0; i < want.size(); i++)
       Check(got_[i]->GetRoot<fbs::Outer>(), want[i].first, want[i].second);
+    got_.clear();
+    ASSERT_TRUE(wire_->PollUntil([&] { return done_.calls.load() == posted_; }))
+        << done_.calls.load() << " of " << posted_ << " posts done";
+    EXPECT_EQ(done_.failed.load(), 0);
   }
 
   nic_stats before_;

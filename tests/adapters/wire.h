@@ -1,7 +1,16 @@
 // The adapters' suites send through the public API over the backend of the run (ctest sets
 // NICMALLOC_BACKEND): on sim, an endpoint that receives its own posts; on uring, a TCP pair on
-// 127.0.0.1, posting on one end and receiving (nic_endpoint_receive) on the other. Either way the
-// receiver is fed the bytes in order, in whatever pieces the transport delivers.
+// 127.0.0.1, posting on one end and receiving (nic_endpoint_receive) on the other; on dpdk,
+// net_ring0 (NICMALLOC_DPDK_VDEV), a port that receives its own packets, in order, in the very
+// memory the sender posted. Either way the receiver is fed the bytes in order, in whatever pieces
+// the transport delivers.
+//
+// DPDK: a post is one packet. net_ring hands a packet over in place when its segments lie end to
+// end (one entry, however long), but a packet of scattered entries must be gathered into one
+// 4 KiB receive buffer and is dropped when longer; so on dpdk every post carries one entry
+// (Wire::entries) and the stream readers join a message's packets. A message read in place
+// holds the sender's own memory, whose post then completes only at the release: the suites
+// check and drop what they received before waiting for completions, never hold while waiting.
 #pragma once
 
 #include <gtest/gtest.h>
@@ -49,12 +58,21 @@ class Wire {
 public:
   using Feed = std::function<void(void *data, size_t len)>;
   explicit Wire(Feed feed) : feed_(std::move(feed)), backend_(Backend()) {
+    if (backend_ == "none") return; // the fixture skips (Unavailable)
     if (backend_ == "sim") {
       tx_ = nic_sim_endpoint_create(Receive, this, 0);
       EXPECT_NE(tx_, nullptr) << strerror(errno);
       return;
     }
-    EXPECT_EQ(backend_, "uring") << "run with NICMALLOC_BACKEND=sim or uring";
+    if (backend_ == "dpdk") {
+      tx_ = nic_dpdk_endpoint_create(NIC_DPDK_DEFAULT_PORT, 0);
+      EXPECT_NE(tx_, nullptr) << strerror(errno);
+      if (tx_) {
+        EXPECT_EQ(nic_endpoint_receive(tx_, Receive, this), 0);
+      }
+      return;
+    }
+    EXPECT_EQ(backend_, "uring") << "run with NICMALLOC_BACKEND=sim, uring or dpdk";
     int l = socket(AF_INET, SOCK_STREAM, 0);
     sockaddr_in a{};
     a.sin_family = AF_INET;
@@ -75,9 +93,16 @@ public:
     }
   }
   ~Wire() {
+    if (backend_ == "none") return;
     auto end = std::chrono::steady_clock::now() + kLimit;
     if (backend_ == "sim") {
       while (tx_ && nic_sim_endpoint_destroy(tx_) == -EBUSY &&
+             std::chrono::steady_clock::now() < end)
+        nic_wait(10);
+      return;
+    }
+    if (backend_ == "dpdk") {
+      while (tx_ && nic_dpdk_endpoint_destroy(tx_) == -EBUSY &&
              std::chrono::steady_clock::now() < end)
         nic_wait(10);
       return;
@@ -96,7 +121,16 @@ public:
 
   nic_endpoint *tx() const { return tx_; }
   const std::string &backend() const { return backend_; }
+  // Why the run's backend could not open (DPDK where EAL cannot start), or "".
+  std::string Unavailable() const {
+    return backend_ == "none" ? "the backend of NICMALLOC_BACKEND did not open (see the warning "
+                                "above): nothing to send on"
+                              : "";
+  }
   int ends() const { return ends_; }
+  // The entry limit to post with, for a test that wants `want` (0: the backend's): 1 on dpdk,
+  // where a packet of several scattered entries longer than a receive buffer is dropped.
+  unsigned entries(unsigned want = 0) const { return backend_ == "dpdk" ? 1 : want; }
 
   // Runs completions and receives until pred() holds; false after kLimit.
   template <typename Pred> bool PollUntil(Pred pred) {
