@@ -228,7 +228,9 @@ void nic_sga_reset(struct nic_sga *sga);
 /* Progress and waiting. Posts move on without the program: the backend (its own thread for
  * io_uring, the NIC or the sim's engine) hands them to the transport and collects what comes
  * back. The program's functions, done() and receive(), run only from nic_poll and nic_wait, on
- * the calling thread (and from a fence that waits: nic_fence_write). */
+ * the calling thread. done() may also run from a fence that waits (nic_fence_write, a free or
+ * write held under NICMALLOC_FENCE=wait|protect) and, under protect while a writer is held, on
+ * nicmalloc's fence thread; receive() never does. */
 /* Runs up to max ready completions and received messages of the process-wide backend (all of
  * them when max <= 0) and returns how many ran: 0 when nothing was ready (never negative; no
  * backend open is 0 too). It never blocks. */

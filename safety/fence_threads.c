@@ -115,7 +115,7 @@ static void *poller(void *arg) {
       continue;
     }
     struct nic_backend *b = nic_backend_if_open();
-    if (b) b->poll(b, 0);
+    if (b) b->poll(b, NIC_POLL_COMPLETIONS_ONLY);
     struct timespec pause = {0, 20000}; /* as the wait fence: a DMA takes microseconds */
     nanosleep(&pause, NULL);
   }

@@ -122,7 +122,7 @@ NIC_EXPORT int nic_sga_post(struct nic_sga *sga, struct nic_endpoint *ep, nic_sg
 
 NIC_EXPORT int nic_poll(int max) {
   struct nic_backend *b = nic_backend_if_open();
-  int ran = b ? b->poll(b, max) : 0;
+  int ran = b ? b->poll(b, max < 0 ? 0 : max) : 0; /* negative: all, as 0 (nicmalloc.h) */
   if (ran)
     nic_rcache_retry_busy(
         nic_rcache_process()); /* a registration refused as busy may be free now */

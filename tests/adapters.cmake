@@ -24,11 +24,12 @@ function(nic_add_adapter_suite name)
   endif()
   foreach(backend ${NIC_ADAPTER_BACKENDS})
     foreach(fence wait protect detect)
-      # Not dpdk under protect: there the fence's poller thread (safety/fence_threads.c) polls
-      # the backend while a writer is held, and the dpdk backend's poll hands received packets
-      # to the program's receive function from that thread too, beside the program's own polls:
-      # packets then reach a stream reader out of order (2 runs in 12 of the protobuf suite
-      # lost a message). A runtime defect, to fix there; until then this run would be flaky.
+      # Not dpdk under protect: on net_ring0 in one process a post completes only when the same
+      # program has received its packet (the receiver frees the very mbufs), and receive
+      # functions run only from the program's own polls, never on nicmalloc's threads. A write
+      # protect holds on the program's only thread then waits for a completion only that thread
+      # can bring: NICMALLOC_FENCE_TIMEOUT_MS each time (the protobuf suite). Two hosts, or two
+      # threads that poll, do not meet this; such a loopback program uses wait or detect.
       if(backend STREQUAL "dpdk" AND fence STREQUAL "protect")
         continue()
       endif()

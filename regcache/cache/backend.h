@@ -76,6 +76,10 @@ typedef void (*nic_endpoint_rx_fn)(void *arg, void *data, size_t len, int status
 /* Runs once per post when the NIC no longer needs the memory: status 0, or -EFAULT for a
  * protection error (an entry not covered by a registration), or another -errno. */
 typedef void (*nic_completion_fn)(void *arg, int status);
+/* poll()'s max when nicmalloc polls for itself (a fence waiting for completions, the protect
+ * poller thread): the program's receive functions run only from its nic_poll and nic_wait, on
+ * its own threads, and in the order its messages came. */
+#define NIC_POLL_COMPLETIONS_ONLY (-1)
 
 struct nic_backend {
   const char *name;
@@ -91,7 +95,9 @@ struct nic_backend {
    * -EAGAIN. A registration must not be deregistered while posts that use it are in flight. */
   int (*post)(struct nic_backend *b, struct nic_endpoint *ep, const struct nic_sge *sge, unsigned n,
               nic_completion_fn done, void *arg);
-  /* Runs up to max ready completions (all of them when max <= 0); returns how many ran. */
+  /* Runs up to max ready completions and received messages (all of them when max is 0);
+   * returns how many ran. max NIC_POLL_COMPLETIONS_ONLY runs every ready completion and no
+   * receive function: a receive waits for the program's own nic_poll / nic_wait. */
   int (*poll)(struct nic_backend *b, int max);
   /* A file descriptor that polls readable while poll() has work (completions, receives), for
    * nic_wait and nic_event_fd. The backend owns it and clears it from poll() once nothing is

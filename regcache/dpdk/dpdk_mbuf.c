@@ -182,6 +182,7 @@ int nic_dpdk_poll(struct nic_backend *b, int max) {
     rte_spinlock_unlock(&ep->lock);
   }
   pthread_mutex_unlock(&be->lock);
+  if (max == NIC_POLL_COMPLETIONS_ONLY) return nic_dpdk_run_completions(be, 0);
   int ran = nic_dpdk_run_completions(be, max);
   if (max > 0 && ran >= max) return ran;
   return ran + nic_dpdk_rx_poll(be, max > 0 ? max - ran : 0);

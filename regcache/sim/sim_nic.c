@@ -172,7 +172,7 @@ static int sim_post(struct nic_backend *b, struct nic_endpoint *ep, const struct
   return 0;
 }
 
-/* max <= 0 runs every ready completion. */
+/* max <= 0 runs every ready completion (the sim's receive functions run on its engine). */
 static int sim_poll(struct nic_backend *b, int max) {
   struct sim_nic *s = b->priv;
   int ran = 0;

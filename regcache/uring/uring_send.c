@@ -284,6 +284,7 @@ int nic_uring_poll(struct nic_backend *b, int max) {
   struct uring_backend *ub = uring_of(b);
   enum { BATCH = 32 };
   int ran = 0;
+  const bool receives = max != NIC_POLL_COMPLETIONS_ONLY;
   if (max <= 0) max = INT_MAX; /* backend.h: all of them */
   while (ran < max) {
     struct {
@@ -310,5 +311,5 @@ int nic_uring_poll(struct nic_backend *b, int max) {
     ran += k;
     if (k < BATCH) break;
   }
-  return ran + nic_uring_rx_deliver(ub);
+  return receives ? ran + nic_uring_rx_deliver(ub) : ran;
 }

@@ -222,6 +222,7 @@ static int poll_recv(struct vbackend *vb, int max);
 static int vpoll(struct nic_backend *b, int max) {
   struct vbackend *vb = vb_of(b);
   int ran = 0;
+  const bool receives = max != NIC_POLL_COMPLETIONS_ONLY;
   if (max <= 0) max = 1 << 30;
   while (ran < max) { /* software completions first: they are already decided */
     pthread_mutex_lock(&vb->lock);
@@ -248,7 +249,7 @@ static int vpoll(struct nic_backend *b, int max) {
     ran += got;
     if (!got) break;
   }
-  while (ran < max) {
+  while (receives && ran < max) {
     int got = poll_recv(vb, max - ran);
     ran += got;
     if (!got) break;

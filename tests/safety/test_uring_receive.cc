@@ -108,6 +108,27 @@ TEST_F(UringReceive, TcpStreamArrivesWholeInOrderInDataplaneBuffers) {
   EXPECT_EQ(NicStats().recv_stalls, 0u) << "nothing was held: no stall";
 }
 
+// The polls nicmalloc makes for itself (a fence waiting for completions, the protect poller
+// thread) run completions only: a message waits, ready, for the program's own nic_poll, so that
+// receive functions never run on nicmalloc's threads beside the program's.
+TEST_F(UringReceive, ACompletionsOnlyPollLeavesMessagesForTheProgramsPoll) {
+  LoopbackPair pair;
+  Sink sink;
+  ASSERT_NE(Receiving(pair.rx, &sink), nullptr);
+  const int efd = nic_event_fd();
+  ASSERT_GE(efd, 0);
+  ASSERT_EQ(send(pair.tx, "ready", 5, MSG_NOSIGNAL), 5);
+  struct pollfd p = {efd, POLLIN, 0};
+  ASSERT_EQ(poll(&p, 1, 10000), 1) << "the message never became ready";
+  struct nic_backend *b = nic_backend_active();
+  b->poll(b, NIC_POLL_COMPLETIONS_ONLY);
+  EXPECT_EQ(sink.Calls(), 0u) << "a completions-only poll ran the receive function";
+  p.revents = 0;
+  EXPECT_EQ(poll(&p, 1, 0), 1) << "the event fd was cleared with the message still waiting";
+  EXPECT_TRUE(NicPollUntil([&] { return sink.Size() >= 5; }));
+  EXPECT_EQ(sink.data, "ready");
+}
+
 TEST_F(UringReceive, UdpDatagramsOfOneByteTo64KiBArriveWhole) {
   UdpPair pair;
   Sink sink;
