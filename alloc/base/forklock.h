@@ -13,6 +13,8 @@
  * ORDER. The prepare handler holds the locks of lower ranks while it waits for the next one,
  * so a lock must come before every lock its holders may wait for, directly or through a lock
  * or thread that is not on the list. Derived from the code (holder -> what it may wait for):
+ *   backends                   opening a backend (regcache/cache/backend.c): it allocates,
+ *                              maps and unmaps memory, loads a plugin (everything below)
  *   profile files              nothing: held only while a profile writer opens or closes
  *                              a file, so that a child closes its copies (profile_write.c)
  *   sim endpoints, endpoints   close an endpoint: the backend drains its posts, whose
@@ -29,11 +31,13 @@
  *                              leaves (their holders take no other lock: pool memory is
  *                              mapped by system call, alloc/base/map.h, which the cache does
  *                              not see)
- * The hooks (no lock) come last: the backend's is before in-flight, whose frees must find the
- * backend marked the parent's and the write protection gone.
+ * The hooks run in rank order too, after every lock is made anew: the backends' (with their
+ * lock, first) is before in-flight, whose frees must find the backends marked the parent's and
+ * the write protection gone.
  *
  * EVERY LOCK of alloc/, regcache/ and safety/ and its decision:
- *   held across fork (on the list, ranks below): the sim endpoint list (safety/endpoint.c),
+ *   held across fork (on the list, ranks below): the lock under which backends start
+ *     (regcache/cache/backend.c), the sim endpoint list (safety/endpoint.c),
  *     the other endpoints' list (safety/endpoint_common.c), the fence report lock
  *     (safety/fence_report.c), the late and growth locks (alloc/heap/dp_heap.c), the chunks lock
  *     (alloc/heap/chunks.c), the thread list (alloc/heap/thread.c), the huge-block cache
@@ -63,7 +67,7 @@
  *     sim_dma.c, uring*.c, verbs.c, dpdk*.c, one per backend or endpoint). A child of a process
  *     with an open backend neither registers, posts nor polls (regcache/cache/backend.c), so it
  *     never takes them; holding them would make fork wait for the sim engine.
- *   pthread_once (alloc/heap/thread.c, regcache/cache/backend.c, safety/config.c, pressure.c,
+ *   pthread_once (alloc/heap/thread.c, safety/config.c, pressure.c,
  *     fence_protect.c, fence_threads.c): glibc restarts in the child an initialisation that a
  *     parent thread had under way (its fork generation), so nothing is needed.
  *   the start-up flags (alloc/base/config.c config_state, alloc/api/init.c init_state), once-only
@@ -81,6 +85,7 @@
 
 /* The order: lower ranks are taken first. One entry per rank. */
 enum nic_fork_rank {
+  NIC_FORK_BACKENDS, /* starting a backend: before everything an open may take */
   NIC_FORK_PROFILE_FILES,
   NIC_FORK_SIM_ENDPOINTS,
   NIC_FORK_ENDPOINTS,
@@ -106,7 +111,6 @@ enum nic_fork_rank {
   /* Child hooks without a lock of their own. */
   NIC_FORK_REAPER_THREAD, /* the reaper is gone: start it again on need */
   NIC_FORK_PROFILE_SINK,  /* the child's profile counts start from zero */
-  NIC_FORK_BACKEND,       /* the backend is the parent's */
   NIC_FORK_INFLIGHT,      /* the parent's posts are void in the child (safety/inflight_fork.c) */
   NIC_FORK_RANKS
 };
