@@ -79,7 +79,7 @@ static pthread_mutex_t lock = PTHREAD_MUTEX_INITIALIZER;
 static struct nic_backend *started[NIC_BACKEND_KINDS];
 static int failed[NIC_BACKEND_KINDS]; /* errno of a start that failed: not tried again */
 static unsigned count, mask;
-static struct nic_backend *only; /* while count is 1 */
+struct nic_backend *nic_backend_only_one; /* while count is 1, and not in a child of fork */
 static struct nic_backend *deflt;
 static bool chosen;
 static int epfd = -1; /* nic_backends_event_fd's set, made on first use */
@@ -115,50 +115,64 @@ static struct nic_backend *start_locked(enum nic_backend_kind kind) {
   if (epfd >= 0) epoll_add_locked(b);
   __atomic_store_n(&started[kind], b, __ATOMIC_RELEASE);
   __atomic_store_n(&mask, now, __ATOMIC_RELEASE);
-  __atomic_store_n(&only, count ? NULL : b, __ATOMIC_RELEASE);
+  __atomic_store_n(&nic_backend_only_one, count ? NULL : b, __ATOMIC_RELEASE);
   __atomic_add_fetch(&count, 1, __ATOMIC_RELEASE);
   return b;
 }
 
-static void choose_locked(void) {
+static struct nic_backend *pick_locked(void) {
   /* A name the table does not list was refused there, with a warning: auto. */
   static const int named[] = {-1, NIC_BACKEND_SIM, NIC_BACKEND_URING, NIC_BACKEND_VERBS,
                               NIC_BACKEND_DPDK}; /* auto|sim|... */
   const int want = named[nic_setting_choice(NIC_S_BACKEND)];
-  chosen = true;
+  struct nic_backend *b = NULL;
   if (want >= 0) {
-    if ((deflt = start_locked((enum nic_backend_kind)want))) return;
+    if ((b = start_locked((enum nic_backend_kind)want))) return b;
     nic_log_warn("backend %s cannot run here (%s); choosing automatically", kind_names[want],
                  strerror(errno));
   }
   /* An endpoint's constructor started one already: the program uses that one. */
-  for (unsigned k = 0; k < NIC_BACKEND_KINDS && !deflt; k++)
-    deflt = started[k];
+  for (unsigned k = 0; k < NIC_BACKEND_KINDS && !b; k++)
+    b = started[k];
   static const enum nic_backend_kind order[] = {NIC_BACKEND_VERBS, NIC_BACKEND_URING,
                                                 NIC_BACKEND_SIM};
-  for (size_t i = 0; i < sizeof order / sizeof order[0] && !deflt; i++) {
-    deflt = start_locked(order[i]);
-    if (!deflt) nic_log_info("backend %s not available: %s", kind_names[order[i]], strerror(errno));
+  for (size_t i = 0; i < sizeof order / sizeof order[0] && !b; i++) {
+    b = start_locked(order[i]);
+    if (!b) nic_log_info("backend %s not available: %s", kind_names[order[i]], strerror(errno));
   }
-  if (!deflt) nic_log_warn("no registration backend could be opened");
+  if (!b) nic_log_warn("no registration backend could be opened");
+  return b;
+}
+
+/* Once: the default never changes (the per-backend tables and the chunks' own registrations
+ * are made against it). */
+static void choose_locked(void) {
+  __atomic_store_n(&deflt, pick_locked(), __ATOMIC_RELEASE);
+  __atomic_store_n(&chosen, true, __ATOMIC_RELEASE);
 }
 
 /* Before every other lock: an open under way may allocate, map and unmap memory (allocator and
  * registration-cache locks) while it holds this one. */
 static void after_fork_child(void) {
   if (__atomic_load_n(&count, __ATOMIC_ACQUIRE)) parents = true;
+  nic_backend_only_one = NULL;
 }
 NIC_FORKLOCK_MUTEX(backends, NIC_FORK_BACKENDS, &lock, after_fork_child);
 
-struct nic_backend *nic_backend_active(void) {
+/* Apart, so that the fast path below (every post and entry asks) is two loads and a branch. */
+__attribute__((noinline, cold)) static struct nic_backend *choose_now(void) {
   if (parents) return NULL;
-  struct nic_backend *b = __atomic_load_n(&deflt, __ATOMIC_ACQUIRE);
-  if (b || __atomic_load_n(&chosen, __ATOMIC_ACQUIRE)) return b;
+  if (__atomic_load_n(&chosen, __ATOMIC_ACQUIRE)) return deflt; /* none could be opened */
   pthread_mutex_lock(&lock);
   if (!chosen) choose_locked();
-  b = deflt;
+  struct nic_backend *b = deflt;
   pthread_mutex_unlock(&lock);
   return b;
+}
+
+struct nic_backend *nic_backend_active(void) {
+  struct nic_backend *b = __atomic_load_n(&deflt, __ATOMIC_ACQUIRE);
+  return __builtin_expect(b && !parents, 1) ? b : choose_now();
 }
 
 struct nic_backend *nic_backend_if_open(void) {
@@ -188,10 +202,6 @@ struct nic_backend *nic_backend_started(enum nic_backend_kind kind) {
   return parents || (unsigned)kind >= NIC_BACKEND_KINDS
              ? NULL
              : __atomic_load_n(&started[kind], __ATOMIC_ACQUIRE);
-}
-
-struct nic_backend *nic_backend_only(void) {
-  return parents ? NULL : __atomic_load_n(&only, __ATOMIC_ACQUIRE);
 }
 
 unsigned nic_backend_count(void) {

@@ -173,8 +173,12 @@ struct nic_backend *nic_backend_start(enum nic_backend_kind kind);
 struct nic_backend *nic_backend_started(enum nic_backend_kind kind);
 /* How many backends run (0 in a child of fork whose parent had one). One load. */
 unsigned nic_backend_count(void);
-/* The backend while exactly one runs, else NULL (none, or several). One load. */
-struct nic_backend *nic_backend_only(void);
+/* The backend while exactly one runs, else NULL (none, several, or a child of fork's). One
+ * load, inline: every post asks which backend its endpoint belongs to. */
+extern struct nic_backend *nic_backend_only_one __attribute__((visibility("hidden")));
+static inline struct nic_backend *nic_backend_only(void) {
+  return __atomic_load_n(&nic_backend_only_one, __ATOMIC_ACQUIRE);
+}
 /* The kind of a started backend, or NIC_BACKEND_KINDS for one that is not (a test's own). */
 unsigned nic_backend_kind_of(const struct nic_backend *b);
 /* Runs up to max ready completions of every started backend (all when max <= 0). */

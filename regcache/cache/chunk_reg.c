@@ -16,6 +16,13 @@
 struct nic_chunk_reg nic_chunk_regs[NIC_CHUNK_SLOTS][NIC_STEPS_MAX][NIC_BACKEND_KINDS];
 
 int nic_chunk_register(unsigned index, unsigned step, struct nic_registration *out) {
+  /* The default backend's is the step's entry of the flat table: every dataplane entry takes
+   * this load. */
+  const struct nic_registration *own = nic_chunk_registration(index, step);
+  if (__builtin_expect(own != NULL, 1)) {
+    *out = *own;
+    return 0;
+  }
   return nic_chunk_register_with(index, step, nic_backend_active(), out);
 }
 

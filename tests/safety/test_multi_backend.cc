@@ -14,6 +14,7 @@ extern "C" {
 }
 
 #include <sys/epoll.h>
+#include <sys/wait.h>
 
 #include <map>
 
@@ -301,6 +302,40 @@ TEST_F(MultiBackend, EventFdSignalsCompletionsOfBothBackends) {
     EXPECT_EQ(done.status, 0);
   }
   close(ep);
+}
+
+// A child of fork has none of the backends: it neither polls (the parent's completions of both
+// stay the parent's), nor posts to, nor destroys, nor starts any.
+TEST_F(MultiBackend, ForkChildHasNoneOfThem) {
+  ASSERT_NE(UringEndpoint(), nullptr) << "errno " << errno;
+  Parts to_sim(3), to_uring(4);
+  nic_sim_pause(nic_backend_started(NIC_BACKEND_SIM), true); // the sim post stays in flight
+  ASSERT_EQ(Post(to_sim, sim_ep_, &done_[0]), 0);
+  ASSERT_EQ(Post(to_uring, uring_ep_, &done_[1]), 0);
+  pid_t pid = fork();
+  ASSERT_GE(pid, 0);
+  if (pid == 0) {
+    int ran = 0;
+    for (int i = 0; i < 200; i++, usleep(1000))
+      ran += nic_poll(0);
+    nic_sga sga;
+    const bool refused =
+        nic_backend_count() == 0 && nic_sga_init(&sga, 0) == -ENODEV &&
+        nic_uring_endpoint_destroy(uring_ep_) == -ENODEV && nic_event_fd() == -ENODEV &&
+        nic_sim_endpoint_create(SimInbox::Fn, nullptr, 0) == nullptr && errno == ENODEV;
+    _exit(ran ? 1 : refused ? 0 : 2);
+  }
+  int status = 0;
+  ASSERT_EQ(waitpid(pid, &status, 0), pid);
+  ASSERT_TRUE(WIFEXITED(status));
+  EXPECT_EQ(WEXITSTATUS(status), 0)
+      << "1: the child ran a parent's completion; 2: it had a backend to use";
+  nic_sim_pause(nic_backend_started(NIC_BACKEND_SIM), false);
+  EXPECT_TRUE(SameBytes(ReadExactly(pair_.rx, to_uring.Bytes().size()), to_uring.Bytes()));
+  ASSERT_TRUE(WaitUntil([&] { return done_[0].calls && done_[1].calls; }))
+      << "a parent's completion was lost";
+  EXPECT_EQ(done_[0].status, 0);
+  EXPECT_EQ(done_[1].status, 0);
 }
 
 } // namespace
