@@ -11,6 +11,7 @@
 
 #include <dlfcn.h>
 #include <errno.h>
+#include <limits.h>
 #include <pthread.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -83,7 +84,9 @@ struct nic_backend *nic_backend_only_one; /* while count is 1, and not in a chil
 static struct nic_backend *deflt;
 static bool chosen;
 static int epfd = -1; /* nic_backends_event_fd's set, made on first use */
-static bool parents;  /* this process is a child of fork and the backends are the parent's */
+#define EVENT_FD_UNKNOWN INT_MIN
+static int event_fd_known = EVENT_FD_UNKNOWN; /* its answer, until another backend starts */
+static bool parents; /* this process is a child of fork and the backends are the parent's */
 static char names[1u << NIC_BACKEND_KINDS][32];
 
 static void epoll_add_locked(struct nic_backend *b) {
@@ -113,6 +116,7 @@ static struct nic_backend *start_locked(enum nic_backend_kind kind) {
     if (now & 1u << k)
       at += (unsigned)snprintf(n + at, sizeof names[0] - at, "%s%s", at ? "+" : "", kind_names[k]);
   if (epfd >= 0) epoll_add_locked(b);
+  __atomic_store_n(&event_fd_known, EVENT_FD_UNKNOWN, __ATOMIC_RELEASE);
   __atomic_store_n(&started[kind], b, __ATOMIC_RELEASE);
   __atomic_store_n(&mask, now, __ATOMIC_RELEASE);
   __atomic_store_n(&nic_backend_only_one, count ? NULL : b, __ATOMIC_RELEASE);
@@ -229,6 +233,9 @@ int nic_backends_poll(int max) {
 
 int nic_backends_event_fd(void) {
   if (parents || !__atomic_load_n(&count, __ATOMIC_ACQUIRE)) return -ENODEV;
+  /* nic_wait asks on every call: the answer stands until another backend starts. */
+  const int known = __atomic_load_n(&event_fd_known, __ATOMIC_ACQUIRE);
+  if (known != EVENT_FD_UNKNOWN) return known;
   pthread_mutex_lock(&lock);
   int rc = 0;
   for (unsigned k = 0; k < NIC_BACKEND_KINDS && !rc; k++)
@@ -240,6 +247,7 @@ int nic_backends_event_fd(void) {
       if (started[k]) epoll_add_locked(started[k]);
   }
   if (!rc) rc = epfd;
+  if (rc == epfd || rc == -ENOSYS) __atomic_store_n(&event_fd_known, rc, __ATOMIC_RELEASE);
   pthread_mutex_unlock(&lock);
   return rc;
 }
