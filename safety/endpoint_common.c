@@ -26,12 +26,22 @@ NIC_FORKLOCK_MUTEX(endpoints, NIC_FORK_ENDPOINTS, &lock, NULL);
 static struct made *made;
 
 struct nic_backend *nic_ep_backend(const char *who, enum nic_backend_kind kind, const char *hint) {
+  static const char *const names[NIC_BACKEND_KINDS] = {"sim", "uring", "verbs", "dpdk"};
+  /* A backend named in NICMALLOC_BACKEND is the default, whatever the endpoint: chosen first,
+   * so that its start (or the warning that it cannot) comes as the setting says. Under auto the
+   * endpoint's own is started alone, and becomes the default if it is the first. */
+  const bool named = nic_setting_choice(NIC_S_BACKEND) != 0;
+  if (named) nic_backend_active();
   struct nic_backend *b = nic_backend_start(kind);
   if (b) return b;
   const int err = errno;
-  static const char *const names[NIC_BACKEND_KINDS] = {"sim", "uring", "verbs", "dpdk"};
   if (nic_backend_missing_why())
     nic_api_error_by(endpoint, who, 0, "%s: %s", who, nic_backend_missing_why());
+  else if (named && nic_setting_is(NIC_S_BACKEND, names[kind]))
+    nic_api_error_by(endpoint, who, 0,
+                     "%s: the %s backend cannot run here (NICMALLOC_BACKEND=%s is set but could "
+                     "not start here, see the warning at start-up; %s)",
+                     who, names[kind], names[kind], hint);
   else
     nic_api_error_by(endpoint, who, 0, "%s: the %s backend cannot run here (%s; %s)", who,
                      names[kind], strerror(err), hint);
