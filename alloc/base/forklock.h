@@ -13,8 +13,6 @@
  * ORDER. The prepare handler holds the locks of lower ranks while it waits for the next one,
  * so a lock must come before every lock its holders may wait for, directly or through a lock
  * or thread that is not on the list. Derived from the code (holder -> what it may wait for):
- *   backends                   opening a backend (regcache/cache/backend.c): it allocates,
- *                              maps and unmaps memory, loads a plugin (everything below)
  *   profile files              nothing: held only while a profile writer opens or closes
  *                              a file, so that a child closes its copies (profile_write.c)
  *   sim endpoints, endpoints   close an endpoint: the backend drains its posts, whose
@@ -31,13 +29,11 @@
  *                              leaves (their holders take no other lock: pool memory is
  *                              mapped by system call, alloc/base/map.h, which the cache does
  *                              not see)
- * The hooks run in rank order too, after every lock is made anew: the backends' (with their
- * lock, first) is before in-flight, whose frees must find the backends marked the parent's and
- * the write protection gone.
+ * The hooks (no lock) come last: the backends' is before in-flight, whose frees must find the
+ * backends marked the parent's and the write protection gone.
  *
  * EVERY LOCK of alloc/, regcache/ and safety/ and its decision:
- *   held across fork (on the list, ranks below): the lock under which backends start
- *     (regcache/cache/backend.c), the sim endpoint list (safety/endpoint.c),
+ *   held across fork (on the list, ranks below): the sim endpoint list (safety/endpoint.c),
  *     the other endpoints' list (safety/endpoint_common.c), the fence report lock
  *     (safety/fence_report.c), the late and growth locks (alloc/heap/dp_heap.c), the chunks lock
  *     (alloc/heap/chunks.c), the thread list (alloc/heap/thread.c), the huge-block cache
@@ -58,6 +54,13 @@
  *       try-lock: holding it would make a concurrent dataplane request fail; what it guards
  *       is published with one atomic store, so the child sees the reservation done or not
  *       done, then makes its own.
+ *   not held, made anew in the child (its hook): the lock under which backends start
+ *     (regcache/cache/backend.c). Its holder opens a backend (allocating, mapping, loading a
+ *     plugin: the allocator's and the registration cache's locks), and the default backend is
+ *     chosen under the registration cache's lock by a first registration, so it can come
+ *     neither before nor after that lock. A start under way at fork stays the parent's: the
+ *     child counts every backend already published as the parent's, as pthread_once restarts
+ *     an initialisation under way.
  *   not held, reset in the child with what it guards: the list of sims whose pending posts
  *     an unmap must look at (regcache/sim/sim_keep.c, a rwlock): a child's munmap would otherwise
  *     wait for a parent's sim; the child has no sim of its own, so the list is emptied. The same
@@ -85,7 +88,6 @@
 
 /* The order: lower ranks are taken first. One entry per rank. */
 enum nic_fork_rank {
-  NIC_FORK_BACKENDS, /* starting a backend: before everything an open may take */
   NIC_FORK_PROFILE_FILES,
   NIC_FORK_SIM_ENDPOINTS,
   NIC_FORK_ENDPOINTS,
@@ -111,6 +113,7 @@ enum nic_fork_rank {
   /* Child hooks without a lock of their own. */
   NIC_FORK_REAPER_THREAD, /* the reaper is gone: start it again on need */
   NIC_FORK_PROFILE_SINK,  /* the child's profile counts start from zero */
+  NIC_FORK_BACKEND,       /* the backends are the parent's (their start lock made anew) */
   NIC_FORK_INFLIGHT,      /* the parent's posts are void in the child (safety/inflight_fork.c) */
   NIC_FORK_RANKS
 };

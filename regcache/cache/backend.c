@@ -75,7 +75,7 @@ static struct nic_backend *open_kind(enum nic_backend_kind kind) {
 
 /* started[] is written once per kind under the lock and read without it. The lock is held while
  * a backend opens (ring, device, EAL, a plugin's dlopen), so that two endpoints of one kind made
- * at once share one backend; fork waits for an open under way (forklock.h). */
+ * at once share one backend. */
 static pthread_mutex_t lock = PTHREAD_MUTEX_INITIALIZER;
 static struct nic_backend *started[NIC_BACKEND_KINDS];
 static int failed[NIC_BACKEND_KINDS]; /* errno of a start that failed: not tried again */
@@ -155,13 +155,22 @@ static void choose_locked(void) {
   __atomic_store_n(&chosen, true, __ATOMIC_RELEASE);
 }
 
-/* Before every other lock: an open under way may allocate, map and unmap memory (allocator and
- * registration-cache locks) while it holds this one. */
+/* Not held across fork, only made anew in the child (forklock.h): its holder opens backends,
+ * taking the allocator's and the registration cache's locks, and the default is chosen under
+ * the cache's lock (by a first registration), so it fits nowhere in the order. A start under
+ * way at fork is the parent's: a backend already in started[] makes the child the parent's
+ * (none of them is its own), one not yet there is started anew if the child asks. */
+static void reset_in_child(void) {
+  pthread_mutex_init(&lock, NULL);
+}
 static void after_fork_child(void) {
-  if (__atomic_load_n(&count, __ATOMIC_ACQUIRE)) parents = true;
+  bool any = __atomic_load_n(&count, __ATOMIC_ACQUIRE) != 0;
+  for (unsigned k = 0; k < NIC_BACKEND_KINDS; k++)
+    any |= __atomic_load_n(&started[k], __ATOMIC_ACQUIRE) != NULL;
+  if (any) parents = true;
   nic_backend_only_one = NULL;
 }
-NIC_FORKLOCK_MUTEX(backends, NIC_FORK_BACKENDS, &lock, after_fork_child);
+NIC_FORKLOCK_CUSTOM(backends, NIC_FORK_BACKEND, NULL, NULL, reset_in_child, after_fork_child);
 
 /* Apart, so that the fast path below (every post and entry asks) is two loads and a branch. */
 __attribute__((noinline, cold)) static struct nic_backend *choose_now(void) {
