@@ -54,5 +54,7 @@ set_tests_properties(UringReceiveSmall.WithFourBuffersOf4KiB PROPERTIES
 add_executable(test_multi_backend ${CMAKE_CURRENT_LIST_DIR}/safety/test_multi_backend.cc)
 target_link_libraries(test_multi_backend PRIVATE ${NIC_RUNTIME_LAYERS} GTest::gtest
   GTest::gtest_main Threads::Threads)
-nic_gtest_with_env(test_multi_backend "NICMALLOC_BACKEND=sim;NICMALLOC_CHUNK_SIZE=64M;NICMALLOC_FENCE=wait")
+# A short release delay: steps emptied inside live chunks are given back within the test.
+nic_gtest_with_env(test_multi_backend
+  "NICMALLOC_BACKEND=sim;NICMALLOC_CHUNK_SIZE=64M;NICMALLOC_PIN_STEP=32M;NICMALLOC_FENCE=wait;NICMALLOC_RELEASE_DELAY_MS=50")
 gtest_discover_tests(test_multi_backend PROPERTIES TIMEOUT 300 DISCOVERY_TIMEOUT 60)

@@ -2,8 +2,9 @@
 // NICMALLOC_BACKEND=sim (the default backend) and the uring backend started by its endpoint's
 // constructor. Each message carries dataplane, control-heap and short (copied) memory and is
 // checked byte for byte where it lands; completions of both come from nic_poll / nic_wait and
-// nic_event_fd. Dataplane chunks get one registration per backend (one mapped before the
-// second backend started included), and a released chunk leaves both (tests/uring.cmake).
+// nic_event_fd. Each step of a dataplane chunk gets one registration per backend (one backed
+// before the second backend started included, and one backed after), and a released chunk or a
+// step given back inside a live chunk leaves both (tests/uring.cmake).
 #include "uring_loopback.h"
 
 #include <mimalloc.h> // before chunks.h includes it inside extern "C"
@@ -270,6 +271,87 @@ TEST_F(MultiBackend, ReleasedChunkIsDeregisteredFromBoth) {
       EXPECT_FALSE(RegisteredWith(b, NIC_BACKEND_URING)) << "chunk " << c;
     }
   EXPECT_GT(released, 0u);
+}
+
+// Posts len bytes at p alone to ep and waits for the completion (and the bytes, for uring).
+void PostOne(const char *p, size_t len, nic_endpoint *ep, int rx_fd) {
+  nic_sga sga;
+  Done done;
+  ASSERT_EQ(nic_sga_init(&sga, 0), 0);
+  ASSERT_EQ(nic_sga_add(&sga, p, len), 0);
+  ASSERT_EQ(nic_sga_post(&sga, ep, Done::Fn, &done), 0);
+  if (rx_fd >= 0) {
+    EXPECT_TRUE(SameBytes(ReadExactly(rx_fd, len), std::string(p, len)));
+  }
+  ASSERT_TRUE(WaitUntil([&] { return done.calls.load() > 0; }));
+  EXPECT_EQ(done.status, 0);
+}
+
+uint32_t UringSlotsUsed() {
+  nic_uring_stats ur = {};
+  EXPECT_TRUE(nic_uring_get_stats(nic_backend_started(NIC_BACKEND_URING), &ur));
+  return ur.slots_used;
+}
+
+uint64_t SimRegions() {
+  nic_sim_stats sim = {};
+  nic_sim_get_stats(nic_backend_started(NIC_BACKEND_SIM), &sim);
+  return sim.regions;
+}
+
+// A step first backed after the second backend started is registered with it on its first post
+// there, once for the step: a second range of the same step posted to it finds that
+// registration (no slot more), and both arrive whole.
+TEST_F(MultiBackend, StepBackedAfterTheSecondBackendStartedIsUsedThroughIt) {
+  ASSERT_NE(UringEndpoint(), nullptr) << "errno " << errno;
+  const uint64_t backed = Stats().steps_backed;
+  // 20 MiB: a step of its own (NICMALLOC_PIN_STEP 32M), backed now, after uring started.
+  char *b = static_cast<char *>(nic_malloc(20u << 20));
+  ASSERT_NE(b, nullptr);
+  for (size_t i = 0; i < 16384; i++)
+    b[i] = static_cast<char>(i * 5 + 1);
+  EXPECT_GT(Stats().steps_backed, backed);
+  ASSERT_EQ(nic_step_index(b), nic_step_index(b + 16383));
+  EXPECT_FALSE(RegisteredWith(b, NIC_BACKEND_URING));
+  const uint32_t slots = UringSlotsUsed();
+  PostOne(b, 4096, uring_ep_, pair_.rx);
+  EXPECT_TRUE(RegisteredWith(b, NIC_BACKEND_URING));
+  EXPECT_EQ(UringSlotsUsed(), slots + 1) << "one registration for the step";
+  PostOne(b + 8192, 8192, uring_ep_, pair_.rx);
+  EXPECT_EQ(UringSlotsUsed(), slots + 1) << "the step's registration found again";
+  free(b);
+}
+
+// A step given back inside a live chunk while registered with both backends leaves both (their
+// registrations gone from the backends too), and a block there later is registered anew.
+TEST_F(MultiBackend, StepGivenBackWhileRegisteredWithBothLeavesBoth) {
+  ASSERT_NE(UringEndpoint(), nullptr) << "errno " << errno;
+  void *keep = nic_malloc(64); // keeps the chunk live
+  ASSERT_NE(keep, nullptr);
+  char *b = static_cast<char *>(nic_malloc(20u << 20)); // a step of its own
+  ASSERT_NE(b, nullptr);
+  memset(b, 0x3c, 4096);
+  PostOne(b, 4096, sim_ep_, -1);
+  PostOne(b, 4096, uring_ep_, pair_.rx);
+  ASSERT_TRUE(RegisteredWith(b, NIC_BACKEND_SIM));
+  ASSERT_TRUE(RegisteredWith(b, NIC_BACKEND_URING));
+  const uint64_t regions = SimRegions();
+  const uint32_t slots = UringSlotsUsed();
+  const uint64_t released = Stats().steps_released;
+  free(b);
+  for (auto end = Clock::now() + kLimit; Stats().steps_released == released;) {
+    ASSERT_LT(Clock::now(), end) << "the step was not given back";
+    usleep(20000);
+  }
+  EXPECT_FALSE(RegisteredWith(b, NIC_BACKEND_SIM));
+  EXPECT_FALSE(RegisteredWith(b, NIC_BACKEND_URING));
+  EXPECT_LT(SimRegions(), regions);
+  EXPECT_LT(UringSlotsUsed(), slots);
+  nic_region_ref ref;
+  if (nic_translate(b, 4096, &ref) == 0) {
+    EXPECT_EQ(ref.lkey, 0u) << "a stale key";
+  }
+  free(keep);
 }
 
 // One descriptor for both: it polls readable while either backend has a completion for
