@@ -113,7 +113,7 @@ int nic_translate(const void *p, size_t len, struct nic_region_ref *out);
 #define NIC_REG_REMOTE_READ 2u  /* peers may read here (RDMA READ) */
 #define NIC_REG_REMOTE_WRITE 4u /* peers may write here (RDMA WRITE) */
 
-/* Finds or makes a registration covering [p, p+len) with the backend in use
+/* Finds or makes a registration covering [p, p+len) with the default backend
  * (NICMALLOC_BACKEND) and holds it until nic_unregister. Dataplane memory with local access uses
  * its chunk's registration, made once per chunk; anything else, and any remote access, goes
  * through the registration cache at page granularity. Each request with remote access gets a
@@ -219,9 +219,12 @@ int nic_sga_init(struct nic_sga *sga, unsigned max_entries);
  * already freed), -E2BIG (over the limit and the smallest neighbours too big to copy), -ENOMEM,
  * -EINVAL (sga not initialised). On error the array is unchanged. */
 int nic_sga_add(struct nic_sga *sga, const void *p, size_t len);
-/* Hands the entries to the backend; on success the array is empty again and its references
- * belong to the message until done(arg, status) runs. On error (-EINVAL empty, -ENODEV, the
- * backend's -EINVAL/-ENOMEM) nothing was posted and the array is unchanged. */
+/* Hands the entries to ep's backend; on success the array is empty again and its references
+ * belong to the message until done(arg, status) runs. Entries are resolved against the default
+ * backend (NICMALLOC_BACKEND) when added; an endpoint of another backend gets them resolved
+ * again against its own here. On error (-EINVAL empty, -ENODEV, -E2BIG more entries than ep's
+ * backend takes, a registration error of ep's backend, the backend's -EINVAL/-ENOMEM) nothing
+ * was posted and the array is unchanged. */
 int nic_sga_post(struct nic_sga *sga, struct nic_endpoint *ep, nic_sga_done_fn done, void *arg);
 /* Drops the entries without posting. */
 void nic_sga_reset(struct nic_sga *sga);
@@ -231,7 +234,7 @@ void nic_sga_reset(struct nic_sga *sga);
  * the calling thread. done() may also run from a fence that waits (nic_fence_write, a free or
  * write held under NICMALLOC_FENCE=wait|protect) and, under protect while a writer is held, on
  * nicmalloc's fence thread; receive() never does. */
-/* Runs up to max ready completions and received messages of the process-wide backend (all of
+/* Runs up to max ready completions and received messages of every backend in use (all of
  * them when max <= 0) and returns how many ran: 0 when nothing was ready (never negative; no
  * backend open is 0 too). It never blocks. */
 int nic_poll(int max);
@@ -240,10 +243,12 @@ int nic_poll(int max);
  * interrupted the wait, -EINVAL for a timeout below -1, -ENODEV without a backend. */
 int nic_wait(int timeout_ms);
 /* A file descriptor that polls readable (POLLIN, EPOLLIN) while nic_poll has work, to put in the
- * program's poll or epoll set: on readiness call nic_poll (or nic_wait(0)). Do not read, write
- * or close it: nicmalloc clears it when nothing is left. Level-triggered; with EPOLLET poll until
- * nic_poll returns 0. Returns the fd, -ENODEV without a backend, or -ENOSYS when the backend has
- * none (verbs, dpdk): then nic_wait waits in short sleeps. */
+ * program's poll or epoll set: on readiness call nic_poll (or nic_wait(0)). One for every
+ * backend in use, those started after it was handed out included (an epoll set of their own
+ * descriptors). Do not read, write or close it: nicmalloc clears it when nothing is left.
+ * Level-triggered; with EPOLLET poll until nic_poll returns 0. Returns the fd, -ENODEV without a
+ * backend, or -ENOSYS while a backend in use has none (verbs, dpdk): then nic_wait waits in
+ * short sleeps. */
 int nic_event_fd(void);
 
 /* Keeps the nicmalloc block holding p (a received buffer, say) from being freed and reused
@@ -287,9 +292,10 @@ struct nic_endpoint *nic_sim_endpoint_create(nic_receive_fn receive, void *arg, 
 /* 0, or -EBUSY while messages to ep are in flight, -EINVAL for an unknown endpoint. */
 int nic_sim_endpoint_destroy(struct nic_endpoint *ep);
 
-/* The other backends' endpoints. Each constructor returns NULL with errno (said on stderr once
- * per kind, counted in endpoint_errors), when the backend in use (NICMALLOC_BACKEND) is not its
- * kind (ENODEV) or its argument is not usable. Each destroy returns 0, -EBUSY while posts on the
+/* The other backends' endpoints. Each constructor starts its backend beside those in use if it
+ * does not run yet (NICMALLOC_BACKEND names only the default one), and returns NULL with errno
+ * (said on stderr once per kind, counted in endpoint_errors) when that backend cannot run here
+ * (ENODEV) or its argument is not usable. Each destroy returns 0, -EBUSY while posts on the
  * endpoint have not completed (nic_poll until they have), or -EINVAL for an endpoint its
  * constructor did not make. done() runs from nic_poll (or a fence) once the NIC, or the kernel, no
  * longer reads the memory. */

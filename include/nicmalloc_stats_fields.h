@@ -48,7 +48,7 @@
   X("fallbacks", dataplane_failures, uint64_t, count, "# failed", "dataplane requests that returned NULL (ENOMEM)") \
   X("fallbacks", chunk_refusals, uint64_t, count, "# chunks refused", "chunks the kernel would not map or mimalloc would not take as an arena") \
   X("fallbacks", vspace_refusals, uint64_t, count, "# address-space reservations refused", "address-space reservations refused (an address-space limit: the control arena's, the dataplane span's)") \
-  X("registration", backend, const char *, name, "backend #", "registration backend in use, or \"none\" while none was needed") \
+  X("registration", backend, const char *, name, "backend #", "registration backends started, joined by '+' (\"sim+uring\"), or \"none\" while none was needed") \
   X("registration", rcache_regions, uint32_t, count, "# cached regions", "registration-cache regions (memory outside the chunks) held now") \
   X("registration", rcache_bytes, size_t, bytes, "# cached", "their bytes") \
   X("registration", rcache_hits, uint64_t, count, "# hits", "registration-cache lookups that found a region") \

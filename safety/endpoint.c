@@ -4,6 +4,7 @@
  * that nic_hold defers — so a deserializer may keep pointers into it. */
 #include "alloc.h"
 #include "api_errors.h"
+#include "endpoint_common.h"
 #include "export.h"
 #include "forklock.h"
 #include "log.h"
@@ -44,15 +45,14 @@ static void deliver(void *arg, const void *data, size_t len) {
 NIC_EXPORT struct nic_endpoint *nic_sim_endpoint_create(nic_receive_fn receive, void *arg,
                                                         unsigned flags) {
   NIC_INTERNAL_SCOPE();
-  struct nic_backend *b = nic_backend_active();
-  if (!nic_sim_is(b) || (flags & ~NIC_EP_ENGINE_COMPLETIONS)) {
-    nic_api_error_by(endpoint, nic_sim_is(b), 0, "nic_sim_endpoint_create: %s",
-                     !nic_sim_is(b) ? "the backend in use is not sim "
-                                      "(NICMALLOC_BACKEND=sim)"
-                                    : "unknown flags");
-    errno = !nic_sim_is(b) ? ENODEV : EINVAL;
+  if (flags & ~NIC_EP_ENGINE_COMPLETIONS) {
+    nic_api_error_by(endpoint, 1, 0, "nic_sim_endpoint_create: unknown flags");
+    errno = EINVAL;
     return NULL;
   }
+  struct nic_backend *b = nic_ep_backend("nic_sim_endpoint_create", NIC_BACKEND_SIM,
+                                         "it needs memory and a thread for its engine");
+  if (!b) return NULL;
   struct rx *r = malloc(sizeof *r);
   if (!r) return NULL;
   *r = (struct rx){.receive = receive, .arg = arg};
@@ -60,6 +60,12 @@ NIC_EXPORT struct nic_endpoint *nic_sim_endpoint_create(nic_receive_fn receive, 
   const struct nic_endpoint_params params = {.receive = deliver, .arg = r, .sim_flags = sim_flags};
   if (!(r->ep = b->endpoint_create(b, &params))) {
     free(r);
+    return NULL;
+  }
+  if (!nic_ep_track(r->ep, "sim", b)) {
+    b->endpoint_destroy(b, r->ep);
+    free(r);
+    errno = ENOMEM;
     return NULL;
   }
   pthread_mutex_lock(&lock);
@@ -89,10 +95,13 @@ NIC_EXPORT int nic_sim_endpoint_destroy(struct nic_endpoint *ep) {
   while (*link && (*link)->ep != ep)
     link = &(*link)->next;
   struct rx *r = *link;
-  struct nic_backend *b = nic_backend_active();
+  struct nic_backend *b = nic_backend_started(NIC_BACKEND_SIM);
   int rc = !r ? -EINVAL : b ? b->endpoint_destroy(b, ep) : -ENODEV;
   if (rc == 0) *link = r->next;
   pthread_mutex_unlock(&lock);
-  if (rc == 0) free(r);
+  if (rc == 0) {
+    nic_ep_forget(ep, "sim");
+    free(r);
+  }
   return rc;
 }

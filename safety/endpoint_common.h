@@ -1,7 +1,8 @@
-/* What the public endpoint constructors of the uring, dpdk and verbs backends share
- * (endpoint_uring.c, endpoint_dpdk.c, endpoint_verbs.c): the check that the backend in use is
- * theirs, with its one-line message; a list of the endpoints each made, so that destroying
- * anything else is an error rather than a crash; and reaching a plugin's own API. */
+/* What the public endpoint constructors share (endpoint.c, endpoint_uring.c, endpoint_dpdk.c,
+ * endpoint_verbs.c): starting their backend, with a one-line message when it cannot run; a list
+ * of the endpoints each made with the backend each belongs to, so that posts and receives reach
+ * that backend and destroying anything else is an error rather than a crash; and reaching a
+ * plugin's own API. */
 #ifndef NIC_ENDPOINT_COMMON_H
 #define NIC_ENDPOINT_COMMON_H
 
@@ -10,13 +11,26 @@
 
 #include <stdbool.h>
 
-/* The process-wide backend when it is named kind. Otherwise NULL with errno ENODEV, after one
- * line on stderr naming who, the backend in use and what to set (hint). */
-struct nic_backend *nic_ep_backend(const char *who, const char *kind, const char *hint);
+/* Backend kind, started now if it does not run yet. Otherwise NULL with errno ENODEV, after one
+ * line on stderr naming who, the backend and why it cannot run (hint: what it needs). */
+struct nic_backend *nic_ep_backend(const char *who, enum nic_backend_kind kind, const char *hint);
 
-/* Remembers ep as made by kind's constructor (once per call: an endpoint handed out twice is
- * listed twice). false when there is no memory for it. */
-bool nic_ep_track(struct nic_endpoint *ep, const char *kind);
+/* Remembers ep as made by kind's constructor on backend b (once per call: an endpoint handed out
+ * twice is listed twice). false when there is no memory for it. */
+bool nic_ep_track(struct nic_endpoint *ep, const char *kind, struct nic_backend *b);
+/* Forgets an endpoint of kind that its own code destroyed (the sim's). */
+void nic_ep_forget(struct nic_endpoint *ep, const char *kind);
+
+/* The backend ep belongs to. One load and a compare while one backend runs (then it is that
+ * one, whatever ep is); else a look in the list, and the default backend for an endpoint that
+ * no public constructor made (a test's, made with the backend's own endpoint_create). */
+struct nic_backend *nic_ep_backend_of_slow(const struct nic_endpoint *ep);
+static inline struct nic_backend *nic_ep_backend_of(const struct nic_endpoint *ep) {
+  struct nic_backend *only = nic_backend_only();
+  return __builtin_expect(only != NULL, 1) ? only : nic_ep_backend_of_slow(ep);
+}
+/* Whether ep was made by the sim's public constructor (else by another one, or unknown). */
+bool nic_ep_is_sim(const struct nic_endpoint *ep);
 
 /* Destroys (the backend's endpoint_destroy) an endpoint kind's constructor made, and forgets it
  * when that returns 0. An endpoint it did not make: -EINVAL and one line on stderr naming who. */

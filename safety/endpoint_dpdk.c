@@ -62,7 +62,8 @@ static void hand_rx_memory(struct nic_backend *b) {
 NIC_EXPORT struct nic_endpoint *nic_dpdk_endpoint_create(uint16_t port_id, uint16_t queue_id) {
   NIC_INTERNAL_SCOPE();
   static const char who[] = "nic_dpdk_endpoint_create";
-  struct nic_backend *b = nic_ep_backend(who, "dpdk", "set NICMALLOC_BACKEND=dpdk");
+  struct nic_backend *b =
+      nic_ep_backend(who, NIC_BACKEND_DPDK, "it needs DPDK's EAL and a port: NICMALLOC_DPDK_VDEV");
   if (!b) return NULL;
   hand_rx_memory(b); /* before any endpoint of it can receive */
   if (port_id == NIC_DPDK_DEFAULT_PORT) {
@@ -79,7 +80,7 @@ NIC_EXPORT struct nic_endpoint *nic_dpdk_endpoint_create(uint16_t port_id, uint1
   struct nic_endpoint *ep =
       b->endpoint_create(b, &(struct nic_endpoint_params){.port = port_id, .queue = queue_id});
   int err = errno;
-  if (ep && !nic_ep_track(ep, "dpdk")) {
+  if (ep && !nic_ep_track(ep, "dpdk", b)) {
     b->endpoint_destroy(b, ep);
     ep = NULL;
     err = ENOMEM;

@@ -30,11 +30,12 @@ static const char *why_not(int err) {
 NIC_EXPORT struct nic_endpoint *nic_uring_endpoint_create(int sockfd) {
   NIC_INTERNAL_SCOPE();
   static const char who[] = "nic_uring_endpoint_create";
-  struct nic_backend *b = nic_ep_backend(who, "uring", "set NICMALLOC_BACKEND=uring");
+  struct nic_backend *b =
+      nic_ep_backend(who, NIC_BACKEND_URING, "it needs io_uring with zero-copy send");
   if (!b) return NULL;
   struct nic_endpoint *ep = b->endpoint_create(b, &(struct nic_endpoint_params){.sockfd = sockfd});
   int err = errno;
-  if (ep && !nic_ep_track(ep, "uring")) {
+  if (ep && !nic_ep_track(ep, "uring", b)) {
     b->endpoint_destroy(b, ep);
     ep = NULL;
     err = ENOMEM;

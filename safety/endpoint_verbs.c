@@ -14,7 +14,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-static const char kHint[] = "set NICMALLOC_BACKEND=verbs; it needs an RDMA device";
+static const char kHint[] = "it needs an RDMA device";
 
 static void *plugin_fn(struct nic_backend *b, const char *who, const char *name) {
   void *fn = nic_ep_plugin_symbol(b, name);
@@ -60,7 +60,7 @@ static const struct nic_verbs_rx_memory rx_memory = {.alloc = rx_alloc, .free = 
 NIC_EXPORT void *nic_verbs_get_pd(void) {
   NIC_INTERNAL_SCOPE();
   static const char who[] = "nic_verbs_get_pd";
-  struct nic_backend *b = nic_ep_backend(who, "verbs", kHint);
+  struct nic_backend *b = nic_ep_backend(who, NIC_BACKEND_VERBS, kHint);
   void *(*pd)(struct nic_backend *) = b ? plugin_fn(b, who, "nic_verbs_pd") : NULL;
   return pd ? pd(b) : NULL;
 }
@@ -68,7 +68,7 @@ NIC_EXPORT void *nic_verbs_get_pd(void) {
 NIC_EXPORT struct nic_endpoint *nic_verbs_endpoint_create(void *qp) {
   NIC_INTERNAL_SCOPE();
   static const char who[] = "nic_verbs_endpoint_create";
-  struct nic_backend *b = nic_ep_backend(who, "verbs", kHint);
+  struct nic_backend *b = nic_ep_backend(who, NIC_BACKEND_VERBS, kHint);
   if (!b) return NULL;
   /* A plugin without it (another build) still sends; receiving then says -EOPNOTSUPP. */
   void (*set_rx_memory)(struct nic_backend *, const struct nic_verbs_rx_memory *) =
@@ -76,7 +76,7 @@ NIC_EXPORT struct nic_endpoint *nic_verbs_endpoint_create(void *qp) {
   if (set_rx_memory) set_rx_memory(b, &rx_memory);
   struct nic_endpoint *ep = b->endpoint_create(b, &(struct nic_endpoint_params){.qp = qp});
   int err = errno;
-  if (ep && !nic_ep_track(ep, "verbs")) {
+  if (ep && !nic_ep_track(ep, "verbs", b)) {
     b->endpoint_destroy(b, ep);
     ep = NULL;
     err = ENOMEM;

@@ -30,9 +30,8 @@ int nic_fence_wait(uintptr_t start, uintptr_t end, const char *who, const char *
   NIC_SAFETY_COUNT(fence_waits, 1);
   const unsigned timeout = nic_safety_config()->fence_timeout_ms;
   const uint64_t deadline = nic_now_ms() + timeout;
-  struct nic_backend *b = nic_backend_if_open();
   for (unsigned round = 0;; round++) {
-    if (b) b->poll(b, NIC_POLL_COMPLETIONS_ONLY); /* runs completions, ours among them */
+    nic_backends_poll(NIC_POLL_COMPLETIONS_ONLY); /* runs completions, ours among them */
     if (!nic_pc_any(start, end, NIC_PC_DMA_MASK)) return 0;
     if (nic_now_ms() >= deadline) break;
     if (round < 64) {

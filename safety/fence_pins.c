@@ -19,11 +19,7 @@ static bool pin_wait(uintptr_t start, uintptr_t end) {
   for (unsigned round = 0;; round++) {
     if (!nic_fence_any_marked(start, end) && !nic_fence_pins_full()) return true;
     if (nic_now_ms() >= deadline) return false;
-    struct nic_backend *b = nic_backend_if_open();
-    if (b)
-      b->poll(
-          b,
-          NIC_POLL_COMPLETIONS_ONLY); /* the completions that release the pages, ours among them */
+    nic_backends_poll(NIC_POLL_COMPLETIONS_ONLY); /* the completions that release the pages */
     if (round < 64) {
       sched_yield();
     } else {

@@ -114,8 +114,7 @@ static void *poller(void *arg) {
       syscall(SYS_futex, &kick, FUTEX_WAIT_PRIVATE, seen, NULL, NULL, 0);
       continue;
     }
-    struct nic_backend *b = nic_backend_if_open();
-    if (b) b->poll(b, NIC_POLL_COMPLETIONS_ONLY);
+    nic_backends_poll(NIC_POLL_COMPLETIONS_ONLY);
     struct timespec pause = {0, 20000}; /* as the wait fence: a DMA takes microseconds */
     nanosleep(&pause, NULL);
   }

@@ -32,6 +32,7 @@
 struct receiver {
   struct receiver *next;
   struct nic_endpoint *ep;
+  struct nic_backend *b; /* ep's */
   nic_receive_fn receive;
   void *arg;
   int status; /* nic_endpoint_status */
@@ -40,6 +41,7 @@ struct receiver {
 struct held {
   struct held *next;
   struct nic_endpoint *ep;
+  struct nic_backend *b; /* ep's */
   uint64_t token;
   uintptr_t start, end;
 };
@@ -76,7 +78,7 @@ static bool hold_covers(uintptr_t start, uintptr_t end) {
 /* What the backend hands over, from its poll(). */
 static void deliver(void *arg, void *data, size_t len, int status, uint64_t token) {
   struct receiver *r = arg;
-  struct nic_backend *b = nic_backend_active();
+  struct nic_backend *b = r->b;
   if (!data) {
     if (status == -ENOBUFS) { /* every buffer out: the endpoint waits for a release */
       NIC_SAFETY_COUNT(recv_stalls, 1);
@@ -99,7 +101,8 @@ static void deliver(void *arg, void *data, size_t len, int status, uint64_t toke
   pthread_mutex_lock(&lock);
   struct held *h = nic_pool_get(&held_pool);
   if (h) {
-    *h = (struct held){.next = held, .ep = r->ep, .token = token, .start = start, .end = end};
+    *h = (struct held){
+        .next = held, .ep = r->ep, .b = b, .token = token, .start = start, .end = end};
     held = h;
     NIC_SAFETY_COUNT(recv_held_buffers, 1);
     NIC_SAFETY_COUNT(recv_held_bytes, end - start);
@@ -135,11 +138,10 @@ static void give_back(const struct nic_endpoint *ep) {
   pthread_mutex_lock(&lock);
   struct held *ready = take_clear_locked(ep);
   pthread_mutex_unlock(&lock);
-  struct nic_backend *b = nic_backend_active();
   while (ready) {
     struct held *h = ready;
     ready = h->next;
-    b->rx_recycle(b, h->ep, h->token); /* unlocked: it takes the backend's lock */
+    h->b->rx_recycle(h->b, h->ep, h->token); /* unlocked: it takes the backend's lock */
     pthread_mutex_lock(&lock);
     nic_pool_put(&held_pool, h);
     pthread_mutex_unlock(&lock);
@@ -168,11 +170,18 @@ void nic_receive_endpoint_gone(struct nic_endpoint *ep) {
 
 NIC_EXPORT int nic_endpoint_receive(struct nic_endpoint *ep, nic_receive_fn receive, void *arg) {
   NIC_INTERNAL_SCOPE();
-  struct nic_backend *b = nic_backend_active();
-  if (!ep || !receive || !b) {
-    nic_api_error(endpoint, "nic_endpoint_receive(%p): %s", (void *)ep,
-                  !b ? "no backend is open" : "an endpoint and a receive function are needed");
-    return !b ? -ENODEV : -EINVAL;
+  if (!ep || !receive) {
+    nic_api_error(endpoint,
+                  "nic_endpoint_receive(%p): an endpoint and a receive function are needed",
+                  (void *)ep);
+    return -EINVAL;
+  }
+  /* An endpoint of ours was made by a constructor that started its backend: while none runs,
+   * ep is not one of ours (the default backend's checks below say so). */
+  struct nic_backend *b = nic_backend_count() > 0 ? nic_ep_backend_of(ep) : nic_backend_active();
+  if (!b) {
+    nic_api_error(endpoint, "nic_endpoint_receive(%p): no backend is open", (void *)ep);
+    return -ENODEV;
   }
   if (nic_sim_is(b)) return nic_sim_receive_set(ep, receive, arg);
   if (!nic_ep_known(ep)) {
@@ -192,7 +201,7 @@ NIC_EXPORT int nic_endpoint_receive(struct nic_endpoint *ep, nic_receive_fn rece
   }
   r = nic_pool_get(&receiver_pool);
   if (r) {
-    *r = (struct receiver){.next = receivers, .ep = ep, .receive = receive, .arg = arg};
+    *r = (struct receiver){.next = receivers, .ep = ep, .b = b, .receive = receive, .arg = arg};
     receivers = r;
   }
   pthread_mutex_unlock(&lock);

@@ -1,10 +1,16 @@
 /* Posting an array and completing it. At post every direct entry takes a DMA reference on its
  * pages (pagecount.h), so that free/realloc of that memory is deferred and writes are fenced
  * until the completion; the message then owns the array's cache references and bounce slabs,
- * and the completion drops them all, from whichever thread runs it. */
+ * and the completion drops them all, from whichever thread runs it.
+ *
+ * Entries are resolved when added, against the default backend (nic_sga_init has no endpoint).
+ * An endpoint of another backend gets them resolved again here, against its own: its chunk
+ * registrations and its registration cache, bounce slabs included; the default backend's cache
+ * references are let go at once, as nothing of that backend reads the message. */
 #include "api_errors.h"
 #include "backend.h"
 #include "bounce.h"
+#include "endpoint_common.h"
 #include "export.h"
 #include "fence.h"
 #include "log.h"
@@ -23,6 +29,7 @@ struct message {
   nic_sga_done_fn done;
   void *arg;
   void *bounce;
+  struct nic_rcache *cache; /* whose slots the entries hold: NULL the process-wide cache */
   uint32_t n;
   struct nic_sga_entry entry[];
 };
@@ -38,10 +45,41 @@ static void unref_pages(const struct message *m, uint32_t upto) {
                  NIC_PC_DMA);
 }
 
+static void release_slots(struct nic_rcache *cache, const struct nic_sga_entry *e, uint32_t n) {
+  for (uint32_t i = 0; i < n; i++)
+    if (!e[i].cache_slot)
+      continue;
+    else if (cache)
+      nic_rcache_release_own_in(cache, e[i].cache_slot);
+    else
+      nic_rcache_release_own(e[i].cache_slot);
+}
+
 static void release(struct message *m) {
-  for (uint32_t i = 0; i < m->n; i++)
-    if (m->entry[i].cache_slot) nic_rcache_release_own(m->entry[i].cache_slot);
+  release_slots(m->cache, m->entry, m->n);
   nic_bounce_free(m->bounce);
+}
+
+/* The message's entries resolved against b, which is not the default backend: 0, or the error
+ * that makes the post fail (every reference taken here let go again). */
+__attribute__((noinline)) static int resolve_for(struct nic_backend *b, struct message *m) {
+  struct nic_rcache *cache = nic_rcache_of(b);
+  if (!cache) return -ENOMEM;
+  for (uint32_t i = 0; i < m->n; i++) {
+    struct nic_sga_entry *e = &m->entry[i];
+    struct nic_region_ref ref;
+    const int rc = nic_register_with(b, e->addr, e->len, NIC_REG_LOCAL, &ref);
+    if (rc) {
+      release_slots(cache, m->entry, i);
+      return rc;
+    }
+    e->lkey = ref.lkey;
+    e->handle = ref.backend_handle;
+    e->cache_slot = ref.kind == NIC_REGION_CACHED ? ref.cache_slot : 0;
+    if (e->kind != NIC_SGA_BOUNCE) e->kind = ref.kind;
+  }
+  m->cache = cache;
+  return 0;
 }
 
 static void completed(void *arg, int status) {
@@ -61,7 +99,7 @@ static void completed(void *arg, int status) {
 
 NIC_EXPORT int nic_sga_post(struct nic_sga *sga, struct nic_endpoint *ep, nic_sga_done_fn done,
                             void *arg) {
-  struct nic_backend *b = nic_backend_active();
+  struct nic_backend *const d = nic_backend_active(), *b = d ? nic_ep_backend_of(ep) : NULL;
   if (!sga || !sga->count || sga->count > NIC_SGA_CAPACITY) {
     nic_api_error(sga, "nic_sga_post(%p): the array is empty or not initialised", (void *)sga);
     return -EINVAL;
@@ -71,6 +109,14 @@ NIC_EXPORT int nic_sga_post(struct nic_sga *sga, struct nic_endpoint *ep, nic_sg
                   nic_backend_missing_why() ? nic_backend_missing_why() : "NICMALLOC_BACKEND");
     return -ENODEV;
   }
+  /* The array's limit is the default backend's (nic_sga_init): another may take fewer. */
+  if (b != d && sga->count > b->caps.max_sge) {
+    nic_api_error_by(sga, b, 0,
+                     "nic_sga_post: %u entries, and the endpoint's backend %s takes %u per post "
+                     "(nic_sga_init(sga, %u) keeps the array within it)",
+                     sga->count, b->name, b->caps.max_sge, b->caps.max_sge);
+    return -E2BIG;
+  }
   /* The message and the backend's own bookkeeping are control memory. Completions (and the
    * program's callbacks) come from nic_poll or the backend's thread, never from inside here. */
   NIC_INTERNAL_SCOPE();
@@ -79,8 +125,16 @@ NIC_EXPORT int nic_sga_post(struct nic_sga *sga, struct nic_endpoint *ep, nic_sg
   if (!m) return -ENOMEM;
   *m = (struct message){.done = done, .arg = arg, .bounce = sga->bounce, .n = n};
   memcpy(m->entry, sga->entry, n * sizeof *m->entry);
+  int rc = b == d ? 0 : resolve_for(b, m);
+  if (rc) {
+    free(m);
+    nic_api_error_by(sga, rc, 0,
+                     "nic_sga_post: the entries cannot be registered with the endpoint's backend "
+                     "%s (%s)",
+                     b->name, strerror(-rc));
+    return rc;
+  }
   struct nic_sge sge[NIC_SGA_CAPACITY];
-  int rc = 0;
   uint32_t i = 0;
   for (; i < n && rc == 0; i++) {
     const struct nic_sga_entry *e = &m->entry[i];
@@ -90,6 +144,7 @@ NIC_EXPORT int nic_sga_post(struct nic_sga *sga, struct nic_endpoint *ep, nic_sg
   }
   if (rc) {
     unref_pages(m, i - 1);
+    if (m->cache) release_slots(m->cache, m->entry, n);
     free(m);
     nic_api_error(sga, "nic_sga_post: no memory to track the entries in flight");
     return rc;
@@ -109,22 +164,23 @@ NIC_EXPORT int nic_sga_post(struct nic_sga *sga, struct nic_endpoint *ep, nic_sg
     unref_pages(m, n);
     nic_fence_completed(m->entry, n);
     nic_safety_retry_deferred();
+    if (m->cache) release_slots(m->cache, m->entry, n);
     free(m);
     nic_api_error_by(sga, rc, 0, "nic_sga_post: backend %s refused the message (%s)", b->name,
                      strerror(-rc));
     return rc;
   }
-  sga->count = 0; /* the message owns the references now */
+  /* The message owns the references now: the array's own when its backend took it, else those
+   * made for b (resolve_for), and the array's go now. */
+  if (m->cache) release_slots(NULL, sga->entry, n);
+  sga->count = 0;
   sga->bytes = 0;
   sga->bounce = NULL;
   return 0;
 }
 
 NIC_EXPORT int nic_poll(int max) {
-  struct nic_backend *b = nic_backend_if_open();
-  int ran = b ? b->poll(b, max < 0 ? 0 : max) : 0; /* negative: all, as 0 (nicmalloc.h) */
-  if (ran)
-    nic_rcache_retry_busy(
-        nic_rcache_process()); /* a registration refused as busy may be free now */
+  const int ran = nic_backends_poll(max < 0 ? 0 : max); /* negative: all, as 0 (nicmalloc.h) */
+  if (ran) nic_rcache_retry_busy_all(); /* a registration refused as busy may be free now */
   return ran;
 }

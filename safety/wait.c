@@ -1,7 +1,8 @@
 /* nic_wait and nic_event_fd: waiting for completions and receives without spinning on nic_poll.
- * The backend's event_fd polls readable while its poll() has work and is cleared by poll(); a
- * backend without one (the verbs and dpdk plugins) is waited for in sleeps of at most
- * WAIT_STEP_MS between polls. */
+ * A backend's event_fd polls readable while its poll() has work and is cleared by poll(); with
+ * several backends running, one epoll set holds them all (nic_backends_event_fd). Where a
+ * backend has none (the verbs and dpdk plugins) waiting is sleeps of at most WAIT_STEP_MS
+ * between polls. */
 #include "api_errors.h"
 #include "backend.h"
 #include "clock.h"
@@ -15,10 +16,6 @@
 
 #define WAIT_STEP_MS 1
 
-static int backend_event_fd(struct nic_backend *b) {
-  return b->event_fd ? b->event_fd(b) : -ENOSYS;
-}
-
 NIC_EXPORT int nic_event_fd(void) {
   struct nic_backend *b = nic_backend_active();
   if (!b) {
@@ -26,12 +23,12 @@ NIC_EXPORT int nic_event_fd(void) {
                   nic_backend_missing_why() ? nic_backend_missing_why() : "NICMALLOC_BACKEND");
     return -ENODEV;
   }
-  const int fd = backend_event_fd(b);
+  const int fd = nic_backends_event_fd();
   if (fd < 0)
     nic_api_error_by(other, fd, 0,
-                     "nic_event_fd: the %s backend has no event descriptor (%s); "
-                     "nic_wait polls it in short sleeps",
-                     b->name, strerror(-fd));
+                     "nic_event_fd: a backend in use (%s) has no event descriptor (%s); "
+                     "nic_wait polls in short sleeps",
+                     nic_backends_names(), strerror(-fd));
   return fd;
 }
 
@@ -46,7 +43,7 @@ NIC_EXPORT int nic_wait(int timeout_ms) {
                   nic_backend_missing_why() ? nic_backend_missing_why() : "NICMALLOC_BACKEND");
     return -ENODEV;
   }
-  const int fd = backend_event_fd(b);
+  const int fd = nic_backends_event_fd();
   const uint64_t end = nic_now_ms() + (uint64_t)(timeout_ms < 0 ? 0 : timeout_ms);
   for (;;) {
     const int ran = nic_poll(0);

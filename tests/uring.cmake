@@ -14,8 +14,8 @@ gtest_discover_tests(test_uring_backend PROPERTIES TIMEOUT 120 DISCOVERY_TIMEOUT
 
 # The public endpoint (nic_uring_endpoint_create) and the safety layer on io_uring over loopback:
 # free-after-post, write-after-post (NICMALLOC_FENCE=wait) and many threads, as the sim suites
-# do (issue #4). The process-wide backend is uring; one case runs again under sim to see the
-# wrong-backend error.
+# do (issue #4). The default backend is uring; one case runs again under sim, where the endpoint
+# starts uring beside it.
 set(NIC_URING_SGA_ENV "NICMALLOC_BACKEND=uring;NICMALLOC_CHUNK_SIZE=64M;NICMALLOC_FENCE=wait")
 foreach(suite test_uring_endpoint test_uring_safety test_uring_wait)
   add_executable(${suite} ${CMAKE_CURRENT_LIST_DIR}/safety/${suite}.cc)
@@ -26,12 +26,12 @@ endforeach()
 gtest_discover_tests(test_uring_safety PROPERTIES TIMEOUT 300 DISCOVERY_TIMEOUT 60)
 # nic_wait and nic_event_fd on io_uring: blocking waits and an epoll set instead of busy polling.
 gtest_discover_tests(test_uring_wait PROPERTIES TIMEOUT 120 DISCOVERY_TIMEOUT 60)
-gtest_discover_tests(test_uring_endpoint TEST_FILTER "-UringEndpointWrongBackend.*"
+gtest_discover_tests(test_uring_endpoint TEST_FILTER "-UringEndpointBesideSim.*"
                      PROPERTIES TIMEOUT 300 DISCOVERY_TIMEOUT 60)
 # By path, not target name: the target's env(1) wrapper would set the backend back to uring.
-add_test(NAME UringEndpointWrongBackend.UnderSim
-         COMMAND $<TARGET_FILE:test_uring_endpoint> --gtest_filter=UringEndpointWrongBackend.*)
-set_tests_properties(UringEndpointWrongBackend.UnderSim PROPERTIES
+add_test(NAME UringEndpointBesideSim.UnderSim
+         COMMAND $<TARGET_FILE:test_uring_endpoint> --gtest_filter=UringEndpointBesideSim.*)
+set_tests_properties(UringEndpointBesideSim.UnderSim PROPERTIES
   ENVIRONMENT "NICMALLOC_BACKEND=sim;NICMALLOC_CHUNK_SIZE=64M" TIMEOUT 60
   FAIL_REGULAR_EXPRESSION "\\[  SKIPPED \\]")
 
@@ -48,3 +48,13 @@ add_test(NAME UringReceiveSmall.WithFourBuffersOf4KiB
 set_tests_properties(UringReceiveSmall.WithFourBuffersOf4KiB PROPERTIES
   ENVIRONMENT "NICMALLOC_BACKEND=uring;NICMALLOC_CHUNK_SIZE=64M;NICMALLOC_FENCE=wait;NICMALLOC_RECV_BUFFERS=4;NICMALLOC_RECV_BUFFER_SIZE=4K"
   TIMEOUT 120 FAIL_REGULAR_EXPRESSION "\\[  SKIPPED \\]")
+
+# Several backends in one process: sim (the default, NICMALLOC_BACKEND=sim) and io_uring endpoints
+# side by side, each started by its endpoint's constructor.
+add_executable(test_multi_backend ${CMAKE_CURRENT_LIST_DIR}/safety/test_multi_backend.cc)
+target_link_libraries(test_multi_backend PRIVATE ${NIC_RUNTIME_LAYERS} GTest::gtest
+  GTest::gtest_main Threads::Threads)
+# A short release delay: steps emptied inside live chunks are given back within the test.
+nic_gtest_with_env(test_multi_backend
+  "NICMALLOC_BACKEND=sim;NICMALLOC_CHUNK_SIZE=64M;NICMALLOC_PIN_STEP=32M;NICMALLOC_FENCE=wait;NICMALLOC_RELEASE_DELAY_MS=50")
+gtest_discover_tests(test_multi_backend PROPERTIES TIMEOUT 300 DISCOVERY_TIMEOUT 60)

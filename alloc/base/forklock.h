@@ -29,8 +29,8 @@
  *                              leaves (their holders take no other lock: pool memory is
  *                              mapped by system call, alloc/base/map.h, which the cache does
  *                              not see)
- * The hooks (no lock) come last: the backend's is before in-flight, whose frees must find the
- * backend marked the parent's and the write protection gone.
+ * The hooks (no lock) come last: the backends' is before in-flight, whose frees must find the
+ * backends marked the parent's and the write protection gone.
  *
  * EVERY LOCK of alloc/, regcache/ and safety/ and its decision:
  *   held across fork (on the list, ranks below): the sim endpoint list (safety/endpoint.c),
@@ -54,6 +54,13 @@
  *       try-lock: holding it would make a concurrent dataplane request fail; what it guards
  *       is published with one atomic store, so the child sees the reservation done or not
  *       done, then makes its own.
+ *   not held, made anew in the child (its hook): the lock under which backends start
+ *     (regcache/cache/backend.c). Its holder opens a backend (allocating, mapping, loading a
+ *     plugin: the allocator's and the registration cache's locks), and the default backend is
+ *     chosen under the registration cache's lock by a first registration, so it can come
+ *     neither before nor after that lock. A start under way at fork stays the parent's: the
+ *     child counts every backend already published as the parent's, as pthread_once restarts
+ *     an initialisation under way.
  *   not held, reset in the child with what it guards: the list of sims whose pending posts
  *     an unmap must look at (regcache/sim/sim_keep.c, a rwlock): a child's munmap would otherwise
  *     wait for a parent's sim; the child has no sim of its own, so the list is emptied. The same
@@ -63,7 +70,7 @@
  *     sim_dma.c, uring*.c, verbs.c, dpdk*.c, one per backend or endpoint). A child of a process
  *     with an open backend neither registers, posts nor polls (regcache/cache/backend.c), so it
  *     never takes them; holding them would make fork wait for the sim engine.
- *   pthread_once (alloc/heap/thread.c, regcache/cache/backend.c, safety/config.c, pressure.c,
+ *   pthread_once (alloc/heap/thread.c, safety/config.c, pressure.c,
  *     fence_protect.c, fence_threads.c): glibc restarts in the child an initialisation that a
  *     parent thread had under way (its fork generation), so nothing is needed.
  *   the start-up flags (alloc/base/config.c config_state, alloc/api/init.c init_state), once-only
@@ -106,7 +113,7 @@ enum nic_fork_rank {
   /* Child hooks without a lock of their own. */
   NIC_FORK_REAPER_THREAD, /* the reaper is gone: start it again on need */
   NIC_FORK_PROFILE_SINK,  /* the child's profile counts start from zero */
-  NIC_FORK_BACKEND,       /* the backend is the parent's */
+  NIC_FORK_BACKEND,       /* the backends are the parent's (their start lock made anew) */
   NIC_FORK_INFLIGHT,      /* the parent's posts are void in the child (safety/inflight_fork.c) */
   NIC_FORK_RANKS
 };

@@ -81,8 +81,9 @@
     "the general path (188 instructions per control pair instead of 146)")                         \
   X(BACKEND, "NICMALLOC_BACKEND", NIC_T_CHOICE, "auto", 0, 0, "auto|sim|uring|verbs|dpdk",         \
     NIC_REACH_VALUE,                                                                               \
-    "registration backend: `sim`, `uring`, `verbs`, `dpdk`; `auto` = verbs if a device "           \
-    "exists, else uring, else sim")                                                                \
+    "default registration backend (each endpoint starts its own): `sim`, `uring`, `verbs`, "      \
+    "`dpdk`; `auto` = the first an endpoint started, else verbs if a device exists, else uring, "  \
+    "else sim")                                                                                    \
   X(RCACHE_MAX_REGIONS, "NICMALLOC_RCACHE_MAX_REGIONS", NIC_T_COUNT, "1024", 1, 1ull << 20, "",    \
     NIC_REACH_VALUE, "registration-cache regions before the least recently used is evicted")       \
   X(RCACHE_MAX_BYTES, "NICMALLOC_RCACHE_MAX_BYTES", NIC_T_SIZE, "4G", 4096, UINT64_MAX, "",        \

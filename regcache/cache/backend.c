@@ -11,10 +11,12 @@
 
 #include <dlfcn.h>
 #include <errno.h>
+#include <limits.h>
 #include <pthread.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/epoll.h>
 
 typedef struct nic_backend *(*open_fn)(void);
 
@@ -29,9 +31,6 @@ static struct nic_backend *open_builtin(const char *name) {
   errno = ENOSYS;
   return NULL;
 }
-
-static struct nic_backend *active;
-static pthread_once_t once = PTHREAD_ONCE_INIT;
 
 /* Plugins sit next to libnicmalloc.so; dladdr finds where that is. */
 static struct nic_backend *open_plugin(const char *name) {
@@ -67,45 +66,205 @@ static struct nic_backend *open_plugin(const char *name) {
   return fn ? fn(nic_plugin_host_table()) : NULL;
 }
 
-static struct nic_backend *open_named(const char *name) {
-  if (!strcmp(name, "sim") || !strcmp(name, "uring")) return open_builtin(name);
-  if (!strcmp(name, "verbs") || !strcmp(name, "dpdk")) return open_plugin(name);
-  errno = EINVAL;
-  return NULL;
+static const char *const kind_names[NIC_BACKEND_KINDS] = {"sim", "uring", "verbs", "dpdk"};
+
+static struct nic_backend *open_kind(enum nic_backend_kind kind) {
+  const char *name = kind_names[kind];
+  return kind <= NIC_BACKEND_URING ? open_builtin(name) : open_plugin(name);
 }
 
-static void choose(void) {
+/* started[] is written once per kind under the lock and read without it. The lock is held while
+ * a backend opens (ring, device, EAL, a plugin's dlopen), so that two endpoints of one kind made
+ * at once share one backend. */
+static pthread_mutex_t lock = PTHREAD_MUTEX_INITIALIZER;
+static struct nic_backend *started[NIC_BACKEND_KINDS];
+static int failed[NIC_BACKEND_KINDS]; /* errno of a start that failed: not tried again */
+static unsigned count, mask;
+struct nic_backend *nic_backend_only_one; /* while count is 1, and not in a child of fork */
+static struct nic_backend *deflt;
+static bool chosen;
+static int epfd = -1; /* nic_backends_event_fd's set, made on first use */
+#define EVENT_FD_UNKNOWN INT_MIN
+static int event_fd_known = EVENT_FD_UNKNOWN; /* its answer, until another backend starts */
+static bool parents; /* this process is a child of fork and the backends are the parent's */
+static char names[1u << NIC_BACKEND_KINDS][32];
+
+static void epoll_add_locked(struct nic_backend *b) {
+  const int fd = b->event_fd ? b->event_fd(b) : -ENOSYS;
+  if (fd < 0) return;
+  struct epoll_event ev = {.events = EPOLLIN, .data.ptr = b};
+  if (epoll_ctl(epfd, EPOLL_CTL_ADD, fd, &ev) != 0)
+    nic_log_warn_once("backend %s: its event descriptor cannot join nic_event_fd's set (%s)",
+                      b->name, strerror(errno));
+}
+
+static struct nic_backend *start_locked(enum nic_backend_kind kind) {
+  if (started[kind]) return started[kind];
+  if (failed[kind]) {
+    errno = failed[kind];
+    return NULL;
+  }
+  struct nic_backend *b = open_kind(kind);
+  if (!b) {
+    failed[kind] = errno ? errno : ENODEV;
+    errno = failed[kind];
+    return NULL;
+  }
+  const unsigned now = mask | 1u << kind;
+  char *n = names[now];
+  for (unsigned k = 0, at = 0; k < NIC_BACKEND_KINDS; k++)
+    if (now & 1u << k)
+      at += (unsigned)snprintf(n + at, sizeof names[0] - at, "%s%s", at ? "+" : "", kind_names[k]);
+  if (epfd >= 0) epoll_add_locked(b);
+  __atomic_store_n(&event_fd_known, EVENT_FD_UNKNOWN, __ATOMIC_RELEASE);
+  __atomic_store_n(&started[kind], b, __ATOMIC_RELEASE);
+  __atomic_store_n(&mask, now, __ATOMIC_RELEASE);
+  __atomic_store_n(&nic_backend_only_one, count ? NULL : b, __ATOMIC_RELEASE);
+  __atomic_add_fetch(&count, 1, __ATOMIC_RELEASE);
+  return b;
+}
+
+static struct nic_backend *pick_locked(void) {
   /* A name the table does not list was refused there, with a warning: auto. */
-  static const char *named[] = {NULL, "sim", "uring", "verbs", "dpdk"}; /* auto|sim|... */
-  const char *want = named[nic_setting_choice(NIC_S_BACKEND)];
-  if (want) {
-    active = open_named(want);
-    if (active) return;
-    nic_log_warn("backend %s cannot run here (%s); choosing automatically", want, strerror(errno));
+  static const int named[] = {-1, NIC_BACKEND_SIM, NIC_BACKEND_URING, NIC_BACKEND_VERBS,
+                              NIC_BACKEND_DPDK}; /* auto|sim|... */
+  const int want = named[nic_setting_choice(NIC_S_BACKEND)];
+  struct nic_backend *b = NULL;
+  if (want >= 0) {
+    if ((b = start_locked((enum nic_backend_kind)want))) return b;
+    nic_log_warn("backend %s cannot run here (%s); choosing automatically", kind_names[want],
+                 strerror(errno));
   }
-  static const char *order[] = {"verbs", "uring", "sim"};
-  for (size_t i = 0; i < sizeof order / sizeof order[0] && !active; i++) {
-    active = open_named(order[i]);
-    if (!active) nic_log_info("backend %s not available: %s", order[i], strerror(errno));
+  /* An endpoint's constructor started one already: the program uses that one. */
+  for (unsigned k = 0; k < NIC_BACKEND_KINDS && !b; k++)
+    b = started[k];
+  static const enum nic_backend_kind order[] = {NIC_BACKEND_VERBS, NIC_BACKEND_URING,
+                                                NIC_BACKEND_SIM};
+  for (size_t i = 0; i < sizeof order / sizeof order[0] && !b; i++) {
+    b = start_locked(order[i]);
+    if (!b) nic_log_info("backend %s not available: %s", kind_names[order[i]], strerror(errno));
   }
-  if (!active) nic_log_warn("no registration backend could be opened");
+  if (!b) nic_log_warn("no registration backend could be opened");
+  return b;
 }
 
-static bool parents; /* this process is a child of fork and the backend is the parent's */
+/* Once: the default never changes (the per-backend tables and the chunks' own registrations
+ * are made against it). */
+static void choose_locked(void) {
+  __atomic_store_n(&deflt, pick_locked(), __ATOMIC_RELEASE);
+  __atomic_store_n(&chosen, true, __ATOMIC_RELEASE);
+}
+
+/* Not held across fork, only made anew in the child (forklock.h): its holder opens backends,
+ * taking the allocator's and the registration cache's locks, and the default is chosen under
+ * the cache's lock (by a first registration), so it fits nowhere in the order. A start under
+ * way at fork is the parent's: a backend already in started[] makes the child the parent's
+ * (none of them is its own), one not yet there is started anew if the child asks. */
+static void reset_in_child(void) {
+  pthread_mutex_init(&lock, NULL);
+}
+static void after_fork_child(void) {
+  bool any = __atomic_load_n(&count, __ATOMIC_ACQUIRE) != 0;
+  for (unsigned k = 0; k < NIC_BACKEND_KINDS; k++)
+    any |= __atomic_load_n(&started[k], __ATOMIC_ACQUIRE) != NULL;
+  if (any) parents = true;
+  nic_backend_only_one = NULL;
+}
+NIC_FORKLOCK_CUSTOM(backends, NIC_FORK_BACKEND, NULL, NULL, reset_in_child, after_fork_child);
+
+/* Apart, so that the fast path below (every post and entry asks) is two loads and a branch. */
+__attribute__((noinline, cold)) static struct nic_backend *choose_now(void) {
+  if (parents) return NULL;
+  if (__atomic_load_n(&chosen, __ATOMIC_ACQUIRE)) return deflt; /* none could be opened */
+  pthread_mutex_lock(&lock);
+  if (!chosen) choose_locked();
+  struct nic_backend *b = deflt;
+  pthread_mutex_unlock(&lock);
+  return b;
+}
 
 struct nic_backend *nic_backend_active(void) {
-  pthread_once(&once, choose);
-  return parents ? NULL : active;
+  struct nic_backend *b = __atomic_load_n(&deflt, __ATOMIC_ACQUIRE);
+  return __builtin_expect(b && !parents, 1) ? b : choose_now();
 }
 
 struct nic_backend *nic_backend_if_open(void) {
-  return parents ? NULL : __atomic_load_n(&active, __ATOMIC_ACQUIRE);
+  return parents ? NULL : __atomic_load_n(&deflt, __ATOMIC_ACQUIRE);
 }
 
-static void after_fork_child(void) {
-  if (__atomic_load_n(&active, __ATOMIC_ACQUIRE)) parents = true;
+struct nic_backend *nic_backend_start(enum nic_backend_kind kind) {
+  if ((unsigned)kind >= NIC_BACKEND_KINDS) {
+    errno = EINVAL;
+    return NULL;
+  }
+  if (parents) {
+    errno = ENODEV;
+    return NULL;
+  }
+  struct nic_backend *b = __atomic_load_n(&started[kind], __ATOMIC_ACQUIRE);
+  if (b) return b;
+  pthread_mutex_lock(&lock);
+  b = start_locked(kind);
+  const int err = errno;
+  pthread_mutex_unlock(&lock);
+  errno = err;
+  return b;
 }
-NIC_FORK_CHILD(backend, NIC_FORK_BACKEND, after_fork_child);
+
+struct nic_backend *nic_backend_started(enum nic_backend_kind kind) {
+  return parents || (unsigned)kind >= NIC_BACKEND_KINDS
+             ? NULL
+             : __atomic_load_n(&started[kind], __ATOMIC_ACQUIRE);
+}
+
+unsigned nic_backend_count(void) {
+  return parents ? 0 : __atomic_load_n(&count, __ATOMIC_ACQUIRE);
+}
+
+unsigned nic_backend_kind_of(const struct nic_backend *b) {
+  unsigned k = 0;
+  while (k < NIC_BACKEND_KINDS && (!b || __atomic_load_n(&started[k], __ATOMIC_ACQUIRE) != b))
+    k++;
+  return k;
+}
+
+int nic_backends_poll(int max) {
+  if (parents) return 0;
+  int ran = 0;
+  for (unsigned k = 0; k < NIC_BACKEND_KINDS; k++) {
+    struct nic_backend *b = __atomic_load_n(&started[k], __ATOMIC_ACQUIRE);
+    if (!b) continue;
+    ran += b->poll(b, max > 0 ? max - ran : max);
+    if (max > 0 && ran >= max) break;
+  }
+  return ran;
+}
+
+int nic_backends_event_fd(void) {
+  if (parents || !__atomic_load_n(&count, __ATOMIC_ACQUIRE)) return -ENODEV;
+  /* nic_wait asks on every call: the answer stands until another backend starts. */
+  const int known = __atomic_load_n(&event_fd_known, __ATOMIC_ACQUIRE);
+  if (known != EVENT_FD_UNKNOWN) return known;
+  pthread_mutex_lock(&lock);
+  int rc = 0;
+  for (unsigned k = 0; k < NIC_BACKEND_KINDS && !rc; k++)
+    if (started[k] && (!started[k]->event_fd || started[k]->event_fd(started[k]) < 0)) rc = -ENOSYS;
+  if (!rc && epfd < 0) {
+    epfd = epoll_create1(EPOLL_CLOEXEC);
+    if (epfd < 0) rc = -errno;
+    for (unsigned k = 0; k < NIC_BACKEND_KINDS && !rc; k++)
+      if (started[k]) epoll_add_locked(started[k]);
+  }
+  if (!rc) rc = epfd;
+  if (rc == epfd || rc == -ENOSYS) __atomic_store_n(&event_fd_known, rc, __ATOMIC_RELEASE);
+  pthread_mutex_unlock(&lock);
+  return rc;
+}
+
+const char *nic_backends_names(void) {
+  const unsigned m = parents ? 0 : __atomic_load_n(&mask, __ATOMIC_ACQUIRE);
+  return m ? names[m] : "none";
+}
 
 const char *nic_backend_missing_why(void) {
   return parents ? "the backend belongs to the parent process: a child of fork neither posts nor "

@@ -1,7 +1,8 @@
 /* The registration backends behind one ops table: sim (a software NIC that enforces
  * registrations and models the NIC's translation cache), uring (io_uring fixed buffers and
- * SEND_ZC), verbs (rdma-core), dpdk (external memory + extbuf mbufs). NICMALLOC_BACKEND picks
- * one; auto = verbs when a device exists, else uring, else sim.
+ * SEND_ZC), verbs (rdma-core), dpdk (external memory + extbuf mbufs). Several may run at once,
+ * each started by the first endpoint of its kind; NICMALLOC_BACKEND picks the default one (auto =
+ * the first started, else verbs when a device exists, else uring, else sim).
  *
  * Internal interface: the scatter-gather API in nicmalloc.h is built on it. */
 #ifndef NIC_BACKEND_H
@@ -153,11 +154,48 @@ struct nic_plugin_settings {
 void nic_backend_verbs_settings(const struct nic_plugin_settings *s);
 void nic_backend_dpdk_settings(const struct nic_plugin_settings *s);
 
-/* The process-wide backend named by NICMALLOC_BACKEND, opened on first use. NULL when none could
- * be opened (the reason was printed once). */
+/* Several backends may run in one process, one of each kind at most: each endpoint names its
+ * own (its public constructor starts it), and NICMALLOC_BACKEND names the default one, which
+ * nic_register, nic_sga_add and the statistics use. The kinds index the per-backend tables
+ * (chunk registrations, registration caches). */
+enum nic_backend_kind {
+  NIC_BACKEND_SIM,
+  NIC_BACKEND_URING,
+  NIC_BACKEND_VERBS,
+  NIC_BACKEND_DPDK,
+  NIC_BACKEND_KINDS
+};
+/* The default backend: NICMALLOC_BACKEND's, or under auto the first one started, or else verbs
+ * when a device exists, else uring, else sim. Opened on first use; NULL when none could be
+ * (the reason was printed once). */
 struct nic_backend *nic_backend_active(void);
-/* The backend if one was opened already, else NULL; never opens one. */
+/* The default backend if one was chosen already, else NULL; never opens one. */
 struct nic_backend *nic_backend_if_open(void);
+/* Backend kind, started now unless it runs already (thread-safe; a kind that failed to start is
+ * not tried again). NULL with errno set when it cannot run here, or ENODEV in a child of fork
+ * whose parent had a backend open. */
+struct nic_backend *nic_backend_start(enum nic_backend_kind kind);
+/* Backend kind if it runs, else NULL; never starts one. Lock-free. */
+struct nic_backend *nic_backend_started(enum nic_backend_kind kind);
+/* How many backends run (0 in a child of fork whose parent had one). One load. */
+unsigned nic_backend_count(void);
+/* The backend while exactly one runs, else NULL (none, several, or a child of fork's). One
+ * load, inline: every post asks which backend its endpoint belongs to. */
+extern struct nic_backend *nic_backend_only_one __attribute__((visibility("hidden")));
+static inline struct nic_backend *nic_backend_only(void) {
+  return __atomic_load_n(&nic_backend_only_one, __ATOMIC_ACQUIRE);
+}
+/* The kind of a started backend, or NIC_BACKEND_KINDS for one that is not (a test's own). */
+unsigned nic_backend_kind_of(const struct nic_backend *b);
+/* poll() of every started backend: up to max (all when 0), or NIC_POLL_COMPLETIONS_ONLY. */
+int nic_backends_poll(int max);
+/* One descriptor that polls readable while a started backend's event_fd does: an epoll set
+ * nicmalloc owns, holding each started backend's descriptor, those started later included. The
+ * fd, or -ENOSYS when a started backend has none (verbs, dpdk), -ENODEV when none runs. */
+int nic_backends_event_fd(void);
+/* The started backends' names, joined by '+' ("none" while none runs), for the statistics. */
+const char *nic_backends_names(void);
+
 /* Registers [base, base + len) with b, unless pages of it are write-protected now (a layer
  * above keeps posted memory so, regcache/cache/pin_guard.c): then -EAGAIN, nothing done. io_uring
  * and verbs pin what they register for writing, a write the kernel makes: to a protected page it
@@ -177,8 +215,8 @@ struct nic_pin_guard {
 };
 void nic_backend_pin_guard_set(const struct nic_pin_guard *g);
 
-/* In a child of fork both say NULL when the parent had a backend open: the child shares its
- * state with the parent (an io_uring instance and its CQ ring, a NIC's queues), so a child that
+/* In a child of fork all of the above say NULL when the parent had a backend open: the child shares
+ * its state with the parent (an io_uring instance and its CQ ring, a NIC's queues), so a child that
  * polled would run the parent's completions and lose them for the parent, and one that
  * registered or deregistered would change the parent's table. That reason, for messages, or
  * NULL when the backend is not the parent's. */

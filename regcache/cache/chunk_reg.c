@@ -13,16 +13,34 @@
 #include <errno.h>
 #include <string.h>
 
-struct nic_chunk_reg nic_chunk_regs[NIC_CHUNK_SLOTS][NIC_STEPS_MAX];
+struct nic_chunk_reg nic_chunk_regs[NIC_CHUNK_SLOTS][NIC_STEPS_MAX][NIC_BACKEND_KINDS];
 
 int nic_chunk_register(unsigned index, unsigned step, struct nic_registration *out) {
-  struct nic_chunk_reg *r = &nic_chunk_regs[index][step];
-  if (__atomic_load_n(&r->registered, __ATOMIC_ACQUIRE)) {
+  /* The default backend's is the step's entry of the flat table: every dataplane entry takes
+   * this load. */
+  const struct nic_registration *own = nic_chunk_registration(index, step);
+  if (__builtin_expect(own != NULL, 1)) {
+    *out = *own;
+    return 0;
+  }
+  return nic_chunk_register_with(index, step, nic_backend_active(), out);
+}
+
+int nic_chunk_register_with(unsigned index, unsigned step, struct nic_backend *b,
+                            struct nic_registration *out) {
+  const unsigned kind = nic_backend_kind_of(b);
+  if (kind >= NIC_BACKEND_KINDS) return -ENODEV;
+  struct nic_chunk_reg *r = &nic_chunk_regs[index][step][kind];
+  /* Only the default backend's is the step's entry of the flat table: what nic_translate hands
+   * out. A backend started by an endpoint may register steps before it becomes the default
+   * (auto: the first started), so the entry is published on its first use as the default too. */
+  const void **flat = nic_step_registration(index, step);
+  const bool own = b == nic_backend_if_open();
+  if (__atomic_load_n(&r->registered, __ATOMIC_ACQUIRE) &&
+      (!own || __atomic_load_n(flat, __ATOMIC_ACQUIRE))) {
     *out = r->reg;
     return 0;
   }
-  struct nic_backend *b = nic_backend_active();
-  if (!b) return -ENODEV;
   void *base = nic_step_base(index, step);
   const size_t len = (size_t)1 << nic_dp.step_shift;
 again:
@@ -31,11 +49,13 @@ again:
   bool refused = false;
   if (!nic_chunk_readable(index))
     rc = -ENOENT;
+  else if (r->registered && own)
+    __atomic_store_n(flat, &r->reg, __ATOMIC_RELEASE);
   else if (!r->registered && r->retry_at_ms && nic_now_ms() < r->retry_at_ms)
     rc = r->error;
   /* A step mimalloc wrote to without committing it (a cached segment of a chunk mapped again)
    * is backed before the NIC gets it: a registration of pages nobody locked could outlive
-   * them. */
+   * them. Every backend's first registration of the step asks, as any may be the first. */
   else if (!r->registered && (rc = nic_step_back_locked(index, step)) != 0)
     refused = true;
   /* Local write: nic_register hands this registration out for NIC_REG_LOCAL_WRITE too (receive
@@ -43,7 +63,7 @@ again:
   else if (!r->registered &&
            (rc = nic_backend_reg(b, base, len, NIC_ACCESS_LOCAL_WRITE, &r->reg)) == 0) {
     __atomic_store_n(&r->registered, 1, __ATOMIC_RELEASE);
-    __atomic_store_n(nic_step_registration(index, step), &r->reg, __ATOMIC_RELEASE);
+    if (own) __atomic_store_n(flat, &r->reg, __ATOMIC_RELEASE);
   } else if (rc == -EAGAIN) { /* pages of it are protected: wait without the lock, try again */
     nic_chunks_unlock();
     if (nic_backend_reg_wait(base, len)) goto again;
@@ -67,43 +87,47 @@ again:
 static void chunk_mapped(unsigned index, void *base, size_t len) {
   (void)base, (void)len;
   for (unsigned s = 0; s < nic_steps_per_chunk(); s++) {
-    nic_chunk_regs[index][s].registered = 0;
-    nic_chunk_regs[index][s].retry_at_ms = 0;
+    for (unsigned k = 0; k < NIC_BACKEND_KINDS; k++) {
+      nic_chunk_regs[index][s][k].registered = 0;
+      nic_chunk_regs[index][s][k].retry_at_ms = 0;
+    }
     __atomic_store_n(nic_step_registration(index, s), NULL, __ATOMIC_RELEASE);
   }
 }
 
-/* No stale registration may outlive the memory: deregister every step first, or keep the
- * chunk (the steps deregistered already are registered again on their next use). */
-static bool chunk_releasing(unsigned index, void *base, size_t len) {
-  (void)base, (void)len;
-  struct nic_backend *b = nic_backend_if_open();
-  bool all = true;
-  for (unsigned s = 0; s < nic_steps_per_chunk(); s++) {
-    struct nic_chunk_reg *r = &nic_chunk_regs[index][s];
+/* Deregisters the step from every backend that registered it. False when one says -EBUSY (a
+ * post still uses its registration until it completes): the step must be kept, and what was
+ * deregistered already is registered again on next use. */
+static bool drop_step(unsigned index, unsigned step) {
+  const void **flat = nic_step_registration(index, step);
+  for (unsigned k = 0; k < NIC_BACKEND_KINDS; k++) {
+    struct nic_chunk_reg *r = &nic_chunk_regs[index][step][k];
+    r->retry_at_ms = 0;
     if (!r->registered) continue;
-    if (b && b->dereg(b, &r->reg) != 0) {
-      all = false;
-      continue;
-    }
-    __atomic_store_n(nic_step_registration(index, s), NULL, __ATOMIC_RELEASE);
+    /* NULL in a child of fork: the registration is the parent's. */
+    struct nic_backend *b = nic_backend_started((enum nic_backend_kind)k);
+    if (b && b->dereg(b, &r->reg) != 0) return false;
+    if (__atomic_load_n(flat, __ATOMIC_ACQUIRE) == &r->reg)
+      __atomic_store_n(flat, NULL, __ATOMIC_RELEASE);
     __atomic_store_n(&r->registered, 0, __ATOMIC_RELEASE);
   }
+  return true;
+}
+
+/* No stale registration may outlive the memory: deregister every step from every backend
+ * first, or keep the chunk. */
+static bool chunk_releasing(unsigned index, void *base, size_t len) {
+  (void)base, (void)len;
+  bool all = true;
+  for (unsigned s = 0; s < nic_steps_per_chunk(); s++)
+    all &= drop_step(index, s);
   return all;
 }
 
-/* The same for one step given back inside a live chunk: a post still using its registration
- * keeps it (the backend says -EBUSY until the post completes). */
+/* The same for one step given back inside a live chunk. */
 static bool step_releasing(unsigned index, unsigned step, void *base, size_t len) {
   (void)base, (void)len;
-  struct nic_chunk_reg *r = &nic_chunk_regs[index][step];
-  r->retry_at_ms = 0;
-  if (!r->registered) return true;
-  struct nic_backend *b = nic_backend_if_open();
-  if (b && b->dereg(b, &r->reg) != 0) return false;
-  __atomic_store_n(nic_step_registration(index, step), NULL, __ATOMIC_RELEASE);
-  __atomic_store_n(&r->registered, 0, __ATOMIC_RELEASE);
-  return true;
+  return drop_step(index, step);
 }
 
 NIC_MEMORY_WATCHER(chunk_registrations, .chunk_mapped = chunk_mapped,

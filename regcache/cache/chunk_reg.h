@@ -1,7 +1,8 @@
 /* Dataplane chunks' registrations: each step of a chunk (NICMALLOC_PIN_STEP, alloc/heap/steps.h)
- * has its own local-access registration with the process backend (a fixed-buffer slot, a sim
- * region, an extmem area, an MR), made on first use and dropped before the heap gives the
- * chunk back. */
+ * has its own local-access registration with each started backend (a fixed-buffer slot, a sim
+ * region, an extmem area, an MR), made on the step's first use with that backend (a step backed
+ * before a backend started is registered with it when an entry on it first needs it) and
+ * dropped from every backend before the heap gives the step or the chunk back. */
 #ifndef NIC_CHUNK_REG_H
 #define NIC_CHUNK_REG_H
 
@@ -16,20 +17,27 @@ struct nic_chunk_reg {
   uint64_t retry_at_ms;
   int error;
 };
-extern struct nic_chunk_reg nic_chunk_regs[NIC_CHUNK_SLOTS][NIC_STEPS_MAX]
+/* By chunk, step, then backend kind (backend.h): a chunk's entries lie together, so mapping and
+ * releasing it touch no page of the others'. The default backend's registration of a step is
+ * also the step's entry of the flat table (nic_step_registration), which nic_translate reads on
+ * every call. */
+extern struct nic_chunk_reg nic_chunk_regs[NIC_CHUNK_SLOTS][NIC_STEPS_MAX][NIC_BACKEND_KINDS]
     __attribute__((visibility("hidden")));
 
-/* The step's registration if it has one already; never makes one. */
+/* The step's registration with the default backend if it has one already; never makes one. */
 static inline const struct nic_registration *nic_chunk_registration(unsigned index, unsigned step) {
-  const struct nic_chunk_reg *r = &nic_chunk_regs[index][step];
-  return __atomic_load_n(&r->registered, __ATOMIC_ACQUIRE) ? &r->reg : NULL;
+  return (const struct nic_registration *)__atomic_load_n(nic_step_registration(index, step),
+                                                          __ATOMIC_ACQUIRE);
 }
 
-/* The step's registration, made now if it has none yet (never from inside malloc); a step not
- * backed yet is backed (prefaulted and pinned) first. Returns 0, -ENOENT for a chunk that is
- * not mapped, -ENOMEM for a step that cannot be backed, -ENODEV when no backend could be
- * opened, or the backend's error (given back for a second without asking the backend
- * again). */
+/* The step's registration with backend b (a started one: backend.h), made now if it has none
+ * yet (never from inside malloc); a step not backed yet is backed (prefaulted and pinned) first.
+ * Returns 0, -ENOENT for a chunk that is not mapped, -ENOMEM for a step that cannot be backed,
+ * -ENODEV when b is NULL or not a started backend, or b's error (given back for a second
+ * without asking the backend again). */
+int nic_chunk_register_with(unsigned index, unsigned step, struct nic_backend *b,
+                            struct nic_registration *out);
+/* The same with the default backend (-ENODEV when none could be opened). */
 int nic_chunk_register(unsigned index, unsigned step, struct nic_registration *out);
 
 #endif

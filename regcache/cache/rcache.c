@@ -43,6 +43,7 @@ struct nic_rcache {
   uint32_t busy_count; /* read without the lock by nic_rcache_retry_busy */
   bool retrying;       /* a backend's dereg may re-enter through a free or an unmap */
   bool made;           /* by nic_rcache_create (mapped), not the process-wide one */
+  bool runtime;        /* nic_rcache_of's: its backend is the parent's in a child of fork */
   uint32_t regions;    /* cached, against max_regions */
   size_t bytes_live;
   uint32_t max_regions; /* 0 until the first registration reads the settings */
@@ -74,8 +75,12 @@ static struct nic_rcache *made;
 static unsigned made_count; /* read without the lock */
 
 static struct nic_backend *backend(const struct nic_rcache *c) {
+  if (c->runtime) return nic_backend_missing_why() ? NULL : c->backend;
   return c->backend ? c->backend : nic_backend_active();
 }
+
+/* The caches of started backends other than the default, made on first use (under the lock). */
+static struct nic_rcache *of_kind[NIC_BACKEND_KINDS];
 
 void nic_rcache_use_backend(struct nic_backend *b) {
   nic_rcache_process_instance.backend = b;
@@ -500,6 +505,43 @@ int nic_rcache_destroy(struct nic_rcache *c) {
   return 0;
 }
 
+struct nic_rcache *nic_rcache_of(struct nic_backend *b) {
+  if (!b || b == backend(&nic_rcache_process_instance)) return nic_rcache_process();
+  const unsigned kind = nic_backend_kind_of(b);
+  if (kind >= NIC_BACKEND_KINDS) return NULL;
+  struct nic_rcache *c = __atomic_load_n(&of_kind[kind], __ATOMIC_ACQUIRE);
+  if (c) return c;
+  pthread_mutex_lock(&lock);
+  if (!(c = of_kind[kind])) {
+    /* The process-wide cache's limits (0: the settings); the cache lives as long as b. */
+    c = nic_rcache_create(&(struct nic_rcache_params){.backend = b, .name = b->name});
+    if (c) c->runtime = true;
+    __atomic_store_n(&of_kind[kind], c, __ATOMIC_RELEASE);
+  }
+  pthread_mutex_unlock(&lock);
+  return c;
+}
+
+void nic_rcache_get_stats_all(struct nic_rcache_stats *out) {
+  nic_rcache_get_stats(nic_rcache_process(), out);
+  for (unsigned k = 0; k < NIC_BACKEND_KINDS; k++) {
+    struct nic_rcache *c = __atomic_load_n(&of_kind[k], __ATOMIC_ACQUIRE);
+    if (!c) continue;
+    struct nic_rcache_stats one;
+    nic_rcache_get_stats(c, &one);
+    out->hits += one.hits;
+    out->misses += one.misses;
+    out->evictions += one.evictions;
+    out->invalidations += one.invalidations;
+    out->registrations += one.registrations;
+    out->failures += one.failures;
+    out->busy_deregs += one.busy_deregs;
+    out->busy += one.busy;
+    out->regions += one.regions;
+    out->bytes += one.bytes;
+  }
+}
+
 void nic_rcache_get_stats(struct nic_rcache *c, struct nic_rcache_stats *out) {
   pthread_mutex_lock(&lock);
   *out = c->stats;
@@ -511,8 +553,15 @@ void nic_rcache_get_stats(struct nic_rcache *c, struct nic_rcache_stats *out) {
 
 /* A cached region must never outlive what it registered: a block freed inside it, pages that
  * leave or are replaced under it. Busy deregistrations are retried on the reaper's passes. */
-static void retry_busy_tick(void) {
+void nic_rcache_retry_busy_all(void) {
   nic_rcache_retry_busy(nic_rcache_process());
+  for (unsigned k = 0; k < NIC_BACKEND_KINDS; k++) {
+    struct nic_rcache *c = __atomic_load_n(&of_kind[k], __ATOMIC_ACQUIRE);
+    if (c) nic_rcache_retry_busy(c);
+  }
+}
+static void retry_busy_tick(void) {
+  nic_rcache_retry_busy_all();
 }
 NIC_MEMORY_WATCHER(registration_cache, .range_stale = nic_rcache_invalidate,
                    .pages_leaving = nic_rcache_invalidate, .tick = retry_busy_tick);

@@ -9,8 +9,13 @@
  * keep their reference, and the backend registration goes when the last one lets go.
  *
  * A cache is an instance over one backend (nic_rcache_create), so that it can be used, and
- * tested, over any ops table. The runtime's own is nic_rcache_process(): over the process-wide
- * backend, with the limits NICMALLOC_RCACHE_MAX_REGIONS / _MAX_BYTES, made on first use. */
+ * tested, over any ops table. The runtime's own is nic_rcache_process(): over the default
+ * backend, with the limits NICMALLOC_RCACHE_MAX_REGIONS / _MAX_BYTES, made on first use; every
+ * other started backend gets one of its own with the same limits (nic_rcache_of). A cache per
+ * backend rather than one keyed by backend: a hit stays one table lookup (the table gives a page
+ * to one region only, so regions of two backends over one page could not both be in it), each
+ * backend's limits stand for its own device's translation table, and invalidation already
+ * reaches every cache. */
 #ifndef NIC_RCACHE_H
 #define NIC_RCACHE_H
 
@@ -49,6 +54,15 @@ static inline struct nic_rcache *nic_rcache_process(void) {
   return &nic_rcache_process_instance;
 }
 
+/* Backend b's cache (b a started backend): the process-wide one for the default backend, else
+ * one made for b on first use. NULL when it cannot be made (no memory). */
+struct nic_rcache *nic_rcache_of(struct nic_backend *b);
+/* nic_register (nicmalloc.h) with backend b, a started one, instead of the default: the chunk's
+ * registration with b, or a region of b's cache (release: nic_rcache_release_own_in). */
+struct nic_region_ref;
+int nic_register_with(struct nic_backend *b, const void *p, size_t len, unsigned access,
+                      struct nic_region_ref *out);
+
 struct nic_rcache_ref {
   uint32_t slot; /* pass to nic_rcache_release with the same cache */
   struct nic_registration reg;
@@ -68,6 +82,8 @@ int nic_rcache_release_checked(struct nic_rcache *c, uint32_t slot);
  * right by construction: nic_rcache_release inside the internal scope, as nic_unregister runs
  * it. */
 void nic_rcache_release_own(uint32_t slot);
+/* The same for a reference to cache c (nic_rcache_of). */
+void nic_rcache_release_own_in(struct nic_rcache *c, uint32_t slot);
 /* Like nic_rcache_acquire, but never registers: -ENOENT when no cached region covers the range
  * (always for remote access). Used under NIC translation-cache pressure, where a new
  * registration would cost more than a copy. */
@@ -80,6 +96,8 @@ void nic_rcache_invalidate(uintptr_t start, size_t len);
  * their posts are done. Also done by every call above that takes the cache's lock; the reaper
  * and nic_poll call this so that none waits for the next miss. One load when there are none. */
 void nic_rcache_retry_busy(struct nic_rcache *c);
+/* The same for every runtime cache (nic_rcache_process and nic_rcache_of's). */
+void nic_rcache_retry_busy_all(void);
 
 /* Nonzero while any cache holds a region: free's one-load filter. */
 extern int nic_rcache_regions_live __attribute__((visibility("hidden")));
@@ -92,6 +110,8 @@ struct nic_rcache_stats {
   size_t bytes;
 };
 void nic_rcache_get_stats(struct nic_rcache *c, struct nic_rcache_stats *out);
+/* Sums the statistics of every runtime cache (the process-wide one and nic_rcache_of's). */
+void nic_rcache_get_stats_all(struct nic_rcache_stats *out);
 
 /* Tests of the runtime give the process-wide cache their own backend (NULL: the process's). */
 void nic_rcache_use_backend(struct nic_backend *b);

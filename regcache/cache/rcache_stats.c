@@ -8,13 +8,12 @@
 
 void nic_regcache_fill_stats(struct nic_stats *out) {
   struct nic_rcache_stats rc;
-  nic_rcache_get_stats(nic_rcache_process(), &rc);
+  nic_rcache_get_stats_all(&rc);
   out->rcache_hits = rc.hits;
   out->rcache_misses = rc.misses;
   out->rcache_evictions = rc.evictions;
   out->rcache_invalidations = rc.invalidations;
   out->rcache_regions = rc.regions;
   out->rcache_bytes = rc.bytes;
-  struct nic_backend *b = nic_backend_if_open();
-  out->backend = b ? b->name : "none";
+  out->backend = nic_backends_names();
 }

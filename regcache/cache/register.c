@@ -17,6 +17,10 @@ _Static_assert(NIC_REG_LOCAL_WRITE == NIC_ACCESS_LOCAL_WRITE &&
                    NIC_REG_REMOTE_WRITE == NIC_ACCESS_REMOTE_WRITE,
                "public and backend access flags must agree");
 
+static inline __attribute__((always_inline)) int register_with(struct nic_backend *b, const void *p,
+                                                               size_t len, unsigned access,
+                                                               struct nic_region_ref *out);
+
 NIC_EXPORT int nic_register(const void *p, size_t len, unsigned access,
                             struct nic_region_ref *out) {
   NIC_INTERNAL_SCOPE();
@@ -29,18 +33,35 @@ NIC_EXPORT int nic_register(const void *p, size_t len, unsigned access,
     nic_api_count(registration);
     return -EINVAL;
   }
+  return register_with(NULL, p, len, access, out);
+}
+
+int nic_register_with(struct nic_backend *b, const void *p, size_t len, unsigned access,
+                      struct nic_region_ref *out) {
+  NIC_INTERNAL_SCOPE();
+  return register_with(b, p, len, access, out);
+}
+
+/* b NULL: the default backend. Inlined into both callers: nic_register is on every entry's
+ * path (nic_sga_add), and a call more there costs what the split saves nowhere. */
+static inline __attribute__((always_inline)) int register_with(struct nic_backend *b, const void *p,
+                                                               size_t len, unsigned access,
+                                                               struct nic_region_ref *out) {
   int rc = nic_translate(p, len, out);
   if (rc == -NIC_ERANGE || rc == -NIC_ECROSS) return rc;
   if (rc == 0 && !(access & (NIC_REG_REMOTE_READ | NIC_REG_REMOTE_WRITE))) {
     struct nic_registration reg;
-    rc = nic_chunk_register(out->chunk_index, nic_step_index(p), &reg);
+    rc = b ? nic_chunk_register_with(out->chunk_index, nic_step_index(p), b, &reg)
+           : nic_chunk_register(out->chunk_index, nic_step_index(p), &reg);
     if (rc) return rc;
     out->lkey = reg.lkey;
     out->backend_handle = reg.handle;
     return 0;
   }
   struct nic_rcache_ref ref;
-  rc = nic_rcache_acquire(nic_rcache_process(), p, len, access, &ref);
+  struct nic_rcache *c = b ? nic_rcache_of(b) : nic_rcache_process();
+  if (!c) return -ENOMEM;
+  rc = nic_rcache_acquire(c, p, len, access, &ref);
   if (rc) return rc == -ERANGE ? -NIC_ERANGE : rc;
   out->kind = NIC_REGION_CACHED;
   out->chunk_index = 0;
@@ -71,4 +92,9 @@ NIC_EXPORT void nic_unregister(const struct nic_region_ref *ref) {
 void nic_rcache_release_own(uint32_t slot) {
   NIC_INTERNAL_SCOPE();
   nic_rcache_release(nic_rcache_process(), slot);
+}
+
+void nic_rcache_release_own_in(struct nic_rcache *c, uint32_t slot) {
+  NIC_INTERNAL_SCOPE();
+  nic_rcache_release(c, slot);
 }
