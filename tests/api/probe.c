@@ -212,7 +212,7 @@ static struct nic_stats stats_now(void) {
   return s;
 }
 
-static void drop_message(void *arg, const void *data, size_t len) {
+static void drop_message(void *arg, void *data, size_t len) {
   (void)arg, (void)data, (void)len;
 }
 static int step_posts_done;
