@@ -257,8 +257,12 @@ TEST_F(Sga, APostInADataplaneScopeKeepsItsBookkeepingOutOfTheDataplane) {
   struct nic_stats before = NIC_STATS_INIT, after = NIC_STATS_INIT;
   nic_get_stats(&before);
   const int target = completions.load() + 1;
+  // The NIC waits until the figure is read: the sim receives each message into a fresh
+  // dataplane buffer, which is live (and counted) while its receive function runs.
+  nic_sim_pause(nic_backend_active(), true);
   ASSERT_EQ(nic_sga_post(&sga, ep, OnDoneAllocating, nullptr), 0);
   nic_get_stats(&after); // before any completion: the message is live
+  nic_sim_pause(nic_backend_active(), false);
   EXPECT_EQ(after.dataplane_live, before.dataplane_live);
   WaitFor(target);
   nic_dataplane_end();
