@@ -48,20 +48,6 @@ size_t free_hugepages_of(size_t page_size) {
   return n > 0 ? (size_t)n : 0;
 }
 
-/* A failed MAP_FIXED mmap may already have removed the reservation, so we check the pool first
- * and restore the reservation after any failure. */
-static int map_hugetlb(void *addr, size_t len, size_t page_size, int size_flag) {
-  if (len % page_size) return -EINVAL;
-  if (free_hugepages_of(page_size) < len / page_size) return -ENOMEM;
-  void *p =
-      mmap(addr, len, PROT_READ | PROT_WRITE,
-           MAP_PRIVATE | MAP_ANONYMOUS | MAP_FIXED | MAP_HUGETLB | size_flag | MAP_POPULATE, -1, 0);
-  if (p != MAP_FAILED) return 0;
-  int err = errno;
-  nic_reserve_fixed(addr, len);
-  return -err;
-}
-
 /* Faults every page in now, so no page fault happens on a later DMA or hot-path access. Only a
  * kernel without MADV_POPULATE_WRITE (EINVAL, before 5.14) gets the pages touched one by one:
  * any other error (ENOMEM, EFAULT for SIGBUS) means memory cannot be had, and touching it would
@@ -95,44 +81,6 @@ static bool thp_possible(void) {
   if (n <= 0) return false;
   buf[n] = '\0';
   return strstr(buf, "[never]") == NULL;
-}
-
-static int map_small_pages(void *addr, size_t len, bool try_thp, enum nic_page_kind *kind) {
-  void *p = mmap(addr, len, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS | MAP_FIXED, -1, 0);
-  if (p == MAP_FAILED) {
-    int err = errno;
-    nic_reserve_fixed(addr, len);
-    return -err;
-  }
-  if (try_thp) madvise(addr, len, MADV_HUGEPAGE);
-  int rc = prefault(addr, len, NIC_PAGE_SIZE);
-  if (rc) {
-    nic_reserve_fixed(addr, len); /* gives back what was faulted in */
-    return rc;
-  }
-  *kind = NIC_PAGE_4K;
-  if (try_thp && anon_huge_kb(addr, len) > 0) *kind = NIC_PAGE_THP;
-  return 0;
-}
-
-int nic_map_chunk(void *addr, size_t len, enum nic_page_kind want, struct nic_mapping *out) {
-  out->kind = NIC_PAGE_NONE;
-  out->pinned = false;
-  out->pin_errno = 0;
-  int rc = -ENOMEM;
-  if (want >= NIC_PAGE_1G && map_hugetlb(addr, len, 1ul << 30, MAP_HUGE_1GB) == 0)
-    out->kind = NIC_PAGE_1G;
-  else if (want >= NIC_PAGE_2M && map_hugetlb(addr, len, 2ul << 20, MAP_HUGE_2MB) == 0)
-    out->kind = NIC_PAGE_2M;
-  else if (nic_memcg_headroom() < len + len / 8)
-    return -EDQUOT; /* prefaulting it would wake the cgroup's OOM killer: see memcg.c */
-  else if ((rc = map_small_pages(addr, len, want >= NIC_PAGE_THP && thp_possible(), &out->kind)))
-    return rc;
-  if (mlock(addr, len) == 0)
-    out->pinned = true;
-  else
-    out->pin_errno = errno;
-  return 0;
 }
 
 void nic_unmap_chunk(void *addr, size_t len) {

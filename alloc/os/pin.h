@@ -14,13 +14,9 @@ struct nic_mapping {
   int pin_errno;           /* why not, when !pinned */
 };
 
-/* addr..addr+len must be a PROT_NONE part of the reservation, aligned to len. Tries `want` and
- * then each smaller kind. Returns 0, or -errno with the reservation restored: -EDQUOT when
- * ordinary pages would not fit under the memory cgroup's limit. */
 /* "4k", "thp", "2m", "1g" or "none": nic_page_kind_name's answer, for the runtime's own lines. */
 const char *nic_page_kind_str(enum nic_page_kind kind);
 
-int nic_map_chunk(void *addr, size_t len, enum nic_page_kind want, struct nic_mapping *out);
 /* A chunk mapped whole but backed by nothing yet: readable, writable, MAP_NORESERVE over its
  * part of the reservation. Steps of it are backed later (nic_back_step). Returns 0 or -errno
  * with the reservation restored. */
