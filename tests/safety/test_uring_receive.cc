@@ -583,7 +583,8 @@ TEST_F(UringReceiveCapped, HoldingEverythingStopsAtTheCapAndAllArrivesInOrderAft
   size_t said = 0;
   for (size_t at = 0; (at = err.find("NICMALLOC_RECV_HELD_MAX", at)) != std::string::npos; at++)
     said++;
-  EXPECT_EQ(said, 1u) << err;
+  // Once per process: by this test when it is the first to reach the cap.
+  EXPECT_EQ(said, before.recv_capped ? 0u : 1u) << err;
   // Released, everything goes on.
   for (auto &s : sinks)
     SetHold(*s, false);
