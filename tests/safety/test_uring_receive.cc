@@ -644,6 +644,41 @@ TEST_F(UringReceiveCapped, TheEndOfAStreamWaitsBehindItsData) {
   EXPECT_EQ(nic_endpoint_status(eps[0]), 1);
 }
 
+// A child of fork keeps none of the messages waiting in the parent: its nic_poll hands none
+// over (nor gives their buffers back to the parent's ring), and it counts none waiting.
+TEST_F(UringReceiveCapped, AChildOfForkKeepsNoneOfTheWaitingMessages) {
+  UdpPair pair;
+  Sink sink;
+  sink.hold = true;
+  ASSERT_NE(Receiving(pair.rx, &sink), nullptr);
+  Region data(60008, 10);
+  EightDatagramsFiveHeldThreeWaiting(pair, sink, data);
+  if (HasFatalFailure()) return;
+  fflush(nullptr);
+  const pid_t pid = fork();
+  ASSERT_GE(pid, 0);
+  if (pid == 0) {
+    SetHold(sink, false);
+    sink.ReleaseAll(); // under the cap in the child: a waiting message would now go
+    int ran = 0;
+    for (int i = 0; i < 20; i++)
+      ran += nic_poll(0);
+    _exit((sink.Calls() != 5 || ran ? 1 : 0) | (NicStats().recv_waiting ? 2 : 0));
+  }
+  int status = 0;
+  ASSERT_EQ(waitpid(pid, &status, 0), pid);
+  ASSERT_TRUE(WIFEXITED(status));
+  EXPECT_EQ(WEXITSTATUS(status), 0) << "1: the child handed a message over; 2: it counts some";
+  // The parent's go on.
+  SetHold(sink, false);
+  EXPECT_TRUE(NicPollUntil([&] {
+    sink.ReleaseAll();
+    return sink.Calls() == 8;
+  }));
+  for (size_t i = 0; i < sink.msgs.size(); i++)
+    EXPECT_TRUE(sink.msgs[i] == data.Bytes(i, 60000)) << "message " << i << " changed or moved";
+}
+
 // A release on another thread that brings the held bytes under the cap wakes nic_wait(-1 or a
 // timeout) for the messages that waited.
 TEST_F(UringReceiveCapped, NicWaitWakesWhenAReleaseLetsWaitingMessagesGo) {
