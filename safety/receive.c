@@ -49,6 +49,7 @@ struct receiver {
   void *arg;
   int status;       /* nic_endpoint_status */
   unsigned waiting; /* its messages in the FIFO, or being handed over from it */
+  bool gone;        /* its endpoint closed while nic_receive_drain handed it a message */
 };
 
 /* A message deliver() did not hand over, waiting for the held bytes to fall under the cap. */
@@ -76,9 +77,10 @@ static struct nic_pool receiver_pool = NIC_POOL_INIT(sizeof(struct receiver));
 static struct nic_pool held_pool = NIC_POOL_INIT(sizeof(struct held));
 static struct waiting *waiting_head, **waiting_tail = &waiting_head;
 static struct nic_pool waiting_pool = NIC_POOL_INIT(sizeof(struct waiting));
-static int wake_fd = -1; /* readable while messages wait and could be handed over */
-static bool woken;       /* wake_fd written and not cleared since */
-static int draining;     /* a thread hands waiting messages over */
+static int wake_fd = -1;         /* readable while messages wait and could be handed over */
+static bool woken;               /* wake_fd written and not cleared since */
+static int draining;             /* a thread hands waiting messages over */
+static struct receiver *handing; /* whose waiting message it hands over now */
 
 /* The child receives nothing of the parent's (its backend is the parent's, marked so): what the
  * parent's endpoints had out is not the child's to give back. */
@@ -100,6 +102,7 @@ static void after_fork_child(void) {
     r->waiting = 0;
   woken = false; /* wake_fd is the parent's too: the child neither writes nor reads it */
   draining = 0;
+  handing = NULL;
   __atomic_store_n(&nic_safety_ctr.recv_waiting, 0, __ATOMIC_RELAXED);
 }
 NIC_FORKLOCK_MUTEX(receivers, NIC_FORK_RECEIVERS, &lock, after_fork_child);
@@ -215,11 +218,17 @@ int nic_receive_drain(int max) {
     waiting_head = w.next;
     if (!waiting_head) waiting_tail = &waiting_head;
     __atomic_sub_fetch(&nic_safety_ctr.recv_waiting, 1, __ATOMIC_RELAXED);
+    handing = w.r;
     pthread_mutex_unlock(&lock);
     hand_over(w.r, w.data, w.len, w.status, w.token);
     ran++;
     pthread_mutex_lock(&lock);
-    w.r->waiting--; /* only now may a later message of it be handed over directly */
+    handing = NULL;
+    /* The program may close the endpoint from its receive function (at the end of a stream). */
+    if (w.r->gone)
+      nic_pool_put(&receiver_pool, w.r);
+    else
+      w.r->waiting--; /* only now may a later message of it be handed over directly */
   }
   wake_settle_locked();
   pthread_mutex_unlock(&lock);
@@ -309,7 +318,10 @@ void nic_receive_endpoint_gone(struct nic_endpoint *ep) {
     if ((*link)->ep == ep) {
       struct receiver *r = *link;
       *link = r->next;
-      nic_pool_put(&receiver_pool, r);
+      if (r == handing)
+        r->gone = true; /* nic_receive_drain lets go of it once the receive function returns */
+      else
+        nic_pool_put(&receiver_pool, r);
       break;
     }
   pthread_mutex_unlock(&lock);

@@ -644,6 +644,56 @@ TEST_F(UringReceiveCapped, TheEndOfAStreamWaitsBehindItsData) {
   EXPECT_EQ(nic_endpoint_status(eps[0]), 1);
 }
 
+// A receive function may close its endpoint at the end of the stream, and start receiving on
+// another, when that end had waited for the cap: the new receiver starts with nothing waiting.
+TEST_F(UringReceiveCapped, AReceiverClosedByItsWaitingEndCallLeavesTheNextOneClear) {
+  LoopbackPair a, b;
+  struct Closer {
+    static void Fn(void *arg, void *data, size_t len) {
+      auto *c = static_cast<Closer *>(arg);
+      Sink::Fn(&c->sink, data, len);
+      if (data) return;
+      c->destroyed = nic_uring_endpoint_destroy(c->ep);
+      c->next = nic_uring_endpoint_create(c->next_fd);
+      if (c->next) c->next_rc = nic_endpoint_receive(c->next, Sink::Fn, &c->next_sink);
+    }
+    Sink sink, next_sink;
+    nic_endpoint *ep = nullptr, *next = nullptr;
+    int next_fd = -1, destroyed = 1, next_rc = 1;
+  } c;
+  c.sink.hold = true;
+  c.next_fd = b.rx;
+  c.ep = nic_uring_endpoint_create(a.rx);
+  ASSERT_NE(c.ep, nullptr);
+  ASSERT_EQ(nic_endpoint_receive(c.ep, Closer::Fn, &c), 0);
+  nic_uring_stats u0{};
+  ASSERT_TRUE(nic_uring_get_stats(nic_backend_active(), &u0));
+  const uint64_t waiting0 = NicStats().recv_waiting;
+  constexpr size_t kLen = 320 << 10;
+  Region data(kLen, 11);
+  SendSplit(a.tx, data.base, kLen, 12u);
+  ASSERT_EQ(shutdown(a.tx, SHUT_WR), 0);
+  ASSERT_TRUE(NicPollUntil([&] {
+    nic_uring_stats u{};
+    nic_uring_get_stats(nic_backend_active(), &u);
+    return c.sink.Calls() + c.sink.Ends() + (NicStats().recv_waiting - waiting0) ==
+           u.recv_messages - u0.recv_messages + 1;
+  }));
+  ASSERT_EQ(c.sink.Ends(), 0);
+  SetHold(c.sink, false);
+  c.sink.ReleaseAll();
+  ASSERT_TRUE(NicPollUntil([&] { return c.sink.Ends() == 1; }));
+  EXPECT_EQ(c.destroyed, 0);
+  ASSERT_NE(c.next, nullptr);
+  ASSERT_EQ(c.next_rc, 0);
+  const uint64_t capped = NicStats().recv_capped;
+  ASSERT_EQ(send(b.tx, "next", 4, 0), 4);
+  EXPECT_TRUE(NicPollUntil([&] { return c.next_sink.Size() == 4; }));
+  EXPECT_EQ(NicStats().recv_capped, capped) << "under the cap, the new receiver's message waited";
+  EXPECT_EQ(NicStats().recv_waiting, waiting0);
+  EXPECT_EQ(nic_uring_endpoint_destroy(c.next), 0);
+}
+
 // A child of fork keeps none of the messages waiting in the parent: its nic_poll hands none
 // over (nor gives their buffers back to the parent's ring), and it counts none waiting.
 TEST_F(UringReceiveCapped, AChildOfForkKeepsNoneOfTheWaitingMessages) {
