@@ -66,9 +66,6 @@
   X("receive", recv_held_buffers, uint64_t, count, "# buffers held", "receive buffers kept from the NIC by a nic_hold now") \
   X("receive", recv_held_bytes, uint64_t, bytes, "# held", "their bytes") \
   X("receive", recv_stalls, uint64_t, count, "# stalls", "times an endpoint stopped receiving because every buffer of it was held") \
-  X("receive", recv_capped, uint64_t, count, "# capped", "messages that waited because the held bytes reached NICMALLOC_RECV_HELD_MAX") \
-  X("receive", recv_waiting, uint64_t, count, "# waiting", "messages waiting now for the held bytes to fall under the cap") \
-  X("receive", recv_capped_dropped, uint64_t, count, "# dropped at close", "waiting messages given back undelivered because their endpoint was destroyed") \
   X("fence", fence_waits, uint64_t, count, "# waits", "nic_fence_write / realloc calls that had to wait") \
   X("fence", fence_timeouts, uint64_t, count, "# timed out", "of those, gave up after NICMALLOC_FENCE_TIMEOUT_MS") \
   X("fence", fence_held_writes, uint64_t, count, "# writes held", "NICMALLOC_FENCE=protect: writes held until their page's DMA completed") \
@@ -101,7 +98,10 @@
   X("steps", steps_pinned, uint32_t, count, "# pinned", "steps of mapped chunks backed and locked in memory now (dataplane_pinned is their bytes)") \
   X("steps", steps_backed, uint64_t, count, "# backed", "steps backed (prefaulted) over the process lifetime") \
   X("steps", dataplane_backed, size_t, bytes, "backed #", "bytes of steps backed now, pinned or not") \
-  X("steps", steps_released, uint64_t, count, "# released", "steps given back to the OS inside live chunks (empty of mimalloc's commits for NICMALLOC_RELEASE_DELAY_MS) over the process lifetime")
+  X("steps", steps_released, uint64_t, count, "# released", "steps given back to the OS inside live chunks (empty of mimalloc's commits for NICMALLOC_RELEASE_DELAY_MS) over the process lifetime") \
+  X("receive cap", recv_capped, uint64_t, count, "# capped", "messages that waited because the held bytes reached NICMALLOC_RECV_HELD_MAX") \
+  X("receive cap", recv_waiting, uint64_t, count, "# waiting", "messages waiting now for the held bytes to fall under the cap") \
+  X("receive cap", recv_capped_dropped, uint64_t, count, "# dropped at close", "waiting messages given back undelivered because their endpoint was destroyed")
 /* clang-format on */
 
 #endif /* NICMALLOC_STATS_FIELDS_H */
