@@ -610,6 +610,52 @@ TEST_F(UringReceiveCapped, HoldingEverythingStopsAtTheCapAndAllArrivesInOrderAft
   EXPECT_EQ(after.recv_held_bytes, 0u);
 }
 
+// Several threads poll (and release what their receive functions held) while the cap is
+// reached again and again: waiting messages are handed over by one thread at a time, so each
+// stream still arrives whole and in order.
+TEST_F(UringReceiveCapped, ManyPollersAtTheCapKeepEachStreamInOrder) {
+  constexpr int kPairs = 4, kPollers = 3;
+  constexpr size_t kLen = 4 << 20;
+  std::vector<std::unique_ptr<LoopbackPair>> pairs;
+  std::vector<std::unique_ptr<Sink>> sinks;
+  std::vector<std::unique_ptr<Region>> data;
+  for (int i = 0; i < kPairs; i++) {
+    pairs.push_back(std::make_unique<LoopbackPair>());
+    sinks.push_back(std::make_unique<Sink>());
+    data.push_back(std::make_unique<Region>(kLen, 50 + i));
+    sinks[i]->hold = true;
+    ASSERT_NE(Receiving(pairs[i]->rx, sinks[i].get()), nullptr);
+  }
+  const uint64_t capped0 = NicStats().recv_capped;
+  std::atomic<bool> stop{false};
+  std::vector<std::thread> threads;
+  for (int t = 0; t < kPollers; t++)
+    threads.emplace_back([&] {
+      while (!stop) {
+        nic_poll(0);
+        for (auto &s : sinks)
+          s->ReleaseAll();
+      }
+    });
+  for (int i = 0; i < kPairs; i++)
+    threads.emplace_back([&, i] { SendSplit(pairs[i]->tx, data[i]->base, kLen, 70u + i); });
+  for (int i = 0; i < kPairs; i++)
+    EXPECT_TRUE(NicPollUntil([&] {
+      sinks[i]->ReleaseAll();
+      return sinks[i]->Size() >= kLen;
+    })) << "stream "
+        << i;
+  stop = true;
+  for (auto &t : threads)
+    t.join();
+  for (auto &s : sinks)
+    s->ReleaseAll();
+  EXPECT_GT(NicStats().recv_capped, capped0) << "the cap was never reached";
+  for (int i = 0; i < kPairs; i++)
+    EXPECT_TRUE(sinks[i]->data == data[i]->Bytes(0, kLen)) << "stream " << i << " reordered";
+  EXPECT_EQ(NicStats().recv_waiting, 0u);
+}
+
 // The end of a stream read while its data waits for the cap waits behind that data.
 TEST_F(UringReceiveCapped, TheEndOfAStreamWaitsBehindItsData) {
   LoopbackPair pair;
