@@ -183,7 +183,8 @@ static void deliver(void *arg, void *data, size_t len, int status, uint64_t toke
   }
   pthread_mutex_lock(&lock);
   struct waiting *w = NULL;
-  if (r->waiting || (data && !under_cap())) {
+  const bool wait = r->waiting || (data && !under_cap());
+  if (wait) {
     w = nic_pool_get(&waiting_pool);
     if (w) {
       *w = (struct waiting){.r = r, .data = data, .len = len, .status = status, .token = token};
@@ -203,7 +204,10 @@ static void deliver(void *arg, void *data, size_t len, int status, uint64_t toke
                         "back, until releases bring the held bytes under it");
     return;
   }
-  hand_over(r, data, len, status, token); /* over the cap only when nothing could list it */
+  if (wait) /* nothing could list it: handed over past the cap rather than lost */
+    nic_log_warn_once("receive: no memory to keep a message waiting for the held bytes to fall "
+                      "under NICMALLOC_RECV_HELD_MAX; it is handed over at once");
+  hand_over(r, data, len, status, token);
 }
 
 int nic_receive_drain(int max) {
