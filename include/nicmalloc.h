@@ -273,7 +273,12 @@ int nic_fence_write(const void *p, size_t len);
  * (examples/echo_uring.c): a post alone does not keep the buffer from the NIC.
  * While every buffer of an endpoint is held, the endpoint stops receiving and the transport
  * pushes back (TCP closes its window; datagrams and packets beyond the kernel's or the device's
- * queue are dropped by them): counted in recv_stalls, said once on stderr. The end of a stream,
+ * queue are dropped by them): counted in recv_stalls, said once on stderr. Over all endpoints
+ * (not sim's), once the held bytes reach NICMALLOC_RECV_HELD_MAX a message is not handed over:
+ * it waits in its buffer (recv_capped, recv_waiting; said once), so its endpoint soon runs out
+ * of buffers and pushes back the same way, until releases bring the held bytes under the cap;
+ * then nic_poll hands the waiting messages over, in order, and nic_wait / nic_event_fd wake for
+ * them. Destroying an endpoint gives its waiting messages back undelivered. The end of a stream,
  * or its failure, is one last call with data NULL and len 0; nic_endpoint_status tells which. */
 typedef void (*nic_receive_fn)(void *arg, void *data, size_t len);
 /* Starts delivering ep's messages to receive (any endpoint kind; a sim endpoint's receiver is

@@ -98,7 +98,10 @@
   X("steps", steps_pinned, uint32_t, count, "# pinned", "steps of mapped chunks backed and locked in memory now (dataplane_pinned is their bytes)") \
   X("steps", steps_backed, uint64_t, count, "# backed", "steps backed (prefaulted) over the process lifetime") \
   X("steps", dataplane_backed, size_t, bytes, "backed #", "bytes of steps backed now, pinned or not") \
-  X("steps", steps_released, uint64_t, count, "# released", "steps given back to the OS inside live chunks (empty of mimalloc's commits for NICMALLOC_RELEASE_DELAY_MS) over the process lifetime")
+  X("steps", steps_released, uint64_t, count, "# released", "steps given back to the OS inside live chunks (empty of mimalloc's commits for NICMALLOC_RELEASE_DELAY_MS) over the process lifetime") \
+  X("receive cap", recv_capped, uint64_t, count, "# capped", "messages that waited because the held bytes reached NICMALLOC_RECV_HELD_MAX") \
+  X("receive cap", recv_waiting, uint64_t, count, "# waiting", "messages waiting now for the held bytes to fall under the cap") \
+  X("receive cap", recv_capped_dropped, uint64_t, count, "# dropped at close", "waiting messages given back undelivered because their endpoint was destroyed")
 /* clang-format on */
 
 #endif /* NICMALLOC_STATS_FIELDS_H */

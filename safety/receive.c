@@ -10,7 +10,16 @@
  * the transport then pushes back. That is the bound on receive memory: an endpoint's buffers,
  * fixed when it starts receiving. The alternative the HotOS paper names, copying held buffers
  * out to ordinary memory, would move data under pointers the program holds (the point of a
- * hold), so it is not offered. */
+ * hold), so it is not offered.
+ *
+ * Over all endpoints, the held bytes have a cap (NICMALLOC_RECV_HELD_MAX): at it, deliver() does
+ * not hand a message over but lists it, in its buffer, in a FIFO (and every later message of
+ * the same receiver behind it, end calls included, to keep each endpoint's order). Its buffer
+ * stays out of the ring, so its endpoint soon runs out of buffers and pushes back through the
+ * stall above. nic_poll hands the waiting messages over once releases bring the held bytes
+ * under the cap; a release says so on wake_fd, which sits in nic_event_fd's set, so that a
+ * program asleep in nic_wait or on that fd wakes for them. The sim's endpoints receive on its
+ * engine, not through here: the cap does not bound them. */
 #include "receive.h"
 
 #include "api_errors.h"
@@ -22,12 +31,15 @@
 #include "pagecount.h"
 #include "pool.h"
 #include "safety.h"
+#include "settings.h"
 #include "sim_nic.h"
 #include "thread.h"
 
 #include <errno.h>
 #include <pthread.h>
 #include <string.h>
+#include <sys/eventfd.h>
+#include <unistd.h>
 
 struct receiver {
   struct receiver *next;
@@ -35,7 +47,19 @@ struct receiver {
   struct nic_backend *b; /* ep's */
   nic_receive_fn receive;
   void *arg;
-  int status; /* nic_endpoint_status */
+  int status;       /* nic_endpoint_status */
+  unsigned waiting; /* its messages in the FIFO, or being handed over from it */
+  bool gone;        /* its endpoint closed while nic_receive_drain handed it a message */
+};
+
+/* A message deliver() did not hand over, waiting for the held bytes to fall under the cap. */
+struct waiting {
+  struct waiting *next;
+  struct receiver *r;
+  void *data;
+  size_t len;
+  int status;
+  uint64_t token;
 };
 
 struct held {
@@ -51,6 +75,12 @@ static struct receiver *receivers;
 static struct held *held;
 static struct nic_pool receiver_pool = NIC_POOL_INIT(sizeof(struct receiver));
 static struct nic_pool held_pool = NIC_POOL_INIT(sizeof(struct held));
+static struct waiting *waiting_head, **waiting_tail = &waiting_head;
+static struct nic_pool waiting_pool = NIC_POOL_INIT(sizeof(struct waiting));
+static int wake_fd = -1;         /* readable while messages wait and could be handed over */
+static bool woken;               /* wake_fd written and not cleared since */
+static int draining;             /* a thread hands waiting messages over */
+static struct receiver *handing; /* whose waiting message it hands over now */
 
 /* The child receives nothing of the parent's (its backend is the parent's, marked so): what the
  * parent's endpoints had out is not the child's to give back. */
@@ -62,6 +92,18 @@ static void after_fork_child(void) {
   }
   __atomic_store_n(&nic_safety_ctr.recv_held_buffers, 0, __ATOMIC_RELAXED);
   __atomic_store_n(&nic_safety_ctr.recv_held_bytes, 0, __ATOMIC_RELAXED);
+  while (waiting_head) {
+    struct waiting *w = waiting_head;
+    waiting_head = w->next;
+    nic_pool_put(&waiting_pool, w);
+  }
+  waiting_tail = &waiting_head;
+  for (struct receiver *r = receivers; r; r = r->next)
+    r->waiting = 0;
+  woken = false; /* wake_fd is the parent's too: the child neither writes nor reads it */
+  draining = 0;
+  handing = NULL;
+  __atomic_store_n(&nic_safety_ctr.recv_waiting, 0, __ATOMIC_RELAXED);
 }
 NIC_FORKLOCK_MUTEX(receivers, NIC_FORK_RECEIVERS, &lock, after_fork_child);
 
@@ -75,17 +117,32 @@ static bool hold_covers(uintptr_t start, uintptr_t end) {
   return nic_pc_any(start, end, ~NIC_PC_DMA_MASK);
 }
 
-/* What the backend hands over, from its poll(). */
-static void deliver(void *arg, void *data, size_t len, int status, uint64_t token) {
-  struct receiver *r = arg;
+static uint64_t held_max(void) {
+  static uint64_t cap;
+  uint64_t c = __atomic_load_n(&cap, __ATOMIC_RELAXED);
+  if (!c) __atomic_store_n(&cap, c = nic_setting_number(NIC_S_RECV_HELD_MAX), __ATOMIC_RELAXED);
+  return c;
+}
+
+static bool under_cap(void) {
+  return __atomic_load_n(&nic_safety_ctr.recv_held_bytes, __ATOMIC_RELAXED) < held_max();
+}
+
+/* wake_fd follows whether a nic_poll would hand a waiting message over. Under the lock, so that
+ * a clear never swallows a wake written after its check. */
+static void wake_settle_locked(void) {
+  const bool ready = waiting_head && under_cap();
+  if (wake_fd < 0 || ready == woken) return;
+  uint64_t v = 1;
+  const ssize_t n = ready ? write(wake_fd, &v, sizeof v) : read(wake_fd, &v, sizeof v);
+  (void)n; /* a full or empty counter already says what it should */
+  woken = ready;
+}
+
+/* The program's function, then the buffer back to the NIC or listed as held. */
+static void hand_over(struct receiver *r, void *data, size_t len, int status, uint64_t token) {
   struct nic_backend *b = r->b;
   if (!data) {
-    if (status == -ENOBUFS) { /* every buffer out: the endpoint waits for a release */
-      NIC_SAFETY_COUNT(recv_stalls, 1);
-      nic_log_warn_once("receive: every receive buffer of an endpoint is held (nic_hold); it "
-                        "stops receiving, and its transport pushes back, until one is released");
-      return;
-    }
     __atomic_store_n(&r->status, status, __ATOMIC_RELEASE);
     r->receive(r->arg, NULL, 0);
     return;
@@ -115,6 +172,74 @@ static void deliver(void *arg, void *data, size_t len, int status, uint64_t toke
   }
 }
 
+/* What the backend hands over, from its poll(). */
+static void deliver(void *arg, void *data, size_t len, int status, uint64_t token) {
+  struct receiver *r = arg;
+  if (!data && status == -ENOBUFS) { /* every buffer out: the endpoint waits for a release */
+    NIC_SAFETY_COUNT(recv_stalls, 1);
+    nic_log_warn_once("receive: every receive buffer of an endpoint is held (nic_hold); it "
+                      "stops receiving, and its transport pushes back, until one is released");
+    return;
+  }
+  pthread_mutex_lock(&lock);
+  struct waiting *w = NULL;
+  const bool wait = r->waiting || (data && !under_cap());
+  if (wait) {
+    w = nic_pool_get(&waiting_pool);
+    if (w) {
+      *w = (struct waiting){.r = r, .data = data, .len = len, .status = status, .token = token};
+      *waiting_tail = w;
+      waiting_tail = &w->next;
+      r->waiting++;
+      NIC_SAFETY_COUNT(recv_waiting, 1);
+      if (data) NIC_SAFETY_COUNT(recv_capped, 1);
+      wake_settle_locked();
+    }
+  }
+  pthread_mutex_unlock(&lock);
+  if (w) {
+    if (data)
+      nic_log_warn_once("receive: the program holds NICMALLOC_RECV_HELD_MAX bytes of received "
+                        "messages (nic_hold); further messages wait, and their endpoints push "
+                        "back, until releases bring the held bytes under it");
+    return;
+  }
+  if (wait) /* nothing could list it: handed over past the cap rather than lost */
+    nic_log_warn_once("receive: no memory to keep a message waiting for the held bytes to fall "
+                      "under NICMALLOC_RECV_HELD_MAX; it is handed over at once");
+  hand_over(r, data, len, status, token);
+}
+
+int nic_receive_drain(int max) {
+  if (!__atomic_load_n(&nic_safety_ctr.recv_waiting, __ATOMIC_ACQUIRE)) return 0;
+  /* One thread at a time, so that each receiver's messages are handed over in their order. */
+  if (__atomic_exchange_n(&draining, 1, __ATOMIC_ACQUIRE)) return 0;
+  int ran = 0;
+  pthread_mutex_lock(&lock);
+  while (waiting_head && under_cap() && (max <= 0 || ran < max)) {
+    struct waiting w = *waiting_head;
+    nic_pool_put(&waiting_pool, waiting_head);
+    waiting_head = w.next;
+    if (!waiting_head) waiting_tail = &waiting_head;
+    __atomic_sub_fetch(&nic_safety_ctr.recv_waiting, 1, __ATOMIC_RELAXED);
+    handing = w.r;
+    pthread_mutex_unlock(&lock);
+    hand_over(w.r, w.data, w.len, w.status, w.token);
+    ran++;
+    pthread_mutex_lock(&lock);
+    handing = NULL;
+    /* The program may close the endpoint from its receive function (at the end of a stream). */
+    if (w.r->gone)
+      nic_pool_put(&receiver_pool, w.r);
+    else
+      w.r->waiting--; /* only now may a later message of it be handed over directly */
+  }
+  wake_settle_locked();
+  pthread_mutex_unlock(&lock);
+  __atomic_store_n(&draining, 0, __ATOMIC_RELEASE);
+  return ran;
+}
+
 /* Takes the listed buffers of ep (any endpoint when NULL) no hold covers; returns them linked. */
 static struct held *take_clear_locked(const struct nic_endpoint *ep) {
   struct held *out = NULL;
@@ -137,6 +262,7 @@ static void give_back(const struct nic_endpoint *ep) {
   if (!__atomic_load_n(&nic_safety_ctr.recv_held_buffers, __ATOMIC_RELAXED)) return;
   pthread_mutex_lock(&lock);
   struct held *ready = take_clear_locked(ep);
+  if (ready) wake_settle_locked(); /* under the cap again: messages waiting may go now */
   pthread_mutex_unlock(&lock);
   while (ready) {
     struct held *h = ready;
@@ -152,8 +278,42 @@ void nic_receive_retry_held(void) {
   give_back(NULL);
 }
 
+/* The program closes ep: its waiting messages go back to the NIC undelivered. */
+static void drop_waiting(const struct nic_endpoint *ep) {
+  if (!__atomic_load_n(&nic_safety_ctr.recv_waiting, __ATOMIC_ACQUIRE)) return;
+  struct waiting *out = NULL;
+  pthread_mutex_lock(&lock);
+  waiting_tail = &waiting_head;
+  for (struct waiting **link = &waiting_head; *link;) {
+    struct waiting *w = *link;
+    if (w->r->ep == ep) {
+      *link = w->next;
+      w->next = out;
+      out = w;
+      w->r->waiting--;
+      __atomic_sub_fetch(&nic_safety_ctr.recv_waiting, 1, __ATOMIC_RELAXED);
+      if (w->data) NIC_SAFETY_COUNT(recv_capped_dropped, 1);
+    } else {
+      link = &w->next;
+      waiting_tail = link;
+    }
+  }
+  wake_settle_locked();
+  pthread_mutex_unlock(&lock);
+  while (out) {
+    struct waiting *w = out;
+    out = w->next;
+    if (w->data)
+      w->r->b->rx_recycle(w->r->b, w->r->ep, w->token); /* unlocked: the backend's lock */
+    pthread_mutex_lock(&lock);
+    nic_pool_put(&waiting_pool, w);
+    pthread_mutex_unlock(&lock);
+  }
+}
+
 void nic_receive_endpoint_closing(struct nic_endpoint *ep) {
   give_back(ep);
+  drop_waiting(ep);
 }
 
 void nic_receive_endpoint_gone(struct nic_endpoint *ep) {
@@ -162,7 +322,10 @@ void nic_receive_endpoint_gone(struct nic_endpoint *ep) {
     if ((*link)->ep == ep) {
       struct receiver *r = *link;
       *link = r->next;
-      nic_pool_put(&receiver_pool, r);
+      if (r == handing)
+        r->gone = true; /* nic_receive_drain lets go of it once the receive function returns */
+      else
+        nic_pool_put(&receiver_pool, r);
       break;
     }
   pthread_mutex_unlock(&lock);
@@ -204,7 +367,16 @@ NIC_EXPORT int nic_endpoint_receive(struct nic_endpoint *ep, nic_receive_fn rece
     *r = (struct receiver){.next = receivers, .ep = ep, .b = b, .receive = receive, .arg = arg};
     receivers = r;
   }
+  int join = -1;
+  if (r && wake_fd < 0) {
+    wake_fd = join = eventfd(0, EFD_NONBLOCK | EFD_CLOEXEC);
+    if (join < 0)
+      nic_log_warn_once("receive: no event descriptor (%s): nic_wait does not wake when a "
+                        "release lets waiting messages go",
+                        strerror(errno));
+  }
   pthread_mutex_unlock(&lock);
+  if (join >= 0) nic_backends_event_fd_join(join);
   if (!r) return -ENOMEM;
   const int rc = b->endpoint_receive(b, ep, deliver, r);
   if (rc) {

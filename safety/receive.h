@@ -9,6 +9,9 @@
 
 #include <stdbool.h>
 
+/* nic_poll: hands over up to max (all when 0) messages that waited for the held bytes to fall
+ * under NICMALLOC_RECV_HELD_MAX, in order; returns how many. */
+int nic_receive_drain(int max);
 /* Gives back every receive buffer no hold covers any more (nic_release calls it). */
 void nic_receive_retry_held(void);
 /* Before an endpoint's destroy: its buffers no hold covers go back first. */

@@ -18,6 +18,7 @@
 #include "pagecount.h"
 #include "pressure.h"
 #include "rcache.h"
+#include "receive.h"
 #include "safety.h"
 #include "thread.h"
 
@@ -180,7 +181,10 @@ NIC_EXPORT int nic_sga_post(struct nic_sga *sga, struct nic_endpoint *ep, nic_sg
 }
 
 NIC_EXPORT int nic_poll(int max) {
-  const int ran = nic_backends_poll(max < 0 ? 0 : max); /* negative: all, as 0 (nicmalloc.h) */
+  if (max < 0) max = 0; /* negative: all, as 0 (nicmalloc.h) */
+  /* Messages that waited for the cap on held bytes first: they came before the backends' own. */
+  int ran = nic_receive_drain(max);
+  if (max == 0 || ran < max) ran += nic_backends_poll(max ? max - ran : 0);
   if (ran) nic_rcache_retry_busy_all(); /* a registration refused as busy may be free now */
   return ran;
 }

@@ -41,12 +41,19 @@ add_executable(test_uring_receive ${CMAKE_CURRENT_LIST_DIR}/safety/test_uring_re
 target_link_libraries(test_uring_receive PRIVATE ${NIC_RUNTIME_LAYERS} GTest::gtest
   GTest::gtest_main Threads::Threads)
 nic_gtest_with_env(test_uring_receive ${NIC_URING_SGA_ENV})
-gtest_discover_tests(test_uring_receive TEST_FILTER "-UringReceiveSmall.*"
+gtest_discover_tests(test_uring_receive TEST_FILTER "-UringReceiveSmall.*:UringReceiveCapped.*"
                      PROPERTIES TIMEOUT 300 DISCOVERY_TIMEOUT 60)
 add_test(NAME UringReceiveSmall.WithFourBuffersOf4KiB
          COMMAND $<TARGET_FILE:test_uring_receive> --gtest_filter=UringReceiveSmall.*)
 set_tests_properties(UringReceiveSmall.WithFourBuffersOf4KiB PROPERTIES
   ENVIRONMENT "NICMALLOC_BACKEND=uring;NICMALLOC_CHUNK_SIZE=64M;NICMALLOC_FENCE=wait;NICMALLOC_RECV_BUFFERS=4;NICMALLOC_RECV_BUFFER_SIZE=4K"
+  TIMEOUT 120 FAIL_REGULAR_EXPRESSION "\\[  SKIPPED \\]")
+# The cap on held bytes over all endpoints (NICMALLOC_RECV_HELD_MAX), small enough that four
+# endpoints of the default buffers reach it.
+add_test(NAME UringReceiveCapped.With256KiBHeldMax
+         COMMAND $<TARGET_FILE:test_uring_receive> --gtest_filter=UringReceiveCapped.*)
+set_tests_properties(UringReceiveCapped.With256KiBHeldMax PROPERTIES
+  ENVIRONMENT "NICMALLOC_BACKEND=uring;NICMALLOC_CHUNK_SIZE=64M;NICMALLOC_FENCE=wait;NICMALLOC_RECV_HELD_MAX=256K"
   TIMEOUT 120 FAIL_REGULAR_EXPRESSION "\\[  SKIPPED \\]")
 
 # Several backends in one process: sim (the default, NICMALLOC_BACKEND=sim) and io_uring endpoints

@@ -122,6 +122,13 @@
     "`nic_hold` on one buffer never keeps its neighbour). 64 KiB takes any UDP datagram whole "    \
     "(65507 bytes at most over IPv4, 65527 over IPv6); a longer datagram is dropped, counted "     \
     "and said once, never handed out cut")                                                         \
+  X(RECV_HELD_MAX, "NICMALLOC_RECV_HELD_MAX", NIC_T_SIZE, "256M", 64ull << 10, UINT64_MAX, "",     \
+    NIC_REACH_VALUE,                                                                               \
+    "bytes of received messages the program may hold (`nic_hold`) at once, over all endpoints "     \
+    "of io_uring, verbs and dpdk (not sim). Past it a message is not handed over: it waits, in "   \
+    "its receive buffer, until releases bring the held bytes under the cap; its endpoint runs "    \
+    "out of buffers and its transport pushes back (never copied out: holds keep their "           \
+    "addresses). The default, 256 MiB, is the default buffers of 128 endpoints")                 \
   X(VERBS_DEVICE, "NICMALLOC_VERBS_DEVICE", NIC_T_TEXT, "", 0, 0, "", NIC_REACH_VALUE,             \
     "RDMA device name; unset: the first device")                                                   \
   X(VERBS_ODP, "NICMALLOC_VERBS_ODP", NIC_T_BOOL, "0", 0, 1, "", NIC_REACH_VALUE,                  \

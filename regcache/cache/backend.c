@@ -83,7 +83,8 @@ static unsigned count, mask;
 struct nic_backend *nic_backend_only_one; /* while count is 1, and not in a child of fork */
 static struct nic_backend *deflt;
 static bool chosen;
-static int epfd = -1; /* nic_backends_event_fd's set, made on first use */
+static int epfd = -1;   /* nic_backends_event_fd's set, made on first use */
+static int joined = -1; /* nic_backends_event_fd_join's */
 #define EVENT_FD_UNKNOWN INT_MIN
 static int event_fd_known = EVENT_FD_UNKNOWN; /* its answer, until another backend starts */
 static bool parents; /* this process is a child of fork and the backends are the parent's */
@@ -96,6 +97,21 @@ static void epoll_add_locked(struct nic_backend *b) {
   if (epoll_ctl(epfd, EPOLL_CTL_ADD, fd, &ev) != 0)
     nic_log_warn_once("backend %s: its event descriptor cannot join nic_event_fd's set (%s)",
                       b->name, strerror(errno));
+}
+
+static void epoll_join_locked(void) {
+  struct epoll_event ev = {.events = EPOLLIN, .data.ptr = NULL};
+  if (joined >= 0 && epfd >= 0 && epoll_ctl(epfd, EPOLL_CTL_ADD, joined, &ev) != 0)
+    nic_log_warn_once("backend: a descriptor cannot join nic_event_fd's set (%s)", strerror(errno));
+}
+
+void nic_backends_event_fd_join(int fd) {
+  pthread_mutex_lock(&lock);
+  if (joined < 0 && fd >= 0) {
+    joined = fd;
+    epoll_join_locked();
+  }
+  pthread_mutex_unlock(&lock);
 }
 
 static struct nic_backend *start_locked(enum nic_backend_kind kind) {
@@ -254,6 +270,7 @@ int nic_backends_event_fd(void) {
     if (epfd < 0) rc = -errno;
     for (unsigned k = 0; k < NIC_BACKEND_KINDS && !rc; k++)
       if (started[k]) epoll_add_locked(started[k]);
+    if (!rc) epoll_join_locked();
   }
   if (!rc) rc = epfd;
   if (rc == epfd || rc == -ENOSYS) __atomic_store_n(&event_fd_known, rc, __ATOMIC_RELEASE);

@@ -193,6 +193,9 @@ int nic_backends_poll(int max);
  * nicmalloc owns, holding each started backend's descriptor, those started later included. The
  * fd, or -ENOSYS when a started backend has none (verbs, dpdk), -ENODEV when none runs. */
 int nic_backends_event_fd(void);
+/* A descriptor of a layer above that joins that set too (its owner makes it readable while
+ * nic_poll has work of its own, and clears it): one, set once; later calls are ignored. */
+void nic_backends_event_fd_join(int fd);
 /* The started backends' names, joined by '+' ("none" while none runs), for the statistics. */
 const char *nic_backends_names(void);
 

@@ -4,11 +4,15 @@
 // stalls the endpoint and the TCP sender, and both resume after release; many threads; fork;
 // the peer's close and reset; destroy while a buffer is held. UringReceiveSmall.* run with
 // 4 buffers of 4 KiB (tests/uring.cmake): a datagram longer than a buffer is reported, not cut.
+// UringReceiveCapped.* run with NICMALLOC_RECV_HELD_MAX=256K: the cap on held bytes over all
+// endpoints, its back-pressure, the wake of nic_wait at a release, destroy with messages waiting.
 #include "uring_loopback.h"
 
 #include <algorithm>
 #include <random>
 #include <set>
+
+#include <sys/syscall.h>
 
 #include <sys/wait.h>
 
@@ -466,6 +470,383 @@ TEST_F(UringReceiveSmall, EveryBufferHeldStallsUdpAndAReleaseResumes) {
   ASSERT_EQ(sink.msgs.size(), 6u);
   for (int i = 0; i < 6; i++)
     EXPECT_EQ(sink.msgs[i], "d" + std::to_string(i));
+}
+
+// ---- With NICMALLOC_RECV_HELD_MAX=256K (tests/uring.cmake) ----
+
+constexpr size_t kCap = 256 << 10, kBuf = 64 << 10; // the cap; the default receive buffer
+
+class UringReceiveCapped : public UringReceive {
+protected:
+  void SetUp() override {
+    const char *cap = getenv("NICMALLOC_RECV_HELD_MAX");
+    if (!cap || strcmp(cap, "256K")) GTEST_SKIP() << "run with NICMALLOC_RECV_HELD_MAX=256K";
+    UringReceive::SetUp();
+  }
+  static void SetHold(Sink &s, bool on) {
+    std::lock_guard<std::mutex> g(s.mu);
+    s.hold = on;
+  }
+  // 8 datagrams of 60000 bytes to a holding receiver, one at a time: 4 are handed over under
+  // the cap, the 5th reaches it, 3 wait.
+  void EightDatagramsFiveHeldThreeWaiting(UdpPair &pair, Sink &sink, const Region &data) {
+    const uint64_t waiting0 = NicStats().recv_waiting;
+    for (size_t i = 0; i < 8; i++) {
+      ASSERT_EQ(send(pair.tx, data.base + i, 60000, 0), 60000);
+      ASSERT_TRUE(NicPollUntil([&] {
+        return sink.Calls() + (NicStats().recv_waiting - waiting0) == i + 1;
+      })) << "datagram "
+          << i << " was neither handed over nor waiting";
+    }
+    ASSERT_EQ(sink.Calls(), 5u) << "held bytes " << NicStats().recv_held_bytes;
+    ASSERT_EQ(NicStats().recv_waiting - waiting0, 3u);
+  }
+  // Blocks the calling thread in wait() while another releases every hold of sink once this
+  // thread sleeps in a poll syscall: what wait() returns. Should wait() not return within
+  // kLimit of the release, poke() ends it another way and *poked says so.
+  template <class Wait, class Poke>
+  int ReleasedWhileWaiting(Sink &sink, Wait wait, Poke poke, bool *poked) {
+    const pid_t me = static_cast<pid_t>(syscall(SYS_gettid));
+    std::atomic<bool> released{false}, returned{false};
+    std::thread releaser([&] {
+      const std::string path = "/proc/self/task/" + std::to_string(me) + "/syscall";
+      for (auto end = Clock::now() + kLimit; Clock::now() < end;) {
+        FILE *f = fopen(path.c_str(), "r");
+        long nr = -1;
+        if (f) {
+          if (fscanf(f, "%ld", &nr) != 1) nr = -1;
+          fclose(f);
+        }
+        if (nr == SYS_poll || nr == SYS_ppoll || nr == SYS_epoll_wait || nr == SYS_epoll_pwait)
+          break;
+        std::this_thread::yield();
+      }
+      SetHold(sink, false);
+      sink.ReleaseAll();
+      released = true;
+      for (auto end = Clock::now() + kLimit; !returned && Clock::now() < end;)
+        std::this_thread::sleep_for(std::chrono::milliseconds(1));
+      if (!returned) {
+        *poked = true;
+        poke();
+      }
+    });
+    const int rc = wait();
+    returned = true;
+    releaser.join();
+    EXPECT_TRUE(released);
+    return rc;
+  }
+};
+
+// Four TCP streams whose receiver holds every message: over all of them, what is held stops at
+// the cap (and at most one buffer more per endpoint), the senders block, one warning; after
+// the releases every byte arrives, in order per stream, and the end of each stream last.
+TEST_F(UringReceiveCapped, HoldingEverythingStopsAtTheCapAndAllArrivesInOrderAfterRelease) {
+  constexpr int kPairs = 4;
+  constexpr size_t kLen = 4 << 20; // beyond a stream's buffers and socket buffers together
+  std::vector<std::unique_ptr<LoopbackPair>> pairs;
+  std::vector<std::unique_ptr<Sink>> sinks;
+  std::vector<std::unique_ptr<Region>> data;
+  for (int i = 0; i < kPairs; i++) {
+    pairs.push_back(std::make_unique<LoopbackPair>(kSmallBuf, kSmallBuf));
+    sinks.push_back(std::make_unique<Sink>());
+    data.push_back(std::make_unique<Region>(kLen, 20 + i));
+    sinks[i]->hold = true;
+    ASSERT_NE(Receiving(pairs[i]->rx, sinks[i].get()), nullptr);
+  }
+  const nic_stats before = NicStats();
+  testing::internal::CaptureStderr();
+  std::atomic<int> sent{0};
+  std::vector<std::thread> senders;
+  for (int i = 0; i < kPairs; i++)
+    senders.emplace_back([&, i] {
+      SendSplit(pairs[i]->tx, data[i]->base, kLen, 30u + i);
+      shutdown(pairs[i]->tx, SHUT_WR);
+      sent++;
+    });
+  auto received = [&] {
+    size_t n = 0;
+    for (auto &s : sinks)
+      n += s->Size();
+    return n;
+  };
+  EXPECT_TRUE(NicPollUntil([&] { return NicStats().recv_capped > before.recv_capped; }));
+  for (int i = 0; i < 500; i++)
+    nic_poll(0);
+  const nic_stats capped = NicStats();
+  EXPECT_LE(capped.recv_held_bytes, kCap + kPairs * kBuf);
+  EXPECT_LE(received(), kCap + kPairs * kBuf) << "handed over past the cap";
+  EXPECT_GE(capped.recv_waiting, 1u);
+  EXPECT_EQ(sent.load(), 0) << "a sender finished: nothing pushed back";
+  const std::string err = testing::internal::GetCapturedStderr();
+  size_t said = 0;
+  for (size_t at = 0; (at = err.find("NICMALLOC_RECV_HELD_MAX", at)) != std::string::npos; at++)
+    said++;
+  // Once per process: by this test when it is the first to reach the cap.
+  EXPECT_EQ(said, before.recv_capped ? 0u : 1u) << err;
+  // Released, everything goes on.
+  for (auto &s : sinks)
+    SetHold(*s, false);
+  EXPECT_TRUE(NicPollUntil([&] {
+    for (auto &s : sinks)
+      s->ReleaseAll();
+    return received() >= kPairs * kLen;
+  })) << received();
+  for (auto &t : senders)
+    t.join();
+  EXPECT_TRUE(NicPollUntil([&] {
+    for (auto &s : sinks)
+      if (s->Ends() != 1) return false;
+    return true;
+  }));
+  for (int i = 0; i < kPairs; i++) {
+    ASSERT_EQ(sinks[i]->Size(), kLen);
+    EXPECT_TRUE(sinks[i]->data == data[i]->Bytes(0, kLen)) << "stream " << i << " reordered";
+    EXPECT_EQ(sinks[i]->after_end, 0) << "the end of stream " << i << " came before its data";
+  }
+  const nic_stats after = NicStats();
+  EXPECT_EQ(after.recv_waiting, 0u);
+  EXPECT_EQ(after.recv_held_bytes, 0u);
+}
+
+// Several threads poll (and release what their receive functions held) while the cap is
+// reached again and again: waiting messages are handed over by one thread at a time, so each
+// stream still arrives whole and in order.
+TEST_F(UringReceiveCapped, ManyPollersAtTheCapKeepEachStreamInOrder) {
+  constexpr int kPairs = 4, kPollers = 3;
+  constexpr size_t kLen = 4 << 20;
+  std::vector<std::unique_ptr<LoopbackPair>> pairs;
+  std::vector<std::unique_ptr<Sink>> sinks;
+  std::vector<std::unique_ptr<Region>> data;
+  for (int i = 0; i < kPairs; i++) {
+    pairs.push_back(std::make_unique<LoopbackPair>());
+    sinks.push_back(std::make_unique<Sink>());
+    data.push_back(std::make_unique<Region>(kLen, 50 + i));
+    sinks[i]->hold = true;
+    ASSERT_NE(Receiving(pairs[i]->rx, sinks[i].get()), nullptr);
+  }
+  const uint64_t capped0 = NicStats().recv_capped;
+  std::atomic<bool> stop{false};
+  std::vector<std::thread> threads;
+  for (int t = 0; t < kPollers; t++)
+    threads.emplace_back([&] {
+      while (!stop) {
+        nic_poll(0);
+        for (auto &s : sinks)
+          s->ReleaseAll();
+      }
+    });
+  for (int i = 0; i < kPairs; i++)
+    threads.emplace_back([&, i] { SendSplit(pairs[i]->tx, data[i]->base, kLen, 70u + i); });
+  for (int i = 0; i < kPairs; i++)
+    EXPECT_TRUE(NicPollUntil([&] {
+      sinks[i]->ReleaseAll();
+      return sinks[i]->Size() >= kLen;
+    })) << "stream "
+        << i;
+  stop = true;
+  for (auto &t : threads)
+    t.join();
+  for (auto &s : sinks)
+    s->ReleaseAll();
+  EXPECT_GT(NicStats().recv_capped, capped0) << "the cap was never reached";
+  for (int i = 0; i < kPairs; i++)
+    EXPECT_TRUE(sinks[i]->data == data[i]->Bytes(0, kLen)) << "stream " << i << " reordered";
+  EXPECT_EQ(NicStats().recv_waiting, 0u);
+}
+
+// The end of a stream read while its data waits for the cap waits behind that data.
+TEST_F(UringReceiveCapped, TheEndOfAStreamWaitsBehindItsData) {
+  LoopbackPair pair;
+  Sink sink;
+  sink.hold = true;
+  ASSERT_NE(Receiving(pair.rx, &sink), nullptr);
+  nic_uring_stats u0{};
+  ASSERT_TRUE(nic_uring_get_stats(nic_backend_active(), &u0));
+  const uint64_t waiting0 = NicStats().recv_waiting;
+  constexpr size_t kLen = 320 << 10; // past the cap, well within the endpoint's buffers
+  Region data(kLen, 8);
+  SendSplit(pair.tx, data.base, kLen, 9u);
+  ASSERT_EQ(shutdown(pair.tx, SHUT_WR), 0);
+  // Until the backend has read the end too: each buffer it handed over, and the end, is either
+  // with the receive function or waiting.
+  ASSERT_TRUE(NicPollUntil([&] {
+    nic_uring_stats u{};
+    nic_uring_get_stats(nic_backend_active(), &u);
+    return sink.Calls() + sink.Ends() + (NicStats().recv_waiting - waiting0) ==
+           u.recv_messages - u0.recv_messages + 1;
+  }));
+  EXPECT_GT(NicStats().recv_waiting - waiting0, 1u);
+  EXPECT_EQ(sink.Ends(), 0) << "the end of the stream went ahead of its waiting data";
+  SetHold(sink, false);
+  EXPECT_TRUE(NicPollUntil([&] {
+    sink.ReleaseAll();
+    return sink.Ends() == 1;
+  }));
+  EXPECT_EQ(sink.after_end, 0);
+  ASSERT_EQ(sink.Size(), kLen);
+  EXPECT_TRUE(sink.data == data.Bytes(0, kLen)) << "bytes lost or reordered";
+  EXPECT_EQ(nic_endpoint_status(eps[0]), 1);
+}
+
+// A receive function may close its endpoint at the end of the stream, and start receiving on
+// another, when that end had waited for the cap: the new receiver starts with nothing waiting.
+TEST_F(UringReceiveCapped, AReceiverClosedByItsWaitingEndCallLeavesTheNextOneClear) {
+  LoopbackPair a, b;
+  struct Closer {
+    static void Fn(void *arg, void *data, size_t len) {
+      auto *c = static_cast<Closer *>(arg);
+      Sink::Fn(&c->sink, data, len);
+      if (data) return;
+      c->destroyed = nic_uring_endpoint_destroy(c->ep);
+      c->next = nic_uring_endpoint_create(c->next_fd);
+      if (c->next) c->next_rc = nic_endpoint_receive(c->next, Sink::Fn, &c->next_sink);
+    }
+    Sink sink, next_sink;
+    nic_endpoint *ep = nullptr, *next = nullptr;
+    int next_fd = -1, destroyed = 1, next_rc = 1;
+  } c;
+  c.sink.hold = true;
+  c.next_fd = b.rx;
+  c.ep = nic_uring_endpoint_create(a.rx);
+  ASSERT_NE(c.ep, nullptr);
+  ASSERT_EQ(nic_endpoint_receive(c.ep, Closer::Fn, &c), 0);
+  nic_uring_stats u0{};
+  ASSERT_TRUE(nic_uring_get_stats(nic_backend_active(), &u0));
+  const uint64_t waiting0 = NicStats().recv_waiting;
+  constexpr size_t kLen = 320 << 10;
+  Region data(kLen, 11);
+  SendSplit(a.tx, data.base, kLen, 12u);
+  ASSERT_EQ(shutdown(a.tx, SHUT_WR), 0);
+  ASSERT_TRUE(NicPollUntil([&] {
+    nic_uring_stats u{};
+    nic_uring_get_stats(nic_backend_active(), &u);
+    return c.sink.Calls() + c.sink.Ends() + (NicStats().recv_waiting - waiting0) ==
+           u.recv_messages - u0.recv_messages + 1;
+  }));
+  ASSERT_EQ(c.sink.Ends(), 0);
+  SetHold(c.sink, false);
+  c.sink.ReleaseAll();
+  ASSERT_TRUE(NicPollUntil([&] { return c.sink.Ends() == 1; }));
+  EXPECT_EQ(c.destroyed, 0);
+  ASSERT_NE(c.next, nullptr);
+  ASSERT_EQ(c.next_rc, 0);
+  const uint64_t capped = NicStats().recv_capped;
+  ASSERT_EQ(send(b.tx, "next", 4, 0), 4);
+  EXPECT_TRUE(NicPollUntil([&] { return c.next_sink.Size() == 4; }));
+  EXPECT_EQ(NicStats().recv_capped, capped) << "under the cap, the new receiver's message waited";
+  EXPECT_EQ(NicStats().recv_waiting, waiting0);
+  EXPECT_EQ(nic_uring_endpoint_destroy(c.next), 0);
+}
+
+// A child of fork keeps none of the messages waiting in the parent: its nic_poll hands none
+// over (nor gives their buffers back to the parent's ring), and it counts none waiting.
+TEST_F(UringReceiveCapped, AChildOfForkKeepsNoneOfTheWaitingMessages) {
+  UdpPair pair;
+  Sink sink;
+  sink.hold = true;
+  ASSERT_NE(Receiving(pair.rx, &sink), nullptr);
+  Region data(60008, 10);
+  EightDatagramsFiveHeldThreeWaiting(pair, sink, data);
+  if (HasFatalFailure()) return;
+  fflush(nullptr);
+  const pid_t pid = fork();
+  ASSERT_GE(pid, 0);
+  if (pid == 0) {
+    SetHold(sink, false);
+    sink.ReleaseAll(); // under the cap in the child: a waiting message would now go
+    int ran = 0;
+    for (int i = 0; i < 20; i++)
+      ran += nic_poll(0);
+    _exit((sink.Calls() != 5 || ran ? 1 : 0) | (NicStats().recv_waiting ? 2 : 0));
+  }
+  int status = 0;
+  ASSERT_EQ(waitpid(pid, &status, 0), pid);
+  ASSERT_TRUE(WIFEXITED(status));
+  EXPECT_EQ(WEXITSTATUS(status), 0) << "1: the child handed a message over; 2: it counts some";
+  // The parent's go on.
+  SetHold(sink, false);
+  EXPECT_TRUE(NicPollUntil([&] {
+    sink.ReleaseAll();
+    return sink.Calls() == 8;
+  }));
+  for (size_t i = 0; i < sink.msgs.size(); i++)
+    EXPECT_TRUE(sink.msgs[i] == data.Bytes(i, 60000)) << "message " << i << " changed or moved";
+}
+
+// A release on another thread that brings the held bytes under the cap wakes nic_wait(-1 or a
+// timeout) for the messages that waited.
+TEST_F(UringReceiveCapped, NicWaitWakesWhenAReleaseLetsWaitingMessagesGo) {
+  UdpPair pair;
+  Sink sink;
+  sink.hold = true;
+  ASSERT_NE(Receiving(pair.rx, &sink), nullptr);
+  Region data(60008, 5);
+  EightDatagramsFiveHeldThreeWaiting(pair, sink, data);
+  if (HasFatalFailure()) return;
+  while (nic_poll(0) > 0) {
+  }
+  bool poked = false;
+  const int ran = ReleasedWhileWaiting(
+      sink, [] { return nic_wait(-1); }, [&] { EXPECT_EQ(send(pair.tx, "poke", 4, 0), 4); },
+      &poked);
+  EXPECT_FALSE(poked) << "nic_wait slept through the release";
+  EXPECT_GT(ran, 0);
+  EXPECT_TRUE(NicPollUntil([&] { return sink.Calls() == 8; }));
+  for (size_t i = 0; i < sink.msgs.size(); i++)
+    EXPECT_TRUE(sink.msgs[i] == data.Bytes(i, 60000)) << "message " << i << " changed or moved";
+  EXPECT_EQ(NicStats().recv_waiting, 0u);
+}
+
+// The same for a program asleep in poll() on nic_event_fd.
+TEST_F(UringReceiveCapped, NicEventFdTurnsReadableWhenAReleaseLetsWaitingMessagesGo) {
+  UdpPair pair;
+  Sink sink;
+  sink.hold = true;
+  ASSERT_NE(Receiving(pair.rx, &sink), nullptr);
+  const int efd = nic_event_fd();
+  ASSERT_GE(efd, 0);
+  Region data(60008, 6);
+  EightDatagramsFiveHeldThreeWaiting(pair, sink, data);
+  if (HasFatalFailure()) return;
+  while (nic_poll(0) > 0) {
+  }
+  bool poked = false;
+  const int rc = ReleasedWhileWaiting(
+      sink,
+      [&] {
+        struct pollfd p = {efd, POLLIN, 0};
+        return poll(&p, 1, static_cast<int>(kLimit.count()));
+      },
+      [] {}, &poked);
+  EXPECT_EQ(rc, 1) << "nic_event_fd stayed quiet through the release";
+  EXPECT_EQ(nic_poll(0), 3);
+  EXPECT_EQ(sink.Calls(), 8u);
+}
+
+// Destroying an endpoint with messages waiting gives them back undelivered: the destroy
+// succeeds, they are counted, and its receive function is not called for them.
+TEST_F(UringReceiveCapped, DestroyWithMessagesWaitingGivesThemBackUndelivered) {
+  UdpPair pair;
+  Sink sink;
+  sink.hold = true;
+  nic_endpoint *ep = nic_uring_endpoint_create(pair.rx);
+  ASSERT_NE(ep, nullptr);
+  ASSERT_EQ(nic_endpoint_receive(ep, Sink::Fn, &sink), 0);
+  Region data(60008, 7);
+  const uint64_t dropped0 = NicStats().recv_capped_dropped;
+  EightDatagramsFiveHeldThreeWaiting(pair, sink, data);
+  if (HasFatalFailure()) return;
+  SetHold(sink, false);
+  sink.ReleaseAll();
+  EXPECT_EQ(nic_uring_endpoint_destroy(ep), 0);
+  EXPECT_EQ(NicStats().recv_capped_dropped - dropped0, 3u);
+  EXPECT_EQ(NicStats().recv_waiting, 0u);
+  EXPECT_EQ(NicStats().recv_held_buffers, 0u);
+  for (int i = 0; i < 50; i++)
+    nic_poll(0);
+  EXPECT_EQ(sink.Calls(), 5u) << "a waiting message was handed over after its endpoint closed";
 }
 
 } // namespace
