@@ -278,8 +278,10 @@ int nic_fence_write(const void *p, size_t len);
  * it waits in its buffer (recv_capped, recv_waiting; said once), so its endpoint soon runs out
  * of buffers and pushes back the same way, until releases bring the held bytes under the cap;
  * then nic_poll hands the waiting messages over, in order, and nic_wait / nic_event_fd wake for
- * them. Destroying an endpoint gives its waiting messages back undelivered. The end of a stream,
- * or its failure, is one last call with data NULL and len 0; nic_endpoint_status tells which. */
+ * them. Calling an endpoint's destroy gives its waiting messages back undelivered, even when
+ * the destroy then returns -EBUSY (posts or holds still out): the program has let go of them.
+ * The end of a stream, or its failure, is one last call with data NULL and len 0;
+ * nic_endpoint_status tells which. */
 typedef void (*nic_receive_fn)(void *arg, void *data, size_t len);
 /* Starts delivering ep's messages to receive (any endpoint kind; a sim endpoint's receiver is
  * replaced). 0, -EINVAL (no such endpoint, or receive NULL), -EALREADY (receiving already, with

@@ -81,7 +81,7 @@
     "the general path (188 instructions per control pair instead of 146)")                         \
   X(BACKEND, "NICMALLOC_BACKEND", NIC_T_CHOICE, "auto", 0, 0, "auto|sim|uring|verbs|dpdk",         \
     NIC_REACH_VALUE,                                                                               \
-    "default registration backend (each endpoint starts its own): `sim`, `uring`, `verbs`, "      \
+    "default registration backend (each endpoint starts its own): `sim`, `uring`, `verbs`, "       \
     "`dpdk`; `auto` = the first an endpoint started, else verbs if a device exists, else uring, "  \
     "else sim")                                                                                    \
   X(RCACHE_MAX_REGIONS, "NICMALLOC_RCACHE_MAX_REGIONS", NIC_T_COUNT, "1024", 1, 1ull << 20, "",    \
@@ -124,11 +124,11 @@
     "and said once, never handed out cut")                                                         \
   X(RECV_HELD_MAX, "NICMALLOC_RECV_HELD_MAX", NIC_T_SIZE, "256M", 64ull << 10, UINT64_MAX, "",     \
     NIC_REACH_VALUE,                                                                               \
-    "bytes of received messages the program may hold (`nic_hold`) at once, over all endpoints "     \
+    "bytes of received messages the program may hold (`nic_hold`) at once, over all endpoints "    \
     "of io_uring, verbs and dpdk (not sim). Past it a message is not handed over: it waits, in "   \
     "its receive buffer, until releases bring the held bytes under the cap; its endpoint runs "    \
-    "out of buffers and its transport pushes back (never copied out: holds keep their "           \
-    "addresses). The default, 256 MiB, is the default buffers of 128 endpoints")                 \
+    "out of buffers and its transport pushes back (never copied out: holds keep their "            \
+    "addresses). The default, 256 MiB, is the default buffers of 128 endpoints")                   \
   X(VERBS_DEVICE, "NICMALLOC_VERBS_DEVICE", NIC_T_TEXT, "", 0, 0, "", NIC_REACH_VALUE,             \
     "RDMA device name; unset: the first device")                                                   \
   X(VERBS_ODP, "NICMALLOC_VERBS_ODP", NIC_T_BOOL, "0", 0, 1, "", NIC_REACH_VALUE,                  \
