@@ -12,6 +12,7 @@
 #include "export.h"
 #include "log.h"
 #include "nicmalloc.h"
+#include "own_stack.h"
 #include "pagecount.h"
 #include "pressure.h"
 #include "profile.h"
@@ -88,6 +89,7 @@ static int copy_entry(struct nic_sga *sga, const void *p, size_t len, const void
 /* Resolves one entry: direct (arena, cache) or copied. */
 static int resolve(struct nic_sga *sga, const void *p, size_t len, struct nic_sga_entry *e) {
   if (len < nic_safety_config()->copy_threshold) {
+    nic_own_stack_learn(); /* once per thread: a short entry is often on the caller's stack */
     if (!nic_range_readable(p, len)) return -EFAULT;
     return copy_entry(sga, p, len, NULL, 0, e);
   }

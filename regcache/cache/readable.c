@@ -6,6 +6,7 @@
 
 #include "chunks.h"
 #include "commit_map.h"
+#include "own_stack.h"
 #include "page.h"
 
 #include <errno.h>
@@ -57,6 +58,7 @@ bool nic_range_readable(const void *p, size_t len) {
       if (!nic_commit_map_readable(o)) return false;
     return true;
   }
+  if (nic_on_own_stack(start, last)) return true;
   const int saved = errno;
   bool ok = kernel_readable(start, last);
   errno = saved;

@@ -3,6 +3,8 @@
 #include <gtest/gtest.h>
 
 #include <poll.h>
+#include <pthread.h>
+#include <signal.h>
 #include <sys/mman.h>
 #include <sys/syscall.h>
 #include <unistd.h>
@@ -355,6 +357,89 @@ TEST_F(Sga, ReservedMemoryThatCannotBeReadIsRefused) {
   EXPECT_EQ(after.sga_errors - before.sga_errors, 6u);
   munmap(none, 2 * page);
   free(keep);
+}
+
+// A short entry on the caller's own stack is proven readable without asking the kernel (its stack
+// from the stack pointer up is mapped), but nothing past the top of that stack is vouched for: a
+// thread on a stack of the program's own, with an unreadable page right above it.
+struct OwnStackRun {
+  nic_sga *sga;
+  char *top;
+  int on_stack = 1, past_top = 1;
+  std::string copied;
+};
+void *AddOnOwnStack(void *arg) {
+  auto *run = static_cast<OwnStackRun *>(arg);
+  char local[64];
+  memset(local, 'k', sizeof local);
+  __asm__ volatile("" : : "r"(local) : "memory");
+  run->on_stack = nic_sga_add(run->sga, local, sizeof local);
+  if (run->on_stack == 0 && run->sga->count == 1)
+    run->copied.assign(static_cast<const char *>(run->sga->entry[0].addr), sizeof local);
+  run->past_top = nic_sga_add(run->sga, run->top - 40, 100);
+  return nullptr;
+}
+TEST_F(Sga, AShortEntryOnTheCallersStackIsCopiedAndNothingPastItsTop) {
+  const size_t page = static_cast<size_t>(sysconf(_SC_PAGESIZE)), stack_size = 64 * page;
+  char *m = static_cast<char *>(
+      mmap(nullptr, stack_size + page, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0));
+  ASSERT_NE(m, MAP_FAILED);
+  ASSERT_EQ(mprotect(m + stack_size, page, PROT_NONE), 0);
+  pthread_attr_t attr;
+  pthread_attr_init(&attr);
+  ASSERT_EQ(pthread_attr_setstack(&attr, m, stack_size), 0);
+  OwnStackRun run{&sga, m + stack_size};
+  pthread_t thread;
+  testing::internal::CaptureStderr();
+  ASSERT_EQ(pthread_create(&thread, &attr, AddOnOwnStack, &run), 0);
+  pthread_join(thread, nullptr);
+  testing::internal::GetCapturedStderr();
+  pthread_attr_destroy(&attr);
+  EXPECT_EQ(run.on_stack, 0);
+  EXPECT_EQ(run.copied, std::string(64, 'k'));
+  EXPECT_EQ(run.past_top, -EFAULT) << "an entry running past the stack's top was taken";
+  nic_sga_reset(&sga);
+  munmap(m, stack_size + page);
+}
+
+// On an alternate signal stack the thread's own stack bounds say nothing: an entry there that runs
+// into an unreadable page is refused, after the thread has learnt its stack.
+struct AltStackRun {
+  nic_sga *sga;
+  char *end;
+  int rc = 1;
+} alt_run;
+void AddOnAltStack(int) {
+  char local[16];
+  __asm__ volatile("" : : "r"(local) : "memory");
+  alt_run.rc = nic_sga_add(alt_run.sga, alt_run.end - 40, 100);
+}
+TEST_F(Sga, AnEntryOnAnAlternateSignalStackIsCheckedByTheKernel) {
+  char first[32] = "learn this thread's stack";
+  ASSERT_EQ(nic_sga_add(&sga, first, sizeof first), 0);
+  const size_t page = static_cast<size_t>(sysconf(_SC_PAGESIZE)), size = 16 * page;
+  char *m = static_cast<char *>(
+      mmap(nullptr, size + page, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0));
+  ASSERT_NE(m, MAP_FAILED);
+  ASSERT_EQ(mprotect(m + size, page, PROT_NONE), 0);
+  stack_t alt{}, old{};
+  alt.ss_sp = m;
+  alt.ss_size = size;
+  ASSERT_EQ(sigaltstack(&alt, &old), 0);
+  struct sigaction sa {
+  }, old_sa{};
+  sa.sa_handler = AddOnAltStack;
+  sa.sa_flags = SA_ONSTACK;
+  ASSERT_EQ(sigaction(SIGUSR2, &sa, &old_sa), 0);
+  alt_run = AltStackRun{&sga, m + size};
+  testing::internal::CaptureStderr();
+  raise(SIGUSR2);
+  testing::internal::GetCapturedStderr();
+  sigaction(SIGUSR2, &old_sa, nullptr);
+  sigaltstack(&old, nullptr);
+  EXPECT_EQ(alt_run.rc, -EFAULT);
+  nic_sga_reset(&sga);
+  munmap(m, size + page);
 }
 
 TEST_F(Sga, AnEntryRefusedAfterItsCopyLeavesTheArrayAsItWas) {
