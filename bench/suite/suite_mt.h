@@ -55,4 +55,37 @@ static inline void obj_free(const char *name, void *block, size_t max_len) {
   free(p);
 }
 
+/* A one-item mailbox between two threads: put waits until it is empty, take until it is full. */
+struct mt_box {
+  pthread_mutex_t mu;
+  pthread_cond_t cv;
+  void *item;
+};
+
+static inline void mt_box_init(struct mt_box *b) {
+  pthread_mutex_init(&b->mu, NULL);
+  pthread_cond_init(&b->cv, NULL);
+  b->item = NULL;
+}
+
+static inline void mt_box_put(struct mt_box *b, void *item) {
+  pthread_mutex_lock(&b->mu);
+  while (b->item)
+    pthread_cond_wait(&b->cv, &b->mu);
+  b->item = item;
+  pthread_cond_broadcast(&b->cv);
+  pthread_mutex_unlock(&b->mu);
+}
+
+static inline void *mt_box_take(struct mt_box *b) {
+  pthread_mutex_lock(&b->mu);
+  while (!b->item)
+    pthread_cond_wait(&b->cv, &b->mu);
+  void *item = b->item;
+  b->item = NULL;
+  pthread_cond_broadcast(&b->cv);
+  pthread_mutex_unlock(&b->mu);
+  return item;
+}
+
 #endif
