@@ -55,35 +55,45 @@ static inline void obj_free(const char *name, void *block, size_t max_len) {
   free(p);
 }
 
-/* A one-item mailbox between two threads: put waits until it is empty, take until it is full. */
+/* A small mailbox between threads: put waits only while it is full, so that a thread runs ahead of
+ * the one it hands work to by at most kBoxCap items instead of in lockstep (which would measure the
+ * scheduler on a machine with fewer cores than threads); take can wait or not. */
+enum { kBoxCap = 8 };
+
 struct mt_box {
   pthread_mutex_t mu;
   pthread_cond_t cv;
-  void *item;
+  void *item[kBoxCap];
+  int head, count;
 };
 
 static inline void mt_box_init(struct mt_box *b) {
   pthread_mutex_init(&b->mu, NULL);
   pthread_cond_init(&b->cv, NULL);
-  b->item = NULL;
+  b->head = b->count = 0;
 }
 
 static inline void mt_box_put(struct mt_box *b, void *item) {
   pthread_mutex_lock(&b->mu);
-  while (b->item)
+  while (b->count == kBoxCap)
     pthread_cond_wait(&b->cv, &b->mu);
-  b->item = item;
+  b->item[(b->head + b->count++) % kBoxCap] = item;
   pthread_cond_broadcast(&b->cv);
   pthread_mutex_unlock(&b->mu);
 }
 
-static inline void *mt_box_take(struct mt_box *b) {
+/* The oldest item; NULL when empty and !wait. */
+static inline void *mt_box_take(struct mt_box *b, int wait) {
   pthread_mutex_lock(&b->mu);
-  while (!b->item)
+  while (wait && !b->count)
     pthread_cond_wait(&b->cv, &b->mu);
-  void *item = b->item;
-  b->item = NULL;
-  pthread_cond_broadcast(&b->cv);
+  void *item = NULL;
+  if (b->count) {
+    item = b->item[b->head];
+    b->head = (b->head + 1) % kBoxCap;
+    b->count--;
+    pthread_cond_broadcast(&b->cv);
+  }
   pthread_mutex_unlock(&b->mu);
   return item;
 }
