@@ -8,8 +8,11 @@
  *   free_read_cost [trials]
  * Rows: working sets of 5k, 50k and 500k blocks of 16 B - 1 KiB, each pair replacing a random
  * block (local); and blocks written by another thread just before this one frees them (remote).
- * Trials of the two frees alternate; the minimum and the median of each are printed, ns per
- * malloc/free pair, and the ratio of the minima. */
+ * A third free tests a shadow table instead, one byte per 16-byte unit of address (what a side
+ * table for the key would cost: a line of it covers 1 KiB of blocks, so it stays cached where
+ * the blocks do not). Trials of the frees
+ * rotate; the minimum and the median of each are printed, ns per malloc/free pair, and the
+ * ratios of the minima to the store-only free's. */
 #define _GNU_SOURCE
 #include <mimalloc.h>
 #include <pthread.h>
@@ -17,6 +20,7 @@
 #include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
+#include <sys/mman.h>
 #include <time.h>
 
 static const uintptr_t kKey = 0x5ca1ab1e0ddba11ull;
@@ -36,9 +40,21 @@ static double now_ns(void) {
   return (double)t.tv_sec * 1e9 + (double)t.tv_nsec;
 }
 
-/* The two frees under test; noinline so that both pay one call, as an exported free does. */
+/* 4 GiB of address in 16-byte units, reserved and faulted in where used; a benchmark's blocks
+ * lie well within one such window, so no two share a byte. */
+#define SHADOW_UNITS ((uintptr_t)1 << 28)
+static uint8_t *shadow;
+static inline uint8_t *shadow_of(const void *p) {
+  return &shadow[((uintptr_t)p >> 4) & (SHADOW_UNITS - 1)];
+}
+
+/* The frees under test make the same stores (the key word and the shadow byte, so that blocks
+ * pass between trials of different frees in one state) and differ only in what they load first:
+ * nothing, the block's key word, or its shadow byte. noinline: each pays one call, as an
+ * exported free does. */
 static __attribute__((noinline)) void free_store_only(void *p) {
   ((uintptr_t *)p)[1] = kKey;
+  *shadow_of(p) = 1;
   mi_free(p);
 }
 static __attribute__((noinline)) void free_read_check(void *p) {
@@ -47,14 +63,29 @@ static __attribute__((noinline)) void free_read_check(void *p) {
     return;
   }
   ((uintptr_t *)p)[1] = kKey;
+  *shadow_of(p) = 1;
+  mi_free(p);
+}
+static __attribute__((noinline)) void free_shadow_check(void *p) {
+  uint8_t *s = shadow_of(p);
+  if (__builtin_expect(*s, 0)) {
+    suspects++;
+    return;
+  }
+  *s = 1;
+  ((uintptr_t *)p)[1] = kKey;
   mi_free(p);
 }
 typedef void (*free_fn)(void *);
+enum { kFrees = 3 };
+static const free_fn fns[kFrees] = {free_store_only, free_read_check, free_shadow_check};
+static const char *const fn_names[kFrees] = {"store-only", "read-check", "shadow"};
 
 static void *new_block(void) {
   uintptr_t *q = mi_malloc(16 + rnd() % 1009);
   if (!q) abort();
   q[1] = 0; /* live: as malloc clears the key */
+  *shadow_of(q) = 0;
   return q;
 }
 
@@ -108,23 +139,26 @@ static int cmp_double(const void *a, const void *b) {
   return (x > y) - (x < y);
 }
 
-static void report(const char *row, double *t[2], int trials) {
-  double min[2], med[2];
-  for (int c = 0; c < 2; c++) {
+static void report(const char *row, double *t[kFrees], int trials) {
+  double min[kFrees];
+  printf("%-11s", row);
+  for (int c = 0; c < kFrees; c++) {
     qsort(t[c], (size_t)trials, sizeof(double), cmp_double);
     min[c] = t[c][0];
-    med[c] = t[c][trials / 2];
+    printf(" | %s min %6.1f med %6.1f", fn_names[c], min[c], t[c][trials / 2]);
   }
-  printf("%-16s store-only min %7.1f med %7.1f | read-check min %7.1f med %7.1f | ratio of "
-         "minima %.2f\n",
-         row, min[0], med[0], min[1], med[1], min[1] / min[0]);
+  printf(" | ratios %.2f %.2f\n", min[1] / min[0], min[2] / min[0]);
 }
 
 int main(int argc, char **argv) {
   const int trials = argc > 1 ? atoi(argv[1]) : 21;
   if (trials < 1) return 2;
-  double *t[2] = {calloc((size_t)trials, sizeof(double)), calloc((size_t)trials, sizeof(double))};
-  const free_fn fns[2] = {free_store_only, free_read_check};
+  double *t[kFrees];
+  for (int c = 0; c < kFrees; c++)
+    t[c] = calloc((size_t)trials, sizeof(double));
+  shadow = mmap(NULL, SHADOW_UNITS, PROT_READ | PROT_WRITE,
+                MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE, -1, 0);
+  if (shadow == MAP_FAILED) return 1;
   static const size_t sets[] = {5000, 50000, 500000};
   for (size_t s = 0; s < sizeof sets / sizeof sets[0]; s++) {
     const size_t n = sets[s];
@@ -132,8 +166,8 @@ int main(int argc, char **argv) {
     for (size_t i = 0; i < n; i++)
       blocks[i] = new_block();
     for (int k = 0; k < trials; k++)
-      for (int j = 0; j < 2; j++) { /* the order alternates between trials */
-        const int c = k % 2 ? 1 - j : j;
+      for (int j = 0; j < kFrees; j++) { /* the order rotates between trials */
+        const int c = (j + k) % kFrees;
         t[c][k] = local_trial(blocks, n, fns[c], 200000);
       }
     char row[32];
@@ -147,8 +181,8 @@ int main(int argc, char **argv) {
   atomic_store(&turn, 1);
   if (pthread_create(&w, NULL, writer, NULL)) return 1;
   for (int k = 0; k < trials; k++)
-    for (int j = 0; j < 2; j++) {
-      const int c = k % 2 ? 1 - j : j;
+    for (int j = 0; j < kFrees; j++) {
+      const int c = (j + k) % kFrees;
       t[c][k] = remote_trial(fns[c], 20);
     }
   atomic_store(&turn, 2);
