@@ -58,7 +58,10 @@ static void *try_chunk(struct nic_thread *t, unsigned index, size_t size, size_t
                        bool zero) {
   if (chunk_state(index) != NIC_CHUNK_LIVE) return NULL;
   mi_heap_t *heap = t->heaps[index];
-  if (!heap) heap = t->heaps[index] = mi_heap_new_in_arena(nic_chunk_at(index)->arena);
+  if (!heap) {
+    heap = t->heaps[index] = mi_heap_new_in_arena(nic_chunk_at(index)->arena);
+    if (heap) nic_thread_rearm_exit(t);
+  }
   return heap ? nic_heap_alloc(heap, size, alignment, zero) : NULL;
 }
 

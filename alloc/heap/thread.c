@@ -23,8 +23,12 @@ static int64_t exited_dp_live[NIC_CHUNK_SLOTS];
 static pthread_key_t exit_key;
 static pthread_once_t exit_key_once = PTHREAD_ONCE_INIT;
 
+/* Only the chunks this thread used: a thread that never touched the dataplane (every thread of
+ * a program without it) leaves the shared totals alone, which every exiting thread would
+ * otherwise write with one atomic add per chunk slot. */
 static void fold_into_exited(struct nic_thread *t) {
   for (unsigned i = 0; i < NIC_CHUNK_SLOTS; i++) {
+    if (!t->dp_live[i]) continue;
     nic_thread_account_exited(i, t->dp_live[i]);
     t->dp_live[i] = 0;
   }
@@ -32,18 +36,20 @@ static void fold_into_exited(struct nic_thread *t) {
 
 /* glibc runs key destructors in rounds (at most PTHREAD_DESTRUCTOR_ITERATIONS, fewer when a
  * round sets nothing), and mimalloc's key, made at its load before ours, runs first in each: by
- * the time this hook runs, mimalloc may have deleted this thread's arena heaps. So every call
- * forgets the heaps and re-arms, to do so again after later rounds. The first call also folds
- * the thread's counts into the exited totals and unlinks it: from then on (EXITING) it counts
- * straight into those totals and allocates dataplane memory under the late lock (dp_heap.c),
- * so nothing depends on how many rounds glibc runs, and a thread that dies linked cannot be
- * left behind for a new thread to find at the same address. */
+ * the time this hook runs, mimalloc may have deleted this thread's arena heaps. So the hook
+ * forgets the heaps, and runs again after a later round whenever the thread made a heap after
+ * it (nic_thread_rearm_exit: a dataplane allocation in a later destructor), since mimalloc's
+ * next round deletes that one too. It does not re-arm itself: each round it set would cost every
+ * exiting thread glibc's walk over all keys, for nothing in a thread that made no heap. The
+ * first call also folds the thread's counts into the exited totals and unlinks it: from then on
+ * (EXITING) it counts straight into those totals and allocates dataplane memory under the late
+ * lock (dp_heap.c), so nothing depends on how many rounds glibc runs, and a thread that dies
+ * linked cannot be left behind for a new thread to find at the same address. */
 static void on_thread_exit(void *arg) {
   struct nic_thread *t = arg;
   memset(t->heaps, 0, sizeof t->heaps);
   t->internal_heap = NULL;
   t->cursor = 0;
-  pthread_setspecific(exit_key, t);
   if (t->state != NIC_THREAD_READY) return;
   pthread_mutex_lock(&threads_lock);
   fold_into_exited(t);
@@ -57,6 +63,10 @@ static void on_thread_exit(void *arg) {
   pthread_mutex_unlock(&threads_lock);
   t->fast_span = 0;
   t->dp_fast_below = 0;
+}
+
+void nic_thread_rearm_exit(struct nic_thread *t) {
+  if (t->state == NIC_THREAD_EXITING) pthread_setspecific(exit_key, t);
 }
 
 static void make_exit_key(void) {

@@ -93,6 +93,9 @@ static inline void nic_internal_scope_end(int *unused) {
 #define NIC_INTERNAL_SCOPE()                                                                       \
   __attribute__((cleanup(nic_internal_scope_end))) int nic_internal_scope_ =                       \
       nic_internal_scope_begin()
+/* A heap was made for t (the calling thread's nic_self): past its exit hook, that hook must run
+ * again after mimalloc's next round of thread-exit destructors, which deletes the heap. */
+void nic_thread_rearm_exit(struct nic_thread *t);
 /* Dataplane frees by a thread after its exit hook go straight to the exited totals. */
 void nic_thread_account_exited(unsigned chunk, int64_t delta);
 /* Returns once every registered thread has been seen outside dataplane code (see reaper.c). */
