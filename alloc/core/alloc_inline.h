@@ -11,7 +11,6 @@
 #include "events.h"
 #include "huge_cache.h"
 #include "mapped.h"
-#include "small_usable.h"
 #include "thread.h"
 #include "vspace.h"
 
@@ -68,7 +67,6 @@ static inline void *nic_dp_alloc_fast(size_t size, bool zero) {
     p = zero ? mi_heap_zalloc(heap, size) : mi_heap_malloc(heap, size);
     if (__builtin_expect(p != NULL, 1)) {
       if (!zero) nic_block_mark_live(p);
-      nic_counter_add(&t->dp_live[index], (int64_t)nic_usable_of_new(p, size));
     } else if (t->full_until_ns) {
       nic_dp_pause_fast(t); /* at the cap: the one try a free of its own allowed has failed */
     }
@@ -145,7 +143,23 @@ static inline size_t nic_block_usable(const void *p) {
   return mi_usable_size(p);
 }
 
-/* A dataplane block's free, out of line so that the control free path stays short. */
+/* A dataplane block's free when the thread is not set up or the chunk epoch moved. */
+void nic_free_dp_block_slow(void *p) __attribute__((cold));
+/* No busy window around mi_free: a block being freed is live, so its chunk cannot be released
+ * under it (see reaper.c); only the refresh, which collects pages of draining chunks, needs
+ * one. Nothing is counted: live bytes are read from mimalloc's pages when asked (dp_live.h).
+ * A thread not set up has a seen_epoch of 0, and a chunk epoch of 0 means no chunk changed, so
+ * it has nothing to catch up with either. A chunk change that lands after the epoch check is
+ * seen by this thread's next dataplane call. */
+static inline void nic_free_dp_block_inline(void *p) {
+  if (__builtin_expect(!nic_dp_epoch_seen(&nic_self), 0)) {
+    nic_free_dp_block_slow(p);
+    return;
+  }
+  nic_block_mark_free(p);
+  mi_free(p);
+}
+/* The same out of line, for the general path. */
 void nic_free_dp_block(void *p);
 
 /* A block a watcher took at its free (events.h: the NIC may still read it), released now. */
@@ -226,7 +240,7 @@ static inline __attribute__((always_inline)) void nic_free_inline(void *p, const
   } else if (nic_in_dp(p) && nic_block_aligned(p) && !nic_maybe_huge_block_or_boundary(p) &&
              nic_chunk_readable(nic_chunk_index(p)) && !nic_block_is_free(p) &&
              !nic_watching_blocks()) {
-    nic_free_dp_block(p);
+    nic_free_dp_block_inline(p);
     return;
   }
   nic_free_general(p, caller);

@@ -1,6 +1,6 @@
-/* Per-thread state. Counters are written only by their own thread with plain (relaxed) stores
- * and summed by readers across the thread list, so the hot paths take no lock and no atomic
- * read-modify-write. */
+/* Per-thread state, written only by its own thread (the reaper reads dp_busy), so the hot paths
+ * take no lock and no atomic read-modify-write. Dataplane live bytes are not counted here but
+ * read from mimalloc's pages when asked (dp_live.h). */
 #ifndef NIC_THREAD_H
 #define NIC_THREAD_H
 
@@ -40,7 +40,6 @@ struct nic_thread {
   /* This thread's heap in each chunk's arena, and a last entry that is always NULL: the heap
    * the parked cursor finds, which sends the inline path to the slow one. */
   mi_heap_t *heaps[NIC_CHUNK_SLOTS + 1];
-  int64_t dp_live[NIC_CHUNK_SLOTS]; /* usable bytes allocated minus freed, per chunk */
   /* Every chunk was full at the cap (dp_heap.c): until this CLOCK_MONOTONIC time in ns, or
    * until nic_chunk_epoch moves from full_epoch, the slow path does not look again. 0: not. */
   uint64_t full_until_ns;
@@ -54,11 +53,6 @@ struct nic_thread {
 enum { NIC_THREAD_NEW = 0, NIC_THREAD_SETTING_UP, NIC_THREAD_READY, NIC_THREAD_EXITING };
 
 extern __thread struct nic_thread nic_self __attribute__((tls_model("initial-exec")));
-
-/* Relaxed add: the owner is the only writer; readers on other threads see a recent value. */
-static inline void nic_counter_add(int64_t *counter, int64_t delta) {
-  __atomic_store_n(counter, __atomic_load_n(counter, __ATOMIC_RELAXED) + delta, __ATOMIC_RELAXED);
-}
 
 /* Sets the calling thread up (once). Returns false while setting up (re-entrant malloc from
  * inside the set-up) or after the thread has exited; callers then use the control heap. */
@@ -93,11 +87,7 @@ static inline void nic_internal_scope_end(int *unused) {
 #define NIC_INTERNAL_SCOPE()                                                                       \
   __attribute__((cleanup(nic_internal_scope_end))) int nic_internal_scope_ =                       \
       nic_internal_scope_begin()
-/* Dataplane frees by a thread after its exit hook go straight to the exited totals. */
-void nic_thread_account_exited(unsigned chunk, int64_t delta);
 /* Returns once every registered thread has been seen outside dataplane code (see reaper.c). */
 void nic_threads_wait_not_busy(void);
-/* Sums the accounts of all threads, live and exited. */
-void nic_thread_sum(int64_t dp_live[NIC_CHUNK_SLOTS]);
 
 #endif
