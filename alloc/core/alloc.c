@@ -224,7 +224,7 @@ void nic_free_dp_block_slow(void *p) {
 }
 
 void nic_free_dp_block(void *p) {
-  nic_free_dp_block_inline(p);
+  nic_free_dp_block_keyed(p, nic_free_key());
 }
 
 /* A free a watcher took (safety/deferred.c), done now that no page of the block is referenced. */

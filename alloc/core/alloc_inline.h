@@ -59,8 +59,9 @@ static inline void *nic_dp_alloc_fast(size_t size, bool zero) {
   if (__builtin_expect(size >= t->dp_fast_below, 0)) return NULL; /* 0 unless set up */
   unsigned index = t->cursor;
   mi_heap_t *heap = t->heaps[index];
-  if (__builtin_expect(heap == NULL, 0)) return NULL;
-  nic_dp_enter(t);
+  /* A call nested in another dataplane call (a signal handler's) counts on the slow path. */
+  if (__builtin_expect(heap == NULL || t->dp_busy != 0, 0)) return NULL;
+  nic_dp_enter_outermost(t);
   void *p = NULL;
   if (__builtin_expect(nic_dp_epoch_seen(t), 1)) {
     size = nic_block_request(size);
@@ -71,7 +72,7 @@ static inline void *nic_dp_alloc_fast(size_t size, bool zero) {
       nic_dp_pause_fast(t); /* at the cap: the one try a free of its own allowed has failed */
     }
   }
-  nic_dp_leave(t);
+  nic_dp_leave_outermost(t);
   return p;
 }
 
@@ -151,12 +152,12 @@ void nic_free_dp_block_slow(void *p) __attribute__((cold));
  * A thread not set up has a seen_epoch of 0, and a chunk epoch of 0 means no chunk changed, so
  * it has nothing to catch up with either. A chunk change that lands after the epoch check is
  * seen by this thread's next dataplane call. */
-static inline void nic_free_dp_block_inline(void *p) {
+static inline __attribute__((always_inline)) void nic_free_dp_block_keyed(void *p, uintptr_t key) {
   if (__builtin_expect(!nic_dp_epoch_seen(&nic_self), 0)) {
     nic_free_dp_block_slow(p);
     return;
   }
-  nic_block_mark_free(p);
+  nic_block_set_word(p, key);
   mi_free(p);
 }
 /* The same out of line, for the general path. */
@@ -237,11 +238,18 @@ static inline __attribute__((always_inline)) void nic_free_inline(void *p, const
       mi_free(p);
       return;
     }
-  } else if (nic_in_dp(p) && nic_block_aligned(p) && !nic_maybe_huge_block_or_boundary(p) &&
-             nic_chunk_readable(nic_chunk_index(p)) && !nic_block_is_free(p) &&
-             !nic_watching_blocks()) {
-    nic_free_dp_block_inline(p);
-    return;
+  } else {
+    /* The same rotation against the dataplane range (chunks.h). */
+    const uintptr_t dp_offset = (uintptr_t)p - nic_dp.base;
+    const uintptr_t dp_units = (dp_offset >> 4) | (dp_offset << 60);
+    if (dp_units < __atomic_load_n(&nic_dp.span_16, __ATOMIC_RELAXED) &&
+        !nic_maybe_huge_block_or_boundary(p) && nic_chunk_readable(nic_chunk_index(p))) {
+      const uintptr_t key = nic_free_key();
+      if (__builtin_expect(!nic_block_holds(p, key) && !nic_watching_blocks(), 1)) {
+        nic_free_dp_block_keyed(p, key);
+        return;
+      }
+    }
   }
   nic_free_general(p, caller);
 }

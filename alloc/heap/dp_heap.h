@@ -39,6 +39,15 @@ static inline void nic_dp_enter(struct nic_thread *t) {
 static inline void nic_dp_leave(struct nic_thread *t) {
   __atomic_store_n(&t->dp_busy, t->dp_busy - 1, __ATOMIC_RELEASE);
 }
+/* The same for a call that cannot nest (dp_busy was 0): two stores instead of two
+ * read-modify-writes, for the inline dataplane path. */
+static inline void nic_dp_enter_outermost(struct nic_thread *t) {
+  __atomic_store_n(&t->dp_busy, 1, __ATOMIC_RELAXED);
+  __atomic_signal_fence(__ATOMIC_SEQ_CST);
+}
+static inline void nic_dp_leave_outermost(struct nic_thread *t) {
+  __atomic_store_n(&t->dp_busy, 0, __ATOMIC_RELEASE);
+}
 static inline bool nic_dp_epoch_seen(const struct nic_thread *t) {
   return __atomic_load_n(&nic_chunk_epoch, __ATOMIC_ACQUIRE) == t->seen_epoch;
 }
