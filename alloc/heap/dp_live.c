@@ -31,11 +31,13 @@ static inline uintptr_t word_at(uintptr_t a) {
   return __atomic_load_n((const uintptr_t *)a, __ATOMIC_RELAXED);
 }
 
-/* The usable size of the blocks of the page with this header; huge pages are mimalloc's to say. */
-static size_t page_block_size(uintptr_t segment, uintptr_t header, uintptr_t page_index) {
+/* The usable size of the blocks of the page with this header: a huge page's one block spans the
+ * page (2.0.9's mi_page_block_size). Not mi_usable_size: that follows the header's links, which
+ * a segment freed under the walk could point anywhere. */
+static size_t page_block_size(uintptr_t header) {
   const uint32_t xblock_size = u32_at(header + NIC_MI_PAGE_XBLOCK_SIZE + 4);
   if (xblock_size < NIC_MI_HUGE_BLOCK_SIZE) return xblock_size;
-  return mi_usable_size((const void *)(segment + (page_index << NIC_MI_SLICE_SHIFT)));
+  return (size_t)u32_at(header + NIC_MI_PAGE_SLICE_COUNT) << NIC_MI_SLICE_SHIFT;
 }
 
 /* Blocks on a page's list from head: each one inside [start, end) on a block boundary. */
@@ -95,7 +97,7 @@ static size_t segment_live(uintptr_t segment, int64_t *bytes, uintptr_t *heaps, 
     if (span == 0) break; /* not a span start: the segment is changing under the walk */
     const uint32_t used = u32_at(header + NIC_MI_PAGE_USED);
     if (used && u32_at(header + NIC_MI_PAGE_XBLOCK_SIZE + 4)) {
-      const size_t size = page_block_size(segment, header, index);
+      const size_t size = page_block_size(header);
       const uint32_t capacity = (uint16_t)(word_at(header + NIC_MI_PAGE_CAPACITY) >> 16);
       /* Blocks of up to 1 KiB start 3 * MI_MAX_ALIGN_GUARANTEE bytes into their page. */
       const uintptr_t start =
