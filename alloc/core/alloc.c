@@ -129,7 +129,7 @@ static void *dp_alloc_offset(size_t size, size_t alignment, bool zero, enum nic_
 
 static void *dataplane_or_policy(size_t size, size_t alignment, bool zero) {
   enum nic_dp_failure why;
-  void *p = alignment <= NIC_MIN_BLOCK ? nic_dp_alloc_fast(size, zero) : NULL;
+  void *p = alignment <= NIC_MIN_BLOCK ? nic_dp_alloc_fast(size, zero, false) : NULL;
   if (p) return p;
   if (alignment > NIC_MI_ALIGNMENT_MAX) {
     p = dp_alloc_offset(size, alignment, zero, &why);
@@ -153,6 +153,14 @@ void *nic_alloc_core(size_t size, size_t alignment, bool zero, enum nic_route ro
                                          : control_alloc(size, alignment, zero);
   if (!p) errno = ENOMEM;
   return p;
+}
+
+void *nic_dp_alloc_fast_failed(bool zero, bool retry) {
+  struct nic_thread *t = &nic_self;
+  const size_t request = t->dp_busy;
+  if (t->full_until_ns) nic_dp_pause_fast(t); /* at the cap: a free of its own did not help */
+  nic_dp_leave_outermost(t);
+  return retry ? nic_alloc(request, 0, zero, NIC_ROUTE_DATAPLANE) : NULL;
 }
 
 void *nic_control_alloc_failed(void) {

@@ -52,27 +52,34 @@ static inline void *nic_alloc_auto(size_t size, bool zero) {
   return nic_alloc(size, 0, zero, NIC_ROUTE_AUTO);
 }
 
-/* Dataplane allocation from the thread's current chunk; NULL sends the caller to nic_alloc,
- * which handles everything else (set-up, a full or changed chunk, large requests, policy). */
-static inline void *nic_dp_alloc_fast(size_t size, bool zero) {
+/* mimalloc refused the inline dataplane path's request: the pause at the cap, the busy mark
+ * cleared, and then, for nic_malloc (retry), the general path with the request the mark held. */
+void *nic_dp_alloc_fast_failed(bool zero, bool retry) __attribute__((cold));
+
+/* Dataplane allocation from the thread's current chunk. A miss (set-up, a full or changed chunk,
+ * large requests, policy: all nic_alloc's) returns NULL, or with retry nic_alloc's answer. With
+ * retry (nic_malloc) nothing is kept across the call into mimalloc but the thread pointer: the
+ * request is the busy mark (dp_heap.h), where a failure finds it again. */
+static inline __attribute__((always_inline)) void *nic_dp_alloc_fast(size_t size, bool zero,
+                                                                     bool retry) {
   struct nic_thread *t = &nic_self;
-  if (__builtin_expect(size >= t->dp_fast_below, 0)) return NULL; /* 0 unless set up */
+  if (__builtin_expect(size >= t->dp_fast_below, 0)) /* 0 unless set up */
+    return retry ? nic_alloc(size, 0, zero, NIC_ROUTE_DATAPLANE) : NULL;
   unsigned index = t->cursor;
   mi_heap_t *heap = t->heaps[index];
   /* A call nested in another dataplane call (a signal handler's) counts on the slow path. */
-  if (__builtin_expect(heap == NULL || t->dp_busy != 0, 0)) return NULL;
-  nic_dp_enter_outermost(t);
-  void *p = NULL;
-  if (__builtin_expect(nic_dp_epoch_seen(t), 1)) {
-    size = nic_block_request(size);
-    p = zero ? mi_heap_zalloc(heap, size) : mi_heap_malloc(heap, size);
-    if (__builtin_expect(p != NULL, 1)) {
-      if (!zero) nic_block_mark_live(p);
-    } else if (t->full_until_ns) {
-      nic_dp_pause_fast(t); /* at the cap: the one try a free of its own allowed has failed */
-    }
+  if (__builtin_expect(heap == NULL || t->dp_busy != 0, 0))
+    return retry ? nic_alloc(size, 0, zero, NIC_ROUTE_DATAPLANE) : NULL;
+  const size_t request = nic_block_request(size);
+  nic_dp_enter_outermost(t, request);
+  if (__builtin_expect(!nic_dp_epoch_seen(t), 0)) {
+    nic_dp_leave_outermost(t);
+    return retry ? nic_alloc(size, 0, zero, NIC_ROUTE_DATAPLANE) : NULL;
   }
-  nic_dp_leave_outermost(t);
+  void *p = zero ? mi_heap_zalloc(heap, request) : mi_heap_malloc(heap, request);
+  if (__builtin_expect(p == NULL, 0)) return nic_dp_alloc_fast_failed(zero, retry);
+  if (!zero) nic_block_mark_live(p);
+  nic_dp_leave_outermost(&nic_self);
   return p;
 }
 

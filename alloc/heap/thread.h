@@ -33,8 +33,9 @@ struct nic_thread {
    * stopped being live, so that the next allocation takes the slow path, which scans. */
   unsigned cursor;
   /* Nonzero while this thread is inside mimalloc on dataplane memory; the reaper waits for it
-   * to be seen at zero before it releases a chunk (see reaper.c). A count, as calls nest. */
-  int dp_busy;
+   * to be seen at zero before it releases a chunk (see reaper.c). A count, as calls nest; the
+   * inline path, which runs only at zero, stores its request instead (dp_heap.h). */
+  size_t dp_busy;
   unsigned idle_pass;  /* the reaper's wait that last saw dp_busy at zero; under the list lock */
   unsigned seen_epoch; /* nic_chunk_epoch when this thread last looked at the chunk states */
   /* This thread's heap in each chunk's arena, and a last entry that is always NULL: the heap

@@ -21,18 +21,18 @@ TEST(DpBusy, ANestedDataplaneMallocKeepsTheOuterCallsMark) {
   free(nic_malloc(64)); // the thread set up, its cursor on a chunk: the inline path is open
   struct nic_thread *t = &nic_self;
   ASSERT_NE(t->dp_fast_below, 0u);
-  ASSERT_EQ(t->dp_busy, 0);
+  ASSERT_EQ(t->dp_busy, 0u);
   nic_dp_enter(t); // as an outer dataplane call does
   void *p = nic_malloc(64);
-  EXPECT_EQ(t->dp_busy, 1);
+  EXPECT_EQ(t->dp_busy, 1u);
   nic_dp_leave(t);
   ASSERT_NE(p, nullptr);
   EXPECT_TRUE(nic_is_dataplane(p));
-  EXPECT_EQ(t->dp_busy, 0);
+  EXPECT_EQ(t->dp_busy, 0u);
   free(p);
   // And an outermost call leaves it at zero.
   free(nic_malloc(64));
-  EXPECT_EQ(t->dp_busy, 0);
+  EXPECT_EQ(t->dp_busy, 0u);
 }
 
 } // namespace
