@@ -250,7 +250,7 @@ static inline __attribute__((always_inline)) void nic_free_inline(void *p, const
     const uintptr_t dp_offset = (uintptr_t)p - nic_dp.base;
     const uintptr_t dp_units = (dp_offset >> 4) | (dp_offset << 60);
     if (dp_units < __atomic_load_n(&nic_dp.span_16, __ATOMIC_RELAXED) &&
-        !nic_maybe_huge_block_or_boundary(p) && nic_chunk_readable(nic_chunk_index(p))) {
+        !nic_maybe_huge_block_or_boundary(p) && nic_dp_offset_readable(dp_offset)) {
       const uintptr_t key = nic_free_key();
       if (__builtin_expect(!nic_block_holds(p, key) && !nic_watching_blocks(), 1)) {
         nic_free_dp_block_keyed(p, key);
