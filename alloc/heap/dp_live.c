@@ -52,10 +52,13 @@ static uint64_t page_list_blocks(uintptr_t head, uintptr_t start, uintptr_t end,
 }
 
 /* The block size of the page p lies in, through its slice entry (as mimalloc's own free does);
- * 0 when p is not in a page of a segment of the chunk. */
+ * 0 when p is not in a page in use of a segment of the chunk. Only a segment's header and a page
+ * in use are committed: a chunk's other steps may have no memory behind them at all, where a
+ * read is a SIGBUS (steps.h), so a word a list links to is read only once this says yes. */
 static size_t block_size_of(uintptr_t p, uintptr_t chunk_base, uintptr_t chunk_end) {
-  if (p <= chunk_base || p >= chunk_end) return 0;
+  if (p <= chunk_base || p >= chunk_end || (p & 7)) return 0;
   const uintptr_t segment = (p - 1) & ~NIC_MI_SEGMENT_MASK;
+  if (!mi_is_in_heap_region((const void *)(segment + 1))) return 0;
   const uintptr_t index = (p - segment) >> NIC_MI_SLICE_SHIFT;
   if (index >= word_at(segment + NIC_MI_SEG_SLICE_ENTRIES)) return 0;
   const uintptr_t slice = segment + NIC_MI_SEG_SLICES + index * NIC_MI_PAGE_HEADER;
@@ -65,11 +68,14 @@ static size_t block_size_of(uintptr_t p, uintptr_t chunk_base, uintptr_t chunk_e
   return xblock_size < NIC_MI_HUGE_BLOCK_SIZE ? xblock_size : 0;
 }
 
-/* Bytes of the blocks on a heap's delayed-free list that lie in the chunk. */
+/* Bytes of the blocks on a heap's delayed-free list that lie in the chunk. mimalloc keeps its
+ * heaps in the control heap: a "heap" in the dataplane range is a header changing under the
+ * walk, and not read. */
 static int64_t delayed_bytes(uintptr_t heap, uintptr_t chunk_base, uintptr_t chunk_end) {
   uintptr_t b;
   int64_t bytes = 0;
-  if (!nic_mi_load_word(heap + NIC_MI_HEAP_DELAYED_FREE, &b)) return 0;
+  if (nic_in_dp((const void *)heap) || !nic_mi_load_word(heap + NIC_MI_HEAP_DELAYED_FREE, &b))
+    return 0;
   for (unsigned steps = 0; b && steps < DELAYED_STEPS_MAX; steps++) {
     const size_t size = block_size_of(b, chunk_base, chunk_end);
     if (!size) break;
@@ -102,7 +108,10 @@ static size_t segment_live(uintptr_t segment, int64_t *bytes, uintptr_t *heaps, 
       /* Blocks of up to 1 KiB start 3 * MI_MAX_ALIGN_GUARANTEE bytes into their page. */
       const uintptr_t start =
           segment + (index << NIC_MI_SLICE_SHIFT) + (size >= 8 && size <= 1024 ? 384 : 0);
-      const uintptr_t end = start + (uintptr_t)capacity * size;
+      /* Within the page's span, the memory mimalloc committed for it (see block_size_of). */
+      const uintptr_t span_end = segment + ((index + span) << NIC_MI_SLICE_SHIFT);
+      uintptr_t end = start + (uintptr_t)capacity * size;
+      if (end > span_end || end < start) end = span_end;
       const uintptr_t xthread = word_at(header + NIC_MI_PAGE_XTHREAD_FREE) & ~(uintptr_t)3;
       const uint64_t pending = size ? page_list_blocks(xthread, start, end, size, capacity) : 0;
       *bytes += ((int64_t)used - (int64_t)pending) * (int64_t)size;
