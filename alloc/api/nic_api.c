@@ -7,8 +7,7 @@
 #include <errno.h>
 
 NIC_EXPORT void *nic_malloc(size_t size) {
-  void *p = nic_dp_alloc_fast(size, false);
-  return p ? p : nic_alloc(size, 0, false, NIC_ROUTE_DATAPLANE);
+  return nic_dp_alloc_fast(size, false, true);
 }
 
 NIC_EXPORT void *nic_calloc(size_t count, size_t size) {

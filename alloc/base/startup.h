@@ -13,8 +13,8 @@
  *   CONTROL_ARENA os/vspace.c          before mimalloc maps its first segment (vspace.h)
  *   HUGE_CACHE    heap/huge_cache.c    sized from the control arena
  *   DATAPLANE     heap/chunks.c        the dataplane reservation, made early
- *   SMALL_USABLE  heap/small_usable.c  after the arena: it allocates
  *   FREE_LISTS    heap/mi_free_lists.c it allocates too
+ *   DP_LIVE       heap/dp_live.c       it allocates too
  *   SITE_TABLE    routing/site_table.c NICMALLOC_SITES_OFF
  *   FORK          base/forklock.c      may allocate; the flag below sends that past us
  * Steps before CONTROL_ARENA must not allocate. */
@@ -34,8 +34,8 @@ enum nic_startup_rank {
   NIC_START_CONTROL_ARENA,
   NIC_START_HUGE_CACHE,
   NIC_START_DATAPLANE,
-  NIC_START_SMALL_USABLE,
   NIC_START_FREE_LISTS,
+  NIC_START_DP_LIVE,
   NIC_START_SITE_TABLE,
   NIC_START_FORK,
   NIC_START_RANKS

@@ -129,7 +129,7 @@ static void *dp_alloc_offset(size_t size, size_t alignment, bool zero, enum nic_
 
 static void *dataplane_or_policy(size_t size, size_t alignment, bool zero) {
   enum nic_dp_failure why;
-  void *p = alignment <= NIC_MIN_BLOCK ? nic_dp_alloc_fast(size, zero) : NULL;
+  void *p = alignment <= NIC_MIN_BLOCK ? nic_dp_alloc_fast(size, zero, false) : NULL;
   if (p) return p;
   if (alignment > NIC_MI_ALIGNMENT_MAX) {
     p = dp_alloc_offset(size, alignment, zero, &why);
@@ -153,6 +153,14 @@ void *nic_alloc_core(size_t size, size_t alignment, bool zero, enum nic_route ro
                                          : control_alloc(size, alignment, zero);
   if (!p) errno = ENOMEM;
   return p;
+}
+
+void *nic_dp_alloc_fast_failed(bool zero, bool retry) {
+  struct nic_thread *t = &nic_self;
+  const size_t request = t->dp_busy;
+  if (t->full_until_ns) nic_dp_pause_fast(t); /* at the cap: a free of its own did not help */
+  nic_dp_leave_outermost(t);
+  return retry ? nic_alloc(request, 0, zero, NIC_ROUTE_DATAPLANE) : NULL;
 }
 
 void *nic_control_alloc_failed(void) {
@@ -201,22 +209,20 @@ bool nic_dropped_block_freed(const void *p) {
   return nic_mi_block_state(p) == NIC_MI_FREE;
 }
 
-/* Threads still setting up, or past their exit hook, count into the exited totals. */
+/* Threads still setting up, or past their exit hook, have nothing to catch up with. */
 void nic_release_dp_block_unregistered(void *p) {
-  nic_thread_account_exited(nic_chunk_index(p), -(int64_t)mi_usable_size(p));
   nic_block_mark_free(p);
   mi_free(p);
 }
 
 /* The rare cases of a dataplane free: a thread not set up (or past its exit hook), a chunk
  * state change to catch up with, and a thread whose inline path is paused at the cap. */
-static __attribute__((noinline)) void free_dp_block_slow(void *p, size_t usable) {
+void nic_free_dp_block_slow(void *p) {
   struct nic_thread *t = &nic_self;
   if (t->state != NIC_THREAD_READY && !nic_thread_ready()) {
     nic_release_dp_block_unregistered(p);
     return;
   }
-  nic_counter_add(&t->dp_live[nic_chunk_index(p)], -(int64_t)usable);
   nic_block_mark_free(p);
   mi_free(p);
   nic_dp_enter(t);
@@ -225,21 +231,8 @@ static __attribute__((noinline)) void free_dp_block_slow(void *p, size_t usable)
   if (__builtin_expect(t->dp_fast_paused, 0)) nic_dp_freed_while_paused(t, nic_chunk_index(p));
 }
 
-/* No busy window around mi_free: a block being freed is live, so its chunk cannot be released
- * under it (see reaper.c); only the refresh, which collects pages of draining chunks, needs
- * one. The size is asked first so that only p lives across a call, and the common case ends in
- * a tail call to mi_free. A chunk change that lands after the epoch check is seen by this
- * thread's next dataplane call. */
 void nic_free_dp_block(void *p) {
-  const size_t usable = mi_usable_size(p);
-  struct nic_thread *t = &nic_self;
-  if (__builtin_expect(t->state != NIC_THREAD_READY || !nic_dp_epoch_seen(t), 0)) {
-    free_dp_block_slow(p, usable);
-    return;
-  }
-  nic_counter_add(&t->dp_live[nic_chunk_index(p)], -(int64_t)usable);
-  nic_block_mark_free(p);
-  mi_free(p);
+  nic_free_dp_block_keyed(p, nic_free_key());
 }
 
 /* A free a watcher took (safety/deferred.c), done now that no page of the block is referenced. */

@@ -11,7 +11,6 @@
 #include "events.h"
 #include "huge_cache.h"
 #include "mapped.h"
-#include "small_usable.h"
 #include "thread.h"
 #include "vspace.h"
 
@@ -53,27 +52,34 @@ static inline void *nic_alloc_auto(size_t size, bool zero) {
   return nic_alloc(size, 0, zero, NIC_ROUTE_AUTO);
 }
 
-/* Dataplane allocation from the thread's current chunk; NULL sends the caller to nic_alloc,
- * which handles everything else (set-up, a full or changed chunk, large requests, policy). */
-static inline void *nic_dp_alloc_fast(size_t size, bool zero) {
+/* mimalloc refused the inline dataplane path's request: the pause at the cap, the busy mark
+ * cleared, and then, for nic_malloc (retry), the general path with the request the mark held. */
+void *nic_dp_alloc_fast_failed(bool zero, bool retry) __attribute__((cold));
+
+/* Dataplane allocation from the thread's current chunk. A miss (set-up, a full or changed chunk,
+ * large requests, policy: all nic_alloc's) returns NULL, or with retry nic_alloc's answer. With
+ * retry (nic_malloc) nothing is kept across the call into mimalloc but the thread pointer: the
+ * request is the busy mark (dp_heap.h), where a failure finds it again. */
+static inline __attribute__((always_inline)) void *nic_dp_alloc_fast(size_t size, bool zero,
+                                                                     bool retry) {
   struct nic_thread *t = &nic_self;
-  if (__builtin_expect(size >= t->dp_fast_below, 0)) return NULL; /* 0 unless set up */
+  if (__builtin_expect(size >= t->dp_fast_below, 0)) /* 0 unless set up */
+    return retry ? nic_alloc(size, 0, zero, NIC_ROUTE_DATAPLANE) : NULL;
   unsigned index = t->cursor;
   mi_heap_t *heap = t->heaps[index];
-  if (__builtin_expect(heap == NULL, 0)) return NULL;
-  nic_dp_enter(t);
-  void *p = NULL;
-  if (__builtin_expect(nic_dp_epoch_seen(t), 1)) {
-    size = nic_block_request(size);
-    p = zero ? mi_heap_zalloc(heap, size) : mi_heap_malloc(heap, size);
-    if (__builtin_expect(p != NULL, 1)) {
-      if (!zero) nic_block_mark_live(p);
-      nic_counter_add(&t->dp_live[index], (int64_t)nic_usable_of_new(p, size));
-    } else if (t->full_until_ns) {
-      nic_dp_pause_fast(t); /* at the cap: the one try a free of its own allowed has failed */
-    }
+  /* A call nested in another dataplane call (a signal handler's) counts on the slow path. */
+  if (__builtin_expect(heap == NULL || t->dp_busy != 0, 0))
+    return retry ? nic_alloc(size, 0, zero, NIC_ROUTE_DATAPLANE) : NULL;
+  const size_t request = nic_block_request(size);
+  nic_dp_enter_outermost(t, request);
+  if (__builtin_expect(!nic_dp_epoch_seen(t), 0)) {
+    nic_dp_leave_outermost(t);
+    return retry ? nic_alloc(size, 0, zero, NIC_ROUTE_DATAPLANE) : NULL;
   }
-  nic_dp_leave(t);
+  void *p = zero ? mi_heap_zalloc(heap, request) : mi_heap_malloc(heap, request);
+  if (__builtin_expect(p == NULL, 0)) return nic_dp_alloc_fast_failed(zero, retry);
+  if (!zero) nic_block_mark_live(p);
+  nic_dp_leave_outermost(&nic_self);
   return p;
 }
 
@@ -145,7 +151,23 @@ static inline size_t nic_block_usable(const void *p) {
   return mi_usable_size(p);
 }
 
-/* A dataplane block's free, out of line so that the control free path stays short. */
+/* A dataplane block's free when the thread is not set up or the chunk epoch moved. */
+void nic_free_dp_block_slow(void *p) __attribute__((cold));
+/* No busy window around mi_free: a block being freed is live, so its chunk cannot be released
+ * under it (see reaper.c); only the refresh, which collects pages of draining chunks, needs
+ * one. Nothing is counted: live bytes are read from mimalloc's pages when asked (dp_live.h).
+ * A thread not set up has a seen_epoch of 0, and a chunk epoch of 0 means no chunk changed, so
+ * it has nothing to catch up with either. A chunk change that lands after the epoch check is
+ * seen by this thread's next dataplane call. */
+static inline __attribute__((always_inline)) void nic_free_dp_block_keyed(void *p, uintptr_t key) {
+  if (__builtin_expect(!nic_dp_epoch_seen(&nic_self), 0)) {
+    nic_free_dp_block_slow(p);
+    return;
+  }
+  nic_block_set_word(p, key);
+  mi_free(p);
+}
+/* The same out of line, for the general path. */
 void nic_free_dp_block(void *p);
 
 /* A block a watcher took at its free (events.h: the NIC may still read it), released now. */
@@ -223,11 +245,18 @@ static inline __attribute__((always_inline)) void nic_free_inline(void *p, const
       mi_free(p);
       return;
     }
-  } else if (nic_in_dp(p) && nic_block_aligned(p) && !nic_maybe_huge_block_or_boundary(p) &&
-             nic_chunk_readable(nic_chunk_index(p)) && !nic_block_is_free(p) &&
-             !nic_watching_blocks()) {
-    nic_free_dp_block(p);
-    return;
+  } else {
+    /* The same rotation against the dataplane range (chunks.h). */
+    const uintptr_t dp_offset = (uintptr_t)p - nic_dp.base;
+    const uintptr_t dp_units = (dp_offset >> 4) | (dp_offset << 60);
+    if (dp_units < __atomic_load_n(&nic_dp.span_16, __ATOMIC_RELAXED) &&
+        !nic_maybe_huge_block_or_boundary(p) && nic_dp_offset_readable(dp_offset)) {
+      const uintptr_t key = nic_free_key();
+      if (__builtin_expect(!nic_block_holds(p, key) && !nic_watching_blocks(), 1)) {
+        nic_free_dp_block_keyed(p, key);
+        return;
+      }
+    }
   }
   nic_free_general(p, caller);
 }

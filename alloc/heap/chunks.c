@@ -20,6 +20,8 @@
 #include <time.h>
 
 struct nic_dp_range nic_dp;
+uint8_t nic_dp_unit_mapped[NIC_CHUNK_SLOTS << (30 - NIC_DP_UNIT_SHIFT)];
+_Static_assert((32ull << 20) >> NIC_DP_UNIT_SHIFT == 1, "a unit is the smallest chunk");
 unsigned nic_chunk_epoch;
 struct nic_chunk nic_chunks[NIC_CHUNK_SLOTS];
 const void *nic_step_registrations[NIC_CHUNK_SLOTS * NIC_STEPS_MAX];
@@ -51,6 +53,7 @@ static int reserve_locked(void) {
   nic_dp.shift = cfg->chunk_shift;
   nic_dp.step_shift = cfg->step_shift;
   __atomic_store_n(&nic_dp.base, (uintptr_t)base, __ATOMIC_RELEASE);
+  __atomic_store_n(&nic_dp.span_16, span >> 4, __ATOMIC_RELEASE);
   nic_dp_commit_set((uintptr_t)base, span, nic_steps_commit, nic_steps_decommit);
   return 0;
 }
@@ -88,6 +91,10 @@ unsigned nic_chunk_slots_used(void) {
 
 void nic_chunk_set_state(unsigned index, enum nic_chunk_state state) {
   __atomic_store_n(&nic_chunks[index].state, state, __ATOMIC_RELEASE);
+  const uint8_t mapped = state == NIC_CHUNK_LIVE || state == NIC_CHUNK_DRAINING;
+  const size_t units = (size_t)1 << (nic_dp.shift - NIC_DP_UNIT_SHIFT);
+  for (size_t u = 0; u < units; u++)
+    __atomic_store_n(&nic_dp_unit_mapped[index * units + u], mapped, __ATOMIC_RELEASE);
   __atomic_add_fetch(&nic_chunk_epoch, 1, __ATOMIC_RELEASE);
 }
 

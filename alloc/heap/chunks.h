@@ -56,6 +56,9 @@ struct nic_dp_range {
   size_t span;         /* max_chunks * chunk_size */
   unsigned shift;      /* log2(chunk_size) */
   unsigned step_shift; /* log2(NICMALLOC_PIN_STEP), at most shift */
+  /* span in 16-byte units, set after base (0 until then): free's dataplane test compares the
+   * offset rotated right by 4 bits with it, range and block alignment in one compare. */
+  uintptr_t span_16;
 };
 extern struct nic_dp_range nic_dp __attribute__((visibility("hidden")));
 
@@ -106,10 +109,20 @@ extern const void *nic_step_registrations[NIC_CHUNK_SLOTS * NIC_STEPS_MAX]
 static inline const void **nic_step_registration(unsigned index, unsigned step) {
   return &nic_step_registrations[((size_t)index << (nic_dp.shift - nic_dp.step_shift)) + step];
 }
+/* 1 while the chunk holding a 32 MiB unit of the range (the smallest chunk) is LIVE or
+ * DRAINING, written with its state: free's dataplane path finds it with a constant shift of the
+ * offset and tests one byte, instead of a state in a 14 KiB record. */
+#define NIC_DP_UNIT_SHIFT 25
+extern uint8_t nic_dp_unit_mapped[NIC_CHUNK_SLOTS << (30 - NIC_DP_UNIT_SHIFT)]
+    __attribute__((visibility("hidden")));
 /* Live and draining chunks are mapped: a pointer into one can be read. */
 static inline bool nic_chunk_readable(unsigned index) {
-  const int state = __atomic_load_n(&nic_chunks[index].state, __ATOMIC_ACQUIRE);
-  return state == NIC_CHUNK_LIVE || state == NIC_CHUNK_DRAINING;
+  return __atomic_load_n(&nic_dp_unit_mapped[(size_t)index << (nic_dp.shift - NIC_DP_UNIT_SHIFT)],
+                         __ATOMIC_ACQUIRE) != 0;
+}
+/* The same for the chunk at offset (less than nic_dp.span) into the range. */
+static inline bool nic_dp_offset_readable(uintptr_t offset) {
+  return __atomic_load_n(&nic_dp_unit_mapped[offset >> NIC_DP_UNIT_SHIFT], __ATOMIC_ACQUIRE) != 0;
 }
 /* Number of chunk slots ever mapped (live chunks are among the first this many). */
 unsigned nic_chunk_slots_used(void);

@@ -139,10 +139,7 @@ static void *alloc_late(struct nic_thread *t, size_t size, size_t alignment, boo
   unsigned index = 0;
   pthread_mutex_lock(&late_lock);
   void *p = alloc_slow(t, size, alignment, zero, &index, why);
-  if (p) {
-    t->cursor = index;
-    nic_thread_account_exited(index, (int64_t)mi_usable_size(p));
-  }
+  if (p) t->cursor = index;
   pthread_mutex_unlock(&late_lock);
   return p;
 }
@@ -227,10 +224,7 @@ void *nic_dp_alloc(size_t size, size_t alignment, bool zero, enum nic_dp_failure
     p = alloc_slow(t, size, alignment, zero, &index, why);
     if (p) t->cursor = index;
   }
-  if (p)
-    nic_counter_add(&t->dp_live[index], (int64_t)mi_usable_size(p));
-  else if (*why == NIC_DP_CAP)
-    back_off(t, epoch);
+  if (!p && *why == NIC_DP_CAP) back_off(t, epoch);
   nic_dp_leave(t);
   return p;
 }

@@ -39,6 +39,17 @@ static inline void nic_dp_enter(struct nic_thread *t) {
 static inline void nic_dp_leave(struct nic_thread *t) {
   __atomic_store_n(&t->dp_busy, t->dp_busy - 1, __ATOMIC_RELEASE);
 }
+/* The same for the inline dataplane path, which runs only as the outermost call (dp_busy 0):
+ * two stores instead of two read-modify-writes. The mark is the request (at least
+ * NIC_MIN_BLOCK, so nonzero), which a call nested in it leaves as it found it: the inline path
+ * reads it back after mimalloc failed instead of keeping it in a register across the call. */
+static inline void nic_dp_enter_outermost(struct nic_thread *t, size_t request) {
+  __atomic_store_n(&t->dp_busy, request, __ATOMIC_RELAXED);
+  __atomic_signal_fence(__ATOMIC_SEQ_CST);
+}
+static inline void nic_dp_leave_outermost(struct nic_thread *t) {
+  __atomic_store_n(&t->dp_busy, 0, __ATOMIC_RELEASE);
+}
 static inline bool nic_dp_epoch_seen(const struct nic_thread *t) {
   return __atomic_load_n(&nic_chunk_epoch, __ATOMIC_ACQUIRE) == t->seen_epoch;
 }

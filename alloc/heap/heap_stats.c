@@ -4,6 +4,7 @@
 #include "chunks.h"
 #include "config.h"
 #include "dp_heap.h"
+#include "dp_live.h"
 #include "huge_cache.h"
 #include "nicmalloc.h"
 #include "thread.h"
@@ -33,7 +34,7 @@ static void fill_huge(struct nic_stats *out) {
 
 void nic_heap_fill_stats(struct nic_stats *out) {
   int64_t dp[NIC_CHUNK_SLOTS], dp_total = 0;
-  nic_thread_sum(dp);
+  nic_dp_live_sum(dp);
   for (unsigned i = 0; i < NIC_CHUNK_SLOTS; i++)
     dp_total += dp[i];
   out->dataplane_live = dp_total > 0 ? (size_t)dp_total : 0;

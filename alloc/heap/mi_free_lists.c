@@ -1,12 +1,11 @@
-/* mimalloc 2.0.9's headers, read from outside (mi_free_lists.h). The offsets are those of its
- * mimalloc-types.h for x86-64 with MI_SECURE 0 and MI_DEBUG 0 (Debian's build); a segment is
- * 32 MiB of 64 KiB slices, and each slice entry of its header is a page header. */
+/* mimalloc 2.0.9's free lists, read from outside (mi_free_lists.h) with mi_layout.h's offsets. */
 #define _GNU_SOURCE /* process_vm_readv */
 #include "mi_free_lists.h"
 
 #include "chunks.h"
 #include "commit_map.h"
 #include "log.h"
+#include "mi_layout.h"
 #include "startup.h"
 
 #include <mimalloc.h>
@@ -15,22 +14,6 @@
 #include <sys/uio.h>
 #include <unistd.h>
 
-#define SEGMENT_MASK (((uintptr_t)32 << 20) - 1)
-#define SLICE_SHIFT 16
-#define SEG_SLICE_ENTRIES 248 /* size_t */
-#define SEG_THREAD_ID 256     /* the owning thread's id: its thread pointer */
-#define SEG_SLICES 264        /* the page headers */
-#define PAGE_HEADER 80        /* sizeof(mi_page_t) */
-#define PAGE_SLICE_COUNT 0    /* uint32_t, and slice_offset (bytes back to the page) at 4 */
-#define PAGE_CAPACITY 8       /* in the word at 8: the uint16_t at byte 10 */
-#define PAGE_FREE 16
-#define PAGE_XBLOCK_SIZE 24 /* in the word at 24: the uint32_t at byte 28 */
-#define PAGE_LOCAL_FREE 32
-#define PAGE_XTHREAD_FREE 40 /* low two bits are flags */
-#define PAGE_XHEAP 48
-#define HEAP_DELAYED_FREE 2840 /* after tld, 129 direct pages and 75 page queues */
-#define HEAP_THREAD_ID 2848
-#define HUGE_BLOCK_SIZE ((uint32_t)1 << 31) /* xblock_size of a huge page */
 #define DELAYED_STEPS_MAX 65536
 
 static bool layout_ok;
@@ -54,7 +37,7 @@ static bool own_heap(uintptr_t heap) {
  * for (another thread's heap, which mimalloc keeps outside the arena, or a header the commit
  * map does not cover) are copied by the kernel, which fails on unmapped memory instead of
  * faulting; where it refuses (a seccomp filter), they are not read. */
-static bool load(uintptr_t a, uintptr_t *out) {
+bool nic_mi_load_word(uintptr_t a, uintptr_t *out) {
   if (a & 7) return false;
   if (known_readable(a)) {
     *out = __atomic_load_n((const uintptr_t *)a, __ATOMIC_RELAXED);
@@ -62,6 +45,10 @@ static bool load(uintptr_t a, uintptr_t *out) {
   }
   struct iovec local = {out, sizeof *out}, remote = {(void *)a, sizeof *out};
   return process_vm_readv(getpid(), &local, 1, &remote, 1, 0) == (ssize_t)sizeof *out;
+}
+
+static bool load(uintptr_t a, uintptr_t *out) {
+  return nic_mi_load_word(a, out);
 }
 
 static bool load_heap_word(uintptr_t heap, uintptr_t offset, uintptr_t *out) {
@@ -86,22 +73,24 @@ struct page_view {
  * once (MADV_DONTNEED), which wipes the block's free key, and only this walk can tell that
  * mimalloc holds nothing there. */
 static bool read_page(uintptr_t p, struct page_view *v) {
-  const uintptr_t segment = (p - 1) & ~SEGMENT_MASK;
-  const uintptr_t slices = segment + SEG_SLICES;
-  const uintptr_t index = (p - segment) >> SLICE_SHIFT;
+  const uintptr_t segment = (p - 1) & ~NIC_MI_SEGMENT_MASK;
+  const uintptr_t slices = segment + NIC_MI_SEG_SLICES;
+  const uintptr_t index = (p - segment) >> NIC_MI_SLICE_SHIFT;
   uintptr_t entries, counts = 0, word, sizes;
-  if (!load(segment + SEG_SLICE_ENTRIES, &entries) || index >= entries) return false;
+  if (!load(segment + NIC_MI_SEG_SLICE_ENTRIES, &entries) || index >= entries) return false;
   uintptr_t page_index = 0;
   for (;;) { /* a huge page's span runs on past the entries */
-    if (!load(slices + page_index * PAGE_HEADER + PAGE_SLICE_COUNT, &counts)) return false;
+    if (!load(slices + page_index * NIC_MI_PAGE_HEADER + NIC_MI_PAGE_SLICE_COUNT, &counts))
+      return false;
     const uint32_t span = (uint32_t)counts;
     if (span == 0) return false; /* not a span start: the segment is changing */
     if (index < page_index + span) break;
     page_index += span;
     if (page_index >= entries) return false;
   }
-  v->header = slices + page_index * PAGE_HEADER;
-  if (!load(v->header + PAGE_CAPACITY, &word) || !load(v->header + PAGE_XBLOCK_SIZE, &sizes))
+  v->header = slices + page_index * NIC_MI_PAGE_HEADER;
+  if (!load(v->header + NIC_MI_PAGE_CAPACITY, &word) ||
+      !load(v->header + NIC_MI_PAGE_XBLOCK_SIZE, &sizes))
     return false;
   const uint32_t slice_count = (uint32_t)counts, xblock_size = (uint32_t)(sizes >> 32);
   /* A free span: nothing in it is allocated. */
@@ -109,9 +98,9 @@ static bool read_page(uintptr_t p, struct page_view *v) {
   if (!v->in_use) return true;
   /* Blocks of up to 1 KiB start 3 * MI_MAX_ALIGN_GUARANTEE bytes into their page. */
   const uintptr_t start_offset = xblock_size >= 8 && xblock_size <= 1024 ? 384 : 0;
-  const uintptr_t page_bytes = ((uintptr_t)slice_count << SLICE_SHIFT) - start_offset;
-  v->start = segment + (page_index << SLICE_SHIFT) + start_offset;
-  v->block_size = xblock_size < HUGE_BLOCK_SIZE ? xblock_size : page_bytes;
+  const uintptr_t page_bytes = ((uintptr_t)slice_count << NIC_MI_SLICE_SHIFT) - start_offset;
+  v->start = segment + (page_index << NIC_MI_SLICE_SHIFT) + start_offset;
+  v->block_size = xblock_size < NIC_MI_HUGE_BLOCK_SIZE ? xblock_size : page_bytes;
   v->capacity = (uint16_t)(word >> 16);
   v->end = v->start + v->capacity * v->block_size;
   return v->end <= v->start + page_bytes;
@@ -133,7 +122,7 @@ static enum nic_mi_block_state walk_page_list(const struct page_view *v, uintptr
 /* The heap's list of blocks other threads freed into its full pages: any page of the heap. */
 static enum nic_mi_block_state walk_delayed_list(uintptr_t heap, uintptr_t block) {
   uintptr_t b;
-  if (!load_heap_word(heap, HEAP_DELAYED_FREE, &b)) return NIC_MI_UNKNOWN;
+  if (!load_heap_word(heap, NIC_MI_HEAP_DELAYED_FREE, &b)) return NIC_MI_UNKNOWN;
   for (unsigned steps = 0; b; steps++) {
     if (b == block) return NIC_MI_FREE;
     if (steps >= DELAYED_STEPS_MAX || !load(b, &b)) return NIC_MI_UNKNOWN;
@@ -149,16 +138,17 @@ enum nic_mi_block_state nic_mi_block_state(const void *ptr) {
   if (p < v.start || p >= v.end) return NIC_MI_UNKNOWN;
   /* An aligned allocation may hand out a pointer inside its block; lists hold block starts. */
   const uintptr_t block = p - (p - v.start) % v.block_size;
-  static const unsigned lists[] = {PAGE_FREE, PAGE_LOCAL_FREE, PAGE_XTHREAD_FREE};
+  static const unsigned lists[] = {NIC_MI_PAGE_FREE, NIC_MI_PAGE_LOCAL_FREE,
+                                   NIC_MI_PAGE_XTHREAD_FREE};
   for (unsigned i = 0; i < sizeof lists / sizeof lists[0]; i++) {
     uintptr_t head;
     if (!load(v.header + lists[i], &head)) return NIC_MI_UNKNOWN;
-    if (lists[i] == PAGE_XTHREAD_FREE) head &= ~(uintptr_t)3;
+    if (lists[i] == NIC_MI_PAGE_XTHREAD_FREE) head &= ~(uintptr_t)3;
     const enum nic_mi_block_state state = walk_page_list(&v, head, block);
     if (state != NIC_MI_LIVE) return state;
   }
   uintptr_t heap;
-  if (!load(v.header + PAGE_XHEAP, &heap)) return NIC_MI_UNKNOWN;
+  if (!load(v.header + NIC_MI_PAGE_XHEAP, &heap)) return NIC_MI_UNKNOWN;
   return heap ? walk_delayed_list(heap, block) : NIC_MI_LIVE; /* none: abandoned, no delayed */
 }
 
@@ -168,9 +158,10 @@ static bool owned_here(const void *p) {
   uintptr_t heap, heap_thread, segment_thread;
   const uintptr_t self = (uintptr_t)pthread_self(); /* mimalloc's thread id on glibc x86-64 */
   return read_page((uintptr_t)p, &v) && v.in_use && v.block_size == mi_usable_size(p) &&
-         load(v.header + PAGE_XHEAP, &heap) && heap == (uintptr_t)mi_heap_get_default() &&
-         load_heap_word(heap, HEAP_THREAD_ID, &heap_thread) && heap_thread == self &&
-         load((((uintptr_t)p - 1) & ~SEGMENT_MASK) + SEG_THREAD_ID, &segment_thread) &&
+         load(v.header + NIC_MI_PAGE_XHEAP, &heap) && heap == (uintptr_t)mi_heap_get_default() &&
+         load_heap_word(heap, NIC_MI_HEAP_THREAD_ID, &heap_thread) && heap_thread == self &&
+         load((((uintptr_t)p - 1) & ~NIC_MI_SEGMENT_MASK) + NIC_MI_SEG_THREAD_ID,
+              &segment_thread) &&
          segment_thread == self;
 }
 

@@ -6,6 +6,9 @@
 #ifndef NIC_MI_FREE_LISTS_H
 #define NIC_MI_FREE_LISTS_H
 
+#include <stdbool.h>
+#include <stdint.h>
+
 enum nic_mi_block_state {
   NIC_MI_LIVE,    /* on none of the lists its page and heap keep */
   NIC_MI_FREE,    /* on one of them, or its page holds no blocks any more */
@@ -21,5 +24,10 @@ enum nic_mi_block_state {
  * thread's can change, and a block it allocates or frees meanwhile can then be missed or found,
  * which only a double free racing with that thread can run into. */
 enum nic_mi_block_state nic_mi_block_state(const void *p);
+
+/* Reads the word at a (8-aligned) without ever faulting: directly where the control arena's
+ * commit map or a mapped dataplane chunk vouches for it, else copied by the kernel. False when
+ * it cannot be read. */
+bool nic_mi_load_word(uintptr_t a, uintptr_t *out);
 
 #endif

@@ -23,6 +23,7 @@
 #include "clock.h"
 #include "config.h"
 #include "dp_heap.h"
+#include "dp_live.h"
 #include "events.h"
 #include "forklock.h"
 #include "huge_cache.h"
@@ -132,7 +133,7 @@ void nic_reaper_pass(void) {
   nic_huge_cache_purge(nic_config()->purge_delay_ms ? nic_config()->purge_delay_ms : 1);
   pthread_mutex_lock(&pass_lock);
   int64_t live[NIC_CHUNK_SLOTS];
-  nic_thread_sum(live);
+  nic_dp_live_sum(live);
   const uint64_t now = nic_now_ms();
   bool segments_left;
   uint64_t candidates = advance_states(live, now, nic_config()->release_delay_ms, &segments_left);
@@ -149,7 +150,7 @@ void nic_reaper_pass(void) {
   if (candidates && process_barrier()) {
     nic_dp_late_lock();
     nic_threads_wait_not_busy();
-    nic_thread_sum(live);
+    nic_dp_live_sum(live);
     nic_chunks_lock();
     for (unsigned i = 0; i < NIC_CHUNK_SLOTS; i++)
       if ((candidates >> i & 1) && nic_chunk_at(i)->state == NIC_CHUNK_DRAINING && live[i] == 0 &&

@@ -18,21 +18,8 @@ static struct nic_thread *threads;
 size_t nic_fast_limit = SIZE_MAX;
 size_t nic_dp_fast_max;
 
-/* Accounts of threads that have exited. */
-static int64_t exited_dp_live[NIC_CHUNK_SLOTS];
 static pthread_key_t exit_key;
 static pthread_once_t exit_key_once = PTHREAD_ONCE_INIT;
-
-/* Only the chunks this thread used: a thread that never touched the dataplane (every thread of
- * a program without it) leaves the shared totals alone, which every exiting thread would
- * otherwise write with one atomic add per chunk slot. */
-static void fold_into_exited(struct nic_thread *t) {
-  for (unsigned i = 0; i < NIC_CHUNK_SLOTS; i++) {
-    if (!t->dp_live[i]) continue;
-    nic_thread_account_exited(i, t->dp_live[i]);
-    t->dp_live[i] = 0;
-  }
-}
 
 /* glibc runs key destructors in rounds (at most PTHREAD_DESTRUCTOR_ITERATIONS, fewer when a
  * round sets nothing), and mimalloc's key, made at its load before ours, runs first in each: by
@@ -41,10 +28,9 @@ static void fold_into_exited(struct nic_thread *t) {
  * it (nic_thread_rearm_exit: a dataplane allocation in a later destructor), since mimalloc's
  * next round deletes that one too. It does not re-arm itself: each round it set would cost every
  * exiting thread glibc's walk over all keys, for nothing in a thread that made no heap. The
- * first call also folds the thread's counts into the exited totals and unlinks it: from then on
- * (EXITING) it counts straight into those totals and allocates dataplane memory under the late
- * lock (dp_heap.c), so nothing depends on how many rounds glibc runs, and a thread that dies
- * linked cannot be left behind for a new thread to find at the same address. */
+ * first call also unlinks the thread: from then on (EXITING) it allocates dataplane memory under
+ * the late lock (dp_heap.c), so nothing depends on how many rounds glibc runs, and a thread that
+ * dies linked cannot be left behind for a new thread to find at the same address. */
 static void on_thread_exit(void *arg) {
   struct nic_thread *t = arg;
   memset(t->heaps, 0, sizeof t->heaps);
@@ -52,7 +38,6 @@ static void on_thread_exit(void *arg) {
   t->cursor = 0;
   if (t->state != NIC_THREAD_READY) return;
   pthread_mutex_lock(&threads_lock);
-  fold_into_exited(t);
   if (t->prev)
     t->prev->next = t->next;
   else
@@ -71,7 +56,7 @@ void nic_thread_rearm_exit(struct nic_thread *t) {
 
 static void make_exit_key(void) {
   if (pthread_key_create(&exit_key, on_thread_exit))
-    nic_log_info("no pthread key for thread exit; per-thread counters of exiting threads are lost");
+    nic_log_info("no pthread key for thread exit; exited threads stay on the thread list");
 }
 
 bool nic_thread_ready(void) {
@@ -124,20 +109,6 @@ void nic_internal_leave(void) {
   nic_thread_refresh_fast();
 }
 
-void nic_thread_sum(int64_t dp_live[NIC_CHUNK_SLOTS]) {
-  pthread_mutex_lock(&threads_lock);
-  for (unsigned i = 0; i < NIC_CHUNK_SLOTS; i++)
-    dp_live[i] = __atomic_load_n(&exited_dp_live[i], __ATOMIC_RELAXED);
-  for (struct nic_thread *t = threads; t; t = t->next)
-    for (unsigned i = 0; i < NIC_CHUNK_SLOTS; i++)
-      dp_live[i] += __atomic_load_n(&t->dp_live[i], __ATOMIC_RELAXED);
-  pthread_mutex_unlock(&threads_lock);
-}
-
-void nic_thread_account_exited(unsigned chunk, int64_t delta) {
-  __atomic_add_fetch(&exited_dp_live[chunk], delta, __ATOMIC_RELAXED);
-}
-
 /* Each thread need only be seen idle once. The list lock is not held while waiting: a busy
  * thread may be waiting for the growth lock, whose holder (fork's prepare handler, which takes
  * every lock) waits for the list lock, and the three would wait for each other forever. */
@@ -163,9 +134,7 @@ void nic_threads_wait_not_busy(void) {
 /* In a fork child only the forking thread survives. */
 static void after_fork_child(void) {
   struct nic_thread *self = &nic_self;
-  /* The other threads are gone, but their blocks live on in the child: keep their accounts. */
-  for (struct nic_thread *t = threads; t; t = t->next)
-    if (t != self) fold_into_exited(t);
+  /* The other threads are gone; their blocks live on in the child, in mimalloc's pages. */
   threads = NULL;
   if (self->state == NIC_THREAD_READY) {
     self->next = self->prev = NULL;

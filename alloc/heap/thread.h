@@ -1,6 +1,6 @@
-/* Per-thread state. Counters are written only by their own thread with plain (relaxed) stores
- * and summed by readers across the thread list, so the hot paths take no lock and no atomic
- * read-modify-write. */
+/* Per-thread state, written only by its own thread (the reaper reads dp_busy), so the hot paths
+ * take no lock and no atomic read-modify-write. Dataplane live bytes are not counted here but
+ * read from mimalloc's pages when asked (dp_live.h). */
 #ifndef NIC_THREAD_H
 #define NIC_THREAD_H
 
@@ -33,14 +33,14 @@ struct nic_thread {
    * stopped being live, so that the next allocation takes the slow path, which scans. */
   unsigned cursor;
   /* Nonzero while this thread is inside mimalloc on dataplane memory; the reaper waits for it
-   * to be seen at zero before it releases a chunk (see reaper.c). A count, as calls nest. */
-  int dp_busy;
+   * to be seen at zero before it releases a chunk (see reaper.c). A count, as calls nest; the
+   * inline path, which runs only at zero, stores its request instead (dp_heap.h). */
+  size_t dp_busy;
   unsigned idle_pass;  /* the reaper's wait that last saw dp_busy at zero; under the list lock */
   unsigned seen_epoch; /* nic_chunk_epoch when this thread last looked at the chunk states */
   /* This thread's heap in each chunk's arena, and a last entry that is always NULL: the heap
    * the parked cursor finds, which sends the inline path to the slow one. */
   mi_heap_t *heaps[NIC_CHUNK_SLOTS + 1];
-  int64_t dp_live[NIC_CHUNK_SLOTS]; /* usable bytes allocated minus freed, per chunk */
   /* Every chunk was full at the cap (dp_heap.c): until this CLOCK_MONOTONIC time in ns, or
    * until nic_chunk_epoch moves from full_epoch, the slow path does not look again. 0: not. */
   uint64_t full_until_ns;
@@ -54,11 +54,6 @@ struct nic_thread {
 enum { NIC_THREAD_NEW = 0, NIC_THREAD_SETTING_UP, NIC_THREAD_READY, NIC_THREAD_EXITING };
 
 extern __thread struct nic_thread nic_self __attribute__((tls_model("initial-exec")));
-
-/* Relaxed add: the owner is the only writer; readers on other threads see a recent value. */
-static inline void nic_counter_add(int64_t *counter, int64_t delta) {
-  __atomic_store_n(counter, __atomic_load_n(counter, __ATOMIC_RELAXED) + delta, __ATOMIC_RELAXED);
-}
 
 /* Sets the calling thread up (once). Returns false while setting up (re-entrant malloc from
  * inside the set-up) or after the thread has exited; callers then use the control heap. */
@@ -96,11 +91,7 @@ static inline void nic_internal_scope_end(int *unused) {
 /* A heap was made for t (the calling thread's nic_self): past its exit hook, that hook must run
  * again after mimalloc's next round of thread-exit destructors, which deletes the heap. */
 void nic_thread_rearm_exit(struct nic_thread *t);
-/* Dataplane frees by a thread after its exit hook go straight to the exited totals. */
-void nic_thread_account_exited(unsigned chunk, int64_t delta);
 /* Returns once every registered thread has been seen outside dataplane code (see reaper.c). */
 void nic_threads_wait_not_busy(void);
-/* Sums the accounts of all threads, live and exited. */
-void nic_thread_sum(int64_t dp_live[NIC_CHUNK_SLOTS]);
 
 #endif

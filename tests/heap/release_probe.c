@@ -163,6 +163,16 @@ int main(int argc, char **argv) {
       printf("stale_free_survived=1\n");
       break;
     }
+    /* Free's fast path finds a chunk's state by its 32 MiB units (chunks.h): a block in a later
+     * unit of a released chunk must be caught too. */
+    const size_t chunk = (size_t)64 << 20, unit = (size_t)32 << 20;
+    for (size_t i = 0; i < keep_from; i++) {
+      if ((uintptr_t)blocks[i] % chunk < unit || nic_translate(blocks[i], 1, &ref) != -NIC_ENOTDP)
+        continue;
+      free(blocks[i]);
+      printf("stale_later_unit_free_survived=1\n");
+      break;
+    }
   }
   /* What is left is intact, and released chunks are usable again. */
   size_t bad = 0;

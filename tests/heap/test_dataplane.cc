@@ -7,8 +7,10 @@
 #include <new>
 
 #include <cerrno>
+#include <condition_variable>
 #include <cstdint>
 #include <cstring>
+#include <mutex>
 #include <thread>
 #include <vector>
 
@@ -186,8 +188,8 @@ TEST(Dataplane, StatsFollowLiveBytes) {
   EXPECT_EQ(during.dataplane_reserved, size_t(during.chunks_max) * during.chunk_size);
 }
 
-// Every size up to past the fast path's table of small usable sizes (alloc/heap/small_usable.h):
-// the live total must move by exactly the usable bytes mimalloc reports, block by block.
+// Every size up to past the largest small size class: the live total must move by exactly the
+// usable bytes mimalloc reports, block by block.
 TEST(Dataplane, LiveBytesAreExactForEverySmallSize) {
   nic_stats before = NIC_STATS_INIT, during = NIC_STATS_INIT, after = NIC_STATS_INIT;
   nic_get_stats(&before);
@@ -206,6 +208,74 @@ TEST(Dataplane, LiveBytesAreExactForEverySmallSize) {
   nic_get_stats(&after);
   EXPECT_EQ(during.dataplane_live - before.dataplane_live, usable);
   EXPECT_EQ(after.dataplane_live, before.dataplane_live);
+}
+
+// dataplane_live is read from mimalloc's pages (alloc/heap/dp_live.c). A block freed by another
+// thread stays counted in its page's blocks in use until the owner takes the free back, which an
+// owner that allocates nothing more never does: the free waits on the page's thread-free list,
+// or, once the page was found full, on the owner heap's delayed-free list. Neither may count.
+TEST(Dataplane, LiveBytesDropAtFreesFromOtherThreadsWhileTheOwnerIdles) {
+  constexpr int kBlocks = 6000; // 64-byte blocks: several pages, all but the last found full
+  std::vector<void *> blocks(kBlocks);
+  std::mutex m;
+  std::condition_variable cv;
+  bool allocated = false, done = false;
+  nic_stats before = NIC_STATS_INIT, during = NIC_STATS_INIT, after = NIC_STATS_INIT;
+  nic_get_stats(&before);
+  std::thread owner([&] {
+    for (int i = 0; i < kBlocks; i++)
+      blocks[i] = nic_malloc(64);
+    std::unique_lock<std::mutex> lock(m);
+    allocated = true;
+    cv.notify_all();
+    cv.wait(lock, [&] { return done; }); // alive, and out of nicmalloc, until the checks are made
+  });
+  {
+    std::unique_lock<std::mutex> lock(m);
+    cv.wait(lock, [&] { return allocated; });
+  }
+  size_t usable = 0;
+  for (void *p : blocks) {
+    ASSERT_TRUE(nic_is_dataplane(p));
+    usable += malloc_usable_size(p);
+  }
+  nic_get_stats(&during);
+  for (int i = 0; i < kBlocks / 2; i++)
+    free(blocks[i]); // the oldest: pages found full
+  nic_get_stats(&after);
+  EXPECT_EQ(during.dataplane_live - before.dataplane_live, usable);
+  EXPECT_EQ(during.dataplane_live - after.dataplane_live, usable / 2);
+  for (int i = kBlocks / 2; i < kBlocks; i++)
+    free(blocks[i]); // the newest: the last page is the owner's current one, not full
+  nic_get_stats(&after);
+  EXPECT_EQ(after.dataplane_live, before.dataplane_live);
+  {
+    std::lock_guard<std::mutex> lock(m);
+    done = true;
+  }
+  cv.notify_all();
+  owner.join();
+  nic_get_stats(&after);
+  EXPECT_EQ(after.dataplane_live, before.dataplane_live);
+}
+
+// Blocks of every kind of mimalloc page: small, medium, large and huge (a segment of its own,
+// past 16 MiB), counted at their usable size and not at all once freed.
+TEST(Dataplane, LiveBytesAreExactForLargeAndHugeBlocks) {
+  static const size_t sizes[] = {100, 20000, 300000, 4u << 20, 20u << 20};
+  for (size_t size : sizes) {
+    nic_stats before = NIC_STATS_INIT, during = NIC_STATS_INIT, after = NIC_STATS_INIT;
+    nic_get_stats(&before);
+    void *p = nic_malloc(size);
+    ASSERT_NE(p, nullptr);
+    ASSERT_TRUE(nic_is_dataplane(p)) << size;
+    const size_t usable = malloc_usable_size(p);
+    nic_get_stats(&during);
+    free(p);
+    nic_get_stats(&after);
+    EXPECT_EQ(during.dataplane_live - before.dataplane_live, usable) << size;
+    EXPECT_EQ(after.dataplane_live, before.dataplane_live) << size;
+  }
 }
 
 TEST(Dataplane, CrossThreadFreesOfDataplaneBlocks) {

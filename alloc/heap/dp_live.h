@@ -1,0 +1,23 @@
+/* The usable bytes of live dataplane blocks per chunk, read when asked from the headers of
+ * mimalloc's pages instead of counted on every dataplane malloc and free: mimalloc keeps each
+ * page's count of blocks in use (page->used) and its block size already, so the fast paths
+ * count nothing. */
+#ifndef NIC_DP_LIVE_H
+#define NIC_DP_LIVE_H
+
+#include "chunks.h"
+
+#include <stdbool.h>
+#include <stdint.h>
+
+/* Fills live[i] for every chunk slot (0 where not mapped). Exact when no thread allocates or
+ * frees dataplane memory meanwhile; a block another thread is freeing meanwhile may be counted
+ * live or not (never a block that is neither allocated nor being freed, when the chunk is
+ * DRAINING, as nothing is then allocated there). Takes the chunk lock: chunks are not released
+ * under the walk. Where mimalloc's headers are not laid out as 2.0.9's (checked at start-up),
+ * each chunk counts the bytes of the mimalloc segments in it instead, and returns false. */
+bool nic_dp_live_sum(int64_t live[NIC_CHUNK_SLOTS]);
+/* The same for one mapped chunk, with the chunk lock held. */
+int64_t nic_dp_live_chunk_locked(unsigned index);
+
+#endif

@@ -1,0 +1,31 @@
+/* mimalloc 2.0.9's segment, page and heap headers, as read from outside (mi_free_lists.c,
+ * dp_live.c): the offsets of its mimalloc-types.h for x86-64 with MI_SECURE 0 and MI_DEBUG 0
+ * (Debian's build). A segment is 32 MiB of 64 KiB slices, and each slice entry of its header is
+ * a page header. Each reader checks the offsets it uses against real blocks at start-up. */
+#ifndef NIC_MI_LAYOUT_H
+#define NIC_MI_LAYOUT_H
+
+#include <stdint.h>
+
+#define NIC_MI_SEGMENT_SIZE ((uintptr_t)32 << 20)
+#define NIC_MI_SEGMENT_MASK (NIC_MI_SEGMENT_SIZE - 1)
+#define NIC_MI_SLICE_SHIFT 16
+#define NIC_MI_SEG_SLICES_TOTAL 224  /* size_t segment_slices: its length in slices */
+#define NIC_MI_SEG_KIND 240          /* 0 normal, 1 huge */
+#define NIC_MI_SEG_SLICE_ENTRIES 248 /* size_t */
+#define NIC_MI_SEG_THREAD_ID 256     /* the owning thread's id: its thread pointer */
+#define NIC_MI_SEG_SLICES 264        /* the page headers */
+#define NIC_MI_PAGE_HEADER 80        /* sizeof(mi_page_t) */
+#define NIC_MI_PAGE_SLICE_COUNT 0    /* uint32_t, and slice_offset (bytes back to the page) at 4 */
+#define NIC_MI_PAGE_CAPACITY 8       /* in the word at 8: the uint16_t at byte 10 */
+#define NIC_MI_PAGE_FREE 16
+#define NIC_MI_PAGE_USED 24        /* uint32_t: blocks allocated and not freed by their owner */
+#define NIC_MI_PAGE_XBLOCK_SIZE 24 /* in the word at 24: the uint32_t at byte 28 */
+#define NIC_MI_PAGE_LOCAL_FREE 32
+#define NIC_MI_PAGE_XTHREAD_FREE 40 /* blocks other threads freed; low two bits are flags */
+#define NIC_MI_PAGE_XHEAP 48
+#define NIC_MI_HEAP_DELAYED_FREE 2840 /* after tld, 129 direct pages and 75 page queues */
+#define NIC_MI_HEAP_THREAD_ID 2848
+#define NIC_MI_HUGE_BLOCK_SIZE ((uint32_t)1 << 31) /* xblock_size of a huge page */
+
+#endif
