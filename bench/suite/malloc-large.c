@@ -30,21 +30,21 @@ int main(int argc, char **argv) {
   for (long i = 0; i < steps; i++) {
     size_t s = (size_t)(wl_rand(&seed) % kSlots);
     if (buf[s]) {
-      if (!check(buf[s], len[s], tag[s])) wl_fail("malloc_large", "buffer contents changed");
+      if (!check(buf[s], len[s], tag[s])) wl_fail("malloc-large", "buffer contents changed");
       free(buf[s]);
     }
     len[s] = 5 * MIB + (size_t)(wl_rand(&seed) % (20 * MIB));
     tag[s] = (uint64_t)i * 0x9E3779B97F4A7C15ULL + 1;
-    if (!(buf[s] = malloc(len[s]))) wl_fail("malloc_large", "malloc returned NULL");
+    if (!(buf[s] = malloc(len[s]))) wl_fail("malloc-large", "malloc returned NULL");
     fill(buf[s], len[s], tag[s]);
     bytes += len[s];
   }
   for (int s = 0; s < kSlots; s++) {
     if (buf[s] && !check(buf[s], len[s], tag[s]))
-      wl_fail("malloc_large", "buffer contents changed");
+      wl_fail("malloc-large", "buffer contents changed");
     free(buf[s]);
   }
-  printf("malloc_large ok: %ld buffers of 5-25 MiB, %llu MiB, malloc from %s\n", steps,
+  printf("malloc-large ok: %ld buffers of 5-25 MiB, %llu MiB, malloc from %s\n", steps,
          (unsigned long long)(bytes >> 20), wl_malloc_lib());
   return 0;
 }

@@ -52,10 +52,10 @@ int main(int argc, char **argv) {
   run_pass(&main_pass);
   pthread_t t;
   if (pthread_create(&t, NULL, run_pass, &thread_pass) || pthread_join(t, NULL))
-    wl_fail("glibc_simple", "cannot run the second thread");
+    wl_fail("glibc-simple", "cannot run the second thread");
   if (main_pass.failed || thread_pass.failed)
-    wl_fail("glibc_simple", "malloc returned NULL or a block's contents changed");
-  printf("glibc_simple ok: %llu blocks on the main thread, %llu on a second, malloc from %s\n",
+    wl_fail("glibc-simple", "malloc returned NULL or a block's contents changed");
+  printf("glibc-simple ok: %llu blocks on the main thread, %llu on a second, malloc from %s\n",
          (unsigned long long)main_pass.allocs, (unsigned long long)thread_pass.allocs,
          wl_malloc_lib());
   return 0;

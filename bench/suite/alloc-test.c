@@ -26,21 +26,21 @@ int main(int argc, char **argv) {
     uint64_t r = wl_rand(&seed);
     size_t s = (size_t)(r % kSlots);
     if (ptr[s]) {
-      if (!wl_check(ptr[s], len[s], tag[s])) wl_fail("alloc_test", "block contents changed");
+      if (!wl_check(ptr[s], len[s], tag[s])) wl_fail("alloc-test", "block contents changed");
       free(ptr[s]);
     }
     len[s] = (uint32_t)pick_size(&seed);
     tag[s] = (uint64_t)i * 0x9E3779B97F4A7C15ULL + 1;
-    if (!(ptr[s] = malloc(len[s]))) wl_fail("alloc_test", "malloc returned NULL");
+    if (!(ptr[s] = malloc(len[s]))) wl_fail("alloc-test", "malloc returned NULL");
     wl_fill(ptr[s], len[s], tag[s]);
     bytes += len[s];
   }
   for (size_t s = 0; s < kSlots; s++) {
     if (ptr[s] && !wl_check(ptr[s], len[s], tag[s]))
-      wl_fail("alloc_test", "block contents changed");
+      wl_fail("alloc-test", "block contents changed");
     free(ptr[s]);
   }
-  printf("alloc_test ok: %ld replacements in a pool of %d, %llu bytes, malloc from %s\n", ops,
+  printf("alloc-test ok: %ld replacements in a pool of %d, %llu bytes, malloc from %s\n", ops,
          kSlots, (unsigned long long)bytes, wl_malloc_lib());
   return 0;
 }
