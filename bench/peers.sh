@@ -21,16 +21,10 @@ full) scale=5 reps=5 ;;
 esac
 scale=${PEERS_SCALE:-$scale}
 reps=${PEERS_REPS:-$reps}
-libdir=/usr/lib/x86_64-linux-gnu
-libnic=$build/alloc/libnicmalloc.so
 workloads=(churn prodcons threads_mixed large realloc_grow)
-# name|LD_PRELOAD|extra environment|file name malloc must come from
-allocs=("glibc||-|libc.so"
-  "mimalloc|$libdir/libmimalloc.so.2|-|libmimalloc"
-  "jemalloc|$libdir/libjemalloc.so.2|-|libjemalloc"
-  "tcmalloc|$libdir/libtcmalloc_minimal.so.4|-|libtcmalloc"
-  "nicmalloc|$libnic|-|libnicmalloc"
-  "nicmalloc-dp4k|$libnic|NICMALLOC_DP_MIN_SIZE=4096 NICMALLOC_CHUNK_SIZE=256M|libnicmalloc")
+. "$root/bench/preload.sh"
+preload_allocs "NICMALLOC_DP_MIN_SIZE=4096 NICMALLOC_CHUNK_SIZE=256M"
+allocs=("${PRELOAD_ALLOCS[@]}")
 for w in "${workloads[@]}"; do
   [ -x "$build/bench/workloads/wl_$w" ] || { echo "peers: wl_$w not built in $build" >&2; exit 1; }
 done
@@ -46,33 +40,18 @@ failed=0
 for rep in $(seq "$reps"); do
   for w in "${workloads[@]}"; do
     for a in "${allocs[@]}"; do
-      IFS='|' read -r name lib extra expect <<<"$a"
-      if [ -n "$lib" ] && [ ! -e "$lib" ]; then
-        [ "$rep" = 1 ] && echo "peers: $name skipped: $lib not installed" >&2
+      name=${a%%|*}
+      if ! preload_run "$a" "$out" "$log" "$build/bench/workloads/wl_$w" "$scale"; then
+        [ "$rep" = 1 ] && echo "peers: $name skipped: not installed" >&2
         continue
       fi
-      [ "$extra" = - ] && extra=
-      status=ok rc=0
-      # Wall time from bash's microsecond clock (GNU time's %e has 10 ms steps); peak RSS (%M,
-      # KiB) from GNU time, into its own file so that stdout stays the workload's result line.
-      t0=$EPOCHREALTIME
-      env ${lib:+LD_PRELOAD=$lib} $extra /usr/bin/time -o "$out/.time" -f '%M' \
-        "$build/bench/workloads/wl_$w" "$scale" >"$out/.stdout" 2>>"$log" || rc=$?
-      secs=$(awk -v a="$t0" -v b="$EPOCHREALTIME" 'BEGIN {printf "%.4f", b - a}')
-      rss=$(tail -1 "$out/.time")
-      echo "$w/$name rep $rep: $(cat "$out/.stdout")" >>"$log"
-      if [ "$rc" != 0 ]; then
-        status=FAILED
-      elif ! grep -q "ok: .*malloc from .*$expect" "$out/.stdout"; then
-        status=FAILED # the preload did not take effect, or the program printed no result
-        echo "peers: $w/$name: malloc not from *$expect*" >>"$log"
-      fi
+      secs=$RUN_SECS rss=$RUN_RSS status=$RUN_STATUS
+      echo "$w/$name rep $rep: $RUN_OUT" >>"$log"
       echo "$rep,$w,$name,$secs,$rss,$status" >>"$csv"
       [ "$status" = ok ] || { failed=1; echo "peers: $w under $name FAILED (see $log)" >&2; }
     done
   done
   echo "peers: repetition $rep/$reps done" >&2
 done
-rm -f "$out/.time" "$out/.stdout"
 /usr/bin/python3 "$root/bench/report.py" --peers "$csv" | tee "$out/peers.md"
 exit "$failed"

@@ -1,0 +1,47 @@
+# Sourced by bench/peers.sh and bench/suite.sh: the allocators compared under LD_PRELOAD and one
+# measured run of a program under one of them.
+#
+# preload_allocs DP4K_ENV: sets PRELOAD_ALLOCS to "name|LD_PRELOAD|extra environment|file name
+# malloc must come from" entries: glibc, Debian's mimalloc, jemalloc, tcmalloc, nicmalloc (control
+# heap) and nicmalloc-dp4k (DP4K_ENV, which sets NICMALLOC_DP_MIN_SIZE=4096 and what else the
+# caller wants). Needs $build (the build directory).
+preload_allocs() {
+  local libdir=/usr/lib/x86_64-linux-gnu libnic=$build/alloc/libnicmalloc.so
+  PRELOAD_ALLOCS=("glibc||-|libc.so"
+    "mimalloc|$libdir/libmimalloc.so.2|-|libmimalloc"
+    "jemalloc|$libdir/libjemalloc.so.2|-|libjemalloc"
+    "tcmalloc|$libdir/libtcmalloc_minimal.so.4|-|libtcmalloc"
+    "nicmalloc|$libnic|-|libnicmalloc"
+    "nicmalloc-dp4k|$libnic|$1|libnicmalloc")
+}
+
+# preload_run ENTRY SCRATCH_DIR LOG COMMAND...: runs COMMAND under the allocator ENTRY (one of
+# PRELOAD_ALLOCS) and sets RUN_SECS (wall seconds from bash's microsecond clock; GNU time's %e
+# has 10 ms steps), RUN_RSS (peak RSS in KiB from GNU time, through its own file so that stdout
+# stays the program's result line), RUN_CPU (user + system seconds, GNU time, 10 ms steps: less
+# sensitive than wall time to other load on the machine), RUN_OUT (that line) and RUN_STATUS: ok, FAILED (non-zero
+# exit), or FAILED when the line does not say "ok: ... malloc from <the expected library>" (the
+# preload did not take effect). Stderr goes to LOG. Returns 1 when the allocator is not
+# installed (nothing run).
+preload_run() {
+  local entry=$1 scratch=$2 log=$3 name lib extra expect rc=0 t0
+  shift 3
+  IFS='|' read -r name lib extra expect <<<"$entry"
+  [ -n "$lib" ] && [ ! -e "$lib" ] && return 1
+  [ "$extra" = - ] && extra=
+  t0=$EPOCHREALTIME
+  env ${lib:+LD_PRELOAD=$lib} $extra /usr/bin/time -o "$scratch/.time" -f '%M %U %S' \
+    "$@" >"$scratch/.stdout" 2>>"$log" || rc=$?
+  RUN_SECS=$(awk -v a="$t0" -v b="$EPOCHREALTIME" 'BEGIN {printf "%.4f", b - a}')
+  read -r RUN_RSS RUN_CPU < <(tail -1 "$scratch/.time" | awk '{printf "%s %.2f", $1, $2 + $3}')
+  RUN_OUT=$(cat "$scratch/.stdout")
+  RUN_STATUS=ok
+  if [ "$rc" != 0 ]; then
+    RUN_STATUS=FAILED
+  elif ! grep -q "ok: .*malloc from .*$expect" <<<"$RUN_OUT"; then
+    RUN_STATUS=FAILED
+    echo "$name: malloc not from *$expect*: $RUN_OUT" >>"$log"
+  fi
+  rm -f "$scratch/.time" "$scratch/.stdout"
+  return 0
+}

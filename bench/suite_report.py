@@ -1,0 +1,172 @@
+"""Report of a bench/suite.sh run: suite.md from suite.csv, written to stdout.
+
+    /usr/bin/python3 bench/suite_report.py suite.csv [--mode M --scale S --reps N
+        --load-before UPTIME --load-after UPTIME --skipped "ALLOCATORS"]
+
+Medians of the repetitions, their spread, ratios to mimalloc and geometric means; it judges no
+timing, it states the issue's targets (#20) and which programs miss them. A figure that cannot
+be computed (every run of that program under that allocator failed) is written MISSING.
+"""
+import argparse
+import math
+import os
+import statistics
+import sys
+
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+from report import read_csv, table  # noqa: E402
+
+PEERS = ["glibc", "mimalloc", "jemalloc", "tcmalloc"]
+ORDER = PEERS + ["nicmalloc", "nicmalloc-dp4k"]
+DP, CTL = "nicmalloc-dp4k", "nicmalloc"
+
+
+def fmt(v, f="%.3f"):
+    return "MISSING" if v is None or v != v or v == 0 else f % v
+
+
+def ratio(a, b):
+    return a / b if a and b else None
+
+
+def geomean(vals):
+    vals = [v for v in vals if v]
+    return math.exp(sum(math.log(v) for v in vals) / len(vals)) if vals else None
+
+
+def summarise(rows):
+    """{program: {allocator: stats}}: median, min, max seconds, median RSS MiB, runs, failures."""
+    runs = {}
+    for r in rows:
+        runs.setdefault(r["program"], {}).setdefault(r["allocator"], []).append(r)
+    out = {}
+    for p, d in runs.items():
+        out[p] = {}
+        for a, rs in d.items():
+            ok = [r for r in rs if r["status"] == "ok"]
+            secs = [float(r["seconds"]) for r in ok]
+            rss = [float(r["max_rss_kib"]) / 1024 for r in ok if r["max_rss_kib"] not in ("", "-")]
+            cpu = [float(r["cpu_seconds"]) for r in ok if r.get("cpu_seconds") not in (None, "")]
+            out[p][a] = {"t": statistics.median(secs) if secs else None,
+                         "tmin": min(secs) if secs else None, "tmax": max(secs) if secs else None,
+                         "rss": statistics.median(rss) if rss else None,
+                         "cpu": statistics.median(cpu) if cpu else None, "ok": len(ok),
+                         "bad": len(rs) - len(ok)}
+    return out
+
+
+def best_peer(d):
+    ts = [(d[a]["t"], a) for a in PEERS if a in d and d[a]["t"]]
+    return min(ts) if ts else (None, None)
+
+
+def main():
+    ap = argparse.ArgumentParser()
+    ap.add_argument("csv")
+    for opt in ("mode", "scale", "reps", "load-before", "load-after", "skipped"):
+        ap.add_argument("--" + opt, default="")
+    args = ap.parse_args()
+    rows = read_csv(args.csv) or []
+    s = summarise(rows)
+    seen = list(dict.fromkeys(r["allocator"] for r in rows))
+    allocs = [a for a in ORDER if a in seen] + [a for a in seen if a not in ORDER]
+    progs = list(s)
+    md = ["# Allocator suite (bench/suite.sh %s)" % args.mode, "",
+          "Programs written for this repository after the published descriptions of the classic "
+          "allocator benchmarks (bench/suite/*.c); not the original programs. Wall seconds and "
+          "peak RSS from GNU time, medians of %s repetition(s) at scale %s, allocators "
+          "interleaved within each repetition. Spread: (max - min) / median of the repetitions."
+          % (args.reps, args.scale), "",
+          "- load before: `%s`" % args.load_before.strip(),
+          "- load after: `%s`" % args.load_after.strip(),
+          "- programs: %d (%s)" % (len(progs), ", ".join(progs)),
+          "- allocators: %s" % ", ".join(allocs)]
+    if args.skipped.strip():
+        md.append("- skipped: %s not installed" % args.skipped.strip())
+    fails = [r for r in rows if r["status"] != "ok"]
+    if fails:
+        md.append("- FAILED runs: " + ", ".join("%s/%s rep %s" % (r["program"], r["allocator"],
+                                                                   r["rep"]) for r in fails))
+
+    # Wide tables: one row per program, one column per allocator.
+    def wide(key, title, unit_fmt):
+        body, cols = [], {a: [] for a in allocs}
+        for p in progs:
+            d = s[p]
+            mi = d.get("mimalloc", {}).get(key)
+            row = [p, fmt(mi, unit_fmt)]
+            for a in allocs:
+                r = ratio(d.get(a, {}).get(key), mi)
+                cols[a].append(r)
+                row.append(fmt(r, "%.2f"))
+            body.append(row)
+        body.append(["**geometric mean**", ""] + ["**%s**" % fmt(geomean(cols[a]), "%.2f")
+                                                 for a in allocs])
+        return ["", "## " + title, ""] + table(["program", "mimalloc median"] + allocs, body), cols
+
+    t_md, t_cols = wide("t", "Time: median wall seconds of mimalloc, ratio of each allocator to "
+                        "it", "%.3f s")
+    r_md, r_cols = wide("rss", "Peak RSS: median MiB of mimalloc, ratio of each allocator to it",
+                        "%.1f MiB")
+    c_md, _ = wide("cpu", "CPU time (user + system): median seconds of mimalloc, ratio of each "
+                   "allocator to it (less sensitive to other load than wall time; the targets "
+                   "use wall time)", "%.2f s")
+    md += t_md + r_md + c_md
+
+    # Targets of the issue.
+    md += ["", "## Targets (#20)", ""]
+    if DP in allocs:
+        gt, gr = geomean(t_cols[DP]), geomean(r_cols[DP])
+        over = [(p, ratio(s[p].get(DP, {}).get("t"), s[p].get("mimalloc", {}).get("t")))
+                for p in progs]
+        over_rss = [(p, ratio(s[p].get(DP, {}).get("rss"), s[p].get("mimalloc", {}).get("rss")))
+                    for p in progs]
+        md += ["- %s geometric mean time / mimalloc: %s (target <= 1.15: %s)" % (
+                   DP, fmt(gt, "%.2f"), "met" if gt and gt <= 1.15 else "missed"),
+               "- %s geometric mean peak RSS / mimalloc: %s (target <= 1.5: %s)" % (
+                   DP, fmt(gr, "%.2f"), "met" if gr and gr <= 1.5 else "missed"),
+               "- %s programs over 1.5x mimalloc's time (target: none): %s" % (
+                   DP, ", ".join("%s %.2fx" % (p, r) for p, r in over if r and r > 1.5)
+                   or "none"),
+               "- %s programs over 1.5x mimalloc's peak RSS: %s" % (
+                   DP, ", ".join("%s %.2fx" % (p, r) for p, r in over_rss if r and r > 1.5)
+                   or "none")]
+    if CTL in allocs:
+        gt = geomean(t_cols[CTL])
+        over = []
+        for p in progs:
+            bt, ba = best_peer(s[p])
+            r = ratio(s[p].get(CTL, {}).get("t"), bt)
+            if r and r > 1.10:
+                over.append("%s %.2fx %s" % (p, r, ba))
+        md += ["- %s geometric mean time / mimalloc: %s (target <= 1.00: %s)" % (
+                   CTL, fmt(gt, "%.2f"), "met" if gt and gt <= 1.00 else "missed"),
+               "- %s programs over 1.10x the best of glibc, mimalloc, jemalloc, tcmalloc "
+               "(target: none): %s" % (CTL, ", ".join(over) or "none")]
+
+    # Every figure per program and allocator.
+    body = []
+    for p in progs:
+        d = s[p]
+        mi = d.get("mimalloc", {})
+        bt, _ = best_peer(d)
+        for a in allocs:
+            x = d.get(a)
+            if x is None:
+                body.append([p, a, "MISSING"] + [""] * 8)
+                continue
+            spread = (x["tmax"] - x["tmin"]) / x["t"] if x["t"] else None
+            body.append([p, a, "%d ok" % x["ok"] + (", FAILED %d" % x["bad"] if x["bad"] else ""),
+                         fmt(x["t"]), "%s-%s" % (fmt(x["tmin"]), fmt(x["tmax"])),
+                         "%.1f%%" % (100 * spread) if spread is not None else "MISSING",
+                         fmt(ratio(x["t"], mi.get("t")), "%.2f"), fmt(ratio(x["t"], bt), "%.2f"),
+                         fmt(x["rss"], "%.1f"), fmt(ratio(x["rss"], mi.get("rss")), "%.2f"),
+                         fmt(x["cpu"], "%.2f")])
+    md += ["", "## Every program and allocator", ""] + table(
+        ["program", "allocator", "runs", "median s", "min-max s", "spread", "time / mimalloc",
+         "time / best peer", "median peak RSS MiB", "RSS / mimalloc", "median CPU s"], body)
+    print("\n".join(md))
+
+
+if __name__ == "__main__":
+    main()
