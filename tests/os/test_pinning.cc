@@ -102,6 +102,37 @@ TEST(PinSteps, FirstDataplaneAllocationPinsOneStepNotTheChunk) {
   EXPECT_EQ(r.num("pin_failures"), 0);
 }
 
+constexpr long long kStep2M = 2ll << 20;
+
+// Below mimalloc's 32 MiB segment, the first dataplane allocation still pins one step: the
+// segment it opens commits (and so backs and pins) only the slices its page takes, not itself
+// whole.
+TEST(PinSteps, FirstDataplaneAllocationAtASmallStepPinsOneStepNotASegment) {
+  REQUIRE_ROOT();
+  auto r = run_probe({"NICMALLOC_CHUNK_SIZE=1G", "NICMALLOC_PIN_STEP=2M", "NICMALLOC_PAGE_KIND=4k"},
+                     {"dp-alloc", "64", "64"});
+  ASSERT_EQ(r.exit_code, 0) << r.out << r.err;
+  EXPECT_EQ(r.num("dp"), 1);
+  EXPECT_EQ(r.num("pinned"), kStep2M) << r.out;
+  EXPECT_EQ(r.num("steps_pinned"), 1);
+  EXPECT_EQ(r.num("vmlck_kb"), kStep2M >> 10) << r.out;
+}
+
+// The same for every thread's first one once the process has threads (mimalloc then counts
+// segments per thread): a thread opens a segment of its own and pins the one step its first page
+// is in, unless it takes over the segment of a thread that exited before it (then no step more).
+TEST(PinSteps, EachThreadsFirstDataplaneAllocationPinsAtMostOneStep) {
+  REQUIRE_ROOT();
+  auto r = run_probe({"NICMALLOC_CHUNK_SIZE=1G", "NICMALLOC_PIN_STEP=2M", "NICMALLOC_PAGE_KIND=4k"},
+                     {"threads-start", "4", "64"});
+  ASSERT_EQ(r.exit_code, 0) << r.out << r.err;
+  EXPECT_EQ(r.num("dataplane_threads"), 4);
+  EXPECT_GE(r.num("steps_pinned"), 1);
+  EXPECT_LE(r.num("steps_pinned"), 4);
+  EXPECT_EQ(r.num("pinned"), r.num("steps_pinned") * kStep2M) << r.out;
+  EXPECT_EQ(r.num("vmlck_kb"), r.num("pinned") >> 10) << r.out;
+}
+
 // Without CAP_IPC_LOCK, under an 8 MiB RLIMIT_MEMLOCK (the usual non-root limit), 2 MiB steps
 // are locked until the limit is reached, and every block still reaches the NIC; the steps past
 // the limit are used unpinned, said once when verbose. A whole chunk could never be locked.
