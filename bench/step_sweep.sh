@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # The pin step's two sides, one row per NICMALLOC_PIN_STEP (bench/README.md, "Pin step"):
-#   (a) the first dataplane allocation of a fresh process: time, RSS and VmLck it adds
-#       (first_alloc --child, the steps interleaved round by round);
+#   (a) the first dataplane allocation of a fresh process: wall and CPU time, RSS and VmLck it
+#       adds (first_alloc --child, the steps interleaved round by round);
 #   (b) peak pinned/live and returned after a random 90% shrink, per value-size pool
 #       (frag/frag_churn --api nic, as run_frag.sh runs it);
 #   (c) modeled NIC translation misses per million entries on the cx5 preset at 16K entries,
@@ -43,7 +43,7 @@ export NICMALLOC_CHUNK_SIZE=${NICMALLOC_CHUNK_SIZE:-1G} NICMALLOC_RELEASE_DELAY_
   echo "chunk $NICMALLOC_CHUNK_SIZE, page kind ${NICMALLOC_PAGE_KIND:-auto}"
 } >"$out/settings.txt"
 
-echo "step,round,ctl_ms,dp_ms,ctl_rss_kib,dp_rss_kib,dp_vmlck_kib,dp_pinned_kib" >"$out/first_alloc.csv"
+echo "step,round,ctl_ms,dp_ms,ctl_rss_kib,dp_rss_kib,dp_vmlck_kib,dp_pinned_kib,dp_cpu_ms" >"$out/first_alloc.csv"
 for r in $(seq "$rounds"); do
   for s in "${steps[@]}"; do
     line=$(NICMALLOC_PIN_STEP=$s "$first" --child 64) || { echo "step_sweep: first_alloc failed at $s" >&2; exit 1; }

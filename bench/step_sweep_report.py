@@ -42,7 +42,8 @@ def main():
                       key=["wildcard", "app", "replicated", "regional"].index)
 
     missing = []
-    head = ["step", "first alloc ms median (min-max)", "RSS KiB", "VmLck KiB"]
+    head = ["step", "first alloc ms median (min-max)", "CPU ms median (min-max)", "RSS KiB",
+            "VmLck KiB"]
     head += [f"pinned/live {p}" for p in pools] + [f"returned % {p}" for p in pools]
     head += [f"misses/1M {p}" for p in mr_pools] + [f"regions {p}" for p in mr_pools]
     head += ["entries/send (max over pools)"]
@@ -53,19 +54,21 @@ def main():
             missing.append(f"{s}: first allocation")
             continue
         ms = median_spread([float(r["dp_ms"]) for r in runs])
+        cpu = median_spread([float(r["dp_cpu_ms"]) for r in runs])
         rss = statistics.median(float(r["dp_rss_kib"]) for r in runs)
         lck = statistics.median(float(r["dp_vmlck_kib"]) for r in runs)
-        row = [s, f"{ms[0]:.2f} ({ms[1]:.2f}-{ms[2]:.2f})", f"{rss:.0f}", f"{lck:.0f}"]
+        row = [s, f"{ms[0]:.2f} ({ms[1]:.2f}-{ms[2]:.2f})",
+               f"{cpu[0]:.2f} ({cpu[1]:.2f}-{cpu[2]:.2f})", f"{rss:.0f}", f"{lck:.0f}"]
         for key in ("peak_mem_ratio", "returned_pct"):
             for p in pools:
                 r = frag.get((s, p))
-                if r is None:
+                if r is None and key == "returned_pct":
                     missing.append(f"{s}: frag {p}")
                 row.append(r[key] if r else "")
         for i in (0, 1):
             for p in mr_pools:
                 v = mr[s].get(p)
-                if v is None:
+                if v is None and i == 0:
                     missing.append(f"{s}: mr_miss {p}")
                 row.append(f"{v[i]:.0f}" if v else "")
         entries = [v[2] for v in mr[s].values()]
@@ -78,7 +81,7 @@ def main():
         w.writerows(rows)
     with open(out + "/settings.txt") as f:
         settings = f.read().strip().splitlines()
-    md = ["# Pin step sweep", ""] + [f"- {l}" for l in settings] + [""]
+    md = ["Pin step sweep (bench/step_sweep.sh):", ""] + [f"- {l}" for l in settings] + [""]
     md += ["| " + " | ".join(head) + " |", "|" + "---|" * len(head)]
     md += ["| " + " | ".join(r) + " |" for r in rows]
     with open(out + "/step_sweep.md", "w") as f:

@@ -38,7 +38,7 @@ endif()
 file(READ ${report} text)
 foreach(h "Machine and settings" "Steps" "Headline" "malloc/free pairs" "Instruction counts"
           "MR misses" "Fragmentation" "Allocator peers" "Real servers"
-          "Receive: copy against in place")
+          "Receive: copy against in place" "Pin step")
   string(FIND "${text}" "## ${h}" at)
   if(at EQUAL -1)
     message(FATAL_ERROR "bench_quick: section '${h}' missing from ${report}")
