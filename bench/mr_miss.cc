@@ -8,7 +8,8 @@
 // NIC translation-cache model (regcache/model/tcache_model.h) at several cache capacities: modeled
 // misses per million entries and the per-send modeled latency distribution. Registrations run
 // for real on the sim backend. Deterministic: fixed seeds, no timing.
-//   mr_miss CSV [--live-mib N] [--sends N] [--out DIR]
+//   mr_miss CSV [--live-mib N] [--sends N] [--out DIR] [--scheme arena|per-buffer|rcache]
+// (--scheme: that scheme alone, as bench/step_sweep.sh runs the arena once per pin step)
 #include "default_settings.h"
 #include <algorithm>
 #include <cmath>
@@ -52,6 +53,8 @@ struct Trace {
   uint64_t registrations = 0;
   uint64_t page_size = 4096;
   size_t items = 0;
+  size_t step = 0; // the dataplane pin step (arena scheme)
+  size_t sent = 0; // sends; t.sends holds their entries
 };
 
 // Zipf(0.99) over n items by inverse CDF on a precomputed table.
@@ -89,32 +92,41 @@ void unmake(Scheme s, Item &it) {
   free(it.buf);
 }
 
-Access send_one(Scheme s, const Item &it, Trace &t) {
-  Access a{0, 0, reinterpret_cast<uintptr_t>(it.buf), uint32_t(it.size), 0};
+// One send of the item: its entries appended to t.sends. A dataplane buffer across a pin step's
+// end goes as one entry per step (each step is its own registration), as nic_sga_add sends it.
+void send_one(Scheme s, const Item &it, Trace &t) {
+  t.sent++;
   if (s == Scheme::per_buffer) {
-    a.region = it.reg.lkey;
-    a.base = reinterpret_cast<uintptr_t>(it.reg.base);
-    return a;
+    t.sends.push_back({it.reg.lkey, reinterpret_cast<uintptr_t>(it.reg.base),
+                       reinterpret_cast<uintptr_t>(it.buf), uint32_t(it.size), 0});
+    return;
   }
-  nic_rcache_stats before; // the cache's own counters: nic_get_stats reads /proc
-  if (s == Scheme::rcache) nic_rcache_get_stats(nic_rcache_process(), &before);
-  nic_region_ref ref;
-  if (nic_register(it.buf, it.size, NIC_REG_LOCAL, &ref) != 0) {
-    fprintf(stderr, "mr_miss: nic_register failed\n");
-    exit(1);
-  }
-  a.region = ref.lkey;
-  a.base = reinterpret_cast<uintptr_t>(ref.region_base);
-  if (s == Scheme::rcache) {
-    nic_rcache_stats after;
-    nic_rcache_get_stats(nic_rcache_process(), &after);
-    if (after.misses > before.misses) {
-      a.registered_bytes = uint32_t(ref.region_len);
-      t.registrations++;
+  const uintptr_t end = reinterpret_cast<uintptr_t>(it.buf) + it.size;
+  for (uintptr_t p = reinterpret_cast<uintptr_t>(it.buf); p < end;) {
+    size_t piece = end - p;
+    if (s == Scheme::arena && t.step) piece = std::min<size_t>(piece, t.step - (p & (t.step - 1)));
+    Access a{0, 0, p, uint32_t(piece), 0};
+    nic_rcache_stats before; // the cache's own counters: nic_get_stats reads /proc
+    if (s == Scheme::rcache) nic_rcache_get_stats(nic_rcache_process(), &before);
+    nic_region_ref ref;
+    if (int rc = nic_register(reinterpret_cast<void *>(p), piece, NIC_REG_LOCAL, &ref)) {
+      fprintf(stderr, "mr_miss: nic_register failed: %d\n", rc);
+      exit(1);
     }
+    a.region = ref.lkey;
+    a.base = reinterpret_cast<uintptr_t>(ref.region_base);
+    if (s == Scheme::rcache) {
+      nic_rcache_stats after;
+      nic_rcache_get_stats(nic_rcache_process(), &after);
+      if (after.misses > before.misses) {
+        a.registered_bytes = uint32_t(ref.region_len);
+        t.registrations++;
+      }
+    }
+    nic_unregister(&ref);
+    t.sends.push_back(a);
+    p += piece;
   }
-  nic_unregister(&ref);
-  return a;
 }
 
 // At most max_items buffers: the sim NIC, like a real one, holds a bounded number of regions
@@ -124,6 +136,11 @@ Trace record(Scheme s, const ValuePool &pool, size_t live_bytes, size_t max_item
   std::mt19937_64 rng(42);
   std::vector<Item> items;
   Trace t;
+  if (s == Scheme::arena) {
+    nic_stats st = NIC_STATS_INIT;
+    nic_get_stats(&st);
+    t.step = st.pin_step;
+  }
   for (size_t live = 0; live < live_bytes && items.size() < max_items;) {
     items.emplace_back();
     make(s, items.back(), pool.sample(rng), t);
@@ -133,7 +150,7 @@ Trace record(Scheme s, const ValuePool &pool, size_t live_bytes, size_t max_item
   t.sends.reserve(sends);
   for (size_t i = 0; i < sends; i++) {
     Item &it = items[zipf.pick(rng)];
-    t.sends.push_back(send_one(s, it, t));
+    send_one(s, it, t);
     if (std::uniform_real_distribution<double>(0, 1)(rng) < set_ratio) {
       unmake(s, it);
       make(s, it, pool.sample(rng), t);
@@ -145,7 +162,12 @@ Trace record(Scheme s, const ValuePool &pool, size_t live_bytes, size_t max_item
     t.page_size = st.page_kind == NIC_PAGE_1G    ? (1u << 30)
                   : st.page_kind >= NIC_PAGE_THP ? (2u << 20)
                                                  : 4096;
-    t.registrations = st.chunks_created;
+    // One registration per step: the steps the sends reached.
+    std::vector<uint64_t> regions;
+    for (const Access &a : t.sends)
+      regions.push_back(a.region);
+    std::sort(regions.begin(), regions.end());
+    t.registrations = size_t(std::unique(regions.begin(), regions.end()) - regions.begin());
   }
   t.items = items.size();
   for (Item &it : items)
@@ -194,11 +216,12 @@ Result replay(const Trace &t, uint32_t capacity) {
 
 int main(int argc, char **argv) {
   if (argc < 2) {
-    fprintf(stderr, "usage: mr_miss CSV [--live-mib N] [--max-items N] [--sends N] [--out DIR]\n");
+    fprintf(stderr, "usage: mr_miss CSV [--live-mib N] [--max-items N] [--sends N] [--out DIR] "
+                    "[--scheme arena|per-buffer|rcache]\n");
     return 2;
   }
   size_t live_mib = 256, sends = 1000000, max_items = 60000;
-  std::string out = "results";
+  std::string out = "results", only;
   for (int i = 2; i + 1 < argc; i += 2) {
     if (!strcmp(argv[i], "--live-mib"))
       live_mib = strtoull(argv[i + 1], nullptr, 0);
@@ -208,6 +231,8 @@ int main(int argc, char **argv) {
       max_items = strtoull(argv[i + 1], nullptr, 0);
     else if (!strcmp(argv[i], "--out"))
       out = argv[i + 1];
+    else if (!strcmp(argv[i], "--scheme"))
+      only = argv[i + 1];
   }
   nic_bench_default_settings(argv, {{"NICMALLOC_BACKEND", "sim"}});
   // Sets per get from the paper's Table 2, per pool.
@@ -219,23 +244,26 @@ int main(int argc, char **argv) {
   std::ofstream sweep(out + "/mr_miss_sweep.csv");
   sweep << "pool,scheme,capacity,misses_per_million\n";
   printf("| pool | buffers | items | misses / 1M entries (cx5, 16K entries) | p50 / p99 / p99.9 "
-         "per-send modeled us | mean us, stddev us (variance us²) | registrations | per 1M sends "
-         "|\n|---|---|---|---|---|---|---|---|\n");
+         "per-entry modeled us | mean us, stddev us (variance us²) | registrations | per 1M sends "
+         "| entries / send |\n|---|---|---|---|---|---|---|---|---|\n");
   for (const ValuePool &pool : load_value_pools(argv[1])) {
     double ratio = 0.03;
     for (auto &[name, r] : set_ratios)
       if (pool.name == name) ratio = r;
     for (Scheme s : {Scheme::arena, Scheme::per_buffer, Scheme::rcache}) {
+      if (!only.empty() && only != name_of(s)) continue;
       fprintf(stderr, "mr_miss: %s / %s\n", pool.name.c_str(), name_of(s));
       Trace t = record(s, pool, live_mib << 20, max_items, sends, ratio);
       for (uint32_t c : capacities)
         sweep << pool.name << ',' << name_of(s) << ',' << c << ','
               << replay(t, c).misses_per_million << '\n';
       Result r = replay(t, 16384);
-      printf("| %s | %s | %zu | %.0f | %.2f / %.2f / %.2f | %.3f, %.3f (%.4g) | %llu | %.0f |\n",
+      printf("| %s | %s | %zu | %.0f | %.2f / %.2f / %.2f | %.3f, %.3f (%.4g) | %llu | %.0f | %.4f "
+             "|\n",
              pool.name.c_str(), name_of(s), t.items, r.misses_per_million, r.p50_us, r.p99_us,
              r.p999_us, r.mean_us, std::sqrt(r.variance_us2), r.variance_us2,
-             (unsigned long long)t.registrations, t.registrations * 1e6 / t.sends.size());
+             (unsigned long long)t.registrations, t.registrations * 1e6 / t.sent,
+             double(t.sends.size()) / double(t.sent));
       fflush(stdout);
     }
   }

@@ -244,6 +244,13 @@ def report(d, mode):
            "user-space copy only); net_ring hands the receiver the sender's very mbufs. Wall "
            "times on a shared machine move with its load; the CPU columns do much less.", ""]
     md += [text(d + "/recv.md") or "not run"]
+    md += ["", "## Pin step", "",
+           "bench/step_sweep.sh: per NICMALLOC_PIN_STEP, the first dataplane allocation of a "
+           "fresh process (medians, steps interleaved), peak pinned/live and returned after a "
+           "random 90% shrink (frag_churn), modeled misses per million entries on the cx5 preset "
+           "at 16384 entries and entries per send (mr_miss, arena). The trade-off is discussed "
+           "in bench/README.md, \"Pin step\".", ""]
+    md += [text(d + "/step_sweep/step_sweep.md") or "not run"]
     with open(os.path.join(d, "report.md"), "w") as fh:
         fh.write("\n".join(md) + "\n")
 

@@ -29,12 +29,12 @@ full)
   ;;
 *) echo "usage: $0 [quick|full] [results_dir]" >&2 && exit 2 ;;
 esac
-for f in bench/malloc_compare bench/hotpath_driver bench/mr_miss bench/workloads/wl_churn \
+for f in bench/malloc_compare bench/hotpath_driver bench/mr_miss bench/first_alloc bench/workloads/wl_churn \
   bench/workloads/hotpath_translate bench/recv_bench alloc/libnicmalloc.so; do
   [ -e "$build/$f" ] || { echo "run_all: $build/$f missing; build first (bench/README.md)" >&2; exit 1; }
 done
 mkdir -p "$out"
-rm -rf "${out:?}"/{compare,callgrind,mr,frag} "$out"/*.csv "$out"/*.md "$out"/*.png "$out"/recv_*
+rm -rf "${out:?}"/{compare,callgrind,mr,frag,step_sweep} "$out"/*.csv "$out"/*.md "$out"/*.png "$out"/recv_*
 
 {
   echo "mode: $mode"
@@ -45,6 +45,7 @@ rm -rf "${out:?}"/{compare,callgrind,mr,frag} "$out"/*.csv "$out"/*.md "$out"/*.
   echo "frag: run_frag.sh $mode${FRAG_LIVE:+, FRAG_LIVE=$FRAG_LIVE}${FRAG_ROUNDS:+ FRAG_ROUNDS=$FRAG_ROUNDS}"
   echo "peers: bench/peers.sh $mode (quick: scale 1, 3 reps; full: scale 5, 5 reps)${PEERS_REPS:+ PEERS_REPS=$PEERS_REPS}${PEERS_SCALE:+ PEERS_SCALE=$PEERS_SCALE}"
   echo "servers: bench/servers.sh $mode (quick: 2 reps; full: 3 reps)${SERVERS_REPS:+ SERVERS_REPS=$SERVERS_REPS}"
+  echo "pin-step: bench/step_sweep.sh $mode (quick: 3 rounds, 32 MiB live on 2 pools; full: 15 rounds, 256 MiB on 4)"
   echo "recv: bench/recv_bench.sh $mode (quick: 3 sizes, 2 reps; full: 6 sizes, 5 reps)${RECV_REPS:+ RECV_REPS=$RECV_REPS}"
 } >"$out/machine.txt"
 
@@ -61,7 +62,7 @@ callgrind_nic() {
   done
 }
 
-steps=8 n=0 failed=0
+steps=9 n=0 failed=0
 echo "step,status,seconds,output" >"$out/steps.csv"
 # step NAME OUTPUT COMMAND...: runs one suite with its console output in OUTPUT.log.
 step() {
@@ -85,6 +86,8 @@ step frag frag/run_frag.txt bench/frag/run_frag.sh "$mode" "$out/frag"
 step peers peers.txt bench/peers.sh "$mode" "$out"
 step servers servers.txt bench/servers.sh "$mode" "$out"
 step recv recv.txt bench/recv_bench.sh "$mode" "$out"
+step pin-step step_sweep/step_sweep.txt env FRAG_SIZES="$sizes" bench/step_sweep.sh "$mode" \
+  "$out/step_sweep"
 
 printf 'report     ... '
 if /usr/bin/python3 bench/report.py "$out" "$mode"; then

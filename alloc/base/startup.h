@@ -13,6 +13,7 @@
  *   CONTROL_ARENA os/vspace.c          before mimalloc maps its first segment (vspace.h)
  *   HUGE_CACHE    heap/huge_cache.c    sized from the control arena
  *   DATAPLANE     heap/chunks.c        the dataplane reservation, made early
+ *                 heap/commit_policy.c mimalloc commits on demand from then on
  *   FREE_LISTS    heap/mi_free_lists.c it allocates too
  *   DP_LIVE       heap/dp_live.c       it allocates too
  *   SITE_TABLE    routing/site_table.c NICMALLOC_SITES_OFF

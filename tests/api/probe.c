@@ -85,6 +85,50 @@ static int dp_alloc(size_t total, size_t block) {
   return 0;
 }
 
+/* Bytes the process has read so far (rchar of /proc/self/io), or -1. */
+static long long read_bytes(void) {
+  FILE *f = fopen("/proc/self/io", "r");
+  if (!f) return -1;
+  char line[128];
+  long long n = -1;
+  while (fgets(line, sizeof line, f))
+    if (!strncmp(line, "rchar:", 6)) n = strtoll(line + 6, NULL, 10);
+  fclose(f);
+  return n;
+}
+
+/* The size of one read of /proc/self/smaps. */
+static long long smaps_bytes(void) {
+  int fd = open("/proc/self/smaps", O_RDONLY | O_CLOEXEC);
+  if (fd < 0) return -1;
+  char buf[65536];
+  long long total = 0;
+  ssize_t n;
+  while ((n = read(fd, buf, sizeof buf)) > 0)
+    total += n;
+  close(fd);
+  return total;
+}
+
+/* The first dataplane allocation of a process with many mappings (vmas one-page mappings that
+ * the kernel cannot merge): the bytes it read, against what one walk of the process's mappings
+ * reads. */
+static int first_dp_reads(unsigned vmas) {
+  for (unsigned i = 0; i < vmas; i++)
+    if (mmap(NULL, 4096, i % 2 ? PROT_READ : PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS,
+             -1, 0) == MAP_FAILED)
+      return 3;
+  free(malloc(64)); /* the control heap is up: only the dataplane's first step is left */
+  const long long before = read_bytes();
+  void *p = nic_malloc(64);
+  const long long after = read_bytes();
+  printf("dp=%d\nread_bytes=%lld\nsmaps_bytes=%lld\n", p && nic_is_dataplane(p), after - before,
+         smaps_bytes());
+  print_stats("");
+  free(p);
+  return 0;
+}
+
 /* At the cap (run it with a small NICMALLOC_MAX_CHUNKS and NICMALLOC_ON_PIN_FAIL=fail): fills
  * every chunk with block-byte blocks, then checks that room made afterwards is found, both the
  * thread's own free in its current chunk (at once, even after a free elsewhere) and a chunk
@@ -725,6 +769,8 @@ int main(int argc, char **argv) {
   }
   if (argc >= 4 && !strcmp(argv[1], "in-cgroup")) return in_cgroup(argv);
   if (argc >= 4 && !strcmp(argv[1], "data-limit")) return run_limited(RLIMIT_DATA, 20, argv);
+  if (argc >= 3 && !strcmp(argv[1], "first-dp-reads"))
+    return first_dp_reads((unsigned)atoi(argv[2]));
   if (argc >= 4 && !strcmp(argv[1], "dp-alloc"))
     return dp_alloc(strtoull(argv[2], NULL, 0), strtoull(argv[3], NULL, 0));
   if (argc >= 3 && !strcmp(argv[1], "low-memlock")) return low_memlock(strtoull(argv[2], NULL, 0));

@@ -102,6 +102,63 @@ TEST(PinSteps, FirstDataplaneAllocationPinsOneStepNotTheChunk) {
   EXPECT_EQ(r.num("pin_failures"), 0);
 }
 
+constexpr long long kStep2M = 2ll << 20;
+
+// Below mimalloc's 32 MiB segment, the first dataplane allocation still pins one step: the
+// segment it opens commits (and so backs and pins) only the slices its page takes, not itself
+// whole.
+TEST(PinSteps, FirstDataplaneAllocationAtASmallStepPinsOneStepNotASegment) {
+  REQUIRE_ROOT();
+  auto r = run_probe({"NICMALLOC_CHUNK_SIZE=1G", "NICMALLOC_PIN_STEP=2M", "NICMALLOC_PAGE_KIND=4k"},
+                     {"dp-alloc", "64", "64"});
+  ASSERT_EQ(r.exit_code, 0) << r.out << r.err;
+  EXPECT_EQ(r.num("dp"), 1);
+  EXPECT_EQ(r.num("pinned"), kStep2M) << r.out;
+  EXPECT_EQ(r.num("steps_pinned"), 1);
+  EXPECT_EQ(r.num("vmlck_kb"), kStep2M >> 10) << r.out;
+}
+
+// The default step is the measured 4 MiB (bench/README.md, "Pin step"), and under the defaults
+// the first dataplane allocation pins that much and no more.
+TEST(PinSteps, FirstDataplaneAllocationUnderTheDefaultsPinsFourMebibytes) {
+  REQUIRE_ROOT();
+  auto r = run_probe({"NICMALLOC_PAGE_KIND=4k"}, {"dp-alloc", "64", "64"});
+  ASSERT_EQ(r.exit_code, 0) << r.out << r.err;
+  EXPECT_EQ(r.num("pin_step"), 4ll << 20);
+  EXPECT_EQ(r.num("pinned"), 4ll << 20) << r.out;
+  EXPECT_EQ(r.num("vmlck_kb"), 4096) << r.out;
+}
+
+// The same for every thread's first one once the process has threads (mimalloc then counts
+// segments per thread): a thread opens a segment of its own and pins the one step its first page
+// is in, unless it takes over the segment of a thread that exited before it (then no step more).
+TEST(PinSteps, EachThreadsFirstDataplaneAllocationPinsAtMostOneStep) {
+  REQUIRE_ROOT();
+  auto r = run_probe({"NICMALLOC_CHUNK_SIZE=1G", "NICMALLOC_PIN_STEP=2M", "NICMALLOC_PAGE_KIND=4k"},
+                     {"threads-start", "4", "64"});
+  ASSERT_EQ(r.exit_code, 0) << r.out << r.err;
+  EXPECT_EQ(r.num("dataplane_threads"), 4);
+  EXPECT_GE(r.num("steps_pinned"), 1);
+  EXPECT_LE(r.num("steps_pinned"), 4);
+  EXPECT_EQ(r.num("pinned"), r.num("steps_pinned") * kStep2M) << r.out;
+  EXPECT_EQ(r.num("vmlck_kb"), r.num("pinned") >> 10) << r.out;
+}
+
+// Backing a step reads nothing that grows with the process: no walk of its mappings (a read
+// of /proc/self/smaps costs the kernel a page-table walk of every mapping, over 100 ms with
+// 1 GiB resident, and small steps are backed often). A process with 4096 mappings: the first
+// dataplane allocation reads a small fraction of one such walk.
+TEST(PinSteps, BackingAStepDoesNotWalkTheProcessMappings) {
+  REQUIRE_ROOT();
+  auto r =
+      run_probe({"NICMALLOC_CHUNK_SIZE=1G", "NICMALLOC_PIN_STEP=2M"}, {"first-dp-reads", "4096"});
+  ASSERT_EQ(r.exit_code, 0) << r.out << r.err;
+  EXPECT_EQ(r.num("dp"), 1);
+  EXPECT_EQ(r.num("steps_pinned"), 1);
+  ASSERT_GT(r.num("smaps_bytes"), 1ll << 20) << "the probe's mappings did not take";
+  EXPECT_LT(r.num("read_bytes"), r.num("smaps_bytes") / 16) << r.out;
+}
+
 // Without CAP_IPC_LOCK, under an 8 MiB RLIMIT_MEMLOCK (the usual non-root limit), 2 MiB steps
 // are locked until the limit is reached, and every block still reaches the NIC; the steps past
 // the limit are used unpinned, said once when verbose. A whole chunk could never be locked.
@@ -258,8 +315,9 @@ TEST(Hugepages, TwoMegabytePagesWhenThePoolHasThem) {
   if (got < 32)
     GTEST_SKIP() << "the kernel reserved only " << got << " of 32 2 MiB pages (memory too "
                  << "fragmented?)";
-  auto r = run_probe({"NICMALLOC_CHUNK_SIZE=64M", "NICMALLOC_PAGE_KIND=2m"},
-                     {"dp-alloc", "16777216", "1048576"});
+  auto r =
+      run_probe({"NICMALLOC_CHUNK_SIZE=64M", "NICMALLOC_PIN_STEP=32M", "NICMALLOC_PAGE_KIND=2m"},
+                {"dp-alloc", "16777216", "1048576"});
   ASSERT_EQ(r.exit_code, 0) << r.out << r.err;
   EXPECT_EQ(r.num("dp"), 16);
   EXPECT_EQ(r.values["page_kind"], "2m") << r.err;
@@ -280,8 +338,9 @@ TEST(Hugepages, PoolTooSmallForTheSecondChunkFallsBackForThatChunkOnly) {
     GTEST_SKIP() << "the pool has room for two chunks; nothing to fall back from";
   // 100 MiB in 1 MiB blocks: chunk 0's two steps take the 32 pages, the steps of chunk 1 find
   // the pool empty, each counted.
-  auto r = run_probe({"NICMALLOC_CHUNK_SIZE=64M", "NICMALLOC_PAGE_KIND=2m"},
-                     {"dp-alloc", "104857600", "1048576"});
+  auto r =
+      run_probe({"NICMALLOC_CHUNK_SIZE=64M", "NICMALLOC_PIN_STEP=32M", "NICMALLOC_PAGE_KIND=2m"},
+                {"dp-alloc", "104857600", "1048576"});
   ASSERT_EQ(r.exit_code, 0) << r.out << r.err;
   EXPECT_EQ(r.num("dp"), 100);
   EXPECT_EQ(r.num("chunks_created"), 2);
@@ -301,7 +360,8 @@ TEST(Hugepages, ForkChildWritesIntoAnInheritedTwoMegabyteChunk) {
   const long long got = pool.grow(32); // exactly one 64 MiB chunk
   if (got < 32) GTEST_SKIP() << "the kernel reserved only " << got << " of 32 2 MiB pages";
   auto r =
-      run_probe({"NICMALLOC_CHUNK_SIZE=64M", "NICMALLOC_PAGE_KIND=2m"}, {"fork-child", "65536"});
+      run_probe({"NICMALLOC_CHUNK_SIZE=64M", "NICMALLOC_PIN_STEP=32M", "NICMALLOC_PAGE_KIND=2m"},
+                {"fork-child", "65536"});
   ASSERT_EQ(r.exit_code, 0) << r.out << r.err;
   ASSERT_EQ(r.values["before_fork_page_kind"], "2m") << r.err;
   EXPECT_EQ(r.num("child_signal"), 0)
@@ -319,8 +379,9 @@ TEST(Hugepages, EmptyPoolFallsBackWithOneWarning) {
     GTEST_SKIP() << available << " 2 MiB pages are free on this machine; emptying the pool "
                  << "would take pages others may be using";
   // Three chunks, none of which the pool can back.
-  auto r = run_probe({"NICMALLOC_CHUNK_SIZE=64M", "NICMALLOC_PAGE_KIND=2m"},
-                     {"dp-alloc", "157286400", "1048576"});
+  auto r =
+      run_probe({"NICMALLOC_CHUNK_SIZE=64M", "NICMALLOC_PIN_STEP=32M", "NICMALLOC_PAGE_KIND=2m"},
+                {"dp-alloc", "157286400", "1048576"});
   ASSERT_EQ(r.exit_code, 0) << r.out << r.err;
   EXPECT_EQ(r.num("nulls"), 0);
   EXPECT_EQ(r.num("dp"), 150);
@@ -335,8 +396,9 @@ TEST(Hugepages, EmptyPoolFallsBackWithOneWarning) {
 }
 
 TEST(Hugepages, TransparentHugepagesOrFourKilobytePages) {
-  auto r = run_probe({"NICMALLOC_CHUNK_SIZE=64M", "NICMALLOC_PAGE_KIND=thp"},
-                     {"dp-alloc", "16777216", "1048576"});
+  auto r =
+      run_probe({"NICMALLOC_CHUNK_SIZE=64M", "NICMALLOC_PIN_STEP=32M", "NICMALLOC_PAGE_KIND=thp"},
+                {"dp-alloc", "16777216", "1048576"});
   ASSERT_EQ(r.exit_code, 0) << r.out << r.err;
   const std::string kind = r.values["page_kind"];
   std::cout << "NICMALLOC_PAGE_KIND=thp gave " << kind << " pages (THP "
