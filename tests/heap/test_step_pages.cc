@@ -1,0 +1,45 @@
+// Pages inside a step that stays in use go back to the OS once mimalloc decommits them, unless a
+// registration of the step holds page references (alloc/heap/step_pages.h).
+#include <gtest/gtest.h>
+
+#include "probe_runner.h"
+
+namespace {
+
+// 4 KiB pages: units of 64 KiB (on 2 MiB pages a unit is 2 MiB, which the freed spans need not
+// cover whole). mimalloc decommits freed spans at once; the release delay keeps the reaper from
+// giving back whole steps, which is not what is tested here.
+std::vector<std::string> env(const char *backend) {
+  return {"NICMALLOC_CHUNK_SIZE=64M",  "NICMALLOC_PIN_STEP=32M",
+          "NICMALLOC_PAGE_KIND=4k",    "NICMALLOC_RELEASE_DELAY_MS=3600000",
+          "MIMALLOC_DECOMMIT_DELAY=0", std::string("NICMALLOC_BACKEND=") + backend};
+}
+const long long kMiB = 1 << 20;
+
+TEST(StepPages, FreedSpansInsideALiveStepLeaveThePinnedSetAndComeBack) {
+  auto r = run_probe(env("sim"), {"free"});
+  ASSERT_EQ(r.exit_code, 0) << r.out << r.err;
+  ASSERT_EQ(r.num("one_step"), 1) << r.out;
+  // Fifteen 1 MiB blocks freed: most of their 15 MiB leaves, from the count and from memory.
+  EXPECT_LE(r.num("freed_pinned"), r.num("full_pinned") - 12 * kMiB) << r.out;
+  EXPECT_LE(r.num("freed_rss_anon_kb"), r.num("full_rss_anon_kb") - 12 * 1024) << r.out;
+  // Allocated and written again: the pages are back, pinned, and every byte reads back (the
+  // rest of the segment, committed eagerly and never used, need not come back).
+  EXPECT_GE(r.num("again_pinned"), r.num("freed_pinned") + 15 * kMiB) << r.out;
+  EXPECT_GE(r.num("again_rss_anon_kb"), r.num("freed_rss_anon_kb") + 15 * 1024) << r.out;
+  EXPECT_EQ(r.num("intact"), 1) << r.out;
+}
+
+// io_uring fixed buffers pin the pages they were given: a page dropped under one would leave
+// the kernel sending from the old page. The registered step keeps every page.
+TEST(StepPages, AStepRegisteredWithABackendThatHoldsPagesKeepsThemAll) {
+  auto r = run_probe(env("uring"), {"held"});
+  ASSERT_EQ(r.exit_code, 0) << r.out << r.err;
+  ASSERT_EQ(r.num("one_step"), 1) << r.out;
+  if (r.num("register_rc") != 0) GTEST_SKIP() << "io_uring unavailable here: " << r.out;
+  EXPECT_EQ(r.num("freed_pinned"), r.num("full_pinned")) << r.out;
+  EXPECT_GE(r.num("freed_rss_anon_kb"), r.num("full_rss_anon_kb") - 1024) << r.out;
+  EXPECT_EQ(r.num("intact"), 1) << r.out;
+}
+
+} // namespace
