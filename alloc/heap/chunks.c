@@ -197,7 +197,8 @@ void nic_chunk_totals(struct nic_chunk_totals *out) {
       const struct nic_step *st = &nic_chunks[i].steps[s];
       if (!st->backed) continue;
       /* Less the pages given back inside it (step_pages.h). */
-      const size_t held = step - nic_step_pages_dropped_bytes(i, s);
+      const size_t dropped = nic_step_pages_dropped_bytes(i, s), held = step - dropped;
+      out->dropped_bytes += dropped;
       out->backed_bytes += held;
       if (st->mapping.pinned) out->pinned_bytes += held, out->pinned_steps++;
     }

@@ -30,8 +30,8 @@ static long status_kb(const char *key) {
 static void print(const char *tag) {
   struct nic_stats s = NIC_STATS_INIT;
   nic_get_stats(&s);
-  printf("%s_pinned=%zu\n%s_rss_anon_kb=%ld\n", tag, s.dataplane_pinned, tag,
-         status_kb("RssAnon:"));
+  printf("%s_pinned=%zu\n%s_dropped=%zu\n%s_rss_anon_kb=%ld\n", tag, s.dataplane_pinned, tag,
+         s.dataplane_dropped, tag, status_kb("RssAnon:"));
 }
 
 int main(int argc, char **argv) {

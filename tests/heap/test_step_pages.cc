@@ -23,6 +23,7 @@ TEST(StepPages, FreedSpansInsideALiveStepLeaveThePinnedSetAndComeBack) {
   // Fifteen 1 MiB blocks freed: most of their 15 MiB leaves, from the count and from memory.
   EXPECT_LE(r.num("freed_pinned"), r.num("full_pinned") - 12 * kMiB) << r.out;
   EXPECT_LE(r.num("freed_rss_anon_kb"), r.num("full_rss_anon_kb") - 12 * 1024) << r.out;
+  EXPECT_EQ(r.num("freed_dropped"), r.num("full_pinned") - r.num("freed_pinned")) << r.out;
   // Allocated and written again: the pages are back, pinned, and every byte reads back (the
   // rest of the segment, committed eagerly and never used, need not come back).
   EXPECT_GE(r.num("again_pinned"), r.num("freed_pinned") + 15 * kMiB) << r.out;
@@ -38,6 +39,7 @@ TEST(StepPages, AStepRegisteredWithABackendThatHoldsPagesKeepsThemAll) {
   ASSERT_EQ(r.num("one_step"), 1) << r.out;
   if (r.num("register_rc") != 0) GTEST_SKIP() << "io_uring unavailable here: " << r.out;
   EXPECT_EQ(r.num("freed_pinned"), r.num("full_pinned")) << r.out;
+  EXPECT_EQ(r.num("freed_dropped"), 0) << r.out;
   EXPECT_GE(r.num("freed_rss_anon_kb"), r.num("full_rss_anon_kb") - 1024) << r.out;
   EXPECT_EQ(r.num("intact"), 1) << r.out;
 }
