@@ -20,6 +20,7 @@ TEST(StepPages, FreedSpansInsideALiveStepLeaveThePinnedSetAndComeBack) {
   auto r = run_probe(env("sim"), {"free"});
   ASSERT_EQ(r.exit_code, 0) << r.out << r.err;
   ASSERT_EQ(r.num("one_step"), 1) << r.out;
+  ASSERT_EQ(r.num("register_rc"), 0) << r.out; // the sim's registration lets pages go
   // Fifteen 1 MiB blocks freed: most of their 15 MiB leaves, from the count and from memory.
   EXPECT_LE(r.num("freed_pinned"), r.num("full_pinned") - 12 * kMiB) << r.out;
   EXPECT_LE(r.num("freed_rss_anon_kb"), r.num("full_rss_anon_kb") - 12 * 1024) << r.out;
@@ -29,6 +30,8 @@ TEST(StepPages, FreedSpansInsideALiveStepLeaveThePinnedSetAndComeBack) {
   EXPECT_GE(r.num("again_pinned"), r.num("freed_pinned") + 15 * kMiB) << r.out;
   EXPECT_GE(r.num("again_rss_anon_kb"), r.num("freed_rss_anon_kb") + 15 * 1024) << r.out;
   EXPECT_EQ(r.num("intact"), 1) << r.out;
+  // The step's registration, made before its pages left, still carries what is there now.
+  EXPECT_EQ(r.num("sent_intact"), 1) << r.out;
 }
 
 // io_uring fixed buffers pin the pages they were given: a page dropped under one would leave
