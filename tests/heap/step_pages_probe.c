@@ -96,7 +96,7 @@ int main(int argc, char **argv) {
     for (size_t off = 0; off < kBlock; off += 4096)
       intact &= b[i][off] == 'A' + i;
   printf("intact=%d\n", intact);
-  if (!held) printf("sent_intact=%d\n", post_and_check(b[5]));
   print("again");
+  if (!held) printf("sent_intact=%d\n", post_and_check(b[5]));
   return 0;
 }

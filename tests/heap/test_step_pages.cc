@@ -29,6 +29,7 @@ TEST(StepPages, FreedSpansInsideALiveStepLeaveThePinnedSetAndComeBack) {
   // rest of the segment, committed eagerly and never used, need not come back).
   EXPECT_GE(r.num("again_pinned"), r.num("freed_pinned") + 15 * kMiB) << r.out;
   EXPECT_GE(r.num("again_rss_anon_kb"), r.num("freed_rss_anon_kb") + 15 * 1024) << r.out;
+  EXPECT_LE(r.num("again_dropped"), r.num("freed_dropped") - 15 * kMiB) << r.out;
   EXPECT_EQ(r.num("intact"), 1) << r.out;
   // The step's registration, made before its pages left, still carries what is there now.
   EXPECT_EQ(r.num("sent_intact"), 1) << r.out;
