@@ -17,16 +17,19 @@ static uint32_t dropped_slices[NIC_CHUNK_SLOTS][NIC_STEPS_MAX];
 /* Registrations of the step that hold page references (chunk_reg.c). */
 static uint32_t holders[NIC_CHUNK_SLOTS][NIC_STEPS_MAX];
 
-/* log2 of the unit: what can be dropped without splitting a page the step is backed with. */
+/* log2 of the unit: what can be dropped without splitting a page the step is backed with.
+ * Never hugetlb pages: one given back must come from the pool again on the next touch, and a
+ * touch that finds the pool empty (another process took the page) dies of SIGBUS rather than
+ * getting an error; a fork child copying its hugetlb chunks read such pages (chunks.c). A
+ * transparent huge page falls back to small pages instead. */
 static unsigned unit_shift(enum nic_page_kind kind) {
   switch (kind) {
   case NIC_PAGE_4K:
     return NIC_SLICE_SHIFT;
   case NIC_PAGE_THP:
-  case NIC_PAGE_2M:
     return 21;
   default:
-    return 0; /* 1 GiB pages: the step is one page, given back whole by steps.c */
+    return 0; /* hugetlb: the step is given back whole by steps.c */
   }
 }
 

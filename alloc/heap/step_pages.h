@@ -2,8 +2,8 @@
  * spans it frees (after its decommit delay); a step keeps its pages pinned until every slice of
  * it is free (steps.h), which after a random shrink is never. Here a decommitted range goes back
  * to the OS at once, in units of the step's page size (64 KiB slices on 4 KiB pages, 2 MiB on
- * transparent or hugetlb 2 MiB pages, never on 1 GiB pages), when no registration of the step
- * holds page references.
+ * transparent huge pages; never on hugetlb pages, see step_pages.c), when no registration of
+ * the step holds page references.
  *
  * What each backend allows: the sim NIC reads memory by address at post time, so its
  * registration stays valid over new pages (backend caps.pages_follow). io_uring fixed buffers,

@@ -76,7 +76,7 @@ int main(int argc, char **argv) {
   int same = 1;
   for (int i = 0; i < BLOCKS; i++)
     same &= (uintptr_t)b[i] / step == (uintptr_t)keep / step;
-  printf("one_step=%d\n", same);
+  printf("one_step=%d\npage_kind_%s=1\n", same, nic_page_kind_name(st.page_kind));
   struct nic_region_ref ref;
   printf("register_rc=%d\n", nic_register(b[0], 4096, NIC_REG_LOCAL, &ref));
   print("full");
