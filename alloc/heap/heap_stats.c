@@ -67,4 +67,5 @@ void nic_heap_fill_stats(struct nic_stats *out) {
   out->steps_backed = chunks.steps_backed;
   out->steps_released = chunks.steps_released;
   out->dataplane_backed = chunks.backed_bytes;
+  out->dataplane_dropped = chunks.dropped_bytes;
 }
