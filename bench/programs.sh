@@ -5,11 +5,12 @@
 #   bench/programs.sh [quick|full] [results_dir]
 # Inputs are made locally (nothing is fetched): a tree of generated source files and the changes
 # of its later commits, a SQL script, and one of this repository's test sources preprocessed with
-# its includes. Records wall time and peak RSS (GNU time's %e and %M: the largest process of the
-# session) in results_dir/programs.csv, checks that every run's output is the same as the first
+# its includes. Records wall time, CPU time (user + system of the whole session) and peak RSS (GNU
+# time's %e, %U + %S and %M: %M is the largest process of the session) in results_dir/programs.csv, checks that every run's output is the same as the first
 # "none" run's (git: hashes of `git log -p` and of the sorted object listing; sqlite: hash of the
 # .dump; clang: hash of the object file) and writes results_dir/programs.md with medians and ratios.
-# PROGRAMS_REPS overrides the repetitions (quick 1, full 5), PROGRAMS_ONLY="git sqlite" a subset.
+# PROGRAMS_REPS overrides the repetitions (quick 1, full 5), PROGRAMS_ONLY="git sqlite" a subset,
+# PROGRAMS_KEEP=1 keeps the inputs (their folder is printed).
 # Exits non-zero when a run fails or an output differs; never on a timing.
 set -euo pipefail
 root=$(cd "$(dirname "$0")/.." && pwd)
@@ -39,8 +40,13 @@ modes=("none|" "nicmalloc|LD_PRELOAD=$libnic"
 mkdir -p "$out"
 csv=$out/programs.csv log=$out/programs.log
 work=$(mktemp -d "${TMPDIR:-/tmp}/nic_programs.XXXXXX")
-trap 'rm -rf "$work"' EXIT
-echo "rep,program,mode,seconds,max_rss_kib,output_sha256,status" >"$csv"
+# PROGRAMS_KEEP=1 keeps the inputs and the last run (to profile one session by hand).
+if [ "${PROGRAMS_KEEP:-0}" = 1 ]; then
+  echo "programs: inputs kept in $work" >&2
+else
+  trap 'rm -rf "$work"' EXIT
+fi
+echo "rep,program,mode,seconds,cpu_seconds,max_rss_kib,output_sha256,status" >"$csv"
 : >"$log"
 
 # --- inputs (made once, without preload) -------------------------------------------------------
@@ -103,12 +109,13 @@ git fsck --no-progress >/dev/null
 EOF
 }
 
-# $sql_rows single-row INSERTs in one transaction (rows of 20 B to 3 KiB: some over 1 KiB), two
+# No syncs: the disk is not what is measured. $sql_rows single-row INSERTs in one transaction (rows of 20 B to 3 KiB: some over 1 KiB), two
 # indexes, updates and deletes, VACUUM, then the dump.
 make_sqlite_input() {
   mkdir -p "$work/sqlite"
   awk -v rows="$sql_rows" 'BEGIN {
     print "PRAGMA journal_mode=WAL;"
+    print "PRAGMA synchronous=OFF;"
     print "CREATE TABLE t(id INTEGER PRIMARY KEY, k TEXT, grp INTEGER, v TEXT);"
     print "BEGIN;"
     s = 42
@@ -174,12 +181,13 @@ echo "programs: ${programs[*]}; $reps repetitions; inputs: $git_files files + $g
 declare -A want=()
 failed=0
 run_one() { # REP PROGRAM MODE_NAME ENV
-  local rep=$1 p=$2 name=$3 envw=$4 dst="$work/run" status=ok hash= secs= rss=
+  local rep=$1 p=$2 name=$3 envw=$4 dst="$work/run" status=ok hash= secs= rss= usr sys cpu=
   rm -rf "$dst" && mkdir -p "$dst"
   # shellcheck disable=SC2086 # the mode's environment is words on purpose
-  if /usr/bin/time -f '%e %M' -o "$work/time.txt" env $envw bash "$work/$p/session.sh" \
+  if /usr/bin/time -f '%e %M %U %S' -o "$work/time.txt" env $envw bash "$work/$p/session.sh" \
     "$work/$p" "$dst" $(session_args "$p") >"$dst/stdout" 2>"$dst/stderr"; then
-    read -r secs rss <"$work/time.txt"
+    read -r secs rss usr sys <"$work/time.txt"
+    cpu=$(awk -v u="$usr" -v s="$sys" 'BEGIN { printf "%.2f", u + s }')
     hash=$(output_hash "$p" "$dst")
     if [ -z "${want[$p]:-}" ]; then
       want[$p]=$hash
@@ -191,8 +199,8 @@ run_one() { # REP PROGRAM MODE_NAME ENV
     status=FAILED failed=1
     echo "programs: $p under $name FAILED (see $log)" >&2
   fi
-  { echo "== rep $rep $p $name: $status $secs s $rss KiB"; tail -5 "$dst/stderr"; } >>"$log"
-  echo "$rep,$p,$name,$secs,$rss,$hash,$status" >>"$csv"
+  { echo "== rep $rep $p $name: $status $secs s, $cpu s CPU, $rss KiB"; tail -5 "$dst/stderr"; } >>"$log"
+  echo "$rep,$p,$name,$secs,$cpu,$rss,$hash,$status" >>"$csv"
 }
 
 n=${#modes[@]}

@@ -28,27 +28,31 @@ def main(path):
     rows = list(csv.DictReader(open(path)))
     programs = list(dict.fromkeys(r["program"] for r in rows))
     reps = len(set(r["rep"] for r in rows))
-    print("Wall time in s and peak RSS in MiB: median (min-max) of %d repetitions, modes "
+    print("Wall time and CPU time (user + system, every process of the session) in s, peak RSS "
+          "(the session's largest process) in MiB: median (min-max) of %d repetitions, modes "
           "interleaved; ratios are medians over the run without nicmalloc." % reps)
     print()
     print("| program | none s | nicmalloc s | dp1k s | nicmalloc / none | dp1k / none "
-          "| none MiB | nicmalloc MiB | dp1k MiB | RSS nicmalloc / none | RSS dp1k / none "
+          "| CPU none s | CPU nicmalloc / none | CPU dp1k / none | none MiB | nicmalloc MiB | dp1k MiB | RSS nicmalloc / none | RSS dp1k / none "
           "| outputs |")
-    print("|---|---|---|---|---|---|---|---|---|---|---|---|")
+    print("|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|")
     failed = False
     for p in programs:
-        sec, rss, bad = {}, {}, []
+        sec, cpu, rss, bad = {}, {}, {}, []
         for m in MODES:
             ok = [r for r in rows if r["program"] == p and r["mode"] == m and r["status"] == "ok"]
             sec[m] = [float(r["seconds"]) for r in ok]
+            cpu[m] = [float(r["cpu_seconds"]) for r in ok]
             rss[m] = [float(r["max_rss_kib"]) for r in ok]
             bad += ["%s %s rep %s" % (m, r["status"], r["rep"]) for r in rows
                     if r["program"] == p and r["mode"] == m and r["status"] != "ok"]
         failed |= bool(bad)
         outputs = "same" if not bad else "; ".join(bad)
-        print("| %s | %s | %s | %s | %s | %s | %s | %s | %s | %s | %s | %s |" % (
+        print("| %s | %s | %s | %s | %s | %s | %s | %s | %s | %s | %s | %s | %s | %s | %s |" % (
             p, fmt(sec["none"], "s"), fmt(sec["nicmalloc"], "s"), fmt(sec["dp1k"], "s"),
             ratio(sec["nicmalloc"], sec["none"]), ratio(sec["dp1k"], sec["none"]),
+            fmt(cpu["none"], "s"), ratio(cpu["nicmalloc"], cpu["none"]),
+            ratio(cpu["dp1k"], cpu["none"]),
             fmt(rss["none"], "k"), fmt(rss["nicmalloc"], "k"), fmt(rss["dp1k"], "k"),
             ratio(rss["nicmalloc"], rss["none"]), ratio(rss["dp1k"], rss["none"]), outputs))
     return 1 if failed else 0
