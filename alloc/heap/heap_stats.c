@@ -6,6 +6,7 @@
 #include "dp_heap.h"
 #include "huge_cache.h"
 #include "nicmalloc.h"
+#include "peaks.h"
 #include "thread.h"
 
 #include <mimalloc.h>
@@ -66,4 +67,6 @@ void nic_heap_fill_stats(struct nic_stats *out) {
   out->steps_backed = chunks.steps_backed;
   out->steps_released = chunks.steps_released;
   out->dataplane_backed = chunks.backed_bytes;
+  nic_peaks_read(out->dataplane_live, out->dataplane_pinned, &out->dataplane_live_peak,
+                 &out->dataplane_pinned_peak);
 }

@@ -28,6 +28,7 @@
 #include "huge_cache.h"
 #include "last_thread.h"
 #include "log.h"
+#include "peaks.h"
 #include "steps.h"
 #include "thread.h"
 
@@ -128,6 +129,7 @@ static void release_steps(uint64_t now, unsigned delay_ms) {
 }
 
 void nic_reaper_pass(void) {
+  nic_peaks_sample(); /* first: pinned bytes fall only further down this pass (peaks.h) */
   nic_publish_tick(); /* the layers' periodic work: busy deregistrations, the profile */
   nic_huge_cache_purge(nic_config()->purge_delay_ms ? nic_config()->purge_delay_ms : 1);
   pthread_mutex_lock(&pass_lock);

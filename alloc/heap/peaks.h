@@ -1,0 +1,22 @@
+/* Peaks of dataplane live and pinned bytes (nic_stats' dataplane_live_peak and
+ * dataplane_pinned_peak), for programs that cannot be asked while they run: an unmodified server
+ * under LD_PRELOAD gives its figures only at exit (NICMALLOC_STATS), when its connections and
+ * buffers are gone.
+ *
+ * Sampled by the reaper at the start of each pass and by each stats read. Pinned bytes fall only
+ * inside a reaper pass (steps and chunks are released there, after the sample), so the pinned
+ * peak is exact; live bytes rise and fall between passes, so the live peak is a lower bound,
+ * as fine as the reaper's period (a quarter of the shorter of the release and purge delays, 10 ms
+ * to 1 s). Nothing on the allocation paths: the counters there stay per thread. */
+#ifndef NIC_PEAKS_H
+#define NIC_PEAKS_H
+
+#include <stddef.h>
+
+/* The reaper's sample: sums the live counters and the pinned steps, keeps the larger. */
+void nic_peaks_sample(void);
+/* The peaks, counting values just read (live_now, pinned_now) without keeping them: a read of
+ * the statistics does not move what the next read says was the peak before it. */
+void nic_peaks_read(size_t live_now, size_t pinned_now, size_t *live_peak, size_t *pinned_peak);
+
+#endif
