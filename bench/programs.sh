@@ -5,12 +5,13 @@
 #   bench/programs.sh [quick|full] [results_dir]
 # Inputs are made locally (nothing is fetched): a tree of generated source files and the changes
 # of its later commits, a SQL script, and one of this repository's test sources preprocessed with
-# its includes. Records wall time, CPU time (user + system of the whole session) and peak RSS (GNU
-# time's %e, %U + %S and %M: %M is the largest process of the session) in results_dir/programs.csv, checks that every run's output is the same as the first
-# "none" run's (git: hashes of `git log -p` and of the sorted object listing; sqlite: hash of the
-# .dump; clang: hash of the object file) and writes results_dir/programs.md with medians and ratios.
-# PROGRAMS_REPS overrides the repetitions (quick 1, full 5), PROGRAMS_ONLY="git sqlite" a subset,
-# PROGRAMS_KEEP=1 keeps the inputs (their folder is printed).
+# its includes. Records wall time, CPU time (user + system of the whole session) and peak RSS
+# (GNU time's %e, %U + %S and %M: %M is the session's largest process) in
+# results_dir/programs.csv; checks that every run's output is the same as the first "none" run's
+# (git: hashes of `git log -p` and of the sorted object listing; sqlite: of the query output and
+# the .dump; clang: of the object file) and writes results_dir/programs.md with medians and
+# ratios. PROGRAMS_REPS overrides the repetitions (quick 1, full 5), PROGRAMS_ONLY="git sqlite"
+# runs a subset, PROGRAMS_KEEP=1 keeps the inputs (their folder is printed).
 # Exits non-zero when a run fails or an output differs; never on a timing.
 set -euo pipefail
 root=$(cd "$(dirname "$0")/.." && pwd)
@@ -20,7 +21,7 @@ mode=${1:-quick}
 out=${2:-$root/results/$mode}
 case $mode in
 # git: files, commits after the first, files changed per commit; sqlite: rows; clang: source, flags
-quick) reps=1 git_files=300 git_commits=3 git_changed=30 sql_rows=20000 \
+quick) reps=1 git_files=200 git_commits=2 git_changed=20 sql_rows=20000 \
   cxx_src=tests/base/test_pool.cc cxx_opt=-O0 ;;
 full) reps=5 git_files=3000 git_commits=20 git_changed=150 sql_rows=200000 \
   cxx_src=tests/safety/test_uring_receive.cc cxx_opt=-O2 ;;
@@ -109,8 +110,8 @@ git fsck --no-progress >/dev/null
 EOF
 }
 
-# No syncs: the disk is not what is measured. $sql_rows single-row INSERTs in one transaction (rows of 20 B to 3 KiB: some over 1 KiB), two
-# indexes, updates and deletes, VACUUM, then the dump.
+# $sql_rows single-row INSERTs in one transaction (rows of 20 B to 3 KiB: some over 1 KiB), two
+# indexes, updates and deletes, VACUUM, then the dump. No syncs: the disk is not what is measured.
 make_sqlite_input() {
   mkdir -p "$work/sqlite"
   awk -v rows="$sql_rows" 'BEGIN {
@@ -174,7 +175,8 @@ session_args() { # PROGRAM
 t0=$SECONDS
 for p in "${programs[@]}"; do "make_${p}_input"; done
 echo "programs: ${programs[*]}; $reps repetitions; inputs: $git_files files + $git_commits" \
-  "commits of $git_changed, $sql_rows rows, $cxx_src $cxx_opt ($((SECONDS - t0)) s; log in $log)" >&2
+  "commits of $git_changed, $sql_rows rows, $cxx_src $cxx_opt ($((SECONDS - t0)) s;" \
+  "log in $log)" >&2
 
 # --- runs -------------------------------------------------------------------------------------
 
@@ -199,7 +201,10 @@ run_one() { # REP PROGRAM MODE_NAME ENV
     status=FAILED failed=1
     echo "programs: $p under $name FAILED (see $log)" >&2
   fi
-  { echo "== rep $rep $p $name: $status $secs s, $cpu s CPU, $rss KiB"; tail -5 "$dst/stderr"; } >>"$log"
+  {
+    echo "== rep $rep $p $name: $status $secs s, $cpu s CPU, $rss KiB"
+    tail -5 "$dst/stderr"
+  } >>"$log"
   echo "$rep,$p,$name,$secs,$cpu,$rss,$hash,$status" >>"$csv"
 }
 
