@@ -30,9 +30,9 @@ if [ "${SERVERS_PIN:-1}" != 0 ] && [ "$(nproc)" -ge 2 ] && command -v taskset >/
   server_cpu=(taskset -c 0) client_cpu=(taskset -c 1)
 fi
 libnic=$build/alloc/libnicmalloc.so
+dp1k="NICMALLOC_DP_MIN_SIZE=1024 NICMALLOC_CHUNK_SIZE=256M"
 allocs=("glibc||" "mimalloc|/usr/lib/x86_64-linux-gnu/libmimalloc.so.2|"
-  "nicmalloc|$libnic|NICMALLOC_STATS=json"
-  "nicmalloc-dp1k|$libnic|NICMALLOC_STATS=json NICMALLOC_DP_MIN_SIZE=1024 NICMALLOC_CHUNK_SIZE=256M")
+  "nicmalloc|$libnic|NICMALLOC_STATS=json" "nicmalloc-dp1k|$libnic|NICMALLOC_STATS=json $dp1k")
 mkdir -p "$out"
 csv=$out/servers.csv log=$out/servers.log
 echo "rep,server,allocator,test,ops_per_sec,vmhwm_kib,live_peak_kib,pinned_peak_kib,status" >"$csv"

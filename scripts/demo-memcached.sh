@@ -2,7 +2,8 @@
 # nicmalloc's main job, shown on a real program: an unmodified memcached runs under
 # LD_PRELOAD=libnicmalloc.so with every malloc of >= 1 KiB (its slab pages, connection buffers and
 # large items) in pinned dataplane memory, serves a short memcslap load, and at exit prints the
-# nicmalloc report and the peak of pinned against live dataplane bytes. Usage: scripts/demo-memcached.sh BUILD_DIR   (run.sh demo calls it)
+# nicmalloc report and the peak of pinned against live dataplane bytes.
+# Usage: scripts/demo-memcached.sh BUILD_DIR   (run.sh demo calls it)
 set -euo pipefail
 root=$(cd "$(dirname "$0")/.." && pwd)
 source "$root/tests/preload/common.sh"
