@@ -99,12 +99,25 @@ def servers_table(rows):
         for a in allocs:
             rs = d.get(a, [])
             ops, rss = med(rs, "ops_per_sec"), med(rs, "vmhwm_kib")
+            live, pinned = med(rs, "live_peak_kib"), med(rs, "pinned_peak_kib")
             body.append([server, test, a, fmt(ops, "%.0f"), fmt(ratio(ops, mops)),
-                         fmt(ratio(rss, 1024), "%.1f"), fmt(ratio(rss, mrss), "%.2f")])
+                         fmt(ratio(rss, 1024), "%.1f"), fmt(ratio(rss, mrss), "%.2f"),
+                         fmt(ratio(live, 1024), "%.1f"), fmt(ratio(pinned, 1024), "%.1f"),
+                         fmt(pinned_over_live(rs), "%.2f")])
     for r in fails:
-        body.append([r["server"], "-", r["allocator"], "FAILED (rep %s)" % r["rep"], "", "", ""])
+        body.append([r["server"], "-", r["allocator"], "FAILED (rep %s)" % r["rep"]] + [""] * 6)
     return table(["server", "test", "allocator", "median ops/s", "ops/s / mimalloc (target ≥0.97)",
-                  "median peak RSS MiB", "RSS / mimalloc"], body)
+                  "median peak RSS MiB", "RSS / mimalloc", "peak dataplane live MiB",
+                  "peak pinned MiB", "pinned / live (target ≤1.3)"], body)
+
+
+def pinned_over_live(rows):
+    """Median over runs of each run's peak pinned / peak live dataplane bytes (nicmalloc runs
+    that put something on the dataplane), None otherwise."""
+    vals = [float(r["pinned_peak_kib"]) / float(r["live_peak_kib"]) for r in rows
+            if r["status"] == "ok" and r.get("live_peak_kib") not in (None, "", "-", "0")
+            and r.get("pinned_peak_kib") not in (None, "", "-")]
+    return statistics.median(vals) if vals else None
 
 
 def plot_peers(rows, path):

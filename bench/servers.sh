@@ -5,7 +5,10 @@
 # it). Each load is bounded by an operation count. Allocators interleave within each repetition.
 #   bench/servers.sh [quick|full] [results_dir]
 # Records ops/s and the server's peak RSS (VmHWM, read just before it is stopped) in
-# results_dir/servers.csv; the report takes medians and ratios to mimalloc.
+# results_dir/servers.csv; the report takes medians and ratios to mimalloc. Under nicmalloc the
+# server prints its statistics at exit (NICMALLOC_STATS=json: an unmodified server has no other
+# way to give them), from which the peaks of dataplane live and pinned bytes are recorded too
+# (dataplane_live_peak, dataplane_pinned_peak; the report shows pinned / live, target <= 1.3).
 # SERVERS_REPS overrides the repetitions (quick 2, full 3). Uses tests/preload/common.sh.
 # With two CPUs or more, the server runs on CPU 0 and the load generator on CPU 1 (taskset), so
 # that they do not take turns on one core; SERVERS_PIN=0 turns that off.
@@ -27,11 +30,12 @@ if [ "${SERVERS_PIN:-1}" != 0 ] && [ "$(nproc)" -ge 2 ] && command -v taskset >/
   server_cpu=(taskset -c 0) client_cpu=(taskset -c 1)
 fi
 libnic=$build/alloc/libnicmalloc.so
+dp1k="NICMALLOC_DP_MIN_SIZE=1024 NICMALLOC_CHUNK_SIZE=256M"
 allocs=("glibc||" "mimalloc|/usr/lib/x86_64-linux-gnu/libmimalloc.so.2|"
-  "nicmalloc|$libnic|" "nicmalloc-dp1k|$libnic|NICMALLOC_DP_MIN_SIZE=1024 NICMALLOC_CHUNK_SIZE=256M")
+  "nicmalloc|$libnic|NICMALLOC_STATS=json" "nicmalloc-dp1k|$libnic|NICMALLOC_STATS=json $dp1k")
 mkdir -p "$out"
 csv=$out/servers.csv log=$out/servers.log
-echo "rep,server,allocator,test,ops_per_sec,vmhwm_kib,status" >"$csv"
+echo "rep,server,allocator,test,ops_per_sec,vmhwm_kib,live_peak_kib,pinned_peak_kib,status" >"$csv"
 : >"$log"
 servers=()
 command -v memcached >/dev/null && command -v memcaslap >/dev/null && servers+=(memcached)
@@ -56,8 +60,18 @@ ready_redis() {
   timeout 2 redis-cli -p "$port" INFO server 2>/dev/null | grep -q "^process_id:$server_pid"$'\r'
 }
 
+# The peaks of dataplane live and pinned bytes in KiB from the JSON line NICMALLOC_STATS=json
+# printed at exit ("- -" when there is none: not under nicmalloc).
+stats_peaks() { # LOG
+  /usr/bin/python3 -c '
+import json, sys
+objs = [json.loads(l) for l in open(sys.argv[1], errors="replace") if l.startswith("{\"version\"")]
+print("- -" if not objs else "%d %d" % (objs[-1]["dataplane_live_peak"] // 1024,
+                                         objs[-1]["dataplane_pinned_peak"] // 1024))' "$1"
+}
+
 # measure SERVER: one server under one allocator, in a subshell so that common.sh's fail() ends
-# only this measurement; prints "test ops_per_sec" lines then "hwm KIB".
+# only this measurement; prints "test ops_per_sec" lines, "hwm KIB", then "peaks LIVE PINNED".
 measure() (
   server=$1
   tmp=$(mktemp -d) server_pid=
@@ -84,6 +98,7 @@ measure() (
   wait_exit "$server_pid" 20
   server_pid=
   [ "$exit_rc" = 0 ] || fail "server exited with status $exit_rc"
+  echo "peaks $(stats_peaks "$tmp/server.log")"
 )
 
 failed=0
@@ -92,15 +107,16 @@ for rep in $(seq "$reps"); do
     for a in "${allocs[@]}"; do
       IFS='|' read -r name lib extra <<<"$a"
       if ! res=$(measure "$server" 2>>"$log"); then
-        echo "$rep,$server,$name,-,,,FAILED" >>"$csv"
+        echo "$rep,$server,$name,-,,,,,FAILED" >>"$csv"
         echo "servers: $server under $name FAILED (see $log)" >&2
         failed=1
         continue
       fi
       echo "$server/$name rep $rep: $(echo $res)" >>"$log"
       hwm=$(awk '$1 == "hwm" {print $2}' <<<"$res")
-      awk -v p="$rep,$server,$name," -v h="$hwm" '$1 != "hwm" {print p $1 "," $2 "," h ",ok"}' \
-        <<<"$res" >>"$csv"
+      peaks=$(awk '$1 == "peaks" {print ($2 == "-" ? "" : $2) "," ($3 == "-" ? "" : $3)}' <<<"$res")
+      awk -v p="$rep,$server,$name," -v h="$hwm,$peaks" '$1 != "hwm" && $1 != "peaks" {
+        print p $1 "," $2 "," h ",ok" }' <<<"$res" >>"$csv"
     done
   done
   echo "servers: repetition $rep/$reps done" >&2

@@ -102,7 +102,9 @@
   X("steps", dataplane_dropped, size_t, bytes, "dropped #", "bytes given back to the OS inside steps that stay backed (free pages mimalloc decommitted, where no registration holds the step's pages); not in dataplane_pinned or dataplane_backed") \
   X("receive cap", recv_capped, uint64_t, count, "# capped", "messages that waited because the held bytes reached NICMALLOC_RECV_HELD_MAX") \
   X("receive cap", recv_waiting, uint64_t, count, "# waiting", "messages waiting now for the held bytes to fall under the cap") \
-  X("receive cap", recv_capped_dropped, uint64_t, count, "# dropped at close", "waiting messages given back undelivered because their endpoint was destroyed")
+  X("receive cap", recv_capped_dropped, uint64_t, count, "# dropped at close", "waiting messages given back undelivered because their endpoint was destroyed") \
+  X("peaks", dataplane_live_peak, size_t, bytes, "live #", "largest dataplane_live seen, by the reaper at each pass (every 10 ms to 1 s) and by each stats read: a lower bound") \
+  X("peaks", dataplane_pinned_peak, size_t, bytes, "pinned #", "largest dataplane_pinned over the process lifetime, as sampled once per reaper pass and at each read (a lower bound)")
 /* clang-format on */
 
 #endif /* NICMALLOC_STATS_FIELDS_H */

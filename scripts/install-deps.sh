@@ -7,7 +7,7 @@ packages=(
   libmimalloc-dev libgtest-dev libbenchmark-dev liburing-dev libunwind-dev
   libibverbs-dev libdpdk-dev iproute2 valgrind time
   libjemalloc2 libtcmalloc-minimal4 python3-matplotlib
-  memcached libmemcached-tools redis-server python3
+  memcached libmemcached-tools redis-server python3 sqlite3 git
   clang-16 llvm-16-dev llvm-16-tools
   libcapnp-dev capnproto libflatbuffers-dev flatbuffers-compiler libprotobuf-dev protobuf-compiler
 )

@@ -29,6 +29,7 @@
 #include "huge_cache.h"
 #include "last_thread.h"
 #include "log.h"
+#include "peaks.h"
 #include "steps.h"
 #include "thread.h"
 
@@ -134,6 +135,7 @@ void nic_reaper_pass(void) {
   pthread_mutex_lock(&pass_lock);
   int64_t live[NIC_CHUNK_SLOTS];
   nic_dp_live_sum(live);
+  nic_peaks_sample(live); /* before this pass releases steps and chunks (peaks.h) */
   const uint64_t now = nic_now_ms();
   bool segments_left;
   uint64_t candidates = advance_states(live, now, nic_config()->release_delay_ms, &segments_left);
