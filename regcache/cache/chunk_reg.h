@@ -10,8 +10,7 @@
 #include "chunks.h"
 
 struct nic_chunk_reg {
-  int registered;   /* read with acquire */
-  bool holds_pages; /* the backend keeps the step's pages (step_pages.h: no page is dropped) */
+  int registered; /* read with acquire */
   struct nic_registration reg;
   /* A refused registration (no CAP_IPC_LOCK, a small RLIMIT_MEMLOCK) is given back as error
    * until retry_at_ms rather than asked of the backend on every entry. */
