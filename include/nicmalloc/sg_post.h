@@ -141,6 +141,15 @@ struct Piece {
   size_t len;
 };
 
+// How much of [p, p + len) lies in the registered region p is in (a dataplane step): all of it
+// for memory that is not dataplane (the registration cache registers a range whole).
+inline size_t InOneRegion(const void *p, size_t len) {
+  nic_region_ref ref;
+  if (nic_translate(p, 1, &ref) != 0 || ref.region_len <= ref.offset) return len;
+  const size_t left = ref.region_len - ref.offset;
+  return len < left ? len : left;
+}
+
 // Posts the pieces, in order, to ep as one scatter-gather message; when the array is full, it
 // posts it as one part and goes on in the next (posts on one endpoint arrive in post order, so a
 // stream peer sees one run of bytes), so that nothing is copied to stay under the entry limit
@@ -160,8 +169,16 @@ inline int PostPieces(nic_endpoint *ep, const Piece *pieces, size_t n, std::vect
   nic_sga sga;
   int rc = nic_sga_init(&sga, max_entries);
   bool live = rc == 0; // sga holds entries of ours
-  for (size_t i = 0; !rc && i < n; i++) {
-    if (pieces[i].len == 0) continue;
+  // Piece by piece, and a piece one registered region (dataplane step) at a time: a piece across
+  // a step end takes an entry per step, so an array with one entry left could not take it whole.
+  for (size_t i = 0, done_len = 0; !rc && i < n;) {
+    if (done_len >= pieces[i].len) {
+      i++;
+      done_len = 0;
+      continue;
+    }
+    const char *at = static_cast<const char *>(pieces[i].p) + done_len;
+    const size_t len = InOneRegion(at, pieces[i].len - done_len);
     if (sga.count >= sga.max) {
       rec->pending.fetch_add(1, std::memory_order_relaxed);
       rc = nic_sga_post(&sga, ep, PostRecord::PartDone, rec);
@@ -174,7 +191,8 @@ inline int PostPieces(nic_endpoint *ep, const Piece *pieces, size_t n, std::vect
       if (rc) break;
       live = true;
     }
-    rc = nic_sga_add(&sga, pieces[i].p, pieces[i].len);
+    rc = nic_sga_add(&sga, at, len);
+    done_len += len;
   }
   if (!rc && sga.count == 0) rc = -EINVAL; // nothing to send
   if (!rc) {
