@@ -9,8 +9,8 @@
 # noise hits them alike; the report takes medians, spread, ratios to mimalloc and geometric
 # means, and states the targets.
 #   bench/suite.sh [quick|full] [results_dir]
-# quick: scale 1, 1 repetition (a smoke run: 96 runs of the 16 programs, about 75 s of CPU);
-# full: scale 2, 5 repetitions (about 12 min of CPU). SUITE_SCALE, SUITE_REPS override; SUITE_ONLY="cfrac barnes" runs a subset.
+# quick: scale 1, 1 repetition (a smoke run: 96 runs of the 16 programs, under 60 s of CPU);
+# full: scale 2, 5 repetitions (about 8 min of CPU). SUITE_SCALE, SUITE_REPS override; SUITE_ONLY="cfrac barnes" runs a subset.
 # NICMALLOC_BUILD_DIR as for the other scripts. Writes results_dir/suite.csv (one row per run),
 # suite.log (every result line) and suite.md (the report).
 set -euo pipefail
