@@ -133,7 +133,7 @@ def main():
                 pl_cols.append(pl)
             body.append([p, fmt(x.get("rss"), "%.1f"), fmt(ratio(x.get("rss"), mi.get("rss")),
                                                             "%.2f"),
-                         fmt(x.get("live"), "%.2f"), fmt(x.get("pinned"), "%.1f"),
+                         fmt(x.get("live"), "%.3f"), fmt(x.get("pinned"), "%.1f"),
                          fmt(pl, "%.2f") if x.get("live")
                          else "no live sample" if x.get("pinned") else "no dataplane"])
         body.append(["**geometric mean** (peak live >= %g MiB)" % MIN_LIVE_MIB, "", "", "", "",
