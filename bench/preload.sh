@@ -15,13 +15,22 @@ preload_allocs() {
     "nicmalloc-dp4k|$libnic|$1|libnicmalloc")
 }
 
+# stats_field NAME FILE: the value of NAME in KiB from the last JSON stats line in FILE, or "-".
+stats_field() {
+  local v
+  v=$(grep '^{"version"' "$2" 2>/dev/null | tail -1 | grep -o "\"$1\": *[0-9]*" | grep -o '[0-9]*$')
+  [ -n "$v" ] && echo $((v / 1024)) || echo -
+}
+
 # preload_run ENTRY SCRATCH_DIR LOG COMMAND...: runs COMMAND under the allocator ENTRY (one of
 # PRELOAD_ALLOCS) and sets RUN_SECS (wall seconds from bash's microsecond clock; GNU time's %e
 # has 10 ms steps), RUN_RSS (peak RSS in KiB from GNU time, through its own file so that stdout
 # stays the program's result line), RUN_CPU (user + system seconds, GNU time, 10 ms steps: less
 # sensitive than wall time to other load on the machine), RUN_OUT (that line) and RUN_STATUS: ok, FAILED (non-zero
 # exit), or FAILED when the line does not say "ok: ... malloc from <the expected library>" (the
-# preload did not take effect). Stderr goes to LOG. Returns 1 when the allocator is not
+# preload did not take effect). RUN_LIVE_PEAK and RUN_PINNED_PEAK: the peaks of dataplane live
+# and pinned KiB from the JSON line nicmalloc prints at exit when the entry's environment has
+# NICMALLOC_STATS=json ("-" without one). Stderr goes to LOG. Returns 1 when the allocator is not
 # installed (nothing run).
 preload_run() {
   local entry=$1 scratch=$2 log=$3 name lib extra expect rc=0 t0
@@ -30,11 +39,15 @@ preload_run() {
   [ -n "$lib" ] && [ ! -e "$lib" ] && return 1
   [ "$extra" = - ] && extra=
   t0=$EPOCHREALTIME
-  env ${lib:+LD_PRELOAD=$lib} $extra /usr/bin/time -o "$scratch/.time" -f '%M %U %S' \
-    "$@" >"$scratch/.stdout" 2>>"$log" || rc=$?
+  # GNU time outside the preload: only the program runs under the allocator (and prints its stats).
+  /usr/bin/time -o "$scratch/.time" -f '%M %U %S' env ${lib:+LD_PRELOAD=$lib} $extra \
+    "$@" >"$scratch/.stdout" 2>"$scratch/.stderr" || rc=$?
   RUN_SECS=$(awk -v a="$t0" -v b="$EPOCHREALTIME" 'BEGIN {printf "%.4f", b - a}')
   read -r RUN_RSS RUN_CPU < <(tail -1 "$scratch/.time" | awk '{printf "%s %.2f", $1, $2 + $3}')
   RUN_OUT=$(cat "$scratch/.stdout")
+  RUN_LIVE_PEAK=$(stats_field dataplane_live_peak "$scratch/.stderr")
+  RUN_PINNED_PEAK=$(stats_field dataplane_pinned_peak "$scratch/.stderr")
+  cat "$scratch/.stderr" >>"$log"
   RUN_STATUS=ok
   if [ "$rc" != 0 ]; then
     RUN_STATUS=FAILED
@@ -42,6 +55,6 @@ preload_run() {
     RUN_STATUS=FAILED
     echo "$name: malloc not from *$expect*: $RUN_OUT" >>"$log"
   fi
-  rm -f "$scratch/.time" "$scratch/.stdout"
+  rm -f "$scratch/.time" "$scratch/.stdout" "$scratch/.stderr"
   return 0
 }

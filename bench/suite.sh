@@ -9,8 +9,8 @@
 # noise hits them alike; the report takes medians, spread, ratios to mimalloc and geometric
 # means, and states the targets.
 #   bench/suite.sh [quick|full] [results_dir]
-# quick: scale 1, 1 repetition (a smoke run: 96 runs of the 16 programs, about 75 s of CPU);
-# full: scale 2, 5 repetitions (about 12 min of CPU). SUITE_SCALE, SUITE_REPS override; SUITE_ONLY="cfrac barnes" runs a subset.
+# quick: scale 1, 1 repetition (a smoke run: 96 runs of the 16 programs, under 60 s of CPU);
+# full: scale 2, 5 repetitions (about 8 min of CPU). SUITE_SCALE, SUITE_REPS override; SUITE_ONLY="cfrac barnes" runs a subset.
 # NICMALLOC_BUILD_DIR as for the other scripts. Writes results_dir/suite.csv (one row per run),
 # suite.log (every result line) and suite.md (the report).
 set -euo pipefail
@@ -27,7 +27,8 @@ esac
 scale=${SUITE_SCALE:-$scale}
 reps=${SUITE_REPS:-$reps}
 . "$root/bench/preload.sh"
-preload_allocs "NICMALLOC_DP_MIN_SIZE=4096"
+# The stats line at exit gives the peaks of dataplane live and pinned bytes (suite.csv, suite.md).
+preload_allocs "NICMALLOC_DP_MIN_SIZE=4096 NICMALLOC_STATS=json"
 allocs=("${PRELOAD_ALLOCS[@]}")
 
 programs=()
@@ -41,7 +42,7 @@ done
 [ -x /usr/bin/time ] || { echo "suite: GNU time missing (apt-get install time)" >&2; exit 1; }
 mkdir -p "$out"
 csv=$out/suite.csv log=$out/suite.log
-echo "rep,program,allocator,seconds,cpu_seconds,max_rss_kib,status" >"$csv"
+echo "rep,program,allocator,seconds,cpu_seconds,max_rss_kib,status,live_peak_kib,pinned_peak_kib" >"$csv"
 : >"$log"
 load_before=$(uptime)
 echo "suite: ${#programs[@]} programs (${programs[*]}), scale $scale, $reps repetitions," \
@@ -58,7 +59,7 @@ for rep in $(seq "$reps"); do
         continue
       fi
       echo "$p/$name rep $rep: $RUN_OUT" >>"$log"
-      echo "$rep,$p,$name,$RUN_SECS,$RUN_CPU,$RUN_RSS,$RUN_STATUS" >>"$csv"
+      echo "$rep,$p,$name,$RUN_SECS,$RUN_CPU,$RUN_RSS,$RUN_STATUS,$RUN_LIVE_PEAK,$RUN_PINNED_PEAK" >>"$csv"
       [ "$RUN_STATUS" = ok ] || { failed=1; echo "suite: $p under $name FAILED (see $log)" >&2; }
     done
   done

@@ -9,7 +9,7 @@ if(NOT CMAKE_SCRIPT_MODE_FILE)
   add_test(NAME bench_suite_quick
     COMMAND ${CMAKE_COMMAND} -DROOT=${PROJECT_SOURCE_DIR} -DBUILD=${PROJECT_BINARY_DIR}
             -DOUT=${PROJECT_BINARY_DIR}/tests/bench_suite_quick -P ${CMAKE_CURRENT_LIST_FILE})
-  # Serial: it measures. About 75 s of CPU; the timeout allows for a loaded machine.
+  # Serial: it measures. Under 60 s of CPU; the timeout allows for a loaded machine.
   set_tests_properties(bench_suite_quick PROPERTIES LABELS bench TIMEOUT 900 RUN_SERIAL TRUE)
   return()
 endif()

@@ -55,17 +55,23 @@ static size_t reclaimable(const char *dir, bool v1) {
   return sum;
 }
 
-/* The smallest room left in dir and each cgroup above it, up to the mount point. */
-static size_t room_up_from(const char *mount, const char *cgroup_path, bool v1) {
+/* cgroup v1 writes "no limit" as the largest page-aligned long (v2 writes "max", read as
+ * SIZE_MAX); no machine has 4 EiB, so any limit from here up bounds nothing. */
+#define NO_LIMIT_MIN ((size_t)1 << 62)
+
+size_t nic_memcg_room_up_from(const char *mount, const char *cgroup_path, bool v1) {
   char dir[512];
   if ((size_t)snprintf(dir, sizeof dir, "%s%s", mount, cgroup_path) >= sizeof dir) return SIZE_MAX;
   if (access(dir, R_OK) != 0) return SIZE_MAX;
   const size_t mount_len = strlen(mount);
   size_t room = SIZE_MAX;
   for (;;) {
-    size_t limit = read_bytes(dir, v1 ? "memory.limit_in_bytes" : "memory.max");
-    size_t usage = read_bytes(dir, v1 ? "memory.usage_in_bytes" : "memory.current");
-    if (limit != SIZE_MAX && usage != SIZE_MAX) {
+    /* Usage and memory.stat (a costly read, on every step backed) only under a limit. */
+    const size_t limit = read_bytes(dir, v1 ? "memory.limit_in_bytes" : "memory.max");
+    const size_t usage = limit < NO_LIMIT_MIN
+                             ? read_bytes(dir, v1 ? "memory.usage_in_bytes" : "memory.current")
+                             : SIZE_MAX;
+    if (limit < NO_LIMIT_MIN && usage != SIZE_MAX) {
       size_t cache = reclaimable(dir, v1);
       size_t used = usage - (cache < usage ? cache : usage);
       size_t here = limit > used ? limit - used : 0;
@@ -93,13 +99,13 @@ size_t nic_memcg_headroom(void) {
     controllers++;
     size_t r = SIZE_MAX;
     if (!strcmp(line, "0") && !*controllers) {
-      r = room_up_from("/sys/fs/cgroup", path, false);
-      size_t u = room_up_from("/sys/fs/cgroup/unified", path, false);
+      r = nic_memcg_room_up_from("/sys/fs/cgroup", path, false);
+      size_t u = nic_memcg_room_up_from("/sys/fs/cgroup/unified", path, false);
       if (u < r) r = u;
     } else {
       char *save = NULL;
       for (char *c = strtok_r(controllers, ",", &save); c; c = strtok_r(NULL, ",", &save))
-        if (!strcmp(c, "memory")) r = room_up_from("/sys/fs/cgroup/memory", path, true);
+        if (!strcmp(c, "memory")) r = nic_memcg_room_up_from("/sys/fs/cgroup/memory", path, true);
     }
     if (r < room) room = r;
   }

@@ -5,7 +5,7 @@
  * The pool first fills up (every replacement of an empty slot only allocates), then stays full. */
 #include "wl_common.h"
 
-enum { kSlots = 1 << 16, kOpsPerScale = 4000000 };
+enum { kSlots = 1 << 16, kOpsPerScale = 3000000 };
 
 /* Log-uniform between 8 and 1024: each power-of-two band is equally likely, so small sizes are
  * far more frequent per byte, as in the original's distribution. */

@@ -15,7 +15,7 @@
 #define CACHE_SCRATCH_NAME "cache-scratch"
 #endif
 
-enum { kObjSize = 8, kObjects = 1000, kWritesPerScale = 150000 };
+enum { kObjSize = 8, kObjects = 1000, kWritesPerScale = 60000 };
 
 struct job {
   unsigned char *given;

@@ -6,7 +6,7 @@
  * line makes their writes fight over it. */
 #include "suite_mt.h"
 
-enum { kObjSize = 8, kObjects = 1000, kWritesPerScale = 150000 };
+enum { kObjSize = 8, kObjects = 1000, kWritesPerScale = 60000 };
 
 static long writes;
 

@@ -7,7 +7,7 @@
 
 #include "wl_common.h"
 
-enum { kRoundsPerScale = 800, kMaxBatch = 1600 };
+enum { kRoundsPerScale = 600, kMaxBatch = 1600 };
 static const size_t kSizes[] = {16, 64, 256, 1024, 4096};
 static const int kBatches[] = {25, 100, 400, 1600};
 

@@ -14,7 +14,7 @@ enum {
   kSizes = 8192,
   kMinSize = 4,
   kMaxSize = 32768,
-  kItersPerScale = 4000000,
+  kItersPerScale = 2000000,
 };
 
 static uint32_t sizes[kSizes];

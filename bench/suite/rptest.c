@@ -16,7 +16,7 @@ enum {
   kMaxSize = 16000,
   kSizes = 8192,
   kCrossEvery = 2,
-  kLoopsPerScale = 1200,
+  kLoopsPerScale = 600,
 };
 
 static uint32_t sizes[kSizes];

@@ -19,7 +19,7 @@ enum {
   kMinSize = 1,
   kMaxSize = 1000,
   kStep = 37,
-  kRoundsPerScale = SH_CROSS ? 750 : 1500, /* cross-thread frees cost more */
+  kRoundsPerScale = SH_CROSS ? 375 : 1000, /* cross-thread frees cost more */
 };
 
 static long rounds;

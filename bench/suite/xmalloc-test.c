@@ -6,7 +6,7 @@
  * allocated, and which thread that was changes all the time. Fixed work instead of a timed run. */
 #include "suite_mt.h"
 
-enum { kBatch = 64, kMaxBatches = 256, kMinSize = 8, kMaxSize = 64, kBlocksPerScale = 10000000 };
+enum { kBatch = 64, kMaxBatches = 256, kMinSize = 8, kMaxSize = 64, kBlocksPerScale = 5000000 };
 
 struct batch {
   struct batch *next;

@@ -3,10 +3,11 @@
  * same operations under every allocator):
  *   spawn  THREADS GENERATIONS OPS  thread churn: each generation starts THREADS threads that
  *                                   each do OPS malloc/free pairs and exit (set-up and exit)
- *   larson THREADS GENERATIONS OPS  Larson's pattern: THREADS lineages of 5000 blocks (8 B -
- *                                   1 KiB) the main thread made; each thread replaces OPS random
- *                                   blocks of its lineage (freeing what the main thread or its
- *                                   predecessors made), starts its successor and exits
+ *   larson THREADS GENERATIONS OPS  Larson's pattern (wl_larson.h): THREADS lineages of 5000
+ *                                   blocks (8 B - 1000 B) the main thread made; each thread
+ *                                   replaces OPS random blocks of its lineage (freeing what the
+ *                                   main thread or its predecessors made), starts its successor
+ *                                   and exits
  *   xfree  THREADS ROUNDS           pairs of threads: one allocates 256 blocks, the other frees
  *                                   them, ROUNDS times (cross-thread frees, live threads)
  *   scratch THREADS ITERS REPS      cache-scratch: each thread frees a 1-byte object the main
@@ -20,6 +21,7 @@
 #include <time.h>
 
 #include "wl_common.h"
+#include "wl_larson.h"
 
 static long arg(int argc, char **argv, int i, long dflt) {
   return argc > i ? atol(argv[i]) : dflt;
@@ -58,70 +60,8 @@ static void *spawn_worker(void *p) {
   return NULL;
 }
 
-/* larson --------------------------------------------------------------------------------- */
-/* As Larson's benchmark: the main thread makes every block first, and each thread, once done,
- * starts its successor (detached) before it exits, so that starts and exits overlap the work of
- * the other lineages. */
-enum { kLarsonBlocks = 5000 };
-struct lineage {
-  void **b;
-  long ops, gens;
-  uint64_t seed;
-};
-static pthread_mutex_t larson_mu = PTHREAD_MUTEX_INITIALIZER;
-static pthread_cond_t larson_cv = PTHREAD_COND_INITIALIZER;
-static int larson_running;
-
-static void *larson_worker(void *p) {
-  struct lineage *l = p;
-  for (long i = 0; i < l->ops; i++) {
-    size_t v = wl_rand(&l->seed) % kLarsonBlocks;
-    free(l->b[v]);
-    size_t n = 8 + wl_rand(&l->seed) % 992;
-    char *b = malloc(n);
-    if (!b) wl_fail("larson", "malloc returned NULL");
-    b[0] = b[n - 1] = 1;
-    l->b[v] = b;
-  }
-  pthread_t next;
-  if (--l->gens > 0 && !pthread_create(&next, NULL, larson_worker, l)) {
-    pthread_detach(next);
-    return NULL;
-  }
-  pthread_mutex_lock(&larson_mu);
-  if (l->gens > 0) wl_fail("larson", "pthread_create failed");
-  if (--larson_running == 0) pthread_cond_signal(&larson_cv);
-  pthread_mutex_unlock(&larson_mu);
-  return NULL;
-}
-
-static void larson(int threads, long gens, long ops) {
-  struct lineage *l = calloc((size_t)threads, sizeof *l);
-  if (!l) wl_fail("larson", "calloc returned NULL");
-  uint64_t seed = 4141;
-  for (int i = 0; i < threads; i++) {
-    l[i] = (struct lineage){calloc(kLarsonBlocks, sizeof(void *)), ops, gens, (uint64_t)i + 1};
-    if (!l[i].b) wl_fail("larson", "calloc returned NULL");
-    for (int v = 0; v < kLarsonBlocks; v++)
-      if (!(l[i].b[v] = malloc(8 + wl_rand(&seed) % 992))) wl_fail("larson", "malloc failed");
-  }
-  larson_running = threads;
-  for (int i = 0; i < threads; i++) {
-    pthread_t t;
-    if (pthread_create(&t, NULL, larson_worker, &l[i])) wl_fail("larson", "pthread_create failed");
-    pthread_detach(t);
-  }
-  pthread_mutex_lock(&larson_mu);
-  while (larson_running)
-    pthread_cond_wait(&larson_cv, &larson_mu);
-  pthread_mutex_unlock(&larson_mu);
-  for (int i = 0; i < threads; i++) {
-    for (int v = 0; v < kLarsonBlocks; v++)
-      free(l[i].b[v]);
-    free(l[i].b);
-  }
-  free(l);
-}
+/* larson: wl_larson.h (the suite's larson program runs it too), blocks not checked, so that
+ * callgrind counts the allocator's work. */
 
 /* xfree ---------------------------------------------------------------------------------- */
 struct pair {
@@ -220,7 +160,7 @@ int main(int argc, char **argv) {
       start_all(threads, spawn_worker, a, sizeof a[0]);
     }
   } else if (!strcmp(mode, "larson")) {
-    larson(threads, arg(argc, argv, 3, 20), arg(argc, argv, 4, 100000));
+    larson_run(threads, arg(argc, argv, 3, 20), arg(argc, argv, 4, 100000), 0);
   } else if (!strcmp(mode, "xfree")) {
     const long rounds = arg(argc, argv, 3, 20000);
     const int pairs = (threads + 1) / 2;
