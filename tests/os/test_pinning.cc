@@ -373,6 +373,31 @@ TEST(Hugepages, ForkChildWritesIntoAnInheritedTwoMegabyteChunk) {
   EXPECT_EQ(r.num("parent_intact"), 1);
 }
 
+// The parent writes every page of its blocks right after each fork, then the child reads them.
+// With the pool holding just the parent's step (the probe holds any other free page meanwhile)
+// no huge page is left for copy-on-write, and the kernel keeps the page for the parent (it owns
+// the reservation) by taking it from the child. A child that shares the parent's hugetlb pages
+// dies of SIGBUS at its next touch, whatever it does in its fork handler (the parent's other
+// threads write meanwhile too).
+TEST(Hugepages, ForkChildReadsWhileTheParentWritesEveryHugePage) {
+  REQUIRE_ROOT();
+  PoolGrowth pool(kHugepages2M);
+  const long long got = pool.grow(16); // exactly the first 32 MiB step
+  if (got < 16) GTEST_SKIP() << "the kernel reserved only " << got << " of 16 2 MiB pages";
+  constexpr int kRounds = 20;
+  auto r =
+      run_probe({"NICMALLOC_CHUNK_SIZE=64M", "NICMALLOC_PIN_STEP=32M", "NICMALLOC_PAGE_KIND=2m"},
+                {"fork-write-race", std::to_string(kRounds), "16777216", "1048576"});
+  ASSERT_EQ(r.exit_code, 0) << r.out << r.err;
+  ASSERT_EQ(r.values["before_fork_page_kind"], "2m") << r.err;
+  EXPECT_EQ(r.num("rounds"), kRounds);
+  EXPECT_EQ(r.num("child_deaths"), 0)
+      << r.num("child_sigbus") << " of " << kRounds << " children died of SIGBUS";
+  EXPECT_EQ(r.num("child_wrong"), 0) << "children that read other bytes than those of the fork";
+  EXPECT_EQ(r.num("fork_failures"), 0);
+  EXPECT_EQ(r.num("parent_intact"), 1);
+}
+
 TEST(Hugepages, EmptyPoolFallsBackWithOneWarning) {
   REQUIRE_ROOT();
   const long long available = available_pages(kHugepages2M);
