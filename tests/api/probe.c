@@ -432,7 +432,7 @@ static long read_long(const char *path) {
  * shares; with the pool empty the kernel takes the page from the child, which dies of SIGBUS at
  * its next touch), then tells the child, which reads every page (it must see the bytes of the
  * fork), frees and allocates. Counts the children that died or read wrong bytes. */
-static int fork_write_race(unsigned rounds, size_t total, size_t block) {
+static int fork_write_race(unsigned rounds, size_t total, size_t block, bool register_first) {
   const size_t n = total / block, page = 4096;
   unsigned char **blocks = calloc(n, sizeof *blocks);
   if (!blocks) return 3;
@@ -444,6 +444,10 @@ static int fork_write_race(unsigned rounds, size_t total, size_t block) {
       return 3;
     }
     memset(blocks[i], 1, block);
+  }
+  if (register_first) { /* pins the step with the backend (io_uring: FOLL_PIN) */
+    struct nic_region_ref ref;
+    printf("register_rc=%d\n", nic_register(blocks[0], block, 0, &ref));
   }
   print_stats("before_fork_");
   /* The race needs the pool empty: the free pages of others are held meanwhile (not inherited,
@@ -892,7 +896,7 @@ int main(int argc, char **argv) {
   if (argc >= 3 && !strcmp(argv[1], "fork-child")) return fork_child(strtoull(argv[2], NULL, 0));
   if (argc >= 5 && !strcmp(argv[1], "fork-write-race"))
     return fork_write_race((unsigned)atoi(argv[2]), strtoull(argv[3], NULL, 0),
-                           strtoull(argv[4], NULL, 0));
+                           strtoull(argv[4], NULL, 0), argc >= 6 && !strcmp(argv[5], "register"));
   if (argc >= 3 && !strcmp(argv[1], "auto")) return auto_route(strtoull(argv[2], NULL, 0));
   if (argc >= 3 && !strcmp(argv[1], "cap-again")) return cap_again(strtoull(argv[2], NULL, 0));
   if (argc >= 4 && !strcmp(argv[1], "threads-start"))
@@ -949,7 +953,8 @@ int main(int argc, char **argv) {
       "usage: nic_probe dp-alloc TOTAL BLOCK | low-memlock BLOCK | low-memlock-fill TOTAL BLOCK | "
       "low-memlock-register N BLOCK | low-memlock-sga KIB BLOCK | memlock-steps LIMIT TOTAL BLOCK "
       "| "
-      "fork-child BLOCK | fork-write-race ROUNDS TOTAL BLOCK | auto SIZE | cap-again BLOCK | huge "
+      "fork-child BLOCK | fork-write-race ROUNDS TOTAL BLOCK [register] | auto SIZE | cap-again "
+      "BLOCK | huge "
       "SIZE SLEEP_MS | huge-usable [GIB] | "
       "grow-untouched MAX | aligned-dp ALIGNMENT SIZE | "
       "threads-start N SIZE | stats | stats-in-scope | stderr-reused FILE [open-backend] | "

@@ -398,6 +398,29 @@ TEST(Hugepages, ForkChildReadsWhileTheParentWritesEveryHugePage) {
   EXPECT_EQ(r.num("parent_intact"), 1);
 }
 
+// A step io_uring registered as a fixed buffer is pinned (FOLL_PIN), and since Linux 5.13 fork
+// copies pinned pages for the child at once: on private hugetlb pages with the pool empty, fork
+// itself failed with ENOMEM.
+TEST(Hugepages, ForkOfAProcessWithARegisteredHugetlbStepSucceeds) {
+  REQUIRE_ROOT();
+  PoolGrowth pool(kHugepages2M);
+  const long long got = pool.grow(16); // exactly the first 32 MiB step
+  if (got < 16) GTEST_SKIP() << "the kernel reserved only " << got << " of 16 2 MiB pages";
+  constexpr int kRounds = 5;
+  auto r =
+      run_probe({"NICMALLOC_CHUNK_SIZE=64M", "NICMALLOC_PIN_STEP=32M", "NICMALLOC_PAGE_KIND=2m",
+                 "NICMALLOC_BACKEND=uring"},
+                {"fork-write-race", std::to_string(kRounds), "16777216", "1048576", "register"});
+  ASSERT_EQ(r.exit_code, 0) << r.out << r.err;
+  if (r.num("register_rc") == -ENODEV) GTEST_SKIP() << "io_uring cannot run here: " << r.err;
+  ASSERT_EQ(r.num("register_rc"), 0) << r.err;
+  ASSERT_EQ(r.values["before_fork_page_kind"], "2m") << r.err;
+  EXPECT_EQ(r.num("fork_failures"), 0) << "fork failed (ENOMEM: no huge page to copy pinned ones)";
+  EXPECT_EQ(r.num("child_deaths"), 0);
+  EXPECT_EQ(r.num("child_wrong"), 0);
+  EXPECT_EQ(r.num("parent_intact"), 1);
+}
+
 TEST(Hugepages, EmptyPoolFallsBackWithOneWarning) {
   REQUIRE_ROOT();
   const long long available = available_pages(kHugepages2M);
