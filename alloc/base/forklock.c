@@ -34,8 +34,7 @@ void nic_forklock_parent(void) {
 }
 
 /* Locks are made anew rather than unlocked: in the child the forking thread has another
- * thread id, which a recursive mutex checks on unlock. All of them first: a hook may take any
- * (a chunk copied into place is an mremap, which the registration cache hears of). */
+ * thread id, which a recursive mutex checks on unlock. All of them first: a hook may take any. */
 void nic_forklock_child(void) {
   for (unsigned r = 0; r < NIC_FORK_RANKS; r++)
     EACH_AT(r, e) {

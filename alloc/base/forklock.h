@@ -23,6 +23,10 @@
  *                              wait for the growth, chunks, thread or cache locks
  *   dataplane growth           the chunks lock, mmap/munmap of a chunk (the cache)
  *   chunks, threads, huge cache, mapped blocks  munmap (the cache)
+ *   (hugetlb copy)             no lock: under the chunks lock, copies the hugetlb steps a child
+ *                              must not share (alloc/heap/fork_hugetlb.c); straight system
+ *                              calls, so it waits for no lock; in the child it puts the copy
+ *                              in place as the locks are made anew, before every child hook
  *   registration cache         the backend's reg/dereg, which may free memory: a deferred free
  *   deferred, holds, receivers, fence detect, fence protect, pressure, profile table, shm
  *   attaches:
@@ -96,6 +100,7 @@ enum nic_fork_rank {
   NIC_FORK_DP_LATE,
   NIC_FORK_DP_GROW,
   NIC_FORK_CHUNKS,
+  NIC_FORK_HUGETLB_COPY, /* no lock: hugetlb steps copied for the child (heap/fork_hugetlb.c) */
   NIC_FORK_THREADS,
   NIC_FORK_HUGE_CACHE,
   NIC_FORK_MAPPED,

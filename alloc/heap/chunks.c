@@ -226,48 +226,15 @@ void nic_chunks_unlock(void) {
   pthread_mutex_unlock(&chunk_lock);
 }
 
-/* A private hugetlb chunk shares its pages with the parent after fork, and the child's first
- * write to each needs a whole free huge page for copy-on-write; with the pool empty (nicmalloc
- * took what it needed) the child dies of SIGBUS. So the child swaps such chunks for ordinary
- * memory holding the same bytes, before it returns from fork. It costs a copy of each chunk, in
- * the child only, and only when the pool could not cover the writes; posix_spawn and vfork
- * children run no fork handlers and pay nothing. */
-static void unshare_hugetlb_step(unsigned index, unsigned step, size_t size) {
-  struct nic_step *st = &nic_chunks[index].steps[step];
-  size_t page = st->mapping.kind == NIC_PAGE_1G ? (1ul << 30) : (2ul << 20);
-  if (free_hugepages_of(page) >= size / page) return;
-  void *base = nic_step_base(index, step);
-  void *copy = mmap(NULL, size, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
-  if (copy == MAP_FAILED) {
-    nic_log_warn("fork child: cannot copy hugetlb chunk %u step %u (%s); writing to it may raise "
-                 "SIGBUS",
-                 index, step, strerror(errno));
-    return;
-  }
-  memcpy(copy, base, size);
-  if (mremap(copy, size, size, MREMAP_MAYMOVE | MREMAP_FIXED, base) == MAP_FAILED) {
-    nic_log_warn("fork child: cannot move the copy of chunk %u step %u into place (%s)", index,
-                 step, strerror(errno));
-    munmap(copy, size);
-    return;
-  }
-  st->mapping.kind = NIC_PAGE_4K;
-}
-
-/* Fork child, every lock fresh. */
+/* Fork child, every lock fresh. Hugetlb steps the child must not share were put in place
+ * before (fork_hugetlb.c). */
 static void after_fork_child(void) {
   reserving = 0; /* the thread that held it is gone (not held across fork: forklock.h) */
-  size_t step = (size_t)1 << nic_dp.step_shift;
   for (unsigned i = 0; i < slots_used; i++) {
     /* mlock is not inherited, and re-locking would copy every page of every step. */
     nic_chunks[i].mapping.pinned = false;
-    bool mapped =
-        nic_chunks[i].state == NIC_CHUNK_LIVE || nic_chunks[i].state == NIC_CHUNK_DRAINING;
-    for (unsigned s = 0; s < nic_steps_per_chunk(); s++) {
-      struct nic_step *st = &nic_chunks[i].steps[s];
-      st->mapping.pinned = false;
-      if (mapped && st->backed && st->mapping.kind >= NIC_PAGE_2M) unshare_hugetlb_step(i, s, step);
-    }
+    for (unsigned s = 0; s < nic_steps_per_chunk(); s++)
+      nic_chunks[i].steps[s].mapping.pinned = false;
   }
 }
 NIC_FORKLOCK_MUTEX(chunks, NIC_FORK_CHUNKS, &chunk_lock, after_fork_child);

@@ -373,6 +373,54 @@ TEST(Hugepages, ForkChildWritesIntoAnInheritedTwoMegabyteChunk) {
   EXPECT_EQ(r.num("parent_intact"), 1);
 }
 
+// The parent writes every page of its blocks right after each fork, then the child reads them.
+// With the pool holding just the parent's step (the probe holds any other free page meanwhile)
+// no huge page is left for copy-on-write, and the kernel keeps the page for the parent (it owns
+// the reservation) by taking it from the child. A child that shares the parent's hugetlb pages
+// dies of SIGBUS at its next touch, whatever it does in its fork handler (the parent's other
+// threads write meanwhile too).
+TEST(Hugepages, ForkChildReadsWhileTheParentWritesEveryHugePage) {
+  REQUIRE_ROOT();
+  PoolGrowth pool(kHugepages2M);
+  const long long got = pool.grow(16); // exactly the first 32 MiB step
+  if (got < 16) GTEST_SKIP() << "the kernel reserved only " << got << " of 16 2 MiB pages";
+  constexpr int kRounds = 20;
+  auto r =
+      run_probe({"NICMALLOC_CHUNK_SIZE=64M", "NICMALLOC_PIN_STEP=32M", "NICMALLOC_PAGE_KIND=2m"},
+                {"fork-write-race", std::to_string(kRounds), "16777216", "1048576"});
+  ASSERT_EQ(r.exit_code, 0) << r.out << r.err;
+  ASSERT_EQ(r.values["before_fork_page_kind"], "2m") << r.err;
+  EXPECT_EQ(r.num("rounds"), kRounds);
+  EXPECT_EQ(r.num("child_deaths"), 0)
+      << r.num("child_sigbus") << " of " << kRounds << " children died of SIGBUS";
+  EXPECT_EQ(r.num("child_wrong"), 0) << "children that read other bytes than those of the fork";
+  EXPECT_EQ(r.num("fork_failures"), 0);
+  EXPECT_EQ(r.num("parent_intact"), 1);
+}
+
+// A step io_uring registered as a fixed buffer is pinned (FOLL_PIN), and since Linux 5.13 fork
+// copies pinned pages for the child at once: on private hugetlb pages with the pool empty, fork
+// itself failed with ENOMEM.
+TEST(Hugepages, ForkOfAProcessWithARegisteredHugetlbStepSucceeds) {
+  REQUIRE_ROOT();
+  PoolGrowth pool(kHugepages2M);
+  const long long got = pool.grow(16); // exactly the first 32 MiB step
+  if (got < 16) GTEST_SKIP() << "the kernel reserved only " << got << " of 16 2 MiB pages";
+  constexpr int kRounds = 5;
+  auto r =
+      run_probe({"NICMALLOC_CHUNK_SIZE=64M", "NICMALLOC_PIN_STEP=32M", "NICMALLOC_PAGE_KIND=2m",
+                 "NICMALLOC_BACKEND=uring"},
+                {"fork-write-race", std::to_string(kRounds), "16777216", "1048576", "register"});
+  ASSERT_EQ(r.exit_code, 0) << r.out << r.err;
+  if (r.num("register_rc") == -ENODEV) GTEST_SKIP() << "io_uring cannot run here: " << r.err;
+  ASSERT_EQ(r.num("register_rc"), 0) << r.err;
+  ASSERT_EQ(r.values["before_fork_page_kind"], "2m") << r.err;
+  EXPECT_EQ(r.num("fork_failures"), 0) << "fork failed (ENOMEM: no huge page to copy pinned ones)";
+  EXPECT_EQ(r.num("child_deaths"), 0);
+  EXPECT_EQ(r.num("child_wrong"), 0);
+  EXPECT_EQ(r.num("parent_intact"), 1);
+}
+
 TEST(Hugepages, EmptyPoolFallsBackWithOneWarning) {
   REQUIRE_ROOT();
   const long long available = available_pages(kHugepages2M);
