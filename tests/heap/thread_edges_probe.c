@@ -78,6 +78,9 @@ static int fork_while_reaping(int forks) {
     pthread_create(&t[i], NULL, churn, NULL);
   int bad = 0;
   for (int k = 0; k < forks; k++) {
+    /* The alarm bounds each fork, not the run: a deadlock hangs one fork for good, while 200
+     * forks beside two churning threads took 29 s of main's 30 on a loaded machine. */
+    alarm(30);
     pid_t c = fork();
     if (c == 0) _exit(0);
     int st;
