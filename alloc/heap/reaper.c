@@ -127,6 +127,19 @@ static void release_steps(uint64_t now, unsigned delay_ms) {
   nic_chunks_unlock();
 }
 
+/* Releases the candidates still draining and empty; true when mimalloc still held committed
+ * slices (or a watcher a registration) in any of them. */
+static bool release_candidates(uint64_t candidates, const int64_t *live) {
+  bool held = false;
+  nic_chunks_lock();
+  for (unsigned i = 0; i < NIC_CHUNK_SLOTS; i++)
+    if ((candidates >> i & 1) && nic_chunk_at(i)->state == NIC_CHUNK_DRAINING && live[i] == 0 &&
+        !has_segments(i) && !nic_chunk_release_locked(i))
+      held = true;
+  nic_chunks_unlock();
+  return held;
+}
+
 void nic_reaper_pass(void) {
   nic_publish_tick(); /* the layers' periodic work: busy deregistrations, the profile */
   nic_huge_cache_purge(nic_config()->purge_delay_ms ? nic_config()->purge_delay_ms : 1);
@@ -139,25 +152,20 @@ void nic_reaper_pass(void) {
   bool segments_left, draining;
   uint64_t candidates = advance_states(live, now, delay_ms, &segments_left, &draining);
   release_steps(now, delay_ms);
-  /* Empty segments abandoned by threads that exited are freed only when a heap visits them,
-   * and segments in mimalloc's cache stay committed until it is emptied; a program whose
-   * dataplane threads are gone may never do either. At most once a second: a thread that
-   * keeps its segments and never comes back would otherwise pay it every pass. */
+  /* Empty segments abandoned by threads that exited are freed only when a heap visits them;
+   * a program whose dataplane threads are gone may never make one. At most once a second: a
+   * thread that keeps its segments and never comes back would otherwise pay it every pass. */
   static uint64_t visited_ms;
-  static bool committed_left;
-  if ((segments_left || committed_left) && (!visited_ms || now - visited_ms >= 1000)) {
+  if (segments_left && (!visited_ms || now - visited_ms >= 1000)) {
     visited_ms = now;
     nic_collect_abandoned();
     candidates = advance_states(live, now, delay_ms, &segments_left, &draining);
   }
-  committed_left = false;
-  if (candidates) {
-    nic_chunks_lock();
-    for (unsigned i = 0; i < NIC_CHUNK_SLOTS; i++)
-      if ((candidates >> i & 1) && nic_chunk_at(i)->state == NIC_CHUNK_DRAINING && live[i] == 0 &&
-          !has_segments(i) && !nic_chunk_release_locked(i))
-        committed_left = true;
-    nic_chunks_unlock();
+  /* A chunk with no segment left whose slices are still committed has them in mimalloc's
+   * segment cache, which the same visit empties: once, at once. */
+  if (candidates && release_candidates(candidates, live)) {
+    nic_collect_abandoned();
+    release_candidates(candidates, live);
   }
   /* Threads whose inline path may still point into a draining chunk catch up on their next
    * allocation, where they hand back their pages there. */
