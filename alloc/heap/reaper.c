@@ -151,6 +151,10 @@ void nic_reaper_pass(void) {
   const unsigned delay_ms = nic_config()->release_delay_ms;
   bool segments_left, draining;
   uint64_t candidates = advance_states(live, now, delay_ms, &segments_left, &draining);
+  /* Threads whose inline path may still point into a draining chunk catch up on their next
+   * allocation, where they hand back their pages there and stop allocating in it: at once, and
+   * again at the end of the pass for those that reopened it meanwhile (thread.c). */
+  if (draining) nic_threads_nudge(__atomic_load_n(&nic_chunk_epoch, __ATOMIC_ACQUIRE));
   release_steps(now, delay_ms);
   /* Empty segments abandoned by threads that exited are freed only when a heap visits them;
    * a program whose dataplane threads are gone may never make one. At most once a second: a
@@ -167,8 +171,6 @@ void nic_reaper_pass(void) {
     nic_collect_abandoned();
     release_candidates(candidates, live);
   }
-  /* Threads whose inline path may still point into a draining chunk catch up on their next
-   * allocation, where they hand back their pages there. */
   if (draining) nic_threads_nudge(__atomic_load_n(&nic_chunk_epoch, __ATOMIC_ACQUIRE));
   pthread_mutex_unlock(&pass_lock);
 }
