@@ -151,10 +151,14 @@ void nic_reaper_pass(void) {
   const unsigned delay_ms = nic_config()->release_delay_ms;
   bool segments_left, draining;
   uint64_t candidates = advance_states(live, now, delay_ms, &segments_left, &draining);
-  /* Threads whose inline path may still point into a draining chunk catch up on their next
-   * allocation, where they hand back their pages there and stop allocating in it: at once, and
-   * again at the end of the pass for those that reopened it meanwhile (thread.c). */
-  if (draining) nic_threads_nudge(__atomic_load_n(&nic_chunk_epoch, __ATOMIC_ACQUIRE));
+  /* Threads behind on the chunk states catch up on their next allocation: there they hand back
+   * their pages in draining chunks and stop allocating in them, and look for room from the
+   * lowest chunk up, which lets the high ones empty. At once, and again at the end of the pass
+   * for those that reopened their inline path meanwhile (thread.c). */
+  static unsigned nudged_epoch;
+  const unsigned epoch = __atomic_load_n(&nic_chunk_epoch, __ATOMIC_ACQUIRE);
+  if (draining || epoch != nudged_epoch) nic_threads_nudge(epoch);
+  nudged_epoch = epoch;
   release_steps(now, delay_ms);
   /* Empty segments abandoned by threads that exited are freed only when a heap visits them;
    * a program whose dataplane threads are gone may never make one. At most once a second: a
