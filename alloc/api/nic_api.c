@@ -45,14 +45,12 @@ NIC_EXPORT void nic_dataplane_end(void) {
 NIC_EXPORT void nic_collect(void) {
   struct nic_thread *t = &nic_self;
   if (nic_thread_ready()) {
-    nic_dp_enter(t);
     nic_dp_refresh(t);
     unsigned slots = nic_chunk_slots_used();
     for (unsigned i = 0; i < slots; i++)
       if (t->heaps[i] &&
           __atomic_load_n(&nic_chunk_at(i)->state, __ATOMIC_ACQUIRE) == NIC_CHUNK_LIVE)
         mi_heap_collect(t->heaps[i], true);
-    nic_dp_leave(t);
   }
   nic_huge_cache_purge(0);
   nic_reaper_pass();

@@ -19,8 +19,6 @@
  *                              completions free blocks, drop cache slots, report fence
  *                              mismatches (everything below)
  *   fence report               the profile table (the blocks' sites), the log
- *   dataplane late             waits for busy threads to leave dataplane code, and they may
- *                              wait for the growth, chunks, thread or cache locks
  *   dataplane growth           the chunks lock, mmap/munmap of a chunk (the cache)
  *   chunks, threads, huge cache, mapped blocks  munmap (the cache)
  *   (hugetlb copy)             no lock: under the chunks lock, copies the hugetlb steps a child
@@ -39,7 +37,7 @@
  * EVERY LOCK of alloc/, regcache/ and safety/ and its decision:
  *   held across fork (on the list, ranks below): the sim endpoint list (safety/endpoint.c),
  *     the other endpoints' list (safety/endpoint_common.c), the fence report lock
- *     (safety/fence_report.c), the late and growth locks (alloc/heap/dp_heap.c), the chunks lock
+ *     (safety/fence_report.c), the growth lock (alloc/heap/dp_heap.c), the chunks lock
  *     (alloc/heap/chunks.c), the thread list (alloc/heap/thread.c), the huge-block cache
  *     (alloc/heap/huge_cache.c), the table of blocks nicmalloc maps itself
  *     (alloc/heap/mapped.c), the registration caches (regcache/cache/rcache.c, one lock for
@@ -52,7 +50,7 @@
  *   not held, only reset in the child (a reset entry, or its module's child hook):
  *     - the reaper pass lock (alloc/heap/reaper.c): holding it would make fork wait for a whole
  *       pass, a visit of mimalloc's abandoned segments included; everything a pass changes
- *       is under the late, thread and chunks locks, which are held, and the reaper thread that
+ *       is under the thread and chunks locks, which are held, and the reaper thread that
  *       holds it does not exist in the child.
  *     - the dataplane reservation flag (alloc/heap/chunks.c "reserving", by the chunks' hook), a
  *       try-lock: holding it would make a concurrent dataplane request fail; what it guards
@@ -97,7 +95,6 @@ enum nic_fork_rank {
   NIC_FORK_ENDPOINTS,
   NIC_FORK_FENCE_REPORT,
   NIC_FORK_REAPER_PASS,
-  NIC_FORK_DP_LATE,
   NIC_FORK_DP_GROW,
   NIC_FORK_CHUNKS,
   NIC_FORK_HUGETLB_COPY, /* no lock: hugetlb steps copied for the child (heap/fork_hugetlb.c) */

@@ -155,12 +155,10 @@ void *nic_alloc_core(size_t size, size_t alignment, bool zero, enum nic_route ro
   return p;
 }
 
-void *nic_dp_alloc_fast_failed(bool zero, bool retry) {
+void *nic_dp_alloc_fast_failed(size_t size, bool zero, bool retry) {
   struct nic_thread *t = &nic_self;
-  const size_t request = t->dp_busy;
   if (t->full_until_ns) nic_dp_pause_fast(t); /* at the cap: a free of its own did not help */
-  nic_dp_leave_outermost(t);
-  return retry ? nic_alloc(request, 0, zero, NIC_ROUTE_DATAPLANE) : NULL;
+  return retry ? nic_alloc(size, 0, zero, NIC_ROUTE_DATAPLANE) : NULL;
 }
 
 void *nic_control_alloc_failed(void) {
@@ -209,30 +207,15 @@ bool nic_dropped_block_freed(const void *p) {
   return nic_mi_block_state(p) == NIC_MI_FREE;
 }
 
-/* Threads still setting up, or past their exit hook, have nothing to catch up with. */
-void nic_release_dp_block_unregistered(void *p) {
-  nic_block_mark_free(p);
-  mi_free(p);
-}
-
-/* The rare cases of a dataplane free: a thread not set up (or past its exit hook), a chunk
- * state change to catch up with, and a thread whose inline path is paused at the cap. */
-void nic_free_dp_block_slow(void *p) {
-  struct nic_thread *t = &nic_self;
-  if (t->state != NIC_THREAD_READY && !nic_thread_ready()) {
-    nic_release_dp_block_unregistered(p);
-    return;
-  }
-  nic_block_mark_free(p);
-  mi_free(p);
-  nic_dp_enter(t);
-  nic_dp_refresh(t);
-  nic_dp_leave(t);
-  if (__builtin_expect(t->dp_fast_paused, 0)) nic_dp_freed_while_paused(t, nic_chunk_index(p));
-}
-
+/* Free's fast path reads no thread state, so what a free owes its thread is done here: a
+ * set-up thread catches up with the chunk states, and a thread paused at the cap on the
+ * block's chunk (whose frees come here: chunks.h) learns of the room made. */
 void nic_free_dp_block(void *p) {
+  struct nic_thread *t = &nic_self;
   nic_free_dp_block_keyed(p, nic_free_key());
+  if (t->state != NIC_THREAD_READY) return;
+  if (!nic_dp_epoch_seen(t)) nic_dp_refresh(t);
+  if (__builtin_expect(t->dp_fast_paused, 0)) nic_dp_freed_while_paused(t, nic_chunk_index(p));
 }
 
 /* A free a watcher took (safety/deferred.c), done now that no page of the block is referenced. */

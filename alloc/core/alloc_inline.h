@@ -52,34 +52,35 @@ static inline void *nic_alloc_auto(size_t size, bool zero) {
   return nic_alloc(size, 0, zero, NIC_ROUTE_AUTO);
 }
 
-/* mimalloc refused the inline dataplane path's request: the pause at the cap, the busy mark
- * cleared, and then, for nic_malloc (retry), the general path with the request the mark held. */
-void *nic_dp_alloc_fast_failed(bool zero, bool retry) __attribute__((cold));
+/* mimalloc refused the inline dataplane path's request (the chunk full, or given back under an
+ * allocation that began before: reaper.c): the pause at the cap, and then, for nic_malloc
+ * (retry), the general path. */
+void *nic_dp_alloc_fast_failed(size_t size, bool zero, bool retry) __attribute__((cold));
 
-/* Dataplane allocation from the thread's current chunk. A miss (set-up, a full or changed chunk,
- * large requests, policy: all nic_alloc's) returns NULL, or with retry nic_alloc's answer. With
- * retry (nic_malloc) nothing is kept across the call into mimalloc but the thread pointer: the
- * request is the busy mark (dp_heap.h), where a failure finds it again. */
+/* Dataplane allocation from the thread's current chunk, with no busy window and no epoch test:
+ * the limits the thread keeps say that it is set up, has a heap there and was up to date with
+ * the chunk states when it last looked (thread.h), and a chunk is never given back under an
+ * allocation (reaper.c). Small requests take one compare and mi_heap_malloc_small; requests
+ * below NIC_MIN_BLOCK or above NIC_DP_SMALL_MAX a second compare. A miss (set-up, a full or
+ * changed chunk, large requests, policy: all nic_alloc's) returns NULL, or with retry
+ * nic_alloc's answer. */
 static inline __attribute__((always_inline)) void *nic_dp_alloc_fast(size_t size, bool zero,
                                                                      bool retry) {
   struct nic_thread *t = &nic_self;
-  if (__builtin_expect(size >= t->dp_fast_below, 0)) /* 0 unless set up */
-    return retry ? nic_alloc(size, 0, zero, NIC_ROUTE_DATAPLANE) : NULL;
-  unsigned index = t->cursor;
-  mi_heap_t *heap = t->heaps[index];
-  /* A call nested in another dataplane call (a signal handler's) counts on the slow path. */
-  if (__builtin_expect(heap == NULL || t->dp_busy != 0, 0))
-    return retry ? nic_alloc(size, 0, zero, NIC_ROUTE_DATAPLANE) : NULL;
-  const size_t request = nic_block_request(size);
-  nic_dp_enter_outermost(t, request);
-  if (__builtin_expect(!nic_dp_epoch_seen(t), 0)) {
-    nic_dp_leave_outermost(t);
+  void *p;
+  if (__builtin_expect(size - NIC_MIN_BLOCK < __atomic_load_n(&t->dp_small_span, __ATOMIC_RELAXED),
+                       1)) {
+    mi_heap_t *heap = t->dp_heap;
+    p = zero ? mi_heap_zalloc(heap, size) : mi_heap_malloc_small(heap, size);
+  } else if (size < __atomic_load_n(&t->dp_fast_below, __ATOMIC_RELAXED)) {
+    mi_heap_t *heap = t->dp_heap;
+    const size_t request = nic_block_request(size);
+    p = zero ? mi_heap_zalloc(heap, request) : mi_heap_malloc(heap, request);
+  } else {
     return retry ? nic_alloc(size, 0, zero, NIC_ROUTE_DATAPLANE) : NULL;
   }
-  void *p = zero ? mi_heap_zalloc(heap, request) : mi_heap_malloc(heap, request);
-  if (__builtin_expect(p == NULL, 0)) return nic_dp_alloc_fast_failed(zero, retry);
+  if (__builtin_expect(p == NULL, 0)) return nic_dp_alloc_fast_failed(size, zero, retry);
   if (!zero) nic_block_mark_live(p);
-  nic_dp_leave_outermost(&nic_self);
   return p;
 }
 
@@ -104,8 +105,6 @@ static inline bool nic_block_was_freed(const void *p) {
   if (__builtin_expect(nic_block_is_free(p), 0)) return nic_key_match_freed(p);
   return __builtin_expect(nic_block_on_dropped_page(p), 0) && nic_dropped_block_freed(p);
 }
-/* A thread still setting up, or past its last exit hook, frees into the exited totals. */
-void nic_release_dp_block_unregistered(void *p);
 
 /* May p be a block of ours, and is the word after it readable? Control blocks: the commit map
  * (commit_map.h) answers for the control arena, and mimalloc's segment map for a page the
@@ -151,23 +150,16 @@ static inline size_t nic_block_usable(const void *p) {
   return mi_usable_size(p);
 }
 
-/* A dataplane block's free when the thread is not set up or the chunk epoch moved. */
-void nic_free_dp_block_slow(void *p) __attribute__((cold));
-/* No busy window around mi_free: a block being freed is live, so its chunk cannot be released
- * under it (see reaper.c); only the refresh, which collects pages of draining chunks, needs
- * one. Nothing is counted: live bytes are read from mimalloc's pages when asked (dp_live.h).
- * A thread not set up has a seen_epoch of 0, and a chunk epoch of 0 means no chunk changed, so
- * it has nothing to catch up with either. A chunk change that lands after the epoch check is
- * seen by this thread's next dataplane call. */
+/* No busy window and no epoch test: a block being freed is live, so its chunk cannot be
+ * released under it (see reaper.c), and free reads no thread state. Nothing is counted: live
+ * bytes are read from mimalloc's pages when asked (dp_live.h). What a free may owe its thread
+ * (catching up with the chunk states, ending a pause at the cap) is done on the general path:
+ * nic_free_dp_block, where a paused thread's chunk sends its frees (chunks.h). */
 static inline __attribute__((always_inline)) void nic_free_dp_block_keyed(void *p, uintptr_t key) {
-  if (__builtin_expect(!nic_dp_epoch_seen(&nic_self), 0)) {
-    nic_free_dp_block_slow(p);
-    return;
-  }
   nic_block_set_word(p, key);
   mi_free(p);
 }
-/* The same out of line, for the general path. */
+/* The general path's dataplane free. */
 void nic_free_dp_block(void *p);
 
 /* A block a watcher took at its free (events.h: the NIC may still read it), released now. */
@@ -246,11 +238,14 @@ static inline __attribute__((always_inline)) void nic_free_inline(void *p, const
       return;
     }
   } else {
-    /* The same rotation against the dataplane range (chunks.h). */
-    const uintptr_t dp_offset = (uintptr_t)p - nic_dp.base;
-    const uintptr_t dp_units = (dp_offset >> 4) | (dp_offset << 60);
-    if (dp_units < __atomic_load_n(&nic_dp.span_16, __ATOMIC_RELAXED) &&
-        !nic_maybe_huge_block_or_boundary(p) && nic_dp_offset_readable(dp_offset)) {
+    /* The same rotation against the dataplane range, taken from the control arena's: with both
+     * bases 16-byte aligned and the ranges disjoint, units - rel_16 is below span_16 exactly
+     * when p's own rotated offset into the range is (in range and aligned), and then equals it.
+     * Both are set once, before any dataplane block exists, and read as plainly as the bases
+     * (one compare with memory). The slice byte sends segment boundaries, where no block
+     * starts, down the general path (chunks.h). */
+    const uintptr_t dp_units = units - nic_dp.rel_16;
+    if (dp_units < nic_dp.span_16 && nic_dp_units_fast(dp_units)) {
       const uintptr_t key = nic_free_key();
       if (__builtin_expect(!nic_block_holds(p, key) && !nic_watching_blocks(), 1)) {
         nic_free_dp_block_keyed(p, key);

@@ -2,6 +2,7 @@
 #include "chunks.h"
 
 #include "clock.h"
+#include "commit_map.h"
 #include "config.h"
 #include "dp_commit.h"
 #include "events.h"
@@ -20,8 +21,7 @@
 #include <time.h>
 
 struct nic_dp_range nic_dp;
-uint8_t nic_dp_unit_mapped[NIC_CHUNK_SLOTS << (30 - NIC_DP_UNIT_SHIFT)];
-_Static_assert((32ull << 20) >> NIC_DP_UNIT_SHIFT == 1, "a unit is the smallest chunk");
+uint8_t nic_dp_slices[NIC_CHUNK_SLOTS << (30 - NIC_SLICE_SHIFT)];
 unsigned nic_chunk_epoch;
 struct nic_chunk nic_chunks[NIC_CHUNK_SLOTS];
 const void *nic_step_registrations[NIC_CHUNK_SLOTS * NIC_STEPS_MAX];
@@ -53,6 +53,7 @@ static int reserve_locked(void) {
   nic_dp.shift = cfg->chunk_shift;
   nic_dp.step_shift = cfg->step_shift;
   __atomic_store_n(&nic_dp.base, (uintptr_t)base, __ATOMIC_RELEASE);
+  __atomic_store_n(&nic_dp.rel_16, ((uintptr_t)base - nic_commit_map.base) >> 4, __ATOMIC_RELEASE);
   __atomic_store_n(&nic_dp.span_16, span >> 4, __ATOMIC_RELEASE);
   nic_dp_commit_set((uintptr_t)base, span, nic_steps_commit, nic_steps_decommit);
   return 0;
@@ -89,13 +90,31 @@ unsigned nic_chunk_slots_used(void) {
   return __atomic_load_n(&slots_used, __ATOMIC_ACQUIRE);
 }
 
+/* The chunk's slices, from its state and free watchers (chunk lock held). */
+static void write_slices(unsigned index) {
+  const struct nic_chunk *c = &nic_chunks[index];
+  const bool mapped = c->state == NIC_CHUNK_LIVE || c->state == NIC_CHUNK_DRAINING;
+  const size_t slices = (size_t)1 << (nic_dp.shift - NIC_SLICE_SHIFT);
+  const size_t per_segment = (size_t)1 << (25 - NIC_SLICE_SHIFT); /* mimalloc's 32 MiB */
+  for (size_t i = 0; i < slices; i++) {
+    const uint8_t value = !mapped                                    ? NIC_DP_SLICE_UNMAPPED
+                          : c->free_watchers || i % per_segment == 0 ? NIC_DP_SLICE_GENERAL
+                                                                     : NIC_DP_SLICE_FAST;
+    __atomic_store_n(&nic_dp_slices[index * slices + i], value, __ATOMIC_RELEASE);
+  }
+}
+
 void nic_chunk_set_state(unsigned index, enum nic_chunk_state state) {
   __atomic_store_n(&nic_chunks[index].state, state, __ATOMIC_RELEASE);
-  const uint8_t mapped = state == NIC_CHUNK_LIVE || state == NIC_CHUNK_DRAINING;
-  const size_t units = (size_t)1 << (nic_dp.shift - NIC_DP_UNIT_SHIFT);
-  for (size_t u = 0; u < units; u++)
-    __atomic_store_n(&nic_dp_unit_mapped[index * units + u], mapped, __ATOMIC_RELEASE);
+  write_slices(index);
   __atomic_add_fetch(&nic_chunk_epoch, 1, __ATOMIC_RELEASE);
+}
+
+void nic_chunk_watch_frees(unsigned index, int delta) {
+  pthread_mutex_lock(&chunk_lock);
+  nic_chunks[index].free_watchers += (unsigned)delta;
+  write_slices(index);
+  pthread_mutex_unlock(&chunk_lock);
 }
 
 static unsigned pick_slot_locked(void) {
@@ -165,11 +184,50 @@ static int create_locked(unsigned *index_out) {
   return 0;
 }
 
+/* Marks every step of the chunk unbacked (remembering which were backed), then looks for slices
+ * mimalloc holds committed: the order of nic_step_release_locked, for all steps at once. A
+ * commit racing with it (a thread whose allocation was under way when the chunk stopped being
+ * live) either set its bits before this looked, and the chunk stays, or finds its step
+ * unbacked and waits for the chunk lock, behind which it finds the chunk released and maps it
+ * again (nic_steps_commit). True when nothing is committed. */
+static bool steps_uncommitted_locked(unsigned index, uint64_t *backed) {
+  struct nic_chunk *c = &nic_chunks[index];
+  const unsigned steps = nic_steps_per_chunk();
+  for (unsigned s = 0; s < steps; s++)
+    if (__atomic_exchange_n(&c->steps[s].backed, 0, __ATOMIC_SEQ_CST))
+      backed[s / 64] |= 1ull << (s % 64);
+  for (unsigned s = 0; s < steps; s++)
+    if (nic_step_committed(index, s)) return false;
+  return true;
+}
+
+/* The chunk stays: its steps' pages never left. */
+static void steps_restore_locked(unsigned index, const uint64_t *backed) {
+  for (unsigned s = 0; s < nic_steps_per_chunk(); s++)
+    if (backed[s / 64] >> (s % 64) & 1)
+      __atomic_store_n(&nic_chunks[index].steps[s].backed, 1, __ATOMIC_RELEASE);
+}
+
+void nic_chunk_revive_locked(unsigned index) {
+  struct nic_chunk *c = &nic_chunks[index];
+  nic_steps_forget_locked(index);
+  c->mapping = (struct nic_mapping){.kind = NIC_PAGE_NONE, .pinned = false};
+  c->empty_since_ms = 0;
+  created++; /* a chunk mapped, as by nic_chunk_create */
+  nic_log_info("dataplane chunk %u mapped again for an allocation under way at its release", index);
+  nic_publish_chunk_mapped(index, nic_chunk_base(index), (size_t)1 << nic_dp.shift);
+  nic_chunk_set_state(index, NIC_CHUNK_LIVE);
+}
+
 bool nic_chunk_release_locked(unsigned index) {
   struct nic_chunk *c = &nic_chunks[index];
-  /* The layers above let go of the chunk first (a registration busy with posts keeps it). */
-  if (!nic_publish_chunk_releasing(index, nic_chunk_base(index), (size_t)1 << nic_dp.shift))
+  uint64_t backed[NIC_STEPS_MAX / 64] = {0};
+  /* The layers above let go of the chunk next (a registration busy with posts keeps it). */
+  if (!steps_uncommitted_locked(index, backed) ||
+      !nic_publish_chunk_releasing(index, nic_chunk_base(index), (size_t)1 << nic_dp.shift)) {
+    steps_restore_locked(index, backed);
     return false;
+  }
   nic_release_chunk_memory(nic_chunk_base(index), (size_t)1 << nic_dp.shift);
   nic_steps_forget_locked(index);
   c->mapping.pinned = false;

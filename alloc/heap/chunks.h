@@ -45,6 +45,7 @@ struct nic_chunk {
    * the messages and the fork child; each step has its own). */
   struct nic_mapping mapping;
   struct nic_step steps[NIC_STEPS_MAX]; /* each step's backing */
+  unsigned free_watchers;               /* nic_chunk_watch_frees, under the chunk lock */
   /* Which 64 KiB slices mimalloc holds committed (set on its commits, cleared on its
    * decommits; steps.c): a step it holds nothing committed in can be given back, as mimalloc
    * commits again, through the chunk lock, before it touches any byte there. */
@@ -59,6 +60,10 @@ struct nic_dp_range {
   /* span in 16-byte units, set after base (0 until then): free's dataplane test compares the
    * offset rotated right by 4 bits with it, range and block alignment in one compare. */
   uintptr_t span_16;
+  /* (base - nic_commit_map.base) / 16, set before span_16: free has the control arena's
+   * rotated offset already, and this taken from it is the dataplane range's (alloc_inline.h
+   * says why). Both bases are set once, the control arena's at an earlier start-up step. */
+  uintptr_t rel_16;
 };
 extern struct nic_dp_range nic_dp __attribute__((visibility("hidden")));
 
@@ -109,28 +114,46 @@ extern const void *nic_step_registrations[NIC_CHUNK_SLOTS * NIC_STEPS_MAX]
 static inline const void **nic_step_registration(unsigned index, unsigned step) {
   return &nic_step_registrations[((size_t)index << (nic_dp.shift - nic_dp.step_shift)) + step];
 }
-/* 1 while the chunk holding a 32 MiB unit of the range (the smallest chunk) is LIVE or
- * DRAINING, written with its state: free's dataplane path finds it with a constant shift of the
- * offset and tests one byte, instead of a state in a 14 KiB record. */
-#define NIC_DP_UNIT_SHIFT 25
-extern uint8_t nic_dp_unit_mapped[NIC_CHUNK_SLOTS << (30 - NIC_DP_UNIT_SHIFT)]
+/* One byte per 64 KiB slice of the range (mimalloc's slice), written with its chunk's state:
+ * free's dataplane path finds it with a shift of the offset and tests one byte, instead of a
+ * state in a 14 KiB record. NIC_DP_SLICE_UNMAPPED: the chunk is neither LIVE nor DRAINING.
+ * NIC_DP_SLICE_FAST: frees there take their fast path. NIC_DP_SLICE_GENERAL: mapped, but frees
+ * take the general path: the first slice of every 32 MiB, where a mimalloc segment (aligned so)
+ * keeps its header and no block starts (a pointer at the boundary itself would have mi_free
+ * look at the segment below it), and every slice of a chunk a thread paused at the cap waits
+ * on (nic_chunk_watch_frees). */
+enum { NIC_DP_SLICE_UNMAPPED = 0, NIC_DP_SLICE_FAST = 1, NIC_DP_SLICE_GENERAL = 2 };
+extern uint8_t nic_dp_slices[NIC_CHUNK_SLOTS << (30 - NIC_SLICE_SHIFT)]
     __attribute__((visibility("hidden")));
+/* Frees into chunk index take the general path while the count is above zero (delta +1 or -1;
+ * takes the chunk lock). */
+void nic_chunk_watch_frees(unsigned index, int delta);
 /* Live and draining chunks are mapped: a pointer into one can be read. */
 static inline bool nic_chunk_readable(unsigned index) {
-  return __atomic_load_n(&nic_dp_unit_mapped[(size_t)index << (nic_dp.shift - NIC_DP_UNIT_SHIFT)],
-                         __ATOMIC_ACQUIRE) != 0;
+  return __atomic_load_n(&nic_dp_slices[(size_t)index << (nic_dp.shift - NIC_SLICE_SHIFT)],
+                         __ATOMIC_ACQUIRE) != NIC_DP_SLICE_UNMAPPED;
 }
-/* The same for the chunk at offset (less than nic_dp.span) into the range. */
-static inline bool nic_dp_offset_readable(uintptr_t offset) {
-  return __atomic_load_n(&nic_dp_unit_mapped[offset >> NIC_DP_UNIT_SHIFT], __ATOMIC_ACQUIRE) != 0;
+/* The slice at units_16 16-byte units (less than nic_dp.span_16) into the range is mapped, may
+ * start a block, and nothing asks its frees to take the general path. */
+static inline bool nic_dp_units_fast(uintptr_t units_16) {
+  return __atomic_load_n(&nic_dp_slices[units_16 >> (NIC_SLICE_SHIFT - 4)], __ATOMIC_ACQUIRE) ==
+         NIC_DP_SLICE_FAST;
 }
 /* Number of chunk slots ever mapped (live chunks are among the first this many). */
 unsigned nic_chunk_slots_used(void);
 
 /* Gives a drained chunk's memory back to the OS (caller holds the chunk lock). Returns false,
- * leaving it DRAINING, when a watcher cannot let it go yet (events.h: its registration still
- * has posts in flight). */
+ * leaving it DRAINING, when mimalloc still holds any slice of it committed (a live block, a
+ * segment, a cached segment, or an allocation under way: reaper.c) or a watcher cannot let it
+ * go yet (events.h: its registration still has posts in flight). */
 bool nic_chunk_release_locked(unsigned index);
+
+/* mimalloc commits in a released chunk: an allocation that was under way when the chunk was
+ * given back (reaper.c). The chunk is made LIVE again, as nic_chunk_create would (its range is
+ * still mapped, backed by nothing; the caller backs the step), so that the allocation lands in
+ * a live chunk rather than failing, which would leave mimalloc's claim on the arena behind for
+ * good. Chunk lock held. */
+void nic_chunk_revive_locked(unsigned index);
 
 struct nic_chunk_totals {
   uint32_t live, draining;

@@ -46,12 +46,14 @@ static int chunk_state(unsigned index) {
  * that finds it draining or released parks the cursor: allocating there would hand out memory
  * the reaper is about to give back, or has given back. */
 void nic_dp_refresh(struct nic_thread *t) {
-  t->seen_epoch = __atomic_load_n(&nic_chunk_epoch, __ATOMIC_ACQUIRE);
+  __atomic_store_n(&t->seen_epoch, __atomic_load_n(&nic_chunk_epoch, __ATOMIC_ACQUIRE),
+                   __ATOMIC_RELAXED);
   if (t->cursor != NIC_CURSOR_PARKED && chunk_state(t->cursor) != NIC_CHUNK_LIVE)
     t->cursor = NIC_CURSOR_PARKED;
   unsigned slots = nic_chunk_slots_used();
   for (unsigned i = 0; i < slots; i++)
     if (t->heaps[i] && chunk_state(i) == NIC_CHUNK_DRAINING) mi_heap_collect(t->heaps[i], true);
+  nic_thread_refresh_fast();
 }
 
 static void *try_chunk(struct nic_thread *t, unsigned index, size_t size, size_t alignment,
@@ -122,25 +124,13 @@ static void *alloc_slow(struct nic_thread *t, size_t size, size_t alignment, boo
   return p;
 }
 
-/* Threads past their first exit hook are invisible to the reaper's busy scan, so their (rare)
- * dataplane allocations hold a lock the reaper holds while it releases. */
-static pthread_mutex_t late_lock = PTHREAD_MUTEX_INITIALIZER;
-NIC_FORKLOCK_MUTEX(dp_late, NIC_FORK_DP_LATE, &late_lock, NULL);
-
-void nic_dp_late_lock(void) {
-  pthread_mutex_lock(&late_lock);
-}
-void nic_dp_late_unlock(void) {
-  pthread_mutex_unlock(&late_lock);
-}
-
+/* Threads past their first exit hook: their heaps are made anew and forgotten again by the
+ * exit hook's next round (thread.c). */
 static void *alloc_late(struct nic_thread *t, size_t size, size_t alignment, bool zero,
                         enum nic_dp_failure *why) {
   unsigned index = 0;
-  pthread_mutex_lock(&late_lock);
   void *p = alloc_slow(t, size, alignment, zero, &index, why);
   if (p) t->cursor = index;
-  pthread_mutex_unlock(&late_lock);
   return p;
 }
 
@@ -153,28 +143,27 @@ static void *alloc_late(struct nic_thread *t, size_t size, size_t alignment, boo
  * one request tries it again. */
 #define FULL_BACKOFF_NS 1000000ull
 
-/* The inline path off, and the thread's epoch made stale, so that its dataplane frees take the
- * slow path, which calls nic_dp_freed_while_paused. */
+/* The inline path off, and the frees into the current chunk sent down the general path, which
+ * calls nic_dp_freed_while_paused (free's fast path reads no thread state). */
 void nic_dp_pause_fast(struct nic_thread *t) {
   if (t->dp_fast_paused) return;
   t->dp_fast_paused = true;
+  t->paused_chunk = t->cursor;
+  if (t->paused_chunk != NIC_CURSOR_PARKED) nic_chunk_watch_frees(t->paused_chunk, 1);
   nic_thread_refresh_fast();
-  t->seen_epoch = t->full_epoch - 1; /* epochs only grow */
 }
 
-static void reopen_fast(struct nic_thread *t) {
+void nic_dp_unpause(struct nic_thread *t) {
   if (!t->dp_fast_paused) return;
   t->dp_fast_paused = false;
+  if (t->paused_chunk != NIC_CURSOR_PARKED) nic_chunk_watch_frees(t->paused_chunk, -1);
+  t->paused_chunk = NIC_CURSOR_PARKED;
   nic_thread_refresh_fast();
 }
 
-/* Only room in its current chunk helps the inline path; a free elsewhere leaves it paused and
- * the epoch stale again (nic_dp_refresh has just made it current), so the next free looks too. */
+/* Only room in the chunk it paused on helps the inline path. */
 void nic_dp_freed_while_paused(struct nic_thread *t, unsigned chunk) {
-  if (chunk == t->cursor)
-    reopen_fast(t);
-  else
-    t->seen_epoch--;
+  if (chunk == t->paused_chunk) nic_dp_unpause(t);
 }
 
 /* True while the thread found every chunk full a moment ago. */
@@ -184,7 +173,7 @@ static bool backing_off(struct nic_thread *t) {
       nic_now_ns() < t->full_until_ns)
     return true;
   t->full_until_ns = 0;
-  reopen_fast(t);
+  nic_dp_unpause(t);
   return false;
 }
 
@@ -213,7 +202,6 @@ void *nic_dp_alloc(size_t size, size_t alignment, bool zero, enum nic_dp_failure
     return NULL;
   }
   const unsigned epoch = __atomic_load_n(&nic_chunk_epoch, __ATOMIC_ACQUIRE);
-  nic_dp_enter(t);
   unsigned index = t->cursor;
   mi_heap_t *heap = t->heaps[index];
   void *p = NULL;
@@ -224,7 +212,16 @@ void *nic_dp_alloc(size_t size, size_t alignment, bool zero, enum nic_dp_failure
     p = alloc_slow(t, size, alignment, zero, &index, why);
     if (p) t->cursor = index;
   }
-  if (!p && *why == NIC_DP_CAP) back_off(t, epoch);
-  nic_dp_leave(t);
+  if (!p) {
+    if (*why == NIC_DP_CAP) back_off(t, epoch);
+    return p;
+  }
+  /* The inline path follows the cursor, once the thread is up to date with the chunk states;
+   * it opens again here after the reaper closed it (nic_threads_nudge). */
+  if (!nic_dp_epoch_seen(t))
+    nic_dp_refresh(t);
+  else if (t->dp_heap != t->heaps[t->cursor] ||
+           __atomic_load_n(&t->dp_fast_below, __ATOMIC_RELAXED) == 0)
+    nic_thread_refresh_fast();
   return p;
 }

@@ -13,12 +13,13 @@
  * So a child never shares a hugetlb step. The prepare handler copies each one into ordinary
  * memory and marks the step MADV_DONTFORK for the length of the fork; the child gets the copy in
  * the step's place, before any other fork hook runs; the parent drops the copy and marks its
- * steps inheritable again. The copy is taken with every allocator lock held and, under the
- * dataplane late lock, no thread inside dataplane code, so the heap's own bookkeeping in the
- * steps is consistent; a block another parent thread writes during the copy (a write not
- * ordered with the fork) may reach the child in part, as with pages a concurrent fork copies
- * one after another. It costs each fork of a process with hugetlb steps one copy of them, paid
- * in the parent's fork (the child then owns that memory and copies nothing itself);
+ * steps inheritable again. The copy is taken with every allocator lock held (the chunks lock
+ * keeps steps and segments where they are), in address order as fork copies page tables; a
+ * block another parent thread writes or frees during the copy (a write not ordered with the
+ * fork) may reach the child in part, as with pages fork itself copies one after another while
+ * other threads run, only over a longer window. The forking thread's own heap is consistent: it
+ * is inside fork, not allocating. It costs each fork of a process with hugetlb steps one copy of
+ * them, paid in the parent's fork (the child then owns that memory and copies nothing itself);
  * posix_spawn and vfork run no fork handlers and pay nothing. */
 #define _GNU_SOURCE
 #include "chunks.h"

@@ -1,21 +1,25 @@
 /* Why releasing a chunk is safe. A chunk is released only when
- *  1. its live blocks have been zero for the release delay (it is then DRAINING: no allocation
- *     starts there, because every allocation checks the chunk epoch and state inside a busy
- *     window, see dp_heap.h);
+ *  1. its live blocks have been zero for the release delay (it is then DRAINING: the slow
+ *     path allocates nothing there, and threads whose inline path still points there are
+ *     closed on every pass until they catch up: nic_threads_nudge);
  *  2. mimalloc holds no segment in it: owner threads collect their heaps for draining chunks on
- *     their next dataplane call, and segments abandoned by exited threads are freed when another
- *     heap visits them, which the reaper makes happen while a draining chunk still has segments
- *     (nic_collect_abandoned). The probe is mimalloc's segment map, one lookup per 32 MiB;
- *  3. after membarrier(2), every thread has been seen outside dataplane code, so no call that
- *     began before the chunk stopped being live is still running in it; and the live blocks and
- *     segment probe still say empty.
- * Frees take no busy window: a block being freed is live, so its chunk is not even DRAINING.
- * The last free of a chunk may still be inside mi_free when its count drops to zero; the release
- * comes at least the release delay later, and even a free stalled that long would only write
- * into the fresh, unpinned memory a released chunk is left with.
- * Segments of the chunk that sit in mimalloc's segment cache are only handed to heaps of the
- * chunk's own arena, so to nobody until the chunk is mapped again. A chunk whose threads never
- * come back to dataplane code stays DRAINING, pinned and counted in the stats. */
+ *     their next dataplane allocation, and segments abandoned by exited threads are freed when
+ *     another heap visits them, which the reaper makes happen while a draining chunk still has
+ *     segments (nic_collect_abandoned). The probe is mimalloc's segment map, one lookup per
+ *     32 MiB;
+ *  3. mimalloc holds no slice of it committed, looked at after every step was marked unbacked
+ *     (nic_chunk_release_locked). mimalloc touches no byte it has not committed, and commits
+ *     through nicmalloc (steps.h), so an allocation that was under way in the chunk, on a
+ *     thread that read its heap before the chunk stopped being live, either committed before
+ *     the look (and keeps the chunk) or commits after it, behind the chunk lock, and maps the
+ *     chunk again (nic_chunk_revive_locked): its block lands in a live chunk. Segments in
+ * mimalloc's segment cache stay committed, so they keep the chunk too, until nic_collect_abandoned
+ * empties the cache. This is the step release's protocol (steps.h), for every step at once. So no
+ * allocation or free pays for a busy window, and no thread is waited for. A free takes no part
+ * either: a block being freed is live, so its chunk is not even DRAINING; the last free of a chunk
+ * may still be inside mi_free when its count drops to zero, but its slices stay committed until
+ * mimalloc decommits them, after that free. A chunk whose threads never come back to dataplane
+ * allocation stays DRAINING, pinned and counted in the stats. */
 #define _GNU_SOURCE
 #include "reaper.h"
 
@@ -33,12 +37,10 @@
 #include "steps.h"
 #include "thread.h"
 
-#include <linux/membarrier.h>
 #include <mimalloc.h>
 #include <pthread.h>
 #include <signal.h>
 #include <stdlib.h>
-#include <sys/syscall.h>
 #include <time.h>
 #include <unistd.h>
 
@@ -51,7 +53,6 @@ static void pass_lock_reset(void) {
   pthread_mutex_init(&pass_lock, NULL);
 }
 NIC_FORKLOCK_CUSTOM(reaper_pass, NIC_FORK_REAPER_PASS, NULL, NULL, pass_lock_reset, NULL);
-static bool barrier_registered;
 
 /* One byte past each segment boundary: mimalloc 2.0.9 finds a pointer's segment as
  * (p - 1) & ~mask, so a boundary address itself belongs to the segment before it. A slot inside
@@ -64,24 +65,19 @@ static bool has_segments(unsigned index) {
   return false;
 }
 
-/* Orders every thread's busy-flag store before its next epoch load (see dp_heap.h). */
-static bool process_barrier(void) {
-  if (barrier_registered && syscall(SYS_membarrier, MEMBARRIER_CMD_PRIVATE_EXPEDITED, 0, 0) == 0)
-    return true;
-  return syscall(SYS_membarrier, MEMBARRIER_CMD_GLOBAL, 0, 0) == 0;
-}
-
 static bool is_mapped(int state) {
   return state == NIC_CHUNK_LIVE || state == NIC_CHUNK_DRAINING;
 }
 
 /* Moves LIVE chunks that stayed empty to DRAINING and back; returns the draining chunks that
  * look releasable as a bit mask. The lowest NICMALLOC_KEEP_CHUNKS mapped chunks never drain, so
- * a bursty program does not map and pin a chunk for every burst. */
+ * a bursty program does not map and pin a chunk for every burst. *draining says whether any
+ * chunk is DRAINING. */
 static uint64_t advance_states(const int64_t *live, uint64_t now, unsigned delay_ms,
-                               bool *segments_left) {
+                               bool *segments_left, bool *draining) {
   uint64_t candidates = 0;
   *segments_left = false;
+  *draining = false;
   unsigned keep = nic_config()->keep_chunks, kept = 0;
   nic_chunks_lock();
   unsigned slots = nic_chunk_slots_used();
@@ -98,8 +94,10 @@ static uint64_t advance_states(const int64_t *live, uint64_t now, unsigned delay
       else if (now - c->empty_since_ms >= delay_ms)
         nic_chunk_set_state(i, NIC_CHUNK_DRAINING);
     } else if (!has_segments(i)) {
+      *draining = true;
       candidates |= 1ull << i;
     } else {
+      *draining = true;
       *segments_left = true;
     }
   }
@@ -129,6 +127,19 @@ static void release_steps(uint64_t now, unsigned delay_ms) {
   nic_chunks_unlock();
 }
 
+/* Releases the candidates still draining and empty; true when mimalloc still held committed
+ * slices (or a watcher a registration) in any of them. */
+static bool release_candidates(uint64_t candidates, const int64_t *live) {
+  bool held = false;
+  nic_chunks_lock();
+  for (unsigned i = 0; i < NIC_CHUNK_SLOTS; i++)
+    if ((candidates >> i & 1) && nic_chunk_at(i)->state == NIC_CHUNK_DRAINING && live[i] == 0 &&
+        !has_segments(i) && !nic_chunk_release_locked(i))
+      held = true;
+  nic_chunks_unlock();
+  return held;
+}
+
 void nic_reaper_pass(void) {
   nic_publish_tick(); /* the layers' periodic work: busy deregistrations, the profile */
   nic_huge_cache_purge(nic_config()->purge_delay_ms ? nic_config()->purge_delay_ms : 1);
@@ -137,9 +148,18 @@ void nic_reaper_pass(void) {
   nic_dp_live_sum(live);
   nic_peaks_sample(live); /* before this pass releases steps and chunks (peaks.h) */
   const uint64_t now = nic_now_ms();
-  bool segments_left;
-  uint64_t candidates = advance_states(live, now, nic_config()->release_delay_ms, &segments_left);
-  release_steps(now, nic_config()->release_delay_ms);
+  const unsigned delay_ms = nic_config()->release_delay_ms;
+  bool segments_left, draining;
+  uint64_t candidates = advance_states(live, now, delay_ms, &segments_left, &draining);
+  /* Threads behind on the chunk states catch up on their next allocation: there they hand back
+   * their pages in draining chunks and stop allocating in them, and look for room from the
+   * lowest chunk up, which lets the high ones empty. At once, and again at the end of the pass
+   * for those that reopened their inline path meanwhile (thread.c). */
+  static unsigned nudged_epoch;
+  const unsigned epoch = __atomic_load_n(&nic_chunk_epoch, __ATOMIC_ACQUIRE);
+  if (draining || epoch != nudged_epoch) nic_threads_nudge(epoch);
+  nudged_epoch = epoch;
+  release_steps(now, delay_ms);
   /* Empty segments abandoned by threads that exited are freed only when a heap visits them;
    * a program whose dataplane threads are gone may never make one. At most once a second: a
    * thread that keeps its segments and never comes back would otherwise pay it every pass. */
@@ -147,20 +167,15 @@ void nic_reaper_pass(void) {
   if (segments_left && (!visited_ms || now - visited_ms >= 1000)) {
     visited_ms = now;
     nic_collect_abandoned();
-    candidates = advance_states(live, now, nic_config()->release_delay_ms, &segments_left);
+    candidates = advance_states(live, now, delay_ms, &segments_left, &draining);
   }
-  if (candidates && process_barrier()) {
-    nic_dp_late_lock();
-    nic_threads_wait_not_busy();
-    nic_dp_live_sum(live);
-    nic_chunks_lock();
-    for (unsigned i = 0; i < NIC_CHUNK_SLOTS; i++)
-      if ((candidates >> i & 1) && nic_chunk_at(i)->state == NIC_CHUNK_DRAINING && live[i] == 0 &&
-          !has_segments(i))
-        nic_chunk_release_locked(i);
-    nic_chunks_unlock();
-    nic_dp_late_unlock();
+  /* A chunk with no segment left whose slices are still committed has them in mimalloc's
+   * segment cache, which the same visit empties: once, at once. */
+  if (candidates && release_candidates(candidates, live)) {
+    nic_collect_abandoned();
+    release_candidates(candidates, live);
   }
+  if (draining) nic_threads_nudge(__atomic_load_n(&nic_chunk_epoch, __ATOMIC_ACQUIRE));
   pthread_mutex_unlock(&pass_lock);
 }
 
@@ -189,8 +204,6 @@ static void *reaper_main(void *arg) {
 void nic_reaper_start(void) {
   if (__atomic_load_n(&started, __ATOMIC_ACQUIRE)) return;
   if (__atomic_exchange_n(&started, 1, __ATOMIC_ACQ_REL)) return;
-  barrier_registered =
-      syscall(SYS_membarrier, MEMBARRIER_CMD_REGISTER_PRIVATE_EXPEDITED, 0, 0) == 0;
   NIC_INTERNAL_SCOPE(); /* pthread_create allocates */
   sigset_t all, old;
   sigfillset(&all);

@@ -110,7 +110,17 @@ int nic_steps_commit(void *addr, size_t len) {
     slice_bits(index, (a - base) >> NIC_SLICE_SHIFT, (stop - base) >> NIC_SLICE_SHIFT, true);
     if (__atomic_load_n(&nic_chunk_at(index)->steps[step].backed, __ATOMIC_SEQ_CST)) continue;
     nic_chunks_lock();
-    if (nic_step_back_locked(index, step)) rc = -ENOMEM;
+    /* A released chunk: an allocation that was under way when it was given back (see
+     * nic_chunk_release_locked). It is mapped again for it. A chunk never mapped has no arena
+     * mimalloc could commit in. */
+    const int state = nic_chunk_at(index)->state;
+    if (state == NIC_CHUNK_RELEASED) nic_chunk_revive_locked(index);
+    if (state == NIC_CHUNK_UNMAPPED) {
+      slice_bits(index, (a - base) >> NIC_SLICE_SHIFT, (stop - base) >> NIC_SLICE_SHIFT, false);
+      rc = -ENOMEM;
+    } else if (nic_step_back_locked(index, step)) {
+      rc = -ENOMEM;
+    }
     nic_chunks_unlock();
   }
   return rc;

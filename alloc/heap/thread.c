@@ -1,6 +1,7 @@
 #include "thread.h"
 
 #include "block.h"
+#include "dp_heap.h"
 
 #include "forklock.h"
 #include "log.h"
@@ -8,7 +9,6 @@
 
 #include <limits.h>
 #include <pthread.h>
-#include <sched.h>
 #include <string.h>
 
 __thread struct nic_thread nic_self __attribute__((tls_model("initial-exec")));
@@ -28,14 +28,16 @@ static pthread_once_t exit_key_once = PTHREAD_ONCE_INIT;
  * it (nic_thread_rearm_exit: a dataplane allocation in a later destructor), since mimalloc's
  * next round deletes that one too. It does not re-arm itself: each round it set would cost every
  * exiting thread glibc's walk over all keys, for nothing in a thread that made no heap. The
- * first call also unlinks the thread: from then on (EXITING) it allocates dataplane memory under
- * the late lock (dp_heap.c), so nothing depends on how many rounds glibc runs, and a thread that
- * dies linked cannot be left behind for a new thread to find at the same address. */
+ * first call also unlinks the thread: from then on (EXITING) each dataplane allocation takes the
+ * slow path (alloc_late, dp_heap.c), so nothing depends on how many rounds glibc runs, and a thread
+ * that dies linked cannot be left behind for a new thread to find at the same address. */
 static void on_thread_exit(void *arg) {
   struct nic_thread *t = arg;
+  nic_dp_unpause(t); /* its paused chunk's frees go back to their fast path */
   memset(t->heaps, 0, sizeof t->heaps);
   t->internal_heap = NULL;
   t->cursor = 0;
+  t->dp_heap = NULL;
   if (t->state != NIC_THREAD_READY) return;
   pthread_mutex_lock(&threads_lock);
   if (t->prev)
@@ -47,7 +49,8 @@ static void on_thread_exit(void *arg) {
   t->state = NIC_THREAD_EXITING;
   pthread_mutex_unlock(&threads_lock);
   t->fast_span = 0;
-  t->dp_fast_below = 0;
+  __atomic_store_n(&t->dp_small_span, 0, __ATOMIC_RELAXED);
+  __atomic_store_n(&t->dp_fast_below, 0, __ATOMIC_RELAXED);
 }
 
 void nic_thread_rearm_exit(struct nic_thread *t) {
@@ -88,8 +91,16 @@ void nic_thread_refresh_fast(void) {
    * takes the slow path, to its own heap (alloc.c). */
   const bool fast = ready && t->scope_depth == 0 && t->internal_depth == 0;
   t->fast_span = fast && nic_fast_limit > NIC_MIN_BLOCK ? nic_fast_limit - NIC_MIN_BLOCK : 0;
-  const bool dp_fast = t->state == NIC_THREAD_READY && !t->dp_fast_paused;
-  t->dp_fast_below = dp_fast ? nic_dp_fast_max + 1 : 0;
+  /* The parked cursor's heap is NULL. A thread behind on the chunk states catches up on the
+   * slow path first: its cursor chunk may have stopped being live. */
+  t->dp_heap = t->heaps[t->cursor];
+  const bool dp_fast = ready && !t->dp_fast_paused && t->dp_heap &&
+                       __atomic_load_n(&t->seen_epoch, __ATOMIC_RELAXED) ==
+                           __atomic_load_n(&nic_chunk_epoch, __ATOMIC_ACQUIRE);
+  const size_t small_max = nic_dp_fast_max < NIC_DP_SMALL_MAX ? nic_dp_fast_max : NIC_DP_SMALL_MAX;
+  const size_t small_span = small_max >= NIC_MIN_BLOCK ? small_max - NIC_MIN_BLOCK + 1 : 0;
+  __atomic_store_n(&t->dp_small_span, dp_fast ? small_span : 0, __ATOMIC_RELAXED);
+  __atomic_store_n(&t->dp_fast_below, dp_fast ? nic_dp_fast_max + 1 : 0, __ATOMIC_RELAXED);
 }
 
 void nic_internal_enter(void) {
@@ -109,26 +120,16 @@ void nic_internal_leave(void) {
   nic_thread_refresh_fast();
 }
 
-/* Each thread need only be seen idle once. The list lock is not held while waiting: a busy
- * thread may be waiting for the growth lock, whose holder (fork's prepare handler, which takes
- * every lock) waits for the list lock, and the three would wait for each other forever. */
-void nic_threads_wait_not_busy(void) {
-  static unsigned pass;      /* one caller at a time: the reaper's pass lock */
-  if (++pass == 0) pass = 1; /* a new thread's 0 never counts as seen */
-  for (;;) {
-    bool waiting = false;
-    pthread_mutex_lock(&threads_lock);
-    for (struct nic_thread *t = threads; t; t = t->next) {
-      if (t->idle_pass == pass) continue;
-      if (__atomic_load_n(&t->dp_busy, __ATOMIC_ACQUIRE))
-        waiting = true;
-      else
-        t->idle_pass = pass;
-    }
-    pthread_mutex_unlock(&threads_lock);
-    if (!waiting) return;
-    sched_yield();
+/* A thread that stores its own limits between the load of its seen epoch here and the store
+ * below keeps them open with a stale epoch; the next pass closes them again. */
+void nic_threads_nudge(unsigned epoch) {
+  pthread_mutex_lock(&threads_lock);
+  for (struct nic_thread *t = threads; t; t = t->next) {
+    if (__atomic_load_n(&t->seen_epoch, __ATOMIC_RELAXED) == epoch) continue;
+    __atomic_store_n(&t->dp_small_span, 0, __ATOMIC_RELAXED);
+    __atomic_store_n(&t->dp_fast_below, 0, __ATOMIC_RELAXED);
   }
+  pthread_mutex_unlock(&threads_lock);
 }
 
 /* In a fork child only the forking thread survives. */

@@ -1,6 +1,7 @@
-/* Per-thread state, written only by its own thread (the reaper reads dp_busy), so the hot paths
- * take no lock and no atomic read-modify-write. Dataplane live bytes are not counted here but
- * read from mimalloc's pages when asked (dp_live.h). */
+/* Per-thread state, written by its own thread (the reaper only closes the inline dataplane path
+ * of a thread behind on the chunk states: nic_threads_nudge), so the hot paths take no lock and
+ * no atomic read-modify-write. Dataplane live bytes are not counted here but read from
+ * mimalloc's pages when asked (dp_live.h). */
 #ifndef NIC_THREAD_H
 #define NIC_THREAD_H
 
@@ -11,6 +12,9 @@
 #include <stdint.h>
 
 #define NIC_CURSOR_PARKED NIC_CHUNK_SLOTS
+/* Largest request of the inline dataplane path's first branch: mimalloc's small sizes, which
+ * mi_heap_malloc_small serves without testing the size again. */
+#define NIC_DP_SMALL_MAX MI_SMALL_SIZE_MAX
 
 struct nic_thread {
   /* malloc of n bytes takes the control fast path when n - NIC_MIN_BLOCK < fast_span
@@ -19,10 +23,16 @@ struct nic_thread {
    * one compare decide the route and that the request needs no raising to the minimum block;
    * smaller requests take a second test, off the common path. */
   size_t fast_span;
-  /* nic_malloc's inline dataplane path takes requests of fewer bytes than this: one more than
-   * nic_dp_fast_max once the thread is set up, 0 before, after its exit hook, and while
-   * dp_fast_paused. */
+  /* nic_malloc's inline dataplane path, from dp_heap. Small requests (NIC_MIN_BLOCK bytes up
+   * to NIC_DP_SMALL_MAX) take it when size - NIC_MIN_BLOCK < dp_small_span (unsigned, one
+   * compare as for fast_span), the others when size < dp_fast_below (one more than
+   * nic_dp_fast_max). Both are 0 unless the thread is set up, has a heap in its cursor chunk,
+   * is not paused at the cap and has seen the latest chunk epoch; the reaper stores 0 to both
+   * of a thread behind on the epoch, so that its next allocation catches up on the slow path
+   * (nic_threads_nudge). Read and written with relaxed atomics for that reason. */
+  size_t dp_small_span;
   size_t dp_fast_below;
+  mi_heap_t *dp_heap; /* heaps[cursor], kept by nic_thread_refresh_fast */
   int scope_depth;
   /* Nonzero while nicmalloc's own code runs on this thread (nic_internal_enter): its blocks are
    * control memory whatever the scope or NICMALLOC_DP_MIN_SIZE say. A count, as calls nest. */
@@ -32,12 +42,9 @@ struct nic_thread {
   /* Chunk this thread allocates dataplane memory from first; NIC_CURSOR_PARKED when that chunk
    * stopped being live, so that the next allocation takes the slow path, which scans. */
   unsigned cursor;
-  /* Nonzero while this thread is inside mimalloc on dataplane memory; the reaper waits for it
-   * to be seen at zero before it releases a chunk (see reaper.c). A count, as calls nest; the
-   * inline path, which runs only at zero, stores its request instead (dp_heap.h). */
-  size_t dp_busy;
-  unsigned idle_pass;  /* the reaper's wait that last saw dp_busy at zero; under the list lock */
-  unsigned seen_epoch; /* nic_chunk_epoch when this thread last looked at the chunk states */
+  /* nic_chunk_epoch when this thread last looked at the chunk states; written by this thread,
+   * read by the reaper (relaxed). */
+  unsigned seen_epoch;
   /* This thread's heap in each chunk's arena, and a last entry that is always NULL: the heap
    * the parked cursor finds, which sends the inline path to the slow one. */
   mi_heap_t *heaps[NIC_CHUNK_SLOTS + 1];
@@ -46,8 +53,10 @@ struct nic_thread {
   uint64_t full_until_ns;
   unsigned full_epoch;
   /* The inline path found the current chunk full too: it stays off until this thread frees a
-   * block there (which may make room) or the pause ends. */
+   * block there (which may make room) or the pause ends. paused_chunk is that chunk, whose
+   * frees take the general path meanwhile (nic_chunk_watch_frees), or NIC_CURSOR_PARKED. */
   bool dp_fast_paused;
+  unsigned paused_chunk;
   struct nic_thread *next, *prev;
 };
 
@@ -58,7 +67,8 @@ extern __thread struct nic_thread nic_self __attribute__((tls_model("initial-exe
 /* Sets the calling thread up (once). Returns false while setting up (re-entrant malloc from
  * inside the set-up) or after the thread has exited; callers then use the control heap. */
 bool nic_thread_ready(void);
-/* Recomputes nic_self.fast_span after the thread's state or scope changed. */
+/* Recomputes nic_self.fast_span, and the inline dataplane path's limits and heap, after the
+ * thread's state, scope, cursor, heaps or seen epoch changed. */
 void nic_thread_refresh_fast(void);
 /* What the fast paths take, set at start-up, copied by each thread when it refreshes. Cap on
  * fast_span: NICMALLOC_DP_MIN_SIZE's threshold, lowered by the control heap's tuning, profiling,
@@ -91,7 +101,10 @@ static inline void nic_internal_scope_end(int *unused) {
 /* A heap was made for t (the calling thread's nic_self): past its exit hook, that hook must run
  * again after mimalloc's next round of thread-exit destructors, which deletes the heap. */
 void nic_thread_rearm_exit(struct nic_thread *t);
-/* Returns once every registered thread has been seen outside dataplane code (see reaper.c). */
-void nic_threads_wait_not_busy(void);
+/* Closes the inline dataplane path of every registered thread that has not seen chunk epoch
+ * epoch, so that its next dataplane allocation takes the slow path, which catches up (collects
+ * its heaps in draining chunks, moves its cursor off chunks that are not live). For progress
+ * only: nothing depends on when the thread gets there (reaper.c says why releasing is safe). */
+void nic_threads_nudge(unsigned epoch);
 
 #endif
