@@ -9,6 +9,7 @@
 #include "log.h"
 #include "reaper.h"
 #include "startup.h"
+#include "step_pages.h"
 #include "steps.h"
 #include "vspace.h"
 
@@ -202,8 +203,11 @@ void nic_chunk_totals(struct nic_chunk_totals *out) {
     for (unsigned s = 0; s < nic_steps_per_chunk(); s++) {
       const struct nic_step *st = &nic_chunks[i].steps[s];
       if (!st->backed) continue;
-      out->backed_bytes += step;
-      if (st->mapping.pinned) out->pinned_bytes += step, out->pinned_steps++;
+      /* Less the pages given back inside it (step_pages.h). */
+      const size_t dropped = nic_step_pages_dropped_bytes(i, s), held = step - dropped;
+      out->dropped_bytes += dropped;
+      out->backed_bytes += held;
+      if (st->mapping.pinned) out->pinned_bytes += held, out->pinned_steps++;
     }
   }
   struct nic_step_totals steps;

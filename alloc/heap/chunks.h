@@ -134,7 +134,7 @@ bool nic_chunk_release_locked(unsigned index);
 
 struct nic_chunk_totals {
   uint32_t live, draining;
-  size_t mapped_bytes, pinned_bytes, backed_bytes;
+  size_t mapped_bytes, pinned_bytes, backed_bytes, dropped_bytes;
   uint32_t pinned_steps;
   uint64_t steps_backed, steps_released; /* over the process lifetime */
   uint64_t created, released, page_fallbacks, pin_failures;

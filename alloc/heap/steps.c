@@ -4,6 +4,7 @@
 #include "config.h"
 #include "events.h"
 #include "log.h"
+#include "step_pages.h"
 
 #include <mimalloc.h>
 
@@ -108,6 +109,8 @@ int nic_steps_commit(void *addr, size_t len) {
     const uintptr_t step_last = a | (((uintptr_t)1 << nic_dp.step_shift) - 1);
     const uintptr_t stop = last < step_last ? last : step_last;
     slice_bits(index, (a - base) >> NIC_SLICE_SHIFT, (stop - base) >> NIC_SLICE_SHIFT, true);
+    /* Pages given back inside the step (step_pages.h) come back before mimalloc writes. */
+    if (nic_step_pages_refill((void *)a, stop - a + 1)) rc = -ENOMEM;
     if (__atomic_load_n(&nic_chunk_at(index)->steps[step].backed, __ATOMIC_SEQ_CST)) continue;
     nic_chunks_lock();
     if (nic_step_back_locked(index, step)) rc = -ENOMEM;
@@ -121,6 +124,7 @@ void nic_steps_forget_locked(unsigned index) {
   for (unsigned s = 0; s < nic_steps_per_chunk(); s++) {
     __atomic_store_n(&c->steps[s].backed, 0, __ATOMIC_RELEASE);
     c->steps[s].mapping.pinned = false;
+    nic_step_pages_forget_locked(index, s);
   }
 }
 
@@ -139,6 +143,7 @@ void nic_steps_decommit(void *addr, size_t len) {
     slice_bits(index, (a - base) >> NIC_SLICE_SHIFT, ((stop - base) >> NIC_SLICE_SHIFT) - 1, false);
     a = stop;
   }
+  nic_step_pages_drop(addr, len);
 }
 
 bool nic_step_committed(unsigned index, unsigned step) {
@@ -170,6 +175,7 @@ bool nic_step_release_locked(unsigned index, unsigned step) {
   }
   nic_release_step_memory(base, len);
   s->mapping.pinned = false;
+  nic_step_pages_forget_locked(index, step);
   released_total++;
   nic_log_info("dataplane chunk %u step %u released to the OS", index, step);
   return true;
