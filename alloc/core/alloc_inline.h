@@ -100,8 +100,25 @@ static inline bool nic_block_on_dropped_page(const void *p) {
   return offset < __atomic_load_n(&nic_commit_map.checked, __ATOMIC_RELAXED) &&
          !nic_commit_map_has(offset);
 }
+/* p, a dataplane block that may be ours, lies in a slice mimalloc does not hold committed: it is
+ * freed, and its pages may have left (a released step, or a unit given back inside a live
+ * step: steps.h, step_pages.h), reading as zeros or, on an unbacked hugetlb step, not at all.
+ * Asked before the key is read (no fault) and again after it, behind an acquire fence: the
+ * owner's decommit clears the bits before its pages go, so a key read as zeros by a drop in
+ * between is caught too. */
+static inline bool nic_dp_block_gone(uintptr_t dp_offset) {
+  return __builtin_expect(!nic_dp_slice_held(dp_offset), 0);
+}
 static inline bool nic_block_was_freed(const void *p) {
-  if (__builtin_expect(nic_block_is_free(p), 0)) return nic_key_match_freed(p);
+  const uintptr_t dp_offset = (uintptr_t)p - nic_dp.base;
+  const bool dp = nic_in_dp(p);
+  if (dp && nic_dp_block_gone(dp_offset)) return true;
+  const bool keyed = nic_block_is_free(p);
+  if (dp) {
+    __atomic_thread_fence(__ATOMIC_ACQUIRE);
+    if (nic_dp_block_gone(dp_offset)) return true;
+  }
+  if (__builtin_expect(keyed, 0)) return nic_key_match_freed(p);
   return __builtin_expect(nic_block_on_dropped_page(p), 0) && nic_dropped_block_freed(p);
 }
 /* A thread still setting up, or past its last exit hook, frees into the exited totals. */
@@ -224,8 +241,9 @@ void nic_free_general(void *p, const char *caller);
 /* The common frees as chains of tests, each a branch out to nic_free_general. A control block:
  * in the control arena (which also rules out NULL), on a page mimalloc committed (so the key
  * word can be read), not holding the free key, nothing in flight or registered, not a huge
- * block; it ends in a tail call to mi_free. A dataplane block: its chunk mapped, not holding
- * the free key, nothing in flight, whatever NICMALLOC_FREE_CHECK says (with it off the general
+ * block; it ends in a tail call to mi_free. A dataplane block: its chunk mapped, its slice held
+ * committed by mimalloc (before and after the key is read), not holding the free key, nothing
+ * in flight, whatever NICMALLOC_FREE_CHECK says (with it off the general
  * path releases without checks, so a block these tests send there is released all the same).
  * Both first ask for the alignment every block has (the control test in the same compare as the
  * range). The tests are those of nic_check_live_block and nic_release_block in the same order,
@@ -250,9 +268,12 @@ static inline __attribute__((always_inline)) void nic_free_inline(void *p, const
     const uintptr_t dp_offset = (uintptr_t)p - nic_dp.base;
     const uintptr_t dp_units = (dp_offset >> 4) | (dp_offset << 60);
     if (dp_units < __atomic_load_n(&nic_dp.span_16, __ATOMIC_RELAXED) &&
-        !nic_maybe_huge_block_or_boundary(p) && nic_dp_offset_readable(dp_offset)) {
+        !nic_maybe_huge_block_or_boundary(p) && nic_dp_offset_readable(dp_offset) &&
+        !nic_dp_block_gone(dp_offset)) {
       const uintptr_t key = nic_free_key();
-      if (__builtin_expect(!nic_block_holds(p, key) && !nic_watching_blocks(), 1)) {
+      const bool keyed = nic_block_holds(p, key);
+      __atomic_thread_fence(__ATOMIC_ACQUIRE); /* the key, then the slice (nic_dp_block_gone) */
+      if (__builtin_expect(!keyed && !nic_dp_block_gone(dp_offset) && !nic_watching_blocks(), 1)) {
         nic_free_dp_block_keyed(p, key);
         return;
       }

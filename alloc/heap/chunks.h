@@ -45,10 +45,6 @@ struct nic_chunk {
    * the messages and the fork child; each step has its own). */
   struct nic_mapping mapping;
   struct nic_step steps[NIC_STEPS_MAX]; /* each step's backing */
-  /* Which 64 KiB slices mimalloc holds committed (set on its commits, cleared on its
-   * decommits; steps.c): a step it holds nothing committed in can be given back, as mimalloc
-   * commits again, through the chunk lock, before it touches any byte there. */
-  uint64_t committed[NIC_COMMIT_WORDS];
 };
 
 struct nic_dp_range {
@@ -123,6 +119,24 @@ static inline bool nic_chunk_readable(unsigned index) {
 /* The same for the chunk at offset (less than nic_dp.span) into the range. */
 static inline bool nic_dp_offset_readable(uintptr_t offset) {
   return __atomic_load_n(&nic_dp_unit_mapped[offset >> NIC_DP_UNIT_SHIFT], __ATOMIC_ACQUIRE) != 0;
+}
+/* Which 64 KiB slices of the range mimalloc holds committed (set on its commits, cleared on its
+ * decommits; steps.c), one bit per slice in the range's order so that free finds a block's bit
+ * with one shift of its offset (chunks are at least 32 MiB: each chunk's bits are whole words).
+ * A step it holds nothing committed in can be given back, as mimalloc commits again, through
+ * the chunk lock, before it touches any byte there; a slice it does not hold may have lost its
+ * pages (steps.h, step_pages.h), so nothing reads a freed block's bytes there. */
+extern uint64_t nic_dp_committed[(NIC_CHUNK_SLOTS << (30 - NIC_SLICE_SHIFT)) / 64]
+    __attribute__((visibility("hidden")));
+static inline uint64_t *nic_chunk_committed(unsigned index) {
+  return &nic_dp_committed[((size_t)index << (nic_dp.shift - NIC_SLICE_SHIFT)) / 64];
+}
+/* Whether mimalloc holds the slice at offset (less than nic_dp.span) into the range committed.
+ * No live block lies outside such a slice: a block there is freed, and its bytes (the free key)
+ * may be gone, read as zeros, or (an unbacked hugetlb step) not be readable at all. */
+static inline bool nic_dp_slice_held(uintptr_t offset) {
+  const uintptr_t slice = offset >> NIC_SLICE_SHIFT;
+  return (__atomic_load_n(&nic_dp_committed[slice / 64], __ATOMIC_ACQUIRE) >> (slice % 64)) & 1;
 }
 /* Number of chunk slots ever mapped (live chunks are among the first this many). */
 unsigned nic_chunk_slots_used(void);

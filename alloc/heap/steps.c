@@ -83,7 +83,7 @@ int nic_step_back_locked(unsigned index, unsigned step) {
 /* The committed-slice bits of [first, last] (slice numbers inside chunk index): set or cleared
  * one word at a time. */
 static void slice_bits(unsigned index, size_t first, size_t last, bool set) {
-  uint64_t *words = nic_chunk_at(index)->committed;
+  uint64_t *words = nic_chunk_committed(index);
   for (size_t i = first; i <= last;) {
     const size_t bit = i & 63, n = last - i + 1 < 64 - bit ? last - i + 1 : 64 - bit;
     const uint64_t mask = (n == 64 ? ~0ull : ((1ull << n) - 1)) << bit;
@@ -149,7 +149,7 @@ void nic_steps_decommit(void *addr, size_t len) {
 bool nic_step_committed(unsigned index, unsigned step) {
   const size_t per_step = (size_t)1 << (nic_dp.step_shift - NIC_SLICE_SHIFT);
   const size_t first = (size_t)step * per_step;
-  const uint64_t *words = nic_chunk_at(index)->committed;
+  const uint64_t *words = nic_chunk_committed(index);
   for (size_t i = first; i < first + per_step;) {
     const size_t bit = i & 63,
                  n = first + per_step - i < 64 - bit ? first + per_step - i : 64 - bit;

@@ -9,9 +9,12 @@
 #define _GNU_SOURCE
 #include "nicmalloc.h"
 
+#include <malloc.h>
+#include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/mman.h>
 
 enum { BLOCKS = 16 };
 static const size_t kBlock = 1u << 20;
@@ -60,8 +63,45 @@ static void print(const char *tag) {
          s.dataplane_dropped, tag, status_kb("RssAnon:"));
 }
 
+/* Whether the first page of p is in memory. */
+static int resident(const void *p) {
+  unsigned char v = 0;
+  void *page = (void *)((uintptr_t)p & ~(uintptr_t)4095);
+  return mincore(page, 4096, &v) == 0 && (v & 1);
+}
+
+/* "double": a block whose pages went back is freed again, reallocated and asked its size: each
+ * is a freed block, reported and ignored, and the live bytes stay those of the live blocks. */
+static int double_free(char *keep, char **b) {
+  int victim = -1;
+  for (int i = 1; i < BLOCKS && victim < 0; i++)
+    if (!resident(b[i])) victim = i;
+  struct nic_stats s = NIC_STATS_INIT;
+  nic_get_stats(&s);
+  printf("victim=%d\nbefore_live=%zu\nbefore_double_frees=%llu\n", victim, s.dataplane_live,
+         (unsigned long long)s.double_frees);
+  if (victim < 0) return 0;
+  free(b[victim]);
+  printf("realloc_null=%d\n", realloc(b[victim], 100) == NULL);
+  printf("usable=%zu\n", malloc_usable_size(b[victim]));
+  nic_get_stats(&s);
+  printf("after_live=%zu\nafter_double_frees=%llu\n", s.dataplane_live,
+         (unsigned long long)s.double_frees);
+  /* The blocks' pages come back for new blocks, and mimalloc still counts right. */
+  for (int i = 1; i < BLOCKS; i++)
+    if (!(b[i] = nic_malloc(kBlock))) return 1;
+  for (int i = 1; i < BLOCKS; i++)
+    free(b[i]);
+  free(b[0]);
+  free(keep);
+  nic_get_stats(&s);
+  printf("end_live=%zu\n", s.dataplane_live);
+  return 0;
+}
+
 int main(int argc, char **argv) {
   const int held = argc > 1 && !strcmp(argv[1], "held");
+  const int twice = argc > 1 && !strcmp(argv[1], "double");
   char *keep = nic_malloc(64);
   char *b[BLOCKS];
   for (int i = 0; i < BLOCKS; i++) {
@@ -84,6 +124,7 @@ int main(int argc, char **argv) {
     free(b[i]);
   nic_collect();
   print("freed");
+  if (twice) return double_free(keep, b);
   int intact = 1;
   for (size_t off = 0; off < kBlock; off += 4096)
     intact &= b[0][off] == 'a';
