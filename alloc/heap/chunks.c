@@ -25,7 +25,7 @@ uint8_t nic_dp_unit_mapped[NIC_CHUNK_SLOTS << (30 - NIC_DP_UNIT_SHIFT)];
 _Static_assert((32ull << 20) >> NIC_DP_UNIT_SHIFT == 1, "a unit is the smallest chunk");
 unsigned nic_chunk_epoch;
 struct nic_chunk nic_chunks[NIC_CHUNK_SLOTS];
-uint64_t nic_dp_committed[(NIC_CHUNK_SLOTS << (30 - NIC_SLICE_SHIFT)) / 64];
+uint8_t nic_dp_committed[NIC_CHUNK_SLOTS << (30 - NIC_SLICE_SHIFT)];
 const void *nic_step_registrations[NIC_CHUNK_SLOTS * NIC_STEPS_MAX];
 static unsigned slots_used;
 static pthread_mutex_t chunk_lock = PTHREAD_MUTEX_INITIALIZER;

@@ -121,22 +121,36 @@ static inline bool nic_dp_offset_readable(uintptr_t offset) {
   return __atomic_load_n(&nic_dp_unit_mapped[offset >> NIC_DP_UNIT_SHIFT], __ATOMIC_ACQUIRE) != 0;
 }
 /* Which 64 KiB slices of the range mimalloc holds committed (set on its commits, cleared on its
- * decommits; steps.c), one bit per slice in the range's order so that free finds a block's bit
- * with one shift of its offset (chunks are at least 32 MiB: each chunk's bits are whole words).
- * A step it holds nothing committed in can be given back, as mimalloc commits again, through
- * the chunk lock, before it touches any byte there; a slice it does not hold may have lost its
- * pages (steps.h, step_pages.h), so nothing reads a freed block's bytes there. */
-extern uint64_t nic_dp_committed[(NIC_CHUNK_SLOTS << (30 - NIC_SLICE_SHIFT)) / 64]
+ * decommits; steps.c), one byte per slice in the range's order so that free finds a block's
+ * with one shift and one load. A step it holds nothing committed in can be given back, as
+ * mimalloc commits again, through the chunk lock, before it touches any byte there; a slice it
+ * does not hold may have lost its pages (steps.h, step_pages.h), so nothing reads a freed
+ * block's bytes there. */
+extern uint8_t nic_dp_committed[NIC_CHUNK_SLOTS << (30 - NIC_SLICE_SHIFT)]
     __attribute__((visibility("hidden")));
-static inline uint64_t *nic_chunk_committed(unsigned index) {
-  return &nic_dp_committed[((size_t)index << (nic_dp.shift - NIC_SLICE_SHIFT)) / 64];
+static inline uint8_t *nic_chunk_committed(unsigned index) {
+  return &nic_dp_committed[(size_t)index << (nic_dp.shift - NIC_SLICE_SHIFT)];
+}
+/* Whether any slice of [first, last] (slice numbers inside chunk index) is committed: eight
+ * marks a load where they are aligned (the reaper asks for every step of every chunk). */
+typedef uint64_t __attribute__((may_alias)) nic_marks8;
+static inline bool nic_slices_committed(unsigned index, size_t first, size_t last) {
+  const uint8_t *bytes = nic_chunk_committed(index);
+  for (size_t i = first; i <= last;) {
+    if ((i & 7) == 0 && last - i >= 7) {
+      if (__atomic_load_n((const nic_marks8 *)&bytes[i], __ATOMIC_SEQ_CST)) return true;
+      i += 8;
+    } else if (__atomic_load_n(&bytes[i++], __ATOMIC_SEQ_CST)) {
+      return true;
+    }
+  }
+  return false;
 }
 /* Whether mimalloc holds the slice at offset (less than nic_dp.span) into the range committed.
  * No live block lies outside such a slice: a block there is freed, and its bytes (the free key)
  * may be gone, read as zeros, or (an unbacked hugetlb step) not be readable at all. */
 static inline bool nic_dp_slice_held(uintptr_t offset) {
-  const uintptr_t slice = offset >> NIC_SLICE_SHIFT;
-  return (__atomic_load_n(&nic_dp_committed[slice / 64], __ATOMIC_ACQUIRE) >> (slice % 64)) & 1;
+  return __atomic_load_n(&nic_dp_committed[offset >> NIC_SLICE_SHIFT], __ATOMIC_ACQUIRE) != 0;
 }
 /* Number of chunk slots ever mapped (live chunks are among the first this many). */
 unsigned nic_chunk_slots_used(void);

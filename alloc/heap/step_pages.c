@@ -86,7 +86,7 @@ static bool drop_unit(unsigned index, unsigned step, const struct nic_step *st, 
                       size_t last) {
   if (holders[index][step] || bits_any(dropped[index], first, first)) return true;
   /* Slices of the unit outside the decommitted range may still be mimalloc's. */
-  if (bits_any(nic_chunk_committed(index), first, last)) return true;
+  if (nic_slices_committed(index, first, last)) return true;
   const size_t len = (last - first + 1) << NIC_SLICE_SHIFT;
   int rc = nic_drop_pages(slice_addr(index, first), len, st->mapping.pinned);
   if (rc) {

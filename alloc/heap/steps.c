@@ -80,19 +80,11 @@ int nic_step_back_locked(unsigned index, unsigned step) {
   return 0;
 }
 
-/* The committed-slice bits of [first, last] (slice numbers inside chunk index): set or cleared
- * one word at a time. */
+/* The committed-slice marks of [first, last] (slice numbers inside chunk index). */
 static void slice_bits(unsigned index, size_t first, size_t last, bool set) {
-  uint64_t *words = nic_chunk_committed(index);
-  for (size_t i = first; i <= last;) {
-    const size_t bit = i & 63, n = last - i + 1 < 64 - bit ? last - i + 1 : 64 - bit;
-    const uint64_t mask = (n == 64 ? ~0ull : ((1ull << n) - 1)) << bit;
-    if (set)
-      __atomic_fetch_or(&words[i >> 6], mask, __ATOMIC_SEQ_CST);
-    else
-      __atomic_fetch_and(&words[i >> 6], ~mask, __ATOMIC_SEQ_CST);
-    i += n;
-  }
+  uint8_t *bytes = nic_chunk_committed(index);
+  for (size_t i = first; i <= last; i++)
+    __atomic_store_n(&bytes[i], set, __ATOMIC_SEQ_CST);
 }
 
 int nic_steps_commit(void *addr, size_t len) {
@@ -148,16 +140,7 @@ void nic_steps_decommit(void *addr, size_t len) {
 
 bool nic_step_committed(unsigned index, unsigned step) {
   const size_t per_step = (size_t)1 << (nic_dp.step_shift - NIC_SLICE_SHIFT);
-  const size_t first = (size_t)step * per_step;
-  const uint64_t *words = nic_chunk_committed(index);
-  for (size_t i = first; i < first + per_step;) {
-    const size_t bit = i & 63,
-                 n = first + per_step - i < 64 - bit ? first + per_step - i : 64 - bit;
-    const uint64_t mask = (n == 64 ? ~0ull : ((1ull << n) - 1)) << bit;
-    if (__atomic_load_n(&words[i >> 6], __ATOMIC_SEQ_CST) & mask) return true;
-    i += n;
-  }
-  return false;
+  return nic_slices_committed(index, (size_t)step * per_step, (size_t)(step + 1) * per_step - 1);
 }
 
 bool nic_step_release_locked(unsigned index, unsigned step) {
