@@ -104,7 +104,7 @@ static inline bool nic_block_on_dropped_page(const void *p) {
  * freed, and its pages may have left (a released step, or a unit given back inside a live
  * step: steps.h, step_pages.h), reading as zeros or, on an unbacked hugetlb step, not at all.
  * Asked before the key is read (no fault) and again after it, behind an acquire fence: the
- * owner's decommit clears the bits before its pages go, so a key read as zeros by a drop in
+ * owner's decommit clears the marks before its pages go, so a key read as zeros by a drop in
  * between is caught too. */
 static inline bool nic_dp_block_gone(uintptr_t dp_offset) {
   return __builtin_expect(!nic_dp_slice_held(dp_offset), 0);
