@@ -5,7 +5,9 @@
  * registered first with the default backend: "free" runs on the sim, whose registrations follow
  * the pages, and then posts a block written after its pages came back and checks what the sim
  * NIC read; "held" runs on a backend that holds page references. Prints pinned bytes and
- * resident anonymous memory at each stage, and whether the data read back. */
+ * resident anonymous memory at each stage, and whether the data read back. "released" runs
+ * with small steps and a short release delay instead, so that the steps the freed blocks leave
+ * go back whole (a fresh mapping: zeros where the free key was), and frees one of them again. */
 #define _GNU_SOURCE
 #include "nicmalloc.h"
 
@@ -15,6 +17,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/mman.h>
+#include <unistd.h>
 
 enum { BLOCKS = 16 };
 static const size_t kBlock = 1u << 20;
@@ -70,12 +73,38 @@ static int resident(const void *p) {
   return mincore(page, 4096, &v) == 0 && (v & 1);
 }
 
+/* Steps the reaper may give back: those holding no live block. Waits (bounded) until no more
+ * than the steps of keep and b[0] stay pinned. */
+static int released_steps(const char *keep, char **b) {
+  struct nic_stats s = NIC_STATS_INIT;
+  nic_get_stats(&s);
+  const uintptr_t step = s.pin_step;
+  const uintptr_t keep_step = (uintptr_t)keep / step, first_step = (uintptr_t)b[0] / step;
+  const uint32_t live_steps = keep_step == first_step ? 1 : 2;
+  for (int i = 0; i < 2000; i++) { /* at most 20 s */
+    nic_get_stats(&s);
+    if (s.steps_pinned <= live_steps) break;
+    usleep(10000);
+  }
+  printf("steps_pinned=%u\nlive_steps=%u\nsteps_released=%llu\n", s.steps_pinned, live_steps,
+         (unsigned long long)s.steps_released);
+  /* A freed block wholly inside a step of neither keep nor b[0]: that step went back whole. */
+  for (int i = BLOCKS - 1; i > 0; i--) {
+    const uintptr_t lo = (uintptr_t)b[i] / step, hi = ((uintptr_t)b[i] + kBlock - 1) / step;
+    if (lo == hi && lo != keep_step && lo != first_step) return i;
+  }
+  return -1;
+}
+
 /* "double": a block whose pages went back is freed again, reallocated and asked its size: each
  * is a freed block, reported and ignored, and the live bytes stay those of the live blocks. */
-static int double_free(char *keep, char **b) {
+static int double_free(char *keep, char **b, int whole_steps) {
   int victim = -1;
-  for (int i = 1; i < BLOCKS && victim < 0; i++)
-    if (!resident(b[i])) victim = i;
+  if (whole_steps)
+    victim = released_steps(keep, b);
+  else
+    for (int i = 1; i < BLOCKS && victim < 0; i++)
+      if (!resident(b[i])) victim = i;
   struct nic_stats s = NIC_STATS_INIT;
   nic_get_stats(&s);
   printf("victim=%d\nbefore_live=%zu\nbefore_double_frees=%llu\n", victim, s.dataplane_live,
@@ -101,7 +130,8 @@ static int double_free(char *keep, char **b) {
 
 int main(int argc, char **argv) {
   const int held = argc > 1 && !strcmp(argv[1], "held");
-  const int twice = argc > 1 && !strcmp(argv[1], "double");
+  const int released = argc > 1 && !strcmp(argv[1], "released");
+  const int twice = released || (argc > 1 && !strcmp(argv[1], "double"));
   char *keep = nic_malloc(64);
   char *b[BLOCKS];
   for (int i = 0; i < BLOCKS; i++) {
@@ -109,7 +139,8 @@ int main(int argc, char **argv) {
     if (!keep || !b[i]) return 1;
     memset(b[i], 'a' + i, kBlock);
   }
-  /* All in one step: otherwise a whole step could empty, which is another mechanism. */
+  /* All in one step: otherwise a whole step could empty, which is another mechanism ("released"
+   * wants just that). */
   struct nic_stats st = NIC_STATS_INIT;
   nic_get_stats(&st);
   const size_t step = st.pin_step;
@@ -124,7 +155,7 @@ int main(int argc, char **argv) {
     free(b[i]);
   nic_collect();
   print("freed");
-  if (twice) return double_free(keep, b);
+  if (twice) return double_free(keep, b, released);
   int intact = 1;
   for (size_t off = 0; off < kBlock; off += 4096)
     intact &= b[0][off] == 'a';

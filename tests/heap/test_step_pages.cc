@@ -54,6 +54,23 @@ TEST(StepPages, ADoubleFreeOfABlockWhosePagesWentBackIsReportedAndIgnored) {
   EXPECT_EQ(r.num("end_live"), 0) << r.out;
 }
 
+// The same for a step given back whole inside a live chunk: the reaper maps it afresh (zeros
+// where the key was), so its freed blocks are told by their slices, not their bytes.
+TEST(StepPages, ADoubleFreeIntoAStepGivenBackWholeIsReportedAndIgnored) {
+  auto r = run_probe({"NICMALLOC_CHUNK_SIZE=64M", "NICMALLOC_PIN_STEP=2M", "NICMALLOC_PAGE_KIND=4k",
+                      "NICMALLOC_RELEASE_DELAY_MS=20", "MIMALLOC_DECOMMIT_DELAY=0",
+                      "NICMALLOC_BACKEND=sim"},
+                     {"released"});
+  ASSERT_EQ(r.exit_code, 0) << r.out << r.err;
+  ASSERT_LE(r.num("steps_pinned"), r.num("live_steps")) << "steps not given back: " << r.out;
+  ASSERT_GE(r.num("victim"), 1) << r.out;
+  EXPECT_EQ(r.num("after_double_frees"), r.num("before_double_frees") + 3) << r.out << r.err;
+  EXPECT_EQ(r.num("realloc_null"), 1) << r.out;
+  EXPECT_EQ(r.num("usable"), 0) << r.out;
+  EXPECT_EQ(r.num("after_live"), r.num("before_live")) << r.out;
+  EXPECT_EQ(r.num("end_live"), 0) << r.out;
+}
+
 // io_uring fixed buffers pin the pages they were given: a page dropped under one would leave
 // the kernel sending from the old page. The registered step keeps every page.
 TEST(StepPages, AStepRegisteredWithABackendThatHoldsPagesKeepsThemAll) {
