@@ -32,7 +32,7 @@
   X("huge blocks", huge_purged, uint64_t, count, "# given back", "cached blocks given back to mimalloc (NICMALLOC_PURGE_DELAY_MS)") \
   X("dataplane", dataplane_live, size_t, bytes, "live #", "usable bytes of live dataplane blocks (an aligned block's whole mimalloc block), read from mimalloc's pages when asked: exact while no thread allocates or frees dataplane memory meanwhile") \
   X("dataplane", dataplane_in_use, size_t, bytes, "in mimalloc segments #", "chunk bytes held by mimalloc segments (32 MiB granularity)") \
-  X("dataplane", dataplane_pinned, size_t, bytes, "pinned #", "bytes of chunk steps currently backed and locked in memory") \
+  X("dataplane", dataplane_pinned, size_t, bytes, "pinned #", "bytes of chunk steps currently backed and locked in memory, less the pages given back inside them (dataplane_dropped)") \
   X("dataplane", dataplane_mapped, size_t, bytes, "mapped #", "bytes of chunks currently mapped (pinned or not)") \
   X("dataplane", dataplane_reserved, size_t, bytes, "reserved #", "virtual bytes reserved for all chunks") \
   X("chunks", chunks_live, uint32_t, count, "# live", "chunks mapped now") \
@@ -99,11 +99,12 @@
   X("steps", steps_backed, uint64_t, count, "# backed", "steps backed (prefaulted) over the process lifetime") \
   X("steps", dataplane_backed, size_t, bytes, "backed #", "bytes of steps backed now, pinned or not") \
   X("steps", steps_released, uint64_t, count, "# released", "steps given back to the OS inside live chunks (empty of mimalloc's commits for NICMALLOC_RELEASE_DELAY_MS) over the process lifetime") \
+  X("steps", dataplane_dropped, size_t, bytes, "dropped #", "bytes given back to the OS inside steps that stay backed (free pages mimalloc decommitted, where no registration holds the step's pages); not in dataplane_pinned or dataplane_backed") \
   X("receive cap", recv_capped, uint64_t, count, "# capped", "messages that waited because the held bytes reached NICMALLOC_RECV_HELD_MAX") \
   X("receive cap", recv_waiting, uint64_t, count, "# waiting", "messages waiting now for the held bytes to fall under the cap") \
   X("receive cap", recv_capped_dropped, uint64_t, count, "# dropped at close", "waiting messages given back undelivered because their endpoint was destroyed") \
   X("peaks", dataplane_live_peak, size_t, bytes, "live #", "largest dataplane_live seen, by the reaper at each pass (every 10 ms to 1 s) and by each stats read: a lower bound") \
-  X("peaks", dataplane_pinned_peak, size_t, bytes, "pinned #", "largest dataplane_pinned over the process lifetime (exact: pinned bytes fall only in the reaper's pass, which looks first)")
+  X("peaks", dataplane_pinned_peak, size_t, bytes, "pinned #", "largest dataplane_pinned over the process lifetime, as sampled once per reaper pass and at each read (a lower bound)")
 /* clang-format on */
 
 #endif /* NICMALLOC_STATS_FIELDS_H */

@@ -101,7 +101,15 @@ static inline bool nic_block_on_dropped_page(const void *p) {
   return offset < __atomic_load_n(&nic_commit_map.checked, __ATOMIC_RELAXED) &&
          !nic_commit_map_has(offset);
 }
+/* p, a dataplane block that may be ours, lies in a slice mimalloc does not hold committed: it is
+ * freed (no live block lies there), and its pages may have left (a released step, or a unit
+ * given back inside a live step: steps.h, step_pages.h), reading as zeros, so its key is not
+ * read. Asked once, before the key: a second free racing with mimalloc's decommit of the same
+ * slice (the block's span freed and purged between the look and the read) is a racy double free,
+ * reported as well as can be: its key may then read as zeros and the free reach mimalloc. */
 static inline bool nic_block_was_freed(const void *p) {
+  if (nic_in_dp(p) && __builtin_expect(!nic_dp_slice_held((uintptr_t)p - nic_dp.base), 0))
+    return true;
   if (__builtin_expect(nic_block_is_free(p), 0)) return nic_key_match_freed(p);
   return __builtin_expect(nic_block_on_dropped_page(p), 0) && nic_dropped_block_freed(p);
 }
@@ -216,12 +224,13 @@ void nic_free_general(void *p, const char *caller);
 /* The common frees as chains of tests, each a branch out to nic_free_general. A control block:
  * in the control arena (which also rules out NULL), on a page mimalloc committed (so the key
  * word can be read), not holding the free key, nothing in flight or registered, not a huge
- * block; it ends in a tail call to mi_free. A dataplane block: its chunk mapped, not holding
- * the free key, nothing in flight, whatever NICMALLOC_FREE_CHECK says (with it off the general
- * path releases without checks, so a block these tests send there is released all the same).
- * Both first ask for the alignment every block has (the control test in the same compare as the
- * range). The tests are those of nic_check_live_block and nic_release_block in the same order,
- * so every path reports and releases alike; a key match is confirmed only on the general path. */
+ * block; it ends in a tail call to mi_free. A dataplane block: its slice mapped and held
+ * committed by mimalloc (one byte: chunks.h), not holding the free key, nothing in flight, whatever
+ * NICMALLOC_FREE_CHECK says (with it off the general path releases without checks, so a block these
+ * tests send there is released all the same). Both first ask for the alignment every block has (the
+ * control test in the same compare as the range). The tests are those of nic_check_live_block and
+ * nic_release_block in the same order, so every path reports and releases alike; a key match is
+ * confirmed only on the general path. */
 static inline __attribute__((always_inline)) void nic_free_inline(void *p, const char *caller) {
   const uintptr_t offset = (uintptr_t)p - nic_commit_map.base;
   /* Rotated right by 4 bits, the offset of a p off the 16-byte alignment of every block (the
@@ -242,8 +251,8 @@ static inline __attribute__((always_inline)) void nic_free_inline(void *p, const
      * bases 16-byte aligned and the ranges disjoint, units - rel_16 is below span_16 exactly
      * when p's own rotated offset into the range is (in range and aligned), and then equals it.
      * Both are set once, before any dataplane block exists, and read as plainly as the bases
-     * (one compare with memory). The slice byte sends segment boundaries, where no block
-     * starts, down the general path (chunks.h). */
+     * (one compare with memory). The slice byte (chunks.h) is FAST only in a slice mimalloc
+     * holds committed (so the key can be read) where a block may start and no one watches. */
     const uintptr_t dp_units = units - nic_dp.rel_16;
     if (dp_units < nic_dp.span_16 && nic_dp_units_fast(dp_units)) {
       const uintptr_t key = nic_free_key();

@@ -10,6 +10,7 @@
 #include "log.h"
 #include "reaper.h"
 #include "startup.h"
+#include "step_pages.h"
 #include "steps.h"
 #include "vspace.h"
 
@@ -90,17 +91,22 @@ unsigned nic_chunk_slots_used(void) {
   return __atomic_load_n(&slots_used, __ATOMIC_ACQUIRE);
 }
 
-/* The chunk's slices, from its state and free watchers (chunk lock held). */
+/* The chunk's slices, from its state and free watchers (chunk lock held). The committed bit is
+ * mimalloc's (steps.c sets and clears it without the lock), so it is kept as found. */
 static void write_slices(unsigned index) {
   const struct nic_chunk *c = &nic_chunks[index];
   const bool mapped = c->state == NIC_CHUNK_LIVE || c->state == NIC_CHUNK_DRAINING;
   const size_t slices = (size_t)1 << (nic_dp.shift - NIC_SLICE_SHIFT);
   const size_t per_segment = (size_t)1 << (25 - NIC_SLICE_SHIFT); /* mimalloc's 32 MiB */
+  uint8_t *bytes = nic_chunk_slices(index);
   for (size_t i = 0; i < slices; i++) {
-    const uint8_t value = !mapped                                    ? NIC_DP_SLICE_UNMAPPED
-                          : c->free_watchers || i % per_segment == 0 ? NIC_DP_SLICE_GENERAL
-                                                                     : NIC_DP_SLICE_FAST;
-    __atomic_store_n(&nic_dp_slices[index * slices + i], value, __ATOMIC_RELEASE);
+    const uint8_t value = (mapped ? NIC_DP_SLICE_MAPPED : 0) |
+                          (c->free_watchers || i % per_segment == 0 ? NIC_DP_SLICE_GENERAL : 0);
+    uint8_t old = __atomic_load_n(&bytes[i], __ATOMIC_RELAXED);
+    while (!__atomic_compare_exchange_n(&bytes[i], &old,
+                                        (uint8_t)((old & NIC_DP_SLICE_COMMITTED) | value), true,
+                                        __ATOMIC_SEQ_CST, __ATOMIC_RELAXED)) {
+    }
   }
 }
 
@@ -260,8 +266,11 @@ void nic_chunk_totals(struct nic_chunk_totals *out) {
     for (unsigned s = 0; s < nic_steps_per_chunk(); s++) {
       const struct nic_step *st = &nic_chunks[i].steps[s];
       if (!st->backed) continue;
-      out->backed_bytes += step;
-      if (st->mapping.pinned) out->pinned_bytes += step, out->pinned_steps++;
+      /* Less the pages given back inside it (step_pages.h). */
+      const size_t dropped = nic_step_pages_dropped_bytes(i, s), held = step - dropped;
+      out->dropped_bytes += dropped;
+      out->backed_bytes += held;
+      if (st->mapping.pinned) out->pinned_bytes += held, out->pinned_steps++;
     }
   }
   struct nic_step_totals steps;

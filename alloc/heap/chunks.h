@@ -25,7 +25,7 @@ enum nic_chunk_state {
 /* Steps per chunk at most: a 1 GiB chunk in steps of 2 MiB (NICMALLOC_PIN_STEP's range). */
 #define NIC_STEPS_MAX 512
 
-/* Committed-slice words per chunk: 1 GiB in 64 KiB slices (mimalloc's slice). */
+/* mimalloc's 64 KiB slice; NIC_COMMIT_WORDS: words of a bit per slice of a 1 GiB chunk. */
 #define NIC_SLICE_SHIFT 16
 #define NIC_COMMIT_WORDS ((1u << (30 - NIC_SLICE_SHIFT)) / 64)
 
@@ -46,10 +46,6 @@ struct nic_chunk {
   struct nic_mapping mapping;
   struct nic_step steps[NIC_STEPS_MAX]; /* each step's backing */
   unsigned free_watchers;               /* nic_chunk_watch_frees, under the chunk lock */
-  /* Which 64 KiB slices mimalloc holds committed (set on its commits, cleared on its
-   * decommits; steps.c): a step it holds nothing committed in can be given back, as mimalloc
-   * commits again, through the chunk lock, before it touches any byte there. */
-  uint64_t committed[NIC_COMMIT_WORDS];
 };
 
 struct nic_dp_range {
@@ -114,30 +110,68 @@ extern const void *nic_step_registrations[NIC_CHUNK_SLOTS * NIC_STEPS_MAX]
 static inline const void **nic_step_registration(unsigned index, unsigned step) {
   return &nic_step_registrations[((size_t)index << (nic_dp.shift - nic_dp.step_shift)) + step];
 }
-/* One byte per 64 KiB slice of the range (mimalloc's slice), written with its chunk's state:
- * free's dataplane path finds it with a shift of the offset and tests one byte, instead of a
- * state in a 14 KiB record. NIC_DP_SLICE_UNMAPPED: the chunk is neither LIVE nor DRAINING.
- * NIC_DP_SLICE_FAST: frees there take their fast path. NIC_DP_SLICE_GENERAL: mapped, but frees
- * take the general path: the first slice of every 32 MiB, where a mimalloc segment (aligned so)
- * keeps its header and no block starts (a pointer at the boundary itself would have mi_free
- * look at the segment below it), and every slice of a chunk a thread paused at the cap waits
- * on (nic_chunk_watch_frees). */
-enum { NIC_DP_SLICE_UNMAPPED = 0, NIC_DP_SLICE_FAST = 1, NIC_DP_SLICE_GENERAL = 2 };
+/* One byte per 64 KiB slice of the range (mimalloc's slice), so that free's dataplane path finds
+ * a block's with a shift of the offset and decides with one compare, instead of a state in a
+ * 14 KiB record and a second map. Its bits:
+ * - NIC_DP_SLICE_MAPPED: the chunk is LIVE or DRAINING (written with its state, chunk lock);
+ * - NIC_DP_SLICE_GENERAL: frees there take the general path: the first slice of every 32 MiB,
+ *   where a mimalloc segment (aligned so) keeps its header and no block starts (a pointer at the
+ *   boundary itself would have mi_free look at the segment below it), and every slice of a chunk
+ *   a thread paused at the cap waits on (nic_chunk_watch_frees);
+ * - NIC_DP_SLICE_COMMITTED: mimalloc holds the slice committed (set on its commits, cleared on
+ *   its decommits, steps.c, with atomic or/and: commits of backed steps take no lock). A step it
+ *   holds nothing committed in can be given back, as mimalloc commits again, through the chunk
+ *   lock, before it touches any byte there. No live block lies outside a committed slice: a
+ *   block there is freed, and its bytes (the free key) may be gone (a released step, or a unit
+ *   given back inside a live step: steps.h, step_pages.h), so nothing reads them.
+ * A slice is NIC_DP_SLICE_FAST, frees there taking their fast path, only with exactly
+ * MAPPED | COMMITTED. */
+enum {
+  NIC_DP_SLICE_MAPPED = 1,
+  NIC_DP_SLICE_GENERAL = 2,
+  NIC_DP_SLICE_COMMITTED = 4,
+  NIC_DP_SLICE_FAST = NIC_DP_SLICE_MAPPED | NIC_DP_SLICE_COMMITTED,
+};
 extern uint8_t nic_dp_slices[NIC_CHUNK_SLOTS << (30 - NIC_SLICE_SHIFT)]
     __attribute__((visibility("hidden")));
+static inline uint8_t *nic_chunk_slices(unsigned index) {
+  return &nic_dp_slices[(size_t)index << (nic_dp.shift - NIC_SLICE_SHIFT)];
+}
 /* Frees into chunk index take the general path while the count is above zero (delta +1 or -1;
  * takes the chunk lock). */
 void nic_chunk_watch_frees(unsigned index, int delta);
 /* Live and draining chunks are mapped: a pointer into one can be read. */
 static inline bool nic_chunk_readable(unsigned index) {
-  return __atomic_load_n(&nic_dp_slices[(size_t)index << (nic_dp.shift - NIC_SLICE_SHIFT)],
-                         __ATOMIC_ACQUIRE) != NIC_DP_SLICE_UNMAPPED;
+  return __atomic_load_n(nic_chunk_slices(index), __ATOMIC_ACQUIRE) & NIC_DP_SLICE_MAPPED;
 }
-/* The slice at units_16 16-byte units (less than nic_dp.span_16) into the range is mapped, may
- * start a block, and nothing asks its frees to take the general path. */
+/* The slice at units_16 16-byte units (less than nic_dp.span_16) into the range is mapped,
+ * committed, may start a block, and nothing asks its frees to take the general path. */
 static inline bool nic_dp_units_fast(uintptr_t units_16) {
   return __atomic_load_n(&nic_dp_slices[units_16 >> (NIC_SLICE_SHIFT - 4)], __ATOMIC_ACQUIRE) ==
          NIC_DP_SLICE_FAST;
+}
+/* Whether any slice of [first, last] (slice numbers inside chunk index) is committed: eight
+ * bytes a load where they are aligned (the reaper asks for every step of every chunk). */
+typedef uint64_t __attribute__((may_alias)) nic_marks8;
+static inline bool nic_slices_committed(unsigned index, size_t first, size_t last) {
+  const uint8_t *bytes = nic_chunk_slices(index);
+  const uint64_t committed8 = 0x0101010101010101ull * NIC_DP_SLICE_COMMITTED;
+  for (size_t i = first; i <= last;) {
+    if ((i & 7) == 0 && last - i >= 7) {
+      if (__atomic_load_n((const nic_marks8 *)&bytes[i], __ATOMIC_SEQ_CST) & committed8)
+        return true;
+      i += 8;
+    } else if (__atomic_load_n(&bytes[i++], __ATOMIC_SEQ_CST) & NIC_DP_SLICE_COMMITTED) {
+      return true;
+    }
+  }
+  return false;
+}
+/* Whether mimalloc holds the slice at offset (less than nic_dp.span) into the range committed:
+ * the general free path asks before it reads a block's key. */
+static inline bool nic_dp_slice_held(uintptr_t offset) {
+  return __atomic_load_n(&nic_dp_slices[offset >> NIC_SLICE_SHIFT], __ATOMIC_ACQUIRE) &
+         NIC_DP_SLICE_COMMITTED;
 }
 /* Number of chunk slots ever mapped (live chunks are among the first this many). */
 unsigned nic_chunk_slots_used(void);
@@ -157,7 +191,7 @@ void nic_chunk_revive_locked(unsigned index);
 
 struct nic_chunk_totals {
   uint32_t live, draining;
-  size_t mapped_bytes, pinned_bytes, backed_bytes;
+  size_t mapped_bytes, pinned_bytes, backed_bytes, dropped_bytes;
   uint32_t pinned_steps;
   uint64_t steps_backed, steps_released; /* over the process lifetime */
   uint64_t created, released, page_fallbacks, pin_failures;

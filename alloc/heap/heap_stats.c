@@ -68,6 +68,7 @@ void nic_heap_fill_stats(struct nic_stats *out) {
   out->steps_backed = chunks.steps_backed;
   out->steps_released = chunks.steps_released;
   out->dataplane_backed = chunks.backed_bytes;
+  out->dataplane_dropped = chunks.dropped_bytes;
   nic_peaks_read(out->dataplane_live, out->dataplane_pinned, &out->dataplane_live_peak,
                  &out->dataplane_pinned_peak);
 }

@@ -4,11 +4,11 @@
  * buffers are gone.
  *
  * Sampled by the reaper once per pass (from the live bytes it reads for its own decisions, so
- * the walk over mimalloc's pages is not made twice) and by each stats read. Pinned bytes fall
- * only inside a reaper pass (steps and chunks are released there, after the sample), so the
- * pinned peak is exact; live bytes rise and fall between passes, so the live peak is a lower
- * bound, as fine as the reaper's period (a quarter of the shorter of the release and purge
- * delays, 10 ms to 1 s). Nothing on the allocation paths. */
+ * the walk over mimalloc's pages is not made twice) and by each stats read. Steps and chunks
+ * are released inside a reaper pass after the sample, but pages inside a live step are given
+ * back when mimalloc decommits them (step_pages.c), between passes: both peaks are lower bounds,
+ * as fine as the reaper's period (a quarter of the shorter of the release and purge delays,
+ * 10 ms to 1 s). Nothing on the allocation paths. */
 #ifndef NIC_PEAKS_H
 #define NIC_PEAKS_H
 

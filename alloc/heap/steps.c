@@ -4,6 +4,7 @@
 #include "config.h"
 #include "events.h"
 #include "log.h"
+#include "step_pages.h"
 
 #include <mimalloc.h>
 
@@ -79,18 +80,17 @@ int nic_step_back_locked(unsigned index, unsigned step) {
   return 0;
 }
 
-/* The committed-slice bits of [first, last] (slice numbers inside chunk index): set or cleared
- * one word at a time. */
+/* The committed bit of the slices [first, last] (slice numbers inside chunk index; chunks.h):
+ * with or/and, as the chunk lock's writers of the other bits may run at the same time. A slice
+ * also mapped and not general turns FAST with it; a decommit turns it back, before its pages
+ * may go (nic_step_pages_drop). */
 static void slice_bits(unsigned index, size_t first, size_t last, bool set) {
-  uint64_t *words = nic_chunk_at(index)->committed;
-  for (size_t i = first; i <= last;) {
-    const size_t bit = i & 63, n = last - i + 1 < 64 - bit ? last - i + 1 : 64 - bit;
-    const uint64_t mask = (n == 64 ? ~0ull : ((1ull << n) - 1)) << bit;
+  uint8_t *bytes = nic_chunk_slices(index);
+  for (size_t i = first; i <= last; i++) {
     if (set)
-      __atomic_fetch_or(&words[i >> 6], mask, __ATOMIC_SEQ_CST);
+      __atomic_fetch_or(&bytes[i], (uint8_t)NIC_DP_SLICE_COMMITTED, __ATOMIC_SEQ_CST);
     else
-      __atomic_fetch_and(&words[i >> 6], ~mask, __ATOMIC_SEQ_CST);
-    i += n;
+      __atomic_fetch_and(&bytes[i], (uint8_t)~NIC_DP_SLICE_COMMITTED, __ATOMIC_SEQ_CST);
   }
 }
 
@@ -108,6 +108,8 @@ int nic_steps_commit(void *addr, size_t len) {
     const uintptr_t step_last = a | (((uintptr_t)1 << nic_dp.step_shift) - 1);
     const uintptr_t stop = last < step_last ? last : step_last;
     slice_bits(index, (a - base) >> NIC_SLICE_SHIFT, (stop - base) >> NIC_SLICE_SHIFT, true);
+    /* Pages given back inside the step (step_pages.h) come back before mimalloc writes. */
+    if (nic_step_pages_refill((void *)a, stop - a + 1)) rc = -ENOMEM;
     if (__atomic_load_n(&nic_chunk_at(index)->steps[step].backed, __ATOMIC_SEQ_CST)) continue;
     nic_chunks_lock();
     /* A released chunk: an allocation that was under way when it was given back (see
@@ -131,6 +133,7 @@ void nic_steps_forget_locked(unsigned index) {
   for (unsigned s = 0; s < nic_steps_per_chunk(); s++) {
     __atomic_store_n(&c->steps[s].backed, 0, __ATOMIC_RELEASE);
     c->steps[s].mapping.pinned = false;
+    nic_step_pages_forget_locked(index, s);
   }
 }
 
@@ -149,20 +152,12 @@ void nic_steps_decommit(void *addr, size_t len) {
     slice_bits(index, (a - base) >> NIC_SLICE_SHIFT, ((stop - base) >> NIC_SLICE_SHIFT) - 1, false);
     a = stop;
   }
+  nic_step_pages_drop(addr, len);
 }
 
 bool nic_step_committed(unsigned index, unsigned step) {
   const size_t per_step = (size_t)1 << (nic_dp.step_shift - NIC_SLICE_SHIFT);
-  const size_t first = (size_t)step * per_step;
-  const uint64_t *words = nic_chunk_at(index)->committed;
-  for (size_t i = first; i < first + per_step;) {
-    const size_t bit = i & 63,
-                 n = first + per_step - i < 64 - bit ? first + per_step - i : 64 - bit;
-    const uint64_t mask = (n == 64 ? ~0ull : ((1ull << n) - 1)) << bit;
-    if (__atomic_load_n(&words[i >> 6], __ATOMIC_SEQ_CST) & mask) return true;
-    i += n;
-  }
-  return false;
+  return nic_slices_committed(index, (size_t)step * per_step, (size_t)(step + 1) * per_step - 1);
 }
 
 bool nic_step_release_locked(unsigned index, unsigned step) {
@@ -180,6 +175,7 @@ bool nic_step_release_locked(unsigned index, unsigned step) {
   }
   nic_release_step_memory(base, len);
   s->mapping.pinned = false;
+  nic_step_pages_forget_locked(index, step);
   released_total++;
   nic_log_info("dataplane chunk %u step %u released to the OS", index, step);
   return true;

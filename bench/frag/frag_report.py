@@ -9,7 +9,10 @@ import glob
 import os
 import sys
 
-TARGET_PEAK, TARGET_RETURNED = 1.15, 80.0
+# Issue #20: peak pinned/live within 5% of the block-size floor; oldest-first shrink returns
+# at least 80%. TARGET_PEAK is only the line drawn on the plots.
+TARGET_PEAK_OVER_FLOOR, TARGET_RETURNED = 1.05, 80.0
+TARGET_PEAK = 1.15
 POOLS = ["wildcard", "app", "replicated", "regional"]
 
 
@@ -74,17 +77,46 @@ def oracle_table(rows):
 
 
 def targets(rows):
-    # Block sizes alone: the usable size mimalloc rounds each value up to, summed over the live
-    # values (peak over fill and churn). No pinned/live ratio can fall below it.
-    out = ["| pool | nicmalloc dataplane | peak pinned/live ≤ %.2f | block sizes alone | "
-           "returned ≥ %.0f%% |" % (TARGET_PEAK, TARGET_RETURNED), "|---|---|---|---|---|"]
+    # The targets of issue #20. Block sizes alone: the usable size mimalloc rounds each value up
+    # to, summed over the live values (peak over fill and churn); no pinned/live ratio can fall
+    # below it, and the peak is to stay within TARGET_PEAK_OVER_FLOOR of it. Random shrink: as
+    # much back as the best of glibc, jemalloc and tcmalloc on the pool; a pool where none of
+    # them (nor any allocator at 4 KiB, the best case) returns anything is marked so.
+    # Oldest-first shrink: TARGET_RETURNED.
+    peers = {}
     for r in rows:
-        if kind(r) == "nic" and r["shrink"] == "random":
-            peak, ret = float(r["peak_mem_ratio"]), float(r["returned_pct"])
-            out.append("| %s | %s | %.3f %s | %s | %.1f%% %s |" % (
-                r["pool"], r["allocator"], peak, "met" if peak <= TARGET_PEAK else "**missed**",
-                f(r.get("peak_usable_ratio", "nan"), "%.3f"), ret,
-                "met" if ret >= TARGET_RETURNED else "**missed**"))
+        if r["shrink"] == "random" and r["allocator"] in ("glibc", "jemalloc", "tcmalloc"):
+            best = peers.get(r["pool"])
+            if best is None or float(r["returned_pct"]) > float(best["returned_pct"]):
+                peers[r["pool"]] = r
+    fifo = {(r["pool"], r["allocator"]): r for r in rows
+            if kind(r) == "nic" and r["shrink"] == "fifo"}
+    out = ["| pool | nicmalloc dataplane | peak pinned/live | block sizes alone | "
+           "≤ %.2f × block sizes | returned, random | best of glibc/jemalloc/tcmalloc | "
+           "returned, oldest-first (≥ %.0f%%) |" % (TARGET_PEAK_OVER_FLOOR, TARGET_RETURNED),
+           "|---|---|---|---|---|---|---|---|"]
+    for r in rows:
+        if kind(r) != "nic" or r["shrink"] != "random":
+            continue
+        peak, floor = float(r["peak_mem_ratio"]), float(r.get("peak_usable_ratio") or "nan")
+        ret = float(r["returned_pct"])
+        p = peers.get(r["pool"])
+        if p is None:
+            peer_cell, ret_mark = "-", ""
+        else:
+            pret = float(p["returned_pct"])
+            none = pret < 1.0 and float(p["oracle_4k_pct"]) < 5.0
+            peer_cell = "%.1f%% (%s)%s" % (pret, p["allocator"],
+                                            ", nothing can come back" if none else "")
+            ret_mark = "met" if ret >= pret - 0.5 else "**missed**"
+        fr = fifo.get((r["pool"], r["allocator"]))
+        fifo_cell = "-" if fr is None else "%.1f%% %s" % (
+            float(fr["returned_pct"]),
+            "met" if float(fr["returned_pct"]) >= TARGET_RETURNED else "**missed**")
+        out.append("| %s | %s | %.3f | %s | %s | %.1f%% %s | %s | %s |" % (
+            r["pool"], r["allocator"], peak, f(floor, "%.3f"),
+            "met" if peak <= TARGET_PEAK_OVER_FLOOR * floor else "**missed**", ret, ret_mark,
+            peer_cell, fifo_cell))
     return out
 
 
@@ -190,7 +222,7 @@ def main():
         "no live item (more than 100% when it also held unused memory before the shrink).", ""
     ] + oracle_table(rows) + [
         "", "## Plots", "", "Top: memory held and live bytes; bottom: their ratio (log scale; the "
-        "red line is the 1.15 target; memcached's ratio is to live item bytes). Vertical lines: start of churn and of the shrink; the last "
+        "red line is ratio 1.15; memcached's ratio is to live item bytes). Vertical lines: start of churn and of the shrink; the last "
         "two points of each line are after 1 s idle and after the release call. Stock "
         "memcached-1.07 is left out (see its table).", ""]
     md += [note] if note else ["![%s](frag-%s.png)" % (p, p) for p in POOLS

@@ -6,7 +6,11 @@
 # full:  1 GiB live, 3 rounds, nicmalloc chunks of 64 MiB and 1 GiB, plus an oldest-first shrink.
 # NICMALLOC_BUILD_DIR: build directory, relative to the repository (default build); it must have
 # been built with NICMALLOC_BUILD_BENCH=ON. FRAG_SIZES: the value-size table. FRAG_LIVE and
-# FRAG_ROUNDS override the mode's live target and rounds. Builds nothing.
+# FRAG_ROUNDS override the mode's live target and rounds; FRAG_FIFO=1 adds the oldest-first
+# shrink in quick mode too. FRAG_NIC_VARIANTS: more dataplane runs at the first chunk size,
+# each LABEL:VAR=VALUE,VAR=VALUE (space separated), labelled nic-dp-CHUNK-LABEL and also run
+# oldest-first when that runs, e.g. "4k:NICMALLOC_PAGE_KIND=4k
+# lazy:NICMALLOC_PAGE_KIND=4k,MIMALLOC_EAGER_COMMIT=0". Builds nothing.
 set -euo pipefail
 root=$(cd "$(dirname "$0")/../.." && pwd)
 mode=${1:-quick}
@@ -26,6 +30,8 @@ full) live=1G rounds=3 chunks=(64M 1G) fifo=1 ;;
 esac
 live=${FRAG_LIVE:-$live}
 rounds=${FRAG_ROUNDS:-$rounds}
+fifo=${FRAG_FIFO:-$fifo}
+read -r -a variants <<<"${FRAG_NIC_VARIANTS:-}"
 for f in "$nic_bin" "$peer_bin" "$libnic" "$sizes"; do
   [ -e "$f" ] || { echo "run_frag: $f missing (binaries: build with -DNICMALLOC_BUILD_BENCH=ON; sizes: shared/workloads beside the repository, or FRAG_SIZES)" >&2; exit 1; }
 done
@@ -40,7 +46,7 @@ pools=(wildcard app replicated regional)
   echo "mode: $mode"
   "$root/bench/machine_info.sh" "$root"
   echo "libnicmalloc: $libnic ($(date -u -r "$libnic" +%FT%TZ))"
-  echo "settings: live target $live, $rounds rounds, shrink 90% (random; full mode adds oldest-first for nic-dp-${chunks[0]}), seed 42, key 30 B, nicmalloc chunks ${chunks[*]}, NICMALLOC_RELEASE_DELAY_MS=$NICMALLOC_RELEASE_DELAY_MS NICMALLOC_MAX_CHUNKS=$NICMALLOC_MAX_CHUNKS NICMALLOC_PAGE_KIND=${NICMALLOC_PAGE_KIND:-auto}"
+  echo "settings: live target $live, $rounds rounds, shrink 90% (random$([ "$fifo" = 1 ] && echo ", and oldest-first for nic-dp-${chunks[0]}")), seed 42, key 30 B, nicmalloc chunks ${chunks[*]}, NICMALLOC_RELEASE_DELAY_MS=$NICMALLOC_RELEASE_DELAY_MS NICMALLOC_MAX_CHUNKS=$NICMALLOC_MAX_CHUNKS NICMALLOC_PAGE_KIND=${NICMALLOC_PAGE_KIND:-auto} NICMALLOC_PIN_STEP=${NICMALLOC_PIN_STEP:-default}${variants:+, variants: ${variants[*]}}"
   echo "sizes: $sizes"
 } >"$out/machine.txt"
 
@@ -55,7 +61,7 @@ run() {
   if "$@" --label "$label" --shrink "$shrink" --pool "$pool" --sizes "$sizes" --live "$live" \
     --rounds "$rounds" --out "$out/series-$pool-$label-$shrink.csv" \
     --summary "$out/summary.csv" >>"$out/runs.log" 2>&1; then
-    echo "$((SECONDS - t0)) s: $(tail -1 "$out/summary.csv" | cut -d, -f12,21 |
+    echo "$((SECONDS - t0)) s: $(tail -1 "$out/summary.csv" | cut -d, -f12,22 |
       awk -F, '{printf "peak mem/live %.3f, returned %.1f%%", $1, $2}')"
   else
     echo "FAILED (see $out/runs.log)"
@@ -69,6 +75,11 @@ peers=("glibc::libc.so" "mimalloc:$libdir/libmimalloc.so.2:libmimalloc"
 for pool in "${pools[@]}"; do
   for c in "${chunks[@]}"; do
     run "nic-dp-$c" random "$pool" env NICMALLOC_CHUNK_SIZE="$c" "$nic_bin" --api nic
+  done
+  for v in "${variants[@]}"; do
+    IFS=, read -r -a vars <<<"${v#*:}"
+    run "nic-dp-${chunks[0]}-${v%%:*}" random "$pool" env NICMALLOC_CHUNK_SIZE="${chunks[0]}" \
+      "${vars[@]}" "$nic_bin" --api nic
   done
   for p in "${peers[@]}"; do
     IFS=: read -r name lib expect <<<"$p"
@@ -88,6 +99,11 @@ if [ "$fifo" = 1 ]; then
   for pool in "${pools[@]}"; do
     run "nic-dp-${chunks[0]}" fifo "$pool" env NICMALLOC_CHUNK_SIZE="${chunks[0]}" "$nic_bin" \
       --api nic
+    for v in "${variants[@]}"; do
+      IFS=, read -r -a vars <<<"${v#*:}"
+      run "nic-dp-${chunks[0]}-${v%%:*}" fifo "$pool" env NICMALLOC_CHUNK_SIZE="${chunks[0]}" \
+        "${vars[@]}" "$nic_bin" --api nic
+    done
   done
 fi
 

@@ -50,6 +50,12 @@ struct nic_backend_caps {
   size_t max_region_bytes; /* largest single registration */
   uint32_t max_regions;    /* registrations alive at once */
   bool zero_copy;          /* false where the transport copies (uring over loopback) */
+  /* A registration refers to memory by address and holds no page references: pages dropped
+   * and faulted in again under it stay valid (the sim NIC). false (the safe default) where the
+   * kernel or the device keeps the pages it was given (io_uring fixed buffers, verbs MRs
+   * without on-demand paging, DPDK extmem's IOVA table); the heap then keeps a registered step's
+   * pages whole (alloc/heap/step_pages.h). */
+  bool pages_follow;
 };
 
 /* Where posted data goes: a socket (uring), a queue pair (verbs), a port and queue (dpdk), or the

@@ -7,6 +7,7 @@
 #include "clock.h"
 #include "events.h"
 #include "log.h"
+#include "step_pages.h"
 #include "steps.h"
 #include "thread.h"
 
@@ -24,6 +25,19 @@ int nic_chunk_register(unsigned index, unsigned step, struct nic_registration *o
     return 0;
   }
   return nic_chunk_register_with(index, step, nic_backend_active(), out);
+}
+
+/* With the chunk lock held. A backend that keeps the pages it registers gets the step whole:
+ * its pages given back inside (step_pages.h) are faulted in first, and no more go while the
+ * registration lasts, or the NIC would keep reading the pages that left. */
+static int register_step(struct nic_backend *b, unsigned index, unsigned step, void *base,
+                         size_t len, struct nic_chunk_reg *r) {
+  const bool holds = !b->caps.pages_follow;
+  if (holds && nic_step_pages_hold_locked(index, step)) return -ENOMEM;
+  int rc = nic_backend_reg(b, base, len, NIC_ACCESS_LOCAL_WRITE, &r->reg);
+  if (rc && holds) nic_step_pages_unhold_locked(index, step);
+  r->holds_pages = rc == 0 && holds;
+  return rc;
 }
 
 int nic_chunk_register_with(unsigned index, unsigned step, struct nic_backend *b,
@@ -60,8 +74,7 @@ again:
     refused = true;
   /* Local write: nic_register hands this registration out for NIC_REG_LOCAL_WRITE too (receive
    * buffers), and a verbs MR without it fails every receive into the step. */
-  else if (!r->registered &&
-           (rc = nic_backend_reg(b, base, len, NIC_ACCESS_LOCAL_WRITE, &r->reg)) == 0) {
+  else if (!r->registered && (rc = register_step(b, index, step, base, len, r)) == 0) {
     __atomic_store_n(&r->registered, 1, __ATOMIC_RELEASE);
     if (own) __atomic_store_n(flat, &r->reg, __ATOMIC_RELEASE);
   } else if (rc == -EAGAIN) { /* pages of it are protected: wait without the lock, try again */
@@ -110,6 +123,8 @@ static bool drop_step(unsigned index, unsigned step) {
     if (__atomic_load_n(flat, __ATOMIC_ACQUIRE) == &r->reg)
       __atomic_store_n(flat, NULL, __ATOMIC_RELEASE);
     __atomic_store_n(&r->registered, 0, __ATOMIC_RELEASE);
+    if (r->holds_pages) nic_step_pages_unhold_locked(index, step);
+    r->holds_pages = false;
   }
   return true;
 }

@@ -10,7 +10,8 @@
 #include "chunks.h"
 
 struct nic_chunk_reg {
-  int registered; /* read with acquire */
+  int registered;   /* read with acquire */
+  bool holds_pages; /* the backend keeps the step's pages (step_pages.h: no page is dropped) */
   struct nic_registration reg;
   /* A refused registration (no CAP_IPC_LOCK, a small RLIMIT_MEMLOCK) is given back as error
    * until retry_at_ms rather than asked of the backend on every entry. */

@@ -284,7 +284,8 @@ struct nic_backend *nic_sim_open(const struct nic_sim_config *c) {
                               .caps = {.max_sge = c->max_sge,
                                        .max_region_bytes = c->max_region_bytes,
                                        .max_regions = c->max_regions,
-                                       .zero_copy = true /* reads the caller's memory */},
+                                       .zero_copy = true, /* reads the caller's memory */
+                                       .pages_follow = true /* by address, at post time */},
                               .reg = sim_reg,
                               .dereg = sim_dereg,
                               .post = sim_post,

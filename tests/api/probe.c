@@ -46,7 +46,7 @@ static void print_stats(const char *prefix) {
          (unsigned long long)s.chunks_released);
   printf("%spinned=%zu\n%smapped=%zu\n%slive=%zu\n%scontrol=%zu\n", prefix, s.dataplane_pinned,
          prefix, s.dataplane_mapped, prefix, s.dataplane_live, prefix, s.control_committed);
-  printf("%svmlck_kb=%ld\n", prefix, vmlck_kb());
+  printf("%svmlck_kb=%ld\n%sdp_dropped=%zu\n", prefix, vmlck_kb(), prefix, s.dataplane_dropped);
   printf("%spage_kind=%s\n%spage_fallbacks=%llu\n%spin_failures=%llu\n", prefix,
          nic_page_kind_name(s.page_kind), prefix, (unsigned long long)s.page_fallbacks, prefix,
          (unsigned long long)s.pin_failures);

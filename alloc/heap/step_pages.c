@@ -1,0 +1,170 @@
+#define _GNU_SOURCE
+#include "step_pages.h"
+
+#include "chunks.h"
+#include "events.h"
+#include "log.h"
+#include "page_drop.h"
+
+#include <errno.h>
+#include <string.h>
+
+/* Which slices are dropped: set and cleared a whole unit at a time, under the chunk lock; read
+ * without it by the commit path, which only ever sees its own units change (mimalloc commits
+ * and decommits a segment's slices on the thread that owns it). */
+static uint64_t dropped[NIC_CHUNK_SLOTS][NIC_COMMIT_WORDS];
+static uint32_t dropped_slices[NIC_CHUNK_SLOTS][NIC_STEPS_MAX];
+/* Registrations of the step that hold page references (chunk_reg.c). */
+static uint32_t holders[NIC_CHUNK_SLOTS][NIC_STEPS_MAX];
+
+/* log2 of the unit: what can be dropped without splitting a page the step is backed with.
+ * Never hugetlb pages: one given back must come from the pool again on the next touch, and a
+ * touch that finds the pool empty (another process took the page) dies of SIGBUS rather than
+ * getting an error; a fork child copying its hugetlb chunks read such pages (chunks.c). A
+ * transparent huge page falls back to small pages instead. */
+static unsigned unit_shift(enum nic_page_kind kind) {
+  switch (kind) {
+  case NIC_PAGE_4K:
+    return NIC_SLICE_SHIFT;
+  case NIC_PAGE_THP:
+    return 21;
+  default:
+    return 0; /* hugetlb: the step is given back whole by steps.c */
+  }
+}
+
+static bool bits_any(const uint64_t *words, size_t first, size_t last) {
+  for (size_t i = first; i <= last;) {
+    const size_t bit = i & 63, n = last - i + 1 < 64 - bit ? last - i + 1 : 64 - bit;
+    const uint64_t mask = (n == 64 ? ~0ull : ((1ull << n) - 1)) << bit;
+    if (__atomic_load_n(&words[i >> 6], __ATOMIC_SEQ_CST) & mask) return true;
+    i += n;
+  }
+  return false;
+}
+
+static void bits_set(uint64_t *words, size_t first, size_t last, bool set) {
+  for (size_t i = first; i <= last;) {
+    const size_t bit = i & 63, n = last - i + 1 < 64 - bit ? last - i + 1 : 64 - bit;
+    const uint64_t mask = (n == 64 ? ~0ull : ((1ull << n) - 1)) << bit;
+    if (set)
+      __atomic_fetch_or(&words[i >> 6], mask, __ATOMIC_SEQ_CST);
+    else
+      __atomic_fetch_and(&words[i >> 6], ~mask, __ATOMIC_SEQ_CST);
+    i += n;
+  }
+}
+
+/* Calls fn for each unit of a backed step that overlaps [a, end), with its slice numbers. */
+typedef bool (*unit_fn)(unsigned index, unsigned step, const struct nic_step *st, size_t first,
+                        size_t last);
+static bool each_unit(uintptr_t a, uintptr_t end, unit_fn fn) {
+  const uintptr_t step_size = (uintptr_t)1 << nic_dp.step_shift;
+  while (a < end && nic_in_dp((const void *)a)) {
+    const unsigned index = nic_chunk_index((const void *)a), step = nic_step_index((const void *)a);
+    const uintptr_t step_end = (a & ~(step_size - 1)) + step_size;
+    const uintptr_t stop = end < step_end ? end : step_end;
+    const struct nic_step *st = &nic_chunk_at(index)->steps[step];
+    const unsigned shift = unit_shift(st->mapping.kind);
+    if (st->backed && shift && shift < nic_dp.step_shift) {
+      const uintptr_t base = (uintptr_t)nic_chunk_base(index), unit = (uintptr_t)1 << shift;
+      for (uintptr_t u = a & ~(unit - 1); u < stop; u += unit) {
+        const size_t first = (u - base) >> NIC_SLICE_SHIFT;
+        if (!fn(index, step, st, first, first + (unit >> NIC_SLICE_SHIFT) - 1)) return false;
+      }
+    }
+    a = stop;
+  }
+  return true;
+}
+
+static void *slice_addr(unsigned index, size_t slice) {
+  return (char *)nic_chunk_base(index) + (slice << NIC_SLICE_SHIFT);
+}
+
+static bool drop_unit(unsigned index, unsigned step, const struct nic_step *st, size_t first,
+                      size_t last) {
+  if (holders[index][step] || bits_any(dropped[index], first, first)) return true;
+  /* Slices of the unit outside the decommitted range may still be mimalloc's. */
+  if (nic_slices_committed(index, first, last)) return true;
+  const size_t len = (last - first + 1) << NIC_SLICE_SHIFT;
+  int rc = nic_drop_pages(slice_addr(index, first), len, st->mapping.pinned);
+  if (rc) {
+    nic_log_warn_once("cannot give back free pages inside dataplane steps (madvise: %s); they "
+                      "stay pinned until their whole step is free",
+                      strerror(-rc));
+    return false;
+  }
+  bits_set(dropped[index], first, last, true);
+  dropped_slices[index][step] += (uint32_t)(last - first + 1);
+  return true;
+}
+
+void nic_step_pages_drop(void *addr, size_t len) {
+  if (!len) return;
+  /* Posts cannot cover free memory (frees wait for them), but the sim's kept pages and the
+   * registration cache hear of every page that leaves. Outside the chunk lock: their locks come
+   * before it. The part of a 2 MiB unit outside the range was told at its own decommit. */
+  nic_publish_pages_leaving((uintptr_t)addr, len);
+  nic_chunks_lock();
+  each_unit((uintptr_t)addr, (uintptr_t)addr + len, drop_unit);
+  nic_chunks_unlock();
+}
+
+static bool refill_unit(unsigned index, unsigned step, const struct nic_step *st, size_t first,
+                        size_t last) {
+  (void)st;
+  if (!bits_any(dropped[index], first, first)) return true;
+  if (nic_refill_pages(slice_addr(index, first), (last - first + 1) << NIC_SLICE_SHIFT))
+    return false;
+  bits_set(dropped[index], first, last, false);
+  dropped_slices[index][step] -= (uint32_t)(last - first + 1);
+  return true;
+}
+
+int nic_step_pages_refill(void *addr, size_t len) {
+  if (!len || !nic_in_dp(addr)) return 0;
+  const uintptr_t base = (uintptr_t)nic_chunk_base(nic_chunk_index(addr));
+  const uintptr_t last = (uintptr_t)addr + len - 1;
+  /* Most commits find nothing dropped: one look at the bits, no lock. A range that reaches into
+   * the next chunk is rare enough to take the lock. */
+  if (nic_chunk_index((const void *)last) == nic_chunk_index(addr)) {
+    const unsigned index = nic_chunk_index(addr);
+    const uintptr_t big = (uintptr_t)2 << 20;
+    const uintptr_t lo = (uintptr_t)addr & ~(big - 1), hi = last | (big - 1);
+    const uintptr_t top = base + ((uintptr_t)1 << nic_dp.shift) - 1;
+    if (!bits_any(dropped[index], (lo - base) >> NIC_SLICE_SHIFT,
+                  ((hi < top ? hi : top) - base) >> NIC_SLICE_SHIFT))
+      return 0;
+  }
+  nic_chunks_lock();
+  bool ok = each_unit((uintptr_t)addr, last + 1, refill_unit);
+  nic_chunks_unlock();
+  return ok ? 0 : -ENOMEM;
+}
+
+int nic_step_pages_hold_locked(unsigned index, unsigned step) {
+  holders[index][step]++;
+  if (!dropped_slices[index][step]) return 0;
+  void *base = nic_step_base(index, step);
+  if (each_unit((uintptr_t)base, (uintptr_t)base + ((uintptr_t)1 << nic_dp.step_shift),
+                refill_unit))
+    return 0;
+  holders[index][step]--;
+  return -ENOMEM;
+}
+
+void nic_step_pages_unhold_locked(unsigned index, unsigned step) {
+  if (holders[index][step]) holders[index][step]--;
+}
+
+void nic_step_pages_forget_locked(unsigned index, unsigned step) {
+  if (!dropped_slices[index][step]) return;
+  const size_t per_step = (size_t)1 << (nic_dp.step_shift - NIC_SLICE_SHIFT);
+  bits_set(dropped[index], step * per_step, (step + 1) * per_step - 1, false);
+  dropped_slices[index][step] = 0;
+}
+
+size_t nic_step_pages_dropped_bytes(unsigned index, unsigned step) {
+  return (size_t)dropped_slices[index][step] << NIC_SLICE_SHIFT;
+}

@@ -1,0 +1,101 @@
+// Pages inside a step that stays in use go back to the OS once mimalloc decommits them, unless a
+// registration of the step holds page references (alloc/heap/step_pages.h).
+#include <gtest/gtest.h>
+
+#include "probe_runner.h"
+
+namespace {
+
+// 4 KiB pages unless said: units of 64 KiB (on transparent huge pages a unit is 2 MiB, which
+// the freed spans need not cover whole). mimalloc decommits freed spans at once; the release
+// delay keeps the reaper from giving back whole steps, which is not what is tested here.
+std::vector<std::string> env(const char *backend, const char *kind = "4k") {
+  return {"NICMALLOC_CHUNK_SIZE=64M",
+          "NICMALLOC_PIN_STEP=32M",
+          std::string("NICMALLOC_PAGE_KIND=") + kind,
+          "NICMALLOC_RELEASE_DELAY_MS=3600000",
+          "MIMALLOC_DECOMMIT_DELAY=0",
+          std::string("NICMALLOC_BACKEND=") + backend};
+}
+const long long kMiB = 1 << 20;
+
+TEST(StepPages, FreedSpansInsideALiveStepLeaveThePinnedSetAndComeBack) {
+  auto r = run_probe(env("sim"), {"free"});
+  ASSERT_EQ(r.exit_code, 0) << r.out << r.err;
+  ASSERT_EQ(r.num("one_step"), 1) << r.out;
+  ASSERT_EQ(r.num("register_rc"), 0) << r.out; // the sim's registration lets pages go
+  // Fifteen 1 MiB blocks freed: most of their 15 MiB leaves, from the count and from memory.
+  EXPECT_LE(r.num("freed_pinned"), r.num("full_pinned") - 12 * kMiB) << r.out;
+  EXPECT_LE(r.num("freed_rss_anon_kb"), r.num("full_rss_anon_kb") - 12 * 1024) << r.out;
+  EXPECT_EQ(r.num("freed_dropped"), r.num("full_pinned") - r.num("freed_pinned")) << r.out;
+  // Allocated and written again: the pages are back, pinned, and every byte reads back (the
+  // rest of the segment, committed eagerly and never used, need not come back).
+  EXPECT_GE(r.num("again_pinned"), r.num("freed_pinned") + 15 * kMiB) << r.out;
+  EXPECT_GE(r.num("again_rss_anon_kb"), r.num("freed_rss_anon_kb") + 15 * 1024) << r.out;
+  EXPECT_LE(r.num("again_dropped"), r.num("freed_dropped") - 15 * kMiB) << r.out;
+  EXPECT_EQ(r.num("intact"), 1) << r.out;
+  // The step's registration, made before its pages left, still carries what is there now.
+  EXPECT_EQ(r.num("sent_intact"), 1) << r.out;
+}
+
+// free reads a freed block's free key to tell a double free: in a unit given back, the key went
+// with the pages (it reads as zeros), and a double free taken for a first one corrupted
+// mimalloc's count of blocks in use (the garbage dataplane_live of nic_api_fuzz). A block in a
+// slice mimalloc does not hold committed is freed, whatever its bytes read.
+TEST(StepPages, ADoubleFreeOfABlockWhosePagesWentBackIsReportedAndIgnored) {
+  auto r = run_probe(env("sim"), {"double"});
+  ASSERT_EQ(r.exit_code, 0) << r.out << r.err;
+  ASSERT_EQ(r.num("one_step"), 1) << r.out;
+  ASSERT_GE(r.num("victim"), 1) << "no freed block's pages went back: " << r.out;
+  EXPECT_EQ(r.num("after_double_frees"), r.num("before_double_frees") + 3) << r.out << r.err;
+  EXPECT_EQ(r.num("realloc_null"), 1) << r.out;
+  EXPECT_EQ(r.num("usable"), 0) << r.out;
+  EXPECT_EQ(r.num("after_live"), r.num("before_live")) << r.out;
+  EXPECT_EQ(r.num("end_live"), 0) << r.out;
+}
+
+// The same for a step given back whole inside a live chunk: the reaper maps it afresh (zeros
+// where the key was), so its freed blocks are told by their slices, not their bytes.
+TEST(StepPages, ADoubleFreeIntoAStepGivenBackWholeIsReportedAndIgnored) {
+  auto r = run_probe({"NICMALLOC_CHUNK_SIZE=64M", "NICMALLOC_PIN_STEP=2M", "NICMALLOC_PAGE_KIND=4k",
+                      "NICMALLOC_RELEASE_DELAY_MS=20", "MIMALLOC_DECOMMIT_DELAY=0",
+                      "NICMALLOC_BACKEND=sim"},
+                     {"released"});
+  ASSERT_EQ(r.exit_code, 0) << r.out << r.err;
+  ASSERT_LE(r.num("steps_pinned"), r.num("live_steps")) << "steps not given back: " << r.out;
+  ASSERT_GE(r.num("victim"), 1) << r.out;
+  EXPECT_EQ(r.num("after_double_frees"), r.num("before_double_frees") + 3) << r.out << r.err;
+  EXPECT_EQ(r.num("realloc_null"), 1) << r.out;
+  EXPECT_EQ(r.num("usable"), 0) << r.out;
+  EXPECT_EQ(r.num("after_live"), r.num("before_live")) << r.out;
+  EXPECT_EQ(r.num("end_live"), 0) << r.out;
+}
+
+// io_uring fixed buffers pin the pages they were given: a page dropped under one would leave
+// the kernel sending from the old page. The registered step keeps every page.
+TEST(StepPages, AStepRegisteredWithABackendThatHoldsPagesKeepsThemAll) {
+  auto r = run_probe(env("uring"), {"held"});
+  ASSERT_EQ(r.exit_code, 0) << r.out << r.err;
+  ASSERT_EQ(r.num("one_step"), 1) << r.out;
+  if (r.num("register_rc") != 0) GTEST_SKIP() << "io_uring unavailable here: " << r.out;
+  EXPECT_EQ(r.num("freed_pinned"), r.num("full_pinned")) << r.out;
+  EXPECT_EQ(r.num("freed_dropped"), 0) << r.out;
+  EXPECT_GE(r.num("freed_rss_anon_kb"), r.num("full_rss_anon_kb") - 1024) << r.out;
+  EXPECT_EQ(r.num("intact"), 1) << r.out;
+}
+
+// A hugetlb page given back must come from the pool again on the next touch, and a touch that
+// finds the pool empty dies of SIGBUS (a fork child copying its chunks did): hugetlb steps keep
+// their pages until the whole step goes.
+TEST(StepPages, HugetlbStepsKeepTheirPages) {
+  auto r = run_probe(env("sim", "2m"), {"free"});
+  ASSERT_EQ(r.exit_code, 0) << r.out << r.err;
+  ASSERT_EQ(r.num("one_step"), 1) << r.out;
+  if (r.values.count("page_kind_2m") == 0)
+    GTEST_SKIP() << "no 16 free 2 MiB hugetlb pages here (vm.nr_hugepages): " << r.out;
+  EXPECT_EQ(r.num("freed_dropped"), 0) << r.out;
+  EXPECT_EQ(r.num("freed_pinned"), r.num("full_pinned")) << r.out;
+  EXPECT_EQ(r.num("intact"), 1) << r.out;
+}
+
+} // namespace
