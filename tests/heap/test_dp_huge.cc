@@ -135,6 +135,25 @@ TEST(DpHuge, EveryByteIsBackedAndNothingPastTheSegmentBound) {
       }
 }
 
+// Alignments mimalloc refuses (over 16 MiB) are cut from a larger dataplane block (mapped.h),
+// itself over 16 MiB: every byte handed out is backed.
+TEST(DpHuge, BlocksAlignedPast16MiBAreBackedWhole) {
+  for (size_t alignment : {32 * kMiB, 64 * kMiB})
+    for (size_t size : {4096 * size_t{1}, 17 * kMiB}) {
+      SCOPED_TRACE(testing::Message() << "size " << size << " alignment " << alignment);
+      ReleaseIdleSteps();
+      char *p = static_cast<char *>(nic_aligned_alloc(alignment, size));
+      ASSERT_NE(p, nullptr);
+      ASSERT_TRUE(nic_is_dataplane(p));
+      EXPECT_EQ((uintptr_t)p % alignment, 0u);
+      const size_t usable = malloc_usable_size(p);
+      ASSERT_GE(usable, size);
+      EXPECT_TRUE(AllBacked(p, usable));
+      memset(p, 0x3c, usable);
+      free(p);
+    }
+}
+
 // Under NICMALLOC_DP_MIN_SIZE malloc's inline dataplane path serves what it can; blocks over
 // 16 MiB leave it for the path that cuts their commit.
 TEST(DpHuge, MallocRoutedByTheSizeRulePinsNoMoreThanNicMalloc) {
