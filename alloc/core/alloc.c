@@ -37,7 +37,9 @@ static void fast_paths_start(void) {
   nic_free_check = cfg->free_check;
   if (nic_auto_dp_threshold < nic_fast_limit) nic_fast_limit = nic_auto_dp_threshold;
   tune_control_heap(cfg);
-  nic_dp_fast_max = nic_dp_max_request();
+  /* Blocks over 16 MiB take nic_dp_alloc, where their segment's commit is cut (dp_huge.h). */
+  nic_dp_fast_max =
+      nic_dp_max_request() < NIC_HUGE_BLOCK_MIN ? nic_dp_max_request() : NIC_HUGE_BLOCK_MIN;
 }
 NIC_STARTUP_STEP(fast_paths, NIC_START_FAST_PATHS, fast_paths_start);
 

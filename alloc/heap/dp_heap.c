@@ -3,6 +3,7 @@
 
 #include "clock.h"
 #include "config.h"
+#include "dp_huge.h"
 #include "forklock.h"
 #include "reaper.h"
 
@@ -19,6 +20,8 @@ size_t nic_dp_max_request(void) {
 }
 
 void *nic_heap_alloc(mi_heap_t *heap, size_t size, size_t alignment, bool zero) {
+  if (__builtin_expect(nic_dp_huge_request(size, alignment), 0))
+    return nic_dp_huge_alloc(heap, size, alignment, zero);
   /* mi_heap_*_aligned_at skips the shortcut in mi_malloc_aligned that returns misaligned blocks
    * in mimalloc 2.0.9 (upstream #700). */
   if (alignment <= sizeof(void *) * 2)

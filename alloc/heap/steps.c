@@ -94,8 +94,43 @@ static void slice_bits(unsigned index, size_t first, size_t last, bool set) {
   }
 }
 
+/* mimalloc 2.0.9's arena block: a claim is a whole number of them. */
+#define ARENA_BLOCK ((size_t)32 << 20)
+
+static __thread size_t huge_segment_bytes __attribute__((tls_model("initial-exec")));
+
+void nic_steps_expect_huge(size_t segment_bytes) {
+  huge_segment_bytes = segment_bytes;
+}
+
+bool nic_steps_expect_huge_done(void) {
+  const bool came = huge_segment_bytes == 0;
+  huge_segment_bytes = 0;
+  return came;
+}
+
+/* The arena's commit of a huge segment's claim, cut to the segment. The tail past the segment
+ * is in no other segment while this one lives (the arena's in-use bits hold the whole claim),
+ * and mimalloc never touches it: the huge page and its usable size end at the segment's end,
+ * and huge segments are never cached for reuse as other segments. When the segment is freed
+ * the arena decommits the whole claim and clears its committed bits, so whoever claims those
+ * blocks next commits them again, through here. The tail's slices never get the committed bit,
+ * so free, the reaper and the stats see them as free, which they are. Only the first commit of
+ * the request that starts on an arena block and spans whole arena blocks is the claim's (with
+ * eager commit off, mimalloc's other commits are of slices inside a segment). */
+static size_t huge_claim_cut(const void *addr, size_t len) {
+  const size_t bytes = huge_segment_bytes;
+  if (__builtin_expect(bytes == 0, 1)) return len;
+  if (((uintptr_t)addr & (ARENA_BLOCK - 1)) || len % ARENA_BLOCK) return len;
+  huge_segment_bytes = 0;
+  const size_t slice = (size_t)1 << NIC_SLICE_SHIFT;
+  const size_t cut = (bytes + slice - 1) & ~(slice - 1);
+  return cut < len ? cut : len;
+}
+
 int nic_steps_commit(void *addr, size_t len) {
   if (len == 0) return 0;
+  len = huge_claim_cut(addr, len);
   const uintptr_t first = (uintptr_t)addr, last = first + len - 1;
   int rc = 0;
   /* Commits of a step already backed (mimalloc commits in 64 KiB slices too) take no lock. */

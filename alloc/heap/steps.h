@@ -16,6 +16,15 @@
  * [addr, addr + len). Returns 0, or -ENOMEM when a step could not be backed (or, under
  * NICMALLOC_ON_PIN_FAIL=fail, not pinned). */
 int nic_steps_commit(void *addr, size_t len);
+/* A block over 16 MiB is about to be asked of mimalloc on this thread. mimalloc 2.0.9 gives it
+ * a segment of its own, claims whole 32 MiB arena blocks for it and commits the whole claim in
+ * one call (mi_arena_alloc_from): a 17 MiB block committed 32 MiB, a 33 MiB one 64 MiB. With
+ * segment_bytes (a bound on the segment: header and block) set, that commit backs and marks
+ * committed only [claim, claim + segment_bytes), rounded to a slice; the claim's tail stays
+ * unbacked. See steps.c for why mimalloc never touches the tail. */
+void nic_steps_expect_huge(size_t segment_bytes);
+/* The request is over: whether its claim's commit came (and was cut); clears the bound. */
+bool nic_steps_expect_huge_done(void);
 /* The decommit function handed down: mimalloc holds [addr, addr + len) no longer. */
 void nic_steps_decommit(void *addr, size_t len);
 /* The same for one step, with the chunk lock held. */

@@ -2,6 +2,7 @@
 // coalescing, the entry limit, bad input, and that the receiver gets exactly the bytes added.
 #include <gtest/gtest.h>
 
+#include <malloc.h>
 #include <poll.h>
 #include <pthread.h>
 #include <signal.h>
@@ -100,6 +101,28 @@ TEST_F(Sga, ARangeAcrossAStepEndGoesAsOneEntryPerStepAndArrivesWhole) {
   EXPECT_NE(first.lkey, second.lkey) << "two steps, two registrations";
   const int failed = failures.load();
   EXPECT_EQ(PostAndReceive(), std::string(from, 2 * half));
+  EXPECT_EQ(failures.load(), failed);
+  free(p);
+}
+
+// A block over 16 MiB has only the steps of its segment backed, not its whole 32 MiB arena
+// claim (alloc/heap/dp_huge.h): its first and last bytes are registered and posted like any.
+TEST_F(Sga, TheEndsOfABlockOver16MiBArePostedWhole) {
+  const size_t size = (17u << 20) + 12345, part = 100u << 10;
+  char *p = static_cast<char *>(nic_malloc(size));
+  ASSERT_NE(p, nullptr);
+  ASSERT_TRUE(nic_is_dataplane(p));
+  const size_t usable = malloc_usable_size(p);
+  for (size_t i = 0; i < part; i++) {
+    p[i] = static_cast<char>(i * 13 + 1);
+    p[usable - part + i] = static_cast<char>(i * 5 + 3);
+  }
+  ASSERT_EQ(nic_sga_add(&sga, p + usable - part, part), 0);
+  ASSERT_EQ(nic_sga_add(&sga, p, part), 0);
+  for (uint32_t i = 0; i < sga.count; i++)
+    EXPECT_NE(sga.entry[i].kind, kBounce) << "entry " << i << " was copied, not registered";
+  const int failed = failures.load();
+  EXPECT_EQ(PostAndReceive(), std::string(p + usable - part, part) + std::string(p, part));
   EXPECT_EQ(failures.load(), failed);
   free(p);
 }
@@ -305,16 +328,23 @@ TEST(InternalHeap, NicmallocsOwnBlocksNeverShareAPageWithTheProgramsBlocks) {
 // An entry that runs from the last mapped chunk into one that is not mapped: short ones (copied)
 // are refused as unmapped, long ones as crossing the chunk end; neither may read past it. The
 // chunk's end must hold a live block: memory mimalloc holds no block in is refused sooner, as
-// freed. A block over 16 MiB takes a 32 MiB segment of its own, committed whole, which in a
-// fresh process is the second half of the first 64 MiB chunk.
+// freed.
 TEST_F(Sga, AnEntryOverTheEndOfTheLastChunkIsRefused) {
   void *keep = nic_malloc(64); // at least one chunk mapped
-  void *big = nic_malloc(20 << 20);
-  ASSERT_NE(big, nullptr);
-  const unsigned last = nic_chunk_slots_used() - 1;
+  // 1 MiB blocks until one lies in the last chunk's last slice (a block over 16 MiB would not:
+  // its segment never fills its arena claim, and the claim's tail is never committed).
+  std::vector<void *> blocks;
+  unsigned last = 0;
+  char *end = nullptr;
+  for (int i = 0; i < 256; i++) {
+    blocks.push_back(nic_malloc(1 << 20));
+    ASSERT_NE(blocks.back(), nullptr);
+    last = nic_chunk_slots_used() - 1;
+    end = static_cast<char *>(nic_chunk_base(last + 1));
+    if (nic_dp_slice_held((uintptr_t)(end - 4096) - nic_dp.base)) break;
+  }
   ASSERT_TRUE(nic_chunk_readable(last));
   ASSERT_FALSE(nic_chunk_readable(last + 1));
-  char *end = static_cast<char *>(nic_chunk_base(last + 1));
   ASSERT_TRUE(nic_dp_slice_held((uintptr_t)(end - 4096) - nic_dp.base))
       << "the chunk's last slice holds no block: the test needs another layout";
   testing::internal::CaptureStderr();
@@ -323,7 +353,8 @@ TEST_F(Sga, AnEntryOverTheEndOfTheLastChunkIsRefused) {
   std::string err = testing::internal::GetCapturedStderr();
   EXPECT_NE(err.find("crosses the end of its chunk"), std::string::npos) << err;
   EXPECT_EQ(sga.count, 0u);
-  free(big);
+  for (void *b : blocks)
+    free(b);
   free(keep);
 }
 
