@@ -78,6 +78,15 @@ static void after_fork_child(void) {
 }
 NIC_FORKLOCK_MUTEX(deferred, NIC_FORK_DEFERRED, &lock, after_fork_child);
 
+/* Whether a free of [start, end) must wait: a page is referenced, or still write-protected by a
+ * completion that has dropped its references and not yet made the page writable (fence.h). The
+ * free's writes there would be held until the release: a retry that found the counts clear in
+ * that window (the free thread's), or the program's free of a neighbour on the page. The
+ * completion retries deferred frees after the release. */
+static bool busy(uintptr_t start, uintptr_t end) {
+  return nic_pc_any(start, end, NIC_PC_ANY) || nic_fence_any_protected(start, end);
+}
+
 static struct record **bucket(const void *p) {
   return &buckets[((uintptr_t)p >> 4) * 0x9e3779b97f4a7c15ull >> 56];
 }
@@ -115,7 +124,7 @@ bool nic_safety_defer_free(void *p) {
    * malloc/free pair took 46 ns of wall time against 26 ns on 1 (sga_bench
    * BM_FreeFilter/other_free_deferred; now 10 and 17 ns). */
   const bool hand_off = nic_fence_frees_handed_off();
-  if (!hand_off && !nic_pc_any(start, end, NIC_PC_ANY) &&
+  if (!hand_off && !busy(start, end) &&
       (!__atomic_load_n(&nic_safety_ctr.deferred_pending, __ATOMIC_ACQUIRE) ||
        !__atomic_load_n(bucket(p), __ATOMIC_ACQUIRE)))
     return false;
@@ -125,7 +134,7 @@ bool nic_safety_defer_free(void *p) {
     nic_report_bad_block(p, "free", NIC_USE_FREE, true); /* its first free is still deferred */
     return true;
   }
-  if (!hand_off && !nic_pc_any(start, end, NIC_PC_ANY)) {
+  if (!hand_off && !busy(start, end)) {
     pthread_mutex_unlock(&lock);
     return false;
   }
@@ -147,12 +156,12 @@ bool nic_safety_defer_free(void *p) {
   return true;
 }
 
-/* Takes up to BATCH records whose pages are clear; returns how many. */
+/* Takes up to BATCH records whose pages are clear and writable; returns how many. */
 static unsigned collect_locked(struct record **out) {
   unsigned n = 0;
   for (unsigned b = 0; b < BUCKETS && n < BATCH; b++)
     for (struct record *r = buckets[b]; r && n < BATCH; r = r->next)
-      if (r->state == PENDING && !nic_pc_any(r->start, r->end, NIC_PC_ANY)) {
+      if (r->state == PENDING && !busy(r->start, r->end)) {
         r->state = TAKEN;
         out[n++] = r;
       }
