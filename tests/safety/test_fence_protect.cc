@@ -581,6 +581,27 @@ TEST_P(ProtectWindow, AFreeOfANeighbourWaitsUntilThePageIsWritableAgain) {
   EXPECT_EQ(Received(0), std::string(512, 'X'));
 }
 
+// nic_fence_write returned as soon as the counts were clear, and the write the program made
+// next was held. It returns once the pages are writable.
+TEST_P(ProtectWindow, AFenceReturnsOnceThePagesAreWritableAgain) {
+  char *x = Block(true, 4096);
+  ASSERT_NE(x, nullptr);
+  memset(x, 'F', 4096);
+  const int target = done_count.load() + 1;
+  const nic_stats before = Stats();
+  PostPaused(x, 4096);
+  int rc = -1;
+  EXPECT_FALSE(DrainWithWriterInTheWindow(x, target, [x, &rc] {
+    rc = nic_fence_write(x, 4096);
+    x[0] = 'G';
+  })) << "the write after the fence was held";
+  EXPECT_EQ(rc, 0);
+  EXPECT_EQ(Stats().fence_held_writes, before.fence_held_writes);
+  EXPECT_EQ(x[0], 'G');
+  EXPECT_EQ(Received(0), std::string(4096, 'F'));
+  free(x);
+}
+
 // A release that does not wait for the DMA (a NIC thread's write, a writer past the timeout) of
 // a page a post still covers lets a write reach the wire: it counts as a mismatch, as detect
 // would report it. Once no post covers the page, a release is no mismatch.
