@@ -5,8 +5,11 @@
  * or its double-free key may be written until then.
  *
  * Race between a free and the completion that clears its pages: the free re-checks the pages
- * under the table lock, and a completion drops its page counts before taking the lock to scan,
- * so either the free sees the pages clear (and frees now) or the scan sees the record.
+ * under the table lock, and again once its record is counted; a completion drops its page
+ * counts before it looks for records. So either the free sees the pages clear (and frees now,
+ * or retries) or the completion sees the record. The completion's first look is at the count of
+ * records, unlocked: with the record's check under the lock alone, a free counting its record
+ * just after that look stayed deferred, its pages clear, until some later completion or release.
  *
  * A record lives from the program's free until the allocator has the block back, and a second
  * free of the block meets it all that time. It goes PENDING (the NIC may still read the block),
@@ -138,6 +141,8 @@ bool nic_safety_defer_free(void *p) {
     pthread_mutex_unlock(&lock);
     return false;
   }
+  void (*hook)(const void *) = __atomic_load_n(&nic_safety_defer_hook, __ATOMIC_ACQUIRE);
+  if (hook) hook(p);
   struct record *r = nic_pool_get(&pool);
   if (!r) {
     pthread_mutex_unlock(&lock);
@@ -152,7 +157,17 @@ bool nic_safety_defer_free(void *p) {
   NIC_SAFETY_COUNT(deferred_frees, 1);
   NIC_SAFETY_COUNT(deferred_pending, 1);
   pthread_mutex_unlock(&lock);
-  if (hand_off) nic_fence_free_kick();
+  if (hand_off) {
+    nic_fence_free_kick();
+    return true;
+  }
+  /* The references or the protection may have gone since the look above, and the completion
+   * that let them go may have looked for records before this one was counted (its retry reads
+   * deferred_pending unlocked first): it would not come back for it, and the free would wait
+   * for some later retry. Each side fences between its own change and its look at the other's,
+   * so one of them sees the other. */
+  __atomic_thread_fence(__ATOMIC_SEQ_CST);
+  if (!busy(start, end)) nic_safety_retry_deferred();
   return true;
 }
 
@@ -185,9 +200,14 @@ static void call_hook(enum nic_retry_phase phase, void *const *blocks, unsigned 
   if (n && hook) hook(phase, blocks, n);
 }
 
+void (*nic_safety_defer_hook)(const void *p);
+
 void nic_safety_retry_deferred(void) {
   struct record *taken[BATCH];
   void *ready[BATCH];
+  /* After the caller's release of references or protection, before the look at the count: a
+   * free recording a record meanwhile looks at the pages again (nic_safety_defer_free). */
+  __atomic_thread_fence(__ATOMIC_SEQ_CST);
   for (;;) {
     if (!__atomic_load_n(&nic_safety_ctr.deferred_pending, __ATOMIC_ACQUIRE)) return;
     if (nic_fence_frees_handed_off()) {
