@@ -5,8 +5,11 @@
  * or its double-free key may be written until then.
  *
  * Race between a free and the completion that clears its pages: the free re-checks the pages
- * under the table lock, and a completion drops its page counts before taking the lock to scan,
- * so either the free sees the pages clear (and frees now) or the scan sees the record.
+ * under the table lock, and again once its record is counted; a completion drops its page
+ * counts before it looks for records. So either the free sees the pages clear (and frees now,
+ * or retries) or the completion sees the record. The completion's first look is at the count of
+ * records, unlocked: with the record's check under the lock alone, a free counting its record
+ * just after that look stayed deferred, its pages clear, until some later completion or release.
  *
  * A record lives from the program's free until the allocator has the block back, and a second
  * free of the block meets it all that time. It goes PENDING (the NIC may still read the block),
@@ -78,6 +81,15 @@ static void after_fork_child(void) {
 }
 NIC_FORKLOCK_MUTEX(deferred, NIC_FORK_DEFERRED, &lock, after_fork_child);
 
+/* Whether a free of [start, end) must wait: a page is referenced, or still write-protected by a
+ * completion that has dropped its references and not yet made the page writable (fence.h). The
+ * free's writes there would be held until the release: a retry that found the counts clear in
+ * that window (the free thread's), or the program's free of a neighbour on the page. The
+ * completion retries deferred frees after the release. */
+static bool busy(uintptr_t start, uintptr_t end) {
+  return nic_pc_any(start, end, NIC_PC_ANY) || nic_fence_any_protected(start, end);
+}
+
 static struct record **bucket(const void *p) {
   return &buckets[((uintptr_t)p >> 4) * 0x9e3779b97f4a7c15ull >> 56];
 }
@@ -115,7 +127,7 @@ bool nic_safety_defer_free(void *p) {
    * malloc/free pair took 46 ns of wall time against 26 ns on 1 (sga_bench
    * BM_FreeFilter/other_free_deferred; now 10 and 17 ns). */
   const bool hand_off = nic_fence_frees_handed_off();
-  if (!hand_off && !nic_pc_any(start, end, NIC_PC_ANY) &&
+  if (!hand_off && !busy(start, end) &&
       (!__atomic_load_n(&nic_safety_ctr.deferred_pending, __ATOMIC_ACQUIRE) ||
        !__atomic_load_n(bucket(p), __ATOMIC_ACQUIRE)))
     return false;
@@ -125,10 +137,12 @@ bool nic_safety_defer_free(void *p) {
     nic_report_bad_block(p, "free", NIC_USE_FREE, true); /* its first free is still deferred */
     return true;
   }
-  if (!hand_off && !nic_pc_any(start, end, NIC_PC_ANY)) {
+  if (!hand_off && !busy(start, end)) {
     pthread_mutex_unlock(&lock);
     return false;
   }
+  void (*hook)(const void *) = __atomic_load_n(&nic_safety_defer_hook, __ATOMIC_ACQUIRE);
+  if (hook) hook(p);
   struct record *r = nic_pool_get(&pool);
   if (!r) {
     pthread_mutex_unlock(&lock);
@@ -143,16 +157,26 @@ bool nic_safety_defer_free(void *p) {
   NIC_SAFETY_COUNT(deferred_frees, 1);
   NIC_SAFETY_COUNT(deferred_pending, 1);
   pthread_mutex_unlock(&lock);
-  if (hand_off) nic_fence_free_kick();
+  if (hand_off) {
+    nic_fence_free_kick();
+    return true;
+  }
+  /* The references or the protection may have gone since the look above, and the completion
+   * that let them go may have looked for records before this one was counted (its retry reads
+   * deferred_pending unlocked first): it would not come back for it, and the free would wait
+   * for some later retry. Each side fences between its own change and its look at the other's,
+   * so one of them sees the other. */
+  __atomic_thread_fence(__ATOMIC_SEQ_CST);
+  if (!busy(start, end)) nic_safety_retry_deferred();
   return true;
 }
 
-/* Takes up to BATCH records whose pages are clear; returns how many. */
+/* Takes up to BATCH records whose pages are clear and writable; returns how many. */
 static unsigned collect_locked(struct record **out) {
   unsigned n = 0;
   for (unsigned b = 0; b < BUCKETS && n < BATCH; b++)
     for (struct record *r = buckets[b]; r && n < BATCH; r = r->next)
-      if (r->state == PENDING && !nic_pc_any(r->start, r->end, NIC_PC_ANY)) {
+      if (r->state == PENDING && !busy(r->start, r->end)) {
         r->state = TAKEN;
         out[n++] = r;
       }
@@ -176,9 +200,14 @@ static void call_hook(enum nic_retry_phase phase, void *const *blocks, unsigned 
   if (n && hook) hook(phase, blocks, n);
 }
 
+void (*nic_safety_defer_hook)(const void *p);
+
 void nic_safety_retry_deferred(void) {
   struct record *taken[BATCH];
   void *ready[BATCH];
+  /* After the caller's release of references or protection, before the look at the count: a
+   * free recording a record meanwhile looks at the pages again (nic_safety_defer_free). */
+  __atomic_thread_fence(__ATOMIC_SEQ_CST);
   for (;;) {
     if (!__atomic_load_n(&nic_safety_ctr.deferred_pending, __ATOMIC_ACQUIRE)) return;
     if (nic_fence_frees_handed_off()) {

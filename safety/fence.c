@@ -23,16 +23,24 @@
 #include <string.h>
 #include <time.h>
 
+/* The caller writes [start, end) next: not only the DMA must be done, the pages must be writable
+ * again, or the write is held (a completion drops its references before it releases the pages;
+ * fence.h). */
+static bool in_flight(uintptr_t start, uintptr_t end) {
+  return nic_pc_any(start, end, NIC_PC_DMA_MASK) || nic_fence_any_protected(start, end);
+}
+
 int nic_fence_wait(uintptr_t start, uintptr_t end, const char *who, const char *then) {
-  if (!__atomic_load_n(&nic_safety_refs, __ATOMIC_ACQUIRE) ||
-      !nic_pc_any(start, end, NIC_PC_DMA_MASK))
+  if ((!__atomic_load_n(&nic_safety_refs, __ATOMIC_ACQUIRE) ||
+       !nic_pc_any(start, end, NIC_PC_DMA_MASK)) &&
+      !nic_fence_any_protected(start, end))
     return 0;
   NIC_SAFETY_COUNT(fence_waits, 1);
   const unsigned timeout = nic_safety_config()->fence_timeout_ms;
   const uint64_t deadline = nic_now_ms() + timeout;
   for (unsigned round = 0;; round++) {
     nic_backends_poll(NIC_POLL_COMPLETIONS_ONLY); /* runs completions, ours among them */
-    if (!nic_pc_any(start, end, NIC_PC_DMA_MASK)) return 0;
+    if (!in_flight(start, end)) return 0;
     if (nic_now_ms() >= deadline) break;
     if (round < 64) {
       sched_yield();

@@ -29,6 +29,11 @@ void nic_fence_protect(const struct nic_sga_entry *e, uint32_t n);
 /* Releases the units of the entries' pages that no posted entry covers any more. */
 void nic_fence_unprotect(const struct nic_sga_entry *e, uint32_t n);
 bool nic_fence_protect_started(void);
+/* Whether a page of [start, end) is write-protected by protect now. A completion drops its page
+ * references before it makes the pages writable (it decides the release from the counts): in
+ * between, pages the counts show clear are still protected, and a write there is held. What
+ * nicmalloc writes on the strength of clear counts (a free, a fence's caller) asks this too. */
+bool nic_fence_any_protected(uintptr_t start, uintptr_t end);
 /* Makes the unit holding a writable now, whatever is in flight there: for a writer that must
  * not wait (a NIC thread) or has waited too long. If a posted entry still covers the unit, the
  * write may reach the wire: counted in fence_mismatches. Any thread, signal handlers included. */

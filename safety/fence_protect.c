@@ -121,6 +121,10 @@ bool nic_fence_protect_started(void) {
   return __atomic_load_n(&started, __ATOMIC_ACQUIRE);
 }
 
+bool nic_fence_any_protected(uintptr_t start, uintptr_t end) {
+  return __atomic_load_n(&started, __ATOMIC_ACQUIRE) && nic_fence_any_marked(start, end);
+}
+
 const char *nic_fence_protect_name(void) {
   const struct nic_fence_mech *m = __atomic_load_n(&mech, __ATOMIC_ACQUIRE);
   return m ? m->name : "none";

@@ -65,6 +65,15 @@ enum nic_retry_phase {
   NIC_RETRY_RELEASED, /* the allocator has them back; their records have not left the table */
 };
 extern void (*nic_safety_retry_hook)(enum nic_retry_phase phase, void *const *blocks, unsigned n);
+/* Tests: called by a free that is being deferred, under the table's lock, once it found the
+ * block's pages busy and before its record is in the table. */
+extern void (*nic_safety_defer_hook)(const void *p);
+
+/* Tests: called by a completion (sga_post.c) on the thread running it, after it dropped its
+ * message's page references and before protect makes those pages writable again: pages that
+ * look clear to the page counts may still be write-protected there. */
+struct nic_sga_entry;
+extern void (*nic_safety_unref_hook)(const struct nic_sga_entry *e, uint32_t n);
 
 /* safety_stats.c: the safety fields of struct nic_stats, NIC cache pressure included. */
 struct nic_stats;

@@ -83,12 +83,28 @@ __attribute__((noinline)) static int resolve_for(struct nic_backend *b, struct m
   return 0;
 }
 
+void (*nic_safety_unref_hook)(const struct nic_sga_entry *e, uint32_t n);
+
+/* The message's pages go back to the program: their references first, then their protection
+ * (the release is decided from the counts). In between the pages may be clear to the counts and
+ * still protected, so frees keep off their fast path (the last reference dropped would let
+ * them take it) and ask the protection too (deferred.c). */
+static void unref_and_unprotect(const struct message *m) {
+  const bool protect = nic_fence_protect_started();
+  if (protect) nic_watch_blocks(1); /* before the references go: events.h */
+  unref_pages(m, m->n);
+  void (*hook)(const struct nic_sga_entry *, uint32_t) =
+      __atomic_load_n(&nic_safety_unref_hook, __ATOMIC_ACQUIRE);
+  if (hook) hook(m->entry, m->n);
+  nic_fence_completed(m->entry, m->n); /* after: pages no entry covers now become writable */
+  if (protect) nic_watch_blocks(-1);
+}
+
 static void completed(void *arg, int status) {
   struct message *m = arg;
   nic_fence_completion_begin();
   nic_fence_completing(m, status);
-  unref_pages(m, m->n);
-  nic_fence_completed(m->entry, m->n); /* after: pages no entry covers now become writable */
+  unref_and_unprotect(m);
   __atomic_sub_fetch(&nic_safety_ctr.inflight_entries, m->n, __ATOMIC_RELAXED);
   __atomic_sub_fetch(&nic_safety_ctr.inflight_posts, 1, __ATOMIC_RELAXED);
   nic_safety_retry_deferred(); /* frees that waited for these pages */
@@ -162,8 +178,7 @@ NIC_EXPORT int nic_sga_post(struct nic_sga *sga, struct nic_endpoint *ep, nic_sg
     __atomic_sub_fetch(&nic_safety_ctr.inflight_entries, n, __ATOMIC_RELAXED);
     __atomic_sub_fetch(&nic_safety_ctr.inflight_posts, 1, __ATOMIC_RELAXED);
     nic_fence_completing(m, rc);
-    unref_pages(m, n);
-    nic_fence_completed(m->entry, n);
+    unref_and_unprotect(m);
     nic_safety_retry_deferred();
     if (m->cache) release_slots(m->cache, m->entry, n);
     free(m);

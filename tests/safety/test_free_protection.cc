@@ -5,6 +5,7 @@
 
 #include <algorithm>
 #include <atomic>
+#include <chrono>
 #include <cstdlib>
 #include <cstring>
 #include <deque>
@@ -248,6 +249,66 @@ TEST_F(FreeProtection, BlockSharingAPageWithAnInFlightEntryIsDeferred) {
   nic_sim_pause(nic_backend_active(), false);
   WaitFor(done, 1);
   EXPECT_TRUE(nic_block_is_free(b));
+  free(a);
+}
+
+// What a free being deferred runs between finding its block's pages referenced and putting its
+// record in the table, for defer_block: it waits there until defer_go (or 20 s pass, a deadline
+// for a broken build).
+std::atomic<const void *> defer_block{nullptr};
+std::atomic<bool> defer_parked{false}, defer_go{false};
+void DeferHook(const void *p) {
+  if (p != defer_block.load()) return;
+  defer_parked = true;
+  const auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(20);
+  while (!defer_go.load() && std::chrono::steady_clock::now() < deadline)
+    std::this_thread::sleep_for(std::chrono::milliseconds(1));
+}
+
+// A free of a block beside an entry in flight found the page referenced; before its record was
+// in the table, the completion dropped the reference and looked for deferred frees, read their
+// count (unlocked) before the free counted its record, and left. Nothing came back for the
+// block until some later completion or release: with none, it stayed deferred, its page clear.
+// The free looks at its pages again once its record is counted.
+TEST_F(FreeProtection, AFreeRecordedAsTheCompletionLooksIsMadeAllTheSame) {
+  ASSERT_EQ(Stats().deferred_pending, 0u) << "a free deferred earlier would be retried here";
+  std::vector<char *> spare; // two blocks on one 4 KiB page: a, b
+  char *a = nullptr, *b = nullptr;
+  for (int i = 0; i < 64 && !b; i++) {
+    char *p = static_cast<char *>(nic_malloc(1024));
+    ASSERT_NE(p, nullptr);
+    if (a && reinterpret_cast<uintptr_t>(p) >> 12 == reinterpret_cast<uintptr_t>(a) >> 12) {
+      b = p;
+    } else {
+      if (a) spare.push_back(a);
+      a = p;
+    }
+  }
+  for (char *p : spare)
+    free(p);
+  ASSERT_NE(b, nullptr) << "no two blocks on one page";
+  memset(a, 'a', 1024);
+  Done done;
+  nic_sim_pause(nic_backend_active(), true);
+  PostOne(ep, a, 1024, &done);
+  defer_block = b;
+  defer_parked = false;
+  defer_go = false;
+  nic_safety_defer_hook = DeferHook;
+  std::thread freer([b] { free(b); });
+  const auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(20);
+  while (!defer_parked.load() && std::chrono::steady_clock::now() < deadline)
+    std::this_thread::sleep_for(std::chrono::milliseconds(1));
+  EXPECT_TRUE(defer_parked.load()) << "the free of b was not deferred";
+  nic_sim_pause(nic_backend_active(), false);
+  WaitFor(done, 1); // the completion, its look for deferred frees included, is over
+  defer_go = true;
+  freer.join();
+  nic_safety_defer_hook = nullptr;
+  // Nothing is in flight or held any more, and no completion or release comes.
+  EXPECT_FALSE(nic_safety_is_deferred(b)) << "b stayed deferred with its page clear";
+  EXPECT_TRUE(nic_block_is_free(b));
+  EXPECT_EQ(Stats().deferred_pending, 0u);
   free(a);
 }
 
