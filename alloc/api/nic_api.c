@@ -1,6 +1,7 @@
 /* Explicit dataplane allocation and the per-thread dataplane scope. */
 #include "alloc_inline.h"
 #include "export.h"
+#include "mi_decommit.h"
 #include "nicmalloc.h"
 #include "reaper.h"
 
@@ -49,8 +50,11 @@ NIC_EXPORT void nic_collect(void) {
     unsigned slots = nic_chunk_slots_used();
     for (unsigned i = 0; i < slots; i++)
       if (t->heaps[i] &&
-          __atomic_load_n(&nic_chunk_at(i)->state, __ATOMIC_ACQUIRE) == NIC_CHUNK_LIVE)
+          __atomic_load_n(&nic_chunk_at(i)->state, __ATOMIC_ACQUIRE) == NIC_CHUNK_LIVE) {
         mi_heap_collect(t->heaps[i], true);
+        /* What mimalloc frees it decommits only when it next comes to that segment. */
+        nic_mi_decommit_owned(i);
+      }
   }
   nic_huge_cache_purge(0);
   nic_reaper_pass();

@@ -1,7 +1,8 @@
 /* mimalloc 2.0.9's segment, page and heap headers, as read from outside (mi_free_lists.c,
- * dp_live.c): the offsets of its mimalloc-types.h for x86-64 with MI_SECURE 0 and MI_DEBUG 0
- * (Debian's build). A segment is 32 MiB of 64 KiB slices, and each slice entry of its header is
- * a page header. Each reader checks the offsets it uses against real blocks at start-up. */
+ * dp_live.c; mi_decommit.c also writes the commit masks): the offsets of its mimalloc-types.h for
+ * x86-64 with MI_SECURE 0 and MI_DEBUG 0 (Debian's build). A segment is 32 MiB of 64 KiB slices,
+ * and each slice entry of its header is a page header. Each reader checks the offsets it uses
+ * against real blocks at start-up. */
 #ifndef NIC_MI_LAYOUT_H
 #define NIC_MI_LAYOUT_H
 
@@ -10,14 +11,19 @@
 #define NIC_MI_SEGMENT_SIZE ((uintptr_t)32 << 20)
 #define NIC_MI_SEGMENT_MASK (NIC_MI_SEGMENT_SIZE - 1)
 #define NIC_MI_SLICE_SHIFT 16
-#define NIC_MI_SEG_SLICES_TOTAL 224  /* size_t segment_slices: its length in slices */
-#define NIC_MI_SEG_KIND 240          /* 0 normal, 1 huge */
-#define NIC_MI_SEG_SLICE_ENTRIES 248 /* size_t */
-#define NIC_MI_SEG_THREAD_ID 256     /* the owning thread's id: its thread pointer */
-#define NIC_MI_SEG_SLICES 264        /* the page headers */
-#define NIC_MI_PAGE_HEADER 80        /* sizeof(mi_page_t) */
-#define NIC_MI_PAGE_SLICE_COUNT 0    /* uint32_t, and slice_offset (bytes back to the page) at 4 */
-#define NIC_MI_PAGE_CAPACITY 8       /* in the word at 8: the uint16_t at byte 10 */
+#define NIC_MI_SEG_ALLOW_DECOMMIT 32  /* bool */
+#define NIC_MI_SEG_DECOMMIT_EXPIRE 40 /* int64_t, ms */
+#define NIC_MI_SEG_DECOMMIT_MASK 48   /* 8 words: committed slices marked for decommit */
+#define NIC_MI_SEG_COMMIT_MASK 112    /* 8 words: committed slices */
+#define NIC_MI_SEG_COOKIE 216         /* its address xor mimalloc's main cookie */
+#define NIC_MI_SEG_SLICES_TOTAL 224   /* size_t segment_slices: its length in slices */
+#define NIC_MI_SEG_KIND 240           /* 0 normal, 1 huge */
+#define NIC_MI_SEG_SLICE_ENTRIES 248  /* size_t */
+#define NIC_MI_SEG_THREAD_ID 256      /* the owning thread's id: its thread pointer */
+#define NIC_MI_SEG_SLICES 264         /* the page headers */
+#define NIC_MI_PAGE_HEADER 80         /* sizeof(mi_page_t) */
+#define NIC_MI_PAGE_SLICE_COUNT 0     /* uint32_t, and slice_offset (bytes back to the page) at 4 */
+#define NIC_MI_PAGE_CAPACITY 8        /* in the word at 8: the uint16_t at byte 10 */
 #define NIC_MI_PAGE_FREE 16
 #define NIC_MI_PAGE_USED 24        /* uint32_t: blocks allocated and not freed by their owner */
 #define NIC_MI_PAGE_XBLOCK_SIZE 24 /* in the word at 24: the uint32_t at byte 28 */

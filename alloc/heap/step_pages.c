@@ -17,17 +17,21 @@ static uint32_t dropped_slices[NIC_CHUNK_SLOTS][NIC_STEPS_MAX];
 /* Registrations of the step that hold page references (chunk_reg.c). */
 static uint32_t holders[NIC_CHUNK_SLOTS][NIC_STEPS_MAX];
 
-/* log2 of the unit: what can be dropped without splitting a page the step is backed with.
- * Never hugetlb pages: one given back must come from the pool again on the next touch, and a
- * touch that finds the pool empty (another process took the page) dies of SIGBUS rather than
- * getting an error; a fork child copying its hugetlb chunks read such pages (chunks.c). A
- * transparent huge page falls back to small pages instead. */
+/* log2 of the unit: mimalloc's slice, on 4 KiB pages and on transparent huge pages alike. A
+ * 2 MiB unit is rarely free whole once blocks of every size have come and gone (after a random
+ * 90% shrink of bench/frag, none was), so a huge page part of which is free is split: the kernel
+ * splits the mapping on a partial MADV_DONTNEED_LOCKED, the dropped pages leave the process's
+ * RSS at once, and the step is mapped with small pages there from then on (refill faults them
+ * in one by one). No registration that holds page references can be there meanwhile (holders),
+ * so no pinned huge page is split. Never hugetlb pages: one given back must come from the pool
+ * again on the next touch, and a touch that finds the pool empty (another process took the
+ * page) dies of SIGBUS rather than getting an error; a fork child copying its hugetlb chunks
+ * read such pages (chunks.c). */
 static unsigned unit_shift(enum nic_page_kind kind) {
   switch (kind) {
   case NIC_PAGE_4K:
-    return NIC_SLICE_SHIFT;
   case NIC_PAGE_THP:
-    return 21;
+    return NIC_SLICE_SHIFT;
   default:
     return 0; /* hugetlb: the step is given back whole by steps.c */
   }

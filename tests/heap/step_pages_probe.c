@@ -7,7 +7,9 @@
  * NIC read; "held" runs on a backend that holds page references. Prints pinned bytes and
  * resident anonymous memory at each stage, and whether the data read back. "released" runs
  * with small steps and a short release delay instead, so that the steps the freed blocks leave
- * go back whole (a fresh mapping: zeros where the free key was), and frees one of them again. */
+ * go back whole (a fresh mapping: zeros where the free key was), and frees one of them again.
+ * "alternate" frees every other block only: each freed 1 MiB span lies between live blocks, so no
+ * 2 MiB-aligned range is free; it also prints the huge pages still mapping the process. */
 #define _GNU_SOURCE
 #include "nicmalloc.h"
 
@@ -59,11 +61,24 @@ static int post_and_check(char *p) {
   return posted == 1 && received_ok == 1;
 }
 
+static long smaps_kb(const char *key) {
+  FILE *f = fopen("/proc/self/smaps_rollup", "r");
+  if (!f) return -1;
+  char line[256];
+  long kb = -1;
+  const size_t n = strlen(key);
+  while (fgets(line, sizeof line, f))
+    if (!strncmp(line, key, n)) kb = strtol(line + n, NULL, 10);
+  fclose(f);
+  return kb;
+}
+
 static void print(const char *tag) {
   struct nic_stats s = NIC_STATS_INIT;
   nic_get_stats(&s);
-  printf("%s_pinned=%zu\n%s_dropped=%zu\n%s_rss_anon_kb=%ld\n", tag, s.dataplane_pinned, tag,
-         s.dataplane_dropped, tag, status_kb("RssAnon:"));
+  printf("%s_pinned=%zu\n%s_dropped=%zu\n%s_rss_anon_kb=%ld\n%s_anon_huge_kb=%ld\n", tag,
+         s.dataplane_pinned, tag, s.dataplane_dropped, tag, status_kb("RssAnon:"), tag,
+         smaps_kb("AnonHugePages:"));
 }
 
 /* Whether the first page of p is in memory. */
@@ -71,6 +86,15 @@ static int resident(const void *p) {
   unsigned char v = 0;
   void *page = (void *)((uintptr_t)p & ~(uintptr_t)4095);
   return mincore(page, 4096, &v) == 0 && (v & 1);
+}
+
+/* KiB of the blocks b[i], i odd, that are not in memory. */
+static long odd_blocks_gone_kb(char **b) {
+  long kb = 0;
+  for (int i = 1; i < BLOCKS; i += 2)
+    for (size_t off = 0; off < kBlock; off += 4096)
+      kb += resident(b[i] + off) ? 0 : 4;
+  return kb;
 }
 
 /* Steps the reaper may give back: those holding no live block. Waits (bounded) until no more
@@ -132,6 +156,7 @@ int main(int argc, char **argv) {
   const int held = argc > 1 && !strcmp(argv[1], "held");
   const int released = argc > 1 && !strcmp(argv[1], "released");
   const int twice = released || (argc > 1 && !strcmp(argv[1], "double"));
+  const int alternate = argc > 1 && !strcmp(argv[1], "alternate");
   char *keep = nic_malloc(64);
   char *b[BLOCKS];
   for (int i = 0; i < BLOCKS; i++) {
@@ -152,21 +177,23 @@ int main(int argc, char **argv) {
   printf("register_rc=%d\n", nic_register(b[0], 4096, NIC_REG_LOCAL, &ref));
   print("full");
   for (int i = 1; i < BLOCKS; i++)
-    free(b[i]);
+    if (!alternate || i % 2) free(b[i]);
   nic_collect();
   print("freed");
+  if (alternate) printf("freed_gone_kb=%ld\n", odd_blocks_gone_kb(b));
   if (twice) return double_free(keep, b, released);
   int intact = 1;
   for (size_t off = 0; off < kBlock; off += 4096)
     intact &= b[0][off] == 'a';
   for (int i = 1; i < BLOCKS; i++) {
+    if (alternate && !(i % 2)) continue;
     b[i] = nic_malloc(kBlock);
     if (!b[i]) return 1;
     memset(b[i], 'A' + i, kBlock);
   }
   for (int i = 1; i < BLOCKS; i++)
     for (size_t off = 0; off < kBlock; off += 4096)
-      intact &= b[i][off] == 'A' + i;
+      intact &= b[i][off] == (alternate && !(i % 2) ? 'a' : 'A') + i;
   printf("intact=%d\n", intact);
   print("again");
   if (!held) printf("sent_intact=%d\n", post_and_check(b[5]));

@@ -80,10 +80,10 @@ TEST(Release, ADrainingChunkTranslatesUntilReleased) {
 TEST(Release, ScatteredFreesKeepChunksButReportTheFreeSpace) {
   auto r = run_probe(kEnv, {"random", kOneGiB});
   ASSERT_EQ(r.exit_code, 0) << r.out << r.err;
-  // Every chunk keeps live objects, so nothing is released, and the stats say how much of the
-  // pinned memory is free.
+  // Every chunk keeps live objects, so no chunk is released, and the stats say how much of the
+  // pinned memory is free. Only free pages inside steps may leave (alloc/heap/step_pages.h).
   EXPECT_EQ(r.num("after_released"), 0);
-  EXPECT_EQ(r.num("after_pinned"), r.num("full_pinned"));
+  EXPECT_EQ(r.num("after_pinned") + r.num("after_dropped"), r.num("full_pinned")) << r.out;
   EXPECT_LE(r.num("after_live"), r.num("full_live") / 9);
   EXPECT_GE(r.num("after_mapped") - r.num("after_live"), r.num("after_mapped") * 8 / 10);
 }

@@ -1,0 +1,132 @@
+/* mimalloc 2.0.9's delayed decommit, forced on the owning thread (mi_decommit.h). */
+#define _GNU_SOURCE
+#include "mi_decommit.h"
+
+#include "chunks.h"
+#include "log.h"
+#include "mi_layout.h"
+#include "steps.h"
+
+#include <mimalloc.h>
+#include <pthread.h>
+#include <stdint.h>
+
+#define MASK_WORDS 8 /* a commit mask: one bit per 64 KiB slice of a 32 MiB segment */
+
+static inline uintptr_t word_at(uintptr_t a) {
+  return __atomic_load_n((const uintptr_t *)a, __ATOMIC_RELAXED);
+}
+static inline void word_set(uintptr_t a, uintptr_t v) {
+  __atomic_store_n((uintptr_t *)a, v, __ATOMIC_RELAXED);
+}
+
+/* mimalloc's cookie: each segment header holds its address xor this (2.0.9's _mi_ptr_cookie),
+ * which is how mimalloc itself tells a segment header from other bytes. 0: not known (yet). */
+static uintptr_t main_cookie;
+static int layout_state; /* 0 unchecked, 1 as in 2.0.9, -1 not */
+
+/* Threads that check the layout at once all find the same cookie. */
+static uintptr_t cookie(void) {
+  return __atomic_load_n(&main_cookie, __ATOMIC_RELAXED);
+}
+
+/* A normal segment the calling thread owns, with 2.0.9's fields where this reads them. */
+static bool own_segment(uintptr_t segment) {
+  if (word_at(segment + NIC_MI_SEG_COOKIE) != (segment ^ cookie())) return false;
+  if (word_at(segment + NIC_MI_SEG_THREAD_ID) != (uintptr_t)pthread_self()) return false;
+  if (word_at(segment + NIC_MI_SEG_KIND) != 0 ||
+      word_at(segment + NIC_MI_SEG_SLICES_TOTAL) != (NIC_MI_SEGMENT_SIZE >> NIC_MI_SLICE_SHIFT))
+    return false;
+  if (*(const uint8_t *)(segment + NIC_MI_SEG_ALLOW_DECOMMIT) > 1) return false;
+  /* 2.0.9's invariant: only committed slices are marked. */
+  for (unsigned w = 0; w < MASK_WORDS; w++)
+    if (word_at(segment + NIC_MI_SEG_DECOMMIT_MASK + 8 * w) &
+        ~word_at(segment + NIC_MI_SEG_COMMIT_MASK + 8 * w))
+      return false;
+  return true;
+}
+
+/* Checked once, on a segment of a heap of the calling thread's own. */
+static bool layout_checked(void) {
+  int state = __atomic_load_n(&layout_state, __ATOMIC_ACQUIRE);
+  if (state) return state > 0;
+  bool ok = false;
+  mi_heap_t *heap = mi_version() == 209 ? mi_heap_new() : NULL;
+  void *p = heap ? mi_heap_malloc(heap, 5000) : NULL;
+  if (p) {
+    const uintptr_t segment = ((uintptr_t)p - 1) & ~NIC_MI_SEGMENT_MASK;
+    __atomic_store_n(&main_cookie, word_at(segment + NIC_MI_SEG_COOKIE) ^ segment,
+                     __ATOMIC_RELAXED);
+    /* The block's own slice is committed and not marked. */
+    const unsigned slice = (unsigned)(((uintptr_t)p - segment) >> NIC_MI_SLICE_SHIFT);
+    ok = own_segment(segment) &&
+         (word_at(segment + NIC_MI_SEG_COMMIT_MASK + 8 * (slice / 64)) >> (slice % 64) & 1) &&
+         !(word_at(segment + NIC_MI_SEG_DECOMMIT_MASK + 8 * (slice / 64)) >> (slice % 64) & 1);
+    mi_free(p);
+  }
+  if (heap) mi_heap_delete(heap);
+  __atomic_store_n(&layout_state, ok ? 1 : -1, __ATOMIC_RELEASE);
+  if (!ok)
+    nic_log_info("mimalloc's segments are not laid out as in 2.0.9: freed dataplane memory is "
+                 "decommitted only when mimalloc gets to it");
+  return ok;
+}
+
+/* 2.0.9's mi_segment_delayed_decommit(segment, true): the marks are taken, the deadline
+ * cleared, and each run of marked slices decommitted and taken out of the commit mask. */
+static size_t decommit_marked(uintptr_t segment) {
+  uintptr_t mask[MASK_WORDS];
+  bool any = false;
+  for (unsigned w = 0; w < MASK_WORDS; w++) {
+    mask[w] = word_at(segment + NIC_MI_SEG_DECOMMIT_MASK + 8 * w);
+    any |= mask[w] != 0;
+  }
+  if (!any) return 0;
+  const bool allowed = *(const uint8_t *)(segment + NIC_MI_SEG_ALLOW_DECOMMIT);
+  word_set(segment + NIC_MI_SEG_DECOMMIT_EXPIRE, 0);
+  size_t bytes = 0;
+  for (unsigned w = 0; w < MASK_WORDS; w++) {
+    word_set(segment + NIC_MI_SEG_DECOMMIT_MASK + 8 * w, 0);
+    const uintptr_t commit = word_at(segment + NIC_MI_SEG_COMMIT_MASK + 8 * w);
+    word_set(segment + NIC_MI_SEG_COMMIT_MASK + 8 * w, commit & ~mask[w]);
+  }
+  if (!allowed) return 0; /* 2.0.9 clears the bits and keeps the memory */
+  for (unsigned i = 0; i < MASK_WORDS * 64;) {
+    if (!(mask[i / 64] >> (i % 64) & 1)) {
+      i++;
+      continue;
+    }
+    unsigned n = 1;
+    while (i + n < MASK_WORDS * 64 && (mask[(i + n) / 64] >> ((i + n) % 64) & 1))
+      n++;
+    const size_t len = (size_t)n << NIC_MI_SLICE_SHIFT;
+    nic_steps_decommit((void *)(segment + ((uintptr_t)i << NIC_MI_SLICE_SHIFT)), len);
+    bytes += len;
+    i += n;
+  }
+  return bytes;
+}
+
+size_t nic_mi_decommit_owned(unsigned index) {
+  if (!nic_chunk_readable(index) || !layout_checked()) return 0;
+  const uintptr_t base = (uintptr_t)nic_chunk_base(index);
+  const size_t size = (size_t)1 << nic_dp.shift;
+  size_t bytes = 0;
+  /* One byte past each segment boundary: 2.0.9 finds a pointer's segment as (p - 1) & ~mask.
+   * A huge segment (its own kind, never marked) is passed over by its length. */
+  for (size_t off = 0; off < size;) {
+    const uintptr_t segment = base + off;
+    size_t length = NIC_MI_SEGMENT_SIZE;
+    if (mi_is_in_heap_region((const void *)(segment + 1)) &&
+        word_at(segment + NIC_MI_SEG_COOKIE) == (segment ^ cookie())) {
+      if (word_at(segment + NIC_MI_SEG_KIND) != 0) {
+        const size_t slices = word_at(segment + NIC_MI_SEG_SLICES_TOTAL) << NIC_MI_SLICE_SHIFT;
+        if (slices > length) length = slices;
+      } else if (own_segment(segment)) {
+        bytes += decommit_marked(segment);
+      }
+    }
+    off += length;
+  }
+  return bytes;
+}
