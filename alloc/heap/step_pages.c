@@ -59,10 +59,13 @@ static void bits_set(uint64_t *words, size_t first, size_t last, bool set) {
   }
 }
 
-/* Calls fn for each unit of a backed step that overlaps [a, end), with its slice numbers. */
-typedef bool (*unit_fn)(unsigned index, unsigned step, const struct nic_step *st, size_t first,
-                        size_t last);
-static bool each_unit(uintptr_t a, uintptr_t end, unit_fn fn) {
+/* Whether a unit (slices first..last of a backed step) is to be acted on. */
+typedef bool (*unit_want)(unsigned index, unsigned step, size_t first, size_t last);
+/* Acts on a run of such units, contiguous and inside one step: one system call per run, not
+ * per unit (a freed 16 MiB block is 256 units; one call each made malloc-large 3x slower). */
+typedef bool (*run_fn)(unsigned index, unsigned step, const struct nic_step *st, size_t first,
+                       size_t last);
+static bool each_run(uintptr_t a, uintptr_t end, unit_want want, run_fn fn) {
   const uintptr_t step_size = (uintptr_t)1 << nic_dp.step_shift;
   while (a < end && nic_in_dp((const void *)a)) {
     const unsigned index = nic_chunk_index((const void *)a), step = nic_step_index((const void *)a);
@@ -72,10 +75,21 @@ static bool each_unit(uintptr_t a, uintptr_t end, unit_fn fn) {
     const unsigned shift = unit_shift(st->mapping.kind);
     if (st->backed && shift && shift < nic_dp.step_shift) {
       const uintptr_t base = (uintptr_t)nic_chunk_base(index), unit = (uintptr_t)1 << shift;
+      const size_t per_unit = unit >> NIC_SLICE_SHIFT;
+      bool open = false;
+      size_t run_first = 0, run_last = 0;
       for (uintptr_t u = a & ~(unit - 1); u < stop; u += unit) {
-        const size_t first = (u - base) >> NIC_SLICE_SHIFT;
-        if (!fn(index, step, st, first, first + (unit >> NIC_SLICE_SHIFT) - 1)) return false;
+        const size_t first = (u - base) >> NIC_SLICE_SHIFT, last = first + per_unit - 1;
+        if (want(index, step, first, last)) {
+          if (!open) run_first = first;
+          open = true;
+          run_last = last;
+        } else if (open) {
+          open = false;
+          if (!fn(index, step, st, run_first, run_last)) return false;
+        }
       }
+      if (open && !fn(index, step, st, run_first, run_last)) return false;
     }
     a = stop;
   }
@@ -86,11 +100,14 @@ static void *slice_addr(unsigned index, size_t slice) {
   return (char *)nic_chunk_base(index) + (slice << NIC_SLICE_SHIFT);
 }
 
-static bool drop_unit(unsigned index, unsigned step, const struct nic_step *st, size_t first,
-                      size_t last) {
-  if (holders[index][step] || bits_any(dropped[index], first, first)) return true;
+static bool drop_wanted(unsigned index, unsigned step, size_t first, size_t last) {
   /* Slices of the unit outside the decommitted range may still be mimalloc's. */
-  if (nic_slices_committed(index, first, last)) return true;
+  return !holders[index][step] && !bits_any(dropped[index], first, first) &&
+         !nic_slices_committed(index, first, last);
+}
+
+static bool drop_run(unsigned index, unsigned step, const struct nic_step *st, size_t first,
+                     size_t last) {
   const size_t len = (last - first + 1) << NIC_SLICE_SHIFT;
   int rc = nic_drop_pages(slice_addr(index, first), len, st->mapping.pinned);
   if (rc) {
@@ -111,14 +128,18 @@ void nic_step_pages_drop(void *addr, size_t len) {
    * before it. The part of a 2 MiB unit outside the range was told at its own decommit. */
   nic_publish_pages_leaving((uintptr_t)addr, len);
   nic_chunks_lock();
-  each_unit((uintptr_t)addr, (uintptr_t)addr + len, drop_unit);
+  each_run((uintptr_t)addr, (uintptr_t)addr + len, drop_wanted, drop_run);
   nic_chunks_unlock();
 }
 
-static bool refill_unit(unsigned index, unsigned step, const struct nic_step *st, size_t first,
-                        size_t last) {
+static bool refill_wanted(unsigned index, unsigned step, size_t first, size_t last) {
+  (void)step, (void)last;
+  return bits_any(dropped[index], first, first);
+}
+
+static bool refill_run(unsigned index, unsigned step, const struct nic_step *st, size_t first,
+                       size_t last) {
   (void)st;
-  if (!bits_any(dropped[index], first, first)) return true;
   if (nic_refill_pages(slice_addr(index, first), (last - first + 1) << NIC_SLICE_SHIFT))
     return false;
   bits_set(dropped[index], first, last, false);
@@ -142,7 +163,7 @@ int nic_step_pages_refill(void *addr, size_t len) {
       return 0;
   }
   nic_chunks_lock();
-  bool ok = each_unit((uintptr_t)addr, last + 1, refill_unit);
+  bool ok = each_run((uintptr_t)addr, last + 1, refill_wanted, refill_run);
   nic_chunks_unlock();
   return ok ? 0 : -ENOMEM;
 }
@@ -151,8 +172,8 @@ int nic_step_pages_hold_locked(unsigned index, unsigned step) {
   holders[index][step]++;
   if (!dropped_slices[index][step]) return 0;
   void *base = nic_step_base(index, step);
-  if (each_unit((uintptr_t)base, (uintptr_t)base + ((uintptr_t)1 << nic_dp.step_shift),
-                refill_unit))
+  if (each_run((uintptr_t)base, (uintptr_t)base + ((uintptr_t)1 << nic_dp.step_shift),
+               refill_wanted, refill_run))
     return 0;
   holders[index][step]--;
   return -ENOMEM;
