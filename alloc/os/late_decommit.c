@@ -50,7 +50,10 @@ static void remove_at(unsigned i) {
   table[i] = table[--used];
 }
 
+__thread unsigned nic_late_decommit_armed __attribute__((tls_model("initial-exec")));
+
 bool nic_late_decommit_note(void *addr, size_t len) {
+  if (!nic_late_decommit_armed) return false;
   const nic_late_decommit_filter f = __atomic_load_n(&filter, __ATOMIC_ACQUIRE);
   if (!f || len == 0 || !f(addr, len)) return false;
   const uint64_t now = nic_now_ms();

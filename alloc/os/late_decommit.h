@@ -26,6 +26,20 @@ typedef bool (*nic_late_decommit_filter)(void *addr, size_t len);
  * delay leaves every decommit immediate. */
 void nic_late_decommit_enable(nic_late_decommit_filter filter, unsigned delay_ms);
 
+/* Only a decommit mimalloc makes inside the dataplane's general allocation path may wait: the
+ * heap layer arms the calling thread around it. A thread's first dataplane allocation is where
+ * its heap takes its first segment and visits the abandoned ones. Any other MADV_DONTNEED (the
+ * program's own, of a page of a live block in an abandoned segment: it must read zeros at once;
+ * mimalloc's from the inline path's rarer visits) is made at once. */
+extern __thread unsigned nic_late_decommit_armed
+    __attribute__((tls_model("initial-exec"), visibility("hidden")));
+static inline void nic_late_decommit_arm(void) {
+  nic_late_decommit_armed++;
+}
+static inline void nic_late_decommit_disarm(void) {
+  nic_late_decommit_armed--;
+}
+
 /* From the interposed madvise(MADV_DONTNEED): true when the range was noted (the call then
  * returns success without dropping anything). */
 bool nic_late_decommit_note(void *addr, size_t len);

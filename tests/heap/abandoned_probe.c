@@ -98,7 +98,8 @@ static pthread_barrier_t all_allocated;
 
 /* Fills most of a fresh control segment, keeps its first block live (the segment stays
  * abandoned at exit) and frees the rest: mimalloc notes their pages for a delayed decommit.
- * Returns a block whose page was freed, and the live block after it. */
+ * Returns a block whose page was freed, the live block after it, and a live block of three
+ * pages the program may drop pages of itself. */
 static void *leaver(void *arg) {
   void **out = arg;
   void **b = malloc(kLeaverBlocks * sizeof *b);
@@ -114,6 +115,7 @@ static void *leaver(void *arg) {
   out[0] = b[kLeaverBlocks / 2];
   free(out[0]); /* only its address is looked at */
   out[1] = b[0];
+  out[2] = malloc(3 * (size_t)sysconf(_SC_PAGESIZE));
   free(b);
   return NULL;
 }
@@ -125,7 +127,7 @@ static int page_resident(const void *p) {
   return mincore(start, (size_t)page, &v) == 0 && (v & 1);
 }
 
-static int resident(void *probes[][2]) {
+static int resident(void *probes[][3]) {
   int n = 0;
   for (int i = 0; i < kLeavers; i++)
     n += page_resident(probes[i][0]);
@@ -159,7 +161,7 @@ static int visited(const char *mode) {
   /* The dataplane in use (its reaper started) before the segments are abandoned. */
   free(nic_malloc(64));
   pthread_t threads[kLeavers];
-  void *probes[kLeavers][2];
+  void *probes[kLeavers][3];
   pthread_barrier_init(&all_allocated, NULL, kLeavers);
   for (int i = 0; i < kLeavers; i++)
     if (pthread_create(&threads[i], NULL, leaver, probes[i])) return 1;
@@ -173,7 +175,21 @@ static int visited(const char *mode) {
   printf("newcomer_dataplane=%d\n", ok != NULL);
   printf("after_visit_resident=%d\n", resident(probes));
   struct nic_stats s = NIC_STATS_INIT;
-  if (!strcmp(mode, "visited-late")) {
+  if (!strcmp(mode, "visited-app-drop")) {
+    /* The program drops a page of its own live block in an abandoned segment (to zero it, or
+     * to give it back): the page reads as zeros at once, as the kernel promises. */
+    const size_t page = (size_t)sysconf(_SC_PAGESIZE);
+    long kept = 0;
+    for (int i = 0; i < kLeavers; i++) {
+      if (!probes[i][2]) return 1;
+      unsigned char *mine = (unsigned char *)(((uintptr_t)probes[i][2] + page - 1) & ~(page - 1));
+      memset(mine, 0x77, page);
+      if (madvise(mine, page, MADV_DONTNEED)) return 1;
+      for (size_t k = 0; k < page; k++)
+        kept += mine[k] != 0;
+    }
+    printf("app_drop_bytes_kept=%ld\n", kept);
+  } else if (!strcmp(mode, "visited-late")) {
     /* The reaper drops every waiting range after the purge delay: at most 10 s. */
     nic_get_stats(&s);
     for (int tries = 0; tries < 1000 && s.control_decommits_late < s.control_decommits_waited;
@@ -201,8 +217,10 @@ static int visited(const char *mode) {
   printf("waited=%llu\nreused=%llu\nlate=%llu\n", (unsigned long long)s.control_decommits_waited,
          (unsigned long long)s.control_decommits_reused,
          (unsigned long long)s.control_decommits_late);
-  for (int i = 0; i < kLeavers; i++)
+  for (int i = 0; i < kLeavers; i++) {
     free(probes[i][1]);
+    free(probes[i][2]);
+  }
   return 0;
 }
 
@@ -211,6 +229,6 @@ int main(int argc, char **argv) {
   if (argc == 2 && !strcmp(argv[1], "trim-after-exit")) return trim_after_exit();
   if (argc == 2 && !strncmp(argv[1], "visited", 7)) return visited(argv[1]);
   fprintf(stderr, "usage: abandoned_probe freed-after-exit|trim-after-exit|visited|"
-                  "visited-late|visited-reuse\n");
+                  "visited-late|visited-reuse|visited-app-drop\n");
   return 2;
 }

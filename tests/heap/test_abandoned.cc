@@ -62,4 +62,13 @@ TEST(AbandonedSegments, VisitedControlPagesReusedAreNeverDroppedLate) {
   EXPECT_EQ(r.num("reused_bytes_changed"), 0) << r.out;
 }
 
+// Only mimalloc's decommits made during a dataplane allocation wait: the program's own
+// MADV_DONTNEED of a page of its live block in an abandoned segment zeroes the page at once.
+TEST(AbandonedSegments, AProgramsOwnDropInAnAbandonedSegmentIsMadeAtOnce) {
+  auto r = run_program(ABANDONED_PROBE_PATH, kVisitEnv, {"visited-app-drop"});
+  ASSERT_EQ(r.exit_code, 0) << r.out << r.err;
+  ASSERT_EQ(r.num("newcomer_dataplane"), 1) << r.out;
+  EXPECT_EQ(r.num("app_drop_bytes_kept"), 0) << r.out;
+}
+
 } // namespace
