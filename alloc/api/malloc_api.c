@@ -2,6 +2,7 @@
 #define _GNU_SOURCE
 #include "alloc_inline.h"
 #include "export.h"
+#include "late_decommit.h"
 
 #include <errno.h>
 #include <malloc.h>
@@ -110,6 +111,7 @@ NIC_EXPORT int malloc_trim(size_t pad) {
    * threads abandoned into the ordinary heap (see nic_collect_abandoned). */
   mi_heap_collect(mi_heap_get_default(), false);
   nic_collect_abandoned();
+  nic_late_decommit_run(true); /* the visits' decommits too, now */
   nic_get_stats(&after);
   return after.huge_purged > before.huge_purged || after.chunks_released > before.chunks_released ||
          after.control_resident < before.control_resident;

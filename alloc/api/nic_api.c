@@ -1,6 +1,7 @@
 /* Explicit dataplane allocation and the per-thread dataplane scope. */
 #include "alloc_inline.h"
 #include "export.h"
+#include "late_decommit.h"
 #include "mi_decommit.h"
 #include "nicmalloc.h"
 #include "reaper.h"
@@ -58,6 +59,7 @@ NIC_EXPORT void nic_collect(void) {
   }
   nic_huge_cache_purge(0);
   nic_reaper_pass();
+  nic_late_decommit_run(true); /* now, as the huge-block cache's purge */
 }
 
 NIC_EXPORT int nic_is_dataplane(const void *p) {

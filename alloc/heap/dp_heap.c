@@ -5,6 +5,7 @@
 #include "config.h"
 #include "dp_huge.h"
 #include "forklock.h"
+#include "late_decommit.h"
 #include "reaper.h"
 
 #include <errno.h>
@@ -186,7 +187,18 @@ static void back_off(struct nic_thread *t, unsigned scanned_epoch) {
   nic_dp_pause_fast(t); /* the look included its current chunk */
 }
 
+static void *dp_alloc(size_t size, size_t alignment, bool zero, enum nic_dp_failure *why);
+
 void *nic_dp_alloc(size_t size, size_t alignment, bool zero, enum nic_dp_failure *why) {
+  /* mimalloc's decommits of abandoned control segments it visits here may wait (late_decommit.h).
+   */
+  nic_late_decommit_arm();
+  void *p = dp_alloc(size, alignment, zero, why);
+  nic_late_decommit_disarm();
+  return p;
+}
+
+static void *dp_alloc(size_t size, size_t alignment, bool zero, enum nic_dp_failure *why) {
   *why = NIC_DP_OK;
   if (size > nic_dp_max_request()) {
     *why = NIC_DP_TOO_LARGE;

@@ -23,6 +23,7 @@
 #define _GNU_SOURCE
 #include "reaper.h"
 
+#include "abandoned_decommit.h"
 #include "chunks.h"
 #include "clock.h"
 #include "config.h"
@@ -32,6 +33,7 @@
 #include "forklock.h"
 #include "huge_cache.h"
 #include "last_thread.h"
+#include "late_decommit.h"
 #include "log.h"
 #include "peaks.h"
 #include "steps.h"
@@ -143,6 +145,7 @@ static bool release_candidates(uint64_t candidates, const int64_t *live) {
 void nic_reaper_pass(void) {
   nic_publish_tick(); /* the layers' periodic work: busy deregistrations, the profile */
   nic_huge_cache_purge(nic_config()->purge_delay_ms ? nic_config()->purge_delay_ms : 1);
+  nic_late_decommit_run(false);
   pthread_mutex_lock(&pass_lock);
   int64_t live[NIC_CHUNK_SLOTS];
   nic_dp_live_sum(live);
@@ -204,7 +207,8 @@ static void *reaper_main(void *arg) {
 void nic_reaper_start(void) {
   if (__atomic_load_n(&started, __ATOMIC_ACQUIRE)) return;
   if (__atomic_exchange_n(&started, 1, __ATOMIC_ACQ_REL)) return;
-  NIC_INTERNAL_SCOPE(); /* pthread_create allocates */
+  nic_abandoned_decommits_wait(); /* whose late drops its passes make */
+  NIC_INTERNAL_SCOPE();           /* pthread_create allocates */
   sigset_t all, old;
   sigfillset(&all);
   pthread_sigmask(SIG_SETMASK, &all, &old); /* the app's signals are not for us */

@@ -12,6 +12,7 @@
 #include "dp_commit.h"
 #include "events.h"
 #include "export.h"
+#include "late_decommit.h"
 
 #include <errno.h>
 #include <stdarg.h>
@@ -28,7 +29,10 @@ static void *raw_mmap(void *addr, size_t len, int prot, int flags, int fd, off_t
 NIC_EXPORT void *mmap(void *addr, size_t len, int prot, int flags, int fd, off_t offset) {
   /* Only a fixed mapping can replace pages the cache knows. */
   const bool fixed = flags & (MAP_FIXED | MAP_FIXED_NOREPLACE);
-  if (fixed) nic_publish_pages_leaving((uintptr_t)addr, len);
+  if (fixed) {
+    nic_late_decommit_forget(addr, len);
+    nic_publish_pages_leaving((uintptr_t)addr, len);
+  }
   void *p = raw_mmap(addr, len, prot, flags, fd, offset);
   if (p == MAP_FAILED) return p;
   /* Anywhere but over a fixed mapping the pages are fresh: a region still cached there lost its
@@ -46,6 +50,7 @@ NIC_EXPORT void *mmap64(void *addr, size_t len, int prot, int flags, int fd, off
 }
 
 NIC_EXPORT int munmap(void *addr, size_t len) {
+  nic_late_decommit_forget(addr, len);
   nic_publish_pages_leaving((uintptr_t)addr, len);
   int rc = (int)syscall(SYS_munmap, addr, len);
   if (rc == 0) nic_commit_map_note(addr, len, NIC_PAGES_GONE);
@@ -59,8 +64,10 @@ NIC_EXPORT void *mremap(void *old, size_t old_len, size_t new_len, int flags, ..
     va_start(ap, flags);
     new_addr = va_arg(ap, void *);
     va_end(ap);
+    nic_late_decommit_forget(new_addr, new_len);
     nic_publish_pages_leaving((uintptr_t)new_addr, new_len);
   }
+  nic_late_decommit_forget(old, old_len);
   nic_publish_pages_leaving((uintptr_t)old, old_len);
   long r = syscall(SYS_mremap, old, old_len, new_len, flags, new_addr);
   if (r == -1) return MAP_FAILED;
@@ -97,7 +104,13 @@ NIC_EXPORT int madvise(void *addr, size_t len, int advice) {
     if (advice == MADV_DONTNEED) nic_dp_commit.decommit(addr, len); /* a reset is no decommit */
     return 0;
   }
-  if (drops_pages(advice)) nic_publish_pages_leaving((uintptr_t)addr, len);
+  if (drops_pages(advice)) {
+    /* A decommit of a control segment a dataplane heap's visit may not take: after the purge
+     * delay, unless mimalloc commits the pages again first (late_decommit.h). */
+    if (advice == MADV_DONTNEED && nic_late_decommit_note(addr, len)) return 0;
+    nic_late_decommit_forget(addr, len);
+    nic_publish_pages_leaving((uintptr_t)addr, len);
+  }
   int rc = (int)syscall(SYS_madvise, addr, len, advice);
   /* mimalloc decommits with DONTNEED. MADV_FREE is its "reset", after which it reuses the
    * memory as committed: that must not clear the map. */
@@ -116,6 +129,8 @@ NIC_EXPORT int mprotect(void *addr, size_t len, int prot) {
     errno = -rc;
     return -1;
   }
+  /* mimalloc commits what it decommitted before it uses it: pages still there are its again. */
+  nic_late_decommit_forget(addr, len);
   /* A watcher that write-protects pages of its own makes the call itself (events.h), so that
    * no call makes those pages writable behind its back. */
   int err, rc;

@@ -2,6 +2,10 @@
  * thread's segments; they must neither keep their chunks pinned forever once every block is
  * freed ("freed-after-exit"), nor end up in an ordinary heap, from which plain malloc would hand
  * out chunk memory ("trim-after-exit": malloc_trim while such a segment still has live blocks).
+ * Control segments exited threads left with free pages, which a new thread's dataplane heap then
+ * visits and cannot take: their free pages must stay where they are for the purge delay
+ * ("visited": the next control heap to take such a segment reuses them without a fault), go back
+ * to the OS after it ("visited-late"), and never be dropped once reused ("visited-reuse").
  * Prints key=value lines for test_abandoned. */
 #define _GNU_SOURCE
 #include "nicmalloc.h"
@@ -11,7 +15,9 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/mman.h>
 #include <time.h>
+#include <unistd.h>
 
 enum { kThreads = 4, kBlocks = 20000 };
 
@@ -86,9 +92,143 @@ static int trim_after_exit(void) {
   return 0;
 }
 
+enum { kLeavers = 4, kLeaverBlocks = 4096, kLeaverBlock = 1000 };
+
+static pthread_barrier_t all_allocated;
+
+/* Fills most of a fresh control segment, keeps its first block live (the segment stays
+ * abandoned at exit) and frees the rest: mimalloc notes their pages for a delayed decommit.
+ * Returns a block whose page was freed, the live block after it, and a live block of three
+ * pages the program may drop pages of itself. */
+static void *leaver(void *arg) {
+  void **out = arg;
+  void **b = malloc(kLeaverBlocks * sizeof *b);
+  if (!b) return NULL;
+  for (int i = 0; i < kLeaverBlocks; i++) {
+    b[i] = malloc(kLeaverBlock);
+    if (b[i]) memset(b[i], 0x5a, kLeaverBlock);
+  }
+  /* All at once: no leaver's heap may take another's abandoned segment. */
+  pthread_barrier_wait(&all_allocated);
+  for (int i = 1; i < kLeaverBlocks; i++)
+    if (i != kLeaverBlocks / 2) free(b[i]);
+  out[0] = b[kLeaverBlocks / 2];
+  free(out[0]); /* only its address is looked at */
+  out[1] = b[0];
+  out[2] = malloc(3 * (size_t)sysconf(_SC_PAGESIZE));
+  free(b);
+  return NULL;
+}
+
+static int page_resident(const void *p) {
+  const long page = sysconf(_SC_PAGESIZE);
+  unsigned char v = 0;
+  void *start = (void *)((uintptr_t)p & ~(uintptr_t)(page - 1));
+  return mincore(start, (size_t)page, &v) == 0 && (v & 1);
+}
+
+static int resident(void *probes[][3]) {
+  int n = 0;
+  for (int i = 0; i < kLeavers; i++)
+    n += page_resident(probes[i][0]);
+  return n;
+}
+
+/* The thread's first dataplane allocation: its heap needs a segment and visits the abandoned. */
+static void *dataplane_newcomer(void *arg) {
+  (void)arg;
+  void *p = nic_malloc(kLeaverBlock);
+  int ok = p && nic_is_dataplane(p);
+  free(p);
+  return ok ? (void *)1 : NULL;
+}
+
+enum { kReuseBlocks = 60000 };
+static unsigned char *reused[kReuseBlocks];
+
+/* A control heap that takes the visited segments back: its blocks land on their free pages. */
+static void *reuser(void *arg) {
+  (void)arg;
+  for (int i = 0; i < kReuseBlocks; i++) {
+    reused[i] = malloc(kLeaverBlock);
+    if (!reused[i]) return NULL;
+    memset(reused[i], (unsigned char)(i | 1), kLeaverBlock);
+  }
+  return (void *)1;
+}
+
+static int visited(const char *mode) {
+  /* The dataplane in use (its reaper started) before the segments are abandoned. */
+  free(nic_malloc(64));
+  pthread_t threads[kLeavers];
+  void *probes[kLeavers][3];
+  pthread_barrier_init(&all_allocated, NULL, kLeavers);
+  for (int i = 0; i < kLeavers; i++)
+    if (pthread_create(&threads[i], NULL, leaver, probes[i])) return 1;
+  for (int i = 0; i < kLeavers; i++)
+    pthread_join(threads[i], NULL);
+  printf("before_resident=%d\n", resident(probes));
+  pthread_t t;
+  void *ok = NULL;
+  if (pthread_create(&t, NULL, dataplane_newcomer, NULL)) return 1;
+  pthread_join(t, &ok);
+  printf("newcomer_dataplane=%d\n", ok != NULL);
+  printf("after_visit_resident=%d\n", resident(probes));
+  struct nic_stats s = NIC_STATS_INIT;
+  if (!strcmp(mode, "visited-app-drop")) {
+    /* The program drops a page of its own live block in an abandoned segment (to zero it, or
+     * to give it back): the page reads as zeros at once, as the kernel promises. */
+    const size_t page = (size_t)sysconf(_SC_PAGESIZE);
+    long kept = 0;
+    for (int i = 0; i < kLeavers; i++) {
+      if (!probes[i][2]) return 1;
+      unsigned char *mine = (unsigned char *)(((uintptr_t)probes[i][2] + page - 1) & ~(page - 1));
+      memset(mine, 0x77, page);
+      if (madvise(mine, page, MADV_DONTNEED)) return 1;
+      for (size_t k = 0; k < page; k++)
+        kept += mine[k] != 0;
+    }
+    printf("app_drop_bytes_kept=%ld\n", kept);
+  } else if (!strcmp(mode, "visited-late")) {
+    /* The reaper drops every waiting range after the purge delay: at most 10 s. */
+    nic_get_stats(&s);
+    for (int tries = 0; tries < 1000 && s.control_decommits_late < s.control_decommits_waited;
+         tries++) {
+      sleep_ms(10);
+      nic_get_stats(&s);
+    }
+    printf("late_resident=%d\n", resident(probes));
+  } else if (!strcmp(mode, "visited-reuse")) {
+    if (pthread_create(&t, NULL, reuser, NULL)) return 1;
+    pthread_join(t, &ok);
+    printf("reuser_ok=%d\n", ok != NULL);
+    nic_get_stats(&s);
+    printf("reused_before_collect=%llu\n", (unsigned long long)s.control_decommits_reused);
+    nic_collect(); /* drops every range still waiting, now */
+    long bad = 0;
+    for (int i = 0; i < kReuseBlocks; i++)
+      for (int k = 0; k < kLeaverBlock; k++)
+        bad += reused[i][k] != (unsigned char)(i | 1);
+    printf("reused_bytes_changed=%ld\n", bad);
+    for (int i = 0; i < kReuseBlocks; i++)
+      free(reused[i]);
+  }
+  nic_get_stats(&s);
+  printf("waited=%llu\nreused=%llu\nlate=%llu\n", (unsigned long long)s.control_decommits_waited,
+         (unsigned long long)s.control_decommits_reused,
+         (unsigned long long)s.control_decommits_late);
+  for (int i = 0; i < kLeavers; i++) {
+    free(probes[i][1]);
+    free(probes[i][2]);
+  }
+  return 0;
+}
+
 int main(int argc, char **argv) {
   if (argc == 2 && !strcmp(argv[1], "freed-after-exit")) return freed_after_exit();
   if (argc == 2 && !strcmp(argv[1], "trim-after-exit")) return trim_after_exit();
-  fprintf(stderr, "usage: abandoned_probe freed-after-exit|trim-after-exit\n");
+  if (argc == 2 && !strncmp(argv[1], "visited", 7)) return visited(argv[1]);
+  fprintf(stderr, "usage: abandoned_probe freed-after-exit|trim-after-exit|visited|"
+                  "visited-late|visited-reuse|visited-app-drop\n");
   return 2;
 }
