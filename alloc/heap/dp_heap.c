@@ -6,6 +6,7 @@
 #include "dp_huge.h"
 #include "forklock.h"
 #include "late_decommit.h"
+#include "log.h"
 #include "reaper.h"
 
 #include <errno.h>
@@ -90,25 +91,50 @@ static void *try_chunks(struct nic_thread *t, unsigned from, unsigned to, size_t
 static pthread_mutex_t grow_lock = PTHREAD_RECURSIVE_MUTEX_INITIALIZER_NP;
 NIC_FORKLOCK_RECURSIVE(dp_grow, NIC_FORK_DP_GROW, &grow_lock, NULL);
 
+void (*nic_dp_grow_hook)(unsigned index);
+
+/* How many chunks one request may map. Other threads scan without the growth lock and may take
+ * a fresh chunk's segments (a 64 MiB chunk holds two 32 MiB mimalloc segments) before the
+ * thread that mapped it allocates there; that thread then maps another rather than losing its
+ * request to the control heap. Bounded so that a chunk that cannot hold the request for any
+ * other reason (its arena refusing) costs a few chunks, not the whole range. */
+#define GROW_ATTEMPTS 4
+
 /* Under the growth lock, the only place chunks are mapped. Any chunk state change since the
  * caller's scan (a chunk mapped, or a released slot mapped again, by the thread that held the
- * lock before) means a new scan first; only then a new chunk. */
+ * lock before, or by this one in an earlier attempt) means a new scan first; only then a new
+ * chunk. */
 static void *grow(struct nic_thread *t, unsigned scanned_epoch, size_t size, size_t alignment,
                   bool zero, unsigned *index_out, enum nic_dp_failure *why) {
-  if (__atomic_load_n(&nic_chunk_epoch, __ATOMIC_ACQUIRE) != scanned_epoch) {
-    void *p = try_chunks(t, 0, nic_chunk_slots_used(), size, alignment, zero, index_out);
-    if (p) return p;
+  for (int attempt = 0; attempt < GROW_ATTEMPTS; attempt++) {
+    const unsigned epoch = __atomic_load_n(&nic_chunk_epoch, __ATOMIC_ACQUIRE);
+    if (epoch != scanned_epoch) {
+      void *p = try_chunks(t, 0, nic_chunk_slots_used(), size, alignment, zero, index_out);
+      if (p) return p;
+    }
+    unsigned index;
+    int rc = nic_chunk_create(&index);
+    if (rc) {
+      *why = rc == -ENOSPC ? NIC_DP_CAP : NIC_DP_MAP_REFUSED;
+      return NULL;
+    }
+    scanned_epoch = __atomic_load_n(&nic_chunk_epoch, __ATOMIC_ACQUIRE);
+    void (*hook)(unsigned) = __atomic_load_n(&nic_dp_grow_hook, __ATOMIC_ACQUIRE);
+    if (hook) hook(index);
+    void *p = try_chunk(t, index, size, alignment, zero);
+    if (p) {
+      *index_out = index;
+      return p;
+    }
   }
-  unsigned index;
-  int rc = nic_chunk_create(&index);
-  if (rc) {
-    *why = rc == -ENOSPC ? NIC_DP_CAP : NIC_DP_MAP_REFUSED;
-    return NULL;
-  }
-  /* A fresh chunk that cannot hold it will not be helped by another. */
-  void *p = try_chunk(t, index, size, alignment, zero);
-  if (p) *index_out = index;
-  return p;
+  /* alloc.c says nothing of a refused mapping, which chunks.c has explained: this one it has not.
+   */
+  nic_log_fallback_once(nic_config()->on_pin_fail == NIC_PIN_FAIL_FAIL,
+                        "%d dataplane chunks mapped in a row for one request had no room for it "
+                        "when it came to allocate there; giving up on the dataplane for it",
+                        GROW_ATTEMPTS);
+  *why = NIC_DP_MAP_REFUSED;
+  return NULL;
 }
 
 /* The cursor chunk is full or not live: look for room in the others, lowest first so that high

@@ -42,5 +42,8 @@ void nic_dp_unpause(struct nic_thread *t);
  * their chunk from being released) without ever reclaiming a non-empty one into an ordinary
  * heap. Use it instead of mi_collect(true), which does that on the main thread. */
 void nic_collect_abandoned(void);
+/* Tests only: called under the growth lock with a chunk just mapped for a request, before the
+ * request tries it, so that a test can take its room the way racing threads do. */
+extern void (*nic_dp_grow_hook)(unsigned index) __attribute__((visibility("hidden")));
 
 #endif
