@@ -24,8 +24,9 @@
 enum { BLOCKS = 16 };
 static const size_t kBlock = 1u << 20;
 
-static long status_kb(const char *key) {
-  FILE *f = fopen("/proc/self/status", "r");
+/* A "Key:  N kB" line of a /proc file. */
+static long proc_kb(const char *path, const char *key) {
+  FILE *f = fopen(path, "r");
   if (!f) return -1;
   char line[256];
   long kb = -1;
@@ -61,24 +62,13 @@ static int post_and_check(char *p) {
   return posted == 1 && received_ok == 1;
 }
 
-static long smaps_kb(const char *key) {
-  FILE *f = fopen("/proc/self/smaps_rollup", "r");
-  if (!f) return -1;
-  char line[256];
-  long kb = -1;
-  const size_t n = strlen(key);
-  while (fgets(line, sizeof line, f))
-    if (!strncmp(line, key, n)) kb = strtol(line + n, NULL, 10);
-  fclose(f);
-  return kb;
-}
-
 static void print(const char *tag) {
   struct nic_stats s = NIC_STATS_INIT;
   nic_get_stats(&s);
   printf("%s_pinned=%zu\n%s_dropped=%zu\n%s_rss_anon_kb=%ld\n%s_anon_huge_kb=%ld\n", tag,
-         s.dataplane_pinned, tag, s.dataplane_dropped, tag, status_kb("RssAnon:"), tag,
-         smaps_kb("AnonHugePages:"));
+         s.dataplane_pinned, tag, s.dataplane_dropped, tag,
+         proc_kb("/proc/self/status", "RssAnon:"), tag,
+         proc_kb("/proc/self/smaps_rollup", "AnonHugePages:"));
 }
 
 /* Whether the first page of p is in memory. */

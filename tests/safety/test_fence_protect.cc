@@ -46,6 +46,22 @@ const char *Name(nic_fence_protect_with w) {
   return w == NIC_PROTECT_UFFD ? "uffd" : "mprotect";
 }
 
+// Two 512-byte dataplane blocks on one 4 KiB page; the blocks tried on the way go to spare.
+void TwoBlocksOnOnePage(char **x, char **y, std::vector<char *> *spare) {
+  *x = *y = nullptr;
+  for (int i = 0; i < 64 && !*y; i++) {
+    char *p = static_cast<char *>(nic_malloc(512));
+    ASSERT_NE(p, nullptr);
+    if (*x && reinterpret_cast<uintptr_t>(p) >> 12 == reinterpret_cast<uintptr_t>(*x) >> 12) {
+      *y = p;
+    } else {
+      if (*x) spare->push_back(*x);
+      *x = p;
+    }
+  }
+  ASSERT_NE(*y, nullptr) << "no two blocks on one page";
+}
+
 class Protect : public SimEndpointTest, public testing::WithParamInterface<nic_fence_protect_with> {
 protected:
   void SetUp() override {
@@ -413,17 +429,7 @@ void RetryHook(nic_retry_phase phase, void *const *blocks, unsigned n) {
 TEST_P(Protect, ADeferredFreeWaitsForAPostOfItsPageInsteadOfReleasingIt) {
   std::vector<char *> spare; // two blocks on one 4 KiB page: x, y
   char *x = nullptr, *y = nullptr;
-  for (int i = 0; i < 64 && !y; i++) {
-    char *p = static_cast<char *>(nic_malloc(512));
-    ASSERT_NE(p, nullptr);
-    if (x && reinterpret_cast<uintptr_t>(p) >> 12 == reinterpret_cast<uintptr_t>(x) >> 12) {
-      y = p;
-    } else {
-      if (x) spare.push_back(x);
-      x = p;
-    }
-  }
-  ASSERT_NE(y, nullptr) << "no two blocks on one page";
+  ASSERT_NO_FATAL_FAILURE(TwoBlocksOnOnePage(&x, &y, &spare));
   memset(x, 'X', 512);
   memset(y, 'Y', 512);
   nic_endpoint *nic_thread_ep = nic_sim_endpoint_create(Receive, &inbox, NIC_EP_ENGINE_COMPLETIONS);
@@ -552,17 +558,7 @@ TEST_P(ProtectWindow, AFreeOfANeighbourWaitsUntilThePageIsWritableAgain) {
   const size_t live = Stats().dataplane_live;
   std::vector<char *> spare; // two blocks on one 4 KiB page: x, y
   char *x = nullptr, *y = nullptr;
-  for (int i = 0; i < 64 && !y; i++) {
-    char *p = static_cast<char *>(nic_malloc(512));
-    ASSERT_NE(p, nullptr);
-    if (x && reinterpret_cast<uintptr_t>(p) >> 12 == reinterpret_cast<uintptr_t>(x) >> 12) {
-      y = p;
-    } else {
-      if (x) spare.push_back(x);
-      x = p;
-    }
-  }
-  ASSERT_NE(y, nullptr) << "no two blocks on one page";
+  ASSERT_NO_FATAL_FAILURE(TwoBlocksOnOnePage(&x, &y, &spare));
   for (char *p : spare)
     free(p);
   memset(x, 'X', 512);
