@@ -356,7 +356,7 @@ TEST_F(SoftVerbs, BuffersGivenBackFromAnotherThreadWhilePollingAndSending) {
   };
   ASSERT_EQ(b->endpoint_receive(b, ep, fn, &sh), 0);
   constexpr int kMessages = 400, kWindow = 32;
-  std::atomic<int> completed{0}, failed{0};
+  std::atomic<int> completed{0}, failed{0}, recycled{0};
   std::atomic<bool> stop{false};
   auto done = [](void *arg, int status) {
     auto *c = static_cast<std::pair<std::atomic<int> *, std::atomic<int> *> *>(arg);
@@ -377,8 +377,10 @@ TEST_F(SoftVerbs, BuffersGivenBackFromAnotherThreadWhilePollingAndSending) {
       }
       if (t == UINT64_MAX)
         std::this_thread::yield();
-      else
+      else {
         b->rx_recycle(b, ep, t);
+        recycled.fetch_add(1);
+      }
     }
   });
   std::thread poller([&] {
@@ -399,11 +401,10 @@ TEST_F(SoftVerbs, BuffersGivenBackFromAnotherThreadWhilePollingAndSending) {
   }
   while (completed.load() < kMessages && std::chrono::steady_clock::now() < deadline)
     std::this_thread::yield();
-  for (;;) { // the last buffers back, then stop
-    std::lock_guard<std::mutex> g(sh.m);
-    if (sh.tokens.empty() || std::chrono::steady_clock::now() > deadline) break;
+  // Every buffer back, then stop: the sends' completions can come before the last receives'
+  // (still to be polled), and a token the recycler took may not be back on the queue yet.
+  while (recycled.load() < kMessages && std::chrono::steady_clock::now() < deadline)
     std::this_thread::yield();
-  }
   stop = true;
   recycler.join();
   poller.join();
