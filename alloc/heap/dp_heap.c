@@ -127,8 +127,7 @@ static void *grow(struct nic_thread *t, unsigned scanned_epoch, size_t size, siz
       return p;
     }
   }
-  /* alloc.c says nothing of a refused mapping, which chunks.c has explained: this one it has not.
-   */
+  /* alloc.c says nothing of a refused mapping (chunks.c explains those); this one is ours. */
   nic_log_fallback_once(nic_config()->on_pin_fail == NIC_PIN_FAIL_FAIL,
                         "%d dataplane chunks mapped in a row for one request had no room for it "
                         "when it came to allocate there; giving up on the dataplane for it",
@@ -216,8 +215,7 @@ static void back_off(struct nic_thread *t, unsigned scanned_epoch) {
 static void *dp_alloc(size_t size, size_t alignment, bool zero, enum nic_dp_failure *why);
 
 void *nic_dp_alloc(size_t size, size_t alignment, bool zero, enum nic_dp_failure *why) {
-  /* mimalloc's decommits of abandoned control segments it visits here may wait (late_decommit.h).
-   */
+  /* Decommits of abandoned control segments visited here may wait (late_decommit.h). */
   nic_late_decommit_arm();
   void *p = dp_alloc(size, alignment, zero, why);
   nic_late_decommit_disarm();

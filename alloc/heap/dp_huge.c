@@ -2,17 +2,15 @@
 
 #include "chunks.h"
 #include "log.h"
+#include "mi_layout.h"
 #include "steps.h"
 
 #include <stdint.h>
 
 #define MIB ((size_t)1 << 20)
 #define SLICE ((size_t)1 << NIC_SLICE_SHIFT)
-#define ARENA_BLOCK ((size_t)32 << 20)
-
 size_t nic_dp_huge_segment_bound(size_t size, size_t alignment) {
-  const size_t extra = alignment > sizeof(void *) * 2 ? alignment - 1 : 0;
-  const size_t request = size + extra;
+  const size_t request = size + nic_dp_huge_align_extra(alignment);
   const size_t unit = request < 32 * MIB ? MIB : 4 * MIB;
   return NIC_HUGE_BLOCK_OFFSET + ((request + unit - 1) & ~(unit - 1));
 }
@@ -30,7 +28,7 @@ void *nic_dp_huge_alloc(mi_heap_t *heap, size_t size, size_t alignment, bool zer
   /* A mimalloc built with padding (debug builds: 8 bytes a block) can make a segment one unit
    * larger than the bound, at sizes just under a unit. The rest is backed now: its pages,
    * written or not, stay as they are (pin.c backs a step in place over resident pages). */
-  const uintptr_t claim = (uintptr_t)p & ~(ARENA_BLOCK - 1);
+  const uintptr_t claim = (uintptr_t)p & ~(NIC_MI_ARENA_BLOCK - 1);
   const uintptr_t backed = claim + ((bound + SLICE - 1) & ~(SLICE - 1));
   const uintptr_t end = (uintptr_t)p + mi_usable_size(p);
   if (end > backed) {

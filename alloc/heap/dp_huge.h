@@ -14,9 +14,11 @@
 
 /* Whether a request to mimalloc of size bytes at alignment (at most 16 MiB, mimalloc's limit)
  * surely gets a huge segment: the over-allocation of an aligned request counted. */
+static inline size_t nic_dp_huge_align_extra(size_t alignment) {
+  return alignment > sizeof(void *) * 2 ? alignment - 1 : 0;
+}
 static inline bool nic_dp_huge_request(size_t size, size_t alignment) {
-  const size_t extra = alignment > sizeof(void *) * 2 ? alignment - 1 : 0;
-  return size > NIC_HUGE_BLOCK_MIN - extra;
+  return size > NIC_HUGE_BLOCK_MIN - nic_dp_huge_align_extra(alignment);
 }
 /* A bound on the bytes of the segment mimalloc 2.0.9 makes for such a request: one 64 KiB slice
  * of header, then the block rounded as _mi_os_good_alloc_size rounds it (1 MiB below 32 MiB,

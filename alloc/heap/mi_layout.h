@@ -10,6 +10,8 @@
 
 #define NIC_MI_SEGMENT_SIZE ((uintptr_t)32 << 20)
 #define NIC_MI_SEGMENT_MASK (NIC_MI_SEGMENT_SIZE - 1)
+/* Its arena's unit: a claim is a whole number of these, committed whole (src/arena.c). */
+#define NIC_MI_ARENA_BLOCK ((size_t)32 << 20)
 #define NIC_MI_SLICE_SHIFT 16
 #define NIC_MI_SEG_ALLOW_DECOMMIT 32  /* bool */
 #define NIC_MI_SEG_DECOMMIT_EXPIRE 40 /* int64_t, ms */

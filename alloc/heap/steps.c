@@ -4,6 +4,7 @@
 #include "config.h"
 #include "events.h"
 #include "log.h"
+#include "mi_layout.h"
 #include "step_pages.h"
 
 #include <mimalloc.h>
@@ -94,9 +95,6 @@ static void slice_bits(unsigned index, size_t first, size_t last, bool set) {
   }
 }
 
-/* mimalloc 2.0.9's arena block: a claim is a whole number of them. */
-#define ARENA_BLOCK ((size_t)32 << 20)
-
 static __thread size_t huge_segment_bytes __attribute__((tls_model("initial-exec")));
 
 void nic_steps_expect_huge(size_t segment_bytes) {
@@ -121,7 +119,7 @@ bool nic_steps_expect_huge_done(void) {
 static size_t huge_claim_cut(const void *addr, size_t len) {
   const size_t bytes = huge_segment_bytes;
   if (__builtin_expect(bytes == 0, 1)) return len;
-  if (((uintptr_t)addr & (ARENA_BLOCK - 1)) || len % ARENA_BLOCK) return len;
+  if (((uintptr_t)addr & (NIC_MI_ARENA_BLOCK - 1)) || len % NIC_MI_ARENA_BLOCK) return len;
   huge_segment_bytes = 0;
   const size_t slice = (size_t)1 << NIC_SLICE_SHIFT;
   const size_t cut = (bytes + slice - 1) & ~(slice - 1);
