@@ -25,11 +25,11 @@
 #include "events.h"
 #include "log.h"
 #include "reaper.h"
+#include "sample_math.h"
 #include "startup.h"
 #include "thread.h"
 
 #include <fcntl.h>
-#include <math.h>
 #include <mimalloc.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -75,7 +75,7 @@ static int64_t next_interval(double mean) {
   rng ^= rng >> 7;
   rng ^= rng << 17;
   double u = ((double)(rng >> 11) + 0.5) * 0x1.0p-53;
-  return (int64_t)(-log(u) * mean) + 1;
+  return (int64_t)(nic_neg_log_unit(u) * mean) + 1;
 }
 
 /* True when p was sampled. routed: NICMALLOC_SITES made p dataplane in this run. */
@@ -93,7 +93,7 @@ static bool sample(void *p, size_t size, bool routed) {
   busy = true;
   uintptr_t frames[NIC_PROF_FRAMES];
   unsigned n = nic_prof_capture(frames);
-  double weight = 1.0 / -expm1(-(double)size / sample_mean);
+  double weight = 1.0 / nic_one_minus_exp_neg((double)size / sample_mean);
   if (n) nic_prof_table_sample(p, nic_block_usable(p), weight, frames, n);
   busy = false;
   return n != 0;
