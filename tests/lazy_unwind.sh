@@ -30,4 +30,25 @@ for feature in "NICMALLOC_PROFILE=$dir/profile" "NICMALLOC_FENCE=detect NICMALLO
   *) echo "FAIL: $feature did not load libunwind (mapped: '$got')"; failed=1 ;;
   esac
 done
+
+# Where libunwind cannot be loaded the feature says so once and the program runs on. Shown in a
+# private mount namespace with the library's file replaced by an empty one (root only).
+unw=$(maps "NICMALLOC_PROFILE=$dir/profile" | grep -o -E '/[^ ]*/libunwind\.so[^ ]*$' | head -1)
+if [ -n "$unw" ] && unshare -m --propagation private true 2>/dev/null; then
+  out=$(unshare -m --propagation private sh -c '
+    mount --bind /dev/null "$1" || exit 3
+    seq 1 100000 | env NICMALLOC_PROFILE="$2/unloaded" LD_PRELOAD="$3" sort -n | tail -n 1
+  ' sh "$unw" "$dir" "$lib" 2>"$dir/err")
+  rc=$?
+  warnings=$(grep -c 'cannot load libunwind.so.8' "$dir/err")
+  if [ "$rc" = 0 ] && [ "$out" = 100000 ] && [ "$warnings" = 1 ] && [ -s "$dir/unloaded" ]; then
+    echo "ok: without libunwind a profiled run says so once, sorts right and writes its profile"
+  else
+    echo "FAIL: without libunwind: exit $rc, output '$out', $warnings warning(s), stderr:"
+    cat "$dir/err"
+    failed=1
+  fi
+else
+  echo "skipped: no private mount namespace here to hide libunwind in"
+fi
 exit $failed

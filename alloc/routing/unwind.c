@@ -22,7 +22,8 @@ static pthread_once_t once = PTHREAD_ONCE_INIT;
 static void load(void) {
   void *handle = dlopen(NIC_UNWIND_SONAME, RTLD_NOW | RTLD_LOCAL);
   if (!handle) {
-    nic_log_warn("cannot load " NIC_UNWIND_SONAME " (%s): allocation sites are not recorded",
+    nic_log_warn("cannot load " NIC_UNWIND_SONAME " (%s): profiles, NICMALLOC_SITES and detect's "
+                 "reports go on without allocation sites",
                  dlerror());
     return;
   }
