@@ -9,8 +9,8 @@
 #include "forklock.h"
 #include "log.h"
 #include "profile.h"
+#include "unwind.h"
 
-#include <libunwind.h>
 #include <pthread.h>
 #include <stdio.h>
 
@@ -21,11 +21,12 @@ NIC_FORKLOCK_MUTEX(fence_report, NIC_FORK_FENCE_REPORT, &lock, NULL);
 
 /* libunwind looks names up through a cursor: one on this frame, pointed at ip. */
 static bool symbol(uintptr_t ip, char *name, size_t cap, uintptr_t *offset) {
+  const struct nic_unwind *unw = nic_unwind_get(); /* loaded when detect recorded sites */
   unw_context_t context;
   unw_cursor_t cursor;
   unw_word_t off;
-  if (unw_getcontext(&context) || unw_init_local(&cursor, &context) ||
-      unw_set_reg(&cursor, UNW_REG_IP, ip) || unw_get_proc_name(&cursor, name, cap, &off))
+  if (!unw || unw->getcontext(&context) || unw->init_local(&cursor, &context) ||
+      unw->set_reg(&cursor, UNW_REG_IP, ip) || unw->get_proc_name(&cursor, name, cap, &off))
     return false;
   *offset = off;
   return true;

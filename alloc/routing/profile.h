@@ -54,7 +54,9 @@ uint64_t nic_prof_hash(const uintptr_t *frames, unsigned n);
 bool nic_prof_module_of(uintptr_t addr, char *path, size_t cap, uintptr_t *bias);
 /* Load bias of the loaded object whose path has the same base name; false if none. */
 bool nic_prof_module_base(const char *path, uintptr_t *bias);
-void nic_prof_stack_init(void);
+/* Finds this library's frames and loads libunwind (unwind.h); false when it cannot be loaded,
+ * and nic_prof_capture then returns 0. From the constructor only: it allocates. */
+bool nic_prof_stack_init(void);
 
 /* profile_table.c: sampled blocks and profiled sites. Thread-safe. */
 struct nic_prof_site {

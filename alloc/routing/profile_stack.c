@@ -1,14 +1,14 @@
 /* Call-site capture for profile-guided routing. A site is the first NIC_PROF_FRAMES return
  * addresses outside this library (malloc, nic_alloc and the profile code are skipped by address,
- * whatever the compiler inlined). libunwind's unw_backtrace walks with DWARF CFI, so programs
- * built without frame pointers (Debian's) are walked correctly, and caches per address. Addresses
- * are kept raw during the run; only the profile writer and the routing loader turn them into
- * module + offset (dl_iterate_phdr takes the loader's lock, which is fine there). */
+ * whatever the compiler inlined). libunwind's unw_backtrace (unwind.h) walks with DWARF CFI, so
+ * programs built without frame pointers (Debian's) are walked correctly, and caches per address.
+ * Addresses are kept raw during the run; only the profile writer and the routing loader turn them
+ * into module + offset (dl_iterate_phdr takes the loader's lock, which is fine there). */
 #define _GNU_SOURCE
 #define UNW_LOCAL_ONLY
 #include "profile.h"
+#include "unwind.h"
 
-#include <libunwind.h>
 #include <link.h>
 #include <stdio.h>
 #include <string.h>
@@ -34,8 +34,9 @@ static int find_own(struct dl_phdr_info *info, size_t size, void *arg) {
   return 1;
 }
 
-void nic_prof_stack_init(void) {
+bool nic_prof_stack_init(void) {
   dl_iterate_phdr(find_own, (void *)(uintptr_t)&nic_prof_stack_init);
+  return nic_unwind_load();
 }
 
 uint64_t nic_prof_hash(const uintptr_t *frames, unsigned n) {
@@ -49,8 +50,10 @@ uint64_t nic_prof_hash(const uintptr_t *frames, unsigned n) {
 }
 
 unsigned nic_prof_capture(uintptr_t frames[NIC_PROF_FRAMES]) {
+  const struct nic_unwind *unw = nic_unwind_get();
+  if (!unw) return 0;
   void *raw[SKIP_MAX + NIC_PROF_FRAMES];
-  int got = unw_backtrace(raw, (int)(sizeof raw / sizeof raw[0]));
+  int got = unw->backtrace(raw, (int)(sizeof raw / sizeof raw[0]));
   unsigned n = 0;
   int i = 0;
   while (i < got && (uintptr_t)raw[i] >= own_lo && (uintptr_t)raw[i] < own_hi)
