@@ -280,7 +280,8 @@ static int step_release(int hold, unsigned wait_ms) {
   struct nic_region_ref ref;
   int rc = nic_register(b, 4096, NIC_REG_LOCAL, &ref);
   printf("first_rc=%d\nfirst_lkey=%u\n", rc, ref.lkey);
-  printf("pinned_before=%zu\n", stats_now().dataplane_pinned);
+  printf("pinned_before=%zu\nbacked_before=%zu\n", stats_now().dataplane_pinned,
+         stats_now().dataplane_backed);
   if (hold == 1 && nic_hold(b)) return 1;
   struct nic_endpoint *ep = hold == 2 ? nic_sim_endpoint_create(drop_message, NULL, 0) : NULL;
   if (hold == 2) {
@@ -303,8 +304,8 @@ static int step_release(int hold, unsigned wait_ms) {
       usleep(10000);
   }
   struct nic_stats s = stats_now();
-  printf("released=%llu\npinned_after=%zu\nvmlck_after_kb=%ld\n",
-         (unsigned long long)s.steps_released, s.dataplane_pinned, vmlck_kb());
+  printf("released=%llu\npinned_after=%zu\nbacked_after=%zu\nvmlck_after_kb=%ld\n",
+         (unsigned long long)s.steps_released, s.dataplane_pinned, s.dataplane_backed, vmlck_kb());
   rc = nic_translate(b, 4096, &ref);
   printf("stale_rc=%d\nstale_lkey=%u\n", rc, ref.lkey);
   char *c = nic_malloc(big);
@@ -313,7 +314,8 @@ static int step_release(int hold, unsigned wait_ms) {
   printf("same_place=%d\n", c == b);
   rc = nic_register(c, 4096, NIC_REG_LOCAL, &ref);
   printf("again_rc=%d\nagain_lkey=%u\n", rc, ref.lkey);
-  printf("pinned_again=%zu\n", stats_now().dataplane_pinned);
+  printf("pinned_again=%zu\nbacked_again=%zu\n", stats_now().dataplane_pinned,
+         stats_now().dataplane_backed);
   free(c);
   free(keep);
   return 0;

@@ -201,7 +201,8 @@ TEST(MemlockLimit, UnderTheUsualEightMebibyteLimitTheDefaultStepIsRegistered) {
 // whose OOM killer is off). The chunk must be refused, with the policy's fallback.
 TEST(PrefaultFailure, RefusesTheChunkInsteadOfTouchingIt) {
   auto r = run_probe({"NICMALLOC_CHUNK_SIZE=64M", "NICMALLOC_PAGE_KIND=4k",
-                      "NICMALLOC_ON_PIN_FAIL=fallback", "NICMALLOC_VERBOSE=1"},
+                      "NICMALLOC_ON_PIN_FAIL=fallback", "NICMALLOC_VERBOSE=1",
+                      "NICMALLOC_DP_POPULATE=commit"},
                      {"no-populate", "dp-alloc", "1048576", "4096"});
   ASSERT_EQ(r.exit_code, 0) << r.out << r.err;
   EXPECT_EQ(r.num("chunks_created"), 0);
