@@ -113,7 +113,7 @@ int nic_map_lazy(void *addr, size_t len) {
 /* Whether any page of the range is resident: a step mimalloc wrote to without committing it
  * first (a segment from its cache, after the chunk was released) must keep its bytes. */
 static bool any_resident(void *addr, size_t len) {
-  unsigned char vec[256];
+  unsigned char vec[1024]; /* a 4 MiB step in one call */
   for (size_t off = 0; off < len; off += sizeof vec * NIC_PAGE_SIZE) {
     size_t part = len - off < sizeof vec * NIC_PAGE_SIZE ? len - off : sizeof vec * NIC_PAGE_SIZE;
     if (mincore((char *)addr + off, part, vec) != 0) return true; /* unknown: keep it */
@@ -124,7 +124,7 @@ static bool any_resident(void *addr, size_t len) {
 }
 
 size_t nic_resident_bytes(void *addr, size_t len) {
-  unsigned char vec[256];
+  unsigned char vec[1024]; /* a 4 MiB step in one call */
   size_t pages = 0;
   for (size_t off = 0; off < len; off += sizeof vec * NIC_PAGE_SIZE) {
     size_t part = len - off < sizeof vec * NIC_PAGE_SIZE ? len - off : sizeof vec * NIC_PAGE_SIZE;
