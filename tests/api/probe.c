@@ -86,6 +86,27 @@ static int dp_alloc(size_t total, size_t block) {
   return 0;
 }
 
+/* One dataplane block written and registered: whether the registration was handed out, and
+ * whether the block kept its bytes. */
+static int dp_register(size_t size) {
+  char *p = nic_malloc(size);
+  if (!p || !nic_is_dataplane(p)) {
+    printf("dp=0\n");
+    return 0;
+  }
+  memset(p, 0x5a, size);
+  struct nic_region_ref ref;
+  const int rc = nic_register(p, size, NIC_REG_LOCAL, &ref);
+  int intact = 1;
+  for (size_t i = 0; i < size; i++)
+    intact &= p[i] == 0x5a;
+  printf("dp=1\nregister_rc=%d\nintact=%d\n", rc, intact);
+  print_stats("");
+  if (rc == 0) nic_unregister(&ref);
+  free(p);
+  return 0;
+}
+
 /* Bytes the process has read so far (rchar of /proc/self/io), or -1. */
 static long long read_bytes(void) {
   FILE *f = fopen("/proc/self/io", "r");
@@ -881,6 +902,7 @@ int main(int argc, char **argv) {
   if (argc >= 4 && !strcmp(argv[1], "data-limit")) return run_limited(RLIMIT_DATA, 20, argv);
   if (argc >= 3 && !strcmp(argv[1], "first-dp-reads"))
     return first_dp_reads((unsigned)atoi(argv[2]));
+  if (argc >= 3 && !strcmp(argv[1], "dp-register")) return dp_register(strtoull(argv[2], NULL, 0));
   if (argc >= 4 && !strcmp(argv[1], "dp-alloc"))
     return dp_alloc(strtoull(argv[2], NULL, 0), strtoull(argv[3], NULL, 0));
   if (argc >= 3 && !strcmp(argv[1], "low-memlock")) return low_memlock(strtoull(argv[2], NULL, 0));
