@@ -120,9 +120,9 @@ def main():
                    "use wall time)", "%.2f s")
     md += t_md + r_md + c_md
 
-    # Pinned dataplane memory is resident by design (the NIC may DMA it at any time) where
-    # mimalloc's RSS counts only the pages a program touched: for a program that allocates big
-    # and touches little, pinned / live is the fair figure.
+    # Pinned dataplane memory is what is in memory and locked: the touched pages of a step no
+    # backend registered yet (NICMALLOC_DP_POPULATE=register), the whole step once one did or
+    # under =commit (the NIC may DMA it at any time).
     pl_cols = []
     if DP in allocs:
         body = []
@@ -139,15 +139,17 @@ def main():
         body.append(["**geometric mean** (peak live >= %g MiB)" % MIN_LIVE_MIB, "", "", "", "",
                      "**%s**" % fmt(geomean(pl_cols), "%.2f")])
         md += ["", "## Dataplane pinned / live (%s)" % DP, "",
-               "Pinned dataplane memory is resident by design (the NIC may DMA it at any time), "
-               "while mimalloc's RSS counts only the pages a program touched (and RSS counts no "
-               "hugetlb page, which steps get while the machine's pool has some): for programs "
-               "that allocate big and touch little, peak pinned / peak live is the fair figure. Both "
+               "Pinned dataplane memory is what is in memory and locked: the pages a program "
+               "touched in a step no backend registered yet (NICMALLOC_DP_POPULATE=register, the "
+               "default; these programs register nothing), the whole step once it is registered "
+               "or under NICMALLOC_DP_POPULATE=commit (the NIC may DMA it at any time); RSS counts "
+               "no hugetlb page, which steps get while the machine's pool has some. Both "
                "peaks from the stats at exit (NICMALLOC_STATS=json), medians of the repetitions; "
                "the live peak is sampled by the reaper (every 10 ms to 1 s), so in a short "
                "program it is a lower bound and the ratio an upper bound. A program with less "
-               "live dataplane memory than one pin step (4 MiB by default) still pins that step, "
-               "so its ratio says little: the geometric mean leaves it out.", ""] + table(
+               "live dataplane memory than one pin step (4 MiB by default) has mimalloc's "
+               "headers as much as its blocks, so its ratio says little: the geometric mean "
+               "leaves it out.", ""] + table(
             ["program", "peak RSS MiB", "RSS / mimalloc", "peak live MiB", "peak pinned MiB",
              "pinned / live"], body)
 

@@ -32,7 +32,7 @@
   X("huge blocks", huge_purged, uint64_t, count, "# given back", "cached blocks given back to mimalloc (NICMALLOC_PURGE_DELAY_MS)") \
   X("dataplane", dataplane_live, size_t, bytes, "live #", "usable bytes of live dataplane blocks (an aligned block's whole mimalloc block), read from mimalloc's pages when asked: exact while no thread allocates or frees dataplane memory meanwhile") \
   X("dataplane", dataplane_in_use, size_t, bytes, "in mimalloc segments #", "chunk bytes held by mimalloc segments (32 MiB granularity)") \
-  X("dataplane", dataplane_pinned, size_t, bytes, "pinned #", "bytes of chunk steps currently backed and locked in memory, less the pages given back inside them (dataplane_dropped)") \
+  X("dataplane", dataplane_pinned, size_t, bytes, "pinned #", "bytes of chunk steps in memory and locked now: a step faulted in whole less the pages given back inside it (dataplane_dropped); a step locked as it is touched (NICMALLOC_DP_POPULATE=register, before its first registration) the pages it holds") \
   X("dataplane", dataplane_mapped, size_t, bytes, "mapped #", "bytes of chunks currently mapped (pinned or not)") \
   X("dataplane", dataplane_reserved, size_t, bytes, "reserved #", "virtual bytes reserved for all chunks") \
   X("chunks", chunks_live, uint32_t, count, "# live", "chunks mapped now") \
@@ -95,9 +95,9 @@
   X("errors", other_api_errors, uint64_t, count, "# other", "other calls that returned an error (nic_fence_write's bad ranges, nic_get_stats, nic_posix_memalign_site)") \
   X("messages", log_lines_dropped, uint64_t, count, "# lines not written", "lines for a stderr the program has closed or reused for another file: not written (NICMALLOC_STATS keeps a copy of the start-up stderr for them instead)") \
   X("steps", pin_step, size_t, bytes, "# each", "bytes of one step: the unit a chunk is backed, pinned and registered in (NICMALLOC_PIN_STEP)") \
-  X("steps", steps_pinned, uint32_t, count, "# pinned", "steps of mapped chunks backed and locked in memory now (dataplane_pinned is their bytes)") \
-  X("steps", steps_backed, uint64_t, count, "# backed", "steps backed (prefaulted) over the process lifetime") \
-  X("steps", dataplane_backed, size_t, bytes, "backed #", "bytes of steps backed now, pinned or not") \
+  X("steps", steps_pinned, uint32_t, count, "# pinned", "steps of mapped chunks backed and locked in memory now (dataplane_pinned is their bytes in memory)") \
+  X("steps", steps_backed, uint64_t, count, "# backed", "steps backed (mapped with memory and locked) over the process lifetime") \
+  X("steps", dataplane_backed, size_t, bytes, "backed #", "bytes of steps backed now, pinned or not, whether in memory yet or not (less dataplane_dropped)") \
   X("steps", steps_released, uint64_t, count, "# released", "steps given back to the OS inside live chunks (empty of mimalloc's commits for NICMALLOC_RELEASE_DELAY_MS) over the process lifetime") \
   X("steps", dataplane_dropped, size_t, bytes, "dropped #", "bytes given back to the OS inside steps that stay backed (free pages mimalloc decommitted, where no registration holds the step's pages); not in dataplane_pinned or dataplane_backed") \
   X("receive cap", recv_capped, uint64_t, count, "# capped", "messages that waited because the held bytes reached NICMALLOC_RECV_HELD_MAX") \

@@ -39,6 +39,8 @@ static void read_all(void) {
   /* fallback|fail */
   config.on_pin_fail =
       nic_setting_choice(NIC_S_ON_PIN_FAIL) == 1 ? NIC_PIN_FAIL_FAIL : NIC_PIN_FAIL_FALLBACK;
+  /* register|commit */
+  config.populate_at_commit = nic_setting_choice(NIC_S_DP_POPULATE) == 1;
   config.dp_min_size = (size_t)nic_setting_number(NIC_S_DP_MIN_SIZE);
   config.release_delay_ms = setting_unsigned(NIC_S_RELEASE_DELAY_MS);
   config.purge_delay_ms = setting_unsigned(NIC_S_PURGE_DELAY_MS);

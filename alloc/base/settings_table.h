@@ -31,7 +31,7 @@
     "size of each dataplane chunk: a power of two from `32M` to `1G` (1 GiB is io_uring's"         \
     " largest fixed buffer)")                                                                      \
   X(PIN_STEP, "NICMALLOC_PIN_STEP", NIC_T_POW2, "4M", 2ull << 20, 1ull << 30, "", NIC_REACH_VALUE, \
-    "unit in which a dataplane chunk is backed, prefaulted, pinned and registered: a power of "    \
+    "unit in which a dataplane chunk is backed, pinned and registered: a power of "                \
     "two from `2M` to `1G`, at most the chunk size. A chunk is reserved whole, but a step is "     \
     "backed only when mimalloc first commits in it, and each step is its own registration on "     \
     "every backend (a posted range across steps goes as one entry per step). The default is "      \
@@ -52,6 +52,14 @@
     "next, and the fallback is counted (`page_fallbacks`). It is a warning only when a "           \
     "kind is named here; under `auto` it is said with `NICMALLOC_VERBOSE=1`. `1g` also makes "     \
     "the pin step 1 GiB (or the chunk) unless `NICMALLOC_PIN_STEP` is set")                        \
+  X(DP_POPULATE, "NICMALLOC_DP_POPULATE", NIC_T_CHOICE, "register", 0, 0, "register|commit",       \
+    NIC_REACH_VALUE,                                                                               \
+    "when a pin step's pages (4 KiB or transparent huge pages) are faulted in: `register` "        \
+    "(locked as the program first touches them, the whole step faulted in before its first "       \
+    "registration with any backend, so the NIC never meets a missing page; a program that never "  \
+    "hands memory to the NIC keeps only what it touched) or `commit` (the whole step faulted in "  \
+    "and locked when mimalloc first commits in it: no page fault on a dataplane block's first "    \
+    "touch). hugetlb steps are always faulted in when mapped")                                     \
   X(ON_PIN_FAIL, "NICMALLOC_ON_PIN_FAIL", NIC_T_CHOICE, "fallback", 0, 0, "fallback|fail",         \
     NIC_REACH_VALUE,                                                                               \
     "when a chunk cannot be pinned or no chunk can hold a request: `fallback` (unpinned "          \

@@ -266,10 +266,13 @@ void nic_chunk_totals(struct nic_chunk_totals *out) {
     for (unsigned s = 0; s < nic_steps_per_chunk(); s++) {
       const struct nic_step *st = &nic_chunks[i].steps[s];
       if (!st->backed) continue;
-      /* Less the pages given back inside it (step_pages.h). */
-      const size_t dropped = nic_step_pages_dropped_bytes(i, s), held = step - dropped;
+      /* Less the pages given back inside it (step_pages.h); a step locked as it is touched
+       * holds what is in memory (its dropped units are not). */
+      const size_t dropped = nic_step_pages_dropped_bytes(i, s);
+      const size_t held =
+          st->mapping.populated ? step - dropped : nic_resident_bytes(nic_step_base(i, s), step);
       out->dropped_bytes += dropped;
-      out->backed_bytes += held;
+      out->backed_bytes += step - dropped;
       if (st->mapping.pinned) out->pinned_bytes += held, out->pinned_steps++;
     }
   }

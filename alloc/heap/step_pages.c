@@ -139,8 +139,10 @@ static bool refill_wanted(unsigned index, unsigned step, size_t first, size_t la
 
 static bool refill_run(unsigned index, unsigned step, const struct nic_step *st, size_t first,
                        size_t last) {
-  (void)st;
-  if (nic_refill_pages(slice_addr(index, first), (last - first + 1) << NIC_SLICE_SHIFT))
+  /* A step locked as it is touched gets its pages back the same way; one faulted in whole
+   * (registered, or NICMALLOC_DP_POPULATE=commit) is whole again. */
+  if (st->mapping.populated &&
+      nic_refill_pages(slice_addr(index, first), (last - first + 1) << NIC_SLICE_SHIFT))
     return false;
   bits_set(dropped[index], first, last, false);
   dropped_slices[index][step] -= (uint32_t)(last - first + 1);

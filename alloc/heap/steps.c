@@ -4,6 +4,7 @@
 #include "config.h"
 #include "events.h"
 #include "log.h"
+#include "memcg.h"
 #include "mi_layout.h"
 #include "step_pages.h"
 
@@ -48,6 +49,27 @@ static bool accept_pin_result(unsigned index, unsigned step, const struct nic_ma
   return !fail;
 }
 
+/* 1 GiB pages only fit steps of 1 GiB. */
+static enum nic_page_kind kind_wanted(void) {
+  const enum nic_page_kind want = nic_config()->page_kind;
+  return want == NIC_PAGE_1G && nic_dp.step_shift < 30 ? NIC_PAGE_2M : want;
+}
+
+/* Bytes of the steps locked as they are touched that are not in memory yet: what they may
+ * still take from the memory cgroup. */
+static size_t untouched_bytes_locked(void) {
+  const size_t len = (size_t)1 << nic_dp.step_shift;
+  size_t bytes = 0;
+  for (unsigned i = 0; i < nic_chunk_slots_used(); i++) {
+    const struct nic_chunk *c = nic_chunk_at(i);
+    if (c->state != NIC_CHUNK_LIVE && c->state != NIC_CHUNK_DRAINING) continue;
+    for (unsigned s = 0; s < nic_steps_per_chunk(); s++)
+      if (c->steps[s].backed && !c->steps[s].mapping.populated)
+        bytes += len - nic_resident_bytes(nic_step_base(i, s), len);
+  }
+  return bytes;
+}
+
 int nic_step_back_locked(unsigned index, unsigned step) {
   struct nic_chunk *c = nic_chunk_at(index);
   struct nic_step *s = &c->steps[step];
@@ -55,11 +77,12 @@ int nic_step_back_locked(unsigned index, unsigned step) {
   const struct nic_config *cfg = nic_config();
   const size_t len = (size_t)1 << nic_dp.step_shift;
   void *base = nic_step_base(index, step);
-  /* 1 GiB pages only fit steps of 1 GiB. */
-  enum nic_page_kind want = cfg->page_kind;
-  if (want == NIC_PAGE_1G && len < (1ul << 30)) want = NIC_PAGE_2M;
+  const enum nic_page_kind want = kind_wanted();
   struct nic_mapping m;
-  int rc = nic_back_step(base, len, want, &m);
+  /* Only under a memory cgroup limit: every lazily backed step is looked at. */
+  const size_t lazy =
+      !cfg->populate_at_commit && nic_memcg_headroom() != SIZE_MAX ? untouched_bytes_locked() : 0;
+  int rc = nic_back_step(base, len, want, cfg->populate_at_commit, lazy, &m);
   if (rc) {
     nic_log_fallback_once(cfg->on_pin_fail == NIC_PIN_FAIL_FAIL,
                           "cannot back dataplane chunk %u step %u with memory (%s)", index, step,
@@ -68,7 +91,9 @@ int nic_step_back_locked(unsigned index, unsigned step) {
                                         : strerror(-rc));
     return -ENOMEM;
   }
-  report_mapping(index, step, &m, want);
+  /* A step locked as it is touched learns whether THP backs it when it is faulted in whole;
+   * hugetlb it missed now. */
+  if (m.populated || want >= NIC_PAGE_2M) report_mapping(index, step, &m, want);
   /* Refused under NICMALLOC_ON_PIN_FAIL=fail: the step stays unbacked, so no registration is
    * made of it. Its pages stay: mimalloc may have written to them already (a registration's
    * backing of a cached segment). */
@@ -78,6 +103,30 @@ int nic_step_back_locked(unsigned index, unsigned step) {
   last_kind = m.kind;
   backed_total++;
   __atomic_store_n(&s->backed, 1, __ATOMIC_RELEASE);
+  return 0;
+}
+
+int nic_step_populate_locked(unsigned index, unsigned step) {
+  struct nic_step *s = &nic_chunk_at(index)->steps[step];
+  if (!s->backed || s->mapping.populated) return 0;
+  void *base = nic_step_base(index, step);
+  const size_t len = (size_t)1 << nic_dp.step_shift;
+  const enum nic_page_kind want = kind_wanted();
+  int rc = nic_populate_step(base, len, want, &s->mapping);
+  if (rc) {
+    nic_log_fallback_once(nic_config()->on_pin_fail == NIC_PIN_FAIL_FAIL,
+                          "cannot fault in dataplane chunk %u step %u before its registration (%s)",
+                          index, step,
+                          rc == -EDQUOT ? "it would not fit under the memory cgroup's limit, and "
+                                          "faulting it in would wake the OOM killer"
+                                        : strerror(-rc));
+    return -ENOMEM;
+  }
+  if (want == NIC_PAGE_THP) report_mapping(index, step, &s->mapping, want);
+  nic_chunk_at(index)->mapping.kind = s->mapping.kind;
+  last_kind = s->mapping.kind;
+  /* Units given back inside it are in again with the rest. */
+  nic_step_pages_forget_locked(index, step);
   return 0;
 }
 

@@ -1,5 +1,5 @@
 /* Reserve big, pin small: a chunk is reserved, mapped (readable, writable, backed by nothing)
- * and handed to mimalloc whole, but backed with memory, prefaulted and locked one step
+ * and handed to mimalloc whole, but backed with memory and locked one step
  * (NICMALLOC_PIN_STEP) at a time, when mimalloc first commits in the step (its arena is not
  * committed as a whole: the interposed mprotect routes the commit here, os/dp_commit.h), or
  * when a registration needs the step. Registrations are per step too (chunk_reg.c). */
@@ -29,8 +29,13 @@ bool nic_steps_expect_huge_done(void);
 void nic_steps_decommit(void *addr, size_t len);
 /* The same for one step, with the chunk lock held. */
 int nic_step_back_locked(unsigned index, unsigned step);
-/* A step's backing, read with acquire: true once it is prefaulted (and, if it could be,
- * locked). */
+/* Faults in every page of a backed step that was backed without (NICMALLOC_DP_POPULATE=register:
+ * its pages are locked as they are touched), so that the NIC never meets a missing page: every
+ * registration of the step asks first (chunk_reg.c). 0, or -ENOMEM (said once). Chunk lock
+ * held. */
+int nic_step_populate_locked(unsigned index, unsigned step);
+/* A step's backing, read with acquire: true once it is mapped with memory and, if it could be,
+ * locked (its pages faulted in, or locked as they are touched: nic_step_populate_locked). */
 static inline bool nic_step_backed(unsigned index, unsigned step) {
   return __atomic_load_n(&nic_chunk_at(index)->steps[step].backed, __ATOMIC_ACQUIRE);
 }

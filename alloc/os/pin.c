@@ -113,7 +113,7 @@ int nic_map_lazy(void *addr, size_t len) {
 /* Whether any page of the range is resident: a step mimalloc wrote to without committing it
  * first (a segment from its cache, after the chunk was released) must keep its bytes. */
 static bool any_resident(void *addr, size_t len) {
-  unsigned char vec[256];
+  unsigned char vec[1024]; /* a 4 MiB step in one call */
   for (size_t off = 0; off < len; off += sizeof vec * NIC_PAGE_SIZE) {
     size_t part = len - off < sizeof vec * NIC_PAGE_SIZE ? len - off : sizeof vec * NIC_PAGE_SIZE;
     if (mincore((char *)addr + off, part, vec) != 0) return true; /* unknown: keep it */
@@ -121,6 +121,18 @@ static bool any_resident(void *addr, size_t len) {
       if (vec[i] & 1) return true;
   }
   return false;
+}
+
+size_t nic_resident_bytes(void *addr, size_t len) {
+  unsigned char vec[1024]; /* a 4 MiB step in one call */
+  size_t pages = 0;
+  for (size_t off = 0; off < len; off += sizeof vec * NIC_PAGE_SIZE) {
+    size_t part = len - off < sizeof vec * NIC_PAGE_SIZE ? len - off : sizeof vec * NIC_PAGE_SIZE;
+    if (mincore((char *)addr + off, part, vec) != 0) return len; /* unknown: say all of it */
+    for (size_t i = 0; i < part / NIC_PAGE_SIZE; i++)
+      pages += vec[i] & 1;
+  }
+  return pages * NIC_PAGE_SIZE;
 }
 
 /* Back to the lazy mapping a step had before a failed hugetlb try. */
@@ -141,21 +153,50 @@ static int map_hugetlb_step(void *addr, size_t len, size_t page_size, int size_f
   return -err;
 }
 
-int nic_back_step(void *addr, size_t len, enum nic_page_kind want, struct nic_mapping *out) {
+/* Locks each page of the range as it is first touched, and the ones present now. False where
+ * the kernel has no MLOCK_ONFAULT (before 4.4) or the call is filtered: the caller then
+ * prefaults and locks the range whole, as NICMALLOC_DP_POPULATE=commit does. A refusal for
+ * RLIMIT_MEMLOCK (ENOMEM, EPERM, EAGAIN) is an answer, not a missing feature: it is kept in
+ * *err, as mlock's would be. */
+static bool lock_on_fault(void *addr, size_t len, int *err) {
+  *err = 0;
+  if (syscall(SYS_mlock2, addr, len, MLOCK_ONFAULT) == 0) return true;
+  if (errno == ENOSYS || errno == EINVAL) return false;
+  *err = errno;
+  return true;
+}
+
+int nic_back_step(void *addr, size_t len, enum nic_page_kind want, bool populate, size_t lazy_bytes,
+                  struct nic_mapping *out) {
   out->kind = NIC_PAGE_NONE;
   out->pinned = false;
   out->pin_errno = 0;
+  out->populated = true;
   /* hugetlb replaces the mapping: only over pages nobody wrote yet. */
   const bool fresh = want >= NIC_PAGE_2M && !any_resident(addr, len);
   if (fresh && want >= NIC_PAGE_1G && map_hugetlb_step(addr, len, 1ul << 30, MAP_HUGE_1GB) == 0)
     out->kind = NIC_PAGE_1G;
   else if (fresh && map_hugetlb_step(addr, len, 2ul << 20, MAP_HUGE_2MB) == 0)
     out->kind = NIC_PAGE_2M;
-  else if (nic_memcg_headroom() < len + len / 8)
-    return -EDQUOT; /* prefaulting it would wake the cgroup's OOM killer: see memcg.c */
   else {
+    int err;
+    /* Room for the whole step all the same, and for what earlier steps locked as touched may
+     * still take: a step backed here can always be touched whole. */
+    if (!populate && nic_memcg_headroom() < len + len / 8 + lazy_bytes) return -EDQUOT;
+    if (!populate && lock_on_fault(addr, len, &err)) {
+      /* Faulted in as touched, in small pages as mimalloc's own memory is (a first touch
+       * under MADV_HUGEPAGE would fault in 2 MiB), or whole by nic_populate_step before a
+       * registration, in transparent huge pages where they can be had. */
+      out->kind = NIC_PAGE_4K;
+      out->populated = false;
+      out->pinned = err == 0;
+      out->pin_errno = err;
+      return 0;
+    }
     const bool thp = want >= NIC_PAGE_THP && thp_possible();
     if (thp) madvise(addr, len, MADV_HUGEPAGE);
+    if (nic_memcg_headroom() < len + len / 8)
+      return -EDQUOT; /* prefaulting it would wake the cgroup's OOM killer: see memcg.c */
     const long faults_before = thp ? thread_faults() : -1;
     int rc = prefault(addr, len, NIC_PAGE_SIZE);
     if (rc) return rc; /* the range stays as it was: readable, writable, not backed */
@@ -165,6 +206,20 @@ int nic_back_step(void *addr, size_t len, enum nic_page_kind want, struct nic_ma
     out->pinned = true;
   else
     out->pin_errno = errno;
+  return 0;
+}
+
+int nic_populate_step(void *addr, size_t len, enum nic_page_kind want, struct nic_mapping *m) {
+  if (nic_memcg_headroom() < len + len / 8) return -EDQUOT;
+  const bool thp = want >= NIC_PAGE_THP && thp_possible();
+  if (thp) madvise(addr, len, MADV_HUGEPAGE);
+  const long faults_before = thp ? thread_faults() : -1;
+  int rc = prefault(addr, len, NIC_PAGE_SIZE);
+  if (rc) return rc;
+  /* Pages touched before stay small (khugepaged may merge them later): thp only when the
+   * faults say huge pages came, as nic_back_step tells. */
+  if (thp && thp_backed(len, faults_before)) m->kind = NIC_PAGE_THP;
+  m->populated = true;
   return 0;
 }
 

@@ -1,5 +1,5 @@
 /* Backing one chunk of the reserved range with real memory: the largest page kind available,
- * prefaulted, then locked. */
+ * locked in memory. */
 #ifndef NIC_PIN_H
 #define NIC_PIN_H
 
@@ -12,6 +12,7 @@ struct nic_mapping {
   enum nic_page_kind kind; /* what the chunk really got */
   bool pinned;             /* mlock succeeded */
   int pin_errno;           /* why not, when !pinned */
+  bool populated;          /* every page faulted in (else each is locked as it is touched) */
 };
 
 /* "4k", "thp", "2m", "1g" or "none": nic_page_kind_name's answer, for the runtime's own lines. */
@@ -22,10 +23,22 @@ const char *nic_page_kind_str(enum nic_page_kind kind);
  * with the reservation restored. */
 int nic_map_lazy(void *addr, size_t len);
 /* Backs one step of a lazily mapped chunk: hugetlb (`want` and smaller) when no page of it was
- * written yet, else ordinary pages prefaulted in place (their bytes kept); then locks it.
- * Returns 0 (out says the kind and whether it is pinned), or -errno with the step as it was:
- * -EDQUOT when it would not fit under the memory cgroup's limit. */
-int nic_back_step(void *addr, size_t len, enum nic_page_kind want, struct nic_mapping *out);
+ * written yet, faulted in whole; else ordinary pages in place (their bytes kept), locked as they
+ * are touched, or with populate (or where the kernel cannot lock on fault) faulted in whole and
+ * locked now (a step locked as touched needs room under the memory cgroup's limit for itself and
+ * lazy_bytes, the part of earlier such steps not yet in memory). Returns 0 (out says the kind,
+ * whether it is pinned and whether it is populated),
+ * or -errno with the step as it was: -EDQUOT when faulting it in would not fit under the memory
+ * cgroup's limit. */
+int nic_back_step(void *addr, size_t len, enum nic_page_kind want, bool populate, size_t lazy_bytes,
+                  struct nic_mapping *out);
+/* Faults in every page of a step backed without populate (the lock covers them as they come),
+ * in transparent huge pages where want allows and none of a 2 MiB range was touched yet: before
+ * the NIC is given it. 0 (m's kind and populated updated), or -errno (-EDQUOT as
+ * nic_back_step). */
+int nic_populate_step(void *addr, size_t len, enum nic_page_kind want, struct nic_mapping *m);
+/* Bytes of the range in memory now (mincore): what a step locked as touched holds. */
+size_t nic_resident_bytes(void *addr, size_t len);
 /* Gives a step's memory back to the OS: unlocked, readable, writable, backed by nothing. */
 void nic_release_step_memory(void *addr, size_t len);
 /* Gives a released chunk's memory back to the OS. The range stays readable and writable (empty,

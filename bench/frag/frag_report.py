@@ -194,7 +194,9 @@ def main():
     md = ["# Fragmentation: memcached-like churn (bench/frag)", "",
           "Machine and settings:", ""] + ["- " + l for l in machine] + [
         "", "Live bytes are the requested value bytes. *mem* is what the allocator holds: pinned "
-        "chunk bytes for nicmalloc's dataplane heap (chunks are prefaulted and locked whole), RSS "
+        "bytes for nicmalloc's dataplane heap (the pages in memory and locked: the driver registers "
+        "nothing, so under the default NICMALLOC_DP_POPULATE=register the touched pages of its "
+        "steps; under =commit, or once registered, whole steps), RSS "
         "above the driver's baseline for every other allocator (pinning a whole heap would pin at "
         "least that), 1 MiB slab pages for memcached. Peak = max mem over fill and churn / max "
         "live. Returned = (mem before the shrink − mem after) / (live bytes freed by the shrink); "

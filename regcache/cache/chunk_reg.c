@@ -72,6 +72,10 @@ again:
    * them. Every backend's first registration of the step asks, as any may be the first. */
   else if (!r->registered && (rc = nic_step_back_locked(index, step)) != 0)
     refused = true;
+  /* Pages locked as they are touched are faulted in whole before any NIC sees the step, the
+   * sim's included, so that no backend's model differs from the NIC's: never a missing page. */
+  else if (!r->registered && (rc = nic_step_populate_locked(index, step)) != 0)
+    refused = true;
   /* Local write: nic_register hands this registration out for NIC_REG_LOCAL_WRITE too (receive
    * buffers), and a verbs MR without it fails every receive into the step. */
   else if (!r->registered && (rc = register_step(b, index, step, base, len, r)) == 0) {

@@ -86,6 +86,27 @@ static int dp_alloc(size_t total, size_t block) {
   return 0;
 }
 
+/* One dataplane block written and registered: whether the registration was handed out, and
+ * whether the block kept its bytes. */
+static int dp_register(size_t size) {
+  char *p = nic_malloc(size);
+  if (!p || !nic_is_dataplane(p)) {
+    printf("dp=0\n");
+    return 0;
+  }
+  memset(p, 0x5a, size);
+  struct nic_region_ref ref;
+  const int rc = nic_register(p, size, NIC_REG_LOCAL, &ref);
+  int intact = 1;
+  for (size_t i = 0; i < size; i++)
+    intact &= p[i] == 0x5a;
+  printf("dp=1\nregister_rc=%d\nintact=%d\n", rc, intact);
+  print_stats("");
+  if (rc == 0) nic_unregister(&ref);
+  free(p);
+  return 0;
+}
+
 /* Bytes the process has read so far (rchar of /proc/self/io), or -1. */
 static long long read_bytes(void) {
   FILE *f = fopen("/proc/self/io", "r");
@@ -280,7 +301,8 @@ static int step_release(int hold, unsigned wait_ms) {
   struct nic_region_ref ref;
   int rc = nic_register(b, 4096, NIC_REG_LOCAL, &ref);
   printf("first_rc=%d\nfirst_lkey=%u\n", rc, ref.lkey);
-  printf("pinned_before=%zu\n", stats_now().dataplane_pinned);
+  printf("pinned_before=%zu\nbacked_before=%zu\n", stats_now().dataplane_pinned,
+         stats_now().dataplane_backed);
   if (hold == 1 && nic_hold(b)) return 1;
   struct nic_endpoint *ep = hold == 2 ? nic_sim_endpoint_create(drop_message, NULL, 0) : NULL;
   if (hold == 2) {
@@ -303,8 +325,8 @@ static int step_release(int hold, unsigned wait_ms) {
       usleep(10000);
   }
   struct nic_stats s = stats_now();
-  printf("released=%llu\npinned_after=%zu\nvmlck_after_kb=%ld\n",
-         (unsigned long long)s.steps_released, s.dataplane_pinned, vmlck_kb());
+  printf("released=%llu\npinned_after=%zu\nbacked_after=%zu\nvmlck_after_kb=%ld\n",
+         (unsigned long long)s.steps_released, s.dataplane_pinned, s.dataplane_backed, vmlck_kb());
   rc = nic_translate(b, 4096, &ref);
   printf("stale_rc=%d\nstale_lkey=%u\n", rc, ref.lkey);
   char *c = nic_malloc(big);
@@ -313,7 +335,8 @@ static int step_release(int hold, unsigned wait_ms) {
   printf("same_place=%d\n", c == b);
   rc = nic_register(c, 4096, NIC_REG_LOCAL, &ref);
   printf("again_rc=%d\nagain_lkey=%u\n", rc, ref.lkey);
-  printf("pinned_again=%zu\n", stats_now().dataplane_pinned);
+  printf("pinned_again=%zu\nbacked_again=%zu\n", stats_now().dataplane_pinned,
+         stats_now().dataplane_backed);
   free(c);
   free(keep);
   return 0;
@@ -879,6 +902,7 @@ int main(int argc, char **argv) {
   if (argc >= 4 && !strcmp(argv[1], "data-limit")) return run_limited(RLIMIT_DATA, 20, argv);
   if (argc >= 3 && !strcmp(argv[1], "first-dp-reads"))
     return first_dp_reads((unsigned)atoi(argv[2]));
+  if (argc >= 3 && !strcmp(argv[1], "dp-register")) return dp_register(strtoull(argv[2], NULL, 0));
   if (argc >= 4 && !strcmp(argv[1], "dp-alloc"))
     return dp_alloc(strtoull(argv[2], NULL, 0), strtoull(argv[3], NULL, 0));
   if (argc >= 3 && !strcmp(argv[1], "low-memlock")) return low_memlock(strtoull(argv[2], NULL, 0));

@@ -17,7 +17,8 @@
 static void print(const char *tag) {
   struct nic_stats s = NIC_STATS_INIT;
   nic_get_stats(&s);
-  printf("%s_draining=%u\n%s_dropped=%zu\n", tag, s.chunks_draining, tag, s.dataplane_dropped);
+  printf("%s_draining=%u\n%s_dropped=%zu\n%s_backed=%zu\n", tag, s.chunks_draining, tag,
+         s.dataplane_dropped, tag, s.dataplane_backed);
   printf("%s_pinned=%zu\n%s_live=%zu\n%s_mapped=%zu\n%s_chunks=%u\n%s_released=%llu\n", tag,
          s.dataplane_pinned, tag, s.dataplane_live, tag, s.dataplane_mapped, tag, s.chunks_live,
          tag, (unsigned long long)s.chunks_released, tag);

@@ -201,12 +201,29 @@ TEST(MemlockLimit, UnderTheUsualEightMebibyteLimitTheDefaultStepIsRegistered) {
 // whose OOM killer is off). The chunk must be refused, with the policy's fallback.
 TEST(PrefaultFailure, RefusesTheChunkInsteadOfTouchingIt) {
   auto r = run_probe({"NICMALLOC_CHUNK_SIZE=64M", "NICMALLOC_PAGE_KIND=4k",
-                      "NICMALLOC_ON_PIN_FAIL=fallback", "NICMALLOC_VERBOSE=1"},
+                      "NICMALLOC_ON_PIN_FAIL=fallback", "NICMALLOC_VERBOSE=1",
+                      "NICMALLOC_DP_POPULATE=commit"},
                      {"no-populate", "dp-alloc", "1048576", "4096"});
   ASSERT_EQ(r.exit_code, 0) << r.out << r.err;
   EXPECT_EQ(r.num("chunks_created"), 0);
   EXPECT_EQ(r.num("control_blocks"), 256);
   EXPECT_EQ(count_lines(r.err, "cannot back dataplane chunk 0 step 0"), 1) << r.err;
+}
+
+// A step locked as it is touched is faulted in whole before its first registration; when the
+// kernel will not (the memory cannot be had) the registration is refused, once said, and the
+// block keeps its bytes, instead of a NIC meeting missing pages.
+TEST(PrefaultFailure, ARegistrationWhoseStepCannotBeFaultedInIsRefused) {
+  auto r = run_probe({"NICMALLOC_CHUNK_SIZE=64M", "NICMALLOC_PAGE_KIND=4k", "NICMALLOC_BACKEND=sim",
+                      "NICMALLOC_ON_PIN_FAIL=fallback", "NICMALLOC_VERBOSE=1"},
+                     {"no-populate", "dp-register", "65536"});
+  ASSERT_EQ(r.exit_code, 0) << r.out << r.err;
+  ASSERT_EQ(r.num("dp"), 1) << "a step locked as touched needs no fault-in to be backed";
+  EXPECT_NE(r.num("register_rc"), 0) << r.out;
+  EXPECT_EQ(r.num("intact"), 1);
+  EXPECT_EQ(count_lines(r.err, "cannot fault in dataplane chunk 0 step 0 before its registration"),
+            1)
+      << r.err;
 }
 
 // With io_uring_setup refused (ENOSYS, as a container's seccomp profile does), auto quietly

@@ -1,0 +1,76 @@
+/* lazy_step_probe: one small dataplane block, 64 KiB written, in a fresh step; then its step
+ * registered with the default backend (sim). Prints, at each stage, the step's bytes in memory
+ * (mincore over the step), the locked bytes of the mapping that holds the block (/proc/self/smaps
+ * "Locked:", summed over the mappings inside the step), and the stats' pinned bytes. */
+#define _GNU_SOURCE
+#include "nicmalloc.h"
+
+#include <inttypes.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/mman.h>
+
+static size_t resident_bytes(uintptr_t base, size_t len) {
+  unsigned char vec[1024];
+  size_t n = 0;
+  for (size_t off = 0; off < len; off += sizeof vec * 4096) {
+    const size_t part = len - off < sizeof vec * 4096 ? len - off : sizeof vec * 4096;
+    if (mincore((void *)(base + off), part, vec)) return (size_t)-1;
+    for (size_t i = 0; i < part / 4096; i++)
+      n += vec[i] & 1;
+  }
+  return n * 4096;
+}
+
+/* Locked kB of the mappings that lie inside [base, base + len). */
+static long locked_kb(uintptr_t base, size_t len) {
+  FILE *f = fopen("/proc/self/smaps", "r");
+  if (!f) return -1;
+  char line[512];
+  long kb = 0;
+  int inside = 0;
+  while (fgets(line, sizeof line, f)) {
+    uintptr_t lo, hi;
+    if (sscanf(line, "%" SCNxPTR "-%" SCNxPTR " ", &lo, &hi) == 2 && strchr(line, ' ') &&
+        line[0] != ' ') {
+      inside = lo >= base && hi <= base + len;
+      continue;
+    }
+    if (inside && !strncmp(line, "Locked:", 7)) kb += strtol(line + 7, NULL, 10);
+  }
+  fclose(f);
+  return kb;
+}
+
+static void print(const char *tag, uintptr_t step, size_t len) {
+  struct nic_stats s = NIC_STATS_INIT;
+  nic_get_stats(&s);
+  printf("%s_resident=%zu\n%s_locked_kb=%ld\n%s_pinned=%zu\n", tag, resident_bytes(step, len), tag,
+         locked_kb(step, len), tag, s.dataplane_pinned);
+}
+
+int main(void) {
+  const size_t step_len = (size_t)strtoull(getenv("NICMALLOC_PIN_STEP"), NULL, 0) << 20;
+  char *p = nic_malloc(65536);
+  if (!p || !nic_is_dataplane(p)) {
+    printf("dataplane=0\n");
+    return 1;
+  }
+  memset(p, 0x5a, 65536);
+  const uintptr_t step = (uintptr_t)p & ~(uintptr_t)(step_len - 1);
+  printf("step_len=%zu\n", step_len);
+  print("touched", step, step_len);
+  struct nic_region_ref ref;
+  const int rc = nic_register(p, 65536, NIC_REG_LOCAL, &ref);
+  printf("register_rc=%d\n", rc);
+  print("registered", step, step_len);
+  int intact = 1;
+  for (size_t i = 0; i < 65536; i++)
+    intact &= p[i] == 0x5a;
+  printf("intact=%d\n", intact);
+  if (rc == 0) nic_unregister(&ref);
+  free(p);
+  return 0;
+}

@@ -1,0 +1,59 @@
+// A pin step's ordinary pages are locked as the program touches them, and the whole step is
+// faulted in before its first registration (NICMALLOC_DP_POPULATE=register, the default); under
+// NICMALLOC_DP_POPULATE=commit the whole step is faulted in and locked when mimalloc first
+// commits there (alloc/os/pin.c, alloc/heap/steps.c).
+#include <gtest/gtest.h>
+
+#include "probe_runner.h"
+
+namespace {
+
+const long long kMiB = 1 << 20;
+
+std::vector<std::string> env(const char *populate, const char *kind) {
+  return {"NICMALLOC_CHUNK_SIZE=64M", "NICMALLOC_PIN_STEP=4M",
+          std::string("NICMALLOC_PAGE_KIND=") + kind, "NICMALLOC_BACKEND=sim",
+          std::string("NICMALLOC_DP_POPULATE=") + populate};
+}
+
+void expect_touched_pages_only(const char *kind) {
+  auto r = run_probe(env("register", kind), {});
+  ASSERT_EQ(r.exit_code, 0) << r.out << r.err;
+  ASSERT_EQ(r.num("step_len"), 4 * kMiB) << r.out;
+  // The 64 KiB written and mimalloc's segment and page headers: far from the 4 MiB step.
+  EXPECT_GE(r.num("touched_resident"), 64 * 1024) << r.out;
+  EXPECT_LE(r.num("touched_resident"), 1 * kMiB) << r.out;
+  // What is there is locked, and the stats count that, not the step.
+  EXPECT_GE(r.num("touched_locked_kb"), 64) << r.out;
+  EXPECT_LE(r.num("touched_locked_kb") * 1024, r.num("touched_resident")) << r.out;
+  EXPECT_GE(r.num("touched_pinned"), 64 * 1024) << r.out;
+  EXPECT_LE(r.num("touched_pinned"), 1 * kMiB) << r.out;
+  // Registered: the whole step is in memory and locked before the NIC is given it.
+  ASSERT_EQ(r.num("register_rc"), 0) << r.out;
+  EXPECT_EQ(r.num("registered_resident"), 4 * kMiB) << r.out;
+  EXPECT_EQ(r.num("registered_locked_kb"), 4 * 1024) << r.out;
+  EXPECT_GE(r.num("registered_pinned"), 4 * kMiB) << r.out;
+  EXPECT_EQ(r.num("intact"), 1) << r.out;
+}
+
+TEST(LazySteps, AStepHoldsOnlyTheTouchedPagesUntilItIsRegistered) {
+  expect_touched_pages_only("4k");
+}
+
+// Where transparent huge pages are asked for, a first touch must not fault in 2 MiB either.
+TEST(LazySteps, AStepOfTransparentHugePagesHoldsOnlyTheTouchedPagesToo) {
+  expect_touched_pages_only("thp");
+}
+
+TEST(LazySteps, PopulateAtCommitFaultsInTheWholeStepAtOnce) {
+  auto r = run_probe(env("commit", "4k"), {});
+  ASSERT_EQ(r.exit_code, 0) << r.out << r.err;
+  EXPECT_EQ(r.num("touched_resident"), 4 * kMiB) << r.out;
+  EXPECT_EQ(r.num("touched_locked_kb"), 4 * 1024) << r.out;
+  EXPECT_GE(r.num("touched_pinned"), 4 * kMiB) << r.out;
+  ASSERT_EQ(r.num("register_rc"), 0) << r.out;
+  EXPECT_EQ(r.num("registered_resident"), 4 * kMiB) << r.out;
+  EXPECT_EQ(r.num("intact"), 1) << r.out;
+}
+
+} // namespace
