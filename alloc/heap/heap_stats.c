@@ -7,6 +7,7 @@
 #include "dp_live.h"
 #include "huge_cache.h"
 #include "nicmalloc.h"
+#include "nudge.h"
 #include "peaks.h"
 #include "thread.h"
 
@@ -69,6 +70,11 @@ void nic_heap_fill_stats(struct nic_stats *out) {
   out->steps_released = chunks.steps_released;
   out->dataplane_backed = chunks.backed_bytes;
   out->dataplane_dropped = chunks.dropped_bytes;
+  struct nic_nudge_totals nudges;
+  nic_nudge_totals(&nudges);
+  out->dataplane_nudges = nudges.asked;
+  out->dataplane_nudge_answers = nudges.answers;
+  out->dataplane_nudged_bytes = nudges.bytes;
   nic_peaks_read(out->dataplane_live, out->dataplane_pinned, &out->dataplane_live_peak,
                  &out->dataplane_pinned_peak);
 }

@@ -35,6 +35,7 @@
 #include "last_thread.h"
 #include "late_decommit.h"
 #include "log.h"
+#include "nudge.h"
 #include "peaks.h"
 #include "steps.h"
 #include "thread.h"
@@ -163,6 +164,7 @@ void nic_reaper_pass(void) {
   if (draining || epoch != nudged_epoch) nic_threads_nudge(epoch);
   nudged_epoch = epoch;
   release_steps(now, delay_ms);
+  nic_nudge_pass(live, now); /* freed spans only marked, in threads that never collect */
   /* Empty segments abandoned by threads that exited are freed only when a heap visits them;
    * a program whose dataplane threads are gone may never make one. At most once a second: a
    * thread that keeps its segments and never comes back would otherwise pay it every pass. */
@@ -208,7 +210,8 @@ void nic_reaper_start(void) {
   if (__atomic_load_n(&started, __ATOMIC_ACQUIRE)) return;
   if (__atomic_exchange_n(&started, 1, __ATOMIC_ACQ_REL)) return;
   nic_abandoned_decommits_wait(); /* whose late drops its passes make */
-  NIC_INTERNAL_SCOPE();           /* pthread_create allocates */
+  nic_nudge_install();
+  NIC_INTERNAL_SCOPE(); /* pthread_create allocates */
   sigset_t all, old;
   sigfillset(&all);
   pthread_sigmask(SIG_SETMASK, &all, &old); /* the app's signals are not for us */
