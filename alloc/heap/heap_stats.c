@@ -6,6 +6,7 @@
 #include "dp_heap.h"
 #include "dp_live.h"
 #include "huge_cache.h"
+#include "mi_layout.h"
 #include "nicmalloc.h"
 #include "nudge.h"
 #include "peaks.h"
@@ -13,14 +14,12 @@
 
 #include <mimalloc.h>
 
-#define SEGMENT_SIZE ((size_t)32 << 20)
-
-/* One probe of mimalloc's segment map per 32 MiB (see reaper.c for the one-byte offset). */
+/* One probe of mimalloc's segment map per segment (see reaper.c for the one-byte offset). */
 static size_t segment_bytes(unsigned chunk) {
   char *base = nic_chunk_base(chunk);
   size_t size = (size_t)1 << nic_dp.shift, bytes = 0;
-  for (size_t off = 0; off < size; off += SEGMENT_SIZE)
-    if (mi_is_in_heap_region(base + off + 1)) bytes += SEGMENT_SIZE;
+  for (size_t off = 0; off < size; off += NIC_MI_SEGMENT_SIZE)
+    if (mi_is_in_heap_region(base + off + 1)) bytes += NIC_MI_SEGMENT_SIZE;
   return bytes;
 }
 

@@ -6,7 +6,7 @@
  *     their next dataplane allocation, and segments abandoned by exited threads are freed when
  *     another heap visits them, which the reaper makes happen while a draining chunk still has
  *     segments (nic_collect_abandoned). The probe is mimalloc's segment map, one lookup per
- *     32 MiB;
+ *     segment (NIC_MI_SEGMENT_SIZE);
  *  3. mimalloc holds no slice of it committed, looked at after every step was marked unbacked
  *     (nic_chunk_release_locked). mimalloc touches no byte it has not committed, and commits
  *     through nicmalloc (steps.h), so an allocation that was under way in the chunk, on a
@@ -35,6 +35,7 @@
 #include "last_thread.h"
 #include "late_decommit.h"
 #include "log.h"
+#include "mi_layout.h"
 #include "nudge.h"
 #include "peaks.h"
 #include "steps.h"
@@ -46,8 +47,6 @@
 #include <stdlib.h>
 #include <time.h>
 #include <unistd.h>
-
-#define SEGMENT_SIZE ((size_t)32 << 20) /* mimalloc 2.0.9's segment alignment */
 
 static int started;
 static pthread_mutex_t pass_lock = PTHREAD_MUTEX_INITIALIZER;
@@ -63,7 +62,7 @@ NIC_FORKLOCK_CUSTOM(reaper_pass, NIC_FORK_REAPER_PASS, NULL, NULL, pass_lock_res
 static bool has_segments(unsigned index) {
   char *base = nic_chunk_base(index);
   size_t size = (size_t)1 << nic_dp.shift;
-  for (size_t off = 0; off < size; off += SEGMENT_SIZE)
+  for (size_t off = 0; off < size; off += NIC_MI_SEGMENT_SIZE)
     if (mi_is_in_heap_region(base + off + 1)) return true;
   return false;
 }
