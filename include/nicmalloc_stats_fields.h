@@ -107,7 +107,10 @@
   X("peaks", dataplane_pinned_peak, size_t, bytes, "pinned #", "largest dataplane_pinned over the process lifetime, as sampled once per reaper pass and at each read (a lower bound)") \
   X("control decommits", control_decommits_waited, uint64_t, count, "# waited", "decommits of control segments that exited threads abandoned, made by a visiting heap that could not take them (a dataplane heap's, or a forced collection's), held back for NICMALLOC_PURGE_DELAY_MS instead of made at once (only once the dataplane is in use)") \
   X("control decommits", control_decommits_reused, uint64_t, count, "# reused", "of those, ranges (or parts) that mimalloc committed again, or unmapped, before the delay ran out: committed again, their pages were still there, with no fault") \
-  X("control decommits", control_decommits_late, uint64_t, count, "# made late", "ranges given back to the OS after the delay (or by nic_collect and malloc_trim)")
+  X("control decommits", control_decommits_late, uint64_t, count, "# made late", "ranges given back to the OS after the delay (or by nic_collect and malloc_trim)") \
+  X("nudges", dataplane_nudges, uint64_t, count, "# chunks asked", "times the reaper asked the threads to decommit what mimalloc had only marked for decommit in a chunk whose committed bytes stayed well above its live bytes for NICMALLOC_PURGE_DELAY_MS (no nic_collect needed)") \
+  X("nudges", dataplane_nudge_answers, uint64_t, count, "# answers", "a thread's heap in an asked chunk that did so, on the thread's next pass through mimalloc's generic allocation path (a thread that allocates nothing more never answers)") \
+  X("nudges", dataplane_nudged_bytes, uint64_t, bytes_total, "# bytes decommitted", "bytes those answers decommitted")
 /* clang-format on */
 
 #endif /* NICMALLOC_STATS_FIELDS_H */

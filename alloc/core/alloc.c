@@ -85,7 +85,9 @@ static bool wants_dataplane(size_t size, enum nic_route route) {
 
 /* Said once per cause, the first time each one sends a request elsewhere (counted in the stats
  * every time); a warning only where NICMALLOC_ON_PIN_FAIL=fail makes it refuse the request. A
- * refused pin or mapping was already explained by chunks.c. */
+ * refused mapping, backing or pin was explained where it happened (chunks.c, steps.c), but not
+ * every refusal is (a reservation under way on another thread, a retry window): the request's
+ * side is said once too, so that no cause leaves a request on the control heap unsaid. */
 static void report_once(enum nic_dp_failure why, size_t size, bool fail) {
   const char *outcome =
       fail ? "returning ENOMEM (NICMALLOC_ON_PIN_FAIL=fail)" : "serving it from the control heap";
@@ -106,6 +108,20 @@ static void report_once(enum nic_dp_failure why, size_t size, bool fail) {
     nic_log_fallback_once(
         fail, "a dataplane request came from a thread past its last exit hook; %s", outcome);
     break;
+  case NIC_DP_NO_TABLE:
+    nic_log_fallback_once(
+        fail,
+        "a dataplane request of %zu bytes aligned beyond %zu bytes could not be "
+        "noted in the table of over-aligned blocks (no memory for it to grow); %s",
+        size, (size_t)NIC_MI_ALIGNMENT_MAX, outcome);
+    break;
+  case NIC_DP_MAP_REFUSED:
+    nic_log_fallback_once(fail,
+                          "a dataplane request of %zu bytes found no dataplane memory: a chunk "
+                          "could not be reserved, mapped, backed or pinned (the first such refusal "
+                          "is said on its own); %s, and later ones too while it lasts",
+                          size, outcome);
+    break;
   default:
     break;
   }
@@ -125,7 +141,7 @@ static void *dp_alloc_offset(size_t size, size_t alignment, bool zero, enum nic_
   char *p = (char *)(((uintptr_t)base + alignment - 1) & ~(uintptr_t)(alignment - 1));
   if (nic_mapped_add(p, mi_usable_size(base) - (size_t)(p - base), base)) return p;
   nic_free_dp_block(base);
-  *why = NIC_DP_MAP_REFUSED; /* the table could not grow: as silent as mapping memory */
+  *why = NIC_DP_NO_TABLE;
   return NULL;
 }
 

@@ -15,6 +15,7 @@ enum nic_dp_failure {
   NIC_DP_CAP,         /* NICMALLOC_MAX_CHUNKS reached and every chunk full */
   NIC_DP_MAP_REFUSED, /* mapping or (under NICMALLOC_ON_PIN_FAIL=fail) pinning refused */
   NIC_DP_NO_THREAD,   /* the thread is being set up or has finished its exit */
+  NIC_DP_NO_TABLE,    /* an over-aligned block's entry found no room: its table could not grow */
 };
 
 /* Returns NULL (errno untouched) and the reason when no chunk can hold the request; the caller

@@ -6,20 +6,20 @@
 #include "dp_heap.h"
 #include "dp_live.h"
 #include "huge_cache.h"
+#include "mi_layout.h"
 #include "nicmalloc.h"
+#include "nudge.h"
 #include "peaks.h"
 #include "thread.h"
 
 #include <mimalloc.h>
 
-#define SEGMENT_SIZE ((size_t)32 << 20)
-
-/* One probe of mimalloc's segment map per 32 MiB (see reaper.c for the one-byte offset). */
+/* One probe of mimalloc's segment map per segment (see reaper.c for the one-byte offset). */
 static size_t segment_bytes(unsigned chunk) {
   char *base = nic_chunk_base(chunk);
   size_t size = (size_t)1 << nic_dp.shift, bytes = 0;
-  for (size_t off = 0; off < size; off += SEGMENT_SIZE)
-    if (mi_is_in_heap_region(base + off + 1)) bytes += SEGMENT_SIZE;
+  for (size_t off = 0; off < size; off += NIC_MI_SEGMENT_SIZE)
+    if (mi_is_in_heap_region(base + off + 1)) bytes += NIC_MI_SEGMENT_SIZE;
   return bytes;
 }
 
@@ -69,6 +69,11 @@ void nic_heap_fill_stats(struct nic_stats *out) {
   out->steps_released = chunks.steps_released;
   out->dataplane_backed = chunks.backed_bytes;
   out->dataplane_dropped = chunks.dropped_bytes;
+  struct nic_nudge_totals nudges;
+  nic_nudge_totals(&nudges);
+  out->dataplane_nudges = nudges.asked;
+  out->dataplane_nudge_answers = nudges.answers;
+  out->dataplane_nudged_bytes = nudges.bytes;
   nic_peaks_read(out->dataplane_live, out->dataplane_pinned, &out->dataplane_live_peak,
                  &out->dataplane_pinned_peak);
 }

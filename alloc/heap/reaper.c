@@ -6,7 +6,7 @@
  *     their next dataplane allocation, and segments abandoned by exited threads are freed when
  *     another heap visits them, which the reaper makes happen while a draining chunk still has
  *     segments (nic_collect_abandoned). The probe is mimalloc's segment map, one lookup per
- *     32 MiB;
+ *     segment (NIC_MI_SEGMENT_SIZE);
  *  3. mimalloc holds no slice of it committed, looked at after every step was marked unbacked
  *     (nic_chunk_release_locked). mimalloc touches no byte it has not committed, and commits
  *     through nicmalloc (steps.h), so an allocation that was under way in the chunk, on a
@@ -35,6 +35,8 @@
 #include "last_thread.h"
 #include "late_decommit.h"
 #include "log.h"
+#include "mi_layout.h"
+#include "nudge.h"
 #include "peaks.h"
 #include "steps.h"
 #include "thread.h"
@@ -45,8 +47,6 @@
 #include <stdlib.h>
 #include <time.h>
 #include <unistd.h>
-
-#define SEGMENT_SIZE ((size_t)32 << 20) /* mimalloc 2.0.9's segment alignment */
 
 static int started;
 static pthread_mutex_t pass_lock = PTHREAD_MUTEX_INITIALIZER;
@@ -62,7 +62,7 @@ NIC_FORKLOCK_CUSTOM(reaper_pass, NIC_FORK_REAPER_PASS, NULL, NULL, pass_lock_res
 static bool has_segments(unsigned index) {
   char *base = nic_chunk_base(index);
   size_t size = (size_t)1 << nic_dp.shift;
-  for (size_t off = 0; off < size; off += SEGMENT_SIZE)
+  for (size_t off = 0; off < size; off += NIC_MI_SEGMENT_SIZE)
     if (mi_is_in_heap_region(base + off + 1)) return true;
   return false;
 }
@@ -163,6 +163,7 @@ void nic_reaper_pass(void) {
   if (draining || epoch != nudged_epoch) nic_threads_nudge(epoch);
   nudged_epoch = epoch;
   release_steps(now, delay_ms);
+  nic_nudge_pass(live, now); /* freed spans only marked, in threads that never collect */
   /* Empty segments abandoned by threads that exited are freed only when a heap visits them;
    * a program whose dataplane threads are gone may never make one. At most once a second: a
    * thread that keeps its segments and never comes back would otherwise pay it every pass. */
@@ -208,7 +209,8 @@ void nic_reaper_start(void) {
   if (__atomic_load_n(&started, __ATOMIC_ACQUIRE)) return;
   if (__atomic_exchange_n(&started, 1, __ATOMIC_ACQ_REL)) return;
   nic_abandoned_decommits_wait(); /* whose late drops its passes make */
-  NIC_INTERNAL_SCOPE();           /* pthread_create allocates */
+  nic_nudge_install();
+  NIC_INTERNAL_SCOPE(); /* pthread_create allocates */
   sigset_t all, old;
   sigfillset(&all);
   pthread_sigmask(SIG_SETMASK, &all, &old); /* the app's signals are not for us */

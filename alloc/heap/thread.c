@@ -132,6 +132,13 @@ void nic_threads_nudge(unsigned epoch) {
   pthread_mutex_unlock(&threads_lock);
 }
 
+void nic_threads_ask_decommit(uint64_t chunks) {
+  pthread_mutex_lock(&threads_lock);
+  for (struct nic_thread *t = threads; t; t = t->next)
+    __atomic_fetch_or(&t->decommit_asked, chunks, __ATOMIC_RELEASE);
+  pthread_mutex_unlock(&threads_lock);
+}
+
 /* In a fork child only the forking thread survives. */
 static void after_fork_child(void) {
   struct nic_thread *self = &nic_self;

@@ -57,6 +57,9 @@ struct nic_thread {
    * frees take the general path meanwhile (nic_chunk_watch_frees), or NIC_CURSOR_PARKED. */
   bool dp_fast_paused;
   unsigned paused_chunk;
+  /* Chunks (a bit each) the reaper asked this thread to decommit what mimalloc only marked in
+   * its segments there (nudge.h): set by the reaper, taken by the thread. */
+  uint64_t decommit_asked;
   struct nic_thread *next, *prev;
 };
 
@@ -106,5 +109,9 @@ void nic_thread_rearm_exit(struct nic_thread *t);
  * its heaps in draining chunks, moves its cursor off chunks that are not live). For progress
  * only: nothing depends on when the thread gets there (reaper.c says why releasing is safe). */
 void nic_threads_nudge(unsigned epoch);
+/* Asks every registered thread to decommit, on its next pass through mimalloc's generic
+ * allocation path, what mimalloc only marked in its segments of the chunks (a bit each): the
+ * reaper's nudge (nudge.h). */
+void nic_threads_ask_decommit(uint64_t chunks);
 
 #endif

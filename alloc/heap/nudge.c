@@ -1,0 +1,118 @@
+/* The reaper's nudge (nudge.h). */
+#include "nudge.h"
+
+#include "config.h"
+#include "late_decommit.h"
+#include "mi_decommit.h"
+#include "thread.h"
+
+#include <mimalloc.h>
+#include <stdbool.h>
+
+/* "Well above": a gap of at least this share of the committed bytes and this many bytes (a
+ * few mimalloc pages: not worth a thread's walk). A chunk is nudged again only once its live
+ * bytes fell, or its committed bytes rose, by as much since the last nudge. */
+#define NUDGE_SHARE_SHIFT 3
+#define NUDGE_MIN_BYTES ((int64_t)1 << 20)
+
+static uint64_t asked_total, answers_total, bytes_total;
+
+/* Reaper only (pass lock). */
+static struct {
+  bool watched;            /* the chunk was live at the last pass */
+  bool nudged;             /* asked since it went live: live and committed below are then set */
+  int64_t live, committed; /* at the last nudge */
+  uint64_t above_since;    /* when the gap was first seen worth a nudge; 0 = not */
+} watch[NIC_CHUNK_SLOTS];
+
+/* Bytes of the chunk's slices mimalloc holds committed: eight slice bytes a load. */
+static int64_t committed_bytes(unsigned index) {
+  const uint8_t *bytes = nic_chunk_slices(index);
+  const size_t slices = (size_t)1 << (nic_dp.shift - NIC_SLICE_SHIFT);
+  const uint64_t committed8 = 0x0101010101010101ull * NIC_DP_SLICE_COMMITTED;
+  int64_t n = 0;
+  for (size_t i = 0; i < slices; i += 8)
+    n += __builtin_popcountll(__atomic_load_n((const nic_marks8 *)&bytes[i], __ATOMIC_RELAXED) &
+                              committed8);
+  return n << NIC_SLICE_SHIFT;
+}
+
+void nic_nudge_pass(const int64_t live[NIC_CHUNK_SLOTS], uint64_t now_ms) {
+  const unsigned delay_ms = nic_config()->purge_delay_ms;
+  uint64_t ask = 0;
+  const unsigned slots = nic_chunk_slots_used();
+  for (unsigned i = 0; i < NIC_CHUNK_SLOTS; i++) {
+    if (i >= slots ||
+        __atomic_load_n(&nic_chunk_at(i)->state, __ATOMIC_ACQUIRE) != NIC_CHUNK_LIVE) {
+      watch[i].watched = false;
+      continue;
+    }
+    const int64_t committed = committed_bytes(i);
+    const int64_t gap = committed > live[i] ? committed - live[i] : 0;
+    if (!watch[i].watched) {
+      watch[i].watched = true;
+      watch[i].nudged = false;
+      watch[i].above_since = 0;
+    }
+    int64_t threshold = committed >> NUDGE_SHARE_SHIFT;
+    if (threshold < NUDGE_MIN_BYTES) threshold = NUDGE_MIN_BYTES;
+    /* Against the last nudge, not the gap: the answers and new frees may come between two
+     * passes, so that the gap looks the same while more was freed. */
+    const bool news = !watch[i].nudged || watch[i].live - live[i] >= threshold ||
+                      committed - watch[i].committed >= threshold;
+    if (gap < threshold || !news) {
+      watch[i].above_since = 0;
+    } else if (!watch[i].above_since) {
+      watch[i].above_since = now_ms ? now_ms : 1;
+    } else if (now_ms - watch[i].above_since >= delay_ms) {
+      ask |= 1ull << i;
+      watch[i].nudged = true;
+      watch[i].live = live[i];
+      watch[i].committed = committed;
+      watch[i].above_since = 0;
+    }
+  }
+  if (!ask) return;
+  __atomic_add_fetch(&asked_total, (uint64_t)__builtin_popcountll(ask), __ATOMIC_RELAXED);
+  nic_threads_ask_decommit(ask);
+}
+
+/* On the owner thread: what nic_collect does for each asked chunk it has a heap in. */
+static void answer(struct nic_thread *t) {
+  uint64_t ask = __atomic_exchange_n(&t->decommit_asked, 0, __ATOMIC_ACQUIRE);
+  while (ask) {
+    const unsigned i = (unsigned)__builtin_ctzll(ask);
+    ask &= ask - 1;
+    if (!t->heaps[i] ||
+        __atomic_load_n(&nic_chunk_at(i)->state, __ATOMIC_ACQUIRE) != NIC_CHUNK_LIVE)
+      continue;
+    mi_heap_collect(t->heaps[i], false); /* pages freed from other threads, retired pages */
+    const size_t bytes = nic_mi_decommit_owned(i);
+    __atomic_add_fetch(&answers_total, 1, __ATOMIC_RELAXED);
+    __atomic_add_fetch(&bytes_total, bytes, __ATOMIC_RELAXED);
+  }
+}
+
+/* mimalloc's deferred-free hook: the top of its generic allocation path, on the allocating
+ * thread (nudge.h). Not while nicmalloc's own code runs on the thread, which may hold a lock
+ * the answer takes (the dataplane's general path among it: armed for late decommits), nor while
+ * the thread sets up or exits, when its heaps are being made or forgotten. */
+static void on_deferred_free(bool force, unsigned long long heartbeat, void *arg) {
+  (void)force;
+  (void)heartbeat;
+  (void)arg;
+  struct nic_thread *t = &nic_self;
+  if (__builtin_expect(__atomic_load_n(&t->decommit_asked, __ATOMIC_RELAXED) == 0, 1)) return;
+  if (t->state != NIC_THREAD_READY || t->internal_depth || nic_late_decommit_armed) return;
+  answer(t);
+}
+
+void nic_nudge_install(void) {
+  mi_register_deferred_free(on_deferred_free, NULL);
+}
+
+void nic_nudge_totals(struct nic_nudge_totals *out) {
+  out->asked = __atomic_load_n(&asked_total, __ATOMIC_RELAXED);
+  out->answers = __atomic_load_n(&answers_total, __ATOMIC_RELAXED);
+  out->bytes = __atomic_load_n(&bytes_total, __ATOMIC_RELAXED);
+}

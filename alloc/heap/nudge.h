@@ -1,0 +1,46 @@
+/* The reaper's nudge: freed dataplane pages go back without nic_collect.
+ *
+ * mimalloc 2.0.9 decommits a freed span only when its owning thread comes back to that segment
+ * (mi_decommit.h), and only that thread may write the segment's masks. A program that shrinks
+ * and never calls nic_collect or malloc_trim keeps those spans committed, so their steps
+ * pinned. The reaper cannot do the decommit itself: it runs on its own thread.
+ *
+ * What the reaper watches: per live chunk, the bytes mimalloc holds committed there (the slice
+ * map's committed bits, steps.c, eight slices a load) against the live bytes (dp_live.h), which
+ * it reads on every pass already. Marked spans per segment would be the exact signal, but they sit
+ * in headers of other threads' segments, which the reaper must not read (a segment may be freed,
+ * its step given back, under the read). When committed minus live is at least an eighth of
+ * what is committed (and 1 MiB) for the purge delay (the time mimalloc itself would have
+ * waited), every thread is asked to decommit its marked spans in that chunk. Again only once
+ * the live bytes fell, or the committed bytes rose, by as much since the last nudge: a chunk
+ * whose gap is fragmentation (partly used pages, retired pages: nothing marked) is nudged once,
+ * not on every pass, and again when more was freed.
+ *
+ * Where the thread answers: mimalloc's deferred-free hook (mi_register_deferred_free), which
+ * 2.0.9 calls on the owner thread at the top of _mi_malloc_generic, for every heap of the thread
+ * (control heap included), whenever a page's free list runs out: never on the fast path, but
+ * every page's worth of allocations of a size, and at every first block of a size. The answer
+ * (nudge.c) is the same as nic_collect's for that chunk: a normal collect of the thread's heap
+ * there and the forced decommit of its own segments. A thread that never allocates again is not
+ * reached: its spans stay committed until it exits (mimalloc then abandons its segments and the
+ * reaper's abandoned visits free the empty ones) or calls nic_collect. */
+#ifndef NIC_NUDGE_H
+#define NIC_NUDGE_H
+
+#include "chunks.h"
+
+#include <stdint.h>
+
+/* Hands mimalloc the hook (once; the dataplane's first use, with the reaper). */
+void nic_nudge_install(void);
+/* The reaper, once a pass, under its pass lock, with the live bytes of every chunk slot. */
+void nic_nudge_pass(const int64_t live[NIC_CHUNK_SLOTS], uint64_t now_ms);
+
+struct nic_nudge_totals {
+  uint64_t asked;   /* chunks the reaper asked the threads to decommit in */
+  uint64_t answers; /* heaps that answered (a thread's heap in an asked chunk) */
+  uint64_t bytes;   /* bytes those answers decommitted */
+};
+void nic_nudge_totals(struct nic_nudge_totals *out);
+
+#endif
