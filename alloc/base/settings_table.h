@@ -35,7 +35,9 @@
     "two from `2M` to `1G`, at most the chunk size. A chunk is reserved whole, but a step is "     \
     "backed only when mimalloc first commits in it, and each step is its own registration on "     \
     "every backend (a posted range across steps goes as one entry per step). The default is "      \
-    "measured (bench/README.md, \"Pin step\"): the first dataplane allocation pins 4 MiB, "        \
+    "measured (bench/README.md, \"Pin step\"): the first dataplane allocation locks 4 MiB "        \
+    "(`RLIMIT_MEMLOCK` counts the step; only its touched pages are in memory until it is "         \
+    "registered: `NICMALLOC_DP_POPULATE`), "                                                       \
     "peak pinned/live is within 1% of 2 MiB steps' and 4-6% under 32 MiB steps', 8 MiB of "        \
     "`RLIMIT_MEMLOCK` locks two steps, 48 chunks of 1 GiB fit io_uring's 16384 fixed buffers, "    \
     "and the NIC's translation cache needs 1.4x the entries per GiB of 32 MiB steps (with 2 MiB "  \

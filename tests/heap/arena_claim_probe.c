@@ -44,6 +44,7 @@ static long in_thread(void) {
 }
 
 int main(int argc, char **argv) {
+  (void)argv;
   const int control = argc > 1; /* "control": nothing refused */
   struct rlimit lim;
   if (getrlimit(RLIMIT_MEMLOCK, &lim)) return 2;
