@@ -116,7 +116,9 @@ static void report_once(enum nic_dp_failure why, size_t size, bool fail) {
         size, (size_t)NIC_MI_ALIGNMENT_MAX, outcome);
     break;
   case NIC_DP_MAP_REFUSED:
-    nic_log_fallback_once(fail,
+    /* With NICMALLOC_VERBOSE only, even under fail: where the refusal happened said it first,
+     * as a warning under fail, and one cause is one warning. */
+    nic_log_fallback_once(false,
                           "a dataplane request of %zu bytes found no dataplane memory: a chunk "
                           "could not be reserved, mapped, backed or pinned (the first such refusal "
                           "is said on its own); %s, and later ones too while it lasts",
