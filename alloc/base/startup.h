@@ -14,8 +14,8 @@
  *   HUGE_CACHE    heap/huge_cache.c    sized from the control arena
  *   DATAPLANE     heap/chunks.c        the dataplane reservation, made early
  *                 heap/commit_policy.c mimalloc commits on demand from then on
- *   FREE_LISTS    heap/mi_free_lists.c it allocates too; not on first use: inside a free its
- *                                      blocks could take the very span being judged
+ *   FREE_LISTS    heap/mi_free_lists.c it allocates too
+ *   DP_LIVE       heap/dp_live.c       it allocates too
  *   SITE_TABLE    routing/site_table.c NICMALLOC_SITES_OFF
  *   FORK          base/forklock.c      may allocate; the flag below sends that past us
  * Steps before CONTROL_ARENA must not allocate. */
@@ -36,6 +36,7 @@ enum nic_startup_rank {
   NIC_START_HUGE_CACHE,
   NIC_START_DATAPLANE,
   NIC_START_FREE_LISTS,
+  NIC_START_DP_LIVE,
   NIC_START_SITE_TABLE,
   NIC_START_FORK,
   NIC_START_RANKS

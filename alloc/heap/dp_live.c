@@ -14,6 +14,7 @@
 #include "log.h"
 #include "mi_free_lists.h"
 #include "mi_layout.h"
+#include "startup.h"
 
 #include <mimalloc.h>
 #include <stddef.h>
@@ -21,10 +22,7 @@
 #define HEAPS_MAX 256 /* distinct heaps per chunk whose delayed lists are walked */
 #define DELAYED_STEPS_MAX 65536
 
-/* 0 until the offsets are first checked, then 1 (not 2.0.9's) or 2 (2.0.9's). Checked when
- * the first chunk is walked and not at start-up: the check's heap and blocks leave pages
- * resident in the control arena that a program with no dataplane memory would pay for. */
-static int layout_state;
+static bool layout_ok;
 
 static inline uint32_t u32_at(uintptr_t a) {
   return __atomic_load_n((const uint32_t *)a, __ATOMIC_RELAXED);
@@ -130,7 +128,7 @@ int64_t nic_dp_live_chunk_locked(unsigned index) {
   if (!nic_chunk_readable(index)) return 0;
   const uintptr_t base = (uintptr_t)nic_chunk_base(index);
   const size_t size = (size_t)1 << nic_dp.shift;
-  const bool exact = __atomic_load_n(&layout_state, __ATOMIC_ACQUIRE) == 2;
+  const bool exact = __atomic_load_n(&layout_ok, __ATOMIC_RELAXED);
   uintptr_t heaps[HEAPS_MAX];
   unsigned nheaps = 0;
   int64_t bytes = 0;
@@ -152,17 +150,13 @@ int64_t nic_dp_live_chunk_locked(unsigned index) {
   return bytes > 0 ? bytes : 0;
 }
 
-static void check_layout(void);
-
 bool nic_dp_live_sum(int64_t live[NIC_CHUNK_SLOTS]) {
-  /* Before the lock: the check allocates. With no chunk there is nothing to walk. */
-  if (nic_chunk_slots_used() && !__atomic_load_n(&layout_state, __ATOMIC_ACQUIRE)) check_layout();
   nic_chunks_lock();
   const unsigned slots = nic_chunk_slots_used();
   for (unsigned i = 0; i < NIC_CHUNK_SLOTS; i++)
     live[i] = i < slots ? nic_dp_live_chunk_locked(i) : 0;
   nic_chunks_unlock();
-  return __atomic_load_n(&layout_state, __ATOMIC_ACQUIRE) == 2 || !nic_chunk_slots_used();
+  return __atomic_load_n(&layout_ok, __ATOMIC_RELAXED);
 }
 
 /* The offsets the walk reads, checked on a page of a heap of our own: its segment's header, the
@@ -181,9 +175,9 @@ static int64_t page_live_of(const void *p) {
   return bytes;
 }
 
-static void check_layout(void) {
+static void dp_live_init(void) {
   mi_heap_t *heap = mi_heap_new();
-  if (!heap) return; /* asked again next time */
+  if (!heap) return;
   /* A size class nothing else here uses, so that the page holds only these blocks; its segment
    * holds other pages of this thread, whose bytes cancel out in the difference. */
   enum { kBlocks = 3, kSize = 5000 };
@@ -197,8 +191,9 @@ static void check_layout(void) {
   for (int i = 0; i <= kBlocks; i++)
     mi_free(blocks[i]);
   mi_heap_delete(heap);
-  __atomic_store_n(&layout_state, ok ? 2 : 1, __ATOMIC_RELEASE);
+  __atomic_store_n(&layout_ok, ok, __ATOMIC_RELAXED);
   if (!ok)
     nic_log_info("mimalloc's pages are not laid out as in 2.0.9: dataplane_live counts the "
                  "bytes of mimalloc's segments in the chunks, not of live blocks");
 }
+NIC_STARTUP_STEP(dp_live, NIC_START_DP_LIVE, dp_live_init);

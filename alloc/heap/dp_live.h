@@ -14,9 +14,8 @@
  * frees dataplane memory meanwhile; a block another thread is freeing meanwhile may be counted
  * live or not (never a block that is neither allocated nor being freed, when the chunk is
  * DRAINING, as nothing is then allocated there). Takes the chunk lock: chunks are not released
- * under the walk. Where mimalloc's headers are not laid out as 2.0.9's (checked when the first
- * chunk is walked), each chunk counts the bytes of the mimalloc segments in it instead, and returns
- * false. */
+ * under the walk. Where mimalloc's headers are not laid out as 2.0.9's (checked at start-up),
+ * each chunk counts the bytes of the mimalloc segments in it instead, and returns false. */
 bool nic_dp_live_sum(int64_t live[NIC_CHUNK_SLOTS]);
 /* The same for one mapped chunk, with the chunk lock held. */
 int64_t nic_dp_live_chunk_locked(unsigned index);
