@@ -98,11 +98,13 @@ static void answer(struct nic_thread *t) {
  * the answer takes (the dataplane's general path among it: armed for late decommits), nor while
  * the thread sets up or exits, when its heaps are being made or forgotten. */
 static void on_deferred_free(bool force, unsigned long long heartbeat, void *arg) {
-  (void)force;
   (void)heartbeat;
   (void)arg;
   struct nic_thread *t = &nic_self;
   if (__builtin_expect(__atomic_load_n(&t->decommit_asked, __ATOMIC_RELAXED) == 0, 1)) return;
+  /* Forced calls come from collections (mi_collect(true), mimalloc's process and thread
+   * teardown), not from an allocation: no answer there, at exit least of all. */
+  if (force) return;
   if (t->state != NIC_THREAD_READY || t->internal_depth || nic_late_decommit_armed) return;
   answer(t);
 }
