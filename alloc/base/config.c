@@ -29,6 +29,13 @@ static void read_all(void) {
   int kind = nic_setting_choice(NIC_S_PAGE_KIND);
   config.page_kind = kinds[kind > 0 ? kind : 0];
   config.page_kind_set = kind > 0;
+  /* In the order of NICMALLOC_FENCE's words: off|wait|protect|detect. The kernel write-protects
+   * a hugetlb page only whole, so under protect a post of a few bytes would hold every write to
+   * the 2 MiB (or 1 GiB) around them, receive buffers and the poster's next message among them,
+   * and a thread held so can be the one its completion waits for. Transparent huge pages are
+   * protected per 4 KiB (the kernel splits the mapping, not the page), so auto stops there. */
+  config.fence_protect = nic_setting_choice(NIC_S_FENCE) == 2;
+  if (config.fence_protect && !config.page_kind_set) config.page_kind = NIC_PAGE_THP;
   /* A 1 GiB page cannot back a smaller step: an explicit 1g takes 1 GiB steps (as far as the
    * chunk allows) unless NICMALLOC_PIN_STEP says otherwise, which then falls back, with a warning.
    */

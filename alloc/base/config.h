@@ -27,6 +27,7 @@ struct nic_config {
   unsigned max_chunks;                  /* NICMALLOC_MAX_CHUNKS */
   enum nic_page_kind page_kind;         /* NICMALLOC_PAGE_KIND: the largest kind to try */
   bool page_kind_set;                   /* ... named a kind (not auto): a fallback is a warning */
+  bool fence_protect;                   /* NICMALLOC_FENCE=protect (safety/fence_protect.c) */
   enum nic_pin_fail_policy on_pin_fail; /* NICMALLOC_ON_PIN_FAIL */
   bool populate_at_commit;              /* NICMALLOC_DP_POPULATE=commit */
   size_t dp_min_size; /* NICMALLOC_DP_MIN_SIZE: malloc of at least this is dataplane; 0 = off */

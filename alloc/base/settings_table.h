@@ -53,7 +53,9 @@
     "largest page kind to try: `1g`, `2m` (hugetlb), `thp`, `4k`; each falls back to the "         \
     "next, and the fallback is counted (`page_fallbacks`). It is a warning only when a "           \
     "kind is named here; under `auto` it is said with `NICMALLOC_VERBOSE=1`. `1g` also makes "     \
-    "the pin step 1 GiB (or the chunk) unless `NICMALLOC_PIN_STEP` is set")                        \
+    "the pin step 1 GiB (or the chunk) unless `NICMALLOC_PIN_STEP` is set. Under "                 \
+    "`NICMALLOC_FENCE=protect`, `auto` starts at `thp`: the kernel write-protects a hugetlb "      \
+    "page only whole, so every write into a hugepage being sent would wait")                       \
   X(DP_POPULATE, "NICMALLOC_DP_POPULATE", NIC_T_CHOICE, "register", 0, 0, "register|commit",       \
     NIC_REACH_VALUE,                                                                               \
     "when a pin step's pages (4 KiB or transparent huge pages) are faulted in: `register` "        \

@@ -31,6 +31,13 @@ static void report_mapping(unsigned index, unsigned step, const struct nic_mappi
   }
   nic_log_info("dataplane chunk %u step %u backed: %s pages, %s", index, step,
                nic_page_kind_str(m->kind), m->pinned ? "pinned" : "NOT pinned");
+  /* Only when NICMALLOC_PAGE_KIND named hugetlb pages: auto stops at THP under protect. */
+  if (m->kind >= NIC_PAGE_2M && nic_config()->fence_protect)
+    nic_log_warn_once("NICMALLOC_FENCE=protect on %s hugetlb pages (NICMALLOC_PAGE_KIND): the "
+                      "kernel write-protects such a page only whole, so a write anywhere in a "
+                      "page being sent waits for the send, and a thread whose own completion "
+                      "must run first waits NICMALLOC_FENCE_TIMEOUT_MS",
+                      nic_page_kind_str(m->kind));
 }
 
 /* Returns false when the policy says an unpinned step must not be used. */

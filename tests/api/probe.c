@@ -832,6 +832,38 @@ static void *post_beside_bookkeeping(void *arg) {
   return NULL;
 }
 
+/* NICMALLOC_FENCE=protect on the sim backend: one dataplane block posted, and while its DMA
+ * is under way (NICMALLOC_SIM_DELAYS holds it) a write to a second block 64 KiB further on, in
+ * no page the post covers. Prints whether the post was in flight before and after that write,
+ * whether the write was held, and the backing page kind. */
+static int protect_neighbour(void) {
+  const size_t size = 64 << 10;
+  char *sent = nic_malloc(size), *beside = nic_malloc(size);
+  if (!sent || !beside || !nic_is_dataplane(sent) || !nic_is_dataplane(beside)) return 1;
+  memset(sent, 1, size);
+  memset(beside, 2, size);
+  struct nic_endpoint *ep = nic_sim_endpoint_create(NULL, NULL, 0);
+  struct nic_sga sga;
+  if (!ep || nic_sga_init(&sga, 0) || nic_sga_add(&sga, sent, 4096) ||
+      nic_sga_post(&sga, ep, count_done, NULL))
+    return 1;
+  struct nic_stats before = NIC_STATS_INIT, after = NIC_STATS_INIT;
+  nic_get_stats(&before);
+  const int in_flight_before = !__atomic_load_n(&post_done, __ATOMIC_ACQUIRE);
+  memset(beside, 3, size);
+  const int in_flight_after = !__atomic_load_n(&post_done, __ATOMIC_ACQUIRE);
+  nic_get_stats(&after);
+  while (!__atomic_load_n(&post_done, __ATOMIC_ACQUIRE))
+    nic_poll(0);
+  while (nic_sim_endpoint_destroy(ep) == -EBUSY)
+    nic_poll(0);
+  printf("in_flight_before=%d\nin_flight_after=%d\nheld_writes=%llu\npage_kind=%s\n",
+         in_flight_before, in_flight_after,
+         (unsigned long long)(after.fence_held_writes - before.fence_held_writes),
+         nic_page_kind_name(after.page_kind));
+  return 0;
+}
+
 /* The free key, learnt as a peer could learn it: from a freed block's second word. */
 static int print_free_key(void) {
   uintptr_t *volatile block = malloc(48);
@@ -968,6 +1000,7 @@ int main(int argc, char **argv) {
     return 0;
   }
   if (argc >= 2 && !strcmp(argv[1], "post-beside-bookkeeping")) return post_beside();
+  if (argc >= 2 && !strcmp(argv[1], "protect-neighbour")) return protect_neighbour();
   if (argc >= 2 && !strcmp(argv[1], "stats")) {
     print_stats("");
     return 0;
