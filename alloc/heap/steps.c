@@ -145,15 +145,17 @@ static void slice_bits(unsigned index, size_t first, size_t last, bool set) {
 }
 
 static __thread size_t huge_segment_bytes __attribute__((tls_model("initial-exec")));
+/* What became of the claim's commit: mimalloc 2.0.9 does not look (_mi_arena_alloc_aligned). */
+static __thread enum nic_huge_claim huge_claim __attribute__((tls_model("initial-exec")));
 
 void nic_steps_expect_huge(size_t segment_bytes) {
   huge_segment_bytes = segment_bytes;
+  huge_claim = NIC_HUGE_CLAIM_NONE;
 }
 
-bool nic_steps_expect_huge_done(void) {
-  const bool came = huge_segment_bytes == 0;
+enum nic_huge_claim nic_steps_expect_huge_done(void) {
   huge_segment_bytes = 0;
-  return came;
+  return huge_claim;
 }
 
 /* The arena's commit of a huge segment's claim, cut to the segment. The tail past the segment
@@ -165,11 +167,13 @@ bool nic_steps_expect_huge_done(void) {
  * so free, the reaper and the stats see them as free, which they are. Only the first commit of
  * the request that starts on an arena block and spans whole arena blocks is the claim's (with
  * eager commit off, mimalloc's other commits are of slices inside a segment). */
-static size_t huge_claim_cut(const void *addr, size_t len) {
+static size_t huge_claim_cut(const void *addr, size_t len, bool *claim) {
   const size_t bytes = huge_segment_bytes;
+  *claim = false;
   if (__builtin_expect(bytes == 0, 1)) return len;
   if (((uintptr_t)addr & (NIC_MI_ARENA_BLOCK - 1)) || len % NIC_MI_ARENA_BLOCK) return len;
   huge_segment_bytes = 0;
+  *claim = true;
   const size_t slice = (size_t)1 << NIC_SLICE_SHIFT;
   const size_t cut = (bytes + slice - 1) & ~(slice - 1);
   return cut < len ? cut : len;
@@ -177,7 +181,8 @@ static size_t huge_claim_cut(const void *addr, size_t len) {
 
 int nic_steps_commit(void *addr, size_t len) {
   if (len == 0) return 0;
-  len = huge_claim_cut(addr, len);
+  bool claim;
+  len = huge_claim_cut(addr, len, &claim);
   const uintptr_t first = (uintptr_t)addr, last = first + len - 1;
   int rc = 0;
   /* Commits of a step already backed (mimalloc commits in 64 KiB slices too) take no lock. */
@@ -190,6 +195,11 @@ int nic_steps_commit(void *addr, size_t len) {
     const uintptr_t step_last = a | (((uintptr_t)1 << nic_dp.step_shift) - 1);
     const uintptr_t stop = last < step_last ? last : step_last;
     slice_bits(index, (a - base) >> NIC_SLICE_SHIFT, (stop - base) >> NIC_SLICE_SHIFT, true);
+    /* The commit has failed as a whole: backing (and prefaulting, pinning) the steps after a
+     * refused one would only hold memory nobody uses. Their bits are set all the same, as
+     * mimalloc may go on with a claim whose commit failed (nic_steps_expect_huge), and the
+     * bits keep the chunk from being released under it until it decommits the claim. */
+    if (rc) continue;
     /* Pages given back inside the step (step_pages.h) come back before mimalloc writes. */
     if (nic_step_pages_refill((void *)a, stop - a + 1)) rc = -ENOMEM;
     if (__atomic_load_n(&nic_chunk_at(index)->steps[step].backed, __ATOMIC_SEQ_CST)) continue;
@@ -207,6 +217,7 @@ int nic_steps_commit(void *addr, size_t len) {
     }
     nic_chunks_unlock();
   }
+  if (claim) huge_claim = rc ? NIC_HUGE_CLAIM_REFUSED : NIC_HUGE_CLAIM_BACKED;
   return rc;
 }
 
