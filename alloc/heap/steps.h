@@ -14,7 +14,7 @@
 
 /* The commit function handed down to the interposed mprotect: backs every step of
  * [addr, addr + len). Returns 0, or -ENOMEM when a step could not be backed (or, under
- * NICMALLOC_ON_PIN_FAIL=fail, not pinned). */
+ * NICMALLOC_ON_PIN_FAIL=fail, not pinned); the steps after that one are not tried. */
 int nic_steps_commit(void *addr, size_t len);
 /* A block over 16 MiB is about to be asked of mimalloc on this thread. mimalloc 2.0.9 gives it
  * a segment of its own, claims whole 32 MiB arena blocks for it and commits the whole claim in
