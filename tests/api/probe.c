@@ -353,9 +353,9 @@ static int low_memlock_fill(size_t total, size_t block) {
   return dp_alloc(total, block);
 }
 
-/* One dataplane request over 16 MiB as mode says: malloc, calloc, aligned (1 MiB) or realloc (a
+/* One dataplane request as mode says: malloc, calloc, aligned (1 MiB) or realloc (a
  * 1 MiB dataplane block grown to size, which must keep its bytes when the growth is refused). */
-static char *huge_request(const char *mode, size_t size, int *intact) {
+static char *dp_request(const char *mode, size_t size, int *intact) {
   *intact = 1;
   if (!strcmp(mode, "calloc")) return nic_calloc(1, size);
   if (!strcmp(mode, "aligned")) return nic_aligned_alloc(1 << 20, size);
@@ -374,13 +374,13 @@ static char *huge_request(const char *mode, size_t size, int *intact) {
   return NULL;
 }
 
-/* huge-refused LIMIT SIZE COUNT MODE [WAIT_MS]: count dataplane requests of size bytes
- * (huge_request's mode) beside a small block that maps the first chunk. LIMIT, unless 0, is
+/* pin-refused LIMIT SIZE COUNT MODE [WAIT_MS]: count dataplane requests of size bytes
+ * (dp_request's mode) beside a small block that maps the first chunk. LIMIT, unless 0, is
  * RLIMIT_MEMLOCK without CAP_IPC_LOCK. Every block handed out is written whole (a calloc'ed one
  * checked zero first) and kept. Then, with WAIT_MS, up to that long for a step to be given back:
  * one a refused request backed and left. */
-static int huge_refused(size_t limit, size_t size, unsigned count, const char *mode,
-                        unsigned wait_ms) {
+static int pin_refused(size_t limit, size_t size, unsigned count, const char *mode,
+                       unsigned wait_ms) {
   if (limit) {
     struct rlimit lim = {limit, limit};
     if (setrlimit(RLIMIT_MEMLOCK, &lim) || drop_ipc_lock()) {
@@ -396,7 +396,7 @@ static int huge_refused(size_t limit, size_t size, unsigned count, const char *m
   for (unsigned i = 0; i < count; i++) {
     errno = 0;
     int kept = 1;
-    char *p = blocks[i] = huge_request(mode, size, &kept);
+    char *p = blocks[i] = dp_request(mode, size, &kept);
     intact &= (unsigned)kept;
     if (!p) {
       nulls++;
@@ -986,9 +986,9 @@ int main(int argc, char **argv) {
   if (argc >= 5 && !strcmp(argv[1], "memlock-steps"))
     return memlock_steps(strtoull(argv[2], NULL, 0), strtoull(argv[3], NULL, 0),
                          strtoull(argv[4], NULL, 0));
-  if (argc >= 6 && !strcmp(argv[1], "huge-refused"))
-    return huge_refused(strtoull(argv[2], NULL, 0), strtoull(argv[3], NULL, 0),
-                        (unsigned)atoi(argv[4]), argv[5], argc >= 7 ? (unsigned)atoi(argv[6]) : 0);
+  if (argc >= 6 && !strcmp(argv[1], "pin-refused"))
+    return pin_refused(strtoull(argv[2], NULL, 0), strtoull(argv[3], NULL, 0),
+                       (unsigned)atoi(argv[4]), argv[5], argc >= 7 ? (unsigned)atoi(argv[6]) : 0);
   if (argc >= 4 && !strcmp(argv[1], "low-memlock-register"))
     return low_memlock_register((unsigned)atoi(argv[2]), strtoull(argv[3], NULL, 0));
   if (argc >= 4 && !strcmp(argv[1], "low-memlock-sga"))
@@ -1051,7 +1051,7 @@ int main(int argc, char **argv) {
   fprintf(
       stderr,
       "usage: nic_probe dp-alloc TOTAL BLOCK | low-memlock BLOCK | low-memlock-fill TOTAL BLOCK | "
-      "low-memlock-register N BLOCK | huge-refused LIMIT SIZE COUNT MODE [WAIT_MS] | "
+      "low-memlock-register N BLOCK | pin-refused LIMIT SIZE COUNT MODE [WAIT_MS] | "
       "low-memlock-sga KIB "
       "BLOCK | memlock-steps LIMIT TOTAL BLOCK "
       "| "

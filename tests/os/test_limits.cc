@@ -161,7 +161,7 @@ TEST(MemoryCgroup, HugeBlockPastTheLimitIsRefusedNotKilled) {
     auto r = run_probe(
         {"NICMALLOC_CHUNK_SIZE=256M", "NICMALLOC_PIN_STEP=4M", "NICMALLOC_PAGE_KIND=4k",
          "NICMALLOC_ON_PIN_FAIL=fail"},
-        {"in-cgroup", cg.path(), "huge-refused", "0", std::to_string(100 << 20), "2", mode});
+        {"in-cgroup", cg.path(), "pin-refused", "0", std::to_string(100 << 20), "2", mode});
     ASSERT_EQ(r.exit_code, 0) << "killed? " << r.out << r.err;
     EXPECT_EQ(r.num("got"), 0);
     EXPECT_EQ(r.num("errno"), ENOMEM);
