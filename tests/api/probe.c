@@ -353,12 +353,14 @@ static int low_memlock_fill(size_t total, size_t block) {
   return dp_alloc(total, block);
 }
 
-/* One dataplane request as mode says: malloc, calloc, aligned (1 MiB) or realloc (a
+/* One dataplane request as mode says: malloc, calloc, aligned (1 MiB), aligned32m (past what
+ * mimalloc aligns: cut from a larger block) or realloc (a
  * 1 MiB dataplane block grown to size, which must keep its bytes when the growth is refused). */
 static char *dp_request(const char *mode, size_t size, int *intact) {
   *intact = 1;
   if (!strcmp(mode, "calloc")) return nic_calloc(1, size);
   if (!strcmp(mode, "aligned")) return nic_aligned_alloc(1 << 20, size);
+  if (!strcmp(mode, "aligned32m")) return nic_aligned_alloc(32 << 20, size);
   if (strcmp(mode, "realloc")) return nic_malloc(size);
   const size_t small = 1 << 20;
   unsigned char *old = nic_malloc(small);

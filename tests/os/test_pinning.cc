@@ -321,7 +321,7 @@ TEST(PinFailure, FailDoesNotRemapAChunkForEveryRequest) {
 // (mimalloc's free decommitted the claim, so none of the step's slices stays committed).
 TEST(PinFailure, FailRefusesHugeBlocksWhoseStepsCannotBeLocked) {
   REQUIRE_ROOT();
-  for (const char *mode : {"malloc", "calloc", "aligned", "realloc"}) {
+  for (const char *mode : {"malloc", "calloc", "aligned", "aligned32m", "realloc"}) {
     SCOPED_TRACE(mode);
     auto r = run_probe(
         {"NICMALLOC_ON_PIN_FAIL=fail", "NICMALLOC_PAGE_KIND=4k", "NICMALLOC_CHUNK_SIZE=128M",
