@@ -30,8 +30,8 @@ static void *refuse(void *p) {
 void *nic_dp_huge_alloc(mi_heap_t *heap, size_t size, size_t alignment, bool zero) {
   const size_t bound = nic_dp_huge_segment_bound(size, alignment);
   nic_steps_expect_huge(bound);
-  /* Zeroed here, once the block is known backed: mimalloc clears a block from a claim it has
-   * used before, whole, and would do so into the unbacked pages of a refused one. */
+  /* Zeroed here, once the block is known backed: mimalloc 2.0.9 clears a huge block whole
+   * (it never takes a segment's page for zero), into the unbacked pages of a refused one too. */
   void *p = alignment <= sizeof(void *) * 2 ? mi_heap_malloc(heap, size)
                                             : mi_heap_malloc_aligned_at(heap, size, alignment, 0);
   const enum nic_huge_claim claim = nic_steps_expect_huge_done();
