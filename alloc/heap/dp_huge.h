@@ -2,7 +2,8 @@
  * the chunk's arena in whole 32 MiB arena blocks, and commits the whole claim: a 17 MiB block
  * pinned 32 MiB, a 33 MiB one 64 MiB (malloc-large: 640 MiB pinned for 343 MiB live). Here the
  * claim's commit backs the steps the segment covers and no more (steps.h,
- * nic_steps_expect_huge). */
+ * nic_steps_expect_huge). mimalloc hands the block out even when that commit failed; such a
+ * block is given back and the request refused, as a small one whose commit failed is. */
 #ifndef NIC_DP_HUGE_H
 #define NIC_DP_HUGE_H
 

@@ -151,16 +151,56 @@ static void slice_bits(unsigned index, size_t first, size_t last, bool set) {
   }
 }
 
+/* The slices a commit of at most a segment found without the committed bit, from start. */
+#define SEGMENT_SLICES (NIC_MI_SEGMENT_SIZE >> NIC_SLICE_SHIFT)
+struct new_marks {
+  uintptr_t start;
+  uint64_t bits[SEGMENT_SLICES / 64];
+};
+
+/* slice_bits' set, noting in marks (when given) the slices whose bit it set. */
+static void slice_bits_noted(unsigned index, size_t first, size_t last, struct new_marks *marks) {
+  if (!marks) {
+    slice_bits(index, first, last, true);
+    return;
+  }
+  uint8_t *bytes = nic_chunk_slices(index);
+  const uintptr_t base = (uintptr_t)nic_chunk_base(index);
+  for (size_t i = first; i <= last; i++) {
+    const uint8_t old =
+        __atomic_fetch_or(&bytes[i], (uint8_t)NIC_DP_SLICE_COMMITTED, __ATOMIC_SEQ_CST);
+    const size_t k = (base + (i << NIC_SLICE_SHIFT) - marks->start) >> NIC_SLICE_SHIFT;
+    if (!(old & NIC_DP_SLICE_COMMITTED)) marks->bits[k / 64] |= 1ull << (k % 64);
+  }
+}
+
+/* A failed commit mimalloc looks at leaves the range as it was: it never decommits what it
+ * did not commit, so a bit left set would hold the steps backed before the refused one (and
+ * the chunk) for good. Only the bits this commit set: the range may take in slices mimalloc
+ * committed before (it commits liberally, in 64 KiB units and 1 MiB at least), and only its
+ * owner thread commits or decommits a segment's slices. */
+static void take_back_marks(const struct new_marks *marks) {
+  for (size_t k = 0; k < SEGMENT_SLICES; k++) {
+    if (!(marks->bits[k / 64] >> (k % 64) & 1)) continue;
+    const uintptr_t a = marks->start + (k << NIC_SLICE_SHIFT);
+    const unsigned index = nic_chunk_index((const void *)a);
+    const size_t slice = (a - (uintptr_t)nic_chunk_base(index)) >> NIC_SLICE_SHIFT;
+    slice_bits(index, slice, slice, false);
+  }
+}
+
 static __thread size_t huge_segment_bytes __attribute__((tls_model("initial-exec")));
+/* What became of the claim's commit: mimalloc 2.0.9 does not look (_mi_arena_alloc_aligned). */
+static __thread enum nic_huge_claim huge_claim __attribute__((tls_model("initial-exec")));
 
 void nic_steps_expect_huge(size_t segment_bytes) {
   huge_segment_bytes = segment_bytes;
+  huge_claim = NIC_HUGE_CLAIM_NONE;
 }
 
-bool nic_steps_expect_huge_done(void) {
-  const bool came = huge_segment_bytes == 0;
+enum nic_huge_claim nic_steps_expect_huge_done(void) {
   huge_segment_bytes = 0;
-  return came;
+  return huge_claim;
 }
 
 /* The arena's commit of a huge segment's claim, cut to the segment. The tail past the segment
@@ -172,11 +212,13 @@ bool nic_steps_expect_huge_done(void) {
  * so free, the reaper and the stats see them as free, which they are. Only the first commit of
  * the request that starts on an arena block and spans whole arena blocks is the claim's (with
  * eager commit off, mimalloc's other commits are of slices inside a segment). */
-static size_t huge_claim_cut(const void *addr, size_t len) {
+static size_t huge_claim_cut(const void *addr, size_t len, bool *claim) {
   const size_t bytes = huge_segment_bytes;
+  *claim = false;
   if (__builtin_expect(bytes == 0, 1)) return len;
   if (((uintptr_t)addr & (NIC_MI_ARENA_BLOCK - 1)) || len % NIC_MI_ARENA_BLOCK) return len;
   huge_segment_bytes = 0;
+  *claim = true;
   const size_t slice = (size_t)1 << NIC_SLICE_SHIFT;
   const size_t cut = (bytes + slice - 1) & ~(slice - 1);
   return cut < len ? cut : len;
@@ -184,7 +226,18 @@ static size_t huge_claim_cut(const void *addr, size_t len) {
 
 int nic_steps_commit(void *addr, size_t len) {
   if (len == 0) return 0;
-  len = huge_claim_cut(addr, len);
+  /* mimalloc 2.0.9 looks at every commit's answer but an arena claim's (whole arena blocks):
+   * a segment's header slices, a span of its pages. Those are within one segment. */
+  const bool looked_at = ((uintptr_t)addr & (NIC_MI_ARENA_BLOCK - 1)) || len % NIC_MI_ARENA_BLOCK;
+  struct new_marks marks_space, *marks = NULL;
+  const uintptr_t slice_mask = ((uintptr_t)1 << NIC_SLICE_SHIFT) - 1;
+  if (looked_at && len + ((uintptr_t)addr & slice_mask) <= NIC_MI_SEGMENT_SIZE) {
+    marks_space.start = (uintptr_t)addr & ~slice_mask;
+    memset(marks_space.bits, 0, sizeof marks_space.bits);
+    marks = &marks_space;
+  }
+  bool claim;
+  len = huge_claim_cut(addr, len, &claim);
   const uintptr_t first = (uintptr_t)addr, last = first + len - 1;
   int rc = 0;
   /* Commits of a step already backed (mimalloc commits in 64 KiB slices too) take no lock. */
@@ -196,7 +249,13 @@ int nic_steps_commit(void *addr, size_t len) {
     const uintptr_t base = (uintptr_t)nic_chunk_base(index);
     const uintptr_t step_last = a | (((uintptr_t)1 << nic_dp.step_shift) - 1);
     const uintptr_t stop = last < step_last ? last : step_last;
-    slice_bits(index, (a - base) >> NIC_SLICE_SHIFT, (stop - base) >> NIC_SLICE_SHIFT, true);
+    slice_bits_noted(index, (a - base) >> NIC_SLICE_SHIFT, (stop - base) >> NIC_SLICE_SHIFT, marks);
+    /* The commit has failed as a whole: backing (and prefaulting, pinning) the steps after a
+     * refused one would only hold memory nobody uses. Their bits are set all the same, as
+     * mimalloc goes on with a claim whose commit failed (nic_steps_expect_huge), and the bits
+     * keep the chunk from being released under it until it decommits the claim; a commit
+     * mimalloc looks at takes them back below. */
+    if (rc) continue;
     /* Pages given back inside the step (step_pages.h) come back before mimalloc writes. */
     if (nic_step_pages_refill((void *)a, stop - a + 1)) rc = -ENOMEM;
     if (__atomic_load_n(&nic_chunk_at(index)->steps[step].backed, __ATOMIC_SEQ_CST)) continue;
@@ -214,6 +273,8 @@ int nic_steps_commit(void *addr, size_t len) {
     }
     nic_chunks_unlock();
   }
+  if (claim) huge_claim = rc ? NIC_HUGE_CLAIM_REFUSED : NIC_HUGE_CLAIM_BACKED;
+  if (rc && marks) take_back_marks(marks);
   return rc;
 }
 

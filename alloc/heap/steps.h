@@ -14,7 +14,7 @@
 
 /* The commit function handed down to the interposed mprotect: backs every step of
  * [addr, addr + len). Returns 0, or -ENOMEM when a step could not be backed (or, under
- * NICMALLOC_ON_PIN_FAIL=fail, not pinned). */
+ * NICMALLOC_ON_PIN_FAIL=fail, not pinned); the steps after that one are not tried. */
 int nic_steps_commit(void *addr, size_t len);
 /* A block over 16 MiB is about to be asked of mimalloc on this thread. mimalloc 2.0.9 gives it
  * a segment of its own, claims whole 32 MiB arena blocks for it and commits the whole claim in
@@ -23,8 +23,14 @@ int nic_steps_commit(void *addr, size_t len);
  * committed only [claim, claim + segment_bytes), rounded to a slice; the claim's tail stays
  * unbacked. See steps.c for why mimalloc never touches the tail. */
 void nic_steps_expect_huge(size_t segment_bytes);
-/* The request is over: whether its claim's commit came (and was cut); clears the bound. */
-bool nic_steps_expect_huge_done(void);
+enum nic_huge_claim {
+  NIC_HUGE_CLAIM_NONE,    /* no claim was committed: the request failed, or found it committed */
+  NIC_HUGE_CLAIM_BACKED,  /* the claim's commit came, was cut and backed every step */
+  NIC_HUGE_CLAIM_REFUSED, /* it came and a step could not be backed (or pinned, under fail) */
+};
+/* The request is over: what became of its claim's commit; clears the bound. mimalloc 2.0.9
+ * hands the block out whatever the commit returned, so REFUSED is the caller's to act on. */
+enum nic_huge_claim nic_steps_expect_huge_done(void);
 /* The decommit function handed down: mimalloc holds [addr, addr + len) no longer. */
 void nic_steps_decommit(void *addr, size_t len);
 /* The same for one step, with the chunk lock held. */

@@ -353,6 +353,81 @@ static int low_memlock_fill(size_t total, size_t block) {
   return dp_alloc(total, block);
 }
 
+/* One dataplane request as mode says: malloc, calloc, aligned (1 MiB), aligned32m (past what
+ * mimalloc aligns: cut from a larger block) or realloc (a
+ * 1 MiB dataplane block grown to size, which must keep its bytes when the growth is refused). */
+static char *dp_request(const char *mode, size_t size, int *intact) {
+  *intact = 1;
+  if (!strcmp(mode, "calloc")) return nic_calloc(1, size);
+  if (!strcmp(mode, "aligned")) return nic_aligned_alloc(1 << 20, size);
+  if (!strcmp(mode, "aligned32m")) return nic_aligned_alloc(32 << 20, size);
+  if (strcmp(mode, "realloc")) return nic_malloc(size);
+  const size_t small = 1 << 20;
+  unsigned char *old = nic_malloc(small);
+  if (!old) return NULL;
+  memset(old, 0x3c, small);
+  char *p = realloc(old, size);
+  if (p) return p;
+  const int err = errno;
+  for (size_t i = 0; i < small; i++)
+    *intact &= old[i] == 0x3c;
+  free(old);
+  errno = err;
+  return NULL;
+}
+
+/* pin-refused LIMIT SIZE COUNT MODE [WAIT_MS]: count dataplane requests of size bytes
+ * (dp_request's mode) beside a small block that maps the first chunk. LIMIT, unless 0, is
+ * RLIMIT_MEMLOCK without CAP_IPC_LOCK. Every block handed out is written whole (a calloc'ed one
+ * checked zero first) and kept. Then, with WAIT_MS, up to that long for a step to be given back:
+ * one a refused request backed and left. */
+static int pin_refused(size_t limit, size_t size, unsigned count, const char *mode,
+                       unsigned wait_ms) {
+  if (limit) {
+    struct rlimit lim = {limit, limit};
+    if (setrlimit(RLIMIT_MEMLOCK, &lim) || drop_ipc_lock()) {
+      printf("setup_failed=%d\n", errno);
+      return 3;
+    }
+  }
+  char *keep = nic_malloc(64);
+  printf("keep_dp=%d\n", keep && nic_is_dataplane(keep));
+  unsigned got = 0, dp = 0, nulls = 0, nonzero = 0, intact = 1;
+  int first_errno = 0;
+  char **blocks = calloc(count, sizeof *blocks);
+  for (unsigned i = 0; i < count; i++) {
+    errno = 0;
+    int kept = 1;
+    char *p = blocks[i] = dp_request(mode, size, &kept);
+    intact &= (unsigned)kept;
+    if (!p) {
+      nulls++;
+      if (!first_errno) first_errno = errno;
+      continue;
+    }
+    got++;
+    dp += nic_is_dataplane(p);
+    if (!strcmp(mode, "calloc"))
+      for (size_t off = 0; off < size; off += 4096)
+        nonzero += p[off] != 0;
+    memset(p, (int)i + 1, size);
+  }
+  printf("got=%u\ndp=%u\nnulls=%u\nerrno=%d\nnonzero=%u\nintact=%u\nin_segments=%zu\n", got, dp,
+         nulls, first_errno, nonzero, intact, stats_now().dataplane_in_use);
+  print_stats("");
+  const uint64_t deadline = probe_now_ms() + wait_ms;
+  while (wait_ms && stats_now().steps_released == 0 && probe_now_ms() < deadline)
+    usleep(10000);
+  struct nic_stats s = stats_now();
+  printf("steps_released=%llu\nafter_pinned=%zu\n", (unsigned long long)s.steps_released,
+         s.dataplane_pinned);
+  for (unsigned i = 0; i < count; i++)
+    free(blocks[i]);
+  free(blocks);
+  free(keep);
+  return 0;
+}
+
 /* Registers n dataplane blocks under the same limits: with a backend that pins (uring), the
  * chunk's registration is refused; how often it is asked for again, and warned about. */
 static int low_memlock_register(unsigned n, size_t block) {
@@ -945,6 +1020,9 @@ int main(int argc, char **argv) {
   if (argc >= 5 && !strcmp(argv[1], "memlock-steps"))
     return memlock_steps(strtoull(argv[2], NULL, 0), strtoull(argv[3], NULL, 0),
                          strtoull(argv[4], NULL, 0));
+  if (argc >= 6 && !strcmp(argv[1], "pin-refused"))
+    return pin_refused(strtoull(argv[2], NULL, 0), strtoull(argv[3], NULL, 0),
+                       (unsigned)atoi(argv[4]), argv[5], argc >= 7 ? (unsigned)atoi(argv[6]) : 0);
   if (argc >= 4 && !strcmp(argv[1], "low-memlock-register"))
     return low_memlock_register((unsigned)atoi(argv[2]), strtoull(argv[3], NULL, 0));
   if (argc >= 4 && !strcmp(argv[1], "low-memlock-sga"))
@@ -1008,7 +1086,9 @@ int main(int argc, char **argv) {
   fprintf(
       stderr,
       "usage: nic_probe dp-alloc TOTAL BLOCK | low-memlock BLOCK | low-memlock-fill TOTAL BLOCK | "
-      "low-memlock-register N BLOCK | low-memlock-sga KIB BLOCK | memlock-steps LIMIT TOTAL BLOCK "
+      "low-memlock-register N BLOCK | pin-refused LIMIT SIZE COUNT MODE [WAIT_MS] | "
+      "low-memlock-sga KIB "
+      "BLOCK | memlock-steps LIMIT TOTAL BLOCK "
       "| "
       "fork-child BLOCK | fork-write-race ROUNDS TOTAL BLOCK [register] | auto SIZE | cap-again "
       "BLOCK | huge "

@@ -147,6 +147,31 @@ TEST(MemoryCgroup, ChunkPastTheLimitIsRefusedNotKilled) {
   EXPECT_EQ(count_lines(r.err, "memory cgroup's limit"), 1) << r.err;
 }
 
+// A 100 MiB block's claim needs 25 steps, and the cgroup has room for a few: mimalloc 2.0.9 would
+// hand the block out with the commit of its claim refused, unbacked, to be faulted in past the
+// limit by calloc's clearing or the program's writes (the OOM killer). It is refused instead.
+TEST(MemoryCgroup, HugeBlockPastTheLimitIsRefusedNotKilled) {
+  if (geteuid() != 0) GTEST_SKIP() << "needs root to make a memory cgroup; uid " << geteuid();
+  LimitedCgroup cg(64ll << 20);
+  if (cg.path().empty())
+    GTEST_SKIP() << "SKIPPED LOUDLY: no memory cgroup could be made under this process's own "
+                    "(neither cgroup v1's memory hierarchy nor v2 with the memory controller)";
+  for (const char *mode : {"malloc", "calloc"}) {
+    SCOPED_TRACE(mode);
+    auto r = run_probe(
+        {"NICMALLOC_CHUNK_SIZE=256M", "NICMALLOC_PIN_STEP=4M", "NICMALLOC_PAGE_KIND=4k",
+         "NICMALLOC_ON_PIN_FAIL=fail"},
+        {"in-cgroup", cg.path(), "pin-refused", "0", std::to_string(100 << 20), "2", mode});
+    ASSERT_EQ(r.exit_code, 0) << "killed? " << r.out << r.err;
+    EXPECT_EQ(r.num("got"), 0);
+    EXPECT_EQ(r.num("errno"), ENOMEM);
+    EXPECT_EQ(r.num("dp_failures"), 2);
+    EXPECT_EQ(r.num("in_segments"), 32ll << 20);
+    EXPECT_EQ(count_lines(r.err, "memory cgroup's limit"), 1) << r.err;
+    EXPECT_EQ(count_lines(r.err, "nicmalloc: warning"), 1) << r.err;
+  }
+}
+
 // Without CAP_IPC_LOCK and with 64 KiB of RLIMIT_MEMLOCK, io_uring cannot pin a chunk as a fixed
 // buffer. Each entry in it gets the error; the backend is not asked again for each one, and
 // the cause is told once.

@@ -314,6 +314,70 @@ TEST(PinFailure, FailDoesNotRemapAChunkForEveryRequest) {
                                       << " chunk mappings that were prefaulted and thrown away";
 }
 
+// A block over 16 MiB gets a segment of its own, whose arena claim mimalloc 2.0.9 commits and
+// then hands out whatever the commit said. With room to lock two 4 MiB steps, the chunk's first
+// and the claim's first, the claim's second is refused: every request gets ENOMEM as a small
+// one would, the one warning says why, and the refused block goes back to mimalloc at once: no
+// segment of it stays, and the step its claim had locked is given back after the release delay
+// (mimalloc's free decommitted the claim, so none of the step's slices stays committed).
+TEST(PinFailure, FailRefusesHugeBlocksWhoseStepsCannotBeLocked) {
+  REQUIRE_ROOT();
+  for (const char *mode : {"malloc", "calloc", "aligned", "aligned32m", "realloc"}) {
+    SCOPED_TRACE(mode);
+    auto r = run_probe(
+        {"NICMALLOC_ON_PIN_FAIL=fail", "NICMALLOC_PAGE_KIND=4k", "NICMALLOC_CHUNK_SIZE=128M",
+         "NICMALLOC_PIN_STEP=4M", "NICMALLOC_RELEASE_DELAY_MS=100"},
+        {"pin-refused", std::to_string(8 << 20), std::to_string(20 << 20), "3", mode, "5000"});
+    ASSERT_EQ(r.exit_code, 0) << r.out << r.err;
+    ASSERT_EQ(r.num("keep_dp"), 1) << r.out;
+    EXPECT_EQ(r.num("got"), 0) << r.out;
+    EXPECT_EQ(r.num("nulls"), 3);
+    EXPECT_EQ(r.num("errno"), ENOMEM);
+    EXPECT_EQ(r.num("dp_failures"), 3);
+    EXPECT_EQ(r.num("intact"), 1) << "a refused realloc keeps the block it was given";
+    EXPECT_EQ(r.num("in_segments"), 32ll << 20) << "a refused block's segment is still mimalloc's";
+    EXPECT_GE(r.num("steps_released"), 1) << r.out;
+    EXPECT_LE(r.num("after_pinned"), 4ll << 20);
+    EXPECT_EQ(count_lines(r.err, "cannot lock"), 1) << r.err;
+    EXPECT_EQ(count_lines(r.err, "nicmalloc: warning"), 1) << r.err;
+  }
+}
+
+// Under fallback the same steps are used unpinned: the blocks stay dataplane, calloc's zeroed.
+TEST(PinFailure, FallbackServesHugeBlocksFromUnpinnedSteps) {
+  REQUIRE_ROOT();
+  auto r =
+      run_probe({"NICMALLOC_ON_PIN_FAIL=fallback", "NICMALLOC_PAGE_KIND=4k",
+                 "NICMALLOC_CHUNK_SIZE=128M", "NICMALLOC_PIN_STEP=4M", "NICMALLOC_VERBOSE=1"},
+                {"pin-refused", std::to_string(8 << 20), std::to_string(20 << 20), "3", "calloc"});
+  ASSERT_EQ(r.exit_code, 0) << r.out << r.err;
+  EXPECT_EQ(r.num("got"), 3);
+  EXPECT_EQ(r.num("dp"), 3);
+  EXPECT_EQ(r.num("nonzero"), 0);
+  EXPECT_EQ(r.num("dp_failures"), 0);
+  EXPECT_GE(r.num("pin_failures"), 1);
+  EXPECT_EQ(count_lines(r.err, "cannot lock"), 1) << r.err;
+  EXPECT_EQ(count_lines(r.err, "nicmalloc: warning"), 0) << r.err;
+}
+
+// A 9 MiB block's span in the first segment runs over three 4 MiB steps: the chunk's first, one
+// the limit still lets be locked, and one it does not. mimalloc takes the commit as failed and
+// never decommits what it did not commit, so the step locked for it must be left to the
+// reaper, not held committed (and locked) for good.
+TEST(PinFailure, AFailedCommitLeavesTheStepsItLockedToBeGivenBack) {
+  REQUIRE_ROOT();
+  auto r = run_probe(
+      {"NICMALLOC_ON_PIN_FAIL=fail", "NICMALLOC_PAGE_KIND=4k", "NICMALLOC_CHUNK_SIZE=128M",
+       "NICMALLOC_PIN_STEP=4M", "NICMALLOC_RELEASE_DELAY_MS=100"},
+      {"pin-refused", std::to_string(8 << 20), std::to_string(9 << 20), "1", "malloc", "5000"});
+  ASSERT_EQ(r.exit_code, 0) << r.out << r.err;
+  ASSERT_EQ(r.num("got"), 0) << r.out;
+  EXPECT_EQ(r.num("errno"), ENOMEM);
+  ASSERT_EQ(r.num("steps_backed"), 2) << "the chunk's first step and the span's second";
+  EXPECT_EQ(r.num("steps_released"), 1) << r.out;
+  EXPECT_EQ(count_lines(r.err, "nicmalloc: warning"), 1) << r.err;
+}
+
 // ---- hugetlb pages ----
 
 TEST(Hugepages, TwoMegabytePagesWhenThePoolHasThem) {
