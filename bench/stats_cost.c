@@ -5,23 +5,9 @@
  * written in each, then times reads (this thread's CPU).
  *   build/bench/stats_cost [MiB] [reads]      (defaults 1024, 50)
  * Run it with the environment under test (NICMALLOC_DP_POPULATE, NICMALLOC_PAGE_KIND). */
-#include <nicmalloc.h>
+#include "bench_time.h"
 
 #include <stdio.h>
-#include <stdlib.h>
-#include <string.h>
-#include <time.h>
-
-static double cpu_ms(void) {
-  struct timespec ts;
-  clock_gettime(CLOCK_THREAD_CPUTIME_ID, &ts);
-  return ts.tv_sec * 1e3 + ts.tv_nsec / 1e6;
-}
-
-static int cmp(const void *a, const void *b) {
-  double x = *(const double *)a, y = *(const double *)b;
-  return x < y ? -1 : x > y;
-}
 
 int main(int argc, char **argv) {
   long mib = argc > 1 ? atol(argv[1]) : 1024;
@@ -37,13 +23,11 @@ int main(int argc, char **argv) {
   double *v = calloc((size_t)reads, sizeof *v);
   if (!v) return 1;
   for (int r = 0; r < reads; r++) {
-    memset(&st, 0, sizeof st);
-    st.size = sizeof st;
-    double c0 = cpu_ms();
-    nic_get_stats(&st);
-    v[r] = cpu_ms() - c0;
+    double c0 = bench_ms(CLOCK_THREAD_CPUTIME_ID);
+    bench_read_stats(&st);
+    v[r] = bench_ms(CLOCK_THREAD_CPUTIME_ID) - c0;
   }
-  qsort(v, (size_t)reads, sizeof *v, cmp);
+  bench_sort(v, (size_t)reads);
   printf("backed %zu MiB (%llu steps backed so far), pinned (in memory and locked) %zu MiB\n",
          st.dataplane_backed >> 20, (unsigned long long)st.steps_backed, st.dataplane_pinned >> 20);
   printf("  nic_get_stats CPU ms   median %8.3f   min %8.3f   max %8.3f   (%d reads)\n",
