@@ -5,16 +5,23 @@
  * "whole": 1 MiB blocks written until a step lies wholly in memory, never registered; the stats
  * are read (which finds that step whole), then one block inside it is freed, so that its pages
  * go back (MIMALLOC_DECOMMIT_DELAY=0), and the stats are read again. Prints, at each read, the
- * stats' pinned bytes and the process's locked bytes in memory (/proc/self/smaps_rollup). */
+ * stats' pinned bytes and the process's locked bytes in memory (/proc/self/smaps_rollup).
+ * "no-onfault": the first scenario again, where mlock2(MLOCK_ONFAULT) fails with EINVAL as on a
+ * kernel without it (a seccomp filter, then the probe runs itself anew under it); prints what
+ * mlock2 said to the probe itself. */
 #define _GNU_SOURCE
 #include "nicmalloc.h"
+#include "refuse_syscall.h"
 
+#include <errno.h>
 #include <inttypes.h>
 #include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/mman.h>
+#include <sys/syscall.h>
+#include <unistd.h>
 
 static size_t resident_bytes(uintptr_t base, size_t len) {
   unsigned char vec[1024];
@@ -106,6 +113,16 @@ static void print(const char *tag, uintptr_t step, size_t len) {
 int main(int argc, char **argv) {
   const size_t step_len = (size_t)strtoull(getenv("NICMALLOC_PIN_STEP"), NULL, 0) << 20;
   if (argc > 1 && !strcmp(argv[1], "whole")) return whole_step(step_len);
+  if (argc > 1 && !strcmp(argv[1], "no-onfault")) {
+    if (nic_refuse_syscall(SYS_mlock2, -1, EINVAL)) return 1;
+    execl(argv[0], argv[0], "refused", (char *)NULL);
+    return 1;
+  }
+  if (argc > 1 && !strcmp(argv[1], "refused")) {
+    static char page[4096];
+    printf("mlock2_errno=%d\n",
+           syscall(SYS_mlock2, page, sizeof page, 1 /* MLOCK_ONFAULT */) ? errno : 0);
+  }
   char *p = nic_malloc(65536);
   if (!p || !nic_is_dataplane(p)) {
     printf("dataplane=0\n");

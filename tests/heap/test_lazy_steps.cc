@@ -4,6 +4,8 @@
 // commits there (alloc/os/pin.c, alloc/heap/steps.c).
 #include <gtest/gtest.h>
 
+#include <cerrno>
+
 #include "probe_runner.h"
 
 namespace {
@@ -53,6 +55,21 @@ TEST(LazySteps, PopulateAtCommitFaultsInTheWholeStepAtOnce) {
   EXPECT_GE(r.num("touched_pinned"), 4 * kMiB) << r.out;
   ASSERT_EQ(r.num("register_rc"), 0) << r.out;
   EXPECT_EQ(r.num("registered_resident"), 4 * kMiB) << r.out;
+  EXPECT_EQ(r.num("intact"), 1) << r.out;
+}
+
+// Where the kernel has no MLOCK_ONFAULT (before 4.4: mlock2 fails with EINVAL), a step is
+// faulted in whole and locked when it is backed, as under NICMALLOC_DP_POPULATE=commit.
+TEST(LazySteps, WithoutLockOnFaultAStepIsFaultedInAndLockedWhole) {
+  auto r = run_probe(env("register", "4k"), {"no-onfault"});
+  ASSERT_EQ(r.exit_code, 0) << r.out << r.err;
+  ASSERT_EQ(r.num("mlock2_errno"), EINVAL) << r.out; // the filter is in place
+  EXPECT_EQ(r.num("touched_resident"), 4 * kMiB) << r.out;
+  EXPECT_EQ(r.num("touched_locked_kb"), 4 * 1024) << r.out;
+  EXPECT_GE(r.num("touched_pinned"), 4 * kMiB) << r.out;
+  ASSERT_EQ(r.num("register_rc"), 0) << r.out;
+  EXPECT_EQ(r.num("registered_resident"), 4 * kMiB) << r.out;
+  EXPECT_EQ(r.num("registered_locked_kb"), 4 * 1024) << r.out;
   EXPECT_EQ(r.num("intact"), 1) << r.out;
 }
 
