@@ -7,24 +7,10 @@
  * test (NICMALLOC_BACKEND=sim, NICMALLOC_DP_POPULATE, NICMALLOC_PAGE_KIND, NICMALLOC_PIN_STEP).
  *   build/bench/first_register [steps]      (default 9)
  * Prints the median and the worst of each figure. */
-#include <nicmalloc.h>
+#include "bench_time.h"
 
 #include <stdint.h>
 #include <stdio.h>
-#include <stdlib.h>
-#include <string.h>
-#include <time.h>
-
-static double ms(clockid_t clock) {
-  struct timespec ts;
-  clock_gettime(clock, &ts);
-  return ts.tv_sec * 1e3 + ts.tv_nsec / 1e6;
-}
-
-static int cmp(const void *a, const void *b) {
-  double x = *(const double *)a, y = *(const double *)b;
-  return x < y ? -1 : x > y;
-}
 
 enum { BLOCK = 65536 };
 
@@ -32,12 +18,10 @@ int main(int argc, char **argv) {
   int steps = argc > 1 ? atoi(argv[1]) : 9;
   if (steps < 1 || steps > 1000) steps = 9;
   struct nic_stats st;
-  memset(&st, 0, sizeof st);
-  st.size = sizeof st;
   char *p = nic_malloc(BLOCK);
   if (!p) return 1;
   p[0] = 1;
-  nic_get_stats(&st);
+  bench_read_stats(&st);
   const uintptr_t step = st.pin_step ? st.pin_step : (uintptr_t)4 << 20;
   struct nic_region_ref ref;
   if (nic_register(p, BLOCK, NIC_REG_LOCAL, &ref)) {
@@ -56,11 +40,11 @@ int main(int argc, char **argv) {
     last = (uintptr_t)q / step;
     q[0] = 1;
     struct nic_region_ref r1, r2;
-    double w0 = ms(CLOCK_MONOTONIC), c0 = ms(CLOCK_THREAD_CPUTIME_ID);
+    double w0 = bench_ms(CLOCK_MONOTONIC), c0 = bench_ms(CLOCK_THREAD_CPUTIME_ID);
     int rc = nic_register(q, BLOCK, NIC_REG_LOCAL, &r1);
-    double c1 = ms(CLOCK_THREAD_CPUTIME_ID), w1 = ms(CLOCK_MONOTONIC);
+    double c1 = bench_ms(CLOCK_THREAD_CPUTIME_ID), w1 = bench_ms(CLOCK_MONOTONIC);
     rc |= nic_register(q + 4096, 4096, NIC_REG_LOCAL, &r2);
-    double c2 = ms(CLOCK_THREAD_CPUTIME_ID);
+    double c2 = bench_ms(CLOCK_THREAD_CPUTIME_ID);
     if (rc) {
       fprintf(stderr, "first_register: step %d: nic_register failed\n", s);
       return 1;
@@ -72,7 +56,7 @@ int main(int argc, char **argv) {
                                 "second registration CPU ms"};
   double *v[] = {first_wall, first_cpu, again_cpu};
   for (int f = 0; f < 3; f++) {
-    qsort(v[f], (size_t)steps, sizeof v[f][0], cmp);
+    bench_sort(v[f], (size_t)steps);
     printf("  %-30s median %9.3f   max %9.3f\n", names[f], v[f][steps / 2], v[f][steps - 1]);
   }
   return 0;

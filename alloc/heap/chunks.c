@@ -269,8 +269,7 @@ void nic_chunk_totals(struct nic_chunk_totals *out) {
       /* Less the pages given back inside it (step_pages.h); a step locked as it is touched
        * holds what is in memory (its dropped units are not). */
       const size_t dropped = nic_step_pages_dropped_bytes(i, s);
-      const size_t held =
-          st->mapping.populated ? step - dropped : nic_resident_bytes(nic_step_base(i, s), step);
+      const size_t held = st->mapping.populated ? step - dropped : nic_step_resident_locked(i, s);
       out->dropped_bytes += dropped;
       out->backed_bytes += step - dropped;
       if (st->mapping.pinned) out->pinned_bytes += held, out->pinned_steps++;
@@ -303,8 +302,10 @@ static void after_fork_child(void) {
   for (unsigned i = 0; i < slots_used; i++) {
     /* mlock is not inherited, and re-locking would copy every page of every step. */
     nic_chunks[i].mapping.pinned = false;
-    for (unsigned s = 0; s < nic_steps_per_chunk(); s++)
+    for (unsigned s = 0; s < nic_steps_per_chunk(); s++) {
       nic_chunks[i].steps[s].mapping.pinned = false;
+      nic_step_not_whole_locked(i, s); /* unlocked pages may be reclaimed */
+    }
   }
 }
 NIC_FORKLOCK_MUTEX(chunks, NIC_FORK_CHUNKS, &chunk_lock, after_fork_child);

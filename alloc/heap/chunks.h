@@ -34,6 +34,9 @@ struct nic_step {
   int backed; /* prefaulted (and locked if mapping.pinned); read with acquire */
   struct nic_mapping mapping;
   uint64_t empty_since_ms; /* reaper: when mimalloc was first seen to hold none of it; 0 = not */
+  /* Locked as touched, and found wholly in memory by a scan (nic_step_resident_locked): until
+   * a page of it may leave, scans count it whole without asking the kernel. Chunk lock. */
+  bool whole;
 };
 
 struct nic_chunk {

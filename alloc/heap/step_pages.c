@@ -5,6 +5,7 @@
 #include "events.h"
 #include "log.h"
 #include "page_drop.h"
+#include "steps.h"
 
 #include <errno.h>
 #include <string.h>
@@ -109,6 +110,7 @@ static bool drop_wanted(unsigned index, unsigned step, size_t first, size_t last
 static bool drop_run(unsigned index, unsigned step, const struct nic_step *st, size_t first,
                      size_t last) {
   const size_t len = (last - first + 1) << NIC_SLICE_SHIFT;
+  nic_step_not_whole_locked(index, step);
   int rc = nic_drop_pages(slice_addr(index, first), len, st->mapping.pinned);
   if (rc) {
     nic_log_warn_once("cannot give back free pages inside dataplane steps (madvise: %s); they "

@@ -62,6 +62,17 @@ static enum nic_page_kind kind_wanted(void) {
   return want == NIC_PAGE_1G && nic_dp.step_shift < 30 ? NIC_PAGE_2M : want;
 }
 
+size_t nic_step_resident_locked(unsigned index, unsigned step) {
+  struct nic_step *s = &nic_chunk_at(index)->steps[step];
+  const size_t len = (size_t)1 << nic_dp.step_shift;
+  if (s->whole) return len;
+  bool known;
+  const size_t bytes = nic_resident_bytes(nic_step_base(index, step), len, &known);
+  /* Only locked pages are sure to stay: the kernel may reclaim an unpinned step's. */
+  s->whole = known && bytes == len && s->mapping.pinned;
+  return bytes;
+}
+
 /* Bytes of the steps locked as they are touched that are not in memory yet: what they may
  * still take from the memory cgroup. */
 static size_t untouched_bytes_locked(void) {
@@ -72,7 +83,7 @@ static size_t untouched_bytes_locked(void) {
     if (c->state != NIC_CHUNK_LIVE && c->state != NIC_CHUNK_DRAINING) continue;
     for (unsigned s = 0; s < nic_steps_per_chunk(); s++)
       if (c->steps[s].backed && !c->steps[s].mapping.populated)
-        bytes += len - nic_resident_bytes(nic_step_base(i, s), len);
+        bytes += len - nic_step_resident_locked(i, s);
   }
   return bytes;
 }
@@ -106,6 +117,7 @@ int nic_step_back_locked(unsigned index, unsigned step) {
    * backing of a cached segment). */
   if (!accept_pin_result(index, step, &m)) return -ENOMEM;
   s->mapping = m;
+  nic_step_not_whole_locked(index, step);
   c->mapping.kind = m.kind;
   last_kind = m.kind;
   backed_total++;
@@ -283,6 +295,7 @@ void nic_steps_forget_locked(unsigned index) {
   for (unsigned s = 0; s < nic_steps_per_chunk(); s++) {
     __atomic_store_n(&c->steps[s].backed, 0, __ATOMIC_RELEASE);
     c->steps[s].mapping.pinned = false;
+    nic_step_not_whole_locked(index, s);
     nic_step_pages_forget_locked(index, s);
   }
 }
@@ -325,6 +338,7 @@ bool nic_step_release_locked(unsigned index, unsigned step) {
   }
   nic_release_step_memory(base, len);
   s->mapping.pinned = false;
+  nic_step_not_whole_locked(index, step);
   nic_step_pages_forget_locked(index, step);
   released_total++;
   nic_log_info("dataplane chunk %u step %u released to the OS", index, step);

@@ -45,6 +45,14 @@ int nic_step_populate_locked(unsigned index, unsigned step);
 static inline bool nic_step_backed(unsigned index, unsigned step) {
   return __atomic_load_n(&nic_chunk_at(index)->steps[step].backed, __ATOMIC_ACQUIRE);
 }
+/* Bytes in memory of a backed step locked as it is touched (not populated): the kernel is
+ * asked (mincore) until it says the whole step, which a locked step then stays until one of
+ * its pages may leave, which forgets it (nic_step_not_whole_locked). Chunk lock held. */
+size_t nic_step_resident_locked(unsigned index, unsigned step);
+/* Pages of the step may leave, or it is backed anew: the next scan asks the kernel again. */
+static inline void nic_step_not_whole_locked(unsigned index, unsigned step) {
+  nic_chunk_at(index)->steps[step].whole = false;
+}
 /* Forgets every step's backing of a chunk whose memory was given back (chunk lock held). */
 void nic_steps_forget_locked(unsigned index);
 

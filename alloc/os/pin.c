@@ -110,12 +110,16 @@ int nic_map_lazy(void *addr, size_t len) {
   return -err;
 }
 
-size_t nic_resident_bytes(void *addr, size_t len) {
+size_t nic_resident_bytes(void *addr, size_t len, bool *known) {
   unsigned char vec[1024]; /* a 4 MiB step in one call */
   size_t pages = 0;
+  if (known) *known = true;
   for (size_t off = 0; off < len; off += sizeof vec * NIC_PAGE_SIZE) {
     size_t part = len - off < sizeof vec * NIC_PAGE_SIZE ? len - off : sizeof vec * NIC_PAGE_SIZE;
-    if (mincore((char *)addr + off, part, vec) != 0) return len; /* unknown: say all of it */
+    if (mincore((char *)addr + off, part, vec) != 0) {
+      if (known) *known = false;
+      return len; /* unknown: say all of it */
+    }
     for (size_t i = 0; i < part / NIC_PAGE_SIZE; i++)
       pages += vec[i] & 1;
   }
@@ -125,7 +129,7 @@ size_t nic_resident_bytes(void *addr, size_t len) {
 /* Whether any page of the range is resident: a step mimalloc wrote to without committing it
  * first (a segment from its cache, after the chunk was released) must keep its bytes. */
 static bool any_resident(void *addr, size_t len) {
-  return nic_resident_bytes(addr, len) != 0; /* unknown counts as all: keep it */
+  return nic_resident_bytes(addr, len, NULL) != 0; /* unknown counts as all: keep it */
 }
 
 /* Back to the lazy mapping a step had before a failed hugetlb try. */

@@ -37,8 +37,9 @@ int nic_back_step(void *addr, size_t len, enum nic_page_kind want, bool populate
  * the NIC is given it. 0 (m's kind and populated updated), or -errno (-EDQUOT as
  * nic_back_step). */
 int nic_populate_step(void *addr, size_t len, enum nic_page_kind want, struct nic_mapping *m);
-/* Bytes of the range in memory now (mincore): what a step locked as touched holds. */
-size_t nic_resident_bytes(void *addr, size_t len);
+/* Bytes of the range in memory now (mincore): what a step locked as touched holds. Where the
+ * kernel cannot say, all of it, and *known (if given) is false. */
+size_t nic_resident_bytes(void *addr, size_t len, bool *known);
 /* Gives a step's memory back to the OS: unlocked, readable, writable, backed by nothing. */
 void nic_release_step_memory(void *addr, size_t len);
 /* Gives a released chunk's memory back to the OS. The range stays readable and writable (empty,

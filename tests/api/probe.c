@@ -2,12 +2,11 @@
  * holds and prints key=value lines for the test that spawned it. */
 #define _GNU_SOURCE
 #include "nicmalloc.h"
+#include "refuse_syscall.h"
 
 #include <errno.h>
 #include <fcntl.h>
 #include <linux/capability.h>
-#include <linux/filter.h>
-#include <linux/seccomp.h>
 #include <malloc.h>
 #include <pthread.h>
 #include <signal.h>
@@ -859,18 +858,7 @@ static int in_cgroup(char **argv) {
  * where a system call fails, as under a container's seccomp profile: io_uring_setup or getrandom
  * with ENOSYS, or madvise(MADV_POPULATE_WRITE) with ENOMEM, as when memory cannot be had. */
 static int refusing(char **argv, int nr, int advice, int err) {
-  struct sock_filter filter[] = {
-      BPF_STMT(BPF_LD | BPF_W | BPF_ABS, offsetof(struct seccomp_data, nr)),
-      BPF_JUMP(BPF_JMP | BPF_JEQ | BPF_K, (unsigned)nr, 0, 3),
-      BPF_STMT(BPF_LD | BPF_W | BPF_ABS, offsetof(struct seccomp_data, args[2])),
-      BPF_JUMP(BPF_JMP | BPF_JEQ | BPF_K, (unsigned)advice, 0, 1),
-      BPF_STMT(BPF_RET | BPF_K, SECCOMP_RET_ERRNO | (unsigned)err),
-      BPF_STMT(BPF_RET | BPF_K, SECCOMP_RET_ALLOW),
-  };
-  if (advice < 0) filter[3] = (struct sock_filter)BPF_JUMP(BPF_JMP | BPF_JA, 0, 0, 0);
-  struct sock_fprog prog = {sizeof filter / sizeof filter[0], filter};
-  if (prctl(PR_SET_NO_NEW_PRIVS, 1, 0, 0, 0) || prctl(PR_SET_SECCOMP, SECCOMP_MODE_FILTER, &prog))
-    return 1;
+  if (nic_refuse_syscall(nr, advice, err)) return 1;
   argv[1] = argv[0];
   execv(argv[0], argv + 1);
   return 1;

@@ -1,16 +1,27 @@
 /* lazy_step_probe: one small dataplane block, 64 KiB written, in a fresh step; then its step
  * registered with the default backend (sim). Prints, at each stage, the step's bytes in memory
  * (mincore over the step), the locked bytes of the mapping that holds the block (/proc/self/smaps
- * "Locked:", summed over the mappings inside the step), and the stats' pinned bytes. */
+ * "Locked:", summed over the mappings inside the step), and the stats' pinned bytes.
+ * "whole": 1 MiB blocks written until a step lies wholly in memory, never registered; the stats
+ * are read (which finds that step whole), then one block inside it is freed, so that its pages
+ * go back (MIMALLOC_DECOMMIT_DELAY=0), and the stats are read again. Prints, at each read, the
+ * stats' pinned bytes and the process's locked bytes in memory (/proc/self/smaps_rollup).
+ * "no-onfault": the first scenario again, where mlock2(MLOCK_ONFAULT) fails with EINVAL as on a
+ * kernel without it (a seccomp filter, then the probe runs itself anew under it); prints what
+ * mlock2 said to the probe itself. */
 #define _GNU_SOURCE
 #include "nicmalloc.h"
+#include "refuse_syscall.h"
 
+#include <errno.h>
 #include <inttypes.h>
 #include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/mman.h>
+#include <sys/syscall.h>
+#include <unistd.h>
 
 static size_t resident_bytes(uintptr_t base, size_t len) {
   unsigned char vec[1024];
@@ -44,6 +55,54 @@ static long locked_kb(uintptr_t base, size_t len) {
   return kb;
 }
 
+/* "Locked:" of /proc/self/smaps_rollup: every locked page in memory, which here is dataplane
+ * steps only. */
+static long rollup_locked_kb(void) {
+  FILE *f = fopen("/proc/self/smaps_rollup", "r");
+  if (!f) return -1;
+  char line[256];
+  long kb = -1;
+  while (fgets(line, sizeof line, f))
+    if (!strncmp(line, "Locked:", 7)) kb = strtol(line + 7, NULL, 10);
+  fclose(f);
+  return kb;
+}
+
+static void print_whole(const char *tag) {
+  struct nic_stats s = NIC_STATS_INIT;
+  nic_get_stats(&s);
+  printf("%s_pinned=%zu\n%s_locked=%ld\n", tag, s.dataplane_pinned, tag, rollup_locked_kb() * 1024);
+}
+
+enum { BLOCKS = 24 };
+
+static int whole_step(size_t step_len) {
+  static const size_t block = (size_t)1 << 20;
+  char *b[BLOCKS];
+  for (int i = 0; i < BLOCKS; i++) {
+    b[i] = nic_malloc(block);
+    if (!b[i] || !nic_is_dataplane(b[i])) return 1;
+    memset(b[i], 'a' + i, block);
+  }
+  /* A block inside a step that is wholly in memory. */
+  int victim = -1;
+  for (int i = 0; i < BLOCKS && victim < 0; i++) {
+    const uintptr_t step = (uintptr_t)b[i] & ~(uintptr_t)(step_len - 1);
+    if (((uintptr_t)b[i] + block - 1) / step_len == step / step_len &&
+        resident_bytes(step, step_len) == step_len)
+      victim = i;
+  }
+  printf("victim=%d\n", victim);
+  if (victim < 0) return 1;
+  print_whole("whole");
+  print_whole("whole_again");
+  free(b[victim]);
+  nic_collect();
+  printf("victim_resident=%zu\n", resident_bytes((uintptr_t)b[victim], block));
+  print_whole("freed");
+  return 0;
+}
+
 static void print(const char *tag, uintptr_t step, size_t len) {
   struct nic_stats s = NIC_STATS_INIT;
   nic_get_stats(&s);
@@ -51,8 +110,19 @@ static void print(const char *tag, uintptr_t step, size_t len) {
          locked_kb(step, len), tag, s.dataplane_pinned);
 }
 
-int main(void) {
+int main(int argc, char **argv) {
   const size_t step_len = (size_t)strtoull(getenv("NICMALLOC_PIN_STEP"), NULL, 0) << 20;
+  if (argc > 1 && !strcmp(argv[1], "whole")) return whole_step(step_len);
+  if (argc > 1 && !strcmp(argv[1], "no-onfault")) {
+    if (nic_refuse_syscall(SYS_mlock2, -1, EINVAL)) return 1;
+    execl(argv[0], argv[0], "refused", (char *)NULL);
+    return 1;
+  }
+  if (argc > 1 && !strcmp(argv[1], "refused")) {
+    static char page[4096];
+    printf("mlock2_errno=%d\n",
+           syscall(SYS_mlock2, page, sizeof page, 1 /* MLOCK_ONFAULT */) ? errno : 0);
+  }
   char *p = nic_malloc(65536);
   if (!p || !nic_is_dataplane(p)) {
     printf("dataplane=0\n");

@@ -4,6 +4,8 @@
 // commits there (alloc/os/pin.c, alloc/heap/steps.c).
 #include <gtest/gtest.h>
 
+#include <cerrno>
+
 #include "probe_runner.h"
 
 namespace {
@@ -54,6 +56,40 @@ TEST(LazySteps, PopulateAtCommitFaultsInTheWholeStepAtOnce) {
   ASSERT_EQ(r.num("register_rc"), 0) << r.out;
   EXPECT_EQ(r.num("registered_resident"), 4 * kMiB) << r.out;
   EXPECT_EQ(r.num("intact"), 1) << r.out;
+}
+
+// Where the kernel has no MLOCK_ONFAULT (before 4.4: mlock2 fails with EINVAL), a step is
+// faulted in whole and locked when it is backed, as under NICMALLOC_DP_POPULATE=commit.
+TEST(LazySteps, WithoutLockOnFaultAStepIsFaultedInAndLockedWhole) {
+  auto r = run_probe(env("register", "4k"), {"no-onfault"});
+  ASSERT_EQ(r.exit_code, 0) << r.out << r.err;
+  ASSERT_EQ(r.num("mlock2_errno"), EINVAL) << r.out; // the filter is in place
+  EXPECT_EQ(r.num("touched_resident"), 4 * kMiB) << r.out;
+  EXPECT_EQ(r.num("touched_locked_kb"), 4 * 1024) << r.out;
+  EXPECT_GE(r.num("touched_pinned"), 4 * kMiB) << r.out;
+  ASSERT_EQ(r.num("register_rc"), 0) << r.out;
+  EXPECT_EQ(r.num("registered_resident"), 4 * kMiB) << r.out;
+  EXPECT_EQ(r.num("registered_locked_kb"), 4 * 1024) << r.out;
+  EXPECT_EQ(r.num("intact"), 1) << r.out;
+}
+
+// A step locked as touched that a stats read found wholly in memory is not asked of the kernel
+// again, until pages leave it: a block freed inside it gives its pages back (the release delay
+// keeps the step itself), and the next read counts what stays, as the kernel does.
+TEST(LazySteps, PinnedCountStaysExactAfterPagesLeaveAStepFoundWhole) {
+  auto e = env("register", "4k");
+  e.push_back("NICMALLOC_RELEASE_DELAY_MS=3600000");
+  e.push_back("MIMALLOC_DECOMMIT_DELAY=0");
+  auto r = run_probe(e, {"whole"});
+  ASSERT_EQ(r.exit_code, 0) << r.out << r.err;
+  ASSERT_GE(r.num("victim"), 0) << r.out;
+  ASSERT_GT(r.num("whole_locked"), 0) << r.out;
+  EXPECT_EQ(r.num("whole_pinned"), r.num("whole_locked")) << r.out;
+  EXPECT_EQ(r.num("whole_again_pinned"), r.num("whole_again_locked")) << r.out;
+  // Most of the freed 1 MiB block left memory (its first slice may hold mimalloc's free list).
+  ASSERT_LE(r.num("victim_resident"), 128 * 1024) << r.out;
+  EXPECT_LE(r.num("freed_locked"), r.num("whole_locked") - 768 * 1024) << r.out;
+  EXPECT_EQ(r.num("freed_pinned"), r.num("freed_locked")) << r.out;
 }
 
 } // namespace

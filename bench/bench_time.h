@@ -1,0 +1,36 @@
+/* What the small by-hand benchmarks (first_register.c, stats_cost.c) share: a clock read in
+ * milliseconds and the comparison that sorts their samples for medians. Header-only so that
+ * each stays one source file in bench/CMakeLists.txt. */
+#ifndef NICMALLOC_BENCH_TIME_H
+#define NICMALLOC_BENCH_TIME_H
+
+#include <nicmalloc.h>
+
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+
+static inline double bench_ms(clockid_t clock) {
+  struct timespec ts;
+  clock_gettime(clock, &ts);
+  return ts.tv_sec * 1e3 + ts.tv_nsec / 1e6;
+}
+
+static inline int bench_cmp_double(const void *a, const void *b) {
+  double x = *(const double *)a, y = *(const double *)b;
+  return x < y ? -1 : x > y;
+}
+
+/* Sorts v in place; the median and the extremes are then v[n / 2], v[0] and v[n - 1]. */
+static inline void bench_sort(double *v, size_t n) {
+  qsort(v, n, sizeof *v, bench_cmp_double);
+}
+
+/* nic_get_stats checks the caller's size, so every read starts from a cleared, sized struct. */
+static inline void bench_read_stats(struct nic_stats *st) {
+  memset(st, 0, sizeof *st);
+  st->size = sizeof *st;
+  nic_get_stats(st);
+}
+
+#endif
