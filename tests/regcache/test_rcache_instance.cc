@@ -286,11 +286,14 @@ TEST_F(RcacheInstance, TwoCachesUsedWhileTheirPagesAreDroppedStayBalanced) {
   nic_rcache *a = nic_rcache_create(&pa), *b = nic_rcache_create(&pb);
   ASSERT_TRUE(a && b);
   const int kRounds = 3000;
-  // The users go on until every drop is made: on a loaded machine they could otherwise be done
-  // before the first, and nothing would be invalidated.
+  // The users go on until every drop is made, and the drops begin once both users run: on a
+  // loaded machine either side could otherwise be done before the other starts, and nothing
+  // would be invalidated (one run in 20 here, alone or under the whole suite).
   std::atomic<bool> drops_done{false};
-  auto user = [this, &drops_done](nic_rcache *c, FakeBackend *f, unsigned seed) {
+  std::atomic<int> users_started{0};
+  auto user = [this, &drops_done, &users_started](nic_rcache *c, FakeBackend *f, unsigned seed) {
     for (int i = 0; i < kRounds || !drops_done.load(); i++) {
+      if (i == 0) users_started++;
       const size_t page = rand_r(&seed) % 8, off = rand_r(&seed) % kPage;
       const size_t len = 1 + rand_r(&seed) % (2 * kPage);
       const uintptr_t p = At(page) + off;
@@ -306,6 +309,8 @@ TEST_F(RcacheInstance, TwoCachesUsedWhileTheirPagesAreDroppedStayBalanced) {
     }
   };
   std::thread ta(user, a, &fa, 1u), tb(user, b, &fb, 2u);
+  while (users_started.load() < 2)
+    std::this_thread::yield();
   unsigned seed = 3;
   for (int i = 0; i < kRounds; i++)
     EXPECT_EQ(madvise(mem_ + (rand_r(&seed) % 9) * kPage, kPage, MADV_DONTNEED), 0);
