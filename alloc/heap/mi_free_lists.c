@@ -59,11 +59,6 @@ static bool load_heap_word(uintptr_t heap, uintptr_t offset, uintptr_t *out) {
   return load(heap + offset, out);
 }
 
-struct page_view {
-  uintptr_t header, start, end, block_size, capacity;
-  bool in_use;
-};
-
 /* The span holding p, found by walking the segment's spans from its first slice: each span's
  * first slice entry holds its length in slices, and the spans tile the segment. Only those
  * entries are kept up to date: a slice inside a span may still describe the page it belonged to
@@ -72,7 +67,7 @@ struct page_view {
  * memory. A freed large block's span is the case that matters: its pages may be decommitted at
  * once (MADV_DONTNEED), which wipes the block's free key, and only this walk can tell that
  * mimalloc holds nothing there. */
-static bool read_page(uintptr_t p, struct page_view *v) {
+static bool read_page(uintptr_t p, struct nic_mi_page *v) {
   const uintptr_t segment = (p - 1) & ~NIC_MI_SEGMENT_MASK;
   const uintptr_t slices = segment + NIC_MI_SEG_SLICES;
   const uintptr_t index = (p - segment) >> NIC_MI_SLICE_SHIFT;
@@ -106,8 +101,12 @@ static bool read_page(uintptr_t p, struct page_view *v) {
   return v->end <= v->start + page_bytes;
 }
 
+bool nic_mi_page_of(const void *p, struct nic_mi_page *out) {
+  return __atomic_load_n(&layout_ok, __ATOMIC_RELAXED) && read_page((uintptr_t)p, out);
+}
+
 /* NIC_MI_FREE if block is on the list from head, NIC_MI_LIVE if the list ends without it. */
-static enum nic_mi_block_state walk_page_list(const struct page_view *v, uintptr_t head,
+static enum nic_mi_block_state walk_page_list(const struct nic_mi_page *v, uintptr_t head,
                                               uintptr_t block) {
   uintptr_t b = head;
   for (uintptr_t steps = 0; b; steps++) {
@@ -132,7 +131,7 @@ static enum nic_mi_block_state walk_delayed_list(uintptr_t heap, uintptr_t block
 
 enum nic_mi_block_state nic_mi_block_state(const void *ptr) {
   const uintptr_t p = (uintptr_t)ptr;
-  struct page_view v;
+  struct nic_mi_page v;
   if (!__atomic_load_n(&layout_ok, __ATOMIC_RELAXED) || !read_page(p, &v)) return NIC_MI_UNKNOWN;
   if (!v.in_use) return NIC_MI_FREE;
   if (p < v.start || p >= v.end) return NIC_MI_UNKNOWN;
@@ -154,7 +153,7 @@ enum nic_mi_block_state nic_mi_block_state(const void *ptr) {
 
 /* The page of p belongs to this thread's default heap, as 2.0.9's layout says it must. */
 static bool owned_here(const void *p) {
-  struct page_view v;
+  struct nic_mi_page v;
   uintptr_t heap, heap_thread, segment_thread;
   const uintptr_t self = (uintptr_t)pthread_self(); /* mimalloc's thread id on glibc x86-64 */
   return read_page((uintptr_t)p, &v) && v.in_use && v.block_size == mi_usable_size(p) &&
