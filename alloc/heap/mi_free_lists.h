@@ -34,6 +34,11 @@ struct nic_mi_page {
   bool in_use;
 };
 bool nic_mi_page_of(const void *p, struct nic_mi_page *out);
+/* The same in one step, as mimalloc's own free finds a block's page: from p's slice entry's
+ * offset back to its page. True only for a pointer into a page in use (2.0.9 keeps the offsets
+ * of a freed span's inner slices stale); the answer is then a page whose span covers p, which
+ * for p in a page in use is that page. Never faults. */
+bool nic_mi_page_by_offset(const void *p, struct nic_mi_page *out);
 
 /* Reads the word at a (8-aligned) without ever faulting: directly where the control arena's
  * commit map or a mapped dataplane chunk vouches for it, else copied by the kernel. False when

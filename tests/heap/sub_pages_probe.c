@@ -22,7 +22,10 @@
 #include <string.h>
 #include <sys/mman.h>
 
-enum { BLOCKS = 32768, SIZE = 256, KEEP_EVERY = 64 };
+enum { BLOCKS = 32768 };
+/* "medium" as a second word: 20000-byte blocks (20 KiB in mimalloc: its 512 KiB pages of eight
+ * slices), one in eight kept, 1600 of them. */
+static int SIZE = 256, KEEP_EVERY = 64, COUNT = BLOCKS;
 static char *b[BLOCKS];
 
 static long proc_kb(const char *path, const char *key) {
@@ -61,7 +64,7 @@ static int kept(int i) {
 /* Every byte of every live block. */
 static int live_intact(void) {
   int ok = 1;
-  for (int i = 0; i < BLOCKS; i += KEEP_EVERY)
+  for (int i = 0; i < COUNT; i += KEEP_EVERY)
     for (int k = 0; k < SIZE; k++)
       ok &= b[i][k] == pattern(i);
   return ok;
@@ -71,7 +74,7 @@ static int live_intact(void) {
 static long gone_pages(void) {
   long n = 0;
   uintptr_t last = 0;
-  for (int i = 0; i < BLOCKS; i++) {
+  for (int i = 0; i < COUNT; i++) {
     const uintptr_t page = (uintptr_t)b[i] & ~(uintptr_t)4095;
     if (kept(i) || page == last) continue;
     last = page;
@@ -81,13 +84,13 @@ static long gone_pages(void) {
 }
 
 static void fill_and_shrink(void) {
-  for (int i = 0; i < BLOCKS; i++) {
+  for (int i = 0; i < COUNT; i++) {
     b[i] = nic_malloc(SIZE);
     if (!b[i]) exit(1);
     memset(b[i], pattern(i), SIZE);
   }
   print("full");
-  for (int i = 0; i < BLOCKS; i++)
+  for (int i = 0; i < COUNT; i++)
     if (!kept(i)) free(b[i]);
   nic_collect();
   print("freed");
@@ -113,7 +116,7 @@ static void again(const char *tag, char **fresh, int n, uintptr_t lo, uintptr_t 
 
 static void range(uintptr_t *lo, uintptr_t *hi) {
   *lo = UINTPTR_MAX, *hi = 0;
-  for (int i = 0; i < BLOCKS; i++) {
+  for (int i = 0; i < COUNT; i++) {
     if ((uintptr_t)b[i] < *lo) *lo = (uintptr_t)b[i];
     if ((uintptr_t)b[i] > *hi) *hi = (uintptr_t)b[i];
   }
@@ -124,30 +127,31 @@ static char *fresh[BLOCKS];
 static int shrink_mode(void) {
   uintptr_t lo, hi;
   range(&lo, &hi);
-  const int freed = BLOCKS - BLOCKS / KEEP_EVERY;
+  const int freed = COUNT - COUNT / KEEP_EVERY;
   again("again", fresh, freed, lo, hi);
   printf("again_intact=%d\n", live_intact());
   for (int i = 0; i < freed; i++)
     free(fresh[i]);
-  for (int i = 0; i < BLOCKS; i += KEEP_EVERY)
+  for (int i = 0; i < COUNT; i += KEEP_EVERY)
     free(b[i]);
   nic_collect();
   print("empty");
   /* Every page emptied: mimalloc builds them anew and every block of the fill is there again. */
-  again("rebuilt", fresh, BLOCKS, lo, hi);
-  for (int i = 0; i < BLOCKS; i++)
+  again("rebuilt", fresh, COUNT, lo, hi);
+  for (int i = 0; i < COUNT; i++)
     free(fresh[i]);
   print("end");
   return 0;
 }
 
-/* A freed block whose first page went back, and a freed block in memory at its start whose
- * last bytes lie on a page that went back. */
+/* A freed block whose first page went back (the last such), and a freed block in memory at its
+ * start whose last bytes lie on a page that went back. */
 static int double_mode(void) {
   int whole = -1, part = -1;
-  for (int i = 0; i < BLOCKS; i++) {
+  for (int i = 0; i < COUNT; i++) {
     if (kept(i)) continue;
-    if (whole < 0 && !resident(b[i])) whole = i;
+    /* The last one: with blocks of several slices' pages, one past the page's first slice. */
+    if (!resident(b[i])) whole = i;
     if (part < 0 && resident(b[i]) && !resident(b[i] + SIZE - 1)) part = i;
   }
   printf("whole=%d\npart=%d\n", whole, part);
@@ -158,7 +162,7 @@ static int double_mode(void) {
     printf("realloc_null=%d\nusable=%zu\n", realloc(b[whole], 100) == NULL,
            malloc_usable_size(b[whole]));
   print("after");
-  for (int i = 0; i < BLOCKS; i += KEEP_EVERY)
+  for (int i = 0; i < COUNT; i += KEEP_EVERY)
     free(b[i]);
   print("end");
   return 0;
@@ -171,11 +175,11 @@ static int held_mode(void) {
   print("registered");
   printf("registered_intact=%d\n", live_intact());
   /* Half the live blocks freed under the registration: their pages stay. */
-  for (int i = KEEP_EVERY; i < BLOCKS; i += 2 * KEEP_EVERY)
+  for (int i = KEEP_EVERY; i < COUNT; i += 2 * KEEP_EVERY)
     free(b[i]);
   nic_collect();
   long gone = 0;
-  for (int i = 0; i < BLOCKS; i++)
+  for (int i = 0; i < COUNT; i++)
     gone += !resident(b[i]);
   printf("held_gone_blocks=%ld\n", gone);
   print("held");
@@ -192,11 +196,11 @@ static int abandon_mode(void) {
   uintptr_t lo, hi;
   range(&lo, &hi);
   /* The exited thread's segments are taken by this thread's allocations of the same size. */
-  const int freed = BLOCKS - BLOCKS / KEEP_EVERY;
+  const int freed = COUNT - COUNT / KEEP_EVERY;
   again("adopted", fresh, freed, lo, hi);
   printf("adopted_intact=%d\n", live_intact());
   int whole = -1;
-  for (int i = 0; i < BLOCKS && whole < 0; i++)
+  for (int i = 0; i < COUNT && whole < 0; i++)
     if (!kept(i) && !resident(b[i])) whole = i;
   printf("whole=%d\n", whole);
   print("before");
@@ -204,7 +208,7 @@ static int abandon_mode(void) {
   print("after");
   for (int i = 0; i < freed; i++)
     free(fresh[i]);
-  for (int i = 0; i < BLOCKS; i += KEEP_EVERY)
+  for (int i = 0; i < COUNT; i += KEEP_EVERY)
     free(b[i]);
   print("end");
   return 0;
@@ -212,6 +216,7 @@ static int abandon_mode(void) {
 
 int main(int argc, char **argv) {
   const char *mode = argc > 1 ? argv[1] : "shrink";
+  if (argc > 2 && !strcmp(argv[2], "medium")) SIZE = 20000, KEEP_EVERY = 8, COUNT = 1600;
   if (!strcmp(mode, "abandon")) {
     pthread_t t;
     if (pthread_create(&t, NULL, shrink_thread, NULL) || pthread_join(t, NULL)) return 1;

@@ -61,6 +61,20 @@ TEST(SubPages, ADoubleFreeOfABlockHeldBackIsReportedAndIgnored) {
   EXPECT_EQ(r.num("end_live"), 0) << r.out;
 }
 
+// The same for blocks of mimalloc's eight-slice pages, found from a slice inside the page (its
+// entry's offset back to the page header). 20 KiB blocks straddle no 4 KiB page: only the
+// block whose pages went back is freed again, given to realloc and asked its size.
+TEST(SubPages, ADoubleFreeOfABlockHeldBackInsideAMultiSlicePageIsReportedAndIgnored) {
+  auto r = run_probe(env("sim"), {"double", "medium"});
+  ASSERT_EQ(r.exit_code, 0) << r.out << r.err;
+  ASSERT_GE(r.num("whole"), 0) << "no freed block's pages went back: " << r.out;
+  EXPECT_EQ(r.num("after_double_frees"), r.num("before_double_frees") + 3) << r.out << r.err;
+  EXPECT_EQ(r.num("realloc_null"), 1) << r.out;
+  EXPECT_EQ(r.num("usable"), 0) << r.out;
+  EXPECT_EQ(r.num("after_live"), r.num("before_live")) << r.out;
+  EXPECT_EQ(r.num("end_live"), 0) << r.out;
+}
+
 // io_uring fixed buffers hold the pages they were given: a registration made after the drop
 // finds every page back in memory (and pinned), and the live blocks as written; while it lasts,
 // no page of its step goes (the kernel would go on sending from the old one).
