@@ -5,6 +5,7 @@
 #include "mi_decommit.h"
 #include "nicmalloc.h"
 #include "reaper.h"
+#include "sub_pages.h"
 
 #include <errno.h>
 
@@ -55,6 +56,8 @@ NIC_EXPORT void nic_collect(void) {
         mi_heap_collect(t->heaps[i], true);
         /* What mimalloc frees it decommits only when it next comes to that segment. */
         nic_mi_decommit_owned(i);
+        /* Free blocks on pages that stay in use: their whole 4 KiB pages. */
+        nic_sub_pages_drop_owned(i);
       }
   }
   nic_huge_cache_purge(0);

@@ -11,6 +11,7 @@
 #include "events.h"
 #include "huge_cache.h"
 #include "mapped.h"
+#include "sub_pages.h"
 #include "thread.h"
 #include "vspace.h"
 
@@ -101,15 +102,22 @@ static inline bool nic_block_on_dropped_page(const void *p) {
   return offset < __atomic_load_n(&nic_commit_map.checked, __ATOMIC_RELAXED) &&
          !nic_commit_map_has(offset);
 }
-/* p, a dataplane block that may be ours, lies in a slice mimalloc does not hold committed: it is
- * freed (no live block lies there), and its pages may have left (a released step, or a unit
- * given back inside a live step: steps.h, step_pages.h), reading as zeros, so its key is not
- * read. Asked once, before the key: a second free racing with mimalloc's decommit of the same
- * slice (the block's span freed and purged between the look and the read) is a racy double free,
- * reported as well as can be: its key may then read as zeros and the free reach mimalloc. */
+/* p, a dataplane block that may be ours, lies in a slice mimalloc does not hold committed, or is
+ * one of the blocks held back with their 4 KiB pages (sub_pages.h): it is freed (no live block lies
+ * there), and its pages may have left (a released step, or a unit given back inside a live step:
+ * steps.h, step_pages.h), reading as zeros, so its key is not read. Asked once, before the key: a
+ * second free racing with mimalloc's decommit of the same slice (the block's span freed and purged
+ * between the look and the read) is a racy double free, reported as well as can be: its key may
+ * then read as zeros and the free reach mimalloc. */
 static inline bool nic_block_was_freed(const void *p) {
-  if (nic_in_dp(p) && __builtin_expect(!nic_dp_slice_held((uintptr_t)p - nic_dp.base), 0))
-    return true;
+  if (nic_in_dp(p)) {
+    const uint8_t slice = nic_dp_slice_byte((uintptr_t)p - nic_dp.base);
+    if (__builtin_expect(!(slice & NIC_DP_SLICE_COMMITTED), 0)) return true;
+    /* Blocks held back inside a page in use (sub_pages.h): their key may read as zeros, or
+     * still be there with mimalloc's lists no longer holding them. */
+    if (__builtin_expect(slice & NIC_DP_SLICE_SUBPAGE, 0) && nic_sub_pages_held_back(p))
+      return true;
+  }
   if (__builtin_expect(nic_block_is_free(p), 0)) return nic_key_match_freed(p);
   return __builtin_expect(nic_block_on_dropped_page(p), 0) && nic_dropped_block_freed(p);
 }

@@ -12,6 +12,7 @@
 #include "startup.h"
 #include "step_pages.h"
 #include "steps.h"
+#include "sub_pages.h"
 #include "vspace.h"
 
 #include <errno.h>
@@ -92,7 +93,8 @@ unsigned nic_chunk_slots_used(void) {
 }
 
 /* The chunk's slices, from its state and free watchers (chunk lock held). The committed bit is
- * mimalloc's (steps.c sets and clears it without the lock), so it is kept as found. */
+ * mimalloc's (steps.c sets and clears it without the lock), and the sub-page bit its owner
+ * thread's (sub_pages.c), so they are kept as found. */
 static void write_slices(unsigned index) {
   const struct nic_chunk *c = &nic_chunks[index];
   const bool mapped = c->state == NIC_CHUNK_LIVE || c->state == NIC_CHUNK_DRAINING;
@@ -103,9 +105,9 @@ static void write_slices(unsigned index) {
     const uint8_t value = (mapped ? NIC_DP_SLICE_MAPPED : 0) |
                           (c->free_watchers || i % per_segment == 0 ? NIC_DP_SLICE_GENERAL : 0);
     uint8_t old = __atomic_load_n(&bytes[i], __ATOMIC_RELAXED);
-    while (!__atomic_compare_exchange_n(&bytes[i], &old,
-                                        (uint8_t)((old & NIC_DP_SLICE_COMMITTED) | value), true,
-                                        __ATOMIC_SEQ_CST, __ATOMIC_RELAXED)) {
+    while (!__atomic_compare_exchange_n(
+        &bytes[i], &old, (uint8_t)((old & (NIC_DP_SLICE_COMMITTED | NIC_DP_SLICE_SUBPAGE)) | value),
+        true, __ATOMIC_SEQ_CST, __ATOMIC_RELAXED)) {
     }
   }
 }
@@ -266,10 +268,12 @@ void nic_chunk_totals(struct nic_chunk_totals *out) {
     for (unsigned s = 0; s < nic_steps_per_chunk(); s++) {
       const struct nic_step *st = &nic_chunks[i].steps[s];
       if (!st->backed) continue;
-      /* Less the pages given back inside it (step_pages.h); a step locked as it is touched
-       * holds what is in memory (its dropped units are not). */
+      /* Less the pages given back inside it (step_pages.h); a step locked as it is touched, or
+       * with 4 KiB pages given back under live blocks (sub_pages.h), holds what is in memory. */
       const size_t dropped = nic_step_pages_dropped_bytes(i, s);
-      const size_t held = st->mapping.populated ? step - dropped : nic_step_resident_locked(i, s);
+      const size_t held = st->mapping.populated && !nic_sub_pages_touched(i, s)
+                              ? step - dropped
+                              : nic_step_resident_locked(i, s);
       out->dropped_bytes += dropped;
       out->backed_bytes += step - dropped;
       if (st->mapping.pinned) out->pinned_bytes += held, out->pinned_steps++;

@@ -127,12 +127,17 @@ static inline const void **nic_step_registration(unsigned index, unsigned step) 
  *   lock, before it touches any byte there. No live block lies outside a committed slice: a
  *   block there is freed, and its bytes (the free key) may be gone (a released step, or a unit
  *   given back inside a live step: steps.h, step_pages.h), so nothing reads them.
+ * - NIC_DP_SLICE_SUBPAGE: a block of a mimalloc page in the slice was taken off its free lists
+ *   and 4 KiB pages under it given back (sub_pages.h): a free there asks whether its block is
+ *   one of those before it reads the key, which may read as zeros. Set and cleared by the
+ *   owner thread of the page, and cleared with the slice's decommit.
  * A slice is NIC_DP_SLICE_FAST, frees there taking their fast path, only with exactly
  * MAPPED | COMMITTED. */
 enum {
   NIC_DP_SLICE_MAPPED = 1,
   NIC_DP_SLICE_GENERAL = 2,
   NIC_DP_SLICE_COMMITTED = 4,
+  NIC_DP_SLICE_SUBPAGE = 8,
   NIC_DP_SLICE_FAST = NIC_DP_SLICE_MAPPED | NIC_DP_SLICE_COMMITTED,
 };
 extern uint8_t nic_dp_slices[NIC_CHUNK_SLOTS << (30 - NIC_SLICE_SHIFT)]
@@ -170,11 +175,16 @@ static inline bool nic_slices_committed(unsigned index, size_t first, size_t las
   }
   return false;
 }
-/* Whether mimalloc holds the slice at offset (less than nic_dp.span) into the range committed:
- * the general free path asks before it reads a block's key. */
+/* Whether mimalloc holds the slice at offset (less than nic_dp.span) into the range committed. */
 static inline bool nic_dp_slice_held(uintptr_t offset) {
   return __atomic_load_n(&nic_dp_slices[offset >> NIC_SLICE_SHIFT], __ATOMIC_ACQUIRE) &
          NIC_DP_SLICE_COMMITTED;
+}
+/* The byte of the slice at offset (less than nic_dp.span) into the range: the general free path
+ * asks whether mimalloc holds it committed, and whether blocks are held back there, before it
+ * reads a block's key. */
+static inline uint8_t nic_dp_slice_byte(uintptr_t offset) {
+  return __atomic_load_n(&nic_dp_slices[offset >> NIC_SLICE_SHIFT], __ATOMIC_ACQUIRE);
 }
 /* Number of chunk slots ever mapped (live chunks are among the first this many). */
 unsigned nic_chunk_slots_used(void);

@@ -107,11 +107,12 @@ static size_t decommit_marked(uintptr_t segment) {
   return bytes;
 }
 
-size_t nic_mi_decommit_owned(unsigned index) {
+size_t nic_mi_each_owned_segment(unsigned index, size_t (*fn)(uintptr_t segment, void *arg),
+                                 void *arg) {
   if (!nic_chunk_readable(index) || !layout_checked()) return 0;
   const uintptr_t base = (uintptr_t)nic_chunk_base(index);
   const size_t size = (size_t)1 << nic_dp.shift;
-  size_t bytes = 0;
+  size_t total = 0;
   /* One byte past each segment boundary: 2.0.9 finds a pointer's segment as (p - 1) & ~mask.
    * A huge segment (its own kind, never marked) is passed over by its length. */
   for (size_t off = 0; off < size;) {
@@ -123,10 +124,19 @@ size_t nic_mi_decommit_owned(unsigned index) {
         const size_t slices = word_at(segment + NIC_MI_SEG_SLICES_TOTAL) << NIC_MI_SLICE_SHIFT;
         if (slices > length) length = slices;
       } else if (own_segment(segment)) {
-        bytes += decommit_marked(segment);
+        total += fn(segment, arg);
       }
     }
     off += length;
   }
-  return bytes;
+  return total;
+}
+
+static size_t decommit_segment(uintptr_t segment, void *arg) {
+  (void)arg;
+  return decommit_marked(segment);
+}
+
+size_t nic_mi_decommit_owned(unsigned index) {
+  return nic_mi_each_owned_segment(index, decommit_segment, NULL);
 }

@@ -18,9 +18,14 @@
 
 #include <stdbool.h>
 #include <stddef.h>
+#include <stdint.h>
 
 /* Decommits the slices mimalloc marked for decommit in the calling thread's segments of
  * dataplane chunk index (mapped). Returns the bytes decommitted. Not on a hot path. */
 size_t nic_mi_decommit_owned(unsigned index);
+/* Calls fn on each normal segment of chunk index that the calling thread owns, once the layout
+ * is known to be 2.0.9's (the same checks as the decommit's); returns the sum of its answers. */
+size_t nic_mi_each_owned_segment(unsigned index, size_t (*fn)(uintptr_t segment, void *arg),
+                                 void *arg);
 
 #endif

@@ -59,11 +59,6 @@ static bool load_heap_word(uintptr_t heap, uintptr_t offset, uintptr_t *out) {
   return load(heap + offset, out);
 }
 
-struct page_view {
-  uintptr_t header, start, end, block_size, capacity;
-  bool in_use;
-};
-
 /* The span holding p, found by walking the segment's spans from its first slice: each span's
  * first slice entry holds its length in slices, and the spans tile the segment. Only those
  * entries are kept up to date: a slice inside a span may still describe the page it belonged to
@@ -72,27 +67,15 @@ struct page_view {
  * memory. A freed large block's span is the case that matters: its pages may be decommitted at
  * once (MADV_DONTNEED), which wipes the block's free key, and only this walk can tell that
  * mimalloc holds nothing there. */
-static bool read_page(uintptr_t p, struct page_view *v) {
-  const uintptr_t segment = (p - 1) & ~NIC_MI_SEGMENT_MASK;
-  const uintptr_t slices = segment + NIC_MI_SEG_SLICES;
-  const uintptr_t index = (p - segment) >> NIC_MI_SLICE_SHIFT;
-  uintptr_t entries, counts = 0, word, sizes;
-  if (!load(segment + NIC_MI_SEG_SLICE_ENTRIES, &entries) || index >= entries) return false;
-  uintptr_t page_index = 0;
-  for (;;) { /* a huge page's span runs on past the entries */
-    if (!load(slices + page_index * NIC_MI_PAGE_HEADER + NIC_MI_PAGE_SLICE_COUNT, &counts))
-      return false;
-    const uint32_t span = (uint32_t)counts;
-    if (span == 0) return false; /* not a span start: the segment is changing */
-    if (index < page_index + span) break;
-    page_index += span;
-    if (page_index >= entries) return false;
-  }
-  v->header = slices + page_index * NIC_MI_PAGE_HEADER;
+/* The page whose header is the slice entry page_index of segment, its span slice_count long. */
+static bool view_page(uintptr_t segment, uintptr_t page_index, uint32_t slice_count,
+                      struct nic_mi_page *v) {
+  uintptr_t word, sizes;
+  v->header = segment + NIC_MI_SEG_SLICES + page_index * NIC_MI_PAGE_HEADER;
   if (!load(v->header + NIC_MI_PAGE_CAPACITY, &word) ||
       !load(v->header + NIC_MI_PAGE_XBLOCK_SIZE, &sizes))
     return false;
-  const uint32_t slice_count = (uint32_t)counts, xblock_size = (uint32_t)(sizes >> 32);
+  const uint32_t xblock_size = (uint32_t)(sizes >> 32);
   /* A free span: nothing in it is allocated. */
   v->in_use = xblock_size != 0;
   if (!v->in_use) return true;
@@ -106,8 +89,50 @@ static bool read_page(uintptr_t p, struct page_view *v) {
   return v->end <= v->start + page_bytes;
 }
 
+static bool read_page(uintptr_t p, struct nic_mi_page *v) {
+  const uintptr_t segment = (p - 1) & ~NIC_MI_SEGMENT_MASK;
+  const uintptr_t slices = segment + NIC_MI_SEG_SLICES;
+  const uintptr_t index = (p - segment) >> NIC_MI_SLICE_SHIFT;
+  uintptr_t entries, counts = 0;
+  if (!load(segment + NIC_MI_SEG_SLICE_ENTRIES, &entries) || index >= entries) return false;
+  uintptr_t page_index = 0;
+  for (;;) { /* a huge page's span runs on past the entries */
+    if (!load(slices + page_index * NIC_MI_PAGE_HEADER + NIC_MI_PAGE_SLICE_COUNT, &counts))
+      return false;
+    const uint32_t span = (uint32_t)counts;
+    if (span == 0) return false; /* not a span start: the segment is changing */
+    if (index < page_index + span) break;
+    page_index += span;
+    if (page_index >= entries) return false;
+  }
+  return view_page(segment, page_index, (uint32_t)counts, v);
+}
+
+bool nic_mi_page_of(const void *p, struct nic_mi_page *out) {
+  return __atomic_load_n(&layout_ok, __ATOMIC_RELAXED) && read_page((uintptr_t)p, out);
+}
+
+bool nic_mi_page_by_offset(const void *ptr, struct nic_mi_page *out) {
+  const uintptr_t p = (uintptr_t)ptr, segment = (p - 1) & ~NIC_MI_SEGMENT_MASK;
+  const uintptr_t index = (p - segment) >> NIC_MI_SLICE_SHIFT;
+  const uintptr_t slices = segment + NIC_MI_SEG_SLICES;
+  uintptr_t entries, entry, counts;
+  if (!__atomic_load_n(&layout_ok, __ATOMIC_RELAXED) ||
+      !load(segment + NIC_MI_SEG_SLICE_ENTRIES, &entries) || index == 0 || index >= entries ||
+      !load(slices + index * NIC_MI_PAGE_HEADER + NIC_MI_PAGE_SLICE_COUNT, &entry))
+    return false;
+  /* slice_offset: bytes back from the entry to its page's */
+  const uintptr_t back = (uint32_t)(entry >> 32);
+  if (back % NIC_MI_PAGE_HEADER || back / NIC_MI_PAGE_HEADER > index) return false;
+  const uintptr_t page_index = index - back / NIC_MI_PAGE_HEADER;
+  if (!load(slices + page_index * NIC_MI_PAGE_HEADER + NIC_MI_PAGE_SLICE_COUNT, &counts) ||
+      index >= page_index + (uint32_t)counts)
+    return false;
+  return view_page(segment, page_index, (uint32_t)counts, out);
+}
+
 /* NIC_MI_FREE if block is on the list from head, NIC_MI_LIVE if the list ends without it. */
-static enum nic_mi_block_state walk_page_list(const struct page_view *v, uintptr_t head,
+static enum nic_mi_block_state walk_page_list(const struct nic_mi_page *v, uintptr_t head,
                                               uintptr_t block) {
   uintptr_t b = head;
   for (uintptr_t steps = 0; b; steps++) {
@@ -132,7 +157,7 @@ static enum nic_mi_block_state walk_delayed_list(uintptr_t heap, uintptr_t block
 
 enum nic_mi_block_state nic_mi_block_state(const void *ptr) {
   const uintptr_t p = (uintptr_t)ptr;
-  struct page_view v;
+  struct nic_mi_page v;
   if (!__atomic_load_n(&layout_ok, __ATOMIC_RELAXED) || !read_page(p, &v)) return NIC_MI_UNKNOWN;
   if (!v.in_use) return NIC_MI_FREE;
   if (p < v.start || p >= v.end) return NIC_MI_UNKNOWN;
@@ -154,7 +179,7 @@ enum nic_mi_block_state nic_mi_block_state(const void *ptr) {
 
 /* The page of p belongs to this thread's default heap, as 2.0.9's layout says it must. */
 static bool owned_here(const void *p) {
-  struct page_view v;
+  struct nic_mi_page v;
   uintptr_t heap, heap_thread, segment_thread;
   const uintptr_t self = (uintptr_t)pthread_self(); /* mimalloc's thread id on glibc x86-64 */
   return read_page((uintptr_t)p, &v) && v.in_use && v.block_size == mi_usable_size(p) &&

@@ -25,6 +25,21 @@ enum nic_mi_block_state {
  * which only a double free racing with that thread can run into. */
 enum nic_mi_block_state nic_mi_block_state(const void *p);
 
+/* The mimalloc page holding p (inside a mimalloc segment), found from the segment's first slice
+ * (the only entries 2.0.9 keeps true for freed memory). in_use false: p lies in a free span, and
+ * nothing else is set but header. Blocks run from start to end (capacity of block_size bytes).
+ * False when the headers cannot be read or their layout is not 2.0.9's. */
+struct nic_mi_page {
+  uintptr_t header, start, end, block_size, capacity;
+  bool in_use;
+};
+bool nic_mi_page_of(const void *p, struct nic_mi_page *out);
+/* The same in one step, as mimalloc's own free finds a block's page: from p's slice entry's
+ * offset back to its page. True only for a pointer into a page in use (2.0.9 keeps the offsets
+ * of a freed span's inner slices stale); the answer is then a page whose span covers p, which
+ * for p in a page in use is that page. Never faults. */
+bool nic_mi_page_by_offset(const void *p, struct nic_mi_page *out);
+
 /* Reads the word at a (8-aligned) without ever faulting: directly where the control arena's
  * commit map or a mapped dataplane chunk vouches for it, else copied by the kernel. False when
  * it cannot be read. */

@@ -26,12 +26,16 @@
 #define NIC_MI_PAGE_HEADER 80         /* sizeof(mi_page_t) */
 #define NIC_MI_PAGE_SLICE_COUNT 0     /* uint32_t, and slice_offset (bytes back to the page) at 4 */
 #define NIC_MI_PAGE_CAPACITY 8        /* in the word at 8: the uint16_t at byte 10 */
+#define NIC_MI_PAGE_RESERVED 8        /* in the word at 8: the uint16_t at byte 12 */
 #define NIC_MI_PAGE_FREE 16
 #define NIC_MI_PAGE_USED 24        /* uint32_t: blocks allocated and not freed by their owner */
 #define NIC_MI_PAGE_XBLOCK_SIZE 24 /* in the word at 24: the uint32_t at byte 28 */
 #define NIC_MI_PAGE_LOCAL_FREE 32
 #define NIC_MI_PAGE_XTHREAD_FREE 40 /* blocks other threads freed; low two bits are flags */
 #define NIC_MI_PAGE_XHEAP 48
+/* The page's last word, padding that 2.0.9 never writes but zeroes with the page data when it
+ * frees the page (segment.c's page_clear) or sets a segment up: sub_pages.c's mark. */
+#define NIC_MI_PAGE_PADDING 72
 #define NIC_MI_HEAP_DELAYED_FREE 2840 /* after tld, 129 direct pages and 75 page queues */
 #define NIC_MI_HEAP_THREAD_ID 2848
 #define NIC_MI_HUGE_BLOCK_SIZE ((uint32_t)1 << 31) /* xblock_size of a huge page */

@@ -6,6 +6,7 @@
 #include "log.h"
 #include "page_drop.h"
 #include "steps.h"
+#include "sub_pages.h"
 
 #include <errno.h>
 #include <string.h>
@@ -125,6 +126,7 @@ static bool drop_run(unsigned index, unsigned step, const struct nic_step *st, s
 
 void nic_step_pages_drop(void *addr, size_t len) {
   if (!len) return;
+  nic_sub_pages_forget(addr, len);
   /* Posts cannot cover free memory (frees wait for them), but the sim's kept pages and the
    * registration cache hear of every page that leaves. Outside the chunk lock: their locks come
    * before it. The part of a 2 MiB unit outside the range was told at its own decommit. */
@@ -174,6 +176,10 @@ int nic_step_pages_refill(void *addr, size_t len) {
 
 int nic_step_pages_hold_locked(unsigned index, unsigned step) {
   holders[index][step]++;
+  if (nic_sub_pages_refill_locked(index, step)) {
+    holders[index][step]--;
+    return -ENOMEM;
+  }
   if (!dropped_slices[index][step]) return 0;
   void *base = nic_step_base(index, step);
   if (each_run((uintptr_t)base, (uintptr_t)base + ((uintptr_t)1 << nic_dp.step_shift),
@@ -187,7 +193,13 @@ void nic_step_pages_unhold_locked(unsigned index, unsigned step) {
   if (holders[index][step]) holders[index][step]--;
 }
 
+bool nic_step_pages_may_drop_locked(unsigned index, unsigned step) {
+  const struct nic_step *st = &nic_chunk_at(index)->steps[step];
+  return st->backed && unit_shift(st->mapping.kind) && !holders[index][step];
+}
+
 void nic_step_pages_forget_locked(unsigned index, unsigned step) {
+  nic_sub_pages_forget_step_locked(index, step);
   if (!dropped_slices[index][step]) return;
   const size_t per_step = (size_t)1 << (nic_dp.step_shift - NIC_SLICE_SHIFT);
   bits_set(dropped[index], step * per_step, (step + 1) * per_step - 1, false);

@@ -29,6 +29,9 @@ int nic_step_pages_refill(void *addr, size_t len);
  * dropped units and keeps any from being dropped until the matching unhold (0 or -ENOMEM). */
 int nic_step_pages_hold_locked(unsigned index, unsigned step);
 void nic_step_pages_unhold_locked(unsigned index, unsigned step);
+/* Whether pages of the step may be given back now: backed, of a kind given back in parts, and no
+ * registration holds page references (sub_pages.h asks too). */
+bool nic_step_pages_may_drop_locked(unsigned index, unsigned step);
 /* The step's memory was given back whole (or is backed anew): nothing is dropped in it. */
 void nic_step_pages_forget_locked(unsigned index, unsigned step);
 /* Bytes of the step given back while it stays backed. */

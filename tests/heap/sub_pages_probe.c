@@ -1,0 +1,229 @@
+/* sub_pages_probe: 256-byte dataplane blocks, each written with its own pattern, of which all but
+ * every 64th are freed: every mimalloc page keeps live blocks (so mimalloc frees no span and
+ * decommits nothing), while three 4 KiB pages of four hold free blocks only. Then nic_collect.
+ * Prints pinned bytes and resident anonymous memory before and after, how many 4 KiB pages
+ * under freed blocks left memory, and whether every live block still reads its pattern.
+ *
+ * Modes: "shrink" then allocates as many blocks again, writes and checks them, frees
+ * everything and allocates once more (the pages mimalloc builds anew give every block back);
+ * "double" frees twice a block whose pages went back and one that only overlaps such a page
+ * (its first bytes, and its key, still in memory); "held" registers the step after the drop
+ * (run with a backend that holds page references), then frees half the live blocks and
+ * collects again; "abandon" does the allocations and the
+ * shrink on a thread that then exits, and the main thread goes on with its segments. */
+#define _GNU_SOURCE
+#include "nicmalloc.h"
+
+#include <malloc.h>
+#include <pthread.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/mman.h>
+
+enum { BLOCKS = 32768 };
+/* "medium" as a second word: 20000-byte blocks (20 KiB in mimalloc: its 512 KiB pages of eight
+ * slices), one in eight kept, 1600 of them. */
+static int SIZE = 256, KEEP_EVERY = 64, COUNT = BLOCKS;
+static char *b[BLOCKS];
+
+static long proc_kb(const char *path, const char *key) {
+  FILE *f = fopen(path, "r");
+  if (!f) return -1;
+  char line[256];
+  long kb = -1;
+  const size_t n = strlen(key);
+  while (fgets(line, sizeof line, f))
+    if (!strncmp(line, key, n)) kb = strtol(line + n, NULL, 10);
+  fclose(f);
+  return kb;
+}
+
+static void print(const char *tag) {
+  struct nic_stats s = NIC_STATS_INIT;
+  nic_get_stats(&s);
+  printf("%s_pinned=%zu\n%s_live=%zu\n%s_rss_anon_kb=%ld\n%s_double_frees=%llu\n", tag,
+         s.dataplane_pinned, tag, s.dataplane_live, tag, proc_kb("/proc/self/status", "RssAnon:"),
+         tag, (unsigned long long)s.double_frees);
+}
+
+static int resident(const void *p) {
+  unsigned char v = 0;
+  void *page = (void *)((uintptr_t)p & ~(uintptr_t)4095);
+  return mincore(page, 4096, &v) == 0 && (v & 1);
+}
+
+static char pattern(int i) {
+  return (char)(i * 7 + 1);
+}
+static int kept(int i) {
+  return i % KEEP_EVERY == 0;
+}
+
+/* Every byte of every live block. */
+static int live_intact(void) {
+  int ok = 1;
+  for (int i = 0; i < COUNT; i += KEEP_EVERY)
+    for (int k = 0; k < SIZE; k++)
+      ok &= b[i][k] == pattern(i);
+  return ok;
+}
+
+/* 4 KiB pages under freed blocks no longer in memory. */
+static long gone_pages(void) {
+  long n = 0;
+  uintptr_t last = 0;
+  for (int i = 0; i < COUNT; i++) {
+    const uintptr_t page = (uintptr_t)b[i] & ~(uintptr_t)4095;
+    if (kept(i) || page == last) continue;
+    last = page;
+    n += !resident(b[i]);
+  }
+  return n;
+}
+
+static void fill_and_shrink(void) {
+  for (int i = 0; i < COUNT; i++) {
+    b[i] = nic_malloc(SIZE);
+    if (!b[i]) exit(1);
+    memset(b[i], pattern(i), SIZE);
+  }
+  print("full");
+  for (int i = 0; i < COUNT; i++)
+    if (!kept(i)) free(b[i]);
+  nic_collect();
+  print("freed");
+  printf("gone_pages=%ld\nintact=%d\n", gone_pages(), live_intact());
+}
+
+/* n blocks allocated and written: how many lie between the first and last block of the fill,
+ * and whether they and the live ones read back. */
+static void again(const char *tag, char **fresh, int n, uintptr_t lo, uintptr_t hi) {
+  int inside = 0, ok = 1;
+  for (int i = 0; i < n; i++) {
+    fresh[i] = nic_malloc(SIZE);
+    if (!fresh[i]) exit(1);
+    memset(fresh[i], 'z', SIZE);
+    inside += (uintptr_t)fresh[i] >= lo && (uintptr_t)fresh[i] <= hi;
+  }
+  for (int i = 0; i < n; i++)
+    for (int k = 0; k < SIZE; k++)
+      ok &= fresh[i][k] == 'z';
+  printf("%s_inside=%d\n%s_written=%d\n", tag, inside, tag, ok);
+  print(tag);
+}
+
+static void range(uintptr_t *lo, uintptr_t *hi) {
+  *lo = UINTPTR_MAX, *hi = 0;
+  for (int i = 0; i < COUNT; i++) {
+    if ((uintptr_t)b[i] < *lo) *lo = (uintptr_t)b[i];
+    if ((uintptr_t)b[i] > *hi) *hi = (uintptr_t)b[i];
+  }
+}
+
+static char *fresh[BLOCKS];
+
+static int shrink_mode(void) {
+  uintptr_t lo, hi;
+  range(&lo, &hi);
+  const int freed = COUNT - COUNT / KEEP_EVERY;
+  again("again", fresh, freed, lo, hi);
+  printf("again_intact=%d\n", live_intact());
+  for (int i = 0; i < freed; i++)
+    free(fresh[i]);
+  for (int i = 0; i < COUNT; i += KEEP_EVERY)
+    free(b[i]);
+  nic_collect();
+  print("empty");
+  /* Every page emptied: mimalloc builds them anew and every block of the fill is there again. */
+  again("rebuilt", fresh, COUNT, lo, hi);
+  for (int i = 0; i < COUNT; i++)
+    free(fresh[i]);
+  print("end");
+  return 0;
+}
+
+/* A freed block whose first page went back (the last such), and a freed block in memory at its
+ * start whose last bytes lie on a page that went back. */
+static int double_mode(void) {
+  int whole = -1, part = -1;
+  for (int i = 0; i < COUNT; i++) {
+    if (kept(i)) continue;
+    /* The last one: with blocks of several slices' pages, one past the page's first slice. */
+    if (!resident(b[i])) whole = i;
+    if (part < 0 && resident(b[i]) && !resident(b[i] + SIZE - 1)) part = i;
+  }
+  printf("whole=%d\npart=%d\n", whole, part);
+  print("before");
+  if (whole >= 0) free(b[whole]);
+  if (part >= 0) free(b[part]);
+  if (whole >= 0)
+    printf("realloc_null=%d\nusable=%zu\n", realloc(b[whole], 100) == NULL,
+           malloc_usable_size(b[whole]));
+  print("after");
+  for (int i = 0; i < COUNT; i += KEEP_EVERY)
+    free(b[i]);
+  print("end");
+  return 0;
+}
+
+static int held_mode(void) {
+  struct nic_region_ref ref;
+  printf("register_rc=%d\n", nic_register(b[0], 4096, NIC_REG_LOCAL, &ref));
+  printf("after_register_gone_pages=%ld\n", gone_pages());
+  print("registered");
+  printf("registered_intact=%d\n", live_intact());
+  /* Half the live blocks freed under the registration: their pages stay. */
+  for (int i = KEEP_EVERY; i < COUNT; i += 2 * KEEP_EVERY)
+    free(b[i]);
+  nic_collect();
+  long gone = 0;
+  for (int i = 0; i < COUNT; i++)
+    gone += !resident(b[i]);
+  printf("held_gone_blocks=%ld\n", gone);
+  print("held");
+  return 0;
+}
+
+static void *shrink_thread(void *arg) {
+  (void)arg;
+  fill_and_shrink();
+  return NULL;
+}
+
+static int abandon_mode(void) {
+  uintptr_t lo, hi;
+  range(&lo, &hi);
+  /* The exited thread's segments are taken by this thread's allocations of the same size. */
+  const int freed = COUNT - COUNT / KEEP_EVERY;
+  again("adopted", fresh, freed, lo, hi);
+  printf("adopted_intact=%d\n", live_intact());
+  int whole = -1;
+  for (int i = 0; i < COUNT && whole < 0; i++)
+    if (!kept(i) && !resident(b[i])) whole = i;
+  printf("whole=%d\n", whole);
+  print("before");
+  if (whole >= 0) free(b[whole]);
+  print("after");
+  for (int i = 0; i < freed; i++)
+    free(fresh[i]);
+  for (int i = 0; i < COUNT; i += KEEP_EVERY)
+    free(b[i]);
+  print("end");
+  return 0;
+}
+
+int main(int argc, char **argv) {
+  const char *mode = argc > 1 ? argv[1] : "shrink";
+  if (argc > 2 && !strcmp(argv[2], "medium")) SIZE = 20000, KEEP_EVERY = 8, COUNT = 1600;
+  if (!strcmp(mode, "abandon")) {
+    pthread_t t;
+    if (pthread_create(&t, NULL, shrink_thread, NULL) || pthread_join(t, NULL)) return 1;
+    return abandon_mode();
+  }
+  fill_and_shrink();
+  if (!strcmp(mode, "double")) return double_mode();
+  if (!strcmp(mode, "held")) return held_mode();
+  return shrink_mode();
+}

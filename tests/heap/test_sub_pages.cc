@@ -1,0 +1,120 @@
+// The 4 KiB pages only free blocks cover go back inside mimalloc pages that keep live blocks
+// (alloc/heap/sub_pages.h).
+#include <gtest/gtest.h>
+
+#include "probe_runner.h"
+
+namespace {
+
+// 4 KiB pages, locked as touched; the release and purge delays outlast the test, so nothing
+// goes back but what nic_collect gives back inside pages in use.
+std::vector<std::string> env(const char *backend) {
+  return {"NICMALLOC_CHUNK_SIZE=64M",         "NICMALLOC_PIN_STEP=32M",
+          "NICMALLOC_PAGE_KIND=4k",           "NICMALLOC_RELEASE_DELAY_MS=3600000",
+          "NICMALLOC_PURGE_DELAY_MS=3600000", std::string("NICMALLOC_BACKEND=") + backend};
+}
+const long long kMiB = 1 << 20;
+// The probe frees 63 of every 64 256-byte blocks of 8 MiB: three 4 KiB pages of four hold free
+// blocks only (the fourth a live block, and blocks straddle pages), and every mimalloc page
+// keeps live ones.
+const long long kGonePagesMin = 1000;
+
+void expect_shrunk(const ProbeResult &r) {
+  EXPECT_GE(r.num("gone_pages"), kGonePagesMin) << r.out;
+  EXPECT_LE(r.num("freed_pinned"), r.num("full_pinned") - 4 * kMiB) << r.out;
+  EXPECT_LE(r.num("freed_rss_anon_kb"), r.num("full_rss_anon_kb") - 4 * 1024) << r.out;
+  EXPECT_EQ(r.num("freed_live"), r.num("full_live") / 64) << r.out;
+  EXPECT_EQ(r.num("intact"), 1) << r.out;
+}
+
+// With 4 MiB steps the 8 MiB fill covers whole steps, which the stats read before the collect
+// finds wholly in memory (and then stops asking the kernel about, steps.h): the pages given back
+// here must make the next read ask again. Without that, freed_pinned read 5816320 (the whole
+// steps) against 3178496.
+TEST(SubPages, PagesGivenBackInStepsFoundWholeLeaveThePinnedCount) {
+  auto e = env("sim");
+  e[1] = "NICMALLOC_PIN_STEP=4M";
+  auto r = run_probe(e, {"shrink"});
+  ASSERT_EQ(r.exit_code, 0) << r.out << r.err;
+  expect_shrunk(r);
+}
+
+TEST(SubPages, FreeBlocksGiveBackTheirPagesInsidePagesStillInUse) {
+  auto r = run_probe(env("sim"), {"shrink"});
+  ASSERT_EQ(r.exit_code, 0) << r.out << r.err;
+  expect_shrunk(r);
+  // Allocation goes on: the blocks mimalloc still lists are handed out again, every block reads
+  // what was written, the live ones too, and the count of live bytes is right.
+  EXPECT_GE(r.num("again_inside"), 4000) << r.out;
+  EXPECT_EQ(r.num("again_written"), 1) << r.out;
+  EXPECT_EQ(r.num("again_intact"), 1) << r.out;
+  // Once every page empties, mimalloc builds it anew with every block: the whole fill fits in
+  // its first range again (a page given back for good would leave blocks outside), and the
+  // pages are in memory and pinned again.
+  EXPECT_EQ(r.num("empty_live"), 0) << r.out;
+  EXPECT_GE(r.num("rebuilt_inside"), 32768 * 9 / 10) << r.out;
+  EXPECT_EQ(r.num("rebuilt_written"), 1) << r.out;
+  EXPECT_GE(r.num("rebuilt_pinned"), r.num("full_pinned") - kMiB) << r.out;
+  EXPECT_EQ(r.num("end_live"), 0) << r.out;
+}
+
+// A block held back with its pages is freed: freeing it again is a double free, reported and
+// ignored (it reaching mimalloc would take its page's count of used blocks below the live
+// ones), whether its key went with its pages or still lies on a page in memory.
+TEST(SubPages, ADoubleFreeOfABlockHeldBackIsReportedAndIgnored) {
+  auto r = run_probe(env("sim"), {"double"});
+  ASSERT_EQ(r.exit_code, 0) << r.out << r.err;
+  ASSERT_GE(r.num("whole"), 0) << "no freed block's pages went back: " << r.out;
+  ASSERT_GE(r.num("part"), 0) << "no freed block straddles a page that went back: " << r.out;
+  EXPECT_EQ(r.num("after_double_frees"), r.num("before_double_frees") + 4) << r.out << r.err;
+  EXPECT_EQ(r.num("realloc_null"), 1) << r.out;
+  EXPECT_EQ(r.num("usable"), 0) << r.out;
+  EXPECT_EQ(r.num("after_live"), r.num("before_live")) << r.out;
+  EXPECT_EQ(r.num("end_live"), 0) << r.out;
+}
+
+// The same for blocks of mimalloc's eight-slice pages, found from a slice inside the page (its
+// entry's offset back to the page header). 20 KiB blocks straddle no 4 KiB page: only the
+// block whose pages went back is freed again, given to realloc and asked its size.
+TEST(SubPages, ADoubleFreeOfABlockHeldBackInsideAMultiSlicePageIsReportedAndIgnored) {
+  auto r = run_probe(env("sim"), {"double", "medium"});
+  ASSERT_EQ(r.exit_code, 0) << r.out << r.err;
+  ASSERT_GE(r.num("whole"), 0) << "no freed block's pages went back: " << r.out;
+  EXPECT_EQ(r.num("after_double_frees"), r.num("before_double_frees") + 3) << r.out << r.err;
+  EXPECT_EQ(r.num("realloc_null"), 1) << r.out;
+  EXPECT_EQ(r.num("usable"), 0) << r.out;
+  EXPECT_EQ(r.num("after_live"), r.num("before_live")) << r.out;
+  EXPECT_EQ(r.num("end_live"), 0) << r.out;
+}
+
+// io_uring fixed buffers hold the pages they were given: a registration made after the drop
+// finds every page back in memory (and pinned), and the live blocks as written; while it lasts,
+// no page of its step goes (the kernel would go on sending from the old one).
+TEST(SubPages, ARegistrationThatHoldsPagesFaultsThemBackFirst) {
+  auto r = run_probe(env("uring"), {"held"});
+  ASSERT_EQ(r.exit_code, 0) << r.out << r.err;
+  if (r.num("register_rc") != 0) GTEST_SKIP() << "io_uring unavailable here: " << r.out;
+  expect_shrunk(r);
+  EXPECT_EQ(r.num("after_register_gone_pages"), 0) << r.out;
+  EXPECT_GE(r.num("registered_pinned"), r.num("freed_pinned") + 4 * kMiB) << r.out;
+  EXPECT_EQ(r.num("registered_intact"), 1) << r.out;
+  EXPECT_EQ(r.num("held_gone_blocks"), 0) << r.out;
+  EXPECT_GE(r.num("held_pinned"), r.num("registered_pinned")) << r.out;
+}
+
+// The thread that shrank exits; its segments, blocks held back and all, are adopted by the main
+// thread's allocations: the lists it finds are valid, live blocks keep their bytes, a block
+// held back is still a double free, and the counts end at zero.
+TEST(SubPages, SegmentsOfAnExitedThreadStayValidForTheThreadThatAdoptsThem) {
+  auto r = run_probe(env("sim"), {"abandon"});
+  ASSERT_EQ(r.exit_code, 0) << r.out << r.err;
+  expect_shrunk(r);
+  EXPECT_EQ(r.num("adopted_written"), 1) << r.out;
+  EXPECT_EQ(r.num("adopted_intact"), 1) << r.out;
+  ASSERT_GE(r.num("whole"), 0) << r.out;
+  EXPECT_EQ(r.num("after_double_frees"), r.num("before_double_frees") + 1) << r.out << r.err;
+  EXPECT_EQ(r.num("after_live"), r.num("before_live")) << r.out;
+  EXPECT_EQ(r.num("end_live"), 0) << r.out;
+}
+
+} // namespace
