@@ -30,6 +30,16 @@ def ratio(a, b):
     return a / b if a and b else None
 
 
+# GNU time reports CPU seconds in hundredths: a short run under a fast allocator can read 0.00,
+# which is a measurement (under 10 ms), not a missing one. Shown as such, and left out of the
+# CPU ratios and their geometric means.
+CPU_RESOLUTION = 0.01
+
+
+def fmt_cpu(v, f="%.2f"):
+    return "<%.2f" % CPU_RESOLUTION if v == 0 else fmt(v, f)
+
+
 def geomean(vals):
     vals = [v for v in vals if v]
     return math.exp(sum(math.log(v) for v in vals) / len(vals)) if vals else None
@@ -96,14 +106,18 @@ def main():
                                                                    r["rep"]) for r in fails))
 
     # Wide tables: one row per program, one column per allocator.
-    def wide(key, title, unit_fmt):
+    def wide(key, title, unit_fmt, below_resolution=False):
         body, cols = [], {a: [] for a in allocs}
         for p in progs:
             d = s[p]
             mi = d.get("mimalloc", {}).get(key)
-            row = [p, fmt(mi, unit_fmt)]
+            row = [p, fmt_cpu(mi, unit_fmt) if below_resolution else fmt(mi, unit_fmt)]
             for a in allocs:
-                r = ratio(d.get(a, {}).get(key), mi)
+                v = d.get(a, {}).get(key)
+                if below_resolution and 0 in (v, mi):
+                    row.append("under %.2f s" % CPU_RESOLUTION)
+                    continue
+                r = ratio(v, mi)
                 cols[a].append(r)
                 row.append(fmt(r, "%.2f"))
             body.append(row)
@@ -117,7 +131,8 @@ def main():
                         "%.1f MiB")
     c_md, _ = wide("cpu", "CPU time (user + system): median seconds of mimalloc, ratio of each "
                    "allocator to it (less sensitive to other load than wall time; the targets "
-                   "use wall time)", "%.2f s")
+                   "use wall time; a run under GNU time's 0.01 s is left out of the ratios)",
+                   "%.2f s", below_resolution=True)
     md += t_md + r_md + c_md
 
     # Pinned dataplane memory is what is in memory and locked: the touched pages of a step no
@@ -203,7 +218,7 @@ def main():
                          "%.1f%%" % (100 * spread) if spread is not None else "MISSING",
                          fmt(ratio(x["t"], mi.get("t")), "%.2f"), fmt(ratio(x["t"], bt), "%.2f"),
                          fmt(x["rss"], "%.1f"), fmt(ratio(x["rss"], mi.get("rss")), "%.2f"),
-                         fmt(x["cpu"], "%.2f")])
+                         fmt_cpu(x["cpu"])])
     md += ["", "## Every program and allocator", ""] + table(
         ["program", "allocator", "runs", "median s", "min-max s", "spread", "time / mimalloc",
          "time / best peer", "median peak RSS MiB", "RSS / mimalloc", "median CPU s"], body)
