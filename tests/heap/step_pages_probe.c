@@ -12,6 +12,7 @@
  * 2 MiB-aligned range is free; it also prints the huge pages still mapping the process. */
 #define _GNU_SOURCE
 #include "nicmalloc.h"
+#include "proc_kb.h"
 
 #include <malloc.h>
 #include <stdint.h>
@@ -23,19 +24,6 @@
 
 enum { BLOCKS = 16 };
 static const size_t kBlock = 1u << 20;
-
-/* A "Key:  N kB" line of a /proc file. */
-static long proc_kb(const char *path, const char *key) {
-  FILE *f = fopen(path, "r");
-  if (!f) return -1;
-  char line[256];
-  long kb = -1;
-  const size_t n = strlen(key);
-  while (fgets(line, sizeof line, f))
-    if (!strncmp(line, key, n)) kb = strtol(line + n, NULL, 10);
-  fclose(f);
-  return kb;
-}
 
 static int received_ok = -1, posted;
 static void receive(void *arg, void *data, size_t len) {
@@ -67,8 +55,8 @@ static void print(const char *tag) {
   nic_get_stats(&s);
   printf("%s_pinned=%zu\n%s_dropped=%zu\n%s_rss_anon_kb=%ld\n%s_anon_huge_kb=%ld\n", tag,
          s.dataplane_pinned, tag, s.dataplane_dropped, tag,
-         proc_kb("/proc/self/status", "RssAnon:"), tag,
-         proc_kb("/proc/self/smaps_rollup", "AnonHugePages:"));
+         nic_proc_kb("/proc/self/status", "RssAnon:"), tag,
+         nic_proc_kb("/proc/self/smaps_rollup", "AnonHugePages:"));
 }
 
 /* Whether the first page of p is in memory. */

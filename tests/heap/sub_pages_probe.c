@@ -13,6 +13,7 @@
  * shrink on a thread that then exits, and the main thread goes on with its segments. */
 #define _GNU_SOURCE
 #include "nicmalloc.h"
+#include "proc_kb.h"
 
 #include <malloc.h>
 #include <pthread.h>
@@ -28,24 +29,12 @@ enum { BLOCKS = 32768 };
 static int SIZE = 256, KEEP_EVERY = 64, COUNT = BLOCKS;
 static char *b[BLOCKS];
 
-static long proc_kb(const char *path, const char *key) {
-  FILE *f = fopen(path, "r");
-  if (!f) return -1;
-  char line[256];
-  long kb = -1;
-  const size_t n = strlen(key);
-  while (fgets(line, sizeof line, f))
-    if (!strncmp(line, key, n)) kb = strtol(line + n, NULL, 10);
-  fclose(f);
-  return kb;
-}
-
 static void print(const char *tag) {
   struct nic_stats s = NIC_STATS_INIT;
   nic_get_stats(&s);
   printf("%s_pinned=%zu\n%s_live=%zu\n%s_rss_anon_kb=%ld\n%s_double_frees=%llu\n", tag,
-         s.dataplane_pinned, tag, s.dataplane_live, tag, proc_kb("/proc/self/status", "RssAnon:"),
-         tag, (unsigned long long)s.double_frees);
+         s.dataplane_pinned, tag, s.dataplane_live, tag,
+         nic_proc_kb("/proc/self/status", "RssAnon:"), tag, (unsigned long long)s.double_frees);
 }
 
 static int resident(const void *p) {
