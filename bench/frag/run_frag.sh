@@ -2,8 +2,10 @@
 # Fragmentation benchmark: every pool x allocator through frag_churn, then the report
 # (summary.md, summary.csv, one PNG per pool). See README.md.
 #   bench/frag/run_frag.sh [quick|full] [results_dir]
-# quick: 256 MiB live, 2 rounds, nicmalloc chunks of 32 MiB (CI smoke run, a minute or two).
-# full:  1 GiB live, 3 rounds, nicmalloc chunks of 64 MiB and 1 GiB, plus an oldest-first shrink.
+# quick: 256 MiB live, 2 rounds, nicmalloc chunks of 1 GiB (the default) and 32 MiB (CI smoke run,
+#        a few minutes).
+# full:  1 GiB live, 3 rounds, nicmalloc chunks of 1 GiB and 64 MiB, plus an oldest-first shrink.
+# The first chunk size is the one held to the targets and shrunk oldest-first.
 # NICMALLOC_BUILD_DIR: build directory, relative to the repository (default build); it must have
 # been built with NICMALLOC_BUILD_BENCH=ON. FRAG_SIZES: the value-size table. FRAG_LIVE and
 # FRAG_ROUNDS override the mode's live target and rounds; FRAG_FIFO=1 adds the oldest-first
@@ -24,8 +26,8 @@ libnic=$build/alloc/libnicmalloc.so
 libdir=/usr/lib/x86_64-linux-gnu
 
 case $mode in
-quick) live=256M rounds=2 chunks=(32M) fifo=0 ;;
-full) live=1G rounds=3 chunks=(64M 1G) fifo=1 ;;
+quick) live=256M rounds=2 chunks=(1G 32M) fifo=0 ;;
+full) live=1G rounds=3 chunks=(1G 64M) fifo=1 ;;
 *) echo "usage: $0 [quick|full] [results_dir]" >&2 && exit 2 ;;
 esac
 live=${FRAG_LIVE:-$live}
