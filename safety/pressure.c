@@ -16,8 +16,11 @@
 
 static pthread_mutex_t lock = PTHREAD_MUTEX_INITIALIZER;
 NIC_FORKLOCK_MUTEX(pressure, NIC_FORK_PRESSURE, &lock, NULL);
-static pthread_once_t once = PTHREAD_ONCE_INIT;
-static struct nic_tcache *model; /* NULL when the settings are unusable: no pressure then */
+/* The settings are read by the first post or stats read; the model (about 1.4 MiB for the cx5
+ * preset's 16,384 entries) is built by the first post only, so a program that posts nothing and
+ * reads its statistics (NICMALLOC_STATS at exit) does not pay for it. */
+static pthread_once_t params_once = PTHREAD_ONCE_INIT, model_once = PTHREAD_ONCE_INIT;
+static struct nic_tcache *model; /* NULL before the first post, or when the settings are unusable */
 static struct nic_tcache_params params;
 static int high;
 static uint64_t copies;
@@ -26,11 +29,15 @@ static struct busy {
   uintptr_t addr; /* an address in it, for the report */
 } busy[BUSY_SLOTS];
 
-static void make_model(void) {
+static void read_params(void) {
   nic_tcache_params_from_env(&params);
   if (params.window == 0) params.window = 4096;
   params.page_size = MODEL_PAGE;
-  model = nic_tcache_new(&params);
+}
+
+static void make_model(void) {
+  pthread_once(&params_once, read_params);
+  __atomic_store_n(&model, nic_tcache_new(&params), __ATOMIC_RELEASE);
 }
 
 /* Chunk steps and cache regions get distinct ids (cache lkeys are below 2^32). */
@@ -54,7 +61,7 @@ static void count_busy(uint64_t region, uintptr_t addr) {
 }
 
 void nic_pressure_note(const struct nic_sga_entry *entries, unsigned n) {
-  pthread_once(&once, make_model);
+  pthread_once(&model_once, make_model);
   if (!model) return;
   pthread_mutex_lock(&lock);
   for (unsigned i = 0; i < n; i++) {
@@ -90,7 +97,7 @@ void nic_pressure_count_copy(void) {
 }
 
 void nic_pressure_fill_stats(struct nic_stats *out) {
-  pthread_once(&once, make_model);
+  pthread_once(&params_once, read_params);
   out->nic_cache_capacity = params.capacity;
   out->pressure_copies = __atomic_load_n(&copies, __ATOMIC_RELAXED);
   /* What the NIC must hold for everything registered now: each chunk at its page size, each
@@ -113,7 +120,7 @@ void nic_pressure_fill_stats(struct nic_stats *out) {
   entries += rc.regions * params.mpt_per_region + rc.bytes / NIC_PAGE_SIZE;
   out->nic_regions = regions;
   out->nic_entries_needed = entries;
-  if (!model) return;
+  if (!__atomic_load_n(&model, __ATOMIC_ACQUIRE)) return; /* nothing posted: no working set */
   pthread_mutex_lock(&lock);
   struct nic_tcache_counters c;
   nic_tcache_get(model, &c);

@@ -172,6 +172,8 @@ struct nic_tcache {
   struct map idx; /* key -> node index + 1 */
   struct node *nodes;
   uint32_t mru, lru, free;
+  uint32_t fresh; /* nodes[fresh..] were never used: handed out in order, so untouched pages stay
+                   * unbacked until the cache fills that far */
   struct nic_tcache_counters c;
   struct map ws;   /* window: key -> accesses in the window that touched it */
   size_t ws_limit; /* most distinct keys the window tracks (bounds its memory) */
@@ -197,9 +199,8 @@ struct nic_tcache *nic_tcache_new(const struct nic_tcache_params *p) {
     errno = ENOMEM;
     return NULL;
   }
-  for (uint32_t i = 0; i < p->capacity; i++)
-    m->nodes[i].next = i + 1 < p->capacity ? i + 1 : NIL;
-  m->free = 0;
+  m->free = NIL;
+  m->fresh = 0;
   m->mru = m->lru = NIL;
   m->c.ws_valid = true;
   m->ws_limit = (size_t)p->capacity * 16 > 65536 ? (size_t)p->capacity * 16 : 65536;
@@ -260,6 +261,9 @@ static uint32_t touch(struct nic_tcache *m, struct key k) {
   uint32_t n = m->free;
   if (n != NIL) {
     m->free = m->nodes[n].next;
+    m->c.resident++;
+  } else if (m->fresh < m->p.capacity) {
+    n = m->fresh++;
     m->c.resident++;
   } else {
     n = m->lru;

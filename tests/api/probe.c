@@ -2,6 +2,7 @@
  * holds and prints key=value lines for the test that spawned it. */
 #define _GNU_SOURCE
 #include "nicmalloc.h"
+#include "proc_kb.h"
 #include "refuse_syscall.h"
 
 #include <errno.h>
@@ -27,14 +28,7 @@
 
 /* What the kernel says is locked (VmLck, in KiB), or -1. */
 static long vmlck_kb(void) {
-  FILE *f = fopen("/proc/self/status", "r");
-  if (!f) return -1;
-  char line[256];
-  long kb = -1;
-  while (fgets(line, sizeof line, f))
-    if (!strncmp(line, "VmLck:", 6)) kb = strtol(line + 6, NULL, 10);
-  fclose(f);
-  return kb;
+  return nic_proc_kb("/proc/self/status", "VmLck:");
 }
 
 static void print_stats(const char *prefix) {
@@ -928,6 +922,19 @@ static int protect_neighbour(void) {
 }
 
 /* The free key, learnt as a peer could learn it: from a freed block's second word. */
+/* The process's anonymous memory before and after its first statistics reads, nothing posted. */
+static int stats_read(void) {
+  const long before = nic_proc_kb("/proc/self/status", "RssAnon:");
+  struct nic_stats s = NIC_STATS_INIT;
+  nic_get_stats(&s);
+  const long after = nic_proc_kb("/proc/self/status", "RssAnon:");
+  nic_get_stats(&s);
+  printf("anon_kb_before=%ld\nanon_kb_after=%ld\n", before, after);
+  printf("cache_capacity=%llu\nworking_set=%llu\n", (unsigned long long)s.nic_cache_capacity,
+         (unsigned long long)s.nic_working_set);
+  return 0;
+}
+
 static int print_free_key(void) {
   uintptr_t *volatile block = malloc(48);
   free(block);
@@ -981,6 +988,7 @@ int main(int argc, char **argv) {
     return refusing(argv, __NR_getrandom, -1, ENOSYS);
   if (argc >= 3 && !strcmp(argv[1], "fixed-layout")) return fixed_layout(argv);
   if (argc >= 2 && !strcmp(argv[1], "free-key")) return print_free_key();
+  if (argc >= 2 && !strcmp(argv[1], "stats-read")) return stats_read();
   if (argc >= 3 && !strcmp(argv[1], "no-populate"))
     return refusing(argv, __NR_madvise, 23 /* MADV_POPULATE_WRITE */, ENOMEM);
   if (argc >= 3 && !strcmp(argv[1], "big-block")) return big_block(strtoull(argv[2], NULL, 0));
