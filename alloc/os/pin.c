@@ -138,9 +138,15 @@ static void restore_lazy(void *addr, size_t len) {
        -1, 0);
 }
 
-static int map_hugetlb_step(void *addr, size_t len, size_t page_size, int size_flag) {
-  if (len % page_size || (uintptr_t)addr % page_size) return -EINVAL;
-  if (free_hugepages_of(page_size) < len / page_size) return -ENOMEM;
+/* Whether the machine's pool has the huge pages for the range now (another process may take
+ * them before the mapping does: the mapping then fails and the step falls back). */
+static bool pool_has(void *addr, size_t len, size_t page_size) {
+  return len % page_size == 0 && (uintptr_t)addr % page_size == 0 &&
+         free_hugepages_of(page_size) >= len / page_size;
+}
+
+/* Over a range pool_has said yes for. */
+static int map_hugetlb_step(void *addr, size_t len, int size_flag) {
   void *p =
       mmap(addr, len, PROT_READ | PROT_WRITE,
            MAP_PRIVATE | MAP_ANONYMOUS | MAP_FIXED | MAP_HUGETLB | size_flag | MAP_POPULATE, -1, 0);
@@ -170,10 +176,13 @@ int nic_back_step(void *addr, size_t len, enum nic_page_kind want, bool populate
   out->pin_errno = 0;
   out->populated = true;
   /* hugetlb replaces the mapping: only over pages nobody wrote yet. */
-  const bool fresh = want >= NIC_PAGE_2M && !any_resident(addr, len);
-  if (fresh && want >= NIC_PAGE_1G && map_hugetlb_step(addr, len, 1ul << 30, MAP_HUGE_1GB) == 0)
+  /* The pool first: while it is empty (most machines) no step pays for the residency walk. */
+  const bool try_1g = want >= NIC_PAGE_1G && pool_has(addr, len, 1ul << 30);
+  const bool try_2m = want >= NIC_PAGE_2M && pool_has(addr, len, 2ul << 20);
+  const bool fresh = (try_1g || try_2m) && !any_resident(addr, len);
+  if (fresh && try_1g && map_hugetlb_step(addr, len, MAP_HUGE_1GB) == 0)
     out->kind = NIC_PAGE_1G;
-  else if (fresh && map_hugetlb_step(addr, len, 2ul << 20, MAP_HUGE_2MB) == 0)
+  else if (fresh && try_2m && map_hugetlb_step(addr, len, MAP_HUGE_2MB) == 0)
     out->kind = NIC_PAGE_2M;
   else {
     int err;

@@ -922,6 +922,61 @@ static int protect_neighbour(void) {
 }
 
 /* The free key, learnt as a peer could learn it: from a freed block's second word. */
+/* The read system calls (/proc/self/io) a dataplane step backed costs: count blocks of size
+ * bytes, each on steps of its own, kept until the end. */
+static long long read_calls(void) {
+  FILE *f = fopen("/proc/self/io", "r");
+  char line[128];
+  long long n = -1;
+  while (f && fgets(line, sizeof line, f))
+    if (!strncmp(line, "syscr:", 6)) n = strtoll(line + 6, NULL, 10);
+  if (f) fclose(f);
+  return n;
+}
+
+static int step_reads(unsigned count, size_t size) {
+  void *first = nic_malloc(size); /* the chunk, the thread's heap and the first look made */
+  const unsigned long long backed_before = stats_now().steps_backed;
+  const long long reads_before = read_calls();
+  void **blocks = calloc(count, sizeof *blocks);
+  for (unsigned i = 0; i < count; i++)
+    if (!(blocks[i] = nic_malloc(size))) return 1;
+  const long long reads = read_calls() - reads_before - 1; /* less the stats read between */
+  const unsigned long long steps = stats_now().steps_backed - backed_before;
+  printf("steps=%llu\nreads=%lld\n", steps, reads);
+  for (unsigned i = 0; i < count; i++)
+    free(blocks[i]);
+  free(blocks);
+  free(first);
+  return 0;
+}
+
+/* Moves into cgroup dir (no limit), backs a step, sets limit on it and waits wait_ms; then
+ * whether a block of size bytes is refused. */
+static int limit_later(const char *dir, const char *limit_file, const char *limit, size_t size,
+                       unsigned wait_ms) {
+  char path[512], line[64];
+  snprintf(path, sizeof path, "%s/cgroup.procs", dir);
+  int fd = open(path, O_WRONLY | O_CLOEXEC);
+  int len = snprintf(line, sizeof line, "%d\n", (int)getpid());
+  if (fd < 0 || write(fd, line, (size_t)len) != len) return 2;
+  close(fd);
+  void *first = nic_malloc(1 << 20);
+  printf("first_dp=%d\n", first && nic_is_dataplane(first));
+  snprintf(path, sizeof path, "%s/%s", dir, limit_file);
+  fd = open(path, O_WRONLY | O_CLOEXEC);
+  len = snprintf(line, sizeof line, "%s\n", limit);
+  if (fd < 0 || write(fd, line, (size_t)len) != len) return 3;
+  close(fd);
+  usleep(wait_ms * 1000u);
+  errno = 0;
+  void *big = nic_malloc(size);
+  printf("got=%d\nerrno=%d\n", big != NULL, errno);
+  free(big);
+  free(first);
+  return 0;
+}
+
 /* The process's anonymous memory before and after its first statistics reads, nothing posted. */
 static int stats_read(void) {
   const long before = nic_proc_kb("/proc/self/status", "RssAnon:");
@@ -989,6 +1044,11 @@ int main(int argc, char **argv) {
   if (argc >= 3 && !strcmp(argv[1], "fixed-layout")) return fixed_layout(argv);
   if (argc >= 2 && !strcmp(argv[1], "free-key")) return print_free_key();
   if (argc >= 2 && !strcmp(argv[1], "stats-read")) return stats_read();
+  if (argc >= 4 && !strcmp(argv[1], "step-reads"))
+    return step_reads((unsigned)strtoul(argv[2], NULL, 0), strtoull(argv[3], NULL, 0));
+  if (argc >= 7 && !strcmp(argv[1], "limit-later"))
+    return limit_later(argv[2], argv[3], argv[4], strtoull(argv[5], NULL, 0),
+                       (unsigned)strtoul(argv[6], NULL, 0));
   if (argc >= 3 && !strcmp(argv[1], "no-populate"))
     return refusing(argv, __NR_madvise, 23 /* MADV_POPULATE_WRITE */, ENOMEM);
   if (argc >= 3 && !strcmp(argv[1], "big-block")) return big_block(strtoull(argv[2], NULL, 0));
