@@ -63,7 +63,8 @@ static void bits_set(uint64_t *words, size_t first, size_t last, bool set) {
 
 /* Whether a unit (slices first..last of a backed step) is to be acted on. */
 typedef bool (*unit_want)(unsigned index, unsigned step, size_t first, size_t last);
-/* Acts on a run of such units, contiguous and inside one step: one system call per run, not
+/* Acts on a run of such units, contiguous and inside one step: one system call per run (drops
+ * also merge runs that follow on across steps: flush_drops), not
  * per unit (a freed 16 MiB block is 256 units; one call each made malloc-large 3x slower). */
 typedef bool (*run_fn)(unsigned index, unsigned step, const struct nic_step *st, size_t first,
                        size_t last);
@@ -108,17 +109,55 @@ static bool drop_wanted(unsigned index, unsigned step, size_t first, size_t last
          !nic_slices_committed(index, first, last);
 }
 
+/* Drops waiting for their system call: runs of one chunk that follow on across steps go in one
+ * call (a freed 20 MiB block spans five 4 MiB steps; a call per step made 2.6 calls per free in
+ * malloc-large). Under the chunk lock. */
+static struct {
+  bool open, pinned;
+  unsigned index;
+  size_t first, last;
+} pending;
+
+/* The bookkeeping of a drop the kernel refused, taken back step by step. */
+static void undo_drop(unsigned index, size_t first, size_t last) {
+  const unsigned per_step_shift = nic_dp.step_shift - NIC_SLICE_SHIFT;
+  bits_set(dropped[index], first, last, false);
+  for (size_t i = first; i <= last;) {
+    const unsigned step = (unsigned)(i >> per_step_shift);
+    const size_t step_last = (((size_t)step + 1) << per_step_shift) - 1;
+    const size_t stop = last < step_last ? last : step_last;
+    dropped_slices[index][step] -= (uint32_t)(stop - i + 1);
+    i = stop + 1;
+  }
+}
+
+static bool flush_drops(void) {
+  if (!pending.open) return true;
+  pending.open = false;
+  const size_t len = (pending.last - pending.first + 1) << NIC_SLICE_SHIFT;
+  const int rc = nic_drop_pages(slice_addr(pending.index, pending.first), len, pending.pinned);
+  if (!rc) return true;
+  undo_drop(pending.index, pending.first, pending.last);
+  nic_log_warn_once("cannot give back free pages inside dataplane steps (madvise: %s); they "
+                    "stay pinned until their whole step is free",
+                    strerror(-rc));
+  return false;
+}
+
 static bool drop_run(unsigned index, unsigned step, const struct nic_step *st, size_t first,
                      size_t last) {
-  const size_t len = (last - first + 1) << NIC_SLICE_SHIFT;
   nic_step_not_whole_locked(index, step);
-  int rc = nic_drop_pages(slice_addr(index, first), len, st->mapping.pinned);
-  if (rc) {
-    nic_log_warn_once("cannot give back free pages inside dataplane steps (madvise: %s); they "
-                      "stay pinned until their whole step is free",
-                      strerror(-rc));
-    return false;
+  const bool pinned = st->mapping.pinned;
+  const bool follows = pending.open && pending.index == index && pending.pinned == pinned &&
+                       pending.last + 1 == first;
+  if (!follows) {
+    if (!flush_drops()) return false;
+    pending.open = true;
+    pending.pinned = pinned;
+    pending.index = index;
+    pending.first = first;
   }
+  pending.last = last;
   bits_set(dropped[index], first, last, true);
   dropped_slices[index][step] += (uint32_t)(last - first + 1);
   return true;
@@ -132,7 +171,7 @@ void nic_step_pages_drop(void *addr, size_t len) {
    * before it. The part of a 2 MiB unit outside the range was told at its own decommit. */
   nic_publish_pages_leaving((uintptr_t)addr, len);
   nic_chunks_lock();
-  each_run((uintptr_t)addr, (uintptr_t)addr + len, drop_wanted, drop_run);
+  if (each_run((uintptr_t)addr, (uintptr_t)addr + len, drop_wanted, drop_run)) flush_drops();
   nic_chunks_unlock();
 }
 

@@ -9,17 +9,21 @@
  * with small steps and a short release delay instead, so that the steps the freed blocks leave
  * go back whole (a fresh mapping: zeros where the free key was), and frees one of them again.
  * "alternate" frees every other block only: each freed 1 MiB span lies between live blocks, so no
- * 2 MiB-aligned range is free; it also prints the huge pages still mapping the process. */
+ * 2 MiB-aligned range is free; it also prints the huge pages still mapping the process.
+ * "no-drop SCENARIO" runs SCENARIO where the kernel refuses MADV_DONTNEED_LOCKED (before 5.18). */
 #define _GNU_SOURCE
 #include "nicmalloc.h"
 #include "proc_kb.h"
+#include "refuse_syscall.h"
 
+#include <errno.h>
 #include <malloc.h>
 #include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/mman.h>
+#include <sys/syscall.h>
 #include <unistd.h>
 
 enum { BLOCKS = 16 };
@@ -131,6 +135,11 @@ static int double_free(char *keep, char **b, int whole_steps) {
 }
 
 int main(int argc, char **argv) {
+  if (argc > 2 && !strcmp(argv[1], "no-drop")) {
+    if (nic_refuse_syscall(__NR_madvise, MADV_DONTNEED_LOCKED, EINVAL)) return 77;
+    execv(argv[0], argv + 1);
+    return 1;
+  }
   const int held = argc > 1 && !strcmp(argv[1], "held");
   const int released = argc > 1 && !strcmp(argv[1], "released");
   const int twice = released || (argc > 1 && !strcmp(argv[1], "double"));

@@ -40,6 +40,42 @@ TEST(StepPages, FreedSpansInsideALiveStepLeaveThePinnedSetAndComeBack) {
   EXPECT_EQ(r.num("sent_intact"), 1) << r.out;
 }
 
+// With steps smaller than the blocks freed, the spans given back run across step boundaries and
+// go in one call per run: each step still counts what it gave back.
+TEST(StepPages, SpansGivenBackAcrossStepsAreCountedInEachStep) {
+  auto e = env("sim");
+  std::replace(e.begin(), e.end(), std::string("NICMALLOC_PIN_STEP=32M"),
+               std::string("NICMALLOC_PIN_STEP=2M"));
+  auto r = run_probe(e, {"free"});
+  ASSERT_EQ(r.exit_code, 0) << r.out << r.err;
+  ASSERT_EQ(r.num("register_rc"), 0) << r.out;
+  EXPECT_LE(r.num("freed_pinned"), r.num("full_pinned") - 12 * kMiB) << r.out;
+  EXPECT_LE(r.num("freed_rss_anon_kb"), r.num("full_rss_anon_kb") - 12 * 1024) << r.out;
+  // Dropped counts committed slices, some of which (the steps' ends) were never touched.
+  EXPECT_GE(r.num("freed_dropped"), r.num("full_pinned") - r.num("freed_pinned")) << r.out;
+  EXPECT_LE(r.num("freed_dropped"), r.num("full_pinned") - r.num("freed_pinned") + 2 * kMiB)
+      << r.out;
+  EXPECT_GE(r.num("again_pinned"), r.num("freed_pinned") + 15 * kMiB) << r.out;
+  EXPECT_EQ(r.num("intact"), 1) << r.out;
+  EXPECT_EQ(r.num("sent_intact"), 1) << r.out;
+}
+
+// A kernel that refuses the drop (MADV_DONTNEED_LOCKED is Linux 5.18): the pages stay, and so
+// does the count of what is pinned; said once.
+TEST(StepPages, ARefusedDropLeavesThePagesAndTheirCount) {
+  auto e = env("sim");
+  std::replace(e.begin(), e.end(), std::string("NICMALLOC_PIN_STEP=32M"),
+               std::string("NICMALLOC_PIN_STEP=2M"));
+  auto r = run_probe(e, {"no-drop", "free"});
+  if (r.exit_code == 77) GTEST_SKIP() << "SKIPPED LOUDLY: the kernel refused a seccomp filter";
+  ASSERT_EQ(r.exit_code, 0) << r.out << r.err;
+  EXPECT_EQ(r.num("freed_dropped"), 0) << r.out;
+  EXPECT_EQ(r.num("freed_pinned"), r.num("full_pinned")) << r.out;
+  EXPECT_GE(r.num("freed_rss_anon_kb"), r.num("full_rss_anon_kb") - 1024) << r.out;
+  EXPECT_EQ(r.num("intact"), 1) << r.out;
+  EXPECT_EQ(count_lines(r.err, "cannot give back free pages inside dataplane steps"), 1) << r.err;
+}
+
 // mimalloc 2.0.9 only marks a freed span for decommit; it decommits it when the owning thread
 // next takes a page from that segment, which after a shrink may be never (the purge delay here
 // outlasts the test, as a shrink followed by no allocation there does). nic_collect decommits
