@@ -71,7 +71,9 @@
     "the kernel will not map or mimalloc will not take as an arena, is tried again after "         \
     "1 s, doubling to 60 s. Each cause is said once: a warning under `fail` (the setting "         \
     "refuses requests), else with `NICMALLOC_VERBOSE=1` only, as every fallback nicmalloc"         \
-    " takes on its own is counted in `nic_get_stats` and kept off stderr")                         \
+    " takes on its own is counted in `nic_get_stats` and kept off stderr. Under `fail` a "         \
+    "user's `MIMALLOC_EAGER_COMMIT` is not followed (one warning): mimalloc hands out an "         \
+    "eagerly committed segment whatever its commit said")                                          \
   X(DP_MIN_SIZE, "NICMALLOC_DP_MIN_SIZE", NIC_T_SIZE, "0", 0, UINT64_MAX, "", NIC_REACH_VALUE,     \
     "route every malloc of at least this many bytes to dataplane memory; `0`: off")                \
   X(RELEASE_DELAY_MS, "NICMALLOC_RELEASE_DELAY_MS", NIC_T_MS, "1000", 0, 3600000, "",              \
