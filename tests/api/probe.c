@@ -990,6 +990,27 @@ static int stats_read(void) {
   return 0;
 }
 
+/* What a statistics read reads in a process with vmas more mappings and a dataplane step. */
+static int stats_walk(unsigned vmas) {
+  for (unsigned i = 0; i < vmas; i++)
+    if (mmap(NULL, 4096, i % 2 ? PROT_READ : PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS,
+             -1, 0) == MAP_FAILED)
+      return 3;
+  char *control = malloc(8 << 20);
+  void *dp = nic_malloc(64);
+  if (!control || !dp) return 1;
+  memset(control, 1, 8 << 20);
+  struct nic_stats s = NIC_STATS_INIT;
+  const long long before = read_bytes();
+  nic_get_stats(&s);
+  const long long after = read_bytes();
+  printf("read_bytes=%lld\nsmaps_bytes=%lld\n", after - before, smaps_bytes());
+  printf("control_resident=%zu\ncontrol_committed=%zu\n", s.control_resident, s.control_committed);
+  free(dp);
+  free(control);
+  return 0;
+}
+
 static int print_free_key(void) {
   uintptr_t *volatile block = malloc(48);
   free(block);
@@ -1044,6 +1065,8 @@ int main(int argc, char **argv) {
   if (argc >= 3 && !strcmp(argv[1], "fixed-layout")) return fixed_layout(argv);
   if (argc >= 2 && !strcmp(argv[1], "free-key")) return print_free_key();
   if (argc >= 2 && !strcmp(argv[1], "stats-read")) return stats_read();
+  if (argc >= 3 && !strcmp(argv[1], "stats-walk"))
+    return stats_walk((unsigned)strtoul(argv[2], NULL, 0));
   if (argc >= 4 && !strcmp(argv[1], "step-reads"))
     return step_reads((unsigned)strtoul(argv[2], NULL, 0), strtoull(argv[3], NULL, 0));
   if (argc >= 7 && !strcmp(argv[1], "limit-later"))
