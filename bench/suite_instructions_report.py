@@ -68,10 +68,11 @@ def main():
     progs = sorted(s)
     md = ["# Allocator suite: instructions (bench/suite_instructions.sh)", "",
           "Instructions executed by the whole process (every thread, every child), counted by "
-          "valgrind's callgrind, at scale %s; millions, median of the runs, and the ratio to "
-          "mimalloc in brackets. Programs that start threads ran more than once (callgrind "
-          "runs one thread at a time, so a program that waits on another executes a count that "
-          "depends on the scheduling): their spread is below." % args.scale, "",
+          "valgrind (cachegrind or callgrind), at scale %s; millions, median of the runs, and "
+          "the ratio to mimalloc in brackets. Valgrind runs one thread at a time, so a program "
+          "that waits on another executes a count that depends on the scheduling: the spread "
+          "of the programs that start threads and ran more than once is below." % args.scale,
+          "",
           "- programs: %d (%s)" % (len(progs), ", ".join(progs)),
           "- allocators: %s" % ", ".join(allocs)]
     if args.skipped.strip():
@@ -109,7 +110,7 @@ def main():
 
     body = []
     for p in progs:
-        if threads[p] == "single":
+        if threads[p] == "single" or max(x["runs"] for x in s[p].values()) < 2:
             continue
         row = [p]
         for a in allocs:
@@ -124,7 +125,7 @@ def main():
 
     md += ["", "## Reading these counts next to suite.sh's times", "",
            "Instructions are repeatable where times on a shared machine are not, but they leave "
-           "out cache and TLB misses, contention between cores (callgrind runs the threads one "
+           "out cache and TLB misses, contention between cores (valgrind runs the threads one "
            "at a time, so lock and cache-line sharing costs nothing here) and time in the kernel "
            "(system calls, page faults, pinning). Where an allocator's CPU-time ratio in "
            "suite.md is close to its instruction ratio here, the instructions explain the "
