@@ -115,8 +115,8 @@ def main():
         row = [p]
         for a in allocs:
             x = s[p].get(a, {})
-            row.append("MISSING" if x.get("ir") is None else "%d runs, %.1f-%.1f M, %.2f%%" % (
-                x["runs"], x["min"] / 1e6, x["max"] / 1e6,
+            row.append("MISSING" if x.get("ir") is None else "%d run%s, %.1f-%.1f M, %.2f%%" % (
+                x["runs"], "" if x["runs"] == 1 else "s", x["min"] / 1e6, x["max"] / 1e6,
                 100 * (x["max"] - x["min"]) / x["ir"]))
         body.append(row)
     if body:
