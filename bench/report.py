@@ -31,6 +31,18 @@ def read_csv(path):
         return list(csv.DictReader(fh))
 
 
+def run_notes(skipped, rows):
+    """The lines a suite report lists under its header: allocators not installed, failed runs."""
+    lines = []
+    if skipped.strip():
+        lines.append("- skipped: %s not installed" % skipped.strip())
+    fails = [r for r in rows if r["status"] != "ok"]
+    if fails:
+        lines.append("- FAILED runs: " + ", ".join("%s/%s rep %s" % (r["program"], r["allocator"],
+                                                                     r["rep"]) for r in fails))
+    return lines
+
+
 def table(head, rows):
     out = ["| " + " | ".join(head) + " |", "|" + "---|" * len(head)]
     return out + ["| " + " | ".join(str(c) for c in r) + " |" for r in rows]

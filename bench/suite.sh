@@ -31,13 +31,9 @@ reps=${SUITE_REPS:-$reps}
 preload_allocs "NICMALLOC_DP_MIN_SIZE=4096 NICMALLOC_STATS=json"
 allocs=("${PRELOAD_ALLOCS[@]}")
 
-programs=()
-for exe in "$build"/bench/suite/suite_*; do
-  [ -x "$exe" ] || continue
-  p=${exe##*/suite_}
-  if [ -n "${SUITE_ONLY:-}" ] && [[ " $SUITE_ONLY " != *" $p "* ]]; then continue; fi
-  programs+=("$p")
-done
+. "$root/bench/suite_programs.sh"
+suite_programs "$build"
+programs=(${SUITE_PROGRAMS[@]+"${SUITE_PROGRAMS[@]}"})
 [ ${#programs[@]} -gt 0 ] || { echo "suite: no suite_* programs in $build/bench/suite" >&2; exit 1; }
 [ -x /usr/bin/time ] || { echo "suite: GNU time missing (apt-get install time)" >&2; exit 1; }
 mkdir -p "$out"

@@ -46,13 +46,9 @@ done
 [ ${#allocs[@]} -gt 0 ] ||
   { echo "suite_instructions: no allocator in '$INSTR_ALLOCS'" >&2; exit 2; }
 
-programs=()
-for exe in "$build"/bench/suite/suite_*; do
-  [ -x "$exe" ] || continue
-  p=${exe##*/suite_}
-  if [ -n "${SUITE_ONLY:-}" ] && [[ " $SUITE_ONLY " != *" $p "* ]]; then continue; fi
-  programs+=("$p")
-done
+. "$root/bench/suite_programs.sh"
+suite_programs "$build"
+programs=(${SUITE_PROGRAMS[@]+"${SUITE_PROGRAMS[@]}"})
 [ ${#programs[@]} -gt 0 ] ||
   { echo "suite_instructions: no suite_* programs in $build/bench/suite" >&2; exit 1; }
 mkdir -p "$out/$tool"

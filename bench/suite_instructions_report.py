@@ -16,7 +16,7 @@ import statistics
 import sys
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from report import read_csv, table  # noqa: E402
+from report import read_csv, run_notes, table  # noqa: E402
 
 PEERS = ["glibc", "mimalloc", "jemalloc", "tcmalloc"]
 ORDER = PEERS + ["nicmalloc", "nicmalloc-dp4k"]
@@ -75,12 +75,7 @@ def main():
           "",
           "- programs: %d (%s)" % (len(progs), ", ".join(progs)),
           "- allocators: %s" % ", ".join(allocs)]
-    if args.skipped.strip():
-        md.append("- skipped: %s not installed" % args.skipped.strip())
-    fails = [r for r in rows if r["status"] != "ok"]
-    if fails:
-        md.append("- FAILED runs: " + ", ".join("%s/%s rep %s" % (r["program"], r["allocator"],
-                                                                   r["rep"]) for r in fails))
+    md += run_notes(args.skipped, rows)
 
     body, cols, best_cols = [], {a: [] for a in allocs}, []
     for p in progs:

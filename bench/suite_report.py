@@ -14,7 +14,7 @@ import statistics
 import sys
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from report import read_csv, table  # noqa: E402
+from report import read_csv, run_notes, table  # noqa: E402
 
 PEERS = ["glibc", "mimalloc", "jemalloc", "tcmalloc"]
 ORDER = PEERS + ["nicmalloc", "nicmalloc-dp4k"]
@@ -98,12 +98,7 @@ def main():
           "- load after: `%s`" % args.load_after.strip(),
           "- programs: %d (%s)" % (len(progs), ", ".join(progs)),
           "- allocators: %s" % ", ".join(allocs)]
-    if args.skipped.strip():
-        md.append("- skipped: %s not installed" % args.skipped.strip())
-    fails = [r for r in rows if r["status"] != "ok"]
-    if fails:
-        md.append("- FAILED runs: " + ", ".join("%s/%s rep %s" % (r["program"], r["allocator"],
-                                                                   r["rep"]) for r in fails))
+    md += run_notes(args.skipped, rows)
 
     # Wide tables: one row per program, one column per allocator.
     def wide(key, title, unit_fmt, below_resolution=False):
