@@ -36,23 +36,6 @@ static inline void *nic_control_alloc_fast(size_t size, bool zero) {
  * Out of line and without the size, which malloc then need not keep across its call. */
 void *nic_control_alloc_failed(void) __attribute__((cold));
 
-/* malloc/calloc: one thread-local load and one compare choose the control fast path for a
- * request of at least NIC_MIN_BLOCK bytes (below it, size - NIC_MIN_BLOCK wraps around and
- * fails the compare); a smaller one is raised to the minimum on a second test. */
-static inline void *nic_alloc_auto(size_t size, bool zero) {
-  if (__builtin_expect(size - NIC_MIN_BLOCK < nic_self.fast_span, 1)) {
-    void *p = nic_control_alloc_fast(size, zero);
-    return __builtin_expect(p != NULL, 1) ? p : nic_control_alloc_failed();
-  }
-  if (size < NIC_MIN_BLOCK &&
-      /* loaded again, not kept in a register the common path would pay for */
-      __atomic_load_n(&nic_self.fast_span, __ATOMIC_RELAXED) != 0) {
-    void *p = nic_control_alloc_fast(NIC_MIN_BLOCK, zero);
-    return __builtin_expect(p != NULL, 1) ? p : nic_control_alloc_failed();
-  }
-  return nic_alloc(size, 0, zero, NIC_ROUTE_AUTO);
-}
-
 /* mimalloc refused the inline dataplane path's request (the chunk full, or given back under an
  * allocation that began before: reaper.c): the pause at the cap, and then, for nic_malloc
  * (retry), the general path. */
@@ -83,6 +66,28 @@ static inline __attribute__((always_inline)) void *nic_dp_alloc_fast(size_t size
   if (__builtin_expect(p == NULL, 0)) return nic_dp_alloc_fast_failed(size, zero, retry);
   if (!zero) nic_block_mark_live(p);
   return p;
+}
+
+/* What malloc and calloc do with a request their fast paths do not take: NICMALLOC_DP_MIN_SIZE's
+ * blocks on the inline dataplane path where the general path would come to it anyway, the rest
+ * on the general path. Out of line, so that malloc keeps nothing across its fast path's call. */
+void *nic_alloc_auto_general(size_t size, bool zero);
+
+/* malloc/calloc: one thread-local load and one compare choose the control fast path for a
+ * request of at least NIC_MIN_BLOCK bytes (below it, size - NIC_MIN_BLOCK wraps around and
+ * fails the compare); a smaller one is raised to the minimum on a second test. */
+static inline void *nic_alloc_auto(size_t size, bool zero) {
+  if (__builtin_expect(size - NIC_MIN_BLOCK < nic_self.fast_span, 1)) {
+    void *p = nic_control_alloc_fast(size, zero);
+    return __builtin_expect(p != NULL, 1) ? p : nic_control_alloc_failed();
+  }
+  if (size < NIC_MIN_BLOCK &&
+      /* loaded again, not kept in a register the common path would pay for */
+      __atomic_load_n(&nic_self.fast_span, __ATOMIC_RELAXED) != 0) {
+    void *p = nic_control_alloc_fast(NIC_MIN_BLOCK, zero);
+    return __builtin_expect(p != NULL, 1) ? p : nic_control_alloc_failed();
+  }
+  return nic_alloc_auto_general(size, zero);
 }
 
 /* What a call does with the block it is given, for its report when the block is not live. */
