@@ -83,7 +83,7 @@ static void before_fork(void) {
   size_t len = 0;
   for_each_step(count_step, &len);
   if (len == 0) return;
-  const size_t room = nic_memcg_headroom();
+  const size_t room = nic_memcg_headroom_now();
   /* Straight system calls: nothing else of the runtime needs to hear of this mapping. */
   void *p = room < len + len / 8 ? MAP_FAILED
                                  : (void *)syscall(SYS_mmap, NULL, len, PROT_READ | PROT_WRITE,

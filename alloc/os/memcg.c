@@ -116,14 +116,24 @@ static size_t look_up_headroom(void) {
 /* A look that finds no limit anywhere above the process (most machines) stands for a while: the
  * look is a dozen file reads, and a process backing steps fast (large blocks freed and
  * allocated again) spent a seventh of its time in them. A limit set since is then seen up to
- * this late; a lazily locked step only faults in what is touched, as any memory does. Under a
- * limit every call looks again: the room left changes with every page. A child looks again
- * (a supervisor moves it into its own cgroup between fork and exec). */
+ * this late by steps locked as touched, which fault in only what is touched, as any memory
+ * does; what is prefaulted whole asks nic_memcg_headroom_now. Under a limit every call looks
+ * again: the room left changes with every page. A child looks again (a supervisor moves it into
+ * its own cgroup between fork and exec). */
 #define NO_LIMIT_STANDS_MS 1000u
 /* Until when (ms, monotonic) and for which process, in one word: pids are below 2^22 (the
  * kernel's PID_MAX_LIMIT), so no lock is needed, nor a place among the fork locks. */
 #define PID_BITS 22
 static uint64_t no_limit_stamp;
+
+size_t nic_memcg_headroom_now(void) {
+  const size_t room = look_up_headroom();
+  const uint64_t pid = (uint64_t)getpid() & ((1u << PID_BITS) - 1);
+  __atomic_store_n(&no_limit_stamp,
+                   room == SIZE_MAX ? (nic_now_ms() + NO_LIMIT_STANDS_MS) << PID_BITS | pid : 0,
+                   __ATOMIC_RELAXED);
+  return room;
+}
 
 size_t nic_memcg_headroom(void) {
   const uint64_t now_ms = nic_now_ms();

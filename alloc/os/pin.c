@@ -201,7 +201,7 @@ int nic_back_step(void *addr, size_t len, enum nic_page_kind want, bool populate
     }
     const bool thp = want >= NIC_PAGE_THP && thp_possible();
     if (thp) madvise(addr, len, MADV_HUGEPAGE);
-    if (nic_memcg_headroom() < len + len / 8)
+    if (nic_memcg_headroom_now() < len + len / 8)
       return -EDQUOT; /* prefaulting it would wake the cgroup's OOM killer: see memcg.c */
     const long faults_before = thp ? thread_faults() : -1;
     int rc = prefault(addr, len, NIC_PAGE_SIZE);
@@ -216,7 +216,7 @@ int nic_back_step(void *addr, size_t len, enum nic_page_kind want, bool populate
 }
 
 int nic_populate_step(void *addr, size_t len, enum nic_page_kind want, struct nic_mapping *m) {
-  if (nic_memcg_headroom() < len + len / 8) return -EDQUOT;
+  if (nic_memcg_headroom_now() < len + len / 8) return -EDQUOT;
   const bool thp = want >= NIC_PAGE_THP && thp_possible();
   if (thp) madvise(addr, len, MADV_HUGEPAGE);
   const long faults_before = thp ? thread_faults() : -1;

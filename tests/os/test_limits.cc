@@ -234,6 +234,25 @@ TEST(MemoryCgroup, ALimitSetWhileTheProcessRunsIsHeldToASecondLater) {
   EXPECT_EQ(count_lines(r.err, "memory cgroup's limit"), 1) << r.err;
 }
 
+// Steps faulted in whole (NICMALLOC_DP_POPULATE=commit) always look again: a prefault past a
+// limit wakes the OOM killer, so the limit set just now is held to at once.
+TEST(MemoryCgroup, ALimitSetWhileTheProcessRunsIsHeldToAtOnceForPrefaultedSteps) {
+  if (geteuid() != 0) GTEST_SKIP() << "needs root to make a memory cgroup; uid " << geteuid();
+  LimitedCgroup cg("none");
+  if (cg.path().empty())
+    GTEST_SKIP() << "SKIPPED LOUDLY: no memory cgroup could be made under this process's own "
+                    "(neither cgroup v1's memory hierarchy nor v2 with the memory controller)";
+  auto r =
+      run_probe({"NICMALLOC_CHUNK_SIZE=256M", "NICMALLOC_PIN_STEP=4M", "NICMALLOC_PAGE_KIND=4k",
+                 "NICMALLOC_ON_PIN_FAIL=fail", "NICMALLOC_DP_POPULATE=commit"},
+                {"limit-later", cg.path(), cg.limit_file(), std::to_string(64 << 20),
+                 std::to_string(100 << 20), "0"});
+  ASSERT_EQ(r.exit_code, 0) << "killed? " << r.out << r.err;
+  EXPECT_EQ(r.num("first_dp"), 1);
+  EXPECT_EQ(r.num("got"), 0);
+  EXPECT_EQ(r.num("errno"), ENOMEM);
+}
+
 // Without CAP_IPC_LOCK and with 64 KiB of RLIMIT_MEMLOCK, io_uring cannot pin a chunk as a fixed
 // buffer. Each entry in it gets the error; the backend is not asked again for each one, and
 // the cause is told once.
