@@ -157,14 +157,19 @@ private:
   std::string made_, path_;
 };
 
+// A test cgroup named cg under this process's own, with the limit given; the test skips without
+// root or without a memory cgroup hierarchy to make it in.
+#define MAKE_CGROUP_OR_SKIP(cg, limit)                                                             \
+  if (geteuid() != 0) GTEST_SKIP() << "needs root to make a memory cgroup; uid " << geteuid();     \
+  LimitedCgroup cg(limit);                                                                         \
+  if (cg.path().empty())                                                                           \
+  GTEST_SKIP() << "SKIPPED LOUDLY: no memory cgroup could be made under this process's own "       \
+                  "(neither cgroup v1's memory hierarchy nor v2 with the memory controller)"
+
 // 160 MiB holds four 32 MiB chunks and the probe, not ten: the fifth or so must be refused
 // with ENOMEM, not prefaulted into the OOM killer.
 TEST(MemoryCgroup, ChunkPastTheLimitIsRefusedNotKilled) {
-  if (geteuid() != 0) GTEST_SKIP() << "needs root to make a memory cgroup; uid " << geteuid();
-  LimitedCgroup cg(160ll << 20);
-  if (cg.path().empty())
-    GTEST_SKIP() << "SKIPPED LOUDLY: no memory cgroup could be made under this process's own "
-                    "(neither cgroup v1's memory hierarchy nor v2 with the memory controller)";
+  MAKE_CGROUP_OR_SKIP(cg, 160ll << 20);
   auto r = run_probe(
       {"NICMALLOC_CHUNK_SIZE=32M", "NICMALLOC_PAGE_KIND=4k", "NICMALLOC_ON_PIN_FAIL=fail"},
       {"in-cgroup", cg.path(), "dp-alloc", std::to_string(320 << 20), "65536"});
@@ -180,11 +185,7 @@ TEST(MemoryCgroup, ChunkPastTheLimitIsRefusedNotKilled) {
 // hand the block out with the commit of its claim refused, unbacked, to be faulted in past the
 // limit by calloc's clearing or the program's writes (the OOM killer). It is refused instead.
 TEST(MemoryCgroup, HugeBlockPastTheLimitIsRefusedNotKilled) {
-  if (geteuid() != 0) GTEST_SKIP() << "needs root to make a memory cgroup; uid " << geteuid();
-  LimitedCgroup cg(64ll << 20);
-  if (cg.path().empty())
-    GTEST_SKIP() << "SKIPPED LOUDLY: no memory cgroup could be made under this process's own "
-                    "(neither cgroup v1's memory hierarchy nor v2 with the memory controller)";
+  MAKE_CGROUP_OR_SKIP(cg, 64ll << 20);
   for (const char *mode : {"malloc", "calloc"}) {
     SCOPED_TRACE(mode);
     auto r = run_probe(
@@ -218,11 +219,7 @@ TEST(MemoryCgroup, StepsBackedWhereNoLimitAppliesDoNotReadTheCgroupFilesEachTime
 // ... and a limit set after such a look is held to once the second is over: a block past it is
 // refused, not handed out to be faulted in past the limit.
 TEST(MemoryCgroup, ALimitSetWhileTheProcessRunsIsHeldToASecondLater) {
-  if (geteuid() != 0) GTEST_SKIP() << "needs root to make a memory cgroup; uid " << geteuid();
-  LimitedCgroup cg("none");
-  if (cg.path().empty())
-    GTEST_SKIP() << "SKIPPED LOUDLY: no memory cgroup could be made under this process's own "
-                    "(neither cgroup v1's memory hierarchy nor v2 with the memory controller)";
+  MAKE_CGROUP_OR_SKIP(cg, "none");
   auto r = run_probe({"NICMALLOC_CHUNK_SIZE=256M", "NICMALLOC_PIN_STEP=4M",
                       "NICMALLOC_PAGE_KIND=4k", "NICMALLOC_ON_PIN_FAIL=fail"},
                      {"limit-later", cg.path(), cg.limit_file(), std::to_string(64 << 20),
@@ -237,11 +234,7 @@ TEST(MemoryCgroup, ALimitSetWhileTheProcessRunsIsHeldToASecondLater) {
 // Steps faulted in whole (NICMALLOC_DP_POPULATE=commit) always look again: a prefault past a
 // limit wakes the OOM killer, so the limit set just now is held to at once.
 TEST(MemoryCgroup, ALimitSetWhileTheProcessRunsIsHeldToAtOnceForPrefaultedSteps) {
-  if (geteuid() != 0) GTEST_SKIP() << "needs root to make a memory cgroup; uid " << geteuid();
-  LimitedCgroup cg("none");
-  if (cg.path().empty())
-    GTEST_SKIP() << "SKIPPED LOUDLY: no memory cgroup could be made under this process's own "
-                    "(neither cgroup v1's memory hierarchy nor v2 with the memory controller)";
+  MAKE_CGROUP_OR_SKIP(cg, "none");
   auto r =
       run_probe({"NICMALLOC_CHUNK_SIZE=256M", "NICMALLOC_PIN_STEP=4M", "NICMALLOC_PAGE_KIND=4k",
                  "NICMALLOC_ON_PIN_FAIL=fail", "NICMALLOC_DP_POPULATE=commit"},
