@@ -124,11 +124,12 @@ static size_t look_up_headroom(void) {
 /* Until when (ms, monotonic) and for which process, in one word: pids are below 2^22 (the
  * kernel's PID_MAX_LIMIT), so no lock is needed, nor a place among the fork locks. */
 #define PID_BITS 22
+#define PID_MASK ((1u << PID_BITS) - 1)
 static uint64_t no_limit_stamp;
 
 size_t nic_memcg_headroom_now(void) {
   const size_t room = look_up_headroom();
-  const uint64_t pid = (uint64_t)getpid() & ((1u << PID_BITS) - 1);
+  const uint64_t pid = (uint64_t)getpid() & PID_MASK;
   __atomic_store_n(&no_limit_stamp,
                    room == SIZE_MAX ? (nic_now_ms() + NO_LIMIT_STANDS_MS) << PID_BITS | pid : 0,
                    __ATOMIC_RELAXED);
@@ -136,13 +137,8 @@ size_t nic_memcg_headroom_now(void) {
 }
 
 size_t nic_memcg_headroom(void) {
-  const uint64_t now_ms = nic_now_ms();
-  const uint64_t pid = (uint64_t)getpid() & ((1u << PID_BITS) - 1);
   const uint64_t stamp = __atomic_load_n(&no_limit_stamp, __ATOMIC_RELAXED);
-  if ((stamp & ((1u << PID_BITS) - 1)) == pid && now_ms < stamp >> PID_BITS) return SIZE_MAX;
-  const size_t room = look_up_headroom();
-  __atomic_store_n(&no_limit_stamp,
-                   room == SIZE_MAX ? (now_ms + NO_LIMIT_STANDS_MS) << PID_BITS | pid : 0,
-                   __ATOMIC_RELAXED);
-  return room;
+  if ((stamp & PID_MASK) == ((uint64_t)getpid() & PID_MASK) && nic_now_ms() < stamp >> PID_BITS)
+    return SIZE_MAX;
+  return nic_memcg_headroom_now();
 }
