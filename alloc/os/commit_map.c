@@ -36,6 +36,11 @@ bool nic_commit_map_init(uintptr_t base, size_t size) {
   return true;
 }
 
+void nic_commit_map_skip(uintptr_t base, size_t size) {
+  nic_commit_map.base = base;
+  __atomic_store_n(&nic_commit_map.unchecked_16, size / 16, __ATOMIC_RELEASE);
+}
+
 void nic_commit_map_verify(const void *block) {
   const uintptr_t offset = (uintptr_t)block - nic_commit_map.base;
   if (nic_commit_map.committed && offset < nic_commit_map.size && nic_commit_map_has(offset) &&

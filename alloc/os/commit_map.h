@@ -33,6 +33,9 @@ struct nic_commit_map {
   /* checked / 16, stored with it: free's fast path compares p - base rotated right by 4 bits
    * with this, which tests the range and the 16-byte alignment of a block in one compare. */
   size_t checked_16;
+  /* Under NICMALLOC_FREE_CHECK=0 (no map kept), the arena's size / 16, else 0: free's fast path
+   * then releases a block of the arena after the range and alignment compare alone. */
+  size_t unchecked_16;
   uint8_t *committed; /* one byte per page, 1 or 0; NULL when the table could not be reserved */
   uint64_t *readable; /* one bit per page */
 };
@@ -46,6 +49,8 @@ enum nic_page_change {
 
 /* Reserves the bits for [base, base + size) before mimalloc is given that memory. */
 bool nic_commit_map_init(uintptr_t base, size_t size);
+/* NICMALLOC_FREE_CHECK=0: no map for [base, base + size), whose blocks free releases unchecked. */
+void nic_commit_map_skip(uintptr_t base, size_t size);
 /* Once mimalloc allocated from the arena: the map is trusted only if it saw that memory being
  * committed, which proves that mimalloc's calls reach nicmalloc's mprotect. */
 void nic_commit_map_verify(const void *block);

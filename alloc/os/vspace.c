@@ -64,7 +64,10 @@ bool nic_control_arena_init(bool use_commit_map) {
     }
     mi_option_enable(mi_option_limit_os_alloc);
     void *probe = mi_malloc(64);
-    if (use_commit_map) nic_commit_map_verify(probe);
+    if (use_commit_map)
+      nic_commit_map_verify(probe);
+    else
+      nic_commit_map_skip((uintptr_t)base, size);
     mi_free(probe);
     nic_free_check_strict = true;
     nic_control_base = (uintptr_t)base;

@@ -386,6 +386,19 @@ TEST(BadInput, WithTheFreeCheckOffFreesStillRelease) {
   EXPECT_EQ(huge.err, "");
 }
 
+// With the free check off, free's fast path releases a control block after the range test alone
+// (no key, no commit map); what watches frees still sees them.
+TEST(BadInput, WithTheFreeCheckOffControlFreesReleaseAndInvalidate) {
+  for (const char *check : {"NICMALLOC_FREE_CHECK=0", "NICMALLOC_FREE_CHECK=1"}) {
+    auto r = run_probe({check}, {"control-frees"});
+    ASSERT_EQ(r.exit_code, 0) << check << "\n" << r.err;
+    EXPECT_LT(r.num("span"), 1 << 20) << check << ": freed blocks did not come back";
+    ASSERT_EQ(r.num("register_rc"), 0) << check << "\n" << r.err;
+    EXPECT_EQ(r.num("invalidations"), 1) << check;
+    EXPECT_EQ(r.err, "") << check;
+  }
+}
+
 TEST(BadInput, BadSettingsWarnOnceAndUseDefaults) {
   auto r = run_probe({"NICMALLOC_CHUNK_SIZE=lots", "NICMALLOC_MAX_CHUNKS=0",
                       "NICMALLOC_PAGE_KIND=huge", "NICMALLOC_ON_PIN_FAIL=maybe",
