@@ -427,7 +427,9 @@ TEST_F(Sga, AShortEntryOnTheCallersStackIsCopiedAndNothingPastItsTop) {
   pthread_attr_t attr;
   pthread_attr_init(&attr);
   ASSERT_EQ(pthread_attr_setstack(&attr, m, stack_size), 0);
-  OwnStackRun run{&sga, m + stack_size};
+  OwnStackRun run;
+  run.sga = &sga;
+  run.top = m + stack_size;
   pthread_t thread;
   testing::internal::CaptureStderr();
   ASSERT_EQ(pthread_create(&thread, &attr, AddOnOwnStack, &run), 0);
