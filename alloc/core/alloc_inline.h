@@ -229,9 +229,9 @@ static inline bool nic_free_filters_armed(void) {
 }
 
 /* Every free the fast path below does not take: NULL, dataplane blocks, pointers outside the
- * proven control arena (or all of them under NICMALLOC_FREE_CHECK=0), pages the program dropped,
- * blocks holding the free key (double frees, or data equal to the key), armed filters and huge
- * blocks. */
+ * proven control arena (under NICMALLOC_FREE_CHECK=0: outside the control arena), pages the
+ * program dropped, blocks holding the free key (double frees, or data equal to the key), armed
+ * filters and huge blocks. */
 void nic_free_general(void *p, const char *caller);
 
 /* The common frees as chains of tests, each a branch out to nic_free_general. A control block:

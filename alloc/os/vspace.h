@@ -21,7 +21,7 @@ void *nic_vspace_reserve(size_t size, size_t align, uintptr_t hint);
  * that every control block is recognisable. Returns false (after a warning) when the
  * reservation failed; mimalloc then maps memory itself and free checks cannot be strict.
  * use_commit_map: keep the commit map (commit_map.h) and let free trust it once proven; false
- * under NICMALLOC_FREE_CHECK=0, since free's fast path is also its check (alloc_inline.h), and
+ * under NICMALLOC_FREE_CHECK=0, whose frees read nothing from the block (alloc_inline.h), and
  * then no interposed call updates a map nobody reads. */
 bool nic_control_arena_init(bool use_commit_map);
 /* True once the control arena is in place: a pointer mimalloc does not recognise is then
