@@ -1,0 +1,203 @@
+/* nic_probe: the control heap: huge blocks, frees, and a full arena. */
+#define _GNU_SOURCE
+#include "nicmalloc.h"
+#include "probe_common.h"
+
+#include <errno.h>
+#include <malloc.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/mman.h>
+#include <sys/resource.h>
+#include <unistd.h>
+
+/* Fills and frees a block of size bytes, waits, allocates the same size again: kept_bytes says
+ * whether the old contents are still there (the huge cache kept the block, huge_cache.h). */
+static int huge_reuse(size_t size, unsigned sleep_ms) {
+  unsigned char *p = malloc(size);
+  if (!p) return 1;
+  memset(p, 0xab, size);
+  free(p);
+  usleep(sleep_ms * 1000u);
+  unsigned char *q = malloc(size);
+  if (!q) return 1;
+  printf("kept_bytes=%d\n", q == p && q[0] == 0xab && q[size - 1] == 0xab);
+  struct nic_stats s = NIC_STATS_INIT;
+  nic_get_stats(&s);
+  printf("huge_hits=%llu\nhuge_purged=%llu\n", (unsigned long long)s.huge_hits,
+         (unsigned long long)s.huge_purged);
+  free(q);
+  return 0;
+}
+
+/* Control frees as NICMALLOC_FREE_CHECK=0 runs them: a freed block is handed out again, and a
+ * cached registration covering a freed block is dropped. */
+static int control_frees(void) {
+  /* 100,000 pairs span 6.4 MB unless freed blocks come back */
+  uintptr_t low = UINTPTR_MAX, high = 0;
+  for (int i = 0; i < 100000; i++) {
+    char *p = malloc(64);
+    if (!p) return 1;
+    low = (uintptr_t)p < low ? (uintptr_t)p : low;
+    high = (uintptr_t)p > high ? (uintptr_t)p : high;
+    free(p);
+  }
+  printf("span=%llu\n", (unsigned long long)(high - low));
+  char *b = malloc(3000);
+  memset(b, 1, 3000);
+  struct nic_region_ref ref;
+  const int rc = nic_register(b, 3000, NIC_REG_LOCAL, &ref);
+  if (rc == 0) nic_unregister(&ref);
+  struct nic_stats before = NIC_STATS_INIT, after = NIC_STATS_INIT;
+  nic_get_stats(&before);
+  free(b);
+  nic_get_stats(&after);
+  printf("register_rc=%d\ninvalidations=%llu\n", rc,
+         (unsigned long long)(after.rcache_invalidations - before.rcache_invalidations));
+  return 0;
+}
+
+static long resident_kib(void) {
+  FILE *f = fopen("/proc/self/statm", "r");
+  long size = 0, resident = 0;
+  if (!f) return -1;
+  if (fscanf(f, "%ld %ld", &size, &resident) != 2) resident = -1;
+  fclose(f);
+  return resident < 0 ? -1 : resident * (sysconf(_SC_PAGESIZE) / 1024);
+}
+
+/* malloc(1 MiB), 2 MiB, 4 MiB ... up to max, each written at its first and last byte and
+ * freed: such blocks must cost address space, not memory. Prints the most the resident set
+ * grew while a block was live. Skips (grow_skipped=REASON) where the kernel would refuse such a
+ * block to any allocator: an address-space limit, or strict overcommit. */
+static int grow_untouched(size_t max) {
+  void *room =
+      mmap(NULL, max, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE, -1, 0);
+  if (room == MAP_FAILED) {
+    printf("grow_skipped=a mapping of %zu bytes is refused here: %s\n", max, strerror(errno));
+    return 0;
+  }
+  munmap(room, max);
+  const long start = resident_kib();
+  long grown = 0;
+  unsigned blocks = 0, usable = 0;
+  for (size_t size = (size_t)1 << 20; size <= max; size *= 2) {
+    unsigned char *p = malloc(size);
+    if (!p) {
+      printf("grow_failed_at=%zu\n", size);
+      break;
+    }
+    blocks++;
+    p[0] = 1;
+    p[size - 1] = 2;
+    if (p[0] == 1 && p[size - 1] == 2 && malloc_usable_size(p) >= size) usable++;
+    const long now = resident_kib();
+    if (now - start > grown) grown = now - start;
+    free(p);
+  }
+  printf("grow_blocks=%u\ngrow_usable=%u\ngrow_rss_kib=%ld\n", blocks, usable, grown);
+  return 0;
+}
+
+/* The usable size of a fresh 17 MiB block, and whether a written 30 MiB block, freed and taken
+ * again for 17 MiB, keeps its page at 25 MiB resident; with limit_gib, under that address-space
+ * limit: the probe runs itself again so that nicmalloc starts under it. */
+static int huge_usable(const char *self, const char *limit_gib) {
+  if (limit_gib) {
+    const rlim_t bytes = (rlim_t)strtoull(limit_gib, NULL, 0) << 30;
+    const struct rlimit limit = {bytes, bytes};
+    if (setrlimit(RLIMIT_AS, &limit)) return 1;
+    execl(self, self, "huge-usable", (char *)NULL);
+    return 1;
+  }
+  void *p = malloc((size_t)17 << 20);
+  if (!p) return 1;
+  printf("huge_usable=%zu\n", malloc_usable_size(p));
+  free(p);
+  nic_collect();
+  char *big = malloc((size_t)30 << 20), *again;
+  if (!big) return 1;
+  memset(big, 1, (size_t)30 << 20);
+  free(big);
+  if ((again = malloc((size_t)17 << 20)) != big) return 1;
+  unsigned char in_core = 0;
+  if (mincore(again + ((size_t)25 << 20), 4096, &in_core)) return 1;
+  printf("reused_tail_resident=%d\n", in_core & 1);
+  free(again);
+  return 0;
+}
+
+/* A control block of mib MiB, shrunk in place by realloc, then freed: whether nicmalloc took
+ * both calls (no error line, the same pointer back). */
+static int big_block(size_t mib) {
+  char *p = malloc(mib << 20);
+  if (!p) return 4;
+  p[0] = 1;
+  errno = 0;
+  char *q = realloc(p, (mib << 20) * 9 / 10);
+  printf("realloc_same=%d\nrealloc_errno=%d\n", q == p, errno);
+  free(q ? q : p);
+  return 0;
+}
+
+/* fill-control: fills the control arena with blocks never written, large ones first, until
+ * mimalloc refuses even small ones (the sizes malloc's fast path takes): they must come back
+ * NULL with ENOMEM, and once the blocks are freed, small ones must be served again. */
+static int fill_control(void) {
+  static void *blocks[1 << 16];
+  static const size_t sizes[] = {(size_t)256 << 20, (size_t)32 << 20, (size_t)4 << 20,
+                                 (size_t)256 << 10, (size_t)8 << 10,  64};
+  unsigned n = 0;
+  for (unsigned i = 0; i < sizeof sizes / sizeof sizes[0]; i++) {
+    void *p;
+    while (n < sizeof blocks / sizeof blocks[0] && (p = malloc(sizes[i])))
+      blocks[n++] = p;
+  }
+  errno = 0;
+  const int small_null = malloc(64) == NULL, small_errno = errno;
+  errno = 0;
+  const int tiny_null = malloc(8) == NULL, tiny_errno = errno;
+  errno = 0;
+  const int calloc_null = calloc(1, 64) == NULL, calloc_errno = errno;
+  for (unsigned i = 0; i < n; i++)
+    free(blocks[i]);
+  void *again = malloc(64);
+  printf("blocks=%u\nsmall_null=%d\nsmall_errno=%d\ntiny_null=%d\ntiny_errno=%d\n", n, small_null,
+         small_errno, tiny_null, tiny_errno);
+  printf("calloc_null=%d\ncalloc_errno=%d\nagain=%d\n", calloc_null, calloc_errno, again != NULL);
+  free(again);
+  return 0;
+}
+
+/* The commands: argv[1] names one, its arguments follow (usage in probe.c). */
+int cmd_big_block(int argc, char **argv) {
+  (void)argc;
+  return big_block(strtoull(argv[2], NULL, 0));
+}
+
+int cmd_fill_control(int argc, char **argv) {
+  (void)argc, (void)argv;
+  return fill_control();
+}
+
+int cmd_huge(int argc, char **argv) {
+  (void)argc;
+  return huge_reuse(strtoull(argv[2], NULL, 0), (unsigned)atoi(argv[3]));
+}
+
+int cmd_control_frees(int argc, char **argv) {
+  (void)argc, (void)argv;
+  return control_frees();
+}
+
+int cmd_grow_untouched(int argc, char **argv) {
+  (void)argc;
+  return grow_untouched(strtoull(argv[2], NULL, 0));
+}
+
+int cmd_huge_usable(int argc, char **argv) {
+  return huge_usable(argv[0], argc >= 3 ? argv[2] : NULL);
+}

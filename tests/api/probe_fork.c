@@ -1,0 +1,174 @@
+/* nic_probe: fork with dataplane chunks live. */
+#define _GNU_SOURCE
+#include "nicmalloc.h"
+#include "probe_common.h"
+
+#include <errno.h>
+#include <signal.h>
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/mman.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+/* A child forked after dataplane chunks exist reads the parent's blocks, frees one and
+ * allocates from both heaps; its first write to a chunk page is a copy-on-write fault. */
+static int fork_child(size_t block) {
+  unsigned char *a = nic_malloc(block), *b = nic_malloc(block);
+  if (!a || !b) {
+    printf("setup_failed=%d\n", errno);
+    return 3;
+  }
+  memset(a, 0x11, block);
+  memset(b, 0x22, block);
+  print_stats("before_fork_");
+  fflush(stdout);
+  pid_t pid = fork();
+  if (pid == 0) {
+    alarm(30); /* a deadlock becomes SIGALRM */
+    int ok = a[0] == 0x11 && a[block - 1] == 0x11 && b[0] == 0x22;
+    free(b);
+    unsigned char *c = nic_malloc(block), *d = malloc(block);
+    if (!c || !d) _exit(4);
+    memset(c, 0x33, block);
+    memset(d, 0x44, block);
+    free(c);
+    free(d);
+    _exit(ok ? 0 : 1);
+  }
+  int status = 0;
+  if (pid < 0 || waitpid(pid, &status, 0) != pid) {
+    printf("fork_failed=%d\n", errno);
+    return 3;
+  }
+  printf("child_exit=%d\nchild_signal=%d\n", WIFEXITED(status) ? WEXITSTATUS(status) : -1,
+         WIFSIGNALED(status) ? WTERMSIG(status) : 0);
+  int intact = a[0] == 0x11 && a[block - 1] == 0x11 && b[0] == 0x22 && b[block - 1] == 0x22;
+  memset(a, 0x55, block); /* the parent still writes its own pages */
+  printf("parent_intact=%d\n", intact);
+  free(a);
+  free(b);
+  print_stats("");
+  return 0;
+}
+
+/* A number from a sysfs file, or 0. */
+static long read_long(const char *path) {
+  FILE *f = fopen(path, "r");
+  long v = 0;
+  if (f && fscanf(f, "%ld", &v) != 1) v = 0;
+  if (f) fclose(f);
+  return v;
+}
+
+/* The race a fork handler in the child cannot close: right after each fork the parent writes
+ * every 4 KiB page of its blocks (on hugetlb steps, a copy-on-write of each huge page the child
+ * shares; with the pool empty the kernel takes the page from the child, which dies of SIGBUS at
+ * its next touch), then tells the child, which reads every page (it must see the bytes of the
+ * fork), frees and allocates. Counts the children that died or read wrong bytes. */
+static int fork_write_race(unsigned rounds, size_t total, size_t block, bool register_first) {
+  const size_t n = total / block, page = 4096;
+  unsigned char **blocks = calloc(n, sizeof *blocks);
+  if (!blocks) return 3;
+  signal(SIGPIPE, SIG_IGN); /* a child that died before reading the pipe */
+  for (size_t i = 0; i < n; i++) {
+    blocks[i] = nic_malloc(block);
+    if (!blocks[i]) {
+      printf("setup_failed=%d\n", errno);
+      return 3;
+    }
+    memset(blocks[i], 1, block);
+  }
+  if (register_first) { /* pins the step with the backend (io_uring: FOLL_PIN) */
+    struct nic_region_ref ref;
+    printf("register_rc=%d\n", nic_register(blocks[0], block, 0, &ref));
+  }
+  print_stats("before_fork_");
+  /* The race needs the pool empty: the free pages of others are held meanwhile (not inherited,
+   * so that only the blocks' pages are shared). */
+  const size_t huge = 2ul << 20;
+  const long avail = read_long("/sys/kernel/mm/hugepages/hugepages-2048kB/free_hugepages") -
+                     read_long("/sys/kernel/mm/hugepages/hugepages-2048kB/resv_hugepages");
+  size_t ballast_len = avail > 0 ? (size_t)avail * huge : 0;
+  void *ballast = ballast_len
+                      ? mmap(NULL, ballast_len, PROT_READ | PROT_WRITE,
+                             MAP_PRIVATE | MAP_ANONYMOUS | MAP_HUGETLB | MAP_POPULATE, -1, 0)
+                      : MAP_FAILED;
+  if (ballast == MAP_FAILED)
+    ballast_len = 0;
+  else
+    madvise(ballast, ballast_len, MADV_DONTFORK);
+  printf("ballast_pages=%zu\n", ballast_len / huge);
+  fflush(stdout);
+  unsigned deaths = 0, sigbus = 0, wrong = 0, fork_failures = 0;
+  unsigned char at_fork = 1;
+  for (unsigned r = 0; r < rounds; r++, at_fork ^= 0xff) {
+    int fds[2];
+    if (pipe(fds)) return 3;
+    pid_t pid = fork();
+    if (pid == 0) {
+      alarm(30); /* a deadlock becomes SIGALRM */
+      close(fds[1]);
+      char go;
+      if (read(fds[0], &go, 1) != 1) _exit(5);
+      int ok = 1;
+      for (size_t i = 0; i < n; i++)
+        for (size_t off = 0; off < block; off += page)
+          ok &= blocks[i][off] == at_fork;
+      free(blocks[0]);
+      unsigned char *c = nic_malloc(block);
+      if (!c) _exit(4);
+      memset(c, 0x33, block);
+      free(c);
+      _exit(ok ? 0 : 1);
+    }
+    close(fds[0]);
+    if (pid < 0) {
+      fork_failures++;
+      close(fds[1]);
+      continue;
+    }
+    for (size_t i = 0; i < n; i++)
+      for (size_t off = 0; off < block; off += page)
+        blocks[i][off] = at_fork ^ 0xff;
+    if (write(fds[1], "g", 1) != 1 && errno != EPIPE) return 3;
+    close(fds[1]);
+    int status = 0;
+    while (waitpid(pid, &status, 0) < 0 && errno == EINTR) {
+    }
+    if (WIFSIGNALED(status)) {
+      deaths++;
+      sigbus += WTERMSIG(status) == SIGBUS;
+    } else if (!WIFEXITED(status) || WEXITSTATUS(status) != 0) {
+      wrong++;
+    }
+  }
+  int intact = 1;
+  for (size_t i = 0; i < n; i++)
+    for (size_t off = 0; off < block; off += page)
+      intact &= blocks[i][off] == at_fork;
+  printf("rounds=%u\nchild_deaths=%u\nchild_sigbus=%u\nchild_wrong=%u\nfork_failures=%u\n"
+         "parent_intact=%d\n",
+         rounds, deaths, sigbus, wrong, fork_failures, intact);
+  if (ballast_len) munmap(ballast, ballast_len);
+  if (ballast_len) munmap(ballast, ballast_len);
+  for (size_t i = 0; i < n; i++)
+    free(blocks[i]);
+  free(blocks);
+  print_stats("");
+  return 0;
+}
+
+/* The commands: argv[1] names one, its arguments follow (usage in probe.c). */
+int cmd_fork_child(int argc, char **argv) {
+  (void)argc;
+  return fork_child(strtoull(argv[2], NULL, 0));
+}
+
+int cmd_fork_write_race(int argc, char **argv) {
+  return fork_write_race((unsigned)atoi(argv[2]), strtoull(argv[3], NULL, 0),
+                         strtoull(argv[4], NULL, 0), argc >= 6 && !strcmp(argv[5], "register"));
+}

@@ -1,0 +1,89 @@
+/* nic_probe: address-space, data and cgroup limits, set before start-up or later. */
+#define _GNU_SOURCE
+#include "nicmalloc.h"
+#include "probe_common.h"
+
+#include <errno.h>
+#include <fcntl.h>
+#include <stddef.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <sys/resource.h>
+#include <unistd.h>
+
+/* as-limit GIB ARGS... / data-limit MIB ARGS...: runs the probe again with ARGS under an
+ * address-space (or data) limit, so that nicmalloc starts under it. */
+static int run_limited(int resource, unsigned shift, char **argv) {
+  const rlim_t bytes = (rlim_t)strtoull(argv[2], NULL, 0) << shift;
+  const struct rlimit limit = {bytes, bytes};
+  if (setrlimit(resource, &limit)) return 1;
+  argv[2] = argv[0];
+  execv(argv[0], argv + 2);
+  return 1;
+}
+
+/* in-cgroup DIR ARGS...: runs the probe again with ARGS inside the cgroup at DIR. */
+static int in_cgroup(char **argv) {
+  char path[512], pid[32];
+  snprintf(path, sizeof path, "%s/cgroup.procs", argv[2]);
+  const int fd = open(path, O_WRONLY | O_CLOEXEC);
+  const int len = snprintf(pid, sizeof pid, "%d\n", (int)getpid());
+  if (fd < 0 || write(fd, pid, (size_t)len) != len) return 1;
+  close(fd);
+  argv[2] = argv[0];
+  execv(argv[0], argv + 2);
+  return 1;
+}
+
+/* Moves into cgroup dir (no limit), backs a step, sets limit on it and waits wait_ms; then
+ * whether a block of size bytes is refused. */
+static int limit_later(const char *dir, const char *limit_file, const char *limit, size_t size,
+                       unsigned wait_ms) {
+  char path[512], line[64];
+  snprintf(path, sizeof path, "%s/cgroup.procs", dir);
+  int fd = open(path, O_WRONLY | O_CLOEXEC);
+  int len = snprintf(line, sizeof line, "%d\n", (int)getpid());
+  if (fd < 0 || write(fd, line, (size_t)len) != len) return 2;
+  close(fd);
+  void *first = nic_malloc(1 << 20);
+  printf("first_dp=%d\n", first && nic_is_dataplane(first));
+  snprintf(path, sizeof path, "%s/%s", dir, limit_file);
+  fd = open(path, O_WRONLY | O_CLOEXEC);
+  len = snprintf(line, sizeof line, "%s\n", limit);
+  if (fd < 0 || write(fd, line, (size_t)len) != len) return 3;
+  close(fd);
+  usleep(wait_ms * 1000u);
+  errno = 0;
+  void *big = nic_malloc(size);
+  printf("got=%d\nerrno=%d\n", big != NULL, errno);
+  free(big);
+  free(first);
+  return 0;
+}
+
+/* The commands: argv[1] names one, its arguments follow (usage in probe.c). */
+int cmd_as_limit(int argc, char **argv) {
+  (void)argc;
+  return run_limited(RLIMIT_AS, 30, argv);
+}
+
+int cmd_as_limit_kib(int argc, char **argv) {
+  (void)argc;
+  return run_limited(RLIMIT_AS, 10, argv);
+}
+
+int cmd_data_limit(int argc, char **argv) {
+  (void)argc;
+  return run_limited(RLIMIT_DATA, 20, argv);
+}
+
+int cmd_in_cgroup(int argc, char **argv) {
+  (void)argc;
+  return in_cgroup(argv);
+}
+
+int cmd_limit_later(int argc, char **argv) {
+  (void)argc;
+  return limit_later(argv[2], argv[3], argv[4], strtoull(argv[5], NULL, 0),
+                     (unsigned)strtoul(argv[6], NULL, 0));
+}

@@ -1,0 +1,232 @@
+/* nic_probe: RLIMIT_MEMLOCK without CAP_IPC_LOCK, and pins the kernel refuses. */
+#define _GNU_SOURCE
+#include "nicmalloc.h"
+#include "probe_common.h"
+
+#include <errno.h>
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/resource.h>
+#include <unistd.h>
+
+static int low_memlock(size_t block) {
+  struct rlimit lim = {64 << 10, 64 << 10};
+  if (setrlimit(RLIMIT_MEMLOCK, &lim) || drop_ipc_lock()) {
+    printf("setup_failed=%d\n", errno);
+    return 3;
+  }
+  errno = 0;
+  void *p = nic_malloc(block);
+  printf("got=%d\nis_dp=%d\nerrno=%d\n", p != NULL, p ? nic_is_dataplane(p) : 0, errno);
+  if (p) {
+    memset(p, 0x5a, block);
+    free(p);
+  }
+  print_stats("");
+  return 0;
+}
+
+/* Without CAP_IPC_LOCK under RLIMIT_MEMLOCK of limit bytes: total bytes of dataplane blocks, each
+ * registered with the backend; how many blocks could be, and what is locked. */
+static int memlock_steps(size_t limit, size_t total, size_t block) {
+  struct rlimit lim = {limit, limit};
+  if (setrlimit(RLIMIT_MEMLOCK, &lim) || drop_ipc_lock()) {
+    printf("setup_failed=%d\n", errno);
+    return 3;
+  }
+  size_t n = total / block, dp = 0, registered = 0;
+  void **blocks = calloc(n, sizeof *blocks);
+  for (size_t i = 0; i < n; i++) {
+    blocks[i] = nic_malloc(block);
+    if (!blocks[i] || !nic_is_dataplane(blocks[i])) continue;
+    dp++;
+    memset(blocks[i], (int)i, block);
+    /* Each step is its own registration: a block across a step end is registered per step. */
+    struct nic_stats s = NIC_STATS_INIT;
+    nic_get_stats(&s);
+    const uintptr_t step = s.pin_step;
+    bool all = true;
+    for (uintptr_t a = (uintptr_t)blocks[i], end = a + block; a < end;) {
+      const uintptr_t next = (a & ~(step - 1)) + step, stop = next < end ? next : end;
+      struct nic_region_ref ref;
+      if (nic_register((void *)a, stop - a, NIC_REG_LOCAL, &ref) != 0 || !ref.lkey) all = false;
+      a = stop;
+    }
+    registered += all;
+  }
+  printf("dp=%zu\nregistered=%zu\n", dp, registered);
+  print_stats("");
+  for (size_t i = 0; i < n; i++)
+    free(blocks[i]);
+  free(blocks);
+  return 0;
+}
+
+/* Many requests under the same limits: how often a refused pin is retried, and how many
+ * warnings that costs. */
+static int low_memlock_fill(size_t total, size_t block) {
+  struct rlimit lim = {64 << 10, 64 << 10};
+  if (setrlimit(RLIMIT_MEMLOCK, &lim) || drop_ipc_lock()) {
+    printf("setup_failed=%d\n", errno);
+    return 3;
+  }
+  return dp_alloc(total, block);
+}
+
+/* One dataplane request as mode says: malloc, calloc, aligned (1 MiB), aligned32m (past what
+ * mimalloc aligns: cut from a larger block) or realloc (a
+ * 1 MiB dataplane block grown to size, which must keep its bytes when the growth is refused). */
+static char *dp_request(const char *mode, size_t size, int *intact) {
+  *intact = 1;
+  if (!strcmp(mode, "calloc")) return nic_calloc(1, size);
+  if (!strcmp(mode, "aligned")) return nic_aligned_alloc(1 << 20, size);
+  if (!strcmp(mode, "aligned32m")) return nic_aligned_alloc(32 << 20, size);
+  if (strcmp(mode, "realloc")) return nic_malloc(size);
+  const size_t small = 1 << 20;
+  unsigned char *old = nic_malloc(small);
+  if (!old) return NULL;
+  memset(old, 0x3c, small);
+  char *p = realloc(old, size);
+  if (p) return p;
+  const int err = errno;
+  for (size_t i = 0; i < small; i++)
+    *intact &= old[i] == 0x3c;
+  free(old);
+  errno = err;
+  return NULL;
+}
+
+/* pin-refused LIMIT SIZE COUNT MODE [WAIT_MS]: count dataplane requests of size bytes
+ * (dp_request's mode) beside a small block that maps the first chunk. LIMIT, unless 0, is
+ * RLIMIT_MEMLOCK without CAP_IPC_LOCK. Every block handed out is written whole (a calloc'ed one
+ * checked zero first) and kept. Then, with WAIT_MS, up to that long for a step to be given back:
+ * one a refused request backed and left. */
+static int pin_refused(size_t limit, size_t size, unsigned count, const char *mode,
+                       unsigned wait_ms) {
+  if (limit) {
+    struct rlimit lim = {limit, limit};
+    if (setrlimit(RLIMIT_MEMLOCK, &lim) || drop_ipc_lock()) {
+      printf("setup_failed=%d\n", errno);
+      return 3;
+    }
+  }
+  char *keep = nic_malloc(64);
+  printf("keep_dp=%d\n", keep && nic_is_dataplane(keep));
+  unsigned got = 0, dp = 0, nulls = 0, nonzero = 0, intact = 1;
+  int first_errno = 0;
+  char **blocks = calloc(count, sizeof *blocks);
+  for (unsigned i = 0; i < count; i++) {
+    errno = 0;
+    int kept = 1;
+    char *p = blocks[i] = dp_request(mode, size, &kept);
+    intact &= (unsigned)kept;
+    if (!p) {
+      nulls++;
+      if (!first_errno) first_errno = errno;
+      continue;
+    }
+    got++;
+    dp += nic_is_dataplane(p);
+    if (!strcmp(mode, "calloc"))
+      for (size_t off = 0; off < size; off += 4096)
+        nonzero += p[off] != 0;
+    memset(p, (int)i + 1, size);
+  }
+  printf("got=%u\ndp=%u\nnulls=%u\nerrno=%d\nnonzero=%u\nintact=%u\nin_segments=%zu\n", got, dp,
+         nulls, first_errno, nonzero, intact, stats_now().dataplane_in_use);
+  print_stats("");
+  const uint64_t deadline = probe_now_ms() + wait_ms;
+  while (wait_ms && stats_now().steps_released == 0 && probe_now_ms() < deadline)
+    usleep(10000);
+  struct nic_stats s = stats_now();
+  printf("steps_released=%llu\nafter_pinned=%zu\n", (unsigned long long)s.steps_released,
+         s.dataplane_pinned);
+  for (unsigned i = 0; i < count; i++)
+    free(blocks[i]);
+  free(blocks);
+  free(keep);
+  return 0;
+}
+
+/* Registers n dataplane blocks under the same limits: with a backend that pins (uring), the
+ * chunk's registration is refused; how often it is asked for again, and warned about. */
+static int low_memlock_register(unsigned n, size_t block) {
+  struct rlimit lim = {64 << 10, 64 << 10};
+  if (setrlimit(RLIMIT_MEMLOCK, &lim) || drop_ipc_lock()) {
+    printf("setup_failed=%d\n", errno);
+    return 3;
+  }
+  unsigned failures = 0;
+  int first_rc = 0;
+  for (unsigned i = 0; i < n; i++) {
+    void *p = nic_malloc(block);
+    struct nic_region_ref ref;
+    int rc = p ? nic_register(p, block, 0, &ref) : -ENOMEM;
+    if (rc && !failures++) first_rc = rc;
+    if (!rc) nic_unregister(&ref);
+    free(p);
+  }
+  struct nic_stats s = NIC_STATS_INIT;
+  nic_get_stats(&s);
+  printf("register_failures=%u\nfirst_rc=%d\nbackend=%s\n", failures, first_rc, s.backend);
+  return 0;
+}
+
+/* One dataplane entry added to a scatter-gather array under kib KiB of RLIMIT_MEMLOCK without
+ * CAP_IPC_LOCK: too little for io_uring to pin the chunk, enough for a bounce slab. */
+static int low_memlock_sga(rlim_t kib, size_t block) {
+  struct rlimit lim = {kib << 10, kib << 10};
+  if (setrlimit(RLIMIT_MEMLOCK, &lim) || drop_ipc_lock()) {
+    printf("setup_failed=%d\n", errno);
+    return 3;
+  }
+  char *p = nic_malloc(block);
+  struct nic_sga sga;
+  if (!p || nic_sga_init(&sga, 0)) return 4;
+  memset(p, 0x5a, block);
+  int rc = nic_sga_add(&sga, p, block);
+  int copied =
+      rc == 0 && sga.count == 1 && sga.entry[0].addr != p && !memcmp(sga.entry[0].addr, p, block);
+  nic_sga_reset(&sga);
+  free(p);
+  struct nic_stats s = NIC_STATS_INIT;
+  nic_get_stats(&s);
+  printf("add_rc=%d\ncopied=%d\nbackend=%s\n", rc, copied, s.backend);
+  return 0;
+}
+
+/* The commands: argv[1] names one, its arguments follow (usage in probe.c). */
+int cmd_low_memlock(int argc, char **argv) {
+  (void)argc;
+  return low_memlock(strtoull(argv[2], NULL, 0));
+}
+
+int cmd_low_memlock_fill(int argc, char **argv) {
+  (void)argc;
+  return low_memlock_fill(strtoull(argv[2], NULL, 0), strtoull(argv[3], NULL, 0));
+}
+
+int cmd_memlock_steps(int argc, char **argv) {
+  (void)argc;
+  return memlock_steps(strtoull(argv[2], NULL, 0), strtoull(argv[3], NULL, 0),
+                       strtoull(argv[4], NULL, 0));
+}
+
+int cmd_pin_refused(int argc, char **argv) {
+  return pin_refused(strtoull(argv[2], NULL, 0), strtoull(argv[3], NULL, 0),
+                     (unsigned)atoi(argv[4]), argv[5], argc >= 7 ? (unsigned)atoi(argv[6]) : 0);
+}
+
+int cmd_low_memlock_register(int argc, char **argv) {
+  (void)argc;
+  return low_memlock_register((unsigned)atoi(argv[2]), strtoull(argv[3], NULL, 0));
+}
+
+int cmd_low_memlock_sga(int argc, char **argv) {
+  (void)argc;
+  return low_memlock_sga(strtoull(argv[2], NULL, 0), strtoull(argv[3], NULL, 0));
+}

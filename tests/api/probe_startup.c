@@ -1,0 +1,145 @@
+/* nic_probe: start-up and its environment: refused system calls, layout, backend, sites, fd 2. */
+#define _GNU_SOURCE
+#include "nicmalloc.h"
+#include "probe_common.h"
+#include "refuse_syscall.h"
+
+#include <errno.h>
+#include <fcntl.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/personality.h>
+#include <sys/resource.h>
+#include <sys/syscall.h>
+#include <unistd.h>
+
+/* What any program does at start-up, with no nicmalloc call: blocks of many sizes (1 MiB ones
+ * are dataplane under NICMALLOC_DP_MIN_SIZE), grown and freed; then the fallbacks taken. */
+static int guest_start(void) {
+  char *blocks[64];
+  for (unsigned i = 0; i < 64; i++) {
+    const size_t size = (size_t)16 << (i % 17);
+    blocks[i] = malloc(size);
+    if (!blocks[i]) return 1;
+    memset(blocks[i], (int)i, size);
+  }
+  for (unsigned i = 0; i < 64; i += 2) {
+    char *grown = realloc(blocks[i], (size_t)24 << (i % 17));
+    if (!grown) return 1;
+    blocks[i] = grown;
+  }
+  for (unsigned i = 0; i < 64; i++)
+    free(blocks[i]);
+  struct nic_stats s = NIC_STATS_INIT;
+  nic_get_stats(&s);
+  printf("chunks_created=%llu\npage_fallbacks=%llu\npin_failures=%llu\n",
+         (unsigned long long)s.chunks_created, (unsigned long long)s.page_fallbacks,
+         (unsigned long long)s.pin_failures);
+  printf("vspace_refusals=%llu\nchunk_refusals=%llu\ndp_fallbacks=%llu\n",
+         (unsigned long long)s.vspace_refusals, (unsigned long long)s.chunk_refusals,
+         (unsigned long long)s.dataplane_fallbacks);
+  return 0;
+}
+
+/* no-uring ARGS... / no-populate ARGS... / no-getrandom ARGS...: runs the probe again with ARGS
+ * where a system call fails, as under a container's seccomp profile: io_uring_setup or getrandom
+ * with ENOSYS, or madvise(MADV_POPULATE_WRITE) with ENOMEM, as when memory cannot be had. */
+static int refusing(char **argv, int nr, int advice, int err) {
+  if (nic_refuse_syscall(nr, advice, err)) return 1;
+  argv[1] = argv[0];
+  execv(argv[0], argv + 1);
+  return 1;
+}
+
+/* Runs the scenario argv[2]... with address space layout randomisation off, so that two runs
+ * differ only in what they draw. 77: the kernel (or a seccomp filter) refused. */
+static int fixed_layout(char **argv) {
+  const int persona = personality(0xffffffff);
+  if (persona == -1 || personality((unsigned long)persona | ADDR_NO_RANDOMIZE) == -1) return 77;
+  argv[1] = argv[0];
+  execv(argv[0], argv + 1);
+  return 1;
+}
+
+/* Opens the backend NICMALLOC_BACKEND names (a plugin says what it opened when verbose). */
+static void open_backend(void) {
+  struct nic_sga sga;
+  printf("sga_init=%d\n", nic_sga_init(&sga, 1));
+  struct nic_stats s = NIC_STATS_INIT;
+  nic_get_stats(&s);
+  printf("backend=%s\n", s.backend);
+  fflush(stdout);
+}
+
+/* The commands: argv[1] names one, its arguments follow (usage in probe.c). */
+int cmd_guest_start(int argc, char **argv) {
+  (void)argc, (void)argv;
+  return guest_start();
+}
+
+int cmd_low_memlock_guest(int argc, char **argv) { /* the same without CAP_IPC_LOCK */
+  (void)argc, (void)argv;
+  struct rlimit lim = {64 << 10, 64 << 10};
+  if (setrlimit(RLIMIT_MEMLOCK, &lim) || drop_ipc_lock()) return 3;
+  return guest_start();
+}
+
+int cmd_no_uring(int argc, char **argv) {
+  (void)argc;
+  return refusing(argv, __NR_io_uring_setup, -1, ENOSYS);
+}
+
+int cmd_no_getrandom(int argc, char **argv) {
+  (void)argc;
+  return refusing(argv, __NR_getrandom, -1, ENOSYS);
+}
+
+int cmd_no_populate(int argc, char **argv) {
+  (void)argc;
+  return refusing(argv, __NR_madvise, 23 /* MADV_POPULATE_WRITE */, ENOMEM);
+}
+
+int cmd_fixed_layout(int argc, char **argv) {
+  (void)argc;
+  return fixed_layout(argv);
+}
+
+int cmd_uring_endpoint(int argc, char **argv) { /* which backend; can one be made? */
+  (void)argc, (void)argv;
+  errno = 0;
+  struct nic_endpoint *ep = nic_uring_endpoint_create(STDOUT_FILENO);
+  struct nic_stats s = NIC_STATS_INIT;
+  nic_get_stats(&s);
+  printf("endpoint=%d\nerrno=%d\nbackend=%s\n", ep != NULL, errno, s.backend);
+  return 0;
+}
+
+int cmd_sites(int argc, char **argv) { /* sites ID...: which are on */
+  for (int i = 2; i < argc; i++)
+    printf("site_%s=%d\n", argv[i], nic_site_is_enabled((uint32_t)atoi(argv[i])));
+  return 0;
+}
+
+int cmd_open_backend(int argc, char **argv) {
+  (void)argc, (void)argv;
+  open_backend();
+  return 0;
+}
+
+int cmd_stderr_reused(int argc, char **argv) { /* close fd 2; a file takes its number */
+  close(STDERR_FILENO);
+  const int fd = open(argv[2], O_WRONLY | O_CREAT | O_TRUNC, 0600);
+  printf("file_fd=%d\n", fd);
+  fflush(stdout);
+  if (write(fd, "data\n", 5) != 5) return 1;
+  char on_stack[32];
+  free(on_stack); /* an error line, which must not land in the file */
+  if (argc >= 4 && !strcmp(argv[3], "open-backend")) open_backend(); /* a plugin's lines */
+  struct nic_stats s = NIC_STATS_INIT;
+  nic_get_stats(&s);
+  printf("dropped=%llu\n", (unsigned long long)s.log_lines_dropped);
+  return 0;
+}

@@ -1,0 +1,115 @@
+/* nic_probe: dataplane steps: what backing one reads, and giving one back. */
+#define _GNU_SOURCE
+#include "nicmalloc.h"
+#include "probe_common.h"
+
+#include <stddef.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+static void drop_message(void *arg, void *data, size_t len) {
+  (void)arg, (void)data, (void)len;
+}
+static int step_posts_done;
+static void step_post_done(void *arg, int status) {
+  (void)arg, (void)status;
+  step_posts_done++;
+}
+
+/* A 20 MiB block gets a step of its own beside a small block that keeps the chunk live; it is
+ * registered, then freed: after a nic_hold of it (hold 1), or after a post of it to a sim
+ * endpoint whose completion nothing polls for yet (hold 2). Waits up to wait_ms for the step to
+ * be given back, ends the hold or polls the post's completion, then says what the block's stale
+ * pointer translates to and what a new block there gets. */
+static int step_release(int hold, unsigned wait_ms) {
+  void *keep = nic_malloc(64);
+  const size_t big = 20u << 20;
+  char *b = nic_malloc(big);
+  if (!keep || !b) return 1;
+  memset(b, 1, big);
+  struct nic_region_ref ref;
+  int rc = nic_register(b, 4096, NIC_REG_LOCAL, &ref);
+  printf("first_rc=%d\nfirst_lkey=%u\n", rc, ref.lkey);
+  printf("pinned_before=%zu\nbacked_before=%zu\n", stats_now().dataplane_pinned,
+         stats_now().dataplane_backed);
+  if (hold == 1 && nic_hold(b)) return 1;
+  struct nic_endpoint *ep = hold == 2 ? nic_sim_endpoint_create(drop_message, NULL, 0) : NULL;
+  if (hold == 2) {
+    struct nic_sga sga;
+    if (!ep || nic_sga_init(&sga, 0) || nic_sga_add(&sga, b, 1 << 20) ||
+        nic_sga_post(&sga, ep, step_post_done, NULL))
+      return 1;
+  }
+  free(b);
+  const uint64_t deadline = probe_now_ms() + wait_ms;
+  while (stats_now().steps_released == 0 && probe_now_ms() < deadline)
+    usleep(10000);
+  printf("released_while_held=%llu\n", (unsigned long long)stats_now().steps_released);
+  if (hold) {
+    if (hold == 1) nic_release(b);
+    while (hold == 2 && !step_posts_done)
+      nic_poll(0);
+    const uint64_t again = probe_now_ms() + 10000;
+    while (stats_now().steps_released == 0 && probe_now_ms() < again)
+      usleep(10000);
+  }
+  struct nic_stats s = stats_now();
+  printf("released=%llu\npinned_after=%zu\nbacked_after=%zu\nvmlck_after_kb=%ld\n",
+         (unsigned long long)s.steps_released, s.dataplane_pinned, s.dataplane_backed, vmlck_kb());
+  rc = nic_translate(b, 4096, &ref);
+  printf("stale_rc=%d\nstale_lkey=%u\n", rc, ref.lkey);
+  char *c = nic_malloc(big);
+  if (!c) return 1;
+  memset(c, 2, big);
+  printf("same_place=%d\n", c == b);
+  rc = nic_register(c, 4096, NIC_REG_LOCAL, &ref);
+  printf("again_rc=%d\nagain_lkey=%u\n", rc, ref.lkey);
+  printf("pinned_again=%zu\nbacked_again=%zu\n", stats_now().dataplane_pinned,
+         stats_now().dataplane_backed);
+  free(c);
+  free(keep);
+  return 0;
+}
+
+/* The read system calls (/proc/self/io) a dataplane step backed costs: count blocks of size
+ * bytes, each on steps of its own, kept until the end. */
+static long long read_calls(void) {
+  FILE *f = fopen("/proc/self/io", "r");
+  char line[128];
+  long long n = -1;
+  while (f && fgets(line, sizeof line, f))
+    if (!strncmp(line, "syscr:", 6)) n = strtoll(line + 6, NULL, 10);
+  if (f) fclose(f);
+  return n;
+}
+
+static int step_reads(unsigned count, size_t size) {
+  void *first = nic_malloc(size); /* the chunk, the thread's heap and the first look made */
+  const unsigned long long backed_before = stats_now().steps_backed;
+  const long long reads_before = read_calls();
+  void **blocks = calloc(count, sizeof *blocks);
+  for (unsigned i = 0; i < count; i++)
+    if (!(blocks[i] = nic_malloc(size))) return 1;
+  const long long reads = read_calls() - reads_before - 1; /* less the stats read between */
+  const unsigned long long steps = stats_now().steps_backed - backed_before;
+  printf("steps=%llu\nreads=%lld\n", steps, reads);
+  for (unsigned i = 0; i < count; i++)
+    free(blocks[i]);
+  free(blocks);
+  free(first);
+  return 0;
+}
+
+/* The commands: argv[1] names one, its arguments follow (usage in probe.c). */
+int cmd_step_reads(int argc, char **argv) {
+  (void)argc;
+  return step_reads((unsigned)strtoul(argv[2], NULL, 0), strtoull(argv[3], NULL, 0));
+}
+
+int cmd_step_release(int argc, char **argv) {
+  (void)argc;
+  return step_release(atoi(argv[2]), (unsigned)atoi(argv[3]));
+}
