@@ -154,7 +154,6 @@ static int fork_write_race(unsigned rounds, size_t total, size_t block, bool reg
          "parent_intact=%d\n",
          rounds, deaths, sigbus, wrong, fork_failures, intact);
   if (ballast_len) munmap(ballast, ballast_len);
-  if (ballast_len) munmap(ballast, ballast_len);
   for (size_t i = 0; i < n; i++)
     free(blocks[i]);
   free(blocks);
