@@ -11,6 +11,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/mman.h>
 #include <sys/syscall.h>
 #include <time.h>
 #include <unistd.h>
@@ -69,6 +70,14 @@ int drop_ipc_lock(void) {
   data[CAP_IPC_LOCK / 32].effective &= ~(1u << (CAP_IPC_LOCK % 32));
   data[CAP_IPC_LOCK / 32].permitted &= ~(1u << (CAP_IPC_LOCK % 32));
   return (int)syscall(SYS_capset, &header, data);
+}
+
+bool map_pages_apart(unsigned count) {
+  for (unsigned i = 0; i < count; i++)
+    if (mmap(NULL, 4096, i % 2 ? PROT_READ : PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS,
+             -1, 0) == MAP_FAILED)
+      return false;
+  return true;
 }
 
 uint64_t probe_now_ms(void) {

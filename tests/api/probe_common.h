@@ -4,6 +4,7 @@
 
 #include "nicmalloc.h"
 
+#include <stdbool.h>
 #include <stddef.h>
 #include <stdint.h>
 
@@ -17,6 +18,9 @@ uint64_t probe_now_ms(void);
 long long read_bytes(void);
 /* The size of one read of /proc/self/smaps. */
 long long smaps_bytes(void);
+/* count one-page mappings the kernel cannot merge (read-only and writable in turn), left
+ * mapped: a process with many mappings. False when one was refused. */
+bool map_pages_apart(unsigned count);
 /* Root ignores RLIMIT_MEMLOCK through CAP_IPC_LOCK; dropping it makes the limit bite. */
 int drop_ipc_lock(void);
 /* Allocates total bytes in blocks of block bytes with nic_malloc; counts where they landed

@@ -10,7 +10,6 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <sys/mman.h>
 #include <unistd.h>
 
 /* Allocates total bytes in blocks of block bytes with nic_malloc; counts where they landed. */
@@ -66,10 +65,7 @@ static int dp_register(size_t size) {
  * the kernel cannot merge): the bytes it read, against what one walk of the process's mappings
  * reads. */
 static int first_dp_reads(unsigned vmas) {
-  for (unsigned i = 0; i < vmas; i++)
-    if (mmap(NULL, 4096, i % 2 ? PROT_READ : PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS,
-             -1, 0) == MAP_FAILED)
-      return 3;
+  if (!map_pages_apart(vmas)) return 3;
   free(malloc(64)); /* the control heap is up: only the dataplane's first step is left */
   const long long before = read_bytes();
   void *p = nic_malloc(64);

@@ -9,7 +9,6 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <sys/mman.h>
 #include <unistd.h>
 
 /* The process's anonymous memory before and after its first statistics reads, nothing posted. */
@@ -27,10 +26,7 @@ static int stats_read(void) {
 
 /* What a statistics read reads in a process with vmas more mappings and a dataplane step. */
 static int stats_walk(unsigned vmas) {
-  for (unsigned i = 0; i < vmas; i++)
-    if (mmap(NULL, 4096, i % 2 ? PROT_READ : PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS,
-             -1, 0) == MAP_FAILED)
-      return 3;
+  if (!map_pages_apart(vmas)) return 3;
   char *control = malloc(8 << 20);
   void *dp = nic_malloc(64);
   if (!control || !dp) return 1;
