@@ -36,14 +36,21 @@ bool nic_commit_map_init(uintptr_t base, size_t size) {
   return true;
 }
 
+static size_t skipped_size; /* nic_commit_map_skip's, until verified */
+
 void nic_commit_map_skip(uintptr_t base, size_t size) {
   nic_commit_map.base = base;
-  __atomic_store_n(&nic_commit_map.unchecked_16, size / 16, __ATOMIC_RELEASE);
+  skipped_size = size;
 }
 
 void nic_commit_map_verify(const void *block) {
   const uintptr_t offset = (uintptr_t)block - nic_commit_map.base;
-  if (nic_commit_map.committed && offset < nic_commit_map.size && nic_commit_map_has(offset) &&
+  if (!nic_commit_map.committed) {
+    if (skipped_size && offset < skipped_size)
+      __atomic_store_n(&nic_commit_map.unchecked_16, skipped_size / 16, __ATOMIC_RELEASE);
+    return;
+  }
+  if (offset < nic_commit_map.size && nic_commit_map_has(offset) &&
       nic_commit_map_readable(offset)) {
     __atomic_store_n(&nic_commit_map.checked_16, nic_commit_map.size / 16, __ATOMIC_RELEASE);
     __atomic_store_n(&nic_commit_map.checked, nic_commit_map.size, __ATOMIC_RELEASE);

@@ -49,10 +49,12 @@ enum nic_page_change {
 
 /* Reserves the bits for [base, base + size) before mimalloc is given that memory. */
 bool nic_commit_map_init(uintptr_t base, size_t size);
-/* NICMALLOC_FREE_CHECK=0: no map for [base, base + size), whose blocks free releases unchecked. */
+/* NICMALLOC_FREE_CHECK=0, in init's place: no map for [base, base + size), whose blocks free
+ * releases unchecked once nic_commit_map_verify has seen mimalloc allocate there. */
 void nic_commit_map_skip(uintptr_t base, size_t size);
 /* Once mimalloc allocated from the arena: the map is trusted only if it saw that memory being
- * committed, which proves that mimalloc's calls reach nicmalloc's mprotect. */
+ * committed, which proves that mimalloc's calls reach nicmalloc's mprotect. Without a map
+ * (nic_commit_map_skip), the block in the arena is the proof for free's unchecked path. */
 void nic_commit_map_verify(const void *block);
 /* Called by the interposed calls after they succeeded, for the pages of [addr, addr + len).
  * Ranges outside the arena are ignored. */

@@ -57,17 +57,17 @@ bool nic_control_arena_init(bool use_commit_map) {
     if (!base) continue;
     /* Not committed, so mimalloc commits (mprotect) and decommits (MADV_DONTNEED) as usual,
      * and the commit map (made first, to see every call) follows. */
-    if (use_commit_map) nic_commit_map_init((uintptr_t)base, size);
+    if (use_commit_map)
+      nic_commit_map_init((uintptr_t)base, size);
+    else
+      nic_commit_map_skip((uintptr_t)base, size);
     if (!mi_manage_os_memory(base, size, false, false, true, -1)) {
       munmap(base, size);
       break;
     }
     mi_option_enable(mi_option_limit_os_alloc);
     void *probe = mi_malloc(64);
-    if (use_commit_map)
-      nic_commit_map_verify(probe);
-    else
-      nic_commit_map_skip((uintptr_t)base, size);
+    nic_commit_map_verify(probe);
     mi_free(probe);
     nic_free_check_strict = true;
     nic_control_base = (uintptr_t)base;
