@@ -4,6 +4,7 @@
 #include "nicmalloc.h"
 #include "proc_kb.h"
 
+#include <errno.h>
 #include <fcntl.h>
 #include <linux/capability.h>
 #include <stddef.h>
@@ -12,6 +13,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/mman.h>
+#include <sys/resource.h>
 #include <sys/syscall.h>
 #include <time.h>
 #include <unistd.h>
@@ -70,6 +72,13 @@ int drop_ipc_lock(void) {
   data[CAP_IPC_LOCK / 32].effective &= ~(1u << (CAP_IPC_LOCK % 32));
   data[CAP_IPC_LOCK / 32].permitted &= ~(1u << (CAP_IPC_LOCK % 32));
   return (int)syscall(SYS_capset, &header, data);
+}
+
+bool memlock_limit_set(rlim_t bytes) {
+  const struct rlimit lim = {bytes, bytes};
+  if (setrlimit(RLIMIT_MEMLOCK, &lim) == 0 && drop_ipc_lock() == 0) return true;
+  printf("setup_failed=%d\n", errno);
+  return false;
 }
 
 bool map_pages_apart(unsigned count) {

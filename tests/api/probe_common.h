@@ -7,6 +7,7 @@
 #include <stdbool.h>
 #include <stddef.h>
 #include <stdint.h>
+#include <sys/resource.h>
 
 /* What the kernel says is locked (VmLck, in KiB), or -1. */
 long vmlck_kb(void);
@@ -23,6 +24,9 @@ long long smaps_bytes(void);
 bool map_pages_apart(unsigned count);
 /* Root ignores RLIMIT_MEMLOCK through CAP_IPC_LOCK; dropping it makes the limit bite. */
 int drop_ipc_lock(void);
+/* RLIMIT_MEMLOCK of bytes without CAP_IPC_LOCK, as an ordinary user runs; on failure prints
+ * setup_failed=errno and returns false. */
+bool memlock_limit_set(rlim_t bytes);
 /* Allocates total bytes in blocks of block bytes with nic_malloc; counts where they landed
  * (probe_dataplane.c; the memlock scenarios run it under their limit too). */
 int dp_alloc(size_t total, size_t block);

@@ -10,15 +10,10 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <sys/resource.h>
 #include <unistd.h>
 
 static int low_memlock(size_t block) {
-  struct rlimit lim = {64 << 10, 64 << 10};
-  if (setrlimit(RLIMIT_MEMLOCK, &lim) || drop_ipc_lock()) {
-    printf("setup_failed=%d\n", errno);
-    return 3;
-  }
+  if (!memlock_limit_set(64 << 10)) return 3;
   errno = 0;
   void *p = nic_malloc(block);
   printf("got=%d\nis_dp=%d\nerrno=%d\n", p != NULL, p ? nic_is_dataplane(p) : 0, errno);
@@ -33,11 +28,7 @@ static int low_memlock(size_t block) {
 /* Without CAP_IPC_LOCK under RLIMIT_MEMLOCK of limit bytes: total bytes of dataplane blocks, each
  * registered with the backend; how many blocks could be, and what is locked. */
 static int memlock_steps(size_t limit, size_t total, size_t block) {
-  struct rlimit lim = {limit, limit};
-  if (setrlimit(RLIMIT_MEMLOCK, &lim) || drop_ipc_lock()) {
-    printf("setup_failed=%d\n", errno);
-    return 3;
-  }
+  if (!memlock_limit_set(limit)) return 3;
   size_t n = total / block, dp = 0, registered = 0;
   void **blocks = calloc(n, sizeof *blocks);
   for (size_t i = 0; i < n; i++) {
@@ -69,11 +60,7 @@ static int memlock_steps(size_t limit, size_t total, size_t block) {
 /* Many requests under the same limits: how often a refused pin is retried, and how many
  * warnings that costs. */
 static int low_memlock_fill(size_t total, size_t block) {
-  struct rlimit lim = {64 << 10, 64 << 10};
-  if (setrlimit(RLIMIT_MEMLOCK, &lim) || drop_ipc_lock()) {
-    printf("setup_failed=%d\n", errno);
-    return 3;
-  }
+  if (!memlock_limit_set(64 << 10)) return 3;
   return dp_alloc(total, block);
 }
 
@@ -107,13 +94,7 @@ static char *dp_request(const char *mode, size_t size, int *intact) {
  * one a refused request backed and left. */
 static int pin_refused(size_t limit, size_t size, unsigned count, const char *mode,
                        unsigned wait_ms) {
-  if (limit) {
-    struct rlimit lim = {limit, limit};
-    if (setrlimit(RLIMIT_MEMLOCK, &lim) || drop_ipc_lock()) {
-      printf("setup_failed=%d\n", errno);
-      return 3;
-    }
-  }
+  if (limit && !memlock_limit_set(limit)) return 3;
   char *keep = nic_malloc(64);
   printf("keep_dp=%d\n", keep && nic_is_dataplane(keep));
   unsigned got = 0, dp = 0, nulls = 0, nonzero = 0, intact = 1;
@@ -155,11 +136,7 @@ static int pin_refused(size_t limit, size_t size, unsigned count, const char *mo
 /* Registers n dataplane blocks under the same limits: with a backend that pins (uring), the
  * chunk's registration is refused; how often it is asked for again, and warned about. */
 static int low_memlock_register(unsigned n, size_t block) {
-  struct rlimit lim = {64 << 10, 64 << 10};
-  if (setrlimit(RLIMIT_MEMLOCK, &lim) || drop_ipc_lock()) {
-    printf("setup_failed=%d\n", errno);
-    return 3;
-  }
+  if (!memlock_limit_set(64 << 10)) return 3;
   unsigned failures = 0;
   int first_rc = 0;
   for (unsigned i = 0; i < n; i++) {
@@ -179,11 +156,7 @@ static int low_memlock_register(unsigned n, size_t block) {
 /* One dataplane entry added to a scatter-gather array under kib KiB of RLIMIT_MEMLOCK without
  * CAP_IPC_LOCK: too little for io_uring to pin the chunk, enough for a bounce slab. */
 static int low_memlock_sga(rlim_t kib, size_t block) {
-  struct rlimit lim = {kib << 10, kib << 10};
-  if (setrlimit(RLIMIT_MEMLOCK, &lim) || drop_ipc_lock()) {
-    printf("setup_failed=%d\n", errno);
-    return 3;
-  }
+  if (!memlock_limit_set(kib << 10)) return 3;
   char *p = nic_malloc(block);
   struct nic_sga sga;
   if (!p || nic_sga_init(&sga, 0)) return 4;

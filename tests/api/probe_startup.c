@@ -12,7 +12,6 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/personality.h>
-#include <sys/resource.h>
 #include <sys/syscall.h>
 #include <unistd.h>
 
@@ -82,8 +81,7 @@ int cmd_guest_start(int argc, char **argv) {
 
 int cmd_low_memlock_guest(int argc, char **argv) { /* the same without CAP_IPC_LOCK */
   (void)argc, (void)argv;
-  struct rlimit lim = {64 << 10, 64 << 10};
-  if (setrlimit(RLIMIT_MEMLOCK, &lim) || drop_ipc_lock()) return 3;
+  if (!memlock_limit_set(64 << 10)) return 3;
   return guest_start();
 }
 
