@@ -1,13 +1,22 @@
 /* The translation-cache model: one LRU over MPT and MTT keys, and a sliding working-set window.
  * Both are open-addressing hash maps (linear probing, backward-shift deletion: no tombstones,
- * so long runs stay fast). See tcache_model.h. */
+ * so long runs stay fast). See tcache_model.h.
+ *
+ * Its tables are pages of its own, by system call (map.h), never the heap: its owners update it
+ * under their locks (the sim's, on the engine thread; the pressure tracker's, on a posting
+ * thread), and the working-set table grows there. A malloc or free there can take the
+ * registration cache's lock (a freed block a cached region covers, a fresh mapping), which is
+ * held around registering with the sim: the sim's engine and a thread registering then waited
+ * on each other for good. A heap page could also hold a program's block in flight, write-
+ * protected under NICMALLOC_FENCE=protect. */
 #include "tcache_model.h"
 
+#include "map.h"
 #include "settings.h"
 
 #include <errno.h>
-#include <stdlib.h>
 #include <string.h>
+#include <sys/mman.h>
 
 /* Each number's basis is written next to it; "estimate" means we found no public figure. */
 static const struct nic_tcache_preset presets[] = {
@@ -104,14 +113,27 @@ static size_t hash(struct key k, size_t mask) {
   return (size_t)(x ^ (x >> 32)) & mask;
 }
 
+static void *table_map(size_t bytes) {
+  return nic_map_anon(bytes, PROT_READ | PROT_WRITE, false);
+}
+
+static size_t map_bytes(const struct map *m) {
+  return (m->mask + 1) * sizeof *m->s;
+}
+
 static bool map_init(struct map *m, size_t entries) {
   size_t n = 16;
   while (n < entries * 2)
     n <<= 1;
-  m->s = calloc(n, sizeof *m->s);
   m->mask = n - 1;
   m->used = 0;
+  m->s = table_map(map_bytes(m));
   return m->s != NULL;
+}
+
+static void map_release(struct map *m) {
+  if (m->s) nic_unmap(m->s, map_bytes(m));
+  m->s = NULL;
 }
 
 static struct slot *map_find(const struct map *m, struct key k) {
@@ -129,7 +151,7 @@ static struct slot *map_add(struct map *m, struct key k) {
     if (!map_init(&bigger, m->mask + 1)) return NULL;
     for (size_t i = 0; i <= m->mask; i++)
       if (m->s[i].v) *map_add(&bigger, m->s[i].k) = m->s[i];
-    free(m->s);
+    map_release(m);
     *m = bigger;
   }
   size_t i = hash(k, m->mask);
@@ -186,12 +208,12 @@ struct nic_tcache *nic_tcache_new(const struct nic_tcache_params *p) {
     errno = EINVAL;
     return NULL;
   }
-  struct nic_tcache *m = calloc(1, sizeof *m);
+  struct nic_tcache *m = table_map(sizeof *m);
   if (!m) return NULL;
   m->p = *p;
   m->shift = (unsigned)__builtin_ctzll(p->page_size);
-  m->nodes = malloc(p->capacity * sizeof *m->nodes);
-  m->ring = p->window ? malloc(p->window * sizeof *m->ring) : NULL;
+  m->nodes = table_map(p->capacity * sizeof *m->nodes);
+  m->ring = p->window ? table_map(p->window * sizeof *m->ring) : NULL;
   bool ok = m->nodes && (m->ring || !p->window) && map_init(&m->idx, p->capacity) &&
             map_init(&m->ws, p->window ? 64 : 1);
   if (!ok) {
@@ -215,11 +237,11 @@ struct nic_tcache *nic_tcache_new_preset(const char *name) {
 
 void nic_tcache_free(struct nic_tcache *m) {
   if (!m) return;
-  free(m->idx.s);
-  free(m->ws.s);
-  free(m->nodes);
-  free(m->ring);
-  free(m);
+  map_release(&m->idx);
+  map_release(&m->ws);
+  if (m->nodes) nic_unmap(m->nodes, m->p.capacity * sizeof *m->nodes);
+  if (m->ring) nic_unmap(m->ring, m->p.window * sizeof *m->ring);
+  nic_unmap(m, sizeof *m);
 }
 
 const struct nic_tcache_params *nic_tcache_params_of(const struct nic_tcache *m) {

@@ -76,7 +76,8 @@ struct nic_tcache_counters {
 struct nic_tcache;
 
 /* NULL with errno EINVAL (bad params) or ENOMEM. Allocates all cache memory up front; only the
- * working-set table grows later. */
+ * working-set table grows later. Its memory is mapped by system call, never malloc'd, so a
+ * caller may update the model under a lock that the allocator's paths may need. */
 struct nic_tcache *nic_tcache_new(const struct nic_tcache_params *p);
 struct nic_tcache *nic_tcache_new_preset(const char *name);
 void nic_tcache_free(struct nic_tcache *m);

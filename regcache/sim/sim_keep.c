@@ -23,8 +23,9 @@ static pthread_rwlock_t sims_lock = PTHREAD_RWLOCK_INITIALIZER;
 static struct sim_nic *sims;
 /* Posts of every sim whose DMA has not finished: the one load an unmap pays otherwise. */
 static uint64_t sim_dma_ahead;
-/* Sim locks this thread holds: their bookkeeping (a growing translation-cache table) may free
- * memory, whose unmap must not wait for the very sim it interrupts. */
+/* Sim locks this thread holds: an unmap made under one (a receive hook's, a future table's)
+ * must not wait for the very sim it interrupts. The engine allocates and frees nothing under
+ * the lock (the translation-cache model maps its tables by system call: tcache_model.c). */
 static __thread unsigned locks_held __attribute__((tls_model("initial-exec")));
 
 void sim_lock(struct sim_nic *s) {
