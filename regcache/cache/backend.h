@@ -212,6 +212,17 @@ const char *nic_backends_names(void);
  * through here. */
 int nic_backend_reg(struct nic_backend *b, void *base, size_t len, unsigned access,
                     struct nic_registration *out);
+/* Every deregistration goes through here. Both calls mark the thread as inside b
+ * (backend_calls.c): a deregistration with b that a free or an unmap inside b's own call asks
+ * for is deferred by the registration cache until the thread's outermost backend call returns,
+ * instead of entering b again under the locks b holds. */
+int nic_backend_dereg(struct nic_backend *b, struct nic_registration *reg);
+/* True while the calling thread is inside b's reg or dereg (through the calls above). */
+bool nic_backend_in_call(const struct nic_backend *b);
+/* The calls above bracket each backend call with these; leaving the outermost makes the
+ * deregistrations deferred meanwhile. */
+void nic_backend_call_enter(const struct nic_backend *b);
+void nic_backend_call_leave(void);
 /* After -EAGAIN, with no lock held that a completion takes: returns once a retry can succeed
  * (true), or false when the pages stayed protected for NICMALLOC_FENCE_TIMEOUT_MS. */
 bool nic_backend_reg_wait(void *base, size_t len);

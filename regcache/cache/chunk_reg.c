@@ -123,7 +123,7 @@ static bool drop_step(unsigned index, unsigned step) {
     if (!r->registered) continue;
     /* NULL in a child of fork: the registration is the parent's. */
     struct nic_backend *b = nic_backend_started((enum nic_backend_kind)k);
-    if (b && b->dereg(b, &r->reg) != 0) return false;
+    if (b && nic_backend_dereg(b, &r->reg) != 0) return false;
     if (__atomic_load_n(flat, __ATOMIC_ACQUIRE) == &r->reg)
       __atomic_store_n(flat, NULL, __ATOMIC_RELEASE);
     __atomic_store_n(&r->registered, 0, __ATOMIC_RELEASE);

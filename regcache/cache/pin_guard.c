@@ -21,7 +21,9 @@ int nic_backend_reg(struct nic_backend *b, void *base, size_t len, unsigned acce
   const struct nic_pin_guard *g = __atomic_load_n(&guard, __ATOMIC_ACQUIRE);
   const uintptr_t start = (uintptr_t)base, end = start + len;
   if (g && !g->begin(start, end)) return -EAGAIN;
+  nic_backend_call_enter(b);
   int rc = b->reg(b, base, len, access, out);
+  nic_backend_call_leave();
   if (g) g->end(start, end);
   return rc;
 }

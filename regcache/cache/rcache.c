@@ -42,6 +42,7 @@ struct nic_rcache {
   uint32_t busy_head;
   uint32_t busy_count; /* read without the lock by nic_rcache_retry_busy */
   bool retrying;       /* a backend's dereg may re-enter through a free or an unmap */
+  bool retry_again;    /* a slot joined the busy list while retrying: one more pass */
   bool made;           /* by nic_rcache_create (mapped), not the process-wide one */
   bool runtime;        /* nic_rcache_of's: its backend is the parent's in a child of fork */
   uint32_t regions;    /* cached, against max_regions */
@@ -171,11 +172,20 @@ static bool try_ref(struct region *r) {
   return false;
 }
 
-/* Lock held. 0 when slot's registration is gone (or the backend forgot it), -EBUSY else. */
+/* Deregistrations this thread deferred: made once its outermost backend call returns. */
+static __thread bool deregs_deferred __attribute__((tls_model("initial-exec")));
+
+/* Lock held. 0 when slot's registration is gone (or the backend forgot it), -EBUSY while a post
+ * uses it, -EINPROGRESS when it must wait for this thread to leave the backend (backend_calls.c);
+ * either way the slot waits on the busy list. */
 static int dereg_locked(struct nic_rcache *c, uint32_t slot) {
   struct region *r = &c->pool[slot];
   struct nic_backend *b = backend(c);
-  int rc = b ? b->dereg(b, &r->reg) : 0; /* none in a child of fork: the parent's registration */
+  if (b && nic_backend_in_call(b)) {
+    deregs_deferred = true;
+    return -EINPROGRESS;
+  }
+  int rc = b ? nic_backend_dereg(b, &r->reg) : 0; /* none in a child of fork: the parent's */
   if (rc && rc != -EBUSY)
     nic_log_warn_once("registration cache %s: backend %s refused to deregister [%p, +%zu) (%s); "
                       "the region is dropped",
@@ -188,33 +198,40 @@ static void free_slot_locked(struct nic_rcache *c, uint32_t slot) {
   c->free_head = slot;
 }
 
+/* A slot pushed on the list during a pass (a dereg that frees or unmaps drops another region)
+ * lies before the pass's place in it: another pass takes it. */
 static void retry_busy_locked(struct nic_rcache *c) {
   if (!c->busy_head || c->retrying) return;
   c->retrying = true;
-  for (uint32_t *p = &c->busy_head; *p;) {
-    uint32_t slot = *p;
-    if (dereg_locked(c, slot)) {
-      p = &c->pool[slot].next_free;
-      continue;
+  do {
+    c->retry_again = false;
+    for (uint32_t *p = &c->busy_head; *p;) {
+      uint32_t slot = *p;
+      if (dereg_locked(c, slot)) {
+        p = &c->pool[slot].next_free;
+        continue;
+      }
+      *p = c->pool[slot].next_free;
+      __atomic_sub_fetch(&c->busy_count, 1, __ATOMIC_RELAXED);
+      free_slot_locked(c, slot);
     }
-    *p = c->pool[slot].next_free;
-    __atomic_sub_fetch(&c->busy_count, 1, __ATOMIC_RELAXED);
-    free_slot_locked(c, slot);
-  }
+  } while (c->retry_again);
   c->retrying = false;
 }
 
 static void drop_ref_locked(struct nic_rcache *c, uint32_t slot) {
   struct region *r = &c->pool[slot];
   if (__atomic_sub_fetch(&r->refs, 1, __ATOMIC_ACQ_REL) != 0) return;
-  if (dereg_locked(c, slot) == 0) {
+  const int rc = dereg_locked(c, slot);
+  if (rc == 0) {
     free_slot_locked(c, slot);
     return;
   }
   r->next_free = c->busy_head;
   c->busy_head = slot;
+  if (c->retrying) c->retry_again = true;
   __atomic_add_fetch(&c->busy_count, 1, __ATOMIC_RELAXED);
-  count(&c->stats.busy_deregs);
+  if (rc == -EBUSY) count(&c->stats.busy_deregs);
 }
 
 void nic_rcache_retry_busy(struct nic_rcache *c) {
@@ -560,6 +577,20 @@ void nic_rcache_retry_busy_all(void) {
     if (c) nic_rcache_retry_busy(c);
   }
 }
+void nic_rcache_retry_deferred(void) {
+  if (!deregs_deferred) return;
+  pthread_mutex_lock(&lock);
+  while (deregs_deferred) { /* a deferred one may defer others: its backend frees too */
+    deregs_deferred = false;
+    retry_busy_locked(&nic_rcache_process_instance);
+    for (unsigned k = 0; k < NIC_BACKEND_KINDS; k++)
+      if (of_kind[k]) retry_busy_locked(of_kind[k]);
+    for (struct nic_rcache *c = made; c; c = c->next)
+      retry_busy_locked(c);
+  }
+  pthread_mutex_unlock(&lock);
+}
+
 static void retry_busy_tick(void) {
   nic_rcache_retry_busy_all();
 }

@@ -98,6 +98,10 @@ void nic_rcache_invalidate(uintptr_t start, size_t len);
 void nic_rcache_retry_busy(struct nic_rcache *c);
 /* The same for every runtime cache (nic_rcache_process and nic_rcache_of's). */
 void nic_rcache_retry_busy_all(void);
+/* Makes the deregistrations this thread deferred while inside a backend's call (a region of
+ * that backend invalidated by a free or an unmap the backend made: backend_calls.c); called as
+ * the thread's outermost backend call returns. */
+void nic_rcache_retry_deferred(void);
 
 /* Nonzero while any cache holds a region: free's one-load filter. */
 extern int nic_rcache_regions_live __attribute__((visibility("hidden")));

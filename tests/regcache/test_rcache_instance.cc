@@ -44,6 +44,10 @@ struct FakeBackend {
   bool busy = false; // dereg answers -EBUSY, as with a post in flight
   // Runs at each deregistration before it is logged, as a backend that frees or unmaps there.
   std::function<void()> on_dereg;
+  // Deregistrations that began inside another of this backend's on the same thread: a real
+  // backend holding its lock there (DPDK's) would wait on itself for good.
+  std::atomic<int> reentered{0};
+  static thread_local std::set<const FakeBackend *> inside;
   static uint32_t next_key;
 
   explicit FakeBackend(const char *name, size_t max_region = 16 << 20) {
@@ -67,7 +71,9 @@ struct FakeBackend {
     };
     ops.dereg = [](nic_backend *b, nic_registration *reg) {
       auto *self = static_cast<FakeBackend *>(b->priv);
+      if (!inside.insert(self).second) self->reentered++;
       if (self->on_dereg) self->on_dereg();
+      inside.erase(self);
       std::lock_guard<std::mutex> lock(self->mu);
       const int rc = self->busy ? -EBUSY : 0;
       self->log.push_back({Call::dereg, reinterpret_cast<uintptr_t>(reg->base), reg->len,
@@ -93,6 +99,7 @@ struct FakeBackend {
   }
 };
 uint32_t FakeBackend::next_key = 1;
+thread_local std::set<const FakeBackend *> FakeBackend::inside;
 
 class RcacheInstance : public ::testing::Test {
 protected:
@@ -275,6 +282,41 @@ TEST_F(RcacheInstance, ADeregistrationThatUnmapsReachesTheOtherCache) {
   ASSERT_EQ(fb.calls(Call::dereg).size(), 1u);
   EXPECT_EQ(fb.calls(Call::dereg)[0].lkey, rb.reg.lkey);
   EXPECT_EQ(Stats(b).regions, 0u);
+}
+
+// The same when the unmapped page is the same backend's: its deregistration would enter the
+// backend again from inside its own call (DPDK's rte_extmem_unregister frees memory under the
+// backend's lock and DPDK's). The region leaves the table at once and is deregistered as the
+// first call returns.
+TEST_F(RcacheInstance, ADeregistrationThatUnmapsItsOwnBackendsRegionDefersItsDeregistration) {
+  FakeBackend &fa = Fake("a");
+  nic_rcache *a = Make(fa);
+  ASSERT_TRUE(a);
+  nic_rcache_ref r0, r20;
+  ASSERT_EQ(nic_rcache_acquire(a, mem_, kPage, NIC_ACCESS_LOCAL, &r0), 0);
+  ASSERT_EQ(nic_rcache_acquire(a, mem_ + 20 * kPage, kPage, NIC_ACCESS_LOCAL, &r20), 0);
+  nic_rcache_release(a, r0.slot);
+  nic_rcache_release(a, r20.slot);
+  char *page = mem_ + 20 * kPage;
+  bool unmapped = false;
+  fa.on_dereg = [&fa, a, &r20, page, &unmapped] {
+    if (unmapped) return; // the deferred one
+    unmapped = true;
+    EXPECT_EQ(munmap(page, kPage), 0);
+    nic_rcache_ref found;
+    EXPECT_EQ(nic_rcache_find(a, page, kPage, NIC_ACCESS_LOCAL, &found), -ENOENT)
+        << "the region of an unmapped page stayed in the table";
+    EXPECT_TRUE(fa.registered(r20.reg.lkey)) << "deregistered from inside the backend's call";
+  };
+  nic_rcache_invalidate(At(0), kPage);
+  fa.on_dereg = nullptr;
+  EXPECT_EQ(fa.reentered.load(), 0) << "a deregistration entered the backend from inside it";
+  const std::vector<Call> deregs = fa.calls(Call::dereg);
+  ASSERT_EQ(deregs.size(), 2u);
+  EXPECT_EQ(deregs[0].lkey, r0.reg.lkey);
+  EXPECT_EQ(deregs[1].lkey, r20.reg.lkey) << "the deferred deregistration never came";
+  EXPECT_EQ(Stats(a).regions, 0u);
+  EXPECT_EQ(Stats(a).busy_deregs, 0u) << "a deferred deregistration is not a busy one";
 }
 
 // Two caches used on two threads while a third drops their pages: every handed-out registration

@@ -1,0 +1,38 @@
+/* Which backends the calling thread is inside of. A backend may allocate, free or unmap memory
+ * inside its reg and dereg while it holds its own locks (DPDK's extmem calls do, under DPDK's
+ * memory lock and the backend's), and a free or an unmap of memory a cached region covers
+ * invalidates that region at once, from inside the call: when the region is the same backend's,
+ * its deregistration would enter the backend again and wait on a lock its own thread holds. The
+ * registration cache asks nic_backend_in_call first and defers such a deregistration (the region
+ * is out of its table already, so nothing can use it meanwhile) until the thread's outermost
+ * backend call returns (nic_rcache_retry_deferred). */
+#include "backend.h"
+#include "rcache.h"
+
+#define NESTING_RECORDED 8 /* deeper nesting is counted, not recorded: never seen */
+
+static __thread const struct nic_backend *in_call[NESTING_RECORDED]
+    __attribute__((tls_model("initial-exec")));
+static __thread unsigned depth __attribute__((tls_model("initial-exec")));
+
+void nic_backend_call_enter(const struct nic_backend *b) {
+  if (depth < NESTING_RECORDED) in_call[depth] = b;
+  depth++;
+}
+
+void nic_backend_call_leave(void) {
+  if (--depth == 0) nic_rcache_retry_deferred();
+}
+
+bool nic_backend_in_call(const struct nic_backend *b) {
+  for (unsigned i = 0; i < depth && i < NESTING_RECORDED; i++)
+    if (in_call[i] == b) return true;
+  return false;
+}
+
+int nic_backend_dereg(struct nic_backend *b, struct nic_registration *reg) {
+  nic_backend_call_enter(b);
+  int rc = b->dereg(b, reg);
+  nic_backend_call_leave();
+  return rc;
+}
