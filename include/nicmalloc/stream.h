@@ -130,7 +130,8 @@ public:
       gather_ = nic_malloc(std::max<size_t>(total, 1));
       if (!gather_) return error_ = -ENOMEM;
       total_ = total;
-      memcpy(gather_, header_.data(), header_.size());
+      // memcpy from an empty vector's data(), which may be NULL, is undefined even for 0 bytes.
+      if (!header_.empty()) memcpy(gather_, header_.data(), header_.size());
       have_ = header_.size();
       header_.clear();
     }
