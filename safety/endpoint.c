@@ -38,7 +38,11 @@ static void deliver(void *arg, const void *data, size_t len) {
   }
   if (len) memcpy(buf, data, len);
   const nic_receive_fn receive = __atomic_load_n(&r->receive, __ATOMIC_ACQUIRE);
-  if (receive) receive(__atomic_load_n(&r->arg, __ATOMIC_ACQUIRE), buf, len);
+  if (receive) {
+    const int internal = nic_internal_suspend(); /* the program's function: its own scope */
+    receive(__atomic_load_n(&r->arg, __ATOMIC_ACQUIRE), buf, len);
+    nic_internal_resume(internal);
+  }
   free(buf);
 }
 

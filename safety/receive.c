@@ -142,14 +142,17 @@ static void wake_settle_locked(void) {
 /* The program's function, then the buffer back to the NIC or listed as held. */
 static void hand_over(struct receiver *r, void *data, size_t len, int status, uint64_t token) {
   struct nic_backend *b = r->b;
+  const int internal = nic_internal_suspend(); /* the program's function: its own scope */
   if (!data) {
     __atomic_store_n(&r->status, status, __ATOMIC_RELEASE);
     r->receive(r->arg, NULL, 0);
+    nic_internal_resume(internal);
     return;
   }
   NIC_SAFETY_COUNT(recv_messages, 1);
   NIC_SAFETY_COUNT(recv_bytes, len);
   r->receive(r->arg, data, len);
+  nic_internal_resume(internal);
   const uintptr_t start = (uintptr_t)data, end = start + (len ? len : 1);
   if (!hold_covers(start, end)) {
     b->rx_recycle(b, r->ep, token);
@@ -260,6 +263,7 @@ static struct held *take_clear_locked(const struct nic_endpoint *ep) {
 
 static void give_back(const struct nic_endpoint *ep) {
   if (!__atomic_load_n(&nic_safety_ctr.recv_held_buffers, __ATOMIC_RELAXED)) return;
+  NIC_INTERNAL_SCOPE(); /* the backends' code, as nic_poll's */
   pthread_mutex_lock(&lock);
   struct held *ready = take_clear_locked(ep);
   if (ready) wake_settle_locked(); /* under the cap again: messages waiting may go now */

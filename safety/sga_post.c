@@ -109,7 +109,11 @@ static void completed(void *arg, int status) {
   __atomic_sub_fetch(&nic_safety_ctr.inflight_posts, 1, __ATOMIC_RELAXED);
   nic_safety_retry_deferred(); /* frees that waited for these pages */
   release(m);
-  if (m->done) m->done(m->arg, status);
+  if (m->done) {
+    const int internal = nic_internal_suspend(); /* the program's function: its own scope */
+    m->done(m->arg, status);
+    nic_internal_resume(internal);
+  }
   free(m);
   nic_fence_completion_end();
 }
@@ -195,7 +199,12 @@ NIC_EXPORT int nic_sga_post(struct nic_sga *sga, struct nic_endpoint *ep, nic_sg
   return 0;
 }
 
+/* The backends' work runs in nicmalloc's own scope: what a backend's code allocates there (DPDK's
+ * thread-local blocks, on a thread's first poll) must not become dataplane memory because the
+ * caller polls inside a dataplane scope. The program's functions run in its scope (completed,
+ * receive.c's hand_over). */
 NIC_EXPORT int nic_poll(int max) {
+  NIC_INTERNAL_SCOPE();
   if (max < 0) max = 0; /* negative: all, as 0 (nicmalloc.h) */
   /* Messages that waited for the cap on held bytes first: they came before the backends' own. */
   int ran = nic_receive_drain(max);

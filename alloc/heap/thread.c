@@ -120,6 +120,21 @@ void nic_internal_leave(void) {
   nic_thread_refresh_fast();
 }
 
+int nic_internal_suspend(void) {
+  const int depth = nic_self.internal_depth;
+  if (depth) {
+    nic_self.internal_depth = 0;
+    nic_thread_refresh_fast();
+  }
+  return depth;
+}
+
+void nic_internal_resume(int depth) {
+  if (!depth) return;
+  nic_self.internal_depth = depth;
+  nic_thread_refresh_fast();
+}
+
 /* A thread that stores its own limits between the load of its seen epoch here and the store
  * below keeps them open with a stale epoch; the next pass closes them again. */
 void nic_threads_nudge(unsigned epoch) {

@@ -90,6 +90,11 @@ void nic_internal_leave(void);
 /* The calling thread's heap for nicmalloc's own blocks; NULL (use the default heap) while the
  * thread sets up or after its exit hook, when mimalloc may have deleted it. */
 mi_heap_t *nic_internal_heap(void);
+/* Around a call into the program from inside nicmalloc's work (a post's done, a receive
+ * function, both run from nic_poll): what it allocates follows the program's own scope again.
+ * nic_internal_resume takes what nic_internal_suspend returned. */
+int nic_internal_suspend(void);
+void nic_internal_resume(int depth);
 static inline int nic_internal_scope_begin(void) {
   nic_internal_enter();
   return 0;

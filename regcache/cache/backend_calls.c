@@ -8,6 +8,7 @@
  * backend call returns (nic_rcache_retry_deferred). */
 #include "backend.h"
 #include "rcache.h"
+#include "thread.h"
 
 #define NESTING_RECORDED 8 /* deeper nesting is counted, not recorded: never seen */
 
@@ -16,12 +17,14 @@ static __thread const struct nic_backend *in_call[NESTING_RECORDED]
 static __thread unsigned depth __attribute__((tls_model("initial-exec")));
 
 void nic_backend_call_enter(const struct nic_backend *b) {
+  nic_internal_enter();
   if (depth < NESTING_RECORDED) in_call[depth] = b;
   depth++;
 }
 
 void nic_backend_call_leave(void) {
   if (--depth == 0) nic_rcache_retry_deferred();
+  nic_internal_leave();
 }
 
 bool nic_backend_in_call(const struct nic_backend *b) {

@@ -280,6 +280,56 @@ TEST(DpdkReceiveRing, TwoPollingThreadsGetEveryPacketOnce) {
     free(p);
 }
 
+// A thread that polls inside a dataplane scope: the backends' work keeps out of dataplane memory
+// (DPDK's thread-local blocks, which the C library allocates on the thread's first touch of them,
+// here its first poll, were pinned dataplane blocks until the thread's stack was reused), while
+// its receive and done functions allocate in its scope as anywhere else in it.
+TEST(DpdkReceiveRing, APollInsideADataplaneScopeKeepsTheBackendsMemoryOutOfIt) {
+  nic_endpoint *ep = nic_dpdk_endpoint_create(NIC_DPDK_DEFAULT_PORT, 0);
+  REQUIRE_DPDK();
+  ASSERT_NE(ep, nullptr);
+  struct Seen {
+    int received = 0, received_dataplane = 0, done = 0, done_dataplane = 0;
+  } seen;
+  auto fn = [](void *arg, void *, size_t) {
+    auto *s = static_cast<Seen *>(arg);
+    void *p = malloc(100);
+    s->received_dataplane += nic_is_dataplane(p) == 1;
+    free(p);
+    s->received++;
+  };
+  ASSERT_EQ(nic_endpoint_receive(ep, fn, &seen), 0);
+  char *block = static_cast<char *>(nic_aligned_alloc(4096, 4096));
+  memset(block, 7, 600);
+  nic_sga sga;
+  ASSERT_EQ(nic_sga_init(&sga, 0), 0);
+  ASSERT_EQ(nic_sga_add(&sga, block, 600), 0);
+  auto done = [](void *arg, int) {
+    auto *s = static_cast<Seen *>(arg);
+    void *p = malloc(100);
+    s->done_dataplane += nic_is_dataplane(p) == 1;
+    free(p);
+    s->done++;
+  };
+  ASSERT_EQ(nic_sga_post(&sga, ep, done, &seen), 0);
+  size_t live_before = 0, live_after = 0;
+  bool all = false;
+  std::thread poller([&] { // a thread that never touched DPDK's thread-local variables
+    nic_dataplane_begin();
+    live_before = Stats().dataplane_live;
+    all = PollUntil([&] { return seen.received == 1 && seen.done == 1; });
+    live_after = Stats().dataplane_live;
+    nic_dataplane_end();
+  });
+  poller.join();
+  ASSERT_TRUE(all) << seen.received << " received, " << seen.done << " done";
+  EXPECT_EQ(live_after, live_before) << "the poll left dataplane blocks of its own";
+  EXPECT_EQ(seen.received_dataplane, 1) << "the receive function left the thread's scope";
+  EXPECT_EQ(seen.done_dataplane, 1) << "the done function left the thread's scope";
+  EXPECT_TRUE(PollUntil([&] { return nic_dpdk_endpoint_destroy(ep) != -EBUSY; }));
+  free(block);
+}
+
 // An application's port pair (its own pool, which net_ring never takes from): b receives what a
 // sends. With every packet held, b stops at its cap (512: net_ring tells no descriptor count),
 // says so once, and gets the rest after the release.
