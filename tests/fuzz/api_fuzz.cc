@@ -1,8 +1,10 @@
 // Random and adversarial pointers and lengths into every nic_* call, from several threads, for a
-// bounded time, on the backend NICMALLOC_BACKEND names (sim with its random delays, or uring over
-// a loopback TCP connection). It passes when the process survives, every post completes exactly
-// once, and once every thread has let go of what it holds, nothing stays live, held, deferred
-// or in flight: a call that leaks pinned memory (a refused free, a lost reference) fails it.
+// bounded time, on the backend NICMALLOC_BACKEND names (sim with its random delays, uring over a
+// loopback TCP connection, or dpdk on the port NICMALLOC_DPDK_VDEV names, net_ring0 in the suite,
+// whose packets come back to its own receive queue and are received by the threads' polls). It
+// passes when the process survives, every post completes exactly once, and once every thread has
+// let go of what it holds, nothing stays live, held, deferred or in flight: a call that leaks
+// pinned memory (a refused free, a lost reference) fails it.
 //   nic_api_fuzz <seconds> <threads> <seed>
 #include <nicmalloc.h>
 
@@ -337,6 +339,13 @@ int main(int argc, char **argv) {
           usleep(200);
       }
     });
+  } else if (!strcmp(backend, "dpdk")) {
+    // A post completes once its packet is freed: on net_ring, by the receiver, so receive.
+    ep = nic_dpdk_endpoint_create(NIC_DPDK_DEFAULT_PORT, 0);
+    if (ep && nic_endpoint_receive(ep, on_receive, nullptr)) {
+      nic_dpdk_endpoint_destroy(ep);
+      ep = nullptr;
+    }
   } else {
     ep = nic_sim_endpoint_create(on_receive, nullptr, 0);
   }
@@ -385,8 +394,9 @@ int main(int argc, char **argv) {
            !usleep(1000));
   draining_stop = true;
   if (drain.joinable()) drain.join();
-  int destroy =
-      strcmp(backend, "uring") ? nic_sim_endpoint_destroy(ep) : nic_uring_endpoint_destroy(ep);
+  int destroy = !strcmp(backend, "uring")  ? nic_uring_endpoint_destroy(ep)
+                : !strcmp(backend, "dpdk") ? nic_dpdk_endpoint_destroy(ep)
+                                           : nic_sim_endpoint_destroy(ep);
 
   dup2(saved_err, 2);
   close(err_pipe[1]);
