@@ -24,6 +24,7 @@ extern "C" {
 #include "block.h"
 #include "chunks.h"
 #include "safety.h"
+#include "thread.h"
 #include "sim_nic.h"
 }
 
@@ -137,10 +138,15 @@ protected:
   static inline std::atomic<int> phase{-1};
   static inline std::atomic<int> ran{0};
   static inline std::function<void(void *)> action;
+  // The action plays the program's next call on this thread: in the program's own scope, not in
+  // the one nic_poll's work runs in (where malloc takes nicmalloc's heap, not the program's).
   static void Hook(nic_retry_phase at, void *const *blocks, unsigned n) {
     for (unsigned i = 0; i < n; i++)
-      if (blocks[i] == block.load() && (int)at == phase.load() && !ran.exchange(1))
+      if (blocks[i] == block.load() && (int)at == phase.load() && !ran.exchange(1)) {
+        const int internal = nic_internal_suspend();
         action(blocks[i]);
+        nic_internal_resume(internal);
+      }
   }
   // Posts a control block of `size`, frees it while in flight, and runs `act` on it at `at`.
   void FreeTwiceAt(nic_retry_phase at, size_t size, std::function<void(void *)> act,
