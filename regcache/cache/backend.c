@@ -8,6 +8,7 @@
 #include "log.h"
 #include "plugin_host.h"
 #include "settings.h"
+#include "thread.h"
 
 #include <dlfcn.h>
 #include <errno.h>
@@ -244,8 +245,11 @@ unsigned nic_backend_kind_of(const struct nic_backend *b) {
   return k;
 }
 
+/* In nicmalloc's own scope, as every backend call (backend_calls.c): polls come from the program's
+ * threads (nic_poll, fences that wait), maybe inside its dataplane scopes. */
 int nic_backends_poll(int max) {
   if (parents) return 0;
+  NIC_INTERNAL_SCOPE();
   int ran = 0;
   for (unsigned k = 0; k < NIC_BACKEND_KINDS; k++) {
     struct nic_backend *b = __atomic_load_n(&started[k], __ATOMIC_ACQUIRE);
