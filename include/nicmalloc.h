@@ -234,7 +234,9 @@ void nic_sga_reset(struct nic_sga *sga);
  * back. The program's functions, done() and receive(), run only from nic_poll and nic_wait, on
  * the calling thread. done() may also run from a fence that waits (nic_fence_write, a free or
  * write held under NICMALLOC_FENCE=wait|protect) and, under protect while a writer is held, on
- * nicmalloc's fence thread; receive() never does. */
+ * nicmalloc's fence thread; receive() never does. They allocate as the calling thread does
+ * (inside its nic_dataplane_begin scope, dataplane memory); what nicmalloc and the backends
+ * allocate meanwhile for themselves never is. */
 /* Runs up to max ready completions and received messages of every backend in use (all of
  * them when max <= 0) and returns how many ran: 0 when nothing was ready (never negative; no
  * backend open is 0 too). It never blocks. */
