@@ -577,6 +577,8 @@ void nic_rcache_retry_busy_all(void) {
     if (c) nic_rcache_retry_busy(c);
   }
 }
+
+/* Every cache: a backend call's free may drop regions of any cache over that backend. */
 void nic_rcache_retry_deferred(void) {
   if (!deregs_deferred) return;
   pthread_mutex_lock(&lock);
