@@ -24,8 +24,8 @@ extern "C" {
 #include "block.h"
 #include "chunks.h"
 #include "safety.h"
-#include "thread.h"
 #include "sim_nic.h"
+#include "thread.h"
 }
 
 #include "sim_endpoint_fixture.h"
