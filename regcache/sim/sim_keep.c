@@ -23,9 +23,10 @@ static pthread_rwlock_t sims_lock = PTHREAD_RWLOCK_INITIALIZER;
 static struct sim_nic *sims;
 /* Posts of every sim whose DMA has not finished: the one load an unmap pays otherwise. */
 static uint64_t sim_dma_ahead;
-/* Sim locks this thread holds: an unmap made under one (a receive hook's, a future table's)
- * must not wait for the very sim it interrupts. The engine allocates and frees nothing under
- * the lock (the translation-cache model maps its tables by system call: tcache_model.c). */
+/* Sim locks this thread holds. Nothing under a sim's lock allocates, frees or unmaps through the
+ * interposed calls (the translation-cache model maps its tables by system call: tcache_model.c;
+ * a free there could wait on the registration cache, which waits on this sim); should anything
+ * come to, its unmap must not wait for the very sim it interrupts. */
 static __thread unsigned locks_held __attribute__((tls_model("initial-exec")));
 
 void sim_lock(struct sim_nic *s) {
