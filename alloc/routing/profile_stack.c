@@ -7,6 +7,7 @@
 #define _GNU_SOURCE
 #define UNW_LOCAL_ONLY
 #include "profile.h"
+#include "thread.h"
 #include "unwind.h"
 
 #include <link.h>
@@ -53,7 +54,11 @@ unsigned nic_prof_capture(uintptr_t frames[NIC_PROF_FRAMES]) {
   const struct nic_unwind *unw = nic_unwind_get();
   if (!unw) return 0;
   void *raw[SKIP_MAX + NIC_PROF_FRAMES];
+  /* libunwind's thread-local block, which the C library allocates (with malloc) on a thread's
+   * first walk, is nicmalloc's own memory, whatever scope the thread is in. */
+  nic_internal_enter();
   int got = unw->backtrace(raw, (int)(sizeof raw / sizeof raw[0]));
+  nic_internal_leave();
   unsigned n = 0;
   int i = 0;
   while (i < got && (uintptr_t)raw[i] >= own_lo && (uintptr_t)raw[i] < own_hi)

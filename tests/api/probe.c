@@ -54,6 +54,7 @@ static const struct command {
     {"open-backend", 2, cmd_open_backend},
     {"stderr-reused", 3, cmd_stderr_reused},
     {"stats-in-scope", 2, cmd_stats_in_scope},
+    {"sampled-in-scope", 2, cmd_sampled_in_scope},
     {"post-beside-bookkeeping", 2, cmd_post_beside_bookkeeping},
     {"protect-neighbour", 2, cmd_protect_neighbour},
     {"stats", 2, cmd_stats},

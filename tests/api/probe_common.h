@@ -71,6 +71,7 @@ int cmd_threads_start(int argc, char **argv);
 int cmd_stats_read(int argc, char **argv);
 int cmd_stats_walk(int argc, char **argv);
 int cmd_stats_in_scope(int argc, char **argv);
+int cmd_sampled_in_scope(int argc, char **argv);
 int cmd_stats(int argc, char **argv);
 
 int cmd_free_key(int argc, char **argv);

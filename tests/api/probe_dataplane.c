@@ -5,6 +5,7 @@
 
 #include <errno.h>
 #include <malloc.h>
+#include <pthread.h>
 #include <stddef.h>
 #include <stdint.h>
 #include <stdio.h>
@@ -182,4 +183,27 @@ int cmd_auto(int argc, char **argv) {
 int cmd_aligned_dp(int argc, char **argv) {
   (void)argc;
   return aligned_dataplane(strtoull(argv[2], NULL, 0), strtoull(argv[3], NULL, 0));
+}
+
+/* A thread's first stack walk (a malloc whose site NICMALLOC_FENCE=detect records) inside a
+ * dataplane scope: libunwind's thread-local block, which the C library allocates then, is
+ * nicmalloc's own memory. Read before the thread exits, which may or may not free that block. */
+static void *sampled_in_scope(void *arg) {
+  (void)arg;
+  nic_dataplane_begin();
+  for (int i = 0; i < 64; i++)
+    free(malloc(4096));
+  nic_dataplane_end();
+  struct nic_stats s = NIC_STATS_INIT;
+  nic_get_stats(&s);
+  printf("thread_live=%zu\n", s.dataplane_live);
+  return NULL;
+}
+
+int cmd_sampled_in_scope(int argc, char **argv) {
+  (void)argc, (void)argv;
+  pthread_t t;
+  if (pthread_create(&t, NULL, sampled_in_scope, NULL)) return 1;
+  pthread_join(t, NULL);
+  return 0;
 }

@@ -317,6 +317,16 @@ TEST(DataplaneChunks, StatisticsInsideAScopeMapNoChunk) {
   EXPECT_EQ(r.num("live"), 0) << r.out;
 }
 
+// The same for what the C library allocates for nicmalloc: NICMALLOC_FENCE=detect records the
+// sites of dataplane blocks with libunwind, whose thread-local block is allocated on a thread's
+// first walk (found by the API fuzz driver under detect: 32 bytes left per run).
+TEST(DataplaneChunks, AStackWalkInsideAScopeLeavesNoDataplaneBlock) {
+  auto r = run_probe({"NICMALLOC_FENCE=detect", "NICMALLOC_FENCE_DETECT_SAMPLE=0"},
+                     {"sampled-in-scope"});
+  ASSERT_EQ(r.exit_code, 0) << r.err;
+  EXPECT_EQ(r.num("thread_live"), 0) << r.out;
+}
+
 TEST(DataplaneChunks, GrowsPastOneChunkAndReportsPageKind) {
   // 64 MiB chunks; 150 MiB in 1 MiB blocks needs three.
   auto r = run_probe({"NICMALLOC_CHUNK_SIZE=64M"}, {"dp-alloc", "157286400", "1048576"});
