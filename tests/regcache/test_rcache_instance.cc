@@ -129,6 +129,13 @@ protected:
     return s;
   }
   uintptr_t At(size_t page) { return reinterpret_cast<uintptr_t>(mem_ + page * kPage); }
+  // A region of one page that only the cache holds: acquired and released again.
+  nic_rcache_ref Cached(nic_rcache *c, size_t page) {
+    nic_rcache_ref r{};
+    EXPECT_EQ(nic_rcache_acquire(c, mem_ + page * kPage, kPage, NIC_ACCESS_LOCAL, &r), 0);
+    nic_rcache_release(c, r.slot);
+    return r;
+  }
   char *mem_ = nullptr;
   std::vector<nic_rcache *> caches_;
 };
@@ -265,11 +272,8 @@ TEST_F(RcacheInstance, ADeregistrationThatUnmapsReachesTheOtherCache) {
   FakeBackend &fa = Fake("a"), &fb = Fake("b");
   nic_rcache *a = Make(fa), *b = Make(fb);
   ASSERT_TRUE(a && b);
-  nic_rcache_ref ra, rb;
-  ASSERT_EQ(nic_rcache_acquire(a, mem_, kPage, NIC_ACCESS_LOCAL, &ra), 0);
-  ASSERT_EQ(nic_rcache_acquire(b, mem_ + 20 * kPage, kPage, NIC_ACCESS_LOCAL, &rb), 0);
-  nic_rcache_release(a, ra.slot);
-  nic_rcache_release(b, rb.slot);
+  Cached(a, 0);
+  const nic_rcache_ref rb = Cached(b, 20);
   char *page = mem_ + 20 * kPage;
   fa.on_dereg = [&fb, &rb, page] {
     EXPECT_TRUE(fb.registered(rb.reg.lkey));
@@ -292,11 +296,7 @@ TEST_F(RcacheInstance, ADeregistrationThatUnmapsItsOwnBackendsRegionDefersItsDer
   FakeBackend &fa = Fake("a");
   nic_rcache *a = Make(fa);
   ASSERT_TRUE(a);
-  nic_rcache_ref r0, r20;
-  ASSERT_EQ(nic_rcache_acquire(a, mem_, kPage, NIC_ACCESS_LOCAL, &r0), 0);
-  ASSERT_EQ(nic_rcache_acquire(a, mem_ + 20 * kPage, kPage, NIC_ACCESS_LOCAL, &r20), 0);
-  nic_rcache_release(a, r0.slot);
-  nic_rcache_release(a, r20.slot);
+  const nic_rcache_ref r0 = Cached(a, 0), r20 = Cached(a, 20);
   char *page = mem_ + 20 * kPage;
   bool unmapped = false;
   fa.on_dereg = [&fa, a, &r20, page, &unmapped] {
