@@ -5,6 +5,10 @@
 // passes when the process survives, every post completes exactly once, and once every thread has
 // let go of what it holds, nothing stays live, held, deferred or in flight: a call that leaks
 // pinned memory (a refused free, a lost reference) fails it.
+// Now and then a thread forks while the others go on: the child goes on with the forking
+// thread's calls (where registering and posting fail with -ENODEV: README, fork), lets go of
+// what it holds and exits; it fails the run when it hangs (an inherited lock: killed by an
+// alarm), dies, or is left with posts in flight or frees deferred.
 //   nic_api_fuzz <seconds> <threads> <seed>
 #include <nicmalloc.h>
 
@@ -14,9 +18,11 @@
 #include <netinet/tcp.h>
 #include <sys/mman.h>
 #include <sys/socket.h>
+#include <sys/wait.h>
 #include <unistd.h>
 
 #include <atomic>
+#include <cerrno>
 #include <chrono>
 #include <cstdint>
 #include <cstdio>
@@ -32,7 +38,13 @@ namespace {
 using Clock = std::chrono::steady_clock;
 
 std::atomic<uint64_t> calls{0}, posted{0}, completed{0}, double_completions{0}, received{0};
+std::atomic<uint64_t> forks{0}, children_failed{0};
+std::atomic<int> last_child_status{0}; // a failed child's, from waitpid
 std::atomic<bool> draining_stop{false};
+// Set in a child: it makes its calls and exits, it forks no further.
+bool in_child = false;
+// How long a child may take before it counts as hung (its calls take milliseconds).
+constexpr unsigned kChildAlarmSeconds = 30;
 
 // Memory no call may reach, or only read: unmapped, PROT_NONE, read-only.
 char *unmapped, *no_access, *read_only;
@@ -266,6 +278,7 @@ struct Thread {
       if (pick(64) == 0) nic_collect();
       nic_site_set_enabled((uint32_t)pick(1 << 20), (int)pick(2));
       nic_site_is_enabled((uint32_t)rng());
+      if (!in_child && pick(512) == 0) fork_and_check();
       break;
     }
     default:
@@ -279,6 +292,42 @@ struct Thread {
       if (live.size() < 256)
         if (void *p = malloc(1 + pick(8192))) live.push_back(p);
       break;
+    }
+  }
+
+  // The child: the forking thread's state is its own, the other threads' is not (they were in
+  // the middle of calls), so it goes on with this thread's calls only. The other threads' holds
+  // stay (nic_hold is the program's own reference, README: fork), and so do the frees of blocks
+  // they hold; the posts' references are void, so nothing else may stay deferred.
+  [[noreturn]] void child() {
+    in_child = true;
+    alarm(kChildAlarmSeconds);
+    nic_stats at_fork = NIC_STATS_INIT;
+    if (nic_get_stats(&at_fork) != 0) exit(3);
+    const uint64_t others_holds = at_fork.holds - held.size();
+    for (int i = 0; i < 1024; i++)
+      step();
+    finish();
+    nic_stats s = NIC_STATS_INIT;
+    int rc = nic_get_stats(&s) != 0                     ? 3
+             : s.inflight_posts != 0                    ? 4
+             : s.holds != others_holds                  ? 5
+             : s.deferred_pending != 0 && !others_holds ? 6
+                                                        : 0;
+    exit(rc); // exit, not _exit: the library's exit path runs in the child too
+  }
+
+  void fork_and_check() {
+    pid_t pid = fork();
+    if (pid < 0) return; // out of memory or processes: the parent goes on
+    if (pid == 0) child();
+    forks++;
+    int status = 0;
+    while (waitpid(pid, &status, 0) < 0 && errno == EINTR) {
+    }
+    if (!WIFEXITED(status) || WEXITSTATUS(status) != 0) {
+      children_failed++;
+      last_child_status = status;
     }
   }
 
@@ -408,10 +457,11 @@ int main(int argc, char **argv) {
     ok = ok && cond;
   };
   printf("api fuzz (%s): %d threads, %.0f s, seed %llu: %llu calls, %llu posts, %llu completed, "
-         "%llu received, %llu bytes of warnings\n",
+         "%llu received, %llu bytes of warnings, %llu forks\n",
          backend, nthreads, seconds, (unsigned long long)seed, (unsigned long long)calls.load(),
          (unsigned long long)posted.load(), (unsigned long long)completed.load(),
-         (unsigned long long)received.load(), (unsigned long long)err_bytes.load());
+         (unsigned long long)received.load(), (unsigned long long)err_bytes.load(),
+         (unsigned long long)forks.load());
   printf("dataplane live bytes before %zu after %zu; deferred pending %llu; holds %llu; in "
          "flight %llu\n",
          before.dataplane_live, after.dataplane_live, (unsigned long long)after.deferred_pending,
@@ -422,6 +472,12 @@ int main(int argc, char **argv) {
   check(after.deferred_pending == 0, "deferred frees never released");
   check(after.holds == before.holds, "holds left over");
   check(after.dataplane_live == before.dataplane_live, "dataplane blocks leaked");
+  const int cs = last_child_status.load();
+  check(children_failed.load() == 0,
+        std::to_string(children_failed.load()) +
+            " children hung, died or kept posts or frees; the last " +
+            (WIFEXITED(cs) ? "exited with " + std::to_string(WEXITSTATUS(cs))
+                           : "was killed by signal " + std::to_string(WTERMSIG(cs))));
   check(destroy == 0, "the endpoint could not be destroyed: " + std::to_string(destroy));
   if (client >= 0) close(client);
   if (server >= 0) close(server);
