@@ -39,6 +39,14 @@ static void load(void) {
     dlclose(handle);
     return;
   }
+  if (!nic_unwind_redirect_imports(handle)) {
+    /* Not dlclose'd: a partly redirected library stays as it is, unused. */
+    nic_log_warn(NIC_UNWIND_SONAME
+                 " does not test addresses as this build expects (with pipe2, "
+                 "read and syscall); it is not used, so that it keeps no pipe on the program's "
+                 "descriptors: allocation sites are not recorded");
+    return;
+  }
   table = t;
   __atomic_store_n(&loaded, &table, __ATOMIC_RELEASE);
 }

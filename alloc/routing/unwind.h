@@ -21,6 +21,11 @@ struct nic_unwind {
 /* Null until nic_unwind_load has succeeded. */
 const struct nic_unwind *nic_unwind_get(void);
 
+/* Points libunwind's own pipe2, read and syscall imports at nicmalloc's, so that it tests
+ * addresses without keeping a pipe on the program's descriptors (unwind_imports.c). False when
+ * it does not import all three: it would then keep its pipe. */
+bool nic_unwind_redirect_imports(void *handle);
+
 /* Loads libunwind once; false (and a warning, once) when it cannot. It allocates: call it only
  * outside the allocation paths (profile.c calls it from the library's constructor). */
 bool nic_unwind_load(void);

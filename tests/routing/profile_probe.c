@@ -1,8 +1,12 @@
 /* Child process for test_profile.cc: two allocation sites, one whose buffers are sent over a
  * socketpair with sendmsg, one whose buffers are never sent. Prints how many blocks of each site
  * were dataplane memory, and the sent-bytes figures of struct nic_stats, as key=value lines. */
+#define _GNU_SOURCE /* pipe2 */
+#include <dirent.h>
+#include <fcntl.h>
 #include <grp.h>
 #include <nicmalloc.h>
+#include <pthread.h>
 #include <signal.h>
 #include <stdbool.h>
 #include <stdio.h>
@@ -99,12 +103,60 @@ static int drop_privileges(uid_t uid) {
   return WIFEXITED(status) ? WEXITSTATUS(status) : 2;
 }
 
+enum { kOwnPipes = 16 };
+
+static void *allocate_in_a_new_thread(void *arg) {
+  for (int i = 0; i < 200; i++)
+    free(quiet_site(64 + (size_t)i));
+  return arg;
+}
+
+/* A daemon's start: it closes the descriptors it inherited and makes its own (pipes, each
+ * holding one byte), then threads allocate (a new thread's walks test the addresses of its
+ * stack). Prints how many of its pipes were closed under it or lost or gained bytes, and how many
+ * descriptors it holds that it never made. */
+static int own_descriptors(void) {
+  for (int i = 0; i < 100; i++) /* the first walks, before the program's own descriptors */
+    free(quiet_site(kSize));
+  for (int fd = 3; fd < 256; fd++)
+    close(fd);
+  int pipes[kOwnPipes][2];
+  for (int i = 0; i < kOwnPipes; i++)
+    if (pipe2(pipes[i], O_NONBLOCK) || write(pipes[i][1], "x", 1) != 1) return 2;
+  for (int t = 0; t < 4; t++) {
+    pthread_t thread;
+    if (pthread_create(&thread, NULL, allocate_in_a_new_thread, NULL)) return 3;
+    pthread_join(thread, NULL);
+  }
+  int closed = 0, changed = 0, foreign = 0;
+  for (int i = 0; i < kOwnPipes; i++) {
+    char bytes[4];
+    if (fcntl(pipes[i][0], F_GETFD) < 0 || fcntl(pipes[i][1], F_GETFD) < 0)
+      closed++;
+    else if (read(pipes[i][0], bytes, sizeof bytes) != 1 || bytes[0] != 'x')
+      changed++;
+  }
+  DIR *dir = opendir("/proc/self/fd");
+  if (!dir) return 4;
+  for (struct dirent *e; (e = readdir(dir));) {
+    const int fd = atoi(e->d_name);
+    bool mine = e->d_name[0] == '.' || fd <= 2 || fd == dirfd(dir);
+    for (int i = 0; i < kOwnPipes && !mine; i++)
+      mine = fd == pipes[i][0] || fd == pipes[i][1];
+    foreign += !mine;
+  }
+  closedir(dir);
+  printf("closed=%d\nchanged=%d\nforeign=%d\n", closed, changed, foreign);
+  return 0;
+}
+
 /* "wrap": this program runs itself as a child that sends, as timeout or a shell would, and
  * exits after it; "fork": this program sends, then a forked child sends, and the parent exits
  * after it. */
 int main(int argc, char **argv) {
   if (argc < 2) return send_blocks();
   if (!strncmp(argv[1], "daemon", 6)) return daemon_like(argv[1]);
+  if (!strcmp(argv[1], "descriptors")) return own_descriptors();
   if (!strcmp(argv[1], "setuid") && argc > 2) return drop_privileges((uid_t)atoi(argv[2]));
   if (!strcmp(argv[1], "fork") && send_blocks()) return 2; /* counts the child must not repeat */
   fflush(stdout);

@@ -80,6 +80,22 @@ TEST(Profile, ListsTheSendingSiteOnly) {
   EXPECT_GE(all, 2) << "quiet_site is sampled too, with nothing sent";
 }
 
+// libunwind tests the addresses it reads by writing them into a pipe it opens on its first walk
+// and keeps by number (alloc/routing/unwind_imports.c). A daemon that closes what it inherited
+// and makes its own descriptors got them at those numbers, and walks then read and wrote them.
+TEST(ProfileWalks, LeaveTheProgramsOwnDescriptorsAlone) {
+  Profile p;
+  auto r =
+      run_probe({"NICMALLOC_PROFILE=" + p.path, "NICMALLOC_PROFILE_SAMPLE=1"}, {"descriptors"});
+  ASSERT_EQ(r.exit_code, 0) << r.err;
+  EXPECT_EQ(r.num("closed"), 0) << "pipes of the program's closed under it";
+  EXPECT_EQ(r.num("changed"), 0) << "pipes of the program read or written";
+  EXPECT_EQ(r.num("foreign"), 0) << "descriptors the program never made";
+  int sending, all;
+  count_sites(p.path, sending, all);
+  EXPECT_GE(all, 1) << "the walks recorded sites";
+}
+
 // Every process of a run adds to the one profile: a wrapper that exits after the program it ran
 // (as timeout, a shell or a pyenv shim do) used to overwrite the program's profile with its own.
 TEST(Profile, AWrapperAndTheProgramItRunsShareOneProfile) {
