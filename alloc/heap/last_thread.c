@@ -23,16 +23,21 @@ static const char *stat_fields(const char *path, char *buf, size_t cap) {
   return close_paren && close_paren[1] == ' ' ? close_paren + 2 : NULL;
 }
 
-bool nic_only_background_left(unsigned own_threads) {
+long nic_thread_count(void) {
   char buf[1024];
   /* Field 3 (state) comes first; num_threads is field 20. */
   const char *f = stat_fields("/proc/self/stat", buf, sizeof buf);
   for (int field = 3; f && field < 20; field++)
     f = (f = strchr(f, ' ')) ? f + 1 : NULL;
+  return f ? strtol(f, NULL, 10) : -1;
+}
+
+bool nic_only_background_left(unsigned own_threads) {
+  char buf[1024];
   /* The main thread stays counted as a zombie until the whole process ends. */
-  if (!f || strtol(f, NULL, 10) != (long)own_threads + 1) return false;
+  if (nic_thread_count() != (long)own_threads + 1) return false;
   char path[64];
   snprintf(path, sizeof path, "/proc/self/task/%d/stat", (int)getpid());
-  f = stat_fields(path, buf, sizeof buf);
+  const char *f = stat_fields(path, buf, sizeof buf);
   return f && f[0] == 'Z';
 }

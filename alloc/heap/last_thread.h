@@ -8,4 +8,7 @@
  * other threads: the caller's own. Reads two small /proc files. */
 bool nic_only_background_left(unsigned own_threads);
 
+/* The process's threads now (the kernel's count, exited main thread included), or -1. */
+long nic_thread_count(void);
+
 #endif

@@ -41,14 +41,19 @@
 #include "steps.h"
 #include "thread.h"
 
+#include <linux/futex.h>
 #include <mimalloc.h>
 #include <pthread.h>
 #include <signal.h>
 #include <stdlib.h>
+#include <sys/syscall.h>
 #include <time.h>
 #include <unistd.h>
 
 static int started;
+static pthread_t thread;
+static bool joinable; /* thread is ours to join: not in a fork child */
+static int stop_word; /* 1 asks the thread to end; it sleeps on it (a futex) between passes */
 static pthread_mutex_t pass_lock = PTHREAD_MUTEX_INITIALIZER;
 /* Not held across fork (forklock.h): fork would wait for a whole pass. */
 static void pass_lock_reset(void) {
@@ -193,7 +198,8 @@ static void *reaper_main(void *arg) {
   struct timespec ts = {period / 1000, (long)(period % 1000) * 1000000};
   uint64_t alone_checked_ms = 0;
   for (;;) {
-    nanosleep(&ts, NULL);
+    syscall(SYS_futex, &stop_word, FUTEX_WAIT_PRIVATE, 0, &ts, NULL, 0);
+    if (__atomic_load_n(&stop_word, __ATOMIC_ACQUIRE)) break;
     nic_reaper_pass();
     /* Alone: only when no other nicmalloc thread runs (they start on nic_* API use). Two /proc
      * reads, so at most once a second: a second late is no matter at the end of a process. */
@@ -202,6 +208,7 @@ static void *reaper_main(void *arg) {
     alone_checked_ms = now;
     if (nic_only_background_left(1)) exit(0);
   }
+  nic_internal_leave();
   return NULL;
 }
 
@@ -214,16 +221,30 @@ void nic_reaper_start(void) {
   sigset_t all, old;
   sigfillset(&all);
   pthread_sigmask(SIG_SETMASK, &all, &old); /* the app's signals are not for us */
-  pthread_t thread;
-  if (pthread_create(&thread, NULL, reaper_main, NULL) == 0)
-    pthread_detach(thread);
-  else
+  if (pthread_create(&thread, NULL, reaper_main, NULL) == 0) {
+    joinable = true;
+    pthread_setname_np(thread, "nicmalloc-reap");
+  } else {
     nic_log_info("cannot start the chunk reaper thread; empty chunks stay pinned");
+  }
   pthread_sigmask(SIG_SETMASK, &old, NULL);
+}
+
+bool nic_reaper_stop(void) {
+  if (!__atomic_load_n(&started, __ATOMIC_ACQUIRE) || !joinable) return false;
+  __atomic_store_n(&stop_word, 1, __ATOMIC_RELEASE);
+  syscall(SYS_futex, &stop_word, FUTEX_WAKE_PRIVATE, 1, NULL, NULL, 0);
+  pthread_join(thread, NULL);
+  joinable = false;
+  __atomic_store_n(&stop_word, 0, __ATOMIC_RELEASE);
+  __atomic_store_n(&started, 0, __ATOMIC_RELEASE);
+  return true;
 }
 
 /* In a fork child the thread is gone. */
 static void after_fork_child(void) {
+  joinable = false;
+  __atomic_store_n(&stop_word, 0, __ATOMIC_RELAXED);
   __atomic_store_n(&started, 0, __ATOMIC_RELEASE);
 }
 NIC_FORK_CHILD(reaper_thread, NIC_FORK_REAPER_THREAD, after_fork_child);

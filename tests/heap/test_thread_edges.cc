@@ -44,4 +44,21 @@ TEST(ThreadEdges, ProcessEndsWithItsLastThreadAfterMainPthreadExit) {
   EXPECT_EQ(r.num("worker_blocks"), 40);
 }
 
+// Making a user namespace, and joining a mount namespace, need the process to be one thread.
+// unshare -U and container runtimes failed with EINVAL under NICMALLOC_DP_MIN_SIZE once the
+// reaper had started: the call is now made again with the reaper stopped (alone_calls.c).
+TEST(ThreadEdges, NamespaceChangesThatNeedOneThreadSucceedWhileTheReaperRuns) {
+  ProbeResult r = run_edges({"namespaces"});
+  ASSERT_EQ(r.exit_code, 0) << r.out << r.err;
+  if (r.num("baseline") != 0)
+    GTEST_SKIP() << "this machine refuses the calls to a one-thread process too (errno "
+                 << r.num("baseline") << ": not root, or user namespaces are off)";
+  EXPECT_EQ(r.num("dataplane_before"), 1);
+  EXPECT_EQ(r.num("threads_before"), 2) << "the reaper was running";
+  EXPECT_EQ(r.num("setns"), 0) << "joining the mount namespace: errno";
+  EXPECT_EQ(r.num("unshare"), 0) << "making a user namespace: errno";
+  EXPECT_EQ(r.num("threads_after"), 2) << "the reaper runs again";
+  EXPECT_EQ(r.num("dataplane_after"), 1);
+}
+
 } // namespace

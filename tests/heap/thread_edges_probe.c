@@ -1,10 +1,14 @@
 /* thread_edges_probe: threads that meet the allocator at awkward moments (cancelled inside it,
- * forking while the reaper releases chunks, outliving a main thread that called pthread_exit). Each
+ * forking while the reaper releases chunks, outliving a main thread that called pthread_exit, in
+ * the way of a namespace change). Each
  * scenario prints key=value lines; alarm() turns a deadlock into SIGALRM. */
 #define _GNU_SOURCE
 #include "nicmalloc.h"
 
+#include <errno.h>
+#include <fcntl.h>
 #include <pthread.h>
+#include <sched.h>
 #include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -121,12 +125,58 @@ static int main_pthread_exit(void) {
   pthread_exit(NULL);
 }
 
+static long threads_now(void) {
+  char buf[4096];
+  int fd = open("/proc/self/status", O_RDONLY | O_CLOEXEC);
+  ssize_t n = fd < 0 ? -1 : read(fd, buf, sizeof buf - 1);
+  if (fd >= 0) close(fd);
+  if (n <= 0) return -1;
+  buf[n] = '\0';
+  const char *t = strstr(buf, "\nThreads:");
+  return t ? strtol(t + 9, NULL, 10) : -1;
+}
+
+/* Joins the process's own mount namespace, then makes a user namespace: both need the process
+ * to be one thread. Returns 0, or the errno of the first refusal (as the exit status). */
+static int change_namespaces(int *setns_err, int *unshare_err) {
+  int fd = open("/proc/self/ns/mnt", O_RDONLY | O_CLOEXEC);
+  *setns_err = fd < 0 ? errno : setns(fd, CLONE_NEWNS) ? errno : 0;
+  if (fd >= 0) close(fd);
+  *unshare_err = unshare(CLONE_NEWUSER) ? errno : 0;
+  return *setns_err ? *setns_err : *unshare_err;
+}
+
+/* A single-threaded program that changes namespaces after nicmalloc's reaper started (at its
+ * first dataplane block). A forked child tries first, before any dataplane block of its own and
+ * with no reaper: what the machine allows. */
+static int namespaces(void) {
+  pid_t child = fork();
+  if (child == 0) {
+    int s, u;
+    _exit(change_namespaces(&s, &u));
+  }
+  int status = 0;
+  waitpid(child, &status, 0);
+  printf("baseline=%d\n", WIFEXITED(status) ? WEXITSTATUS(status) : 255);
+  void *block = nic_malloc(4096);
+  printf("dataplane_before=%d\nthreads_before=%ld\n", nic_is_dataplane(block), threads_now());
+  free(block);
+  int setns_err, unshare_err;
+  change_namespaces(&setns_err, &unshare_err);
+  printf("setns=%d\nunshare=%d\nthreads_after=%ld\n", setns_err, unshare_err, threads_now());
+  block = nic_malloc(4096);
+  printf("dataplane_after=%d\n", nic_is_dataplane(block));
+  free(block);
+  return 0;
+}
+
 int main(int argc, char **argv) {
   alarm(30);
   if (argc >= 2 && !strcmp(argv[1], "cancel-pending")) return cancel_pending();
   if (argc >= 3 && !strcmp(argv[1], "fork-while-reaping")) return fork_while_reaping(atoi(argv[2]));
   if (argc >= 2 && !strcmp(argv[1], "main-pthread-exit")) return main_pthread_exit();
+  if (argc >= 2 && !strcmp(argv[1], "namespaces")) return namespaces();
   fprintf(stderr, "usage: thread_edges_probe cancel-pending | fork-while-reaping FORKS | "
-                  "main-pthread-exit\n");
+                  "main-pthread-exit | namespaces\n");
   return 2;
 }
