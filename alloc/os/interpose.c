@@ -8,6 +8,7 @@
  * anew are invalidated after it too: that catches what went by a path none of these saw.
  * mprotect goes through a watcher that protects pages itself, if there is one (events.h). */
 #define _GNU_SOURCE
+#include "as_limit.h"
 #include "commit_map.h"
 #include "dp_commit.h"
 #include "events.h"
@@ -34,7 +35,10 @@ NIC_EXPORT void *mmap(void *addr, size_t len, int prot, int flags, int fd, off_t
     nic_publish_pages_leaving((uintptr_t)addr, len);
   }
   void *p = raw_mmap(addr, len, prot, flags, fd, offset);
-  if (p == MAP_FAILED) return p;
+  if (p == MAP_FAILED) {
+    nic_as_limit_mapping_refused();
+    return p;
+  }
   /* Anywhere but over a fixed mapping the pages are fresh: a region still cached there lost its
    * pages by a path none of these calls saw (the C library's own unmaps, such as the thread
    * stacks it frees, or a raw system call). */
@@ -70,7 +74,10 @@ NIC_EXPORT void *mremap(void *old, size_t old_len, size_t new_len, int flags, ..
   nic_late_decommit_forget(old, old_len);
   nic_publish_pages_leaving((uintptr_t)old, old_len);
   long r = syscall(SYS_mremap, old, old_len, new_len, flags, new_addr);
-  if (r == -1) return MAP_FAILED;
+  if (r == -1) {
+    nic_as_limit_mapping_refused();
+    return MAP_FAILED;
+  }
   if ((void *)r != old || new_len > old_len)
     nic_publish_range_stale((uintptr_t)r, new_len); /* see mmap */
   /* Pages that left, or arrived from elsewhere: either way no block of the arena is there. */

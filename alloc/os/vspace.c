@@ -22,6 +22,7 @@ bool nic_free_check_strict;
 uintptr_t nic_control_base;
 size_t nic_control_size;
 uint64_t nic_vspace_refusals;
+uint64_t nic_vspace_reserved;
 
 void *nic_vspace_reserve(size_t size, size_t align, uintptr_t hint) {
   const int flags = MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE | MAP_FIXED_NOREPLACE;
@@ -29,7 +30,10 @@ void *nic_vspace_reserve(size_t size, size_t align, uintptr_t hint) {
   for (uintptr_t at = (hint + align - 1) & ~(uintptr_t)(align - 1);
        at >= hint && at + size <= NIC_VSPACE_LIMIT; at += size > align ? size : align) {
     void *p = mmap((void *)at, size, PROT_NONE, flags, -1, 0);
-    if (p == (void *)at) return p;
+    if (p == (void *)at) {
+      __atomic_add_fetch(&nic_vspace_reserved, size, __ATOMIC_RELAXED);
+      return p;
+    }
     if (p != MAP_FAILED)
       munmap(p, size); /* a kernel without NOREPLACE put it elsewhere */
     else if (errno != EEXIST)
@@ -63,6 +67,7 @@ bool nic_control_arena_init(bool use_commit_map) {
       nic_commit_map_skip((uintptr_t)base, size);
     if (!mi_manage_os_memory(base, size, false, false, true, -1)) {
       munmap(base, size);
+      __atomic_sub_fetch(&nic_vspace_reserved, size, __ATOMIC_RELAXED);
       break;
     }
     mi_option_enable(mi_option_limit_os_alloc);

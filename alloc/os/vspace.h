@@ -38,5 +38,7 @@ extern uintptr_t nic_control_base;
 extern size_t nic_control_size;
 /* Reservations refused (an address-space limit): the control arena's, the dataplane span's. */
 extern uint64_t nic_vspace_refusals;
+/* Bytes of address space reserved and held (the control arena, the dataplane range). */
+extern uint64_t nic_vspace_reserved;
 
 #endif

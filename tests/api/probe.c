@@ -14,6 +14,7 @@ static const struct command {
 } commands[] = {
     {"as-limit", 4, cmd_as_limit},
     {"as-limit-kib", 4, cmd_as_limit_kib},
+    {"as-limit-later", 3, cmd_as_limit_later},
     {"guest-start", 2, cmd_guest_start},
     {"low-memlock-guest", 2, cmd_low_memlock_guest},
     {"no-uring", 3, cmd_no_uring},

@@ -8,6 +8,7 @@
 #include <stddef.h>
 #include <stdio.h>
 #include <stdlib.h>
+#include <sys/mman.h>
 #include <sys/resource.h>
 #include <unistd.h>
 
@@ -70,6 +71,23 @@ int cmd_as_limit(int argc, char **argv) {
 int cmd_as_limit_kib(int argc, char **argv) {
   (void)argc;
   return run_limited(RLIMIT_AS, 10, argv);
+}
+
+/* as-limit-later GIB: lowers the address-space limit to GIB after start-up, then maps a MiB
+ * (twice) and mallocs a small block. */
+int cmd_as_limit_later(int argc, char **argv) {
+  (void)argc;
+  const rlim_t bytes = (rlim_t)strtoull(argv[2], NULL, 0) << 30;
+  const struct rlimit limit = {bytes, bytes};
+  if (setrlimit(RLIMIT_AS, &limit)) return 1;
+  void *m = mmap(NULL, 1 << 20, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+  if (m == MAP_FAILED)
+    m = mmap(NULL, 1 << 20, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+  printf("mmap_errno=%d\n", m == MAP_FAILED ? errno : 0);
+  void *p = malloc(64);
+  printf("small_malloc=%d\n", p != NULL);
+  free(p);
+  return 0;
 }
 
 int cmd_data_limit(int argc, char **argv) {

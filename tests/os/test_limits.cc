@@ -65,6 +65,27 @@ TEST(AddressSpaceLimit, WithoutTheControlArenaBigBlocksCanBeReallocatedAndFreed)
   EXPECT_EQ(count_lines(r.err, "not allocated by nicmalloc"), 0) << r.err;
 }
 
+// A limit lowered while the program runs: the kernel counts the reserved, uncommitted arena
+// against it, so the program can map nothing more. That cannot be undone; the first refused
+// mapping says why, once, with the way out (setting the limit before start-up), and malloc goes
+// on. (A limit set before an exec says nothing: RefusedReservation... above run under one.)
+TEST(AddressSpaceLimit, AMappingRefusedUnderALimitLoweredWhileRunningSaysWhyOnce) {
+  auto r = run_probe({}, {"as-limit-later", "8"});
+  ASSERT_EQ(r.exit_code, 0) << r.out << r.err;
+  EXPECT_EQ(r.num("mmap_errno"), ENOMEM) << "the reservation counts: nothing more maps";
+  EXPECT_EQ(r.num("small_malloc"), 1);
+  EXPECT_EQ(count_lines(r.err, "RLIMIT_AS was lowered to 8192 MiB"), 1) << r.err;
+  EXPECT_EQ(count_lines(r.err, "before the program starts"), 1) << r.err;
+}
+
+// A limit above what the process maps says nothing.
+TEST(AddressSpaceLimit, ALimitAboveTheReservationsSaysNothing) {
+  auto r = run_probe({}, {"as-limit-later", "16384"});
+  ASSERT_EQ(r.exit_code, 0) << r.out << r.err;
+  EXPECT_EQ(r.num("mmap_errno"), 0);
+  EXPECT_EQ(count_lines(r.err, "RLIMIT_AS"), 0) << r.err;
+}
+
 // Under 80 GiB the control arena is 64 GiB, which blocks never written can fill without using
 // memory. Then mimalloc refuses even the small requests malloc's fast path takes: NULL and
 // ENOMEM (the fast path does not keep the size to ask again: the general path would only ask
