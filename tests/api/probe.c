@@ -78,7 +78,8 @@ int main(int argc, char **argv) {
       "grow-untouched MAX | aligned-dp ALIGNMENT SIZE | "
       "threads-start N SIZE | stats | stats-in-scope | stderr-reused FILE [open-backend] | "
       "open-backend | as-limit GIB "
-      "ARGS... | data-limit MIB ARGS... | in-cgroup DIR ARGS... | no-uring ARGS... | "
+      "ARGS... | as-limit-later GIB | data-limit MIB ARGS... | in-cgroup DIR ARGS... | "
+      "no-uring ARGS... | "
       "no-getrandom ARGS... | fixed-layout ARGS... | free-key | uring-endpoint | "
       "post-beside-bookkeeping | fill-control\n");
   return 2;
