@@ -191,7 +191,10 @@
     "from a few small long-lived buffers, such as redis")                                          \
   X(SITES, "NICMALLOC_SITES", NIC_T_TEXT, "", 0, 0, "", NIC_REACH_FILE,                            \
     "a profile from `NICMALLOC_PROFILE`: allocations from its sites that sent bytes are "          \
-    "dataplane. A missing or bad file warns once and runs unrouted")                               \
+    "dataplane. A missing or bad file, or one in which nothing was sent, warns once and runs "     \
+    "unrouted; a process that loads none of its sending sites' modules (a wrapper such as "        \
+    "`timeout` or a shell in the profiled run) runs unrouted without a word "                      \
+    "(`NICMALLOC_VERBOSE=1` says so)")                                                             \
   X(SITES_MIN_SIZE, "NICMALLOC_SITES_MIN_SIZE", NIC_T_SIZE, "256", 0, UINT64_MAX, "",              \
     NIC_REACH_VALUE, "smaller requests are never routed and keep the fast path")                   \
   X(SITES_BUDGET, "NICMALLOC_SITES_BUDGET", NIC_T_SIZE, "1G", 0, UINT64_MAX, "", NIC_REACH_VALUE,  \

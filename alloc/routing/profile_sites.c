@@ -79,9 +79,8 @@ static bool decode_path(char *p) {
 }
 
 /* "site SENT EST_SENT SAMPLED EST_ALLOCS EST_BYTES EST_SENT_BLOCKS MOD+0xOFF...": true if parsed;
- * *resolved
- * says whether every module is loaded now. */
-static bool parse_site(char *line, bool *resolved) {
+ * *resolved says whether every module is loaded now, *sending whether the site sent bytes. */
+static bool parse_site(char *line, bool *resolved, bool *sending) {
   char *save, *tok = strtok_r(line, " \t", &save);
   if (!tok || strcmp(tok, "site")) return false;
   /* Numbers as profile_write.c writes them: digits only (strtoull would take "-5"). */
@@ -90,6 +89,7 @@ static bool parse_site(char *line, bool *resolved) {
   errno = 0;
   unsigned long long sent = strtoull(number, &end, 10);
   if (*end || errno) return false;
+  *sending = sent > 0;
   for (int i = 0; i < 4; i++)
     if (!strtok_r(NULL, " \t", &save)) return false;
   number = strtok_r(NULL, " \t", &save);
@@ -130,7 +130,7 @@ bool nic_sites_load(const char *path) {
   char *text =
       st.st_size > 0 ? mmap(NULL, (size_t)st.st_size, PROT_READ, MAP_PRIVATE, fd, 0) : MAP_FAILED;
   close(fd);
-  unsigned lines = 0, bad = 0, unresolved = 0;
+  unsigned lines = 0, bad = 0, unresolved = 0, sending_sites = 0;
   bool header = false, cut = false;
   static char line[1 << 14];
   for (size_t at = 0, size = text == MAP_FAILED ? 0 : (size_t)st.st_size; at < size;) {
@@ -145,13 +145,13 @@ bool nic_sites_load(const char *path) {
     if (len < sizeof line) {
       memcpy(line, text + at, len);
       line[len] = '\0';
-      bool resolved;
+      bool resolved, sending;
       if (lines++ == 0)
         header = !strcmp(line, "# nicmalloc profile 1");
-      else if (line[0] && line[0] != '#' && !parse_site(line, &resolved))
+      else if (line[0] && line[0] != '#' && !parse_site(line, &resolved, &sending))
         bad++;
       else if (line[0] && line[0] != '#')
-        unresolved += !resolved;
+        unresolved += !resolved, sending_sites += sending;
     } else {
       bad++;
     }
@@ -168,8 +168,18 @@ bool nic_sites_load(const char *path) {
   if (cut)
     nic_log_warn(
         "NICMALLOC_SITES=%s ends in a cut line (its writer stopped?); that line is skipped", path);
+  /* A profile is made of a whole run, wrappers and shells included (NICMALLOC_PROFILE), and
+   * routes the same run: a process that loaded no module of a sending site (timeout, a shell, a
+   * pyenv shim, another program of the run) has nothing to route, which is no news on its stderr.
+   * A profile with no sending site at all routes nothing anywhere: that is said. */
+  if (!nsites && !sending_sites) {
+    nic_log_warn("NICMALLOC_SITES=%s names no site that sent bytes; running unrouted", path);
+    return false;
+  }
   if (!nsites) {
-    nic_log_warn("NICMALLOC_SITES=%s names no loaded site that sent bytes; running unrouted", path);
+    nic_log_info("NICMALLOC_SITES=%s: none of its %u sending sites lies in modules this process "
+                 "loaded (a wrapper, or another program of the profiled run?); running unrouted",
+                 path, sending_sites);
     return false;
   }
   if (dropped_sites)

@@ -221,6 +221,35 @@ TEST(Profile, AProfileOfAnotherBuildRoutesNothingAndSaysSo) {
   EXPECT_EQ(count_lines(r.err, "another build of the program"), 1) << r.err;
 }
 
+// A profile routes the run it was made of, wrappers included: a shell (timeout, a pyenv shim)
+// that loads none of the sending sites' modules has nothing to route, and used to say so on its
+// stderr in every routed run. It says so only when verbose; the program is routed.
+TEST(Profile, AWrapperThatLoadsNoSendingModuleRunsUnroutedQuietly) {
+  Profile p;
+  ASSERT_EQ(make_profile(p).exit_code, 0);
+  const std::string shell = "exec " NIC_PROBE_PATH;
+  auto r = run_program("/bin/sh", {"LD_PRELOAD=" NIC_LIB_PATH, "NICMALLOC_SITES=" + p.path},
+                       {"-c", shell});
+  ASSERT_EQ(r.exit_code, 0) << r.err;
+  EXPECT_EQ(r.num("sending_dataplane"), 400) << r.err;
+  EXPECT_EQ(count_lines(r.err, "nicmalloc"), 0) << r.err;
+  auto verbose = run_program(
+      "/bin/sh", {"LD_PRELOAD=" NIC_LIB_PATH, "NICMALLOC_SITES=" + p.path, "NICMALLOC_VERBOSE=1"},
+      {"-c", shell});
+  EXPECT_EQ(count_lines(verbose.err, "none of its 1 sending sites lies in modules this process"), 1)
+      << verbose.err;
+}
+
+// A profile in which nothing was sent routes nothing anywhere: that is said.
+TEST(Profile, AProfileWithoutASendingSiteSaysSo) {
+  Profile p;
+  std::ofstream(p.path) << "# nicmalloc profile 1\nsite 0 0 1 1 1 1 " NIC_PROBE_PATH "+0x10\n";
+  auto r = run_probe({"NICMALLOC_SITES=" + p.path}, {});
+  ASSERT_EQ(r.exit_code, 0) << r.err;
+  EXPECT_EQ(r.num("sending_dataplane"), 0);
+  EXPECT_EQ(count_lines(r.err, "names no site that sent bytes"), 1) << r.err;
+}
+
 TEST(Profile, BudgetCapsASite) {
   Profile p;
   ASSERT_EQ(make_profile(p).exit_code, 0);
