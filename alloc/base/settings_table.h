@@ -195,6 +195,10 @@
     "unrouted; a process that loads none of its sending sites' modules (a wrapper such as "        \
     "`timeout` or a shell in the profiled run) runs unrouted without a word "                      \
     "(`NICMALLOC_VERBOSE=1` says so)")                                                             \
+  X(SITES_SAID, "NICMALLOC_SITES_SAID", NIC_T_TEXT, "", 0, 0, "", NIC_REACH_FILE,                  \
+    "set by the first process of a run that warned about its `NICMALLOC_SITES` file, for "         \
+    "those it forks or execs: they say the same only with `NICMALLOC_VERBOSE=1` (not set by "      \
+    "hand)")                                                                                       \
   X(SITES_MIN_SIZE, "NICMALLOC_SITES_MIN_SIZE", NIC_T_SIZE, "256", 0, UINT64_MAX, "",              \
     NIC_REACH_VALUE, "smaller requests are never routed and keep the fast path")                   \
   X(SITES_BUDGET, "NICMALLOC_SITES_BUDGET", NIC_T_SIZE, "1G", 0, UINT64_MAX, "", NIC_REACH_VALUE,  \

@@ -11,10 +11,12 @@
 
 #include "config.h"
 #include "log.h"
+#include "settings.h"
 #include "thread.h"
 
 #include <errno.h>
 #include <fcntl.h>
+#include <stdarg.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/mman.h>
@@ -114,6 +116,22 @@ static bool parse_site(char *line, bool *resolved, bool *sending) {
   return true;
 }
 
+/* What is wrong with the file is said once per run: every process of a run (a shell, timeout, the
+ * program and its children) loads the same file, and a line from each on stderr fails test
+ * suites and build tools that compare it (a test run routed by a profile without a sending site
+ * printed 340). The first process to say it marks its descendants with NICMALLOC_SITES_SAID;
+ * they say it only with NICMALLOC_VERBOSE=1. */
+__attribute__((format(printf, 2, 3))) static void say_once_per_run(const char *path,
+                                                                   const char *fmt, ...) {
+  const char *said = nic_setting_text(NIC_S_SITES_SAID);
+  const bool first = !said || strcmp(said, path);
+  va_list ap;
+  va_start(ap, fmt);
+  nic_log_v(first ? NIC_LOG_WARN : NIC_LOG_INFO, fmt, ap);
+  va_end(ap);
+  if (first) setenv(nic_setting_row(NIC_S_SITES_SAID)->name, path, 1);
+}
+
 bool nic_sites_load(const char *path) {
   const struct nic_config *c = nic_config();
   min_size = c->sites_min_size;
@@ -121,8 +139,8 @@ bool nic_sites_load(const char *path) {
   int fd = open(path, O_RDONLY | O_CLOEXEC | O_NONBLOCK);
   struct stat st;
   if (fd < 0 || fstat(fd, &st) || !S_ISREG(st.st_mode)) {
-    nic_log_warn("NICMALLOC_SITES=%s cannot be read (%s); running unrouted", path,
-                 fd < 0 ? strerror(errno) : "not a regular file");
+    say_once_per_run(path, "NICMALLOC_SITES=%s cannot be read (%s); running unrouted", path,
+                     fd < 0 ? strerror(errno) : "not a regular file");
     if (fd >= 0) close(fd);
     return false;
   }
@@ -159,21 +177,23 @@ bool nic_sites_load(const char *path) {
   }
   if (text != MAP_FAILED) munmap(text, (size_t)st.st_size);
   if (!header || bad) {
-    nic_log_warn("NICMALLOC_SITES=%s is not a nicmalloc profile (%s); running unrouted", path,
-                 header ? "malformed site lines" : "no '# nicmalloc profile 1' header");
+    say_once_per_run(path, "NICMALLOC_SITES=%s is not a nicmalloc profile (%s); running unrouted",
+                     path, header ? "malformed site lines" : "no '# nicmalloc profile 1' header");
     memset(table, 0, sizeof table);
     nsites = 0;
     return false;
   }
   if (cut)
-    nic_log_warn(
-        "NICMALLOC_SITES=%s ends in a cut line (its writer stopped?); that line is skipped", path);
+    say_once_per_run(
+        path, "NICMALLOC_SITES=%s ends in a cut line (its writer stopped?); that line is skipped",
+        path);
   /* A profile is made of a whole run, wrappers and shells included (NICMALLOC_PROFILE), and
    * routes the same run: a process that loaded no module of a sending site (timeout, a shell, a
    * pyenv shim, another program of the run) has nothing to route, which is no news on its stderr.
    * A profile with no sending site at all routes nothing anywhere: that is said. */
   if (!nsites && !sending_sites) {
-    nic_log_warn("NICMALLOC_SITES=%s names no site that sent bytes; running unrouted", path);
+    say_once_per_run(path, "NICMALLOC_SITES=%s names no site that sent bytes; running unrouted",
+                     path);
     return false;
   }
   if (!nsites) {
@@ -183,8 +203,9 @@ bool nic_sites_load(const char *path) {
     return false;
   }
   if (dropped_sites)
-    nic_log_warn("NICMALLOC_SITES=%s: %llu sending sites past the first %u are not routed", path,
-                 (unsigned long long)dropped_sites, ROUTE_SLOTS / 2);
+    say_once_per_run(path,
+                     "NICMALLOC_SITES=%s: %llu sending sites past the first %u are not routed",
+                     path, (unsigned long long)dropped_sites, ROUTE_SLOTS / 2);
   nic_log_info("NICMALLOC_SITES=%s: %llu sites routed, %u not loaded now", path,
                (unsigned long long)nsites, unresolved);
   return true;
