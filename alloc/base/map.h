@@ -8,11 +8,14 @@
 
 #include <stdbool.h>
 #include <stddef.h>
+#include <stdint.h>
 
 /* Zeroed pages with prot; with noreserve, no commit charge until written (MAP_NORESERVE).
  * NULL when the kernel refused. */
 void *nic_map_anon(size_t bytes, int prot, bool noreserve);
 void nic_unmap(void *p, size_t bytes);
+/* Bytes mapped by nic_map_anon and not unmapped: the runtime's tables, mostly untouched. */
+extern uint64_t nic_map_bytes;
 /* Makes [p, p + bytes) of such memory readable and writable; false when the kernel refused. */
 bool nic_map_writable(void *p, size_t bytes);
 

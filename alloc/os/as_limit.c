@@ -18,12 +18,9 @@
 
 #include "export.h"
 #include "log.h"
-#include "nocancel.h"
 #include "vspace.h"
 
 #include <errno.h>
-#include <stdlib.h>
-#include <string.h>
 #include <sys/resource.h>
 #include <sys/syscall.h>
 #include <unistd.h>
@@ -31,23 +28,10 @@
 /* The soft limit last set below what the process maps because of our reservations, or 0. */
 static uint64_t tight_limit;
 
-/* The process's mapped address space (VmSize), in bytes, or 0. */
-static uint64_t mapped_bytes(void) {
-  char buf[4096];
-  int fd = nic_open_nocancel("/proc/self/status", O_RDONLY | O_CLOEXEC);
-  if (fd < 0) return 0;
-  ssize_t n = nic_read_nocancel(fd, buf, sizeof buf - 1);
-  nic_close_nocancel(fd);
-  if (n <= 0) return 0;
-  buf[n] = '\0';
-  const char *v = strstr(buf, "\nVmSize:");
-  return v ? strtoull(v + 8, NULL, 10) << 10 : 0;
-}
-
 static void note(pid_t pid, int resource, rlim_t soft) {
   if (resource != RLIMIT_AS || (pid != 0 && pid != getpid())) return;
   const uint64_t reserved = __atomic_load_n(&nic_vspace_reserved, __ATOMIC_RELAXED);
-  const uint64_t mapped = soft == RLIM_INFINITY ? 0 : mapped_bytes();
+  const uint64_t mapped = soft == RLIM_INFINITY ? 0 : nic_vspace_mapped();
   const bool ours = reserved && soft < mapped && soft + reserved >= mapped;
   __atomic_store_n(&tight_limit, ours ? (uint64_t)soft : 0, __ATOMIC_RELAXED);
 }

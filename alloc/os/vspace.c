@@ -4,11 +4,14 @@
 #include "commit_map.h"
 #include "config.h"
 #include "log.h"
+#include "nocancel.h"
 #include "page.h"
 #include "startup.h"
 
 #include <errno.h>
 #include <mimalloc.h>
+#include <stdlib.h>
+#include <string.h>
 #include <sys/mman.h>
 
 #ifndef MAP_FIXED_NOREPLACE
@@ -40,6 +43,18 @@ void *nic_vspace_reserve(size_t size, size_t align, uintptr_t hint) {
       return NULL;
   }
   return NULL;
+}
+
+uint64_t nic_vspace_mapped(void) {
+  char buf[4096];
+  int fd = nic_open_nocancel("/proc/self/status", O_RDONLY | O_CLOEXEC);
+  if (fd < 0) return 0;
+  ssize_t n = nic_read_nocancel(fd, buf, sizeof buf - 1);
+  nic_close_nocancel(fd);
+  if (n <= 0) return 0;
+  buf[n] = '\0';
+  const char *v = strstr(buf, "\nVmSize:");
+  return v ? strtoull(v + 8, NULL, 10) << 10 : 0;
 }
 
 static bool page_mapped(uintptr_t a) {

@@ -40,5 +40,8 @@ extern size_t nic_control_size;
 extern uint64_t nic_vspace_refusals;
 /* Bytes of address space reserved and held (the control arena, the dataplane range). */
 extern uint64_t nic_vspace_reserved;
+/* The process's mapped address space (VmSize: what RLIMIT_AS and mlockall's limit test count),
+ * in bytes, or 0 when it cannot be read. */
+uint64_t nic_vspace_mapped(void);
 
 #endif

@@ -15,6 +15,7 @@ static const struct command {
     {"as-limit", 4, cmd_as_limit},
     {"as-limit-kib", 4, cmd_as_limit_kib},
     {"as-limit-later", 3, cmd_as_limit_later},
+    {"mlockall-limited", 2, cmd_mlockall_limited},
     {"guest-start", 2, cmd_guest_start},
     {"low-memlock-guest", 2, cmd_low_memlock_guest},
     {"no-uring", 3, cmd_no_uring},
@@ -78,7 +79,8 @@ int main(int argc, char **argv) {
       "grow-untouched MAX | aligned-dp ALIGNMENT SIZE | "
       "threads-start N SIZE | stats | stats-in-scope | stderr-reused FILE [open-backend] | "
       "open-backend | as-limit GIB "
-      "ARGS... | as-limit-later GIB | data-limit MIB ARGS... | in-cgroup DIR ARGS... | "
+      "ARGS... | as-limit-later GIB | mlockall-limited | data-limit MIB ARGS... | in-cgroup DIR "
+      "ARGS... | "
       "no-uring ARGS... | "
       "no-getrandom ARGS... | fixed-layout ARGS... | free-key | uring-endpoint | "
       "post-beside-bookkeeping | fill-control\n");

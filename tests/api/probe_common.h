@@ -53,6 +53,7 @@ int cmd_low_memlock_sga(int argc, char **argv);
 int cmd_as_limit(int argc, char **argv);
 int cmd_as_limit_kib(int argc, char **argv);
 int cmd_as_limit_later(int argc, char **argv);
+int cmd_mlockall_limited(int argc, char **argv);
 int cmd_data_limit(int argc, char **argv);
 int cmd_in_cgroup(int argc, char **argv);
 int cmd_limit_later(int argc, char **argv);

@@ -5,6 +5,7 @@
 
 #include <errno.h>
 #include <fcntl.h>
+#include <grp.h>
 #include <stddef.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -87,6 +88,18 @@ int cmd_as_limit_later(int argc, char **argv) {
   void *p = malloc(64);
   printf("small_malloc=%d\n", p != NULL);
   free(p);
+  return 0;
+}
+
+/* mlockall-limited: under an 8 MiB memory-lock limit and without CAP_IPC_LOCK (root drops to
+ * nobody), locks everything twice. */
+int cmd_mlockall_limited(int argc, char **argv) {
+  (void)argc, (void)argv;
+  const struct rlimit limit = {8 << 20, 8 << 20};
+  if (setrlimit(RLIMIT_MEMLOCK, &limit)) return 1;
+  if (geteuid() == 0 && (setgroups(0, NULL) || setgid(65534) || setuid(65534))) return 1;
+  for (int i = 0; i < 2; i++)
+    printf("mlockall_errno_%d=%d\n", i, mlockall(MCL_CURRENT) ? errno : 0);
   return 0;
 }
 

@@ -86,6 +86,18 @@ TEST(AddressSpaceLimit, ALimitAboveTheReservationsSaysNothing) {
   EXPECT_EQ(count_lines(r.err, "RLIMIT_AS"), 0) << r.err;
 }
 
+// mlockall(MCL_CURRENT) without CAP_IPC_LOCK: the kernel tests the whole mapped address space,
+// nicmalloc's reserved arena included, against the limit, and refuses. The call's answer stays
+// the kernel's; why is said once.
+TEST(MemoryLockLimit, MlockallRefusedForTheReservedArenaSaysWhyOnce) {
+  auto r = run_probe({}, {"mlockall-limited"});
+  ASSERT_EQ(r.exit_code, 0) << r.out << r.err;
+  EXPECT_EQ(r.num("mlockall_errno_0"), ENOMEM);
+  EXPECT_EQ(r.num("mlockall_errno_1"), ENOMEM);
+  EXPECT_EQ(count_lines(r.err, "mlockall(MCL_CURRENT) was refused"), 1) << r.err;
+  EXPECT_EQ(count_lines(r.err, "With CAP_IPC_LOCK"), 1) << r.err;
+}
+
 // Under 80 GiB the control arena is 64 GiB, which blocks never written can fill without using
 // memory. Then mimalloc refuses even the small requests malloc's fast path takes: NULL and
 // ENOMEM (the fast path does not keep the size to ask again: the general path would only ask
