@@ -18,6 +18,7 @@
 
 #include "export.h"
 #include "log.h"
+#include "map.h"
 #include "vspace.h"
 
 #include <errno.h>
@@ -30,7 +31,9 @@ static uint64_t tight_limit;
 
 static void note(pid_t pid, int resource, rlim_t soft) {
   if (resource != RLIMIT_AS || (pid != 0 && pid != getpid())) return;
-  const uint64_t reserved = __atomic_load_n(&nic_vspace_reserved, __ATOMIC_RELAXED);
+  /* Reserved space and the tables made for it (read-only zero pages until used). */
+  const uint64_t reserved = __atomic_load_n(&nic_vspace_reserved, __ATOMIC_RELAXED) +
+                            __atomic_load_n(&nic_map_bytes, __ATOMIC_RELAXED);
   const uint64_t mapped = soft == RLIM_INFINITY ? 0 : nic_vspace_mapped();
   const bool ours = reserved && soft < mapped && soft + reserved >= mapped;
   __atomic_store_n(&tight_limit, ours ? (uint64_t)soft : 0, __ATOMIC_RELAXED);
@@ -42,12 +45,15 @@ void nic_as_limit_mapping_refused(void) {
   if (saved == ENOMEM && soft)
     nic_log_warn_once(
         "a mapping was refused: RLIMIT_AS was lowered to %llu MiB while the process ran, and "
-        "%llu MiB of address space nicmalloc reserved at start-up, never committed, count "
+        "%llu MiB of address space nicmalloc reserved at start-up and tables for it, never "
+        "committed, count "
         "against it; nothing more can be mapped (new threads fail too; malloc goes on). Set the "
         "limit before the program starts (ulimit -v, or prlimit before exec): nicmalloc then "
         "reserves only what it leaves",
         (unsigned long long)(soft >> 20),
-        (unsigned long long)(__atomic_load_n(&nic_vspace_reserved, __ATOMIC_RELAXED) >> 20));
+        (unsigned long long)((__atomic_load_n(&nic_vspace_reserved, __ATOMIC_RELAXED) +
+                              __atomic_load_n(&nic_map_bytes, __ATOMIC_RELAXED)) >>
+                             20));
   errno = saved;
 }
 
