@@ -18,7 +18,6 @@
 
 #include "export.h"
 #include "log.h"
-#include "map.h"
 #include "vspace.h"
 
 #include <errno.h>
@@ -31,9 +30,7 @@ static uint64_t tight_limit;
 
 static void note(pid_t pid, int resource, rlim_t soft) {
   if (resource != RLIMIT_AS || (pid != 0 && pid != getpid())) return;
-  /* Reserved space and the tables made for it (read-only zero pages until used). */
-  const uint64_t reserved = __atomic_load_n(&nic_vspace_reserved, __ATOMIC_RELAXED) +
-                            __atomic_load_n(&nic_map_bytes, __ATOMIC_RELAXED);
+  const uint64_t reserved = nic_vspace_held();
   const uint64_t mapped = soft == RLIM_INFINITY ? 0 : nic_vspace_mapped();
   const bool ours = reserved && soft < mapped && soft + reserved >= mapped;
   __atomic_store_n(&tight_limit, ours ? (uint64_t)soft : 0, __ATOMIC_RELAXED);
@@ -44,35 +41,19 @@ void nic_as_limit_mapping_refused(void) {
   const uint64_t soft = __atomic_load_n(&tight_limit, __ATOMIC_RELAXED);
   if (saved == ENOMEM && soft)
     nic_log_warn_once(
-        "a mapping was refused: RLIMIT_AS was lowered to %llu MiB while the process ran, and "
-        "%llu MiB of address space nicmalloc reserved at start-up and tables for it, never "
-        "committed, count "
-        "against it; nothing more can be mapped (new threads fail too; malloc goes on). Set the "
-        "limit before the program starts (ulimit -v, or prlimit before exec): nicmalloc then "
-        "reserves only what it leaves",
-        (unsigned long long)(soft >> 20),
-        (unsigned long long)((__atomic_load_n(&nic_vspace_reserved, __ATOMIC_RELAXED) +
-                              __atomic_load_n(&nic_map_bytes, __ATOMIC_RELAXED)) >>
-                             20));
+        "a mapping was refused: RLIMIT_AS was lowered to %llu MiB while the process ran, "
+        "and %llu MiB of address space nicmalloc reserved at start-up, with tables "
+        "for it, never committed, count against it; nothing more can be mapped (new "
+        "threads fail too; malloc goes on). Set the limit before the program starts "
+        "(ulimit -v, or prlimit before exec): nicmalloc then reserves only what it "
+        "leaves",
+        (unsigned long long)(soft >> 20), (unsigned long long)(nic_vspace_held() >> 20));
   errno = saved;
 }
 
 /* glibc's own setrlimit is the prlimit64 system call on this process; so is ours. */
 static int set_limit(pid_t pid, int resource, const void *limit, void *old) {
   return (int)syscall(SYS_prlimit64, pid, resource, limit, old);
-}
-
-/* Success means the new limit was read, so it is not NULL. */
-NIC_EXPORT int setrlimit(__rlimit_resource_t resource, const struct rlimit *limit) {
-  const int rc = set_limit(0, resource, limit, NULL);
-  if (rc == 0) note(0, resource, limit->rlim_cur);
-  return rc;
-}
-
-NIC_EXPORT int setrlimit64(__rlimit_resource_t resource, const struct rlimit64 *limit) {
-  const int rc = set_limit(0, resource, limit, NULL);
-  if (rc == 0) note(0, resource, limit->rlim_cur);
-  return rc;
 }
 
 NIC_EXPORT int prlimit(pid_t pid, __rlimit_resource_t resource, const struct rlimit *limit,
@@ -87,4 +68,13 @@ NIC_EXPORT int prlimit64(pid_t pid, __rlimit_resource_t resource, const struct r
   const int rc = set_limit(pid, resource, limit, old);
   if (rc == 0 && limit) note(pid, resource, limit->rlim_cur);
   return rc;
+}
+
+/* setrlimit is prlimit on this process, as in glibc. */
+NIC_EXPORT int setrlimit(__rlimit_resource_t resource, const struct rlimit *limit) {
+  return prlimit(0, resource, limit, NULL);
+}
+
+NIC_EXPORT int setrlimit64(__rlimit_resource_t resource, const struct rlimit64 *limit) {
+  return prlimit64(0, resource, limit, NULL);
 }

@@ -7,13 +7,11 @@
  * program run as nobody under the default 8 MiB). Locking mapping by mapping in its place would
  * not do: the tables, and the library's own static data (13.5 MiB), are over such limits. So the
  * first such refusal is said once, with nicmalloc's part and the ways out; the call's answer is
- * the kernel's. With CAP_IPC_LOCK
- * (root) the call succeeds, and populates the tables' zero pages: 0.5 s, and about 47 MiB of
- * resident memory (mimalloc alone: 34 MiB, its first segment). */
+ * the kernel's. With CAP_IPC_LOCK (root) the call succeeds, and populates the tables' zero pages:
+ * 0.5 s, and about 47 MiB of resident memory (mimalloc alone: 34 MiB, its first segment). */
 #define _GNU_SOURCE
 #include "export.h"
 #include "log.h"
-#include "map.h"
 #include "vspace.h"
 
 #include <errno.h>
@@ -24,8 +22,7 @@
 
 static void explain(void) {
   struct rlimit limit;
-  const uint64_t ours = __atomic_load_n(&nic_vspace_reserved, __ATOMIC_RELAXED) +
-                        __atomic_load_n(&nic_map_bytes, __ATOMIC_RELAXED);
+  const uint64_t ours = nic_vspace_held();
   const uint64_t mapped = nic_vspace_mapped();
   /* Whether the program's own mappings would be refused too is not known (nicmalloc's static
    * tables are mapped with it): the line says what part is ours. */

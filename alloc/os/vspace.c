@@ -4,6 +4,7 @@
 #include "commit_map.h"
 #include "config.h"
 #include "log.h"
+#include "map.h"
 #include "nocancel.h"
 #include "page.h"
 #include "startup.h"
@@ -55,6 +56,11 @@ uint64_t nic_vspace_mapped(void) {
   buf[n] = '\0';
   const char *v = strstr(buf, "\nVmSize:");
   return v ? strtoull(v + 8, NULL, 10) << 10 : 0;
+}
+
+uint64_t nic_vspace_held(void) {
+  return __atomic_load_n(&nic_vspace_reserved, __ATOMIC_RELAXED) +
+         __atomic_load_n(&nic_map_bytes, __ATOMIC_RELAXED);
 }
 
 static bool page_mapped(uintptr_t a) {

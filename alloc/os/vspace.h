@@ -43,5 +43,8 @@ extern uint64_t nic_vspace_reserved;
 /* The process's mapped address space (VmSize: what RLIMIT_AS and mlockall's limit test count),
  * in bytes, or 0 when it cannot be read. */
 uint64_t nic_vspace_mapped(void);
+/* nicmalloc's own part of it that holds no memory: the reservations and the tables made for them
+ * (map.h; read-only zero pages until used). */
+uint64_t nic_vspace_held(void);
 
 #endif
