@@ -31,13 +31,19 @@ NIC_EXPORT void cfree(void *p) {
   nic_free_inline(p, "cfree");
 }
 
-NIC_EXPORT void *calloc(size_t count, size_t size) {
+/* The bodies shared with glibc's names below, static so that neither name reaches the other
+ * through the symbol table (a program defining calloc that calls __libc_calloc would recurse). */
+static void *calloc_checked(size_t count, size_t size) {
   size_t total;
   if (__builtin_mul_overflow(count, size, &total)) {
     errno = ENOMEM;
     return NULL;
   }
   return nic_alloc_auto(total, true);
+}
+
+NIC_EXPORT void *calloc(size_t count, size_t size) {
+  return calloc_checked(count, size);
 }
 
 NIC_EXPORT void *realloc(void *p, size_t size) {
@@ -53,12 +59,16 @@ NIC_EXPORT void *reallocarray(void *p, size_t count, size_t size) {
   return nic_realloc_routed(p, total, NIC_ROUTE_AUTO, "reallocarray");
 }
 
-NIC_EXPORT int posix_memalign(void **out, size_t alignment, size_t size) {
+static int posix_memalign_checked(void **out, size_t alignment, size_t size) {
   if (!is_power_of_two(alignment) || alignment % sizeof(void *)) return EINVAL;
   void *p = nic_alloc(size, alignment, false, NIC_ROUTE_AUTO);
   if (!p) return ENOMEM;
   *out = p;
   return 0;
+}
+
+NIC_EXPORT int posix_memalign(void **out, size_t alignment, size_t size) {
+  return posix_memalign_checked(out, alignment, size);
 }
 
 NIC_EXPORT void *aligned_alloc(size_t alignment, size_t size) {
@@ -70,7 +80,7 @@ NIC_EXPORT void *aligned_alloc(size_t alignment, size_t size) {
 }
 
 /* glibc rounds a non-power-of-two alignment up; so do we. */
-NIC_EXPORT void *memalign(size_t alignment, size_t size) {
+static void *memalign_rounded(size_t alignment, size_t size) {
   if (alignment > ((size_t)1 << (sizeof(size_t) * 8 - 1))) {
     errno = EINVAL;
     return NULL;
@@ -80,11 +90,15 @@ NIC_EXPORT void *memalign(size_t alignment, size_t size) {
   return nic_alloc(size, a, false, NIC_ROUTE_AUTO);
 }
 
+NIC_EXPORT void *memalign(size_t alignment, size_t size) {
+  return memalign_rounded(alignment, size);
+}
+
 NIC_EXPORT void *valloc(size_t size) {
   return nic_alloc(size, page_size(), false, NIC_ROUTE_AUTO);
 }
 
-NIC_EXPORT void *pvalloc(size_t size) {
+static void *pvalloc_rounded(size_t size) {
   size_t ps = page_size(), rounded;
   if (__builtin_add_overflow(size, ps - 1, &rounded)) {
     errno = ENOMEM;
@@ -92,6 +106,47 @@ NIC_EXPORT void *pvalloc(size_t size) {
   }
   rounded &= ~(ps - 1);
   return nic_alloc(rounded ? rounded : ps, ps, false, NIC_ROUTE_AUTO);
+}
+
+NIC_EXPORT void *pvalloc(size_t size) {
+  return pvalloc_rounded(size);
+}
+
+/* glibc's own names for its allocator. A program or library that calls them directly (an
+ * allocation shim taking "the system malloc", a tool's hooks) would otherwise reach glibc's heap
+ * under LD_PRELOAD, and a block crossing between the two names aborts in glibc's free or is
+ * refused by ours. mimalloc and tcmalloc answer them with their own heap; so do we, naming the
+ * call in any report. */
+NIC_EXPORT void *__libc_malloc(size_t size) {
+  return nic_alloc_auto(size, false);
+}
+
+NIC_EXPORT void __libc_free(void *p) {
+  nic_free_inline(p, "__libc_free");
+}
+
+NIC_EXPORT void *__libc_calloc(size_t count, size_t size) {
+  return calloc_checked(count, size);
+}
+
+NIC_EXPORT void *__libc_realloc(void *p, size_t size) {
+  return nic_realloc_routed(p, size, NIC_ROUTE_AUTO, "__libc_realloc");
+}
+
+NIC_EXPORT void *__libc_memalign(size_t alignment, size_t size) {
+  return memalign_rounded(alignment, size);
+}
+
+NIC_EXPORT void *__libc_valloc(size_t size) {
+  return nic_alloc(size, page_size(), false, NIC_ROUTE_AUTO);
+}
+
+NIC_EXPORT void *__libc_pvalloc(size_t size) {
+  return pvalloc_rounded(size);
+}
+
+NIC_EXPORT int __posix_memalign(void **out, size_t alignment, size_t size) {
+  return posix_memalign_checked(out, alignment, size);
 }
 
 NIC_EXPORT size_t malloc_usable_size(void *p) {

@@ -65,6 +65,7 @@ int cmd_big_block(int argc, char **argv);
 int cmd_fill_control(int argc, char **argv);
 int cmd_huge(int argc, char **argv);
 int cmd_control_frees(int argc, char **argv);
+int cmd_libc_names(int argc, char **argv);
 int cmd_grow_untouched(int argc, char **argv);
 int cmd_huge_usable(int argc, char **argv);
 

@@ -201,3 +201,66 @@ int cmd_grow_untouched(int argc, char **argv) {
 int cmd_huge_usable(int argc, char **argv) {
   return huge_usable(argv[0], argc >= 3 ? argv[2] : NULL);
 }
+
+/* glibc's own names for its allocator, declared by no header. */
+extern void *__libc_malloc(size_t size);
+extern void __libc_free(void *p);
+extern void *__libc_calloc(size_t count, size_t size);
+extern void *__libc_realloc(void *p, size_t size);
+extern void *__libc_memalign(size_t alignment, size_t size);
+extern void *__libc_valloc(size_t size);
+extern void *__libc_pvalloc(size_t size);
+extern int __posix_memalign(void **out, size_t alignment, size_t size);
+
+/* Blocks crossing between the standard names and glibc's: each allocation is ours (ours=1 counts
+ * those nic_is_dataplane calls dataplane, which under NICMALLOC_DP_MIN_SIZE=64 is every one),
+ * freed through the other family; then a double free through __libc_free, reported. */
+static int libc_names(void) {
+  const long page = sysconf(_SC_PAGESIZE);
+  int dataplane = 0, aligned = 1, zeroed = 1, kept;
+  char *a = malloc(100);
+  memset(a, 1, 100);
+  __libc_free(a);
+  char *b = __libc_malloc(200);
+  memset(b, 2, 200);
+  dataplane += nic_is_dataplane(b) == 1;
+  const size_t usable = malloc_usable_size(b);
+  b = realloc(b, 5000);
+  free(b);
+  char *c = __libc_memalign(64, 100);
+  dataplane += nic_is_dataplane(c) == 1;
+  aligned &= (uintptr_t)c % 64 == 0;
+  free(c);
+  char *d = malloc(300);
+  memset(d, 3, 300);
+  d = __libc_realloc(d, 3000);
+  dataplane += nic_is_dataplane(d) == 1;
+  kept = d[0] == 3 && d[299] == 3;
+  free(d);
+  unsigned char *e = __libc_calloc(10, 100);
+  dataplane += nic_is_dataplane(e) == 1;
+  for (int i = 0; i < 1000; i++)
+    zeroed &= e[i] == 0;
+  free(e);
+  char *f = __libc_valloc(100), *g = __libc_pvalloc(100);
+  dataplane += (nic_is_dataplane(f) == 1) + (nic_is_dataplane(g) == 1);
+  aligned &= (uintptr_t)f % (uintptr_t)page == 0 && (uintptr_t)g % (uintptr_t)page == 0;
+  free(f);
+  free(g);
+  void *h = NULL;
+  const int rc = __posix_memalign(&h, 128, 100);
+  dataplane += h && nic_is_dataplane(h) == 1;
+  aligned &= (uintptr_t)h % 128 == 0;
+  free(h);
+  char *x = malloc(100);
+  free(x);
+  __libc_free(x);
+  printf("usable_ok=%d\naligned=%d\nkept=%d\nzeroed=%d\ndataplane=%d\nposix_rc=%d\n", usable >= 200,
+         aligned, kept, zeroed, dataplane, rc);
+  return 0;
+}
+
+int cmd_libc_names(int argc, char **argv) {
+  (void)argc, (void)argv;
+  return libc_names();
+}

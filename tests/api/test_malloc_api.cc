@@ -12,6 +12,7 @@
 #include <string>
 
 #include "nicmalloc.h"
+#include "probe_runner.h"
 
 namespace {
 
@@ -218,4 +219,25 @@ TEST(MallocApi, MallocStatsPrintsTheNicmallocReport) {
   ASSERT_GT(n, 0);
   EXPECT_NE(strstr(text, "nicmalloc report"), nullptr) << text;
   EXPECT_NE(strstr(text, "control heap"), nullptr) << text;
+}
+
+// glibc's own names (__libc_malloc, __libc_free, ...) are answered by nicmalloc, as by mimalloc
+// and tcmalloc: a block crosses between them and the standard names, a double free through
+// __libc_free is reported under its name, and the size rule routes them as it routes malloc.
+TEST(MallocApi, GlibcsOwnNamesServeAndFreeOurBlocks) {
+  for (const bool dataplane : {false, true}) {
+    auto r = run_probe(dataplane ? std::vector<std::string>{"NICMALLOC_DP_MIN_SIZE=64"}
+                                 : std::vector<std::string>{},
+                       {"libc-names"});
+    ASSERT_EQ(r.exit_code, 0) << r.err;
+    EXPECT_EQ(r.num("usable_ok"), 1);
+    EXPECT_EQ(r.num("aligned"), 1);
+    EXPECT_EQ(r.num("kept"), 1);
+    EXPECT_EQ(r.num("zeroed"), 1);
+    EXPECT_EQ(r.num("posix_rc"), 0);
+    EXPECT_EQ(r.num("dataplane"), dataplane ? 7 : 0) << "each name routes as malloc does";
+    EXPECT_EQ(count_lines(r.err, "__libc_free("), 1) << r.err;
+    EXPECT_EQ(count_lines(r.err, "double free"), 1) << r.err;
+    EXPECT_EQ(count_lines(r.err, "nicmalloc"), 1) << "nothing else is reported\n" << r.err;
+  }
 }
