@@ -177,7 +177,11 @@ void *nic_alloc_core(size_t size, size_t alignment, bool zero, enum nic_route ro
 
 void *nic_dp_alloc_fast_failed(size_t size, bool zero, bool retry) {
   struct nic_thread *t = &nic_self;
-  if (t->full_until_ns) nic_dp_pause_fast(t); /* at the cap: a free of its own did not help */
+  if (t->full_until_ns) {          /* at the cap: a free of its own did not help */
+    const int saved_errno = errno; /* the pause's waits time out; the general path comes next */
+    nic_dp_pause_fast(t);
+    errno = saved_errno;
+  }
   return retry ? nic_alloc(size, 0, zero, NIC_ROUTE_DATAPLANE) : NULL;
 }
 
@@ -186,13 +190,20 @@ void *nic_control_alloc_failed(void) {
   return NULL;
 }
 
+/* A call that succeeds leaves errno as it found it, as glibc's malloc does: the general path
+ * makes calls that may fail on the way to an answer (a stack walk's probes, mimalloc asking the
+ * OS, a dataplane attempt before the control heap), and a program may test errno after a call
+ * that allocates inside (getpwnam, strtod). The fast paths touch no errno. */
 void *nic_alloc(size_t size, size_t alignment, bool zero, enum nic_route route) {
+  const int saved_errno = errno;
   nic_startup();
   /* Profile-guided sites (routing/profile.c): sampling and routing take over when either is on. */
   const nic_alloc_router_fn router = __atomic_load_n(&nic_alloc_router, __ATOMIC_ACQUIRE);
-  if (__builtin_expect(router != NULL, 0) && !nic_self.internal_depth)
-    return router(size, alignment, zero, route);
-  return nic_alloc_core(size, alignment, zero, route);
+  void *p = __builtin_expect(router != NULL, 0) && !nic_self.internal_depth
+                ? router(size, alignment, zero, route)
+                : nic_alloc_core(size, alignment, zero, route);
+  errno = p ? saved_errno : ENOMEM;
+  return p;
 }
 
 /* NICMALLOC_DP_MIN_SIZE's blocks take the inline dataplane path where the general path would
@@ -259,9 +270,13 @@ void nic_release_deferred(void *p) {
   nic_release_block_now(p);
 }
 
+/* free never changes errno (POSIX.1-2024, and glibc since 2.33): the general path may unmap,
+ * publish to watchers, decommit or report. */
 void nic_free_general(void *p, const char *caller) {
+  const int saved_errno = errno;
   if (p && (nic_is_mapped(p) || nic_check_live_block(p, caller, NIC_USE_FREE)))
     nic_release_block(p);
+  errno = saved_errno;
 }
 
 void nic_free(void *p, const char *caller) {
@@ -278,7 +293,8 @@ size_t nic_usable_size(const void *p, const char *caller) {
   return mi_usable_size(p);
 }
 
-void *nic_realloc_routed(void *p, size_t size, enum nic_route route, const char *caller) {
+static void *realloc_routed(void *p, size_t size, enum nic_route route, const char *caller,
+                            bool *freed) {
   if (!p) return nic_alloc(size, 0, false, route);
   const bool mapped = nic_is_mapped(p);
   if (!mapped && !nic_check_live_block(p, caller, NIC_USE_REALLOC)) {
@@ -287,6 +303,7 @@ void *nic_realloc_routed(void *p, size_t size, enum nic_route route, const char 
   }
   if (size == 0 && route == NIC_ROUTE_AUTO) { /* glibc frees and returns NULL */
     nic_release_block(p);
+    *freed = true;
     return NULL;
   }
   const bool was_dp = nic_in_dp(p);
@@ -313,6 +330,17 @@ void *nic_realloc_routed(void *p, size_t size, enum nic_route route, const char 
   if (!q) return NULL; /* p stays valid, as C requires */
   memcpy(q, p, size < usable ? size : usable);
   nic_release_block(p);
+  return q;
+}
+
+/* As nic_alloc: an answer leaves errno as it was (a mapped block's mremap may have failed on
+ * the way), and so does realloc(p, 0) freeing p, as free does; a refusal says why (EINVAL or
+ * ENOMEM, set where it was decided). */
+void *nic_realloc_routed(void *p, size_t size, enum nic_route route, const char *caller) {
+  const int saved_errno = errno;
+  bool freed = false;
+  void *q = realloc_routed(p, size, route, caller, &freed);
+  if (q || freed) errno = saved_errno;
   return q;
 }
 

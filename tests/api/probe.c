@@ -50,6 +50,7 @@ static const struct command {
     {"huge", 4, cmd_huge},
     {"control-frees", 2, cmd_control_frees},
     {"libc-names", 2, cmd_libc_names},
+    {"errno-kept", 2, cmd_errno_kept},
     {"grow-untouched", 3, cmd_grow_untouched},
     {"aligned-dp", 4, cmd_aligned_dp},
     {"huge-usable", 2, cmd_huge_usable},

@@ -5,6 +5,7 @@
 
 #include <errno.h>
 #include <malloc.h>
+#include <pthread.h>
 #include <stddef.h>
 #include <stdint.h>
 #include <stdio.h>
@@ -263,4 +264,64 @@ static int libc_names(void) {
 int cmd_libc_names(int argc, char **argv) {
   (void)argc, (void)argv;
   return libc_names();
+}
+
+/* Calls that succeed, counted where they changed errno (set to a marker before each), on this
+ * thread and four more; then a refused malloc (ENOMEM) and realloc(p, 0), which frees. */
+enum { ERRNO_MALLOC, ERRNO_REALLOC, ERRNO_FREE, ERRNO_CALLOC, ERRNO_ALIGNED, ERRNO_KINDS };
+static int errno_changed[ERRNO_KINDS];
+#define ERRNO_KEPT(kind, call)                                                                     \
+  do {                                                                                             \
+    errno = EDOM;                                                                                  \
+    call;                                                                                          \
+    if (errno != EDOM) __atomic_add_fetch(&errno_changed[kind], 1, __ATOMIC_RELAXED);              \
+  } while (0)
+
+static void errno_rounds(int rounds, size_t size) {
+  for (int i = 0; i < rounds; i++) {
+    char *p, *q = NULL;
+    ERRNO_KEPT(ERRNO_MALLOC, p = malloc(size + (size_t)(i % 7) * 1000));
+    if (!p) continue;
+    p[0] = 1;
+    ERRNO_KEPT(ERRNO_REALLOC, q = realloc(p, size * 2 + 100));
+    ERRNO_KEPT(ERRNO_FREE, free(q ? q : p));
+    ERRNO_KEPT(ERRNO_CALLOC, p = calloc(1, size));
+    ERRNO_KEPT(ERRNO_FREE, free(p));
+    ERRNO_KEPT(ERRNO_ALIGNED, p = aligned_alloc(4096, size));
+    ERRNO_KEPT(ERRNO_FREE, free(p));
+  }
+}
+
+static void *errno_thread(void *arg) {
+  (void)arg;
+  errno_rounds(500, 3000);
+  return NULL;
+}
+
+static int errno_kept(void) {
+  errno_rounds(5000, 24);
+  errno_rounds(10, 20u << 20);
+  pthread_t threads[4];
+  for (int i = 0; i < 4; i++)
+    if (pthread_create(&threads[i], NULL, errno_thread, NULL)) return 1;
+  for (int i = 0; i < 4; i++)
+    pthread_join(threads[i], NULL);
+  errno = EDOM;
+  void *refused = malloc(SIZE_MAX / 2);
+  const int refused_errno = errno;
+  char *p = malloc(100);
+  errno = EDOM;
+  void *freed = realloc(p, 0);
+  const int freed_errno = errno;
+  printf("malloc_changed=%d\nrealloc_changed=%d\nfree_changed=%d\ncalloc_changed=%d\n"
+         "aligned_changed=%d\nrefused=%d\nrefused_enomem=%d\nrealloc0_kept=%d\n",
+         errno_changed[ERRNO_MALLOC], errno_changed[ERRNO_REALLOC], errno_changed[ERRNO_FREE],
+         errno_changed[ERRNO_CALLOC], errno_changed[ERRNO_ALIGNED], refused == NULL,
+         refused_errno == ENOMEM, freed == NULL && freed_errno == EDOM);
+  return 0;
+}
+
+int cmd_errno_kept(int argc, char **argv) {
+  (void)argc, (void)argv;
+  return errno_kept();
 }

@@ -241,3 +241,29 @@ TEST(MallocApi, GlibcsOwnNamesServeAndFreeOurBlocks) {
     EXPECT_EQ(count_lines(r.err, "nicmalloc"), 1) << "nothing else is reported\n" << r.err;
   }
 }
+
+// A call that succeeds leaves errno as it was, and free never changes it (POSIX.1-2024, glibc
+// since 2.33): a program may test errno after a call that allocates inside. The settings reach
+// the general path's calls that fail on the way to an answer: stack walks (a profile, the
+// detect fence), and dataplane requests the chunks cannot hold.
+TEST(MallocApi, CallsThatSucceedLeaveErrnoAlone) {
+  const std::string profile = "/tmp/nic-errno-" + std::to_string(getpid()) + ".profile";
+  const std::vector<std::vector<std::string>> settings = {
+      {},
+      {"NICMALLOC_DP_MIN_SIZE=1", "NICMALLOC_CHUNK_SIZE=64M"},
+      {"NICMALLOC_PROFILE=" + profile, "NICMALLOC_PROFILE_SAMPLE=1K"},
+      {"NICMALLOC_FENCE=detect", "NICMALLOC_DP_MIN_SIZE=1024"},
+  };
+  for (const auto &env : settings) {
+    const std::string name = env.empty() ? "defaults" : env[0];
+    auto r = run_probe(env, {"errno-kept"});
+    ASSERT_EQ(r.exit_code, 0) << name << "\n" << r.err;
+    for (const char *key :
+         {"malloc_changed", "realloc_changed", "free_changed", "calloc_changed", "aligned_changed"})
+      EXPECT_EQ(r.num(key), 0) << name << ": " << key;
+    EXPECT_EQ(r.num("refused"), 1) << name;
+    EXPECT_EQ(r.num("refused_enomem"), 1) << name;
+    EXPECT_EQ(r.num("realloc0_kept"), 1) << name;
+  }
+  unlink(profile.c_str());
+}
