@@ -19,12 +19,19 @@ extern "C" {
 #define NIC_VERSION_MAJOR 0
 #define NIC_VERSION_MINOR 1
 
-/* ---- Explicit dataplane allocation. Free any of these with plain free(). ---- */
+/* ---- Explicit dataplane allocation. Free any of these with plain free() where nicmalloc is
+ * the program's malloc (preloaded, or linked into the program), or with nic_free anywhere. ---- */
 void *nic_malloc(size_t size);
 void *nic_calloc(size_t count, size_t size);
 /* Moves a block into dataplane memory if it is not there already. */
 void *nic_realloc(void *p, size_t size);
 void *nic_aligned_alloc(size_t alignment, size_t size);
+/* free() for nicmalloc's blocks (these, and any the nic_ calls return), for code that may run
+ * where the program's free is another allocator's: a library that loads nicmalloc with dlopen
+ * (a Python extension, a plugin) or links it while the program does not. There, plain malloc,
+ * new, NICMALLOC_DP_MIN_SIZE and the dataplane scope do not reach nicmalloc (it says so once at
+ * load), and free() of a block of nicmalloc's is the other allocator's error. */
+void nic_free(void *p);
 
 /* ---- Per-thread scope: inside it, ordinary malloc/new on this thread is dataplane. Nests. ---- */
 void nic_dataplane_begin(void);
@@ -120,7 +127,8 @@ int nic_translate(const void *p, size_t len, struct nic_region_ref *out);
  * registration of its own, never cached or shared: its remote key covers exactly the pages and
  * rights asked for, and nic_unregister revokes it. Returns 0, or -NIC_ERANGE, -EFAULT (not
  * mapped), -ENOSPC (cache full of registrations in use), -ENODEV (no backend), -EINVAL (unknown
- * access bits, out NULL), or the backend's error. */
+ * access bits, out NULL), -EPERM (memory that is not nicmalloc's, where nicmalloc is not the
+ * program's malloc: see nic_free), or the backend's error. */
 int nic_register(const void *p, size_t len, unsigned access, struct nic_region_ref *out);
 void nic_unregister(const struct nic_region_ref *ref);
 

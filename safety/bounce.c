@@ -27,7 +27,7 @@ static struct slab *new_slab(size_t bytes, enum nic_route route, int *err) {
   }
   int rc = nic_register(s, bytes, NIC_REG_LOCAL, &s->ref);
   if (rc) {
-    free(s);
+    nic_free_named(s, "bounce buffer");
     *err = rc;
     return NULL;
   }
@@ -74,6 +74,6 @@ void nic_bounce_free(void *chain) {
   for (struct slab *s = chain, *next; s; s = next) {
     next = s->next;
     nic_unregister(&s->ref);
-    free(s);
+    nic_free_named(s, "bounce buffer");
   }
 }

@@ -43,7 +43,7 @@ static void deliver(void *arg, const void *data, size_t len) {
     receive(__atomic_load_n(&r->arg, __ATOMIC_ACQUIRE), buf, len);
     nic_internal_resume(internal);
   }
-  free(buf);
+  nic_free_named(buf, "receive buffer");
 }
 
 NIC_EXPORT struct nic_endpoint *nic_sim_endpoint_create(nic_receive_fn receive, void *arg,

@@ -42,7 +42,7 @@ static void *rx_alloc(size_t len) {
   void *p = nic_alloc(len, 4096, false, NIC_ROUTE_DATAPLANE);
   struct nic_region_ref ref;
   if (p && (!nic_in_dp(p) || nic_register(p, len, NIC_REG_LOCAL_WRITE, &ref))) {
-    free(p);
+    nic_free_named(p, "receive buffer");
     p = NULL;
   }
   return p;
@@ -50,7 +50,7 @@ static void *rx_alloc(size_t len) {
 
 static void rx_free(void *p) {
   NIC_INTERNAL_SCOPE();
-  free(p);
+  nic_free_named(p, "receive buffer");
 }
 
 static void hand_rx_memory(struct nic_backend *b) {

@@ -46,13 +46,13 @@ static void *rx_alloc(size_t len, size_t align, uint32_t *lkey, uint64_t *handle
     return p;
   }
   if (!rc) nic_unregister(&ref); /* memory outside the chunks: not what receiving needs */
-  free(p);
+  nic_free_named(p, "receive buffer");
   return NULL;
 }
 
 static void rx_free(void *block) {
   NIC_INTERNAL_SCOPE();
-  free(block);
+  nic_free_named(block, "receive buffer");
 }
 
 static const struct nic_verbs_rx_memory rx_memory = {.alloc = rx_alloc, .free = rx_free};

@@ -10,9 +10,11 @@
 #include "bounce.h"
 #include "chunks.h"
 #include "export.h"
+#include "interposed.h"
 #include "log.h"
 #include "nicmalloc.h"
 #include "own_stack.h"
+#include "owns.h"
 #include "pagecount.h"
 #include "pressure.h"
 #include "profile.h"
@@ -90,6 +92,12 @@ static int copy_entry(struct nic_sga *sga, const void *p, size_t len, const void
 static int resolve(struct nic_sga *sga, const void *p, size_t len, struct nic_sga_entry *e) {
   if (len < nic_safety_config()->copy_threshold) {
     nic_own_stack_learn(); /* once per thread: a short entry is often on the caller's stack */
+    if (!nic_range_readable(p, len)) return -EFAULT;
+    return copy_entry(sga, p, len, NULL, 0, e);
+  }
+  /* Where nicmalloc is not the malloc, memory that is not its own cannot be registered
+   * (nic_register): copied, as any memory that cannot be registered now. */
+  if (!nic_malloc_interposed() && !nic_owns_range(p, len)) {
     if (!nic_range_readable(p, len)) return -EFAULT;
     return copy_entry(sga, p, len, NULL, 0, e);
   }

@@ -2,6 +2,7 @@
  * (base/startup.h), which may come long before this constructor; what is left here needs the
  * program's own start: the profile's send calls resolved, and the report at exit. */
 #include "config.h"
+#include "interposed.h"
 #include "log.h"
 #include "nicmalloc.h"
 #include "profile.h"
@@ -9,6 +10,7 @@
 #include "thread.h"
 
 __attribute__((constructor(101))) static void nic_init(void) {
+  nic_interposed_check(); /* before start-up: mimalloc's commits must be seen from the first */
   nic_startup();
   nic_thread_ready();
   nic_profile_start();       /* reads NICMALLOC_SITES, resolves the send calls: see profile.c */

@@ -26,6 +26,10 @@ NIC_EXPORT void *nic_realloc(void *p, size_t size) {
   return nic_realloc_routed(p, size, NIC_ROUTE_DATAPLANE, "nic_realloc");
 }
 
+NIC_EXPORT void nic_free(void *p) {
+  nic_free_inline(p, "nic_free");
+}
+
 NIC_EXPORT void *nic_aligned_alloc(size_t alignment, size_t size) {
   if (!alignment || (alignment & (alignment - 1))) {
     errno = EINVAL;

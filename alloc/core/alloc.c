@@ -279,7 +279,7 @@ void nic_free_general(void *p, const char *caller) {
   errno = saved_errno;
 }
 
-void nic_free(void *p, const char *caller) {
+void nic_free_named(void *p, const char *caller) {
   nic_free_inline(p, caller);
 }
 

@@ -23,7 +23,7 @@ extern nic_alloc_router_fn nic_alloc_router __attribute__((visibility("hidden"))
 
 /* Frees after checking p is a live block of ours; otherwise prints one line naming the caller
  * and returns without touching memory. */
-void nic_free(void *p, const char *caller);
+void nic_free_named(void *p, const char *caller);
 
 /* realloc: the new block stays in p's heap unless the route asks for dataplane. */
 void *nic_realloc_routed(void *p, size_t size, enum nic_route route, const char *caller);

@@ -13,7 +13,9 @@
 #include "dp_commit.h"
 #include "events.h"
 #include "export.h"
+#include "imports.h"
 #include "late_decommit.h"
+#include "mimalloc_imports.h"
 
 #include <errno.h>
 #include <stdarg.h>
@@ -27,7 +29,7 @@ static void *raw_mmap(void *addr, size_t len, int prot, int flags, int fd, off_t
   return r == -1 ? MAP_FAILED : (void *)r;
 }
 
-NIC_EXPORT void *mmap(void *addr, size_t len, int prot, int flags, int fd, off_t offset) {
+static void *os_mmap(void *addr, size_t len, int prot, int flags, int fd, off_t offset) {
   /* Only a fixed mapping can replace pages the cache knows. */
   const bool fixed = flags & (MAP_FIXED | MAP_FIXED_NOREPLACE);
   if (fixed) {
@@ -49,16 +51,24 @@ NIC_EXPORT void *mmap(void *addr, size_t len, int prot, int flags, int fd, off_t
   return p;
 }
 
-NIC_EXPORT void *mmap64(void *addr, size_t len, int prot, int flags, int fd, off_t offset) {
-  return mmap(addr, len, prot, flags, fd, offset);
+NIC_EXPORT void *mmap(void *addr, size_t len, int prot, int flags, int fd, off_t offset) {
+  return os_mmap(addr, len, prot, flags, fd, offset);
 }
 
-NIC_EXPORT int munmap(void *addr, size_t len) {
+NIC_EXPORT void *mmap64(void *addr, size_t len, int prot, int flags, int fd, off_t offset) {
+  return os_mmap(addr, len, prot, flags, fd, offset);
+}
+
+static int os_munmap(void *addr, size_t len) {
   nic_late_decommit_forget(addr, len);
   nic_publish_pages_leaving((uintptr_t)addr, len);
   int rc = (int)syscall(SYS_munmap, addr, len);
   if (rc == 0) nic_commit_map_note(addr, len, NIC_PAGES_GONE);
   return rc;
+}
+
+NIC_EXPORT int munmap(void *addr, size_t len) {
+  return os_munmap(addr, len);
 }
 
 NIC_EXPORT void *mremap(void *old, size_t old_len, size_t new_len, int flags, ...) {
@@ -104,7 +114,7 @@ static int drops_pages(int advice) {
   }
 }
 
-NIC_EXPORT int madvise(void *addr, size_t len, int advice) {
+static int os_madvise(void *addr, size_t len, int advice) {
   /* mimalloc's decommits and resets of dataplane memory: its pages stay pinned and registered
    * (and the kernel refuses to drop locked pages anyway); the heap gives steps back itself. */
   if (drops_pages(advice) && nic_dp_commit_covers(addr)) {
@@ -126,7 +136,11 @@ NIC_EXPORT int madvise(void *addr, size_t len, int advice) {
   return rc;
 }
 
-NIC_EXPORT int mprotect(void *addr, size_t len, int prot) {
+NIC_EXPORT int madvise(void *addr, size_t len, int advice) {
+  return os_madvise(addr, len, advice);
+}
+
+static int os_mprotect(void *addr, size_t len, int prot) {
   /* mimalloc's commit inside a dataplane chunk: the range is readable and writable already, and
    * a step is backed (prefaulted, pinned) the first time. No system call: on hugetlb steps one
    * not aligned to the huge page would fail (and a page protect holds stays read-only). */
@@ -150,10 +164,14 @@ NIC_EXPORT int mprotect(void *addr, size_t len, int prot) {
   return rc;
 }
 
+NIC_EXPORT int mprotect(void *addr, size_t len, int prot) {
+  return os_mprotect(addr, len, prot);
+}
+
 NIC_EXPORT int posix_madvise(void *addr, size_t len, int advice) {
   /* POSIX_MADV_DONTNEED is a hint glibc ignores; only the others reach the kernel. */
   if (advice == POSIX_MADV_DONTNEED) return 0;
-  return madvise(addr, len, advice) == 0 ? 0 : errno;
+  return os_madvise(addr, len, advice) == 0 ? 0 : errno;
 }
 
 /* The data segment shrinks by brk or sbrk, again without a munmap; its new pages are fresh (see
@@ -174,4 +192,12 @@ NIC_EXPORT int brk(void *addr) {
   uintptr_t cur = (uintptr_t)__sbrk(0);
   if (cur == (uintptr_t)-1) return -1;
   return sbrk((intptr_t)((uintptr_t)addr - cur)) == (void *)-1 ? -1 : 0;
+}
+
+/* mimalloc_imports.h */
+void nic_interpose_own_calls(struct nic_import calls[NIC_OWN_CALLS]) {
+  calls[0] = (struct nic_import){"mmap", (void *)os_mmap, false};
+  calls[1] = (struct nic_import){"munmap", (void *)os_munmap, false};
+  calls[2] = (struct nic_import){"mprotect", (void *)os_mprotect, false};
+  calls[3] = (struct nic_import){"madvise", (void *)os_madvise, false};
 }

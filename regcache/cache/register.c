@@ -5,8 +5,10 @@
 #include "chunk_reg.h"
 #include "chunks.h"
 #include "export.h"
+#include "interposed.h"
 #include "log.h"
 #include "nicmalloc.h"
+#include "owns.h"
 #include "rcache.h"
 #include "thread.h"
 
@@ -32,6 +34,15 @@ NIC_EXPORT int nic_register(const void *p, size_t len, unsigned access,
   if (access & ~(NIC_REG_LOCAL_WRITE | NIC_REG_REMOTE_READ | NIC_REG_REMOTE_WRITE)) {
     nic_api_count(registration);
     return -EINVAL;
+  }
+  if (!nic_malloc_interposed() && !nic_owns_range(p, len)) {
+    nic_api_error(registration,
+                  "nic_register(%p, %zu): not nicmalloc's memory, in a program whose malloc is "
+                  "another's: its frees and unmaps go unseen, so a registration could outlive its "
+                  "pages; not registered (EPERM). Register nicmalloc's blocks (nic_malloc); "
+                  "posts copy other memory",
+                  p, len);
+    return -EPERM;
   }
   return register_with(NULL, p, len, access, out);
 }

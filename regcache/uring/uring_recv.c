@@ -322,7 +322,7 @@ void nic_uring_rx_recycle(struct nic_backend *b, struct nic_endpoint *ep, uint64
 void nic_uring_rx_free(struct uring_rx *rx) {
   if (!rx) return;
   if (rx->br) munmap(rx->br, rx->br_bytes);
-  if (rx->block) nic_free(rx->block, "uring receive");
+  if (rx->block) nic_free_named(rx->block, "uring receive");
   free(rx);
 }
 
@@ -373,7 +373,7 @@ int nic_uring_endpoint_receive(struct nic_backend *b, struct nic_endpoint *ep,
    * without a copy. A block the dataplane could not give is refused, not used. */
   rx->block = rx->br ? nic_alloc(count * stride, PAGE, false, NIC_ROUTE_DATAPLANE) : NULL;
   if (rx->block && !nic_in_dp(rx->block)) {
-    nic_free(rx->block, "uring receive");
+    nic_free_named(rx->block, "uring receive");
     rx->block = NULL;
   }
   if (!rx->block) {

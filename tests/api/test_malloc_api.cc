@@ -267,3 +267,38 @@ TEST(MallocApi, CallsThatSucceedLeaveErrnoAlone) {
   }
   unlink(profile.c_str());
 }
+
+// Loaded with dlopen by a program whose malloc is glibc's, nicmalloc is not the malloc: it says
+// so once at load; mimalloc's commits still reach it (else every block looked freed); its blocks
+// go back through nic_free, and its own buffers (a received message) never reach glibc's free,
+// which would abort; memory that is not its own, whose frees it cannot see, is not registered
+// and is copied into posts.
+TEST(MallocApi, LoadedWithDlopenItSaysItIsNotTheMallocAndFreesItsOwnBlocks) {
+  auto r = run_program(DLOPEN_HOST, {}, {DLOPEN_EXT, NIC_LIB_PATH});
+  ASSERT_EQ(r.exit_code, 0) << r.out << r.err;
+  EXPECT_EQ(r.num("nic_malloc_dataplane"), 1);
+  EXPECT_EQ(r.num("malloc_dataplane"), 0) << "malloc is glibc's here";
+  EXPECT_EQ(r.num("register_plain_rc"), -EPERM) << "its frees and unmaps go by unseen";
+  EXPECT_EQ(r.num("register_dp_rc"), 0);
+  EXPECT_EQ(r.num("post_rc"), 0) << r.err;
+  EXPECT_EQ(r.num("copied_bytes"), 16384) << "the glibc block is copied, the dataplane one not";
+  EXPECT_EQ(r.num("posts_done"), 2);
+  EXPECT_EQ(r.num("received_ok"), 2);
+  EXPECT_EQ(r.num("received_bytes"), 3000 + 16384);
+  EXPECT_EQ(r.num("destroy_rc"), 0);
+  EXPECT_GE(r.num("freed_live_bytes"), 3000) << "nic_free gave the block back";
+  EXPECT_EQ(r.num("still_loaded"), 1) << "its threads run on after the library that loaded it";
+  EXPECT_EQ(count_lines(r.err, "the program's malloc is not nicmalloc's but "), 1) << r.err;
+  EXPECT_EQ(count_lines(r.err, "libc.so"), 1) << r.err;
+  EXPECT_EQ(count_lines(r.err, "nic_register("), 1) << r.err;
+  EXPECT_EQ(count_lines(r.err, "nicmalloc: "), 2) << "the two lines, nothing else\n" << r.err;
+  // Preloaded, the same program has nicmalloc as its malloc: nothing said, malloc routed.
+  auto preloaded =
+      run_program(DLOPEN_HOST, {"LD_PRELOAD=" NIC_LIB_PATH, "NICMALLOC_DP_MIN_SIZE=64"},
+                  {DLOPEN_EXT, NIC_LIB_PATH});
+  ASSERT_EQ(preloaded.exit_code, 0) << preloaded.err;
+  EXPECT_EQ(preloaded.num("malloc_dataplane"), 1);
+  EXPECT_EQ(preloaded.err, "");
+  EXPECT_EQ(preloaded.num("register_plain_rc"), 0) << "its frees are seen: registered";
+  EXPECT_EQ(preloaded.num("copied_bytes"), 0);
+}

@@ -1,0 +1,18 @@
+/* Whether nicmalloc is the program's malloc (interposed.c). */
+#ifndef NIC_INTERPOSED_H
+#define NIC_INTERPOSED_H
+
+#include <stdbool.h>
+
+/* Looks once, from the library's constructor, before start-up: when the names malloc and free
+ * are bound to another object's definitions (nicmalloc loaded with dlopen, or after another
+ * allocator), says so once and points mimalloc's commit calls at nicmalloc's
+ * (mimalloc_imports.h). */
+void nic_interposed_check(void);
+
+/* True unless nic_interposed_check found the names bound elsewhere. Then the program's frees,
+ * unmaps and page drops go by unseen: memory that is not nicmalloc's is not registered (a
+ * registration of it could outlive its pages unnoticed) and posts copy it. */
+bool nic_malloc_interposed(void);
+
+#endif

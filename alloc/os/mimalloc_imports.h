@@ -1,0 +1,20 @@
+/* mimalloc's commits and decommits reaching the interposed calls (interpose.c) where the symbol
+ * table binds them elsewhere: nicmalloc loaded with dlopen, or after another allocator. */
+#ifndef NIC_MIMALLOC_IMPORTS_H
+#define NIC_MIMALLOC_IMPORTS_H
+
+#include "imports.h"
+
+#include <stdbool.h>
+
+/* mmap, munmap, mprotect and madvise: the calls mimalloc makes to commit, decommit, reset and
+ * free, as interpose.c defines them (the exported names may be bound to the C library's). */
+#define NIC_OWN_CALLS 4
+void nic_interpose_own_calls(struct nic_import calls[NIC_OWN_CALLS]);
+
+/* Points libmimalloc's imports of those four at interpose.c's definitions, before it makes any
+ * of them for nicmalloc. False (and a warning) when libmimalloc cannot be found, or imports one
+ * of them no longer: its commits would then go unseen, so nicmalloc's blocks would look freed. */
+bool nic_mimalloc_imports_redirect(void);
+
+#endif
