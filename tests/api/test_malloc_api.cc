@@ -302,3 +302,22 @@ TEST(MallocApi, LoadedWithDlopenItSaysItIsNotTheMallocAndFreesItsOwnBlocks) {
   EXPECT_EQ(preloaded.num("register_plain_rc"), 0) << "its frees are seen: registered";
   EXPECT_EQ(preloaded.num("copied_bytes"), 0);
 }
+
+// Preloaded into a program that defines its own malloc (rustc has jemalloc), nicmalloc cannot be
+// the malloc: said when a setting asks for routing that cannot happen, else only when verbose (a
+// preloaded build meets many such programs).
+TEST(MallocApi, PreloadedIntoAProgramWithItsOwnMallocItSaysSoWhenASettingAsks) {
+  const std::string preload = std::string("LD_PRELOAD=") + NIC_LIB_PATH;
+  auto quiet = run_program(OWN_MALLOC_PROGRAM, {preload}, {});
+  ASSERT_EQ(quiet.exit_code, 0) << quiet.err;
+  EXPECT_GT(quiet.num("own_calls"), 0) << "the program's malloc serves it";
+  EXPECT_EQ(quiet.num("same"), 1);
+  EXPECT_EQ(quiet.err, "");
+  auto asked = run_program(OWN_MALLOC_PROGRAM, {preload, "NICMALLOC_DP_MIN_SIZE=64"}, {});
+  ASSERT_EQ(asked.exit_code, 0) << asked.err;
+  EXPECT_EQ(count_lines(asked.err, "warning: the program defines its own malloc"), 1) << asked.err;
+  EXPECT_EQ(count_lines(asked.err, "nicmalloc: "), 1) << asked.err;
+  auto verbose = run_program(OWN_MALLOC_PROGRAM, {preload, "NICMALLOC_VERBOSE=1"}, {});
+  ASSERT_EQ(verbose.exit_code, 0) << verbose.err;
+  EXPECT_EQ(count_lines(verbose.err, "the program defines its own malloc"), 1) << verbose.err;
+}
