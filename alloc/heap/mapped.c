@@ -81,12 +81,20 @@ void *nic_mapped_alloc(size_t size, size_t alignment) {
   const size_t len = size ? (size + NIC_PAGE_SIZE - 1) & ~(NIC_PAGE_SIZE - 1) : NIC_PAGE_SIZE;
   if (len > SIZE_MAX - (align - NIC_PAGE_SIZE)) return NULL;
   const size_t span = len + (align - NIC_PAGE_SIZE);
-  /* MAP_NORESERVE: pages cost only once written, as mimalloc's arena memory and glibc's
-   * mappings do (vm.overcommit_memory=2 accounts them all the same). */
-  char *raw =
-      mmap(NULL, span, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE, -1, 0);
+  /* The span is only address space (PROT_NONE, not accounted), so an alignment's padding
+   * costs nothing; the block itself is mapped over it accounted, as glibc maps its large
+   * blocks: under the kernel's default overcommit heuristic a request larger than memory and
+   * swap together is refused here and malloc returns NULL where glibc's does (with
+   * MAP_NORESERVE it succeeded, and writing it called the OOM killer instead: a program that
+   * tries a size and falls back on NULL was killed). Pages still cost only once written. */
+  char *raw = mmap(NULL, span, PROT_NONE, MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE, -1, 0);
   if (raw == MAP_FAILED) return NULL;
   char *p = (char *)(((uintptr_t)raw + align - 1) & ~(uintptr_t)(align - 1));
+  if (mmap(p, len, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS | MAP_FIXED, -1, 0) ==
+      MAP_FAILED) {
+    munmap(raw, span);
+    return NULL;
+  }
   if (p > raw) munmap(raw, (size_t)(p - raw));
   if (raw + span > p + len) munmap(p + len, (size_t)(raw + span - (p + len)));
   if (!nic_mapped_add(p, len, NULL)) {

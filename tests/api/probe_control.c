@@ -88,6 +88,14 @@ static int grow_untouched(size_t max) {
   for (size_t size = (size_t)1 << 20; size <= max; size *= 2) {
     unsigned char *p = malloc(size);
     if (!p) {
+      /* Refused where the kernel refuses an accounted mapping of the size (glibc's malloc maps
+       * its large blocks so): larger than memory and swap under the overcommit heuristic. */
+      void *plain = mmap(NULL, size, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+      if (plain == MAP_FAILED) {
+        printf("grow_refused_at=%zu\n", size);
+        break;
+      }
+      munmap(plain, size);
       printf("grow_failed_at=%zu\n", size);
       break;
     }
@@ -324,4 +332,47 @@ static int errno_kept(void) {
 int cmd_errno_kept(int argc, char **argv) {
   (void)argc, (void)argv;
   return errno_kept();
+}
+
+/* Requests larger than the machine's memory and swap together: under the kernel's default
+ * overcommit heuristic glibc's malloc gets NULL for them (its mmap is refused), and so must
+ * ours, rather than a block whose writing calls the OOM killer. */
+static unsigned long long meminfo_kib(const char *key) {
+  FILE *f = fopen("/proc/meminfo", "r");
+  char line[256];
+  unsigned long long kib = 0;
+  const size_t n = strlen(key);
+  while (f && fgets(line, sizeof line, f))
+    if (!strncmp(line, key, n) && line[n] == ':') kib = strtoull(line + n + 1, NULL, 10);
+  if (f) fclose(f);
+  return kib;
+}
+
+static int too_large(void) {
+  FILE *f = fopen("/proc/sys/vm/overcommit_memory", "r");
+  int mode = -1;
+  if (!f || fscanf(f, "%d", &mode) != 1) mode = -1;
+  if (f) fclose(f);
+  const size_t huge = (size_t)2 * (meminfo_kib("MemTotal") + meminfo_kib("SwapTotal")) * 1024;
+  errno = 0;
+  void *m = malloc(huge);
+  const int malloc_errno = errno;
+  void *c = calloc(huge / 4096, 4096);
+  char *keep = malloc((size_t)1 << 30); /* a mapped block, grown by realloc to the same size */
+  if (!keep) return 1;
+  keep[0] = 5;
+  char *grown = realloc(keep, huge);
+  const int kept = (grown ? grown : keep)[0] == 5;
+  printf("overcommit_mode=%d\nmalloc_refused=%d\nmalloc_enomem=%d\ncalloc_refused=%d\n"
+         "realloc_refused=%d\nkept=%d\n",
+         mode, m == NULL, malloc_errno == ENOMEM, c == NULL, grown == NULL, kept);
+  free(grown ? grown : keep);
+  free(m);
+  free(c);
+  return 0;
+}
+
+int cmd_too_large(int argc, char **argv) {
+  (void)argc, (void)argv;
+  return too_large();
 }

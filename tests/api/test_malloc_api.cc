@@ -321,3 +321,19 @@ TEST(MallocApi, PreloadedIntoAProgramWithItsOwnMallocItSaysSoWhenASettingAsks) {
   ASSERT_EQ(verbose.exit_code, 0) << verbose.err;
   EXPECT_EQ(count_lines(verbose.err, "the program defines its own malloc"), 1) << verbose.err;
 }
+
+// A request larger than memory and swap together is refused (NULL, ENOMEM) as glibc's malloc
+// refuses it under the kernel's default overcommit heuristic, not handed out for the OOM killer.
+TEST(MallocApi, ARequestLargerThanMemoryAndSwapIsRefusedAsGlibcRefusesIt) {
+  auto r = run_probe({}, {"too-large"});
+  ASSERT_EQ(r.exit_code, 0) << r.err;
+  if (r.num("overcommit_mode") != 0)
+    GTEST_SKIP() << "vm.overcommit_memory is " << r.num("overcommit_mode")
+                 << ", not the heuristic this is about";
+  EXPECT_EQ(r.num("malloc_refused"), 1);
+  EXPECT_EQ(r.num("malloc_enomem"), 1);
+  EXPECT_EQ(r.num("calloc_refused"), 1);
+  EXPECT_EQ(r.num("realloc_refused"), 1);
+  EXPECT_EQ(r.num("kept"), 1) << "a refused realloc leaves the block";
+  EXPECT_EQ(r.err, "");
+}

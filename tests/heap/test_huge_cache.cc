@@ -288,9 +288,11 @@ TEST(HugeCacheSettings, BadValuesWarnAndKeepTheDefaults) {
 }
 
 // malloc(1 MiB), 2 MiB ... 2 TiB, each written at both ends and freed: glibc and mimalloc give
-// such blocks address space, not memory. nicmalloc spent 2.7 GB of RAM and seconds on the last
+// such blocks address space, not memory. nicmalloc spent 2.7 GB of RAM and seconds on a 2 TiB
 // one (mimalloc cleared its slice table, 80 bytes per 64 KiB of block, and the commit map set 2
-// bits per page) before it mapped blocks of 1 GiB and more itself (alloc/heap/mapped.h).
+// bits per page) before it mapped blocks of 1 GiB and more itself (alloc/heap/mapped.h). Under
+// the kernel's overcommit heuristic the sizes stop where an accounted mapping is refused (memory
+// and swap together), as glibc's malloc stops there; under vm.overcommit_memory=1 they all pass.
 TEST(HugeBlocks, GrowingUntouchedBlocksUpTo2TiBCostAddressSpaceOnly) {
   ProbeResult r = run_probe({}, {"grow-untouched", std::to_string(size_t(2) << 40)});
   ASSERT_EQ(r.exit_code, 0) << r.err;
@@ -299,8 +301,12 @@ TEST(HugeBlocks, GrowingUntouchedBlocksUpTo2TiBCostAddressSpaceOnly) {
     GTEST_SKIP() << r.values["grow_skipped"];
   }
   EXPECT_EQ(r.values.count("grow_failed_at"), 0u) << r.out;
-  EXPECT_EQ(r.num("grow_blocks"), 22) << r.out; // 2^20 .. 2^41
-  EXPECT_EQ(r.num("grow_usable"), 22) << r.out;
+  if (r.values.count("grow_refused_at"))
+    EXPECT_GT(r.num("grow_refused_at"), 1ll << 30) << "a mapped block of 1 GiB at least" << r.out;
+  else
+    EXPECT_EQ(r.num("grow_blocks"), 22) << r.out; // 2^20 .. 2^41
+  EXPECT_GE(r.num("grow_blocks"), 11) << r.out;
+  EXPECT_EQ(r.num("grow_usable"), r.num("grow_blocks")) << r.out;
   EXPECT_LE(r.num("grow_rss_kib"), 8 * 1024) << "resident set grew by that many KiB";
 }
 
