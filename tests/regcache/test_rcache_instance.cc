@@ -328,26 +328,29 @@ TEST_F(RcacheInstance, TwoCachesUsedWhileTheirPagesAreDroppedStayBalanced) {
   nic_rcache *a = nic_rcache_create(&pa), *b = nic_rcache_create(&pb);
   ASSERT_TRUE(a && b);
   const int kRounds = 3000;
-  // The users go on until every drop is made, and the drops begin once both users run: on a
-  // loaded machine either side could otherwise be done before the other starts, and nothing
-  // would be invalidated (one run in 20 here, alone or under the whole suite).
+  // The users go on until every drop is made, and the drops begin once both users have a region
+  // cached: on a loaded machine either side could otherwise be done before the other starts, and
+  // nothing would be invalidated (one run in 20 here, alone or under the whole suite; and once
+  // in a suite run with the users counted before their first region, when a user preempted
+  // there left its cache empty through every drop).
   std::atomic<bool> drops_done{false};
   std::atomic<int> users_started{0};
   auto user = [this, &drops_done, &users_started](nic_rcache *c, FakeBackend *f, unsigned seed) {
     for (int i = 0; i < kRounds || !drops_done.load(); i++) {
-      if (i == 0) users_started++;
       const size_t page = rand_r(&seed) % 8, off = rand_r(&seed) % kPage;
       const size_t len = 1 + rand_r(&seed) % (2 * kPage);
       const uintptr_t p = At(page) + off;
       nic_rcache_ref r;
       if (nic_rcache_acquire(c, reinterpret_cast<void *>(p), len, NIC_ACCESS_LOCAL, &r) != 0) {
         ADD_FAILURE() << "acquire failed at round " << i;
+        if (i == 0) users_started++; /* the drops must not wait for it */
         return;
       }
       const uintptr_t base = reinterpret_cast<uintptr_t>(r.reg.base);
       EXPECT_TRUE(base <= p && p + len <= base + r.reg.len) << "round " << i;
       EXPECT_TRUE(f->registered(r.reg.lkey)) << "handed out a deregistered key, round " << i;
       nic_rcache_release(c, r.slot);
+      if (i == 0) users_started++;
     }
   };
   std::thread ta(user, a, &fa, 1u), tb(user, b, &fb, 2u);
