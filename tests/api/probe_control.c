@@ -2,6 +2,7 @@
 #define _GNU_SOURCE
 #include "nicmalloc.h"
 #include "probe_common.h"
+#include "proc_kb.h"
 
 #include <errno.h>
 #include <malloc.h>
@@ -337,23 +338,15 @@ int cmd_errno_kept(int argc, char **argv) {
 /* Requests larger than the machine's memory and swap together: under the kernel's default
  * overcommit heuristic glibc's malloc gets NULL for them (its mmap is refused), and so must
  * ours, rather than a block whose writing calls the OOM killer. */
-static unsigned long long meminfo_kib(const char *key) {
-  FILE *f = fopen("/proc/meminfo", "r");
-  char line[256];
-  unsigned long long kib = 0;
-  const size_t n = strlen(key);
-  while (f && fgets(line, sizeof line, f))
-    if (!strncmp(line, key, n) && line[n] == ':') kib = strtoull(line + n + 1, NULL, 10);
-  if (f) fclose(f);
-  return kib;
-}
-
 static int too_large(void) {
   FILE *f = fopen("/proc/sys/vm/overcommit_memory", "r");
   int mode = -1;
   if (!f || fscanf(f, "%d", &mode) != 1) mode = -1;
   if (f) fclose(f);
-  const size_t huge = (size_t)2 * (meminfo_kib("MemTotal") + meminfo_kib("SwapTotal")) * 1024;
+  const long mem_kib = nic_proc_kb("/proc/meminfo", "MemTotal:"),
+             swap_kib = nic_proc_kb("/proc/meminfo", "SwapTotal:");
+  if (mem_kib <= 0) return 1;
+  const size_t huge = (size_t)2 * (size_t)(mem_kib + (swap_kib > 0 ? swap_kib : 0)) * 1024;
   errno = 0;
   void *m = malloc(huge);
   const int malloc_errno = errno;
