@@ -224,10 +224,27 @@ void *nic_alloc_auto_general(size_t size, bool zero) {
 
 /* A freed block given to realloc or malloc_usable_size is no double free; the report names the
  * use. Both count as double_frees in the statistics, as uses of a freed block. */
+/* p starts where a block of the control arena may start, on a page mimalloc holds that is not
+ * readable: a program that made a block's first page PROT_NONE (a guard page on a stack it
+ * allocated) and freed the block without making it readable again. Its key cannot be read, so
+ * it cannot be checked or freed; "not allocated by nicmalloc" would send the reader astray. */
+static bool on_unreadable_heap_page(const void *p) {
+  const uintptr_t offset = (uintptr_t)p - nic_commit_map.base;
+  return nic_block_aligned(p) &&
+         offset < __atomic_load_n(&nic_commit_map.checked, __ATOMIC_RELAXED) &&
+         !nic_commit_map_readable(offset) && mi_is_in_heap_region(p);
+}
+
 void nic_report_bad_block(const void *p, const char *caller, enum nic_block_use use, bool freed) {
   if (!freed) {
     __atomic_add_fetch(&invalid_frees, 1, __ATOMIC_RELAXED);
-    nic_log_error("%s(%p): pointer was not allocated by nicmalloc; ignored", caller, p);
+    if (on_unreadable_heap_page(p))
+      nic_log_error("%s(%p): the page holding the block's start is not readable (protected with "
+                    "mprotect and not made readable again, or unmapped): it cannot be checked "
+                    "and is not freed; ignored",
+                    caller, p);
+    else
+      nic_log_error("%s(%p): pointer was not allocated by nicmalloc; ignored", caller, p);
     return;
   }
   __atomic_add_fetch(&double_frees, 1, __ATOMIC_RELAXED);

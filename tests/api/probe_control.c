@@ -369,3 +369,23 @@ int cmd_too_large(int argc, char **argv) {
   (void)argc, (void)argv;
   return too_large();
 }
+
+/* A block whose first page the program made PROT_NONE (a guard page on a stack it allocated)
+ * freed without making it readable again; then a pointer into memory that is no block. */
+static int guarded_free(void) {
+  const long page = sysconf(_SC_PAGESIZE);
+  void *stack = NULL;
+  if (posix_memalign(&stack, (size_t)page, 256 << 10)) return 1;
+  memset(stack, 1, 256 << 10);
+  if (mprotect(stack, (size_t)page, PROT_NONE)) return 1;
+  free(stack);
+  static char not_a_block[64];
+  free(not_a_block + 16);
+  puts("survived=1");
+  return 0;
+}
+
+int cmd_guarded_free(int argc, char **argv) {
+  (void)argc, (void)argv;
+  return guarded_free();
+}

@@ -449,4 +449,16 @@ TEST(BadInput, LinesNeverLandInAFileThatTookOverFdTwo) {
   EXPECT_EQ(count_lines(r.err, "nicmalloc report"), 1) << r.err;
 }
 
+// A block freed with its first page still PROT_NONE (a stack's guard page left in place) cannot
+// be checked or freed: the report says that, not "not allocated by nicmalloc", which it was.
+TEST(BadInput, AFreedBlockWhoseFirstPageWasLeftProtectedIsReportedAsSuch) {
+  auto r = run_probe({}, {"guarded-free"});
+  ASSERT_EQ(r.exit_code, 0) << r.err;
+  EXPECT_EQ(r.num("survived"), 1);
+  EXPECT_EQ(count_lines(r.err, "the page holding the block's start is not readable"), 1) << r.err;
+  EXPECT_EQ(count_lines(r.err, "pointer was not allocated by nicmalloc"), 1)
+      << "the static array's pointer still is\n"
+      << r.err;
+}
+
 } // namespace
