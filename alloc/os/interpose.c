@@ -1,12 +1,13 @@
 /* Calls that change which pages back an address range tell the layers above first
  * (events.h: pages_leaving), so that the registration cache never hands the NIC a registration
  * that still pins the old pages, and the sim NIC keeps the old pages' bytes for posts still to
- * read them. nicmalloc is
- * preloaded, so these definitions also catch mimalloc's own commits and decommits (it calls
- * mprotect, madvise and munmap through the PLT), which the control arena's commit map records
- * once they succeeded. Each forwards to the system call directly, as glibc does. Pages a call maps
- * anew are invalidated after it too: that catches what went by a path none of these saw.
- * mprotect goes through a watcher that protects pages itself, if there is one (events.h). */
+ * read them. Preloaded or linked into the program, nicmalloc's definitions also catch
+ * mimalloc's own commits and decommits (it calls mprotect, madvise and munmap through the PLT),
+ * which the control arena's commit map records once they succeeded; loaded later, libmimalloc's
+ * imports are pointed at the static bodies below (mimalloc_imports.h). Each forwards to the system
+ * call directly, as glibc does. Pages a call maps anew are invalidated after it too: that catches
+ * what went by a path none of these saw. mprotect goes through a watcher that protects pages
+ * itself, if there is one (events.h). */
 #define _GNU_SOURCE
 #include "as_limit.h"
 #include "commit_map.h"
