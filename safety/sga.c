@@ -10,7 +10,6 @@
 #include "bounce.h"
 #include "chunks.h"
 #include "export.h"
-#include "interposed.h"
 #include "log.h"
 #include "nicmalloc.h"
 #include "own_stack.h"
@@ -97,7 +96,7 @@ static int resolve(struct nic_sga *sga, const void *p, size_t len, struct nic_sg
   }
   /* Where nicmalloc is not the malloc, memory that is not its own cannot be registered
    * (nic_register): copied, as any memory that cannot be registered now. */
-  if (!nic_malloc_interposed() && !nic_owns_range(p, len)) {
+  if (!nic_range_watched(p, len)) {
     if (!nic_range_readable(p, len)) return -EFAULT;
     return copy_entry(sga, p, len, NULL, 0, e);
   }

@@ -5,7 +5,6 @@
 #include "chunk_reg.h"
 #include "chunks.h"
 #include "export.h"
-#include "interposed.h"
 #include "log.h"
 #include "nicmalloc.h"
 #include "owns.h"
@@ -35,7 +34,7 @@ NIC_EXPORT int nic_register(const void *p, size_t len, unsigned access,
     nic_api_count(registration);
     return -EINVAL;
   }
-  if (!nic_malloc_interposed() && !nic_owns_range(p, len)) {
+  if (!nic_range_watched(p, len)) {
     nic_api_error(registration,
                   "nic_register(%p, %zu): not nicmalloc's memory, in a program whose malloc is "
                   "another's: its frees and unmaps go unseen, so a registration could outlive its "
