@@ -4,14 +4,17 @@
  * exist. Those layers subscribe with a watcher (NIC_MEMORY_WATCHER), as SPDK's spdk_mem_map
  * notify callbacks let RDMA code follow memory without the allocator knowing RDMA.
  *
- * The free path pays for this with one test of one word: nic_free_watch is zero while nobody
- * needs to hear of frees. Its low half counts what block watchers hold (pages posted or held,
- * profiling's standing interest), its high half what range watchers hold (cached
- * registrations). A watcher adds to its half before its own state says "interested" and takes
- * away after, so that its own count is never nonzero while the word is zero. */
+ * The free path pays nothing for this while nobody needs to hear of frees: nic_free_watch is zero
+ * then, and when it is not, the spans free's fast paths compare with are published as zero
+ * (fast_spans.h), so that every free takes the general path. Its low half counts what block
+ * watchers hold (pages posted or held, profiling's standing interest), its high half what range
+ * watchers hold (cached registrations). A watcher adds to its half before its own state says
+ * "interested" and takes away after, so that its own count is never nonzero while the word is
+ * zero, nor the spans published. */
 #ifndef NIC_EVENTS_H
 #define NIC_EVENTS_H
 
+#include "fast_spans.h"
 #include "registry.h"
 
 #include <stdbool.h>
@@ -20,10 +23,6 @@
 
 extern uint64_t nic_free_watch __attribute__((visibility("hidden"))); /* no GOT load */
 
-/* Any watcher: control frees leave their fast path. */
-static inline bool nic_watching_frees(void) {
-  return __atomic_load_n(&nic_free_watch, __ATOMIC_RELAXED) != 0;
-}
 /* Block watchers only: dataplane blocks are never in a range watcher's cache. */
 static inline bool nic_watching_blocks(void) {
   return (uint32_t)__atomic_load_n(&nic_free_watch, __ATOMIC_RELAXED) != 0;
@@ -32,10 +31,12 @@ static inline bool nic_watching_ranges(void) {
   return (__atomic_load_n(&nic_free_watch, __ATOMIC_RELAXED) >> 32) != 0;
 }
 static inline void nic_watch_blocks(int64_t delta) {
-  __atomic_add_fetch(&nic_free_watch, (uint64_t)delta, __ATOMIC_SEQ_CST);
+  const uint64_t now = __atomic_add_fetch(&nic_free_watch, (uint64_t)delta, __ATOMIC_SEQ_CST);
+  nic_fast_spans_follow(now - (uint64_t)delta, now);
 }
 static inline void nic_watch_ranges(int64_t delta) {
-  __atomic_add_fetch(&nic_free_watch, (uint64_t)delta << 32, __ATOMIC_SEQ_CST);
+  const uint64_t now = __atomic_add_fetch(&nic_free_watch, (uint64_t)delta << 32, __ATOMIC_SEQ_CST);
+  nic_fast_spans_follow(now - ((uint64_t)delta << 32), now);
 }
 
 /* What realloc may do with a block a watcher cares about. */

@@ -47,7 +47,9 @@
  *     signals blocked as every holder does), the pressure model (safety/pressure.c), the
  *     profile table's spin lock (alloc/routing/profile_table.c), the System V attach table
  *     (alloc/os/interpose_shm.c), the control decommits that wait (alloc/os/late_decommit.c:
- *     last, since mimalloc commits, under any of the others, take it).
+ *     since mimalloc commits, under any of the others, take it), the republication of free's
+ *     fast spans (alloc/base/fast_spans.c: last, a leaf that watchers under any lock and the
+ *     commit map, under the decommits' lock, take).
  *   not held, only reset in the child (a reset entry, or its module's child hook):
  *     - the reaper pass lock (alloc/heap/reaper.c): holding it would make fork wait for a whole
  *       pass, a visit of mimalloc's abandoned segments included; everything a pass changes
@@ -112,6 +114,7 @@ enum nic_fork_rank {
   NIC_FORK_PROFILE_TABLE,
   NIC_FORK_SHM_ATTACHES,
   NIC_FORK_LATE_DECOMMITS,
+  NIC_FORK_FAST_SPANS,
   NIC_FORK_SIM_KEEP,   /* reset only: the parent's sims are not the child's */
   NIC_FORK_URING_OPEN, /* reset only: the parent's endpoints hold no plain send of the child */
   /* Child hooks without a lock of their own. */

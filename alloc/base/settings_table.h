@@ -94,7 +94,7 @@
     "check every pointer given to free (invalid and double frees are reported and "                \
     "ignored); `0` skips the check, for a program that trips it on purpose: free's fast path "     \
     "then tests only that a control block lies in the control arena and reads nothing from it "    \
-    "(144 instructions per control pair instead of 146)")                                          \
+    "(as many instructions per control pair, but no read of the block's memory)")                  \
   X(BACKEND, "NICMALLOC_BACKEND", NIC_T_CHOICE, "auto", 0, 0, "auto|sim|uring|verbs|dpdk",         \
     NIC_REACH_VALUE,                                                                               \
     "default registration backend (each endpoint starts its own): `sim`, `uring`, `verbs`, "       \

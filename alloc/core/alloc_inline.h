@@ -222,38 +222,34 @@ static inline void nic_release_block(void *p) {
   nic_release_block_now(p);
 }
 
-/* Whether free must look further than its fast path: a watcher of frees (events.h) holds
- * something, pages posted or held, or a cached registration a freed block may overlap. */
-static inline bool nic_free_filters_armed(void) {
-  return nic_watching_frees();
-}
-
-/* Every free the fast path below does not take: NULL, dataplane blocks, pointers outside the
- * proven control arena (under NICMALLOC_FREE_CHECK=0: outside the control arena), pages the
- * program dropped, blocks holding the free key (double frees, or data equal to the key), armed
- * filters and huge blocks. */
+/* Every free the fast path below does not take: NULL, dataplane blocks it cannot read, pointers
+ * outside the proven control arena (under NICMALLOC_FREE_CHECK=0: outside the control arena),
+ * pages the program dropped, blocks holding the free key (double frees, or data equal to the
+ * key), every free while a watcher of frees holds something (events.h), and huge blocks. */
 void nic_free_general(void *p, const char *caller);
 
 /* The common frees as chains of tests, each a branch out to nic_free_general. A control block:
  * in the control arena (which also rules out NULL), on a page mimalloc committed (so the key
- * word can be read), not holding the free key, nothing in flight or registered, not a huge
- * block; it ends in a tail call to mi_free. A dataplane block: its slice mapped and held
- * committed by mimalloc (one byte: chunks.h), not holding the free key, nothing in flight, whatever
- * NICMALLOC_FREE_CHECK says (with it off the general path releases without checks, so a block these
- * tests send there is released all the same). Both first ask for the alignment every block has (the
- * control test in the same compare as the range). The tests are those of nic_check_live_block and
- * nic_release_block in the same order, so every path reports and releases alike; a key match is
- * confirmed only on the general path. */
+ * word can be read), not holding the free key, not a huge block; it ends in a tail call to
+ * mi_free. A dataplane block: its slice mapped and held committed by mimalloc (one byte:
+ * chunks.h), not holding the free key, whatever NICMALLOC_FREE_CHECK says (with it off the general
+ * path releases without checks, so a block these tests send there is released all the same). Both
+ * first ask, in one compare with the range, for the alignment every block has and that nothing is
+ * in flight or registered (fast_spans.h), so that a watcher sees every free. The other tests are
+ * those of nic_check_live_block in the same order, so every path reports and releases alike; a key
+ * match is confirmed only on the general path. */
 static inline __attribute__((always_inline)) void nic_free_inline(void *p, const char *caller) {
   const uintptr_t offset = (uintptr_t)p - nic_commit_map.base;
   /* Rotated right by 4 bits, the offset of a p off the 16-byte alignment of every block (the
    * arena's base is aligned) has a top bit set: one compare tests the range and the alignment. */
-  _Static_assert(NIC_BLOCK_ALIGN == 16, "checked_16 counts 16-byte units");
+  _Static_assert(NIC_BLOCK_ALIGN == 16, "the fast spans count 16-byte units");
   const uintptr_t units = (offset >> 4) | (offset << 60);
-  if (__builtin_expect(units < __atomic_load_n(&nic_commit_map.checked_16, __ATOMIC_RELAXED), 1)) {
+  /* 0 while a watcher of frees holds anything (fast_spans.h): a compare against it also asks
+   * whether a post, a hold or a cached registration may concern the block. */
+  if (__builtin_expect(units < nic_fast_span(NIC_FAST_CONTROL), 1)) {
     const uintptr_t key = nic_free_key(); /* once, for the test and the mark */
     if (__builtin_expect(nic_commit_map_has_16(units) && !nic_block_holds(p, key) &&
-                             !nic_free_filters_armed() && !nic_maybe_huge_block_or_boundary(p),
+                             !nic_maybe_huge_block_or_boundary(p),
                          1)) {
       nic_block_set_word(p, key);
       mi_free(p);
@@ -261,23 +257,24 @@ static inline __attribute__((always_inline)) void nic_free_inline(void *p, const
     }
   } else {
     /* The same rotation against the dataplane range, taken from the control arena's: with both
-     * bases 16-byte aligned and the ranges disjoint, units - rel_16 is below span_16 exactly
-     * when p's own rotated offset into the range is (in range and aligned), and then equals it.
-     * Both are set once, before any dataplane block exists, and read as plainly as the bases
-     * (one compare with memory). The slice byte (chunks.h) is FAST only in a slice mimalloc
-     * holds committed (so the key can be read) where a block may start and no one watches. */
+     * bases 16-byte aligned and the ranges disjoint, units - rel_16 is below the range's span
+     * exactly when p's own rotated offset into the range is (in range and aligned), and then
+     * equals it. rel_16 is set once, before any dataplane block exists, and read as plainly as
+     * the bases; the span is 0 while a block watcher holds anything (fast_spans.h). The slice
+     * byte (chunks.h) is FAST only in a slice mimalloc holds committed (so the key can be read)
+     * where a block may start and no one watches. */
     const uintptr_t dp_units = units - nic_dp.rel_16;
-    if (dp_units < nic_dp.span_16) {
+    if (dp_units < nic_fast_span(NIC_FAST_DATAPLANE)) {
       if (nic_dp_units_fast(dp_units)) {
         const uintptr_t key = nic_free_key();
-        if (__builtin_expect(!nic_block_holds(p, key) && !nic_watching_blocks(), 1)) {
+        if (__builtin_expect(!nic_block_holds(p, key), 1)) {
           nic_free_dp_block_keyed(p, key);
           return;
         }
       }
     } else if (dp_units + __atomic_load_n(&nic_dp.rel_16, __ATOMIC_RELAXED) <
-                   nic_commit_map.unchecked_16 &&
-               !nic_free_filters_armed() && !nic_maybe_huge_block_or_boundary(p)) {
+                   nic_fast_span(NIC_FAST_UNCHECKED) &&
+               !nic_maybe_huge_block_or_boundary(p)) {
       /* NICMALLOC_FREE_CHECK=0: a block of the control arena, released as the general path
        * would release it unchecked, without reading or writing it (no key: nothing reads one).
        * Its units again from dp_units (a second load the compiler cannot merge), so that the

@@ -56,10 +56,8 @@ struct nic_dp_range {
   size_t span;         /* max_chunks * chunk_size */
   unsigned shift;      /* log2(chunk_size) */
   unsigned step_shift; /* log2(NICMALLOC_PIN_STEP), at most shift */
-  /* span in 16-byte units, set after base (0 until then): free's dataplane test compares the
-   * offset rotated right by 4 bits with it, range and block alignment in one compare. */
-  uintptr_t span_16;
-  /* (base - nic_commit_map.base) / 16, set before span_16: free has the control arena's
+  /* (base - nic_commit_map.base) / 16, set before free's span of the range (fast_spans.h:
+   * NIC_FAST_DATAPLANE, span in 16-byte units, 0 until then): free has the control arena's
    * rotated offset already, and this taken from it is the dataplane range's (alloc_inline.h
    * says why). Both bases are set once, the control arena's at an earlier start-up step. */
   uintptr_t rel_16;
@@ -152,7 +150,7 @@ void nic_chunk_watch_frees(unsigned index, int delta);
 static inline bool nic_chunk_readable(unsigned index) {
   return __atomic_load_n(nic_chunk_slices(index), __ATOMIC_ACQUIRE) & NIC_DP_SLICE_MAPPED;
 }
-/* The slice at units_16 16-byte units (less than nic_dp.span_16) into the range is mapped,
+/* The slice at units_16 16-byte units (less than nic_dp.span / 16) into the range is mapped,
  * committed, may start a block, and nothing asks its frees to take the general path. */
 static inline bool nic_dp_units_fast(uintptr_t units_16) {
   return __atomic_load_n(&nic_dp_slices[units_16 >> (NIC_SLICE_SHIFT - 4)], __ATOMIC_ACQUIRE) ==

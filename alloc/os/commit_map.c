@@ -1,6 +1,7 @@
 #define _GNU_SOURCE
 #include "commit_map.h"
 
+#include "fast_spans.h"
 #include "map.h"
 #include "pagemap.h"
 
@@ -47,12 +48,12 @@ void nic_commit_map_verify(const void *block) {
   const uintptr_t offset = (uintptr_t)block - nic_commit_map.base;
   if (!nic_commit_map.committed) {
     if (skipped_size && offset < skipped_size)
-      __atomic_store_n(&nic_commit_map.unchecked_16, skipped_size / 16, __ATOMIC_RELEASE);
+      nic_fast_span_set(NIC_FAST_UNCHECKED, skipped_size / 16);
     return;
   }
   if (offset < nic_commit_map.size && nic_commit_map_has(offset) &&
       nic_commit_map_readable(offset)) {
-    __atomic_store_n(&nic_commit_map.checked_16, nic_commit_map.size / 16, __ATOMIC_RELEASE);
+    nic_fast_span_set(NIC_FAST_CONTROL, nic_commit_map.size / 16);
     __atomic_store_n(&nic_commit_map.checked, nic_commit_map.size, __ATOMIC_RELEASE);
   }
 }
@@ -71,7 +72,7 @@ static bool word_writable(void *word, bool make) {
 
 /* The kernel refused a page of the table: stop trusting the map, frees ask mimalloc again. */
 static void distrust(void) {
-  __atomic_store_n(&nic_commit_map.checked_16, 0, __ATOMIC_RELEASE);
+  nic_fast_span_set(NIC_FAST_CONTROL, 0);
   __atomic_store_n(&nic_commit_map.checked, 0, __ATOMIC_RELEASE);
 }
 

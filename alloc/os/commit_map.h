@@ -27,15 +27,11 @@
 struct nic_commit_map {
   uintptr_t base; /* the control arena, recorded from nic_commit_map_init on */
   size_t size;
-  size_t checked; /* bytes from base the free check trusts the map for: 0 until proven,
-                   * and 0 under NICMALLOC_FREE_CHECK=0 (no map is kept then; free's fast
-                   * path tests this first) */
-  /* checked / 16, stored with it: free's fast path compares p - base rotated right by 4 bits
-   * with this, which tests the range and the 16-byte alignment of a block in one compare. */
-  size_t checked_16;
-  /* Under NICMALLOC_FREE_CHECK=0 (no map kept), the arena's size / 16, else 0: free's fast path
-   * then releases a block of the arena after the range and alignment compare alone. */
-  size_t unchecked_16;
+  /* Bytes from base the free check trusts the map for: 0 until proven, and 0 under
+   * NICMALLOC_FREE_CHECK=0 (no map is kept then). Free's fast path compares with the same span
+   * in 16-byte units (fast_spans.h: NIC_FAST_CONTROL), and under NICMALLOC_FREE_CHECK=0 with the
+   * arena's (NIC_FAST_UNCHECKED). */
+  size_t checked;
   uint8_t *committed; /* one byte per page, 1 or 0; NULL when the table could not be reserved */
   uint64_t *readable; /* one bit per page */
 };
@@ -68,7 +64,7 @@ static inline bool nic_commit_map_bit(const uint64_t *bits, uintptr_t offset) {
 static inline bool nic_commit_map_has(uintptr_t offset) {
   return __atomic_load_n(&nic_commit_map.committed[offset >> NIC_PAGE_SHIFT], __ATOMIC_RELAXED);
 }
-/* units: (p - base) / 16, already known to be below checked_16. */
+/* units: (p - base) / 16, already known to be below checked / 16. */
 static inline bool nic_commit_map_has_16(uintptr_t units) {
   return __atomic_load_n(&nic_commit_map.committed[units >> (NIC_PAGE_SHIFT - 4)],
                          __ATOMIC_RELAXED);
