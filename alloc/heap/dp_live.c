@@ -15,6 +15,7 @@
 #include "mi_free_lists.h"
 #include "mi_layout.h"
 #include "startup.h"
+#include "valgrind.h"
 
 #include <mimalloc.h>
 #include <stddef.h>
@@ -176,6 +177,7 @@ static int64_t page_live_of(const void *p) {
 }
 
 static void dp_live_init(void) {
+  if (nic_valgrind_took_malloc) return; /* its mi_free would be Valgrind's: valgrind.h */
   mi_heap_t *heap = mi_heap_new();
   if (!heap) return;
   /* A size class nothing else here uses, so that the page holds only these blocks; its segment

@@ -8,6 +8,7 @@
 #include "nocancel.h"
 #include "page.h"
 #include "startup.h"
+#include "valgrind.h"
 
 #include <errno.h>
 #include <mimalloc.h>
@@ -77,7 +78,9 @@ bool nic_vspace_trusted_beyond_map(const void *p) {
 }
 
 bool nic_control_arena_init(bool use_commit_map) {
-  for (size_t size = CONTROL_ARENA_SIZE; size >= CONTROL_ARENA_MIN; size /= 2) {
+  /* valgrind.h: what a big reservation costs there */
+  const size_t first = nic_under_memcheck() ? CONTROL_ARENA_MIN : CONTROL_ARENA_SIZE;
+  for (size_t size = first; size >= CONTROL_ARENA_MIN; size /= 2) {
     void *base = nic_vspace_reserve(size, (size_t)32 << 20, NIC_CONTROL_HINT);
     if (!base) continue;
     /* Not committed, so mimalloc commits (mprotect) and decommits (MADV_DONTNEED) as usual,
@@ -110,5 +113,6 @@ bool nic_control_arena_init(bool use_commit_map) {
 /* Before mimalloc maps its first segment. */
 static void control_arena_start(void) {
   nic_control_arena_init(nic_config()->free_check);
+  nic_valgrind_check();
 }
 NIC_STARTUP_STEP(control_arena, NIC_START_CONTROL_ARENA, control_arena_start);

@@ -69,6 +69,7 @@ int cmd_libc_names(int argc, char **argv);
 int cmd_errno_kept(int argc, char **argv);
 int cmd_too_large(int argc, char **argv);
 int cmd_guarded_free(int argc, char **argv);
+int cmd_valgrind_run(int argc, char **argv);
 int cmd_grow_untouched(int argc, char **argv);
 int cmd_huge_usable(int argc, char **argv);
 

@@ -7,6 +7,7 @@
 #include <errno.h>
 #include <malloc.h>
 #include <pthread.h>
+#include <stdbool.h>
 #include <stddef.h>
 #include <stdint.h>
 #include <stdio.h>
@@ -388,4 +389,26 @@ static int guarded_free(void) {
 int cmd_guarded_free(int argc, char **argv) {
   (void)argc, (void)argv;
   return guarded_free();
+}
+
+/* Run under Valgrind by the test: the program's own blocks, then (with "nic") a block of
+ * nicmalloc's API; the address space the process holds (Valgrind's and the program's). */
+static int valgrind_run(bool nic) {
+  char *block = malloc(100);
+  if (!block) return 1;
+  memset(block, 1, 100);
+  free(block);
+  if (nic) {
+    char *dp = nic_malloc(4096);
+    if (!dp) return 1;
+    memset(dp, 2, 4096);
+    nic_free(dp);
+  }
+  printf("vm_kb=%ld\n", nic_proc_kb("/proc/self/status", "VmSize:"));
+  puts("done=1");
+  return 0;
+}
+
+int cmd_valgrind_run(int argc, char **argv) {
+  return valgrind_run(argc > 2 && !strcmp(argv[2], "nic"));
 }
