@@ -8,6 +8,7 @@
 #include "mi_free_lists.h"
 #include "nicmalloc.h"
 #include "startup.h"
+#include "valgrind.h"
 
 #include <errno.h>
 #include <stdlib.h>
@@ -276,6 +277,12 @@ bool nic_dropped_block_freed(const void *p) {
  * block's chunk (whose frees come here: chunks.h) learns of the room made. */
 void nic_free_dp_block(void *p) {
   struct nic_thread *t = &nic_self;
+  if (__builtin_expect(nic_valgrind_took_malloc, 0)) {
+    /* mi_free is Valgrind's there, which would call the block invalid (memcheck) or abort
+     * (massif): kept, marked freed, as the start-up message says (valgrind.h). */
+    nic_block_set_word(p, nic_free_key());
+    return;
+  }
   nic_free_dp_block_keyed(p, nic_free_key());
   if (t->state != NIC_THREAD_READY) return;
   if (!nic_dp_epoch_seen(t)) nic_dp_refresh(t);

@@ -13,6 +13,7 @@
 #include "step_pages.h"
 #include "steps.h"
 #include "sub_pages.h"
+#include "valgrind.h"
 #include "vspace.h"
 
 #include <errno.h>
@@ -56,7 +57,9 @@ static int reserve_locked(void) {
   nic_dp.step_shift = cfg->step_shift;
   __atomic_store_n(&nic_dp.base, (uintptr_t)base, __ATOMIC_RELEASE);
   __atomic_store_n(&nic_dp.rel_16, ((uintptr_t)base - nic_commit_map.base) >> 4, __ATOMIC_RELEASE);
-  nic_fast_span_set(NIC_FAST_DATAPLANE, span >> 4);
+  /* Where Valgrind took mi_free, every dataplane free goes to nic_free_dp_block, which keeps
+   * the block (valgrind.h). */
+  nic_fast_span_set(NIC_FAST_DATAPLANE, nic_valgrind_took_malloc ? 0 : span >> 4);
   nic_dp_commit_set((uintptr_t)base, span, nic_steps_commit, nic_steps_decommit);
   return 0;
 }

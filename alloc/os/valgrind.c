@@ -38,9 +38,9 @@ void nic_valgrind_check(void) {
   mi_free(probe);
   if (nic_valgrind_took_malloc)
     nic_log_warn("running under Valgrind, which replaced the malloc family of libnicmalloc and "
-                 "libmimalloc (its default): the program's heap is Valgrind's, and the blocks "
-                 "nicmalloc allocates itself (nic_malloc, dataplane and receive buffers) are "
-                 "reported as invalid frees when freed and are never reused. Run Valgrind with "
+                 "libmimalloc (its default): the program's heap is Valgrind's, and the dataplane "
+                 "blocks nicmalloc allocates itself (nic_malloc, receive buffers) are kept when "
+                 "freed, never reused (Valgrind's free cannot take them). Run Valgrind with "
                  "--soname-synonyms=somalloc=nouserintercepts to keep nicmalloc's allocator "
                  "(Valgrind then follows no heap blocks)");
   else

@@ -5,9 +5,10 @@
  * cachegrind, which must see the allocator as it runs natively. And
  * Valgrind replaces the malloc family in every library that exports it, libnicmalloc's and
  * libmimalloc's included: the program's heap is then Valgrind's, and mi_free, an alias of
- * libmimalloc's free, is Valgrind's too, so blocks nicmalloc allocates itself can be neither
- * freed nor reused. That is said once at start-up, with the option that keeps nicmalloc's
- * allocator (--soname-synonyms=somalloc=nouserintercepts). */
+ * libmimalloc's free, is Valgrind's too, which calls nicmalloc's dataplane blocks invalid
+ * (memcheck) or aborts on them (massif): they are kept when freed (core/alloc.c), never reused.
+ * That is said once at start-up, with the option that keeps nicmalloc's allocator
+ * (--soname-synonyms=somalloc=nouserintercepts). */
 #ifndef NIC_VALGRIND_H
 #define NIC_VALGRIND_H
 
