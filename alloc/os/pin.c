@@ -5,6 +5,7 @@
 #include "memcg.h"
 #include "nocancel.h"
 #include "page.h"
+#include "valgrind.h"
 
 #include <errno.h>
 #include <fcntl.h>
@@ -163,6 +164,9 @@ static int map_hugetlb_step(void *addr, size_t len, int size_flag) {
  * *err, as mlock's would be. */
 static bool lock_on_fault(void *addr, size_t len, int *err) {
   *err = 0;
+  /* Valgrind 3.19 does not know mlock2: it fails it, as an old kernel would, after a warning
+   * that asks the user for a bug report. */
+  if (nic_under_valgrind()) return false;
   if (syscall(SYS_mlock2, addr, len, MLOCK_ONFAULT) == 0) return true;
   if (errno == ENOSYS || errno == EINVAL) return false;
   *err = errno;
