@@ -333,10 +333,16 @@ TEST_F(RcacheInstance, TwoCachesUsedWhileTheirPagesAreDroppedStayBalanced) {
   // nothing would be invalidated (one run in 20 here, alone or under the whole suite; and once
   // in a suite run with the users counted before their first region, when a user preempted
   // there left its cache empty through every drop).
+  // The users are bounded all the same, and let the dropper in: each drop waits for the cache
+  // lock the users take in a tight loop, and every registration is recorded by the fake, so an
+  // unbounded user outran a starved dropper once until the machine's memory ran out (24 GB,
+  // killed by the kernel).
+  const int kMaxRounds = 200 * kRounds;
   std::atomic<bool> drops_done{false};
   std::atomic<int> users_started{0};
   auto user = [this, &drops_done, &users_started](nic_rcache *c, FakeBackend *f, unsigned seed) {
-    for (int i = 0; i < kRounds || !drops_done.load(); i++) {
+    for (int i = 0; i < kRounds || (!drops_done.load() && i < kMaxRounds); i++) {
+      if (i % 64 == 63) std::this_thread::yield();
       const size_t page = rand_r(&seed) % 8, off = rand_r(&seed) % kPage;
       const size_t len = 1 + rand_r(&seed) % (2 * kPage);
       const uintptr_t p = At(page) + off;
