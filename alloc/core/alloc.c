@@ -3,6 +3,7 @@
 #include "alloc_inline.h"
 #include "config.h"
 #include "dp_heap.h"
+#include "interposed.h"
 #include "log.h"
 #include "mapped.h"
 #include "mi_free_lists.h"
@@ -213,6 +214,11 @@ void *nic_alloc(size_t size, size_t alignment, bool zero, enum nic_route route) 
  * rule's (site records lower it at run time). The general path cost such a malloc/free pair of
  * 4 KiB about 93 instructions more than nic_malloc's (bench/callgrind_hotpaths.sh, 4096 B). */
 void *nic_alloc_auto_general(size_t size, bool zero) {
+  if (__builtin_expect(size == SIZE_MAX, 0)) { /* no allocator can serve it, nor tries */
+    nic_probe_malloc_seen = true;
+    errno = ENOMEM;
+    return NULL;
+  }
   if (size >= nic_auto_dp_threshold &&
       __atomic_load_n(&nic_fast_limit, __ATOMIC_RELAXED) == nic_auto_dp_threshold &&
       __atomic_load_n(&nic_self.fast_span, __ATOMIC_RELAXED) != 0 &&
@@ -297,9 +303,12 @@ void nic_release_deferred(void *p) {
 /* free never changes errno (POSIX.1-2024, and glibc since 2.33): the general path may unmap,
  * publish to watchers, decommit or report. */
 void nic_free_general(void *p, const char *caller) {
+  if (!p) {
+    nic_probe_free_seen = true;
+    return;
+  }
   const int saved_errno = errno;
-  if (p && (nic_is_mapped(p) || nic_check_live_block(p, caller, NIC_USE_FREE)))
-    nic_release_block(p);
+  if (nic_is_mapped(p) || nic_check_live_block(p, caller, NIC_USE_FREE)) nic_release_block(p);
   errno = saved_errno;
 }
 

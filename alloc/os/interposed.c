@@ -13,8 +13,11 @@
 #include "mimalloc_imports.h"
 
 #include <dlfcn.h>
+#include <errno.h>
 #include <link.h>
 #include <stdbool.h>
+#include <stdint.h>
+#include <string.h>
 
 /* Whether name is bound to a definition in the object that holds this code: libnicmalloc.so,
  * or a program built with the runtime's objects in it. *owner is the object it is bound to. */
@@ -27,6 +30,60 @@ static bool bound_here(const char *name, const void **bound, Dl_info *owner,
          owner->dli_fbase == here.dli_fbase;
 }
 
+/* A program built without PIE that takes malloc's address binds the name to an entry of its own
+ * procedure linkage table, the one address every object must see for the function: an undefined
+ * symbol with a value. dlsym answers with that entry (node does this), while calls through it
+ * reach the first definition after the program. */
+static bool is_program_entry(const char *name, const void *bound) {
+  Dl_info info;
+  const ElfW(Sym) *sym = NULL;
+  return dladdr1(bound, &info, (void **)&sym, RTLD_DL_SYMENT) && sym &&
+         sym->st_shndx == SHN_UNDEF && info.dli_sname && !strcmp(info.dli_sname, name);
+}
+
+__thread bool nic_probe_free_seen, nic_probe_malloc_seen;
+
+/* Whether a call through the program's entry for free ends here: free(NULL) does nothing in any
+ * allocator, and nicmalloc's notes it on the calling thread. */
+static bool free_call_ends_here(const void *entry) {
+  nic_probe_free_seen = false;
+  ((void (*)(void *))entry)(NULL);
+  return nic_probe_free_seen;
+}
+
+/* The same for malloc, asked only once free's calls are known to end here (a malloc that is not
+ * nicmalloc's would give a block no known free could take): malloc(SIZE_MAX) is refused by any
+ * allocator. */
+static bool malloc_call_ends_here(const void *entry) {
+  const int saved_errno = errno;
+  nic_probe_malloc_seen = false;
+  void *p = ((void *(*)(size_t))entry)(SIZE_MAX);
+  errno = saved_errno;
+  return !p && nic_probe_malloc_seen;
+}
+
+/* Where calls to name end, when the program's entry for it is not a definition: the first object
+ * after the program (in load order: the preloaded ones, then the program's needs) defining it. */
+static void find_definition(const char *name, Dl_info *owner, struct link_map **owner_map) {
+  for (struct link_map *l = *owner_map ? (*owner_map)->l_next : NULL; l; l = l->l_next) {
+    void *handle = dlopen(l->l_name, RTLD_LAZY | RTLD_NOLOAD);
+    if (!handle) continue;
+    const void *found = dlsym(handle, name);
+    Dl_info info;
+    struct link_map *map = NULL;
+    const bool defined_here =
+        found && dladdr1(found, &info, (void **)&map, RTLD_DL_LINKMAP) && map == l;
+    dlclose(handle);
+    if (defined_here) {
+      *owner = info;
+      *owner_map = map;
+      return;
+    }
+  }
+  *owner = (Dl_info){0};
+  *owner_map = NULL;
+}
+
 static bool interposed = true;
 
 bool nic_malloc_interposed(void) {
@@ -34,23 +91,33 @@ bool nic_malloc_interposed(void) {
 }
 
 void nic_interposed_check(void) {
-  const void *bound_malloc, *bound_free;
+  const void *bound_malloc = NULL, *bound_free = NULL;
   Dl_info malloc_owner = {0}, free_owner = {0};
   struct link_map *malloc_map = NULL, *free_map = NULL;
-  const bool malloc_here = bound_here("malloc", &bound_malloc, &malloc_owner, &malloc_map);
-  if (malloc_here && bound_here("free", &bound_free, &free_owner, &free_map)) return;
+  const bool free_here =
+      bound_here("free", &bound_free, &free_owner, &free_map) ||
+      (bound_free && is_program_entry("free", bound_free) && free_call_ends_here(bound_free));
+  const bool malloc_bound_here = bound_here("malloc", &bound_malloc, &malloc_owner, &malloc_map);
+  if (free_here &&
+      (malloc_bound_here || (bound_malloc && is_program_entry("malloc", bound_malloc) &&
+                             malloc_call_ends_here(bound_malloc))))
+    return;
   __atomic_store_n(&interposed, false, __ATOMIC_RELAXED);
   nic_mimalloc_imports_redirect();
-  const char *name = malloc_here ? "free" : "malloc";
-  const Dl_info *owner = malloc_here ? &free_owner : &malloc_owner;
-  const struct link_map *map = malloc_here ? free_map : malloc_map;
+  /* malloc, unless it alone is nicmalloc's */
+  const bool about_malloc = free_here || !malloc_bound_here;
+  const char *name = about_malloc ? "malloc" : "free";
+  const void *bound = about_malloc ? bound_malloc : bound_free;
+  Dl_info *owner = about_malloc ? &malloc_owner : &free_owner;
+  struct link_map **map = about_malloc ? &malloc_map : &free_map;
+  if (bound && is_program_entry(name, bound)) find_definition(name, owner, map);
   const char *what = "malloc, free, operator new, NICMALLOC_DP_MIN_SIZE, NICMALLOC_PROFILE, "
                      "NICMALLOC_SITES and the dataplane scope do not reach nicmalloc here, and "
                      "its blocks (nic_malloc and the other nic_ calls) must be freed with nic_free";
   /* The main program's link map has an empty name. A program with an allocator of its own
    * (rustc's jemalloc) has it whatever is preloaded: said where a setting asks for what cannot
    * be, else only when verbose, as a preloaded wrapper of a whole build would meet many. */
-  if (map && map->l_name && !map->l_name[0]) {
+  if (*map && (*map)->l_name && !(*map)->l_name[0]) {
     const struct nic_config *cfg = nic_config();
     const bool asked = cfg->dp_min_size || cfg->sites_path || cfg->profile_path;
     (asked ? nic_log_warn : nic_log_info)("the program defines its own %s (%s): %s", name,

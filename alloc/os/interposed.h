@@ -15,4 +15,9 @@ void nic_interposed_check(void);
  * registration of it could outlive its pages unnoticed) and posts copy it. */
 bool nic_malloc_interposed(void);
 
+/* Set on the calling thread by nicmalloc's free when given NULL and by its malloc when asked for
+ * SIZE_MAX bytes (which every allocator refuses): how nic_interposed_check learns whether a call
+ * through the program's own entry for the name (a program built without PIE) ends here. */
+extern __thread bool nic_probe_free_seen, nic_probe_malloc_seen;
+
 #endif

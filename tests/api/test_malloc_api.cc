@@ -303,6 +303,37 @@ TEST(MallocApi, LoadedWithDlopenItSaysItIsNotTheMallocAndFreesItsOwnBlocks) {
   EXPECT_EQ(preloaded.num("copied_bytes"), 0);
 }
 
+// The same host built without PIE, taking malloc's and free's addresses: the names are bound to
+// the program's own table entries, which lead to glibc's. nicmalloc still finds that it is not
+// the malloc and names glibc's library, not the program.
+TEST(MallocApi, LoadedWithDlopenIntoAProgramWithoutPieItNamesTheMallocCallsReach) {
+  auto r = run_program(DLOPEN_HOST_NO_PIE, {}, {DLOPEN_EXT, NIC_LIB_PATH});
+  ASSERT_EQ(r.exit_code, 0) << r.out << r.err;
+  EXPECT_EQ(r.num("malloc_dataplane"), 0) << "malloc is glibc's here";
+  EXPECT_EQ(r.num("register_plain_rc"), -EPERM) << "its frees and unmaps go by unseen";
+  EXPECT_EQ(count_lines(r.err, "the program's malloc is not nicmalloc's but "), 1) << r.err;
+  EXPECT_EQ(count_lines(r.err, "libc.so"), 1) << r.err;
+  EXPECT_EQ(count_lines(r.err, "defines its own"), 0) << r.err;
+}
+
+// A program built without PIE that takes malloc's and free's addresses (Debian's node) binds the
+// names to its own table entries, which lead to nicmalloc's: linked or preloaded, nicmalloc is
+// the malloc. It said the program had a malloc of its own and refused to register memory whose
+// frees it does see.
+TEST(MallocApi, InAProgramWithoutPieThatTakesMallocsAddressItIsTheMalloc) {
+  const std::string preload = std::string("LD_PRELOAD=") + NIC_LIB_PATH;
+  for (const bool preloaded : {false, true}) {
+    std::vector<std::string> env{"NICMALLOC_DP_MIN_SIZE=64"};
+    if (preloaded) env.push_back(preload);
+    auto r = run_program(PLT_MALLOC_PROGRAM, env, {});
+    ASSERT_EQ(r.exit_code, 0) << r.out << r.err;
+    EXPECT_EQ(r.num("malloc_dataplane"), 1) << preloaded;
+    EXPECT_EQ(r.num("register_plain_rc"), 0) << preloaded << r.err;
+    EXPECT_EQ(r.num("invalid_frees"), 0) << preloaded;
+    EXPECT_EQ(r.err, "") << preloaded;
+  }
+}
+
 // Preloaded into a program that defines its own malloc (rustc has jemalloc), nicmalloc cannot be
 // the malloc: said when a setting asks for routing that cannot happen, else only when verbose (a
 // preloaded build meets many such programs).
