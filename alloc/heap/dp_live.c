@@ -92,8 +92,8 @@ static void add_heap(uintptr_t *heaps, unsigned *n, uintptr_t heap) {
   if (*n < HEAPS_MAX) heaps[(*n)++] = heap;
 }
 
-/* One segment's pages: their live bytes, and the heaps that own them. Returns the segment's
- * length in slices (at least one segment's worth). */
+/* One segment's pages: their live bytes, and the heaps that own them. Returns the bytes of the
+ * segment's arena claim (mi_layout.h), where the next segment may start. */
 static size_t segment_live(uintptr_t segment, int64_t *bytes, uintptr_t *heaps, unsigned *nheaps) {
   const size_t slices = word_at(segment + NIC_MI_SEG_SLICES_TOTAL);
   const size_t entries = word_at(segment + NIC_MI_SEG_SLICE_ENTRIES);
@@ -121,8 +121,7 @@ static size_t segment_live(uintptr_t segment, int64_t *bytes, uintptr_t *heaps, 
     }
     index += span;
   }
-  const size_t length = slices << NIC_MI_SLICE_SHIFT;
-  return length > NIC_MI_SEGMENT_SIZE ? length : NIC_MI_SEGMENT_SIZE;
+  return nic_mi_segment_claim(slices);
 }
 
 int64_t nic_dp_live_chunk_locked(unsigned index) {
@@ -134,7 +133,7 @@ int64_t nic_dp_live_chunk_locked(unsigned index) {
   unsigned nheaps = 0;
   int64_t bytes = 0;
   /* One byte past each segment boundary: mimalloc 2.0.9 finds a pointer's segment as
-   * (p - 1) & ~mask. A huge segment's later 32 MiB are skipped by its length. */
+   * (p - 1) & ~mask. A huge segment's later arena blocks are skipped by its claim. */
   for (size_t off = 0; off < size;) {
     const uintptr_t segment = base + off;
     if (!mi_is_in_heap_region((const void *)(segment + 1))) {

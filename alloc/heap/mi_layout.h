@@ -40,4 +40,13 @@
 #define NIC_MI_HEAP_THREAD_ID 2848
 #define NIC_MI_HUGE_BLOCK_SIZE ((uint32_t)1 << 31) /* xblock_size of a huge page */
 
+/* The bytes of arena claimed by a segment of this many slices: whole arena blocks, so the next
+ * segment starts at the next block boundary, not where a huge one ends (40 MiB of block, 64 MiB
+ * claimed). Walks of a chunk's segments step by it. */
+static inline uintptr_t nic_mi_segment_claim(uintptr_t slices_total) {
+  const uintptr_t length = slices_total << NIC_MI_SLICE_SHIFT;
+  if (length <= NIC_MI_SEGMENT_SIZE) return NIC_MI_SEGMENT_SIZE;
+  return (length + NIC_MI_ARENA_BLOCK - 1) & ~(uintptr_t)(NIC_MI_ARENA_BLOCK - 1);
+}
+
 #endif

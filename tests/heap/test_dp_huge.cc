@@ -9,6 +9,7 @@
 #include <malloc.h>
 #include <mimalloc.h>
 
+#include <algorithm>
 #include <cstdint>
 #include <cstdlib>
 #include <cstring>
@@ -17,6 +18,7 @@
 extern "C" {
 #include "chunks.h"
 #include "dp_huge.h"
+#include "mi_decommit.h"
 #include "nicmalloc.h"
 #include "steps.h"
 }
@@ -194,6 +196,64 @@ TEST(DpHuge, TheClaimsTailServesLaterBlocks) {
     EXPECT_EQ(blocks[i][usable - 1], (char)i);
     free(blocks[i]);
   }
+}
+
+// dataplane_live walks a chunk's segments, each at the start of an arena block. A huge segment
+// ends inside its claim's last 32 MiB (40 MiB of block: 64 MiB claimed), and the walk went on
+// from its end, reading the next segments' headers at the wrong offsets: with a 200 MiB block
+// after a 40 MiB one it read their bytes as page headers and counted 2^48 bytes live.
+TEST(DpHuge, LiveBytesCountEveryBlockAfterAHugeSegmentThatEndsInsideItsClaim) {
+  ReleaseIdleSteps();
+  const size_t before = Stats().dataplane_live;
+  std::vector<std::pair<char *, size_t>> blocks;
+  size_t usable_sum = 0;
+  for (size_t size : {40 * kMiB, 200 * kMiB, 17 * kMiB + 4096, 3 * kMiB}) {
+    char *p = static_cast<char *>(nic_malloc(size));
+    ASSERT_NE(p, nullptr) << size;
+    const size_t usable = malloc_usable_size(p);
+    memset(p, 0x5a, usable); // bytes that read as anything but a header
+    blocks.emplace_back(p, usable);
+    usable_sum += usable;
+  }
+  const size_t live = Stats().dataplane_live - before;
+  EXPECT_GE(live, usable_sum);
+  EXPECT_LE(live, usable_sum + 4 * kMiB) << "blocks counted that are not there";
+  for (auto &b : blocks)
+    free(b.first);
+  EXPECT_LE(Stats().dataplane_live, before + 4 * kMiB);
+}
+
+size_t RecordSegment(uintptr_t segment, void *arg) {
+  static_cast<std::vector<uintptr_t> *>(arg)->push_back(segment);
+  return 1;
+}
+
+// The decommit's walk of a thread's segments (mi_decommit.h, the nudge's) stepped over a huge
+// segment by its length as well, and then probed every later arena block off its boundary:
+// segments after a huge one that ends inside its claim were never decommitted.
+TEST(DpHuge, TheSegmentWalkFindsSegmentsAfterAHugeSegmentThatEndsInsideItsClaim) {
+  char *huge = static_cast<char *>(nic_malloc(40 * kMiB));
+  ASSERT_NE(huge, nullptr);
+  const Claim claim = ClaimOf(huge);
+  ASSERT_EQ(claim.len, 2 * kArenaBlock);
+  std::vector<char *> blocks; // large pages of normal segments, until one lies past the claim
+  uintptr_t after = 0;
+  for (int i = 0; i < 64 && !after; i++) {
+    char *p = static_cast<char *>(nic_malloc(5 * kMiB));
+    ASSERT_NE(p, nullptr);
+    blocks.push_back(p);
+    if ((uintptr_t)p > claim.start + claim.len && nic_chunk_index(p) == nic_chunk_index(huge))
+      after = (uintptr_t)p & ~(kArenaBlock - 1);
+  }
+  ASSERT_NE(after, 0u) << "no segment of this thread's past the huge block's claim";
+  std::vector<uintptr_t> seen;
+  nic_mi_each_owned_segment(nic_chunk_index(huge), RecordSegment, &seen);
+  EXPECT_NE(std::find(seen.begin(), seen.end(), after), seen.end())
+      << "the segment at " << std::hex << after << " after the claim at " << claim.start
+      << " was not walked";
+  for (char *p : blocks)
+    free(p);
+  free(huge);
 }
 
 TEST(DpHuge, DoubleFreeIsReportedAndTheBlockIsHandedOutOnce) {
