@@ -112,26 +112,54 @@ static uint64_t advance_states(const int64_t *live, uint64_t now, unsigned delay
   return candidates;
 }
 
+/* Whether mimalloc holds no segment over the step. A step it still holds committed then lies in
+ * a segment it freed into its segment cache, which stays committed until an allocation purges
+ * the cache, or a forced collect does (nic_collect_abandoned). *block and *in_block carry the
+ * last 32 MiB block looked at: a step is usually a part of one. */
+static bool in_no_segment(unsigned index, unsigned step, uintptr_t *block, bool *in_block) {
+  const uintptr_t base = (uintptr_t)nic_step_base(index, step);
+  const uintptr_t end = base + ((uintptr_t)1 << nic_dp.step_shift);
+  for (uintptr_t a = base & ~NIC_MI_SEGMENT_MASK; a < end; a += NIC_MI_SEGMENT_SIZE) {
+    if (a != *block) {
+      *block = a;
+      /* one byte in: mimalloc finds a pointer's segment as (p - 1) & ~mask */
+      *in_block = mi_is_in_heap_region((const void *)(a + 1));
+    }
+    if (*in_block) return false;
+  }
+  return true;
+}
+
 /* Steps of live chunks that mimalloc held nothing committed in for the release delay are given
- * back (steps.h says why that is safe without a barrier); a draining chunk goes whole. */
-static void release_steps(uint64_t now, unsigned delay_ms) {
+ * back (steps.h says why that is safe without a barrier); a draining chunk goes whole. Returns
+ * whether a step stayed that long committed in no segment: in mimalloc's segment cache, which
+ * only a forced collect empties when no thread allocates (a kept chunk never drains). */
+static bool release_steps(uint64_t now, unsigned delay_ms) {
+  bool cached = false;
   nic_chunks_lock();
   unsigned slots = nic_chunk_slots_used();
   for (unsigned i = 0; i < slots; i++) {
     struct nic_chunk *c = nic_chunk_at(i);
     if (c->state != NIC_CHUNK_LIVE) continue;
+    uintptr_t block = 0;
+    bool in_block = false;
     for (unsigned s = 0; s < nic_steps_per_chunk(); s++) {
       struct nic_step *st = &c->steps[s];
-      if (!st->backed || nic_step_committed(i, s)) {
+      const bool committed = st->backed && nic_step_committed(i, s);
+      if (!st->backed || (committed && !in_no_segment(i, s, &block, &in_block))) {
         st->empty_since_ms = 0;
       } else if (!st->empty_since_ms) {
         st->empty_since_ms = now;
       } else if (now - st->empty_since_ms >= delay_ms) {
-        nic_step_release_locked(i, s);
+        if (committed)
+          cached = true;
+        else
+          nic_step_release_locked(i, s);
       }
     }
   }
   nic_chunks_unlock();
+  return cached;
 }
 
 /* Releases the candidates still draining and empty; true when mimalloc still held committed
@@ -167,15 +195,17 @@ void nic_reaper_pass(void) {
   const unsigned epoch = __atomic_load_n(&nic_chunk_epoch, __ATOMIC_ACQUIRE);
   if (draining || epoch != nudged_epoch) nic_threads_nudge(epoch);
   nudged_epoch = epoch;
-  release_steps(now, delay_ms);
+  const bool cached = release_steps(now, delay_ms);
   nic_nudge_pass(live, now); /* freed spans only marked, in threads that never collect */
-  /* Empty segments abandoned by threads that exited are freed only when a heap visits them;
-   * a program whose dataplane threads are gone may never make one. At most once a second: a
-   * thread that keeps its segments and never comes back would otherwise pay it every pass. */
+  /* Empty segments abandoned by threads that exited are freed only when a heap visits them, and
+   * segments in mimalloc's cache decommitted only when an allocation purges it; a program whose
+   * dataplane threads are gone or idle may never make one. At most once a second: a thread that
+   * keeps its segments and never comes back would otherwise pay it every pass. */
   static uint64_t visited_ms;
-  if (segments_left && (!visited_ms || now - visited_ms >= 1000)) {
+  if ((segments_left || cached) && (!visited_ms || now - visited_ms >= 1000)) {
     visited_ms = now;
     nic_collect_abandoned();
+    if (cached) release_steps(now, delay_ms);
     candidates = advance_states(live, now, delay_ms, &segments_left, &draining);
   }
   /* A chunk with no segment left whose slices are still committed has them in mimalloc's

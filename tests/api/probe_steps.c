@@ -19,6 +19,13 @@ static void step_post_done(void *arg, int status) {
   step_posts_done++;
 }
 
+/* Whether the step under p was given back: its stale pointers then translate to no key. Asked
+ * of the step itself, as other steps may go meanwhile (the sim endpoint's freed buffers). */
+static bool step_given_back(const void *p) {
+  struct nic_region_ref ref;
+  return nic_translate(p, 4096, &ref) == 0 && ref.lkey == 0;
+}
+
 /* A 20 MiB block gets a step of its own beside a small block that keeps the chunk live; it is
  * registered, then freed: after a nic_hold of it (hold 1), or after a post of it to a sim
  * endpoint whose completion nothing polls for yet (hold 2). Waits up to wait_ms for the step to
@@ -45,17 +52,18 @@ static int step_release(int hold, unsigned wait_ms) {
   }
   free(b);
   const uint64_t deadline = probe_now_ms() + wait_ms;
-  while (stats_now().steps_released == 0 && probe_now_ms() < deadline)
+  while (!step_given_back(b) && probe_now_ms() < deadline)
     usleep(10000);
-  printf("released_while_held=%llu\n", (unsigned long long)stats_now().steps_released);
+  printf("released_while_held=%d\n", step_given_back(b));
   if (hold) {
     if (hold == 1) nic_release(b);
     while (hold == 2 && !step_posts_done)
       nic_poll(0);
     const uint64_t again = probe_now_ms() + 10000;
-    while (stats_now().steps_released == 0 && probe_now_ms() < again)
+    while (!step_given_back(b) && probe_now_ms() < again)
       usleep(10000);
   }
+  printf("given_back=%d\n", step_given_back(b));
   struct nic_stats s = stats_now();
   printf("released=%llu\npinned_after=%zu\nbacked_after=%zu\nvmlck_after_kb=%ld\n",
          (unsigned long long)s.steps_released, s.dataplane_pinned, s.dataplane_backed, vmlck_kb());
@@ -103,6 +111,31 @@ static int step_reads(unsigned count, size_t size) {
   return 0;
 }
 
+/* Blocks of 1 MiB fill whole segments beside a small block that keeps the thread's first one;
+ * freed, the segments they filled go whole to mimalloc's segment cache, which keeps them
+ * committed until an allocation or a forced collect purges it, and this thread then only sleeps.
+ * Waits up to wait_ms for the pinned bytes to fall to one segment's. */
+static int step_cached(unsigned wait_ms) {
+  void *keep = nic_malloc(64);
+  enum { kBlocks = 96 };
+  char *blocks[kBlocks];
+  for (int i = 0; i < kBlocks; i++) {
+    if (!(blocks[i] = nic_malloc(1u << 20))) return 1;
+    memset(blocks[i], 1, 1u << 20);
+  }
+  printf("pinned_full=%zu\n", stats_now().dataplane_pinned);
+  for (int i = 0; i < kBlocks; i++)
+    free(blocks[i]);
+  const uint64_t deadline = probe_now_ms() + wait_ms;
+  while (stats_now().dataplane_pinned > (32u << 20) && probe_now_ms() < deadline)
+    usleep(10000);
+  struct nic_stats s = stats_now();
+  printf("pinned_after=%zu\nreleased=%llu\nlive_after=%zu\n", s.dataplane_pinned,
+         (unsigned long long)s.steps_released, s.dataplane_live);
+  free(keep);
+  return 0;
+}
+
 /* The commands: argv[1] names one, its arguments follow (usage in probe.c). */
 int cmd_step_reads(int argc, char **argv) {
   (void)argc;
@@ -112,4 +145,9 @@ int cmd_step_reads(int argc, char **argv) {
 int cmd_step_release(int argc, char **argv) {
   (void)argc;
   return step_release(atoi(argv[2]), (unsigned)atoi(argv[3]));
+}
+
+int cmd_step_cached(int argc, char **argv) {
+  (void)argc;
+  return step_cached((unsigned)atoi(argv[2]));
 }
