@@ -124,7 +124,7 @@ static size_t segment_live(uintptr_t segment, int64_t *bytes, uintptr_t *heaps, 
   return nic_mi_segment_claim(slices);
 }
 
-int64_t nic_dp_live_chunk_locked(unsigned index) {
+int64_t nic_dp_live_chunk_locked(unsigned index, bool *idle_abandoned) {
   if (!nic_chunk_readable(index)) return 0;
   const uintptr_t base = (uintptr_t)nic_chunk_base(index);
   const size_t size = (size_t)1 << nic_dp.shift;
@@ -142,7 +142,13 @@ int64_t nic_dp_live_chunk_locked(unsigned index) {
       bytes += (int64_t)NIC_MI_SEGMENT_SIZE;
       off += NIC_MI_SEGMENT_SIZE;
     } else {
-      off += segment_live(segment, &bytes, heaps, &nheaps);
+      const int64_t before = bytes;
+      const size_t claim = segment_live(segment, &bytes, heaps, &nheaps);
+      /* thread id 0: its thread exited (mimalloc abandoned it); its pages have no heap, so no
+       * delayed-free list is taken off below */
+      if (idle_abandoned && bytes == before && word_at(segment + NIC_MI_SEG_THREAD_ID) == 0)
+        *idle_abandoned = true;
+      off += claim;
     }
   }
   for (unsigned i = 0; i < nheaps; i++)
@@ -150,11 +156,15 @@ int64_t nic_dp_live_chunk_locked(unsigned index) {
   return bytes > 0 ? bytes : 0;
 }
 
-bool nic_dp_live_sum(int64_t live[NIC_CHUNK_SLOTS]) {
+bool nic_dp_live_sum(int64_t live[NIC_CHUNK_SLOTS], uint64_t *idle_abandoned) {
+  if (idle_abandoned) *idle_abandoned = 0;
   nic_chunks_lock();
   const unsigned slots = nic_chunk_slots_used();
-  for (unsigned i = 0; i < NIC_CHUNK_SLOTS; i++)
-    live[i] = i < slots ? nic_dp_live_chunk_locked(i) : 0;
+  for (unsigned i = 0; i < NIC_CHUNK_SLOTS; i++) {
+    bool idle = false;
+    live[i] = i < slots ? nic_dp_live_chunk_locked(i, idle_abandoned ? &idle : NULL) : 0;
+    if (idle) *idle_abandoned |= 1ull << i;
+  }
   nic_chunks_unlock();
   return __atomic_load_n(&layout_ok, __ATOMIC_RELAXED);
 }

@@ -15,9 +15,12 @@
  * live or not (never a block that is neither allocated nor being freed, when the chunk is
  * DRAINING, as nothing is then allocated there). Takes the chunk lock: chunks are not released
  * under the walk. Where mimalloc's headers are not laid out as 2.0.9's (checked at start-up),
- * each chunk counts the bytes of the mimalloc segments in it instead, and returns false. */
-bool nic_dp_live_sum(int64_t live[NIC_CHUNK_SLOTS]);
+ * each chunk counts the bytes of the mimalloc segments in it instead, and returns false.
+ * *idle_abandoned (when not NULL) gets the bit of each chunk holding a segment whose thread
+ * exited (mimalloc abandoned it) and that holds no live block: mimalloc frees such a segment
+ * only when a heap visits it (nic_collect_abandoned), which a program may never make. */
+bool nic_dp_live_sum(int64_t live[NIC_CHUNK_SLOTS], uint64_t *idle_abandoned);
 /* The same for one mapped chunk, with the chunk lock held. */
-int64_t nic_dp_live_chunk_locked(unsigned index);
+int64_t nic_dp_live_chunk_locked(unsigned index, bool *idle_abandoned);
 
 #endif

@@ -35,7 +35,7 @@ static void fill_huge(struct nic_stats *out) {
 
 void nic_heap_fill_stats(struct nic_stats *out) {
   int64_t dp[NIC_CHUNK_SLOTS], dp_total = 0;
-  nic_dp_live_sum(dp);
+  nic_dp_live_sum(dp, NULL);
   for (unsigned i = 0; i < NIC_CHUNK_SLOTS; i++)
     dp_total += dp[i];
   out->dataplane_live = dp_total > 0 ? (size_t)dp_total : 0;

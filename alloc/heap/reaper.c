@@ -181,7 +181,8 @@ void nic_reaper_pass(void) {
   nic_late_decommit_run(false);
   pthread_mutex_lock(&pass_lock);
   int64_t live[NIC_CHUNK_SLOTS];
-  nic_dp_live_sum(live);
+  uint64_t idle_abandoned;
+  nic_dp_live_sum(live, &idle_abandoned);
   nic_peaks_sample(live); /* before this pass releases steps and chunks (peaks.h) */
   const uint64_t now = nic_now_ms();
   const unsigned delay_ms = nic_config()->release_delay_ms;
@@ -196,16 +197,24 @@ void nic_reaper_pass(void) {
   if (draining || epoch != nudged_epoch) nic_threads_nudge(epoch);
   nudged_epoch = epoch;
   const bool cached = release_steps(now, delay_ms);
+  /* Segments of exited threads that hold nothing any more (their blocks freed by other threads)
+   * are freed only when a heap visits them: after the release delay, the visit below. */
+  static uint64_t idle_abandoned_since_ms;
+  if (!idle_abandoned)
+    idle_abandoned_since_ms = 0;
+  else if (!idle_abandoned_since_ms)
+    idle_abandoned_since_ms = now;
+  const bool abandoned_idle = idle_abandoned && now - idle_abandoned_since_ms >= delay_ms;
   nic_nudge_pass(live, now); /* freed spans only marked, in threads that never collect */
   /* Empty segments abandoned by threads that exited are freed only when a heap visits them, and
    * segments in mimalloc's cache decommitted only when an allocation purges it; a program whose
    * dataplane threads are gone or idle may never make one. At most once a second: a thread that
    * keeps its segments and never comes back would otherwise pay it every pass. */
   static uint64_t visited_ms;
-  if ((segments_left || cached) && (!visited_ms || now - visited_ms >= 1000)) {
+  if ((segments_left || cached || abandoned_idle) && (!visited_ms || now - visited_ms >= 1000)) {
     visited_ms = now;
     nic_collect_abandoned();
-    if (cached) release_steps(now, delay_ms);
+    if (cached || abandoned_idle) release_steps(now, delay_ms);
     candidates = advance_states(live, now, delay_ms, &segments_left, &draining);
   }
   /* A chunk with no segment left whose slices are still committed has them in mimalloc's

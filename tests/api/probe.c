@@ -39,6 +39,7 @@ static const struct command {
     {"low-memlock-fill", 4, cmd_low_memlock_fill},
     {"step-release", 4, cmd_step_release},
     {"step-cached", 3, cmd_step_cached},
+    {"step-abandoned", 3, cmd_step_abandoned},
     {"memlock-steps", 5, cmd_memlock_steps},
     {"pin-refused", 6, cmd_pin_refused},
     {"low-memlock-register", 4, cmd_low_memlock_register},

@@ -3,6 +3,7 @@
 #include "nicmalloc.h"
 #include "probe_common.h"
 
+#include <pthread.h>
 #include <stddef.h>
 #include <stdint.h>
 #include <stdio.h>
@@ -111,10 +112,16 @@ static int step_reads(unsigned count, size_t size) {
   return 0;
 }
 
+/* Pinned bytes and steps down to one segment's (32 MiB; 4 MiB steps): its pages given back,
+ * and then the steps. */
+static bool one_segment_left(struct nic_stats s) {
+  return s.dataplane_pinned <= (32u << 20) && s.steps_pinned <= 8;
+}
+
 /* Blocks of 1 MiB fill whole segments beside a small block that keeps the thread's first one;
  * freed, the segments they filled go whole to mimalloc's segment cache, which keeps them
  * committed until an allocation or a forced collect purges it, and this thread then only sleeps.
- * Waits up to wait_ms for the pinned bytes to fall to one segment's. */
+ * Waits up to wait_ms for the pinned bytes and steps to fall to one segment's. */
 static int step_cached(unsigned wait_ms) {
   void *keep = nic_malloc(64);
   enum { kBlocks = 96 };
@@ -127,11 +134,52 @@ static int step_cached(unsigned wait_ms) {
   for (int i = 0; i < kBlocks; i++)
     free(blocks[i]);
   const uint64_t deadline = probe_now_ms() + wait_ms;
-  while (stats_now().dataplane_pinned > (32u << 20) && probe_now_ms() < deadline)
+  while (!one_segment_left(stats_now()) && probe_now_ms() < deadline)
     usleep(10000);
   struct nic_stats s = stats_now();
-  printf("pinned_after=%zu\nreleased=%llu\nlive_after=%zu\n", s.dataplane_pinned,
-         (unsigned long long)s.steps_released, s.dataplane_live);
+  printf("pinned_after=%zu\nsteps_after=%u\nreleased=%llu\nlive_after=%zu\n", s.dataplane_pinned,
+         s.steps_pinned, (unsigned long long)s.steps_released, s.dataplane_live);
+  free(keep);
+  return 0;
+}
+
+enum { kProducers = 4, kProduced = 200 };
+static char *produced[kProducers][kProduced];
+
+/* Blocks of 1 KB-200 KB (small and medium pages, 92 MB in all). */
+static void *produce(void *arg) {
+  char **mine = arg;
+  for (int i = 0; i < kProduced; i++) {
+    const size_t size = 1000 + (size_t)i * 7919 % 200000;
+    if (!(mine[i] = nic_malloc(size))) return NULL;
+    memset(mine[i], 1, size);
+  }
+  return NULL;
+}
+
+/* Threads fill dataplane segments of their own and exit, leaving them to mimalloc's abandoned
+ * list with every block live; this thread frees the blocks and then only sleeps. mimalloc frees
+ * an abandoned segment only when a heap visits it. Waits up to wait_ms for the pinned bytes and
+ * steps to fall to one segment's (this thread's small block). */
+static int step_abandoned(unsigned wait_ms) {
+  void *keep = nic_malloc(64);
+  pthread_t threads[kProducers];
+  for (int t = 0; t < kProducers; t++)
+    if (pthread_create(&threads[t], NULL, produce, produced[t])) return 1;
+  for (int t = 0; t < kProducers; t++)
+    pthread_join(threads[t], NULL);
+  printf("pinned_full=%zu\n", stats_now().dataplane_pinned);
+  for (int t = 0; t < kProducers; t++)
+    for (int i = 0; i < kProduced; i++) {
+      if (!produced[t][i]) return 1;
+      free(produced[t][i]);
+    }
+  const uint64_t deadline = probe_now_ms() + wait_ms;
+  while (!one_segment_left(stats_now()) && probe_now_ms() < deadline)
+    usleep(10000);
+  struct nic_stats s = stats_now();
+  printf("pinned_after=%zu\nsteps_after=%u\nreleased=%llu\nlive_after=%zu\n", s.dataplane_pinned,
+         s.steps_pinned, (unsigned long long)s.steps_released, s.dataplane_live);
   free(keep);
   return 0;
 }
@@ -150,4 +198,9 @@ int cmd_step_release(int argc, char **argv) {
 int cmd_step_cached(int argc, char **argv) {
   (void)argc;
   return step_cached((unsigned)atoi(argv[2]));
+}
+
+int cmd_step_abandoned(int argc, char **argv) {
+  (void)argc;
+  return step_abandoned((unsigned)atoi(argv[2]));
 }
