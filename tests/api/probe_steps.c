@@ -112,10 +112,17 @@ static int step_reads(unsigned count, size_t size) {
   return 0;
 }
 
-/* Pinned bytes and steps down to one segment's (32 MiB; 4 MiB steps): its pages given back,
- * and then the steps. */
-static bool one_segment_left(struct nic_stats s) {
-  return s.dataplane_pinned <= (32u << 20) && s.steps_pinned <= 8;
+/* Waits up to wait_ms for the pinned bytes and steps to fall to one segment's (32 MiB; 4 MiB
+ * steps): its pages given back, and then the steps. Says where they stand then. */
+static void wait_for_one_segment(unsigned wait_ms) {
+  const uint64_t deadline = probe_now_ms() + wait_ms;
+  struct nic_stats s = stats_now();
+  while ((s.dataplane_pinned > (32u << 20) || s.steps_pinned > 8) && probe_now_ms() < deadline) {
+    usleep(10000);
+    s = stats_now();
+  }
+  printf("pinned_after=%zu\nsteps_after=%u\nreleased=%llu\nlive_after=%zu\n", s.dataplane_pinned,
+         s.steps_pinned, (unsigned long long)s.steps_released, s.dataplane_live);
 }
 
 /* Blocks of 1 MiB fill whole segments beside a small block that keeps the thread's first one;
@@ -133,12 +140,7 @@ static int step_cached(unsigned wait_ms) {
   printf("pinned_full=%zu\n", stats_now().dataplane_pinned);
   for (int i = 0; i < kBlocks; i++)
     free(blocks[i]);
-  const uint64_t deadline = probe_now_ms() + wait_ms;
-  while (!one_segment_left(stats_now()) && probe_now_ms() < deadline)
-    usleep(10000);
-  struct nic_stats s = stats_now();
-  printf("pinned_after=%zu\nsteps_after=%u\nreleased=%llu\nlive_after=%zu\n", s.dataplane_pinned,
-         s.steps_pinned, (unsigned long long)s.steps_released, s.dataplane_live);
+  wait_for_one_segment(wait_ms);
   free(keep);
   return 0;
 }
@@ -174,12 +176,7 @@ static int step_abandoned(unsigned wait_ms) {
       if (!produced[t][i]) return 1;
       free(produced[t][i]);
     }
-  const uint64_t deadline = probe_now_ms() + wait_ms;
-  while (!one_segment_left(stats_now()) && probe_now_ms() < deadline)
-    usleep(10000);
-  struct nic_stats s = stats_now();
-  printf("pinned_after=%zu\nsteps_after=%u\nreleased=%llu\nlive_after=%zu\n", s.dataplane_pinned,
-         s.steps_pinned, (unsigned long long)s.steps_released, s.dataplane_live);
+  wait_for_one_segment(wait_ms);
   free(keep);
   return 0;
 }

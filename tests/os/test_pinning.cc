@@ -252,6 +252,20 @@ TEST(PinSteps, AStepUnderAPostInFlightIsNotGivenBackUntilItCompletes) {
   EXPECT_NE(r.num("again_lkey"), r.num("first_lkey"));
 }
 
+// Runs a probe command that pins at least pinned_full bytes, frees all but a small block and
+// then sleeps: pages and steps must fall to one segment's (the small block's) within 10 s.
+void ExpectIdleStepsGivenBack(const std::string &command, long long pinned_full) {
+  auto r = run_probe({"NICMALLOC_BACKEND=sim", "NICMALLOC_PIN_STEP=4M", "NICMALLOC_PAGE_KIND=4k",
+                      "NICMALLOC_RELEASE_DELAY_MS=50"},
+                     {command, "10000"});
+  ASSERT_EQ(r.exit_code, 0) << r.out << r.err;
+  EXPECT_GE(r.num("pinned_full"), pinned_full);
+  EXPECT_LE(r.num("pinned_after"), 32 << 20) << r.out;
+  EXPECT_LE(r.num("steps_after"), 8) << r.out;
+  EXPECT_GE(r.num("released"), 16) << r.out;
+  EXPECT_EQ(r.num("live_after"), 64);
+}
+
 // Segments emptied whole go to mimalloc's segment cache, committed until an allocation or a
 // forced collect purges it. A kept chunk never drains, so nothing else collected them: with a
 // thread that only sleeps after freeing 96 MiB, all 96 MiB stayed pinned. Their steps are given
@@ -259,15 +273,7 @@ TEST(PinSteps, AStepUnderAPostInFlightIsNotGivenBackUntilItCompletes) {
 // small block keeps, is only its to collect.
 TEST(PinSteps, StepsOfSegmentsFreedWholeAreGivenBackWhileTheirThreadSleeps) {
   REQUIRE_ROOT(); // 96 MiB locked
-  auto r = run_probe({"NICMALLOC_BACKEND=sim", "NICMALLOC_PIN_STEP=4M", "NICMALLOC_PAGE_KIND=4k",
-                      "NICMALLOC_RELEASE_DELAY_MS=50"},
-                     {"step-cached", "10000"});
-  ASSERT_EQ(r.exit_code, 0) << r.out << r.err;
-  EXPECT_GE(r.num("pinned_full"), 96 << 20);
-  EXPECT_LE(r.num("pinned_after"), 32 << 20) << r.out;
-  EXPECT_LE(r.num("steps_after"), 8) << r.out;
-  EXPECT_GE(r.num("released"), 16) << r.out;
-  EXPECT_EQ(r.num("live_after"), 64);
+  ExpectIdleStepsGivenBack("step-cached", 96 << 20);
 }
 
 // Threads that filled segments and exited leave them abandoned, and mimalloc frees an abandoned
@@ -276,15 +282,7 @@ TEST(PinSteps, StepsOfSegmentsFreedWholeAreGivenBackWhileTheirThreadSleeps) {
 // visits once they held nothing for the release delay.
 TEST(PinSteps, StepsOfExitedThreadsSegmentsAreGivenBackOnceTheirBlocksAreFreed) {
   REQUIRE_ROOT(); // 78 MiB locked
-  auto r = run_probe({"NICMALLOC_BACKEND=sim", "NICMALLOC_PIN_STEP=4M", "NICMALLOC_PAGE_KIND=4k",
-                      "NICMALLOC_RELEASE_DELAY_MS=50"},
-                     {"step-abandoned", "10000"});
-  ASSERT_EQ(r.exit_code, 0) << r.out << r.err;
-  EXPECT_GE(r.num("pinned_full"), 64 << 20);
-  EXPECT_LE(r.num("pinned_after"), 32 << 20) << r.out;
-  EXPECT_LE(r.num("steps_after"), 8) << r.out;
-  EXPECT_GE(r.num("released"), 16) << r.out;
-  EXPECT_EQ(r.num("live_after"), 64);
+  ExpectIdleStepsGivenBack("step-abandoned", 64 << 20);
 }
 
 // ---- RLIMIT_MEMLOCK too low and no CAP_IPC_LOCK ----
