@@ -5,6 +5,7 @@
  * so the exception can unwind through it. */
 #include "alloc_inline.h"
 #include "export.h"
+#include "interposed.h"
 #include "log.h"
 #include "nicmalloc.h"
 
@@ -28,10 +29,36 @@ __attribute__((noreturn)) static void throw_bad_alloc(size_t size) {
   nic_fatal("operator new(%zu) failed and std::bad_alloc cannot be thrown here", size);
 }
 
+/* One try of a new-expression the pass rewrote: from the program's malloc family where nicmalloc
+ * is not the malloc (its delete ends in the program's free: sites.c), else from nicmalloc. */
+static void *site_try(size_t size, size_t alignment, enum nic_route route) {
+  const struct nic_program_alloc *program = nic_program_alloc();
+  if (__builtin_expect(program != NULL, 0) && program->malloc &&
+      (!alignment || program->posix_memalign)) {
+    if (!alignment) return program->malloc(size);
+    void *p = NULL;
+    return program->posix_memalign(&p, alignment < sizeof(void *) ? sizeof(void *) : alignment,
+                                   size)
+               ? NULL
+               : p;
+  }
+  return nic_alloc(size, alignment, false, route);
+}
+
 static void *new_impl(size_t size, size_t alignment, bool nothrow, enum nic_route route) {
   for (;;) {
     void *p = alignment || route != NIC_ROUTE_AUTO ? nic_alloc(size, alignment, false, route)
                                                    : nic_alloc_auto(size, false);
+    if (__builtin_expect(p != NULL, 1)) return p;
+    if (nothrow) return NULL;
+    if (!call_new_handler()) throw_bad_alloc(size);
+  }
+}
+
+/* The same for the new-expressions the pass rewrote. */
+static void *site_new_impl(size_t size, size_t alignment, bool nothrow, enum nic_route route) {
+  for (;;) {
+    void *p = site_try(size, alignment, route);
     if (__builtin_expect(p != NULL, 1)) return p;
     if (nothrow) return NULL;
     if (!call_new_handler()) throw_bad_alloc(size);
@@ -69,7 +96,7 @@ NIC_EXPORT void *_ZnamSt11align_val_tRKSt9nothrow_t(size_t n, size_t al, const v
 
 /* nic_new_site: operator new semantics for the LLVM pass's rewritten new-expressions. */
 void *nic_new_routed(size_t size, enum nic_route route) {
-  return new_impl(size, 0, false, route);
+  return site_new_impl(size, 0, false, route);
 }
 
 /* The other new-expressions the pass rewrites. Each takes the original operator's arguments
@@ -87,17 +114,17 @@ static bool bad_alignment(size_t al) {
 
 NIC_EXPORT void *nic_new_aligned_site(size_t size, size_t alignment, uint32_t site) {
   if (bad_alignment(alignment)) throw_bad_alloc(size);
-  return new_impl(size, alignment, false, site_route(site));
+  return site_new_impl(size, alignment, false, site_route(site));
 }
 NIC_EXPORT void *nic_new_nothrow_site(size_t size, const void *nothrow_tag, uint32_t site) {
   (void)nothrow_tag;
-  return new_impl(size, 0, true, site_route(site));
+  return site_new_impl(size, 0, true, site_route(site));
 }
 NIC_EXPORT void *nic_new_aligned_nothrow_site(size_t size, size_t alignment,
                                               const void *nothrow_tag, uint32_t site) {
   (void)nothrow_tag;
   if (bad_alignment(alignment)) return NULL;
-  return new_impl(size, alignment, true, site_route(site));
+  return site_new_impl(size, alignment, true, site_route(site));
 }
 
 NIC_EXPORT void _ZdlPv(void *p) {

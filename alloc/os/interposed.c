@@ -85,9 +85,25 @@ static void find_definition(const char *name, Dl_info *owner, struct link_map **
 }
 
 static bool interposed = true;
+static struct nic_program_alloc program_alloc; /* filled before interposed turns false */
 
 bool nic_malloc_interposed(void) {
   return __atomic_load_n(&interposed, __ATOMIC_RELAXED);
+}
+
+const struct nic_program_alloc *nic_program_alloc(void) {
+  return __atomic_load_n(&interposed, __ATOMIC_ACQUIRE) ? NULL : &program_alloc;
+}
+
+/* The definition calls to name reach, unless it is nicmalloc's own (loaded with RTLD_GLOBAL into
+ * a process whose earlier objects lack it). */
+static void *program_function(const char *name) {
+  void *f = dlsym(RTLD_DEFAULT, name);
+  Dl_info here, info;
+  if (f && dladdr((const void *)nic_interposed_check, &here) && dladdr(f, &info) &&
+      info.dli_fbase == here.dli_fbase)
+    return NULL;
+  return f;
 }
 
 void nic_interposed_check(void) {
@@ -102,7 +118,12 @@ void nic_interposed_check(void) {
       (malloc_bound_here || (bound_malloc && is_program_entry("malloc", bound_malloc) &&
                              malloc_call_ends_here(bound_malloc))))
     return;
-  __atomic_store_n(&interposed, false, __ATOMIC_RELAXED);
+  program_alloc.malloc = (void *(*)(size_t))program_function("malloc");
+  program_alloc.calloc = (void *(*)(size_t, size_t))program_function("calloc");
+  program_alloc.realloc = (void *(*)(void *, size_t))program_function("realloc");
+  program_alloc.posix_memalign =
+      (int (*)(void **, size_t, size_t))program_function("posix_memalign");
+  __atomic_store_n(&interposed, false, __ATOMIC_RELEASE);
   nic_mimalloc_imports_redirect();
   /* malloc, unless it alone is nicmalloc's */
   const bool about_malloc = free_here || !malloc_bound_here;
@@ -112,7 +133,8 @@ void nic_interposed_check(void) {
   struct link_map **map = about_malloc ? &malloc_map : &free_map;
   if (bound && is_program_entry(name, bound)) find_definition(name, owner, map);
   const char *what = "malloc, free, operator new, NICMALLOC_DP_MIN_SIZE, NICMALLOC_PROFILE, "
-                     "NICMALLOC_SITES and the dataplane scope do not reach nicmalloc here, and "
+                     "NICMALLOC_SITES and the dataplane scope do not reach nicmalloc here (code "
+                     "compiled with the LLVM pass allocates with the program's malloc), and "
                      "its blocks (nic_malloc and the other nic_ calls) must be freed with nic_free";
   /* The main program's link map has an empty name. A program with an allocator of its own
    * (rustc's jemalloc) has it whatever is preloaded: said where a setting asks for what cannot

@@ -3,6 +3,7 @@
 #define NIC_INTERPOSED_H
 
 #include <stdbool.h>
+#include <stddef.h>
 
 /* Looks once, from the library's constructor, before start-up: when the names malloc and free
  * are bound to another object's definitions (nicmalloc loaded with dlopen, or after another
@@ -14,6 +15,18 @@ void nic_interposed_check(void);
  * unmaps and page drops go by unseen: memory that is not nicmalloc's is not registered (a
  * registration of it could outlive its pages unnoticed) and posts copy it. */
 bool nic_malloc_interposed(void);
+
+/* Where nicmalloc is not the program's malloc, the program's malloc family (the definitions its
+ * free belongs with); NULL where it is. Code compiled with the LLVM pass keeps its own frees, so
+ * the pass's sites allocate from these there (alloc/api/sites.c). A member is NULL when no
+ * definition other than nicmalloc's was found. */
+struct nic_program_alloc {
+  void *(*malloc)(size_t size);
+  void *(*calloc)(size_t count, size_t size);
+  void *(*realloc)(void *p, size_t size);
+  int (*posix_memalign)(void **out, size_t alignment, size_t size);
+};
+const struct nic_program_alloc *nic_program_alloc(void);
 
 /* Set on the calling thread by nicmalloc's free when given NULL and by its malloc when asked for
  * SIZE_MAX bytes (which every allocator refuses): how nic_interposed_check learns whether a call

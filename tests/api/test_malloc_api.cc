@@ -303,6 +303,29 @@ TEST(MallocApi, LoadedWithDlopenItSaysItIsNotTheMallocAndFreesItsOwnBlocks) {
   EXPECT_EQ(preloaded.num("copied_bytes"), 0);
 }
 
+// Code compiled with the LLVM pass allocates through the site ABI and keeps its own frees. In a
+// library loaded with dlopen those frees are glibc's, which aborted the program on nicmalloc's
+// blocks ("free(): invalid pointer"): the sites allocate from the program's malloc family there.
+// Preloaded, nicmalloc is the malloc, and the sites' blocks are dataplane memory.
+TEST(MallocApi, CodeCompiledWithThePassInALibraryLoadedWithDlopenFreesWithTheProgramsFree) {
+  auto r = run_program(DLOPEN_HOST, {}, {DLOPEN_SITE_EXT, NIC_LIB_PATH});
+  ASSERT_EQ(r.exit_code, 0) << r.out << r.err;
+  EXPECT_EQ(r.num("freed"), 1);
+  EXPECT_EQ(r.num("blocks"), 9);
+  EXPECT_EQ(r.num("dataplane_blocks"), 0) << "glibc's blocks";
+  EXPECT_EQ(r.num("calloc_zeroed"), 1);
+  EXPECT_EQ(r.num("realloc_kept"), 1);
+  EXPECT_EQ(r.num("aligned"), 1);
+  EXPECT_EQ(count_lines(r.err, "the LLVM pass allocates with the program's malloc"), 1) << r.err;
+  auto preloaded =
+      run_program(DLOPEN_HOST, {"LD_PRELOAD=" NIC_LIB_PATH}, {DLOPEN_SITE_EXT, NIC_LIB_PATH});
+  ASSERT_EQ(preloaded.exit_code, 0) << preloaded.out << preloaded.err;
+  EXPECT_EQ(preloaded.num("dataplane_blocks"), 9);
+  EXPECT_EQ(preloaded.num("calloc_zeroed"), 1);
+  EXPECT_EQ(preloaded.num("realloc_kept"), 1);
+  EXPECT_EQ(preloaded.err, "");
+}
+
 // The same host built without PIE, taking malloc's and free's addresses: the names are bound to
 // the program's own table entries, which lead to glibc's. nicmalloc still finds that it is not
 // the malloc and names glibc's library, not the program.
