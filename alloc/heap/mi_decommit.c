@@ -122,9 +122,8 @@ size_t nic_mi_each_owned_segment(unsigned index, size_t (*fn)(uintptr_t segment,
         word_at(segment + NIC_MI_SEG_COOKIE) == (segment ^ cookie())) {
       if (word_at(segment + NIC_MI_SEG_KIND) != 0)
         length = nic_mi_segment_claim(word_at(segment + NIC_MI_SEG_SLICES_TOTAL));
-      else if (own_segment(segment)) {
+      else if (own_segment(segment))
         total += fn(segment, arg);
-      }
     }
     off += length;
   }
