@@ -98,12 +98,10 @@ const struct nic_program_alloc *nic_program_alloc(void) {
 /* The definition calls to name reach, unless it is nicmalloc's own (loaded with RTLD_GLOBAL into
  * a process whose earlier objects lack it). */
 static void *program_function(const char *name) {
-  void *f = dlsym(RTLD_DEFAULT, name);
-  Dl_info here, info;
-  if (f && dladdr((const void *)nic_interposed_check, &here) && dladdr(f, &info) &&
-      info.dli_fbase == here.dli_fbase)
-    return NULL;
-  return f;
+  const void *f;
+  Dl_info owner;
+  struct link_map *map;
+  return bound_here(name, &f, &owner, &map) ? NULL : (void *)f;
 }
 
 void nic_interposed_check(void) {
