@@ -14,8 +14,7 @@
 static bool in_abandoned_segment(void *addr, size_t len) {
   const uintptr_t base = (uintptr_t)addr & ~NIC_MI_SEGMENT_MASK;
   if ((uintptr_t)addr - base + len > NIC_MI_SEGMENT_SIZE) return false;
-  /* mimalloc maps a pointer to its segment as (p - 1) & ~mask: base + 1 probes this one. */
-  if (!mi_is_in_heap_region((const void *)(base + 1))) return false;
+  if (!nic_mi_segment_at(base)) return false;
   /* A misread (inside a huge segment, whose header is elsewhere) only delays a decommit. */
   return __atomic_load_n((const uintptr_t *)(base + NIC_MI_SEG_THREAD_ID), __ATOMIC_RELAXED) == 0;
 }

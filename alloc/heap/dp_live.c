@@ -59,7 +59,7 @@ static uint64_t page_list_blocks(uintptr_t head, uintptr_t start, uintptr_t end,
 static size_t block_size_of(uintptr_t p, uintptr_t chunk_base, uintptr_t chunk_end) {
   if (p <= chunk_base || p >= chunk_end || (p & 7)) return 0;
   const uintptr_t segment = (p - 1) & ~NIC_MI_SEGMENT_MASK;
-  if (!mi_is_in_heap_region((const void *)(segment + 1))) return 0;
+  if (!nic_mi_segment_at(segment)) return 0;
   const uintptr_t index = (p - segment) >> NIC_MI_SLICE_SHIFT;
   if (index >= word_at(segment + NIC_MI_SEG_SLICE_ENTRIES)) return 0;
   const uintptr_t slice = segment + NIC_MI_SEG_SLICES + index * NIC_MI_PAGE_HEADER;
@@ -132,11 +132,11 @@ int64_t nic_dp_live_chunk_locked(unsigned index, bool *idle_abandoned) {
   uintptr_t heaps[HEAPS_MAX];
   unsigned nheaps = 0;
   int64_t bytes = 0;
-  /* One byte past each segment boundary: mimalloc 2.0.9 finds a pointer's segment as
-   * (p - 1) & ~mask. A huge segment's later arena blocks are skipped by its claim. */
+  /* A segment at each arena block (nic_mi_segment_at); a huge segment's later blocks are skipped
+   * by its claim. */
   for (size_t off = 0; off < size;) {
     const uintptr_t segment = base + off;
-    if (!mi_is_in_heap_region((const void *)(segment + 1))) {
+    if (!nic_mi_segment_at(segment)) {
       off += NIC_MI_SEGMENT_SIZE;
     } else if (!exact) {
       bytes += (int64_t)NIC_MI_SEGMENT_SIZE;

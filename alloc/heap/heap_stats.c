@@ -14,12 +14,12 @@
 
 #include <mimalloc.h>
 
-/* One probe of mimalloc's segment map per segment (see reaper.c for the one-byte offset). */
+/* One probe of mimalloc's segment map per segment (nic_mi_segment_at). */
 static size_t segment_bytes(unsigned chunk) {
   char *base = nic_chunk_base(chunk);
   size_t size = (size_t)1 << nic_dp.shift, bytes = 0;
   for (size_t off = 0; off < size; off += NIC_MI_SEGMENT_SIZE)
-    if (mi_is_in_heap_region(base + off + 1)) bytes += NIC_MI_SEGMENT_SIZE;
+    if (nic_mi_segment_at((uintptr_t)base + off)) bytes += NIC_MI_SEGMENT_SIZE;
   return bytes;
 }
 

@@ -113,12 +113,12 @@ size_t nic_mi_each_owned_segment(unsigned index, size_t (*fn)(uintptr_t segment,
   const uintptr_t base = (uintptr_t)nic_chunk_base(index);
   const size_t size = (size_t)1 << nic_dp.shift;
   size_t total = 0;
-  /* One byte past each segment boundary: 2.0.9 finds a pointer's segment as (p - 1) & ~mask.
-   * A huge segment (its own kind, never marked) is passed over by its arena claim. */
+  /* A segment at each arena block (nic_mi_segment_at); a huge segment (its own kind, never
+   * marked) is passed over by its arena claim. */
   for (size_t off = 0; off < size;) {
     const uintptr_t segment = base + off;
     size_t length = NIC_MI_SEGMENT_SIZE;
-    if (mi_is_in_heap_region((const void *)(segment + 1)) &&
+    if (nic_mi_segment_at(segment) &&
         word_at(segment + NIC_MI_SEG_COOKIE) == (segment ^ cookie())) {
       if (word_at(segment + NIC_MI_SEG_KIND) != 0)
         length = nic_mi_segment_claim(word_at(segment + NIC_MI_SEG_SLICES_TOTAL));

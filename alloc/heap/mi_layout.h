@@ -6,6 +6,8 @@
 #ifndef NIC_MI_LAYOUT_H
 #define NIC_MI_LAYOUT_H
 
+#include <mimalloc.h>
+#include <stdbool.h>
 #include <stdint.h>
 
 #define NIC_MI_SEGMENT_SIZE ((uintptr_t)32 << 20)
@@ -39,6 +41,13 @@
 #define NIC_MI_HEAP_DELAYED_FREE 2840 /* after tld, 129 direct pages and 75 page queues */
 #define NIC_MI_HEAP_THREAD_ID 2848
 #define NIC_MI_HUGE_BLOCK_SIZE ((uint32_t)1 << 31) /* xblock_size of a huge page */
+
+/* Whether mimalloc holds a segment over the 32 MiB block starting at boundary (its own segment,
+ * or a huge one spanning it). One byte in: 2.0.9 maps a pointer to its segment as
+ * (p - 1) & ~mask, so the boundary itself belongs to the block before. */
+static inline bool nic_mi_segment_at(uintptr_t boundary) {
+  return mi_is_in_heap_region((const void *)(boundary + 1));
+}
 
 /* The bytes of arena claimed by a segment of this many slices: whole arena blocks, so the next
  * segment starts at the next block boundary, not where a huge one ends (40 MiB of block, 64 MiB

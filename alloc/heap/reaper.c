@@ -61,14 +61,13 @@ static void pass_lock_reset(void) {
 }
 NIC_FORKLOCK_CUSTOM(reaper_pass, NIC_FORK_REAPER_PASS, NULL, NULL, pass_lock_reset, NULL);
 
-/* One byte past each segment boundary: mimalloc 2.0.9 finds a pointer's segment as
- * (p - 1) & ~mask, so a boundary address itself belongs to the segment before it. A slot inside
- * a huge segment is found by mimalloc's downward search. */
+/* One probe per 32 MiB block (mi_layout.h); a block inside a huge segment is found by mimalloc's
+ * downward search. */
 static bool has_segments(unsigned index) {
   char *base = nic_chunk_base(index);
   size_t size = (size_t)1 << nic_dp.shift;
   for (size_t off = 0; off < size; off += NIC_MI_SEGMENT_SIZE)
-    if (mi_is_in_heap_region(base + off + 1)) return true;
+    if (nic_mi_segment_at((uintptr_t)base + off)) return true;
   return false;
 }
 
@@ -122,8 +121,7 @@ static bool in_no_segment(unsigned index, unsigned step, uintptr_t *block, bool 
   for (uintptr_t a = base & ~NIC_MI_SEGMENT_MASK; a < end; a += NIC_MI_SEGMENT_SIZE) {
     if (a != *block) {
       *block = a;
-      /* one byte in: mimalloc finds a pointer's segment as (p - 1) & ~mask */
-      *in_block = mi_is_in_heap_region((const void *)(a + 1));
+      *in_block = nic_mi_segment_at(a);
     }
     if (*in_block) return false;
   }
