@@ -50,7 +50,8 @@
     " chunk, so its own frees are reused")                                                         \
   X(PAGE_KIND, "NICMALLOC_PAGE_KIND", NIC_T_CHOICE, "auto", 0, 0, "auto|1g|2m|thp|4k",             \
     NIC_REACH_VALUE,                                                                               \
-    "largest page kind to try: `1g`, `2m` (hugetlb), `thp`, `4k`; each falls back to the "         \
+    "largest page kind to try: `1g`, `2m` (hugetlb), `thp`, `4k` (held under THP mode `always` "   \
+    "too); each falls back to the "                                                                \
     "next, and the fallback is counted (`page_fallbacks`). It is a warning only when a "           \
     "kind is named here; under `auto` it is said with `NICMALLOC_VERBOSE=1`. `1g` also makes "     \
     "the pin step 1 GiB (or the chunk) unless `NICMALLOC_PIN_STEP` is set. Under "                 \
@@ -59,7 +60,8 @@
   X(DP_POPULATE, "NICMALLOC_DP_POPULATE", NIC_T_CHOICE, "register", 0, 0, "register|commit",       \
     NIC_REACH_VALUE,                                                                               \
     "when a pin step's pages (4 KiB or transparent huge pages) are faulted in: `register` "        \
-    "(locked as the program first touches them, the whole step faulted in before its first "       \
+    "(locked as the program first touches them, in 4 KiB pages whatever the system's THP mode, "   \
+    "the whole step faulted in before its first "                                                  \
     "registration with any backend, so the NIC never meets a missing page; a program that never "  \
     "hands memory to the NIC keeps only what it touched) or `commit` (the whole step faulted in "  \
     "and locked when mimalloc first commits in it: no page fault on a dataplane block's first "    \

@@ -89,6 +89,15 @@ static bool thp_possible(void) {
   return strstr(buf, "[never]") == NULL;
 }
 
+/* Dataplane memory no backend registered yet is locked as it is touched, a page at a time: under
+ * the system's THP mode "always" a first touch would fault in, and lock, a whole 2 MiB page (and
+ * NICMALLOC_PAGE_KIND=4k would get them too). So every range that goes back to lazy is advised
+ * small; MADV_HUGEPAGE replaces it where a step is faulted in whole with huge pages wanted.
+ * Where the kernel has no THP the advice fails (EINVAL) and changes nothing. */
+static void advise_small_pages(void *addr, size_t len) {
+  madvise(addr, len, MADV_NOHUGEPAGE);
+}
+
 void nic_unmap_chunk(void *addr, size_t len) {
   munlock(addr, len);
   nic_reserve_fixed(addr, len);
@@ -100,12 +109,16 @@ void nic_release_chunk_memory(void *addr, size_t len) {
   if (mmap(addr, len, PROT_READ | PROT_WRITE,
            MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE | MAP_FIXED, -1, 0) == MAP_FAILED)
     syscall(SYS_madvise, addr, len, MADV_DONTNEED); /* the interposed one keeps dataplane pages */
+  advise_small_pages(addr, len);
 }
 
 int nic_map_lazy(void *addr, size_t len) {
   void *p = mmap(addr, len, PROT_READ | PROT_WRITE,
                  MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE | MAP_FIXED, -1, 0);
-  if (p != MAP_FAILED) return 0;
+  if (p != MAP_FAILED) {
+    advise_small_pages(addr, len);
+    return 0;
+  }
   int err = errno;
   nic_reserve_fixed(addr, len);
   return -err;
@@ -137,6 +150,7 @@ static bool any_resident(void *addr, size_t len) {
 static void restore_lazy(void *addr, size_t len) {
   mmap(addr, len, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE | MAP_FIXED,
        -1, 0);
+  advise_small_pages(addr, len);
 }
 
 /* Whether the machine's pool has the huge pages for the range now (another process may take
@@ -194,9 +208,9 @@ int nic_back_step(void *addr, size_t len, enum nic_page_kind want, bool populate
      * still take: a step backed here can always be touched whole. */
     if (!populate && nic_memcg_headroom() < len + len / 8 + lazy_bytes) return -EDQUOT;
     if (!populate && lock_on_fault(addr, len, &err)) {
-      /* Faulted in as touched, in small pages as mimalloc's own memory is (a first touch
-       * under MADV_HUGEPAGE would fault in 2 MiB), or whole by nic_populate_step before a
-       * registration, in transparent huge pages where they can be had. */
+      /* Faulted in as touched, in small pages (advise_small_pages: a first touch under
+       * MADV_HUGEPAGE, or THP "always", would fault in 2 MiB), or whole by nic_populate_step
+       * before a registration, in transparent huge pages where they can be had. */
       out->kind = NIC_PAGE_4K;
       out->populated = false;
       out->pinned = err == 0;

@@ -6,6 +6,8 @@
  * are read (which finds that step whole), then one block inside it is freed, so that its pages
  * go back (MIMALLOC_DECOMMIT_DELAY=0), and the stats are read again. Prints, at each read, the
  * stats' pinned bytes and the process's locked bytes in memory (/proc/self/smaps_rollup).
+ * At both stages also the THP advice of the mapping that holds the block (smaps "VmFlags": nh
+ * small, hg huge, or none).
  * "no-onfault": the first scenario again, where mlock2(MLOCK_ONFAULT) fails with EINVAL as on a
  * kernel without it (a seccomp filter, then the probe runs itself anew under it); prints what
  * mlock2 said to the probe itself. */
@@ -68,6 +70,29 @@ static long rollup_locked_kb(void) {
   return kb;
 }
 
+/* The THP advice on the mapping holding addr: "small" (MADV_NOHUGEPAGE), "huge" (MADV_HUGEPAGE),
+ * "none", or "unknown" when smaps cannot be read. */
+static const char *thp_advice(uintptr_t addr) {
+  FILE *f = fopen("/proc/self/smaps", "r");
+  if (!f) return "unknown";
+  char line[512];
+  const char *advice = "unknown";
+  int inside = 0;
+  while (fgets(line, sizeof line, f)) {
+    uintptr_t lo, hi;
+    if (line[0] != ' ' && sscanf(line, "%" SCNxPTR "-%" SCNxPTR " ", &lo, &hi) == 2) {
+      inside = lo <= addr && addr < hi;
+      continue;
+    }
+    if (inside && !strncmp(line, "VmFlags:", 8)) {
+      advice = strstr(line, " nh") ? "small" : strstr(line, " hg") ? "huge" : "none";
+      break;
+    }
+  }
+  fclose(f);
+  return advice;
+}
+
 static void print_whole(const char *tag) {
   struct nic_stats s = NIC_STATS_INIT;
   nic_get_stats(&s);
@@ -106,8 +131,9 @@ static int whole_step(size_t step_len) {
 static void print(const char *tag, uintptr_t step, size_t len) {
   struct nic_stats s = NIC_STATS_INIT;
   nic_get_stats(&s);
-  printf("%s_resident=%zu\n%s_locked_kb=%ld\n%s_pinned=%zu\n", tag, resident_bytes(step, len), tag,
-         locked_kb(step, len), tag, s.dataplane_pinned);
+  printf("%s_resident=%zu\n%s_locked_kb=%ld\n%s_pinned=%zu\n%s_advice=%s\n", tag,
+         resident_bytes(step, len), tag, locked_kb(step, len), tag, s.dataplane_pinned, tag,
+         thp_advice(step));
 }
 
 int main(int argc, char **argv) {

@@ -10,12 +10,12 @@
 #include <cerrno>
 #include <fstream>
 #include <iostream>
-#include <iterator>
 #include <string>
 #include <utility>
 #include <vector>
 
 #include "probe_runner.h"
+#include "thp_mode.h"
 
 namespace {
 
@@ -92,9 +92,8 @@ private:
       << geteuid()
 
 bool thp_enabled() {
-  std::ifstream in("/sys/kernel/mm/transparent_hugepage/enabled");
-  std::string text((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
-  return !text.empty() && text.find("[never]") == std::string::npos;
+  const std::string mode = nic_thp_mode();
+  return !mode.empty() && mode != "never";
 }
 
 // ---- Reserve big, pin small ----
