@@ -9,6 +9,7 @@
 #include "mi_free_lists.h"
 #include "nicmalloc.h"
 #include "startup.h"
+#include "unchecked_commit.h"
 #include "valgrind.h"
 
 #include <errno.h>
@@ -24,12 +25,12 @@ static unsigned long long dataplane_fallbacks, dataplane_failures, invalid_frees
 /* Freed control memory stays committed for the purge delay: mimalloc's own 25 ms made a program
  * that frees and reallocates megabytes fault its pages in again and again (bench/peers.sh large:
  * 25 ms 12-14 s, 100 ms 3-8 s, 250 ms 1.9 s, the same as 1000 ms). The user's
- * MIMALLOC_DECOMMIT_DELAY, if set, wins. Huge requests take the slow path, past the cache. */
+ * MIMALLOC_DECOMMIT_DELAY, if set, wins. Huge requests take the slow path, past the cache and
+ * the question whether their commit will be granted (control_alloc), cache or no cache. */
 static void tune_control_heap(const struct nic_config *cfg) {
   if (!getenv("MIMALLOC_DECOMMIT_DELAY"))
     mi_option_set(mi_option_decommit_delay, (long)cfg->purge_delay_ms);
-  if (cfg->huge_cache_bytes && nic_fast_limit > NIC_HUGE_BLOCK_MIN + 1)
-    nic_fast_limit = NIC_HUGE_BLOCK_MIN + 1;
+  if (nic_fast_limit > NIC_HUGE_BLOCK_MIN + 1) nic_fast_limit = NIC_HUGE_BLOCK_MIN + 1;
 }
 
 /* The size rule and the free check, before the first allocation takes a fast path. */
@@ -45,6 +46,15 @@ static void fast_paths_start(void) {
 }
 NIC_STARTUP_STEP(fast_paths, NIC_START_FAST_PATHS, fast_paths_start);
 
+/* A fresh huge block commits its whole segment in mimalloc's arena, a commit mimalloc uses even
+ * when the kernel refused it (unchecked_commit.h): asked first, so that the request gets ENOMEM. */
+static bool huge_room(size_t size, size_t alignment) {
+  if (size <= NIC_HUGE_BLOCK_MIN || nic_commit_room(nic_huge_commit_bytes(size + alignment)))
+    return true;
+  errno = ENOMEM;
+  return false;
+}
+
 static void *control_alloc(size_t size, size_t alignment, bool zero) {
   size = nic_block_request(size);
   /* nicmalloc's own blocks (NIC_INTERNAL_SCOPE) come from a heap of their own: mimalloc pages
@@ -53,6 +63,7 @@ static void *control_alloc(size_t size, size_t alignment, bool zero) {
    * waited out the fence's timeout, with the program's held writes let through after it). */
   mi_heap_t *own = nic_self.internal_depth ? nic_internal_heap() : NULL;
   if (own) {
+    if (!huge_room(size, alignment)) return NULL;
     void *p = nic_heap_alloc(own, size, alignment, zero);
     if (p && !zero) nic_block_mark_live(p);
     return p;
@@ -66,6 +77,7 @@ static void *control_alloc(size_t size, size_t alignment, bool zero) {
     if (cached) return cached;
     size = nic_huge_fresh_capacity(size);
   }
+  if (!huge_room(size, alignment)) return NULL;
   /* The _at variants skip the shortcut that returns misaligned blocks in 2.0.9 (#700). */
   void *p = alignment <= NIC_MIN_BLOCK ? (zero ? mi_zalloc(size) : mi_malloc(size))
             : zero                     ? mi_zalloc_aligned_at(size, alignment, 0)

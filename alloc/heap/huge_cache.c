@@ -18,6 +18,7 @@
 #include <mimalloc.h>
 #include <pthread.h>
 #include <sys/mman.h>
+#include <sys/resource.h>
 #include <time.h>
 #include <unistd.h>
 
@@ -41,9 +42,16 @@ static bool strict_overcommit(void) {
   return n == 1 && mode == '2';
 }
 
+/* Under `ulimit -d` a fresh 20 MB block committed 64 MiB of the limit, and a program got a third
+ * of the blocks mimalloc's or glibc's malloc give it. */
+static bool data_limited(void) {
+  struct rlimit lim;
+  return getrlimit(RLIMIT_DATA, &lim) == 0 && lim.rlim_cur != RLIM_INFINITY;
+}
+
 static void huge_cache_init(size_t control_arena_size) {
   nic_huge_classes = nic_config()->huge_cache_bytes && control_arena_size >= ((size_t)1 << 40) &&
-                     !strict_overcommit();
+                     !strict_overcommit() && !data_limited();
 }
 
 static pthread_mutex_t lock = PTHREAD_MUTEX_INITIALIZER;

@@ -37,8 +37,9 @@ static inline bool nic_maybe_huge_block_or_boundary(const void *p) {
 
 /* Whether fresh huge blocks are made to hold nic_huge_capacity: the cache is on, the control
  * arena has address space to spare (at least 1 TiB; under an address-space limit it can be as
- * small as 64 GiB) and the kernel does not account commits strictly (vm.overcommit_memory=2),
- * since mimalloc commits a huge block's whole segment. Set by nic_huge_cache_init. */
+ * small as 64 GiB) and neither the kernel (vm.overcommit_memory=2) nor the process's data limit
+ * (RLIMIT_DATA, as the program started with it) counts commits, since mimalloc commits a huge
+ * block's whole segment. Set by nic_huge_cache_init. */
 extern bool nic_huge_classes __attribute__((visibility("hidden")));
 void nic_huge_cache_init(size_t control_arena_size);
 

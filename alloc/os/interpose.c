@@ -17,6 +17,7 @@
 #include "imports.h"
 #include "late_decommit.h"
 #include "mimalloc_imports.h"
+#include "unchecked_commit.h"
 
 #include <errno.h>
 #include <stdarg.h>
@@ -162,6 +163,8 @@ static int os_mprotect(void *addr, size_t len, int prot) {
     rc = (int)syscall(SYS_mprotect, addr, len, prot);
   if (rc == 0)
     nic_commit_map_note(addr, len, prot & PROT_READ ? NIC_PAGES_READABLE : NIC_PAGES_GONE);
+  else if (prot & PROT_WRITE)
+    nic_commit_refused(addr, len, errno);
   return rc;
 }
 

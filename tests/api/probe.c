@@ -32,6 +32,8 @@ static const struct command {
     {"uring-endpoint", 2, cmd_uring_endpoint},
     {"in-cgroup", 4, cmd_in_cgroup},
     {"data-limit", 4, cmd_data_limit},
+    {"huge-until-null", 3, cmd_huge_until_null},
+    {"refused-arena-commit", 3, cmd_refused_arena_commit},
     {"first-dp-reads", 3, cmd_first_dp_reads},
     {"dp-register", 3, cmd_dp_register},
     {"dp-alloc", 4, cmd_dp_alloc},
@@ -90,6 +92,7 @@ int main(int argc, char **argv) {
       "ARGS... | "
       "no-uring ARGS... | "
       "no-getrandom ARGS... | fixed-layout ARGS... | free-key | uring-endpoint | "
-      "post-beside-bookkeeping | fill-control\n");
+      "post-beside-bookkeeping | fill-control | huge-until-null SIZE | refused-arena-commit "
+      "SIZE\n");
   return 2;
 }

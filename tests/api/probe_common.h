@@ -57,6 +57,8 @@ int cmd_as_limit_kib(int argc, char **argv);
 int cmd_as_limit_later(int argc, char **argv);
 int cmd_mlockall_limited(int argc, char **argv);
 int cmd_data_limit(int argc, char **argv);
+int cmd_huge_until_null(int argc, char **argv);
+int cmd_refused_arena_commit(int argc, char **argv);
 int cmd_in_cgroup(int argc, char **argv);
 int cmd_limit_later(int argc, char **argv);
 

@@ -2,6 +2,7 @@
 #define _GNU_SOURCE
 #include "nicmalloc.h"
 #include "probe_common.h"
+#include "refuse_syscall.h"
 
 #include <errno.h>
 #include <fcntl.h>
@@ -11,6 +12,7 @@
 #include <stdlib.h>
 #include <sys/mman.h>
 #include <sys/resource.h>
+#include <sys/syscall.h>
 #include <unistd.h>
 
 /* as-limit GIB ARGS... / data-limit MIB ARGS...: runs the probe again with ARGS under an
@@ -60,6 +62,54 @@ static int limit_later(const char *dir, const char *limit_file, const char *limi
   printf("got=%d\nerrno=%d\n", big != NULL, errno);
   free(big);
   free(first);
+  return 0;
+}
+
+/* huge-until-null SIZE: mallocs SIZE-byte blocks (over 16 MiB: mimalloc's huge ones) until one
+ * is refused; then a calloc of that size and a realloc of the first block to twice it; after
+ * everything is freed, one more malloc. Under a data limit the refusals must be NULL and ENOMEM,
+ * the first block kept by the failed realloc. */
+static int huge_until_null(size_t size) {
+  static char *blocks[4096];
+  unsigned n = 0;
+  errno = 0;
+  while (n < sizeof blocks / sizeof blocks[0] && (blocks[n] = malloc(size))) {
+    blocks[n][0] = blocks[n][size - 1] = (char)n;
+    n++;
+  }
+  printf("blocks=%u\nnull_errno=%d\n", n, errno);
+  errno = 0;
+  void *z = calloc(1, size);
+  printf("calloc_null=%d\ncalloc_errno=%d\n", z == NULL, errno);
+  free(z);
+  if (n) {
+    errno = 0;
+    char *grown = realloc(blocks[0], 2 * size);
+    printf("realloc_null=%d\nrealloc_errno=%d\n", grown == NULL, errno);
+    if (grown) blocks[0] = grown;
+    printf("realloc_kept=%d\n", blocks[0][0] == 0 && blocks[0][size - 1] == 0);
+  }
+  for (unsigned i = 0; i < n; i++)
+    free(blocks[i]);
+  char *again = malloc(size);
+  printf("again=%d\n", again != NULL);
+  if (again) again[size - 1] = 1;
+  free(again);
+  return 0;
+}
+
+/* refused-arena-commit SIZE: once started, every mprotect fails with ENOMEM (a seccomp filter),
+ * as if the room the check before a fresh huge block saw was taken right after it; then one
+ * malloc of SIZE bytes. */
+static int refused_arena_commit(size_t size) {
+  free(malloc(64));
+  if (nic_refuse_syscall(SYS_mprotect, -1, ENOMEM)) return 1;
+  printf("filtered=1\n");
+  fflush(stdout);
+  char *p = malloc(size);
+  if (p) p[size - 1] = 1;
+  printf("survived=%d\n", p != NULL);
+  free(p);
   return 0;
 }
 
@@ -117,4 +167,14 @@ int cmd_limit_later(int argc, char **argv) {
   (void)argc;
   return limit_later(argv[2], argv[3], argv[4], strtoull(argv[5], NULL, 0),
                      (unsigned)strtoul(argv[6], NULL, 0));
+}
+
+int cmd_huge_until_null(int argc, char **argv) {
+  (void)argc;
+  return huge_until_null(strtoull(argv[2], NULL, 0));
+}
+
+int cmd_refused_arena_commit(int argc, char **argv) {
+  (void)argc;
+  return refused_arena_commit(strtoull(argv[2], NULL, 0));
 }

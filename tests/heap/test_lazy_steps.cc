@@ -8,7 +8,7 @@
 #include <string>
 
 #include "probe_runner.h"
-#include "thp_mode.h"
+#include "vm_modes.h"
 
 namespace {
 

@@ -15,7 +15,7 @@
 #include <vector>
 
 #include "probe_runner.h"
-#include "thp_mode.h"
+#include "vm_modes.h"
 
 namespace {
 
