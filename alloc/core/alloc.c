@@ -46,13 +46,24 @@ static void fast_paths_start(void) {
 }
 NIC_STARTUP_STEP(fast_paths, NIC_START_FAST_PATHS, fast_paths_start);
 
-/* A fresh huge block commits its whole segment in mimalloc's arena, a commit mimalloc uses even
- * when the kernel refused it (unchecked_commit.h): asked first, so that the request gets ENOMEM. */
-static bool huge_room(size_t size, size_t alignment) {
-  if (size <= NIC_HUGE_BLOCK_MIN || nic_commit_room(nic_huge_commit_bytes(size + alignment)))
-    return true;
-  errno = ENOMEM;
-  return false;
+/* A control block from mimalloc (heap NULL: the default heap). A fresh huge block commits its
+ * whole segment in mimalloc's arena, a commit mimalloc uses even when the kernel refused it
+ * (unchecked_commit.h): asked first, so that the request gets ENOMEM. */
+static void *mi_block(mi_heap_t *heap, size_t size, size_t alignment, bool zero) {
+  const bool huge = size > NIC_HUGE_BLOCK_MIN;
+  if (huge && !nic_commit_room(nic_huge_commit_bytes(size + alignment))) {
+    errno = ENOMEM;
+    return NULL;
+  }
+  nic_huge_commit_expected = huge;
+  /* The _at variants skip the shortcut that returns misaligned blocks in 2.0.9 (#700). */
+  void *p = heap                         ? nic_heap_alloc(heap, size, alignment, zero)
+            : alignment <= NIC_MIN_BLOCK ? (zero ? mi_zalloc(size) : mi_malloc(size))
+            : zero                       ? mi_zalloc_aligned_at(size, alignment, 0)
+                                         : mi_malloc_aligned_at(size, alignment, 0);
+  nic_huge_commit_expected = false;
+  if (p && !zero) nic_block_mark_live(p);
+  return p;
 }
 
 static void *control_alloc(size_t size, size_t alignment, bool zero) {
@@ -62,12 +73,7 @@ static void *control_alloc(size_t size, size_t alignment, bool zero) {
    * that the fence write-protects while the NIC reads it (a post's bookkeeping written there
    * waited out the fence's timeout, with the program's held writes let through after it). */
   mi_heap_t *own = nic_self.internal_depth ? nic_internal_heap() : NULL;
-  if (own) {
-    if (!huge_room(size, alignment)) return NULL;
-    void *p = nic_heap_alloc(own, size, alignment, zero);
-    if (p && !zero) nic_block_mark_live(p);
-    return p;
-  }
+  if (own) return mi_block(own, size, alignment, zero);
   if (nic_mapped_wanted(size, alignment)) return nic_mapped_alloc(size, alignment);
   /* A fresh huge block is zero already; a cached one would need clearing. A fresh one is made
    * as large as its address space allows, so that once cached it fits more requests. */
@@ -77,15 +83,7 @@ static void *control_alloc(size_t size, size_t alignment, bool zero) {
     if (cached) return cached;
     size = nic_huge_fresh_capacity(size);
   }
-  if (!huge_room(size, alignment)) return NULL;
-  /* The _at variants skip the shortcut that returns misaligned blocks in 2.0.9 (#700). */
-  void *p = alignment <= NIC_MIN_BLOCK ? (zero ? mi_zalloc(size) : mi_malloc(size))
-            : zero                     ? mi_zalloc_aligned_at(size, alignment, 0)
-                                       : mi_malloc_aligned_at(size, alignment, 0);
-  if (p) {
-    if (!zero) nic_block_mark_live(p);
-  }
-  return p;
+  return mi_block(NULL, size, alignment, zero);
 }
 
 /* The threshold's SIZE_MAX means "no size rule", so it must not catch a request of SIZE_MAX

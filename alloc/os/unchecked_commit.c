@@ -28,13 +28,15 @@ size_t nic_huge_commit_bytes(size_t size) {
   return (total + NIC_MI_ARENA_BLOCK - 1) & ~(NIC_MI_ARENA_BLOCK - 1);
 }
 
+__thread bool nic_huge_commit_expected __attribute__((tls_model("initial-exec")));
+
 void nic_commit_refused(void *addr, size_t len, int err) {
   const uintptr_t a = (uintptr_t)addr, base = nic_commit_map.base;
-  if (!base || a - base >= nic_commit_map.size) return;
+  if (!nic_huge_commit_expected || !base || a - base >= nic_commit_map.size) return;
   if (a % NIC_MI_ARENA_BLOCK || len % NIC_MI_ARENA_BLOCK) return; /* a commit mimalloc checks */
   nic_fatal("the kernel refused to commit %zu MiB of the control heap at %p (%s), and mimalloc "
-            "2.0.9 uses an arena commit without checking it (a block over 16 MiB, or a segment "
-            "under MIMALLOC_EAGER_COMMIT=1): aborting before it writes there. Below "
+            "2.0.9 uses an arena commit without checking it (the segment of a block over 16 MiB): "
+            "aborting before it writes there. Below "
             "vm.overcommit_memory=2's commit limit or RLIMIT_DATA such a request gets ENOMEM; "
             "here another thread or process took the room first",
             len >> 20, addr, strerror(err));

@@ -19,9 +19,15 @@ bool nic_commit_room(size_t len);
  * the block, in whole 32 MiB arena blocks. */
 size_t nic_huge_commit_bytes(size_t size);
 
+/* True on a thread while nicmalloc asks mimalloc for a huge control block (whose segment's
+ * commit mimalloc will not check), so that a refusal of the program's own mprotect is never
+ * taken for one. */
+extern __thread bool nic_huge_commit_expected __attribute__((tls_model("initial-exec")));
+
 /* From the interposed mprotect, when a commit of [addr, addr + len) was refused (errno err):
- * where it is one mimalloc does not check (in the control arena, whole arena blocks), it says so
- * and aborts, since mimalloc's next write there would be a SIGSEGV with no word of why. */
+ * where it is the one mimalloc does not check (a huge block's segment being made: in the control
+ * arena, whole arena blocks), it says so and aborts, since mimalloc's next write there would be a
+ * SIGSEGV with no word of why. */
 void nic_commit_refused(void *addr, size_t len, int err);
 
 #endif
