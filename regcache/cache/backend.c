@@ -89,6 +89,7 @@ static int joined = -1; /* nic_backends_event_fd_join's */
 #define EVENT_FD_UNKNOWN INT_MIN
 static int event_fd_known = EVENT_FD_UNKNOWN; /* its answer, until another backend starts */
 static bool parents; /* this process is a child of fork and the backends are the parent's */
+static bool opening; /* a backend is being opened, and the lock is held for it */
 static char names[1u << NIC_BACKEND_KINDS][32];
 
 static void epoll_add_locked(struct nic_backend *b) {
@@ -121,7 +122,9 @@ static struct nic_backend *start_locked(enum nic_backend_kind kind) {
     errno = failed[kind];
     return NULL;
   }
+  __atomic_store_n(&opening, true, __ATOMIC_RELEASE);
   struct nic_backend *b = open_kind(kind);
+  __atomic_store_n(&opening, false, __ATOMIC_RELEASE);
   if (!b) {
     failed[kind] = errno ? errno : ENODEV;
     errno = failed[kind];
@@ -174,14 +177,17 @@ static void choose_locked(void) {
 
 /* Not held across fork, only made anew in the child (forklock.h): its holder opens backends,
  * taking the allocator's and the registration cache's locks, and the default is chosen under
- * the cache's lock (by a first registration), so it fits nowhere in the order. A start under
- * way at fork is the parent's: a backend already in started[] makes the child the parent's
- * (none of them is its own), one not yet there is started anew if the child asks. */
+ * the cache's lock (by a first registration), so it fits nowhere in the order. A backend in
+ * started[] makes the child the parent's (none of them is its own), and so does an open under
+ * way at fork: the child has the opening thread's half-made state (DPDK's EAL half set up,
+ * the dynamic loader inside a plugin's dlopen), on which an open of its own aborted, crashed
+ * or fell back to another backend. */
 static void reset_in_child(void) {
   pthread_mutex_init(&lock, NULL);
 }
 static void after_fork_child(void) {
-  bool any = __atomic_load_n(&count, __ATOMIC_ACQUIRE) != 0;
+  bool any =
+      __atomic_load_n(&count, __ATOMIC_ACQUIRE) != 0 || __atomic_load_n(&opening, __ATOMIC_ACQUIRE);
   for (unsigned k = 0; k < NIC_BACKEND_KINDS; k++)
     any |= __atomic_load_n(&started[k], __ATOMIC_ACQUIRE) != NULL;
   if (any) parents = true;

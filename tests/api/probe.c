@@ -48,6 +48,7 @@ static const struct command {
     {"low-memlock-sga", 4, cmd_low_memlock_sga},
     {"fork-child", 3, cmd_fork_child},
     {"fork-write-race", 5, cmd_fork_write_race},
+    {"fork-while-opening", 3, cmd_fork_while_opening},
     {"auto", 3, cmd_auto},
     {"cap-again", 3, cmd_cap_again},
     {"threads-start", 4, cmd_threads_start},
@@ -82,7 +83,7 @@ int main(int argc, char **argv) {
       "low-memlock-sga KIB "
       "BLOCK | memlock-steps LIMIT TOTAL BLOCK "
       "| "
-      "fork-child BLOCK | fork-write-race ROUNDS TOTAL BLOCK [register] | auto SIZE | cap-again "
+      "fork-child BLOCK | fork-write-race ROUNDS TOTAL BLOCK [register] | fork-while-opening BACKEND | auto SIZE | cap-again "
       "BLOCK | huge "
       "SIZE SLEEP_MS | huge-usable [GIB] | "
       "grow-untouched MAX | aligned-dp ALIGNMENT SIZE | "

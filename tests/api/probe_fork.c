@@ -4,6 +4,8 @@
 #include "probe_common.h"
 
 #include <errno.h>
+#include <pthread.h>
+#include <sched.h>
 #include <signal.h>
 #include <stdbool.h>
 #include <stddef.h>
@@ -161,6 +163,83 @@ static int fork_write_race(unsigned rounds, size_t total, size_t block, bool reg
   return 0;
 }
 
+/* A thread opening the default backend (the process's first registration): phase 1 just
+ * before, 2 after. */
+struct opener {
+  int phase;
+  int rc;
+};
+
+static void *open_default_backend(void *arg) {
+  struct opener *o = arg;
+  void *p = nic_malloc(4096);
+  struct nic_region_ref ref;
+  __atomic_store_n(&o->phase, 1, __ATOMIC_RELEASE);
+  o->rc = p ? nic_register(p, 4096, 0, &ref) : -ENOMEM;
+  __atomic_store_n(&o->phase, 2, __ATOMIC_RELEASE);
+  free(p);
+  return NULL;
+}
+
+/* Exit statuses of a child of fork-while-opening. */
+enum { OPENING_PARENTS = 0, OPENING_OWN = 1, OPENING_OTHER = 2, OPENING_REFUSED = 3 };
+
+/* In a child forked while a backend may be opening: registers a block of its own and says
+ * whose backend it sees: the parent's (none of its own), one it opened itself (the fork came
+ * before the parent's open began), or another than the one asked for. */
+static int opening_child(const char *want) {
+  alarm(30); /* a deadlock becomes SIGALRM */
+  void *p = nic_malloc(4096);
+  struct nic_region_ref ref;
+  const int rc = p ? nic_register(p, 4096, 0, &ref) : -ENOMEM;
+  struct nic_stats s = NIC_STATS_INIT;
+  nic_get_stats(&s);
+  free(p);
+  if (!strcmp(s.backend, "none"))
+    return rc == 0 || rc == -ENODEV ? OPENING_PARENTS : OPENING_REFUSED;
+  if (rc) return OPENING_REFUSED;
+  return !strcmp(s.backend, want) ? OPENING_OWN : OPENING_OTHER;
+}
+
+/* fork-while-opening BACKEND: forks every millisecond while another thread opens the backend
+ * NICMALLOC_BACKEND names (DPDK's EAL takes a tenth of a second), and counts what the children
+ * saw. */
+static int fork_while_opening(const char *want) {
+  free(nic_malloc(64)); /* the chunk exists: the thread's first block is quick */
+  struct opener o = {0, 0};
+  pthread_t t;
+  if (pthread_create(&t, NULL, open_default_backend, &o)) return 3;
+  while (!__atomic_load_n(&o.phase, __ATOMIC_ACQUIRE))
+    sched_yield();
+  usleep(5000); /* the open has begun: a fork before it would open the child's own */
+  unsigned counts[4] = {0}, signaled = 0, other_exit = 0, children = 0;
+  while (__atomic_load_n(&o.phase, __ATOMIC_ACQUIRE) != 2) {
+    fflush(stdout);
+    pid_t pid = fork();
+    if (pid == 0) _exit(opening_child(want));
+    if (pid < 0) return 3;
+    int status = 0;
+    while (waitpid(pid, &status, 0) < 0 && errno == EINTR) {
+    }
+    children++;
+    if (WIFSIGNALED(status))
+      signaled++;
+    else if (WIFEXITED(status) && WEXITSTATUS(status) <= OPENING_REFUSED)
+      counts[WEXITSTATUS(status)]++;
+    else
+      other_exit++;
+    usleep(1000);
+  }
+  pthread_join(t, NULL);
+  struct nic_stats s = NIC_STATS_INIT;
+  nic_get_stats(&s);
+  printf("parent_rc=%d\nparent_backend=%s\nchildren=%u\nchildren_parents=%u\nchildren_own=%u\n"
+         "children_other=%u\nchildren_refused=%u\nchildren_signaled=%u\nchildren_other_exit=%u\n",
+         o.rc, s.backend, children, counts[OPENING_PARENTS], counts[OPENING_OWN],
+         counts[OPENING_OTHER], counts[OPENING_REFUSED], signaled, other_exit);
+  return 0;
+}
+
 /* The commands: argv[1] names one, its arguments follow (usage in probe.c). */
 int cmd_fork_child(int argc, char **argv) {
   (void)argc;
@@ -170,4 +249,9 @@ int cmd_fork_child(int argc, char **argv) {
 int cmd_fork_write_race(int argc, char **argv) {
   return fork_write_race((unsigned)atoi(argv[2]), strtoull(argv[3], NULL, 0),
                          strtoull(argv[4], NULL, 0), argc >= 6 && !strcmp(argv[5], "register"));
+}
+
+int cmd_fork_while_opening(int argc, char **argv) {
+  (void)argc;
+  return fork_while_opening(argv[2]);
 }

@@ -23,6 +23,7 @@
 #include <vector>
 
 #include "nicmalloc.h"
+#include "probe_runner.h"
 
 namespace {
 
@@ -448,6 +449,23 @@ TEST(Fork, ChildrenOfThreadsWithPostsInFlightNeverHang) {
   EXPECT_EQ(end.inflight_posts, 0u);
   EXPECT_EQ(nic_sim_endpoint_destroy(engine_ep), 0);
   EXPECT_EQ(nic_sim_endpoint_destroy(polled_ep), 0);
+}
+
+// A child forked while another thread opens the backend has that thread's half-made state
+// (DPDK's EAL part set up, the dynamic loader inside the plugin's dlopen): it must take the
+// backend as the parent's, as after the open, and never open one again on top of it. Opening
+// DPDK takes a tenth of a second; the probe forks every millisecond meanwhile.
+TEST(Fork, ChildrenForkedWhileTheBackendOpensTakeItAsTheParents) {
+  auto r = run_probe({"NICMALLOC_BACKEND=dpdk", "NICMALLOC_DPDK_VDEV=net_ring0"},
+                     {"fork-while-opening", "dpdk"});
+  ASSERT_EQ(r.exit_code, 0) << r.out << r.err;
+  if (r.values["parent_backend"] != "dpdk") GTEST_SKIP() << "DPDK does not open here: " << r.err;
+  EXPECT_EQ(r.num("children_signaled"), 0) << "children died of a signal\n" << r.err;
+  EXPECT_EQ(r.num("children_other_exit"), 0) << "children aborted (ld.so's assertion)\n" << r.err;
+  EXPECT_EQ(r.num("children_other"), 0) << "children fell back to another backend\n" << r.err;
+  EXPECT_EQ(r.num("children_refused"), 0) << r.err;
+  EXPECT_EQ(count_lines(r.err, "cannot start"), 0) << r.err;
+  EXPECT_GE(r.num("children_parents"), 1) << "no fork came during the open\n" << r.out;
 }
 
 } // namespace
