@@ -63,9 +63,9 @@
  *     (regcache/cache/backend.c). Its holder opens a backend (allocating, mapping, loading a
  *     plugin: the allocator's and the registration cache's locks), and the default backend is
  *     chosen under the registration cache's lock by a first registration, so it can come
- *     neither before nor after that lock. A start under way at fork stays the parent's: the
- *     child counts every backend already published as the parent's, as pthread_once restarts
- *     an initialisation under way.
+ *     neither before nor after that lock. A start under way at fork makes the child the
+ *     parent's, as a finished one does: the child has the opening thread's half-made state
+ *     (DPDK's EAL, a plugin's dlopen), on which a start of its own crashed or aborted.
  *   not held, reset in the child with what it guards: the list of sims whose pending posts
  *     an unmap must look at (regcache/sim/sim_keep.c, a rwlock): a child's munmap would otherwise
  *     wait for a parent's sim; the child has no sim of its own, so the list is emptied. The same

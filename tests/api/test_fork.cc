@@ -42,6 +42,7 @@ enum ChildStatus {
   kPipeFailed = 16,
   kInflightInherited = 17, // the child counted the parent's posts or deferred frees as its own
   kFreeDeferred = 18,      // the child's free of a block the parent had posted was deferred
+  kParentsKey = 19,        // the child was handed a key of the parent's registrations
 };
 
 std::string describe_status(int status) {
@@ -449,6 +450,30 @@ TEST(Fork, ChildrenOfThreadsWithPostsInFlightNeverHang) {
   EXPECT_EQ(end.inflight_posts, 0u);
   EXPECT_EQ(nic_sim_endpoint_destroy(engine_ep), 0);
   EXPECT_EQ(nic_sim_endpoint_destroy(polled_ep), 0);
+}
+
+// A registration is the parent's: its key makes the NIC reach the parent's pages, not the child's
+// copies, so the child must not be handed one, by nic_translate or nic_register.
+TEST(Fork, ChildIsHandedNoKeyOfTheParentsRegistrations) {
+  void *p = nic_malloc(4096);
+  ASSERT_NE(p, nullptr);
+  nic_region_ref ref{};
+  ASSERT_EQ(nic_register(p, 4096, 0, &ref), 0);
+  ASSERT_EQ(nic_translate(p, 4096, &ref), 0);
+  ASSERT_TRUE(ref.lkey || ref.backend_handle) << "the sim's registration has a key";
+  int status = in_child([p] {
+    nic_region_ref child{};
+    if (nic_translate(p, 4096, &child) != 0) return int(kWrongHeap);
+    if (child.lkey || child.backend_handle) return int(kParentsKey);
+    if (nic_register(p, 4096, 0, &child) != -ENODEV) return int(kParentsKey);
+    return int(kChildOk);
+  });
+  ASSERT_TRUE(WIFEXITED(status)) << describe_status(status);
+  EXPECT_EQ(WEXITSTATUS(status), 0) << describe_status(status) << " (see ChildStatus)";
+  nic_region_ref again{};
+  ASSERT_EQ(nic_translate(p, 4096, &again), 0);
+  EXPECT_EQ(again.lkey, ref.lkey) << "the parent keeps its registration";
+  free(p);
 }
 
 // A child forked while another thread opens the backend has that thread's half-made state
