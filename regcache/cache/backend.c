@@ -40,8 +40,11 @@ static struct nic_backend *open_plugin(const char *name) {
   const char *dir_end = NULL;
   if (dladdr((void *)&open_plugin, &self) && self.dli_fname) dir_end = strrchr(self.dli_fname, '/');
   size_t dir_len = dir_end ? (size_t)(dir_end - self.dli_fname) + 1 : 0;
-  if (dir_len + strlen(name) + 40 > sizeof path) return NULL;
-  memcpy(path, self.dli_fname, dir_len);
+  if (dir_len + strlen(name) + 40 > sizeof path) {
+    errno = ENAMETOOLONG; /* the start fails with this, not with whatever errno held */
+    return NULL;
+  }
+  if (dir_len) memcpy(path, self.dli_fname, dir_len); /* dladdr may have found no file */
   snprintf(path + dir_len, sizeof path - dir_len, "libnicmalloc-%s.so", name);
   void *handle = dlopen(path, RTLD_NOW | RTLD_LOCAL);
   if (!handle) handle = dlopen(path + dir_len, RTLD_NOW | RTLD_LOCAL); /* library path */
