@@ -16,6 +16,7 @@
 #include "backend.h"
 #include "fence.h"
 #include "log.h"
+#include "thread.h"
 
 #include <linux/futex.h>
 #include <pthread.h>
@@ -123,12 +124,8 @@ static void *poller(void *arg) {
 
 /* Signals as the poller's; false when the thread could not be made. */
 static bool spawn(void *(*fn)(void *), const char *name, sigset_t *mask) {
-  sigset_t old;
-  pthread_sigmask(SIG_SETMASK, mask, &old);
   pthread_t t;
-  int rc = pthread_create(&t, NULL, fn, NULL);
-  pthread_sigmask(SIG_SETMASK, &old, NULL);
-  if (rc) return false;
+  if (nic_own_thread_create(&t, fn, NULL, mask)) return false;
   pthread_setname_np(t, name);
   pthread_detach(t);
   return true;

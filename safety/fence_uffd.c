@@ -14,6 +14,7 @@
 #include "clock.h"
 #include "fence.h"
 #include "log.h"
+#include "thread.h"
 
 #include <errno.h>
 #include <fcntl.h>
@@ -181,12 +182,8 @@ static int uffd_start(void) {
     return rc;
   }
   uffd = fd;
-  sigset_t all, old;
-  sigfillset(&all);
-  pthread_sigmask(SIG_SETMASK, &all, &old); /* no signal handler may run on this thread */
   pthread_t t;
-  rc = -pthread_create(&t, NULL, handler, NULL);
-  pthread_sigmask(SIG_SETMASK, &old, NULL);
+  rc = -nic_own_thread_create(&t, handler, NULL, NULL); /* no signal handler may run on it */
   if (rc) {
     close(fd);
     uffd = -1;

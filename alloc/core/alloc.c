@@ -15,6 +15,8 @@
 #include <errno.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/syscall.h>
+#include <unistd.h>
 
 size_t nic_auto_dp_threshold = SIZE_MAX;
 bool nic_free_check = true;
@@ -72,6 +74,11 @@ static void *control_alloc(size_t size, size_t alignment, bool zero) {
    * belong to one heap and span whole OS pages, so none shares a page with a program's buffer
    * that the fence write-protects while the NIC reads it (a post's bookkeeping written there
    * waited out the fence's timeout, with the program's held writes let through after it). */
+  /* See nic_own_thread_create. The main thread's heap lasts as long as the process. */
+  if (__builtin_expect(nic_self.lifetime_depth, 0) && syscall(SYS_gettid) != getpid()) {
+    void *apart = nic_mapped_alloc(size, alignment);
+    if (apart) return apart; /* else in a heap, as before: slower thread exits, not a failure */
+  }
   mi_heap_t *own = nic_self.internal_depth ? nic_internal_heap() : NULL;
   if (own) return mi_block(own, size, alignment, zero);
   if (nic_mapped_wanted(size, alignment)) return nic_mapped_alloc(size, alignment);

@@ -53,6 +53,18 @@ static void on_thread_exit(void *arg) {
   __atomic_store_n(&t->dp_fast_below, 0, __ATOMIC_RELAXED);
 }
 
+int nic_own_thread_create(pthread_t *thread, void *(*fn)(void *), void *arg, const sigset_t *mask) {
+  NIC_INTERNAL_SCOPE();
+  sigset_t all, old;
+  sigfillset(&all);
+  pthread_sigmask(SIG_SETMASK, mask ? mask : &all, &old); /* the new thread inherits it */
+  nic_lifetime_begin();
+  const int rc = pthread_create(thread, NULL, fn, arg);
+  nic_lifetime_end();
+  pthread_sigmask(SIG_SETMASK, &old, NULL);
+  return rc;
+}
+
 void nic_thread_rearm_exit(struct nic_thread *t) {
   if (t->state == NIC_THREAD_EXITING) pthread_setspecific(exit_key, t);
 }

@@ -8,6 +8,8 @@
 #include "chunks.h"
 
 #include <mimalloc.h>
+#include <pthread.h>
+#include <signal.h>
 #include <stdbool.h>
 #include <stdint.h>
 
@@ -38,7 +40,10 @@ struct nic_thread {
    * control memory whatever the scope or NICMALLOC_DP_MIN_SIZE say. A count, as calls nest. */
   int internal_depth;
   mi_heap_t *internal_heap; /* what that code allocates from (alloc.c), made on first use */
-  int state;                /* enum below */
+  /* Nonzero while this thread makes a thread of nicmalloc's own (nic_own_thread_create): what
+   * that allocates outlives this thread, and gets a mapping of its own (alloc.c). */
+  int lifetime_depth;
+  int state; /* enum below */
   /* Chunk this thread allocates dataplane memory from first; NIC_CURSOR_PARKED when that chunk
    * stopped being live, so that the next allocation takes the slow path, which scans. */
   unsigned cursor;
@@ -109,6 +114,28 @@ static inline void nic_internal_scope_end(int *unused) {
 /* A heap was made for t (the calling thread's nic_self): past its exit hook, that hook must run
  * again after mimalloc's next round of thread-exit destructors, which deletes the heap. */
 void nic_thread_rearm_exit(struct nic_thread *t);
+/* pthread_create for nicmalloc's own threads (the reaper, the backends' progress threads, the
+ * fence's), the new thread starting with the signal mask given (NULL: every signal blocked;
+ * the program's signals are for its own threads). glibc allocates the
+ * new thread's TLS table (its DTV) in the calling thread, and keeps it as long as the thread
+ * and its cached stack. In the caller's mimalloc heap that block outlives a caller that exits,
+ * whose segment is then left to mimalloc's abandoned list, and mimalloc 2.0.9 walks that list
+ * up to 1024 times at every later thread exit of the process (src/segment.c,
+ * _mi_abandoned_collect, which visits the same segments again and again): measured, a thread's
+ * start and exit took 150 us instead of 40 once the first dataplane allocation (which starts
+ * the reaper) had come from a thread that exited. So what the creation allocates on a thread
+ * other than the main one is mapped apart, as blocks nicmalloc maps itself (mapped.h). Returns
+ * pthread_create's answer. */
+int nic_own_thread_create(pthread_t *thread, void *(*fn)(void *), void *arg, const sigset_t *mask);
+/* Around other work whose few allocations live as long as the process, for the same reason: the
+ * opening of a built-in backend (a handful of blocks; DPDK's open, which makes thousands, is
+ * not mapped block by block). Calls nest. */
+static inline void nic_lifetime_begin(void) {
+  nic_self.lifetime_depth++;
+}
+static inline void nic_lifetime_end(void) {
+  nic_self.lifetime_depth--;
+}
 /* Closes the inline dataplane path of every registered thread that has not seen chunk epoch
  * epoch, so that its next dataplane allocation takes the slow path, which catches up (collects
  * its heaps in draining chunks, moves its cursor off chunks that are not live). For progress

@@ -72,9 +72,16 @@ static struct nic_backend *open_plugin(const char *name) {
 
 static const char *const kind_names[NIC_BACKEND_KINDS] = {"sim", "uring", "verbs", "dpdk"};
 
+/* A built-in backend's blocks live as long as the process, whichever thread opens it: kept out
+ * of that thread's heap (thread.h, nic_own_thread_create). */
 static struct nic_backend *open_kind(enum nic_backend_kind kind) {
   const char *name = kind_names[kind];
-  return kind <= NIC_BACKEND_URING ? open_builtin(name) : open_plugin(name);
+  if (kind > NIC_BACKEND_URING) return open_plugin(name);
+  NIC_INTERNAL_SCOPE(); /* off the inline path, which would not see the scope below */
+  nic_lifetime_begin();
+  struct nic_backend *b = open_builtin(name);
+  nic_lifetime_end();
+  return b;
 }
 
 /* started[] is written once per kind under the lock and read without it. The lock is held while

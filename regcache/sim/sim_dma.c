@@ -6,6 +6,7 @@
 #include "clock.h"
 #include "events.h"
 #include "page.h"
+#include "thread.h"
 
 #include <errno.h>
 #include <signal.h>
@@ -235,13 +236,11 @@ int sim_dma_start(struct sim_nic *s) {
   }
   /* The application's signal handlers must not run on our thread; faults must reach their
    * handler (the mprotect fence's) rather than kill the process, as completions run here. */
-  sigset_t all, old;
+  sigset_t all;
   sigfillset(&all);
   sigdelset(&all, SIGSEGV);
   sigdelset(&all, SIGBUS);
-  pthread_sigmask(SIG_SETMASK, &all, &old);
-  rc = pthread_create(&s->thread, NULL, engine, s);
-  pthread_sigmask(SIG_SETMASK, &old, NULL);
+  rc = nic_own_thread_create(&s->thread, engine, s, &all);
   if (rc) {
     pthread_cond_destroy(&s->wake);
     pthread_cond_destroy(&s->dma_done);

@@ -25,6 +25,7 @@
 #include "forklock.h"
 #include "log.h"
 #include "send_order.h"
+#include "thread.h"
 
 #include <errno.h>
 #include <fcntl.h>
@@ -160,12 +161,7 @@ int nic_uring_progress_start(struct uring_backend *ub) {
   if (!rc) rc = io_uring_register_eventfd(&ub->ring, ub->ring_efd);
   if (!rc) rc = -pthread_cond_init(&ub->sent, NULL);
   if (!rc) {
-    /* The program's signals are for its own threads. */
-    sigset_t all, old;
-    sigfillset(&all);
-    pthread_sigmask(SIG_SETMASK, &all, &old);
-    rc = -pthread_create(&ub->progress, NULL, progress_main, ub);
-    pthread_sigmask(SIG_SETMASK, &old, NULL);
+    rc = -nic_own_thread_create(&ub->progress, progress_main, ub, NULL);
     if (rc) pthread_cond_destroy(&ub->sent);
   }
   if (rc) {

@@ -52,6 +52,7 @@ static const struct command {
     {"auto", 3, cmd_auto},
     {"cap-again", 3, cmd_cap_again},
     {"threads-start", 4, cmd_threads_start},
+    {"lifetime-blocks", 2, cmd_lifetime_blocks},
     {"huge", 4, cmd_huge},
     {"control-frees", 2, cmd_control_frees},
     {"libc-names", 2, cmd_libc_names},
@@ -83,11 +84,13 @@ int main(int argc, char **argv) {
       "low-memlock-sga KIB "
       "BLOCK | memlock-steps LIMIT TOTAL BLOCK "
       "| "
-      "fork-child BLOCK | fork-write-race ROUNDS TOTAL BLOCK [register] | fork-while-opening BACKEND | auto SIZE | cap-again "
+      "fork-child BLOCK | fork-write-race ROUNDS TOTAL BLOCK [register] | fork-while-opening "
+      "BACKEND | auto SIZE | cap-again "
       "BLOCK | huge "
       "SIZE SLEEP_MS | huge-usable [GIB] | "
       "grow-untouched MAX | aligned-dp ALIGNMENT SIZE | "
-      "threads-start N SIZE | stats | stats-in-scope | stderr-reused FILE [open-backend] | "
+      "threads-start N SIZE | lifetime-blocks [register] | stats | stats-in-scope | stderr-reused "
+      "FILE [open-backend] | "
       "open-backend | as-limit GIB "
       "ARGS... | as-limit-later GIB | mlockall-limited | data-limit MIB ARGS... | in-cgroup DIR "
       "ARGS... | "
