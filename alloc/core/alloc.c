@@ -70,15 +70,15 @@ static void *mi_block(mi_heap_t *heap, size_t size, size_t alignment, bool zero)
 
 static void *control_alloc(size_t size, size_t alignment, bool zero) {
   size = nic_block_request(size);
-  /* nicmalloc's own blocks (NIC_INTERNAL_SCOPE) come from a heap of their own: mimalloc pages
-   * belong to one heap and span whole OS pages, so none shares a page with a program's buffer
-   * that the fence write-protects while the NIC reads it (a post's bookkeeping written there
-   * waited out the fence's timeout, with the program's held writes let through after it). */
   /* See nic_own_thread_create. The main thread's heap lasts as long as the process. */
   if (__builtin_expect(nic_self.lifetime_depth, 0) && syscall(SYS_gettid) != getpid()) {
     void *apart = nic_mapped_alloc(size, alignment);
     if (apart) return apart; /* else in a heap, as before: slower thread exits, not a failure */
   }
+  /* nicmalloc's own blocks (NIC_INTERNAL_SCOPE) come from a heap of their own: mimalloc pages
+   * belong to one heap and span whole OS pages, so none shares a page with a program's buffer
+   * that the fence write-protects while the NIC reads it (a post's bookkeeping written there
+   * waited out the fence's timeout, with the program's held writes let through after it). */
   mi_heap_t *own = nic_self.internal_depth ? nic_internal_heap() : NULL;
   if (own) return mi_block(own, size, alignment, zero);
   if (nic_mapped_wanted(size, alignment)) return nic_mapped_alloc(size, alignment);
