@@ -9,6 +9,7 @@
 #include "forklock.h"
 #include "log.h"
 #include "nicmalloc.h"
+#include "nocancel.h"
 #include "receive.h"
 #include "sim_nic.h"
 #include "thread.h"
@@ -48,6 +49,7 @@ static void deliver(void *arg, const void *data, size_t len) {
 
 NIC_EXPORT struct nic_endpoint *nic_sim_endpoint_create(nic_receive_fn receive, void *arg,
                                                         unsigned flags) {
+  NIC_CANCEL_OFF_SCOPE(); /* endpoints are made and ended under locks */
   NIC_INTERNAL_SCOPE();
   if (flags & ~NIC_EP_ENGINE_COMPLETIONS) {
     nic_api_error_by(endpoint, 1, 0, "nic_sim_endpoint_create: unknown flags");
@@ -93,6 +95,7 @@ int nic_sim_receive_set(struct nic_endpoint *ep, nic_receive_fn receive, void *a
 }
 
 NIC_EXPORT int nic_sim_endpoint_destroy(struct nic_endpoint *ep) {
+  NIC_CANCEL_OFF_SCOPE(); /* endpoints are made and ended under locks */
   NIC_INTERNAL_SCOPE();
   pthread_mutex_lock(&lock);
   struct rx **link = &endpoints;

@@ -7,6 +7,7 @@
 #include "endpoint_common.h"
 #include "log.h"
 #include "nicmalloc.h"
+#include "nocancel.h"
 #include "thread.h"
 
 #include <errno.h>
@@ -60,6 +61,7 @@ static void hand_rx_memory(struct nic_backend *b) {
 }
 
 NIC_EXPORT struct nic_endpoint *nic_dpdk_endpoint_create(uint16_t port_id, uint16_t queue_id) {
+  NIC_CANCEL_OFF_SCOPE(); /* endpoints are made and ended under locks */
   NIC_INTERNAL_SCOPE();
   static const char who[] = "nic_dpdk_endpoint_create";
   struct nic_backend *b =
@@ -95,6 +97,7 @@ NIC_EXPORT struct nic_endpoint *nic_dpdk_endpoint_create(uint16_t port_id, uint1
 }
 
 NIC_EXPORT int nic_dpdk_endpoint_destroy(struct nic_endpoint *ep) {
+  NIC_CANCEL_OFF_SCOPE(); /* endpoints are made and ended under locks */
   NIC_INTERNAL_SCOPE();
   return nic_ep_untrack(ep, "dpdk", "nic_dpdk_endpoint_destroy");
 }

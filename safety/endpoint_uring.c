@@ -5,6 +5,7 @@
 #include "endpoint_common.h"
 #include "log.h"
 #include "nicmalloc.h"
+#include "nocancel.h"
 #include "thread.h"
 
 #include <errno.h>
@@ -28,6 +29,7 @@ static const char *why_not(int err) {
 }
 
 NIC_EXPORT struct nic_endpoint *nic_uring_endpoint_create(int sockfd) {
+  NIC_CANCEL_OFF_SCOPE(); /* endpoints are made and ended under locks */
   NIC_INTERNAL_SCOPE();
   static const char who[] = "nic_uring_endpoint_create";
   struct nic_backend *b =
@@ -48,6 +50,7 @@ NIC_EXPORT struct nic_endpoint *nic_uring_endpoint_create(int sockfd) {
 }
 
 NIC_EXPORT int nic_uring_endpoint_destroy(struct nic_endpoint *ep) {
+  NIC_CANCEL_OFF_SCOPE(); /* endpoints are made and ended under locks */
   NIC_INTERNAL_SCOPE();
   return nic_ep_untrack(ep, "uring", "nic_uring_endpoint_destroy");
 }

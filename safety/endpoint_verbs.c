@@ -8,6 +8,7 @@
 #include "endpoint_common.h"
 #include "log.h"
 #include "nicmalloc.h"
+#include "nocancel.h"
 #include "thread.h"
 
 #include <errno.h>
@@ -58,6 +59,7 @@ static void rx_free(void *block) {
 static const struct nic_verbs_rx_memory rx_memory = {.alloc = rx_alloc, .free = rx_free};
 
 NIC_EXPORT void *nic_verbs_get_pd(void) {
+  NIC_CANCEL_OFF_SCOPE(); /* endpoints are made and ended under locks */
   NIC_INTERNAL_SCOPE();
   static const char who[] = "nic_verbs_get_pd";
   struct nic_backend *b = nic_ep_backend(who, NIC_BACKEND_VERBS, kHint);
@@ -66,6 +68,7 @@ NIC_EXPORT void *nic_verbs_get_pd(void) {
 }
 
 NIC_EXPORT struct nic_endpoint *nic_verbs_endpoint_create(void *qp) {
+  NIC_CANCEL_OFF_SCOPE(); /* endpoints are made and ended under locks */
   NIC_INTERNAL_SCOPE();
   static const char who[] = "nic_verbs_endpoint_create";
   struct nic_backend *b = nic_ep_backend(who, NIC_BACKEND_VERBS, kHint);
@@ -92,6 +95,7 @@ NIC_EXPORT struct nic_endpoint *nic_verbs_endpoint_create(void *qp) {
 }
 
 NIC_EXPORT int nic_verbs_endpoint_destroy(struct nic_endpoint *ep) {
+  NIC_CANCEL_OFF_SCOPE(); /* endpoints are made and ended under locks */
   NIC_INTERNAL_SCOPE();
   return nic_ep_untrack(ep, "verbs", "nic_verbs_endpoint_destroy");
 }

@@ -13,6 +13,7 @@
 #include "export.h"
 #include "log.h"
 #include "nicmalloc.h"
+#include "nocancel.h"
 #include "pagecount.h"
 #include "safety.h"
 #include "settings.h"
@@ -21,7 +22,6 @@
 #include <sched.h>
 #include <stdlib.h>
 #include <string.h>
-#include <time.h>
 
 /* The caller writes [start, end) next: not only the DMA must be done, the pages must be writable
  * again, or the write is held (a completion drops its references before it releases the pages;
@@ -42,12 +42,10 @@ int nic_fence_wait(uintptr_t start, uintptr_t end, const char *who, const char *
     nic_backends_poll(NIC_POLL_COMPLETIONS_ONLY); /* runs completions, ours among them */
     if (!in_flight(start, end)) return 0;
     if (nic_now_ms() >= deadline) break;
-    if (round < 64) {
+    if (round < 64)
       sched_yield();
-    } else {
-      struct timespec pause = {0, 20000}; /* 20 us: a DMA takes microseconds, not less */
-      nanosleep(&pause, NULL);
-    }
+    else /* 20 us: a DMA takes microseconds, not less; and realloc is no cancellation point */
+      nic_pause_nocancel(20000);
   }
   NIC_SAFETY_COUNT(fence_timeouts, 1);
   nic_log_error("%s(%#lx, %lu bytes): the NIC still reads this memory after %u ms "

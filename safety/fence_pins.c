@@ -10,9 +10,9 @@
 #include "backend.h"
 #include "clock.h"
 #include "fence.h"
+#include "nocancel.h"
 
 #include <sched.h>
-#include <time.h>
 
 static bool pin_wait(uintptr_t start, uintptr_t end) {
   const uint64_t deadline = nic_now_ms() + nic_safety_config()->fence_timeout_ms;
@@ -20,12 +20,10 @@ static bool pin_wait(uintptr_t start, uintptr_t end) {
     if (!nic_fence_any_marked(start, end) && !nic_fence_pins_full()) return true;
     if (nic_now_ms() >= deadline) return false;
     nic_backends_poll(NIC_POLL_COMPLETIONS_ONLY); /* the completions that release the pages */
-    if (round < 64) {
+    if (round < 64)
       sched_yield();
-    } else {
-      struct timespec pause = {0, 20000};
-      nanosleep(&pause, NULL);
-    }
+    else
+      nic_pause_nocancel(20000);
   }
 }
 

@@ -12,6 +12,7 @@
 #define _GNU_SOURCE
 #include "clock.h"
 #include "fence.h"
+#include "nocancel.h"
 
 #include <errno.h>
 #include <linux/futex.h>
@@ -55,7 +56,7 @@ static void say(const char *a, uintptr_t x, const char *b) {
   for (const char *s = b; *s && p < buf + sizeof buf - 1;)
     *p++ = *s++;
   *p++ = '\n';
-  (void)!write(STDERR_FILENO, buf, (size_t)(p - buf));
+  (void)!nic_write_nocancel(STDERR_FILENO, buf, (size_t)(p - buf));
 }
 
 static void bypass(uintptr_t a) {

@@ -14,6 +14,7 @@
 #include "clock.h"
 #include "fence.h"
 #include "log.h"
+#include "nocancel.h"
 #include "thread.h"
 
 #include <errno.h>
@@ -50,10 +51,10 @@ static int open_uffd(void) {
   int fd = (int)syscall(SYS_userfaultfd, O_CLOEXEC | O_NONBLOCK);
   if (fd >= 0 || errno != EPERM) return fd;
   /* vm.unprivileged_userfaultfd=0: the device may still be open to this user. */
-  int dev = open("/dev/userfaultfd", O_RDWR | O_CLOEXEC);
+  int dev = nic_open_nocancel("/dev/userfaultfd", O_RDWR | O_CLOEXEC);
   if (dev < 0) return -1;
   fd = ioctl(dev, USERFAULTFD_IOC_NEW, O_CLOEXEC | O_NONBLOCK);
-  close(dev);
+  nic_close_nocancel(dev);
   return fd;
 }
 
@@ -166,7 +167,7 @@ static int uffd_start(void) {
   if (probe < 0) return -errno;
   struct uffdio_api api = {.api = UFFD_API};
   int rc = ioctl(probe, UFFDIO_API, &api) ? -errno : 0;
-  close(probe);
+  nic_close_nocancel(probe);
   if (rc) return rc;
   const uint64_t need = UFFD_FEATURE_PAGEFAULT_FLAG_WP | UFFD_FEATURE_THREAD_ID;
   if ((api.features & need) != need) return -ENOTSUP;
@@ -178,14 +179,14 @@ static int uffd_start(void) {
                                           UFFD_FEATURE_WP_UNPOPULATED))};
   if (ioctl(fd, UFFDIO_API, &api)) {
     rc = -errno;
-    close(fd);
+    nic_close_nocancel(fd);
     return rc;
   }
   uffd = fd;
   pthread_t t;
   rc = -nic_own_thread_create(&t, handler, NULL, NULL); /* no signal handler may run on it */
   if (rc) {
-    close(fd);
+    nic_close_nocancel(fd);
     uffd = -1;
     return rc;
   }
@@ -195,7 +196,7 @@ static int uffd_start(void) {
 }
 
 static void uffd_after_fork_child(void) {
-  close(uffd); /* it still acts on the parent's memory */
+  nic_close_nocancel(uffd); /* it still acts on the parent's memory */
   uffd = -1;
   nheld = 0;
 }

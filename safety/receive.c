@@ -28,6 +28,7 @@
 #include "export.h"
 #include "forklock.h"
 #include "log.h"
+#include "nocancel.h"
 #include "pagecount.h"
 #include "pool.h"
 #include "safety.h"
@@ -129,13 +130,15 @@ static bool under_cap(void) {
 }
 
 /* wake_fd follows whether a nic_poll would hand a waiting message over. Under the lock, so that
- * a clear never swallows a wake written after its check. */
+ * a clear never swallows a wake written after its check; with calls no cancel acts on. */
 static void wake_settle_locked(void) {
   const bool ready = waiting_head && under_cap();
   if (wake_fd < 0 || ready == woken) return;
-  uint64_t v = 1;
-  const ssize_t n = ready ? write(wake_fd, &v, sizeof v) : read(wake_fd, &v, sizeof v);
-  (void)n; /* a full or empty counter already says what it should */
+  /* a full or empty counter already says what it should */
+  if (ready)
+    nic_eventfd_signal_nocancel(wake_fd);
+  else
+    nic_eventfd_take_nocancel(wake_fd);
   woken = ready;
 }
 
@@ -336,6 +339,7 @@ void nic_receive_endpoint_gone(struct nic_endpoint *ep) {
 }
 
 NIC_EXPORT int nic_endpoint_receive(struct nic_endpoint *ep, nic_receive_fn receive, void *arg) {
+  NIC_CANCEL_OFF_SCOPE(); /* the backend arms its receive under locks */
   NIC_INTERNAL_SCOPE();
   if (!ep || !receive) {
     nic_api_error(endpoint,

@@ -9,6 +9,7 @@
 #include "heap_stats.h"
 #include "log.h"
 #include "nicmalloc.h"
+#include "nocancel.h"
 #include "os_stats.h"
 #include "pin.h"
 #include "pressure.h"
@@ -122,7 +123,7 @@ struct out {
 static void flush(struct out *o) {
   size_t done = 0;
   while (done < o->len) {
-    ssize_t n = write(o->fd, o->buf + done, o->len - done);
+    ssize_t n = nic_write_nocancel(o->fd, o->buf + done, o->len - done);
     if (n < 0 && errno == EINTR) continue;
     if (n <= 0) break;
     done += (size_t)n;

@@ -1,6 +1,7 @@
 /* The fork-lock registry: the order and the decisions are in forklock.h. */
 #define _GNU_SOURCE /* PTHREAD_RECURSIVE_MUTEX_INITIALIZER_NP */
 #include "forklock.h"
+#include "nocancel.h"
 #include "startup.h"
 
 /* Made by the linker around the entries; weak so that a link without any entry still works,
@@ -13,7 +14,12 @@ extern const struct nic_forklock __stop_nic_forklocks[] __attribute__((weak, vis
   for (const struct nic_forklock *e = __start_nic_forklocks; e < __stop_nic_forklocks; e++)        \
     if (e->rank == (rank_))
 
+/* fork is no cancellation point, and the child inherits a cancel pending on the forking thread:
+ * the hooks (which close descriptors, wait for the reaper) must not act on it, in either. */
+static __thread int cancel_at_fork __attribute__((tls_model("initial-exec")));
+
 void nic_forklock_prepare(void) {
+  cancel_at_fork = nic_cancel_off();
   for (unsigned r = 0; r < NIC_FORK_RANKS; r++)
     EACH_AT(r, e) {
       if (e->mutex)
@@ -31,6 +37,7 @@ void nic_forklock_parent(void) {
       else if (e->release)
         e->release();
     }
+  nic_cancel_restore(cancel_at_fork);
 }
 
 /* Locks are made anew rather than unlocked: in the child the forking thread has another
@@ -49,6 +56,7 @@ void nic_forklock_child(void) {
     EACH_AT(r, e) {
       if (e->child) e->child();
     }
+  nic_cancel_restore(cancel_at_fork);
 }
 
 /* May allocate: the start-up flag sends that allocation past us. */

@@ -13,13 +13,13 @@
 #define _GNU_SOURCE
 #include "export.h"
 #include "last_thread.h"
+#include "nocancel.h"
 #include "reaper.h"
 
 #include <errno.h>
 #include <pthread.h>
 #include <sched.h>
 #include <sys/syscall.h>
-#include <time.h>
 #include <unistd.h>
 
 /* The flags of unshare that act on the whole process: CLONE_NEWUSER implies CLONE_THREAD. */
@@ -27,24 +27,26 @@
 
 static pthread_mutex_t lock = PTHREAD_MUTEX_INITIALIZER; /* one stop and start at a time */
 
+/* unshare and setns are no cancellation points: the join and the pauses below are none. */
 static long again_without_reaper(long number, long a, long b) {
+  const int cancel = nic_cancel_off();
   pthread_mutex_lock(&lock);
   const long threads_before = nic_thread_count();
   if (!nic_reaper_stop()) {
     pthread_mutex_unlock(&lock);
+    nic_cancel_restore(cancel);
     errno = EINVAL;
     return -1;
   }
   /* pthread_join returns when the thread's stack is free; the kernel takes it off the thread
    * group a moment later. */
-  for (int i = 0; i < 100 && nic_thread_count() >= threads_before; i++) {
-    struct timespec ms = {0, 1000 * 1000};
-    nanosleep(&ms, NULL);
-  }
+  for (int i = 0; i < 100 && nic_thread_count() >= threads_before; i++)
+    nic_pause_nocancel(1000 * 1000);
   long rc = syscall(number, a, b);
   const int err = errno;
   nic_reaper_start();
   pthread_mutex_unlock(&lock);
+  nic_cancel_restore(cancel);
   errno = err;
   return rc;
 }

@@ -109,7 +109,7 @@ int nic_prof_path_open_dir(char *name, size_t cap) {
     walked[walked_len++] = '/';
     memcpy(walked + walked_len, comp, len + 1);
     walked_len += len;
-    int next = openat(fd, comp, O_PATH | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC);
+    int next = nic_openat_nocancel(fd, comp, O_PATH | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC, 0);
     if (next < 0) {
       if (errno == ELOOP || errno == ENOTDIR)
         refuse(REFUSE_DIR_GONE, "%s is no longer the directory it was at start-up but a link",
@@ -130,7 +130,7 @@ fail:
 }
 
 int nic_prof_path_open_file(int dirfd, const char *name) {
-  int fd = openat(dirfd, name, O_RDONLY | O_NOFOLLOW | O_NONBLOCK | O_CLOEXEC);
+  int fd = nic_openat_nocancel(dirfd, name, O_RDONLY | O_NOFOLLOW | O_NONBLOCK | O_CLOEXEC, 0);
   if (fd < 0) {
     if (errno == ENOENT) return -1;
     struct stat st;

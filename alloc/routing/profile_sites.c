@@ -11,6 +11,7 @@
 
 #include "config.h"
 #include "log.h"
+#include "nocancel.h"
 #include "settings.h"
 #include "thread.h"
 
@@ -136,18 +137,18 @@ bool nic_sites_load(const char *path) {
   const struct nic_config *c = nic_config();
   min_size = c->sites_min_size;
   /* O_NONBLOCK: a FIFO would hold start-up until someone wrote to it. */
-  int fd = open(path, O_RDONLY | O_CLOEXEC | O_NONBLOCK);
+  int fd = nic_open_nocancel(path, O_RDONLY | O_CLOEXEC | O_NONBLOCK);
   struct stat st;
   if (fd < 0 || fstat(fd, &st) || !S_ISREG(st.st_mode)) {
     say_once_per_run(path, "NICMALLOC_SITES=%s cannot be read (%s); running unrouted", path,
                      fd < 0 ? strerror(errno) : "not a regular file");
-    if (fd >= 0) close(fd);
+    if (fd >= 0) nic_close_nocancel(fd);
     return false;
   }
   /* mmap: no malloc at start-up, and no line buffer to refill. */
   char *text =
       st.st_size > 0 ? mmap(NULL, (size_t)st.st_size, PROT_READ, MAP_PRIVATE, fd, 0) : MAP_FAILED;
-  close(fd);
+  nic_close_nocancel(fd);
   unsigned lines = 0, bad = 0, unresolved = 0, sending_sites = 0;
   bool header = false, cut = false;
   static char line[1 << 14];

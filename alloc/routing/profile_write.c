@@ -310,11 +310,11 @@ static void fd_close(int slot) {
 /* flock, waiting at most LOCK_WAIT_MS. */
 static bool lock_file(int fd) {
   const uint64_t until = nic_now_ms() + LOCK_WAIT_MS;
-  struct timespec pause = {0, 1000000};
+  long pause_ns = 1000000;
   while (flock(fd, LOCK_EX | LOCK_NB)) {
     if ((errno != EWOULDBLOCK && errno != EINTR) || nic_now_ms() > until) return false;
-    nanosleep(&pause, NULL);
-    if (pause.tv_nsec < 32000000) pause.tv_nsec *= 2;
+    nic_pause_nocancel(pause_ns);
+    if (pause_ns < 32000000) pause_ns *= 2;
   }
   return true;
 }
@@ -332,7 +332,8 @@ static int create_new(int dirfd, const char *name, char *tmp, size_t cap) {
     snprintf(tmp, cap, ".%s.%016llx.tmp", name, (unsigned long long)r);
     fd_lock_take();
     int fd =
-        fd_note(2, openat(dirfd, tmp, O_WRONLY | O_CREAT | O_EXCL | O_NOFOLLOW | O_CLOEXEC, 0644));
+        fd_note(2, nic_openat_nocancel(dirfd, tmp,
+                                       O_WRONLY | O_CREAT | O_EXCL | O_NOFOLLOW | O_CLOEXEC, 0644));
     fd_lock_drop();
     if (fd >= 0 || errno != EEXIST) return fd;
   }
@@ -346,7 +347,7 @@ static int create_new(int dirfd, const char *name, char *tmp, size_t cap) {
  * getdents64 into a stack buffer: opendir would malloc. */
 #define STALE_S 60
 static void remove_stale(int dirfd, const char *name) {
-  int fd = openat(dirfd, ".", O_RDONLY | O_DIRECTORY | O_CLOEXEC);
+  int fd = nic_openat_nocancel(dirfd, ".", O_RDONLY | O_DIRECTORY | O_CLOEXEC, 0);
   if (fd < 0) return;
   char prefix[NAME_MAX + 2];
   const size_t prefix_len = (size_t)snprintf(prefix, sizeof prefix, ".%s.", name);

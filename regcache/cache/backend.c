@@ -6,6 +6,7 @@
 #include "forklock.h"
 
 #include "log.h"
+#include "nocancel.h"
 #include "plugin_host.h"
 #include "settings.h"
 #include "thread.h"
@@ -73,14 +74,24 @@ static struct nic_backend *open_plugin(const char *name) {
 static const char *const kind_names[NIC_BACKEND_KINDS] = {"sim", "uring", "verbs", "dpdk"};
 
 /* A built-in backend's blocks live as long as the process, whichever thread opens it: kept out
- * of that thread's heap (thread.h, nic_own_thread_create). */
+ * of that thread's heap (thread.h, nic_own_thread_create). An open runs under the lock every
+ * later registration takes, through code that reads files (DPDK's EAL, rdma-core, the sim's
+ * delays): a cancel pending on the opening thread waits until the open is over. */
 static struct nic_backend *open_kind(enum nic_backend_kind kind) {
   const char *name = kind_names[kind];
-  if (kind > NIC_BACKEND_URING) return open_plugin(name);
-  NIC_INTERNAL_SCOPE(); /* off the inline path, which would not see the scope below */
-  nic_lifetime_begin();
-  struct nic_backend *b = open_builtin(name);
-  nic_lifetime_end();
+  const int cancel = nic_cancel_off();
+  struct nic_backend *b;
+  if (kind > NIC_BACKEND_URING) {
+    b = open_plugin(name);
+  } else {
+    NIC_INTERNAL_SCOPE(); /* off the inline path, which would not see the scope below */
+    nic_lifetime_begin();
+    b = open_builtin(name);
+    nic_lifetime_end();
+  }
+  const int err = errno;
+  nic_cancel_restore(cancel);
+  errno = err;
   return b;
 }
 

@@ -5,6 +5,7 @@
 
 #include "clock.h"
 #include "events.h"
+#include "nocancel.h"
 #include "page.h"
 #include "thread.h"
 
@@ -215,7 +216,7 @@ static void *engine(void *arg) {
       sim_queue_push(&s->completed, w);
     if (s->completed.head && !s->work_signalled) { /* once per burst, until poll() empties it */
       s->work_signalled = true;
-      eventfd_write(s->work_efd, 1);
+      nic_eventfd_signal_nocancel(s->work_efd);
     }
   }
   sim_unlock(s);

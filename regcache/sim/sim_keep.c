@@ -14,6 +14,7 @@
 #include "sim_dma.h"
 
 #include "forklock.h"
+#include "nocancel.h"
 
 #include <sys/mman.h>
 #include <sys/syscall.h>
@@ -108,6 +109,7 @@ static bool work_overlaps(const struct sim_work *w, uintptr_t start, uintptr_t e
 void nic_sim_pages_leaving(uintptr_t start, size_t len) {
   if (!__atomic_load_n(&sim_dma_ahead, __ATOMIC_ACQUIRE) || !len || locks_held) return;
   const uintptr_t end = start + len < start ? UINTPTR_MAX : start + len;
+  const int cancel = nic_cancel_off(); /* munmap is no cancellation point: the wait below is none */
   pthread_rwlock_rdlock(&sims_lock);
   for (struct sim_nic *s = sims; s; s = s->next_sim) {
     sim_lock(s);
@@ -122,6 +124,7 @@ void nic_sim_pages_leaving(uintptr_t start, size_t len) {
     sim_unlock(s);
   }
   pthread_rwlock_unlock(&sims_lock);
+  nic_cancel_restore(cancel);
 }
 
 /* fork: the child has no engine, and a sim lock a parent thread held would stay taken. */

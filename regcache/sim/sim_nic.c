@@ -5,6 +5,7 @@
 #include "clock.h"
 #include "config.h"
 #include "log.h"
+#include "nocancel.h"
 #include "settings.h"
 
 #include <errno.h>
@@ -181,8 +182,7 @@ static int sim_poll(struct nic_backend *b, int max) {
     sim_complete(s, w);
   if (!s->completed.head && s->work_signalled) {
     s->work_signalled = false;
-    eventfd_t n;
-    eventfd_read(s->work_efd, &n); /* non-blocking */
+    nic_eventfd_take_nocancel(s->work_efd); /* under the lock, on the program's threads */
   }
   sim_unlock(s);
   return ran;

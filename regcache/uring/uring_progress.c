@@ -18,12 +18,17 @@
  * that still has posts queued or in a send whose result has not come back waits until those
  * posts are all in the socket (their send CQEs, not their notifications), then goes; on a
  * non-blocking socket, or with MSG_DONTWAIT, it fails with EAGAIN instead. The thread wakes the
- * waiters after each reaping. */
+ * waiters after each reaping. The wait is a cancellation point, as the send is: a cancelled
+ * waiter lets go of both locks on its way out.
+ *
+ * The event descriptors are written and read under the lock, on the program's threads too (its
+ * posts and polls): with calls that never act on a pending cancel (nocancel.h). */
 #define _GNU_SOURCE
 #include "uring_internal.h"
 
 #include "forklock.h"
 #include "log.h"
+#include "nocancel.h"
 #include "send_order.h"
 #include "thread.h"
 
@@ -44,14 +49,13 @@ static unsigned linked;                       /* endpoints counted in nic_send_o
 void nic_uring_work_signal_locked(struct uring_backend *ub) {
   if (ub->work_signalled) return;
   ub->work_signalled = true;
-  eventfd_write(ub->work_efd, 1);
+  nic_eventfd_signal_nocancel(ub->work_efd);
 }
 
 void nic_uring_work_clear_locked(struct uring_backend *ub) {
   if (!ub->work_signalled) return;
   ub->work_signalled = false;
-  eventfd_t n;
-  eventfd_read(ub->work_efd, &n); /* non-blocking: EAGAIN if already clear */
+  nic_eventfd_take_nocancel(ub->work_efd); /* non-blocking: EAGAIN if already clear */
 }
 
 int nic_uring_event_fd(struct nic_backend *b) {
@@ -93,6 +97,21 @@ static bool nonblocking(int fd, int flags) {
   return fl >= 0 && (fl & O_NONBLOCK);
 }
 
+static void wait_sent_cancelled(void *arg) {
+  struct uring_backend *ub = arg;
+  ub->send_waiters--;
+  pthread_mutex_unlock(&ub->lock); /* pthread_cond_wait took it again before unwinding */
+}
+
+/* Apart from the loop: pthread_cleanup_push is a setjmp in C. */
+static void wait_for_reaping_locked(struct uring_backend *ub) {
+  ub->send_waiters++;
+  pthread_cleanup_push(wait_sent_cancelled, ub);
+  pthread_cond_wait(&ub->sent, &ub->lock);
+  pthread_cleanup_pop(0);
+  ub->send_waiters--;
+}
+
 static int wait_sent(struct uring_backend *ub, int fd, int flags) {
   int rc = 0;
   pthread_mutex_lock(&ub->lock);
@@ -101,24 +120,32 @@ static int wait_sent(struct uring_backend *ub, int fd, int flags) {
       rc = -EAGAIN;
       break;
     }
-    ub->send_waiters++;
-    pthread_cond_wait(&ub->sent, &ub->lock);
-    ub->send_waiters--;
+    wait_for_reaping_locked(ub);
   }
   pthread_mutex_unlock(&ub->lock);
   return rc;
 }
 
+/* A child of fork shares the parent's rings: the parent's posts are not the child's to wait for,
+ * and the parent's locks may have been held at the fork. */
+static void wait_sent_everywhere(int fd, int flags, int *rc) {
+  const pid_t me = getpid();
+  for (struct uring_backend *ub = open_list; ub && !*rc; ub = ub->next_open)
+    if (ub->pid == me) *rc = wait_sent(ub, fd, flags);
+}
+
+static void open_lock_drop(void *unused) {
+  (void)unused;
+  pthread_rwlock_unlock(&open_lock);
+}
+
 static int before_plain_send(int fd, int flags) {
   if (fd >= 0 && fd < FD_FILTER && !__atomic_load_n(&endpoint_fds[fd], __ATOMIC_ACQUIRE)) return 0;
-  /* A child of fork shares the parent's rings: the parent's posts are not the child's to wait
-   * for, and the parent's locks may have been held at the fork. */
-  const pid_t me = getpid();
   int rc = 0;
   pthread_rwlock_rdlock(&open_lock);
-  for (struct uring_backend *ub = open_list; ub && !rc; ub = ub->next_open)
-    if (ub->pid == me) rc = wait_sent(ub, fd, flags);
-  pthread_rwlock_unlock(&open_lock);
+  pthread_cleanup_push(open_lock_drop, NULL);
+  wait_sent_everywhere(fd, flags, &rc);
+  pthread_cleanup_pop(1);
   return rc;
 }
 
@@ -165,8 +192,8 @@ int nic_uring_progress_start(struct uring_backend *ub) {
     if (rc) pthread_cond_destroy(&ub->sent);
   }
   if (rc) {
-    if (ub->ring_efd >= 0) close(ub->ring_efd);
-    if (ub->work_efd >= 0) close(ub->work_efd);
+    if (ub->ring_efd >= 0) nic_close_nocancel(ub->ring_efd);
+    if (ub->work_efd >= 0) nic_close_nocancel(ub->work_efd);
     ub->ring_efd = ub->work_efd = -1;
     return rc;
   }
@@ -183,6 +210,7 @@ int nic_uring_progress_start(struct uring_backend *ub) {
 
 void nic_uring_progress_stop(struct uring_backend *ub) {
   if (!ub->progress_running) return;
+  const int cancel = nic_cancel_off(); /* the join waits: not for a cancel to cut short */
   pthread_rwlock_wrlock(&open_lock);
   for (struct uring_backend **at = &open_list; *at; at = &(*at)->next_open)
     if (*at == ub) {
@@ -193,12 +221,13 @@ void nic_uring_progress_stop(struct uring_backend *ub) {
   pthread_mutex_lock(&ub->lock);
   ub->progress_stop = true;
   pthread_mutex_unlock(&ub->lock);
-  eventfd_write(ub->ring_efd, 1);
+  nic_eventfd_signal_nocancel(ub->ring_efd);
   pthread_join(ub->progress, NULL);
   ub->progress_running = false;
   io_uring_unregister_eventfd(&ub->ring);
   pthread_cond_destroy(&ub->sent);
-  close(ub->ring_efd);
-  close(ub->work_efd);
+  nic_close_nocancel(ub->ring_efd);
+  nic_close_nocancel(ub->work_efd);
   ub->ring_efd = ub->work_efd = -1;
+  nic_cancel_restore(cancel);
 }

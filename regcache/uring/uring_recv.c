@@ -38,6 +38,7 @@
 #include "alloc.h"
 #include "chunks.h"
 #include "log.h"
+#include "nocancel.h"
 #include "settings.h"
 
 #include <errno.h>
@@ -452,7 +453,7 @@ int nic_uring_rx_stop_locked(struct uring_backend *ub, struct nic_endpoint *ep,
     pthread_mutex_unlock(&ub->lock);
     /* The cancellation completes in the submitting thread's task work, which another thread's
      * return to user space runs: a pause, not a spin. */
-    nanosleep(&(struct timespec){0, 20000}, NULL);
+    nic_pause_nocancel(20000);
     pthread_mutex_lock(&ub->lock);
   }
   io_uring_unregister_buf_ring(&ub->ring, rx->bgid);
