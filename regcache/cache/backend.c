@@ -7,6 +7,7 @@
 
 #include "log.h"
 #include "nocancel.h"
+#include "open_fds.h"
 #include "plugin_host.h"
 #include "settings.h"
 #include "thread.h"
@@ -76,10 +77,13 @@ static const char *const kind_names[NIC_BACKEND_KINDS] = {"sim", "uring", "verbs
 /* A built-in backend's blocks live as long as the process, whichever thread opens it: kept out
  * of that thread's heap (thread.h, nic_own_thread_create). An open runs under the lock every
  * later registration takes, through code that reads files (DPDK's EAL, rdma-core, the sim's
- * delays): a cancel pending on the opening thread waits until the open is over. */
+ * delays): a cancel pending on the opening thread waits until the open is over. What it opens
+ * is made close-on-exec (open_fds.h). Under the lock. */
 static struct nic_backend *open_kind(enum nic_backend_kind kind) {
   const char *name = kind_names[kind];
   const int cancel = nic_cancel_off();
+  static struct nic_fd_set before; /* 8 KiB: not on the program's stack */
+  nic_fds_snapshot(&before);
   struct nic_backend *b;
   if (kind > NIC_BACKEND_URING) {
     b = open_plugin(name);
@@ -90,6 +94,8 @@ static struct nic_backend *open_kind(enum nic_backend_kind kind) {
     nic_lifetime_end();
   }
   const int err = errno;
+  const unsigned marked = nic_fds_cloexec_new(&before);
+  if (marked) nic_log_info("backend %s: %u descriptors it opened made close-on-exec", name, marked);
   nic_cancel_restore(cancel);
   errno = err;
   return b;

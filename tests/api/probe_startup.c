@@ -4,6 +4,7 @@
 #include "probe_common.h"
 #include "refuse_syscall.h"
 
+#include <dirent.h>
 #include <errno.h>
 #include <fcntl.h>
 #include <stddef.h>
@@ -121,9 +122,38 @@ int cmd_sites(int argc, char **argv) { /* sites ID...: which are on */
   return 0;
 }
 
+/* The descriptors open now, as a bit per descriptor below 1024. */
+static void fds_open(unsigned char *set) {
+  memset(set, 0, 1024 / 8);
+  DIR *d = opendir("/proc/self/fd");
+  for (struct dirent *e; d && (e = readdir(d));) {
+    const int fd = atoi(e->d_name);
+    if (e->d_name[0] != '.' && fd != dirfd(d) && fd < 1024) set[fd / 8] |= 1 << fd % 8;
+  }
+  if (d) closedir(d);
+}
+
+/* open-backend [fds]: with fds, how many descriptors the open added and how many of them an
+ * exec'd program would inherit (no FD_CLOEXEC). */
 int cmd_open_backend(int argc, char **argv) {
-  (void)argc, (void)argv;
+  unsigned char before[1024 / 8], after[1024 / 8];
+  fds_open(before);
   open_backend();
+  if (argc < 3 || strcmp(argv[2], "fds")) return 0;
+  fds_open(after);
+  int added = 0, inheritable = 0;
+  for (int fd = 0; fd < 1024; fd++) {
+    if (!(after[fd / 8] >> fd % 8 & 1) || (before[fd / 8] >> fd % 8 & 1)) continue;
+    added++;
+    if (!(fcntl(fd, F_GETFD) & FD_CLOEXEC)) {
+      inheritable++;
+      char link[64], target[256] = "";
+      snprintf(link, sizeof link, "/proc/self/fd/%d", fd);
+      const ssize_t n = readlink(link, target, sizeof target - 1);
+      printf("inheritable_%d=%s\n", fd, n > 0 ? target : "?");
+    }
+  }
+  printf("fds_added=%d\nfds_inheritable=%d\n", added, inheritable);
   return 0;
 }
 

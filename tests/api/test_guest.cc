@@ -7,6 +7,7 @@
 
 #include <errno.h>
 #include <stdlib.h>
+#include <string.h>
 #include <unistd.h>
 
 #include <fstream>
@@ -81,6 +82,31 @@ TEST(Guest, PluginLinesGoWhereTheHostsGo) {
   EXPECT_EQ(content, "data\n");
   EXPECT_EQ(r.err, "");
   EXPECT_GE(r.num("dropped"), 2) << "the free() error and the plugin's line";
+}
+
+// What a backend's open leaves open is close-on-exec: DPDK 22.11's EAL kept its memory's memfd
+// (the dataplane's packet buffers), its interrupt pipe, timerfd and epoll set inheritable, so every
+// program the process execed got them (5 descriptors here without the fix).
+TEST(Guest, ABackendsDescriptorsAreNotPassedToExecedPrograms) {
+  for (const char *backend : {"sim", "uring", "dpdk"}) {
+    SCOPED_TRACE(backend);
+    if (!strcmp(backend, "dpdk") && access(NIC_DPDK_PLUGIN_PATH, R_OK)) {
+      std::printf("[ SKIPPED  ] the dpdk plugin is not built here\n");
+      continue;
+    }
+    auto r =
+        run_probe({std::string("NICMALLOC_BACKEND=") + backend, "NICMALLOC_DPDK_VDEV=net_null0"},
+                  {"open-backend", "fds"});
+    ASSERT_EQ(r.exit_code, 0) << r.out << r.err;
+    if (r.values["backend"] != backend) {
+      std::printf("[ SKIPPED  ] %s does not open here: %s\n", backend, r.err.c_str());
+      continue;
+    }
+    EXPECT_EQ(r.num("fds_inheritable"), 0) << r.out;
+    if (!strcmp(backend, "dpdk")) {
+      EXPECT_GE(r.num("fds_added"), 3) << "nothing tested: " << r.out;
+    }
+  }
 }
 
 // Fallbacks the user did not ask to avoid (no hugetlb pool, no address space, no memlock) are

@@ -1,0 +1,76 @@
+/* Which descriptors a backend's open made (open_fds.h). Read with getdents64 into a stack buffer
+ * and raw system calls: no malloc, no cancellation point, under the backend lock. A program thread
+ * that opens a descriptor of its own meant for an exec'd child while the backend opens (DPDK
+ * takes a tenth of a second, once per process) has it made close-on-exec too. */
+#define _GNU_SOURCE
+#include "open_fds.h"
+
+#include "nocancel.h"
+
+#include <dirent.h>
+#include <fcntl.h>
+#include <string.h>
+#include <sys/resource.h>
+#include <sys/syscall.h>
+#include <unistd.h>
+
+static void mark(struct nic_fd_set *s, long fd) {
+  if (fd >= 0 && fd < NIC_FD_SET_MAX) s->bits[fd / 64] |= (uint64_t)1 << (fd % 64);
+}
+
+static bool marked(const struct nic_fd_set *s, long fd) {
+  return fd >= 0 && fd < NIC_FD_SET_MAX && (s->bits[fd / 64] >> (fd % 64) & 1);
+}
+
+static long parse_fd(const char *name) {
+  long fd = 0;
+  if (!*name) return -1;
+  for (; *name; name++) {
+    if (*name < '0' || *name > '9' || fd > NIC_FD_SET_MAX) return -1;
+    fd = fd * 10 + (*name - '0');
+  }
+  return fd;
+}
+
+/* Every open descriptor into s; false when /proc/self/fd cannot be read. */
+static bool list_proc(struct nic_fd_set *s) {
+  const int dir = nic_open_nocancel("/proc/self/fd", O_RDONLY | O_DIRECTORY | O_CLOEXEC);
+  if (dir < 0) return false;
+  char buf[4096];
+  for (long got; (got = syscall(SYS_getdents64, dir, buf, sizeof buf)) > 0;) {
+    for (long at = 0; at < got;) {
+      const struct dirent64 *e = (const struct dirent64 *)(buf + at);
+      at += e->d_reclen;
+      const long fd = parse_fd(e->d_name);
+      if (fd != dir) mark(s, fd);
+    }
+  }
+  nic_close_nocancel(dir);
+  return true;
+}
+
+static void list_fcntl(struct nic_fd_set *s) {
+  struct rlimit lim;
+  long top = NIC_FD_SET_MAX;
+  if (getrlimit(RLIMIT_NOFILE, &lim) == 0 && lim.rlim_cur < (rlim_t)top) top = (long)lim.rlim_cur;
+  for (long fd = 0; fd < top; fd++)
+    if (fcntl((int)fd, F_GETFD) >= 0) mark(s, fd);
+}
+
+void nic_fds_snapshot(struct nic_fd_set *s) {
+  memset(s, 0, sizeof *s);
+  if (!list_proc(s)) list_fcntl(s);
+}
+
+unsigned nic_fds_cloexec_new(const struct nic_fd_set *before) {
+  static struct nic_fd_set now; /* 8 KiB: not on the program's stack; under the backend lock */
+  nic_fds_snapshot(&now);
+  unsigned set = 0;
+  for (long fd = 0; fd < NIC_FD_SET_MAX; fd++) {
+    if (!marked(&now, fd) || marked(before, fd)) continue;
+    const int flags = fcntl((int)fd, F_GETFD);
+    if (flags >= 0 && !(flags & FD_CLOEXEC) && fcntl((int)fd, F_SETFD, flags | FD_CLOEXEC) == 0)
+      set++;
+  }
+  return set;
+}
