@@ -50,10 +50,11 @@ for i in 1 2; do
 done >"$secret/file"
 chmod 600 "$secret/file"
 
-as_root() { env -i PATH=/usr/bin:/bin "$@" "$bin/probe" 2>&1; }
+probe_args=() # what the probe is asked to do beyond allocating and registering
+as_root() { env -i PATH=/usr/bin:/bin "$@" "$bin/probe" "${probe_args[@]}" 2>&1; }
 as_user() {
   setpriv --reuid="$uid" --regid="$gid" --clear-groups env -i PATH=/usr/bin:/bin "$@" \
-    "$bin/probe" 2>&1
+    "$bin/probe" "${probe_args[@]}" 2>&1
 }
 
 chmod 4755 "$bin/probe"
@@ -126,7 +127,32 @@ else
   echo "SKIP part: the dpdk plugin is not built here, NICMALLOC_DPDK_EAL_ARGS not tried"
 fi
 
-# 5. Settings that only tune: ignored too, with the one line.
+# 5. DPDK's EAL, opened by the program's code, makes its runtime directory (even with
+# --no-shconf) under RUNTIME_DIRECTORY, or XDG_RUNTIME_DIR when the real uid is not root.
+if ls "$bin"/libnicmalloc-dpdk.so >/dev/null 2>&1; then
+  mkdir -p "$secret/rt"
+  probe_args=(dpdk)
+  setuid_off
+  as_root RUNTIME_DIRECTORY="$secret/rt" >/dev/null
+  [ -d "$secret/rt/dpdk" ] || fail "control: EAL made no directory under RUNTIME_DIRECTORY without setuid"
+  rm -rf "$secret/rt/dpdk"
+  setuid_on
+  for var in RUNTIME_DIRECTORY XDG_RUNTIME_DIR; do
+    out=$(as_user "$var=$secret/rt")
+    case "$out" in
+    *"probe ok"*) ;;
+    *) fail "the probe did not finish with $var set: $out" ;;
+    esac
+    [ -e "$secret/rt/dpdk" ] && fail "$var had root make $secret/rt/dpdk: $out"
+    rm -rf "$secret/rt/dpdk"
+  done
+  probe_args=()
+  echo "DPDK's RUNTIME_DIRECTORY and XDG_RUNTIME_DIR: not read"
+else
+  echo "SKIP part: the dpdk plugin is not built here, DPDK's runtime directory not tried"
+fi
+
+# 6. Settings that only tune: ignored too, with the one line.
 out=$(as_user NICMALLOC_DP_MIN_SIZE=1 NICMALLOC_MAX_CHUNKS=48 NICMALLOC_FREE_CHECK=0)
 case "$out" in
 *"secure execution"*NICMALLOC_DP_MIN_SIZE*) ;;

@@ -1,7 +1,9 @@
 /* A setuid-root program linked with -lnicmalloc, run by an unprivileged user in setuid.sh. It
  * does what makes nicmalloc read each setting that names a file, a plugin or arguments: it
  * allocates (site table, profile, sites at start-up) and registers memory (the backend, and
- * with NICMALLOC_BACKEND=dpdk the EAL and its arguments). */
+ * with NICMALLOC_BACKEND=dpdk the EAL and its arguments). With the argument dpdk it also opens the
+ * dpdk backend by code, as a program may whatever the environment says (DPDK's EAL then starts,
+ * and reads its own environment variables). */
 #include <nicmalloc.h>
 
 #include <stdio.h>
@@ -9,13 +11,17 @@
 #include <string.h>
 #include <unistd.h>
 
-int main(void) {
+int main(int argc, char **argv) {
   char *block = malloc(1 << 16);
   if (!block) return 1;
   memset(block, 1, 1 << 16);
   struct nic_region_ref ref;
   int rc = nic_register(block, 1 << 16, NIC_REG_LOCAL, &ref);
   if (rc == 0) nic_unregister(&ref);
+  if (argc > 1 && !strcmp(argv[1], "dpdk")) {
+    struct nic_endpoint *ep = nic_dpdk_endpoint_create(0, 0);
+    printf("dpdk endpoint %d\n", ep != NULL);
+  }
   printf("probe ok: euid %d uid %d register %d\n", (int)geteuid(), (int)getuid(), rc);
   free(block);
   return 0;

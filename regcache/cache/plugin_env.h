@@ -1,0 +1,21 @@
+/* In secure execution nicmalloc reads no setting, and a backend plugin reads none either; but the
+ * libraries a plugin brings read the environment themselves. DPDK 22.11's EAL makes its runtime
+ * directory under $RUNTIME_DIRECTORY, or $XDG_RUNTIME_DIR when the real uid is not root, even
+ * with --no-shconf: a user running a setuid-root program that opened DPDK had root make
+ * directories wherever the user named. So in secure execution the getenv imports of the objects a
+ * plugin's load brought in are pointed at one that answers nothing, but RUNTIME_DIRECTORY: root's
+ * own /var/run when the process runs as root (where DPDK puts it for root), otherwise /dev/null,
+ * under which nothing can be made (EAL then says so and goes on without one). Objects EAL loads
+ * itself later (the PMDs of its driver directory) are not covered. Outside secure execution the
+ * environment is the user's own and nothing changes. */
+#ifndef NIC_PLUGIN_ENV_H
+#define NIC_PLUGIN_ENV_H
+
+#include <link.h>
+
+/* The last object loaded now: pass it to nic_plugin_env_guard after loading the plugin. */
+const struct link_map *nic_plugin_env_mark(void);
+/* In secure execution, redirects getenv in every object loaded after mark; how many it changed. */
+unsigned nic_plugin_env_guard(const struct link_map *mark);
+
+#endif
