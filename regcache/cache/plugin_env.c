@@ -24,12 +24,20 @@ const struct link_map *nic_plugin_env_mark(void) {
   return m;
 }
 
+static const struct link_map *first_mark; /* the objects loaded before the first plugin */
+
 unsigned nic_plugin_env_guard(const struct link_map *mark) {
   if (!mark || !nic_secure_execution()) return 0;
+  const struct link_map *none = NULL;
+  __atomic_compare_exchange_n(&first_mark, &none, mark, false, __ATOMIC_ACQ_REL, __ATOMIC_ACQUIRE);
   unsigned changed = 0;
   for (const struct link_map *m = mark->l_next; m; m = m->l_next) {
     struct nic_import imports[] = {{"getenv", (void *)plugin_getenv, false}};
     if (nic_imports_redirect(m, imports, 1) && imports[0].done) changed++;
   }
   return changed;
+}
+
+unsigned nic_plugin_env_guard_again(void) {
+  return nic_plugin_env_guard(__atomic_load_n(&first_mark, __ATOMIC_ACQUIRE));
 }

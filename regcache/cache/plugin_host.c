@@ -3,6 +3,7 @@
 
 #include "api_errors.h"
 #include "log.h"
+#include "plugin_env.h"
 #include "thread.h"
 
 #include <stdint.h>
@@ -44,11 +45,16 @@ static void host_api_error(enum nic_plugin_api_family family) {
   }
 }
 
+static void host_quiet_env(void) {
+  nic_plugin_env_guard_again();
+}
+
 static const struct nic_plugin_host host = {.size = sizeof host,
                                             .vlog = host_vlog,
                                             .calloc = host_calloc,
                                             .free = host_free,
-                                            .api_error = host_api_error};
+                                            .api_error = host_api_error,
+                                            .quiet_env = host_quiet_env};
 
 const struct nic_plugin_host *nic_plugin_host_table(void) {
   return &host;

@@ -44,6 +44,10 @@ struct nic_plugin_host {
   void (*free)(void *p);
   /* Counts an error the plugin's API returned to its caller (nic_get_stats). */
   void (*api_error)(enum nic_plugin_api_family family);
+  /* In secure execution, makes the libraries loaded since the plugin read no environment
+   * (plugin_env.h): call it after a library loads more (rdma-core's providers in
+   * ibv_get_device_list, EAL's drivers) and before it runs them. */
+  void (*quiet_env)(void);
 };
 
 #define NIC_PLUGIN_HOST_HAS(host, member)                                                          \

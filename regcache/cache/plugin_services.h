@@ -27,6 +27,10 @@ void nic_plugin_log(enum nic_plugin_log_level level, const void *once, const cha
   } while (0)
 void nic_plugin_count_api_error(enum nic_plugin_api_family family);
 
+/* Asks the host to keep the libraries loaded since the plugin out of the environment in secure
+ * execution (plugin_host.h, quiet_env); nothing with an older host. */
+void nic_plugin_quiet_env(void);
+
 /* Zeroed control memory of the host; NULL with errno ENOMEM. */
 void *nic_plugin_calloc(size_t n, size_t size);
 void nic_plugin_free(void *p);

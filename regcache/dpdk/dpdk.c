@@ -82,6 +82,7 @@ static int start_eal(void) {
   nic_plugin_free(own); /* EAL copies what it keeps (vdev arguments included) */
   nic_plugin_free(vdevs);
   if (rc < 0) return -(err ? err : EINVAL);
+  nic_plugin_quiet_env(); /* the drivers EAL loaded, before the ports start */
   g.started_eal = true;
   return 0;
 }

@@ -671,6 +671,7 @@ NIC_EXPORT struct nic_backend *nic_backend_verbs_open(const struct nic_plugin_ho
   if (!nic_plugin_attach(host)) return NULL;
   int n = 0;
   struct ibv_device **list = ibv_get_device_list(&n);
+  nic_plugin_quiet_env(); /* the providers it loaded for devices: before they open one */
   /* rdma-core says ENOSYS without kernel support; auto selection only needs "no device". */
   struct ibv_device *dev = list && n > 0 ? choose_device(list, n) : NULL;
   struct vbackend *vb = dev ? nic_plugin_calloc(1, sizeof *vb) : NULL;

@@ -1,0 +1,67 @@
+// In secure execution the libraries a backend plugin loads read no environment
+// (regcache/cache/plugin_env.h): their getenv imports answer nothing, and RUNTIME_DIRECTORY with
+// a folder no user names. Secure execution is simulated (nic_settings_reload); setuid.sh checks
+// DPDK's EAL in a real setuid-root process.
+#include <gtest/gtest.h>
+
+extern "C" {
+#include "plugin_env.h"
+#include "settings.h"
+}
+
+#include <dlfcn.h>
+#include <stdlib.h>
+#include <unistd.h>
+
+#include <string>
+
+namespace {
+
+using Getter = const char *(*)(const char *);
+
+Getter Load(const char *path, const char *symbol) {
+  void *h = dlopen(path, RTLD_NOW | RTLD_LOCAL);
+  EXPECT_NE(h, nullptr) << dlerror();
+  return h ? reinterpret_cast<Getter>(dlsym(h, symbol)) : nullptr;
+}
+
+std::string Or(const char *s) {
+  return s ? s : "(null)";
+}
+
+const std::string kNoFolder = geteuid() == 0 ? "/var/run" : "/dev/null";
+
+} // namespace
+
+// The mark is taken before each load, as open_plugin does before its dlopen.
+TEST(PluginEnv, LibrariesLoadedSinceTheMarkReadNoEnvironmentInSecureExecution) {
+  setenv("RUNTIME_DIRECTORY", "/tmp/chosen-by-the-user", 1);
+  setenv("XDG_RUNTIME_DIR", "/tmp/also-chosen", 1);
+  setenv("MLX5_DEBUG_FILE", "/tmp/debug-file", 1);
+
+  // Outside secure execution nothing changes.
+  nic_settings_reload(false);
+  const link_map *mark = nic_plugin_env_mark();
+  ASSERT_NE(mark, nullptr);
+  Getter first = Load(ENV_READER_MODULE, "env_reader_get");
+  ASSERT_NE(first, nullptr);
+  EXPECT_EQ(nic_plugin_env_guard(mark), 0u);
+  EXPECT_EQ(Or(first("RUNTIME_DIRECTORY")), "/tmp/chosen-by-the-user");
+
+  nic_settings_reload(true);
+  EXPECT_GE(nic_plugin_env_guard(mark), 1u);
+  EXPECT_EQ(Or(first("RUNTIME_DIRECTORY")), kNoFolder);
+  EXPECT_EQ(Or(first("XDG_RUNTIME_DIR")), "(null)");
+  EXPECT_EQ(Or(first("MLX5_DEBUG_FILE")), "(null)");
+  EXPECT_EQ(Or(getenv("XDG_RUNTIME_DIR")), "/tmp/also-chosen") << "the program's own getenv";
+
+  // A library the first one loads later (a provider, a driver): covered when asked again.
+  Getter later = Load(ENV_READER_MODULE_2, "env_reader_get_2");
+  ASSERT_NE(later, nullptr);
+  EXPECT_EQ(Or(later("MLX5_DEBUG_FILE")), "/tmp/debug-file");
+  EXPECT_GE(nic_plugin_env_guard_again(), 2u);
+  EXPECT_EQ(Or(later("MLX5_DEBUG_FILE")), "(null)");
+  EXPECT_EQ(Or(later("RUNTIME_DIRECTORY")), kNoFolder);
+
+  nic_settings_reload(false);
+}
