@@ -3,6 +3,7 @@
 
 #include "commit_map.h"
 #include "config.h"
+#include "foreign_arenas.h"
 #include "log.h"
 #include "map.h"
 #include "nocancel.h"
@@ -112,6 +113,7 @@ bool nic_control_arena_init(bool use_commit_map) {
 
 /* Before mimalloc maps its first segment. */
 static void control_arena_start(void) {
+  nic_foreign_arenas_fill();
   nic_control_arena_init(nic_config()->free_check);
   nic_valgrind_check();
 }

@@ -55,6 +55,7 @@ static const struct command {
     {"lifetime-blocks", 2, cmd_lifetime_blocks},
     {"huge", 4, cmd_huge},
     {"control-frees", 2, cmd_control_frees},
+    {"mixed-frees", 2, cmd_mixed_frees},
     {"libc-names", 2, cmd_libc_names},
     {"errno-kept", 2, cmd_errno_kept},
     {"too-large", 2, cmd_too_large},
@@ -84,7 +85,8 @@ int main(int argc, char **argv) {
       "low-memlock-sga KIB "
       "BLOCK | memlock-steps LIMIT TOTAL BLOCK "
       "| "
-      "fork-child BLOCK | fork-write-race ROUNDS TOTAL BLOCK [register] | fork-while-opening "
+      "mixed-frees | fork-child BLOCK | fork-write-race ROUNDS TOTAL BLOCK [register] | "
+      "fork-while-opening "
       "BACKEND | auto SIZE | cap-again "
       "BLOCK | huge "
       "SIZE SLEEP_MS | huge-usable [GIB] | "

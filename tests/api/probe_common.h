@@ -71,6 +71,7 @@ int cmd_big_block(int argc, char **argv);
 int cmd_fill_control(int argc, char **argv);
 int cmd_huge(int argc, char **argv);
 int cmd_control_frees(int argc, char **argv);
+int cmd_mixed_frees(int argc, char **argv);
 int cmd_libc_names(int argc, char **argv);
 int cmd_errno_kept(int argc, char **argv);
 int cmd_too_large(int argc, char **argv);

@@ -63,6 +63,27 @@ static int control_frees(void) {
   return 0;
 }
 
+/* Blocks of 16 B to 8 MiB, all freed: how many the free check refused, and how many lay where no
+ * arena of nicmalloc's is (above the 20 TiB mimalloc's map covers). */
+static int mixed_frees(void) {
+  enum { N = 2000 };
+  static void *blocks[N];
+  unsigned high = 0;
+  for (int i = 0; i < N; i++) {
+    blocks[i] = malloc((size_t)16 << (i % 20));
+    if (!blocks[i]) return 1;
+    memset(blocks[i], 7, 16);
+    if ((uintptr_t)blocks[i] >= ((uintptr_t)20 << 40)) high++;
+  }
+  for (int i = 0; i < N; i++)
+    free(blocks[i]);
+  struct nic_stats s = NIC_STATS_INIT;
+  nic_get_stats(&s);
+  printf("blocks=%d\nabove_20tib=%u\ninvalid_frees=%llu\ndouble_frees=%llu\n", N, high,
+         (unsigned long long)s.invalid_frees, (unsigned long long)s.double_frees);
+  return 0;
+}
+
 static long resident_kib(void) {
   FILE *f = fopen("/proc/self/statm", "r");
   long size = 0, resident = 0;
@@ -197,6 +218,11 @@ int cmd_fill_control(int argc, char **argv) {
 int cmd_huge(int argc, char **argv) {
   (void)argc;
   return huge_reuse(strtoull(argv[2], NULL, 0), (unsigned)atoi(argv[3]));
+}
+
+int cmd_mixed_frees(int argc, char **argv) {
+  (void)argc, (void)argv;
+  return mixed_frees();
 }
 
 int cmd_control_frees(int argc, char **argv) {

@@ -109,6 +109,26 @@ TEST(Guest, ABackendsDescriptorsAreNotPassedToExecedPrograms) {
   }
 }
 
+// mimalloc reads its own settings as it loads, before nicmalloc starts: MIMALLOC_RESERVE_OS_MEMORY
+// made it reserve an arena its default heap used first. Over 1 GiB (which mimalloc maps without
+// its address hint) that arena lies above 20 TiB, and every free of the program was refused there
+// ("not allocated by nicmalloc"); below, blocks sat outside the control arena's checks.
+TEST(Guest, MimallocsOwnReservationDoesNotTakeTheProgramsBlocks) {
+  auto plain = run_probe({}, {"mixed-frees"});
+  ASSERT_EQ(plain.exit_code, 0) << plain.out << plain.err;
+  EXPECT_EQ(plain.err, "");
+  for (const char *reserve : {"MIMALLOC_RESERVE_OS_MEMORY=2G", "MIMALLOC_RESERVE_OS_MEMORY=96M"}) {
+    SCOPED_TRACE(reserve);
+    auto r = run_probe({reserve}, {"mixed-frees"});
+    ASSERT_EQ(r.exit_code, 0) << r.out << r.err;
+    EXPECT_EQ(r.num("invalid_frees"), 0) << r.err;
+    EXPECT_EQ(r.num("double_frees"), 0);
+    EXPECT_EQ(r.num("above_20tib"), 0) << "blocks in mimalloc's own arena";
+    EXPECT_EQ(count_lines(r.err, "nicmalloc"), 1) << r.err;
+    EXPECT_EQ(count_lines(r.err, "MIMALLOC_RESERVE_OS_MEMORY"), 1) << r.err;
+  }
+}
+
 // Fallbacks the user did not ask to avoid (no hugetlb pool, no address space, no memlock) are
 // counted in the stats and said with NICMALLOC_VERBOSE=1, never on stderr by default: programs
 // that merge a child's stderr (cmake) or compare it (test suites) must not notice nicmalloc.
