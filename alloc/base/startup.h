@@ -7,6 +7,8 @@
  *   FREE_KEY      heap/free_key.c      before anything here allocates or frees
  *   LOG           base/log_target.c    whether a copy of stderr is kept depends on the settings,
  *                                      and their warnings go to fd 2 as it is at start-up
+ *   MIMALLOC_OPTIONS os/mimalloc_options.c  in secure execution mimalloc's own settings go back
+ *                                      to their defaults, before nicmalloc sets its own
  *   FAST_PATHS    core/alloc.c         the size rule, the free check, the control heap's tuning
  *   ROUTES        routing/profile.c    profiling or routing sends (some) mallocs to the slow path
  *   FENCE_SITES   safety/fence_detect.c  detect records the sites of blocks it may report
@@ -29,6 +31,7 @@
 enum nic_startup_rank {
   NIC_START_FREE_KEY,
   NIC_START_LOG,
+  NIC_START_MIMALLOC_OPTIONS,
   NIC_START_FAST_PATHS,
   NIC_START_ROUTES,
   NIC_START_FENCE_SITES,

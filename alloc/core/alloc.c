@@ -8,6 +8,7 @@
 #include "mapped.h"
 #include "mi_free_lists.h"
 #include "nicmalloc.h"
+#include "settings.h"
 #include "startup.h"
 #include "unchecked_commit.h"
 #include "valgrind.h"
@@ -27,10 +28,11 @@ static unsigned long long dataplane_fallbacks, dataplane_failures, invalid_frees
 /* Freed control memory stays committed for the purge delay: mimalloc's own 25 ms made a program
  * that frees and reallocates megabytes fault its pages in again and again (bench/peers.sh large:
  * 25 ms 12-14 s, 100 ms 3-8 s, 250 ms 1.9 s, the same as 1000 ms). The user's
- * MIMALLOC_DECOMMIT_DELAY, if set, wins. Huge requests take the slow path, past the cache and
- * the question whether their commit will be granted (control_alloc), cache or no cache. */
+ * MIMALLOC_DECOMMIT_DELAY, if set, wins (not in secure execution: os/mimalloc_options.c). Huge
+ * requests take the slow path, past the cache and the question whether their commit will be granted
+ * (control_alloc), cache or no cache. */
 static void tune_control_heap(const struct nic_config *cfg) {
-  if (!getenv("MIMALLOC_DECOMMIT_DELAY"))
+  if (nic_secure_execution() || !getenv("MIMALLOC_DECOMMIT_DELAY"))
     mi_option_set(mi_option_decommit_delay, (long)cfg->purge_delay_ms);
   if (nic_fast_limit > NIC_HUGE_BLOCK_MIN + 1) nic_fast_limit = NIC_HUGE_BLOCK_MIN + 1;
 }

@@ -8,20 +8,22 @@
  * too, one mprotect per MiB of fresh pages instead of one per 32 MiB segment, which is what
  * mimalloc already does for every thread's first segment (bench/README.md, "First dataplane
  * allocation").
- * A user's MIMALLOC_EAGER_COMMIT wins, as MIMALLOC_DECOMMIT_DELAY does, except under
+ * A user's MIMALLOC_EAGER_COMMIT wins, as MIMALLOC_DECOMMIT_DELAY does, except in secure
+ * execution (os/mimalloc_options.c) and under
  * NICMALLOC_ON_PIN_FAIL=fail: mimalloc 2.0.9's arena commits an eager segment without looking
  * at the answer, so a segment whose steps could not be locked was handed out all the same (forty
  * 1 MiB dataplane blocks came back under an 8 MiB memlock limit, 32 MiB of them unpinned). On
  * demand, every commit is a page's, whose failure mimalloc passes on as ENOMEM. */
 #include "config.h"
 #include "log.h"
+#include "settings.h"
 #include "startup.h"
 
 #include <mimalloc.h>
 #include <stdlib.h>
 
 static void commit_on_demand(void) {
-  if (!getenv("MIMALLOC_EAGER_COMMIT")) {
+  if (nic_secure_execution() || !getenv("MIMALLOC_EAGER_COMMIT")) {
     mi_option_disable(mi_option_eager_commit);
   } else if (nic_config()->on_pin_fail == NIC_PIN_FAIL_FAIL &&
              mi_option_is_enabled(mi_option_eager_commit)) {

@@ -152,7 +152,22 @@ else
   echo "SKIP part: the dpdk plugin is not built here, DPDK's runtime directory not tried"
 fi
 
-# 6. Settings that only tune: ignored too, with the one line.
+# 6. mimalloc reads its own MIMALLOC_* settings before nicmalloc starts: they go back to their
+# defaults (MIMALLOC_SHOW_STATS would print the root process's statistics at exit).
+setuid_off
+out=$(as_root MIMALLOC_SHOW_STATS=1)
+case "$out" in
+*"heap stats"*) ;;
+*) fail "control: MIMALLOC_SHOW_STATS printed no statistics without setuid: $out" ;;
+esac
+setuid_on
+out=$(as_user MIMALLOC_SHOW_STATS=1)
+case "$out" in
+*"heap stats"*) fail "MIMALLOC_SHOW_STATS printed the root process's statistics: $out" ;;
+esac
+echo "MIMALLOC_SHOW_STATS: back to mimalloc's default"
+
+# 7. Settings that only tune: ignored too, with the one line.
 out=$(as_user NICMALLOC_DP_MIN_SIZE=1 NICMALLOC_MAX_CHUNKS=48 NICMALLOC_FREE_CHECK=0)
 case "$out" in
 *"secure execution"*NICMALLOC_DP_MIN_SIZE*) ;;
