@@ -49,7 +49,7 @@ static struct nic_backend *open_plugin(const char *name) {
   }
   if (dir_len) memcpy(path, self.dli_fname, dir_len); /* dladdr may have found no file */
   snprintf(path + dir_len, sizeof path - dir_len, "libnicmalloc-%s.so", name);
-  const struct link_map *loaded_before = nic_plugin_env_mark();
+  nic_plugin_env_mark();
   void *handle = dlopen(path, RTLD_NOW | RTLD_LOCAL);
   if (!handle) handle = dlopen(path + dir_len, RTLD_NOW | RTLD_LOCAL); /* library path */
   if (!handle) {
@@ -57,7 +57,7 @@ static struct nic_backend *open_plugin(const char *name) {
     errno = ENOENT;
     return NULL;
   }
-  const unsigned guarded = nic_plugin_env_guard(loaded_before);
+  const unsigned guarded = nic_plugin_env_guard();
   if (guarded) nic_log_info("backend %s: %u libraries read no environment", name, guarded);
   char symbol[64];
   snprintf(symbol, sizeof symbol, "nic_backend_%s_settings", name);

@@ -5,9 +5,17 @@
 #include "imports.h"
 #include "settings.h"
 
-#include <dlfcn.h>
+#include <link.h>
+#include <stdbool.h>
+#include <stdint.h>
 #include <string.h>
 #include <unistd.h>
+
+#define KNOWN_MAX 4096 /* objects before the first plugin; beyond that, nothing is guarded */
+
+static uintptr_t known[KNOWN_MAX]; /* load addresses; under the backend lock */
+static unsigned known_count;
+static bool marked, overflowed;
 
 static char *plugin_getenv(const char *name) {
   if (name && !strcmp(name, "RUNTIME_DIRECTORY"))
@@ -15,29 +23,42 @@ static char *plugin_getenv(const char *name) {
   return NULL;
 }
 
-const struct link_map *nic_plugin_env_mark(void) {
-  struct link_map *m = NULL;
-  void *self = dlopen(NULL, RTLD_NOW | RTLD_NOLOAD);
-  if (!self || dlinfo(self, RTLD_DI_LINKMAP, &m) != 0) m = NULL;
-  while (m && m->l_next)
-    m = m->l_next;
-  return m;
+static int note(struct dl_phdr_info *info, size_t size, void *unused) {
+  (void)size, (void)unused;
+  if (known_count < KNOWN_MAX)
+    known[known_count++] = info->dlpi_addr;
+  else
+    overflowed = true;
+  return 0;
 }
 
-static const struct link_map *first_mark; /* the objects loaded before the first plugin */
+void nic_plugin_env_mark(void) {
+  if (marked || !nic_secure_execution()) return;
+  dl_iterate_phdr(note, NULL);
+  marked = true;
+}
 
-unsigned nic_plugin_env_guard(const struct link_map *mark) {
-  if (!mark || !nic_secure_execution()) return 0;
-  const struct link_map *none = NULL;
-  __atomic_compare_exchange_n(&first_mark, &none, mark, false, __ATOMIC_ACQ_REL, __ATOMIC_ACQUIRE);
+static bool is_known(uintptr_t base) {
+  for (unsigned i = 0; i < known_count; i++)
+    if (known[i] == base) return true;
+  return false;
+}
+
+static int guard_one(struct dl_phdr_info *info, size_t size, void *changed) {
+  (void)size;
+  if (is_known(info->dlpi_addr)) return 0;
+  struct link_map map = {.l_addr = info->dlpi_addr};
+  for (int i = 0; i < info->dlpi_phnum; i++)
+    if (info->dlpi_phdr[i].p_type == PT_DYNAMIC)
+      map.l_ld = (ElfW(Dyn) *)(info->dlpi_addr + info->dlpi_phdr[i].p_vaddr);
+  if (!map.l_ld) return 0;
+  struct nic_import imports[] = {{"getenv", (void *)plugin_getenv, false}};
+  if (nic_imports_redirect(&map, imports, 1) && imports[0].done) (*(unsigned *)changed)++;
+  return 0;
+}
+
+unsigned nic_plugin_env_guard(void) {
   unsigned changed = 0;
-  for (const struct link_map *m = mark->l_next; m; m = m->l_next) {
-    struct nic_import imports[] = {{"getenv", (void *)plugin_getenv, false}};
-    if (nic_imports_redirect(m, imports, 1) && imports[0].done) changed++;
-  }
+  if (marked && !overflowed && nic_secure_execution()) dl_iterate_phdr(guard_one, &changed);
   return changed;
-}
-
-unsigned nic_plugin_env_guard_again(void) {
-  return nic_plugin_env_guard(__atomic_load_n(&first_mark, __ATOMIC_ACQUIRE));
 }

@@ -2,25 +2,23 @@
  * libraries a plugin brings read the environment themselves. DPDK 22.11's EAL makes its runtime
  * directory under $RUNTIME_DIRECTORY, or $XDG_RUNTIME_DIR when the real uid is not root, even
  * with --no-shconf: a user running a setuid-root program that opened DPDK had root make
- * directories wherever the user named. So in secure execution the getenv imports of the objects a
- * plugin's load brought in are pointed at one that answers nothing, but RUNTIME_DIRECTORY: root's
- * own /var/run when the process runs as root (where DPDK puts it for root), otherwise /dev/null,
- * under which nothing can be made (EAL then says so and goes on without one). What a library
- * loads later on its own (rdma-core's provider for a device, which reads MLX5_DEBUG_FILE and
- * opens that file for appending when the device is opened; the drivers of EAL's driver directory)
- * is covered when the plugin asks again (plugin_host.h, quiet_env) before it runs them, not in
- * their constructors. Outside secure execution the environment is the user's own and nothing
- * changes. */
+ * directories wherever the user named. So in secure execution the getenv imports of the objects
+ * loaded since the first plugin are pointed at one that answers nothing, but RUNTIME_DIRECTORY:
+ * root's own /var/run when the process runs as root (where DPDK puts it for root), otherwise
+ * /dev/null, under which nothing can be made (EAL then says so and goes on without one). What a
+ * library loads later on its own (rdma-core's provider for a device, which reads MLX5_DEBUG_FILE
+ * and opens that file for appending when the device is opened; the drivers of EAL's driver
+ * directory) is covered when the plugin asks again (plugin_host.h, quiet_env) before it runs
+ * them, not in their constructors. Outside secure execution the environment is the user's own
+ * and nothing changes. The objects are walked with dl_iterate_phdr, under the loader's lock: a
+ * dlclose on another thread cannot free one under us. */
 #ifndef NIC_PLUGIN_ENV_H
 #define NIC_PLUGIN_ENV_H
 
-#include <link.h>
-
-/* The last object loaded now: pass it to nic_plugin_env_guard after loading the plugin. */
-const struct link_map *nic_plugin_env_mark(void);
-/* In secure execution, redirects getenv in every object loaded after mark; how many it changed.
- * Later calls of nic_plugin_env_guard_again go from the first mark given. */
-unsigned nic_plugin_env_guard(const struct link_map *mark);
-unsigned nic_plugin_env_guard_again(void);
+/* Before loading a plugin: in secure execution, the objects loaded now, the first time only. */
+void nic_plugin_env_mark(void);
+/* In secure execution, redirects getenv in every object loaded since the mark; how many objects
+ * import it. */
+unsigned nic_plugin_env_guard(void);
 
 #endif

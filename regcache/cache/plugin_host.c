@@ -46,7 +46,7 @@ static void host_api_error(enum nic_plugin_api_family family) {
 }
 
 static void host_quiet_env(void) {
-  nic_plugin_env_guard_again();
+  nic_plugin_env_guard();
 }
 
 static const struct nic_plugin_host host = {.size = sizeof host,
