@@ -17,6 +17,7 @@
 #include <errno.h>
 #include <limits.h>
 #include <pthread.h>
+#include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -82,10 +83,21 @@ static const char *const kind_names[NIC_BACKEND_KINDS] = {"sim", "uring", "verbs
  * of that thread's heap (thread.h, nic_own_thread_create). An open runs under the lock every
  * later registration takes, through code that reads files (DPDK's EAL, rdma-core, the sim's
  * delays): a cancel pending on the opening thread waits until the open is over. What it opens
- * is made close-on-exec (open_fds.h). Under the lock. */
+ * is made close-on-exec (open_fds.h). The threads it starts take none of the program's signals:
+ * nicmalloc's own block them (nic_own_thread_create), but DPDK's EAL starts its interrupt thread
+ * with the opening thread's mask, where the program's SIGTERM could land (a program that blocks
+ * its signals everywhere and takes them with sigwait was ended by it instead); so the open runs
+ * with them blocked, but for the faults, which must reach their handlers (EAL's SIGBUS one while
+ * it maps hugepages). Under the lock. */
 static struct nic_backend *open_kind(enum nic_backend_kind kind) {
   const char *name = kind_names[kind];
   const int cancel = nic_cancel_off();
+  sigset_t all, old;
+  sigfillset(&all);
+  static const int faults[] = {SIGSEGV, SIGBUS, SIGFPE, SIGILL, SIGTRAP};
+  for (size_t i = 0; i < sizeof faults / sizeof faults[0]; i++)
+    sigdelset(&all, faults[i]);
+  pthread_sigmask(SIG_BLOCK, &all, &old);
   static struct nic_fd_set before; /* 8 KiB: not on the program's stack */
   nic_fds_snapshot(&before);
   struct nic_backend *b;
@@ -100,6 +112,7 @@ static struct nic_backend *open_kind(enum nic_backend_kind kind) {
   const int err = errno;
   const unsigned marked = nic_fds_cloexec_new(&before);
   if (marked) nic_log_info("backend %s: %u descriptors it opened made close-on-exec", name, marked);
+  pthread_sigmask(SIG_SETMASK, &old, NULL);
   nic_cancel_restore(cancel);
   errno = err;
   return b;

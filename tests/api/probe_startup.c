@@ -7,6 +7,7 @@
 #include <dirent.h>
 #include <errno.h>
 #include <fcntl.h>
+#include <signal.h>
 #include <stddef.h>
 #include <stdint.h>
 #include <stdio.h>
@@ -133,12 +134,46 @@ static void fds_open(unsigned char *set) {
   if (d) closedir(d);
 }
 
-/* open-backend [fds]: with fds, how many descriptors the open added and how many of them an
- * exec'd program would inherit (no FD_CLOEXEC). */
+/* Threads other than the calling one that would take SIGTERM (not blocked): the program's
+ * signals may be delivered there. Their names on stdout. */
+static int threads_taking_sigterm(void) {
+  char self[32];
+  snprintf(self, sizeof self, "%ld", (long)syscall(SYS_gettid));
+  int taking = 0;
+  DIR *d = opendir("/proc/self/task");
+  for (struct dirent *e; d && (e = readdir(d));) {
+    if (e->d_name[0] == '.' || !strcmp(e->d_name, self)) continue;
+    char path[320], line[256], name[64] = "?";
+    snprintf(path, sizeof path, "/proc/self/task/%s/comm", e->d_name);
+    FILE *f = fopen(path, "r");
+    if (f && fgets(name, sizeof name, f)) name[strcspn(name, "\n")] = '\0';
+    if (f) fclose(f);
+    snprintf(path, sizeof path, "/proc/self/task/%s/status", e->d_name);
+    f = fopen(path, "r");
+    while (f && fgets(line, sizeof line, f)) {
+      unsigned long long blocked;
+      if (sscanf(line, "SigBlk: %llx", &blocked) == 1 && !(blocked >> (SIGTERM - 1) & 1)) {
+        printf("taking_sigterm_%s=%s\n", e->d_name, name);
+        taking++;
+      }
+    }
+    if (f) fclose(f);
+  }
+  if (d) closedir(d);
+  return taking;
+}
+
+/* open-backend [fds|signals]: with fds, how many descriptors the open added and how many of them
+ * an exec'd program would inherit (no FD_CLOEXEC); with signals, how many threads besides this
+ * one the program's SIGTERM could be delivered to. */
 int cmd_open_backend(int argc, char **argv) {
   unsigned char before[1024 / 8], after[1024 / 8];
   fds_open(before);
   open_backend();
+  if (argc >= 3 && !strcmp(argv[2], "signals")) {
+    printf("threads_taking_sigterm=%d\n", threads_taking_sigterm());
+    return 0;
+  }
   if (argc < 3 || strcmp(argv[2], "fds")) return 0;
   fds_open(after);
   int added = 0, inheritable = 0;

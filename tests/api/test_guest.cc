@@ -11,6 +11,7 @@
 #include <unistd.h>
 
 #include <fstream>
+#include <functional>
 #include <iterator>
 #include <string>
 #include <vector>
@@ -84,29 +85,48 @@ TEST(Guest, PluginLinesGoWhereTheHostsGo) {
   EXPECT_GE(r.num("dropped"), 2) << "the free() error and the plugin's line";
 }
 
+// Runs `nic_probe open-backend <what>` under each backend (dpdk on a net_null port) and hands
+// the result of each that opened here to check; one that did not is skipped, saying why.
+static void
+ForEachOpenedBackend(const std::string &what,
+                     const std::function<void(const std::string &, ProbeResult &)> &check) {
+  for (const std::string backend : {"sim", "uring", "dpdk"}) {
+    SCOPED_TRACE(backend);
+    if (backend == "dpdk" && access(NIC_DPDK_PLUGIN_PATH, R_OK)) {
+      std::printf("[ SKIPPED  ] the dpdk plugin is not built here\n");
+      continue;
+    }
+    auto r = run_probe({"NICMALLOC_BACKEND=" + backend, "NICMALLOC_DPDK_VDEV=net_null0"},
+                       {"open-backend", what});
+    ASSERT_EQ(r.exit_code, 0) << r.out << r.err;
+    if (r.values["backend"] != backend) {
+      std::printf("[ SKIPPED  ] %s does not open here: %s\n", backend.c_str(), r.err.c_str());
+      continue;
+    }
+    check(backend, r);
+  }
+}
+
 // What a backend's open leaves open is close-on-exec: DPDK 22.11's EAL kept its memory's memfd
 // (the dataplane's packet buffers), its interrupt pipe, timerfd and epoll set inheritable, so every
 // program the process execed got them (5 descriptors here without the fix).
 TEST(Guest, ABackendsDescriptorsAreNotPassedToExecedPrograms) {
-  for (const char *backend : {"sim", "uring", "dpdk"}) {
-    SCOPED_TRACE(backend);
-    if (!strcmp(backend, "dpdk") && access(NIC_DPDK_PLUGIN_PATH, R_OK)) {
-      std::printf("[ SKIPPED  ] the dpdk plugin is not built here\n");
-      continue;
-    }
-    auto r =
-        run_probe({std::string("NICMALLOC_BACKEND=") + backend, "NICMALLOC_DPDK_VDEV=net_null0"},
-                  {"open-backend", "fds"});
-    ASSERT_EQ(r.exit_code, 0) << r.out << r.err;
-    if (r.values["backend"] != backend) {
-      std::printf("[ SKIPPED  ] %s does not open here: %s\n", backend, r.err.c_str());
-      continue;
-    }
+  ForEachOpenedBackend("fds", [](const std::string &backend, ProbeResult &r) {
     EXPECT_EQ(r.num("fds_inheritable"), 0) << r.out;
-    if (!strcmp(backend, "dpdk")) {
+    if (backend == "dpdk") {
       EXPECT_GE(r.num("fds_added"), 3) << "nothing tested: " << r.out;
     }
-  }
+  });
+}
+
+// The threads a backend starts take none of the program's signals. DPDK's EAL started its
+// interrupt thread with the opening thread's mask, all open: the program's SIGTERM could land
+// there (a program that takes its signals with sigwait, blocked in its own threads, was ended by
+// it), and handlers ran on DPDK's thread.
+TEST(Guest, ABackendsThreadsTakeNoneOfTheProgramsSignals) {
+  ForEachOpenedBackend("signals", [](const std::string &, ProbeResult &r) {
+    EXPECT_EQ(r.num("threads_taking_sigterm"), 0) << r.out;
+  });
 }
 
 // mimalloc reads its own settings as it loads, before nicmalloc starts: MIMALLOC_RESERVE_OS_MEMORY
