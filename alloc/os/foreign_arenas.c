@@ -2,8 +2,10 @@
  * default heap takes a huge block (over 16 MiB, a segment of its own) from the first arena with
  * room, before the OS: huge blocks claim an arena's free blocks until none is left. Made before
  * any small block, so that no segment of the default heap's lies there (an arena-exclusive heap
- * would have put its own header in one). Committing a huge block only changes the protection of
- * pages nobody touches: no resident memory beyond its header. */
+ * would have put its own header in one). mimalloc commits a huge block (read-write), which the
+ * kernel charges against the commit limit whatever it holds: the block's pages are mapped anew
+ * without access and without a charge (vm.overcommit_memory=2 would otherwise have lost as much
+ * commit as was reserved), its segment header stays as mimalloc wrote it. Nothing reads either. */
 #include "foreign_arenas.h"
 
 #include "log.h"
@@ -11,6 +13,9 @@
 #include <mimalloc.h>
 #include <stdbool.h>
 #include <stdint.h>
+#include <sys/mman.h>
+#include <sys/syscall.h>
+#include <unistd.h>
 
 #define MAX_ARENA_ID 64                 /* mimalloc's MI_MAX_ARENAS */
 #define ARENA_BLOCK ((size_t)32 << 20)  /* MI_ARENA_BLOCK_SIZE, a segment */
@@ -20,12 +25,24 @@ static bool inside(const void *p, uintptr_t start, size_t size) {
   return (uintptr_t)p >= start && (uintptr_t)p - start < size;
 }
 
+/* Raw system call: the interposed mmap would publish pages leaving that were never ours. */
+static void drop_charge(void *block, size_t len) {
+  const uintptr_t page = (uintptr_t)sysconf(_SC_PAGESIZE);
+  const uintptr_t start = ((uintptr_t)block + page - 1) & ~(page - 1);
+  const uintptr_t end = ((uintptr_t)block + len) & ~(page - 1);
+  if (end > start)
+    syscall(SYS_mmap, start, end - start, (long)PROT_NONE,
+            (long)(MAP_FIXED | MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE), -1L, 0L);
+}
+
 /* Claims as many blocks at once as are free, halving when the block comes from elsewhere. */
 static size_t fill(uintptr_t start, size_t size) {
   size_t claimed = 0;
   for (size_t blocks = size / ARENA_BLOCK; blocks > 0;) {
-    void *p = mi_malloc(blocks * ARENA_BLOCK - (blocks + 1) * SLICE_SHARE);
+    const size_t want = blocks * ARENA_BLOCK - (blocks + 1) * SLICE_SHARE;
+    void *p = mi_malloc(want);
     if (p && inside(p, start, size)) {
+      drop_charge(p, want);
       claimed += blocks * ARENA_BLOCK; /* kept for good: the arena never serves the program */
       continue;
     }

@@ -4,6 +4,7 @@
 #include "probe_common.h"
 #include "proc_kb.h"
 
+#include <dlfcn.h>
 #include <errno.h>
 #include <malloc.h>
 #include <pthread.h>
@@ -63,6 +64,28 @@ static int control_frees(void) {
   return 0;
 }
 
+/* Bytes mapped writable inside mimalloc's first arena (the one MIMALLOC_RESERVE_OS_MEMORY makes
+ * before nicmalloc starts), or -1 when there is none. Asked through dlsym: the probe links no
+ * mimalloc. */
+static long long first_arena_writable(void) {
+  void *(*area)(int, size_t *) = (void *(*)(int, size_t *))dlsym(RTLD_DEFAULT, "mi_arena_area");
+  size_t size = 0;
+  const uintptr_t start = area ? (uintptr_t)area(1, &size) : 0;
+  if (!start) return -1;
+  FILE *f = fopen("/proc/self/maps", "r");
+  char line[512];
+  long long writable = 0;
+  while (f && fgets(line, sizeof line, f)) {
+    unsigned long lo, hi;
+    char perms[8];
+    if (sscanf(line, "%lx-%lx %7s", &lo, &hi, perms) == 3 && lo >= start && hi <= start + size &&
+        perms[1] == 'w')
+      writable += (long long)(hi - lo);
+  }
+  if (f) fclose(f);
+  return writable;
+}
+
 /* Blocks of 16 B to 8 MiB, all freed: how many the free check refused, and how many lay where no
  * arena of nicmalloc's is (above the 20 TiB mimalloc's map covers). */
 static int mixed_frees(void) {
@@ -79,8 +102,10 @@ static int mixed_frees(void) {
     free(blocks[i]);
   struct nic_stats s = NIC_STATS_INIT;
   nic_get_stats(&s);
-  printf("blocks=%d\nabove_20tib=%u\ninvalid_frees=%llu\ndouble_frees=%llu\n", N, high,
-         (unsigned long long)s.invalid_frees, (unsigned long long)s.double_frees);
+  printf("blocks=%d\nabove_20tib=%u\ninvalid_frees=%llu\ndouble_frees=%llu\n"
+         "first_arena_writable=%lld\n",
+         N, high, (unsigned long long)s.invalid_frees, (unsigned long long)s.double_frees,
+         first_arena_writable());
   return 0;
 }
 

@@ -144,6 +144,13 @@ TEST(Guest, MimallocsOwnReservationDoesNotTakeTheProgramsBlocks) {
     EXPECT_EQ(r.num("invalid_frees"), 0) << r.err;
     EXPECT_EQ(r.num("double_frees"), 0);
     EXPECT_EQ(r.num("above_20tib"), 0) << "blocks in mimalloc's own arena";
+    // Its pages are kept without access: under vm.overcommit_memory=2 mimalloc commits (and the
+    // kernel charges) its reservation, which nicmalloc gives back (2 GiB charged before, 8 MiB
+    // after, measured with /proc/self/smaps' "ac" flag). Below 1 GiB mimalloc's hint puts the
+    // arena under 20 TiB, where its blocks are recognised, and part of it may serve.
+    if (std::string(reserve).find("2G") != std::string::npos) {
+      EXPECT_LT(r.num("first_arena_writable"), 16 << 20) << r.out;
+    }
     EXPECT_EQ(count_lines(r.err, "nicmalloc"), 1) << r.err;
     EXPECT_EQ(count_lines(r.err, "MIMALLOC_RESERVE_OS_MEMORY"), 1) << r.err;
   }
