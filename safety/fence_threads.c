@@ -133,12 +133,10 @@ static bool spawn(void *(*fn)(void *), const char *name, sigset_t *mask) {
 
 static void start(void) {
   sigset_t all;
-  sigfillset(&all);
   /* The application's handlers stay off it, but not faults: completions it runs can write a
    * page the mprotect fence holds, and a blocked SIGSEGV would kill the process instead of
    * waiting in the fence's handler. */
-  sigdelset(&all, SIGSEGV);
-  sigdelset(&all, SIGBUS);
+  nic_signals_but_faults(&all);
   if (!spawn(poller, "nicmalloc-fence", &all))
     nic_log_warn("NICMALLOC_FENCE=protect: no poller thread; a writer held on the thread that "
                  "polls waits until NICMALLOC_FENCE_TIMEOUT_MS");

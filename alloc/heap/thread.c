@@ -65,6 +65,13 @@ int nic_own_thread_create(pthread_t *thread, void *(*fn)(void *), void *arg, con
   return rc;
 }
 
+void nic_signals_but_faults(sigset_t *set) {
+  static const int faults[] = {SIGSEGV, SIGBUS, SIGFPE, SIGILL, SIGTRAP};
+  sigfillset(set);
+  for (size_t i = 0; i < sizeof faults / sizeof faults[0]; i++)
+    sigdelset(set, faults[i]);
+}
+
 void nic_thread_rearm_exit(struct nic_thread *t) {
   if (t->state == NIC_THREAD_EXITING) pthread_setspecific(exit_key, t);
 }

@@ -127,6 +127,11 @@ void nic_thread_rearm_exit(struct nic_thread *t);
  * other than the main one is mapped apart, as blocks nicmalloc maps itself (mapped.h). Returns
  * pthread_create's answer. */
 int nic_own_thread_create(pthread_t *thread, void *(*fn)(void *), void *arg, const sigset_t *mask);
+/* Every signal but the faults a thread causes itself (SIGSEGV, SIGBUS, SIGFPE, SIGILL, SIGTRAP):
+ * the mask of threads that keep the program's handlers off but run code whose faults must reach
+ * theirs (completions writing a page the mprotect fence holds; DPDK's EAL catching SIGBUS as it
+ * maps hugepages). A blocked fault would kill the process instead. */
+void nic_signals_but_faults(sigset_t *set);
 /* Around other work whose few allocations live as long as the process, for the same reason: the
  * opening of a built-in backend (a handful of blocks; DPDK's open, which makes thousands, is
  * not mapped block by block). Calls nest. */

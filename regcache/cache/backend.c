@@ -93,10 +93,7 @@ static struct nic_backend *open_kind(enum nic_backend_kind kind) {
   const char *name = kind_names[kind];
   const int cancel = nic_cancel_off();
   sigset_t all, old;
-  sigfillset(&all);
-  static const int faults[] = {SIGSEGV, SIGBUS, SIGFPE, SIGILL, SIGTRAP};
-  for (size_t i = 0; i < sizeof faults / sizeof faults[0]; i++)
-    sigdelset(&all, faults[i]);
+  nic_signals_but_faults(&all);
   pthread_sigmask(SIG_BLOCK, &all, &old);
   static struct nic_fd_set before; /* 8 KiB: not on the program's stack */
   nic_fds_snapshot(&before);

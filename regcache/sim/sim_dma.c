@@ -238,9 +238,7 @@ int sim_dma_start(struct sim_nic *s) {
   /* The application's signal handlers must not run on our thread; faults must reach their
    * handler (the mprotect fence's) rather than kill the process, as completions run here. */
   sigset_t all;
-  sigfillset(&all);
-  sigdelset(&all, SIGSEGV);
-  sigdelset(&all, SIGBUS);
+  nic_signals_but_faults(&all);
   rc = nic_own_thread_create(&s->thread, engine, s, &all);
   if (rc) {
     pthread_cond_destroy(&s->wake);
