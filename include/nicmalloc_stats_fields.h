@@ -30,7 +30,7 @@
   X("huge blocks", huge_cached_blocks, uint32_t, count, "# cached", "freed blocks over 16 MiB kept committed for reuse now") \
   X("huge blocks", huge_cached_bytes, size_t, bytes, "# cached", "their bytes") \
   X("huge blocks", huge_purged, uint64_t, count, "# given back", "cached blocks given back to mimalloc (NICMALLOC_PURGE_DELAY_MS)") \
-  X("dataplane", dataplane_live, size_t, bytes, "live #", "usable bytes of live dataplane blocks (an aligned block's whole mimalloc block), read from mimalloc's pages when asked: exact while no thread allocates or frees dataplane memory meanwhile") \
+  X("dataplane", dataplane_live, size_t, bytes, "live #", "usable bytes of live dataplane blocks (an aligned block's whole mimalloc block), read from mimalloc's pages when asked: exact while no program thread allocates or frees dataplane memory meanwhile (the reaper's visits of exited threads' segments are waited for)") \
   X("dataplane", dataplane_in_use, size_t, bytes, "in mimalloc segments #", "chunk bytes held by mimalloc segments (32 MiB granularity)") \
   X("dataplane", dataplane_pinned, size_t, bytes, "pinned #", "bytes of chunk steps in memory and locked now: a step faulted in whole less the pages given back inside it (dataplane_dropped); a step locked as it is touched (NICMALLOC_DP_POPULATE=register, before its first registration) the pages it holds") \
   X("dataplane", dataplane_mapped, size_t, bytes, "mapped #", "bytes of chunks currently mapped (pinned or not)") \

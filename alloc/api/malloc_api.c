@@ -164,7 +164,7 @@ NIC_EXPORT int malloc_trim(size_t pad) {
   nic_collect();
   /* Not mi_collect(true): on the main thread it would take dataplane segments that exited
    * threads abandoned into the ordinary heap (see nic_collect_abandoned). */
-  mi_heap_collect(mi_heap_get_default(), false);
+  nic_heap_collect_visiting(mi_heap_get_default(), false);
   nic_collect_abandoned();
   nic_late_decommit_run(true); /* the visits' decommits too, now */
   nic_get_stats(&after);

@@ -57,7 +57,7 @@ NIC_EXPORT void nic_collect(void) {
     for (unsigned i = 0; i < slots; i++)
       if (t->heaps[i] &&
           __atomic_load_n(&nic_chunk_at(i)->state, __ATOMIC_ACQUIRE) == NIC_CHUNK_LIVE) {
-        mi_heap_collect(t->heaps[i], true);
+        nic_heap_collect_visiting(t->heaps[i], true);
         /* What mimalloc frees it decommits only when it next comes to that segment. */
         nic_mi_decommit_owned(i);
         /* Free blocks on pages that stay in use: their whole 4 KiB pages. */

@@ -55,6 +55,8 @@
  *       pass, a visit of mimalloc's abandoned segments included; everything a pass changes
  *       is under the thread and chunks locks, which are held, and the reaper thread that
  *       holds it does not exist in the child.
+ *     - the abandoned visits lock (alloc/heap/dp_heap.c), for the same reason: a visit is long,
+ *       and the thread making it does not exist in the child.
  *     - the dataplane reservation flag (alloc/heap/chunks.c "reserving", by the chunks' hook), a
  *       try-lock: holding it would make a concurrent dataplane request fail; what it guards
  *       is published with one atomic store, so the child sees the reservation done or not
@@ -98,6 +100,7 @@ enum nic_fork_rank {
   NIC_FORK_ENDPOINTS,
   NIC_FORK_FENCE_REPORT,
   NIC_FORK_REAPER_PASS,
+  NIC_FORK_ABANDONED_VISITS, /* reset only (heap/dp_heap.c) */
   NIC_FORK_DP_GROW,
   NIC_FORK_CHUNKS,
   NIC_FORK_HUGETLB_COPY, /* no lock: hugetlb steps copied for the child (heap/fork_hugetlb.c) */

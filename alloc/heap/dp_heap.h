@@ -43,6 +43,14 @@ void nic_dp_unpause(struct nic_thread *t);
  * their chunk from being released) without ever reclaiming a non-empty one into an ordinary
  * heap. Use it instead of mi_collect(true), which does that on the main thread. */
 void nic_collect_abandoned(void);
+/* mi_heap_collect of a heap of the calling thread, made for the program (nic_collect,
+ * malloc_trim): every collect visits mimalloc's abandoned segments too, so it holds the lock
+ * below. */
+void nic_heap_collect_visiting(mi_heap_t *heap, bool force);
+/* Held by the visits nicmalloc makes; the live walk (dp_live.h) takes it so as not to read
+ * a page halfway through the visit's collect of it. Before the chunk lock. */
+void nic_abandoned_visits_lock(void);
+void nic_abandoned_visits_unlock(void);
 /* Tests only: called under the growth lock with a chunk just mapped for a request, before the
  * request tries it, so that a test can take its room the way racing threads do. */
 extern void (*nic_dp_grow_hook)(unsigned index) __attribute__((visibility("hidden")));

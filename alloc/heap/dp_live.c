@@ -11,6 +11,7 @@
  * cannot make it loop or read outside the chunk. */
 #include "dp_live.h"
 
+#include "dp_heap.h"
 #include "log.h"
 #include "mi_free_lists.h"
 #include "mi_layout.h"
@@ -158,6 +159,7 @@ int64_t nic_dp_live_chunk_locked(unsigned index, bool *idle_abandoned) {
 
 bool nic_dp_live_sum(int64_t live[NIC_CHUNK_SLOTS], uint64_t *idle_abandoned) {
   if (idle_abandoned) *idle_abandoned = 0;
+  nic_abandoned_visits_lock();
   nic_chunks_lock();
   const unsigned slots = nic_chunk_slots_used();
   for (unsigned i = 0; i < NIC_CHUNK_SLOTS; i++) {
@@ -166,6 +168,7 @@ bool nic_dp_live_sum(int64_t live[NIC_CHUNK_SLOTS], uint64_t *idle_abandoned) {
     if (idle) *idle_abandoned |= 1ull << i;
   }
   nic_chunks_unlock();
+  nic_abandoned_visits_unlock();
   return __atomic_load_n(&layout_ok, __ATOMIC_RELAXED);
 }
 

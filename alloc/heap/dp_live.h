@@ -11,7 +11,8 @@
 #include <stdint.h>
 
 /* Fills live[i] for every chunk slot (0 where not mapped). Exact when no thread allocates or
- * frees dataplane memory meanwhile; a block another thread is freeing meanwhile may be counted
+ * frees dataplane memory meanwhile (nicmalloc's own visits of abandoned segments are waited
+ * for: nic_abandoned_visits_lock); a block another thread is freeing meanwhile may be counted
  * live or not (never a block that is neither allocated nor being freed, when the chunk is
  * DRAINING, as nothing is then allocated there). Takes the chunk lock: chunks are not released
  * under the walk. Where mimalloc's headers are not laid out as 2.0.9's (checked at start-up),

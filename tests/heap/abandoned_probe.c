@@ -2,6 +2,7 @@
  * thread's segments; they must neither keep their chunks pinned forever once every block is
  * freed ("freed-after-exit"), nor end up in an ordinary heap, from which plain malloc would hand
  * out chunk memory ("trim-after-exit": malloc_trim while such a segment still has live blocks).
+ * Their live bytes read while nicmalloc visits them are exact ("reads-during-visits").
  * Control segments exited threads left with free pages, which a new thread's dataplane heap then
  * visits and cannot take: their free pages must stay where they are for the purge delay
  * ("visited": the next control heap to take such a segment reuses them without a fault), go back
@@ -89,6 +90,54 @@ static int trim_after_exit(void) {
   struct nic_stats s = NIC_STATS_INIT;
   nic_get_stats(&s);
   printf("end_dataplane_live=%zu\n", s.dataplane_live);
+  return 0;
+}
+
+enum { kRounds = 40, kRoundBlocks = 4000 };
+
+static int trimming_stop;
+
+/* malloc_trim without end: nicmalloc's visits of the abandoned segments, back to back. */
+static void *trimmer(void *arg) {
+  (void)arg;
+  while (!__atomic_load_n(&trimming_stop, __ATOMIC_ACQUIRE))
+    malloc_trim(0);
+  return NULL;
+}
+
+static void *round_producer(void *arg) {
+  (void)arg;
+  void **blocks = malloc(kRoundBlocks * sizeof *blocks);
+  for (int i = 0; blocks && i < kRoundBlocks; i++)
+    blocks[i] = nic_malloc(1000 + (size_t)(i % 5000));
+  return blocks;
+}
+
+/* Rounds of: a thread leaves its blocks and exits, main frees them all, then reads the live
+ * bytes, which must be none, while another thread visits the abandoned segments throughout. */
+static int reads_during_visits(void) {
+  pthread_t trim;
+  if (pthread_create(&trim, NULL, trimmer, NULL)) return 1;
+  int misread = 0;
+  size_t worst = 0;
+  for (int round = 0; round < kRounds; round++) {
+    pthread_t thread;
+    void *result;
+    if (pthread_create(&thread, NULL, round_producer, NULL)) return 1;
+    pthread_join(thread, &result);
+    void **b = result;
+    if (!b) return 1;
+    for (int k = 0; k < kRoundBlocks; k++)
+      free(b[k]);
+    free(b);
+    struct nic_stats s = NIC_STATS_INIT;
+    nic_get_stats(&s);
+    if (s.dataplane_live) misread++;
+    if (s.dataplane_live > worst) worst = s.dataplane_live;
+  }
+  __atomic_store_n(&trimming_stop, 1, __ATOMIC_RELEASE);
+  pthread_join(trim, NULL);
+  printf("rounds=%d\nmisread_rounds=%d\nworst_live=%zu\n", kRounds, misread, worst);
   return 0;
 }
 
@@ -227,8 +276,10 @@ static int visited(const char *mode) {
 int main(int argc, char **argv) {
   if (argc == 2 && !strcmp(argv[1], "freed-after-exit")) return freed_after_exit();
   if (argc == 2 && !strcmp(argv[1], "trim-after-exit")) return trim_after_exit();
+  if (argc == 2 && !strcmp(argv[1], "reads-during-visits")) return reads_during_visits();
   if (argc == 2 && !strncmp(argv[1], "visited", 7)) return visited(argv[1]);
-  fprintf(stderr, "usage: abandoned_probe freed-after-exit|trim-after-exit|visited|"
+  fprintf(stderr, "usage: abandoned_probe freed-after-exit|trim-after-exit|reads-during-visits|"
+                  "visited|"
                   "visited-late|visited-reuse|visited-app-drop\n");
   return 2;
 }
