@@ -41,17 +41,45 @@ static uint64_t retry_at_ms, backoff_ms;
  * two reservations could race and one be lost. */
 static uint64_t reserve_retry_at_ms;
 static int reserving;
+/* The address-space limit the last reservation was made under (0: none), and the room it left:
+ * for the lines that say why the range is smaller, or missing. */
+static uint64_t as_limit, as_room;
+
+/* Chunks the range holds: NICMALLOC_MAX_CHUNKS, or, under an address-space limit set before the
+ * program started (ulimit -v), as many as fit in half the room the limit leaves. The whole range
+ * counts against the limit from the start, used or not; the other half stays the program's. */
+static unsigned chunks_to_reserve(const struct nic_config *cfg) {
+  uint64_t room = 0;
+  const uint64_t limit = nic_vspace_limit(&room);
+  as_limit = limit == UINT64_MAX ? 0 : limit;
+  as_room = room;
+  if (!as_limit) return cfg->max_chunks;
+  const uint64_t fit = room / 2 / cfg->chunk_size;
+  return fit < cfg->max_chunks ? (unsigned)fit : cfg->max_chunks;
+}
 
 static int reserve_locked(void) {
   if (__atomic_load_n(&nic_dp.base, __ATOMIC_ACQUIRE)) return 0; /* another thread did it */
   const struct nic_config *cfg = nic_config();
-  size_t span = (size_t)cfg->max_chunks * cfg->chunk_size;
-  void *base = nic_vspace_reserve(span, cfg->chunk_size, NIC_DATAPLANE_HINT);
+  unsigned chunks = chunks_to_reserve(cfg);
+  void *base = NULL;
+  /* Fewer chunks where the window below 20 TiB has no room for them all. */
+  while (chunks && !(base = nic_vspace_reserve((size_t)chunks * cfg->chunk_size, cfg->chunk_size,
+                                               NIC_DATAPLANE_HINT)))
+    chunks /= 2;
   if (!base) {
     __atomic_add_fetch(&nic_vspace_refusals, 1, __ATOMIC_RELAXED);
     __atomic_store_n(&reserve_retry_at_ms, nic_now_ms() + 1000, __ATOMIC_RELAXED);
     return -ENOMEM;
   }
+  if (chunks < cfg->max_chunks)
+    nic_log_fallback_once(false,
+                          "the address-space limit (RLIMIT_AS) of %llu MiB leaves %llu MiB; the "
+                          "dataplane reserves address space for %u of its %u chunks, no more than "
+                          "half of that",
+                          (unsigned long long)(as_limit >> 20), (unsigned long long)(as_room >> 20),
+                          chunks, cfg->max_chunks);
+  const size_t span = (size_t)chunks * cfg->chunk_size;
   nic_dp.span = span;
   nic_dp.shift = cfg->chunk_shift;
   nic_dp.step_shift = cfg->step_shift;
@@ -62,6 +90,11 @@ static int reserve_locked(void) {
   nic_fast_span_set(NIC_FAST_DATAPLANE, nic_valgrind_took_malloc ? 0 : span >> 4);
   nic_dp_commit_set((uintptr_t)base, span, nic_steps_commit, nic_steps_decommit);
   return 0;
+}
+
+unsigned nic_chunks_max(void) {
+  return __atomic_load_n(&nic_dp.base, __ATOMIC_ACQUIRE) ? (unsigned)(nic_dp.span >> nic_dp.shift)
+                                                         : nic_config()->max_chunks;
 }
 
 int nic_dp_reserve_early(void) {
@@ -77,16 +110,25 @@ int nic_dp_reserve_early(void) {
 /* Said when a request meets the refusal, not at start-up: under ulimit -v most programs never
  * ask for dataplane memory. */
 int nic_dp_reserve(void) {
+  static int said;
   int rc = nic_dp_reserve_early();
-  if (rc && __atomic_load_n(&reserve_retry_at_ms, __ATOMIC_RELAXED)) {
+  if (rc && __atomic_load_n(&reserve_retry_at_ms, __ATOMIC_RELAXED) && nic_first_time(&said)) {
     const struct nic_config *cfg = nic_config();
     const bool fail = cfg->on_pin_fail == NIC_PIN_FAIL_FAIL;
-    nic_log_fallback_once(fail,
-                          "cannot reserve %zu bytes of address space for dataplane chunks below 20 "
-                          "TiB (an address-space limit?); dataplane requests %s until it can",
-                          (size_t)cfg->max_chunks * cfg->chunk_size,
-                          fail ? "get ENOMEM (NICMALLOC_ON_PIN_FAIL=fail)"
-                               : "use the control heap");
+    const char *outcome = fail ? "get ENOMEM (NICMALLOC_ON_PIN_FAIL=fail)" : "use the control heap";
+    if (as_limit)
+      nic_log_fallback(fail,
+                       "cannot reserve address space for dataplane chunks: the address-space "
+                       "limit (RLIMIT_AS) of %llu MiB leaves %llu MiB, and the chunks may take "
+                       "no more than half of that, less than one chunk (NICMALLOC_CHUNK_SIZE, "
+                       "%zu MiB); dataplane requests %s until it leaves more",
+                       (unsigned long long)(as_limit >> 20), (unsigned long long)(as_room >> 20),
+                       cfg->chunk_size >> 20, outcome);
+    else
+      nic_log_fallback(fail,
+                       "cannot reserve %zu bytes of address space for dataplane chunks below 20 "
+                       "TiB, one chunk's; dataplane requests %s until it can",
+                       cfg->chunk_size, outcome);
   }
   return rc;
 }
@@ -143,7 +185,7 @@ static int refuse_for_a_while(void) {
 static int create_locked(unsigned *index_out) {
   const struct nic_config *cfg = nic_config();
   unsigned index = pick_slot_locked();
-  if (index >= cfg->max_chunks) return -ENOSPC;
+  if (index >= nic_chunks_max()) return -ENOSPC;
   if (retry_at_ms && nic_now_ms() < retry_at_ms) return -ENOMEM;
   void *base = nic_chunk_base(index);
   struct nic_chunk *c = &nic_chunks[index];

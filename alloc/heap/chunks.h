@@ -53,7 +53,7 @@ struct nic_chunk {
 
 struct nic_dp_range {
   uintptr_t base;      /* 0 until reserved, so nothing is dataplane */
-  size_t span;         /* max_chunks * chunk_size */
+  size_t span;         /* nic_chunks_max() * chunk_size */
   unsigned shift;      /* log2(chunk_size) */
   unsigned step_shift; /* log2(NICMALLOC_PIN_STEP), at most shift */
   /* (base - nic_commit_map.base) / 16, set before free's span of the range (fast_spans.h:
@@ -89,6 +89,9 @@ static inline void *nic_step_base(unsigned index, unsigned step) {
 int nic_dp_reserve(void);
 /* The same at start-up, before anything asked for dataplane memory: says nothing. */
 int nic_dp_reserve_early(void);
+/* The cap on chunks: NICMALLOC_MAX_CHUNKS, or once the range is reserved as many as it holds
+ * (fewer under an address-space limit). */
+unsigned nic_chunks_max(void);
 /* Bumped on every chunk state change, and when the stats want fresh usage figures: threads
  * compare it with the value they last saw to learn, with one load, that they must refresh. */
 extern unsigned nic_chunk_epoch __attribute__((visibility("hidden")));

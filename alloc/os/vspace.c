@@ -16,6 +16,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/mman.h>
+#include <sys/resource.h>
 
 #ifndef MAP_FIXED_NOREPLACE
 #define MAP_FIXED_NOREPLACE 0x100000
@@ -58,6 +59,14 @@ uint64_t nic_vspace_mapped(void) {
   buf[n] = '\0';
   const char *v = strstr(buf, "\nVmSize:");
   return v ? strtoull(v + 8, NULL, 10) << 10 : 0;
+}
+
+uint64_t nic_vspace_limit(uint64_t *room) {
+  struct rlimit limit;
+  if (getrlimit(RLIMIT_AS, &limit) || limit.rlim_cur == RLIM_INFINITY) return UINT64_MAX;
+  const uint64_t mapped = nic_vspace_mapped();
+  *room = mapped && mapped < limit.rlim_cur ? limit.rlim_cur - mapped : 0;
+  return limit.rlim_cur;
 }
 
 uint64_t nic_vspace_held(void) {

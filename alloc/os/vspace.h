@@ -43,6 +43,10 @@ extern uint64_t nic_vspace_reserved;
 /* The process's mapped address space (VmSize: what RLIMIT_AS and mlockall's limit test count),
  * in bytes, or 0 when it cannot be read. */
 uint64_t nic_vspace_mapped(void);
+/* The soft address-space limit (RLIMIT_AS) in bytes, with *room set to what it leaves
+ * unmapped (0 when the process is at or over it, or VmSize cannot be read); UINT64_MAX, room
+ * untouched, without a limit. */
+uint64_t nic_vspace_limit(uint64_t *room);
 /* nicmalloc's own part of it that holds no memory: the reservations and the tables made for them
  * (map.h; read-only zero pages until used). */
 uint64_t nic_vspace_held(void);

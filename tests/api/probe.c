@@ -15,6 +15,7 @@ static const struct command {
     {"as-limit", 4, cmd_as_limit},
     {"as-limit-kib", 4, cmd_as_limit_kib},
     {"as-limit-later", 3, cmd_as_limit_later},
+    {"dp-room", 2, cmd_dp_room},
     {"mlockall-limited", 2, cmd_mlockall_limited},
     {"guest-start", 2, cmd_guest_start},
     {"low-memlock-guest", 2, cmd_low_memlock_guest},
@@ -94,7 +95,8 @@ int main(int argc, char **argv) {
       "threads-start N SIZE | lifetime-blocks [register] | stats | stats-in-scope | stderr-reused "
       "FILE [open-backend] | "
       "open-backend | as-limit GIB "
-      "ARGS... | as-limit-later GIB | mlockall-limited | data-limit MIB ARGS... | in-cgroup DIR "
+      "ARGS... | as-limit-later GIB | dp-room | mlockall-limited | data-limit MIB ARGS... | "
+      "in-cgroup DIR "
       "ARGS... | "
       "no-uring ARGS... | "
       "no-getrandom ARGS... | fixed-layout ARGS... | free-key | uring-endpoint | "

@@ -141,6 +141,46 @@ int cmd_as_limit_later(int argc, char **argv) {
   return 0;
 }
 
+static unsigned long long vm_size(void) {
+  FILE *f = fopen("/proc/self/status", "r");
+  char line[256];
+  unsigned long long kib = 0;
+  while (f && fgets(line, sizeof line, f))
+    if (sscanf(line, "VmSize: %llu kB", &kib) == 1) break;
+  if (f) fclose(f);
+  return kib << 10;
+}
+
+/* dp-room: under an address-space limit (as-limit), the room it leaves when main starts (the
+ * dataplane range may be reserved by then: reserved_mib), whether a dataplane block is had, and
+ * how much the program can still map after it (64 MiB pieces, given back). */
+int cmd_dp_room(int argc, char **argv) {
+  (void)argc, (void)argv;
+  struct rlimit limit;
+  if (getrlimit(RLIMIT_AS, &limit) || limit.rlim_cur == RLIM_INFINITY) return 1;
+  const unsigned long long before = vm_size();
+  void *block = nic_malloc(4096);
+  printf("dp=%d\n", block && nic_is_dataplane(block));
+  enum { kPieces = 1024 };
+  const size_t piece = (size_t)64 << 20;
+  static void *pieces[kPieces];
+  unsigned n = 0;
+  while (n < kPieces &&
+         (pieces[n] = mmap(NULL, piece, PROT_NONE, MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE, -1,
+                           0)) != MAP_FAILED)
+    n++;
+  for (unsigned i = 0; i < n; i++)
+    munmap(pieces[i], piece);
+  struct nic_stats s = NIC_STATS_INIT;
+  nic_get_stats(&s);
+  printf("room_before_mib=%llu\nmappable_mib=%llu\nreserved_mib=%zu\n",
+         (unsigned long long)(limit.rlim_cur - before) >> 20, (unsigned long long)n * (piece >> 20),
+         s.dataplane_reserved >> 20);
+  print_stats("");
+  free(block);
+  return 0;
+}
+
 /* mlockall-limited: under an 8 MiB memory-lock limit and without CAP_IPC_LOCK (root drops to
  * nobody), locks everything twice. */
 int cmd_mlockall_limited(int argc, char **argv) {

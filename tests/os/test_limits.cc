@@ -1,5 +1,5 @@
 // Resource limits the machine or the user imposes: an address-space limit (RLIMIT_AS) that
-// leaves no room for the dataplane reservation, a data limit (RLIMIT_DATA) under which a chunk
+// leaves room for only some chunks or for none, a data limit (RLIMIT_DATA) under which a chunk
 // maps but mimalloc cannot take it as an arena, a memory cgroup limit that a prefaulted chunk
 // would cross (the kernel's answer to that is the OOM killer, so nicmalloc must look first), a
 // memory-lock limit under which the io_uring backend cannot register a chunk, io_uring refused
@@ -24,10 +24,12 @@
 
 namespace {
 
-// 16 chunks of 1 GiB need 16 GiB of address space; 8 GiB leaves none for them.
+// The chunks may take half of what an address-space limit leaves: under 1.5 GiB that is less
+// than one chunk of 1 GiB.
 const std::vector<std::string> kLargeSpan = {"NICMALLOC_CHUNK_SIZE=1G", "NICMALLOC_MAX_CHUNKS=16"};
-const std::vector<std::string> kUnderLimit = {"as-limit", "8", "dp-alloc", "1048576", "4096"};
-const char kReserveLine[] = "of address space for dataplane chunks";
+const std::vector<std::string> kUnderLimit = {"as-limit-kib", "1572864", "dp-alloc", "1048576",
+                                              "4096"};
+const char kReserveLine[] = "address space for dataplane chunks";
 
 // Each named value the probe printed, against what it should be.
 void expect_values(const ProbeResult &r,
@@ -52,6 +54,24 @@ TEST(AddressSpaceLimit, RefusedReservationFallsBackAndSaysSoOnceWhenVerbose) {
   EXPECT_EQ(r.num("dp_fallbacks"), 256);
   EXPECT_EQ(count_lines(r.err, kReserveLine), 1) << r.err;
   EXPECT_EQ(count_lines(r.err, "use the control heap"), 1) << r.err;
+  EXPECT_EQ(count_lines(r.err, "warning"), 0) << r.err;
+}
+
+// Under 8 GiB, 16 chunks of 1 GiB would leave the program none of it: the range holds as many
+// chunks as fit in half of what the limit leaves, and the program can map the other half.
+TEST(AddressSpaceLimit, TheDataplaneTakesAtMostHalfOfWhatTheLimitLeaves) {
+  auto r = run_probe(with(kLargeSpan, "NICMALLOC_VERBOSE=1"), {"as-limit", "8", "dp-room"});
+  ASSERT_EQ(r.exit_code, 0) << r.out << r.err;
+  EXPECT_EQ(r.num("dp"), 1) << r.out << r.err;
+  const long long reserved = r.num("reserved_mib");
+  const long long room = r.num("room_before_mib") + reserved; // before the range was reserved
+  EXPECT_GE(r.num("chunks_max"), 1) << r.out;
+  EXPECT_LT(r.num("chunks_max"), 16) << r.out;
+  EXPECT_EQ(reserved, r.num("chunks_max") * 1024) << r.out;
+  EXPECT_LE(reserved, room / 2) << r.out;
+  EXPECT_GT(reserved + 1024, room / 2) << r.out; // as many as fit
+  EXPECT_GE(r.num("mappable_mib"), room / 2 - 128) << r.out;
+  EXPECT_EQ(count_lines(r.err, "dataplane reserves address space for"), 1) << r.err;
   EXPECT_EQ(count_lines(r.err, "warning"), 0) << r.err;
 }
 
