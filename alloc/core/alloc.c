@@ -7,6 +7,7 @@
 #include "log.h"
 #include "mapped.h"
 #include "mi_free_lists.h"
+#include "mi_layout.h"
 #include "nicmalloc.h"
 #include "settings.h"
 #include "startup.h"
@@ -120,10 +121,18 @@ static void report_once(enum nic_dp_failure why, size_t size, bool fail) {
                           size, nic_dp_max_request(), outcome);
     break;
   case NIC_DP_CAP:
-    nic_log_fallback_once(fail,
-                          "dataplane chunks are full and the cap of %u chunks is reached (see "
-                          "NICMALLOC_MAX_CHUNKS); %s, and later ones too",
-                          nic_config()->max_chunks, outcome);
+    /* Full may be of threads, not bytes: a thread-per-connection server past the ceiling. */
+    nic_log_fallback_once(
+        fail,
+        "dataplane chunks are full and the cap of %u chunks is reached (%s); %s, and later ones "
+        "too. Each thread with dataplane blocks holds mimalloc segments of its own, %lu MiB of a "
+        "chunk's address space at least, so the chunks hold at most %zu such threads at once",
+        nic_chunks_max(),
+        nic_chunks_max() < nic_config()->max_chunks
+            ? "fewer than NICMALLOC_MAX_CHUNKS: what the address-space limit leaves"
+            : "see NICMALLOC_MAX_CHUNKS",
+        outcome, (unsigned long)(NIC_MI_SEGMENT_SIZE >> 20),
+        (size_t)nic_chunks_max() * (nic_config()->chunk_size / NIC_MI_SEGMENT_SIZE));
     break;
   case NIC_DP_NO_THREAD:
     nic_log_fallback_once(
