@@ -1,0 +1,99 @@
+/* dlopen without RTLD_DEEPBIND. A library loaded with it looks up its symbols in its own
+ * dependencies first, libc among them, so its malloc and free are glibc's, not ours, whether
+ * nicmalloc is preloaded or linked: a block it allocates and the program frees is not ours
+ * (reported, and leaked), and a block of ours it frees makes glibc abort the program ("double
+ * free or corruption"). PHP loads its extensions that way. glibc 2.34 removed the hooks other
+ * allocators used to reach such libraries, so the flag is taken off: the library then resolves
+ * its symbols as without it, the way it does under the sanitizers, which refuse the flag.
+ *
+ * glibc's dlopen takes the caller's return address to find the calling object, whose RUNPATH
+ * and $ORIGIN name where a library is searched for. So the interposed dlopen must leave no frame
+ * of its own: on x86-64 it is a few instructions that jump to the real one with the caller's
+ * return address in place; elsewhere a C tail call, which the compiler makes a jump when
+ * optimising. */
+#define _GNU_SOURCE
+#include "export.h"
+#include "log.h"
+
+#include <dlfcn.h>
+
+_Static_assert(RTLD_DEEPBIND == 8, "the x86-64 entry below tests bit 3 of the mode");
+
+/* glibc's dlopen, found on the first call (a constructor of another library may be first). */
+__attribute__((visibility("hidden"))) void *(*nic_real_dlopen)(const char *, int);
+
+__attribute__((visibility("hidden"), used)) void *nic_dlopen_resolve(void) {
+  void *real = dlsym(RTLD_NEXT, "dlopen");
+  __atomic_store_n(&nic_real_dlopen, (void *(*)(const char *, int))real, __ATOMIC_RELEASE);
+  return real;
+}
+
+__attribute__((visibility("hidden"), used)) void nic_dlopen_deepbind_seen(const char *file) {
+  nic_log_fallback_once(false,
+                        "dlopen(\"%s\", RTLD_DEEPBIND): loaded without RTLD_DEEPBIND, so that "
+                        "its malloc and free are nicmalloc's too (with it they would be glibc's, "
+                        "and a block passed across would abort the program); so are later ones",
+                        file ? file : "(null)");
+}
+
+#if defined(__x86_64__)
+/* On entry: file in rdi, mode in esi, the caller's return address at (rsp). The calls keep rsp
+ * 16-byte aligned (entry rsp is 8 past; two pushes and 8 more). */
+__asm__(".text\n"
+        ".globl dlopen\n"
+        ".type dlopen, @function\n"
+        "dlopen:\n"
+        "  .cfi_startproc\n"
+        "  testl $8, %esi\n"
+        "  jnz 2f\n"
+        "1:\n"
+        "  movq nic_real_dlopen(%rip), %rax\n"
+        "  testq %rax, %rax\n"
+        "  jz 3f\n"
+        "  jmp *%rax\n"
+        "2:\n"
+        "  pushq %rdi\n"
+        "  .cfi_adjust_cfa_offset 8\n"
+        "  pushq %rsi\n"
+        "  .cfi_adjust_cfa_offset 8\n"
+        "  subq $8, %rsp\n"
+        "  .cfi_adjust_cfa_offset 8\n"
+        "  call nic_dlopen_deepbind_seen\n"
+        "  addq $8, %rsp\n"
+        "  .cfi_adjust_cfa_offset -8\n"
+        "  popq %rsi\n"
+        "  .cfi_adjust_cfa_offset -8\n"
+        "  popq %rdi\n"
+        "  .cfi_adjust_cfa_offset -8\n"
+        "  andl $-9, %esi\n"
+        "  jmp 1b\n"
+        "3:\n"
+        "  pushq %rdi\n"
+        "  .cfi_adjust_cfa_offset 8\n"
+        "  pushq %rsi\n"
+        "  .cfi_adjust_cfa_offset 8\n"
+        "  subq $8, %rsp\n"
+        "  .cfi_adjust_cfa_offset 8\n"
+        "  call nic_dlopen_resolve\n"
+        "  addq $8, %rsp\n"
+        "  .cfi_adjust_cfa_offset -8\n"
+        "  popq %rsi\n"
+        "  .cfi_adjust_cfa_offset -8\n"
+        "  popq %rdi\n"
+        "  .cfi_adjust_cfa_offset -8\n"
+        "  testq %rax, %rax\n"
+        "  jz 4f\n"
+        "  jmp *%rax\n"
+        "4:\n"
+        "  xorl %eax, %eax\n" /* no C library below us: nothing can be loaded */
+        "  ret\n"
+        "  .cfi_endproc\n"
+        ".size dlopen, .-dlopen\n");
+#else
+NIC_EXPORT void *dlopen(const char *file, int mode) {
+  void *(*real)(const char *, int) = __atomic_load_n(&nic_real_dlopen, __ATOMIC_ACQUIRE);
+  if (!real && !(real = (void *(*)(const char *, int))nic_dlopen_resolve())) return NULL;
+  if (mode & RTLD_DEEPBIND) nic_dlopen_deepbind_seen(file);
+  return real(file, mode & ~RTLD_DEEPBIND);
+}
+#endif
