@@ -72,13 +72,22 @@ static int reserve_locked(void) {
     __atomic_store_n(&reserve_retry_at_ms, nic_now_ms() + 1000, __ATOMIC_RELAXED);
     return -ENOMEM;
   }
-  if (chunks < cfg->max_chunks)
-    nic_log_fallback_once(false,
-                          "the address-space limit (RLIMIT_AS) of %llu MiB leaves %llu MiB; the "
-                          "dataplane reserves address space for %u of its %u chunks, no more than "
-                          "half of that",
-                          (unsigned long long)(as_limit >> 20), (unsigned long long)(as_room >> 20),
-                          chunks, cfg->max_chunks);
+  static int said_fewer;
+  if (chunks < cfg->max_chunks && nic_first_time(&said_fewer)) {
+    if (as_limit)
+      nic_log_fallback(false,
+                       "the address-space limit (RLIMIT_AS) of %llu MiB leaves %llu MiB; the "
+                       "dataplane reserves address space for %u of its %u chunks, no more than "
+                       "half of that",
+                       (unsigned long long)(as_limit >> 20), (unsigned long long)(as_room >> 20),
+                       chunks, cfg->max_chunks);
+    else
+      nic_log_fallback(false,
+                       "the dataplane reserves address space for %u of its %u chunks, as much as "
+                       "was free (an address-space limit not measured without /proc, or the "
+                       "window below 20 TiB)",
+                       chunks, cfg->max_chunks);
+  }
   const size_t span = (size_t)chunks * cfg->chunk_size;
   nic_dp.span = span;
   nic_dp.shift = cfg->chunk_shift;

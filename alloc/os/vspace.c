@@ -65,7 +65,8 @@ uint64_t nic_vspace_limit(uint64_t *room) {
   struct rlimit limit;
   if (getrlimit(RLIMIT_AS, &limit) || limit.rlim_cur == RLIM_INFINITY) return UINT64_MAX;
   const uint64_t mapped = nic_vspace_mapped();
-  *room = mapped && mapped < limit.rlim_cur ? limit.rlim_cur - mapped : 0;
+  if (!mapped) return UINT64_MAX; /* no /proc: nothing to measure the room by */
+  *room = mapped < limit.rlim_cur ? limit.rlim_cur - mapped : 0;
   return limit.rlim_cur;
 }
 

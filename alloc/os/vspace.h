@@ -44,8 +44,8 @@ extern uint64_t nic_vspace_reserved;
  * in bytes, or 0 when it cannot be read. */
 uint64_t nic_vspace_mapped(void);
 /* The soft address-space limit (RLIMIT_AS) in bytes, with *room set to what it leaves
- * unmapped (0 when the process is at or over it, or VmSize cannot be read); UINT64_MAX, room
- * untouched, without a limit. */
+ * unmapped (0 when the process is at or over it); UINT64_MAX, room untouched, without a limit
+ * or where VmSize cannot be read (no /proc). */
 uint64_t nic_vspace_limit(uint64_t *room);
 /* nicmalloc's own part of it that holds no memory: the reservations and the tables made for them
  * (map.h; read-only zero pages until used). */

@@ -75,6 +75,23 @@ TEST(AddressSpaceLimit, TheDataplaneTakesAtMostHalfOfWhatTheLimitLeaves) {
   EXPECT_EQ(count_lines(r.err, "warning"), 0) << r.err;
 }
 
+// Without /proc the room a limit leaves cannot be measured: the range takes what the kernel
+// gives, halving from NICMALLOC_MAX_CHUNKS, rather than nothing.
+TEST(AddressSpaceLimit, WithoutProcTheDataplaneTakesWhatIsFree) {
+  if (geteuid() != 0) GTEST_SKIP() << "needs root to hide /proc in a mount namespace";
+  const std::string script =
+      "mount -t tmpfs none /proc || exit 77; exec \"$0\" as-limit 8 dp-alloc 1048576 4096";
+  auto r = run_program("/usr/bin/unshare", with(kLargeSpan, "NICMALLOC_VERBOSE=1"),
+                       {"--mount", "sh", "-c", script, NIC_PROBE_PATH});
+  if (r.exit_code == 77 || r.err.find("unshare failed") != std::string::npos)
+    GTEST_SKIP() << "SKIPPED LOUDLY: no mount namespace could be made here: " << r.err;
+  ASSERT_EQ(r.exit_code, 0) << r.out << r.err;
+  EXPECT_EQ(r.num("dp"), 256) << r.out << r.err;
+  EXPECT_GE(r.num("chunks_max"), 1) << r.out;
+  EXPECT_LT(r.num("chunks_max"), 8) << r.out;
+  EXPECT_EQ(count_lines(r.err, "as much as was free"), 1) << r.err;
+}
+
 TEST(AddressSpaceLimit, RefusedReservationUnderFailGivesEnomemAndSaysSo) {
   auto r = run_probe(with(kLargeSpan, "NICMALLOC_ON_PIN_FAIL=fail"), kUnderLimit);
   ASSERT_EQ(r.exit_code, 0) << r.out << r.err;
