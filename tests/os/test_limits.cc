@@ -79,10 +79,12 @@ TEST(AddressSpaceLimit, TheDataplaneTakesAtMostHalfOfWhatTheLimitLeaves) {
 // gives, halving from NICMALLOC_MAX_CHUNKS, rather than nothing.
 TEST(AddressSpaceLimit, WithoutProcTheDataplaneTakesWhatIsFree) {
   if (geteuid() != 0) GTEST_SKIP() << "needs root to hide /proc in a mount namespace";
-  const std::string script =
-      "mount -t tmpfs none /proc || exit 77; exec \"$0\" as-limit 8 dp-alloc 1048576 4096";
-  auto r = run_program("/usr/bin/unshare", with(kLargeSpan, "NICMALLOC_VERBOSE=1"),
-                       {"--mount", "sh", "-c", script, NIC_PROBE_PATH});
+  // The settings through env(1): the shell keeps the last of two same-named variables, and the
+  // suite's own environment comes after the test's.
+  const std::string script = "mount -t tmpfs none /proc || exit 77; exec env "
+                             "NICMALLOC_CHUNK_SIZE=1G NICMALLOC_MAX_CHUNKS=16 NICMALLOC_VERBOSE=1 "
+                             "\"$0\" as-limit 8 dp-alloc 1048576 4096";
+  auto r = run_program("/usr/bin/unshare", {}, {"--mount", "sh", "-c", script, NIC_PROBE_PATH});
   if (r.exit_code == 77 || r.err.find("unshare failed") != std::string::npos)
     GTEST_SKIP() << "SKIPPED LOUDLY: no mount namespace could be made here: " << r.err;
   ASSERT_EQ(r.exit_code, 0) << r.out << r.err;
