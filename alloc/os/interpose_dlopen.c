@@ -22,22 +22,26 @@ _Static_assert(RTLD_DEEPBIND == 8, "the x86-64 entry below tests bit 3 of the mo
 /* glibc's dlopen, found on the first call (a constructor of another library may be first). */
 __attribute__((visibility("hidden"))) void *(*nic_real_dlopen)(const char *, int);
 
-__attribute__((visibility("hidden"), used)) void *nic_dlopen_resolve(void) {
-  void *real = dlsym(RTLD_NEXT, "dlopen");
-  __atomic_store_n(&nic_real_dlopen, (void *(*)(const char *, int))real, __ATOMIC_RELEASE);
+/* The way past the jump: a first call, or the flag to take off. Returns glibc's dlopen, or NULL
+ * when there is no C library below us. */
+__attribute__((visibility("hidden"), used)) void *nic_dlopen_slow(const char *file, int mode) {
+  if (mode & RTLD_DEEPBIND)
+    nic_log_fallback_once(false,
+                          "dlopen(\"%s\", RTLD_DEEPBIND): loaded without RTLD_DEEPBIND, so that "
+                          "its malloc and free are nicmalloc's too (with it they would be "
+                          "glibc's, and a block passed across would abort the program); so are "
+                          "later ones",
+                          file ? file : "(null)");
+  void *real = (void *)__atomic_load_n(&nic_real_dlopen, __ATOMIC_ACQUIRE);
+  if (!real) {
+    real = dlsym(RTLD_NEXT, "dlopen");
+    __atomic_store_n(&nic_real_dlopen, (void *(*)(const char *, int))real, __ATOMIC_RELEASE);
+  }
   return real;
 }
 
-__attribute__((visibility("hidden"), used)) void nic_dlopen_deepbind_seen(const char *file) {
-  nic_log_fallback_once(false,
-                        "dlopen(\"%s\", RTLD_DEEPBIND): loaded without RTLD_DEEPBIND, so that "
-                        "its malloc and free are nicmalloc's too (with it they would be glibc's, "
-                        "and a block passed across would abort the program); so are later ones",
-                        file ? file : "(null)");
-}
-
 #if defined(__x86_64__)
-/* On entry: file in rdi, mode in esi, the caller's return address at (rsp). The calls keep rsp
+/* On entry: file in rdi, mode in esi, the caller's return address at (rsp). The call keeps rsp
  * 16-byte aligned (entry rsp is 8 past; two pushes and 8 more). */
 __asm__(".text\n"
         ".globl dlopen\n"
@@ -45,20 +49,19 @@ __asm__(".text\n"
         "dlopen:\n"
         "  .cfi_startproc\n"
         "  testl $8, %esi\n"
-        "  jnz 2f\n"
-        "1:\n"
+        "  jnz 1f\n"
         "  movq nic_real_dlopen(%rip), %rax\n"
         "  testq %rax, %rax\n"
-        "  jz 3f\n"
+        "  jz 1f\n"
         "  jmp *%rax\n"
-        "2:\n"
+        "1:\n"
         "  pushq %rdi\n"
         "  .cfi_adjust_cfa_offset 8\n"
         "  pushq %rsi\n"
         "  .cfi_adjust_cfa_offset 8\n"
         "  subq $8, %rsp\n"
         "  .cfi_adjust_cfa_offset 8\n"
-        "  call nic_dlopen_deepbind_seen\n"
+        "  call nic_dlopen_slow\n"
         "  addq $8, %rsp\n"
         "  .cfi_adjust_cfa_offset -8\n"
         "  popq %rsi\n"
@@ -66,25 +69,10 @@ __asm__(".text\n"
         "  popq %rdi\n"
         "  .cfi_adjust_cfa_offset -8\n"
         "  andl $-9, %esi\n"
-        "  jmp 1b\n"
-        "3:\n"
-        "  pushq %rdi\n"
-        "  .cfi_adjust_cfa_offset 8\n"
-        "  pushq %rsi\n"
-        "  .cfi_adjust_cfa_offset 8\n"
-        "  subq $8, %rsp\n"
-        "  .cfi_adjust_cfa_offset 8\n"
-        "  call nic_dlopen_resolve\n"
-        "  addq $8, %rsp\n"
-        "  .cfi_adjust_cfa_offset -8\n"
-        "  popq %rsi\n"
-        "  .cfi_adjust_cfa_offset -8\n"
-        "  popq %rdi\n"
-        "  .cfi_adjust_cfa_offset -8\n"
         "  testq %rax, %rax\n"
-        "  jz 4f\n"
+        "  jz 2f\n"
         "  jmp *%rax\n"
-        "4:\n"
+        "2:\n"
         "  xorl %eax, %eax\n" /* no C library below us: nothing can be loaded */
         "  ret\n"
         "  .cfi_endproc\n"
@@ -92,8 +80,9 @@ __asm__(".text\n"
 #else
 NIC_EXPORT void *dlopen(const char *file, int mode) {
   void *(*real)(const char *, int) = __atomic_load_n(&nic_real_dlopen, __ATOMIC_ACQUIRE);
-  if (!real && !(real = (void *(*)(const char *, int))nic_dlopen_resolve())) return NULL;
-  if (mode & RTLD_DEEPBIND) nic_dlopen_deepbind_seen(file);
+  if (!real || (mode & RTLD_DEEPBIND))
+    real = (void *(*)(const char *, int))nic_dlopen_slow(file, mode);
+  if (!real) return NULL;
   return real(file, mode & ~RTLD_DEEPBIND);
 }
 #endif

@@ -13,6 +13,7 @@
 
 #include <malloc.h>
 #include <pthread.h>
+#include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -22,11 +23,11 @@
 
 enum { kThreads = 4, kBlocks = 20000 };
 
-/* Allocates kBlocks dataplane blocks and exits, leaving them to main. */
+/* Allocates arg (a count) dataplane blocks and exits, leaving them to main. */
 static void *producer(void *arg) {
-  (void)arg;
-  void **blocks = malloc(kBlocks * sizeof *blocks);
-  for (int i = 0; blocks && i < kBlocks; i++)
+  const int count = (int)(uintptr_t)arg;
+  void **blocks = malloc((size_t)count * sizeof *blocks);
+  for (int i = 0; blocks && i < count; i++)
     blocks[i] = nic_malloc(1000 + (size_t)(i % 5000));
   return blocks;
 }
@@ -40,7 +41,7 @@ static int freed_after_exit(void) {
   pthread_t threads[kThreads];
   void *blocks[kThreads];
   for (int i = 0; i < kThreads; i++)
-    if (pthread_create(&threads[i], NULL, producer, NULL)) return 1;
+    if (pthread_create(&threads[i], NULL, producer, (void *)(uintptr_t)kBlocks)) return 1;
   for (int i = 0; i < kThreads; i++)
     pthread_join(threads[i], &blocks[i]);
   for (int i = 0; i < kThreads; i++) {
@@ -67,7 +68,7 @@ static int freed_after_exit(void) {
 static int trim_after_exit(void) {
   pthread_t thread;
   void *result;
-  if (pthread_create(&thread, NULL, producer, NULL)) return 1;
+  if (pthread_create(&thread, NULL, producer, (void *)(uintptr_t)kBlocks)) return 1;
   pthread_join(thread, &result);
   void **b = result;
   if (!b) return 1;
@@ -105,14 +106,6 @@ static void *trimmer(void *arg) {
   return NULL;
 }
 
-static void *round_producer(void *arg) {
-  (void)arg;
-  void **blocks = malloc(kRoundBlocks * sizeof *blocks);
-  for (int i = 0; blocks && i < kRoundBlocks; i++)
-    blocks[i] = nic_malloc(1000 + (size_t)(i % 5000));
-  return blocks;
-}
-
 /* Rounds of: a thread leaves its blocks and exits, main frees them all, then reads the live
  * bytes, which must be none, while another thread visits the abandoned segments throughout. */
 static int reads_during_visits(void) {
@@ -123,7 +116,7 @@ static int reads_during_visits(void) {
   for (int round = 0; round < kRounds; round++) {
     pthread_t thread;
     void *result;
-    if (pthread_create(&thread, NULL, round_producer, NULL)) return 1;
+    if (pthread_create(&thread, NULL, producer, (void *)(uintptr_t)kRoundBlocks)) return 1;
     pthread_join(thread, &result);
     void **b = result;
     if (!b) return 1;
