@@ -95,7 +95,7 @@ int main(int argc, char **argv) {
       "threads-start N SIZE | lifetime-blocks [register] | stats | stats-in-scope | stderr-reused "
       "FILE [open-backend] | "
       "open-backend | as-limit GIB "
-      "ARGS... | as-limit-later GIB | dp-room | mlockall-limited | data-limit MIB ARGS... | "
+      "ARGS... | as-limit-later GIB | dp-room [none] | mlockall-limited | data-limit MIB ARGS... | "
       "in-cgroup DIR "
       "ARGS... | "
       "no-uring ARGS... | "

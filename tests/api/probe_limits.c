@@ -7,9 +7,11 @@
 #include <errno.h>
 #include <fcntl.h>
 #include <grp.h>
+#include <stdbool.h>
 #include <stddef.h>
 #include <stdio.h>
 #include <stdlib.h>
+#include <string.h>
 #include <sys/mman.h>
 #include <sys/resource.h>
 #include <sys/syscall.h>
@@ -151,15 +153,18 @@ static unsigned long long vm_size(void) {
   return kib << 10;
 }
 
-/* dp-room: under an address-space limit (as-limit), the room it leaves when main starts (the
- * dataplane range may be reserved by then: reserved_mib), whether a dataplane block is had, and
- * how much the program can still map after it (64 MiB pieces, given back). */
+/* dp-room [none]: under an address-space limit (as-limit), the room it leaves when main starts
+ * and the dataplane bytes reserved by then; whether a dataplane block is had (none: none is
+ * asked for); how much the program can still map after it (64 MiB pieces, given back). */
 int cmd_dp_room(int argc, char **argv) {
-  (void)argc, (void)argv;
+  const bool ask = !(argc > 2 && strcmp(argv[2], "none") == 0);
   struct rlimit limit;
   if (getrlimit(RLIMIT_AS, &limit) || limit.rlim_cur == RLIM_INFINITY) return 1;
+  struct nic_stats s = NIC_STATS_INIT;
+  nic_get_stats(&s);
   const unsigned long long before = vm_size();
-  void *block = nic_malloc(4096);
+  printf("reserved_before_mib=%zu\n", s.dataplane_reserved >> 20);
+  void *block = ask ? nic_malloc(4096) : NULL;
   printf("dp=%d\n", block && nic_is_dataplane(block));
   enum { kPieces = 1024 };
   const size_t piece = (size_t)64 << 20;
@@ -171,7 +176,6 @@ int cmd_dp_room(int argc, char **argv) {
     n++;
   for (unsigned i = 0; i < n; i++)
     munmap(pieces[i], piece);
-  struct nic_stats s = NIC_STATS_INIT;
   nic_get_stats(&s);
   printf("room_before_mib=%llu\nmappable_mib=%llu\nreserved_mib=%zu\n",
          (unsigned long long)(limit.rlim_cur - before) >> 20, (unsigned long long)n * (piece >> 20),

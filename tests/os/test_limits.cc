@@ -64,7 +64,9 @@ TEST(AddressSpaceLimit, TheDataplaneTakesAtMostHalfOfWhatTheLimitLeaves) {
   ASSERT_EQ(r.exit_code, 0) << r.out << r.err;
   EXPECT_EQ(r.num("dp"), 1) << r.out << r.err;
   const long long reserved = r.num("reserved_mib");
-  const long long room = r.num("room_before_mib") + reserved; // before the range was reserved
+  // The room when the range was reserved: at the first request, or at start-up when taken then.
+  const long long room = r.num("room_before_mib") + r.num("reserved_before_mib");
+  EXPECT_EQ(r.num("reserved_before_mib"), 0) << "no request yet: " << r.out;
   EXPECT_GE(r.num("chunks_max"), 1) << r.out;
   EXPECT_LT(r.num("chunks_max"), 16) << r.out;
   EXPECT_EQ(reserved, r.num("chunks_max") * 1024) << r.out;
@@ -73,6 +75,16 @@ TEST(AddressSpaceLimit, TheDataplaneTakesAtMostHalfOfWhatTheLimitLeaves) {
   EXPECT_GE(r.num("mappable_mib"), room / 2 - 128) << r.out;
   EXPECT_EQ(count_lines(r.err, "dataplane reserves address space for"), 1) << r.err;
   EXPECT_EQ(count_lines(r.err, "warning"), 0) << r.err;
+}
+
+// Reserved at start-up, the range would take half of what the limit leaves from every program,
+// most of which never ask for dataplane memory: under a limit it waits for the first request.
+TEST(AddressSpaceLimit, AProgramThatAsksNoDataplaneMemoryKeepsItsRoom) {
+  auto r = run_probe(kLargeSpan, {"as-limit", "8", "dp-room", "none"});
+  ASSERT_EQ(r.exit_code, 0) << r.out << r.err;
+  EXPECT_EQ(r.num("reserved_mib"), 0) << r.out;
+  EXPECT_GE(r.num("mappable_mib"), r.num("room_before_mib") - 128) << r.out;
+  EXPECT_GT(r.num("room_before_mib"), 6 * 1024) << r.out;
 }
 
 // Without /proc the room a limit leaves cannot be measured: the range takes what the kernel
