@@ -43,7 +43,7 @@
     "and the NIC's translation cache needs 1.4x the entries per GiB of 32 MiB steps (with 2 MiB "  \
     "pages; with 4 KiB pages the step's share is negligible)")                                     \
   X(MAX_CHUNKS, "NICMALLOC_MAX_CHUNKS", NIC_T_COUNT, "16", 1, 48, "", NIC_REACH_VALUE,             \
-    "cap on dataplane chunks (1–48; mimalloc allows 64 arenas per process; under an "             \
+    "cap on dataplane chunks (1–48; mimalloc allows 64 arenas per process; under an "            \
     "address-space limit as many as fit in half of what it leaves). A thread that"                 \
     " found every chunk full at the cap does not search again for 1 ms (or until a chunk "         \
     "changes state): its dataplane requests get the `NICMALLOC_ON_PIN_FAIL` policy at "            \
