@@ -376,8 +376,6 @@ NIC_FORKLOCK_MUTEX(chunks, NIC_FORK_CHUNKS, &chunk_lock, after_fork_child);
 /* Under an address-space limit the range waits for the first dataplane request: reserved here
  * it would take half of what the limit leaves from every program, most of which never ask. */
 static void reserve_early(void) {
-  struct rlimit limit;
-  if (getrlimit(RLIMIT_AS, &limit) == 0 && limit.rlim_cur != RLIM_INFINITY) return;
-  nic_dp_reserve_early();
+  if (nic_vspace_soft_limit() == UINT64_MAX) nic_dp_reserve_early();
 }
 NIC_STARTUP_STEP(dataplane_range, NIC_START_DATAPLANE, reserve_early);

@@ -51,10 +51,9 @@ void nic_collect_abandoned(void) {
  * dataplane_live, read while the reaper visited, was off by a page's blocks in one run of 16).
  * The walk waits for the visits nicmalloc makes (the reaper's, nic_collect's, malloc_trim's), so
  * that a program that allocates and frees nothing meanwhile reads exact counts (one collecting
- * meanwhile included). The visitor heap's making is
- * inside: a heap's first block may need a page, for which mimalloc visits abandoned segments
- * first. Not held across fork: a visit is long, and the thread making it does not exist in the
- * child (forklock.h). */
+ * meanwhile included). The visitor heap's making is inside: a heap's first block may need a
+ * page, for which mimalloc visits abandoned segments first. Not held across fork: a visit is
+ * long, and the thread making it does not exist in the child (forklock.h). */
 static pthread_mutex_t visits_lock = PTHREAD_MUTEX_INITIALIZER;
 static void visits_lock_reset(void) {
   pthread_mutex_init(&visits_lock, NULL);

@@ -61,13 +61,19 @@ uint64_t nic_vspace_mapped(void) {
   return v ? strtoull(v + 8, NULL, 10) << 10 : 0;
 }
 
-uint64_t nic_vspace_limit(uint64_t *room) {
+uint64_t nic_vspace_soft_limit(void) {
   struct rlimit limit;
   if (getrlimit(RLIMIT_AS, &limit) || limit.rlim_cur == RLIM_INFINITY) return UINT64_MAX;
+  return limit.rlim_cur;
+}
+
+uint64_t nic_vspace_limit(uint64_t *room) {
+  const uint64_t limit = nic_vspace_soft_limit();
+  if (limit == UINT64_MAX) return limit;
   const uint64_t mapped = nic_vspace_mapped();
   if (!mapped) return UINT64_MAX; /* no /proc: nothing to measure the room by */
-  *room = mapped < limit.rlim_cur ? limit.rlim_cur - mapped : 0;
-  return limit.rlim_cur;
+  *room = mapped < limit ? limit - mapped : 0;
+  return limit;
 }
 
 uint64_t nic_vspace_held(void) {

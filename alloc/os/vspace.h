@@ -43,7 +43,9 @@ extern uint64_t nic_vspace_reserved;
 /* The process's mapped address space (VmSize: what RLIMIT_AS and mlockall's limit test count),
  * in bytes, or 0 when it cannot be read. */
 uint64_t nic_vspace_mapped(void);
-/* The soft address-space limit (RLIMIT_AS) in bytes, with *room set to what it leaves
+/* The soft address-space limit (RLIMIT_AS) in bytes; UINT64_MAX without one. */
+uint64_t nic_vspace_soft_limit(void);
+/* The same, with *room set to what it leaves
  * unmapped (0 when the process is at or over it); UINT64_MAX, room untouched, without a limit
  * or where VmSize cannot be read (no /proc). */
 uint64_t nic_vspace_limit(uint64_t *room);

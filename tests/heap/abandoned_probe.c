@@ -32,6 +32,15 @@ static void *producer(void *arg) {
   return blocks;
 }
 
+/* One producer of count blocks, run to its end: its blocks, or NULL. */
+static void **produce(int count) {
+  pthread_t thread;
+  void *blocks = NULL;
+  if (pthread_create(&thread, NULL, producer, (void *)(uintptr_t)count)) return NULL;
+  pthread_join(thread, &blocks);
+  return blocks;
+}
+
 static void sleep_ms(long ms) {
   struct timespec ts = {ms / 1000, (ms % 1000) * 1000000};
   nanosleep(&ts, NULL);
@@ -66,11 +75,7 @@ static int freed_after_exit(void) {
 }
 
 static int trim_after_exit(void) {
-  pthread_t thread;
-  void *result;
-  if (pthread_create(&thread, NULL, producer, (void *)(uintptr_t)kBlocks)) return 1;
-  pthread_join(thread, &result);
-  void **b = result;
+  void **b = produce(kBlocks);
   if (!b) return 1;
   for (int k = 0; k < kBlocks; k += 2) /* every page keeps live blocks */
     free(b[k]);
@@ -114,11 +119,7 @@ static int reads_during_visits(void) {
   int misread = 0;
   size_t worst = 0;
   for (int round = 0; round < kRounds; round++) {
-    pthread_t thread;
-    void *result;
-    if (pthread_create(&thread, NULL, producer, (void *)(uintptr_t)kRoundBlocks)) return 1;
-    pthread_join(thread, &result);
-    void **b = result;
+    void **b = produce(kRoundBlocks);
     if (!b) return 1;
     for (int k = 0; k < kRoundBlocks; k++)
       free(b[k]);
