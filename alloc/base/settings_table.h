@@ -42,9 +42,11 @@
     "`RLIMIT_MEMLOCK` locks two steps, 48 chunks of 1 GiB fit io_uring's 16384 fixed buffers, "    \
     "and the NIC's translation cache needs 1.4x the entries per GiB of 32 MiB steps (with 2 MiB "  \
     "pages; with 4 KiB pages the step's share is negligible)")                                     \
-  X(MAX_CHUNKS, "NICMALLOC_MAX_CHUNKS", NIC_T_COUNT, "16", 1, 48, "", NIC_REACH_VALUE,             \
+  X(MAX_CHUNKS, "NICMALLOC_MAX_CHUNKS", NIC_T_COUNT, "48", 1, 48, "", NIC_REACH_VALUE,             \
     "cap on dataplane chunks (1–48; mimalloc allows 64 arenas per process; under an "            \
-    "address-space limit as many as fit in half of what it leaves). A thread that"                 \
+    "address-space limit as many as fit in half of what it leaves). A chunk not in use costs "     \
+    "address space only, and each thread with dataplane blocks takes 32 MiB of it, so the "        \
+    "default is the cap: 1536 such threads at once with 1 GiB chunks. A thread that"               \
     " found every chunk full at the cap does not search again for 1 ms (or until a chunk "         \
     "changes state): its dataplane requests get the `NICMALLOC_ON_PIN_FAIL` policy at "            \
     "once, except that after each dataplane free of its own one request tries its current"         \

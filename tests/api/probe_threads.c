@@ -11,26 +11,40 @@
 #include <stdlib.h>
 #include <string.h>
 
-/* n threads released at once each make their first dataplane allocation: with room for all of
- * them in one chunk, one chunk must be mapped, not one per thread. */
-static pthread_barrier_t start_line;
+/* n threads released at once each make their first dataplane allocation and hold it until all
+ * have: with room for all of them in one chunk, one chunk must be mapped, not one per thread;
+ * and as many threads as the chunks have segments for get dataplane blocks at once. */
+static pthread_barrier_t start_line, all_allocated;
 static void *first_dp_alloc(void *arg) {
   pthread_barrier_wait(&start_line);
   void *p = nic_malloc((size_t)(uintptr_t)arg);
-  return (void *)(uintptr_t)(p && nic_is_dataplane(p));
+  const bool dp = p && nic_is_dataplane(p);
+  pthread_barrier_wait(&all_allocated);
+  nic_free(p);
+  return (void *)(uintptr_t)dp;
 }
 
 static int threads_start(unsigned n, size_t size) {
-  pthread_t threads[64];
-  if (n == 0 || n > 64 || pthread_barrier_init(&start_line, NULL, n)) return 1;
+  if (n == 0 || n > 4096 || pthread_barrier_init(&start_line, NULL, n) ||
+      pthread_barrier_init(&all_allocated, NULL, n))
+    return 1;
+  pthread_t *threads = calloc(n, sizeof *threads);
+  pthread_attr_t small_stack;
+  if (!threads || pthread_attr_init(&small_stack) ||
+      pthread_attr_setstacksize(&small_stack, (size_t)256 << 10))
+    return 1;
   for (unsigned i = 0; i < n; i++)
-    if (pthread_create(&threads[i], NULL, first_dp_alloc, (void *)(uintptr_t)size)) return 1;
+    if (pthread_create(&threads[i], &small_stack, first_dp_alloc, (void *)(uintptr_t)size)) {
+      printf("pthread_create failed at thread %u\n", i);
+      return 1;
+    }
   unsigned dp = 0;
   for (unsigned i = 0; i < n; i++) {
     void *ok = NULL;
     pthread_join(threads[i], &ok);
     dp += ok != NULL;
   }
+  free(threads);
   printf("dataplane_threads=%u\n", dp);
   print_stats("");
   return 0;

@@ -410,7 +410,7 @@ TEST(BadInput, BadSettingsWarnOnceAndUseDefaults) {
         "NICMALLOC_ON_PIN_FAIL=maybe", "NICMALLOC_STATS=sometimes", "NICMALLOC_DP_MIN_SIZE=-3"})
     EXPECT_EQ(count_lines(r.err, name), 1) << name << "\n" << r.err;
   EXPECT_EQ(r.num("chunk_size"), 1 << 30);
-  EXPECT_EQ(r.num("chunks_max"), 16);
+  EXPECT_EQ(r.num("chunks_max"), 48);
 }
 
 TEST(BadInput, ChunkSizeMustBeAPowerOfTwoInRange) {

@@ -203,6 +203,18 @@ TEST(ThreadsGrowth, ThreadsStartingTogetherShareOneNewChunk) {
   }
 }
 
+// Each thread with dataplane blocks holds a 32 MiB segment of a chunk at least, so the default
+// chunk cap bounds how many threads have dataplane blocks at once: 16 chunks of 1 GiB held 512,
+// and the requests of the rest went to the control heap. With the defaults 1000 threads do.
+TEST(ThreadsGrowth, AThousandThreadsHoldDataplaneBlocksAtOnceWithTheDefaults) {
+  // The default chunk size (the suite's environment sets a smaller one).
+  ProbeResult r = run_probe({"NICMALLOC_CHUNK_SIZE=1G"}, {"threads-start", "1000", "2000"});
+  ASSERT_EQ(r.exit_code, 0) << r.out << r.err;
+  EXPECT_EQ(r.num("dataplane_threads"), 1000) << r.out;
+  EXPECT_EQ(r.num("dp_fallbacks"), 0) << r.out;
+  EXPECT_GE(r.num("chunks_created"), 1000 * 32 / 1024) << r.out;
+}
+
 // What nicmalloc makes for the process's life on the thread that first needs it (the reaper
 // thread's start, a built-in backend's open) must not stay in that thread's heap: when the
 // thread exits, its segment would be abandoned with a live block, and mimalloc 2.0.9 walks such
