@@ -107,7 +107,7 @@ static struct nic_backend *open_kind(enum nic_backend_kind kind) {
     nic_lifetime_end();
   }
   const int err = errno;
-  const unsigned marked = nic_fds_cloexec_new(&before);
+  const unsigned marked = nic_fds_adopt_new(&before);
   if (marked) nic_log_info("backend %s: %u descriptors it opened made close-on-exec", name, marked);
   pthread_sigmask(SIG_SETMASK, &old, NULL);
   nic_cancel_restore(cancel);
@@ -231,7 +231,12 @@ static void after_fork_child(void) {
       __atomic_load_n(&count, __ATOMIC_ACQUIRE) != 0 || __atomic_load_n(&opening, __ATOMIC_ACQUIRE);
   for (unsigned k = 0; k < NIC_BACKEND_KINDS; k++)
     any |= __atomic_load_n(&started[k], __ATOMIC_ACQUIRE) != NULL;
-  if (any) parents = true;
+  if (any) {
+    parents = true;
+    /* The child's copies only: the parent's backends keep theirs (open_fds.h). */
+    nic_fds_close_adopted();
+    epfd = -1;
+  }
   nic_backend_only_one = NULL;
 }
 NIC_FORKLOCK_CUSTOM(backends, NIC_FORK_BACKEND, NULL, NULL, reset_in_child, after_fork_child);
@@ -319,6 +324,7 @@ int nic_backends_event_fd(void) {
   if (!rc && epfd < 0) {
     epfd = epoll_create1(EPOLL_CLOEXEC);
     if (epfd < 0) rc = -errno;
+    nic_fds_adopt(epfd);
     for (unsigned k = 0; k < NIC_BACKEND_KINDS && !rc; k++)
       if (started[k]) epoll_add_locked(started[k]);
     if (!rc) epoll_join_locked();

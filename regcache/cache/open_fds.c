@@ -11,6 +11,7 @@
 #include <fcntl.h>
 #include <string.h>
 #include <sys/resource.h>
+#include <sys/stat.h>
 #include <sys/syscall.h>
 #include <unistd.h>
 
@@ -62,15 +63,49 @@ void nic_fds_snapshot(struct nic_fd_set *s) {
   if (!list_proc(s)) list_fcntl(s);
 }
 
-unsigned nic_fds_cloexec_new(const struct nic_fd_set *before) {
+/* The backends' own descriptors. Anonymous inodes (eventfd, epoll, timerfd) share one inode,
+ * so the identity kept cannot tell them apart: only a number the program closed under a backend
+ * (a bug of its own, which breaks that backend anyway) and reused for the same kind of
+ * descriptor is mistaken. */
+#define ADOPTED_MAX 64
+static struct adopted {
+  int fd;
+  dev_t dev;
+  ino_t ino;
+  mode_t type;
+} adopted[ADOPTED_MAX];
+static unsigned adopted_count;
+
+void nic_fds_adopt(int fd) {
+  struct stat st;
+  if (fd < 0 || adopted_count == ADOPTED_MAX || fstat(fd, &st) != 0) return;
+  adopted[adopted_count++] =
+      (struct adopted){.fd = fd, .dev = st.st_dev, .ino = st.st_ino, .type = st.st_mode & S_IFMT};
+}
+
+unsigned nic_fds_adopt_new(const struct nic_fd_set *before) {
   static struct nic_fd_set now; /* 8 KiB: not on the program's stack; under the backend lock */
   nic_fds_snapshot(&now);
   unsigned set = 0;
   for (long fd = 0; fd < NIC_FD_SET_MAX; fd++) {
     if (!marked(&now, fd) || marked(before, fd)) continue;
+    nic_fds_adopt((int)fd);
     const int flags = fcntl((int)fd, F_GETFD);
     if (flags >= 0 && !(flags & FD_CLOEXEC) && fcntl((int)fd, F_SETFD, flags | FD_CLOEXEC) == 0)
       set++;
   }
   return set;
+}
+
+unsigned nic_fds_close_adopted(void) {
+  unsigned closed = 0;
+  for (unsigned i = 0; i < adopted_count; i++) {
+    const struct adopted *a = &adopted[i];
+    struct stat st;
+    if (fstat(a->fd, &st) == 0 && st.st_dev == a->dev && st.st_ino == a->ino &&
+        (st.st_mode & S_IFMT) == a->type && nic_close_nocancel(a->fd) == 0)
+      closed++;
+  }
+  adopted_count = 0;
+  return closed;
 }

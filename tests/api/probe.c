@@ -94,7 +94,7 @@ int main(int argc, char **argv) {
       "grow-untouched MAX | aligned-dp ALIGNMENT SIZE | "
       "threads-start N SIZE | lifetime-blocks [register] | stats | stats-in-scope | stderr-reused "
       "FILE [open-backend] | "
-      "open-backend | as-limit GIB "
+      "open-backend [fds|signals|fork-fds] | as-limit GIB "
       "ARGS... | as-limit-later GIB | dp-room [none] | mlockall-limited | data-limit MIB ARGS... | "
       "in-cgroup DIR "
       "ARGS... | "

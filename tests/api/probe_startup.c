@@ -15,6 +15,7 @@
 #include <string.h>
 #include <sys/personality.h>
 #include <sys/syscall.h>
+#include <sys/wait.h>
 #include <unistd.h>
 
 /* What any program does at start-up, with no nicmalloc call: blocks of many sizes (1 MiB ones
@@ -166,6 +167,45 @@ static int threads_taking_sigterm(void) {
 /* open-backend [fds|signals]: with fds, how many descriptors the open added and how many of them
  * an exec'd program would inherit (no FD_CLOEXEC); with signals, how many threads besides this
  * one the program's SIGTERM could be delivered to. */
+/* After the backend opened (and nic_event_fd made its set): a child of fork, which never uses
+ * the parent's backend, keeps none of the descriptors the open added, and the parent's backend
+ * still registers once the child has closed them. */
+static int fork_fds(const unsigned char *before) {
+  unsigned char after[1024 / 8];
+  printf("event_fd=%d\n", nic_event_fd());
+  fds_open(after);
+  int added = 0;
+  for (int fd = 0; fd < 1024; fd++)
+    added += (after[fd / 8] >> fd % 8 & 1) && !(before[fd / 8] >> fd % 8 & 1);
+  printf("fds_added=%d\n", added);
+  fflush(stdout);
+  const pid_t pid = fork();
+  if (pid == 0) {
+    unsigned char in_child[1024 / 8];
+    fds_open(in_child);
+    int kept = 0;
+    for (int fd = 0; fd < 1024; fd++)
+      if ((in_child[fd / 8] >> fd % 8 & 1) && (after[fd / 8] >> fd % 8 & 1) &&
+          !(before[fd / 8] >> fd % 8 & 1)) {
+        char link[64], target[256] = "";
+        snprintf(link, sizeof link, "/proc/self/fd/%d", fd);
+        const ssize_t n = readlink(link, target, sizeof target - 1);
+        printf("child_kept_%d=%s\n", fd, n > 0 ? target : "?");
+        kept++;
+      }
+    printf("child_fds_kept=%d\n", kept);
+    fflush(stdout);
+    _exit(0);
+  }
+  int status = 0;
+  if (pid < 0 || waitpid(pid, &status, 0) != pid || !WIFEXITED(status)) return 3;
+  void *p = nic_malloc(4096);
+  struct nic_region_ref ref;
+  printf("parent_register=%d\n", p ? nic_register(p, 4096, NIC_REG_LOCAL, &ref) : -ENOMEM);
+  free(p);
+  return 0;
+}
+
 int cmd_open_backend(int argc, char **argv) {
   unsigned char before[1024 / 8], after[1024 / 8];
   fds_open(before);
@@ -174,6 +214,7 @@ int cmd_open_backend(int argc, char **argv) {
     printf("threads_taking_sigterm=%d\n", threads_taking_sigterm());
     return 0;
   }
+  if (argc >= 3 && !strcmp(argv[2], "fork-fds")) return fork_fds(before);
   if (argc < 3 || strcmp(argv[2], "fds")) return 0;
   fds_open(after);
   int added = 0, inheritable = 0;

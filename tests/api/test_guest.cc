@@ -119,6 +119,19 @@ TEST(Guest, ABackendsDescriptorsAreNotPassedToExecedPrograms) {
   });
 }
 
+// A child of fork never uses the parent's backend (README, fork), so it keeps none of the
+// descriptors the backend and nic_event_fd opened: without the fix it kept the sim's
+// /proc/<parent>/mem, io_uring's ring (which kept the parent's registered steps pinned for as
+// long as any child lived) and eventfds, DPDK's memfd, pipe, timerfd and epoll set, and the
+// event set. The parent's backend goes on registering.
+TEST(Guest, AChildOfForkKeepsNoneOfTheParentsBackendDescriptors) {
+  ForEachOpenedBackend("fork-fds", [](const std::string &, ProbeResult &r) {
+    EXPECT_EQ(r.num("child_fds_kept"), 0) << r.out;
+    EXPECT_EQ(r.num("parent_register"), 0) << r.out << r.err;
+    EXPECT_GE(r.num("fds_added"), 2) << "nothing tested: " << r.out;
+  });
+}
+
 // The threads a backend starts take none of the program's signals. DPDK's EAL started its
 // interrupt thread with the opening thread's mask, all open: the program's SIGTERM could land
 // there (a program that takes its signals with sigwait, blocked in its own threads, was ended by
