@@ -133,8 +133,9 @@ int nic_own_thread_create(pthread_t *thread, void *(*fn)(void *), void *arg, con
  * maps hugepages). A blocked fault would kill the process instead. */
 void nic_signals_but_faults(sigset_t *set);
 /* Around other work whose few allocations live as long as the process, for the same reason: the
- * opening of a built-in backend (a handful of blocks; DPDK's open, which makes thousands, is
- * not mapped block by block). Calls nest. */
+ * opening of a built-in backend (a handful of blocks), a backend's registration (what it keeps
+ * for it). A plugin's open, which makes thousands, is not mapped block by block: it runs on a
+ * thread that lasts (regcache/cache/lasting_thread.h). Calls nest. */
 static inline void nic_lifetime_begin(void) {
   nic_self.lifetime_depth++;
 }

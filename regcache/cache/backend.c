@@ -5,6 +5,7 @@
 #include "backend.h"
 #include "forklock.h"
 
+#include "lasting_thread.h"
 #include "log.h"
 #include "nocancel.h"
 #include "open_fds.h"
@@ -22,6 +23,8 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/epoll.h>
+#include <sys/syscall.h>
+#include <unistd.h>
 
 typedef struct nic_backend *(*open_fn)(void);
 
@@ -79,6 +82,29 @@ static struct nic_backend *open_plugin(const char *name) {
 
 static const char *const kind_names[NIC_BACKEND_KINDS] = {"sim", "uring", "verbs", "dpdk"};
 
+struct plugin_open {
+  const char *name;
+  struct nic_backend *b;
+  int err;
+};
+static void plugin_open_there(void *arg) {
+  struct plugin_open *o = arg;
+  errno = 0;
+  o->b = open_plugin(o->name);
+  o->err = errno;
+}
+
+/* On the main thread, or on the lasting thread when the caller is another (lasting_thread.h):
+ * the plugin's blocks live as long as the process. DPDK's EAL makes its main lcore of the thread
+ * that opens it, so a program's other thread is left as it was. */
+static struct nic_backend *open_plugin_lasting(const char *name) {
+  struct plugin_open o = {.name = name};
+  if (syscall(SYS_gettid) == getpid() || !nic_run_on_lasting_thread(plugin_open_there, &o))
+    plugin_open_there(&o);
+  errno = o.err;
+  return o.b;
+}
+
 /* A built-in backend's blocks live as long as the process, whichever thread opens it: kept out
  * of that thread's heap (thread.h, nic_own_thread_create). An open runs under the lock every
  * later registration takes, through code that reads files (DPDK's EAL, rdma-core, the sim's
@@ -99,7 +125,7 @@ static struct nic_backend *open_kind(enum nic_backend_kind kind) {
   nic_fds_snapshot(&before);
   struct nic_backend *b;
   if (kind > NIC_BACKEND_URING) {
-    b = open_plugin(name);
+    b = open_plugin_lasting(name);
   } else {
     NIC_INTERNAL_SCOPE(); /* off the inline path, which would not see the scope below */
     nic_lifetime_begin();

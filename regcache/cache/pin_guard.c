@@ -7,6 +7,7 @@
  * registration starts only on pages free of protection, and no page of it is protected until it
  * ends; a caller told -EAGAIN waits outside its locks and tries again. */
 #include "backend.h"
+#include "thread.h"
 
 #include <errno.h>
 
@@ -22,7 +23,11 @@ int nic_backend_reg(struct nic_backend *b, void *base, size_t len, unsigned acce
   const uintptr_t start = (uintptr_t)base, end = start + len;
   if (g && !g->begin(start, end)) return -EAGAIN;
   nic_backend_call_enter(b);
+  /* What a backend keeps for a registration (DPDK's extmem bookkeeping, an rdma-core MR) lives
+   * as long as it, which can be longer than the thread that made it (thread.h). */
+  nic_lifetime_begin();
   int rc = b->reg(b, base, len, access, out);
+  nic_lifetime_end();
   nic_backend_call_leave();
   if (g) g->end(start, end);
   return rc;
