@@ -203,8 +203,8 @@ TEST_F(Settings, SizesTakeSuffixesAndPowersOfTwoRefuseOthers) {
   EXPECT_NE(r.err.find("NICMALLOC_CHUNK_SIZE=48M: expected a power of two from 32M to 1G"),
             std::string::npos)
       << r.err;
-  Set(NIC_S_MAX_CHUNKS, "4K"); // counts take no unit
-  EXPECT_EQ(Get(NIC_S_MAX_CHUNKS).number, 16u);
+  Set(NIC_S_MAX_CHUNKS, "4K"); // counts take no unit: the default
+  EXPECT_EQ(Get(NIC_S_MAX_CHUNKS).number, 48u);
 }
 
 // The values that mean something besides their number keep that meaning.
