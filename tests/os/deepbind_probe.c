@@ -1,7 +1,8 @@
-/* deepbind_probe: loads a library with RTLD_DEEPBIND, by a bare name that only this program's
- * RUNPATH ($ORIGIN) finds, then passes blocks across both ways: one the library allocated,
- * freed here; one allocated here, freed by the library. Not linked with nicmalloc: run it with
- * LD_PRELOAD. Prints key=value lines for test_deepbind. */
+/* deepbind_probe [dlmopen]: loads a library with RTLD_DEEPBIND (with dlopen, or dlmopen into
+ * the base namespace), by a bare name that only this program's RUNPATH ($ORIGIN) finds, then
+ * passes blocks across both ways: one the library allocated, freed here; one allocated here,
+ * freed by the library. Not linked with nicmalloc: run it with LD_PRELOAD. Prints key=value
+ * lines for test_deepbind. */
 #define _GNU_SOURCE
 #include "nicmalloc.h"
 
@@ -11,8 +12,11 @@
 #include <stdlib.h>
 #include <string.h>
 
-int main(void) {
-  void *lib = dlopen("libnic_deepbind_lib.so", RTLD_NOW | RTLD_DEEPBIND);
+int main(int argc, char **argv) {
+  const char *name = "libnic_deepbind_lib.so";
+  const int mode = RTLD_NOW | RTLD_DEEPBIND;
+  void *lib = argc > 1 && !strcmp(argv[1], "dlmopen") ? dlmopen(LM_ID_BASE, name, mode)
+                                                      : dlopen(name, mode);
   printf("loaded=%d\n", lib != NULL);
   if (!lib) {
     fprintf(stderr, "dlopen: %s\n", dlerror());
