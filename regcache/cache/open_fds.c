@@ -1,7 +1,8 @@
 /* Which descriptors a backend's open made (open_fds.h). Read with getdents64 into a stack buffer
  * and raw system calls: no malloc, no cancellation point, under the backend lock. A program thread
  * that opens a descriptor of its own meant for an exec'd child while the backend opens (DPDK
- * takes a tenth of a second, once per process) has it made close-on-exec too. */
+ * takes a tenth of a second, once per process) has it made close-on-exec too, and closed in
+ * the process's fork children. */
 #define _GNU_SOURCE
 #include "open_fds.h"
 
