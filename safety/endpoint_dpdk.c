@@ -63,6 +63,8 @@ static void hand_rx_memory(struct nic_backend *b) {
 NIC_EXPORT struct nic_endpoint *nic_dpdk_endpoint_create(uint16_t port_id, uint16_t queue_id) {
   NIC_CANCEL_OFF_SCOPE(); /* endpoints are made and ended under locks */
   NIC_INTERNAL_SCOPE();
+  /* An endpoint lasts longer than the thread that made it, often: thread.h */
+  NIC_LIFETIME_SCOPE();
   static const char who[] = "nic_dpdk_endpoint_create";
   struct nic_backend *b =
       nic_ep_backend(who, NIC_BACKEND_DPDK, "it needs DPDK's EAL and a port: NICMALLOC_DPDK_VDEV");

@@ -70,6 +70,8 @@ NIC_EXPORT void *nic_verbs_get_pd(void) {
 NIC_EXPORT struct nic_endpoint *nic_verbs_endpoint_create(void *qp) {
   NIC_CANCEL_OFF_SCOPE(); /* endpoints are made and ended under locks */
   NIC_INTERNAL_SCOPE();
+  /* An endpoint lasts longer than the thread that made it, often: thread.h */
+  NIC_LIFETIME_SCOPE();
   static const char who[] = "nic_verbs_endpoint_create";
   struct nic_backend *b = nic_ep_backend(who, NIC_BACKEND_VERBS, kHint);
   if (!b) return NULL;

@@ -134,14 +134,27 @@ int nic_own_thread_create(pthread_t *thread, void *(*fn)(void *), void *arg, con
 void nic_signals_but_faults(sigset_t *set);
 /* Around other work whose few allocations live as long as the process, for the same reason: the
  * opening of a built-in backend (a handful of blocks), a backend's registration (what it keeps
- * for it). A plugin's open, which makes thousands, is not mapped block by block: it runs on a
- * thread that lasts (regcache/cache/lasting_thread.h). Calls nest. */
+ * for it), a plugin backend's endpoint (a port's queue, a queue pair). A plugin's open, which makes
+ * thousands, is not mapped block by block: it runs on a thread that lasts
+ * (regcache/cache/lasting_thread.h). Calls nest. */
 static inline void nic_lifetime_begin(void) {
   nic_self.lifetime_depth++;
 }
 static inline void nic_lifetime_end(void) {
   nic_self.lifetime_depth--;
 }
+static inline int nic_lifetime_scope_begin(void) {
+  nic_lifetime_begin();
+  return 0;
+}
+static inline void nic_lifetime_scope_end(int *unused) {
+  (void)unused;
+  nic_lifetime_end();
+}
+/* nic_lifetime_begin until the end of the enclosing block. */
+#define NIC_LIFETIME_SCOPE()                                                                       \
+  __attribute__((cleanup(nic_lifetime_scope_end))) int nic_lifetime_scope_ =                       \
+      nic_lifetime_scope_begin()
 /* Closes the inline dataplane path of every registered thread that has not seen chunk epoch
  * epoch, so that its next dataplane allocation takes the slow path, which catches up (collects
  * its heaps in draining chunks, moves its cursor off chunks that are not live). For progress

@@ -3,6 +3,7 @@
 #include "nicmalloc.h"
 #include "probe_common.h"
 
+#include <errno.h>
 #include <mimalloc.h>
 #include <pthread.h>
 #include <stddef.h>
@@ -55,8 +56,10 @@ static int threads_start(unsigned n, size_t size) {
 static void *first_user(void *arg) {
   void *p = nic_malloc(5000);
   struct nic_region_ref ref;
-  const int rc = arg && p ? nic_register(p, 5000, 0, &ref) : 0;
+  int rc = arg && p ? nic_register(p, 5000, 0, &ref) : 0;
   free(p);
+  /* endpoint: the dpdk backend's default endpoint too, kept past the thread */
+  if (arg == (void *)2 && !rc && !nic_dpdk_endpoint_create(NIC_DPDK_DEFAULT_PORT, 0)) rc = -errno;
   return (void *)(intptr_t)rc;
 }
 
@@ -91,15 +94,16 @@ static long abandoned_now(void) {
   return current;
 }
 
-/* lifetime-blocks [register]: a thread makes the process's first dataplane allocation (which
- * starts the reaper thread), and with register opens the default backend, then exits. What
+/* lifetime-blocks [register|endpoint]: a thread makes the process's first dataplane allocation
+ * (which starts the reaper thread), with register opens the default backend, with endpoint also
+ * makes the dpdk backend's default endpoint, kept, then exits. What
  * nicmalloc made there for the process's life must not stay in that thread's heap: its segment
  * would be abandoned with a live block, which mimalloc 2.0.9 walks again at every later thread
  * exit (thread.h, nic_own_thread_create). Read before any output, which could allocate. */
-static int lifetime_blocks(bool do_register) {
+static int lifetime_blocks(int what) {
   pthread_t t;
   void *rc = NULL;
-  if (pthread_create(&t, NULL, first_user, do_register ? (void *)1 : NULL) || pthread_join(t, &rc))
+  if (pthread_create(&t, NULL, first_user, (void *)(intptr_t)what) || pthread_join(t, &rc))
     return 3;
   const long abandoned = abandoned_now();
   printf("register_rc=%ld\nabandoned_segments=%ld\n", (long)(intptr_t)rc, abandoned);
@@ -116,5 +120,6 @@ int cmd_threads_start(int argc, char **argv) {
 }
 
 int cmd_lifetime_blocks(int argc, char **argv) {
-  return lifetime_blocks(argc >= 3 && !strcmp(argv[2], "register"));
+  const char *what = argc >= 3 ? argv[2] : "";
+  return lifetime_blocks(!strcmp(what, "register") ? 1 : !strcmp(what, "endpoint") ? 2 : 0);
 }

@@ -245,6 +245,19 @@ TEST(ThreadsLifetime, AThreadThatStartedTheReaperOrABackendLeavesNoSegmentBehind
   }
 }
 
+// A plugin backend's endpoint (DPDK's default port queue here; a verbs queue pair alike) is
+// often kept past the thread that made it: without mapping its blocks apart, one segment stayed.
+TEST(ThreadsLifetime, AThreadThatMadeADpdkEndpointLeavesNoSegmentBehind) {
+  ProbeResult r = run_probe(
+      {"NICMALLOC_CHUNK_SIZE=64M", "NICMALLOC_DPDK_VDEV=net_null0", "NICMALLOC_BACKEND=dpdk"},
+      {"lifetime-blocks", "endpoint"});
+  ASSERT_EQ(r.exit_code, 0) << r.err;
+  if (r.values["backend"] != "dpdk") GTEST_SKIP() << "DPDK does not open here: " << r.err;
+  ASSERT_NE(r.num("abandoned_segments"), -1) << "mimalloc's statistics say no count";
+  EXPECT_EQ(r.num("register_rc"), 0) << r.err;
+  EXPECT_EQ(r.num("abandoned_segments"), 0) << r.out << r.err;
+}
+
 TEST_F(Threads, FourThreadsMixMallocNicMallocReallocAndFree) {
   constexpr int kThreads = 4, kIterations = 4000;
   std::vector<std::string> errors(kThreads);
