@@ -226,7 +226,8 @@ int nic_sga_init(struct nic_sga *sga, unsigned max_entries);
 /* Returns 0, or -NIC_ERANGE (len 0, overflow, over 4 GiB), -EFAULT (range not mapped),
  * -NIC_ECROSS (dataplane memory over the end of its chunk, too long to copy), -NIC_EFREED (a block
  * already freed), -E2BIG (over the limit and the smallest neighbours too big to copy), -ENOMEM,
- * -EINVAL (sga not initialised). On error the array is unchanged. */
+ * -ENOSPC (the backend's registrations all in use: README, backends), -EINVAL (sga not
+ * initialised). On error the array is unchanged. */
 int nic_sga_add(struct nic_sga *sga, const void *p, size_t len);
 /* Hands the entries to ep's backend; on success the array is empty again and its references
  * belong to the message until done(arg, status) runs. Entries are resolved against the default

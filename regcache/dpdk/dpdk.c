@@ -199,6 +199,15 @@ static int d_reg(struct nic_backend *b, void *base, size_t len, unsigned access,
     break;
   }
   pthread_mutex_unlock(&be->reg_lock);
+  static int said_full;
+  if (rc == -ENOSPC)
+    nic_plugin_log(NIC_PLUGIN_LOG_WARN, &said_full,
+                   "dpdk: all %u registrations are in use (each is an extmem area, which takes one "
+                   "of DPDK's 128 memseg lists): a dataplane step, or a registration-cache region, "
+                   "past them cannot reach the port; with NICMALLOC_PIN_STEP=4M (the default) that "
+                   "is 256 MiB of dataplane memory registered at once, and a larger step "
+                   "registers more (32M: 2 GiB)",
+                   (unsigned)NIC_DPDK_MAX_REGS);
   return rc;
 }
 

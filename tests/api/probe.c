@@ -37,6 +37,7 @@ static const struct command {
     {"refused-arena-commit", 3, cmd_refused_arena_commit},
     {"first-dp-reads", 3, cmd_first_dp_reads},
     {"dp-register", 3, cmd_dp_register},
+    {"register-blocks", 4, cmd_register_blocks},
     {"dp-alloc", 4, cmd_dp_alloc},
     {"low-memlock", 3, cmd_low_memlock},
     {"low-memlock-fill", 4, cmd_low_memlock_fill},
@@ -101,7 +102,8 @@ int main(int argc, char **argv) {
       "ARGS... | "
       "no-uring ARGS... | "
       "no-getrandom ARGS... | fixed-layout ARGS... | free-key | uring-endpoint | "
-      "post-beside-bookkeeping | fill-control | huge-until-null SIZE | refused-arena-commit "
+      "post-beside-bookkeeping | fill-control | huge-until-null SIZE | register-blocks N SIZE | "
+      "refused-arena-commit "
       "SIZE\n");
   return 2;
 }

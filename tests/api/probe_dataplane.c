@@ -62,6 +62,27 @@ static int dp_register(size_t size) {
   return 0;
 }
 
+/* n dataplane blocks of size bytes, each with one page registered from its middle (a step of
+ * its own at the default step when size is the step): how many registrations were handed out,
+ * and the first error. */
+static int register_blocks(unsigned n, size_t size) {
+  unsigned registered = 0;
+  int first_error = 0;
+  for (unsigned i = 0; i < n; i++) {
+    char *p = nic_malloc(size);
+    if (!p || !nic_is_dataplane(p)) return 3;
+    memset(p, 1, size);
+    struct nic_region_ref ref;
+    const int rc = nic_register(p + size / 2, 4096, NIC_REG_LOCAL, &ref);
+    registered += rc == 0;
+    if (rc && !first_error) first_error = rc;
+  }
+  struct nic_stats st = NIC_STATS_INIT;
+  nic_get_stats(&st);
+  printf("registered=%u\nfirst_error=%d\nbackend=%s\n", registered, first_error, st.backend);
+  return 0;
+}
+
 /* The first dataplane allocation of a process with many mappings (vmas one-page mappings that
  * the kernel cannot merge): the bytes it read, against what one walk of the process's mappings
  * reads. */
@@ -158,6 +179,11 @@ static int aligned_dataplane(size_t alignment, size_t size) {
 int cmd_dp_alloc(int argc, char **argv) {
   (void)argc;
   return dp_alloc(strtoull(argv[2], NULL, 0), strtoull(argv[3], NULL, 0));
+}
+
+int cmd_register_blocks(int argc, char **argv) {
+  (void)argc;
+  return register_blocks((unsigned)atoi(argv[2]), strtoull(argv[3], NULL, 0));
 }
 
 int cmd_dp_register(int argc, char **argv) {

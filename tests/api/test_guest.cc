@@ -132,6 +132,28 @@ TEST(Guest, AChildOfForkKeepsNoneOfTheParentsBackendDescriptors) {
   });
 }
 
+// DPDK 22.11 has 128 memseg lists and each extmem area (a registration) takes one; the plugin
+// keeps 64. Each dataplane step is a registration of its own, so at the default 4 MiB step
+// 256 MiB can reach the port at once: past it registrations are refused, and why is said once
+// (nothing but the host's generic line before). A larger step registers more.
+TEST(Guest, DpdkRegistrationsPastItsLimitAreRefusedAndSaidOnce) {
+  if (access(NIC_DPDK_PLUGIN_PATH, R_OK)) GTEST_SKIP() << "the dpdk plugin is not built here";
+  const std::vector<std::string> env = {"NICMALLOC_CHUNK_SIZE=1G", "NICMALLOC_BACKEND=dpdk",
+                                        "NICMALLOC_DPDK_VDEV=net_null0"};
+  auto r = run_probe(env, {"register-blocks", "80", "4194304"});
+  ASSERT_EQ(r.exit_code, 0) << r.out << r.err;
+  if (r.values["backend"] != "dpdk") GTEST_SKIP() << "DPDK does not open here: " << r.err;
+  EXPECT_EQ(r.num("registered"), 64) << r.out;
+  EXPECT_EQ(r.num("first_error"), -ENOSPC) << r.out;
+  EXPECT_EQ(count_lines(r.err, "all 64 registrations are in use"), 1) << r.err;
+  std::vector<std::string> larger = env;
+  larger.push_back("NICMALLOC_PIN_STEP=32M");
+  auto l = run_probe(larger, {"register-blocks", "80", "4194304"});
+  ASSERT_EQ(l.exit_code, 0) << l.out << l.err;
+  EXPECT_EQ(l.num("registered"), 80) << l.out << l.err;
+  EXPECT_EQ(count_lines(l.err, "registrations are in use"), 0) << l.err;
+}
+
 // The threads a backend starts take none of the program's signals. DPDK's EAL started its
 // interrupt thread with the opening thread's mask, all open: the program's SIGTERM could land
 // there (a program that takes its signals with sigwait, blocked in its own threads, was ended by
