@@ -17,8 +17,6 @@
 #include <errno.h>
 #include <stdlib.h>
 #include <string.h>
-#include <sys/syscall.h>
-#include <unistd.h>
 
 size_t nic_auto_dp_threshold = SIZE_MAX;
 bool nic_free_check = true;
@@ -74,7 +72,7 @@ static void *mi_block(mi_heap_t *heap, size_t size, size_t alignment, bool zero)
 static void *control_alloc(size_t size, size_t alignment, bool zero) {
   size = nic_block_request(size);
   /* See nic_own_thread_create. The main thread's heap lasts as long as the process. */
-  if (__builtin_expect(nic_self.lifetime_depth, 0) && syscall(SYS_gettid) != getpid()) {
+  if (__builtin_expect(nic_self.lifetime_depth, 0) && !nic_on_main_thread()) {
     void *apart = nic_mapped_alloc(size, alignment);
     if (apart) return apart; /* else in a heap, as before: slower thread exits, not a failure */
   }

@@ -12,6 +12,8 @@
 #include <signal.h>
 #include <stdbool.h>
 #include <stdint.h>
+#include <sys/syscall.h>
+#include <unistd.h>
 
 #define NIC_CURSOR_PARKED NIC_CHUNK_SLOTS
 /* Largest request of the inline dataplane path's first branch: mimalloc's small sizes, which
@@ -132,6 +134,11 @@ int nic_own_thread_create(pthread_t *thread, void *(*fn)(void *), void *arg, con
  * theirs (completions writing a page the mprotect fence holds; DPDK's EAL catching SIGBUS as it
  * maps hugepages). A blocked fault would kill the process instead. */
 void nic_signals_but_faults(sigset_t *set);
+/* Whether the calling thread is the process's main thread, whose heap lasts as long as the
+ * process (after fork, the thread that forked). */
+static inline bool nic_on_main_thread(void) {
+  return syscall(SYS_gettid) == getpid();
+}
 /* Around other work whose few allocations live as long as the process, for the same reason: the
  * opening of a built-in backend (a handful of blocks), a backend's registration (what it keeps
  * for it), a plugin backend's endpoint (a port's queue, a queue pair). A plugin's open, which makes

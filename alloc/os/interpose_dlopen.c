@@ -20,6 +20,17 @@
 
 _Static_assert(RTLD_DEEPBIND == 8, "the x86-64 entry below tests bit 3 of the mode");
 
+/* The C library's definition of name, kept in *slot once found (NULL when there is none below
+ * us: nothing can be loaded). */
+static void *next_symbol(void **slot, const char *name) {
+  void *real = __atomic_load_n(slot, __ATOMIC_ACQUIRE);
+  if (!real) {
+    real = dlsym(RTLD_NEXT, name);
+    __atomic_store_n(slot, real, __ATOMIC_RELEASE);
+  }
+  return real;
+}
+
 /* glibc's dlopen, found on the first call (a constructor of another library may be first). */
 __attribute__((visibility("hidden"))) void *(*nic_real_dlopen)(const char *, int);
 
@@ -33,12 +44,7 @@ __attribute__((visibility("hidden"), used)) void *nic_dlopen_slow(const char *fi
                           "glibc's, and a block passed across would abort the program); so are "
                           "later ones",
                           file ? file : "(null)");
-  void *real = (void *)__atomic_load_n(&nic_real_dlopen, __ATOMIC_ACQUIRE);
-  if (!real) {
-    real = dlsym(RTLD_NEXT, "dlopen");
-    __atomic_store_n(&nic_real_dlopen, (void *(*)(const char *, int))real, __ATOMIC_RELEASE);
-  }
-  return real;
+  return next_symbol((void **)&nic_real_dlopen, "dlopen");
 }
 
 /* glibc's dlmopen, likewise. Only a load into the base namespace (LM_ID_BASE) is changed: a new
@@ -52,13 +58,7 @@ __attribute__((visibility("hidden"), used)) void *nic_dlmopen_slow(Lmid_t lmid, 
                           "dlmopen(LM_ID_BASE, \"%s\", RTLD_DEEPBIND): loaded without "
                           "RTLD_DEEPBIND, as dlopen does; so are later ones",
                           file ? file : "(null)");
-  void *real = (void *)__atomic_load_n(&nic_real_dlmopen, __ATOMIC_ACQUIRE);
-  if (!real) {
-    real = dlsym(RTLD_NEXT, "dlmopen");
-    __atomic_store_n(&nic_real_dlmopen, (void *(*)(Lmid_t, const char *, int))real,
-                     __ATOMIC_RELEASE);
-  }
-  return real;
+  return next_symbol((void **)&nic_real_dlmopen, "dlmopen");
 }
 
 _Static_assert(LM_ID_BASE == 0, "the x86-64 entry below tests the namespace against 0");

@@ -23,8 +23,6 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/epoll.h>
-#include <sys/syscall.h>
-#include <unistd.h>
 
 typedef struct nic_backend *(*open_fn)(void);
 
@@ -99,7 +97,7 @@ static void plugin_open_there(void *arg) {
  * that opens it, so a program's other thread is left as it was. */
 static struct nic_backend *open_plugin_lasting(const char *name) {
   struct plugin_open o = {.name = name};
-  if (syscall(SYS_gettid) == getpid() || !nic_run_on_lasting_thread(plugin_open_there, &o))
+  if (nic_on_main_thread() || !nic_run_on_lasting_thread(plugin_open_there, &o))
     plugin_open_there(&o);
   errno = o.err;
   return o.b;
