@@ -20,14 +20,18 @@
  *                              mismatches (everything below)
  *   fence report               the profile table (the blocks' sites), the log
  *   dataplane growth           the chunks lock, mmap/munmap of a chunk (the cache)
- *   chunks, threads, huge cache, mapped blocks  munmap (the cache)
+ *   chunks                     munmap (the cache)
  *   (hugetlb copy)             no lock: under the chunks lock, copies the hugetlb steps a child
  *                              must not share (alloc/heap/fork_hugetlb.c); straight system
  *                              calls, so it waits for no lock; in the child it puts the copy
  *                              in place as the locks are made anew, before every child hook
- *   registration cache         the backend's reg/dereg, which may free memory: a deferred free
- *   deferred, holds, receivers, fence detect, fence protect, pressure, profile table, shm
- *   attaches:
+ *   registration cache         the backend's reg/dereg, which may free memory (a deferred
+ *                              free) and allocate: a thread's first block (the thread list),
+ *                              a huge block (the huge cache), a block mapped apart off the
+ *                              main thread (mapped blocks). Fork waited for it holding those
+ *                              three while a registration waited for one of them.
+ *   threads, huge cache, mapped blocks, deferred, holds, receivers, fence detect, fence
+ *   protect, pressure, profile table, shm attaches:
  *                              leaves (their holders take no other lock: pool memory is
  *                              mapped by system call, alloc/base/map.h, which the cache does
  *                              not see)
@@ -38,10 +42,10 @@
  *   held across fork (on the list, ranks below): the sim endpoint list (safety/endpoint.c),
  *     the other endpoints' list (safety/endpoint_common.c), the fence report lock
  *     (safety/fence_report.c), the growth lock (alloc/heap/dp_heap.c), the chunks lock
- *     (alloc/heap/chunks.c), the thread list (alloc/heap/thread.c), the huge-block cache
+ *     (alloc/heap/chunks.c), the registration caches (regcache/cache/rcache.c, one lock for
+ *     all), the thread list (alloc/heap/thread.c), the huge-block cache
  *     (alloc/heap/huge_cache.c), the table of blocks nicmalloc maps itself
- *     (alloc/heap/mapped.c), the registration caches (regcache/cache/rcache.c, one lock for
- *     all), the deferred-free table (safety/deferred.c), the hold table (safety/hold.c), the
+ *     (alloc/heap/mapped.c), the deferred-free table (safety/deferred.c), the hold table (safety/hold.c), the
  * receivers and held receive buffers (safety/receive.c), the detect records
  *     (safety/fence_detect.c), the protect spin lock (safety/fence_protect.c, taken with
  *     signals blocked as every holder does), the pressure model (safety/pressure.c), the
@@ -104,10 +108,10 @@ enum nic_fork_rank {
   NIC_FORK_DP_GROW,
   NIC_FORK_CHUNKS,
   NIC_FORK_HUGETLB_COPY, /* no lock: hugetlb steps copied for the child (heap/fork_hugetlb.c) */
+  NIC_FORK_RCACHE,
   NIC_FORK_THREADS,
   NIC_FORK_HUGE_CACHE,
   NIC_FORK_MAPPED,
-  NIC_FORK_RCACHE,
   NIC_FORK_DEFERRED,
   NIC_FORK_HOLDS,
   NIC_FORK_RECEIVERS,

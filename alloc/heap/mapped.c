@@ -5,6 +5,7 @@
 #include "mapped.h"
 
 #include "forklock.h"
+#include "map.h"
 #include "page.h"
 
 #include <pthread.h>
@@ -47,16 +48,17 @@ static void put_locked(struct entry e) {
 static bool make_room_locked(void) {
   if (2 * (nic_mapped_blocks + 1) <= capacity) return true;
   const size_t bigger = capacity ? 2 * capacity : FIRST_CAPACITY;
-  struct entry *fresh = mmap(NULL, bigger * sizeof(struct entry), PROT_READ | PROT_WRITE,
-                             MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
-  if (fresh == MAP_FAILED) return false;
+  /* By system call: the interposed munmap could take the registration cache's lock under ours
+   * (forklock.h ranks this lock after it). */
+  struct entry *fresh = nic_map_anon(bigger * sizeof(struct entry), PROT_READ | PROT_WRITE, false);
+  if (!fresh) return false;
   struct entry *old = table;
   const size_t old_capacity = capacity;
   table = fresh;
   capacity = bigger;
   for (size_t i = 0; i < old_capacity; i++)
     if (old[i].start) put_locked(old[i]);
-  if (old) munmap(old, old_capacity * sizeof(struct entry));
+  if (old) nic_unmap(old, old_capacity * sizeof(struct entry));
   return true;
 }
 

@@ -51,6 +51,7 @@ static const struct command {
     {"fork-child", 3, cmd_fork_child},
     {"fork-write-race", 5, cmd_fork_write_race},
     {"fork-while-opening", 3, cmd_fork_while_opening},
+    {"fork-while-registering", 3, cmd_fork_while_registering},
     {"auto", 3, cmd_auto},
     {"cap-again", 3, cmd_cap_again},
     {"threads-start", 4, cmd_threads_start},
@@ -89,7 +90,7 @@ int main(int argc, char **argv) {
       "| "
       "mixed-frees | fork-child BLOCK | fork-write-race ROUNDS TOTAL BLOCK [register] | "
       "fork-while-opening "
-      "BACKEND | auto SIZE | cap-again "
+      "BACKEND | fork-while-registering MS | auto SIZE | cap-again "
       "BLOCK | huge "
       "SIZE SLEEP_MS | huge-usable [GIB] | "
       "grow-untouched MAX | aligned-dp ALIGNMENT SIZE | "

@@ -240,6 +240,57 @@ static int fork_while_opening(const char *want) {
   return 0;
 }
 
+struct registerer {
+  int stop;
+  unsigned done, failed;
+};
+
+/* Registers a fresh mapping again and again: each is a registration-cache miss, which makes a
+ * backend registration under the cache's lock (on this thread, not the main one). */
+static void *register_fresh_mappings(void *arg) {
+  struct registerer *g = arg;
+  while (!__atomic_load_n(&g->stop, __ATOMIC_ACQUIRE)) {
+    char *p = mmap(NULL, 65536, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+    if (p == MAP_FAILED) break;
+    memset(p, 1, 65536);
+    struct nic_region_ref ref;
+    if (nic_register(p, 4096, NIC_REG_LOCAL, &ref) == 0) {
+      nic_unregister(&ref);
+      g->done++;
+    } else {
+      g->failed++;
+    }
+    munmap(p, 65536);
+  }
+  return NULL;
+}
+
+/* fork-while-registering MS: forks (children exit at once) for MS milliseconds while another
+ * thread makes registrations; a fork handler that waits for a lock in another order than the
+ * registration takes them never returns (SIGALRM ends the probe then). */
+static int fork_while_registering(unsigned ms) {
+  alarm(ms / 1000 + 20);
+  struct registerer g = {0, 0, 0};
+  pthread_t t;
+  if (pthread_create(&t, NULL, register_fresh_mappings, &g)) return 3;
+  unsigned forks = 0;
+  for (const uint64_t end = probe_now_ms() + ms; probe_now_ms() < end; forks++) {
+    fflush(stdout);
+    pid_t pid = fork();
+    if (pid == 0) _exit(0);
+    if (pid < 0) return 3;
+    while (waitpid(pid, NULL, 0) < 0 && errno == EINTR) {
+    }
+  }
+  __atomic_store_n(&g.stop, 1, __ATOMIC_RELEASE);
+  pthread_join(t, NULL);
+  struct nic_stats s = NIC_STATS_INIT;
+  nic_get_stats(&s);
+  printf("forks=%u\nregistrations=%u\nrefused=%u\nbackend=%s\n", forks, g.done, g.failed,
+         s.backend);
+  return 0;
+}
+
 /* The commands: argv[1] names one, its arguments follow (usage in probe.c). */
 int cmd_fork_child(int argc, char **argv) {
   (void)argc;
@@ -254,4 +305,9 @@ int cmd_fork_write_race(int argc, char **argv) {
 int cmd_fork_while_opening(int argc, char **argv) {
   (void)argc;
   return fork_while_opening(argv[2]);
+}
+
+int cmd_fork_while_registering(int argc, char **argv) {
+  (void)argc;
+  return fork_while_registering((unsigned)atoi(argv[2]));
 }
