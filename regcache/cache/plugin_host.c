@@ -2,10 +2,12 @@
 #include "plugin_host.h"
 
 #include "api_errors.h"
+#include "chunks.h"
 #include "log.h"
 #include "plugin_env.h"
 #include "thread.h"
 
+#include <errno.h>
 #include <stdint.h>
 #include <stdlib.h>
 
@@ -49,12 +51,22 @@ static void host_quiet_env(void) {
   nic_plugin_env_guard();
 }
 
+static int host_dataplane_range(const void *p, size_t len, void **base, size_t *span) {
+  const uintptr_t lo = __atomic_load_n(&nic_dp.base, __ATOMIC_ACQUIRE);
+  const uintptr_t a = (uintptr_t)p;
+  if (!lo || a - lo >= nic_dp.span || len > nic_dp.span - (a - lo)) return -ENOENT;
+  *base = (void *)lo;
+  *span = nic_dp.span;
+  return 0;
+}
+
 static const struct nic_plugin_host host = {.size = sizeof host,
                                             .vlog = host_vlog,
                                             .calloc = host_calloc,
                                             .free = host_free,
                                             .api_error = host_api_error,
-                                            .quiet_env = host_quiet_env};
+                                            .quiet_env = host_quiet_env,
+                                            .dataplane_range = host_dataplane_range};
 
 const struct nic_plugin_host *nic_plugin_host_table(void) {
   return &host;

@@ -48,6 +48,11 @@ struct nic_plugin_host {
    * (plugin_env.h): call it after a library loads more (rdma-core's providers in
    * ibv_get_device_list, EAL's drivers) and before it runs them. */
   void (*quiet_env)(void);
+  /* When [p, p + len) lies inside the dataplane range, 0 and that whole range: address space
+   * libnicmalloc reserved for its chunks, shared with no other memory, whether or not its pages
+   * are backed now (so a plugin may describe it once, as DPDK's one extmem area, where that
+   * records addresses only). Else -ENOENT. */
+  int (*dataplane_range)(const void *p, size_t len, void **base, size_t *span);
 };
 
 #define NIC_PLUGIN_HOST_HAS(host, member)                                                          \

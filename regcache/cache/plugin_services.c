@@ -39,6 +39,11 @@ void nic_plugin_quiet_env(void) {
   if (NIC_PLUGIN_HOST_HAS(h, quiet_env)) h->quiet_env();
 }
 
+int nic_plugin_dataplane_range(const void *p, size_t len, void **base, size_t *span) {
+  const struct nic_plugin_host *h = the_host();
+  return NIC_PLUGIN_HOST_HAS(h, dataplane_range) ? h->dataplane_range(p, len, base, span) : -ENOENT;
+}
+
 void *nic_plugin_calloc(size_t n, size_t size) {
   const struct nic_plugin_host *h = the_host();
   void *p = h ? h->calloc(n, size) : NULL;

@@ -31,6 +31,9 @@ void nic_plugin_count_api_error(enum nic_plugin_api_family family);
  * execution (plugin_host.h, quiet_env); nothing with an older host. */
 void nic_plugin_quiet_env(void);
 
+/* The host's dataplane_range (plugin_host.h); -ENOENT with an older host. */
+int nic_plugin_dataplane_range(const void *p, size_t len, void **base, size_t *span);
+
 /* Zeroed control memory of the host; NULL with errno ENOMEM. */
 void *nic_plugin_calloc(size_t n, size_t size);
 void nic_plugin_free(void *p);

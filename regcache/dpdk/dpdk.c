@@ -138,40 +138,6 @@ static int dma_all(struct dbackend *be, struct dreg *r, bool map) {
   return 0;
 }
 
-/* Registers whole pages. IOVA-as-VA: the largest page size the range is aligned to, IOVA = VA
- * (without a table DPDK would record RTE_BAD_IOVA). IOVA-as-PA: 4 KiB pages, each with its
- * physical address (the memory is pinned), kept for the segments' buf_iova. */
-static int extmem(struct dreg *r) {
-  size_t pg = (size_t)sysconf(_SC_PAGESIZE);
-  bool pa = rte_eal_iova_mode() == RTE_IOVA_PA;
-  uintptr_t lo = (uintptr_t)r->base & ~(pg - 1);
-  uintptr_t hi = ((uintptr_t)r->base + r->len + pg - 1) & ~(pg - 1);
-  r->map_base = (void *)lo;
-  r->map_len = hi - lo;
-  r->page_sz = pg;
-  for (size_t big = (size_t)1 << 30; !pa && big > pg; big >>= 9)
-    if (!(lo % big) && !(r->map_len % big)) {
-      r->page_sz = big;
-      break;
-    }
-  size_t n = r->map_len / r->page_sz;
-  rte_iova_t *iova = nic_plugin_calloc(n, sizeof *iova);
-  if (!iova) return -ENOMEM;
-  int rc = 0;
-  for (size_t i = 0; i < n && !rc; i++) {
-    void *va = (char *)r->map_base + i * r->page_sz;
-    iova[i] = pa ? rte_mem_virt2phy(va) : (rte_iova_t)(uintptr_t)va;
-    if (iova[i] == RTE_BAD_IOVA) rc = -EIO;
-  }
-  if (!rc && rte_extmem_register(r->map_base, r->map_len, iova, (unsigned)n, r->page_sz))
-    rc = -rte_errno;
-  if (rc || !pa)
-    nic_plugin_free(iova);
-  else
-    r->iovas = iova;
-  return rc;
-}
-
 static int d_reg(struct nic_backend *b, void *base, size_t len, unsigned access,
                  struct nic_registration *out) {
   struct dbackend *be = (struct dbackend *)b;
@@ -180,34 +146,44 @@ static int d_reg(struct nic_backend *b, void *base, size_t len, unsigned access,
     return -EOPNOTSUPP; /* an Ethernet port has no remote access, so no rkey to expose */
   pthread_mutex_lock(&be->reg_lock);
   int rc = -ENOSPC;
-  for (uint32_t i = 0; i < NIC_DPDK_MAX_REGS; i++) {
+  bool no_area = false;
+  for (uint32_t k = 0; k < NIC_DPDK_MAX_REGS; k++) {
+    const uint32_t i = (be->free_hint + k) % NIC_DPDK_MAX_REGS;
     struct dreg *r = &be->regs[i];
     if (r->used) continue;
     *r = (struct dreg){.base = base, .len = len};
-    if ((rc = extmem(r))) break;
+    if ((rc = nic_dpdk_area_take(be, r))) {
+      no_area = rc == -ENOSPC;
+      break;
+    }
     pthread_mutex_lock(&be->lock);
     if ((rc = dma_all(be, r, true))) dma_all(be, r, false);
     pthread_mutex_unlock(&be->lock);
     if (rc) {
-      rte_extmem_unregister(r->map_base, r->map_len);
-      nic_plugin_free(r->iovas);
+      nic_dpdk_area_drop(be, r);
       break;
     }
     r->used = true;
+    be->free_hint = i + 1;
     *out = (struct nic_registration){
         .base = base, .len = len, .access = access, .lkey = i, .handle = i};
     break;
   }
   pthread_mutex_unlock(&be->reg_lock);
-  static int said_full;
-  if (rc == -ENOSPC)
+  static int said_full, said_no_area;
+  if (no_area)
+    nic_plugin_log(NIC_PLUGIN_LOG_WARN, &said_no_area,
+                   "dpdk: all %u extmem areas are in use (each takes one of DPDK's 128 memseg "
+                   "lists): a registration that needs its own area (a registration-cache region; "
+                   "a dataplane step in IOVA-as-PA mode or with a physical port) cannot reach "
+                   "the port until one is let go (a larger NICMALLOC_PIN_STEP makes fewer steps)",
+                   NIC_DPDK_MAX_AREAS);
+  else if (rc == -ENOSPC)
     nic_plugin_log(NIC_PLUGIN_LOG_WARN, &said_full,
-                   "dpdk: all %u registrations are in use (each is an extmem area, which takes one "
-                   "of DPDK's 128 memseg lists): a dataplane step, or a registration-cache region, "
-                   "past them cannot reach the port; with NICMALLOC_PIN_STEP=4M (the default) that "
-                   "is 256 MiB of dataplane memory registered at once, and a larger step "
-                   "registers more (32M: 2 GiB)",
-                   (unsigned)NIC_DPDK_MAX_REGS);
+                   "dpdk: all %u registrations are in use: a dataplane step, or a "
+                   "registration-cache region, past them cannot reach the port (a larger "
+                   "NICMALLOC_PIN_STEP makes fewer steps)",
+                   NIC_DPDK_MAX_REGS);
   return rc;
 }
 
@@ -221,9 +197,7 @@ static int d_dereg(struct nic_backend *b, struct nic_registration *reg) {
     pthread_mutex_lock(&be->lock);
     dma_all(be, r, false);
     pthread_mutex_unlock(&be->lock);
-    if (rte_extmem_unregister(r->map_base, r->map_len)) rc = -rte_errno;
-    nic_plugin_free(r->iovas);
-    r->iovas = NULL;
+    nic_dpdk_area_drop(be, r);
     r->used = false;
   }
   pthread_mutex_unlock(&be->reg_lock);

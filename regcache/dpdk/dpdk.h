@@ -12,7 +12,11 @@
  * queue. The first port, queue 0, is the default endpoint. EAL lives until the process exits.
  *
  * Registrations: local access only (remote access is -EOPNOTSUPP, rkey always 0); lkey and
- * handle are the registration's slot. A completion's 0 means the driver let go of the memory:
+ * handle are the registration's slot, of NIC_DPDK_MAX_REGS. Each lies in an extmem area, of
+ * NIC_DPDK_MAX_AREAS (a memseg list each): in IOVA-as-VA mode with only virtual ports, one area
+ * over the whole dataplane range serves every dataplane step; other memory, and every
+ * registration in IOVA-as-PA mode or with a physical port, takes an area of its own
+ * (dpdk_areas.c). A completion's 0 means the driver let go of the memory:
  * like any Ethernet NIC, a driver may drop a frame it cannot send (too long for the port). */
 #ifndef NIC_DPDK_H
 #define NIC_DPDK_H
@@ -110,18 +114,32 @@ struct rte_mbuf *nic_dpdk_chain(struct nic_backend *b, const struct nic_sge *sge
 #include <rte_spinlock.h>
 #include <stdatomic.h>
 
-#define NIC_DPDK_MAX_REGS 64        /* each extmem registration takes one of 128 memseg lists */
+/* Registrations at once: as many as io_uring's fixed buffers (48 chunks of 4 MiB steps fit). */
+#define NIC_DPDK_MAX_REGS 16384u
+/* Extmem areas at once: each takes one of DPDK 22.11's 128 memseg lists; half stay the
+ * application's. */
+#define NIC_DPDK_MAX_AREAS 64u
 #define NIC_DPDK_SEG_MAX UINT16_MAX /* extbuf buf_len is 16 bits */
 
 struct dreg {
   bool used;
-  void *base; /* as asked for: entries are checked against it */
+  uint8_t area; /* index in dbackend.areas */
+  void *base;   /* as asked for: entries are checked against it */
   size_t len;
-  void *map_base; /* page-aligned range given to DPDK */
+  void *map_base; /* page-aligned range given to DPDK (DMA-mapped for each device) */
   size_t map_len;
   size_t page_sz;
   rte_iova_t *iovas; /* per page, IOVA-as-PA mode only; NULL means IOVA = VA */
   atomic_uint inflight;
+};
+
+/* An extmem area (rte_extmem_register): DPDK's record of memory that is not its own, which
+ * rte_dev_dma_map and IOVA lookups require. Either one registration's own pages, or the whole
+ * dataplane range, shared by every registration inside it (dpdk_areas.c says when). */
+struct darea {
+  void *base;
+  size_t len;
+  unsigned users; /* registrations on it; 0: the entry is free */
 };
 
 struct nic_endpoint {
@@ -155,7 +173,7 @@ struct dpost {
   int status;
   struct dpost *next; /* on the completion queue */
   unsigned n;
-  uint8_t slots[]; /* registration per entry, for in-flight counts */
+  uint16_t slots[]; /* registration per entry, for in-flight counts */
 };
 
 struct dbackend {
@@ -167,8 +185,16 @@ struct dbackend {
   struct nic_endpoint *eps, *default_ep;
   pthread_mutex_t cq_lock; /* completion queue: free_cb runs on any thread */
   struct dpost *cq_head, *cq_tail;
+  uint32_t free_hint; /* where the search for a free registration starts */
+  struct darea areas[NIC_DPDK_MAX_AREAS];
   struct dreg regs[NIC_DPDK_MAX_REGS];
 };
+
+/* dpdk_areas.c, under reg_lock: gives r (base and len set) its page-aligned range and an extmem
+ * area over it (0, -ENOSPC when every area is in use, or the registration's error); and lets go
+ * of r's area. */
+int nic_dpdk_area_take(struct dbackend *be, struct dreg *r);
+void nic_dpdk_area_drop(struct dbackend *be, struct dreg *r);
 
 /* dpdk_mbuf.c: the data path (chains, posts, completions, endpoints). */
 int nic_dpdk_post(struct nic_backend *b, struct nic_endpoint *ep, const struct nic_sge *sge,

@@ -64,7 +64,7 @@ static void chain_freed(void *addr, void *opaque) {
 
 static struct dpost *new_post(struct dbackend *be, struct nic_endpoint *ep, unsigned n,
                               nic_completion_fn done, void *arg) {
-  struct dpost *p = nic_plugin_calloc(1, sizeof *p + n);
+  struct dpost *p = nic_plugin_calloc(1, sizeof *p + n * sizeof p->slots[0]);
   if (!p) return NULL;
   *p = (struct dpost){.be = be, .ep = ep, .done = done, .arg = arg};
   p->shinfo.free_cb = chain_freed;
@@ -116,7 +116,7 @@ static struct rte_mbuf *build(struct dbackend *be, struct nic_endpoint *ep,
   struct rte_mbuf *m = head;
   for (unsigned i = 0; i < n; i++) {
     struct dreg *r = covering(be, &sge[i]);
-    p->slots[p->n++] = (uint8_t)sge[i].lkey;
+    p->slots[p->n++] = (uint16_t)sge[i].lkey;
     atomic_fetch_add(&r->inflight, 1);
     for (uintptr_t a = (uintptr_t)sge[i].addr, left = sge[i].len; left; m = m->next) {
       uint32_t l = seg_len(r, a, (uint32_t)left);
@@ -193,7 +193,7 @@ static int dma_dev(struct dbackend *be, struct nic_endpoint *self, bool map) {
   for (struct nic_endpoint *o = be->eps; o; o = o->next)
     if (o != self && o->dev == self->dev) return 0;
   int rc = 0, i = 0;
-  for (; i < NIC_DPDK_MAX_REGS && !rc; i++)
+  for (; i < (int)NIC_DPDK_MAX_REGS && !rc; i++)
     if (be->regs[i].used) rc = nic_dpdk_dma(self->dev, &be->regs[i], map);
   while (rc && map && --i >= 0) /* undo a partial mapping */
     if (be->regs[i].used) nic_dpdk_dma(self->dev, &be->regs[i], false);

@@ -80,7 +80,7 @@ static int fill(void) {
   if (!dp_filled) {
     const size_t len = (size_t)NIC_DPDK_RX_MBUFS * OBJ_SIZE;
     void *mem = source.alloc ? source.alloc(len) : NULL;
-    /* IOVAs come from the memseg the chunk's registration made (rte_extmem_register). */
+    /* IOVAs come from the memseg of the registration's extmem area (dpdk_areas.c). */
     int got = mem ? rte_mempool_populate_virt(dp_pool, mem, len, OBJ_SIZE, give_back, NULL) : 0;
     if (got > 0) {
       rte_mempool_obj_iter(dp_pool, rte_pktmbuf_init, NULL);

@@ -103,7 +103,8 @@ int main(int argc, char **argv) {
       "ARGS... | "
       "no-uring ARGS... | "
       "no-getrandom ARGS... | fixed-layout ARGS... | free-key | uring-endpoint | "
-      "post-beside-bookkeeping | fill-control | huge-until-null SIZE | register-blocks N SIZE | "
+      "post-beside-bookkeeping | fill-control | huge-until-null SIZE | register-blocks N SIZE "
+      "[dataplane|control|post] | "
       "refused-arena-commit "
       "SIZE\n");
   return 2;

@@ -11,6 +11,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/mman.h>
 #include <unistd.h>
 
 /* Allocates total bytes in blocks of block bytes with nic_malloc; counts where they landed. */
@@ -62,24 +63,56 @@ static int dp_register(size_t size) {
   return 0;
 }
 
-/* n dataplane blocks of size bytes, each with one page registered from its middle (a step of
+static void count_sent(void *arg, int status) {
+  if (status == 0) ++*(unsigned *)arg;
+}
+
+/* Where register-blocks takes its blocks: nic_malloc (dataplane), or a mapping of its own each,
+ * a guard page apart (control memory: registration-cache regions). */
+static char *next_block(size_t size, bool control) {
+  if (!control) {
+    char *p = nic_malloc(size);
+    return p && nic_is_dataplane(p) ? p : NULL;
+  }
+  char *p = mmap(NULL, size + 4096, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+  if (p == MAP_FAILED) return NULL;
+  mprotect(p + size, 4096, PROT_NONE);
+  return p;
+}
+
+/* n blocks of size bytes, each with one page registered from its middle (a dataplane step of
  * its own at the default step when size is the step): how many registrations were handed out,
- * and the first error. */
-static int register_blocks(unsigned n, size_t size) {
-  unsigned registered = 0;
+ * and the first error. how: "dataplane" (nic_malloc), "control" (a mapping each), or "post"
+ * (dataplane, and each registered page also sent on DPDK port 0 and waited for: how many
+ * were sent). */
+static int register_blocks(unsigned n, size_t size, const char *how) {
+  const bool control = !strcmp(how, "control"), post = !strcmp(how, "post");
+  struct nic_endpoint *ep = post ? nic_dpdk_endpoint_create(0, 0) : NULL;
+  if (post && !ep) return 4;
+  unsigned registered = 0, sent = 0;
   int first_error = 0;
   for (unsigned i = 0; i < n; i++) {
-    char *p = nic_malloc(size);
-    if (!p || !nic_is_dataplane(p)) return 3;
+    char *p = next_block(size, control);
+    if (!p) return 3;
     memset(p, 1, size);
     struct nic_region_ref ref;
     const int rc = nic_register(p + size / 2, 4096, NIC_REG_LOCAL, &ref);
     registered += rc == 0;
     if (rc && !first_error) first_error = rc;
+    struct nic_sga sga;
+    if (rc || !post || nic_sga_init(&sga, 1) || nic_sga_add(&sga, p + size / 2, 4096)) continue;
+    const unsigned before = sent;
+    if (nic_sga_post(&sga, ep, count_sent, &sent)) {
+      nic_sga_reset(&sga);
+      continue;
+    }
+    for (int waits = 0; sent == before && waits < 100; waits++)
+      nic_wait(10);
   }
   struct nic_stats st = NIC_STATS_INIT;
   nic_get_stats(&st);
-  printf("registered=%u\nfirst_error=%d\nbackend=%s\n", registered, first_error, st.backend);
+  printf("registered=%u\nfirst_error=%d\nsent=%u\nbackend=%s\n", registered, first_error, sent,
+         st.backend);
   return 0;
 }
 
@@ -182,8 +215,8 @@ int cmd_dp_alloc(int argc, char **argv) {
 }
 
 int cmd_register_blocks(int argc, char **argv) {
-  (void)argc;
-  return register_blocks((unsigned)atoi(argv[2]), strtoull(argv[3], NULL, 0));
+  return register_blocks((unsigned)atoi(argv[2]), strtoull(argv[3], NULL, 0),
+                         argc > 4 ? argv[4] : "dataplane");
 }
 
 int cmd_dp_register(int argc, char **argv) {

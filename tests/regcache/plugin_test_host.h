@@ -24,7 +24,8 @@ inline const nic_plugin_host *TestPluginHost() {
       [](size_t n, size_t size) { return std::calloc(n, size); },
       [](void *p) { std::free(p); },
       [](nic_plugin_api_family) {},
-      [] {}, // the suites run outside secure execution: nothing to keep quiet
+      [] {},   // the suites run outside secure execution: nothing to keep quiet
+      nullptr, // no dataplane range: each registration is on its own
   };
   return &host;
 }
