@@ -408,6 +408,10 @@ int nic_rcache_acquire(struct nic_rcache *c, const void *p, size_t len, unsigned
     count(&c->stats.hits);
     return 0;
   }
+  /* The default backend opens (a plugin's start-up: DPDK's EAL, on a thread of ours) before the
+   * lock: under it, the open would wait for whatever its allocations and threads take, which a
+   * fork's handler may hold while it waits for this lock (alloc/base/forklock.h). */
+  (void)backend(c);
   for (;;) {
     pthread_mutex_lock(&lock);
     int rc = 0;
