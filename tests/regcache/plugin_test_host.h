@@ -6,9 +6,22 @@
 
 #include "plugin_host.h"
 
+#include <cerrno>
 #include <cstdarg>
+#include <cstdint>
 #include <cstdio>
 #include <cstdlib>
+
+// The range the table's dataplane_range answers with (libnicmalloc's: its chunks); none unless
+// a test sets it.
+struct TestDataplaneRange {
+  void *base = nullptr;
+  size_t span = 0;
+};
+inline TestDataplaneRange &TestRange() {
+  static TestDataplaneRange range;
+  return range;
+}
 
 inline const nic_plugin_host *TestPluginHost() {
   static const nic_plugin_host host = {
@@ -24,8 +37,16 @@ inline const nic_plugin_host *TestPluginHost() {
       [](size_t n, size_t size) { return std::calloc(n, size); },
       [](void *p) { std::free(p); },
       [](nic_plugin_api_family) {},
-      [] {},   // the suites run outside secure execution: nothing to keep quiet
-      nullptr, // no dataplane range: each registration is on its own
+      [] {}, // the suites run outside secure execution: nothing to keep quiet
+      [](const void *p, size_t len, void **base, size_t *span) {
+        const TestDataplaneRange &r = TestRange();
+        const uintptr_t a = reinterpret_cast<uintptr_t>(p),
+                        lo = reinterpret_cast<uintptr_t>(r.base);
+        if (!r.base || a - lo >= r.span || len > r.span - (a - lo)) return -ENOENT;
+        *base = r.base;
+        *span = r.span;
+        return 0;
+      },
   };
   return &host;
 }

@@ -9,6 +9,7 @@
 #include <net/if.h>
 #include <netpacket/packet.h>
 #include <sched.h>
+#include <sys/mman.h>
 #include <sys/socket.h>
 #include <unistd.h>
 
@@ -23,6 +24,7 @@
 #include <rte_eth_ring.h>
 #include <rte_ethdev.h>
 #include <rte_mbuf.h>
+#include <rte_memory.h>
 
 #include "backend.h"
 #include "dpdk.h"
@@ -327,6 +329,69 @@ TEST_F(DpdkRing, ApplicationPortPairAndTheChainHelper) {
   for (int i = 0; i < 3; i++)
     ASSERT_TRUE(PollFor(b, ds[i])) << i;
   EXPECT_EQ(SYM(nic_dpdk_endpoint_close)(b, app_ep), 0);
+}
+
+// The memseg lists DPDK keeps for external memory (one per extmem area).
+int ExternalLists() {
+  int n = 0;
+  rte_memseg_list_walk(
+      [](const rte_memseg_list *msl, void *arg) {
+        *static_cast<int *>(arg) += msl->external;
+        return 0;
+      },
+      &n);
+  return n;
+}
+
+// Every registration inside the dataplane range shares one extmem area over the whole range
+// (IOVA-as-VA, only virtual ports): past the 64 areas, and the area goes with the last of them.
+// Outside the range each registration has an area of its own.
+TEST_F(DpdkRing, RegistrationsInTheDataplaneRangeShareOneExtmemArea) {
+  ASSERT_EQ(rte_eal_iova_mode(), RTE_IOVA_VA) << "nicmalloc's EAL runs --no-huge";
+  const size_t span = size_t{1} << 30, step = size_t{4} << 20;
+  char *raw = static_cast<char *>(
+      mmap(nullptr, 2 * span, PROT_NONE, MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE, -1, 0));
+  ASSERT_NE(raw, MAP_FAILED);
+  char *base =
+      reinterpret_cast<char *>((reinterpret_cast<uintptr_t>(raw) + span - 1) & ~(span - 1));
+  TestRange() = {base, span};
+  const int lists = ExternalLists();
+  std::vector<nic_registration> regs(100);
+  for (size_t i = 0; i < regs.size(); i++) {
+    char *p = base + i * step;
+    ASSERT_EQ(mprotect(p, 4096, PROT_READ | PROT_WRITE), 0);
+    std::memset(p, static_cast<int>(i), 4096);
+    ASSERT_EQ(b->reg(b, p, 4096, NIC_ACCESS_LOCAL, &regs[i]), 0) << "registration " << i;
+  }
+  EXPECT_EQ(ExternalLists(), lists + 1);
+  // The last one goes out as any: the mbuf points at it, its IOVA the address.
+  Done d;
+  nic_sge sge = {base + 99 * step, 100, regs[99].lkey, regs[99].handle};
+  ASSERT_EQ(b->post(b, ep, &sge, 1, Done::Fn, &d), 0);
+  rte_mbuf *m = RxOne(Port("net_ring0"));
+  ASSERT_NE(m, nullptr);
+  EXPECT_EQ(m->buf_addr, base + 99 * step);
+  EXPECT_EQ(m->buf_iova, reinterpret_cast<uintptr_t>(base + 99 * step));
+  EXPECT_EQ(Bytes(m), std::string(100, 99));
+  rte_pktmbuf_free(m);
+  ASSERT_TRUE(PollFor(b, d));
+  EXPECT_EQ(d.status, 0);
+  for (size_t i = 0; i < regs.size(); i++)
+    EXPECT_EQ(b->dereg(b, &regs[i]), 0) << i;
+  EXPECT_EQ(ExternalLists(), lists) << "the area outlived its last registration";
+  ASSERT_EQ(b->reg(b, base, 4096, NIC_ACCESS_LOCAL, &regs[0]), 0) << "a new area after it";
+  EXPECT_EQ(ExternalLists(), lists + 1);
+  EXPECT_EQ(b->dereg(b, &regs[0]), 0);
+
+  TestRange() = {};
+  nic_registration own[2];
+  for (int i = 0; i < 2; i++)
+    ASSERT_EQ(b->reg(b, base + i * step, 4096, NIC_ACCESS_LOCAL, &own[i]), 0);
+  EXPECT_EQ(ExternalLists(), lists + 2);
+  for (nic_registration &r : own)
+    EXPECT_EQ(b->dereg(b, &r), 0);
+  EXPECT_EQ(ExternalLists(), lists);
+  munmap(raw, 2 * span);
 }
 
 TEST_F(DpdkRing, UncoveredEntryCompletesWithEfaultAndBadArgumentsAreEinval) {
