@@ -341,7 +341,8 @@ int nic_uring_endpoint_destroy(struct nic_endpoint *ep);
  * frees its last segment. NIC_DPDK_DEFAULT_PORT with queue 0: the port nicmalloc started from
  * NICMALLOC_DPDK_VDEV, or the one the application attached (nic_dpdk_attach in the plugin).
  * Asking twice for one queue gives the same endpoint; destroy each. errno: ENODEV, EINVAL (no
- * such port or tx queue), ENOENT (no default port). It receives (nic_endpoint_receive) from rx
+ * such port or tx queue), ENOENT (no default port), EOPNOTSUPP (a physical port probed after the
+ * backend opened with virtual ports only: README, backends). It receives (nic_endpoint_receive) from rx
  * queue queue_id: on the ports nicmalloc starts, into its pool of dataplane mbufs; on net_ring,
  * in the sender's very memory; a destroy answers -EBUSY while a received buffer is held, and the
  * first destroy that succeeds stops receiving. */

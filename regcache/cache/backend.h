@@ -51,10 +51,11 @@ struct nic_backend_caps {
   uint32_t max_regions;    /* registrations alive at once */
   bool zero_copy;          /* false where the transport copies (uring over loopback) */
   /* A registration refers to memory by address and holds no page references: pages dropped
-   * and faulted in again under it stay valid (the sim NIC). false (the safe default) where the
-   * kernel or the device keeps the pages it was given (io_uring fixed buffers, verbs MRs
-   * without on-demand paging, DPDK extmem's IOVA table); the heap then keeps a registered step's
-   * pages whole (alloc/heap/step_pages.h). */
+   * and faulted in again under it stay valid (the sim NIC; DPDK with only virtual ports in
+   * IOVA-as-VA mode). false (the safe default) where the kernel or the device keeps the pages it
+   * was given (io_uring fixed buffers, verbs MRs without on-demand paging, DPDK in IOVA-as-PA
+   * mode or with a physical port); the heap then keeps a registered step's pages whole
+   * (alloc/heap/step_pages.h). */
   bool pages_follow;
 };
 

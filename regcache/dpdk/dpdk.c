@@ -266,11 +266,17 @@ NIC_EXPORT struct nic_backend *nic_backend_dpdk_open(const struct nic_plugin_hos
     if (rc) nic_plugin_warn("dpdk: cannot start: %s", strerror(-rc));
     return NULL;
   }
+  /* With IOVA = address and only virtual ports, a registration is a record of addresses the
+   * drivers read through the CPU when they send: free pages under it may go back to the OS and
+   * come back (alloc/heap/step_pages.h), as under the sim's. A port of another kind would
+   * DMA-map registrations, pinning their pages: nic_dpdk_endpoint refuses it then. */
+  const bool follow = rte_eal_iova_mode() != RTE_IOVA_PA && nic_dpdk_only_virtual_ports();
   be->pub = (struct nic_backend){.name = "dpdk",
                                  .caps = {.max_sge = 64,
                                           .max_region_bytes = SIZE_MAX,
                                           .max_regions = NIC_DPDK_MAX_REGS,
-                                          .zero_copy = true},
+                                          .zero_copy = true,
+                                          .pages_follow = follow},
                                  .reg = d_reg,
                                  .dereg = d_dereg,
                                  .post = nic_dpdk_post,

@@ -43,7 +43,9 @@ int nic_dpdk_attach(uint16_t port_id, uint16_t queue_id);
  * device. Posts to one endpoint may come from several threads (a lock serialises tx_burst).
  * Asking again for the same port and queue gives the same endpoint, counted (two locks on one
  * queue would let two tx_bursts race): each call needs its own close. NULL with errno: EINVAL
- * (no such port, or no such tx queue on it), ENOMEM, or the DMA mapping's error. */
+ * (no such port, or no such tx queue on it), EOPNOTSUPP (a port that is not a virtual device,
+ * when the backend opened with virtual ports only: caps.pages_follow), ENOMEM, or the DMA
+ * mapping's error. */
 struct nic_endpoint *nic_dpdk_endpoint(struct nic_backend *b, uint16_t port_id, uint16_t queue_id);
 /* The port nicmalloc started (or the attached one), or NULL when there is none. */
 struct nic_endpoint *nic_dpdk_default_endpoint(struct nic_backend *b);
@@ -195,6 +197,11 @@ struct dbackend {
  * of r's area. */
 int nic_dpdk_area_take(struct dbackend *be, struct dreg *r);
 void nic_dpdk_area_drop(struct dbackend *be, struct dreg *r);
+/* Whether dev sits on the virtual-device bus (net_ring, net_af_packet, net_tap...: they reach
+ * memory by address, through the CPU), and whether every port's device does (a port probed
+ * later is not seen). */
+bool nic_dpdk_virtual_device(const struct rte_device *dev);
+bool nic_dpdk_only_virtual_ports(void);
 
 /* dpdk_mbuf.c: the data path (chains, posts, completions, endpoints). */
 int nic_dpdk_post(struct nic_backend *b, struct nic_endpoint *ep, const struct nic_sge *sge,

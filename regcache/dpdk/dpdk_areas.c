@@ -21,15 +21,16 @@
 #include <string.h>
 #include <unistd.h>
 
-/* Whether every port's device sits on the virtual-device bus (none on PCI or another bus that
- * reaches hardware). Asked when the shared area is made: a port probed later keeps it. */
-static bool only_virtual_ports(void) {
+bool nic_dpdk_virtual_device(const struct rte_device *dev) {
+  const struct rte_bus *bus = dev ? rte_dev_bus(dev) : NULL;
+  return bus && !strcmp(rte_bus_name(bus), "vdev");
+}
+
+bool nic_dpdk_only_virtual_ports(void) {
   uint16_t port;
   RTE_ETH_FOREACH_DEV(port) {
     struct rte_eth_dev_info info;
-    if (rte_eth_dev_info_get(port, &info) || !info.device) return false;
-    const struct rte_bus *bus = rte_dev_bus(info.device);
-    if (!bus || strcmp(rte_bus_name(bus), "vdev")) return false;
+    if (rte_eth_dev_info_get(port, &info) || !nic_dpdk_virtual_device(info.device)) return false;
   }
   return true;
 }
@@ -92,7 +93,7 @@ int nic_dpdk_area_take(struct dbackend *be, struct dreg *r) {
     if (!a->users && free_slot < 0) free_slot = (int)i;
   }
   if (free_slot < 0) return -ENOSPC;
-  if (!share || !only_virtual_ports()) {
+  if (!share || !nic_dpdk_only_virtual_ports()) {
     base = r->map_base;
     len = r->map_len;
   }

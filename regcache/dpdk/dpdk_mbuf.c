@@ -216,6 +216,16 @@ NIC_EXPORT struct nic_endpoint *nic_dpdk_endpoint(struct nic_backend *b, uint16_
     errno = EINVAL; /* a queue not set up would crash tx_burst */
     return NULL;
   }
+  if (be->pub.caps.pages_follow && !nic_dpdk_virtual_device(info.device)) {
+    nic_plugin_api_error(NIC_PLUGIN_API_ENDPOINT,
+                         "dpdk: port %u is not a virtual device: the backend opened with only "
+                         "virtual ports, whose registrations let free dataplane pages go, and a "
+                         "DMA mapping would pin them; start EAL with every port before the "
+                         "backend opens",
+                         port);
+    errno = EOPNOTSUPP;
+    return NULL;
+  }
   struct nic_endpoint *ep = nic_plugin_calloc(1, sizeof *ep);
   if (!ep) return NULL;
   uint16_t segs = info.tx_desc_lim.nb_seg_max;

@@ -2,14 +2,14 @@
  * while the other fifteen are freed; mimalloc decommits their spans at once
  * (MIMALLOC_DECOMMIT_DELAY=0) and the release delay is long, so whatever the step gives back is
  * given back inside it. Then fifteen blocks are allocated and written again. The step is
- * registered first with the default backend: "free" runs on the sim, whose registrations follow
- * the pages, and then posts a block written after its pages came back and checks what the sim
- * NIC read; "held" runs on a backend that holds page references. Prints pinned bytes and
- * resident anonymous memory at each stage, and whether the data read back. "released" runs
- * with small steps and a short release delay instead, so that the steps the freed blocks leave
- * go back whole (a fresh mapping: zeros where the free key was), and frees one of them again.
- * "alternate" frees every other block only: each freed 1 MiB span lies between live blocks, so no
- * 2 MiB-aligned range is free; it also prints the huge pages still mapping the process.
+ * registered first with the default backend: "free" runs on the sim (or DPDK's virtual ports),
+ * whose registrations follow the pages, and then posts a block written after its pages came
+ * back and checks what the NIC read; "held" runs on a backend that holds page references. Prints
+ * pinned bytes and resident anonymous memory at each stage, and whether the data read back.
+ * "released" runs with small steps and a short release delay instead, so that the steps the freed
+ * blocks leave go back whole (a fresh mapping: zeros where the free key was), and frees one of them
+ * again. "alternate" frees every other block only: each freed 1 MiB span lies between live blocks,
+ * so no 2 MiB-aligned range is free; it also prints the huge pages still mapping the process.
  * "no-drop SCENARIO" runs SCENARIO where the kernel refuses MADV_DONTNEED_LOCKED (before 5.18). */
 #define _GNU_SOURCE
 #include "nicmalloc.h"
@@ -41,9 +41,18 @@ static void post_done(void *arg, int status) {
   posted = status == 0 ? 1 : -1;
 }
 
-/* Posts the first 64 KiB of p through the sim and waits for what it delivered. */
+/* Posts the first 64 KiB of p through the default backend's NIC (the sim's, or DPDK's port 0,
+ * whose net_ring hands the sender's very memory to its own receive queue) and waits for what it
+ * delivered. */
 static int post_and_check(char *p) {
-  struct nic_endpoint *ep = nic_sim_endpoint_create(receive, p, 0);
+  const char *backend = getenv("NICMALLOC_BACKEND");
+  struct nic_endpoint *ep;
+  if (backend && !strcmp(backend, "dpdk")) {
+    ep = nic_dpdk_endpoint_create(NIC_DPDK_DEFAULT_PORT, 0);
+    if (ep && nic_endpoint_receive(ep, receive, p)) return 0;
+  } else {
+    ep = nic_sim_endpoint_create(receive, p, 0);
+  }
   struct nic_sga sga;
   if (!ep || nic_sga_init(&sga, 0) || nic_sga_add(&sga, p, 65536) ||
       nic_sga_post(&sga, ep, post_done, NULL))

@@ -161,6 +161,24 @@ TEST(StepPages, AStepRegisteredWithABackendThatHoldsPagesKeepsThemAll) {
   EXPECT_EQ(r.num("intact"), 1) << r.out;
 }
 
+// DPDK with only virtual ports (nicmalloc's own EAL, IOVA-as-VA) records addresses, and its
+// drivers read them through the CPU as they send: like the sim's, its registrations let free
+// pages go (kept whole before, as io_uring's are), and a block written after its pages came
+// back goes out as written (net_ring hands the sender's memory to its own receive queue).
+TEST(StepPages, ADpdkStepOnVirtualPortsLetsItsFreePagesGo) {
+  auto e = env("dpdk");
+  e.push_back("NICMALLOC_DPDK_VDEV=net_ring0");
+  auto r = run_probe(e, {"free"});
+  ASSERT_EQ(r.exit_code, 0) << r.out << r.err;
+  ASSERT_EQ(r.num("one_step"), 1) << r.out;
+  if (r.num("register_rc") != 0) GTEST_SKIP() << "DPDK does not open here: " << r.out << r.err;
+  EXPECT_LE(r.num("freed_pinned"), r.num("full_pinned") - 12 * kMiB) << r.out;
+  EXPECT_LE(r.num("freed_rss_anon_kb"), r.num("full_rss_anon_kb") - 12 * 1024) << r.out;
+  EXPECT_GE(r.num("again_pinned"), r.num("freed_pinned") + 15 * kMiB) << r.out;
+  EXPECT_EQ(r.num("intact"), 1) << r.out;
+  EXPECT_EQ(r.num("sent_intact"), 1) << r.out << r.err;
+}
+
 // A hugetlb page given back must come from the pool again on the next touch, and a touch that
 // finds the pool empty dies of SIGBUS (a fork child copying its chunks did): hugetlb steps keep
 // their pages until the whole step goes.
