@@ -342,10 +342,10 @@ int nic_uring_endpoint_destroy(struct nic_endpoint *ep);
  * NICMALLOC_DPDK_VDEV, or the one the application attached (nic_dpdk_attach in the plugin).
  * Asking twice for one queue gives the same endpoint; destroy each. errno: ENODEV, EINVAL (no
  * such port or tx queue), ENOENT (no default port), EOPNOTSUPP (a physical port probed after the
- * backend opened with virtual ports only: README, backends). It receives (nic_endpoint_receive) from rx
- * queue queue_id: on the ports nicmalloc starts, into its pool of dataplane mbufs; on net_ring,
- * in the sender's very memory; a destroy answers -EBUSY while a received buffer is held, and the
- * first destroy that succeeds stops receiving. */
+ * backend opened with virtual ports only: README, backends). It receives (nic_endpoint_receive)
+ * from rx queue queue_id: on the ports nicmalloc starts, into its pool of dataplane mbufs; on
+ * net_ring, in the sender's very memory; a destroy answers -EBUSY while a received buffer is held,
+ * and the first destroy that succeeds stops receiving. */
 #define NIC_DPDK_DEFAULT_PORT 0xffffu
 struct nic_endpoint *nic_dpdk_endpoint_create(uint16_t port_id, uint16_t queue_id);
 int nic_dpdk_endpoint_destroy(struct nic_endpoint *ep);

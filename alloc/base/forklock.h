@@ -45,8 +45,8 @@
  *     (alloc/heap/chunks.c), the registration caches (regcache/cache/rcache.c, one lock for
  *     all), the thread list (alloc/heap/thread.c), the huge-block cache
  *     (alloc/heap/huge_cache.c), the table of blocks nicmalloc maps itself
- *     (alloc/heap/mapped.c), the deferred-free table (safety/deferred.c), the hold table (safety/hold.c), the
- * receivers and held receive buffers (safety/receive.c), the detect records
+ *     (alloc/heap/mapped.c), the deferred-free table (safety/deferred.c), the hold table
+ * (safety/hold.c), the receivers and held receive buffers (safety/receive.c), the detect records
  *     (safety/fence_detect.c), the protect spin lock (safety/fence_protect.c, taken with
  *     signals blocked as every holder does), the pressure model (safety/pressure.c), the
  *     profile table's spin lock (alloc/routing/profile_table.c), the System V attach table
