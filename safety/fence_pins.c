@@ -10,6 +10,7 @@
 #include "backend.h"
 #include "clock.h"
 #include "fence.h"
+#include "log.h"
 #include "nocancel.h"
 
 #include <sched.h>
@@ -18,7 +19,16 @@ static bool pin_wait(uintptr_t start, uintptr_t end) {
   const uint64_t deadline = nic_now_ms() + nic_safety_config()->fence_timeout_ms;
   for (unsigned round = 0;; round++) {
     if (!nic_fence_any_marked(start, end) && !nic_fence_pins_full()) return true;
-    if (nic_now_ms() >= deadline) return false;
+    if (nic_now_ms() >= deadline) {
+      /* Else a program whose registrations all wait here only sees them refused (and their
+       * entries copied), one timeout after another, with nothing said. */
+      nic_log_warn_once("NICMALLOC_FENCE=protect: a registration of %#lx-%#lx waited %u ms "
+                        "(NICMALLOC_FENCE_TIMEOUT_MS) for pages a post in flight keeps protected, "
+                        "and is refused (nic_sga_add copies what it can)",
+                        (unsigned long)start, (unsigned long)end,
+                        nic_safety_config()->fence_timeout_ms);
+      return false;
+    }
     nic_backends_poll(NIC_POLL_COMPLETIONS_ONLY); /* the completions that release the pages */
     if (round < 64)
       sched_yield();

@@ -197,6 +197,33 @@ TEST_P(Protect, AWriterHeldPastTheTimeoutGoesOnWithAMessage) {
   free(p);
 }
 
+// A registration that meets pages a post keeps protected waits for the completion (pinning them
+// would be a write); past the timeout it is refused, and that is said once: the wait and the
+// refusal were silent, and a stalled run showed only its writers' timeout.
+TEST_P(Protect, ARegistrationRefusedAfterWaitingForProtectedPagesIsSaidOnce) {
+  struct nic_safety_config c = *nic_safety_config();
+  c.fence_timeout_ms = 200;
+  nic_safety_config_set(&c);
+  char *p = Block(false, 4096);
+  memset(p, 'R', 4096);
+  const int target = done_count.load() + 1;
+  PostPaused(p, 4096);
+  testing::internal::CaptureStderr();
+  nic_region_ref ref[2];
+  // Remote access is never served from the cache: a registration of its own, of these pages.
+  const int first = nic_register(p, 4096, NIC_REG_REMOTE_READ, &ref[0]);
+  const int second = nic_register(p, 4096, NIC_REG_REMOTE_READ, &ref[1]);
+  std::string err = testing::internal::GetCapturedStderr();
+  EXPECT_EQ(first, -ENOSPC);
+  EXPECT_EQ(second, -ENOSPC);
+  EXPECT_EQ(count_lines(err, "waited 200 ms (NICMALLOC_FENCE_TIMEOUT_MS) for pages a post"), 1)
+      << err;
+  DrainWithin(target);
+  EXPECT_EQ(nic_register(p, 4096, NIC_REG_REMOTE_READ, &ref[0]), 0) << "once the post is done";
+  nic_unregister(&ref[0]);
+  free(p);
+}
+
 TEST_P(Protect, TheReportNamesTheModeTheMechanismAndTheHolds) {
   WriteAfterPostIsHeld(true);
   FILE *f = tmpfile();
