@@ -79,6 +79,13 @@ protected:
     SimEndpointTest::TearDown();
     nic_safety_config_set(&saved);
   }
+  // A short NICMALLOC_FENCE_TIMEOUT_MS, for the tests of what happens past it (TearDown puts
+  // the setting back).
+  static void ShortTimeout() {
+    struct nic_safety_config c = *nic_safety_config();
+    c.fence_timeout_ms = 200;
+    nic_safety_config_set(&c);
+  }
   // Page-aligned, so that nothing else the test allocates shares a page with it.
   static char *Block(bool dataplane, size_t size) {
     return static_cast<char *>(dataplane ? nic_aligned_alloc(4096, size)
@@ -178,9 +185,7 @@ TEST_P(Protect, APageStaysProtectedWhileAnyPostCoversIt) {
 }
 
 TEST_P(Protect, AWriterHeldPastTheTimeoutGoesOnWithAMessage) {
-  struct nic_safety_config c = *nic_safety_config();
-  c.fence_timeout_ms = 200;
-  nic_safety_config_set(&c);
+  ShortTimeout();
   char *p = Block(false, 4096);
   memset(p, 'G', 4096);
   const nic_stats before = Stats();
@@ -201,9 +206,7 @@ TEST_P(Protect, AWriterHeldPastTheTimeoutGoesOnWithAMessage) {
 // would be a write); past the timeout it is refused, and that is said once: the wait and the
 // refusal were silent, and a stalled run showed only its writers' timeout.
 TEST_P(Protect, ARegistrationRefusedAfterWaitingForProtectedPagesIsSaidOnce) {
-  struct nic_safety_config c = *nic_safety_config();
-  c.fence_timeout_ms = 200;
-  nic_safety_config_set(&c);
+  ShortTimeout();
   char *p = Block(false, 4096);
   memset(p, 'R', 4096);
   const int target = done_count.load() + 1;
