@@ -1,24 +1,17 @@
-/* Giving back the 4 KiB pages that only free blocks cover, inside mimalloc pages still in use.
+/* Giving back the 4 KiB pages that only free blocks cover, inside dataplane pages still in use.
  *
  * After a random shrink most freed blocks lie in pages that keep a few live ones: mimalloc frees
  * no span there, so nothing is decommitted and step_pages.h gives nothing back. Here the owner
- * thread of a page (the one mimalloc itself changes its lists on: nic_collect and the nudge's
- * answer, nudge.h) reads the page's own free lists (free and local_free; the atomic list of
- * other threads' frees is left alone), finds the 4 KiB pages wholly covered by free blocks, takes
- * every block that overlaps one of them off those lists, and drops the pages (page_drop.h).
- * mimalloc then neither reads nor hands out memory there. Those blocks are counted in no list and
- * not in the page's used count: the page empties as its live blocks are freed, mimalloc frees it
- * and builds it anew, and its writes fault the pages back in.
+ * thread of a page (nic_collect and the nudge's answer, nudge.h) takes the blocks over such pages
+ * off its lists and drops the pages (sub_pages_scan.h: the pass, the mark, what holds meanwhile).
  *
- * What has to stay true meanwhile:
- * - such a block freed again is a double free, though its key reads as zeros: a map of the 4 KiB
- *   pages given back, and the page's mark (its padding word, which mimalloc zeroes when it frees
- *   the page), say which blocks are held back; the slices holding them are off free's fast path
- *   (NIC_DP_SLICE_SUBPAGE, chunks.h);
+ * What the dataplane adds:
+ * - a map of the 4 KiB pages given back, one bit each over the dataplane range, and the slices
+ *   holding such blocks are off free's fast path (NIC_DP_SLICE_SUBPAGE, chunks.h), so a block
+ *   freed again is told a double free though its key reads as zeros;
  * - a registration that holds page references (step_pages.h) finds the pages in memory: it
  *   faults them in first, and no page is given back in its step while it lasts;
- * - pinned bytes are what is resident: a step with pages given back here is counted by mincore.
- * A segment another thread adopts keeps valid lists (only whole blocks left them) and its marks. */
+ * - pinned bytes are what is resident: a step with pages given back here is counted by mincore. */
 #ifndef NIC_SUB_PAGES_H
 #define NIC_SUB_PAGES_H
 

@@ -1,0 +1,180 @@
+/* The owner thread's pass over its mimalloc pages (sub_pages_scan.h). Reads and writes mimalloc
+ * 2.0.9's page headers with mi_layout.h's offsets, only where mi_decommit.c and mi_free_lists.c
+ * found that layout, and only the owner thread's pages. */
+#define _GNU_SOURCE
+#include "sub_pages_scan.h"
+
+#include "events.h"
+#include "mi_free_lists.h"
+#include "mi_layout.h"
+#include "page.h"
+
+#include <string.h>
+
+/* A 64 KiB page of 8-byte blocks has the most; a segment the most 4 KiB pages. Both bound the
+ * bitmaps on the owner thread's stack (1 KiB each). */
+#define MAX_BLOCKS 8192
+#define MAX_PAGES ((size_t)NIC_MI_SEGMENT_SIZE / NIC_PAGE_SIZE)
+/* The mark a page with held-back blocks carries: its header's address, salted so that no
+ * pointer or small count left there by chance reads as one. */
+#define MARK_SALT ((uintptr_t)0x5375625061676573ull)
+
+static inline uintptr_t word_at(uintptr_t a) {
+  return __atomic_load_n((const uintptr_t *)a, __ATOMIC_RELAXED);
+}
+static inline void word_set(uintptr_t a, uintptr_t v) {
+  __atomic_store_n((uintptr_t *)a, v, __ATOMIC_RELAXED);
+}
+static inline uintptr_t mark_of(uintptr_t header) {
+  return header ^ MARK_SALT;
+}
+
+static inline bool bit_get(const uint64_t *bits, size_t i) {
+  return bits[i >> 6] >> (i & 63) & 1;
+}
+/* Whether bits first..last are all set. */
+static bool bits_all(const uint64_t *bits, size_t first, size_t last) {
+  for (size_t i = first; i <= last; i++)
+    if (!bit_get(bits, i)) return false;
+  return true;
+}
+
+/* Marks in free the blocks on the list from head; false if the list is not what 2.0.9 keeps
+ * (a block outside the page or off its grid, seen twice, or more of them than the page holds). */
+static bool gather(const struct nic_mi_page *v, uintptr_t head, uint64_t *free, size_t *count) {
+  for (uintptr_t b = head; b; b = word_at(b)) {
+    if (b < v->start || b >= v->end || (b - v->start) % v->block_size) return false;
+    const size_t i = (b - v->start) / v->block_size;
+    if (bit_get(free, i) || ++*count > v->capacity) return false;
+    free[i >> 6] |= 1ull << (i & 63);
+  }
+  return true;
+}
+
+/* The list from head without the blocks whose free bit is clear, in the same order. */
+static uintptr_t relink(const struct nic_mi_page *v, uintptr_t head, const uint64_t *keep) {
+  uintptr_t first = 0, last = 0;
+  for (uintptr_t b = head; b;) {
+    const uintptr_t next = word_at(b); /* read before b is written */
+    if (bit_get(keep, (b - v->start) / v->block_size)) {
+      if (last)
+        word_set(last, b);
+      else
+        first = b;
+      last = b;
+    }
+    b = next;
+  }
+  if (last) word_set(last, 0);
+  return first;
+}
+
+/* One mimalloc page of an owned segment, at header, its span [span, span + span_len). */
+static size_t pass_page(const struct nic_sub_pages_area *area, uintptr_t header, uintptr_t span,
+                        size_t span_len) {
+  /* A page without the mark holds nothing back: what the map says there is from a page mimalloc
+   * freed since (it zeroes the mark then) and is stale. */
+  if (word_at(header + NIC_MI_PAGE_PADDING) != mark_of(header))
+    area->forget(header, span, span_len);
+  const uintptr_t sizes = word_at(header + NIC_MI_PAGE_USED);
+  const uint32_t used = (uint32_t)sizes, xblock_size = (uint32_t)(sizes >> 32);
+  /* A free span, a page mimalloc will free once collected (none used), or a huge block. */
+  if (xblock_size < 8 || xblock_size >= NIC_MI_HUGE_BLOCK_SIZE || used == 0) return 0;
+  struct nic_mi_page v;
+  if (!nic_mi_page_of((const void *)span, &v) || !v.in_use || v.header != header ||
+      v.capacity < 2 || v.capacity > MAX_BLOCKS)
+    return 0;
+  uint64_t free[MAX_BLOCKS / 64];
+  memset(free, 0, (v.capacity + 63) / 64 * sizeof free[0]);
+  size_t count = 0;
+  const uintptr_t head = word_at(header + NIC_MI_PAGE_FREE);
+  const uintptr_t local = word_at(header + NIC_MI_PAGE_LOCAL_FREE);
+  if (!gather(&v, head, free, &count) || !gather(&v, local, free, &count) ||
+      count + used > v.capacity)
+    return 0;
+  /* The 4 KiB pages wholly inside the page's blocks and covered by free ones only. */
+  const uintptr_t lo = (v.start + NIC_PAGE_SIZE - 1) & ~(NIC_PAGE_SIZE - 1);
+  const uintptr_t hi = v.end & ~(NIC_PAGE_SIZE - 1);
+  if (hi <= lo) return 0;
+  const size_t pages = (hi - lo) >> NIC_PAGE_SHIFT;
+  if (pages > MAX_PAGES) return 0;
+  uint64_t drop[MAX_PAGES / 64];
+  memset(drop, 0, (pages + 63) / 64 * sizeof drop[0]);
+  bool any = false;
+  for (size_t i = 0; i < pages; i++) {
+    const uintptr_t a = lo + (i << NIC_PAGE_SHIFT);
+    const size_t first = (a - v.start) / v.block_size;
+    const size_t last = (a + NIC_PAGE_SIZE - 1 - v.start) / v.block_size;
+    if (bits_all(free, first, last)) drop[i >> 6] |= 1ull << (i & 63), any = true;
+  }
+  if (!any) return 0;
+  /* Before the area's lock (the dataplane's chunk lock): the watchers' locks come before it. */
+  for (size_t i = 0; i < pages;) {
+    size_t n = 0;
+    while (i + n < pages && bit_get(drop, i + n))
+      n++;
+    if (n) nic_publish_pages_leaving(lo + (i << NIC_PAGE_SHIFT), n << NIC_PAGE_SHIFT);
+    i += n ? n : 1;
+  }
+  if (!area->begin(lo, hi)) return 0;
+  /* The blocks over each page leave the lists; the area's map and the mark say so before the
+   * pages go (a free that reads zeros there asks them). */
+  for (size_t i = 0; i < pages; i++) {
+    if (!bit_get(drop, i)) continue;
+    const uintptr_t a = lo + (i << NIC_PAGE_SHIFT);
+    const size_t first = (a - v.start) / v.block_size;
+    const size_t last = (a + NIC_PAGE_SIZE - 1 - v.start) / v.block_size;
+    if (!area->hold(a, v.start + first * v.block_size, v.start + (last + 1) * v.block_size)) {
+      drop[i >> 6] &= ~(1ull << (i & 63));
+      continue;
+    }
+    for (size_t b = first; b <= last; b++)
+      free[b >> 6] &= ~(1ull << (b & 63));
+  }
+  word_set(header + NIC_MI_PAGE_FREE, relink(&v, head, free));
+  word_set(header + NIC_MI_PAGE_LOCAL_FREE, relink(&v, local, free));
+  __atomic_store_n((uintptr_t *)(header + NIC_MI_PAGE_PADDING), mark_of(header), __ATOMIC_RELEASE);
+  const size_t bytes = area->drop(lo, drop, pages);
+  area->end();
+  return bytes;
+}
+
+/* Each span of an owned segment, from its first slice (spans tile the segment). */
+size_t nic_sub_pages_pass_segment(uintptr_t segment, void *area) {
+  const uintptr_t entries = word_at(segment + NIC_MI_SEG_SLICE_ENTRIES);
+  size_t bytes = 0;
+  for (uintptr_t i = 0; i < entries;) {
+    const uintptr_t header = segment + NIC_MI_SEG_SLICES + i * NIC_MI_PAGE_HEADER;
+    const uint32_t span = (uint32_t)word_at(header + NIC_MI_PAGE_SLICE_COUNT);
+    if (span == 0) break; /* not a span start: not 2.0.9's tiling */
+    if (i > 0)
+      bytes += pass_page(area, header, segment + (i << NIC_MI_SLICE_SHIFT),
+                         (size_t)span << NIC_MI_SLICE_SHIFT);
+    i += span;
+  }
+  return bytes;
+}
+
+/* The page is found as mimalloc's free finds it, not by walking the segment's spans (a free in
+ * such a slice paid 20 times a fast free's time for the walk): a live block's page is found
+ * right; a pointer into a free span may be taken to a page that does not hold it (its inner
+ * entries are stale), and then mark and map are that page's, and the pointer, not a block, is
+ * not taken for a live one. Only a page with the mark counts, and its held pages are all its
+ * own (a pass forgets a page's before it marks it). */
+int nic_sub_pages_page_of(const void *p, struct nic_mi_page *v) {
+  uintptr_t mark;
+  if (!nic_mi_page_by_offset(p, v) || !v->in_use || (uintptr_t)p < v->start ||
+      (uintptr_t)p >= v->end || !nic_mi_load_word(v->header + NIC_MI_PAGE_PADDING, &mark))
+    return -1;
+  return mark == mark_of(v->header);
+}
+
+bool nic_sub_pages_block_held(const void *p, bool (*held)(uintptr_t a)) {
+  struct nic_mi_page v;
+  if (nic_sub_pages_page_of(p, &v) != 1) return false;
+  const uintptr_t block = (uintptr_t)p - ((uintptr_t)p - v.start) % v.block_size;
+  for (uintptr_t a = block & ~(uintptr_t)(NIC_PAGE_SIZE - 1); a < block + v.block_size;
+       a += NIC_PAGE_SIZE)
+    if (held(a)) return true;
+  return false;
+}

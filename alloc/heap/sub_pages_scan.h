@@ -1,0 +1,51 @@
+/* The owner thread's pass over its mimalloc pages that finds the 4 KiB pages only free blocks
+ * cover and takes the blocks over them off the page's own free lists (free and local_free; the
+ * atomic list of other threads' frees is left alone), so that mimalloc neither reads nor hands
+ * out memory there and the pages can go. Those blocks are counted in no list and not in the
+ * page's used count: the page empties as its live blocks are freed, mimalloc frees it and builds
+ * it anew, and its writes fault the pages back in. The page carries a mark meanwhile (its padding
+ * word, which mimalloc zeroes when it frees the page): with the area's own map of the pages
+ * given back, it says which blocks are held back, so that freeing one again is a double free.
+ * A segment another thread adopts keeps valid lists (only whole blocks left them) and its marks.
+ *
+ * An area that uses it brings its own map and its own way to let pages go: dataplane chunks
+ * (sub_pages.h: pinned steps, registrations that hold pages). */
+#ifndef NIC_SUB_PAGES_SCAN_H
+#define NIC_SUB_PAGES_SCAN_H
+
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+
+struct nic_sub_pages_area {
+  /* The page at header carries no mark: what the area recorded for [span, span + len) is from
+   * a page mimalloc freed since, and stale. */
+  void (*forget)(uintptr_t header, uintptr_t span, size_t len);
+  /* Before blocks leave the lists of [lo, hi): false leaves the page as it is; after true, end
+   * follows the drop. */
+  bool (*begin)(uintptr_t lo, uintptr_t hi);
+  /* The 4 KiB page at a is to go: recorded before the blocks over it, [from, to), leave the
+   * lists (a free that reads zeros there asks the map). False: it could not be, and the page
+   * stays, its blocks with it. */
+  bool (*hold)(uintptr_t a, uintptr_t from, uintptr_t to);
+  /* Drops the 4 KiB pages set in drop (bit i: the page at lo + i * 4 KiB); returns the bytes
+   * dropped. */
+  size_t (*drop)(uintptr_t lo, const uint64_t *drop, size_t pages);
+  void (*end)(void);
+};
+
+/* For nic_mi_each_owned_segment*: each span of an owned segment, area the struct above. Returns
+ * the bytes given back. On the owner thread, between two of mimalloc's calls. */
+size_t nic_sub_pages_pass_segment(uintptr_t segment, void *area);
+
+struct nic_mi_page;
+/* The page holding p, found as mimalloc's free finds it (mi_free_lists.h): 1 if it carries the
+ * mark, 0 if not, -1 when p is not in a page in use or its header cannot be read. */
+int nic_sub_pages_page_of(const void *p, struct nic_mi_page *v);
+
+/* Whether the block holding p is held back: its page, found as mimalloc's free finds it, carries
+ * the mark, and held(a) says of one of the 4 KiB pages the block overlaps that it went. Never
+ * faults. */
+bool nic_sub_pages_block_held(const void *p, bool (*held)(uintptr_t a));
+
+#endif
