@@ -1,8 +1,10 @@
 /* The standard malloc family, exported for LD_PRELOAD and link-time replacement. */
 #define _GNU_SOURCE
 #include "alloc_inline.h"
+#include "control_sub_pages.h"
 #include "export.h"
 #include "late_decommit.h"
+#include "mi_decommit.h"
 
 #include <errno.h>
 #include <malloc.h>
@@ -166,7 +168,11 @@ NIC_EXPORT int malloc_trim(size_t pad) {
    * threads abandoned into the ordinary heap (see nic_collect_abandoned). */
   nic_heap_collect_visiting(mi_heap_get_default(), false);
   nic_collect_abandoned();
+  /* What mimalloc freed it decommits only when it next comes to that segment. */
+  nic_mi_decommit_owned_control();
   nic_late_decommit_run(true); /* the visits' decommits too, now */
+  /* What is left: free 4 KiB pages inside this thread's control pages in use. */
+  nic_control_sub_pages_drop_owned();
   nic_get_stats(&after);
   return after.huge_purged > before.huge_purged || after.chunks_released > before.chunks_released ||
          after.control_resident < before.control_resident;

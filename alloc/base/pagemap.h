@@ -112,6 +112,11 @@ static inline bool nic_pagemap_reserve(const struct nic_pagemap *m, uintptr_t st
  * (absent leaves read as clear already; reserve first to set). One atomic per word. */
 void nic_pagemap_bits(const struct nic_pagemap *m, uintptr_t start, uintptr_t end, bool on);
 
+/* Bit i of a plain bitmap (one the caller alone writes). */
+static inline bool nic_bit_test(const uint64_t *bits, size_t i) {
+  return bits[i >> 6] >> (i & 63) & 1;
+}
+
 /* The run of bits [bit, bit + left) falls in the word of bit: its mask there, and how many of
  * them it holds. */
 static inline uint64_t nic_bits_run(size_t bit, size_t left, size_t *n) {

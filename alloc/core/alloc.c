@@ -2,6 +2,7 @@
 
 #include "alloc_inline.h"
 #include "config.h"
+#include "control_sub_pages.h"
 #include "dp_heap.h"
 #include "interposed.h"
 #include "log.h"
@@ -294,13 +295,18 @@ void nic_report_bad_block(const void *p, const char *caller, enum nic_block_use 
   }
 }
 
-/* Blocks in the huge cache are freed to the program and live to mimalloc: asked first. */
+/* Blocks in the huge cache are freed to the program and live to mimalloc: asked first. So are
+ * control blocks malloc_trim held back with their pages (control_sub_pages.h): on no list, and
+ * their key may lie intact on a page still in memory. */
 bool nic_key_match_freed(const void *p) {
   if (nic_maybe_huge_block(p) && nic_huge_cache_holds(p)) return true;
+  if (nic_control_sub_pages_held_back(p)) return true;
   return nic_mi_block_state(p) != NIC_MI_LIVE;
 }
 
 bool nic_dropped_block_freed(const void *p) {
+  if (nic_control_sub_pages_held_back(p)) return true;
+  nic_control_sub_pages_note_rebuilt(p);
   return nic_mi_block_state(p) == NIC_MI_FREE;
 }
 

@@ -3,8 +3,10 @@
 #include "mi_decommit.h"
 
 #include "chunks.h"
+#include "commit_map.h"
 #include "log.h"
 #include "mi_layout.h"
+#include "mimalloc_imports.h"
 #include "steps.h"
 
 #include <mimalloc.h>
@@ -73,8 +75,9 @@ static bool layout_checked(void) {
 }
 
 /* 2.0.9's mi_segment_delayed_decommit(segment, true): the marks are taken, the deadline
- * cleared, and each run of marked slices decommitted and taken out of the commit mask. */
-static size_t decommit_marked(uintptr_t segment) {
+ * cleared, and each run of marked slices decommitted (by decommit, as the segment's arena does
+ * it) and taken out of the commit mask. */
+static size_t decommit_marked(uintptr_t segment, void (*decommit)(void *addr, size_t len)) {
   uintptr_t mask[MASK_WORDS];
   bool any = false;
   for (unsigned w = 0; w < MASK_WORDS; w++) {
@@ -100,25 +103,25 @@ static size_t decommit_marked(uintptr_t segment) {
     while (i + n < MASK_WORDS * 64 && (mask[(i + n) / 64] >> ((i + n) % 64) & 1))
       n++;
     const size_t len = (size_t)n << NIC_MI_SLICE_SHIFT;
-    nic_steps_decommit((void *)(segment + ((uintptr_t)i << NIC_MI_SLICE_SHIFT)), len);
+    decommit((void *)(segment + ((uintptr_t)i << NIC_MI_SLICE_SHIFT)), len);
     bytes += len;
     i += n;
   }
   return bytes;
 }
 
-size_t nic_mi_each_owned_segment(unsigned index, size_t (*fn)(uintptr_t segment, void *arg),
-                                 void *arg) {
-  if (!nic_chunk_readable(index) || !layout_checked()) return 0;
-  const uintptr_t base = (uintptr_t)nic_chunk_base(index);
-  const size_t size = (size_t)1 << nic_dp.shift;
+/* Each normal segment the calling thread owns among those mimalloc holds in [base, base +
+ * size), a 32 MiB-aligned range whose segment headers are readable where mimalloc holds one;
+ * readable (if given) says first whether a header may be there at all. */
+static size_t each_owned_in(uintptr_t base, size_t size, bool (*readable)(uintptr_t segment),
+                            size_t (*fn)(uintptr_t segment, void *arg), void *arg) {
   size_t total = 0;
   /* A segment at each arena block (nic_mi_segment_at); a huge segment (its own kind, never
    * marked) is passed over by its arena claim. */
   for (size_t off = 0; off < size;) {
     const uintptr_t segment = base + off;
     size_t length = NIC_MI_SEGMENT_SIZE;
-    if (nic_mi_segment_at(segment) &&
+    if ((!readable || readable(segment)) && nic_mi_segment_at(segment) &&
         word_at(segment + NIC_MI_SEG_COOKIE) == (segment ^ cookie())) {
       if (word_at(segment + NIC_MI_SEG_KIND) != 0)
         length = nic_mi_segment_claim(word_at(segment + NIC_MI_SEG_SLICES_TOTAL));
@@ -130,11 +133,45 @@ size_t nic_mi_each_owned_segment(unsigned index, size_t (*fn)(uintptr_t segment,
   return total;
 }
 
+size_t nic_mi_each_owned_segment(unsigned index, size_t (*fn)(uintptr_t segment, void *arg),
+                                 void *arg) {
+  if (!nic_chunk_readable(index) || !layout_checked()) return 0;
+  return each_owned_in((uintptr_t)nic_chunk_base(index), (size_t)1 << nic_dp.shift, NULL, fn, arg);
+}
+
+/* The header's first slice, in which 2.0.9 keeps the whole header of a normal segment. */
+static bool control_header_readable(uintptr_t segment) {
+  const uintptr_t offset = segment - nic_commit_map.base;
+  for (uintptr_t a = 0; a < ((uintptr_t)1 << NIC_MI_SLICE_SHIFT); a += NIC_PAGE_SIZE)
+    if (!nic_commit_map_readable(offset + a)) return false;
+  return true;
+}
+
+size_t nic_mi_each_owned_control_segment(size_t (*fn)(uintptr_t segment, void *arg), void *arg) {
+  const size_t size = __atomic_load_n(&nic_commit_map.checked, __ATOMIC_ACQUIRE);
+  if (!size || !layout_checked()) return 0;
+  return each_owned_in(nic_commit_map.base, size & ~(size_t)NIC_MI_SEGMENT_MASK,
+                       control_header_readable, fn, arg);
+}
+
 static size_t decommit_segment(uintptr_t segment, void *arg) {
   (void)arg;
-  return decommit_marked(segment);
+  return decommit_marked(segment, nic_steps_decommit);
 }
 
 size_t nic_mi_decommit_owned(unsigned index) {
   return nic_mi_each_owned_segment(index, decommit_segment, NULL);
+}
+
+static void control_decommit(void *addr, size_t len) {
+  nic_mimalloc_decommit(addr, len);
+}
+
+static size_t decommit_control_segment(uintptr_t segment, void *arg) {
+  (void)arg;
+  return decommit_marked(segment, control_decommit);
+}
+
+size_t nic_mi_decommit_owned_control(void) {
+  return nic_mi_each_owned_control_segment(decommit_control_segment, NULL);
 }

@@ -7,7 +7,8 @@
  * not at all, keeps those spans committed, so their steps pinned, for good: after bench/frag's
  * random 90% shrink one span was decommitted in the whole run, on 4 KiB and huge pages alike.
  *
- * nic_collect, on the owning thread, does for each of its dataplane segments what 2.0.9's
+ * nic_collect, on the owning thread, does for each of its dataplane segments (malloc_trim for its
+ * control segments too) what 2.0.9's
  * mi_segment_delayed_decommit(segment, force) does: its marked slices leave the segment's commit
  * mask and are decommitted through the heap's own decommit (steps.h), so mimalloc commits them
  * again before it reuses them. This writes mimalloc's segment header with 2.0.9's layout
@@ -27,5 +28,10 @@ size_t nic_mi_decommit_owned(unsigned index);
  * is known to be 2.0.9's (the same checks as the decommit's); returns the sum of its answers. */
 size_t nic_mi_each_owned_segment(unsigned index, size_t (*fn)(uintptr_t segment, void *arg),
                                  void *arg);
+/* The same over the control arena, where the commit map is trusted (commit_map.h). */
+size_t nic_mi_each_owned_control_segment(size_t (*fn)(uintptr_t segment, void *arg), void *arg);
+/* nic_mi_decommit_owned for the calling thread's control segments (malloc_trim), decommitted
+ * as mimalloc does it there. */
+size_t nic_mi_decommit_owned_control(void);
 
 #endif

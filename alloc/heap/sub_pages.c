@@ -8,6 +8,7 @@
 #include "mi_decommit.h"
 #include "page.h"
 #include "page_drop.h"
+#include "pagemap.h"
 #include "step_pages.h"
 #include "steps.h"
 #include "sub_pages_scan.h"
@@ -51,10 +52,6 @@ static void forget_range(uintptr_t a, size_t len) {
                          (uint8_t)~NIC_DP_SLICE_SUBPAGE, __ATOMIC_SEQ_CST);
 }
 
-static inline bool bit_get(const uint64_t *bits, size_t i) {
-  return bits[i >> 6] >> (i & 63) & 1;
-}
-
 /* Every step the range [lo, hi) touches may lose pages now (chunk lock held). */
 static bool steps_allow(uintptr_t lo, uintptr_t hi) {
   const uintptr_t step_size = (uintptr_t)1 << nic_dp.step_shift;
@@ -70,13 +67,13 @@ static size_t drop_runs(uintptr_t lo, const uint64_t *drop, size_t pages) {
   const uintptr_t step_size = (uintptr_t)1 << nic_dp.step_shift;
   size_t bytes = 0;
   for (size_t i = 0; i < pages;) {
-    if (!bit_get(drop, i)) {
+    if (!nic_bit_test(drop, i)) {
       i++;
       continue;
     }
     const uintptr_t a = lo + (i << NIC_PAGE_SHIFT), step_end = (a & ~(step_size - 1)) + step_size;
     size_t n = 1;
-    while (i + n < pages && bit_get(drop, i + n) && a + (n << NIC_PAGE_SHIFT) < step_end)
+    while (i + n < pages && nic_bit_test(drop, i + n) && a + (n << NIC_PAGE_SHIFT) < step_end)
       n++;
     const unsigned index = nic_chunk_index((void *)a), step = nic_step_index((void *)a);
     const struct nic_step *st = &nic_chunk_at(index)->steps[step];

@@ -8,6 +8,7 @@
 #include "mi_free_lists.h"
 #include "mi_layout.h"
 #include "page.h"
+#include "pagemap.h"
 
 #include <string.h>
 
@@ -28,14 +29,29 @@ static inline void word_set(uintptr_t a, uintptr_t v) {
 static inline uintptr_t mark_of(uintptr_t header) {
   return header ^ MARK_SALT;
 }
-
-static inline bool bit_get(const uint64_t *bits, size_t i) {
-  return bits[i >> 6] >> (i & 63) & 1;
+/* The padding of an unmarked page one thread is changing the area's map under: the owner's pass
+ * (forgetting, then holding pages, until it marks the page) or another thread forgetting (the
+ * page built anew). Either leaves the page to the other meanwhile. */
+#define BUSY_SALT ((uintptr_t)0x4275737950616765ull)
+static inline uintptr_t busy_of(uintptr_t header) {
+  return header ^ BUSY_SALT;
 }
+static bool claim(uintptr_t header) {
+  uintptr_t unmarked = 0;
+  return __atomic_compare_exchange_n((uintptr_t *)(header + NIC_MI_PAGE_PADDING), &unmarked,
+                                     busy_of(header), false, __ATOMIC_ACQUIRE, __ATOMIC_RELAXED);
+}
+/* Back to unmarked, unless mimalloc zeroed the page header meanwhile (it freed the page). */
+static void unclaim(uintptr_t header) {
+  uintptr_t busy = busy_of(header);
+  __atomic_compare_exchange_n((uintptr_t *)(header + NIC_MI_PAGE_PADDING), &busy, 0, false,
+                              __ATOMIC_RELEASE, __ATOMIC_RELAXED);
+}
+
 /* Whether bits first..last are all set. */
 static bool bits_all(const uint64_t *bits, size_t first, size_t last) {
   for (size_t i = first; i <= last; i++)
-    if (!bit_get(bits, i)) return false;
+    if (!nic_bit_test(bits, i)) return false;
   return true;
 }
 
@@ -45,7 +61,7 @@ static bool gather(const struct nic_mi_page *v, uintptr_t head, uint64_t *free, 
   for (uintptr_t b = head; b; b = word_at(b)) {
     if (b < v->start || b >= v->end || (b - v->start) % v->block_size) return false;
     const size_t i = (b - v->start) / v->block_size;
-    if (bit_get(free, i) || ++*count > v->capacity) return false;
+    if (nic_bit_test(free, i) || ++*count > v->capacity) return false;
     free[i >> 6] |= 1ull << (i & 63);
   }
   return true;
@@ -56,7 +72,7 @@ static uintptr_t relink(const struct nic_mi_page *v, uintptr_t head, const uint6
   uintptr_t first = 0, last = 0;
   for (uintptr_t b = head; b;) {
     const uintptr_t next = word_at(b); /* read before b is written */
-    if (bit_get(keep, (b - v->start) / v->block_size)) {
+    if (nic_bit_test(keep, (b - v->start) / v->block_size)) {
       if (last)
         word_set(last, b);
       else
@@ -69,13 +85,10 @@ static uintptr_t relink(const struct nic_mi_page *v, uintptr_t head, const uint6
   return first;
 }
 
-/* One mimalloc page of an owned segment, at header, its span [span, span + span_len). */
-static size_t pass_page(const struct nic_sub_pages_area *area, uintptr_t header, uintptr_t span,
-                        size_t span_len) {
-  /* A page without the mark holds nothing back: what the map says there is from a page mimalloc
-   * freed since (it zeroes the mark then) and is stale. */
-  if (word_at(header + NIC_MI_PAGE_PADDING) != mark_of(header))
-    area->forget(header, span, span_len);
+/* One mimalloc page of an owned segment, at header, its span starting at span, marked or
+ * claimed; *mark set when the page is to carry the mark. */
+static size_t scan_page(const struct nic_sub_pages_area *area, uintptr_t header, uintptr_t span,
+                        bool *mark) {
   const uintptr_t sizes = word_at(header + NIC_MI_PAGE_USED);
   const uint32_t used = (uint32_t)sizes, xblock_size = (uint32_t)(sizes >> 32);
   /* A free span, a page mimalloc will free once collected (none used), or a huge block. */
@@ -111,16 +124,17 @@ static size_t pass_page(const struct nic_sub_pages_area *area, uintptr_t header,
   /* Before the area's lock (the dataplane's chunk lock): the watchers' locks come before it. */
   for (size_t i = 0; i < pages;) {
     size_t n = 0;
-    while (i + n < pages && bit_get(drop, i + n))
+    while (i + n < pages && nic_bit_test(drop, i + n))
       n++;
     if (n) nic_publish_pages_leaving(lo + (i << NIC_PAGE_SHIFT), n << NIC_PAGE_SHIFT);
     i += n ? n : 1;
   }
   if (!area->begin(lo, hi)) return 0;
+  *mark = true;
   /* The blocks over each page leave the lists; the area's map and the mark say so before the
    * pages go (a free that reads zeros there asks them). */
   for (size_t i = 0; i < pages; i++) {
-    if (!bit_get(drop, i)) continue;
+    if (!nic_bit_test(drop, i)) continue;
     const uintptr_t a = lo + (i << NIC_PAGE_SHIFT);
     const size_t first = (a - v.start) / v.block_size;
     const size_t last = (a + NIC_PAGE_SIZE - 1 - v.start) / v.block_size;
@@ -136,6 +150,21 @@ static size_t pass_page(const struct nic_sub_pages_area *area, uintptr_t header,
   __atomic_store_n((uintptr_t *)(header + NIC_MI_PAGE_PADDING), mark_of(header), __ATOMIC_RELEASE);
   const size_t bytes = area->drop(lo, drop, pages);
   area->end();
+  return bytes;
+}
+
+static size_t pass_page(const struct nic_sub_pages_area *area, uintptr_t header, uintptr_t span,
+                        size_t span_len) {
+  /* A page without the mark holds nothing back: what the map says there is from a page mimalloc
+   * freed since (it zeroes the mark then) and is stale. */
+  const bool marked = word_at(header + NIC_MI_PAGE_PADDING) == mark_of(header);
+  if (!marked) {
+    if (!claim(header)) return 0; /* another thread is forgetting it: next time */
+    area->forget(header, span, span_len);
+  }
+  bool mark = false;
+  const size_t bytes = scan_page(area, header, span, &mark);
+  if (!marked && !mark) unclaim(header);
   return bytes;
 }
 
@@ -167,6 +196,16 @@ int nic_sub_pages_page_of(const void *p, struct nic_mi_page *v) {
       (uintptr_t)p >= v->end || !nic_mi_load_word(v->header + NIC_MI_PAGE_PADDING, &mark))
     return -1;
   return mark == mark_of(v->header);
+}
+
+bool nic_sub_pages_forget_rebuilt(const void *p, const struct nic_sub_pages_area *area) {
+  struct nic_mi_page v;
+  if (nic_sub_pages_page_of(p, &v) != 0 || !claim(v.header)) return false;
+  const uintptr_t span = v.start & ~(((uintptr_t)1 << NIC_MI_SLICE_SHIFT) - 1);
+  area->forget(v.header, span,
+               ((v.end + NIC_PAGE_SIZE - 1) & ~(uintptr_t)(NIC_PAGE_SIZE - 1)) - span);
+  unclaim(v.header);
+  return true;
 }
 
 bool nic_sub_pages_block_held(const void *p, bool (*held)(uintptr_t a)) {

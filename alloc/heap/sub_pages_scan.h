@@ -8,8 +8,9 @@
  * given back, it says which blocks are held back, so that freeing one again is a double free.
  * A segment another thread adopts keeps valid lists (only whole blocks left them) and its marks.
  *
- * An area that uses it brings its own map and its own way to let pages go: dataplane chunks
- * (sub_pages.h: pinned steps, registrations that hold pages). */
+ * Two areas use it, each with its own map and its own way to let pages go: dataplane chunks
+ * (sub_pages.h: pinned steps, registrations that hold pages) and the control arena
+ * (control_sub_pages.h: malloc_trim). */
 #ifndef NIC_SUB_PAGES_SCAN_H
 #define NIC_SUB_PAGES_SCAN_H
 
@@ -42,6 +43,12 @@ struct nic_mi_page;
 /* The page holding p, found as mimalloc's free finds it (mi_free_lists.h): 1 if it carries the
  * mark, 0 if not, -1 when p is not in a page in use or its header cannot be read. */
 int nic_sub_pages_page_of(const void *p, struct nic_mi_page *v);
+
+/* p lies in a page mimalloc freed and built anew since a pass gave back pages under it (no
+ * mark): the area forgets what it recorded there, on any thread (the page, claimed meanwhile, is
+ * left alone by a pass of its owner). False when p's page carries the mark, is not in use, or is
+ * being changed by another thread. */
+bool nic_sub_pages_forget_rebuilt(const void *p, const struct nic_sub_pages_area *area);
 
 /* Whether the block holding p is held back: its page, found as mimalloc's free finds it, carries
  * the mark, and held(a) says of one of the 4 KiB pages the block overlaps that it went. Never

@@ -12,7 +12,7 @@ struct nic_commit_map nic_commit_map;
 /* The tables are mapped read-only (zeros, no commit charge even under strict overcommit: about
  * 1.1 GiB for a 4 TiB arena) and each 4 KiB of them is made writable when an entry in it is
  * first set; one flag per such page says whether it is. The committed bytes come first, then
- * the readable bits. */
+ * the readable bits, then the held bits. */
 static uint64_t *writable_flags;
 static uintptr_t bits_start;
 
@@ -20,7 +20,7 @@ bool nic_commit_map_init(uintptr_t base, size_t size) {
   const size_t pages = size >> NIC_PAGE_SHIFT;
   const size_t byte_bytes = nic_page_up(pages);
   const size_t bit_bytes = nic_page_up((pages + 63) / 64 * sizeof(uint64_t));
-  const size_t table_bytes = byte_bytes + bit_bytes;
+  const size_t table_bytes = byte_bytes + 2 * bit_bytes;
   const size_t flag_bytes = nic_page_up((table_bytes / NIC_PAGE_SIZE + 63) / 64 * sizeof(uint64_t));
   char *region = nic_map_anon(flag_bytes + table_bytes, PROT_READ, true);
   if (!region) return false;
@@ -32,6 +32,7 @@ bool nic_commit_map_init(uintptr_t base, size_t size) {
   bits_start = (uintptr_t)region + flag_bytes;
   nic_commit_map.committed = (uint8_t *)bits_start;
   nic_commit_map.readable = (uint64_t *)(bits_start + byte_bytes);
+  nic_commit_map.held = (uint64_t *)(bits_start + byte_bytes + bit_bytes);
   nic_commit_map.base = base;
   __atomic_store_n(&nic_commit_map.size, size, __ATOMIC_RELEASE);
   return true;
@@ -92,14 +93,16 @@ static void set_bytes(uint8_t *bytes, uintptr_t first, uintptr_t last, bool on) 
   }
 }
 
-static void set_bits(uint64_t *bits, uintptr_t first, uintptr_t last, bool on) {
+/* False when a page of the table could not be made writable for bits to be set. */
+static bool set_bits(uint64_t *bits, uintptr_t first, uintptr_t last, bool on) {
+  bool all = true;
   for (uintptr_t page = first; page < last;) {
     size_t n;
     const uint64_t mask = nic_bits_run(page, last - page, &n);
     uint64_t *word = &bits[page / 64];
     page += n;
     if (!word_writable(word, on)) {
-      if (on) distrust();
+      if (on) all = false;
       continue;
     }
     if (on)
@@ -107,7 +110,11 @@ static void set_bits(uint64_t *bits, uintptr_t first, uintptr_t last, bool on) {
     else
       __atomic_fetch_and(word, ~mask, __ATOMIC_RELEASE);
   }
+  return all;
 }
+
+/* Whether any page was ever held: until then nobody pays for clearing held bits. */
+static bool held_ever;
 
 void nic_commit_map_note(const void *addr, size_t len, enum nic_page_change change) {
   const size_t size = __atomic_load_n(&nic_commit_map.size, __ATOMIC_ACQUIRE);
@@ -120,6 +127,38 @@ void nic_commit_map_note(const void *addr, size_t len, enum nic_page_change chan
   const uintptr_t first = lo >> NIC_PAGE_SHIFT;
   const uintptr_t last = nic_page_up(hi) >> NIC_PAGE_SHIFT; /* exclusive */
   set_bytes(nic_commit_map.committed, first, last, change == NIC_PAGES_READABLE);
-  if (change != NIC_PAGES_DROPPED)
-    set_bits(nic_commit_map.readable, first, last, change == NIC_PAGES_READABLE);
+  if (change != NIC_PAGES_DROPPED) {
+    if (!set_bits(nic_commit_map.readable, first, last, change == NIC_PAGES_READABLE)) distrust();
+    /* mimalloc commits a span only after it freed the page over it; and an unmapped page holds
+     * nothing. A drop changes nothing: nicmalloc's own holds one. */
+    if (__atomic_load_n(&held_ever, __ATOMIC_RELAXED))
+      set_bits(nic_commit_map.held, first, last, false);
+  }
+}
+
+bool nic_commit_map_hold(uintptr_t addr, size_t len) {
+  if (!nic_commit_map.held || !__atomic_load_n(&nic_commit_map.checked, __ATOMIC_ACQUIRE))
+    return false;
+  const uintptr_t first = (addr - nic_commit_map.base) >> NIC_PAGE_SHIFT;
+  const uintptr_t last = first + (len >> NIC_PAGE_SHIFT);
+  __atomic_store_n(&held_ever, true, __ATOMIC_RELAXED);
+  if (set_bits(nic_commit_map.held, first, last, true)) return true;
+  set_bits(nic_commit_map.held, first, last, false);
+  return false;
+}
+
+void nic_commit_map_unhold(uintptr_t addr, size_t len, bool in_use) {
+  if (!__atomic_load_n(&held_ever, __ATOMIC_RELAXED)) return;
+  const uintptr_t first = (addr - nic_commit_map.base) >> NIC_PAGE_SHIFT;
+  const uintptr_t last = first + (len >> NIC_PAGE_SHIFT);
+  for (uintptr_t page = first; page < last; page++) {
+    if (!__atomic_load_n(&nic_commit_map.held[page / 64], __ATOMIC_RELAXED)) {
+      page |= 63; /* none of this word's pages */
+      continue;
+    }
+    if (!nic_commit_map_bit(nic_commit_map.held, page << NIC_PAGE_SHIFT)) continue;
+    set_bits(nic_commit_map.held, page, page + 1, false);
+    if (in_use && nic_commit_map_bit(nic_commit_map.readable, page << NIC_PAGE_SHIFT))
+      set_bytes(nic_commit_map.committed, page, page + 1, true);
+  }
 }

@@ -4,7 +4,9 @@
  * per page. The free check then knows in a few instructions, without calling into mimalloc,
  * that the word it reads next to a pointer is readable and that mimalloc holds memory there.
  *   committed: made readable and not dropped since (MADV_DONTNEED clears it);
- *   readable:  mapped readable, dropped or not (only mprotect, munmap and mmap change it).
+ *   readable:  mapped readable, dropped or not (only mprotect, munmap and mmap change it);
+ *   held:      dropped by nicmalloc inside a mimalloc page in use, the free blocks over it held
+ *              back (heap/control_sub_pages.h); mprotect and munmap clear it.
  * A page a program dropped itself inside a live block is readable but not committed: the free
  * check then asks mimalloc (nic_may_be_block). */
 /* Not an instance of the page map (alloc/base/pagemap.h): this one is read on free's fast path,
@@ -34,6 +36,7 @@ struct nic_commit_map {
   size_t checked;
   uint8_t *committed; /* one byte per page, 1 or 0; NULL when the table could not be reserved */
   uint64_t *readable; /* one bit per page */
+  uint64_t *held;     /* one bit per page */
 };
 extern struct nic_commit_map nic_commit_map __attribute__((visibility("hidden")));
 
@@ -72,5 +75,18 @@ static inline bool nic_commit_map_has_16(uintptr_t units) {
 static inline bool nic_commit_map_readable(uintptr_t offset) {
   return nic_commit_map_bit(nic_commit_map.readable, offset);
 }
+
+/* The pages of [addr, addr + len) (in the arena, page aligned) are to be dropped with free
+ * blocks held back over them: held from now on. False, with nothing set, when no map is kept or
+ * the kernel refused a page of the table. */
+bool nic_commit_map_hold(uintptr_t addr, size_t len);
+/* Whether the page at addr (in the arena) is held. */
+static inline bool nic_commit_map_held(uintptr_t addr) {
+  return nic_commit_map_bit(nic_commit_map.held, addr - nic_commit_map.base);
+}
+/* The held pages of [addr, addr + len) are no longer: the mimalloc page over them was freed.
+ * in_use: a page mimalloc built anew is there, so mimalloc holds that memory committed again
+ * (writes fault it back in) and free's fast path may read it. */
+void nic_commit_map_unhold(uintptr_t addr, size_t len, bool in_use);
 
 #endif

@@ -142,6 +142,10 @@ NIC_EXPORT int madvise(void *addr, size_t len, int advice) {
   return os_madvise(addr, len, advice);
 }
 
+int nic_mimalloc_decommit(void *addr, size_t len) {
+  return os_madvise(addr, len, MADV_DONTNEED);
+}
+
 static int os_mprotect(void *addr, size_t len, int prot) {
   /* mimalloc's commit inside a dataplane chunk: the range is readable and writable already, and
    * a step is backed (prefaulted, pinned) the first time. No system call: on hugetlb steps one

@@ -17,4 +17,9 @@ void nic_interpose_own_calls(struct nic_import calls[NIC_OWN_CALLS]);
  * of them no longer: its commits would then go unseen, so nicmalloc's blocks would look freed. */
 bool nic_mimalloc_imports_redirect(void);
 
+/* mimalloc's decommit of control memory, made for it on the owner thread (heap/mi_decommit.h):
+ * madvise(MADV_DONTNEED) as interpose.c's madvise makes it, page events and commit map included.
+ * 0, or -1 with errno. */
+int nic_mimalloc_decommit(void *addr, size_t len);
+
 #endif

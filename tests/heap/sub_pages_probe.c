@@ -10,7 +10,8 @@
  * (its first bytes, and its key, still in memory); "held" registers the step after the drop
  * (run with a backend that holds page references), then frees half the live blocks and
  * collects again; "abandon" does the allocations and the
- * shrink on a thread that then exits, and the main thread goes on with its segments. */
+ * shrink on a thread that then exits, and the main thread goes on with its segments.
+ * "control" as a further word: the same with control blocks (malloc) and malloc_trim. */
 #define _GNU_SOURCE
 #include "nicmalloc.h"
 #include "proc_kb.h"
@@ -27,14 +28,27 @@ enum { BLOCKS = 32768 };
 /* "medium" as a second word: 20000-byte blocks (20 KiB in mimalloc: its 512 KiB pages of eight
  * slices), one in eight kept, 1600 of them. */
 static int SIZE = 256, KEEP_EVERY = 64, COUNT = BLOCKS;
+static int CONTROL;
 static char *b[BLOCKS];
+
+static void *block(size_t size) {
+  return CONTROL ? malloc(size) : nic_malloc(size);
+}
+static void collect(void) {
+  if (CONTROL)
+    malloc_trim(0);
+  else
+    nic_collect();
+}
 
 static void print(const char *tag) {
   struct nic_stats s = NIC_STATS_INIT;
   nic_get_stats(&s);
-  printf("%s_pinned=%zu\n%s_live=%zu\n%s_rss_anon_kb=%ld\n%s_double_frees=%llu\n", tag,
-         s.dataplane_pinned, tag, s.dataplane_live, tag,
-         nic_proc_kb("/proc/self/status", "RssAnon:"), tag, (unsigned long long)s.double_frees);
+  printf("%s_pinned=%zu\n%s_live=%zu\n%s_rss_anon_kb=%ld\n%s_double_frees=%llu\n"
+         "%s_control_resident=%zu\n",
+         tag, s.dataplane_pinned, tag, s.dataplane_live, tag,
+         nic_proc_kb("/proc/self/status", "RssAnon:"), tag, (unsigned long long)s.double_frees, tag,
+         s.control_resident);
 }
 
 static int resident(const void *p) {
@@ -74,14 +88,14 @@ static long gone_pages(void) {
 
 static void fill_and_shrink(void) {
   for (int i = 0; i < COUNT; i++) {
-    b[i] = nic_malloc(SIZE);
+    b[i] = block(SIZE);
     if (!b[i]) exit(1);
     memset(b[i], pattern(i), SIZE);
   }
   print("full");
   for (int i = 0; i < COUNT; i++)
     if (!kept(i)) free(b[i]);
-  nic_collect();
+  collect();
   print("freed");
   printf("gone_pages=%ld\nintact=%d\n", gone_pages(), live_intact());
 }
@@ -91,7 +105,7 @@ static void fill_and_shrink(void) {
 static void again(const char *tag, char **fresh, int n, uintptr_t lo, uintptr_t hi) {
   int inside = 0, ok = 1;
   for (int i = 0; i < n; i++) {
-    fresh[i] = nic_malloc(SIZE);
+    fresh[i] = block(SIZE);
     if (!fresh[i]) exit(1);
     memset(fresh[i], 'z', SIZE);
     inside += (uintptr_t)fresh[i] >= lo && (uintptr_t)fresh[i] <= hi;
@@ -123,7 +137,7 @@ static int shrink_mode(void) {
     free(fresh[i]);
   for (int i = 0; i < COUNT; i += KEEP_EVERY)
     free(b[i]);
-  nic_collect();
+  collect();
   print("empty");
   /* Every page emptied: mimalloc builds them anew and every block of the fill is there again. */
   again("rebuilt", fresh, COUNT, lo, hi);
@@ -151,6 +165,16 @@ static int double_mode(void) {
     printf("realloc_null=%d\nusable=%zu\n", realloc(b[whole], 100) == NULL,
            malloc_usable_size(b[whole]));
   print("after");
+  /* While the live blocks keep their pages, a block freed twice is never handed out again (a
+   * double free that reached mimalloc would put it back on a list). */
+  int reissued = 0;
+  for (int i = 0; i < COUNT; i++) {
+    fresh[i] = block(SIZE);
+    reissued += (whole >= 0 && fresh[i] == b[whole]) || (part >= 0 && fresh[i] == b[part]);
+  }
+  printf("reissued=%d\n", reissued);
+  for (int i = 0; i < COUNT; i++)
+    free(fresh[i]);
   for (int i = 0; i < COUNT; i += KEEP_EVERY)
     free(b[i]);
   print("end");
@@ -205,7 +229,10 @@ static int abandon_mode(void) {
 
 int main(int argc, char **argv) {
   const char *mode = argc > 1 ? argv[1] : "shrink";
-  if (argc > 2 && !strcmp(argv[2], "medium")) SIZE = 20000, KEEP_EVERY = 8, COUNT = 1600;
+  for (int i = 2; i < argc; i++) {
+    if (!strcmp(argv[i], "medium")) SIZE = 20000, KEEP_EVERY = 8, COUNT = 1600;
+    if (!strcmp(argv[i], "control")) CONTROL = 1;
+  }
   if (!strcmp(mode, "abandon")) {
     pthread_t t;
     if (pthread_create(&t, NULL, shrink_thread, NULL) || pthread_join(t, NULL)) return 1;
