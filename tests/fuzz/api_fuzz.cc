@@ -15,6 +15,7 @@
 #include "loopback_pair.h"
 
 #include <fcntl.h>
+#include <malloc.h>
 #include <netinet/tcp.h>
 #include <sys/mman.h>
 #include <sys/socket.h>
@@ -275,7 +276,12 @@ struct Thread {
     case 16: {
       nic_stats s = NIC_STATS_INIT;
       nic_get_stats(pick(8) ? &s : nullptr);
-      if (pick(64) == 0) nic_collect();
+      if (pick(64) == 0) {
+        if (pick(2))
+          nic_collect();
+        else
+          malloc_trim(0); // also gives back free pages inside this thread's control pages
+      }
       nic_site_set_enabled((uint32_t)pick(1 << 20), (int)pick(2));
       nic_site_is_enabled((uint32_t)rng());
       if (!in_child && pick(512) == 0) fork_and_check();
