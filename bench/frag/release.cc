@@ -23,11 +23,10 @@ Peer find_peer() {
   static int (*trim)(size_t);
   static int (*je)(const char *, void *, size_t *, void *, size_t);
   if ((*(void **)&nic = dlsym(h, "nic_collect"))) {
-    *(void **)&mi = dlsym(RTLD_DEFAULT, "mi_collect"); // nicmalloc's control heap is mimalloc's
-    p.release = [] {
-      nic();
-      if (mi) mi(true);
-    };
+    // nicmalloc's malloc_trim: nic_collect, mimalloc's collect, and the free 4 KiB pages inside
+    // the calling thread's control pages in use.
+    *(void **)&trim = dlsym(h, "malloc_trim");
+    p.release = [] { trim ? (void)trim(0) : nic(); };
   } else if ((*(void **)&mi = dlsym(h, "mi_collect"))) {
     p.release = [] { mi(true); };
   } else if ((*(void **)&je = dlsym(h, "mallctl"))) {
