@@ -4,7 +4,7 @@
 #include "control_sub_pages.h"
 #include "export.h"
 #include "late_decommit.h"
-#include "mi_decommit.h"
+#include "nudge.h"
 
 #include <errno.h>
 #include <malloc.h>
@@ -156,8 +156,10 @@ NIC_EXPORT size_t malloc_usable_size(void *p) {
 }
 
 /* glibc's way to give memory back. Under LD_PRELOAD glibc's own would trim an arena nobody uses;
- * this one empties the huge-block cache, releases empty chunks and asks mimalloc to collect.
- * Returns 1 when something went back to the OS, as glibc does. */
+ * this one empties the huge-block cache, releases empty chunks, frees the empty segments exited
+ * threads left, and gives back what the control heap holds free: the calling thread's at once,
+ * the other threads' at their next allocation off the fast path (nudge.h). Returns 1 when
+ * something went back to the OS, as glibc does. */
 NIC_EXPORT int malloc_trim(size_t pad) {
   (void)pad;
   /* Sized: an unset size is whatever the stack held, and nic_get_stats would refuse it. */
@@ -168,11 +170,9 @@ NIC_EXPORT int malloc_trim(size_t pad) {
    * threads abandoned into the ordinary heap (see nic_collect_abandoned). */
   nic_heap_collect_visiting(mi_heap_get_default(), false);
   nic_collect_abandoned();
-  /* What mimalloc freed it decommits only when it next comes to that segment. */
-  nic_mi_decommit_owned_control();
+  nic_control_trim_owned();
   nic_late_decommit_run(true); /* the visits' decommits too, now */
-  /* What is left: free 4 KiB pages inside this thread's control pages in use. */
-  nic_control_sub_pages_drop_owned();
+  nic_nudge_ask_control_trim();
   nic_get_stats(&after);
   return after.huge_purged > before.huge_purged || after.chunks_released > before.chunks_released ||
          after.control_resident < before.control_resident;

@@ -79,6 +79,11 @@ size_t nic_control_sub_pages_drop_owned(void) {
   return nic_mi_each_owned_control_segment(nic_sub_pages_pass_segment, (void *)&control);
 }
 
+size_t nic_control_trim_owned(void) {
+  nic_mi_decommit_owned_control();
+  return nic_control_sub_pages_drop_owned();
+}
+
 static bool page_held(uintptr_t a) {
   return nic_commit_map_held(a);
 }

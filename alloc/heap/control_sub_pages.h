@@ -24,6 +24,12 @@
  * blocks cover in its control pages. Returns the bytes given back. */
 size_t nic_control_sub_pages_drop_owned(void);
 
+/* The calling thread's share of malloc_trim, the owner's work on its control segments once its
+ * control heap was collected (other threads' frees on the lists the pass reads, emptied pages
+ * freed): the spans mimalloc only marked decommitted (mi_decommit.h), and the free 4 KiB pages
+ * inside its pages in use given back. Returns the bytes of the last. */
+size_t nic_control_trim_owned(void);
+
 /* p (in the control arena) is a block held back here: freed. Never faults. Out of line: only a
  * free whose key matched, or whose page is not committed, asks. */
 bool nic_control_sub_pages_held_back(const void *p);

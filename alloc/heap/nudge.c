@@ -2,6 +2,7 @@
 #include "nudge.h"
 
 #include "config.h"
+#include "control_sub_pages.h"
 #include "late_decommit.h"
 #include "mi_decommit.h"
 #include "thread.h"
@@ -77,9 +78,23 @@ void nic_nudge_pass(const int64_t live[NIC_CHUNK_SLOTS], uint64_t now_ms) {
   nic_threads_ask_decommit(ask);
 }
 
-/* On the owner thread: what nic_collect does for each asked chunk it has a heap in. */
+void nic_nudge_ask_control_trim(void) {
+  nic_nudge_install(); /* a program that never used the dataplane has no hook yet */
+  nic_threads_ask_decommit(NIC_ASK_CONTROL_TRIM);
+  __atomic_fetch_and(&nic_self.decommit_asked, ~NIC_ASK_CONTROL_TRIM, __ATOMIC_RELAXED);
+}
+
+/* On the owner thread: what nic_collect does for each asked chunk it has a heap in, and
+ * malloc_trim's share. */
 static void answer(struct nic_thread *t) {
   uint64_t ask = __atomic_exchange_n(&t->decommit_asked, 0, __ATOMIC_ACQUIRE);
+  if (ask & NIC_ASK_CONTROL_TRIM) {
+    ask &= ~NIC_ASK_CONTROL_TRIM;
+    /* Without the abandoned visits' lock, as the chunks' collects below: the thread may hold it
+     * (nic_collect_abandoned's visitor heap allocates). */
+    mi_heap_collect(mi_heap_get_default(), false);
+    nic_control_trim_owned();
+  }
   while (ask) {
     const unsigned i = (unsigned)__builtin_ctzll(ask);
     ask &= ask - 1;

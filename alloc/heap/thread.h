@@ -65,7 +65,8 @@ struct nic_thread {
   bool dp_fast_paused;
   unsigned paused_chunk;
   /* Chunks (a bit each) the reaper asked this thread to decommit what mimalloc only marked in
-   * its segments there (nudge.h): set by the reaper, taken by the thread. */
+   * its segments there, and NIC_ASK_CONTROL_TRIM (nudge.h): set by the reaper or malloc_trim,
+   * taken by the thread. */
   uint64_t decommit_asked;
   struct nic_thread *next, *prev;
 };

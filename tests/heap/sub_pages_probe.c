@@ -11,7 +11,10 @@
  * (run with a backend that holds page references), then frees half the live blocks and
  * collects again; "abandon" does the allocations and the
  * shrink on a thread that then exits, and the main thread goes on with its segments.
- * "control" as a further word: the same with control blocks (malloc) and malloc_trim. */
+ * "others" fills and frees on another thread, which allocates once more only after the main
+ * thread collected; "asked" has a thread trim after another thread's trim asked it to. "control"
+ * as a further word: the same with control blocks (malloc) and
+ * malloc_trim. */
 #define _GNU_SOURCE
 #include "nicmalloc.h"
 #include "proc_kb.h"
@@ -23,6 +26,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/mman.h>
+#include <unistd.h>
 
 enum { BLOCKS = 32768 };
 /* "medium" as a second word: 20000-byte blocks (20 KiB in mimalloc: its 512 KiB pages of eight
@@ -86,7 +90,7 @@ static long gone_pages(void) {
   return n;
 }
 
-static void fill_and_shrink(void) {
+static void fill_and_free(void) {
   for (int i = 0; i < COUNT; i++) {
     b[i] = block(SIZE);
     if (!b[i]) exit(1);
@@ -95,6 +99,10 @@ static void fill_and_shrink(void) {
   print("full");
   for (int i = 0; i < COUNT; i++)
     if (!kept(i)) free(b[i]);
+}
+
+static void fill_and_shrink(void) {
+  fill_and_free();
   collect();
   print("freed");
   printf("gone_pages=%ld\nintact=%d\n", gone_pages(), live_intact());
@@ -227,12 +235,66 @@ static int abandon_mode(void) {
   return 0;
 }
 
+/* "others": the blocks are another thread's, which waits while the main thread trims, then
+ * allocates once off mimalloc's fast path (a size it has not used yet). */
+static pthread_barrier_t step;
+static void *other_thread(void *arg) {
+  (void)arg;
+  fill_and_free();
+  pthread_barrier_wait(&step); /* filled */
+  pthread_barrier_wait(&step); /* trimmed */
+  free(block(3000));
+  pthread_barrier_wait(&step); /* answered */
+  pthread_barrier_wait(&step); /* looked at */
+  return NULL;
+}
+
+static int others_mode(void) {
+  pthread_t t;
+  pthread_barrier_init(&step, NULL, 2);
+  if (pthread_create(&t, NULL, other_thread, NULL)) return 1;
+  pthread_barrier_wait(&step);
+  collect();
+  print("trimmed");
+  printf("trimmed_gone_pages=%ld\n", gone_pages());
+  pthread_barrier_wait(&step);
+  pthread_barrier_wait(&step);
+  print("answered");
+  printf("answered_gone_pages=%ld\nintact=%d\n", gone_pages(), live_intact());
+  pthread_barrier_wait(&step);
+  return pthread_join(t, NULL) != 0;
+}
+
+/* "asked": another thread trims, which asks this one for its control pages; this one then trims
+ * too, and its own collect meets the question first. A deadlock becomes SIGALRM. */
+static void *asked_thread(void *arg) {
+  (void)arg;
+  free(block(16));             /* a thread nicmalloc knows */
+  pthread_barrier_wait(&step); /* known */
+  pthread_barrier_wait(&step); /* asked */
+  printf("asked_trim=%d\n", malloc_trim(0) >= 0);
+  return NULL;
+}
+
+static int asked_mode(void) {
+  pthread_t t;
+  pthread_barrier_init(&step, NULL, 2);
+  if (pthread_create(&t, NULL, asked_thread, NULL)) return 1;
+  pthread_barrier_wait(&step);
+  malloc_trim(0);
+  alarm(20);
+  pthread_barrier_wait(&step);
+  return pthread_join(t, NULL) != 0;
+}
+
 int main(int argc, char **argv) {
   const char *mode = argc > 1 ? argv[1] : "shrink";
   for (int i = 2; i < argc; i++) {
     if (!strcmp(argv[i], "medium")) SIZE = 20000, KEEP_EVERY = 8, COUNT = 1600;
     if (!strcmp(argv[i], "control")) CONTROL = 1;
   }
+  if (!strcmp(mode, "others")) return others_mode();
+  if (!strcmp(mode, "asked")) return asked_mode();
   if (!strcmp(mode, "abandon")) {
     pthread_t t;
     if (pthread_create(&t, NULL, shrink_thread, NULL) || pthread_join(t, NULL)) return 1;

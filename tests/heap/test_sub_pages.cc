@@ -162,6 +162,27 @@ TEST(SubPages, ADoubleFreeOfAControlBlockHeldBackInsideAMultiSlicePageIsReported
   expect_control_double_frees_ignored(r, 3);
 }
 
+// malloc_trim on one thread asks the others for their control pages: a thread whose blocks were
+// freed gives back its pages at its next allocation off mimalloc's fast path (glibc's
+// malloc_trim trims every arena). Without the asking its pages stayed until it trimmed itself.
+TEST(SubPages, MallocTrimOnOneThreadReachesTheControlPagesOfAnother) {
+  auto r = run_probe(env("sim"), {"others", "control"});
+  ASSERT_EQ(r.exit_code, 0) << r.out << r.err;
+  EXPECT_LT(r.num("trimmed_gone_pages"), kGonePagesMin) << "the owner's lists are its own" << r.out;
+  EXPECT_GE(r.num("answered_gone_pages"), kGonePagesMin) << r.out;
+  EXPECT_LE(r.num("answered_control_resident"), r.num("full_control_resident") - 4 * kMiB) << r.out;
+  EXPECT_EQ(r.num("intact"), 1) << r.out;
+}
+
+// A thread another thread's malloc_trim asked for its control pages answers inside mimalloc's
+// collect of its own malloc_trim: the answer takes no lock the trim holds (it once took the
+// abandoned visits' lock again, and the thread waited for itself).
+TEST(SubPages, AThreadAskedToTrimTrimsItselfWithoutWaitingForItself) {
+  auto r = run_probe(env("sim"), {"asked", "control"});
+  ASSERT_EQ(r.exit_code, 0) << r.out << r.err;
+  EXPECT_EQ(r.num("asked_trim"), 1) << r.out;
+}
+
 // The thread that trimmed exits: its segments, blocks held back and all, are abandoned; the main
 // thread goes on allocating, live blocks keep their bytes, and a block held back is still a
 // double free.
