@@ -127,6 +127,12 @@ void nic_commit_map_note(const void *addr, size_t len, enum nic_page_change chan
   const uintptr_t first = lo >> NIC_PAGE_SHIFT;
   const uintptr_t last = nic_page_up(hi) >> NIC_PAGE_SHIFT; /* exclusive */
   set_bytes(nic_commit_map.committed, first, last, change == NIC_PAGES_READABLE);
+  if (change == NIC_PAGES_READABLE) {
+    size_t high = __atomic_load_n(&nic_commit_map.high, __ATOMIC_RELAXED);
+    while (high < hi && !__atomic_compare_exchange_n(&nic_commit_map.high, &high, hi, true,
+                                                     __ATOMIC_RELEASE, __ATOMIC_RELAXED)) {
+    }
+  }
   if (change != NIC_PAGES_DROPPED) {
     if (!set_bits(nic_commit_map.readable, first, last, change == NIC_PAGES_READABLE)) distrust();
     /* mimalloc commits a span only after it freed the page over it; and an unmapped page holds

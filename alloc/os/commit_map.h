@@ -37,6 +37,9 @@ struct nic_commit_map {
   uint8_t *committed; /* one byte per page, 1 or 0; NULL when the table could not be reserved */
   uint64_t *readable; /* one bit per page */
   uint64_t *held;     /* one bit per page */
+  /* Bytes from base below which every page mimalloc ever committed lies: the walks over the
+   * arena's segments end there, not at its far end (4 TiB of it). */
+  size_t high;
 };
 extern struct nic_commit_map nic_commit_map __attribute__((visibility("hidden")));
 

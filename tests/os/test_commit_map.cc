@@ -3,6 +3,7 @@
 // unmapped memory (a map that says "committed" too often) or reject live blocks (too rarely).
 #include <gtest/gtest.h>
 #include <sys/mman.h>
+#include <sys/resource.h>
 
 #include <malloc.h>
 
@@ -143,6 +144,23 @@ TEST(CommitMap, RangesOutsideTheArenaAreIgnored) {
     EXPECT_EQ(__atomic_load_n(&nic_commit_map.committed[i], __ATOMIC_RELAXED), committed[i]) << i;
   EXPECT_EQ(__atomic_load_n(&nic_commit_map.readable[0], __ATOMIC_RELAXED), readable);
   munmap(mapped, 4 * kPage);
+}
+
+// malloc_trim walks the control arena's segments only as far as mimalloc ever committed: a walk
+// of the whole arena (4 TiB) read the map every 32 MiB, and faulted in each page of the map on
+// the way (32768 minor faults, about 25 ms, in a program that had hardly allocated).
+TEST(CommitMap, MallocTrimWalksOnlyTheArenaMimallocCommittedIn) {
+  char *block = static_cast<char *>(malloc(100));
+  ASSERT_NE(block, nullptr);
+  const uintptr_t offset = reinterpret_cast<uintptr_t>(block) - nic_commit_map.base;
+  EXPECT_GT(nic_commit_map.high, offset);
+  EXPECT_LE(nic_commit_map.high, nic_commit_map.size);
+  struct rusage before, after;
+  getrusage(RUSAGE_SELF, &before);
+  malloc_trim(0);
+  getrusage(RUSAGE_SELF, &after);
+  EXPECT_LT(after.ru_minflt - before.ru_minflt, 1024) << "arena of " << nic_commit_map.size;
+  free(block);
 }
 
 // malloc_trim gives back the 4 KiB pages only free blocks cover inside mimalloc pages in use
