@@ -21,9 +21,11 @@
  * (control heap included), whenever a page's free list runs out: never on the fast path, but
  * every page's worth of allocations of a size, and at every first block of a size. The answer
  * (nudge.c) is the same as nic_collect's for that chunk: a normal collect of the thread's heap
- * there and the forced decommit of its own segments. A thread that never allocates again is not
- * reached: its spans stay committed until it exits (mimalloc then abandons its segments and the
- * reaper's abandoned visits free the empty ones) or calls nic_collect. */
+ * there, the forced decommit of its own segments, and the free 4 KiB pages inside its pages
+ * still in use given back (sub_pages.h), which after a shrink at random is most of what can go:
+ * a chunk whose gap is such fragmentation gives it back at its first nudge. A thread that never
+ * allocates again is not reached: its spans stay committed until it exits (mimalloc then abandons
+ * its segments and the reaper's abandoned visits free the empty ones) or calls nic_collect. */
 #ifndef NIC_NUDGE_H
 #define NIC_NUDGE_H
 
@@ -50,7 +52,7 @@ void nic_nudge_pass(const int64_t live[NIC_CHUNK_SLOTS], uint64_t now_ms);
 struct nic_nudge_totals {
   uint64_t asked;   /* chunks the reaper asked the threads to decommit in */
   uint64_t answers; /* heaps that answered (a thread's heap in an asked chunk) */
-  uint64_t bytes;   /* bytes those answers decommitted */
+  uint64_t bytes;   /* bytes those answers decommitted or gave back inside pages in use */
 };
 void nic_nudge_totals(struct nic_nudge_totals *out);
 

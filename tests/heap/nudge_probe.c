@@ -5,7 +5,9 @@
  * nudge gets the thread to decommit them. Waits (bounded) for the pinned bytes to fall by 12 MiB;
  * prints the pinned bytes before and after, the nudge statistics, and whether the blocks still
  * held and the ones allocated again afterwards read back what was written. "twice" frees half
- * of them first and waits for their pages before it frees the rest. */
+ * of them first and waits for their pages before it frees the rest. "scattered" allocates 32768
+ * blocks of 256 bytes instead and frees all but every 64th: every mimalloc page keeps live
+ * blocks, so nothing is marked, and only the free 4 KiB pages inside pages in use can go. */
 #define _GNU_SOURCE
 #include "nicmalloc.h"
 
@@ -58,6 +60,35 @@ static size_t shrink_to(size_t target) {
 
 static int twice;
 
+enum { SCATTERED = 32768, KEEP_EVERY = 64, SCATTERED_SIZE = 256 };
+static char *scattered_blocks[SCATTERED];
+
+static void *scattered(void *arg) {
+  (void)arg;
+  for (int i = 0; i < SCATTERED; i++) {
+    if (!(scattered_blocks[i] = nic_malloc(SCATTERED_SIZE))) return "no dataplane block";
+    memset(scattered_blocks[i], (char)i, SCATTERED_SIZE);
+  }
+  const size_t full = pinned();
+  for (int i = 0; i < SCATTERED; i++)
+    if (i % KEEP_EVERY) free(scattered_blocks[i]);
+  const size_t shrunk = shrink_to(full - 4 * kBlock);
+  struct nic_stats s = NIC_STATS_INIT;
+  nic_get_stats(&s);
+  int intact = 1;
+  for (int i = 0; i < SCATTERED; i += KEEP_EVERY)
+    for (int k = 0; k < SCATTERED_SIZE; k++)
+      intact &= scattered_blocks[i][k] == (char)i;
+  printf("full_pinned=%zu\nshrunk_pinned=%zu\nnudges=%llu\nnudge_answers=%llu\n"
+         "nudged_bytes=%llu\nintact=%d\n",
+         full, shrunk, (unsigned long long)s.dataplane_nudges,
+         (unsigned long long)s.dataplane_nudge_answers,
+         (unsigned long long)s.dataplane_nudged_bytes, intact);
+  for (int i = 0; i < SCATTERED; i += KEEP_EVERY)
+    free(scattered_blocks[i]);
+  return NULL;
+}
+
 static void *worker(void *arg) {
   (void)arg;
   char *keep = nic_malloc(64);
@@ -105,9 +136,11 @@ static void *worker(void *arg) {
 
 int main(int argc, char **argv) {
   twice = argc > 1 && !strcmp(argv[1], "twice");
+  const int scatter = argc > 1 && !strcmp(argv[1], "scattered");
   pthread_t t;
   void *err = NULL;
-  if (pthread_create(&t, NULL, worker, NULL) || pthread_join(t, &err)) return 2;
+  if (pthread_create(&t, NULL, scatter ? scattered : worker, NULL) || pthread_join(t, &err))
+    return 2;
   if (err) {
     fprintf(stderr, "%s\n", (const char *)err);
     return 1;
