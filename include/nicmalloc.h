@@ -223,7 +223,8 @@ typedef void (*nic_sga_done_fn)(void *arg, int status);
 /* max_entries 0 = the backend's limit (caps.max_sge), at most NIC_SGA_CAPACITY. Returns 0, or
  * -E2BIG when max_entries is above what the backend or the array allows, -ENODEV (no backend). */
 int nic_sga_init(struct nic_sga *sga, unsigned max_entries);
-/* Returns 0, or -NIC_ERANGE (len 0, overflow, over 4 GiB), -EFAULT (range not mapped),
+/* Returns 0, or -NIC_ERANGE (len 0, overflow, over 4 GiB), -EFAULT (range not mapped; or, past
+ * the limit, where two entries are copied into one, the memory of one added before unmapped),
  * -NIC_ECROSS (dataplane memory over the end of its chunk, too long to copy), -NIC_EFREED (a block
  * already freed), -E2BIG (over the limit and the smallest neighbours too big to copy), -ENOMEM,
  * -ENOSPC (the backend's registrations all in use: README, backends), -EINVAL (sga not

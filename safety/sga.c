@@ -153,6 +153,11 @@ static int merge_smallest(struct nic_sga *sga, struct nic_sga_entry *fresh) {
   }
   if (best_len > MERGE_MAX) return -E2BIG;
   struct nic_sga_entry *a = &ent[best], *b = best + 1 < n ? &ent[best + 1] : fresh, merged;
+  /* An entry added before may lie in memory the program has unmapped since (its use after free):
+   * the copy would take the process down here. */
+  if ((a->kind != NIC_SGA_BOUNCE && !nic_range_readable(a->addr, a->len)) ||
+      (b->kind != NIC_SGA_BOUNCE && !nic_range_readable(b->addr, b->len)))
+    return -EFAULT;
   int rc = copy_entry(sga, a->addr, a->len, b->addr, b->len, &merged);
   if (rc) return rc;
   drop_entry(a);
@@ -240,8 +245,14 @@ NIC_EXPORT int nic_sga_add(struct nic_sga *sga, const void *p, size_t len) {
     return 0;
   }
   nic_bounce_rewind(&sga->bounce, mark);
-  if (rc == -EFAULT)
+  if (rc == -EFAULT && !nic_range_readable(p, len))
     nic_api_error(sga, "nic_sga_add(%p, %zu): the range is not (entirely) mapped", p, len);
+  else if (rc == -EFAULT)
+    nic_api_error(sga,
+                  "nic_sga_add(%p, %zu): past the limit of %u entries two are copied into one, "
+                  "and the memory of an entry added before was unmapped since: the array is "
+                  "left as it was (nic_sga_reset drops it)",
+                  p, len, sga->max);
   else if (rc == -E2BIG)
     nic_api_error(sga,
                   "nic_sga_add(%p, %zu): more than %u entries, and no neighbours small enough "
