@@ -61,7 +61,7 @@ NIC_EXPORT void nic_collect(void) {
         /* What mimalloc frees it decommits only when it next comes to that segment. */
         nic_mi_decommit_owned(i);
         /* Free blocks on pages that stay in use: their whole 4 KiB pages. */
-        nic_sub_pages_drop_owned(i);
+        nic_sub_pages_drop_owned(i, NULL);
       }
   }
   nic_huge_cache_purge(0);

@@ -74,14 +74,15 @@ static const struct nic_sub_pages_area control = {
     .end = end_pass,
 };
 
-size_t nic_control_sub_pages_drop_owned(void) {
+size_t nic_control_sub_pages_drop_owned(struct nic_sub_pages_cursor *cursor) {
   if (__atomic_load_n(&refused, __ATOMIC_RELAXED)) return 0;
-  return nic_mi_each_owned_control_segment(nic_sub_pages_pass_segment, (void *)&control);
+  struct nic_sub_pages_walk walk = {&control, cursor};
+  return nic_mi_each_owned_control_segment(nic_sub_pages_pass_segment, &walk);
 }
 
 size_t nic_control_trim_owned(void) {
   nic_mi_decommit_owned_control();
-  return nic_control_sub_pages_drop_owned();
+  return nic_control_sub_pages_drop_owned(NULL);
 }
 
 static bool page_held(uintptr_t a) {

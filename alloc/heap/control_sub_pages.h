@@ -20,9 +20,12 @@
 #include <stdbool.h>
 #include <stddef.h>
 
+struct nic_sub_pages_cursor;
+
 /* On the calling thread, between two of mimalloc's calls: gives back the 4 KiB pages only free
- * blocks cover in its control pages. Returns the bytes given back. */
-size_t nic_control_sub_pages_drop_owned(void);
+ * blocks cover in its control pages, all of them, or with a cursor (sub_pages_scan.h) as far as
+ * its budget goes. Returns the bytes given back. */
+size_t nic_control_sub_pages_drop_owned(struct nic_sub_pages_cursor *cursor);
 
 /* The calling thread's share of malloc_trim, the owner's work on its control segments once its
  * control heap was collected (other threads' frees on the lists the pass reads, emptied pages

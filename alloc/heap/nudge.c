@@ -6,6 +6,7 @@
 #include "late_decommit.h"
 #include "mi_decommit.h"
 #include "sub_pages.h"
+#include "sub_pages_scan.h"
 #include "thread.h"
 
 #include <mimalloc.h>
@@ -16,6 +17,11 @@
  * bytes fell, or its committed bytes rose, by as much since the last nudge. */
 #define NUDGE_SHARE_SHIFT 3
 #define NUDGE_MIN_BYTES ((int64_t)1 << 20)
+
+/* Free-list blocks one answer reads at most (sub_pages_scan.h), a page whole: what it costs
+ * the allocation it runs in. A pass over 940,000 free blocks took 100 ms in one answer; this
+ * cuts it into answers of about a millisecond. */
+#define ANSWER_BUDGET ((size_t)8192)
 
 static uint64_t asked_total, answers_total, bytes_total;
 
@@ -82,33 +88,81 @@ void nic_nudge_pass(const int64_t live[NIC_CHUNK_SLOTS], uint64_t now_ms) {
 void nic_nudge_ask_control_trim(void) {
   nic_nudge_install(); /* a program that never used the dataplane has no hook yet */
   nic_threads_ask_decommit(NIC_ASK_CONTROL_TRIM);
-  __atomic_fetch_and(&nic_self.decommit_asked, ~NIC_ASK_CONTROL_TRIM, __ATOMIC_RELAXED);
+  /* This thread's own pass was just made whole (nic_control_trim_owned). */
+  struct nic_thread *t = &nic_self;
+  __atomic_fetch_and(&t->decommit_asked, ~NIC_ASK_CONTROL_TRIM, __ATOMIC_RELAXED);
+  t->answer_pending &= ~NIC_ASK_CONTROL_TRIM;
+  t->answer_again &= ~NIC_ASK_CONTROL_TRIM;
+  t->control_next = 0;
 }
 
-/* On the owner thread: what nic_collect does for each asked chunk it has a heap in, and
- * malloc_trim's share. */
-static void answer(struct nic_thread *t) {
-  uint64_t ask = __atomic_exchange_n(&t->decommit_asked, 0, __ATOMIC_ACQUIRE);
-  if (ask & NIC_ASK_CONTROL_TRIM) {
-    ask &= ~NIC_ASK_CONTROL_TRIM;
+/* The area's pass came to its end: done, or once more from the start if asked meanwhile. */
+static void pass_ended(struct nic_thread *t, uint64_t bit) {
+  if (t->answer_again & bit)
+    t->answer_again &= ~bit;
+  else
+    t->answer_pending &= ~bit;
+}
+
+/* malloc_trim's share, as far as budget goes; false when it ran out. */
+static bool answer_control(struct nic_thread *t, size_t *budget) {
+  if (!t->control_next) {
     /* Without the abandoned visits' lock, as the chunks' collects below: the thread may hold it
      * (nic_collect_abandoned's visitor heap allocates). */
     mi_heap_collect(mi_heap_get_default(), false);
-    nic_control_trim_owned();
+    nic_mi_decommit_owned_control();
   }
-  while (ask) {
-    const unsigned i = (unsigned)__builtin_ctzll(ask);
-    ask &= ask - 1;
-    if (!t->heaps[i] ||
-        __atomic_load_n(&nic_chunk_at(i)->state, __ATOMIC_ACQUIRE) != NIC_CHUNK_LIVE)
-      continue;
+  struct nic_sub_pages_cursor c = {.next = t->control_next, .budget = *budget};
+  nic_control_sub_pages_drop_owned(&c);
+  *budget = c.budget;
+  t->control_next = c.stopped ? c.next : 0;
+  if (!c.stopped) pass_ended(t, NIC_ASK_CONTROL_TRIM);
+  return !c.stopped;
+}
+
+/* nic_collect's work for chunk i, as far as budget goes; false when it ran out. */
+static bool answer_chunk(struct nic_thread *t, unsigned i, size_t *budget) {
+  const uint64_t bit = 1ull << i;
+  if (!t->heaps[i] ||
+      __atomic_load_n(&nic_chunk_at(i)->state, __ATOMIC_ACQUIRE) != NIC_CHUNK_LIVE) {
+    t->answer_pending &= ~bit;
+    t->answer_again &= ~bit;
+    if (t->dataplane_next && nic_chunk_index((const void *)t->dataplane_next) == i)
+      t->dataplane_next = 0; /* not the place to go on in the slot's next chunk */
+    return true;
+  }
+  /* One cursor for the chunks: a pass another chunk's cut short starts again. */
+  uintptr_t next = t->dataplane_next;
+  if (next && nic_chunk_index((const void *)next) != i) next = 0;
+  size_t bytes = 0;
+  if (!next) {
     mi_heap_collect(t->heaps[i], false); /* pages freed from other threads, retired pages */
-    /* Then the free 4 KiB pages inside pages in use, as nic_collect gives them back: after a
-     * shrink at random nothing else goes, and a program run unmodified never calls it. */
-    const size_t bytes = nic_mi_decommit_owned(i) + nic_sub_pages_drop_owned(i);
+    bytes = nic_mi_decommit_owned(i);
     __atomic_add_fetch(&answers_total, 1, __ATOMIC_RELAXED);
-    __atomic_add_fetch(&bytes_total, bytes, __ATOMIC_RELAXED);
   }
+  /* Then the free 4 KiB pages inside pages in use, as nic_collect gives them back: after a
+   * shrink at random nothing else goes, and a program run unmodified never calls it. */
+  struct nic_sub_pages_cursor c = {.next = next, .budget = *budget};
+  bytes += nic_sub_pages_drop_owned(i, &c);
+  __atomic_add_fetch(&bytes_total, bytes, __ATOMIC_RELAXED);
+  *budget = c.budget;
+  t->dataplane_next = c.stopped ? c.next : 0;
+  if (!c.stopped) pass_ended(t, bit);
+  return !c.stopped;
+}
+
+/* On the owner thread: what nic_collect does for each asked chunk it has a heap in, and
+ * malloc_trim's share, within ANSWER_BUDGET; the rest at its next answers. */
+static void answer(struct nic_thread *t) {
+  const uint64_t ask = __atomic_exchange_n(&t->decommit_asked, 0, __ATOMIC_ACQUIRE);
+  /* Asked again while a pass goes on: pages it passed may have emptied since. */
+  t->answer_again |= ask & t->answer_pending;
+  t->answer_pending |= ask;
+  size_t budget = ANSWER_BUDGET;
+  if ((t->answer_pending & NIC_ASK_CONTROL_TRIM) && !answer_control(t, &budget)) return;
+  for (uint64_t chunks = t->answer_pending & ~NIC_ASK_CONTROL_TRIM; chunks && budget;
+       chunks &= chunks - 1)
+    if (!answer_chunk(t, (unsigned)__builtin_ctzll(chunks), &budget)) return;
 }
 
 /* mimalloc's deferred-free hook: the top of its generic allocation path, on the allocating
@@ -119,7 +173,9 @@ static void on_deferred_free(bool force, unsigned long long heartbeat, void *arg
   (void)heartbeat;
   (void)arg;
   struct nic_thread *t = &nic_self;
-  if (__builtin_expect(__atomic_load_n(&t->decommit_asked, __ATOMIC_RELAXED) == 0, 1)) return;
+  if (__builtin_expect(
+          (__atomic_load_n(&t->decommit_asked, __ATOMIC_RELAXED) | t->answer_pending) == 0, 1))
+    return;
   /* Forced calls come from collections (mi_collect(true), mimalloc's process and thread
    * teardown), not from an allocation: no answer there, at exit least of all. */
   if (force) return;

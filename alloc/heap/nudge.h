@@ -23,7 +23,10 @@
  * (nudge.c) is the same as nic_collect's for that chunk: a normal collect of the thread's heap
  * there, the forced decommit of its own segments, and the free 4 KiB pages inside its pages
  * still in use given back (sub_pages.h), which after a shrink at random is most of what can go:
- * a chunk whose gap is such fragmentation gives it back at its first nudge. A thread that never
+ * a chunk whose gap is such fragmentation gives it back at its first nudge. That pass reads the
+ * free lists of every page, 100 ms over a heap of a million free blocks, inside an allocation of
+ * the program's: so one answer reads at most a fixed number of list blocks (nudge.c), and the
+ * pass goes on where it stopped at the thread's next answers. A thread that never
  * allocates again is not reached: its spans stay committed until it exits (mimalloc then abandons
  * its segments and the reaper's abandoned visits free the empty ones) or calls nic_collect. */
 #ifndef NIC_NUDGE_H

@@ -123,9 +123,10 @@ static const struct nic_sub_pages_area dataplane = {
     .end = nic_chunks_unlock,
 };
 
-size_t nic_sub_pages_drop_owned(unsigned index) {
+size_t nic_sub_pages_drop_owned(unsigned index, struct nic_sub_pages_cursor *cursor) {
   if (__atomic_load_n(&refused, __ATOMIC_RELAXED)) return 0;
-  return nic_mi_each_owned_segment(index, nic_sub_pages_pass_segment, (void *)&dataplane);
+  struct nic_sub_pages_walk walk = {&dataplane, cursor};
+  return nic_mi_each_owned_segment(index, nic_sub_pages_pass_segment, &walk);
 }
 
 static bool page_held(uintptr_t a) {

@@ -18,9 +18,12 @@
 #include <stdbool.h>
 #include <stddef.h>
 
+struct nic_sub_pages_cursor;
+
 /* On the owner thread, between two of mimalloc's calls: gives back the 4 KiB pages only free
- * blocks cover in its pages of chunk index. Returns the bytes given back. */
-size_t nic_sub_pages_drop_owned(unsigned index);
+ * blocks cover in its pages of chunk index, all of them, or with a cursor (sub_pages_scan.h) as
+ * far as its budget goes. Returns the bytes given back. */
+size_t nic_sub_pages_drop_owned(unsigned index, struct nic_sub_pages_cursor *cursor);
 
 /* p (in a mapped dataplane chunk, a slice with NIC_DP_SLICE_SUBPAGE) is a block held back here:
  * freed. Never faults. Out of line: only frees in such slices ask. */

@@ -86,9 +86,9 @@ static uintptr_t relink(const struct nic_mi_page *v, uintptr_t head, const uint6
 }
 
 /* One mimalloc page of an owned segment, at header, its span starting at span, marked or
- * claimed; *mark set when the page is to carry the mark. */
+ * claimed; *mark set when the page is to carry the mark, *read to the list blocks read. */
 static size_t scan_page(const struct nic_sub_pages_area *area, uintptr_t header, uintptr_t span,
-                        bool *mark) {
+                        bool *mark, size_t *read) {
   const uintptr_t sizes = word_at(header + NIC_MI_PAGE_USED);
   const uint32_t used = (uint32_t)sizes, xblock_size = (uint32_t)(sizes >> 32);
   /* A free span, a page mimalloc will free once collected (none used), or a huge block. */
@@ -102,9 +102,9 @@ static size_t scan_page(const struct nic_sub_pages_area *area, uintptr_t header,
   size_t count = 0;
   const uintptr_t head = word_at(header + NIC_MI_PAGE_FREE);
   const uintptr_t local = word_at(header + NIC_MI_PAGE_LOCAL_FREE);
-  if (!gather(&v, head, free, &count) || !gather(&v, local, free, &count) ||
-      count + used > v.capacity)
-    return 0;
+  const bool gathered = gather(&v, head, free, &count) && gather(&v, local, free, &count);
+  *read = count;
+  if (!gathered || count + used > v.capacity) return 0;
   /* The 4 KiB pages wholly inside the page's blocks and covered by free ones only. */
   const uintptr_t lo = (v.start + NIC_PAGE_SIZE - 1) & ~(NIC_PAGE_SIZE - 1);
   const uintptr_t hi = v.end & ~(NIC_PAGE_SIZE - 1);
@@ -147,6 +147,7 @@ static size_t scan_page(const struct nic_sub_pages_area *area, uintptr_t header,
   }
   word_set(header + NIC_MI_PAGE_FREE, relink(&v, head, free));
   word_set(header + NIC_MI_PAGE_LOCAL_FREE, relink(&v, local, free));
+  *read += count; /* the lists read again */
   __atomic_store_n((uintptr_t *)(header + NIC_MI_PAGE_PADDING), mark_of(header), __ATOMIC_RELEASE);
   const size_t bytes = area->drop(lo, drop, pages);
   area->end();
@@ -154,7 +155,7 @@ static size_t scan_page(const struct nic_sub_pages_area *area, uintptr_t header,
 }
 
 static size_t pass_page(const struct nic_sub_pages_area *area, uintptr_t header, uintptr_t span,
-                        size_t span_len) {
+                        size_t span_len, size_t *read) {
   /* A page without the mark holds nothing back: what the map says there is from a page mimalloc
    * freed since (it zeroes the mark then) and is stale. */
   const bool marked = word_at(header + NIC_MI_PAGE_PADDING) == mark_of(header);
@@ -163,22 +164,34 @@ static size_t pass_page(const struct nic_sub_pages_area *area, uintptr_t header,
     area->forget(header, span, span_len);
   }
   bool mark = false;
-  const size_t bytes = scan_page(area, header, span, &mark);
+  const size_t bytes = scan_page(area, header, span, &mark, read);
   if (!marked && !mark) unclaim(header);
   return bytes;
 }
 
 /* Each span of an owned segment, from its first slice (spans tile the segment). */
-size_t nic_sub_pages_pass_segment(uintptr_t segment, void *area) {
+size_t nic_sub_pages_pass_segment(uintptr_t segment, void *walk) {
+  const struct nic_sub_pages_area *area = ((struct nic_sub_pages_walk *)walk)->area;
+  struct nic_sub_pages_cursor *c = ((struct nic_sub_pages_walk *)walk)->cursor;
+  /* The walk of the segments goes on to the end (it reads one header each): nothing more. */
+  if (c && (c->stopped || segment + NIC_MI_SEGMENT_SIZE <= c->next)) return 0;
   const uintptr_t entries = word_at(segment + NIC_MI_SEG_SLICE_ENTRIES);
   size_t bytes = 0;
   for (uintptr_t i = 0; i < entries;) {
     const uintptr_t header = segment + NIC_MI_SEG_SLICES + i * NIC_MI_PAGE_HEADER;
     const uint32_t span = (uint32_t)word_at(header + NIC_MI_PAGE_SLICE_COUNT);
     if (span == 0) break; /* not a span start: not 2.0.9's tiling */
-    if (i > 0)
-      bytes += pass_page(area, header, segment + (i << NIC_MI_SLICE_SHIFT),
-                         (size_t)span << NIC_MI_SLICE_SHIFT);
+    const uintptr_t start = segment + (i << NIC_MI_SLICE_SHIFT);
+    if (i > 0 && (!c || start >= c->next)) {
+      if (c && !c->budget) {
+        c->next = start;
+        c->stopped = true;
+        return bytes;
+      }
+      size_t read = 0;
+      bytes += pass_page(area, header, start, (size_t)span << NIC_MI_SLICE_SHIFT, &read);
+      if (c) c->budget -= read + 1 < c->budget ? read + 1 : c->budget;
+    }
     i += span;
   }
   return bytes;

@@ -35,9 +35,24 @@ struct nic_sub_pages_area {
   void (*end)(void);
 };
 
-/* For nic_mi_each_owned_segment*: each span of an owned segment, area the struct above. Returns
+/* A pass spread over several calls: where it goes on, and how much one call may read. A pass
+ * run for another thread's sake (the nudge's answers, malloc_trim's asks: nudge.c) runs inside
+ * one of the program's own allocations, and reading every free list of a large heap took
+ * 100 ms there. */
+struct nic_sub_pages_cursor {
+  uintptr_t next; /* the span to go on from (0: the first); later spans only */
+  size_t budget;  /* free-list blocks the call may still read; a page is read whole */
+  bool stopped;   /* set when the budget ran out: next is where */
+};
+
+struct nic_sub_pages_walk {
+  const struct nic_sub_pages_area *area;
+  struct nic_sub_pages_cursor *cursor; /* NULL: the whole pass at once */
+};
+
+/* For nic_mi_each_owned_segment*: each span of an owned segment, walk the struct above. Returns
  * the bytes given back. On the owner thread, between two of mimalloc's calls. */
-size_t nic_sub_pages_pass_segment(uintptr_t segment, void *area);
+size_t nic_sub_pages_pass_segment(uintptr_t segment, void *walk);
 
 struct nic_mi_page;
 /* The page holding p, found as mimalloc's free finds it (mi_free_lists.h): 1 if it carries the

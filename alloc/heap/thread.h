@@ -68,6 +68,11 @@ struct nic_thread {
    * its segments there, and NIC_ASK_CONTROL_TRIM (nudge.h): set by the reaper or malloc_trim,
    * taken by the thread. */
   uint64_t decommit_asked;
+  /* Answers their budget cut short (nudge.c), on this thread only: the areas (bits as above)
+   * whose pass goes on at its next answer, those asked again meanwhile (a pass from the start
+   * follows), and where the passes stand: the control arena's, and the lowest pending chunk's. */
+  uint64_t answer_pending, answer_again;
+  uintptr_t control_next, dataplane_next;
   struct nic_thread *next, *prev;
 };
 

@@ -26,6 +26,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/mman.h>
+#include <time.h>
 #include <unistd.h>
 
 enum { BLOCKS = 32768 };
@@ -236,14 +237,28 @@ static int abandon_mode(void) {
 }
 
 /* "others": the blocks are another thread's, which waits while the main thread trims, then
- * allocates once off mimalloc's fast path (a size it has not used yet). */
+ * allocates off mimalloc's fast path (a block above its small sizes: each one runs the hook that
+ * answers) until a first answer gave pages back (with dataplane blocks the reaper asks, after
+ * the purge delay), then until its answers are done. */
+enum { ANSWERS_MAX = 256 };
 static pthread_barrier_t step;
 static void *other_thread(void *arg) {
   (void)arg;
   fill_and_free();
   pthread_barrier_wait(&step); /* filled */
   pthread_barrier_wait(&step); /* trimmed */
-  free(block(3000));
+  struct timespec start, now;
+  clock_gettime(CLOCK_MONOTONIC, &start);
+  long first = 0;
+  for (long waited_ms = 0; !first && waited_ms < 20000; usleep(1000)) { /* a bound only */
+    free(block(3000));
+    first = gone_pages();
+    clock_gettime(CLOCK_MONOTONIC, &now);
+    waited_ms = (now.tv_sec - start.tv_sec) * 1000 + (now.tv_nsec - start.tv_nsec) / 1000000;
+  }
+  printf("first_answer_gone_pages=%ld\n", first);
+  for (int i = 1; i < ANSWERS_MAX; i++)
+    free(block(3000));
   pthread_barrier_wait(&step); /* answered */
   pthread_barrier_wait(&step); /* looked at */
   return NULL;
