@@ -66,12 +66,17 @@ static size_t drop_runs(uintptr_t lo, const uint64_t *drop, size_t pages) {
   return bytes;
 }
 
+static bool page_held(uintptr_t a) {
+  return nic_commit_map_held(a);
+}
+
 static const struct nic_sub_pages_area control = {
     .forget = forget_stale,
     .begin = begin_pass,
     .hold = hold_page,
     .drop = drop_runs,
     .end = end_pass,
+    .held = page_held,
 };
 
 size_t nic_control_sub_pages_drop_owned(struct nic_sub_pages_cursor *cursor) {
@@ -83,10 +88,6 @@ size_t nic_control_sub_pages_drop_owned(struct nic_sub_pages_cursor *cursor) {
 size_t nic_control_trim_owned(void) {
   nic_mi_decommit_owned_control();
   return nic_control_sub_pages_drop_owned(NULL);
-}
-
-static bool page_held(uintptr_t a) {
-  return nic_commit_map_held(a);
 }
 
 bool nic_control_sub_pages_held_back(const void *p) {

@@ -115,22 +115,23 @@ static bool hold_page(uintptr_t a, uintptr_t from, uintptr_t to) {
   return true;
 }
 
+static bool page_held(uintptr_t a) {
+  return held_test(page_bit(a));
+}
+
 static const struct nic_sub_pages_area dataplane = {
     .forget = forget_stale,
     .begin = begin_locked,
     .hold = hold_page,
     .drop = drop_runs,
     .end = nic_chunks_unlock,
+    .held = page_held,
 };
 
 size_t nic_sub_pages_drop_owned(unsigned index, struct nic_sub_pages_cursor *cursor) {
   if (__atomic_load_n(&refused, __ATOMIC_RELAXED)) return 0;
   struct nic_sub_pages_walk walk = {&dataplane, cursor};
   return nic_mi_each_owned_segment(index, nic_sub_pages_pass_segment, &walk);
-}
-
-static bool page_held(uintptr_t a) {
-  return held_test(page_bit(a));
 }
 
 bool nic_sub_pages_held_back(const void *p) {

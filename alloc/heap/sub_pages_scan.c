@@ -48,13 +48,6 @@ static void unclaim(uintptr_t header) {
                               __ATOMIC_RELEASE, __ATOMIC_RELAXED);
 }
 
-/* Whether bits first..last are all set. */
-static bool bits_all(const uint64_t *bits, size_t first, size_t last) {
-  for (size_t i = first; i <= last; i++)
-    if (!nic_bit_test(bits, i)) return false;
-  return true;
-}
-
 /* Marks in free the blocks on the list from head; false if the list is not what 2.0.9 keeps
  * (a block outside the page or off its grid, seen twice, or more of them than the page holds). */
 static bool gather(const struct nic_mi_page *v, uintptr_t head, uint64_t *free, size_t *count) {
@@ -85,10 +78,31 @@ static uintptr_t relink(const struct nic_mi_page *v, uintptr_t head, const uint6
   return first;
 }
 
-/* One mimalloc page of an owned segment, at header, its span starting at span, marked or
- * claimed; *mark set when the page is to carry the mark, *read to the list blocks read. */
+/* Whether block b of v lies on one of the 4 KiB pages of [lo, lo + pages * 4 KiB) set in gone. */
+static bool on_gone_page(const struct nic_mi_page *v, size_t b, uintptr_t lo, const uint64_t *gone,
+                         size_t pages) {
+  const uintptr_t start = v->start + b * v->block_size, end = start + v->block_size;
+  for (uintptr_t a = start & ~(uintptr_t)(NIC_PAGE_SIZE - 1); a < end; a += NIC_PAGE_SIZE)
+    if (a >= lo && ((a - lo) >> NIC_PAGE_SHIFT) < pages &&
+        nic_bit_test(gone, (a - lo) >> NIC_PAGE_SHIFT))
+      return true;
+  return false;
+}
+
+/* Whether blocks first..last are all free: on the lists (free) or held back with a page an
+ * earlier pass gave back (gone, when the page carries the mark). */
+static bool blocks_free(const struct nic_mi_page *v, size_t first, size_t last,
+                        const uint64_t *free, uintptr_t lo, const uint64_t *gone, size_t pages) {
+  for (size_t b = first; b <= last; b++)
+    if (!nic_bit_test(free, b) && !(gone && on_gone_page(v, b, lo, gone, pages))) return false;
+  return true;
+}
+
+/* One mimalloc page of an owned segment, at header, its span starting at span, marked (pages
+ * given back there before) or claimed; *mark set when the page is to carry the mark, *read to
+ * the list blocks read. */
 static size_t scan_page(const struct nic_sub_pages_area *area, uintptr_t header, uintptr_t span,
-                        bool *mark, size_t *read) {
+                        bool marked, bool *mark, size_t *read) {
   const uintptr_t sizes = word_at(header + NIC_MI_PAGE_USED);
   const uint32_t used = (uint32_t)sizes, xblock_size = (uint32_t)(sizes >> 32);
   /* A free span, a page mimalloc will free once collected (none used), or a huge block. */
@@ -111,14 +125,24 @@ static size_t scan_page(const struct nic_sub_pages_area *area, uintptr_t header,
   if (hi <= lo) return 0;
   const size_t pages = (hi - lo) >> NIC_PAGE_SHIFT;
   if (pages > MAX_PAGES) return 0;
-  uint64_t drop[MAX_PAGES / 64];
+  uint64_t drop[MAX_PAGES / 64], gone[MAX_PAGES / 64];
   memset(drop, 0, (pages + 63) / 64 * sizeof drop[0]);
+  /* The blocks over pages given back earlier are on no list, and free all the same: without
+   * them a page beside one given back could never go, whatever was freed on it since. */
+  bool any_gone = false;
+  if (marked) {
+    memset(gone, 0, (pages + 63) / 64 * sizeof gone[0]);
+    for (size_t i = 0; i < pages; i++)
+      if (area->held(lo + (i << NIC_PAGE_SHIFT))) gone[i >> 6] |= 1ull << (i & 63), any_gone = true;
+  }
   bool any = false;
   for (size_t i = 0; i < pages; i++) {
     const uintptr_t a = lo + (i << NIC_PAGE_SHIFT);
     const size_t first = (a - v.start) / v.block_size;
     const size_t last = (a + NIC_PAGE_SIZE - 1 - v.start) / v.block_size;
-    if (bits_all(free, first, last)) drop[i >> 6] |= 1ull << (i & 63), any = true;
+    if (any_gone && nic_bit_test(gone, i)) continue;
+    if (blocks_free(&v, first, last, free, lo, any_gone ? gone : NULL, pages))
+      drop[i >> 6] |= 1ull << (i & 63), any = true;
   }
   if (!any) return 0;
   /* Before the area's lock (the dataplane's chunk lock): the watchers' locks come before it. */
@@ -164,7 +188,7 @@ static size_t pass_page(const struct nic_sub_pages_area *area, uintptr_t header,
     area->forget(header, span, span_len);
   }
   bool mark = false;
-  const size_t bytes = scan_page(area, header, span, &mark, read);
+  const size_t bytes = scan_page(area, header, span, marked, &mark, read);
   if (!marked && !mark) unclaim(header);
   return bytes;
 }

@@ -33,6 +33,8 @@ struct nic_sub_pages_area {
    * dropped. */
   size_t (*drop)(uintptr_t lo, const uint64_t *drop, size_t pages);
   void (*end)(void);
+  /* The 4 KiB page at a was given back by an earlier pass over a page that carries the mark. */
+  bool (*held)(uintptr_t a);
 };
 
 /* A pass spread over several calls: where it goes on, and how much one call may read. A pass

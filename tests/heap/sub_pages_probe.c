@@ -9,10 +9,11 @@
  * "double" frees twice a block whose pages went back and one that only overlaps such a page
  * (its first bytes, and its key, still in memory); "held" registers the step after the drop
  * (run with a backend that holds page references), then frees half the live blocks and
- * collects again; "abandon" does the allocations and the
- * shrink on a thread that then exits, and the main thread goes on with its segments.
- * "others" fills and frees on another thread, which allocates once more only after the main
- * thread collected; "asked" has a thread trim after another thread's trim asked it to. "control"
+ * collects again; "beside" then frees every other live block and collects again; "abandon" does the
+ * allocations and the shrink on a thread that then exits, and the main thread goes on with its
+ * segments. "others" fills and frees on another thread, which allocates once more only after the
+ * main thread collected; "again" has it free more behind its first answer's pass and the main
+ * thread trim again; "asked" has a thread trim after another thread's trim asked it to. "control"
  * as a further word: the same with control blocks (malloc) and
  * malloc_trim. */
 #define _GNU_SOURCE
@@ -236,6 +237,30 @@ static int abandon_mode(void) {
   return 0;
 }
 
+/* Every other live block, freed after the first pass gave back the pages around it. */
+static int freed_later(int i) {
+  return kept(i) && (i / KEEP_EVERY) % 2;
+}
+
+/* "beside": after the collect, every other live block is freed and the heap collected again:
+ * the pages under those blocks go, though the blocks beside them were held back with the pages
+ * the first collect gave back. */
+static int beside_mode(void) {
+  long freed = 0, gone = 0;
+  for (int i = 0; i < COUNT; i++)
+    if (freed_later(i)) free(b[i]), freed++;
+  collect();
+  int ok = 1;
+  for (int i = 0; i < COUNT; i++) {
+    if (freed_later(i)) gone += !resident(b[i]);
+    for (int k = 0; kept(i) && !freed_later(i) && k < SIZE; k++)
+      ok &= b[i][k] == pattern(i);
+  }
+  print("beside");
+  printf("freed_beside=%ld\nfreed_beside_gone=%ld\nbeside_intact=%d\n", freed, gone, ok);
+  return 0;
+}
+
 /* "others": the blocks are another thread's, which waits while the main thread trims, then
  * allocates off mimalloc's fast path (a block above its small sizes: each one runs the hook that
  * answers) until a first answer gave pages back (with dataplane blocks the reaper asks, after
@@ -280,6 +305,52 @@ static int others_mode(void) {
   return pthread_join(t, NULL) != 0;
 }
 
+/* "again": as "others" with control blocks, but once the other thread's first answer is made it
+ * frees half of its live blocks in the first eighth of the fill (pages that answer's pass has
+ * gone past) and the main thread trims again: those pages must go too, by a pass from the start
+ * after the one under way. */
+enum { AGAIN_SPAN = BLOCKS / 8 };
+static int freed_again(int i) {
+  return i < AGAIN_SPAN && freed_later(i);
+}
+static void *again_thread(void *arg) {
+  (void)arg;
+  fill_and_free();
+  pthread_barrier_wait(&step); /* filled */
+  pthread_barrier_wait(&step); /* trimmed */
+  free(block(3000));
+  for (int i = 0; i < AGAIN_SPAN; i++)
+    if (freed_again(i)) free(b[i]);
+  pthread_barrier_wait(&step); /* answered once, freed more */
+  pthread_barrier_wait(&step); /* trimmed again */
+  for (int i = 0; i < ANSWERS_MAX; i++)
+    free(block(3000));
+  pthread_barrier_wait(&step); /* answered */
+  return NULL;
+}
+
+static int again_mode(void) {
+  pthread_t t;
+  pthread_barrier_init(&step, NULL, 2);
+  if (pthread_create(&t, NULL, again_thread, NULL)) return 1;
+  pthread_barrier_wait(&step);
+  collect();
+  pthread_barrier_wait(&step);
+  pthread_barrier_wait(&step);
+  long freed = 0, before = 0;
+  for (int i = 0; i < AGAIN_SPAN; i++)
+    if (freed_again(i)) freed++, before += !resident(b[i]);
+  collect();
+  pthread_barrier_wait(&step);
+  pthread_barrier_wait(&step);
+  long after = 0;
+  for (int i = 0; i < AGAIN_SPAN; i++)
+    after += freed_again(i) && !resident(b[i]);
+  printf("freed_again=%ld\nfreed_again_gone_before=%ld\nfreed_again_gone=%ld\n", freed, before,
+         after);
+  return pthread_join(t, NULL) != 0;
+}
+
 /* "asked": another thread trims, which asks this one for its control pages; this one then trims
  * too, and its own collect meets the question first. A deadlock becomes SIGALRM. */
 static void *asked_thread(void *arg) {
@@ -310,6 +381,7 @@ int main(int argc, char **argv) {
   }
   if (!strcmp(mode, "others")) return others_mode();
   if (!strcmp(mode, "asked")) return asked_mode();
+  if (!strcmp(mode, "again")) return again_mode();
   if (!strcmp(mode, "abandon")) {
     pthread_t t;
     if (pthread_create(&t, NULL, shrink_thread, NULL) || pthread_join(t, NULL)) return 1;
@@ -318,5 +390,6 @@ int main(int argc, char **argv) {
   fill_and_shrink();
   if (!strcmp(mode, "double")) return double_mode();
   if (!strcmp(mode, "held")) return held_mode();
+  if (!strcmp(mode, "beside")) return beside_mode();
   return shrink_mode();
 }
