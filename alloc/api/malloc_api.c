@@ -172,7 +172,7 @@ NIC_EXPORT int malloc_trim(size_t pad) {
   nic_collect_abandoned();
   nic_control_trim_owned();
   nic_late_decommit_run(true); /* the visits' decommits too, now */
-  nic_nudge_ask_control_trim();
+  nic_nudge_ask_trim();
   nic_get_stats(&after);
   return after.huge_purged > before.huge_purged || after.chunks_released > before.chunks_released ||
          after.control_resident < before.control_resident;

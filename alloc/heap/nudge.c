@@ -85,15 +85,20 @@ void nic_nudge_pass(const int64_t live[NIC_CHUNK_SLOTS], uint64_t now_ms) {
   nic_threads_ask_decommit(ask);
 }
 
-void nic_nudge_ask_control_trim(void) {
+void nic_nudge_ask_trim(void) {
   nic_nudge_install(); /* a program that never used the dataplane has no hook yet */
-  nic_threads_ask_decommit(NIC_ASK_CONTROL_TRIM);
-  /* This thread's own pass was just made whole (nic_control_trim_owned). */
+  uint64_t ask = NIC_ASK_CONTROL_TRIM;
+  const unsigned slots = nic_chunk_slots_used();
+  for (unsigned i = 0; i < slots; i++)
+    if (__atomic_load_n(&nic_chunk_at(i)->state, __ATOMIC_ACQUIRE) == NIC_CHUNK_LIVE)
+      ask |= 1ull << i;
+  nic_threads_ask_decommit(ask);
+  /* This thread's own passes were just made whole (nic_collect, nic_control_trim_owned). */
   struct nic_thread *t = &nic_self;
-  __atomic_fetch_and(&t->decommit_asked, ~NIC_ASK_CONTROL_TRIM, __ATOMIC_RELAXED);
-  t->answer_pending &= ~NIC_ASK_CONTROL_TRIM;
-  t->answer_again &= ~NIC_ASK_CONTROL_TRIM;
-  t->control_next = 0;
+  __atomic_fetch_and(&t->decommit_asked, ~ask, __ATOMIC_RELAXED);
+  t->answer_pending &= ~ask;
+  t->answer_again &= ~ask;
+  t->control_next = t->dataplane_next = 0;
 }
 
 /* The area's pass came to its end: done, or once more from the start if asked meanwhile. */

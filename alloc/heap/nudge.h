@@ -38,14 +38,16 @@
 
 /* The same hook carries malloc_trim's request to every other thread: decommit what mimalloc only
  * marked in the thread's control segments and give back the free 4 KiB pages inside its control
- * pages in use (control_sub_pages.h), which only the owner may do. A thread answers at its next
- * allocation that leaves mimalloc's fast path, as it answers the reaper. */
+ * pages in use (control_sub_pages.h), which only the owner may do; and in every live chunk what
+ * nic_collect does there, as the reaper's nudge asks (without its wait: the program asked). A
+ * thread answers at its next allocations that leave mimalloc's fast path, as it answers the
+ * reaper. */
 #define NIC_ASK_CONTROL_TRIM ((uint64_t)1 << 63)
 _Static_assert(NIC_CHUNK_SLOTS < 63, "the control trim's bit is above every chunk's");
 
-/* malloc_trim, after its own thread's share (nic_control_trim_owned): asks the other threads
- * for theirs. */
-void nic_nudge_ask_control_trim(void);
+/* malloc_trim, after its own thread's share (nic_collect, nic_control_trim_owned): asks the
+ * other threads for theirs. */
+void nic_nudge_ask_trim(void);
 
 /* Hands mimalloc the hook (once; the dataplane's first use, with the reaper). */
 void nic_nudge_install(void);

@@ -14,8 +14,8 @@
  * segments. "others" fills and frees on another thread, which allocates once more only after the
  * main thread collected; "again" has it free more behind its first answer's pass and the main
  * thread trim again; "asked" has a thread trim after another thread's trim asked it to. "control"
- * as a further word: the same with control blocks (malloc) and
- * malloc_trim. */
+ * as a further word: the same with control blocks (malloc) and malloc_trim; "trim": dataplane
+ * blocks and malloc_trim. */
 #define _GNU_SOURCE
 #include "nicmalloc.h"
 #include "proc_kb.h"
@@ -40,8 +40,9 @@ static char *b[BLOCKS];
 static void *block(size_t size) {
   return CONTROL ? malloc(size) : nic_malloc(size);
 }
+static int TRIM; /* "trim": malloc_trim for dataplane blocks too */
 static void collect(void) {
-  if (CONTROL)
+  if (CONTROL || TRIM)
     malloc_trim(0);
   else
     nic_collect();
@@ -378,6 +379,7 @@ int main(int argc, char **argv) {
   for (int i = 2; i < argc; i++) {
     if (!strcmp(argv[i], "medium")) SIZE = 20000, KEEP_EVERY = 8, COUNT = 1600;
     if (!strcmp(argv[i], "control")) CONTROL = 1;
+    if (!strcmp(argv[i], "trim")) TRIM = 1;
   }
   if (!strcmp(mode, "others")) return others_mode();
   if (!strcmp(mode, "asked")) return asked_mode();

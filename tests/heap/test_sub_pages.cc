@@ -231,6 +231,16 @@ TEST(SubPages, TheNudgeReachesTheDataplanePagesOfAnotherThreadInBoundedAnswers) 
   EXPECT_LE(r.num("answered_pinned"), r.num("full_pinned") - 4 * kMiB) << r.out;
 }
 
+// malloc_trim asks every thread for its dataplane pages too, as nic_collect gives back the
+// caller's: no wait for the reaper's nudge (its purge delay outlasts the test here). Before,
+// malloc_trim asked for control pages only, and the other thread's dataplane pages stayed.
+TEST(SubPages, MallocTrimReachesTheDataplanePagesOfAnotherThread) {
+  auto r = run_probe(env("sim"), {"others", "trim"});
+  ASSERT_EQ(r.exit_code, 0) << r.out << r.err;
+  expect_answered_in_steps(r);
+  EXPECT_LE(r.num("answered_pinned"), r.num("full_pinned") - 4 * kMiB) << r.out;
+}
+
 // A thread another thread's malloc_trim asked for its control pages answers inside mimalloc's
 // collect of its own malloc_trim: the answer takes no lock the trim holds (it once took the
 // abandoned visits' lock again, and the thread waited for itself).
