@@ -18,6 +18,7 @@
 #include "pagecount.h"
 #include "pressure.h"
 #include "rcache.h"
+#include "readable.h"
 #include "receive.h"
 #include "safety.h"
 #include "thread.h"
@@ -118,6 +119,29 @@ static void completed(void *arg, int status) {
   nic_fence_completion_end();
 }
 
+/* Entries of the default backend's cache whose region went stale since nic_sga_add: pages it
+ * covers were unmapped, remapped or dropped, and the registration holds pages the process no
+ * longer has there. Each is registered anew where its memory still is (the region may be larger
+ * than the entry and have gone stale elsewhere); 0, or the index + 1 of one whose memory is gone
+ * (-EFAULT), or the registration's error in *err. A stale registration never reaches the NIC. */
+__attribute__((noinline)) static uint32_t renew_stale(struct nic_sga *sga, int *err) {
+  struct nic_rcache *cache = nic_rcache_process();
+  for (uint32_t i = 0; i < sga->count; i++) {
+    struct nic_sga_entry *e = &sga->entry[i];
+    if (!e->cache_slot || nic_rcache_region_current(cache, e->cache_slot)) continue;
+    struct nic_region_ref ref;
+    *err = nic_range_readable(e->addr, e->len) ? nic_register(e->addr, e->len, NIC_REG_LOCAL, &ref)
+                                               : -EFAULT;
+    if (*err) return i + 1;
+    nic_rcache_release_own(e->cache_slot);
+    e->lkey = ref.lkey;
+    e->handle = ref.backend_handle;
+    e->cache_slot = ref.kind == NIC_REGION_CACHED ? ref.cache_slot : 0;
+    e->kind = ref.kind;
+  }
+  return 0;
+}
+
 NIC_EXPORT int nic_sga_post(struct nic_sga *sga, struct nic_endpoint *ep, nic_sga_done_fn done,
                             void *arg) {
   struct nic_backend *const d = nic_backend_active(), *b = d ? nic_ep_backend_of(ep) : NULL;
@@ -141,12 +165,27 @@ NIC_EXPORT int nic_sga_post(struct nic_sga *sga, struct nic_endpoint *ep, nic_sg
   /* The message and the backend's own bookkeeping are control memory. Completions (and the
    * program's callbacks) come from nic_poll or the backend's thread, never from inside here. */
   NIC_INTERNAL_SCOPE();
+  int rc = 0;
+  const uint32_t stale = b == d ? renew_stale(sga, &rc) : 0; /* b's own: resolve_for below */
+  if (stale) {
+    if (rc == -EFAULT)
+      nic_api_error(sga,
+                    "nic_sga_post: the memory of entry %u (%p, %u bytes) was unmapped since "
+                    "nic_sga_add; nothing posted",
+                    stale - 1, sga->entry[stale - 1].addr, sga->entry[stale - 1].len);
+    else
+      nic_api_error_by(sga, rc, 0,
+                       "nic_sga_post: entry %u (%p) cannot be registered anew after its pages "
+                       "changed (%s); nothing posted",
+                       stale - 1, sga->entry[stale - 1].addr, strerror(-rc));
+    return rc;
+  }
   const uint32_t n = sga->count;
   struct message *m = malloc(sizeof *m + n * sizeof *m->entry);
   if (!m) return -ENOMEM;
   *m = (struct message){.done = done, .arg = arg, .bounce = sga->bounce, .n = n};
   memcpy(m->entry, sga->entry, n * sizeof *m->entry);
-  int rc = b == d ? 0 : resolve_for(b, m);
+  rc = b == d ? 0 : resolve_for(b, m);
   if (rc) {
     free(m);
     nic_api_error_by(sga, rc, 0,

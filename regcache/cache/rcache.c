@@ -474,6 +474,10 @@ int nic_rcache_release_checked(struct nic_rcache *c, uint32_t slot) {
   return rc;
 }
 
+bool nic_rcache_region_current(const struct nic_rcache *c, uint32_t slot) {
+  return __atomic_load_n(&c->pool[slot].valid, __ATOMIC_ACQUIRE) != 0;
+}
+
 static void invalidate_one_locked(struct nic_rcache *c, uintptr_t start, uintptr_t end) {
   retry_busy_locked(c);
   unsigned n = invalidate_range_locked(c, start, end);

@@ -90,6 +90,11 @@ void nic_rcache_release_own_in(struct nic_rcache *c, uint32_t slot);
 int nic_rcache_find(struct nic_rcache *c, const void *p, size_t len, unsigned access,
                     struct nic_rcache_ref *out);
 
+/* Whether the region at slot, which the caller holds a reference to, still describes the memory
+ * it was registered over: false once pages it covers were unmapped, remapped or dropped (the
+ * registration then holds pages the process no longer has there). */
+bool nic_rcache_region_current(const struct nic_rcache *c, uint32_t slot);
+
 /* Drops the cached regions overlapping [start, start+len) from every cache: the pages left. */
 void nic_rcache_invalidate(uintptr_t start, size_t len);
 /* Deregisters the regions the backend refused as busy (a post naming them was in flight) when

@@ -264,6 +264,45 @@ TEST_F(Sga, AMergeOfAnEntryWhoseMemoryWasUnmappedSinceItsAddIsRefused) {
   free(arena);
 }
 
+// The program unmapped an entry's memory between nic_sga_add and the post (its use after free):
+// the entry's cached registration still held the old pages, and the post handed that stale
+// registration to the NIC. The post is refused instead, the array left as it was.
+TEST_F(Sga, APostOfAnEntryWhoseMemoryWasUnmappedSinceItsAddIsRefused) {
+  char *gone = static_cast<char *>(
+      mmap(nullptr, 3 * 4096, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0));
+  ASSERT_NE(gone, MAP_FAILED);
+  memset(gone, 'g', 3 * 4096);
+  ASSERT_EQ(nic_sga_add(&sga, gone + 100, 5000), 0);
+  ASSERT_EQ(sga.entry[0].kind, static_cast<uint32_t>(NIC_REGION_CACHED));
+  ASSERT_EQ(munmap(gone, 3 * 4096), 0);
+  const nic_sga before = sga;
+  testing::internal::CaptureStderr();
+  EXPECT_EQ(nic_sga_post(&sga, ep, OnDone, nullptr), -EFAULT);
+  const std::string err = testing::internal::GetCapturedStderr();
+  EXPECT_NE(err.find("unmapped"), std::string::npos) << err;
+  EXPECT_EQ(memcmp(&before, &sga, sizeof sga), 0);
+}
+
+// A cached region larger than the entry, shared with an earlier registration, goes stale when
+// other pages of it are unmapped: the entry's own memory is still there, so it is registered
+// anew at the post and its bytes arrive.
+TEST_F(Sga, AnEntryWhoseSharedRegionWentStaleElsewhereIsRegisteredAnewAtThePost) {
+  const size_t page = 4096;
+  char *m = static_cast<char *>(
+      mmap(nullptr, 10 * page, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0));
+  ASSERT_NE(m, MAP_FAILED);
+  memset(m, 'r', 10 * page);
+  nic_region_ref whole;
+  ASSERT_EQ(nic_register(m, 10 * page, NIC_REG_LOCAL, &whole), 0);
+  nic_unregister(&whole); // let go; the region stays cached
+  const uint64_t hits = Stats().rcache_hits;
+  ASSERT_EQ(nic_sga_add(&sga, m + 100, 2000), 0);
+  ASSERT_EQ(Stats().rcache_hits, hits + 1) << "the entry shares the 10-page region";
+  ASSERT_EQ(munmap(m + 8 * page, 2 * page), 0); // the region goes stale, the entry's page stays
+  EXPECT_EQ(PostAndReceive(), std::string(2000, 'r'));
+  EXPECT_EQ(munmap(m, 8 * page), 0);
+}
+
 // Random mixes of arena, cache, stack and short pieces arrive as one concatenation.
 TEST_F(Sga, RandomMixesArriveIntact) {
   std::mt19937 rng(11);
