@@ -1,6 +1,7 @@
-/* What the small by-hand benchmarks (first_register.c, stats_cost.c, thread_exit_cost.c) share: a
- * clock read in milliseconds and the comparison that sorts their samples for medians. Header-only
- * so that each stays one source file in bench/CMakeLists.txt. */
+/* What the small by-hand benchmarks (first_register.c, stats_cost.c, thread_exit_cost.c,
+ * trim_cost.c, trim_pause.c) share: a clock read in milliseconds and the comparison that sorts
+ * their samples for medians. Header-only so that each stays one source file in
+ * bench/CMakeLists.txt. */
 #ifndef NICMALLOC_BENCH_TIME_H
 #define NICMALLOC_BENCH_TIME_H
 

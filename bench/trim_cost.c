@@ -14,26 +14,8 @@
 #include <string.h>
 #include <time.h>
 
-static double now_ms(void) {
-  struct timespec ts;
-  clock_gettime(CLOCK_MONOTONIC, &ts);
-  return ts.tv_sec * 1e3 + ts.tv_nsec / 1e6;
-}
-
-static long rss_anon_kb(void) {
-  FILE *f = fopen("/proc/self/status", "r");
-  char line[256];
-  long kb = -1;
-  while (f && fgets(line, sizeof line, f))
-    if (!strncmp(line, "RssAnon:", 8)) kb = atol(line + 8);
-  if (f) fclose(f);
-  return kb;
-}
-
-static int cmp_double(const void *a, const void *b) {
-  const double x = *(const double *)a, y = *(const double *)b;
-  return x < y ? -1 : x > y;
-}
+#include "bench_time.h"
+#include "rss_anon.h"
 
 int main(int argc, char **argv) {
   const long count = argc > 1 ? atol(argv[1]) : 1 << 20;
@@ -45,9 +27,9 @@ int main(int argc, char **argv) {
     return 2;
   }
   free(malloc(100));
-  double t0 = now_ms();
+  double t0 = bench_ms(CLOCK_MONOTONIC);
   malloc_trim(0);
-  printf("trim in a fresh process: %.2f ms\n", now_ms() - t0);
+  printf("trim in a fresh process: %.2f ms\n", bench_ms(CLOCK_MONOTONIC) - t0);
 
   char **b = calloc((size_t)count, sizeof *b);
   if (!b) return 1;
@@ -55,21 +37,21 @@ int main(int argc, char **argv) {
     if (!(b[i] = malloc((size_t)size))) return 1;
     memset(b[i], 1, (size_t)size);
   }
-  const long full = rss_anon_kb();
+  const long full = bench_rss_anon_kb();
   srand(42);
   for (long i = 0; i < count; i++)
     if (rand() % 10) {
       free(b[i]);
       b[i] = NULL;
     }
-  const long freed = rss_anon_kb();
-  t0 = now_ms();
+  const long freed = bench_rss_anon_kb();
+  t0 = bench_ms(CLOCK_MONOTONIC);
   malloc_trim(0);
-  const double first = now_ms() - t0;
-  const long trimmed = rss_anon_kb();
-  t0 = now_ms();
+  const double first = bench_ms(CLOCK_MONOTONIC) - t0;
+  const long trimmed = bench_rss_anon_kb();
+  t0 = bench_ms(CLOCK_MONOTONIC);
   malloc_trim(0);
-  const double second = now_ms() - t0;
+  const double second = bench_ms(CLOCK_MONOTONIC) - t0;
   printf("%ld blocks of %ld bytes, 90%% freed: RssAnon %ld MiB full, %ld freed, %ld trimmed\n",
          count, size, full >> 10, freed >> 10, trimmed >> 10);
   printf("trims: first %.1f ms, second %.1f ms\n", first, second);
@@ -81,12 +63,12 @@ int main(int argc, char **argv) {
   for (int r = 0; r < rounds; r++) {
     for (long i = 0; i < count; i++)
       if (!(b[i] = malloc((size_t)size))) return 1;
-    t0 = now_ms();
+    t0 = bench_ms(CLOCK_MONOTONIC);
     for (long i = 0; i < count; i++)
       free(b[i]);
-    ns[r] = (now_ms() - t0) * 1e6 / (double)count;
+    ns[r] = (bench_ms(CLOCK_MONOTONIC) - t0) * 1e6 / (double)count;
   }
-  qsort(ns, (size_t)rounds, sizeof *ns, cmp_double);
+  bench_sort(ns, (size_t)rounds);
   printf("free after the trims: median %.1f ns (min %.1f, max %.1f, %d rounds)\n", ns[rounds / 2],
          ns[0], ns[rounds - 1], rounds);
   free(ns);

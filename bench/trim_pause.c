@@ -17,6 +17,9 @@
 #include <string.h>
 #include <time.h>
 
+#include "bench_time.h"
+#include "rss_anon.h"
+
 enum { PER_ROUND = 4096 };
 
 static long count, size, rounds;
@@ -27,21 +30,6 @@ static double now_ns(void) {
   struct timespec ts;
   clock_gettime(CLOCK_MONOTONIC, &ts);
   return ts.tv_sec * 1e9 + ts.tv_nsec;
-}
-
-static long rss_anon_kb(void) {
-  FILE *f = fopen("/proc/self/status", "r");
-  char line[256];
-  long kb = -1;
-  while (f && fgets(line, sizeof line, f))
-    if (!strncmp(line, "RssAnon:", 8)) kb = atol(line + 8);
-  if (f) fclose(f);
-  return kb;
-}
-
-static int cmp_double(const void *a, const void *b) {
-  const double x = *(const double *)a, y = *(const double *)b;
-  return x < y ? -1 : x > y;
 }
 
 static void *worker(void *arg) {
@@ -86,20 +74,20 @@ int main(int argc, char **argv) {
   pthread_barrier_init(&step, NULL, 2);
   if (pthread_create(&t, NULL, worker, NULL)) return 1;
   pthread_barrier_wait(&step);
-  const long before = rss_anon_kb();
+  const long before = bench_rss_anon_kb();
   const double t0 = now_ns();
   malloc_trim(0);
   const double trim_ms = (now_ns() - t0) / 1e6;
   pthread_barrier_wait(&step);
   if (pthread_join(t, NULL)) return 1;
-  const long after = rss_anon_kb();
+  const long after = bench_rss_anon_kb();
   double sum = 0;
   long over_ms = 0;
   for (long i = 0; i < n; i++) {
     sum += took_ns[i];
     over_ms += took_ns[i] > 1e6;
   }
-  qsort(took_ns, (size_t)n, sizeof *took_ns, cmp_double);
+  bench_sort(took_ns, (size_t)n);
   printf("%ld blocks of %ld bytes, 90%% freed on the worker; malloc_trim on main: %.1f ms\n", count,
          size, trim_ms);
   printf("worker's %ld mallocs after it: slowest %.2f ms, 99.9th percentile %.1f us, %ld over "
