@@ -442,13 +442,17 @@ int main(int argc, char **argv) {
       delete p;
   state.clear();
   state.shrink_to_fit();
+  // A free deferred behind a completion runs on the thread that completes it: into a page of a
+  // thread that has exited, it is counted live until a visit of that abandoned segment collects
+  // it (alloc/heap/dp_live.h). So the count is read again until it settles, within the bound.
   nic_stats after = NIC_STATS_INIT;
   do {
     nic_poll(0);
     nic_collect();
     nic_get_stats(&after);
-  } while ((after.deferred_pending || after.inflight_posts) && Clock::now() < settle &&
-           !usleep(1000));
+  } while ((after.deferred_pending || after.inflight_posts ||
+            after.dataplane_live != before.dataplane_live) &&
+           Clock::now() < settle && !usleep(1000));
   draining_stop = true;
   if (drain.joinable()) drain.join();
   int destroy = !strcmp(backend, "uring")  ? nic_uring_endpoint_destroy(ep)
