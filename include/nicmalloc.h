@@ -235,7 +235,8 @@ int nic_sga_add(struct nic_sga *sga, const void *p, size_t len);
  * backend (NICMALLOC_BACKEND) when added; an endpoint of another backend gets them resolved
  * again against its own here. On error (-EINVAL empty, -ENODEV, -E2BIG more entries than ep's
  * backend takes, a registration error of ep's backend, the backend's -EINVAL/-ENOMEM, -EFAULT
- * when the memory of an entry was unmapped since it was added) nothing was posted and the array
+ * when the memory of an entry was unmapped since it was added, -NIC_EFREED when the dataplane
+ * block of an entry was freed since and its step given back) nothing was posted and the array
  * holds the same ranges. An entry whose cached registration went stale meanwhile (pages of its
  * region unmapped or remapped) is registered anew first: no stale registration reaches the NIC. */
 int nic_sga_post(struct nic_sga *sga, struct nic_endpoint *ep, nic_sga_done_fn done, void *arg);

@@ -142,6 +142,25 @@ __attribute__((noinline)) static uint32_t renew_stale(struct nic_sga *sga, int *
   return 0;
 }
 
+/* Dataplane entries whose step was given back since nic_sga_add: a step goes only once nothing
+ * live is left on it, so the entry's block was freed, and its key is dead, or (the step
+ * registered again for a new block) names memory that is someone else's now. A backend that
+ * hands out the same key again (an io_uring slot) registered the same pages: nothing stale can
+ * reach the NIC then, and the post goes on. 0, or the index + 1
+ * of the first such entry. Checked before any backend sees the message, for every endpoint: the
+ * entries carry the default backend's key, and translation reads the default backend's. */
+__attribute__((noinline)) static uint32_t freed_arena_entry(const struct nic_sga *sga) {
+  for (uint32_t i = 0; i < sga->count; i++) {
+    const struct nic_sga_entry *e = &sga->entry[i];
+    struct nic_region_ref now;
+    if (e->kind != NIC_REGION_ARENA) continue;
+    if (nic_translate(e->addr, e->len, &now) != 0 || now.lkey != e->lkey ||
+        now.backend_handle != e->handle)
+      return i + 1;
+  }
+  return 0;
+}
+
 NIC_EXPORT int nic_sga_post(struct nic_sga *sga, struct nic_endpoint *ep, nic_sga_done_fn done,
                             void *arg) {
   struct nic_backend *const d = nic_backend_active(), *b = d ? nic_ep_backend_of(ep) : NULL;
@@ -165,6 +184,14 @@ NIC_EXPORT int nic_sga_post(struct nic_sga *sga, struct nic_endpoint *ep, nic_sg
   /* The message and the backend's own bookkeeping are control memory. Completions (and the
    * program's callbacks) come from nic_poll or the backend's thread, never from inside here. */
   NIC_INTERNAL_SCOPE();
+  const uint32_t freed = freed_arena_entry(sga);
+  if (freed) {
+    nic_api_error(sga,
+                  "nic_sga_post: the dataplane block of entry %u (%p, %u bytes) was freed since "
+                  "nic_sga_add (its step was given back); nothing posted",
+                  freed - 1, sga->entry[freed - 1].addr, sga->entry[freed - 1].len);
+    return -NIC_EFREED;
+  }
   int rc = 0;
   const uint32_t stale = b == d ? renew_stale(sga, &rc) : 0; /* b's own: resolve_for below */
   if (stale) {

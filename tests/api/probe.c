@@ -42,6 +42,7 @@ static const struct command {
     {"low-memlock", 3, cmd_low_memlock},
     {"low-memlock-fill", 4, cmd_low_memlock_fill},
     {"step-release", 4, cmd_step_release},
+    {"step-freed-entry", 3, cmd_step_freed_entry},
     {"step-cached", 3, cmd_step_cached},
     {"step-abandoned", 3, cmd_step_abandoned},
     {"memlock-steps", 5, cmd_memlock_steps},

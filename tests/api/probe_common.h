@@ -43,6 +43,7 @@ int cmd_aligned_dp(int argc, char **argv);
 
 int cmd_step_reads(int argc, char **argv);
 int cmd_step_release(int argc, char **argv);
+int cmd_step_freed_entry(int argc, char **argv);
 int cmd_step_cached(int argc, char **argv);
 int cmd_step_abandoned(int argc, char **argv);
 

@@ -83,6 +83,45 @@ static int step_release(int hold, unsigned wait_ms) {
   return 0;
 }
 
+/* A 20 MiB block on a step of its own is added to an array and freed before the post; once its
+ * step was given back the post is tried (the step's key is dead), then again after a new block
+ * there got the step registered anew (the key names that block). Says what each post returned,
+ * whether the array kept its entry, and what a post of the new block itself returns. */
+static int step_freed_entry(unsigned wait_ms) {
+  void *keep = nic_malloc(64);
+  const size_t big = 20u << 20;
+  char *b = nic_malloc(big);
+  struct nic_endpoint *ep = nic_sim_endpoint_create(drop_message, NULL, 0);
+  struct nic_sga sga;
+  if (!keep || !b || !ep || nic_sga_init(&sga, 0)) return 1;
+  memset(b, 1, big);
+  printf("add_rc=%d\n", nic_sga_add(&sga, b, 1 << 20));
+  free(b);
+  const uint64_t deadline = probe_now_ms() + wait_ms;
+  while (!step_given_back(b) && probe_now_ms() < deadline)
+    usleep(10000);
+  printf("given_back=%d\n", step_given_back(b));
+  printf("gone_rc=%d\nkept_after_gone=%u\n", nic_sga_post(&sga, ep, step_post_done, NULL),
+         sga.count);
+  char *c = nic_malloc(big);
+  if (!c) return 1;
+  memset(c, 2, big);
+  struct nic_region_ref ref;
+  printf("same_place=%d\nnew_key=%d\n", c == b,
+         nic_register(c, 4096, NIC_REG_LOCAL, &ref) == 0 && ref.lkey != sga.entry[0].lkey);
+  printf("reused_rc=%d\nkept_after_reused=%u\n", nic_sga_post(&sga, ep, step_post_done, NULL),
+         sga.count);
+  nic_sga_reset(&sga);
+  int rc = nic_sga_add(&sga, c, 1 << 20);
+  if (!rc) rc = nic_sga_post(&sga, ep, step_post_done, NULL);
+  while (!rc && !step_posts_done)
+    nic_poll(0);
+  printf("fresh_rc=%d\nposts_done=%d\n", rc, step_posts_done);
+  free(c);
+  free(keep);
+  return 0;
+}
+
 /* The read system calls (/proc/self/io) a dataplane step backed costs: count blocks of size
  * bytes, each on steps of its own, kept until the end. */
 static long long read_calls(void) {
@@ -190,6 +229,11 @@ int cmd_step_reads(int argc, char **argv) {
 int cmd_step_release(int argc, char **argv) {
   (void)argc;
   return step_release(atoi(argv[2]), (unsigned)atoi(argv[3]));
+}
+
+int cmd_step_freed_entry(int argc, char **argv) {
+  (void)argc;
+  return step_freed_entry((unsigned)atoi(argv[2]));
 }
 
 int cmd_step_cached(int argc, char **argv) {

@@ -14,6 +14,7 @@
 #include <utility>
 #include <vector>
 
+#include "nicmalloc.h"
 #include "probe_runner.h"
 #include "vm_modes.h"
 
@@ -249,6 +250,27 @@ TEST(PinSteps, AStepUnderAPostInFlightIsNotGivenBackUntilItCompletes) {
   EXPECT_EQ(r.num("stale_lkey"), 0);
   EXPECT_NE(r.num("again_lkey"), 0);
   EXPECT_NE(r.num("again_lkey"), r.num("first_lkey"));
+}
+
+// A block added to an array and freed before the post: once its step was given back, the
+// entry's key is dead, and once the step is registered again for a new block, the key would send
+// that block's bytes. Either post is refused (-NIC_EFREED) with the array kept as it was; the new
+// block's own post goes through.
+TEST(PinSteps, APostOfAnEntryWhoseBlockWasFreedAndItsStepGivenBackIsRefused) {
+  REQUIRE_ROOT();
+  auto r = run_probe(kStepRelease, {"step-freed-entry", "10000"});
+  ASSERT_EQ(r.exit_code, 0) << r.out << r.err;
+  EXPECT_EQ(r.num("add_rc"), 0);
+  ASSERT_EQ(r.num("given_back"), 1) << r.out;
+  EXPECT_EQ(r.num("gone_rc"), -NIC_EFREED) << "a dead key must not reach the NIC";
+  EXPECT_EQ(r.num("kept_after_gone"), 1);
+  ASSERT_EQ(r.num("same_place"), 1) << r.out;
+  ASSERT_EQ(r.num("new_key"), 1) << r.out;
+  EXPECT_EQ(r.num("reused_rc"), -NIC_EFREED) << "the old entry must not send the new block";
+  EXPECT_EQ(r.num("kept_after_reused"), 1);
+  EXPECT_EQ(r.num("fresh_rc"), 0);
+  EXPECT_EQ(r.num("posts_done"), 1);
+  EXPECT_EQ(count_lines(r.err, "was freed since nic_sga_add"), 1) << r.err;
 }
 
 // Runs a probe command that pins at least pinned_full bytes, frees all but a small block and
