@@ -22,6 +22,7 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <atomic>
 #include <cerrno>
 #include <chrono>
@@ -266,8 +267,10 @@ struct Thread {
       if (!held.empty() && pick(2)) {
         nic_release(held.back());
         held.pop_back();
-      } else {
-        nic_release(pointer()); // without a hold: -NIC_ENOHOLD
+      } else if (const void *p = pointer(); nic_release(p) == 0) {
+        // Most often without a hold (-NIC_ENOHOLD); a hold of this thread it let go is no
+        // longer this thread's to release, nor counted as its own in a fork child.
+        if (auto it = std::find(held.begin(), held.end(), p); it != held.end()) held.erase(it);
       }
       break;
     case 15:
