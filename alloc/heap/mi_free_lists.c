@@ -108,8 +108,10 @@ static bool read_page(uintptr_t p, struct nic_mi_page *v) {
   return view_page(segment, page_index, (uint32_t)counts, v);
 }
 
-bool nic_mi_page_of(const void *p, struct nic_mi_page *out) {
-  return __atomic_load_n(&layout_ok, __ATOMIC_RELAXED) && read_page((uintptr_t)p, out);
+bool nic_mi_page_at(uintptr_t segment, uintptr_t page_index, uint32_t slice_count,
+                    struct nic_mi_page *out) {
+  return __atomic_load_n(&layout_ok, __ATOMIC_RELAXED) &&
+         view_page(segment, page_index, slice_count, out);
 }
 
 bool nic_mi_page_by_offset(const void *ptr, struct nic_mi_page *out) {

@@ -25,15 +25,17 @@ enum nic_mi_block_state {
  * which only a double free racing with that thread can run into. */
 enum nic_mi_block_state nic_mi_block_state(const void *p);
 
-/* The mimalloc page holding p (inside a mimalloc segment), found from the segment's first slice
- * (the only entries 2.0.9 keeps true for freed memory). in_use false: p lies in a free span, and
- * nothing else is set but header. Blocks run from start to end (capacity of block_size bytes).
- * False when the headers cannot be read or their layout is not 2.0.9's. */
+/* A mimalloc page. in_use false: a free span, and nothing else is set but header. Blocks run
+ * from start to end (capacity of block_size bytes). */
 struct nic_mi_page {
   uintptr_t header, start, end, block_size, capacity;
   bool in_use;
 };
-bool nic_mi_page_of(const void *p, struct nic_mi_page *out);
+/* The page whose span starts at slice entry page_index of segment, slice_count slices long: as a
+ * walk of the segment's spans from its first slice finds it (the only entries 2.0.9 keeps true
+ * for freed memory). False when the headers cannot be read or their layout is not 2.0.9's. */
+bool nic_mi_page_at(uintptr_t segment, uintptr_t page_index, uint32_t slice_count,
+                    struct nic_mi_page *out);
 /* The same in one step, as mimalloc's own free finds a block's page: from p's slice entry's
  * offset back to its page. True only for a pointer into a page in use (2.0.9 keeps the offsets
  * of a freed span's inner slices stale); the answer is then a page whose span covers p, which

@@ -16,6 +16,12 @@
  * bitmaps on the owner thread's stack (1 KiB each). */
 #define MAX_BLOCKS 8192
 #define MAX_PAGES ((size_t)NIC_MI_SEGMENT_SIZE / NIC_PAGE_SIZE)
+/* The lists of up to BATCH_PAGES pages are read in lockstep, one block of each in turn: blocks
+ * freed in random order make each list a chase of cache misses, and the misses of different
+ * lists overlap. Their free bitmaps share BATCH_WORDS words (1 KiB: one page of 8-byte blocks,
+ * eight of 1024 blocks). */
+#define BATCH_PAGES 8
+#define BATCH_WORDS (MAX_BLOCKS / 64)
 /* The mark a page with held-back blocks carries: its header's address, salted so that no
  * pointer or small count left there by chance reads as one. */
 #define MARK_SALT ((uintptr_t)0x5375625061676573ull)
@@ -48,16 +54,49 @@ static void unclaim(uintptr_t header) {
                               __ATOMIC_RELEASE, __ATOMIC_RELAXED);
 }
 
-/* Marks in free the blocks on the list from head; false if the list is not what 2.0.9 keeps
- * (a block outside the page or off its grid, seen twice, or more of them than the page holds). */
-static bool gather(const struct nic_mi_page *v, uintptr_t head, uint64_t *free, size_t *count) {
-  for (uintptr_t b = head; b; b = word_at(b)) {
-    if (b < v->start || b >= v->end || (b - v->start) % v->block_size) return false;
-    const size_t i = (b - v->start) / v->block_size;
-    if (nic_bit_test(free, i) || ++*count > v->capacity) return false;
-    free[i >> 6] |= 1ull << (i & 63);
-  }
+/* A page of the pass while its batch is read: where it is, what its lists hold, and what was
+ * found of them. */
+struct page_scan {
+  struct nic_mi_page v;
+  uintptr_t header, head, local;
+  size_t count;
+  uint64_t *free; /* bit i: block i is on one of the lists */
+  uint32_t used;
+  bool marked, gathered;
+};
+
+/* Marks block b free in q; false if the list is not what 2.0.9 keeps (a block outside the page
+ * or off its grid, seen twice, or more of them than the page holds). */
+static bool take(struct page_scan *q, uintptr_t b) {
+  const struct nic_mi_page *v = &q->v;
+  if (b < v->start || b >= v->end || (b - v->start) % v->block_size) return false;
+  const size_t i = (b - v->start) / v->block_size;
+  if (nic_bit_test(q->free, i) || ++q->count > v->capacity) return false;
+  q->free[i >> 6] |= 1ull << (i & 63);
   return true;
+}
+
+/* Both lists of each page of the batch, a block of every list in turn. */
+static void gather_batch(struct page_scan *pages, unsigned n) {
+  uintptr_t at[2 * BATCH_PAGES];
+  for (unsigned i = 0; i < n; i++) {
+    at[2 * i] = pages[i].head, at[2 * i + 1] = pages[i].local;
+    pages[i].gathered = true;
+  }
+  for (bool going = true; going;) {
+    going = false;
+    for (unsigned l = 0; l < 2 * n; l++) {
+      const uintptr_t b = at[l];
+      if (!b) continue;
+      if (!take(&pages[l / 2], b)) {
+        pages[l / 2].gathered = false;
+        at[l & ~1u] = at[l | 1u] = 0;
+        continue;
+      }
+      at[l] = word_at(b);
+      going |= at[l] != 0;
+    }
+  }
 }
 
 /* The list from head without the blocks whose free bit is clear, in the same order. */
@@ -98,27 +137,37 @@ static bool blocks_free(const struct nic_mi_page *v, size_t first, size_t last,
   return true;
 }
 
-/* One mimalloc page of an owned segment, at header, its span starting at span, marked (pages
- * given back there before) or claimed; *mark set when the page is to carry the mark, *read to
- * the list blocks read. */
-static size_t scan_page(const struct nic_sub_pages_area *area, uintptr_t header, uintptr_t span,
-                        bool marked, bool *mark, size_t *read) {
-  const uintptr_t sizes = word_at(header + NIC_MI_PAGE_USED);
+/* Whether the page of slice entry index of segment, its span slices long, has blocks the pass
+ * may take (not a free span, a page mimalloc will free once collected, a huge block or one too
+ * large for the bitmaps); if so fills q but for the lists' blocks. */
+static bool prepare(uintptr_t segment, uintptr_t index, uint32_t slices, struct page_scan *q) {
+  const uintptr_t header = q->header, sizes = word_at(header + NIC_MI_PAGE_USED);
   const uint32_t used = (uint32_t)sizes, xblock_size = (uint32_t)(sizes >> 32);
-  /* A free span, a page mimalloc will free once collected (none used), or a huge block. */
-  if (xblock_size < 8 || xblock_size >= NIC_MI_HUGE_BLOCK_SIZE || used == 0) return 0;
-  struct nic_mi_page v;
-  if (!nic_mi_page_of((const void *)span, &v) || !v.in_use || v.header != header ||
-      v.capacity < 2 || v.capacity > MAX_BLOCKS)
-    return 0;
-  uint64_t free[MAX_BLOCKS / 64];
-  memset(free, 0, (v.capacity + 63) / 64 * sizeof free[0]);
-  size_t count = 0;
-  const uintptr_t head = word_at(header + NIC_MI_PAGE_FREE);
-  const uintptr_t local = word_at(header + NIC_MI_PAGE_LOCAL_FREE);
-  const bool gathered = gather(&v, head, free, &count) && gather(&v, local, free, &count);
+  if (xblock_size < 8 || xblock_size >= NIC_MI_HUGE_BLOCK_SIZE || used == 0) return false;
+  if (!nic_mi_page_at(segment, index, slices, &q->v) || !q->v.in_use || q->v.capacity < 2 ||
+      q->v.capacity > MAX_BLOCKS)
+    return false;
+  q->used = used;
+  q->count = 0;
+  q->head = word_at(header + NIC_MI_PAGE_FREE);
+  q->local = word_at(header + NIC_MI_PAGE_LOCAL_FREE);
+  return true;
+}
+
+static size_t bitmap_words(const struct page_scan *q) {
+  return (q->v.capacity + 63) / 64;
+}
+
+/* The rest of one page once its lists were read: the 4 KiB pages to go, the blocks over them off
+ * the lists. *mark set when the page is to carry the mark, *read to the list blocks read. */
+static size_t finish_page(const struct nic_sub_pages_area *area, const struct page_scan *q,
+                          bool *mark, size_t *read) {
+  const struct nic_mi_page v = q->v;
+  const uintptr_t header = q->header;
+  uint64_t *free = q->free;
+  const size_t count = q->count;
   *read = count;
-  if (!gathered || count + used > v.capacity) return 0;
+  if (!q->gathered || count + q->used > v.capacity) return 0;
   /* The 4 KiB pages wholly inside the page's blocks and covered by free ones only. */
   const uintptr_t lo = (v.start + NIC_PAGE_SIZE - 1) & ~(NIC_PAGE_SIZE - 1);
   const uintptr_t hi = v.end & ~(NIC_PAGE_SIZE - 1);
@@ -130,7 +179,7 @@ static size_t scan_page(const struct nic_sub_pages_area *area, uintptr_t header,
   /* The blocks over pages given back earlier are on no list, and free all the same: without
    * them a page beside one given back could never go, whatever was freed on it since. */
   bool any_gone = false;
-  if (marked) {
+  if (q->marked) {
     memset(gone, 0, (pages + 63) / 64 * sizeof gone[0]);
     for (size_t i = 0; i < pages; i++)
       if (area->held(lo + (i << NIC_PAGE_SHIFT))) gone[i >> 6] |= 1ull << (i & 63), any_gone = true;
@@ -169,34 +218,91 @@ static size_t scan_page(const struct nic_sub_pages_area *area, uintptr_t header,
     for (size_t b = first; b <= last; b++)
       free[b >> 6] &= ~(1ull << (b & 63));
   }
-  word_set(header + NIC_MI_PAGE_FREE, relink(&v, head, free));
-  word_set(header + NIC_MI_PAGE_LOCAL_FREE, relink(&v, local, free));
-  *read += count; /* the lists read again */
+  word_set(header + NIC_MI_PAGE_FREE, relink(&v, q->head, free));
+  word_set(header + NIC_MI_PAGE_LOCAL_FREE, relink(&v, q->local, free));
+  *read += count; /* the lists read again (their blocks in cache now) */
   __atomic_store_n((uintptr_t *)(header + NIC_MI_PAGE_PADDING), mark_of(header), __ATOMIC_RELEASE);
   const size_t bytes = area->drop(lo, drop, pages);
   area->end();
   return bytes;
 }
 
-static size_t pass_page(const struct nic_sub_pages_area *area, uintptr_t header, uintptr_t span,
-                        size_t span_len, size_t *read) {
-  /* A page without the mark holds nothing back: what the map says there is from a page mimalloc
-   * freed since (it zeroes the mark then) and is stale. */
-  const bool marked = word_at(header + NIC_MI_PAGE_PADDING) == mark_of(header);
-  if (!marked) {
-    if (!claim(header)) return 0; /* another thread is forgetting it: next time */
-    area->forget(header, span, span_len);
+/* The pages of a segment the pass has claimed (or found marked) and whose lists are read
+ * together; their bitmaps in words. */
+struct batch {
+  const struct nic_sub_pages_area *area;
+  struct nic_sub_pages_cursor *cursor;
+  struct page_scan page[BATCH_PAGES];
+  unsigned n;
+  size_t words_used, estimate; /* list blocks the batch may read: its pages' free blocks */
+  uint64_t words[BATCH_WORDS];
+};
+
+/* A page the pass claimed and did not mark goes back to unmarked. */
+static void release_claim(const struct page_scan *q, bool mark) {
+  if (!q->marked && !mark) unclaim(q->header);
+}
+
+/* Reads the batch's lists, finishes each page, and charges the cursor what was read (a page
+ * passed over costs one). Returns the bytes given back. */
+static size_t flush(struct batch *t) {
+  gather_batch(t->page, t->n);
+  size_t bytes = 0;
+  for (unsigned i = 0; i < t->n; i++) {
+    bool mark = false;
+    size_t read = 0;
+    bytes += finish_page(t->area, &t->page[i], &mark, &read);
+    release_claim(&t->page[i], mark);
+    if (t->cursor) t->cursor->budget -= read + 1 < t->cursor->budget ? read + 1 : t->cursor->budget;
   }
-  bool mark = false;
-  const size_t bytes = scan_page(area, header, span, marked, &mark, read);
-  if (!marked && !mark) unclaim(header);
+  t->n = 0;
+  t->words_used = t->estimate = 0;
   return bytes;
 }
 
-/* Each span of an owned segment, from its first slice (spans tile the segment). */
+static void charge_one(struct batch *t) {
+  if (t->cursor && t->cursor->budget) t->cursor->budget--;
+}
+
+/* The page of slice entry index of segment, its span slices long, joins the batch (which is
+ * read first if it is full). */
+static size_t add_page(struct batch *t, uintptr_t segment, uintptr_t index, uint32_t slices) {
+  const uintptr_t header = segment + NIC_MI_SEG_SLICES + index * NIC_MI_PAGE_HEADER;
+  const uintptr_t span = segment + (index << NIC_MI_SLICE_SHIFT);
+  const size_t span_len = (size_t)slices << NIC_MI_SLICE_SHIFT;
+  struct page_scan q = {.header = header};
+  /* A page without the mark holds nothing back: what the map says there is from a page mimalloc
+   * freed since (it zeroes the mark then) and is stale. */
+  q.marked = word_at(header + NIC_MI_PAGE_PADDING) == mark_of(header);
+  if (!q.marked) {
+    if (!claim(header)) { /* another thread is forgetting it: next time */
+      charge_one(t);
+      return 0;
+    }
+    t->area->forget(header, span, span_len);
+  }
+  if (!prepare(segment, index, slices, &q)) {
+    release_claim(&q, false);
+    charge_one(t);
+    return 0;
+  }
+  size_t bytes = 0;
+  if (t->n == BATCH_PAGES || t->words_used + bitmap_words(&q) > BATCH_WORDS) bytes = flush(t);
+  q.free = &t->words[t->words_used];
+  memset(q.free, 0, bitmap_words(&q) * sizeof q.free[0]);
+  t->words_used += bitmap_words(&q);
+  t->estimate += q.v.capacity - q.used + 1;
+  t->page[t->n++] = q;
+  return bytes;
+}
+
+/* Each span of an owned segment, from its first slice (spans tile the segment). A cursor's
+ * budget is checked before each page, with what the batch under way may still read counted as
+ * read: the bound holds as it did page by page. */
 size_t nic_sub_pages_pass_segment(uintptr_t segment, void *walk) {
-  const struct nic_sub_pages_area *area = ((struct nic_sub_pages_walk *)walk)->area;
-  struct nic_sub_pages_cursor *c = ((struct nic_sub_pages_walk *)walk)->cursor;
+  struct batch t = {.area = ((struct nic_sub_pages_walk *)walk)->area,
+                    .cursor = ((struct nic_sub_pages_walk *)walk)->cursor};
+  struct nic_sub_pages_cursor *c = t.cursor;
   /* The walk of the segments goes on to the end (it reads one header each): nothing more. */
   if (c && (c->stopped || segment + NIC_MI_SEGMENT_SIZE <= c->next)) return 0;
   const uintptr_t entries = word_at(segment + NIC_MI_SEG_SLICE_ENTRIES);
@@ -207,18 +313,17 @@ size_t nic_sub_pages_pass_segment(uintptr_t segment, void *walk) {
     if (span == 0) break; /* not a span start: not 2.0.9's tiling */
     const uintptr_t start = segment + (i << NIC_MI_SLICE_SHIFT);
     if (i > 0 && (!c || start >= c->next)) {
+      if (c && t.n && t.estimate >= c->budget) bytes += flush(&t);
       if (c && !c->budget) {
         c->next = start;
         c->stopped = true;
         return bytes;
       }
-      size_t read = 0;
-      bytes += pass_page(area, header, start, (size_t)span << NIC_MI_SLICE_SHIFT, &read);
-      if (c) c->budget -= read + 1 < c->budget ? read + 1 : c->budget;
+      bytes += add_page(&t, segment, i, span);
     }
     i += span;
   }
-  return bytes;
+  return t.n ? bytes + flush(&t) : bytes;
 }
 
 /* The page is found as mimalloc's free finds it, not by walking the segment's spans (a free in
