@@ -59,22 +59,33 @@ NIC_EXPORT int nic_hold(const void *p) {
     nic_api_error(hold, "nic_hold(%p): the block was already freed", p);
     return -NIC_EFREED;
   }
-  if (!nic_pc_add(a, a + 1, NIC_PC_HOLD)) return -ENOMEM;
+  /* The page's reference, the table and the statistic change under the lock, which is held
+   * across fork: a child's hold references are those its table holds, each one nic_release
+   * can let go (one taken outside it, with the fork between it and the table, kept the page's
+   * frees deferred in the child for good). */
   pthread_mutex_lock(&lock);
   struct hold **link = find_locked(p);
   if (!*link) {
     struct hold *h = nic_pool_get(&pool);
     if (!h) {
       pthread_mutex_unlock(&lock);
-      nic_pc_sub(a, a + 1, NIC_PC_HOLD);
       return -ENOMEM;
     }
     *h = (struct hold){.p = p};
     *link = h;
   }
+  if (!nic_pc_add(a, a + 1, NIC_PC_HOLD)) {
+    struct hold *h = *link;
+    if (!h->count) {
+      *link = h->next;
+      nic_pool_put(&pool, h);
+    }
+    pthread_mutex_unlock(&lock);
+    return -ENOMEM;
+  }
   (*link)->count++;
-  pthread_mutex_unlock(&lock);
   NIC_SAFETY_COUNT(holds, 1);
+  pthread_mutex_unlock(&lock);
   return 0;
 }
 
@@ -90,9 +101,9 @@ NIC_EXPORT int nic_release(const void *p) {
     *link = h->next;
     nic_pool_put(&pool, h);
   }
-  pthread_mutex_unlock(&lock);
   __atomic_sub_fetch(&nic_safety_ctr.holds, 1, __ATOMIC_RELAXED);
   nic_pc_sub((uintptr_t)p, (uintptr_t)p + 1, NIC_PC_HOLD);
+  pthread_mutex_unlock(&lock);
   nic_safety_retry_deferred(); /* the buffer's free may have waited for this */
   nic_receive_retry_held();    /* or the receive buffer its NIC waits for */
   return 0;

@@ -43,6 +43,7 @@ enum ChildStatus {
   kInflightInherited = 17, // the child counted the parent's posts or deferred frees as its own
   kFreeDeferred = 18,      // the child's free of a block the parent had posted was deferred
   kParentsKey = 19,        // the child was handed a key of the parent's registrations
+  kHoldLeft = 20,          // a hold reference no nic_release of the child can let go
 };
 
 std::string describe_status(int status) {
@@ -450,6 +451,51 @@ TEST(Fork, ChildrenOfThreadsWithPostsInFlightNeverHang) {
   EXPECT_EQ(end.inflight_posts, 0u);
   EXPECT_EQ(nic_sim_endpoint_destroy(engine_ep), 0);
   EXPECT_EQ(nic_sim_endpoint_destroy(polled_ep), 0);
+}
+
+// Threads taking and letting go of holds while the program forks: in each child, once every
+// hold its table keeps is released, no page is held and the blocks' frees are done at once. A
+// thread that had taken the page's reference but not yet entered the hold in the table (it waits
+// for the table's lock, which fork holds) left the child a reference nothing could let go, and
+// the free of that block was deferred for good.
+TEST(Fork, ChildrenOfThreadsTakingHoldsKeepOnlyTheHoldsTheyCanRelease) {
+  constexpr int kThreads = 2, kForks = 60;
+  void *blocks[kThreads];
+  for (void *&b : blocks) {
+    b = nic_malloc(4096);
+    ASSERT_NE(b, nullptr);
+  }
+  std::atomic<bool> stop{false};
+  std::vector<std::thread> threads;
+  for (void *b : blocks)
+    threads.emplace_back([&stop, b] {
+      while (!stop.load(std::memory_order_relaxed))
+        if (nic_hold(b) == 0) nic_release(b);
+    });
+  std::vector<std::string> failures;
+  for (int f = 0; f < kForks; f++) {
+    int status = in_child([&] {
+      for (void *b : blocks)
+        while (nic_release(b) == 0) {
+        }
+      nic_stats s = NIC_STATS_INIT;
+      nic_get_stats(&s);
+      if (s.holds != 0) return int(kStatsWrong);
+      for (void *b : blocks)
+        free(b);
+      nic_get_stats(&s);
+      return s.deferred_pending ? int(kHoldLeft) : int(kChildOk);
+    });
+    if (!WIFEXITED(status) || WEXITSTATUS(status) != 0)
+      failures.push_back("fork " + std::to_string(f) + ": " + describe_status(status));
+  }
+  stop = true;
+  for (std::thread &t : threads)
+    t.join();
+  EXPECT_TRUE(failures.empty()) << failures.size() << " of " << kForks
+                                << " children failed, first: " << failures[0] << " (ChildStatus)";
+  for (void *b : blocks)
+    free(b);
 }
 
 // A registration is the parent's: its key makes the NIC reach the parent's pages, not the child's
