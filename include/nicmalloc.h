@@ -252,7 +252,9 @@ void nic_sga_reset(struct nic_sga *sga);
  * allocate meanwhile for themselves never is. */
 /* Runs up to max ready completions and received messages of every backend in use (all of
  * them when max <= 0) and returns how many ran: 0 when nothing was ready (never negative; no
- * backend open is 0 too). It never blocks. */
+ * backend open is 0 too). It never blocks. It also gives back this thread's share of free
+ * pages another thread's malloc_trim or the reaper asked for, a bounded part of it per call
+ * (README, malloc_trim), as its allocations would. */
 int nic_poll(int max);
 /* Runs what is ready, as nic_poll(0); when nothing is, blocks until something is or timeout_ms
  * milliseconds pass (-1: no limit). Returns how many ran, 0 at the timeout, -EINTR when a signal

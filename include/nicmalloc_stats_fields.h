@@ -109,7 +109,7 @@
   X("control decommits", control_decommits_reused, uint64_t, count, "# reused", "of those, ranges (or parts) that mimalloc committed again, or unmapped, before the delay ran out: committed again, their pages were still there, with no fault") \
   X("control decommits", control_decommits_late, uint64_t, count, "# made late", "ranges given back to the OS after the delay (or by nic_collect and malloc_trim)") \
   X("nudges", dataplane_nudges, uint64_t, count, "# chunks asked", "times the reaper asked the threads to decommit what mimalloc had only marked for decommit in a chunk whose committed bytes stayed well above its live bytes for NICMALLOC_PURGE_DELAY_MS (no nic_collect needed)") \
-  X("nudges", dataplane_nudge_answers, uint64_t, count, "# answers", "a thread's heap in an asked chunk that began to do so, on the thread's next pass through mimalloc's generic allocation path (a thread that allocates nothing more never answers; a large heap's answer goes on over the following passes)") \
+  X("nudges", dataplane_nudge_answers, uint64_t, count, "# answers", "a thread's heap in an asked chunk that began to do so, on the thread's next pass through mimalloc's generic allocation path or its next `nic_poll` (a thread that does neither again never answers; a large heap's answer goes on over the following ones)") \
   X("nudges", dataplane_nudged_bytes, uint64_t, bytes_total, "# bytes decommitted", "bytes those answers decommitted or gave back inside pages in use")
 /* clang-format on */
 

@@ -15,6 +15,7 @@
 #include "fence.h"
 #include "log.h"
 #include "nicmalloc.h"
+#include "nudge.h"
 #include "pagecount.h"
 #include "pressure.h"
 #include "rcache.h"
@@ -270,6 +271,7 @@ NIC_EXPORT int nic_sga_post(struct nic_sga *sga, struct nic_endpoint *ep, nic_sg
  * caller polls inside a dataplane scope. The program's functions run in its scope (completed,
  * receive.c's hand_over). */
 NIC_EXPORT int nic_poll(int max) {
+  nic_nudge_answer_pending(); /* before the scope: a thread that polls and seldom allocates */
   NIC_INTERNAL_SCOPE();
   if (max < 0) max = 0; /* negative: all, as 0 (nicmalloc.h) */
   /* Messages that waited for the cap on held bytes first: they came before the backends' own. */

@@ -170,22 +170,34 @@ static void answer(struct nic_thread *t) {
     if (!answer_chunk(t, (unsigned)__builtin_ctzll(chunks), &budget)) return;
 }
 
+static bool asked(const struct nic_thread *t) {
+  return (__atomic_load_n(&t->decommit_asked, __ATOMIC_RELAXED) | t->answer_pending) != 0;
+}
+
+/* Not while nicmalloc's own code runs on the thread, which may hold a lock the answer takes
+ * (the dataplane's general path among it: armed for late decommits), nor while the thread sets
+ * up or exits, when its heaps are being made or forgotten. */
+static void answer_if_free_to(struct nic_thread *t) {
+  if (t->state != NIC_THREAD_READY || t->internal_depth || nic_late_decommit_armed) return;
+  answer(t);
+}
+
 /* mimalloc's deferred-free hook: the top of its generic allocation path, on the allocating
- * thread (nudge.h). Not while nicmalloc's own code runs on the thread, which may hold a lock
- * the answer takes (the dataplane's general path among it: armed for late decommits), nor while
- * the thread sets up or exits, when its heaps are being made or forgotten. */
+ * thread (nudge.h). */
 static void on_deferred_free(bool force, unsigned long long heartbeat, void *arg) {
   (void)heartbeat;
   (void)arg;
   struct nic_thread *t = &nic_self;
-  if (__builtin_expect(
-          (__atomic_load_n(&t->decommit_asked, __ATOMIC_RELAXED) | t->answer_pending) == 0, 1))
-    return;
+  if (__builtin_expect(!asked(t), 1)) return;
   /* Forced calls come from collections (mi_collect(true), mimalloc's process and thread
    * teardown), not from an allocation: no answer there, at exit least of all. */
   if (force) return;
-  if (t->state != NIC_THREAD_READY || t->internal_depth || nic_late_decommit_armed) return;
-  answer(t);
+  answer_if_free_to(t);
+}
+
+void nic_nudge_answer_pending(void) {
+  struct nic_thread *t = &nic_self;
+  if (__builtin_expect(asked(t), 0)) answer_if_free_to(t);
 }
 
 void nic_nudge_install(void) {

@@ -26,9 +26,11 @@
  * a chunk whose gap is such fragmentation gives it back at its first nudge. That pass reads the
  * free lists of every page, 100 ms over a heap of a million free blocks, inside an allocation of
  * the program's: so one answer reads at most a fixed number of list blocks (nudge.c), and the
- * pass goes on where it stopped at the thread's next answers. A thread that never
- * allocates again is not reached: its spans stay committed until it exits (mimalloc then abandons
- * its segments and the reaper's abandoned visits free the empty ones) or calls nic_collect. */
+ * pass goes on where it stopped at the thread's next answers. A thread also answers in nic_poll
+ * (and so in nic_wait), outside its calls into mimalloc: a thread that serves the NIC and seldom
+ * allocates polls all the more. A thread that does neither again is not reached: its spans stay
+ * committed until it exits (mimalloc then abandons its segments and the reaper's abandoned
+ * visits free the empty ones) or calls nic_collect. */
 #ifndef NIC_NUDGE_H
 #define NIC_NUDGE_H
 
@@ -48,6 +50,10 @@ _Static_assert(NIC_CHUNK_SLOTS < 63, "the control trim's bit is above every chun
 /* malloc_trim, after its own thread's share (nic_collect, nic_control_trim_owned): asks the
  * other threads for theirs. */
 void nic_nudge_ask_trim(void);
+
+/* On the calling thread, outside mimalloc and nicmalloc's own code (nic_poll): answers what it
+ * was asked and has not answered yet, within the same bound as an answer in an allocation. */
+void nic_nudge_answer_pending(void);
 
 /* Hands mimalloc the hook (once; the dataplane's first use, with the reaper). */
 void nic_nudge_install(void);

@@ -15,7 +15,8 @@
  * main thread collected; "again" has it free more behind its first answer's pass and the main
  * thread trim again; "asked" has a thread trim after another thread's trim asked it to. "control"
  * as a further word: the same with control blocks (malloc) and malloc_trim; "trim": dataplane
- * blocks and malloc_trim. */
+ * blocks and malloc_trim; "polls": in "others", the other thread calls nic_poll instead of
+ * allocating. */
 #define _GNU_SOURCE
 #include "nicmalloc.h"
 #include "proc_kb.h"
@@ -40,7 +41,8 @@ static char *b[BLOCKS];
 static void *block(size_t size) {
   return CONTROL ? malloc(size) : nic_malloc(size);
 }
-static int TRIM; /* "trim": malloc_trim for dataplane blocks too */
+static int TRIM;  /* "trim": malloc_trim for dataplane blocks too */
+static int POLLS; /* "polls": the other thread only polls after the trim, allocating nothing */
 static void collect(void) {
   if (CONTROL || TRIM)
     malloc_trim(0);
@@ -265,9 +267,15 @@ static int beside_mode(void) {
 /* "others": the blocks are another thread's, which waits while the main thread trims, then
  * allocates off mimalloc's fast path (a block above its small sizes: each one runs the hook that
  * answers) until a first answer gave pages back (with dataplane blocks the reaper asks, after
- * the purge delay), then until its answers are done. */
+ * the purge delay), then until its answers are done; with "polls" it calls nic_poll instead. */
 enum { ANSWERS_MAX = 256 };
 static pthread_barrier_t step;
+static void answer_point(void) {
+  if (POLLS)
+    nic_poll(0);
+  else
+    free(block(3000));
+}
 static void *other_thread(void *arg) {
   (void)arg;
   fill_and_free();
@@ -277,14 +285,14 @@ static void *other_thread(void *arg) {
   clock_gettime(CLOCK_MONOTONIC, &start);
   long first = 0;
   for (long waited_ms = 0; !first && waited_ms < 20000; usleep(1000)) { /* a bound only */
-    free(block(3000));
+    answer_point();
     first = gone_pages();
     clock_gettime(CLOCK_MONOTONIC, &now);
     waited_ms = (now.tv_sec - start.tv_sec) * 1000 + (now.tv_nsec - start.tv_nsec) / 1000000;
   }
   printf("first_answer_gone_pages=%ld\n", first);
   for (int i = 1; i < ANSWERS_MAX; i++)
-    free(block(3000));
+    answer_point();
   pthread_barrier_wait(&step); /* answered */
   pthread_barrier_wait(&step); /* looked at */
   return NULL;
@@ -380,6 +388,7 @@ int main(int argc, char **argv) {
     if (!strcmp(argv[i], "medium")) SIZE = 20000, KEEP_EVERY = 8, COUNT = 1600;
     if (!strcmp(argv[i], "control")) CONTROL = 1;
     if (!strcmp(argv[i], "trim")) TRIM = 1;
+    if (!strcmp(argv[i], "polls")) POLLS = 1;
   }
   if (!strcmp(mode, "others")) return others_mode();
   if (!strcmp(mode, "asked")) return asked_mode();

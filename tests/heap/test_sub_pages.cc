@@ -240,6 +240,18 @@ TEST(SubPages, MallocTrimReachesTheDataplanePagesOfAnotherThread) {
   expect_answered_in_steps(r, "pinned");
 }
 
+// A thread that serves the NIC and allocates nothing after the trim answers in its nic_poll
+// calls, as it would in allocations: before, only its allocations answered, and its pages, control
+// and dataplane alike, stayed until it allocated again.
+TEST(SubPages, AThreadThatOnlyPollsAnswersMallocTrimInItsPolls) {
+  auto r = run_probe(env("sim"), {"others", "control", "polls"});
+  ASSERT_EQ(r.exit_code, 0) << r.out << r.err;
+  expect_answered_in_steps(r, "control_resident");
+  auto d = run_probe(env("sim"), {"others", "trim", "polls"});
+  ASSERT_EQ(d.exit_code, 0) << d.out << d.err;
+  expect_answered_in_steps(d, "pinned");
+}
+
 // A thread another thread's malloc_trim asked for its control pages answers inside mimalloc's
 // collect of its own malloc_trim: the answer takes no lock the trim holds (it once took the
 // abandoned visits' lock again, and the thread waited for itself).
