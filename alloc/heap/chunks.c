@@ -59,7 +59,7 @@ static unsigned chunks_to_reserve(const struct nic_config *cfg) {
 }
 
 static int reserve_locked(void) {
-  if (__atomic_load_n(&nic_dp.base, __ATOMIC_ACQUIRE)) return 0; /* another thread did it */
+  if (nic_dp_reserved_span()) return 0; /* another thread did it */
   const struct nic_config *cfg = nic_config();
   unsigned chunks = chunks_to_reserve(cfg);
   void *base = NULL;
@@ -89,11 +89,11 @@ static int reserve_locked(void) {
                        chunks, cfg->max_chunks);
   }
   const size_t span = (size_t)chunks * cfg->chunk_size;
-  nic_dp.span = span;
   nic_dp.shift = cfg->chunk_shift;
   nic_dp.step_shift = cfg->step_shift;
-  __atomic_store_n(&nic_dp.base, (uintptr_t)base, __ATOMIC_RELEASE);
-  __atomic_store_n(&nic_dp.rel_16, ((uintptr_t)base - nic_commit_map.base) >> 4, __ATOMIC_RELEASE);
+  __atomic_store_n(&nic_dp.base, (uintptr_t)base, __ATOMIC_RELAXED);
+  __atomic_store_n(&nic_dp.rel_16, ((uintptr_t)base - nic_commit_map.base) >> 4, __ATOMIC_RELAXED);
+  __atomic_store_n(&nic_dp.span, span, __ATOMIC_RELEASE); /* last: publishes the range */
   /* Where Valgrind took mi_free, every dataplane free goes to nic_free_dp_block, which keeps
    * the block (valgrind.h). */
   nic_fast_span_set(NIC_FAST_DATAPLANE, nic_valgrind_took_malloc ? 0 : span >> 4);
@@ -102,12 +102,12 @@ static int reserve_locked(void) {
 }
 
 unsigned nic_chunks_max(void) {
-  return __atomic_load_n(&nic_dp.base, __ATOMIC_ACQUIRE) ? (unsigned)(nic_dp.span >> nic_dp.shift)
-                                                         : nic_config()->max_chunks;
+  const size_t span = nic_dp_reserved_span();
+  return span ? (unsigned)(span >> nic_dp.shift) : nic_config()->max_chunks;
 }
 
 int nic_dp_reserve_early(void) {
-  if (__atomic_load_n(&nic_dp.base, __ATOMIC_ACQUIRE)) return 0;
+  if (nic_dp_reserved_span()) return 0;
   uint64_t retry_at = __atomic_load_n(&reserve_retry_at_ms, __ATOMIC_RELAXED);
   if (retry_at && nic_now_ms() < retry_at) return -ENOMEM;
   if (__atomic_exchange_n(&reserving, 1, __ATOMIC_ACQUIRE)) return -ENOMEM;

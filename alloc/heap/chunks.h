@@ -51,9 +51,11 @@ struct nic_chunk {
   unsigned free_watchers;               /* nic_chunk_watch_frees, under the chunk lock */
 };
 
+/* Published by span, stored last with release (0 until reserved, so nothing is dataplane): a
+ * reader loads span first, with acquire, and then the rest. */
 struct nic_dp_range {
-  uintptr_t base;      /* 0 until reserved, so nothing is dataplane */
-  size_t span;         /* nic_chunks_max() * chunk_size */
+  uintptr_t base;
+  size_t span; /* nic_chunks_max() * chunk_size */
   unsigned shift;      /* log2(chunk_size) */
   unsigned step_shift; /* log2(NICMALLOC_PIN_STEP), at most shift */
   /* (base - nic_commit_map.base) / 16, set before free's span of the range (fast_spans.h:
@@ -64,8 +66,15 @@ struct nic_dp_range {
 };
 extern struct nic_dp_range nic_dp __attribute__((visibility("hidden")));
 
+/* The range's span once reserved, else 0; nic_dp's other fields are set when it is not 0. */
+static inline size_t nic_dp_reserved_span(void) {
+  return __atomic_load_n(&nic_dp.span, __ATOMIC_ACQUIRE);
+}
+/* Span first: a thread reserving the range sets base before it (a base of 0 read with the new
+ * span would take every address below the span for dataplane). */
 static inline bool nic_in_dp(const void *p) {
-  return (uintptr_t)p - nic_dp.base < nic_dp.span;
+  const size_t span = nic_dp_reserved_span();
+  return (uintptr_t)p - nic_dp.base < span;
 }
 static inline unsigned nic_chunk_index(const void *p) {
   return (unsigned)(((uintptr_t)p - nic_dp.base) >> nic_dp.shift);

@@ -52,7 +52,7 @@ void nic_heap_fill_stats(struct nic_stats *out) {
   }
   out->dataplane_pinned = chunks.pinned_bytes;
   out->dataplane_mapped = chunks.mapped_bytes;
-  out->dataplane_reserved = nic_dp.base ? nic_dp.span : 0;
+  out->dataplane_reserved = nic_dp_reserved_span();
   out->chunk_size = cfg->chunk_size;
   out->chunks_live = chunks.live;
   out->chunks_draining = chunks.draining;
@@ -63,7 +63,7 @@ void nic_heap_fill_stats(struct nic_stats *out) {
   out->page_fallbacks = chunks.page_fallbacks;
   out->pin_failures = chunks.pin_failures;
   out->chunk_refusals = chunks.refusals;
-  out->pin_step = nic_dp.base ? (size_t)1 << nic_dp.step_shift : cfg->pin_step;
+  out->pin_step = out->dataplane_reserved ? (size_t)1 << nic_dp.step_shift : cfg->pin_step;
   out->steps_pinned = chunks.pinned_steps;
   out->steps_backed = chunks.steps_backed;
   out->steps_released = chunks.steps_released;

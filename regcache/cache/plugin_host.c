@@ -52,11 +52,11 @@ static void host_quiet_env(void) {
 }
 
 static int host_dataplane_range(const void *p, size_t len, void **base, size_t *span) {
-  const uintptr_t lo = __atomic_load_n(&nic_dp.base, __ATOMIC_ACQUIRE);
-  const uintptr_t a = (uintptr_t)p;
-  if (!lo || a - lo >= nic_dp.span || len > nic_dp.span - (a - lo)) return -ENOENT;
+  const size_t reserved = nic_dp_reserved_span();
+  const uintptr_t lo = nic_dp.base, a = (uintptr_t)p;
+  if (!reserved || a - lo >= reserved || len > reserved - (a - lo)) return -ENOENT;
   *base = (void *)lo;
-  *span = nic_dp.span;
+  *span = reserved;
   return 0;
 }
 

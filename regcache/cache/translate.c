@@ -30,12 +30,13 @@ __attribute__((noinline, cold)) static int no_output(const void *p) {
 }
 
 NIC_EXPORT int nic_translate(const void *p, size_t len, struct nic_region_ref *out) {
+  const size_t span = nic_dp_reserved_span(); /* first: nic_in_dp says why */
   const uintptr_t start = (uintptr_t)p, off = start - nic_dp.base;
   const size_t size = (size_t)1 << nic_dp.step_shift, in_step = off & (size - 1);
   if (__builtin_expect(!out, 0)) return no_output(p);
   /* One test for the common case: inside the range, and len - 1 (huge when len is 0) within
    * what is left of the step. Steps are aligned to their size, so no base is looked up. */
-  if (off >= nic_dp.span) return bad_range(start, len) ? -NIC_ERANGE : -NIC_ENOTDP;
+  if (off >= span) return bad_range(start, len) ? -NIC_ERANGE : -NIC_ENOTDP;
   if (__builtin_expect(len - 1 >= size - in_step, 0)) return translate_error(start, len);
   const unsigned index = (unsigned)(off >> nic_dp.shift);
   /* A draining chunk is still mapped, pinned and registered, and can hold a live block: an
