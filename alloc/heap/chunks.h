@@ -55,7 +55,7 @@ struct nic_chunk {
  * reader loads span first, with acquire, and then the rest. */
 struct nic_dp_range {
   uintptr_t base;
-  size_t span; /* nic_chunks_max() * chunk_size */
+  size_t span;         /* nic_chunks_max() * chunk_size */
   unsigned shift;      /* log2(chunk_size) */
   unsigned step_shift; /* log2(NICMALLOC_PIN_STEP), at most shift */
   /* (base - nic_commit_map.base) / 16, set before free's span of the range (fast_spans.h:
