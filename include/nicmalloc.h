@@ -259,7 +259,8 @@ int nic_poll(int max);
 /* Runs what is ready, as nic_poll(0); when nothing is, blocks until something is or timeout_ms
  * milliseconds pass (-1: no limit). Returns how many ran, 0 at the timeout, -EINTR when a signal
  * interrupted the wait, -EINVAL for a timeout below -1, -ENODEV without a backend. The wait is a
- * cancellation point (pthread_cancel), as poll's is; no other nic_ call is one. */
+ * cancellation point (pthread_cancel), as poll's is; no other nic_ call is one. Asked for free
+ * pages meanwhile (nic_poll), the thread wakes, gives them back and waits on: nothing returns. */
 int nic_wait(int timeout_ms);
 /* A file descriptor that polls readable (POLLIN, EPOLLIN) while nic_poll has work, to put in the
  * program's poll or epoll set: on readiness call nic_poll (or nic_wait(0)). One for every

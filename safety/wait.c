@@ -8,6 +8,7 @@
 #include "clock.h"
 #include "export.h"
 #include "nicmalloc.h"
+#include "nudge.h"
 
 #include <errno.h>
 #include <poll.h>
@@ -54,13 +55,21 @@ NIC_EXPORT int nic_wait(int timeout_ms) {
       if (now >= end) return 0;
       left = (int)(end - now);
     }
+    /* Asked for free pages by another thread (nudge.h): answered by the polls, a bounded
+     * part each, so not blocked until they are done; asked while blocked: woken. */
+    const int wake = nic_nudge_wait_begin();
+    if (wake == -EAGAIN) continue;
+    int rc;
     if (fd >= 0) {
-      struct pollfd p = {.fd = fd, .events = POLLIN};
-      if (poll(&p, 1, left) < 0 && errno == EINTR) return -EINTR;
+      struct pollfd p[2] = {{.fd = fd, .events = POLLIN}, {.fd = wake, .events = POLLIN}};
+      rc = poll(p, 2, left); /* a descriptor of -1 is passed over */
     } else {
       const int ms = left < 0 || left > WAIT_STEP_MS ? WAIT_STEP_MS : left;
       struct timespec ts = {0, (long)ms * 1000000L};
-      if (nanosleep(&ts, NULL) < 0 && errno == EINTR) return -EINTR;
+      rc = nanosleep(&ts, NULL);
     }
+    const int err = errno;
+    nic_nudge_wait_end();
+    if (rc < 0 && err == EINTR) return -EINTR;
   }
 }

@@ -9,8 +9,11 @@
 #include "sub_pages_scan.h"
 #include "thread.h"
 
+#include <errno.h>
 #include <mimalloc.h>
 #include <stdbool.h>
+#include <sys/eventfd.h>
+#include <unistd.h>
 
 /* "Well above": a gap of at least this share of the committed bytes and this many bytes (a
  * few mimalloc pages: not worth a thread's walk). A chunk is nudged again only once its live
@@ -199,6 +202,32 @@ static void on_deferred_free(bool force, unsigned long long heartbeat, void *arg
 void nic_nudge_answer_pending(void) {
   struct nic_thread *t = &nic_self;
   if (__builtin_expect(asked(t), 0)) answer_if_free_to(t);
+}
+
+int nic_nudge_wait_begin(void) {
+  struct nic_thread *t = &nic_self;
+  if (t->state != NIC_THREAD_READY) return -1;
+  if (!t->wake_fd_plus1) {
+    const int fd = eventfd(0, EFD_CLOEXEC | EFD_NONBLOCK);
+    if (fd < 0) return -1; /* no descriptor left: the wait is as it was */
+    t->wake_fd_plus1 = fd + 1;
+  }
+  __atomic_store_n(&t->waiting, 1, __ATOMIC_SEQ_CST);
+  if (asked(t) && !t->internal_depth && !nic_late_decommit_armed) {
+    __atomic_store_n(&t->waiting, 0, __ATOMIC_RELAXED);
+    return -EAGAIN;
+  }
+  return t->wake_fd_plus1 - 1;
+}
+
+void nic_nudge_wait_end(void) {
+  struct nic_thread *t = &nic_self;
+  if (!__atomic_load_n(&t->waiting, __ATOMIC_RELAXED)) return;
+  __atomic_store_n(&t->waiting, 0, __ATOMIC_RELAXED);
+  uint64_t count;
+  if (read(t->wake_fd_plus1 - 1, &count, sizeof count) < 0) {
+    /* EAGAIN: nobody asked */
+  }
 }
 
 void nic_nudge_install(void) {

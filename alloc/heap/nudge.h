@@ -28,9 +28,11 @@
  * the program's: so one answer reads at most a fixed number of list blocks (nudge.c), and the
  * pass goes on where it stopped at the thread's next answers. A thread also answers in nic_poll
  * (and so in nic_wait), outside its calls into mimalloc: a thread that serves the NIC and seldom
- * allocates polls all the more. A thread that does neither again is not reached: its spans stay
- * committed until it exits (mimalloc then abandons its segments and the reaper's abandoned
- * visits free the empty ones) or calls nic_collect. */
+ * allocates polls all the more; one blocked in nic_wait is woken by the ask (an eventfd of its
+ * own beside the backends' descriptors) and goes on polling without blocking until its pass is
+ * done. A thread that does none of these again is not reached (nor one that waits in its own
+ * poll on nic_event_fd): its spans stay committed until it exits (mimalloc then abandons its
+ * segments and the reaper's abandoned visits free the empty ones) or calls nic_collect. */
 #ifndef NIC_NUDGE_H
 #define NIC_NUDGE_H
 
@@ -54,6 +56,11 @@ void nic_nudge_ask_trim(void);
 /* On the calling thread, outside mimalloc and nicmalloc's own code (nic_poll): answers what it
  * was asked and has not answered yet, within the same bound as an answer in an allocation. */
 void nic_nudge_answer_pending(void);
+/* nic_wait, about to block: a descriptor that polls readable once the calling thread is asked
+ * (-1: none, the wait is as it was), or -EAGAIN when an ask or a pass cut short waits for it
+ * (poll again without blocking: each poll answers a bounded part). nic_nudge_wait_end after. */
+int nic_nudge_wait_begin(void);
+void nic_nudge_wait_end(void);
 
 /* Hands mimalloc the hook (once; the dataplane's first use, with the reaper). */
 void nic_nudge_install(void);

@@ -10,6 +10,7 @@
 #include <limits.h>
 #include <pthread.h>
 #include <string.h>
+#include <unistd.h>
 
 __thread struct nic_thread nic_self __attribute__((tls_model("initial-exec")));
 
@@ -48,6 +49,8 @@ static void on_thread_exit(void *arg) {
   t->next = t->prev = NULL;
   t->state = NIC_THREAD_EXITING;
   pthread_mutex_unlock(&threads_lock);
+  if (t->wake_fd_plus1) close(t->wake_fd_plus1 - 1); /* off the list: no ask writes to it now */
+  t->wake_fd_plus1 = 0;
   t->fast_span = 0;
   __atomic_store_n(&t->dp_small_span, 0, __ATOMIC_RELAXED);
   __atomic_store_n(&t->dp_fast_below, 0, __ATOMIC_RELAXED);
@@ -166,10 +169,18 @@ void nic_threads_nudge(unsigned epoch) {
   pthread_mutex_unlock(&threads_lock);
 }
 
+/* The ask before the look at waiting, each sequentially consistent, as the waiter sets waiting
+ * before it looks for an ask (nic_nudge_wait_begin): one of the two sees the other. */
 void nic_threads_ask_decommit(uint64_t chunks) {
+  static const uint64_t one = 1;
   pthread_mutex_lock(&threads_lock);
-  for (struct nic_thread *t = threads; t; t = t->next)
-    __atomic_fetch_or(&t->decommit_asked, chunks, __ATOMIC_RELEASE);
+  for (struct nic_thread *t = threads; t; t = t->next) {
+    __atomic_fetch_or(&t->decommit_asked, chunks, __ATOMIC_SEQ_CST);
+    if (__atomic_load_n(&t->waiting, __ATOMIC_SEQ_CST) && t->wake_fd_plus1 &&
+        write(t->wake_fd_plus1 - 1, &one, sizeof one) < 0) {
+      /* a full counter: the thread wakes all the same */
+    }
+  }
   pthread_mutex_unlock(&threads_lock);
 }
 
@@ -178,6 +189,10 @@ static void after_fork_child(void) {
   struct nic_thread *self = &nic_self;
   /* The other threads are gone; their blocks live on in the child, in mimalloc's pages. */
   threads = NULL;
+  /* Its eventfd is the parent thread's too: an ask of the parent's would wake this one. */
+  if (self->wake_fd_plus1) close(self->wake_fd_plus1 - 1);
+  self->wake_fd_plus1 = 0;
+  self->waiting = 0;
   if (self->state == NIC_THREAD_READY) {
     self->next = self->prev = NULL;
     threads = self;

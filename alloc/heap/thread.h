@@ -73,6 +73,11 @@ struct nic_thread {
    * follows), and where the passes stand: the control arena's, and the lowest pending chunk's. */
   uint64_t answer_pending, answer_again;
   uintptr_t control_next, dataplane_next;
+  /* nic_wait's (nudge.h): an eventfd of the thread's (its descriptor + 1; 0 none), made at its
+   * first wait and closed once the thread left the list, and whether it blocks in nic_wait now:
+   * an ask then writes to it, so that a thread waiting for the NIC wakes to answer. */
+  int wake_fd_plus1;
+  int waiting;
   struct nic_thread *next, *prev;
 };
 

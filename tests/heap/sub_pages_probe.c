@@ -16,7 +16,7 @@
  * thread trim again; "asked" has a thread trim after another thread's trim asked it to. "control"
  * as a further word: the same with control blocks (malloc) and malloc_trim; "trim": dataplane
  * blocks and malloc_trim; "polls": in "others", the other thread calls nic_poll instead of
- * allocating. */
+ * allocating. "waits": the other thread blocks in nic_wait while the main thread trims. */
 #define _GNU_SOURCE
 #include "nicmalloc.h"
 #include "proc_kb.h"
@@ -314,6 +314,51 @@ static int others_mode(void) {
   return pthread_join(t, NULL) != 0;
 }
 
+/* "waits": as "others", but the other thread is blocked in nic_wait(-1) from before the trim
+ * until the main thread, once the pages stopped going (or 20 s passed), posts a message to a
+ * sim endpoint for it to complete; it says how often nic_wait returned before that. */
+static int wake_sent, waits_returned_early;
+static void wake_done(void *arg, int status) {
+  (void)arg, (void)status;
+}
+static void *waiting_thread(void *arg) {
+  (void)arg;
+  fill_and_free();
+  pthread_barrier_wait(&step); /* filled */
+  while (!__atomic_load_n(&wake_sent, __ATOMIC_ACQUIRE))
+    if (nic_wait(-1) != 0 && !__atomic_load_n(&wake_sent, __ATOMIC_ACQUIRE)) waits_returned_early++;
+  return NULL;
+}
+
+static int waits_mode(void) {
+  struct nic_endpoint *ep = nic_sim_endpoint_create(NULL, NULL, 0);
+  struct nic_sga sga;
+  static char message[64];
+  if (!ep || nic_sga_init(&sga, 0)) return 1;
+  pthread_t t;
+  pthread_barrier_init(&step, NULL, 2);
+  if (pthread_create(&t, NULL, waiting_thread, NULL)) return 1;
+  pthread_barrier_wait(&step);
+  usleep(20000); /* blocked by now, as a rule: the ask finds it either way */
+  collect();
+  print("trimmed");
+  long gone = 0;
+  for (int still = 0, waited_ms = 0; still < 20 && waited_ms < 20000; waited_ms += 10) {
+    usleep(10000);
+    const long now = gone_pages();
+    still = now == gone && now ? still + 1 : 0;
+    gone = now;
+  }
+  print("answered");
+  printf("answered_gone_pages=%ld\nintact=%d\n", gone, live_intact());
+  __atomic_store_n(&wake_sent, 1, __ATOMIC_RELEASE);
+  if (nic_sga_add(&sga, message, sizeof message) || nic_sga_post(&sga, ep, wake_done, NULL))
+    return 1;
+  if (pthread_join(t, NULL)) return 1;
+  printf("waits_returned_early=%d\n", waits_returned_early);
+  return 0;
+}
+
 /* "again": as "others" with control blocks, but once the other thread's first answer is made it
  * frees half of its live blocks in the first eighth of the fill (pages that answer's pass has
  * gone past) and the main thread trims again: those pages must go too, by a pass from the start
@@ -391,6 +436,7 @@ int main(int argc, char **argv) {
     if (!strcmp(argv[i], "polls")) POLLS = 1;
   }
   if (!strcmp(mode, "others")) return others_mode();
+  if (!strcmp(mode, "waits")) return waits_mode();
   if (!strcmp(mode, "asked")) return asked_mode();
   if (!strcmp(mode, "again")) return again_mode();
   if (!strcmp(mode, "abandon")) {

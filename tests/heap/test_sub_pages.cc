@@ -252,6 +252,19 @@ TEST(SubPages, AThreadThatOnlyPollsAnswersMallocTrimInItsPolls) {
   expect_answered_in_steps(d, "pinned");
 }
 
+// A thread blocked in nic_wait(-1), as an idle event loop is, is woken by the ask and gives back
+// its pages without returning to the program (nothing ran for it); before, it kept them until a
+// completion or a message woke it.
+TEST(SubPages, AThreadBlockedInNicWaitIsWokenToAnswerMallocTrim) {
+  for (const char *heap : {"control", "trim"}) {
+    auto r = run_probe(env("sim"), {"waits", heap});
+    ASSERT_EQ(r.exit_code, 0) << heap << r.out << r.err;
+    EXPECT_GE(r.num("answered_gone_pages"), kGonePagesMin) << heap << r.out;
+    EXPECT_EQ(r.num("intact"), 1) << heap << r.out;
+    EXPECT_EQ(r.num("waits_returned_early"), 0) << heap << r.out;
+  }
+}
+
 // A thread another thread's malloc_trim asked for its control pages answers inside mimalloc's
 // collect of its own malloc_trim: the answer takes no lock the trim holds (it once took the
 // abandoned visits' lock again, and the thread waited for itself).
