@@ -256,7 +256,10 @@ struct Thread {
       post_some();
       break;
     case 12:
-      nic_poll((int)pick(8) - 2);
+      if (pick(4))
+        nic_poll((int)pick(8) - 2);
+      else
+        nic_wait((int)pick(3)); // blocks up to 2 ms, or answers another thread's trim meanwhile
       break;
     case 13: {
       const void *p = pointer();
