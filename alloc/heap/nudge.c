@@ -224,10 +224,9 @@ void nic_nudge_wait_end(void) {
   struct nic_thread *t = &nic_self;
   if (!__atomic_load_n(&t->waiting, __ATOMIC_RELAXED)) return;
   __atomic_store_n(&t->waiting, 0, __ATOMIC_RELAXED);
+  const int err = errno;
   uint64_t count;
-  if (read(t->wake_fd_plus1 - 1, &count, sizeof count) < 0) {
-    /* EAGAIN: nobody asked */
-  }
+  if (read(t->wake_fd_plus1 - 1, &count, sizeof count) < 0) errno = err; /* nobody asked */
 }
 
 void nic_nudge_install(void) {

@@ -187,12 +187,15 @@ void nic_threads_ask_decommit(uint64_t chunks) {
 /* In a fork child only the forking thread survives. */
 static void after_fork_child(void) {
   struct nic_thread *self = &nic_self;
+  /* The threads' nic_wait eventfds are the parent's threads' (an ask of the parent's would wake
+   * this one through its copy); the list is whole here, held across the fork. */
+  for (struct nic_thread *t = threads; t; t = t->next) {
+    if (t->wake_fd_plus1) close(t->wake_fd_plus1 - 1);
+    t->wake_fd_plus1 = 0;
+    t->waiting = 0;
+  }
   /* The other threads are gone; their blocks live on in the child, in mimalloc's pages. */
   threads = NULL;
-  /* Its eventfd is the parent thread's too: an ask of the parent's would wake this one. */
-  if (self->wake_fd_plus1) close(self->wake_fd_plus1 - 1);
-  self->wake_fd_plus1 = 0;
-  self->waiting = 0;
   if (self->state == NIC_THREAD_READY) {
     self->next = self->prev = NULL;
     threads = self;

@@ -44,6 +44,7 @@ enum ChildStatus {
   kFreeDeferred = 18,      // the child's free of a block the parent had posted was deferred
   kParentsKey = 19,        // the child was handed a key of the parent's registrations
   kHoldLeft = 20,          // a hold reference no nic_release of the child can let go
+  kDescriptorLeft = 21,    // a descriptor of nicmalloc's the parent's threads wait on
 };
 
 std::string describe_status(int status) {
@@ -520,6 +521,48 @@ TEST(Fork, ChildIsHandedNoKeyOfTheParentsRegistrations) {
   ASSERT_EQ(nic_translate(p, 4096, &again), 0);
   EXPECT_EQ(again.lkey, ref.lkey) << "the parent keeps its registration";
   free(p);
+}
+
+// Descriptors of this process that are eventfds.
+int eventfds() {
+  int n = 0;
+  char link[64], target[64];
+  for (int fd = 0; fd < 4096; fd++) {
+    snprintf(link, sizeof link, "/proc/self/fd/%d", fd);
+    const ssize_t len = readlink(link, target, sizeof target - 1);
+    if (len > 0) target[len] = 0, n += strstr(target, "eventfd") != nullptr;
+  }
+  return n;
+}
+
+// A thread blocked in nic_wait holds an eventfd of its own, which an ask of another thread's
+// writes to; a child of fork has copies of every such descriptor, through which the parent's asks
+// would wake the child's threads: the child closes them all, as it closes the backends' (README,
+// fork), and has none of nicmalloc's eventfds left.
+TEST(Fork, ChildKeepsNoWaitDescriptorOfTheParentsThreads) {
+  nic_endpoint *ep = nic_sim_endpoint_create(nullptr, nullptr, 0);
+  ASSERT_NE(ep, nullptr) << "the suite runs with NICMALLOC_BACKEND=sim";
+  const int before = eventfds();
+  std::atomic<bool> done{false};
+  std::thread waiter([&done] {
+    free(malloc(16)); // a thread nicmalloc knows
+    while (!done.load())
+      nic_wait(-1);
+  });
+  for (int i = 0; i < 5000 && eventfds() == before; i++)
+    std::this_thread::sleep_for(std::chrono::milliseconds(1));
+  ASSERT_EQ(eventfds(), before + 1) << "the waiting thread's eventfd";
+  int status = in_child([] { return eventfds() == 0 ? int(kChildOk) : int(kDescriptorLeft); });
+  done = true;
+  static char message[16];
+  nic_sga sga;
+  ASSERT_EQ(nic_sga_init(&sga, 0), 0);
+  ASSERT_EQ(nic_sga_add(&sga, message, sizeof message), 0);
+  ASSERT_EQ(nic_sga_post(&sga, ep, nullptr, nullptr), 0); // its completion ends the wait
+  waiter.join();
+  ASSERT_TRUE(WIFEXITED(status)) << describe_status(status);
+  EXPECT_EQ(WEXITSTATUS(status), 0) << describe_status(status) << ": eventfds left in the child";
+  EXPECT_EQ(nic_sim_endpoint_destroy(ep), 0);
 }
 
 // A child forked while another thread opens the backend has that thread's half-made state
