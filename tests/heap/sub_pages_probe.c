@@ -270,6 +270,14 @@ static int beside_mode(void) {
  * the purge delay), then until its answers are done; with "polls" it calls nic_poll instead. */
 enum { ANSWERS_MAX = 256 };
 static pthread_barrier_t step;
+/* Starts the other thread and waits for its first step (its fill, or its first block). */
+static int start_other(pthread_t *t, void *(*fn)(void *)) {
+  pthread_barrier_init(&step, NULL, 2);
+  if (pthread_create(t, NULL, fn, NULL)) return 1;
+  pthread_barrier_wait(&step);
+  return 0;
+}
+
 static void answer_point(void) {
   if (POLLS)
     nic_poll(0);
@@ -300,9 +308,7 @@ static void *other_thread(void *arg) {
 
 static int others_mode(void) {
   pthread_t t;
-  pthread_barrier_init(&step, NULL, 2);
-  if (pthread_create(&t, NULL, other_thread, NULL)) return 1;
-  pthread_barrier_wait(&step);
+  if (start_other(&t, other_thread)) return 1;
   collect();
   print("trimmed");
   printf("trimmed_gone_pages=%ld\n", gone_pages());
@@ -336,9 +342,7 @@ static int waits_mode(void) {
   static char message[64];
   if (!ep || nic_sga_init(&sga, 0)) return 1;
   pthread_t t;
-  pthread_barrier_init(&step, NULL, 2);
-  if (pthread_create(&t, NULL, waiting_thread, NULL)) return 1;
-  pthread_barrier_wait(&step);
+  if (start_other(&t, waiting_thread)) return 1;
   usleep(20000); /* blocked by now, as a rule: the ask finds it either way */
   collect();
   print("trimmed");
@@ -385,9 +389,7 @@ static void *again_thread(void *arg) {
 
 static int again_mode(void) {
   pthread_t t;
-  pthread_barrier_init(&step, NULL, 2);
-  if (pthread_create(&t, NULL, again_thread, NULL)) return 1;
-  pthread_barrier_wait(&step);
+  if (start_other(&t, again_thread)) return 1;
   collect();
   pthread_barrier_wait(&step);
   pthread_barrier_wait(&step);
@@ -418,9 +420,7 @@ static void *asked_thread(void *arg) {
 
 static int asked_mode(void) {
   pthread_t t;
-  pthread_barrier_init(&step, NULL, 2);
-  if (pthread_create(&t, NULL, asked_thread, NULL)) return 1;
-  pthread_barrier_wait(&step);
+  if (start_other(&t, asked_thread)) return 1;
   malloc_trim(0);
   alarm(20);
   pthread_barrier_wait(&step);
