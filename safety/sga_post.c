@@ -147,9 +147,9 @@ __attribute__((noinline)) static uint32_t renew_stale(struct nic_sga *sga, int *
  * live is left on it, so the entry's block was freed, and its key is dead, or (the step
  * registered again for a new block) names memory that is someone else's now. A backend that
  * hands out the same key again (an io_uring slot) registered the same pages: nothing stale can
- * reach the NIC then, and the post goes on. 0, or the index + 1
- * of the first such entry. Checked before any backend sees the message, for every endpoint: the
- * entries carry the default backend's key, and translation reads the default backend's. */
+ * reach the NIC then, and the post goes on. 0, or the index + 1 of the first such entry.
+ * Checked before any backend sees the message, for every endpoint: the entries carry the default
+ * backend's key, and translation reads the default backend's. */
 __attribute__((noinline)) static uint32_t freed_arena_entry(const struct nic_sga *sga) {
   for (uint32_t i = 0; i < sga->count; i++) {
     const struct nic_sga_entry *e = &sga->entry[i];
