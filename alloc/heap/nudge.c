@@ -181,9 +181,11 @@ static bool asked(const struct nic_thread *t) {
 /* Not while nicmalloc's own code runs on the thread, which may hold a lock the answer takes
  * (the dataplane's general path among it: armed for late decommits), nor while the thread sets
  * up or exits, when its heaps are being made or forgotten. */
+static bool free_to_answer(const struct nic_thread *t) {
+  return t->state == NIC_THREAD_READY && !t->internal_depth && !nic_late_decommit_armed;
+}
 static void answer_if_free_to(struct nic_thread *t) {
-  if (t->state != NIC_THREAD_READY || t->internal_depth || nic_late_decommit_armed) return;
-  answer(t);
+  if (free_to_answer(t)) answer(t);
 }
 
 /* mimalloc's deferred-free hook: the top of its generic allocation path, on the allocating
@@ -213,7 +215,7 @@ int nic_nudge_wait_begin(void) {
     t->wake_fd_plus1 = fd + 1;
   }
   __atomic_store_n(&t->waiting, 1, __ATOMIC_SEQ_CST);
-  if (asked(t) && !t->internal_depth && !nic_late_decommit_armed) {
+  if (asked(t) && free_to_answer(t)) {
     __atomic_store_n(&t->waiting, 0, __ATOMIC_RELAXED);
     return -EAGAIN;
   }

@@ -243,6 +243,11 @@ static void release_claim(const struct page_scan *q, bool mark) {
   if (!q->marked && !mark) unclaim(q->header);
 }
 
+/* n more list blocks read, as far as the cursor's budget goes (none: the whole pass at once). */
+static void charge(struct batch *t, size_t n) {
+  if (t->cursor) t->cursor->budget -= n < t->cursor->budget ? n : t->cursor->budget;
+}
+
 /* Reads the batch's lists, finishes each page, and charges the cursor what was read (a page
  * passed over costs one). Returns the bytes given back. */
 static size_t flush(struct batch *t) {
@@ -253,15 +258,11 @@ static size_t flush(struct batch *t) {
     size_t read = 0;
     bytes += finish_page(t->area, &t->page[i], &mark, &read);
     release_claim(&t->page[i], mark);
-    if (t->cursor) t->cursor->budget -= read + 1 < t->cursor->budget ? read + 1 : t->cursor->budget;
+    charge(t, read + 1);
   }
   t->n = 0;
   t->words_used = t->estimate = 0;
   return bytes;
-}
-
-static void charge_one(struct batch *t) {
-  if (t->cursor && t->cursor->budget) t->cursor->budget--;
 }
 
 /* The page of slice entry index of segment, its span slices long, joins the batch (which is
@@ -276,14 +277,14 @@ static size_t add_page(struct batch *t, uintptr_t segment, uintptr_t index, uint
   q.marked = word_at(header + NIC_MI_PAGE_PADDING) == mark_of(header);
   if (!q.marked) {
     if (!claim(header)) { /* another thread is forgetting it: next time */
-      charge_one(t);
+      charge(t, 1);
       return 0;
     }
     t->area->forget(header, span, span_len);
   }
   if (!prepare(segment, index, slices, &q)) {
     release_claim(&q, false);
-    charge_one(t);
+    charge(t, 1);
     return 0;
   }
   size_t bytes = 0;
