@@ -270,6 +270,17 @@ int nic_wait(int timeout_ms);
  * backend, or -ENOSYS while a backend in use has none (verbs, dpdk): then nic_wait waits in
  * short sleeps. */
 int nic_event_fd(void);
+/* nic_event_fd for an event loop that calls nic_poll on its own thread: a descriptor that polls
+ * readable while nic_poll has work, as nic_event_fd's does, and also while the calling thread
+ * owes free pages another thread's malloc_trim or the reaper asked for (nic_poll gives them
+ * back a bounded part per call, and the descriptor stays readable until the last part, edge-
+ * triggered or not). A thread that waits in its own poll on nic_event_fd is not woken for them.
+ * One per thread, the same on every call; poll it on this thread only (another thread's polls
+ * would not answer for this one, and would find it readable until this one did). Do not read,
+ * write or close it: nicmalloc closes it when the thread exits. Returns the fd; nic_event_fd's
+ * errors; -ESRCH from a thread that is exiting; or the -errno of making its eventfd or epoll set
+ * (-EMFILE). */
+int nic_thread_event_fd(void);
 
 /* Keeps the nicmalloc block holding p (a received buffer, say) from being freed and reused
  * until the matching nic_release: a free of it meanwhile is deferred. Holds nest. Returns 0,

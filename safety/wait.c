@@ -9,6 +9,7 @@
 #include "export.h"
 #include "nicmalloc.h"
 #include "nudge.h"
+#include "thread.h"
 
 #include <errno.h>
 #include <poll.h>
@@ -17,19 +18,36 @@
 
 #define WAIT_STEP_MS 1
 
-NIC_EXPORT int nic_event_fd(void) {
+/* The backends' set, or -errno, said once (caller: the entry point's name). */
+static int backends_fd(const char *caller) {
   struct nic_backend *b = nic_backend_active();
   if (!b) {
-    nic_api_error(other, "nic_event_fd: no registration backend could be opened (%s)",
-                  nic_backend_missing_why() ? nic_backend_missing_why() : "NICMALLOC_BACKEND");
+    nic_api_error_by(other, caller, ENODEV, "%s: no registration backend could be opened (%s)",
+                     caller,
+                     nic_backend_missing_why() ? nic_backend_missing_why() : "NICMALLOC_BACKEND");
     return -ENODEV;
   }
   const int fd = nic_backends_event_fd();
   if (fd < 0)
-    nic_api_error_by(other, fd, 0,
-                     "nic_event_fd: a backend in use (%s) has no event descriptor (%s); "
+    nic_api_error_by(other, caller, fd,
+                     "%s: a backend in use (%s) has no event descriptor (%s); "
                      "nic_wait polls in short sleeps",
-                     nic_backends_names(), strerror(-fd));
+                     caller, nic_backends_names(), strerror(-fd));
+  return fd;
+}
+
+NIC_EXPORT int nic_event_fd(void) {
+  return backends_fd("nic_event_fd");
+}
+
+NIC_EXPORT int nic_thread_event_fd(void) {
+  const int backends = backends_fd("nic_thread_event_fd");
+  if (backends < 0) return backends;
+  /* Sets the thread up first, as an allocation would: the asks go to listed threads. */
+  const int fd = nic_thread_ready() ? nic_nudge_thread_event_fd(backends) : -ESRCH;
+  if (fd < 0)
+    nic_api_error_by(other, "nic_thread_event_fd", fd, "nic_thread_event_fd: %s",
+                     fd == -ESRCH ? "the calling thread is exiting" : strerror(-fd));
   return fd;
 }
 

@@ -12,6 +12,7 @@
 #include <errno.h>
 #include <mimalloc.h>
 #include <stdbool.h>
+#include <sys/epoll.h>
 #include <sys/eventfd.h>
 #include <unistd.h>
 
@@ -201,19 +202,72 @@ static void on_deferred_free(bool force, unsigned long long heartbeat, void *arg
   answer_if_free_to(t);
 }
 
+/* The thread's eventfd, made at its first use: its descriptor, or -1 when none is left. */
+static int wake_fd(struct nic_thread *t) {
+  if (!t->wake_fd_plus1) {
+    const int fd = eventfd(0, EFD_CLOEXEC | EFD_NONBLOCK);
+    if (fd < 0) return -1;
+    t->wake_fd_plus1 = fd + 1;
+  }
+  return t->wake_fd_plus1 - 1;
+}
+
+/* Empties the eventfd (nonblocking: 0 fails with EAGAIN, nobody asked). */
+static void wake_read(const struct nic_thread *t) {
+  const int err = errno;
+  uint64_t count;
+  if (read(t->wake_fd_plus1 - 1, &count, sizeof count) < 0) errno = err;
+}
+
+/* Makes the thread's set poll readable again (nic_thread_event_fd): a pass is left. A new write
+ * is also a new edge, for a program that polls the set edge-triggered. */
+static void wake_again(const struct nic_thread *t) {
+  static const uint64_t one = 1;
+  const int err = errno;
+  if (write(t->wake_fd_plus1 - 1, &one, sizeof one) < 0)
+    errno = err; /* a full counter: readable all the same */
+}
+
+/* With the set handed out, every ask wrote to the eventfd before it set wake_unread: cleared
+ * first, then the eventfd read, then the asks looked at, so a write this read missed leaves
+ * wake_unread set for the next poll, and an ask whose write it took is seen here. The set stays
+ * readable while a pass is left, and polls empty once it is done. */
 void nic_nudge_answer_pending(void) {
   struct nic_thread *t = &nic_self;
-  if (__builtin_expect(asked(t), 0)) answer_if_free_to(t);
+  if (__builtin_expect(!asked(t) && !__atomic_load_n(&t->wake_unread, __ATOMIC_RELAXED), 1)) return;
+  const bool handed = __atomic_load_n(&t->thread_fd_plus1, __ATOMIC_RELAXED) != 0;
+  if (handed) {
+    __atomic_store_n(&t->wake_unread, 0, __ATOMIC_SEQ_CST);
+    wake_read(t);
+    __atomic_thread_fence(__ATOMIC_SEQ_CST);
+  }
+  if (asked(t)) answer_if_free_to(t);
+  if (handed && asked(t)) wake_again(t);
+}
+
+int nic_nudge_thread_event_fd(int backends_fd) {
+  struct nic_thread *t = &nic_self;
+  if (t->thread_fd_plus1) return t->thread_fd_plus1 - 1;
+  if (t->state != NIC_THREAD_READY) return -ESRCH;
+  if (wake_fd(t) < 0) return -errno;
+  const int set = epoll_create1(EPOLL_CLOEXEC);
+  if (set < 0) return -errno;
+  struct epoll_event ready = {.events = EPOLLIN};
+  if (epoll_ctl(set, EPOLL_CTL_ADD, t->wake_fd_plus1 - 1, &ready) ||
+      (backends_fd >= 0 && epoll_ctl(set, EPOLL_CTL_ADD, backends_fd, &ready))) {
+    const int err = errno;
+    close(set);
+    return -err;
+  }
+  __atomic_store_n(&t->thread_fd_plus1, set + 1, __ATOMIC_SEQ_CST);
+  if (asked(t)) wake_again(t); /* asked before the asks began to write */
+  return set;
 }
 
 int nic_nudge_wait_begin(void) {
   struct nic_thread *t = &nic_self;
   if (t->state != NIC_THREAD_READY) return -1;
-  if (!t->wake_fd_plus1) {
-    const int fd = eventfd(0, EFD_CLOEXEC | EFD_NONBLOCK);
-    if (fd < 0) return -1; /* no descriptor left: the wait is as it was */
-    t->wake_fd_plus1 = fd + 1;
-  }
+  if (wake_fd(t) < 0) return -1; /* no descriptor left: the wait is as it was */
   __atomic_store_n(&t->waiting, 1, __ATOMIC_SEQ_CST);
   if (asked(t) && free_to_answer(t)) {
     __atomic_store_n(&t->waiting, 0, __ATOMIC_RELAXED);
@@ -226,9 +280,7 @@ void nic_nudge_wait_end(void) {
   struct nic_thread *t = &nic_self;
   if (!__atomic_load_n(&t->waiting, __ATOMIC_RELAXED)) return;
   __atomic_store_n(&t->waiting, 0, __ATOMIC_RELAXED);
-  const int err = errno;
-  uint64_t count;
-  if (read(t->wake_fd_plus1 - 1, &count, sizeof count) < 0) errno = err; /* nobody asked */
+  if (!__atomic_load_n(&t->thread_fd_plus1, __ATOMIC_RELAXED)) wake_read(t);
 }
 
 void nic_nudge_install(void) {

@@ -61,6 +61,12 @@ void nic_nudge_answer_pending(void);
  * (poll again without blocking: each poll answers a bounded part). nic_nudge_wait_end after. */
 int nic_nudge_wait_begin(void);
 void nic_nudge_wait_end(void);
+/* nic_thread_event_fd: an epoll set of the calling thread's eventfd and backends_fd (-1: none),
+ * made once per thread and closed when it exits. From then on every ask writes to the eventfd,
+ * and nic_nudge_answer_pending keeps the set readable while a pass is left and empties it once
+ * the pass is done. The set's descriptor, or -errno (-ESRCH: the thread is setting up or
+ * exiting). */
+int nic_nudge_thread_event_fd(int backends_fd);
 
 /* Hands mimalloc the hook (once; the dataplane's first use, with the reaper). */
 void nic_nudge_install(void);

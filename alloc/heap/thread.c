@@ -49,8 +49,7 @@ static void on_thread_exit(void *arg) {
   t->next = t->prev = NULL;
   t->state = NIC_THREAD_EXITING;
   pthread_mutex_unlock(&threads_lock);
-  if (t->wake_fd_plus1) close(t->wake_fd_plus1 - 1); /* off the list: no ask writes to it now */
-  t->wake_fd_plus1 = 0;
+  nic_thread_close_wake(t); /* off the list: no ask writes to it now */
   t->fast_span = 0;
   __atomic_store_n(&t->dp_small_span, 0, __ATOMIC_RELAXED);
   __atomic_store_n(&t->dp_fast_below, 0, __ATOMIC_RELAXED);
@@ -169,17 +168,31 @@ void nic_threads_nudge(unsigned epoch) {
   pthread_mutex_unlock(&threads_lock);
 }
 
-/* The ask before the look at waiting, each sequentially consistent, as the waiter sets waiting
- * before it looks for an ask (nic_nudge_wait_begin): one of the two sees the other. */
+void nic_thread_close_wake(struct nic_thread *t) {
+  if (t->thread_fd_plus1) close(t->thread_fd_plus1 - 1);
+  if (t->wake_fd_plus1) close(t->wake_fd_plus1 - 1);
+  __atomic_store_n(&t->thread_fd_plus1, 0, __ATOMIC_RELAXED);
+  t->wake_fd_plus1 = 0;
+  t->waiting = 0;
+  t->wake_unread = 0;
+}
+
+/* The ask before the look at waiting (or at the handed-out set), each sequentially consistent,
+ * as the waiter sets waiting (or hands the set out) before it looks for an ask
+ * (nic_nudge_wait_begin, nic_nudge_thread_event_fd): one of the two sees the other. The write
+ * before wake_unread, which the thread clears before it reads the eventfd (nudge.c): every
+ * write is read by a later poll of the thread's. */
 void nic_threads_ask_decommit(uint64_t chunks) {
   static const uint64_t one = 1;
   pthread_mutex_lock(&threads_lock);
   for (struct nic_thread *t = threads; t; t = t->next) {
     __atomic_fetch_or(&t->decommit_asked, chunks, __ATOMIC_SEQ_CST);
-    if (__atomic_load_n(&t->waiting, __ATOMIC_SEQ_CST) && t->wake_fd_plus1 &&
-        write(t->wake_fd_plus1 - 1, &one, sizeof one) < 0) {
+    const bool handed = __atomic_load_n(&t->thread_fd_plus1, __ATOMIC_SEQ_CST) != 0;
+    if (!handed && !__atomic_load_n(&t->waiting, __ATOMIC_SEQ_CST)) continue;
+    if (t->wake_fd_plus1 && write(t->wake_fd_plus1 - 1, &one, sizeof one) < 0) {
       /* a full counter: the thread wakes all the same */
     }
+    if (handed) __atomic_store_n(&t->wake_unread, 1, __ATOMIC_SEQ_CST);
   }
   pthread_mutex_unlock(&threads_lock);
 }
@@ -189,11 +202,8 @@ static void after_fork_child(void) {
   struct nic_thread *self = &nic_self;
   /* The threads' nic_wait eventfds are the parent's threads' (an ask of the parent's would wake
    * this one through its copy); the list is whole here, held across the fork. */
-  for (struct nic_thread *t = threads; t; t = t->next) {
-    if (t->wake_fd_plus1) close(t->wake_fd_plus1 - 1);
-    t->wake_fd_plus1 = 0;
-    t->waiting = 0;
-  }
+  for (struct nic_thread *t = threads; t; t = t->next)
+    nic_thread_close_wake(t);
   /* The other threads are gone; their blocks live on in the child, in mimalloc's pages. */
   threads = NULL;
   if (self->state == NIC_THREAD_READY) {

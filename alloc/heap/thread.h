@@ -73,11 +73,16 @@ struct nic_thread {
    * follows), and where the passes stand: the control arena's, and the lowest pending chunk's. */
   uint64_t answer_pending, answer_again;
   uintptr_t control_next, dataplane_next;
-  /* nic_wait's (nudge.h): an eventfd of the thread's (its descriptor + 1; 0 none), made at its
-   * first wait and closed once the thread left the list, and whether it blocks in nic_wait now:
-   * an ask then writes to it, so that a thread waiting for the NIC wakes to answer. */
+  /* nic_wait's and nic_thread_event_fd's (nudge.h): an eventfd of the thread's (its descriptor
+   * + 1; 0 none), made at its first wait or hand-out and closed once the thread left the list;
+   * whether it blocks in nic_wait now; the epoll set nic_thread_event_fd handed out (+ 1; 0
+   * none), which holds it; and whether an ask wrote to it since the thread last read it. An
+   * ask writes to it while the thread waits or once the set was handed out, so that a thread
+   * waiting for the NIC, in nic_wait or in the program's own poll, wakes to answer. */
   int wake_fd_plus1;
   int waiting;
+  int thread_fd_plus1;
+  int wake_unread;
   struct nic_thread *next, *prev;
 };
 
@@ -182,5 +187,8 @@ void nic_threads_nudge(unsigned epoch);
  * allocation path, what mimalloc only marked in its segments of the chunks (a bit each): the
  * reaper's nudge (nudge.h). */
 void nic_threads_ask_decommit(uint64_t chunks);
+/* Closes t's eventfd and its handed-out set (thread exit, and every thread in a fork child, where
+ * they are the parent's threads' copies). */
+void nic_thread_close_wake(struct nic_thread *t);
 
 #endif

@@ -524,15 +524,18 @@ TEST(Fork, ChildIsHandedNoKeyOfTheParentsRegistrations) {
 }
 
 // Descriptors of this process that are eventfds.
-int eventfds() {
+int anon_descriptors(const char *kind) {
   int n = 0;
   char link[64], target[64];
   for (int fd = 0; fd < 4096; fd++) {
     snprintf(link, sizeof link, "/proc/self/fd/%d", fd);
     const ssize_t len = readlink(link, target, sizeof target - 1);
-    if (len > 0) target[len] = 0, n += strstr(target, "eventfd") != nullptr;
+    if (len > 0) target[len] = 0, n += strstr(target, kind) != nullptr;
   }
   return n;
+}
+int eventfds() {
+  return anon_descriptors("eventfd");
 }
 
 // A thread blocked in nic_wait holds an eventfd of its own, which an ask of another thread's
@@ -562,6 +565,35 @@ TEST(Fork, ChildKeepsNoWaitDescriptorOfTheParentsThreads) {
   waiter.join();
   ASSERT_TRUE(WIFEXITED(status)) << describe_status(status);
   EXPECT_EQ(WEXITSTATUS(status), 0) << describe_status(status) << ": eventfds left in the child";
+  EXPECT_EQ(nic_sim_endpoint_destroy(ep), 0);
+}
+
+// The same for the descriptors nic_thread_event_fd hands out, the epoll set of each thread's
+// eventfd: the child closes every thread's, the forking thread's too (a parent's ask would make
+// it readable); it has no epoll set of nicmalloc's left.
+TEST(Fork, ChildKeepsNoThreadEventDescriptorOfTheParent) {
+  nic_endpoint *ep = nic_sim_endpoint_create(nullptr, nullptr, 0);
+  ASSERT_NE(ep, nullptr) << "the suite runs with NICMALLOC_BACKEND=sim";
+  ASSERT_GE(nic_thread_event_fd(), 0);
+  std::atomic<int> other{-1};
+  std::atomic<bool> done{false};
+  std::thread loop([&] {
+    other = nic_thread_event_fd();
+    while (!done.load())
+      std::this_thread::sleep_for(std::chrono::milliseconds(1));
+  });
+  while (other.load() == -1)
+    std::this_thread::sleep_for(std::chrono::milliseconds(1));
+  ASSERT_GE(other.load(), 0);
+  ASSERT_GE(anon_descriptors("eventpoll"), 3) << "the backends' set and the two threads'";
+  int status = in_child([] {
+    return anon_descriptors("eventpoll") == 0 && eventfds() == 0 ? int(kChildOk)
+                                                                 : int(kDescriptorLeft);
+  });
+  done = true;
+  loop.join();
+  ASSERT_TRUE(WIFEXITED(status)) << describe_status(status);
+  EXPECT_EQ(WEXITSTATUS(status), 0) << describe_status(status) << ": descriptors left in the child";
   EXPECT_EQ(nic_sim_endpoint_destroy(ep), 0);
 }
 

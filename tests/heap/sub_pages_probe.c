@@ -16,17 +16,21 @@
  * thread trim again; "asked" has a thread trim after another thread's trim asked it to. "control"
  * as a further word: the same with control blocks (malloc) and malloc_trim; "trim": dataplane
  * blocks and malloc_trim; "polls": in "others", the other thread calls nic_poll instead of
- * allocating. "waits": the other thread blocks in nic_wait while the main thread trims. */
+ * allocating. "waits": the other thread blocks in nic_wait while the main thread trims;
+ * "epolls" (with "edge": edge-triggered) in epoll_wait on nic_thread_event_fd. */
 #define _GNU_SOURCE
 #include "nicmalloc.h"
 #include "proc_kb.h"
 
 #include <malloc.h>
+#include <poll.h>
 #include <pthread.h>
 #include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/epoll.h>
+#include <sys/eventfd.h>
 #include <sys/mman.h>
 #include <time.h>
 #include <unistd.h>
@@ -363,6 +367,70 @@ static int waits_mode(void) {
   return 0;
 }
 
+/* "epolls": as "waits", but the other thread is blocked in epoll_wait(-1) on a set of its own
+ * holding nic_thread_event_fd (edge-triggered with "edge") and a stop eventfd, and calls
+ * nic_poll(0) whenever the former polls readable. Once the pages stopped going the main thread
+ * counts the thread's wake-ups over 200 ms and whether the descriptor polls readable: an idle
+ * thread must neither sleep through the ask nor spin after its answer. */
+static int EDGE;
+static int thread_fd = -1, stop_fd = -1, same_fd;
+static long wakeups;
+static void *epolling_thread(void *arg) {
+  (void)arg;
+  fill_and_free();
+  thread_fd = nic_thread_event_fd();
+  same_fd = thread_fd >= 0 && nic_thread_event_fd() == thread_fd;
+  const int set = epoll_create1(EPOLL_CLOEXEC);
+  struct epoll_event ev = {.events = EPOLLIN | (EDGE ? EPOLLET : 0), .data.u32 = 1};
+  struct epoll_event stop = {.events = EPOLLIN, .data.u32 = 2};
+  const int ok = thread_fd >= 0 && set >= 0 && !epoll_ctl(set, EPOLL_CTL_ADD, thread_fd, &ev) &&
+                 !epoll_ctl(set, EPOLL_CTL_ADD, stop_fd, &stop);
+  pthread_barrier_wait(&step); /* filled */
+  for (int stopped = !ok; !stopped;) {
+    struct epoll_event got[2];
+    const int n = epoll_wait(set, got, 2, -1);
+    for (int i = 0; i < n; i++) {
+      if (got[i].data.u32 == 2) stopped = 1;
+      if (got[i].data.u32 != 1) continue;
+      __atomic_add_fetch(&wakeups, 1, __ATOMIC_RELAXED);
+      while (nic_poll(0) > 0) { /* edge-triggered: until nothing ran */
+      }
+    }
+  }
+  if (set >= 0) close(set);
+  return NULL;
+}
+
+static int epolls_mode(void) {
+  stop_fd = eventfd(0, EFD_CLOEXEC);
+  pthread_t t;
+  if (stop_fd < 0 || start_other(&t, epolling_thread)) return 1;
+  usleep(20000); /* blocked by now, as a rule: the ask finds it either way */
+  const long before = __atomic_load_n(&wakeups, __ATOMIC_RELAXED);
+  collect();
+  print("trimmed");
+  long gone = 0;
+  for (int still = 0, waited_ms = 0; still < 20 && waited_ms < 20000; waited_ms += 10) {
+    usleep(10000);
+    const long now = gone_pages();
+    still = now == gone && now ? still + 1 : 0;
+    gone = now;
+  }
+  print("answered");
+  printf("answered_gone_pages=%ld\nintact=%d\n", gone, live_intact());
+  const long answered = __atomic_load_n(&wakeups, __ATOMIC_RELAXED);
+  usleep(200000);
+  struct pollfd readable = {.fd = thread_fd, .events = POLLIN};
+  printf("thread_fd=%d\nsame_fd=%d\nwakeups_before=%ld\nwakeups_answering=%ld\n"
+         "wakeups_idle=%ld\nready_idle=%d\n",
+         thread_fd, same_fd, before, answered - before,
+         __atomic_load_n(&wakeups, __ATOMIC_RELAXED) - answered,
+         thread_fd >= 0 ? poll(&readable, 1, 0) : -1);
+  static const uint64_t one = 1;
+  if (write(stop_fd, &one, sizeof one) != sizeof one) return 1;
+  return pthread_join(t, NULL) != 0;
+}
+
 /* "again": as "others" with control blocks, but once the other thread's first answer is made it
  * frees half of its live blocks in the first eighth of the fill (pages that answer's pass has
  * gone past) and the main thread trims again: those pages must go too, by a pass from the start
@@ -434,9 +502,11 @@ int main(int argc, char **argv) {
     if (!strcmp(argv[i], "control")) CONTROL = 1;
     if (!strcmp(argv[i], "trim")) TRIM = 1;
     if (!strcmp(argv[i], "polls")) POLLS = 1;
+    if (!strcmp(argv[i], "edge")) EDGE = 1;
   }
   if (!strcmp(mode, "others")) return others_mode();
   if (!strcmp(mode, "waits")) return waits_mode();
+  if (!strcmp(mode, "epolls")) return epolls_mode();
   if (!strcmp(mode, "asked")) return asked_mode();
   if (!strcmp(mode, "again")) return again_mode();
   if (!strcmp(mode, "abandon")) {

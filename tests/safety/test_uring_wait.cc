@@ -3,6 +3,10 @@
 #include "uring_loopback.h"
 
 #include <sys/epoll.h>
+#include <unistd.h>
+
+#include <cstring>
+#include <thread>
 
 using namespace uring_test;
 
@@ -19,6 +23,20 @@ int EpollWait(int epfd, epoll_event *ev, int timeout_ms) {
   while ((n = epoll_wait(epfd, ev, 1, timeout_ms)) < 0 && errno == EINTR && Clock::now() < end)
     eintr++;
   if (n < 0) ADD_FAILURE() << "epoll_wait: " << strerror(errno) << " after " << eintr << " EINTR";
+  return n;
+}
+
+// eventfd and epoll descriptors open in the process.
+int AnonDescriptors() {
+  int n = 0;
+  char link[64], target[64];
+  for (int fd = 0; fd < 4096; fd++) {
+    snprintf(link, sizeof link, "/proc/self/fd/%d", fd);
+    const ssize_t len = readlink(link, target, sizeof target - 1);
+    if (len <= 0) continue;
+    target[len] = 0;
+    n += strstr(target, "[eventfd]") || strstr(target, "[eventpoll]");
+  }
   return n;
 }
 
@@ -82,6 +100,50 @@ TEST_F(UringSgaTest, EventFdInEpollSaysWhenNicPollHasWork) {
   EXPECT_EQ(d.status, 0);
   EXPECT_EQ(EpollWait(epfd, &ev, 0), 0) << "nic_poll ran everything: the fd is clear";
   close(epfd);
+}
+
+// nic_thread_event_fd (one per thread, holding the backends' set) wakes an event loop for the
+// NIC's work as nic_event_fd does, through the set nested in it.
+TEST_F(UringSgaTest, ThreadEventFdInEpollSaysWhenNicPollHasWork) {
+  const int tfd = nic_thread_event_fd();
+  ASSERT_GE(tfd, 0) << strerror(-tfd);
+  EXPECT_EQ(nic_thread_event_fd(), tfd) << "one descriptor for the thread";
+  EXPECT_NE(nic_event_fd(), tfd);
+  int other = -1;
+  std::thread([&other] { other = nic_thread_event_fd(); }).join();
+  EXPECT_GE(other, 0);
+  EXPECT_NE(other, tfd) << "each thread has its own";
+  int epfd = epoll_create1(EPOLL_CLOEXEC);
+  ASSERT_GE(epfd, 0);
+  epoll_event ev{};
+  ev.events = EPOLLIN;
+  ASSERT_EQ(epoll_ctl(epfd, EPOLL_CTL_ADD, tfd, &ev), 0);
+  EXPECT_EQ(EpollWait(epfd, &ev, 0), 0) << "nothing to do yet";
+  LoopbackPair pair;
+  Reader reader(pair.rx);
+  nic_endpoint *ep = Endpoint(pair.tx);
+  Message m(1 << 20);
+  Done d;
+  ASSERT_EQ(PostParts(ep, {{m.p, m.len}}, &d), 0);
+  ASSERT_EQ(EpollWait(epfd, &ev, kLimitMs), 1) << "the completion never made the fd readable";
+  EXPECT_EQ(nic_poll(0), 1);
+  EXPECT_EQ(d.calls, 1);
+  EXPECT_EQ(d.status, 0);
+  EXPECT_EQ(EpollWait(epfd, &ev, 0), 0) << "nic_poll ran everything: the fd is clear";
+  close(epfd);
+}
+
+// A thread's descriptor, and the eventfd in it, go when the thread exits: a program that starts
+// a thread per connection does not run out of descriptors.
+TEST_F(UringSgaTest, ThreadEventFdIsClosedWhenItsThreadExits) {
+  ASSERT_GE(nic_event_fd(), 0);
+  const int before = AnonDescriptors();
+  for (int i = 0; i < 3; i++) {
+    int fd = -1;
+    std::thread([&fd] { fd = nic_thread_event_fd(); }).join();
+    ASSERT_GE(fd, 0) << strerror(-fd);
+  }
+  EXPECT_EQ(AnonDescriptors(), before) << "descriptors of exited threads left open";
 }
 
 TEST_F(UringSgaTest, WaitRefusesATimeoutBelowMinusOne) {
