@@ -17,6 +17,7 @@
 #include <fcntl.h>
 #include <malloc.h>
 #include <netinet/tcp.h>
+#include <poll.h>
 #include <sys/mman.h>
 #include <sys/socket.h>
 #include <sys/wait.h>
@@ -256,10 +257,16 @@ struct Thread {
       post_some();
       break;
     case 12:
-      if (pick(4))
+      if (pick(4)) {
         nic_poll((int)pick(8) - 2);
-      else
+      } else if (pick(2)) {
         nic_wait((int)pick(3)); // blocks up to 2 ms, or answers another thread's trim meanwhile
+      } else {
+        // an event loop's wait: up to 2 ms on the thread's descriptor, then a poll
+        pollfd thread_fd{nic_thread_event_fd(), POLLIN, 0};
+        if (thread_fd.fd >= 0) poll(&thread_fd, 1, (int)pick(3));
+        nic_poll(0);
+      }
       break;
     case 13: {
       const void *p = pointer();
