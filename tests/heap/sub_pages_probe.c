@@ -324,6 +324,22 @@ static int others_mode(void) {
   return pthread_join(t, NULL) != 0;
 }
 
+/* The main thread trims, then watches the pages go until they stopped going for 200 ms (or 20 s
+ * passed), and says how many went and whether the live blocks kept their bytes. */
+static void trim_and_watch_the_answers(void) {
+  collect();
+  print("trimmed");
+  long gone = 0;
+  for (int still = 0, waited_ms = 0; still < 20 && waited_ms < 20000; waited_ms += 10) {
+    usleep(10000);
+    const long now = gone_pages();
+    still = now == gone && now ? still + 1 : 0;
+    gone = now;
+  }
+  print("answered");
+  printf("answered_gone_pages=%ld\nintact=%d\n", gone, live_intact());
+}
+
 /* "waits": as "others", but the other thread is blocked in nic_wait(-1) from before the trim
  * until the main thread, once the pages stopped going (or 20 s passed), posts a message to a
  * sim endpoint for it to complete; it says how often nic_wait returned before that. */
@@ -348,17 +364,7 @@ static int waits_mode(void) {
   pthread_t t;
   if (start_other(&t, waiting_thread)) return 1;
   usleep(20000); /* blocked by now, as a rule: the ask finds it either way */
-  collect();
-  print("trimmed");
-  long gone = 0;
-  for (int still = 0, waited_ms = 0; still < 20 && waited_ms < 20000; waited_ms += 10) {
-    usleep(10000);
-    const long now = gone_pages();
-    still = now == gone && now ? still + 1 : 0;
-    gone = now;
-  }
-  print("answered");
-  printf("answered_gone_pages=%ld\nintact=%d\n", gone, live_intact());
+  trim_and_watch_the_answers();
   __atomic_store_n(&wake_sent, 1, __ATOMIC_RELEASE);
   if (nic_sga_add(&sga, message, sizeof message) || nic_sga_post(&sga, ep, wake_done, NULL))
     return 1;
@@ -407,17 +413,7 @@ static int epolls_mode(void) {
   if (stop_fd < 0 || start_other(&t, epolling_thread)) return 1;
   usleep(20000); /* blocked by now, as a rule: the ask finds it either way */
   const long before = __atomic_load_n(&wakeups, __ATOMIC_RELAXED);
-  collect();
-  print("trimmed");
-  long gone = 0;
-  for (int still = 0, waited_ms = 0; still < 20 && waited_ms < 20000; waited_ms += 10) {
-    usleep(10000);
-    const long now = gone_pages();
-    still = now == gone && now ? still + 1 : 0;
-    gone = now;
-  }
-  print("answered");
-  printf("answered_gone_pages=%ld\nintact=%d\n", gone, live_intact());
+  trim_and_watch_the_answers();
   const long answered = __atomic_load_n(&wakeups, __ATOMIC_RELAXED);
   usleep(200000);
   struct pollfd readable = {.fd = thread_fd, .events = POLLIN};

@@ -50,6 +50,27 @@ struct Message {
   char *p;
 };
 
+// fd in an epoll set of the test's: empty before a send, readable once the backend's thread made
+// its completion ready (the program only sleeps in epoll_wait), empty once nic_poll ran it.
+void ExpectEpollFollowsACompletion(int fd, nic_endpoint *ep) {
+  int epfd = epoll_create1(EPOLL_CLOEXEC);
+  ASSERT_GE(epfd, 0);
+  epoll_event ev{};
+  ev.events = EPOLLIN;
+  ASSERT_EQ(epoll_ctl(epfd, EPOLL_CTL_ADD, fd, &ev), 0);
+  EXPECT_EQ(EpollWait(epfd, &ev, 0), 0) << "nothing to do yet";
+  Message m(1 << 20);
+  Done d;
+  ASSERT_EQ(PostParts(ep, {{m.p, m.len}}, &d), 0);
+  ASSERT_EQ(EpollWait(epfd, &ev, kLimitMs), 1) << "the completion never made the fd readable";
+  EXPECT_EQ(d.calls, 0) << "done() runs only from nic_poll";
+  EXPECT_EQ(nic_poll(0), 1);
+  EXPECT_EQ(d.calls, 1);
+  EXPECT_EQ(d.status, 0);
+  EXPECT_EQ(EpollWait(epfd, &ev, 0), 0) << "nic_poll ran everything: the fd is clear";
+  close(epfd);
+}
+
 } // namespace
 
 TEST_F(UringSgaTest, WaitRunsCompletionsAndTimesOutWhenThereAreNone) {
@@ -80,26 +101,9 @@ TEST_F(UringSgaTest, EventFdInEpollSaysWhenNicPollHasWork) {
   const int efd = nic_event_fd();
   ASSERT_GE(efd, 0) << strerror(-efd);
   EXPECT_EQ(nic_event_fd(), efd) << "one descriptor for the process";
-  int epfd = epoll_create1(EPOLL_CLOEXEC);
-  ASSERT_GE(epfd, 0);
-  epoll_event ev{};
-  ev.events = EPOLLIN;
-  ASSERT_EQ(epoll_ctl(epfd, EPOLL_CTL_ADD, efd, &ev), 0);
-  EXPECT_EQ(EpollWait(epfd, &ev, 0), 0) << "nothing to do yet";
   LoopbackPair pair;
   Reader reader(pair.rx);
-  nic_endpoint *ep = Endpoint(pair.tx);
-  Message m(1 << 20);
-  Done d;
-  ASSERT_EQ(PostParts(ep, {{m.p, m.len}}, &d), 0);
-  // The program only sleeps in epoll_wait; the backend's thread makes the completion ready.
-  ASSERT_EQ(EpollWait(epfd, &ev, kLimitMs), 1) << "the completion never made the fd readable";
-  EXPECT_EQ(d.calls, 0) << "done() runs only from nic_poll";
-  EXPECT_EQ(nic_poll(0), 1);
-  EXPECT_EQ(d.calls, 1);
-  EXPECT_EQ(d.status, 0);
-  EXPECT_EQ(EpollWait(epfd, &ev, 0), 0) << "nic_poll ran everything: the fd is clear";
-  close(epfd);
+  ExpectEpollFollowsACompletion(efd, Endpoint(pair.tx));
 }
 
 // nic_thread_event_fd (one per thread, holding the backends' set) wakes an event loop for the
@@ -113,24 +117,9 @@ TEST_F(UringSgaTest, ThreadEventFdInEpollSaysWhenNicPollHasWork) {
   std::thread([&other] { other = nic_thread_event_fd(); }).join();
   EXPECT_GE(other, 0);
   EXPECT_NE(other, tfd) << "each thread has its own";
-  int epfd = epoll_create1(EPOLL_CLOEXEC);
-  ASSERT_GE(epfd, 0);
-  epoll_event ev{};
-  ev.events = EPOLLIN;
-  ASSERT_EQ(epoll_ctl(epfd, EPOLL_CTL_ADD, tfd, &ev), 0);
-  EXPECT_EQ(EpollWait(epfd, &ev, 0), 0) << "nothing to do yet";
   LoopbackPair pair;
   Reader reader(pair.rx);
-  nic_endpoint *ep = Endpoint(pair.tx);
-  Message m(1 << 20);
-  Done d;
-  ASSERT_EQ(PostParts(ep, {{m.p, m.len}}, &d), 0);
-  ASSERT_EQ(EpollWait(epfd, &ev, kLimitMs), 1) << "the completion never made the fd readable";
-  EXPECT_EQ(nic_poll(0), 1);
-  EXPECT_EQ(d.calls, 1);
-  EXPECT_EQ(d.status, 0);
-  EXPECT_EQ(EpollWait(epfd, &ev, 0), 0) << "nic_poll ran everything: the fd is clear";
-  close(epfd);
+  ExpectEpollFollowsACompletion(tfd, Endpoint(pair.tx));
 }
 
 // A thread's descriptor, and the eventfd in it, go when the thread exits: a program that starts
