@@ -172,6 +172,10 @@ bool nic_dp_live_sum(int64_t live[NIC_CHUNK_SLOTS], uint64_t *idle_abandoned) {
   return __atomic_load_n(&layout_ok, __ATOMIC_RELAXED);
 }
 
+bool nic_dp_live_layout_checked(void) {
+  return __atomic_load_n(&layout_ok, __ATOMIC_RELAXED);
+}
+
 /* The offsets the walk reads, checked on a page of a heap of our own: its segment's header, the
  * page's count of blocks in use and block size, and a block another thread freed, which must
  * wait on the thread-free list and not count. The thread-free list's offset is checked by

@@ -23,5 +23,8 @@
 bool nic_dp_live_sum(int64_t live[NIC_CHUNK_SLOTS], uint64_t *idle_abandoned);
 /* The same for one mapped chunk, with the chunk lock held. */
 int64_t nic_dp_live_chunk_locked(unsigned index, bool *idle_abandoned);
+/* Whether the start-up check found the page counts read here (blocks in use, block size, span)
+ * where mi_layout.h says: control_live.c reads the same. */
+bool nic_dp_live_layout_checked(void);
 
 #endif

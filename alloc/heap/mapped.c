@@ -171,5 +171,13 @@ void *nic_mapped_resize(void *p, size_t size) {
   return q;
 }
 
+void nic_mapped_totals(size_t *blocks, size_t *bytes) {
+  *blocks = *bytes = 0;
+  pthread_mutex_lock(&lock);
+  for (size_t i = 0; i < capacity; i++)
+    if (table[i].start && !table[i].base) ++*blocks, *bytes += table[i].len;
+  pthread_mutex_unlock(&lock);
+}
+
 /* Held across fork (alloc/base/forklock.h). */
 NIC_FORKLOCK_MUTEX(mapped, NIC_FORK_MAPPED, &lock, NULL);

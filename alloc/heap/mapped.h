@@ -63,5 +63,7 @@ void nic_mapped_unmap(void *p, size_t len);
 /* Moves or resizes mapping p to hold size bytes (mremap), keeping its contents; NULL, with p
  * unchanged, when the kernel refuses or p is an offset block. */
 void *nic_mapped_resize(void *p, size_t size);
+/* The live mappings (not offset blocks) and their bytes, for mallinfo. */
+void nic_mapped_totals(size_t *blocks, size_t *bytes);
 
 #endif
