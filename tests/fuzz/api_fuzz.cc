@@ -42,6 +42,7 @@ using Clock = std::chrono::steady_clock;
 
 std::atomic<uint64_t> calls{0}, posted{0}, completed{0}, double_completions{0}, received{0};
 std::atomic<uint64_t> forks{0}, children_failed{0};
+std::atomic<uint64_t> mallinfo_reads{0}, mallinfo_inconsistent{0};
 std::atomic<int> last_child_status{0}; // a failed child's, from waitpid
 std::atomic<bool> draining_stop{false};
 // Set in a child: it makes its calls and exits, it forks no further.
@@ -289,6 +290,11 @@ struct Thread {
     case 16: {
       nic_stats s = NIC_STATS_INIT;
       nic_get_stats(pick(8) ? &s : nullptr);
+      if (pick(8) == 0) { // walks every thread's control segments while they change
+        const struct mallinfo2 m = mallinfo2();
+        mallinfo_reads++;
+        if (m.uordblks > m.arena || m.fordblks != m.arena - m.uordblks) mallinfo_inconsistent++;
+      }
       if (pick(64) == 0) {
         if (pick(2))
           nic_collect();
@@ -491,6 +497,8 @@ int main(int argc, char **argv) {
          "flight %llu\n",
          before.dataplane_live, after.dataplane_live, (unsigned long long)after.deferred_pending,
          (unsigned long long)after.holds, (unsigned long long)after.inflight_posts);
+  check(mallinfo_reads.load() > 0, "mallinfo2 never read");
+  check(mallinfo_inconsistent.load() == 0, "mallinfo2 with more in use than its arena");
   check(completed.load() == posted.load(), "posts that never completed");
   check(double_completions.load() == 0, "posts completed twice");
   check(after.inflight_posts == 0, "posts still in flight");
