@@ -153,8 +153,9 @@ const char *nic_page_kind_name(enum nic_page_kind kind);
  * the number of bytes filled and version is the library's NIC_STATS_VERSION. size 0 (a struct
  * zeroed by memset or = {0}) is taken as NIC_STATS_SIZE_V1, the first layout that had size: safe
  * for any program built against a header that has it. */
-/* 2: the step fields (pin_step...) appended; 3: the receive cap, dropped pages and peaks */
-#define NIC_STATS_VERSION 3u
+/* 2: the step fields (pin_step...) appended; 3: the receive cap, dropped pages and peaks;
+ * 4: the control decommits, the nudges and control_live */
+#define NIC_STATS_VERSION 4u
 struct nic_stats {
   uint32_t size;    /* in: bytes the caller has (sizeof); out: bytes filled */
   uint32_t version; /* out: NIC_STATS_VERSION of the library */

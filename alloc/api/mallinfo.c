@@ -4,7 +4,6 @@
  * (ordblks, smblks, fsmblks, keepcost) have no counterpart here and read 0, as usmblks does in
  * glibc itself. */
 #define _GNU_SOURCE
-#include "control_live.h"
 #include "export.h"
 #include "mapped.h"
 #include "nicmalloc.h"
@@ -15,16 +14,11 @@
 static struct mallinfo2 report(void) {
   struct nic_stats s = NIC_STATS_INIT;
   nic_get_stats(&s);
-  size_t control_live;
-  /* Unknown (no control arena, another layout): every committed byte counts as in use. */
-  if (!nic_control_live(&control_live)) control_live = s.control_committed;
-  /* Freed huge blocks kept for reuse are mimalloc's live blocks, not the program's. */
-  control_live -= control_live > s.huge_cached_bytes ? s.huge_cached_bytes : control_live;
   struct mallinfo2 m = {0};
   /* What the heap holds from the OS, less nicmalloc's own mappings: the control arena's committed
    * bytes and the dataplane's backed steps. */
   m.arena = s.control_committed + s.dataplane_backed;
-  m.uordblks = control_live + s.dataplane_live;
+  m.uordblks = s.control_live + s.dataplane_live;
   if (m.uordblks > m.arena) m.uordblks = m.arena; /* read at different moments */
   m.fordblks = m.arena - m.uordblks;
   nic_mapped_totals(&m.hblks, &m.hblkhd);

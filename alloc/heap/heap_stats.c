@@ -3,6 +3,7 @@
 
 #include "chunks.h"
 #include "config.h"
+#include "control_live.h"
 #include "dp_heap.h"
 #include "dp_live.h"
 #include "huge_cache.h"
@@ -40,6 +41,12 @@ void nic_heap_fill_stats(struct nic_stats *out) {
     dp_total += dp[i];
   out->dataplane_live = dp_total > 0 ? (size_t)dp_total : 0;
   fill_huge(out);
+  /* After the os layer's control_committed (alloc/api/stats.c): what counts where the headers
+   * cannot be read. */
+  size_t control_live;
+  if (!nic_control_live(&control_live)) control_live = out->control_committed;
+  out->control_live =
+      control_live > out->huge_cached_bytes ? control_live - out->huge_cached_bytes : 0;
 
   struct nic_chunk_totals chunks;
   nic_chunk_totals(&chunks);
