@@ -23,6 +23,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/epoll.h>
 #include <sys/socket.h>
 #include <sys/time.h>
 #include <unistd.h>
@@ -202,9 +203,20 @@ int main(int argc, char **argv) {
   }
   pthread_t client;
   if (pthread_create(&client, NULL, client_run, &c)) return 2;
-  /* The server's loop: receive functions and reply completions run from nic_poll. */
+  /* The server's loop, asleep in its own epoll set until nicmalloc has work for this thread:
+   * receive functions and reply completions (and the free pages another thread's malloc_trim
+   * asks this one for) run from nic_poll. The timeout only looks at the client now and then. */
+  const int work = nic_thread_event_fd();
+  const int set = epoll_create1(EPOLL_CLOEXEC);
+  struct epoll_event ready = {.events = EPOLLIN};
+  if (work < 0 || set < 0 || epoll_ctl(set, EPOLL_CTL_ADD, work, &ready)) {
+    fprintf(stderr, "echo_uring: no event loop (%s)\n", strerror(work < 0 ? -work : errno));
+    return 2;
+  }
   while (!__atomic_load_n(&c.finished, __ATOMIC_ACQUIRE))
-    if (nic_poll(0) == 0) usleep(20);
+    if (epoll_wait(set, &ready, 1, 10) > 0) /* EINTR (io_uring's task work): round again */
+      nic_poll(0);
+  close(set);
   pthread_join(client, NULL);
   while (replies_done < replies_posted)
     nic_poll(0);
