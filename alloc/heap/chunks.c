@@ -84,8 +84,7 @@ static int reserve_locked(void) {
     else
       nic_log_fallback(false,
                        "the dataplane reserves address space for %u of its %u chunks, as much as "
-                       "was free (an address-space limit not measured without /proc, or the "
-                       "window below 20 TiB)",
+                       "was free in the window below 20 TiB",
                        chunks, cfg->max_chunks);
   }
   const size_t span = (size_t)chunks * cfg->chunk_size;

@@ -45,9 +45,9 @@ extern uint64_t nic_vspace_reserved;
 uint64_t nic_vspace_mapped(void);
 /* The soft address-space limit (RLIMIT_AS) in bytes; UINT64_MAX without one. */
 uint64_t nic_vspace_soft_limit(void);
-/* The same, with *room set to what it leaves
- * unmapped (0 when the process is at or over it); UINT64_MAX, room untouched, without a limit
- * or where VmSize cannot be read (no /proc). */
+/* The same, with *room set to what it leaves unmapped (0 when the process is at or over it);
+ * UINT64_MAX, room untouched, without a limit. Where VmSize cannot be read (no /proc) the room
+ * is the largest mapping the limit lets through, found by trying, to within 64 MiB. */
 uint64_t nic_vspace_limit(uint64_t *room);
 /* nicmalloc's own part of it that holds no memory: the reservations and the tables made for them
  * (map.h; read-only zero pages until used). */
