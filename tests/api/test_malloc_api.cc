@@ -264,6 +264,19 @@ TEST(MallocApi, MallinfoReportsTheBlocksInUseOfEveryThread) {
   EXPECT_GE(both.uordblks, filled.uordblks + kTheirs * kTheirSize);
   EXPECT_LE(both.uordblks, filled.uordblks + kTheirs * kTheirClass + (1 << 20));
 
+  // A huge block (over 16 MiB: its own mimalloc segment) is in use while live, and not once freed
+  // into the huge-block cache, which keeps it allocated in mimalloc for the next such request.
+  constexpr size_t kHuge = size_t(40) << 20;
+  void *volatile huge = malloc(kHuge);
+  ASSERT_NE(huge, nullptr);
+  const struct mallinfo2 with_huge = mallinfo2();
+  EXPECT_GE(with_huge.uordblks, both.uordblks + kHuge) << "while live";
+  free(huge);
+  nic_stats stats = NIC_STATS_INIT;
+  nic_get_stats(&stats);
+  EXPECT_GE(stats.huge_cached_bytes, kHuge) << "the cache keeps it";
+  EXPECT_LE(mallinfo2().uordblks, both.uordblks + (1 << 20)) << "cached, not in use";
+
   // A block nicmalloc maps itself (1 GiB and more: address space, untouched).
   void *volatile mapped = malloc((size_t(1) << 30) + 1);
   ASSERT_NE(mapped, nullptr);
@@ -286,8 +299,8 @@ TEST(MallocApi, MallinfoReportsTheBlocksInUseOfEveryThread) {
 }
 
 // Where the kernel's copy of our own memory is refused (a seccomp filter), the live bytes cannot
-// be read: mallinfo2 counts every committed byte as in use rather than none (the walk skipped
-// every segment then, and reported an empty heap).
+// be read: every committed control byte counts as in use (less the huge-block cache's) rather
+// than none (the walk skipped every segment then, and reported an empty heap).
 TEST(MallocApi, MallinfoCountsTheWholeHeapInUseWhereItCannotReadIt) {
   const pid_t child = fork();
   ASSERT_GE(child, 0);
@@ -297,7 +310,11 @@ TEST(MallocApi, MallinfoCountsTheWholeHeapInUseWhereItCannotReadIt) {
     for (auto &b : blocks)
       memset(b = static_cast<char *>(malloc(1000)), 1, 1000);
     const struct mallinfo2 m = mallinfo2();
-    _exit(m.uordblks >= 20000 * 1000 && m.uordblks == m.arena ? 0 : 1);
+    nic_stats s = NIC_STATS_INIT;
+    nic_get_stats(&s);
+    _exit(m.uordblks >= 20000 * 1000 && s.control_live == s.control_committed - s.huge_cached_bytes
+              ? 0
+              : 1);
   }
   int status = 0;
   ASSERT_EQ(waitpid(child, &status, 0), child);
