@@ -278,7 +278,8 @@ int nic_event_fd(void);
  * triggered or not). A thread that waits in its own poll on nic_event_fd is not woken for them.
  * One per thread, the same on every call; poll it on this thread only (another thread's polls
  * would not answer for this one, and would find it readable until this one did). Do not read,
- * write or close it: nicmalloc closes it when the thread exits. Returns the fd; nic_event_fd's
+ * write or close it: nicmalloc closes it when the thread exits (unless its number names another
+ * descriptor by then: one the program closed is not closed again). Returns the fd; nic_event_fd's
  * errors; -ESRCH from a thread that is exiting; or the -errno of making its eventfd or epoll set
  * (-EMFILE). */
 int nic_thread_event_fd(void);

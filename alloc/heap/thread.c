@@ -7,9 +7,11 @@
 #include "log.h"
 #include "startup.h"
 
+#include <errno.h>
 #include <limits.h>
 #include <pthread.h>
 #include <string.h>
+#include <sys/epoll.h>
 #include <unistd.h>
 
 __thread struct nic_thread nic_self __attribute__((tls_model("initial-exec")));
@@ -168,8 +170,23 @@ void nic_threads_nudge(unsigned epoch) {
   pthread_mutex_unlock(&threads_lock);
 }
 
+/* Whether set is still the epoll set that holds wake: one the program closed against the rule
+ * (nicmalloc closes it) may be a number of the program's again, which is not ours to close. */
+static bool still_ours(int set, int wake) {
+  struct epoll_event ev = {.events = EPOLLIN};
+  const int err = errno;
+  if (epoll_ctl(set, EPOLL_CTL_ADD, wake, &ev) == 0) { /* another set: put back as it was */
+    epoll_ctl(set, EPOLL_CTL_DEL, wake, NULL);
+    return false;
+  }
+  const bool ours = errno == EEXIST;
+  errno = err;
+  return ours;
+}
+
 void nic_thread_close_wake(struct nic_thread *t) {
-  if (t->thread_fd_plus1) close(t->thread_fd_plus1 - 1);
+  if (t->thread_fd_plus1 && still_ours(t->thread_fd_plus1 - 1, t->wake_fd_plus1 - 1))
+    close(t->thread_fd_plus1 - 1);
   if (t->wake_fd_plus1) close(t->wake_fd_plus1 - 1);
   __atomic_store_n(&t->thread_fd_plus1, 0, __ATOMIC_RELAXED);
   t->wake_fd_plus1 = 0;

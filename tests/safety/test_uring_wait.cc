@@ -2,6 +2,7 @@
 // server that blocks instead of spinning on nic_poll, by nic_wait or by its own epoll set.
 #include "uring_loopback.h"
 
+#include <fcntl.h>
 #include <sys/epoll.h>
 #include <unistd.h>
 
@@ -133,6 +134,22 @@ TEST_F(UringSgaTest, ThreadEventFdIsClosedWhenItsThreadExits) {
     ASSERT_GE(fd, 0) << strerror(-fd);
   }
   EXPECT_EQ(AnonDescriptors(), before) << "descriptors of exited threads left open";
+}
+
+// A program that closes the descriptor (which it must not) and opens another set under the same
+// number keeps that set: the thread's exit closes only the set that still holds its eventfd.
+TEST_F(UringSgaTest, AThreadEventFdTheProgramClosedIsNotClosedAgainAtExit) {
+  ASSERT_GE(nic_event_fd(), 0);
+  int reused = -1, was = -1;
+  std::thread([&] {
+    was = nic_thread_event_fd();
+    close(was);
+    reused = epoll_create1(EPOLL_CLOEXEC); // the lowest free number: the one just closed
+  }).join();
+  ASSERT_GE(was, 0);
+  ASSERT_EQ(reused, was) << "the number was not reused; nothing to check";
+  EXPECT_NE(fcntl(reused, F_GETFD), -1) << "the program's own set was closed at the thread's exit";
+  close(reused);
 }
 
 TEST_F(UringSgaTest, WaitRefusesATimeoutBelowMinusOne) {
