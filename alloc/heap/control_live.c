@@ -46,7 +46,10 @@ static size_t page_live(const unsigned char *header) {
 static size_t segment_live(uintptr_t segment, size_t *live) {
   uintptr_t head[(NIC_MI_SEG_SLICES - NIC_MI_SEG_SLICES_TOTAL) / sizeof(uintptr_t)];
   if (!copy(segment + NIC_MI_SEG_SLICES_TOTAL, head, sizeof head)) return NIC_MI_SEGMENT_SIZE;
+  /* A header changing under the copy may say anything: a length past the arena would end the
+   * walk early, or wrap its step to 0 and never end it. */
   const size_t slices = head[0];
+  if (slices == 0 || slices > (nic_control_size >> NIC_MI_SLICE_SHIFT)) return NIC_MI_SEGMENT_SIZE;
   const size_t entries = head[(NIC_MI_SEG_SLICE_ENTRIES - NIC_MI_SEG_SLICES_TOTAL) / 8];
   const size_t per_segment = NIC_MI_SEGMENT_SIZE >> NIC_MI_SLICE_SHIFT;
   unsigned char headers[HEADERS_PER_COPY * NIC_MI_PAGE_HEADER];
