@@ -66,6 +66,10 @@ struct sim_nic {
   struct sim_reg *regs;
   size_t regs_bytes;
   uint32_t free_slot, unused_slot; /* free list of returned slots; first never-used slot */
+  /* The first key generation of every slot: another process's sim (a fork child's) hands out
+   * other keys for the same slots, as a NIC does to another process, so that a key one of them
+   * made and the other was handed is refused rather than taken for one of its own. */
+  uint16_t first_gen;
   struct nic_endpoint *endpoints;
   struct nic_sim_delays delays;
   struct nic_tcache *tcache;

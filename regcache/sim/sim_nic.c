@@ -67,7 +67,8 @@ static int sim_reg(struct nic_backend *b, void *base, size_t len, unsigned acces
     return -ENOMEM; /* what ibv_reg_mr says when the NIC's table is full */
   }
   struct sim_reg *r = &s->regs[i];
-  uint16_t gen = (uint16_t)(r->gen % 0xffff + 1); /* 1..65535: the lkey is never 0 */
+  const unsigned last = r->gen ? r->gen : s->first_gen;
+  uint16_t gen = (uint16_t)(last % 0xffff + 1); /* 1..65535: the lkey is never 0 */
   uint32_t lkey = (uint32_t)gen << 16 | i;
   *r = (struct sim_reg){
       .lkey = lkey, .gen = gen, .base = (uintptr_t)base, .len = len, .access = access};
@@ -275,6 +276,7 @@ struct nic_backend *nic_sim_open(const struct nic_sim_config *c) {
   }
   load_delays(s, c);
   s->free_slot = SIM_NO_SLOT;
+  s->first_gen = (uint16_t)((uint32_t)getpid() * 2654435761u >> 16);
   s->paused = c->start_paused;
   s->work.node_size = sizeof(struct sim_work) +
                       c->max_sge * (sizeof(struct nic_sge) + sizeof(void *) + sizeof(uint32_t));
