@@ -97,6 +97,11 @@ int nic_sim_receive_set(struct nic_endpoint *ep, nic_receive_fn receive, void *a
 NIC_EXPORT int nic_sim_endpoint_destroy(struct nic_endpoint *ep) {
   NIC_CANCEL_OFF_SCOPE(); /* endpoints are made and ended under locks */
   NIC_INTERNAL_SCOPE();
+  if (nic_ep_inherited(ep)) { /* the parent's sim keeps it */
+    nic_api_error_by(endpoint, "nic_sim_endpoint_destroy", 0, "nic_sim_endpoint_destroy(%p): %s",
+                     (void *)ep, nic_ep_inherited_why());
+    return -ENODEV;
+  }
   pthread_mutex_lock(&lock);
   struct rx **link = &endpoints;
   while (*link && (*link)->ep != ep)

@@ -13,6 +13,7 @@
 #include <pthread.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/mman.h>
 
 struct made {
   struct nic_endpoint *ep;
@@ -22,8 +23,81 @@ struct made {
 };
 
 static pthread_mutex_t lock = PTHREAD_MUTEX_INITIALIZER;
-NIC_FORKLOCK_MUTEX(endpoints, NIC_FORK_ENDPOINTS, &lock, NULL);
 static struct made *made;
+
+/* The endpoints a child of fork inherited, sorted, read without the lock: each is the parent's,
+ * made by a backend the child does not have (regcache/cache/backend.h), and its structure stays
+ * as the parent left it, never freed here, so its address is never another endpoint's. */
+static uintptr_t *inherited;
+size_t nic_ep_inherited_count;
+
+static void sift_down(uintptr_t *a, size_t at, size_t n) {
+  for (size_t child; (child = 2 * at + 1) < n; at = child) {
+    if (child + 1 < n && a[child + 1] > a[child]) child++;
+    if (a[at] >= a[child]) return;
+    const uintptr_t t = a[at];
+    a[at] = a[child];
+    a[child] = t;
+  }
+}
+
+/* In place and without malloc: a fork child's hook (qsort may allocate). */
+static void sort_addresses(uintptr_t *a, size_t n) {
+  for (size_t i = n / 2; i-- > 0;)
+    sift_down(a, i, n);
+  for (size_t end = n; end-- > 1;) {
+    const uintptr_t t = a[0];
+    a[0] = a[end];
+    a[end] = t;
+    sift_down(a, 0, end);
+  }
+}
+
+static void after_fork_child(void) {
+  size_t n = 0;
+  for (const struct made *m = made; m; m = m->next)
+    n++;
+  if (inherited) munmap(inherited, nic_ep_inherited_count * sizeof *inherited);
+  inherited = NULL;
+  nic_ep_inherited_count = 0;
+  if (!n) return;
+  void *p =
+      mmap(NULL, n * sizeof *inherited, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+  size_t i = 0;
+  for (struct made *m = made; m; m = m->next) {
+    m->b = NULL;
+    if (p != MAP_FAILED) ((uintptr_t *)p)[i++] = (uintptr_t)m->ep;
+  }
+  if (p == MAP_FAILED) {
+    /* Then every post looks its endpoint up under the lock, and finds no backend for these. */
+    nic_ep_inherited_count = SIZE_MAX;
+    return;
+  }
+  sort_addresses(p, n);
+  inherited = p;
+  nic_ep_inherited_count = n;
+}
+NIC_FORKLOCK_MUTEX(endpoints, NIC_FORK_ENDPOINTS, &lock, after_fork_child);
+
+bool nic_ep_inherited(const struct nic_endpoint *ep) {
+  const size_t n = nic_ep_inherited_count;
+  if (!n) return false;
+  if (!inherited) return nic_ep_known(ep) && !nic_ep_backend_of_slow(ep);
+  size_t lo = 0, hi = n;
+  while (lo < hi) {
+    const size_t mid = lo + (hi - lo) / 2;
+    if (inherited[mid] < (uintptr_t)ep)
+      lo = mid + 1;
+    else
+      hi = mid;
+  }
+  return lo < n && inherited[lo] == (uintptr_t)ep;
+}
+
+const char *nic_ep_inherited_why(void) {
+  return "the endpoint was made by the parent process, with its backend: a child of fork uses "
+         "endpoints it made itself";
+}
 
 struct nic_backend *nic_ep_backend(const char *who, enum nic_backend_kind kind, const char *hint) {
   static const char *const names[NIC_BACKEND_KINDS] = {"sim", "uring", "verbs", "dpdk"};
@@ -94,16 +168,25 @@ bool nic_ep_is_sim(const struct nic_endpoint *ep) {
 
 struct nic_backend *nic_ep_backend_of_slow(const struct nic_endpoint *ep) {
   if (nic_backend_missing_why()) return NULL;
+  if (inherited && nic_ep_inherited(ep)) return NULL;
+  struct nic_backend *only = nic_backend_only();
+  if (only && inherited) return only;
   pthread_mutex_lock(&lock);
   const struct made *m = find_locked(ep);
+  /* m->b NULL: inherited (when the sorted copy could not be made) */
   struct nic_backend *b = m ? m->b : NULL;
   pthread_mutex_unlock(&lock);
-  return b ? b : nic_backend_active();
+  return b ? b : m ? NULL : nic_backend_active();
 }
 
 int nic_ep_untrack(struct nic_endpoint *ep, const char *kind, const char *who) {
   if (nic_backend_missing_why()) { /* closing would change the parent's backend: see backend.h */
     nic_api_error_by(endpoint, who, 0, "%s(%p): %s", who, (void *)ep, nic_backend_missing_why());
+    return -ENODEV;
+  }
+  if (nic_ep_inherited(ep)) { /* the parent's backend keeps it */
+    nic_api_error_by(endpoint, who, 0, "%s(%p): %s; it is left as it is", who, (void *)ep,
+                     nic_ep_inherited_why());
     return -ENODEV;
   }
   nic_receive_endpoint_closing(ep); /* unlocked: it takes the backend's lock */

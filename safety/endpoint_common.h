@@ -25,10 +25,16 @@ void nic_ep_forget(struct nic_endpoint *ep, const char *kind);
  * one, whatever ep is); else a look in the list, and the default backend for an endpoint that
  * no public constructor made (a test's, made with the backend's own endpoint_create). */
 struct nic_backend *nic_ep_backend_of_slow(const struct nic_endpoint *ep);
+extern size_t nic_ep_inherited_count __attribute__((visibility("hidden")));
 static inline struct nic_backend *nic_ep_backend_of(const struct nic_endpoint *ep) {
   struct nic_backend *only = nic_backend_only();
-  return __builtin_expect(only != NULL, 1) ? only : nic_ep_backend_of_slow(ep);
+  return __builtin_expect(only != NULL && !nic_ep_inherited_count, 1) ? only
+                                                                      : nic_ep_backend_of_slow(ep);
 }
+/* Whether ep was made before this process was forked: its backend is the parent's, and every
+ * call on it fails with -ENODEV and nic_ep_inherited_why(). */
+bool nic_ep_inherited(const struct nic_endpoint *ep);
+const char *nic_ep_inherited_why(void);
 /* Whether ep was made by the sim's public constructor (else by another one, or unknown). */
 bool nic_ep_is_sim(const struct nic_endpoint *ep);
 

@@ -101,7 +101,10 @@ static void after_fork_child(void) {
   waiting_tail = &waiting_head;
   for (struct receiver *r = receivers; r; r = r->next)
     r->waiting = 0;
-  woken = false; /* wake_fd is the parent's too: the child neither writes nor reads it */
+  woken = false;
+  /* The parent's, which the child closed with the backends' (it joined their set): the
+   * child's own receives make another. */
+  wake_fd = -1;
   draining = 0;
   handing = NULL;
   __atomic_store_n(&nic_safety_ctr.recv_waiting, 0, __ATOMIC_RELAXED);
@@ -346,6 +349,10 @@ NIC_EXPORT int nic_endpoint_receive(struct nic_endpoint *ep, nic_receive_fn rece
                   "nic_endpoint_receive(%p): an endpoint and a receive function are needed",
                   (void *)ep);
     return -EINVAL;
+  }
+  if (nic_ep_inherited(ep)) {
+    nic_api_error(endpoint, "nic_endpoint_receive(%p): %s", (void *)ep, nic_ep_inherited_why());
+    return -ENODEV;
   }
   /* An endpoint of ours was made by a constructor that started its backend: while none runs,
    * ep is not one of ours (the default backend's checks below say so). */

@@ -143,6 +143,27 @@ __attribute__((noinline)) static uint32_t renew_stale(struct nic_sga *sga, int *
   return 0;
 }
 
+/* In a child of fork, copies made before the fork carry the key of the parent's registration of
+ * their bounce slab, which the child's backend never made (regcache/cache/backend.h). The slab
+ * is the array's own and still there: each copy takes the registration its memory has now, made
+ * if it has none (a slab of control memory takes a cache reference, as a cached entry does).
+ * Nothing is known to tell the copies made since the fork apart, so all are asked: in a child
+ * only, one registration lookup a copy. 0, or the index + 1 of one that cannot be registered
+ * (the error in *err). */
+__attribute__((noinline)) static uint32_t renew_copies(struct nic_sga *sga, int *err) {
+  for (uint32_t i = 0; i < sga->count; i++) {
+    struct nic_sga_entry *e = &sga->entry[i];
+    if (e->kind != NIC_SGA_BOUNCE) continue;
+    struct nic_region_ref ref;
+    if ((*err = nic_register(e->addr, e->len, NIC_REG_LOCAL, &ref)) != 0) return i + 1;
+    if (e->cache_slot) nic_rcache_release_own(e->cache_slot);
+    e->lkey = ref.lkey;
+    e->handle = ref.backend_handle;
+    e->cache_slot = ref.kind == NIC_REGION_CACHED ? ref.cache_slot : 0;
+  }
+  return 0;
+}
+
 /* Dataplane entries whose step was given back since nic_sga_add: a step goes only once nothing
  * live is left on it, so the entry's block was freed, and its key is dead, or (the step
  * registered again for a new block) names memory that is someone else's now. A backend that
@@ -169,6 +190,10 @@ NIC_EXPORT int nic_sga_post(struct nic_sga *sga, struct nic_endpoint *ep, nic_sg
     nic_api_error(sga, "nic_sga_post(%p): the array is empty or not initialised", (void *)sga);
     return -EINVAL;
   }
+  if (!b && d && nic_ep_inherited(ep)) {
+    nic_api_error(sga, "nic_sga_post(%p): %s; nothing posted", (void *)ep, nic_ep_inherited_why());
+    return -ENODEV;
+  }
   if (!b) {
     nic_api_error(sga, "nic_sga_post: no registration backend could be opened (%s)",
                   nic_backend_missing_why() ? nic_backend_missing_why() : "NICMALLOC_BACKEND");
@@ -189,12 +214,17 @@ NIC_EXPORT int nic_sga_post(struct nic_sga *sga, struct nic_endpoint *ep, nic_sg
   if (freed) {
     nic_api_error(sga,
                   "nic_sga_post: the dataplane block of entry %u (%p, %u bytes) was freed since "
-                  "nic_sga_add (its step was given back); nothing posted",
-                  freed - 1, sga->entry[freed - 1].addr, sga->entry[freed - 1].len);
+                  "nic_sga_add (its step was given back)%s; nothing posted",
+                  freed - 1, sga->entry[freed - 1].addr, sga->entry[freed - 1].len,
+                  nic_backend_generation() ? ", or added before this process was forked (a child "
+                                             "of fork posts the arrays it filled)"
+                                           : "");
     return -NIC_EFREED;
   }
   int rc = 0;
-  const uint32_t stale = b == d ? renew_stale(sga, &rc) : 0; /* b's own: resolve_for below */
+  uint32_t stale = b == d ? renew_stale(sga, &rc) : 0; /* b's own: resolve_for below */
+  if (!stale && b == d && __builtin_expect(nic_backend_generation() != 0, 0))
+    stale = renew_copies(sga, &rc);
   if (stale) {
     if (rc == -EFAULT)
       nic_api_error(sga,

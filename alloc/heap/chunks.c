@@ -364,7 +364,8 @@ static void after_fork_child(void) {
       nic_step_not_whole_locked(i, s); /* unlocked pages may be reclaimed */
       /* The registrations are the parent's: a key of one would have the NIC reach the parent's
        * pages, not the child's copies. nic_translate reports key 0 here, as for a step not
-       * registered (written only where set, so that the table stays shared). */
+       * registered, until the child's own backend registers it (written only where set, so
+       * that the table stays shared). */
       const void **reg = nic_step_registration(i, s);
       if (*reg) *reg = NULL;
     }

@@ -3,6 +3,7 @@
  * DPDK (and their constructors) into every program. */
 #define _GNU_SOURCE
 #include "backend.h"
+#include "chunk_reg.h"
 #include "forklock.h"
 
 #include "lasting_thread.h"
@@ -156,8 +157,11 @@ static int epfd = -1;   /* nic_backends_event_fd's set, made on first use */
 static int joined = -1; /* nic_backends_event_fd_join's */
 #define EVENT_FD_UNKNOWN INT_MIN
 static int event_fd_known = EVENT_FD_UNKNOWN; /* its answer, until another backend starts */
-static bool parents; /* this process is a child of fork and the backends are the parent's */
-static bool opening; /* a backend is being opened, and the lock is held for it */
+static bool parents; /* a child of fork made while a backend opened: none can be its own */
+static unsigned parents_kinds;   /* plugin kinds the parent started: not started again here */
+static int parents_default = -1; /* the parent's default kind, when the child may start it */
+static unsigned generation;      /* forks whose child forgot its parent's backends, down to here */
+static bool opening;             /* a backend is being opened, and the lock is held for it */
 static char names[1u << NIC_BACKEND_KINDS][32];
 
 static void epoll_add_locked(struct nic_backend *b) {
@@ -179,6 +183,7 @@ void nic_backends_event_fd_join(int fd) {
   pthread_mutex_lock(&lock);
   if (joined < 0 && fd >= 0) {
     joined = fd;
+    nic_fds_adopt(fd); /* closed in fork children with the set */
     epoll_join_locked();
   }
   pthread_mutex_unlock(&lock);
@@ -220,12 +225,15 @@ static struct nic_backend *pick_locked(void) {
   struct nic_backend *b = NULL;
   if (want >= 0) {
     if ((b = start_locked((enum nic_backend_kind)want))) return b;
+    const char *why = nic_backend_refused_why((enum nic_backend_kind)want);
     nic_log_warn("backend %s cannot run here (%s); choosing automatically", kind_names[want],
-                 strerror(errno));
+                 why ? why : strerror(errno));
   }
   /* An endpoint's constructor started one already: the program uses that one. */
   for (unsigned k = 0; k < NIC_BACKEND_KINDS && !b; k++)
     b = started[k];
+  /* A child of fork goes on with the kind its parent used, as the program chose it there. */
+  if (!b && parents_default >= 0) b = start_locked((enum nic_backend_kind)parents_default);
   static const enum nic_backend_kind order[] = {NIC_BACKEND_VERBS, NIC_BACKEND_URING,
                                                 NIC_BACKEND_SIM};
   for (size_t i = 0; i < sizeof order / sizeof order[0] && !b; i++) {
@@ -245,26 +253,52 @@ static void choose_locked(void) {
 
 /* Not held across fork, only made anew in the child (forklock.h): its holder opens backends,
  * taking the allocator's and the registration cache's locks, and the default is chosen under
- * the cache's lock (by a first registration), so it fits nowhere in the order. A backend in
- * started[] makes the child the parent's (none of them is its own), and so does an open under
- * way at fork: the child has the opening thread's half-made state (DPDK's EAL half set up,
- * the dynamic loader inside a plugin's dlopen), on which an open of its own aborted, crashed
- * or fell back to another backend. */
+ * the cache's lock (by a first registration), so it fits nowhere in the order. */
 static void reset_in_child(void) {
   pthread_mutex_init(&lock, NULL);
 }
+
+/* The parent's backends are not the child's: their rings, queues and threads stay with the
+ * parent, and the child has copies of their structures only. The child forgets them (the
+ * registrations made with them too: chunk_reg.c, rcache.c) and opens its own on first use, as
+ * a fresh process would: the sim and io_uring, whose every open makes new state. A plugin's
+ * kind the parent started is not opened again: DPDK's EAL runs once per process and keeps its
+ * state in the plugin, and verbs' plugin state is the parent's device context. An open under
+ * way at fork leaves the child the opening thread's half-made state (DPDK's EAL half set up,
+ * the dynamic loader inside a plugin's dlopen), on which an open of its own aborted, crashed
+ * or fell back to another backend: that child keeps none, as before any open could be its
+ * own. */
 static void after_fork_child(void) {
-  bool any =
-      __atomic_load_n(&count, __ATOMIC_ACQUIRE) != 0 || __atomic_load_n(&opening, __ATOMIC_ACQUIRE);
+  const bool half_open = __atomic_load_n(&opening, __ATOMIC_ACQUIRE);
+  bool any = half_open || __atomic_load_n(&count, __ATOMIC_ACQUIRE) != 0;
   for (unsigned k = 0; k < NIC_BACKEND_KINDS; k++)
     any |= __atomic_load_n(&started[k], __ATOMIC_ACQUIRE) != NULL;
-  if (any) {
-    parents = true;
-    /* The child's copies only: the parent's backends keep theirs (open_fds.h). */
-    nic_fds_close_adopted();
-    epfd = -1;
-  }
   nic_backend_only_one = NULL;
+  if (!any) return;
+  /* The child's copies only: the parent's backends keep theirs (open_fds.h). */
+  nic_fds_close_adopted();
+  epfd = -1;
+  joined = -1; /* the layer above's descriptor was one of the adopted */
+  nic_chunk_regs_forget_parents();
+  if (half_open) {
+    parents = true;
+    return;
+  }
+  const unsigned default_kind = nic_backend_kind_of(deflt);
+  parents_default =
+      default_kind == NIC_BACKEND_SIM || default_kind == NIC_BACKEND_URING ? (int)default_kind : -1;
+  for (unsigned k = 0; k < NIC_BACKEND_KINDS; k++) {
+    if (started[k] && k != NIC_BACKEND_SIM && k != NIC_BACKEND_URING) {
+      failed[k] = ENODEV;
+      parents_kinds |= 1u << k;
+    }
+    started[k] = NULL;
+  }
+  count = mask = 0;
+  deflt = NULL;
+  chosen = false;
+  event_fd_known = EVENT_FD_UNKNOWN;
+  generation++;
 }
 NIC_FORKLOCK_CUSTOM(backends, NIC_FORK_BACKEND, NULL, NULL, reset_in_child, after_fork_child);
 
@@ -368,7 +402,17 @@ const char *nic_backends_names(void) {
 }
 
 const char *nic_backend_missing_why(void) {
-  return parents ? "the backend belongs to the parent process: a child of fork neither posts nor "
-                   "polls"
+  return parents ? "a backend was opening when this process was forked, and the child of fork "
+                   "made then neither posts nor polls"
                  : NULL;
+}
+
+const char *nic_backend_refused_why(enum nic_backend_kind kind) {
+  return (unsigned)kind < NIC_BACKEND_KINDS && parents_kinds >> kind & 1
+             ? "the parent process started it, and a child of fork leaves it to the parent"
+             : NULL;
+}
+
+unsigned nic_backend_generation(void) {
+  return __atomic_load_n(&generation, __ATOMIC_RELAXED);
 }

@@ -179,12 +179,12 @@ struct nic_backend *nic_backend_active(void);
 /* The default backend if one was chosen already, else NULL; never opens one. */
 struct nic_backend *nic_backend_if_open(void);
 /* Backend kind, started now unless it runs already (thread-safe; a kind that failed to start is
- * not tried again). NULL with errno set when it cannot run here, or ENODEV in a child of fork
- * whose parent had a backend open. */
+ * not tried again). NULL with errno set when it cannot run here (ENODEV for a kind a child of
+ * fork cannot start: nic_backend_refused_why). */
 struct nic_backend *nic_backend_start(enum nic_backend_kind kind);
 /* Backend kind if it runs, else NULL; never starts one. Lock-free. */
 struct nic_backend *nic_backend_started(enum nic_backend_kind kind);
-/* How many backends run (0 in a child of fork whose parent had one). One load. */
+/* How many backends run (those of this process: not its parent's). One load. */
 unsigned nic_backend_count(void);
 /* The backend while exactly one runs, else NULL (none, several, or a child of fork's). One
  * load, inline: every post asks which backend its endpoint belongs to. */
@@ -201,7 +201,8 @@ int nic_backends_poll(int max);
  * fd, or -ENOSYS when a started backend has none (verbs, dpdk), -ENODEV when none runs. */
 int nic_backends_event_fd(void);
 /* A descriptor of a layer above that joins that set too (its owner makes it readable while
- * nic_poll has work of its own, and clears it): one, set once; later calls are ignored. */
+ * nic_poll has work of its own, and clears it): one, set once; later calls are ignored. It is
+ * nicmalloc's from then: closed in fork children, which make their own. */
 void nic_backends_event_fd_join(int fd);
 /* The started backends' names, joined by '+' ("none" while none runs), for the statistics. */
 const char *nic_backends_names(void);
@@ -236,12 +237,20 @@ struct nic_pin_guard {
 };
 void nic_backend_pin_guard_set(const struct nic_pin_guard *g);
 
-/* In a child of fork all of the above say NULL when the parent had a backend open: the child shares
- * its state with the parent (an io_uring instance and its CQ ring, a NIC's queues), so a child that
- * polled would run the parent's completions and lose them for the parent, and one that
- * registered or deregistered would change the parent's table. That reason, for messages, or
- * NULL when the backend is not the parent's. */
+/* A child of fork has none of its parent's backends: it shares their state with the parent (an
+ * io_uring instance and its CQ ring, a NIC's queues), so a child that polled them would run the
+ * parent's completions and lose them for the parent, and one that registered or deregistered
+ * would change the parent's table. It forgets them and the registrations made with them, and
+ * opens its own on first use, but for the plugin kinds the parent started. A child forked
+ * while a backend opened keeps none at all: all of the above say NULL there, and this is why,
+ * for messages (NULL elsewhere). */
 const char *nic_backend_missing_why(void);
+/* Why kind cannot start in this child of fork (its parent started it), or NULL. */
+const char *nic_backend_refused_why(enum nic_backend_kind kind);
+/* How many forks down from the first process of the program this one is, counting only those
+ * whose child forgot its parent's backends: what the parent registered, with a different
+ * generation, is not this process's. */
+unsigned nic_backend_generation(void);
 
 #ifdef __cplusplus
 }

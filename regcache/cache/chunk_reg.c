@@ -112,6 +112,18 @@ static void chunk_mapped(unsigned index, void *base, size_t len) {
   }
 }
 
+void nic_chunk_regs_forget_parents(void) {
+  const unsigned used = nic_chunk_slots_used();
+  for (unsigned i = 0; i < used; i++)
+    for (unsigned s = 0; s < nic_steps_per_chunk(); s++)
+      for (unsigned k = 0; k < NIC_BACKEND_KINDS; k++) {
+        struct nic_chunk_reg *r = &nic_chunk_regs[i][s][k];
+        if (!r->registered && !r->retry_at_ms) continue; /* its page stays shared */
+        if (r->holds_pages) nic_step_pages_unhold_locked(i, s);
+        *r = (struct nic_chunk_reg){0};
+      }
+}
+
 /* Deregisters the step from every backend that registered it. False when one says -EBUSY (a
  * post still uses its registration until it completes): the step must be kept, and what was
  * deregistered already is registered again on next use. */
@@ -121,7 +133,6 @@ static bool drop_step(unsigned index, unsigned step) {
     struct nic_chunk_reg *r = &nic_chunk_regs[index][step][k];
     r->retry_at_ms = 0;
     if (!r->registered) continue;
-    /* NULL in a child of fork: the registration is the parent's. */
     struct nic_backend *b = nic_backend_started((enum nic_backend_kind)k);
     if (b && nic_backend_dereg(b, &r->reg) != 0) return false;
     if (__atomic_load_n(flat, __ATOMIC_ACQUIRE) == &r->reg)

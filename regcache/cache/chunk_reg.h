@@ -40,5 +40,8 @@ int nic_chunk_register_with(unsigned index, unsigned step, struct nic_backend *b
                             struct nic_registration *out);
 /* The same with the default backend (-ENODEV when none could be opened). */
 int nic_chunk_register(unsigned index, unsigned step, struct nic_registration *out);
+/* Fork child, single-threaded: every registration is the parent's, made with backends the child
+ * does not have. Forgotten without a deregistration, and the pages they kept may go. */
+void nic_chunk_regs_forget_parents(void);
 
 #endif

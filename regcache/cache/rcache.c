@@ -27,6 +27,7 @@ struct region {
   int valid; /* in the table */
   int clock; /* referenced since the last eviction sweep */
   uint32_t next_free;
+  bool foreign; /* the parent's, in a child of fork: dropped, never deregistered, here */
 };
 
 struct nic_rcache {
@@ -65,7 +66,8 @@ static pthread_mutex_t lock = PTHREAD_RECURSIVE_MUTEX_INITIALIZER_NP;
 /* Held across fork after the allocator's locks (a chunk or huge-cache lock holder may unmap
  * memory, whose interposed call takes this one), so a child that frees or unmaps memory a
  * cache covers, or asks for statistics, does not wait on a lock a parent thread held. */
-NIC_FORKLOCK_RECURSIVE(rcache, NIC_FORK_RCACHE, &lock, NULL);
+static void after_fork_child(void);
+NIC_FORKLOCK_RECURSIVE(rcache, NIC_FORK_RCACHE, &lock, after_fork_child);
 
 struct nic_rcache nic_rcache_process_instance = {.name = "process"};
 
@@ -180,6 +182,7 @@ static __thread bool deregs_deferred __attribute__((tls_model("initial-exec")));
  * either way the slot waits on the busy list. */
 static int dereg_locked(struct nic_rcache *c, uint32_t slot) {
   struct region *r = &c->pool[slot];
+  if (r->foreign) return 0;
   struct nic_backend *b = backend(c);
   if (b && nic_backend_in_call(b)) {
     deregs_deferred = true;
@@ -360,6 +363,7 @@ static int insert_locked(struct nic_rcache *c, uintptr_t start, uintptr_t end, u
   r->start = start;
   r->end = end;
   r->clock = 1;
+  r->foreign = false;
   count(&c->stats.registrations);
   if (cached) {
     __atomic_store_n(&r->refs, 2, __ATOMIC_RELEASE); /* the table's and the caller's */
@@ -528,6 +532,33 @@ int nic_rcache_destroy(struct nic_rcache *c) {
   munmap(c->pool, (size_t)c->pool_slots * sizeof *c->pool);
   munmap(c, sizeof *c);
   return 0;
+}
+
+/* Fork child: every registration of a runtime cache is the parent's, made with a backend the
+ * child does not have (backend.c). Out of the table and never deregistered: the release of a
+ * reference the program kept only frees its slot, and an array entry holding one finds it
+ * stale and is registered anew (sga_post.c). The busy ones go at once. */
+static void forget_parents_locked(struct nic_rcache *c) {
+  if (!c->pool) return;
+  for (uint32_t slot = 1; slot < c->pool_slots; slot++)
+    if (c->pool[slot].refs) c->pool[slot].foreign = true;
+  for (uint32_t slot = c->busy_head, next; slot; slot = next) {
+    next = c->pool[slot].next_free;
+    free_slot_locked(c, slot);
+  }
+  c->busy_head = 0;
+  c->busy_count = 0;
+  invalidate_range_locked(c, 0, UINTPTR_MAX);
+}
+
+/* A cache of another kind's backend is made again for the child's own, on its first use. */
+static void after_fork_child(void) {
+  forget_parents_locked(&nic_rcache_process_instance);
+  for (unsigned k = 0; k < NIC_BACKEND_KINDS; k++)
+    if (of_kind[k]) {
+      forget_parents_locked(of_kind[k]);
+      of_kind[k] = NULL;
+    }
 }
 
 struct nic_rcache *nic_rcache_of(struct nic_backend *b) {

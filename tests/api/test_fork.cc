@@ -45,6 +45,8 @@ enum ChildStatus {
   kParentsKey = 19,        // the child was handed a key of the parent's registrations
   kHoldLeft = 20,          // a hold reference no nic_release of the child can let go
   kDescriptorLeft = 21,    // a descriptor of nicmalloc's the parent's threads wait on
+  kNoBackend = 22,         // the child could not open, register with or post to its own backend
+  kParentsBackend = 23,    // the child posted on or destroyed an endpoint of the parent's
 };
 
 std::string describe_status(int status) {
@@ -499,28 +501,93 @@ TEST(Fork, ChildrenOfThreadsTakingHoldsKeepOnlyTheHoldsTheyCanRelease) {
     free(b);
 }
 
+// What a child's own sim endpoint receives, and whether its post completed.
+struct ChildInbox {
+  std::string bytes;
+  int done = 0, status = 1;
+  static void Receive(void *arg, void *data, size_t len) {
+    if (data) static_cast<ChildInbox *>(arg)->bytes.append(static_cast<const char *>(data), len);
+  }
+  static void Done(void *arg, int st) {
+    auto *in = static_cast<ChildInbox *>(arg);
+    in->status = st;
+    in->done++;
+  }
+};
+
+// Posts sga to ep and polls until the message is done and received: a ChildStatus.
+int post_and_receive(nic_sga *sga, nic_endpoint *ep, ChildInbox *in, const std::string &want) {
+  in->bytes.clear();
+  in->done = 0;
+  const int rc = nic_sga_post(sga, ep, ChildInbox::Done, in);
+  if (rc) return rc == -NIC_EFREED ? int(kParentsKey) : int(kNoBackend);
+  for (int i = 0; i < 5000 && (!in->done || in->bytes.size() < want.size()); i++)
+    if (!nic_poll(0)) usleep(1000);
+  return in->done == 1 && in->status == 0 && in->bytes == want ? int(kChildOk) : int(kParentsKey);
+}
+
 // A registration is the parent's: its key makes the NIC reach the parent's pages, not the child's
-// copies, so the child must not be handed one, by nic_translate or nic_register.
-TEST(Fork, ChildIsHandedNoKeyOfTheParentsRegistrations) {
-  void *p = nic_malloc(4096);
-  ASSERT_NE(p, nullptr);
-  nic_region_ref ref{};
-  ASSERT_EQ(nic_register(p, 4096, 0, &ref), 0);
-  ASSERT_EQ(nic_translate(p, 4096, &ref), 0);
+// copies, and the parent's backend (its rings and queues) stays the parent's. So the child is
+// handed no key of the parent's, by nic_translate or nic_register, and posts on none of the
+// parent's endpoints; it opens a backend of its own and registers with it, and what it sends
+// arrives whole: from a dataplane block, from other memory the parent had registered, and copied
+// into an array the parent filled before the fork. The sim hands another process other keys, as
+// a NIC does, and refuses one it did not make: a key of the parent's fails the child's post.
+TEST(Fork, ChildRegistersWithABackendOfItsOwnAndSends) {
+  nic_endpoint *ep = nic_sim_endpoint_create(nullptr, nullptr, 0);
+  ASSERT_NE(ep, nullptr) << "the suite runs with NICMALLOC_BACKEND=sim";
+  char *dp = static_cast<char *>(nic_malloc(4096));
+  ASSERT_NE(dp, nullptr);
+  memset(dp, 'd', 4096);
+  std::string control(8192, 'c'); // the control heap: the registration cache's
+  nic_region_ref ref{}, cached{};
+  ASSERT_EQ(nic_register(dp, 4096, 0, &ref), 0);
   ASSERT_TRUE(ref.lkey || ref.backend_handle) << "the sim's registration has a key";
-  int status = in_child([p] {
-    nic_region_ref child{};
-    if (nic_translate(p, 4096, &child) != 0) return int(kWrongHeap);
-    if (child.lkey || child.backend_handle) return int(kParentsKey);
-    if (nic_register(p, 4096, 0, &child) != -ENODEV) return int(kParentsKey);
-    return int(kChildOk);
+  ASSERT_EQ(nic_register(control.data(), control.size(), 0, &cached), 0);
+  ASSERT_EQ(cached.kind, NIC_REGION_CACHED);
+  static const char copied[] = "copied before the fork"; // under the copy threshold
+  nic_sga before;
+  ASSERT_EQ(nic_sga_init(&before, 0), 0);
+  ASSERT_EQ(nic_sga_add(&before, copied, sizeof copied), 0);
+  int status = in_child([&] {
+    nic_region_ref now{};
+    if (nic_translate(dp, 4096, &now) != 0) return int(kWrongHeap);
+    if (now.lkey || now.backend_handle) return int(kParentsKey);
+    nic_sga sga;
+    if (nic_sga_init(&sga, 0) != 0 || nic_sga_add(&sga, copied, sizeof copied) != 0)
+      return int(kNoBackend);
+    if (nic_sga_post(&sga, ep, nullptr, nullptr) != -ENODEV ||
+        nic_sim_endpoint_destroy(ep) != -ENODEV)
+      return int(kParentsBackend);
+    nic_sga_reset(&sga);
+    ChildInbox in;
+    nic_endpoint *own = nic_sim_endpoint_create(ChildInbox::Receive, &in, 0);
+    if (!own) return int(kNoBackend);
+    if (nic_register(dp, 4096, 0, &now) != 0) return int(kNoBackend);
+    if (!now.lkey && !now.backend_handle) return int(kNoBackend);
+    nic_unregister(&cached); // the parent's reference: only let go
+    int rc = kChildOk;
+    if (nic_sga_init(&sga, 0) || nic_sga_add(&sga, dp, 4096)) return int(kNoBackend);
+    if ((rc = post_and_receive(&sga, own, &in, std::string(4096, 'd')))) return rc;
+    if (nic_sga_add(&sga, control.data(), control.size())) return int(kNoBackend);
+    if ((rc = post_and_receive(&sga, own, &in, control))) return rc;
+    if ((rc = post_and_receive(&before, own, &in, std::string(copied, sizeof copied)))) return rc;
+    return nic_sim_endpoint_destroy(own) == 0 ? int(kChildOk) : int(kNoBackend);
   });
   ASSERT_TRUE(WIFEXITED(status)) << describe_status(status);
   EXPECT_EQ(WEXITSTATUS(status), 0) << describe_status(status) << " (see ChildStatus)";
   nic_region_ref again{};
-  ASSERT_EQ(nic_translate(p, 4096, &again), 0);
+  ASSERT_EQ(nic_translate(dp, 4096, &again), 0);
   EXPECT_EQ(again.lkey, ref.lkey) << "the parent keeps its registration";
-  free(p);
+  ChildInbox parent;
+  ASSERT_EQ(nic_sga_post(&before, ep, ChildInbox::Done, &parent), 0) << "its copies' too";
+  nic_unregister(&cached);
+  for (int i = 0; i < 5000 && !parent.done; i++)
+    if (!nic_poll(0)) usleep(1000);
+  EXPECT_EQ(parent.done, 1);
+  EXPECT_EQ(parent.status, 0);
+  EXPECT_EQ(nic_sim_endpoint_destroy(ep), 0);
+  free(dp);
 }
 
 // Descriptors of this process that are eventfds.
@@ -599,8 +666,9 @@ TEST(Fork, ChildKeepsNoThreadEventDescriptorOfTheParent) {
 
 // A child forked while another thread opens the backend has that thread's half-made state
 // (DPDK's EAL part set up, the dynamic loader inside the plugin's dlopen): it must take the
-// backend as the parent's, as after the open, and never open one again on top of it. Opening
-// DPDK takes a tenth of a second; the probe forks every millisecond meanwhile.
+// backend as the parent's and never open one again on top of it. Opening DPDK takes a tenth of
+// a second; the probe forks every millisecond meanwhile. A child forked once the open is over
+// starts a backend of its own, but not DPDK again (its EAL runs once per process), and says so.
 TEST(Fork, ChildrenForkedWhileTheBackendOpensTakeItAsTheParents) {
   auto r = run_probe({"NICMALLOC_BACKEND=dpdk", "NICMALLOC_DPDK_VDEV=net_ring0"},
                      {"fork-while-opening", "dpdk"});
@@ -610,6 +678,7 @@ TEST(Fork, ChildrenForkedWhileTheBackendOpensTakeItAsTheParents) {
   EXPECT_EQ(r.num("children_other_exit"), 0) << "children aborted (ld.so's assertion)\n" << r.err;
   EXPECT_EQ(r.num("children_other"), 0) << "children fell back to another backend\n" << r.err;
   EXPECT_EQ(r.num("children_refused"), 0) << r.err;
+  EXPECT_LE(r.num("children_after"), 2) << "forks after the open are the last ones\n" << r.out;
   EXPECT_EQ(count_lines(r.err, "cannot start"), 0) << r.err;
   EXPECT_GE(r.num("children_parents"), 1) << "no fork came during the open\n" << r.out;
 }

@@ -386,34 +386,47 @@ TEST_F(MultiBackend, EventFdSignalsCompletionsOfBothBackends) {
   close(ep);
 }
 
-// A child of fork has none of the backends: it neither polls (the parent's completions of both
-// stay the parent's), nor posts to, nor destroys, nor starts any.
-TEST_F(MultiBackend, ForkChildHasNoneOfThem) {
+// A child of fork has none of its parent's backends: it neither polls them (the parent's
+// completions of both stay the parent's), nor posts to, nor destroys their endpoints. It starts
+// its own, both kinds again (the sim as the default, as in the parent), and sends through them.
+TEST_F(MultiBackend, ForkChildHasNoneOfThemAndStartsItsOwn) {
   ASSERT_NE(UringEndpoint(), nullptr) << "errno " << errno;
-  Parts to_sim(3), to_uring(4);
+  Parts to_sim(3), to_uring(4), from_child(5);
   nic_sim_pause(nic_backend_started(NIC_BACKEND_SIM), true); // the sim post stays in flight
   ASSERT_EQ(Post(to_sim, sim_ep_, &done_[0]), 0);
   ASSERT_EQ(Post(to_uring, uring_ep_, &done_[1]), 0);
   pid_t pid = fork();
   ASSERT_GE(pid, 0);
   if (pid == 0) {
+    alarm(30);
     int ran = 0;
     for (int i = 0; i < 200; i++, usleep(1000))
       ran += nic_poll(0);
-    nic_sga sga;
-    const bool refused =
-        nic_backend_count() == 0 && nic_sga_init(&sga, 0) == -ENODEV &&
-        nic_uring_endpoint_destroy(uring_ep_) == -ENODEV && nic_event_fd() == -ENODEV &&
-        nic_sim_endpoint_create(SimInbox::Fn, nullptr, 0) == nullptr && errno == ENODEV;
-    _exit(ran ? 1 : refused ? 0 : 2);
+    if (ran) _exit(1);
+    Done mine[2];
+    if (nic_backend_count() != 0 || Post(from_child, sim_ep_, &mine[0]) != -ENODEV ||
+        Post(from_child, uring_ep_, &mine[0]) != -ENODEV ||
+        nic_uring_endpoint_destroy(uring_ep_) != -ENODEV)
+      _exit(2);
+    SimInbox in;
+    nic_endpoint *sim = nic_sim_endpoint_create(SimInbox::Fn, &in, 0);
+    nic_endpoint *uring = nic_uring_endpoint_create(pair_.tx);
+    if (!sim || !uring || !nic_sim_is(nic_backend_active()) || nic_backend_count() != 2) _exit(3);
+    if (Post(from_child, sim, &mine[0]) || Post(from_child, uring, &mine[1])) _exit(4);
+    if (!WaitUntil([&] { return mine[0].calls && mine[1].calls && in.messages; })) _exit(5);
+    if (mine[0].status || mine[1].status || in.bytes != from_child.Bytes()) _exit(6);
+    _exit(nic_sim_endpoint_destroy(sim) == 0 ? 0 : 7);
   }
   int status = 0;
   ASSERT_EQ(waitpid(pid, &status, 0), pid);
   ASSERT_TRUE(WIFEXITED(status));
   EXPECT_EQ(WEXITSTATUS(status), 0)
-      << "1: the child ran a parent's completion; 2: it had a backend to use";
+      << "1: the child ran a parent's completion; 2: it had a backend of the parent's to use; "
+         "3-7: its own did not start or send (see the test)";
   nic_sim_pause(nic_backend_started(NIC_BACKEND_SIM), false);
   EXPECT_TRUE(SameBytes(ReadExactly(pair_.rx, to_uring.Bytes().size()), to_uring.Bytes()));
+  EXPECT_TRUE(SameBytes(ReadExactly(pair_.rx, from_child.Bytes().size()), from_child.Bytes()))
+      << "the child's message through its own ring";
   ASSERT_TRUE(WaitUntil([&] { return done_[0].calls && done_[1].calls; }))
       << "a parent's completion was lost";
   EXPECT_EQ(done_[0].status, 0);

@@ -211,14 +211,15 @@ TEST_F(UringSgaTest, OversizedDatagramFailsAloneWithEmsgsize) {
   free(big);
 }
 
-// Runs under NICMALLOC_BACKEND=sim (its own ctest entry); skipped in the uring run.
 // A child of fork shares the parent's io_uring instance, its completion queue included: a poll
 // in the child must not take (and run) the parent's completions, which the parent would then
-// never see, and the child can neither post nor destroy the parent's endpoints.
-TEST_F(UringSgaTest, ChildOfForkNeitherTakesNorRunsTheParentsCompletions) {
+// never see, and the child can neither post on nor destroy the parent's endpoints. It opens an
+// io_uring instance of its own, and its endpoint on the socket it inherited sends whole
+// messages, completed in the child.
+TEST_F(UringSgaTest, AChildOfForkLeavesTheParentsCompletionsAndSendsThroughItsOwnRing) {
   LoopbackPair pair;
   nic_endpoint *ep = Endpoint(pair.tx);
-  Parts parts(5);
+  Parts parts(5), childs(6);
   const size_t want = parts.Bytes().size();
   Done d;
   ASSERT_EQ(PostParts(ep, parts.List(), &d), 0);
@@ -231,19 +232,37 @@ TEST_F(UringSgaTest, ChildOfForkNeitherTakesNorRunsTheParentsCompletions) {
   pid_t pid = fork();
   ASSERT_GE(pid, 0);
   if (pid == 0) {
+    alarm(30);
     int ran = 0;
-    for (auto end = Clock::now() + std::chrono::seconds(2); !ran && Clock::now() < end;
+    for (auto end = Clock::now() + std::chrono::milliseconds(300); !ran && Clock::now() < end;
          usleep(1000))
       ran += nic_poll(0);
-    nic_sga sga;
-    bool refused = nic_sga_init(&sga, 0) == -ENODEV && nic_uring_endpoint_destroy(ep) == -ENODEV;
-    _exit(ran ? 1 : refused ? 0 : 2);
+    if (ran) _exit(1);
+    Done mine;
+    if (PostParts(ep, parts.List(), &mine) != -ENODEV || nic_uring_endpoint_destroy(ep) != -ENODEV)
+      _exit(2);
+    nic_endpoint *own = nic_uring_endpoint_create(pair.tx);
+    if (!own) _exit(3);
+    if (PostParts(own, childs.List(), &mine) != 0) _exit(4);
+    if (!NicPollUntil([&] { return mine.calls == 1; })) _exit(5);
+    if (mine.status != 0) _exit(6);
+    int rc = -EBUSY;
+    NicPollUntil([&] { return (rc = nic_uring_endpoint_destroy(own)) != -EBUSY; });
+    _exit(rc == 0 ? 0 : 7);
   }
   int status = 0;
   ASSERT_EQ(waitpid(pid, &status, 0), pid);
   ASSERT_TRUE(WIFEXITED(status));
   EXPECT_EQ(WEXITSTATUS(status), 0)
-      << "1: the child ran the parent's completion; 2: it could post or destroy";
+      << "1: the child ran the parent's completion; 2: it could post or destroy the parent's "
+         "endpoint; 3-7: its own endpoint did not send (see the test)";
+  std::string got(childs.Bytes().size(), '\0');
+  for (size_t at = 0; at < got.size();) {
+    ssize_t r = read(pair.rx, got.data() + at, got.size() - at);
+    ASSERT_GT(r, 0);
+    at += size_t(r);
+  }
+  EXPECT_TRUE(got == childs.Bytes()) << "the child's message arrived changed";
   EXPECT_TRUE(NicPollUntil([&] { return d.calls == 1; }, std::chrono::seconds(5)))
       << "the parent's completion was lost";
   EXPECT_EQ(d.status, 0);
