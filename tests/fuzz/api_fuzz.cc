@@ -6,9 +6,11 @@
 // let go of what it holds, nothing stays live, held, deferred or in flight: a call that leaks
 // pinned memory (a refused free, a lost reference) fails it.
 // Now and then a thread forks while the others go on: the child goes on with the forking
-// thread's calls (where registering and posting fail with -ENODEV: README, fork), lets go of
-// what it holds and exits; it fails the run when it hangs (an inherited lock: killed by an
-// alarm), dies, or is left with posts in flight or frees deferred.
+// thread's calls (posts on the parent's endpoint fail with -ENODEV, and registering starts
+// the child's own backend: README, fork), half the time posting on a sim endpoint of its own,
+// lets go of what it holds and exits; it fails the run when it hangs (an inherited lock:
+// killed by an alarm), dies, loses or repeats a completion of its own, or is left with posts in
+// flight or frees deferred.
 //   nic_api_fuzz <seconds> <threads> <seed>
 #include <nicmalloc.h>
 
@@ -330,14 +332,27 @@ struct Thread {
     nic_stats at_fork = NIC_STATS_INIT;
     if (nic_get_stats(&at_fork) != 0) exit(3);
     const uint64_t others_holds = at_fork.holds - held.size();
+    const size_t parents_posts = posts.size(); // void here: they never complete
+    nic_endpoint *own = pick(2) ? nic_sim_endpoint_create(on_receive, nullptr, 0) : nullptr;
+    if (own) ep = own;
     for (int i = 0; i < 1024; i++)
       step();
     finish();
+    const auto mine_done = [&] {
+      for (size_t i = parents_posts; i < posts.size(); i++)
+        if (posts[i]->done.load() != 1) return false;
+      return true;
+    };
+    for (auto end = std::chrono::steady_clock::now() + std::chrono::seconds(10);
+         !mine_done() && std::chrono::steady_clock::now() < end;)
+      if (!nic_poll(0)) usleep(1000);
     nic_stats s = NIC_STATS_INIT;
     int rc = nic_get_stats(&s) != 0                     ? 3
              : s.inflight_posts != 0                    ? 4
              : s.holds != others_holds                  ? 5
              : s.deferred_pending != 0 && !others_holds ? 6
+             : !mine_done()                             ? 7
+             : own && nic_sim_endpoint_destroy(own)     ? 8
                                                         : 0;
     exit(rc); // exit, not _exit: the library's exit path runs in the child too
   }
