@@ -111,6 +111,9 @@ struct nic_backend *nic_ep_backend(const char *who, enum nic_backend_kind kind, 
   const int err = errno;
   if (nic_backend_missing_why())
     nic_api_error_by(endpoint, who, 0, "%s: %s", who, nic_backend_missing_why());
+  else if (nic_backend_refused_why(kind))
+    nic_api_error_by(endpoint, who, 0, "%s: the %s backend cannot run here: %s", who, names[kind],
+                     nic_backend_refused_why(kind));
   else if (named && nic_setting_is(NIC_S_BACKEND, names[kind]))
     nic_api_error_by(endpoint, who, 0,
                      "%s: the %s backend cannot run here (NICMALLOC_BACKEND=%s is set but could "

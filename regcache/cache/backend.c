@@ -284,7 +284,10 @@ static void after_fork_child(void) {
     parents = true;
     return;
   }
-  const unsigned default_kind = nic_backend_kind_of(deflt);
+  /* The default, or the one the parent's first choice would have taken (pick_locked). */
+  unsigned default_kind = nic_backend_kind_of(deflt);
+  for (unsigned k = 0; k < NIC_BACKEND_KINDS && !deflt && default_kind == NIC_BACKEND_KINDS; k++)
+    if (started[k]) default_kind = k;
   parents_default =
       default_kind == NIC_BACKEND_SIM || default_kind == NIC_BACKEND_URING ? (int)default_kind : -1;
   for (unsigned k = 0; k < NIC_BACKEND_KINDS; k++) {

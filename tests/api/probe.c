@@ -53,6 +53,7 @@ static const struct command {
     {"fork-write-race", 5, cmd_fork_write_race},
     {"fork-while-opening", 3, cmd_fork_while_opening},
     {"fork-while-registering", 3, cmd_fork_while_registering},
+    {"fork-after-open", 3, cmd_fork_after_open},
     {"auto", 3, cmd_auto},
     {"cap-again", 3, cmd_cap_again},
     {"threads-start", 4, cmd_threads_start},
@@ -91,7 +92,8 @@ int main(int argc, char **argv) {
       "| "
       "mixed-frees | fork-child BLOCK | fork-write-race ROUNDS TOTAL BLOCK [register] | "
       "fork-while-opening "
-      "BACKEND | fork-while-registering MS | auto SIZE | cap-again "
+      "BACKEND | fork-while-registering MS | fork-after-open register|sim-endpoint | auto SIZE | "
+      "cap-again "
       "BLOCK | huge "
       "SIZE SLEEP_MS | huge-usable [GIB] | "
       "grow-untouched MAX | aligned-dp ALIGNMENT SIZE | "

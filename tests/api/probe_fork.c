@@ -313,6 +313,47 @@ static int fork_while_registering(unsigned ms) {
   return 0;
 }
 
+/* fork-after-open HOW: the parent opens its default backend (HOW register: a dataplane
+ * registration, with NICMALLOC_BACKEND; HOW sim-endpoint: a sim endpoint made first, which
+ * under auto makes the sim the default), then forks once. The child registers a dataplane block
+ * of its own and says which backend it has, and whether a DPDK endpoint is refused; the
+ * parent says which backend it has. Both print key=value lines. */
+static int fork_after_open(const char *how) {
+  void *p = nic_malloc(4096);
+  struct nic_region_ref ref;
+  if (!strcmp(how, "sim-endpoint")) {
+    if (!nic_sim_endpoint_create(NULL, NULL, 0)) return 3;
+  } else if (!p || nic_register(p, 4096, 0, &ref) != 0) {
+    return 3;
+  }
+  fflush(stdout);
+  const pid_t pid = fork();
+  if (pid < 0) return 3;
+  if (pid == 0) {
+    alarm(30);
+    void *q = nic_malloc(4096);
+    const int rc = q ? nic_register(q, 4096, 0, &ref) : -ENOMEM;
+    struct nic_stats s = NIC_STATS_INIT;
+    nic_get_stats(&s);
+    errno = 0;
+    const bool dpdk = nic_dpdk_endpoint_create(0, 0) != NULL;
+    printf("child_register=%d\nchild_backend=%s\nchild_dpdk_endpoint=%s\n", rc, s.backend,
+           dpdk              ? "made"
+           : errno == ENODEV ? "ENODEV"
+                             : "other");
+    fflush(stdout);
+    _exit(0);
+  }
+  int status = 0;
+  while (waitpid(pid, &status, 0) < 0 && errno == EINTR) {
+  }
+  struct nic_stats s = NIC_STATS_INIT;
+  nic_get_stats(&s);
+  printf("child_status=%d\nparent_backend=%s\n", status, s.backend);
+  free(p);
+  return 0;
+}
+
 /* The commands: argv[1] names one, its arguments follow (usage in probe.c). */
 int cmd_fork_child(int argc, char **argv) {
   (void)argc;
@@ -327,6 +368,11 @@ int cmd_fork_write_race(int argc, char **argv) {
 int cmd_fork_while_opening(int argc, char **argv) {
   (void)argc;
   return fork_while_opening(argv[2]);
+}
+
+int cmd_fork_after_open(int argc, char **argv) {
+  (void)argc;
+  return fork_after_open(argv[2]);
 }
 
 int cmd_fork_while_registering(int argc, char **argv) {

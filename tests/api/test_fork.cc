@@ -683,6 +683,33 @@ TEST(Fork, ChildrenForkedWhileTheBackendOpensTakeItAsTheParents) {
   EXPECT_GE(r.num("children_parents"), 1) << "no fork came during the open\n" << r.out;
 }
 
+// A child starts its own backend of the kind its parent used, the one the program chose there
+// (under auto, a sim its first endpoint started, where a fresh process would take io_uring), but
+// not DPDK again, whose EAL runs once per process: it takes another and says why, and a DPDK
+// endpoint is refused with the same reason.
+TEST(Fork, AChildGoesOnWithItsParentsBackendKindButNeverStartsDpdkAgain) {
+  auto sim = run_probe({"NICMALLOC_BACKEND=auto"}, {"fork-after-open", "sim-endpoint"});
+  ASSERT_EQ(sim.exit_code, 0) << sim.out << sim.err;
+  EXPECT_EQ(sim.values["child_status"], "0") << sim.out << sim.err;
+  EXPECT_EQ(sim.values["parent_backend"], "sim") << sim.out;
+  EXPECT_EQ(sim.values["child_backend"], "sim") << sim.out;
+  EXPECT_EQ(sim.values["child_register"], "0") << sim.out << sim.err;
+
+  auto dpdk = run_probe({"NICMALLOC_BACKEND=dpdk", "NICMALLOC_DPDK_VDEV=net_null0"},
+                        {"fork-after-open", "register"});
+  ASSERT_EQ(dpdk.exit_code, 0) << dpdk.out << dpdk.err;
+  if (dpdk.values["parent_backend"] != "dpdk")
+    GTEST_SKIP() << "DPDK does not open here: " << dpdk.err;
+  EXPECT_EQ(dpdk.values["child_status"], "0") << dpdk.out << dpdk.err;
+  EXPECT_NE(dpdk.values["child_backend"], "dpdk") << dpdk.out;
+  EXPECT_NE(dpdk.values["child_backend"], "none") << dpdk.out;
+  EXPECT_EQ(dpdk.values["child_register"], "0") << dpdk.out << dpdk.err;
+  EXPECT_EQ(dpdk.values["child_dpdk_endpoint"], "ENODEV") << dpdk.out;
+  EXPECT_EQ(count_lines(dpdk.err, "a child of fork leaves it to the parent"), 2)
+      << "the warning and the endpoint's error\n"
+      << dpdk.err;
+}
+
 // A registration-cache miss registers with the backend under the cache's lock, and may
 // allocate there: the thread's first block takes the thread list's lock, a block mapped apart
 // off the main thread (a plugin's, since the lasting-thread change) the mapped blocks' lock.
