@@ -86,6 +86,14 @@ struct nic_backend *nic_backend_uring_open(void) {
     errno = -rc; /* EPERM: io_uring_disabled; ENOSYS: not built in */
     return NULL;
   }
+  /* A child of fork never uses this ring (regcache/cache/backend.h), and a mapping of it holds
+   * the ring as a descriptor does: inherited, it kept this instance, and every step registered
+   * with it pinned, for as long as any child lived. */
+  rc = io_uring_ring_dontfork(&ub->ring);
+  if (rc < 0)
+    nic_log_warn_once("uring backend: its ring stays mapped in fork children (%s): while a child "
+                      "lives, the steps registered with it stay pinned",
+                      strerror(-rc));
   if (!has_send_zc(&ub->ring)) {
     io_uring_queue_exit(&ub->ring);
     free(ub);

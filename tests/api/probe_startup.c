@@ -194,6 +194,15 @@ static int fork_fds(const unsigned char *before) {
         kept++;
       }
     printf("child_fds_kept=%d\n", kept);
+    /* A mapping of a descriptor holds its file as the descriptor does: an io_uring ring
+     * mapped in the child keeps the parent's instance, and the steps it registered pinned. */
+    FILE *maps = fopen("/proc/self/maps", "r");
+    char line[512];
+    int rings = 0;
+    while (maps && fgets(line, sizeof line, maps))
+      rings += strstr(line, "anon_inode:[io_uring]") != NULL;
+    if (maps) fclose(maps);
+    printf("child_ring_mappings=%d\n", rings);
     fflush(stdout);
     _exit(0);
   }
