@@ -21,9 +21,11 @@ bool nic_ep_track(struct nic_endpoint *ep, const char *kind, struct nic_backend 
 /* Forgets an endpoint of kind that its own code destroyed (the sim's). */
 void nic_ep_forget(struct nic_endpoint *ep, const char *kind);
 
-/* The backend ep belongs to. One load and a compare while one backend runs (then it is that
- * one, whatever ep is); else a look in the list, and the default backend for an endpoint that
- * no public constructor made (a test's, made with the backend's own endpoint_create). */
+/* The backend ep belongs to. Two loads and a compare while one backend runs and no endpoint was
+ * inherited from a parent process (then it is that one, whatever ep is); in a child of fork
+ * that inherited some, a binary search first (NULL for one of them); else a look in the list,
+ * and the default backend for an endpoint that no public constructor made (a test's, made with
+ * the backend's own endpoint_create). */
 struct nic_backend *nic_ep_backend_of_slow(const struct nic_endpoint *ep);
 extern size_t nic_ep_inherited_count __attribute__((visibility("hidden")));
 static inline struct nic_backend *nic_ep_backend_of(const struct nic_endpoint *ep) {

@@ -186,7 +186,7 @@ struct nic_backend *nic_backend_start(enum nic_backend_kind kind);
 struct nic_backend *nic_backend_started(enum nic_backend_kind kind);
 /* How many backends run (those of this process: not its parent's). One load. */
 unsigned nic_backend_count(void);
-/* The backend while exactly one runs, else NULL (none, several, or a child of fork's). One
+/* The backend while exactly one runs, else NULL (none, or several). One
  * load, inline: every post asks which backend its endpoint belongs to. */
 extern struct nic_backend *nic_backend_only_one __attribute__((visibility("hidden")));
 static inline struct nic_backend *nic_backend_only(void) {
