@@ -216,7 +216,10 @@ struct nic_sga {
   struct nic_sga_entry entry[NIC_SGA_CAPACITY];
 };
 
-/* Where messages go; made by a backend-specific constructor (nic_sim_endpoint_create below). */
+/* Where messages go; made by a backend-specific constructor (nic_sim_endpoint_create below). An
+ * endpoint belongs to the process that made it: in a child of fork every call on one of the
+ * parent's fails with -ENODEV, and the child makes its own, with backends of its own (README,
+ * fork). */
 struct nic_endpoint;
 /* Runs once per posted message, when the NIC no longer reads its memory: status 0 or -errno. */
 typedef void (*nic_sga_done_fn)(void *arg, int status);
