@@ -36,6 +36,7 @@ static unsigned npins;
 static const struct nic_fence_mech *mech; /* NULL: not started, or no mechanism works here */
 static bool started;
 static pthread_once_t once = PTHREAD_ONCE_INIT;
+static bool up[2]; /* uffd, mprotect: started (each at most once a process) */
 /* mprotect calls of the process made without the lock (mprotect was not the mechanism then) and
  * not finished: the mechanism waits for them when it takes over, since one of them could make a
  * page it protects next writable again. */
@@ -55,7 +56,9 @@ static void unlock(const sigset_t *old) {
 }
 
 /* The child has no handler thread and no poller, and an inherited userfaultfd would still act
- * on the parent's memory: protect ends there (posting in a child is not supported; README). */
+ * on the parent's memory: the parent's protection ends there (its posts are void), and the
+ * child's first post starts it again, with a userfaultfd and threads of its own (its SIGSEGV
+ * handler, set up once, is inherited). */
 static void child_release(uintptr_t start, uintptr_t end) {
   if (mech == &nic_fence_mprotect) mech->unprotect(start, end - start);
   nic_fence_unmark(start, end);
@@ -63,10 +66,15 @@ static void child_release(uintptr_t start, uintptr_t end) {
 
 static void after_fork_child(void) {
   unlocked_calls = 0; /* theirs were the parent threads' */
-  if (!mech) return;
-  nic_fence_each_marked(child_release);
-  if (mech->after_fork_child) mech->after_fork_child();
+  npins = 0;          /* the parent threads' registrations */
+  if (mech) {
+    nic_fence_each_marked(child_release);
+    if (mech->after_fork_child) mech->after_fork_child();
+  }
   mech = NULL;
+  up[0] = false; /* the userfaultfd was closed */
+  started = false;
+  once = (pthread_once_t)PTHREAD_ONCE_INIT;
 }
 
 /* Across fork the lock is held as every holder holds it, with signals blocked: the SIGSEGV
@@ -85,8 +93,6 @@ static void wait_unlocked_calls(void) {
   while (__atomic_load_n(&unlocked_calls, __ATOMIC_SEQ_CST))
     sched_yield(); /* a system call's time */
 }
-
-static bool up[2]; /* uffd, mprotect: started (each starts at most once) */
 
 static bool bring_up(const struct nic_fence_mech *m) {
   bool *flag = &up[m == &nic_fence_mprotect];

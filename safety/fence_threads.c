@@ -15,6 +15,7 @@
 #define _GNU_SOURCE
 #include "backend.h"
 #include "fence.h"
+#include "forklock.h"
 #include "log.h"
 #include "thread.h"
 
@@ -148,10 +149,22 @@ static void start(void) {
                  "racing with a post of the same page can release that page early");
 }
 
+static pthread_once_t once = PTHREAD_ONCE_INIT;
+
 void nic_fence_poller_start(void) {
-  static pthread_once_t once = PTHREAD_ONCE_INIT;
   pthread_once(&once, start);
 }
+
+/* Neither thread survives fork, and the NIC threads listed are the parent's: a child whose
+ * protect starts again (fence_protect.c) starts them again, and until then its NIC threads
+ * make their frees themselves, as no free thread would ever make them. */
+static void after_fork_child(void) {
+  once = (pthread_once_t)PTHREAD_ONCE_INIT;
+  __atomic_store_n(&freer_up, false, __ATOMIC_RELEASE);
+  for (unsigned i = 0; i < NIC_THREADS_MAX; i++)
+    nic_threads[i] = 0;
+}
+NIC_FORK_CHILD(fence_threads, NIC_FORK_FENCE_THREADS, after_fork_child);
 
 /* Threads that act for the NIC (the sim's DMA engine) say so through the memory events. */
 static void nic_thread_event(bool starting) {

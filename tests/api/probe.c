@@ -54,6 +54,7 @@ static const struct command {
     {"fork-while-opening", 3, cmd_fork_while_opening},
     {"fork-while-registering", 3, cmd_fork_while_registering},
     {"fork-after-open", 3, cmd_fork_after_open},
+    {"fork-post", 2, cmd_fork_post},
     {"auto", 3, cmd_auto},
     {"cap-again", 3, cmd_cap_again},
     {"threads-start", 4, cmd_threads_start},
@@ -92,7 +93,8 @@ int main(int argc, char **argv) {
       "| "
       "mixed-frees | fork-child BLOCK | fork-write-race ROUNDS TOTAL BLOCK [register] | "
       "fork-while-opening "
-      "BACKEND | fork-while-registering MS | fork-after-open register|sim-endpoint | auto SIZE | "
+      "BACKEND | fork-while-registering MS | fork-after-open register|sim-endpoint | fork-post | "
+      "auto SIZE | "
       "cap-again "
       "BLOCK | huge "
       "SIZE SLEEP_MS | huge-usable [GIB] | "

@@ -354,6 +354,73 @@ static int fork_after_open(const char *how) {
   return 0;
 }
 
+struct post_done {
+  int calls, status;
+};
+static void post_done_fn(void *arg, int status) {
+  struct post_done *d = arg;
+  d->status = status;
+  d->calls++;
+}
+
+/* One dataplane block posted on ep, freed while in flight when free_it, and polled until done:
+ * the completion's status, or -ETIMEDOUT. */
+static int post_block(struct nic_endpoint *ep, bool free_it, uint64_t *deferred) {
+  char *p = nic_malloc(4096);
+  if (!p) return -ENOMEM;
+  memset(p, 'p', 4096);
+  struct nic_sga sga;
+  struct post_done d = {0, 0};
+  int rc = nic_sga_init(&sga, 0);
+  if (!rc) rc = nic_sga_add(&sga, p, 4096);
+  if (!rc) rc = nic_sga_post(&sga, ep, post_done_fn, &d);
+  if (rc) return rc;
+  if (free_it) free(p); /* in flight until nic_poll runs the completion: deferred */
+  struct nic_stats s = NIC_STATS_INIT;
+  nic_get_stats(&s);
+  if (deferred) *deferred = s.deferred_pending;
+  for (int i = 0; i < 5000 && !d.calls; i++)
+    if (!nic_poll(0)) usleep(1000);
+  if (!free_it) free(p);
+  return d.calls ? d.status : -ETIMEDOUT;
+}
+
+/* fork-post: the parent posts on a sim endpoint, then forks; the child posts on one of its own
+ * and frees the block while it is in flight. Under NICMALLOC_FENCE=protect the child protects
+ * its own posts (a mechanism, a poller and a free thread of its own: the parent's did not
+ * survive fork) and its deferred free is done once the post completes. */
+static int fork_post(void) {
+  struct nic_endpoint *ep = nic_sim_endpoint_create(NULL, NULL, 0);
+  if (!ep || post_block(ep, false, NULL) != 0) return 3;
+  fflush(stdout);
+  const pid_t pid = fork();
+  if (pid < 0) return 3;
+  if (pid == 0) {
+    alarm(30);
+    struct nic_stats before = NIC_STATS_INIT, after = NIC_STATS_INIT;
+    nic_get_stats(&before);
+    struct nic_endpoint *own = nic_sim_endpoint_create(NULL, NULL, 0);
+    uint64_t deferred = 0;
+    const int rc = own ? post_block(own, true, &deferred) : -ENODEV;
+    for (int i = 0; i < 1000; i++) {
+      nic_get_stats(&after);
+      if (!after.deferred_pending) break;
+      usleep(1000);
+    }
+    printf("child_post=%d\nchild_deferred_in_flight=%llu\nchild_deferred_after=%llu\n"
+           "child_unprotected=%llu\n",
+           rc, (unsigned long long)deferred, (unsigned long long)after.deferred_pending,
+           (unsigned long long)(after.fence_unprotected - before.fence_unprotected));
+    fflush(stdout);
+    _exit(0);
+  }
+  int status = 0;
+  while (waitpid(pid, &status, 0) < 0 && errno == EINTR) {
+  }
+  printf("child_status=%d\nparent_post=%d\n", status, post_block(ep, true, NULL));
+  return 0;
+}
+
 /* The commands: argv[1] names one, its arguments follow (usage in probe.c). */
 int cmd_fork_child(int argc, char **argv) {
   (void)argc;
@@ -373,6 +440,11 @@ int cmd_fork_while_opening(int argc, char **argv) {
 int cmd_fork_after_open(int argc, char **argv) {
   (void)argc;
   return fork_after_open(argv[2]);
+}
+
+int cmd_fork_post(int argc, char **argv) {
+  (void)argc, (void)argv;
+  return fork_post();
 }
 
 int cmd_fork_while_registering(int argc, char **argv) {

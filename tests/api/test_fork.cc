@@ -710,6 +710,30 @@ TEST(Fork, AChildGoesOnWithItsParentsBackendKindButNeverStartsDpdkAgain) {
       << dpdk.err;
 }
 
+// Under NICMALLOC_FENCE=protect a child's own posts are protected as its parent's are, and a free
+// of a block in flight waits for its completion and then is done. Neither protect's userfaultfd
+// nor its poller and free thread survive fork: without starting them again in the child, its
+// posts went unprotected and the frees its completions handed to a free thread that was not
+// there stayed deferred for good (3 left, 1 entry unprotected).
+TEST(Fork, AChildProtectsItsOwnPostsAndMakesTheFreesTheyDeferred) {
+  for (const std::string with : {"mprotect", "uffd", "wait mode"}) {
+    SCOPED_TRACE(with);
+    std::vector<std::string> env = {"NICMALLOC_BACKEND=sim", "NICMALLOC_FENCE_TIMEOUT_MS=5000"};
+    if (with == "wait mode")
+      env.push_back("NICMALLOC_FENCE=wait");
+    else
+      env.insert(env.end(), {"NICMALLOC_FENCE=protect", "NICMALLOC_FENCE_PROTECT=" + with});
+    auto r = run_probe(env, {"fork-post"});
+    ASSERT_EQ(r.exit_code, 0) << r.out << r.err;
+    EXPECT_EQ(r.values["child_status"], "0") << r.out << r.err;
+    EXPECT_EQ(r.num("child_post"), 0) << r.out << r.err;
+    EXPECT_EQ(r.num("child_deferred_in_flight"), 1) << r.out;
+    EXPECT_EQ(r.num("child_deferred_after"), 0) << r.out << r.err;
+    EXPECT_EQ(r.num("child_unprotected"), 0) << r.out << r.err;
+    EXPECT_EQ(r.num("parent_post"), 0) << r.out << r.err;
+  }
+}
+
 // A registration-cache miss registers with the backend under the cache's lock, and may
 // allocate there: the thread's first block takes the thread list's lock, a block mapped apart
 // off the main thread (a plugin's, since the lasting-thread change) the mapped blocks' lock.
