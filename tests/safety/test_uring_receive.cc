@@ -310,6 +310,49 @@ TEST_F(UringReceive, ReceivingStartedByAThreadThatExitedGoesOn) {
   EXPECT_EQ(nic_endpoint_status(ep), 0);
 }
 
+// A child of fork receives on an endpoint of its own, through an io_uring instance of its own and
+// into dataplane buffers, and waits for its messages on nic_event_fd, while the parent's endpoint
+// goes on receiving the parent's (README, fork).
+TEST_F(UringReceive, AChildOfForkReceivesOnAnEndpointOfItsOwn) {
+  UdpPair parents, childs;
+  Sink sink;
+  ASSERT_NE(Receiving(parents.rx, &sink), nullptr);
+  fflush(nullptr);
+  pid_t pid = fork();
+  ASSERT_GE(pid, 0);
+  if (pid == 0) {
+    alarm(30);
+    Sink child;
+    nic_endpoint *own = nic_uring_endpoint_create(childs.rx);
+    if (!own) _exit(2);
+    if (nic_endpoint_receive(own, Sink::Fn, &child)) _exit(3);
+    for (int i = 0; i < 10; i++) {
+      const std::string m = "child " + std::to_string(i);
+      if (send(childs.tx, m.data(), m.size(), 0) != static_cast<ssize_t>(m.size())) _exit(4);
+    }
+    const int fd = nic_event_fd();
+    if (fd < 0) _exit(5);
+    for (auto end = Clock::now() + kLimit; child.Calls() < 10 && Clock::now() < end;) {
+      pollfd p = {fd, POLLIN, 0};
+      poll(&p, 1, 100);
+      nic_poll(0);
+    }
+    _exit(child.Calls() != 10 || child.not_dataplane || child.msgs[9] != "child 9" ? 6
+          : sink.Calls()                                                           ? 7
+                                                                                   : 0);
+  }
+  for (int i = 0; i < 5; i++)
+    ASSERT_EQ(send(parents.tx, "parent", 6, 0), 6);
+  EXPECT_TRUE(NicPollUntil([&] { return sink.Calls() == 5; }));
+  int status = 0;
+  ASSERT_EQ(waitpid(pid, &status, 0), pid);
+  ASSERT_TRUE(WIFEXITED(status));
+  EXPECT_EQ(WEXITSTATUS(status), 0)
+      << "2-5: the child's own endpoint did not start or receive; 6: its messages did not come "
+         "whole into dataplane buffers; 7: it received the parent's";
+  EXPECT_EQ(sink.not_dataplane, 0);
+}
+
 TEST_F(UringReceive, AChildOfForkReceivesNoneOfTheParentsMessages) {
   UdpPair pair;
   Sink sink;
