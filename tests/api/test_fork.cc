@@ -727,7 +727,8 @@ TEST(Fork, AChildProtectsItsOwnPostsAndMakesTheFreesTheyDeferred) {
     ASSERT_EQ(r.exit_code, 0) << r.out << r.err;
     EXPECT_EQ(r.values["child_status"], "0") << r.out << r.err;
     EXPECT_EQ(r.num("child_post"), 0) << r.out << r.err;
-    EXPECT_EQ(r.num("child_deferred_in_flight"), 1) << r.out;
+    // The block's free, and at times the free of the sim's delivery buffer beside it.
+    EXPECT_GE(r.num("child_deferred_in_flight"), 1) << r.out;
     EXPECT_EQ(r.num("child_deferred_after"), 0) << r.out << r.err;
     EXPECT_EQ(r.num("child_unprotected"), 0) << r.out << r.err;
     EXPECT_EQ(r.num("parent_post"), 0) << r.out << r.err;
