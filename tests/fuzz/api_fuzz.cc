@@ -346,7 +346,13 @@ struct Thread {
     for (auto end = std::chrono::steady_clock::now() + std::chrono::seconds(10);
          !mine_done() && std::chrono::steady_clock::now() < end;)
       if (!nic_poll(0)) usleep(1000);
+    // Under protect a completion hands its frees to the free thread, which makes them a moment
+    // later: waited for, as the parent's own end waits.
     nic_stats s = NIC_STATS_INIT;
+    for (auto end = std::chrono::steady_clock::now() + std::chrono::seconds(10);
+         nic_get_stats(&s) == 0 && s.deferred_pending && !others_holds &&
+         std::chrono::steady_clock::now() < end;)
+      if (!nic_poll(0)) usleep(1000);
     int rc = nic_get_stats(&s) != 0                     ? 3
              : s.inflight_posts != 0                    ? 4
              : s.holds != others_holds                  ? 5
