@@ -5,7 +5,12 @@
  * hands while the reply is in flight, and the reply's completion releases it. The client, a
  * thread on an ordinary socket, keeps a window of requests out and checks every reply byte.
  *
- *   echo_uring [--check | --copy] [requests]
+ *   echo_uring [--check | --copy] [--workers N] [requests]
+ *
+ * --workers N runs it as a prefork server would: the parent opens its io_uring backend and
+ * registers a dataplane block, then forks N workers, each of which serves its own client on
+ * its own socket through an io_uring instance of its own (a child of fork never uses its
+ * parent's: README, fork), with the same checks; the parent exits 0 when every worker did.
  *
  * Runs with NICMALLOC_BACKEND=uring. --check also checks the zero-copy claim and exits 1 when
  * it does not hold: every request arrived in dataplane memory, no entry went through the
@@ -26,6 +31,7 @@
 #include <sys/epoll.h>
 #include <sys/socket.h>
 #include <sys/time.h>
+#include <sys/wait.h>
 #include <unistd.h>
 
 enum { kMagic = 0x6563686f, kWindow = 1, kMaxPayload = 16384 };
@@ -181,11 +187,8 @@ static int udp_pair(int *server, int *client) {
   return setsockopt(*client, SOL_SOCKET, SO_RCVTIMEO, &limit, sizeof limit);
 }
 
-int main(int argc, char **argv) {
-  bool check = argc > 1 && !strcmp(argv[1], "--check");
-  copy_mode = argc > 1 && !strcmp(argv[1], "--copy");
-  int arg = check || copy_mode ? 2 : 1;
-  struct client c = {.requests = argc > arg ? (uint32_t)atoi(argv[arg]) : 20000};
+static int serve(bool check, uint32_t requests) {
+  struct client c = {.requests = requests};
   int server;
   if (udp_pair(&server, &c.fd)) {
     perror("echo_uring: loopback UDP");
@@ -247,4 +250,49 @@ int main(int argc, char **argv) {
     ok = ok && zero_copy;
   }
   return ok ? 0 : 1;
+}
+
+/* The parent's backend is open and holds a registration when the workers are forked: theirs
+ * are their own all the same. */
+static int prefork(bool check, uint32_t requests, int workers) {
+  void *mine = nic_malloc(4096);
+  struct nic_region_ref ref;
+  if (nic_event_fd() < 0 || !mine || nic_register(mine, 4096, 0, &ref)) {
+    fprintf(stderr, "echo_uring: the parent's backend did not open (run with "
+                    "NICMALLOC_BACKEND=uring)\n");
+    return 2;
+  }
+  fflush(stdout);
+  for (int w = 0; w < workers; w++) {
+    const pid_t pid = fork();
+    if (pid < 0) return 2;
+    if (pid == 0) {
+      const int rc = serve(check, requests);
+      fflush(stdout);
+      _exit(rc);
+    }
+  }
+  int worst = 0;
+  for (int w = 0; w < workers; w++) {
+    int status = 0;
+    if (wait(&status) < 0) return 2;
+    const int rc = WIFEXITED(status) ? WEXITSTATUS(status) : 2;
+    worst = rc > worst ? rc : worst;
+  }
+  printf("echo_uring: %d workers, %s\n", workers, worst ? "one or more FAILED" : "all ok");
+  free(mine);
+  return worst;
+}
+
+int main(int argc, char **argv) {
+  int arg = 1, workers = 0;
+  const bool check = argc > arg && !strcmp(argv[arg], "--check");
+  copy_mode = argc > arg && !strcmp(argv[arg], "--copy");
+  arg += check || copy_mode;
+  if (argc > arg + 1 && !strcmp(argv[arg], "--workers")) {
+    workers = atoi(argv[arg + 1]);
+    arg += 2;
+  }
+  const uint32_t requests = argc > arg ? (uint32_t)atoi(argv[arg]) : 20000;
+  return workers > 0 ? prefork(check, requests, workers) : serve(check, requests);
 }

@@ -19,6 +19,7 @@ extern "C" {
 #include <poll.h>
 #include <sys/mman.h>
 #include <sys/socket.h>
+#include <sys/wait.h>
 #include <unistd.h>
 
 #include <atomic>
@@ -110,6 +111,15 @@ struct UdpPair {
   }
   int tx = -1, rx = -1;
 };
+
+// Waits for a forked child, which answers through its exit status, and expects 0; what the other
+// statuses mean is the caller's to say.
+inline void ExpectChildExitsZero(pid_t pid, const char *statuses) {
+  int status = 0;
+  ASSERT_EQ(waitpid(pid, &status, 0), pid);
+  ASSERT_TRUE(WIFEXITED(status)) << "wait status " << status;
+  EXPECT_EQ(WEXITSTATUS(status), 0) << statuses;
+}
 
 // Reads rx on its own thread into a string, in reads of at most `chunk` bytes.
 class Reader {

@@ -417,12 +417,8 @@ TEST_F(MultiBackend, ForkChildHasNoneOfThemAndStartsItsOwn) {
     if (mine[0].status || mine[1].status || in.bytes != from_child.Bytes()) _exit(6);
     _exit(nic_sim_endpoint_destroy(sim) == 0 ? 0 : 7);
   }
-  int status = 0;
-  ASSERT_EQ(waitpid(pid, &status, 0), pid);
-  ASSERT_TRUE(WIFEXITED(status));
-  EXPECT_EQ(WEXITSTATUS(status), 0)
-      << "1: the child ran a parent's completion; 2: it had a backend of the parent's to use; "
-         "3-7: its own did not start or send (see the test)";
+  ExpectChildExitsZero(pid, "1: the child ran a parent's completion; 2: it had a backend of the "
+                            "parent's to use; 3-7: its own did not start or send (see the test)");
   nic_sim_pause(nic_backend_started(NIC_BACKEND_SIM), false);
   EXPECT_TRUE(SameBytes(ReadExactly(pair_.rx, to_uring.Bytes().size()), to_uring.Bytes()));
   EXPECT_TRUE(SameBytes(ReadExactly(pair_.rx, from_child.Bytes().size()), from_child.Bytes()))

@@ -250,12 +250,9 @@ TEST_F(UringSgaTest, AChildOfForkLeavesTheParentsCompletionsAndSendsThroughItsOw
     NicPollUntil([&] { return (rc = nic_uring_endpoint_destroy(own)) != -EBUSY; });
     _exit(rc == 0 ? 0 : 7);
   }
-  int status = 0;
-  ASSERT_EQ(waitpid(pid, &status, 0), pid);
-  ASSERT_TRUE(WIFEXITED(status));
-  EXPECT_EQ(WEXITSTATUS(status), 0)
-      << "1: the child ran the parent's completion; 2: it could post or destroy the parent's "
-         "endpoint; 3-7: its own endpoint did not send (see the test)";
+  ExpectChildExitsZero(pid, "1: the child ran the parent's completion; 2: it could post or destroy "
+                            "the parent's endpoint; 3-7: its own endpoint did not send (see the "
+                            "test)");
   std::string got(childs.Bytes().size(), '\0');
   for (size_t at = 0; at < got.size();) {
     ssize_t r = read(pair.rx, got.data() + at, got.size() - at);

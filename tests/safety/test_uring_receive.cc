@@ -344,12 +344,9 @@ TEST_F(UringReceive, AChildOfForkReceivesOnAnEndpointOfItsOwn) {
   for (int i = 0; i < 5; i++)
     ASSERT_EQ(send(parents.tx, "parent", 6, 0), 6);
   EXPECT_TRUE(NicPollUntil([&] { return sink.Calls() == 5; }));
-  int status = 0;
-  ASSERT_EQ(waitpid(pid, &status, 0), pid);
-  ASSERT_TRUE(WIFEXITED(status));
-  EXPECT_EQ(WEXITSTATUS(status), 0)
-      << "2-5: the child's own endpoint did not start or receive; 6: its messages did not come "
-         "whole into dataplane buffers; 7: it received the parent's";
+  ExpectChildExitsZero(pid, "2-5: the child's own endpoint did not start or receive; 6: its "
+                            "messages did not come whole into dataplane buffers; 7: it received "
+                            "the parent's");
   EXPECT_EQ(sink.not_dataplane, 0);
 }
 
