@@ -16,10 +16,12 @@
 
 #include "loopback_pair.h"
 
+#include <dirent.h>
 #include <fcntl.h>
 #include <malloc.h>
 #include <netinet/tcp.h>
 #include <poll.h>
+#include <signal.h>
 #include <sys/mman.h>
 #include <sys/socket.h>
 #include <sys/wait.h>
@@ -68,6 +70,37 @@ void on_done(void *arg, int) {
 
 void on_receive(void *, void *, size_t) {
   received++;
+}
+
+// Standard error as the run started: the library's lines go to a pipe that counts them.
+int report_fd = 2;
+
+// Each thread of a child that outlived its alarm: its state, blocked and pending signals, the
+// system call it is in and where the kernel has it wait (from /proc), on standard error.
+void describe_stuck(pid_t pid) {
+  dprintf(report_fd, "api fuzz: child %d outlived its alarm; its threads:\n", (int)pid);
+  char path[160], line[256];
+  snprintf(path, sizeof path, "/proc/%d/task", (int)pid);
+  DIR *tasks = opendir(path);
+  for (struct dirent *e; tasks && (e = readdir(tasks));) {
+    if (e->d_name[0] == '.') continue;
+    dprintf(report_fd, "  thread %s:", e->d_name);
+    for (const char *what : {"status", "syscall", "wchan"}) {
+      snprintf(path, sizeof path, "/proc/%d/task/%s/%s", (int)pid, e->d_name, what);
+      FILE *f = fopen(path, "r");
+      while (f && fgets(line, sizeof line, f)) {
+        const bool status = !strcmp(what, "status");
+        if (status && strncmp(line, "State:", 6) && strncmp(line, "SigBlk:", 7) &&
+            strncmp(line, "SigPnd:", 7) && strncmp(line, "ShdPnd:", 7))
+          continue;
+        dprintf(report_fd, " %s%s%.*s", status ? "" : what, status ? "" : ": ",
+                (int)strcspn(line, "\n"), line);
+      }
+      if (f) fclose(f);
+    }
+    dprintf(report_fd, "\n");
+  }
+  if (tasks) closedir(tasks);
 }
 
 struct Thread {
@@ -368,8 +401,20 @@ struct Thread {
     if (pid < 0) return; // out of memory or processes: the parent goes on
     if (pid == 0) child();
     forks++;
+    // The child's alarm ends a child that hangs, unless the signal cannot reach it (blocked on
+    // the thread that hangs): then the run would hang with it. Past the alarm and a grace, the
+    // child is described and killed, and counted as failed.
     int status = 0;
-    while (waitpid(pid, &status, 0) < 0 && errno == EINTR) {
+    pid_t got = 0;
+    for (auto end =
+             std::chrono::steady_clock::now() + std::chrono::seconds(kChildAlarmSeconds + 15);
+         (got = waitpid(pid, &status, WNOHANG)) == 0 && std::chrono::steady_clock::now() < end;)
+      usleep(1000);
+    if (got == 0) {
+      describe_stuck(pid);
+      kill(pid, SIGKILL);
+      while (waitpid(pid, &status, 0) < 0 && errno == EINTR) {
+      }
     }
     if (!WIFEXITED(status) || WEXITSTATUS(status) != 0) {
       children_failed++;
@@ -403,6 +448,7 @@ int main(int argc, char **argv) {
   int err_pipe[2];
   if (pipe2(err_pipe, O_CLOEXEC)) return 2;
   int saved_err = dup(2);
+  report_fd = saved_err;
   dup2(err_pipe[1], 2);
   std::atomic<uint64_t> err_bytes{0};
   std::thread err_reader([&] {
