@@ -45,7 +45,6 @@ struct nic_rcache {
   bool retrying;       /* a backend's dereg may re-enter through a free or an unmap */
   bool retry_again;    /* a slot joined the busy list while retrying: one more pass */
   bool made;           /* by nic_rcache_create (mapped), not the process-wide one */
-  bool runtime;        /* nic_rcache_of's: its backend is the parent's in a child of fork */
   uint32_t regions;    /* cached, against max_regions */
   size_t bytes_live;
   uint32_t max_regions; /* 0 until the first registration reads the settings */
@@ -78,7 +77,6 @@ static struct nic_rcache *made;
 static unsigned made_count; /* read without the lock */
 
 static struct nic_backend *backend(const struct nic_rcache *c) {
-  if (c->runtime) return nic_backend_missing_why() ? NULL : c->backend;
   return c->backend ? c->backend : nic_backend_active();
 }
 
@@ -188,7 +186,7 @@ static int dereg_locked(struct nic_rcache *c, uint32_t slot) {
     deregs_deferred = true;
     return -EINPROGRESS;
   }
-  int rc = b ? nic_backend_dereg(b, &r->reg) : 0; /* none in a child of fork: the parent's */
+  int rc = b ? nic_backend_dereg(b, &r->reg) : 0; /* none: a fork child made as one opened */
   if (rc && rc != -EBUSY)
     nic_log_warn_once("registration cache %s: backend %s refused to deregister [%p, +%zu) (%s); "
                       "the region is dropped",
@@ -576,7 +574,6 @@ struct nic_rcache *nic_rcache_of(struct nic_backend *b) {
   if (!(c = of_kind[kind])) {
     /* The process-wide cache's limits (0: the settings); the cache lives as long as b. */
     c = nic_rcache_create(&(struct nic_rcache_params){.backend = b, .name = b->name});
-    if (c) c->runtime = true;
     __atomic_store_n(&of_kind[kind], c, __ATOMIC_RELEASE);
   }
   pthread_mutex_unlock(&lock);
