@@ -108,9 +108,10 @@ struct nic_region_ref {
 #define NIC_ECROSS 1002 /* the range crosses the end of its region */
 #define NIC_ERANGE 1003 /* length 0 or p+len overflows */
 
-/* O(1) for dataplane memory and free of side effects: a chunk not yet registered reports
- * lkey 0 (nic_register makes the registration). Returns 0 and fills *out, or -NIC_ENOTDP /
- * -NIC_ECROSS / -NIC_ERANGE, or -EINVAL when out is NULL.
+/* O(1) for dataplane memory and free of side effects: the region is the pin step holding the
+ * range (each step is its own registration), and a step not yet registered reports lkey 0
+ * (nic_register makes the registration). Returns 0 and fills *out, or -NIC_ENOTDP, -NIC_ECROSS
+ * (the range crosses its step's end), -NIC_ERANGE, or -EINVAL when out is NULL.
  */
 int nic_translate(const void *p, size_t len, struct nic_region_ref *out);
 
@@ -122,13 +123,15 @@ int nic_translate(const void *p, size_t len, struct nic_region_ref *out);
 
 /* Finds or makes a registration covering [p, p+len) with the default backend
  * (NICMALLOC_BACKEND) and holds it until nic_unregister. Dataplane memory with local access uses
- * its chunk's registration, made once per chunk; anything else, and any remote access, goes
- * through the registration cache at page granularity. Each request with remote access gets a
- * registration of its own, never cached or shared: its remote key covers exactly the pages and
- * rights asked for, and nic_unregister revokes it. Returns 0, or -NIC_ERANGE, -EFAULT (not
- * mapped), -ENOSPC (cache full of registrations in use), -ENODEV (no backend), -EINVAL (unknown
- * access bits, out NULL), -EPERM (memory that is not nicmalloc's, where nicmalloc is not the
- * program's malloc: see nic_free), or the backend's error. */
+ * its pin step's registration, made on the step's first use; anything else, and any remote
+ * access, goes through the registration cache at page granularity. Each request with remote
+ * access, and each dataplane range across a step end (a block larger than a step, say), gets a
+ * registration of its own, never cached or shared: it covers exactly the pages and rights asked
+ * for, and nic_unregister deregisters it (and revokes its remote key). Returns 0, or
+ * -NIC_ERANGE, -NIC_ECROSS (a dataplane range that runs off its chunk's mapped memory), -EFAULT
+ * (not mapped), -ENOSPC (cache full of registrations in use), -ENODEV (no backend), -EINVAL
+ * (unknown access bits, out NULL), -EPERM (memory that is not nicmalloc's, where nicmalloc is not
+ * the program's malloc: see nic_free), or the backend's error. */
 int nic_register(const void *p, size_t len, unsigned access, struct nic_region_ref *out);
 void nic_unregister(const struct nic_region_ref *ref);
 
@@ -189,11 +192,12 @@ void nic_print_stats_json(int fd);
 /* ---- Scatter-gather and safety ----
  * A serializer collects (pointer, length) entries in a struct nic_sga (on its stack) and posts
  * them to an endpoint as one message. Each entry is resolved when added: dataplane memory uses
- * its chunk's registration, other memory the registration cache, and entries shorter than
- * NICMALLOC_COPY_THRESHOLD (default 512) or that cannot be registered are copied into a pinned
- * bounce area. Adjacent entries are coalesced; past the entry limit the smallest neighbours are
- * copied together. From post until the completion, free/realloc/delete of the memory an entry
- * points to is deferred (page granularity: see safety/README.md). */
+ * its pin step's registration (a range across steps is an entry per step), other memory the
+ * registration cache, and entries shorter than NICMALLOC_COPY_THRESHOLD (default 512) or that
+ * cannot be registered are copied into a pinned bounce area. Adjacent entries are coalesced; past
+ * the entry limit the smallest neighbours are copied together. From post until the completion,
+ * free/realloc/delete of the memory an entry points to is deferred (page granularity: see
+ * safety/README.md). */
 #define NIC_EFREED 1004  /* the pointer is a block already freed */
 #define NIC_ENOHOLD 1005 /* nic_release of a pointer with no nic_hold outstanding */
 
@@ -251,7 +255,9 @@ void nic_sga_reset(struct nic_sga *sga);
  * back. The program's functions, done() and receive(), run only from nic_poll and nic_wait, on
  * the calling thread. done() may also run from a fence that waits (nic_fence_write, a free or
  * write held under NICMALLOC_FENCE=wait|protect) and, under protect while a writer is held, on
- * nicmalloc's fence thread; receive() never does. They allocate as the calling thread does
+ * nicmalloc's fence thread; receive() never does. The sim is the exception: a sim endpoint's
+ * receive() runs on the sim engine's thread, and so does its done() with
+ * NIC_EP_ENGINE_COMPLETIONS. They allocate as the calling thread does
  * (inside its nic_dataplane_begin scope, dataplane memory); what nicmalloc and the backends
  * allocate meanwhile for themselves never is. */
 /* Runs up to max ready completions and received messages of every backend in use (all of

@@ -156,6 +156,7 @@ struct nic_rcache *nic_rcache_create(const struct nic_rcache_params *params) {
 }
 
 #define REMOTE (NIC_ACCESS_REMOTE_READ | NIC_ACCESS_REMOTE_WRITE)
+#define UNSHARED (REMOTE | NIC_RCACHE_OWN) /* a registration of the request's own */
 
 /* Only local regions are cached (see insert_locked). */
 static bool covers(const struct region *r, uintptr_t start, uintptr_t last, unsigned access) {
@@ -330,7 +331,8 @@ static int insert_locked(struct nic_rcache *c, uintptr_t start, uintptr_t end, u
    * exactly its pages and rights that nobody else is given and that its release deregisters:
    * cached, it would outlive the last nic_unregister (until evicted) and be handed to later
    * requests, each keeping the peer's access alive, or giving a peer more than was asked. */
-  const bool cached = !(access & REMOTE);
+  const bool cached = !(access & UNSHARED);
+  access &= ~(unsigned)NIC_RCACHE_OWN;
   if (cached) {
     merge_neighbours_locked(c, &start, &end, &access, b->caps.max_region_bytes);
     /* Every page belongs to one region at most: a page the table gave to the new region would
@@ -405,7 +407,7 @@ int nic_rcache_acquire(struct nic_rcache *c, const void *p, size_t len, unsigned
   if (len == 0 || __builtin_add_overflow(start, len - 1, &last) ||
       last >= UINTPTR_MAX - NIC_PAGE_SIZE)
     return -ERANGE;
-  const bool cached = !(access & REMOTE); /* see insert_locked */
+  const bool cached = !(access & UNSHARED); /* see insert_locked */
   if (cached && lookup(c, start, last, access, out)) {
     count(&c->stats.hits);
     return 0;
@@ -440,7 +442,7 @@ int nic_rcache_find(struct nic_rcache *c, const void *p, size_t len, unsigned ac
                     struct nic_rcache_ref *out) {
   uintptr_t start = (uintptr_t)p, last;
   if (len == 0 || __builtin_add_overflow(start, len - 1, &last)) return -ERANGE;
-  if ((access & REMOTE) || !lookup(c, start, last, access, out)) return -ENOENT;
+  if ((access & UNSHARED) || !lookup(c, start, last, access, out)) return -ENOENT;
   count(&c->stats.hits);
   return 0;
 }

@@ -68,8 +68,15 @@ struct nic_rcache_ref {
   struct nic_registration reg;
 };
 
+/* An access bit of nic_rcache_acquire alone, never passed to a backend: the caller gets a
+ * registration of exactly its pages, its own, as remote access always does (not cached, not
+ * shared, deregistered by its release). For dataplane ranges across a step end, whose pages the
+ * steps' registrations already pin: the cache is not told when a dataplane block is freed. */
+#define NIC_RCACHE_OWN (1u << 16)
+
 /* Finds or makes a registration covering [p, p+len) with at least the given access (with remote
- * access: makes one of exactly its pages and rights), and holds it until nic_rcache_release.
+ * access or NIC_RCACHE_OWN: makes one of exactly its pages and rights), and holds it until
+ * nic_rcache_release.
  * Returns 0, -EFAULT (range not mapped), -ENOSPC (over the limits with nothing evictable), -ERANGE
  * (len 0, overflow, or larger than a region may be), or the backend's error. */
 int nic_rcache_acquire(struct nic_rcache *c, const void *p, size_t len, unsigned access,

@@ -52,13 +52,25 @@ int nic_register_with(struct nic_backend *b, const void *p, size_t len, unsigned
   return register_with(b, p, len, access, out);
 }
 
+/* A dataplane range that nic_translate found crossing a step end: whether every chunk it reaches
+ * is mapped (else it runs off its memory, and stays -NIC_ECROSS). */
+static bool in_mapped_chunks(const void *p, size_t len) {
+  const char *last = (const char *)p + len - 1;
+  if (!nic_in_dp(last)) return false;
+  for (unsigned i = nic_chunk_index(p); i <= nic_chunk_index(last); i++)
+    if (!nic_chunk_readable(i)) return false;
+  return true;
+}
+
 /* b NULL: the default backend. Inlined into both callers: nic_register is on every entry's
  * path (nic_sga_add), and a call more there costs what the split saves nowhere. */
 static inline __attribute__((always_inline)) int register_with(struct nic_backend *b, const void *p,
                                                                size_t len, unsigned access,
                                                                struct nic_region_ref *out) {
   int rc = nic_translate(p, len, out);
-  if (rc == -NIC_ERANGE || rc == -NIC_ECROSS) return rc;
+  if (rc == -NIC_ERANGE || (rc == -NIC_ECROSS && !in_mapped_chunks(p, len))) return rc;
+  /* Across a step end no one step's registration covers the range: it gets one of its own. */
+  if (rc == -NIC_ECROSS) access |= NIC_RCACHE_OWN;
   if (rc == 0 && !(access & (NIC_REG_REMOTE_READ | NIC_REG_REMOTE_WRITE))) {
     struct nic_registration reg;
     rc = b ? nic_chunk_register_with(out->chunk_index, nic_step_index(p), b, &reg)

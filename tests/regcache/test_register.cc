@@ -1,6 +1,6 @@
-// nic_register on the sim backend: arena memory uses its chunk's registration, other memory and
-// remote access go through the registration cache, and a released chunk is deregistered before
-// its memory goes.
+// nic_register on the sim backend: arena memory uses its step's registration, other memory,
+// remote access and dataplane ranges across a step end go through the registration cache, and a
+// released chunk is deregistered before its memory goes.
 #include <gtest/gtest.h>
 
 #include <sys/mman.h>
@@ -81,6 +81,63 @@ TEST(Register, RemoteAccessOnArenaMemoryExposesOnlyThePagesAskedFor) {
   EXPECT_EQ(r.region_len, 4096u) << "a remote key for one page, not the whole chunk";
   nic_unregister(&r);
   free(p);
+}
+
+// A dataplane range across a step end (here a block larger than a step) has no one step's
+// registration to use: it gets one of its own, of exactly its pages and rights, for local access
+// as for remote, that no other request shares and its nic_unregister takes off the NIC. A range
+// that runs off the mapped chunks stays refused.
+TEST(Register, ADataplaneRangeAcrossAStepEndGetsARegistrationOfItsOwn) {
+  auto *sim = static_cast<sim_nic *>(nic_backend_active()->priv);
+  nic_stats s = NIC_STATS_INIT;
+  nic_get_stats(&s);
+  const size_t step = s.pin_step, len = step + step / 2;
+  ASSERT_GT(step, 0u);
+  char *p = static_cast<char *>(nic_malloc(len));
+  ASSERT_NE(p, nullptr);
+  ASSERT_TRUE(nic_is_dataplane(p));
+  nic_region_ref t;
+  ASSERT_EQ(nic_translate(p, len, &t), -NIC_ECROSS) << "the block should cross a step end";
+  const uintptr_t first = reinterpret_cast<uintptr_t>(p) & ~uintptr_t{4095};
+  const uintptr_t end = (reinterpret_cast<uintptr_t>(p) + len + 4095) & ~uintptr_t{4095};
+  for (unsigned access :
+       {NIC_REG_LOCAL, NIC_REG_LOCAL_WRITE, NIC_REG_REMOTE_READ | NIC_REG_REMOTE_WRITE}) {
+    SCOPED_TRACE("access " + std::to_string(access));
+    nic_region_ref a, b;
+    ASSERT_EQ(nic_register(p, len, access, &a), 0);
+    EXPECT_EQ(a.kind, NIC_REGION_CACHED);
+    EXPECT_NE(a.cache_slot, 0u);
+    EXPECT_EQ(reinterpret_cast<uintptr_t>(a.region_base), first);
+    EXPECT_EQ(a.region_len, end - first);
+    EXPECT_EQ(static_cast<char *>(a.region_base) + a.offset, p);
+    EXPECT_EQ(a.rkey != 0, (access & NIC_REG_REMOTE_READ) != 0);
+    const sim_reg *reg = sim_lookup(sim, a.lkey);
+    ASSERT_NE(reg, nullptr) << "not registered with the NIC";
+    EXPECT_EQ(reg->base, first);
+    EXPECT_EQ(reg->len, end - first);
+    EXPECT_EQ(reg->access, access);
+    ASSERT_EQ(nic_register(p + 4096, 4096 + step, access, &b), 0);
+    EXPECT_NE(b.cache_slot, a.cache_slot) << "two requests share a registration";
+    nic_unregister(&a);
+    EXPECT_EQ(sim_lookup(sim, a.lkey), nullptr) << "the registration outlived its nic_unregister";
+    EXPECT_NE(sim_lookup(sim, b.lkey), nullptr) << "went with another request's";
+    nic_unregister(&b);
+  }
+  free(p);
+
+  // From the last page of a mapped chunk into one that is not.
+  nic_stats after = NIC_STATS_INIT;
+  nic_get_stats(&after);
+  char *q = static_cast<char *>(nic_malloc(64));
+  ASSERT_TRUE(nic_is_dataplane(q));
+  ASSERT_EQ(nic_translate(q, 64, &t), 0);
+  const size_t chunk = size_t{1} << 26; // NICMALLOC_CHUNK_SIZE=64M
+  char *next = reinterpret_cast<char *>((reinterpret_cast<uintptr_t>(q) | (chunk - 1)) + 1);
+  while (nic_translate(next, 64, &t) == 0)
+    next += chunk;
+  ASSERT_EQ(nic_translate(next - 4096, 64, &t), 0) << "the chunk before is mapped";
+  EXPECT_EQ(nic_register(next - 4096, 8192, NIC_REG_LOCAL, &t), -NIC_ECROSS);
+  free(q);
 }
 
 // Neither a fresh registration (merged with its neighbours) nor a cached one (made for a wider

@@ -138,7 +138,7 @@ TEST_F(UringSgaTest, StreamMessagesArriveWholeAndInOrder) {
 }
 
 // Each step of a chunk is its own fixed buffer: a range across a step end goes as two entries,
-// one in each slot, and arrives whole and in order.
+// one in each slot, and arrives whole and in order; nic_register of it makes a slot of its own.
 TEST_F(UringSgaTest, ARangeAcrossAStepEndArrivesWhole) {
   LoopbackPair pair;
   Reader reader(pair.rx);
@@ -164,6 +164,15 @@ TEST_F(UringSgaTest, ARangeAcrossAStepEndArrivesWhole) {
   ASSERT_EQ(nic_register(from, half, NIC_REG_LOCAL, &a), 0);
   ASSERT_EQ(nic_register(step_end, half, NIC_REG_LOCAL, &b), 0);
   EXPECT_NE(a.backend_handle, b.backend_handle) << "two steps, two fixed-buffer slots";
+  // Registered whole, the range gets a fixed buffer of its own, one key for all of it.
+  nic_region_ref across;
+  ASSERT_EQ(nic_register(from, 2 * half, NIC_REG_LOCAL, &across), 0);
+  EXPECT_EQ(across.kind, NIC_REGION_CACHED);
+  EXPECT_EQ(static_cast<char *>(across.region_base) + across.offset, from);
+  EXPECT_GE(across.region_len, 2 * half);
+  EXPECT_NE(across.backend_handle, a.backend_handle);
+  EXPECT_NE(across.backend_handle, b.backend_handle);
+  nic_unregister(&across);
   free(p);
 }
 
