@@ -1,6 +1,6 @@
 // MR-miss benchmark: one memcached-like send stream (value sizes from the Facebook pools, Zipf
 // item popularity, replacements at the paper's set/get ratio) with its buffers in
-//   arena      nicmalloc dataplane chunks (one registration per chunk)
+//   arena      nicmalloc dataplane chunks (one registration per pin step)
 //   per-buffer an ordinary heap, every buffer registered on its own (registered at allocation,
 //              deregistered at free)
 //   rcache     an ordinary heap, registered at send time through nicmalloc's registration cache

@@ -10,13 +10,13 @@
 
 struct slab {
   struct slab *next;
-  struct nic_region_ref ref; /* the chunk's registration (or a cache region on fallback) */
+  struct nic_region_ref ref; /* its step's registration (or a cache region on fallback) */
   size_t used, cap;
   _Alignas(16) char data[];
 };
 
-/* A dataplane slab uses its chunk's registration. When that is refused (io_uring without
- * CAP_IPC_LOCK cannot pin a whole chunk under a small RLIMIT_MEMLOCK), a control slab through
+/* A dataplane slab uses its step's registration. When that is refused (io_uring without
+ * CAP_IPC_LOCK cannot pin a step over a small RLIMIT_MEMLOCK), a control slab through
  * the registration cache pins only its own pages, so entries that could not be registered can
  * still be copied, as nic_sga_add promises. */
 static struct slab *new_slab(size_t bytes, enum nic_route route, int *err) {

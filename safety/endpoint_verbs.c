@@ -34,7 +34,7 @@ struct nic_verbs_rx_memory {
   void (*free)(void *block);
 };
 
-/* A block of a chunk, with the chunk's registration (local write: chunk_reg.c): the receive
+/* A block of a chunk, with its step's registration (local write: chunk_reg.c): the receive
  * buffers are dataplane memory like everything else the NIC touches. */
 static void *rx_alloc(size_t len, size_t align, uint32_t *lkey, uint64_t *handle) {
   NIC_INTERNAL_SCOPE();
