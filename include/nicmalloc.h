@@ -278,7 +278,9 @@ int nic_wait(int timeout_ms);
  * descriptors). Do not read, write or close it: nicmalloc clears it when nothing is left.
  * Level-triggered; with EPOLLET poll until nic_poll returns 0. Returns the fd, -ENODEV without a
  * backend, or -ENOSYS while a backend in use has none (verbs, dpdk): then nic_wait waits in
- * short sleeps. */
+ * short sleeps. Should such a backend start after the fd was handed out, the fd polls readable
+ * every millisecond from then on (said once on stderr), so that a program asleep on it still
+ * polls that backend. */
 int nic_event_fd(void);
 /* nic_event_fd for an event loop that calls nic_poll on its own thread: a descriptor that polls
  * readable while nic_poll has work, as nic_event_fd's does, and also while the calling thread

@@ -99,6 +99,12 @@ if(TARGET nicmalloc-dpdk AND TARGET nicmalloc-verbs)
         FAIL_REGULAR_EXPRESSION "\\[  SKIPPED \\]")
     endif()
   endforeach()
+  # nic_event_fd's set handed out under sim, then dpdk (no event descriptor) started beside it.
+  add_test(NAME public_endpoints_dpdk_after_event_fd
+           COMMAND test_public_endpoints --gtest_filter=DpdkAfterEventFd.*)
+  set_tests_properties(public_endpoints_dpdk_after_event_fd PROPERTIES TIMEOUT 120
+    FAIL_REGULAR_EXPRESSION "\\[  SKIPPED \\]" ENVIRONMENT
+    "NICMALLOC_BACKEND=sim;NICMALLOC_CHUNK_SIZE=64M;NICMALLOC_DPDK_VDEV=net_ring0")
 endif()
 
 # Receiving on the dpdk backend through libnicmalloc.so: net_ring0 (the sender's very mbufs) and

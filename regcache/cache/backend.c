@@ -24,6 +24,8 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/epoll.h>
+#include <sys/timerfd.h>
+#include <unistd.h>
 
 typedef struct nic_backend *(*open_fn)(void);
 
@@ -164,9 +166,43 @@ static unsigned generation;      /* forks whose child forgot its parent's backen
 static bool opening;             /* a backend is being opened, and the lock is held for it */
 static char names[1u << NIC_BACKEND_KINDS][32];
 
+/* Ticks nic_event_fd's set for a backend without an event descriptor that started after the set
+ * was handed out (ticker_start_locked); -1 until then. */
+static int ticker = -1;
+#define TICK_NS (1000 * 1000) /* as often as nic_wait polls such a backend (safety/wait.c) */
+
+/* A program asleep on the set would never wake for that backend's completions: from now on the
+ * set polls readable every millisecond, so that the program polls it as nic_wait does, and each
+ * nic_poll reads the ticks (nic_backends_poll). A caller of nic_event_fd from now on is told
+ * -ENOSYS, as when that backend was there first. */
+static void ticker_start_locked(const struct nic_backend *b) {
+  if (ticker >= 0) return;
+  const int fd = timerfd_create(CLOCK_MONOTONIC, TFD_NONBLOCK | TFD_CLOEXEC);
+  const struct itimerspec every = {.it_interval = {0, TICK_NS}, .it_value = {0, TICK_NS}};
+  struct epoll_event ev = {.events = EPOLLIN, .data.ptr = NULL};
+  if (fd < 0 || timerfd_settime(fd, 0, &every, NULL) != 0 ||
+      epoll_ctl(epfd, EPOLL_CTL_ADD, fd, &ev) != 0) {
+    nic_log_error("backend %s has no event descriptor, and nic_event_fd's set, handed out before "
+                  "it started, cannot be made to tick for it (%s): a program asleep on that set "
+                  "is not woken for its completions; nic_wait polls it",
+                  b->name, strerror(errno));
+    if (fd >= 0) close(fd);
+    return;
+  }
+  nic_fds_adopt(fd);
+  __atomic_store_n(&ticker, fd, __ATOMIC_RELEASE);
+  nic_log_warn("backend %s has no event descriptor: nic_event_fd's set, handed out before it "
+               "started, now polls readable every millisecond so that a program waiting on it "
+               "polls %s too; nic_event_fd answers -ENOSYS from now on",
+               b->name, b->name);
+}
+
 static void epoll_add_locked(struct nic_backend *b) {
   const int fd = b->event_fd ? b->event_fd(b) : -ENOSYS;
-  if (fd < 0) return;
+  if (fd < 0) {
+    ticker_start_locked(b);
+    return;
+  }
   struct epoll_event ev = {.events = EPOLLIN, .data.ptr = b};
   if (epoll_ctl(epfd, EPOLL_CTL_ADD, fd, &ev) != 0)
     nic_log_warn_once("backend %s: its event descriptor cannot join nic_event_fd's set (%s)",
@@ -278,6 +314,7 @@ static void after_fork_child(void) {
   /* The child's copies only: the parent's backends keep theirs (open_fds.h). */
   nic_fds_close_adopted();
   epfd = -1;
+  ticker = -1;
   joined = -1; /* the layer above's descriptor was one of the adopted */
   nic_chunk_regs_forget_parents();
   if (half_open) {
@@ -366,6 +403,11 @@ unsigned nic_backend_kind_of(const struct nic_backend *b) {
 int nic_backends_poll(int max) {
   if (parents) return 0;
   NIC_INTERNAL_SCOPE();
+  const int ticks = __atomic_load_n(&ticker, __ATOMIC_ACQUIRE);
+  if (__builtin_expect(ticks >= 0, 0)) { /* else the set would stay readable */
+    uint64_t expired;
+    if (read(ticks, &expired, sizeof expired) < 0) expired = 0;
+  }
   int ran = 0;
   for (unsigned k = 0; k < NIC_BACKEND_KINDS; k++) {
     struct nic_backend *b = __atomic_load_n(&started[k], __ATOMIC_ACQUIRE);

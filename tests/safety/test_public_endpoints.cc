@@ -95,6 +95,23 @@ struct Message {
   }
 };
 
+// Posts msg on ep and takes its packet off net_ring0, where it loops back: the peer holds the
+// mbufs, so the post completes only after rte_pktmbuf_free. NULL, with a failure, otherwise.
+rte_mbuf *PostAndTakeOffTheRing(nic_endpoint *ep, Message &msg, Done *done) {
+  uint16_t port = UINT16_MAX;
+  if (rte_eth_dev_get_port_by_name("net_ring0", &port) != 0) {
+    ADD_FAILURE() << "no port net_ring0";
+    return nullptr;
+  }
+  if (int rc = msg.Post(ep, done)) {
+    ADD_FAILURE() << "nic_sga_post: " << rc;
+    return nullptr;
+  }
+  rte_mbuf *m = RxOne(port, 5000);
+  if (!m) ADD_FAILURE() << "nothing came back on net_ring0";
+  return m;
+}
+
 // The backend opens on first need; nic_sga_init needs it.
 std::string BackendName() {
   nic_sga sga;
@@ -151,12 +168,9 @@ TEST(DpdkEndpoint, WaitWithoutAnEventFdPollsUntilTheCompletion) {
   std::string err = testing::internal::GetCapturedStderr();
   EXPECT_EQ(Lines(err), 1) << err;
   EXPECT_NE(err.find("no event descriptor"), std::string::npos) << err;
-  uint16_t port = UINT16_MAX;
-  ASSERT_EQ(rte_eth_dev_get_port_by_name("net_ring0", &port), 0);
   Message msg;
   Done done;
-  ASSERT_EQ(msg.Post(ep, &done), 0);
-  rte_mbuf *m = RxOne(port, 5000);
+  rte_mbuf *m = PostAndTakeOffTheRing(ep, msg, &done);
   ASSERT_NE(m, nullptr);
   EXPECT_EQ(nic_wait(0), 0) << "the peer holds the mbufs";
   // The peer frees the chain once this thread sleeps in nic_wait (nanosleep in /proc): the
@@ -182,6 +196,56 @@ TEST(DpdkEndpoint, WaitWithoutAnEventFdPollsUntilTheCompletion) {
   EXPECT_EQ(ran, 1);
   EXPECT_EQ(done.calls, 1);
   EXPECT_EQ(done.status, 0);
+  EXPECT_EQ(nic_dpdk_endpoint_destroy(ep), 0);
+}
+
+// nic_event_fd's set handed out while only the sim ran, then dpdk, which has no event
+// descriptor, started beside it (run under sim): a program asleep on that set must still wake
+// for dpdk's completions. The set ticks every millisecond from then on, said once, and each
+// nic_poll reads the ticks, so a loop on it wakes about once a millisecond, not without pause.
+TEST(DpdkAfterEventFd, TheSetHandedOutBeforeStillWakesForItsCompletions) {
+  if (BackendName() != "sim")
+    GTEST_SKIP() << "the backend is " << BackendName() << ": ctest runs this under sim";
+  const int efd = nic_event_fd();
+  ASSERT_GE(efd, 0) << "the sim has an event descriptor";
+  testing::internal::CaptureStderr();
+  nic_endpoint *ep = nic_dpdk_endpoint_create(NIC_DPDK_DEFAULT_PORT, 0);
+  std::string err = testing::internal::GetCapturedStderr();
+  REQUIRE_DPDK();
+  ASSERT_NE(ep, nullptr);
+  EXPECT_NE(err.find("now polls readable every millisecond"), std::string::npos) << err;
+  EXPECT_EQ(nic_event_fd(), -ENOSYS) << "a new caller is told, as when dpdk came first";
+  Message msg;
+  Done done;
+  rte_mbuf *m = PostAndTakeOffTheRing(ep, msg, &done);
+  ASSERT_NE(m, nullptr);
+  EXPECT_EQ(Bytes(m), msg.bytes);
+  rte_pktmbuf_free(m); // the completion is ready for the next poll of dpdk
+  // As an event loop: sleep on the set, poll when it is readable.
+  unsigned wakeups = 0;
+  const auto start = Clock::now();
+  while (!done.calls && Clock::now() - start < std::chrono::seconds(10)) {
+    pollfd p = {efd, POLLIN, 0};
+    if (poll(&p, 1, 2000) <= 0) break; // without the ticks: asleep for good
+    wakeups++;
+    nic_poll(0);
+  }
+  ASSERT_EQ(done.calls, 1) << "asleep on nic_event_fd's set, the completion never woke it";
+  EXPECT_EQ(done.status, 0);
+  // Then idle for 100 ms: ticks, not a readable set that never clears.
+  wakeups = 0;
+  const auto idle = Clock::now();
+  while (Clock::now() - idle < std::chrono::milliseconds(100)) {
+    pollfd p = {efd, POLLIN, 0};
+    if (poll(&p, 1, 100) > 0) wakeups++;
+    nic_poll(0);
+  }
+  const auto ms =
+      std::chrono::duration_cast<std::chrono::milliseconds>(Clock::now() - idle).count();
+  EXPECT_GE(wakeups, 1u) << "no tick in " << ms << " ms";
+  EXPECT_LE(wakeups, 3 * static_cast<unsigned>(ms) + 20) << "the set stays readable";
+  free(msg.dp);
+  free(msg.ctl);
   EXPECT_EQ(nic_dpdk_endpoint_destroy(ep), 0);
 }
 
