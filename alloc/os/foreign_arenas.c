@@ -54,8 +54,9 @@ static size_t fill(uintptr_t start, size_t size) {
 
 size_t nic_foreign_arenas_fill(void) {
   /* mimalloc reserves at its process start, which its constructor runs, or its first use. A
-   * library loaded before it that allocates in its own constructor (libubsan does) starts
-   * nicmalloc first: the reservation would come after this look, held writable and unseen. */
+   * library initialised before it that allocates (libstdc++, which a preload such as libubsan
+   * brings in first) starts nicmalloc first: the reservation would come after this look, held
+   * writable and unseen. */
   mi_process_init();
   size_t reserved = 0, claimed = 0;
   for (mi_arena_id_t id = 1; id <= MAX_ARENA_ID; id++) {
