@@ -126,12 +126,11 @@ TEST(Register, ADataplaneRangeAcrossAStepEndGetsARegistrationOfItsOwn) {
   free(p);
 
   // From the last page of a mapped chunk into one that is not.
-  nic_stats after = NIC_STATS_INIT;
-  nic_get_stats(&after);
   char *q = static_cast<char *>(nic_malloc(64));
   ASSERT_TRUE(nic_is_dataplane(q));
   ASSERT_EQ(nic_translate(q, 64, &t), 0);
-  const size_t chunk = size_t{1} << 26; // NICMALLOC_CHUNK_SIZE=64M
+  const size_t chunk = s.chunk_size;
+  ASSERT_EQ(chunk & (chunk - 1), 0u) << "chunks are a power of two";
   char *next = reinterpret_cast<char *>((reinterpret_cast<uintptr_t>(q) | (chunk - 1)) + 1);
   while (nic_translate(next, 64, &t) == 0)
     next += chunk;

@@ -222,18 +222,17 @@ TEST(DpdkAfterEventFd, TheSetHandedOutBeforeStillWakesForItsCompletions) {
   EXPECT_EQ(Bytes(m), msg.bytes);
   rte_pktmbuf_free(m); // the completion is ready for the next poll of dpdk
   // As an event loop: sleep on the set, poll when it is readable.
-  unsigned wakeups = 0;
   const auto start = Clock::now();
   while (!done.calls && Clock::now() - start < std::chrono::seconds(10)) {
     pollfd p = {efd, POLLIN, 0};
     if (poll(&p, 1, 2000) <= 0) break; // without the ticks: asleep for good
-    wakeups++;
     nic_poll(0);
   }
   ASSERT_EQ(done.calls, 1) << "asleep on nic_event_fd's set, the completion never woke it";
   EXPECT_EQ(done.status, 0);
-  // Then idle for 100 ms: ticks, not a readable set that never clears.
-  wakeups = 0;
+  // Then idle for 100 ms: ticks, not a readable set that never clears (that would wake the loop
+  // without pause, far more often than the bound below, which a tick a millisecond never nears).
+  unsigned wakeups = 0;
   const auto idle = Clock::now();
   while (Clock::now() - idle < std::chrono::milliseconds(100)) {
     pollfd p = {efd, POLLIN, 0};
