@@ -111,6 +111,15 @@ public:
 };
 
 namespace detail {
+// Whether fbb's buffer is finished. FlatBufferBuilder checks that only by an assertion, compiled
+// out under NDEBUG, where Release() of an unfinished builder hands over its partial bytes; its
+// flag is protected, and a pointer to it may be formed in a derived class.
+struct BuilderState : ::flatbuffers::FlatBufferBuilder {
+  static bool IsFinished(const ::flatbuffers::FlatBufferBuilder &fbb) {
+    return fbb.*(&BuilderState::finished);
+  }
+};
+
 struct PostRecord {
   ::flatbuffers::DetachedBuffer buffer; // given back to its allocator after the completion
   nic_sga_done_fn done = nullptr;
@@ -126,14 +135,15 @@ struct PostRecord {
 // Posts the finished buffer of fbb ([GetBufferPointer(), +GetSize()): one entry, sent where it
 // lies) to ep, and takes it out of fbb, which is left empty (as after Clear()) and may be reused
 // or destroyed at once. Returns 0 and later runs done(arg, status) once (from nic_poll or
-// nic_wait) when the NIC no longer reads the buffer; or -EINVAL (fbb not finished), or a negative
+// nic_wait) when the NIC no longer reads the buffer; or -EINVAL (fbb not finished, or finished
+// and then cleared or posted: it is unchanged), or a negative
 // errno of nic_sga_init/add (fbb is then unchanged) or of nic_sga_post (the buffer is then
 // dropped: fbb is empty). Works with any FlatBufferBuilder; one of ours sends dataplane memory,
 // another's buffer goes through the registration cache. Use FinishSizePrefixed on a stream, so
 // that StreamReader can find where each buffer ends.
 inline int post(nic_endpoint *ep, ::flatbuffers::FlatBufferBuilder &fbb,
                 nic_sga_done_fn done = nullptr, void *arg = nullptr) {
-  if (fbb.GetSize() == 0) return -EINVAL;
+  if (!detail::BuilderState::IsFinished(fbb) || fbb.GetSize() == 0) return -EINVAL;
   auto *rec = new (std::nothrow) detail::PostRecord;
   if (!rec) return -ENOMEM;
   rec->done = done;

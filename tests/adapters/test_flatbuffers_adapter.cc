@@ -10,6 +10,7 @@
 
 #include <nicmalloc/flatbuffers.h>
 
+#include <algorithm>
 #include <memory>
 #include <vector>
 
@@ -143,6 +144,31 @@ TEST_F(FlatbuffersAdapter, BlobsOfZeroBytesToFourMiBRoundTrip) {
       want.emplace_back(seq++, n);
     }
   ReceiveAndCheck(want);
+}
+
+// A builder with content but not finished is refused and left as it was: FlatBufferBuilder's own
+// check is an assertion, compiled out in release builds, after which its partial bytes (no root
+// offset) would have been posted. Finished afterwards, the same builder's message arrives whole.
+TEST_F(FlatbuffersAdapter, AnUnfinishedBuilderIsRefusedAndKeepsItsContent) {
+  nfb::Builder fbb;
+  EXPECT_EQ(nfb::post(wire_->tx(), fbb, Done::Fn, &done_), -EINVAL) << "an empty builder";
+  auto name = fbb.CreateString("inner 7");
+  const std::vector<uint8_t> before(fbb.GetCurrentBufferPointer(),
+                                    fbb.GetCurrentBufferPointer() + fbb.GetSize());
+  ASSERT_FALSE(before.empty());
+  EXPECT_EQ(nfb::post(wire_->tx(), fbb, Done::Fn, &done_), -EINVAL) << "a builder not finished";
+  ASSERT_EQ(fbb.GetSize(), before.size()) << "the refused builder keeps its content";
+  EXPECT_TRUE(std::equal(before.begin(), before.end(), fbb.GetCurrentBufferPointer()));
+  fbb.FinishSizePrefixed(fbs::CreateOuter(fbb, 7, fbs::CreateInner(fbb, 21, name)));
+  Post(fbb);
+  ASSERT_TRUE(wire_->PollUntil([&] { return got_.size() == 1; })) << "the finished message";
+  const fbs::Outer *r = got_[0]->GetRoot<fbs::Outer>();
+  EXPECT_EQ(r->seq(), 7u);
+  EXPECT_EQ(r->inner()->id(), 21u);
+  EXPECT_EQ(r->inner()->name()->str(), "inner 7");
+  got_.clear();
+  ASSERT_TRUE(wire_->PollUntil([&] { return done_.calls.load() == posted_; }));
+  EXPECT_EQ(done_.calls.load(), 1) << "the refused posts ran no done";
 }
 
 // One builder, cleared and reused right after each post, before any completion ran: the next
