@@ -22,7 +22,8 @@
 // right after post is safe (nicmalloc defers the frees), but changing such a field before the
 // post's done() ran changes what is sent (unless NICMALLOC_FENCE=protect holds the writer). To
 // change or reuse a message at once, hand it over: post(ep, std::shared_ptr<const Message>)
-// keeps it until done(); or set alias_min to SIZE_MAX, which copies every field.
+// keeps it until done(); or give OutputStream a window larger than any field, which copies every
+// field.
 #ifndef NICMALLOC_PROTOBUF_H
 #define NICMALLOC_PROTOBUF_H
 
