@@ -87,7 +87,8 @@ endif()
 
 find_package(Protobuf QUIET)
 if(Protobuf_FOUND AND Protobuf_PROTOC_EXECUTABLE)
-  protobuf_generate_cpp(NIC_PB_SRCS NIC_PB_HDRS ${CMAKE_CURRENT_LIST_DIR}/adapters/adapters_test.proto)
+  protobuf_generate_cpp(NIC_PB_SRCS NIC_PB_HDRS ${CMAKE_CURRENT_LIST_DIR}/adapters/adapters_test.proto
+    ${CMAKE_CURRENT_LIST_DIR}/adapters/adapters_test_required.proto)
   nic_add_adapter_suite(test_protobuf_adapter
     ${CMAKE_CURRENT_LIST_DIR}/adapters/test_protobuf_adapter.cc ${NIC_PB_SRCS}
     LIBS protobuf::libprotobuf)

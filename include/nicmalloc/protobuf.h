@@ -175,27 +175,41 @@ private:
   bool aliased_last_ = false;
 };
 
-// Writes msg length-delimited into out (a varint of its size, then the message), aliasing long
-// fields. False when the message is over 2 GiB or the stream failed (no memory).
-inline bool serialize(const google::protobuf::MessageLite &msg, OutputStream *out) {
-  const size_t size = msg.ByteSizeLong();
-  if (size > INT_MAX) return false;
+namespace detail {
+// size: msg.ByteSizeLong(), just computed (it walks the whole message, and leaves the cached
+// sizes SerializeWithCachedSizes reads).
+inline bool SerializeSized(const google::protobuf::MessageLite &msg, size_t size,
+                           OutputStream *out) {
   google::protobuf::io::CodedOutputStream cos(out); // trims its last window when destroyed
   cos.EnableAliasing(true);
   cos.WriteVarint32(static_cast<uint32_t>(size));
   msg.SerializeWithCachedSizes(&cos);
   return !cos.HadError();
 }
+} // namespace detail
+
+// Writes msg length-delimited into out (a varint of its size, then the message), aliasing long
+// fields. False when a required field is missing (a receiver's parse would refuse it; protobuf's
+// own serializers abort the program there, in a library built with its debug checks such as
+// Debian's), when the message is over 2 GiB, or when the stream failed (no memory).
+inline bool serialize(const google::protobuf::MessageLite &msg, OutputStream *out) {
+  if (!msg.IsInitialized()) return false;
+  const size_t size = msg.ByteSizeLong();
+  return size <= INT_MAX && detail::SerializeSized(msg, size, out);
+}
 
 // Posts msg, length-delimited, to ep as one scatter-gather message: fields of 512 bytes and up
 // are sent from the message itself, which must stay unchanged until done() ran (it may be
-// destroyed at once). Returns 0 and later runs done(arg, status) once; or -EMSGSIZE (over 2 GiB),
-// -ENOMEM, or a negative errno of nic_sga_init/add/post, and done() does not run.
+// destroyed at once). Returns 0 and later runs done(arg, status) once; or -EINVAL (a required
+// field is missing), -EMSGSIZE (over 2 GiB), -ENOMEM, or a negative errno of
+// nic_sga_init/add/post, and done() does not run.
 inline int post(nic_endpoint *ep, const google::protobuf::MessageLite &msg,
                 nic_sga_done_fn done = nullptr, void *arg = nullptr, unsigned max_entries = 0) {
-  if (msg.ByteSizeLong() > INT_MAX) return -EMSGSIZE;
+  if (!msg.IsInitialized()) return -EINVAL;
+  const size_t size = msg.ByteSizeLong();
+  if (size > INT_MAX) return -EMSGSIZE;
   OutputStream out;
-  if (!serialize(msg, &out)) return -ENOMEM;
+  if (!detail::SerializeSized(msg, size, &out)) return -ENOMEM;
   return out.post(ep, done, arg, max_entries);
 }
 

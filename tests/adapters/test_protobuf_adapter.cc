@@ -6,6 +6,7 @@
 // no posted byte was written before the NIC read it: no mismatch under NICMALLOC_FENCE=detect, no
 // writer held under protect, and the bytes the receiver got.
 #include "adapters_test.pb.h"
+#include "adapters_test_required.pb.h"
 #include "wire.h"
 
 #include <nicmalloc/protobuf.h>
@@ -175,6 +176,26 @@ TEST_F(ProtobufAdapter, BlobsOfZeroBytesToFourMiBRoundTripFromDataplaneArenas) {
   }
   nic_dataplane_end();
   ReceiveAndCheck(specs);
+}
+
+// A proto2 message missing a required field is refused before anything is sent: the receiver's
+// parse would refuse it, and protobuf's own SerializeToString aborts the program there (Debian's
+// libprotobuf keeps its debug checks). With the field set, the same message arrives.
+TEST_F(ProtobufAdapter, AMessageMissingARequiredFieldIsRefused) {
+  adapter_writes_only_ = false; // the blob is sent from the message's own heap block
+  adapters_test::pb2::Required m;
+  m.set_blob(std::string(4096, 'r'));
+  EXPECT_EQ(npb::post(wire_->tx(), m, Done::Fn, &done_, wire_->entries()), -EINVAL);
+  npb::OutputStream out;
+  EXPECT_FALSE(npb::serialize(m, &out));
+  EXPECT_EQ(out.pieces(), 0u) << "nothing written";
+  m.set_seq(5);
+  Posted(npb::post(wire_->tx(), m, Done::Fn, &done_, wire_->entries()));
+  ASSERT_TRUE(wire_->PollUntil([&] { return done_.calls.load() == posted_ && got_.size() == 1; }))
+      << got_.size() << " messages received, " << done_.calls.load() << " posts done";
+  EXPECT_EQ(got_[0]->seq(), 5u);
+  EXPECT_EQ(got_[0]->blob(), m.blob());
+  EXPECT_EQ(done_.calls.load(), 1) << "the refused post ran no done";
 }
 
 // Messages destroyed and arenas reset right after post, new ones built at once in their place:
