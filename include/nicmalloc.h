@@ -133,6 +133,10 @@ int nic_translate(const void *p, size_t len, struct nic_region_ref *out);
  * (unknown access bits, out NULL), -EPERM (memory that is not nicmalloc's, where nicmalloc is not
  * the program's malloc: see nic_free), or the backend's error. */
 int nic_register(const void *p, size_t len, unsigned access, struct nic_region_ref *out);
+/* Once per nic_register. A reference whose registration is gone is refused (said once, counted
+ * in registration_errors), even where a later registration took its cache slot: cache_slot names
+ * the registration, not only the slot. (A cached registration others still share cannot tell
+ * whose reference an extra unregister drops.) */
 void nic_unregister(const struct nic_region_ref *ref);
 
 enum nic_page_kind {

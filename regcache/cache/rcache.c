@@ -27,6 +27,7 @@ struct region {
   int valid; /* in the table */
   int clock; /* referenced since the last eviction sweep */
   uint32_t next_free;
+  uint32_t gen; /* times taken off the free list: the high bits of the references handed out */
   bool foreign; /* the parent's, in a child of fork: dropped, never deregistered, here */
 };
 
@@ -96,6 +97,19 @@ static uint32_t pool_slots_for(uint32_t max_regions) {
   return max_regions * 2 + 64;
 }
 
+/* A reference handed out names its slot and the slot's generation then, so that a release
+ * from outside (nic_unregister) of a registration long gone is refused rather than taken from
+ * whoever holds the slot now: a stale unregister would else deregister another caller's
+ * registration, revoking its remote key. NICMALLOC_RCACHE_MAX_REGIONS (at most 2^20) leaves
+ * 10 bits of generation. */
+#define SLOT_BITS 22
+#define SLOT_MASK ((1u << SLOT_BITS) - 1)
+#define MAX_REGIONS ((SLOT_MASK - 64) / 2)
+
+static uint32_t token_of(const struct region *r, uint32_t slot) {
+  return slot | __atomic_load_n(&r->gen, __ATOMIC_RELAXED) << SLOT_BITS;
+}
+
 static bool ready_locked(struct nic_rcache *c) {
   if (c->rt) return true;
   if (!c->max_regions) c->max_regions = nic_config()->rcache_max_regions;
@@ -120,7 +134,7 @@ static bool ready_locked(struct nic_rcache *c) {
 
 struct nic_rcache *nic_rcache_create(const struct nic_rcache_params *params) {
   if (!params || !params->backend || !params->backend->reg || !params->backend->dereg ||
-      params->max_regions > (UINT32_MAX - 64) / 2) {
+      params->max_regions > MAX_REGIONS) {
     errno = EINVAL;
     return NULL;
   }
@@ -349,6 +363,7 @@ static int insert_locked(struct nic_rcache *c, uintptr_t start, uintptr_t end, u
   uint32_t slot = c->free_head;
   struct region *r = &c->pool[slot];
   c->free_head = r->next_free;
+  __atomic_store_n(&r->gen, r->gen + 1, __ATOMIC_RELAXED); /* read unlocked: release_checked */
   int rc = nic_backend_reg(b, (void *)start, end - start, access, &r->reg);
   if (rc == -EAGAIN) busy[0] = start, busy[1] = end;
   if (rc == 0 && cached && !nic_rt_set(c->rt, start, end, slot)) {
@@ -376,7 +391,7 @@ static int insert_locked(struct nic_rcache *c, uintptr_t start, uintptr_t end, u
     __atomic_store_n(&r->refs, 1, __ATOMIC_RELEASE); /* the caller's alone */
     __atomic_store_n(&r->valid, 0, __ATOMIC_RELEASE);
   }
-  out->slot = slot;
+  out->slot = token_of(r, slot);
   out->reg = r->reg;
   return 0;
 }
@@ -393,7 +408,7 @@ static inline __attribute__((always_inline)) bool lookup(struct nic_rcache *c, u
   if (__atomic_load_n(&r->valid, __ATOMIC_ACQUIRE) && covers(r, start, last, access) &&
       nic_rt_get(rt, start) == slot) {
     if (!r->clock) __atomic_store_n(&r->clock, 1, __ATOMIC_RELAXED);
-    out->slot = slot;
+    out->slot = token_of(r, slot);
     out->reg = r->reg;
     return true;
   }
@@ -447,7 +462,8 @@ int nic_rcache_find(struct nic_rcache *c, const void *p, size_t len, unsigned ac
   return 0;
 }
 
-void nic_rcache_release(struct nic_rcache *c, uint32_t slot) {
+void nic_rcache_release(struct nic_rcache *c, uint32_t token) {
+  const uint32_t slot = token & SLOT_MASK;
   struct region *r = &c->pool[slot];
   /* Only the last reference needs the lock (it deregisters and recycles the slot). */
   int refs = __atomic_load_n(&r->refs, __ATOMIC_ACQUIRE);
@@ -461,25 +477,30 @@ void nic_rcache_release(struct nic_rcache *c, uint32_t slot) {
 }
 
 /* The table holds one reference while the region is valid, so a user's release that would
- * take the last one away (or one from a dead or unknown slot) releases nothing it owns. With
- * more than two references some user holds one whatever this caller does: no lock needed. */
-int nic_rcache_release_checked(struct nic_rcache *c, uint32_t slot) {
+ * take the last one away (or one from a dead or unknown slot, or one of a registration the slot
+ * held before) releases nothing it owns. With more than two references some user holds one
+ * whatever this caller does: no lock needed. */
+int nic_rcache_release_checked(struct nic_rcache *c, uint32_t token) {
+  const uint32_t slot = token & SLOT_MASK;
   if (!slot || slot >= __atomic_load_n(&c->pool_slots, __ATOMIC_ACQUIRE)) return -EINVAL;
   struct region *r = &c->pool[slot];
+  const bool same = token_of(r, slot) == token; /* gen changes only while refs is 0 */
   int refs = __atomic_load_n(&r->refs, __ATOMIC_ACQUIRE);
-  while (refs > 2)
+  while (same && refs > 2)
     if (__atomic_compare_exchange_n(&r->refs, &refs, refs - 1, true, __ATOMIC_ACQ_REL,
                                     __ATOMIC_ACQUIRE))
       return 0;
   pthread_mutex_lock(&lock);
-  int rc = __atomic_load_n(&r->refs, __ATOMIC_ACQUIRE) > r->valid ? 0 : -EINVAL;
+  int rc = token_of(r, slot) == token && __atomic_load_n(&r->refs, __ATOMIC_ACQUIRE) > r->valid
+               ? 0
+               : -EINVAL;
   if (rc == 0) drop_ref_locked(c, slot);
   pthread_mutex_unlock(&lock);
   return rc;
 }
 
-bool nic_rcache_region_current(const struct nic_rcache *c, uint32_t slot) {
-  return __atomic_load_n(&c->pool[slot].valid, __ATOMIC_ACQUIRE) != 0;
+bool nic_rcache_region_current(const struct nic_rcache *c, uint32_t token) {
+  return __atomic_load_n(&c->pool[token & SLOT_MASK].valid, __ATOMIC_ACQUIRE) != 0;
 }
 
 static void invalidate_one_locked(struct nic_rcache *c, uintptr_t start, uintptr_t end) {

@@ -64,7 +64,8 @@ int nic_register_with(struct nic_backend *b, const void *p, size_t len, unsigned
                       struct nic_region_ref *out);
 
 struct nic_rcache_ref {
-  uint32_t slot; /* pass to nic_rcache_release with the same cache */
+  uint32_t slot; /* pass to nic_rcache_release with the same cache; names the slot and its
+                  * generation then (nic_rcache_release_checked refuses a stale one) */
   struct nic_registration reg;
 };
 
@@ -83,7 +84,8 @@ int nic_rcache_acquire(struct nic_rcache *c, const void *p, size_t len, unsigned
                        struct nic_rcache_ref *out);
 void nic_rcache_release(struct nic_rcache *c, uint32_t slot);
 /* For references that come from outside (nic_unregister): -EINVAL, releasing nothing, when the
- * slot holds no reference of a user (released already, never handed out, out of range). */
+ * slot holds no reference of a user (released already, never handed out, out of range) or now
+ * holds another registration than the one this reference was handed out for. */
 int nic_rcache_release_checked(struct nic_rcache *c, uint32_t slot);
 /* For nicmalloc's own references to the process-wide cache (scatter-gather entries), which are
  * right by construction: nic_rcache_release inside the internal scope, as nic_unregister runs

@@ -106,7 +106,7 @@ NIC_EXPORT void nic_unregister(const struct nic_region_ref *ref) {
   if (!ref || ref->kind != NIC_REGION_CACHED || !ref->cache_slot) return;
   if (nic_rcache_release_checked(nic_rcache_process(), ref->cache_slot))
     nic_api_error(registration,
-                  "nic_unregister(%p): registration-cache slot %u holds no registration of "
+                  "nic_unregister(%p): registration-cache reference %#x holds no registration of "
                   "yours (unregistered already?); ignored",
                   (const void *)ref, ref->cache_slot);
 }

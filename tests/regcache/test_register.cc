@@ -232,6 +232,34 @@ TEST(Register, TheUnregisterOfRemoteAccessRevokesItsKey) {
   free(page);
 }
 
+// An unregister of a registration already unregistered, whose cache slot another caller's
+// registration took since, is refused and counted: taken from the slot's new holder, it
+// deregistered that caller's registration and revoked its remote key, and the holder's own
+// unregister was then the one refused.
+TEST(Register, AStaleUnregisterLeavesTheRegistrationNowInItsSlotAlone) {
+  auto *sim = static_cast<sim_nic *>(nic_backend_active()->priv);
+  char *page = static_cast<char *>(aligned_alloc(4096, 4096));
+  nic_region_ref first, now;
+  ASSERT_EQ(nic_register(page, 4096, NIC_REG_REMOTE_READ, &first), 0);
+  nic_unregister(&first);
+  ASSERT_EQ(nic_register(page, 4096, NIC_REG_REMOTE_READ, &now), 0);
+  const uint32_t slot_bits = (1u << 22) - 1;
+  ASSERT_EQ(now.cache_slot & slot_bits, first.cache_slot & slot_bits)
+      << "the case under test: the freed slot is the next one taken";
+  nic_stats before = NIC_STATS_INIT, after = NIC_STATS_INIT;
+  nic_get_stats(&before);
+  nic_unregister(&first);
+  nic_get_stats(&after);
+  EXPECT_EQ(after.registration_errors, before.registration_errors + 1) << "not refused";
+  EXPECT_NE(sim_lookup(sim, now.rkey), nullptr) << "another caller's registration was revoked";
+  nic_unregister(&now);
+  nic_get_stats(&before);
+  EXPECT_EQ(before.registration_errors, after.registration_errors)
+      << "the holder's own unregister was refused";
+  EXPECT_EQ(sim_lookup(sim, now.rkey), nullptr) << "the key outlived its nic_unregister";
+  free(page);
+}
+
 // A remote key carries exactly the remote rights asked for: a read-only request is never given
 // the key of a cached read-write registration of the same pages.
 TEST(Register, ARemoteKeyCarriesOnlyTheRightsAskedFor) {
