@@ -24,12 +24,12 @@ struct sim_reg {
 };
 
 struct nic_endpoint {
-  struct sim_nic *sim;
+  struct nic_endpoint *next; /* first: a closed one's is the pool's free link */
+  struct sim_nic *sim;       /* NULL once closed: its memory stays the sim's (endpoint_pool) */
   nic_sim_receive_fn receive;
   void *arg;
   unsigned flags;
   uint64_t inflight;
-  struct nic_endpoint *next;
 };
 
 /* One post. Items are recycled through a free list, so steady-state posting does not allocate. */
@@ -71,6 +71,10 @@ struct sim_nic {
    * made and the other was handed is refused rather than taken for one of its own. */
   uint16_t first_gen;
   struct nic_endpoint *endpoints;
+  /* Endpoints open and closed. A closed one's memory stays mapped until the sim closes, so that
+   * a post or close on it, a program's error, is refused (-EINVAL) instead of faulting on an
+   * unmapped page. Under lock. */
+  struct nic_pool endpoint_pool;
   struct nic_sim_delays delays;
   struct nic_tcache *tcache;
   struct nic_sim_stats st;

@@ -119,17 +119,17 @@ void sim_unmap(void *p, size_t len) {
   if (p) munmap(p, len);
 }
 
-/* Lock held, dropped while mapping (the engine thread would wait on it). A work item; NULL when
- * no memory could be mapped. */
-static struct sim_work *take_work(struct sim_nic *s) {
-  struct sim_work *w = nic_pool_try_get(&s->work);
-  if (w) return w;
+/* Lock held, dropped while mapping (the engine thread would wait on it). A node of pool (work
+ * items, endpoints); NULL when no memory could be mapped. */
+static void *take_node(struct sim_nic *s, struct nic_pool *pool) {
+  void *node = nic_pool_try_get(pool);
+  if (node) return node;
   sim_unlock(s);
-  void *block = nic_pool_map_block(&s->work);
+  void *block = nic_pool_map_block(pool);
   sim_lock(s);
   if (!block) return NULL;
-  nic_pool_add_block(&s->work, block);
-  return nic_pool_try_get(&s->work);
+  nic_pool_add_block(pool, block);
+  return nic_pool_try_get(pool);
 }
 
 static int sim_post(struct nic_backend *b, struct nic_endpoint *ep, const struct nic_sge *sge,
@@ -145,7 +145,7 @@ static int sim_post(struct nic_backend *b, struct nic_endpoint *ep, const struct
     return -EINVAL;
   }
   /* The pool grows outside the lock; it is never shrunk before close. */
-  struct sim_work *w = take_work(s);
+  struct sim_work *w = take_node(s, &s->work);
   if (!w) {
     sim_unlock(s);
     return -ENOMEM;
@@ -208,10 +208,7 @@ static void sim_close(struct nic_backend *b) {
   }
   sim_unlock(s);
   nic_pool_release(&s->work);
-  for (struct nic_endpoint *ep = s->endpoints, *next; ep; ep = next) {
-    next = ep->next;
-    sim_unmap(ep, sizeof *ep);
-  }
+  nic_pool_release(&s->endpoint_pool); /* the endpoints still open too */
   nic_tcache_free(s->tcache);
   nic_sim_delays_release(&s->delays);
   pthread_mutex_destroy(&s->lock);
@@ -278,6 +275,8 @@ struct nic_backend *nic_sim_open(const struct nic_sim_config *c) {
   s->free_slot = SIM_NO_SLOT;
   s->first_gen = (uint16_t)((uint32_t)getpid() * 2654435761u >> 16);
   s->paused = c->start_paused;
+  s->endpoint_pool.node_size = sizeof(struct nic_endpoint);
+  s->endpoint_pool.block_bytes = 4096; /* a program opens a few */
   s->work.node_size = sizeof(struct sim_work) +
                       c->max_sge * (sizeof(struct nic_sge) + sizeof(void *) + sizeof(uint32_t));
   s->mem_fd = open("/proc/self/mem", O_RDONLY | O_CLOEXEC); /* -1: sim_read does without */
@@ -327,10 +326,14 @@ struct nic_endpoint *nic_sim_endpoint_open_ex(struct nic_backend *b, nic_sim_rec
     errno = EINVAL;
     return NULL;
   }
-  if (!(ep = sim_map(sizeof *ep))) return NULL;
   struct sim_nic *s = b->priv;
-  *ep = (struct nic_endpoint){.sim = s, .receive = receive, .arg = arg, .flags = flags};
   sim_lock(s);
+  if (!(ep = take_node(s, &s->endpoint_pool))) {
+    sim_unlock(s);
+    errno = ENOMEM;
+    return NULL;
+  }
+  *ep = (struct nic_endpoint){.sim = s, .receive = receive, .arg = arg, .flags = flags};
   ep->next = s->endpoints;
   s->endpoints = ep;
   sim_unlock(s);
@@ -350,10 +353,11 @@ int nic_sim_endpoint_close(struct nic_backend *b, struct nic_endpoint *ep) {
   for (struct nic_endpoint **p = &s->endpoints; !rc && *p; p = &(*p)->next)
     if (*p == ep) {
       *p = ep->next;
+      ep->sim = NULL;
+      nic_pool_put(&s->endpoint_pool, ep);
       break;
     }
   sim_unlock(s);
-  if (!rc) sim_unmap(ep, sizeof *ep);
   return rc;
 }
 

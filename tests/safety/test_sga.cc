@@ -624,6 +624,26 @@ TEST_F(Sga, BadInputGetsAnErrorAndAMessage) {
   free(p);
 }
 
+// A post or destroy on an endpoint destroyed already is the program's error, and is refused
+// (-EINVAL, the array kept): the endpoint's memory was unmapped at its destroy, and the post
+// faulted reading it.
+TEST_F(Sga, APostOnADestroyedEndpointIsRefused) {
+  char *p = static_cast<char *>(nic_malloc(4096));
+  ASSERT_EQ(nic_sga_add(&sga, p, 4096), 0);
+  for (int round = 0; round < 3; round++) {
+    nic_endpoint *closed = nic_sim_endpoint_create([](void *, void *, size_t) {}, nullptr, 0);
+    ASSERT_NE(closed, nullptr);
+    ASSERT_EQ(nic_sim_endpoint_destroy(closed), 0);
+    testing::internal::CaptureStderr();
+    EXPECT_EQ(nic_sga_post(&sga, closed, OnDone, nullptr), -EINVAL) << "a destroyed endpoint";
+    EXPECT_EQ(nic_sim_endpoint_destroy(closed), -EINVAL) << "destroyed twice";
+    testing::internal::GetCapturedStderr();
+    EXPECT_EQ(sga.count, 1u) << "a refused post leaves the array as it was";
+  }
+  nic_sga_reset(&sga);
+  free(p);
+}
+
 } // namespace
 
 // On the sim, nic_wait blocks on the engine's event fd until the completion is ready, and
