@@ -93,9 +93,12 @@ static void plugin_open_there(void *arg) {
    * memory, whatever NICMALLOC_DP_MIN_SIZE says (DPDK's EAL left 1.7 MB there). */
   NIC_INTERNAL_SCOPE();
   struct plugin_open *o = arg;
+  nic_plugin_env_hide();
   errno = 0;
   o->b = open_plugin(o->name);
   o->err = errno;
+  nic_plugin_env_show();
+  errno = o->err;
 }
 
 /* On the main thread, or on the lasting thread when the caller is another (lasting_thread.h):

@@ -3,6 +3,7 @@
 #include "plugin_env.h"
 
 #include "imports.h"
+#include "interpose_env.h"
 #include "settings.h"
 
 #include <link.h>
@@ -21,6 +22,14 @@ static char *plugin_getenv(const char *name) {
   if (name && !strcmp(name, "RUNTIME_DIRECTORY"))
     return geteuid() == 0 ? (char *)"/var/run" : (char *)"/dev/null";
   return NULL;
+}
+
+void nic_plugin_env_hide(void) {
+  if (nic_secure_execution()) nic_env_hide(plugin_getenv("RUNTIME_DIRECTORY"));
+}
+
+void nic_plugin_env_show(void) {
+  nic_env_show();
 }
 
 static int note(struct dl_phdr_info *info, size_t size, void *unused) {

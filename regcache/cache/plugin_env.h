@@ -15,6 +15,16 @@
 #ifndef NIC_PLUGIN_ENV_H
 #define NIC_PLUGIN_ENV_H
 
+/* In secure execution, from before a plugin is loaded until its open returns, getenv answers as
+ * the redirected imports do (alloc/os/interpose_env.h): the redirection comes only after a load,
+ * too late for the constructors of what the plugin brings (libnl, under rdma-core, reads NLDBG
+ * and opens $NLSYSCONFDIR/classid) and for what a plugin's open loads and runs at once (EAL's
+ * drivers read DPRC and DSA_DEV_PATH inside rte_eal_init). Meanwhile the program's other threads
+ * get the same answers from getenv (not from the C library's own reads). Under the backend
+ * lock; outside secure execution they do nothing. */
+void nic_plugin_env_hide(void);
+void nic_plugin_env_show(void);
+
 /* Before loading a plugin: in secure execution, the objects loaded now, the first time only. */
 void nic_plugin_env_mark(void);
 /* In secure execution, redirects getenv in every object loaded since the mark; how many objects

@@ -62,3 +62,36 @@ TEST(PluginEnv, LibrariesLoadedSinceTheMarkReadNoEnvironmentInSecureExecution) {
   nic_settings_reload(false);
   EXPECT_EQ(nic_plugin_env_guard(), 0u);
 }
+
+// The redirection comes after a load, too late for constructors (libnl's under rdma-core) and
+// for what a plugin's open loads and runs at once (EAL's drivers): from before the load until
+// the open returns, getenv answers for nicmalloc. The environment itself is untouched: what is
+// set meanwhile stays. (The module binds to the getenv this test links in, as a plugin's
+// libraries bind to libnicmalloc's.)
+TEST(PluginEnv, ConstructorsOfWhatAPluginLoadsSeeOnlyNicmallocsEnvironment) {
+  setenv("NIC_TEST_CTOR_VAR", "/tmp/chosen-by-the-user", 1);
+  setenv("RUNTIME_DIRECTORY", "/tmp/chosen-by-the-user", 1);
+  unsetenv("NIC_TEST_SET_BY_LIBRARY");
+
+  nic_settings_reload(true);
+  nic_plugin_env_hide();
+  EXPECT_EQ(Or(getenv("NIC_TEST_CTOR_VAR")), "(null)");
+  void *h = dlopen(ENV_CTOR_MODULE, RTLD_NOW | RTLD_LOCAL);
+  ASSERT_NE(h, nullptr) << dlerror();
+  nic_plugin_env_show();
+  auto seen = reinterpret_cast<const char *(*)(int)>(dlsym(h, "env_ctor_seen"));
+  ASSERT_NE(seen, nullptr);
+  EXPECT_EQ(std::string(seen(0)), "(null)") << "the constructor read the user's variable";
+  EXPECT_EQ(std::string(seen(1)), kNoFolder);
+  EXPECT_EQ(Or(getenv("NIC_TEST_CTOR_VAR")), "/tmp/chosen-by-the-user") << "not given back";
+  EXPECT_EQ(Or(getenv("RUNTIME_DIRECTORY")), "/tmp/chosen-by-the-user")
+      << "nicmalloc's own answer stayed in the program's environment";
+  EXPECT_EQ(Or(getenv("NIC_TEST_SET_BY_LIBRARY")), "set at load") << "what the library set";
+  EXPECT_EQ(Or(getenv("")), "(null)");
+
+  // Outside secure execution the environment is the user's own throughout.
+  nic_settings_reload(false);
+  nic_plugin_env_hide();
+  EXPECT_EQ(Or(getenv("NIC_TEST_CTOR_VAR")), "/tmp/chosen-by-the-user");
+  nic_plugin_env_show();
+}

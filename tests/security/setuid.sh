@@ -152,7 +152,35 @@ else
   echo "SKIP part: the dpdk plugin is not built here, DPDK's runtime directory not tried"
 fi
 
-# 6. mimalloc reads its own MIMALLOC_* settings before nicmalloc starts: they go back to their
+# 6. The libraries a backend plugin brings read the environment as they load (libnl, under
+# rdma-core: NLDBG turns on its debug output) and inside the plugin's open (EAL's bus drivers:
+# DPRC names an fslmc container), before their getenv imports could be redirected.
+# The probe opens the plugin by code (secure execution ignores NICMALLOC_BACKEND).
+plugin_reads() { # <plugin> <variable=value> <what its output shows when read>
+  local plugin=$1 setting=$2 shows=$3
+  ls "$bin"/libnicmalloc-"$plugin".so >/dev/null 2>&1 || {
+    echo "SKIP part: the $plugin plugin is not built here, ${setting%%=*} not tried"
+    return
+  }
+  probe_args=("$plugin")
+  setuid_off
+  out=$(as_root "$setting")
+  case "$out" in
+  *"$shows"*) ;;
+  *) echo "SKIP part: ${setting%%=*} shows nothing here even without setuid: $out" ;;
+  esac
+  setuid_on
+  out=$(as_user "$setting")
+  case "$out" in
+  *"$shows"*) fail "the $plugin plugin's libraries read ${setting%%=*} in the root process: $out" ;;
+  esac
+  probe_args=()
+  echo "${setting%%=*} (the $plugin plugin's libraries): not read"
+}
+plugin_reads verbs NLDBG=7 "DBG<"
+plugin_reads dpdk DPRC=nicsec-container nicsec-container
+
+# 7. mimalloc reads its own MIMALLOC_* settings before nicmalloc starts: they go back to their
 # defaults (MIMALLOC_SHOW_STATS would print the root process's statistics at exit).
 setuid_off
 out=$(as_root MIMALLOC_SHOW_STATS=1)
@@ -167,7 +195,7 @@ case "$out" in
 esac
 echo "MIMALLOC_SHOW_STATS: back to mimalloc's default"
 
-# 7. Settings that only tune: ignored too, with the one line.
+# 8. Settings that only tune: ignored too, with the one line.
 out=$(as_user NICMALLOC_DP_MIN_SIZE=1 NICMALLOC_MAX_CHUNKS=48 NICMALLOC_FREE_CHECK=0)
 case "$out" in
 *"secure execution"*NICMALLOC_DP_MIN_SIZE*) ;;

@@ -1,9 +1,9 @@
 /* A setuid-root program linked with -lnicmalloc, run by an unprivileged user in setuid.sh. It
  * does what makes nicmalloc read each setting that names a file, a plugin or arguments: it
  * allocates (site table, profile, sites at start-up) and registers memory (the backend, and
- * with NICMALLOC_BACKEND=dpdk the EAL and its arguments). With the argument dpdk it also opens the
- * dpdk backend by code, as a program may whatever the environment says (DPDK's EAL then starts,
- * and reads its own environment variables). */
+ * with NICMALLOC_BACKEND=dpdk the EAL and its arguments). With the argument dpdk or verbs it also
+ * opens that backend by code, as a program may whatever the environment says (DPDK's EAL then
+ * starts, rdma-core loads; both read their own environment variables). */
 #include <nicmalloc.h>
 
 #include <stdio.h>
@@ -22,6 +22,7 @@ int main(int argc, char **argv) {
     struct nic_endpoint *ep = nic_dpdk_endpoint_create(0, 0);
     printf("dpdk endpoint %d\n", ep != NULL);
   }
+  if (argc > 1 && !strcmp(argv[1], "verbs")) printf("verbs pd %d\n", nic_verbs_get_pd() != NULL);
   printf("probe ok: euid %d uid %d register %d\n", (int)geteuid(), (int)getuid(), rc);
   free(block);
   return 0;
