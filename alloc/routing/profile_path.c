@@ -4,8 +4,9 @@
  * directory on the way. So, before every write:
  * - the directory, resolved once at start-up, is reached again by walking its components without
  *   following links: a component replaced by a link since start-up is refused. At start-up a link
- *   on the given path is followed only when root or the process's effective uid owns it (another
- *   user's link in /tmp could otherwise send root's profile into /etc);
+ *   on the given path, or on the path a link points to, is followed only when root or the
+ *   process's effective uid owns it (another user's link in /tmp could otherwise send root's
+ *   profile into /etc);
  * - every directory on the way must be owned by root or the effective uid, and not writable by
  *   group or others unless sticky (the sticky bit keeps others from renaming or removing our
  *   entries; without it they could swap the file between our checks and our rename);
@@ -158,24 +159,101 @@ int nic_prof_path_open_file(int dirfd, const char *name) {
   return -2;
 }
 
-/* A link on the given directory path is followed only when root or we made it. Each prefix is
- * looked at with lstat, the parts before it having passed already. */
-static bool links_ok(const char *path) {
-  char prefix[PATH_MAX];
+/* The given directory path with every link on it resolved, as realpath does, but a link is
+ * followed only when root or the effective uid owns it: each one, the links that others point
+ * to included (root's link in /tmp may point at another user's). Each component is opened
+ * without following (O_PATH | O_NOFOLLOW), and a link's owner and target are read from that one
+ * open, so no link can be swapped in between. False, said, otherwise. */
+static bool resolve_dir(const char *path, char out[PATH_MAX]) {
+  char todo[PATH_MAX], next[PATH_MAX], target[PATH_MAX];
+  size_t out_len = 0;
+  unsigned links = 0;
   const uid_t me = geteuid();
-  for (const char *at = strchr(path + 1, '/');; at = strchr(at + 1, '/')) {
-    size_t len = at ? (size_t)(at - path) : strlen(path);
-    if (len >= sizeof prefix) return false;
-    memcpy(prefix, path, len);
-    prefix[len] = '\0';
-    struct stat st;
-    if (len > 1 && lstat(prefix, &st) == 0 && S_ISLNK(st.st_mode) && st.st_uid != me &&
-        st.st_uid != 0) {
-      refuse(REFUSE_LINK_ON_PATH, "%s is a symbolic link of uid %u", prefix, (unsigned)st.st_uid);
-      return false;
+  snprintf(todo, sizeof todo, "%s", path);
+  out[0] = '\0';
+  int cur = nic_open_nocancel("/", O_PATH | O_DIRECTORY | O_CLOEXEC);
+  const char *at = todo;
+  int err = cur < 0 ? errno : 0;
+  while (!err) {
+    while (*at == '/')
+      at++;
+    if (!*at) break;
+    const size_t len = strcspn(at, "/");
+    char comp[NAME_MAX + 1];
+    if (len > NAME_MAX) {
+      err = ENAMETOOLONG;
+      break;
     }
-    if (!at) return true;
+    memcpy(comp, at, len);
+    comp[len] = '\0';
+    at += len;
+    if (!strcmp(comp, ".")) continue;
+    if (!strcmp(comp, "..")) { /* out holds no link: its parent is the lexical one */
+      char *slash = strrchr(out, '/');
+      out_len = slash ? (size_t)(slash - out) : 0;
+      out[out_len] = '\0';
+      const int up = nic_openat_nocancel(cur, "..", O_PATH | O_DIRECTORY | O_CLOEXEC, 0);
+      nic_close_nocancel(cur);
+      cur = up;
+      err = cur < 0 ? errno : 0;
+      continue;
+    }
+    const int fd = nic_openat_nocancel(cur, comp, O_PATH | O_NOFOLLOW | O_CLOEXEC, 0);
+    struct stat st;
+    if (fd < 0 || fstat(fd, &st)) {
+      err = errno;
+      if (fd >= 0) nic_close_nocancel(fd);
+      break;
+    }
+    if (S_ISLNK(st.st_mode)) {
+      if (st.st_uid != me && st.st_uid != 0) {
+        refuse(REFUSE_LINK_ON_PATH, "%s/%s is a symbolic link of uid %u", out, comp,
+               (unsigned)st.st_uid);
+        nic_close_nocancel(fd);
+        nic_close_nocancel(cur);
+        return false;
+      }
+      const ssize_t n = readlinkat(fd, "", target, sizeof target);
+      nic_close_nocancel(fd);
+      if (n <= 0 || (size_t)n >= sizeof target || ++links > 40) {
+        err = n <= 0 ? errno : (size_t)n >= sizeof target ? ENAMETOOLONG : ELOOP;
+        break;
+      }
+      target[n] = '\0';
+      if ((size_t)snprintf(next, sizeof next, "%s/%s", target, at) >= sizeof next) {
+        err = ENAMETOOLONG;
+        break;
+      }
+      memcpy(todo, next, sizeof todo);
+      at = todo;
+      if (target[0] == '/') { /* from the root again */
+        out_len = 0;
+        out[0] = '\0';
+        nic_close_nocancel(cur);
+        cur = nic_open_nocancel("/", O_PATH | O_DIRECTORY | O_CLOEXEC);
+        err = cur < 0 ? errno : 0;
+      }
+      continue;
+    }
+    if (!S_ISDIR(st.st_mode) || out_len + len + 2 > PATH_MAX) {
+      err = S_ISDIR(st.st_mode) ? ENAMETOOLONG : ENOTDIR;
+      nic_close_nocancel(fd);
+      break;
+    }
+    out[out_len++] = '/';
+    memcpy(out + out_len, comp, len + 1);
+    out_len += len;
+    nic_close_nocancel(cur);
+    cur = fd;
   }
+  if (cur >= 0) nic_close_nocancel(cur);
+  if (err) {
+    nic_log_warn("NICMALLOC_PROFILE=%s cannot be written (%s); no profile", given_abs,
+                 strerror(err));
+    return false;
+  }
+  if (!out[0]) snprintf(out, PATH_MAX, "/");
+  return true;
 }
 
 bool nic_prof_path_start(const char *given) {
@@ -199,12 +277,7 @@ bool nic_prof_path_start(const char *given) {
   snprintf(name_tmpl, sizeof name_tmpl, "%s", base);
   *slash = '\0';
   if (!full[0]) snprintf(full, sizeof full, "/");
-  if (!links_ok(full)) return false;
-  if (!realpath(full, dir)) {
-    nic_log_warn("NICMALLOC_PROFILE=%s cannot be written (%s); no profile", given_abs,
-                 strerror(errno));
-    return false;
-  }
+  if (!resolve_dir(full, dir)) return false;
   if (!strcmp(dir, "/")) dir[0] = '\0'; /* the walk adds the slashes */
   /* Said now, not after the whole run; a refusal here is said once and the check is made again
    * at each write, where a worker may have another uid. */

@@ -380,6 +380,33 @@ TEST(ProfileFile, ALinkOfAnotherUserOnTheWayIsNotFollowed) {
   EXPECT_EQ(count_lines(r.err, "symbolic link of uid"), 1) << r.err;
 }
 
+// Root's own link is followed, but not on into another user's link it points to: the owner of
+// every link on the way counts, as realpath would follow them all. Links of root's own, chained,
+// relative and through "..", lead to the directory written.
+TEST(ProfileFile, ALinkOfAnotherUserThatAnOwnLinkPointsToIsNotFollowed) {
+  if (geteuid() != 0) GTEST_SKIP() << "SKIPPED: needs root to make a link of another user";
+  TempDir dir, victim, good;
+  const std::string theirs = dir.path + "/theirs", mine = dir.path + "/mine";
+  ASSERT_EQ(symlink(victim.path.c_str(), theirs.c_str()), 0);
+  ASSERT_EQ(lchown(theirs.c_str(), other_uid(), other_uid()), 0);
+  ASSERT_EQ(symlink("theirs", mine.c_str()), 0);
+  auto r =
+      run_probe({"NICMALLOC_PROFILE=" + mine + "/app.profile", "NICMALLOC_PROFILE_SAMPLE=4K"}, {});
+  ASSERT_EQ(r.exit_code, 0) << r.err;
+  EXPECT_NE(access((victim.path + "/app.profile").c_str(), F_OK), 0) << "written there";
+  EXPECT_EQ(count_lines(r.err, "symbolic link of uid " + std::to_string(other_uid())), 1) << r.err;
+
+  const std::string to_good = dir.path + "/to-good", chained = dir.path + "/chained";
+  ASSERT_EQ(symlink(good.path.c_str(), to_good.c_str()), 0);
+  ASSERT_EQ(symlink(("../" + dir.path.substr(5) + "/to-good").c_str(), chained.c_str()), 0);
+  r = run_probe({"NICMALLOC_PROFILE=" + chained + "/./app.profile", "NICMALLOC_PROFILE_SAMPLE=4K"},
+                {});
+  ASSERT_EQ(r.exit_code, 0) << r.err;
+  EXPECT_EQ(access((good.path + "/app.profile").c_str(), F_OK), 0) << r.err;
+  EXPECT_EQ(count_lines(r.err, "NICMALLOC_PROFILE"), 0) << r.err;
+  unlink((good.path + "/app.profile").c_str());
+}
+
 // A complete profile: its header, all its site lines well formed, a newline at the end.
 bool complete(const std::string &text, const std::string &run, size_t min_sites, std::string &why) {
   if (text.rfind("# nicmalloc profile 1\n", 0) != 0) return why = "no header", false;
