@@ -40,7 +40,11 @@ static const struct option_default defaults_2_0_9[] = {
     {mi_option_allow_decommit, 1},
     {mi_option_segment_decommit_delay, 500},
     {mi_option_decommit_extend_delay, 1},
+    {mi_option_destroy_on_exit, 0},
 };
+/* Every option of mimalloc.h but its four deprecated ones: one added there must be added here. */
+_Static_assert(sizeof defaults_2_0_9 / sizeof defaults_2_0_9[0] == _mi_option_last - 4,
+               "an option of mimalloc.h has no default here");
 
 static void options_start(void) {
   if (!nic_secure_execution()) return;

@@ -40,7 +40,7 @@ chmod 755 "$bin"
 chmod 700 "$secret"
 cp -P "$libdir"/libnicmalloc*.so* "$bin"/
 "$cc" -o "$bin/probe" "$src/tests/security/setuid_probe.c" -I"$src/include" -L"$bin" \
-  -lnicmalloc -Wl,-rpath,"$bin" || skip "cannot build the probe"
+  -lnicmalloc -lmimalloc -Wl,-rpath,"$bin" || skip "cannot build the probe"
 "$cc" -shared -fPIC -o "$home/evil.so" "$src/tests/security/evil_plugin.c" ||
   skip "cannot build the plugin"
 chown "$user:" "$home/evil.so"
@@ -194,6 +194,17 @@ case "$out" in
 *"heap stats"*) fail "MIMALLOC_SHOW_STATS printed the root process's statistics: $out" ;;
 esac
 echo "MIMALLOC_SHOW_STATS: back to mimalloc's default"
+setuid_off
+case "$(as_root MIMALLOC_DESTROY_ON_EXIT=1)" in
+*"destroy_on_exit 1"*) ;;
+*) fail "control: MIMALLOC_DESTROY_ON_EXIT=1 did not set the option without setuid" ;;
+esac
+setuid_on
+out=$(as_user MIMALLOC_DESTROY_ON_EXIT=1)
+case "$out" in
+*"destroy_on_exit 0"*) echo "MIMALLOC_DESTROY_ON_EXIT: back to mimalloc's default" ;;
+*) fail "MIMALLOC_DESTROY_ON_EXIT stayed set in the root process: $out" ;;
+esac
 
 # 8. Settings that only tune: ignored too, with the one line.
 out=$(as_user NICMALLOC_DP_MIN_SIZE=1 NICMALLOC_MAX_CHUNKS=48 NICMALLOC_FREE_CHECK=0)

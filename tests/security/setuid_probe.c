@@ -4,6 +4,7 @@
  * with NICMALLOC_BACKEND=dpdk the EAL and its arguments). With the argument dpdk or verbs it also
  * opens that backend by code, as a program may whatever the environment says (DPDK's EAL then
  * starts, rdma-core loads; both read their own environment variables). */
+#include <mimalloc.h>
 #include <nicmalloc.h>
 
 #include <stdio.h>
@@ -12,6 +13,9 @@
 #include <unistd.h>
 
 int main(int argc, char **argv) {
+  /* Unbuffered: MIMALLOC_DESTROY_ON_EXIT's control run frees the heap, a stdout buffer in it
+   * included, before the C library flushes it at exit. */
+  setvbuf(stdout, NULL, _IONBF, 0);
   char *block = malloc(1 << 16);
   if (!block) return 1;
   memset(block, 1, 1 << 16);
@@ -23,6 +27,7 @@ int main(int argc, char **argv) {
     printf("dpdk endpoint %d\n", ep != NULL);
   }
   if (argc > 1 && !strcmp(argv[1], "verbs")) printf("verbs pd %d\n", nic_verbs_get_pd() != NULL);
+  printf("mimalloc destroy_on_exit %ld\n", mi_option_get(mi_option_destroy_on_exit));
   printf("probe ok: euid %d uid %d register %d\n", (int)geteuid(), (int)getuid(), rc);
   free(block);
   return 0;
