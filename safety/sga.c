@@ -234,7 +234,9 @@ NIC_EXPORT int nic_sga_add(struct nic_sga *sga, const void *p, size_t len) {
     return -NIC_EFREED;
   }
   const struct nic_bounce_mark mark = nic_bounce_mark(sga->bounce);
-  size_t first = nic_in_dp(p) ? step_rest(p) : len;
+  /* A short range is copied whole (resolve), wherever it lies: as two pieces it took two entries,
+   * and a full array refused it. */
+  size_t first = nic_in_dp(p) && len >= nic_safety_config()->copy_threshold ? step_rest(p) : len;
   /* Into a chunk that is not mapped: the pieces before it would be sent, the rest not. */
   const char *end = (const char *)p + len - 1;
   if (first < len && (!nic_in_dp(end) || !nic_chunk_readable(nic_chunk_index(end)))) first = len;

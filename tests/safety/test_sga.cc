@@ -105,6 +105,27 @@ TEST_F(Sga, ARangeAcrossAStepEndGoesAsOneEntryPerStepAndArrivesWhole) {
   free(p);
 }
 
+// A short range across a step end is copied whole, as one entry, like any short range: as one
+// copy per step it took two entries, and an array with room for one refused it (-E2BIG).
+TEST_F(Sga, AShortRangeAcrossAStepEndIsCopiedAsOneEntry) {
+  const size_t big = 40u << 20, half = 100;
+  char *p = static_cast<char *>(nic_malloc(big));
+  ASSERT_NE(p, nullptr);
+  nic_region_ref ref;
+  ASSERT_EQ(nic_translate(p, 1, &ref), 0);
+  char *from = static_cast<char *>(ref.region_base) + ref.region_len - half;
+  for (size_t i = 0; i < 2 * half; i++)
+    from[i] = static_cast<char>('a' + i % 26);
+  ASSERT_EQ(nic_sga_init(&sga, 1), 0);
+  const uint64_t copied = Stats().bounce_bytes;
+  ASSERT_EQ(nic_sga_add(&sga, from, 2 * half), 0);
+  ASSERT_EQ(sga.count, 1u);
+  EXPECT_EQ(sga.entry[0].len, 2 * half);
+  EXPECT_EQ(Stats().bounce_bytes, copied + 2 * half) << "copied once";
+  EXPECT_EQ(PostAndReceive(), std::string(from, 2 * half));
+  free(p);
+}
+
 // A block over 16 MiB has only the steps of its segment backed, not its whole 32 MiB arena
 // claim (alloc/heap/dp_huge.h): its first and last bytes are registered and posted like any.
 TEST_F(Sga, TheEndsOfABlockOver16MiBArePostedWhole) {
