@@ -9,6 +9,7 @@
 #include "log.h"
 #include "nicmalloc.h"
 
+#include <errno.h>
 #include <stddef.h>
 #include <stdint.h>
 
@@ -123,7 +124,10 @@ NIC_EXPORT void *nic_new_nothrow_site(size_t size, const void *nothrow_tag, uint
 NIC_EXPORT void *nic_new_aligned_nothrow_site(size_t size, size_t alignment,
                                               const void *nothrow_tag, uint32_t site) {
   (void)nothrow_tag;
-  if (bad_alignment(alignment)) return NULL;
+  if (bad_alignment(alignment)) {
+    errno = EINVAL; /* as aligned_alloc says it */
+    return NULL;
+  }
   return site_new_impl(size, alignment, true, site_route(site));
 }
 

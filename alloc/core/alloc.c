@@ -269,9 +269,24 @@ static bool on_unreadable_heap_page(const void *p) {
          !nic_commit_map_readable(offset) && mi_is_in_heap_region(p);
 }
 
+/* As mimalloc's MIMALLOC_MAX_ERRORS: a program that frees or reallocs bad pointers in a loop
+ * must not fill stderr with them. Every one is counted (invalid_frees, double_frees). */
+#define BAD_BLOCK_LINES 256
+
+static bool say_bad_block(void) {
+  static unsigned said;
+  const unsigned n = __atomic_fetch_add(&said, 1, __ATOMIC_RELAXED);
+  if (n == BAD_BLOCK_LINES)
+    nic_log_error("%u bad pointers reported; later ones are only counted (nic_get_stats: "
+                  "invalid_frees, double_frees)",
+                  BAD_BLOCK_LINES);
+  return n < BAD_BLOCK_LINES;
+}
+
 void nic_report_bad_block(const void *p, const char *caller, enum nic_block_use use, bool freed) {
   if (!freed) {
     __atomic_add_fetch(&invalid_frees, 1, __ATOMIC_RELAXED);
+    if (!say_bad_block()) return;
     if (on_unreadable_heap_page(p))
       nic_log_error("%s(%p): the page holding the block's start is not readable (protected with "
                     "mprotect and not made readable again, or unmapped): it cannot be checked "
@@ -282,6 +297,7 @@ void nic_report_bad_block(const void *p, const char *caller, enum nic_block_use 
     return;
   }
   __atomic_add_fetch(&double_frees, 1, __ATOMIC_RELAXED);
+  if (!say_bad_block()) return;
   switch (use) {
   case NIC_USE_FREE:
     nic_log_error("%s(%p): double free (block already freed); ignored", caller, p);

@@ -66,6 +66,7 @@ static const struct command {
     {"errno-kept", 2, cmd_errno_kept},
     {"too-large", 2, cmd_too_large},
     {"guarded-free", 2, cmd_guarded_free},
+    {"bad-frees", 3, cmd_bad_frees},
     {"valgrind-run", 2, cmd_valgrind_run},
     {"grow-untouched", 3, cmd_grow_untouched},
     {"aligned-dp", 4, cmd_aligned_dp},

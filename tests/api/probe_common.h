@@ -82,6 +82,7 @@ int cmd_libc_names(int argc, char **argv);
 int cmd_errno_kept(int argc, char **argv);
 int cmd_too_large(int argc, char **argv);
 int cmd_guarded_free(int argc, char **argv);
+int cmd_bad_frees(int argc, char **argv);
 int cmd_valgrind_run(int argc, char **argv);
 int cmd_grow_untouched(int argc, char **argv);
 int cmd_huge_usable(int argc, char **argv);

@@ -442,6 +442,28 @@ int cmd_guarded_free(int argc, char **argv) {
   return guarded_free();
 }
 
+/* count frees and reallocs of pointers that are no block, then a double free: how many were
+ * counted. */
+int cmd_bad_frees(int argc, char **argv) {
+  (void)argc;
+  const long count = atol(argv[2]);
+  static char not_a_block[64];
+  for (long i = 0; i < count; i++)
+    if (i % 2)
+      free(not_a_block + 16);
+    else if (realloc(not_a_block + 16, 100))
+      return 1;
+  char *block = malloc(100);
+  if (!block) return 1;
+  free(block);
+  free(block);
+  struct nic_stats s = NIC_STATS_INIT;
+  nic_get_stats(&s);
+  printf("invalid_frees=%llu\ndouble_frees=%llu\n", (unsigned long long)s.invalid_frees,
+         (unsigned long long)s.double_frees);
+  return 0;
+}
+
 /* Run under Valgrind by the test: the program's own blocks, then (with "nic") a block of
  * nicmalloc's API; the address space the process holds (Valgrind's and the program's). */
 static int valgrind_run(bool nic) {

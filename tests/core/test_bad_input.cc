@@ -461,4 +461,17 @@ TEST(BadInput, AFreedBlockWhoseFirstPageWasLeftProtectedIsReportedAsSuch) {
       << r.err;
 }
 
+// A program that frees or reallocs bad pointers in a loop does not fill stderr: the first 256
+// are said, then one line says the rest are only counted, and every one is counted.
+TEST(BadInput, BadPointersInALoopAreSaidUpToALimitAndAllCounted) {
+  auto r = run_probe({}, {"bad-frees", "1000"});
+  ASSERT_EQ(r.exit_code, 0) << r.err;
+  EXPECT_EQ(r.num("invalid_frees"), 1000);
+  EXPECT_EQ(r.num("double_frees"), 1) << "counted past the limit too";
+  EXPECT_EQ(count_lines(r.err, "was not allocated by nicmalloc"), 256);
+  EXPECT_EQ(count_lines(r.err, "256 bad pointers reported; later ones are only counted"), 1)
+      << r.err.substr(r.err.size() > 2000 ? r.err.size() - 2000 : 0);
+  EXPECT_EQ(count_lines(r.err, "double free"), 0);
+}
+
 } // namespace

@@ -139,7 +139,9 @@ TEST(Dataplane, NewSiteVariantsFollowTheSiteAndTheirOperator) {
   ASSERT_EQ(nic_site_set_enabled(site, 1), 0);
   EXPECT_EQ(nic_new_nothrow_site(SIZE_MAX - 4096, &tag, site), nullptr);
   EXPECT_EQ(nic_new_aligned_nothrow_site(SIZE_MAX - 4096, 64, &tag, site), nullptr);
+  errno = 0;
   EXPECT_EQ(nic_new_aligned_nothrow_site(64, 48, &tag, site), nullptr) << "not a power of two";
+  EXPECT_EQ(errno, EINVAL);
   EXPECT_THROW(nic_new_aligned_site(SIZE_MAX - 4096, 64, site), std::bad_alloc);
 }
 
