@@ -5,6 +5,7 @@
 #include "clock.h"
 #include "config.h"
 #include "log.h"
+#include "maps.h"
 #include "nocancel.h"
 #include "settings.h"
 
@@ -48,6 +49,27 @@ struct sim_reg *sim_lookup(struct sim_nic *s, uint32_t lkey) {
   return s->regs[i].lkey == lkey ? &s->regs[i] : NULL;
 }
 
+/* A NIC given write access pins the pages for writing, and the kernel refuses that on memory the
+ * process may not write (ibv_reg_mr and io_uring's buffer registration say EFAULT): so does the
+ * sim, lest a program that works here fail on a device. */
+struct writable_walk {
+  uintptr_t next;
+  bool ok;
+};
+
+static bool writable_one(const struct nic_maps_entry *e, void *arg) {
+  struct writable_walk *w = arg;
+  w->ok = e->start <= w->next && e->writable;
+  w->next = e->end;
+  return w->ok;
+}
+
+static bool range_writable(const void *base, size_t len) {
+  struct writable_walk w = {.next = (uintptr_t)base};
+  const uintptr_t end = (uintptr_t)base + len;
+  return nic_maps_walk(w.next, end, writable_one, &w) && w.ok && w.next >= end;
+}
+
 /* ---- the ops table ---- */
 static int sim_reg(struct nic_backend *b, void *base, size_t len, unsigned access,
                    struct nic_registration *out) {
@@ -56,6 +78,8 @@ static int sim_reg(struct nic_backend *b, void *base, size_t len, unsigned acces
   if (!base || !len || len > b->caps.max_region_bytes || (uintptr_t)base + len < (uintptr_t)base ||
       (access & ~known) || !out)
     return -EINVAL;
+  if ((access & (NIC_ACCESS_LOCAL_WRITE | NIC_ACCESS_REMOTE_WRITE)) && !range_writable(base, len))
+    return -EFAULT;
   sim_lock(s);
   uint32_t i = s->free_slot;
   if (i != SIM_NO_SLOT) {

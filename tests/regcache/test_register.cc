@@ -260,6 +260,30 @@ TEST(Register, AStaleUnregisterLeavesTheRegistrationNowInItsSlotAlone) {
   free(page);
 }
 
+// Write access to memory the process may not write is refused, as a device refuses to pin it
+// for writing (ibv_reg_mr, io_uring's buffer registration: EFAULT); read access is granted.
+TEST(Register, WriteAccessToReadOnlyMemoryIsRefused) {
+  const long page = sysconf(_SC_PAGESIZE);
+  char *m = static_cast<char *>(
+      mmap(nullptr, 3 * page, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0));
+  ASSERT_NE(m, MAP_FAILED);
+  memset(m, 1, 3 * page);
+  ASSERT_EQ(mprotect(m + page, page, PROT_READ), 0);
+  nic_region_ref r;
+  for (unsigned access : {NIC_REG_LOCAL_WRITE, NIC_REG_REMOTE_WRITE}) {
+    SCOPED_TRACE("access " + std::to_string(access));
+    EXPECT_EQ(nic_register(m + page, 100, access, &r), -EFAULT);
+    EXPECT_EQ(nic_register(m, 2 * page, access, &r), -EFAULT) << "partly read-only";
+    ASSERT_EQ(nic_register(m + 2 * page, 100, access, &r), 0) << "writable";
+    nic_unregister(&r);
+  }
+  ASSERT_EQ(nic_register(m + page, 100, NIC_REG_LOCAL, &r), 0) << "read access";
+  nic_unregister(&r);
+  ASSERT_EQ(nic_register(m + page, 100, NIC_REG_REMOTE_READ, &r), 0) << "read access";
+  nic_unregister(&r);
+  munmap(m, 3 * page);
+}
+
 // A remote key carries exactly the remote rights asked for: a read-only request is never given
 // the key of a cached read-write registration of the same pages.
 TEST(Register, ARemoteKeyCarriesOnlyTheRightsAskedFor) {
