@@ -237,8 +237,8 @@ typedef void (*nic_sga_done_fn)(void *arg, int status);
 int nic_sga_init(struct nic_sga *sga, unsigned max_entries);
 /* Returns 0, or -NIC_ERANGE (len 0, overflow, over 4 GiB), -EFAULT (range not mapped; or, past
  * the limit, where two entries are copied into one, the memory of one added before unmapped),
- * -NIC_ECROSS (dataplane memory over the end of its chunk, too long to copy), -NIC_EFREED (a block
- * already freed), -E2BIG (over the limit and the smallest neighbours too big to copy), -ENOMEM,
+ * -NIC_ECROSS (dataplane memory over the end of its chunk, too long to copy), -NIC_EFREED (p is
+ * the start of no live block: one freed, or never handed out), -E2BIG (over the limit and the smallest neighbours too big to copy), -ENOMEM,
  * -ENOSPC (the backend's registrations all in use: README, backends), -EINVAL (sga not
  * initialised). On error the array is unchanged. */
 int nic_sga_add(struct nic_sga *sga, const void *p, size_t len);
@@ -301,8 +301,10 @@ int nic_thread_event_fd(void);
 
 /* Keeps the nicmalloc block holding p (a received buffer, say) from being freed and reused
  * until the matching nic_release: a free of it meanwhile is deferred. Holds nest. Returns 0,
- * -EINVAL (NULL or not nicmalloc memory), -NIC_EFREED (a block already freed), -ENOMEM;
- * nic_release returns -NIC_ENOHOLD without a hold on exactly p. */
+ * -EINVAL (NULL or not nicmalloc memory), -NIC_EFREED (p is the start of no live block: one
+ * freed, or never handed out), -ENOMEM; nic_release returns -NIC_ENOHOLD without a hold on
+ * exactly p. Only a block's start is checked: a pointer into a block freed since is held, and
+ * holds nothing the allocator will not hand out again. */
 int nic_hold(const void *p);
 int nic_release(const void *p);
 

@@ -56,7 +56,7 @@ NIC_EXPORT int nic_hold(const void *p) {
   /* A hold on a freed block would keep nothing alive, and the program would read memory
    * handed out again. */
   if (nic_safety_was_freed(p)) {
-    nic_api_error(hold, "nic_hold(%p): the block was already freed", p);
+    nic_api_error(hold, "nic_hold(%p): no live block starts here (freed, or never handed out)", p);
     return -NIC_EFREED;
   }
   /* The page's reference, the table and the statistic change under the lock, which is held

@@ -230,7 +230,9 @@ NIC_EXPORT int nic_sga_add(struct nic_sga *sga, const void *p, size_t len) {
     return -NIC_ERANGE;
   }
   if (nic_safety_was_freed(p)) {
-    nic_api_error(sga, "nic_sga_add(%p, %zu): the block was already freed", p, len);
+    nic_api_error(sga,
+                  "nic_sga_add(%p, %zu): no live block starts here (freed, or never handed out)", p,
+                  len);
     return -NIC_EFREED;
   }
   const struct nic_bounce_mark mark = nic_bounce_mark(sga->bounce);

@@ -569,7 +569,7 @@ TEST(Holds, BadInput) {
     testing::internal::CaptureStderr();
     EXPECT_EQ(nic_hold(gone), -NIC_EFREED);
     err = testing::internal::GetCapturedStderr();
-    EXPECT_EQ(err.find("already freed") != std::string::npos, dataplane) << err;
+    EXPECT_EQ(err.find("no live block starts here") != std::string::npos, dataplane) << err;
   }
   nic_stats after = NIC_STATS_INIT;
   nic_get_stats(&after);
