@@ -22,6 +22,7 @@
 #include <netinet/tcp.h>
 #include <poll.h>
 #include <signal.h>
+#include <spawn.h>
 #include <sys/mman.h>
 #include <sys/socket.h>
 #include <sys/wait.h>
@@ -75,10 +76,33 @@ void on_receive(void *, void *, size_t) {
 // Standard error as the run started: the library's lines go to a pipe that counts them.
 int report_fd = 2;
 
-// Each thread of a child that outlived its alarm: its state, blocked and pending signals, the
-// system call it is in and where the kernel has it wait (from /proc), on standard error.
+extern "C" char **environ;
+
+// Where each thread of a stuck child is in its code, when gdb is installed (the suite does not
+// need it; a hang is rare, and this is what finds its cause).
+void backtraces(pid_t pid) {
+  if (access("/usr/bin/gdb", X_OK)) return;
+  char attach[32];
+  snprintf(attach, sizeof attach, "%d", (int)pid);
+  const char *argv[] = {"gdb",  "-p", attach, "-batch", "-nx", "-ex", "thread apply all bt",
+                        nullptr};
+  posix_spawn_file_actions_t fa;
+  posix_spawn_file_actions_init(&fa);
+  posix_spawn_file_actions_adddup2(&fa, report_fd, 1);
+  posix_spawn_file_actions_adddup2(&fa, report_fd, 2);
+  pid_t gdb = 0;
+  if (!posix_spawn(&gdb, "/usr/bin/gdb", &fa, nullptr, const_cast<char **>(argv), environ)) {
+    int status;
+    while (waitpid(gdb, &status, 0) < 0 && errno == EINTR) {
+    }
+  }
+  posix_spawn_file_actions_destroy(&fa);
+}
+
+// Each thread of a child near its alarm: its state, blocked and pending signals, the system call
+// it is in and where the kernel has it wait (from /proc), then its stacks, on standard error.
 void describe_stuck(pid_t pid) {
-  dprintf(report_fd, "api fuzz: child %d outlived its alarm; its threads:\n", (int)pid);
+  dprintf(report_fd, "api fuzz: child %d is near its alarm; its threads:\n", (int)pid);
   char path[160], line[256];
   snprintf(path, sizeof path, "/proc/%d/task", (int)pid);
   DIR *tasks = opendir(path);
@@ -101,6 +125,7 @@ void describe_stuck(pid_t pid) {
     dprintf(report_fd, "\n");
   }
   if (tasks) closedir(tasks);
+  backtraces(pid);
 }
 
 struct Thread {
@@ -402,16 +427,23 @@ struct Thread {
     if (pid == 0) child();
     forks++;
     // The child's alarm ends a child that hangs, unless the signal cannot reach it (blocked on
-    // the thread that hangs): then the run would hang with it. Past the alarm and a grace, the
-    // child is described and killed, and counted as failed.
+    // the thread that hangs): then the run would hang with it. A child still there shortly
+    // before its alarm is described; past the alarm and a grace it is killed. Either way it
+    // counts as failed.
     int status = 0;
     pid_t got = 0;
-    for (auto end =
-             std::chrono::steady_clock::now() + std::chrono::seconds(kChildAlarmSeconds + 15);
-         (got = waitpid(pid, &status, WNOHANG)) == 0 && std::chrono::steady_clock::now() < end;)
+    const auto forked = std::chrono::steady_clock::now();
+    bool described = false;
+    for (auto end = forked + std::chrono::seconds(kChildAlarmSeconds + 15);
+         (got = waitpid(pid, &status, WNOHANG)) == 0 && std::chrono::steady_clock::now() < end;) {
+      if (!described && std::chrono::steady_clock::now() >
+                            forked + std::chrono::seconds(kChildAlarmSeconds - 5)) {
+        described = true;
+        describe_stuck(pid);
+      }
       usleep(1000);
+    }
     if (got == 0) {
-      describe_stuck(pid);
       kill(pid, SIGKILL);
       while (waitpid(pid, &status, 0) < 0 && errno == EINTR) {
       }
