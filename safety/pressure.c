@@ -101,7 +101,7 @@ void nic_pressure_fill_stats(struct nic_stats *out) {
   out->nic_cache_capacity = params.capacity;
   out->pressure_copies = __atomic_load_n(&copies, __ATOMIC_RELAXED);
   /* What the NIC must hold for everything registered now: each chunk at its page size, each
-   * cache region at 4 KiB. */
+   * cache region and each registration of a request's own at 4 KiB. */
   uint64_t entries = 0, regions = 0;
   size_t step = (size_t)1 << nic_dp.step_shift;
   for (unsigned i = 0; i < nic_chunk_slots_used(); i++)
@@ -116,8 +116,9 @@ void nic_pressure_fill_stats(struct nic_stats *out) {
     }
   struct nic_rcache_stats rc;
   nic_rcache_get_stats(nic_rcache_process(), &rc);
-  regions += rc.regions;
-  entries += rc.regions * params.mpt_per_region + rc.bytes / NIC_PAGE_SIZE;
+  regions += rc.regions + rc.own_regions;
+  entries += (rc.regions + rc.own_regions) * params.mpt_per_region +
+             (rc.bytes + rc.own_bytes) / NIC_PAGE_SIZE;
   out->nic_regions = regions;
   out->nic_entries_needed = entries;
   if (!__atomic_load_n(&model, __ATOMIC_ACQUIRE)) return; /* nothing posted: no working set */

@@ -29,6 +29,7 @@ struct region {
   uint32_t next_free;
   uint32_t gen; /* times taken off the free list: the high bits of the references handed out */
   bool foreign; /* the parent's, in a child of fork: dropped, never deregistered, here */
+  bool own;     /* a registration of one request's own (UNSHARED), counted in own_regions */
 };
 
 struct nic_rcache {
@@ -42,11 +43,13 @@ struct nic_rcache {
    * succeeds: a slot recycled at once would leave the backend's registration, and its pages,
    * held for good. */
   uint32_t busy_head;
-  uint32_t busy_count; /* read without the lock by nic_rcache_retry_busy */
-  bool retrying;       /* a backend's dereg may re-enter through a free or an unmap */
-  bool retry_again;    /* a slot joined the busy list while retrying: one more pass */
-  bool made;           /* by nic_rcache_create (mapped), not the process-wide one */
-  uint32_t regions;    /* cached, against max_regions */
+  uint32_t busy_count;  /* read without the lock by nic_rcache_retry_busy */
+  bool retrying;        /* a backend's dereg may re-enter through a free or an unmap */
+  bool retry_again;     /* a slot joined the busy list while retrying: one more pass */
+  bool made;            /* by nic_rcache_create (mapped), not the process-wide one */
+  uint32_t regions;     /* cached, against max_regions */
+  uint32_t own_regions; /* registrations of a request's own, not cached, until released */
+  size_t own_bytes;
   size_t bytes_live;
   uint32_t max_regions; /* 0 until the first registration reads the settings */
   size_t max_bytes;
@@ -235,9 +238,17 @@ static void retry_busy_locked(struct nic_rcache *c) {
   c->retrying = false;
 }
 
+static void forget_own_locked(struct nic_rcache *c, struct region *r) {
+  if (!r->own) return;
+  r->own = false;
+  c->own_regions--;
+  c->own_bytes -= r->end - r->start;
+}
+
 static void drop_ref_locked(struct nic_rcache *c, uint32_t slot) {
   struct region *r = &c->pool[slot];
   if (__atomic_sub_fetch(&r->refs, 1, __ATOMIC_ACQ_REL) != 0) return;
+  forget_own_locked(c, r);
   const int rc = dereg_locked(c, slot);
   if (rc == 0) {
     free_slot_locked(c, slot);
@@ -379,6 +390,7 @@ static int insert_locked(struct nic_rcache *c, uintptr_t start, uintptr_t end, u
   r->end = end;
   r->clock = 1;
   r->foreign = false;
+  r->own = !cached;
   count(&c->stats.registrations);
   if (cached) {
     __atomic_store_n(&r->refs, 2, __ATOMIC_RELEASE); /* the table's and the caller's */
@@ -390,6 +402,8 @@ static int insert_locked(struct nic_rcache *c, uintptr_t start, uintptr_t end, u
   } else {
     __atomic_store_n(&r->refs, 1, __ATOMIC_RELEASE); /* the caller's alone */
     __atomic_store_n(&r->valid, 0, __ATOMIC_RELEASE);
+    c->own_regions++;
+    c->own_bytes += end - start;
   }
   out->slot = token_of(r, slot);
   out->reg = r->reg;
@@ -573,6 +587,7 @@ static void forget_parents_locked(struct nic_rcache *c) {
     struct region *r = &c->pool[slot];
     if (!r->refs) continue; /* free */
     r->foreign = true;
+    forget_own_locked(c, r);    /* not on the child's NIC */
     invalidate_locked(c, slot); /* when in the table: its reference, and the slot if it was last */
   }
 }
@@ -620,6 +635,8 @@ void nic_rcache_get_stats_all(struct nic_rcache_stats *out) {
     out->busy += one.busy;
     out->regions += one.regions;
     out->bytes += one.bytes;
+    out->own_regions += one.own_regions;
+    out->own_bytes += one.own_bytes;
   }
 }
 
@@ -629,6 +646,8 @@ void nic_rcache_get_stats(struct nic_rcache *c, struct nic_rcache_stats *out) {
   out->busy = c->busy_count;
   out->regions = c->regions;
   out->bytes = c->bytes_live;
+  out->own_regions = c->own_regions;
+  out->own_bytes = c->own_bytes;
   pthread_mutex_unlock(&lock);
 }
 

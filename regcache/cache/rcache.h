@@ -124,8 +124,10 @@ struct nic_rcache_stats {
   uint64_t hits, misses, evictions, invalidations, registrations, failures;
   uint64_t busy_deregs; /* regions whose deregistration the backend refused as busy at first */
   uint32_t busy;        /* of those, not deregistered yet (retried later) */
-  uint32_t regions;
+  uint32_t regions; /* cached */
   size_t bytes;
+  uint32_t own_regions; /* a request's own (remote access, a range across dataplane steps) */
+  size_t own_bytes;
 };
 void nic_rcache_get_stats(struct nic_rcache *c, struct nic_rcache_stats *out);
 /* Sums the statistics of every runtime cache (the process-wide one and nic_rcache_of's). */

@@ -284,6 +284,29 @@ TEST(Register, WriteAccessToReadOnlyMemoryIsRefused) {
   munmap(m, 3 * page);
 }
 
+// Registrations of a request's own (remote access here) take NIC translation entries like any:
+// counted in nic_regions and nic_entries_needed while held, and no longer once unregistered.
+TEST(Register, RegistrationsOfARequestsOwnAreCountedWhileHeld) {
+  const size_t len = 1 << 20;
+  char *p = static_cast<char *>(aligned_alloc(4096, 4 * len));
+  memset(p, 1, 4 * len);
+  nic_stats before = NIC_STATS_INIT, held = NIC_STATS_INIT, after = NIC_STATS_INIT;
+  nic_get_stats(&before);
+  std::vector<nic_region_ref> refs(4);
+  for (size_t i = 0; i < refs.size(); i++)
+    ASSERT_EQ(nic_register(p + i * len, len, NIC_REG_REMOTE_READ, &refs[i]), 0);
+  nic_get_stats(&held);
+  EXPECT_EQ(held.nic_regions, before.nic_regions + 4);
+  EXPECT_GE(held.nic_entries_needed, before.nic_entries_needed + 4 * (len / 4096));
+  EXPECT_EQ(held.rcache_regions, before.rcache_regions) << "not cached";
+  for (auto &r : refs)
+    nic_unregister(&r);
+  nic_get_stats(&after);
+  EXPECT_EQ(after.nic_regions, before.nic_regions);
+  EXPECT_EQ(after.nic_entries_needed, before.nic_entries_needed);
+  free(p);
+}
+
 // A remote key carries exactly the remote rights asked for: a read-only request is never given
 // the key of a cached read-write registration of the same pages.
 TEST(Register, ARemoteKeyCarriesOnlyTheRightsAskedFor) {
