@@ -2,6 +2,7 @@
 
 #include "alloc.h"
 #include "nicmalloc.h"
+#include "rcache.h"
 
 #include <errno.h>
 #include <stdlib.h>
@@ -25,7 +26,7 @@ static struct slab *new_slab(size_t bytes, enum nic_route route, int *err) {
     *err = -ENOMEM;
     return NULL;
   }
-  int rc = nic_register(s, bytes, NIC_REG_LOCAL, &s->ref);
+  int rc = nic_register_quiet(s, bytes, NIC_REG_LOCAL, &s->ref);
   if (rc) {
     nic_free_named(s, "bounce buffer");
     *err = rc;

@@ -8,6 +8,7 @@
 #include "log.h"
 #include "nicmalloc.h"
 #include "nocancel.h"
+#include "rcache.h"
 #include "thread.h"
 
 #include <errno.h>
@@ -42,7 +43,7 @@ static void *rx_alloc(size_t len) {
   NIC_INTERNAL_SCOPE();
   void *p = nic_alloc(len, 4096, false, NIC_ROUTE_DATAPLANE);
   struct nic_region_ref ref;
-  if (p && (!nic_in_dp(p) || nic_register(p, len, NIC_REG_LOCAL_WRITE, &ref))) {
+  if (p && (!nic_in_dp(p) || nic_register_quiet(p, len, NIC_REG_LOCAL_WRITE, &ref))) {
     nic_free_named(p, "receive buffer");
     p = NULL;
   }

@@ -9,6 +9,7 @@
 #include "log.h"
 #include "nicmalloc.h"
 #include "nocancel.h"
+#include "rcache.h"
 #include "thread.h"
 
 #include <errno.h>
@@ -40,7 +41,7 @@ static void *rx_alloc(size_t len, size_t align, uint32_t *lkey, uint64_t *handle
   NIC_INTERNAL_SCOPE();
   void *p = nic_alloc(len, align, false, NIC_ROUTE_DATAPLANE);
   struct nic_region_ref ref = {0};
-  const int rc = p ? nic_register(p, len, NIC_REG_LOCAL_WRITE, &ref) : -ENOMEM;
+  const int rc = p ? nic_register_quiet(p, len, NIC_REG_LOCAL_WRITE, &ref) : -ENOMEM;
   if (!rc && ref.kind == NIC_REGION_ARENA) {
     *lkey = ref.lkey;
     *handle = ref.backend_handle;

@@ -117,7 +117,7 @@ static int resolve(struct nic_sga *sga, const void *p, size_t len, struct nic_sg
                                   .cache_slot = cached.slot};
     rc = 0;
   } else {
-    rc = nic_register(p, len, NIC_REG_LOCAL, &ref);
+    rc = nic_register_quiet(p, len, NIC_REG_LOCAL, &ref);
   }
   if (rc == 0) {
     *e = (struct nic_sga_entry){.addr = p,

@@ -131,8 +131,9 @@ __attribute__((noinline)) static uint32_t renew_stale(struct nic_sga *sga, int *
     struct nic_sga_entry *e = &sga->entry[i];
     if (!e->cache_slot || nic_rcache_region_current(cache, e->cache_slot)) continue;
     struct nic_region_ref ref;
-    *err = nic_range_readable(e->addr, e->len) ? nic_register(e->addr, e->len, NIC_REG_LOCAL, &ref)
-                                               : -EFAULT;
+    *err = nic_range_readable(e->addr, e->len)
+               ? nic_register_quiet(e->addr, e->len, NIC_REG_LOCAL, &ref)
+               : -EFAULT;
     if (*err) return i + 1;
     nic_rcache_release_own(e->cache_slot);
     e->lkey = ref.lkey;
@@ -155,7 +156,7 @@ __attribute__((noinline)) static uint32_t renew_copies(struct nic_sga *sga, int 
     struct nic_sga_entry *e = &sga->entry[i];
     if (e->kind != NIC_SGA_BOUNCE) continue;
     struct nic_region_ref ref;
-    if ((*err = nic_register(e->addr, e->len, NIC_REG_LOCAL, &ref)) != 0) return i + 1;
+    if ((*err = nic_register_quiet(e->addr, e->len, NIC_REG_LOCAL, &ref)) != 0) return i + 1;
     if (e->cache_slot) nic_rcache_release_own(e->cache_slot);
     e->lkey = ref.lkey;
     e->handle = ref.backend_handle;

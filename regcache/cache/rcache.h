@@ -60,6 +60,9 @@ struct nic_rcache *nic_rcache_of(struct nic_backend *b);
 /* nic_register (nicmalloc.h) with backend b, a started one, instead of the default: the chunk's
  * registration with b, or a region of b's cache (release: nic_rcache_release_own_in). */
 struct nic_region_ref;
+/* nic_register for nicmalloc's own calls (scatter-gather entries, bounce slabs, receive
+ * buffers), which say their errors themselves: nothing counted or said here. */
+int nic_register_quiet(const void *p, size_t len, unsigned access, struct nic_region_ref *out);
 int nic_register_with(struct nic_backend *b, const void *p, size_t len, unsigned access,
                       struct nic_region_ref *out);
 
@@ -124,7 +127,7 @@ struct nic_rcache_stats {
   uint64_t hits, misses, evictions, invalidations, registrations, failures;
   uint64_t busy_deregs; /* regions whose deregistration the backend refused as busy at first */
   uint32_t busy;        /* of those, not deregistered yet (retried later) */
-  uint32_t regions; /* cached */
+  uint32_t regions;     /* cached */
   size_t bytes;
   uint32_t own_regions; /* a request's own (remote access, a range across dataplane steps) */
   size_t own_bytes;

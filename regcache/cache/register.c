@@ -12,6 +12,7 @@
 #include "thread.h"
 
 #include <errno.h>
+#include <string.h>
 
 _Static_assert(NIC_REG_LOCAL_WRITE == NIC_ACCESS_LOCAL_WRITE &&
                    NIC_REG_REMOTE_READ == NIC_ACCESS_REMOTE_READ &&
@@ -22,28 +23,49 @@ static inline __attribute__((always_inline)) int register_with(struct nic_backen
                                                                size_t len, unsigned access,
                                                                struct nic_region_ref *out);
 
+#define KNOWN_ACCESS (NIC_REG_LOCAL_WRITE | NIC_REG_REMOTE_READ | NIC_REG_REMOTE_WRITE)
+
+static inline __attribute__((always_inline)) int
+register_checked(const void *p, size_t len, unsigned access, struct nic_region_ref *out) {
+  if (!out || (access & ~KNOWN_ACCESS)) return -EINVAL;
+  if (!nic_range_watched(p, len)) return -EPERM;
+  return register_with(NULL, p, len, access, out);
+}
+
+int nic_register_quiet(const void *p, size_t len, unsigned access, struct nic_region_ref *out) {
+  NIC_INTERNAL_SCOPE();
+  return register_checked(p, len, access, out);
+}
+
+/* The program's call: an error it gets back is counted, and each kind said once. */
+static __attribute__((noinline, cold)) void
+registration_refused(const void *p, size_t len, unsigned access, const void *out, int rc) {
+  const char *why =
+      rc == -EINVAL && !out                       ? "the result pointer is NULL"
+      : rc == -EINVAL && (access & ~KNOWN_ACCESS) ? "unknown access bits"
+      : rc == -EPERM ? "not nicmalloc's memory, in a program whose malloc is another's: its frees "
+                       "and unmaps go unseen, so a registration could outlive its pages. Register "
+                       "nicmalloc's blocks (nic_malloc); posts copy other memory"
+      : rc == -NIC_ERANGE ? "the length is 0 or the range wraps"
+      : rc == -NIC_ECROSS ? "the dataplane range runs off its chunk's mapped memory"
+      : rc == -EFAULT ? "the range is not (entirely) mapped, or write access was asked for memory "
+                        "that is not writable"
+      : rc == -ENOSPC ? "the registration cache is full of registrations in use"
+                      : NULL;
+  if (why)
+    nic_api_error_by(registration, rc, why, "nic_register(%p, %zu, %#x): %s; not registered", p,
+                     len, access, why);
+  else
+    nic_api_error_by(registration, rc, 0, "nic_register(%p, %zu, %#x): not registered (%s)", p, len,
+                     access, strerror(rc < 0 && rc > -4096 ? -rc : EINVAL));
+}
+
 NIC_EXPORT int nic_register(const void *p, size_t len, unsigned access,
                             struct nic_region_ref *out) {
   NIC_INTERNAL_SCOPE();
-  if (!out) {
-    nic_api_error(registration, "nic_register(%p): the result pointer is NULL; nothing registered",
-                  p);
-    return -EINVAL;
-  }
-  if (access & ~(NIC_REG_LOCAL_WRITE | NIC_REG_REMOTE_READ | NIC_REG_REMOTE_WRITE)) {
-    nic_api_count(registration);
-    return -EINVAL;
-  }
-  if (!nic_range_watched(p, len)) {
-    nic_api_error(registration,
-                  "nic_register(%p, %zu): not nicmalloc's memory, in a program whose malloc is "
-                  "another's: its frees and unmaps go unseen, so a registration could outlive its "
-                  "pages; not registered (EPERM). Register nicmalloc's blocks (nic_malloc); "
-                  "posts copy other memory",
-                  p, len);
-    return -EPERM;
-  }
-  return register_with(NULL, p, len, access, out);
+  const int rc = register_checked(p, len, access, out);
+  if (__builtin_expect(rc != 0, 0)) registration_refused(p, len, access, out, rc);
+  return rc;
 }
 
 int nic_register_with(struct nic_backend *b, const void *p, size_t len, unsigned access,

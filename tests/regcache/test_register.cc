@@ -407,6 +407,45 @@ TEST(Register, NullResultPointersAreReportedNotWrittenThrough) {
   free(control);
 }
 
+// Every error nic_register returns is counted, and each kind said once; nicmalloc's own calls
+// of it (a scatter-gather entry's) are counted and said by their caller alone.
+TEST(Register, ItsErrorsAreCountedAndEachKindSaidOnce) {
+  const long page = sysconf(_SC_PAGESIZE);
+  char *gone = static_cast<char *>( // never readable: unmapped, its address could be reused
+      mmap(nullptr, page, PROT_NONE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0));
+  ASSERT_NE(gone, MAP_FAILED);
+  char *block = static_cast<char *>(malloc(page));
+  nic_region_ref r;
+  nic_stats before = NIC_STATS_INIT, after = NIC_STATS_INIT;
+  nic_get_stats(&before);
+  testing::internal::CaptureStderr();
+  for (int i = 0; i < 2; i++) {
+    EXPECT_EQ(nic_register(block, 0, NIC_REG_LOCAL, &r), -NIC_ERANGE);
+    EXPECT_EQ(nic_register(block, 64, 0x80, &r), -EINVAL);
+    EXPECT_EQ(nic_register(gone, 100, NIC_REG_LOCAL, &r), -EFAULT);
+  }
+  std::string err = testing::internal::GetCapturedStderr();
+  nic_get_stats(&after);
+  EXPECT_EQ(after.registration_errors - before.registration_errors, 6u);
+  EXPECT_EQ(std::count(err.begin(), err.end(), '\n'), 3) << err;
+  EXPECT_NE(err.find("length is 0"), std::string::npos) << err;
+  EXPECT_NE(err.find("unknown access bits"), std::string::npos) << err;
+  EXPECT_NE(err.find("not (entirely) mapped"), std::string::npos) << err;
+
+  nic_sga sga;
+  ASSERT_EQ(nic_sga_init(&sga, 0), 0);
+  nic_get_stats(&before);
+  testing::internal::CaptureStderr();
+  EXPECT_EQ(nic_sga_add(&sga, gone, 100000), -EFAULT);
+  err = testing::internal::GetCapturedStderr();
+  nic_get_stats(&after);
+  EXPECT_EQ(after.registration_errors, before.registration_errors) << "counted twice";
+  EXPECT_EQ(after.sga_errors, before.sga_errors + 1);
+  EXPECT_EQ(err.find("nic_register("), std::string::npos) << err;
+  munmap(gone, page);
+  free(block);
+}
+
 TEST(Register, AReferenceUnregisteredTwiceIsReportedAndReleasesNothing) {
   char *page = static_cast<char *>(aligned_alloc(4096, 4096));
   nic_region_ref first, second;
