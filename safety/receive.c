@@ -145,6 +145,9 @@ static void wake_settle_locked(void) {
   woken = ready;
 }
 
+/* Buffers hand_over is listing as held (see there). */
+static unsigned listing;
+
 /* The program's function, then the buffer back to the NIC or listed as held. */
 static void hand_over(struct receiver *r, void *data, size_t len, int status, uint64_t token) {
   struct nic_backend *b = r->b;
@@ -164,7 +167,20 @@ static void hand_over(struct receiver *r, void *data, size_t len, int status, ui
     b->rx_recycle(b, r->ep, token);
     return;
   }
+  /* Held, but a release on another thread may come meanwhile: it takes its hold away, then
+   * looks for the buffer among the listed ones, under the lock (give_back). So the buffer is
+   * announced (listing) before its hold is looked at again, under the lock: either that release
+   * sees the announcement and waits for the lock, or this look sees the hold gone. Else a
+   * buffer whose last hold went meanwhile would be listed as held, by nobody, for good. */
+  __atomic_add_fetch(&listing, 1, __ATOMIC_SEQ_CST);
+  __atomic_thread_fence(__ATOMIC_SEQ_CST);
   pthread_mutex_lock(&lock);
+  if (!hold_covers(start, end)) {
+    pthread_mutex_unlock(&lock);
+    __atomic_sub_fetch(&listing, 1, __ATOMIC_SEQ_CST);
+    b->rx_recycle(b, r->ep, token);
+    return;
+  }
   struct held *h = nic_pool_get(&held_pool);
   if (h) {
     *h = (struct held){
@@ -174,6 +190,7 @@ static void hand_over(struct receiver *r, void *data, size_t len, int status, ui
     NIC_SAFETY_COUNT(recv_held_bytes, end - start);
   }
   pthread_mutex_unlock(&lock);
+  __atomic_sub_fetch(&listing, 1, __ATOMIC_SEQ_CST); /* listed: recv_held_buffers says so now */
   /* No memory to list it: give it back rather than lose it (the hold then protects nothing). */
   if (!h) {
     nic_log_warn_once("receive: no memory to keep a held receive buffer; it goes back to the NIC");
@@ -268,7 +285,10 @@ static struct held *take_clear_locked(const struct nic_endpoint *ep) {
 }
 
 static void give_back(const struct nic_endpoint *ep) {
-  if (!__atomic_load_n(&nic_safety_ctr.recv_held_buffers, __ATOMIC_RELAXED)) return;
+  __atomic_thread_fence(__ATOMIC_SEQ_CST); /* the hold's removal before the looks: hand_over */
+  if (!__atomic_load_n(&nic_safety_ctr.recv_held_buffers, __ATOMIC_SEQ_CST) &&
+      !__atomic_load_n(&listing, __ATOMIC_SEQ_CST))
+    return;
   NIC_INTERNAL_SCOPE(); /* the backends' code, as nic_poll's */
   pthread_mutex_lock(&lock);
   struct held *ready = take_clear_locked(ep);

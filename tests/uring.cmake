@@ -56,6 +56,16 @@ set_tests_properties(UringReceiveCapped.With256KiBHeldMax PROPERTIES
   ENVIRONMENT "NICMALLOC_BACKEND=uring;NICMALLOC_CHUNK_SIZE=64M;NICMALLOC_FENCE=wait;NICMALLOC_RECV_HELD_MAX=256K"
   TIMEOUT 120 FAIL_REGULAR_EXPRESSION "\\[  SKIPPED \\]")
 
+# A release on another thread right after the receive function returns, with one receive buffer.
+# Its own program: it defines pthread_mutex_lock to meet the window every time.
+add_executable(test_receive_release_race
+  ${CMAKE_CURRENT_LIST_DIR}/safety/test_receive_release_race.cc)
+target_link_libraries(test_receive_release_race PRIVATE ${NIC_RUNTIME_LAYERS} GTest::gtest
+  GTest::gtest_main Threads::Threads)
+nic_gtest_with_env(test_receive_release_race NICMALLOC_BACKEND=uring NICMALLOC_CHUNK_SIZE=64M
+  NICMALLOC_RECV_BUFFERS=1)
+gtest_discover_tests(test_receive_release_race PROPERTIES TIMEOUT 120 DISCOVERY_TIMEOUT 60)
+
 # Several backends in one process: sim (the default, NICMALLOC_BACKEND=sim) and io_uring endpoints
 # side by side, each started by its endpoint's constructor.
 add_executable(test_multi_backend ${CMAKE_CURRENT_LIST_DIR}/safety/test_multi_backend.cc)
