@@ -21,7 +21,9 @@
  *    exits; the receive goes again from whichever thread reaps, unless that keeps happening;
  *  - the kernel's own reasons (a full CQ ring, say) with a message: it goes again;
  *  - the end of a stream (0 on TCP: status 1) or an error (-errno): final, said after the
- *    messages queued before it. A UDP datagram of 0 bytes also ends it: handed over, and the
+ *    messages queued before it; but on a datagram socket an ICMP error for an earlier send
+ *    (ECONNREFUSED from a peer not listening yet, EHOSTUNREACH...) is reported once by the
+ *    receive and the socket goes on: said once on stderr, and the receive goes again. A UDP datagram of 0 bytes also ends it: handed over, and the
  *    receive goes again.
  * A datagram longer than a buffer is received with MSG_TRUNC, so the kernel reports its real
  * length: it is dropped (counted in recv_truncated, said once), never handed over cut.
@@ -195,6 +197,12 @@ static void got_buffer_locked(struct uring_backend *ub, struct uring_rx *rx, uns
   mark_ready_locked(ub, rx);
 }
 
+/* What a UDP socket's receive reports of ICMP errors: once each, the socket goes on. */
+static bool icmp_error(int res) {
+  return res == -ECONNREFUSED || res == -EHOSTUNREACH || res == -ENETUNREACH ||
+         res == -EHOSTDOWN || res == -ENETDOWN || res == -EPROTO || res == -EMSGSIZE;
+}
+
 bool nic_uring_rx_cqe_locked(struct uring_backend *ub, const struct io_uring_cqe *cqe) {
   const uint64_t tag = cqe->user_data & URING_UD_TAGS;
   if (tag == URING_UD_QUIET) return true;
@@ -219,6 +227,13 @@ bool nic_uring_rx_cqe_locked(struct uring_backend *ub, const struct io_uring_cqe
     }
   } else if (res == -ECANCELED && ++rx->cancels < MAX_CANCELS) {
     rearm_locked(ub, rx); /* its thread exited */
+  } else if (rx->ep->dgram && icmp_error(res)) {
+    /* An ICMP error for an earlier send, reported once by the next receive: the peer not
+     * listening yet, say. Later datagrams still come. */
+    nic_log_warn_once("uring receive: a datagram socket reported %s (an ICMP error for an "
+                      "earlier send); it goes on receiving",
+                      strerror(-res));
+    rearm_locked(ub, rx);
   } else {
     end_locked(ub, rx, res);
   }

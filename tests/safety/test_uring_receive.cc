@@ -429,6 +429,42 @@ TEST_F(UringReceive, PeerResetEndsWithEconnreset) {
   EXPECT_EQ(nic_endpoint_status(ep), -ECONNRESET);
 }
 
+// A UDP peer that is not listening answers a send with an ICMP error, which the socket's next
+// receive reports once (ECONNREFUSED): receiving goes on, said once, and the peer's datagrams
+// arrive once it listens. Before, the error ended receiving for good.
+TEST_F(UringReceive, AnIcmpErrorOnUdpIsSaidOnceAndReceivingGoesOn) {
+  UdpPair pair;
+  Sink sink;
+  nic_endpoint *ep = Receiving(pair.rx, &sink);
+  ASSERT_NE(ep, nullptr);
+  sockaddr_in peer{}, self{};
+  socklen_t len = sizeof peer;
+  ASSERT_EQ(getpeername(pair.rx, (sockaddr *)&peer, &len), 0);
+  len = sizeof self;
+  ASSERT_EQ(getsockname(pair.rx, (sockaddr *)&self, &len), 0);
+  close(pair.tx);
+  pair.tx = -1;
+  nic_uring_stats before{}, now{};
+  ASSERT_TRUE(nic_uring_get_stats(nic_backend_active(), &before));
+  testing::internal::CaptureStderr();
+  ASSERT_EQ(send(pair.rx, "ping", 4, 0), 4); // nobody there: ICMP port unreachable
+  const bool reported = NicPollUntil([&] {
+    return nic_uring_get_stats(nic_backend_active(), &now) && now.recv_rearms > before.recv_rearms;
+  });
+  const std::string err = testing::internal::GetCapturedStderr();
+  EXPECT_TRUE(reported) << "the error was not seen: " << err;
+  EXPECT_EQ(sink.Ends(), 0) << "receiving ended";
+  EXPECT_EQ(nic_endpoint_status(ep), 0);
+  EXPECT_EQ(std::count(err.begin(), err.end(), '\n'), 1) << err;
+  EXPECT_NE(err.find("Connection refused"), std::string::npos) << err;
+  pair.tx = socket(AF_INET, SOCK_DGRAM, 0);
+  ASSERT_EQ(bind(pair.tx, (sockaddr *)&peer, sizeof peer), 0) << strerror(errno);
+  ASSERT_EQ(connect(pair.tx, (sockaddr *)&self, sizeof self), 0);
+  ASSERT_EQ(send(pair.tx, "back", 4, 0), 4);
+  ASSERT_TRUE(NicPollUntil([&] { return sink.Calls() >= 1; })) << "nothing came after the error";
+  EXPECT_EQ(sink.data, "back");
+}
+
 TEST_F(UringReceive, DestroyWhileABufferIsHeldIsBusyAndSucceedsAfterRelease) {
   LoopbackPair pair;
   Sink sink;
