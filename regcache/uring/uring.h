@@ -64,10 +64,11 @@ struct nic_uring_stats {
   uint64_t copied, zero_copied; /* notifications saying the kernel copied, or did not (6.2+) */
   uint64_t completions;         /* done() calls made */
   /* Receiving (uring_recv.c): */
-  uint64_t recv_messages;    /* receive buffers handed to receivers */
-  uint64_t recv_truncated;   /* datagrams longer than a receive buffer: dropped, never cut */
-  uint64_t recv_rearms;      /* multishot receives submitted again (buffers back, thread gone) */
-  uint64_t progress_wakeups; /* rounds of the backend's thread: reap, submit (uring_progress.c) */
+  uint64_t recv_messages;      /* receive buffers handed to receivers */
+  uint64_t recv_truncated;     /* datagrams longer than a receive buffer: dropped, never cut */
+  uint64_t recv_empty_dropped; /* empty datagrams past twice the buffers waiting: dropped */
+  uint64_t recv_rearms;        /* multishot receives submitted again (buffers back, thread gone) */
+  uint64_t progress_wakeups;   /* rounds of the backend's thread: reap, submit (uring_progress.c) */
   uint32_t slots, slots_used;
   uint32_t pending;    /* accepted posts whose done() has not run */
   bool vectored_fixed; /* SENDMSG_ZC takes fixed buffers on this kernel (6.15+) */

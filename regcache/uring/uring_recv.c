@@ -23,8 +23,11 @@
  *  - the end of a stream (0 on TCP: status 1) or an error (-errno): final, said after the
  *    messages queued before it; but on a datagram socket an ICMP error for an earlier send
  *    (ECONNREFUSED from a peer not listening yet, EHOSTUNREACH...) is reported once by the
- *    receive and the socket goes on: said once on stderr, and the receive goes again. A UDP datagram of 0 bytes also ends it: handed over, and the
- *    receive goes again.
+ *    receive and the socket goes on: said once on stderr, and the receive goes again.
+ * A UDP datagram of 0 bytes takes no buffer (the kernel gives it back and names none): it is
+ * queued as a message without one, handed over as 0 bytes at the receive area's start, and its
+ * token names no buffer. Past as many as the buffers waiting, one is dropped (recv_empty_dropped,
+ * said once).
  * A datagram longer than a buffer is received with MSG_TRUNC, so the kernel reports its real
  * length: it is dropped (counted in recv_truncated, said once), never handed over cut.
  *
@@ -54,10 +57,12 @@
 #define STOP_WAIT_NS 2000000000  /* how long a close waits for the cancelled receive to end */
 #define CANCEL_AGAIN_NS 50000000 /* a receive the cancel missed (not yet armed): cancel again */
 
-/* What the receiver is to be told next: a message in buffer bid. */
+/* What the receiver is to be told next: a message in buffer bid, or an empty datagram. */
 struct rx_msg {
   uint32_t bid, len;
 };
+#define EMPTY_BID UINT32_MAX
+#define EMPTY_TOKEN UINT64_MAX
 
 struct uring_rx {
   struct nic_endpoint *ep;
@@ -70,10 +75,11 @@ struct uring_rx {
   size_t stride; /* bytes of a buffer, whole pages */
   unsigned count;
   uint16_t bgid;
-  unsigned out;    /* buffers the kernel filled that are not back in the ring */
-  unsigned queued; /* of those, messages waiting in q for the receiver */
+  unsigned out;     /* buffers the kernel filled that are not back in the ring */
+  unsigned queued;  /* messages waiting in q for the receiver */
+  unsigned empties; /* of those, empty datagrams (no buffer) */
   unsigned q_head;
-  struct rx_msg *q;  /* count slots: a buffer is queued at most once */
+  struct rx_msg *q;  /* 2 x count slots: a buffer is queued at most once, empties fill the rest */
   uint64_t *out_map; /* bit set = buffer out: a token rx_recycle may give back */
   int end_status;    /* 1 or -errno once the receive ended for good */
   unsigned cancels;  /* -ECANCELED in a row */
@@ -191,16 +197,31 @@ static void got_buffer_locked(struct uring_backend *ub, struct uring_rx *rx, uns
     put_back_locked(rx, bid);
     return;
   }
-  rx->q[(rx->q_head + rx->queued) % rx->count] = (struct rx_msg){bid, (uint32_t)res};
+  rx->q[(rx->q_head + rx->queued) % (2 * rx->count)] = (struct rx_msg){bid, (uint32_t)res};
   rx->queued++;
   rx->cancels = 0;
   mark_ready_locked(ub, rx);
 }
 
+static void got_empty_locked(struct uring_backend *ub, struct uring_rx *rx) {
+  if (rx->closing) return;
+  if (rx->queued == 2 * rx->count) {
+    ub->stats.recv_empty_dropped++;
+    nic_log_warn_once("uring receive: an empty datagram came while %u messages wait for the "
+                      "program's poll: dropped",
+                      rx->queued);
+    return;
+  }
+  rx->q[(rx->q_head + rx->queued) % (2 * rx->count)] = (struct rx_msg){EMPTY_BID, 0};
+  rx->queued++;
+  rx->empties++;
+  mark_ready_locked(ub, rx);
+}
+
 /* What a UDP socket's receive reports of ICMP errors: once each, the socket goes on. */
 static bool icmp_error(int res) {
-  return res == -ECONNREFUSED || res == -EHOSTUNREACH || res == -ENETUNREACH ||
-         res == -EHOSTDOWN || res == -ENETDOWN || res == -EPROTO || res == -EMSGSIZE;
+  return res == -ECONNREFUSED || res == -EHOSTUNREACH || res == -ENETUNREACH || res == -EHOSTDOWN ||
+         res == -ENETDOWN || res == -EPROTO || res == -EMSGSIZE;
 }
 
 bool nic_uring_rx_cqe_locked(struct uring_backend *ub, const struct io_uring_cqe *cqe) {
@@ -213,6 +234,8 @@ bool nic_uring_rx_cqe_locked(struct uring_backend *ub, const struct io_uring_cqe
   if (!more) rx->armed = false;
   if (cqe->flags & IORING_CQE_F_BUFFER)
     got_buffer_locked(ub, rx, cqe->flags >> IORING_CQE_BUFFER_SHIFT, res);
+  else if (res == 0 && rx->ep->dgram)
+    got_empty_locked(ub, rx);
   if (more || rx->closing || rx->end_status) return true;
   if (res > 0 || (res == 0 && rx->ep->dgram)) {
     rearm_locked(ub, rx); /* ended for the kernel's own reasons, with a message */
@@ -250,12 +273,14 @@ static bool next_locked(struct uring_rx *rx, void **data, size_t *len, int *stat
   if (rx->closing) return false;
   if (rx->queued) {
     const struct rx_msg m = rx->q[rx->q_head];
-    rx->q_head = (rx->q_head + 1) % rx->count;
+    rx->q_head = (rx->q_head + 1) % (2 * rx->count);
     rx->queued--;
-    *data = buffer(rx, m.bid);
+    const bool empty = m.bid == EMPTY_BID;
+    rx->empties -= empty;
+    *data = buffer(rx, empty ? 0 : m.bid);
     *len = m.len;
     *status = 0;
-    *token = m.bid;
+    *token = empty ? EMPTY_TOKEN : m.bid;
     return true;
   }
   if (rx->end_status && !rx->end_said) {
@@ -317,6 +342,7 @@ int nic_uring_rx_deliver(struct uring_backend *ub) {
 }
 
 void nic_uring_rx_recycle(struct nic_backend *b, struct nic_endpoint *ep, uint64_t token) {
+  if (token == EMPTY_TOKEN) return; /* an empty datagram: no buffer to give back */
   struct uring_backend *ub = uring_of(b);
   pthread_mutex_lock(&ub->lock);
   struct uring_rx *rx = ep ? ep->rx : NULL;
@@ -370,7 +396,7 @@ int nic_uring_endpoint_receive(struct nic_backend *b, struct nic_endpoint *ep,
       (nic_setting_number(NIC_S_RECV_BUFFER_SIZE) + PAGE - 1) & ~(PAGE - 1); /* 4K to 16M */
   const size_t words = (count + 63) / 64;
   struct uring_rx *rx =
-      calloc(1, sizeof *rx + count * sizeof(struct rx_msg) + words * sizeof(uint64_t));
+      calloc(1, sizeof *rx + 2 * (size_t)count * sizeof(struct rx_msg) + words * sizeof(uint64_t));
   if (!rx) return -ENOMEM;
   rx->out_map = (uint64_t *)(rx + 1);
   rx->q = (struct rx_msg *)(rx->out_map + words);
@@ -439,14 +465,15 @@ int nic_uring_rx_stop_locked(struct uring_backend *ub, struct nic_endpoint *ep,
   struct uring_rx *rx = ep->rx;
   *out = NULL;
   if (!rx) return 0;
-  if (rx->delivering || rx->out > rx->queued) return -EBUSY; /* with the program */
+  if (rx->delivering || rx->out > rx->queued - rx->empties) return -EBUSY; /* with the program */
   rx->closing = true; /* from here on nothing is delivered, nothing submitted again */
   rx->rearm = false;
   while (rx->queued) { /* never seen by the program: back, as the kernel may still fill some */
-    put_back_locked(rx, rx->q[rx->q_head].bid);
-    rx->q_head = (rx->q_head + 1) % rx->count;
+    if (rx->q[rx->q_head].bid != EMPTY_BID) put_back_locked(rx, rx->q[rx->q_head].bid);
+    rx->q_head = (rx->q_head + 1) % (2 * rx->count);
     rx->queued--;
   }
+  rx->empties = 0;
   /* Its last CQE names rx: until it is reaped rx must stay, and the kernel may still write
    * into the block. */
   for (int64_t start = now_ns(), last = start; rx->armed;) {

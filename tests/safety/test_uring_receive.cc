@@ -160,6 +160,50 @@ TEST_F(UringReceive, UdpDatagramsOfOneByteTo64KiBArriveWhole) {
   EXPECT_EQ(NicStats().recv_stalls, 0u) << "buffers waiting to be handed over are no stall";
 }
 
+// A UDP datagram of 0 bytes takes no receive buffer (the kernel names none): it is still handed
+// over, in its place among the others, as 0 bytes; one held is nothing to give back. Sent in a
+// burst before any poll, as many as twice the buffers wait; the rest are dropped and counted.
+TEST_F(UringReceive, EmptyDatagramsAreHandedOverInOrder) {
+  UdpPair pair;
+  Sink sink;
+  nic_endpoint *ep = Receiving(pair.rx, &sink);
+  ASSERT_NE(ep, nullptr);
+  const std::vector<std::string> sent = {"a", "", "bb", "", "", "ccc"};
+  for (const std::string &d : sent) {
+    ASSERT_EQ(send(pair.tx, d.data(), d.size(), 0), static_cast<ssize_t>(d.size()));
+    ASSERT_TRUE(NicPollUntil([&] {
+      return sink.Calls() == static_cast<size_t>(&d - &sent[0] + 1);
+    })) << "datagram "
+        << &d - &sent[0] << " (" << d.size() << " bytes) was not handed over";
+  }
+  ASSERT_EQ(sink.msgs.size(), sent.size());
+  for (size_t i = 0; i < sent.size(); i++)
+    EXPECT_EQ(sink.msgs[i], sent[i]) << i;
+  EXPECT_EQ(sink.not_dataplane, 0);
+  void *empty = sink.bufs[1];
+  EXPECT_EQ(nic_hold(empty), 0);
+  EXPECT_EQ(nic_release(empty), 0) << "a hold on an empty datagram's pointer";
+
+  nic_uring_stats before{}, after{};
+  ASSERT_TRUE(nic_uring_get_stats(nic_backend_active(), &before));
+  const unsigned buffers = static_cast<unsigned>(atoi(getenv("NICMALLOC_RECV_BUFFERS") ?: "32"));
+  const size_t burst = 3 * buffers, calls = sink.Calls();
+  testing::internal::CaptureStderr();
+  for (size_t i = 0; i < burst; i++)
+    ASSERT_EQ(send(pair.tx, "", 0, 0), 0);
+  usleep(100000); // into the socket, and the kernel's completions, before any poll
+  ASSERT_TRUE(NicPollUntil([&] {
+    return nic_uring_get_stats(nic_backend_active(), &after) &&
+           sink.Calls() - calls + (after.recv_empty_dropped - before.recv_empty_dropped) >= burst;
+  }));
+  const std::string err = testing::internal::GetCapturedStderr();
+  EXPECT_GE(sink.Calls() - calls, 2u * buffers) << "as many as twice the buffers wait";
+  EXPECT_EQ(sink.Calls() - calls + (after.recv_empty_dropped - before.recv_empty_dropped), burst);
+  EXPECT_GT(after.recv_empty_dropped, before.recv_empty_dropped) << "the burst overflowed nothing";
+  EXPECT_EQ(std::count(err.begin(), err.end(), '\n'), 1) << err;
+  EXPECT_EQ(nic_endpoint_status(ep), 0);
+}
+
 TEST_F(UringReceive, AHeldBufferIsReusedOnlyAfterItsRelease) {
   UdpPair pair;
   Sink sink;
