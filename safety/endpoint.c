@@ -11,6 +11,7 @@
 #include "nicmalloc.h"
 #include "nocancel.h"
 #include "receive.h"
+#include "safety.h"
 #include "sim_nic.h"
 #include "thread.h"
 
@@ -40,6 +41,8 @@ static void deliver(void *arg, const void *data, size_t len) {
   if (len) memcpy(buf, data, len);
   const nic_receive_fn receive = __atomic_load_n(&r->receive, __ATOMIC_ACQUIRE);
   if (receive) {
+    NIC_SAFETY_COUNT(recv_messages, 1);
+    NIC_SAFETY_COUNT(recv_bytes, len);
     const int internal = nic_internal_suspend(); /* the program's function: its own scope */
     receive(__atomic_load_n(&r->arg, __ATOMIC_ACQUIRE), buf, len);
     nic_internal_resume(internal);

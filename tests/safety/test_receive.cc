@@ -40,6 +40,8 @@ void PostAndDrain(nic_endpoint *ep, const char *text) {
 }
 
 TEST(Receive, AReceiverGivenLaterGetsTheMessagesInDataplaneMemory) {
+  nic_stats before = NIC_STATS_INIT;
+  nic_get_stats(&before);
   Got first, later;
   nic_endpoint *ep = nic_sim_endpoint_create(Got::Fn, &first, 0);
   ASSERT_NE(ep, nullptr);
@@ -54,6 +56,8 @@ TEST(Receive, AReceiverGivenLaterGetsTheMessagesInDataplaneMemory) {
   EXPECT_EQ(later.dataplane, 1) << "a received message lies in dataplane memory";
   nic_stats s = NIC_STATS_INIT;
   nic_get_stats(&s);
+  EXPECT_EQ(s.recv_messages - before.recv_messages, 2u) << "counted as on every backend";
+  EXPECT_EQ(s.recv_bytes - before.recv_bytes, 6u);
   while (nic_sim_endpoint_destroy(ep) == -EBUSY)
     nic_poll(0);
 }
