@@ -41,13 +41,21 @@ add_executable(test_uring_receive ${CMAKE_CURRENT_LIST_DIR}/safety/test_uring_re
 target_link_libraries(test_uring_receive PRIVATE ${NIC_RUNTIME_LAYERS} GTest::gtest
   GTest::gtest_main Threads::Threads)
 nic_gtest_with_env(test_uring_receive ${NIC_URING_SGA_ENV})
-gtest_discover_tests(test_uring_receive TEST_FILTER "-UringReceiveSmall.*:UringReceiveCapped.*"
+gtest_discover_tests(test_uring_receive
+                     TEST_FILTER "-UringReceiveSmall.*:UringReceiveCapped.*:UringReceive.BuffersLargerThanAChunk*"
                      PROPERTIES TIMEOUT 300 DISCOVERY_TIMEOUT 60)
 add_test(NAME UringReceiveSmall.WithFourBuffersOf4KiB
          COMMAND $<TARGET_FILE:test_uring_receive> --gtest_filter=UringReceiveSmall.*)
 set_tests_properties(UringReceiveSmall.WithFourBuffersOf4KiB PROPERTIES
   ENVIRONMENT "NICMALLOC_BACKEND=uring;NICMALLOC_CHUNK_SIZE=64M;NICMALLOC_FENCE=wait;NICMALLOC_RECV_BUFFERS=4;NICMALLOC_RECV_BUFFER_SIZE=4K"
   TIMEOUT 120 FAIL_REGULAR_EXPRESSION "\\[  SKIPPED \\]")
+# Receive buffers that are together larger than a chunk: refused, and said why.
+add_test(NAME UringReceive.BuffersLargerThanAChunkAreRefusedSayingWhy
+         COMMAND $<TARGET_FILE:test_uring_receive>
+                 --gtest_filter=UringReceive.BuffersLargerThanAChunkAreRefusedSayingWhy)
+set_tests_properties(UringReceive.BuffersLargerThanAChunkAreRefusedSayingWhy PROPERTIES
+  ENVIRONMENT "NICMALLOC_BACKEND=uring;NICMALLOC_CHUNK_SIZE=64M;NICMALLOC_RECV_BUFFER_SIZE=16M"
+  TIMEOUT 60 FAIL_REGULAR_EXPRESSION "\\[  SKIPPED \\]")
 # The cap on held bytes over all endpoints (NICMALLOC_RECV_HELD_MAX), small enough that four
 # endpoints of the default buffers reach it.
 add_test(NAME UringReceiveCapped.With256KiBHeldMax

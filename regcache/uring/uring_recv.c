@@ -419,6 +419,13 @@ int nic_uring_endpoint_receive(struct nic_backend *b, struct nic_endpoint *ep,
     rx->block = NULL;
   }
   if (!rx->block) {
+    /* The caller's error is ENOMEM; this is why, when the cause is the settings. */
+    const size_t chunk = nic_dp_reserved_span() ? (size_t)1 << nic_dp.shift : 0;
+    if (rx->br && chunk && (size_t)count * stride > chunk)
+      nic_log_warn_once("uring receive: %u buffers of %zu bytes (NICMALLOC_RECV_BUFFERS, "
+                        "NICMALLOC_RECV_BUFFER_SIZE) are one dataplane block of %zu bytes, "
+                        "more than a chunk holds (%zu): no endpoint can receive",
+                        count, stride, (size_t)count * stride, chunk);
     nic_uring_rx_free(rx);
     return -ENOMEM;
   }

@@ -969,4 +969,23 @@ TEST_F(UringReceiveCapped, DestroyWithMessagesWaitingGivesThemBackUndelivered) {
   EXPECT_EQ(sink.Calls(), 5u) << "a waiting message was handed over after its endpoint closed";
 }
 
+// Run with 32 buffers of 16 MiB and 64 MiB chunks (tests/uring.cmake): the buffers are one
+// dataplane block, larger than a chunk, so no endpoint can receive. The error is ENOMEM; the
+// line says why, once.
+TEST_F(UringReceive, BuffersLargerThanAChunkAreRefusedSayingWhy) {
+  const char *size = getenv("NICMALLOC_RECV_BUFFER_SIZE");
+  if (!size || strcmp(size, "16M")) GTEST_SKIP() << "run with NICMALLOC_RECV_BUFFER_SIZE=16M";
+  UdpPair pair;
+  nic_endpoint *ep = Endpoint(pair.rx);
+  ASSERT_NE(ep, nullptr);
+  Sink sink;
+  testing::internal::CaptureStderr();
+  EXPECT_EQ(nic_endpoint_receive(ep, Sink::Fn, &sink), -ENOMEM);
+  EXPECT_EQ(nic_endpoint_receive(ep, Sink::Fn, &sink), -ENOMEM);
+  const std::string err = testing::internal::GetCapturedStderr();
+  EXPECT_EQ(std::count(err.begin(), err.end(), '\n'), 2)
+      << "the cause and the error, once each: " << err;
+  EXPECT_NE(err.find("more than a chunk holds (67108864)"), std::string::npos) << err;
+}
+
 } // namespace
