@@ -238,9 +238,9 @@ int nic_sga_init(struct nic_sga *sga, unsigned max_entries);
 /* Returns 0, or -NIC_ERANGE (len 0, overflow, over 4 GiB), -EFAULT (range not mapped; or, past
  * the limit, where two entries are copied into one, the memory of one added before unmapped),
  * -NIC_ECROSS (dataplane memory over the end of its chunk, too long to copy), -NIC_EFREED (p is
- * the start of no live block: one freed, or never handed out), -E2BIG (over the limit and the smallest neighbours too big to copy), -ENOMEM,
- * -ENOSPC (the backend's registrations all in use: README, backends), -EINVAL (sga not
- * initialised). On error the array is unchanged. */
+ * the start of no live block: one freed, or never handed out), -E2BIG (over the limit and the
+ * smallest neighbours too big to copy), -ENOMEM, -ENOSPC (the backend's registrations all in use:
+ * README, backends), -EINVAL (sga not initialised). On error the array is unchanged. */
 int nic_sga_add(struct nic_sga *sga, const void *p, size_t len);
 /* Hands the entries to ep's backend; on success the array is empty again and its references
  * belong to the message until done(arg, status) runs. Entries are resolved against the default
@@ -353,9 +353,10 @@ int nic_sim_endpoint_destroy(struct nic_endpoint *ep);
  * does not run yet (NICMALLOC_BACKEND names only the default one), and returns NULL with errno
  * (said on stderr once per kind, counted in endpoint_errors) when that backend cannot run here
  * (ENODEV) or its argument is not usable. Each destroy returns 0, -EBUSY while posts on the
- * endpoint have not completed (nic_poll until they have), or -EINVAL for an endpoint its
- * constructor did not make. done() runs from nic_poll (or a fence) once the NIC, or the kernel, no
- * longer reads the memory. */
+ * endpoint have not completed (nic_poll until they have), while a received buffer of it is held,
+ * or, on io_uring, from inside its own receive function (the end call included: destroy after
+ * it returns), or -EINVAL for an endpoint its constructor did not make. done() runs from nic_poll
+ * (or a fence) once the NIC, or the kernel, no longer reads the memory. */
 
 /* io_uring: a connected TCP or UDP socket (AF_INET, AF_INET6), which stays the caller's:
  * destroy the endpoint before closing it (closed first, the socket stays open, and posts go to
