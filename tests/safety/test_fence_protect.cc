@@ -688,6 +688,31 @@ TEST(FencePages, MarkAndUnmarkCoverExactlyTheRun) {
   EXPECT_FALSE(nic_fence_marked(end + page));
 }
 
+// Under protect every free goes through the free thread, but deferred_frees counts only the
+// frees of memory in flight or held, as its description says: blocks freed after their posts
+// completed count nothing, one freed while its post is in flight counts one.
+TEST_P(Protect, DeferredFreesCountsOnlyFreesOfMemoryInFlight) {
+  const nic_stats before = Stats();
+  for (int i = 0; i < 10; i++) {
+    char *b = Block(true, 16384);
+    memset(b, 'a' + i, 16384);
+    const int target = done_count.load() + 1;
+    Post(b, 16384);
+    DrainWithin(target);
+    free(b);
+  }
+  EXPECT_TRUE(WaitFor([] { return Stats().deferred_pending == 0; }));
+  EXPECT_EQ(Stats().deferred_frees, before.deferred_frees) << "frees after the completions";
+  char *b = Block(true, 16384);
+  memset(b, 'z', 16384);
+  const int target = done_count.load() + 1;
+  PostPaused(b, 16384);
+  free(b);
+  EXPECT_EQ(Stats().deferred_frees, before.deferred_frees + 1) << "a free while in flight";
+  DrainWithin(target);
+  EXPECT_TRUE(WaitFor([] { return Stats().deferred_pending == 0; }));
+}
+
 INSTANTIATE_TEST_SUITE_P(Mechanisms, Protect,
                          testing::Values(NIC_PROTECT_UFFD, NIC_PROTECT_MPROTECT),
                          [](const testing::TestParamInfo<nic_fence_protect_with> &i) {
