@@ -272,7 +272,8 @@ void nic_sga_reset(struct nic_sga *sga);
 int nic_poll(int max);
 /* Runs what is ready, as nic_poll(0); when nothing is, blocks until something is or timeout_ms
  * milliseconds pass (-1: no limit). Returns how many ran, 0 at the timeout, -EINTR when a signal
- * interrupted the wait, -EINVAL for a timeout below -1, -ENODEV without a backend. The wait is a
+ * interrupted the wait (its handler may not call free or malloc: completions run here, under
+ * nicmalloc's locks), -EINVAL for a timeout below -1, -ENODEV without a backend. The wait is a
  * cancellation point (pthread_cancel), as poll's is; no other nic_ call is one. Asked for free
  * pages meanwhile (nic_poll), the thread wakes, gives them back and waits on: nothing returns. */
 int nic_wait(int timeout_ms);
