@@ -117,7 +117,7 @@ struct nic_backend *nic_ep_backend(const char *who, enum nic_backend_kind kind, 
   else if (named && nic_setting_is(NIC_S_BACKEND, names[kind]))
     nic_api_error_by(endpoint, who, 0,
                      "%s: the %s backend cannot run here (NICMALLOC_BACKEND=%s is set but could "
-                     "not start here, see the warning at start-up; %s)",
+                     "not start here: see the warning said when it was tried; %s)",
                      who, names[kind], names[kind], hint);
   else
     nic_api_error_by(endpoint, who, 0, "%s: the %s backend cannot run here (%s; %s)", who,

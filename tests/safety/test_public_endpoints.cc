@@ -449,10 +449,12 @@ TEST(VerbsEndpoint, WithoutADeviceTheConstructorsSaySo) {
   std::string err = testing::internal::GetCapturedStderr();
   // The suite runs with NICMALLOC_BACKEND=verbs: no advice to set it, the device hint kept (the
   // start-up warning, said first, has the reason).
-  EXPECT_NE(err.find("nic_verbs_get_pd: the verbs backend cannot run here (NICMALLOC_BACKEND=verbs "
-                     "is set but could not start here, see the warning at start-up; it needs an "
-                     "RDMA device)"),
-            std::string::npos)
+  EXPECT_NE(
+      err.find(
+          "nic_verbs_get_pd: the verbs backend cannot run here (NICMALLOC_BACKEND=verbs "
+          "is set but could not start here: see the warning said when it was tried; it needs an "
+          "RDMA device)"),
+      std::string::npos)
       << err;
 }
 
