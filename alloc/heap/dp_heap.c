@@ -99,7 +99,7 @@ static void *try_chunk(struct nic_thread *t, unsigned index, size_t size, size_t
   mi_heap_t *heap = t->heaps[index];
   if (!heap) {
     heap = t->heaps[index] = mi_heap_new_in_arena(nic_chunk_at(index)->arena);
-    if (heap) nic_thread_rearm_exit(t);
+    if (heap) nic_thread_made_heap(t);
   }
   return heap ? nic_heap_alloc(heap, size, alignment, zero) : NULL;
 }
@@ -185,13 +185,13 @@ static void *alloc_slow(struct nic_thread *t, size_t size, size_t alignment, boo
   return p;
 }
 
-/* Threads past their first exit hook: their heaps are made anew and forgotten again by the
- * exit hook's next round (thread.c). */
+/* Threads past their first exit hook: their heaps are made anew, and abandoned at once unless
+ * mimalloc is sure to abandon them (thread.c). */
 static void *alloc_late(struct nic_thread *t, size_t size, size_t alignment, bool zero,
                         enum nic_dp_failure *why) {
   unsigned index = 0;
   void *p = alloc_slow(t, size, alignment, zero, &index, why);
-  if (p) t->cursor = index;
+  nic_thread_after_late_alloc(t);
   return p;
 }
 
@@ -251,6 +251,7 @@ void *nic_dp_alloc(size_t size, size_t alignment, bool zero, enum nic_dp_failure
   nic_late_decommit_arm();
   void *p = dp_alloc(size, alignment, zero, why);
   nic_late_decommit_disarm();
+  if (__builtin_expect(nic_self.exit_mark_due, 0)) nic_thread_mark_exit(&nic_self);
   return p;
 }
 

@@ -64,6 +64,13 @@ struct nic_thread {
    * frees take the general path meanwhile (nic_chunk_watch_frees), or NIC_CURSOR_PARKED. */
   bool dp_fast_paused;
   unsigned paused_chunk;
+  /* Thread exit (thread.c). exit_marked: the thread made a dataplane heap before its exit
+   * began, and asked to be told when it begins. exit_round: the round of glibc's key
+   * destructors the exit hook last ran in, known (exit_counted) only for such a thread.
+   * exit_mark_due: a heap was made, and the ask is still to be made (nic_thread_mark_exit).
+   * late_heaps: a heap was made since the hook last ran. */
+  bool exit_marked, exit_mark_due, exit_counted, late_heaps;
+  unsigned char exit_round;
   /* Chunks (a bit each) the reaper asked this thread to decommit what mimalloc only marked in
    * its segments there, and NIC_ASK_CONTROL_TRIM (nudge.h): set by the reaper or malloc_trim,
    * taken by the thread. */
@@ -129,9 +136,13 @@ static inline void nic_internal_scope_end(int *unused) {
 #define NIC_INTERNAL_SCOPE()                                                                       \
   __attribute__((cleanup(nic_internal_scope_end))) int nic_internal_scope_ =                       \
       nic_internal_scope_begin()
-/* A heap was made for t (the calling thread's nic_self): past its exit hook, that hook must run
- * again after mimalloc's next round of thread-exit destructors, which deletes the heap. */
-void nic_thread_rearm_exit(struct nic_thread *t);
+/* t (the calling thread's nic_self) made a dataplane heap. */
+void nic_thread_made_heap(struct nic_thread *t);
+/* Where no lock of nicmalloc's is held, once t->exit_mark_due. */
+void nic_thread_mark_exit(struct nic_thread *t);
+/* After a dataplane allocation of t past its exit hook: gives up the heaps mimalloc made for it
+ * since, as its end would, unless a later round of key destructors is sure to (thread.c). */
+void nic_thread_after_late_alloc(struct nic_thread *t);
 /* pthread_create for nicmalloc's own threads (the reaper, the backends' progress threads, the
  * fence's), the new thread starting with the signal mask given (NULL: every signal blocked;
  * the program's signals are for its own threads). glibc allocates the

@@ -8,6 +8,8 @@
 #include <pthread.h>
 
 #include <atomic>
+#include <chrono>
+#include <climits>
 #include <condition_variable>
 #include <cstdint>
 #include <cstdio>
@@ -433,6 +435,72 @@ TEST_F(Threads, NicMallocInPthreadKeyDestructorsIsDataplane) {
       << " were served from the control heap (counted as "
          "dataplane_fallbacks)";
   pthread_key_delete(late_alloc_key);
+}
+
+// glibc runs key destructors in at most PTHREAD_DESTRUCTOR_ITERATIONS rounds, and mimalloc gives
+// a thread's heaps up only from its own key's destructor. A heap made in the last round used to
+// be kept for good: its segments, owned by a dead thread, were never freed or reused, so each
+// such thread kept 32 MiB of the dataplane range and about a hundred of them filled it.
+pthread_key_t every_round_key;
+std::vector<void *> made_in_rounds;
+
+void nic_malloc_in_every_round(void *round) {
+  void *p = nic_malloc(6000);
+  memset(p, 3, 6000);
+  {
+    std::lock_guard<std::mutex> lock(handed_over_mu);
+    made_in_rounds.push_back(p);
+  }
+  const intptr_t next = reinterpret_cast<intptr_t>(round) + 1;
+  if (next <= PTHREAD_DESTRUCTOR_ITERATIONS)
+    pthread_setspecific(every_round_key, reinterpret_cast<void *>(next));
+}
+
+// A thread that used dataplane memory in its life has its exit's rounds counted, and gives its
+// late heaps up only in the last; one whose first dataplane block comes in its exit gives them up
+// after each late allocation. Both must leave nothing behind.
+void allocate_in_every_destructor_round(bool dataplane_before_exit) {
+  constexpr int kThreads = 24;
+  nic_stats before = NIC_STATS_INIT;
+  nic_get_stats(&before);
+  ASSERT_EQ(pthread_key_create(&every_round_key, nic_malloc_in_every_round), 0);
+  made_in_rounds.reserve(kThreads * PTHREAD_DESTRUCTOR_ITERATIONS);
+  for (int i = 0; i < kThreads; i++) {
+    std::thread([dataplane_before_exit] {
+      if (dataplane_before_exit) free(nic_malloc(100));
+      pthread_setspecific(every_round_key, reinterpret_cast<void *>(1));
+    }).join();
+    std::lock_guard<std::mutex> lock(handed_over_mu);
+    EXPECT_EQ(made_in_rounds.size(), size_t{PTHREAD_DESTRUCTOR_ITERATIONS});
+    for (void *p : made_in_rounds) {
+      EXPECT_TRUE(nic_is_dataplane(p));
+      EXPECT_TRUE(filled_with(p, 3, 6000)) << "a block made at thread exit was not kept intact";
+      free(p);
+    }
+    made_in_rounds.clear();
+  }
+  pthread_key_delete(every_round_key);
+  // Empty abandoned segments are freed when a heap visits them: nic_collect makes the visit.
+  const size_t segment = size_t{32} << 20, allowed = before.dataplane_in_use + 2 * segment;
+  nic_stats after = NIC_STATS_INIT;
+  for (int i = 0; i < 100; i++) {
+    nic_collect();
+    after = NIC_STATS_INIT;
+    nic_get_stats(&after);
+    if (after.dataplane_in_use <= allowed) break;
+    std::this_thread::sleep_for(std::chrono::milliseconds(20));
+  }
+  EXPECT_LE(after.dataplane_in_use, allowed)
+      << (after.dataplane_in_use - before.dataplane_in_use) / segment << " segments of "
+      << kThreads << " exited threads are still held by mimalloc";
+}
+
+TEST_F(Threads, DataplaneThreadsAllocatingInTheLastDestructorRoundKeepNoSegment) {
+  allocate_in_every_destructor_round(true);
+}
+
+TEST_F(Threads, ThreadsFirstAllocatingInTheirExitKeepNoSegment) {
+  allocate_in_every_destructor_round(false);
 }
 
 } // namespace
