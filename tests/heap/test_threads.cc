@@ -491,8 +491,8 @@ void allocate_in_every_destructor_round(bool dataplane_before_exit) {
     std::this_thread::sleep_for(std::chrono::milliseconds(20));
   }
   EXPECT_LE(after.dataplane_in_use, allowed)
-      << (after.dataplane_in_use - before.dataplane_in_use) / segment << " segments of "
-      << kThreads << " exited threads are still held by mimalloc";
+      << (after.dataplane_in_use - before.dataplane_in_use) / segment << " segments of " << kThreads
+      << " exited threads are still held by mimalloc";
 }
 
 TEST_F(Threads, DataplaneThreadsAllocatingInTheLastDestructorRoundKeepNoSegment) {
