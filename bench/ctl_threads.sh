@@ -66,7 +66,9 @@ for run in runs:
     med = {n: statistics.median(values[(run, n)]) for n in names if (run, n) in values}
     cells = [f"{med[n]:.4g} [{min(values[(run, n)]):.4g}-{max(values[(run, n)]):.4g}]"
              if n in med else "-" for n in names]
-    best = min(v for n, v in med.items() if n != "nicmalloc")
+    others = [v for n, v in med.items() if n != "nicmalloc"]
+    def to(v):  # "-" where a side has no run (an allocator missing or failed)
+        return f"{med['nicmalloc'] / v:.2f}" if "nicmalloc" in med and v else "-"
     print(f"| {run} | " + " | ".join(cells) +
-          f" | {med['nicmalloc'] / med['mimalloc']:.2f} | {med['nicmalloc'] / best:.2f} |")
+          f" | {to(med.get('mimalloc'))} | {to(min(others) if others else None)} |")
 EOF

@@ -12,6 +12,7 @@
 // (--scheme: that scheme alone, as bench/step_sweep.sh runs the arena once per pin step)
 #include "default_settings.h"
 #include <algorithm>
+#include <cerrno>
 #include <cmath>
 #include <cstdio>
 #include <cstdlib>
@@ -175,6 +176,11 @@ Trace record(Scheme s, const ValuePool &pool, size_t live_bytes, size_t max_item
   return t;
 }
 
+// The arena's pages, as the NIC's translation table holds them: what makes a step's misses.
+const char *page_name(uint64_t page_size) {
+  return page_size == (1u << 30) ? "1G" : page_size == (2u << 20) ? "2M" : "4K";
+}
+
 struct Result {
   double misses_per_million, p50_us, p99_us, p999_us, mean_us, variance_us2;
 };
@@ -242,10 +248,15 @@ int main(int argc, char **argv) {
                                                         {"regional", 0.79 / 9.1}};
   const uint32_t capacities[] = {1024, 4096, 16384, 65536, 262144};
   std::ofstream sweep(out + "/mr_miss_sweep.csv");
+  if (!sweep) {
+    fprintf(stderr, "mr_miss: cannot write %s/mr_miss_sweep.csv: %s (does --out exist?)\n",
+            out.c_str(), strerror(errno));
+    return 1;
+  }
   sweep << "pool,scheme,capacity,misses_per_million\n";
   printf("| pool | buffers | items | misses / 1M entries (cx5, 16K entries) | p50 / p99 / p99.9 "
          "per-entry modeled us | mean us, stddev us (variance us²) | registrations | per 1M sends "
-         "| entries / send |\n|---|---|---|---|---|---|---|---|---|\n");
+         "| entries / send | pages modeled |\n|---|---|---|---|---|---|---|---|---|---|\n");
   for (const ValuePool &pool : load_value_pools(argv[1])) {
     double ratio = 0.03;
     for (auto &[name, r] : set_ratios)
@@ -259,13 +270,18 @@ int main(int argc, char **argv) {
               << replay(t, c).misses_per_million << '\n';
       Result r = replay(t, 16384);
       printf("| %s | %s | %zu | %.0f | %.2f / %.2f / %.2f | %.3f, %.3f (%.4g) | %llu | %.0f | %.4f "
-             "|\n",
+             "| %s |\n",
              pool.name.c_str(), name_of(s), t.items, r.misses_per_million, r.p50_us, r.p99_us,
              r.p999_us, r.mean_us, std::sqrt(r.variance_us2), r.variance_us2,
              (unsigned long long)t.registrations, t.registrations * 1e6 / t.sent,
-             double(t.sends.size()) / double(t.sent));
+             double(t.sends.size()) / double(t.sent), page_name(t.page_size));
       fflush(stdout);
     }
+  }
+  sweep.flush();
+  if (!sweep) {
+    fprintf(stderr, "mr_miss: writing %s/mr_miss_sweep.csv failed\n", out.c_str());
+    return 1;
   }
   return 0;
 }

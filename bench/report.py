@@ -82,8 +82,9 @@ def peers_table(rows):
             t, rss, bad = d.get(a, (None, None, 0))
             goal = ""
             if a.startswith("nicmalloc") and t is not None:
-                goal = "%s / %s" % ("yes" if ratio(t, mi[0]) <= 1.05 else "no",
-                                    "yes" if best and t <= 1.10 * best else "no")
+                to_mi = ratio(t, mi[0])  # None when mimalloc has no median (failed, missing)
+                goal = "%s / %s" % ("-" if to_mi is None else "yes" if to_mi <= 1.05 else "no",
+                                    "-" if not best else "yes" if t <= 1.10 * best else "no")
             body.append([w, a, "FAILED %d" % bad if bad else "ok", fmt(t), fmt(ratio(t, mi[0])),
                          fmt(ratio(t, best)), fmt(rss, "%.1f"), fmt(ratio(rss, mi[1]), "%.2f"),
                          goal])

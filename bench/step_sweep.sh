@@ -3,7 +3,11 @@
 #   (a) the first dataplane allocation of a fresh process: wall and CPU time, RSS and VmLck it
 #       adds (first_alloc --child, the steps interleaved round by round);
 #   (b) peak pinned/live and returned after a random 90% shrink, per value-size pool
-#       (frag/frag_churn --api nic, as run_frag.sh runs it);
+#       (frag/frag_churn --api nic, as run_frag.sh runs it), with NICMALLOC_DP_POPULATE=commit:
+#       frag_churn registers nothing, and under the default (register) a step is locked only as
+#       its pages are touched until its first registration, so the step would make no
+#       difference; commit pins each step whole, as a program that hands its memory to the NIC
+#       has it pinned;
 #   (c) modeled NIC translation misses per million entries on the cx5 preset at 16K entries,
 #       the step registrations the sends reached, and entries per send (a buffer across a
 #       step's end is one entry per step) (mr_miss --scheme arena).
@@ -38,7 +42,7 @@ export NICMALLOC_CHUNK_SIZE=${NICMALLOC_CHUNK_SIZE:-1G} NICMALLOC_RELEASE_DELAY_
 {
   echo "mode: $mode, steps ${steps[*]}, load before: $(cut -d' ' -f1-3 /proc/loadavg)"
   echo "first allocation: $rounds rounds, each step a fresh process per round, 64-byte request"
-  echo "frag: live $live, $frag_rounds rounds, random 90% shrink, pools ${pools[*]}"
+  echo "frag: live $live, $frag_rounds rounds, random 90% shrink, pools ${pools[*]}, NICMALLOC_DP_POPULATE=commit"
   echo "mr_miss: arena scheme, ${mr[*]:-256 MiB live, 1M sends}, cx5 preset at 16384 entries"
   echo "chunk $NICMALLOC_CHUNK_SIZE, page kind ${NICMALLOC_PAGE_KIND:-auto}"
 } >"$out/settings.txt"
@@ -54,7 +58,7 @@ echo "step_sweep: first allocation done ($rounds rounds)"
 
 for s in "${steps[@]}"; do
   for pool in "${pools[@]}"; do
-    NICMALLOC_PIN_STEP=$s "$frag" --api nic --label "step-$s" --shrink random --pool "$pool" \
+    NICMALLOC_PIN_STEP=$s NICMALLOC_DP_POPULATE=commit "$frag" --api nic --label "step-$s" --shrink random --pool "$pool" \
       --sizes "$sizes" --live "$live" --rounds "$frag_rounds" --out "$out/frag-$pool-$s.csv" \
       --summary "$out/frag_summary.csv" >>"$out/frag.log" 2>&1 ||
       { echo "step_sweep: frag_churn failed at $s $pool (see $out/frag.log)" >&2; exit 1; }

@@ -16,13 +16,15 @@ def median_spread(values):
 
 
 def mr_rows(path):
-    """pool -> (misses per 1M entries, step registrations reached, entries per send)."""
+    """pool -> (misses per 1M entries, step registrations reached, entries per send, pages the
+    model took: the arena's page kind, which decides its misses as much as the step does)."""
     rows = {}
     with open(path) as f:
         for line in f:
             cells = [c.strip() for c in line.strip().strip("|").split("|")]
             if len(cells) >= 9 and cells[1] == "arena":
-                rows[cells[0]] = (float(cells[3]), int(cells[6]), float(cells[8]))
+                pages = cells[9] if len(cells) >= 10 else "?"
+                rows[cells[0]] = (float(cells[3]), int(cells[6]), float(cells[8]), pages)
     return rows
 
 
@@ -46,7 +48,7 @@ def main():
             "VmLck KiB"]
     head += [f"pinned/live {p}" for p in pools] + [f"returned % {p}" for p in pools]
     head += [f"misses/1M {p}" for p in mr_pools] + [f"regions {p}" for p in mr_pools]
-    head += ["entries/send (max over pools)"]
+    head += ["entries/send (max over pools)", "pages modeled"]
     rows = []
     for s in steps:
         runs = first.get(s, [])
@@ -73,6 +75,7 @@ def main():
                 row.append(f"{v[i]:.0f}" if v else "")
         entries = [v[2] for v in mr[s].values()]
         row.append(f"{max(entries):.4f}" if entries else "")
+        row.append("/".join(sorted({v[3] for v in mr[s].values()})))
         rows.append(row)
 
     with open(out + "/step_sweep.csv", "w", newline="") as f:

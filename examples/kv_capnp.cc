@@ -20,7 +20,9 @@
 // a reply (a real NIC reads later). Two variants must fail the check, which shows it can tell:
 // --copy replies from a malloc'd copy of each value, as a server copying out of its store
 // would; --rewrite has SET write the new value over the old one in place, under the reply that
-// still sends it.
+// still sends it. Without a fence the check could not fail on a rewrite: the three runs the
+// check decides start again under NICMALLOC_FENCE=detect when the environment names no fence,
+// and refuse one that names off or wait.
 #include "kv.capnp.h"
 
 #include <nicmalloc/capnp.h>
@@ -272,12 +274,34 @@ void RunClient(Client *c) {
   c->finished = true;
 }
 
+// Whether the check can see a write to memory being sent; re-runs the program under detect when
+// no fence is named (nicmalloc reads its settings before main).
+bool fence_for_check(char **argv) {
+  const char *fence = getenv("NICMALLOC_FENCE");
+  if (!fence) {
+    setenv("NICMALLOC_FENCE", "detect", 1);
+    execv("/proc/self/exe", argv);
+    fprintf(stderr, "kv_capnp: cannot start again with NICMALLOC_FENCE=detect: %s\n",
+            strerror(errno));
+    return false;
+  }
+  if (strcmp(fence, "detect") != 0 && strcmp(fence, "protect") != 0) {
+    fprintf(stderr,
+            "kv_capnp: the check counts writes to memory being sent, which only "
+            "NICMALLOC_FENCE=detect or protect sees (NICMALLOC_FENCE=%s)\n",
+            fence);
+    return false;
+  }
+  return true;
+}
+
 } // namespace
 
 int main(int argc, char **argv) {
   const bool check = argc > 1 && !strcmp(argv[1], "--check");
   copy_mode = argc > 1 && !strcmp(argv[1], "--copy");
   rewrite_mode = argc > 1 && !strcmp(argv[1], "--rewrite");
+  if ((check || copy_mode || rewrite_mode) && !fence_for_check(argv)) return 2;
   const int arg = check || copy_mode || rewrite_mode ? 2 : 1;
   Client c;
   c.rounds = argc > arg ? static_cast<unsigned>(strtoul(argv[arg], nullptr, 10)) : 5000;
