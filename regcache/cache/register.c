@@ -33,7 +33,6 @@ register_checked(const void *p, size_t len, unsigned access, struct nic_region_r
 }
 
 int nic_register_quiet(const void *p, size_t len, unsigned access, struct nic_region_ref *out) {
-  NIC_INTERNAL_SCOPE();
   return register_checked(p, len, access, out);
 }
 
@@ -62,7 +61,6 @@ registration_refused(const void *p, size_t len, unsigned access, const void *out
 
 NIC_EXPORT int nic_register(const void *p, size_t len, unsigned access,
                             struct nic_region_ref *out) {
-  NIC_INTERNAL_SCOPE();
   const int rc = register_checked(p, len, access, out);
   if (__builtin_expect(rc != 0, 0)) registration_refused(p, len, access, out, rc);
   return rc;
@@ -70,7 +68,6 @@ NIC_EXPORT int nic_register(const void *p, size_t len, unsigned access,
 
 int nic_register_with(struct nic_backend *b, const void *p, size_t len, unsigned access,
                       struct nic_region_ref *out) {
-  NIC_INTERNAL_SCOPE();
   return register_with(b, p, len, access, out);
 }
 
@@ -94,6 +91,19 @@ static inline __attribute__((always_inline)) int register_with(struct nic_backen
   /* Across a step end no one step's registration covers the range: it gets one of its own. */
   if (rc == -NIC_ECROSS) access |= NIC_RCACHE_OWN;
   if (rc == 0 && !(access & (NIC_REG_REMOTE_READ | NIC_REG_REMOTE_WRITE))) {
+    /* A step the default backend registered already: what every dataplane entry after the
+     * step's first finds, with nothing to allocate. */
+    const struct nic_registration *own =
+        b ? NULL : nic_chunk_registration(out->chunk_index, nic_step_index(p));
+    if (__builtin_expect(own != NULL, 1)) {
+      out->lkey = own->lkey;
+      out->backend_handle = own->handle;
+      return 0;
+    }
+    /* A backend's registration may allocate: nicmalloc's own memory, whatever the caller's
+     * dataplane scope (the scope costs two recomputations of the thread's fast paths, so it is
+     * taken only here). */
+    NIC_INTERNAL_SCOPE();
     struct nic_registration reg;
     rc = b ? nic_chunk_register_with(out->chunk_index, nic_step_index(p), b, &reg)
            : nic_chunk_register(out->chunk_index, nic_step_index(p), &reg);
@@ -102,6 +112,7 @@ static inline __attribute__((always_inline)) int register_with(struct nic_backen
     out->backend_handle = reg.handle;
     return 0;
   }
+  NIC_INTERNAL_SCOPE();
   struct nic_rcache_ref ref;
   struct nic_rcache *c = b ? nic_rcache_of(b) : nic_rcache_process();
   if (!c) return -ENOMEM;
