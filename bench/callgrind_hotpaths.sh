@@ -25,5 +25,6 @@ for a in glibc mimalloc nic_control nic_dataplane; do
     echo "callgrind_hotpaths: $a failed, see $out/callgrind.$a.log" >&2
     exit 1
   fi
-  awk -v a="$a" -v n="$pairs" '/^summary:/ { printf "%-14s %12d %10.1f\n", a, $2, $2 / n }' "$file"
+  total=$("$(dirname "$0")/callgrind_total.sh" "$file")
+  awk -v a="$a" -v n="$pairs" -v t="$total" 'BEGIN { printf "%-14s %12d %10.1f\n", a, t, t / n }'
 done

@@ -40,7 +40,7 @@ for rep in $(seq "$reps"); do
       if [ "${CTL_CALLGRIND:-0}" = 1 ]; then
         env ${lib:+LD_PRELOAD=$lib} valgrind --tool=callgrind --callgrind-out-file="$out/cg.out" \
           "$prog" $run >/dev/null 2>"$out/cg.log" || { echo "ctl_threads: $name $run failed" >&2; exit 1; }
-        value=$(awk '/^summary:/ { print $2 }' "$out/cg.out")
+        value=$("$(dirname "$0")/callgrind_total.sh" "$out/cg.out")
       else
         line=$(env ${lib:+LD_PRELOAD=$lib} "$prog" $run) || { echo "ctl_threads: $name $run failed" >&2; exit 1; }
         value=$(awk '{ print $3 }' <<<"$line")

@@ -22,7 +22,8 @@ echo "instructions per 64-byte malloc/free pair (callgrind, loop included):"
 for loop in mimalloc forward keyed malloc; do
   env ${preload:+LD_PRELOAD=$preload} valgrind --tool=callgrind --toggle-collect="loop_$loop" \
     --callgrind-out-file="$out/cg.$loop" "$out/floor_driver" 100000 1 >/dev/null 2>"$out/cg.$loop.log"
-  awk -v l="$loop" '/^summary:/ { printf "  %-9s %6.1f\n", l, $2 / 100000 }' "$out/cg.$loop"
+  total=$("$here/../callgrind_total.sh" "$out/cg.$loop")
+  awk -v l="$loop" -v t="$total" 'BEGIN { printf "  %-9s %6.1f\n", l, t / 100000 }'
 done
 echo "wall time, median of $reps interleaved runs of $pairs pairs:"
 env ${preload:+LD_PRELOAD=$preload} "$out/floor_driver" "$pairs" "$reps" | sed 's/^/  /'
