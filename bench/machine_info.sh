@@ -14,8 +14,13 @@ echo "glibc: $(ldd --version | head -1 | awk '{print $NF}')"
 for p in libmimalloc2.0 libjemalloc2 libtcmalloc-minimal4 memcached redis-server valgrind; do
   echo "$p: $(dpkg-query -W -f='${Version}' "$p" 2>/dev/null || echo absent)"
 done
-# Read-only git (no optional index refresh): which nicmalloc was measured.
-rev=$(GIT_OPTIONAL_LOCKS=0 git -C "$root" rev-parse --short HEAD 2>/dev/null || echo ?)
-GIT_OPTIONAL_LOCKS=0 git -C "$root" diff --quiet HEAD -- alloc include regcache safety 2>/dev/null ||
+# Read-only git (no optional index refresh): which nicmalloc was measured. The build directory
+# (NICMALLOC_BUILD_DIR) may come from another tree than the scripts: its CMake cache names it.
+build=${NICMALLOC_BUILD_DIR:-build}
+[[ $build = /* ]] || build=$root/$build
+src=$(sed -n 's/^CMAKE_HOME_DIRECTORY:INTERNAL=//p' "$build/CMakeCache.txt" 2>/dev/null)
+src=${src:-$root}
+rev=$(GIT_OPTIONAL_LOCKS=0 git -C "$src" rev-parse --short HEAD 2>/dev/null || echo ?)
+GIT_OPTIONAL_LOCKS=0 git -C "$src" diff --quiet HEAD -- alloc include regcache safety 2>/dev/null ||
   rev="$rev + uncommitted changes"
-echo "nicmalloc: $rev"
+echo "nicmalloc: $rev (source $src, build $build)"
