@@ -273,9 +273,11 @@ static bool on_unreadable_heap_page(const void *p) {
  * must not fill stderr with them. Every one is counted (invalid_frees, double_frees). */
 #define BAD_BLOCK_LINES 256
 
+/* 64 bits: a 32-bit count wrapped after 2^32 reports (minutes of a loop) and the lines began
+ * again. */
 static bool say_bad_block(void) {
-  static unsigned said;
-  const unsigned n = __atomic_fetch_add(&said, 1, __ATOMIC_RELAXED);
+  static uint64_t said;
+  const uint64_t n = __atomic_fetch_add(&said, 1, __ATOMIC_RELAXED);
   if (n == BAD_BLOCK_LINES)
     nic_log_error("%u bad pointers reported; later ones are only counted (nic_get_stats: "
                   "invalid_frees, double_frees)",
