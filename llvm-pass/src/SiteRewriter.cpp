@@ -2,6 +2,7 @@
 
 #include "AllocCalls.h"
 
+#include "llvm/ADT/SetVector.h"
 #include "llvm/Analysis/OptimizationRemarkEmitter.h"
 #include "llvm/IR/Constants.h"
 #include "llvm/IR/Instructions.h"
@@ -27,9 +28,13 @@ private:
   void plan();
   void describePath(ObjectId Obj, SiteRecord &Out);
   void innerAllocations(const Function &W, std::vector<std::string> &Out, unsigned Depth);
+  bool canHost(const Function &F, std::string &Why);
+  Function *copyLocally(const Function &F, ArrayRef<Type *> ExtraParams, StringRef Suffix,
+                        ValueToValueMapTy &VMap);
   Function *cloneFor(const Function &W);
+  void redirectToLocalCopies();
   CallBase *rewrite(CallBase &Call, Value *SiteId);
-  void remark(CallBase &Call, const SiteRecord &Rec);
+  void remark(CallBase &Call, const SiteRecord &Rec, const Function *SharedHost = nullptr);
 
   Module &M;
   const DataplaneResult &R;
@@ -38,6 +43,12 @@ private:
   std::map<CallBase *, size_t> InPlace; // original call -> its record
   std::map<const Function *, Function *> Clones;
   std::map<const Function *, ValueToValueMapTy> CloneMaps;
+  /// Functions whose definition other modules share that are changed through a local copy:
+  /// those holding a rewritten call, and their callers whose definition is shared too.
+  SetVector<const Function *> Hosts;
+  std::map<const Function *, std::string> HostVerdicts; // "" when F can host a rewrite
+  std::map<const Function *, Function *> LocalCopies;
+  std::map<const Function *, ValueToValueMapTy> LocalMaps;
 };
 
 } // namespace
@@ -57,6 +68,45 @@ static bool callMatchesCallee(const CallBase &Call) {
   const Function *Callee = directCallee(Call);
   return Callee && Call.getFunctionType() == Callee->getFunctionType();
 }
+
+namespace {
+/// Own: this module's definition is the one that runs. Shared: every module that uses F has a
+/// copy the linker may pick, all meant to be equal (ODR), so changing this module's copy alone
+/// changes the program only when the linker happens to keep it. Replaceable: another module may
+/// define F differently and win, so this copy's body is not necessarily F.
+enum class Definition { Own, Shared, Replaceable };
+} // namespace
+
+static Definition definitionOf(const Function &F) {
+  if (GlobalValue::isInterposableLinkage(F.getLinkage())) return Definition::Replaceable;
+  if (F.hasLinkOnceODRLinkage() || F.hasWeakODRLinkage() || F.hasAvailableExternallyLinkage() ||
+      F.hasComdat())
+    return Definition::Shared;
+  return Definition::Own;
+}
+
+static std::string linkageText(const Function &F) {
+  // IR names, for remarks; a function in a comdat may have any linkage.
+  static const std::pair<GlobalValue::LinkageTypes, const char *> Names[] = {
+      {GlobalValue::LinkOnceAnyLinkage, "linkonce"},
+      {GlobalValue::LinkOnceODRLinkage, "linkonce_odr"},
+      {GlobalValue::WeakAnyLinkage, "weak"},
+      {GlobalValue::WeakODRLinkage, "weak_odr"},
+      {GlobalValue::AvailableExternallyLinkage, "available_externally"},
+      {GlobalValue::CommonLinkage, "common"},
+      {GlobalValue::ExternalWeakLinkage, "extern_weak"},
+      {GlobalValue::InternalLinkage, "internal"},
+      {GlobalValue::PrivateLinkage, "private"}};
+  std::string Text = "external";
+  for (const auto &[Linkage, Name] : Names)
+    if (F.getLinkage() == Linkage) Text = Name;
+  if (F.hasComdat()) Text += ", in a comdat";
+  return Text;
+}
+
+/// A shared function copied to local linkage grows the module; past this many copies for one
+/// site the site is reported instead.
+constexpr size_t MaxLocalCopies = 64;
 
 void Rewriter::describePath(ObjectId Obj, SiteRecord &Out) {
   const SinkWitness &W = R.Reaching.at(Obj);
@@ -88,6 +138,52 @@ void Rewriter::innerAllocations(const Function &W, std::vector<std::string> &Out
   }
 }
 
+/// Whether a call in F can be rewritten without changing code other modules share. A shared F
+/// (and every shared function that calls it, up to a function of this module's own) is rewritten
+/// in a local copy that this module's own functions call instead; the shared definition stays as
+/// it is. Calls through F's address (vtables, function pointers) keep the shared definition.
+bool Rewriter::canHost(const Function &F, std::string &Why) {
+  auto Known = HostVerdicts.find(&F);
+  if (Known != HostVerdicts.end()) {
+    Why = Known->second;
+    return Why.empty();
+  }
+  std::string &Verdict = HostVerdicts[&F];
+  Definition D = definitionOf(F);
+  if (D == Definition::Replaceable) {
+    Verdict = "it is in " + F.getName().str() + " (" + linkageText(F) +
+              "), which another module may define differently and replace: neither this "
+              "definition nor a local copy of it is sure to be the code that runs";
+  } else if (D == Definition::Shared) {
+    SetVector<const Function *> Closure;
+    Closure.insert(&F);
+    bool CalledFromOwn = false;
+    for (size_t I = 0; I < Closure.size() && Closure.size() <= MaxLocalCopies; ++I)
+      for (const Use &U : Closure[I]->uses()) {
+        const auto *Call = dyn_cast<CallBase>(U.getUser());
+        if (!Call || !Call->isCallee(&U)) continue;
+        const Function &Caller = *Call->getFunction();
+        Definition CallerD = definitionOf(Caller);
+        if (CallerD == Definition::Own) CalledFromOwn = true;
+        if (CallerD == Definition::Shared) Closure.insert(&Caller);
+      }
+    if (Closure.size() > MaxLocalCopies)
+      Verdict = "it is in " + F.getName().str() + " (" + linkageText(F) +
+                "), whose definition other modules share, and more than " +
+                std::to_string(MaxLocalCopies) +
+                " such functions call it: they would all need local copies";
+    else if (!CalledFromOwn)
+      Verdict = "it is in " + F.getName().str() + " (" + linkageText(F) +
+                "), whose definition other modules share, and no function this module defines "
+                "alone calls it directly (only through its address or through functions other "
+                "modules may replace): rewriting it would change every module's copy";
+    else
+      Hosts.insert(Closure.begin(), Closure.end());
+  }
+  Why = Verdict;
+  return Why.empty();
+}
+
 void Rewriter::plan() {
   for (const auto &[Obj, Witness] : R.Reaching) {
     const AbstractObject &O = R.Graph->object(Obj);
@@ -116,32 +212,45 @@ void Rewriter::plan() {
       Rec.Reason = "the call's type differs from " + Rec.Callee +
                    "'s (a cast or an unprototyped declaration)";
     }
+    if (Rec.K != SiteRecord::Kind::Skipped && !canHost(*Call->getFunction(), Rec.Reason))
+      Rec.K = SiteRecord::Kind::Skipped;
     if (Rec.K != SiteRecord::Kind::Skipped) InPlace[Call] = Records.size();
     Records.push_back(std::move(Rec));
     RecordCalls.push_back(Call);
   }
 }
 
+/// A copy of F that no other module sees (local linkage, out of F's comdat), so that changing
+/// it changes this module only; ExtraParams follow F's own parameters.
+Function *Rewriter::copyLocally(const Function &F, ArrayRef<Type *> ExtraParams, StringRef Suffix,
+                                ValueToValueMapTy &VMap) {
+  SmallVector<Type *, 8> Params(F.getFunctionType()->params());
+  Params.append(ExtraParams.begin(), ExtraParams.end());
+  // A wrapper clone's site id follows the fixed parameters, where a variadic call would not put
+  // it: clones stay non-variadic as they always were; plain copies keep F's type.
+  auto *Ty = FunctionType::get(F.getReturnType(), Params, F.isVarArg() && ExtraParams.empty());
+  Function *Copy = Function::Create(Ty, GlobalValue::InternalLinkage, F.getAddressSpace(),
+                                    F.getName() + Suffix, &M);
+  for (const Argument &A : F.args()) {
+    Copy->getArg(A.getArgNo())->setName(A.getName());
+    VMap[&A] = Copy->getArg(A.getArgNo());
+  }
+  SmallVector<ReturnInst *, 4> Returns;
+  CloneFunctionInto(Copy, &F, VMap, CloneFunctionChangeType::LocalChangesOnly, Returns);
+  Copy->setLinkage(GlobalValue::InternalLinkage);
+  Copy->setVisibility(GlobalValue::DefaultVisibility);
+  Copy->setDLLStorageClass(GlobalValue::DefaultStorageClass);
+  Copy->setComdat(nullptr);
+  return Copy;
+}
+
 Function *Rewriter::cloneFor(const Function &W) {
   auto Found = Clones.find(&W);
   if (Found != Clones.end()) return Found->second;
-  SmallVector<Type *, 8> Params(W.getFunctionType()->params());
-  Params.push_back(Type::getInt32Ty(M.getContext()));
-  auto *Ty = FunctionType::get(W.getReturnType(), Params, false);
-  Function *Clone = Function::Create(Ty, GlobalValue::InternalLinkage, W.getAddressSpace(),
-                                     W.getName() + CloneSuffix, &M);
-  Clones[&W] = Clone;
   ValueToValueMapTy &VMap = CloneMaps[&W];
-  for (const Argument &A : W.args()) {
-    Clone->getArg(A.getArgNo())->setName(A.getName());
-    VMap[&A] = Clone->getArg(A.getArgNo());
-  }
-  SmallVector<ReturnInst *, 4> Returns;
-  CloneFunctionInto(Clone, &W, VMap, CloneFunctionChangeType::LocalChangesOnly, Returns);
-  Clone->setLinkage(GlobalValue::InternalLinkage);
-  Clone->setVisibility(GlobalValue::DefaultVisibility);
-  Clone->setComdat(nullptr);
-  Argument *SiteId = Clone->getArg(Params.size() - 1);
+  Function *Clone = copyLocally(W, {Type::getInt32Ty(M.getContext())}, CloneSuffix, VMap);
+  Clones[&W] = Clone;
+  Argument *SiteId = Clone->getArg(Clone->arg_size() - 1);
   SiteId->setName("nic.site_id");
 
   // In the clone, what the wrapper returns is tagged with the caller's site id; allocations that
@@ -184,7 +293,7 @@ CallBase *Rewriter::rewrite(CallBase &Call, Value *SiteId) {
   return replaceWithExtraArgument(Call, Clone, SiteId);
 }
 
-void Rewriter::remark(CallBase &Call, const SiteRecord &Rec) {
+void Rewriter::remark(CallBase &Call, const SiteRecord &Rec, const Function *SharedHost) {
   OptimizationRemarkEmitter ORE(Call.getFunction());
   if (Rec.K == SiteRecord::Kind::Skipped) {
     ORE.emit(OptimizationRemarkMissed(RemarkName, "SkippedSite", &Call)
@@ -193,13 +302,30 @@ void Rewriter::remark(CallBase &Call, const SiteRecord &Rec) {
   }
   ORE.emit(OptimizationRemark(RemarkName, "DataplaneSite", &Call)
            << Rec.Callee << " -> " << Rec.Replacement << " (site " << std::to_string(Rec.Id)
-           << "): reaches " << Rec.Sink);
+           << "): reaches " << Rec.Sink
+           << (SharedHost ? " (in " + (SharedHost->getName() + LocalCopySuffix).str() +
+                                ", this module's copy of a function other modules share: " +
+                                linkageText(*SharedHost) + ")"
+                          : std::string()));
+}
+
+/// This module's own functions (wrapper clones and local copies among them) call the local
+/// copies; shared definitions keep calling each other, as in every other module.
+void Rewriter::redirectToLocalCopies() {
+  for (const auto &[Original, Copy] : LocalCopies)
+    for (Use &U : make_early_inc_range(const_cast<Function *>(Original)->uses())) {
+      auto *Call = dyn_cast<CallBase>(U.getUser());
+      if (Call && Call->isCallee(&U) && definitionOf(*Call->getFunction()) == Definition::Own)
+        U.set(Copy);
+    }
 }
 
 std::vector<SiteRecord> Rewriter::run() {
   plan();
   assignSiteIds(M.getSourceFileName(), Records);
-  // Clones are made from the untouched originals first, then the originals are rewritten.
+  // Copies and clones are made from the untouched originals first, then the rewrites are made.
+  for (const Function *F : Hosts)
+    LocalCopies[F] = copyLocally(*F, {}, LocalCopySuffix, LocalMaps[F]);
   std::vector<std::pair<CallBase *, size_t>> Work(InPlace.begin(), InPlace.end());
   std::sort(Work.begin(), Work.end(),
             [](const auto &A, const auto &B) { return A.second < B.second; });
@@ -208,10 +334,14 @@ std::vector<SiteRecord> Rewriter::run() {
   for (size_t I = 0; I < Records.size(); ++I)
     if (Records[I].K == SiteRecord::Kind::Skipped) remark(*RecordCalls[I], Records[I]);
   for (const auto &[Call, Index] : Work) {
+    const Function *Host = Call->getFunction();
+    bool Shared = LocalCopies.count(Host);
+    CallBase *Target = Shared ? cast<CallBase>(LocalMaps[Host][Call]) : Call;
     CallBase *New =
-        rewrite(*Call, ConstantInt::get(Type::getInt32Ty(M.getContext()), Records[Index].Id));
-    remark(*New, Records[Index]);
+        rewrite(*Target, ConstantInt::get(Type::getInt32Ty(M.getContext()), Records[Index].Id));
+    remark(*New, Records[Index], Shared ? Host : nullptr);
   }
+  redirectToLocalCopies();
   return Records;
 }
 
