@@ -17,7 +17,7 @@ namespace nicpass {
 
 static cl::opt<std::string>
     SiteTableOpt("nic-site-table",
-                 cl::desc("Append this module's nicmalloc site table (JSON line) here"),
+                 cl::desc("Write this module's nicmalloc site table (JSON line) here"),
                  cl::value_desc("path"));
 static cl::list<std::string> SinkFileOpt("nic-sink-file",
                                          cl::desc("Extra I/O sinks: lines 'name spec'"),
@@ -77,9 +77,9 @@ Expected<DataplaneSitesSummary> runDataplaneSites(Module &M, const DataplaneSite
 
   if (!Opts.SiteTablePath.empty())
     if (Error E =
-            appendSiteTable(Opts.SiteTablePath,
-                            siteTableLine(M.getSourceFileName(), Summary.Sites,
-                                          Result.Exhausted ? "points-to budget exhausted" : "")))
+            writeSiteTable(Opts.SiteTablePath, M.getSourceFileName(),
+                           siteTableLine(M.getSourceFileName(), Summary.Sites,
+                                         Result.Exhausted ? "points-to budget exhausted" : "")))
       return Expected<DataplaneSitesSummary>(std::move(E));
   return Summary;
 }

@@ -10,7 +10,12 @@
 #include "llvm/Support/JSON.h"
 #include "llvm/Support/raw_ostream.h"
 
+#include <cerrno>
+#include <fcntl.h>
 #include <map>
+#include <optional>
+#include <sys/file.h>
+#include <sys/stat.h>
 #include <unistd.h>
 
 using namespace llvm;
@@ -121,23 +126,99 @@ std::string siteTableLine(StringRef Module, const std::vector<SiteRecord> &Sites
   return OS.str();
 }
 
-Error appendSiteTable(StringRef Path, StringRef Line) {
-  int FD;
-  if (std::error_code EC =
-          sys::fs::openFileForWrite(Path, FD, sys::fs::CD_OpenAlways, sys::fs::OF_Append))
-    return createStringError(EC, "cannot open site table '" + Path + "'");
-  std::string Text = (Line + "\n").str();
-  std::error_code EC = sys::fs::lockFile(FD);
-  for (size_t Done = 0; !EC && Done < Text.size();) {
-    ssize_t N = ::write(FD, Text.data() + Done, Text.size() - Done);
-    if (N < 0)
-      EC = std::error_code(errno, std::generic_category());
-    else
-      Done += size_t(N);
+static Error tableError(std::error_code EC, const Twine &What, StringRef Path) {
+  return createStringError(EC, What + " site table '" + Path + "'");
+}
+
+static std::error_code lastError() {
+  return std::error_code(errno, std::generic_category());
+}
+
+/// The table's lines without Module's (a module compiled again replaces what it wrote before),
+/// then Line. Lines that are not a JSON object with a module are kept as they are: they are not
+/// this module's to drop.
+static std::string replaceModuleLine(StringRef Old, StringRef Module, StringRef Line) {
+  std::string Text;
+  SmallVector<StringRef, 64> Lines;
+  Old.split(Lines, '\n', -1, false);
+  for (StringRef L : Lines) {
+    if (L.trim().empty()) continue;
+    Expected<json::Value> V = json::parse(L);
+    if (!V) consumeError(V.takeError());
+    const json::Object *O = V ? V->getAsObject() : nullptr;
+    std::optional<StringRef> Name = O ? O->getString("module") : std::nullopt;
+    if (Name && *Name == Module) continue;
+    Text += L;
+    Text += '\n';
   }
-  sys::fs::unlockFile(FD);
-  ::close(FD);
-  if (EC) return createStringError(EC, "cannot write site table '" + Path + "'");
+  Text += Line;
+  Text += '\n';
+  return Text;
+}
+
+static std::error_code readAll(int FD, std::string &Out) {
+  char Buf[65536];
+  for (off_t At = 0;;) {
+    ssize_t N = ::pread(FD, Buf, sizeof Buf, At);
+    if (N < 0 && errno == EINTR) continue;
+    if (N < 0) return lastError();
+    if (N == 0) return {};
+    Out.append(Buf, size_t(N));
+    At += N;
+  }
+}
+
+static std::error_code writeAll(int FD, StringRef Text) {
+  for (size_t Done = 0; Done < Text.size();) {
+    ssize_t N = ::write(FD, Text.data() + Done, Text.size() - Done);
+    if (N < 0 && errno == EINTR) continue;
+    if (N < 0) return lastError();
+    Done += size_t(N);
+  }
+  return {};
+}
+
+/// Opens and locks the table itself (never a file a symlink points to). A writer that waited
+/// for the lock while another renamed a new table into place holds the old, unlinked file: it
+/// starts again on the new one, or the other's line would be lost.
+static Expected<int> openLockedTable(StringRef Path, struct stat &St) {
+  SmallString<256> P(Path);
+  for (;;) {
+    int FD = ::open(P.c_str(), O_RDWR | O_CREAT | O_NOFOLLOW | O_CLOEXEC, 0666);
+    if (FD < 0 && errno == ELOOP)
+      return createStringError(lastError(), "site table '" + Path +
+                                                "' is a symbolic link, which is not followed");
+    if (FD < 0) return tableError(lastError(), "cannot open", Path);
+    std::error_code EC;
+    if (::flock(FD, LOCK_EX) != 0 || ::fstat(FD, &St) != 0) EC = lastError();
+    if (!EC && !S_ISREG(St.st_mode)) EC = std::make_error_code(std::errc::invalid_argument);
+    struct stat Now;
+    if (!EC && ::lstat(P.c_str(), &Now) == 0 && Now.st_dev == St.st_dev && Now.st_ino == St.st_ino)
+      return FD;
+    ::close(FD); // closing drops the lock
+    if (EC) return tableError(EC, "cannot lock (or not a regular file)", Path);
+  }
+}
+
+Error writeSiteTable(StringRef Path, StringRef Module, StringRef Line) {
+  struct stat St;
+  Expected<int> Locked = openLockedTable(Path, St);
+  if (!Locked) return Locked.takeError();
+  int FD = *Locked;
+  std::string Old;
+  std::error_code EC = readAll(FD, Old);
+  // Readers see the old table or the new one, never a part: the new one is written aside, in
+  // the same directory (an exclusive create, which follows no symlink), and renamed over it.
+  int TmpFD = -1;
+  SmallString<256> Tmp;
+  if (!EC) EC = sys::fs::createUniqueFile(Path + ".tmp%%%%%%", TmpFD, Tmp);
+  if (!EC && ::fchmod(TmpFD, St.st_mode & 0777) != 0) EC = lastError();
+  if (!EC) EC = writeAll(TmpFD, replaceModuleLine(Old, Module, Line));
+  if (TmpFD >= 0 && ::close(TmpFD) != 0 && !EC) EC = lastError();
+  if (!EC && ::rename(Tmp.c_str(), SmallString<256>(Path).c_str()) != 0) EC = lastError();
+  if (EC && !Tmp.empty()) sys::fs::remove(Tmp);
+  ::close(FD); // after the rename: the next writer must find the new table
+  if (EC) return tableError(EC, "cannot write", Path);
   return Error::success();
 }
 

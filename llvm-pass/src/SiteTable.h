@@ -56,9 +56,12 @@ void assignSiteIds(llvm::StringRef Module, std::vector<SiteRecord> &Sites);
 std::string siteTableLine(llvm::StringRef Module, const std::vector<SiteRecord> &Sites,
                           llvm::StringRef Incomplete = "");
 
-/// Appends Line (plus '\n') to Path under an exclusive file lock, so parallel compilations that
-/// share one table never interleave.
-llvm::Error appendSiteTable(llvm::StringRef Path, llvm::StringRef Line);
+/// Puts Line (Module's table) into the table at Path in place of the line Module wrote before,
+/// if any, so that compiling a module again does not list its sites twice. Done under an
+/// exclusive flock on the table, so parallel compilations sharing one table never lose or
+/// interleave lines; the table is rewritten aside and renamed into place, and a symbolic link
+/// at Path is refused rather than followed.
+llvm::Error writeSiteTable(llvm::StringRef Path, llvm::StringRef Module, llvm::StringRef Line);
 
 } // namespace nicpass
 

@@ -16,6 +16,7 @@
 #include "llvm/Support/JSON.h"
 #include "llvm/Support/MemoryBuffer.h"
 #include "llvm/Support/SourceMgr.h"
+#include "llvm/Support/raw_ostream.h"
 
 #include <gtest/gtest.h>
 
@@ -257,7 +258,7 @@ TEST(SiteIdTest, CollisionsAreRecordedAndProbed) {
   EXPECT_TRUE(Second->getArray("collides_with"));
 }
 
-TEST(SiteTableTest, AppendsOneLinePerModule) {
+TEST(SiteTableTest, OneLinePerModule) {
   SmallString<128> Path;
   ASSERT_FALSE(sys::fs::createTemporaryFile("nic-sites", "jsonl", Path));
   SiteRecord R;
@@ -267,8 +268,8 @@ TEST(SiteTableTest, AppendsOneLinePerModule) {
   R.Replacement = "nic_malloc_site";
   std::vector<SiteRecord> Sites{R};
   assignSiteIds("m.c", Sites);
-  ASSERT_FALSE(bool(appendSiteTable(Path, siteTableLine("m.c", Sites))));
-  ASSERT_FALSE(bool(appendSiteTable(Path, siteTableLine("n.c", {}))));
+  ASSERT_FALSE(bool(writeSiteTable(Path, "m.c", siteTableLine("m.c", Sites))));
+  ASSERT_FALSE(bool(writeSiteTable(Path, "n.c", siteTableLine("n.c", {}))));
   std::unique_ptr<MemoryBuffer> Buf = std::move(*MemoryBuffer::getFile(Path));
   SmallVector<StringRef, 4> Lines;
   Buf->getBuffer().trim().split(Lines, '\n');
@@ -278,6 +279,55 @@ TEST(SiteTableTest, AppendsOneLinePerModule) {
   json::Value Second = cantFail(json::parse(Lines[1]));
   EXPECT_EQ(Second.getAsObject()->getArray("sites")->size(), 0u);
   sys::fs::remove(Path);
+}
+
+static std::vector<std::string> tableLines(StringRef Path) {
+  std::unique_ptr<MemoryBuffer> Buf = std::move(*MemoryBuffer::getFile(Path));
+  SmallVector<StringRef, 4> Lines;
+  Buf->getBuffer().split(Lines, '\n', -1, false);
+  return std::vector<std::string>(Lines.begin(), Lines.end());
+}
+
+// An incremental rebuild compiles a module again into the same table: its new line replaces its
+// old one (else every id was listed twice and old file:line entries stayed); other modules'
+// lines, and lines that are not a module's table, stay.
+TEST(SiteTableTest, ModuleCompiledAgainReplacesItsLine) {
+  SmallString<128> Path;
+  ASSERT_FALSE(sys::fs::createTemporaryFile("nic-sites", "jsonl", Path));
+  {
+    std::error_code EC;
+    raw_fd_ostream OS(Path, EC);
+    OS << "not json\n";
+  }
+  ASSERT_FALSE(bool(writeSiteTable(Path, "m.c", R"({"module":"m.c","sites":[1]})")));
+  ASSERT_FALSE(bool(writeSiteTable(Path, "n.c", R"({"module":"n.c","sites":[]})")));
+  ASSERT_FALSE(bool(writeSiteTable(Path, "m.c", R"({"module":"m.c","sites":[2]})")));
+  ASSERT_FALSE(bool(writeSiteTable(Path, "m.c", R"({"module":"m.c","sites":[3]})")));
+  EXPECT_EQ(tableLines(Path),
+            (std::vector<std::string>{"not json", R"({"module":"n.c","sites":[]})",
+                                      R"({"module":"m.c","sites":[3]})"}));
+  sys::fs::remove(Path);
+}
+
+// The table is rewritten by renaming a new file over it: a symlink at its path would have that
+// rename replace the link, or a plain open write through it into whatever it points to.
+TEST(SiteTableTest, SymlinkIsRefusedAndItsTargetLeftAlone) {
+  SmallString<128> Target, Link;
+  ASSERT_FALSE(sys::fs::createTemporaryFile("nic-target", "txt", Target));
+  {
+    std::error_code EC;
+    raw_fd_ostream OS(Target, EC);
+    OS << "precious\n";
+  }
+  sys::fs::createUniquePath("nic-link-%%%%%%.jsonl", Link, true);
+  ASSERT_FALSE(sys::fs::create_link(Target, Link));
+  Error E = writeSiteTable(Link, "m.c", R"({"module":"m.c","sites":[]})");
+  EXPECT_TRUE(bool(E));
+  consumeError(std::move(E));
+  EXPECT_EQ(tableLines(Target), std::vector<std::string>{"precious"});
+  EXPECT_TRUE(sys::fs::is_symlink_file(Link));
+  sys::fs::remove(Link);
+  sys::fs::remove(Target);
 }
 
 // Past MaxSites sites in one module every id is in use: ids are shared, and each such site says
