@@ -20,7 +20,7 @@ static void registerCallbacks(PassBuilder &PB) {
   PB.registerPipelineEarlySimplificationEPCallback([](ModulePassManager &MPM, OptimizationLevel) {
     MPM.addPass(nicpass::DataplaneSitesPass());
   });
-  // Whole programs: under full LTO (`-flto -fuse-ld=lld -Wl,--load-pass-plugin=`) the merged
+  // Whole programs: under full LTO (`-flto -fuse-ld=lld-16 -Wl,--load-pass-plugin=`) the merged
   // module is analysed once more before it is optimised, so flows that cross translation units
   // (a slab allocator in one file, sendmsg in another) are seen.
   PB.registerFullLinkTimeOptimizationEarlyEPCallback([](ModulePassManager &MPM, OptimizationLevel) {
