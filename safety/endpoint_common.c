@@ -1,12 +1,17 @@
 /* Shared by the public endpoint constructors: see endpoint_common.h. */
 #define _GNU_SOURCE
 #include "endpoint_common.h"
+#include "alloc.h"
 #include "api_errors.h"
+#include "chunks.h"
+#include "nicmalloc.h"
+#include "rcache.h"
 
 #include "forklock.h"
 #include "log.h"
 #include "receive.h"
 #include "settings.h"
+#include "thread.h"
 
 #include <dlfcn.h>
 #include <errno.h>
@@ -222,4 +227,35 @@ void *nic_ep_plugin_symbol(struct nic_backend *b, const char *name) {
   void *sym = dlsym(handle, name);
   dlclose(handle); /* drops only NOLOAD's reference: the backend keeps the plugin loaded */
   return sym;
+}
+
+/* NICMALLOC_PIN_STEP's lower bound: every step is at least this long, and aligned to its length. */
+#define SMALLEST_STEP ((size_t)2 << 20)
+
+void *nic_ep_rx_block(struct nic_backend *b, size_t len, size_t align, uint32_t *lkey,
+                      uint64_t *handle) {
+  NIC_INTERNAL_SCOPE();
+  if (!b || !len || len > SMALLEST_STEP) return NULL;
+  /* Aligned to its own size rounded up to a power of two, the block never crosses a step end.
+   * One that did would get a registration of its own (NIC_RCACHE_OWN), a reference to keep and
+   * give back; freed and asked for again, it would come back at the same place and cross the
+   * same end every time. */
+  size_t span = align > 1 ? align : 1;
+  while (span < len)
+    span <<= 1;
+  void *p = nic_alloc(len, span, false, NIC_ROUTE_DATAPLANE);
+  struct nic_region_ref ref = {0};
+  /* With the endpoint's backend, not the default one: that is the one whose NIC writes here. */
+  if (p && nic_in_dp(p) && !nic_register_with(b, p, len, NIC_REG_LOCAL_WRITE, &ref)) {
+    if (ref.kind == NIC_REGION_ARENA) {
+      *lkey = ref.lkey;
+      *handle = ref.backend_handle;
+      return p;
+    }
+    /* Across a step end after all (the alignment above rules it out): a reference of its own to
+     * keep for the block's life, which the plugins' free(block) has no room to give back. */
+    nic_rcache_release_own_in(nic_rcache_of(b), ref.cache_slot);
+  }
+  nic_free_named(p, "receive buffer");
+  return NULL;
 }

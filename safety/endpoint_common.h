@@ -10,6 +10,8 @@
 #include "export.h"
 
 #include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
 
 /* Backend kind, started now if it does not run yet. Otherwise NULL with errno ENODEV, after one
  * line on stderr naming who, the backend and why it cannot run (hint: what it needs). */
@@ -43,6 +45,14 @@ bool nic_ep_is_sim(const struct nic_endpoint *ep);
 /* Destroys (the backend's endpoint_destroy) an endpoint kind's constructor made, and forgets it
  * when that returns 0. An endpoint it did not make: -EINVAL and one line on stderr naming who. */
 int nic_ep_untrack(struct nic_endpoint *ep, const char *kind, const char *who);
+
+/* Receive buffers for a plugin's endpoints (endpoint_verbs.c, endpoint_dpdk.c): len bytes of
+ * dataplane memory, align-aligned at least, inside one pin step, registered for local write with
+ * backend b; *lkey and *handle name that registration. It is the step's own, which lasts while
+ * the block does: nothing to release but the block (nic_free_named). NULL when no such block can
+ * be had (no dataplane memory, a refused registration, len over the smallest pin step). */
+void *nic_ep_rx_block(struct nic_backend *b, size_t len, size_t align, uint32_t *lkey,
+                      uint64_t *handle);
 
 /* A symbol exported by the plugin that b comes from. Plugins are loaded RTLD_LOCAL, so only
  * their own handle finds it. NULL when b is built in or the symbol is missing. */

@@ -3,12 +3,10 @@
  * (regcache/dpdk/dpdk.h) is reached through the plugin's own handle. */
 #include "alloc.h"
 #include "api_errors.h"
-#include "chunks.h"
 #include "endpoint_common.h"
 #include "log.h"
 #include "nicmalloc.h"
 #include "nocancel.h"
-#include "rcache.h"
 #include "thread.h"
 
 #include <errno.h>
@@ -29,10 +27,11 @@ static int default_port(struct nic_backend *b, uint16_t *port, uint16_t *queue) 
 }
 
 /* The plugin's receive buffers (regcache/dpdk/dpdk.h, nic_dpdk_rx_memory): dataplane memory
- * only, its chunk registered (the chunk's one registration, which the plugin's buffers then
- * share with every post from that chunk), 4 KiB aligned for the pool's page-sized buffers. The
- * layout of struct nic_dpdk_rx_memory (dpdk.h), which safety does not include: the plugin is
- * reached only through its handle. */
+ * only, in one step registered with the dpdk backend (endpoint_common.h: the step's one
+ * registration, which the plugin's buffers then share with every post from that step, and which
+ * lasts while the block does), 4 KiB aligned for the pool's page-sized buffers. The layout of
+ * struct nic_dpdk_rx_memory (dpdk.h), which safety does not include: the plugin is reached only
+ * through its handle. */
 struct rx_memory {
   void *(*alloc)(size_t len);
   void (*free)(void *p);
@@ -40,14 +39,9 @@ struct rx_memory {
 typedef void (*rx_memory_fn)(const struct rx_memory *);
 
 static void *rx_alloc(size_t len) {
-  NIC_INTERNAL_SCOPE();
-  void *p = nic_alloc(len, 4096, false, NIC_ROUTE_DATAPLANE);
-  struct nic_region_ref ref;
-  if (p && (!nic_in_dp(p) || nic_register_quiet(p, len, NIC_REG_LOCAL_WRITE, &ref))) {
-    nic_free_named(p, "receive buffer");
-    p = NULL;
-  }
-  return p;
+  uint32_t lkey;
+  uint64_t handle;
+  return nic_ep_rx_block(nic_backend_started(NIC_BACKEND_DPDK), len, 4096, &lkey, &handle);
 }
 
 static void rx_free(void *p) {

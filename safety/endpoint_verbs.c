@@ -9,7 +9,6 @@
 #include "log.h"
 #include "nicmalloc.h"
 #include "nocancel.h"
-#include "rcache.h"
 #include "thread.h"
 
 #include <errno.h>
@@ -35,21 +34,10 @@ struct nic_verbs_rx_memory {
   void (*free)(void *block);
 };
 
-/* A block of a chunk, with its step's registration (local write: chunk_reg.c): the receive
- * buffers are dataplane memory like everything else the NIC touches. */
+/* The backend's NIC writes there: a block of one step, with that step's registration with the
+ * verbs backend (endpoint_common.h), which lasts while the block does. */
 static void *rx_alloc(size_t len, size_t align, uint32_t *lkey, uint64_t *handle) {
-  NIC_INTERNAL_SCOPE();
-  void *p = nic_alloc(len, align, false, NIC_ROUTE_DATAPLANE);
-  struct nic_region_ref ref = {0};
-  const int rc = p ? nic_register_quiet(p, len, NIC_REG_LOCAL_WRITE, &ref) : -ENOMEM;
-  if (!rc && ref.kind == NIC_REGION_ARENA) {
-    *lkey = ref.lkey;
-    *handle = ref.backend_handle;
-    return p;
-  }
-  if (!rc) nic_unregister(&ref); /* memory outside the chunks: not what receiving needs */
-  nic_free_named(p, "receive buffer");
-  return NULL;
+  return nic_ep_rx_block(nic_backend_started(NIC_BACKEND_VERBS), len, align, lkey, handle);
 }
 
 static void rx_free(void *block) {

@@ -105,6 +105,12 @@ if(TARGET nicmalloc-dpdk AND TARGET nicmalloc-verbs)
   set_tests_properties(public_endpoints_dpdk_after_event_fd PROPERTIES TIMEOUT 120
     FAIL_REGULAR_EXPRESSION "\\[  SKIPPED \\]" ENVIRONMENT
     "NICMALLOC_BACKEND=sim;NICMALLOC_CHUNK_SIZE=64M;NICMALLOC_DPDK_VDEV=net_ring0")
+  # dpdk's receive pool under sim: registered with dpdk, not only with the default backend.
+  add_test(NAME public_endpoints_dpdk_beside_sim
+           COMMAND test_public_endpoints --gtest_filter=DpdkBesideSim.*)
+  set_tests_properties(public_endpoints_dpdk_beside_sim PROPERTIES TIMEOUT 120
+    FAIL_REGULAR_EXPRESSION "\\[  SKIPPED \\]" ENVIRONMENT
+    "NICMALLOC_BACKEND=sim;NICMALLOC_CHUNK_SIZE=64M;NICMALLOC_DPDK_VDEV=net_ring0")
 endif()
 
 # Receiving on the dpdk backend through libnicmalloc.so: net_ring0 (the sender's very mbufs) and

@@ -386,6 +386,29 @@ TEST(DpdkEndpoint, ApplicationPortIsBusyUntilThePeerFreesTheChain) {
   free(msg.ctl);
 }
 
+// Under sim, with dpdk started beside it by its endpoint: the receive pool's dataplane memory is
+// registered with dpdk, the backend whose port writes there (its step becomes DPDK external
+// memory), not with the default backend alone.
+TEST(DpdkBesideSim, ReceivePoolMemoryIsRegisteredWithDpdk) {
+  if (BackendName() != "sim")
+    GTEST_SKIP() << "the backend is " << BackendName() << ": ctest runs this under sim";
+  nic_endpoint *ep = nic_dpdk_endpoint_create(NIC_DPDK_DEFAULT_PORT, 0);
+  REQUIRE_DPDK();
+  ASSERT_NE(ep, nullptr);
+  ASSERT_EQ(nic_endpoint_receive(
+                ep, [](void *, void *, size_t) {}, nullptr),
+            0);
+  rte_mempool *pool = rte_mempool_lookup("nic_rx_dataplane");
+  ASSERT_NE(pool, nullptr);
+  rte_mbuf *m = rte_pktmbuf_alloc(pool);
+  ASSERT_NE(m, nullptr) << "the pool was not filled";
+  EXPECT_TRUE(nic_is_dataplane(m->buf_addr));
+  EXPECT_NE(rte_mem_virt2memseg_list(m->buf_addr), nullptr)
+      << "the pool's memory is no DPDK external memory: not registered with dpdk";
+  rte_pktmbuf_free(m);
+  EXPECT_EQ(nic_dpdk_endpoint_destroy(ep), 0);
+}
+
 // Run under sim: each constructor starts its own backend beside sim, or says in one line why it
 // cannot. dpdk starts (EAL without ports here) and refuses the port that is not there; verbs
 // needs an RDMA device.

@@ -129,4 +129,52 @@ TEST(VerbsSoftPublic, ReceivesIntoDataplaneBuffersHeldOnesComeBackAtRelease) {
     soft_verbs_free(p);
 }
 
+// Each receiving endpoint takes one block of 32 buffers of 64 KiB (2 MiB). A block across a pin
+// step's end (4 MiB steps by default) got a registration of its own rather than its step's, was
+// refused, and came back at the same place on every try: every endpoint after the first could
+// never receive (-ENOMEM).
+TEST(VerbsSoftPublic, EveryEndpointReceivesWithFullBlocks) {
+  nic_sga probe;
+  nic_sga_init(&probe, 0);
+  auto *pd = static_cast<ibv_pd *>(nic_verbs_get_pd());
+  ASSERT_NE(pd, nullptr);
+  constexpr int kEndpoints = 6;
+  std::vector<void *> owned;
+  std::vector<nic_endpoint *> eps;
+  std::vector<ibv_qp *> qps;
+  Rx rx;
+  for (int i = 0; i < kEndpoints; i++) {
+    ibv_cq *scq = soft_verbs_cq(pd->context), *rcq = soft_verbs_cq(pd->context);
+    ibv_qp *qp = soft_verbs_qp(pd, scq, rcq, IBV_QPT_RC, 32, nullptr);
+    owned.insert(owned.end(),
+                 {static_cast<void *>(qp), static_cast<void *>(scq), static_cast<void *>(rcq)});
+    for (ibv_qp_state s : {IBV_QPS_INIT, IBV_QPS_RTR, IBV_QPS_RTS}) {
+      ibv_qp_attr a{};
+      a.qp_state = s;
+      ASSERT_EQ(ibv_modify_qp(qp, &a, IBV_QP_STATE), 0);
+    }
+    nic_endpoint *ep = nic_verbs_endpoint_create(qp);
+    ASSERT_NE(ep, nullptr);
+    eps.push_back(ep);
+    qps.push_back(qp);
+    EXPECT_EQ(nic_endpoint_receive(ep, Rx::Fn, &rx), 0) << "endpoint " << i;
+    EXPECT_EQ(soft_verbs_rq_posted(qp), 32u) << "endpoint " << i;
+  }
+  for (size_t i = 0; i < eps.size(); i++)
+    Send(eps[i], "to endpoint " + std::to_string(i));
+  Drain();
+  EXPECT_EQ(rx.msgs.size(), eps.size());
+  EXPECT_EQ(rx.dataplane, static_cast<int>(eps.size()));
+  for (nic_endpoint *ep : eps) {
+    int rc = nic_verbs_endpoint_destroy(ep);
+    for (int i = 0; rc == -EBUSY && i < 100; i++) {
+      Drain();
+      rc = nic_verbs_endpoint_destroy(ep);
+    }
+    EXPECT_EQ(rc, 0);
+  }
+  for (void *p : owned)
+    soft_verbs_free(p);
+}
+
 } // namespace
