@@ -35,10 +35,27 @@ bool nic_dpdk_only_virtual_ports(void) {
   return true;
 }
 
+/* The IOVA of each page of [base, base + len): its physical address in IOVA-as-PA mode (the
+ * memory is pinned), else its address. */
+static int page_iovas(void *base, size_t len, size_t page_sz, bool pa, rte_iova_t **out) {
+  const size_t n = len / page_sz;
+  rte_iova_t *iova = nic_plugin_calloc(n, sizeof *iova);
+  if (!iova) return -ENOMEM;
+  for (size_t i = 0; i < n; i++) {
+    void *va = (char *)base + i * page_sz;
+    iova[i] = pa ? rte_mem_virt2phy(va) : (rte_iova_t)(uintptr_t)va;
+    if (iova[i] == RTE_BAD_IOVA) {
+      nic_plugin_free(iova);
+      return -EIO;
+    }
+  }
+  *out = iova;
+  return 0;
+}
+
 /* Records [base, base + len) with DPDK: the largest page size both are aligned to in
  * IOVA-as-VA mode (IOVA = VA; without a table DPDK would record RTE_BAD_IOVA), 4 KiB pages with
- * their physical addresses in IOVA-as-PA mode (the memory is pinned), kept in *pa_iovas for the
- * segments' buf_iova. */
+ * their physical addresses in IOVA-as-PA mode, kept in *pa_iovas for the segments' buf_iova. */
 static int extmem(void *base, size_t len, size_t *page_sz, rte_iova_t **pa_iovas) {
   const size_t pg = (size_t)sysconf(_SC_PAGESIZE);
   const bool pa = rte_eal_iova_mode() == RTE_IOVA_PA;
@@ -48,16 +65,10 @@ static int extmem(void *base, size_t len, size_t *page_sz, rte_iova_t **pa_iovas
       *page_sz = big;
       break;
     }
-  const size_t n = len / *page_sz;
-  rte_iova_t *iova = nic_plugin_calloc(n, sizeof *iova);
-  if (!iova) return -ENOMEM;
-  int rc = 0;
-  for (size_t i = 0; i < n && !rc; i++) {
-    void *va = (char *)base + i * *page_sz;
-    iova[i] = pa ? rte_mem_virt2phy(va) : (rte_iova_t)(uintptr_t)va;
-    if (iova[i] == RTE_BAD_IOVA) rc = -EIO;
-  }
-  if (!rc && rte_extmem_register(base, len, iova, (unsigned)n, *page_sz)) rc = -rte_errno;
+  rte_iova_t *iova;
+  int rc = page_iovas(base, len, *page_sz, pa, &iova);
+  if (rc) return rc;
+  if (rte_extmem_register(base, len, iova, (unsigned)(len / *page_sz), *page_sz)) rc = -rte_errno;
   if (rc || !pa)
     nic_plugin_free(iova);
   else
@@ -85,7 +96,14 @@ int nic_dpdk_area_take(struct dbackend *be, struct dreg *r) {
   int free_slot = -1;
   for (unsigned i = 0; i < NIC_DPDK_MAX_AREAS; i++) {
     struct darea *a = &be->areas[i];
-    if (share && a->users && a->base == base && a->len == len) {
+    /* The dataplane range's area, or one over pages already recorded: DPDK refuses a second
+     * area at the same address (EEXIST), as a cache region registered again with more access
+     * would ask for. */
+    if (a->users && (uintptr_t)a->base <= lo && hi - (uintptr_t)a->base <= a->len) {
+      if (rte_eal_iova_mode() == RTE_IOVA_PA) {
+        const int rc = page_iovas(r->map_base, r->map_len, pg, true, &r->iovas);
+        if (rc) return rc;
+      }
       a->users++;
       r->area = (uint8_t)i;
       return 0;

@@ -394,6 +394,35 @@ TEST_F(DpdkRing, RegistrationsInTheDataplaneRangeShareOneExtmemArea) {
   munmap(raw, 2 * span);
 }
 
+// Pages outside the dataplane registered twice (a cache region, then the same pages with more
+// access: nic_register LOCAL then LOCAL_WRITE) share the first one's area; DPDK refuses a second
+// area at the same address (-EEXIST). The area goes with the last of them.
+TEST_F(DpdkRing, PagesRegisteredAgainShareTheirArea) {
+  static char pages[4][4096] __attribute__((aligned(4096)));
+  memset(pages, 5, sizeof pages);
+  const int lists = ExternalLists();
+  nic_registration whole{}, again{}, inside{};
+  ASSERT_EQ(b->reg(b, pages, sizeof pages, NIC_ACCESS_LOCAL, &whole), 0);
+  ASSERT_EQ(b->reg(b, pages, sizeof pages, NIC_ACCESS_LOCAL_WRITE, &again), 0);
+  ASSERT_EQ(b->reg(b, pages[1], 100, NIC_ACCESS_LOCAL, &inside), 0);
+  EXPECT_EQ(ExternalLists(), lists + 1);
+  EXPECT_EQ(b->dereg(b, &whole), 0);
+  EXPECT_EQ(ExternalLists(), lists + 1) << "the area went while others used it";
+  Done d;
+  nic_sge sge = {pages[2], 100, again.lkey, again.handle};
+  ASSERT_EQ(b->post(b, ep, &sge, 1, Done::Fn, &d), 0);
+  rte_mbuf *m = RxOne(Port("net_ring0"));
+  ASSERT_NE(m, nullptr);
+  EXPECT_EQ(m->buf_iova, reinterpret_cast<uintptr_t>(pages[2]));
+  EXPECT_EQ(Bytes(m), std::string(100, 5));
+  rte_pktmbuf_free(m);
+  ASSERT_TRUE(PollFor(b, d));
+  EXPECT_EQ(d.status, 0);
+  EXPECT_EQ(b->dereg(b, &again), 0);
+  EXPECT_EQ(b->dereg(b, &inside), 0);
+  EXPECT_EQ(ExternalLists(), lists);
+}
+
 TEST_F(DpdkRing, UncoveredEntryCompletesWithEfaultAndBadArgumentsAreEinval) {
   ChunkReg r(b);
   ASSERT_EQ(r.rc, 0);
