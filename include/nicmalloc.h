@@ -245,12 +245,15 @@ int nic_sga_add(struct nic_sga *sga, const void *p, size_t len);
 /* Hands the entries to ep's backend; on success the array is empty again and its references
  * belong to the message until done(arg, status) runs. Entries are resolved against the default
  * backend (NICMALLOC_BACKEND) when added; an endpoint of another backend gets them resolved
- * again against its own here. On error (-EINVAL empty, -ENODEV, -E2BIG more entries than ep's
- * backend takes, a registration error of ep's backend, the backend's -EINVAL/-ENOMEM, -EFAULT
- * when the memory of an entry was unmapped since it was added, -NIC_EFREED when the dataplane
- * block of an entry was freed since and its step given back) nothing was posted and the array
- * holds the same ranges. An entry whose cached registration went stale meanwhile (pages of its
- * region unmapped or remapped) is registered anew first: no stale registration reaches the NIC. */
+ * again against its own here. On error (-EINVAL empty, -ENODEV, -E2BIG more entries than ep
+ * takes: its backend's caps.max_sge, or fewer where the endpoint has a lower limit of its own,
+ * a verbs QP created with a smaller max_send_sge or a dpdk port taking fewer segments per packet
+ * (an entry over 64 KiB is several), a registration error of ep's backend, the backend's
+ * -EINVAL/-ENOMEM, -EFAULT when the memory of an entry was unmapped since it was added, -NIC_EFREED
+ * when the dataplane block of an entry was freed since and its step given back) nothing was posted
+ * and the array holds the same ranges. An entry whose cached registration went stale meanwhile
+ * (pages of its region unmapped or remapped) is registered anew first: no stale registration
+ * reaches the NIC. */
 int nic_sga_post(struct nic_sga *sga, struct nic_endpoint *ep, nic_sga_done_fn done, void *arg);
 /* Drops the entries without posting. */
 void nic_sga_reset(struct nic_sga *sga);

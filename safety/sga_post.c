@@ -285,7 +285,10 @@ NIC_EXPORT int nic_sga_post(struct nic_sga *sga, struct nic_endpoint *ep, nic_sg
     if (m->cache) release_slots(m->cache, m->entry, n);
     free(m);
     nic_api_error_by(sga, rc, 0, "nic_sga_post: backend %s refused the message (%s)", b->name,
-                     strerror(-rc));
+                     rc == -E2BIG ? "more entries than the endpoint takes: its queue pair's "
+                                    "max_send_sge or its port's segments per packet, below the "
+                                    "array's limit; nic_sga_init(sga, n) keeps it within"
+                                  : strerror(-rc));
     return rc;
   }
   /* The message owns the references now: the array's own when its backend took it, else those

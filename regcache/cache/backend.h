@@ -98,7 +98,9 @@ struct nic_backend {
   int (*dereg)(struct nic_backend *b, struct nic_registration *reg);
   /* Queues n entries to ep as one message; done(arg, status) runs exactly once afterwards,
    * from poll() or from the backend's own thread, never from inside post(). Returns 0, or
-   * without calling done: -EINVAL (n over max_sge, bad entry) or -ENOMEM (no room to queue).
+   * without calling done: -E2BIG (n over max_sge, or over ep's own limit where it has a lower
+   * one: a verbs QP's max_send_sge, a dpdk port's segments per packet), -EINVAL (bad entry) or
+   * -ENOMEM (no room to queue).
    * An entry not covered by a registration, or a full device queue, completes with -EFAULT or
    * -EAGAIN. A registration must not be deregistered while posts that use it are in flight. */
   int (*post)(struct nic_backend *b, struct nic_endpoint *ep, const struct nic_sge *sge, unsigned n,

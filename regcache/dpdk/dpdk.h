@@ -99,8 +99,9 @@ void nic_dpdk_rx_memory(const struct nic_dpdk_rx_memory *m);
 /* The helper under post(): an mbuf chain over the n entries (one extbuf segment per entry,
  * entries over 64 KiB - 1 split), which the caller may send however it likes. When the last
  * segment is freed, done(arg, 0) is queued; it runs from the backend's poll(), never from the
- * free. NULL with errno: EINVAL (bad entry, too many segments), EFAULT (an entry not covered by
- * the registration its lkey names), ENOBUFS (no mbuf headers), ENOMEM. */
+ * free. NULL with errno: EINVAL (bad entry), E2BIG (more entries than max_sge, or segments than a
+ * chain holds), EFAULT (an entry not covered by the registration its lkey names), ENOBUFS (no mbuf
+ * headers), ENOMEM. */
 struct rte_mbuf *nic_dpdk_chain(struct nic_backend *b, const struct nic_sge *sge, unsigned n,
                                 nic_completion_fn done, void *arg);
 

@@ -88,7 +88,8 @@ static struct rte_mbuf *build(struct dbackend *be, struct nic_endpoint *ep,
   uint32_t max_segs = ep ? ep->max_segs : RTE_MBUF_MAX_NB_SEGS, segs = 0;
   uint64_t total = 0;
   *err = -EINVAL;
-  if (!sge || !n || n > be->pub.caps.max_sge || !done) return NULL;
+  if (!sge || !n || !done) return NULL;
+  if (n > be->pub.caps.max_sge) return *err = -E2BIG, NULL;
   for (unsigned i = 0; i < n; i++) { /* validate and count before touching anything */
     if (!sge[i].addr || !sge[i].len) return NULL;
     const struct dreg *r = covering(be, &sge[i]);
@@ -100,7 +101,9 @@ static struct rte_mbuf *build(struct dbackend *be, struct nic_endpoint *ep,
     }
     total += sge[i].len;
   }
-  if (segs > max_segs || total > UINT32_MAX) return NULL;
+  if (total > UINT32_MAX) return NULL;
+  /* The port's own limit, below max_sge on some: an entry over 64 KiB is several segments. */
+  if (segs > max_segs) return *err = -E2BIG, NULL;
   struct dpost *p = new_post(be, ep, n, done, arg);
   if (!p) return *err = -ENOMEM, NULL;
   /* Take every header first: a half-built chain could not be freed without firing free_cb. */
@@ -158,7 +161,7 @@ int nic_dpdk_post(struct nic_backend *b, struct nic_endpoint *ep, const struct n
   if (!ep || !done) return -EINVAL;
   struct rte_mbuf *m = build(be, ep, sge, n, done, arg, &err);
   if (!m) /* -EFAULT and -ENOBUFS complete like a NIC error would */
-    return err == -EINVAL || err == -ENOMEM ? err : fail(be, ep, done, arg, err);
+    return err == -EINVAL || err == -E2BIG || err == -ENOMEM ? err : fail(be, ep, done, arg, err);
   rte_spinlock_lock(&ep->lock);
   uint16_t sent = rte_eth_tx_burst(ep->port, ep->queue, &m, 1);
   if (!sent && !ep->no_cleanup && rte_eth_tx_done_cleanup(ep->port, ep->queue, 0) >= 0)

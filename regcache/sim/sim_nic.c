@@ -159,14 +159,15 @@ static void *take_node(struct sim_nic *s, struct nic_pool *pool) {
 static int sim_post(struct nic_backend *b, struct nic_endpoint *ep, const struct nic_sge *sge,
                     unsigned n, nic_completion_fn done, void *arg) {
   struct sim_nic *s = b->priv;
-  bool ok = ep && ep->sim == s && sge && n >= 1 && n <= b->caps.max_sge;
+  const bool too_many = n > b->caps.max_sge;
+  bool ok = ep && ep->sim == s && sge && n >= 1 && !too_many;
   for (unsigned i = 0; ok && i < n; i++)
     ok = sge[i].len > 0;
   sim_lock(s);
   if (!ok) {
     s->st.rejected++;
     sim_unlock(s);
-    return -EINVAL;
+    return too_many ? -E2BIG : -EINVAL;
   }
   /* The pool grows outside the lock; it is never shrunk before close. */
   struct sim_work *w = take_node(s, &s->work);

@@ -239,7 +239,8 @@ bool nic_uring_unsent_locked(const struct nic_endpoint *ep) {
 int nic_uring_post(struct nic_backend *b, struct nic_endpoint *ep, const struct nic_sge *sge,
                    unsigned n, nic_completion_fn done, void *arg) {
   struct uring_backend *ub = uring_of(b);
-  if (!ep || ep->ub != ub || !sge || !done || n == 0 || n > URING_MAX_SGE) return -EINVAL;
+  if (!ep || ep->ub != ub || !sge || !done || n == 0) return -EINVAL;
+  if (n > URING_MAX_SGE) return -E2BIG;
   size_t total = 0;
   for (unsigned i = 0; i < n; i++) {
     if (!sge[i].addr || sge[i].len == 0) return -EINVAL;

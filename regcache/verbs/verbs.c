@@ -182,7 +182,8 @@ static void soft_complete(struct vbackend *vb, struct vpost *p, int status) {
 static int vpost(struct nic_backend *b, struct nic_endpoint *ep, const struct nic_sge *sge,
                  unsigned n, nic_completion_fn done, void *arg) {
   struct vbackend *vb = vb_of(b);
-  if (!ep || !done || !sge || !n || n > b->caps.max_sge || n > ep->max_sge) return -EINVAL;
+  if (!ep || !done || !sge || !n) return -EINVAL;
+  if (n > b->caps.max_sge || n > ep->max_sge) return -E2BIG; /* the QP's max_send_sge */
   for (unsigned i = 0; i < n; i++)
     if (!sge[i].addr || !sge[i].len) return -EINVAL;
   struct vpost *p = nic_plugin_calloc(1, sizeof *p + n * sizeof p->slots[0]);

@@ -24,6 +24,9 @@ struct ibv_cq *soft_verbs_cq(struct ibv_context *ctx);
 /* A QP in RESET, with one receive entry per work request. */
 struct ibv_qp *soft_verbs_qp(struct ibv_pd *pd, struct ibv_cq *scq, struct ibv_cq *rcq,
                              enum ibv_qp_type type, uint32_t max_recv_wr, struct ibv_srq *srq);
+/* What ibv_query_qp reports as the QP's max_send_sge (8 unless set: the device's max_sge), as a
+ * QP created with fewer send entries than the device takes. */
+void soft_verbs_qp_send_sge(struct ibv_qp *qp, uint32_t max_send_sge);
 /* Receives posted and not yet taken; sends waiting for one. */
 unsigned soft_verbs_rq_posted(struct ibv_qp *qp);
 unsigned soft_verbs_sends_waiting(struct ibv_qp *qp);

@@ -240,7 +240,7 @@ TEST_F(SimNic, RejectsBadPostsWithoutCallingDone) {
   std::vector<nic_sge> many(b->caps.max_sge + 1, sge(buf.data(), 8, r));
   nic_sge empty = sge(buf.data(), 0, r);
   Done d;
-  EXPECT_EQ(post(many.data(), b->caps.max_sge + 1, d), -EINVAL);
+  EXPECT_EQ(post(many.data(), b->caps.max_sge + 1, d), -E2BIG);
   EXPECT_EQ(post(many.data(), 0, d), -EINVAL);
   EXPECT_EQ(post(&empty, 1, d), -EINVAL);
   EXPECT_EQ(b->post(b, nullptr, many.data(), 1, on_done, &d), -EINVAL);

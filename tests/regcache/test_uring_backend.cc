@@ -180,7 +180,7 @@ TEST_F(UringTest, MalformedPostsReturnEinvalWithoutCompletion) {
   ASSERT_NE(foreign, nullptr);
   Done d;
   EXPECT_EQ(b->post(b, ep, &one, 0, Done::Fn, &d), -EINVAL);
-  EXPECT_EQ(b->post(b, ep, many.data(), 65, Done::Fn, &d), -EINVAL) << "over max_sge";
+  EXPECT_EQ(b->post(b, ep, many.data(), 65, Done::Fn, &d), -E2BIG) << "over max_sge";
   EXPECT_EQ(b->post(b, ep, nullptr, 1, Done::Fn, &d), -EINVAL);
   EXPECT_EQ(b->post(b, ep, &one, 1, nullptr, &d), -EINVAL);
   EXPECT_EQ(b->post(b, nullptr, &one, 1, Done::Fn, &d), -EINVAL);

@@ -305,7 +305,7 @@ TEST_F(VerbsDevice, UncoveredEntryCompletesWithEfault) {
   ASSERT_TRUE(PollFor(d));
   EXPECT_EQ(d.status, -EFAULT);
   std::vector<nic_sge> many(b->caps.max_sge + 1, s);
-  EXPECT_EQ(b->post(b, ep, many.data(), many.size(), Done::Fn, &d), -EINVAL);
+  EXPECT_EQ(b->post(b, ep, many.data(), many.size(), Done::Fn, &d), -E2BIG);
 }
 
 TEST_F(VerbsDevice, OdpFollowsTheDeviceCaps) {

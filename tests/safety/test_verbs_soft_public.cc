@@ -177,4 +177,57 @@ TEST(VerbsSoftPublic, EveryEndpointReceivesWithFullBlocks) {
     soft_verbs_free(p);
 }
 
+// A QP made with fewer send entries than the device takes: the endpoint's limit is the QP's, below
+// the backend's caps.max_sge (the array's). A post over it is -E2BIG, as nicmalloc.h says, and
+// leaves the array as it was.
+TEST(VerbsSoftPublic, PostOverTheQueuePairsSendEntriesIsE2big) {
+  nic_sga sga;
+  ASSERT_EQ(nic_sga_init(&sga, 0), 0);
+  auto *pd = static_cast<ibv_pd *>(nic_verbs_get_pd());
+  ASSERT_NE(pd, nullptr);
+  ibv_cq *scq = soft_verbs_cq(pd->context), *rcq = soft_verbs_cq(pd->context);
+  ibv_qp *qp = soft_verbs_qp(pd, scq, rcq, IBV_QPT_RC, 8, nullptr);
+  soft_verbs_qp_send_sge(qp, 2);
+  for (ibv_qp_state s : {IBV_QPS_INIT, IBV_QPS_RTR, IBV_QPS_RTS}) {
+    ibv_qp_attr a{};
+    a.qp_state = s;
+    ASSERT_EQ(ibv_modify_qp(qp, &a, IBV_QP_STATE), 0);
+  }
+  nic_endpoint *ep = nic_verbs_endpoint_create(qp);
+  ASSERT_NE(ep, nullptr);
+  Rx rx; // the QP is connected to itself: what it sends, it receives
+  ASSERT_EQ(nic_endpoint_receive(ep, Rx::Fn, &rx), 0);
+  ASSERT_GT(sga.max, 2u) << "the device takes more entries than this QP";
+  std::vector<char *> blocks;
+  for (int i = 0; i < 5; i++) {
+    blocks.push_back(static_cast<char *>(nic_malloc(8192)));
+    memset(blocks.back(), 'a' + i, 8192);
+  }
+  for (int i : {0, 2, 4}) // every other block: neighbours would coalesce into one entry
+    ASSERT_EQ(nic_sga_add(&sga, blocks[i], 8192), 0);
+  ASSERT_EQ(sga.count, 3u);
+  int calls = 0;
+  auto done = [](void *arg, int) { ++*static_cast<int *>(arg); };
+  EXPECT_EQ(nic_sga_post(&sga, ep, done, &calls), -E2BIG);
+  EXPECT_EQ(sga.count, 3u) << "nothing was posted";
+  nic_sga_reset(&sga);
+  ASSERT_EQ(nic_sga_add(&sga, blocks[0], 8192), 0);
+  ASSERT_EQ(nic_sga_add(&sga, blocks[2], 8192), 0);
+  ASSERT_EQ(nic_sga_post(&sga, ep, done, &calls), 0) << "as many as the QP takes";
+  Drain();
+  EXPECT_EQ(calls, 1);
+  ASSERT_EQ(rx.msgs.size(), 1u);
+  EXPECT_EQ(rx.msgs[0], std::string(8192, 'a') + std::string(8192, 'c'));
+  for (char *p : blocks)
+    free(p);
+  int rc = nic_verbs_endpoint_destroy(ep);
+  for (int i = 0; rc == -EBUSY && i < 100; i++) {
+    Drain();
+    rc = nic_verbs_endpoint_destroy(ep);
+  }
+  EXPECT_EQ(rc, 0);
+  for (void *p : {static_cast<void *>(qp), static_cast<void *>(scq), static_cast<void *>(rcq)})
+    soft_verbs_free(p);
+}
+
 } // namespace
