@@ -264,8 +264,12 @@ NIC_EXPORT int nic_dpdk_endpoint_close(struct nic_backend *b, struct nic_endpoin
     if (*pp != ep) continue;
     /* Receiving stops at any holder's close: the receiver above is keyed by the endpoint
      * and goes with the first close that succeeds. */
-    if (ep->refs > 1) { /* another holder still posts here: its completions need ep */
-      if (!(rc = nic_dpdk_rx_close_locked(ep))) ep->refs--;
+    /* The backend's own reference to its default endpoint is not a caller's: the last caller
+     * to close waits for the posts, as on any endpoint (their done() may use what it frees). */
+    const unsigned callers = ep->refs - (ep == be->default_ep);
+    if (ep->refs > 1) { /* the endpoint stays for its other holder */
+      rc = callers == 1 && atomic_load(&ep->inflight) ? -EBUSY : nic_dpdk_rx_close_locked(ep);
+      if (!rc) ep->refs--;
     } else if (ep != be->default_ep) {
       rc = atomic_load(&ep->inflight) ? -EBUSY : nic_dpdk_rx_close_locked(ep);
       if ((last = !rc)) *pp = ep->next, dma_dev(be, ep, false);

@@ -386,6 +386,27 @@ TEST(DpdkEndpoint, ApplicationPortIsBusyUntilThePeerFreesTheChain) {
   free(msg.ctl);
 }
 
+// The default endpoint is held by the backend too: the caller's destroy still waits for the
+// caller's posts, as on any endpoint (-EBUSY), rather than leave done() to run after it.
+TEST(DpdkEndpoint, DefaultPortIsBusyWhileAPostIsInFlight) {
+  nic_endpoint *ep = nic_dpdk_endpoint_create(NIC_DPDK_DEFAULT_PORT, 0);
+  REQUIRE_DPDK();
+  ASSERT_NE(ep, nullptr);
+  Message msg;
+  Done done;
+  rte_mbuf *m = PostAndTakeOffTheRing(ep, msg, &done);
+  ASSERT_NE(m, nullptr);
+  EXPECT_EQ(nic_dpdk_endpoint_destroy(ep), -EBUSY) << "the peer holds the mbufs";
+  EXPECT_EQ(done.calls, 0);
+  rte_pktmbuf_free(m);
+  ASSERT_TRUE(PollUntilDone(done));
+  EXPECT_EQ(nic_dpdk_endpoint_destroy(ep), 0);
+  EXPECT_EQ(nic_dpdk_endpoint_create(NIC_DPDK_DEFAULT_PORT, 0), ep) << "the backend kept it";
+  EXPECT_EQ(nic_dpdk_endpoint_destroy(ep), 0);
+  free(msg.dp);
+  free(msg.ctl);
+}
+
 // Under sim, with dpdk started beside it by its endpoint: the receive pool's dataplane memory is
 // registered with dpdk, the backend whose port writes there (its step becomes DPDK external
 // memory), not with the default backend alone.
