@@ -216,10 +216,18 @@ NIC_EXPORT int nic_dpdk_attach(uint16_t port, uint16_t queue) {
                          queue);
     return -EINVAL;
   }
+  /* The new endpoint first: one that cannot be made leaves the default as it was. */
+  struct nic_endpoint *ep = the_backend ? nic_dpdk_endpoint(&the_backend->pub, port, queue) : NULL;
+  if (the_backend && !ep) {
+    const int err = errno;
+    nic_plugin_api_error(NIC_PLUGIN_API_ENDPOINT, "nic_dpdk_attach(%u, %u): %s", port, queue,
+                         err == EINVAL ? "no such tx queue on the port" : strerror(err));
+    return -err;
+  }
   g.attached = g.have_port = true;
   g.port = port;
   g.queue = queue;
-  if (the_backend) the_backend->default_ep = nic_dpdk_endpoint(&the_backend->pub, port, queue);
+  if (ep) nic_dpdk_set_default(the_backend, ep);
   return 0;
 }
 

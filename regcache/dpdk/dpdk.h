@@ -35,8 +35,10 @@ struct rte_mbuf;
 
 /* The application owns EAL and has configured and started port_id with tx queue queue_id:
  * the backend never starts EAL and uses that queue as its default endpoint. Call before the
- * backend opens (after, it just replaces the default endpoint). 0 or -EINVAL (no such port;
- * once the backend is open, also counted in endpoint_errors and said once). */
+ * backend opens (after, it replaces the default endpoint; endpoints handed out before stay on
+ * their queue). 0, -EINVAL (no such port), or once the backend is open nic_dpdk_endpoint's
+ * -errno for the queue (-EINVAL: no such tx queue), the default endpoint unchanged; errors are
+ * counted in endpoint_errors and said once. */
 int nic_dpdk_attach(uint16_t port_id, uint16_t queue_id);
 
 /* An endpoint on a started port's tx queue. Every registration is DMA-mapped for the port's
@@ -192,6 +194,10 @@ struct dbackend {
   struct darea areas[NIC_DPDK_MAX_AREAS];
   struct dreg regs[NIC_DPDK_MAX_REGS];
 };
+
+/* Makes ep (a reference the caller holds, now the backend's) the default endpoint, under the
+ * backend's locks, and drops the backend's reference to the one it replaces. */
+void nic_dpdk_set_default(struct dbackend *be, struct nic_endpoint *ep);
 
 /* dpdk_areas.c, under reg_lock: gives r (base and len set) its page-aligned range and an extmem
  * area over it (0, -ENOSPC when every area is in use, or the registration's error); and lets go

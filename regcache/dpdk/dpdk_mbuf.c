@@ -282,6 +282,29 @@ NIC_EXPORT int nic_dpdk_endpoint_close(struct nic_backend *b, struct nic_endpoin
   return rc;
 }
 
+void nic_dpdk_set_default(struct dbackend *be, struct nic_endpoint *ep) {
+  pthread_mutex_lock(&be->reg_lock);
+  pthread_mutex_lock(&be->lock);
+  struct nic_endpoint *old = be->default_ep, *gone = NULL;
+  be->default_ep = ep;
+  if (old && old->refs > 1) {
+    old->refs--;
+  } else if (old && (atomic_load(&old->inflight) || nic_dpdk_rx_close_locked(old))) {
+    old->refs = 0; /* held by no one, and busy: it stays listed until the backend closes */
+  } else if (old) {
+    for (struct nic_endpoint **pp = &be->eps; *pp; pp = &(*pp)->next)
+      if (*pp == old) {
+        *pp = old->next;
+        dma_dev(be, old, false);
+        gone = old;
+        break;
+      }
+  }
+  pthread_mutex_unlock(&be->lock);
+  pthread_mutex_unlock(&be->reg_lock);
+  nic_plugin_free(gone);
+}
+
 NIC_EXPORT struct nic_endpoint *nic_dpdk_default_endpoint(struct nic_backend *b) {
   return b ? ((struct dbackend *)b)->default_ep : NULL;
 }

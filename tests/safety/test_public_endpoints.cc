@@ -407,6 +407,55 @@ TEST(DpdkEndpoint, DefaultPortIsBusyWhileAPostIsInFlight) {
   free(msg.ctl);
 }
 
+// nic_dpdk_attach once the backend is open: a queue that is not there is an error and the
+// default stays; another port becomes the default, and the backend lets go of the old one (whose
+// last caller then waits for its posts like any).
+TEST(DpdkEndpoint, AttachAfterOpenReplacesTheDefaultOrChangesNothing) {
+  nic_endpoint *old = nic_dpdk_endpoint_create(NIC_DPDK_DEFAULT_PORT, 0);
+  REQUIRE_DPDK();
+  ASSERT_NE(old, nullptr);
+  void *plugin = dlopen(NIC_PLUGIN_DIR "/libnicmalloc-dpdk.so", RTLD_NOW | RTLD_NOLOAD);
+  ASSERT_NE(plugin, nullptr);
+  auto attach = reinterpret_cast<int (*)(uint16_t, uint16_t)>(dlsym(plugin, "nic_dpdk_attach"));
+  ASSERT_NE(attach, nullptr);
+  uint16_t ring0 = UINT16_MAX;
+  ASSERT_EQ(rte_eth_dev_get_port_by_name("net_ring0", &ring0), 0);
+  testing::internal::CaptureStderr();
+  EXPECT_EQ(attach(ring0, 5), -EINVAL) << "no tx queue 5";
+  const std::string err = testing::internal::GetCapturedStderr();
+  EXPECT_NE(err.find("nic_dpdk_attach"), std::string::npos) << err;
+  nic_endpoint *same = nic_dpdk_endpoint_create(NIC_DPDK_DEFAULT_PORT, 0);
+  EXPECT_EQ(same, old) << "a failed attach replaced the default";
+  EXPECT_EQ(nic_dpdk_endpoint_destroy(same), 0);
+
+  int ports[2];
+  ASSERT_EQ(StartRingPortPair("att", 8, ports), "");
+  ASSERT_EQ(attach(static_cast<uint16_t>(ports[0]), 0), 0);
+  nic_endpoint *now = nic_dpdk_endpoint_create(NIC_DPDK_DEFAULT_PORT, 0);
+  ASSERT_NE(now, nullptr);
+  EXPECT_NE(now, old);
+  Message msg;
+  Done done, old_done;
+  ASSERT_EQ(msg.Post(now, &done), 0);
+  rte_mbuf *m = RxOne(static_cast<uint16_t>(ports[1]));
+  ASSERT_NE(m, nullptr) << "the new default does not send on the attached port";
+  EXPECT_EQ(Bytes(m), msg.bytes);
+  rte_pktmbuf_free(m);
+  ASSERT_TRUE(PollUntilDone(done));
+  EXPECT_EQ(nic_dpdk_endpoint_destroy(now), 0);
+  // The caller's is the last reference to the old default now.
+  rte_mbuf *held = PostAndTakeOffTheRing(old, msg, &old_done);
+  ASSERT_NE(held, nullptr);
+  EXPECT_EQ(nic_dpdk_endpoint_destroy(old), -EBUSY) << "the backend still holds the old default";
+  rte_pktmbuf_free(held);
+  ASSERT_TRUE(PollUntilDone(old_done));
+  EXPECT_EQ(nic_dpdk_endpoint_destroy(old), 0);
+  EXPECT_EQ(attach(ring0, 0), 0); // as the tests after this one expect
+  dlclose(plugin);
+  free(msg.dp);
+  free(msg.ctl);
+}
+
 // Under sim, with dpdk started beside it by its endpoint: the receive pool's dataplane memory is
 // registered with dpdk, the backend whose port writes there (its step becomes DPDK external
 // memory), not with the default backend alone.
