@@ -248,7 +248,8 @@ int nic_sga_add(struct nic_sga *sga, const void *p, size_t len);
  * again against its own here. On error (-EINVAL empty, -ENODEV, -E2BIG more entries than ep
  * takes: its backend's caps.max_sge, or fewer where the endpoint has a lower limit of its own,
  * a verbs QP created with a smaller max_send_sge or a dpdk port taking fewer segments per packet
- * (an entry over 64 KiB is several), a registration error of ep's backend, the backend's
+ * (an entry over 64 KiB is several; a port configured without RTE_ETH_TX_OFFLOAD_MULTI_SEGS
+ * takes one), a registration error of ep's backend, the backend's
  * -EINVAL/-ENOMEM, -EFAULT when the memory of an entry was unmapped since it was added, -NIC_EFREED
  * when the dataplane block of an entry was freed since and its step given back) nothing was posted
  * and the array holds the same ranges. An entry whose cached registration went stale meanwhile

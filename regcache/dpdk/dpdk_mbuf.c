@@ -232,6 +232,11 @@ NIC_EXPORT struct nic_endpoint *nic_dpdk_endpoint(struct nic_backend *b, uint16_
   struct nic_endpoint *ep = nic_plugin_calloc(1, sizeof *ep);
   if (!ep) return NULL;
   uint16_t segs = info.tx_desc_lim.nb_seg_max;
+  /* A port configured without multi-segment transmit may send a chain's first segment alone
+   * (drivers trust the offloads and look no further): one segment per packet there. */
+  struct rte_eth_conf conf;
+  if (!rte_eth_dev_conf_get(port, &conf) && !(conf.txmode.offloads & RTE_ETH_TX_OFFLOAD_MULTI_SEGS))
+    segs = 1;
   *ep = (struct nic_endpoint){.port = port,
                               .queue = queue,
                               .refs = 1,

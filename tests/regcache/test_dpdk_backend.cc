@@ -184,6 +184,7 @@ uint16_t StartPort(int port) {
   static rte_mempool *pool =
       rte_pktmbuf_pool_create("nm_test_rx", 255, 0, 0, RTE_MBUF_DEFAULT_BUF_SIZE, SOCKET_ID_ANY);
   rte_eth_conf conf{};
+  conf.txmode.offloads = RTE_ETH_TX_OFFLOAD_MULTI_SEGS; // its chains must go out whole
   if (!pool || port < 0 || rte_eth_dev_configure(port, 1, 1, &conf) ||
       rte_eth_rx_queue_setup(port, 0, 64, SOCKET_ID_ANY, nullptr, pool) ||
       rte_eth_tx_queue_setup(port, 0, 64, SOCKET_ID_ANY, nullptr) || rte_eth_dev_start(port))

@@ -12,8 +12,10 @@
 
 #include <string>
 
-// "" with ports[0..1] started, or what failed.
-inline std::string StartRingPortPair(const std::string &prefix, unsigned ring_size, int ports[2]) {
+// "" with ports[0..1] started, or what failed. Multi-segment transmit is configured unless
+// multi_segs is false, as an application sending chains must.
+inline std::string StartRingPortPair(const std::string &prefix, unsigned ring_size, int ports[2],
+                                     bool multi_segs = true) {
   rte_ring *ab = rte_ring_create((prefix + "_ab").c_str(), ring_size, SOCKET_ID_ANY,
                                  RING_F_SP_ENQ | RING_F_SC_DEQ);
   rte_ring *ba = rte_ring_create((prefix + "_ba").c_str(), ring_size, SOCKET_ID_ANY,
@@ -26,6 +28,7 @@ inline std::string StartRingPortPair(const std::string &prefix, unsigned ring_si
   for (int i = 0; i < 2; i++) {
     const int port = ports[i];
     rte_eth_conf conf{};
+    conf.txmode.offloads = multi_segs ? RTE_ETH_TX_OFFLOAD_MULTI_SEGS : 0;
     if (port < 0) return "rte_eth_from_rings";
     if (rte_eth_dev_configure(port, 1, 1, &conf)) return "configure";
     if (rte_eth_rx_queue_setup(port, 0, 64, SOCKET_ID_ANY, nullptr, pool)) return "rx queue";

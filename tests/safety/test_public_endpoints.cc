@@ -407,6 +407,40 @@ TEST(DpdkEndpoint, DefaultPortIsBusyWhileAPostIsInFlight) {
   free(msg.ctl);
 }
 
+// A port the application configured without multi-segment transmit takes one segment per
+// packet (its driver may send a chain's first segment alone): a post of two entries is -E2BIG
+// and leaves the array as it was; one entry goes out.
+TEST(DpdkEndpoint, PortWithoutMultiSegmentTransmitTakesOneEntry) {
+  nic_endpoint *probe = nic_dpdk_endpoint_create(NIC_DPDK_DEFAULT_PORT, 0);
+  REQUIRE_DPDK();
+  ASSERT_EQ(nic_dpdk_endpoint_destroy(probe), 0);
+  int ports[2];
+  ASSERT_EQ(StartRingPortPair("one", 8, ports, false), "");
+  nic_endpoint *ep = nic_dpdk_endpoint_create(ports[0], 0);
+  ASSERT_NE(ep, nullptr);
+  Message msg;
+  Done done;
+  nic_sga sga;
+  ASSERT_EQ(nic_sga_init(&sga, 0), 0);
+  ASSERT_EQ(nic_sga_add(&sga, msg.dp, 3000), 0);
+  ASSERT_EQ(nic_sga_add(&sga, msg.ctl, 5000), 0);
+  EXPECT_EQ(nic_sga_post(&sga, ep, Done::Fn, &done), -E2BIG);
+  EXPECT_EQ(sga.count, 2u) << "nothing was posted";
+  nic_sga_reset(&sga);
+  ASSERT_EQ(nic_sga_add(&sga, msg.dp, 3000), 0);
+  ASSERT_EQ(nic_sga_post(&sga, ep, Done::Fn, &done), 0);
+  rte_mbuf *m = RxOne(static_cast<uint16_t>(ports[1]));
+  ASSERT_NE(m, nullptr);
+  EXPECT_EQ(m->nb_segs, 1u);
+  EXPECT_EQ(Bytes(m), msg.bytes.substr(0, 3000));
+  rte_pktmbuf_free(m);
+  ASSERT_TRUE(PollUntilDone(done));
+  EXPECT_EQ(done.status, 0);
+  EXPECT_EQ(nic_dpdk_endpoint_destroy(ep), 0);
+  free(msg.dp);
+  free(msg.ctl);
+}
+
 // nic_dpdk_attach once the backend is open: a queue that is not there is an error and the
 // default stays; another port becomes the default, and the backend lets go of the old one (whose
 // last caller then waits for its posts like any).
