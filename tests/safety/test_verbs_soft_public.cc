@@ -10,6 +10,7 @@
 #include <cerrno>
 #include <cstdlib>
 #include <cstring>
+#include <memory>
 #include <string>
 #include <vector>
 
@@ -63,6 +64,40 @@ void Drain() {
   }
 }
 
+// An RC QP of the software device with CQs of its own, in RTS and connected to itself (what it
+// sends, it receives); freed with the object.
+struct SoftQp {
+  ibv_cq *scq, *rcq;
+  ibv_qp *qp;
+  SoftQp(ibv_pd *pd, uint32_t max_recv_wr, uint32_t max_send_sge = 8)
+      : scq(soft_verbs_cq(pd->context)), rcq(soft_verbs_cq(pd->context)),
+        qp(soft_verbs_qp(pd, scq, rcq, IBV_QPT_RC, max_recv_wr, nullptr)) {
+    soft_verbs_qp_send_sge(qp, max_send_sge);
+    for (ibv_qp_state s : {IBV_QPS_INIT, IBV_QPS_RTR, IBV_QPS_RTS}) {
+      ibv_qp_attr a{};
+      a.qp_state = s;
+      EXPECT_EQ(ibv_modify_qp(qp, &a, IBV_QP_STATE), 0);
+    }
+  }
+  SoftQp(const SoftQp &) = delete;
+  SoftQp &operator=(const SoftQp &) = delete;
+  ~SoftQp() {
+    for (void *p : {static_cast<void *>(qp), static_cast<void *>(scq), static_cast<void *>(rcq)})
+      soft_verbs_free(p);
+  }
+};
+
+// Destroys a receiving endpoint: the destroy moves its QP to the error state to get the posted
+// buffers back, and is -EBUSY until polls have reaped them.
+int DestroyOncePolled(nic_endpoint *ep) {
+  int rc = nic_verbs_endpoint_destroy(ep);
+  for (int i = 0; rc == -EBUSY && i < 100; i++) {
+    Drain();
+    rc = nic_verbs_endpoint_destroy(ep);
+  }
+  return rc;
+}
+
 TEST(VerbsSoftPublic, ReceivesIntoDataplaneBuffersHeldOnesComeBackAtRelease) {
   nic_sga probe;
   nic_sga_init(&probe, 0); // opens the backend
@@ -70,13 +105,8 @@ TEST(VerbsSoftPublic, ReceivesIntoDataplaneBuffersHeldOnesComeBackAtRelease) {
       << "the verbs plugin beside libnicmalloc.so (LD_LIBRARY_PATH) did not open";
   auto *pd = static_cast<ibv_pd *>(nic_verbs_get_pd());
   ASSERT_NE(pd, nullptr);
-  ibv_cq *scq = soft_verbs_cq(pd->context), *rcq = soft_verbs_cq(pd->context);
-  ibv_qp *qp = soft_verbs_qp(pd, scq, rcq, IBV_QPT_RC, 8, nullptr);
-  for (ibv_qp_state s : {IBV_QPS_INIT, IBV_QPS_RTR, IBV_QPS_RTS}) {
-    ibv_qp_attr a{};
-    a.qp_state = s;
-    ASSERT_EQ(ibv_modify_qp(qp, &a, IBV_QP_STATE), 0);
-  }
+  SoftQp q(pd, 8);
+  ibv_qp *qp = q.qp;
   nic_endpoint *ep = nic_verbs_endpoint_create(qp);
   ASSERT_NE(ep, nullptr);
   Rx rx;
@@ -117,16 +147,9 @@ TEST(VerbsSoftPublic, ReceivesIntoDataplaneBuffersHeldOnesComeBackAtRelease) {
   s = Stats();
   EXPECT_EQ(s.recv_messages - before.recv_messages, 10u);
   EXPECT_EQ(s.recv_stalls - before.recv_stalls, 1u);
-  // Destroy flushes the QP to get the posted buffers back: receiving ends once, then it goes.
-  int rc = nic_verbs_endpoint_destroy(ep);
-  for (int i = 0; rc == -EBUSY && i < 100; i++) {
-    Drain();
-    rc = nic_verbs_endpoint_destroy(ep);
-  }
-  EXPECT_EQ(rc, 0);
+  // Receiving ends once, then the endpoint goes.
+  EXPECT_EQ(DestroyOncePolled(ep), 0);
   EXPECT_EQ(rx.ends, 1);
-  for (void *p : {static_cast<void *>(qp), static_cast<void *>(scq), static_cast<void *>(rcq)})
-    soft_verbs_free(p);
 }
 
 // Each receiving endpoint takes one block of 32 buffers of 64 KiB (2 MiB). A block across a pin
@@ -139,42 +162,24 @@ TEST(VerbsSoftPublic, EveryEndpointReceivesWithFullBlocks) {
   auto *pd = static_cast<ibv_pd *>(nic_verbs_get_pd());
   ASSERT_NE(pd, nullptr);
   constexpr int kEndpoints = 6;
-  std::vector<void *> owned;
+  std::vector<std::unique_ptr<SoftQp>> qps;
   std::vector<nic_endpoint *> eps;
-  std::vector<ibv_qp *> qps;
   Rx rx;
   for (int i = 0; i < kEndpoints; i++) {
-    ibv_cq *scq = soft_verbs_cq(pd->context), *rcq = soft_verbs_cq(pd->context);
-    ibv_qp *qp = soft_verbs_qp(pd, scq, rcq, IBV_QPT_RC, 32, nullptr);
-    owned.insert(owned.end(),
-                 {static_cast<void *>(qp), static_cast<void *>(scq), static_cast<void *>(rcq)});
-    for (ibv_qp_state s : {IBV_QPS_INIT, IBV_QPS_RTR, IBV_QPS_RTS}) {
-      ibv_qp_attr a{};
-      a.qp_state = s;
-      ASSERT_EQ(ibv_modify_qp(qp, &a, IBV_QP_STATE), 0);
-    }
-    nic_endpoint *ep = nic_verbs_endpoint_create(qp);
+    qps.push_back(std::make_unique<SoftQp>(pd, 32));
+    nic_endpoint *ep = nic_verbs_endpoint_create(qps.back()->qp);
     ASSERT_NE(ep, nullptr);
     eps.push_back(ep);
-    qps.push_back(qp);
     EXPECT_EQ(nic_endpoint_receive(ep, Rx::Fn, &rx), 0) << "endpoint " << i;
-    EXPECT_EQ(soft_verbs_rq_posted(qp), 32u) << "endpoint " << i;
+    EXPECT_EQ(soft_verbs_rq_posted(qps.back()->qp), 32u) << "endpoint " << i;
   }
   for (size_t i = 0; i < eps.size(); i++)
     Send(eps[i], "to endpoint " + std::to_string(i));
   Drain();
   EXPECT_EQ(rx.msgs.size(), eps.size());
   EXPECT_EQ(rx.dataplane, static_cast<int>(eps.size()));
-  for (nic_endpoint *ep : eps) {
-    int rc = nic_verbs_endpoint_destroy(ep);
-    for (int i = 0; rc == -EBUSY && i < 100; i++) {
-      Drain();
-      rc = nic_verbs_endpoint_destroy(ep);
-    }
-    EXPECT_EQ(rc, 0);
-  }
-  for (void *p : owned)
-    soft_verbs_free(p);
+  for (nic_endpoint *ep : eps)
+    EXPECT_EQ(DestroyOncePolled(ep), 0);
 }
 
 // A QP made with fewer send entries than the device takes: the endpoint's limit is the QP's, below
@@ -185,17 +190,10 @@ TEST(VerbsSoftPublic, PostOverTheQueuePairsSendEntriesIsE2big) {
   ASSERT_EQ(nic_sga_init(&sga, 0), 0);
   auto *pd = static_cast<ibv_pd *>(nic_verbs_get_pd());
   ASSERT_NE(pd, nullptr);
-  ibv_cq *scq = soft_verbs_cq(pd->context), *rcq = soft_verbs_cq(pd->context);
-  ibv_qp *qp = soft_verbs_qp(pd, scq, rcq, IBV_QPT_RC, 8, nullptr);
-  soft_verbs_qp_send_sge(qp, 2);
-  for (ibv_qp_state s : {IBV_QPS_INIT, IBV_QPS_RTR, IBV_QPS_RTS}) {
-    ibv_qp_attr a{};
-    a.qp_state = s;
-    ASSERT_EQ(ibv_modify_qp(qp, &a, IBV_QP_STATE), 0);
-  }
-  nic_endpoint *ep = nic_verbs_endpoint_create(qp);
+  SoftQp q(pd, 8, 2);
+  nic_endpoint *ep = nic_verbs_endpoint_create(q.qp);
   ASSERT_NE(ep, nullptr);
-  Rx rx; // the QP is connected to itself: what it sends, it receives
+  Rx rx;
   ASSERT_EQ(nic_endpoint_receive(ep, Rx::Fn, &rx), 0);
   ASSERT_GT(sga.max, 2u) << "the device takes more entries than this QP";
   std::vector<char *> blocks;
@@ -220,14 +218,7 @@ TEST(VerbsSoftPublic, PostOverTheQueuePairsSendEntriesIsE2big) {
   EXPECT_EQ(rx.msgs[0], std::string(8192, 'a') + std::string(8192, 'c'));
   for (char *p : blocks)
     free(p);
-  int rc = nic_verbs_endpoint_destroy(ep);
-  for (int i = 0; rc == -EBUSY && i < 100; i++) {
-    Drain();
-    rc = nic_verbs_endpoint_destroy(ep);
-  }
-  EXPECT_EQ(rc, 0);
-  for (void *p : {static_cast<void *>(qp), static_cast<void *>(scq), static_cast<void *>(rcq)})
-    soft_verbs_free(p);
+  EXPECT_EQ(DestroyOncePolled(ep), 0);
 }
 
 } // namespace
