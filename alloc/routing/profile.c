@@ -80,10 +80,9 @@ static int64_t next_interval(double mean) {
 
 /* True when p was sampled. routed: NICMALLOC_SITES made p dataplane in this run. */
 static bool sample(void *p, size_t size, bool routed) {
-  if (!rng) { /* a thread's first allocation starts its countdown */
-    until_sample = next_interval(sample_mean);
-    return false;
-  }
+  /* A thread's first allocation starts its countdown, and is counted against it like any
+   * other: a worker whose first malloc is its I/O buffer must not be invisible. */
+  if (!rng) until_sample = next_interval(sample_mean);
   until_sample -= (int64_t)size;
   if (until_sample > 0) return false;
   until_sample = next_interval(sample_mean);

@@ -150,6 +150,37 @@ static int own_descriptors(void) {
   return 0;
 }
 
+__attribute__((noinline)) static char *first_site(size_t n) {
+  char *p = malloc(n);
+  __asm__ volatile("" : : "r"(p) : "memory");
+  return p;
+}
+
+/* A worker whose very first malloc is its I/O buffer, sent whole: prints how many bytes went. */
+static void *send_first_buffer(void *arg) {
+  const int fd = *(const int *)arg;
+  enum { kBuffer = 1 << 20 };
+  char *p = first_site(kBuffer);
+  memset(p, 'f', kBuffer);
+  ssize_t sent = send(fd, p, kBuffer, MSG_DONTWAIT);
+  free(p);
+  return (void *)(intptr_t)sent;
+}
+
+static int thread_first(void) {
+  int sv[2];
+  if (socketpair(AF_UNIX, SOCK_STREAM, 0, sv)) return 2;
+  int big = 4 << 20; /* room for the whole buffer: send never waits for a reader */
+  setsockopt(sv[0], SOL_SOCKET, SO_SNDBUF, &big, sizeof big);
+  setsockopt(sv[1], SOL_SOCKET, SO_RCVBUF, &big, sizeof big);
+  pthread_t thread;
+  void *sent = NULL;
+  if (pthread_create(&thread, NULL, send_first_buffer, &sv[0]) || pthread_join(thread, &sent))
+    return 3;
+  printf("first_sent=%ld\n", (long)(intptr_t)sent);
+  return 0;
+}
+
 /* "wrap": this program runs itself as a child that sends, as timeout or a shell would, and
  * exits after it; "fork": this program sends, then a forked child sends, and the parent exits
  * after it. */
@@ -157,6 +188,7 @@ int main(int argc, char **argv) {
   if (argc < 2) return send_blocks();
   if (!strncmp(argv[1], "daemon", 6)) return daemon_like(argv[1]);
   if (!strcmp(argv[1], "descriptors")) return own_descriptors();
+  if (!strcmp(argv[1], "thread-first")) return thread_first();
   if (!strcmp(argv[1], "setuid") && argc > 2) return drop_privileges((uid_t)atoi(argv[2]));
   if (!strcmp(argv[1], "fork") && send_blocks()) return 2; /* counts the child must not repeat */
   fflush(stdout);

@@ -80,6 +80,19 @@ TEST(Profile, ListsTheSendingSiteOnly) {
   EXPECT_GE(all, 2) << "quiet_site is sampled too, with nothing sent";
 }
 
+// A block of s bytes is sampled with probability 1 - e^(-s/mean), a thread's first one too: a
+// worker whose first malloc was its 1 MiB I/O buffer was never sampled, and the profile had no
+// sending site for it (with a mean of 4 KiB the chance of missing it is e^-256).
+TEST(Profile, AThreadsFirstAllocationIsSampled) {
+  Profile p;
+  auto r = make_profile(p, {"thread-first"});
+  ASSERT_EQ(r.exit_code, 0) << r.err;
+  ASSERT_GT(r.num("first_sent"), 0) << r.out;
+  int sending, all;
+  count_sites(p.path, sending, all);
+  EXPECT_EQ(sending, 1) << "the worker's buffer is the only block sent";
+}
+
 // libunwind tests the addresses it reads by writing them into a pipe it opens on its first walk
 // and keeps by number (alloc/routing/unwind_imports.c). A daemon that closes what it inherited
 // and makes its own descriptors got them at those numbers, and walks then read and wrote them.
