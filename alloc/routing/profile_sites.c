@@ -106,8 +106,15 @@ static bool parse_site(char *line, bool *resolved, bool *sending) {
     char *plus = strrchr(tok, '+');
     if (!plus || strncmp(plus, "+0x", 3)) return false;
     *plus = '\0';
-    uintptr_t off = strtoull(plus + 3, &end, 16), bias;
-    if (*end || !decode_path(tok)) return false;
+    /* As the writer wrote it: hex digits that fit (strtoull would take "-1", "" and clamp an
+     * overflow to ULLONG_MAX without a word). */
+    const char *hex = plus + 3;
+    if (!((*hex >= '0' && *hex <= '9') || (*hex >= 'a' && *hex <= 'f') ||
+          (*hex >= 'A' && *hex <= 'F')))
+      return false;
+    errno = 0;
+    uintptr_t off = strtoull(hex, &end, 16), bias;
+    if (*end || errno || !decode_path(tok)) return false;
     if (!nic_prof_module_base(tok, &bias)) *resolved = false;
     frames[n++] = bias + off;
   }

@@ -312,6 +312,20 @@ TEST(Profile, MissingOrBadProfileWarnsOnceAndRunsUnrouted) {
   unlink(bad);
 }
 
+// An offset that does not fit 64 bits (or has no digits) is a malformed line like any other:
+// strtoull clamped it to ULLONG_MAX and the file loaded without a word.
+TEST(Profile, AnOverflowingOrEmptyOffsetIsRefused) {
+  Profile p;
+  for (std::string offset : {"0xfffffffffffffffffff", "0x", "0x-1"}) {
+    std::ofstream(p.path, std::ios::trunc)
+        << "# nicmalloc profile 1\nsite 5 1 1 1 1 1 " NIC_PROBE_PATH "+" << offset << "\n";
+    auto r = run_probe({"NICMALLOC_SITES=" + p.path}, {});
+    ASSERT_EQ(r.exit_code, 0) << r.err;
+    EXPECT_EQ(count_lines(r.err, "is not a nicmalloc profile (malformed site lines)"), 1)
+        << offset << ": " << r.err;
+  }
+}
+
 std::string read_all(const std::string &path) {
   std::ifstream in(path, std::ios::binary);
   return std::string(std::istreambuf_iterator<char>(in), std::istreambuf_iterator<char>());
