@@ -38,7 +38,9 @@ void nic_dataplane_begin(void);
 void nic_dataplane_end(void);
 
 /* ---- Site ABI emitted by the LLVM pass (llvm-pass/) and used by profile-guided routing. A site
- * that is switched off allocates from the control heap. Site ids are below NIC_MAX_SITES. ---- */
+ * that is switched off allocates as the plain call it replaced would: from the control heap,
+ * unless the thread's dataplane scope or NICMALLOC_DP_MIN_SIZE says otherwise (or
+ * NICMALLOC_SITES routes its call site). Site ids are below NIC_MAX_SITES. ---- */
 #define NIC_MAX_SITES 65536u
 void *nic_malloc_site(size_t size, uint32_t site_id);
 void *nic_calloc_site(size_t count, size_t size, uint32_t site_id);

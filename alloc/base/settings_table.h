@@ -244,7 +244,8 @@
     "time)")                                                                                       \
   X(SITES_OFF, "NICMALLOC_SITES_OFF", NIC_T_TEXT, "", 0, 0, "", NIC_REACH_FILE,                    \
     "comma list of sites to switch off: site ids, or `file:line` / function names looked "         \
-    "up in `NICMALLOC_SITE_TABLE`")                                                                \
+    "up in `NICMALLOC_SITE_TABLE`. A switched-off site allocates as the plain call it "            \
+    "replaced: control heap, unless a dataplane scope or `NICMALLOC_DP_MIN_SIZE` applies")         \
   X(STATS, "NICMALLOC_STATS", NIC_T_CHOICE, "0", 0, 0, "0|no|off|false|1|yes|on|true|json",        \
     NIC_REACH_VALUE,                                                                               \
     "`1` prints a readable report to stderr at exit, `json` the same figures as one JSON "         \

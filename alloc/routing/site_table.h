@@ -7,7 +7,9 @@
 
 #include <stdint.h>
 
-/* DATAPLANE while the site is on (every site starts on), AUTO when it is off or unknown. */
+/* DATAPLANE while the site is on (every site starts on), AUTO when it is off or unknown: off
+ * undoes the pass's choice and nothing more, so the call is routed as the plain one it replaced
+ * (scope, NICMALLOC_DP_MIN_SIZE, NICMALLOC_SITES), as in a build without the pass. */
 enum nic_route nic_site_route(uint32_t site);
 
 #endif

@@ -118,9 +118,14 @@ int cmd_uring_endpoint(int argc, char **argv) { /* which backend; can one be mad
   return 0;
 }
 
-int cmd_sites(int argc, char **argv) { /* sites ID...: which are on */
-  for (int i = 2; i < argc; i++)
-    printf("site_%s=%d\n", argv[i], nic_site_is_enabled((uint32_t)atoi(argv[i])));
+int cmd_sites(int argc, char **argv) { /* sites ID...: which are on, and where they allocate */
+  for (int i = 2; i < argc; i++) {
+    const uint32_t id = (uint32_t)atoi(argv[i]);
+    void *p = nic_malloc_site(4096, id);
+    printf("site_%s=%d\nsite_%s_dataplane=%d\n", argv[i], nic_site_is_enabled(id), argv[i],
+           nic_is_dataplane(p));
+    free(p);
+  }
   return 0;
 }
 

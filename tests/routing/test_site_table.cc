@@ -63,6 +63,20 @@ TEST(SiteTable, NamesWithoutATableOrMatchingNothingAreReported) {
   EXPECT_EQ(count_lines(missing.err, "cannot be read"), 1) << missing.err;
 }
 
+// A switched-off site allocates as the plain malloc it replaced would: from the control heap
+// unless the size rule (or a dataplane scope) says otherwise, as in a build without the pass.
+TEST(SiteTable, ASwitchedOffSiteFollowsTheRulesOfAPlainMalloc) {
+  auto plain = run_probe({"NICMALLOC_SITES_OFF=16134"}, {"sites", "16134", "16135"});
+  ASSERT_EQ(plain.exit_code, 0) << plain.err;
+  EXPECT_EQ(plain.num("site_16134_dataplane"), 0);
+  EXPECT_EQ(plain.num("site_16135_dataplane"), 1) << "a site left on";
+  auto sized =
+      run_probe({"NICMALLOC_SITES_OFF=16134", "NICMALLOC_DP_MIN_SIZE=256"}, {"sites", "16134"});
+  ASSERT_EQ(sized.exit_code, 0) << sized.err;
+  EXPECT_EQ(sized.num("site_16134"), 0);
+  EXPECT_EQ(sized.num("site_16134_dataplane"), 1) << "4 KiB, over NICMALLOC_DP_MIN_SIZE";
+}
+
 // The table is read inside the first malloc of every process that names it: a FIFO there must
 // not hold start-up until someone writes to it.
 TEST(SiteTable, AFifoAsTheTableIsRefusedWithoutWaiting) {
