@@ -2,8 +2,10 @@
  * "file:line" or function names; names are looked up in the site table the LLVM pass wrote
  * (NICMALLOC_SITE_TABLE, JSON lines: {"module":..,"sites":[{"file":..,"function":..,"id":..,
  * "line":..,...},...]}). Reading the table also finds ids two modules share (the pass can only
- * see collisions inside one module). Runs at start-up, before main: it streams the file through
- * a fixed buffer and allocates nothing. */
+ * see collisions inside one module). A module rebuilt by an older pass was appended again rather
+ * than replaced: only its last line counts, and an id given twice to the same site (file, line,
+ * function) is no collision. Runs at start-up, before main: it streams the file through a fixed
+ * buffer, twice (the first pass finds each module's last line), and allocates nothing. */
 #include "site_table.h"
 
 #include "export.h"
@@ -24,6 +26,8 @@
 
 #define TOKENS_MAX 64
 #define FIELD_MAX 256
+#define LINES_MAX 8192u /* lines past it are all read, rebuilt modules or not */
+#define MODULE_SLOTS (2 * LINES_MAX)
 
 struct site {
   char file[FIELD_MAX], function[FIELD_MAX], key[16];
@@ -38,7 +42,13 @@ struct scan {
   char number[24]; /* the current number */
   size_t nlen;
   struct site site;
+  bool first_pass; /* finding each module's last line */
+  unsigned line;   /* the current line, from 0 */
+  uint64_t module; /* hash of the current line's "module", 0 before it */
   unsigned char seen[NIC_MAX_SITES / 8];
+  uint64_t entry[NIC_MAX_SITES]; /* hash of (file, line, function) of each id seen */
+  uint64_t line_module[LINES_MAX];
+  unsigned char skip[LINES_MAX / 8]; /* lines of a module that a later line replaces */
   unsigned switched_off, duplicates;
   const char *tokens[TOKENS_MAX];
   size_t token_len[TOKENS_MAX];
@@ -64,16 +74,31 @@ static bool matches(const struct site *s, const char *tok, size_t len) {
   return file && line == s->line;
 }
 
+static uint64_t hash_text(uint64_t h, const char *text) {
+  for (; *text; text++)
+    h = (h ^ (unsigned char)*text) * 0x100000001b3ull;
+  return h;
+}
+
+static bool skipped_line(const struct scan *sc) {
+  return sc->line < LINES_MAX && (sc->skip[sc->line / 8] >> (sc->line % 8) & 1);
+}
+
 static void finish_site(struct scan *sc) {
   struct site *s = &sc->site;
-  if (s->id < 0 || s->id >= (long)NIC_MAX_SITES) return;
+  if (sc->first_pass || skipped_line(sc) || s->id < 0 || s->id >= (long)NIC_MAX_SITES) return;
+  const uint64_t entry =
+      hash_text(hash_text(hash_text(0xcbf29ce484222325ull, s->file), s->function), "\n") ^
+      (uint64_t)s->line * 0x9e3779b97f4a7c15ull;
   unsigned char bit = (unsigned char)(1u << (s->id % 8));
-  if (sc->seen[s->id / 8] & bit) {
+  const bool again = sc->seen[s->id / 8] & bit;
+  if (again && sc->entry[s->id] != entry) {
     sc->duplicates++;
     nic_log_warn("site table: id %ld is used by more than one site (%s:%ld in %s); switching it "
                  "off switches off all of them",
                  s->id, s->file, s->line, s->function);
   }
+  if (!again) sc->entry[s->id] = entry;
   sc->seen[s->id / 8] |= bit;
   for (unsigned i = 0; i < sc->ntokens; i++)
     if (matches(s, sc->tokens[i], sc->token_len[i])) {
@@ -86,6 +111,8 @@ static void finish_site(struct scan *sc) {
 /* A value at site depth: remember the fields we need. */
 static void take_value(struct scan *sc, const char *text, bool is_string) {
   struct site *s = &sc->site;
+  if (sc->depth == 1 && is_string && !strcmp(s->key, "module"))
+    sc->module = hash_text(0xcbf29ce484222325ull, text) | 1;
   if (sc->depth != 2) return;
   if (is_string && !strcmp(s->key, "file"))
     strcpy(s->file, text);
@@ -114,7 +141,7 @@ static void feed(struct scan *sc, char c) {
     } else if (c == '"') {
       sc->in_string = false;
       sc->str[sc->len] = '\0';
-      if (sc->value_is_key && sc->depth == 2) /* the keys looked for are short: cut the rest */
+      if (sc->value_is_key && sc->depth <= 2) /* the keys looked for are short: cut the rest */
         snprintf(sc->site.key, sizeof sc->site.key, "%.15s", sc->str);
       else if (!sc->value_is_key)
         take_value(sc, sc->str, true);
@@ -140,7 +167,7 @@ static void feed(struct scan *sc, char c) {
     sc->value_is_key = true;
     break;
   case '{':
-    if (++sc->depth == 2) memset(&sc->site, 0, sizeof sc->site), sc->site.id = -1;
+    if (++sc->depth <= 2) memset(&sc->site, 0, sizeof sc->site), sc->site.id = -1;
     sc->value_is_key = true;
     break;
   case '}':
@@ -151,6 +178,49 @@ static void feed(struct scan *sc, char c) {
     break;
   default:
     break;
+  }
+}
+
+static void end_line(struct scan *sc) {
+  if (sc->first_pass && sc->line < LINES_MAX) sc->line_module[sc->line] = sc->module;
+  sc->line++;
+  sc->module = 0;
+  sc->depth = 0; /* each line is one module */
+  sc->in_string = sc->escape = false;
+  sc->nlen = 0;
+}
+
+static void stream(struct scan *sc, int fd) {
+  char buf[4096];
+  ssize_t n;
+  bool open_line = false;
+  sc->line = 0;
+  sc->module = 0;
+  while ((n = nic_read_nocancel(fd, buf, sizeof buf)) > 0)
+    for (ssize_t i = 0; i < n; i++) {
+      open_line = buf[i] != '\n';
+      if (open_line)
+        feed(sc, buf[i]);
+      else
+        end_line(sc);
+    }
+  if (open_line) end_line(sc);
+}
+
+/* Every line but the last of each module: an older pass appended a rebuilt module's line again. */
+static void mark_replaced_lines(struct scan *sc) {
+  static uint64_t modules[MODULE_SLOTS]; /* a set of module hashes; 0 = empty */
+  memset(modules, 0, sizeof modules);
+  for (unsigned i = sc->line < LINES_MAX ? sc->line : LINES_MAX; i-- > 0;) {
+    const uint64_t m = sc->line_module[i];
+    if (!m) continue;
+    uint32_t k = (uint32_t)(m >> 32) & (MODULE_SLOTS - 1);
+    while (modules[k] && modules[k] != m)
+      k = (k + 1) & (MODULE_SLOTS - 1);
+    if (modules[k])
+      sc->skip[i / 8] |= (unsigned char)(1u << (i % 8));
+    else
+      modules[k] = m;
   }
 }
 
@@ -166,21 +236,19 @@ static void read_table(struct scan *sc, const char *path) {
                  path);
     return;
   }
-  char buf[4096];
-  ssize_t n;
-  while ((n = nic_read_nocancel(fd, buf, sizeof buf)) > 0)
-    for (ssize_t i = 0; i < n; i++) {
-      if (buf[i] == '\n') sc->depth = 0; /* each line is one module */
-      feed(sc, buf[i]);
-    }
+  for (sc->first_pass = true;; sc->first_pass = false) {
+    stream(sc, fd);
+    if (!sc->first_pass || lseek(fd, 0, SEEK_SET) != 0) break;
+    mark_replaced_lines(sc);
+  }
   nic_close_nocancel(fd);
 }
 
 static void site_table_apply(void) {
   const char *off = nic_setting_text(NIC_S_SITES_OFF), *table = nic_setting_text(NIC_S_SITE_TABLE);
   if (!off && !table) return;
-  static struct scan sc; /* 8 KiB of id bits: not on the stack of whatever thread starts us */
-  memset(&sc, 0, sizeof sc);
+  /* 600 KiB: not on the stack of whatever thread starts us; zero, as this runs once. */
+  static struct scan sc;
   bool names = false;
   for (const char *t = off; t && *t && sc.ntokens < TOKENS_MAX;) {
     size_t len = strcspn(t, ",");

@@ -1,5 +1,6 @@
 // Switching allocation sites off without recompiling: by id, or by file:line or function name
 // through the LLVM pass's site table (JSON lines), in a child process with its own environment.
+#include <fcntl.h>
 #include <gtest/gtest.h>
 #include <sys/stat.h>
 #include <unistd.h>
@@ -61,6 +62,44 @@ TEST(SiteTable, NamesWithoutATableOrMatchingNothingAreReported) {
   auto missing = run_probe({"NICMALLOC_SITE_TABLE=/nonexistent.jsonl", "NICMALLOC_SITES_OFF=reply"},
                            {"sites", "100"});
   EXPECT_EQ(count_lines(missing.err, "cannot be read"), 1) << missing.err;
+}
+
+// An older pass appended a rebuilt module's line again instead of replacing it: every id of the
+// module then looked shared. Only a module's last line counts, and the same site (id, file, line,
+// function) named by two modules (an inline function of a header) is no collision.
+TEST(SiteTable, ARebuiltModulesOlderLinesAreIgnored) {
+  const std::string net_old =
+      R"({"module":"src/net.c","sites":[{"file":"src/net.c","function":"reply","id":100,"line":18},{"file":"src/net.c","function":"gone","id":101,"line":30}]})";
+  const std::string net_new =
+      R"({"sites":[{"file":"src/net.c","function":"reply","id":100,"line":19}],"module":"src/net.c"})";
+  const std::string kv =
+      R"({"module":"src/kv.c","sites":[{"file":"inc/buf.h","function":"buf_new","id":500,"line":4}]})";
+  const std::string other =
+      R"({"module":"src/io.c","sites":[{"file":"inc/buf.h","function":"buf_new","id":500,"line":4},{"file":"src/io.c","function":"io_buf","id":100,"line":7}]})";
+  char path[] = "/tmp/nic-sites-XXXXXX";
+  int fd = mkstemp(path);
+  ASSERT_GE(fd, 0);
+  const std::string text = net_old + "\n" + kv + "\n" + net_old + "\n" + net_new + "\n";
+  ASSERT_EQ(write(fd, text.data(), text.size()), ssize_t(text.size()));
+  close(fd);
+  auto r =
+      run_probe({"NICMALLOC_SITE_TABLE=" + std::string(path), "NICMALLOC_SITES_OFF=gone,net.c:19"},
+                {"sites", "100", "101", "500"});
+  ASSERT_EQ(r.exit_code, 0) << r.err;
+  EXPECT_EQ(count_lines(r.err, "used by more than one site"), 0) << r.err;
+  EXPECT_EQ(count_lines(r.err, "'gone' matched no site"), 1)
+      << "only in a replaced line: " << r.err;
+  EXPECT_EQ(r.num("site_100"), 0) << "net.c:19, from the module's last line";
+  EXPECT_EQ(r.num("site_101"), 1);
+  // A module that really gives id 100 to another site is still reported.
+  fd = open(path, O_WRONLY | O_APPEND);
+  ASSERT_GE(fd, 0);
+  ASSERT_EQ(write(fd, (other + "\n").data(), other.size() + 1), ssize_t(other.size() + 1));
+  close(fd);
+  r = run_probe({"NICMALLOC_SITE_TABLE=" + std::string(path)}, {"sites", "100"});
+  unlink(path);
+  EXPECT_EQ(count_lines(r.err, "used by more than one site"), 1) << r.err;
+  EXPECT_EQ(count_lines(r.err, "id 100 is used by more than one site (src/io.c:7"), 1) << r.err;
 }
 
 // A switched-off site allocates as the plain malloc it replaced would: from the control heap

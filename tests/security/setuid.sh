@@ -44,9 +44,10 @@ cp -P "$libdir"/libnicmalloc*.so* "$bin"/
 "$cc" -shared -fPIC -o "$home/evil.so" "$src/tests/security/evil_plugin.c" ||
   skip "cannot build the plugin"
 chown "$user:" "$home/evil.so"
-# Root's site table, whose strings a duplicate id would echo.
+# Root's site table, whose strings a duplicate id would echo (two modules: a module's earlier
+# lines are replaced by its last).
 for i in 1 2; do
-  echo '{"module":"m","sites":[{"file":"SECRET-7f3a9.c","function":"f","id":5,"line":'$i'}]}'
+  echo '{"module":"m'$i'","sites":[{"file":"SECRET-7f3a9.c","function":"f","id":5,"line":'$i'}]}'
 done >"$secret/file"
 chmod 600 "$secret/file"
 
