@@ -198,8 +198,10 @@
     "a profile from `NICMALLOC_PROFILE`: allocations from its sites that sent bytes are "          \
     "dataplane. A missing or bad file, or one in which nothing was sent, warns once and runs "     \
     "unrouted; a process that loads none of its sending sites' modules (a wrapper such as "        \
-    "`timeout` or a shell in the profiled run) runs unrouted without a word "                      \
-    "(`NICMALLOC_VERBOSE=1` says so)")                                                             \
+    "`timeout` or a shell in the profiled run) routes nothing without a word "                     \
+    "(`NICMALLOC_VERBOSE=1` says so). Sites in a library the program loads later with `dlopen` "   \
+    "are routed from its load on; a sending site whose library the program never loaded "          \
+    "(renamed, or not used in this run) is named in one warning at exit")                          \
   X(SITES_SAID, "NICMALLOC_SITES_SAID", NIC_T_TEXT, "", 0, 0, "", NIC_REACH_FILE,                  \
     "set by the first process of a run that warned about its `NICMALLOC_SITES` file, for "         \
     "those it forks or execs: they say the same only with `NICMALLOC_VERBOSE=1` (not set by "      \

@@ -12,6 +12,8 @@
  * return address in place; elsewhere a C tail call, which the compiler makes a jump when
  * optimising. */
 #define _GNU_SOURCE
+#include "interpose_dlopen.h"
+
 #include "export.h"
 #include "log.h"
 
@@ -30,6 +32,8 @@ static void *next_symbol(void **slot, const char *name) {
   }
   return real;
 }
+
+unsigned long nic_dlopen_calls;
 
 /* glibc's dlopen, found on the first call (a constructor of another library may be first). */
 __attribute__((visibility("hidden"))) void *(*nic_real_dlopen)(const char *, int);
@@ -65,14 +69,16 @@ _Static_assert(LM_ID_BASE == 0, "the x86-64 entry below tests the namespace agai
 
 #if defined(__x86_64__)
 /* On entry: the arguments in rdi, rsi and edx (dlopen: file and mode; dlmopen: namespace, file
- * and mode), the caller's return address at (rsp). to_slow jumps to 1 when the flag must go;
+ * and mode), the caller's return address at (rsp). The call is counted first (the flags the
+ * increment sets are set again by the tests after it). to_slow jumps to 1 when the flag must go;
  * take_off clears it in the saved mode. The slow path saves the three argument registers (three
  * pushes keep the call 16-byte aligned) and jumps to what nic_<name>_slow returns. */
 #define FRAMELESS_ENTRY(name, to_slow, take_off)                                                   \
   __asm__(".text\n"                                                                                \
           ".globl " #name "\n"                                                                     \
           ".type " #name ", @function\n" #name ":\n"                                               \
-          "  .cfi_startproc\n" to_slow "  movq nic_real_" #name "(%rip), %rax\n"                   \
+          "  .cfi_startproc\n"                                                                     \
+          "  lock incq nic_dlopen_calls(%rip)\n" to_slow "  movq nic_real_" #name "(%rip), %rax\n" \
           "  testq %rax, %rax\n"                                                                   \
           "  jz 1f\n"                                                                              \
           "  jmp *%rax\n"                                                                          \
@@ -104,6 +110,7 @@ FRAMELESS_ENTRY(dlmopen, "  testq %rdi, %rdi\n  jnz 3f\n  testl $8, %edx\n  jnz 
                 "  testq %rdi, %rdi\n  jnz 4f\n  andl $-9, %edx\n4:\n");
 #else
 NIC_EXPORT void *dlopen(const char *file, int mode) {
+  __atomic_add_fetch(&nic_dlopen_calls, 1, __ATOMIC_RELAXED);
   void *(*real)(const char *, int) = __atomic_load_n(&nic_real_dlopen, __ATOMIC_ACQUIRE);
   if (!real || (mode & RTLD_DEEPBIND))
     real = (void *(*)(const char *, int))nic_dlopen_slow(file, mode);
@@ -112,6 +119,7 @@ NIC_EXPORT void *dlopen(const char *file, int mode) {
 }
 
 NIC_EXPORT void *dlmopen(Lmid_t lmid, const char *file, int mode) {
+  __atomic_add_fetch(&nic_dlopen_calls, 1, __ATOMIC_RELAXED);
   void *(*real)(Lmid_t, const char *, int) = __atomic_load_n(&nic_real_dlmopen, __ATOMIC_ACQUIRE);
   const bool base = lmid == LM_ID_BASE;
   if (!real || (base && (mode & RTLD_DEEPBIND)))

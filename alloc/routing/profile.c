@@ -180,6 +180,7 @@ void nic_profile_finish(void) {
   if (flags & NIC_PROF_SAMPLE) nic_profile_file_write();
   /* A profile of another build of the program names the right modules at the wrong offsets:
    * it loads without a word and routes nothing. Say so once the run shows it. */
+  if (flags & NIC_PROF_ROUTE) nic_sites_finish();
   struct nic_sites_totals t;
   nic_sites_totals(&t);
   if ((flags & NIC_PROF_ROUTE) && t.sites && !t.routed_allocs && !t.over_budget)

@@ -52,8 +52,21 @@ unsigned nic_prof_capture(uintptr_t frames[NIC_PROF_FRAMES]);
 uint64_t nic_prof_hash(const uintptr_t *frames, unsigned n);
 /* Module path and load bias of the loaded object holding addr; false if none. */
 bool nic_prof_module_of(uintptr_t addr, char *path, size_t cap, uintptr_t *bias);
-/* Load bias of the loaded object whose path has the same base name; false if none. */
-bool nic_prof_module_base(const char *path, uintptr_t *bias);
+/* A loaded object's path: its name, or for the main program /proc/self/exe's target (read
+ * once). */
+struct dl_phdr_info;
+const char *nic_prof_object_name(const struct dl_phdr_info *info);
+
+/* profile_modules.c: the modules a NICMALLOC_SITES profile names, by base name. Interning is for
+ * the constructor only; scans need the caller's lock (one scanner at a time). */
+/* The module's id, or -1 when the table is full. */
+int nic_prof_module_intern(const char *path);
+/* Notes the load bias of every named module loaded now; returns how many were found new, and in
+ * *loads the loader's count of objects loaded so far. */
+unsigned nic_prof_modules_scan(unsigned long long *loads);
+/* True, with its load bias, once a scan has found the module loaded. */
+bool nic_prof_module_loaded(int id, uintptr_t *bias);
+const char *nic_prof_module_name(int id);
 /* Finds this library's frames and loads libunwind (unwind.h); false when it cannot be loaded,
  * and nic_prof_capture then returns 0. From the constructor only: it allocates. */
 bool nic_prof_stack_init(void);
@@ -92,5 +105,7 @@ struct nic_sites_totals {
   uint64_t sites, routed_allocs, routed_bytes, over_budget;
 };
 void nic_sites_totals(struct nic_sites_totals *out);
+/* At exit: warns about sending sites of this program whose module never loaded. */
+void nic_sites_finish(void);
 
 #endif

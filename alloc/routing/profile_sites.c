@@ -1,8 +1,13 @@
 /* NICMALLOC_SITES: routes the allocations of the sites a profile (profile.c's format) saw
- * sending bytes to dataplane memory. Each site's frames are turned back into addresses once, at
- * start-up, from the load addresses of the modules now (matched by base name), so the site hash
- * computed at allocation time matches under ASLR. Modules loaded later (dlopen) are not
- * resolved; their sites are counted as unresolved in the verbose log.
+ * sending bytes to dataplane memory. Each sending site is kept as module + offsets, and turned
+ * back into addresses from its modules' load biases in this process (profile_modules.c), so the
+ * site hash computed at allocation time matches under ASLR. Sites whose modules are not loaded at
+ * start-up wait: after a dlopen (interpose_dlopen.h) the routing path scans the loaded objects
+ * again and routes the sites they complete. dlopen is counted on entry, and the loader allocates
+ * before it adds the object: a dlopen is taken as seen once a scan finds the loader's count of
+ * loads moved, or after a few scans (dlopen(NULL), a library already loaded). Once a second
+ * the path looks anyway. A site that never completes, in a process that
+ * loaded another of its modules (so the profile is of this program), is named at exit.
  * The budget (NICMALLOC_SITES_BUDGET) caps the bytes each site routes over the run (requested
  * bytes, not live ones: frees do not give budget back), so a mis-profiled site cannot pin the
  * world; over it, the site allocates from the control heap after one warning. */
@@ -10,6 +15,7 @@
 #include "profile.h"
 
 #include "config.h"
+#include "interpose_dlopen.h"
 #include "log.h"
 #include "nocancel.h"
 #include "settings.h"
@@ -22,34 +28,103 @@
 #include <string.h>
 #include <sys/mman.h>
 #include <sys/stat.h>
+#include <time.h>
 #include <unistd.h>
 
 #define ROUTE_SLOTS 4096u
+#define SITES_MAX (ROUTE_SLOTS / 2)
 
 struct routed {
-  uint64_t hash; /* 0 = empty; read-only after loading */
+  uint64_t hash; /* 0 = empty; set once, by the resolver */
   uint64_t bytes;
   uint64_t budget;
   int warned;
 };
 
+/* A sending site of the profile as the file names it: routed once all its modules are loaded. */
+struct site {
+  uintptr_t offset[NIC_PROF_FRAMES];
+  int16_t module[NIC_PROF_FRAMES];
+  uint8_t n;
+  bool routed;
+  uint64_t budget;
+};
+
 static struct routed table[ROUTE_SLOTS];
+static struct site sites[SITES_MAX];
+static unsigned nstored;
 static size_t min_size;
+static const char *sites_path;
 static uint64_t nsites, routed_allocs, routed_bytes, over_budget, dropped_sites;
+/* Sites still waiting for a module, and when to look for new modules again. */
+static unsigned waiting;
+static unsigned long dlopens_seen;
+static unsigned long long loads_seen; /* the loader's count at the last scan */
+static unsigned tries;                /* scans since the last dlopen taken as seen */
+#define TRIES_MAX 64
+static time_t next_look;
+static int looking; /* the pid of the process whose thread looks: a fork cannot leave it held */
+static __thread unsigned until_clock __attribute__((tls_model("initial-exec")));
 
 static struct routed *slot(uint64_t hash, bool insert) {
   for (uint32_t i = (uint32_t)(hash >> 20) & (ROUTE_SLOTS - 1);; i = (i + 1) & (ROUTE_SLOTS - 1)) {
-    if (table[i].hash == hash) return &table[i];
-    if (table[i].hash) continue;
+    const uint64_t h = __atomic_load_n(&table[i].hash, __ATOMIC_ACQUIRE);
+    if (h == hash) return &table[i];
+    if (h) continue;
     if (!insert) return NULL;
-    if (nsites >= ROUTE_SLOTS / 2) {
-      dropped_sites++;
-      return NULL;
-    }
-    nsites++;
-    table[i].hash = hash;
+    __atomic_add_fetch(&nsites, 1, __ATOMIC_RELAXED);
     return &table[i];
   }
+}
+
+/* Routes the sites whose modules are all loaded now. The constructor, or the one looker. */
+static void resolve(void) {
+  nic_prof_modules_scan(&loads_seen);
+  for (unsigned i = 0; i < nstored; i++) {
+    struct site *s = &sites[i];
+    uintptr_t frames[NIC_PROF_FRAMES], bias;
+    unsigned n = 0;
+    while (!s->routed && n < s->n && nic_prof_module_loaded(s->module[n], &bias)) {
+      frames[n] = bias + s->offset[n];
+      n++;
+    }
+    if (s->routed || n < s->n) continue;
+    const uint64_t hash = nic_prof_hash(frames, n);
+    struct routed *r = slot(hash, true);
+    if (r->budget < s->budget) __atomic_store_n(&r->budget, s->budget, __ATOMIC_RELAXED);
+    __atomic_store_n(&r->hash, hash, __ATOMIC_RELEASE); /* after its budget */
+    s->routed = true;
+    __atomic_sub_fetch(&waiting, 1, __ATOMIC_RELEASE);
+  }
+}
+
+/* From the routing path while sites wait: after a dlopen, or once a second, one thread looks. */
+static void look_for_modules(void) {
+  const unsigned long dlopens = __atomic_load_n(&nic_dlopen_calls, __ATOMIC_RELAXED);
+  struct timespec now;
+  if (dlopens == __atomic_load_n(&dlopens_seen, __ATOMIC_RELAXED)) {
+    if (until_clock--) return; /* the clock every 256 requests: a vDSO call is not free */
+    until_clock = 255;
+    clock_gettime(CLOCK_MONOTONIC_COARSE, &now);
+    if (now.tv_sec < __atomic_load_n(&next_look, __ATOMIC_RELAXED)) return;
+  }
+  int owner = 0;
+  const int self = getpid();
+  if (!__atomic_compare_exchange_n(&looking, &owner, self, false, __ATOMIC_ACQUIRE,
+                                   __ATOMIC_RELAXED) &&
+      (owner == self || /* held in the parent when it forked us */
+       !__atomic_compare_exchange_n(&looking, &owner, self, false, __ATOMIC_ACQUIRE,
+                                    __ATOMIC_RELAXED)))
+    return;
+  clock_gettime(CLOCK_MONOTONIC_COARSE, &now);
+  const unsigned long long loads_before = loads_seen;
+  resolve();
+  if (loads_seen != loads_before || ++tries >= TRIES_MAX) {
+    __atomic_store_n(&dlopens_seen, dlopens, __ATOMIC_RELAXED);
+    tries = 0;
+  }
+  __atomic_store_n(&next_look, now.tv_sec + 1, __ATOMIC_RELAXED);
+  __atomic_store_n(&looking, 0, __ATOMIC_RELEASE);
 }
 
 /* NICMALLOC_SITES_BUDGET, lowered to NICMALLOC_SITES_HEADROOM times the bytes of the site's
@@ -82,8 +157,8 @@ static bool decode_path(char *p) {
 }
 
 /* "site SENT EST_SENT SAMPLED EST_ALLOCS EST_BYTES EST_SENT_BLOCKS MOD+0xOFF...": true if parsed;
- * *resolved says whether every module is loaded now, *sending whether the site sent bytes. */
-static bool parse_site(char *line, bool *resolved, bool *sending) {
+ * a site that sent bytes is kept (*sending). Only those name modules to look up. */
+static bool parse_site(char *line, bool *sending) {
   char *save, *tok = strtok_r(line, " \t", &save);
   if (!tok || strcmp(tok, "site")) return false;
   /* Numbers as profile_write.c writes them: digits only (strtoull would take "-5"). */
@@ -99,10 +174,9 @@ static bool parse_site(char *line, bool *resolved, bool *sending) {
   if (!number || *number < '0' || *number > '9') return false; /* no nan, inf or sign */
   double blocks = strtod(number, &end);
   if (*end) return false;
-  uintptr_t frames[NIC_PROF_FRAMES];
-  unsigned n = 0;
-  *resolved = true;
-  while ((tok = strtok_r(NULL, " \t", &save)) && n < NIC_PROF_FRAMES) {
+  struct site s = {.budget = site_budget(blocks)};
+  bool known = true; /* every module has a place in the table */
+  while ((tok = strtok_r(NULL, " \t", &save)) && s.n < NIC_PROF_FRAMES) {
     char *plus = strrchr(tok, '+');
     if (!plus || strncmp(plus, "+0x", 3)) return false;
     *plus = '\0';
@@ -113,14 +187,21 @@ static bool parse_site(char *line, bool *resolved, bool *sending) {
           (*hex >= 'A' && *hex <= 'F')))
       return false;
     errno = 0;
-    uintptr_t off = strtoull(hex, &end, 16), bias;
+    s.offset[s.n] = strtoull(hex, &end, 16);
     if (*end || errno || !decode_path(tok)) return false;
-    if (!nic_prof_module_base(tok, &bias)) *resolved = false;
-    frames[n++] = bias + off;
+    if (sent) {
+      const int id = nic_prof_module_intern(tok);
+      known &= id >= 0;
+      s.module[s.n] = (int16_t)id;
+    }
+    s.n++;
   }
-  if (!n) return false;
-  struct routed *r = sent && *resolved ? slot(nic_prof_hash(frames, n), true) : NULL;
-  if (r && site_budget(blocks) > r->budget) r->budget = site_budget(blocks); /* a repeated site */
+  if (!s.n) return false;
+  if (!sent) return true;
+  if (!known || nstored == SITES_MAX)
+    dropped_sites++;
+  else
+    sites[nstored++] = s;
   return true;
 }
 
@@ -156,7 +237,7 @@ bool nic_sites_load(const char *path) {
   char *text =
       st.st_size > 0 ? mmap(NULL, (size_t)st.st_size, PROT_READ, MAP_PRIVATE, fd, 0) : MAP_FAILED;
   nic_close_nocancel(fd);
-  unsigned lines = 0, bad = 0, unresolved = 0, sending_sites = 0;
+  unsigned lines = 0, bad = 0, sending_sites = 0;
   bool header = false, cut = false;
   static char line[1 << 14];
   for (size_t at = 0, size = text == MAP_FAILED ? 0 : (size_t)st.st_size; at < size;) {
@@ -171,13 +252,13 @@ bool nic_sites_load(const char *path) {
     if (len < sizeof line) {
       memcpy(line, text + at, len);
       line[len] = '\0';
-      bool resolved, sending;
+      bool sending;
       if (lines++ == 0)
         header = !strcmp(line, "# nicmalloc profile 1");
-      else if (line[0] && line[0] != '#' && !parse_site(line, &resolved, &sending))
+      else if (line[0] && line[0] != '#' && !parse_site(line, &sending))
         bad++;
       else if (line[0] && line[0] != '#')
-        unresolved += !resolved, sending_sites += sending;
+        sending_sites += sending;
     } else {
       bad++;
     }
@@ -187,8 +268,8 @@ bool nic_sites_load(const char *path) {
   if (!header || bad) {
     say_once_per_run(path, "NICMALLOC_SITES=%s is not a nicmalloc profile (%s); running unrouted",
                      path, header ? "malformed site lines" : "no '# nicmalloc profile 1' header");
-    memset(table, 0, sizeof table);
-    nsites = 0;
+    nstored = 0;
+    dropped_sites = 0;
     return false;
   }
   if (cut)
@@ -197,31 +278,38 @@ bool nic_sites_load(const char *path) {
         path);
   /* A profile is made of a whole run, wrappers and shells included (NICMALLOC_PROFILE), and
    * routes the same run: a process that loaded no module of a sending site (timeout, a shell, a
-   * pyenv shim, another program of the run) has nothing to route, which is no news on its stderr.
-   * A profile with no sending site at all routes nothing anywhere: that is said. */
-  if (!nsites && !sending_sites) {
+   * pyenv shim, another program of the run) has nothing to route now, which is no news on its
+   * stderr; it still routes the sites of modules it loads later. A profile with no sending site
+   * at all routes nothing anywhere: that is said. */
+  if (!sending_sites) {
     say_once_per_run(path, "NICMALLOC_SITES=%s names no site that sent bytes; running unrouted",
                      path);
-    return false;
-  }
-  if (!nsites) {
-    nic_log_info("NICMALLOC_SITES=%s: none of its %u sending sites lies in modules this process "
-                 "loaded (a wrapper, or another program of the profiled run?); running unrouted",
-                 path, sending_sites);
     return false;
   }
   if (dropped_sites)
     say_once_per_run(path,
                      "NICMALLOC_SITES=%s: %llu sending sites past the first %u are not routed",
-                     path, (unsigned long long)dropped_sites, ROUTE_SLOTS / 2);
-  nic_log_info("NICMALLOC_SITES=%s: %llu sites routed, %u not loaded now", path,
-               (unsigned long long)nsites, unresolved);
-  return true;
+                     path, (unsigned long long)dropped_sites, SITES_MAX);
+  sites_path = path;
+  waiting = nstored;
+  dlopens_seen = __atomic_load_n(&nic_dlopen_calls, __ATOMIC_RELAXED);
+  resolve();
+  if (!nsites)
+    nic_log_info("NICMALLOC_SITES=%s: none of its %u sending sites lies in modules this process "
+                 "loaded (a wrapper, or another program of the profiled run?); routing those of "
+                 "modules it loads later",
+                 path, sending_sites);
+  else
+    nic_log_info("NICMALLOC_SITES=%s: %llu sites routed, %u wait for modules not loaded now", path,
+                 (unsigned long long)nsites, waiting);
+  return nstored > 0;
 }
 
 enum nic_route nic_sites_route(size_t size) {
   if (size < min_size || !nic_thread_ready() || nic_self.scope_depth || nic_self.internal_depth)
     return NIC_ROUTE_AUTO;
+  if (__atomic_load_n(&waiting, __ATOMIC_RELAXED)) look_for_modules();
+  if (!__atomic_load_n(&nsites, __ATOMIC_RELAXED)) return NIC_ROUTE_AUTO;
   uintptr_t frames[NIC_PROF_FRAMES];
   unsigned n = nic_prof_capture(frames);
   struct routed *r = n ? slot(nic_prof_hash(frames, n), false) : NULL;
@@ -246,4 +334,32 @@ void nic_sites_totals(struct nic_sites_totals *out) {
   out->routed_allocs = __atomic_load_n(&routed_allocs, __ATOMIC_RELAXED);
   out->routed_bytes = __atomic_load_n(&routed_bytes, __ATOMIC_RELAXED);
   out->over_budget = __atomic_load_n(&over_budget, __ATOMIC_RELAXED);
+}
+
+/* Sites still waiting at exit, named when this process is the profiled program: it loaded another
+ * module of such a site (the C library and the loader, which every process has, do not count). */
+void nic_sites_finish(void) {
+  if (!__atomic_load_n(&waiting, __ATOMIC_ACQUIRE)) return;
+  unsigned missing = 0;
+  int named = -1;
+  for (unsigned i = 0; i < nstored; i++) {
+    const struct site *s = &sites[i];
+    if (s->routed) continue;
+    bool ours = false;
+    int absent = -1;
+    for (unsigned k = 0; k < s->n; k++) {
+      uintptr_t bias;
+      const char *name = nic_prof_module_name(s->module[k]);
+      if (!nic_prof_module_loaded(s->module[k], &bias))
+        absent = absent < 0 ? s->module[k] : absent;
+      else if (strncmp(name, "libc.so", 7) && strncmp(name, "ld-linux", 8))
+        ours = true;
+    }
+    if (ours && absent >= 0) missing++, named = named < 0 ? absent : named;
+  }
+  if (missing)
+    nic_log_warn("NICMALLOC_SITES=%s: %u sending sites were never routed: their module %s%s was "
+                 "never loaded by this process (renamed, or not loaded in this run?)",
+                 sites_path, missing, nic_prof_module_name(named),
+                 missing > 1 ? " (or others)" : "");
 }

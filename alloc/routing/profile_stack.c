@@ -11,6 +11,7 @@
 #include "unwind.h"
 
 #include <link.h>
+#include <pthread.h>
 #include <stdio.h>
 #include <string.h>
 #include <unistd.h>
@@ -70,24 +71,31 @@ unsigned nic_prof_capture(uintptr_t frames[NIC_PROF_FRAMES]) {
 
 struct module_query {
   uintptr_t addr;
-  const char *name; /* for nic_prof_module_base */
   char *path;
   size_t cap;
   uintptr_t bias;
   bool found;
 };
 
-/* The main program has an empty name in dl_iterate_phdr: name it by /proc/self/exe. */
-static const char *module_name(const struct dl_phdr_info *info, char *buf, size_t cap) {
-  if (info->dlpi_name && info->dlpi_name[0]) return info->dlpi_name;
-  ssize_t n = readlink("/proc/self/exe", buf, cap - 1);
-  buf[n > 0 ? n : 0] = '\0';
+static char exe_path[4096];
+static pthread_once_t exe_once = PTHREAD_ONCE_INIT;
+
+static void read_exe_path(void) {
+  ssize_t n = readlink("/proc/self/exe", exe_path, sizeof exe_path - 1);
+  exe_path[n > 0 ? n : 0] = '\0';
   /* A program replaced while it runs is still the same program on the next run. */
   static const char deleted[] = " (deleted)";
-  size_t len = strlen(buf);
-  if (len > sizeof deleted - 1 && !strcmp(buf + len - (sizeof deleted - 1), deleted))
-    buf[len - (sizeof deleted - 1)] = '\0';
-  return buf;
+  size_t len = strlen(exe_path);
+  if (len > sizeof deleted - 1 && !strcmp(exe_path + len - (sizeof deleted - 1), deleted))
+    exe_path[len - (sizeof deleted - 1)] = '\0';
+}
+
+/* The main program has an empty name in dl_iterate_phdr: name it by /proc/self/exe, read once
+ * (a process that execs starts again with a new library image; fork keeps the program). */
+const char *nic_prof_object_name(const struct dl_phdr_info *info) {
+  if (info->dlpi_name && info->dlpi_name[0]) return info->dlpi_name;
+  pthread_once(&exe_once, read_exe_path);
+  return exe_path;
 }
 
 static int find_addr(struct dl_phdr_info *info, size_t size, void *arg) {
@@ -97,8 +105,7 @@ static int find_addr(struct dl_phdr_info *info, size_t size, void *arg) {
     const ElfW(Phdr) *ph = &info->dlpi_phdr[i];
     uintptr_t start = info->dlpi_addr + ph->p_vaddr;
     if (ph->p_type != PT_LOAD || q->addr < start || q->addr >= start + ph->p_memsz) continue;
-    char exe[512];
-    snprintf(q->path, q->cap, "%s", module_name(info, exe, sizeof exe));
+    snprintf(q->path, q->cap, "%s", nic_prof_object_name(info));
     q->bias = info->dlpi_addr;
     q->found = true;
     return 1;
@@ -109,29 +116,6 @@ static int find_addr(struct dl_phdr_info *info, size_t size, void *arg) {
 bool nic_prof_module_of(uintptr_t addr, char *path, size_t cap, uintptr_t *bias) {
   struct module_query q = {.addr = addr, .path = path, .cap = cap};
   dl_iterate_phdr(find_addr, &q);
-  *bias = q.bias;
-  return q.found;
-}
-
-static const char *base_name(const char *path) {
-  const char *slash = strrchr(path, '/');
-  return slash ? slash + 1 : path;
-}
-
-/* By base name: the same library may be reached through different symlinks on the next run. */
-static int find_name(struct dl_phdr_info *info, size_t size, void *arg) {
-  (void)size;
-  struct module_query *q = arg;
-  char exe[512];
-  if (strcmp(base_name(module_name(info, exe, sizeof exe)), base_name(q->name))) return 0;
-  q->bias = info->dlpi_addr;
-  q->found = true;
-  return 1;
-}
-
-bool nic_prof_module_base(const char *path, uintptr_t *bias) {
-  struct module_query q = {.name = path};
-  dl_iterate_phdr(find_name, &q);
   *bias = q.bias;
   return q.found;
 }

@@ -3,6 +3,7 @@
  * were dataplane memory, and the sent-bytes figures of struct nic_stats, as key=value lines. */
 #define _GNU_SOURCE /* pipe2 */
 #include <dirent.h>
+#include <dlfcn.h>
 #include <fcntl.h>
 #include <grp.h>
 #include <nicmalloc.h>
@@ -181,6 +182,18 @@ static int thread_first(void) {
   return 0;
 }
 
+/* "plugin PATH": loads the library at PATH (profile_plugin.c) after start-up and has it send. */
+static int plugin(const char *path) {
+  int sv[2];
+  if (socketpair(AF_UNIX, SOCK_STREAM, 0, sv)) return 2;
+  void *lib = dlopen(path, RTLD_NOW);
+  int (*send_from)(int, int, int (*)(const void *)) =
+      lib ? (int (*)(int, int, int (*)(const void *)))dlsym(lib, "plugin_send") : NULL;
+  if (!send_from) return 3;
+  printf("plugin_dataplane=%d\n", send_from(sv[0], sv[1], nic_is_dataplane));
+  return 0;
+}
+
 /* "wrap": this program runs itself as a child that sends, as timeout or a shell would, and
  * exits after it; "fork": this program sends, then a forked child sends, and the parent exits
  * after it. */
@@ -189,6 +202,7 @@ int main(int argc, char **argv) {
   if (!strncmp(argv[1], "daemon", 6)) return daemon_like(argv[1]);
   if (!strcmp(argv[1], "descriptors")) return own_descriptors();
   if (!strcmp(argv[1], "thread-first")) return thread_first();
+  if (!strcmp(argv[1], "plugin") && argc > 2) return plugin(argv[2]);
   if (!strcmp(argv[1], "setuid") && argc > 2) return drop_privileges((uid_t)atoi(argv[2]));
   if (!strcmp(argv[1], "fork") && send_blocks()) return 2; /* counts the child must not repeat */
   fflush(stdout);

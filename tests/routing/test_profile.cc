@@ -172,6 +172,51 @@ TEST(Profile, RoutedRunGivesDataplaneToTheSendingSiteOnly) {
   EXPECT_EQ(count_lines(r.err, "NICMALLOC_SITES"), 0) << r.err; // no budget or file warning
 }
 
+// A site in a library loaded with dlopen after start-up: its frames could not be turned into
+// addresses when the profile was read, and it was dropped without a word. It is routed once the
+// library is loaded.
+TEST(Profile, ASiteInALibraryLoadedLaterIsRouted) {
+  Profile p;
+  auto made = make_profile(p, {"plugin", NIC_PLUGIN_PATH});
+  ASSERT_EQ(made.exit_code, 0) << made.err;
+  ASSERT_EQ(made.num("plugin_dataplane"), 0);
+  auto r = run_probe({"NICMALLOC_SITES=" + p.path}, {"plugin", NIC_PLUGIN_PATH});
+  ASSERT_EQ(r.exit_code, 0) << r.err;
+  EXPECT_EQ(r.num("plugin_dataplane"), 400) << r.err;
+  EXPECT_EQ(count_lines(r.err, "nicmalloc"), 0) << r.err;
+}
+
+// The same profile in a run of the program that never loads the library routes nothing, and says
+// so at exit, naming the library.
+TEST(Profile, ASiteWhoseLibraryNeverLoadsIsNamedAtExit) {
+  Profile p;
+  ASSERT_EQ(make_profile(p, {"plugin", NIC_PLUGIN_PATH}).exit_code, 0);
+  auto r = run_probe({"NICMALLOC_SITES=" + p.path}, {});
+  ASSERT_EQ(r.exit_code, 0) << r.err;
+  EXPECT_EQ(r.num("sending_dataplane"), 0);
+  const std::string lib = NIC_PLUGIN_PATH;
+  EXPECT_EQ(count_lines(r.err, "were never routed: their module " + lib.substr(lib.rfind('/') + 1)),
+            1)
+      << r.err;
+}
+
+// Reading a large profile read /proc/self/exe's link once per frame looked up, and looked up the
+// frames of sites that sent nothing: 65540 readlink calls for 16384 sites, in every process. The
+// program's path is read once, and only sending sites are looked up, once per module.
+TEST(Profile, ALargeProfileReadsTheProgramsPathOnce) {
+  Profile p;
+  {
+    std::ofstream out(p.path);
+    out << "# nicmalloc profile 1\n" << std::hex;
+    for (int i = 0; i < 2000; i++) // quiet sites, then sending ones, all in the program
+      out << "site " << (i < 1000 ? 0 : 1) << " 1 1 1 1 1 " NIC_PROBE_PATH "+0x" << 16 * i
+          << " " NIC_PROBE_PATH "+0x" << 16 * i + 8 << "\n";
+  }
+  auto r = run_probe({"LD_PRELOAD=" NIC_COUNT_READLINK_PATH, "NICMALLOC_SITES=" + p.path}, {});
+  ASSERT_EQ(r.exit_code, 0) << r.err;
+  EXPECT_LE(r.num("readlink_calls"), 2) << r.out; // once, and the probe reads none
+}
+
 // NICMALLOC_PROFILE and NICMALLOC_SITES on one file: the profile the routed run writes still
 // names the routed site as sending, so the run after it is routed too.
 TEST(Profile, ARoutedRunThatProfilesKeepsItsRoutedSites) {
