@@ -224,12 +224,17 @@ void *nic_control_alloc_failed(void) {
  * OS, a dataplane attempt before the control heap), and a program may test errno after a call
  * that allocates inside (getpwnam, strtod). The fast paths touch no errno. */
 void *nic_alloc(size_t size, size_t alignment, bool zero, enum nic_route route) {
+  return nic_alloc_from(size, alignment, zero, route, NULL);
+}
+
+void *nic_alloc_from(size_t size, size_t alignment, bool zero, enum nic_route route,
+                     const void *caller) {
   const int saved_errno = errno;
   nic_startup();
   /* Profile-guided sites (routing/profile.c): sampling and routing take over when either is on. */
   const nic_alloc_router_fn router = __atomic_load_n(&nic_alloc_router, __ATOMIC_ACQUIRE);
   void *p = __builtin_expect(router != NULL, 0) && !nic_self.internal_depth
-                ? router(size, alignment, zero, route)
+                ? router(size, alignment, zero, route, caller)
                 : nic_alloc_core(size, alignment, zero, route);
   errno = p ? saved_errno : ENOMEM;
   return p;
@@ -240,7 +245,7 @@ void *nic_alloc(size_t size, size_t alignment, bool zero, enum nic_route route) 
  * is nonzero), no router (profiling, site routing), and the fast paths' limit still the size
  * rule's (site records lower it at run time). The general path cost such a malloc/free pair of
  * 4 KiB about 93 instructions more than nic_malloc's (bench/callgrind_hotpaths.sh, 4096 B). */
-void *nic_alloc_auto_general(size_t size, bool zero) {
+void *nic_alloc_auto_general(size_t size, bool zero, const void *caller) {
   if (__builtin_expect(size == SIZE_MAX, 0)) { /* no allocator can serve it, nor tries */
     nic_probe_malloc_seen = true;
     errno = ENOMEM;
@@ -253,7 +258,7 @@ void *nic_alloc_auto_general(size_t size, bool zero) {
     void *p = nic_dp_alloc_fast(size, zero, false);
     if (p) return p;
   }
-  return nic_alloc(size, 0, zero, NIC_ROUTE_AUTO);
+  return nic_alloc_from(size, 0, zero, NIC_ROUTE_AUTO, caller);
 }
 
 /* A freed block given to realloc or malloc_usable_size is no double free; the report names the

@@ -70,8 +70,9 @@ static inline __attribute__((always_inline)) void *nic_dp_alloc_fast(size_t size
 
 /* What malloc and calloc do with a request their fast paths do not take: NICMALLOC_DP_MIN_SIZE's
  * blocks on the inline dataplane path where the general path would come to it anyway, the rest
- * on the general path. Out of line, so that malloc keeps nothing across its fast path's call. */
-void *nic_alloc_auto_general(size_t size, bool zero);
+ * on the general path. Out of line, so that malloc keeps nothing across its fast path's call.
+ * caller: the program's return address, for nic_alloc_from. */
+void *nic_alloc_auto_general(size_t size, bool zero, const void *caller);
 
 /* malloc/calloc: one thread-local load and one compare choose the control fast path for a
  * request of at least NIC_MIN_BLOCK bytes (below it, size - NIC_MIN_BLOCK wraps around and
@@ -87,7 +88,9 @@ static inline void *nic_alloc_auto(size_t size, bool zero) {
     void *p = nic_control_alloc_fast(NIC_MIN_BLOCK, zero);
     return __builtin_expect(p != NULL, 1) ? p : nic_control_alloc_failed();
   }
-  return nic_alloc_auto_general(size, zero);
+  /* The return address of the exported function this is inlined into (malloc, calloc, new):
+   * where the program's call returns to, which NICMALLOC_SITES tests before any stack walk. */
+  return nic_alloc_auto_general(size, zero, __builtin_return_address(0));
 }
 
 /* What a call does with the block it is given, for its report when the block is not live. */

@@ -113,13 +113,14 @@ static void record(void *p, size_t size) {
   busy = false;
 }
 
-void *nic_profile_alloc(size_t size, size_t alignment, bool zero, enum nic_route route) {
+void *nic_profile_alloc(size_t size, size_t alignment, bool zero, enum nic_route route,
+                        const void *caller) {
   int flags = __atomic_load_n(&nic_profile_flags, __ATOMIC_RELAXED);
   if (busy) return nic_alloc_core(size, alignment, zero, route);
   bool routed = false;
   if ((flags & NIC_PROF_ROUTE) && route == NIC_ROUTE_AUTO) {
     busy = true;
-    route = nic_sites_route(size);
+    route = nic_sites_route(size, (uintptr_t)caller);
     routed = route == NIC_ROUTE_DATAPLANE;
     busy = false;
   }

@@ -24,7 +24,8 @@ extern int nic_profile_flags;
 void nic_profile_record_sites(size_t min_size, double mean);
 
 /* The allocation router (core/alloc.h) while profiling or routing: samples, routes, records. */
-void *nic_profile_alloc(size_t size, size_t alignment, bool zero, enum nic_route route);
+void *nic_profile_alloc(size_t size, size_t alignment, bool zero, enum nic_route route,
+                        const void *caller);
 extern bool nic_profile_tracking;
 
 /* Reads the files and arms the hooks; from the library constructor. */
@@ -49,6 +50,10 @@ void nic_profile_file_tick(void);
 
 /* profile_stack.c: the site of the current call. Returns the number of frames (0: none). */
 unsigned nic_prof_capture(uintptr_t frames[NIC_PROF_FRAMES]);
+/* The same, walking only as far as the first want frames (at most NIC_PROF_FRAMES) need. */
+unsigned nic_prof_capture_n(uintptr_t *frames, unsigned want);
+/* True for an address in this library's code. */
+bool nic_prof_own(uintptr_t addr);
 uint64_t nic_prof_hash(const uintptr_t *frames, unsigned n);
 /* Module path and load bias of the loaded object holding addr; false if none. */
 bool nic_prof_module_of(uintptr_t addr, char *path, size_t cap, uintptr_t *bias);
@@ -99,8 +104,9 @@ uint64_t nic_prof_table_dropped(void);
 
 /* profile_sites.c: routing. */
 bool nic_sites_load(const char *path);
-/* The route for an allocation of size bytes from the current call site. */
-enum nic_route nic_sites_route(size_t size);
+/* The route for an allocation of size bytes from the current call site; caller is where the
+ * program's call returns to, or 0 when not known. */
+enum nic_route nic_sites_route(size_t size, uintptr_t caller);
 struct nic_sites_totals {
   uint64_t sites, routed_allocs, routed_bytes, over_budget;
 };

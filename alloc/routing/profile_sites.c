@@ -8,6 +8,10 @@
  * loads moved, or after a few scans (dlopen(NULL), a library already loaded). Once a second
  * the path looks anyway. A site that never completes, in a process that
  * loaded another of its modules (so the profile is of this program), is named at exit.
+ * An allocation is tested first by where the program's call returns to (the exported malloc,
+ * calloc and new pass it down; other calls walk one frame for it) against the routed sites' first
+ * frames, and walks the stack (as far as the sites' frames go) only when that matches: most
+ * allocations are of no routed site, and the walk cost them 100 ns and more.
  * The budget (NICMALLOC_SITES_BUDGET) caps the bytes each site routes over the run (requested
  * bytes, not live ones: frees do not give budget back), so a mis-profiled site cannot pin the
  * world; over it, the site allocates from the control heap after one warning. */
@@ -51,6 +55,9 @@ struct site {
 };
 
 static struct routed table[ROUTE_SLOTS];
+/* The routed sites' first frames, a set (0 = empty; set once, by the resolver). */
+static uintptr_t firsts[ROUTE_SLOTS];
+static unsigned frames_max; /* the most frames of a routed site */
 static struct site sites[SITES_MAX];
 static unsigned nstored;
 static size_t min_size;
@@ -77,6 +84,17 @@ static struct routed *slot(uint64_t hash, bool insert) {
   }
 }
 
+static bool first_known(uintptr_t first, bool insert) {
+  for (uint32_t i = (uint32_t)((first * 0x9e3779b97f4a7c15ull) >> 52) & (ROUTE_SLOTS - 1);;
+       i = (i + 1) & (ROUTE_SLOTS - 1)) {
+    const uintptr_t f = __atomic_load_n(&firsts[i], __ATOMIC_ACQUIRE);
+    if (f == first) return true;
+    if (f) continue;
+    if (insert) __atomic_store_n(&firsts[i], first, __ATOMIC_RELEASE);
+    return insert;
+  }
+}
+
 /* Routes the sites whose modules are all loaded now. The constructor, or the one looker. */
 static void resolve(void) {
   nic_prof_modules_scan(&loads_seen);
@@ -93,6 +111,9 @@ static void resolve(void) {
     struct routed *r = slot(hash, true);
     if (r->budget < s->budget) __atomic_store_n(&r->budget, s->budget, __ATOMIC_RELAXED);
     __atomic_store_n(&r->hash, hash, __ATOMIC_RELEASE); /* after its budget */
+    if (n > __atomic_load_n(&frames_max, __ATOMIC_RELAXED))
+      __atomic_store_n(&frames_max, n, __ATOMIC_RELAXED);
+    first_known(frames[0], true); /* after the site: a match finds it */
     s->routed = true;
     __atomic_sub_fetch(&waiting, 1, __ATOMIC_RELEASE);
   }
@@ -305,13 +326,16 @@ bool nic_sites_load(const char *path) {
   return nstored > 0;
 }
 
-enum nic_route nic_sites_route(size_t size) {
+enum nic_route nic_sites_route(size_t size, uintptr_t caller) {
   if (size < min_size || !nic_thread_ready() || nic_self.scope_depth || nic_self.internal_depth)
     return NIC_ROUTE_AUTO;
   if (__atomic_load_n(&waiting, __ATOMIC_RELAXED)) look_for_modules();
   if (!__atomic_load_n(&nsites, __ATOMIC_RELAXED)) return NIC_ROUTE_AUTO;
+  /* A caller in this library: an exported function that did not inline the allocation path. */
+  if ((!caller || nic_prof_own(caller)) && !nic_prof_capture_n(&caller, 1)) return NIC_ROUTE_AUTO;
+  if (!first_known(caller, false)) return NIC_ROUTE_AUTO;
   uintptr_t frames[NIC_PROF_FRAMES];
-  unsigned n = nic_prof_capture(frames);
+  unsigned n = nic_prof_capture_n(frames, __atomic_load_n(&frames_max, __ATOMIC_RELAXED));
   struct routed *r = n ? slot(nic_prof_hash(frames, n), false) : NULL;
   if (!r) return NIC_ROUTE_AUTO;
   uint64_t before = __atomic_fetch_add(&r->bytes, size, __ATOMIC_RELAXED);

@@ -51,22 +51,49 @@ uint64_t nic_prof_hash(const uintptr_t *frames, unsigned n) {
   return h | 1; /* 0 marks an empty slot in the tables */
 }
 
-unsigned nic_prof_capture(uintptr_t frames[NIC_PROF_FRAMES]) {
+bool nic_prof_own(uintptr_t addr) {
+  return addr >= own_lo && addr < own_hi;
+}
+
+/* The most frames of ours seen above the program's: a walk asks for that many and the frames
+ * wanted, since its cost grows with every frame (a deep program was walked 20 frames up for
+ * 4). A path with more frames of ours than seen yet walks again, further, and raises it. */
+static unsigned own_depth;
+
+unsigned nic_prof_capture_n(uintptr_t *frames, unsigned want) {
   const struct nic_unwind *unw = nic_unwind_get();
   if (!unw) return 0;
   void *raw[SKIP_MAX + NIC_PROF_FRAMES];
-  /* libunwind's thread-local block, which the C library allocates (with malloc) on a thread's
-   * first walk, is nicmalloc's own memory, whatever scope the thread is in. */
-  nic_internal_enter();
-  int got = unw->backtrace(raw, (int)(sizeof raw / sizeof raw[0]));
-  nic_internal_leave();
-  unsigned n = 0;
-  int i = 0;
-  while (i < got && (uintptr_t)raw[i] >= own_lo && (uintptr_t)raw[i] < own_hi)
-    i++;
-  for (; i < got && n < NIC_PROF_FRAMES; i++)
-    frames[n++] = (uintptr_t)raw[i];
-  return n;
+  const unsigned cap = sizeof raw / sizeof raw[0];
+  unsigned depth = __atomic_load_n(&own_depth, __ATOMIC_RELAXED);
+  for (;;) {
+    const unsigned max = depth + want < cap ? depth + want : cap;
+    /* libunwind's thread-local block, which the C library allocates (with malloc) on a thread's
+     * first walk, is nicmalloc's own memory, whatever scope the thread is in. */
+    nic_internal_enter();
+    const int walked = unw->backtrace(raw, (int)max);
+    nic_internal_leave();
+    const unsigned got = walked > 0 ? (unsigned)walked : 0;
+    unsigned i = 0;
+    while (i < got && nic_prof_own((uintptr_t)raw[i]))
+      i++;
+    if (got == max && got - i < want && max < cap) { /* cut short: the stack goes on */
+      depth = i < got ? i : SKIP_MAX;
+      continue;
+    }
+    for (unsigned seen = __atomic_load_n(&own_depth, __ATOMIC_RELAXED); i < got && i > seen;)
+      if (__atomic_compare_exchange_n(&own_depth, &seen, i, true, __ATOMIC_RELAXED,
+                                      __ATOMIC_RELAXED))
+        break;
+    unsigned n = 0;
+    for (; i < got && n < want; i++)
+      frames[n++] = (uintptr_t)raw[i];
+    return n;
+  }
+}
+
+unsigned nic_prof_capture(uintptr_t frames[NIC_PROF_FRAMES]) {
+  return nic_prof_capture_n(frames, NIC_PROF_FRAMES);
 }
 
 struct module_query {

@@ -32,10 +32,20 @@ __attribute__((noinline)) static char *quiet_site(size_t n) {
   return p;
 }
 
+/* Reads back the kSize bytes just sent to fd's peer, so that sends never wait. */
+static bool drained(int fd) {
+  static char sink[kSize];
+  for (size_t got = 0; got < kSize;) {
+    ssize_t r = read(fd, sink, kSize - got);
+    if (r <= 0) return false;
+    got += (size_t)r;
+  }
+  return true;
+}
+
 static int send_blocks(void) {
   int sv[2];
   if (socketpair(AF_UNIX, SOCK_STREAM, 0, sv)) return 2;
-  static char sink[kSize];
   int sent_dp = 0, quiet_dp = 0;
   for (int i = 0; i < kBlocks; i++) {
     char *p = sending_site(kSize), *q = quiet_site(kSize);
@@ -46,11 +56,7 @@ static int send_blocks(void) {
     struct iovec iov = {p, kSize};
     struct msghdr msg = {.msg_iov = &iov, .msg_iovlen = 1};
     if (sendmsg(sv[0], &msg, 0) != kSize) return 3;
-    for (size_t got = 0; got < kSize;) {
-      ssize_t r = read(sv[1], sink, kSize - got);
-      if (r <= 0) return 4;
-      got += (size_t)r;
-    }
+    if (!drained(sv[1])) return 4;
     free(p);
     free(q);
   }
@@ -182,6 +188,54 @@ static int thread_first(void) {
   return 0;
 }
 
+/* One sending site per allocation call: the exported malloc and calloc pass the program's return
+ * address down, the others leave it to a walk. */
+enum { kEntryBlocks = 50 };
+static const char *const kEntries[] = {"malloc", "calloc", "realloc", "aligned_alloc",
+                                       "posix_memalign"};
+
+/* Each case is a call site of its own (its own return address). */
+__attribute__((noinline)) static char *by_entry(size_t entry, size_t n) {
+  void *p = NULL;
+  switch (entry) {
+  case 0:
+    p = malloc(n);
+    break;
+  case 1:
+    p = calloc(1, n);
+    break;
+  case 2:
+    p = realloc(NULL, n);
+    break;
+  case 3:
+    p = aligned_alloc(64, n);
+    break;
+  default:
+    p = posix_memalign(&p, 64, n) ? NULL : p;
+    break;
+  }
+  __asm__ volatile("" : : "r"(p) : "memory");
+  return p;
+}
+
+static int entries(void) {
+  int sv[2];
+  if (socketpair(AF_UNIX, SOCK_STREAM, 0, sv)) return 2;
+  for (size_t e = 0; e < sizeof kEntries / sizeof kEntries[0]; e++) {
+    int dataplane = 0;
+    for (int i = 0; i < kEntryBlocks; i++) {
+      char *p = by_entry(e, kSize);
+      if (!p) return 3;
+      memset(p, 'e', kSize);
+      dataplane += nic_is_dataplane(p);
+      if (send(sv[0], p, kSize, 0) != kSize || !drained(sv[1])) return 4;
+      free(p);
+    }
+    printf("%s_dataplane=%d\n", kEntries[e], dataplane);
+  }
+  return 0;
+}
+
 /* "plugin PATH": loads the library at PATH (profile_plugin.c) after start-up and has it send. */
 static int plugin(const char *path) {
   int sv[2];
@@ -203,6 +257,7 @@ int main(int argc, char **argv) {
   if (!strcmp(argv[1], "descriptors")) return own_descriptors();
   if (!strcmp(argv[1], "thread-first")) return thread_first();
   if (!strcmp(argv[1], "plugin") && argc > 2) return plugin(argv[2]);
+  if (!strcmp(argv[1], "entries")) return entries();
   if (!strcmp(argv[1], "setuid") && argc > 2) return drop_privileges((uid_t)atoi(argv[2]));
   if (!strcmp(argv[1], "fork") && send_blocks()) return 2; /* counts the child must not repeat */
   fflush(stdout);

@@ -47,6 +47,12 @@ void count_sites(const std::string &path, int &sending, int &all) {
   }
 }
 
+int sending_sites(const std::string &path) {
+  int sending, all;
+  count_sites(path, sending, all);
+  return sending;
+}
+
 // The header's sent_other: bytes sent from memory that was not dataplane, over the run.
 long long header_sent_other(const std::string &path) {
   std::ifstream in(path);
@@ -88,9 +94,7 @@ TEST(Profile, AThreadsFirstAllocationIsSampled) {
   auto r = make_profile(p, {"thread-first"});
   ASSERT_EQ(r.exit_code, 0) << r.err;
   ASSERT_GT(r.num("first_sent"), 0) << r.out;
-  int sending, all;
-  count_sites(p.path, sending, all);
-  EXPECT_EQ(sending, 1) << "the worker's buffer is the only block sent";
+  EXPECT_EQ(sending_sites(p.path), 1) << "the worker's buffer is the only block sent";
 }
 
 // libunwind tests the addresses it reads by writing them into a pipe it opens on its first walk
@@ -215,6 +219,22 @@ TEST(Profile, ALargeProfileReadsTheProgramsPathOnce) {
   auto r = run_probe({"LD_PRELOAD=" NIC_COUNT_READLINK_PATH, "NICMALLOC_SITES=" + p.path}, {});
   ASSERT_EQ(r.exit_code, 0) << r.err;
   EXPECT_LE(r.num("readlink_calls"), 2) << r.out; // once, and the probe reads none
+}
+
+// A routed run tests where the program's call returns to before it walks the stack: malloc and
+// calloc pass that address down, the other calls walk one frame for it. Sites of every call are
+// routed, and only they.
+TEST(Profile, SitesOfEveryAllocationCallAreRouted) {
+  Profile p;
+  ASSERT_EQ(make_profile(p, {"entries"}).exit_code, 0);
+  ASSERT_EQ(sending_sites(p.path), 5);
+  auto r = run_probe({"NICMALLOC_SITES=" + p.path}, {"entries"});
+  ASSERT_EQ(r.exit_code, 0) << r.err;
+  for (const char *call : {"malloc", "calloc", "realloc", "aligned_alloc", "posix_memalign"})
+    EXPECT_EQ(r.num(std::string(call) + "_dataplane"), 50) << call << "\n" << r.err;
+  auto others = run_probe({"NICMALLOC_SITES=" + p.path}, {});
+  ASSERT_EQ(others.exit_code, 0) << others.err;
+  EXPECT_EQ(others.num("sending_dataplane"), 0) << "another site of the same program";
 }
 
 // NICMALLOC_PROFILE and NICMALLOC_SITES on one file: the profile the routed run writes still
