@@ -13,12 +13,27 @@
 #include <mimalloc.h>
 #include <pthread.h>
 
-/* A huge object gets a mimalloc segment of its own: the object plus the segment's header, well
- * under 1 MiB, rounded to 64 KiB slices. */
-#define HUGE_SEGMENT_OVERHEAD (1ul << 20)
-
+/* The largest request whose segment fits a chunk: a huge object gets a mimalloc segment of its
+ * own, a header and the object rounded up to 1 MiB below 32 MiB and to 4 MiB above
+ * (nic_dp_huge_segment_bound). The chunk less 1 MiB, as this was, let requests of 1021-1023 MiB
+ * through with 1 GiB chunks: each mapped GROW_ATTEMPTS chunks that could not hold it, then went
+ * to the control heap, until every chunk was mapped. */
 size_t nic_dp_max_request(void) {
-  return nic_config()->chunk_size - HUGE_SEGMENT_OVERHEAD;
+  static size_t max; /* the chunk size is fixed from start-up on */
+  size_t m = __atomic_load_n(&max, __ATOMIC_RELAXED);
+  if (m) return m;
+  const size_t chunk = nic_config()->chunk_size, room = chunk - NIC_HUGE_BLOCK_OFFSET;
+  m = room & ~((4ul << 20) - 1);
+  if (m < (32ul << 20)) m = room & ~((1ul << 20) - 1);
+  __atomic_store_n(&max, m, __ATOMIC_RELAXED);
+  return m;
+}
+
+/* An alignment adds to the segment; only requests near the limit can be refused for it. */
+static bool fits_a_chunk(size_t size, size_t alignment) {
+  const size_t max = nic_dp_max_request();
+  if (size > max) return false;
+  return size <= max / 2 || nic_dp_huge_segment_bound(size, alignment) <= nic_config()->chunk_size;
 }
 
 void *nic_heap_alloc(mi_heap_t *heap, size_t size, size_t alignment, bool zero) {
@@ -257,7 +272,7 @@ void *nic_dp_alloc(size_t size, size_t alignment, bool zero, enum nic_dp_failure
 
 static void *dp_alloc(size_t size, size_t alignment, bool zero, enum nic_dp_failure *why) {
   *why = NIC_DP_OK;
-  if (size > nic_dp_max_request()) {
+  if (!fits_a_chunk(size, alignment)) {
     *why = NIC_DP_TOO_LARGE;
     return NULL;
   }

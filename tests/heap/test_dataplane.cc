@@ -398,6 +398,21 @@ TEST(DataplaneChunks, RequestLargerThanAChunkIsNotSilentlyLost) {
   EXPECT_EQ(count_lines(r.err, "larger than a chunk can hold"), 1) << r.err;
 }
 
+// A request over 32 MiB gets a segment of the request rounded up to 4 MiB plus a header: with
+// 64 MiB chunks 60 MiB fits and 61-63 MiB do not. The limit was the chunk less 1 MiB, so those
+// passed it, and each mapped chunks that could not hold it before going to the control heap.
+TEST(DataplaneChunks, RequestsJustUnderTheChunkSizeThatNoChunkHoldsMapNothing) {
+  auto fits = run_probe({"NICMALLOC_CHUNK_SIZE=64M"}, {"dp-alloc", "62914560", "62914560"});
+  ASSERT_EQ(fits.exit_code, 0) << fits.err;
+  EXPECT_EQ(fits.num("control_blocks"), 0) << fits.err;
+  auto over = run_probe({"NICMALLOC_CHUNK_SIZE=64M", "NICMALLOC_VERBOSE=1"},
+                        {"dp-alloc", "65011712", "65011712"});
+  ASSERT_EQ(over.exit_code, 0) << over.err;
+  EXPECT_EQ(over.num("control_blocks"), 1);
+  EXPECT_EQ(over.num("chunks_created"), 0) << over.err;
+  EXPECT_EQ(count_lines(over.err, "larger than a chunk can hold (62914560"), 1) << over.err;
+}
+
 TEST(DataplaneChunks, SizeThresholdRoutesLargeMallocs) {
   auto big = run_probe({"NICMALLOC_DP_MIN_SIZE=4096"}, {"auto", "4096"});
   auto small = run_probe({"NICMALLOC_DP_MIN_SIZE=4096"}, {"auto", "4095"});
