@@ -103,8 +103,8 @@
   X("receive cap", recv_capped, uint64_t, count, "# capped", "messages that waited because the held bytes reached NICMALLOC_RECV_HELD_MAX") \
   X("receive cap", recv_waiting, uint64_t, count, "# waiting", "messages waiting now for the held bytes to fall under the cap") \
   X("receive cap", recv_capped_dropped, uint64_t, count, "# dropped at close", "waiting messages given back undelivered because their endpoint was destroyed") \
-  X("peaks", dataplane_live_peak, size_t, bytes, "live #", "largest dataplane_live seen, by the reaper at each pass (every 10 ms to 1 s) and by each stats read: a lower bound") \
-  X("peaks", dataplane_pinned_peak, size_t, bytes, "pinned #", "largest dataplane_pinned over the process lifetime, as sampled once per reaper pass and at each read (a lower bound)") \
+  X("peaks", dataplane_live_peak, size_t, bytes, "live #", "largest dataplane_live seen, by the reaper at each pass (every 10 ms to 1 s) and by each stats read, which keeps it: a lower bound that never goes down") \
+  X("peaks", dataplane_pinned_peak, size_t, bytes, "pinned #", "largest dataplane_pinned over the process lifetime, as sampled once per reaper pass and at each read (a lower bound that never goes down)") \
   X("control decommits", control_decommits_waited, uint64_t, count, "# waited", "decommits of control segments that exited threads abandoned, made by a visiting heap that could not take them (a dataplane heap's, or a forced collection's), held back for NICMALLOC_PURGE_DELAY_MS instead of made at once (only once the dataplane is in use)") \
   X("control decommits", control_decommits_reused, uint64_t, count, "# reused", "of those, ranges (or parts) that mimalloc committed again, or unmapped, before the delay ran out: committed again, their pages were still there, with no fault") \
   X("control decommits", control_decommits_late, uint64_t, count, "# made late", "ranges given back to the OS after the delay (or by nic_collect and malloc_trim)") \

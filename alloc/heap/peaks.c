@@ -25,8 +25,8 @@ void nic_peaks_sample(const int64_t live[NIC_CHUNK_SLOTS]) {
 }
 
 void nic_peaks_read(size_t live_now, size_t pinned_now, size_t *live_out, size_t *pinned_out) {
-  size_t live = __atomic_load_n(&live_peak, __ATOMIC_RELAXED);
-  size_t pinned = __atomic_load_n(&pinned_peak, __ATOMIC_RELAXED);
-  *live_out = live_now > live ? live_now : live;
-  *pinned_out = pinned_now > pinned ? pinned_now : pinned;
+  keep_max(&live_peak, live_now);
+  keep_max(&pinned_peak, pinned_now);
+  *live_out = __atomic_load_n(&live_peak, __ATOMIC_RELAXED);
+  *pinned_out = __atomic_load_n(&pinned_peak, __ATOMIC_RELAXED);
 }
