@@ -51,6 +51,9 @@ NIC_EXPORT void nic_dataplane_end(void) {
 
 NIC_EXPORT void nic_collect(void) {
   struct nic_thread *t = &nic_self;
+  /* What this pass starts waiting for (the release delay) the thread goes on with: in a fork
+   * child it may not run yet. */
+  if (nic_chunk_slots_used()) nic_reaper_start();
   if (nic_thread_ready()) {
     nic_dp_refresh(t);
     unsigned slots = nic_chunk_slots_used();

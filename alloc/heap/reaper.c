@@ -273,10 +273,20 @@ bool nic_reaper_stop(void) {
   return true;
 }
 
-/* In a fork child the thread is gone. */
+/* In a fork child the thread is gone. It starts again where a dataplane allocation takes the
+ * slow path (alloc_slow), or at nic_collect: a new chunk epoch sends the forking thread, the
+ * child's only one, down that path at its next dataplane allocation, instead of the inline path
+ * it would keep taking (a prefork server's children never released the steps and chunks they
+ * freed). Not started here: a thread made in a fork handler would start before the child's
+ * other handlers have made their locks anew. */
 static void after_fork_child(void) {
+  const bool was_started = __atomic_load_n(&started, __ATOMIC_RELAXED);
   joinable = false;
   __atomic_store_n(&stop_word, 0, __ATOMIC_RELAXED);
   __atomic_store_n(&started, 0, __ATOMIC_RELEASE);
+  if (!was_started) return;
+  __atomic_add_fetch(&nic_chunk_epoch, 1, __ATOMIC_RELEASE);
+  __atomic_store_n(&nic_self.dp_small_span, 0, __ATOMIC_RELAXED);
+  __atomic_store_n(&nic_self.dp_fast_below, 0, __ATOMIC_RELAXED);
 }
 NIC_FORK_CHILD(reaper_thread, NIC_FORK_REAPER_THREAD, after_fork_child);

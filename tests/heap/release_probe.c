@@ -1,7 +1,8 @@
 /* release_probe: fills dataplane memory with small objects, frees most of them, and reports how
  * the pinned bytes follow. Modes: "fifo" frees the oldest 90% (whole chunks empty out), "random"
  * frees a random 90% (every chunk keeps some live objects), and "poke" is fifo but lets the
- * reaper thread and later dataplane traffic do the release instead of nic_collect, and "stale"
+ * reaper thread and later dataplane traffic do the release instead of nic_collect ("fork-poke":
+ * in a fork child, whose reaper thread the fork left behind), and "stale"
  * is fifo, then frees once more a block whose chunk went back to the OS. "cursor" (TOTAL
  * unused) releases the chunk a thread last allocated from, then frees elsewhere and allocates;
  * "draining" (TOTAL unused) translates into a chunk waiting to be released. */
@@ -12,7 +13,9 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/wait.h>
 #include <time.h>
+#include <unistd.h>
 
 static void print(const char *tag) {
   struct nic_stats s = NIC_STATS_INIT;
@@ -113,7 +116,8 @@ static int released_cursor(void) {
 
 int main(int argc, char **argv) {
   if (argc < 3) {
-    fprintf(stderr, "usage: release_probe fifo|random|poke|stale|cursor|draining TOTAL_BYTES\n");
+    fprintf(stderr,
+            "usage: release_probe fifo|random|poke|fork-poke|stale|cursor|draining TOTAL_BYTES\n");
     return 2;
   }
   const char *mode = argv[1];
@@ -135,6 +139,17 @@ int main(int argc, char **argv) {
   }
   printf("objects=%zu\n", n);
   print("full");
+  if (!strcmp(mode, "fork-poke")) {
+    fflush(stdout);
+    const pid_t child = fork();
+    if (child < 0) return 1;
+    if (child > 0) {
+      int status = 0;
+      waitpid(child, &status, 0);
+      return WIFEXITED(status) ? WEXITSTATUS(status) : 1;
+    }
+    mode = "poke";
+  }
   size_t keep_from = n - n / 10;
   if (!strcmp(mode, "random")) { /* shuffle, then free the first 90% of the shuffled order */
     for (size_t i = n - 1; i > 0; i--) {

@@ -33,6 +33,17 @@ TEST(Release, TheReaperAndLaterTrafficReleaseWithoutNicCollect) {
   EXPECT_EQ(r.num("corrupt"), 0);
 }
 
+// A fork child's reaper thread is not the parent's: the fork left it behind. The child that
+// frees what it inherited and goes on with dataplane traffic gets its chunks released too.
+// Before, nothing in the child started the reaper again while its inline path served it.
+TEST(Release, AForkChildReleasesWhatItFreed) {
+  auto r = run_probe(kEnv, {"fork-poke", kOneGiB});
+  ASSERT_EQ(r.exit_code, 0) << r.out << r.err;
+  EXPECT_GE(r.num("after_released"), r.num("full_chunks") / 2) << r.out;
+  EXPECT_LT(r.num("after_pinned"), r.num("full_pinned") / 2) << r.out;
+  EXPECT_EQ(r.num("corrupt"), 0);
+}
+
 // A free into a chunk that went back to the OS is reported from the chunk's state: the block's
 // free key is never read, since its memory is gone.
 TEST(Release, FreeIntoAReleasedChunkIsReportedWithoutReadingIt) {
