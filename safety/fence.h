@@ -66,6 +66,9 @@ struct nic_fence_mech {
   void (*after_fork_child)(void);
 };
 extern const struct nic_fence_mech nic_fence_uffd, nic_fence_mprotect;
+/* fence_sigmask.c: from now on the program's masks never block SIGSEGV (the mprotect fence's
+ * handler must be able to hold any thread). */
+void nic_fence_sigmask_arm(void);
 
 /* ---- fence_pages.c: which 4 KiB pages protect has write-protected ---- */
 /* Readers are lock-free and async-signal-safe; writers hold the protect lock. A page is marked

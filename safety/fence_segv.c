@@ -137,6 +137,7 @@ static void on_segv(int sig, siginfo_t *si, void *context) {
 
 static int segv_start(void) {
   cfg = nic_safety_config();
+  nic_fence_sigmask_arm();
   struct sigaction sa = {.sa_sigaction = on_segv, .sa_flags = SA_SIGINFO | SA_ONSTACK | SA_RESTART};
   sigemptyset(&sa.sa_mask);
   return sigaction(SIGSEGV, &sa, &previous) ? -errno : 0;

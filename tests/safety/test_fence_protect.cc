@@ -4,6 +4,8 @@
 // the bytes received and the counters, never from elapsed time (the waits below are deadlines).
 #include <gtest/gtest.h>
 
+#include <pthread.h>
+#include <signal.h>
 #include <sys/mman.h>
 #include <unistd.h>
 
@@ -348,6 +350,71 @@ TEST_P(Protect, AnMprotectTakingWritesAwayOutlivesTheRelease) {
   EXPECT_EQ(Perms(p).substr(0, 3), "r--");
   EXPECT_EQ(Received(0), std::string(4096, 'M'));
   ASSERT_EQ(mprotect(p, 4096, PROT_READ | PROT_WRITE), 0);
+  free(p);
+}
+
+// A thread that blocks every signal (a sigwait design blocks them before it makes its threads,
+// which inherit the mask) writes to a posted page. The kernel kills a thread that faults with
+// SIGSEGV blocked, so under mprotect the process died; it must be held like any writer, and the
+// thread must still read back the mask it set.
+TEST_P(Protect, AWriterThatBlocksEverySignalIsHeldNotKilled) {
+  char *p = Block(true, 4096);
+  memset(p, 'S', 4096);
+  const int target = done_count.load() + 1;
+  PostPaused(p, 4096);
+  std::atomic<bool> wrote{false}, segv_reads_blocked{false};
+  std::thread sigwaiter([&] {
+    sigset_t all, now;
+    sigfillset(&all);
+    ASSERT_EQ(pthread_sigmask(SIG_BLOCK, &all, nullptr), 0);
+    ASSERT_EQ(pthread_sigmask(SIG_BLOCK, nullptr, &now), 0);
+    segv_reads_blocked = sigismember(&now, SIGSEGV) == 1;
+    std::thread writer([&] { // inherits the mask
+      p[100] = 's';
+      wrote = true;
+    });
+    writer.join();
+    ASSERT_EQ(pthread_sigmask(SIG_UNBLOCK, &all, nullptr), 0);
+  });
+  EXPECT_TRUE(WaitFor([&] { return wrote.load() || Stats().fence_writers_held >= 1; }));
+  EXPECT_FALSE(wrote.load()) << "the write went on while the DMA was pending";
+  DrainWithin(target);
+  sigwaiter.join();
+  EXPECT_TRUE(segv_reads_blocked.load()) << "the mask read back is not the one set";
+  EXPECT_EQ(Received(0), std::string(4096, 'S'));
+  EXPECT_EQ(p[100], 's');
+  free(p);
+}
+
+char *handler_target;
+std::atomic<bool> handler_wrote;
+void WriteFromHandler(int) {
+  handler_target[200] = 'h';
+  handler_wrote = true;
+}
+
+// The same from a signal handler whose sa_mask holds every signal.
+TEST_P(Protect, AHandlerWithEverySignalMaskedIsHeldNotKilled) {
+  char *p = Block(true, 4096);
+  memset(p, 'H', 4096);
+  handler_target = p;
+  handler_wrote = false;
+  struct sigaction sa = {}, old = {}, back = {};
+  sa.sa_handler = WriteFromHandler;
+  sigfillset(&sa.sa_mask);
+  ASSERT_EQ(sigaction(SIGUSR2, &sa, &old), 0);
+  ASSERT_EQ(sigaction(SIGUSR2, nullptr, &back), 0);
+  EXPECT_EQ(sigismember(&back.sa_mask, SIGSEGV), 1) << "the sa_mask read back is not the one set";
+  const int target = done_count.load() + 1;
+  PostPaused(p, 4096);
+  std::thread signalled([] { pthread_kill(pthread_self(), SIGUSR2); });
+  EXPECT_TRUE(WaitFor([&] { return handler_wrote.load() || Stats().fence_writers_held >= 1; }));
+  EXPECT_FALSE(handler_wrote.load()) << "the write went on while the DMA was pending";
+  DrainWithin(target);
+  signalled.join();
+  EXPECT_EQ(Received(0), std::string(4096, 'H'));
+  EXPECT_EQ(p[200], 'h');
+  ASSERT_EQ(sigaction(SIGUSR2, &old, nullptr), 0);
   free(p);
 }
 
