@@ -77,6 +77,12 @@ bool nic_fence_marked(uintptr_t a);
 bool nic_fence_mark(uintptr_t start, uintptr_t end); /* false: no memory for the bitmap */
 bool nic_fence_any_marked(uintptr_t start, uintptr_t end);
 void nic_fence_unmark(uintptr_t start, uintptr_t end);
+/* The program's mprotect of [start, end) to prot (a range protect never covers is not kept
+ * when it takes writes away), and pages that left or were replaced: a release leaves the pages
+ * whose last protection from the program lacked PROT_WRITE read-only. */
+void nic_fence_note_program_prot(uintptr_t start, uintptr_t end, int prot);
+void nic_fence_forget_program_prot(uintptr_t start, uintptr_t end);
+bool nic_fence_program_read_only(uintptr_t a);
 /* Calls fn on every marked run (fork child). */
 void nic_fence_each_marked(void (*fn)(uintptr_t start, uintptr_t end));
 /* The unit protect works in at a: the hugepage on hugetlb chunks, else 4 KiB; 0 when a is not

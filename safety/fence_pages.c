@@ -23,6 +23,27 @@ extern size_t nic_control_size;
 static void *root[NIC_PAGEMAP_ROOT_ENTRIES];
 static const struct nic_pagemap map = NIC_PAGEMAP(root, 2, 1);
 unsigned nic_fence_gen, nic_fence_gen_waiters;
+/* Pages the program took writes away from with mprotect: their release must not give writes
+ * back. Its own map, so that memory protect never covers costs no leaf. */
+static void *ro_root[NIC_PAGEMAP_ROOT_ENTRIES];
+static const struct nic_pagemap ro_map = NIC_PAGEMAP(ro_root, 2, 1);
+
+void nic_fence_note_program_prot(uintptr_t start, uintptr_t end, int prot) {
+  if (end <= start) return;
+  if (prot & PROT_WRITE) {
+    nic_pagemap_bits(&ro_map, start, end, false);
+  } else if (nic_fence_unit(start) && nic_pagemap_reserve(&ro_map, start, end)) {
+    nic_pagemap_bits(&ro_map, start, end, true);
+  }
+}
+
+void nic_fence_forget_program_prot(uintptr_t start, uintptr_t end) {
+  nic_pagemap_bits(&ro_map, start, end, false);
+}
+
+bool nic_fence_program_read_only(uintptr_t a) {
+  return nic_pagemap_bit(&ro_map, a);
+}
 
 bool nic_fence_marked(uintptr_t a) {
   return nic_pagemap_bit(&map, a);

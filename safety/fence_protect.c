@@ -59,8 +59,9 @@ static void unlock(const sigset_t *old) {
  * on the parent's memory: the parent's protection ends there (its posts are void), and the
  * child's first post starts it again, with a userfaultfd and threads of its own (its SIGSEGV
  * handler, set up once, is inherited). */
+static void unprotect_run(uintptr_t start, uintptr_t end);
 static void child_release(uintptr_t start, uintptr_t end) {
-  if (mech == &nic_fence_mprotect) mech->unprotect(start, end - start);
+  if (mech == &nic_fence_mprotect) unprotect_run(start, end);
   nic_fence_unmark(start, end);
 }
 
@@ -218,9 +219,26 @@ void nic_fence_protect(const struct nic_sga_entry *e, uint32_t n) {
   unlock(&old);
 }
 
-/* Lock held. Makes [start, end) writable and forgets it. */
+/* Lock held. Under mprotect, the pages the program made read-only itself stay so (userfaultfd's
+ * release leaves the page protection alone). Hugepage units are not split: the kernel changes a
+ * hugetlb mapping's protection only whole. */
+static void unprotect_run(uintptr_t start, uintptr_t end) {
+  if (mech != &nic_fence_mprotect || nic_fence_unit(start) != NIC_PAGE_SIZE) {
+    mech->unprotect(start, end - start);
+    return;
+  }
+  for (uintptr_t a = start; a < end;) {
+    const bool ro = nic_fence_program_read_only(a);
+    const uintptr_t run = a;
+    while (a < end && nic_fence_program_read_only(a) == ro)
+      a += NIC_PAGE_SIZE;
+    if (!ro) mech->unprotect(run, a - run);
+  }
+}
+
+/* Lock held. Makes [start, end) writable (as far as the program let it be) and forgets it. */
 static void release_run(uintptr_t start, uintptr_t end) {
-  mech->unprotect(start, end - start); /* a range gone since cannot fault any more either */
+  unprotect_run(start, end); /* a range gone since cannot fault any more either */
   nic_fence_unmark(start, end);
 }
 
@@ -271,7 +289,7 @@ bool nic_fence_still_protected(uintptr_t a) {
   sigset_t old;
   lock(&old);
   bool ours = nic_fence_marked(u);
-  if (!ours && mech) mech->unprotect(u, unit);
+  if (!ours && mech) unprotect_run(u, u + unit);
   unlock(&old);
   return ours;
 }
@@ -349,6 +367,12 @@ static int around_marked(uintptr_t start, uintptr_t end, int prot, bool *forgot)
   return 0;
 }
 
+/* Kept whatever the mechanism: protect may start, or change to mprotect, after the call. */
+static void note_prot(uintptr_t start, size_t len, int prot) {
+  if (len && start + len > start && start + len <= NIC_USER_END)
+    nic_fence_note_program_prot(nic_page_down(start), nic_page_up(start + len), prot);
+}
+
 /* Every mprotect of the process (alloc/os/interpose.c), mimalloc's commits among them: 2.0.9
  * commits liberally, with PROT_READ | PROT_WRITE on 1 MiB-aligned spans that take in committed
  * pages with live blocks, and such a call made a page posted there writable while the NIC read
@@ -360,6 +384,7 @@ static bool protection_changing(uintptr_t start, size_t len, int prot, int *rc) 
   if (__atomic_load_n(&mech, __ATOMIC_SEQ_CST) != &nic_fence_mprotect) {
     /* userfaultfd's write protection outlives mprotect: nothing to keep */
     *rc = sys_mprotect(start, len, prot);
+    if (!*rc) note_prot(start, len, prot);
     __atomic_sub_fetch(&unlocked_calls, 1, __ATOMIC_SEQ_CST);
     return true;
   }
@@ -374,8 +399,27 @@ static bool protection_changing(uintptr_t start, size_t len, int prot, int *rc) 
   lock(&old);
   *rc = nic_fence_any_marked(start, end) ? around_marked(start, end, prot, &forgot)
                                          : sys_mprotect(start, len, prot);
+  if (!*rc) note_prot(start, len, prot);
   unlock(&old);
   if (forgot) nic_fence_gen_bump(); /* their held writers are the program's business now */
   return true;
 }
-NIC_MEMORY_WATCHER(fence_mprotect_calls, .protection_changing = protection_changing);
+/* New pages there have the protection they are mapped with. A drop that keeps the mapping
+ * (madvise) forgets too: the release then gives writes back, as it did before. */
+static void pages_leaving(uintptr_t start, size_t len) {
+  if (len && start + len > start && start + len <= NIC_USER_END)
+    nic_fence_forget_program_prot(nic_page_down(start), nic_page_up(start + len));
+}
+static bool step_releasing(unsigned index, unsigned step, void *base, size_t len) {
+  (void)index, (void)step;
+  pages_leaving((uintptr_t)base, len);
+  return true;
+}
+static bool chunk_releasing(unsigned index, void *base, size_t len) {
+  (void)index;
+  pages_leaving((uintptr_t)base, len);
+  return true;
+}
+NIC_MEMORY_WATCHER(fence_mprotect_calls, .protection_changing = protection_changing,
+                   .pages_leaving = pages_leaving, .step_releasing = step_releasing,
+                   .chunk_releasing = chunk_releasing);

@@ -7,6 +7,7 @@
 #include <pthread.h>
 #include <signal.h>
 #include <sys/mman.h>
+#include <sys/wait.h>
 #include <unistd.h>
 
 #include <atomic>
@@ -415,6 +416,32 @@ TEST_P(Protect, AHandlerWithEverySignalMaskedIsHeldNotKilled) {
   EXPECT_EQ(Received(0), std::string(4096, 'H'));
   EXPECT_EQ(p[200], 'h');
   ASSERT_EQ(sigaction(SIGUSR2, &old, nullptr), 0);
+  free(p);
+}
+
+// A page the program made read-only before posting it stays read-only after the completion:
+// under mprotect the release made it writable again.
+TEST_P(Protect, AReadOnlyPageStaysReadOnlyAfterItsPostCompletes) {
+  char *p = Block(false, 4096);
+  ASSERT_NE(p, nullptr);
+  memset(p, 'R', 4096);
+  ASSERT_EQ(mprotect(p, 4096, PROT_READ), 0) << strerror(errno);
+  const int target = done_count.load() + 1;
+  PostPaused(p, 4096);
+  DrainWithin(target);
+  EXPECT_EQ(Perms(p).substr(0, 3), "r--");
+  EXPECT_EQ(Received(0), std::string(4096, 'R'));
+  const pid_t child = fork();
+  ASSERT_GE(child, 0);
+  if (child == 0) {
+    *(volatile char *)p = 'w';
+    _exit(0);
+  }
+  int status = 0;
+  ASSERT_EQ(waitpid(child, &status, 0), child);
+  EXPECT_TRUE(WIFSIGNALED(status) && WTERMSIG(status) == SIGSEGV)
+      << "a write to the read-only page went through";
+  ASSERT_EQ(mprotect(p, 4096, PROT_READ | PROT_WRITE), 0);
   free(p);
 }
 
