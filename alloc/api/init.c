@@ -4,6 +4,7 @@
 #include "config.h"
 #include "interposed.h"
 #include "log.h"
+#include "mimalloc_imports.h"
 #include "nicmalloc.h"
 #include "profile.h"
 #include "startup.h"
@@ -11,6 +12,7 @@
 
 __attribute__((constructor(101))) static void nic_init(void) {
   nic_interposed_check(); /* before start-up: mimalloc's commits must be seen from the first */
+  nic_mimalloc_own_madvise();
   nic_startup();
   nic_thread_ready();
   nic_profile_start();       /* reads NICMALLOC_SITES, resolves the send calls: see profile.c */

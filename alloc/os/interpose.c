@@ -17,11 +17,13 @@
 #include "imports.h"
 #include "late_decommit.h"
 #include "mimalloc_imports.h"
+#include "page.h"
 #include "unchecked_commit.h"
 
 #include <errno.h>
 #include <stdarg.h>
 #include <stdint.h>
+#include <string.h>
 #include <sys/mman.h>
 #include <sys/syscall.h>
 #include <unistd.h>
@@ -138,7 +140,31 @@ static int os_madvise(void *addr, size_t len, int advice) {
   return rc;
 }
 
+/* The program's drop of dataplane memory (a live block's pages): Linux's answer, zeros, without
+ * the pages leaving their pinned, registered step, and without the heap taking it for mimalloc's
+ * decommit (the block then looked freed). Pages not in memory read as zeros already; touching
+ * them would back them unpinned. Few calls: the vector is a stack buffer, a window at a time. */
+static int program_drops_dp(void *addr, size_t len, int advice) {
+  if ((uintptr_t)addr & (NIC_PAGE_SIZE - 1)) return errno = EINVAL, -1;
+  if (advice == MADV_FREE) return 0; /* the kernel may keep the bytes too */
+  unsigned char resident[512];
+  const uintptr_t start = (uintptr_t)addr, end = nic_page_up(start + len);
+  for (uintptr_t a = start; a < end;) {
+    const size_t pages = (end - a) >> NIC_PAGE_SHIFT < sizeof resident ? (end - a) >> NIC_PAGE_SHIFT
+                                                                       : sizeof resident;
+    if (syscall(SYS_mincore, a, pages << NIC_PAGE_SHIFT, resident)) return -1;
+    for (size_t i = 0; i < pages; i++)
+      if (resident[i] & 1) memset((void *)(a + (i << NIC_PAGE_SHIFT)), 0, NIC_PAGE_SIZE);
+    a += pages << NIC_PAGE_SHIFT;
+  }
+  return 0;
+}
+
+/* mimalloc's calls reach os_madvise by its own import once that is pointed there
+ * (mimalloc_imports.h); until then every call is taken for its. */
 NIC_EXPORT int madvise(void *addr, size_t len, int advice) {
+  if (drops_pages(advice) && nic_mimalloc_madvise_apart() && nic_dp_commit_covers(addr))
+    return program_drops_dp(addr, len, advice);
   return os_madvise(addr, len, advice);
 }
 
@@ -179,7 +205,7 @@ NIC_EXPORT int mprotect(void *addr, size_t len, int prot) {
 NIC_EXPORT int posix_madvise(void *addr, size_t len, int advice) {
   /* POSIX_MADV_DONTNEED is a hint glibc ignores; only the others reach the kernel. */
   if (advice == POSIX_MADV_DONTNEED) return 0;
-  return os_madvise(addr, len, advice) == 0 ? 0 : errno;
+  return madvise(addr, len, advice) == 0 ? 0 : errno;
 }
 
 /* The data segment shrinks by brk or sbrk, again without a munmap; its new pages are fresh (see

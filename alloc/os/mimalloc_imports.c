@@ -11,6 +11,7 @@
 
 #include <dlfcn.h>
 #include <mimalloc.h>
+#include <string.h>
 
 bool nic_mimalloc_imports_redirect(void) {
   Dl_info where;
@@ -28,5 +29,31 @@ bool nic_mimalloc_imports_redirect(void) {
                    calls[k].name);
       return false;
     }
+  return true;
+}
+
+static bool madvise_apart;
+
+bool nic_mimalloc_madvise_apart(void) {
+  return __atomic_load_n(&madvise_apart, __ATOMIC_ACQUIRE);
+}
+
+bool nic_mimalloc_own_madvise(void) {
+  Dl_info where;
+  struct link_map *map = NULL;
+  if (!dladdr1((const void *)mi_version, &where, (void **)&map, RTLD_DL_LINKMAP) || !map)
+    return false;
+  struct nic_import calls[NIC_OWN_CALLS];
+  nic_interpose_own_calls(calls);
+  struct nic_import *own = calls;
+  while (strcmp(own->name, "madvise"))
+    own++;
+  if (!nic_imports_redirect(map, own, 1) || !own->done) {
+    nic_log_info("%s does not import madvise; a program's madvise of dataplane memory is taken "
+                 "for mimalloc's",
+                 where.dli_fname);
+    return false;
+  }
+  __atomic_store_n(&madvise_apart, true, __ATOMIC_RELEASE);
   return true;
 }
