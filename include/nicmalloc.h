@@ -131,9 +131,11 @@ int nic_translate(const void *p, size_t len, struct nic_region_ref *out);
  * registration of its own, never cached or shared: it covers exactly the pages and rights asked
  * for, and nic_unregister deregisters it (and revokes its remote key). Returns 0, or
  * -NIC_ERANGE, -NIC_ECROSS (a dataplane range that runs off its chunk's mapped memory), -EFAULT
- * (not mapped), -ENOSPC (cache full of registrations in use), -ENODEV (no backend), -EINVAL
- * (unknown access bits, out NULL), -EPERM (memory that is not nicmalloc's, where nicmalloc is not
- * the program's malloc: see nic_free), or the backend's error. */
+ * (not mapped; or dataplane memory whose pin step, on its first registration, the program made
+ * partly read-only: the step is faulted in then, and nothing in it is changed), -ENOSPC (cache full
+ * of registrations in use), -ENODEV (no backend), -EINVAL (unknown access bits, out NULL), -EPERM
+ * (memory that is not nicmalloc's, where nicmalloc is not the program's malloc: see nic_free), or
+ * the backend's error. */
 int nic_register(const void *p, size_t len, unsigned access, struct nic_region_ref *out);
 /* Once per nic_register. A reference whose registration is gone is refused (said once, counted
  * in registration_errors), even where a later registration took its cache slot: cache_slot names
@@ -237,8 +239,10 @@ typedef void (*nic_sga_done_fn)(void *arg, int status);
 /* max_entries 0 = the backend's limit (caps.max_sge), at most NIC_SGA_CAPACITY. Returns 0, or
  * -E2BIG when max_entries is above what the backend or the array allows, -ENODEV (no backend). */
 int nic_sga_init(struct nic_sga *sga, unsigned max_entries);
-/* Returns 0, or -NIC_ERANGE (len 0, overflow, over 4 GiB), -EFAULT (range not mapped; or, past
- * the limit, where two entries are copied into one, the memory of one added before unmapped),
+/* Returns 0, or -NIC_ERANGE (len 0, overflow, over 4 GiB), -EFAULT (range not mapped; or
+ * dataplane memory whose pin step is partly read-only at its first registration, as
+ * nic_register; or, past the limit, where two entries are copied into one, the memory of one
+ * added before unmapped),
  * -NIC_ECROSS (dataplane memory over the end of its chunk, too long to copy), -NIC_EFREED (p is
  * the start of no live block: one freed, or never handed out), -E2BIG (over the limit and the
  * smallest neighbours too big to copy), -ENOMEM, -ENOSPC (the backend's registrations all in use:

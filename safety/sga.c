@@ -251,6 +251,11 @@ NIC_EXPORT int nic_sga_add(struct nic_sga *sga, const void *p, size_t len) {
   nic_bounce_rewind(&sga->bounce, mark);
   if (rc == -EFAULT && !nic_range_readable(p, len))
     nic_api_error(sga, "nic_sga_add(%p, %zu): the range is not (entirely) mapped", p, len);
+  else if (rc == -EFAULT && nic_in_dp(p) && sga->count < sga->max) /* no copy of two made */
+    nic_api_error(sga,
+                  "nic_sga_add(%p, %zu): part of its step is not writable (mprotect): the step "
+                  "cannot be faulted in for the NIC before its first registration",
+                  p, len);
   else if (rc == -EFAULT)
     nic_api_error(sga,
                   "nic_sga_add(%p, %zu): past the limit of %u entries two are copied into one, "

@@ -132,6 +132,9 @@ int nic_step_populate_locked(unsigned index, unsigned step) {
   const size_t len = (size_t)1 << nic_dp.step_shift;
   const enum nic_page_kind want = kind_wanted();
   int rc = nic_populate_step(base, len, want, &s->mapping);
+  /* The program's own doing, not a lack of memory: it is told so by the call that registers,
+   * and the step is tried again once its pages are writable. */
+  if (rc == -EFAULT) return -EFAULT;
   if (rc) {
     nic_log_fallback_once(nic_config()->on_pin_fail == NIC_PIN_FAIL_FAIL,
                           "cannot fault in dataplane chunk %u step %u before its registration (%s)",

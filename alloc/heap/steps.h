@@ -37,8 +37,8 @@ void nic_steps_decommit(void *addr, size_t len);
 int nic_step_back_locked(unsigned index, unsigned step);
 /* Faults in every page of a backed step that was backed without (NICMALLOC_DP_POPULATE=register:
  * its pages are locked as they are touched), so that the NIC never meets a missing page: every
- * registration of the step asks first (chunk_reg.c). 0, or -ENOMEM (said once). Chunk lock
- * held. */
+ * registration of the step asks first (chunk_reg.c). 0, -EFAULT where the program made part of
+ * the step read-only (nothing in it is changed), or -ENOMEM (said once). Chunk lock held. */
 int nic_step_populate_locked(unsigned index, unsigned step);
 /* A step's backing, read with acquire: true once it is mapped with memory and, if it could be,
  * locked (its pages faulted in, or locked as they are touched: nic_step_populate_locked). */

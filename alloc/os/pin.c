@@ -2,6 +2,7 @@
 #include "pin.h"
 
 #include "log.h"
+#include "maps.h"
 #include "memcg.h"
 #include "nocancel.h"
 #include "page.h"
@@ -49,15 +50,46 @@ size_t free_hugepages_of(size_t page_size) {
   return n > 0 ? (size_t)n : 0;
 }
 
-/* Faults every page in now, so no page fault happens on a later DMA or hot-path access. Only a
- * kernel without MADV_POPULATE_WRITE (EINVAL, before 5.14) gets the pages touched one by one:
- * any other error (ENOMEM, EFAULT for SIGBUS) means memory cannot be had, and touching it would
- * end in the OOM killer, a SIGBUS, or a wait forever in a cgroup with its OOM killer off. */
+/* Coverage of a range by writable mappings, from /proc/self/maps: where the walk has got to. */
+struct writable_walk {
+  uintptr_t next;
+  bool writable;
+};
+
+static bool note_writable(const struct nic_maps_entry *e, void *arg) {
+  struct writable_walk *w = arg;
+  if (e->start > w->next || !e->writable) return w->writable = false;
+  w->next = e->end;
+  return true;
+}
+
+/* False only when the maps say some page of the range cannot be written; unknown (no /proc)
+ * counts as writable, as it was before the program could make it otherwise. */
+static bool range_writable(void *addr, size_t len) {
+  struct writable_walk w = {.next = (uintptr_t)addr, .writable = true};
+  if (!nic_maps_walk((uintptr_t)addr, (uintptr_t)addr + len, note_writable, &w)) return true;
+  return w.writable && w.next >= (uintptr_t)addr + len;
+}
+
+/* Faults every page in now, so no page fault happens on a later DMA or hot-path access. The
+ * range may hold the program's blocks already (a step populated at its first registration), so
+ * nothing here may change a byte of it.
+ *
+ * MADV_POPULATE_WRITE fails with EINVAL both on a kernel that does not know it (before 5.14) and
+ * where a page of the range is not writable (the program mprotect'ed part of its dataplane
+ * memory): an empty range tells the two apart, as only the advice is checked for it. A range not
+ * all writable is refused with -EFAULT, since a touch would die of SIGSEGV and the NIC could not
+ * be given it anyway. Only the old kernel gets the pages touched one by one, with an atomic add
+ * of 0: a fault for write that keeps the byte, also against another thread storing to it. Any
+ * other error (ENOMEM, EFAULT for SIGBUS) means memory cannot be had, and touching it would end
+ * in the OOM killer, a SIGBUS, or a wait forever in a cgroup with its OOM killer off. */
 static int prefault(void *addr, size_t len, size_t step) {
   if (madvise(addr, len, MADV_POPULATE_WRITE) == 0) return 0;
   if (errno != EINVAL) return -errno;
+  if (syscall(SYS_madvise, addr, 0, MADV_POPULATE_WRITE) == 0 || !range_writable(addr, len))
+    return -EFAULT;
   for (size_t off = 0; off < len; off += step)
-    ((volatile char *)addr)[off] = 0;
+    __atomic_fetch_add((volatile char *)addr + off, 0, __ATOMIC_RELAXED);
   return 0;
 }
 

@@ -34,8 +34,9 @@ int nic_back_step(void *addr, size_t len, enum nic_page_kind want, bool populate
                   struct nic_mapping *out);
 /* Faults in every page of a step backed without populate (the lock covers them as they come),
  * in transparent huge pages where want allows and none of a 2 MiB range was touched yet: before
- * the NIC is given it. 0 (m's kind and populated updated), or -errno (-EDQUOT as
- * nic_back_step). */
+ * the NIC is given it. Never changes a byte of it: blocks may live there already. 0 (m's kind
+ * and populated updated), or -errno (-EDQUOT as nic_back_step; -EFAULT where a page of it is not
+ * writable, as the program may have made it). */
 int nic_populate_step(void *addr, size_t len, enum nic_page_kind want, struct nic_mapping *m);
 /* Bytes of the range in memory now (mincore): what a step locked as touched holds. Where the
  * kernel cannot say, all of it, and *known (if given) is false. */

@@ -10,7 +10,12 @@
  * small, hg huge, or none).
  * "no-onfault": the first scenario again, where mlock2(MLOCK_ONFAULT) fails with EINVAL as on a
  * kernel without it (a seccomp filter, then the probe runs itself anew under it); prints what
- * mlock2 said to the probe itself. */
+ * mlock2 said to the probe itself.
+ * "read-only": a block x written with 'X', then a block p on the same step, never registered,
+ * made read-only by the program (mprotect) and added to an array; prints what nic_sga_add said
+ * (add_rc), whether x kept every byte (x_intact) and, p writable again, what a second add said.
+ * "old-populate SCENARIO": SCENARIO (the first one when none, or "read-only") where
+ * madvise(MADV_POPULATE_WRITE) fails with EINVAL as on a kernel before 5.14. */
 #define _GNU_SOURCE
 #include "nicmalloc.h"
 #include "refuse_syscall.h"
@@ -136,9 +141,41 @@ static void print(const char *tag, uintptr_t step, size_t len) {
          thp_advice(step));
 }
 
+static int read_only_part(size_t step_len) {
+  enum { X_LEN = 4 * 4096, P_LEN = 2 * 4096 };
+  unsigned char *x = nic_aligned_alloc(4096, X_LEN), *p = nic_aligned_alloc(4096, P_LEN);
+  if (!x || !p || !nic_is_dataplane(x) || !nic_is_dataplane(p)) return 1;
+  if ((uintptr_t)x / step_len != (uintptr_t)p / step_len) return 1;
+  memset(x, 'X', X_LEN);
+  memset(p, 'R', P_LEN);
+  if (mprotect(p, P_LEN, PROT_READ)) return 1;
+  struct nic_sga sga;
+  if (nic_sga_init(&sga, 0)) return 1;
+  printf("add_rc=%d\n", nic_sga_add(&sga, p, P_LEN));
+  int intact = 1;
+  for (size_t i = 0; i < X_LEN; i++)
+    intact &= x[i] == 'X';
+  printf("x_intact=%d\n", intact);
+  /* By the system call: nicmalloc takes a writable mprotect of dataplane memory for mimalloc's
+   * commit, which needs no call, and leaves the pages as they are. */
+  if (syscall(SYS_mprotect, p, P_LEN, PROT_READ | PROT_WRITE)) return 1;
+  nic_sga_reset(&sga);
+  printf("writable_add_rc=%d\n", nic_sga_add(&sga, p, P_LEN));
+  nic_sga_reset(&sga);
+  free(p);
+  free(x);
+  return 0;
+}
+
 int main(int argc, char **argv) {
   const size_t step_len = (size_t)strtoull(getenv("NICMALLOC_PIN_STEP"), NULL, 0) << 20;
   if (argc > 1 && !strcmp(argv[1], "whole")) return whole_step(step_len);
+  if (argc > 1 && !strcmp(argv[1], "read-only")) return read_only_part(step_len);
+  if (argc > 1 && !strcmp(argv[1], "old-populate")) {
+    if (nic_refuse_syscall(SYS_madvise, 23 /* MADV_POPULATE_WRITE */, EINVAL)) return 1;
+    execl(argv[0], argv[0], argc > 2 ? argv[2] : "plain", (char *)NULL);
+    return 1;
+  }
   if (argc > 1 && !strcmp(argv[1], "no-onfault")) {
     if (nic_refuse_syscall(SYS_mlock2, -1, EINVAL)) return 1;
     execl(argv[0], argv[0], "refused", (char *)NULL);

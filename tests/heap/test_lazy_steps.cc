@@ -101,4 +101,32 @@ TEST(LazySteps, PinnedCountStaysExactAfterPagesLeaveAStepFoundWhole) {
   EXPECT_EQ(r.num("freed_pinned"), r.num("freed_locked")) << r.out;
 }
 
+// A step's first registration faults it in: where the program made part of it read-only, that
+// is an error for the call, never a fault inside nicmalloc nor a write to the blocks already
+// there (kernels before 5.14 had every page's first byte overwritten with 0).
+void expect_read_only_part_refused(std::vector<std::string> args) {
+  auto r = run_probe(env("register", "4k"), args);
+  ASSERT_EQ(r.exit_code, 0) << r.out << r.err;
+  EXPECT_EQ(r.num("add_rc"), -EFAULT) << r.out;
+  EXPECT_EQ(r.num("x_intact"), 1) << r.out;
+  EXPECT_EQ(r.num("writable_add_rc"), 0) << r.out;
+}
+
+TEST(LazySteps, AStepPartlyReadOnlyIsRefusedWithItsBlocksKept) {
+  expect_read_only_part_refused({"read-only"});
+}
+
+TEST(LazySteps, AStepPartlyReadOnlyIsRefusedWithoutPopulateWriteToo) {
+  expect_read_only_part_refused({"old-populate", "read-only"});
+}
+
+// Without MADV_POPULATE_WRITE the pages are touched one by one, and keep what they hold.
+TEST(LazySteps, WithoutPopulateWriteTheTouchedStepKeepsItsBytes) {
+  auto r = run_probe(env("register", "4k"), {"old-populate"});
+  ASSERT_EQ(r.exit_code, 0) << r.out << r.err;
+  ASSERT_EQ(r.num("register_rc"), 0) << r.out;
+  EXPECT_EQ(r.num("registered_resident"), 4 * kMiB) << r.out;
+  EXPECT_EQ(r.num("intact"), 1) << r.out;
+}
+
 } // namespace
