@@ -280,37 +280,35 @@ int nic_uring_post(struct nic_backend *b, struct nic_endpoint *ep, const struct 
 }
 
 /* Reaps CQEs, resumes idle endpoints, and runs up to max done()s (all when max <= 0) outside
- * the lock (a done() may post or dereg). */
+ * the lock (a done() may post or dereg). Finished posts are taken off the ready queue one at a
+ * time: a done() that writes its own buffer may have to wait for another finished post on the
+ * same page to let go of it (the fences wait on its page references), and only a post still on
+ * the queue can be completed by the poll that wait makes, or by the fence's poller thread. */
 int nic_uring_poll(struct nic_backend *b, int max) {
   struct uring_backend *ub = uring_of(b);
-  enum { BATCH = 32 };
+  enum { REAP_EVERY = 32 }; /* done()s run between reapings, as a done() may post more */
   int ran = 0;
   const bool receives = max != NIC_POLL_COMPLETIONS_ONLY;
   if (max <= 0) max = INT_MAX; /* backend.h: all of them */
-  while (ran < max) {
-    struct {
-      nic_completion_fn done;
-      void *arg;
-      int status;
-    } batch[BATCH];
-    int k = 0;
-    pthread_mutex_lock(&ub->lock);
-    nic_uring_advance_locked(ub);
-    for (struct uring_req *req; k < BATCH && ran + k < max && (req = nic_uring_pop(&ub->ready));
-         k++) {
-      batch[k].done = req->done;
-      batch[k].arg = req->arg;
-      batch[k].status = req->status;
-      nic_uring_req_free_locked(ub, req);
+  pthread_mutex_lock(&ub->lock);
+  for (int since_reap = REAP_EVERY; ran < max; ran++, since_reap++) {
+    if (since_reap == REAP_EVERY) {
+      nic_uring_advance_locked(ub);
+      since_reap = 0;
     }
-    if (!ub->ready.head && !ub->rx_ready) nic_uring_work_clear_locked(ub);
-    ub->stats.pending -= (uint32_t)k;
-    ub->stats.completions += (uint64_t)k;
+    struct uring_req *req = nic_uring_pop(&ub->ready);
+    if (!req) break;
+    const nic_completion_fn done = req->done;
+    void *const arg = req->arg;
+    const int status = req->status;
+    nic_uring_req_free_locked(ub, req);
+    ub->stats.pending--;
+    ub->stats.completions++;
     pthread_mutex_unlock(&ub->lock);
-    for (int i = 0; i < k; i++)
-      batch[i].done(batch[i].arg, batch[i].status);
-    ran += k;
-    if (k < BATCH) break;
+    done(arg, status);
+    pthread_mutex_lock(&ub->lock);
   }
+  if (!ub->ready.head && !ub->rx_ready) nic_uring_work_clear_locked(ub);
+  pthread_mutex_unlock(&ub->lock);
   return receives ? ran + nic_uring_rx_deliver(ub) : ran;
 }

@@ -53,7 +53,7 @@ struct vpost {
   nic_completion_fn done;
   void *arg;
   struct nic_endpoint *ep;
-  struct vpost *next; /* on the software completion list */
+  struct vpost *next; /* on the list of finished posts poll() takes from */
   int status;
   unsigned n;
   uint32_t slots[];
@@ -65,9 +65,9 @@ struct vbackend {
   struct ibv_pd *pd;
   bool odp_capable, odp;
   pthread_mutex_t reg_lock; /* registrations: held across ibv_reg_mr, so not taken by poll */
-  pthread_mutex_t lock;     /* endpoint list, software completions */
+  pthread_mutex_t lock;     /* endpoint list, finished posts */
   struct nic_endpoint *eps;
-  struct vpost *soft_head, *soft_tail; /* posts the NIC never saw (bad entry, queue full) */
+  struct vpost *soft_head, *soft_tail; /* finished: the NIC never saw them, or reaped */
   struct nic_verbs_rx_memory rx_mem;   /* where receive buffers come from (libnicmalloc's) */
   struct vreg regs[VERBS_MAX_REGS];
 };
@@ -165,15 +165,21 @@ static void finish(struct vbackend *vb, struct vpost *p, int status) {
   nic_plugin_free(p);
 }
 
-static void soft_complete(struct vbackend *vb, struct vpost *p, int status) {
+/* The queue of finished posts poll() takes from: software completions, and work completions
+ * reaped from the CQs. */
+static void queue_done_locked(struct vbackend *vb, struct vpost *p, int status) {
   p->status = status;
   p->next = NULL;
-  pthread_mutex_lock(&vb->lock);
   if (vb->soft_tail)
     vb->soft_tail->next = p;
   else
     vb->soft_head = p;
   vb->soft_tail = p;
+}
+
+static void soft_complete(struct vbackend *vb, struct vpost *p, int status) {
+  pthread_mutex_lock(&vb->lock);
+  queue_done_locked(vb, p, status);
   pthread_mutex_unlock(&vb->lock);
 }
 
@@ -220,35 +226,36 @@ static int vpost(struct nic_backend *b, struct nic_endpoint *ep, const struct ni
 
 static int poll_recv(struct vbackend *vb, int max);
 
+/* Finished posts are taken one at a time, work completions reaped onto the same queue first:
+ * a done() that writes its own buffer may have to wait for another finished post on the same
+ * page to let go of it (the fences wait on its page references), and only a post still on the
+ * queue can be completed by the poll that wait makes, or by the fence's poller thread. */
 static int vpoll(struct nic_backend *b, int max) {
   struct vbackend *vb = vb_of(b);
   int ran = 0;
   const bool receives = max != NIC_POLL_COMPLETIONS_ONLY;
   if (max <= 0) max = 1 << 30;
-  while (ran < max) { /* software completions first: they are already decided */
+  while (ran < max) {
     pthread_mutex_lock(&vb->lock);
+    if (!vb->soft_head) { /* software completions first: they are already decided */
+      /* Reaped under the lock (endpoints may close meanwhile), no more than this poll runs. */
+      struct ibv_wc wc[32];
+      const int limit = 32 < max - ran ? 32 : max - ran;
+      int got = 0;
+      for (struct nic_endpoint *ep = vb->eps; ep && got < limit; ep = ep->next) {
+        int k = ibv_poll_cq(ep->cq, limit - got, wc + got);
+        got += k > 0 ? k : 0;
+      }
+      for (int i = 0; i < got; i++)
+        queue_done_locked(vb, (struct vpost *)(uintptr_t)wc[i].wr_id,
+                          nic_verbs_wc_errno(wc[i].status));
+    }
     struct vpost *p = vb->soft_head;
     if (p && !(vb->soft_head = p->next)) vb->soft_tail = NULL;
     pthread_mutex_unlock(&vb->lock);
     if (!p) break;
     finish(vb, p, p->status);
     ran++;
-  }
-  while (ran < max) {
-    /* Reap under the lock (endpoints may close meanwhile), run done() outside it. */
-    struct ibv_wc wc[32];
-    int got = 0;
-    pthread_mutex_lock(&vb->lock);
-    for (struct nic_endpoint *ep = vb->eps; ep && got < 32 && ran + got < max; ep = ep->next) {
-      int want = 32 - got < max - ran - got ? 32 - got : max - ran - got;
-      int k = ibv_poll_cq(ep->cq, want, wc + got);
-      got += k > 0 ? k : 0;
-    }
-    pthread_mutex_unlock(&vb->lock);
-    for (int i = 0; i < got; i++)
-      finish(vb, (struct vpost *)(uintptr_t)wc[i].wr_id, nic_verbs_wc_errno(wc[i].status));
-    ran += got;
-    if (!got) break;
   }
   while (receives && ran < max) {
     int got = poll_recv(vb, max - ran);

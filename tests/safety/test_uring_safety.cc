@@ -244,6 +244,83 @@ TEST_F(InFlight, ProtectHoldsAWriterUntilTheNotification) {
   free(p);
 }
 
+// A completion whose done() writes its own buffer, through nic_fence_write or not.
+struct Reuse {
+  char *buf;
+  size_t len;
+  bool fence;
+  std::atomic<int> calls{0}, fence_rc{INT_MIN};
+  static void Fn(void *arg, int) {
+    auto *r = static_cast<Reuse *>(arg);
+    if (r->fence) r->fence_rc = nic_fence_write(r->buf, r->len);
+    memset(r->buf, 'Z', r->len);
+    r->calls++;
+  }
+};
+
+int PostReuse(nic_endpoint *ep, Reuse *r) {
+  nic_sga sga;
+  int rc = nic_sga_init(&sga, 0);
+  if (rc == 0) rc = nic_sga_add(&sga, r->buf, r->len);
+  if (rc == 0) rc = nic_sga_post(&sga, ep, Reuse::Fn, r);
+  if (rc) nic_sga_reset(&sga);
+  return rc;
+}
+
+// Two posts on one page, both finished before the program polls: the done() that runs first
+// writes its own buffer while the other post, finished too, still holds the page. That post must
+// be completed for the write (by the wait's poll, or protect's poller), not left until
+// NICMALLOC_FENCE_TIMEOUT_MS: set to 30 s here, so a write that waited for it is plain to see
+// in the counts.
+void DoneReusesItsBufferBesideAnotherFinishedPost(nic_fence_mode mode, bool fence_call) {
+  const struct nic_safety_config saved = *nic_safety_config();
+  struct nic_safety_config c = saved;
+  c.fence = mode;
+  c.fence_timeout_ms = 30000;
+  nic_safety_config_set(&c);
+  LoopbackPair pair;
+  Reader reader(pair.rx);
+  nic_endpoint *ep = nic_uring_endpoint_create(pair.tx);
+  ASSERT_NE(ep, nullptr) << strerror(errno);
+  char *page = static_cast<char *>(nic_aligned_alloc(4096, 4096));
+  memset(page, 'A', 4096);
+  Reuse a{page, 1024, fence_call}, b{page + 2048, 1024, fence_call};
+  struct nic_uring_stats st;
+  ASSERT_TRUE(nic_uring_get_stats(nic_backend_active(), &st));
+  const uint64_t notified = st.notifications;
+  ASSERT_EQ(PostReuse(ep, &a), 0);
+  ASSERT_EQ(PostReuse(ep, &b), 0);
+  // Finished without a poll: the backend's progress thread reaps them.
+  ASSERT_TRUE(reader.WaitFor(2048));
+  for (auto end = Clock::now() + kLimit;
+       nic_uring_get_stats(nic_backend_active(), &st) && st.notifications < notified + 2;)
+    ASSERT_LT(Clock::now(), end) << "the sends were never notified";
+  EXPECT_EQ(a.calls + b.calls, 0) << "a done() ran before the poll";
+  const uint64_t timeouts = NicStats().fence_timeouts, bypasses = NicStats().fence_bypasses;
+  EXPECT_TRUE(NicPollUntil([&] { return a.calls == 1 && b.calls == 1; }));
+  EXPECT_EQ(NicStats().fence_timeouts, timeouts);
+  EXPECT_EQ(NicStats().fence_bypasses, bypasses) << "a write waited for the timeout";
+  if (fence_call) {
+    EXPECT_EQ(a.fence_rc, 0);
+    EXPECT_EQ(b.fence_rc, 0);
+  }
+  EXPECT_EQ(std::string(page, 1024), std::string(1024, 'Z'));
+  EXPECT_EQ(std::string(page + 2048, 1024), std::string(1024, 'Z'));
+  int rc;
+  NicPollUntil([&] { return (rc = nic_uring_endpoint_destroy(ep)) != -EBUSY; });
+  EXPECT_EQ(rc, 0);
+  free(page);
+  nic_safety_config_set(&saved);
+}
+
+TEST_F(UringSgaTest, DoneWritingItsBufferUnderWaitIsNotHeldByAFinishedNeighbour) {
+  DoneReusesItsBufferBesideAnotherFinishedPost(NIC_FENCE_WAIT, true);
+}
+
+TEST_F(UringSgaTest, DoneWritingItsBufferUnderProtectIsNotHeldByAFinishedNeighbour) {
+  DoneReusesItsBufferBesideAnotherFinishedPost(NIC_FENCE_PROTECT, false);
+}
+
 // NICMALLOC_FENCE=detect on io_uring: there is no read hook, so the completion checks the bytes
 // again; a write while the post was in flight is reported (either version may have gone out).
 TEST_F(InFlight, DetectReportsAWriteWhileInFlightAtTheCompletion) {
