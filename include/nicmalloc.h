@@ -217,7 +217,7 @@ struct nic_sga_entry {
   uint32_t len;
   uint32_t lkey;
   uint64_t handle;
-  uint32_t cache_slot; /* registration-cache slot held, 0 = none */
+  uint32_t cache_slot; /* registration-cache slot held, 0 = none; internal in arena ones */
   uint32_t kind;       /* enum nic_region_kind, or 3 for a bounce copy */
 };
 struct nic_sga {

@@ -3,6 +3,7 @@
 #define NIC_SAFETY_H
 
 #include "events.h"
+#include "nicmalloc.h"
 
 #include <stdbool.h>
 #include <stddef.h>
@@ -74,6 +75,14 @@ extern void (*nic_safety_defer_hook)(const void *p);
  * look clear to the page counts may still be write-protected there. */
 struct nic_sga_entry;
 extern void (*nic_safety_unref_hook)(const struct nic_sga_entry *e, uint32_t n);
+
+/* The registration-cache slot an array entry holds, 0 for none. An arena entry holds none: its
+ * field keeps its step's generation at nic_sga_add instead (chunks.h), which its post compares.
+ * The field is tested first: most arena entries' generation is 0, and a reset of the array
+ * (every entry) then costs what it did before. */
+static inline uint32_t nic_sga_entry_slot(const struct nic_sga_entry *e) {
+  return e->cache_slot && e->kind != NIC_REGION_ARENA ? e->cache_slot : 0;
+}
 
 /* safety_stats.c: the safety fields of struct nic_stats, NIC cache pressure included. */
 struct nic_stats;

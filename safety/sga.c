@@ -52,7 +52,7 @@ NIC_EXPORT int nic_sga_init(struct nic_sga *sga, unsigned max_entries) {
 }
 
 static void drop_entry(struct nic_sga_entry *e) {
-  if (e->cache_slot) {
+  if (nic_sga_entry_slot(e)) {
     nic_rcache_release_own(e->cache_slot);
     e->cache_slot = 0;
   }
@@ -124,7 +124,7 @@ static int resolve(struct nic_sga *sga, const void *p, size_t len, struct nic_sg
                                 .len = (uint32_t)len,
                                 .lkey = ref.lkey,
                                 .handle = ref.backend_handle,
-                                .cache_slot = ref.kind == NIC_REGION_CACHED ? ref.cache_slot : 0,
+                                .cache_slot = ref.cache_slot, /* an arena's: its generation */
                                 .kind = ref.kind};
     return 0;
   }

@@ -10,6 +10,7 @@
 #include "api_errors.h"
 #include "backend.h"
 #include "bounce.h"
+#include "chunks.h"
 #include "endpoint_common.h"
 #include "export.h"
 #include "fence.h"
@@ -50,7 +51,7 @@ static void unref_pages(const struct message *m, uint32_t upto) {
 
 static void release_slots(struct nic_rcache *cache, const struct nic_sga_entry *e, uint32_t n) {
   for (uint32_t i = 0; i < n; i++)
-    if (!e[i].cache_slot)
+    if (!nic_sga_entry_slot(&e[i]))
       continue;
     else if (cache)
       nic_rcache_release_own_in(cache, e[i].cache_slot);
@@ -129,7 +130,7 @@ __attribute__((noinline)) static uint32_t renew_stale(struct nic_sga *sga, int *
   struct nic_rcache *cache = nic_rcache_process();
   for (uint32_t i = 0; i < sga->count; i++) {
     struct nic_sga_entry *e = &sga->entry[i];
-    if (!e->cache_slot || nic_rcache_region_current(cache, e->cache_slot)) continue;
+    if (!nic_sga_entry_slot(e) || nic_rcache_region_current(cache, e->cache_slot)) continue;
     struct nic_region_ref ref;
     *err = nic_range_readable(e->addr, e->len)
                ? nic_register_quiet(e->addr, e->len, NIC_REG_LOCAL, &ref)
@@ -138,7 +139,7 @@ __attribute__((noinline)) static uint32_t renew_stale(struct nic_sga *sga, int *
     nic_rcache_release_own(e->cache_slot);
     e->lkey = ref.lkey;
     e->handle = ref.backend_handle;
-    e->cache_slot = ref.kind == NIC_REGION_CACHED ? ref.cache_slot : 0;
+    e->cache_slot = ref.cache_slot; /* an arena's: its generation, as nic_sga_add records */
     e->kind = ref.kind;
   }
   return 0;
@@ -167,18 +168,18 @@ __attribute__((noinline)) static uint32_t renew_copies(struct nic_sga *sga, int 
 
 /* Dataplane entries whose step was given back since nic_sga_add: a step goes only once nothing
  * live is left on it, so the entry's block was freed, and its key is dead, or (the step
- * registered again for a new block) names memory that is someone else's now. A backend that
- * hands out the same key again (an io_uring slot) registered the same pages: nothing stale can
- * reach the NIC then, and the post goes on. 0, or the index + 1 of the first such entry.
- * Checked before any backend sees the message, for every endpoint: the entries carry the default
- * backend's key, and translation reads the default backend's. */
+ * registered again for a new block) names memory that is someone else's now. The key alone
+ * cannot tell: a backend may hand out the same one again (an io_uring slot, lowest free first),
+ * so the step's generation, recorded in the entry, is compared too. 0, or the index + 1 of the
+ * first such entry. Checked before any backend sees the message, for every endpoint: the
+ * entries carry the default backend's key, and translation reads the default backend's. */
 __attribute__((noinline)) static uint32_t freed_arena_entry(const struct nic_sga *sga) {
   for (uint32_t i = 0; i < sga->count; i++) {
     const struct nic_sga_entry *e = &sga->entry[i];
     struct nic_region_ref now;
     if (e->kind != NIC_REGION_ARENA) continue;
     if (nic_translate(e->addr, e->len, &now) != 0 || now.lkey != e->lkey ||
-        now.backend_handle != e->handle)
+        now.backend_handle != e->handle || nic_step_generation_of(e->addr) != e->cache_slot)
       return i + 1;
   }
   return 0;

@@ -28,6 +28,7 @@ uint8_t nic_dp_slices[NIC_CHUNK_SLOTS << (30 - NIC_SLICE_SHIFT)];
 unsigned nic_chunk_epoch;
 struct nic_chunk nic_chunks[NIC_CHUNK_SLOTS];
 const void *nic_step_registrations[NIC_CHUNK_SLOTS * NIC_STEPS_MAX];
+uint32_t nic_step_generations[NIC_CHUNK_SLOTS * NIC_STEPS_MAX];
 static unsigned slots_used;
 static pthread_mutex_t chunk_lock = PTHREAD_MUTEX_INITIALIZER;
 static uint64_t created, released, refusals;
@@ -290,6 +291,8 @@ bool nic_chunk_release_locked(unsigned index) {
     return false;
   }
   nic_release_chunk_memory(nic_chunk_base(index), (size_t)1 << nic_dp.shift);
+  for (unsigned s = 0; s < nic_steps_per_chunk(); s++)
+    nic_step_generation_bump(index, s);
   nic_steps_forget_locked(index);
   c->mapping.pinned = false;
   c->empty_since_ms = 0;

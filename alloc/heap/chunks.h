@@ -123,6 +123,24 @@ extern const void *nic_step_registrations[NIC_CHUNK_SLOTS * NIC_STEPS_MAX]
 static inline const void **nic_step_registration(unsigned index, unsigned step) {
   return &nic_step_registrations[((size_t)index << (nic_dp.shift - nic_dp.step_shift)) + step];
 }
+/* Each step's generation, in the same order: bumped whenever the step's memory is given back
+ * (the step's release, or its chunk's), under the chunk lock. An array entry records it at
+ * nic_sga_add, and its post finds the block freed from a changed one, even where the step was
+ * registered again under the very key the entry holds (an io_uring fixed-buffer slot is taken
+ * lowest first). */
+extern uint32_t nic_step_generations[NIC_CHUNK_SLOTS * NIC_STEPS_MAX]
+    __attribute__((visibility("hidden")));
+static inline uint32_t *nic_step_generation_at(unsigned index, unsigned step) {
+  return &nic_step_generations[((size_t)index << (nic_dp.shift - nic_dp.step_shift)) + step];
+}
+static inline void nic_step_generation_bump(unsigned index, unsigned step) {
+  __atomic_add_fetch(nic_step_generation_at(index, step), 1, __ATOMIC_RELEASE);
+}
+/* The generation of the step holding p, a dataplane address. */
+static inline uint32_t nic_step_generation_of(const void *p) {
+  return __atomic_load_n(&nic_step_generations[((uintptr_t)p - nic_dp.base) >> nic_dp.step_shift],
+                         __ATOMIC_ACQUIRE);
+}
 /* One byte per 64 KiB slice of the range (mimalloc's slice), so that free's dataplane path finds
  * a block's with a shift of the offset and decides with one compare, instead of a state in a
  * 14 KiB record and a second map. Its bits:

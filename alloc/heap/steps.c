@@ -340,6 +340,7 @@ bool nic_step_release_locked(unsigned index, unsigned step) {
     return false;
   }
   nic_release_step_memory(base, len);
+  nic_step_generation_bump(index, step);
   s->mapping.pinned = false;
   nic_step_not_whole_locked(index, step);
   nic_step_pages_forget_locked(index, step);

@@ -61,7 +61,8 @@ struct nic_rcache *nic_rcache_of(struct nic_backend *b);
  * registration with b, or a region of b's cache (release: nic_rcache_release_own_in). */
 struct nic_region_ref;
 /* nic_register for nicmalloc's own calls (scatter-gather entries, bounce slabs, receive
- * buffers), which say their errors themselves: nothing counted or said here. */
+ * buffers), which say their errors themselves: nothing counted or said here. An arena range's
+ * cache_slot is its step's generation (chunks.h), not 0: what an array entry records. */
 int nic_register_quiet(const void *p, size_t len, unsigned access, struct nic_region_ref *out);
 int nic_register_with(struct nic_backend *b, const void *p, size_t len, unsigned access,
                       struct nic_region_ref *out);

@@ -21,19 +21,22 @@ _Static_assert(NIC_REG_LOCAL_WRITE == NIC_ACCESS_LOCAL_WRITE &&
 
 static inline __attribute__((always_inline)) int register_with(struct nic_backend *b, const void *p,
                                                                size_t len, unsigned access,
-                                                               struct nic_region_ref *out);
+                                                               struct nic_region_ref *out,
+                                                               bool generation);
 
 #define KNOWN_ACCESS (NIC_REG_LOCAL_WRITE | NIC_REG_REMOTE_READ | NIC_REG_REMOTE_WRITE)
 
-static inline __attribute__((always_inline)) int
-register_checked(const void *p, size_t len, unsigned access, struct nic_region_ref *out) {
+static inline __attribute__((always_inline)) int register_checked(const void *p, size_t len,
+                                                                  unsigned access,
+                                                                  struct nic_region_ref *out,
+                                                                  bool generation) {
   if (!out || (access & ~KNOWN_ACCESS)) return -EINVAL;
   if (!nic_range_watched(p, len)) return -EPERM;
-  return register_with(NULL, p, len, access, out);
+  return register_with(NULL, p, len, access, out, generation);
 }
 
 int nic_register_quiet(const void *p, size_t len, unsigned access, struct nic_region_ref *out) {
-  return register_checked(p, len, access, out);
+  return register_checked(p, len, access, out, true);
 }
 
 /* The program's call: an error it gets back is counted, and each kind said once. */
@@ -61,14 +64,14 @@ registration_refused(const void *p, size_t len, unsigned access, const void *out
 
 NIC_EXPORT int nic_register(const void *p, size_t len, unsigned access,
                             struct nic_region_ref *out) {
-  const int rc = register_checked(p, len, access, out);
+  const int rc = register_checked(p, len, access, out, false);
   if (__builtin_expect(rc != 0, 0)) registration_refused(p, len, access, out, rc);
   return rc;
 }
 
 int nic_register_with(struct nic_backend *b, const void *p, size_t len, unsigned access,
                       struct nic_region_ref *out) {
-  return register_with(b, p, len, access, out);
+  return register_with(b, p, len, access, out, false);
 }
 
 /* A dataplane range that nic_translate found crossing a step end: whether every chunk it reaches
@@ -82,10 +85,13 @@ static bool in_mapped_chunks(const void *p, size_t len) {
 }
 
 /* b NULL: the default backend. Inlined into both callers: nic_register is on every entry's
- * path (nic_sga_add), and a call more there costs what the split saves nowhere. */
+ * path (nic_sga_add), and a call more there costs what the split saves nowhere. generation: an
+ * arena range's cache_slot gets its step's generation (rcache.h), read from the same index as
+ * the step's registration, a load more. */
 static inline __attribute__((always_inline)) int register_with(struct nic_backend *b, const void *p,
                                                                size_t len, unsigned access,
-                                                               struct nic_region_ref *out) {
+                                                               struct nic_region_ref *out,
+                                                               bool generation) {
   int rc = nic_translate(p, len, out);
   if (rc == -NIC_ERANGE || (rc == -NIC_ECROSS && !in_mapped_chunks(p, len))) return rc;
   /* Across a step end no one step's registration covers the range: it gets one of its own. */
@@ -93,8 +99,11 @@ static inline __attribute__((always_inline)) int register_with(struct nic_backen
   if (rc == 0 && !(access & (NIC_REG_REMOTE_READ | NIC_REG_REMOTE_WRITE))) {
     /* A step the default backend registered already: what every dataplane entry after the
      * step's first finds, with nothing to allocate. */
-    const struct nic_registration *own =
-        b ? NULL : nic_chunk_registration(out->chunk_index, nic_step_index(p));
+    const unsigned step = nic_step_index(p);
+    if (generation)
+      out->cache_slot =
+          __atomic_load_n(nic_step_generation_at(out->chunk_index, step), __ATOMIC_ACQUIRE);
+    const struct nic_registration *own = b ? NULL : nic_chunk_registration(out->chunk_index, step);
     if (__builtin_expect(own != NULL, 1)) {
       out->lkey = own->lkey;
       out->backend_handle = own->handle;
@@ -105,8 +114,8 @@ static inline __attribute__((always_inline)) int register_with(struct nic_backen
      * taken only here). */
     NIC_INTERNAL_SCOPE();
     struct nic_registration reg;
-    rc = b ? nic_chunk_register_with(out->chunk_index, nic_step_index(p), b, &reg)
-           : nic_chunk_register(out->chunk_index, nic_step_index(p), &reg);
+    rc = b ? nic_chunk_register_with(out->chunk_index, step, b, &reg)
+           : nic_chunk_register(out->chunk_index, step, &reg);
     if (rc) return rc;
     out->lkey = reg.lkey;
     out->backend_handle = reg.handle;

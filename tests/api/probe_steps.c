@@ -3,12 +3,15 @@
 #include "nicmalloc.h"
 #include "probe_common.h"
 
+#include <arpa/inet.h>
+#include <netinet/in.h>
 #include <pthread.h>
 #include <stddef.h>
 #include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/socket.h>
 #include <unistd.h>
 
 static void drop_message(void *arg, void *data, size_t len) {
@@ -83,15 +86,41 @@ static int step_release(int hold, unsigned wait_ms) {
   return 0;
 }
 
+/* The receiving end of a loopback TCP connection, read until it closes. */
+static void *drain_socket(void *arg) {
+  static char buf[1 << 16];
+  while (read((int)(intptr_t)arg, buf, sizeof buf) > 0) {
+  }
+  return NULL;
+}
+
+/* An io_uring endpoint on a loopback TCP connection whose receiver a thread drains, or NULL. */
+static struct nic_endpoint *uring_loopback_endpoint(void) {
+  struct sockaddr_in a = {.sin_family = AF_INET, .sin_addr.s_addr = htonl(INADDR_LOOPBACK)};
+  socklen_t alen = sizeof a;
+  int l = socket(AF_INET, SOCK_STREAM, 0), tx = socket(AF_INET, SOCK_STREAM, 0);
+  if (l < 0 || tx < 0 || bind(l, (struct sockaddr *)&a, sizeof a) || listen(l, 1) ||
+      getsockname(l, (struct sockaddr *)&a, &alen) || connect(tx, (struct sockaddr *)&a, alen))
+    return NULL;
+  const int rx = accept(l, NULL, NULL);
+  close(l);
+  pthread_t t;
+  if (rx < 0 || pthread_create(&t, NULL, drain_socket, (void *)(intptr_t)rx)) return NULL;
+  pthread_detach(t);
+  return nic_uring_endpoint_create(tx);
+}
+
 /* A 20 MiB block on a step of its own is added to an array and freed before the post; once its
  * step was given back the post is tried (the step's key is dead), then again after a new block
- * there got the step registered anew (the key names that block). Says what each post returned,
- * whether the array kept its entry, and what a post of the new block itself returns. */
-static int step_freed_entry(unsigned wait_ms) {
+ * there got the step registered anew (the key names that block; io_uring hands out the same
+ * one). Says what each post returned, whether the array kept its entry, and what a post of the
+ * new block itself returns. uring: to an io_uring endpoint, else a sim one. */
+static int step_freed_entry(unsigned wait_ms, bool uring) {
   void *keep = nic_malloc(64);
   const size_t big = 20u << 20;
   char *b = nic_malloc(big);
-  struct nic_endpoint *ep = nic_sim_endpoint_create(drop_message, NULL, 0);
+  struct nic_endpoint *ep =
+      uring ? uring_loopback_endpoint() : nic_sim_endpoint_create(drop_message, NULL, 0);
   struct nic_sga sga;
   if (!keep || !b || !ep || nic_sga_init(&sga, 0)) return 1;
   memset(b, 1, big);
@@ -107,8 +136,10 @@ static int step_freed_entry(unsigned wait_ms) {
   if (!c) return 1;
   memset(c, 2, big);
   struct nic_region_ref ref;
-  printf("same_place=%d\nnew_key=%d\n", c == b,
-         nic_register(c, 4096, NIC_REG_LOCAL, &ref) == 0 && ref.lkey != sga.entry[0].lkey);
+  const int reg_rc = nic_register(c, 4096, NIC_REG_LOCAL, &ref);
+  printf("same_place=%d\nnew_key=%d\nsame_key=%d\n", c == b,
+         reg_rc == 0 && ref.lkey != sga.entry[0].lkey,
+         reg_rc == 0 && ref.lkey == sga.entry[0].lkey && ref.backend_handle == sga.entry[0].handle);
   printf("reused_rc=%d\nkept_after_reused=%u\n", nic_sga_post(&sga, ep, step_post_done, NULL),
          sga.count);
   nic_sga_reset(&sga);
@@ -233,7 +264,7 @@ int cmd_step_release(int argc, char **argv) {
 
 int cmd_step_freed_entry(int argc, char **argv) {
   (void)argc;
-  return step_freed_entry((unsigned)atoi(argv[2]));
+  return step_freed_entry((unsigned)atoi(argv[2]), argc > 3 && !strcmp(argv[3], "uring"));
 }
 
 int cmd_step_cached(int argc, char **argv) {

@@ -273,6 +273,28 @@ TEST(PinSteps, APostOfAnEntryWhoseBlockWasFreedAndItsStepGivenBackIsRefused) {
   EXPECT_EQ(count_lines(r.err, "was freed since nic_sga_add"), 1) << r.err;
 }
 
+// The same on io_uring, which registers the step again in the lowest free fixed-buffer slot: the
+// new registration has the very key and slot the entry holds, and only the step's generation
+// tells that the block was freed. The key alone let the post send the new block's bytes.
+TEST(PinSteps, APostOfAnEntryWhoseStepWasRegisteredAgainUnderTheSameKeyIsRefused) {
+  REQUIRE_ROOT();
+  auto env = kStepRelease;
+  env[0] = "NICMALLOC_BACKEND=uring";
+  auto r = run_probe(env, {"step-freed-entry", "10000", "uring"});
+  if (r.exit_code != 0 && r.err.find("io_uring") != std::string::npos)
+    GTEST_SKIP() << "no io_uring here: " << r.err;
+  ASSERT_EQ(r.exit_code, 0) << r.out << r.err;
+  EXPECT_EQ(r.num("add_rc"), 0) << r.out;
+  ASSERT_EQ(r.num("given_back"), 1) << r.out;
+  EXPECT_EQ(r.num("gone_rc"), -NIC_EFREED) << r.out;
+  ASSERT_EQ(r.num("same_place"), 1) << r.out;
+  EXPECT_EQ(r.num("same_key"), 1) << "the case this test is for: " << r.out;
+  EXPECT_EQ(r.num("reused_rc"), -NIC_EFREED) << "the old entry must not send the new block";
+  EXPECT_EQ(r.num("kept_after_reused"), 1) << r.out;
+  EXPECT_EQ(r.num("fresh_rc"), 0) << r.out;
+  EXPECT_EQ(r.num("posts_done"), 1) << r.out;
+}
+
 // Runs a probe command that pins at least pinned_full bytes, frees all but a small block and
 // then sleeps: pages and steps must fall to one segment's (the small block's) within 10 s.
 void ExpectIdleStepsGivenBack(const std::string &command, long long pinned_full) {
