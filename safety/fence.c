@@ -48,9 +48,13 @@ int nic_fence_wait(uintptr_t start, uintptr_t end, const char *who, const char *
       nic_pause_nocancel(20000);
   }
   NIC_SAFETY_COUNT(fence_timeouts, 1);
-  nic_log_error("%s(%#lx, %lu bytes): the NIC still reads this memory after %u ms "
-                "(NICMALLOC_FENCE_TIMEOUT_MS); %s",
-                who, (unsigned long)start, (unsigned long)(end - start), timeout, then);
+  /* The caller has -ETIMEDOUT, and a program that retries would fill stderr with the same line:
+   * said once per caller kind, and counted every time (fence_timeouts). */
+  static const char site;
+  if (nic_first_time_key((uintptr_t)&site, (uintptr_t)who, 0))
+    nic_log_error("%s(%#lx, %lu bytes): the NIC still reads this memory after %u ms "
+                  "(NICMALLOC_FENCE_TIMEOUT_MS); %s (said once; fence_timeouts counts them all)",
+                  who, (unsigned long)start, (unsigned long)(end - start), timeout, then);
   return -ETIMEDOUT;
 }
 
@@ -62,8 +66,10 @@ NIC_EXPORT int nic_fence_write(const void *p, size_t len) {
     return -NIC_ERANGE;
   }
   if (nic_safety_config()->fence == NIC_FENCE_OFF) return 0;
-  return nic_fence_wait((uintptr_t)p, (uintptr_t)p + len, "nic_fence_write",
-                        "giving up with ETIMEDOUT");
+  const int rc = nic_fence_wait((uintptr_t)p, (uintptr_t)p + len, "nic_fence_write",
+                                "giving up with ETIMEDOUT");
+  if (rc) nic_api_count(other);
+  return rc;
 }
 
 void nic_fence_posted(const void *msg, const struct nic_sga_entry *e, uint32_t n) {

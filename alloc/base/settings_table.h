@@ -235,7 +235,7 @@
     "bytes, about one per this many bytes; `0` every one, `off` none")                             \
   X(FENCE_TIMEOUT_MS, "NICMALLOC_FENCE_TIMEOUT_MS", NIC_T_MS, "5000", 1, 3600000, "",              \
     NIC_REACH_VALUE,                                                                               \
-    "how long `nic_fence_write` waits before it returns `-ETIMEDOUT` with a message; "             \
+    "how long `nic_fence_write` waits before it returns `-ETIMEDOUT` (said once, all counted); "   \
     "under `protect`, how long a writer is held before it is let through with a message")          \
   X(REALLOC_INFLIGHT, "NICMALLOC_REALLOC_INFLIGHT", NIC_T_CHOICE, "move", 0, 0, "move|wait",       \
     NIC_REACH_VALUE,                                                                               \
