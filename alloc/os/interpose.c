@@ -172,6 +172,15 @@ int nic_mimalloc_decommit(void *addr, size_t len) {
   return os_madvise(addr, len, MADV_DONTNEED);
 }
 
+/* A watcher that write-protects pages of its own makes the call itself (events.h), so that no
+ * call makes those pages writable behind its back. */
+static int protect_watched(void *addr, size_t len, int prot) {
+  int err;
+  if (nic_publish_protection_changing((uintptr_t)addr, len, prot, &err))
+    return err ? (errno = -err, -1) : 0;
+  return (int)syscall(SYS_mprotect, addr, len, prot);
+}
+
 static int os_mprotect(void *addr, size_t len, int prot) {
   /* mimalloc's commit inside a dataplane chunk: the range is readable and writable already, and
    * a step is backed (prefaulted, pinned) the first time. No system call: on hugetlb steps one
@@ -184,13 +193,8 @@ static int os_mprotect(void *addr, size_t len, int prot) {
   }
   /* mimalloc commits what it decommitted before it uses it: pages still there are its again. */
   nic_late_decommit_forget(addr, len);
-  /* A watcher that write-protects pages of its own makes the call itself (events.h), so that
-   * no call makes those pages writable behind its back. */
-  int err, rc;
-  if (nic_publish_protection_changing((uintptr_t)addr, len, prot, &err))
-    rc = err ? (errno = -err, -1) : 0;
-  else
-    rc = (int)syscall(SYS_mprotect, addr, len, prot);
+  int rc;
+  rc = protect_watched(addr, len, prot);
   if (rc == 0)
     nic_commit_map_note(addr, len, prot & PROT_READ ? NIC_PAGES_READABLE : NIC_PAGES_GONE);
   else if (prot & PROT_WRITE)
@@ -198,7 +202,12 @@ static int os_mprotect(void *addr, size_t len, int prot) {
   return rc;
 }
 
+/* mimalloc's calls reach os_mprotect by its own import once that is pointed there
+ * (mimalloc_imports.h): the program's on dataplane memory is the program's own, and gives
+ * write access back as the kernel does. */
 NIC_EXPORT int mprotect(void *addr, size_t len, int prot) {
+  if ((prot & PROT_WRITE) && nic_mimalloc_mprotect_apart() && nic_dp_commit_covers(addr))
+    return protect_watched(addr, len, prot);
   return os_mprotect(addr, len, prot);
 }
 

@@ -32,10 +32,25 @@ bool nic_mimalloc_imports_redirect(void) {
   return true;
 }
 
-static bool madvise_apart;
+static bool madvise_apart, mprotect_apart;
 
 bool nic_mimalloc_madvise_apart(void) {
   return __atomic_load_n(&madvise_apart, __ATOMIC_ACQUIRE);
+}
+
+bool nic_mimalloc_mprotect_apart(void) {
+  return __atomic_load_n(&mprotect_apart, __ATOMIC_ACQUIRE);
+}
+
+/* One of interpose.c's definitions for libmimalloc's import of name; false when it imports no
+ * such call. */
+static bool own_call(struct link_map *map, const char *name) {
+  struct nic_import calls[NIC_OWN_CALLS];
+  nic_interpose_own_calls(calls);
+  struct nic_import *own = calls;
+  while (strcmp(own->name, name))
+    own++;
+  return nic_imports_redirect(map, own, 1) && own->done;
 }
 
 bool nic_mimalloc_own_madvise(void) {
@@ -43,17 +58,18 @@ bool nic_mimalloc_own_madvise(void) {
   struct link_map *map = NULL;
   if (!dladdr1((const void *)mi_version, &where, (void **)&map, RTLD_DL_LINKMAP) || !map)
     return false;
-  struct nic_import calls[NIC_OWN_CALLS];
-  nic_interpose_own_calls(calls);
-  struct nic_import *own = calls;
-  while (strcmp(own->name, "madvise"))
-    own++;
-  if (!nic_imports_redirect(map, own, 1) || !own->done) {
-    nic_log_info("%s does not import madvise; a program's madvise of dataplane memory is taken "
-                 "for mimalloc's",
-                 where.dli_fname);
-    return false;
-  }
-  __atomic_store_n(&madvise_apart, true, __ATOMIC_RELEASE);
-  return true;
+  bool all = true;
+  if (own_call(map, "madvise"))
+    __atomic_store_n(&madvise_apart, true, __ATOMIC_RELEASE);
+  else
+    all = false, nic_log_info("%s does not import madvise; a program's madvise of dataplane "
+                              "memory is taken for mimalloc's",
+                              where.dli_fname);
+  if (own_call(map, "mprotect"))
+    __atomic_store_n(&mprotect_apart, true, __ATOMIC_RELEASE);
+  else
+    all = false, nic_log_info("%s does not import mprotect; a program's mprotect of dataplane "
+                              "memory is taken for mimalloc's",
+                              where.dli_fname);
+  return all;
 }

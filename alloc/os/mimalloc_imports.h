@@ -17,13 +17,16 @@ void nic_interpose_own_calls(struct nic_import calls[NIC_OWN_CALLS]);
  * of them no longer: its commits would then go unseen, so nicmalloc's blocks would look freed. */
 bool nic_mimalloc_imports_redirect(void);
 
-/* Points libmimalloc's madvise import at interpose.c's os_madvise whichever way nicmalloc was
- * loaded (the constructor, before the program's main), so that the exported madvise knows its
- * callers are not mimalloc: a program's MADV_DONTNEED of a live dataplane block was taken for a
- * decommit. False when it could not be (every madvise is then taken for mimalloc's). */
+/* Points libmimalloc's madvise and mprotect imports at interpose.c's os_madvise and
+ * os_mprotect whichever way nicmalloc was loaded (the constructor, before the program's main),
+ * so that the exported calls know their callers are not mimalloc: a program's MADV_DONTNEED of a
+ * live dataplane block was taken for a decommit, and its mprotect giving write access back to
+ * dataplane pages for a commit (no system call: the pages stayed read-only). False when either
+ * could not be (those calls are then taken for mimalloc's). */
 bool nic_mimalloc_own_madvise(void);
-/* Whether that was done (async-signal-safe). */
+/* Whether each was done (async-signal-safe). */
 bool nic_mimalloc_madvise_apart(void);
+bool nic_mimalloc_mprotect_apart(void);
 
 /* mimalloc's decommit of control memory, made for it on the owner thread (heap/mi_decommit.h):
  * madvise(MADV_DONTNEED) as interpose.c's madvise makes it, page events and commit map included.

@@ -193,6 +193,26 @@ TEST_F(Sga, AProgramsDontneedOfALiveDataplaneBlockZeroesItAndKeepsItLive) {
   EXPECT_EQ(Stats().double_frees, before.double_frees);
 }
 
+// The program's mprotect that gives write access back to dataplane pages it made read-only is
+// the program's: the pages are writable again. It was taken for mimalloc's commit (no system
+// call), and the pages stayed read-only.
+TEST_F(Sga, AProgramsMprotectGivesWriteAccessBackToDataplanePages) {
+  auto *buf = static_cast<char *>(nic_aligned_alloc(4096, 2 * 4096));
+  ASSERT_NE(buf, nullptr);
+  ASSERT_TRUE(nic_is_dataplane(buf));
+  memset(buf, 'p', 2 * 4096);
+  ASSERT_EQ(mprotect(buf, 4096, PROT_READ), 0) << strerror(errno);
+  ASSERT_EQ(mprotect(buf, 4096, PROT_READ | PROT_WRITE), 0) << strerror(errno);
+  EXPECT_EXIT(
+      {
+        buf[0] = 'w';
+        _exit(buf[0] == 'w' ? 0 : 1);
+      },
+      testing::ExitedWithCode(0), "")
+      << "the page stayed read-only";
+  free(buf);
+}
+
 TEST_F(Sga, DefaultLimitIsTheBackendsMaxSge) {
   EXPECT_EQ(sga.max, nic_backend_active()->caps.max_sge); // 32 for the sim
   EXPECT_EQ(nic_sga_init(&sga, 8), 0);
