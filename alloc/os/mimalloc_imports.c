@@ -58,18 +58,20 @@ bool nic_mimalloc_own_madvise(void) {
   struct link_map *map = NULL;
   if (!dladdr1((const void *)mi_version, &where, (void **)&map, RTLD_DL_LINKMAP) || !map)
     return false;
+  static const struct {
+    const char *name;
+    bool *apart;
+  } calls[] = {{"madvise", &madvise_apart}, {"mprotect", &mprotect_apart}};
   bool all = true;
-  if (own_call(map, "madvise"))
-    __atomic_store_n(&madvise_apart, true, __ATOMIC_RELEASE);
-  else
-    all = false, nic_log_info("%s does not import madvise; a program's madvise of dataplane "
-                              "memory is taken for mimalloc's",
-                              where.dli_fname);
-  if (own_call(map, "mprotect"))
-    __atomic_store_n(&mprotect_apart, true, __ATOMIC_RELEASE);
-  else
-    all = false, nic_log_info("%s does not import mprotect; a program's mprotect of dataplane "
-                              "memory is taken for mimalloc's",
-                              where.dli_fname);
+  for (size_t i = 0; i < sizeof calls / sizeof calls[0]; i++) {
+    if (own_call(map, calls[i].name)) {
+      __atomic_store_n(calls[i].apart, true, __ATOMIC_RELEASE);
+      continue;
+    }
+    all = false;
+    nic_log_info("%s does not import %s; a program's %s of dataplane memory is taken for "
+                 "mimalloc's",
+                 where.dli_fname, calls[i].name, calls[i].name);
+  }
   return all;
 }
