@@ -12,6 +12,7 @@
 
 #include <errno.h>
 #include <string.h>
+#include <sys/mman.h>
 #include <sys/resource.h>
 
 static uint64_t backed_total, released_total, page_fallbacks, pin_failures;
@@ -125,9 +126,25 @@ int nic_step_back_locked(unsigned index, unsigned step) {
   return 0;
 }
 
+/* A step backed when RLIMIT_MEMLOCK had no room is used unpinned (NICMALLOC_ON_PIN_FAIL=fallback),
+ * and nothing else tries again: room may have come back since (other steps given back, exited
+ * threads' segments freed). Its registration locks it then, as it faults it in whole anyway. */
+static void lock_again(unsigned index, unsigned step, struct nic_step *s) {
+  if (s->mapping.pinned || mlock(nic_step_base(index, step), (size_t)1 << nic_dp.step_shift))
+    return;
+  s->mapping.pinned = true;
+  s->mapping.pin_errno = 0;
+  nic_log_info("dataplane chunk %u step %u locked at its registration, with room for it now", index,
+               step);
+}
+
 int nic_step_populate_locked(unsigned index, unsigned step) {
   struct nic_step *s = &nic_chunk_at(index)->steps[step];
-  if (!s->backed || s->mapping.populated) return 0;
+  if (!s->backed) return 0;
+  if (s->mapping.populated) {
+    lock_again(index, step, s);
+    return 0;
+  }
   void *base = nic_step_base(index, step);
   const size_t len = (size_t)1 << nic_dp.step_shift;
   const enum nic_page_kind want = kind_wanted();
@@ -149,6 +166,7 @@ int nic_step_populate_locked(unsigned index, unsigned step) {
   last_kind = s->mapping.kind;
   /* Units given back inside it are in again with the rest. */
   nic_step_pages_forget_locked(index, step);
+  lock_again(index, step, s);
   return 0;
 }
 

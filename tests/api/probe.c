@@ -47,6 +47,7 @@ static const struct command {
     {"step-abandoned", 3, cmd_step_abandoned},
     {"memlock-steps", 5, cmd_memlock_steps},
     {"pin-refused", 6, cmd_pin_refused},
+    {"repin", 4, cmd_repin},
     {"low-memlock-register", 4, cmd_low_memlock_register},
     {"low-memlock-sga", 4, cmd_low_memlock_sga},
     {"fork-child", 3, cmd_fork_child},

@@ -34,6 +34,7 @@ int dp_alloc(size_t total, size_t block);
 /* The commands: nic_probe COMMAND ARGS... runs cmd_COMMAND(argc, argv), argv[1] the command.
  * main checks argc against the command's minimum first; each parses its arguments itself. */
 int cmd_dp_alloc(int argc, char **argv);
+int cmd_repin(int argc, char **argv);
 int cmd_register_blocks(int argc, char **argv);
 int cmd_dp_register(int argc, char **argv);
 int cmd_first_dp_reads(int argc, char **argv);

@@ -3,6 +3,8 @@
 #include "nicmalloc.h"
 #include "probe_common.h"
 
+#include <pthread.h>
+
 #include <errno.h>
 #include <stdbool.h>
 #include <stddef.h>
@@ -187,6 +189,56 @@ int cmd_memlock_steps(int argc, char **argv) {
   (void)argc;
   return memlock_steps(strtoull(argv[2], NULL, 0), strtoull(argv[3], NULL, 0),
                        strtoull(argv[4], NULL, 0));
+}
+
+/* Under a limit of two steps, two threads each take a step for a block they free before they
+ * exit; then this thread's block lands in a step that cannot be locked. Once the threads' steps
+ * went back, the block is registered (its step faulted in whole first). Prints the steps backed
+ * and locked before and after. */
+static void *take_a_step(void *arg) {
+  (void)arg;
+  char *p = nic_malloc(256);
+  if (p) memset(p, 1, 256);
+  free(p);
+  return NULL;
+}
+
+static unsigned steps_backed_now(const struct nic_stats *s) {
+  return (unsigned)(s->steps_backed - s->steps_released);
+}
+
+static int repin(size_t limit, unsigned wait_ms) {
+  if (!memlock_limit_set(limit)) return 3;
+  for (int i = 0; i < 2; i++) {
+    pthread_t t;
+    if (pthread_create(&t, NULL, take_a_step, NULL)) return 1;
+    pthread_join(t, NULL);
+  }
+  char *block = nic_malloc(1 << 20);
+  if (!block || !nic_is_dataplane(block)) return 1;
+  memset(block, 2, 1 << 20);
+  const struct nic_stats full = stats_now();
+  printf("backed_full=%u\npinned_full=%u\n", steps_backed_now(&full), full.steps_pinned);
+  const uint64_t deadline = probe_now_ms() + wait_ms;
+  while (stats_now().steps_released == 0 && probe_now_ms() < deadline) {
+    nic_collect(); /* visits the exited threads' empty segments, which lets their steps go */
+    usleep(10000);
+  }
+  const struct nic_stats before = stats_now();
+  struct nic_region_ref ref;
+  const int rc = nic_register(block, 1 << 20, 0, &ref);
+  const struct nic_stats after = stats_now();
+  printf("released=%llu\nregister_rc=%d\nbacked_before=%u\npinned_before=%u\n"
+         "backed_after=%u\npinned_after=%u\n",
+         (unsigned long long)before.steps_released, rc, steps_backed_now(&before),
+         before.steps_pinned, steps_backed_now(&after), after.steps_pinned);
+  free(block);
+  return 0;
+}
+
+int cmd_repin(int argc, char **argv) {
+  (void)argc;
+  return repin(strtoull(argv[2], NULL, 0), (unsigned)atoi(argv[3]));
 }
 
 int cmd_pin_refused(int argc, char **argv) {

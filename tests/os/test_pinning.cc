@@ -436,6 +436,23 @@ TEST(PinFailure, FailRefusesHugeBlocksWhoseStepsCannotBeLocked) {
   }
 }
 
+// A step backed when the limit had no room is used unpinned; once room came back (an exited
+// thread's step went back to the OS), its first registration locks it, as it faults it in whole
+// anyway. Before, nothing tried again: it stayed unlocked for as long as it held live blocks.
+TEST(PinFailure, AStepUnlockedForLackOfRoomIsLockedAtItsRegistrationOnceThereIsRoom) {
+  REQUIRE_ROOT();
+  auto r =
+      run_probe({"NICMALLOC_PAGE_KIND=4k", "NICMALLOC_CHUNK_SIZE=128M", "NICMALLOC_PIN_STEP=4M",
+                 "NICMALLOC_RELEASE_DELAY_MS=100", "NICMALLOC_BACKEND=sim"},
+                {"repin", std::to_string(4 << 20), "5000"});
+  ASSERT_EQ(r.exit_code, 0) << r.out << r.err;
+  ASSERT_LT(r.num("pinned_full"), r.num("backed_full")) << "no step went unlocked: " << r.out;
+  ASSERT_GE(r.num("released"), 1) << r.out;
+  EXPECT_EQ(r.num("register_rc"), 0) << r.err;
+  EXPECT_LT(r.num("pinned_before"), r.num("backed_before")) << r.out;
+  EXPECT_EQ(r.num("pinned_after"), r.num("backed_after")) << r.out;
+}
+
 // Under fallback the same steps are used unpinned: the blocks stay dataplane, calloc's zeroed.
 TEST(PinFailure, FallbackServesHugeBlocksFromUnpinnedSteps) {
   REQUIRE_ROOT();
