@@ -64,7 +64,10 @@ const char *nic_prof_object_name(const struct dl_phdr_info *info);
 
 /* profile_modules.c: the modules a NICMALLOC_SITES profile names, by base name. Interning is for
  * the constructor only; scans need the caller's lock (one scanner at a time). */
-/* The module's id, or -1 when the table is full. */
+/* The module's id, or -1 when the table is full: past this many modules, or this many bytes of
+ * their base names. */
+#define NIC_PROF_MODULES_MAX 512
+#define NIC_PROF_MODULE_NAMES_BYTES (64u << 10)
 int nic_prof_module_intern(const char *path);
 /* Notes the load bias of every named module loaded now; returns how many were found new, and in
  * *loads the loader's count of objects loaded so far. */

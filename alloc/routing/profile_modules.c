@@ -12,8 +12,8 @@
 #include <stddef.h>
 #include <string.h>
 
-#define MODULES_MAX 512
-#define NAMES_BYTES (64u << 10)
+#define MODULES_MAX NIC_PROF_MODULES_MAX
+#define NAMES_BYTES NIC_PROF_MODULE_NAMES_BYTES
 
 struct module {
   uint64_t hash; /* of the base name */

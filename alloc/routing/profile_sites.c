@@ -62,7 +62,10 @@ static struct site sites[SITES_MAX];
 static unsigned nstored;
 static size_t min_size;
 static const char *sites_path;
-static uint64_t nsites, routed_allocs, routed_bytes, over_budget, dropped_sites;
+static uint64_t nsites, routed_allocs, routed_bytes, over_budget;
+/* Sending sites not kept: past SITES_MAX, or naming a module past the module table's room
+ * (profile_modules.c). Said apart, as the two limits differ. */
+static uint64_t dropped_sites, dropped_for_modules;
 /* Sites still waiting for a module, and when to look for new modules again. */
 static unsigned waiting;
 static unsigned long dlopens_seen;
@@ -219,7 +222,9 @@ static bool parse_site(char *line, bool *sending) {
   }
   if (!s.n) return false;
   if (!sent) return true;
-  if (!known || nstored == SITES_MAX)
+  if (!known)
+    dropped_for_modules++;
+  else if (nstored == SITES_MAX)
     dropped_sites++;
   else
     sites[nstored++] = s;
@@ -290,7 +295,7 @@ bool nic_sites_load(const char *path) {
     say_once_per_run(path, "NICMALLOC_SITES=%s is not a nicmalloc profile (%s); running unrouted",
                      path, header ? "malformed site lines" : "no '# nicmalloc profile 1' header");
     nstored = 0;
-    dropped_sites = 0;
+    dropped_sites = dropped_for_modules = 0;
     return false;
   }
   if (cut)
@@ -311,6 +316,12 @@ bool nic_sites_load(const char *path) {
     say_once_per_run(path,
                      "NICMALLOC_SITES=%s: %llu sending sites past the first %u are not routed",
                      path, (unsigned long long)dropped_sites, SITES_MAX);
+  if (dropped_for_modules)
+    say_once_per_run(path,
+                     "NICMALLOC_SITES=%s: %llu sending sites name modules past the first %u "
+                     "(or past %u KiB of module names) and are not routed",
+                     path, (unsigned long long)dropped_for_modules, NIC_PROF_MODULES_MAX,
+                     NIC_PROF_MODULE_NAMES_BYTES >> 10);
   sites_path = path;
   waiting = nstored;
   dlopens_seen = __atomic_load_n(&nic_dlopen_calls, __ATOMIC_RELAXED);

@@ -221,6 +221,22 @@ TEST(Profile, ALargeProfileReadsTheProgramsPathOnce) {
   EXPECT_LE(r.num("readlink_calls"), 2) << r.out; // once, and the probe reads none
 }
 
+// Sending sites naming more modules than the table holds are not routed, and said so for what
+// they are: the message used to say they were past the first 2048 sites, with 600 in the file.
+TEST(Profile, SitesPastTheModuleTableAreSaidSo) {
+  Profile p;
+  {
+    std::ofstream out(p.path);
+    out << "# nicmalloc profile 1\n";
+    for (int i = 0; i < 600; i++)
+      out << "site 1 1 1 1 1 1 /nonexistent/libmodule" << i << ".so+0x10\n";
+  }
+  auto r = run_probe({"NICMALLOC_SITES=" + p.path}, {});
+  ASSERT_EQ(r.exit_code, 0) << r.err;
+  EXPECT_EQ(count_lines(r.err, "88 sending sites name modules past the first 512"), 1) << r.err;
+  EXPECT_EQ(count_lines(r.err, "past the first 2048"), 0) << r.err;
+}
+
 // A routed run tests where the program's call returns to before it walks the stack: malloc and
 // calloc pass that address down, the other calls walk one frame for it. Sites of every call are
 // routed, and only they.
