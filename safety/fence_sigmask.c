@@ -51,7 +51,8 @@ static uint64_t kernel_set(const sigset_t *s) {
 }
 
 static int set_mask(int how, const sigset_t *set, sigset_t *old) {
-  if (how != SIG_BLOCK && how != SIG_UNBLOCK && how != SIG_SETMASK) return EINVAL;
+  /* As the kernel: how is looked at only when there is a set (a query may pass anything). */
+  if (set && how != SIG_BLOCK && how != SIG_UNBLOCK && how != SIG_SETMASK) return EINVAL;
   const bool on = __atomic_load_n(&armed, __ATOMIC_RELAXED);
   uint64_t want = 0, was = 0;
   if (set) {

@@ -358,6 +358,17 @@ TEST_P(Protect, AnMprotectTakingWritesAwayOutlivesTheRelease) {
 // which inherit the mask) writes to a posted page. The kernel kills a thread that faults with
 // SIGSEGV blocked, so under mprotect the process died; it must be held like any writer, and the
 // thread must still read back the mask it set.
+// The masks nicmalloc's sigprocmask and pthread_sigmask keep answer as the C library's do: a
+// query without a set is not refused for its how, a bad how with a set is EINVAL.
+TEST(SignalMasks, AQueryWithoutASetTakesAnyHow) {
+  sigset_t old;
+  EXPECT_EQ(pthread_sigmask(99, nullptr, &old), 0);
+  EXPECT_EQ(sigprocmask(99, nullptr, &old), 0);
+  sigset_t none;
+  sigemptyset(&none);
+  EXPECT_EQ(pthread_sigmask(99, &none, &old), EINVAL);
+}
+
 TEST_P(Protect, AWriterThatBlocksEverySignalIsHeldNotKilled) {
   char *p = Block(true, 4096);
   memset(p, 'S', 4096);
