@@ -163,6 +163,7 @@ struct nic_endpoint {
   struct rte_mempool *rx_pool; /* the queue's pool when known: copies, stalls */
   bool rx_pool_ours;           /* nicmalloc's pool: empty means every buffer is out */
   bool rx_stalled;
+  bool rx_delivering; /* a thread hands its packets over: no other takes a burst meanwhile */
   unsigned rx_cap;
   atomic_uint rx_out;
 };
@@ -222,10 +223,13 @@ void nic_dpdk_rx_port_started(uint16_t port, struct rte_mempool *pool);
 int nic_dpdk_endpoint_receive(struct nic_backend *b, struct nic_endpoint *ep, nic_endpoint_rx_fn rx,
                               void *arg);
 void nic_dpdk_rx_recycle(struct nic_backend *b, struct nic_endpoint *ep, uint64_t token);
-/* From poll(): bursts from every receiving endpoint, handed over outside every lock. Returns
+/* From poll(): bursts from every receiving endpoint, handed over outside every lock, one thread
+ * at a time per endpoint (an endpoint another thread hands packets of over is skipped), so each
+ * endpoint's receive function runs on one thread at a time, in the order packets came. Returns
  * how many packets (and stalls) were handed over. */
 int nic_dpdk_rx_poll(struct dbackend *be, int max);
-/* Under lock, from a close: -EBUSY while mbufs are out, else stops receiving (0). */
+/* Under lock, from a close: -EBUSY while mbufs are out or a thread hands the endpoint's packets
+ * over, else stops receiving (0). */
 int nic_dpdk_rx_close_locked(struct nic_endpoint *ep);
 /* dpdk.c: DMA-maps (or unmaps) r for dev. 0 or -rte_errno; devices without DMA mapping
  * (virtual ones) count as success. Callers hold reg_lock and lock. */

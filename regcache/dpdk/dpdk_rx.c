@@ -151,7 +151,8 @@ void nic_dpdk_rx_recycle(struct nic_backend *b, struct nic_endpoint *ep, uint64_
 }
 
 int nic_dpdk_rx_close_locked(struct nic_endpoint *ep) {
-  if (atomic_load(&ep->rx_out)) return -EBUSY;
+  /* A thread handing packets over clears rx_delivering afterwards, after the last recycle. */
+  if (atomic_load(&ep->rx_out) || ep->rx_delivering) return -EBUSY;
   if (ep->rx) {
     ep->rx = NULL;
     atomic_fetch_sub(&receiving, 1);
@@ -211,19 +212,24 @@ static void hand_over(const struct item *it) {
  * before the rest of the burst it is part of. */
 static __thread bool handing_over;
 
+/* An endpoint whose packets a thread hands over is left alone by every other until that thread
+ * is done: a second thread's burst from its queue would reach the receive function beside the
+ * first one's, and before the rest of it. Its packets wait in the driver's queue meanwhile, which
+ * is the endpoint's own (one endpoint per queue), so no queue of ours is needed to keep them. */
 int nic_dpdk_rx_poll(struct dbackend *be, int max) {
   if (!atomic_load_explicit(&receiving, memory_order_relaxed) || handing_over) return 0;
   struct item items[RX_ITEMS];
   unsigned n = 0, limit = max > 0 && (unsigned)max < RX_ITEMS ? (unsigned)max : RX_ITEMS;
   pthread_mutex_lock(&be->lock); /* one burst at a time per queue; endpoints stay listed */
   for (struct nic_endpoint *ep = be->eps; ep && n < limit; ep = ep->next) {
-    if (!ep->rx) continue;
+    if (!ep->rx || ep->rx_delivering) continue;
     const unsigned out = atomic_load(&ep->rx_out);
     if (out >= ep->rx_cap || (ep->rx_pool_ours && !rte_mempool_avail_count(ep->rx_pool))) {
       if (!ep->rx_stalled) { /* said once per stall; counted out while it is said */
         ep->rx_stalled = true;
         atomic_fetch_add(&ep->rx_out, 1);
         items[n++] = (struct item){ep, ep->rx, ep->rx_arg, NULL};
+        ep->rx_delivering = true;
       }
       continue;
     }
@@ -236,12 +242,19 @@ int nic_dpdk_rx_poll(struct dbackend *be, int max) {
     atomic_fetch_add(&ep->rx_out, got);
     for (uint16_t i = 0; i < got; i++)
       items[n++] = (struct item){ep, ep->rx, ep->rx_arg, ms[i]};
+    ep->rx_delivering |= got > 0;
   }
   pthread_mutex_unlock(&be->lock);
-  /* Unlocked: the program's function may post, poll or close endpoints. */
+  if (!n) return 0;
+  /* Unlocked: the program's function may post, poll or close endpoints (a close is -EBUSY
+   * while rx_delivering is set, so each endpoint here stays). */
   handing_over = true;
   for (unsigned i = 0; i < n; i++)
     hand_over(&items[i]);
   handing_over = false;
+  pthread_mutex_lock(&be->lock);
+  for (unsigned i = 0; i < n; i++)
+    items[i].ep->rx_delivering = false;
+  pthread_mutex_unlock(&be->lock);
   return (int)n;
 }

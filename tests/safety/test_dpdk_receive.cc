@@ -280,6 +280,58 @@ TEST(DpdkReceiveRing, TwoPollingThreadsGetEveryPacketOnce) {
     free(p);
 }
 
+// Three threads polling at once, with a receive function slow enough for their polls to overlap:
+// one endpoint's packets still reach it one call at a time, in the order they were sent.
+TEST(DpdkReceiveRing, PollingThreadsHandOneEndpointsPacketsOverOneAtATimeInOrder) {
+  nic_endpoint *ep = nic_dpdk_endpoint_create(NIC_DPDK_DEFAULT_PORT, 0);
+  REQUIRE_DPDK();
+  ASSERT_NE(ep, nullptr);
+  constexpr uint32_t kPackets = 256;
+  struct Seen {
+    std::atomic<int> inside{0}, most_inside{0}, inversions{0}, total{0};
+    std::atomic<int64_t> last{-1};
+  } seen;
+  auto fn = [](void *arg, void *data, size_t len) {
+    auto *s = static_cast<Seen *>(arg);
+    if (!data || len < sizeof(uint32_t)) return;
+    const int now = s->inside.fetch_add(1) + 1;
+    for (int most = s->most_inside.load();
+         now > most && !s->most_inside.compare_exchange_weak(most, now);) {
+    }
+    uint32_t i = 0;
+    memcpy(&i, data, sizeof i);
+    if (s->last.exchange(i) > int64_t{i}) s->inversions++;
+    std::this_thread::sleep_for(std::chrono::microseconds(200)); // room for the others' polls
+    s->inside--;
+    s->total++;
+  };
+  ASSERT_EQ(nic_endpoint_receive(ep, fn, &seen), 0);
+  std::atomic<bool> stop{false};
+  auto poll = [&] {
+    while (!stop)
+      nic_poll(0);
+  };
+  std::thread others[2] = {std::thread(poll), std::thread(poll)};
+  std::vector<char *> blocks;
+  std::vector<Done> done(kPackets);
+  for (uint32_t i = 0; i < kPackets; i++) {
+    blocks.push_back(static_cast<char *>(nic_aligned_alloc(4096, 4096)));
+    memset(blocks[i], 0, 600);
+    memcpy(blocks[i], &i, sizeof i);
+    ASSERT_EQ(Post(ep, {{blocks[i], 600}}, &done[i]), 0);
+  }
+  const bool all = PollUntil([&] { return seen.total == static_cast<int>(kPackets); });
+  stop = true;
+  for (auto &t : others)
+    t.join();
+  ASSERT_TRUE(all) << seen.total;
+  EXPECT_EQ(seen.most_inside, 1) << "the receive function ran on several threads at once";
+  EXPECT_EQ(seen.inversions, 0) << "packets reached the receive function out of order";
+  EXPECT_TRUE(PollUntil([&] { return nic_dpdk_endpoint_destroy(ep) != -EBUSY; }));
+  for (char *p : blocks)
+    free(p);
+}
+
 // A thread that polls inside a dataplane scope: the backends' work keeps out of dataplane memory
 // (DPDK's thread-local blocks, which the C library allocates on the thread's first touch of them,
 // here its first poll, were pinned dataplane blocks until the thread's stack was reused), while
