@@ -45,7 +45,7 @@ struct nic_endpoint {
   int64_t rx_slot;       /* the registration of the block counted in flight, or -1 */
   uint32_t rx_lkey;      /* the chunk registration's lkey (rx_slot) */
   struct ibv_mr *rx_mr;  /* the block's own MR when that registration lacks local write */
-  atomic_uint rx_active; /* rx calls under way outside the lock: destroy waits for them */
+  atomic_uint rx_active; /* an end said by rx_recycle outside the lock: destroy waits for it */
 };
 
 /* One post; wr_id points here until its completion runs. */
@@ -224,7 +224,7 @@ static int vpost(struct nic_backend *b, struct nic_endpoint *ep, const struct ni
   return 0;
 }
 
-static int poll_recv(struct vbackend *vb, int max);
+static int poll_recv(struct vbackend *vb, int max, int *reaped);
 
 /* Finished posts are taken one at a time, work completions reaped onto the same queue first:
  * a done() that writes its own buffer may have to wait for another finished post on the same
@@ -258,9 +258,10 @@ static int vpoll(struct nic_backend *b, int max) {
     ran++;
   }
   while (receives && ran < max) {
-    int got = poll_recv(vb, max - ran);
-    ran += got;
-    if (!got) break;
+    int reaped = 0;
+    const int calls = poll_recv(vb, max - ran, &reaped);
+    ran += calls;
+    if (!calls && !reaped) break;
   }
   return ran;
 }
@@ -404,9 +405,8 @@ static int v_endpoint_receive(struct nic_backend *b, struct nic_endpoint *ep, ni
  * that is the end of receiving, said here (no completion will come to say it). */
 static void v_rx_recycle(struct nic_backend *b, struct nic_endpoint *ep, uint64_t token) {
   struct vbackend *vb = vb_of(b);
-  enum nic_verbs_rx_event ev = NIC_VERBS_RX_NONE;
   int status = 0;
-  bool bad = false;
+  bool bad = false, final = false;
   pthread_mutex_lock(&vb->lock);
   if (!ep_listed_locked(vb, ep) || !ep->rx) {
     bad = true;
@@ -415,7 +415,10 @@ static void v_rx_recycle(struct nic_backend *b, struct nic_endpoint *ep, uint64_
     case NIC_VERBS_RX_REPOST:
       if (!(status = post_recv(ep, (unsigned)token))) {
         nic_verbs_rx_posted(ep->rx, (unsigned)token);
-      } else if ((ev = nic_verbs_rx_repost_failed(ep->rx, (unsigned)token)) != NIC_VERBS_RX_NONE) {
+      } else if (nic_verbs_rx_repost_failed(ep->rx, (unsigned)token, -status) !=
+                 NIC_VERBS_RX_NONE) {
+        ep->rx->end_said = true;
+        final = true;
         atomic_fetch_add(&ep->rx_active, 1);
       }
       break;
@@ -433,19 +436,11 @@ static void v_rx_recycle(struct nic_backend *b, struct nic_endpoint *ep, uint64_
                    "verbs receive: a buffer given back (token %llu) is not out; ignored",
                    (unsigned long long)token);
   }
-  if (ev == NIC_VERBS_RX_FINAL) {
+  if (final) {
     ep->rx_fn(ep->rx_arg, NULL, 0, -status, 0);
     atomic_fetch_sub(&ep->rx_active, 1);
   }
 }
-
-struct rx_event {
-  struct nic_endpoint *ep;
-  enum nic_verbs_rx_event ev;
-  unsigned index;
-  uint32_t len;
-  int status;
-};
 
 /* The receiving endpoint whose buffer a receive completion names. NULL for a work request that
  * is not nicmalloc's (the application's own receive on that CQ, against verbs.h): it is dropped
@@ -459,61 +454,84 @@ static struct nic_endpoint *rx_owner_locked(struct vbackend *vb, uint64_t wr_id)
   return NULL;
 }
 
-/* Reaps the receive CQs under the lock and hands over outside it: the receiver gives buffers
- * back (v_rx_recycle) from inside its call. */
-static int poll_recv(struct vbackend *vb, int max) {
+/* A receive completion into its endpoint's books: a message queued for the receiver, the end
+ * kept, or a buffer without data posted again. */
+static void book_locked(struct vbackend *vb, const struct ibv_wc *wc) {
+  struct nic_endpoint *owner = rx_owner_locked(vb, wc->wr_id); /* CQs may be shared */
+  if (!owner) {
+    static const char once;
+    nic_plugin_log(NIC_PLUGIN_LOG_WARN, &once,
+                   "verbs receive: a completion on a receive CQ of nicmalloc's names no buffer "
+                   "of it (the application's own receive?); the CQ must carry only "
+                   "nicmalloc's receives. Dropped");
+    return;
+  }
+  struct nic_verbs_rx_buf *buf = (struct nic_verbs_rx_buf *)(uintptr_t)wc->wr_id;
+  const int status = nic_verbs_wc_errno(wc->status);
+  if (nic_verbs_rx_complete(buf->ring, buf->index, status) != NIC_VERBS_RX_DELIVER) return;
+  if (wc->opcode == IBV_WC_RECV) {
+    nic_verbs_rx_queue(buf->ring, buf->index, wc->byte_len);
+    return;
+  }
+  /* An RDMA write with immediate takes a receive but leaves no data in it. */
+  nic_verbs_rx_recycle(buf->ring, buf->index);
+  const int err = post_recv(owner, buf->index);
+  if (!err)
+    nic_verbs_rx_posted(buf->ring, buf->index);
+  else
+    nic_verbs_rx_repost_failed(buf->ring, buf->index, -err);
+}
+
+/* Tells ep's receiver what its books hold, up to max calls, each outside the lock (the receiver
+ * gives buffers back, v_rx_recycle, from inside its call). One thread at a time per endpoint,
+ * so that the receiver runs on one thread at a time and hears its messages in the order they
+ * came: a thread that finds another telling leaves the books to it, and the teller looks at
+ * them again before it stops. Bounded, so that it returns while other threads keep the books
+ * full: the next poll tells the rest. Returns the calls made. */
+static int tell_locked(struct vbackend *vb, struct nic_endpoint *ep, int max) {
+  struct nic_verbs_rx *r = ep->rx;
+  if (!r || r->delivering || !nic_verbs_rx_news_due(r)) return 0;
+  r->delivering = true; /* a close says -EBUSY meanwhile: ep and r stay */
+  int calls = 0;
+  unsigned i;
+  uint32_t len;
+  int status;
+  enum nic_verbs_rx_news what;
+  while (calls < max && (unsigned)calls < r->count + 2 &&
+         (what = nic_verbs_rx_next(r, &i, &len, &status)) != NIC_VERBS_RX_NO_NEWS) {
+    pthread_mutex_unlock(&vb->lock);
+    if (what == NIC_VERBS_RX_MESSAGE)
+      ep->rx_fn(ep->rx_arg, nic_verbs_rx_addr(r, i), len, 0, i);
+    else
+      ep->rx_fn(ep->rx_arg, NULL, 0, status, 0);
+    calls++;
+    pthread_mutex_lock(&vb->lock);
+  }
+  r->delivering = false;
+  return calls;
+}
+
+/* Reaps the receive CQs into the endpoints' books (*reaped: how many completions), then tells
+ * each receiver what its books hold. Returns the receiver calls made. */
+static int poll_recv(struct vbackend *vb, int max, int *reaped) {
   struct ibv_wc wc[32];
-  struct rx_event evs[32];
-  int got = 0, n = 0;
+  const int limit = 32 < max ? 32 : max;
+  int got = 0, calls = 0;
   pthread_mutex_lock(&vb->lock);
-  for (struct nic_endpoint *ep = vb->eps; ep && got < 32 && got < max; ep = ep->next) {
+  for (struct nic_endpoint *ep = vb->eps; ep && got < limit; ep = ep->next) {
     if (!ep->rx) continue;
-    int k = ibv_poll_cq(ep->rcq, (32 < max ? 32 : max) - got, wc + got);
-    for (int i = got; i < got + (k > 0 ? k : 0); i++) {
-      struct nic_endpoint *owner = rx_owner_locked(vb, wc[i].wr_id); /* CQs may be shared */
-      if (!owner) {
-        static const char once;
-        nic_plugin_log(NIC_PLUGIN_LOG_WARN, &once,
-                       "verbs receive: a completion on a receive CQ of nicmalloc's names no buffer "
-                       "of it (the application's own receive?); the CQ must carry only "
-                       "nicmalloc's receives. Dropped");
-        continue;
-      }
-      struct nic_verbs_rx_buf *buf = (struct nic_verbs_rx_buf *)(uintptr_t)wc[i].wr_id;
-      const int status = nic_verbs_wc_errno(wc[i].status);
-      enum nic_verbs_rx_event ev = nic_verbs_rx_complete(buf->ring, buf->index, status);
-      /* An RDMA write with immediate takes a receive but leaves no data in it. */
-      if (ev == NIC_VERBS_RX_DELIVER && wc[i].opcode != IBV_WC_RECV) {
-        nic_verbs_rx_recycle(buf->ring, buf->index);
-        if (!post_recv(owner, buf->index)) {
-          nic_verbs_rx_posted(buf->ring, buf->index);
-          ev = NIC_VERBS_RX_NONE;
-        } else {
-          ev = nic_verbs_rx_repost_failed(buf->ring, buf->index);
-        }
-      }
-      if (ev == NIC_VERBS_RX_NONE) continue;
-      atomic_fetch_add(&owner->rx_active, 1);
-      evs[n++] = (struct rx_event){
-          .ep = owner, .ev = ev, .index = buf->index, .len = wc[i].byte_len, .status = status};
-    }
+    const int k = ibv_poll_cq(ep->rcq, limit - got, wc + got);
+    for (int i = got; i < got + (k > 0 ? k : 0); i++)
+      book_locked(vb, &wc[i]);
     got += k > 0 ? k : 0;
   }
+  *reaped = got;
+  /* tell_locked lets go of the lock, but the endpoint it tells stays listed (its close says
+   * -EBUSY meanwhile), so the walk goes on from it. */
+  for (struct nic_endpoint *ep = vb->eps; ep && calls < max; ep = ep->next)
+    calls += tell_locked(vb, ep, max - calls);
   pthread_mutex_unlock(&vb->lock);
-  for (int i = 0; i < n; i++) {
-    struct nic_endpoint *ep = evs[i].ep;
-    if (evs[i].ev == NIC_VERBS_RX_FINAL) {
-      ep->rx_fn(ep->rx_arg, NULL, 0, evs[i].status ? evs[i].status : -EIO, 0);
-    } else {
-      ep->rx_fn(ep->rx_arg, nic_verbs_rx_addr(ep->rx, evs[i].index), evs[i].len, 0, evs[i].index);
-      pthread_mutex_lock(&vb->lock);
-      const bool stall = nic_verbs_rx_stall_due(ep->rx);
-      pthread_mutex_unlock(&vb->lock);
-      if (stall) ep->rx_fn(ep->rx_arg, NULL, 0, -ENOBUFS, 0);
-    }
-    atomic_fetch_sub(&ep->rx_active, 1);
-  }
-  return got;
+  return calls;
 }
 
 /* Frees what receiving held; the endpoint is off the list or the backend is closing. */
@@ -601,7 +619,11 @@ NIC_EXPORT int nic_verbs_endpoint_close(struct nic_backend *b, struct nic_endpoi
   pthread_mutex_lock(&vb->lock);
   for (struct nic_endpoint **pp = &vb->eps; *pp; pp = &(*pp)->next) {
     if (*pp != ep) continue;
-    rc = atomic_load(&ep->inflight) || ep->rx_starting || atomic_load(&ep->rx_active) ? -EBUSY : 0;
+    /* The receiver hears everything its books hold before the endpoint goes (the end too). */
+    rc = atomic_load(&ep->inflight) || ep->rx_starting || atomic_load(&ep->rx_active) ||
+                 (ep->rx && (ep->rx->delivering || nic_verbs_rx_news_due(ep->rx)))
+             ? -EBUSY
+             : 0;
     if (!rc && ep->rx && nic_verbs_rx_out(ep->rx)) {
       rc = -EBUSY; /* the program holds a buffer: nic_release gives it back */
     } else if (!rc && ep->rx && nic_verbs_rx_posted_any(ep->rx)) {

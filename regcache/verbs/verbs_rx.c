@@ -45,7 +45,8 @@ size_t nic_verbs_rx_block_bytes(unsigned count) {
 _Static_assert(NIC_VERBS_RX_BUF_BYTES % NIC_VERBS_RX_ALIGN == 0, "buffers must be whole pages");
 
 int nic_verbs_rx_init(struct nic_verbs_rx *r, void *block, unsigned count) {
-  if (!r || !block || !count || (uintptr_t)block % NIC_VERBS_RX_ALIGN) return -EINVAL;
+  if (!r || !block || !count || count > NIC_VERBS_RX_BUFS || (uintptr_t)block % NIC_VERBS_RX_ALIGN)
+    return -EINVAL;
   memset(r, 0, nic_verbs_rx_ring_bytes(count));
   r->block = block;
   r->buf_bytes = NIC_VERBS_RX_BUF_BYTES;
@@ -70,6 +71,7 @@ enum nic_verbs_rx_event nic_verbs_rx_complete(struct nic_verbs_rx *r, unsigned i
     b->state = NIC_VERBS_RX_IDLE;
     if (r->ended) return NIC_VERBS_RX_NONE;
     r->ended = true;
+    r->end_status = status;
     return NIC_VERBS_RX_FINAL;
   }
   b->state = NIC_VERBS_RX_OUT;
@@ -77,10 +79,47 @@ enum nic_verbs_rx_event nic_verbs_rx_complete(struct nic_verbs_rx *r, unsigned i
   return NIC_VERBS_RX_DELIVER;
 }
 
+void nic_verbs_rx_queue(struct nic_verbs_rx *r, unsigned i, uint32_t len) {
+  r->bufs[i].len = len;
+  r->q[(r->q_head + r->queued++) % NIC_VERBS_RX_BUFS] = (uint8_t)i;
+}
+
+static bool stall_pending(const struct nic_verbs_rx *r) {
+  return !r->ended && !r->posted && r->out && !r->stall_said;
+}
+
 bool nic_verbs_rx_stall_due(struct nic_verbs_rx *r) {
-  if (r->ended || r->posted || !r->out || r->stall_said) return false;
+  if (!stall_pending(r)) return false;
   r->stall_said = true;
   return true;
+}
+
+bool nic_verbs_rx_news_due(const struct nic_verbs_rx *r) {
+  return r->queued || (r->ended && !r->end_said) || stall_pending(r);
+}
+
+enum nic_verbs_rx_news nic_verbs_rx_next(struct nic_verbs_rx *r, unsigned *i, uint32_t *len,
+                                         int *status) {
+  *i = 0;
+  *len = 0;
+  *status = 0;
+  if (r->queued) {
+    *i = r->q[r->q_head];
+    *len = r->bufs[*i].len;
+    r->q_head = (r->q_head + 1) % NIC_VERBS_RX_BUFS;
+    r->queued--;
+    return NIC_VERBS_RX_MESSAGE;
+  }
+  if (r->ended && !r->end_said) {
+    r->end_said = true;
+    *status = r->end_status ? r->end_status : -EIO;
+    return NIC_VERBS_RX_END;
+  }
+  if (nic_verbs_rx_stall_due(r)) {
+    *status = -ENOBUFS;
+    return NIC_VERBS_RX_STALL;
+  }
+  return NIC_VERBS_RX_NO_NEWS;
 }
 
 enum nic_verbs_rx_recycle nic_verbs_rx_recycle(struct nic_verbs_rx *r, uint64_t token) {
@@ -91,10 +130,11 @@ enum nic_verbs_rx_recycle nic_verbs_rx_recycle(struct nic_verbs_rx *r, uint64_t 
   return r->ended ? NIC_VERBS_RX_KEEP : NIC_VERBS_RX_REPOST;
 }
 
-enum nic_verbs_rx_event nic_verbs_rx_repost_failed(struct nic_verbs_rx *r, unsigned i) {
+enum nic_verbs_rx_event nic_verbs_rx_repost_failed(struct nic_verbs_rx *r, unsigned i, int status) {
   r->bufs[i].state = NIC_VERBS_RX_IDLE;
   /* With nothing posted no completion will come to end receiving: this failure ends it. */
   if (r->ended || r->posted) return NIC_VERBS_RX_NONE;
   r->ended = true;
+  r->end_status = status;
   return NIC_VERBS_RX_FINAL;
 }

@@ -107,6 +107,8 @@ TEST(VerbsRxRing, BuffersArePageAlignedWholePagesOfTheBlockApart) {
   }
   EXPECT_EQ(nic_verbs_rx_init(ring.r, static_cast<char *>(ring.block) + 64, ring.count), -EINVAL);
   EXPECT_EQ(nic_verbs_rx_init(ring.r, ring.block, 0), -EINVAL);
+  EXPECT_EQ(nic_verbs_rx_init(ring.r, ring.block, NIC_VERBS_RX_BUFS + 1), -EINVAL)
+      << "more buffers than the books hold";
 }
 
 TEST(VerbsRxRing, ABufferGoesOutAndBackAndBadTokensChangeNothing) {
@@ -171,15 +173,65 @@ TEST(VerbsRxRing, ARepostRefusedWithNothingPostedEndsReceiving) {
   ring.PostAll();
   ASSERT_EQ(nic_verbs_rx_complete(ring.r, 0, 0), NIC_VERBS_RX_DELIVER);
   ASSERT_EQ(nic_verbs_rx_recycle(ring.r, 0), NIC_VERBS_RX_REPOST);
-  EXPECT_EQ(nic_verbs_rx_repost_failed(ring.r, 0), NIC_VERBS_RX_NONE)
+  EXPECT_EQ(nic_verbs_rx_repost_failed(ring.r, 0, -EINVAL), NIC_VERBS_RX_NONE)
       << "buffer 1 is still posted: its flush completion will end receiving";
   ASSERT_EQ(nic_verbs_rx_complete(ring.r, 1, 0), NIC_VERBS_RX_DELIVER);
   ASSERT_EQ(nic_verbs_rx_recycle(ring.r, 1), NIC_VERBS_RX_REPOST);
-  EXPECT_EQ(nic_verbs_rx_repost_failed(ring.r, 1), NIC_VERBS_RX_FINAL)
+  EXPECT_EQ(nic_verbs_rx_repost_failed(ring.r, 1, -EINVAL), NIC_VERBS_RX_FINAL)
       << "no completion will come: this is the end";
-  EXPECT_EQ(nic_verbs_rx_repost_failed(ring.r, 1), NIC_VERBS_RX_NONE) << "said once";
+  EXPECT_EQ(nic_verbs_rx_repost_failed(ring.r, 1, -EINVAL), NIC_VERBS_RX_NONE) << "said once";
   EXPECT_FALSE(nic_verbs_rx_out(ring.r));
   EXPECT_FALSE(nic_verbs_rx_posted_any(ring.r));
+  // Kept for the receiver, with the refusal's status, and told once.
+  unsigned i = 9;
+  uint32_t len = 9;
+  int status = 0;
+  EXPECT_TRUE(nic_verbs_rx_news_due(ring.r));
+  EXPECT_EQ(nic_verbs_rx_next(ring.r, &i, &len, &status), NIC_VERBS_RX_END);
+  EXPECT_EQ(status, -EINVAL);
+  EXPECT_FALSE(nic_verbs_rx_news_due(ring.r));
+  EXPECT_EQ(nic_verbs_rx_next(ring.r, &i, &len, &status), NIC_VERBS_RX_NO_NEWS);
+}
+
+// What the receiver hears, in order: the messages in the order their completions came (whoever
+// reaped them), then the end; or, with every buffer out and none posted, one stall.
+TEST(VerbsRxRing, MessagesAreToldInTheOrderTheyCameThenTheEndOrAStall) {
+  Ring ring(3);
+  ASSERT_EQ(nic_verbs_rx_init(ring.r, ring.block, ring.count), 0);
+  ring.PostAll();
+  for (unsigned b : {2u, 0u, 1u}) {
+    ASSERT_EQ(nic_verbs_rx_complete(ring.r, b, 0), NIC_VERBS_RX_DELIVER);
+    nic_verbs_rx_queue(ring.r, b, 100 + b);
+  }
+  unsigned i = 0;
+  uint32_t len = 0;
+  int status = 1;
+  for (unsigned b : {2u, 0u, 1u}) {
+    EXPECT_TRUE(nic_verbs_rx_news_due(ring.r));
+    ASSERT_EQ(nic_verbs_rx_next(ring.r, &i, &len, &status), NIC_VERBS_RX_MESSAGE);
+    EXPECT_EQ(i, b);
+    EXPECT_EQ(len, 100 + b);
+    EXPECT_EQ(status, 0);
+  }
+  ASSERT_EQ(nic_verbs_rx_next(ring.r, &i, &len, &status), NIC_VERBS_RX_STALL)
+      << "every buffer is out, none posted";
+  EXPECT_EQ(status, -ENOBUFS);
+  EXPECT_FALSE(nic_verbs_rx_news_due(ring.r)) << "a stall is told once";
+  EXPECT_EQ(nic_verbs_rx_next(ring.r, &i, &len, &status), NIC_VERBS_RX_NO_NEWS);
+  // Two back and posted, one message more, then an error: the message before the end.
+  for (unsigned b : {0u, 1u}) {
+    ASSERT_EQ(nic_verbs_rx_recycle(ring.r, b), NIC_VERBS_RX_REPOST);
+    nic_verbs_rx_posted(ring.r, b);
+  }
+  ASSERT_EQ(nic_verbs_rx_complete(ring.r, 0, 0), NIC_VERBS_RX_DELIVER);
+  nic_verbs_rx_queue(ring.r, 0, 7);
+  EXPECT_EQ(nic_verbs_rx_complete(ring.r, 1, -EMSGSIZE), NIC_VERBS_RX_FINAL);
+  ASSERT_EQ(nic_verbs_rx_next(ring.r, &i, &len, &status), NIC_VERBS_RX_MESSAGE);
+  EXPECT_EQ(i, 0u);
+  EXPECT_EQ(len, 7u);
+  ASSERT_EQ(nic_verbs_rx_next(ring.r, &i, &len, &status), NIC_VERBS_RX_END);
+  EXPECT_EQ(status, -EMSGSIZE);
+  EXPECT_FALSE(nic_verbs_rx_news_due(ring.r)) << "nothing after the end, no stall either";
 }
 
 } // namespace

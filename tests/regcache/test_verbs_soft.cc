@@ -84,6 +84,23 @@ protected:
     nic_sge s = {p, static_cast<uint32_t>(text.size()), chunk.lkey, chunk.handle};
     ASSERT_EQ(b->post(b, ep, &s, 1, Done::Fn, d), 0);
   }
+  // Sends "msg %08d" for 0 to n - 1 from bufs (16 bytes each), no more than window ahead of
+  // completed (the soft CQ holds 256), until the deadline.
+  void SendNumbered(char *bufs, int n, int window, const std::atomic<int> &completed,
+                    nic_completion_fn done, void *arg,
+                    std::chrono::steady_clock::time_point deadline) {
+    for (int i = 0; i < n && std::chrono::steady_clock::now() < deadline;) {
+      if (i - completed.load() >= window) {
+        std::this_thread::yield();
+        continue;
+      }
+      char *p = bufs + i * 16;
+      snprintf(p, 16, "msg %08d", i);
+      nic_sge sge = {p, 12, chunk.lkey, chunk.handle};
+      ASSERT_EQ(b->post(b, ep, &sge, 1, done, arg), 0);
+      i++;
+    }
+  }
   // The soft device completes inside post and post_recv: one poll runs all that is ready.
   void Poll() {
     while (b->poll(b, 0) > 0) {
@@ -388,17 +405,7 @@ TEST_F(SoftVerbs, BuffersGivenBackFromAnotherThreadWhilePollingAndSending) {
       if (!b->poll(b, 16)) std::this_thread::yield();
   });
   const auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(45);
-  for (int i = 0; i < kMessages && std::chrono::steady_clock::now() < deadline;) {
-    if (i - completed.load() >= kWindow) { // the soft CQ holds 256
-      std::this_thread::yield();
-      continue;
-    }
-    char *p = bufs + i * 16;
-    snprintf(p, 16, "msg %08d", i);
-    nic_sge sge = {p, 12, chunk.lkey, chunk.handle};
-    ASSERT_EQ(b->post(b, ep, &sge, 1, done, &counters), 0);
-    i++;
-  }
+  SendNumbered(bufs, kMessages, kWindow, completed, done, &counters, deadline);
   while (completed.load() < kMessages && std::chrono::steady_clock::now() < deadline)
     std::this_thread::yield();
   // Every buffer back, then stop: the sends' completions can come before the last receives'
@@ -419,6 +426,59 @@ TEST_F(SoftVerbs, BuffersGivenBackFromAnotherThreadWhilePollingAndSending) {
   }
   EXPECT_EQ(wrong, 0);
   EXPECT_EQ(soft_verbs_rq_posted(qp), 8u) << "every buffer back on the queue";
+  free(bufs);
+}
+
+// Two threads polling while a third sends, with a receiver slow enough for their polls to
+// overlap (it gives each buffer back before it returns, so the next message lands meanwhile, for
+// the other poller to reap): it still runs on one thread at a time, hearing the messages in order.
+TEST_F(SoftVerbs, PollingThreadsTellOneEndpointsMessagesOneAtATimeInOrder) {
+  Open(NIC_ACCESS_LOCAL_WRITE, 8);
+  struct Heard {
+    nic_backend *b;
+    nic_endpoint *ep;
+    std::atomic<int> inside{0}, most_inside{0}, inversions{0}, messages{0};
+    std::atomic<long> last{-1};
+  } heard;
+  heard.b = b;
+  heard.ep = ep;
+  auto fn = [](void *arg, void *data, size_t len, int, uint64_t token) {
+    auto *h = static_cast<Heard *>(arg);
+    const int now = h->inside.fetch_add(1) + 1;
+    for (int most = h->most_inside.load();
+         now > most && !h->most_inside.compare_exchange_weak(most, now);) {
+    }
+    if (data && len > 4) {
+      const long seq = std::stol(std::string(static_cast<char *>(data) + 4, len - 4));
+      if (h->last.exchange(seq) > seq) h->inversions++;
+      h->b->rx_recycle(h->b, h->ep, token);
+      std::this_thread::sleep_for(std::chrono::microseconds(200)); // room for the other's poll
+      h->messages++;
+    }
+    h->inside--;
+  };
+  ASSERT_EQ(b->endpoint_receive(b, ep, fn, &heard), 0);
+  constexpr int kMessages = 200, kWindow = 32;
+  std::atomic<int> completed{0};
+  std::atomic<bool> stop{false};
+  auto done = [](void *arg, int) { static_cast<std::atomic<int> *>(arg)->fetch_add(1); };
+  auto poll = [&] {
+    while (!stop.load())
+      if (!b->poll(b, 16)) std::this_thread::yield();
+  };
+  std::thread pollers[2] = {std::thread(poll), std::thread(poll)};
+  char *bufs = static_cast<char *>(nic_malloc(kMessages * 16));
+  const auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(30);
+  SendNumbered(bufs, kMessages, kWindow, completed, done, &completed, deadline);
+  while (heard.messages.load() < kMessages && std::chrono::steady_clock::now() < deadline)
+    std::this_thread::yield();
+  stop = true;
+  for (auto &t : pollers)
+    t.join();
+  EXPECT_EQ(heard.messages.load(), kMessages);
+  EXPECT_EQ(heard.most_inside.load(), 1) << "the receiver ran on several threads at once";
+  EXPECT_EQ(heard.inversions.load(), 0) << "messages reached the receiver out of order";
+  Poll();
   free(bufs);
 }
 
