@@ -42,10 +42,9 @@ struct nic_endpoint {
   nic_endpoint_rx_fn rx_fn;
   void *rx_arg;
   bool rx_starting, rx_flushing;
-  int64_t rx_slot;       /* the registration of the block counted in flight, or -1 */
-  uint32_t rx_lkey;      /* the chunk registration's lkey (rx_slot) */
-  struct ibv_mr *rx_mr;  /* the block's own MR when that registration lacks local write */
-  atomic_uint rx_active; /* an end said by rx_recycle outside the lock: destroy waits for it */
+  int64_t rx_slot;      /* the registration of the block counted in flight, or -1 */
+  uint32_t rx_lkey;     /* the chunk registration's lkey (rx_slot) */
+  struct ibv_mr *rx_mr; /* the block's own MR when that registration lacks local write */
 };
 
 /* One post; wr_id points here until its completion runs. */
@@ -401,27 +400,26 @@ static int v_endpoint_receive(struct nic_backend *b, struct nic_endpoint *ep, ni
   return 0;
 }
 
-/* Gives buffer token back to the NIC; when the QP broke meanwhile and nothing else is posted,
- * that is the end of receiving, said here (no completion will come to say it). */
+/* Gives buffer token back to the NIC. When the QP broke meanwhile and nothing else is posted,
+ * that is the end of receiving (no completion will come to say it): kept in the books and told
+ * by the next poll, as everything the receiver hears (this runs inside nic_release, a destroy,
+ * or another thread's receive function). */
 static void v_rx_recycle(struct nic_backend *b, struct nic_endpoint *ep, uint64_t token) {
   struct vbackend *vb = vb_of(b);
-  int status = 0;
-  bool bad = false, final = false;
+  bool bad = false;
   pthread_mutex_lock(&vb->lock);
   if (!ep_listed_locked(vb, ep) || !ep->rx) {
     bad = true;
   } else {
     switch (nic_verbs_rx_recycle(ep->rx, token)) {
-    case NIC_VERBS_RX_REPOST:
-      if (!(status = post_recv(ep, (unsigned)token))) {
+    case NIC_VERBS_RX_REPOST: {
+      const int err = post_recv(ep, (unsigned)token);
+      if (!err)
         nic_verbs_rx_posted(ep->rx, (unsigned)token);
-      } else if (nic_verbs_rx_repost_failed(ep->rx, (unsigned)token, -status) !=
-                 NIC_VERBS_RX_NONE) {
-        ep->rx->end_said = true;
-        final = true;
-        atomic_fetch_add(&ep->rx_active, 1);
-      }
+      else
+        nic_verbs_rx_repost_failed(ep->rx, (unsigned)token, -err);
       break;
+    }
     case NIC_VERBS_RX_KEEP:
       break;
     case NIC_VERBS_RX_BAD_TOKEN:
@@ -435,10 +433,6 @@ static void v_rx_recycle(struct nic_backend *b, struct nic_endpoint *ep, uint64_
     nic_plugin_log(NIC_PLUGIN_LOG_WARN, &once,
                    "verbs receive: a buffer given back (token %llu) is not out; ignored",
                    (unsigned long long)token);
-  }
-  if (final) {
-    ep->rx_fn(ep->rx_arg, NULL, 0, -status, 0);
-    atomic_fetch_sub(&ep->rx_active, 1);
   }
 }
 
@@ -620,7 +614,7 @@ NIC_EXPORT int nic_verbs_endpoint_close(struct nic_backend *b, struct nic_endpoi
   for (struct nic_endpoint **pp = &vb->eps; *pp; pp = &(*pp)->next) {
     if (*pp != ep) continue;
     /* The receiver hears everything its books hold before the endpoint goes (the end too). */
-    rc = atomic_load(&ep->inflight) || ep->rx_starting || atomic_load(&ep->rx_active) ||
+    rc = atomic_load(&ep->inflight) || ep->rx_starting ||
                  (ep->rx && (ep->rx->delivering || nic_verbs_rx_news_due(ep->rx)))
              ? -EBUSY
              : 0;

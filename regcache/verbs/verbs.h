@@ -33,15 +33,16 @@ struct ibv_pd *nic_verbs_pd(struct nic_backend *b);
 struct nic_endpoint *nic_verbs_endpoint(struct nic_backend *b, struct ibv_qp *qp,
                                         struct ibv_cq *send_cq);
 /* 0, or -EBUSY while posts on it are in flight, or while it receives and a receive buffer is
- * out with the program (held) or still posted, or its receiver has yet to hear something
- * poll() reaped, or is hearing it. The QP and CQs stay the application's; but a receiving
- * endpoint's QP is moved to the error state at the first close, since only that makes the NIC
- * give posted receive buffers back (flushed: poll() reaps them, receiving ends with
- * -ECANCELED, and close then succeeds). */
+ * out with the program (held) or still posted, or its receiver has yet to hear something (the
+ * end, say, after a buffer given back could not be posted again: poll() tells it), or is
+ * hearing it. The QP and CQs stay the application's; but a receiving endpoint's QP is moved to
+ * the error state at the first close, since only that makes the NIC give posted receive
+ * buffers back (flushed: poll() reaps them, receiving ends with -ECANCELED, and close then
+ * succeeds). */
 int nic_verbs_endpoint_close(struct nic_backend *b, struct nic_endpoint *ep);
 
-/* Receiving (the backend's endpoint_receive): the receiver is called on one thread at a time
- * per endpoint, in the order the messages came. NIC_VERBS_RX_BUFS buffers of
+/* Receiving (the backend's endpoint_receive): the receiver is called from poll() only, on one
+ * thread at a time per endpoint, in the order the messages came. NIC_VERBS_RX_BUFS buffers of
  * NIC_VERBS_RX_BUF_BYTES (verbs_rx.h; fewer when the receive queue is shorter), carved
  * page-aligned from one dataplane block, are posted on the QP's receive queue; a longer message
  * ends receiving (-EMSGSIZE). The QP's receive CQ must carry only nicmalloc's receives, as the

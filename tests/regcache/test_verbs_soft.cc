@@ -482,6 +482,34 @@ TEST_F(SoftVerbs, PollingThreadsTellOneEndpointsMessagesOneAtATimeInOrder) {
   free(bufs);
 }
 
+// A buffer given back that cannot be posted again (the QP went to RESET meanwhile) while no other
+// is posted ends receiving: the receiver hears it from the next poll, not from inside the call
+// that gave the buffer back (nic_release, a destroy, another thread's receive function), and the
+// endpoint does not close before it has.
+TEST_F(SoftVerbs, AnEndFoundGivingABufferBackIsToldByTheNextPoll) {
+  Open(NIC_ACCESS_LOCAL_WRITE, 2);
+  ASSERT_EQ(b->endpoint_receive(b, ep, Rx::Fn, &rx), 0);
+  rx.hold = true;
+  Done d[2];
+  Send("first", &d[0]);
+  Send("second", &d[1]);
+  Poll();
+  ASSERT_EQ(rx.held.size(), 2u);
+  EXPECT_EQ(rx.stalls, 1);
+  ToState(qp, IBV_QPS_RESET); // the soft device refuses receives posted in RESET
+  rx.hold = false;
+  rx.Release();
+  EXPECT_EQ(soft_verbs_rq_posted(qp), 0u);
+  EXPECT_EQ(rx.ends, 0) << "the end was told from inside the call giving the buffer back";
+  ASSERT_EQ(nic_verbs_endpoint_close(b, ep), -EBUSY) << "closed before its receiver heard the end";
+  Poll();
+  EXPECT_EQ(rx.ends, 1);
+  EXPECT_EQ(rx.status, -EINVAL);
+  Poll();
+  EXPECT_EQ(rx.ends, 1) << "told once";
+  EXPECT_EQ(rx.msgs.size(), 2u);
+}
+
 // A peer's RDMA write with immediate takes a posted receive but writes nothing into it: the
 // receiver is not called and the buffer goes straight back on the queue.
 TEST_F(SoftVerbs, AWriteWithImmediateTakesAReceiveAndItIsPostedAgain) {
