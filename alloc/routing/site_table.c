@@ -24,7 +24,9 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
-#define TOKENS_MAX 64
+/* Names of NICMALLOC_SITES_OFF whose match is tracked, for the warning about those matching
+ * nothing: the settings hold 16 KiB in all (settings.c), so at most 8192 names ever reach us. */
+#define NAMES_TRACKED 16384u
 #define FIELD_MAX 256
 #define LINES_MAX 8192u /* lines past it are all read, rebuilt modules or not */
 #define MODULE_SLOTS (2 * LINES_MAX)
@@ -50,10 +52,9 @@ struct scan {
   uint64_t line_module[LINES_MAX];
   unsigned char skip[LINES_MAX / 8]; /* lines of a module that a later line replaces */
   unsigned switched_off, duplicates;
-  const char *tokens[TOKENS_MAX];
-  size_t token_len[TOKENS_MAX];
-  bool token_matched[TOKENS_MAX];
-  unsigned ntokens;
+  const char *off; /* NICMALLOC_SITES_OFF, walked for its names at each site: no copy, no cap */
+  bool names;      /* it names a site by file:line or function */
+  unsigned char name_matched[NAMES_TRACKED / 8];
 };
 
 static const char *base_name(const char *path) {
@@ -72,6 +73,30 @@ static bool matches(const struct site *s, const char *tok, size_t len) {
   bool file = (strlen(s->file) == flen && !memcmp(s->file, tok, flen)) ||
               (strlen(base_name(s->file)) == flen && !memcmp(base_name(s->file), tok, flen));
   return file && line == s->line;
+}
+
+/* True when a piece of NICMALLOC_SITES_OFF is a site id rather than a name; *id is it. */
+static bool site_id(const char *piece, size_t len, long *id) {
+  char *end;
+  *id = strtol(piece, &end, 10);
+  return end == piece + len && *id >= 0 && *id < (long)NIC_MAX_SITES;
+}
+
+/* The next name of the list at *cursor (ids and empty pieces skipped), NULL past its end. */
+static const char *next_name(const char **cursor, size_t *len) {
+  long id;
+  for (const char *t = *cursor; *t;) {
+    const char *piece = t;
+    const size_t n = strcspn(t, ",");
+    t += n + (t[n] == ',');
+    if (n && !site_id(piece, n, &id)) {
+      *cursor = t;
+      *len = n;
+      return piece;
+    }
+  }
+  *cursor = "";
+  return NULL;
 }
 
 static uint64_t hash_text(uint64_t h, const char *text) {
@@ -100,11 +125,14 @@ static void finish_site(struct scan *sc) {
   }
   if (!again) sc->entry[s->id] = entry;
   sc->seen[s->id / 8] |= bit;
-  for (unsigned i = 0; i < sc->ntokens; i++)
-    if (matches(s, sc->tokens[i], sc->token_len[i])) {
+  if (!sc->names) return;
+  size_t len;
+  unsigned i = 0;
+  for (const char *cursor = sc->off, *name; (name = next_name(&cursor, &len)); i++)
+    if (matches(s, name, len)) {
       nic_site_set_enabled((uint32_t)s->id, 0);
       sc->switched_off++;
-      sc->token_matched[i] = true;
+      if (i < NAMES_TRACKED) sc->name_matched[i / 8] |= (unsigned char)(1u << (i % 8));
     }
 }
 
@@ -249,30 +277,27 @@ static void site_table_apply(void) {
   if (!off && !table) return;
   /* 600 KiB: not on the stack of whatever thread starts us; zero, as this runs once. */
   static struct scan sc;
-  bool names = false;
-  for (const char *t = off; t && *t && sc.ntokens < TOKENS_MAX;) {
-    size_t len = strcspn(t, ",");
-    char *end;
-    long id = strtol(t, &end, 10);
-    if (len && end == t + len && id >= 0 && id < (long)NIC_MAX_SITES) {
+  sc.off = off ? off : "";
+  long id;
+  for (const char *t = sc.off; *t;) { /* every id, however long the list */
+    const size_t len = strcspn(t, ",");
+    if (len && site_id(t, len, &id))
       nic_site_set_enabled((uint32_t)id, 0);
-    } else if (len) {
-      sc.tokens[sc.ntokens] = t;
-      sc.token_len[sc.ntokens++] = len;
-      names = true;
-    }
+    else if (len)
+      sc.names = true;
     t += len + (t[len] == ',');
   }
-  if (names && !table) {
+  if (sc.names && !table) {
     nic_log_warn("NICMALLOC_SITES_OFF names sites by file:line or function, which needs the "
                  "pass's table in NICMALLOC_SITE_TABLE; those stay on");
     return;
   }
   if (table) read_table(&sc, table);
-  for (unsigned i = 0; i < sc.ntokens; i++) /* each name that matched nothing: a typo? */
-    if (!sc.token_matched[i])
-      nic_log_warn("NICMALLOC_SITES_OFF: '%.*s' matched no site in %s", (int)sc.token_len[i],
-                   sc.tokens[i], table);
+  size_t len;
+  unsigned i = 0; /* each name that matched nothing: a typo? */
+  for (const char *cursor = sc.off, *name; (name = next_name(&cursor, &len)); i++)
+    if (i < NAMES_TRACKED && !(sc.name_matched[i / 8] >> (i % 8) & 1))
+      nic_log_warn("NICMALLOC_SITES_OFF: '%.*s' matched no site in %s", (int)len, name, table);
   nic_log_info("site table: %u sites switched off by name, %u duplicate ids", sc.switched_off,
                sc.duplicates);
 }

@@ -130,4 +130,21 @@ TEST(SiteTable, AFifoAsTheTableIsRefusedWithoutWaiting) {
   EXPECT_EQ(count_lines(r.err, "not a readable regular file"), 1) << r.err;
 }
 
+// A list of more than 64 names once lost what came after the 64th: an id there stayed on, and a
+// name there was neither matched nor said to match nothing.
+TEST(SiteTable, EveryEntryOfALongListIsApplied) {
+  std::string table = write_table(), names;
+  for (int i = 1; i <= 70; i++)
+    names += "f" + std::to_string(i) + ",";
+  auto r = run_probe({"NICMALLOC_SITE_TABLE=" + table, "NICMALLOC_SITES_OFF=" + names + "7,reply"},
+                     {"sites", "7", "100", "200"});
+  unlink(table.c_str());
+  ASSERT_EQ(r.exit_code, 0) << r.err;
+  EXPECT_EQ(r.num("site_7"), 0) << "an id after 70 names";
+  EXPECT_EQ(r.num("site_100"), 0) << "reply, named after 70 others";
+  EXPECT_EQ(r.num("site_200"), 1);
+  EXPECT_EQ(count_lines(r.err, "matched no site"), 70) << r.err;
+  EXPECT_EQ(count_lines(r.err, "'f70' matched no site"), 1) << r.err;
+}
+
 } // namespace
