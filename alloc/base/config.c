@@ -1,12 +1,48 @@
 #include "config.h"
 
+#include "log.h"
 #include "settings.h"
+
+#include <stdio.h>
 
 static struct nic_config config;
 static int config_state; /* 0 unread, 1 reading, 2 ready */
 
 static unsigned setting_unsigned(enum nic_setting s) {
   return (unsigned)nic_setting_number(s); /* the table's ranges keep these under 2^32 */
+}
+
+/* "32M", "1G": a step or chunk size as the settings take it. */
+static const char *size_text(size_t v, char *buf, size_t cap) {
+  if (v % (1ul << 30) == 0)
+    snprintf(buf, cap, "%zuG", v >> 30);
+  else
+    snprintf(buf, cap, "%zuM", v >> 20);
+  return buf;
+}
+
+/* The step, after the chunk size and page kind. A 1 GiB page cannot back a smaller step: an
+ * explicit 1g takes 1 GiB steps (as far as the chunk allows) unless NICMALLOC_PIN_STEP says
+ * otherwise, which then falls back, with a warning. A step past the chunk is a bad value like
+ * one outside the table's range: one warning, and the step the setting's absence gives (the
+ * table's default, read by the settings' parser). */
+static void read_pin_step(int kind) {
+  const size_t asked = (size_t)nic_setting_number(NIC_S_PIN_STEP);
+  const bool given = nic_setting_given(NIC_S_PIN_STEP);
+  const bool too_large = given && asked > config.chunk_size;
+  config.pin_step = asked;
+  if (too_large) (void)nic_parse_size(nic_setting_row(NIC_S_PIN_STEP)->def, &config.pin_step);
+  if (kind == 1 && (!given || too_large) && config.pin_step < (1ul << 30))
+    config.pin_step = config.chunk_size < (1ul << 30) ? config.chunk_size : (1ul << 30);
+  if (config.pin_step > config.chunk_size) config.pin_step = config.chunk_size;
+  config.step_shift = (unsigned)__builtin_ctzl(config.pin_step);
+  if (too_large) {
+    char step[24], chunk[24], used[24];
+    nic_log_warn("NICMALLOC_PIN_STEP=%s: expected at most NICMALLOC_CHUNK_SIZE (%s); using %s",
+                 size_text(asked, step, sizeof step),
+                 size_text(config.chunk_size, chunk, sizeof chunk),
+                 size_text(config.pin_step, used, sizeof used));
+  }
 }
 
 static void read_all(void) {
@@ -22,13 +58,11 @@ static void read_all(void) {
   config.free_check = nic_setting_bool(NIC_S_FREE_CHECK);
   config.chunk_size = (size_t)nic_setting_number(NIC_S_CHUNK_SIZE);
   config.chunk_shift = (unsigned)__builtin_ctzl(config.chunk_size);
-  config.pin_step = (size_t)nic_setting_number(NIC_S_PIN_STEP);
-  if (config.pin_step > config.chunk_size) config.pin_step = config.chunk_size;
-  config.step_shift = (unsigned)__builtin_ctzl(config.pin_step);
   config.max_chunks = setting_unsigned(NIC_S_MAX_CHUNKS);
   int kind = nic_setting_choice(NIC_S_PAGE_KIND);
   config.page_kind = kinds[kind > 0 ? kind : 0];
   config.page_kind_set = kind > 0;
+  read_pin_step(kind);
   /* In the order of NICMALLOC_FENCE's words: off|wait|protect|detect. The kernel write-protects
    * a hugetlb page only whole, so under protect a post of a few bytes would hold every write to
    * the 2 MiB (or 1 GiB) around them, receive buffers and the poster's next message among them,
@@ -36,13 +70,6 @@ static void read_all(void) {
    * protected per 4 KiB (the kernel splits the mapping, not the page), so auto stops there. */
   config.fence_protect = nic_setting_choice(NIC_S_FENCE) == 2;
   if (config.fence_protect && !config.page_kind_set) config.page_kind = NIC_PAGE_THP;
-  /* A 1 GiB page cannot back a smaller step: an explicit 1g takes 1 GiB steps (as far as the
-   * chunk allows) unless NICMALLOC_PIN_STEP says otherwise, which then falls back, with a warning.
-   */
-  if (kind == 1 && !nic_setting_given(NIC_S_PIN_STEP) && config.pin_step < (1ul << 30)) {
-    config.pin_step = config.chunk_size < (1ul << 30) ? config.chunk_size : (1ul << 30);
-    config.step_shift = (unsigned)__builtin_ctzl(config.pin_step);
-  }
   /* fallback|fail */
   config.on_pin_fail =
       nic_setting_choice(NIC_S_ON_PIN_FAIL) == 1 ? NIC_PIN_FAIL_FAIL : NIC_PIN_FAIL_FALLBACK;

@@ -32,7 +32,8 @@
     " largest fixed buffer)")                                                                      \
   X(PIN_STEP, "NICMALLOC_PIN_STEP", NIC_T_POW2, "4M", 2ull << 20, 1ull << 30, "", NIC_REACH_VALUE, \
     "unit in which a dataplane chunk is backed, pinned and registered: a power of "                \
-    "two from `2M` to `1G`, at most the chunk size. A chunk is reserved whole, but a step is "     \
+    "two from `2M` to `1G`, at most the chunk size (a larger one warns and the default is "        \
+    "used). A chunk is reserved whole, but a step is "                                             \
     "backed only when mimalloc first commits in it, and each step is its own registration on "     \
     "every backend (a posted range across steps goes as one entry per step). The default is "      \
     "measured (bench/README.md, \"Pin step\"): the first dataplane allocation locks 4 MiB "        \

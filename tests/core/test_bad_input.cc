@@ -423,6 +423,29 @@ TEST(BadInput, ChunkSizeMustBeAPowerOfTwoInRange) {
   }
 }
 
+// A step past the chunk was cut to the chunk's size without a word; it is a bad value like
+// one outside the range: said once, and the default used (under 1g, the chunk: its page's step).
+TEST(BadInput, APinStepPastTheChunkWarnsOnceAndTakesTheDefault) {
+  auto r = run_probe({"NICMALLOC_CHUNK_SIZE=32M", "NICMALLOC_PIN_STEP=64M"}, {"stats"});
+  ASSERT_EQ(r.exit_code, 0) << r.err;
+  EXPECT_EQ(count_lines(r.err, "NICMALLOC_PIN_STEP=64M: expected at most NICMALLOC_CHUNK_SIZE "
+                               "(32M); using 4M"),
+            1)
+      << r.err;
+  EXPECT_EQ(r.num("pin_step"), 4 << 20);
+  auto gig = run_probe(
+      {"NICMALLOC_CHUNK_SIZE=64M", "NICMALLOC_PIN_STEP=128M", "NICMALLOC_PAGE_KIND=1g"}, {"stats"});
+  ASSERT_EQ(gig.exit_code, 0) << gig.err;
+  EXPECT_EQ(count_lines(gig.err, "NICMALLOC_PIN_STEP=128M: expected at most NICMALLOC_CHUNK_SIZE "
+                                 "(64M); using 64M"),
+            1)
+      << gig.err;
+  EXPECT_EQ(gig.num("pin_step"), 64 << 20);
+  auto fits = run_probe({"NICMALLOC_CHUNK_SIZE=32M", "NICMALLOC_PIN_STEP=32M"}, {"stats"});
+  EXPECT_EQ(count_lines(fits.err, "NICMALLOC_PIN_STEP"), 0) << fits.err;
+  EXPECT_EQ(fits.num("pin_step"), 32 << 20);
+}
+
 TEST(BadInput, StatsReportIsPrintedAtExit) {
   auto r = run_probe({"NICMALLOC_STATS=1"}, {"dp-alloc", "1048576", "4096"});
   ASSERT_EQ(r.exit_code, 0);
