@@ -320,8 +320,10 @@ static bool lock_file(int fd) {
 }
 
 /* A fresh name next to the profile, created exclusively and never through a link: whatever
- * another user planted under a name makes us pick another. */
-static int create_new(int dirfd, const char *name, char *tmp, size_t cap) {
+ * another user planted under a name makes us pick another. It takes the mode of the file it
+ * replaces (cur, NULL when there is none): a rewrite must not open a profile its owner closed. */
+static int create_new(int dirfd, const char *name, char *tmp, size_t cap, const struct stat *cur) {
+  const mode_t mode = cur ? cur->st_mode & 0777 : 0644;
   for (int tries = 0; tries < 16; tries++) {
     uint64_t r = 0;
     if (getrandom(&r, sizeof r, GRND_NONBLOCK) != sizeof r) {
@@ -333,8 +335,9 @@ static int create_new(int dirfd, const char *name, char *tmp, size_t cap) {
     fd_lock_take();
     int fd =
         fd_note(2, nic_openat_nocancel(dirfd, tmp,
-                                       O_WRONLY | O_CREAT | O_EXCL | O_NOFOLLOW | O_CLOEXEC, 0644));
+                                       O_WRONLY | O_CREAT | O_EXCL | O_NOFOLLOW | O_CLOEXEC, mode));
     fd_lock_drop();
+    if (fd >= 0 && cur) fchmod(fd, mode); /* exactly: the umask may have taken bits at the open */
     if (fd >= 0 || errno != EEXIST) return fd;
   }
   return -1;
@@ -420,7 +423,9 @@ static enum attempt write_attempt(unsigned n) {
   const bool merge = cur >= 0 && take_existing(cur);
   add_own_counts(n, merge);
   qsort(sites, count, sizeof *sites, by_sent);
-  int fd = create_new(dirfd, name, tmp, sizeof tmp);
+  struct stat cur_st;
+  const bool have_cur = cur >= 0 && !fstat(cur, &cur_st);
+  int fd = create_new(dirfd, name, tmp, sizeof tmp, have_cur ? &cur_st : NULL);
   if (fd < 0) {
     nic_log_warn_once("NICMALLOC_PROFILE=%s: no new file can be made next to it (%s); not written",
                       nic_prof_path_shown(), strerror(errno));

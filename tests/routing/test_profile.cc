@@ -65,6 +65,12 @@ long long header_sent_other(const std::string &path) {
   return -1;
 }
 
+mode_t GetUmask() {
+  const mode_t mask = umask(022);
+  umask(mask);
+  return mask;
+}
+
 ProbeResult make_profile(const Profile &p, const std::vector<std::string> &args = {}) {
   return run_probe({"NICMALLOC_PROFILE=" + p.path, "NICMALLOC_PROFILE_SAMPLE=4K"}, args);
 }
@@ -163,6 +169,24 @@ TEST(Profile, AnotherRunReplacesTheProfile) {
   ASSERT_EQ(make_profile(p).exit_code, 0);
   ASSERT_EQ(make_profile(p).exit_code, 0);
   EXPECT_EQ(header_sent_other(p.path), kBytes);
+}
+
+// The new file renamed over the profile once came with 0644 whatever the profile had: a profile
+// its owner had made 0600 was readable by everyone after the next run. It keeps its mode now.
+TEST(Profile, ARewriteKeepsTheProfilesMode) {
+  Profile p;
+  ASSERT_EQ(make_profile(p).exit_code, 0);
+  struct stat st {};
+  ASSERT_EQ(stat(p.path.c_str(), &st), 0);
+  EXPECT_EQ(st.st_mode & 0777, 0644u & ~GetUmask()) << "a new profile: 0644 under the umask";
+  for (mode_t mode : {0600u, 0640u, 0664u}) {
+    ASSERT_EQ(chmod(p.path.c_str(), mode), 0);
+    const ino_t before = st.st_ino;
+    ASSERT_EQ(make_profile(p).exit_code, 0);
+    ASSERT_EQ(stat(p.path.c_str(), &st), 0);
+    EXPECT_NE(st.st_ino, before) << "the profile was rewritten, not written in place";
+    EXPECT_EQ(st.st_mode & 0777, mode) << std::oct << mode;
+  }
 }
 
 TEST(Profile, RoutedRunGivesDataplaneToTheSendingSiteOnly) {
