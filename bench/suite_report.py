@@ -13,6 +13,8 @@ import os
 import statistics
 import sys
 
+# report.py sits beside this script: importing it must not leave bytecode in the source tree.
+sys.dont_write_bytecode = True
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 from report import read_csv, run_notes, table  # noqa: E402
 
