@@ -157,10 +157,14 @@
     "on-demand paging instead of pinning, when the device supports it for RC sends")               \
   X(DPDK_VDEV, "NICMALLOC_DPDK_VDEV", NIC_T_TEXT, "", 0, 0, "", NIC_REACH_FILE,                    \
     "for the EAL nicmalloc starts when the application has none: `;`-separated vdevs "             \
-    "(e.g. `net_ring0`)")                                                                          \
+    "(e.g. `net_ring0`), each passed as `--vdev` and the vdev: two of the 62 EAL arguments "       \
+    "(`NICMALLOC_DPDK_EAL_ARGS`)")                                                                 \
   X(DPDK_EAL_ARGS, "NICMALLOC_DPDK_EAL_ARGS", NIC_T_TEXT, "", 0, 0, "", NIC_REACH_FILE,            \
-    "for the EAL nicmalloc starts when the application has none: EAL arguments replacing "         \
-    "the defaults (`--no-huge -m 256 --no-pci --no-shconf`)")                                      \
+    "for the EAL nicmalloc starts when the application has none: EAL arguments, split at "         \
+    "blanks, replacing the defaults (`--no-huge -m 256 --no-pci --no-shconf --no-telemetry "       \
+    "--log-level=notice --lcores=0@(CPUS)`, CPUS every CPU the process may run on, so that EAL "   \
+    "pins no thread). At most 62 words, counting `NICMALLOC_DPDK_VDEV`'s two a vdev: past "        \
+    "that EAL is not started, and the dpdk backend does not open and says so once")                \
   X(PROFILE, "NICMALLOC_PROFILE", NIC_T_TEXT, "", 0, 0, "", NIC_REACH_FILE,                        \
     "write a site profile to this file at exit, and every 5 s while the process runs (so "         \
     "a daemon stopped by SIGTERM or SIGKILL loses at most the last 5 s): allocation sites"         \

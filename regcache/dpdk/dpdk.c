@@ -48,15 +48,20 @@ static char *copy(const char *s) {
   return c ? memcpy(c, s, len) : NULL;
 }
 
+/* Room for EAL's arguments after the program's name: NICMALLOC_DPDK_EAL_ARGS's words (or the
+ * defaults) and two for each vdev of NICMALLOC_DPDK_VDEV. A list past it is refused whole: EAL
+ * started without some of its arguments would run, silently, as nobody asked. */
+#define EAL_ARGS_MAX 62
+
 static int start_eal(void) {
-  char *argv[64], lcores[1024], *own = NULL, *vdevs = NULL, *save;
-  int argc = 0;
+  char *argv[EAL_ARGS_MAX + 2], lcores[1024], *own = NULL, *vdevs = NULL, *save;
+  int argc = 0, wanted = 0; /* arguments after the name: given room, and asked for */
   argv[argc++] = "nicmalloc";
   const char *env = settings.dpdk_eal_args;
   if (env && *env) {
     if (!(own = copy(env))) return -ENOMEM;
-    for (char *t = strtok_r(own, " \t", &save); t && argc < 48; t = strtok_r(NULL, " \t", &save))
-      argv[argc++] = t;
+    for (char *t = strtok_r(own, " \t", &save); t; t = strtok_r(NULL, " \t", &save))
+      if (++wanted <= EAL_ARGS_MAX) argv[argc++] = t;
   } else {
     lcores_arg(lcores, sizeof lcores);
     static char *defaults[] = {"--no-huge",         "-m",          "256",
@@ -65,16 +70,28 @@ static int start_eal(void) {
     for (size_t i = 0; i < sizeof defaults / sizeof defaults[0]; i++)
       argv[argc++] = defaults[i];
     argv[argc++] = lcores;
+    wanted = argc - 1;
   }
   if ((env = settings.dpdk_vdev) && *env) {
     if (!(vdevs = copy(env))) {
       nic_plugin_free(own);
       return -ENOMEM;
     }
-    for (char *t = strtok_r(vdevs, ";", &save); t && argc < 62; t = strtok_r(NULL, ";", &save)) {
-      argv[argc++] = "--vdev";
-      argv[argc++] = t;
-    }
+    for (char *t = strtok_r(vdevs, ";", &save); t; t = strtok_r(NULL, ";", &save))
+      if ((wanted += 2) <= EAL_ARGS_MAX) {
+        argv[argc++] = "--vdev";
+        argv[argc++] = t;
+      }
+  }
+  if (wanted > EAL_ARGS_MAX) {
+    static int said;
+    nic_plugin_log(NIC_PLUGIN_LOG_WARN, &said,
+                   "dpdk: NICMALLOC_DPDK_EAL_ARGS and NICMALLOC_DPDK_VDEV (two words a vdev) make "
+                   "%d EAL arguments, more than the %d nicmalloc passes: EAL not started",
+                   wanted, EAL_ARGS_MAX);
+    nic_plugin_free(own);
+    nic_plugin_free(vdevs);
+    return -E2BIG;
   }
   argv[argc] = NULL;
   int rc = rte_eal_init(argc, argv);

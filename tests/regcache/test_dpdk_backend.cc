@@ -262,6 +262,49 @@ TEST(DpdkEalArgs, RefusedArgumentsGiveNullAndErrno) {
   EXPECT_EQ(errno, EINVAL);
 }
 
+// EAL arguments that start EAL alone, then `--log-level=notice` (harmless again and again), so
+// that they are `words` words in all.
+std::string EalWords(int words) {
+  std::string args = "--no-huge -m 256 --no-pci --no-shconf --no-telemetry";
+  for (int n = 6; n < words; n++)
+    args += " --log-level=notice";
+  return args;
+}
+
+// Words past the 47th were dropped without a word, and EAL started without them: 50 words whose
+// last one EAL refuses started it. Every word reaches EAL now.
+TEST(DpdkEalArgs, EveryWordReachesEal) {
+  REQUIRE_OWN_PROCESS();
+  static const std::string args = EalWords(49) + " --no-such-eal-option";
+  nic_plugin_settings s{};
+  s.dpdk_eal_args = args.c_str();
+  SYM(nic_backend_dpdk_settings)(&s);
+  errno = 0;
+  EXPECT_EQ(SYM(nic_backend_dpdk_open)(TestPluginHost()), nullptr) << "the 50th word was dropped";
+  EXPECT_EQ(errno, EINVAL);
+}
+
+// Words past the room (62, two a vdev) are refused whole, and said, rather than dropped.
+TEST(DpdkEalArgs, ArgumentsPastTheRoomAreRefusedAndSaid) {
+  REQUIRE_OWN_PROCESS();
+  static const std::string args = EalWords(58);
+  nic_plugin_settings s{};
+  s.dpdk_eal_args = args.c_str();
+  s.dpdk_vdev = "net_ring0;net_ring1;net_ring2";
+  SYM(nic_backend_dpdk_settings)(&s);
+  errno = 0;
+  testing::internal::CaptureStderr();
+  struct nic_backend *b = SYM(nic_backend_dpdk_open)(TestPluginHost());
+  const int err = errno;
+  const std::string said = testing::internal::GetCapturedStderr();
+  EXPECT_EQ(b, nullptr) << "started without some of its arguments";
+  EXPECT_EQ(err, E2BIG);
+  EXPECT_NE(said.find("make 64 EAL arguments, more than the 62 nicmalloc passes: EAL not started"),
+            std::string::npos)
+      << said;
+  EXPECT_EQ(rte_lcore_count(), 0u) << "EAL was started";
+}
+
 TEST(DpdkPlugin, LoadsOnlyWhenAskedAndExportsItsApi) {
   std::ifstream maps("/proc/self/maps");
   std::string all((std::istreambuf_iterator<char>(maps)), {});
