@@ -3,6 +3,8 @@
 #   bench/run_all.sh [quick|full] [results_dir, default results/<mode>]
 # quick: a CI smoke run of about two minutes (small sizes, few repetitions); full: the figures.
 # NICMALLOC_BUILD_DIR: the build directory (default build), built beforehand with the benchmarks.
+# FRAG_SIZES: the value-size table (bench/value_sizes.sh: without it and without the project's
+# shared folder beside the repository, nothing runs and the exit status is 77, a skip).
 # Nothing here judges a timing: a step fails only when a program fails or gives no result.
 set -uo pipefail
 root=$(cd "$(dirname "$0")/.." && pwd)
@@ -11,9 +13,6 @@ out=${2:-$root/results/$mode}
 build=${NICMALLOC_BUILD_DIR:-build}
 [[ $build = /* ]] || build=$root/$build
 export NICMALLOC_BUILD_DIR=$build
-sizes=${FRAG_SIZES:-$root/../shared/workloads/fb-memcache-value-sizes.csv}
-# The value-size table comes from the project's shared folder, checked out beside the repository.
-[ -r "$sizes" ] || { echo "run_all: value-size table $sizes not found (set FRAG_SIZES)" >&2; exit 1; }
 case $mode in
 quick)
   cmp_flags=(--benchmark_filter='BM_pair/.*/(64|4096)/.*threads:1' --benchmark_min_time=0.02
@@ -29,6 +28,8 @@ full)
   ;;
 *) echo "usage: $0 [quick|full] [results_dir]" >&2 && exit 2 ;;
 esac
+. "$root/bench/value_sizes.sh"
+value_sizes "$root" run_all # sets sizes, or exits: 77 when the repository has no shared folder
 for f in bench/malloc_compare bench/hotpath_driver bench/mr_miss bench/first_alloc bench/workloads/wl_churn \
   bench/workloads/hotpath_translate bench/recv_bench alloc/libnicmalloc.so; do
   [ -e "$build/$f" ] || { echo "run_all: $build/$f missing; build first (bench/README.md)" >&2; exit 1; }

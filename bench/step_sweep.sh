@@ -14,7 +14,9 @@
 #   bench/step_sweep.sh [quick|full] [results_dir]
 # quick: every step, 3 first-allocation rounds, 32 MiB live on two pools, 16 MiB / 20k sends
 #        (a ctest checks the table is filled); full: 15 rounds, 256 MiB live on every pool,
-#        256 MiB / 1M sends. STEP_SWEEP_STEPS overrides the steps, FRAG_SIZES the size table.
+#        256 MiB / 1M sends. STEP_SWEEP_STEPS overrides the steps, FRAG_SIZES the size table
+#        (bench/value_sizes.sh: without it and without the project's shared folder beside the
+#        repository, nothing runs and the exit status is 77, a skip).
 # NICMALLOC_BUILD_DIR: build directory (default build), built with NICMALLOC_BUILD_BENCH=ON.
 # Writes step_sweep.md and step_sweep.csv (and the raw runs) to results_dir. Builds nothing.
 set -euo pipefail
@@ -23,7 +25,6 @@ mode=${1:-quick}
 out=${2:-$root/results/step-sweep-$mode}
 build=${NICMALLOC_BUILD_DIR:-build}
 [[ $build = /* ]] || build=$root/$build
-sizes=${FRAG_SIZES:-$root/../shared/workloads/fb-memcache-value-sizes.csv}
 read -r -a steps <<<"${STEP_SWEEP_STEPS:-2M 4M 8M 16M 32M 64M}"
 
 case $mode in
@@ -31,9 +32,11 @@ quick) rounds=3 live=32M frag_rounds=1 pools=(wildcard regional) mr=(--live-mib 
 full) rounds=15 live=256M frag_rounds=2 pools=(wildcard app replicated regional) mr=() ;;
 *) echo "usage: $0 [quick|full] [results_dir]" >&2 && exit 2 ;;
 esac
+. "$root/bench/value_sizes.sh"
+value_sizes "$root" step_sweep # sets sizes, or exits: 77 when the repository has no shared folder
 first=$build/bench/first_alloc frag=$build/bench/frag/frag_churn mr_miss=$build/bench/mr_miss
-for f in "$first" "$frag" "$mr_miss" "$sizes"; do
-  [ -e "$f" ] || { echo "step_sweep: $f missing (binaries: build with -DNICMALLOC_BUILD_BENCH=ON; sizes: shared/workloads beside the repository, or FRAG_SIZES)" >&2; exit 1; }
+for f in "$first" "$frag" "$mr_miss"; do
+  [ -e "$f" ] || { echo "step_sweep: $f missing (build with -DNICMALLOC_BUILD_BENCH=ON)" >&2; exit 1; }
 done
 mkdir -p "$out/mr"
 rm -f "$out"/first_alloc.csv "$out"/frag_summary.csv "$out"/frag-*.csv "$out"/mr/*.md

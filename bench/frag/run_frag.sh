@@ -7,7 +7,8 @@
 # full:  1 GiB live, 3 rounds, nicmalloc chunks of 1 GiB and 64 MiB, plus an oldest-first shrink.
 # The first chunk size is the one held to the targets and shrunk oldest-first.
 # NICMALLOC_BUILD_DIR: build directory, relative to the repository (default build); it must have
-# been built with NICMALLOC_BUILD_BENCH=ON. FRAG_SIZES: the value-size table. FRAG_LIVE and
+# been built with NICMALLOC_BUILD_BENCH=ON. FRAG_SIZES: the value-size table (bench/value_sizes.sh;
+# without it and without the shared folder beside the repository: exit 77). FRAG_LIVE and
 # FRAG_ROUNDS override the mode's live target and rounds; FRAG_FIFO=1 adds the oldest-first
 # shrink in quick mode too. FRAG_NIC_VARIANTS: more dataplane runs at the first chunk size,
 # each LABEL:VAR=VALUE,VAR=VALUE (space separated), labelled nic-dp-CHUNK-LABEL and also run
@@ -19,7 +20,6 @@ mode=${1:-quick}
 out=${2:-$root/results/frag-$mode}
 build=${NICMALLOC_BUILD_DIR:-build}
 [[ $build = /* ]] || build=$root/$build
-sizes=${FRAG_SIZES:-$root/../shared/workloads/fb-memcache-value-sizes.csv}
 nic_bin=$build/bench/frag/frag_churn
 peer_bin=$build/bench/frag/frag_churn_malloc
 libnic=$build/alloc/libnicmalloc.so
@@ -34,8 +34,10 @@ live=${FRAG_LIVE:-$live}
 rounds=${FRAG_ROUNDS:-$rounds}
 fifo=${FRAG_FIFO:-$fifo}
 read -r -a variants <<<"${FRAG_NIC_VARIANTS:-}"
-for f in "$nic_bin" "$peer_bin" "$libnic" "$sizes"; do
-  [ -e "$f" ] || { echo "run_frag: $f missing (binaries: build with -DNICMALLOC_BUILD_BENCH=ON; sizes: shared/workloads beside the repository, or FRAG_SIZES)" >&2; exit 1; }
+. "$root/bench/value_sizes.sh"
+value_sizes "$root" run_frag # sets sizes, or exits: 77 when the repository has no shared folder
+for f in "$nic_bin" "$peer_bin" "$libnic"; do
+  [ -e "$f" ] || { echo "run_frag: $f missing (build with -DNICMALLOC_BUILD_BENCH=ON)" >&2; exit 1; }
 done
 mkdir -p "$out"
 rm -f "$out"/summary.csv "$out"/series-*.csv "$out"/*.png "$out"/runs.log
