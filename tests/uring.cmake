@@ -64,6 +64,14 @@ set_tests_properties(UringReceiveCapped.With256KiBHeldMax PROPERTIES
   ENVIRONMENT "NICMALLOC_BACKEND=uring;NICMALLOC_CHUNK_SIZE=64M;NICMALLOC_FENCE=wait;NICMALLOC_RECV_HELD_MAX=256K"
   TIMEOUT 120 FAIL_REGULAR_EXPRESSION "\\[  SKIPPED \\]")
 
+# Empty datagrams waiting ahead of a message, with one receive buffer.
+add_executable(test_uring_receive_empties
+  ${CMAKE_CURRENT_LIST_DIR}/safety/test_uring_receive_empties.cc)
+target_link_libraries(test_uring_receive_empties PRIVATE ${NIC_RUNTIME_LAYERS} GTest::gtest
+  GTest::gtest_main Threads::Threads)
+nic_gtest_with_env(test_uring_receive_empties ${NIC_URING_SGA_ENV} NICMALLOC_RECV_BUFFERS=1)
+gtest_discover_tests(test_uring_receive_empties PROPERTIES TIMEOUT 120 DISCOVERY_TIMEOUT 60)
+
 # A release on another thread right after the receive function returns, with one receive buffer.
 # Its own program: it defines pthread_mutex_lock to meet the window every time.
 add_executable(test_receive_release_race

@@ -26,8 +26,8 @@
  *    receive and the socket goes on: said once on stderr, and the receive goes again.
  * A UDP datagram of 0 bytes takes no buffer (the kernel gives it back and names none): it is
  * queued as a message without one, handed over as 0 bytes at the receive area's start, and its
- * token names no buffer. Past as many as the buffers waiting, one is dropped (recv_empty_dropped,
- * said once).
+ * token names no buffer. Past twice as many waiting as there are buffers, one is dropped
+ * (recv_empty_dropped, said once): the queue keeps room for a message in every buffer besides.
  * A datagram longer than a buffer is received with MSG_TRUNC, so the kernel reports its real
  * length: it is dropped (counted in recv_truncated, said once), never handed over cut.
  *
@@ -63,6 +63,7 @@ struct rx_msg {
 };
 #define EMPTY_BID UINT32_MAX
 #define EMPTY_TOKEN UINT64_MAX
+#define EMPTIES_PER_BUFFER 2 /* empty datagrams that may wait, per buffer */
 
 struct uring_rx {
   struct nic_endpoint *ep;
@@ -79,7 +80,7 @@ struct uring_rx {
   unsigned queued;  /* messages waiting in q for the receiver */
   unsigned empties; /* of those, empty datagrams (no buffer) */
   unsigned q_head;
-  struct rx_msg *q;  /* 2 x count slots: a buffer is queued at most once, empties fill the rest */
+  struct rx_msg *q;  /* q_slots(): each buffer once, and as many empties as are let wait */
   uint64_t *out_map; /* bit set = buffer out: a token rx_recycle may give back */
   int end_status;    /* 1 or -errno once the receive ended for good */
   unsigned cancels;  /* -ECANCELED in a row */
@@ -94,6 +95,10 @@ struct uring_rx {
   bool rearm;        /* a submission is owed (the queue was full) */
   struct uring_rx *ready_next, *all_next;
 };
+
+static unsigned q_slots(const struct uring_rx *rx) {
+  return (1 + EMPTIES_PER_BUFFER) * rx->count;
+}
 
 static uint64_t rx_user_data(const struct uring_rx *rx) {
   return (uint64_t)(uintptr_t)rx | URING_UD_RECV;
@@ -193,11 +198,16 @@ static void got_buffer_locked(struct uring_backend *ub, struct uring_rx *rx, uns
                       "(%zu, NICMALLOC_RECV_BUFFER_SIZE): dropped, not handed out cut",
                       res, rx->stride);
   }
-  if (rx->closing || !message || (size_t)res > rx->stride) {
+  /* A full queue cannot be (got_empty_locked keeps room for every buffer); written anyway, the
+   * slot would be the oldest message's, handed over in the wrong place and given back twice. */
+  const bool full = rx->queued == q_slots(rx);
+  if (full && message && !rx->closing)
+    nic_log_warn_once("uring receive: no room to queue a message: dropped");
+  if (rx->closing || !message || (size_t)res > rx->stride || full) {
     put_back_locked(rx, bid);
     return;
   }
-  rx->q[(rx->q_head + rx->queued) % (2 * rx->count)] = (struct rx_msg){bid, (uint32_t)res};
+  rx->q[(rx->q_head + rx->queued) % q_slots(rx)] = (struct rx_msg){bid, (uint32_t)res};
   rx->queued++;
   rx->cancels = 0;
   mark_ready_locked(ub, rx);
@@ -205,14 +215,14 @@ static void got_buffer_locked(struct uring_backend *ub, struct uring_rx *rx, uns
 
 static void got_empty_locked(struct uring_backend *ub, struct uring_rx *rx) {
   if (rx->closing) return;
-  if (rx->queued == 2 * rx->count) {
+  if (rx->empties == EMPTIES_PER_BUFFER * rx->count) {
     ub->stats.recv_empty_dropped++;
-    nic_log_warn_once("uring receive: an empty datagram came while %u messages wait for the "
+    nic_log_warn_once("uring receive: an empty datagram came while %u empty ones wait for the "
                       "program's poll: dropped",
-                      rx->queued);
+                      rx->empties);
     return;
   }
-  rx->q[(rx->q_head + rx->queued) % (2 * rx->count)] = (struct rx_msg){EMPTY_BID, 0};
+  rx->q[(rx->q_head + rx->queued) % q_slots(rx)] = (struct rx_msg){EMPTY_BID, 0};
   rx->queued++;
   rx->empties++;
   mark_ready_locked(ub, rx);
@@ -273,7 +283,7 @@ static bool next_locked(struct uring_rx *rx, void **data, size_t *len, int *stat
   if (rx->closing) return false;
   if (rx->queued) {
     const struct rx_msg m = rx->q[rx->q_head];
-    rx->q_head = (rx->q_head + 1) % (2 * rx->count);
+    rx->q_head = (rx->q_head + 1) % q_slots(rx);
     rx->queued--;
     const bool empty = m.bid == EMPTY_BID;
     rx->empties -= empty;
@@ -396,7 +406,8 @@ int nic_uring_endpoint_receive(struct nic_backend *b, struct nic_endpoint *ep,
       (nic_setting_number(NIC_S_RECV_BUFFER_SIZE) + PAGE - 1) & ~(PAGE - 1); /* 4K to 16M */
   const size_t words = (count + 63) / 64;
   struct uring_rx *rx =
-      calloc(1, sizeof *rx + 2 * (size_t)count * sizeof(struct rx_msg) + words * sizeof(uint64_t));
+      calloc(1, sizeof *rx + (1 + EMPTIES_PER_BUFFER) * (size_t)count * sizeof(struct rx_msg) +
+                    words * sizeof(uint64_t));
   if (!rx) return -ENOMEM;
   rx->out_map = (uint64_t *)(rx + 1);
   rx->q = (struct rx_msg *)(rx->out_map + words);
@@ -477,7 +488,7 @@ int nic_uring_rx_stop_locked(struct uring_backend *ub, struct nic_endpoint *ep,
   rx->rearm = false;
   while (rx->queued) { /* never seen by the program: back, as the kernel may still fill some */
     if (rx->q[rx->q_head].bid != EMPTY_BID) put_back_locked(rx, rx->q[rx->q_head].bid);
-    rx->q_head = (rx->q_head + 1) % (2 * rx->count);
+    rx->q_head = (rx->q_head + 1) % q_slots(rx);
     rx->queued--;
   }
   rx->empties = 0;
