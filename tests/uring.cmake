@@ -64,6 +64,13 @@ set_tests_properties(UringReceiveCapped.With256KiBHeldMax PROPERTIES
   ENVIRONMENT "NICMALLOC_BACKEND=uring;NICMALLOC_CHUNK_SIZE=64M;NICMALLOC_FENCE=wait;NICMALLOC_RECV_HELD_MAX=256K"
   TIMEOUT 120 FAIL_REGULAR_EXPRESSION "\\[  SKIPPED \\]")
 
+# A post that comes while a receiving endpoint's close waits for its receive to end.
+add_executable(test_uring_receive_close ${CMAKE_CURRENT_LIST_DIR}/safety/test_uring_receive_close.cc)
+target_link_libraries(test_uring_receive_close PRIVATE ${NIC_RUNTIME_LAYERS} GTest::gtest
+  GTest::gtest_main Threads::Threads)
+nic_gtest_with_env(test_uring_receive_close ${NIC_URING_SGA_ENV})
+gtest_discover_tests(test_uring_receive_close PROPERTIES TIMEOUT 120 DISCOVERY_TIMEOUT 60)
+
 # Empty datagrams waiting ahead of a message, with one receive buffer.
 add_executable(test_uring_receive_empties
   ${CMAKE_CURRENT_LIST_DIR}/safety/test_uring_receive_empties.cc)

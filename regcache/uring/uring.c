@@ -218,11 +218,10 @@ int nic_uring_endpoint_close(struct nic_endpoint *ep) {
   struct uring_backend *ub = ep->ub;
   pthread_mutex_lock(&ub->lock);
   struct uring_rx *rx = NULL;
+  /* The stop checks again for posts that came while it let go of the lock: on 0 none did. */
   int rc = ep->inflight ? -EBUSY : nic_uring_rx_stop_locked(ub, ep, &rx);
-  if (!rc && ep->inflight) rc = -EBUSY; /* posted while the receive was being stopped */
   if (rc) {
     pthread_mutex_unlock(&ub->lock);
-    nic_uring_rx_free(rx);
     return rc;
   }
   for (struct nic_endpoint **at = &ub->kick; ep->kicked && *at; at = &(*at)->kick_next)

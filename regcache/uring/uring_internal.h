@@ -169,10 +169,16 @@ void nic_uring_rx_rearm_locked(struct uring_backend *ub);
 /* From poll(), unlocked: hands what the receives got to their receivers; how many calls ran. */
 int nic_uring_rx_deliver(struct uring_backend *ub);
 /* From endpoint close, locked (it may let go of the lock while it waits): stops ep's receiving,
- * 0, or -EBUSY while buffers are out with the program or the receive would not end. On 0 the
- * receive is detached from ep; nic_uring_rx_free(what it left in *rx) unlocked after. */
+ * 0, or -EBUSY while buffers are out with the program, when the receive would not end, or when
+ * a post on ep came while the lock was let go (ep then receives as before). On 0 the receive is
+ * detached from ep, with no post in flight on it and none able to come before the caller lets
+ * go of the lock; nic_uring_rx_free(what it left in *rx) unlocked after. */
 int nic_uring_rx_stop_locked(struct uring_backend *ub, struct nic_endpoint *ep,
                              struct uring_rx **rx);
+/* Tests only: called by the stop above with the lock let go, once its cancel is in the kernel,
+ * so that a test can post where a post may come during the stop's waits. */
+extern void (*nic_uring_rx_stop_hook)(struct nic_endpoint *ep)
+    __attribute__((visibility("hidden")));
 void nic_uring_rx_free(struct uring_rx *rx);
 
 /* uring_files.c */

@@ -34,9 +34,11 @@
  * Stopping (endpoint close): -EBUSY while a buffer is with the program or its receiver runs;
  * otherwise the receive is cancelled and its last CQE awaited (bounded: a receive that does not
  * end in time leaves the endpoint receiving nothing and closable by a later call), then the
- * ring is unregistered and the block freed. A child of fork shares the ring with its parent
- * and never polls it (the backend is marked the parent's, cache/backend.c): it receives none of
- * the parent's messages. */
+ * ring is unregistered and the block freed. Messages that come meanwhile wait, undelivered: a
+ * post that came while the close waited (it lets go of the lock) makes it -EBUSY, and the
+ * endpoint goes on receiving, those messages first; else they go with the ring. A child of fork
+ * shares the ring with its parent and never polls it (the backend is marked the parent's,
+ * cache/backend.c): it receives none of the parent's messages. */
 #define _GNU_SOURCE
 #include "uring_internal.h"
 
@@ -201,9 +203,8 @@ static void got_buffer_locked(struct uring_backend *ub, struct uring_rx *rx, uns
   /* A full queue cannot be (got_empty_locked keeps room for every buffer); written anyway, the
    * slot would be the oldest message's, handed over in the wrong place and given back twice. */
   const bool full = rx->queued == q_slots(rx);
-  if (full && message && !rx->closing)
-    nic_log_warn_once("uring receive: no room to queue a message: dropped");
-  if (rx->closing || !message || (size_t)res > rx->stride || full) {
+  if (full && message) nic_log_warn_once("uring receive: no room to queue a message: dropped");
+  if (!message || (size_t)res > rx->stride || full) {
     put_back_locked(rx, bid);
     return;
   }
@@ -214,7 +215,6 @@ static void got_buffer_locked(struct uring_backend *ub, struct uring_rx *rx, uns
 }
 
 static void got_empty_locked(struct uring_backend *ub, struct uring_rx *rx) {
-  if (rx->closing) return;
   if (rx->empties == EMPTIES_PER_BUFFER * rx->count) {
     ub->stats.recv_empty_dropped++;
     nic_log_warn_once("uring receive: an empty datagram came while %u empty ones wait for the "
@@ -478,6 +478,20 @@ static int64_t now_ns(void) {
   return (int64_t)t.tv_sec * 1000000000 + t.tv_nsec;
 }
 
+void (*nic_uring_rx_stop_hook)(struct nic_endpoint *ep);
+
+/* A close that stopped the receive, then found a post that came while it waited: the endpoint
+ * stays, and receives as before. A final status the receive gave meanwhile was not kept; the
+ * receive submitted again finds it again (a stream's end, say). */
+static void reopen_locked(struct uring_backend *ub, struct uring_rx *rx) {
+  rx->closing = rx->cancel_sent = false;
+  if (!rx->end_status) {
+    rearm_locked(ub, rx);
+    if (io_uring_sq_ready(&ub->ring)) io_uring_submit(&ub->ring);
+  }
+  if (rx->queued || (rx->end_status && !rx->end_said)) mark_ready_locked(ub, rx);
+}
+
 int nic_uring_rx_stop_locked(struct uring_backend *ub, struct nic_endpoint *ep,
                              struct uring_rx **out) {
   struct uring_rx *rx = ep->rx;
@@ -486,18 +500,19 @@ int nic_uring_rx_stop_locked(struct uring_backend *ub, struct nic_endpoint *ep,
   if (rx->delivering || rx->out > rx->queued - rx->empties) return -EBUSY; /* with the program */
   rx->closing = true; /* from here on nothing is delivered, nothing submitted again */
   rx->rearm = false;
-  while (rx->queued) { /* never seen by the program: back, as the kernel may still fill some */
-    if (rx->q[rx->q_head].bid != EMPTY_BID) put_back_locked(rx, rx->q[rx->q_head].bid);
-    rx->q_head = (rx->q_head + 1) % q_slots(rx);
-    rx->queued--;
-  }
-  rx->empties = 0;
   /* Its last CQE names rx: until it is reaped rx must stay, and the kernel may still write
    * into the block. */
   for (int64_t start = now_ns(), last = start; rx->armed;) {
     if (!rx->cancel_sent) {
       cancel_locked(ub, rx);
       last = now_ns();
+      void (*hook)(struct nic_endpoint *) =
+          __atomic_load_n(&nic_uring_rx_stop_hook, __ATOMIC_ACQUIRE);
+      if (hook) {
+        pthread_mutex_unlock(&ub->lock);
+        hook(ep);
+        pthread_mutex_lock(&ub->lock);
+      }
     }
     nic_uring_reap_locked(ub);
     if (io_uring_sq_ready(&ub->ring)) io_uring_submit(&ub->ring);
@@ -516,6 +531,16 @@ int nic_uring_rx_stop_locked(struct uring_backend *ub, struct nic_endpoint *ep,
     nic_pause_nocancel(20000);
     pthread_mutex_lock(&ub->lock);
   }
+  if (ep->inflight) { /* posted while the lock was let go: the close cannot be */
+    reopen_locked(ub, rx);
+    return -EBUSY;
+  }
+  while (rx->queued) { /* never seen by the program */
+    if (rx->q[rx->q_head].bid != EMPTY_BID) put_back_locked(rx, rx->q[rx->q_head].bid);
+    rx->q_head = (rx->q_head + 1) % q_slots(rx);
+    rx->queued--;
+  }
+  rx->empties = 0;
   io_uring_unregister_buf_ring(&ub->ring, rx->bgid);
   unlink_ready_locked(ub, rx);
   for (struct uring_rx **at = &ub->rx_all; *at; at = &(*at)->all_next)
