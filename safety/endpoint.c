@@ -39,12 +39,17 @@ static void deliver(void *arg, const void *data, size_t len) {
     return;
   }
   if (len) memcpy(buf, data, len);
-  const nic_receive_fn receive = __atomic_load_n(&r->receive, __ATOMIC_ACQUIRE);
+  /* Together, as nic_sim_receive_set changes them: a receiver replaced meanwhile is called with
+   * its own arg, never the new one's. r lives on: its endpoint has this message in flight. */
+  pthread_mutex_lock(&lock);
+  const nic_receive_fn receive = r->receive;
+  void *const receive_arg = r->arg;
+  pthread_mutex_unlock(&lock);
   if (receive) {
     NIC_SAFETY_COUNT(recv_messages, 1);
     NIC_SAFETY_COUNT(recv_bytes, len);
     const int internal = nic_internal_suspend(); /* the program's function: its own scope */
-    receive(__atomic_load_n(&r->arg, __ATOMIC_ACQUIRE), buf, len);
+    receive(receive_arg, buf, len);
     nic_internal_resume(internal);
   }
   nic_free_named(buf, "receive buffer");
@@ -90,8 +95,8 @@ int nic_sim_receive_set(struct nic_endpoint *ep, nic_receive_fn receive, void *a
   while (r && r->ep != ep)
     r = r->next;
   if (r) {
-    __atomic_store_n(&r->arg, arg, __ATOMIC_RELEASE); /* read by deliver without the lock */
-    __atomic_store_n(&r->receive, receive, __ATOMIC_RELEASE);
+    r->receive = receive;
+    r->arg = arg;
   }
   pthread_mutex_unlock(&lock);
   return r ? 0 : -EINVAL;

@@ -13,6 +13,15 @@ foreach(suite test_sga test_free_protection test_fence test_receive)
   gtest_discover_tests(${suite} PROPERTIES TIMEOUT 300 DISCOVERY_TIMEOUT 60)
 endforeach()
 
+# A sim endpoint's receiver replaced while messages arrive on the NIC's thread: no DMA delay,
+# so that the receiver changes many times a message.
+add_executable(test_sim_receive_swap ${CMAKE_CURRENT_LIST_DIR}/safety/test_sim_receive_swap.cc)
+target_link_libraries(test_sim_receive_swap PRIVATE ${NIC_RUNTIME_LAYERS} GTest::gtest
+  GTest::gtest_main Threads::Threads)
+nic_gtest_with_env(test_sim_receive_swap NICMALLOC_BACKEND=sim NICMALLOC_CHUNK_SIZE=64M
+  NICMALLOC_SIM_DELAYS=fixed:0)
+gtest_discover_tests(test_sim_receive_swap PROPERTIES TIMEOUT 300 DISCOVERY_TIMEOUT 60)
+
 # NICMALLOC_FENCE=protect with each mechanism (userfaultfd, mprotect + SIGSEGV): the suite
 # switches between them itself. detect needs the setting from the start (it records allocation
 # sites), so it runs in an environment of its own.
