@@ -119,6 +119,10 @@ NIC_EXPORT int nic_sim_endpoint_destroy(struct nic_endpoint *ep) {
   int rc = !r ? -EINVAL : b ? b->endpoint_destroy(b, ep) : -ENODEV;
   if (rc == 0) *link = r->next;
   pthread_mutex_unlock(&lock);
+  if (!r)
+    nic_api_error(endpoint,
+                  "nic_sim_endpoint_destroy(%p): not an endpoint made by nic_sim_endpoint_create",
+                  (void *)ep);
   if (rc == 0) {
     nic_ep_forget(ep, "sim");
     free(r);
