@@ -141,11 +141,17 @@ bool nic_ep_track(struct nic_endpoint *ep, const char *kind, struct nic_backend 
   return true;
 }
 
-void nic_ep_forget(struct nic_endpoint *ep, const char *kind) {
-  pthread_mutex_lock(&lock);
+/* Where ep, made by kind's constructor, is linked; *link is NULL when it was not. */
+static struct made **link_of_locked(const struct nic_endpoint *ep, const char *kind) {
   struct made **link = &made;
   while (*link && ((*link)->ep != ep || strcmp((*link)->kind, kind)))
     link = &(*link)->next;
+  return link;
+}
+
+void nic_ep_forget(struct nic_endpoint *ep, const char *kind) {
+  pthread_mutex_lock(&lock);
+  struct made **link = link_of_locked(ep, kind);
   struct made *m = *link;
   if (m) *link = m->next;
   pthread_mutex_unlock(&lock);
@@ -197,13 +203,16 @@ int nic_ep_untrack(struct nic_endpoint *ep, const char *kind, const char *who) {
                      nic_ep_inherited_why());
     return -ENODEV;
   }
-  nic_receive_endpoint_closing(ep); /* unlocked: it takes the backend's lock */
+  /* Only an endpoint of this kind is closed: another one (a uring endpoint given to the verbs
+   * destroy, say) must lose nothing, its waiting messages included. */
   pthread_mutex_lock(&lock);
-  struct made **link = &made;
-  while (*link && ((*link)->ep != ep || strcmp((*link)->kind, kind)))
-    link = &(*link)->next;
-  struct made *m = *link;
-  /* Under the lock: a second destroy of the same endpoint must not race this one. */
+  const bool ours = *link_of_locked(ep, kind) != NULL;
+  pthread_mutex_unlock(&lock);
+  if (ours) nic_receive_endpoint_closing(ep); /* unlocked: it takes the backend's lock */
+  pthread_mutex_lock(&lock);
+  /* Again, under the lock: a second destroy of the same endpoint must not race this one. */
+  struct made **link = link_of_locked(ep, kind);
+  struct made *m = ours ? *link : NULL;
   struct nic_backend *b = m ? m->b : NULL;
   int rc = b ? b->endpoint_destroy(b, ep) : -EINVAL;
   if (rc == 0) *link = m->next;

@@ -64,6 +64,13 @@ set_tests_properties(UringReceiveCapped.With256KiBHeldMax PROPERTIES
   ENVIRONMENT "NICMALLOC_BACKEND=uring;NICMALLOC_CHUNK_SIZE=64M;NICMALLOC_FENCE=wait;NICMALLOC_RECV_HELD_MAX=256K"
   TIMEOUT 120 FAIL_REGULAR_EXPRESSION "\\[  SKIPPED \\]")
 
+# Another kind's destroy given an io_uring endpoint whose messages wait behind the held cap.
+add_executable(test_wrong_destroy ${CMAKE_CURRENT_LIST_DIR}/safety/test_wrong_destroy.cc)
+target_link_libraries(test_wrong_destroy PRIVATE ${NIC_RUNTIME_LAYERS} GTest::gtest
+  GTest::gtest_main Threads::Threads)
+nic_gtest_with_env(test_wrong_destroy ${NIC_URING_SGA_ENV} NICMALLOC_RECV_HELD_MAX=256K)
+gtest_discover_tests(test_wrong_destroy PROPERTIES TIMEOUT 120 DISCOVERY_TIMEOUT 60)
+
 # A post that comes while a receiving endpoint's close waits for its receive to end.
 add_executable(test_uring_receive_close ${CMAKE_CURRENT_LIST_DIR}/safety/test_uring_receive_close.cc)
 target_link_libraries(test_uring_receive_close PRIVATE ${NIC_RUNTIME_LAYERS} GTest::gtest
