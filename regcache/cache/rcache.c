@@ -217,22 +217,31 @@ static void free_slot_locked(struct nic_rcache *c, uint32_t slot) {
   c->free_head = slot;
 }
 
-/* A slot pushed on the list during a pass (a dereg that frees or unmaps drops another region)
- * lies before the pass's place in it: another pass takes it. */
+static void push_busy_locked(struct nic_rcache *c, uint32_t slot) {
+  c->pool[slot].next_free = c->busy_head;
+  c->busy_head = slot;
+}
+
+/* A pass takes the whole list off the cache first: a dereg that frees or unmaps drops other
+ * regions, whose slots are pushed on the cache's list meanwhile, and a walk of that list would
+ * lose them when it unlinks the slot before them (the head). The slots the backend still holds
+ * go back; another pass takes the new ones. */
 static void retry_busy_locked(struct nic_rcache *c) {
   if (!c->busy_head || c->retrying) return;
   c->retrying = true;
   do {
     c->retry_again = false;
-    for (uint32_t *p = &c->busy_head; *p;) {
-      uint32_t slot = *p;
+    uint32_t slot = c->busy_head;
+    c->busy_head = 0;
+    while (slot) {
+      const uint32_t next = c->pool[slot].next_free;
       if (dereg_locked(c, slot)) {
-        p = &c->pool[slot].next_free;
-        continue;
+        push_busy_locked(c, slot);
+      } else {
+        __atomic_sub_fetch(&c->busy_count, 1, __ATOMIC_RELAXED);
+        free_slot_locked(c, slot);
       }
-      *p = c->pool[slot].next_free;
-      __atomic_sub_fetch(&c->busy_count, 1, __ATOMIC_RELAXED);
-      free_slot_locked(c, slot);
+      slot = next;
     }
   } while (c->retry_again);
   c->retrying = false;
@@ -254,8 +263,7 @@ static void drop_ref_locked(struct nic_rcache *c, uint32_t slot) {
     free_slot_locked(c, slot);
     return;
   }
-  r->next_free = c->busy_head;
-  c->busy_head = slot;
+  push_busy_locked(c, slot);
   if (c->retrying) c->retry_again = true;
   __atomic_add_fetch(&c->busy_count, 1, __ATOMIC_RELAXED);
   if (rc == -EBUSY) count(&c->stats.busy_deregs);

@@ -319,6 +319,65 @@ TEST_F(RcacheInstance, ADeregistrationThatUnmapsItsOwnBackendsRegionDefersItsDer
   EXPECT_EQ(Stats(a).busy_deregs, 0u) << "a deferred deregistration is not a busy one";
 }
 
+// The same when the first deregistration is a busy one retried later: the region it drops is
+// deferred onto the busy list the retry is walking, and is deregistered by that retry.
+TEST_F(RcacheInstance, ARetriedBusyDeregistrationThatUnmapsLosesNoRegion) {
+  FakeBackend &f = Fake("busy unmaps");
+  nic_rcache *c = Make(f);
+  ASSERT_TRUE(c);
+  nic_rcache_ref s;
+  ASSERT_EQ(nic_rcache_acquire(c, mem_, kPage, NIC_ACCESS_LOCAL, &s), 0);
+  const nic_rcache_ref r = Cached(c, 20);
+  f.busy = true;
+  nic_rcache_invalidate(At(0), kPage);
+  nic_rcache_release(c, s.slot);
+  ASSERT_EQ(Stats(c).busy, 1u);
+  f.busy = false;
+  char *page = mem_ + 20 * kPage;
+  bool unmapped = false;
+  f.on_dereg = [page, &unmapped] {
+    if (unmapped) return;
+    unmapped = true;
+    EXPECT_EQ(munmap(page, kPage), 0);
+  };
+  nic_rcache_retry_busy(c);
+  f.on_dereg = nullptr;
+  EXPECT_TRUE(unmapped);
+  EXPECT_FALSE(f.registered(s.reg.lkey));
+  EXPECT_FALSE(f.registered(r.reg.lkey)) << "the region the retry unmapped was never deregistered";
+  EXPECT_EQ(Stats(c).busy, 0u);
+  EXPECT_EQ(Stats(c).regions, 0u);
+  EXPECT_TRUE(f.live.empty()) << f.live.size() << " left registered";
+}
+
+// A chain: S's deregistration unmaps R's page, R's (deferred) unmaps T's. Each deferred one is
+// made once the call before it returns, the last one too.
+TEST_F(RcacheInstance, AChainOfDeregistrationsThatUnmapDeregistersEveryLink) {
+  FakeBackend &f = Fake("chain");
+  nic_rcache *c = Make(f);
+  ASSERT_TRUE(c);
+  const nic_rcache_ref s = Cached(c, 0), r = Cached(c, 2), t = Cached(c, 4);
+  int deregs = 0;
+  char *mem = mem_;
+  f.on_dereg = [mem, &deregs] {
+    if (deregs < 2) {
+      EXPECT_EQ(munmap(mem + 2 * (deregs + 1) * kPage, kPage), 0);
+    }
+    deregs++;
+  };
+  ASSERT_EQ(munmap(mem_, kPage), 0);
+  f.on_dereg = nullptr;
+  EXPECT_EQ(f.reentered.load(), 0) << "a deregistration entered the backend from inside it";
+  const std::vector<Call> gone = f.calls(Call::dereg);
+  ASSERT_EQ(gone.size(), 3u) << "a link of the chain was never deregistered";
+  EXPECT_EQ(gone[0].lkey, s.reg.lkey);
+  EXPECT_EQ(gone[1].lkey, r.reg.lkey);
+  EXPECT_EQ(gone[2].lkey, t.reg.lkey);
+  EXPECT_EQ(Stats(c).busy, 0u);
+  EXPECT_EQ(Stats(c).regions, 0u);
+  EXPECT_TRUE(f.live.empty()) << f.live.size() << " left registered";
+}
+
 // Two caches used on two threads while a third drops their pages: every handed-out registration
 // covers what was asked and is live in its own backend, and once the caches are destroyed each
 // backend has had every registration deregistered exactly once (the fake checks).
