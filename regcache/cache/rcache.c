@@ -288,12 +288,14 @@ static void invalidate_locked(struct nic_rcache *c, uint32_t slot) {
   drop_ref_locked(c, slot);
 }
 
-/* CLOCK: the first valid region nobody uses and nobody touched since the last sweep. */
-static bool evict_one_locked(struct nic_rcache *c) {
+/* CLOCK: the first valid region nobody uses and nobody touched since the last sweep, but for
+ * those with a page in [keep_start, keep_end). */
+static bool evict_one_locked(struct nic_rcache *c, uintptr_t keep_start, uintptr_t keep_end) {
   for (uint32_t n = 0; n < 2 * c->pool_slots; n++) {
     uint32_t slot = c->clock_hand = c->clock_hand + 1 < c->pool_slots ? c->clock_hand + 1 : 1;
     struct region *r = &c->pool[slot];
     if (!r->valid || __atomic_load_n(&r->refs, __ATOMIC_ACQUIRE) != 1) continue;
+    if (r->start < keep_end && keep_start < r->end) continue;
     if (__atomic_exchange_n(&r->clock, 0, __ATOMIC_RELAXED)) continue;
     invalidate_locked(c, slot);
     count(&c->stats.evictions);
@@ -302,52 +304,114 @@ static bool evict_one_locked(struct nic_rcache *c) {
   return false;
 }
 
-static bool make_room_locked(struct nic_rcache *c, size_t size) {
-  retry_busy_locked(c); /* their slots, if their posts are done */
-  while (c->regions >= c->max_regions || c->bytes_live + size > c->max_bytes)
-    if (!evict_one_locked(c)) return false;
-  return c->free_head != 0;
+/* The next valid region with a page in [*a, end), *a moved past it; 0 when there is none.
+ * Regions never overlap and each is in the table for all its pages, so walking the table finds
+ * them all. */
+static uint32_t next_valid_locked(const struct nic_rcache *c, uintptr_t *a, uintptr_t end) {
+  while (*a < end) {
+    const uint32_t slot = nic_rt_next(c->rt, a, end);
+    if (!slot) return 0;
+    const struct region *r = &c->pool[slot];
+    *a = r->end > *a ? r->end : *a + NIC_PAGE_SIZE;
+    if (r->valid) return slot;
+  }
+  return 0;
+}
+
+/* The valid regions with a page in a range: what leaves the cache when a region over the range
+ * goes in. */
+struct leaving {
+  uint32_t regions;
+  size_t bytes;
+  unsigned access;
+};
+
+static struct leaving leaving_locked(const struct nic_rcache *c, uintptr_t start, uintptr_t end) {
+  struct leaving l = {0, 0, 0};
+  for (uintptr_t a = start, slot; (slot = next_valid_locked(c, &a, end));) {
+    const struct region *r = &c->pool[slot];
+    l.regions++;
+    l.bytes += r->end - r->start;
+    l.access |= r->reg.access;
+  }
+  return l;
+}
+
+/* Room for a region over [start, end) once the regions with a page there (counted in *l) have
+ * left: evicts others until the limits allow it. false when nothing more can be evicted; the
+ * regions in the range stay either way, for the caller to take out once there is room. An
+ * eviction's deregistration may free or unmap memory under other regions, those in the range
+ * too, so they are counted again after each. */
+static bool make_room_locked(struct nic_rcache *c, uintptr_t start, uintptr_t end,
+                             struct leaving *l) {
+  for (;;) {
+    *l = leaving_locked(c, start, end);
+    if (c->regions - l->regions < c->max_regions &&
+        c->bytes_live - l->bytes + (end - start) <= c->max_bytes)
+      return c->free_head != 0;
+    if (!evict_one_locked(c, start, end)) return false;
+  }
 }
 
 /* Widens [*start, *end) over the valid regions that overlap it (taking their access too,
  * so that a region that must give way to the new one leaves no page less usable than before)
- * and over those of the same access that touch it, as long as the union stays registrable. */
+ * and over those of the same access that touch it, as long as the union stays within
+ * max_bytes. */
 static void merge_neighbours_locked(struct nic_rcache *c, uintptr_t *start, uintptr_t *end,
                                     unsigned *access, size_t max_bytes) {
   const uintptr_t lo = *start > NIC_PAGE_SIZE ? *start - NIC_PAGE_SIZE : *start,
                   hi = *end + NIC_PAGE_SIZE;
   const uintptr_t asked_start = *start, asked_end = *end;
   const unsigned asked = *access;
-  for (uintptr_t a = lo; a < hi;) {
-    uint32_t slot = nic_rt_next(c->rt, &a, hi);
-    if (!slot) break;
-    struct region *r = &c->pool[slot];
+  for (uintptr_t a = lo, slot; (slot = next_valid_locked(c, &a, hi));) {
+    const struct region *r = &c->pool[slot];
     uintptr_t s = r->start < *start ? r->start : *start, e = r->end > *end ? r->end : *end;
     bool overlaps = r->start < asked_end && asked_start < r->end;
-    if (r->valid && (overlaps || r->reg.access == asked) && e - s <= max_bytes) {
+    if ((overlaps || r->reg.access == asked) && e - s <= max_bytes) {
       *start = s;
       *end = e;
       *access |= r->reg.access;
     }
-    a = r->end > a ? r->end : a + NIC_PAGE_SIZE;
   }
 }
 
-/* Takes every valid region with a page in [start, end) out of the cache. Regions never overlap
- * and each is in the table for all its pages, so walking the table finds them all. */
+/* Takes every valid region with a page in [start, end) out of the cache. */
 static unsigned invalidate_range_locked(struct nic_rcache *c, uintptr_t start, uintptr_t end) {
   unsigned n = 0;
   if (!c->rt) return 0;
-  for (uintptr_t a = start; a < end;) {
-    uint32_t slot = nic_rt_next(c->rt, &a, end);
-    if (!slot) break;
-    a = c->pool[slot].end > a ? c->pool[slot].end : a + NIC_PAGE_SIZE;
-    if (c->pool[slot].valid) {
-      invalidate_locked(c, slot);
-      n++;
-    }
+  for (uintptr_t a = start, slot; (slot = next_valid_locked(c, &a, end));) {
+    invalidate_locked(c, (uint32_t)slot);
+    n++;
   }
   return n;
+}
+
+/* A cached region for [*start, *end): merged with its neighbours when there is room for the
+ * union, else alone when there is room for that (a merge takes in the pages of a region that
+ * overlaps the request beyond it). Whatever overlaps the region that goes in leaves the cache,
+ * but only once there is room: a request refused takes nothing out. */
+static bool place_locked(struct nic_rcache *c, uintptr_t *start, uintptr_t *end, unsigned *access,
+                         size_t max_region_bytes) {
+  uintptr_t s = *start, e = *end;
+  unsigned merged = *access;
+  struct leaving l;
+  merge_neighbours_locked(c, &s, &e, &merged,
+                          max_region_bytes < c->max_bytes ? max_region_bytes : c->max_bytes);
+  if (make_room_locked(c, s, e, &l)) {
+    *start = s;
+    *end = e;
+    *access = merged;
+  } else if ((s == *start && e == *end) || !make_room_locked(c, *start, *end, &l)) {
+    return false;
+  } else {
+    *access |= l.access;
+  }
+  /* Every page belongs to one region at most: a page the table gave to the new region would
+   * hide an older one from the invalidations of that page, and the older one, still valid
+   * through its other pages, would go on handing out a registration of pages since
+   * replaced. Users in flight keep theirs. */
+  invalidate_range_locked(c, *start, *end);
+  return c->free_head != 0;
 }
 
 /* -EAGAIN: pages of [busy[0], busy[1]) are write-protected now (nic_backend_reg). */
@@ -356,9 +420,6 @@ static int insert_locked(struct nic_rcache *c, uintptr_t start, uintptr_t end, u
   struct nic_backend *b = backend(c);
   if (!b) return -ENODEV;
   if (!ready_locked(c)) return -ENOMEM;
-  if (end - start > b->caps.max_region_bytes) return -ERANGE;
-  /* Else the NIC refuses it, or worse the sim takes it and faults reading it. */
-  if (!nic_range_readable((const void *)start, end - start)) return -EFAULT;
   /* A remote key reaches every page of its registration with every right it carries, for as
    * long as the registration lives. So a request with remote access gets a registration of
    * exactly its pages and rights that nobody else is given and that its release deregisters:
@@ -366,15 +427,15 @@ static int insert_locked(struct nic_rcache *c, uintptr_t start, uintptr_t end, u
    * requests, each keeping the peer's access alive, or giving a peer more than was asked. */
   const bool cached = !(access & UNSHARED);
   access &= ~(unsigned)NIC_RCACHE_OWN;
+  /* Larger than the backend registers at once, or than the cache holds: refused before
+   * anything is evicted for it. */
+  if (end - start > b->caps.max_region_bytes || (cached && end - start > c->max_bytes))
+    return -ERANGE;
+  /* Else the NIC refuses it, or worse the sim takes it and faults reading it. */
+  if (!nic_range_readable((const void *)start, end - start)) return -EFAULT;
+  retry_busy_locked(c); /* their slots, if their posts are done */
   if (cached) {
-    merge_neighbours_locked(c, &start, &end, &access, b->caps.max_region_bytes);
-    /* Every page belongs to one region at most: a page the table gave to the new region would
-     * hide an older one from the invalidations of that page, and the older one, still valid
-     * through its other pages, would go on handing out a registration of pages since
-     * replaced. So whatever overlaps the new region leaves the cache first (merged into it, or
-     * too large to merge); users in flight keep theirs. */
-    invalidate_range_locked(c, start, end);
-    if (!make_room_locked(c, end - start)) return -ENOSPC;
+    if (!place_locked(c, &start, &end, &access, b->caps.max_region_bytes)) return -ENOSPC;
   } else if (!c->free_head) {
     return -ENOSPC;
   }

@@ -83,7 +83,8 @@ struct nic_rcache_ref {
  * access or NIC_RCACHE_OWN: makes one of exactly its pages and rights), and holds it until
  * nic_rcache_release.
  * Returns 0, -EFAULT (range not mapped), -ENOSPC (over the limits with nothing evictable), -ERANGE
- * (len 0, overflow, or larger than a region may be), or the backend's error. */
+ * (len 0, overflow, larger than the backend's largest registration, or, cached, than the cache's
+ * max_bytes: refused before anything is evicted), or the backend's error. */
 int nic_rcache_acquire(struct nic_rcache *c, const void *p, size_t len, unsigned access,
                        struct nic_rcache_ref *out);
 void nic_rcache_release(struct nic_rcache *c, uint32_t slot);

@@ -226,6 +226,65 @@ TEST_F(RcacheInstance, RegionsBeyondTheLimitsAreEvictedLeastRecentlyUsedFirst) {
   nic_rcache_release(c, extra.slot);
 }
 
+// 8 pages at most: a region of 6 unused and a request of 3 touching it. Merged they would not
+// fit; the request alone does, once the unused region is evicted.
+TEST_F(RcacheInstance, ARequestThatFitsAloneIsNotRefusedForAMergeThatWouldNot) {
+  FakeBackend &f = Fake("merge room");
+  nic_rcache *c = Make(f, 8, 8 * kPage);
+  ASSERT_TRUE(c);
+  nic_rcache_ref six, three;
+  ASSERT_EQ(nic_rcache_acquire(c, mem_, 6 * kPage, NIC_ACCESS_LOCAL, &six), 0);
+  nic_rcache_release(c, six.slot);
+  ASSERT_EQ(nic_rcache_acquire(c, mem_ + 6 * kPage, 3 * kPage, NIC_ACCESS_LOCAL, &three), 0);
+  EXPECT_EQ(three.reg.base, mem_ + 6 * kPage);
+  EXPECT_EQ(three.reg.len, 3 * kPage);
+  EXPECT_FALSE(f.registered(six.reg.lkey));
+  EXPECT_EQ(Stats(c).evictions, 1u);
+  EXPECT_EQ(Stats(c).regions, 1u);
+  nic_rcache_release(c, three.slot);
+}
+
+// A merge takes in the pages of a region overlapping the request beyond it: with a held region
+// elsewhere the union does not fit, the request alone does. The overlapping region gives way
+// all the same.
+TEST_F(RcacheInstance, AMergeWithoutRoomFallsBackToTheRequestAlone) {
+  FakeBackend &f = Fake("merge fallback");
+  nic_rcache *c = Make(f, 8, 8 * kPage);
+  ASSERT_TRUE(c);
+  nic_rcache_ref six, held, asked;
+  ASSERT_EQ(nic_rcache_acquire(c, mem_, 6 * kPage, NIC_ACCESS_LOCAL, &six), 0);
+  nic_rcache_release(c, six.slot);
+  ASSERT_EQ(nic_rcache_acquire(c, mem_ + 10 * kPage, 2 * kPage, NIC_ACCESS_LOCAL, &held), 0);
+  ASSERT_EQ(nic_rcache_acquire(c, mem_ + 4 * kPage, 4 * kPage, NIC_ACCESS_LOCAL, &asked), 0);
+  EXPECT_EQ(asked.reg.base, mem_ + 4 * kPage);
+  EXPECT_EQ(asked.reg.len, 4 * kPage);
+  EXPECT_FALSE(f.registered(six.reg.lkey)) << "an overlapping region stayed";
+  EXPECT_TRUE(f.registered(held.reg.lkey));
+  EXPECT_EQ(Stats(c).regions, 2u);
+  EXPECT_LE(Stats(c).bytes, 8 * kPage);
+  nic_rcache_release(c, held.slot);
+  nic_rcache_release(c, asked.slot);
+}
+
+// A request larger than the whole cache can never fit: refused as too large, before anything is
+// evicted or merged for it.
+TEST_F(RcacheInstance, ARequestLargerThanTheCacheIsRefusedAndEvictsNothing) {
+  FakeBackend &f = Fake("too large");
+  nic_rcache *c = Make(f, 8, 8 * kPage);
+  ASSERT_TRUE(c);
+  Cached(c, 0);
+  Cached(c, 2);
+  nic_rcache_ref r;
+  EXPECT_EQ(nic_rcache_acquire(c, mem_, 10 * kPage, NIC_ACCESS_LOCAL, &r), -ERANGE);
+  EXPECT_EQ(Stats(c).regions, 2u) << "regions were taken out for a request refused";
+  EXPECT_EQ(Stats(c).evictions, 0u);
+  EXPECT_TRUE(f.calls(Call::dereg).empty());
+  EXPECT_EQ(f.regs(), 2u);
+  // A registration of the request's own is not held against the cache's bytes.
+  ASSERT_EQ(nic_rcache_acquire(c, mem_, 10 * kPage, NIC_ACCESS_REMOTE_READ, &r), 0);
+  nic_rcache_release(c, r.slot);
+}
+
 // An unmap, a page drop or an explicit invalidation reaches every cache, and takes exactly the
 // regions with a page in the range.
 TEST_F(RcacheInstance, InvalidationReachesEveryCacheAndOnlyTheRegionsInTheRange) {
