@@ -338,7 +338,9 @@ static struct leaving leaving_locked(const struct nic_rcache *c, uintptr_t start
 }
 
 /* Room for a region over [start, end) once the regions with a page there (counted in *l) have
- * left: evicts others until the limits allow it. false when nothing more can be evicted; the
+ * left: evicts others until the limits allow it and a slot is free (the slots not cached may all
+ * be held, by registrations of a request's own or busy ones). false when nothing more can be
+ * evicted; the
  * regions in the range stay either way, for the caller to take out once there is room. An
  * eviction's deregistration may free or unmap memory under other regions, those in the range
  * too, so they are counted again after each. */
@@ -347,8 +349,8 @@ static bool make_room_locked(struct nic_rcache *c, uintptr_t start, uintptr_t en
   for (;;) {
     *l = leaving_locked(c, start, end);
     if (c->regions - l->regions < c->max_regions &&
-        c->bytes_live - l->bytes + (end - start) <= c->max_bytes)
-      return c->free_head != 0;
+        c->bytes_live - l->bytes + (end - start) <= c->max_bytes && c->free_head)
+      return true;
     if (!evict_one_locked(c, start, end)) return false;
   }
 }
@@ -436,8 +438,10 @@ static int insert_locked(struct nic_rcache *c, uintptr_t start, uintptr_t end, u
   retry_busy_locked(c); /* their slots, if their posts are done */
   if (cached) {
     if (!place_locked(c, &start, &end, &access, b->caps.max_region_bytes)) return -ENOSPC;
-  } else if (!c->free_head) {
-    return -ENOSPC;
+  } else {
+    /* Not held against the limits, but a slot it needs all the same. */
+    while (!c->free_head)
+      if (!evict_one_locked(c, 0, 0)) return -ENOSPC;
   }
   /* Taken off the free list before the backend runs, which may re-enter (see lock). */
   uint32_t slot = c->free_head;

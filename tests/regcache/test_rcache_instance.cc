@@ -285,6 +285,33 @@ TEST_F(RcacheInstance, ARequestLargerThanTheCacheIsRefusedAndEvictsNothing) {
   nic_rcache_release(c, r.slot);
 }
 
+// 4 regions at most: 8 + 64 slots, 71 usable. Two cached regions nobody uses and 69
+// registrations of a request's own fill them; one more request of either kind evicts a cached
+// region for its slot.
+TEST_F(RcacheInstance, ARequestFindsASlotByEvictionWhenTheSlotsAreAllTaken) {
+  FakeBackend &f = Fake("slots");
+  nic_rcache *c = Make(f, 4);
+  ASSERT_TRUE(c);
+  Cached(c, 0);
+  Cached(c, 2);
+  std::vector<nic_rcache_ref> remote(70);
+  for (size_t i = 0; i < 69; i++)
+    ASSERT_EQ(nic_rcache_acquire(c, mem_ + 10 * kPage, 8, NIC_ACCESS_REMOTE_READ, &remote[i]), 0)
+        << i;
+  EXPECT_EQ(Stats(c).evictions, 0u);
+  EXPECT_EQ(nic_rcache_acquire(c, mem_ + 10 * kPage, 8, NIC_ACCESS_REMOTE_READ, &remote[69]), 0)
+      << "a request's own registration found no slot while an unused region held one";
+  EXPECT_EQ(Stats(c).evictions, 1u);
+  nic_rcache_ref local{};
+  EXPECT_EQ(nic_rcache_acquire(c, mem_ + 20 * kPage, 8, NIC_ACCESS_LOCAL, &local), 0)
+      << "a cached request found no slot while an unused region held one";
+  EXPECT_EQ(Stats(c).evictions, 2u);
+  EXPECT_EQ(Stats(c).regions, 1u);
+  for (const nic_rcache_ref &r : remote)
+    if (r.slot) nic_rcache_release(c, r.slot);
+  if (local.slot) nic_rcache_release(c, local.slot);
+}
+
 // An unmap, a page drop or an explicit invalidation reaches every cache, and takes exactly the
 // regions with a page in the range.
 TEST_F(RcacheInstance, InvalidationReachesEveryCacheAndOnlyTheRegionsInTheRange) {
