@@ -135,7 +135,7 @@ int nic_translate(const void *p, size_t len, struct nic_region_ref *out);
  * partly read-only: the step is faulted in then, and nothing in it is changed), -ENOSPC (cache full
  * of registrations in use), -ENODEV (no backend), -EINVAL (unknown access bits, out NULL), -EPERM
  * (memory that is not nicmalloc's, where nicmalloc is not the program's malloc: see nic_free), or
- * the backend's error. */
+ * the backend's error (-NIC_ERANGE: len 0, a wrap, over a registration's or the cache's size). */
 int nic_register(const void *p, size_t len, unsigned access, struct nic_region_ref *out);
 /* Once per nic_register. A reference whose registration is gone is refused (said once, counted
  * in registration_errors), even where a later registration took its cache slot: cache_slot names

@@ -503,12 +503,30 @@ static inline __attribute__((always_inline)) bool lookup(struct nic_rcache *c, u
   return false;
 }
 
+/* Length 0, or a range that wraps or has no page end below the top. Else *last is its last byte. */
+static inline bool bad_range(uintptr_t start, size_t len, uintptr_t *last) {
+  return len == 0 || __builtin_add_overflow(start, len - 1, last) ||
+         *last >= UINTPTR_MAX - NIC_PAGE_SIZE;
+}
+
+size_t nic_rcache_limit_passed(struct nic_rcache *c, const void *p, size_t len, bool *of_cache) {
+  const uintptr_t start = (uintptr_t)p;
+  uintptr_t last;
+  *of_cache = false;
+  if (bad_range(start, len, &last)) return 0;
+  const size_t pages =
+      ((last + NIC_PAGE_SIZE) & ~(NIC_PAGE_SIZE - 1)) - (start & ~(NIC_PAGE_SIZE - 1));
+  const struct nic_backend *b = backend(c);
+  if (b && pages > b->caps.max_region_bytes) return b->caps.max_region_bytes;
+  *of_cache = true;
+  const size_t max = __atomic_load_n(&c->max_bytes, __ATOMIC_RELAXED);
+  return max ? max : nic_config()->rcache_max_bytes; /* 0 until the first miss reads it */
+}
+
 int nic_rcache_acquire(struct nic_rcache *c, const void *p, size_t len, unsigned access,
                        struct nic_rcache_ref *out) {
   uintptr_t start = (uintptr_t)p, last;
-  if (len == 0 || __builtin_add_overflow(start, len - 1, &last) ||
-      last >= UINTPTR_MAX - NIC_PAGE_SIZE)
-    return -ERANGE;
+  if (bad_range(start, len, &last)) return -ERANGE;
   const bool cached = !(access & UNSHARED); /* see insert_locked */
   if (cached && lookup(c, start, last, access, out)) {
     count(&c->stats.hits);

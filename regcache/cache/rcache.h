@@ -88,6 +88,10 @@ struct nic_rcache_ref {
 int nic_rcache_acquire(struct nic_rcache *c, const void *p, size_t len, unsigned access,
                        struct nic_rcache_ref *out);
 void nic_rcache_release(struct nic_rcache *c, uint32_t slot);
+/* For the message of nic_rcache_acquire's -ERANGE for [p, p+len): 0 when the length is 0 or the
+ * range wraps, else the limit its pages are over, the backend's largest registration
+ * (*of_cache false) or the cache's max_bytes (true). */
+size_t nic_rcache_limit_passed(struct nic_rcache *c, const void *p, size_t len, bool *of_cache);
 /* For references that come from outside (nic_unregister): -EINVAL, releasing nothing, when the
  * slot holds no reference of a user (released already, never handed out, out of range) or now
  * holds another registration than the one this reference was handed out for. */

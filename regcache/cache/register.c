@@ -42,19 +42,29 @@ int nic_register_quiet(const void *p, size_t len, unsigned access, struct nic_re
 /* The program's call: an error it gets back is counted, and each kind said once. */
 static __attribute__((noinline, cold)) void
 registration_refused(const void *p, size_t len, unsigned access, const void *out, int rc) {
+  bool of_cache = false;
+  const size_t limit =
+      rc == -NIC_ERANGE ? nic_rcache_limit_passed(nic_rcache_process(), p, len, &of_cache) : 0;
   const char *why =
       rc == -EINVAL && !out                       ? "the result pointer is NULL"
       : rc == -EINVAL && (access & ~KNOWN_ACCESS) ? "unknown access bits"
       : rc == -EPERM ? "not nicmalloc's memory, in a program whose malloc is another's: its frees "
                        "and unmaps go unseen, so a registration could outlive its pages. Register "
                        "nicmalloc's blocks (nic_malloc); posts copy other memory"
-      : rc == -NIC_ERANGE ? "the length is 0 or the range wraps"
+      : rc == -NIC_ERANGE && !limit ? "the length is 0 or the range wraps"
+      : rc == -NIC_ERANGE && of_cache
+          ? "its pages are more than the registration cache holds, NICMALLOC_RCACHE_MAX_BYTES"
+      : rc == -NIC_ERANGE ? "its pages are more than one registration of the backend may cover"
       : rc == -NIC_ECROSS ? "the dataplane range runs off its chunk's mapped memory"
       : rc == -EFAULT ? "the range is not (entirely) mapped, or write access was asked for memory "
                         "that is not writable"
       : rc == -ENOSPC ? "the registration cache is full of registrations in use"
                       : NULL;
-  if (why)
+  if (why && limit)
+    nic_api_error_by(registration, rc, why,
+                     "nic_register(%p, %zu, %#x): %s (%zu bytes); not registered", p, len, access,
+                     why, limit);
+  else if (why)
     nic_api_error_by(registration, rc, why, "nic_register(%p, %zu, %#x): %s; not registered", p,
                      len, access, why);
   else

@@ -21,6 +21,7 @@
 #include <vector>
 
 extern "C" {
+#include "nicmalloc.h"
 #include "rcache.h"
 }
 
@@ -418,6 +419,34 @@ TEST_F(RegistrationCache, BadRangesAreRefused) {
   EXPECT_EQ(nic_rcache_acquire(nic_rcache_process(), reinterpret_cast<void *>(0x1000), 8,
                                NIC_ACCESS_LOCAL, &r),
             -EFAULT);
+}
+
+// nic_register says why a range too large for one registration is refused, with the limit: the
+// backend's largest registration, or the cache's bytes (this suite's 64 MiB), never as a length
+// that is 0 or wraps.
+TEST_F(RegistrationCache, ARangeTooLargeForOneRegistrationIsSaidSo) {
+  const size_t backend_max = backend->ops.caps.max_region_bytes, len = 80 << 20;
+  char *big = static_cast<char *>(
+      mmap(nullptr, len, PROT_READ, MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE, -1, 0));
+  ASSERT_NE(big, MAP_FAILED);
+  nic_region_ref r;
+  testing::internal::CaptureStderr();
+  EXPECT_EQ(nic_register(big, backend_max + kPage, NIC_REG_LOCAL, &r), -NIC_ERANGE);
+  std::string err = testing::internal::GetCapturedStderr();
+  EXPECT_NE(err.find("more than one registration of the backend may cover (16777216 bytes)"),
+            std::string::npos)
+      << err;
+  EXPECT_EQ(err.find("length is 0"), std::string::npos) << err;
+  backend->ops.caps.max_region_bytes = 256 << 20;
+  testing::internal::CaptureStderr();
+  EXPECT_EQ(nic_register(big, len, NIC_REG_LOCAL, &r), -NIC_ERANGE);
+  err = testing::internal::GetCapturedStderr();
+  backend->ops.caps.max_region_bytes = backend_max;
+  EXPECT_NE(err.find("more than the registration cache holds, NICMALLOC_RCACHE_MAX_BYTES "
+                     "(67108864 bytes)"),
+            std::string::npos)
+      << err;
+  munmap(big, len);
 }
 
 // A region dropped while a post that names it is still in flight (its user let go early): the
