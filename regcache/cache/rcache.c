@@ -543,10 +543,12 @@ int nic_rcache_acquire(struct nic_rcache *c, const void *p, size_t len, unsigned
     if (cached && lookup(c, start, last, access, out)) {
       count(&c->stats.hits); /* another thread registered it meanwhile */
     } else {
-      count(&c->stats.misses);
       rc = insert_locked(c, start & ~(NIC_PAGE_SIZE - 1),
                          (last + NIC_PAGE_SIZE) & ~(NIC_PAGE_SIZE - 1), access, out, busy);
-      if (rc && rc != -EAGAIN) count(&c->stats.failures);
+      if (rc == 0)
+        count(&c->stats.misses); /* a lookup that registered a region: refusals are failures */
+      else if (rc != -EAGAIN)
+        count(&c->stats.failures);
     }
     pthread_mutex_unlock(&lock);
     if (rc != -EAGAIN) return rc;

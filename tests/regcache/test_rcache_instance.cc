@@ -618,14 +618,18 @@ TEST_F(RcacheInstance, AFailedRegistrationCachesNothing) {
   EXPECT_EQ(nic_rcache_find(c, mem_ + 3 * kPage, 8, NIC_ACCESS_LOCAL, &r), -ENOENT);
   EXPECT_EQ(Stats(c).failures, 1u);
   EXPECT_EQ(Stats(c).regions, 0u);
+  EXPECT_EQ(Stats(c).misses, 0u) << "a refused registration counted as a lookup that registered";
   f.fail_reg = 0;
   ASSERT_EQ(nic_rcache_acquire(c, mem_ + 3 * kPage, 8, NIC_ACCESS_LOCAL, &r), 0);
   EXPECT_EQ(f.regs(), 2u) << "asked the backend again";
+  EXPECT_EQ(Stats(c).misses, 1u);
   nic_rcache_release(c, r.slot);
   EXPECT_EQ(nic_rcache_acquire(c, reinterpret_cast<void *>(0x1000), 8, NIC_ACCESS_LOCAL, &r),
             -EFAULT);
   EXPECT_EQ(nic_rcache_acquire(c, mem_, 32 << 20, NIC_ACCESS_LOCAL, &r), -ERANGE);
   EXPECT_EQ(f.regs(), 2u) << "the backend saw a range it cannot take";
+  EXPECT_EQ(Stats(c).misses, 1u);
+  EXPECT_EQ(Stats(c).failures, 3u);
 }
 
 TEST_F(RcacheInstance, DestroyWaitsForUsersThenDeregistersEverything) {

@@ -427,6 +427,7 @@ TEST(Register, ItsErrorsAreCountedAndEachKindSaidOnce) {
   std::string err = testing::internal::GetCapturedStderr();
   nic_get_stats(&after);
   EXPECT_EQ(after.registration_errors - before.registration_errors, 6u);
+  EXPECT_EQ(after.rcache_misses, before.rcache_misses) << "refusals counted as misses";
   EXPECT_EQ(std::count(err.begin(), err.end(), '\n'), 3) << err;
   EXPECT_NE(err.find("length is 0"), std::string::npos) << err;
   EXPECT_NE(err.find("unknown access bits"), std::string::npos) << err;
