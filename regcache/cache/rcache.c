@@ -5,6 +5,7 @@
 #include "events.h"
 #include "forklock.h"
 #include "log.h"
+#include "map.h"
 #include "page.h"
 #include "rcache_table.h"
 #include "readable.h"
@@ -119,9 +120,8 @@ static bool ready_locked(struct nic_rcache *c) {
   if (!c->max_bytes) c->max_bytes = nic_config()->rcache_max_bytes;
   const uint32_t slots = pool_slots_for(c->max_regions);
   if (!c->pool) {
-    void *p = mmap(NULL, (size_t)slots * sizeof *c->pool, PROT_READ | PROT_WRITE,
-                   MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
-    if (p == MAP_FAILED) return false;
+    void *p = nic_map_anon((size_t)slots * sizeof *c->pool, PROT_READ | PROT_WRITE, false);
+    if (!p) return false;
     c->pool = p;
     for (uint32_t i = 1; i < slots; i++)
       c->pool[i].next_free = i + 1 < slots ? i + 1 : 0;
@@ -135,19 +135,33 @@ static bool ready_locked(struct nic_rcache *c) {
   return true;
 }
 
+/* By system call, as it was mapped: no event for memory of the cache's own, and callable in a
+ * child of fork before the allocator's hooks have run. */
+static void unmap_cache(struct nic_rcache *c) {
+  nic_rt_destroy(c->rt);
+  if (c->pool) nic_unmap(c->pool, (size_t)c->pool_slots * sizeof *c->pool);
+  nic_unmap(c, sizeof *c);
+}
+
+/* Lock held. */
+static void unlist_locked(struct nic_rcache *c) {
+  *c->prev_next = c->next;
+  if (c->next) c->next->prev_next = c->prev_next;
+  c->made = false; /* destroyed, or forgotten in a child of fork: nic_rcache_destroy refuses it */
+  __atomic_sub_fetch(&made_count, 1, __ATOMIC_RELEASE);
+}
+
 struct nic_rcache *nic_rcache_create(const struct nic_rcache_params *params) {
   if (!params || !params->backend || !params->backend->reg || !params->backend->dereg ||
       params->max_regions > MAX_REGIONS) {
     errno = EINVAL;
     return NULL;
   }
-  struct nic_rcache *c =
-      mmap(NULL, sizeof *c, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
-  if (c == MAP_FAILED) {
+  struct nic_rcache *c = nic_map_anon(sizeof *c, PROT_READ | PROT_WRITE, false);
+  if (!c) {
     errno = ENOMEM;
     return NULL;
   }
-  memset(c, 0, sizeof *c);
   c->made = true;
   c->backend = params->backend;
   c->max_regions = params->max_regions;
@@ -164,8 +178,7 @@ struct nic_rcache *nic_rcache_create(const struct nic_rcache_params *params) {
   }
   pthread_mutex_unlock(&lock);
   if (!ok) {
-    if (c->pool) munmap(c->pool, (size_t)c->pool_slots * sizeof *c->pool);
-    munmap(c, sizeof *c);
+    unmap_cache(c);
     errno = ENOMEM;
     return NULL;
   }
@@ -652,22 +665,20 @@ int nic_rcache_destroy(struct nic_rcache *c) {
     pthread_mutex_unlock(&lock);
     return -EBUSY;
   }
-  *c->prev_next = c->next;
-  if (c->next) c->next->prev_next = c->prev_next;
-  __atomic_sub_fetch(&made_count, 1, __ATOMIC_RELEASE);
+  unlist_locked(c);
   pthread_mutex_unlock(&lock);
-  nic_rt_destroy(c->rt);
-  munmap(c->pool, (size_t)c->pool_slots * sizeof *c->pool);
-  munmap(c, sizeof *c);
+  unmap_cache(c);
   return 0;
 }
 
 /* Fork child: every registration of a runtime cache is the parent's, made with a backend the
  * child does not have (backend.c). Out of the table and never deregistered: the release of a
  * reference the program kept only frees its slot, and an array entry holding one finds it
- * stale and is registered anew (sga_post.c). The busy ones go at once. */
-static void forget_parents_locked(struct nic_rcache *c) {
-  if (!c->pool) return;
+ * stale and is registered anew (sga_post.c). The busy ones go at once. Returns whether the
+ * program still holds a reference to one. */
+static bool forget_parents_locked(struct nic_rcache *c) {
+  bool held = false;
+  if (!c->pool) return held;
   for (uint32_t slot = c->busy_head, next; slot; slot = next) {
     next = c->pool[slot].next_free;
     free_slot_locked(c, slot);
@@ -682,17 +693,30 @@ static void forget_parents_locked(struct nic_rcache *c) {
     r->foreign = true;
     forget_own_locked(c, r);    /* not on the child's NIC */
     invalidate_locked(c, slot); /* when in the table: its reference, and the slot if it was last */
+    held |= r->refs != 0;
+  }
+  return held;
+}
+
+/* A cache of another kind's backend is made again for the child's own, on its first use. The
+ * parent's goes off the list invalidation walks, so that frees and unmaps in the child take the
+ * lock-free first look again (and the list does not grow with each generation of forks). Its
+ * memory goes too, unless a reference the program kept (a posted message's) names a slot of it:
+ * that reference's release reads the slot. */
+static void after_fork_child(void) {
+  forget_parents_locked(&nic_rcache_process_instance);
+  for (unsigned k = 0; k < NIC_BACKEND_KINDS; k++) {
+    struct nic_rcache *c = of_kind[k];
+    if (!c) continue;
+    of_kind[k] = NULL;
+    const bool held = forget_parents_locked(c);
+    unlist_locked(c);
+    if (!held) unmap_cache(c);
   }
 }
 
-/* A cache of another kind's backend is made again for the child's own, on its first use. */
-static void after_fork_child(void) {
-  forget_parents_locked(&nic_rcache_process_instance);
-  for (unsigned k = 0; k < NIC_BACKEND_KINDS; k++)
-    if (of_kind[k]) {
-      forget_parents_locked(of_kind[k]);
-      of_kind[k] = NULL;
-    }
+unsigned nic_rcache_made_count(void) {
+  return __atomic_load_n(&made_count, __ATOMIC_ACQUIRE);
 }
 
 struct nic_rcache *nic_rcache_of(struct nic_backend *b) {

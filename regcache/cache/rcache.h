@@ -142,6 +142,9 @@ void nic_rcache_get_stats(struct nic_rcache *c, struct nic_rcache_stats *out);
 /* Sums the statistics of every runtime cache (the process-wide one and nic_rcache_of's). */
 void nic_rcache_get_stats_all(struct nic_rcache_stats *out);
 
+/* The caches nic_rcache_create made (nic_rcache_of's among them) that invalidation walks: while
+ * there are none, a free or an unmap that touches no cached page takes no lock. For tests. */
+unsigned nic_rcache_made_count(void);
 /* Tests of the runtime give the process-wide cache their own backend (NULL: the process's). */
 void nic_rcache_use_backend(struct nic_backend *b);
 

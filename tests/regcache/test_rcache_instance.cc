@@ -4,6 +4,7 @@
 // destruction, each read from the fake's log. No sim NIC and not the process-wide cache.
 #include <gtest/gtest.h>
 #include <sys/mman.h>
+#include <sys/wait.h>
 #include <unistd.h>
 
 #include <atomic>
@@ -652,6 +653,48 @@ TEST_F(RcacheInstance, DestroyWaitsForUsersThenDeregistersEverything) {
   // The destroyed cache is out of the invalidation list: an unmap now must not reach it.
   nic_rcache_invalidate(At(0), 8 * kPage);
   EXPECT_EQ(f.calls(Call::dereg).size(), 2u);
+}
+
+// In a child of fork the cache of another backend (nic_rcache_of) is the parent's: it leaves the
+// list invalidation walks, so that frees and unmaps there take the lock-free first look again and
+// the list does not grow with each generation; a reference the program kept to one of its regions
+// is still released there.
+TEST_F(RcacheInstance, AForkChildTakesTheParentsCacheOfAnotherBackendOffTheList) {
+  FakeBackend &f = Fake("process");
+  nic_rcache_use_backend(&f.ops); // the process-wide cache's backend: the sim's is another's
+  struct Restore {
+    ~Restore() { nic_rcache_use_backend(nullptr); }
+  } restore;
+  nic_backend *sim = nic_backend_start(NIC_BACKEND_SIM);
+  ASSERT_NE(sim, nullptr) << strerror(errno);
+  nic_rcache *c = nic_rcache_of(sim);
+  ASSERT_TRUE(c && c != nic_rcache_process());
+  nic_rcache_ref r;
+  ASSERT_EQ(nic_rcache_acquire(c, mem_, kPage, NIC_ACCESS_LOCAL, &r), 0);
+  nic_rcache_release(c, r.slot); // cached, held by nobody
+  const unsigned made = nic_rcache_made_count();
+  ASSERT_GE(made, 1u);
+  // The child's exit status: 0, or 1 when the cache is still on the list; a signal when the
+  // release of the kept reference faulted.
+  const auto child = [c, made](uint32_t kept) {
+    const pid_t pid = fork();
+    if (pid == 0) {
+      alarm(10);
+      const int bad = nic_rcache_made_count() != made - 1;
+      if (kept) nic_rcache_release(c, kept);
+      _exit(bad);
+    }
+    int status = 0;
+    while (waitpid(pid, &status, 0) < 0 && errno == EINTR) {
+    }
+    return WIFEXITED(status) ? WEXITSTATUS(status) : 128 + WTERMSIG(status);
+  };
+  EXPECT_EQ(child(0), 0) << "1: the parent's cache stayed on the child's list";
+  nic_rcache_ref kept;
+  ASSERT_EQ(nic_rcache_acquire(c, mem_ + 2 * kPage, kPage, NIC_ACCESS_LOCAL, &kept), 0);
+  EXPECT_EQ(child(kept.slot), 0) << "1: on the list; over 128: the kept reference's release";
+  nic_rcache_release(c, kept.slot);
+  EXPECT_EQ(nic_rcache_made_count(), made) << "the parent's list changed";
 }
 
 TEST_F(RcacheInstance, BadParametersAreRefused) {
