@@ -1,25 +1,32 @@
 /* C++ operator new and delete, every variant, written in C so the runtime needs no libstdc++.
  * Failure follows the standard: call the new-handler while one is installed, then throw
- * std::bad_alloc. Both are reached through weak references that resolve when libstdc++ is in the
- * process, which it always is when C++ calls operator new. This file is built with -fexceptions
- * so the exception can unwind through it. */
+ * std::bad_alloc, or return NULL from the nothrow forms. Both are reached through weak
+ * references that resolve when libstdc++ is in the process, which it always is when C++ calls
+ * operator new. This file is built with -fexceptions so the exception can unwind through it. */
+#define _GNU_SOURCE
 #include "alloc_inline.h"
 #include "export.h"
 #include "interposed.h"
 #include "log.h"
 #include "nicmalloc.h"
 
+#include <dlfcn.h>
 #include <errno.h>
 #include <stddef.h>
 #include <stdint.h>
 
 typedef void (*new_handler_fn)(void);
+typedef void *(*nothrow_new_fn)(size_t size, const void *nothrow_tag);
 extern new_handler_fn _ZSt15get_new_handlerv(void) __attribute__((weak));
 extern void _ZSt17__throw_bad_allocv(void) __attribute__((weak, noreturn));
 
+static new_handler_fn new_handler(void) {
+  return _ZSt15get_new_handlerv ? _ZSt15get_new_handlerv() : NULL;
+}
+
 /* Returns false when there is no handler left to try. */
 static bool call_new_handler(void) {
-  new_handler_fn handler = _ZSt15get_new_handlerv ? _ZSt15get_new_handlerv() : NULL;
+  new_handler_fn handler = new_handler();
   if (!handler) return false;
   handler();
   return true;
@@ -46,24 +53,108 @@ static void *site_try(size_t size, size_t alignment, enum nic_route route) {
   return nic_alloc(size, alignment, false, route);
 }
 
-static void *new_impl(size_t size, size_t alignment, bool nothrow, enum nic_route route) {
-  for (;;) {
-    void *p = alignment || route != NIC_ROUTE_AUTO ? nic_alloc(size, alignment, false, route)
-                                                   : nic_alloc_auto(size, false);
-    if (__builtin_expect(p != NULL, 1)) return p;
-    if (nothrow) return NULL;
-    if (!call_new_handler()) throw_bad_alloc(size);
+/* A request whose first try failed, tried again after each call of the handler. */
+struct new_request {
+  size_t size, alignment;
+  enum nic_route route;
+  bool site;          /* a new-expression the pass rewrote */
+  const void *caller; /* where the program's call returns to, which NICMALLOC_SITES tests */
+};
+
+static void *try_again(const struct new_request *r) {
+  if (r->site) return site_try(r->size, r->alignment, r->route);
+  if (r->alignment || r->route != NIC_ROUTE_AUTO)
+    return nic_alloc(r->size, r->alignment, false, r->route);
+  return nic_alloc_auto_general(r->size, false, r->caller);
+}
+
+/* The throwing forms' loop; an exception the handler throws goes on through it. */
+static void *handler_loop(const struct new_request *r) {
+  while (call_new_handler()) {
+    void *p = try_again(r);
+    if (p) return p;
   }
+  throw_bad_alloc(r->size);
+}
+
+/* A nothrow form must return NULL when the handler throws, and C cannot catch. The C++
+ * runtime's own operator new(size_t, const std::nothrow_t &) can: it calls operator new(size_t),
+ * nicmalloc's, in a try block that makes anything thrown a NULL result. So a nothrow request
+ * that failed, with a handler installed, is handed to it as operator new(SIZE_MAX), which no
+ * allocator serves, and the request set here on the thread is what that call then serves, with
+ * the handler loop of the throwing forms: whatever it throws ends in the runtime's catch. */
+static __thread struct new_request *handed_over;
+
+/* The runtime's definition: the next after nicmalloc's, and only if it belongs to the object that
+ * defines std::get_new_handler (another allocator's would hand out blocks of its own). Looked up
+ * once, on the first failure that needs it; NULL when there is none such. */
+static nothrow_new_fn runtime_nothrow_new(void) {
+  static uintptr_t found; /* 0: not looked up yet; 1: none */
+  uintptr_t f = __atomic_load_n(&found, __ATOMIC_ACQUIRE);
+  if (!f) {
+    void *sym = dlsym(RTLD_NEXT, "_ZnwmRKSt9nothrow_t");
+    Dl_info theirs, runtime;
+    new_handler_fn (*get)(void) = _ZSt15get_new_handlerv;
+    f = sym && get && dladdr(sym, &theirs) && dladdr(*(void **)&get, &runtime) &&
+                theirs.dli_fbase == runtime.dli_fbase
+            ? (uintptr_t)sym
+            : 1;
+    __atomic_store_n(&found, f, __ATOMIC_RELEASE);
+  }
+  nothrow_new_fn fn = NULL;
+  if (f != 1) *(void **)&fn = (void *)f;
+  return fn;
+}
+
+static void *nothrow_failed(struct new_request *r) {
+  if (!new_handler()) return NULL;
+  const nothrow_new_fn runtime = runtime_nothrow_new();
+  if (!runtime) { /* the handler runs here, and what it throws leaves this operator */
+    while (call_new_handler()) {
+      void *p = try_again(r);
+      if (p) return p;
+    }
+    return NULL;
+  }
+  static const char nothrow_tag; /* the runtime does not read it */
+  struct new_request *const outer = handed_over;
+  handed_over = r;
+  void *p = runtime(SIZE_MAX, &nothrow_tag);
+  const bool served = handed_over != r;
+  handed_over = outer;
+  /* Not served: the runtime's operator new is not nicmalloc's here, and its own loop ran the
+   * handler on SIZE_MAX; one more try of the request itself. */
+  return served ? p : try_again(r);
+}
+
+/* Out of line, so that the fast paths keep no request on their stacks. */
+__attribute__((noinline, cold)) static void *new_failed(size_t size, size_t alignment,
+                                                        enum nic_route route, bool site,
+                                                        const void *caller, bool nothrow) {
+  struct new_request r = {size, alignment, route, site, caller};
+  if (nothrow) return nothrow_failed(&r);
+  struct new_request *const handed = handed_over;
+  if (__builtin_expect(handed != NULL, 0) && size == SIZE_MAX && !site && !alignment &&
+      route == NIC_ROUTE_AUTO) {
+    handed_over = NULL; /* the handler's own requests are its own */
+    void *p = try_again(handed);
+    return p ? p : handler_loop(handed);
+  }
+  return handler_loop(&r);
+}
+
+static void *new_impl(size_t size, size_t alignment, bool nothrow, enum nic_route route) {
+  void *p = alignment || route != NIC_ROUTE_AUTO ? nic_alloc(size, alignment, false, route)
+                                                 : nic_alloc_auto(size, false);
+  if (__builtin_expect(p != NULL, 1)) return p;
+  return new_failed(size, alignment, route, false, __builtin_return_address(0), nothrow);
 }
 
 /* The same for the new-expressions the pass rewrote. */
 static void *site_new_impl(size_t size, size_t alignment, bool nothrow, enum nic_route route) {
-  for (;;) {
-    void *p = site_try(size, alignment, route);
-    if (__builtin_expect(p != NULL, 1)) return p;
-    if (nothrow) return NULL;
-    if (!call_new_handler()) throw_bad_alloc(size);
-  }
+  void *p = site_try(size, alignment, route);
+  if (__builtin_expect(p != NULL, 1)) return p;
+  return new_failed(size, alignment, route, true, NULL, nothrow);
 }
 
 NIC_EXPORT void *_Znwm(size_t n) {

@@ -1,0 +1,74 @@
+// C++ operator new's failures under nicmalloc, as the standard and libstdc++'s own operators give
+// them: a program run with LD_PRELOAD (cxx_new_program.cc, whose answers are checked against the
+// C++ runtime's too), and the LLVM pass's new sites, called from here.
+#include <gtest/gtest.h>
+
+#include "new_handlers.h"
+#include "nicmalloc.h"
+#include "probe_runner.h"
+
+#include <cerrno>
+#include <cstdint>
+#include <new>
+
+namespace {
+
+const char *const nothrow_forms[] = {"scalar", "array", "aligned", "aligned_array"};
+
+ProbeResult preloaded(const std::string &command) {
+  return run_program(NIC_PROBE_PATH, {std::string("LD_PRELOAD=") + NICMALLOC_LIBRARY}, {command});
+}
+
+// What the C++ runtime's own operators answer, so that a difference shows as one.
+void ExpectAsTheRuntime(const ProbeResult &ours, const std::string &command) {
+  auto theirs = run_program(NIC_PROBE_PATH, {}, {command});
+  ASSERT_EQ(theirs.exit_code, 0) << theirs.out << theirs.err;
+  EXPECT_EQ(ours.values, theirs.values) << "nicmalloc:\n"
+                                        << ours.out << "C++ runtime:\n"
+                                        << theirs.out;
+}
+
+// Each nothrow form ran the handler once and returned null, as the runtime's own do.
+void ExpectEachNothrowFormCalledTheHandlerOnce(const std::string &command) {
+  auto r = preloaded(command);
+  ASSERT_EQ(r.exit_code, 0) << r.out << r.err;
+  for (std::string form : nothrow_forms) {
+    EXPECT_EQ(r.num(form + "_calls"), 1) << form << "\n" << r.out;
+    EXPECT_EQ(r.num(form + "_null"), 1) << form << "\n" << r.out;
+  }
+  ExpectAsTheRuntime(r, command);
+}
+
+// A nothrow operator new that fails calls the new-handler, as the throwing one does, and
+// returns null once there is none left.
+TEST(CxxNew, NothrowFormsCallTheNewHandler) {
+  ExpectEachNothrowFormCalledTheHandlerOnce("nothrow-handler");
+}
+
+// A handler may throw std::bad_alloc: a nothrow form returns null then, and the program goes on.
+TEST(CxxNew, NothrowFormsReturnNullWhenTheHandlerThrows) {
+  ExpectEachNothrowFormCalledTheHandlerOnce("throwing-handler");
+}
+
+// The pass's nothrow sites, on and off, fail as the operators they replace.
+TEST(CxxNew, NothrowSitesCallTheNewHandler) {
+  const uint32_t site = 11;
+  const std::nothrow_t &tag = std::nothrow;
+  for (int on : {1, 0}) {
+    ASSERT_EQ(nic_site_set_enabled(site, on), 0);
+    for (void (*handler)() : {new_handler_giving_up, new_handler_throwing}) {
+      new_handler_calls = 0;
+      std::set_new_handler(handler);
+      EXPECT_EQ(nic_new_nothrow_site(SIZE_MAX - 4096, &tag, site), nullptr);
+      EXPECT_EQ(new_handler_calls, 1) << "site on: " << on;
+      new_handler_calls = 0;
+      std::set_new_handler(handler);
+      EXPECT_EQ(nic_new_aligned_nothrow_site(SIZE_MAX - 4096, 64, &tag, site), nullptr);
+      EXPECT_EQ(new_handler_calls, 1) << "site on: " << on;
+      std::set_new_handler(nullptr);
+    }
+  }
+  ASSERT_EQ(nic_site_set_enabled(site, 1), 0);
+}
+
+} // namespace
