@@ -157,6 +157,26 @@ static void *site_new_impl(size_t size, size_t alignment, bool nothrow, enum nic
   return new_failed(size, alignment, route, true, NULL, nothrow);
 }
 
+/* operator new(size, align_val_t): an alignment that is not a power of two is undefined
+ * behaviour in C++, and the allocator would round it to a mask, handing out a block aligned to
+ * something else. libstdc++'s operators refuse it at once, without the new-handler (which cannot
+ * make such a request possible): std::bad_alloc, or NULL from the nothrow forms. So do these;
+ * only the aligned forms pay for the test. */
+static bool bad_alignment(size_t al) {
+  return !al || (al & (al - 1));
+}
+
+__attribute__((cold)) static void *refuse_alignment(size_t size, bool nothrow) {
+  if (!nothrow) throw_bad_alloc(size);
+  errno = EINVAL; /* as aligned_alloc says it */
+  return NULL;
+}
+
+static void *aligned_new(size_t size, size_t alignment, bool nothrow) {
+  if (__builtin_expect(bad_alignment(alignment), 0)) return refuse_alignment(size, nothrow);
+  return new_impl(size, alignment, nothrow, NIC_ROUTE_AUTO);
+}
+
 NIC_EXPORT void *_Znwm(size_t n) {
   return new_impl(n, 0, false, NIC_ROUTE_AUTO);
 }
@@ -172,18 +192,18 @@ NIC_EXPORT void *_ZnamRKSt9nothrow_t(size_t n, const void *nt) {
   return new_impl(n, 0, true, NIC_ROUTE_AUTO);
 }
 NIC_EXPORT void *_ZnwmSt11align_val_t(size_t n, size_t al) {
-  return new_impl(n, al, false, NIC_ROUTE_AUTO);
+  return aligned_new(n, al, false);
 }
 NIC_EXPORT void *_ZnamSt11align_val_t(size_t n, size_t al) {
-  return new_impl(n, al, false, NIC_ROUTE_AUTO);
+  return aligned_new(n, al, false);
 }
 NIC_EXPORT void *_ZnwmSt11align_val_tRKSt9nothrow_t(size_t n, size_t al, const void *nt) {
   (void)nt;
-  return new_impl(n, al, true, NIC_ROUTE_AUTO);
+  return aligned_new(n, al, true);
 }
 NIC_EXPORT void *_ZnamSt11align_val_tRKSt9nothrow_t(size_t n, size_t al, const void *nt) {
   (void)nt;
-  return new_impl(n, al, true, NIC_ROUTE_AUTO);
+  return aligned_new(n, al, true);
 }
 
 /* nic_new_site: operator new semantics for the LLVM pass's rewritten new-expressions. */
@@ -198,14 +218,8 @@ static enum nic_route site_route(uint32_t site) {
   return nic_site_is_enabled(site) == 1 ? NIC_ROUTE_DATAPLANE : NIC_ROUTE_AUTO;
 }
 
-/* operator new(size, align_val_t): an alignment that is not a power of two is undefined
- * behaviour in C++; treat it as an allocation failure rather than pass it on. */
-static bool bad_alignment(size_t al) {
-  return !al || (al & (al - 1));
-}
-
 NIC_EXPORT void *nic_new_aligned_site(size_t size, size_t alignment, uint32_t site) {
-  if (bad_alignment(alignment)) throw_bad_alloc(size);
+  if (bad_alignment(alignment)) return refuse_alignment(size, false);
   return site_new_impl(size, alignment, false, site_route(site));
 }
 NIC_EXPORT void *nic_new_nothrow_site(size_t size, const void *nothrow_tag, uint32_t site) {
@@ -215,10 +229,7 @@ NIC_EXPORT void *nic_new_nothrow_site(size_t size, const void *nothrow_tag, uint
 NIC_EXPORT void *nic_new_aligned_nothrow_site(size_t size, size_t alignment,
                                               const void *nothrow_tag, uint32_t site) {
   (void)nothrow_tag;
-  if (bad_alignment(alignment)) {
-    errno = EINVAL; /* as aligned_alloc says it */
-    return NULL;
-  }
+  if (bad_alignment(alignment)) return refuse_alignment(size, true);
   return site_new_impl(size, alignment, true, site_route(site));
 }
 

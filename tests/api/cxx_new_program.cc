@@ -5,6 +5,8 @@
 //                    times it ran, whether the result was null)
 //   throwing-handler: the same with a handler that throws std::bad_alloc, which a nothrow form
 //                     must turn into a null result
+//   bad-alignment: alignments that are not powers of two, throwing and nothrow forms, with a
+//                  handler installed (that throws)
 #include <cstdint>
 #include <cstdio>
 #include <cstring>
@@ -49,12 +51,52 @@ int nothrow_with(void (*handler)()) {
   return 0;
 }
 
+// Whether operator new(100, align) (or new[] when array) threw bad_alloc; a block it returned
+// instead is freed. *calls is how many times the handler ran.
+bool aligned_new_throws(size_t align, bool array, int *calls) {
+  new_handler_calls = 0;
+  std::set_new_handler(new_handler_throwing);
+  bool threw = false;
+  try {
+    void *p = array ? ::operator new[](100, std::align_val_t(align))
+                    : ::operator new(100, std::align_val_t(align));
+    ::operator delete(p, std::align_val_t(align));
+  } catch (const std::bad_alloc &) {
+    threw = true;
+  }
+  std::set_new_handler(nullptr);
+  *calls = new_handler_calls;
+  return threw;
+}
+
+int bad_alignment() {
+  for (size_t align : {size_t(3), size_t(48), size_t(24) << 20}) {
+    int calls = 0, array_calls = 0;
+    const bool threw = aligned_new_throws(align, false, &calls);
+    const bool array_threw = aligned_new_throws(align, true, &array_calls);
+    new_handler_calls = 0;
+    std::set_new_handler(new_handler_throwing);
+    void *p = ::operator new(100, std::align_val_t(align), std::nothrow);
+    void *q = ::operator new[](100, std::align_val_t(align), std::nothrow);
+    std::set_new_handler(nullptr);
+    std::printf("align_%zu_threw=%d\nalign_%zu_array_threw=%d\nalign_%zu_nothrow_null=%d\n"
+                "align_%zu_array_nothrow_null=%d\nalign_%zu_handler_calls=%d\n",
+                align, threw, align, array_threw, align, p == nullptr, align, q == nullptr, align,
+                calls + array_calls + new_handler_calls);
+    if (p) ::operator delete(p, std::align_val_t(align));
+    if (q) ::operator delete[](q, std::align_val_t(align));
+  }
+  return 0;
+}
+
 } // namespace
 
 int main(int argc, char **argv) {
   const std::string command = argc > 1 ? argv[1] : "";
   if (command == "nothrow-handler") return nothrow_with(new_handler_giving_up);
   if (command == "throwing-handler") return nothrow_with(new_handler_throwing);
-  std::fprintf(stderr, "usage: cxx_new_program nothrow-handler | throwing-handler\n");
+  if (command == "bad-alignment") return bad_alignment();
+  std::fprintf(stderr,
+               "usage: cxx_new_program nothrow-handler | throwing-handler | bad-alignment\n");
   return 2;
 }

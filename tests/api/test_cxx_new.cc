@@ -14,6 +14,7 @@
 namespace {
 
 const char *const nothrow_forms[] = {"scalar", "array", "aligned", "aligned_array"};
+const size_t bad_alignments[] = {3, 48, size_t(24) << 20};
 
 ProbeResult preloaded(const std::string &command) {
   return run_program(NIC_PROBE_PATH, {std::string("LD_PRELOAD=") + NICMALLOC_LIBRARY}, {command});
@@ -50,6 +51,22 @@ TEST(CxxNew, NothrowFormsReturnNullWhenTheHandlerThrows) {
   ExpectEachNothrowFormCalledTheHandlerOnce("throwing-handler");
 }
 
+// An alignment that is not a power of two: bad_alloc, or null, at once (no handler can make the
+// request possible), never a block aligned to something else.
+TEST(CxxNew, AlignmentsNotPowersOfTwoAreRefused) {
+  auto r = preloaded("bad-alignment");
+  ASSERT_EQ(r.exit_code, 0) << r.out << r.err;
+  for (size_t align : bad_alignments) {
+    const std::string key = "align_" + std::to_string(align);
+    EXPECT_EQ(r.num(key + "_threw"), 1) << r.out;
+    EXPECT_EQ(r.num(key + "_array_threw"), 1) << r.out;
+    EXPECT_EQ(r.num(key + "_nothrow_null"), 1) << r.out;
+    EXPECT_EQ(r.num(key + "_array_nothrow_null"), 1) << r.out;
+    EXPECT_EQ(r.num(key + "_handler_calls"), 0) << r.out;
+  }
+  ExpectAsTheRuntime(r, "bad-alignment");
+}
+
 // The pass's nothrow sites, on and off, fail as the operators they replace.
 TEST(CxxNew, NothrowSitesCallTheNewHandler) {
   const uint32_t site = 11;
@@ -69,6 +86,21 @@ TEST(CxxNew, NothrowSitesCallTheNewHandler) {
     }
   }
   ASSERT_EQ(nic_site_set_enabled(site, 1), 0);
+}
+
+TEST(CxxNew, SitesRefuseAlignmentsNotPowersOfTwoWithoutTheHandler) {
+  const uint32_t site = 11;
+  const std::nothrow_t &tag = std::nothrow;
+  for (size_t align : bad_alignments) {
+    new_handler_calls = 0;
+    std::set_new_handler(new_handler_throwing);
+    EXPECT_THROW(nic_new_aligned_site(100, align, site), std::bad_alloc) << align;
+    errno = 0;
+    EXPECT_EQ(nic_new_aligned_nothrow_site(100, align, &tag, site), nullptr) << align;
+    EXPECT_EQ(errno, EINVAL);
+    std::set_new_handler(nullptr);
+    EXPECT_EQ(new_handler_calls, 0) << align;
+  }
 }
 
 } // namespace
