@@ -69,6 +69,7 @@ NIC_EXPORT int nic_hold(const void *p) {
     struct hold *h = nic_pool_get(&pool);
     if (!h) {
       pthread_mutex_unlock(&lock);
+      nic_api_error(hold, "nic_hold(%p): no memory for the hold's record; not held", p);
       return -ENOMEM;
     }
     *h = (struct hold){.p = p};
@@ -81,6 +82,7 @@ NIC_EXPORT int nic_hold(const void *p) {
       nic_pool_put(&pool, h);
     }
     pthread_mutex_unlock(&lock);
+    nic_api_error(hold, "nic_hold(%p): no memory to count the hold on its page; not held", p);
     return -ENOMEM;
   }
   (*link)->count++;

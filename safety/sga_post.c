@@ -242,7 +242,10 @@ NIC_EXPORT int nic_sga_post(struct nic_sga *sga, struct nic_endpoint *ep, nic_sg
   }
   const uint32_t n = sga->count;
   struct message *m = malloc(sizeof *m + n * sizeof *m->entry);
-  if (!m) return -ENOMEM;
+  if (!m) {
+    nic_api_error(sga, "nic_sga_post: no memory for the message's bookkeeping; nothing posted");
+    return -ENOMEM;
+  }
   *m = (struct message){.done = done, .arg = arg, .bounce = sga->bounce, .n = n};
   memcpy(m->entry, sga->entry, n * sizeof *m->entry);
   rc = b == d ? 0 : resolve_for(b, m);
