@@ -65,13 +65,28 @@ NIC_EXPORT int nic_posix_memalign_site(void **out, size_t alignment, size_t size
                   alignment, size, site);
     return EINVAL;
   }
-  if (!alignment || (alignment & (alignment - 1)) || alignment % sizeof(void *)) return EINVAL;
+  if (!alignment || (alignment & (alignment - 1)) || alignment % sizeof(void *)) {
+    nic_api_error(other,
+                  "nic_posix_memalign_site(%p, %zu, %zu, %u): the alignment is not a power of two "
+                  "multiple of sizeof(void *)",
+                  (void *)out, alignment, size, site);
+    return EINVAL;
+  }
   const struct nic_program_alloc *program = program_alloc();
-  if (program && program->posix_memalign) return program->posix_memalign(out, alignment, size);
-  void *p = nic_alloc(size, alignment, false, nic_site_route(site));
-  if (!p) return ENOMEM;
-  *out = p;
-  return 0;
+  int rc = 0;
+  if (program && program->posix_memalign) {
+    rc = program->posix_memalign(out, alignment, size);
+  } else {
+    void *p = nic_alloc(size, alignment, false, nic_site_route(site));
+    if (p)
+      *out = p;
+    else
+      rc = ENOMEM;
+  }
+  /* Counted, as every error this call returns; not said, as the malloc family says nothing of a
+   * request it cannot serve. */
+  if (rc) nic_api_count(other);
+  return rc;
 }
 
 NIC_EXPORT void *nic_new_site(size_t size, uint32_t site) {

@@ -1,15 +1,23 @@
-// The API's error counts (nic_get_stats: sga_errors, hold_errors) hold what their help texts say:
-// the calls that returned an error, out of memory too (error_counts_probe, under a seccomp
-// filter).
+// The API's error counts (nic_get_stats: sga_errors, hold_errors, other_api_errors) hold what
+// their help texts say: the calls that returned an error, out of memory too (error_counts_probe,
+// under a seccomp filter).
 #include <gtest/gtest.h>
 
 #include "nicmalloc.h"
 #include "probe_runner.h"
 
 #include <cerrno>
+#include <cstdint>
+#include <cstdlib>
 #include <string>
 
 namespace {
+
+nic_stats Stats() {
+  nic_stats s = NIC_STATS_INIT;
+  nic_get_stats(&s);
+  return s;
+}
 
 // The call failed with -ENOMEM, was counted once, and said why (which also tells that the
 // failure was the one the test is after).
@@ -33,6 +41,21 @@ TEST(ErrorCounts, HoldWithoutRoomForItsPageCountIsCounted) {
 
 TEST(ErrorCounts, PostWithoutRoomForItsMessageIsCounted) {
   ExpectNoMemoryCounted("sga-post", "no memory for the message's bookkeeping");
+}
+
+// Every error nic_posix_memalign_site returns, as its help text says.
+TEST(ErrorCounts, PosixMemalignSiteErrorsAreCounted) {
+  const uint64_t before = Stats().other_api_errors;
+  void *out = nullptr;
+  EXPECT_EQ(nic_posix_memalign_site(&out, 3, 10, 1), EINVAL);
+  EXPECT_EQ(nic_posix_memalign_site(&out, 4, 10, 1), EINVAL) << "less than sizeof(void *)";
+  EXPECT_EQ(nic_posix_memalign_site(&out, 64, SIZE_MAX - 4096, 1), ENOMEM);
+  EXPECT_EQ(nic_posix_memalign_site(nullptr, 64, 10, 1), EINVAL);
+  EXPECT_EQ(out, nullptr);
+  EXPECT_EQ(Stats().other_api_errors - before, 4u);
+  ASSERT_EQ(nic_posix_memalign_site(&out, 64, 10, 1), 0);
+  free(out);
+  EXPECT_EQ(Stats().other_api_errors - before, 4u);
 }
 
 } // namespace
