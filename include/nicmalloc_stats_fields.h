@@ -89,7 +89,7 @@
   X("errors", invalid_frees, uint64_t, count, "# invalid frees", "free/realloc of pointers nicmalloc did not allocate") \
   X("errors", double_frees, uint64_t, count, "# double frees", "free, realloc or malloc_usable_size of a freed block") \
   X("errors", sga_errors, uint64_t, count, "calls that returned an error: # sga", "nic_sga_init/add/post calls that returned an error (each kind is said once on stderr)") \
-  X("errors", registration_errors, uint64_t, count, "# registration", "nic_register/unregister/translate calls that returned an error") \
+  X("errors", registration_errors, uint64_t, count, "# registration", "nic_register/unregister calls that returned an error, and nic_translate calls given no result pointer (its answers about the range, -NIC_ENOTDP, -NIC_ECROSS and -NIC_ERANGE, are not counted: nic_register asks it first and counts its own)") \
   X("errors", hold_errors, uint64_t, count, "# hold", "nic_hold/release calls that returned an error") \
   X("errors", endpoint_errors, uint64_t, count, "# endpoint", "endpoint constructors and destroys that returned an error") \
   X("errors", other_api_errors, uint64_t, count, "# other", "other calls that returned an error (nic_fence_write's bad ranges, nic_get_stats, nic_posix_memalign_site)") \

@@ -1,6 +1,6 @@
-// The API's error counts (nic_get_stats: sga_errors, hold_errors, other_api_errors) hold what
-// their help texts say: the calls that returned an error, out of memory too (error_counts_probe,
-// under a seccomp filter).
+// The API's error counts (nic_get_stats: sga_errors, hold_errors, registration_errors,
+// other_api_errors) hold what their help texts say: the calls that returned an error, out of
+// memory too (error_counts_probe, under a seccomp filter), and nic_translate's caller errors only.
 #include <gtest/gtest.h>
 
 #include "nicmalloc.h"
@@ -56,6 +56,26 @@ TEST(ErrorCounts, PosixMemalignSiteErrorsAreCounted) {
   ASSERT_EQ(nic_posix_memalign_site(&out, 64, 10, 1), 0);
   free(out);
   EXPECT_EQ(Stats().other_api_errors - before, 4u);
+}
+
+// nic_translate's answers about a range (not dataplane, across a step, empty) are not errors of
+// the caller, and nic_register, which asks it first, counts its own: only a missing result
+// pointer is counted.
+TEST(ErrorCounts, TranslateCountsOnlyAMissingResultPointer) {
+  static char control[64];
+  char *block = static_cast<char *>(nic_malloc(64));
+  ASSERT_NE(block, nullptr);
+  nic_region_ref ref;
+  const uint64_t before = Stats().registration_errors;
+  EXPECT_EQ(nic_translate(control, 8, &ref), -NIC_ENOTDP);
+  EXPECT_EQ(nic_translate(block, 0, &ref), -NIC_ERANGE);
+  EXPECT_EQ(nic_translate(block, SIZE_MAX, &ref), -NIC_ERANGE);
+  EXPECT_EQ(Stats().registration_errors, before);
+  EXPECT_EQ(nic_translate(block, 8, nullptr), -EINVAL);
+  EXPECT_EQ(Stats().registration_errors, before + 1);
+  EXPECT_EQ(nic_register(block, 0, NIC_REG_LOCAL, &ref), -NIC_ERANGE);
+  EXPECT_EQ(Stats().registration_errors, before + 2) << "nic_register's, counted once";
+  nic_free(block);
 }
 
 } // namespace
