@@ -85,20 +85,26 @@ static void *handler_loop(const struct new_request *r) {
  * the handler loop of the throwing forms: whatever it throws ends in the runtime's catch. */
 static __thread struct new_request *handed_over;
 
-/* The runtime's definition: the next after nicmalloc's, and only if it belongs to the object that
- * defines std::get_new_handler (another allocator's would hand out blocks of its own). Looked up
- * once, on the first failure that needs it; NULL when there is none such. */
+/* The runtime's own definition, looked up in the object that defines std::get_new_handler (the
+ * C++ runtime), not by lookup order: libmimalloc, which nicmalloc needs, defines the operators
+ * too, and comes before libstdc++ where a C program links a C++ library. Looked up once, on the
+ * first failure that needs it; NULL when there is none such. */
 static nothrow_new_fn runtime_nothrow_new(void) {
   static uintptr_t found; /* 0: not looked up yet; 1: none */
   uintptr_t f = __atomic_load_n(&found, __ATOMIC_ACQUIRE);
   if (!f) {
-    void *sym = dlsym(RTLD_NEXT, "_ZnwmRKSt9nothrow_t");
-    Dl_info theirs, runtime;
+    f = 1;
     new_handler_fn (*get)(void) = _ZSt15get_new_handlerv;
-    f = sym && get && dladdr(sym, &theirs) && dladdr(*(void **)&get, &runtime) &&
-                theirs.dli_fbase == runtime.dli_fbase
-            ? (uintptr_t)sym
-            : 1;
+    Dl_info runtime, theirs;
+    void *lib = get && dladdr(*(void **)&get, &runtime) && runtime.dli_fname
+                    ? dlopen(runtime.dli_fname, RTLD_LAZY | RTLD_NOLOAD)
+                    : NULL;
+    if (lib) {
+      /* The object's own definition comes first in its scope; its libraries' after it. */
+      void *sym = dlsym(lib, "_ZnwmRKSt9nothrow_t");
+      if (sym && dladdr(sym, &theirs) && theirs.dli_fbase == runtime.dli_fbase) f = (uintptr_t)sym;
+      dlclose(lib);
+    }
     __atomic_store_n(&found, f, __ATOMIC_RELEASE);
   }
   nothrow_new_fn fn = NULL;

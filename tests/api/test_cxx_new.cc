@@ -1,6 +1,6 @@
 // C++ operator new's failures under nicmalloc, as the standard and libstdc++'s own operators give
-// them: a program run with LD_PRELOAD (cxx_new_program.cc, whose answers are checked against the
-// C++ runtime's too), and the LLVM pass's new sites, called from here.
+// them: programs run with LD_PRELOAD (cxx_new_cases.cc, whose answers are checked against the C++
+// runtime's too), and the LLVM pass's new sites, called from here.
 #include <gtest/gtest.h>
 
 #include "new_handlers.h"
@@ -16,28 +16,40 @@ namespace {
 const char *const nothrow_forms[] = {"scalar", "array", "aligned", "aligned_array"};
 const size_t bad_alignments[] = {3, 48, size_t(24) << 20};
 
-ProbeResult preloaded(const std::string &command) {
-  return run_program(NIC_PROBE_PATH, {std::string("LD_PRELOAD=") + NICMALLOC_LIBRARY}, {command});
-}
+// The programs that run the cases: in C++, and in C with the C++ runtime loaded behind
+// libnicmalloc's own libraries.
+const char *const programs[] = {NIC_PROBE_PATH, NIC_CXX_NEW_C_PROGRAM};
 
 // What the C++ runtime's own operators answer, so that a difference shows as one.
-void ExpectAsTheRuntime(const ProbeResult &ours, const std::string &command) {
-  auto theirs = run_program(NIC_PROBE_PATH, {}, {command});
+void ExpectAsTheRuntime(const std::string &program, const ProbeResult &ours,
+                        const std::string &command) {
+  auto theirs = run_program(program, {}, {command});
   ASSERT_EQ(theirs.exit_code, 0) << theirs.out << theirs.err;
   EXPECT_EQ(ours.values, theirs.values) << "nicmalloc:\n"
                                         << ours.out << "C++ runtime:\n"
                                         << theirs.out;
 }
 
+// Runs command in each program under LD_PRELOAD, checks what each printed with check, and that
+// it is what the runtime's own operators print.
+template <typename Check> void ForEachProgram(const std::string &command, Check check) {
+  for (std::string program : programs) {
+    SCOPED_TRACE(program);
+    auto r = run_program(program, {std::string("LD_PRELOAD=") + NICMALLOC_LIBRARY}, {command});
+    ASSERT_EQ(r.exit_code, 0) << r.out << r.err;
+    check(r);
+    ExpectAsTheRuntime(program, r, command);
+  }
+}
+
 // Each nothrow form ran the handler once and returned null, as the runtime's own do.
 void ExpectEachNothrowFormCalledTheHandlerOnce(const std::string &command) {
-  auto r = preloaded(command);
-  ASSERT_EQ(r.exit_code, 0) << r.out << r.err;
-  for (std::string form : nothrow_forms) {
-    EXPECT_EQ(r.num(form + "_calls"), 1) << form << "\n" << r.out;
-    EXPECT_EQ(r.num(form + "_null"), 1) << form << "\n" << r.out;
-  }
-  ExpectAsTheRuntime(r, command);
+  ForEachProgram(command, [](const ProbeResult &r) {
+    for (std::string form : nothrow_forms) {
+      EXPECT_EQ(r.num(form + "_calls"), 1) << form << "\n" << r.out;
+      EXPECT_EQ(r.num(form + "_null"), 1) << form << "\n" << r.out;
+    }
+  });
 }
 
 // A nothrow operator new that fails calls the new-handler, as the throwing one does, and
@@ -54,17 +66,16 @@ TEST(CxxNew, NothrowFormsReturnNullWhenTheHandlerThrows) {
 // An alignment that is not a power of two: bad_alloc, or null, at once (no handler can make the
 // request possible), never a block aligned to something else.
 TEST(CxxNew, AlignmentsNotPowersOfTwoAreRefused) {
-  auto r = preloaded("bad-alignment");
-  ASSERT_EQ(r.exit_code, 0) << r.out << r.err;
-  for (size_t align : bad_alignments) {
-    const std::string key = "align_" + std::to_string(align);
-    EXPECT_EQ(r.num(key + "_threw"), 1) << r.out;
-    EXPECT_EQ(r.num(key + "_array_threw"), 1) << r.out;
-    EXPECT_EQ(r.num(key + "_nothrow_null"), 1) << r.out;
-    EXPECT_EQ(r.num(key + "_array_nothrow_null"), 1) << r.out;
-    EXPECT_EQ(r.num(key + "_handler_calls"), 0) << r.out;
-  }
-  ExpectAsTheRuntime(r, "bad-alignment");
+  ForEachProgram("bad-alignment", [](const ProbeResult &r) {
+    for (size_t align : bad_alignments) {
+      const std::string key = "align_" + std::to_string(align);
+      EXPECT_EQ(r.num(key + "_threw"), 1) << r.out;
+      EXPECT_EQ(r.num(key + "_array_threw"), 1) << r.out;
+      EXPECT_EQ(r.num(key + "_nothrow_null"), 1) << r.out;
+      EXPECT_EQ(r.num(key + "_array_nothrow_null"), 1) << r.out;
+      EXPECT_EQ(r.num(key + "_handler_calls"), 0) << r.out;
+    }
+  });
 }
 
 // The pass's nothrow sites, on and off, fail as the operators they replace.
