@@ -168,8 +168,8 @@ inline int post(nic_endpoint *ep, ::capnp::MessageBuilder &msg, nic_sga_done_fn 
   }
   for (size_t i = 1; i < segs.size(); i++)
     pieces.push_back({segs[i].begin(), segs[i].size() * sizeof(::capnp::word)});
-  return detail::PostPieces(ep, pieces.data(), pieces.size(), std::move(blocks), done, arg,
-                            max_entries);
+  return detail::PostPieces(ep, {pieces.data(), pieces.size(), std::move(blocks), nullptr}, done,
+                            arg, max_entries);
 }
 
 // A received message: read it through reader() or getRoot<T>(). It keeps what it reads from (its

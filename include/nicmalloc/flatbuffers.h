@@ -4,7 +4,7 @@
 //
 //   nicmalloc::flatbuffers::Builder fbb;                  // a flatbuffers::FlatBufferBuilder
 //   fbb.FinishSizePrefixed(CreateFoo(fbb, ...));          // size-prefixed on a stream
-//   nicmalloc::flatbuffers::post(ep, fbb, done, arg);     // the buffer, one entry
+//   nicmalloc::flatbuffers::post(ep, fbb, done, arg);     // the buffer, where it lies
 //   fbb.Clear();                                          // build the next at once
 //
 //   nicmalloc::flatbuffers::StreamReader rd;              // in the receive function:
@@ -21,6 +21,7 @@
 #define NICMALLOC_FLATBUFFERS_H
 
 #include <nicmalloc.h>
+#include <nicmalloc/sg_post.h>
 #include <nicmalloc/stream.h>
 
 #include <flatbuffers/flatbuffers.h>
@@ -29,6 +30,7 @@
 #include <cstdint>
 #include <cstdlib>
 #include <cstring>
+#include <memory>
 #include <mutex>
 #include <new>
 #include <utility>
@@ -119,50 +121,35 @@ struct BuilderState : ::flatbuffers::FlatBufferBuilder {
     return fbb.*(&BuilderState::finished);
   }
 };
-
-struct PostRecord {
-  ::flatbuffers::DetachedBuffer buffer; // given back to its allocator after the completion
-  nic_sga_done_fn done = nullptr;
-  void *arg = nullptr;
-  static void Done(void *a, int status) {
-    auto *r = static_cast<PostRecord *>(a);
-    if (r->done) r->done(r->arg, status);
-    delete r;
-  }
-};
 } // namespace detail
 
-// Posts the finished buffer of fbb ([GetBufferPointer(), +GetSize()): one entry, sent where it
-// lies) to ep, and takes it out of fbb, which is left empty (as after Clear()) and may be reused
-// or destroyed at once. Returns 0 and later runs done(arg, status) once (from nic_poll or
-// nic_wait) when the NIC no longer reads the buffer; or -EINVAL (fbb not finished, or finished
-// and then cleared or posted: it is unchanged), or a negative
-// errno of nic_sga_init/add (fbb is then unchanged) or of nic_sga_post (the buffer is then
-// dropped: fbb is empty). Works with any FlatBufferBuilder; one of ours sends dataplane memory,
-// another's buffer goes through the registration cache. Use FinishSizePrefixed on a stream, so
-// that StreamReader can find where each buffer ends.
+// Posts the finished buffer of fbb ([GetBufferPointer(), +GetSize()), sent where it lies) to ep,
+// and takes it out of fbb, which is left empty (as after Clear()) and may be reused or destroyed
+// at once. The buffer is an entry per pin step it covers; past the entry limit (max_entries;
+// 0 = the backend's), it is sent as several posts in a row, which a stream (TCP, sim through
+// StreamReader) joins again; on a datagram socket each post is a datagram of its own.
+// Returns 0 and later runs done(arg, status) once (from nic_poll or nic_wait) when the NIC no
+// longer reads any of it; or -EINVAL (fbb not finished, or finished and then cleared or posted:
+// it is unchanged), or a negative errno of nic_sga_init/add before anything was posted (fbb
+// is then unchanged), or of nic_sga_post, or of a later part (the
+// buffer is then dropped, once the parts posted before the error completed: fbb is empty).
+// Works with any FlatBufferBuilder; one of ours sends dataplane memory, another's buffer goes
+// through the registration cache. Use FinishSizePrefixed on a stream, so that StreamReader can
+// find where each buffer ends.
 inline int post(nic_endpoint *ep, ::flatbuffers::FlatBufferBuilder &fbb,
-                nic_sga_done_fn done = nullptr, void *arg = nullptr) {
+                nic_sga_done_fn done = nullptr, void *arg = nullptr, unsigned max_entries = 0) {
   if (!detail::BuilderState::IsFinished(fbb) || fbb.GetSize() == 0) return -EINVAL;
-  auto *rec = new (std::nothrow) detail::PostRecord;
-  if (!rec) return -ENOMEM;
-  rec->done = done;
-  rec->arg = arg;
-  nic_sga sga;
-  int rc = nic_sga_init(&sga, 0);
-  if (!rc) rc = nic_sga_add(&sga, fbb.GetBufferPointer(), fbb.GetSize());
-  if (rc) {
-    delete rec;
-    return rc;
+  std::shared_ptr<::flatbuffers::DetachedBuffer> kept;
+  try {
+    kept = std::make_shared<::flatbuffers::DetachedBuffer>(); // given back after the completion
+  } catch (const std::bad_alloc &) {
+    return -ENOMEM;
   }
-  rec->buffer = fbb.Release(); // the same memory: the entry still points into it
-  fbb.Clear();                 // no buffer now: only the builder's state
-  rc = nic_sga_post(&sga, ep, detail::PostRecord::Done, rec);
-  if (rc) {
-    nic_sga_reset(&sga);
-    delete rec;
-  }
-  return rc;
+  const nicmalloc::detail::Piece piece{fbb.GetBufferPointer(), fbb.GetSize()};
+  return nicmalloc::detail::PostPieces(ep, {&piece, 1, {}, kept}, done, arg, max_entries, [&] {
+    *kept = fbb.Release(); // the same memory: the entries still point into it
+    fbb.Clear();           // no buffer now: only the builder's state
+  });
 }
 
 // A received, size-prefixed buffer: GetRoot<T>() reads it in place (after Verify<T>() for bytes

@@ -145,8 +145,8 @@ public:
   // does not run. Either way the stream is empty again.
   int post(nic_endpoint *ep, nic_sga_done_fn done = nullptr, void *arg = nullptr,
            unsigned max_entries = 0) {
-    int rc =
-        detail::PostPieces(ep, pieces_.data(), pieces_.size(), blocks_, done, arg, max_entries);
+    int rc = detail::PostPieces(ep, {pieces_.data(), pieces_.size(), blocks_, nullptr}, done, arg,
+                                max_entries);
     Drop();
     return rc;
   }

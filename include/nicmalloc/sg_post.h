@@ -1,6 +1,6 @@
-// What the serializer adapters (capnp.h, protobuf.h; header-only C++17) share on the sending
-// side: blocks of dataplane memory that are reused only once no post sends them, and posting a
-// message made of pieces as one scatter-gather message, split past the entry limit.
+// What the serializer adapters (capnp.h, flatbuffers.h, protobuf.h; header-only C++17) share on
+// the sending side: blocks of dataplane memory that are reused only once no post sends them, and
+// posting a message made of pieces as one scatter-gather message, split past the entry limit.
 #ifndef NICMALLOC_SG_POST_H
 #define NICMALLOC_SG_POST_H
 
@@ -116,13 +116,14 @@ private:
 namespace detail {
 
 // One message, posted in one or more parts: done() runs once every part has completed, after
-// the blocks it sent are marked free of this post.
+// the blocks it sent are marked free of this post; what it keeps goes after done().
 struct PostRecord {
   std::atomic<int> pending{1}; // parts posted, plus one for the poster until it is done
   std::atomic<int> status{0};
   nic_sga_done_fn done = nullptr;
   void *arg = nullptr;
-  std::vector<BlockRef> blocks; // kept from reuse until the last part completes
+  std::vector<BlockRef> blocks;     // kept from reuse until the last part completes
+  std::shared_ptr<const void> keep; // what the pieces lie in, released then
 
   void Finish(int st) {
     int zero = 0;
@@ -141,6 +142,15 @@ struct Piece {
   size_t len;
 };
 
+// What a message's posts send, and what they keep until the last of them completes (even when
+// a later part failed: the earlier ones still read it).
+struct Outgoing {
+  const Piece *pieces;
+  size_t n;
+  std::vector<BlockRef> blocks;     // marked in flight: a BlockPool does not hand them out
+  std::shared_ptr<const void> keep; // released after done() (a message, a buffer)
+};
+
 // How much of [p, p + len) lies in the registered region p is in (a dataplane step): all of it
 // for memory that is not dataplane (the registration cache registers a range whole).
 inline size_t InOneRegion(const void *p, size_t len) {
@@ -150,55 +160,61 @@ inline size_t InOneRegion(const void *p, size_t len) {
   return len < left ? len : left;
 }
 
+struct NoHook {
+  void operator()() const {}
+};
+
 // Posts the pieces, in order, to ep as one scatter-gather message; when the array is full, it
 // posts it as one part and goes on in the next (posts on one endpoint arrive in post order, so a
 // stream peer sees one run of bytes), so that nothing is copied to stay under the entry limit
 // (nic_sga_add would copy neighbours up to 64 KiB together, and fail past that). Empty pieces
-// are skipped. Returns 0 and later runs done(arg, status) once, when every part completed; or
-// a negative errno of nic_sga_init/add/post, and done() does not run (parts posted before the
-// error are on their way). The blocks are marked in flight until the last part completes.
-inline int PostPieces(nic_endpoint *ep, const Piece *pieces, size_t n, std::vector<BlockRef> blocks,
-                      nic_sga_done_fn done, void *arg, unsigned max_entries) {
+// are skipped. before_first_post() runs once, right before the first part is posted (not when
+// an error comes first). Returns 0 and later runs done(arg, status) once, when every part
+// completed; or a negative errno of nic_sga_init/add/post, and done() does not run (parts
+// posted before the error are on their way, and out.blocks and out.keep are kept until they
+// complete).
+template <typename Hook = NoHook>
+inline int PostPieces(nic_endpoint *ep, Outgoing out, nic_sga_done_fn done, void *arg,
+                      unsigned max_entries, Hook &&before_first_post = Hook()) {
   auto *rec = new (std::nothrow) PostRecord;
   if (!rec) return -ENOMEM;
   rec->done = done;
   rec->arg = arg;
-  rec->blocks = std::move(blocks);
+  rec->blocks = std::move(out.blocks);
+  rec->keep = std::move(out.keep);
   for (auto &b : rec->blocks)
     b->inflight.fetch_add(1, std::memory_order_relaxed);
+  const Piece *const pieces = out.pieces;
+  const size_t n = out.n;
   nic_sga sga;
   int rc = nic_sga_init(&sga, max_entries);
-  bool live = rc == 0; // sga holds entries of ours
-  // Piece by piece, and a piece one registered region (dataplane step) at a time: a piece across
-  // a step end takes an entry per step, so an array with one entry left could not take it whole.
-  for (size_t i = 0, done_len = 0; !rc && i < n;) {
-    if (done_len >= pieces[i].len) {
-      i++;
-      done_len = 0;
-      continue;
-    }
-    const char *at = static_cast<const char *>(pieces[i].p) + done_len;
-    const size_t len = InOneRegion(at, pieces[i].len - done_len);
-    if (sga.count >= sga.max) {
-      rec->pending.fetch_add(1, std::memory_order_relaxed);
-      rc = nic_sga_post(&sga, ep, PostRecord::PartDone, rec);
-      if (rc) {
-        rec->pending.fetch_sub(1, std::memory_order_relaxed);
+  bool live = rc == 0; // sga initialised: holds entries of ours, or none
+  bool hooked = false, posted = false;
+  size_t i = 0, off = 0; // the next byte to add: piece i, offset off
+  while (!rc) {
+    while (i < n && off >= pieces[i].len)
+      i++, off = 0;
+    const bool end = i == n;
+    if (end || sga.count >= sga.max) {
+      if (sga.count == 0) { // nothing left, or nothing at all to send
+        if (!posted) rc = -EINVAL;
         break;
       }
-      live = false;
-      rc = nic_sga_init(&sga, max_entries);
-      if (rc) break;
-      live = true;
+      if (!hooked) before_first_post();
+      hooked = true;
+      rec->pending.fetch_add(1, std::memory_order_relaxed);
+      rc = nic_sga_post(&sga, ep, PostRecord::PartDone, rec);
+      if (rc) rec->pending.fetch_sub(1, std::memory_order_relaxed);
+      if (rc || end) break;
+      posted = true;
+      continue; // the array is empty again
     }
+    // A piece one registered region (dataplane step) at a time: a piece across a step end takes
+    // an entry per step, so an array with one entry left could not take it whole.
+    const char *at = static_cast<const char *>(pieces[i].p) + off;
+    const size_t len = InOneRegion(at, pieces[i].len - off);
     rc = nic_sga_add(&sga, at, len);
-    done_len += len;
-  }
-  if (!rc && sga.count == 0) rc = -EINVAL; // nothing to send
-  if (!rc) {
-    rec->pending.fetch_add(1, std::memory_order_relaxed);
-    rc = nic_sga_post(&sga, ep, PostRecord::PartDone, rec);
-    if (rc) rec->pending.fetch_sub(1, std::memory_order_relaxed);
+    if (!rc) off += len;
   }
   if (rc) {
     if (live) nic_sga_reset(&sga);

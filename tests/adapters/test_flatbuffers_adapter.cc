@@ -1,10 +1,11 @@
 // include/nicmalloc/flatbuffers.h end to end, through the public API on the run's backend (sim,
-// or io_uring over loopback TCP: wire.h), once per fence mode (tests/adapters.cmake): round trips
-// of nested tables, lists and blobs of 0 B to 4 MiB, verified and read in place or gathered;
-// builders cleared and reused, or destroyed, right after post. Every case checks that no posted
-// byte was written before the NIC read it: no mismatch under NICMALLOC_FENCE=detect, no writer
-// held under protect, and the bytes the receiver got. A FlatBuffer is one contiguous buffer, one
-// scatter-gather entry: the entry limit never applies.
+// io_uring over loopback TCP, DPDK net_ring: wire.h), once per fence mode
+// (tests/adapters.cmake): round trips of nested tables, lists and blobs of 0 B to 4 MiB,
+// verified and read in place or gathered; builders cleared and reused, or destroyed, right after
+// post; a buffer over more pin steps than the entry limit. Every case checks that no posted byte
+// was written before the NIC read it: no mismatch under NICMALLOC_FENCE=detect, no writer held
+// under protect, and the bytes the receiver got. A FlatBuffer is one contiguous buffer, an entry
+// per pin step it covers.
 #include "adapters_test_generated.h"
 #include "wire.h"
 
@@ -102,8 +103,8 @@ protected:
         << "NICMALLOC_FENCE=protect: a writer of posted memory had to be held";
     EXPECT_EQ(after.sga_errors, before_.sga_errors) << "the adapter made a call nicmalloc refused";
   }
-  void Post(flatbuffers::FlatBufferBuilder &fbb) {
-    ASSERT_EQ(nfb::post(wire_->tx(), fbb, Done::Fn, &done_), 0);
+  void Post(flatbuffers::FlatBufferBuilder &fbb, unsigned max_entries = 0) {
+    ASSERT_EQ(nfb::post(wire_->tx(), fbb, Done::Fn, &done_, wire_->entries(max_entries)), 0);
     posted_++;
   }
   // Waits for the messages (seq, blob bytes), checks and drops them, then waits for every
@@ -210,6 +211,39 @@ TEST_F(FlatbuffersAdapter, BuilderDestroyedRightAfterPost) {
     want.emplace_back(seq, 3000 << seq);
   }
   ReceiveAndCheck(want);
+}
+
+// The buffer of a builder is an entry per pin step (4 MiB) it covers: one of more steps than the
+// entry limit is posted in parts (one entry each on dpdk), the parts joined by the reader.
+TEST_F(FlatbuffersAdapter, BufferOverTheEntryLimitTimesThePinStepArrivesWhole) {
+  const size_t blob = 10 << 20; // 3 steps at least: over a limit of 2
+  {
+    nfb::Builder fbb(blob + (1 << 20));
+    Build(fbb, 1, blob, true);
+    ASSERT_TRUE(nic_is_dataplane(fbb.GetBufferPointer()));
+    ASSERT_NO_FATAL_FAILURE(Post(fbb, 2));
+  }
+  ReceiveAndCheck({{1, blob}});
+  EXPECT_EQ(done_.calls.load(), 1) << "one done() for the buffer, whatever its parts";
+}
+
+// The same with the endpoint's own entry limit, in a chunk large enough for a dataplane buffer of
+// 200 MiB, over 32 steps: ctest runs it alone (flatbuffers_adapter_large), on sim.
+class FlatbuffersAdapterLarge : public FlatbuffersAdapter {};
+TEST_F(FlatbuffersAdapterLarge, TwoHundredMiBBufferArrivesWhole) {
+  const size_t blob = 200 << 20;
+  nic_sga array; // the sim endpoint's limit is its backend's, the default one
+  ASSERT_EQ(nic_sga_init(&array, 0), 0);
+  {
+    nfb::Builder fbb(blob + (1 << 20));
+    Build(fbb, 2, blob, true);
+    nic_region_ref step;
+    ASSERT_EQ(nic_translate(fbb.GetBufferPointer(), 1, &step), 0)
+        << "a dataplane buffer (NICMALLOC_CHUNK_SIZE=512M)";
+    ASSERT_GT(fbb.GetSize(), size_t{array.max} * step.region_len) << "more steps than entries";
+    ASSERT_NO_FATAL_FAILURE(Post(fbb));
+  }
+  ReceiveAndCheck({{2, blob}});
 }
 
 TEST(FlatbuffersStreamReader, WholeInOneBufferInPlaceSplitGathered) {
