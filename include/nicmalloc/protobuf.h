@@ -142,11 +142,12 @@ public:
   // Posts what was written as one scatter-gather message (split past the entry limit, as
   // capnp.h's post is: sg_post.h) and starts afresh. Returns 0 and later runs done(arg, status)
   // once, from nic_poll or nic_wait; or a negative errno (-EINVAL: nothing written), and done()
-  // does not run. Either way the stream is empty again.
+  // does not run. Either way the stream is empty again. keep (what aliased pieces lie in) is
+  // released after the last posted part completed, even when a later part failed.
   int post(nic_endpoint *ep, nic_sga_done_fn done = nullptr, void *arg = nullptr,
-           unsigned max_entries = 0) {
-    int rc = detail::PostPieces(ep, {pieces_.data(), pieces_.size(), blocks_, nullptr}, done, arg,
-                                max_entries);
+           unsigned max_entries = 0, std::shared_ptr<const void> keep = nullptr) {
+    int rc = detail::PostPieces(ep, {pieces_.data(), pieces_.size(), blocks_, std::move(keep)},
+                                done, arg, max_entries);
     Drop();
     return rc;
   }
@@ -198,6 +199,19 @@ inline bool serialize(const google::protobuf::MessageLite &msg, OutputStream *ou
   return size <= INT_MAX && detail::SerializeSized(msg, size, out);
 }
 
+namespace detail {
+inline int PostMessage(nic_endpoint *ep, const google::protobuf::MessageLite &msg,
+                       nic_sga_done_fn done, void *arg, unsigned max_entries,
+                       std::shared_ptr<const void> keep) {
+  if (!msg.IsInitialized()) return -EINVAL;
+  const size_t size = msg.ByteSizeLong();
+  if (size > INT_MAX) return -EMSGSIZE;
+  OutputStream out;
+  if (!SerializeSized(msg, size, &out)) return -ENOMEM;
+  return out.post(ep, done, arg, max_entries, std::move(keep));
+}
+} // namespace detail
+
 // Posts msg, length-delimited, to ep as one scatter-gather message: fields of 512 bytes and up
 // are sent from the message itself, which must stay unchanged until done() ran (it may be
 // destroyed at once). Returns 0 and later runs done(arg, status) once; or -EINVAL (a required
@@ -205,37 +219,17 @@ inline bool serialize(const google::protobuf::MessageLite &msg, OutputStream *ou
 // nic_sga_init/add/post, and done() does not run.
 inline int post(nic_endpoint *ep, const google::protobuf::MessageLite &msg,
                 nic_sga_done_fn done = nullptr, void *arg = nullptr, unsigned max_entries = 0) {
-  if (!msg.IsInitialized()) return -EINVAL;
-  const size_t size = msg.ByteSizeLong();
-  if (size > INT_MAX) return -EMSGSIZE;
-  OutputStream out;
-  if (!detail::SerializeSized(msg, size, &out)) return -ENOMEM;
-  return out.post(ep, done, arg, max_entries);
+  return detail::PostMessage(ep, msg, done, arg, max_entries, nullptr);
 }
 
-namespace detail {
-struct Keep {
-  std::shared_ptr<const google::protobuf::MessageLite> msg;
-  nic_sga_done_fn done;
-  void *arg;
-  static void Done(void *a, int status) {
-    auto *k = static_cast<Keep *>(a);
-    if (k->done) k->done(k->arg, status);
-    delete k; // the message goes once the NIC no longer reads it
-  }
-};
-} // namespace detail
-
 // The same, keeping the message until done() ran: the caller may reuse its own references to
-// other messages, or drop this one, at once.
+// other messages, or drop this one, at once. After an error (done() does not run) the message
+// is kept while parts posted before the error still send its fields.
 inline int post(nic_endpoint *ep, std::shared_ptr<const google::protobuf::MessageLite> msg,
                 nic_sga_done_fn done = nullptr, void *arg = nullptr, unsigned max_entries = 0) {
   if (!msg) return -EINVAL;
-  auto *k = new (std::nothrow) detail::Keep{msg, done, arg};
-  if (!k) return -ENOMEM;
-  int rc = post(ep, *msg, detail::Keep::Done, k, max_entries);
-  if (rc) delete k;
-  return rc;
+  const google::protobuf::MessageLite &m = *msg;
+  return detail::PostMessage(ep, m, done, arg, max_entries, std::move(msg));
 }
 
 // A received message's bytes (without its length), in its receive buffer (held) or gathered.

@@ -2,14 +2,17 @@
 // io_uring over loopback TCP: wire.h), once per fence mode (tests/adapters.cmake): round trips
 // of nested messages, repeated fields and blobs of 0 B to 4 MiB, built on dataplane arenas, long
 // fields aliased; messages destroyed, arenas reset and scratch reused right after post; a
-// message over the entry limit; the stream reader in place and gathered. Every case checks that
-// no posted byte was written before the NIC read it: no mismatch under NICMALLOC_FENCE=detect, no
-// writer held under protect, and the bytes the receiver got.
+// message over the entry limit; what a post keeps, after a part failed; the stream reader in
+// place and gathered. Every case checks that no posted byte was written before the NIC read it:
+// no mismatch under NICMALLOC_FENCE=detect, no writer held under protect, and the bytes the
+// receiver got.
 #include "adapters_test.pb.h"
 #include "adapters_test_required.pb.h"
 #include "wire.h"
 
 #include <nicmalloc/protobuf.h>
+
+#include <sys/mman.h>
 
 #include <memory>
 #include <vector>
@@ -287,6 +290,43 @@ TEST_F(ProtobufAdapter, MessageOverTheEntryLimitArrivesWhole) {
   nic_dataplane_end();
   ReceiveAndCheck(specs);
   EXPECT_EQ(done_.calls.load(), 2) << "one done() per message, whatever its parts";
+}
+
+// What a post keeps (post(std::shared_ptr) hands the message so) lives while a part posted
+// before a later part failed is sent: that part reads the message's aliased fields.
+TEST_F(ProtobufAdapter, WhatAPostKeepsOutlivesItsPartsAfterALaterPartFails) {
+  const size_t field = 40000, gone_len = 8192;
+  char *sent = static_cast<char *>(nic_aligned_alloc(4096, field)); // a page of its own
+  FillPattern(sent, field, 9);
+  // No access, as a NIC's registration finds it (and reserved: nothing is mapped there meanwhile).
+  void *gone = mmap(nullptr, gone_len, PROT_NONE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+  ASSERT_NE(gone, MAP_FAILED);
+  // A message of one bytes field (5), its value in two aliased pieces, the second unreadable: the
+  // first part (the header and the first piece) is posted, then the second piece is refused.
+  npb::OutputStream out;
+  {
+    google::protobuf::io::CodedOutputStream cos(&out);
+    cos.EnableAliasing(true);
+    const uint32_t value = static_cast<uint32_t>(field + gone_len);
+    cos.WriteVarint32(static_cast<uint32_t>(1 + cos.VarintSize32(value) + value));
+    cos.WriteTag(5 << 3 | 2);
+    cos.WriteVarint32(value);
+    cos.WriteRawMaybeAliased(sent, static_cast<int>(field));
+    cos.WriteRawMaybeAliased(gone, static_cast<int>(gone_len));
+  }
+  ASSERT_EQ(out.aliased_bytes(), field + gone_len);
+  auto keep = std::make_shared<int>(0);
+  std::weak_ptr<int> kept = keep;
+  const uint64_t errors = Stats().sga_errors;
+  EXPECT_EQ(out.post(wire_->tx(), Done::Fn, &done_, wire_->entries(2), std::move(keep)), -EFAULT);
+  EXPECT_EQ(Stats().sga_errors, errors + 1) << "the unreadable piece was refused";
+  before_.sga_errors = errors + 1;
+  // Completions run from nic_poll only, and none ran yet.
+  EXPECT_FALSE(kept.expired()) << "released while the first part is sent";
+  ASSERT_TRUE(wire_->PollUntil([&] { return kept.expired(); })) << "never released";
+  EXPECT_EQ(done_.calls.load(), 0) << "a failed post runs no done()";
+  free(sent);
+  munmap(gone, gone_len);
 }
 
 std::string Delimited(const pb::Outer &m) {
