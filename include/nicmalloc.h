@@ -352,6 +352,20 @@ int nic_endpoint_receive(struct nic_endpoint *ep, nic_receive_fn receive, void *
 /* 0 while ep is open (or receiving never started), 1 once its peer ended the stream, or the
  * -errno that ended its receiving (-ECONNRESET, say). */
 int nic_endpoint_status(const struct nic_endpoint *ep);
+/* What one post to ep may carry, for a program that sends a longer message as several posts in
+ * a row (include/nicmalloc/sg_post.h does). *max_entries: entries per post, ep's backend's
+ * caps.max_sge, within the default backend's (nic_sga_init fills the array against it) and
+ * NIC_SGA_CAPACITY: nic_sga_init(sga, *max_entries) makes an array ep takes. An endpoint with a
+ * lower limit of its own (a verbs QP made with fewer send entries, a dpdk port with fewer
+ * segments per packet) refuses more with -E2BIG at nic_sga_post, which posts nothing.
+ * *max_message: the bytes of one post that a nicmalloc receiver of ep's kind takes whole: 65536
+ * on verbs (nic_endpoint_receive's buffers); SIZE_MAX on sim, on uring (a TCP stream joins any
+ * posts; on UDP each post is one datagram, within the socket's limit, so a message cut into posts
+ * arrives as several) and on dpdk (a packet of one entry is received in place, one of several
+ * entries gathered into a 4 KiB buffer: post with 1 entry there; a port's MTU bounds its
+ * packets). Either pointer may be NULL. 0, -EINVAL (ep NULL), -ENODEV (no backend; an endpoint
+ * of the parent process in a child of fork). */
+int nic_endpoint_limits(const struct nic_endpoint *ep, unsigned *max_entries, size_t *max_message);
 
 /* The sim backend's endpoint: each message is received into a fresh dataplane buffer that is
  * freed when receive returns, unless receive nic_hold()s a pointer into it. */

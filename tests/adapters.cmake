@@ -1,8 +1,9 @@
 # The serializer adapters (include/nicmalloc/*.h), each over the public API on sim (slow random
-# DMA delays, so a byte rewritten after post shows), on io_uring over loopback TCP and, where the
-# dpdk plugin is built, on DPDK net_ring0 (tests/adapters/wire.h),
-# once per fence mode (protect on the sim only, below): under detect no mismatch may be
-# reported, under protect no writer held.
+# DMA delays, so a byte rewritten after post shows), on io_uring over loopback TCP, where the
+# verbs plugin is built on the software RDMA device (tests/regcache/soft_verbs.h: a QP connected
+# to itself, receiving into the plugin's 64 KiB buffers) and, where the dpdk plugin is built, on
+# DPDK net_ring0 (tests/adapters/wire.h), once per fence mode (protect on the sim only, below):
+# under detect no mismatch may be reported, under protect no writer held.
 # Included from tests/CMakeLists.txt; a serializer that is not installed skips its suite. The dpdk runs skip,
 # saying why, where EAL cannot start; ctest fails such a skip, as the other dpdk tests do.
 set(NIC_ADAPTER_ENV_sim NICMALLOC_BACKEND=sim NICMALLOC_SIM_DELAYS=${NIC_SAFETY_DELAYS}
@@ -10,6 +11,14 @@ set(NIC_ADAPTER_ENV_sim NICMALLOC_BACKEND=sim NICMALLOC_SIM_DELAYS=${NIC_SAFETY_
 set(NIC_ADAPTER_ENV_uring NICMALLOC_BACKEND=uring)
 set(NIC_ADAPTER_ENV_dpdk NICMALLOC_BACKEND=dpdk NICMALLOC_DPDK_VDEV=net_ring0)
 set(NIC_ADAPTER_BACKENDS sim uring)
+# The soft device under the public calls, as verbs_soft_public runs it (tests/plugins.cmake): a
+# copy of libnicmalloc.so beside a verbs plugin built against the device, which the suite
+# compiles in and exports.
+if(TARGET nicmalloc-verbs-soft)
+  set(NIC_ADAPTER_ENV_verbs NICMALLOC_BACKEND=verbs
+    LD_LIBRARY_PATH=${CMAKE_CURRENT_BINARY_DIR}/soft_verbs)
+  list(APPEND NIC_ADAPTER_BACKENDS verbs)
+endif()
 if(TARGET nicmalloc-dpdk)
   list(APPEND NIC_ADAPTER_BACKENDS dpdk)
 endif()
@@ -27,17 +36,27 @@ function(nic_add_adapter_suite name)
   if(TARGET nicmalloc-dpdk)
     add_dependencies(${name} nicmalloc-dpdk)
   endif()
+  if(TARGET nicmalloc-verbs-soft)
+    target_sources(${name} PRIVATE ${CMAKE_CURRENT_LIST_DIR}/regcache/soft_verbs.c)
+    target_include_directories(${name} PRIVATE ${CMAKE_CURRENT_LIST_DIR}/regcache
+      $<TARGET_PROPERTY:PkgConfig::NIC_IBVERBS,INTERFACE_INCLUDE_DIRECTORIES>)
+    target_compile_definitions(${name} PRIVATE NIC_ADAPTERS_SOFT_VERBS=1)
+    set_target_properties(${name} PROPERTIES ENABLE_EXPORTS ON)
+    add_dependencies(${name} nicmalloc-verbs-soft nicmalloc-soft-copy)
+  endif()
   foreach(backend ${NIC_ADAPTER_BACKENDS})
     foreach(fence wait protect detect)
       # Under protect only on the sim. On a loopback transport in one process (io_uring over
-      # loopback TCP, DPDK net_ring0) a post completes only once the same program has received
-      # it (io_uring's zero-copy notification comes after the reader took the bytes; net_ring's
-      # receiver frees the very mbufs), and receive functions run only from the program's own
-      # polls, never on nicmalloc's threads. A write that protect holds on the program's only
-      # thread then waits for a completion only that thread can bring, until
-      # NICMALLOC_FENCE_TIMEOUT_MS (the protobuf suite's split message: 1 of 4 full runs on
-      # io_uring, every run on net_ring). A peer in another process or thread does not meet
-      # this (examples/kv_capnp runs under protect); such a loopback program uses wait or detect.
+      # loopback TCP, the soft verbs QP connected to itself, DPDK net_ring0) a post completes
+      # only once the same program has received it (io_uring's zero-copy notification comes
+      # after the reader took the bytes; the soft QP's send lands in a receive the program
+      # posts back from its polls; net_ring's receiver frees the very mbufs), and receive
+      # functions run only from the program's own polls, never on nicmalloc's threads. A write
+      # that protect holds on the program's only thread then waits for a completion only that
+      # thread can bring, until NICMALLOC_FENCE_TIMEOUT_MS (the protobuf suite's split message: 1
+      # of 4 full runs on io_uring, every run on net_ring). A peer in another process or thread
+      # does not meet this (examples/kv_capnp runs under protect); such a loopback program uses
+      # wait or detect.
       if(NOT backend STREQUAL "sim" AND fence STREQUAL "protect")
         continue()
       endif()

@@ -139,7 +139,7 @@ public:
     return true;
   }
 
-  // Posts what was written as one scatter-gather message (split past the entry limit, as
+  // Posts what was written as one scatter-gather message (in parts the endpoint takes, as
   // capnp.h's post is: sg_post.h) and starts afresh. Returns 0 and later runs done(arg, status)
   // once, from nic_poll or nic_wait; or a negative errno (-EINVAL: nothing written), and done()
   // does not run. Either way the stream is empty again. keep (what aliased pieces lie in) is
@@ -216,7 +216,7 @@ inline int PostMessage(nic_endpoint *ep, const google::protobuf::MessageLite &ms
 // are sent from the message itself, which must stay unchanged until done() ran (it may be
 // destroyed at once). Returns 0 and later runs done(arg, status) once; or -EINVAL (a required
 // field is missing), -EMSGSIZE (over 2 GiB), -ENOMEM, or a negative errno of
-// nic_sga_init/add/post, and done() does not run.
+// nic_endpoint_limits or nic_sga_init/add/post, and done() does not run.
 inline int post(nic_endpoint *ep, const google::protobuf::MessageLite &msg,
                 nic_sga_done_fn done = nullptr, void *arg = nullptr, unsigned max_entries = 0) {
   return detail::PostMessage(ep, msg, done, arg, max_entries, nullptr);

@@ -1,11 +1,12 @@
 // What the serializer adapters (capnp.h, flatbuffers.h, protobuf.h; header-only C++17) share on
 // the sending side: blocks of dataplane memory that are reused only once no post sends them, and
-// posting a message made of pieces as one scatter-gather message, split past the entry limit.
+// posting a message made of pieces as one scatter-gather message in parts the endpoint takes.
 #ifndef NICMALLOC_SG_POST_H
 #define NICMALLOC_SG_POST_H
 
 #include <nicmalloc.h>
 
+#include <algorithm>
 #include <atomic>
 #include <cerrno>
 #include <cstdint>
@@ -164,18 +165,23 @@ struct NoHook {
   void operator()() const {}
 };
 
-// Posts the pieces, in order, to ep as one scatter-gather message; when the array is full, it
-// posts it as one part and goes on in the next (posts on one endpoint arrive in post order, so a
-// stream peer sees one run of bytes), so that nothing is copied to stay under the entry limit
+// Posts the pieces, in order, to ep as one scatter-gather message, in parts of at most
+// max_entries entries (0: the default backend's limit) and at most the bytes ep's receiver takes
+// in one message (nic_endpoint_limits: 64 KiB on verbs). A full part is posted and the next one
+// begun (posts on one endpoint arrive in post order, so a stream peer sees one run of bytes,
+// which the stream readers join), so that nothing is copied to stay under the entry limit
 // (nic_sga_add would copy neighbours up to 64 KiB together, and fail past that). Empty pieces
-// are skipped. before_first_post() runs once, right before the first part is posted (not when
-// an error comes first). Returns 0 and later runs done(arg, status) once, when every part
-// completed; or a negative errno of nic_sga_init/add/post, and done() does not run (parts
-// posted before the error are on their way, and out.blocks and out.keep are kept until they
-// complete).
+// are skipped. before_first_post() runs once, right before the first
+// part is posted (not when an error comes first). Returns 0 and later runs done(arg, status)
+// once, when every part completed; or a negative errno of nic_endpoint_limits or
+// nic_sga_init/add/post, and done() does not run (parts posted before the error are on their
+// way, and out.blocks and out.keep are kept until they complete).
 template <typename Hook = NoHook>
 inline int PostPieces(nic_endpoint *ep, Outgoing out, nic_sga_done_fn done, void *arg,
                       unsigned max_entries, Hook &&before_first_post = Hook()) {
+  size_t max_bytes;
+  int rc = nic_endpoint_limits(ep, nullptr, &max_bytes);
+  if (rc) return rc;
   auto *rec = new (std::nothrow) PostRecord;
   if (!rec) return -ENOMEM;
   rec->done = done;
@@ -187,15 +193,15 @@ inline int PostPieces(nic_endpoint *ep, Outgoing out, nic_sga_done_fn done, void
   const Piece *const pieces = out.pieces;
   const size_t n = out.n;
   nic_sga sga;
-  int rc = nic_sga_init(&sga, max_entries);
+  rc = nic_sga_init(&sga, max_entries);
   bool live = rc == 0; // sga initialised: holds entries of ours, or none
   bool hooked = false, posted = false;
-  size_t i = 0, off = 0; // the next byte to add: piece i, offset off
+  size_t i = 0, off = 0, part_bytes = 0; // the next byte to add: piece i, offset off
   while (!rc) {
     while (i < n && off >= pieces[i].len)
       i++, off = 0;
     const bool end = i == n;
-    if (end || sga.count >= sga.max) {
+    if (end || sga.count >= sga.max || part_bytes >= max_bytes) {
       if (sga.count == 0) { // nothing left, or nothing at all to send
         if (!posted) rc = -EINVAL;
         break;
@@ -207,14 +213,15 @@ inline int PostPieces(nic_endpoint *ep, Outgoing out, nic_sga_done_fn done, void
       if (rc) rec->pending.fetch_sub(1, std::memory_order_relaxed);
       if (rc || end) break;
       posted = true;
+      part_bytes = 0;
       continue; // the array is empty again
     }
     // A piece one registered region (dataplane step) at a time: a piece across a step end takes
     // an entry per step, so an array with one entry left could not take it whole.
     const char *at = static_cast<const char *>(pieces[i].p) + off;
-    const size_t len = InOneRegion(at, pieces[i].len - off);
+    const size_t len = std::min(InOneRegion(at, pieces[i].len - off), max_bytes - part_bytes);
     rc = nic_sga_add(&sga, at, len);
-    if (!rc) off += len;
+    if (!rc) off += len, part_bytes += len;
   }
   if (rc) {
     if (live) nic_sga_reset(&sga);

@@ -1,5 +1,6 @@
-// include/nicmalloc/capnp.h end to end, through the public API on the run's backend (sim, or
-// io_uring over loopback TCP: wire.h), once per fence mode (tests/adapters/adapters.cmake):
+// include/nicmalloc/capnp.h end to end, through the public API on the run's backend (sim,
+// io_uring over loopback TCP, the software verbs device, DPDK net_ring: wire.h), once per fence
+// mode (tests/adapters.cmake):
 // round trips of nested structs, lists and blobs of 0 B to 4 MiB, referenced where they lie or
 // copied; builders destroyed, blobs freed and segments reused right after post; a message over
 // the entry limit; the stream reader's in-place and gathered paths. Every case checks that no
@@ -143,7 +144,7 @@ protected:
   void ReceiveAndCheck(const std::vector<Spec> &specs) {
     ASSERT_TRUE(wire_->PollUntil([&] { return got_.size() >= specs.size(); }))
         << got_.size() << " of " << specs.size() << " messages received, " << done_.calls.load()
-        << " of " << posted_ << " posts done";
+        << " of " << posted_ << " posts done, receiving " << wire_->status();
     ASSERT_EQ(got_.size(), specs.size());
     for (size_t i = 0; i < specs.size(); i++)
       Check(got_[i]->getRoot<Outer>(), specs[i]);
@@ -280,6 +281,21 @@ TEST_F(CapnpAdapter, MessageOverTheEntryLimitArrivesWhole) {
   EXPECT_EQ(done_.calls.load(), 2) << "one done() per message, whatever its parts";
   for (void *p : owned)
     free(p);
+}
+
+// What one post to the run's endpoint may carry (nic_endpoint_limits), which the adapters post
+// within: the entries of its backend, the default one here; on verbs no more bytes than the
+// receive buffers' 64 KiB.
+TEST_F(CapnpAdapter, EndpointLimitsAreItsBackends) {
+  unsigned entries = 0;
+  size_t bytes = 0;
+  ASSERT_EQ(nic_endpoint_limits(wire_->tx(), &entries, &bytes), 0);
+  nic_sga probe;
+  ASSERT_EQ(nic_sga_init(&probe, 0), 0);
+  EXPECT_EQ(entries, probe.max);
+  EXPECT_EQ(bytes, wire_->backend() == "verbs" ? size_t{64} << 10 : SIZE_MAX);
+  EXPECT_EQ(nic_endpoint_limits(wire_->tx(), nullptr, nullptr), 0);
+  EXPECT_EQ(nic_endpoint_limits(nullptr, &entries, &bytes), -EINVAL);
 }
 
 // The reader alone, fed by hand.

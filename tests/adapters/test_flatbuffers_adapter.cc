@@ -1,6 +1,6 @@
 // include/nicmalloc/flatbuffers.h end to end, through the public API on the run's backend (sim,
-// io_uring over loopback TCP, DPDK net_ring: wire.h), once per fence mode
-// (tests/adapters.cmake): round trips of nested tables, lists and blobs of 0 B to 4 MiB,
+// io_uring over loopback TCP, the software verbs device, DPDK net_ring: wire.h), once per fence
+// mode (tests/adapters.cmake): round trips of nested tables, lists and blobs of 0 B to 4 MiB,
 // verified and read in place or gathered; builders cleared and reused, or destroyed, right after
 // post; a buffer over more pin steps than the entry limit. Every case checks that no posted byte
 // was written before the NIC read it: no mismatch under NICMALLOC_FENCE=detect, no writer held
@@ -113,7 +113,7 @@ protected:
   void ReceiveAndCheck(const std::vector<std::pair<uint64_t, size_t>> &want) {
     ASSERT_TRUE(wire_->PollUntil([&] { return got_.size() >= want.size(); }))
         << got_.size() << " of " << want.size() << " messages received, " << done_.calls.load()
-        << " of " << posted_ << " posts done";
+        << " of " << posted_ << " posts done, receiving " << wire_->status();
     ASSERT_EQ(got_.size(), want.size());
     for (size_t i = 0; i < want.size(); i++)
       Check(got_[i]->GetRoot<fbs::Outer>(), want[i].first, want[i].second);

@@ -1,5 +1,6 @@
-// include/nicmalloc/protobuf.h end to end, through the public API on the run's backend (sim, or
-// io_uring over loopback TCP: wire.h), once per fence mode (tests/adapters.cmake): round trips
+// include/nicmalloc/protobuf.h end to end, through the public API on the run's backend (sim,
+// io_uring over loopback TCP, the software verbs device, DPDK net_ring: wire.h), once per fence
+// mode (tests/adapters.cmake): round trips
 // of nested messages, repeated fields and blobs of 0 B to 4 MiB, built on dataplane arenas, long
 // fields aliased; messages destroyed, arenas reset and scratch reused right after post; a
 // message over the entry limit; what a post keeps, after a part failed; the stream reader in
@@ -136,7 +137,7 @@ protected:
       return done_.calls.load() == posted_ && got_.size() >= specs.size();
     })) << done_.calls.load()
         << " of " << posted_ << " posts done, " << got_.size() << " of " << specs.size()
-        << " messages received";
+        << " messages received, receiving " << wire_->status();
     EXPECT_EQ(done_.failed.load(), 0);
     ASSERT_EQ(got_.size(), specs.size());
     for (size_t i = 0; i < specs.size(); i++)

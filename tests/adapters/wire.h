@@ -1,9 +1,11 @@
 // The adapters' suites send through the public API over the backend of the run (ctest sets
 // NICMALLOC_BACKEND): on sim, an endpoint that receives its own posts; on uring, a TCP pair on
-// 127.0.0.1, posting on one end and receiving (nic_endpoint_receive) on the other; on dpdk,
-// net_ring0 (NICMALLOC_DPDK_VDEV), a port that receives its own packets, in order, in the very
-// memory the sender posted. Either way the receiver is fed the bytes in order, in whatever pieces
-// the transport delivers.
+// 127.0.0.1, posting on one end and receiving (nic_endpoint_receive) on the other; on verbs, an
+// RC QP of the software device (tests/regcache/soft_verbs.h) connected to itself, each post one
+// send into one of the endpoint's 64 KiB receive buffers; on dpdk, net_ring0
+// (NICMALLOC_DPDK_VDEV), a port that receives its own packets, in order, in the very memory the
+// sender posted. Either way the receiver is fed the bytes in order, in whatever pieces the
+// transport delivers.
 //
 // DPDK: a post is one packet. net_ring hands a packet over in place when its segments lie end to
 // end (one entry, however long), but a packet of scattered entries must be gathered into one
@@ -16,6 +18,10 @@
 #include <gtest/gtest.h>
 
 #include <nicmalloc.h>
+
+#ifdef NIC_ADAPTERS_SOFT_VERBS
+#include "soft_verbs.h"
+#endif
 
 #include <arpa/inet.h>
 #include <netinet/in.h>
@@ -44,6 +50,42 @@ inline std::string Backend() {
   return Stats().backend;
 }
 
+// An RC QP of the software verbs device (built in for the verbs runs: tests/adapters.cmake),
+// connected to itself, in RTS, with CQs of its own, taking send_sge send entries (0: the
+// device's). Empty where the device is not built in.
+struct SoftQp {
+  void *qp = nullptr, *scq = nullptr, *rcq = nullptr;
+};
+inline SoftQp SoftQpOpen(unsigned send_sge) {
+  SoftQp q;
+#ifdef NIC_ADAPTERS_SOFT_VERBS
+  auto *pd = static_cast<ibv_pd *>(nic_verbs_get_pd());
+  if (!pd) return q;
+  auto *scq = soft_verbs_cq(pd->context), *rcq = soft_verbs_cq(pd->context);
+  ibv_qp *qp = soft_verbs_qp(pd, scq, rcq, IBV_QPT_RC, 32, nullptr);
+  q = {qp, scq, rcq};
+  if (!qp) return q;
+  if (send_sge) soft_verbs_qp_send_sge(qp, send_sge);
+  for (ibv_qp_state st : {IBV_QPS_INIT, IBV_QPS_RTR, IBV_QPS_RTS}) {
+    ibv_qp_attr a{};
+    a.qp_state = st;
+    EXPECT_EQ(ibv_modify_qp(qp, &a, IBV_QP_STATE), 0);
+  }
+#else
+  (void)send_sge;
+  ADD_FAILURE() << "built without the software verbs device (tests/adapters.cmake)";
+#endif
+  return q;
+}
+inline void SoftQpFree(const SoftQp &q) {
+#ifdef NIC_ADAPTERS_SOFT_VERBS
+  for (void *p : {q.qp, q.scq, q.rcq})
+    if (p) soft_verbs_free(p);
+#else
+  (void)q;
+#endif
+}
+
 // Counts done() calls and failures.
 struct Done {
   std::atomic<int> calls{0}, failed{0};
@@ -59,6 +101,16 @@ public:
   using Feed = std::function<void(void *data, size_t len)>;
   explicit Wire(Feed feed) : feed_(std::move(feed)), backend_(Backend()) {
     if (backend_ == "none") return; // the fixture skips (Unavailable)
+    if (backend_ == "verbs") {
+      qp_ = SoftQpOpen(0);
+      EXPECT_NE(qp_.qp, nullptr);
+      tx_ = qp_.qp ? nic_verbs_endpoint_create(qp_.qp) : nullptr;
+      EXPECT_NE(tx_, nullptr) << strerror(errno);
+      if (tx_) {
+        EXPECT_EQ(nic_endpoint_receive(tx_, Receive, this), 0);
+      }
+      return;
+    }
     if (backend_ == "sim") {
       tx_ = nic_sim_endpoint_create(Receive, this, 0);
       EXPECT_NE(tx_, nullptr) << strerror(errno);
@@ -72,7 +124,7 @@ public:
       }
       return;
     }
-    EXPECT_EQ(backend_, "uring") << "run with NICMALLOC_BACKEND=sim, uring or dpdk";
+    EXPECT_EQ(backend_, "uring") << "run with NICMALLOC_BACKEND=sim, uring, verbs or dpdk";
     int l = socket(AF_INET, SOCK_STREAM, 0);
     sockaddr_in a{};
     a.sin_family = AF_INET;
@@ -107,6 +159,14 @@ public:
         nic_wait(10);
       return;
     }
+    if (backend_ == "verbs") {
+      // The destroy moves the QP to error, whose flushed receives polls reap.
+      while (tx_ && nic_verbs_endpoint_destroy(tx_) == -EBUSY &&
+             std::chrono::steady_clock::now() < end)
+        nic_wait(10);
+      SoftQpFree(qp_);
+      return;
+    }
     while (tx_ && nic_uring_endpoint_destroy(tx_) == -EBUSY &&
            std::chrono::steady_clock::now() < end)
       nic_wait(10);
@@ -128,6 +188,8 @@ public:
                               : "";
   }
   int ends() const { return ends_; }
+  // The receiving endpoint's nic_endpoint_status: 0 while it receives, else how it ended.
+  int status() const { return nic_endpoint_status(rx_ ? rx_ : tx_); }
   // The entry limit to post with, for a test that wants `want` (0: the backend's): 1 on dpdk,
   // where a packet of several scattered entries longer than a receive buffer is dropped.
   unsigned entries(unsigned want = 0) const { return backend_ == "dpdk" ? 1 : want; }
@@ -155,6 +217,7 @@ private:
   Feed feed_;
   std::string backend_;
   nic_endpoint *tx_ = nullptr, *rx_ = nullptr;
+  SoftQp qp_; // verbs
   int fd_tx_ = -1, fd_rx_ = -1;
   int ends_ = 0;
 };
