@@ -5,7 +5,9 @@
 // send into one of the endpoint's 64 KiB receive buffers; on dpdk, net_ring0
 // (NICMALLOC_DPDK_VDEV), a port that receives its own packets, in order, in the very memory the
 // sender posted. Either way the receiver is fed the bytes in order, in whatever pieces the
-// transport delivers.
+// transport delivers. A sim endpoint's receive function runs on the sim engine's thread: the feed
+// runs under a lock that the waits (PollUntil) take to test their condition, so that the test
+// never reads what the feed fills while the feed writes it.
 //
 // DPDK: a post is one packet. net_ring hands a packet over in place when its segments lie end to
 // end (one entry, however long), but a packet of scattered entries must be gathered into one
@@ -33,6 +35,7 @@
 #include <chrono>
 #include <cstring>
 #include <functional>
+#include <mutex>
 #include <string>
 
 namespace adapters_test {
@@ -187,20 +190,27 @@ public:
                                 "above): nothing to send on"
                               : "";
   }
-  int ends() const { return ends_; }
+  int ends() const {
+    std::lock_guard<std::mutex> g(mu_);
+    return ends_;
+  }
   // The receiving endpoint's nic_endpoint_status: 0 while it receives, else how it ended.
   int status() const { return nic_endpoint_status(rx_ ? rx_ : tx_); }
   // The entry limit to post with, for a test that wants `want` (0: the backend's): 1 on dpdk,
   // where a packet of several scattered entries longer than a receive buffer is dropped.
   unsigned entries(unsigned want = 0) const { return backend_ == "dpdk" ? 1 : want; }
 
-  // Runs completions and receives until pred() holds; false after kLimit.
+  // Runs completions and receives until pred() holds; false after kLimit. pred runs under the
+  // feed's lock: it must not wait for nicmalloc, whose sim engine may be feeding meanwhile.
   template <typename Pred> bool PollUntil(Pred pred) {
-    for (auto end = std::chrono::steady_clock::now() + kLimit; !pred();) {
+    for (auto end = std::chrono::steady_clock::now() + kLimit;;) {
+      {
+        std::lock_guard<std::mutex> g(mu_);
+        if (pred()) return true;
+      }
       if (std::chrono::steady_clock::now() > end) return false;
       nic_wait(10);
     }
-    return true;
   }
 
   static constexpr std::chrono::milliseconds kLimit{30000}; // every wait fails after this
@@ -208,12 +218,14 @@ public:
 private:
   static void Receive(void *arg, void *data, size_t len) {
     auto *w = static_cast<Wire *>(arg);
+    std::lock_guard<std::mutex> g(w->mu_);
     if (!data) {
       w->ends_++;
       return;
     }
     w->feed_(data, len);
   }
+  mutable std::mutex mu_; // the feed's, and PollUntil's while it tests its condition
   Feed feed_;
   std::string backend_;
   nic_endpoint *tx_ = nullptr, *rx_ = nullptr;
