@@ -125,12 +125,12 @@ private:
 // Posts the message in the stream framing (segment table, then the segments) to ep as one
 // scatter-gather message: segments are sent where they lie (the table with the first, as one
 // entry), short ones copied at post as every short entry is. A message with more pieces than
-// the entry limit (max_entries; 0 = the backend's), or longer than ep's receiver takes in one
-// message (nic_endpoint_limits: 64 KiB on verbs), is sent as several posts in a row rather than
-// copied together, which a stream (TCP, sim and verbs through StreamReader) joins again; on a
-// datagram socket each post is a datagram of its own, so keep such messages within the limits.
-// Returns 0 and later runs done(arg, status) once (from nic_poll or nic_wait) when the NIC no
-// longer reads any of it; or a negative errno of nic_endpoint_limits or nic_sga_init/add/post,
+// the entry limit (max_entries; 0 = the endpoint's), or longer than ep's receiver takes in one
+// message (both from nic_endpoint_limits; 64 KiB on verbs), is sent as several posts in a row
+// rather than copied together, which a stream (TCP, sim and verbs through StreamReader) joins
+// again; on a datagram socket each post is a datagram of its own, so keep such messages within the
+// limits. Returns 0 and later runs done(arg, status) once (from nic_poll or nic_wait) when the NIC
+// no longer reads any of it; or a negative errno of nic_endpoint_limits or nic_sga_init/add/post,
 // and done() does not run. After an error in a later part, the earlier parts are on their way
 // (a stream is then cut). Works for any capnp::MessageBuilder; one of ours keeps its segments
 // from reuse until done.

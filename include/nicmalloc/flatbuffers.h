@@ -126,11 +126,11 @@ struct BuilderState : ::flatbuffers::FlatBufferBuilder {
 // Posts the finished buffer of fbb ([GetBufferPointer(), +GetSize()), sent where it lies) to ep,
 // and takes it out of fbb, which is left empty (as after Clear()) and may be reused or destroyed
 // at once. The buffer is an entry per pin step it covers; past the entry limit (max_entries;
-// 0 = the backend's), or past what ep's receiver takes in one message (nic_endpoint_limits:
-// 64 KiB on verbs), it is sent as several posts in a row, which a stream (TCP, sim and verbs
-// through StreamReader) joins again; on a datagram socket each post is a datagram of its own.
-// Returns 0 and later runs done(arg, status) once (from nic_poll or nic_wait) when the NIC no
-// longer reads any of it; or -EINVAL (fbb not finished, or finished and then cleared or posted:
+// 0 = the endpoint's), or past what ep's receiver takes in one message (both from
+// nic_endpoint_limits; 64 KiB on verbs), it is sent as several posts in a row, which a stream (TCP,
+// sim and verbs through StreamReader) joins again; on a datagram socket each post is a datagram of
+// its own. Returns 0 and later runs done(arg, status) once (from nic_poll or nic_wait) when the NIC
+// no longer reads any of it; or -EINVAL (fbb not finished, or finished and then cleared or posted:
 // it is unchanged), or a negative errno of nic_endpoint_limits or nic_sga_init/add before
 // anything was posted (fbb is then unchanged), or of nic_sga_post, or of a later part (the
 // buffer is then dropped, once the parts posted before the error completed: fbb is empty).

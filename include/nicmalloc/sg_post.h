@@ -165,13 +165,15 @@ struct NoHook {
   void operator()() const {}
 };
 
-// Posts the pieces, in order, to ep as one scatter-gather message, in parts of at most
-// max_entries entries (0: the default backend's limit) and at most the bytes ep's receiver takes
-// in one message (nic_endpoint_limits: 64 KiB on verbs). A full part is posted and the next one
-// begun (posts on one endpoint arrive in post order, so a stream peer sees one run of bytes,
-// which the stream readers join), so that nothing is copied to stay under the entry limit
-// (nic_sga_add would copy neighbours up to 64 KiB together, and fail past that). Empty pieces
-// are skipped. before_first_post() runs once, right before the first
+// Posts the pieces, in order, to ep as one scatter-gather message, in parts that ep takes
+// (nic_endpoint_limits): at most max_entries entries (0: ep's limit; a larger one is held to
+// it) and at most the bytes ep's receiver takes in one message (64 KiB on verbs). A full part
+// is posted and the next one begun (posts on one endpoint arrive in post order, so a stream
+// peer sees one run of bytes, which the stream readers join), so that nothing is copied to stay
+// under the entry limit (nic_sga_add would copy neighbours up to 64 KiB together, and fail past
+// that). A part ep refuses as too many entries (-E2BIG: a verbs QP or dpdk port below its
+// backend's limit; nothing was posted) is built again with half as many, and so are the parts
+// after it. Empty pieces are skipped. before_first_post() runs once, right before the first
 // part is posted (not when an error comes first). Returns 0 and later runs done(arg, status)
 // once, when every part completed; or a negative errno of nic_endpoint_limits or
 // nic_sga_init/add/post, and done() does not run (parts posted before the error are on their
@@ -179,9 +181,11 @@ struct NoHook {
 template <typename Hook = NoHook>
 inline int PostPieces(nic_endpoint *ep, Outgoing out, nic_sga_done_fn done, void *arg,
                       unsigned max_entries, Hook &&before_first_post = Hook()) {
+  unsigned entries;
   size_t max_bytes;
-  int rc = nic_endpoint_limits(ep, nullptr, &max_bytes);
+  int rc = nic_endpoint_limits(ep, &entries, &max_bytes);
   if (rc) return rc;
+  if (max_entries && max_entries < entries) entries = max_entries;
   auto *rec = new (std::nothrow) PostRecord;
   if (!rec) return -ENOMEM;
   rec->done = done;
@@ -193,10 +197,11 @@ inline int PostPieces(nic_endpoint *ep, Outgoing out, nic_sga_done_fn done, void
   const Piece *const pieces = out.pieces;
   const size_t n = out.n;
   nic_sga sga;
-  rc = nic_sga_init(&sga, max_entries);
+  rc = nic_sga_init(&sga, entries);
   bool live = rc == 0; // sga initialised: holds entries of ours, or none
   bool hooked = false, posted = false;
-  size_t i = 0, off = 0, part_bytes = 0; // the next byte to add: piece i, offset off
+  // The next byte to add (piece i, offset off), where the array's part began, and its bytes.
+  size_t i = 0, off = 0, part_i = 0, part_off = 0, part_bytes = 0;
   while (!rc) {
     while (i < n && off >= pieces[i].len)
       i++, off = 0;
@@ -211,9 +216,17 @@ inline int PostPieces(nic_endpoint *ep, Outgoing out, nic_sga_done_fn done, void
       rec->pending.fetch_add(1, std::memory_order_relaxed);
       rc = nic_sga_post(&sga, ep, PostRecord::PartDone, rec);
       if (rc) rec->pending.fetch_sub(1, std::memory_order_relaxed);
+      if (rc == -E2BIG && sga.count > 1) { // the same part again, in smaller ones
+        entries = sga.count / 2;
+        nic_sga_reset(&sga);
+        i = part_i, off = part_off, part_bytes = 0;
+        rc = nic_sga_init(&sga, entries);
+        live = rc == 0;
+        continue;
+      }
       if (rc || end) break;
       posted = true;
-      part_bytes = 0;
+      part_i = i, part_off = off, part_bytes = 0;
       continue; // the array is empty again
     }
     // A piece one registered region (dataplane step) at a time: a piece across a step end takes

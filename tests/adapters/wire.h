@@ -33,6 +33,7 @@
 #include <atomic>
 #include <cerrno>
 #include <chrono>
+#include <cstdlib>
 #include <cstring>
 #include <functional>
 #include <mutex>
@@ -46,11 +47,13 @@ inline nic_stats Stats() {
   return s;
 }
 
-// The backend in use ("sim", "uring"), opened by a first nic_sga_init.
+// The backend of the run ("sim", "uring", ...), opened by a first nic_sga_init: the one
+// NICMALLOC_BACKEND names (the statistics name every backend started, a case's own included).
 inline std::string Backend() {
   nic_sga sga;
   if (nic_sga_init(&sga, 0) != 0) return "none";
-  return Stats().backend;
+  const char *named = getenv("NICMALLOC_BACKEND");
+  return named && *named ? named : Stats().backend;
 }
 
 // An RC QP of the software verbs device (built in for the verbs runs: tests/adapters.cmake),
@@ -102,10 +105,13 @@ struct Done {
 class Wire {
 public:
   using Feed = std::function<void(void *data, size_t len)>;
-  explicit Wire(Feed feed) : feed_(std::move(feed)), backend_(Backend()) {
+  // verbs_send_sge: on verbs, the send entries the QP is made with (0: the device's), as a QP
+  // made with fewer than its device takes.
+  explicit Wire(Feed feed, unsigned verbs_send_sge = 0)
+      : feed_(std::move(feed)), backend_(Backend()) {
     if (backend_ == "none") return; // the fixture skips (Unavailable)
     if (backend_ == "verbs") {
-      qp_ = SoftQpOpen(0);
+      qp_ = SoftQpOpen(verbs_send_sge);
       EXPECT_NE(qp_.qp, nullptr);
       tx_ = qp_.qp ? nic_verbs_endpoint_create(qp_.qp) : nullptr;
       EXPECT_NE(tx_, nullptr) << strerror(errno);
@@ -196,7 +202,7 @@ public:
   }
   // The receiving endpoint's nic_endpoint_status: 0 while it receives, else how it ended.
   int status() const { return nic_endpoint_status(rx_ ? rx_ : tx_); }
-  // The entry limit to post with, for a test that wants `want` (0: the backend's): 1 on dpdk,
+  // The entry limit to post with, for a test that wants `want` (0: the endpoint's): 1 on dpdk,
   // where a packet of several scattered entries longer than a receive buffer is dropped.
   unsigned entries(unsigned want = 0) const { return backend_ == "dpdk" ? 1 : want; }
 
