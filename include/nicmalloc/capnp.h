@@ -60,6 +60,9 @@ using nicmalloc::detail::NewBlock;
 using nicmalloc::detail::Piece;
 using nicmalloc::detail::PostPieces;
 constexpr size_t kTableBytes = 256;
+// capnp's stream readers refuse a message of 512 segments or more (InputStreamMessageReader:
+// "segmentCount < 512").
+constexpr size_t kMaxSegments = 511;
 inline ::capnp::word *Words(const BlockRef &b) {
   return reinterpret_cast<::capnp::word *>(b->base + kTableBytes);
 }
@@ -130,14 +133,16 @@ private:
 // rather than copied together, which a stream (TCP, sim and verbs through StreamReader) joins
 // again; on a datagram socket each post is a datagram of its own, so keep such messages within the
 // limits. Returns 0 and later runs done(arg, status) once (from nic_poll or nic_wait) when the NIC
-// no longer reads any of it; or a negative errno of nic_endpoint_limits or nic_sga_init/add/post,
-// and done() does not run. After an error in a later part, the earlier parts are on their way
-// (a stream is then cut). Works for any capnp::MessageBuilder; one of ours keeps its segments
-// from reuse until done.
+// no longer reads any of it; or -EMSGSIZE (more than 511 segments, which capnp's readers refuse:
+// nothing is sent, msg is unchanged), or a negative errno of nic_endpoint_limits or
+// nic_sga_init/add/post, and done() does not run. After an error in a later part, the earlier parts
+// are on their way (a stream is then cut). Works for any capnp::MessageBuilder; one of ours keeps
+// its segments from reuse until done.
 inline int post(nic_endpoint *ep, ::capnp::MessageBuilder &msg, nic_sga_done_fn done = nullptr,
                 void *arg = nullptr, unsigned max_entries = 0) {
   auto segs = msg.getSegmentsForOutput();
   if (segs.size() == 0) return -EINVAL;
+  if (segs.size() > detail::kMaxSegments) return -EMSGSIZE;
   auto *ours = dynamic_cast<MessageBuilder *>(&msg);
   // The table: segment count - 1, each size in words, padded to a word.
   const size_t table_bytes = (segs.size() / 2 + 1) * sizeof(::capnp::word);
@@ -200,13 +205,12 @@ private:
 namespace detail {
 // The stream framing: segment count - 1, each segment's size in words, padded to a word.
 struct Framing {
-  static constexpr size_t kMaxSegments = 512; // capnp reads no more
   static constexpr size_t kMaxHeader = (kMaxSegments / 2 + 1) * 8;
   int operator()(const void *p, size_t len, size_t max_bytes, size_t *total) const {
     if (len < 4) return 0;
     uint32_t count;
     memcpy(&count, p, 4);
-    if (count >= kMaxSegments) return -EBADMSG;
+    if (count >= kMaxSegments) return -EBADMSG; // the table counts segments less one
     const size_t n = size_t{count} + 1, table = (n / 2 + 1) * 8;
     if (len < 4 + 4 * n) return 0;
     size_t words = 0;
@@ -233,12 +237,12 @@ public:
       : opts_(opts), frames_(detail::Framing(), max_message_bytes, sizeof(::capnp::word)) {}
 
   // Feeds the bytes of one receive call; calls on_message(std::unique_ptr<ReceivedMessage>) for
-  // each message they complete. Returns 0; or -EBADMSG (a segment count over capnp's 512) or
-  // -EMSGSIZE (over max_message_bytes), after which the stream is not framed as this reader
-  // expects and every later call returns the same error; or -ENOMEM (likewise). data NULL (the end
-  // of the stream) returns 0 when no message was cut short, else -EPIPE. Catch exceptions inside
-  // on_message (capnp throws for a message it refuses): one that escapes loses the rest of the
-  // piece, and the stream is cut.
+  // each message they complete. Returns 0; or -EBADMSG (512 segments or more, which capnp
+  // refuses) or -EMSGSIZE (over max_message_bytes), after which the stream is not framed as this
+  // reader expects and every later call returns the same error; or -ENOMEM (likewise). data NULL
+  // (the end of the stream) returns 0 when no message was cut short, else -EPIPE. Catch exceptions
+  // inside on_message (capnp throws for a message it refuses): one that escapes loses the rest of
+  // the piece, and the stream is cut.
   template <typename F> int feed(const void *data, size_t len, F &&on_message) {
     return frames_.feed(data, len, [&](ReceivedBytes &&bytes) {
       on_message(std::make_unique<ReceivedMessage>(std::move(bytes), opts_));

@@ -2,16 +2,17 @@
 // io_uring over loopback TCP, the software verbs device, DPDK net_ring: wire.h), once per fence
 // mode (tests/adapters.cmake): round trips of nested structs, lists and blobs of 0 B to 4 MiB,
 // referenced where they lie or copied; builders destroyed, blobs freed and segments reused right
-// after post; a message over the entry limit, one to an endpoint of another backend; the stream
-// reader's in-place and gathered paths. Every case checks that no posted byte was written before
-// the NIC read it: no mismatch under NICMALLOC_FENCE=detect, no writer held under protect, and
-// the bytes the receiver got.
+// after post; a message over the entry limit, one to an endpoint of another backend, one of more
+// segments than capnp reads; the stream reader's in-place and gathered paths. Every case checks
+// that no posted byte was written before the NIC read it: no mismatch under NICMALLOC_FENCE=detect,
+// no writer held under protect, and the bytes the receiver got.
 #include "adapters_test.capnp.h"
 #include "wire.h"
 
 #include <nicmalloc/capnp.h>
 
 #include <capnp/serialize.h>
+#include <kj/io.h>
 
 #include <sys/mman.h>
 
@@ -353,6 +354,65 @@ TEST_F(CapnpAdapter, MessageToAnEndpointOfAnotherBackendArrivesWhole) {
     free(p);
 }
 
+// Whether capnp's own stream reader (capnp::readMessage's) takes msg.
+bool CapnpReads(ncp::MessageBuilder &msg) {
+  auto flat = capnp::messageToFlatArray(msg);
+  kj::ArrayInputStream in(flat.asBytes());
+  try {
+    capnp::InputStreamMessageReader reader(in);
+    return reader.getRoot<Outer>().getBlobs().size() > 0;
+  } catch (const kj::Exception &) {
+    return false;
+  }
+}
+
+// capnp's readers refuse a message of 512 segments or more: post refuses it too, sending
+// nothing, and the stream goes on; 511 segments arrive.
+TEST_F(CapnpAdapter, MessageOfMoreSegmentsThanCapnpReadsIsRefused) {
+  std::vector<void *> owned;
+  Spec big;
+  big.seq = 600;
+  big.blobs = 600;
+  big.each = 1024;
+  {
+    ncp::MessageBuilder msg;
+    Build(msg, big, &owned);
+    EXPECT_GE(msg.getSegmentsForOutput().size(), 512u);
+    EXPECT_FALSE(CapnpReads(msg));
+    EXPECT_EQ(ncp::post(wire_->tx(), msg, Done::Fn, &done_, wire_->entries()), -EMSGSIZE);
+  }
+  // 511 segments: the blobs' own, and the root's (one or more, as capnp lays it out).
+  Spec edge;
+  edge.seq = 511;
+  edge.each = 1024;
+  for (int blobs = 510;;) {
+    ncp::MessageBuilder msg;
+    edge.blobs = blobs;
+    std::vector<void *> mine;
+    Build(msg, edge, &mine);
+    owned.insert(owned.end(), mine.begin(), mine.end());
+    const int over = static_cast<int>(msg.getSegmentsForOutput().size()) - 511;
+    if (over == 0) {
+      EXPECT_TRUE(CapnpReads(msg));
+      Post(msg);
+      break;
+    }
+    ASSERT_LT(blobs - over, blobs) << "capnp lays out fewer segments than blobs";
+    blobs -= over;
+  }
+  Spec after;
+  after.seq = 1;
+  {
+    ncp::MessageBuilder msg;
+    Build(msg, after, &owned);
+    Post(msg);
+  }
+  ReceiveAndCheck({edge, after});
+  EXPECT_EQ(done_.calls.load(), 2) << "the refused post ran no done()";
+  for (void *p : owned)
+    free(p);
+}
+
 // What one post to the run's endpoint may carry (nic_endpoint_limits), which the adapters post
 // within: the entries of its backend, the default one here; on verbs no more bytes than the
 // receive buffers' 64 KiB.
@@ -469,6 +529,11 @@ TEST(CapnpStreamReader, GarbageAndCutShortStreamsAreErrors) {
   const uint32_t bad[2] = {100000, 1};
   EXPECT_EQ(rd.feed(bad, sizeof bad, ignore), -EBADMSG);
   EXPECT_EQ(rd.feed(bad, sizeof bad, ignore), -EBADMSG) << "the stream stays refused";
+  // capnp::InputStreamMessageReader takes up to 511 segments: the table counts them less one.
+  ncp::StreamReader most, over;
+  const uint32_t segments511[2] = {510, 1}, segments512[2] = {511, 1};
+  EXPECT_EQ(most.feed(segments511, sizeof segments511, ignore), 0) << "the table goes on";
+  EXPECT_EQ(over.feed(segments512, sizeof segments512, ignore), -EBADMSG);
 
   ncp::StreamReader small(capnp::ReaderOptions(), 1024);
   const uint32_t big[2] = {0, 1000}; // one segment of 8000 bytes
