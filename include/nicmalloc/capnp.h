@@ -242,7 +242,7 @@ public:
   // reader expects and every later call returns the same error; or -ENOMEM (likewise). data NULL
   // (the end of the stream) returns 0 when no message was cut short, else -EPIPE. Catch exceptions
   // inside on_message (capnp throws for a message it refuses): one that escapes loses the rest of
-  // the piece, and the stream is cut.
+  // the piece, and the stream is cut: every later call returns -ECANCELED.
   template <typename F> int feed(const void *data, size_t len, F &&on_message) {
     return frames_.feed(data, len, [&](ReceivedBytes &&bytes) {
       on_message(std::make_unique<ReceivedMessage>(std::move(bytes), opts_));

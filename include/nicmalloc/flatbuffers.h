@@ -203,8 +203,9 @@ public:
 
   // Feeds the bytes of one receive call; calls on_buffer(ReceivedBuffer) for each buffer they
   // complete. Returns 0; -EMSGSIZE (a length over max_message_bytes: every later call returns
-  // it); -ENOMEM (likewise); for data NULL (the end of the stream) 0, or -EPIPE when a buffer was
-  // cut short.
+  // it); -ENOMEM (likewise); -ECANCELED once an exception escaped on_buffer (the rest of its
+  // piece went unread: the stream is cut); for data NULL (the end of the stream) 0, or -EPIPE
+  // when a buffer was cut short.
   template <typename F> int feed(const void *data, size_t len, F &&on_buffer) {
     return frames_.feed(
         data, len, [&](ReceivedBytes &&bytes) { on_buffer(ReceivedBuffer(std::move(bytes))); });

@@ -295,8 +295,9 @@ public:
 
   // Feeds the bytes of one receive call; calls on_message(ReceivedMessage) for each message
   // they complete. Returns 0; -EBADMSG (a length of more than 5 bytes) or -EMSGSIZE (over
-  // max_message_bytes) or -ENOMEM: every later call returns it; for data NULL (the end of the
-  // stream) 0, or -EPIPE when a message was cut short.
+  // max_message_bytes) or -ENOMEM: every later call returns it; -ECANCELED likewise once an
+  // exception escaped on_message (the rest of its piece went unread: the stream is cut); for
+  // data NULL (the end of the stream) 0, or -EPIPE when a message was cut short.
   template <typename F> int feed(const void *data, size_t len, F &&on_message) {
     return frames_.feed(data, len, [&](ReceivedBytes &&bytes) {
       uint64_t n;

@@ -78,7 +78,9 @@ public:
   // Feeds the bytes of one receive call (data, as the receive function got it); calls
   // on_frame(ReceivedBytes &&) for each message they complete. Returns 0; or the framing's
   // error, or -ENOMEM (no memory to gather a message into: the stream is cut), after which
-  // every call returns it. data NULL (the end of the stream) returns 0 when no message was cut
+  // every call returns it. An exception out of on_frame leaves the rest of the piece unread, so
+  // the stream is cut there too: every later call returns -ECANCELED (and so does a call from
+  // inside on_frame). data NULL (the end of the stream) returns 0 when no message was cut
   // short, else -EPIPE.
   template <typename F> int feed(const void *data, size_t len, F &&on_frame) {
     if (error_) return error_;
@@ -93,7 +95,7 @@ public:
         void *g = gather_;
         const size_t size = total_;
         gather_ = nullptr, have_ = total_ = 0;
-        on_frame(ReceivedBytes(g, size, nullptr, g));
+        Hand(on_frame, ReceivedBytes(g, size, nullptr, g));
         continue;
       }
       size_t total = 0;
@@ -109,7 +111,7 @@ public:
         // gathered, without a nic_hold that would fail and be reported.
         if (len >= total && reinterpret_cast<uintptr_t>(p) % align_ == 0 &&
             nic_is_dataplane(data) && nic_hold(data) == 0) {
-          on_frame(ReceivedBytes(p, total, data, nullptr)); // whole in this piece: in place
+          Hand(on_frame, ReceivedBytes(p, total, data, nullptr)); // whole in this piece: in place
           p += total, len -= total;
           continue;
         }
@@ -142,6 +144,13 @@ public:
   size_t pending() const { return gather_ ? have_ : header_.size(); }
 
 private:
+  // The stream counts as cut until on_frame returns: an exception out of it leaves it so.
+  template <typename F> void Hand(F &on_frame, ReceivedBytes &&bytes) {
+    error_ = -ECANCELED;
+    on_frame(std::move(bytes));
+    error_ = 0;
+  }
+
   Framing framing_;
   size_t max_bytes_, align_;
   int error_ = 0;

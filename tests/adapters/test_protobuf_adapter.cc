@@ -1,12 +1,11 @@
 // include/nicmalloc/protobuf.h end to end, through the public API on the run's backend (sim,
 // io_uring over loopback TCP, the software verbs device, DPDK net_ring: wire.h), once per fence
-// mode (tests/adapters.cmake): round trips
-// of nested messages, repeated fields and blobs of 0 B to 4 MiB, built on dataplane arenas, long
-// fields aliased; messages destroyed, arenas reset and scratch reused right after post; a
-// message over the entry limit; what a post keeps, after a part failed; the stream reader in
-// place and gathered. Every case checks that no posted byte was written before the NIC read it:
-// no mismatch under NICMALLOC_FENCE=detect, no writer held under protect, and the bytes the
-// receiver got.
+// mode (tests/adapters.cmake): round trips of nested messages, repeated fields and blobs of 0 B
+// to 4 MiB, built on dataplane arenas, long fields aliased; messages destroyed, arenas reset and
+// scratch reused right after post; a message over the entry limit; what a post keeps, after a
+// part failed; the stream reader in place and gathered, and cut by an exception. Every case
+// checks that no posted byte was written before the NIC read it: no mismatch under
+// NICMALLOC_FENCE=detect, no writer held under protect, and the bytes the receiver got.
 #include "adapters_test.pb.h"
 #include "adapters_test_required.pb.h"
 #include "wire.h"
@@ -16,6 +15,7 @@
 #include <sys/mman.h>
 
 #include <memory>
+#include <stdexcept>
 #include <vector>
 
 using namespace adapters_test;
@@ -381,6 +381,32 @@ TEST(ProtobufStreamReader, InPlaceWhenWholeGatheredWhenSplit) {
     EXPECT_EQ(r2.feed(nullptr, 0, keep), 0);
   }
   free(buf);
+}
+
+// An exception out of the callback leaves the rest of its piece unread: the
+// stream is cut, and the next piece, which starts inside a message, is refused
+// rather than framed anew.
+TEST(ProtobufStreamReader, AnExceptionOutOfTheCallbackCutsTheStream) {
+  pb::Outer a, b, c;
+  a.set_seq(1);
+  b.set_seq(2);
+  b.set_text(std::string(300, 'x'));
+  c.set_seq(3);
+  const std::string stream = Delimited(a) + Delimited(b) + Delimited(c);
+  const size_t cut = Delimited(a).size() + 50; // inside b
+  npb::StreamReader rd;
+  int calls = 0;
+  EXPECT_THROW(rd.feed(stream.data(), cut,
+                       [&](npb::ReceivedMessage) {
+                         calls++;
+                         throw std::runtime_error("the program's callback failed");
+                       }),
+               std::runtime_error);
+  EXPECT_EQ(calls, 1);
+  auto none = [](npb::ReceivedMessage) { ADD_FAILURE() << "no message after the cut"; };
+  EXPECT_EQ(rd.feed(stream.data() + cut, stream.size() - cut, none), -ECANCELED);
+  EXPECT_EQ(rd.feed(stream.data(), stream.size(), none), -ECANCELED) << "the stream stays cut";
+  EXPECT_EQ(rd.feed(nullptr, 0, none), -ECANCELED);
 }
 
 TEST(ProtobufStreamReader, GarbageAndCutShortStreamsAreErrors) {
