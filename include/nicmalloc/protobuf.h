@@ -1,6 +1,6 @@
 // Protocol Buffers over nicmalloc (header-only, C++17): arenas of dataplane memory, messages
-// serialized into a scatter-gather message that sends large string and bytes fields where they
-// lie, and received messages parsed from the receive buffers.
+// serialized into a scatter-gather message that sends large singular string and bytes fields
+// where they lie, and received messages parsed from the receive buffers.
 //
 //   google::protobuf::Arena arena(nicmalloc::protobuf::DataplaneArenaOptions());
 //   auto *req = google::protobuf::Arena::CreateMessage<Request>(&arena);
@@ -16,11 +16,17 @@
 // What is sent: each message length-delimited (a varint of its size, then its bytes), as
 // writeDelimitedTo / ParseDelimitedFromZeroCopyStream have it.
 //
+// What is aliased: Protobuf 3.21's generated code writes singular (and oneof) string and bytes
+// fields with WriteStringMaybeAliased / WriteBytesMaybeAliased, which alias a long one, but
+// repeated ones with WriteString / WriteBytes, which copy: a repeated field's elements are copied
+// into the scratch whatever their length (a long value in a repeated message field, such as
+// `repeated Item items` whose Item has a long singular `bytes data`, is aliased).
+//
 // Safe across post. Scalars, tags and short fields are written into scratch blocks of dataplane
 // memory that are reused only once every post that sent them has completed (sg_post.h). Long
-// string and bytes fields are sent from the message itself: destroying or freeing the message
-// right after post is safe (nicmalloc defers the frees), but changing such a field before the
-// post's done() ran changes what is sent (unless NICMALLOC_FENCE=protect holds the writer). To
+// singular string and bytes fields are sent from the message itself: destroying or freeing the
+// message right after post is safe (nicmalloc defers the frees), but changing such a field before
+// the post's done() ran changes what is sent (unless NICMALLOC_FENCE=protect holds the writer). To
 // change or reuse a message at once, hand it over: post(ep, std::shared_ptr<const Message>)
 // keeps it until done(); or give OutputStream a window larger than any field, which copies every
 // field.
@@ -85,15 +91,17 @@ inline BlockPool &ScratchPool() {
 }
 
 // A ZeroCopyOutputStream that collects a message as scatter-gather pieces: what the coded stream
-// writes goes to scratch blocks of dataplane memory, in windows of `window` bytes; a field that
-// does not fit the rest of its window (with CodedOutputStream::EnableAliasing, which
+// writes goes to scratch blocks of dataplane memory, in windows of `window` bytes; a field the
+// generated code writes "maybe aliased" (singular and oneof string and bytes fields: see above)
+// that does not fit the rest of its window (with CodedOutputStream::EnableAliasing, which
 // serialize() sets) is aliased: WriteAliasedRaw makes it a piece of its own, sent where it lies.
-// So fields of at least window + 16 bytes are always aliased, shorter ones copied unless they
-// straddle a window's end. post() sends the pieces and starts afresh. One thread at a time.
+// So such fields of at least window + 16 bytes are always aliased, shorter ones copied unless
+// they straddle a window's end; repeated string and bytes fields are always copied. post()
+// sends the pieces and starts afresh. One thread at a time.
 class OutputStream : public google::protobuf::io::ZeroCopyOutputStream {
 public:
-  // window: at least 16 (the coded stream's slop); 496 aliases every field of 512 bytes and up,
-  // NICMALLOC_COPY_THRESHOLD's default, below which an entry would be copied at post anyway.
+  // window: at least 16 (the coded stream's slop); 496 aliases every such field of 512 bytes and
+  // up, NICMALLOC_COPY_THRESHOLD's default, below which an entry would be copied at post anyway.
   explicit OutputStream(BlockPool *pool = &ScratchPool(), size_t window = 496,
                         size_t block_bytes = 64 << 10)
       : pool_(pool), window_(std::max<size_t>(window, 16)),
@@ -151,7 +159,7 @@ public:
     Drop();
     return rc;
   }
-  // Bytes sent where they lie (aliased) since the last post.
+  // Bytes to be sent where they lie (aliased) since the last post.
   size_t aliased_bytes() const { return aliased_bytes_; }
   // Pieces (scratch runs and aliased fields) since the last post.
   size_t pieces() const { return pieces_.size(); }
@@ -212,11 +220,11 @@ inline int PostMessage(nic_endpoint *ep, const google::protobuf::MessageLite &ms
 }
 } // namespace detail
 
-// Posts msg, length-delimited, to ep as one scatter-gather message: fields of 512 bytes and up
-// are sent from the message itself, which must stay unchanged until done() ran (it may be
-// destroyed at once). Returns 0 and later runs done(arg, status) once; or -EINVAL (a required
-// field is missing), -EMSGSIZE (over 2 GiB), -ENOMEM, or a negative errno of
-// nic_endpoint_limits or nic_sga_init/add/post, and done() does not run.
+// Posts msg, length-delimited, to ep as one scatter-gather message: singular string and bytes
+// fields of 512 bytes and up are sent from the message itself, which must stay unchanged until
+// done() ran (it may be destroyed at once). Returns 0 and later runs done(arg, status) once; or
+// -EINVAL (a required field is missing), -EMSGSIZE (over 2 GiB), -ENOMEM, or a negative errno
+// of nic_endpoint_limits or nic_sga_init/add/post, and done() does not run.
 inline int post(nic_endpoint *ep, const google::protobuf::MessageLite &msg,
                 nic_sga_done_fn done = nullptr, void *arg = nullptr, unsigned max_entries = 0) {
   return detail::PostMessage(ep, msg, done, arg, max_entries, nullptr);
