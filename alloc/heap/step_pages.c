@@ -239,6 +239,10 @@ bool nic_step_pages_may_drop_locked(unsigned index, unsigned step) {
 
 void nic_step_pages_forget_locked(unsigned index, unsigned step) {
   nic_sub_pages_forget_step_locked(index, step);
+  nic_step_pages_faulted_in_locked(index, step);
+}
+
+void nic_step_pages_faulted_in_locked(unsigned index, unsigned step) {
   if (!dropped_slices[index][step]) return;
   const size_t per_step = (size_t)1 << (nic_dp.step_shift - NIC_SLICE_SHIFT);
   bits_set(dropped[index], step * per_step, (step + 1) * per_step - 1, false);

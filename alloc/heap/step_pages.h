@@ -34,8 +34,13 @@ void nic_step_pages_unhold_locked(unsigned index, unsigned step);
 /* Whether pages of the step may be given back now: backed, of a kind given back in parts, and no
  * registration holds page references (sub_pages.h asks too). */
 bool nic_step_pages_may_drop_locked(unsigned index, unsigned step);
-/* The step's memory was given back whole (or is backed anew): nothing is dropped in it. */
+/* The step's memory was given back whole (or is backed anew): nothing is dropped in it, and no
+ * block is held back there (sub_pages.h). */
 void nic_step_pages_forget_locked(unsigned index, unsigned step);
+/* The step was faulted in whole while its memory stayed: its dropped units are in again. The
+ * blocks sub_pages.h holds back there stay off mimalloc's lists, faulted in or not, so its map
+ * keeps them: a second free of one is still a double free. */
+void nic_step_pages_faulted_in_locked(unsigned index, unsigned step);
 /* Bytes of the step given back while it stays backed. */
 size_t nic_step_pages_dropped_bytes(unsigned index, unsigned step);
 

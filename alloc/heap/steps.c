@@ -164,8 +164,9 @@ int nic_step_populate_locked(unsigned index, unsigned step) {
   if (want == NIC_PAGE_THP) report_mapping(index, step, &s->mapping, want);
   nic_chunk_at(index)->mapping.kind = s->mapping.kind;
   last_kind = s->mapping.kind;
-  /* Units given back inside it are in again with the rest. */
-  nic_step_pages_forget_locked(index, step);
+  /* Units given back inside it are in again with the rest; blocks held back over 4 KiB pages
+   * given back stay held back (their pages are in again, the blocks still off the lists). */
+  nic_step_pages_faulted_in_locked(index, step);
   lock_again(index, step, s);
   return 0;
 }

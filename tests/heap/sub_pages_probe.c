@@ -7,7 +7,8 @@
  * Modes: "shrink" then allocates as many blocks again, writes and checks them, frees
  * everything and allocates once more (the pages mimalloc builds anew give every block back);
  * "double" frees twice a block whose pages went back and one that only overlaps such a page
- * (its first bytes, and its key, still in memory); "held" registers the step after the drop
+ * (its first bytes, and its key, still in memory), with "registered" after their steps were
+ * registered; "held" registers the step after the drop
  * (run with a backend that holds page references), then frees half the live blocks and
  * collects again; "beside" then frees every other live block and collects again; "abandon" does the
  * allocations and the shrink on a thread that then exits, and the main thread goes on with its
@@ -164,17 +165,40 @@ static int shrink_mode(void) {
   return 0;
 }
 
+/* "registered" as a further word: the steps of the victims are registered with the backend
+ * before the double frees, which faults them in whole (their pages given back read zeros
+ * again, keys and all) while the blocks there stay held back. */
+static int REGISTERED;
+static void register_victims_steps(int whole, int part) {
+  const int victims[] = {whole, part};
+  int failed = 0;
+  for (int v = 0; v < 2; v++) {
+    if (victims[v] < 0) continue;
+    struct nic_region_ref ref;
+    /* The live block before the victim: its step is the victim's but for a step boundary. */
+    if (nic_register(b[victims[v] - victims[v] % KEEP_EVERY], 16, NIC_REG_LOCAL, &ref))
+      failed++;
+    else
+      nic_unregister(&ref);
+  }
+  printf("register_failed=%d\n", failed);
+  printf("registered_whole_resident=%d\n", whole >= 0 && resident(b[whole]));
+}
+
 /* A freed block whose first page went back (the last such), and a freed block in memory at its
  * start whose last bytes lie on a page that went back. */
 static int double_mode(void) {
   int whole = -1, part = -1;
   for (int i = 0; i < COUNT; i++) {
     if (kept(i)) continue;
-    /* The last one: with blocks of several slices' pages, one past the page's first slice. */
-    if (!resident(b[i])) whole = i;
+    /* The last one: with blocks of several slices' pages, one past the page's first slice. Under
+     * "registered" the first: its mimalloc page keeps live blocks (the last one's may have
+     * emptied and been freed, and its blocks be handed out anew). */
+    if (!resident(b[i]) && (whole < 0 || !REGISTERED)) whole = i;
     if (part < 0 && resident(b[i]) && !resident(b[i] + SIZE - 1)) part = i;
   }
   printf("whole=%d\npart=%d\n", whole, part);
+  if (REGISTERED) register_victims_steps(whole, part);
   print("before");
   if (whole >= 0) free(b[whole]);
   if (part >= 0) free(b[part]);
@@ -499,6 +523,7 @@ int main(int argc, char **argv) {
     if (!strcmp(argv[i], "trim")) TRIM = 1;
     if (!strcmp(argv[i], "polls")) POLLS = 1;
     if (!strcmp(argv[i], "edge")) EDGE = 1;
+    if (!strcmp(argv[i], "registered")) REGISTERED = 1;
   }
   if (!strcmp(mode, "others")) return others_mode();
   if (!strcmp(mode, "waits")) return waits_mode();
