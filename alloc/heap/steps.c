@@ -101,7 +101,8 @@ int nic_step_back_locked(unsigned index, unsigned step) {
   /* Only under a memory cgroup limit: every lazily backed step is looked at. */
   const size_t lazy =
       !cfg->populate_at_commit && nic_memcg_headroom() != SIZE_MAX ? untouched_bytes_locked() : 0;
-  int rc = nic_back_step(base, len, want, cfg->populate_at_commit, lazy, &m);
+  int rc = nic_back_step(base, len, want, cfg->populate_at_commit, lazy,
+                         cfg->on_pin_fail == NIC_PIN_FAIL_FAIL, &m);
   if (rc) {
     nic_log_fallback_once(cfg->on_pin_fail == NIC_PIN_FAIL_FAIL,
                           "cannot back dataplane chunk %u step %u with memory (%s)", index, step,
@@ -114,8 +115,8 @@ int nic_step_back_locked(unsigned index, unsigned step) {
    * hugetlb it missed now. */
   if (m.populated || want >= NIC_PAGE_2M) report_mapping(index, step, &m, want);
   /* Refused under NICMALLOC_ON_PIN_FAIL=fail: the step stays unbacked, so no registration is
-   * made of it. Its pages stay: mimalloc may have written to them already (a registration's
-   * backing of a cached segment). */
+   * made of it. nic_back_step faulted nothing in for it; pages it had stay: mimalloc may have
+   * written to them already (a registration's backing of a cached segment). */
   if (!accept_pin_result(index, step, &m)) return -ENOMEM;
   s->mapping = m;
   nic_step_not_whole_locked(index, step);

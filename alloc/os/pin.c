@@ -220,7 +220,7 @@ static bool lock_on_fault(void *addr, size_t len, int *err) {
 }
 
 int nic_back_step(void *addr, size_t len, enum nic_page_kind want, bool populate, size_t lazy_bytes,
-                  struct nic_mapping *out) {
+                  bool pin_or_nothing, struct nic_mapping *out) {
   out->kind = NIC_PAGE_NONE;
   out->pinned = false;
   out->pin_errno = 0;
@@ -239,7 +239,11 @@ int nic_back_step(void *addr, size_t len, enum nic_page_kind want, bool populate
     /* Room for the whole step all the same, and for what earlier steps locked as touched may
      * still take: a step backed here can always be touched whole. */
     if (!populate && nic_memcg_headroom() < len + len / 8 + lazy_bytes) return -EDQUOT;
-    if (!populate && lock_on_fault(addr, len, &err)) {
+    /* Locked before a page comes in: a lock RLIMIT_MEMLOCK has no room for is refused before
+     * anything is faulted in. A step faulted in whole and then refused the lock kept its pages
+     * under pin_or_nothing (4 MiB each, in no statistic, each retry another step). */
+    const bool on_fault = lock_on_fault(addr, len, &err);
+    if (on_fault && (!populate || (err && pin_or_nothing))) {
       /* Faulted in as touched, in small pages (advise_small_pages: a first touch under
        * MADV_HUGEPAGE, or THP "always", would fault in 2 MiB), or whole by nic_populate_step
        * before a registration, in transparent huge pages where they can be had. */
@@ -251,17 +255,30 @@ int nic_back_step(void *addr, size_t len, enum nic_page_kind want, bool populate
     }
     const bool thp = want >= NIC_PAGE_THP && thp_possible();
     if (thp) madvise(addr, len, MADV_HUGEPAGE);
-    if (nic_memcg_headroom_now() < len + len / 8)
+    if (nic_memcg_headroom_now() < len + len / 8) {
+      if (on_fault && !err) munlock(addr, len);
       return -EDQUOT; /* prefaulting it would wake the cgroup's OOM killer: see memcg.c */
+    }
     const long faults_before = thp ? thread_faults() : -1;
     int rc = prefault(addr, len, NIC_PAGE_SIZE);
-    if (rc) return rc; /* the range stays as it was: readable, writable, not backed */
+    if (rc) { /* the range stays as it was: readable, writable, not backed, not locked */
+      if (on_fault && !err) munlock(addr, len);
+      return rc;
+    }
     out->kind = thp && thp_backed(len, faults_before) ? NIC_PAGE_THP : NIC_PAGE_4K;
+    /* Every page came in under the lock on fault: locked, as mlock would have. */
+    if (on_fault) {
+      out->pinned = err == 0;
+      out->pin_errno = err;
+      return 0;
+    }
   }
   if (mlock(addr, len) == 0)
     out->pinned = true;
   else
     out->pin_errno = errno;
+  /* hugetlb pages from the pool, over a step nobody wrote to (fresh): back to the pool. */
+  if (!out->pinned && pin_or_nothing && out->kind >= NIC_PAGE_2M) restore_lazy(addr, len);
   return 0;
 }
 

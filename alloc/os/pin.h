@@ -29,9 +29,12 @@ int nic_map_lazy(void *addr, size_t len);
  * lazy_bytes, the part of earlier such steps not yet in memory). Returns 0 (out says the kind,
  * whether it is pinned and whether it is populated),
  * or -errno with the step as it was: -EDQUOT when faulting it in would not fit under the memory
- * cgroup's limit. */
+ * cgroup's limit. With pin_or_nothing (NICMALLOC_ON_PIN_FAIL=fail) a step that cannot be locked
+ * is left as it was, nothing faulted in for it (out->pinned false); only where the kernel cannot
+ * lock on fault (before Linux 4.4, or under Valgrind) are its pages faulted in before the lock is
+ * asked for, and kept. */
 int nic_back_step(void *addr, size_t len, enum nic_page_kind want, bool populate, size_t lazy_bytes,
-                  struct nic_mapping *out);
+                  bool pin_or_nothing, struct nic_mapping *out);
 /* Faults in every page of a step backed without populate (the lock covers them as they come),
  * in transparent huge pages where want allows and none of a 2 MiB range was touched yet: before
  * the NIC is given it. Never changes a byte of it: blocks may live there already. 0 (m's kind
