@@ -37,6 +37,9 @@ struct nic_step {
   /* Locked as touched, and found wholly in memory by a scan (nic_step_resident_locked): until
    * a page of it may leave, scans count it whole without asking the kernel. Chunk lock. */
   bool whole;
+  /* Refused for want of a lock (NICMALLOC_ON_PIN_FAIL=fail) and not backed since: counted once
+   * in pin_failures, however often mimalloc's commits ask for it again. Chunk lock. */
+  bool pin_refused;
 };
 
 struct nic_chunk {

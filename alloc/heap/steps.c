@@ -43,9 +43,13 @@ static void report_mapping(unsigned index, unsigned step, const struct nic_mappi
 
 /* Returns false when the policy says an unpinned step must not be used. */
 static bool accept_pin_result(unsigned index, unsigned step, const struct nic_mapping *m) {
+  struct nic_step *s = &nic_chunk_at(index)->steps[step];
+  const bool refused_before = s->pin_refused;
+  s->pin_refused = false;
   if (m->pinned) return true;
-  pin_failures++;
   const bool fail = nic_config()->on_pin_fail == NIC_PIN_FAIL_FAIL;
+  s->pin_refused = fail;
+  if (!refused_before) pin_failures++;
   struct rlimit lim = {0, 0};
   getrlimit(RLIMIT_MEMLOCK, &lim);
   nic_log_fallback_once(fail,
@@ -111,13 +115,14 @@ int nic_step_back_locked(unsigned index, unsigned step) {
                                         : strerror(-rc));
     return -ENOMEM;
   }
+  /* Refused under NICMALLOC_ON_PIN_FAIL=fail: the step stays unbacked, so no registration is
+   * made of it. nic_back_step faulted nothing in for it; pages it had stay: mimalloc may have
+   * written to them already (a registration's backing of a cached segment). Its page kind is
+   * neither said nor counted: it is not backed, and mimalloc asks for it again. */
+  if (!accept_pin_result(index, step, &m)) return -ENOMEM;
   /* A step locked as it is touched learns whether THP backs it when it is faulted in whole;
    * hugetlb it missed now. */
   if (m.populated || want >= NIC_PAGE_2M) report_mapping(index, step, &m, want);
-  /* Refused under NICMALLOC_ON_PIN_FAIL=fail: the step stays unbacked, so no registration is
-   * made of it. nic_back_step faulted nothing in for it; pages it had stay: mimalloc may have
-   * written to them already (a registration's backing of a cached segment). */
-  if (!accept_pin_result(index, step, &m)) return -ENOMEM;
   s->mapping = m;
   nic_step_not_whole_locked(index, step);
   c->mapping.kind = m.kind;
@@ -318,6 +323,7 @@ void nic_steps_forget_locked(unsigned index) {
   for (unsigned s = 0; s < nic_steps_per_chunk(); s++) {
     __atomic_store_n(&c->steps[s].backed, 0, __ATOMIC_RELEASE);
     c->steps[s].mapping.pinned = false;
+    c->steps[s].pin_refused = false;
     nic_step_not_whole_locked(index, s);
     nic_step_pages_forget_locked(index, s);
   }

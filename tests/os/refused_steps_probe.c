@@ -3,7 +3,8 @@
  * 4 MiB steps and NICMALLOC_ON_PIN_FAIL=fail): the first ones take the steps that can be locked,
  * the rest are refused. Prints, after the requests and again once every block was freed and the
  * reaper gave their steps back (dataplane_backed 0, or a bound), the bytes of the dataplane
- * chunks in memory (mincore) beside the stats, and how many steps were refused. */
+ * chunks in memory (mincore) beside the stats, and how many steps were refused. "again": before
+ * the frees, ten more requests, refused as the limit is taken, and the stats after them. */
 #define _GNU_SOURCE
 #include "nicmalloc.h"
 
@@ -49,9 +50,11 @@ static size_t dataplane_resident(const void *first, size_t chunk) {
 
 static void print(const char *tag, const void *first) {
   const struct nic_stats s = stats();
-  printf("%s_resident=%zu\n%s_backed=%zu\n%s_pinned=%zu\n%s_pin_failures=%llu\n", tag,
-         dataplane_resident(first, s.chunk_size), tag, s.dataplane_backed, tag, s.dataplane_pinned,
-         tag, (unsigned long long)s.pin_failures);
+  printf("%s_resident=%zu\n%s_backed=%zu\n%s_pinned=%zu\n%s_pin_failures=%llu\n"
+         "%s_page_fallbacks=%llu\n%s_steps_backed=%llu\n",
+         tag, dataplane_resident(first, s.chunk_size), tag, s.dataplane_backed, tag,
+         s.dataplane_pinned, tag, (unsigned long long)s.pin_failures, tag,
+         (unsigned long long)s.page_fallbacks, tag, (unsigned long long)s.steps_backed);
 }
 
 static uint64_t now_ms(void) {
@@ -60,7 +63,7 @@ static uint64_t now_ms(void) {
   return (uint64_t)ts.tv_sec * 1000 + (uint64_t)ts.tv_nsec / 1000000;
 }
 
-int main(void) {
+int main(int argc, char **argv) {
   struct rlimit lim;
   if (getrlimit(RLIMIT_MEMLOCK, &lim)) return 2;
   lim.rlim_cur = 8u << 20;
@@ -80,6 +83,16 @@ int main(void) {
   if (!got) return 0;
   const char *first = b[0] ? b[0] : b[1];
   print("requested", first);
+  if (argc > 1 && !strcmp(argv[1], "again")) {
+    int again = 0;
+    for (int i = 0; i < 10; i++) {
+      char *p = nic_malloc(BLOCK);
+      again += p != NULL;
+      nic_free(p);
+    }
+    printf("again_got=%d\n", again);
+    print("again", first);
+  }
   for (int i = 0; i < REQUESTS; i++)
     nic_free(b[i]);
   /* The reaper gives the emptied steps back after the release delay: waited for, with a bound. */
