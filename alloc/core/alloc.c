@@ -109,15 +109,24 @@ static bool wants_dataplane(size_t size, enum nic_route route) {
  * refused mapping, backing or pin was explained where it happened (chunks.c, steps.c), but not
  * every refusal is (a reservation under way on another thread, a retry window): the request's
  * side is said once too, so that no cause leaves a request on the control heap unsaid. */
-static void report_once(enum nic_dp_failure why, size_t size, bool fail) {
+static void report_once(enum nic_dp_failure why, size_t size, size_t alignment, bool fail) {
   const char *outcome =
       fail ? "returning ENOMEM (NICMALLOC_ON_PIN_FAIL=fail)" : "serving it from the control heap";
   switch (why) {
   case NIC_DP_TOO_LARGE:
-    nic_log_fallback_once(fail,
-                          "a dataplane request of %zu bytes is larger than a chunk can hold (%zu; "
-                          "see NICMALLOC_CHUNK_SIZE); %s",
-                          size, nic_dp_max_request(), outcome);
+    /* A size a chunk holds, refused for the room its alignment adds: "larger than 60 MiB" of a
+     * request under 60 MiB read as a wrong limit. */
+    if (size <= nic_dp_max_request() && alignment > NIC_MIN_BLOCK)
+      nic_log_fallback_once(fail,
+                            "a dataplane request of %zu bytes aligned to %zu bytes is larger than "
+                            "a chunk can hold with that alignment (%zu bytes unaligned; see "
+                            "NICMALLOC_CHUNK_SIZE); %s",
+                            size, alignment, nic_dp_max_request(), outcome);
+    else
+      nic_log_fallback_once(fail,
+                            "a dataplane request of %zu bytes is larger than a chunk can hold "
+                            "(%zu; see NICMALLOC_CHUNK_SIZE); %s",
+                            size, nic_dp_max_request(), outcome);
     break;
   case NIC_DP_CAP:
     /* Full may be of threads, not bytes: a thread-per-connection server past the ceiling. */
@@ -192,7 +201,7 @@ static void *dataplane_or_policy(size_t size, size_t alignment, bool zero) {
   }
   const bool fail = nic_config()->on_pin_fail == NIC_PIN_FAIL_FAIL;
   __atomic_add_fetch(fail ? &dataplane_failures : &dataplane_fallbacks, 1, __ATOMIC_RELAXED);
-  report_once(why, alignment > NIC_MI_ALIGNMENT_MAX ? size + alignment : size, fail);
+  report_once(why, size, alignment, fail);
   if (fail) return NULL;
   return control_alloc(size, alignment, zero);
 }
