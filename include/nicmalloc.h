@@ -353,11 +353,11 @@ int nic_endpoint_receive(struct nic_endpoint *ep, nic_receive_fn receive, void *
  * -errno that ended its receiving (-ECONNRESET, say). */
 int nic_endpoint_status(const struct nic_endpoint *ep);
 /* What one post to ep may carry, for a program that sends a longer message as several posts in
- * a row (include/nicmalloc/sg_post.h does). *max_entries: entries per post, ep's backend's
- * caps.max_sge, within the default backend's (nic_sga_init fills the array against it) and
- * NIC_SGA_CAPACITY: nic_sga_init(sga, *max_entries) makes an array ep takes. An endpoint with a
- * lower limit of its own (a verbs QP made with fewer send entries, a dpdk port with fewer
- * segments per packet) refuses more with -E2BIG at nic_sga_post, which posts nothing.
+ * a row (include/nicmalloc/sg_post.h does). *max_entries: entries per post, ep's own limit (its
+ * backend's caps.max_sge, or lower: a verbs QP's max_send_sge, a dpdk port's segments per
+ * packet), within the default backend's (nic_sga_init fills the array against it) and
+ * NIC_SGA_CAPACITY: nic_sga_init(sga, *max_entries) makes an array ep takes. On dpdk an entry
+ * over 64 KiB is several segments, so a post of that many entries may still get -E2BIG.
  * *max_message: the bytes of one post that a nicmalloc receiver of ep's kind takes whole: 65536
  * on verbs (nic_endpoint_receive's buffers); SIZE_MAX on sim, on uring (a TCP stream joins any
  * posts; on UDP each post is one datagram, within the socket's limit, so a message cut into posts

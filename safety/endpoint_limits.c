@@ -33,7 +33,8 @@ NIC_EXPORT int nic_endpoint_limits(const struct nic_endpoint *ep, unsigned *max_
     return -ENODEV;
   }
   unsigned entries = NIC_SGA_CAPACITY;
-  if (b->caps.max_sge < entries) entries = b->caps.max_sge;
+  const unsigned own = b->endpoint_max_entries ? b->endpoint_max_entries(b, ep) : b->caps.max_sge;
+  if (own < entries) entries = own;
   if (d->caps.max_sge < entries) entries = d->caps.max_sge;
   if (max_entries) *max_entries = entries;
   if (max_message)

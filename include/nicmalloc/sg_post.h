@@ -171,9 +171,9 @@ struct NoHook {
 // is posted and the next one begun (posts on one endpoint arrive in post order, so a stream
 // peer sees one run of bytes, which the stream readers join), so that nothing is copied to stay
 // under the entry limit (nic_sga_add would copy neighbours up to 64 KiB together, and fail past
-// that). A part ep refuses as too many entries (-E2BIG: a verbs QP or dpdk port below its
-// backend's limit; nothing was posted) is built again with half as many, and so are the parts
-// after it. Empty pieces are skipped. before_first_post() runs once, right before the first
+// that). A part ep refuses as too many entries (-E2BIG: a dpdk port, where an entry over 64 KiB
+// is several segments; nothing was posted) is built again with half as many, and so are the
+// parts after it. Empty pieces are skipped. before_first_post() runs once, right before the first
 // part is posted (not when an error comes first). Returns 0 and later runs done(arg, status)
 // once, when every part completed; or a negative errno of nic_endpoint_limits or
 // nic_sga_init/add/post, and done() does not run (parts posted before the error are on their

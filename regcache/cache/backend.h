@@ -129,6 +129,10 @@ struct nic_backend {
   int (*endpoint_receive)(struct nic_backend *b, struct nic_endpoint *ep, nic_endpoint_rx_fn rx,
                           void *arg);
   void (*rx_recycle)(struct nic_backend *b, struct nic_endpoint *ep, uint64_t token);
+  /* The most entries one post to ep takes where ep has a lower limit of its own than
+   * caps.max_sge (a verbs QP's max_send_sge, a dpdk port's segments per packet, an entry counted
+   * as one segment); NULL where every endpoint takes caps.max_sge. For nic_endpoint_limits. */
+  unsigned (*endpoint_max_entries)(struct nic_backend *b, const struct nic_endpoint *ep);
   void *priv;
 };
 

@@ -310,7 +310,8 @@ NIC_EXPORT struct nic_backend *nic_backend_dpdk_open(const struct nic_plugin_hos
                                  .endpoint_create = d_endpoint_create,
                                  .endpoint_destroy = nic_dpdk_endpoint_close,
                                  .endpoint_receive = nic_dpdk_endpoint_receive,
-                                 .rx_recycle = nic_dpdk_rx_recycle};
+                                 .rx_recycle = nic_dpdk_rx_recycle,
+                                 .endpoint_max_entries = nic_dpdk_endpoint_max_entries};
   be->hdr_pool = g.hdr_pool;
   be->own_eal = g.started_eal;
   pthread_mutex_init(&be->reg_lock, NULL);

@@ -223,6 +223,9 @@ void nic_dpdk_rx_port_started(uint16_t port, struct rte_mempool *pool);
 int nic_dpdk_endpoint_receive(struct nic_backend *b, struct nic_endpoint *ep, nic_endpoint_rx_fn rx,
                               void *arg);
 void nic_dpdk_rx_recycle(struct nic_backend *b, struct nic_endpoint *ep, uint64_t token);
+/* dpdk_mbuf.c: the port's segments per packet where below max_sge (an entry over 64 KiB takes
+ * several, so a post of that many may still be refused with -E2BIG). */
+unsigned nic_dpdk_endpoint_max_entries(struct nic_backend *b, const struct nic_endpoint *ep);
 /* From poll(): bursts from every receiving endpoint, handed over outside every lock, one thread
  * at a time per endpoint (an endpoint another thread hands packets of over is skipped), so each
  * endpoint's receive function runs on one thread at a time, in the order packets came. Returns

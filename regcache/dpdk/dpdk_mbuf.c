@@ -82,6 +82,10 @@ static int fail(struct dbackend *be, struct nic_endpoint *ep, nic_completion_fn 
   return 0;
 }
 
+unsigned nic_dpdk_endpoint_max_entries(struct nic_backend *b, const struct nic_endpoint *ep) {
+  return ep && ep->max_segs < b->caps.max_sge ? ep->max_segs : b->caps.max_sge;
+}
+
 static struct rte_mbuf *build(struct dbackend *be, struct nic_endpoint *ep,
                               const struct nic_sge *sge, unsigned n, nic_completion_fn done,
                               void *arg, int *err) {

@@ -400,6 +400,11 @@ static int v_endpoint_receive(struct nic_backend *b, struct nic_endpoint *ep, ni
   return 0;
 }
 
+/* The QP's max_send_sge where it is below the device's (vpost refuses more with -E2BIG). */
+static unsigned v_endpoint_max_entries(struct nic_backend *b, const struct nic_endpoint *ep) {
+  return ep->max_sge < b->caps.max_sge ? ep->max_sge : b->caps.max_sge;
+}
+
 /* Gives buffer token back to the NIC. When the QP broke meanwhile and nothing else is posted,
  * that is the end of receiving (no completion will come to say it): kept in the books and told
  * by the next poll, as everything the receiver hears (this runs inside nic_release, a destroy,
@@ -686,7 +691,8 @@ static int setup(struct vbackend *vb, struct ibv_device *dev) {
       .endpoint_create = v_endpoint_create,
       .endpoint_destroy = nic_verbs_endpoint_close,
       .endpoint_receive = v_endpoint_receive,
-      .rx_recycle = v_rx_recycle};
+      .rx_recycle = v_rx_recycle,
+      .endpoint_max_entries = v_endpoint_max_entries};
   pthread_mutex_init(&vb->reg_lock, NULL);
   return pthread_mutex_init(&vb->lock, NULL);
 }

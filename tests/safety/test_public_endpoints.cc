@@ -420,14 +420,17 @@ TEST(DpdkEndpoint, DefaultPortIsBusyWhileAPostIsInFlight) {
 }
 
 // A port the application configured without multi-segment transmit takes one segment per
-// packet (its driver may send a chain's first segment alone): a post of two entries is -E2BIG
-// and leaves the array as it was; one entry goes out.
+// packet (its driver may send a chain's first segment alone), and nic_endpoint_limits says so:
+// a post of two entries is -E2BIG and leaves the array as it was; one entry goes out.
 TEST(DpdkEndpoint, PortWithoutMultiSegmentTransmitTakesOneEntry) {
   REQUIRE_DPDK();
   int ports[2];
   ASSERT_EQ(StartRingPortPair("one", 8, ports, false), "");
   nic_endpoint *ep = nic_dpdk_endpoint_create(ports[0], 0);
   ASSERT_NE(ep, nullptr);
+  unsigned entries = 0;
+  ASSERT_EQ(nic_endpoint_limits(ep, &entries, nullptr), 0);
+  EXPECT_EQ(entries, 1u);
   Message msg;
   Done done;
   nic_sga sga;
