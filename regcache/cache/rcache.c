@@ -536,15 +536,10 @@ size_t nic_rcache_limit_passed(struct nic_rcache *c, const void *p, size_t len, 
   return max ? max : nic_config()->rcache_max_bytes; /* 0 until the first miss reads it */
 }
 
-int nic_rcache_acquire(struct nic_rcache *c, const void *p, size_t len, unsigned access,
-                       struct nic_rcache_ref *out) {
-  uintptr_t start = (uintptr_t)p, last;
-  if (bad_range(start, len, &last)) return -ERANGE;
-  const bool cached = !(access & UNSHARED); /* see insert_locked */
-  if (cached && lookup(c, start, last, access, out)) {
-    count(&c->stats.hits);
-    return 0;
-  }
+/* A miss: out of line, so that the hit path saves no registers for it. */
+static __attribute__((noinline)) int acquire_missed(struct nic_rcache *c, uintptr_t start,
+                                                    uintptr_t last, unsigned access, bool cached,
+                                                    struct nic_rcache_ref *out) {
   /* The default backend opens (a plugin's start-up: DPDK's EAL, on a thread of ours) before the
    * lock: under it, the open would wait for whatever its allocations and threads take, which a
    * fork's handler may hold while it waits for this lock (alloc/base/forklock.h). */
@@ -571,6 +566,18 @@ int nic_rcache_acquire(struct nic_rcache *c, const void *p, size_t len, unsigned
       return -ENOSPC; /* refused now: the caller copies what it can */
     }
   }
+}
+
+int nic_rcache_acquire(struct nic_rcache *c, const void *p, size_t len, unsigned access,
+                       struct nic_rcache_ref *out) {
+  uintptr_t start = (uintptr_t)p, last;
+  if (bad_range(start, len, &last)) return -ERANGE;
+  const bool cached = !(access & UNSHARED); /* see insert_locked */
+  if (cached && lookup(c, start, last, access, out)) {
+    count(&c->stats.hits);
+    return 0;
+  }
+  return acquire_missed(c, start, last, access, cached, out);
 }
 
 int nic_rcache_find(struct nic_rcache *c, const void *p, size_t len, unsigned access,
