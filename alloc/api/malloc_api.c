@@ -4,6 +4,7 @@
 #include "control_sub_pages.h"
 #include "export.h"
 #include "late_decommit.h"
+#include "nocancel.h"
 #include "nudge.h"
 
 #include <errno.h>
@@ -159,9 +160,11 @@ NIC_EXPORT size_t malloc_usable_size(void *p) {
  * this one empties the huge-block cache, releases empty chunks, frees the empty segments exited
  * threads left, and gives back what the control heap holds free: the calling thread's at once,
  * the other threads' at their next allocation off the fast path (nudge.h). Returns 1 when
- * something went back to the OS, as glibc does. */
+ * something went back to the OS, as glibc does. No cancellation point, as glibc's is none: its
+ * asks and passes take nicmalloc's locks, and a cancel pending waits for the program's next one. */
 NIC_EXPORT int malloc_trim(size_t pad) {
   (void)pad;
+  NIC_CANCEL_OFF_SCOPE();
   /* Sized: an unset size is whatever the stack held, and nic_get_stats would refuse it. */
   struct nic_stats before = NIC_STATS_INIT, after = NIC_STATS_INIT;
   nic_get_stats(&before);

@@ -4,6 +4,7 @@
 #include "late_decommit.h"
 #include "mi_decommit.h"
 #include "nicmalloc.h"
+#include "nocancel.h"
 #include "reaper.h"
 #include "sub_pages.h"
 
@@ -50,6 +51,7 @@ NIC_EXPORT void nic_dataplane_end(void) {
 }
 
 NIC_EXPORT void nic_collect(void) {
+  NIC_CANCEL_OFF_SCOPE(); /* the pass and the asks take nicmalloc's locks */
   struct nic_thread *t = &nic_self;
   /* What this pass starts waiting for (the release delay) the thread goes on with: in a fork
    * child it may not run yet. */

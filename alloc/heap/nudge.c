@@ -5,6 +5,7 @@
 #include "control_sub_pages.h"
 #include "late_decommit.h"
 #include "mi_decommit.h"
+#include "nocancel.h"
 #include "sub_pages.h"
 #include "sub_pages_scan.h"
 #include "thread.h"
@@ -212,20 +213,19 @@ static int wake_fd(struct nic_thread *t) {
   return t->wake_fd_plus1 - 1;
 }
 
-/* Empties the eventfd (nonblocking: 0 fails with EAGAIN, nobody asked). */
+/* Empties the eventfd (nonblocking: 0 fails with EAGAIN, nobody asked). This and wake_again run in
+ * nic_poll, which is no cancellation point, and acts on no cancel (nocancel.h). */
 static void wake_read(const struct nic_thread *t) {
   const int err = errno;
-  uint64_t count;
-  if (read(t->wake_fd_plus1 - 1, &count, sizeof count) < 0) errno = err;
+  if (nic_eventfd_take_nocancel(t->wake_fd_plus1 - 1) < 0) errno = err;
 }
 
 /* Makes the thread's set poll readable again (nic_thread_event_fd): a pass is left. A new write
  * is also a new edge, for a program that polls the set edge-triggered. */
 static void wake_again(const struct nic_thread *t) {
-  static const uint64_t one = 1;
   const int err = errno;
-  if (write(t->wake_fd_plus1 - 1, &one, sizeof one) < 0)
-    errno = err; /* a full counter: readable all the same */
+  nic_eventfd_signal_nocancel(t->wake_fd_plus1 - 1); /* a full counter: readable all the same */
+  errno = err;
 }
 
 /* With the set handed out, every ask wrote to the eventfd before it set wake_unread: cleared

@@ -5,6 +5,7 @@
 
 #include "forklock.h"
 #include "log.h"
+#include "nocancel.h"
 #include "startup.h"
 
 #include <errno.h>
@@ -235,10 +236,12 @@ static bool still_ours(int set, int wake) {
   return ours;
 }
 
+/* In a key destructor, or in a fork child with the parent's cancel pending: no cancellation point
+ * (nocancel.h). */
 void nic_thread_close_wake(struct nic_thread *t) {
   if (t->thread_fd_plus1 && still_ours(t->thread_fd_plus1 - 1, t->wake_fd_plus1 - 1))
-    close(t->thread_fd_plus1 - 1);
-  if (t->wake_fd_plus1) close(t->wake_fd_plus1 - 1);
+    nic_close_nocancel(t->thread_fd_plus1 - 1);
+  if (t->wake_fd_plus1) nic_close_nocancel(t->wake_fd_plus1 - 1);
   __atomic_store_n(&t->thread_fd_plus1, 0, __ATOMIC_RELAXED);
   t->wake_fd_plus1 = 0;
   t->waiting = 0;
@@ -249,17 +252,17 @@ void nic_thread_close_wake(struct nic_thread *t) {
  * as the waiter sets waiting (or hands the set out) before it looks for an ask
  * (nic_nudge_wait_begin, nic_nudge_thread_event_fd): one of the two sees the other. The write
  * before wake_unread, which the thread clears before it reads the eventfd (nudge.c): every
- * write is read by a later poll of the thread's. */
+ * write is read by a later poll of the thread's. The write is no cancellation point (nocancel.h):
+ * glibc's, reached from malloc_trim with a cancel pending, unwound the caller with the list's lock
+ * held, and every later thread exit and fork waited for it. A full counter fails the write, and
+ * the thread wakes all the same. */
 void nic_threads_ask_decommit(uint64_t chunks) {
-  static const uint64_t one = 1;
   pthread_mutex_lock(&threads_lock);
   for (struct nic_thread *t = threads; t; t = t->next) {
     __atomic_fetch_or(&t->decommit_asked, chunks, __ATOMIC_SEQ_CST);
     const bool handed = __atomic_load_n(&t->thread_fd_plus1, __ATOMIC_SEQ_CST) != 0;
     if (!handed && !__atomic_load_n(&t->waiting, __ATOMIC_SEQ_CST)) continue;
-    if (t->wake_fd_plus1 && write(t->wake_fd_plus1 - 1, &one, sizeof one) < 0) {
-      /* a full counter: the thread wakes all the same */
-    }
+    if (t->wake_fd_plus1) nic_eventfd_signal_nocancel(t->wake_fd_plus1 - 1);
     if (handed) __atomic_store_n(&t->wake_unread, 1, __ATOMIC_SEQ_CST);
   }
   pthread_mutex_unlock(&threads_lock);

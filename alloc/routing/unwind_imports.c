@@ -24,6 +24,7 @@
 #include "unwind.h"
 
 #include "imports.h"
+#include "nocancel.h"
 
 #include <dlfcn.h>
 #include <errno.h>
@@ -44,7 +45,7 @@ static ssize_t unwind_read(int fd, void *buf, size_t len) {
     errno = EAGAIN;
     return -1;
   }
-  return read(fd, buf, len);
+  return nic_read_nocancel(fd, buf, len); /* it walks inside malloc: no cancellation point */
 }
 
 /* libunwind calls syscall for its test writes only, but any call is passed on whole. */

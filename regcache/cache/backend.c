@@ -408,8 +408,8 @@ int nic_backends_poll(int max) {
   NIC_INTERNAL_SCOPE();
   const int ticks = __atomic_load_n(&ticker, __ATOMIC_ACQUIRE);
   if (__builtin_expect(ticks >= 0, 0)) { /* else the set would stay readable */
-    uint64_t expired;
-    if (read(ticks, &expired, sizeof expired) < 0) expired = 0;
+    uint64_t expired; /* no cancellation point: nic_poll acts on no cancel (nocancel.h) */
+    if (nic_read_nocancel(ticks, &expired, sizeof expired) < 0) expired = 0;
   }
   int ran = 0;
   for (unsigned k = 0; k < NIC_BACKEND_KINDS; k++) {

@@ -5,6 +5,7 @@
  * key=value lines; alarm() turns a deadlock into SIGALRM. */
 #define _GNU_SOURCE
 #include "nicmalloc.h"
+#include "warm_up_cancel.h"
 
 #include <arpa/inet.h>
 #include <errno.h>
@@ -18,20 +19,6 @@
 #include <unistd.h>
 
 #define DEADLOCK_S 30
-
-static void *noop(void *arg) {
-  pthread_testcancel();
-  return arg;
-}
-
-/* The first pthread_cancel loads libgcc_s (and allocates): done before the one that matters, so
- * that the victim's own calls are what meets its cancel. */
-static void warm_up_cancel(void) {
-  pthread_t t;
-  pthread_create(&t, NULL, noop, NULL);
-  pthread_cancel(t);
-  pthread_join(t, NULL);
-}
 
 /* Runs fn on a thread that cancels itself first; says whether it was cancelled. */
 static int run_victim(void *(*fn)(void *), void *arg) {
@@ -316,7 +303,7 @@ static int cmd_fork_pending(void) {
 int main(int argc, char **argv) {
   setvbuf(stdout, NULL, _IONBF, 0);
   alarm(DEADLOCK_S);
-  warm_up_cancel();
+  nic_warm_up_cancel();
   const char *cmd = argc > 1 ? argv[1] : "";
   if (!strcmp(cmd, "open")) return cmd_open();
   if (!strcmp(cmd, "post-poll")) return cmd_post_poll();
