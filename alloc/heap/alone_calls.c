@@ -2,13 +2,13 @@
  * Joining or making a user namespace fails with EINVAL in a process with more than one thread,
  * and so does joining a mount namespace while another thread shares the file-system state (every
  * pthread does). nicmalloc's reaper (reaper.h) starts at the first dataplane allocation, the
- * first profile sample or the first huge control block, so unmodified single-threaded programs
- * that change namespaces (unshare -U, container runtimes, sandboxes) failed under
- * NICMALLOC_DP_MIN_SIZE or NICMALLOC_PROFILE. A call that fails with EINVAL while the reaper
- * runs is made again without it: the reaper is stopped and waited for, the call made once the
- * kernel counts the process as one thread (or no longer counts the reaper among its threads),
- * and the reaper started again whatever the answer. Threads nicmalloc starts on nic_* API use
- * (backends, fences) are the program's choice and are not stopped: with them the call fails as
+ * first profile sample, the first huge control block or nicmalloc's first other thread, so
+ * unmodified single-threaded programs that change namespaces (unshare -U, container runtimes,
+ * sandboxes) failed under NICMALLOC_DP_MIN_SIZE or NICMALLOC_PROFILE. A call that fails with EINVAL
+ * while the reaper runs is made again without it: the reaper is stopped and waited for, the call
+ * made once the kernel counts the process as one thread (or no longer counts the reaper among its
+ * threads), and the reaper started again whatever the answer. Threads nicmalloc starts on nic_* API
+ * use (backends, fences) are the program's choice and are not stopped: with them the call fails as
  * it would for any other thread. */
 #define _GNU_SOURCE
 #include "export.h"

@@ -1,7 +1,9 @@
 /* A program whose main thread ends with pthread_exit ends when its last thread does: glibc then
- * calls exit(0). The reaper never ends, so such a process lived on forever once its own threads
- * were gone, held up by ours. The reaper asks after each pass whether it is alone with a main
- * thread that has already exited, and if so does what glibc would have done. */
+ * calls exit(0). nicmalloc's threads never end, and glibc counts them, so such a process lived on
+ * forever once its own threads were gone, held up by ours; and as ours block the program's
+ * signals, a SIGTERM stayed pending with no thread to take it. The reaper asks now and then
+ * whether nicmalloc's own threads (an exact count: nic_own_threads_live) are all that is left
+ * beside a main thread that has already exited, and if so does what glibc would have done. */
 #include "last_thread.h"
 
 #include "nocancel.h"

@@ -238,12 +238,14 @@ static void *reaper_main(void *arg) {
     syscall(SYS_futex, &stop_word, FUTEX_WAIT_PRIVATE, 0, &ts, NULL, 0);
     if (__atomic_load_n(&stop_word, __ATOMIC_ACQUIRE)) break;
     nic_reaper_pass();
-    /* Alone: only when no other nicmalloc thread runs (they start on nic_* API use). Two /proc
-     * reads, so at most once a second: a second late is no matter at the end of a process. */
+    /* The program's threads all gone, nicmalloc's own alone left (the backends', the fences',
+     * started on nic_* API use, count in glibc's threads too): exit(0), as glibc's last thread
+     * does. Two /proc reads, so at most once a second: a second late is no matter at the end of a
+     * process. */
     const uint64_t now = nic_now_ms();
     if (now - alone_checked_ms < 1000) continue;
     alone_checked_ms = now;
-    if (nic_only_background_left(1)) exit(0);
+    if (nic_only_background_left(nic_own_threads_live())) exit(0);
   }
   nic_internal_leave();
   return NULL;

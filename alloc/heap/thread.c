@@ -6,10 +6,12 @@
 #include "forklock.h"
 #include "log.h"
 #include "nocancel.h"
+#include "reaper.h"
 #include "startup.h"
 
 #include <errno.h>
 #include <limits.h>
+#include <linux/futex.h>
 #include <pthread.h>
 #include <string.h>
 #include <sys/epoll.h>
@@ -113,16 +115,61 @@ void nic_thread_after_late_alloc(struct nic_thread *t) {
   abandon_heaps(t);
 }
 
+/* nicmalloc's own threads that run their function (nic_own_threads_live). Counted by the thread
+ * itself, once the kernel counts it and before it leaves, so the kernel's count never falls short
+ * of ours: a look in between takes a thread of ours for the program's, never the other way. */
+static int own_live;
+static __thread bool own_thread __attribute__((tls_model("initial-exec")));
+
+struct own_start {
+  void *(*fn)(void *);
+  void *arg;
+  int taken; /* a futex word: the new thread has read fn and arg */
+};
+
+static void own_thread_ends(void *unused) {
+  (void)unused;
+  __atomic_sub_fetch(&own_live, 1, __ATOMIC_RELEASE);
+}
+
+static void *own_thread_main(void *start) {
+  struct own_start *s = start;
+  void *(*fn)(void *) = s->fn;
+  void *arg = s->arg;
+  __atomic_add_fetch(&own_live, 1, __ATOMIC_RELEASE);
+  own_thread = true;
+  __atomic_store_n(&s->taken, 1, __ATOMIC_RELEASE);
+  syscall(SYS_futex, &s->taken, FUTEX_WAKE_PRIVATE, 1, NULL, NULL, 0);
+  void *result;
+  pthread_cleanup_push(own_thread_ends, NULL);
+  result = fn(arg);
+  pthread_cleanup_pop(1);
+  return result;
+}
+
 int nic_own_thread_create(pthread_t *thread, void *(*fn)(void *), void *arg, const sigset_t *mask) {
   NIC_INTERNAL_SCOPE();
   sigset_t all, old;
   sigfillset(&all);
   pthread_sigmask(SIG_SETMASK, mask ? mask : &all, &old); /* the new thread inherits it */
+  struct own_start start = {fn, arg, 0};
   nic_lifetime_begin();
-  const int rc = pthread_create(thread, NULL, fn, arg);
+  const int rc = pthread_create(thread, NULL, own_thread_main, &start);
   nic_lifetime_end();
+  /* start lives on this stack: the raw futex wait is no cancellation point */
+  while (rc == 0 && !__atomic_load_n(&start.taken, __ATOMIC_ACQUIRE))
+    syscall(SYS_futex, &start.taken, FUTEX_WAIT_PRIVATE, 0, NULL, NULL, 0);
   pthread_sigmask(SIG_SETMASK, &old, NULL);
+  /* The reaper is what sees the program's threads all gone (last_thread.h): it runs while any
+   * thread of ours does, or a program that only made an endpoint would never end. Made first,
+   * its own creation comes here again and finds it started. */
+  if (rc == 0) nic_reaper_start();
   return rc;
+}
+
+unsigned nic_own_threads_live(void) {
+  const int n = __atomic_load_n(&own_live, __ATOMIC_ACQUIRE);
+  return n > 0 ? (unsigned)n : 0;
 }
 
 void nic_signals_but_faults(sigset_t *set) {
@@ -277,6 +324,7 @@ static void after_fork_child(void) {
     nic_thread_close_wake(t);
   /* The other threads are gone; their blocks live on in the child, in mimalloc's pages. */
   threads = NULL;
+  own_live = own_thread ? 1 : 0;
   if (self->state == NIC_THREAD_READY) {
     self->next = self->prev = NULL;
     threads = self;

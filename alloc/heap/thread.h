@@ -153,9 +153,13 @@ void nic_thread_after_late_alloc(struct nic_thread *t);
  * _mi_abandoned_collect, which visits the same segments again and again): measured, a thread's
  * start and exit took 150 us instead of 40 once the first dataplane allocation (which starts
  * the reaper) had come from a thread that exited. So what the creation allocates on a thread
- * other than the main one is mapped apart, as blocks nicmalloc maps itself (mapped.h). Returns
- * pthread_create's answer. */
+ * other than the main one is mapped apart, as blocks nicmalloc maps itself (mapped.h). The thread
+ * is counted while it runs (nic_own_threads_live), and the reaper started with it, which ends the
+ * process once these are all that is left (last_thread.h). Returns pthread_create's answer. */
 int nic_own_thread_create(pthread_t *thread, void *(*fn)(void *), void *arg, const sigset_t *mask);
+/* How many threads nic_own_thread_create made are alive: at most as many as the kernel counts,
+ * never more. */
+unsigned nic_own_threads_live(void);
 /* Every signal but the faults a thread causes itself (SIGSEGV, SIGBUS, SIGFPE, SIGILL, SIGTRAP):
  * the mask of threads that keep the program's handlers off but run code whose faults must reach
  * theirs (completions writing a page the mprotect fence holds; DPDK's EAL catching SIGBUS as it

@@ -1,0 +1,43 @@
+// A program that used nicmalloc's API and whose main thread calls pthread_exit ends with exit(0)
+// when its last thread does, as under glibc alone (tests/heap/main_exit_probe.c forks the program
+// and kills it at its deadline). nicmalloc's threads count in glibc's live threads, so glibc's
+// last-thread exit never came; the reaper, which does it in their stead, counted itself alone as
+// nicmalloc's, and did not run at all where no dataplane block was made. Without the fix the
+// program lived on, blocking every signal, until the probe killed it (ended=0).
+#include <gtest/gtest.h>
+
+#include "probe_runner.h"
+
+namespace {
+
+void ExpectEndsAfterMainPthreadExit(const std::vector<std::string> &env, const std::string &mode) {
+  std::vector<std::string> all = env;
+  all.push_back("NICMALLOC_BACKEND=sim");
+  ProbeResult r = run_program(NIC_PROBE_PATH, all, {mode});
+  ASSERT_EQ(r.exit_code, 0) << r.out << r.err;
+  ASSERT_EQ(r.num("endpoint"), 1) << r.err;
+  if (mode == "post") {
+    EXPECT_EQ(r.num("post_rc"), 0);
+    EXPECT_EQ(r.num("post_done"), 1);
+  }
+  EXPECT_EQ(r.num("main_ended"), 1);
+  EXPECT_EQ(r.num("ended"), 1) << "the program outlived its last thread";
+  EXPECT_EQ(r.num("exit_status"), 0);
+  EXPECT_EQ(r.values.count("atexit_ran"), 1u) << "not ended by exit()";
+}
+
+} // namespace
+
+TEST(MainExit, AProgramThatPostedEndsWithItsLastThread) {
+  ExpectEndsAfterMainPthreadExit({}, "post");
+}
+
+// The fence's threads (the userfaultfd handler among them) are nicmalloc's too.
+TEST(MainExit, AProgramThatPostedUnderTheProtectFenceEndsWithItsLastThread) {
+  ExpectEndsAfterMainPthreadExit({"NICMALLOC_FENCE=protect"}, "post");
+}
+
+// Only an endpoint: the sim's thread runs, and no dataplane block started the reaper.
+TEST(MainExit, AProgramThatOnlyMadeAnEndpointEndsWithItsLastThread) {
+  ExpectEndsAfterMainPthreadExit({}, "endpoint");
+}
