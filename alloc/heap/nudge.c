@@ -256,7 +256,7 @@ int nic_nudge_thread_event_fd(int backends_fd) {
   if (epoll_ctl(set, EPOLL_CTL_ADD, t->wake_fd_plus1 - 1, &ready) ||
       (backends_fd >= 0 && epoll_ctl(set, EPOLL_CTL_ADD, backends_fd, &ready))) {
     const int err = errno;
-    close(set);
+    nic_close_nocancel(set); /* nic_thread_event_fd is no cancellation point */
     return -err;
   }
   __atomic_store_n(&t->thread_fd_plus1, set + 1, __ATOMIC_SEQ_CST);

@@ -189,7 +189,7 @@ static void ticker_start_locked(const struct nic_backend *b) {
                   "it started, cannot be made to tick for it (%s): a program asleep on that set "
                   "is not woken for its completions; nic_wait polls it",
                   b->name, strerror(errno));
-    if (fd >= 0) close(fd);
+    if (fd >= 0) nic_close_nocancel(fd); /* under the backends lock: no cancellation point */
     return;
   }
   nic_fds_adopt(fd);
