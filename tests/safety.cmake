@@ -55,6 +55,15 @@ foreach(suite test_fence_protect test_fence_detect)
   gtest_discover_tests(${suite} PROPERTIES TIMEOUT 120 DISCOVERY_TIMEOUT 60)
 endforeach()
 
+# protect and the pass that gives back free 4 KiB pages inside dataplane pages in use: on 4 KiB
+# pages, with the release and purge delays beyond the test, so that only the test's own pass runs.
+add_executable(test_fence_sub_pages ${CMAKE_CURRENT_LIST_DIR}/safety/test_fence_sub_pages.cc)
+target_link_libraries(test_fence_sub_pages PRIVATE ${NIC_RUNTIME_LAYERS} GTest::gtest
+  GTest::gtest_main Threads::Threads)
+nic_gtest_with_env(test_fence_sub_pages ${NIC_SAFETY_ENV} NICMALLOC_FENCE=protect
+  NICMALLOC_PAGE_KIND=4k NICMALLOC_RELEASE_DELAY_MS=3600000 NICMALLOC_PURGE_DELAY_MS=3600000)
+gtest_discover_tests(test_fence_sub_pages PROPERTIES TIMEOUT 120 DISCOVERY_TIMEOUT 60)
+
 # Translation-cache pressure, once with a tiny NIC cache (pressure, copies) and once with the
 # default one (none).
 add_executable(test_pressure safety/test_pressure.cc)

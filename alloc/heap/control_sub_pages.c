@@ -30,7 +30,6 @@ static bool begin_pass(uintptr_t lo, uintptr_t hi) {
   (void)lo, (void)hi;
   return true;
 }
-static void end_pass(void) {}
 
 static bool hold_page(uintptr_t a, uintptr_t from, uintptr_t to) {
   (void)from, (void)to;
@@ -75,7 +74,6 @@ static const struct nic_sub_pages_area control = {
     .begin = begin_pass,
     .hold = hold_page,
     .drop = drop_runs,
-    .end = end_pass,
     .held = page_held,
 };
 

@@ -99,11 +99,24 @@ static void forget_stale(uintptr_t header, uintptr_t span, size_t len) {
   forget_range(span, len);
 }
 
-static bool begin_locked(uintptr_t lo, uintptr_t hi) {
+/* A look before the blocks leave the lists: the lock is not kept while the pass writes them
+ * (sub_pages_scan.h), which a page protected for a DMA holds until the completion; the sim's
+ * engine, the reaper and fork wait for this lock. */
+static bool steps_allow_now(uintptr_t lo, uintptr_t hi) {
   nic_chunks_lock();
-  if (steps_allow(lo, hi)) return true;
+  const bool allow = steps_allow(lo, hi);
   nic_chunks_unlock();
-  return false;
+  return allow;
+}
+
+/* Asked again under the lock: a registration that holds page references may have begun since
+ * the look. Its pages then stay, their blocks held back, as when the kernel refuses the drop. */
+static size_t drop_if_allowed(uintptr_t lo, const uint64_t *drop, size_t pages) {
+  nic_chunks_lock();
+  const size_t bytes =
+      steps_allow(lo, lo + (pages << NIC_PAGE_SHIFT)) ? drop_runs(lo, drop, pages) : 0;
+  nic_chunks_unlock();
+  return bytes;
 }
 
 /* The blocks over the page leave free's fast path (their slices) and the map holds the page. */
@@ -121,10 +134,9 @@ static bool page_held(uintptr_t a) {
 
 static const struct nic_sub_pages_area dataplane = {
     .forget = forget_stale,
-    .begin = begin_locked,
+    .begin = steps_allow_now,
     .hold = hold_page,
-    .drop = drop_runs,
-    .end = nic_chunks_unlock,
+    .drop = drop_if_allowed,
     .held = page_held,
 };
 

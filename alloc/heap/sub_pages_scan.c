@@ -222,9 +222,7 @@ static size_t finish_page(const struct nic_sub_pages_area *area, const struct pa
   word_set(header + NIC_MI_PAGE_LOCAL_FREE, relink(&v, q->local, free));
   *read += count; /* the lists read again (their blocks in cache now) */
   __atomic_store_n((uintptr_t *)(header + NIC_MI_PAGE_PADDING), mark_of(header), __ATOMIC_RELEASE);
-  const size_t bytes = area->drop(lo, drop, pages);
-  area->end();
-  return bytes;
+  return area->drop(lo, drop, pages);
 }
 
 /* The pages of a segment the pass has claimed (or found marked) and whose lists are read

@@ -22,17 +22,18 @@ struct nic_sub_pages_area {
   /* The page at header carries no mark: what the area recorded for [span, span + len) is from
    * a page mimalloc freed since, and stale. */
   void (*forget)(uintptr_t header, uintptr_t span, size_t len);
-  /* Before blocks leave the lists of [lo, hi): false leaves the page as it is; after true, end
-   * follows the drop. */
+  /* Before blocks leave the lists of [lo, hi): whether its pages may go now (false leaves the
+   * page as it is). No lock of the area is held from here on while the pass writes blocks: a
+   * write into a page write-protected for a DMA in flight (NICMALLOC_FENCE=protect) waits for
+   * the completion, and the completion may need that lock. */
   bool (*begin)(uintptr_t lo, uintptr_t hi);
   /* The 4 KiB page at a is to go: recorded before the blocks over it, [from, to), leave the
    * lists (a free that reads zeros there asks the map). False: it could not be, and the page
    * stays, its blocks with it. */
   bool (*hold)(uintptr_t a, uintptr_t from, uintptr_t to);
-  /* Drops the 4 KiB pages set in drop (bit i: the page at lo + i * 4 KiB); returns the bytes
-   * dropped. */
+  /* Drops the 4 KiB pages set in drop (bit i: the page at lo + i * 4 KiB) if they may still go
+   * (else their blocks stay held back over pages in memory); returns the bytes dropped. */
   size_t (*drop)(uintptr_t lo, const uint64_t *drop, size_t pages);
-  void (*end)(void);
   /* The 4 KiB page at a was given back by an earlier pass over a page that carries the mark. */
   bool (*held)(uintptr_t a);
 };

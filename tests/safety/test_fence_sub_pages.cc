@@ -1,0 +1,189 @@
+// NICMALLOC_FENCE=protect and the pass that gives back the free 4 KiB pages inside dataplane
+// pages in use (alloc/heap/sub_pages.h): it rewrites the free lists of the pages it passes, and
+// a free block may share its 4 KiB page with a block a post has write-protected. The sim is
+// paused, so that the DMA stays in flight as long as the test wants; the fence's timeout is far
+// beyond the test's deadlines, so that only the completion can let a held writer go.
+#include <gtest/gtest.h>
+
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <atomic>
+#include <chrono>
+#include <cstring>
+#include <functional>
+#include <set>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include <mimalloc.h> // before chunks.h: its C++ parts cannot sit in extern "C"
+
+#include "nicmalloc.h"
+extern "C" {
+#include "backend.h"
+#include "chunks.h"
+#include "fence.h"
+#include "safety.h"
+#include "sim_nic.h"
+#include "sub_pages.h"
+}
+
+#include "sim_endpoint_fixture.h"
+
+namespace {
+
+// Polls cond until it holds or the deadline passes.
+bool WaitFor(const std::function<bool()> &cond, std::chrono::milliseconds within) {
+  const auto deadline = std::chrono::steady_clock::now() + within;
+  while (!cond()) {
+    if (std::chrono::steady_clock::now() > deadline) return false;
+    std::this_thread::sleep_for(std::chrono::milliseconds(1));
+  }
+  return true;
+}
+constexpr std::chrono::milliseconds kBroken{20000}; // for a broken build, not a measurement
+constexpr std::chrono::milliseconds kLockDeadline{5000};
+constexpr unsigned kFenceTimeoutMs = 30000;
+constexpr size_t kBlock = 512;
+
+uint64_t WritersHeld() {
+  return __atomic_load_n(&nic_safety_ctr.fence_writers_held, __ATOMIC_RELAXED);
+}
+
+const char *Name(nic_fence_protect_with w) {
+  return w == NIC_PROTECT_UFFD ? "uffd" : "mprotect";
+}
+
+// The pass runs on the thread that owns the pages, over its own heap: this thread allocates
+// 512-byte dataplane blocks (posted directly: no shorter entry is copied) and frees all but x,
+// chosen so that the rest of its 4 KiB page and the whole next one hold free blocks only, inside
+// one mimalloc page. The next page can then go, and x's page keeps free blocks the pass relinks. It
+// sweeps when told to.
+class Owner {
+public:
+  Owner() : th([this] { Run(); }) {}
+  ~Owner() {
+    Sweep();
+    if (th.joinable()) th.join();
+  }
+  char *Block() {
+    WaitFor([this] { return ready.load(); }, kBroken);
+    return x;
+  }
+  void Sweep() { go = true; }
+  bool Swept() const { return swept.load(); }
+  size_t Bytes() const { return bytes.load(); }
+
+private:
+  void Run() {
+    std::vector<char *> blocks;
+    std::set<uintptr_t> ours;
+    for (int i = 0; i < 512; i++) {
+      blocks.push_back(static_cast<char *>(nic_malloc(kBlock)));
+      ours.insert(reinterpret_cast<uintptr_t>(blocks.back()));
+    }
+    for (char *b : blocks) {
+      const uintptr_t a = reinterpret_cast<uintptr_t>(b), page = a & ~uintptr_t{4095};
+      // 64 KiB mimalloc pages of such blocks: the 4 KiB pages from the second to the
+      // fifteenth hold blocks of that page only.
+      if (x || a + kBlock > page + 4096 || (page & 0xffff) < 0x1000 || (page & 0xffff) > 0xd000)
+        continue;
+      bool all = true;
+      for (uintptr_t c = a - 8 * kBlock; c < a + 20 * kBlock; c += kBlock)
+        all &= ours.count(c) == 1;
+      if (all) x = b;
+    }
+    for (char *b : blocks)
+      if (b != x) free(b);
+    if (x) memset(x, 'X', kBlock);
+    ready = true;
+    WaitFor([this] { return go.load(); }, std::chrono::hours(1));
+    if (x) bytes = nic_sub_pages_drop_owned(nic_chunk_index(x), nullptr);
+    swept = true;
+  }
+  char *x = nullptr;
+  std::atomic<bool> ready{false}, go{false}, swept{false};
+  std::atomic<size_t> bytes{0};
+  std::thread th;
+};
+
+class SweepProtect : public SimEndpointTest,
+                     public testing::WithParamInterface<nic_fence_protect_with> {
+protected:
+  void SetUp() override {
+    saved = *nic_safety_config();
+    struct nic_safety_config c = saved;
+    c.fence = NIC_FENCE_PROTECT;
+    c.fence_timeout_ms = kFenceTimeoutMs;
+    nic_safety_config_set(&c);
+    int rc = nic_fence_protect_use(GetParam());
+    if (rc == -ENOTSUP) GTEST_SKIP() << Name(GetParam()) << " write-protect is not available here";
+    ASSERT_EQ(rc, 0);
+    SimEndpointTest::SetUp();
+  }
+  void TearDown() override {
+    SimEndpointTest::TearDown();
+    nic_safety_config_set(&saved);
+  }
+  std::string Received(size_t i) {
+    std::lock_guard<std::mutex> g(inbox.mu);
+    return i < inbox.msgs.size() ? inbox.msgs[i] : "(nothing)";
+  }
+  struct nic_safety_config saved;
+};
+
+// The pass took the chunks lock before it took the blocks off the lists, and kept it while it
+// wrote their list words: a word on the page of a posted block waited there for the completion,
+// and the sim's engine (a receive buffer), the reaper and fork waited for the lock, until the
+// fence's timeout let the write through on a page still in flight. Here the pass waits for the
+// completion holding nothing: a fork and a reaper pass go on meanwhile.
+TEST_P(SweepProtect, APassHeldByAPostedPageHoldsNoLockOthersNeed) {
+  Owner owner;
+  char *x = owner.Block();
+  ASSERT_NE(x, nullptr) << "no block with a free page beside it";
+  const nic_stats before = Stats();
+  const int target = done_count.load() + 1;
+  PostPaused(x, kBlock);
+  ASSERT_TRUE(nic_fence_marked(reinterpret_cast<uintptr_t>(x)));
+  owner.Sweep();
+  // The counter itself: nic_get_stats takes the chunks lock too.
+  ASSERT_TRUE(WaitFor([] { return WritersHeld() >= 1; }, kBroken))
+      << "the pass wrote nothing on the posted page";
+  std::atomic<bool> forked{false}, reaped{false};
+  std::thread other([&] {
+    const pid_t pid = fork();
+    if (pid == 0) _exit(0);
+    int status = 0;
+    if (pid > 0) waitpid(pid, &status, 0);
+    forked = true;
+    nic_collect(); // a reaper pass: the live bytes of every chunk, under the chunks lock
+    reaped = true;
+  });
+  EXPECT_TRUE(WaitFor([&] { return reaped.load(); }, kLockDeadline))
+      << (forked ? "a reaper pass" : "fork") << " waited while the pass was held";
+  EXPECT_FALSE(owner.Swept()) << "the pass went on while the DMA was pending";
+  nic_sim_pause(nic_backend_active(), false);
+  EXPECT_TRUE(WaitFor(
+      [&] {
+        nic_poll(0);
+        return done_count.load() >= target && owner.Swept();
+      },
+      kBroken));
+  other.join();
+  const nic_stats after = Stats();
+  EXPECT_EQ(after.fence_bypasses, before.fence_bypasses);
+  EXPECT_EQ(after.fence_mismatches, before.fence_mismatches);
+  EXPECT_GE(owner.Bytes(), 4096u) << "the free page beside x did not go";
+  EXPECT_EQ(Received(0), std::string(kBlock, 'X'));
+  EXPECT_EQ(std::string(x, kBlock), std::string(kBlock, 'X'));
+  free(x);
+}
+
+INSTANTIATE_TEST_SUITE_P(Mechanisms, SweepProtect,
+                         testing::Values(NIC_PROTECT_UFFD, NIC_PROTECT_MPROTECT),
+                         [](const testing::TestParamInfo<nic_fence_protect_with> &i) {
+                           return std::string(Name(i.param));
+                         });
+
+} // namespace
