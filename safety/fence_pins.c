@@ -1,17 +1,21 @@
-/* protect and registrations: a registration pins its pages for writing (io_uring fixed buffers,
- * verbs MRs), which the kernel does as a write. On a page protected for a DMA in flight that
- * write waits for the completion (userfaultfd) inside io_uring_register, holding the ring's lock
- * the completion's io_uring_enter needs, so both wait until NICMALLOC_FENCE_TIMEOUT_MS and the
- * program's held writes then go through; or it fails with EFAULT (mprotect). So the pin guard
+/* protect and the writes nicmalloc makes on its own into pages beside posted blocks. A
+ * registration pins its pages for writing (io_uring fixed buffers, verbs MRs), which the kernel
+ * does as a write. On a page protected for a DMA in flight that write waits for the completion
+ * (userfaultfd) inside io_uring_register, holding the ring's lock the completion's
+ * io_uring_enter needs, so both wait until NICMALLOC_FENCE_TIMEOUT_MS and the program's held
+ * writes then go through; or it fails with EFAULT (mprotect). So the pin guard
  * (regcache/cache/pin_guard.c) starts a registration only on pages that are not protected and
  * keeps posts from protecting them until it ends; a registration that meets protected pages
- * waits here, with no lock held that a completion takes, polling as nic_fence_write does. */
+ * waits here, with no lock held that a completion takes, polling as nic_fence_write does. The
+ * pass that gives back free 4 KiB pages inside mimalloc pages in use gets the same guard for the
+ * free lists it rewrites, and passes over a page it refuses. */
 #define _GNU_SOURCE
 #include "backend.h"
 #include "clock.h"
 #include "fence.h"
 #include "log.h"
 #include "nocancel.h"
+#include "sub_pages_scan.h"
 
 #include <sched.h>
 
@@ -40,6 +44,13 @@ static bool pin_wait(uintptr_t start, uintptr_t end) {
 static const struct nic_pin_guard guard = {
     .begin = nic_fence_pin_begin, .end = nic_fence_pin_end, .wait = pin_wait};
 
+/* The pass that gives back free 4 KiB pages inside mimalloc pages in use rewrites their free
+ * lists, in blocks beside the program's: it passes over a page with a protected 4 KiB page,
+ * and keeps posts from protecting one while it writes (heap/sub_pages_scan.h). */
+static const struct nic_sub_pages_guard sweep_guard = {.begin = nic_fence_pin_begin,
+                                                       .end = nic_fence_pin_end};
+
 void nic_fence_pins_install(void) {
   nic_backend_pin_guard_set(&guard);
+  nic_sub_pages_guard_set(&sweep_guard);
 }

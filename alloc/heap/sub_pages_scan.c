@@ -54,6 +54,12 @@ static void unclaim(uintptr_t header) {
                               __ATOMIC_RELEASE, __ATOMIC_RELAXED);
 }
 
+static const struct nic_sub_pages_guard *guard;
+
+void nic_sub_pages_guard_set(const struct nic_sub_pages_guard *g) {
+  __atomic_store_n(&guard, g, __ATOMIC_RELEASE);
+}
+
 /* A page of the pass while its batch is read: where it is, what its lists hold, and what was
  * found of them. */
 struct page_scan {
@@ -203,6 +209,12 @@ static size_t finish_page(const struct nic_sub_pages_area *area, const struct pa
     i += n ? n : 1;
   }
   if (!area->begin(lo, hi)) return 0;
+  /* The lists' words lie in the page's blocks, beside blocks a post may have write-protected:
+   * a write there would wait for the DMA inside the program's allocation or poll, and on a
+   * thread protect never holds (the sim's engine, a completion's) it would make the page
+   * writable while the NIC reads it. Such a page waits for a later pass. */
+  const struct nic_sub_pages_guard *g = __atomic_load_n(&guard, __ATOMIC_ACQUIRE);
+  if (g && !g->begin(v.start, v.end)) return 0;
   *mark = true;
   /* The blocks over each page leave the lists; the area's map and the mark say so before the
    * pages go (a free that reads zeros there asks them). */
@@ -222,6 +234,7 @@ static size_t finish_page(const struct nic_sub_pages_area *area, const struct pa
   word_set(header + NIC_MI_PAGE_LOCAL_FREE, relink(&v, q->local, free));
   *read += count; /* the lists read again (their blocks in cache now) */
   __atomic_store_n((uintptr_t *)(header + NIC_MI_PAGE_PADDING), mark_of(header), __ATOMIC_RELEASE);
+  if (g) g->end(v.start, v.end);
   return area->drop(lo, drop, pages);
 }
 
