@@ -154,6 +154,26 @@ void nic_sub_pages_forget(void *addr, size_t len) {
   if (nic_in_dp(addr)) forget_range((uintptr_t)addr, len);
 }
 
+/* Faults in [a, a + len) but the 4 KiB pages protect holds for a DMA in flight. A held bit
+ * outlives the page that held blocks back there, once mimalloc freed it and built another over
+ * it, until its owner's next pass: live blocks may lie on such a page then, and a post may have
+ * protected it. The fault-in is a write, which protect would hold until the completion with the
+ * chunk lock held. A protected page is in memory (mimalloc wrote its blocks), and the
+ * registration that asks is refused the step while it is protected (the pin guard): it waits
+ * for it without the lock and comes back here. */
+static int refill_unprotected(uintptr_t a, size_t len) {
+  const struct nic_sub_pages_guard *g = nic_sub_pages_guard();
+  if (!g) return nic_refill_pages((void *)a, len);
+  if (g->begin(a, a + len)) {
+    const int rc = nic_refill_pages((void *)a, len);
+    g->end(a, a + len);
+    return rc;
+  }
+  for (size_t off = 0; len > NIC_PAGE_SIZE && off < len; off += NIC_PAGE_SIZE)
+    if (refill_unprotected(a + off, NIC_PAGE_SIZE)) return -ENOMEM;
+  return 0;
+}
+
 int nic_sub_pages_refill_locked(unsigned index, unsigned step) {
   if (!touched[index][step]) return 0;
   const uintptr_t base = (uintptr_t)nic_step_base(index, step);
@@ -166,8 +186,7 @@ int nic_sub_pages_refill_locked(unsigned index, unsigned step) {
     size_t n = 1;
     while (i + n < pages && held_test(page_bit(base) + i + n))
       n++;
-    if (nic_refill_pages((void *)(base + (i << NIC_PAGE_SHIFT)), n << NIC_PAGE_SHIFT))
-      return -ENOMEM;
+    if (refill_unprotected(base + (i << NIC_PAGE_SHIFT), n << NIC_PAGE_SHIFT)) return -ENOMEM;
     i += n;
   }
   return 0;

@@ -33,7 +33,8 @@ bool nic_sub_pages_held_back(const void *p);
  * is held back there any more. */
 void nic_sub_pages_forget(void *addr, size_t len);
 /* Chunk lock held: the step is to be registered with a backend that holds page references (or
- * is backed anew): faults in the pages given back in it (0 or -ENOMEM). */
+ * is backed anew): faults in the pages given back in it (0 or -ENOMEM), but those a post
+ * write-protects (sub_pages_scan.h's guard), which are in memory. */
 int nic_sub_pages_refill_locked(unsigned index, unsigned step);
 /* Whether pages of the step were given back here since it was backed: its pinned bytes are then
  * what mincore finds, not the step less step_pages' units. */

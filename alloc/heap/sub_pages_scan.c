@@ -60,6 +60,10 @@ void nic_sub_pages_guard_set(const struct nic_sub_pages_guard *g) {
   __atomic_store_n(&guard, g, __ATOMIC_RELEASE);
 }
 
+const struct nic_sub_pages_guard *nic_sub_pages_guard(void) {
+  return __atomic_load_n(&guard, __ATOMIC_ACQUIRE);
+}
+
 /* A page of the pass while its batch is read: where it is, what its lists hold, and what was
  * found of them. */
 struct page_scan {
@@ -213,7 +217,7 @@ static size_t finish_page(const struct nic_sub_pages_area *area, const struct pa
    * a write there would wait for the DMA inside the program's allocation or poll, and on a
    * thread protect never holds (the sim's engine, a completion's) it would make the page
    * writable while the NIC reads it. Such a page waits for a later pass. */
-  const struct nic_sub_pages_guard *g = __atomic_load_n(&guard, __ATOMIC_ACQUIRE);
+  const struct nic_sub_pages_guard *g = nic_sub_pages_guard();
   if (g && !g->begin(v.start, v.end)) return 0;
   *mark = true;
   /* The blocks over each page leave the lists; the area's map and the mark say so before the

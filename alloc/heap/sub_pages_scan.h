@@ -40,12 +40,14 @@ struct nic_sub_pages_area {
 
 /* Set once by the layer that write-protects pages for DMA in flight (NICMALLOC_FENCE=protect):
  * begin is false when a page of [start, end) is protected now, else no page of it will be until
- * end. A pass rewrites a page's lists only between the two, and passes over it otherwise. */
+ * end. A pass rewrites a page's lists only between the two, and passes over it otherwise; a
+ * registration's refill of the pages given back (sub_pages.h) faults in none it refuses. */
 struct nic_sub_pages_guard {
   bool (*begin)(uintptr_t start, uintptr_t end);
   void (*end)(uintptr_t start, uintptr_t end);
 };
 void nic_sub_pages_guard_set(const struct nic_sub_pages_guard *g);
+const struct nic_sub_pages_guard *nic_sub_pages_guard(void); /* NULL: none set */
 
 /* A pass spread over several calls: where it goes on, and how much one call may read. A pass
  * run for another thread's sake (the nudge's answers, malloc_trim's asks: nudge.c) runs inside
