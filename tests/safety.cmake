@@ -64,6 +64,15 @@ nic_gtest_with_env(test_fence_sub_pages ${NIC_SAFETY_ENV} NICMALLOC_FENCE=protec
   NICMALLOC_PAGE_KIND=4k NICMALLOC_RELEASE_DELAY_MS=3600000 NICMALLOC_PURGE_DELAY_MS=3600000)
 gtest_discover_tests(test_fence_sub_pages PROPERTIES TIMEOUT 120 DISCOVERY_TIMEOUT 60)
 
+# protect and the lock a registration takes on a step used unpinned (RLIMIT_MEMLOCK had no room),
+# once room came back: on 4 KiB pages, the fence's timeout beyond the test's deadlines.
+add_executable(test_fence_lock_again ${CMAKE_CURRENT_LIST_DIR}/safety/test_fence_lock_again.cc)
+target_link_libraries(test_fence_lock_again PRIVATE ${NIC_RUNTIME_LAYERS} GTest::gtest
+  GTest::gtest_main Threads::Threads)
+nic_gtest_with_env(test_fence_lock_again ${NIC_SAFETY_ENV} NICMALLOC_FENCE=protect
+  NICMALLOC_PAGE_KIND=4k NICMALLOC_FENCE_TIMEOUT_MS=30000 NICMALLOC_ON_PIN_FAIL=fallback)
+gtest_discover_tests(test_fence_lock_again PROPERTIES TIMEOUT 120 DISCOVERY_TIMEOUT 60)
+
 # Translation-cache pressure, once with a tiny NIC cache (pressure, copies) and once with the
 # default one (none).
 add_executable(test_pressure safety/test_pressure.cc)

@@ -134,10 +134,19 @@ int nic_step_back_locked(unsigned index, unsigned step) {
 
 /* A step backed when RLIMIT_MEMLOCK had no room is used unpinned (NICMALLOC_ON_PIN_FAIL=fallback),
  * and nothing else tries again: room may have come back since (other steps given back, exited
- * threads' segments freed). Its registration locks it then, as it faults it in whole anyway. */
+ * threads' segments freed). Its registration locks it then, as it faults it in whole anyway.
+ * Locked in place, with no page faulted in: mlock faults a private writable step in for write,
+ * and a page a post in flight write-protects (NICMALLOC_FENCE=protect, userfaultfd) held it
+ * until the completion, with the chunks lock held (the sim's engine, the reaper and fork wait
+ * for it). Where the kernel cannot lock on fault, mlock only when no page can be so protected;
+ * under protect the step stays unpinned, as it was used until now. */
 static void lock_again(unsigned index, unsigned step, struct nic_step *s) {
-  if (s->mapping.pinned || mlock(nic_step_base(index, step), (size_t)1 << nic_dp.step_shift))
-    return;
+  if (s->mapping.pinned) return;
+  void *base = nic_step_base(index, step);
+  const size_t len = (size_t)1 << nic_dp.step_shift;
+  int rc = nic_lock_step_in_place(base, len);
+  if (rc == -ENOTSUP && !nic_config()->fence_protect) rc = mlock(base, len) ? -errno : 0;
+  if (rc) return;
   s->mapping.pinned = true;
   s->mapping.pin_errno = 0;
   nic_log_info("dataplane chunk %u step %u locked at its registration, with room for it now", index,

@@ -219,6 +219,12 @@ static bool lock_on_fault(void *addr, size_t len, int *err) {
   return true;
 }
 
+int nic_lock_step_in_place(void *addr, size_t len) {
+  int err;
+  if (!lock_on_fault(addr, len, &err)) return -ENOTSUP;
+  return -err;
+}
+
 int nic_back_step(void *addr, size_t len, enum nic_page_kind want, bool populate, size_t lazy_bytes,
                   bool pin_or_nothing, struct nic_mapping *out) {
   out->kind = NIC_PAGE_NONE;

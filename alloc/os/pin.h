@@ -41,6 +41,12 @@ int nic_back_step(void *addr, size_t len, enum nic_page_kind want, bool populate
  * and populated updated), or -errno (-EDQUOT as nic_back_step; -EFAULT where a page of it is not
  * writable, as the program may have made it). */
 int nic_populate_step(void *addr, size_t len, enum nic_page_kind want, struct nic_mapping *m);
+/* Locks a range in memory without faulting in or writing any page (MLOCK_ONFAULT): the pages
+ * present now and every later fault. mlock faults a private writable range in for write, which
+ * waits on a page write-protected by userfaultfd until it is released. 0, -errno for a refusal
+ * (RLIMIT_MEMLOCK: ENOMEM, EPERM, EAGAIN), or -ENOTSUP where the kernel cannot lock on fault
+ * (before Linux 4.4, or under Valgrind). */
+int nic_lock_step_in_place(void *addr, size_t len);
 /* Bytes of the range in memory now (mincore): what a step locked as touched holds. Where the
  * kernel cannot say, all of it, and *known (if given) is false. */
 size_t nic_resident_bytes(void *addr, size_t len, bool *known);
