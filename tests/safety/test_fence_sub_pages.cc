@@ -192,6 +192,16 @@ protected:
     EXPECT_EQ(Received(0), std::string(kBlock, 'X'));
     EXPECT_EQ(std::string(x, kBlock), std::string(kBlock, 'X'));
   }
+  // On the owner, a block beside a free page, posted with the NIC paused: x (nullptr when no
+  // block is so placed), the statistics before the post and the completions it reaches.
+  char *PostBesideAFreePage(Owner &owner, nic_stats *before, int *target) {
+    char *x = nullptr;
+    if (!owner.Sync([&] { x = OneBlockBesideAFreePage(); }) || !x) return nullptr;
+    *before = Stats();
+    *target = done_count.load() + 1;
+    PostPaused(x, kBlock);
+    return x;
+  }
   void PassLeavesThePostedPage(bool as_nic);
   struct nic_safety_config saved;
 };
@@ -208,12 +218,10 @@ TEST_P(SweepProtect, APassHeldByAPostedPageHoldsNoLockOthersNeed) {
     ~Unguarded() { nic_fence_pins_install(); }
   } unguarded;
   Owner owner;
-  char *x = nullptr;
-  ASSERT_TRUE(owner.Sync([&] { x = OneBlockBesideAFreePage(); }));
+  nic_stats before;
+  int target = 0;
+  char *x = PostBesideAFreePage(owner, &before, &target);
   ASSERT_NE(x, nullptr) << "no block with a free page beside it";
-  const nic_stats before = Stats();
-  const int target = done_count.load() + 1;
-  PostPaused(x, kBlock);
   ASSERT_TRUE(nic_fence_marked(reinterpret_cast<uintptr_t>(x)));
   std::atomic<size_t> bytes{0};
   owner.Async([&] { bytes = Pass(x); });
@@ -242,12 +250,10 @@ TEST_P(SweepProtect, APassHeldByAPostedPageHoldsNoLockOthersNeed) {
 // the post is in flight, and gives its free neighbour back once the post is done.
 void SweepProtect::PassLeavesThePostedPage(bool as_nic) {
   Owner owner;
-  char *x = nullptr;
-  ASSERT_TRUE(owner.Sync([&] { x = OneBlockBesideAFreePage(); }));
+  nic_stats before;
+  int target = 0;
+  char *x = PostBesideAFreePage(owner, &before, &target);
   ASSERT_NE(x, nullptr) << "no block with a free page beside it";
-  const nic_stats before = Stats();
-  const int target = done_count.load() + 1;
-  PostPaused(x, kBlock);
   std::atomic<size_t> bytes{0};
   owner.Async([&] { bytes = Pass(x, as_nic); });
   EXPECT_TRUE(
