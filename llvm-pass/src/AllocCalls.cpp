@@ -67,7 +67,9 @@ static AllocFnKind allocKindFor(const AllocFunction &A) {
   case AllocKind::Calloc:
     return AllocFnKind::Alloc | AllocFnKind::Zeroed;
   case AllocKind::Realloc:
-    return AllocFnKind::Realloc | AllocFnKind::Uninitialized;
+    // Neither uninitialized nor zeroed: realloc copies the old bytes, and either word would let
+    // GVN fold loads from the new block before any store (to undef or to zero).
+    return AllocFnKind::Realloc;
   default:
     return AllocFnKind::Alloc | AllocFnKind::Uninitialized |
            (A.AlignArg >= 0 ? AllocFnKind::Aligned : AllocFnKind::Unknown);
