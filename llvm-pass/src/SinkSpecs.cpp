@@ -1,5 +1,6 @@
 #include "SinkSpecs.h"
 
+#include "llvm/ADT/SetVector.h"
 #include "llvm/ADT/StringExtras.h"
 #include "llvm/IR/Constants.h"
 #include "llvm/IR/Module.h"
@@ -107,33 +108,55 @@ Error SinkCatalog::addFile(StringRef Path) {
   return Error::success();
 }
 
+namespace {
+/// What a NIC_SINK record holds: { void (*fn)(void), const char *spec }.
+struct SinkRecord {
+  Function *Fn = nullptr;
+  GlobalVariable *SpecVar = nullptr;
+  const ConstantDataSequential *SpecData = nullptr;
+};
+} // namespace
+
+// Anything else in the section (a hand-written record, a struct of another shape) is refused
+// before an operand it may not have is read.
+static std::optional<SinkRecord> readSinkRecord(const GlobalVariable &G) {
+  auto *Init = dyn_cast<ConstantStruct>(G.getInitializer());
+  if (!Init || Init->getNumOperands() != 2) return std::nullopt;
+  Constant *FnField = Init->getOperand(0), *SpecField = Init->getOperand(1);
+  if (!FnField->getType()->isPointerTy() || !SpecField->getType()->isPointerTy())
+    return std::nullopt;
+  SinkRecord R;
+  R.Fn = dyn_cast<Function>(FnField->stripPointerCasts());
+  R.SpecVar = dyn_cast<GlobalVariable>(SpecField->stripPointerCasts());
+  if (R.SpecVar && R.SpecVar->hasInitializer())
+    R.SpecData = dyn_cast<ConstantDataSequential>(R.SpecVar->getInitializer());
+  if (!R.Fn || !R.SpecData || !R.SpecData->isCString()) return std::nullopt;
+  return R;
+}
+
 Expected<unsigned> SinkCatalog::takeAnnotatedSinks(Module &M) {
   SmallVector<GlobalVariable *, 4> Records;
   for (GlobalVariable &G : M.globals())
     if (G.hasSection() && G.getSection() == ".nic_sinks" && G.hasInitializer())
       Records.push_back(&G);
+  SmallSetVector<GlobalVariable *, 4> SpecVars; // records may share one string
   for (GlobalVariable *G : Records) {
-    auto *Init = dyn_cast<ConstantStruct>(G->getInitializer());
-    Function *Fn = Init ? dyn_cast<Function>(Init->getOperand(0)->stripPointerCasts()) : nullptr;
-    auto *SpecVar =
-        Init ? dyn_cast<GlobalVariable>(Init->getOperand(1)->stripPointerCasts()) : nullptr;
-    auto *SpecData = SpecVar && SpecVar->hasInitializer()
-                         ? dyn_cast<ConstantDataSequential>(SpecVar->getInitializer())
-                         : nullptr;
-    if (!Fn || !SpecData || !SpecData->isCString())
-      return createStringError(inconvertibleErrorCode(),
-                               "malformed NIC_SINK record " + G->getName());
-    Expected<SinkSpec> Spec = parseSinkSpec(SpecData->getAsCString());
+    std::optional<SinkRecord> R = readSinkRecord(*G);
+    if (!R)
+      return createStringError(inconvertibleErrorCode(), "malformed NIC_SINK record " +
+                                                             G->getName() +
+                                                             " (expected { function, C string })");
+    Expected<SinkSpec> Spec = parseSinkSpec(R->SpecData->getAsCString());
     if (!Spec) return Spec.takeError();
-    ByFunction[Fn].push_back(std::move(*Spec));
+    ByFunction[R->Fn].push_back(std::move(*Spec));
+    SpecVars.insert(R->SpecVar);
   }
   // The records only carry information for this pass: drop them from the object file.
   SmallPtrSet<Constant *, 4> Dead(Records.begin(), Records.end());
   removeFromUsedLists(M, [&](Constant *C) { return Dead.count(C); });
-  for (GlobalVariable *G : Records) {
-    auto *Init = cast<ConstantStruct>(G->getInitializer());
-    auto *SpecVar = cast<GlobalVariable>(Init->getOperand(1)->stripPointerCasts());
+  for (GlobalVariable *G : Records)
     G->eraseFromParent();
+  for (GlobalVariable *SpecVar : SpecVars) {
     SpecVar->removeDeadConstantUsers();
     if (SpecVar->use_empty() && SpecVar->hasLocalLinkage()) SpecVar->eraseFromParent();
   }

@@ -1,6 +1,7 @@
 # lit configuration for the nicmalloc LLVM pass. Run through ctest (label llvm-pass) or:
 #   python3 /usr/lib/llvm-16/build/utils/lit/lit.py -sv <build>/llvm-pass/test
 import os
+import shutil
 
 import lit.formats
 
@@ -23,6 +24,10 @@ config.substitutions.append(
 config.substitutions.append(
     ("%clang-nic", "clang -fpass-plugin=%s -I%s -g -fno-discard-value-names"
      % (config.nic_plugin, config.nic_public_include)))
+# memcheck runs clang with the plugin, for reads the optimised LLVM does not check.
+if shutil.which("valgrind"):
+    config.available_features.add("valgrind")
+
 config.substitutions.append(("%inputs", os.path.join(config.test_source_root, "Inputs")))
 
 if config.nic_runtime_lib and os.path.exists(config.nic_runtime_lib):
