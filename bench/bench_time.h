@@ -1,13 +1,14 @@
 /* What the small by-hand benchmarks (first_register.c, stats_cost.c, thread_exit_cost.c,
- * trim_cost.c, trim_pause.c) share: a clock read in milliseconds and the comparison that sorts
- * their samples for medians. Header-only so that each stays one source file in
+ * trim_cost.c, trim_pause.c) share: a clock read in milliseconds, a stats read, and the sort and
+ * median of their samples (bench_median.h). Header-only so that each stays one source file in
  * bench/CMakeLists.txt. */
 #ifndef NICMALLOC_BENCH_TIME_H
 #define NICMALLOC_BENCH_TIME_H
 
+#include "bench_median.h"
+
 #include <nicmalloc.h>
 
-#include <stdlib.h>
 #include <string.h>
 #include <time.h>
 
@@ -15,16 +16,6 @@ static inline double bench_ms(clockid_t clock) {
   struct timespec ts;
   clock_gettime(clock, &ts);
   return ts.tv_sec * 1e3 + ts.tv_nsec / 1e6;
-}
-
-static inline int bench_cmp_double(const void *a, const void *b) {
-  double x = *(const double *)a, y = *(const double *)b;
-  return x < y ? -1 : x > y;
-}
-
-/* Sorts v in place; the median and the extremes are then v[n / 2], v[0] and v[n - 1]. */
-static inline void bench_sort(double *v, size_t n) {
-  qsort(v, n, sizeof *v, bench_cmp_double);
 }
 
 /* nic_get_stats checks the caller's size, so every read starts from a cleared, sized struct. */

@@ -7,6 +7,8 @@
  * Prints the median and the worst of each figure. Run it with the environment under test
  * (NICMALLOC_PIN_STEP, NICMALLOC_PAGE_KIND, NICMALLOC_CHUNK_SIZE...). */
 #define _GNU_SOURCE
+#include "bench_median.h"
+
 #include <nicmalloc.h>
 
 #include <spawn.h>
@@ -67,11 +69,6 @@ static int child(size_t size) {
   return 0;
 }
 
-static int cmp(const void *a, const void *b) {
-  double x = *(const double *)a, y = *(const double *)b;
-  return x < y ? -1 : x > y;
-}
-
 int main(int argc, char **argv) {
   if (argc > 1 && !strcmp(argv[1], "--child")) return child(strtoul(argv[2], NULL, 0));
   int runs = argc > 1 ? atoi(argv[1]) : 15;
@@ -109,8 +106,8 @@ int main(int argc, char **argv) {
       "dataplane first alloc CPU ms"};
   printf("%d fresh processes, %s-byte request\n", runs, size);
   for (int f = 0; f < FIELDS; f++) {
-    qsort(v[f], (size_t)runs, sizeof v[f][0], cmp);
-    printf("  %-32s median %10.3f   max %10.3f\n", names[f], v[f][runs / 2], v[f][runs - 1]);
+    const double median = bench_median(v[f], (size_t)runs);
+    printf("  %-32s median %10.3f   max %10.3f\n", names[f], median, v[f][runs - 1]);
   }
   return 0;
 }

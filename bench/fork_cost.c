@@ -11,6 +11,8 @@
  *
  * Prints the page kind the steps got and the median, minimum and maximum of each figure. */
 #define _GNU_SOURCE
+#include "bench_median.h"
+
 #include <nicmalloc.h>
 
 #include <stdio.h>
@@ -26,14 +28,9 @@ static double now_ms(void) {
   return ts.tv_sec * 1e3 + ts.tv_nsec / 1e6;
 }
 
-static int by_value(const void *a, const void *b) {
-  const double x = *(const double *)a, y = *(const double *)b;
-  return (x > y) - (x < y);
-}
-
 static void report(const char *name, double *v, int n) {
-  qsort(v, (size_t)n, sizeof *v, by_value);
-  printf("%s_ms median=%.3f min=%.3f max=%.3f\n", name, v[n / 2], v[0], v[n - 1]);
+  const double median = bench_median(v, (size_t)n);
+  printf("%s_ms median=%.3f min=%.3f max=%.3f\n", name, median, v[0], v[n - 1]);
 }
 
 int main(int argc, char **argv) {

@@ -14,6 +14,8 @@
  * rotate; the minimum and the median of each are printed, ns per malloc/free pair, and the
  * ratios of the minima to the store-only free's. */
 #define _GNU_SOURCE
+#include "bench_median.h"
+
 #include <mimalloc.h>
 #include <pthread.h>
 #include <stdatomic.h>
@@ -134,18 +136,13 @@ static double remote_trial(free_fn fn, int rounds) {
   return spent / ((double)rounds * kBatch);
 }
 
-static int cmp_double(const void *a, const void *b) {
-  const double x = *(const double *)a, y = *(const double *)b;
-  return (x > y) - (x < y);
-}
-
 static void report(const char *row, double *t[kFrees], int trials) {
   double min[kFrees];
   printf("%-11s", row);
   for (int c = 0; c < kFrees; c++) {
-    qsort(t[c], (size_t)trials, sizeof(double), cmp_double);
+    const double median = bench_median(t[c], (size_t)trials);
     min[c] = t[c][0];
-    printf(" | %s min %6.1f med %6.1f", fn_names[c], min[c], t[c][trials / 2]);
+    printf(" | %s min %6.1f med %6.1f", fn_names[c], min[c], median);
   }
   printf(" | ratios %.2f %.2f\n", min[1] / min[0], min[2] / min[0]);
 }

@@ -23,6 +23,8 @@
  * and each copying mode's medians over inplace's. --csv writes every run. Timings are not
  * judged: a run fails only when a message is lost or malformed. */
 #define _GNU_SOURCE
+#include "bench_median.h"
+
 #include <nicmalloc.h>
 
 #include <arpa/inet.h>
@@ -373,14 +375,6 @@ static bool run_ring(struct run *r, uint64_t *wall, uint64_t *cpu) {
 }
 
 /* ---- the table ---- */
-static int cmp_u64(const void *a, const void *b) {
-  const uint64_t x = *(const uint64_t *)a, y = *(const uint64_t *)b;
-  return x < y ? -1 : x > y;
-}
-static double median(uint64_t *v, int n) {
-  qsort(v, (size_t)n, sizeof *v, cmp_u64);
-  return n % 2 ? (double)v[n / 2] : ((double)v[n / 2 - 1] + (double)v[n / 2]) / 2;
-}
 
 static size_t parse_size(const char *s) {
   char *end;
@@ -482,21 +476,20 @@ int main(int argc, char **argv) {
                   (unsigned long long)faults[m][rep], ok ? "ok" : "FAILED");
         free(r);
       }
-    double med[kModes][3] = {{0}};
-    uint64_t lo[kModes][3] = {{0}}, hi[kModes][3] = {{0}};
+    double med[kModes][3] = {{0}}, lo[kModes][3] = {{0}}, hi[kModes][3] = {{0}};
     for (int m = first_mode; m < kModes; m++)
       for (int k = 0; k < 3; k++) {
-        uint64_t per[kMaxReps];
+        double per[kMaxReps];          /* whole units, as the table prints them */
         for (int i = 0; i < reps; i++) /* faults: per 1000 messages */
-          per[i] = k == 2 ? faults[m][i] * 1000 / messages : (k ? cpu : wall)[m][i] / messages;
-        med[m][k] = median(per, reps); /* sorts per */
+          per[i] =
+              (double)(k == 2 ? faults[m][i] * 1000 / messages : (k ? cpu : wall)[m][i] / messages);
+        med[m][k] = bench_median(per, (size_t)reps); /* sorts per */
         lo[m][k] = per[0], hi[m][k] = per[reps - 1];
       }
     for (int m = first_mode; m < kModes; m++) {
-      printf("| %zu | %s | %.0f (%llu-%llu) | %.0f | %.0f (%llu-%llu) | %.0f |", size,
-             mode_names[m], med[m][0], (unsigned long long)lo[m][0], (unsigned long long)hi[m][0],
-             (double)size * 1e3 / med[m][0], med[m][1], (unsigned long long)lo[m][1],
-             (unsigned long long)hi[m][1], med[m][2]);
+      printf("| %zu | %s | %.0f (%.0f-%.0f) | %.0f | %.0f (%.0f-%.0f) | %.0f |", size,
+             mode_names[m], med[m][0], lo[m][0], hi[m][0], (double)size * 1e3 / med[m][0],
+             med[m][1], lo[m][1], hi[m][1], med[m][2]);
       if (m == INPLACE)
         printf(" | |");
       else

@@ -61,8 +61,8 @@ int main(int argc, char **argv) {
       if (pthread_create(&t, NULL, worker, NULL) || pthread_join(t, NULL)) return 1;
     us[r] = (bench_ms(CLOCK_MONOTONIC) - start) * 1e3 / ROUND;
   }
-  bench_sort(us, (size_t)rounds);
-  printf("thread_exit_us first=%s median=%.1f min=%.1f max=%.1f\n", first, us[rounds / 2], us[0],
+  const double median = bench_median(us, (size_t)rounds);
+  printf("thread_exit_us first=%s median=%.1f min=%.1f max=%.1f\n", first, median, us[0],
          us[rounds - 1]);
   free(us);
   return 0;

@@ -68,9 +68,9 @@ int main(int argc, char **argv) {
       free(b[i]);
     ns[r] = (bench_ms(CLOCK_MONOTONIC) - t0) * 1e6 / (double)count;
   }
-  bench_sort(ns, (size_t)rounds);
-  printf("free after the trims: median %.1f ns (min %.1f, max %.1f, %d rounds)\n", ns[rounds / 2],
-         ns[0], ns[rounds - 1], rounds);
+  const double median = bench_median(ns, (size_t)rounds);
+  printf("free after the trims: median %.1f ns (min %.1f, max %.1f, %d rounds)\n", median, ns[0],
+         ns[rounds - 1], rounds);
   free(ns);
   free(b);
   return 0;

@@ -2,6 +2,8 @@
  * the least checked one (floor_wrap.c) and through the process's malloc/free (mimalloc's own
  * unless a preloaded allocator such as libnicmalloc takes them), interleaved; prints the median
  * ns per pair of each. callgrind counts one loop at a time with --toggle-collect=loop_<name>. */
+#include "../bench_median.h"
+
 #include <mimalloc.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -39,11 +41,6 @@ static double now_ns(void) {
   return t.tv_sec * 1e9 + t.tv_nsec;
 }
 
-static int by_value(const void *a, const void *b) {
-  double x = *(const double *)a, y = *(const double *)b;
-  return (x > y) - (x < y);
-}
-
 enum { kinds = 4, max_reps = 99 };
 
 int main(int argc, char **argv) {
@@ -65,11 +62,11 @@ int main(int argc, char **argv) {
       loops[k](n);
       ns[k][r] = (now_ns() - start) / n;
     }
-  for (int k = 0; k < kinds; k++) {
-    qsort(ns[k], reps, sizeof ns[k][0], by_value);
-    printf("%-9s %6.2f ns  ratio %.3f\n", names[k], ns[k][reps / 2],
-           ns[k][reps / 2] / ns[0][reps / 2]);
-  }
+  double median[kinds];
+  for (int k = 0; k < kinds; k++)
+    median[k] = bench_median(ns[k], (size_t)reps);
+  for (int k = 0; k < kinds; k++)
+    printf("%-9s %6.2f ns  ratio %.3f\n", names[k], median[k], median[k] / median[0]);
   mi_free(resident);
   return 0;
 }
