@@ -3,11 +3,14 @@
     /usr/bin/python3 bench/report.py RESULTS_DIR MODE   # report.md + *.png in RESULTS_DIR
     /usr/bin/python3 bench/report.py --peers peers.csv  # the peers table alone (bench/peers.sh)
     /usr/bin/python3 bench/report.py --servers servers.csv
+    /usr/bin/python3 bench/report.py --compare malloc_compare.json  # bench/compare_malloc.sh
 
 Medians of repeated runs and ratios to mimalloc; it judges no timing, it only states targets.
 Without matplotlib (Debian's python3-matplotlib) the tables are still written, with a note.
 """
 import csv
+import json
+import math
 import os
 import statistics
 import sys
@@ -43,6 +46,40 @@ def run_notes(skipped, rows):
     return lines
 
 
+def geomean(vals):
+    """Geometric mean, None for no value. Callers pass one value per program of a set every
+    allocator compared has a figure for (complete_keys): a mean that dropped the programs one
+    allocator failed would be taken over other programs than the others'."""
+    return math.exp(sum(math.log(v) for v in vals) / len(vals)) if vals else None
+
+
+def complete_keys(values, allocs):
+    """values {key: {allocator: figure or None}}: the keys where every one of allocs has a
+    figure, and the others, each with the allocators that lack one."""
+    keep, left = [], []
+    for k, d in values.items():
+        lacking = [a for a in allocs if not d.get(a)]
+        if lacking:
+            left.append((k, lacking))
+        else:
+            keep.append(k)
+    return keep, left
+
+
+def lacking_text(left):
+    """'p1 (a, b), p2 (c)': the keys complete_keys left out and what they lack."""
+    return ", ".join("%s (%s)" % (k, ", ".join(a)) for k, a in left)
+
+
+def verdict(value, met, left):
+    """A target's verdict: 'incomplete (...)' when programs lack a figure (a failed run), however
+    the others went; else 'met' or 'missed' by met(value)."""
+    if left:
+        return "incomplete (%d program%s failed: %s)" % (len(left), "" if len(left) == 1 else "s",
+                                                         lacking_text(left))
+    return "met" if value is not None and met(value) else "missed"
+
+
 def table(head, rows):
     out = ["| " + " | ".join(head) + " |", "|" + "---|" * len(head)]
     return out + ["| " + " | ".join(str(c) for c in r) + " |" for r in rows]
@@ -59,6 +96,61 @@ def fmt(v, f="%.3f"):
 
 def ratio(a, b):
     return a / b if a is not None and b else None
+
+
+COMPARE = ["glibc", "mimalloc", "nic_control", "nic_dataplane"]
+UNIT_NS = {"ns": 1.0, "us": 1e3, "ms": 1e6, "s": 1e9}
+
+
+def compare_rows(benchmarks):
+    """{(pattern, threads, size): {allocator: median ns per pair}} from malloc_compare's
+    Google Benchmark JSON ("benchmarks")."""
+    rows = {}
+    for b in benchmarks:
+        if b.get("aggregate_name") != "median":
+            continue
+        parts = b["run_name"].split("/")
+        threads = next(int(p[8:]) for p in parts if p.startswith("threads:"))
+        ns = b["real_time"] * UNIT_NS[b["time_unit"]] / b.get("batch", 1)
+        rows.setdefault((parts[0][3:], threads, int(parts[2])), {})[parts[1]] = ns
+    return rows
+
+
+def compare_lines(benchmarks):
+    """compare_malloc.sh's table: median ns per pair, ratios to mimalloc, and geometric means
+    over the rows every allocator of the run has a result for."""
+    rows = compare_rows(benchmarks)
+
+    def cell(v, f):
+        return format(v, f) if v is not None else "-"
+
+    out = ["median ns per malloc/free pair (real time; with 2 threads: wall time / pairs of both)"]
+    head = "%-6s %3s %6s | %8s %8s %8s %8s | %8s %8s %8s"
+    out.append(head % ("test", "thr", "size", "glibc", "mimalloc", "nic_ctl", "nic_dp",
+                       "glibc/mi", "ctl/mi", "dp/mi"))
+    ratios = {}  # (pattern, threads, size) -> {allocator: ratio to mimalloc}
+    for key in sorted(rows, key=lambda k: (k[0] != "pair", k[1], k[2])):
+        r = rows[key]
+        mi = r.get("mimalloc")
+        ratios[key] = {a: r[a] / mi if mi and a in r else None for a in COMPARE}
+        out.append(head % (key + tuple(cell(r.get(a), ".1f") for a in COMPARE) + tuple(
+            cell(ratios[key][a], ".3f") for a in ("glibc", "nic_control", "nic_dataplane"))))
+    # The allocators this run has (a filter may leave some out); the means over the rows all of
+    # them have, so that no allocator's mean is taken over other rows than another's.
+    present = [a for a in COMPARE if any(a in r for r in rows.values())]
+    keep, left = complete_keys(ratios, present)
+    out += ["", "geometric mean ratio to mimalloc (targets: control <= 1.05, dataplane <= 1.15)"]
+    if left:
+        out.append("over the %d of %d rows every allocator has a result for; left out: %s" % (
+            len(keep), len(ratios), lacking_text(("%s/%d/threads:%d" % (k[0], k[2], k[1]), a)
+                                                 for k, a in left)))
+    groups = sorted({k[:2] for k in keep}, key=lambda g: (g[0] != "pair", g[1]))
+    out.append("%-16s %8s %8s %8s" % ("", "glibc", "control", "dataplane"))
+    for label, sel in [("%s threads:%d" % g, [g]) for g in groups] + [("all", groups)]:
+        vals = [geomean([ratios[k][a] for k in keep if k[:2] in sel]) if a in present else None
+                for a in ("glibc", "nic_control", "nic_dataplane")]
+        out.append("%-16s %8s %8s %8s" % ((label,) + tuple(cell(v, ".3f") for v in vals)))
+    return out
 
 
 def peers_summary(rows):
@@ -286,6 +378,9 @@ def main():
         print("\n".join(peers_table(read_csv(sys.argv[2]))))
     elif len(sys.argv) == 3 and sys.argv[1] == "--servers":
         print("\n".join(servers_table(read_csv(sys.argv[2]))))
+    elif len(sys.argv) == 3 and sys.argv[1] == "--compare":
+        with open(sys.argv[2]) as fh:
+            print("\n".join(compare_lines(json.load(fh)["benchmarks"])))
     elif len(sys.argv) == 3:
         report(sys.argv[1], sys.argv[2])
     else:

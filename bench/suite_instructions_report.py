@@ -7,10 +7,10 @@ written to stdout.
 Several files are merged (one run per group of allocators, say). Per program and allocator the
 median of the runs in millions of instructions, its ratio to mimalloc, geometric means, and the
 control heap's ratio to the best of glibc, mimalloc, jemalloc and tcmalloc. A figure that cannot be
-computed (no run of that program under that allocator succeeded) is written MISSING.
+computed (no run of that program under that allocator succeeded) is written MISSING; geometric
+means are taken over the programs every allocator compared has a figure for.
 """
 import argparse
-import math
 import os
 import statistics
 import sys
@@ -18,7 +18,7 @@ import sys
 # report.py sits beside this script: importing it must not leave bytecode in the source tree.
 sys.dont_write_bytecode = True
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from report import read_csv, run_notes, table  # noqa: E402
+from report import complete_keys, geomean, lacking_text, read_csv, run_notes, table  # noqa: E402
 
 PEERS = ["glibc", "mimalloc", "jemalloc", "tcmalloc"]
 ORDER = PEERS + ["nicmalloc", "nicmalloc-dp4k"]
@@ -31,11 +31,6 @@ def fmt(v, f):
 
 def ratio(a, b):
     return a / b if a and b else None
-
-
-def geomean(vals):
-    vals = [v for v in vals if v]
-    return math.exp(sum(math.log(v) for v in vals) / len(vals)) if vals else None
 
 
 def summarise(rows):
@@ -79,31 +74,38 @@ def main():
           "- allocators: %s" % ", ".join(allocs)]
     md += run_notes(args.skipped, rows)
 
-    body, cols, best_cols = [], {a: [] for a in allocs}, []
+    # Per program each allocator's ratio to mimalloc and the control heap's to the best peer;
+    # the geometric means over the programs every allocator has a figure for.
+    body, ratios = [], {}
+    with_best = CTL in allocs and any(a in allocs for a in PEERS)
     for p in progs:
         d = s[p]
         mi = d.get("mimalloc", {}).get("ir")
         row = [p, "%s thread%s" % (("1", "") if threads[p] == "single" else ("2+", "s"))]
+        ratios[p] = {}
         for a in allocs:
             v = d.get(a, {}).get("ir")
-            r = ratio(v, mi)
-            cols[a].append(r)
+            ratios[p][a] = ratio(v, mi)
             row.append("MISSING" if v is None else "%.1f" % (v / 1e6) if a == "mimalloc" or
-                       not mi else "%.1f (%.2f)" % (v / 1e6, r))
+                       not mi else "%.1f (%.2f)" % (v / 1e6, ratios[p][a]))
         peers = [(d[a]["ir"], a) for a in PEERS if a in d and d[a]["ir"]]
-        ctl = d.get(CTL, {}).get("ir")
-        if CTL in allocs and peers:
-            best, name = min(peers)
-            best_cols.append(ratio(ctl, best))
-            row.append("%s %s" % (fmt(ratio(ctl, best), "%.2f"), name))
+        if with_best:
+            best, name = min(peers) if peers else (None, "")
+            ratios[p]["best"] = ratio(d.get(CTL, {}).get("ir"), best)
+            row.append("%s %s" % (fmt(ratios[p]["best"], "%.2f"), name))
         body.append(row)
+    keep, left = complete_keys(ratios, allocs)
     geo = ["**geometric mean**", ""] + [
-        "" if a == "mimalloc" else "**%s**" % fmt(geomean(cols[a]), "%.2f") for a in allocs]
+        "" if a == "mimalloc" else "**%s**" % fmt(geomean([ratios[p][a] for p in keep]), "%.2f")
+        for a in allocs]
     head = ["program", "threads"] + allocs
-    if CTL in allocs and any(a in allocs for a in PEERS):
+    if with_best:
         head.append("%s / best of %s" % (CTL, ", ".join(a for a in PEERS if a in allocs)))
-        geo.append("**%s**" % fmt(geomean(best_cols), "%.2f"))
+        geo.append("**%s**" % fmt(geomean([ratios[p]["best"] for p in keep]), "%.2f"))
     md += ["", "## Instructions: millions (ratio to mimalloc)", ""] + table(head, body + [geo])
+    if left:
+        md += ["", "Geometric means over the %d of %d programs every allocator has a figure "
+               "for; left out: %s." % (len(keep), len(progs), lacking_text(left))]
 
     body = []
     for p in progs:

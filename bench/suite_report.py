@@ -5,10 +5,11 @@
 
 Medians of the repetitions, their spread, ratios to mimalloc and geometric means; it judges no
 timing, it states the issue's targets (#20) and which programs miss them. A figure that cannot
-be computed (every run of that program under that allocator failed) is written MISSING.
+be computed (every run of that program under that allocator failed) is written MISSING. A
+geometric mean is taken over the programs every allocator compared has a figure for, and a
+target whose programs lack one (a run failed) reads "incomplete", never met or missed.
 """
 import argparse
-import math
 import os
 import statistics
 import sys
@@ -16,7 +17,8 @@ import sys
 # report.py sits beside this script: importing it must not leave bytecode in the source tree.
 sys.dont_write_bytecode = True
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from report import read_csv, run_notes, table  # noqa: E402
+from report import (complete_keys, geomean, lacking_text, read_csv, run_notes, table,  # noqa: E402
+                    verdict)
 
 PEERS = ["glibc", "mimalloc", "jemalloc", "tcmalloc"]
 ORDER = PEERS + ["nicmalloc", "nicmalloc-dp4k"]
@@ -40,11 +42,6 @@ CPU_RESOLUTION = 0.01
 
 def fmt_cpu(v, f="%.2f"):
     return "<%.2f" % CPU_RESOLUTION if v == 0 else fmt(v, f)
-
-
-def geomean(vals):
-    vals = [v for v in vals if v]
-    return math.exp(sum(math.log(v) for v in vals) / len(vals)) if vals else None
 
 
 def summarise(rows):
@@ -72,6 +69,19 @@ def summarise(rows):
                          "pinned": statistics.median(pinned) if pinned else None, "ok": len(ok),
                          "bad": len(rs) - len(ok)}
     return out
+
+
+def judged(s, progs, key, names):
+    """{program: {allocator: figure}} for the allocators a target compares, None where a run of
+    the program under one of them failed or has no figure: a target is judged on programs whose
+    every run succeeded, and is incomplete otherwise (report.verdict)."""
+    return {p: {a: (s[p][a][key] if a in s[p] and not s[p][a]["bad"] else None) for a in names}
+            for p in progs}
+
+
+def incomplete(left):
+    """What a list-valued target line adds when programs lack a figure."""
+    return "; " + verdict(None, None, left) if left else ""
 
 
 def best_peer(d):
@@ -102,34 +112,39 @@ def main():
           "- allocators: %s" % ", ".join(allocs)]
     md += run_notes(args.skipped, rows)
 
-    # Wide tables: one row per program, one column per allocator.
+    # Wide tables: one row per program, one column per allocator; the geometric means over the
+    # programs every allocator has a figure for, so that each is taken over the same programs.
     def wide(key, title, unit_fmt, below_resolution=False):
-        body, cols = [], {a: [] for a in allocs}
+        body, ratios = [], {}
         for p in progs:
             d = s[p]
             mi = d.get("mimalloc", {}).get(key)
             row = [p, fmt_cpu(mi, unit_fmt) if below_resolution else fmt(mi, unit_fmt)]
+            ratios[p] = {}
             for a in allocs:
                 v = d.get(a, {}).get(key)
                 if below_resolution and 0 in (v, mi):
                     row.append("under %.2f s" % CPU_RESOLUTION)
                     continue
-                r = ratio(v, mi)
-                cols[a].append(r)
-                row.append(fmt(r, "%.2f"))
+                ratios[p][a] = ratio(v, mi)
+                row.append(fmt(ratios[p][a], "%.2f"))
             body.append(row)
-        body.append(["**geometric mean**", ""] + ["**%s**" % fmt(geomean(cols[a]), "%.2f")
-                                                 for a in allocs])
-        return ["", "## " + title, ""] + table(["program", "mimalloc median"] + allocs, body), cols
+        keep, left = complete_keys(ratios, allocs)
+        body.append(["**geometric mean**", ""] + [
+            "**%s**" % fmt(geomean([ratios[p][a] for p in keep]), "%.2f") for a in allocs])
+        note = ["", "Geometric means over the %d of %d programs every allocator has a figure for; "
+                "left out: %s." % (len(keep), len(progs), lacking_text(left))] if left else []
+        return ["", "## " + title, ""] + table(["program", "mimalloc median"] + allocs,
+                                               body) + note
 
-    t_md, t_cols = wide("t", "Time: median wall seconds of mimalloc, ratio of each allocator to "
-                        "it", "%.3f s")
-    r_md, r_cols = wide("rss", "Peak RSS: median MiB of mimalloc, ratio of each allocator to it",
-                        "%.1f MiB")
-    c_md, _ = wide("cpu", "CPU time (user + system): median seconds of mimalloc, ratio of each "
+    t_md = wide("t", "Time: median wall seconds of mimalloc, ratio of each allocator to it",
+                "%.3f s")
+    r_md = wide("rss", "Peak RSS: median MiB of mimalloc, ratio of each allocator to it",
+                "%.1f MiB")
+    c_md = wide("cpu", "CPU time (user + system): median seconds of mimalloc, ratio of each "
                    "allocator to it (less sensitive to other load than wall time; the targets "
                    "use wall time; a run under GNU time's 0.01 s is left out of the ratios)",
-                   "%.2f s", below_resolution=True)
+                "%.2f s", below_resolution=True)
     md += t_md + r_md + c_md
 
     # Pinned dataplane memory is what is in memory and locked: the touched pages of a step no
@@ -167,32 +182,45 @@ def main():
 
     # Targets of the issue.
     md += ["", "## Targets (#20)", ""]
+    def to_mimalloc(key, a):
+        """Geometric mean of a's ratios to mimalloc over the programs both ran without a
+        failure, those programs' ratios, and the programs left out."""
+        f = judged(s, progs, key, [a, "mimalloc"])
+        keep, left = complete_keys(f, [a, "mimalloc"])
+        r = {p: f[p][a] / f[p]["mimalloc"] for p in keep}
+        return geomean(list(r.values())), r, left
+
+    def over(r, line):
+        return ", ".join("%s %.2fx" % (p, x) for p, x in r.items() if x > line) or "none"
+
+    def over_n(left):
+        return " over %d of %d programs" % (len(progs) - len(left), len(progs)) if left else ""
+
     if DP in allocs:
-        gt, gr = geomean(t_cols[DP]), geomean(r_cols[DP])
-        over = [(p, ratio(s[p].get(DP, {}).get("t"), s[p].get("mimalloc", {}).get("t")))
-                for p in progs]
-        over_rss = [(p, ratio(s[p].get(DP, {}).get("rss"), s[p].get("mimalloc", {}).get("rss")))
-                    for p in progs]
-        md += ["- %s geometric mean time / mimalloc: %s (target <= 1.15: %s)" % (
-                   DP, fmt(gt, "%.2f"), "met" if gt and gt <= 1.15 else "missed"),
-               "- %s geometric mean peak RSS / mimalloc: %s (target <= 1.5: %s)" % (
-                   DP, fmt(gr, "%.2f"), "met" if gr and gr <= 1.5 else "missed"),
-               "- %s programs over 1.5x mimalloc's time (target: none): %s" % (
-                   DP, ", ".join("%s %.2fx" % (p, r) for p, r in over if r and r > 1.5)
-                   or "none"),
-               "- %s programs over 1.5x mimalloc's peak RSS: %s" % (
-                   DP, ", ".join("%s %.2fx" % (p, r) for p, r in over_rss if r and r > 1.5)
-                   or "none"),
+        gt, rt, lt = to_mimalloc("t", DP)
+        gr, rr, lr = to_mimalloc("rss", DP)
+        md += ["- %s geometric mean time / mimalloc: %s%s (target <= 1.15: %s)" % (
+                   DP, fmt(gt, "%.2f"), over_n(lt), verdict(gt, lambda g: g <= 1.15, lt)),
+               "- %s geometric mean peak RSS / mimalloc: %s%s (target <= 1.5: %s)" % (
+                   DP, fmt(gr, "%.2f"), over_n(lr), verdict(gr, lambda g: g <= 1.5, lr)),
+               "- %s programs over 1.5x mimalloc's time (target: none): %s%s" % (
+                   DP, over(rt, 1.5), incomplete(lt)),
+               "- %s programs over 1.5x mimalloc's peak RSS: %s%s" % (DP, over(rr, 1.5),
+                                                                      incomplete(lr)),
                "- %s geometric mean peak pinned / peak live (programs with a peak live of at "
                "least %g MiB): %s" % (DP, MIN_LIVE_MIB, fmt(geomean(pl_cols), "%.2f"))]
     if CTL in allocs:
-        gt = geomean(t_cols[CTL])
-        over = []
-        for p in progs:
-            bt, ba = best_peer(s[p])
-            r = ratio(s[p].get(CTL, {}).get("t"), bt)
-            if r and r > 1.10:
-                over.append("%s %.2fx %s" % (p, r, ba))
+        gt, _, lt = to_mimalloc("t", CTL)
+        # The best peer is the best of those installed (the others are named, not passed over).
+        peers = [a for a in PEERS if a in allocs]
+        absent = [a for a in PEERS if a not in allocs]
+        f = judged(s, progs, "t", [CTL] + peers)
+        keep, left = complete_keys(f, [CTL] + peers)
+        over_best = []
+        for p in keep:
+            bt, ba = min((f[p][a], a) for a in peers)
+            if f[p][CTL] / bt > 1.10:
+                over_best.append("%s %.2fx %s" % (p, f[p][CTL] / bt, ba))
         # The control heap is a wrapper over mimalloc: where mimalloc itself is over the line,
         # no wrapper over it can be under it. Said beside the verdict so that it can be read so.
         mi_over = []
@@ -202,10 +230,12 @@ def main():
             r = ratio(s[p].get("mimalloc", {}).get("t"), bt)
             if r and r > 1.10:
                 mi_over.append("%s %.2fx %s" % (p, r, ba))
-        md += ["- %s geometric mean time / mimalloc: %s (target <= 1.00: %s)" % (
-                   CTL, fmt(gt, "%.2f"), "met" if gt and gt <= 1.00 else "missed"),
-               "- %s programs over 1.10x the best of glibc, mimalloc, jemalloc, tcmalloc "
-               "(target: none): %s" % (CTL, ", ".join(over) or "none"),
+        md += ["- %s geometric mean time / mimalloc: %s%s (target <= 1.00: %s)" % (
+                   CTL, fmt(gt, "%.2f"), over_n(lt), verdict(gt, lambda g: g <= 1.00, lt)),
+               "- %s programs over 1.10x the best of %s%s (target: none): %s%s" % (
+                   CTL, ", ".join(peers) or "no peer",
+                   " (not installed: %s)" % ", ".join(absent) if absent else "",
+                   ", ".join(over_best) or "none", incomplete(left)),
                "- for reading the line above: mimalloc itself over 1.10x the best of glibc, "
                "jemalloc, tcmalloc: %s" % (", ".join(mi_over) or "none")]
 

@@ -1,0 +1,128 @@
+"""The benchmark reports' arithmetic on synthetic results (bench/report.py, suite_report.py,
+suite_instructions_report.py): what a failed run, a missing allocator or a spread does to the
+tables and to the targets' verdicts. Run by ctest bench_reports: python3 test_reports.py ROOT."""
+import csv
+import io
+import os
+import subprocess
+import sys
+import tempfile
+import unittest
+
+sys.dont_write_bytecode = True
+ROOT = sys.argv.pop(1) if len(sys.argv) > 1 else os.path.join(os.path.dirname(__file__), "..", "..")
+BENCH = os.path.join(ROOT, "bench")
+sys.path.insert(0, BENCH)
+import report  # noqa: E402
+
+
+def write_csv(path, head, rows):
+    with open(path, "w", newline="") as fh:
+        w = csv.writer(fh)
+        w.writerow(head)
+        w.writerows(rows)
+
+
+def run_script(name, *args):
+    return subprocess.run([sys.executable, os.path.join(BENCH, name), *args], check=True,
+                          capture_output=True, text=True).stdout
+
+
+class TempDir(unittest.TestCase):
+    def setUp(self):
+        self.tmp = tempfile.TemporaryDirectory()
+        self.dir = self.tmp.name
+
+    def tearDown(self):
+        self.tmp.cleanup()
+
+
+SUITE_HEAD = ["rep", "program", "allocator", "seconds", "cpu_seconds", "max_rss_kib", "status",
+              "live_peak_kib", "pinned_peak_kib"]
+
+
+def suite_rows(times):
+    """times {program: {allocator: (seconds, status)}}: one run each, RSS and CPU alike."""
+    return [[1, p, a, t, t, int(1000 * t), st, "-", "-"] for p, d in times.items()
+            for a, (t, st) in d.items()]
+
+
+class SuiteGeomeans(TempDir):
+    # c's dataplane run failed at 9x mimalloc's time; glibc is 4x on c alone.
+    TIMES = {p: {"glibc": (4.0 if p == "c" else 1.0, "ok"), "mimalloc": (1.0, "ok"),
+                 "nicmalloc": (1.0, "ok"),
+                 "nicmalloc-dp4k": (9.0, "FAILED") if p == "c" else (1.0, "ok")}
+             for p in "abc"}
+
+    def report(self, times):
+        path = os.path.join(self.dir, "suite.csv")
+        write_csv(path, SUITE_HEAD, suite_rows(times))
+        return run_script("suite_report.py", path, "--skipped", "jemalloc tcmalloc")
+
+    def test_a_failed_program_makes_the_target_incomplete(self):
+        md = self.report(self.TIMES)
+        self.assertIn("nicmalloc-dp4k geometric mean time / mimalloc: 1.00 over 2 of 3 programs "
+                      "(target <= 1.15: incomplete (1 program failed: c (nicmalloc-dp4k)))", md)
+        self.assertNotIn("target <= 1.15: met", md)
+        self.assertIn("(target: none): none; incomplete (1 program failed: c (nicmalloc-dp4k))",
+                      md)
+
+    def test_every_mean_is_over_the_same_programs(self):
+        md = self.report(self.TIMES)
+        time = md.split("## Time")[1].split("## Peak RSS")[0]
+        # glibc's 4x on c is left out with c, as the dataplane's failure is.
+        self.assertIn("| **geometric mean** |  | **1.00** | **1.00** | **1.00** | **1.00** |", time)
+        self.assertIn("Geometric means over the 2 of 3 programs every allocator has a figure for; "
+                      "left out: c (nicmalloc-dp4k).", time)
+
+    def test_no_failure_gives_a_verdict(self):
+        times = {p: {a: (1.0, "ok") for a in d} for p, d in self.TIMES.items()}
+        times["c"]["nicmalloc-dp4k"] = (2.0, "ok")
+        md = self.report(times)
+        self.assertIn("time / mimalloc: 1.26 (target <= 1.15: missed)", md)
+        self.assertIn("over 1.5x mimalloc's time (target: none): c 2.00x\n", md + "\n")
+        self.assertNotIn("incomplete", md)
+        self.assertNotIn("Geometric means over the", md)
+
+
+class InstructionGeomeans(TempDir):
+    def test_every_mean_is_over_the_same_programs(self):
+        path = os.path.join(self.dir, "instructions.csv")
+        rows = []
+        for p in "abc":
+            rows += [[1, p, "glibc", "single", 4000000 if p == "c" else 1000000, "ok"],
+                     [1, p, "mimalloc", "single", 1000000, "ok"],
+                     [1, p, "nicmalloc", "single", 1000000, "FAILED" if p == "c" else "ok"]]
+        write_csv(path, ["rep", "program", "allocator", "threads", "instructions", "status"], rows)
+        md = run_script("suite_instructions_report.py", path)
+        self.assertIn("| **geometric mean** |  | **1.00** |  | **1.00** | **1.00** |", md)
+        self.assertIn("left out: c (nicmalloc)", md)
+
+
+def gbench(rows):
+    """Google Benchmark JSON 'benchmarks' with median, min and max aggregates of each run."""
+    out = []
+    for name, ns in rows:
+        for agg, v in (("median", ns), ("min", ns * 0.9), ("max", ns * 1.2)):
+            out.append({"run_name": name, "aggregate_name": agg, "real_time": v,
+                        "time_unit": "ns"})
+    return out
+
+
+class CompareGeomeans(unittest.TestCase):
+    def test_a_row_one_allocator_lacks_is_left_out_of_every_mean(self):
+        rows = []
+        for size in (64, 4096):
+            for a, ns in (("glibc", 20), ("mimalloc", 10), ("nic_control", 10),
+                          ("nic_dataplane", 10)):
+                if not (size == 4096 and a == "nic_dataplane"):
+                    rows.append(("BM_pair/%s/%d/threads:1" % (a, size),
+                                 ns * (4 if size == 4096 and a == "glibc" else 1)))
+        text = "\n".join(report.compare_lines(gbench(rows)))
+        self.assertIn("left out: pair/4096/threads:1 (nic_dataplane)", text)
+        all_line = [ln for ln in text.splitlines() if ln.startswith("all ")][0]
+        self.assertEqual(all_line.split(), ["all", "2.000", "1.000", "1.000"])
+
+
+if __name__ == "__main__":
+    unittest.main(verbosity=2)
