@@ -5,7 +5,8 @@
     /usr/bin/python3 bench/report.py --servers servers.csv
     /usr/bin/python3 bench/report.py --compare malloc_compare.json  # bench/compare_malloc.sh
 
-Medians of repeated runs and ratios to mimalloc; it judges no timing, it only states targets.
+Medians of repeated runs with their min-max and ratios to mimalloc; it judges no timing, it only
+states targets.
 Without matplotlib (Debian's python3-matplotlib) the tables are still written, with a note.
 """
 import csv
@@ -85,9 +86,19 @@ def table(head, rows):
     return out + ["| " + " | ".join(str(c) for c in r) + " |" for r in rows]
 
 
+def values(rows, key):
+    return [float(r[key]) for r in rows if r["status"] == "ok" and r[key] not in ("", "-")]
+
+
 def med(rows, key):
-    vals = [float(r[key]) for r in rows if r["status"] == "ok" and r[key] not in ("", "-")]
+    vals = values(rows, key)
     return statistics.median(vals) if vals else None
+
+
+def spread(rows, key, f="%.3f"):
+    """'min-max' of the ok runs' key, '-' without one."""
+    vals = values(rows, key)
+    return "%s-%s" % (f % min(vals), f % max(vals)) if vals else "-"
 
 
 def fmt(v, f="%.3f"):
@@ -103,29 +114,42 @@ UNIT_NS = {"ns": 1.0, "us": 1e3, "ms": 1e6, "s": 1e9}
 
 
 def compare_rows(benchmarks):
-    """{(pattern, threads, size): {allocator: median ns per pair}} from malloc_compare's
-    Google Benchmark JSON ("benchmarks")."""
-    rows = {}
+    """{(pattern, threads, size): {allocator: median ns per pair}} and the same keys'
+    {allocator: [ns per pair of each repetition]}, from malloc_compare's Google Benchmark JSON
+    ("benchmarks": the median aggregate and the repetitions' own runs)."""
+    rows, reps = {}, {}
     for b in benchmarks:
-        if b.get("aggregate_name") != "median":
+        if b.get("aggregate_name") != "median" and b.get("run_type") != "iteration":
             continue
         parts = b["run_name"].split("/")
         threads = next(int(p[8:]) for p in parts if p.startswith("threads:"))
         ns = b["real_time"] * UNIT_NS[b["time_unit"]] / b.get("batch", 1)
-        rows.setdefault((parts[0][3:], threads, int(parts[2])), {})[parts[1]] = ns
-    return rows
+        key = (parts[0][3:], threads, int(parts[2]))
+        if b.get("aggregate_name") == "median":
+            rows.setdefault(key, {})[parts[1]] = ns
+        elif not b.get("error_occurred"):
+            reps.setdefault(key, {}).setdefault(parts[1], []).append(ns)
+    return rows, reps
 
 
 def compare_lines(benchmarks):
-    """compare_malloc.sh's table: median ns per pair, ratios to mimalloc, and geometric means
-    over the rows every allocator of the run has a result for."""
-    rows = compare_rows(benchmarks)
+    """compare_malloc.sh's table: median ns per pair with the repetitions' min-max, ratios of
+    the medians to mimalloc, and geometric means over the rows every allocator of the run has a
+    result for."""
+    rows, reps = compare_rows(benchmarks)
 
     def cell(v, f):
         return format(v, f) if v is not None else "-"
 
-    out = ["median ns per malloc/free pair (real time; with 2 threads: wall time / pairs of both)"]
-    head = "%-6s %3s %6s | %8s %8s %8s %8s | %8s %8s %8s"
+    def with_spread(key, a):
+        ns = reps.get(key, {}).get(a)
+        if a not in rows[key]:
+            return "-"
+        return "%.1f" % rows[key][a] + (" [%.1f-%.1f]" % (min(ns), max(ns)) if ns else "")
+
+    out = ["median ns per malloc/free pair [min-max over the repetitions] (real time; with 2 "
+           "threads: wall time / pairs of both)"]
+    head = "%-6s %3s %6s | %18s %18s %18s %18s | %8s %8s %8s"
     out.append(head % ("test", "thr", "size", "glibc", "mimalloc", "nic_ctl", "nic_dp",
                        "glibc/mi", "ctl/mi", "dp/mi"))
     ratios = {}  # (pattern, threads, size) -> {allocator: ratio to mimalloc}
@@ -133,7 +157,7 @@ def compare_lines(benchmarks):
         r = rows[key]
         mi = r.get("mimalloc")
         ratios[key] = {a: r[a] / mi if mi and a in r else None for a in COMPARE}
-        out.append(head % (key + tuple(cell(r.get(a), ".1f") for a in COMPARE) + tuple(
+        out.append(head % (key + tuple(with_spread(key, a) for a in COMPARE) + tuple(
             cell(ratios[key][a], ".3f") for a in ("glibc", "nic_control", "nic_dataplane"))))
     # The allocators this run has (a filter may leave some out); the means over the rows all of
     # them have, so that no allocator's mean is taken over other rows than another's.
@@ -154,12 +178,14 @@ def compare_lines(benchmarks):
 
 
 def peers_summary(rows):
-    """{workload: {allocator: (median s, median RSS MiB, failures)}} in first-seen order."""
+    """{workload: {allocator: (median s, median RSS MiB, failures, min-max s)}} in first-seen
+    order."""
     out = {}
     for r in rows:
         out.setdefault(r["workload"], {}).setdefault(r["allocator"], []).append(r)
     return {w: {a: (med(rs, "seconds"), ratio(med(rs, "max_rss_kib"), 1024),
-                    sum(r["status"] != "ok" for r in rs)) for a, rs in d.items()}
+                    sum(r["status"] != "ok" for r in rs), spread(rs, "seconds"))
+                for a, rs in d.items()}
             for w, d in out.items()}
 
 
@@ -168,19 +194,19 @@ def peers_table(rows):
     allocs = list(dict.fromkeys(r["allocator"] for r in rows))
     body = []
     for w, d in s.items():
-        mi = d.get("mimalloc", (None, None, 0))
+        mi = d.get("mimalloc", (None, None, 0, "-"))
         best = min((d[a][0] for a in PEERS if a in d and d[a][0]), default=None)
         for a in allocs:
-            t, rss, bad = d.get(a, (None, None, 0))
+            t, rss, bad, t_range = d.get(a, (None, None, 0, "-"))
             goal = ""
             if a.startswith("nicmalloc") and t is not None:
                 to_mi = ratio(t, mi[0])  # None when mimalloc has no median (failed, missing)
                 goal = "%s / %s" % ("-" if to_mi is None else "yes" if to_mi <= 1.05 else "no",
                                     "-" if not best else "yes" if t <= 1.10 * best else "no")
-            body.append([w, a, "FAILED %d" % bad if bad else "ok", fmt(t), fmt(ratio(t, mi[0])),
-                         fmt(ratio(t, best)), fmt(rss, "%.1f"), fmt(ratio(rss, mi[1]), "%.2f"),
-                         goal])
-    return table(["workload", "allocator", "runs", "median s", "time / mimalloc",
+            body.append([w, a, "FAILED %d" % bad if bad else "ok", fmt(t), t_range,
+                         fmt(ratio(t, mi[0])), fmt(ratio(t, best)), fmt(rss, "%.1f"),
+                         fmt(ratio(rss, mi[1]), "%.2f"), goal])
+    return table(["workload", "allocator", "runs", "median s", "min-max s", "time / mimalloc",
                   "time / best peer", "median peak RSS MiB", "RSS / mimalloc",
                   "goal ≤1.05× mi / ≤1.10× best"], body)
 
@@ -205,13 +231,15 @@ def servers_table(rows):
             rs = d.get(a, [])
             ops, rss = med(rs, "ops_per_sec"), med(rs, "vmhwm_kib")
             live, pinned = med(rs, "live_peak_kib"), med(rs, "pinned_peak_kib")
-            body.append([server, test, a, fmt(ops, "%.0f"), fmt(ratio(ops, mops)),
+            body.append([server, test, a, fmt(ops, "%.0f"), spread(rs, "ops_per_sec", "%.0f"),
+                         fmt(ratio(ops, mops)),
                          fmt(ratio(rss, 1024), "%.1f"), fmt(ratio(rss, mrss), "%.2f"),
                          fmt(ratio(live, 1024), "%.1f"), fmt(ratio(pinned, 1024), "%.1f"),
                          fmt(pinned_over_live(rs), "%.2f")])
     for r in fails:
-        body.append([r["server"], "-", r["allocator"], "FAILED (rep %s)" % r["rep"]] + [""] * 6)
-    return table(["server", "test", "allocator", "median ops/s", "ops/s / mimalloc (target ≥0.97)",
+        body.append([r["server"], "-", r["allocator"], "FAILED (rep %s)" % r["rep"]] + [""] * 7)
+    return table(["server", "test", "allocator", "median ops/s", "min-max ops/s",
+                  "ops/s / mimalloc (target ≥0.97)",
                   "median peak RSS MiB", "RSS / mimalloc", "peak dataplane live MiB",
                   "peak pinned MiB", "pinned / live (target ≤1.3)"], body)
 
@@ -324,7 +352,8 @@ def report(d, mode):
         [s["step"], s["status"], s["seconds"], s["output"]] for s in steps]) + [""]
     md += ["## Headline", ""] + headline(d, peers, servers, mr)
     md += ["## malloc/free pairs (compare_malloc)", "",
-           "Google Benchmark in one process, allocators interleaved; median ns per pair.", "",
+           "Google Benchmark in one process, allocators interleaved; median ns per pair and the "
+           "min-max of the repetitions.", "",
            "```", text(d + "/compare/malloc_compare.txt") or "not run", "```", ""]
     md += ["## Instruction counts (callgrind)", "",
            "Instructions inside each driver loop (valgrind --tool=callgrind): the repeatable "
@@ -346,13 +375,14 @@ def report(d, mode):
                   if f.endswith(".png")] if os.path.isdir(d + "/frag") else []
     md += ["", "## Allocator peers", "",
            "bench/workloads under LD_PRELOAD, wall time and peak RSS (GNU time), allocators "
-           "interleaved in each repetition; medians; 'best peer' = fastest of glibc, mimalloc, "
-           "jemalloc, tcmalloc.", ""]
+           "interleaved in each repetition; medians and min-max of the repetitions; 'best peer' = "
+           "fastest of glibc, mimalloc, jemalloc, tcmalloc.", ""]
     md += peers_table(peers) if peers else ["not run"]
     if "peers_ratio.png" in pngs:
         md += ["", "![peers: time ratio to mimalloc](peers_ratio.png)"]
     md += ["", "## Real servers", "", "memcached + memcaslap, redis-server + redis-benchmark on "
-           "127.0.0.1; peak RSS is the server's VmHWM before shutdown; medians.", ""]
+           "127.0.0.1; peak RSS is the server's VmHWM before shutdown; medians and min-max of the "
+           "repetitions.", ""]
     md += servers_table(servers) if servers else ["not run"]
     md += ["", "## Receive: copy against in place", "",
            "bench/recv_bench.sh: per message size, recv() into malloc'd memory (sockets), "

@@ -124,5 +124,31 @@ class CompareGeomeans(unittest.TestCase):
         self.assertEqual(all_line.split(), ["all", "2.000", "1.000", "1.000"])
 
 
+class Spread(unittest.TestCase):
+    def test_compare_gives_each_median_its_min_max(self):
+        rows = [("BM_pair/%s/64/threads:1" % a, 10.0) for a in report.COMPARE]
+        bench = gbench(rows) + [{"run_name": "BM_pair/glibc/64/threads:1", "run_type": "iteration",
+                                 "real_time": v, "time_unit": "ns"} for v in (9.0, 10.0, 12.0)]
+        text = "\n".join(report.compare_lines(bench))
+        self.assertIn("10.0 [9.0-12.0]", text)
+
+    def test_peers_give_each_median_its_min_max(self):
+        rows = [{"rep": str(i), "workload": "churn", "allocator": a, "seconds": str(t),
+                 "max_rss_kib": "2048", "status": "ok"}
+                for i, t in enumerate((1.0, 1.5, 3.0)) for a in ("mimalloc", "nicmalloc")]
+        text = "\n".join(report.peers_table(rows))
+        self.assertIn("min-max s", text)
+        self.assertIn("| churn | nicmalloc | ok | 1.500 | 1.000-3.000 | 1.000 |", text)
+
+    def test_servers_give_each_median_its_min_max(self):
+        rows = [{"rep": str(i), "server": "redis", "allocator": a, "test": "SET",
+                 "ops_per_sec": str(ops), "vmhwm_kib": "4096", "live_peak_kib": "",
+                 "pinned_peak_kib": "", "status": "ok"}
+                for i, ops in enumerate((900, 1000, 1300)) for a in ("mimalloc", "glibc")]
+        text = "\n".join(report.servers_table(rows))
+        self.assertIn("min-max ops/s", text)
+        self.assertIn("| redis | SET | glibc | 1000 | 900-1300 | 1.000 |", text)
+
+
 if __name__ == "__main__":
     unittest.main(verbosity=2)
