@@ -4,8 +4,10 @@
  *
  *   first_alloc [runs] [size]      (defaults: 15 runs, 64 bytes)
  *
- * Prints the median and the worst of each figure. Run it with the environment under test
- * (NICMALLOC_PIN_STEP, NICMALLOC_PAGE_KIND, NICMALLOC_CHUNK_SIZE...). */
+ * Prints the pin step the runs had and the median, minimum and maximum of each figure (run_all.sh's
+ * first-alloc step, whose report states issue #20's target from them). Run it with the
+ * environment under test (NICMALLOC_PIN_STEP, NICMALLOC_PAGE_KIND, NICMALLOC_CHUNK_SIZE...).
+ * "--child SIZE" is one run: the figures on one line, then the pin step in KiB. */
 #define _GNU_SOURCE
 #include "bench_median.h"
 
@@ -64,8 +66,8 @@ static int child(size_t size) {
   memset(&st, 0, sizeof st);
   st.size = sizeof st;
   nic_get_stats(&st);
-  printf("%.3f %.3f %ld %ld %ld %zu %.3f\n", t1 - t0, t3 - t2, rss1 - rss0, rss2 - rss1,
-         lck2 - lck1, st.dataplane_pinned >> 10, c3 - c2);
+  printf("%.3f %.3f %ld %ld %ld %zu %.3f %zu\n", t1 - t0, t3 - t2, rss1 - rss0, rss2 - rss1,
+         lck2 - lck1, st.dataplane_pinned >> 10, c3 - c2, st.pin_step >> 10);
   return 0;
 }
 
@@ -74,8 +76,8 @@ int main(int argc, char **argv) {
   int runs = argc > 1 ? atoi(argv[1]) : 15;
   const char *size = argc > 2 ? argv[2] : "64";
   if (runs < 1 || runs > 1000) runs = 15;
-  enum { CTL_MS, DP_MS, CTL_RSS, DP_RSS, DP_LCK, DP_PINNED, DP_CPU, FIELDS };
-  static double v[FIELDS][1000];
+  enum { CTL_MS, DP_MS, CTL_RSS, DP_RSS, DP_LCK, DP_PINNED, DP_CPU, FIELDS, STEP = FIELDS };
+  static double v[FIELDS + 1][1000];
   for (int r = 0; r < runs; r++) {
     int fd[2];
     if (pipe(fd)) return 1;
@@ -93,8 +95,8 @@ int main(int argc, char **argv) {
     int status;
     waitpid(pid, &status, 0);
     if (n <= 0 ||
-        sscanf(buf, "%lf %lf %lf %lf %lf %lf %lf", &v[CTL_MS][r], &v[DP_MS][r], &v[CTL_RSS][r],
-               &v[DP_RSS][r], &v[DP_LCK][r], &v[DP_PINNED][r], &v[DP_CPU][r]) != 7) {
+        sscanf(buf, "%lf %lf %lf %lf %lf %lf %lf %lf", &v[CTL_MS][r], &v[DP_MS][r], &v[CTL_RSS][r],
+               &v[DP_RSS][r], &v[DP_LCK][r], &v[DP_PINNED][r], &v[DP_CPU][r], &v[STEP][r]) != 8) {
       fprintf(stderr, "run %d: the child failed (status %d)\n", r, status);
       return 1;
     }
@@ -104,10 +106,11 @@ int main(int argc, char **argv) {
       "control first alloc RSS KiB",     "dataplane first alloc RSS KiB",
       "dataplane first alloc VmLck KiB", "dataplane pinned KiB",
       "dataplane first alloc CPU ms"};
-  printf("%d fresh processes, %s-byte request\n", runs, size);
+  printf("%d fresh processes, %s-byte request, pin step %.0f KiB\n", runs, size, v[STEP][0]);
   for (int f = 0; f < FIELDS; f++) {
     const double median = bench_median(v[f], (size_t)runs);
-    printf("  %-32s median %10.3f   max %10.3f\n", names[f], median, v[f][runs - 1]);
+    printf("  %-32s median %10.3f   min %10.3f   max %10.3f\n", names[f], median, v[f][0],
+           v[f][runs - 1]);
   }
   return 0;
 }

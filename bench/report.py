@@ -13,12 +13,14 @@ import csv
 import json
 import math
 import os
+import re
 import statistics
 import sys
 
 PEERS = ["glibc", "mimalloc", "jemalloc", "tcmalloc"]
 SECTIONS = ["Machine and settings", "Steps", "Headline", "malloc/free pairs (compare_malloc)",
-            "Instruction counts (callgrind)", "MR misses", "Fragmentation",
+            "Instruction counts (callgrind)", "First dataplane allocation", "MR misses",
+            "Fragmentation",
             "Allocator peers", "Real servers", "Receive: copy against in place"]
 try:
     import matplotlib
@@ -301,6 +303,31 @@ def frag_table(rows):
     return table(["pool", "allocator", "shrink", "peak held/live", "returned after release"], body)
 
 
+# Issue #20's target for the first dataplane allocation of a process: 5 ms, and at most one pin
+# step and 4 MiB more of resident memory.
+FIRST_ALLOC_MS, FIRST_ALLOC_EXTRA_KIB = 5.0, 4096
+
+
+def first_alloc_lines(txt):
+    """The target lines for first_alloc's output (bench/first_alloc.c): its medians, with the
+    maxima beside them, against #20's target; MISSING where a figure is not in the output."""
+    step = re.search(r"pin step (\d+) KiB", txt or "")
+    figs = {m.group(1): (float(m.group(2)), float(m.group(4))) for m in re.finditer(
+        r"^\s+(\S.*?)\s+median\s+([\d.]+)\s+min\s+([\d.]+)\s+max\s+([\d.]+)\s*$",
+        txt or "", re.M)}
+    ms, rss = figs.get("dataplane first alloc ms"), figs.get("dataplane first alloc RSS KiB")
+    cpu = figs.get("dataplane first alloc CPU ms")
+    if not (step and ms and rss and cpu):
+        return ["- first dataplane allocation: MISSING (no figures in first_alloc's output)"]
+    limit = int(step.group(1)) + FIRST_ALLOC_EXTRA_KIB
+    return ["- time, median of the runs: %.2f ms (max %.2f; CPU %.2f, max %.2f) (target <= %g ms: "
+            "%s)" % (ms[0], ms[1], cpu[0], cpu[1], FIRST_ALLOC_MS,
+                     "met" if ms[0] <= FIRST_ALLOC_MS else "missed"),
+            "- resident memory added, median: %.0f KiB (max %.0f) (target <= one pin step, %s "
+            "KiB, + 4 MiB = %d KiB: %s)" % (rss[0], rss[1], step.group(1), limit,
+                                            "met" if rss[0] <= limit else "missed")]
+
+
 def headline(d, peers, servers, mr):
     out = []
     if peers:
@@ -360,6 +387,13 @@ def report(d, mode):
            "numbers to track from change to change.", "",
            "```", text(d + "/callgrind/callgrind.txt") or "not run", "",
            text(d + "/callgrind/callgrind_nic.txt") or "nic paths: not run", "```", ""]
+    fa = text(d + "/first_alloc/first_alloc.txt")
+    md += ["## First dataplane allocation", "",
+           "build/bench/first_alloc: the first dataplane allocation (64 bytes) of each of a "
+           "number of fresh processes, default settings, against the first control allocation; "
+           "wall and CPU time, resident and locked memory it adds. Issue #20's target: <= %g ms "
+           "and <= one pin step + 4 MiB of resident memory." % FIRST_ALLOC_MS, ""]
+    md += (first_alloc_lines(fa) + ["", "```", fa, "```", ""]) if fa else ["not run", ""]
     md += ["## MR misses", "",
            "One send stream per pool through arenas, per-buffer registration and the "
            "registration cache, replayed through the sim NIC's translation-cache model (cx5 "

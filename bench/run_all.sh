@@ -17,12 +17,12 @@ case $mode in
 quick)
   cmp_flags=(--benchmark_filter='BM_pair/.*/(64|4096)/.*threads:1' --benchmark_min_time=0.02
     --benchmark_repetitions=3)
-  cg_pairs=20000 mr_flags=(--live-mib 32 --sends 100000)
+  cg_pairs=20000 mr_flags=(--live-mib 32 --sends 100000) fa_runs=15
   # Frag's own quick mode is 256 MiB live; a smaller cache keeps this run near two minutes.
   export FRAG_LIVE=${FRAG_LIVE:-64M} FRAG_ROUNDS=${FRAG_ROUNDS:-1}
   ;;
 full)
-  cmp_flags=() cg_pairs=100000 mr_flags=(--live-mib 256 --sends 1000000)
+  cmp_flags=() cg_pairs=100000 mr_flags=(--live-mib 256 --sends 1000000) fa_runs=51
   # Frag's own full mode (1 GiB live) takes 20-25 min alone; half of it keeps this run near 30.
   export FRAG_LIVE=${FRAG_LIVE:-512M}
   ;;
@@ -35,13 +35,14 @@ for f in bench/malloc_compare bench/hotpath_driver bench/mr_miss bench/first_all
   [ -e "$build/$f" ] || { echo "run_all: $build/$f missing; build first (bench/README.md)" >&2; exit 1; }
 done
 mkdir -p "$out"
-rm -rf "${out:?}"/{compare,callgrind,mr,frag,step_sweep} "$out"/*.csv "$out"/*.md "$out"/*.png "$out"/recv_*
+rm -rf "${out:?}"/{compare,callgrind,first_alloc,mr,frag,step_sweep} "$out"/*.csv "$out"/*.md "$out"/*.png "$out"/recv_*
 
 {
   echo "mode: $mode"
   "$root/bench/machine_info.sh" "$root"
   echo "compare_malloc flags: ${cmp_flags[*]:-(defaults: 5 repetitions, all sizes)}"
   echo "callgrind: $cg_pairs pairs/calls per loop"
+  echo "first-alloc: $fa_runs fresh processes, 64-byte request, default settings"
   echo "mr_miss: ${mr_flags[*]}, sizes $sizes"
   echo "frag: run_frag.sh $mode${FRAG_LIVE:+, FRAG_LIVE=$FRAG_LIVE}${FRAG_ROUNDS:+ FRAG_ROUNDS=$FRAG_ROUNDS}"
   echo "peers: bench/peers.sh $mode (quick: scale 1, 3 reps; full: scale 5, 5 reps)${PEERS_REPS:+ PEERS_REPS=$PEERS_REPS}${PEERS_SCALE:+ PEERS_SCALE=$PEERS_SCALE}"
@@ -63,14 +64,14 @@ callgrind_nic() {
   done
 }
 
-steps=9 n=0 failed=0
+steps=10 n=0 failed=0
 echo "step,status,seconds,output" >"$out/steps.csv"
 # step NAME OUTPUT COMMAND...: runs one suite with its console output in OUTPUT.log.
 step() {
   local name=$1 rel=$2 t0=$SECONDS status=ok
   shift 2
   n=$((n + 1))
-  printf '[%d/%d] %-10s ... ' "$n" "$steps" "$name"
+  printf '[%d/%d] %-11s ... ' "$n" "$steps" "$name"
   mkdir -p "$(dirname "$out/$rel")"
   "$@" >"$out/$rel" 2>"$out/$rel.log" || { status=FAILED; failed=1; }
   echo "$status ($((SECONDS - t0)) s) -> ${out#$root/}/$rel"
@@ -87,6 +88,7 @@ step frag frag/run_frag.txt bench/frag/run_frag.sh "$mode" "$out/frag"
 step peers peers.txt bench/peers.sh "$mode" "$out"
 step servers servers.txt bench/servers.sh "$mode" "$out"
 step recv recv.txt bench/recv_bench.sh "$mode" "$out"
+step first-alloc first_alloc/first_alloc.txt "$build/bench/first_alloc" "$fa_runs" 64
 step pin-step step_sweep/step_sweep.txt env FRAG_SIZES="$sizes" bench/step_sweep.sh "$mode" \
   "$out/step_sweep"
 

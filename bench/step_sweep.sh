@@ -50,7 +50,7 @@ export NICMALLOC_CHUNK_SIZE=${NICMALLOC_CHUNK_SIZE:-1G} NICMALLOC_RELEASE_DELAY_
   echo "chunk $NICMALLOC_CHUNK_SIZE, page kind ${NICMALLOC_PAGE_KIND:-auto}"
 } >"$out/settings.txt"
 
-echo "step,round,ctl_ms,dp_ms,ctl_rss_kib,dp_rss_kib,dp_vmlck_kib,dp_pinned_kib,dp_cpu_ms" >"$out/first_alloc.csv"
+echo "step,round,ctl_ms,dp_ms,ctl_rss_kib,dp_rss_kib,dp_vmlck_kib,dp_pinned_kib,dp_cpu_ms,pin_step_kib" >"$out/first_alloc.csv"
 for r in $(seq "$rounds"); do
   for s in "${steps[@]}"; do
     line=$(NICMALLOC_PIN_STEP=$s "$first" --child 64) || { echo "step_sweep: first_alloc failed at $s" >&2; exit 1; }

@@ -150,5 +150,32 @@ class Spread(unittest.TestCase):
         self.assertIn("| redis | SET | glibc | 1000 | 900-1300 | 1.000 |", text)
 
 
+FIRST_ALLOC = """15 fresh processes, 64-byte request, pin step 4096 KiB
+  control first alloc ms           median      0.000   min      0.000   max      0.001
+  dataplane first alloc ms         median      %s   min      0.280   max      9.400
+  control first alloc RSS KiB      median      0.000   min      0.000   max      0.000
+  dataplane first alloc RSS KiB    median    %s   min    212.000   max   9000.000
+  dataplane first alloc VmLck KiB  median   4096.000   min   4096.000   max   4096.000
+  dataplane pinned KiB             median     52.000   min     52.000   max     52.000
+  dataplane first alloc CPU ms     median      0.283   min      0.274   max      0.395
+"""
+
+
+class FirstAlloc(unittest.TestCase):
+    def test_the_target_is_stated_on_the_medians(self):
+        lines = report.first_alloc_lines(FIRST_ALLOC % ("0.288", "212.000"))
+        self.assertIn("- time, median of the runs: 0.29 ms (max 9.40; CPU 0.28, max 0.40) "
+                      "(target <= 5 ms: met)", lines)
+        self.assertIn("- resident memory added, median: 212 KiB (max 9000) (target <= one pin "
+                      "step, 4096 KiB, + 4 MiB = 8192 KiB: met)", lines)
+        lines = report.first_alloc_lines(FIRST_ALLOC % ("5.100", "8200.000"))
+        self.assertTrue(lines[0].endswith("(target <= 5 ms: missed)"), lines)
+        self.assertTrue(lines[1].endswith("= 8192 KiB: missed)"), lines)
+
+    def test_no_figures_is_missing_not_met(self):
+        self.assertEqual(report.first_alloc_lines("the child failed"), [
+            "- first dataplane allocation: MISSING (no figures in first_alloc's output)"])
+
+
 if __name__ == "__main__":
     unittest.main(verbosity=2)
