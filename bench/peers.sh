@@ -7,7 +7,8 @@
 #   bench/peers.sh [quick|full] [results_dir]
 # quick: workload scale 1 (~0.1-0.5 s each), 3 repetitions; full: scale 5, 5 repetitions.
 # PEERS_SCALE and PEERS_REPS override. NICMALLOC_BUILD_DIR as for the other scripts.
-# Writes results_dir/peers.csv (one row per run) and results_dir/peers.md (the table).
+# Writes results_dir/peers.csv (one row per run, and one per allocator not installed) and
+# results_dir/peers.md (the table, which names the allocators not installed).
 set -euo pipefail
 root=$(cd "$(dirname "$0")/.." && pwd)
 build=${NICMALLOC_BUILD_DIR:-build}
@@ -41,10 +42,15 @@ for rep in $(seq "$reps"); do
   for w in "${workloads[@]}"; do
     for a in "${allocs[@]}"; do
       name=${a%%|*}
-      if ! preload_run "$a" "$out" "$log" "$build/bench/workloads/wl_$w" "$scale"; then
-        [ "$rep" = 1 ] && echo "peers: $name skipped: not installed" >&2
+      # An allocator not installed gets one row saying so, which the report names.
+      if preload_missing "$a"; then
+        if [ "$rep" = 1 ] && [ "$w" = "${workloads[0]}" ]; then
+          echo "peers: $name skipped: not installed" >&2
+          echo "-,-,$name,,,not installed" >>"$csv"
+        fi
         continue
       fi
+      preload_run "$a" "$out" "$log" "$build/bench/workloads/wl_$w" "$scale" || continue
       secs=$RUN_SECS rss=$RUN_RSS status=$RUN_STATUS
       echo "$w/$name rep $rep: $RUN_OUT" >>"$log"
       echo "$rep,$w,$name,$secs,$rss,$status" >>"$csv"

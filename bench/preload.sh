@@ -1,5 +1,6 @@
-# Sourced by bench/peers.sh and bench/suite.sh: the allocators compared under LD_PRELOAD and one
-# measured run of a program under one of them.
+# Sourced by bench/peers.sh, bench/suite.sh and bench/servers.sh: the allocators compared under
+# LD_PRELOAD, one measured run of a program under one of them, and the checks that the allocator
+# is installed and that the program's malloc came from it.
 #
 # preload_allocs DP4K_ENV: sets PRELOAD_ALLOCS to "name|LD_PRELOAD|extra environment|file name
 # malloc must come from" entries: glibc, Debian's mimalloc, jemalloc, tcmalloc, nicmalloc (control
@@ -13,6 +14,33 @@ preload_allocs() {
     "tcmalloc|$libdir/libtcmalloc_minimal.so.4|-|libtcmalloc"
     "nicmalloc|$libnic|-|libnicmalloc"
     "nicmalloc-dp4k|$libnic|$1|libnicmalloc")
+}
+
+# preload_missing ENTRY: true when ENTRY (a PRELOAD_ALLOCS entry, or any "name|library|..." one)
+# names a library that is not there: the allocator is not installed and nothing may run under it
+# (ld.so ignores a preload it cannot load, and the program would run on another malloc).
+preload_missing() {
+  local name lib rest
+  IFS='|' read -r name lib rest <<<"$1"
+  [ -n "$lib" ] && [ ! -e "$lib" ]
+}
+
+# malloc_from_ok EXPECT TEXT: true when TEXT says "malloc from <a file whose name has EXPECT>":
+# the program's own result line (the workloads and suite programs print it), or ld_malloc_from's.
+malloc_from_ok() {
+  grep -q "malloc from .*$1" <<<"$2"
+}
+
+# ld_malloc_from FILE PROGRAM: "malloc from <object>" for the object PROGRAM's own malloc calls
+# were bound to, from ld.so's LD_DEBUG=bindings output of its process in FILE (LD_DEBUG_OUTPUT=
+# PREFIX writes PREFIX.<pid>): what a program that cannot say it itself (a server) ran on; a
+# library it links may bring its own malloc (Debian's redis-server links libjemalloc), which
+# then wins over glibc's. "malloc from nothing" when FILE has no such binding.
+ld_malloc_from() {
+  local obj
+  obj=$(sed -n "s/.*binding file \(.*\/\)\{0,1\}$2 \[[0-9]*\] to \([^ ]*\) \[[0-9]*\]: normal symbol \`malloc'.*/\2/p" \
+    "$1" 2>/dev/null | head -1)
+  echo "malloc from ${obj:-nothing}"
 }
 
 # stats_field NAME FILE: the value of NAME in KiB from the last JSON stats line in FILE, or "-".
@@ -35,8 +63,8 @@ stats_field() {
 preload_run() {
   local entry=$1 scratch=$2 log=$3 name lib extra expect rc=0 t0
   shift 3
+  preload_missing "$entry" && return 1
   IFS='|' read -r name lib extra expect <<<"$entry"
-  [ -n "$lib" ] && [ ! -e "$lib" ] && return 1
   [ "$extra" = - ] && extra=
   t0=$EPOCHREALTIME
   # GNU time outside the preload: only the program runs under the allocator (and prints its stats).
@@ -51,7 +79,7 @@ preload_run() {
   RUN_STATUS=ok
   if [ "$rc" != 0 ]; then
     RUN_STATUS=FAILED
-  elif ! grep -q "ok: .*malloc from .*$expect" <<<"$RUN_OUT"; then
+  elif [[ $RUN_OUT != *"ok: "* ]] || ! malloc_from_ok "$expect" "${RUN_OUT#*ok: }"; then
     RUN_STATUS=FAILED
     echo "$name: malloc not from *$expect*: $RUN_OUT" >>"$log"
   fi

@@ -179,6 +179,21 @@ def compare_lines(benchmarks):
     return out
 
 
+# The status peers.sh and servers.sh write for an allocator whose library is not there: a row that
+# says so, so that the report names it instead of leaving its columns out unsaid.
+NOT_INSTALLED = "not installed"
+
+
+def installed(rows):
+    """rows without the not-installed ones, and the allocators those name."""
+    return ([r for r in rows if r["status"] != NOT_INSTALLED],
+            list(dict.fromkeys(r["allocator"] for r in rows if r["status"] == NOT_INSTALLED)))
+
+
+def skipped_note(skipped):
+    return ["- skipped: %s not installed (no figures)" % ", ".join(skipped), ""] if skipped else []
+
+
 def peers_summary(rows):
     """{workload: {allocator: (median s, median RSS MiB, failures, min-max s)}} in first-seen
     order."""
@@ -192,25 +207,37 @@ def peers_summary(rows):
 
 
 def peers_table(rows):
+    """The peers table, after a line naming the allocators not installed and the peers the best
+    is taken over; a goal that lacks a figure (mimalloc's or a peer's run failed) reads
+    "incomplete", not yes or no."""
+    rows, skipped = installed(rows)
     s = peers_summary(rows)
     allocs = list(dict.fromkeys(r["allocator"] for r in rows))
+    peers = [a for a in PEERS if a in allocs]
+    notes = skipped_note(skipped) + [
+        "- best peer: the fastest of %s%s" % (", ".join(peers) or "none", " (%s not installed)"
+                                               % ", ".join(a for a in PEERS if a not in peers)
+                                               if len(peers) < len(PEERS) else ""), ""]
     body = []
     for w, d in s.items():
         mi = d.get("mimalloc", (None, None, 0, "-"))
-        best = min((d[a][0] for a in PEERS if a in d and d[a][0]), default=None)
+        lacking = [a for a in peers if d.get(a, (None,))[0] is None]
+        best = min((d[a][0] for a in peers if a not in lacking), default=None)
         for a in allocs:
             t, rss, bad, t_range = d.get(a, (None, None, 0, "-"))
             goal = ""
             if a.startswith("nicmalloc") and t is not None:
                 to_mi = ratio(t, mi[0])  # None when mimalloc has no median (failed, missing)
-                goal = "%s / %s" % ("-" if to_mi is None else "yes" if to_mi <= 1.05 else "no",
-                                    "-" if not best else "yes" if t <= 1.10 * best else "no")
+                goal = "%s / %s" % (
+                    "incomplete" if to_mi is None else "yes" if to_mi <= 1.05 else "no",
+                    "incomplete (%s failed)" % ", ".join(lacking) if lacking or not best
+                    else "yes" if t <= 1.10 * best else "no")
             body.append([w, a, "FAILED %d" % bad if bad else "ok", fmt(t), t_range,
                          fmt(ratio(t, mi[0])), fmt(ratio(t, best)), fmt(rss, "%.1f"),
                          fmt(ratio(rss, mi[1]), "%.2f"), goal])
-    return table(["workload", "allocator", "runs", "median s", "min-max s", "time / mimalloc",
-                  "time / best peer", "median peak RSS MiB", "RSS / mimalloc",
-                  "goal ≤1.05× mi / ≤1.10× best"], body)
+    return notes + table(["workload", "allocator", "runs", "median s", "min-max s",
+                          "time / mimalloc", "time / best peer", "median peak RSS MiB",
+                          "RSS / mimalloc", "goal ≤1.05× mi / ≤1.10× best"], body)
 
 
 def servers_summary(rows):
@@ -221,6 +248,7 @@ def servers_summary(rows):
 
 
 def servers_table(rows):
+    rows, skipped = installed(rows)
     body = []
     allocs = list(dict.fromkeys(r["allocator"] for r in rows))
     fails = [r for r in rows if r["status"] != "ok"]
@@ -240,10 +268,10 @@ def servers_table(rows):
                          fmt(pinned_over_live(rs), "%.2f")])
     for r in fails:
         body.append([r["server"], "-", r["allocator"], "FAILED (rep %s)" % r["rep"]] + [""] * 7)
-    return table(["server", "test", "allocator", "median ops/s", "min-max ops/s",
-                  "ops/s / mimalloc (target ≥0.97)",
-                  "median peak RSS MiB", "RSS / mimalloc", "peak dataplane live MiB",
-                  "peak pinned MiB", "pinned / live (target ≤1.3)"], body)
+    return skipped_note(skipped) + table(
+        ["server", "test", "allocator", "median ops/s", "min-max ops/s",
+         "ops/s / mimalloc (target ≥0.97)", "median peak RSS MiB", "RSS / mimalloc",
+         "peak dataplane live MiB", "peak pinned MiB", "pinned / live (target ≤1.3)"], body)
 
 
 def pinned_over_live(rows):
@@ -256,6 +284,7 @@ def pinned_over_live(rows):
 
 
 def plot_peers(rows, path):
+    rows = installed(rows)[0]
     s = peers_summary(rows)
     allocs = [a for a in dict.fromkeys(r["allocator"] for r in rows)]
     fig, ax = plt.subplots(figsize=(9, 4))
@@ -330,6 +359,7 @@ def first_alloc_lines(txt):
 
 def headline(d, peers, servers, mr):
     out = []
+    peers, servers = installed(peers or [])[0], installed(servers or [])[0]
     if peers:
         s = peers_summary(peers)
         out += ["Peers, median wall time ratio to mimalloc (full table below):", ""]
@@ -410,7 +440,7 @@ def report(d, mode):
     md += ["", "## Allocator peers", "",
            "bench/workloads under LD_PRELOAD, wall time and peak RSS (GNU time), allocators "
            "interleaved in each repetition; medians and min-max of the repetitions; 'best peer' = "
-           "fastest of glibc, mimalloc, jemalloc, tcmalloc.", ""]
+           "fastest of glibc, mimalloc, jemalloc, tcmalloc (those installed).", ""]
     md += peers_table(peers) if peers else ["not run"]
     if "peers_ratio.png" in pngs:
         md += ["", "![peers: time ratio to mimalloc](peers_ratio.png)"]

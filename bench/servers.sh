@@ -10,11 +10,15 @@
 # way to give them), from which the peaks of dataplane live and pinned bytes are recorded too
 # (dataplane_live_peak, dataplane_pinned_peak; the report shows pinned / live, target <= 1.3).
 # SERVERS_REPS overrides the repetitions (quick 2, full 3). Uses tests/preload/common.sh.
+# An allocator whose library is not installed gets a row saying so (the report names it); a run
+# whose server's malloc did not come from the allocator's library (ld.so's LD_DEBUG=bindings
+# tells, bench/preload.sh) FAILED.
 # With two CPUs or more, the server runs on CPU 0 and the load generator on CPU 1 (taskset), so
 # that they do not take turns on one core; SERVERS_PIN=0 turns that off.
 set -euo pipefail
 root=$(cd "$(dirname "$0")/.." && pwd)
 source "$root/tests/preload/common.sh"
+. "$root/bench/preload.sh"
 build=${NICMALLOC_BUILD_DIR:-build}
 [[ $build = /* ]] || build=$root/$build
 mode=${1:-quick}
@@ -29,10 +33,14 @@ server_cpu=() client_cpu=()
 if [ "${SERVERS_PIN:-1}" != 0 ] && [ "$(nproc)" -ge 2 ] && command -v taskset >/dev/null; then
   server_cpu=(taskset -c 0) client_cpu=(taskset -c 1)
 fi
-libnic=$build/alloc/libnicmalloc.so
+libnic=$build/alloc/libnicmalloc.so libdir=/usr/lib/x86_64-linux-gnu
 dp1k="NICMALLOC_DP_MIN_SIZE=1024 NICMALLOC_CHUNK_SIZE=256M"
-allocs=("glibc||" "mimalloc|/usr/lib/x86_64-linux-gnu/libmimalloc.so.2|"
-  "nicmalloc|$libnic|NICMALLOC_STATS=json" "nicmalloc-dp1k|$libnic|NICMALLOC_STATS=json $dp1k")
+# name|LD_PRELOAD|extra environment|file name the server's malloc must come from. glibc is
+# preloaded too: Debian's redis-server links libjemalloc, whose malloc wins over glibc's unless
+# libc comes first in the lookup order.
+allocs=("glibc|$libdir/libc.so.6||libc.so" "mimalloc|$libdir/libmimalloc.so.2||libmimalloc"
+  "nicmalloc|$libnic|NICMALLOC_STATS=json|libnicmalloc"
+  "nicmalloc-dp1k|$libnic|NICMALLOC_STATS=json $dp1k|libnicmalloc")
 mkdir -p "$out"
 csv=$out/servers.csv log=$out/servers.log
 echo "rep,server,allocator,test,ops_per_sec,vmhwm_kib,live_peak_kib,pinned_peak_kib,status" >"$csv"
@@ -45,13 +53,16 @@ echo "servers: ${servers[*]}, $reps repetitions (memcaslap -x $mc_ops; redis-ben
   "$redis_n -t $redis_tests; log in $log)${server_cpu:+; server on CPU 0, load on CPU 1}" >&2
 
 # The launch/ready pairs start_server (common.sh) calls; $lib and $extra name the allocator.
+# ld.so writes its symbol bindings to $tmp/ld.<pid>: which object the server's malloc came from.
 launch_memcached() {
-  "${server_cpu[@]}" env ${lib:+LD_PRELOAD=$lib} $extra memcached -p "$port" -U 0 -l 127.0.0.1 \
+  "${server_cpu[@]}" env ${lib:+LD_PRELOAD=$lib} LD_DEBUG=bindings LD_DEBUG_OUTPUT="$tmp/ld" \
+    $extra memcached -p "$port" -U 0 -l 127.0.0.1 \
     -m 1024 -t 2 -u "$(id -un)" >"$tmp/server.log" 2>&1 &
   server_pid=$!
 }
 launch_redis() {
-  "${server_cpu[@]}" env ${lib:+LD_PRELOAD=$lib} $extra redis-server --port "$port" \
+  "${server_cpu[@]}" env ${lib:+LD_PRELOAD=$lib} LD_DEBUG=bindings LD_DEBUG_OUTPUT="$tmp/ld" \
+    $extra redis-server --port "$port" \
     --bind 127.0.0.1 --save "" --appendonly no --daemonize no --dir "$tmp" >"$tmp/server.log" 2>&1 &
   server_pid=$!
 }
@@ -71,7 +82,8 @@ print("- -" if not objs else "%d %d" % (objs[-1]["dataplane_live_peak"] // 1024,
 }
 
 # measure SERVER: one server under one allocator, in a subshell so that common.sh's fail() ends
-# only this measurement; prints "test ops_per_sec" lines, "hwm KIB", then "peaks LIVE PINNED".
+# only this measurement; prints "test ops_per_sec" lines, "hwm KIB", "peaks LIVE PINNED", then
+# "from malloc from OBJECT" (ld_malloc_from: the object the server's malloc calls were bound to).
 measure() (
   server=$1
   tmp=$(mktemp -d) server_pid=
@@ -96,16 +108,24 @@ measure() (
   echo "hwm $(awk '/^VmHWM/ {print $2}' "/proc/$server_pid/status")"
   kill -TERM "$server_pid"
   wait_exit "$server_pid" 20
-  server_pid=
+  pid=$server_pid server_pid=
   [ "$exit_rc" = 0 ] || fail "server exited with status $exit_rc"
   echo "peaks $(stats_peaks "$tmp/server.log")"
+  echo "from $(ld_malloc_from "$tmp/ld.$pid" "${server/redis/redis-server}")"
 )
 
 failed=0
 for rep in $(seq "$reps"); do
   for server in "${servers[@]}"; do
     for a in "${allocs[@]}"; do
-      IFS='|' read -r name lib extra <<<"$a"
+      IFS='|' read -r name lib extra expect <<<"$a"
+      if preload_missing "$a"; then
+        if [ "$rep" = 1 ]; then
+          echo "servers: $name skipped for $server: $lib not installed" >&2
+          echo "-,$server,$name,-,,,,,not installed" >>"$csv"
+        fi
+        continue
+      fi
       if ! res=$(measure "$server" 2>>"$log"); then
         echo "$rep,$server,$name,-,,,,,FAILED" >>"$csv"
         echo "servers: $server under $name FAILED (see $log)" >&2
@@ -113,10 +133,18 @@ for rep in $(seq "$reps"); do
         continue
       fi
       echo "$server/$name rep $rep: $(echo $res)" >>"$log"
+      from=$(sed -n 's/^from //p' <<<"$res")
+      if ! malloc_from_ok "$expect" "$from"; then
+        echo "$name: $server's malloc not from *$expect*: $from" >>"$log"
+        echo "$rep,$server,$name,-,,,,,FAILED" >>"$csv"
+        echo "servers: $server under $name FAILED: $from, not $expect (see $log)" >&2
+        failed=1
+        continue
+      fi
       hwm=$(awk '$1 == "hwm" {print $2}' <<<"$res")
       peaks=$(awk '$1 == "peaks" {print ($2 == "-" ? "" : $2) "," ($3 == "-" ? "" : $3)}' <<<"$res")
-      awk -v p="$rep,$server,$name," -v h="$hwm,$peaks" '$1 != "hwm" && $1 != "peaks" {
-        print p $1 "," $2 "," h ",ok" }' <<<"$res" >>"$csv"
+      awk -v p="$rep,$server,$name," -v h="$hwm,$peaks" '$1 != "hwm" && $1 != "peaks" &&
+        $1 != "from" { print p $1 "," $2 "," h ",ok" }' <<<"$res" >>"$csv"
     done
   done
   echo "servers: repetition $rep/$reps done" >&2

@@ -150,6 +150,44 @@ class Spread(unittest.TestCase):
         self.assertIn("| redis | SET | glibc | 1000 | 900-1300 | 1.000 |", text)
 
 
+def peer_rows(times):
+    """times {allocator: seconds or a status}: one run of workload churn each."""
+    return [{"rep": "1", "workload": "churn", "allocator": a, "seconds": str(t),
+             "max_rss_kib": "2048", "status": "ok"} if isinstance(t, float) else
+            {"rep": "-", "workload": "-", "allocator": a, "seconds": "", "max_rss_kib": "",
+             "status": t} for a, t in times.items()]
+
+
+class MissingAllocators(unittest.TestCase):
+    def test_peers_name_an_allocator_not_installed_and_the_peers_of_the_best(self):
+        text = "\n".join(report.peers_table(peer_rows(
+            {"glibc": 2.0, "mimalloc": 1.0, "jemalloc": "not installed", "tcmalloc": 1.0,
+             "nicmalloc": 1.05})))
+        self.assertIn("- skipped: jemalloc not installed (no figures)", text)
+        self.assertIn("- best peer: the fastest of glibc, mimalloc, tcmalloc (jemalloc not "
+                      "installed)", text)
+        self.assertNotIn("| churn | jemalloc |", text)
+        self.assertIn("| yes / yes |", text)
+
+    def test_a_failed_peer_makes_the_best_peer_goal_incomplete(self):
+        rows = peer_rows({"glibc": 2.0, "mimalloc": 1.0, "jemalloc": 1.0, "tcmalloc": 0.5,
+                          "nicmalloc": 1.0})
+        rows[3]["status"] = "FAILED"  # tcmalloc, the fastest, failed
+        text = "\n".join(report.peers_table(rows))
+        self.assertIn("| yes / incomplete (tcmalloc failed) |", text)
+
+    def test_servers_name_an_allocator_not_installed(self):
+        rows = [{"rep": "1", "server": "redis", "allocator": "glibc", "test": "SET",
+                 "ops_per_sec": "1000", "vmhwm_kib": "4096", "live_peak_kib": "",
+                 "pinned_peak_kib": "", "status": "ok"},
+                {"rep": "-", "server": "redis", "allocator": "mimalloc", "test": "-",
+                 "ops_per_sec": "", "vmhwm_kib": "", "live_peak_kib": "", "pinned_peak_kib": "",
+                 "status": "not installed"}]
+        text = "\n".join(report.servers_table(rows))
+        self.assertIn("- skipped: mimalloc not installed (no figures)", text)
+        self.assertNotIn("FAILED", text)
+
+
 FIRST_ALLOC = """15 fresh processes, 64-byte request, pin step 4096 KiB
   control first alloc ms           median      0.000   min      0.000   max      0.001
   dataplane first alloc ms         median      %s   min      0.280   max      9.400
