@@ -2,7 +2,8 @@
 # Where the control heap's cache misses come from (#20): callgrind's cache model (--cache-sim=yes,
 # one D1 and one last-level cache; valgrind runs one thread at a time, so sharing between cores is
 # not modeled) over bench/workloads/wl_ctl_threads under Debian's mimalloc and nicmalloc
-# (LD_PRELOAD), interleaved, REPS times each. Prints, per allocator, the instructions and the
+# (LD_PRELOAD), interleaved in an order that rotates from one repetition to the next, REPS times
+# each. Prints, per allocator, the instructions and the
 # last-level read and write misses of every run (median [min-max]), then, from nicmalloc's first
 # run, the misses charged to nicmalloc's own lines (libnicmalloc) and the whole-run totals by
 # library, read and write apart. Read and write misses are reported together on purpose: a load
@@ -23,11 +24,13 @@ prog=$build/bench/workloads/wl_ctl_threads
 run=${CTL_MISS_RUN:-larson 2 4 50000}
 caches=${CTL_MISS_CACHES:---I1=32768,8,64 --D1=49152,12,64 --LL=4194304,16,64}
 allocs=("mimalloc|/usr/lib/x86_64-linux-gnu/libmimalloc.so.2" "nicmalloc|$build/alloc/libnicmalloc.so")
+. "$root/bench/rotate.sh"
 mkdir -p "$out"
 load_before=$(cut -d' ' -f1-3 /proc/loadavg)
 files=()
 for rep in $(seq "$reps"); do
-  for a in "${allocs[@]}"; do
+  mapfile -t order < <(rotated "$rep" "${allocs[@]}")
+  for a in "${order[@]}"; do
     IFS='|' read -r name lib <<<"$a"
     [ -e "$lib" ] || { echo "ctl_misses: $lib missing" >&2; exit 1; }
     f=$out/cg.$name.$rep.out

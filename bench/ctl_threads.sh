@@ -2,7 +2,8 @@
 # The control heap with many threads (bench/workloads/ctl_threads.c: thread churn, Larson's
 # pattern, cross-thread frees, passive and active false sharing, thread-local churn) under
 # glibc, Debian's mimalloc, jemalloc, tcmalloc and nicmalloc (LD_PRELOAD, no NICMALLOC_*
-# setting). Allocators are interleaved within each repetition; the table gives medians with
+# setting). Allocators are interleaved within each repetition, their order rotating from one
+# repetition to the next; the table gives medians with
 # min-max, the ratio to mimalloc and to the best of the four others, and the load average before
 # and after (the machine is shared: read the spread).
 #   bench/ctl_threads.sh [quick|full] [results_dir]
@@ -24,6 +25,7 @@ full) reps=7 modes="larson 2 10 200000;larson 8 4 100000;local 2 1000000;local 8
 esac
 reps=${CTL_REPS:-$reps}
 modes=${CTL_MODES:-$modes}
+. "$root/bench/rotate.sh"
 libdir=/usr/lib/x86_64-linux-gnu
 allocs=("glibc|" "mimalloc|$libdir/libmimalloc.so.2" "jemalloc|$libdir/libjemalloc.so.2"
   "tcmalloc|$libdir/libtcmalloc_minimal.so.4" "nicmalloc|$build/alloc/libnicmalloc.so")
@@ -33,8 +35,9 @@ echo "rep,run,allocator,value" >"$csv"
 IFS=';' read -r -a runs <<<"$modes"
 load_before=$(cut -d' ' -f1-3 /proc/loadavg)
 for rep in $(seq "$reps"); do
+  mapfile -t order < <(rotated "$rep" "${allocs[@]}")
   for run in "${runs[@]}"; do
-    for a in "${allocs[@]}"; do
+    for a in "${order[@]}"; do
       IFS='|' read -r name lib <<<"$a"
       [ -z "$lib" ] || [ -e "$lib" ] || continue
       if [ "${CTL_CALLGRIND:-0}" = 1 ]; then

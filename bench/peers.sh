@@ -2,8 +2,9 @@
 # Allocator peers under LD_PRELOAD: every workload in bench/workloads under glibc, Debian's
 # mimalloc, jemalloc, tcmalloc and nicmalloc (control heap, and with NICMALLOC_DP_MIN_SIZE=4096 so
 # blocks of 4 KiB and more take the dataplane path), measured from outside with GNU time (wall
-# seconds, peak RSS). Allocators are interleaved within each repetition, so machine noise hits
-# them alike; the report takes medians and ratios to mimalloc.
+# seconds, peak RSS). Allocators are interleaved within each repetition, their order rotating from
+# one repetition to the next, so machine noise hits them alike; the report takes medians and
+# ratios to mimalloc.
 #   bench/peers.sh [quick|full] [results_dir]
 # quick: workload scale 1 (~0.1-0.5 s each), 3 repetitions; full: scale 5, 5 repetitions.
 # PEERS_SCALE and PEERS_REPS override. NICMALLOC_BUILD_DIR as for the other scripts.
@@ -24,6 +25,7 @@ scale=${PEERS_SCALE:-$scale}
 reps=${PEERS_REPS:-$reps}
 workloads=(churn prodcons threads_mixed large realloc_grow)
 . "$root/bench/preload.sh"
+. "$root/bench/rotate.sh"
 preload_allocs "NICMALLOC_DP_MIN_SIZE=4096 NICMALLOC_CHUNK_SIZE=256M"
 allocs=("${PRELOAD_ALLOCS[@]}")
 for w in "${workloads[@]}"; do
@@ -39,8 +41,9 @@ echo "peers: scale $scale, $reps repetitions, $(( ${#workloads[@]} * ${#allocs[@
 
 failed=0
 for rep in $(seq "$reps"); do
+  mapfile -t order < <(rotated "$rep" "${allocs[@]}")
   for w in "${workloads[@]}"; do
-    for a in "${allocs[@]}"; do
+    for a in "${order[@]}"; do
       name=${a%%|*}
       # An allocator not installed gets one row saying so, which the report names.
       if preload_missing "$a"; then

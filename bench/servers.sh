@@ -2,7 +2,8 @@
 # Real servers under LD_PRELOAD: memcached loaded by memcaslap and redis-server loaded by
 # redis-benchmark, on 127.0.0.1 only, each under glibc, Debian's mimalloc, nicmalloc (control heap)
 # and nicmalloc with NICMALLOC_DP_MIN_SIZE=1024 (values on the dataplane, as the preload tests run
-# it). Each load is bounded by an operation count. Allocators interleave within each repetition.
+# it). Each load is bounded by an operation count. Allocators interleave within each repetition,
+# their order rotating from one repetition to the next.
 #   bench/servers.sh [quick|full] [results_dir]
 # Records ops/s and the server's peak RSS (VmHWM, read just before it is stopped) in
 # results_dir/servers.csv; the report takes medians and ratios to mimalloc. Under nicmalloc the
@@ -19,6 +20,7 @@ set -euo pipefail
 root=$(cd "$(dirname "$0")/.." && pwd)
 source "$root/tests/preload/common.sh"
 . "$root/bench/preload.sh"
+. "$root/bench/rotate.sh"
 build=${NICMALLOC_BUILD_DIR:-build}
 [[ $build = /* ]] || build=$root/$build
 mode=${1:-quick}
@@ -116,8 +118,9 @@ measure() (
 
 failed=0
 for rep in $(seq "$reps"); do
+  mapfile -t order < <(rotated "$rep" "${allocs[@]}")
   for server in "${servers[@]}"; do
-    for a in "${allocs[@]}"; do
+    for a in "${order[@]}"; do
       IFS='|' read -r name lib extra expect <<<"$a"
       if preload_missing "$a"; then
         if [ "$rep" = 1 ]; then

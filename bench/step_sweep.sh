@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # The pin step's two sides, one row per NICMALLOC_PIN_STEP (bench/README.md, "Pin step"):
 #   (a) the first dataplane allocation of a fresh process: wall and CPU time, RSS and VmLck it
-#       adds (first_alloc --child, the steps interleaved round by round);
+#       adds (first_alloc --child, the steps interleaved round by round, in an order that
+#       rotates from round to round);
 #   (b) peak pinned/live and returned after a random 90% shrink, per value-size pool
 #       (frag/frag_churn --api nic, as run_frag.sh runs it), with NICMALLOC_DP_POPULATE=commit:
 #       frag_churn registers nothing, and under the default (register) a step is locked only as
@@ -33,6 +34,7 @@ full) rounds=15 live=256M frag_rounds=2 pools=(wildcard app replicated regional)
 *) echo "usage: $0 [quick|full] [results_dir]" >&2 && exit 2 ;;
 esac
 . "$root/bench/value_sizes.sh"
+. "$root/bench/rotate.sh"
 value_sizes "$root" step_sweep # sets sizes, or exits: 77 when the repository has no shared folder
 first=$build/bench/first_alloc frag=$build/bench/frag/frag_churn mr_miss=$build/bench/mr_miss
 for f in "$first" "$frag" "$mr_miss"; do
@@ -52,7 +54,7 @@ export NICMALLOC_CHUNK_SIZE=${NICMALLOC_CHUNK_SIZE:-1G} NICMALLOC_RELEASE_DELAY_
 
 echo "step,round,ctl_ms,dp_ms,ctl_rss_kib,dp_rss_kib,dp_vmlck_kib,dp_pinned_kib,dp_cpu_ms,pin_step_kib" >"$out/first_alloc.csv"
 for r in $(seq "$rounds"); do
-  for s in "${steps[@]}"; do
+  for s in $(rotated "$r" "${steps[@]}"); do
     line=$(NICMALLOC_PIN_STEP=$s "$first" --child 64) || { echo "step_sweep: first_alloc failed at $s" >&2; exit 1; }
     echo "$s,$r,${line// /,}" >>"$out/first_alloc.csv"
   done

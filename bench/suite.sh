@@ -27,6 +27,7 @@ esac
 scale=${SUITE_SCALE:-$scale}
 reps=${SUITE_REPS:-$reps}
 . "$root/bench/preload.sh"
+. "$root/bench/rotate.sh"
 # The stats line at exit gives the peaks of dataplane live and pinned bytes (suite.csv, suite.md).
 preload_allocs "NICMALLOC_DP_MIN_SIZE=4096 NICMALLOC_STATS=json"
 allocs=("${PRELOAD_ALLOCS[@]}")
@@ -46,9 +47,9 @@ echo "suite: ${#programs[@]} programs (${programs[*]}), scale $scale, $reps repe
 
 failed=0 skipped=()
 for rep in $(seq "$reps"); do
+  mapfile -t order < <(rotated "$rep" "${allocs[@]}")
   for p in "${programs[@]}"; do
-    for i in $(seq 0 $((${#allocs[@]} - 1))); do
-      a=${allocs[$(((i + rep - 1) % ${#allocs[@]}))]}
+    for a in "${order[@]}"; do
       name=${a%%|*}
       if ! preload_run "$a" "$out" "$log" "$build/bench/suite/suite_$p" "$scale"; then
         [ "$rep" = 1 ] && [ "$p" = "${programs[0]}" ] && skipped+=("$name")
