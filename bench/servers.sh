@@ -103,8 +103,16 @@ measure() (
     timeout 300 "${client_cpu[@]}" redis-benchmark -h 127.0.0.1 -p "$port" -q -n "$redis_n" -c 16 \
       -r 10000 -d 256 -t "$redis_tests" >"$tmp/load.out" 2>&1 ||
       fail "redis-benchmark exited with status $?"
-    tr '\r' '\n' <"$tmp/load.out" | sed -n 's/^\([A-Z]*\): \([0-9.]*\) requests per second.*/\1 \2/p' |
-      sort -u -k1,1
+    rows=$(tr '\r' '\n' <"$tmp/load.out" |
+      sed -n 's/^\([A-Z]*\): \([0-9.]*\) requests per second.*/\1 \2/p' | sort -u -k1,1)
+    # One row per test of -t and no other: a test that printed none would be missing unsaid.
+    want=$(tr ',' '\n' <<<"${redis_tests^^}" | sort)
+    if [ "$(cut -d' ' -f1 <<<"$rows")" != "$want" ]; then
+      cat "$tmp/load.out" >&2
+      fail "redis-benchmark gave rows for $(echo $(cut -d' ' -f1 <<<"$rows")), not for" \
+        "$(echo $want) (-t $redis_tests)"
+    fi
+    echo "$rows"
   fi
   kill -0 "$server_pid" 2>/dev/null || fail "server died under load"
   echo "hwm $(awk '/^VmHWM/ {print $2}' "/proc/$server_pid/status")"
