@@ -199,21 +199,39 @@ def plot_figure3(f3, path):
 
 
 # ---- Figure 2 ----
-def plot_figure2(rows, path):
-    sizes = sorted({int(r["size"]) for r in rows})
+ECHO = ("req_per_s", "p50_us", "p99_us", "p999_us", "recv_stalls")
+
+
+def figure2(rows):
+    """{(serializer, size, clients): {"vals": {figure: [value of each ok repetition]}, "bad":
+    [status of each failed one]}} in first-seen order."""
+    out = {}
+    for r in rows:
+        e = out.setdefault((r["serializer"], r["size"], r["clients"]),
+                           {"vals": {k: [] for k in ECHO}, "bad": []})
+        if r["status"] != "ok":
+            e["bad"].append(r["status"])
+            continue
+        for k in ECHO:
+            if num(r, k) is not None:
+                e["vals"][k].append(num(r, k))
+    return out
+
+
+def plot_figure2(f2, path):
+    sizes = sorted({int(size) for _, size, _ in f2})
     fig, axes = plt.subplots(1, len(sizes), figsize=(5 * len(sizes), 3.8), squeeze=False)
     for ax, size in zip(axes[0], sizes):
-        for ser in dict.fromkeys(r["serializer"] for r in rows):
-            pts = [r for r in rows if r["serializer"] == ser and int(r["size"]) == size]
-            ax.plot([(num(r, "req_per_s") or 0) / 1e3 for r in pts],
-                    [num(r, "p99_us") or 0 for r in pts], "o-", label=ser)
-            for r in pts:
-                ax.annotate(r["clients"], ((num(r, "req_per_s") or 0) / 1e3, num(r, "p99_us") or 0),
-                            fontsize=6)
+        for ser in dict.fromkeys(s for s, _, _ in f2):
+            pts = [(c, e["vals"]) for (s, z, c), e in f2.items() if s == ser and int(z) == size]
+            xy = [((med(v["req_per_s"]) or 0) / 1e3, med(v["p99_us"]) or 0) for _, v in pts]
+            ax.plot([x for x, _ in xy], [y for _, y in xy], "o-", label=ser)
+            for (c, _), p in zip(pts, xy):
+                ax.annotate(c, p, fontsize=6)
         ax.set_yscale("log")
         ax.set_xlabel("k requests / s")
         ax.set_ylabel("p99 latency (us)")
-        ax.set_title("echo, %d B payload (labels: clients)" % size)
+        ax.set_title("echo, %d B payload, medians (labels: clients)" % size)
         ax.grid(True, alpha=0.3)
         ax.legend(fontsize=8)
     fig.tight_layout()
@@ -299,6 +317,8 @@ def report(d, mode):
     md += [""]
 
     echo = read_csv(d + "/echo.csv")
+    f2 = figure2(echo)
+    reps = len({r.get("rep") for r in echo})
     md += ["## Figure 2: echo server", "",
            "io_uring loopback TCP, one nicmalloc endpoint per connection receiving with "
            "nic_endpoint_receive; the server decodes the request where it landed, encodes the "
@@ -306,16 +326,23 @@ def report(d, mode):
            "closed-loop threads on plain sockets (one request out each) that check every reply "
            "byte; server and clients share the 2 cores. Latency is the client's, from send to "
            "the whole reply. Receive stalls: times an endpoint had every receive buffer held "
-           "(nicmalloc's recv_stalls) and stopped receiving until one was released.", ""]
-    md += table(["serializer", "bytes", "clients", "k req/s", "p50 us", "p99 us", "p99.9 us",
-                 "requests", "receive stalls", "status"],
-                [[r["serializer"], r["size"], r["clients"],
-                  fmt((num(r, "req_per_s") or 0) / 1e3, "%.1f"), fmt(num(r, "p50_us")),
-                  fmt(num(r, "p99_us")), fmt(num(r, "p999_us")), r["requests"],
-                  r.get("recv_stalls") or "MISSING",
-                  "ok" if r["status"] == "ok" else "FAILED " + r["status"]] for r in echo])
+           "(nicmalloc's recv_stalls) and stopped receiving until one was released. Each "
+           "figure is the median [min–max] over %d repetitions, the serializers run one after "
+           "another in an order that rotates from one repetition to the next." % reps, ""]
+
+    def stalls(v):  # none is a figure here, not a missing one
+        return "%.0f [%.0f–%.0f]" % (statistics.median(v), min(v), max(v)) if v else "MISSING"
+
+    md += table(["serializer", "bytes", "clients", "runs", "k req/s", "p50 us", "p99 us",
+                 "p99.9 us", "receive stalls", "status"],
+                [[s, z, c, len(e["vals"]["req_per_s"]),
+                  spread([v / 1e3 for v in e["vals"]["req_per_s"]]), spread(e["vals"]["p50_us"]),
+                  spread(e["vals"]["p99_us"]), spread(e["vals"]["p999_us"]),
+                  stalls(e["vals"]["recv_stalls"]),
+                  "FAILED %d: %s" % (len(e["bad"]), ", ".join(e["bad"])) if e["bad"] else "ok"]
+                 for (s, z, c), e in f2.items()])
     if plt and echo:
-        plot_figure2(echo, d + "/figure2.png")
+        plot_figure2(f2, d + "/figure2.png")
         md += ["", "![echo: throughput vs p99](figure2.png)"]
     md += [""]
 

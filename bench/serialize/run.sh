@@ -3,11 +3,12 @@
 # Figure 3 (copy-out vs zero-copy per transport), Figure 2 (echo server), SG entries vs latency,
 # then report.md and PNG plots.
 #   bench/serialize/run.sh [quick|full] [results_dir, default results/serialize-<mode>]
-# quick: under 30 s, the ctest smoke run; full: the figures, about 6 minutes on 2 cores.
+# quick: under 30 s, the ctest smoke run; full: the figures, about 8 minutes on 2 cores.
 # NICMALLOC_BUILD_DIR: the build directory (default build), built with NICMALLOC_BUILD_BENCH=ON.
 # Nothing here judges a timing: a step fails only when a program fails or a row is incomplete.
 set -uo pipefail
 root=$(cd "$(dirname "$0")/../.." && pwd)
+. "$root/bench/rotate.sh"
 mode=${1:-quick}
 out=${2:-$root/results/serialize-$mode}
 build=${NICMALLOC_BUILD_DIR:-build}
@@ -19,11 +20,11 @@ clients=1,2,4,8,16
 case $mode in
 quick)
   steps_flags=(--benchmark_repetitions=2 --benchmark_min_time=0.002)
-  reps=1 tput_msgs=100 entry_msgs=100 echo_sizes=1024 echo_secs=0.1
+  reps=1 tput_msgs=100 entry_msgs=100 echo_sizes=1024 echo_secs=0.1 echo_reps=2
   ;;
 full)
   steps_flags=(--benchmark_repetitions=15 --benchmark_min_time=0.05)
-  reps=5 tput_msgs=50000 entry_msgs=10000 echo_sizes=1024,4096 echo_secs=3
+  reps=5 tput_msgs=50000 entry_msgs=10000 echo_sizes=1024,4096 echo_secs=2 echo_reps=3
   ;;
 *) echo "usage: $0 [quick|full] [results_dir]" >&2 && exit 2 ;;
 esac
@@ -62,7 +63,8 @@ env_of() { # TRANSPORT [MODE] -> the environment of one run
   done
   echo "table 1: ser_steps ${steps_flags[*]} (NICMALLOC_BACKEND=sim; sg rows also on dpdk)"
   echo "figure 3: $reps rep(s) x $tput_msgs messages per size, window 32, sizes $sizes"
-  echo "figure 2: echo sizes $echo_sizes, clients $clients, ${echo_secs} s per point (+10% warm-up)"
+  echo "figure 2: echo sizes $echo_sizes, clients $clients, ${echo_secs} s per point (+10% warm-up)," \
+    "$echo_reps rep(s), serializers interleaved in rotating order"
   echo "entries: $entry_msgs round trips per count, counts $counts"
   echo "settings: NICMALLOC_CHUNK_SIZE=64M; sim: NICMALLOC_SIM_DELAYS=fixed:0;" \
     "zero-copy: NICMALLOC_COPY_THRESHOLD=0; copy-out: NICMALLOC_COPY_THRESHOLD=16K"
@@ -90,31 +92,40 @@ table1() {
     --benchmark_out="$out/steps_dpdk.json" --benchmark_out_format=json
 }
 
-# Reps interleave the modes and transports, so that a slow moment of a shared machine does not
-# land on one of them only.
+# append_rep REP TMP CSV: TMP's rows appended to CSV with a first column "rep" (TMP's header
+# line only when CSV is still empty).
+append_rep() {
+  awk -v r="$1" -F, 'NR == 1 { if (!h) print "rep," $0; next } { print r "," $0 }' \
+    h="$([ -s "$3" ] && echo 1)" "$2" >>"$3"
+}
+
+# Reps interleave the modes and transports, in an order that rotates from one repetition to the
+# next, so that a slow moment of a shared machine does not land on one of them only.
 figure3() {
-  local r t m rc=0
+  local r t m tm rc=0
   for r in $(seq "$reps"); do
-    for t in sim uring dpdk; do
-      for m in zero-copy copy-out; do
-        env $(env_of $t $m) "$bin/ser_net" throughput $t $m $sizes "$tput_msgs" >"$out/tput.tmp" ||
-          rc=1
-        awk -v r="$r" -F, 'NR == 1 { if (!h) print "rep," $0; next } { print r "," $0 }' \
-          h="$([ -s "$out/throughput.csv" ] && echo 1)" "$out/tput.tmp" >>"$out/throughput.csv"
-      done
+    for tm in $(rotated "$r" sim/zero-copy sim/copy-out uring/zero-copy uring/copy-out \
+      dpdk/zero-copy dpdk/copy-out); do
+      t=${tm%/*} m=${tm#*/}
+      env $(env_of $t $m) "$bin/ser_net" throughput $t $m $sizes "$tput_msgs" >"$out/tput.tmp" ||
+        rc=1
+      append_rep "$r" "$out/tput.tmp" "$out/throughput.csv"
     done
   done
   rm -f "$out/tput.tmp"
   return $rc
 }
 
+# Each repetition runs every serializer once, in an order that rotates from one repetition to the
+# next: the report takes medians and min-max over the repetitions.
 figure2() {
-  local s rc=0 first=1
-  for s in sg protobuf capnp flatbuffers; do
-    NICMALLOC_BACKEND=uring "$bin/ser_net" echo $s $echo_sizes $clients "$echo_secs" \
-      >"$out/echo.tmp" || rc=1
-    if [ $first = 1 ]; then cat "$out/echo.tmp"; else tail -n +2 "$out/echo.tmp"; fi >>"$out/echo.csv"
-    first=0
+  local r s rc=0
+  for r in $(seq "$echo_reps"); do
+    for s in $(rotated "$r" sg protobuf capnp flatbuffers); do
+      NICMALLOC_BACKEND=uring "$bin/ser_net" echo $s $echo_sizes $clients "$echo_secs" \
+        >"$out/echo.tmp" || rc=1
+      append_rep "$r" "$out/echo.tmp" "$out/echo.csv"
+    done
   done
   rm -f "$out/echo.tmp"
   return $rc

@@ -2,7 +2,7 @@
 suite_instructions_report.py): what a failed run, a missing allocator or a spread does to the
 tables and to the targets' verdicts. Run by ctest bench_reports: python3 test_reports.py ROOT."""
 import csv
-import io
+import importlib.util
 import os
 import subprocess
 import sys
@@ -186,6 +186,33 @@ class MissingAllocators(unittest.TestCase):
         text = "\n".join(report.servers_table(rows))
         self.assertIn("- skipped: mimalloc not installed (no figures)", text)
         self.assertNotIn("FAILED", text)
+
+
+def load(name, path):
+    spec = importlib.util.spec_from_file_location(name, path)
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+class EchoSweep(TempDir):
+    def test_each_point_is_the_median_and_min_max_of_the_repetitions(self):
+        ser = load("serialize_report", os.path.join(BENCH, "serialize", "report.py"))
+        head = ["rep", "serializer", "size", "clients", "requests", "seconds", "req_per_s",
+                "p50_us", "p99_us", "p999_us", "mismatches", "recv_stalls", "status"]
+        rows = [[r, s, 1024, 1, 100, 0.1, k * 1000, k, 2 * k, 3 * k, 0, 0, "ok"]
+                for r, k in ((1, 30), (2, 10), (3, 20)) for s in ("sg", "capnp")]
+        rows.append([3, "capnp", 1024, 2, 0, 0.1, 0, 0, 0, 0, 1, 0, "mismatch"])
+        write_csv(os.path.join(self.dir, "echo.csv"), head, rows)
+        write_csv(os.path.join(self.dir, "steps.csv"), ["step", "status", "seconds"], [])
+        ser.plt = None
+        ser.report(self.dir, "quick")
+        with open(os.path.join(self.dir, "report.md")) as fh:
+            md = fh.read()
+        self.assertIn("| sg | 1024 | 1 | 3 | 20.0 [10.0–30.0] | 20.0 [10.0–30.0] | "
+                      "40.0 [20.0–60.0] | 60.0 [30.0–90.0] | 0 [0–0] | ok |", md)
+        self.assertIn("| capnp | 1024 | 2 | 0 | MISSING | MISSING | MISSING | MISSING | MISSING "
+                      "| FAILED 1: mismatch |", md)
 
 
 FIRST_ALLOC = """15 fresh processes, 64-byte request, pin step 4096 KiB
