@@ -53,7 +53,7 @@ for rep in $(seq "$reps"); do
         fi
         continue
       fi
-      preload_run "$a" "$out" "$log" "$build/bench/workloads/wl_$w" "$scale" || continue
+      preload_run "$a" "$log" "$build/bench/workloads/wl_$w" "$scale" || continue
       secs=$RUN_SECS rss=$RUN_RSS status=$RUN_STATUS
       echo "$w/$name rep $rep: $RUN_OUT" >>"$log"
       echo "$rep,$w,$name,$secs,$rss,$status" >>"$csv"

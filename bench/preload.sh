@@ -50,7 +50,17 @@ stats_field() {
   [ -n "$v" ] && echo $((v / 1024)) || echo -
 }
 
-# preload_run ENTRY SCRATCH_DIR LOG COMMAND...: runs COMMAND under the allocator ENTRY (one of
+# preload_scratch: sets PRELOAD_SCRATCH to a folder of this process's own for a run's time, stdout
+# and stderr files (a results folder two scripts may share would mix them), made at the first
+# run and removed when the script exits (its EXIT trap: preload_run's callers set none).
+preload_scratch() {
+  if [ -z "${PRELOAD_SCRATCH:-}" ]; then
+    PRELOAD_SCRATCH=$(mktemp -d)
+    trap 'rm -rf "$PRELOAD_SCRATCH"' EXIT
+  fi
+}
+
+# preload_run ENTRY LOG COMMAND...: runs COMMAND under the allocator ENTRY (one of
 # PRELOAD_ALLOCS) and sets RUN_SECS (wall seconds from bash's microsecond clock; GNU time's %e
 # has 10 ms steps), RUN_RSS (peak RSS in KiB from GNU time, through its own file so that stdout
 # stays the program's result line), RUN_CPU (user + system seconds, GNU time, 10 ms steps: less
@@ -61,9 +71,11 @@ stats_field() {
 # NICMALLOC_STATS=json ("-" without one). Stderr goes to LOG. Returns 1 when the allocator is not
 # installed (nothing run).
 preload_run() {
-  local entry=$1 scratch=$2 log=$3 name lib extra expect rc=0 t0
-  shift 3
+  local entry=$1 log=$2 name lib extra expect rc=0 t0 scratch
+  shift 2
   preload_missing "$entry" && return 1
+  preload_scratch
+  scratch=$PRELOAD_SCRATCH
   IFS='|' read -r name lib extra expect <<<"$entry"
   [ "$extra" = - ] && extra=
   t0=$EPOCHREALTIME
@@ -83,6 +95,6 @@ preload_run() {
     RUN_STATUS=FAILED
     echo "$name: malloc not from *$expect*: $RUN_OUT" >>"$log"
   fi
-  rm -f "$scratch/.time" "$scratch/.stdout" "$scratch/.stderr"
+  rm -f "$scratch"/{.time,.stdout,.stderr}
   return 0
 }

@@ -41,7 +41,8 @@ for f in "$first" "$frag" "$mr_miss"; do
   [ -e "$f" ] || { echo "step_sweep: $f missing (build with -DNICMALLOC_BUILD_BENCH=ON)" >&2; exit 1; }
 done
 mkdir -p "$out/mr"
-rm -f "$out"/first_alloc.csv "$out"/frag_summary.csv "$out"/frag-*.csv "$out"/mr/*.md
+rm -f "$out"/first_alloc.csv "$out"/frag_summary.csv "$out"/frag-*.csv "$out"/mr/*.md \
+  "$out"/frag.log "$out"/mr.log
 # The defaults every row shares: 1 GiB chunks, the release delay run_frag.sh uses.
 export NICMALLOC_CHUNK_SIZE=${NICMALLOC_CHUNK_SIZE:-1G} NICMALLOC_RELEASE_DELAY_MS=100
 {

@@ -51,7 +51,7 @@ for rep in $(seq "$reps"); do
   for p in "${programs[@]}"; do
     for a in "${order[@]}"; do
       name=${a%%|*}
-      if ! preload_run "$a" "$out" "$log" "$build/bench/suite/suite_$p" "$scale"; then
+      if ! preload_run "$a" "$log" "$build/bench/suite/suite_$p" "$scale"; then
         [ "$rep" = 1 ] && [ "$p" = "${programs[0]}" ] && skipped+=("$name")
         continue
       fi

@@ -71,7 +71,7 @@ for p in "${programs[@]}"; do
       rm -f "$files".*
       # The preload is set outside valgrind, so the launcher passes it to the program and no
       # helper process (env) is counted.
-      if ! preload_run "$a" "$out" "$log" valgrind "${tool_args[@]}" --trace-children=yes \
+      if ! preload_run "$a" "$log" valgrind "${tool_args[@]}" --trace-children=yes \
         "--$tool-out-file=$files.%p" "$exe" "$scale"; then
         [[ " ${skipped[*]:-} " = *" $name "* ]] || skipped+=("$name")
         continue
