@@ -36,8 +36,13 @@ bool nic_fence_protect_started(void);
 bool nic_fence_any_protected(uintptr_t start, uintptr_t end);
 /* Makes the unit holding a writable now, whatever is in flight there: for a writer that must
  * not wait (a NIC thread) or has waited too long. If a posted entry still covers the unit, the
- * write may reach the wire: counted in fence_mismatches. Any thread, signal handlers included. */
-void nic_fence_release(uintptr_t a);
+ * write may reach the wire: counted in fence_mismatches. Any thread, signal handlers included.
+ * False when the kernel refused (the unit stays protected: fence_release_errors). */
+bool nic_fence_release(uintptr_t a);
+/* A write faulted on a's unit: if no posted entry covers it any more, its release is due (the
+ * completion's is about to come, or the kernel refused it), and is made now. True when the unit
+ * is not protected (any more). Any thread, signal handlers included. */
+bool nic_fence_release_if_done(uintptr_t a);
 /* Under the protect lock: is a's unit still ours? If not, makes sure it is writable (uffd: a
  * fault that raced with a release). */
 bool nic_fence_still_protected(uintptr_t a);
@@ -67,6 +72,8 @@ struct nic_fence_mech {
   void (*after_fork_child)(void);
 };
 extern const struct nic_fence_mech nic_fence_uffd, nic_fence_mprotect;
+/* fence_segv.c: "nicmalloc: error: <a><x in hex><b>" on stderr, async-signal-safe (no stdio). */
+void nic_fence_say(const char *a, uintptr_t x, const char *b);
 /* fence_sigmask.c: from now on the program's masks never block SIGSEGV (the mprotect fence's
  * handler must be able to hold any thread). */
 void nic_fence_sigmask_arm(void);

@@ -37,6 +37,14 @@ static const struct nic_fence_mech *mech; /* NULL: not started, or no mechanism 
 static bool started;
 static pthread_once_t once = PTHREAD_ONCE_INIT;
 static bool up[2]; /* uffd, mprotect: started (each at most once a process) */
+/* Runs whose release the kernel refused: they stay marked (release_run), and every completion
+ * tries them again, as a write that faults there does. More than fit wait for the latter alone. */
+#define STUCK_MAX 16
+struct stuck_run {
+  uintptr_t start, end;
+};
+static struct stuck_run stuck[STUCK_MAX];
+static unsigned nstuck;
 /* mprotect calls of the process made without the lock (mprotect was not the mechanism then) and
  * not finished: the mechanism waits for them when it takes over, since one of them could make a
  * page it protects next writable again. */
@@ -59,15 +67,18 @@ static void unlock(const sigset_t *old) {
  * on the parent's memory: the parent's protection ends there (its posts are void), and the
  * child's first post starts it again, with a userfaultfd and threads of its own (its SIGSEGV
  * handler, set up once, is inherited). */
-static void unprotect_run(uintptr_t start, uintptr_t end);
+static bool release_run(uintptr_t start, uintptr_t end, bool retry);
 static void child_release(uintptr_t start, uintptr_t end) {
-  if (mech == &nic_fence_mprotect) unprotect_run(start, end);
-  nic_fence_unmark(start, end);
+  if (mech == &nic_fence_mprotect)
+    release_run(start, end, false); /* what the kernel refuses stays (the parent's runs too) */
+  else
+    nic_fence_unmark(start, end); /* userfaultfd's protection does not outlive the fork */
 }
 
 static void after_fork_child(void) {
   unlocked_calls = 0; /* theirs were the parent threads' */
   npins = 0;          /* the parent threads' registrations */
+  nstuck = 0;         /* child_release records what is left */
   if (mech) {
     nic_fence_each_marked(child_release);
     if (mech->after_fork_child) mech->after_fork_child();
@@ -106,6 +117,9 @@ static bool bring_up(const struct nic_fence_mech *m) {
 
 static void start(void) {
   enum nic_fence_protect_with with = nic_safety_config()->protect_with;
+  /* A fork child whose parent's mprotect protections the kernel would not release: they are
+   * released as they were made. */
+  if (nstuck) with = NIC_PROTECT_MPROTECT;
   const struct nic_fence_mech *m = NULL;
   if (with != NIC_PROTECT_MPROTECT && bring_up(&nic_fence_uffd))
     m = &nic_fence_uffd;
@@ -158,7 +172,9 @@ static int protect_range(uintptr_t start, uintptr_t end, size_t unit) {
     if (!nic_fence_mark(run, a)) return -ENOMEM;
     int rc = mech->protect(run, a - run);
     if (rc) {
-      nic_fence_unmark(run, a);
+      /* mprotect changes a range one mapping at a time, and may fail half way (ENOMEM splitting
+       * a mapping at vm.max_map_count): unmarked, what it changed would stay read-only. */
+      release_run(run, a, false);
       return rc;
     }
   }
@@ -219,27 +235,110 @@ void nic_fence_protect(const struct nic_sga_entry *e, uint32_t n) {
   unlock(&old);
 }
 
+/* The mechanism releasing marks made without one now: a fork child's, whose parent used mprotect
+ * (userfaultfd's protection does not outlive the fork). */
+static const struct nic_fence_mech *releaser(void) {
+  return mech ? mech : &nic_fence_mprotect;
+}
+
 /* Lock held. Under mprotect, the pages the program made read-only itself stay so (userfaultfd's
  * release leaves the page protection alone). Hugepage units are not split: the kernel changes a
- * hugetlb mapping's protection only whole. */
-static void unprotect_run(uintptr_t start, uintptr_t end) {
-  if (mech != &nic_fence_mprotect || nic_fence_unit(start) != NIC_PAGE_SIZE) {
-    mech->unprotect(start, end - start);
-    return;
-  }
+ * hugetlb mapping's protection only whole. 0, or the first error. */
+static int unprotect_run(uintptr_t start, uintptr_t end) {
+  const struct nic_fence_mech *m = releaser();
+  if (m != &nic_fence_mprotect || nic_fence_unit(start) != NIC_PAGE_SIZE)
+    return m->unprotect(start, end - start);
+  int err = 0;
   for (uintptr_t a = start; a < end;) {
     const bool ro = nic_fence_program_read_only(a);
     const uintptr_t run = a;
     while (a < end && nic_fence_program_read_only(a) == ro)
       a += NIC_PAGE_SIZE;
-    if (!ro) mech->unprotect(run, a - run);
+    const int rc = ro ? 0 : m->unprotect(run, a - run);
+    if (!err) err = rc;
   }
+  return err;
 }
 
-/* Lock held. Makes [start, end) writable (as far as the program let it be) and forgets it. */
-static void release_run(uintptr_t start, uintptr_t end) {
-  unprotect_run(start, end); /* a range gone since cannot fault any more either */
-  nic_fence_unmark(start, end);
+/* A unit whose release failed but that nothing can fault in any more: unmapped since (mprotect
+ * says ENOMEM), or mapped over and no longer registered (userfaultfd says ENOENT). */
+static bool gone(uintptr_t u, int err) {
+  unsigned char v;
+  return err == -ENOENT || (mincore((void *)u, NIC_PAGE_SIZE, &v) && errno == ENOMEM);
+}
+
+/* Records a unit whose release failed; false when it was recorded already (a release tried
+ * again). */
+static bool keep_stuck(uintptr_t start, uintptr_t end) {
+  for (unsigned k = 0; k < nstuck; k++)
+    if (stuck[k].start <= start && end <= stuck[k].end) return false;
+  if (nstuck && stuck[nstuck - 1].end == start)
+    stuck[nstuck - 1].end = end;
+  else if (nstuck < STUCK_MAX)
+    stuck[nstuck].start = start, stuck[nstuck++].end = end;
+  return true;
+}
+
+/* Said from a signal handler too (a held writer's release): no stdio. Counted per unit. */
+static void refused(uintptr_t at, int err) {
+  static int said;
+  NIC_SAFETY_COUNT(fence_release_errors, 1);
+  if (nic_first_time(&said))
+    nic_fence_say("NICMALLOC_FENCE=protect: the kernel refused to make ", at,
+                  err == -ENOMEM ? " writable again (ENOMEM: has the process vm.max_map_count "
+                                   "memory mappings?); the page stays write-protected, and is "
+                                   "released at a later completion or when a write faults there "
+                                   "(counted in fence_release_errors)"
+                                 : " writable again; the page stays write-protected, and is "
+                                   "released at a later completion or when a write faults there "
+                                   "(counted in fence_release_errors)");
+}
+
+/* Lock held. Makes [start, end) writable (as far as the program let it be) and forgets it. A
+ * unit the kernel does not release stays marked: unmarked, it would stay read-only and its next
+ * write would get the default action (mprotect's handler passes on a fault of a page not ours).
+ * It is tried again at later completions and by a write that faults there, and counted once
+ * (retry: a try of one counted already). True when every unit was released. */
+static bool release_run(uintptr_t start, uintptr_t end, bool retry) {
+  if (!unprotect_run(start, end)) {
+    nic_fence_unmark(start, end);
+    return true;
+  }
+  /* Unit by unit: what can be released is (the units at the edges of a mapping need no split),
+   * and what is gone is forgotten. */
+  size_t unit = nic_fence_unit(start);
+  if (!unit) unit = NIC_PAGE_SIZE;
+  int err = 0;
+  for (uintptr_t u = start; u < end; u += unit) {
+    const int rc = unprotect_run(u, u + unit);
+    if (!rc || gone(u, rc)) {
+      nic_fence_unmark(u, u + unit);
+      continue;
+    }
+    if (keep_stuck(u, u + unit) && !retry) refused(u, rc);
+    err = rc;
+  }
+  return !err;
+}
+
+/* Lock held: the stuck runs' units that no posted entry covers, released again. True when it
+ * tried one. */
+static bool retry_stuck(void) {
+  unsigned n = nstuck;
+  struct stuck_run was[STUCK_MAX];
+  memcpy(was, stuck, n * sizeof *was);
+  nstuck = 0; /* release_run records what stays */
+  bool any = false;
+  for (unsigned k = 0; k < n; k++) {
+    size_t unit = nic_fence_unit(was[k].start);
+    if (!unit) unit = NIC_PAGE_SIZE;
+    for (uintptr_t u = was[k].start; u < was[k].end; u += unit)
+      if (nic_fence_marked(u) && !nic_pc_any(u, u + unit, NIC_PC_DMA_MASK)) {
+        release_run(u, u + unit, true);
+        any = true;
+      }
+  }
+  return any;
 }
 
 void nic_fence_unprotect(const struct nic_sga_entry *e, uint32_t n) {
@@ -254,32 +353,46 @@ void nic_fence_unprotect(const struct nic_sga_entry *e, uint32_t n) {
     for (uintptr_t u = first; u < end; u += unit) {
       if (!nic_fence_marked(u) || nic_pc_any(u, u + unit, NIC_PC_DMA_MASK)) continue;
       if (run_end != u) {
-        if (run_end) release_run(run, run_end);
+        if (run_end) release_run(run, run_end, false);
         run = u;
       }
       run_end = u + unit;
       any = true;
     }
-    if (run_end) release_run(run, run_end);
+    if (run_end) release_run(run, run_end, false);
   }
+  if (nstuck) any |= retry_stuck();
   if (any) nic_fence_gen_bump();
   unlock(&old);
 }
 
-void nic_fence_release(uintptr_t a) {
+/* Releases a's unit: whatever is in flight there (force), or only once no posted entry covers
+ * it. True when it is not protected (any more). */
+static bool release_unit(uintptr_t a, bool force) {
   size_t unit = nic_fence_unit(a);
-  if (!unit || !__atomic_load_n(&mech, __ATOMIC_ACQUIRE)) return;
+  if (!unit) return true;
   uintptr_t u = a & ~(unit - 1);
+  if (!force && nic_pc_any(u, u + unit, NIC_PC_DMA_MASK)) return false; /* the usual case */
   sigset_t old;
   lock(&old);
-  bool ours = nic_fence_marked(u);
+  const bool ours = nic_fence_marked(u);
+  const bool covered = ours && nic_pc_any(u, u + unit, NIC_PC_DMA_MASK);
+  const bool released = !ours || ((force || !covered) && release_run(u, u + unit, false));
   /* The writer goes on while a posted entry still covers the unit: what the NIC reads of it may
    * be the new bytes, so it counts as a mismatch, as detect would report it, not only as the
    * bypass its caller counts. */
-  if (ours && nic_pc_any(u, u + unit, NIC_PC_DMA_MASK)) NIC_SAFETY_COUNT(fence_mismatches, 1);
-  if (ours) release_run(u, u + unit);
+  if (ours && released && covered) NIC_SAFETY_COUNT(fence_mismatches, 1);
   unlock(&old);
-  if (ours) nic_fence_gen_bump();
+  if (ours && released) nic_fence_gen_bump();
+  return released;
+}
+
+bool nic_fence_release(uintptr_t a) {
+  return release_unit(a, true);
+}
+
+bool nic_fence_release_if_done(uintptr_t a) {
+  return release_unit(a, false);
 }
 
 bool nic_fence_still_protected(uintptr_t a) {
@@ -289,7 +402,7 @@ bool nic_fence_still_protected(uintptr_t a) {
   sigset_t old;
   lock(&old);
   bool ours = nic_fence_marked(u);
-  if (!ours && mech) unprotect_run(u, u + unit);
+  if (!ours && mech) (void)unprotect_run(u, u + unit); /* nothing of ours to keep there */
   unlock(&old);
   return ours;
 }

@@ -5,10 +5,11 @@
  * not ours goes to the handler that was installed before ours (chained, with the same
  * arguments), or gets the default action.
  *
- * A fault is ours when its page is marked (fence_pages.c). A write that faulted just before a
- * release finds its page unmarked: it is retried, and passed on once it faults again with no
- * release in between. System calls that write into a protected page fail with EFAULT: the
- * kernel does not signal its own accesses (README). */
+ * A fault is ours when its page is marked (fence_pages.c): a release the kernel refuses leaves
+ * the page marked, and the write that faults there once no posted entry covers it releases it
+ * again. A write that faulted just before a release finds its page unmarked: it is retried, and
+ * passed on once it faults again with no release in between. System calls that write into a
+ * protected page fail with EFAULT: the kernel does not signal its own accesses (README). */
 #define _GNU_SOURCE
 #include "clock.h"
 #include "fence.h"
@@ -40,8 +41,8 @@ static int mp_unprotect(uintptr_t start, size_t len) {
   return mp(start, len, PROT_READ | PROT_WRITE);
 }
 
-/* "nicmalloc: error: <a><hex x><b>" with write(2): no stdio in a signal handler. */
-static void say(const char *a, uintptr_t x, const char *b) {
+/* With write(2): no stdio in a signal handler. */
+void nic_fence_say(const char *a, uintptr_t x, const char *b) {
   char buf[512], *p = buf, *end = buf + sizeof buf - 24;
   for (const char *s = "nicmalloc: error: "; *s;)
     *p++ = *s++;
@@ -61,33 +62,38 @@ static void say(const char *a, uintptr_t x, const char *b) {
 
 static void bypass(uintptr_t a) {
   static int warned;
-  nic_fence_release(a);
+  const unsigned gen = __atomic_load_n(&nic_fence_gen, __ATOMIC_SEQ_CST);
+  const bool released = nic_fence_release(a);
   NIC_SAFETY_COUNT(fence_bypasses, 1);
   if (!__atomic_exchange_n(&warned, 1, __ATOMIC_RELAXED))
-    say("NICMALLOC_FENCE=protect: a thread the NIC or the completions need wrote to ", a,
-        " while the NIC may still read that page; the page is made writable rather than hold it "
-        "(counted in fence_bypasses)");
+    nic_fence_say("NICMALLOC_FENCE=protect: a thread the NIC or the completions need wrote to ", a,
+                  " while the NIC may still read that page; the page is made writable rather than "
+                  "hold it (counted in fence_bypasses)");
+  /* The kernel refused: the write faults again, after a release elsewhere or a millisecond. */
+  if (!released) nic_fence_gen_wait(gen);
 }
 
 /* Waits until a's page is released: by its completion (on the poller, which this wakes, or any
- * thread), or by us after NICMALLOC_FENCE_TIMEOUT_MS. */
+ * thread), by us once no posted entry covers it (the completion's release may have been refused),
+ * or by us after NICMALLOC_FENCE_TIMEOUT_MS. */
 static void hold(uintptr_t a) {
   NIC_SAFETY_COUNT(fence_held_writes, 1);
   __atomic_add_fetch(&nic_safety_ctr.fence_writers_held, 1, __ATOMIC_SEQ_CST);
   nic_fence_poller_kick();
   __atomic_add_fetch(&nic_fence_gen_waiters, 1, __ATOMIC_SEQ_CST);
   const uint64_t since = nic_now_ms();
+  bool timed_out = false;
   for (;;) {
     unsigned gen = __atomic_load_n(&nic_fence_gen, __ATOMIC_SEQ_CST);
-    if (!nic_fence_marked(a)) break;
-    if (nic_now_ms() - since >= cfg->fence_timeout_ms) {
-      say("NICMALLOC_FENCE=protect: a write to ", a,
-          " waited NICMALLOC_FENCE_TIMEOUT_MS for the NIC; the page is made writable and the write "
-          "goes on (does a completion it waits for need a lock it holds?)");
+    if (!nic_fence_marked(a) || nic_fence_release_if_done(a)) break;
+    if (!timed_out && nic_now_ms() - since >= cfg->fence_timeout_ms) {
+      nic_fence_say("NICMALLOC_FENCE=protect: a write to ", a,
+                    " waited NICMALLOC_FENCE_TIMEOUT_MS for the NIC; the page is made writable and "
+                    "the write goes on (does a completion it waits for need a lock it holds?)");
       NIC_SAFETY_COUNT(fence_bypasses, 1);
-      nic_fence_release(a);
-      break;
+      timed_out = true;
     }
+    if (timed_out && nic_fence_release(a)) break; /* the kernel may refuse again */
     struct timespec tick = {0, 10 * 1000 * 1000}; /* the timeout is checked this often */
     syscall(SYS_futex, &nic_fence_gen, FUTEX_WAIT_PRIVATE, gen, &tick, NULL, 0);
   }
@@ -114,7 +120,7 @@ static void on_segv(int sig, siginfo_t *si, void *context) {
     if (nic_fence_marked(a)) {
       if (nic_fence_self_exempt())
         bypass(a);
-      else
+      else if (!nic_fence_release_if_done(a))
         hold(a);
       errno = saved_errno;
       return;

@@ -41,6 +41,7 @@ struct held {
   pid_t tid;
   uintptr_t addr;
   uint64_t since_ms;
+  bool let_go; /* its page is to be made writable (a NIC thread's, or past the timeout) */
 };
 
 static int uffd = -1;
@@ -91,17 +92,20 @@ static void on_fault(uintptr_t addr, pid_t tid) {
   if (!nic_fence_still_protected(addr)) return; /* released meanwhile: the writer is awake */
   /* Only the NIC's threads go through; a posting thread is held like any writer, inside its
    * post too, which is safe while the backend writes no heap memory there (safety/README.md). */
-  if (nic_fence_thread_exempt(tid)) {
-    nic_fence_release(addr);
+  const bool exempt = nic_fence_thread_exempt(tid);
+  if (exempt) {
+    const bool released = nic_fence_release(addr);
     NIC_SAFETY_COUNT(fence_bypasses, 1);
     nic_log_warn_once("NICMALLOC_FENCE=protect: thread %d, which the NIC or the completions need, "
                       "wrote to %#lx while the NIC may still read that page; the page is made "
                       "writable rather than hold it (counted in fence_bypasses)",
                       (int)tid, (unsigned long)addr);
-    return;
+    if (released) return;
+    /* The kernel refused: the thread waits in the kernel, and the sweep tries again. */
+  } else {
+    NIC_SAFETY_COUNT(fence_held_writes, 1);
   }
-  NIC_SAFETY_COUNT(fence_held_writes, 1);
-  const struct held h = {.tid = tid, .addr = addr, .since_ms = nic_now_ms()};
+  const struct held h = {.tid = tid, .addr = addr, .since_ms = nic_now_ms(), .let_go = exempt};
   unsigned i = 0;
   while (i < nheld && held[i].tid != tid)
     i++;
@@ -114,22 +118,24 @@ static void on_fault(uintptr_t addr, pid_t tid) {
   nic_fence_poller_kick(); /* after the count it looks at */
 }
 
-/* Forgets writers whose page was released (the kernel woke them) and releases pages whose
- * writer has waited too long. */
+/* Forgets writers whose page was released (the kernel woke them), releases the pages no posted
+ * entry covers any more (a release the kernel refused) and those whose writer has waited too
+ * long. */
 static void sweep(void) {
   const unsigned timeout = nic_safety_config()->fence_timeout_ms;
   const uint64_t now = nic_now_ms();
   for (unsigned i = 0; i < nheld;) {
-    bool done = !nic_fence_marked(held[i].addr);
-    if (!done && now - held[i].since_ms >= timeout) {
+    struct held *h = &held[i];
+    bool done = !nic_fence_marked(h->addr) || nic_fence_release_if_done(h->addr);
+    if (!done && !h->let_go && now - h->since_ms >= timeout) {
       nic_log_error("NICMALLOC_FENCE=protect: thread %d waited %u ms (NICMALLOC_FENCE_TIMEOUT_MS) "
                     "to write %#lx, which the NIC may still read; the page is made writable and "
                     "the write goes on (does a completion it waits for need a lock it holds?)",
-                    (int)held[i].tid, timeout, (unsigned long)held[i].addr);
+                    (int)h->tid, timeout, (unsigned long)h->addr);
       NIC_SAFETY_COUNT(fence_bypasses, 1);
-      nic_fence_release(held[i].addr);
-      done = true;
+      h->let_go = true;
     }
+    if (!done && h->let_go) done = nic_fence_release(h->addr); /* the kernel may refuse again */
     if (!done) {
       i++;
       continue;

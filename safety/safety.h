@@ -38,7 +38,7 @@ struct nic_safety_counters {
   uint64_t bounce_bytes, fence_waits, fence_timeouts, realloc_moves;
   /* NICMALLOC_FENCE=protect|detect (safety/fence.h) */
   uint64_t fence_held_writes, fence_writers_held, fence_bypasses, fence_unprotected;
-  uint64_t fence_mismatches;
+  uint64_t fence_mismatches, fence_release_errors;
 };
 extern struct nic_safety_counters nic_safety_ctr;
 #define NIC_SAFETY_COUNT(field, n) __atomic_add_fetch(&nic_safety_ctr.field, (n), __ATOMIC_RELAXED)

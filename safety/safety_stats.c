@@ -30,5 +30,6 @@ void nic_safety_fill_stats(struct nic_stats *out) {
   out->fence_bypasses = get(&nic_safety_ctr.fence_bypasses);
   out->fence_unprotected = get(&nic_safety_ctr.fence_unprotected);
   out->fence_mismatches = get(&nic_safety_ctr.fence_mismatches);
+  out->fence_release_errors = get(&nic_safety_ctr.fence_release_errors);
   nic_pressure_fill_stats(out);
 }

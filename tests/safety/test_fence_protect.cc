@@ -7,6 +7,8 @@
 #include <pthread.h>
 #include <signal.h>
 #include <sys/mman.h>
+#include <sys/resource.h>
+#include <sys/syscall.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
@@ -307,6 +309,180 @@ std::string Perms(const void *p) {
     }
   fclose(f);
   return found;
+}
+
+// Uses up the process's budget of memory mappings (vm.max_map_count), as a process with that
+// many has: every change of protection that splits a mapping then fails with ENOMEM. One-page
+// mappings of alternating protection, made with the system calls themselves (nothing nicmalloc
+// watches), in one reservation given back whole at the end.
+class MapBudget {
+public:
+  MapBudget() {
+    // A mapping of three pages whose middle page later cannot change alone: the proof.
+    probe_ = Map(3, PROT_READ | PROT_WRITE);
+    unsigned long max = 65530;
+    if (FILE *f = fopen("/proc/sys/vm/max_map_count", "r")) {
+      if (fscanf(f, "%lu", &max) != 1) max = 65530;
+      fclose(f);
+    }
+    pages_ = 2 * max + 2;
+    base_ = Map(pages_ + 1, PROT_NONE);
+    if (!base_ || !probe_) return;
+    syscall(SYS_munmap, base_ + pages_ * 4096, 4096); // a hole after: the last page stays alone
+    for (size_t i = 1; i + 1 < pages_; i += 2)        // each splits the rest: two mappings more
+      if (syscall(SYS_mprotect, base_ + i * 4096, 4096, PROT_READ)) break;
+    syscall(SYS_mprotect, base_ + (pages_ - 1) * 4096, 4096, PROT_READ); // one more, if one is left
+    used_ = syscall(SYS_mprotect, probe_ + 4096, 4096, PROT_READ) != 0 && errno == ENOMEM;
+  }
+  ~MapBudget() {
+    if (base_) syscall(SYS_munmap, base_, pages_ * 4096);
+    if (probe_) syscall(SYS_munmap, probe_, 3 * 4096);
+  }
+  bool Used() const { return used_; }
+
+private:
+  static char *Map(size_t pages, int prot) {
+    long p = syscall(SYS_mmap, nullptr, pages * 4096, prot,
+                     MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE, -1, 0);
+    return p == -1 ? nullptr : reinterpret_cast<char *>(p);
+  }
+  char *base_ = nullptr, *probe_ = nullptr;
+  size_t pages_ = 0;
+  bool used_ = false;
+};
+
+nic_sga_entry ArenaEntry(void *p, size_t len) {
+  nic_sga_entry e = {};
+  e.addr = p;
+  e.len = len;
+  e.kind = NIC_REGION_ARENA;
+  return e;
+}
+
+// Under mprotect, a release that splits a mapping fails with ENOMEM once the process has
+// vm.max_map_count mappings. It used to forget the page all the same: read-only and unmarked,
+// the next write's fault was passed on and the default action killed the process. Here the
+// neighbours are the program's read-only pages, so that the page protected between them makes
+// one read-only mapping of three, which its release must split. The page is protected as a
+// post does it, without one, so that only the release runs while the budget is used up. Returns
+// the page, kept read-only and marked, the error counted and said once.
+class ProtectRefused : public Protect {
+protected:
+  void SetUp() override {
+    Protect::SetUp();
+    if (IsSkipped()) return;
+    if (GetParam() != NIC_PROTECT_MPROTECT)
+      GTEST_SKIP() << "userfaultfd's release splits no mapping";
+  }
+  // The step's registration and the marks' table first: neither is made while the mappings are
+  // used up, nor with read-only pages in the step.
+  void Prepare(char *p, size_t len) {
+    memset(p, 'V', len);
+    const int target = done_count.load() + 1;
+    Post(p, len);
+    DrainWithin(target);
+  }
+  char *RefusedRelease(char *p) {
+    char *mid = p + 4096;
+    Prepare(p, 3 * 4096);
+    EXPECT_EQ(mprotect(p, 4096, PROT_READ), 0);
+    EXPECT_EQ(mprotect(p + 2 * 4096, 4096, PROT_READ), 0);
+    const nic_sga_entry e = ArenaEntry(mid, 4096);
+    const uint64_t errors = Stats().fence_release_errors;
+    nic_fence_protect(&e, 1);
+    EXPECT_TRUE(nic_fence_marked(reinterpret_cast<uintptr_t>(mid)));
+    std::string err;
+    {
+      MapBudget full;
+      EXPECT_TRUE(full.Used()) << "the mappings could not be used up";
+      testing::internal::CaptureStderr();
+      nic_fence_unprotect(&e, 1); // the completion's release
+      err = testing::internal::GetCapturedStderr();
+    }
+    EXPECT_TRUE(nic_fence_marked(reinterpret_cast<uintptr_t>(mid)))
+        << "the page was forgotten while still read-only: its next write gets the default action";
+    EXPECT_EQ(Perms(mid).substr(0, 3), "r--");
+    EXPECT_EQ(Stats().fence_release_errors, errors + 1);
+    static int said = 0; // once a process, whichever test comes first
+    said += count_lines(err, "vm.max_map_count");
+    EXPECT_EQ(said, 1) << err;
+    return mid;
+  }
+  static void Restore(char *p) {
+    ASSERT_EQ(mprotect(p, 3 * 4096, PROT_READ | PROT_WRITE), 0);
+    free(p);
+  }
+};
+
+TEST_P(ProtectRefused, AWriteToAPageWhoseReleaseWasRefusedReleasesIt) {
+  char *p = Block(true, 3 * 4096);
+  ASSERT_NE(p, nullptr);
+  char *mid = RefusedRelease(p);
+  const uint64_t held = Stats().fence_held_writes;
+  // In a child first: without the page's mark, the default action killed the process.
+  const pid_t child = fork();
+  ASSERT_GE(child, 0);
+  if (child == 0) {
+    struct rlimit no_core = {0, 0};
+    setrlimit(RLIMIT_CORE, &no_core);
+    *(volatile char *)(mid + 10) = 'w';
+    _exit(0);
+  }
+  int status = 0;
+  ASSERT_EQ(waitpid(child, &status, 0), child);
+  ASSERT_TRUE(WIFEXITED(status) && WEXITSTATUS(status) == 0)
+      << "the write was killed by signal " << (WIFSIGNALED(status) ? WTERMSIG(status) : 0);
+  *(volatile char *)(mid + 10) = 'w'; // here: no post covers the page, so the fault releases it
+  EXPECT_EQ(mid[10], 'w');
+  EXPECT_FALSE(nic_fence_marked(reinterpret_cast<uintptr_t>(mid)));
+  EXPECT_EQ(Perms(mid).substr(0, 3), "rw-");
+  EXPECT_EQ(Stats().fence_held_writes, held) << "held, with no post to wait for";
+  Restore(p);
+}
+
+TEST_P(ProtectRefused, TheNextCompletionReleasesAPageWhoseReleaseWasRefused) {
+  char *p = Block(true, 3 * 4096);
+  ASSERT_NE(p, nullptr);
+  char *mid = RefusedRelease(p);
+  char *other = Block(true, 4096);
+  memset(other, 'O', 4096);
+  const int target = done_count.load() + 1;
+  Post(other, 4096);
+  DrainWithin(target);
+  EXPECT_FALSE(nic_fence_marked(reinterpret_cast<uintptr_t>(mid)));
+  EXPECT_EQ(Perms(mid).substr(0, 3), "rw-") << "still read-only after a later completion";
+  free(other);
+  Restore(p);
+}
+
+// mprotect changes a range one mapping at a time: protecting a page that is a mapping of its
+// own (here: not inherited by a fork child, so that it never merges with its neighbours) and the
+// first page of a larger one changes the first, then fails to split the second. It used to
+// forget both pages: the first stayed read-only, unmarked, and its next write got the default
+// action. What it changed is made writable again.
+TEST_P(ProtectRefused, AProtectRefusedHalfWayLeavesNoPageReadOnly) {
+  char *p = Block(true, 4 * 4096);
+  ASSERT_NE(p, nullptr);
+  Prepare(p, 4 * 4096);
+  ASSERT_EQ(madvise(p + 4096, 4096, MADV_DONTFORK), 0) << strerror(errno);
+  const nic_sga_entry e = ArenaEntry(p + 4096, 2 * 4096);
+  const uint64_t unprotected = Stats().fence_unprotected;
+  testing::internal::CaptureStderr();
+  {
+    MapBudget full;
+    EXPECT_TRUE(full.Used()) << "the mappings could not be used up";
+    nic_fence_protect(&e, 1);
+  }
+  const std::string err = testing::internal::GetCapturedStderr();
+  EXPECT_EQ(Stats().fence_unprotected, unprotected + 1) << err;
+  EXPECT_FALSE(nic_fence_marked(reinterpret_cast<uintptr_t>(p + 4096)));
+  EXPECT_FALSE(nic_fence_marked(reinterpret_cast<uintptr_t>(p + 2 * 4096)));
+  ASSERT_EQ(Perms(p + 4096).substr(0, 2), "rw") << "left read-only by the protect that failed";
+  EXPECT_EQ(Perms(p + 2 * 4096).substr(0, 2), "rw");
+  p[4096] = 'u'; // would get the default action if still read-only
+  nic_fence_unprotect(&e, 1);
+  ASSERT_EQ(madvise(p + 4096, 4096, MADV_DOFORK), 0);
+  free(p);
 }
 
 // mimalloc commits control memory with mprotect(PROT_READ | PROT_WRITE) on spans that take in
@@ -819,6 +995,11 @@ TEST_P(Protect, DeferredFreesCountsOnlyFreesOfMemoryInFlight) {
 }
 
 INSTANTIATE_TEST_SUITE_P(Mechanisms, Protect,
+                         testing::Values(NIC_PROTECT_UFFD, NIC_PROTECT_MPROTECT),
+                         [](const testing::TestParamInfo<nic_fence_protect_with> &i) {
+                           return std::string(Name(i.param));
+                         });
+INSTANTIATE_TEST_SUITE_P(Mechanisms, ProtectRefused,
                          testing::Values(NIC_PROTECT_UFFD, NIC_PROTECT_MPROTECT),
                          [](const testing::TestParamInfo<nic_fence_protect_with> &i) {
                            return std::string(Name(i.param));
