@@ -2,8 +2,9 @@
  * holds the writer until the page is released, then returns so that the write is made again.
  * Everything the handler calls is async-signal-safe: loads of our own tables, clock_gettime,
  * futex waits, write(2), and the protect lock (whose holders block signals). A fault that is
- * not ours goes to the handler that was installed before ours (chained, with the same
- * arguments), or gets the default action.
+ * not ours, and a SIGSEGV sent by kill, raise or sigqueue, goes to the handler that was installed
+ * before ours (chained, with the same arguments, its sa_mask and flags honoured), is ignored if
+ * that was SIG_IGN, or gets the default action.
  *
  * A fault is ours when its page is marked (fence_pages.c): a release the kernel refuses leaves
  * the page marked, and the write that faults there once no posted entry covers it releases it
@@ -101,16 +102,47 @@ static void hold(uintptr_t a) {
   __atomic_sub_fetch(&nic_safety_ctr.fence_writers_held, 1, __ATOMIC_RELEASE);
 }
 
+/* Once a previous handler with SA_RESETHAND has run, its signal gets the default action, as the
+ * kernel resets such a handler when it runs it. */
+static int previous_reset;
+
+/* The kernel's mask itself: the interposed calls keep SIGSEGV out of it (fence_sigmask.c). */
+static void kernel_mask(int how, const sigset_t *set, sigset_t *old) {
+  syscall(SYS_rt_sigprocmask, how, set, old, (size_t)8);
+}
+
+/* A fault that is not ours, or a SIGSEGV sent with kill, raise or sigqueue (si_code <= 0: it
+ * never comes back by itself), gets what the program would have got without us. */
 static void chain(int sig, siginfo_t *si, void *context) {
-  if (previous.sa_flags & SA_SIGINFO) {
-    previous.sa_sigaction(sig, si, context);
-  } else if (previous.sa_handler != SIG_DFL && previous.sa_handler != SIG_IGN) {
-    previous.sa_handler(sig);
-  } else { /* the default action: the access faults again without us, as it would have */
+  struct sigaction prev = previous;
+  if (__atomic_load_n(&previous_reset, __ATOMIC_ACQUIRE)) {
+    prev.sa_handler = SIG_DFL;
+    prev.sa_flags = 0;
+  }
+  const bool sent = si->si_code <= 0;
+  if (prev.sa_handler == SIG_IGN && sent) return; /* the kernel drops it */
+  if (prev.sa_handler == SIG_DFL || prev.sa_handler == SIG_IGN) {
+    /* The default action (a fault is never ignored: the kernel forces the default). A fault
+     * comes again once we return; a sent signal is sent again, to this thread with its own
+     * siginfo: blocked while this handler runs, it arrives as it returns. */
     struct sigaction dfl = {.sa_handler = SIG_DFL};
     sigemptyset(&dfl.sa_mask);
     sigaction(sig, &dfl, NULL);
+    if (sent) syscall(SYS_rt_tgsigqueueinfo, getpid(), gettid(), sig, si);
+    return;
   }
+  /* As the kernel runs a handler: its sa_mask blocked, and sig too unless SA_NODEFER. */
+  if (prev.sa_flags & SA_RESETHAND) __atomic_store_n(&previous_reset, 1, __ATOMIC_RELEASE);
+  sigset_t mask = prev.sa_mask, self, old;
+  sigemptyset(&self);
+  sigaddset(&self, sig);
+  kernel_mask(SIG_BLOCK, &mask, &old);
+  if (prev.sa_flags & SA_NODEFER) kernel_mask(SIG_UNBLOCK, &self, NULL);
+  if (prev.sa_flags & SA_SIGINFO)
+    prev.sa_sigaction(sig, si, context);
+  else
+    prev.sa_handler(sig);
+  kernel_mask(SIG_SETMASK, &old, NULL);
 }
 
 static void on_segv(int sig, siginfo_t *si, void *context) {

@@ -79,6 +79,7 @@ static const struct command {
     {"sampled-in-scope", 2, cmd_sampled_in_scope},
     {"post-beside-bookkeeping", 2, cmd_post_beside_bookkeeping},
     {"protect-neighbour", 2, cmd_protect_neighbour},
+    {"segv-sent", 3, cmd_segv_sent},
     {"stats", 2, cmd_stats},
 };
 
@@ -110,7 +111,8 @@ int main(int argc, char **argv) {
       "ARGS... | "
       "no-uring ARGS... | "
       "no-getrandom ARGS... | fixed-layout ARGS... | free-key | uring-endpoint | "
-      "post-beside-bookkeeping | fill-control | huge-until-null SIZE | register-blocks N SIZE "
+      "post-beside-bookkeeping | segv-sent default|ignore|handler [kill] | fill-control | "
+      "huge-until-null SIZE | register-blocks N SIZE "
       "[dataplane|control|post] | "
       "refused-arena-commit "
       "SIZE\n");

@@ -5,6 +5,7 @@
 
 #include <errno.h>
 #include <pthread.h>
+#include <signal.h>
 #include <stddef.h>
 #include <stdint.h>
 #include <stdio.h>
@@ -85,6 +86,55 @@ static int protect_neighbour(void) {
   return 0;
 }
 
+/* NICMALLOC_FENCE=protect with mprotect: a SIGSEGV sent with raise (or kill) reaches the
+ * fence's handler, which is not where it belongs. The program's own disposition, set before the
+ * fence starts (its first post): "default", "ignore", or "handler" (SA_SIGINFO | SA_RESETHAND,
+ * SIGUSR1 in its sa_mask), which prints what it got. Then the signal, twice. */
+static volatile sig_atomic_t handled, handler_code, handler_usr1_blocked;
+
+static void segv_handler(int sig, siginfo_t *si, void *context) {
+  (void)sig, (void)context;
+  sigset_t now;
+  pthread_sigmask(SIG_BLOCK, NULL, &now);
+  handler_code = si->si_code;
+  handler_usr1_blocked = sigismember(&now, SIGUSR1) == 1;
+  handled++;
+}
+
+static int segv_sent(const char *disposition, bool by_kill) {
+  struct sigaction sa = {0};
+  sigemptyset(&sa.sa_mask);
+  if (!strcmp(disposition, "ignore")) {
+    sa.sa_handler = SIG_IGN;
+  } else if (!strcmp(disposition, "handler")) {
+    sa.sa_sigaction = segv_handler;
+    sa.sa_flags = SA_SIGINFO | SA_RESETHAND;
+    sigaddset(&sa.sa_mask, SIGUSR1);
+  } else {
+    sa.sa_handler = SIG_DFL;
+  }
+  const struct rlimit no_core = {0, 0}; /* the default action would dump one */
+  if (sigaction(SIGSEGV, &sa, NULL) || setrlimit(RLIMIT_CORE, &no_core)) return 1;
+  char *p = nic_malloc(8192);
+  struct nic_endpoint *ep = nic_sim_endpoint_create(NULL, NULL, 0);
+  struct nic_sga sga;
+  if (!p || !ep || nic_sga_init(&sga, 0) || nic_sga_add(&sga, memset(p, 1, 8192), 8192) ||
+      nic_sga_post(&sga, ep, count_done, NULL))
+    return 1;
+  while (!__atomic_load_n(&post_done, __ATOMIC_ACQUIRE))
+    nic_poll(0);
+  for (int i = 1; i <= 2; i++) {
+    if (by_kill)
+      kill(getpid(), SIGSEGV);
+    else
+      raise(SIGSEGV);
+    printf("survived_%d=1\nhandled=%d\nhandler_code=%d\nhandler_usr1_blocked=%d\n", i, (int)handled,
+           (int)handler_code, (int)handler_usr1_blocked);
+    fflush(stdout);
+  }
+  return 0;
+}
+
 /* The free key, learnt as a peer could learn it: from a freed block's second word. */
 static int print_free_key(void) {
   uintptr_t *volatile block = malloc(48);
@@ -107,4 +157,8 @@ int cmd_post_beside_bookkeeping(int argc, char **argv) {
 int cmd_protect_neighbour(int argc, char **argv) {
   (void)argc, (void)argv;
   return protect_neighbour();
+}
+
+int cmd_segv_sent(int argc, char **argv) {
+  return segv_sent(argv[2], argc > 3 && !strcmp(argv[3], "kill"));
 }

@@ -950,6 +950,48 @@ TEST(FencePost, APostNeverWaitsForItsOwnDma) {
   }
 }
 
+// Under mprotect the fence's SIGSEGV handler also gets the SIGSEGVs a program sends itself
+// (raise, kill, sigqueue): no fault, they never come again. With the default action before the
+// fence's handler, it set the default and returned: the signal was lost (and the handler with
+// it), where the program expected to die. It is sent again, to the same thread.
+TEST_P(Protect, ARaisedSigsegvGetsTheDefaultAction) {
+  if (GetParam() != NIC_PROTECT_MPROTECT) GTEST_SKIP() << "no SIGSEGV handler under userfaultfd";
+  const pid_t child = fork();
+  ASSERT_GE(child, 0);
+  if (child == 0) {
+    const struct rlimit no_core = {0, 0};
+    setrlimit(RLIMIT_CORE, &no_core);
+    raise(SIGSEGV);
+    _exit(0);
+  }
+  int status = 0;
+  ASSERT_EQ(waitpid(child, &status, 0), child);
+  EXPECT_TRUE(WIFSIGNALED(status) && WTERMSIG(status) == SIGSEGV)
+      << "raise(SIGSEGV) was swallowed: the child exited with " << WEXITSTATUS(status);
+}
+
+// The same, with what the program set for SIGSEGV before the fence started (its first post):
+// a handler gets the signal with its siginfo (si_code SI_TKILL from raise, SI_USER from kill),
+// its sa_mask blocked, and once only (SA_RESETHAND); SIG_IGN ignores it; the default kills.
+TEST(FenceSignals, ASentSigsegvGetsWhatTheProgramSetBeforeTheFence) {
+  const std::vector<std::string> env = {"NICMALLOC_FENCE=protect",
+                                        "NICMALLOC_FENCE_PROTECT=mprotect"};
+  for (const char *how : {"raise", "kill"}) {
+    ProbeResult r = run_probe(env, {"segv-sent", "default", how});
+    EXPECT_EQ(r.exit_code, -SIGSEGV) << how << r.out << r.err;
+    EXPECT_EQ(r.values.count("survived_1"), 0u) << how << r.out;
+    r = run_probe(env, {"segv-sent", "ignore", how});
+    EXPECT_EQ(r.exit_code, 0) << how << r.err;
+    EXPECT_EQ(r.values.count("survived_2"), 1u) << how << r.out;
+    r = run_probe(env, {"segv-sent", "handler", how});
+    EXPECT_EQ(r.exit_code, -SIGSEGV) << how << " the second one: the handler was reset" << r.err;
+    ASSERT_EQ(r.values.count("survived_1"), 1u) << how << r.out << r.err;
+    EXPECT_EQ(r.num("handled"), 1) << how;
+    EXPECT_EQ(r.num("handler_code"), std::string(how) == "kill" ? SI_USER : SI_TKILL) << how;
+    EXPECT_EQ(r.num("handler_usr1_blocked"), 1) << how << ": its sa_mask was not blocked";
+  }
+}
+
 TEST(FencePages, MarkAndUnmarkCoverExactlyTheRun) {
   const uintptr_t gib = uintptr_t(1) << 30, page = 4096;
   const uintptr_t start = 0x500000000000 + gib - 3 * page, end = start + 70 * page; // 2 leaves
