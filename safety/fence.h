@@ -85,6 +85,13 @@ bool nic_fence_marked(uintptr_t a);
 bool nic_fence_mark(uintptr_t start, uintptr_t end); /* false: no memory for the bitmap */
 bool nic_fence_any_marked(uintptr_t start, uintptr_t end);
 void nic_fence_unmark(uintptr_t start, uintptr_t end);
+/* A release of the units of [start, end) (unit bytes each), made after the kernel woke their
+ * writers: it stamps them with a new release epoch. Lock held. */
+void nic_fence_note_released(uintptr_t start, uintptr_t end, size_t unit);
+/* The epoch now (read before a fault is read), and whether a's unit was released after it: a
+ * writer seen held then has been woken since. Lock-free. */
+uint64_t nic_fence_release_epoch(void);
+bool nic_fence_released_since(uintptr_t a, uint64_t epoch);
 /* The program's mprotect of [start, end) to prot (a range protect never covers is not kept
  * when it takes writes away), and pages that left or were replaced: a release leaves the pages
  * whose last protection from the program lacked PROT_WRITE read-only. */
@@ -113,6 +120,8 @@ void nic_fence_thread_gone(void);
 /* Whether a thread is one of those (by tid: the uffd thread asks for the faulting one). */
 bool nic_fence_thread_exempt(pid_t tid);
 bool nic_fence_self_exempt(void); /* signal-safe */
+/* Tests: called by the userfaultfd thread before each look at the writers it saw held. */
+extern void (*nic_fence_sweep_hook)(void);
 /* Starts the poller: while a writer is held it polls the backend, so that a completion needed
  * by a held thread runs even if that thread is the program's only poller. */
 void nic_fence_poller_start(void);

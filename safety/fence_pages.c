@@ -23,6 +23,12 @@ extern size_t nic_control_size;
 static void *root[NIC_PAGEMAP_ROOT_ENTRIES];
 static const struct nic_pagemap map = NIC_PAGEMAP(root, 2, 1);
 unsigned nic_fence_gen, nic_fence_gen_waiters;
+/* When each unit was last released, in release epochs (release_epoch, bumped at each release):
+ * the uffd thread tells by it that a writer it saw held was woken since. A leaf per GiB, made
+ * when a unit there is first marked. */
+static void *released_root[NIC_PAGEMAP_ROOT_ENTRIES];
+static const struct nic_pagemap released_map = NIC_PAGEMAP(released_root, 2, 64);
+static uint64_t release_epoch;
 /* Pages the program took writes away from with mprotect: their release must not give writes
  * back. Its own map, so that memory protect never covers costs no leaf. */
 static void *ro_root[NIC_PAGEMAP_ROOT_ENTRIES];
@@ -53,7 +59,8 @@ bool nic_fence_marked(uintptr_t a) {
  * set a word (64 pages) per atomic. */
 bool nic_fence_mark(uintptr_t start, uintptr_t end) {
   if (end <= start) return true;
-  if (!nic_pagemap_reserve(&map, start, end)) return false;
+  if (!nic_pagemap_reserve(&map, start, end) || !nic_pagemap_reserve(&released_map, start, end))
+    return false;
   nic_pagemap_bits(&map, start, end, true);
   return true;
 }
@@ -75,6 +82,24 @@ bool nic_fence_any_marked(uintptr_t start, uintptr_t end) {
 
 void nic_fence_unmark(uintptr_t start, uintptr_t end) {
   nic_pagemap_bits(&map, start, end, false);
+}
+
+void nic_fence_note_released(uintptr_t start, uintptr_t end, size_t unit) {
+  const uint64_t epoch = __atomic_add_fetch(&release_epoch, 1, __ATOMIC_SEQ_CST);
+  for (uintptr_t u = start; u < end; u += unit) {
+    uint64_t *at = nic_pagemap_u64(&released_map, u);
+    if (at) __atomic_store_n(at, epoch, __ATOMIC_RELEASE);
+  }
+}
+
+uint64_t nic_fence_release_epoch(void) {
+  return __atomic_load_n(&release_epoch, __ATOMIC_SEQ_CST);
+}
+
+bool nic_fence_released_since(uintptr_t a, uint64_t epoch) {
+  const size_t unit = nic_fence_unit(a);
+  const uint64_t *at = unit ? nic_pagemap_u64(&released_map, a & ~(unit - 1)) : NULL;
+  return at && __atomic_load_n(at, __ATOMIC_ACQUIRE) > epoch;
 }
 
 void nic_fence_each_marked(void (*fn)(uintptr_t start, uintptr_t end)) {

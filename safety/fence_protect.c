@@ -300,18 +300,20 @@ static void refused(uintptr_t at, int err) {
  * It is tried again at later completions and by a write that faults there, and counted once
  * (retry: a try of one counted already). True when every unit was released. */
 static bool release_run(uintptr_t start, uintptr_t end, bool retry) {
+  size_t unit = nic_fence_unit(start);
+  if (!unit) unit = NIC_PAGE_SIZE;
   if (!unprotect_run(start, end)) {
+    nic_fence_note_released(start, end, unit);
     nic_fence_unmark(start, end);
     return true;
   }
   /* Unit by unit: what can be released is (the units at the edges of a mapping need no split),
    * and what is gone is forgotten. */
-  size_t unit = nic_fence_unit(start);
-  if (!unit) unit = NIC_PAGE_SIZE;
   int err = 0;
   for (uintptr_t u = start; u < end; u += unit) {
     const int rc = unprotect_run(u, u + unit);
     if (!rc || gone(u, rc)) {
+      nic_fence_note_released(u, u + unit, unit);
       nic_fence_unmark(u, u + unit);
       continue;
     }

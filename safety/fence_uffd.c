@@ -41,7 +41,8 @@ struct held {
   pid_t tid;
   uintptr_t addr;
   uint64_t since_ms;
-  bool let_go; /* its page is to be made writable (a NIC thread's, or past the timeout) */
+  uint64_t epoch; /* the release epoch before its fault was read */
+  bool let_go;    /* its page is to be made writable (a NIC thread's, or past the timeout) */
 };
 
 static int uffd = -1;
@@ -88,7 +89,7 @@ static int uffd_unprotect(uintptr_t start, size_t len) {
   return writeprotect(start, len, false); /* wakes the writers parked on the range */
 }
 
-static void on_fault(uintptr_t addr, pid_t tid) {
+static void on_fault(uintptr_t addr, pid_t tid, uint64_t epoch) {
   if (!nic_fence_still_protected(addr)) return; /* released meanwhile: the writer is awake */
   /* Only the NIC's threads go through; a posting thread is held like any writer, inside its
    * post too, which is safe while the backend writes no heap memory there (safety/README.md). */
@@ -105,7 +106,8 @@ static void on_fault(uintptr_t addr, pid_t tid) {
   } else {
     NIC_SAFETY_COUNT(fence_held_writes, 1);
   }
-  const struct held h = {.tid = tid, .addr = addr, .since_ms = nic_now_ms(), .let_go = exempt};
+  const struct held h = {
+      .tid = tid, .addr = addr, .since_ms = nic_now_ms(), .epoch = epoch, .let_go = exempt};
   unsigned i = 0;
   while (i < nheld && held[i].tid != tid)
     i++;
@@ -118,15 +120,23 @@ static void on_fault(uintptr_t addr, pid_t tid) {
   nic_fence_poller_kick(); /* after the count it looks at */
 }
 
-/* Forgets writers whose page was released (the kernel woke them), releases the pages no posted
- * entry covers any more (a release the kernel refused) and those whose writer has waited too
- * long. */
+void (*nic_fence_sweep_hook)(void);
+
+/* Forgets writers whose page was released since their fault was read (the kernel woke them; one
+ * still waiting faulted again and is seen anew), releases the pages no posted entry covers any
+ * more (a release the kernel refused) and those whose writer has waited too long. A page
+ * released and protected again by a new post between two looks is marked both times: a writer
+ * long gone was kept as held, and its timeout made the page writable under the new post (a
+ * write could reach the wire, and was counted as a bypass and a mismatch). */
 static void sweep(void) {
+  void (*hook)(void) = __atomic_load_n(&nic_fence_sweep_hook, __ATOMIC_ACQUIRE);
+  if (hook) hook();
   const unsigned timeout = nic_safety_config()->fence_timeout_ms;
   const uint64_t now = nic_now_ms();
   for (unsigned i = 0; i < nheld;) {
     struct held *h = &held[i];
-    bool done = !nic_fence_marked(h->addr) || nic_fence_release_if_done(h->addr);
+    bool done = !nic_fence_marked(h->addr) || nic_fence_released_since(h->addr, h->epoch) ||
+                nic_fence_release_if_done(h->addr);
     if (!done && !h->let_go && now - h->since_ms >= timeout) {
       nic_log_error("NICMALLOC_FENCE=protect: thread %d waited %u ms (NICMALLOC_FENCE_TIMEOUT_MS) "
                     "to write %#lx, which the NIC may still read; the page is made writable and "
@@ -153,11 +163,17 @@ static void *handler(void *arg) {
     /* While writers are held, look at their pages every millisecond. */
     if (poll(&p, 1, nheld ? 1 : -1) < 0 && errno != EINTR) break;
     if (p.revents & (POLLERR | POLLNVAL)) break;
-    ssize_t got;
-    while ((got = read(uffd, msg, sizeof msg)) > 0)
+    for (;;) {
+      /* Before the read: a release that woke a writer whose fault is read here stamps its unit
+       * later than this, as the kernel drops the fault of a writer woken before the read. */
+      const uint64_t epoch = nic_fence_release_epoch();
+      const ssize_t got = read(uffd, msg, sizeof msg);
+      if (got <= 0) break;
       for (size_t i = 0; i < (size_t)got / sizeof *msg; i++)
         if (msg[i].event == UFFD_EVENT_PAGEFAULT)
-          on_fault((uintptr_t)msg[i].arg.pagefault.address, (pid_t)msg[i].arg.pagefault.feat.ptid);
+          on_fault((uintptr_t)msg[i].arg.pagefault.address, (pid_t)msg[i].arg.pagefault.feat.ptid,
+                   epoch);
+    }
     if (nheld) sweep();
   }
   nic_log_error("NICMALLOC_FENCE=protect: the userfaultfd failed (%d); held writers are released "
