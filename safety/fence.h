@@ -55,11 +55,12 @@ const char *nic_fence_protect_name(void);
 /* Registrations pinning pages (fence_pins.c, through regcache's pin guard) and the sub-pages
  * pass rewriting free lists (heap/sub_pages_scan.h): begin is false, changing nothing, when a
  * page of [start, end) is protected now (or too many pins run); else no page of it is protected
- * until end (posts meeting it wait). */
+ * until end (posts meeting it wait), even by a post that starts protect. */
 bool nic_fence_pin_begin(uintptr_t start, uintptr_t end);
 void nic_fence_pin_end(uintptr_t start, uintptr_t end);
 bool nic_fence_pins_full(void);
-/* Installs the pin guard and the sub-pages pass's (once protect has a mechanism). */
+/* Installs the pin guard and the sub-pages pass's (at start-up under NICMALLOC_FENCE=protect,
+ * else once protect has a mechanism). */
 void nic_fence_pins_install(void);
 
 /* A way to write-protect: userfaultfd (fence_uffd.c) or mprotect + SIGSEGV (fence_segv.c).

@@ -54,3 +54,9 @@ void nic_fence_pins_install(void) {
   nic_backend_pin_guard_set(&guard);
   nic_sub_pages_guard_set(&sweep_guard);
 }
+
+/* Under NICMALLOC_FENCE=protect from the start, before any registration: one that began before
+ * the guard was there is not known to the first post, which could protect its pages. */
+__attribute__((constructor)) static void install_at_start(void) {
+  if (nic_safety_config()->fence == NIC_FENCE_PROTECT) nic_fence_pins_install();
+}

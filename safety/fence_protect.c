@@ -132,9 +132,11 @@ static void start(void) {
                  "set up; posted memory is not protected");
   else
     nic_fence_poller_start();
+  /* Before any page is protected (installed at start-up already under NICMALLOC_FENCE=protect;
+   * a registration begun before it is not known here). */
+  if (m) nic_fence_pins_install();
   __atomic_store_n(&mech, m, __ATOMIC_SEQ_CST);
   wait_unlocked_calls();
-  if (m) nic_fence_pins_install();
   __atomic_store_n(&started, true, __ATOMIC_RELEASE);
 }
 
@@ -431,8 +433,10 @@ int nic_fence_protect_use(enum nic_fence_protect_with with) {
   return rc;
 }
 
+/* Recorded before protect has a mechanism too: the first post would otherwise protect pages a
+ * registration running since before it is pinning (under uffd, the registration then waits
+ * inside io_uring_register or ibv_reg_mr, holding what the completion needs). */
 bool nic_fence_pin_begin(uintptr_t start, uintptr_t end) {
-  if (!__atomic_load_n(&mech, __ATOMIC_ACQUIRE)) return true;
   sigset_t old;
   lock(&old);
   bool ok = npins < PINS_MAX && !nic_fence_any_marked(start, end);

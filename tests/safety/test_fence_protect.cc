@@ -29,6 +29,7 @@ extern "C" {
 #include "fence.h"
 #include "safety.h"
 #include "sim_nic.h"
+#include "sub_pages_scan.h"
 }
 
 #include "fence_integrity.h"
@@ -1044,6 +1045,35 @@ TEST(FenceSignals, ASentSigsegvGetsWhatTheProgramSetBeforeTheFence) {
     EXPECT_EQ(r.num("handler_code"), std::string(how) == "kill" ? SI_USER : SI_TKILL) << how;
     EXPECT_EQ(r.num("handler_usr1_blocked"), 1) << how << ": its sa_mask was not blocked";
   }
+}
+
+// A registration pins its pages for writing. One that began before protect had a mechanism
+// (the program's first post starts it) was not recorded, and the guard that records them was
+// installed only then: the first post could protect pages being pinned (under uffd the
+// registration then waited inside io_uring_register or ibv_reg_mr, holding what the completion
+// needs). Under NICMALLOC_FENCE=protect the guard is there from the start, and the first
+// protect waits for a registration in progress. In a process where protect has not started.
+TEST(FencePins, TheFirstProtectWaitsForARegistrationBegunBeforeIt) {
+  if (nic_fence_protect_started()) GTEST_SKIP() << "protect was started by an earlier test";
+  EXPECT_NE(nic_sub_pages_guard(), nullptr) << "no guard before the first post";
+  char *p = static_cast<char *>(nic_aligned_alloc(4096, 4096));
+  ASSERT_NE(p, nullptr);
+  memset(p, 'P', 4096);
+  const uintptr_t page = reinterpret_cast<uintptr_t>(p);
+  ASSERT_TRUE(nic_fence_pin_begin(page, page + 4096));
+  const nic_sga_entry e = ArenaEntry(p, 4096);
+  std::atomic<bool> protected_{false};
+  std::thread poster([&] {
+    nic_fence_protect(&e, 1); // the first: starts protect
+    protected_ = true;
+  });
+  WaitFor([&] { return protected_.load() || nic_fence_gen_waiters > 0; });
+  EXPECT_FALSE(nic_fence_marked(page)) << "the page was protected while it was being pinned";
+  nic_fence_pin_end(page, page + 4096);
+  poster.join();
+  EXPECT_TRUE(nic_fence_marked(page));
+  nic_fence_unprotect(&e, 1);
+  free(p);
 }
 
 TEST(FencePages, MarkAndUnmarkCoverExactlyTheRun) {
