@@ -47,7 +47,7 @@ bool nic_fence_release_if_done(uintptr_t a);
  * fault that raced with a release). */
 bool nic_fence_still_protected(uintptr_t a);
 /* Benchmarks and tests: switch mechanism (protect starts if needed). -EBUSY while entries are in
- * flight, -ENOTSUP when the mechanism cannot run here. */
+ * flight or a page is protected, -ENOTSUP when the mechanism cannot run here. */
 int nic_fence_protect_use(enum nic_fence_protect_with with);
 /* "uffd", "mprotect", or "none" (not started, or nothing worked). */
 const char *nic_fence_protect_name(void);
@@ -99,6 +99,8 @@ bool nic_fence_released_since(uintptr_t a, uint64_t epoch);
 void nic_fence_note_program_prot(uintptr_t start, uintptr_t end, int prot);
 void nic_fence_forget_program_prot(uintptr_t start, uintptr_t end);
 bool nic_fence_program_read_only(uintptr_t a);
+/* Whether no page is marked (a walk of every leaf: for the mechanism switch). */
+bool nic_fence_none_marked(void);
 /* Calls fn on every marked run (fork child). */
 void nic_fence_each_marked(void (*fn)(uintptr_t start, uintptr_t end));
 /* The unit protect works in at a: the hugepage on hugetlb chunks, else 4 KiB; 0 when a is not

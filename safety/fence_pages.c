@@ -102,6 +102,15 @@ bool nic_fence_released_since(uintptr_t a, uint64_t epoch) {
   return at && __atomic_load_n(at, __ATOMIC_ACQUIRE) > epoch;
 }
 
+bool nic_fence_none_marked(void) {
+  for (uintptr_t base = 0, next; base < NIC_USER_END; base = next) {
+    const uint64_t *l = nic_pagemap_span(&map, base, &next);
+    for (size_t w = 0; l && w < nic_pagemap_leaf_bytes(&map) / sizeof *l; w++)
+      if (__atomic_load_n(&l[w], __ATOMIC_RELAXED)) return false;
+  }
+  return true;
+}
+
 void nic_fence_each_marked(void (*fn)(uintptr_t start, uintptr_t end)) {
   uintptr_t run = 0, run_end = 0;
   for (uintptr_t base = 0, next; base < NIC_USER_END; base = next) {

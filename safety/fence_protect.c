@@ -420,7 +420,10 @@ int nic_fence_protect_use(enum nic_fence_protect_with with) {
   sigset_t old;
   lock(&old);
   int rc = 0;
-  if (want != mech && __atomic_load_n(&nic_safety_ctr.inflight_entries, __ATOMIC_ACQUIRE))
+  /* The pages, not only the count: a post the backend refused lowers the count before its pages
+   * are released, and the other mechanism cannot release what this one protected. */
+  if (want != mech && (__atomic_load_n(&nic_safety_ctr.inflight_entries, __ATOMIC_ACQUIRE) ||
+                       !nic_fence_none_marked()))
     rc = -EBUSY;
   else if (want != mech && !bring_up(want))
     rc = -ENOTSUP;

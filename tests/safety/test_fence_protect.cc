@@ -1005,6 +1005,30 @@ TEST(FencePost, APostNeverWaitsForItsOwnDma) {
   }
 }
 
+// The mechanism switch (benchmarks and tests) refused only while entries were in flight, but a
+// post the backend refuses lowers that count before its pages are released: a switch in between
+// left the release to the other mechanism, which cannot undo this one's protection (mprotect's
+// page stayed read-only, unmarked; uffd's stayed write-protected). Here the page is protected
+// as a post does it, with no entry in flight.
+TEST_P(Protect, TheMechanismIsNotSwitchedWhileAPageIsProtected) {
+  char *p = Block(true, 4096);
+  ASSERT_NE(p, nullptr);
+  memset(p, 'M', 4096);
+  const nic_sga_entry e = ArenaEntry(p, 4096);
+  nic_fence_protect(&e, 1);
+  ASSERT_EQ(Stats().inflight_entries, 0u);
+  const nic_fence_protect_with other =
+      GetParam() == NIC_PROTECT_UFFD ? NIC_PROTECT_MPROTECT : NIC_PROTECT_UFFD;
+  EXPECT_EQ(nic_fence_protect_use(other), -EBUSY);
+  ASSERT_STREQ(nic_fence_protect_name(), Name(GetParam())) << "switched while a page is protected";
+  nic_fence_unprotect(&e, 1);
+  EXPECT_FALSE(nic_fence_marked(reinterpret_cast<uintptr_t>(p)));
+  p[0] = 'm'; // held (until the timeout) or killed if the page were still protected
+  const int rc = nic_fence_protect_use(other);
+  EXPECT_TRUE(rc == 0 || rc == -ENOTSUP) << "once no page is protected: " << rc;
+  free(p);
+}
+
 // Under mprotect the fence's SIGSEGV handler also gets the SIGSEGVs a program sends itself
 // (raise, kill, sigqueue): no fault, they never come again. With the default action before the
 // fence's handler, it set the default and returned: the signal was lost (and the handler with
