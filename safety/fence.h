@@ -51,6 +51,11 @@ bool nic_fence_still_protected(uintptr_t a);
 int nic_fence_protect_use(enum nic_fence_protect_with with);
 /* "uffd", "mprotect", or "none" (not started, or nothing worked). */
 const char *nic_fence_protect_name(void);
+/* Whether the kernel's own writes into a protected page wait too (uffd), rather than fail with
+ * EFAULT (mprotect, and uffd where only faults of user mode may be handled). */
+bool nic_fence_kernel_writes_wait(void);
+/* The name, and for uffd of user-mode faults only that (the statistics report). */
+const char *nic_fence_protect_detail(void);
 
 /* Registrations pinning pages (fence_pins.c, through regcache's pin guard) and the sub-pages
  * pass rewriting free lists (heap/sub_pages_scan.h): begin is false, changing nothing, when a
@@ -73,6 +78,9 @@ struct nic_fence_mech {
   void (*after_fork_child)(void);
 };
 extern const struct nic_fence_mech nic_fence_uffd, nic_fence_mprotect;
+/* fence_uffd.c: false when its descriptor handles faults of user mode only
+ * (vm.unprivileged_userfaultfd=0 and no CAP_SYS_PTRACE nor /dev/userfaultfd). */
+bool nic_fence_uffd_kernel_writes_wait(void);
 /* fence_segv.c: "nicmalloc: error: <a><x in hex><b>" on stderr, async-signal-safe (no stdio). */
 void nic_fence_say(const char *a, uintptr_t x, const char *b);
 /* fence_sigmask.c: from now on the program's masks never block SIGSEGV (the mprotect fence's

@@ -153,6 +153,18 @@ const char *nic_fence_protect_name(void) {
   return m ? m->name : "none";
 }
 
+bool nic_fence_kernel_writes_wait(void) {
+  return __atomic_load_n(&mech, __ATOMIC_ACQUIRE) == &nic_fence_uffd &&
+         nic_fence_uffd_kernel_writes_wait();
+}
+
+const char *nic_fence_protect_detail(void) {
+  const struct nic_fence_mech *m = __atomic_load_n(&mech, __ATOMIC_ACQUIRE);
+  if (m == &nic_fence_uffd && !nic_fence_uffd_kernel_writes_wait())
+    return "uffd, user-mode faults only: kernel writes get EFAULT";
+  return m ? m->name : "none";
+}
+
 static void not_protected(const struct nic_sga_entry *e, int err) {
   NIC_SAFETY_COUNT(fence_unprotected, 1);
   if (err)

@@ -1,6 +1,7 @@
 /* protect with userfaultfd write-protect, synchronous mode: a write to a protected page parks
  * the writer in the kernel until the page is made writable, and the kernel's own writes (read(2)
- * into the page, say) wait the same way instead of failing with EFAULT as under mprotect.
+ * into the page, say) wait the same way instead of failing with EFAULT as under mprotect (not
+ * where only a descriptor of user-mode faults is allowed: open_uffd).
  * UFFD_FEATURE_WP_ASYNC is not used: it resolves the fault in the kernel at once, so it records
  * that a page was written but never holds the writer.
  *
@@ -34,6 +35,9 @@
 #ifndef USERFAULTFD_IOC_NEW
 #define USERFAULTFD_IOC_NEW _IO(0xAA, 0x00)
 #endif
+#ifndef UFFD_USER_MODE_ONLY
+#define UFFD_USER_MODE_ONLY 1
+#endif
 
 #define HELD_MAX 1024 /* writers tracked for the timeout; more are held all the same */
 
@@ -49,15 +53,34 @@ static int uffd = -1;
 static struct held held[HELD_MAX]; /* the handler thread's own */
 static unsigned nheld;
 
+static bool user_mode_only; /* the descriptor handles faults of user mode only */
+
 static int open_uffd(void) {
+  user_mode_only = false;
   int fd = (int)syscall(SYS_userfaultfd, O_CLOEXEC | O_NONBLOCK);
   if (fd >= 0 || errno != EPERM) return fd;
   /* vm.unprivileged_userfaultfd=0: the device may still be open to this user. */
   int dev = nic_open_nocancel("/dev/userfaultfd", O_RDWR | O_CLOEXEC);
-  if (dev < 0) return -1;
-  fd = ioctl(dev, USERFAULTFD_IOC_NEW, O_CLOEXEC | O_NONBLOCK);
-  nic_close_nocancel(dev);
+  if (dev >= 0) {
+    fd = ioctl(dev, USERFAULTFD_IOC_NEW, O_CLOEXEC | O_NONBLOCK);
+    nic_close_nocancel(dev);
+    if (fd >= 0) return fd;
+  }
+  /* Else faults of user mode only, which any process may handle (Linux 5.11): the program's
+   * writes are held as ever, the kernel's own (read(2) into the page) fail with EFAULT, as under
+   * mprotect, which this still beats: no SIGSEGV handler shared with the program, no mapping
+   * split (and no vm.max_map_count met) per protect, no page held whole per mapping change. */
+  fd = (int)syscall(SYS_userfaultfd, O_CLOEXEC | O_NONBLOCK | UFFD_USER_MODE_ONLY);
+  if (fd < 0) {
+    errno = EPERM; /* the reason, rather than an older kernel's EINVAL for the flag */
+    return -1;
+  }
+  user_mode_only = true;
   return fd;
+}
+
+bool nic_fence_uffd_kernel_writes_wait(void) {
+  return !user_mode_only;
 }
 
 static int writeprotect(uintptr_t start, size_t len, bool on) {

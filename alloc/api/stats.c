@@ -186,7 +186,7 @@ static void group_prefix(struct out *o, const struct nic_stats *s, const char *g
     const enum nic_fence_mode mode = nic_safety_config()->fence;
     if (mode == NIC_FENCE_PROTECT)
       put(o, "%s (%s); ", modes[mode],
-          nic_fence_protect_started() ? nic_fence_protect_name() : "nothing posted yet");
+          nic_fence_protect_started() ? nic_fence_protect_detail() : "nothing posted yet");
     else
       put(o, "%s; ", modes[mode]);
   } else if (!strcmp(group, "sent")) {

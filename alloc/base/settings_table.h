@@ -231,9 +231,9 @@
     "`safety/README.md`)")                                                                         \
   X(FENCE_PROTECT, "NICMALLOC_FENCE_PROTECT", NIC_T_CHOICE, "auto", 0, 0, "auto|uffd|mprotect",    \
     NIC_REACH_VALUE,                                                                               \
-    "how `protect` works: `uffd` (userfaultfd write-protect; kernel writes wait too), "            \
-    "`mprotect` (SIGSEGV handler; system calls writing posted memory get `EFAULT`), "              \
-    "`auto` = uffd, else mprotect")                                                                \
+    "how `protect` works: `uffd` (userfaultfd write-protect; kernel writes wait too, but for "     \
+    "a process that may handle user-mode faults only: `EFAULT`), `mprotect` (SIGSEGV handler; "    \
+    "system calls writing posted memory get `EFAULT`), `auto` = uffd, else mprotect")              \
   X(FENCE_DETECT_SAMPLE, "NICMALLOC_FENCE_DETECT_SAMPLE", NIC_T_SIZE, "0", 0, 1ull << 40, "off",   \
     NIC_REACH_VALUE,                                                                               \
     "`detect` records allocation sites of blocks of at least `NICMALLOC_COPY_THRESHOLD` "          \

@@ -80,6 +80,7 @@ static const struct command {
     {"post-beside-bookkeeping", 2, cmd_post_beside_bookkeeping},
     {"protect-neighbour", 2, cmd_protect_neighbour},
     {"segv-sent", 3, cmd_segv_sent},
+    {"kernel-write", 2, cmd_kernel_write},
     {"stats", 2, cmd_stats},
 };
 
@@ -111,7 +112,8 @@ int main(int argc, char **argv) {
       "ARGS... | "
       "no-uring ARGS... | "
       "no-getrandom ARGS... | fixed-layout ARGS... | free-key | uring-endpoint | "
-      "post-beside-bookkeeping | segv-sent default|ignore|handler [kill] | fill-control | "
+      "post-beside-bookkeeping | segv-sent default|ignore|handler [kill] | kernel-write | "
+      "fill-control | "
       "huge-until-null SIZE | register-blocks N SIZE "
       "[dataplane|control|post] | "
       "refused-arena-commit "

@@ -100,6 +100,7 @@ int cmd_free_key(int argc, char **argv);
 int cmd_post_beside_bookkeeping(int argc, char **argv);
 int cmd_protect_neighbour(int argc, char **argv);
 int cmd_segv_sent(int argc, char **argv);
+int cmd_kernel_write(int argc, char **argv);
 
 int cmd_guest_start(int argc, char **argv);
 int cmd_low_memlock_guest(int argc, char **argv);

@@ -11,6 +11,8 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/mman.h>
+#include <unistd.h>
 
 /* NICMALLOC_FENCE=protect: a fresh thread's first nicmalloc bookkeeping (the heap mimalloc
  * keeps it in) lands among the program's blocks; one message posts all of them, and the post
@@ -135,6 +137,46 @@ static int segv_sent(const char *disposition, bool by_kill) {
   return 0;
 }
 
+/* NICMALLOC_FENCE=protect, with NICMALLOC_SIM_DELAYS keeping the post in flight: a read(2) into
+ * the posted page (the kernel's write) and a thread's write there. Prints the kernel write's
+ * errno (0: it went through, after the DMA under uffd), whether the thread was held before the
+ * completion, and what the statistics report says of the mechanism. */
+static char *kernel_write_page;
+static void *write_page(void *arg) {
+  (void)arg;
+  kernel_write_page[7] = 'w';
+  return NULL;
+}
+
+static int kernel_write(void) {
+  char *p = kernel_write_page = nic_aligned_alloc(4096, 4096);
+  struct nic_endpoint *ep = nic_sim_endpoint_create(NULL, NULL, 0);
+  struct nic_sga sga;
+  int fds[2];
+  if (!p || !ep || nic_sga_init(&sga, 0) || nic_sga_add(&sga, memset(p, 1, 4096), 4096) ||
+      pipe(fds) || write(fds[1], "kern", 4) != 4 || nic_sga_post(&sga, ep, count_done, NULL))
+    return 1;
+  const ssize_t got = read(fds[0], p + 100, 4);
+  const int err = got < 0 ? errno : 0;
+  pthread_t t;
+  if (pthread_create(&t, NULL, write_page, NULL)) return 1;
+  int held = 0;
+  while (!held && !__atomic_load_n(&post_done, __ATOMIC_ACQUIRE))
+    held = stats_now().fence_writers_held > 0;
+  while (!__atomic_load_n(&post_done, __ATOMIC_ACQUIRE))
+    nic_poll(0);
+  pthread_join(t, NULL);
+  char report[8192] = "";
+  const int fd = memfd_create("report", 0);
+  nic_print_stats(fd);
+  const ssize_t n = pread(fd, report, sizeof report - 1, 0);
+  report[n > 0 ? n : 0] = 0;
+  const char *from = strstr(report, "protect ("), *to = from ? strstr(from, "); ") : NULL;
+  printf("kernel_write_errno=%d\nwriter_held=%d\nfence=%.*s\n", err, held,
+         to ? (int)(to - from - 9) : 0, to ? from + 9 : "");
+  return 0;
+}
+
 /* The free key, learnt as a peer could learn it: from a freed block's second word. */
 static int print_free_key(void) {
   uintptr_t *volatile block = malloc(48);
@@ -157,6 +199,11 @@ int cmd_post_beside_bookkeeping(int argc, char **argv) {
 int cmd_protect_neighbour(int argc, char **argv) {
   (void)argc, (void)argv;
   return protect_neighbour();
+}
+
+int cmd_kernel_write(int argc, char **argv) {
+  (void)argc, (void)argv;
+  return kernel_write();
 }
 
 int cmd_segv_sent(int argc, char **argv) {

@@ -296,7 +296,7 @@ TEST_P(Protect, TheReportNamesTheModeTheMechanismAndTheHolds) {
   rewind(f);
   report.resize(fread(&report[0], 1, report.size(), f));
   fclose(f);
-  const std::string want = std::string("fence             protect (") + Name(GetParam()) + "); ";
+  const std::string want = std::string("fence             protect (") + Name(GetParam());
   EXPECT_NE(report.find(want), std::string::npos) << report;
   EXPECT_EQ(report.find(" 0 writes held"), std::string::npos) << report;
 }
@@ -315,7 +315,8 @@ TEST_P(Protect, MemoryOutsideTheHeapsIsSentUnprotectedAndCounted) {
 }
 
 // userfaultfd also holds the kernel's own writes (read(2) into the page); under mprotect the
-// kernel does not signal, so the system call fails with EFAULT (README: a documented limit).
+// kernel does not signal, so the system call fails with EFAULT (README: a documented limit), as
+// it does under a userfaultfd of user-mode faults only (a process without the privilege).
 TEST_P(Protect, AKernelWriteIsHeldUnderUffdAndFailsUnderMprotect) {
   char *p = Block(true, 4096);
   memset(p, 'J', 4096);
@@ -331,7 +332,7 @@ TEST_P(Protect, AKernelWriteIsHeldUnderUffdAndFailsUnderMprotect) {
     err = errno;
     got = n;
   });
-  if (GetParam() == NIC_PROTECT_UFFD) {
+  if (nic_fence_kernel_writes_wait()) {
     ASSERT_TRUE(WaitFor([] { return Stats().fence_writers_held >= 1; }));
     EXPECT_EQ(got.load(), -2) << "read(2) wrote into the page while the DMA was pending";
     DrainWithin(target);
@@ -1098,6 +1099,35 @@ TEST(FencePins, TheFirstProtectWaitsForARegistrationBegunBeforeIt) {
   EXPECT_TRUE(nic_fence_marked(page));
   nic_fence_unprotect(&e, 1);
   free(p);
+}
+
+// With vm.unprivileged_userfaultfd=0 (the default) a process without CAP_SYS_PTRACE may not
+// handle kernel faults with userfaultfd, and protect fell back to mprotect. It may handle faults
+// of user mode (UFFD_USER_MODE_ONLY): the program's writes are held as under uffd, the kernel's
+// fail with EFAULT as under mprotect. The probe runs as nobody (setpriv), the test as root.
+TEST(FenceUnprivileged, AProcessWithoutPrivilegeHoldsWritesWithUserModeUffd) {
+  if (geteuid() != 0) GTEST_SKIP() << "runs the probe as another user: needs root";
+  std::string allowed;
+  if (FILE *f = fopen("/proc/sys/vm/unprivileged_userfaultfd", "r")) {
+    char c = 0;
+    if (fread(&c, 1, 1, f) == 1) allowed = c;
+    fclose(f);
+  }
+  if (allowed != "0") GTEST_SKIP() << "any process may handle kernel faults here";
+  if (access("/usr/bin/setpriv", X_OK)) GTEST_SKIP() << "no setpriv";
+  const ProbeResult r = run_program(
+      "/usr/bin/setpriv",
+      {"NICMALLOC_FENCE=protect", "NICMALLOC_FENCE_PROTECT=auto",
+       "NICMALLOC_SIM_DELAYS=fixed:2000000"},
+      {"--reuid=65534", "--regid=65534", "--clear-groups", NIC_PROBE_PATH, "kernel-write"});
+  if (r.exit_code == 126 || r.exit_code == 127)
+    GTEST_SKIP() << "nobody cannot run the probe where it was built: " << r.err;
+  ASSERT_EQ(r.exit_code, 0) << r.err;
+  EXPECT_EQ(r.values.count("fence") ? r.values.at("fence") : "",
+            "uffd, user-mode faults only: kernel writes get EFAULT")
+      << r.err;
+  EXPECT_EQ(r.num("writer_held"), 1) << "the write was not held";
+  EXPECT_EQ(r.num("kernel_write_errno"), EFAULT);
 }
 
 TEST(FencePages, MarkAndUnmarkCoverExactlyTheRun) {
