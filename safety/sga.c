@@ -87,8 +87,10 @@ static int copy_entry(struct nic_sga *sga, const void *p, size_t len, const void
   return 0;
 }
 
-/* Resolves one entry: direct (arena, cache) or copied. */
-static int resolve(struct nic_sga *sga, const void *p, size_t len, struct nic_sga_entry *e) {
+/* Resolves one entry: direct (arena, cache) or copied. Inlined into add_piece, the fast path,
+ * whatever the slow path's call costs. */
+static inline __attribute__((always_inline)) int resolve(struct nic_sga *sga, const void *p,
+                                                         size_t len, struct nic_sga_entry *e) {
   if (len < nic_safety_config()->copy_threshold) {
     nic_own_stack_learn(); /* once per thread: a short entry is often on the caller's stack */
     if (!nic_range_readable(p, len)) return -EFAULT;
@@ -133,7 +135,8 @@ static int resolve(struct nic_sga *sga, const void *p, size_t len, struct nic_sg
   return copy_entry(sga, p, len, NULL, 0, e); /* registrable in principle, not now: copy */
 }
 
-static bool contiguous(const struct nic_sga_entry *a, const struct nic_sga_entry *b) {
+static inline __attribute__((always_inline)) bool contiguous(const struct nic_sga_entry *a,
+                                                             const struct nic_sga_entry *b) {
   /* The handle too: two steps' registrations (io_uring fixed-buffer slots) may share a key. */
   return a->kind == b->kind && a->lkey == b->lkey && a->handle == b->handle &&
          a->cache_slot == b->cache_slot &&
@@ -141,24 +144,42 @@ static bool contiguous(const struct nic_sga_entry *a, const struct nic_sga_entry
          (uint64_t)a->len + b->len <= UINT32_MAX;
 }
 
+/* The adjacent pair of ent[0..n) (tail, when not NULL, counting as ent[n]) with the smallest
+ * total, and that total in *total (UINT64_MAX when there is no pair). */
+static uint32_t smallest_pair(const struct nic_sga_entry *ent, uint32_t n,
+                              const struct nic_sga_entry *tail, uint64_t *total) {
+  uint32_t best = n;
+  *total = UINT64_MAX;
+  for (uint32_t i = 0; i + 1 < n || (tail && i < n); i++) {
+    uint64_t sum = (uint64_t)ent[i].len + (i + 1 < n ? ent[i + 1].len : tail->len);
+    if (sum < *total) *total = sum, best = i;
+  }
+  return best;
+}
+
+/* An entry added before may lie in memory the program has unmapped since (its use after free):
+ * a copy of it would take the process down. */
+static bool entry_readable(const struct nic_sga_entry *e) {
+  return e->kind == NIC_SGA_BOUNCE || nic_range_readable(e->addr, e->len);
+}
+
+/* Copies a and b, adjacent, into one bounce entry *merged; references are left to the caller. */
+static int copy_pair(struct nic_sga *sga, const struct nic_sga_entry *a,
+                     const struct nic_sga_entry *b, struct nic_sga_entry *merged) {
+  if (!entry_readable(a) || !entry_readable(b)) return -EFAULT;
+  return copy_entry(sga, a->addr, a->len, b->addr, b->len, merged);
+}
+
 /* The array is full: copy the adjacent pair (the new entry counts as the last) with the
  * smallest total into one bounce entry. */
 static int merge_smallest(struct nic_sga *sga, struct nic_sga_entry *fresh) {
-  struct nic_sga_entry *ent = sga->entry;
-  uint32_t n = sga->count, best = n;
-  uint64_t best_len = UINT64_MAX;
-  for (uint32_t i = 0; i < n; i++) {
-    uint64_t total = (uint64_t)ent[i].len + (i + 1 < n ? ent[i + 1].len : fresh->len);
-    if (total < best_len) best_len = total, best = i;
-  }
-  if (best_len > MERGE_MAX) return -E2BIG;
-  struct nic_sga_entry *a = &ent[best], *b = best + 1 < n ? &ent[best + 1] : fresh, merged;
-  /* An entry added before may lie in memory the program has unmapped since (its use after free):
-   * the copy would take the process down here. */
-  if ((a->kind != NIC_SGA_BOUNCE && !nic_range_readable(a->addr, a->len)) ||
-      (b->kind != NIC_SGA_BOUNCE && !nic_range_readable(b->addr, b->len)))
-    return -EFAULT;
-  int rc = copy_entry(sga, a->addr, a->len, b->addr, b->len, &merged);
+  struct nic_sga_entry *ent = sga->entry, merged;
+  uint32_t n = sga->count;
+  uint64_t total;
+  const uint32_t best = smallest_pair(ent, n, fresh, &total);
+  if (total > MERGE_MAX) return -E2BIG;
+  struct nic_sga_entry *a = &ent[best], *b = best + 1 < n ? &ent[best + 1] : fresh;
+  int rc = copy_pair(sga, a, b, &merged);
   if (rc) return rc;
   drop_entry(a);
   drop_entry(b);
@@ -190,6 +211,92 @@ static size_t step_rest(const void *p) {
   return step - ((uintptr_t)p & (step - 1));
 }
 
+/* Registration-cache slots held by entries (drop_entry's references), let go together later:
+ * at most one for each entry of the array and each piece of a range it takes. */
+struct held_slots {
+  uint32_t n;
+  uint32_t slot[2 * NIC_SGA_CAPACITY + 2];
+};
+
+static void hold_slot(struct held_slots *h, const struct nic_sga_entry *e) {
+  if (nic_sga_entry_slot(e)) h->slot[h->n++] = e->cache_slot;
+}
+
+static void let_go(const struct held_slots *h) {
+  for (uint32_t i = 0; i < h->n; i++)
+    nic_rcache_release_own(h->slot[i]);
+}
+
+/* Copies the smallest adjacent pairs of work[0..*n) together until room entries are left, as
+ * merge_smallest does. The references of the entries copied away are only noted in gone: the
+ * array keeps its own until the whole add stands. */
+static int shrink(struct nic_sga *sga, struct nic_sga_entry *work, uint32_t *n, uint32_t room,
+                  struct held_slots *gone) {
+  while (*n > room) {
+    uint64_t total;
+    const uint32_t i = smallest_pair(work, *n, NULL, &total);
+    if (total > MERGE_MAX) return -E2BIG;
+    struct nic_sga_entry merged;
+    int rc = copy_pair(sga, &work[i], &work[i + 1], &merged);
+    if (rc) return rc;
+    hold_slot(gone, &work[i]);
+    hold_slot(gone, &work[i + 1]);
+    work[i] = merged;
+    memmove(&work[i + 1], &work[i + 2], (size_t)(*n - i - 2) * sizeof *work);
+    (*n)--;
+  }
+  return 0;
+}
+
+/* The pieces do not all fit: neighbours are copied together to make room, in a copy of the
+ * array that replaces it only once every piece is in (the copies take bounce room, which
+ * nic_sga_add gives back on failure). The pieces between the first and the last are whole steps,
+ * too long to copy: the first piece may join the entries before it, or the last when there are
+ * only two, and no other piece can. */
+static __attribute__((noinline, cold)) int
+add_pieces_merging(struct nic_sga *sga, const char *p, size_t len, size_t first, size_t pieces) {
+  const size_t step = (size_t)1 << nic_dp.step_shift;
+  const uint32_t head = pieces == 2 ? 2 : 1, tail = (uint32_t)(pieces - head);
+  if (tail >= sga->max) return -E2BIG;
+  struct nic_sga_entry work[NIC_SGA_CAPACITY + 2], e;
+  struct held_slots taken = {0}, gone = {0}; /* the pieces' references; those copied away */
+  uint32_t n = sga->count;
+  memcpy(work, sga->entry, n * sizeof *work);
+  size_t piece = first, left = len;
+  int rc = 0;
+  for (uint32_t i = 0; i < pieces && rc == 0; i++) {
+    if ((rc = resolve(sga, p, piece, &e)) != 0) break;
+    hold_slot(&taken, &e);
+    if (n && contiguous(&work[n - 1], &e)) { /* the entry before holds its region already */
+      work[n - 1].len += e.len;
+      hold_slot(&gone, &e);
+    } else {
+      work[n++] = e;
+    }
+    if (i + 1 == head) rc = shrink(sga, work, &n, sga->max - tail, &gone);
+    p += piece;
+    left -= piece;
+    piece = left < step ? left : step;
+  }
+  let_go(rc ? &taken : &gone);
+  if (rc) return rc;
+  memcpy(sga->entry, work, n * sizeof *work);
+  sga->count = n;
+  return 0;
+}
+
+/* The bytes of [p, p+len) that go as its first entry: up to its step's end where the range goes
+ * as an entry per step (add_pieces), else len. */
+static inline __attribute__((always_inline)) size_t first_piece(const void *p, size_t len) {
+  /* A short range is copied whole (resolve), wherever it lies: as two pieces it took two entries,
+   * and a full array refused it. */
+  size_t first = nic_in_dp(p) && len >= nic_safety_config()->copy_threshold ? step_rest(p) : len;
+  /* Into a chunk that is not mapped: the pieces before it would be sent, the rest not. */
+  const char *end = (const char *)p + len - 1;
+  if (first < len && (!nic_in_dp(end) || !nic_chunk_readable(nic_chunk_index(end)))) first = len;
+  return first;
+}
+
 /* Dataplane memory across steps: each step is its own registration (an io_uring fixed buffer
  * is one slot, and a post must stay inside one), so one entry per step. All of them fit, or
  * none is added. */
@@ -197,7 +304,7 @@ static int add_pieces(struct nic_sga *sga, const void *p, size_t len, size_t fir
   const size_t step = (size_t)1 << nic_dp.step_shift;
   const size_t pieces = 1 + (len - first + step - 1) / step;
   const uint32_t count = sga->count;
-  if (count + pieces > sga->max) return -E2BIG;
+  if (count + pieces > sga->max) return add_pieces_merging(sga, p, len, first, pieces);
   const struct nic_sga_entry last = count ? sga->entry[count - 1] : (struct nic_sga_entry){0};
   const char *at = p;
   size_t piece = first, left = len;
@@ -213,6 +320,52 @@ static int add_pieces(struct nic_sga *sga, const void *p, size_t len, size_t fir
   sga->count = count;
   if (count) sga->entry[count - 1] = last;
   return rc;
+}
+
+/* Whether every entry added before can still be read (copying two into one needs it). */
+static bool entries_readable(const struct nic_sga *sga) {
+  for (uint32_t i = 0; i < sga->count; i++)
+    if (!entry_readable(&sga->entry[i])) return false;
+  return true;
+}
+
+/* Says why nic_sga_add refused [p, p+len) with rc, once per kind. Out of line: what it asks again
+ * costs the accepted adds nothing. */
+static __attribute__((noinline, cold)) void add_refused(const struct nic_sga *sga, const void *p,
+                                                        size_t len, int rc) {
+  if (rc == -EFAULT && !nic_range_readable(p, len))
+    nic_api_error(sga, "nic_sga_add(%p, %zu): the range is not (entirely) mapped", p, len);
+  else if (rc == -EFAULT && !entries_readable(sga))
+    nic_api_error(sga,
+                  "nic_sga_add(%p, %zu): past the limit of %u entries two are copied into one, "
+                  "and the memory of an entry added before was unmapped since: the array is "
+                  "left as it was (nic_sga_reset drops it)",
+                  p, len, sga->max);
+  else if (rc == -EFAULT && nic_in_dp(p))
+    nic_api_error(sga,
+                  "nic_sga_add(%p, %zu): part of its step is not writable (mprotect): the step "
+                  "cannot be faulted in for the NIC before its first registration",
+                  p, len);
+  else if (rc == -E2BIG && first_piece(p, len) < len) /* an entry per step */
+    nic_api_error(sga,
+                  "nic_sga_add(%p, %zu): it spans pin steps of %zu bytes, an entry for each; "
+                  "with %u of the %u entries in use, copying neighbours (its first or last "
+                  "piece among them) into one, under %zu bytes together, leaves no room",
+                  p, len, (size_t)1 << nic_dp.step_shift, sga->count, sga->max, MERGE_MAX);
+  else if (rc == -E2BIG)
+    nic_api_error(sga,
+                  "nic_sga_add(%p, %zu): more than %u entries, and no neighbours small enough "
+                  "(under %zu bytes together) to copy into one",
+                  p, len, sga->max, MERGE_MAX);
+  else if (rc == -NIC_ECROSS) /* each kind has its own line, said once */
+    nic_api_error(sga, "nic_sga_add(%p, %zu): cannot be resolved (crosses the end of its chunk)", p,
+                  len);
+  else if (rc == -NIC_ERANGE)
+    nic_api_error(sga, "nic_sga_add(%p, %zu): cannot be resolved (too large for one registration)",
+                  p, len);
+  else
+    nic_api_error_by(sga, rc, 0, "nic_sga_add(%p, %zu): cannot be resolved (%s)", p, len,
+                     strerror(-rc));
 }
 
 NIC_EXPORT int nic_sga_add(struct nic_sga *sga, const void *p, size_t len) {
@@ -236,12 +389,7 @@ NIC_EXPORT int nic_sga_add(struct nic_sga *sga, const void *p, size_t len) {
     return -NIC_EFREED;
   }
   const struct nic_bounce_mark mark = nic_bounce_mark(sga->bounce);
-  /* A short range is copied whole (resolve), wherever it lies: as two pieces it took two entries,
-   * and a full array refused it. */
-  size_t first = nic_in_dp(p) && len >= nic_safety_config()->copy_threshold ? step_rest(p) : len;
-  /* Into a chunk that is not mapped: the pieces before it would be sent, the rest not. */
-  const char *end = (const char *)p + len - 1;
-  if (first < len && (!nic_in_dp(end) || !nic_chunk_readable(nic_chunk_index(end)))) first = len;
+  const size_t first = first_piece(p, len);
   int rc = first >= len ? add_piece(sga, p, len) : add_pieces(sga, p, len, first);
   if (rc == 0) {
     sga->bytes += len;
@@ -249,32 +397,6 @@ NIC_EXPORT int nic_sga_add(struct nic_sga *sga, const void *p, size_t len) {
     return 0;
   }
   nic_bounce_rewind(&sga->bounce, mark);
-  if (rc == -EFAULT && !nic_range_readable(p, len))
-    nic_api_error(sga, "nic_sga_add(%p, %zu): the range is not (entirely) mapped", p, len);
-  else if (rc == -EFAULT && nic_in_dp(p) && sga->count < sga->max) /* no copy of two made */
-    nic_api_error(sga,
-                  "nic_sga_add(%p, %zu): part of its step is not writable (mprotect): the step "
-                  "cannot be faulted in for the NIC before its first registration",
-                  p, len);
-  else if (rc == -EFAULT)
-    nic_api_error(sga,
-                  "nic_sga_add(%p, %zu): past the limit of %u entries two are copied into one, "
-                  "and the memory of an entry added before was unmapped since: the array is "
-                  "left as it was (nic_sga_reset drops it)",
-                  p, len, sga->max);
-  else if (rc == -E2BIG)
-    nic_api_error(sga,
-                  "nic_sga_add(%p, %zu): more than %u entries, and no neighbours small enough "
-                  "(under %zu bytes together) to copy into one",
-                  p, len, sga->max, MERGE_MAX);
-  else if (rc == -NIC_ECROSS) /* each kind has its own line, said once */
-    nic_api_error(sga, "nic_sga_add(%p, %zu): cannot be resolved (crosses the end of its chunk)", p,
-                  len);
-  else if (rc == -NIC_ERANGE)
-    nic_api_error(sga, "nic_sga_add(%p, %zu): cannot be resolved (too large for one registration)",
-                  p, len);
-  else
-    nic_api_error_by(sga, rc, 0, "nic_sga_add(%p, %zu): cannot be resolved (%s)", p, len,
-                     strerror(-rc));
+  add_refused(sga, p, len, rc);
   return rc;
 }

@@ -62,7 +62,20 @@ protected:
   void TearDown() override {
     nic_sga_reset(&sga);
     SimEndpointTest::TearDown();
+    free(steps_block);
   }
+  static size_t StepBytes() { return size_t{1} << nic_dp.step_shift; }
+  // A step end inside a block of three steps (freed at TearDown), with a whole step after it;
+  // the block's bytes differ from page to page.
+  char *StepEndInABlock() {
+    steps_block = static_cast<char *>(nic_malloc(3 * StepBytes()));
+    if (!steps_block) return nullptr;
+    for (size_t i = 0; i < 3 * StepBytes(); i += 4096)
+      memset(steps_block + i, 'a' + (i >> 12) % 26, 4096);
+    const uintptr_t at = reinterpret_cast<uintptr_t>(steps_block);
+    return steps_block + (StepBytes() - (at & (StepBytes() - 1)));
+  }
+  char *steps_block = nullptr;
   // Posts sga and returns what the receiver got.
   std::string PostAndReceive() {
     const int target = completions.load() + 1;
@@ -125,6 +138,82 @@ TEST_F(Sga, AShortRangeAcrossAStepEndIsCopiedAsOneEntry) {
   EXPECT_EQ(Stats().bounce_bytes, copied + 2 * half) << "copied once";
   EXPECT_EQ(PostAndReceive(), std::string(from, 2 * half));
   free(p);
+}
+
+// A range across a step end takes an entry per step. Where the array has no room for them all,
+// the smallest neighbours are copied together, as for a one-entry add past the limit: the short
+// first piece joins the copy before it. They were refused (-E2BIG) with a message that said no
+// neighbours were small enough, with one of two entries in use.
+TEST_F(Sga, ARangeAcrossAStepEndMakesRoomByCopyingSmallNeighbours) {
+  char *step_end = StepEndInABlock();
+  ASSERT_NE(step_end, nullptr);
+  char small[100];
+  memset(small, 's', sizeof small);
+
+  ASSERT_EQ(nic_sga_init(&sga, 2), 0);
+  ASSERT_EQ(nic_sga_add(&sga, small, sizeof small), 0);
+  ASSERT_EQ(nic_sga_add(&sga, step_end - 4096, 8192), 0);
+  ASSERT_EQ(sga.count, 2u);
+  EXPECT_EQ(sga.entry[0].kind, kBounce);
+  EXPECT_EQ(sga.entry[0].len, 100u + 4096) << "the copy and the first piece, the smallest pair";
+  EXPECT_NE(sga.entry[1].kind, kBounce);
+  EXPECT_EQ(sga.entry[1].addr, step_end);
+  EXPECT_EQ(PostAndReceive(),
+            std::string(small, sizeof small) + std::string(step_end - 4096, 8192));
+
+  // Over a whole step: the step between the two ends cannot be copied, the first piece can.
+  ASSERT_EQ(nic_sga_init(&sga, 3), 0);
+  ASSERT_EQ(nic_sga_add(&sga, small, sizeof small), 0);
+  const size_t across = StepBytes() + 8192;
+  ASSERT_EQ(nic_sga_add(&sga, step_end - 4096, across), 0);
+  ASSERT_EQ(sga.count, 3u);
+  EXPECT_EQ(sga.entry[0].len, 100u + 4096);
+  EXPECT_EQ(sga.entry[1].len, StepBytes());
+  EXPECT_EQ(sga.entry[2].len, 4096u);
+  EXPECT_EQ(PostAndReceive(),
+            std::string(small, sizeof small) + std::string(step_end - 4096, across));
+}
+
+// Where copying neighbours cannot make room either, the message says so for a range across a
+// step end, and the array is left as it was.
+TEST_F(Sga, ARangeAcrossAStepEndWithNoRoomToMakeIsRefusedWithWhy) {
+  char *step_end = StepEndInABlock();
+  ASSERT_NE(step_end, nullptr);
+  ASSERT_EQ(nic_sga_init(&sga, 2), 0);
+  ASSERT_EQ(nic_sga_add(&sga, step_end - 400000, 100000), 0);
+  ASSERT_EQ(nic_sga_add(&sga, step_end - 200000, 100000), 0);
+  const nic_sga before = sga;
+  testing::internal::CaptureStderr();
+  // Its two pieces are copied into one, and 100000 bytes beside it are too many to copy.
+  EXPECT_EQ(nic_sga_add(&sga, step_end - 4096, 8192), -E2BIG);
+  const std::string err = testing::internal::GetCapturedStderr();
+  EXPECT_NE(err.find("spans pin steps"), std::string::npos) << err;
+  EXPECT_NE(err.find("2 of the 2 entries in use"), std::string::npos) << err;
+  EXPECT_EQ(memcmp(&before, &sga, sizeof sga), 0) << "bounce " << sga.bounce;
+}
+
+// Making room may take several copies: when a later one fails (an entry added before was
+// unmapped since), the copies made before it are given back and the array is as it was.
+TEST_F(Sga, ARangeAcrossAStepEndWhoseRoomCannotBeMadeLeavesTheArrayAsItWas) {
+  char *step_end = StepEndInABlock();
+  ASSERT_NE(step_end, nullptr);
+  char *gone = static_cast<char *>(
+      mmap(nullptr, 3 * 4096, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0));
+  ASSERT_NE(gone, MAP_FAILED);
+  memset(gone, 'g', 3 * 4096);
+  char small[100];
+  memset(small, 's', sizeof small);
+  ASSERT_EQ(nic_sga_init(&sga, 2), 0);
+  ASSERT_EQ(nic_sga_add(&sga, gone + 100, 3000), 0); // cached: longer than the copy threshold
+  ASSERT_EQ(nic_sga_add(&sga, small, sizeof small), 0);
+  ASSERT_EQ(munmap(gone, 3 * 4096), 0);
+  const nic_sga before = sga;
+  testing::internal::CaptureStderr();
+  // Pieces of 1000 and 40000 bytes: 100 + 1000 are copied first, then 3000 with those.
+  EXPECT_EQ(nic_sga_add(&sga, step_end - 1000, 41000), -EFAULT);
+  const std::string err = testing::internal::GetCapturedStderr();
+  EXPECT_NE(err.find("added before"), std::string::npos) << err;
+  EXPECT_EQ(memcmp(&before, &sga, sizeof sga), 0) << "bounce " << sga.bounce;
 }
 
 // A block over 16 MiB has only the steps of its segment backed, not its whole 32 MiB arena
