@@ -168,7 +168,9 @@ static int d_reg(struct nic_backend *b, void *base, size_t len, unsigned access,
     const uint32_t i = (be->free_hint + k) % NIC_DPDK_MAX_REGS;
     struct dreg *r = &be->regs[i];
     if (r->used) continue;
+    pthread_mutex_lock(&be->use_lock); /* posts read used (false) meanwhile */
     *r = (struct dreg){.base = base, .len = len};
+    pthread_mutex_unlock(&be->use_lock);
     if ((rc = nic_dpdk_area_take(be, r))) {
       no_area = rc == -ENOSPC;
       break;
@@ -180,7 +182,9 @@ static int d_reg(struct nic_backend *b, void *base, size_t len, unsigned access,
       nic_dpdk_area_drop(be, r);
       break;
     }
+    pthread_mutex_lock(&be->use_lock);
     r->used = true;
+    pthread_mutex_unlock(&be->use_lock);
     be->free_hint = i + 1;
     *out = (struct nic_registration){
         .base = base, .len = len, .access = access, .lkey = i, .handle = i};
@@ -209,13 +213,16 @@ static int d_dereg(struct nic_backend *b, struct nic_registration *reg) {
   if (!reg || reg->handle >= NIC_DPDK_MAX_REGS) return -EINVAL;
   struct dreg *r = &be->regs[reg->handle];
   pthread_mutex_lock(&be->reg_lock);
+  pthread_mutex_lock(&be->use_lock);
   int rc = !r->used || r->base != reg->base ? -EINVAL : atomic_load(&r->inflight) ? -EBUSY : 0;
+  if (!rc)
+    r->used = false; /* no post counts it from here; reg_lock keeps the slot till it is gone */
+  pthread_mutex_unlock(&be->use_lock);
   if (!rc) {
     pthread_mutex_lock(&be->lock);
     dma_all(be, r, false);
     pthread_mutex_unlock(&be->lock);
     nic_dpdk_area_drop(be, r);
-    r->used = false;
   }
   pthread_mutex_unlock(&be->reg_lock);
   return rc;
@@ -297,7 +304,7 @@ NIC_EXPORT struct nic_backend *nic_backend_dpdk_open(const struct nic_plugin_hos
    * DMA-map registrations, pinning their pages: nic_dpdk_endpoint refuses it then. */
   const bool follow = rte_eal_iova_mode() != RTE_IOVA_PA && nic_dpdk_only_virtual_ports();
   be->pub = (struct nic_backend){.name = "dpdk",
-                                 .caps = {.max_sge = 64,
+                                 .caps = {.max_sge = NIC_DPDK_MAX_SGE,
                                           .max_region_bytes = SIZE_MAX,
                                           .max_regions = NIC_DPDK_MAX_REGS,
                                           .zero_copy = true,
@@ -315,6 +322,7 @@ NIC_EXPORT struct nic_backend *nic_backend_dpdk_open(const struct nic_plugin_hos
   be->hdr_pool = g.hdr_pool;
   be->own_eal = g.started_eal;
   pthread_mutex_init(&be->reg_lock, NULL);
+  pthread_mutex_init(&be->use_lock, NULL);
   pthread_mutex_init(&be->lock, NULL);
   pthread_mutex_init(&be->cq_lock, NULL);
   the_backend = be;

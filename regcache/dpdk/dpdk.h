@@ -125,6 +125,7 @@ struct rte_mbuf *nic_dpdk_chain(struct nic_backend *b, const struct nic_sge *sge
  * application's. */
 #define NIC_DPDK_MAX_AREAS 64u
 #define NIC_DPDK_SEG_MAX UINT16_MAX /* extbuf buf_len is 16 bits */
+#define NIC_DPDK_MAX_SGE 64u        /* entries per post (caps.max_sge) */
 
 struct dreg {
   bool used;
@@ -187,7 +188,12 @@ struct dbackend {
   struct rte_mempool *hdr_pool; /* data-less mbufs that carry the extbufs */
   bool own_eal;
   pthread_mutex_t reg_lock; /* registrations: held across extmem registration, not by poll */
-  pthread_mutex_t lock;     /* the endpoint list (taken after reg_lock) */
+  /* A registration's used flag against the posts' in-flight counts on it: a post finds its
+   * entries' registrations and counts them in flight under it, a deregistration clears used
+   * only while none is counted, and a registration sets it once made. Taken last, briefly, and
+   * never across a DPDK call: posts do not wait for a registration being made. */
+  pthread_mutex_t use_lock;
+  pthread_mutex_t lock; /* the endpoint list (taken after reg_lock) */
   struct nic_endpoint *eps, *default_ep;
   pthread_mutex_t cq_lock; /* completion queue: free_cb runs on any thread */
   struct dpost *cq_head, *cq_tail;

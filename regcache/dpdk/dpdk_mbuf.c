@@ -15,13 +15,34 @@
 #include <errno.h>
 #include <rte_ethdev.h>
 
-/* The registration an entry names (lkey = slot), if it covers the entry. */
+/* The registration an entry names (lkey = slot), if it covers the entry. Under use_lock. */
 static struct dreg *covering(struct dbackend *be, const struct nic_sge *s) {
   if (s->lkey >= NIC_DPDK_MAX_REGS) return NULL;
   struct dreg *r = &be->regs[s->lkey];
+  if (!r->used) return NULL;
   uintptr_t a = (uintptr_t)s->addr, lo = (uintptr_t)r->base;
-  if (!r->used || a < lo || a - lo > r->len || s->len > r->len - (a - lo)) return NULL;
+  if (a < lo || a - lo > r->len || s->len > r->len - (a - lo)) return NULL;
   return r;
+}
+
+/* Finds the registration of each entry (into regs) and counts it in flight, in one hold of
+ * use_lock: from then on none can be deregistered, nor its slot given to another, until the
+ * post lets go of it. -EFAULT, nothing counted, when a registration does not cover its entry. */
+static int count_in(struct dbackend *be, const struct nic_sge *sge, unsigned n,
+                    struct dreg **regs) {
+  int rc = 0;
+  pthread_mutex_lock(&be->use_lock);
+  for (unsigned i = 0; i < n && !rc; i++)
+    if (!(regs[i] = covering(be, &sge[i]))) rc = -EFAULT;
+  for (unsigned i = 0; i < n && !rc; i++)
+    atomic_fetch_add(&regs[i]->inflight, 1);
+  pthread_mutex_unlock(&be->use_lock);
+  return rc;
+}
+
+static void count_out(struct dreg *const *regs, unsigned n) {
+  for (unsigned i = 0; i < n; i++)
+    atomic_fetch_sub(&regs[i]->inflight, 1);
 }
 
 /* Longest segment starting at addr: 16-bit buf_len, and in IOVA-as-PA mode no page crossing
@@ -86,26 +107,22 @@ unsigned nic_dpdk_endpoint_max_entries(struct nic_backend *b, const struct nic_e
   return ep && ep->max_segs < b->caps.max_sge ? ep->max_segs : b->caps.max_sge;
 }
 
-static struct rte_mbuf *build(struct dbackend *be, struct nic_endpoint *ep,
-                              const struct nic_sge *sge, unsigned n, nic_completion_fn done,
-                              void *arg, int *err) {
+/* The chain of the entries, whose registrations regs are counted in flight: NULL with *err when
+ * it cannot be made (those counts are then the caller's to give back). */
+static struct rte_mbuf *chain(struct dbackend *be, struct nic_endpoint *ep,
+                              const struct nic_sge *sge, unsigned n, struct dreg *const *regs,
+                              nic_completion_fn done, void *arg, int *err) {
   uint32_t max_segs = ep ? ep->max_segs : RTE_MBUF_MAX_NB_SEGS, segs = 0;
   uint64_t total = 0;
-  *err = -EINVAL;
-  if (!sge || !n || !done) return NULL;
-  if (n > be->pub.caps.max_sge) return *err = -E2BIG, NULL;
-  for (unsigned i = 0; i < n; i++) { /* validate and count before touching anything */
-    if (!sge[i].addr || !sge[i].len) return NULL;
-    const struct dreg *r = covering(be, &sge[i]);
-    if (!r) return *err = -EFAULT, NULL;
+  for (unsigned i = 0; i < n; i++) { /* count before touching anything */
     for (uintptr_t a = (uintptr_t)sge[i].addr, left = sge[i].len; left; segs++) {
-      uint32_t l = seg_len(r, a, (uint32_t)left);
+      uint32_t l = seg_len(regs[i], a, (uint32_t)left);
       a += l;
       left -= l;
     }
     total += sge[i].len;
   }
-  if (total > UINT32_MAX) return NULL;
+  if (total > UINT32_MAX) return *err = -EINVAL, NULL;
   /* The port's own limit, below max_sge on some: an entry over 64 KiB is several segments. */
   if (segs > max_segs) return *err = -E2BIG, NULL;
   struct dpost *p = new_post(be, ep, n, done, arg);
@@ -122,9 +139,8 @@ static struct rte_mbuf *build(struct dbackend *be, struct nic_endpoint *ep,
   rte_mbuf_ext_refcnt_set(&p->shinfo, (uint16_t)segs);
   struct rte_mbuf *m = head;
   for (unsigned i = 0; i < n; i++) {
-    struct dreg *r = covering(be, &sge[i]);
+    const struct dreg *r = regs[i];
     p->slots[p->n++] = (uint16_t)sge[i].lkey;
-    atomic_fetch_add(&r->inflight, 1);
     for (uintptr_t a = (uintptr_t)sge[i].addr, left = sge[i].len; left; m = m->next) {
       uint32_t l = seg_len(r, a, (uint32_t)left);
       rte_pktmbuf_attach_extbuf(m, (void *)a, iova_of(r, a), (uint16_t)l, &p->shinfo);
@@ -137,6 +153,23 @@ static struct rte_mbuf *build(struct dbackend *be, struct nic_endpoint *ep,
   head->pkt_len = (uint32_t)total;
   *err = 0;
   return head;
+}
+
+static struct rte_mbuf *build(struct dbackend *be, struct nic_endpoint *ep,
+                              const struct nic_sge *sge, unsigned n, nic_completion_fn done,
+                              void *arg, int *err) {
+  struct dreg *regs[NIC_DPDK_MAX_SGE];
+  *err = -EINVAL;
+  if (!sge || !n || !done) return NULL;
+  if (n > be->pub.caps.max_sge) return *err = -E2BIG, NULL;
+  for (unsigned i = 0; i < n; i++)
+    if (!sge[i].addr || !sge[i].len) return NULL;
+  /* The chain is built from the registrations found here, which stay while counted: a second
+   * look could find one deregistered in between, or its slot another's. */
+  if ((*err = count_in(be, sge, n, regs))) return NULL;
+  struct rte_mbuf *m = chain(be, ep, sge, n, regs, done, arg, err);
+  if (!m) count_out(regs, n);
+  return m;
 }
 
 int nic_dpdk_run_completions(struct dbackend *be, int max) {

@@ -338,6 +338,42 @@ TEST_F(DpdkRing, MultiSegmentPostIsZeroCopyAndCompletesAfterThePeerFrees) {
   ZeroCopyRoundTrip(b, ep, Port("net_ring0")); // net_ring0 alone loops back to itself
 }
 
+// A post finds and counts its entries' registrations in flight in one step, so a deregistration
+// that comes while the post still builds its chain (here from inside the allocation of its
+// record) finds them busy. It found them free between the post's check and its count: the
+// registration went, the post's second look for it found nothing and the count dereferenced
+// NULL (SIGSEGV), or, the slot registered again, the chain took another registration's IOVA.
+TEST_F(DpdkRing, ADeregistrationWhileAPostIsBuiltFindsItsRegistrationBusy) {
+  static ChunkReg *reg;
+  static int deregs, rc;
+  ChunkReg r(b);
+  ASSERT_EQ(r.rc, 0);
+  reg = &r;
+  deregs = 0;
+  rc = 1;
+  char *p = static_cast<char *>(nic_malloc(1000));
+  ASSERT_NE(p, nullptr);
+  memset(p, 'd', 1000);
+  const nic_sge sge = r.Sge(p, 1000);
+  Done d;
+  TestCallocHook() = [] {
+    if (deregs++ == 0) rc = reg->b->dereg(reg->b, &reg->reg);
+  };
+  const int posted = b->post(b, ep, &sge, 1, Done::Fn, &d);
+  TestCallocHook() = nullptr;
+  ASSERT_EQ(posted, 0);
+  ASSERT_EQ(deregs, 1) << "the post allocated nothing: the test no longer reaches its middle";
+  EXPECT_EQ(rc, -EBUSY);
+  rte_mbuf *m = RxOne(Port("net_ring0"));
+  ASSERT_NE(m, nullptr);
+  EXPECT_EQ(m->buf_addr, p);
+  EXPECT_EQ(Bytes(m), std::string(1000, 'd'));
+  rte_pktmbuf_free(m);
+  ASSERT_TRUE(PollFor(b, d));
+  EXPECT_EQ(d.status, 0);
+  free(p); // ~ChunkReg deregisters it now: nothing counts it any more
+}
+
 TEST_F(DpdkRing, ApplicationPortPairAndTheChainHelper) {
   rte_ring *ab = rte_ring_create("nm_ab", 4, SOCKET_ID_ANY, RING_F_SP_ENQ | RING_F_SC_DEQ);
   rte_ring *ba = rte_ring_create("nm_ba", 4, SOCKET_ID_ANY, RING_F_SP_ENQ | RING_F_SC_DEQ);
