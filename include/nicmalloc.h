@@ -358,13 +358,14 @@ int nic_endpoint_status(const struct nic_endpoint *ep);
  * packet), within the default backend's (nic_sga_init fills the array against it) and
  * NIC_SGA_CAPACITY: nic_sga_init(sga, *max_entries) makes an array ep takes. On dpdk an entry
  * over 64 KiB is several segments, so a post of that many entries may still get -E2BIG.
- * *max_message: the bytes of one post that a nicmalloc receiver of ep's kind takes whole: 65536
- * on verbs (nic_endpoint_receive's buffers); SIZE_MAX on sim, on uring (a TCP stream joins any
- * posts; on UDP each post is one datagram, within the socket's limit, so a message cut into posts
- * arrives as several) and on dpdk (a packet of one entry is received in place, one of several
- * entries gathered into a 4 KiB buffer: post with 1 entry there; a port's MTU bounds its
- * packets). Either pointer may be NULL. 0, -EINVAL (ep NULL), -ENODEV (no backend; an endpoint
- * of the parent process in a child of fork). */
+ * *max_message: the bytes one post to ep may carry that a nicmalloc receiver of ep's kind takes
+ * whole: 65536 on verbs (nic_endpoint_receive's buffers); on uring 0x7ffff000, the most one send
+ * takes (Linux's MAX_RW_COUNT; a TCP stream joins any posts; on UDP each post is one datagram,
+ * within the socket's limit, so a message cut into posts arrives as several); on dpdk UINT32_MAX,
+ * a packet's length (a packet of one entry is received in place, one of several entries
+ * gathered into a 4 KiB buffer: post with 1 entry there; a port's MTU bounds its packets);
+ * SIZE_MAX on sim. Either pointer may be NULL. 0, -EINVAL (ep NULL), -ENODEV (no backend; an
+ * endpoint of the parent process in a child of fork). */
 int nic_endpoint_limits(const struct nic_endpoint *ep, unsigned *max_entries, size_t *max_message);
 
 /* The sim backend's endpoint: each message is received into a fresh dataplane buffer that is

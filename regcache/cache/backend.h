@@ -57,6 +57,9 @@ struct nic_backend_caps {
    * mode or with a physical port); the heap then keeps a registered step's pages whole
    * (alloc/heap/step_pages.h). */
   bool pages_follow;
+  /* Bytes one post may carry, its entries together (io_uring: the most one send takes, Linux's
+   * MAX_RW_COUNT; dpdk: a packet's 32-bit length); 0: no limit but its entries'. */
+  size_t max_message;
 };
 
 /* Where posted data goes: a socket (uring), a queue pair (verbs), a port and queue (dpdk), or the

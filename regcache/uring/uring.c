@@ -118,6 +118,7 @@ struct nic_backend *nic_backend_uring_open(void) {
       .caps = {.max_sge = URING_MAX_SGE,
                .max_region_bytes = URING_MAX_BYTES,
                .max_regions = ub->nslots,
+               .max_message = URING_MAX_MSG,
                /* To a NIC; to a local receiver (loopback, veth) the kernel copies, which the
                 * notifications report: stats.copied / stats.zero_copied. */
                .zero_copy = true},

@@ -3,6 +3,8 @@
 // NICMALLOC_BACKEND=uring; the BesideSim case runs again under sim (tests/uring.cmake).
 #include "uring_loopback.h"
 
+#include <nicmalloc/sg_post.h>
+
 #include <algorithm>
 
 #include <sys/wait.h>
@@ -218,6 +220,68 @@ TEST_F(UringSgaTest, OversizedDatagramFailsAloneWithEmsgsize) {
   ASSERT_TRUE(reader.WaitFor(ok.Bytes().size()));
   EXPECT_TRUE(reader.Reads() == std::vector<std::string>{ok.Bytes()});
   free(big);
+}
+
+// nic_endpoint_limits gives the bytes one post to an io_uring endpoint may carry: the most one
+// send takes (Linux's MAX_RW_COUNT), to which the backend holds its posts. It said SIZE_MAX, and
+// the adapters, which cut a message into posts of at most that many bytes, posted a message over
+// 2 GiB whole, refused with -EINVAL.
+TEST_F(UringSgaTest, EndpointLimitsGiveTheLongestMessageAPostTakes) {
+  LoopbackPair pair;
+  nic_endpoint *ep = Endpoint(pair.tx);
+  unsigned entries = 0;
+  size_t bytes = 0;
+  ASSERT_EQ(nic_endpoint_limits(ep, &entries, &bytes), 0);
+  EXPECT_EQ(bytes, size_t{0x7ffff000});
+  ASSERT_LT(bytes, size_t{UINT32_MAX}) << "one entry says it";
+  // A message of that many bytes passes the post's length test, one byte more does not. No
+  // registration covers the entry (no slot has that handle), so the post taken completes with
+  // -EFAULT, reading and sending nothing.
+  static char at[1];
+  struct nic_backend *b = nic_backend_active();
+  nic_sge sge = {at, static_cast<uint32_t>(bytes), 0, UINT64_MAX};
+  Done taken, over;
+  ASSERT_EQ(b->post(b, ep, &sge, 1, Done::Fn, &taken), 0);
+  ASSERT_TRUE(NicPollUntil([&] { return taken.calls == 1; }));
+  EXPECT_EQ(taken.status, -EFAULT);
+  sge.len++;
+  EXPECT_EQ(b->post(b, ep, &sge, 1, Done::Fn, &over), -EINVAL);
+  EXPECT_EQ(over.calls, 0);
+}
+
+// The adapters post a message in parts of at most that many bytes (sg_post.h). A 2 GiB message,
+// the same 64 MiB of control memory 32 times over (one registration), goes as a part of exactly
+// the limit and a part of the 4 KiB left, each a post the backend takes. On a UDP socket each is
+// a datagram: the first, far longer than a datagram can be, fails (here, on Linux 6.18, a send of
+// 1 GiB or more in several entries completed with -ENOMEM, over TCP too, so a 2 GiB message is
+// not sent whole); the second arrives, the message's last 4 KiB. The message
+// went as one post of 2 GiB, which the backend refused: PostPieces returned -EINVAL and nothing
+// was sent.
+TEST_F(UringSgaTest, TheAdaptersCutAMessageOverTheLimitIntoPostsTheBackendTakes) {
+  UdpPair pair;
+  Reader reader(pair.rx);
+  nic_endpoint *ep = Endpoint(pair.tx);
+  const size_t block = size_t{64} << 20, times = 32, limit = 0x7ffff000;
+  char *mem = static_cast<char *>(malloc(block));
+  ASSERT_NE(mem, nullptr);
+  ASSERT_FALSE(nic_is_dataplane(mem));
+  for (size_t i = 0; i < block; i++)
+    mem[i] = static_cast<char>(i * 7 + (i >> 13));
+  std::vector<nicmalloc::detail::Piece> pieces(times, {mem, block});
+  nic_uring_stats before{}, after{};
+  ASSERT_TRUE(nic_uring_get_stats(nic_backend_active(), &before));
+  Done d;
+  ASSERT_EQ(
+      nicmalloc::detail::PostPieces(ep, {pieces.data(), pieces.size(), {}, {}}, Done::Fn, &d, 0),
+      0);
+  ASSERT_TRUE(NicPollUntil([&] { return d.calls == 1; }));
+  ASSERT_TRUE(nic_uring_get_stats(nic_backend_active(), &after));
+  EXPECT_EQ(after.posts - before.posts, 2u)
+      << "a part of " << limit << " bytes and one of the rest";
+  EXPECT_NE(d.status, 0) << "a datagram of 2 GiB went out";
+  ASSERT_TRUE(reader.WaitFor(block * times - limit));
+  EXPECT_TRUE(reader.Reads() == std::vector<std::string>{std::string(mem + block - 4096, 4096)});
+  free(mem);
 }
 
 // A child of fork shares the parent's io_uring instance, its completion queue included: a poll
