@@ -165,7 +165,8 @@ const char *nic_page_kind_name(enum nic_page_kind kind);
  * zeroed by memset or = {0}) is taken as NIC_STATS_SIZE_V1, the first layout that had size: safe
  * for any program built against a header that has it. */
 /* 2: the step fields (pin_step...) appended; 3: the receive cap, dropped pages and peaks;
- * 4: the control decommits, the nudges and control_live; 5: fence_release_errors */
+ * 4: the control decommits, the nudges and control_live; 5: fence_release_errors and
+ * recv_no_buffer */
 #define NIC_STATS_VERSION 5u
 struct nic_stats {
   uint32_t size;    /* in: bytes the caller has (sizeof); out: bytes filled */
@@ -369,7 +370,9 @@ int nic_endpoint_status(const struct nic_endpoint *ep);
 int nic_endpoint_limits(const struct nic_endpoint *ep, unsigned *max_entries, size_t *max_message);
 
 /* The sim backend's endpoint: each message is received into a fresh dataplane buffer that is
- * freed when receive returns, unless receive nic_hold()s a pointer into it. */
+ * freed when receive returns, unless receive nic_hold()s a pointer into it. A message no such
+ * buffer can be had for is dropped, not handed to receive: its post completes with -ENOMEM
+ * (counted in recv_no_buffer). */
 #define NIC_EP_ENGINE_COMPLETIONS 1u /* completions run on the NIC's thread, not from nic_poll */
 struct nic_endpoint *nic_sim_endpoint_create(nic_receive_fn receive, void *arg, unsigned flags);
 /* 0, or -EBUSY while messages to ep are in flight, -EINVAL for an unknown endpoint. */

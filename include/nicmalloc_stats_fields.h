@@ -112,7 +112,8 @@
   X("nudges", dataplane_nudge_answers, uint64_t, count, "# answers", "a thread's heap in an asked chunk that began to do so, on the thread's next pass through mimalloc's generic allocation path or its next `nic_poll` (a thread that does neither again never answers; a large heap's answer goes on over the following ones)") \
   X("nudges", dataplane_nudged_bytes, uint64_t, bytes_total, "# bytes decommitted", "bytes those answers decommitted or gave back inside pages in use") \
   X("control blocks", control_live, size_t, bytes, "live #", "usable bytes of live control blocks, every thread's, read from mimalloc's page headers when asked (a block another thread freed counts until its owner takes the free back; freed huge blocks the cache keeps do not count); control_committed where the headers cannot be read") \
-  X("fence releases", fence_release_errors, uint64_t, count, "# refused", "protect: releases of write-protected pages the kernel refused (mprotect splitting a mapping once the process has vm.max_map_count of them): those pages stay protected, and are released at a later completion or when a write faults there; said once")
+  X("fence releases", fence_release_errors, uint64_t, count, "# refused", "protect: releases of write-protected pages the kernel refused (mprotect splitting a mapping once the process has vm.max_map_count of them): those pages stay protected, and are released at a later completion or when a write faults there; said once") \
+  X("sim receive", recv_no_buffer, uint64_t, count, "# dropped for want of a buffer", "messages to a sim endpoint (nic_sim_endpoint_create) dropped because no dataplane memory could be had for their receive buffer: not handed to its receive function, and their post completes with -ENOMEM")
 /* clang-format on */
 
 #endif /* NICMALLOC_STATS_FIELDS_H */

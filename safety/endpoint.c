@@ -31,12 +31,18 @@ static pthread_mutex_t lock = PTHREAD_MUTEX_INITIALIZER;
 NIC_FORKLOCK_MUTEX(sim_endpoints, NIC_FORK_SIM_ENDPOINTS, &lock, NULL);
 static struct rx *endpoints;
 
-static void deliver(void *arg, const void *data, size_t len) {
+/* The NIC's receiver: -ENOMEM, which the sender's post completes with, when no dataplane buffer
+ * can be had for the message (as a receive queue with no buffer posted drops what comes). */
+static int deliver(void *arg, const void *data, size_t len) {
   struct rx *r = arg;
   void *buf = len ? nic_alloc(len, 0, false, NIC_ROUTE_DATAPLANE) : NULL;
   if (!buf && len) {
-    nic_log_error("receive: no dataplane memory for a %zu-byte message; it is dropped", len);
-    return;
+    NIC_SAFETY_COUNT(recv_no_buffer, 1);
+    nic_log_error_once("receive: no dataplane memory for a %zu-byte message to a sim endpoint: "
+                       "it is dropped and its post completes with -ENOMEM (each such message "
+                       "is counted in recv_no_buffer, this is said once)",
+                       len);
+    return -ENOMEM;
   }
   if (len) memcpy(buf, data, len);
   /* Together, as nic_sim_receive_set changes them: a receiver replaced meanwhile is called with
@@ -53,6 +59,7 @@ static void deliver(void *arg, const void *data, size_t len) {
     nic_internal_resume(internal);
   }
   nic_free_named(buf, "receive buffer");
+  return 0;
 }
 
 NIC_EXPORT struct nic_endpoint *nic_sim_endpoint_create(nic_receive_fn receive, void *arg,

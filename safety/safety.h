@@ -34,7 +34,7 @@ enum nic_fence_mode nic_safety_fence_setting(void);
 struct nic_safety_counters {
   uint64_t inflight_posts, inflight_entries, deferred_frees, deferred_pending, holds;
   uint64_t recv_messages, recv_bytes, recv_held_buffers, recv_held_bytes, recv_stalls;
-  uint64_t recv_capped, recv_waiting, recv_capped_dropped;
+  uint64_t recv_capped, recv_waiting, recv_capped_dropped, recv_no_buffer;
   uint64_t bounce_bytes, fence_waits, fence_timeouts, realloc_moves;
   /* NICMALLOC_FENCE=protect|detect (safety/fence.h) */
   uint64_t fence_held_writes, fence_writers_held, fence_bypasses, fence_unprotected;

@@ -22,6 +22,7 @@ void nic_safety_fill_stats(struct nic_stats *out) {
   out->recv_capped = get(&nic_safety_ctr.recv_capped);
   out->recv_waiting = get(&nic_safety_ctr.recv_waiting);
   out->recv_capped_dropped = get(&nic_safety_ctr.recv_capped_dropped);
+  out->recv_no_buffer = get(&nic_safety_ctr.recv_no_buffer);
   out->bounce_bytes = get(&nic_safety_ctr.bounce_bytes);
   out->fence_waits = get(&nic_safety_ctr.fence_waits);
   out->fence_timeouts = get(&nic_safety_ctr.fence_timeouts);

@@ -22,11 +22,13 @@ nic_gtest_with_env(test_sim_receive_swap NICMALLOC_BACKEND=sim NICMALLOC_CHUNK_S
   NICMALLOC_SIM_DELAYS=fixed:0)
 gtest_discover_tests(test_sim_receive_swap PROPERTIES TIMEOUT 300 DISCOVERY_TIMEOUT 60)
 
-# nic_sim_endpoint_destroy's errors, counted and said once.
+# The sim endpoint's errors, counted and said once: a wrong destroy, a message with no receive
+# buffer (a dataplane request over a chunk, refused under fail).
 add_executable(test_sim_endpoint_errors ${CMAKE_CURRENT_LIST_DIR}/safety/test_sim_endpoint_errors.cc)
 target_link_libraries(test_sim_endpoint_errors PRIVATE ${NIC_RUNTIME_LAYERS} GTest::gtest
   GTest::gtest_main Threads::Threads)
-nic_gtest_with_env(test_sim_endpoint_errors NICMALLOC_BACKEND=sim NICMALLOC_CHUNK_SIZE=64M)
+nic_gtest_with_env(test_sim_endpoint_errors NICMALLOC_BACKEND=sim NICMALLOC_CHUNK_SIZE=64M
+  NICMALLOC_ON_PIN_FAIL=fail)
 gtest_discover_tests(test_sim_endpoint_errors PROPERTIES TIMEOUT 60 DISCOVERY_TIMEOUT 60)
 
 # NICMALLOC_FENCE=protect with each mechanism (userfaultfd, mprotect + SIGSEGV): the suite

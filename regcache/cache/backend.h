@@ -66,8 +66,9 @@ struct nic_backend_caps {
  * sim NIC's receiver. Created by the backend's own constructor; opaque to the rest. */
 struct nic_endpoint;
 
-/* A message the backend received for an endpoint, handed over in its own buffer. */
-typedef void (*nic_endpoint_receive_fn)(void *arg, const void *data, size_t len);
+/* A message the backend received for an endpoint, handed over in its own buffer: 0, or -errno
+ * when the receiver could not take it (dropped; the sender's post completes with that error). */
+typedef int (*nic_endpoint_receive_fn)(void *arg, const void *data, size_t len);
 /* What an endpoint is made from; each backend reads its own members. */
 struct nic_endpoint_params {
   int sockfd;                      /* uring: a connected TCP or UDP socket */

@@ -144,6 +144,7 @@ static void perform(struct sim_nic *s, struct sim_work *w) {
   }
   sim_unlock(s);
   int rc = (size_t)total <= s->msg_cap ? read_entries(s, w) : -ENOMEM;
+  int refused = 0; /* the receiver's answer: it could not take the message */
   sim_lock(s);
   dma_finished(s, w);
   if (rc == -EFAULT) s->st.unreadable++;
@@ -156,11 +157,13 @@ static void perform(struct sim_nic *s, struct sim_work *w) {
     const char *p = s->msg;
     for (unsigned i = 0; hook && i < w->n; p += w->sge[i].len, i++)
       hook(w->arg, i, p, w->sge[i].len); /* what was read, before anyone sees it */
-    if (w->ep->receive) w->ep->receive(w->ep->arg, s->msg, (size_t)total);
+    if (w->ep->receive) refused = w->ep->receive(w->ep->arg, s->msg, (size_t)total);
   }
   sim_lock(s);
-  w->status = rc;
-  if (!rc) {
+  w->status = rc ? rc : refused;
+  if (refused) {
+    s->st.refused++;
+  } else if (!rc) {
     s->st.delivered++;
     s->st.bytes += (uint64_t)total;
   }

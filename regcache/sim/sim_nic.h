@@ -66,8 +66,9 @@ bool nic_sim_is(const struct nic_backend *b);
 
 /* Receives each delivered message: the entries' bytes, read at DMA time, concatenated. Runs on
  * the engine thread; data is valid only during the call. It may call post, poll and reg, not
- * close. */
-typedef void (*nic_sim_receive_fn)(void *arg, const void *data, size_t len);
+ * close. Returns 0, or -errno when it could not take the message, which is then not delivered:
+ * the post completes with that error, as with one the NIC could not read. */
+typedef int (*nic_sim_receive_fn)(void *arg, const void *data, size_t len);
 
 enum {
   /* Completions of this endpoint's posts run on the engine thread right after the DMA read
@@ -105,6 +106,8 @@ struct nic_sim_stats {
   uint64_t bytes;             /* bytes handed to receivers */
   uint64_t protection_errors; /* posts completed with -EFAULT: an entry no registration covers */
   uint64_t unreadable;        /* posts completed with -EFAULT: memory gone at DMA time */
+  uint64_t refused;           /* posts completed with the -errno of a receiver that could not
+                                 take their message */
   uint64_t kept_entries;      /* entries whose pages left before their DMA, read from a copy */
   uint64_t cancelled;         /* posts completed with -ECANCELED by close() */
   uint64_t completions;       /* done callbacks run, whatever the status */

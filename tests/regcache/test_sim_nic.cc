@@ -110,6 +110,27 @@ TEST_F(SimNic, CoveredEntriesDeliverExactBytes) {
   EXPECT_EQ(stats().delivered, 1u);
 }
 
+// A receiver that cannot take a message says so (-errno): the message is not delivered, and its
+// post completes with that error, as with one the NIC could not read.
+TEST_F(SimNic, AMessageItsReceiverRefusesCompletesWithTheReceiversError) {
+  const nic_sim_config c = config();
+  b = nic_sim_open(&c);
+  ASSERT_NE(b, nullptr);
+  ep = nic_sim_endpoint_open(
+      b, [](void *, const void *, size_t) { return -ENOBUFS; }, nullptr);
+  ASSERT_NE(ep, nullptr);
+  std::vector<char> buf(100, 'r');
+  nic_registration r = reg(buf.data(), buf.size());
+  nic_sge s = sge(buf.data(), 100, r);
+  Done d;
+  ASSERT_EQ(post(&s, 1, d), 0);
+  wait(d);
+  EXPECT_EQ(d.status, -ENOBUFS);
+  EXPECT_EQ(stats().refused, 1u);
+  EXPECT_EQ(stats().delivered, 0u);
+  EXPECT_EQ(stats().bytes, 0u);
+}
+
 TEST_F(SimNic, EntryCrossingTheEndOfItsRegistrationFails) {
   open(config());
   std::vector<char> buf(8192, 'x');

@@ -17,10 +17,11 @@ struct Received {
   }
 };
 
-inline void receive(void *arg, const void *data, size_t len) {
+inline int receive(void *arg, const void *data, size_t len) {
   auto *r = static_cast<Received *>(arg);
   std::lock_guard<std::mutex> g(r->mu);
   r->msgs.emplace_back(static_cast<const char *>(data), len);
+  return 0;
 }
 
 struct Done {
