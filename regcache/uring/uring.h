@@ -61,6 +61,8 @@ struct nic_uring_stats {
   uint64_t resubmits;           /* sends cut short and resumed (see uring_send.c) */
   uint64_t torn;                /* connection failed part-way through a message */
   uint64_t notifications;       /* F_NOTIF CQEs: the kernel let go of a send's pages */
+  uint64_t cq_overflows;        /* reapings that found CQEs the kernel kept past a full completion
+                                   queue, and moved them in (a GETEVENTS enter) */
   uint64_t copied, zero_copied; /* notifications saying the kernel copied, or did not (6.2+) */
   uint64_t completions;         /* done() calls made */
   /* Receiving (uring_recv.c): */

@@ -215,7 +215,9 @@ void nic_uring_reap_locked(struct uring_backend *ub) {
     }
     io_uring_cq_advance(&ub->ring, seen);
     /* CQEs that did not fit wait in the kernel until a GETEVENTS enter moves them in. */
-    if (!io_uring_cq_has_overflow(&ub->ring) || io_uring_get_events(&ub->ring) < 0) return;
+    if (!io_uring_cq_has_overflow(&ub->ring)) return;
+    ub->stats.cq_overflows++;
+    if (io_uring_get_events(&ub->ring) < 0) return;
   }
 }
 

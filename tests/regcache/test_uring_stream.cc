@@ -3,6 +3,11 @@
 // and a posting thread that exits before its send completes.
 #include "uring_loopback.h"
 
+#include <liburing.h> // here, not in extern "C" through uring_internal.h: it has templates
+extern "C" {
+#include "uring_internal.h"
+}
+
 using namespace uring_test;
 
 // io_uring alone may run two sends on one socket out of order when the first finds it full;
@@ -203,9 +208,17 @@ TEST_F(UringTest, EndpointsAreConnectedTcpOrUdpSocketsOnly) {
   Endpoint(pair.tx); // a connected datagram socket is one
 }
 
-// Three batches of 256 linked sends give 1536 CQEs before the next poll, more than the
-// 1024-entry completion queue: the overflow the kernel keeps must still be reaped.
+// Three batches of 255 linked sends give 1530 CQEs (a result and a notification each), more
+// than the 1024-entry completion queue holds, while nothing reaps: the kernel keeps the rest
+// (its overflow flag says so), and the next reaping must move them in and lose none. The test
+// used to leave the backend's thread running, which reaps as CQEs come: whether the queue
+// overflowed was left to timing (in two runs of three it did not, the overflow path unrun), and
+// nothing checked it. Here the thread is stopped (poll() alone reaps, as when the thread cannot
+// run), and the test polls once to submit the batches, then not until the kernel says the queue
+// overflowed.
 TEST_F(UringTest, CompletionQueueOverflowLosesNothing) {
+  struct uring_backend *ub = uring_of(b);
+  nic_uring_progress_stop(ub);
   Region mem(1 << 20, 16);
   nic_registration r = Reg(mem.base, mem.len);
   constexpr int kSockets = 3, kPosts = 256;
@@ -223,8 +236,17 @@ TEST_F(UringTest, CompletionQueueOverflowLosesNothing) {
       nic_sge sge = Sge(r, size_t(i) * 100, 100);
       ASSERT_EQ(b->post(b, ep[s], &sge, 1, Done::Fn, &done[s * kPosts + i]), 0);
     }
-  b->poll(b, 1); // submits the three backlogs, 765 linked sends
-  usleep(200000);
+  // Each socket's first post went out alone; the poll that reaps its result and notification
+  // submits the other 255 as one batch. Sleeping runs the io_uring task work that posts CQEs.
+  const auto until = Clock::now() + kLimit;
+  while (io_uring_cq_ready(&ub->ring) < 2 * kSockets && Clock::now() < until)
+    usleep(1000);
+  ASSERT_EQ(io_uring_cq_ready(&ub->ring), 2u * kSockets) << "the first sends did not complete";
+  ASSERT_EQ(b->poll(b, 1), 1); // the sends may overflow the queue inside its submit already
+  while (!io_uring_cq_has_overflow(&ub->ring) && Clock::now() < until)
+    usleep(1000);
+  ASSERT_TRUE(io_uring_cq_has_overflow(&ub->ring))
+      << io_uring_cq_ready(&ub->ring) << " CQEs waiting, the queue never overflowed";
   ASSERT_TRUE(PollUntil(b,
                         [&] {
                           for (auto &d : done)
@@ -232,8 +254,12 @@ TEST_F(UringTest, CompletionQueueOverflowLosesNothing) {
                           return true;
                         }))
       << Stats().completions << " of " << done.size() << " completed";
-  for (auto &d : done)
+  EXPECT_GE(Stats().cq_overflows, 1u);
+  EXPECT_FALSE(io_uring_cq_has_overflow(&ub->ring));
+  for (auto &d : done) {
+    EXPECT_EQ(d.calls, 1);
     EXPECT_EQ(d.status, 0);
+  }
   for (int s = 0; s < kSockets; s++) {
     ASSERT_TRUE(readers[s]->WaitFor(kPosts * 100));
     EXPECT_TRUE(readers[s]->Data() == mem.Bytes(0, kPosts * 100));
