@@ -74,7 +74,8 @@ static void *control_alloc(size_t size, size_t alignment, bool zero) {
   size = nic_block_request(size);
   /* See nic_own_thread_create. The main thread's heap lasts as long as the process. */
   if (__builtin_expect(nic_self.lifetime_depth, 0) && !nic_on_main_thread()) {
-    void *apart = nic_mapped_alloc(size, alignment);
+    void *apart = nic_thread_key_block(size);
+    if (!apart) apart = nic_mapped_alloc(size, alignment);
     if (apart) return apart; /* else in a heap, as before: slower thread exits, not a failure */
   }
   /* nicmalloc's own blocks (NIC_INTERNAL_SCOPE) come from a heap of their own: mimalloc pages
@@ -369,6 +370,10 @@ void nic_release_deferred(void *p) {
 void nic_free_general(void *p, const char *caller) {
   if (!p) {
     nic_probe_free_seen = true;
+    return;
+  }
+  if (__builtin_expect(nic_thread_is_key_block(p), 0)) {
+    nic_thread_key_block_free();
     return;
   }
   const int saved_errno = errno;

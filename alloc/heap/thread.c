@@ -6,6 +6,7 @@
 #include "forklock.h"
 #include "log.h"
 #include "nocancel.h"
+#include "pool.h"
 #include "reaper.h"
 #include "startup.h"
 
@@ -15,17 +16,25 @@
 #include <pthread.h>
 #include <string.h>
 #include <sys/epoll.h>
+#include <sys/single_threaded.h>
 #include <unistd.h>
 
 __thread struct nic_thread nic_self __attribute__((tls_model("initial-exec")));
 
 static pthread_mutex_t threads_lock = PTHREAD_MUTEX_INITIALIZER;
 static struct nic_thread *threads;
+static struct nic_pool key_blocks = NIC_POOL_INIT(NIC_KEY_BLOCK_BYTES); /* under threads_lock */
 size_t nic_fast_limit = SIZE_MAX;
 size_t nic_dp_fast_max;
 
-static pthread_key_t exit_key;
+/* The exit hooks' keys (arm_exit_hooks). A thread on the list lives in its own TLS there, which
+ * glibc unmaps or gives to the next thread once it has died: a hook must take it off first,
+ * under threads_lock, which every walk of the list holds, so that no walk reaches a dead thread.
+ * A thread with no hook sure to run is left off the list. */
+static pthread_key_t exit_key, last_exit_key;
 static pthread_once_t exit_key_once = PTHREAD_ONCE_INIT;
+static pthread_once_t last_exit_key_once = PTHREAD_ONCE_INIT;
+static bool exit_key_made, last_exit_key_made;
 
 /* glibc runs key destructors in rounds (at most PTHREAD_DESTRUCTOR_ITERATIONS, fewer when a
  * round sets nothing), and mimalloc's key, made at its load before ours, runs first in each: by
@@ -69,12 +78,15 @@ static void on_thread_exit(void *arg) {
     pthread_setspecific(exit_key, t);
   if (t->state != NIC_THREAD_READY) return;
   pthread_mutex_lock(&threads_lock);
-  if (t->prev)
-    t->prev->next = t->next;
-  else
-    threads = t->next;
-  if (t->next) t->next->prev = t->prev;
-  t->next = t->prev = NULL;
+  if (t->listed) {
+    if (t->prev)
+      t->prev->next = t->next;
+    else
+      threads = t->next;
+    if (t->next) t->next->prev = t->prev;
+    t->next = t->prev = NULL;
+    t->listed = false;
+  }
   t->state = NIC_THREAD_EXITING;
   pthread_mutex_unlock(&threads_lock);
   nic_thread_close_wake(t); /* off the list: no ask writes to it now */
@@ -180,9 +192,93 @@ void nic_signals_but_faults(sigset_t *set) {
 }
 
 static void make_exit_key(void) {
-  if (pthread_key_create(&exit_key, on_thread_exit))
-    nic_log_info("no pthread key for thread exit; exited threads stay on the thread list");
+  exit_key_made = pthread_key_create(&exit_key, on_thread_exit) == 0;
 }
+
+/* A thread whose set-up came inside its exit, after exit_key's turn in that round of key
+ * destructors (on_thread_exit has not run): it is ended here as there. mimalloc's own key, of
+ * lower index, may have had its last turn already, so its heaps are given up here too. */
+static void on_thread_exit_last(void *arg) {
+  struct nic_thread *t = arg;
+  if (t->state != NIC_THREAD_READY) return;
+  abandon_heaps(t);
+  on_thread_exit(t);
+}
+
+/* glibc takes the lowest free index: to be given the last one, every other must be held for a
+ * moment. Those taken here are given back at once, so that a key another thread makes meanwhile
+ * finds a free index (a higher one than it would have had) but for the instant between the last
+ * index taken and the first given back. The bits say which keys are held here: another thread's
+ * must not be deleted. */
+static void make_last_exit_key(void) {
+  uint64_t held[PTHREAD_KEYS_MAX / 64] = {0};
+  pthread_key_t key;
+  while (pthread_key_create(&key, on_thread_exit_last) == 0) {
+    if (key == PTHREAD_KEYS_MAX - 1) {
+      last_exit_key = key;
+      last_exit_key_made = true;
+      break;
+    }
+    held[key / 64] |= (uint64_t)1 << (key % 64);
+  }
+  for (unsigned k = 0; k < PTHREAD_KEYS_MAX - 1; k++)
+    if (held[k / 64] & ((uint64_t)1 << (k % 64))) pthread_key_delete(k);
+}
+
+/* Whether a hook will run before the thread dies, whenever its set-up comes. glibc runs key
+ * destructors in rounds (at most PTHREAD_DESTRUCTOR_ITERATIONS), each a walk of the keys in index
+ * order; a key set during the walk is seen in the same round only if its index is higher than
+ * that of the key whose destructor set it, else in the next round, and after the last round in
+ * none. exit_key, made at the first set-up, has a lower index than the program's keys (and a
+ * higher one than mimalloc's, whose destructor must come first: on_thread_exit). A thread whose
+ * first allocation came from a program's key destructor in the last round armed it too late and
+ * died on the list: malloc_trim's walk then wrote into its unmapped stack, or into the next
+ * thread's TLS, zeroed on the same cached stack, which cut or looped the list. A set-up cannot
+ * tell that it runs inside that round, so a thread also arms last_exit_key, the last index of
+ * glibc's table, which every round reaches after every other key. That index is searched for once,
+ * at the first set-up while another thread exists (0.24 ms: each pthread_key_create scans from
+ * index 0). Before, while the process has never had a second thread, exit_key is enough: a thread
+ * alone is either not in its exit yet (the first round will see the key) or its end ends the
+ * process. */
+static bool arm_exit_hooks(struct nic_thread *t) {
+  pthread_once(&exit_key_once, make_exit_key);
+  const bool first = exit_key_made && pthread_setspecific(exit_key, t) == 0;
+  if (__libc_single_threaded) return first;
+  pthread_once(&last_exit_key_once, make_last_exit_key);
+  if (!last_exit_key_made) return false;
+  /* glibc's table of a thread's key values is made of blocks of 32 keys; the first lies in the
+   * thread's descriptor, the others are calloc'd by the thread's first pthread_setspecific in
+   * them and freed after the last round. In the thread's heap that block outlived mimalloc's own
+   * key destructor, which then left the thread's segment on its abandoned list, walked at every
+   * later thread exit: a thread's start and exit took 76 us instead of 25. It comes from a pool
+   * (nic_thread_key_block), as the lifetime scope sends it there. */
+  NIC_LIFETIME_SCOPE();
+  t->key_block_due = true;
+  const bool armed = pthread_setspecific(last_exit_key, t) == 0;
+  t->key_block_due = false;
+  return armed;
+}
+
+void *nic_thread_key_block(size_t size) {
+  struct nic_thread *t = &nic_self;
+  if (!t->key_block_due || t->key_block || size > NIC_KEY_BLOCK_BYTES) return NULL;
+  pthread_mutex_lock(&threads_lock);
+  void *block = nic_pool_get(&key_blocks);
+  pthread_mutex_unlock(&threads_lock);
+  if (block) memset(block, 0, NIC_KEY_BLOCK_BYTES);
+  t->key_block = block;
+  return block;
+}
+
+void nic_thread_key_block_free(void) {
+  struct nic_thread *t = &nic_self;
+  pthread_mutex_lock(&threads_lock);
+  nic_pool_put(&key_blocks, t->key_block);
+  pthread_mutex_unlock(&threads_lock);
+  t->key_block = NULL;
+}
+
+static int unlisted_said;
 
 bool nic_thread_ready(void) {
   struct nic_thread *t = &nic_self;
@@ -192,15 +288,21 @@ bool nic_thread_ready(void) {
   if (!nic_started()) return false; /* allocation from inside the start-up itself */
   t->state = NIC_THREAD_SETTING_UP;
   /* pthread_once and pthread_setspecific may allocate; the state makes that re-entry take the
-   * control heap. */
-  pthread_once(&exit_key_once, make_exit_key);
-  pthread_mutex_lock(&threads_lock);
-  t->next = threads;
-  t->prev = NULL;
-  if (threads) threads->prev = t;
-  threads = t;
-  pthread_mutex_unlock(&threads_lock);
-  pthread_setspecific(exit_key, t);
+   * control heap. Armed before the thread is linked: the hook finds it linked or not at all. */
+  if (arm_exit_hooks(t)) {
+    pthread_mutex_lock(&threads_lock);
+    t->next = threads;
+    t->prev = NULL;
+    if (threads) threads->prev = t;
+    threads = t;
+    t->listed = true;
+    pthread_mutex_unlock(&threads_lock);
+  } else if (nic_first_time(&unlisted_said)) {
+    nic_log_info("a thread could not arm its exit hooks (pthread key %d taken, no key at all, or "
+                 "no memory for the key's value): such threads are not put on nicmalloc's thread "
+                 "list, and neither malloc_trim nor the reaper ask them to give memory back",
+                 PTHREAD_KEYS_MAX - 1);
+  }
   t->state = NIC_THREAD_READY;
   nic_thread_refresh_fast();
   return true;
@@ -322,10 +424,11 @@ static void after_fork_child(void) {
    * this one through its copy); the list is whole here, held across the fork. */
   for (struct nic_thread *t = threads; t; t = t->next)
     nic_thread_close_wake(t);
+  if (!self->listed) nic_thread_close_wake(self);
   /* The other threads are gone; their blocks live on in the child, in mimalloc's pages. */
   threads = NULL;
   own_live = own_thread ? 1 : 0;
-  if (self->state == NIC_THREAD_READY) {
+  if (self->state == NIC_THREAD_READY && self->listed) {
     self->next = self->prev = NULL;
     threads = self;
   }

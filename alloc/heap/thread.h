@@ -71,6 +71,13 @@ struct nic_thread {
    * late_heaps: a heap was made since the hook last ran. */
   bool exit_marked, exit_mark_due, exit_counted, late_heaps;
   unsigned char exit_round;
+  /* Whether the thread is on the thread list: only a thread whose exit hook is sure to run before
+   * it dies is (thread.c: arm_exit_hooks). */
+  bool listed;
+  /* glibc's block of the key table holding the last key's value, when it came from nicmalloc's
+   * pool (nic_thread_key_block); key_block_due while the thread sets that key. */
+  bool key_block_due;
+  void *key_block;
   /* Chunks (a bit each) the reaper asked this thread to decommit what mimalloc only marked in
    * its segments there, and NIC_ASK_CONTROL_TRIM (nudge.h): set by the reaper or malloc_trim,
    * taken by the thread. */
@@ -136,6 +143,17 @@ static inline void nic_internal_scope_end(int *unused) {
 #define NIC_INTERNAL_SCOPE()                                                                       \
   __attribute__((cleanup(nic_internal_scope_end))) int nic_internal_scope_ =                       \
       nic_internal_scope_begin()
+/* glibc's block of 32 keys' values (struct pthread_key_data: a sequence number and the value). */
+#define NIC_KEY_BLOCK_BYTES 512
+/* While the calling thread sets its exit key: a zeroed block of the pool for glibc's calloc of the
+ * key table's block (size at most NIC_KEY_BLOCK_BYTES), which then outlives the thread's heap;
+ * else NULL. */
+void *nic_thread_key_block(size_t size);
+/* Whether p is that block, freed by glibc after the thread's last round of key destructors. */
+static inline bool nic_thread_is_key_block(const void *p) {
+  return p == nic_self.key_block;
+}
+void nic_thread_key_block_free(void);
 /* t (the calling thread's nic_self) made a dataplane heap. */
 void nic_thread_made_heap(struct nic_thread *t);
 /* Where no lock of nicmalloc's is held, once t->exit_mark_due. */

@@ -61,4 +61,22 @@ TEST(ThreadEdges, NamespaceChangesThatNeedOneThreadSucceedWhileTheReaperRuns) {
   EXPECT_EQ(r.num("dataplane_after"), 1);
 }
 
+// A thread whose first allocation comes in glibc's last round of key destructors set itself up
+// and armed nicmalloc's exit hook, a key of lower index than the program's, which glibc no longer
+// visits in that round: the thread died on nicmalloc's thread list, its entry in its own TLS.
+// malloc_trim then wrote through it into the unmapped stack (SIGSEGV), or, with glibc's cached
+// stack given to the next thread, walked a list the new thread's zeroed TLS had cut or looped.
+TEST(ThreadEdges, ThreadSetUpInTheLastDestructorRoundLeavesTheThreadList) {
+  for (const char *stack : {"own-stack", "cached-stack"}) {
+    ProbeResult r = run_edges({"last-round-setup", stack, "4"});
+    EXPECT_EQ(r.exit_code, 0) << stack << " (-11: SIGSEGV, -14: the probe's alarm)\n"
+                              << r.out << r.err;
+    if (r.exit_code != 0) continue;
+    EXPECT_EQ(r.num("last_round"), 4) << stack;
+    EXPECT_EQ(r.num("joined"), 4) << stack;
+    EXPECT_EQ(r.num("worker_blocks"), 40) << stack;
+    EXPECT_EQ(r.num("survived"), 1) << stack;
+  }
+}
+
 } // namespace

@@ -1,18 +1,23 @@
 /* thread_edges_probe: threads that meet the allocator at awkward moments (cancelled inside it,
  * forking while the reaper releases chunks, outliving a main thread that called pthread_exit, in
- * the way of a namespace change). Each
+ * the way of a namespace change, first allocating in glibc's last round of key destructors).
+ * Each
  * scenario prints key=value lines; alarm() turns a deadlock into SIGALRM. */
 #define _GNU_SOURCE
 #include "nicmalloc.h"
 
 #include <errno.h>
 #include <fcntl.h>
+#include <limits.h>
+#include <malloc.h>
 #include <pthread.h>
 #include <sched.h>
 #include <signal.h>
+#include <stdbool.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/mman.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
@@ -125,6 +130,66 @@ static int main_pthread_exit(void) {
   pthread_exit(NULL);
 }
 
+/* glibc runs key destructors in at most PTHREAD_DESTRUCTOR_ITERATIONS rounds; this key's
+ * destructor sets it again until the last one, and only then allocates: the thread's first
+ * allocation, so its set-up, comes in that round. */
+static pthread_key_t late_key;
+static int late_rounds;
+
+static void late_destructor(void *value) {
+  const long round = (long)value;
+  if (round < PTHREAD_DESTRUCTOR_ITERATIONS) {
+    pthread_setspecific(late_key, (void *)(round + 1));
+    return;
+  }
+  __atomic_store_n(&late_rounds, (int)round, __ATOMIC_RELAXED);
+  void *volatile block = malloc(100);
+  free(block);
+}
+
+static void *late_thread(void *arg) {
+  pthread_setspecific(late_key, (void *)1L);
+  return arg;
+}
+
+/* A thread whose set-up comes in the last round, on a stack the program maps and unmaps after the
+ * join (its static TLS, nicmalloc's per-thread state, lies there) or on one glibc keeps for the
+ * next thread, which then starts with zeroed TLS at the same place; malloc_trim asks every thread
+ * on nicmalloc's list afterwards. The key is made after nicmalloc set the main thread up, as a
+ * program's keys are. */
+static int last_round_setup(bool own_stack, int threads) {
+  void *volatile first = malloc(100);
+  free(first);
+  pthread_key_create(&late_key, late_destructor);
+  const size_t stack_size = (size_t)1 << 20;
+  int joined = 0;
+  for (int i = 0; i < threads; i++) {
+    pthread_attr_t attr;
+    pthread_attr_init(&attr);
+    void *stack = NULL;
+    if (own_stack) {
+      stack = mmap(NULL, stack_size, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+      if (stack == MAP_FAILED) return 1;
+      pthread_attr_setstack(&attr, stack, stack_size);
+    }
+    pthread_t t;
+    if (pthread_create(&t, &attr, late_thread, NULL)) return 1;
+    pthread_join(t, NULL);
+    pthread_attr_destroy(&attr);
+    if (stack) munmap(stack, stack_size);
+    joined++;
+    malloc_trim(0);
+  }
+  printf("last_round=%d\njoined=%d\n", __atomic_load_n(&late_rounds, __ATOMIC_RELAXED), joined);
+  /* A thread of the usual kind after them: its set-up walks into whatever they left. */
+  pthread_t t;
+  pthread_create(&t, NULL, last_worker, NULL);
+  pthread_join(t, NULL);
+  malloc_trim(0);
+  printf("survived=1\n");
+  return 0;
+}
+
 static long threads_now(void) {
   char buf[4096];
   int fd = open("/proc/self/status", O_RDONLY | O_CLOEXEC);
@@ -176,7 +241,10 @@ int main(int argc, char **argv) {
   if (argc >= 3 && !strcmp(argv[1], "fork-while-reaping")) return fork_while_reaping(atoi(argv[2]));
   if (argc >= 2 && !strcmp(argv[1], "main-pthread-exit")) return main_pthread_exit();
   if (argc >= 2 && !strcmp(argv[1], "namespaces")) return namespaces();
+  if (argc >= 3 && !strcmp(argv[1], "last-round-setup"))
+    return last_round_setup(!strcmp(argv[2], "own-stack"), argc >= 4 ? atoi(argv[3]) : 1);
   fprintf(stderr, "usage: thread_edges_probe cancel-pending | fork-while-reaping FORKS | "
-                  "main-pthread-exit | namespaces\n");
+                  "main-pthread-exit | namespaces | last-round-setup own-stack|cached-stack "
+                  "[THREADS]\n");
   return 2;
 }
