@@ -328,6 +328,19 @@ void nic_report_bad_block(const void *p, const char *caller, enum nic_block_use 
   }
 }
 
+void nic_report_inside_block(const void *p, const char *caller, uintptr_t block) {
+  __atomic_add_fetch(&invalid_frees, 1, __ATOMIC_RELAXED);
+  if (!say_bad_block()) return;
+  if (block)
+    nic_log_error("%s(%p): pointer was not allocated by nicmalloc (it lies %zu bytes inside the "
+                  "block at %p); ignored",
+                  caller, p, (size_t)((uintptr_t)p - block), (void *)block);
+  else
+    nic_log_error("%s(%p): pointer was not allocated by nicmalloc (it lies in nicmalloc's heap "
+                  "where no block starts); ignored",
+                  caller, p);
+}
+
 /* Blocks in the huge cache are freed to the program and live to mimalloc: asked first. So are
  * control blocks malloc_trim held back with their pages (control_sub_pages.h): on no list, and
  * their key may lie intact on a page still in memory. */

@@ -35,8 +35,9 @@ static inline bool nic_block_is_free(const void *p) {
   return nic_block_holds(p, nic_free_key());
 }
 /* Every block starts 16-byte aligned (mimalloc's minimum; larger alignments are multiples), so a
- * pointer that is not cannot be one: free(p + 8) is caught here. An interior pointer at a
- * multiple of 16 is not: mimalloc 2.0.9 keeps no per-block record its public API can reach. */
+ * pointer that is not cannot be one: free(p + 8) is caught here, on every path. An interior
+ * pointer at a multiple of 16 is told only from mimalloc's page header, which the general path
+ * reads (mi_free_lists.h, nic_mi_inside_block) and free's fast path does not. */
 #define NIC_BLOCK_ALIGN 16
 static inline bool nic_block_aligned(const void *p) {
   return ((uintptr_t)p & (NIC_BLOCK_ALIGN - 1)) == 0;

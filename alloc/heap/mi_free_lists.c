@@ -6,6 +6,7 @@
 #include "commit_map.h"
 #include "log.h"
 #include "mi_layout.h"
+#include "page.h"
 #include "startup.h"
 
 #include <mimalloc.h>
@@ -67,14 +68,12 @@ static bool load_heap_word(uintptr_t heap, uintptr_t offset, uintptr_t *out) {
  * memory. A freed large block's span is the case that matters: its pages may be decommitted at
  * once (MADV_DONTNEED), which wipes the block's free key, and only this walk can tell that
  * mimalloc holds nothing there. */
-/* The page whose header is the slice entry page_index of segment, its span slice_count long. */
-static bool view_page(uintptr_t segment, uintptr_t page_index, uint32_t slice_count,
-                      struct nic_mi_page *v) {
-  uintptr_t word, sizes;
+/* The page whose header is the slice entry page_index of segment, its span slice_count long, from
+ * the header's words at NIC_MI_PAGE_CAPACITY (word) and NIC_MI_PAGE_XBLOCK_SIZE (sizes), however
+ * they were read. */
+static inline bool view_from_words(uintptr_t segment, uintptr_t page_index, uint32_t slice_count,
+                                   uintptr_t word, uintptr_t sizes, struct nic_mi_page *v) {
   v->header = segment + NIC_MI_SEG_SLICES + page_index * NIC_MI_PAGE_HEADER;
-  if (!load(v->header + NIC_MI_PAGE_CAPACITY, &word) ||
-      !load(v->header + NIC_MI_PAGE_XBLOCK_SIZE, &sizes))
-    return false;
   const uint32_t xblock_size = (uint32_t)(sizes >> 32);
   /* A free span: nothing in it is allocated. */
   v->in_use = xblock_size != 0;
@@ -85,8 +84,18 @@ static bool view_page(uintptr_t segment, uintptr_t page_index, uint32_t slice_co
   v->start = segment + (page_index << NIC_MI_SLICE_SHIFT) + start_offset;
   v->block_size = xblock_size < NIC_MI_HUGE_BLOCK_SIZE ? xblock_size : page_bytes;
   v->capacity = (uint16_t)(word >> 16);
+  v->has_aligned = (word >> NIC_MI_PAGE_HAS_ALIGNED_BIT) & 1;
   v->end = v->start + v->capacity * v->block_size;
   return v->end <= v->start + page_bytes;
+}
+
+static bool view_page(uintptr_t segment, uintptr_t page_index, uint32_t slice_count,
+                      struct nic_mi_page *v) {
+  uintptr_t word, sizes;
+  const uintptr_t header = segment + NIC_MI_SEG_SLICES + page_index * NIC_MI_PAGE_HEADER;
+  return load(header + NIC_MI_PAGE_CAPACITY, &word) &&
+         load(header + NIC_MI_PAGE_XBLOCK_SIZE, &sizes) &&
+         view_from_words(segment, page_index, slice_count, word, sizes, v);
 }
 
 static bool read_page(uintptr_t p, struct nic_mi_page *v) {
@@ -179,6 +188,80 @@ enum nic_mi_block_state nic_mi_block_state(const void *ptr) {
   return heap ? walk_delayed_list(heap, block) : NIC_MI_LIVE; /* none: abandoned, no delayed */
 }
 
+/* Set by the start-up check (check_starts), with mimalloc's cookie: a segment header holds its
+ * address xor it (2.0.9's _mi_ptr_cookie), which tells a segment's start from a block's bytes. */
+static bool starts_ok;
+static uintptr_t main_cookie;
+
+/* A segment's header, its slice entries included, fills its first NIC_MI_HEADER_PAGES pages
+ * (2.0.9's mi_segment_t: 513 entries after 264 bytes), which mimalloc commits with its first
+ * slice and never decommits while the segment lives. */
+#define NIC_MI_HEADER_PAGES                                                                        \
+  ((NIC_MI_SEG_SLICES + 513 * NIC_MI_PAGE_HEADER + NIC_PAGE_SIZE - 1) / NIC_PAGE_SIZE)
+
+/* Whether segment's header may be read directly: a dataplane chunk is mapped whole (the caller's
+ * pointer passed nic_may_be_block there); in the control arena, the commit map's readable bits
+ * of the header's pages, one word of them (the arena and its segments start on 32 MiB
+ * boundaries). Every checked free asks: nic_mi_load_word's test of each word cost 18
+ * instructions a word. */
+static inline bool header_readable(bool dp, uintptr_t segment) {
+  if (dp) return true;
+  const uintptr_t offset = segment - nic_commit_map.base, page = offset >> NIC_PAGE_SHIFT;
+  const uint64_t pages = ((uint64_t)1 << NIC_MI_HEADER_PAGES) - 1;
+  if (offset >= __atomic_load_n(&nic_commit_map.checked, __ATOMIC_RELAXED) ||
+      page % 64 + NIC_MI_HEADER_PAGES > 64)
+    return false;
+  const uint64_t word = __atomic_load_n(&nic_commit_map.readable[page / 64], __ATOMIC_RELAXED);
+  return (word >> (page % 64) & pages) == pages;
+}
+
+static inline uintptr_t header_word(uintptr_t a) {
+  return __atomic_load_n((const uintptr_t *)a, __ATOMIC_RELAXED);
+}
+
+/* As mimalloc's own free finds p's page (from p's slice entry back to the page's), the header's
+ * readability asked once. For a pointer mimalloc handed out every entry read is current (2.0.9
+ * keeps the back offsets of a span's first 256 slices, and an aligned pointer lies within
+ * NIC_MI_ALIGNMENT_MAX of its page's start), so only for one it did not hand out can stale or
+ * foreign words be read, where any answer but a refusal is what free did before. */
+bool nic_mi_inside_block(const void *ptr, uintptr_t *block) {
+  const uintptr_t p = (uintptr_t)ptr, segment = (p - 1) & ~NIC_MI_SEGMENT_MASK;
+  const uintptr_t index = (p - segment) >> NIC_MI_SLICE_SHIFT;
+  *block = 0;
+  if (!__atomic_load_n(&starts_ok, __ATOMIC_RELAXED) || !header_readable(nic_in_dp(ptr), segment))
+    return false;
+  /* No segment starts there, yet mimalloc holds p: past the first 32 MiB of a huge segment, where
+   * only its one block lies and no pointer of it starts (an aligned one lies within the alignment,
+   * at most NIC_MI_ALIGNMENT_MAX, of the block's start). mimalloc's own free would take that
+   * block's bytes for a segment header. */
+  if ((header_word(segment + NIC_MI_SEG_COOKIE) ^ segment) !=
+      __atomic_load_n(&main_cookie, __ATOMIC_RELAXED))
+    return mi_is_in_heap_region(ptr);
+  /* slice_offset: bytes back from p's slice entry to its page's */
+  const uintptr_t slices = segment + NIC_MI_SEG_SLICES;
+  const uintptr_t back =
+      (uint32_t)(header_word(slices + index * NIC_MI_PAGE_HEADER) >> 32) / NIC_MI_PAGE_HEADER;
+  if (back > index) return false;
+  const uintptr_t page_index = index - back;
+  const uintptr_t header = slices + page_index * NIC_MI_PAGE_HEADER;
+  const uintptr_t sizes = header_word(header + NIC_MI_PAGE_XBLOCK_SIZE);
+  const uint32_t xblock_size = (uint32_t)(sizes >> 32);
+  if (xblock_size == 0) return false; /* a free span: no block, and nothing to tell */
+  struct nic_mi_page v;
+  view_from_words(segment, page_index, (uint32_t)header_word(header + NIC_MI_PAGE_SLICE_COUNT),
+                  header_word(header + NIC_MI_PAGE_CAPACITY), sizes, &v);
+  /* Before the first block (a small page's first 384 bytes) or past the blocks made so far. */
+  if (p < v.start || p >= v.end) return true;
+  const uintptr_t into = (p - v.start) % v.block_size;
+  if (into == 0) return false;
+  /* mimalloc 2.0.9's aligned allocation (alloc-aligned.c) over-allocates and hands out the first
+   * multiple of the alignment in the block, marking the page: p - block below the largest power
+   * of two dividing p. */
+  if (v.has_aligned && into < (p & -p)) return false;
+  *block = p - into;
+  return true;
+}
+
 /* The page of p belongs to this thread's default heap, as 2.0.9's layout says it must. */
 static bool owned_here(const void *p) {
   struct nic_mi_page v;
@@ -203,6 +286,35 @@ static bool check_size(size_t size) {
   return ok;
 }
 
+/* Block starts and pointers inside blocks, and the flags byte: aligned blocks are asked for until
+ * one starts past its block (mimalloc's blocks of that class are not all aligned). */
+static bool check_starts(void) {
+  enum { TRIES = 16 };
+  void *plain = mi_malloc(1000), *aligned[TRIES] = {0};
+  uintptr_t block = 0, cookie = 0;
+  const uintptr_t segment = ((uintptr_t)plain - 1) & ~NIC_MI_SEGMENT_MASK;
+  if (plain && load(segment + NIC_MI_SEG_COOKIE, &cookie))
+    __atomic_store_n(&main_cookie, cookie ^ segment, __ATOMIC_RELAXED);
+  bool ok = plain && cookie && !nic_mi_inside_block(plain, &block) &&
+            nic_mi_inside_block((char *)plain + 48, &block) && block == (uintptr_t)plain;
+  bool seen_past_start = false;
+  for (int i = 0; ok && i < TRIES && !seen_past_start; i++) {
+    char *a = aligned[i] = mi_malloc_aligned_at(200, 256, 0);
+    struct nic_mi_page v;
+    if (!a || !nic_mi_page_by_offset(a, &v) || !v.in_use || (uintptr_t)a < v.start) {
+      ok = false;
+      break;
+    }
+    if (((uintptr_t)a - v.start) % v.block_size == 0) continue;
+    seen_past_start = true;
+    ok = v.has_aligned && !nic_mi_inside_block(a, &block) && nic_mi_inside_block(a + 16, &block);
+  }
+  for (int i = 0; i < TRIES; i++)
+    mi_free(aligned[i]);
+  mi_free(plain);
+  return ok && seen_past_start;
+}
+
 static void mi_free_lists_init(void) {
   __atomic_store_n(&layout_ok, true, __ATOMIC_RELAXED);
   /* Two classes of pages whose blocks start 384 bytes in, and a medium page. */
@@ -211,5 +323,11 @@ static void mi_free_lists_init(void) {
   if (!ok)
     nic_log_info("mimalloc's free lists are not laid out as in 2.0.9: a free whose block holds "
                  "the free key is refused as a double free without confirmation");
+  __atomic_store_n(&starts_ok, true, __ATOMIC_RELAXED);
+  const bool starts = ok && check_starts();
+  __atomic_store_n(&starts_ok, starts, __ATOMIC_RELAXED);
+  if (ok && !starts)
+    nic_log_info("mimalloc's page flags are not laid out as in 2.0.9: a free of a pointer inside "
+                 "a block is not told from a free of the block");
 }
 NIC_STARTUP_STEP(mi_free_lists, NIC_START_FREE_LISTS, mi_free_lists_init);

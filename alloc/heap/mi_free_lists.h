@@ -30,6 +30,7 @@ enum nic_mi_block_state nic_mi_block_state(const void *p);
 struct nic_mi_page {
   uintptr_t header, start, end, block_size, capacity;
   bool in_use;
+  bool has_aligned; /* an aligned allocation here handed out a pointer inside its block */
 };
 /* The page whose span starts at slice entry page_index of segment, slice_count slices long: as a
  * walk of the segment's spans from its first slice finds it (the only entries 2.0.9 keeps true
@@ -41,6 +42,17 @@ bool nic_mi_page_at(uintptr_t segment, uintptr_t page_index, uint32_t slice_coun
  * of a freed span's inner slices stale); the answer is then a page whose span covers p, which
  * for p in a page in use is that page. Never faults. */
 bool nic_mi_page_by_offset(const void *p, struct nic_mi_page *out);
+
+/* Whether p, which passed the free check's pointer tests (nic_may_be_block), lies where mimalloc
+ * holds memory but no pointer it handed out can be: inside a block of a page in use but not at
+ * its start, nor where an aligned allocation in that block could have started (on a page mimalloc
+ * marked for them, the first multiple of some power of two dividing p at or after the block's
+ * start); in a page in use but before its first block or past its last; past the first 32 MiB of
+ * a huge segment. *block is then the block's start, or 0 where no block or no start is known.
+ * False when p may be such a pointer, or when the headers cannot tell (p in no page in use, a
+ * layout not 2.0.9's): only a sure answer refuses a free. Never faults; reads the headers
+ * mimalloc's own free reads. */
+bool nic_mi_inside_block(const void *p, uintptr_t *block);
 
 /* Reads the word at a (8-aligned) without ever faulting: directly where the control arena's
  * commit map or a mapped dataplane chunk vouches for it, else copied by the kernel. False when

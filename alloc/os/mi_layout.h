@@ -29,6 +29,10 @@
 #define NIC_MI_PAGE_SLICE_COUNT 0     /* uint32_t, and slice_offset (bytes back to the page) at 4 */
 #define NIC_MI_PAGE_CAPACITY 8        /* in the word at 8: the uint16_t at byte 10 */
 #define NIC_MI_PAGE_RESERVED 8        /* in the word at 8: the uint16_t at byte 12 */
+/* In the word at 8: the flags byte at 14, in_full its bit 0 and has_aligned its bit 1 (an aligned
+ * allocation handed out a pointer past the start of its block on this page). */
+#define NIC_MI_PAGE_FLAGS 8
+#define NIC_MI_PAGE_HAS_ALIGNED_BIT 49
 #define NIC_MI_PAGE_FREE 16
 #define NIC_MI_PAGE_USED 24        /* uint32_t: blocks allocated and not freed by their owner */
 #define NIC_MI_PAGE_XBLOCK_SIZE 24 /* in the word at 24: the uint32_t at byte 28 */
