@@ -10,6 +10,7 @@
 #include "mi_free_lists.h"
 #include "mi_layout.h"
 #include "nicmalloc.h"
+#include "released.h"
 #include "settings.h"
 #include "startup.h"
 #include "unchecked_commit.h"
@@ -301,6 +302,8 @@ static bool say_bad_block(void) {
 }
 
 void nic_report_bad_block(const void *p, const char *caller, enum nic_block_use use, bool freed) {
+  /* A big block whose memory went back leaves neither a block nor a key to find. */
+  if (!freed && nic_released_lately(p)) freed = true;
   if (!freed) {
     __atomic_add_fetch(&invalid_frees, 1, __ATOMIC_RELAXED);
     if (!say_bad_block()) return;

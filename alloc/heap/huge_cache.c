@@ -10,6 +10,7 @@
 #include "nocancel.h"
 #include "page.h"
 #include "reaper.h"
+#include "released.h"
 #include "startup.h"
 #include "thread.h"
 #include "vspace.h"
@@ -83,14 +84,20 @@ static struct slot *oldest_slot(void) {
 }
 
 static void free_all(void **blocks, unsigned n) {
-  for (unsigned i = 0; i < n; i++)
+  for (unsigned i = 0; i < n; i++) {
+    nic_released_note(blocks[i]);
     mi_free(blocks[i]);
+  }
 }
 
 bool nic_huge_cache_put(void *p) {
   const size_t cap = nic_config()->huge_cache_bytes;
   const size_t usable = mi_usable_size(p);
-  if (usable <= NIC_HUGE_BLOCK_MIN || usable > cap) return false;
+  if (usable <= NIC_HUGE_BLOCK_MIN) return false;
+  if (usable > cap) {
+    nic_released_note(p); /* the caller gives it to mimalloc */
+    return false;
+  }
   void *evicted[SLOTS];
   unsigned n_evicted = 0;
   pthread_mutex_lock(&lock);

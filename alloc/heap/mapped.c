@@ -7,6 +7,7 @@
 #include "forklock.h"
 #include "map.h"
 #include "page.h"
+#include "released.h"
 
 #include <pthread.h>
 #include <sys/mman.h>
@@ -145,6 +146,7 @@ size_t nic_mapped_take(const void *p, void **base) {
 }
 
 void nic_mapped_unmap(void *p, size_t len) {
+  nic_released_note(p);
   munmap(p, len);
 }
 
@@ -162,6 +164,7 @@ void *nic_mapped_resize(void *p, size_t size) {
   if (!mapping) return NULL;
   void *q = mremap(p, old_len, len, MREMAP_MAYMOVE);
   if (q == MAP_FAILED) q = NULL;
+  if (q && q != p) nic_released_note(p);
   pthread_mutex_lock(&lock);
   /* The removal above left room for one. */
   put_locked(q ? (struct entry){(uintptr_t)q, len, NULL}

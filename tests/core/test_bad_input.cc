@@ -398,6 +398,36 @@ TEST(BadInput, DoubleFreeAfterTheMemoryWentBackIsReported) {
   free(again);
 }
 
+// A big block's memory goes back when it is freed: a mapping of nicmalloc's own is unmapped (from
+// 1 GiB), a huge block's segment is given back to mimalloc (512 MiB, more than the huge cache
+// keeps) or purged from the huge cache (40 MiB, by nic_collect). A second free or a use then
+// finds neither a block nor a key, and was called a pointer nicmalloc never handed out.
+TEST(BadInput, AFreedBigBlockIsReportedAsFreed) {
+  for (size_t size : {size_t{40} << 20, size_t{512} << 20, size_t{3} << 30}) {
+    char *p = static_cast<char *>(malloc(size));
+    if (!p) {
+      ADD_FAILURE() << "no block of " << size << " bytes";
+      continue;
+    }
+    p[0] = 1;
+    free(p);
+    nic_collect();
+    const uint64_t doubles = errors(true), invalid = errors(false);
+    testing::internal::CaptureStderr();
+    EXPECT_EQ(malloc_usable_size(p), 0u) << size;
+    errno = 0;
+    EXPECT_EQ(realloc(p, 64), nullptr) << size;
+    EXPECT_EQ(errno, EINVAL) << size;
+    free(p);
+    std::string err = testing::internal::GetCapturedStderr();
+    EXPECT_EQ(count_lines(err, "malloc_usable_size of a freed block"), 1) << size << err;
+    EXPECT_EQ(count_lines(err, "realloc of a freed block"), 1) << size << err;
+    EXPECT_EQ(count_lines(err, "double free"), 1) << size << err;
+    EXPECT_EQ(errors(true), doubles + 3) << size;
+    EXPECT_EQ(errors(false), invalid) << size;
+  }
+}
+
 // mimalloc decommits a freed span at once (MADV_DONTNEED) when its segment's purge deadline has
 // passed, which wipes the free key of the large block that lay there; the segment lives on for
 // its other blocks. The madvise here does what mimalloc does then. The double free used to pass
