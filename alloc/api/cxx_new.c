@@ -5,18 +5,24 @@
  * operator new. This file is built with -fexceptions so the exception can unwind through it. */
 #define _GNU_SOURCE
 #include "alloc_inline.h"
+#include "cxx_operators.h"
 #include "export.h"
 #include "interposed.h"
 #include "log.h"
 #include "nicmalloc.h"
+#include "thread.h"
 
-#include <dlfcn.h>
 #include <errno.h>
 #include <stddef.h>
 #include <stdint.h>
 
 typedef void (*new_handler_fn)(void);
+typedef void *(*new_fn)(size_t size);
+typedef void *(*aligned_new_fn)(size_t size, size_t alignment);
 typedef void *(*nothrow_new_fn)(size_t size, const void *nothrow_tag);
+typedef void *(*aligned_nothrow_new_fn)(size_t size, size_t alignment, const void *nothrow_tag);
+typedef void (*delete_fn)(void *p);
+typedef void (*aligned_delete_fn)(void *p, size_t alignment);
 extern new_handler_fn _ZSt15get_new_handlerv(void) __attribute__((weak));
 extern void _ZSt17__throw_bad_allocv(void) __attribute__((weak, noreturn));
 
@@ -85,36 +91,16 @@ static void *handler_loop(const struct new_request *r) {
  * the handler loop of the throwing forms: whatever it throws ends in the runtime's catch. */
 static __thread struct new_request *handed_over;
 
-/* The runtime's own definition, looked up in the object that defines std::get_new_handler (the
- * C++ runtime), not by lookup order: libmimalloc, which nicmalloc needs, defines the operators
- * too, and comes before libstdc++ where a C program links a C++ library. Looked up once, on the
- * first failure that needs it; NULL when there is none such. */
-static nothrow_new_fn runtime_nothrow_new(void) {
-  static uintptr_t found; /* 0: not looked up yet; 1: none */
-  uintptr_t f = __atomic_load_n(&found, __ATOMIC_ACQUIRE);
-  if (!f) {
-    f = 1;
-    new_handler_fn (*get)(void) = _ZSt15get_new_handlerv;
-    Dl_info runtime, theirs;
-    void *lib = get && dladdr(*(void **)&get, &runtime) && runtime.dli_fname
-                    ? dlopen(runtime.dli_fname, RTLD_LAZY | RTLD_NOLOAD)
-                    : NULL;
-    if (lib) {
-      /* The object's own definition comes first in its scope; its libraries' after it. */
-      void *sym = dlsym(lib, "_ZnwmRKSt9nothrow_t");
-      if (sym && dladdr(sym, &theirs) && theirs.dli_fbase == runtime.dli_fbase) f = (uintptr_t)sym;
-      dlclose(lib);
-    }
-    __atomic_store_n(&found, f, __ATOMIC_RELEASE);
-  }
-  nothrow_new_fn fn = NULL;
-  if (f != 1) *(void **)&fn = (void *)f;
-  return fn;
+/* The C++ runtime's own definition of op (cxx_operators.h). */
+static void *runtime_operator(enum nic_cxx_op op) {
+  NIC_INTERNAL_SCOPE();
+  return nic_cxx_runtime_operator(op);
 }
 
 static void *nothrow_failed(struct new_request *r) {
   if (!new_handler()) return NULL;
-  const nothrow_new_fn runtime = runtime_nothrow_new();
+  void *const found = runtime_operator(NIC_CXX_NEW_NOTHROW);
+  const nothrow_new_fn runtime = *(const nothrow_new_fn *)&found;
   if (!runtime) { /* the handler runs here, and what it throws leaves this operator */
     while (call_new_handler()) {
       void *p = try_again(r);
@@ -183,32 +169,109 @@ static void *aligned_new(size_t size, size_t alignment, bool nothrow) {
   return new_impl(size, alignment, nothrow, NIC_ROUTE_AUTO);
 }
 
+/* Where the program replaced operators of a family (cxx_operators.h), nicmalloc's definitions of
+ * the family's other forms are the standard's default ones, which call the form the standard
+ * names, wherever the program's calls of it go: new[] calls new, a sized, nothrow or array
+ * delete calls delete, a sized or nothrow delete[] calls delete[]. The nothrow news call the C++
+ * runtime's own, which call new or new[] inside the catch C cannot write. The basic new and
+ * delete of each family call nothing: where they are reached, they were called as nicmalloc's.
+ * Each form tests its family's bit (one load) and hands the rest to these, out of line. */
+static unsigned replaced_families(void) {
+  unsigned families = __atomic_load_n(&nic_cxx_replaced, __ATOMIC_ACQUIRE);
+  if (families & NIC_CXX_NOT_LOOKED) {
+    NIC_INTERNAL_SCOPE(); /* the dynamic linker's lookups allocate */
+    families = nic_cxx_replaced_families();
+  }
+  return families;
+}
+
+/* What the program's call of op reaches, where op's family is replaced; else NULL. */
+static void *program_operator(enum nic_cxx_op op) {
+  return replaced_families() & nic_cxx_family(op) ? nic_cxx_program_operator(op) : NULL;
+}
+
+static bool is_aligned(enum nic_cxx_op op) {
+  return op >= NIC_CXX_ALIGNED;
+}
+
+/* new[] (aligned or not), calling new. */
+__attribute__((noinline, cold)) static void *array_new_replaced(size_t size, size_t alignment,
+                                                                bool aligned) {
+  void *to = program_operator(aligned ? NIC_CXX_ALIGNED + NIC_CXX_NEW : NIC_CXX_NEW);
+  if (!to)
+    return aligned ? aligned_new(size, alignment, false) : new_impl(size, 0, false, NIC_ROUTE_AUTO);
+  if (!aligned) return (*(new_fn *)&to)(size);
+  return (*(aligned_new_fn *)&to)(size, alignment);
+}
+
+/* A nothrow new (op), calling throwing, its throwing form, in the runtime's catch. Without the
+ * runtime, throwing is called here, and what it throws leaves this operator. */
+__attribute__((noinline, cold)) static void *nothrow_new_replaced(enum nic_cxx_op op,
+                                                                  enum nic_cxx_op throwing,
+                                                                  size_t size, size_t alignment,
+                                                                  const void *tag) {
+  const bool aligned = is_aligned(op);
+  if (replaced_families() & nic_cxx_family(op)) {
+    void *to = runtime_operator(op);
+    if (to) {
+      if (!aligned) return (*(nothrow_new_fn *)&to)(size, tag);
+      return (*(aligned_nothrow_new_fn *)&to)(size, alignment, tag);
+    }
+    to = program_operator(throwing);
+    if (to && !aligned) return (*(new_fn *)&to)(size);
+    if (to) return (*(aligned_new_fn *)&to)(size, alignment);
+  }
+  return aligned ? aligned_new(size, alignment, true) : new_impl(size, 0, true, NIC_ROUTE_AUTO);
+}
+
+/* A delete that calls delete or delete[] (target); name is its own, for reports. */
+__attribute__((noinline, cold)) static void delete_replaced(enum nic_cxx_op target, void *p,
+                                                            size_t alignment, const char *name) {
+  void *to = program_operator(target);
+  if (!to)
+    nic_free_inline(p, name);
+  else if (!is_aligned(target))
+    (*(delete_fn *)&to)(p);
+  else
+    (*(aligned_delete_fn *)&to)(p, alignment);
+}
+
+#define UNALIGNED_REPLACED nic_cxx_maybe_replaced(NIC_CXX_UNALIGNED_FAMILY)
+#define ALIGNED_REPLACED nic_cxx_maybe_replaced(NIC_CXX_ALIGNED_FAMILY)
+
 NIC_EXPORT void *_Znwm(size_t n) {
   return new_impl(n, 0, false, NIC_ROUTE_AUTO);
 }
 NIC_EXPORT void *_Znam(size_t n) {
+  if (UNALIGNED_REPLACED) return array_new_replaced(n, 0, false);
   return new_impl(n, 0, false, NIC_ROUTE_AUTO);
 }
 NIC_EXPORT void *_ZnwmRKSt9nothrow_t(size_t n, const void *nt) {
-  (void)nt;
+  if (UNALIGNED_REPLACED) return nothrow_new_replaced(NIC_CXX_NEW_NOTHROW, NIC_CXX_NEW, n, 0, nt);
   return new_impl(n, 0, true, NIC_ROUTE_AUTO);
 }
 NIC_EXPORT void *_ZnamRKSt9nothrow_t(size_t n, const void *nt) {
-  (void)nt;
+  if (UNALIGNED_REPLACED)
+    return nothrow_new_replaced(NIC_CXX_NEW_ARRAY_NOTHROW, NIC_CXX_NEW_ARRAY, n, 0, nt);
   return new_impl(n, 0, true, NIC_ROUTE_AUTO);
 }
 NIC_EXPORT void *_ZnwmSt11align_val_t(size_t n, size_t al) {
   return aligned_new(n, al, false);
 }
 NIC_EXPORT void *_ZnamSt11align_val_t(size_t n, size_t al) {
+  if (ALIGNED_REPLACED) return array_new_replaced(n, al, true);
   return aligned_new(n, al, false);
 }
 NIC_EXPORT void *_ZnwmSt11align_val_tRKSt9nothrow_t(size_t n, size_t al, const void *nt) {
-  (void)nt;
+  if (ALIGNED_REPLACED)
+    return nothrow_new_replaced(NIC_CXX_ALIGNED + NIC_CXX_NEW_NOTHROW,
+                                NIC_CXX_ALIGNED + NIC_CXX_NEW, n, al, nt);
   return aligned_new(n, al, true);
 }
 NIC_EXPORT void *_ZnamSt11align_val_tRKSt9nothrow_t(size_t n, size_t al, const void *nt) {
-  (void)nt;
+  if (ALIGNED_REPLACED)
+    return nothrow_new_replaced(NIC_CXX_ALIGNED + NIC_CXX_NEW_ARRAY_NOTHROW,
+                                NIC_CXX_ALIGNED + NIC_CXX_NEW_ARRAY, n, al, nt);
   return aligned_new(n, al, true);
 }
 
@@ -243,14 +306,26 @@ NIC_EXPORT void _ZdlPv(void *p) {
   nic_free_inline(p, "operator delete");
 }
 NIC_EXPORT void _ZdaPv(void *p) {
+  if (UNALIGNED_REPLACED) {
+    delete_replaced(NIC_CXX_DELETE, p, 0, "operator delete[]");
+    return;
+  }
   nic_free_inline(p, "operator delete[]");
 }
 NIC_EXPORT void _ZdlPvm(void *p, size_t n) {
   (void)n;
+  if (UNALIGNED_REPLACED) {
+    delete_replaced(NIC_CXX_DELETE, p, 0, "operator delete");
+    return;
+  }
   nic_free_inline(p, "operator delete");
 }
 NIC_EXPORT void _ZdaPvm(void *p, size_t n) {
   (void)n;
+  if (UNALIGNED_REPLACED) {
+    delete_replaced(NIC_CXX_DELETE_ARRAY, p, 0, "operator delete[]");
+    return;
+  }
   nic_free_inline(p, "operator delete[]");
 }
 NIC_EXPORT void _ZdlPvSt11align_val_t(void *p, size_t al) {
@@ -258,30 +333,57 @@ NIC_EXPORT void _ZdlPvSt11align_val_t(void *p, size_t al) {
   nic_free_inline(p, "operator delete");
 }
 NIC_EXPORT void _ZdaPvSt11align_val_t(void *p, size_t al) {
-  (void)al;
+  if (ALIGNED_REPLACED) {
+    delete_replaced(NIC_CXX_ALIGNED + NIC_CXX_DELETE, p, al, "operator delete[]");
+    return;
+  }
   nic_free_inline(p, "operator delete[]");
 }
 NIC_EXPORT void _ZdlPvmSt11align_val_t(void *p, size_t n, size_t al) {
-  (void)n, (void)al;
+  (void)n;
+  if (ALIGNED_REPLACED) {
+    delete_replaced(NIC_CXX_ALIGNED + NIC_CXX_DELETE, p, al, "operator delete");
+    return;
+  }
   nic_free_inline(p, "operator delete");
 }
 NIC_EXPORT void _ZdaPvmSt11align_val_t(void *p, size_t n, size_t al) {
-  (void)n, (void)al;
+  (void)n;
+  if (ALIGNED_REPLACED) {
+    delete_replaced(NIC_CXX_ALIGNED + NIC_CXX_DELETE_ARRAY, p, al, "operator delete[]");
+    return;
+  }
   nic_free_inline(p, "operator delete[]");
 }
 NIC_EXPORT void _ZdlPvRKSt9nothrow_t(void *p, const void *nt) {
   (void)nt;
+  if (UNALIGNED_REPLACED) {
+    delete_replaced(NIC_CXX_DELETE, p, 0, "operator delete");
+    return;
+  }
   nic_free_inline(p, "operator delete");
 }
 NIC_EXPORT void _ZdaPvRKSt9nothrow_t(void *p, const void *nt) {
   (void)nt;
+  if (UNALIGNED_REPLACED) {
+    delete_replaced(NIC_CXX_DELETE_ARRAY, p, 0, "operator delete[]");
+    return;
+  }
   nic_free_inline(p, "operator delete[]");
 }
 NIC_EXPORT void _ZdlPvSt11align_val_tRKSt9nothrow_t(void *p, size_t al, const void *nt) {
-  (void)al, (void)nt;
+  (void)nt;
+  if (ALIGNED_REPLACED) {
+    delete_replaced(NIC_CXX_ALIGNED + NIC_CXX_DELETE, p, al, "operator delete");
+    return;
+  }
   nic_free_inline(p, "operator delete");
 }
 NIC_EXPORT void _ZdaPvSt11align_val_tRKSt9nothrow_t(void *p, size_t al, const void *nt) {
-  (void)al, (void)nt;
+  (void)nt;
+  if (ALIGNED_REPLACED) {
+    delete_replaced(NIC_CXX_ALIGNED + NIC_CXX_DELETE_ARRAY, p, al, "operator delete[]");
+    return;
+  }
   nic_free_inline(p, "operator delete[]");
 }

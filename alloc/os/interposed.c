@@ -84,6 +84,19 @@ static void find_definition(const char *name, Dl_info *owner, struct link_map **
   *owner_map = NULL;
 }
 
+bool nic_calls_reach_here(const char *name, void **bound) {
+  const void *f;
+  Dl_info owner, here;
+  struct link_map *map = NULL;
+  const bool here_directly = bound_here(name, &f, &owner, &map);
+  *bound = (void *)f;
+  if (here_directly || !f) return true;
+  if (!is_program_entry(name, f)) return false;
+  find_definition(name, &owner, &map);
+  return map && dladdr((const void *)nic_interposed_check, &here) &&
+         owner.dli_fbase == here.dli_fbase;
+}
+
 static bool interposed = true;
 static struct nic_program_alloc program_alloc; /* filled before interposed turns false */
 

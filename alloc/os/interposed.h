@@ -28,6 +28,12 @@ struct nic_program_alloc {
 };
 const struct nic_program_alloc *nic_program_alloc(void);
 
+/* Whether the calls the program and its libraries make to name (a function) reach the definition
+ * in the object that holds this code, through the program's own entry for it where a program
+ * built without PIE has one. *bound: what dlsym answers for name, which calls reach in either
+ * case. True when nothing defines name. */
+bool nic_calls_reach_here(const char *name, void **bound);
+
 /* Set on the calling thread by nicmalloc's free when given NULL and by its malloc when asked for
  * SIZE_MAX bytes (which every allocator refuses): how nic_interposed_check learns whether a call
  * through the program's own entry for the name (a program built without PIE) ends here. */

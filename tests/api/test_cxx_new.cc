@@ -10,6 +10,9 @@
 #include <cerrno>
 #include <cstdint>
 #include <new>
+#include <string>
+#include <utility>
+#include <vector>
 
 namespace {
 
@@ -76,6 +79,28 @@ TEST(CxxNew, AlignmentsNotPowersOfTwoAreRefused) {
       EXPECT_EQ(r.num(key + "_handler_calls"), 0) << r.out;
     }
   });
+}
+
+// A program that replaces only the basic operator new and delete of each family gets the
+// standard's default definitions of the other forms, which call those: every new and delete it
+// makes reaches its own operators, linked with nicmalloc or preloaded, as without nicmalloc, and
+// what they throw, a nothrow form turns into null.
+TEST(CxxNew, ReplacedBasicOperatorsServeEveryFormOfTheirFamily) {
+  const std::string preload = std::string("LD_PRELOAD=") + NICMALLOC_LIBRARY;
+  const std::pair<std::string, std::vector<std::string>> runs[] = {
+      {NIC_CXX_REPLACED_PROGRAM_LINKED, {}},
+      {NIC_CXX_REPLACED_PROGRAM, {preload}},
+      {NIC_CXX_REPLACED_PROGRAM, {}}};
+  for (const auto &[program, env] : runs) {
+    SCOPED_TRACE(program + (env.empty() ? "" : " under " + env[0]));
+    auto r = run_program(program, env, {});
+    ASSERT_EQ(r.exit_code, 0) << r.out << r.err;
+    for (std::string form : {"new", "delete", "aligned_new", "aligned_delete"}) {
+      EXPECT_EQ(r.num(form + "_calls"), 7) << r.out;
+      EXPECT_EQ(r.num(form + "_seen"), r.num(form + "_calls")) << form << "\n" << r.out;
+    }
+    EXPECT_EQ(r.num("impossible_nothrow_nulls"), 4) << r.out;
+  }
 }
 
 // The pass's nothrow sites, on and off, fail as the operators they replace.
