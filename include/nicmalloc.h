@@ -47,15 +47,27 @@ void *nic_calloc_site(size_t count, size_t size, uint32_t site_id);
 void *nic_realloc_site(void *p, size_t size, uint32_t site_id);
 void *nic_aligned_alloc_site(size_t alignment, size_t size, uint32_t site_id);
 int nic_posix_memalign_site(void **out, size_t alignment, size_t size, uint32_t site_id);
-/* C++ operator new semantics (throws std::bad_alloc when C++ is present, else aborts). */
+/* C++ operator new semantics (throws std::bad_alloc when C++ is present, else aborts). The
+ * nic_new_ sites stand for operator new, the nic_new_array_ ones for operator new[]; where the
+ * program replaced C++'s global operator new or delete, each allocates through the operator it
+ * stands for, as the program's call of it would (no dataplane memory then): the program's
+ * delete or delete[] takes the block. Objects built before the array sites existed call the
+ * nic_new_ ones for new[] too, which serve it alike unless the program's new[] and delete[] are
+ * its own, not the standard's, which call new and delete. */
 void *nic_new_site(size_t size, uint32_t site_id);
-/* operator new(size, std::align_val_t), new(size, const std::nothrow_t &) and both together,
- * for new and new[] alike. Each takes the operator's own arguments plus the id; the nothrow tag
- * is ignored, and the nothrow variants return NULL instead of throwing. */
+void *nic_new_array_site(size_t size, uint32_t site_id);
+/* operator new(size, std::align_val_t), new(size, const std::nothrow_t &) and both together, and
+ * the same of new[]. Each takes the operator's own arguments plus the id; the nothrow tag is
+ * passed on to a replaced operator and ignored otherwise, and the nothrow variants return NULL
+ * instead of throwing. */
 void *nic_new_aligned_site(size_t size, size_t alignment, uint32_t site_id);
 void *nic_new_nothrow_site(size_t size, const void *nothrow_tag, uint32_t site_id);
 void *nic_new_aligned_nothrow_site(size_t size, size_t alignment, const void *nothrow_tag,
                                    uint32_t site_id);
+void *nic_new_array_aligned_site(size_t size, size_t alignment, uint32_t site_id);
+void *nic_new_array_nothrow_site(size_t size, const void *nothrow_tag, uint32_t site_id);
+void *nic_new_array_aligned_nothrow_site(size_t size, size_t alignment, const void *nothrow_tag,
+                                         uint32_t site_id);
 /* Returns 0, or -EINVAL for an id out of range. */
 int nic_site_set_enabled(uint32_t site_id, int enabled);
 int nic_site_is_enabled(uint32_t site_id);

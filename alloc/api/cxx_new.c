@@ -10,6 +10,7 @@
 #include "interposed.h"
 #include "log.h"
 #include "nicmalloc.h"
+#include "site_table.h"
 #include "thread.h"
 
 #include <errno.h>
@@ -275,31 +276,72 @@ NIC_EXPORT void *_ZnamSt11align_val_tRKSt9nothrow_t(size_t n, size_t al, const v
   return aligned_new(n, al, true);
 }
 
-/* nic_new_site: operator new semantics for the LLVM pass's rewritten new-expressions. */
-void *nic_new_routed(size_t size, enum nic_route route) {
-  return site_new_impl(size, 0, false, route);
+/* The new-expressions the pass rewrote. Each site takes its operator's arguments (the nothrow tag
+ * included, unused) plus the site id, so the pass only appends an argument. */
+static void *site_new(size_t size, size_t alignment, bool aligned, bool nothrow, uint32_t site) {
+  if (aligned && __builtin_expect(bad_alignment(alignment), 0))
+    return refuse_alignment(size, nothrow);
+  return site_new_impl(size, alignment, nothrow, nic_site_route(site));
 }
 
-/* The other new-expressions the pass rewrites. Each takes the original operator's arguments
- * (the nothrow tag included, unused) plus the site id, so the pass only appends an argument.
- * The site's switch is read through the public query: sites.c keeps the table. */
-static enum nic_route site_route(uint32_t site) {
-  return nic_site_is_enabled(site) == 1 ? NIC_ROUTE_DATAPLANE : NIC_ROUTE_AUTO;
+/* Where the program replaced the operators of a site's family, the site allocates as its
+ * new-expression would have, through the operator (op) the program's call reached: the
+ * program's delete takes only what its own operators made. */
+__attribute__((noinline, cold)) static void *
+site_replaced(enum nic_cxx_op op, size_t size, size_t alignment, const void *tag, uint32_t site) {
+  const bool aligned = is_aligned(op);
+  const enum nic_cxx_op form = aligned ? op - NIC_CXX_ALIGNED : op;
+  const bool nothrow = form == NIC_CXX_NEW_NOTHROW || form == NIC_CXX_NEW_ARRAY_NOTHROW;
+  void *to = program_operator(op);
+  if (!to) return site_new(size, alignment, aligned, nothrow, site);
+  nic_log_fallback_once(false, "the program replaces C++'s global operator new or delete: the "
+                               "new-expressions the LLVM pass rewrote allocate through its "
+                               "operators, not in dataplane memory");
+  if (!aligned && !nothrow) return (*(new_fn *)&to)(size);
+  if (!aligned) return (*(nothrow_new_fn *)&to)(size, tag);
+  if (!nothrow) return (*(aligned_new_fn *)&to)(size, alignment);
+  return (*(aligned_nothrow_new_fn *)&to)(size, alignment, tag);
 }
 
-NIC_EXPORT void *nic_new_aligned_site(size_t size, size_t alignment, uint32_t site) {
-  if (bad_alignment(alignment)) return refuse_alignment(size, false);
-  return site_new_impl(size, alignment, false, site_route(site));
+NIC_EXPORT void *nic_new_site(size_t size, uint32_t site) {
+  if (UNALIGNED_REPLACED) return site_replaced(NIC_CXX_NEW, size, 0, NULL, site);
+  return site_new(size, 0, false, false, site);
+}
+NIC_EXPORT void *nic_new_array_site(size_t size, uint32_t site) {
+  if (UNALIGNED_REPLACED) return site_replaced(NIC_CXX_NEW_ARRAY, size, 0, NULL, site);
+  return site_new(size, 0, false, false, site);
 }
 NIC_EXPORT void *nic_new_nothrow_site(size_t size, const void *nothrow_tag, uint32_t site) {
-  (void)nothrow_tag;
-  return site_new_impl(size, 0, true, site_route(site));
+  if (UNALIGNED_REPLACED) return site_replaced(NIC_CXX_NEW_NOTHROW, size, 0, nothrow_tag, site);
+  return site_new(size, 0, false, true, site);
+}
+NIC_EXPORT void *nic_new_array_nothrow_site(size_t size, const void *nothrow_tag, uint32_t site) {
+  if (UNALIGNED_REPLACED)
+    return site_replaced(NIC_CXX_NEW_ARRAY_NOTHROW, size, 0, nothrow_tag, site);
+  return site_new(size, 0, false, true, site);
+}
+NIC_EXPORT void *nic_new_aligned_site(size_t size, size_t alignment, uint32_t site) {
+  if (ALIGNED_REPLACED)
+    return site_replaced(NIC_CXX_ALIGNED + NIC_CXX_NEW, size, alignment, NULL, site);
+  return site_new(size, alignment, true, false, site);
+}
+NIC_EXPORT void *nic_new_array_aligned_site(size_t size, size_t alignment, uint32_t site) {
+  if (ALIGNED_REPLACED)
+    return site_replaced(NIC_CXX_ALIGNED + NIC_CXX_NEW_ARRAY, size, alignment, NULL, site);
+  return site_new(size, alignment, true, false, site);
 }
 NIC_EXPORT void *nic_new_aligned_nothrow_site(size_t size, size_t alignment,
                                               const void *nothrow_tag, uint32_t site) {
-  (void)nothrow_tag;
-  if (bad_alignment(alignment)) return refuse_alignment(size, true);
-  return site_new_impl(size, alignment, true, site_route(site));
+  if (ALIGNED_REPLACED)
+    return site_replaced(NIC_CXX_ALIGNED + NIC_CXX_NEW_NOTHROW, size, alignment, nothrow_tag, site);
+  return site_new(size, alignment, true, true, site);
+}
+NIC_EXPORT void *nic_new_array_aligned_nothrow_site(size_t size, size_t alignment,
+                                                    const void *nothrow_tag, uint32_t site) {
+  if (ALIGNED_REPLACED)
+    return site_replaced(NIC_CXX_ALIGNED + NIC_CXX_NEW_ARRAY_NOTHROW, size, alignment, nothrow_tag,
+                         site);
+  return site_new(size, alignment, true, true, site);
 }
 
 NIC_EXPORT void _ZdlPv(void *p) {

@@ -88,7 +88,3 @@ NIC_EXPORT int nic_posix_memalign_site(void **out, size_t alignment, size_t size
   if (rc) nic_api_count(other);
   return rc;
 }
-
-NIC_EXPORT void *nic_new_site(size_t size, uint32_t site) {
-  return nic_new_routed(size, nic_site_route(site));
-}

@@ -36,9 +36,6 @@ void *nic_realloc_routed(void *p, size_t size, enum nic_route route, const char 
 /* Usable size of a live block, 0 (with the error printed) for a pointer that is not one. */
 size_t nic_usable_size(const void *p, const char *caller);
 
-/* operator new semantics (new-handler, then std::bad_alloc) for a given route. */
-void *nic_new_routed(size_t size, enum nic_route route);
-
 /* The core's fields of struct nic_stats: dataplane requests not served, bad frees (collected by
  * alloc/api/stats.c through this). */
 struct nic_stats;

@@ -3,9 +3,14 @@
 // those: new[] and the nothrow news call new, the sized, nothrow and array deletes call delete.
 // Built with sized deallocation, as g++ builds C++14 and later. Prints key=value lines: how many
 // of each form it called, how many calls the replacement saw, and how many nothrow forms of each
-// kind returned null for a request the replacement cannot serve.
+// kind returned null for a request the replacement cannot serve. Built with CXX_REPLACED_SITES
+// (linked with nicmalloc), it also calls each of the LLVM pass's new sites.
 #include <cstdio>
 #include <new>
+
+#ifdef CXX_REPLACED_SITES
+#include "nicmalloc.h"
+#endif
 
 extern "C" void replaced_operator_counts(long out[4]);
 
@@ -54,6 +59,23 @@ int main() {
   operator delete[](kept(operator new[](10, std::align_val_t(64))), std::align_val_t(64),
                     std::nothrow);
   calls[2] = calls[3] = 7;
+#ifdef CXX_REPLACED_SITES
+  // The LLVM pass's sites for these new-expressions allocate through the program's operators,
+  // whose deletes take what they make.
+  const uint32_t site = 5;
+  delete static_cast<Msg *>(kept(nic_new_site(sizeof(Msg), site)));
+  delete[] static_cast<char *>(kept(nic_new_array_site(100, site)));
+  delete static_cast<Msg *>(kept(nic_new_nothrow_site(sizeof(Msg), &std::nothrow, site)));
+  delete[] static_cast<char *>(kept(nic_new_array_nothrow_site(50, &std::nothrow, site)));
+  calls[0] += 4, calls[1] += 4;
+  delete static_cast<Line *>(kept(nic_new_aligned_site(sizeof(Line), 64, site)));
+  delete[] static_cast<Line *>(kept(nic_new_array_aligned_site(2 * sizeof(Line), 64, site)));
+  delete static_cast<Line *>(
+      kept(nic_new_aligned_nothrow_site(sizeof(Line), 64, &std::nothrow, site)));
+  delete[] static_cast<Line *>(
+      kept(nic_new_array_aligned_nothrow_site(3 * sizeof(Line), 64, &std::nothrow, site)));
+  calls[2] += 4, calls[3] += 4;
+#endif
   long seen[4];
   replaced_operator_counts(seen);
   const char *names[] = {"new", "delete", "aligned_new", "aligned_delete"};

@@ -58,6 +58,16 @@ extern "C" int dlopen_ext_run(void) {
   operator delete(na, std::align_val_t(256));
   operator delete(nt);
   operator delete(nat, std::align_val_t(128));
+  void *arr = nic_new_array_site(900, kSite);
+  void *arr_a = nic_new_array_aligned_site(900, 256, kSite);
+  void *arr_nt = nic_new_array_nothrow_site(900, &std::nothrow, kSite);
+  void *arr_nat = nic_new_array_aligned_nothrow_site(900, 128, &std::nothrow, kSite);
+  if (!arr_nt || !arr_nat) return 1;
+  note(arr), note(arr_a), note(arr_nt), note(arr_nat);
+  operator delete[](arr);
+  operator delete[](arr_a, std::align_val_t(256));
+  operator delete[](arr_nt);
+  operator delete[](arr_nat, std::align_val_t(128));
   printf("blocks=%d\ndataplane_blocks=%d\nfreed=1\n", blocks, dataplane_blocks);
   fflush(stdout);
   return 0;

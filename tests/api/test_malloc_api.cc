@@ -413,7 +413,7 @@ TEST(MallocApi, CodeCompiledWithThePassInALibraryLoadedWithDlopenFreesWithThePro
   auto r = run_program(DLOPEN_HOST, {}, {DLOPEN_SITE_EXT, NIC_LIB_PATH});
   ASSERT_EQ(r.exit_code, 0) << r.out << r.err;
   EXPECT_EQ(r.num("freed"), 1);
-  EXPECT_EQ(r.num("blocks"), 9);
+  EXPECT_EQ(r.num("blocks"), 13);
   EXPECT_EQ(r.num("dataplane_blocks"), 0) << "glibc's blocks";
   EXPECT_EQ(r.num("calloc_zeroed"), 1);
   EXPECT_EQ(r.num("realloc_kept"), 1);
@@ -422,7 +422,7 @@ TEST(MallocApi, CodeCompiledWithThePassInALibraryLoadedWithDlopenFreesWithThePro
   auto preloaded =
       run_program(DLOPEN_HOST, {"LD_PRELOAD=" NIC_LIB_PATH}, {DLOPEN_SITE_EXT, NIC_LIB_PATH});
   ASSERT_EQ(preloaded.exit_code, 0) << preloaded.out << preloaded.err;
-  EXPECT_EQ(preloaded.num("dataplane_blocks"), 9);
+  EXPECT_EQ(preloaded.num("dataplane_blocks"), 13);
   EXPECT_EQ(preloaded.num("calloc_zeroed"), 1);
   EXPECT_EQ(preloaded.num("realloc_kept"), 1);
   EXPECT_EQ(preloaded.err, "");

@@ -111,8 +111,8 @@ TEST(Dataplane, SiteVariantsHonourAlignmentAndNewSemantics) {
   EXPECT_THROW(nic_new_site(SIZE_MAX - 4096, 7), std::bad_alloc);
 }
 
-// The aligned and nothrow operator new variants the LLVM pass emits: dataplane while the site
-// is on, ordinary memory while it is off, aligned as asked, and each failing the way its
+// The aligned, nothrow and array operator new variants the LLVM pass emits: dataplane while the
+// site is on, ordinary memory while it is off, aligned as asked, and each failing the way its
 // operator does (bad_alloc, or NULL for nothrow).
 TEST(Dataplane, NewSiteVariantsFollowTheSiteAndTheirOperator) {
   const uint32_t site = 9;
@@ -121,17 +121,26 @@ TEST(Dataplane, NewSiteVariantsFollowTheSiteAndTheirOperator) {
   void *aligned = nic_new_aligned_site(300, 256, site);
   void *nothrow = nic_new_nothrow_site(300, &tag, site);
   void *both = nic_new_aligned_nothrow_site(300, 4096, &tag, site);
+  void *array = nic_new_array_site(300, site);
+  void *array_aligned = nic_new_array_aligned_site(300, 256, site);
+  void *array_nothrow = nic_new_array_nothrow_site(300, &tag, site);
+  void *array_both = nic_new_array_aligned_nothrow_site(300, 4096, &tag, site);
   EXPECT_EQ(reinterpret_cast<uintptr_t>(aligned) % 256, 0u);
   EXPECT_EQ(reinterpret_cast<uintptr_t>(both) % 4096, 0u);
-  for (void *p : {aligned, nothrow, both}) {
+  EXPECT_EQ(reinterpret_cast<uintptr_t>(array_aligned) % 256, 0u);
+  EXPECT_EQ(reinterpret_cast<uintptr_t>(array_both) % 4096, 0u);
+  for (void *p : {aligned, nothrow, both, array, array_aligned, array_nothrow, array_both}) {
     EXPECT_TRUE(nic_is_dataplane(p));
     free(p);
   }
   ASSERT_EQ(nic_site_set_enabled(site, 0), 0);
   void *off_aligned = nic_new_aligned_site(300, 256, site);
   void *off_nothrow = nic_new_nothrow_site(300, &tag, site);
+  void *off_array = nic_new_array_site(300, site);
+  void *off_array_aligned = nic_new_array_aligned_site(300, 256, site);
   EXPECT_EQ(reinterpret_cast<uintptr_t>(off_aligned) % 256, 0u);
-  for (void *p : {off_aligned, off_nothrow}) {
+  EXPECT_EQ(reinterpret_cast<uintptr_t>(off_array_aligned) % 256, 0u);
+  for (void *p : {off_aligned, off_nothrow, off_array, off_array_aligned}) {
     ASSERT_NE(p, nullptr);
     EXPECT_FALSE(nic_is_dataplane(p));
     free(p);
@@ -139,10 +148,17 @@ TEST(Dataplane, NewSiteVariantsFollowTheSiteAndTheirOperator) {
   ASSERT_EQ(nic_site_set_enabled(site, 1), 0);
   EXPECT_EQ(nic_new_nothrow_site(SIZE_MAX - 4096, &tag, site), nullptr);
   EXPECT_EQ(nic_new_aligned_nothrow_site(SIZE_MAX - 4096, 64, &tag, site), nullptr);
+  EXPECT_EQ(nic_new_array_nothrow_site(SIZE_MAX - 4096, &tag, site), nullptr);
+  EXPECT_EQ(nic_new_array_aligned_nothrow_site(SIZE_MAX - 4096, 64, &tag, site), nullptr);
   errno = 0;
   EXPECT_EQ(nic_new_aligned_nothrow_site(64, 48, &tag, site), nullptr) << "not a power of two";
   EXPECT_EQ(errno, EINVAL);
+  errno = 0;
+  EXPECT_EQ(nic_new_array_aligned_nothrow_site(64, 48, &tag, site), nullptr);
+  EXPECT_EQ(errno, EINVAL);
   EXPECT_THROW(nic_new_aligned_site(SIZE_MAX - 4096, 64, site), std::bad_alloc);
+  EXPECT_THROW(nic_new_array_site(SIZE_MAX - 4096, site), std::bad_alloc);
+  EXPECT_THROW(nic_new_array_aligned_site(SIZE_MAX - 4096, 64, site), std::bad_alloc);
 }
 
 // The region is the pointer's step (NICMALLOC_PIN_STEP): each step is its own registration.
