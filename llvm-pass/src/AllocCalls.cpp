@@ -19,7 +19,9 @@ struct KnownAlloc {
 } // namespace
 
 // x86-64 Itanium names for operator new (size_t is unsigned long: 'm'). Each site function
-// takes the operator's own arguments plus the id, so a rewrite only appends an argument.
+// takes the operator's own arguments plus the id, so a rewrite only appends an argument. new and
+// new[] have site functions of their own: where a program replaced them, the runtime's site
+// calls the operator the expression called, and the two may differ.
 static const KnownAlloc KnownAllocs[] = {
     {"malloc", AllocKind::Malloc, "nic_malloc_site", "malloc", -1, -1},
     {"calloc", AllocKind::Calloc, "nic_calloc_site", "malloc", -1, -1},
@@ -27,15 +29,15 @@ static const KnownAlloc KnownAllocs[] = {
     {"aligned_alloc", AllocKind::AlignedAlloc, "nic_aligned_alloc_site", "malloc", -1, 0},
     {"posix_memalign", AllocKind::PosixMemalign, "nic_posix_memalign_site", "malloc", 0, -1},
     {"_Znwm", AllocKind::New, "nic_new_site", "_Znwm", -1, -1},
-    {"_Znam", AllocKind::New, "nic_new_site", "_Znam", -1, -1},
+    {"_Znam", AllocKind::New, "nic_new_array_site", "_Znam", -1, -1},
     {"_ZnwmSt11align_val_t", AllocKind::NewAligned, "nic_new_aligned_site", "_Znwm", -1, 1},
-    {"_ZnamSt11align_val_t", AllocKind::NewAligned, "nic_new_aligned_site", "_Znam", -1, 1},
+    {"_ZnamSt11align_val_t", AllocKind::NewAligned, "nic_new_array_aligned_site", "_Znam", -1, 1},
     {"_ZnwmRKSt9nothrow_t", AllocKind::NewNothrow, "nic_new_nothrow_site", "_Znwm", -1, -1},
-    {"_ZnamRKSt9nothrow_t", AllocKind::NewNothrow, "nic_new_nothrow_site", "_Znam", -1, -1},
+    {"_ZnamRKSt9nothrow_t", AllocKind::NewNothrow, "nic_new_array_nothrow_site", "_Znam", -1, -1},
     {"_ZnwmSt11align_val_tRKSt9nothrow_t", AllocKind::NewNothrow, "nic_new_aligned_nothrow_site",
      "_Znwm", -1, 1},
-    {"_ZnamSt11align_val_tRKSt9nothrow_t", AllocKind::NewNothrow, "nic_new_aligned_nothrow_site",
-     "_Znam", -1, 1},
+    {"_ZnamSt11align_val_tRKSt9nothrow_t", AllocKind::NewNothrow,
+     "nic_new_array_aligned_nothrow_site", "_Znam", -1, 1},
     // Allocations the site ABI cannot express: tracked (their objects still flow) and reported
     // in the site table as skipped, never rewritten.
     {"memalign", AllocKind::Other, "", "malloc", -1, 0},

@@ -22,7 +22,7 @@ enum class AllocKind {
   Realloc,
   AlignedAlloc,
   PosixMemalign,
-  New,        ///< operator new / new[] (the family tells them apart)
+  New,        ///< operator new / new[] (each has its site function; the family tells them apart)
   NewAligned, ///< operator new(size, align_val_t) and new[]
   NewNothrow, ///< operator new(size, const nothrow_t &), also with align_val_t (AlignArg set)
   Other

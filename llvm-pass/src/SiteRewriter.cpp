@@ -282,7 +282,8 @@ CallBase *Rewriter::rewrite(CallBase &Call, Value *SiteId) {
   if (std::optional<AllocFunction> Alloc = classifyAllocCall(Call)) {
     FunctionCallee Site = getSiteFunction(M, *Alloc, *Callee);
     CallBase *New = replaceWithExtraArgument(Call, Site, SiteId);
-    // One site function serves new and new[]: the family (delete vs delete[]) goes on the call.
+    // The call carries the family (delete vs delete[]) too: an LTO module may merge calls from
+    // objects an older plugin built, whose nic_new_site served new[] as well.
     if (Alloc->Kind == AllocKind::New || Alloc->Kind == AllocKind::NewAligned ||
         Alloc->Kind == AllocKind::NewNothrow)
       New->addFnAttr(Attribute::get(M.getContext(), "alloc-family", Alloc->Family));

@@ -59,12 +59,12 @@ Sender *make_sender() { return new Sender; }
 // CHECK-LABEL: define internal {{.*}}void @_ZN3BufIcEC2Em.nic_local(
 // CHECK-NOT: comdat
 // CHECK-SAME: {
-// CHECK: call {{.*}}@nic_new_site(
+// CHECK: call {{.*}}@nic_new_array_site(
 // CHECK-LABEL: define internal {{.*}}@_Z8make_bufm.nic_local(
 // CHECK-NOT: comdat
 // CHECK-SAME: {
 // CHECK: invoke {{.*}}@_ZN3BufIcEC2Em.nic_local(
 
-// REMARK-DAG: shared-definitions.cpp:16:{{.*}} remark: _Znam -> nic_new_site (site {{[0-9]+}}): reaches send arg 1 {{.*}} (in _ZN3BufIcEC2Em.nic_local, this module's copy of a function other modules share: linkonce_odr, in a comdat)
+// REMARK-DAG: shared-definitions.cpp:16:{{.*}} remark: _Znam -> nic_new_array_site (site {{[0-9]+}}): reaches send arg 1 {{.*}} (in _ZN3BufIcEC2Em.nic_local, this module's copy of a function other modules share: linkonce_odr, in a comdat)
 // REMARK-DAG: shared-definitions.cpp:48:{{.*}} remark: _Znam reaches send arg 1 {{.*}} but it is in _Z9weak_sendi (weak), which another module may define differently
 // REMARK-DAG: shared-definitions.cpp:54:{{.*}} remark: _Znam reaches send arg 1 {{.*}} but it is in _ZN6Sender2goEi (linkonce_odr, in a comdat), whose definition other modules share, and no function this module defines alone calls it directly
