@@ -67,11 +67,8 @@ unsigned nic_cxx_replaced_families(void) {
   for (size_t f = 0; f < 2; f++) {
     if (!family_replaced(firsts[f])) continue;
     state |= nic_cxx_family(firsts[f]);
-    for (unsigned op = firsts[f]; op < firsts[f] + NIC_CXX_ALIGNED; op++) {
-      void *bound;
-      nic_calls_reach_here(names[op], &bound);
-      __atomic_store_n(&program_ops[op], bound, __ATOMIC_RELAXED);
-    }
+    for (unsigned op = firsts[f]; op < firsts[f] + NIC_CXX_ALIGNED; op++)
+      __atomic_store_n(&program_ops[op], dlsym(RTLD_DEFAULT, names[op]), __ATOMIC_RELAXED);
   }
   /* Threads that looked at the same time found the same: the last store stands. */
   __atomic_store_n(&nic_cxx_replaced, (unsigned char)state, __ATOMIC_RELEASE);
@@ -90,21 +87,15 @@ static bool runtime_looked; /* runtime_ops are written before it turns true */
 
 /* The definitions of names in the object that holds get_new_handler, none of them this one's. */
 static void look_up_runtime(void) {
-  Dl_info info;
-  struct link_map *runtime = NULL, *here = NULL, *map;
-  void *get_new_handler = dlsym(RTLD_DEFAULT, "_ZSt15get_new_handlerv");
-  if (!get_new_handler || !dladdr1(get_new_handler, &info, (void **)&runtime, RTLD_DL_LINKMAP) ||
-      !runtime || !dladdr1((const void *)look_up_runtime, &info, (void **)&here, RTLD_DL_LINKMAP) ||
-      runtime == here)
-    return;
+  struct link_map *runtime = nic_object_of(dlsym(RTLD_DEFAULT, "_ZSt15get_new_handlerv"));
+  if (!runtime || runtime == nic_object_of((const void *)look_up_runtime)) return;
   /* The program's own link map has an empty name; dlopen(NULL) is its handle. The object's own
    * definitions come first in its scope, its libraries' after them: each is checked. */
   void *lib = dlopen(runtime->l_name[0] ? runtime->l_name : NULL, RTLD_LAZY | RTLD_NOLOAD);
   if (!lib) return;
   for (int op = 0; op < NIC_CXX_OPS; op++) {
     void *sym = dlsym(lib, names[op]);
-    if (sym && dladdr1(sym, &info, (void **)&map, RTLD_DL_LINKMAP) && map == runtime)
-      __atomic_store_n(&runtime_ops[op], sym, __ATOMIC_RELAXED);
+    if (nic_object_of(sym) == runtime) __atomic_store_n(&runtime_ops[op], sym, __ATOMIC_RELAXED);
   }
   dlclose(lib);
 }

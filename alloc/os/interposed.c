@@ -84,17 +84,20 @@ static void find_definition(const char *name, Dl_info *owner, struct link_map **
   *owner_map = NULL;
 }
 
+struct link_map *nic_object_of(const void *addr) {
+  struct dl_find_object found;
+  return addr && _dl_find_object((void *)addr, &found) == 0 ? found.dlfo_link_map : NULL;
+}
+
 bool nic_calls_reach_here(const char *name, void **bound) {
-  const void *f;
-  Dl_info owner, here;
-  struct link_map *map = NULL;
-  const bool here_directly = bound_here(name, &f, &owner, &map);
-  *bound = (void *)f;
-  if (here_directly || !f) return true;
-  if (!is_program_entry(name, f)) return false;
+  *bound = dlsym(RTLD_DEFAULT, name);
+  struct link_map *map = nic_object_of(*bound);
+  struct link_map *const here = nic_object_of((const void *)nic_interposed_check);
+  if (!*bound || map == here) return true;
+  if (!is_program_entry(name, *bound)) return false;
+  Dl_info owner;
   find_definition(name, &owner, &map);
-  return map && dladdr((const void *)nic_interposed_check, &here) &&
-         owner.dli_fbase == here.dli_fbase;
+  return map == here;
 }
 
 static bool interposed = true;

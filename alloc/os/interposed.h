@@ -28,6 +28,10 @@ struct nic_program_alloc {
 };
 const struct nic_program_alloc *nic_program_alloc(void);
 
+/* The loaded object that holds addr (NULL: none), found by its address range, where dladdr would
+ * read the object's symbol table through. */
+struct link_map *nic_object_of(const void *addr);
+
 /* Whether the calls the program and its libraries make to name (a function) reach the definition
  * in the object that holds this code, through the program's own entry for it where a program
  * built without PIE has one. *bound: what dlsym answers for name, which calls reach in either
