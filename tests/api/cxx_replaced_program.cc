@@ -39,6 +39,14 @@ template <typename T> T *kept(T *p) {
 
 long calls[4];
 
+// Before main too, where the first of these forms may be the process's first call of them.
+struct BeforeMain {
+  BeforeMain() {
+    delete[] kept(new Node[2]);
+    calls[0]++, calls[1]++;
+  }
+} before_main;
+
 } // namespace
 
 int main() {
@@ -49,7 +57,7 @@ int main() {
   delete[] kept(new (std::nothrow) char[50]); // nothrow new[]
   operator delete(kept(operator new(10)), std::nothrow);
   operator delete[](kept(operator new[](10)), std::nothrow);
-  calls[0] = calls[1] = 7;
+  calls[0] += 7, calls[1] += 7;
   delete kept(new Line);                     // aligned new, sized aligned delete
   delete[] kept(new Line[2]);                // aligned new[], aligned delete[]
   delete[] kept(new LineNode[2]);            // aligned new[], sized aligned delete[]
@@ -58,7 +66,7 @@ int main() {
   operator delete(kept(operator new(10, std::align_val_t(64))), std::align_val_t(64), std::nothrow);
   operator delete[](kept(operator new[](10, std::align_val_t(64))), std::align_val_t(64),
                     std::nothrow);
-  calls[2] = calls[3] = 7;
+  calls[2] += 7, calls[3] += 7;
 #ifdef CXX_REPLACED_SITES
   // The LLVM pass's sites for these new-expressions allocate through the program's operators,
   // whose deletes take what they make.

@@ -100,7 +100,7 @@ TEST(CxxNew, ReplacedBasicOperatorsServeEveryFormOfTheirFamily) {
       EXPECT_GE(r.num(form + "_calls"), 7) << r.out;
       EXPECT_EQ(r.num(form + "_seen"), r.num(form + "_calls")) << form << "\n" << r.out;
     }
-    EXPECT_EQ(r.num("new_calls"), program == NIC_CXX_REPLACED_PROGRAM_LINKED ? 11 : 7) << r.out;
+    EXPECT_EQ(r.num("new_calls"), program == NIC_CXX_REPLACED_PROGRAM_LINKED ? 12 : 8) << r.out;
     EXPECT_EQ(r.num("impossible_nothrow_nulls"), 4) << r.out;
   }
 }
