@@ -82,12 +82,18 @@ void *nic_cxx_program_operator(enum nic_cxx_op op) {
              : NULL;
 }
 
+/* std::get_new_handler, defined by the C++ runtime where one is loaded: a weak reference, as a
+ * lookup by name that fails would leave an error for the program's next dlerror. */
+typedef void (*new_handler_fn)(void);
+extern new_handler_fn _ZSt15get_new_handlerv(void) __attribute__((weak));
+
 static void *runtime_ops[NIC_CXX_OPS];
 static bool runtime_looked; /* runtime_ops are written before it turns true */
 
 /* The definitions of names in the object that holds get_new_handler, none of them this one's. */
 static void look_up_runtime(void) {
-  struct link_map *runtime = nic_object_of(dlsym(RTLD_DEFAULT, "_ZSt15get_new_handlerv"));
+  new_handler_fn (*get_new_handler)(void) = _ZSt15get_new_handlerv;
+  struct link_map *runtime = nic_object_of(*(void **)&get_new_handler);
   if (!runtime || runtime == nic_object_of((const void *)look_up_runtime)) return;
   /* The program's own link map has an empty name; dlopen(NULL) is its handle. The object's own
    * definitions come first in its scope, its libraries' after them: each is checked. */
