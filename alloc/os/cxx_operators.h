@@ -50,19 +50,20 @@ static inline bool nic_cxx_maybe_replaced(unsigned family) {
 #endif
 }
 
-/* The replaced families, looked up the first time (in the symbol table, which may allocate:
- * call it inside nicmalloc's internal scope) and read after. A call made while this thread looks
- * answers none replaced, and looks again next time. */
-unsigned nic_cxx_replaced_families(void);
+/* These never throw (nothrow: cxx_new.c, built with -fexceptions, needs no unwinding tables, nor
+ * libgcc_s, for the scopes it holds around them). The replaced families, looked up the first time
+ * (in the symbol table, which may allocate: call it inside nicmalloc's internal scope) and read
+ * after. A call made while this thread looks answers none replaced, and looks again next time. */
+unsigned nic_cxx_replaced_families(void) __attribute__((nothrow));
 
 /* What the program's calls of op reach (its replacement, or nicmalloc's own definition), where
  * op's family is replaced; NULL where it is not. */
-void *nic_cxx_program_operator(enum nic_cxx_op op);
+void *nic_cxx_program_operator(enum nic_cxx_op op) __attribute__((nothrow));
 
 /* The C++ runtime's own definition of op, looked up the first time in the object that defines
  * std::get_new_handler (libstdc++, or a program that links it statically), not in lookup order:
  * libmimalloc, which nicmalloc needs, defines the operators too. NULL where there is none, or
  * where the definition found is nicmalloc's. */
-void *nic_cxx_runtime_operator(enum nic_cxx_op op);
+void *nic_cxx_runtime_operator(enum nic_cxx_op op) __attribute__((nothrow));
 
 #endif
