@@ -242,11 +242,14 @@ void *nic_alloc_from(size_t size, size_t alignment, bool zero, enum nic_route ro
                      const void *caller) {
   const int saved_errno = errno;
   nic_startup();
-  /* Profile-guided sites (routing/profile.c): sampling and routing take over when either is on. */
+  /* Profile-guided sites (routing/profile.c): sampling and routing take over when either is on.
+   * Not for nicmalloc's own blocks, nor for those glibc makes for a thread's lifetime (a key
+   * block from a pool, control_alloc): no site to route, and no mimalloc block to record. */
   const nic_alloc_router_fn router = __atomic_load_n(&nic_alloc_router, __ATOMIC_ACQUIRE);
-  void *p = __builtin_expect(router != NULL, 0) && !nic_self.internal_depth
-                ? router(size, alignment, zero, route, caller)
-                : nic_alloc_core(size, alignment, zero, route);
+  void *p =
+      __builtin_expect(router != NULL, 0) && !nic_self.internal_depth && !nic_self.lifetime_depth
+          ? router(size, alignment, zero, route, caller)
+          : nic_alloc_core(size, alignment, zero, route);
   errno = p ? saved_errno : ENOMEM;
   return p;
 }
