@@ -75,7 +75,7 @@
   X("fence", fence_mismatches, uint64_t, count, "# written while posted", "NICMALLOC_FENCE=detect: entries found written while posted") \
   X("NIC cache", nic_regions, uint64_t, count, "# regions", "registrations alive with the default backend: chunk steps, cache regions, and those of a request of its own (remote access, a range across steps)") \
   X("NIC cache", nic_entries_needed, uint64_t, count, "# entries needed", "MPT + MTT entries the NIC needs to hold all of them") \
-  X("NIC cache", nic_working_set, uint64_t, count, "working set #", "entries touched by the last window of posted entries") \
+  X("NIC cache", nic_working_set, uint64_t, count, "working set #", "distinct MPT and MTT entries among the last ones posts looked up (the window: 4 x the capacity of them)") \
   X("NIC cache", nic_cache_capacity, uint32_t, count, "capacity #", "entries the NIC caches (NICMALLOC_SIM_TCACHE*)") \
   X("NIC cache", nic_pressure_pct, uint32_t, percent, "pressure #", "working set / capacity; above 100 the NIC thrashes") \
   X("NIC cache", nic_modeled_misses, uint64_t, count, "# modeled misses", "modeled translation misses of everything posted") \

@@ -17,8 +17,9 @@
 static pthread_mutex_t lock = PTHREAD_MUTEX_INITIALIZER;
 NIC_FORKLOCK_MUTEX(pressure, NIC_FORK_PRESSURE, &lock, NULL);
 /* The settings are read by the first post or stats read; the model (about 1.4 MiB for the cx5
- * preset's 16,384 entries) is built by the first post only, so a program that posts nothing and
- * reads its statistics (NICMALLOC_STATS at exit) does not pay for it. */
+ * preset's 16,384 entries, and up to 7 MiB more as its window of 65,536 lookups fills) is built
+ * by the first post only, so a program that posts nothing and reads its statistics
+ * (NICMALLOC_STATS at exit) does not pay for it. */
 static pthread_once_t params_once = PTHREAD_ONCE_INIT, model_once = PTHREAD_ONCE_INIT;
 static struct nic_tcache *model; /* NULL before the first post, or when the settings are unusable */
 static struct nic_tcache_params params;
@@ -31,7 +32,7 @@ static struct busy {
 
 static void read_params(void) {
   nic_tcache_params_from_env(&params);
-  if (params.window == 0) params.window = 4096;
+  if (params.window == 0) params.window = params.capacity * NIC_TCACHE_WINDOW_PER_ENTRY;
   params.page_size = MODEL_PAGE;
 }
 

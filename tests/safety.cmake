@@ -76,12 +76,18 @@ nic_gtest_with_env(test_fence_lock_again ${NIC_SAFETY_ENV} NICMALLOC_FENCE=prote
 gtest_discover_tests(test_fence_lock_again PROPERTIES TIMEOUT 120 DISCOVERY_TIMEOUT 60)
 
 # Translation-cache pressure, once with a tiny NIC cache (pressure, copies) and once with the
-# default one (none).
+# default one (none); then the signal's own cases, each in a process of its own (the model is
+# the process's) with the cache it needs.
 add_executable(test_pressure safety/test_pressure.cc)
 target_link_libraries(test_pressure PRIVATE nicmalloc GTest::gtest GTest::gtest_main)
-add_test(NAME pressure_tiny_cache COMMAND test_pressure)
-set_tests_properties(pressure_tiny_cache PROPERTIES ENVIRONMENT
-  "NICMALLOC_BACKEND=sim;NICMALLOC_SIM_TCACHE=tiny;NICMALLOC_SIM_DELAYS=fixed:20" TIMEOUT 120)
-add_test(NAME pressure_default_cache COMMAND test_pressure)
-set_tests_properties(pressure_default_cache PROPERTIES ENVIRONMENT
-  "NICMALLOC_BACKEND=sim;NICMALLOC_SIM_DELAYS=fixed:20" TIMEOUT 120)
+function(nic_pressure_test name test cache)
+  add_test(NAME ${name} COMMAND test_pressure --gtest_filter=Pressure.${test})
+  set(env "NICMALLOC_BACKEND=sim;NICMALLOC_SIM_DELAYS=fixed:20")
+  if(cache)
+    set(env "${env};NICMALLOC_SIM_TCACHE=${cache}")
+  endif()
+  set_tests_properties(${name} PROPERTIES ENVIRONMENT "${env}" TIMEOUT 120)
+endfunction()
+nic_pressure_test(pressure_tiny_cache ManyRegionsInATinyCacheCopySmallNewEntries tiny)
+nic_pressure_test(pressure_default_cache ManyRegionsInATinyCacheCopySmallNewEntries "")
+nic_pressure_test(pressure_every_lookup_missing EveryLookupMissingGoesPastTheCapacity "")

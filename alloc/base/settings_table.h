@@ -120,9 +120,12 @@
     NIC_REACH_VALUE,                                                                               \
     "sim translation-cache page size (`4K`, `2M`, `1G` or any power of two between), "             \
     "overriding the preset's")                                                                     \
-  X(SIM_TCACHE_WINDOW, "NICMALLOC_SIM_TCACHE_WINDOW", NIC_T_SIZE, "", 0, 1ull << 20, "",           \
+  X(SIM_TCACHE_WINDOW, "NICMALLOC_SIM_TCACHE_WINDOW", NIC_T_SIZE, "", 0, 1ull << 26, "",           \
     NIC_REACH_VALUE,                                                                               \
-    "sim translation-cache working-set window in accesses, overriding the preset's")               \
+    "sim translation-cache working-set window in entries looked up (an access's MPT entries "      \
+    "and every page it spans), overriding the preset's 4 x the capacity: a window not well over "  \
+    "the capacity cannot show the cache overcommitted. 0: the sim keeps no working set (the "      \
+    "pressure figures still use 4 x the capacity)")                                                \
   X(SIM_MISS_NS, "NICMALLOC_SIM_MISS_NS", NIC_T_SIZE, "", 0, 1000000000, "", NIC_REACH_VALUE,      \
     "sim translation-cache miss penalty in nanoseconds, overriding the preset's")                  \
   X(SIM_DELAYS, "NICMALLOC_SIM_DELAYS", NIC_T_TEXT, "", 0, 10000000, "fixed:", NIC_REACH_FILE,     \

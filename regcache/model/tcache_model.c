@@ -18,11 +18,14 @@
 #include <string.h>
 #include <sys/mman.h>
 
-/* Each number's basis is written next to it; "estimate" means we found no public figure. */
+/* Each number's basis is written next to it; "estimate" means we found no public figure. The
+ * window is not the NIC's: it is how far back the working set is counted (tcache_model.h). */
 static const struct nic_tcache_preset presets[] = {
-    {"tiny", {8, 1, 4096, 1000, 16}, "For tests, not a device: small enough to follow by hand."},
+    {"tiny",
+     {8, 1, 4096, 1000, 8 * NIC_TCACHE_WINDOW_PER_ENTRY},
+     "For tests, not a device: small enough to follow by hand."},
     {"cx4",
-     {8192, 1, 4096, 1000, 4096},
+     {8192, 1, 4096, 1000, 8192 * NIC_TCACHE_WINDOW_PER_ENTRY},
      "ConnectX-4. capacity: estimate; NVIDIA does not publish the on-chip cache size for ICM "
      "(MPT/MTT) entries. 8192 entries puts the knee at 32 MiB of randomly touched 4 KiB pages, "
      "in the tens-of-MB range where, in our reading, FaRM (NSDI'14), LITE (SOSP'17) and Storm "
@@ -32,18 +35,18 @@ static const struct nic_tcache_preset presets[] = {
      "layout allows, so use 2M/1G for hugepage chunks. miss_ns: estimate, one PCIe round trip "
      "to host memory; the seed paper's ~1 us (measured on ConnectX-5) is assumed."},
     {"cx5",
-     {16384, 1, 4096, 1000, 4096},
+     {16384, 1, 4096, 1000, 16384 * NIC_TCACHE_WINDOW_PER_ENTRY},
      "ConnectX-5. capacity: estimate, assumed twice cx4 (not published; off by 4-10x). "
      "miss_ns: the seed paper (HotOS'21) puts an MR translation miss at about 1 us on this NIC, "
      "the best-sourced number here and still approximate (+-50%). Others as cx4."},
     {"cx6dx",
-     {32768, 1, 4096, 1000, 4096},
+     {32768, 1, 4096, 1000, 32768 * NIC_TCACHE_WINDOW_PER_ENTRY},
      "ConnectX-6 Dx. capacity: estimate, assumed twice cx5 (not published; Kong et al., "
      "NSDI'23, study translation-cache contention on recent ConnectX parts without giving a "
      "size). miss_ns: estimate, kept at 1 us: PCIe Gen4 speeds the transfer, not the round trip "
      "to memory that dominates a miss. Others as cx4."},
     {"bluefield2",
-     {32768, 1, 4096, 1200, 4096},
+     {32768, 1, 4096, 1200, 32768 * NIC_TCACHE_WINDOW_PER_ENTRY},
      "BlueField-2 DPU. Its NIC is a ConnectX-6 Dx core: capacity as cx6dx (estimate). miss_ns: "
      "guess, +200 ns over cx6dx for the DPU's internal PCIe switch between host and NIC; not "
      "measured."},
@@ -62,7 +65,7 @@ const struct nic_tcache_preset *nic_tcache_preset_find(const char *name) {
 bool nic_tcache_params_valid(const struct nic_tcache_params *p) {
   return p->capacity >= 1 && p->capacity <= (1u << 24) && p->mpt_per_region <= 16 &&
          p->page_size >= 4096 && p->page_size <= (1ull << 30) &&
-         !(p->page_size & (p->page_size - 1)) && p->window <= (1u << 20);
+         !(p->page_size & (p->page_size - 1)) && p->window <= NIC_TCACHE_WINDOW_MAX;
 }
 
 uint64_t nic_tcache_entries_for(const struct nic_tcache_params *p, uintptr_t base, size_t len) {
@@ -84,6 +87,8 @@ void nic_tcache_params_from_env(struct nic_tcache_params *out) {
   override(NIC_S_SIM_TCACHE_ENTRIES, &cap);
   override(NIC_S_SIM_TCACHE_PAGE, &page);
   override(NIC_S_SIM_MISS_NS, &miss);
+  /* The window follows the capacity it is compared with, unless it is given too. */
+  if (cap != out->capacity) win = cap * NIC_TCACHE_WINDOW_PER_ENTRY;
   override(NIC_S_SIM_TCACHE_WINDOW, &win);
   out->capacity = (uint32_t)cap;
   out->page_size = page;
@@ -185,7 +190,8 @@ struct node {
   uint32_t prev, next; /* toward MRU / toward LRU; next also links the free list */
 };
 struct wrec {
-  uint64_t region, first_page, pages;
+  uint64_t region, first_page;
+  uint64_t pages; /* pages still in the window: the oldest record loses its first ones as it ages */
 };
 
 struct nic_tcache {
@@ -197,11 +203,17 @@ struct nic_tcache {
   uint32_t fresh; /* nodes[fresh..] were never used: handed out in order, so untouched pages stay
                    * unbacked until the cache fills that far */
   struct nic_tcache_counters c;
-  struct map ws;   /* window: key -> accesses in the window that touched it */
+  struct map ws;   /* window: key -> records in the window that touch it */
   size_t ws_limit; /* most distinct keys the window tracks (bounds its memory) */
   struct wrec *ring;
-  uint32_t ring_len, ring_pos;
+  uint32_t ring_cap, ring_len, ring_old; /* records; the oldest at ring_old */
+  uint64_t ring_entries;                 /* lookups the records hold: MPT + pages each */
 };
+
+/* Records the ring needs when each holds the fewest lookups an access of one page makes. */
+static uint32_t ring_records(const struct nic_tcache_params *p) {
+  return p->window / (p->mpt_per_region + 1) + 1;
+}
 
 struct nic_tcache *nic_tcache_new(const struct nic_tcache_params *p) {
   if (!p || !nic_tcache_params_valid(p)) {
@@ -213,7 +225,8 @@ struct nic_tcache *nic_tcache_new(const struct nic_tcache_params *p) {
   m->p = *p;
   m->shift = (unsigned)__builtin_ctzll(p->page_size);
   m->nodes = table_map(p->capacity * sizeof *m->nodes);
-  m->ring = p->window ? table_map(p->window * sizeof *m->ring) : NULL;
+  m->ring_cap = p->window ? ring_records(p) : 0;
+  m->ring = p->window ? table_map(m->ring_cap * sizeof *m->ring) : NULL;
   bool ok = m->nodes && (m->ring || !p->window) && map_init(&m->idx, p->capacity) &&
             map_init(&m->ws, p->window ? 64 : 1);
   if (!ok) {
@@ -240,7 +253,7 @@ void nic_tcache_free(struct nic_tcache *m) {
   map_release(&m->idx);
   map_release(&m->ws);
   if (m->nodes) nic_unmap(m->nodes, m->p.capacity * sizeof *m->nodes);
-  if (m->ring) nic_unmap(m->ring, m->p.window * sizeof *m->ring);
+  if (m->ring) nic_unmap(m->ring, m->ring_cap * sizeof *m->ring);
   nic_unmap(m, sizeof *m);
 }
 
@@ -323,6 +336,36 @@ static void ws_apply(struct nic_tcache *m, const struct wrec *r, int delta) {
     ws_count(m, (struct key){r->region, r->first_page + i}, delta);
 }
 
+/* The window is the last `window` lookups, not accesses: an access looks up its MPT entries and
+ * each page it spans, and a window of accesses could never hold more than accesses x (MPT +
+ * pages) entries, however far past the capacity the program goes. Room is made from the
+ * oldest lookups: whole records, or the first pages of the oldest one. */
+static void ws_record(struct nic_tcache *m, uint64_t region, uint64_t first, uint64_t pages) {
+  const uint64_t cost = m->p.mpt_per_region + pages;
+  while (m->ring_len && (m->ring_len == m->ring_cap || m->ring_entries + cost > m->p.window)) {
+    struct wrec *old = &m->ring[m->ring_old];
+    const uint64_t over = m->ring_entries + cost > m->p.window
+                              ? m->ring_entries + cost - m->p.window
+                              : old->pages + m->p.mpt_per_region; /* ring full: the whole record */
+    if (over < old->pages) {
+      for (uint64_t i = 0; i < over; i++)
+        ws_count(m, (struct key){old->region, old->first_page + i}, -1);
+      old->first_page += over;
+      old->pages -= over;
+      m->ring_entries -= over;
+      break;
+    }
+    ws_apply(m, old, -1);
+    m->ring_entries -= m->p.mpt_per_region + old->pages;
+    m->ring_old = (m->ring_old + 1) % m->ring_cap;
+    m->ring_len--;
+  }
+  struct wrec *r = &m->ring[(m->ring_old + m->ring_len++) % m->ring_cap];
+  *r = (struct wrec){region, first, pages};
+  m->ring_entries += cost;
+  ws_apply(m, r, +1);
+}
+
 uint32_t nic_tcache_access(struct nic_tcache *m, uint64_t region, uintptr_t region_base,
                            uintptr_t addr, size_t len) {
   if (addr < region_base) region_base = addr; /* outside the contract: keep keys sane */
@@ -339,14 +382,7 @@ uint32_t nic_tcache_access(struct nic_tcache *m, uint64_t region, uintptr_t regi
   m->c.misses += mpt + mtt;
   m->c.modeled_ns += (uint64_t)(mpt + mtt) * m->p.miss_ns;
   if (m->p.window && m->c.ws_valid) {
-    struct wrec r = {region, first, pages};
-    if (m->ring_len == m->p.window)
-      ws_apply(m, &m->ring[m->ring_pos], -1);
-    else
-      m->ring_len++;
-    m->ring[m->ring_pos] = r;
-    m->ring_pos = (m->ring_pos + 1) % m->p.window;
-    ws_apply(m, &r, +1);
+    ws_record(m, region, first, pages);
     m->c.ws_entries = m->c.ws_regions * m->p.mpt_per_region + m->c.ws_pages;
     if (m->c.ws_entries > m->c.ws_peak_entries) m->c.ws_peak_entries = m->c.ws_entries;
   }

@@ -4,8 +4,11 @@
  * with. Both kinds share one LRU cache of `capacity` entries; every entry a DMA needs that is
  * not cached costs one miss (a PCIe read of host memory, ~1 us).
  *
- * Also counts the working set: distinct regions and pages touched by the last `window`
- * accesses, which is what the pressure figure compares with the capacity.
+ * Also counts the working set: distinct regions and pages among the last `window` entries looked
+ * up (an access looks up its region's MPT entries, then each page it spans), which is what the
+ * pressure figure compares with the capacity. A window of a few times the capacity can show a
+ * cache overcommitted that many times over: every lookup of a cache that misses on each one is
+ * a distinct entry.
  *
  * Standalone: libc only, no other nicmalloc module. Not thread-safe: one model per thread, or
  * the caller serializes. Used by the sim backend, the MR-miss benchmark and the pressure
@@ -26,8 +29,12 @@ struct nic_tcache_params {
   uint32_t mpt_per_region; /* entries each region's MPT takes; 0 = do not model MPT; <= 16 */
   uint64_t page_size;      /* MTT granularity: a power of two from 4 KiB to 1 GiB */
   uint32_t miss_ns;        /* modeled cost of one miss */
-  uint32_t window;         /* accesses in the working-set window; 0 = off; <= 2^20 */
+  uint32_t window;         /* entries looked up in the working-set window; 0 = off; <= 2^26 */
 };
+
+/* The presets' window, per entry of capacity (and the window of a capacity given alone). */
+#define NIC_TCACHE_WINDOW_PER_ENTRY 4u
+#define NIC_TCACHE_WINDOW_MAX (NIC_TCACHE_WINDOW_PER_ENTRY << 24)
 
 struct nic_tcache_preset {
   const char *name;
@@ -43,9 +50,10 @@ const struct nic_tcache_preset *nic_tcache_preset_find(const char *name);
 const struct nic_tcache_preset *nic_tcache_preset_at(size_t i);
 
 /* Fills *out from NICMALLOC_SIM_TCACHE (preset, default cx5), then the overrides
- * NICMALLOC_SIM_TCACHE_ENTRIES, NICMALLOC_SIM_TCACHE_PAGE (4K, 2M, 1G or any power of two in
- * between), NICMALLOC_SIM_MISS_NS and NICMALLOC_SIM_TCACHE_WINDOW. A bad value is warned
- * about once, by settings.c, and keeps the preset's number. */
+ * NICMALLOC_SIM_TCACHE_ENTRIES (which scales the window with it, NIC_TCACHE_WINDOW_PER_ENTRY),
+ * NICMALLOC_SIM_TCACHE_PAGE (4K, 2M, 1G or any power of two in between), NICMALLOC_SIM_MISS_NS
+ * and NICMALLOC_SIM_TCACHE_WINDOW. A bad value is warned about once, by settings.c, and keeps
+ * the preset's number. */
 void nic_tcache_params_from_env(struct nic_tcache_params *out);
 /* True when every field is in range. */
 bool nic_tcache_params_valid(const struct nic_tcache_params *p);
@@ -62,7 +70,7 @@ struct nic_tcache_counters {
   uint64_t evictions;  /* entries pushed out by capacity */
   uint64_t modeled_ns; /* misses x miss_ns */
   uint64_t resident;   /* entries cached now */
-  /* Working set over the last `window` accesses (all 0 when the window is off). */
+  /* Working set over the last `window` entries looked up (all 0 when the window is off). */
   uint64_t ws_regions;      /* distinct regions */
   uint64_t ws_pages;        /* distinct (region, page) pairs */
   uint64_t ws_entries;      /* ws_regions x mpt_per_region + ws_pages: compare with capacity */
@@ -75,9 +83,11 @@ struct nic_tcache_counters {
 
 struct nic_tcache;
 
-/* NULL with errno EINVAL (bad params) or ENOMEM. Allocates all cache memory up front; only the
- * working-set table grows later. Its memory is mapped by system call, never malloc'd, so a
- * caller may update the model under a lock that the allocator's paths may need. */
+/* NULL with errno EINVAL (bad params) or ENOMEM. Allocates all cache memory up front (and the
+ * window's records: 24 bytes per MPT + 1 entries of it, touched as they fill); only the
+ * working-set table grows later (24-byte slots, at most half of them used). Its memory is mapped by
+ * system call, never malloc'd, so a caller may update the model under a lock that the allocator's
+ * paths may need. */
 struct nic_tcache *nic_tcache_new(const struct nic_tcache_params *p);
 struct nic_tcache *nic_tcache_new_preset(const char *name);
 void nic_tcache_free(struct nic_tcache *m);

@@ -134,26 +134,47 @@ TEST(TcacheModel, ForgetDropsOnlyThatRegion) {
   EXPECT_EQ(nic_tcache_access(m.get(), 1, BASE, BASE, K4), 2u);
 }
 
-TEST(TcacheWindow, CountsDistinctRegionsAndPagesOfLastAccesses) {
-  Model m = make(1024, 1, K4, 3);
+TEST(TcacheWindow, CountsDistinctRegionsAndPagesOfTheLastLookups) {
+  Model m = make(1024, 1, K4, 8); // the last 8 entries looked up
   auto ws = [&] { return counters(m); };
-  nic_tcache_access(m.get(), 1, BASE, BASE, 64); // r1 p0
+  nic_tcache_access(m.get(), 1, BASE, BASE, 4 * K4); // r1 p0-p3: 5 lookups
   EXPECT_EQ(ws().ws_regions, 1u);
-  EXPECT_EQ(ws().ws_pages, 1u);
-  nic_tcache_access(m.get(), 1, BASE, BASE + K4, 2 * K4); // r1 p1 p2
-  nic_tcache_access(m.get(), 2, BASE, BASE, 64);          // r2 p0
+  EXPECT_EQ(ws().ws_pages, 4u);
+  EXPECT_EQ(ws().ws_entries, 5u) << "1 MPT + 4 MTT";
+  nic_tcache_access(m.get(), 2, BASE, BASE, 64); // r2 p0: 7 lookups
+  EXPECT_EQ(ws().ws_regions, 2u);
+  EXPECT_EQ(ws().ws_pages, 5u);
+  EXPECT_EQ(ws().ws_entries, 7u);
+  nic_tcache_access(m.get(), 2, BASE, BASE, 64); // 9 lookups: r1's p0 leaves, the oldest
   EXPECT_EQ(ws().ws_regions, 2u);
   EXPECT_EQ(ws().ws_pages, 4u);
-  EXPECT_EQ(ws().ws_entries, 6u) << "2 MPT + 4 MTT";
-  nic_tcache_access(m.get(), 2, BASE, BASE, 64); // r1 p0 leaves the window; r2 p0 twice
+  nic_tcache_access(m.get(), 2, BASE, BASE, 64); // then its p1 and p2
   EXPECT_EQ(ws().ws_regions, 2u);
-  EXPECT_EQ(ws().ws_pages, 3u);
-  nic_tcache_access(m.get(), 2, BASE, BASE, 64); // r1 p1 p2 leave: only r2 p0 remains
+  EXPECT_EQ(ws().ws_pages, 2u) << "r1 p3, r2 p0";
+  EXPECT_EQ(ws().ws_entries, 4u);
+  nic_tcache_access(m.get(), 2, BASE, BASE, 64); // r1 leaves: only r2 p0 remains
   EXPECT_EQ(ws().ws_regions, 1u);
   EXPECT_EQ(ws().ws_pages, 1u);
   EXPECT_EQ(ws().ws_entries, 2u);
-  EXPECT_EQ(ws().ws_peak_entries, 6u);
+  EXPECT_EQ(ws().ws_peak_entries, 7u);
   EXPECT_TRUE(ws().ws_valid);
+}
+
+// A cache that misses on every lookup (each access a region never seen) shows a working set
+// past its capacity with every preset: a window of accesses (4096 of them, each 1 MPT + 1 MTT
+// entry) topped out at 8192 entries, half of cx5's capacity, whatever the program did.
+TEST(TcacheWindow, ACacheMissingEveryLookupShowsOverCapacity) {
+  for (size_t i = 0; const nic_tcache_preset *p = nic_tcache_preset_at(i); i++) {
+    Model m(nic_tcache_new(&p->params));
+    ASSERT_NE(m, nullptr) << p->name;
+    const uint64_t accesses = 2ull * p->params.capacity;
+    for (uint64_t r = 1; r <= accesses; r++)
+      nic_tcache_access(m.get(), r, BASE, BASE, 64);
+    nic_tcache_counters c = counters(m);
+    EXPECT_EQ(c.misses, c.lookups) << p->name;
+    EXPECT_GT(c.ws_entries, p->params.capacity) << p->name;
+    EXPECT_EQ(c.ws_entries, p->params.window) << p->name << ": every lookup a distinct entry";
+  }
 }
 
 TEST(TcacheWindow, StopsCountingPastItsBoundAndSaysSo) {
@@ -225,6 +246,17 @@ TEST(TcacheSettings, PresetAndOverridesFromEnvironment) {
   EXPECT_EQ(p.mpt_per_region, nic_tcache_preset_find("cx4")->params.mpt_per_region);
   for (const char *v : tcache_vars)
     unsetenv(v);
+}
+
+TEST(TcacheSettings, ACapacityGivenAloneScalesTheWindow) {
+  setenv("NICMALLOC_SIM_TCACHE_ENTRIES", "100", 1);
+  nic_settings_reload(false);
+  nic_tcache_params p;
+  nic_tcache_params_from_env(&p);
+  EXPECT_EQ(p.capacity, 100u);
+  EXPECT_EQ(p.window, 100u * NIC_TCACHE_WINDOW_PER_ENTRY);
+  unsetenv("NICMALLOC_SIM_TCACHE_ENTRIES");
+  nic_settings_reload(false);
 }
 
 TEST(TcacheSettings, BadValuesWarnOnceEachAndKeepDefaults) {
