@@ -1,4 +1,5 @@
 #include "pressure.h"
+#include "bounce.h"
 #include "chunk_reg.h"
 
 #include "chunks.h"
@@ -13,6 +14,11 @@
 
 #define MODEL_PAGE 4096u
 #define BUSY_SLOTS 64 /* regions tracked for the report; the busiest survive */
+/* Copying starts once the working set is over the capacity and stops only once it is back under
+ * 90% of it: between the two, the decision stays as it was, so that a working set at the
+ * capacity does not switch copying on and off from one post to the next. */
+#define HIGH_FROM_PCT 100u
+#define LOW_UNDER_PCT 90u
 
 static pthread_mutex_t lock = PTHREAD_MUTEX_INITIALIZER;
 NIC_FORKLOCK_MUTEX(pressure, NIC_FORK_PRESSURE, &lock, NULL);
@@ -41,9 +47,15 @@ static void make_model(void) {
   __atomic_store_n(&model, nic_tcache_new(&params), __ATOMIC_RELEASE);
 }
 
+/* Whether the entry's translations are its chunk step's: an arena entry, or a copy in a bounce
+ * slab of dataplane memory (a slab the chunks could not hold is a registration-cache region). */
+static bool in_step(const struct nic_sga_entry *e) {
+  return e->kind == NIC_REGION_ARENA || (e->kind == NIC_SGA_BOUNCE && nic_in_dp(e->addr));
+}
+
 /* Chunk steps and cache regions get distinct ids (cache lkeys are below 2^32). */
-static uint64_t region_of(const struct nic_sga_entry *e) {
-  if (e->kind == NIC_REGION_ARENA)
+static uint64_t region_of(const struct nic_sga_entry *e, bool step) {
+  if (step)
     return (1ull << 32) |
            ((uint64_t)nic_chunk_index(e->addr) * NIC_STEPS_MAX + nic_step_index(e->addr));
   return e->lkey;
@@ -66,13 +78,16 @@ void nic_pressure_note(const struct nic_sga_entry *entries, unsigned n) {
   if (!model) return;
   pthread_mutex_lock(&lock);
   for (unsigned i = 0; i < n; i++) {
+    /* Every entry, copies too: the NIC reads a copy through its bounce slab's translations,
+     * which take room in its cache like any other. Leaving them out also left the working set
+     * as it was for as long as every post was copied, and so the copying on for good. */
     const struct nic_sga_entry *e = &entries[i];
-    if (e->kind != NIC_REGION_ARENA && e->kind != NIC_REGION_CACHED) continue; /* bounce copies */
+    const bool step = in_step(e);
     uintptr_t addr = (uintptr_t)e->addr;
     size_t len = e->len;
     /* One model, one page size: a chunk on huge pages needs one translation per huge page, so
      * its addresses are scaled to count each huge page as one model page. */
-    if (e->kind == NIC_REGION_ARENA) {
+    if (step) {
       unsigned kind =
           nic_chunk_at(nic_chunk_index(e->addr))->steps[nic_step_index(e->addr)].mapping.kind;
       unsigned shift = kind == NIC_PAGE_1G ? 30 : kind >= NIC_PAGE_THP ? 21 : 12;
@@ -80,12 +95,16 @@ void nic_pressure_note(const struct nic_sga_entry *entries, unsigned n) {
       addr = first * MODEL_PAGE;
       len = (last - first + 1) * MODEL_PAGE;
     }
-    nic_tcache_access(model, region_of(e), 0, addr, len);
-    count_busy(region_of(e), (uintptr_t)e->addr);
+    nic_tcache_access(model, region_of(e, step), 0, addr, len);
+    count_busy(region_of(e, step), (uintptr_t)e->addr);
   }
   struct nic_tcache_counters c;
   nic_tcache_get(model, &c);
-  __atomic_store_n(&high, c.ws_valid ? c.ws_entries > params.capacity : 1, __ATOMIC_RELAXED);
+  const uint64_t pct_scaled = c.ws_entries * 100;
+  if (!c.ws_valid || pct_scaled > (uint64_t)params.capacity * HIGH_FROM_PCT)
+    __atomic_store_n(&high, 1, __ATOMIC_RELAXED);
+  else if (pct_scaled < (uint64_t)params.capacity * LOW_UNDER_PCT)
+    __atomic_store_n(&high, 0, __ATOMIC_RELAXED);
   pthread_mutex_unlock(&lock);
 }
 

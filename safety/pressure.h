@@ -3,7 +3,8 @@
  * tcache_model.h, sized by the NICMALLOC_SIM_TCACHE* settings, whatever the backend); its
  * sliding window gives the working set of regions and pages, and pressure is that working set
  * as a percentage of the cache's capacity. Above 100%, the NIC is missing translations on the
- * hot path, so nic_sga_add copies small entries that would need a new registration instead. */
+ * hot path, so nic_sga_add copies small entries that would need a new registration instead,
+ * until the working set is back under 90%. */
 #ifndef NIC_PRESSURE_H
 #define NIC_PRESSURE_H
 
@@ -12,9 +13,10 @@
 #include <stdbool.h>
 #include <stdint.h>
 
-/* Records the entries of one post. */
+/* Records the entries of one post, copies included (as lookups of their bounce slab's). */
 void nic_pressure_note(const struct nic_sga_entry *entries, unsigned n);
-/* True while the working set exceeds the cache: one relaxed load. */
+/* True from when the working set exceeds the cache until it is under 90% of it: one relaxed
+ * load. */
 bool nic_pressure_high(void);
 /* Counts a small entry copied because of pressure. */
 void nic_pressure_count_copy(void);
