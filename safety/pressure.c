@@ -100,10 +100,11 @@ void nic_pressure_note(const struct nic_sga_entry *entries, unsigned n) {
   }
   struct nic_tcache_counters c;
   nic_tcache_get(model, &c);
+  /* Partial figures (the window started afresh, out of memory) leave the decision as it was. */
   const uint64_t pct_scaled = c.ws_entries * 100;
-  if (!c.ws_valid || pct_scaled > (uint64_t)params.capacity * HIGH_FROM_PCT)
+  if (c.ws_valid && pct_scaled > (uint64_t)params.capacity * HIGH_FROM_PCT)
     __atomic_store_n(&high, 1, __ATOMIC_RELAXED);
-  else if (pct_scaled < (uint64_t)params.capacity * LOW_UNDER_PCT)
+  else if (c.ws_valid && pct_scaled < (uint64_t)params.capacity * LOW_UNDER_PCT)
     __atomic_store_n(&high, 0, __ATOMIC_RELAXED);
   pthread_mutex_unlock(&lock);
 }

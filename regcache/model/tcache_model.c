@@ -203,8 +203,8 @@ struct nic_tcache {
   uint32_t fresh; /* nodes[fresh..] were never used: handed out in order, so untouched pages stay
                    * unbacked until the cache fills that far */
   struct nic_tcache_counters c;
-  struct map ws;   /* window: key -> records in the window that touch it */
-  size_t ws_limit; /* most distinct keys the window tracks (bounds its memory) */
+  struct map ws;       /* window: key -> records in the window that touch it */
+  uint64_t ws_partial; /* lookups to count before the ws_ figures are whole again */
   struct wrec *ring;
   uint32_t ring_cap, ring_len, ring_old; /* records; the oldest at ring_old */
   uint64_t ring_entries;                 /* lookups the records hold: MPT + pages each */
@@ -238,7 +238,6 @@ struct nic_tcache *nic_tcache_new(const struct nic_tcache_params *p) {
   m->fresh = 0;
   m->mru = m->lru = NIL;
   m->c.ws_valid = true;
-  m->ws_limit = (size_t)p->capacity * 16 > 65536 ? (size_t)p->capacity * 16 : 65536;
   return m;
 }
 
@@ -312,28 +311,55 @@ static uint32_t touch(struct nic_tcache *m, struct key k) {
   return 1;
 }
 
-static void ws_count(struct nic_tcache *m, struct key k, int delta) {
+static uint64_t *ws_distinct(struct nic_tcache *m, struct key k) {
+  return k.sub == REGION_KEY ? &m->c.ws_regions : &m->c.ws_pages;
+}
+
+/* False when the table could not grow. */
+static bool ws_add(struct nic_tcache *m, struct key k) {
   struct slot *s = map_find(&m->ws, k);
-  uint64_t *distinct = k.sub == REGION_KEY ? &m->c.ws_regions : &m->c.ws_pages;
-  if (delta > 0 && s) {
+  if (s) {
     s->v++;
-  } else if (delta > 0) {
-    if (m->ws.used >= m->ws_limit || !(s = map_add(&m->ws, k))) {
-      m->c.ws_valid = false; /* counts would drift: freeze them and say so */
-      return;
-    }
-    s->v = 1;
-    ++*distinct;
-  } else if (s && --s->v == 0) {
+    return true;
+  }
+  if (!(s = map_add(&m->ws, k))) return false;
+  s->v = 1;
+  ++*ws_distinct(m, k);
+  return true;
+}
+
+static void ws_drop(struct nic_tcache *m, struct key k) {
+  struct slot *s = map_find(&m->ws, k);
+  if (s && --s->v == 0) {
     map_erase(&m->ws, s);
-    --*distinct;
+    --*ws_distinct(m, k);
   }
 }
 
-static void ws_apply(struct nic_tcache *m, const struct wrec *r, int delta) {
-  ws_count(m, (struct key){r->region, REGION_KEY}, delta);
-  for (uint64_t i = 0; i < r->pages && m->c.ws_valid; i++)
-    ws_count(m, (struct key){r->region, r->first_page + i}, delta);
+static bool ws_enter(struct nic_tcache *m, const struct wrec *r) {
+  bool ok = ws_add(m, (struct key){r->region, REGION_KEY});
+  for (uint64_t i = 0; i < r->pages && ok; i++)
+    ok = ws_add(m, (struct key){r->region, r->first_page + i});
+  return ok;
+}
+
+static void ws_leave(struct nic_tcache *m, const struct wrec *r) {
+  ws_drop(m, (struct key){r->region, REGION_KEY});
+  for (uint64_t i = 0; i < r->pages; i++)
+    ws_drop(m, (struct key){r->region, r->first_page + i});
+}
+
+/* The table could not grow (out of memory): counts half applied would drift for good, so the
+ * window starts afresh, in the table it has, and its figures are partial (ws_valid false) until
+ * a whole window of lookups has been counted again. */
+static void ws_restart(struct nic_tcache *m) {
+  memset(m->ws.s, 0, map_bytes(&m->ws));
+  m->ws.used = 0;
+  m->ring_len = 0;
+  m->ring_entries = 0;
+  m->c.ws_regions = m->c.ws_pages = 0;
+  m->c.ws_valid = false;
+  m->ws_partial = m->p.window;
 }
 
 /* The window is the last `window` lookups, not accesses: an access looks up its MPT entries and
@@ -341,6 +367,14 @@ static void ws_apply(struct nic_tcache *m, const struct wrec *r, int delta) {
  * pages) entries, however far past the capacity the program goes. Room is made from the
  * oldest lookups: whole records, or the first pages of the oldest one. */
 static void ws_record(struct nic_tcache *m, uint64_t region, uint64_t first, uint64_t pages) {
+  /* An access enters with its last lookups only, as many as the window holds: its table then
+   * never holds more keys than the window has lookups (regions' keys aside), and one large post
+   * ages out like any other. */
+  const uint64_t room = m->p.window > m->p.mpt_per_region ? m->p.window - m->p.mpt_per_region : 1;
+  if (pages > room) {
+    first += pages - room;
+    pages = room;
+  }
   const uint64_t cost = m->p.mpt_per_region + pages;
   while (m->ring_len && (m->ring_len == m->ring_cap || m->ring_entries + cost > m->p.window)) {
     struct wrec *old = &m->ring[m->ring_old];
@@ -349,13 +383,13 @@ static void ws_record(struct nic_tcache *m, uint64_t region, uint64_t first, uin
                               : old->pages + m->p.mpt_per_region; /* ring full: the whole record */
     if (over < old->pages) {
       for (uint64_t i = 0; i < over; i++)
-        ws_count(m, (struct key){old->region, old->first_page + i}, -1);
+        ws_drop(m, (struct key){old->region, old->first_page + i});
       old->first_page += over;
       old->pages -= over;
       m->ring_entries -= over;
       break;
     }
-    ws_apply(m, old, -1);
+    ws_leave(m, old);
     m->ring_entries -= m->p.mpt_per_region + old->pages;
     m->ring_old = (m->ring_old + 1) % m->ring_cap;
     m->ring_len--;
@@ -363,7 +397,12 @@ static void ws_record(struct nic_tcache *m, uint64_t region, uint64_t first, uin
   struct wrec *r = &m->ring[(m->ring_old + m->ring_len++) % m->ring_cap];
   *r = (struct wrec){region, first, pages};
   m->ring_entries += cost;
-  ws_apply(m, r, +1);
+  if (!ws_enter(m, r)) {
+    ws_restart(m);
+  } else if (!m->c.ws_valid) {
+    m->ws_partial = m->ws_partial > cost ? m->ws_partial - cost : 0;
+    m->c.ws_valid = m->ws_partial == 0;
+  }
 }
 
 uint32_t nic_tcache_access(struct nic_tcache *m, uint64_t region, uintptr_t region_base,
@@ -381,7 +420,7 @@ uint32_t nic_tcache_access(struct nic_tcache *m, uint64_t region, uintptr_t regi
   m->c.mtt_misses += mtt;
   m->c.misses += mpt + mtt;
   m->c.modeled_ns += (uint64_t)(mpt + mtt) * m->p.miss_ns;
-  if (m->p.window && m->c.ws_valid) {
+  if (m->p.window) {
     ws_record(m, region, first, pages);
     m->c.ws_entries = m->c.ws_regions * m->p.mpt_per_region + m->c.ws_pages;
     if (m->c.ws_entries > m->c.ws_peak_entries) m->c.ws_peak_entries = m->c.ws_entries;

@@ -75,9 +75,10 @@ struct nic_tcache_counters {
   uint64_t ws_pages;        /* distinct (region, page) pairs */
   uint64_t ws_entries;      /* ws_regions x mpt_per_region + ws_pages: compare with capacity */
   uint64_t ws_peak_entries; /* largest ws_entries seen */
-  /* False once the window held more than max(16 x capacity, 64K) distinct keys (so far past
-   * the capacity that the exact figure no longer matters, and its memory stays bounded) or ran
-   * out of memory: the ws_ figures then stay frozen. */
+  /* False while the ws_ figures are partial: from when the window's table could not grow (out
+   * of memory; the window then starts afresh) until a whole window of lookups has been counted
+   * again. An access counts only its last `window` lookups, so the table holds at most that
+   * many keys (and one per record, the regions'). */
   bool ws_valid;
 };
 

@@ -2,7 +2,12 @@
 // working-set window, invalidation, presets and settings.
 #include <gtest/gtest.h>
 
+#include <sys/resource.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
 #include <algorithm>
+#include <cstdio>
 #include <cstdlib>
 #include <memory>
 #include <string>
@@ -177,14 +182,68 @@ TEST(TcacheWindow, ACacheMissingEveryLookupShowsOverCapacity) {
   }
 }
 
-TEST(TcacheWindow, StopsCountingPastItsBoundAndSaysSo) {
-  Model m = make(8, 0, K4, 4); // bound: max(16 x 8, 64K) = 64K distinct keys
-  nic_tcache_access(m.get(), 1, BASE, BASE, 1000 * K4);
-  EXPECT_TRUE(counters(m).ws_valid);
-  EXPECT_EQ(counters(m).ws_pages, 1000u);
+// One access of more pages than the window holds fills it with its last pages and ages out
+// like any other. The window used to stop counting for good once it had held max(16 x capacity,
+// 64K) distinct keys: after one large post its figures stayed frozen, and the pressure high.
+TEST(TcacheWindow, AnAccessLargerThanTheWindowFillsItAndAgesOut) {
+  Model m = make(8, 0, K4, 32);
   nic_tcache_access(m.get(), 1, BASE, BASE, 70000 * K4);
-  EXPECT_FALSE(counters(m).ws_valid);
-  EXPECT_EQ(counters(m).misses, 71000u) << "the cache model itself keeps going";
+  nic_tcache_counters c = counters(m);
+  EXPECT_TRUE(c.ws_valid);
+  EXPECT_EQ(c.ws_pages, 32u) << "its last 32 pages";
+  EXPECT_EQ(c.misses, 70000u) << "the cache model itself looks every page up";
+  for (int i = 0; i < 31; i++)
+    nic_tcache_access(m.get(), 2, BASE, BASE, 64);
+  EXPECT_EQ(counters(m).ws_regions, 2u);
+  EXPECT_EQ(counters(m).ws_pages, 2u) << "its last page, and region 2's";
+  nic_tcache_access(m.get(), 2, BASE, BASE, 64);
+  c = counters(m);
+  EXPECT_TRUE(c.ws_valid);
+  EXPECT_EQ(c.ws_regions, 1u);
+  EXPECT_EQ(c.ws_entries, 1u);
+}
+
+namespace {
+// Child of OutOfMemoryRestartsTheWindowAndRecovers: its exit status says what went wrong.
+int window_out_of_memory() {
+  Model m = make(8, 0, K4, 1u << 16);
+  long vm_pages = 0;
+  FILE *f = fopen("/proc/self/statm", "r");
+  if (!f || fscanf(f, "%ld", &vm_pages) != 1) return 10;
+  fclose(f);
+  rlimit old, tight;
+  getrlimit(RLIMIT_AS, &old);
+  tight = {rlim_t(vm_pages) * 4096 + (1u << 20), old.rlim_max}; // 1 MiB more may be mapped
+  if (setrlimit(RLIMIT_AS, &tight)) return 11;
+  uint64_t n = 0; // distinct pages, one access each, until the table cannot grow
+  while (counters(m).ws_valid && n < (1u << 16))
+    page(m, n++);
+  setrlimit(RLIMIT_AS, &old);
+  if (counters(m).ws_valid) return 1;      // never ran out
+  if (counters(m).ws_pages != 0) return 2; // the window starts afresh
+  for (uint64_t i = 0; i + 1 < (1u << 16); i++)
+    page(m, n++);
+  if (counters(m).ws_valid) return 3; // whole again before a window of lookups
+  page(m, n++);
+  nic_tcache_counters c = counters(m);
+  if (!c.ws_valid) return 4; // never whole again
+  if (c.ws_pages != (1u << 16)) return 5;
+  return 0;
+}
+} // namespace
+
+// The window's table out of memory (an address-space limit, in a child process): the window
+// starts afresh and says its figures are partial, until it has counted a window of lookups.
+TEST(TcacheWindow, OutOfMemoryRestartsTheWindowAndRecovers) {
+  fflush(nullptr);
+  pid_t child = fork();
+  ASSERT_GE(child, 0);
+  if (child == 0) _exit(window_out_of_memory());
+  int status = 0;
+  ASSERT_EQ(waitpid(child, &status, 0), child);
+  ASSERT_TRUE(WIFEXITED(status));
+  EXPECT_EQ(WEXITSTATUS(status), 0) << "1: never ran out, 2: not afresh, 3: whole too soon, "
+                                       "4: never whole again, 5: wrong count, 1x: set-up";
 }
 
 TEST(TcacheWindow, WindowOffCountsNothing) {
