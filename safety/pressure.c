@@ -166,10 +166,11 @@ void nic_pressure_describe(char *buf, size_t cap) {
   size_t used = 0;
   buf[0] = '\0';
   for (unsigned k = 0; k < 3 && top[k].posts && used < cap; k++) {
+    const unsigned id = (unsigned)(top[k].region & 0xffffffffu); /* chunk x NIC_STEPS_MAX + step */
     int n =
         top[k].region >> 32
-            ? snprintf(buf + used, cap - used, "%schunk %u: %llu entries", k ? ", " : "",
-                       (unsigned)(top[k].region & 0xffffffffu), (unsigned long long)top[k].posts)
+            ? snprintf(buf + used, cap - used, "%schunk %u step %u: %llu entries", k ? ", " : "",
+                       id / NIC_STEPS_MAX, id % NIC_STEPS_MAX, (unsigned long long)top[k].posts)
             : snprintf(buf + used, cap - used, "%scache region near %p: %llu entries",
                        k ? ", " : "", (void *)top[k].addr, (unsigned long long)top[k].posts);
     if (n > 0) used += (size_t)n;

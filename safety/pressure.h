@@ -21,7 +21,8 @@ bool nic_pressure_high(void);
 /* Counts a small entry copied because of pressure. */
 void nic_pressure_count_copy(void);
 void nic_pressure_fill_stats(struct nic_stats *out);
-/* Writes the three regions with the most entries posted ("chunk 0: 812 entries, ...") to buf. */
+/* Writes the three regions with the most entries posted ("chunk 0 step 3: 812 entries, cache
+ * region near 0x7f...: 40 entries") to buf. */
 void nic_pressure_describe(char *buf, size_t cap);
 
 #endif

@@ -34,6 +34,20 @@ void post_each(nic_endpoint *ep, const std::vector<char *> &buffers) {
   }
 }
 
+// The readable report (nic_print_stats), through a pipe.
+std::string Report() {
+  int fds[2];
+  if (pipe(fds)) return "";
+  nic_print_stats(fds[1]);
+  close(fds[1]);
+  std::string text;
+  char buf[4096];
+  for (ssize_t n; (n = read(fds[0], buf, sizeof buf)) > 0;)
+    text.append(buf, size_t(n));
+  close(fds[0]);
+  return text;
+}
+
 // Posts one entry and waits for its completion: a registration in flight stays in the cache,
 // which makes room for the next ones by merging neighbours instead.
 void post_and_wait(nic_endpoint *ep, char *p, size_t len) {
@@ -87,19 +101,55 @@ TEST(Pressure, ManyRegionsInATinyCacheCopySmallNewEntries) {
   ASSERT_EQ(inbox.msgs.size(), 40u);
   for (auto &m : inbox.msgs)
     EXPECT_TRUE(m == std::string(2048, 'a') || m == std::string(2048, 'b'));
-  char report[4096] = {0};
-  int fds[2];
-  ASSERT_EQ(pipe(fds), 0);
-  nic_print_stats(fds[1]);
-  close(fds[1]);
-  ASSERT_GT(read(fds[0], report, sizeof report - 1), 0);
-  close(fds[0]);
+  const std::string text = Report();
+  const char *report = text.c_str();
   EXPECT_NE(strstr(report, "NIC cache"), nullptr) << report;
   EXPECT_NE(strstr(report, "busiest: "), nullptr) << report;
   EXPECT_NE(strstr(report, "cache region near"), nullptr) << report;
   while (nic_sim_endpoint_destroy(ep) == -EBUSY)
     nic_poll(0);
   free(area);
+}
+
+// The report's busiest regions name a dataplane step by its chunk and its step in the chunk. It
+// used to print the step's number across chunks (chunk x 512 + step) as "chunk N".
+TEST(Pressure, TheBusiestDataplaneRegionsAreNamedByChunkAndStep) {
+  Inbox inbox;
+  nic_endpoint *ep = nic_sim_endpoint_create(Receive, &inbox, 0);
+  ASSERT_NE(ep, nullptr);
+  const size_t n = 24u << 20;
+  char *b = static_cast<char *>(nic_malloc(n));
+  ASSERT_NE(b, nullptr);
+  memset(b, 'd', n);
+  char *last = b + n - 8192;
+  nic_region_ref first_ref, last_ref;
+  ASSERT_EQ(nic_translate(b, 4096, &first_ref), 0);
+  ASSERT_EQ(nic_translate(last, 4096, &last_ref), 0);
+  for (int i = 0; i < 30; i++)
+    post_and_wait(ep, last, 4096);
+  for (int i = 0; i < 20; i++)
+    post_and_wait(ep, b, 4096);
+  const std::string report = Report();
+  const char *busiest = strstr(report.c_str(), "busiest: ");
+  ASSERT_NE(busiest, nullptr) << report;
+  unsigned chunk[2], step[2];
+  unsigned long long entries[2];
+  ASSERT_EQ(sscanf(busiest, "busiest: chunk %u step %u: %llu entries, chunk %u step %u: %llu",
+                   &chunk[0], &step[0], &entries[0], &chunk[1], &step[1], &entries[1]),
+            6)
+      << busiest;
+  EXPECT_EQ(chunk[0], last_ref.chunk_index);
+  EXPECT_EQ(chunk[1], first_ref.chunk_index);
+  EXPECT_EQ(entries[0], 30u);
+  EXPECT_EQ(entries[1], 20u);
+  const nic_stats s = Stats();
+  EXPECT_LT(step[0], s.chunk_size / s.pin_step);
+  EXPECT_EQ(step[0] - step[1], size_t(static_cast<char *>(last_ref.region_base) -
+                                      static_cast<char *>(first_ref.region_base)) /
+                                   s.pin_step);
+  free(b);
+  while (nic_sim_endpoint_destroy(ep) == -EBUSY)
+    nic_poll(0);
 }
 
 // n pages a page apart in one mapping, each its own registration-cache region once posted, and
