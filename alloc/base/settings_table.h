@@ -266,7 +266,10 @@
     "no descriptor of its own, and such lines are dropped (counted as `log_lines_dropped`"         \
     " in `nic_get_stats`); with `1` or `json` it keeps a close-on-exec copy of the start-up "      \
     "stderr (at fd 256, or half the descriptor limit when that is 512 or less) so that the "       \
-    "report still reaches it")                                                                     \
+    "report still reaches it. A child of `fork` that exits while its parent runs prints "          \
+    "none (its figures are mostly its parent's, whose report comes at its own exit); one "         \
+    "that outlives its parent (a daemon) prints its own, and so does a child that execs a "        \
+    "program under nicmalloc, a process of its own")                                               \
   X(VERBOSE, "NICMALLOC_VERBOSE", NIC_T_BOOL, "0", 0, 1, "", NIC_REACH_VALUE,                      \
     "`1` prints a line per chunk mapped and released, and once each fallback taken "               \
     "without a warning: smaller pages, unpinned chunks, no address space for the control "         \

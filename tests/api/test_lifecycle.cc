@@ -49,6 +49,32 @@ struct StaticDataplaneBuffer {
 };
 StaticDataplaneBuffer static_buffer;
 
+// NIC_LIFECYCLE_FORK=exit|exec|daemon: before main, fork a child that exits (running the exit
+// handlers and destructors, nicmalloc's report among them) or execs this binary again, running
+// no tests, while the parent waits for it and then goes on to its own exit; or (daemon) a child
+// that exits once its parent has left with _exit, as daemon(3) leaves.
+struct ForkBeforeMain {
+  ForkBeforeMain() {
+    const char *how = getenv("NIC_LIFECYCLE_FORK");
+    if (!how) return;
+    const pid_t parent = getpid();
+    pid_t child = fork();
+    if (child == 0) {
+      if (!strcmp(how, "exec")) {
+        unsetenv("NIC_LIFECYCLE_FORK");
+        execl("/proc/self/exe", "/proc/self/exe", "--gtest_filter=NoTestHasThisName", nullptr);
+        _exit(127);
+      }
+      for (int ms = 0; !strcmp(how, "daemon") && getppid() == parent && ms < 20000; ms++)
+        usleep(1000);
+      exit(0);
+    }
+    if (!strcmp(how, "daemon")) _exit(0);
+    if (child > 0) waitpid(child, nullptr, 0);
+  }
+};
+ForkBeforeMain fork_before_main;
+
 struct Spawned {
   int status = -1;
   std::string output; // stdout and stderr interleaved as written
@@ -133,6 +159,21 @@ TEST(Lifecycle, CxxStaticObjectFreesItsDataplaneBlockAtExit) {
   ASSERT_NE(report, std::string::npos) << r.output;
   EXPECT_LT(dtor, report) << "the report comes after the program's own destructors\n" << r.output;
   EXPECT_EQ(count_lines(r.output, "nicmalloc: error"), 0) << r.output;
+}
+
+// NICMALLOC_STATS reports at the exit of the process, not at the exit of a child of fork while
+// its parent runs (a second report of the parent's figures: with json, a second object on the
+// same stderr). A child that execs is a new process, which reports its own, and so does a child
+// that outlives its parent (a daemon's parent leaves with _exit, reporting nothing).
+TEST(Lifecycle, AForkChildReportsOnlyAfterExecOrOnceItsParentIsGone) {
+  for (const char *how : {"exit", "exec", "daemon"}) {
+    Spawned r = spawn("/proc/self/exe", {"--gtest_filter=NoTestHasThisName"},
+                      {std::string("NIC_LIFECYCLE_FORK=") + how, "NICMALLOC_STATS=json"});
+    ASSERT_TRUE(WIFEXITED(r.status)) << how << "\n" << r.output;
+    EXPECT_EQ(WEXITSTATUS(r.status), 0) << how << "\n" << r.output;
+    EXPECT_EQ(count_lines(r.output, "{\"version\": "), !strcmp(how, "exec") ? 2 : 1) << how << "\n"
+                                                                                     << r.output;
+  }
 }
 
 } // namespace
