@@ -274,7 +274,6 @@ NIC_EXPORT int nic_sga_post(struct nic_sga *sga, struct nic_endpoint *ep, nic_sg
   }
   NIC_SAFETY_COUNT(inflight_posts, 1);
   NIC_SAFETY_COUNT(inflight_entries, n);
-  nic_pressure_note(sga->entry, sga->count);
   /* From here the backend may hand the entries to the NIC at any time, inside its post: a write
    * of this thread to their pages is held like any other (the backends keep what they write in
    * a post in mappings of their own, so that the post itself never waits for its own DMA). */
@@ -295,6 +294,10 @@ NIC_EXPORT int nic_sga_post(struct nic_sga *sga, struct nic_endpoint *ep, nic_sg
                                   : strerror(-rc));
     return rc;
   }
+  /* Only what the NIC was given takes room in its translation cache: a refused post is not
+   * recorded. The array's entries, not the message's: the model counts the default backend's
+   * registrations, whatever the endpoint's backend. */
+  nic_pressure_note(sga->entry, n);
   /* The message owns the references now: the array's own when its backend took it, else those
    * made for b (resolve_for), and the array's go now. */
   if (m->cache) release_slots(NULL, sga->entry, n);

@@ -800,6 +800,37 @@ TEST_F(Sga, APostOnADestroyedEndpointIsRefused) {
   free(p);
 }
 
+int RefusePost(nic_backend *, nic_endpoint *, const nic_sge *, unsigned, nic_completion_fn,
+               void *) {
+  return -ENOMEM;
+}
+
+// A post the backend refuses never reaches the NIC: it adds nothing to the translation-cache
+// model. It used to be recorded before the backend's post, so a refused post counted its
+// modeled misses and took room in the working set all the same.
+TEST_F(Sga, APostTheBackendRefusesIsNotInTheTranslationCacheModel) {
+  char *p = static_cast<char *>(malloc(4096));
+  memset(p, 'r', 4096);
+  ASSERT_EQ(nic_sga_add(&sga, p, 4096), 0);
+  const nic_stats before = Stats();
+  nic_backend *b = nic_backend_active();
+  const auto post = b->post;
+  b->post = RefusePost;
+  testing::internal::CaptureStderr();
+  const int rc = nic_sga_post(&sga, ep, OnDone, nullptr);
+  testing::internal::GetCapturedStderr();
+  b->post = post;
+  EXPECT_EQ(rc, -ENOMEM);
+  nic_stats after = Stats();
+  EXPECT_EQ(after.nic_modeled_misses, before.nic_modeled_misses);
+  EXPECT_EQ(after.nic_working_set, before.nic_working_set);
+  EXPECT_EQ(PostAndReceive(), std::string(4096, 'r')) << "the array, kept, posts";
+  after = Stats();
+  EXPECT_EQ(after.nic_modeled_misses, before.nic_modeled_misses + 2) << "its MPT and MTT entry";
+  EXPECT_EQ(after.nic_working_set, before.nic_working_set + 2);
+  free(p);
+}
+
 } // namespace
 
 // On the sim, nic_wait blocks on the engine's event fd until the completion is ready, and
