@@ -77,7 +77,7 @@
   X("NIC cache", nic_entries_needed, uint64_t, count, "# entries needed", "MPT + MTT entries the NIC needs to hold all of them") \
   X("NIC cache", nic_working_set, uint64_t, count, "working set #", "distinct MPT and MTT entries among the last ones posts looked up (the window: 4 x the capacity of them)") \
   X("NIC cache", nic_cache_capacity, uint32_t, count, "capacity #", "entries the NIC caches (NICMALLOC_SIM_TCACHE*)") \
-  X("NIC cache", nic_pressure_pct, uint32_t, percent, "pressure #", "working set / capacity; above 100 the NIC thrashes") \
+  X("NIC cache", nic_pressure_pct, uint32_t, percent, "pressure #", "working set / capacity, rounded up; above 100 the NIC thrashes, and small entries that need a new registration are copied until it is under 90") \
   X("NIC cache", nic_modeled_misses, uint64_t, count, "# modeled misses", "modeled translation misses of everything posted") \
   X("NIC cache", pressure_copies, uint64_t, count, "# small entries copied under pressure", "small entries copied instead of registered under pressure") \
   X("sent", sent_dataplane_bytes, uint64_t, bytes_total, "# from dataplane memory", "bytes handed to the network (interposed send/sendto/sendmsg/sendmmsg, write/writev on sockets) from dataplane memory; counted in every mode") \

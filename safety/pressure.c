@@ -148,7 +148,11 @@ void nic_pressure_fill_stats(struct nic_stats *out) {
   nic_tcache_get(model, &c);
   pthread_mutex_unlock(&lock);
   out->nic_working_set = c.ws_entries;
-  out->nic_pressure_pct = params.capacity ? (uint32_t)(c.ws_entries * 100 / params.capacity) : 0;
+  /* Rounded up: over 100% as soon as the working set is over the capacity, where copying starts
+   * (201 entries of 200 read 100% rounded down). */
+  out->nic_pressure_pct =
+      params.capacity ? (uint32_t)((c.ws_entries * 100 + params.capacity - 1) / params.capacity)
+                      : 0;
   out->nic_modeled_misses = c.misses;
 }
 

@@ -77,13 +77,15 @@ gtest_discover_tests(test_fence_lock_again PROPERTIES TIMEOUT 120 DISCOVERY_TIME
 
 # Translation-cache pressure, once with a tiny NIC cache (pressure, copies) and once with the
 # default one (none); then the signal's own cases, each in a process of its own (the model is
-# the process's) with the cache it needs.
+# the process's) with the cache it needs: a preset, or a number of entries.
 add_executable(test_pressure safety/test_pressure.cc)
 target_link_libraries(test_pressure PRIVATE nicmalloc GTest::gtest GTest::gtest_main)
 function(nic_pressure_test name test cache)
   add_test(NAME ${name} COMMAND test_pressure --gtest_filter=Pressure.${test})
   set(env "NICMALLOC_BACKEND=sim;NICMALLOC_SIM_DELAYS=fixed:20")
-  if(cache)
+  if(cache MATCHES "^[0-9]+$")
+    set(env "${env};NICMALLOC_SIM_TCACHE_ENTRIES=${cache}")
+  elseif(cache)
     set(env "${env};NICMALLOC_SIM_TCACHE=${cache}")
   endif()
   set_tests_properties(${name} PROPERTIES ENVIRONMENT "${env}" TIMEOUT 120)
@@ -94,3 +96,4 @@ nic_pressure_test(pressure_every_lookup_missing EveryLookupMissingGoesPastTheCap
 nic_pressure_test(pressure_copies_age_the_window CopiesAgeTheWindowSoThePressureFalls tiny)
 nic_pressure_test(pressure_hysteresis CopyingStopsOnlyUnderNinetyPercent tiny)
 nic_pressure_test(pressure_busiest TheBusiestDataplaneRegionsAreNamedByChunkAndStep "")
+nic_pressure_test(pressure_rounds_up OneEntryOverTheCapacityShowsOverOneHundredPercent 200)

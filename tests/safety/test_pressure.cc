@@ -165,10 +165,11 @@ struct Pages {
       nic_poll(0);
     free(area);
   }
+  char *at(int i) const { return area + size_t(i) * 2 * 4096; }
   // Posts 2 KiB of page i and waits for it, count times.
   void post(int i, int count = 1) {
     for (int k = 0; k < count; k++)
-      post_and_wait(ep, area + size_t(i) * 2 * 4096, 2048);
+      post_and_wait(ep, at(i), 2048);
   }
 };
 
@@ -239,12 +240,28 @@ TEST(Pressure, EveryLookupMissingGoesPastTheCapacity) {
   EXPECT_EQ(s.nic_cache_capacity, 16384u);
   EXPECT_GE(s.nic_modeled_misses, 2u * (kRegions - s.pressure_copies)) << "all missed";
   EXPECT_GT(s.nic_working_set, s.nic_cache_capacity);
-  EXPECT_GE(s.nic_pressure_pct, 100u);
+  EXPECT_GT(s.nic_pressure_pct, 100u);
   EXPECT_GT(s.pressure_copies, 0u) << "past the capacity, new small entries are copied";
   EXPECT_EQ(received.load(), kRegions);
   while (nic_sim_endpoint_destroy(ep) == -EBUSY)
     nic_poll(0);
   free(area);
+}
+
+// The percentage rounds up: a working set one entry over the capacity, where copying starts,
+// shows over 100%. Rounded down, 201 entries of 200 showed 100% while small entries were copied.
+TEST(Pressure, OneEntryOverTheCapacityShowsOverOneHundredPercent) {
+  Pages pages(101);
+  ASSERT_NE(pages.ep, nullptr);
+  ASSERT_EQ(Stats().nic_cache_capacity, 200u) << "run with NICMALLOC_SIM_TCACHE_ENTRIES=200";
+  for (int i = 0; i < 99; i++)
+    pages.post(i);                              // 198 entries: an MPT and an MTT entry each
+  post_and_wait(pages.ep, pages.at(100), 8192); // 3: an MPT and two MTT entries
+  nic_stats s = Stats();
+  ASSERT_EQ(s.nic_working_set, 201u);
+  EXPECT_EQ(s.nic_pressure_pct, 101u);
+  pages.post(99);
+  EXPECT_EQ(Stats().pressure_copies, 1u) << "over the capacity: a new small region is copied";
 }
 
 } // namespace
