@@ -218,6 +218,20 @@ Result replay(const Trace &t, uint32_t capacity) {
   return {misses * 1e6 / t.sends.size(), at(0.5), at(0.99), at(0.999), mean, variance};
 }
 
+// A count option's value: a whole number of at least 1, or the program ends saying so (no sends
+// left the latency percentiles nothing to index and the means a division by zero; no buffers,
+// nothing to pick from).
+size_t count_arg(const char *option, const char *text) {
+  char *end = nullptr;
+  errno = 0;
+  const unsigned long long n = strtoull(text, &end, 0);
+  if (errno || end == text || *end || n == 0 || text[0] == '-') {
+    fprintf(stderr, "mr_miss: %s wants a whole number of at least 1, not '%s'\n", option, text);
+    exit(2);
+  }
+  return size_t(n);
+}
+
 } // namespace
 
 int main(int argc, char **argv) {
@@ -230,11 +244,11 @@ int main(int argc, char **argv) {
   std::string out = "results", only;
   for (int i = 2; i + 1 < argc; i += 2) {
     if (!strcmp(argv[i], "--live-mib"))
-      live_mib = strtoull(argv[i + 1], nullptr, 0);
+      live_mib = count_arg(argv[i], argv[i + 1]);
     else if (!strcmp(argv[i], "--sends"))
-      sends = strtoull(argv[i + 1], nullptr, 0);
+      sends = count_arg(argv[i], argv[i + 1]);
     else if (!strcmp(argv[i], "--max-items"))
-      max_items = strtoull(argv[i + 1], nullptr, 0);
+      max_items = count_arg(argv[i], argv[i + 1]);
     else if (!strcmp(argv[i], "--out"))
       out = argv[i + 1];
     else if (!strcmp(argv[i], "--scheme"))
