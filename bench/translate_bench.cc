@@ -52,6 +52,7 @@ __attribute__((noinline)) int fill_only(const void *p, size_t len, nic_region_re
   out->lkey = out->rkey = 0;
   out->backend_handle = 0;
   out->cache_slot = 0;
+  out->cache_gen = 0;
   return 0;
 }
 void BM_call_baseline(benchmark::State &state) {

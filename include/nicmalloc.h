@@ -115,6 +115,10 @@ struct nic_region_ref {
   uint32_t rkey;           /* remote key; 0 unless remote access was requested */
   uint64_t backend_handle; /* backend's own handle (io_uring buffer index, ...) */
   uint32_t cache_slot;     /* nonzero for NIC_REGION_CACHED: held until nic_unregister */
+  /* The registration's generation in its cache slot, which nic_unregister checks with
+   * cache_slot. It takes what was the struct's tail padding on 64-bit targets: the size and
+   * every other member's offset are as before, and a copy of the whole struct carries it. */
+  uint32_t cache_gen;
 };
 
 /* Error codes returned (negated) by nic_translate and friends. */
@@ -150,9 +154,10 @@ int nic_translate(const void *p, size_t len, struct nic_region_ref *out);
  * the backend's error (-NIC_ERANGE: len 0, a wrap, over a registration's or the cache's size). */
 int nic_register(const void *p, size_t len, unsigned access, struct nic_region_ref *out);
 /* Once per nic_register. A reference whose registration is gone is refused (said once, counted
- * in registration_errors), even where a later registration took its cache slot: cache_slot names
- * the registration, not only the slot. (A cached registration others still share cannot tell
- * whose reference an extra unregister drops.) */
+ * in registration_errors), even where a later registration took its cache slot: cache_slot and
+ * cache_gen name the registration (a 32-bit generation of the slot), not only the slot: pass the
+ * reference nic_register filled, or a copy of the whole struct. (A cached registration others
+ * still share cannot tell whose reference an extra unregister drops.) */
 void nic_unregister(const struct nic_region_ref *ref);
 
 enum nic_page_kind {

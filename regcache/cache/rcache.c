@@ -105,13 +105,27 @@ static uint32_t pool_slots_for(uint32_t max_regions) {
  * from outside (nic_unregister) of a registration long gone is refused rather than taken from
  * whoever holds the slot now: a stale unregister would else deregister another caller's
  * registration, revoking its remote key. NICMALLOC_RCACHE_MAX_REGIONS (at most 2^20) leaves
- * 10 bits of generation. */
+ * 10 bits of generation in the token, which repeat after 1024 registrations in one slot (and
+ * a freed slot is the next one taken): the whole 32-bit generation goes with the token. */
 #define SLOT_BITS 22
 #define SLOT_MASK ((1u << SLOT_BITS) - 1)
 #define MAX_REGIONS ((SLOT_MASK - 64) / 2)
 
 static uint32_t token_of(const struct region *r, uint32_t slot) {
   return slot | __atomic_load_n(&r->gen, __ATOMIC_RELAXED) << SLOT_BITS;
+}
+
+/* Whether token and gen name the registration slot holds now. */
+static bool names_current(const struct region *r, uint32_t slot, uint32_t token, uint32_t gen) {
+  return token_of(r, slot) == token && __atomic_load_n(&r->gen, __ATOMIC_RELAXED) == gen;
+}
+
+static inline __attribute__((always_inline)) void hand_out(const struct region *r, uint32_t slot,
+                                                           struct nic_rcache_ref *out) {
+  const uint32_t gen = __atomic_load_n(&r->gen, __ATOMIC_RELAXED);
+  out->slot = slot | gen << SLOT_BITS;
+  out->gen = gen;
+  out->reg = r->reg;
 }
 
 static bool ready_locked(struct nic_rcache *c) {
@@ -491,8 +505,7 @@ static int insert_locked(struct nic_rcache *c, uintptr_t start, uintptr_t end, u
     c->own_regions++;
     c->own_bytes += end - start;
   }
-  out->slot = token_of(r, slot);
-  out->reg = r->reg;
+  hand_out(r, slot, out);
   return 0;
 }
 
@@ -508,8 +521,7 @@ static inline __attribute__((always_inline)) bool lookup(struct nic_rcache *c, u
   if (__atomic_load_n(&r->valid, __ATOMIC_ACQUIRE) && covers(r, start, last, access) &&
       nic_rt_get(rt, start) == slot) {
     if (!r->clock) __atomic_store_n(&r->clock, 1, __ATOMIC_RELAXED);
-    out->slot = token_of(r, slot);
-    out->reg = r->reg;
+    hand_out(r, slot, out);
     return true;
   }
   nic_rcache_release(c, slot);
@@ -607,20 +619,21 @@ void nic_rcache_release(struct nic_rcache *c, uint32_t token) {
  * take the last one away (or one from a dead or unknown slot, or one of a registration the slot
  * held before) releases nothing it owns. With more than two references some user holds one
  * whatever this caller does: no lock needed. */
-int nic_rcache_release_checked(struct nic_rcache *c, uint32_t token) {
+int nic_rcache_release_checked(struct nic_rcache *c, uint32_t token, uint32_t gen) {
   const uint32_t slot = token & SLOT_MASK;
   if (!slot || slot >= __atomic_load_n(&c->pool_slots, __ATOMIC_ACQUIRE)) return -EINVAL;
   struct region *r = &c->pool[slot];
-  const bool same = token_of(r, slot) == token; /* gen changes only while refs is 0 */
+  const bool same = names_current(r, slot, token, gen); /* gen changes only while refs is 0 */
   int refs = __atomic_load_n(&r->refs, __ATOMIC_ACQUIRE);
   while (same && refs > 2)
     if (__atomic_compare_exchange_n(&r->refs, &refs, refs - 1, true, __ATOMIC_ACQ_REL,
                                     __ATOMIC_ACQUIRE))
       return 0;
   pthread_mutex_lock(&lock);
-  int rc = token_of(r, slot) == token && __atomic_load_n(&r->refs, __ATOMIC_ACQUIRE) > r->valid
-               ? 0
-               : -EINVAL;
+  int rc =
+      names_current(r, slot, token, gen) && __atomic_load_n(&r->refs, __ATOMIC_ACQUIRE) > r->valid
+          ? 0
+          : -EINVAL;
   if (rc == 0) drop_ref_locked(c, slot);
   pthread_mutex_unlock(&lock);
   return rc;

@@ -68,8 +68,10 @@ int nic_register_with(struct nic_backend *b, const void *p, size_t len, unsigned
                       struct nic_region_ref *out);
 
 struct nic_rcache_ref {
-  uint32_t slot; /* pass to nic_rcache_release with the same cache; names the slot and its
-                  * generation then (nic_rcache_release_checked refuses a stale one) */
+  uint32_t slot; /* pass to nic_rcache_release with the same cache; names the slot and the low
+                  * bits of its generation then */
+  uint32_t gen;  /* the slot's whole generation then: nic_rcache_release_checked refuses a
+                  * reference whose slot and generation are not the region's now */
   struct nic_registration reg;
 };
 
@@ -92,10 +94,11 @@ void nic_rcache_release(struct nic_rcache *c, uint32_t slot);
  * range wraps, else the limit its pages are over, the backend's largest registration
  * (*of_cache false) or the cache's max_bytes (true). */
 size_t nic_rcache_limit_passed(struct nic_rcache *c, const void *p, size_t len, bool *of_cache);
-/* For references that come from outside (nic_unregister): -EINVAL, releasing nothing, when the
- * slot holds no reference of a user (released already, never handed out, out of range) or now
- * holds another registration than the one this reference was handed out for. */
-int nic_rcache_release_checked(struct nic_rcache *c, uint32_t slot);
+/* For references that come from outside (nic_unregister), slot and gen as handed out:
+ * -EINVAL, releasing nothing, when the slot holds no reference of a user (released already,
+ * never handed out, out of range) or now holds another registration than the one this reference
+ * was handed out for. */
+int nic_rcache_release_checked(struct nic_rcache *c, uint32_t slot, uint32_t gen);
 /* For nicmalloc's own references to the process-wide cache (scatter-gather entries), which are
  * right by construction: nic_rcache_release inside the internal scope, as nic_unregister runs
  * it. */

@@ -24,6 +24,15 @@ static inline __attribute__((always_inline)) int register_with(struct nic_backen
                                                                struct nic_region_ref *out,
                                                                bool generation);
 
+#if defined(__LP64__)
+/* cache_gen took the tail padding: a reference is the size it was, its other members where they
+ * were, for programs built against the header before it. */
+_Static_assert(sizeof(struct nic_region_ref) == 56 &&
+                   offsetof(struct nic_region_ref, cache_gen) ==
+                       offsetof(struct nic_region_ref, cache_slot) + 4,
+               "struct nic_region_ref's layout changed");
+#endif
+
 #define KNOWN_ACCESS (NIC_REG_LOCAL_WRITE | NIC_REG_REMOTE_READ | NIC_REG_REMOTE_WRITE)
 
 static inline __attribute__((always_inline)) int register_checked(const void *p, size_t len,
@@ -148,6 +157,7 @@ static inline __attribute__((always_inline)) int register_with(struct nic_backen
   out->rkey = access & (NIC_REG_REMOTE_READ | NIC_REG_REMOTE_WRITE) ? ref.reg.rkey : 0;
   out->backend_handle = ref.reg.handle;
   out->cache_slot = ref.slot;
+  out->cache_gen = ref.gen;
   return 0;
 }
 
@@ -156,7 +166,7 @@ static inline __attribute__((always_inline)) int register_with(struct nic_backen
 NIC_EXPORT void nic_unregister(const struct nic_region_ref *ref) {
   NIC_INTERNAL_SCOPE();
   if (!ref || ref->kind != NIC_REGION_CACHED || !ref->cache_slot) return;
-  if (nic_rcache_release_checked(nic_rcache_process(), ref->cache_slot))
+  if (nic_rcache_release_checked(nic_rcache_process(), ref->cache_slot, ref->cache_gen))
     nic_api_error(registration,
                   "nic_unregister(%p): registration-cache reference %#x holds no registration of "
                   "yours (unregistered already?); ignored",

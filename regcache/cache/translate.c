@@ -62,5 +62,6 @@ NIC_EXPORT int nic_translate(const void *p, size_t len, struct nic_region_ref *o
   out->rkey = 0;
   out->backend_handle = reg ? reg->handle : 0;
   out->cache_slot = 0;
+  out->cache_gen = 0;
   return 0;
 }

@@ -596,15 +596,20 @@ TEST_F(RcacheInstance, RemoteRegionsAreNeverCachedNorMerged) {
   ASSERT_EQ(f.calls(Call::dereg).size(), 2u);
   EXPECT_EQ(f.calls(Call::dereg)[1].lkey, remote2.reg.lkey);
   EXPECT_TRUE(f.registered(local.reg.lkey));
-  EXPECT_EQ(nic_rcache_release_checked(c, remote2.slot), -EINVAL) << "released twice";
+  EXPECT_EQ(nic_rcache_release_checked(c, remote2.slot, remote2.gen), -EINVAL) << "released twice";
   // The slot, taken again, refuses a release of the reference it handed out before.
   nic_rcache_ref remote3;
   ASSERT_EQ(nic_rcache_acquire(c, mem_ + kPage, 16, NIC_ACCESS_REMOTE_READ, &remote3), 0);
   EXPECT_NE(remote3.slot, remote2.slot);
-  EXPECT_EQ(nic_rcache_release_checked(c, remote2.slot), -EINVAL) << "a stale reference";
-  EXPECT_EQ(nic_rcache_release_checked(c, remote1.slot), -EINVAL) << "a stale reference";
+  EXPECT_EQ(nic_rcache_release_checked(c, remote2.slot, remote2.gen), -EINVAL)
+      << "a stale reference";
+  EXPECT_EQ(nic_rcache_release_checked(c, remote1.slot, remote1.gen), -EINVAL)
+      << "a stale reference";
   EXPECT_TRUE(f.registered(remote3.reg.lkey)) << "a stale release took the new holder's";
-  EXPECT_EQ(nic_rcache_release_checked(c, remote3.slot), 0);
+  // A token whose generation bits came round again: the whole generation tells.
+  EXPECT_EQ(nic_rcache_release_checked(c, remote3.slot, remote3.gen - 1024), -EINVAL);
+  EXPECT_TRUE(f.registered(remote3.reg.lkey)) << "a stale release took the new holder's";
+  EXPECT_EQ(nic_rcache_release_checked(c, remote3.slot, remote3.gen), 0);
   EXPECT_FALSE(f.registered(remote3.reg.lkey));
   nic_rcache_release(c, local.slot);
 }

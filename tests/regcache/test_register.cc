@@ -260,6 +260,57 @@ TEST(Register, AStaleUnregisterLeavesTheRegistrationNowInItsSlotAlone) {
   free(page);
 }
 
+// The same after 1024 registrations in the slot, where the generation bits the slot's token has
+// room for come round again (the slot freed is the next one taken, so one caller registering and
+// unregistering in a loop gets there in a moment): the token repeats, and the reference's whole
+// generation tells the registration now in the slot from the one unregistered. Both for a
+// remote registration (its key revoked) and a cached local one (its holder's reference taken:
+// its own unregister was refused, and the region then went with its holder still using it).
+TEST(Register, AStaleUnregisterLeavesTheSlotAloneAfterItsGenerationBitsWrap) {
+  auto *sim = static_cast<sim_nic *>(nic_backend_active()->priv);
+  const long page = sysconf(_SC_PAGESIZE);
+  for (unsigned access : {NIC_REG_REMOTE_READ, NIC_REG_LOCAL}) {
+    SCOPED_TRACE("access " + std::to_string(access));
+    // Mapped, so that an unmap takes a cached region out and frees its slot.
+    char *a = static_cast<char *>(
+        mmap(nullptr, page, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0));
+    char *b = static_cast<char *>(
+        mmap(nullptr, page, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0));
+    char *cycled = static_cast<char *>(aligned_alloc(page, page));
+    ASSERT_NE(a, MAP_FAILED);
+    ASSERT_NE(b, MAP_FAILED);
+    nic_region_ref first, t, now;
+    ASSERT_EQ(nic_register(a, page, access, &first), 0);
+    nic_unregister(&first);
+    ASSERT_EQ(munmap(a, page), 0); // a cached region goes: its slot is free
+    for (int i = 0; i < 1023; i++) {
+      ASSERT_EQ(nic_register(cycled, page, NIC_REG_REMOTE_READ, &t), 0);
+      nic_unregister(&t);
+    }
+    ASSERT_EQ(nic_register(b, page, access, &now), 0);
+    ASSERT_EQ(now.cache_slot, first.cache_slot)
+        << "the case under test: the slot's token came round again";
+    const uint64_t key = access == NIC_REG_LOCAL ? now.lkey : now.rkey;
+    nic_stats before = NIC_STATS_INIT, after = NIC_STATS_INIT;
+    nic_get_stats(&before);
+    testing::internal::CaptureStderr();
+    nic_unregister(&first);
+    testing::internal::GetCapturedStderr();
+    nic_get_stats(&after);
+    EXPECT_EQ(after.registration_errors, before.registration_errors + 1) << "not refused";
+    EXPECT_NE(sim_lookup(sim, key), nullptr) << "another caller's registration was dropped";
+    nic_unregister(&now);
+    nic_get_stats(&before);
+    EXPECT_EQ(before.registration_errors, after.registration_errors)
+        << "the holder's own unregister was refused";
+    if (access != NIC_REG_LOCAL) {
+      EXPECT_EQ(sim_lookup(sim, key), nullptr) << "the key outlived its nic_unregister";
+    }
+    munmap(b, page);
+    free(cycled);
+  }
+}
+
 // Write access to memory the process may not write is refused, as a device refuses to pin it
 // for writing (ibv_reg_mr, io_uring's buffer registration: EFAULT); read access is granted.
 TEST(Register, WriteAccessToReadOnlyMemoryIsRefused) {
