@@ -57,7 +57,7 @@
   X("registration", rcache_invalidations, uint64_t, count, "# invalidations", "regions dropped because their memory was unmapped or changed") \
   X("safety", inflight_posts, uint64_t, count, "# posts in flight", "posted messages whose completion has not run") \
   X("safety", inflight_entries, uint64_t, count, "# entries in flight", "their scatter-gather entries") \
-  X("safety", deferred_frees, uint64_t, count, "# frees deferred", "frees deferred because a page of the block was in flight or held") \
+  X("safety", deferred_frees, uint64_t, count, "# frees deferred", "frees deferred because a page of the block was in flight or held (nic_hold, or a live remote key: nic_register with remote access)") \
   X("safety", deferred_pending, uint64_t, count, "# pending", "of those, not released yet") \
   X("safety", holds, uint64_t, count, "# holds", "nic_hold references outstanding") \
   X("safety", bounce_bytes, uint64_t, bytes_total, "# bytes copied to bounce areas", "bytes copied into bounce areas") \

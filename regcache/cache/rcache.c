@@ -31,6 +31,13 @@ struct region {
   uint32_t gen; /* times taken off the free list: the high bits of the references handed out */
   bool foreign; /* the parent's, in a child of fork: dropped, never deregistered, here */
   bool own;     /* a registration of one request's own (UNSHARED), counted in own_regions */
+  /* Remote access (see "Remote registrations" below). */
+  bool held;    /* its pages hold the frees of their blocks (the page guard's) */
+  bool listed;  /* on the cache's remote list, chained through remote_next / remote_prev */
+  bool revoked; /* its pages left while a user held it: the key went then, not at the release */
+  bool waiting; /* revoked, and the backend has not let the registration go yet */
+  bool gone;    /* deregistered already (or never on this process's NIC) */
+  uint32_t remote_next, remote_prev;
 };
 
 struct nic_rcache {
@@ -57,6 +64,8 @@ struct nic_rcache {
   struct nic_backend *backend; /* NULL: the process-wide one */
   struct nic_rcache_stats stats;
   struct nic_rcache *next, **prev_next; /* the made ones, for invalidation */
+  uint32_t remote_head;                 /* registrations with remote access, while they live */
+  uint32_t revokes_waiting;             /* of those, revoked and still registered */
   char name[32];
 };
 
@@ -220,12 +229,105 @@ static bool try_ref(struct region *r) {
 /* Deregistrations this thread deferred: made once its outermost backend call returns. */
 static __thread bool deregs_deferred __attribute__((tls_model("initial-exec")));
 
+/* Remote registrations. A remote key lets a peer read or write the pages of its registration
+ * with no post of the program's to wait for, as long as it lives. So the pages hold the frees of
+ * the blocks on them, as a nic_hold does, through the guard of the layer that defers frees
+ * (safety): a block freed under a live key is not handed out again until the key is gone. And
+ * the key never outlives the pages: when they leave the address space or are replaced (an unmap,
+ * a fixed mapping over them...), the registration is revoked at once, its holder's release only
+ * letting go of the slot. Each cache keeps them on a list for that, and the hull of all their
+ * ranges lets unmaps elsewhere pass without the lock. */
+static const struct nic_rcache_page_guard *page_guard;
+static bool frees_waiting;   /* pages let go whose frees may have waited for them */
+static unsigned remote_live; /* listed registrations, every cache */
+static uintptr_t remote_lo = UINTPTR_MAX, remote_hi; /* their hull: grows until none is left */
+
+void nic_rcache_page_guard_set(const struct nic_rcache_page_guard *g) {
+  __atomic_store_n(&page_guard, g, __ATOMIC_RELEASE);
+}
+
+void nic_rcache_frees_may_go(void) {
+  const struct nic_rcache_page_guard *g = __atomic_load_n(&page_guard, __ATOMIC_ACQUIRE);
+  if (g && __atomic_load_n(&frees_waiting, __ATOMIC_ACQUIRE) &&
+      __atomic_exchange_n(&frees_waiting, false, __ATOMIC_ACQ_REL))
+    g->unheld();
+}
+
+/* Lock held. false: the pages cannot be held, and the registration must not be made. */
+static bool hold_locked(struct region *r, uintptr_t start, uintptr_t end) {
+  const struct nic_rcache_page_guard *g = __atomic_load_n(&page_guard, __ATOMIC_ACQUIRE);
+  r->start = start;
+  r->end = end;
+  r->held = g && g->hold(start, end);
+  return r->held || !g;
+}
+
+static void unhold_locked(struct region *r) {
+  if (!r->held) return;
+  r->held = false;
+  page_guard->unhold(r->start, r->end);
+  __atomic_store_n(&frees_waiting, true, __ATOMIC_RELEASE); /* nic_rcache_frees_may_go */
+}
+
+static void list_remote_locked(struct nic_rcache *c, uint32_t slot) {
+  struct region *r = &c->pool[slot];
+  r->listed = true;
+  r->remote_prev = 0;
+  r->remote_next = c->remote_head;
+  if (c->remote_head) c->pool[c->remote_head].remote_prev = slot;
+  c->remote_head = slot;
+  if (r->start < remote_lo) __atomic_store_n(&remote_lo, r->start, __ATOMIC_RELAXED);
+  if (r->end > remote_hi) __atomic_store_n(&remote_hi, r->end, __ATOMIC_RELAXED);
+  __atomic_add_fetch(&remote_live, 1, __ATOMIC_RELEASE); /* after the hull: remote_touched */
+}
+
+static void unlist_remote_locked(struct nic_rcache *c, struct region *r) {
+  r->listed = false;
+  if (r->remote_prev)
+    c->pool[r->remote_prev].remote_next = r->remote_next;
+  else
+    c->remote_head = r->remote_next;
+  if (r->remote_next) c->pool[r->remote_next].remote_prev = r->remote_prev;
+  if (__atomic_sub_fetch(&remote_live, 1, __ATOMIC_RELEASE)) return;
+  __atomic_store_n(&remote_lo, UINTPTR_MAX, __ATOMIC_RELAXED);
+  __atomic_store_n(&remote_hi, 0, __ATOMIC_RELAXED);
+}
+
+/* Lock-free: whether [start, end) may touch a remote registration's pages. */
+static bool remote_touched(uintptr_t start, uintptr_t end) {
+  return __atomic_load_n(&remote_live, __ATOMIC_ACQUIRE) &&
+         start < __atomic_load_n(&remote_hi, __ATOMIC_RELAXED) &&
+         __atomic_load_n(&remote_lo, __ATOMIC_RELAXED) < end;
+}
+
+static void forget_own_locked(struct nic_rcache *c, struct region *r) {
+  if (!r->own) return;
+  r->own = false;
+  c->own_regions--;
+  c->own_bytes -= r->end - r->start;
+}
+
+/* Lock held. r's registration is off the NIC (or was never on this process's): no longer
+ * counted, and its pages need hold nothing more. Returns 0, dereg_locked's "gone". */
+static int gone_locked(struct nic_rcache *c, struct region *r) {
+  r->gone = true;
+  forget_own_locked(c, r);
+  if (r->waiting) {
+    r->waiting = false;
+    c->revokes_waiting--;
+    __atomic_sub_fetch(&c->busy_count, 1, __ATOMIC_RELAXED);
+  }
+  if (r->listed) unlist_remote_locked(c, r);
+  unhold_locked(r);
+  return 0;
+}
+
 /* Lock held. 0 when slot's registration is gone (or the backend forgot it), -EBUSY while a post
  * uses it, -EINPROGRESS when it must wait for this thread to leave the backend (backend_calls.c);
  * either way the slot waits on the busy list. */
 static int dereg_locked(struct nic_rcache *c, uint32_t slot) {
   struct region *r = &c->pool[slot];
-  if (r->foreign) return 0;
+  if (r->foreign || r->gone) return gone_locked(c, r);
   struct nic_backend *b = backend(c);
   if (b && nic_backend_in_call(b)) {
     deregs_deferred = true;
@@ -236,7 +338,7 @@ static int dereg_locked(struct nic_rcache *c, uint32_t slot) {
     nic_log_warn_once("registration cache %s: backend %s refused to deregister [%p, +%zu) (%s); "
                       "the region is dropped",
                       c->name, b->name, r->reg.base, r->reg.len, strerror(-rc));
-  return rc == -EBUSY ? rc : 0;
+  return rc == -EBUSY ? rc : gone_locked(c, r);
 }
 
 static void free_slot_locked(struct nic_rcache *c, uint32_t slot) {
@@ -249,11 +351,43 @@ static void push_busy_locked(struct nic_rcache *c, uint32_t slot) {
   c->busy_head = slot;
 }
 
+/* Remote registrations a user holds with pages in [start, end), which are leaving or replaced:
+ * a key left on them would reach whatever is mapped there next (a registration with on-demand
+ * paging follows the address) or keep the old pages pinned for the peer. Those the backend
+ * will not drop yet wait, counted as busy, for the next retry. The walk starts again after
+ * each: a deregistration may unmap, and change the list. */
+static void revoke_range_locked(struct nic_rcache *c, uintptr_t start, uintptr_t end) {
+  for (uint32_t slot = c->remote_head; slot;) {
+    struct region *r = &c->pool[slot];
+    if (r->revoked || !__atomic_load_n(&r->refs, __ATOMIC_ACQUIRE) || r->end <= start ||
+        end <= r->start) {
+      slot = r->remote_next;
+      continue;
+    }
+    r->revoked = true;
+    const int rc = dereg_locked(c, slot);
+    if (rc) {
+      r->waiting = true;
+      c->revokes_waiting++;
+      __atomic_add_fetch(&c->busy_count, 1, __ATOMIC_RELAXED);
+      if (rc == -EBUSY) count(&c->stats.busy_deregs);
+    }
+    slot = c->remote_head;
+  }
+}
+
+static void retry_revokes_locked(struct nic_rcache *c) {
+  for (uint32_t slot = c->remote_head; slot && c->revokes_waiting;)
+    slot = c->pool[slot].waiting && !dereg_locked(c, slot) ? c->remote_head
+                                                           : c->pool[slot].remote_next;
+}
+
 /* A pass takes the whole list off the cache first: a dereg that frees or unmaps drops other
  * regions, whose slots are pushed on the cache's list meanwhile, and a walk of that list would
  * lose them when it unlinks the slot before them (the head). The slots the backend still holds
  * go back; another pass takes the new ones. */
 static void retry_busy_locked(struct nic_rcache *c) {
+  if (c->revokes_waiting) retry_revokes_locked(c);
   if (!c->busy_head || c->retrying) return;
   c->retrying = true;
   do {
@@ -272,13 +406,6 @@ static void retry_busy_locked(struct nic_rcache *c) {
     }
   } while (c->retry_again);
   c->retrying = false;
-}
-
-static void forget_own_locked(struct nic_rcache *c, struct region *r) {
-  if (!r->own) return;
-  r->own = false;
-  c->own_regions--;
-  c->own_bytes -= r->end - r->start;
 }
 
 static void drop_ref_locked(struct nic_rcache *c, uint32_t slot) {
@@ -475,6 +602,12 @@ static int insert_locked(struct nic_rcache *c, uintptr_t start, uintptr_t end, u
   struct region *r = &c->pool[slot];
   c->free_head = r->next_free;
   __atomic_store_n(&r->gen, r->gen + 1, __ATOMIC_RELAXED); /* read unlocked: release_checked */
+  r->revoked = r->gone = false;
+  const bool remote = !cached && (access & REMOTE);
+  if (remote && !hold_locked(r, start, end)) {
+    free_slot_locked(c, slot);
+    return -ENOMEM;
+  }
   int rc = nic_backend_reg(b, (void *)start, end - start, access, &r->reg);
   if (rc == -EAGAIN) busy[0] = start, busy[1] = end;
   if (rc == 0 && cached && !nic_rt_set(c->rt, start, end, slot)) {
@@ -483,6 +616,7 @@ static int insert_locked(struct nic_rcache *c, uintptr_t start, uintptr_t end, u
     return -ENOMEM;
   }
   if (rc) {
+    unhold_locked(r);
     free_slot_locked(c, slot);
     return rc;
   }
@@ -504,6 +638,7 @@ static int insert_locked(struct nic_rcache *c, uintptr_t start, uintptr_t end, u
     __atomic_store_n(&r->valid, 0, __ATOMIC_RELEASE);
     c->own_regions++;
     c->own_bytes += end - start;
+    if (remote) list_remote_locked(c, slot);
   }
   hand_out(r, slot, out);
   return 0;
@@ -559,7 +694,7 @@ static __attribute__((noinline)) int acquire_missed(struct nic_rcache *c, uintpt
   for (;;) {
     pthread_mutex_lock(&lock);
     int rc = 0;
-    uintptr_t busy[2];
+    uintptr_t busy[2] = {0, 0}; /* set with -EAGAIN */
     if (cached && lookup(c, start, last, access, out)) {
       count(&c->stats.hits); /* another thread registered it meanwhile */
     } else {
@@ -634,7 +769,8 @@ int nic_rcache_release_checked(struct nic_rcache *c, uint32_t token, uint32_t ge
       names_current(r, slot, token, gen) && __atomic_load_n(&r->refs, __ATOMIC_ACQUIRE) > r->valid
           ? 0
           : -EINVAL;
-  if (rc == 0) drop_ref_locked(c, slot);
+  if (rc == 0 && r->revoked) rc = -ESTALE; /* let go of all the same */
+  if (rc != -EINVAL) drop_ref_locked(c, slot);
   pthread_mutex_unlock(&lock);
   return rc;
 }
@@ -645,14 +781,18 @@ bool nic_rcache_region_current(const struct nic_rcache *c, uint32_t token) {
 
 static void invalidate_one_locked(struct nic_rcache *c, uintptr_t start, uintptr_t end) {
   retry_busy_locked(c);
+  if (c->remote_head) revoke_range_locked(c, start, end);
   unsigned n = invalidate_range_locked(c, start, end);
   __atomic_add_fetch(&c->stats.invalidations, n, __ATOMIC_RELAXED);
 }
 
 void nic_rcache_invalidate(uintptr_t start, size_t len) {
-  if (!__atomic_load_n(&nic_rcache_regions_live, __ATOMIC_ACQUIRE) || len == 0) return;
+  if ((!__atomic_load_n(&nic_rcache_regions_live, __ATOMIC_ACQUIRE) &&
+       !__atomic_load_n(&remote_live, __ATOMIC_ACQUIRE)) ||
+      len == 0)
+    return;
   uintptr_t end = start + len < start ? UINTPTR_MAX : start + len;
-  if (!__atomic_load_n(&made_count, __ATOMIC_ACQUIRE)) {
+  if (!__atomic_load_n(&made_count, __ATOMIC_ACQUIRE) && !remote_touched(start, end)) {
     /* Lock-free first look: most frees and unmaps touch no cached page. */
     const struct nic_rt *rt = __atomic_load_n(&nic_rcache_process_instance.rt, __ATOMIC_ACQUIRE);
     uintptr_t probe = start;
@@ -701,20 +841,21 @@ static bool forget_parents_locked(struct nic_rcache *c) {
   if (!c->pool) return held;
   for (uint32_t slot = c->busy_head, next; slot; slot = next) {
     next = c->pool[slot].next_free;
+    gone_locked(c, &c->pool[slot]);
     free_slot_locked(c, slot);
   }
   c->busy_head = 0;
-  c->busy_count = 0;
   /* Slot by slot, not through the table: a walk of the table's whole range read every page of
    * its leaves, a tenth of a fork's time. */
   for (uint32_t slot = 1; slot < c->pool_slots; slot++) {
     struct region *r = &c->pool[slot];
     if (!r->refs) continue; /* free */
     r->foreign = true;
-    forget_own_locked(c, r);    /* not on the child's NIC */
+    gone_locked(c, r);          /* not on the child's NIC: its pages hold nothing here */
     invalidate_locked(c, slot); /* when in the table: its reference, and the slot if it was last */
     held |= r->refs != 0;
   }
+  c->busy_count = 0; /* the revoked ones that waited too */
   return held;
 }
 
@@ -815,6 +956,7 @@ void nic_rcache_retry_deferred(void) {
 
 static void retry_busy_tick(void) {
   nic_rcache_retry_busy_all();
+  nic_rcache_frees_may_go();
 }
 NIC_MEMORY_WATCHER(registration_cache, .range_stale = nic_rcache_invalidate,
                    .pages_leaving = nic_rcache_invalidate, .tick = retry_busy_tick);

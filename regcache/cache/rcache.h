@@ -82,8 +82,8 @@ struct nic_rcache_ref {
 #define NIC_RCACHE_OWN (1u << 16)
 
 /* Finds or makes a registration covering [p, p+len) with at least the given access (with remote
- * access or NIC_RCACHE_OWN: makes one of exactly its pages and rights), and holds it until
- * nic_rcache_release.
+ * access or NIC_RCACHE_OWN: makes one of exactly its pages and rights; with remote access its
+ * pages are held, nic_rcache_page_guard), and holds it until nic_rcache_release.
  * Returns 0, -EFAULT (range not mapped), -ENOSPC (over the limits with nothing evictable), -ERANGE
  * (len 0, overflow, larger than the backend's largest registration, or, cached, than the cache's
  * max_bytes: refused before anything is evicted), or the backend's error. */
@@ -97,7 +97,8 @@ size_t nic_rcache_limit_passed(struct nic_rcache *c, const void *p, size_t len, 
 /* For references that come from outside (nic_unregister), slot and gen as handed out:
  * -EINVAL, releasing nothing, when the slot holds no reference of a user (released already,
  * never handed out, out of range) or now holds another registration than the one this reference
- * was handed out for. */
+ * was handed out for; -ESTALE, the reference let go, when its registration (remote access) was
+ * revoked as its pages left. */
 int nic_rcache_release_checked(struct nic_rcache *c, uint32_t slot, uint32_t gen);
 /* For nicmalloc's own references to the process-wide cache (scatter-gather entries), which are
  * right by construction: nic_rcache_release inside the internal scope, as nic_unregister runs
@@ -128,6 +129,22 @@ void nic_rcache_retry_busy_all(void);
  * that backend invalidated by a free or an unmap the backend made: backend_calls.c); called as
  * the thread's outermost backend call returns. */
 void nic_rcache_retry_deferred(void);
+
+/* A registration with remote access holds its pages through the guard the layer that defers
+ * frees installs (safety): hold(start, end) makes every free of a block touching the pages wait
+ * (false: it cannot, and the registration is refused with -ENOMEM); unhold lets them go once the
+ * registration is off the NIC, deregistered by its release or revoked when the pages left (an
+ * unmap, a mapping over them: nic_rcache_invalidate), lock-free under the cache's lock; unheld
+ * runs the frees that waited, called without the cache's lock by nic_rcache_frees_may_go. */
+struct nic_rcache_page_guard {
+  bool (*hold)(uintptr_t start, uintptr_t end);
+  void (*unhold)(uintptr_t start, uintptr_t end);
+  void (*unheld)(void);
+};
+void nic_rcache_page_guard_set(const struct nic_rcache_page_guard *g);
+/* Runs the guard's unheld if pages were let go since: after a release (nic_unregister), and on
+ * the reaper's passes. One load when none were. */
+void nic_rcache_frees_may_go(void);
 
 /* Nonzero while any cache holds a region: free's one-load filter. */
 extern int nic_rcache_regions_live __attribute__((visibility("hidden")));

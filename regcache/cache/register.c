@@ -166,11 +166,19 @@ static inline __attribute__((always_inline)) int register_with(struct nic_backen
 NIC_EXPORT void nic_unregister(const struct nic_region_ref *ref) {
   NIC_INTERNAL_SCOPE();
   if (!ref || ref->kind != NIC_REGION_CACHED || !ref->cache_slot) return;
-  if (nic_rcache_release_checked(nic_rcache_process(), ref->cache_slot, ref->cache_gen))
+  const int rc = nic_rcache_release_checked(nic_rcache_process(), ref->cache_slot, ref->cache_gen);
+  if (rc == -ESTALE)
+    nic_api_error(registration,
+                  "nic_unregister(%p): the memory of [%p, +%zu) was unmapped or replaced while it "
+                  "was registered with remote access: its remote key was revoked then; the "
+                  "reference is let go now",
+                  (const void *)ref, ref->region_base, ref->region_len);
+  else if (rc)
     nic_api_error(registration,
                   "nic_unregister(%p): registration-cache reference %#x holds no registration of "
                   "yours (unregistered already?); ignored",
                   (const void *)ref, ref->cache_slot);
+  nic_rcache_frees_may_go(); /* the frees its pages kept waiting */
 }
 
 void nic_rcache_release_own(uint32_t slot) {

@@ -614,6 +614,39 @@ TEST_F(RcacheInstance, RemoteRegionsAreNeverCachedNorMerged) {
   nic_rcache_release(c, local.slot);
 }
 
+// Pages under a remote registration that leave revoke it though its user still holds it; a
+// backend that will not drop it yet is asked again on the next retry, the registration counted
+// busy meanwhile. The user's release then lets go of the slot alone, answering -ESTALE.
+TEST_F(RcacheInstance, PagesLeavingRevokeTheRemoteRegistrationsOverThem) {
+  FakeBackend &f = Fake("revoke");
+  nic_rcache *c = Make(f);
+  ASSERT_TRUE(c);
+  nic_rcache_ref now, busy, beside;
+  ASSERT_EQ(nic_rcache_acquire(c, mem_ + 30 * kPage, kPage, NIC_ACCESS_REMOTE_READ, &now), 0);
+  ASSERT_EQ(nic_rcache_acquire(c, mem_ + 31 * kPage, kPage, NIC_ACCESS_REMOTE_WRITE, &busy), 0);
+  ASSERT_EQ(nic_rcache_acquire(c, mem_ + 33 * kPage, kPage, NIC_ACCESS_REMOTE_READ, &beside), 0);
+  nic_rcache_invalidate(At(30), kPage);
+  EXPECT_FALSE(f.registered(now.reg.lkey)) << "the key outlived its pages";
+  EXPECT_TRUE(f.registered(busy.reg.lkey));
+  f.busy = true;
+  nic_rcache_invalidate(At(31), 2 * kPage);
+  EXPECT_TRUE(f.registered(busy.reg.lkey));
+  EXPECT_EQ(Stats(c).busy, 1u);
+  f.busy = false;
+  nic_rcache_retry_busy(c);
+  EXPECT_FALSE(f.registered(busy.reg.lkey)) << "a revocation the backend refused was forgotten";
+  EXPECT_EQ(Stats(c).busy, 0u);
+  EXPECT_EQ(Stats(c).own_regions, 1u);
+  EXPECT_TRUE(f.registered(beside.reg.lkey)) << "revoked with no page leaving";
+  const size_t deregs = f.calls(Call::dereg).size();
+  EXPECT_EQ(nic_rcache_release_checked(c, now.slot, now.gen), -ESTALE);
+  EXPECT_EQ(nic_rcache_release_checked(c, busy.slot, busy.gen), -ESTALE);
+  EXPECT_EQ(f.calls(Call::dereg).size(), deregs) << "deregistered twice";
+  EXPECT_EQ(nic_rcache_release_checked(c, now.slot, now.gen), -EINVAL) << "not let go";
+  EXPECT_EQ(nic_rcache_release_checked(c, beside.slot, beside.gen), 0);
+  EXPECT_FALSE(f.registered(beside.reg.lkey));
+}
+
 TEST_F(RcacheInstance, AFailedRegistrationCachesNothing) {
   FakeBackend &f = Fake("failing");
   nic_rcache *c = Make(f);

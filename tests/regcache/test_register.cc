@@ -20,6 +20,7 @@
 #include "nicmalloc.h"
 extern "C" {
 #include "backend.h"
+#include "rcache.h"
 #include "sim_dma.h"
 #include "sim_nic.h"
 }
@@ -309,6 +310,117 @@ TEST(Register, AStaleUnregisterLeavesTheSlotAloneAfterItsGenerationBitsWrap) {
     munmap(b, page);
     free(cycled);
   }
+}
+
+// A peer with a remote key reaches the key's pages whenever it likes: a block freed under a
+// live key is not handed out again (where the peer would read and write the next owner's
+// bytes) until the key's nic_unregister; the free waits, as that of a held block does. Control
+// and dataplane blocks alike, and a neighbour sharing a page with the key's range too.
+TEST(Register, AFreeUnderALiveRemoteKeyWaitsForItsUnregister) {
+  auto *sim = static_cast<sim_nic *>(nic_backend_active()->priv);
+  const size_t len = 65536;
+  for (bool dataplane : {false, true}) {
+    SCOPED_TRACE(dataplane ? "dataplane" : "control");
+    char *p = static_cast<char *>(dataplane ? nic_malloc(len) : malloc(len));
+    char *neighbour = static_cast<char *>(dataplane ? nic_malloc(64) : malloc(64));
+    ASSERT_NE(p, nullptr);
+    memset(p, 'S', len);
+    nic_region_ref r;
+    ASSERT_EQ(nic_register(p, len, NIC_REG_REMOTE_READ | NIC_REG_REMOTE_WRITE, &r), 0);
+    nic_stats before = NIC_STATS_INIT, after = NIC_STATS_INIT;
+    nic_get_stats(&before);
+    free(p);
+    nic_get_stats(&after);
+    EXPECT_EQ(after.deferred_pending, before.deferred_pending + 1) << "freed under a live key";
+    std::vector<void *> next;
+    for (int i = 0; i < 64; i++)
+      next.push_back(dataplane ? nic_malloc(len) : malloc(len));
+    EXPECT_EQ(std::find(next.begin(), next.end(), p), next.end())
+        << "handed out again while a peer's key reaches it";
+    EXPECT_EQ(p[0], 'S');
+    EXPECT_EQ(p[len - 1], 'S');
+    EXPECT_NE(sim_lookup(sim, r.rkey), nullptr);
+    nic_unregister(&r);
+    EXPECT_EQ(sim_lookup(sim, r.rkey), nullptr);
+    nic_get_stats(&after);
+    EXPECT_EQ(after.deferred_pending, before.deferred_pending) << "the free still waits";
+    EXPECT_EQ(after.registration_errors, before.registration_errors);
+    for (void *q : next)
+      free(q);
+    free(neighbour);
+  }
+}
+
+// A remote key never outlives the pages it was made for: once they leave (munmap), or another
+// mapping replaces them, the key is revoked at once (with on-demand paging it would reach
+// whatever is mapped there next; without, pin pages the process no longer has for the peer).
+// Its nic_unregister then lets go of the reference and says why, once, counted. Memory beside
+// the pages keeps its keys.
+TEST(Register, AnUnmapRevokesTheRemoteKeysOnItsPages) {
+  auto *sim = static_cast<sim_nic *>(nic_backend_active()->priv);
+  const long page = sysconf(_SC_PAGESIZE);
+  char *m = static_cast<char *>(
+      mmap(nullptr, 4 * page, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0));
+  ASSERT_NE(m, MAP_FAILED);
+  nic_region_ref gone, replaced, beside;
+  ASSERT_EQ(nic_register(m, 2 * page, NIC_REG_REMOTE_WRITE, &gone), 0);
+  ASSERT_EQ(nic_register(m + 2 * page, 100, NIC_REG_REMOTE_READ, &replaced), 0);
+  ASSERT_EQ(nic_register(m + 3 * page, 100, NIC_REG_REMOTE_READ, &beside), 0);
+  nic_stats before = NIC_STATS_INIT, after = NIC_STATS_INIT;
+  nic_get_stats(&before);
+  ASSERT_EQ(munmap(m + page, page), 0);
+  EXPECT_EQ(sim_lookup(sim, gone.rkey), nullptr) << "the key outlived its pages";
+  EXPECT_NE(sim_lookup(sim, replaced.rkey), nullptr) << "revoked with pages of its own left";
+  ASSERT_EQ(mmap(m + 2 * page, page, PROT_READ | PROT_WRITE,
+                 MAP_PRIVATE | MAP_ANONYMOUS | MAP_FIXED, -1, 0),
+            m + 2 * page);
+  EXPECT_EQ(sim_lookup(sim, replaced.rkey), nullptr) << "the key reaches the new mapping";
+  EXPECT_NE(sim_lookup(sim, beside.rkey), nullptr) << "a key beside them was revoked";
+  nic_get_stats(&after);
+  EXPECT_EQ(after.nic_regions + 2, before.nic_regions) << "revoked registrations counted";
+  testing::internal::CaptureStderr();
+  nic_unregister(&gone);
+  nic_unregister(&replaced);
+  const std::string err = testing::internal::GetCapturedStderr();
+  EXPECT_EQ(std::count(err.begin(), err.end(), '\n'), 1) << "said once: " << err;
+  EXPECT_NE(err.find("revoked"), std::string::npos) << err;
+  nic_get_stats(&after);
+  EXPECT_EQ(after.registration_errors, before.registration_errors + 2);
+  EXPECT_EQ(nic_rcache_release_checked(nic_rcache_process(), gone.cache_slot, gone.cache_gen),
+            -EINVAL)
+      << "the revoked reference was not let go";
+  nic_unregister(&beside);
+  EXPECT_EQ(sim_lookup(sim, beside.rkey), nullptr);
+  munmap(m, 4 * page);
+}
+
+// A child of fork has its own copy of the pages, which the parent's key never reaches: its frees
+// there are not held, and the parent's stay held.
+TEST(Register, AForkChildFreesWhatItsParentsRemoteKeyCovers) {
+  char *p = static_cast<char *>(malloc(8192));
+  nic_region_ref r;
+  ASSERT_EQ(nic_register(p, 8192, NIC_REG_REMOTE_READ, &r), 0);
+  pid_t pid = fork();
+  if (pid == 0) {
+    alarm(5);
+    nic_stats before = NIC_STATS_INIT, after = NIC_STATS_INIT;
+    nic_get_stats(&before);
+    free(p);
+    nic_get_stats(&after);
+    _exit(after.deferred_pending == before.deferred_pending ? 0 : 1);
+  }
+  int status = 0;
+  while (waitpid(pid, &status, 0) < 0 && errno == EINTR) {
+  }
+  EXPECT_TRUE(WIFEXITED(status) && WEXITSTATUS(status) == 0) << "the child's free waited";
+  nic_stats before = NIC_STATS_INIT, after = NIC_STATS_INIT;
+  nic_get_stats(&before);
+  free(p);
+  nic_get_stats(&after);
+  EXPECT_EQ(after.deferred_pending, before.deferred_pending + 1) << "the parent's did not";
+  nic_unregister(&r);
+  nic_get_stats(&after);
+  EXPECT_EQ(after.deferred_pending, before.deferred_pending);
 }
 
 // Write access to memory the process may not write is refused, as a device refuses to pin it
