@@ -121,6 +121,49 @@ TEST_F(Sga, ARangeAcrossAStepEndGoesAsOneEntryPerStepAndArrivesWhole) {
 
 // A short range across a step end is copied whole, as one entry, like any short range: as one
 // copy per step it took two entries, and an array with room for one refused it (-E2BIG).
+// A range across step ends is never one entry of a registration of its own (which no step's
+// give-back would tell about): its entries are its steps', and a post after the block was freed
+// and a step of it given back is refused, as for any arena entry, then too once a new block
+// there has the steps registered again.
+TEST_F(Sga, APostOfARangeAcrossStepsWhoseBlockWasFreedIsRefused) {
+  void *keep = nic_malloc(64); // the chunk stays
+  const size_t len = 3 * StepBytes();
+  char *b = static_cast<char *>(nic_malloc(len));
+  ASSERT_NE(b, nullptr);
+  memset(b, 1, len);
+  ASSERT_EQ(nic_sga_add(&sga, b, len), 0);
+  const uint32_t count = sga.count;
+  for (uint32_t i = 0; i < count; i++) {
+    EXPECT_EQ(sga.entry[i].kind, NIC_REGION_ARENA) << "entry " << i;
+    EXPECT_EQ(nic_sga_entry_slot(&sga.entry[i]), 0u) << "entry " << i << " holds a region";
+  }
+  // A step wholly inside the block: given back once the block is freed.
+  char *inside = b + (StepBytes() - (reinterpret_cast<uintptr_t>(b) & (StepBytes() - 1)));
+  free(b);
+  nic_region_ref ref{};
+  const auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(30);
+  while ((nic_translate(inside, 1, &ref) == 0 && ref.lkey) &&
+         std::chrono::steady_clock::now() < deadline) {
+    nic_collect();
+    usleep(20000);
+  }
+  ASSERT_FALSE(nic_translate(inside, 1, &ref) == 0 && ref.lkey) << "the step was not given back";
+  testing::internal::CaptureStderr();
+  EXPECT_EQ(nic_sga_post(&sga, ep, OnDone, nullptr), -NIC_EFREED);
+  EXPECT_EQ(sga.count, count);
+  char *again = static_cast<char *>(nic_malloc(len));
+  ASSERT_NE(again, nullptr);
+  memset(again, 2, len);
+  for (size_t at = 0; at < len; at += StepBytes())
+    ASSERT_EQ(nic_register(again + at, 1, NIC_REG_LOCAL, &ref), 0);
+  EXPECT_EQ(nic_sga_post(&sga, ep, OnDone, nullptr), -NIC_EFREED) << "the new block was sent";
+  testing::internal::GetCapturedStderr();
+  EXPECT_EQ(sga.count, count);
+  nic_sga_reset(&sga);
+  free(again);
+  free(keep);
+}
+
 TEST_F(Sga, AShortRangeAcrossAStepEndIsCopiedAsOneEntry) {
   const size_t big = 40u << 20, half = 100;
   char *p = static_cast<char *>(nic_malloc(big));
