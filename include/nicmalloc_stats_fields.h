@@ -73,7 +73,7 @@
   X("fence", fence_bypasses, uint64_t, count, "# let through", "protect: writes let through unheld (by a thread the NIC or the completions need, or after NICMALLOC_FENCE_TIMEOUT_MS)") \
   X("fence", fence_unprotected, uint64_t, count, "# entries unprotected", "protect: entries that could not be protected (memory outside nicmalloc's heaps, or the kernel refused)") \
   X("fence", fence_mismatches, uint64_t, count, "# written while posted", "NICMALLOC_FENCE=detect: entries found written while posted") \
-  X("NIC cache", nic_regions, uint64_t, count, "# regions", "registrations alive with the default backend: chunk steps, cache regions, and those of a request of its own (remote access, a range across steps)") \
+  X("NIC cache", nic_regions, uint64_t, count, "# regions", "registrations alive with the default backend: chunk steps, cache regions, and those of a request of its own (remote access, a range across steps, memory the cache does not keep)") \
   X("NIC cache", nic_entries_needed, uint64_t, count, "# entries needed", "MPT + MTT entries the NIC needs to hold all of them") \
   X("NIC cache", nic_working_set, uint64_t, count, "working set #", "distinct MPT and MTT entries among the last ones posts looked up (the window: 4 x the capacity of them)") \
   X("NIC cache", nic_cache_capacity, uint32_t, count, "capacity #", "entries the NIC caches (NICMALLOC_SIM_TCACHE*)") \

@@ -24,6 +24,14 @@ foreach(suite test_uring_endpoint test_uring_safety test_uring_wait)
   nic_gtest_with_env(${suite} ${NIC_URING_SGA_ENV})
 endforeach()
 gtest_discover_tests(test_uring_safety PROPERTIES TIMEOUT 300 DISCOVERY_TIMEOUT 60)
+
+# Registrations of memory whose pages change unseen (a thread's stack, a file's pages) are never
+# sent stale.
+add_executable(test_uring_stale ${CMAKE_CURRENT_LIST_DIR}/safety/test_uring_stale.cc)
+target_link_libraries(test_uring_stale PRIVATE ${NIC_RUNTIME_LAYERS} GTest::gtest GTest::gtest_main
+  Threads::Threads)
+nic_gtest_with_env(test_uring_stale ${NIC_URING_SGA_ENV})
+gtest_discover_tests(test_uring_stale PROPERTIES TIMEOUT 120 DISCOVERY_TIMEOUT 60)
 # nic_wait and nic_event_fd on io_uring: blocking waits and an epoll set instead of busy polling.
 gtest_discover_tests(test_uring_wait PROPERTIES TIMEOUT 120 DISCOVERY_TIMEOUT 60)
 gtest_discover_tests(test_uring_endpoint TEST_FILTER "-UringEndpointBesideSim.*"

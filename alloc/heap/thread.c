@@ -3,6 +3,7 @@
 #include "block.h"
 #include "dp_heap.h"
 
+#include "events.h"
 #include "forklock.h"
 #include "log.h"
 #include "nocancel.h"
@@ -64,6 +65,32 @@ static void abandon_heaps(struct nic_thread *t) {
   t->late_heaps = false;
 }
 
+/* nic_thread_stack_watched. Outside the thread list's lock: a registration cache's lock comes
+ * before it (alloc/base/forklock.h). Later key destructors that register the stack again get
+ * registrations of their own, never cached (EXITING). */
+static void stack_leaves(struct nic_thread *t) {
+  const uintptr_t lo = t->stack_lo, hi = t->stack_hi;
+  t->stack_lo = t->stack_hi = 0;
+  if (hi > lo) nic_publish_pages_leaving(lo, hi - lo);
+}
+
+bool nic_thread_stack_watched(uintptr_t lo, uintptr_t hi) {
+  struct nic_thread *t = &nic_self;
+  if (t->state != NIC_THREAD_READY || !t->listed) return false;
+  t->stack_lo = lo;
+  t->stack_hi = hi;
+  return true;
+}
+
+bool nic_thread_block_in(uintptr_t lo, uintptr_t hi) {
+  bool found = false;
+  pthread_mutex_lock(&threads_lock);
+  for (const struct nic_thread *t = threads; t && !found; t = t->next)
+    found = t != &nic_self && t->block_on_stack && (uintptr_t)t >= lo && (uintptr_t)t < hi;
+  pthread_mutex_unlock(&threads_lock);
+  return found;
+}
+
 static void on_thread_exit(void *arg) {
   struct nic_thread *t = arg;
   nic_dp_unpause(t); /* its paused chunk's frees go back to their fast path */
@@ -89,6 +116,7 @@ static void on_thread_exit(void *arg) {
   }
   t->state = NIC_THREAD_EXITING;
   pthread_mutex_unlock(&threads_lock);
+  stack_leaves(t);
   nic_thread_close_wake(t); /* off the list: no ask writes to it now */
   t->fast_span = 0;
   __atomic_store_n(&t->dp_small_span, 0, __ATOMIC_RELAXED);
@@ -287,6 +315,7 @@ bool nic_thread_ready(void) {
   nic_startup();
   if (!nic_started()) return false; /* allocation from inside the start-up itself */
   t->state = NIC_THREAD_SETTING_UP;
+  t->block_on_stack = !nic_on_main_thread();
   /* pthread_once and pthread_setspecific may allocate; the state makes that re-entry take the
    * control heap. Armed before the thread is linked: the hook finds it linked or not at all. */
   if (arm_exit_hooks(t)) {

@@ -97,6 +97,12 @@ struct nic_thread {
   int waiting;
   int thread_fd_plus1;
   int wake_unread;
+  /* The thread's stack [stack_lo, stack_hi) while a cached registration may cover part of it
+   * (nic_thread_stack_watched); 0 and 0 otherwise. */
+  uintptr_t stack_lo, stack_hi;
+  /* This block lies in the thread's stack, as glibc places a thread's static TLS: every thread
+   * but the process's main one, whose TLS the loader maps apart (nic_thread_block_in). */
+  bool block_on_stack;
   struct nic_thread *next, *prev;
 };
 
@@ -220,6 +226,19 @@ void nic_threads_nudge(unsigned epoch);
  * allocation path, what mimalloc only marked in its segments of the chunks (a bit each): the
  * reaper's nudge (nudge.h). */
 void nic_threads_ask_decommit(uint64_t chunks);
+/* The calling thread's stack is [lo, hi), and a registration cache is about to keep a
+ * registration of some of it. glibc unmaps a thread's stack after the thread is gone, or gives
+ * it to the next thread, by calls of its own that nobody sees, and maps the next thread's stack
+ * the same way: so the exit hook says the stack's pages leave (events.h), as a munmap of them
+ * would, before the thread dies. false when no hook is sure to run (the thread not set up, its
+ * hooks not armed, or its exit begun): then nothing of the stack may be cached. Never
+ * allocates, takes no lock. */
+bool nic_thread_stack_watched(uintptr_t lo, uintptr_t hi);
+/* Whether the thread block (nic_self, in the static TLS that glibc puts at the top of a thread's
+ * stack, a stack of its own or one the program gave) of a listed thread other than the caller
+ * and the main thread lies in [lo, hi): a mapping that holds it is that thread's stack. Takes
+ * the thread list's lock, never allocates. */
+bool nic_thread_block_in(uintptr_t lo, uintptr_t hi);
 /* Closes t's eventfd and its handed-out set (thread exit, and every thread in a fork child, where
  * they are the parent's threads' copies). */
 void nic_thread_close_wake(struct nic_thread *t);

@@ -6,8 +6,8 @@
  * which the control arena's commit map records once they succeeded; loaded later, libmimalloc's
  * imports are pointed at the static bodies below (mimalloc_imports.h). Each forwards to the system
  * call directly, as glibc does. Pages a call maps anew are invalidated after it too: that catches
- * what went by a path none of these saw. mprotect goes through a watcher that protects pages
- * itself, if there is one (events.h). */
+ * some of what went by a path none of these saw (os_mmap says what not). mprotect goes through a
+ * watcher that protects pages itself, if there is one (events.h). */
 #define _GNU_SOURCE
 #include "as_limit.h"
 #include "commit_map.h"
@@ -46,8 +46,10 @@ static void *os_mmap(void *addr, size_t len, int prot, int flags, int fd, off_t 
     return p;
   }
   /* Anywhere but over a fixed mapping the pages are fresh: a region still cached there lost its
-   * pages by a path none of these calls saw (the C library's own unmaps, such as the thread
-   * stacks it frees, or a raw system call). */
+   * pages by a path none of these calls saw (a raw system call). This catches only what the
+   * program maps through here afterwards: the C library maps a thread's stack by its own call,
+   * as it unmaps the one before, so a thread's stack is dropped at its exit instead
+   * (heap/thread.h: nic_thread_stack_watched). */
   if (fixed)
     nic_commit_map_note(p, len, NIC_PAGES_GONE); /* no blocks */
   else

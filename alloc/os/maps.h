@@ -10,7 +10,9 @@
 
 struct nic_maps_entry {
   uintptr_t start, end;
-  bool writable;
+  bool readable, writable; /* readable false: no access at all (PROT_NONE) */
+  bool shared;    /* MAP_SHARED (or a System V segment): writes reach the object, others see them */
+  bool anonymous; /* no file, no device: private anonymous memory, the heap, a stack */
 };
 
 /* Calls fn for each mapping overlapping [lo, hi), in address order, until fn returns false; stops

@@ -38,3 +38,11 @@ bool nic_on_own_stack(uintptr_t start, uintptr_t last) {
   if (sp < own_stack.bottom || sp >= own_stack.top) return false;
   return start >= sp && start <= last && last < own_stack.top;
 }
+
+bool nic_own_stack_overlaps(uintptr_t start, uintptr_t end, uintptr_t *lo, uintptr_t *hi) {
+  if (own_stack.state != STACK_KNOWN || start >= own_stack.top || end <= own_stack.bottom)
+    return false;
+  *lo = own_stack.bottom;
+  *hi = own_stack.top;
+  return true;
+}

@@ -7,6 +7,7 @@
 #include "log.h"
 #include "map.h"
 #include "page.h"
+#include "range_kind.h"
 #include "rcache_table.h"
 #include "readable.h"
 
@@ -570,6 +571,12 @@ static bool place_locked(struct nic_rcache *c, uintptr_t *start, uintptr_t *end,
   return c->free_head != 0;
 }
 
+/* Whether a registration of [start, end) may be kept for later requests: its pages change only
+ * in ways the cache hears of (range_kind.h). */
+static bool may_keep(uintptr_t start, uintptr_t end) {
+  return nic_range_kind(start, end) & NIC_RANGE_CACHEABLE;
+}
+
 /* -EAGAIN: pages of [busy[0], busy[1]) are write-protected now (nic_backend_reg). */
 static int insert_locked(struct nic_rcache *c, uintptr_t start, uintptr_t end, unsigned access,
                          struct nic_rcache_ref *out, uintptr_t busy[2]) {
@@ -581,7 +588,7 @@ static int insert_locked(struct nic_rcache *c, uintptr_t start, uintptr_t end, u
    * exactly its pages and rights that nobody else is given and that its release deregisters:
    * cached, it would outlive the last nic_unregister (until evicted) and be handed to later
    * requests, each keeping the peer's access alive, or giving a peer more than was asked. */
-  const bool cached = !(access & UNSHARED);
+  bool cached = !(access & UNSHARED);
   access &= ~(unsigned)NIC_RCACHE_OWN;
   /* Larger than the backend registers at once, or than the cache holds: refused before
    * anything is evicted for it. */
@@ -589,6 +596,8 @@ static int insert_locked(struct nic_rcache *c, uintptr_t start, uintptr_t end, u
     return -ERANGE;
   /* Else the NIC refuses it, or worse the sim takes it and faults reading it. */
   if (!nic_range_readable((const void *)start, end - start)) return -EFAULT;
+  /* Memory the cache cannot follow gets a registration of the request's own. */
+  if (cached) cached = may_keep(start, end);
   retry_busy_locked(c); /* their slots, if their posts are done */
   if (cached) {
     if (!place_locked(c, &start, &end, &access, b->caps.max_region_bytes)) return -ENOSPC;
@@ -691,6 +700,7 @@ static __attribute__((noinline)) int acquire_missed(struct nic_rcache *c, uintpt
    * lock: under it, the open would wait for whatever its allocations and threads take, which a
    * fork's handler may hold while it waits for this lock (alloc/base/forklock.h). */
   (void)backend(c);
+  if (cached) nic_range_kind_prepare(start, last + 1);
   for (;;) {
     pthread_mutex_lock(&lock);
     int rc = 0;

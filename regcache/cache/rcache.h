@@ -3,10 +3,13 @@
  * in rcache_table plus one reference count; a miss registers the page-aligned range (merged with
  * neighbouring registrations) and caches it. Regions never overlap. Remote access is never
  * cached: each such request gets a registration of exactly its pages and rights, of its own,
- * deregistered when it is released. Regions beyond the cache's limits are evicted, least
- * recently used first (CLOCK). Invalidation is exact: free/realloc of a block inside a region
- * and munmap/mremap/madvise of its pages remove it at once, from every cache; users in flight
- * keep their reference, and the backend registration goes when the last one lets go.
+ * deregistered when it is released. Nor is memory whose pages may change with no call the cache
+ * hears of (range_kind.h: another thread's stack): a request for it gets a registration of its
+ * own in the same way. Regions beyond the cache's limits are
+ * evicted, least recently used first (CLOCK). Invalidation is exact for what is cached:
+ * free/realloc of a block inside a region, munmap/mremap/madvise of its pages and the exit of
+ * the thread whose stack it is remove it at once, from every cache; users in flight keep their
+ * reference, and the backend registration goes when the last one lets go.
  *
  * A cache is an instance over one backend (nic_rcache_create), so that it can be used, and
  * tested, over any ops table. The runtime's own is nic_rcache_process(): over the default
@@ -82,8 +85,10 @@ struct nic_rcache_ref {
 #define NIC_RCACHE_OWN (1u << 16)
 
 /* Finds or makes a registration covering [p, p+len) with at least the given access (with remote
- * access or NIC_RCACHE_OWN: makes one of exactly its pages and rights; with remote access its
- * pages are held, nic_rcache_page_guard), and holds it until nic_rcache_release.
+ * access or NIC_RCACHE_OWN, or over memory the cache does not keep: makes one of exactly its
+ * pages and rights, which nic_rcache_region_current calls stale at once; with remote access its
+ * pages are held, nic_rcache_page_guard), and holds it until nic_rcache_release. A miss may
+ * allocate (the calling thread's set-up, its stack's bounds): call it under no lock of nicmalloc's.
  * Returns 0, -EFAULT (range not mapped), -ENOSPC (over the limits with nothing evictable), -ERANGE
  * (len 0, overflow, larger than the backend's largest registration, or, cached, than the cache's
  * max_bytes: refused before anything is evicted), or the backend's error. */
@@ -114,7 +119,8 @@ int nic_rcache_find(struct nic_rcache *c, const void *p, size_t len, unsigned ac
 
 /* Whether the region at slot, which the caller holds a reference to, still describes the memory
  * it was registered over: false once pages it covers were unmapped, remapped or dropped (the
- * registration then holds pages the process no longer has there). */
+ * registration then holds pages the process no longer has there), and always for a registration
+ * of a request's own, which nothing follows (a post registers such an entry anew: sga_post.c). */
 bool nic_rcache_region_current(const struct nic_rcache *c, uint32_t slot);
 
 /* Drops the cached regions overlapping [start, start+len) from every cache: the pages left. */
@@ -155,7 +161,8 @@ struct nic_rcache_stats {
   uint32_t busy;        /* of those, not deregistered yet (retried later) */
   uint32_t regions;     /* cached */
   size_t bytes;
-  uint32_t own_regions; /* a request's own (remote access, a range across dataplane steps) */
+  uint32_t own_regions; /* a request's own (remote access, a range across dataplane steps,
+                         * memory the cache does not keep) */
   size_t own_bytes;
 };
 void nic_rcache_get_stats(struct nic_rcache *c, struct nic_rcache_stats *out);

@@ -1,6 +1,7 @@
-// The registration cache against a recording backend: hits and misses, merging, eviction, and
-// exact invalidation from free, munmap, mremap, madvise, shmdt/shmat and dlclose. Limits come from
-// the environment ctest gives this suite (8 regions, 64 MiB).
+// The registration cache against a recording backend: hits and misses, merging, eviction, exact
+// invalidation from free, munmap, mremap, madvise, shmdt/shmat, dlclose and a thread's exit, and
+// what is never kept (another thread's stack). Limits come from the environment ctest gives this
+// suite (8 regions, 64 MiB).
 #include <dlfcn.h>
 #include <gtest/gtest.h>
 #include <sys/mman.h>
@@ -10,6 +11,7 @@
 
 #include <atomic>
 #include <cerrno>
+#include <condition_variable>
 #include <cstdlib>
 #include <cstring>
 #include <functional>
@@ -347,8 +349,8 @@ TEST_F(RegistrationCache, BrkAndSbrkShrinkingInvalidate) {
   EXPECT_FALSE(backend->registered(low.reg.lkey)) << "brk gave the page back, still cached";
 }
 
-// A page can leave by a path the cache never sees (the C library unmaps thread stacks itself,
-// or a raw system call): the region cached on it must not survive a new mapping there.
+// A page can leave by a path the cache never sees (a raw system call): the region cached on it
+// must not survive a new mapping there.
 TEST_F(RegistrationCache, ANewMappingDropsWhatAnUnseenUnmapLeft) {
   char *p = static_cast<char *>(
       mmap(nullptr, 4 * kPage, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0));
@@ -370,6 +372,46 @@ TEST_F(RegistrationCache, ANewMappingDropsWhatAnUnseenUnmapLeft) {
   EXPECT_NE(fresh.reg.lkey, old.reg.lkey);
   nic_rcache_release(nic_rcache_process(), fresh.slot);
   munmap(p, 4 * kPage);
+}
+
+// glibc unmaps a thread's stack after the thread (or hands it to the next thread), and maps the
+// next thread's stack, by calls of its own: a registration of a thread's stack is kept while
+// the thread runs and dropped at its exit, and another thread's registration of it is never
+// kept, as only the owner's exit can tell.
+TEST_F(RegistrationCache, AThreadsStackIsKeptUntilItsExitAndByNoOtherThread) {
+  std::mutex mu;
+  std::condition_variable cv;
+  char *stack_buffer = nullptr;
+  bool checked = false;
+  nic_rcache_ref own{};
+  std::thread owner([&] {
+    alignas(4096) char buf[4 * kPage];
+    memset(buf, 5, sizeof buf);
+    ASSERT_EQ(nic_rcache_acquire(nic_rcache_process(), buf, kPage, NIC_ACCESS_LOCAL, &own), 0);
+    nic_rcache_release(nic_rcache_process(), own.slot);
+    std::unique_lock<std::mutex> lock(mu);
+    stack_buffer = buf;
+    cv.notify_all();
+    cv.wait(lock, [&] { return checked; });
+  });
+  {
+    std::unique_lock<std::mutex> lock(mu);
+    cv.wait(lock, [&] { return stack_buffer != nullptr; });
+  }
+  EXPECT_TRUE(backend->registered(own.reg.lkey)) << "the owner's registration was not kept";
+  nic_rcache_ref other;
+  ASSERT_EQ(nic_rcache_acquire(nic_rcache_process(), stack_buffer + 2 * kPage, kPage,
+                               NIC_ACCESS_LOCAL, &other),
+            0);
+  nic_rcache_release(nic_rcache_process(), other.slot);
+  EXPECT_FALSE(backend->registered(other.reg.lkey)) << "another thread's stack was cached";
+  {
+    std::lock_guard<std::mutex> lock(mu);
+    checked = true;
+  }
+  cv.notify_all();
+  owner.join();
+  EXPECT_FALSE(backend->registered(own.reg.lkey)) << "kept past its thread's exit";
 }
 
 TEST_F(RegistrationCache, LeastRecentlyUsedIsEvictedPastTheLimit) {
