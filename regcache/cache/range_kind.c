@@ -30,6 +30,7 @@ static bool look(const struct nic_maps_entry *e, void *arg) {
   if (e->start > w->next) return false; /* a gap */
   if (!w->covered) {
     if (!w->span_lo) w->span_lo = e->start;
+    if (e->shared || !e->anonymous) w->kind &= ~NIC_RANGE_CACHEABLE;
     w->covered = e->end >= w->end;
   } else if (!e->anonymous || e->shared || !e->readable) {
     return false;

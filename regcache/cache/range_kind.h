@@ -2,9 +2,11 @@
  * kept after its request, because its pages can only be replaced by calls the cache hears of
  * (events.h).
  *
- * Kept: the heap and mappings the interposed calls follow, and the calling thread's stack while
- * its exit hook is sure to say the stack leaves (thread.h). Not kept, registered for each request
- * instead:
+ * Kept: private anonymous memory (the heap, anonymous mappings, the calling thread's stack while
+ * its exit hook is sure to say the stack leaves: thread.h). Not kept, registered for each
+ * request instead:
+ * - shared or file-backed memory: a hole punched in the file, a truncate, another process's
+ *   write to it, each replaces or changes its pages with no call of this process's to see;
  * - another thread's stack, known by its thread block (thread.h): glibc unmaps and maps stacks
  *   by calls nobody sees once the thread is gone, and only the thread's own exit hook could
  *   tell;

@@ -4,8 +4,8 @@
  * neighbouring registrations) and caches it. Regions never overlap. Remote access is never
  * cached: each such request gets a registration of exactly its pages and rights, of its own,
  * deregistered when it is released. Nor is memory whose pages may change with no call the cache
- * hears of (range_kind.h: another thread's stack): a request for it gets a registration of its
- * own in the same way. Regions beyond the cache's limits are
+ * hears of (range_kind.h: shared or file-backed memory, another thread's stack): a request for
+ * it gets a registration of its own in the same way. Regions beyond the cache's limits are
  * evicted, least recently used first (CLOCK). Invalidation is exact for what is cached:
  * free/realloc of a block inside a region, munmap/mremap/madvise of its pages and the exit of
  * the thread whose stack it is remove it at once, from every cache; users in flight keep their

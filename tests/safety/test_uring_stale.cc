@@ -1,10 +1,12 @@
 // Memory whose pages change with no call the registration cache hears of: a thread's stack, which
-// glibc unmaps after the thread and maps again for the next thread by calls of its own. On
-// io_uring over loopback UDP through the public API: each post is one datagram, and the kernel
-// sends the pages the registration pinned, so a registration kept past such a change shows as
-// the old bytes at the receiver.
+// glibc unmaps after the thread and maps again for the next thread by calls of its own, and a
+// file's pages under a mapping of it (a hole punched, a truncate). On io_uring over loopback UDP
+// through the public API: each post is one datagram, and the kernel sends the pages the
+// registration pinned, so a registration kept past such a change shows as the old bytes at the
+// receiver.
 #include "uring_loopback.h"
 
+#include <fcntl.h>
 #include <pthread.h>
 
 using namespace uring_test;
@@ -88,6 +90,63 @@ TEST_F(UringSgaTest, AThreadsStackIsSentFromItsOwnPagesNotThoseOfTheThreadBefore
   ASSERT_EQ(got.size(), 2 * rounds.size());
   for (size_t i = 0; i < got.size(); i++)
     EXPECT_EQ(Mismatch(got[i], rounds[i / 2].fill), "") << "thread " << i / 2 << ", post " << i % 2;
+}
+
+// A file's pages change under its mappings, shared or private, without a call of the process's
+// that unmaps them: a punched hole, a truncate and a grow back. Each buffer is sent as it is at
+// its post. Private anonymous memory is still cached.
+TEST_F(UringSgaTest, AFilesMemoryIsSentAsItIsAfterItsPagesChangedUnderTheMapping) {
+  UdpPair pair;
+  Reader reader(pair.rx);
+  nic_endpoint *ep = Endpoint(pair.tx);
+  ASSERT_NE(ep, nullptr);
+  constexpr size_t kLen = 16 * kSent;
+  const int fd = memfd_create("uring_stale", 0);
+  ASSERT_GE(fd, 0) << strerror(errno);
+  ASSERT_EQ(ftruncate(fd, kLen), 0);
+  char *shared =
+      static_cast<char *>(mmap(nullptr, kLen, PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0));
+  char *priv = static_cast<char *>(mmap(nullptr, kLen, PROT_READ | PROT_WRITE, MAP_PRIVATE, fd, 0));
+  ASSERT_NE(shared, MAP_FAILED);
+  ASSERT_NE(priv, MAP_FAILED);
+  auto truncate_and_grow = [fd] {
+    ASSERT_EQ(ftruncate(fd, 0), 0);
+    ASSERT_EQ(ftruncate(fd, kLen), 0);
+  };
+  struct Step {
+    const char *what;
+    char *buffer;
+    std::function<void()> before;
+    char fill;
+  };
+  const Step steps[] = {
+      {"shared", shared, [] {}, 'A'},
+      {"shared, after a hole punched", shared,
+       [fd] { ASSERT_EQ(fallocate(fd, FALLOC_FL_PUNCH_HOLE | FALLOC_FL_KEEP_SIZE, 0, kLen), 0); },
+       'B'},
+      {"shared, after a truncate", shared, truncate_and_grow, 'C'},
+      {"private", priv, [] {}, 'D'},
+      {"private, after a truncate", priv, truncate_and_grow, 'E'},
+  };
+  const nic_stats before = NicStats();
+  for (const Step &step : steps) {
+    step.before();
+    memset(step.buffer, step.fill, kSent);
+    EXPECT_EQ(PostOne(ep, step.buffer), 0) << step.what;
+  }
+  EXPECT_EQ(NicStats().rcache_hits, before.rcache_hits) << "a file's memory was cached";
+  Region anon(kSent);
+  memset(anon.base, 'F', kSent);
+  ASSERT_EQ(PostOne(ep, anon.base), 0);
+  ASSERT_EQ(PostOne(ep, anon.base), 0);
+  EXPECT_GE(NicStats().rcache_hits - before.rcache_hits, 1u) << "anonymous memory was not cached";
+  const std::vector<std::string> got = Datagrams(reader, std::size(steps) + 2);
+  ASSERT_EQ(got.size(), std::size(steps) + 2);
+  for (size_t i = 0; i < std::size(steps); i++)
+    EXPECT_EQ(Mismatch(got[i], steps[i].fill), "") << steps[i].what;
+  munmap(shared, kLen);
+  munmap(priv, kLen);
+  close(fd);
 }
 
 } // namespace
