@@ -31,6 +31,7 @@ static bool look(const struct nic_maps_entry *e, void *arg) {
   if (!w->covered) {
     if (!w->span_lo) w->span_lo = e->start;
     if (e->shared || !e->anonymous) w->kind &= ~NIC_RANGE_CACHEABLE;
+    if (!e->writable) w->kind &= ~NIC_RANGE_WRITABLE;
     w->covered = e->end >= w->end;
   } else if (!e->anonymous || e->shared || !e->readable) {
     return false;
@@ -40,12 +41,13 @@ static bool look(const struct nic_maps_entry *e, void *arg) {
 }
 
 unsigned nic_range_kind(uintptr_t start, uintptr_t end) {
-  /* mimalloc's memory, which nicmalloc maps private and anonymous. */
+  /* mimalloc's memory, which nicmalloc maps private and anonymous and mimalloc commits writable. */
   const uintptr_t off = start - nic_commit_map.base, checked = nic_commit_map.checked;
-  if (off < checked && end - start <= checked - off) return NIC_RANGE_CACHEABLE;
+  if (off < checked && end - start <= checked - off)
+    return NIC_RANGE_CACHEABLE | NIC_RANGE_WRITABLE;
   uintptr_t lo, hi;
   if (nic_own_stack_overlaps(start, end, &lo, &hi) && !nic_thread_stack_watched(lo, hi)) return 0;
-  struct walk w = {.next = start, .end = end, .kind = NIC_RANGE_CACHEABLE};
+  struct walk w = {.next = start, .end = end, .kind = NIC_RANGE_CACHEABLE | NIC_RANGE_WRITABLE};
   if (!nic_maps_walk(start, UINTPTR_MAX, look, &w) || !w.covered) return 0;
   if ((w.kind & NIC_RANGE_CACHEABLE) && nic_thread_block_in(w.span_lo, w.span_hi))
     w.kind &= ~NIC_RANGE_CACHEABLE;

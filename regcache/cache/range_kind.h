@@ -1,6 +1,6 @@
 /* What backs a range, for the registration cache's misses: whether a registration of it may be
  * kept after its request, because its pages can only be replaced by calls the cache hears of
- * (events.h).
+ * (events.h), and whether the process may write it.
  *
  * Kept: private anonymous memory (the heap, anonymous mappings, the calling thread's stack while
  * its exit hook is sure to say the stack leaves: thread.h). Not kept, registered for each
@@ -19,6 +19,7 @@
 #include <stdint.h>
 
 #define NIC_RANGE_CACHEABLE 1u
+#define NIC_RANGE_WRITABLE 2u
 
 /* What nic_range_kind needs that may allocate (the calling thread's stack bounds, its set-up):
  * call it where the program could call malloc, under no lock of nicmalloc's. */

@@ -571,10 +571,21 @@ static bool place_locked(struct nic_rcache *c, uintptr_t *start, uintptr_t *end,
   return c->free_head != 0;
 }
 
-/* Whether a registration of [start, end) may be kept for later requests: its pages change only
- * in ways the cache hears of (range_kind.h). */
-static bool may_keep(uintptr_t start, uintptr_t end) {
-  return nic_range_kind(start, end) & NIC_RANGE_CACHEABLE;
+/* Whether b's registration of [start, end) may be kept for later requests: its pages change only
+ * in ways the cache hears of (range_kind.h). A backend that pins pages pins them for writing
+ * then (*access gains local write), so that each is the process's own page from then on: pinned
+ * for reading only (verbs without local write, on a kernel that does not break the sharing
+ * itself at the pin), a page still shared copy-on-write (the zero page of memory never written, a
+ * page shared with a child of fork or merged by KSM) would stay pinned while the process's next
+ * write moved to a copy. Read-only memory is not kept there. */
+static bool may_keep(const struct nic_backend *b, uintptr_t start, uintptr_t end,
+                     unsigned *access) {
+  const unsigned kind = nic_range_kind(start, end);
+  if (!(kind & NIC_RANGE_CACHEABLE)) return false;
+  if (b->caps.pages_follow) return true;
+  if (!(kind & NIC_RANGE_WRITABLE)) return false;
+  *access |= NIC_ACCESS_LOCAL_WRITE;
+  return true;
 }
 
 /* -EAGAIN: pages of [busy[0], busy[1]) are write-protected now (nic_backend_reg). */
@@ -597,7 +608,7 @@ static int insert_locked(struct nic_rcache *c, uintptr_t start, uintptr_t end, u
   /* Else the NIC refuses it, or worse the sim takes it and faults reading it. */
   if (!nic_range_readable((const void *)start, end - start)) return -EFAULT;
   /* Memory the cache cannot follow gets a registration of the request's own. */
-  if (cached) cached = may_keep(start, end);
+  if (cached) cached = may_keep(b, start, end, &access);
   retry_busy_locked(c); /* their slots, if their posts are done */
   if (cached) {
     if (!place_locked(c, &start, &end, &access, b->caps.max_region_bytes)) return -ENOSPC;

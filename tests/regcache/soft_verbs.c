@@ -266,6 +266,15 @@ int ibv_dereg_mr(struct ibv_mr *mr) {
   return 0;
 }
 
+int soft_verbs_mr_access(uint32_t lkey) {
+  int access = -1;
+  pthread_mutex_lock(&lock);
+  for (int i = 0; i < SOFT_MRS; i++)
+    if (mrs[i] && mrs[i]->lkey == lkey) access = (int)mrs[i]->handle;
+  pthread_mutex_unlock(&lock);
+  return access;
+}
+
 int ibv_query_qp(struct ibv_qp *qp, struct ibv_qp_attr *attr, int mask,
                  struct ibv_qp_init_attr *init) {
   (void)mask;

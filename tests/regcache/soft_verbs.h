@@ -33,6 +33,8 @@ unsigned soft_verbs_sends_waiting(struct ibv_qp *qp);
 /* What a peer's RDMA write with immediate does at this QP: takes the oldest posted receive and
  * completes it IBV_WC_RECV_RDMA_WITH_IMM, nothing written into it. false when none is posted. */
 bool soft_verbs_write_with_imm(struct ibv_qp *qp, uint32_t len);
+/* The access flags the live MR of lkey was registered with (ibv_reg_mr's), or -1 for none. */
+int soft_verbs_mr_access(uint32_t lkey);
 /* Frees a CQ or QP made above. */
 void soft_verbs_free(void *p);
 

@@ -148,7 +148,7 @@ TEST_F(RegistrationCache, DifferentAccessIsNeverMergedOrShared) {
             0);
   EXPECT_NE(local.reg.lkey, remote.reg.lkey);
   EXPECT_EQ(remote.reg.len, kPage) << "local-only memory must not gain remote access by merging";
-  EXPECT_EQ(local.reg.access, NIC_ACCESS_LOCAL);
+  EXPECT_EQ(local.reg.access & (NIC_ACCESS_REMOTE_READ | NIC_ACCESS_REMOTE_WRITE), 0u);
   nic_rcache_release(nic_rcache_process(), local.slot);
   nic_rcache_release(nic_rcache_process(), remote.slot);
 }
@@ -386,6 +386,44 @@ TEST_F(RegistrationCache, ANewMappingDropsWhatAnUnseenUnmapLeft) {
   EXPECT_NE(fresh.reg.lkey, old.reg.lkey);
   nic_rcache_release(nic_rcache_process(), fresh.slot);
   munmap(p, 4 * kPage);
+}
+
+// A backend that pins pages (io_uring, verbs) pins a kept region for writing: pinned for reading
+// only, a page still shared copy-on-write (the zero page of memory never written, a page shared
+// with a child of fork) would stay the pinned one while the process's next write moved to a
+// copy. Read-only memory cannot be pinned so: it is registered per request there. A backend that
+// reads memory by address (the sim) is given what was asked.
+TEST_F(RegistrationCache, WithABackendThatPinsKeptRegionsArePinnedForWriting) {
+  const unsigned remote = NIC_ACCESS_REMOTE_READ | NIC_ACCESS_REMOTE_WRITE;
+  auto access_of = [](uint32_t lkey) {
+    std::lock_guard<std::mutex> lock(backend->mu);
+    return backend->access.count(lkey) ? backend->access[lkey] : ~0u;
+  };
+  char *never_written = static_cast<char *>(
+      mmap(nullptr, 2 * kPage, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0));
+  char *read_only =
+      static_cast<char *>(mmap(nullptr, 2 * kPage, PROT_READ, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0));
+  ASSERT_NE(never_written, MAP_FAILED);
+  ASSERT_NE(read_only, MAP_FAILED);
+  nic_rcache_ref w, r;
+  ASSERT_EQ(nic_rcache_acquire(nic_rcache_process(), never_written, kPage, NIC_ACCESS_LOCAL, &w),
+            0);
+  EXPECT_EQ(access_of(w.reg.lkey) & ~remote, static_cast<unsigned>(NIC_ACCESS_LOCAL_WRITE));
+  nic_rcache_release(nic_rcache_process(), w.slot);
+  EXPECT_TRUE(backend->registered(w.reg.lkey)) << "writable anonymous memory was not kept";
+  ASSERT_EQ(nic_rcache_acquire(nic_rcache_process(), read_only, kPage, NIC_ACCESS_LOCAL, &r), 0);
+  EXPECT_EQ(access_of(r.reg.lkey), static_cast<unsigned>(NIC_ACCESS_LOCAL));
+  nic_rcache_release(nic_rcache_process(), r.slot);
+  EXPECT_FALSE(backend->registered(r.reg.lkey)) << "read-only memory pinned for reading was kept";
+  backend->ops.caps.pages_follow = true;
+  ASSERT_EQ(
+      nic_rcache_acquire(nic_rcache_process(), read_only + kPage, kPage, NIC_ACCESS_LOCAL, &r), 0);
+  backend->ops.caps.pages_follow = false;
+  EXPECT_EQ(access_of(r.reg.lkey), static_cast<unsigned>(NIC_ACCESS_LOCAL));
+  nic_rcache_release(nic_rcache_process(), r.slot);
+  EXPECT_TRUE(backend->registered(r.reg.lkey)) << "kept where pages follow the address";
+  munmap(never_written, 2 * kPage);
+  munmap(read_only, 2 * kPage);
 }
 
 // glibc unmaps a thread's stack after the thread (or hands it to the next thread), and maps the

@@ -6,6 +6,7 @@
 // what the plugin suites play themselves: the dataplane memory libnicmalloc hands the plugin
 // (safety/endpoint_verbs.c) and the hold bookkeeping (safety/receive.c).
 #include <gtest/gtest.h>
+#include <sys/mman.h>
 
 #include <cerrno>
 #include <cstdlib>
@@ -219,6 +220,36 @@ TEST(VerbsSoftPublic, PostOverTheQueuePairsSendEntriesIsE2big) {
   for (char *p : blocks)
     free(p);
   EXPECT_EQ(DestroyOncePolled(ep), 0);
+}
+
+// Memory the registration cache keeps is registered with local write where the process may write
+// it, so that the pin takes each page as the process's own: an MR pinned for reading only keeps
+// a page still shared copy-on-write (the zero page of memory never written, a page shared with a
+// child of fork), and the process's next write moves to a copy the NIC never reads. What the
+// device is handed is what a kernel would pin (ibv_reg_mr's flags).
+TEST(VerbsSoftPublic, CachedMemoryIsPinnedForWritingWhereTheProcessMayWriteIt) {
+  nic_sga probe;
+  nic_sga_init(&probe, 0); // opens the backend
+  ASSERT_STREQ(Stats().backend, "verbs");
+  constexpr size_t kPage = 4096;
+  // A page never written (the zero page), then a read-only one.
+  char *pages = static_cast<char *>(
+      mmap(nullptr, 2 * kPage, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0));
+  ASSERT_NE(pages, MAP_FAILED);
+  ASSERT_EQ(mprotect(pages + kPage, kPage, PROT_READ), 0);
+  char *never_written = pages, *read_only = pages + kPage;
+  nic_region_ref ref;
+  ASSERT_EQ(nic_register(never_written, kPage, NIC_REG_LOCAL, &ref), 0);
+  const int flags = soft_verbs_mr_access(ref.lkey);
+  nic_unregister(&ref);
+  EXPECT_EQ(flags, IBV_ACCESS_LOCAL_WRITE) << "ibv_reg_mr's flags";
+  EXPECT_EQ(soft_verbs_mr_access(ref.lkey), flags) << "cached: the MR stays";
+  // Read-only memory cannot be pinned for writing: registered for the request alone.
+  ASSERT_EQ(nic_register(read_only, kPage, NIC_REG_LOCAL, &ref), 0);
+  EXPECT_EQ(soft_verbs_mr_access(ref.lkey), 0);
+  nic_unregister(&ref);
+  EXPECT_EQ(soft_verbs_mr_access(ref.lkey), -1) << "a read-only pin was kept";
+  munmap(pages, 2 * kPage);
 }
 
 } // namespace
