@@ -11,6 +11,8 @@
 #include "llvm/IR/Module.h"
 #include "llvm/IR/Operator.h"
 
+#include <algorithm>
+
 using namespace llvm;
 
 namespace nicpass {
@@ -428,6 +430,7 @@ void PointsToGraph::addPointees(NodeId N, const PointeeSet &New) {
 }
 
 void PointsToGraph::propagate(const PointeeSet &From, const Edge &E) {
+  PushedBy[size_t(E.Origin)] += From.size();
   PointeeSet Out;
   for (Pointee P : From) {
     if (E.RenameFrom && createdIn(pointeeObject(P), E.RenameFrom))
@@ -441,6 +444,8 @@ bool PointsToGraph::addEdge(NodeId Src, Edge E) {
   int64_t Rename = E.RenameFrom ? int64_t(E.RenameTo) : -1;
   if (!EdgeKeys.insert({Src, E.Dst, E.Delta, Rename}).second) return false;
   ++Work;
+  E.Origin = Origin;
+  ++EdgesBy[size_t(Origin)];
   Succ[Src].push_back(E);
   PointeeSet Current = Pts[Src]; // a new edge carries everything seen so far
   propagate(Current, E);
@@ -517,22 +522,29 @@ void PointsToGraph::collapse(ObjectId Obj) {
 
 void PointsToGraph::newCell(ObjectId Obj, uint32_t Off) {
   if (Collapsed[Obj] && Off) {
+    OriginScope Scope(*this, EdgeOrigin::Collapse);
     NodeId Cell = cellNode(Obj, Off), Zero = cellNode(Obj, 0);
     addEdge(Cell, Edge{Zero});
     addEdge(Zero, Edge{Cell});
   }
   // Copy the watcher lists: handling them may add watchers (and cells) to this object.
   std::vector<std::pair<uint32_t, uint32_t>> Copies = CopyWatch[Obj];
+  OriginScope Scope(*this, EdgeOrigin::CopyMem);
   for (auto [Index, Start] : Copies) {
     NodeId Dst = CopyMems[Index].DstPtr;
     copyCell(Index, Obj, Start, Off, std::vector<Pointee>(Pts[Dst].begin(), Pts[Dst].end()));
   }
   std::vector<uint32_t> Wrappers = WrapperWatch[Obj];
+  OriginScope WrapperScope(*this, EdgeOrigin::Wrapper);
   for (uint32_t Index : Wrappers)
     addEdge(cellNode(Obj, Off), Edge{cellNode(WrapperCells[Index].Result, Off)});
 }
 
 void PointsToGraph::applyIncremental(ComplexKind K, size_t Index, const PointeeSet &New) {
+  static constexpr EdgeOrigin Origins[] = {EdgeOrigin::Load,    EdgeOrigin::Store,
+                                           EdgeOrigin::Call,    EdgeOrigin::CopyMem,
+                                           EdgeOrigin::CopyMem, EdgeOrigin::Wrapper};
+  OriginScope Scope(*this, Origins[size_t(K)]);
   switch (K) {
   case ComplexKind::Load: {
     LoadConstraint C = Loads[Index];
@@ -628,17 +640,80 @@ void PointsToGraph::solve(uint64_t Budget) {
   drain(Budget);
 }
 
+std::tuple<uint64_t, uint64_t, uint64_t> PointsToGraph::copyCycles() const {
+  // Tarjan's strongly connected components, iteratively (the graphs are deep).
+  constexpr uint32_t Unvisited = UINT32_MAX;
+  std::vector<uint32_t> Index(Pts.size(), Unvisited), Low(Pts.size());
+  std::vector<bool> OnStack(Pts.size());
+  std::vector<NodeId> Stack;
+  std::vector<std::pair<NodeId, size_t>> Path; // DFS: node, next successor to look at
+  uint32_t Next = 0;
+  uint64_t Cycles = 0, InCycles = 0, Largest = 0;
+  for (NodeId Root = 0; Root < Pts.size(); ++Root) {
+    if (Index[Root] != Unvisited) continue;
+    Path.push_back({Root, 0});
+    Index[Root] = Low[Root] = Next++;
+    Stack.push_back(Root);
+    OnStack[Root] = true;
+    while (!Path.empty()) {
+      auto &[N, I] = Path.back();
+      if (I < Succ[N].size()) {
+        const Edge &E = Succ[N][I++];
+        if (E.Delta || E.RenameFrom) continue;
+        if (Index[E.Dst] == Unvisited) {
+          Index[E.Dst] = Low[E.Dst] = Next++;
+          Stack.push_back(E.Dst);
+          OnStack[E.Dst] = true;
+          Path.push_back({E.Dst, 0});
+        } else if (OnStack[E.Dst]) {
+          Low[N] = std::min(Low[N], Index[E.Dst]);
+        }
+        continue;
+      }
+      NodeId Done = N;
+      Path.pop_back();
+      if (!Path.empty()) Low[Path.back().first] = std::min(Low[Path.back().first], Low[Done]);
+      if (Low[Done] != Index[Done]) continue;
+      uint64_t Size = 0;
+      NodeId M;
+      do {
+        M = Stack.back();
+        Stack.pop_back();
+        OnStack[M] = false;
+        ++Size;
+      } while (M != Done);
+      if (Size < 2) continue;
+      ++Cycles;
+      InCycles += Size;
+      Largest = std::max(Largest, Size);
+    }
+  }
+  return {Cycles, InCycles, Largest};
+}
+
 std::string PointsToGraph::statistics() const {
   uint64_t Pointees = 0, Largest = 0;
   for (const PointeeSet &S : Pts) {
     Pointees += S.size();
     Largest = std::max<uint64_t>(Largest, S.size());
   }
-  return "nodes " + std::to_string(Pts.size()) + ", edges " + std::to_string(EdgeKeys.size()) +
-         ", objects " + std::to_string(Objects.size()) + ", cells " +
-         std::to_string(CellNodes.size()) + ", pointees " + std::to_string(Pointees) +
-         " (largest set " + std::to_string(Largest) + "), work " + std::to_string(Work) +
-         (Exhausted ? ", budget exhausted" : "");
+  size_t CollapsedObjects = std::count(Collapsed.begin(), Collapsed.end(), true);
+  std::string S = "nodes " + std::to_string(Pts.size()) + ", edges " +
+                  std::to_string(EdgeKeys.size()) + ", objects " + std::to_string(Objects.size()) +
+                  " (" + std::to_string(CollapsedObjects) + " collapsed), cells " +
+                  std::to_string(CellNodes.size()) + ", pointees " + std::to_string(Pointees) +
+                  " (largest set " + std::to_string(Largest) + "), work " + std::to_string(Work) +
+                  (Exhausted ? ", budget exhausted" : "");
+  static const char *const Names[] = {"build",  "load",    "store",   "call",
+                                      "memcpy", "wrapper", "collapse"};
+  S += "; edges/pointees carried by origin:";
+  for (size_t I = 0; I < size_t(EdgeOrigin::Count); ++I)
+    S += std::string(" ") + Names[I] + " " + std::to_string(EdgesBy[I]) + "/" +
+         std::to_string(PushedBy[I]);
+  auto [Cycles, InCycles, LargestCycle] = copyCycles();
+  S += "; copy cycles " + std::to_string(Cycles) + " over " + std::to_string(InCycles) +
+       " nodes (largest " + std::to_string(LargestCycle) + ")";
+  return S;
 }
 
 // ---- Queries ----

@@ -108,11 +108,24 @@ public:
 
 private:
   using NodeId = uint32_t;
+  /// What made an edge, so that the statistics can say where the work comes from.
+  enum class EdgeOrigin : uint8_t { Build, Load, Store, Call, CopyMem, Wrapper, Collapse, Count };
   struct Edge {
     NodeId Dst;
     int64_t Delta = 0;                          ///< added to every pointee's offset
     const llvm::Function *RenameFrom = nullptr; ///< wrapper call: objects created in it...
     ObjectId RenameTo = 0;                      ///< ...become the call site's object
+    EdgeOrigin Origin = EdgeOrigin::Build;
+  };
+  /// Sets Origin for the edges added while it lives.
+  class OriginScope {
+  public:
+    OriginScope(PointsToGraph &G, EdgeOrigin O) : G(G), Saved(G.Origin) { G.Origin = O; }
+    ~OriginScope() { G.Origin = Saved; }
+
+  private:
+    PointsToGraph &G;
+    EdgeOrigin Saved;
   };
   struct LoadConstraint {
     NodeId Ptr, Dst;
@@ -174,6 +187,9 @@ private:
   void addPointees(NodeId N, const PointeeSet &New);
   void propagate(const PointeeSet &From, const Edge &E);
   void drain(uint64_t Budget);
+  /// Cycles of plain copy edges (no offset change, no renaming): every node of one ends up
+  /// with the same pointees. Returns (cycles, nodes in them, largest).
+  std::tuple<uint64_t, uint64_t, uint64_t> copyCycles() const;
 
   const llvm::Module &M;
   const llvm::DataLayout &DL;
@@ -212,6 +228,9 @@ private:
   std::vector<std::set<uint32_t>> ObjectOffsets;
   std::vector<bool> Collapsed;
   uint64_t Work = 0;
+  EdgeOrigin Origin = EdgeOrigin::Build;
+  uint64_t EdgesBy[size_t(EdgeOrigin::Count)] = {};
+  uint64_t PushedBy[size_t(EdgeOrigin::Count)] = {}; ///< pointees carried along edges
   bool Exhausted = false;
   std::map<const llvm::Function *, std::optional<std::vector<std::pair<unsigned, int64_t>>>>
       PassThrough;
