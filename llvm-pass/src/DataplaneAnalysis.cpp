@@ -113,13 +113,24 @@ DataplaneResult analyzeDataplane(const Module &M, const SinkCatalog &Sinks, uint
   // Wrappers are found from a solution and change the next one (a wrapper of a wrapper shows
   // up only once the inner one is cloned), so iterate until the set is stable.
   for (R.Rounds = 1;; ++R.Rounds) {
-    R.Graph = std::make_unique<PointsToGraph>(M, Sinks, R.Wrappers);
-    R.Graph->solve(Budget);
-    if (getenv("NICMALLOC_PASS_STATS"))
-      errs() << "nic-dataplane-sites: round " << R.Rounds << ": " << R.Graph->statistics() << "\n";
-    if (R.Graph->exhausted()) {
-      R.Exhausted = true;
-      return R;
+    // Objects that overflow their offsets are collapsed from the start of a new solve (see
+    // PointsToGraph::overflowed); the budget covers all the solves of a round.
+    DenseSet<ObjectId> Collapse;
+    uint64_t Spent = 0;
+    for (unsigned Solve = 1;; ++Solve) {
+      R.Graph = std::make_unique<PointsToGraph>(M, Sinks, R.Wrappers, Collapse);
+      R.Graph->solve(Budget - std::min(Budget, Spent));
+      Spent += R.Graph->work();
+      if (getenv("NICMALLOC_PASS_STATS"))
+        errs() << "nic-dataplane-sites: round " << R.Rounds
+               << (Solve > 1 ? ", solve " + std::to_string(Solve) : std::string()) << ": "
+               << R.Graph->statistics() << "\n";
+      if (R.Graph->exhausted()) {
+        R.Exhausted = true;
+        return R;
+      }
+      if (R.Graph->overflowed().empty()) break;
+      Collapse.insert(R.Graph->overflowed().begin(), R.Graph->overflowed().end());
     }
     banLeakyWrappers(*R.Graph, R.Wrappers, Banned);
     DenseSet<const Function *> Next = findWrappers(M, *R.Graph, Banned);

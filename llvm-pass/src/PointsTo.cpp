@@ -79,8 +79,9 @@ static bool isRecurrence(const GetElementPtrInst &GEP) {
 }
 
 PointsToGraph::PointsToGraph(const Module &M, const SinkCatalog &Sinks,
-                             const DenseSet<const Function *> &Wrappers)
-    : M(M), DL(M.getDataLayout()), Sinks(Sinks), Wrappers(Wrappers) {
+                             const DenseSet<const Function *> &Wrappers,
+                             const DenseSet<ObjectId> &Collapse)
+    : M(M), DL(M.getDataLayout()), Sinks(Sinks), Wrappers(Wrappers), Collapse(Collapse) {
   SocketObject = newObject(ObjectKind::SocketFd, nullptr, nullptr);
   buildGlobals();
   for (const Function &F : M)
@@ -98,7 +99,8 @@ ObjectId PointsToGraph::newObject(ObjectKind Kind, const Value *Site, const Func
   CopyWatch.emplace_back();
   WrapperWatch.emplace_back();
   ObjectOffsets.emplace_back();
-  Collapsed.push_back(false);
+  Collapsed.push_back(Collapse.count(ObjectId(Objects.size() - 1)));
+  Overflows.push_back(false);
   return ObjectId(Objects.size() - 1);
 }
 
@@ -172,7 +174,7 @@ void PointsToGraph::constantPointees(const Constant *C, PointeeSet &Out) {
     constantPointees(cast<Constant>(GEP->getPointerOperand()), Base);
     int64_t Delta = gepFieldOffset(*GEP, DL);
     for (Pointee P : Base)
-      Out.insert(shift(P, Delta));
+      if (Pointee Q = shift(P, Delta); Q != NoPointee) Out.insert(Q);
     return;
   }
   // Casts, pointer arithmetic done on integers, aggregates used as values: union of operands.
@@ -195,8 +197,8 @@ void PointsToGraph::addInitializer(ObjectId Obj, const Constant *Init, int64_t O
   }
   PointeeSet Seed;
   constantPointees(Init, Seed);
-  if (!Seed.empty())
-    addPointees(cellNode(Obj, pointeeOffset(shift(makePointee(Obj, 0), Offset))), Seed);
+  Pointee Field = shift(makePointee(Obj, 0), Offset);
+  if (!Seed.empty() && Field != NoPointee) addPointees(cellNode(Obj, pointeeOffset(Field)), Seed);
 }
 
 void PointsToGraph::buildGlobals() {
@@ -435,12 +437,13 @@ void PointsToGraph::propagate(const PointeeSet &From, const Edge &E) {
   for (Pointee P : From) {
     if (E.RenameFrom && createdIn(pointeeObject(P), E.RenameFrom))
       P = makePointee(E.RenameTo, pointeeOffset(P));
-    Out.insert(shift(P, E.Delta));
+    if (Pointee Q = shift(P, E.Delta); Q != NoPointee) Out.insert(Q);
   }
   addPointees(E.Dst, Out);
 }
 
 bool PointsToGraph::addEdge(NodeId Src, Edge E) {
+  if (stopped()) return false;
   int64_t Rename = E.RenameFrom ? int64_t(E.RenameTo) : -1;
   if (!EdgeKeys.insert({Src, E.Dst, E.Delta, Rename}).second) return false;
   ++Work;
@@ -491,7 +494,10 @@ void PointsToGraph::copyCell(size_t Index, ObjectId SrcObj, uint32_t Start, uint
   const CopyMemConstraint &C = CopyMems[Index];
   if (Off < Start || (C.Len && Off - Start >= *C.Len)) return;
   for (Pointee D : Dsts) {
-    uint32_t DstOff = pointeeOffset(shift(D, int64_t(Off) - Start));
+    if (stopped()) return;
+    Pointee To = shift(D, int64_t(Off) - Start);
+    if (To == NoPointee) continue;
+    uint32_t DstOff = pointeeOffset(To);
     // memmove inside one (smashed) array: the contents stay in the object; shifting them
     // would invent fields.
     if (pointeeObject(D) == SrcObj && DstOff != Off) continue;
@@ -505,22 +511,21 @@ Pointee PointsToGraph::shift(Pointee P, int64_t Delta) {
   if (Collapsed[Obj]) return makePointee(Obj, 0);
   if (!Delta) return P;
   uint32_t Off = foldOffset(int64_t(pointeeOffset(P)) + Delta);
-  if (ObjectOffsets[Obj].insert(Off).second && ObjectOffsets[Obj].size() > MaxOffsetsPerObject) {
-    collapse(Obj);
-    return makePointee(Obj, 0);
+  if (ObjectOffsets[Obj].size() == MaxOffsetsPerObject && !ObjectOffsets[Obj].count(Off)) {
+    // The solution will not be used. Going on without the offsets past the limit computes
+    // less than the full solution, so every object seen to overflow meanwhile would overflow
+    // in it too: the next solve can collapse them all.
+    if (!Overflows[Obj]) Overflowed.push_back(Obj);
+    Overflows[Obj] = true;
+    return NoPointee;
   }
+  ObjectOffsets[Obj].insert(Off);
   return makePointee(Obj, Off);
 }
 
-void PointsToGraph::collapse(ObjectId Obj) {
-  // Pointees made before the collapse keep their offsets, so every cell is tied both ways to
-  // cell 0: whatever is stored anywhere in the object is seen by every load from it.
-  Collapsed[Obj] = true;
-  for (uint32_t Off : offsetsOf(ObjectCells[Obj]))
-    NewCells.push_back(makePointee(Obj, Off));
-}
-
 void PointsToGraph::newCell(ObjectId Obj, uint32_t Off) {
+  // A collapsed object's pointees are all at offset 0, but cells elsewhere can still appear
+  // (a wrapper's object copied field by field into its call site's): tie them to cell 0.
   if (Collapsed[Obj] && Off) {
     OriginScope Scope(*this, EdgeOrigin::Collapse);
     NodeId Cell = cellNode(Obj, Off), Zero = cellNode(Obj, 0);
@@ -607,12 +612,9 @@ void PointsToGraph::applyIncremental(ComplexKind K, size_t Index, const PointeeS
   }
 }
 
-void PointsToGraph::drain(uint64_t Budget) {
+void PointsToGraph::drain() {
   while (!Worklist.empty() || !NewCells.empty()) {
-    if (Work > Budget) {
-      Exhausted = true;
-      return;
-    }
+    if (stopped()) return;
     if (!NewCells.empty()) {
       Pointee Cell = NewCells.back();
       NewCells.pop_back();
@@ -637,7 +639,9 @@ void PointsToGraph::drain(uint64_t Budget) {
 }
 
 void PointsToGraph::solve(uint64_t Budget) {
-  drain(Budget);
+  this->Budget = Budget;
+  drain();
+  Exhausted = stopped();
 }
 
 std::tuple<uint64_t, uint64_t, uint64_t> PointsToGraph::copyCycles() const {

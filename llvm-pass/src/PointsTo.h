@@ -54,7 +54,8 @@ using PointeeSet = std::set<Pointee>;
 /// or a memmove inside an array must not create new fields forever.
 constexpr uint32_t MaxFieldOffset = 4096;
 /// An object addressed at more distinct offsets than this (pointer arithmetic that walks it
-/// through memory, where no phi shows the loop) is collapsed: one field for everything.
+/// through memory, where no phi shows the loop) is collapsed: one field for everything, from
+/// the start of a solve (see PointsToGraph::overflowed).
 constexpr size_t MaxOffsetsPerObject = 64;
 
 /// External: memory this module did not allocate, seen through a parameter of an exported
@@ -82,14 +83,27 @@ int64_t gepFieldOffset(const llvm::GEPOperator &GEP, const llvm::DataLayout &DL)
 class PointsToGraph {
 public:
   /// Wrappers: functions whose direct call sites each get their own result object.
+  /// Collapse: objects that have a single field from the start (ids as this constructor numbers
+  /// them for these Wrappers, from overflowed() of an earlier graph).
   PointsToGraph(const llvm::Module &M, const SinkCatalog &Sinks,
-                const llvm::DenseSet<const llvm::Function *> &Wrappers);
+                const llvm::DenseSet<const llvm::Function *> &Wrappers,
+                const llvm::DenseSet<ObjectId> &Collapse = {});
   ~PointsToGraph();
   /// Solves to a fixed point, or stops after Budget units of work (pointees pushed along
   /// edges, edges added): compile time stays bounded on modules the solver handles badly.
+  /// Also stops early once objects overflow (see overflowed()).
   void solve(uint64_t Budget = DefaultBudget);
   /// True when solve() ran out of budget: the solution is incomplete and must not be used.
   bool exhausted() const { return Exhausted; }
+  /// Objects found addressed at more than MaxOffsetsPerObject offsets. Collapsing an object
+  /// halfway through a solve would leave its older pointees at their old offsets in the sets
+  /// they had reached, which sets depending on the order of the work, so such an object is not
+  /// collapsed: the solution is not used, and the module is solved again with these objects
+  /// (and those of earlier solves) collapsed from the start. Every object overflowing a solve
+  /// with fewer objects collapsed also overflows with more, so these rounds reach the one
+  /// smallest set of collapsed objects, and the solution does not depend on the order of work.
+  const std::vector<ObjectId> &overflowed() const { return Overflowed; }
+  uint64_t work() const { return Work; }
   static constexpr uint64_t DefaultBudget = 20'000'000;
   /// One line of sizes (nodes, edges, objects, cells, work) for -nic-sites-stats.
   std::string statistics() const;
@@ -179,14 +193,18 @@ private:
                 const std::vector<Pointee> &Dsts);
   void newCell(ObjectId Obj, uint32_t Off);
   /// P moved by Delta bytes; the one place offsets are made, so collapsing stays consistent.
+  /// NoPointee past the offsets an object may have (see overflowed()).
   Pointee shift(Pointee P, int64_t Delta);
-  void collapse(ObjectId Obj);
+  static constexpr Pointee NoPointee = ~Pointee(0);
   void attach(NodeId N, ComplexKind K, size_t Index);
   void applyIncremental(ComplexKind K, size_t Index, const PointeeSet &New);
   bool addEdge(NodeId Src, Edge E);
   void addPointees(NodeId N, const PointeeSet &New);
   void propagate(const PointeeSet &From, const Edge &E);
-  void drain(uint64_t Budget);
+  void drain();
+  /// Past the budget: the solution will not be used, and nothing more is added to the graph
+  /// (one memcpy can pair very many cells before the solver looks at the budget again).
+  bool stopped() const { return Work > Budget; }
   /// Cycles of plain copy edges (no offset change, no renaming): every node of one ends up
   /// with the same pointees. Returns (cycles, nodes in them, largest).
   std::tuple<uint64_t, uint64_t, uint64_t> copyCycles() const;
@@ -227,6 +245,10 @@ private:
   std::vector<Pointee> NewCells;
   std::vector<std::set<uint32_t>> ObjectOffsets;
   std::vector<bool> Collapsed;
+  const llvm::DenseSet<ObjectId> Collapse;
+  std::vector<ObjectId> Overflowed;
+  std::vector<bool> Overflows;
+  uint64_t Budget = UINT64_MAX;
   uint64_t Work = 0;
   EdgeOrigin Origin = EdgeOrigin::Build;
   uint64_t EdgesBy[size_t(EdgeOrigin::Count)] = {};

@@ -169,6 +169,46 @@ define void @f(i32 %fd) {
   EXPECT_EQ(R.Reaching.begin()->first, B);
 }
 
+TEST_F(DataplaneSitesTest, CollapsedObjectHasOneFieldWhateverTheOrder) {
+  // A buffer addressed at 70 byte offsets (more than MaxOffsetsPerObject) is collapsed: every
+  // pointer into it points to its single field, in whatever order the offsets were made, and
+  // what is stored through one is loaded through any other.
+  for (bool Reversed : {false, true}) {
+    std::string Body = "define void @f(i32 %fd) {\n"
+                       "  %a = call ptr @malloc(i64 4096)\n"
+                       "  %b = call ptr @malloc(i64 64)\n";
+    for (int I = 1; I <= 70; ++I) {
+      int K = Reversed ? 71 - I : I;
+      Body += "  %p" + std::to_string(K) + " = getelementptr i8, ptr %a, i64 " + std::to_string(K) +
+              "\n";
+    }
+    Body += "  store ptr %b, ptr %p70\n"
+            "  %x = load ptr, ptr %p3\n"
+            "  %r = call i64 @send(i32 %fd, ptr %x, i64 64, i32 0)\n"
+            "  ret void\n"
+            "}\n";
+    std::unique_ptr<Module> M = parse(Body);
+    ASSERT_TRUE(M);
+    SinkCatalog Sinks;
+    Sinks.addDefaults();
+    DataplaneResult R = analyzeDataplane(*M, Sinks);
+    ASSERT_FALSE(R.Exhausted);
+    Function &F = *M->getFunction("f");
+    const Instruction *A = nullptr, *B = nullptr;
+    for (Instruction &I : instructions(F)) {
+      if (I.getName() == "a") A = &I;
+      if (I.getName() == "b") B = &I;
+      if (!I.getName().startswith("p")) continue;
+      std::vector<Pointee> Pts(R.Graph->pointsTo(&I).begin(), R.Graph->pointsTo(&I).end());
+      ASSERT_EQ(Pts.size(), 1u) << I.getName().str() << (Reversed ? " (reversed)" : "");
+      EXPECT_EQ(R.Graph->object(pointeeObject(Pts[0])).Site, A);
+      EXPECT_EQ(pointeeOffset(Pts[0]), 0u) << I.getName().str() << (Reversed ? " (reversed)" : "");
+    }
+    ASSERT_EQ(R.Reaching.size(), 1u);
+    EXPECT_EQ(R.Graph->object(R.Reaching.begin()->first).Site, B);
+  }
+}
+
 TEST_F(DataplaneSitesTest, RunningTwiceRewritesOnce) {
   std::unique_ptr<Module> M = parse(R"(
 define void @f(i32 %fd) {
