@@ -17,7 +17,7 @@ using namespace llvm;
 
 namespace nicpass {
 
-static const PointeeSet EmptySet;
+static const PointeeBits EmptyBits;
 static const std::set<uint32_t> EmptyOffsets;
 
 static uint32_t foldOffset(int64_t Offset) {
@@ -127,7 +127,7 @@ PointsToGraph::NodeId PointsToGraph::node(const Value *V) {
   NodeId N = freshNode();
   ValueNodes[V] = N;
   if (auto *C = dyn_cast<Constant>(V)) {
-    PointeeSet Seed;
+    PointeeBits Seed;
     constantPointees(C, Seed);
     addPointees(N, Seed);
   }
@@ -160,21 +160,21 @@ bool PointsToGraph::tracked(const Type *Ty) const {
          (Ty->isIntegerTy() && Ty->getIntegerBitWidth() >= 32);
 }
 
-void PointsToGraph::constantPointees(const Constant *C, PointeeSet &Out) {
+void PointsToGraph::constantPointees(const Constant *C, PointeeBits &Out) {
   if (auto *Alias = dyn_cast<GlobalAlias>(C)) {
     if (const Constant *Aliasee = Alias->getAliasee()) constantPointees(Aliasee, Out);
     return;
   }
   if (isa<GlobalVariable>(C) || isa<Function>(C)) {
-    Out.insert(makePointee(objectForGlobal(C), 0));
+    Out.set(idOf(makePointee(objectForGlobal(C), 0)));
     return;
   }
   if (auto *GEP = dyn_cast<GEPOperator>(C)) {
-    PointeeSet Base;
+    PointeeBits Base;
     constantPointees(cast<Constant>(GEP->getPointerOperand()), Base);
     int64_t Delta = gepFieldOffset(*GEP, DL);
-    for (Pointee P : Base)
-      if (Pointee Q = shift(P, Delta); Q != NoPointee) Out.insert(Q);
+    for (Pointee P : pointeesOf(Base))
+      if (Pointee Q = shift(P, Delta); Q != NoPointee) Out.set(idOf(Q));
     return;
   }
   // Casts, pointer arithmetic done on integers, aggregates used as values: union of operands.
@@ -195,7 +195,7 @@ void PointsToGraph::addInitializer(ObjectId Obj, const Constant *Init, int64_t O
       addInitializer(Obj, cast<Constant>(Op.get()), Offset);
     return;
   }
-  PointeeSet Seed;
+  PointeeBits Seed;
   constantPointees(Init, Seed);
   Pointee Field = shift(makePointee(Obj, 0), Offset);
   if (!Seed.empty() && Field != NoPointee) addPointees(cellNode(Obj, pointeeOffset(Field)), Seed);
@@ -213,7 +213,7 @@ void PointsToGraph::buildFunction(const Function &F) {
   if (!F.hasLocalLinkage() || F.hasAddressTaken())
     for (const Argument &A : F.args())
       if (A.getType()->isPointerTy())
-        addPointees(node(&A), {makePointee(newObject(ObjectKind::External, &A, &F), 0)});
+        addPointee(node(&A), makePointee(newObject(ObjectKind::External, &A, &F), 0));
   for (const BasicBlock &BB : F)
     for (const Instruction &I : BB)
       buildInstruction(I);
@@ -225,7 +225,7 @@ void PointsToGraph::buildInstruction(const Instruction &I) {
   };
   if (auto *Alloca = dyn_cast<AllocaInst>(&I)) {
     ObjectId O = newObject(ObjectKind::Stack, Alloca, I.getFunction());
-    addPointees(node(&I), {makePointee(O, 0)});
+    addPointee(node(&I), makePointee(O, 0));
   } else if (auto *Load = dyn_cast<LoadInst>(&I)) {
     if (tracked(Load->getType())) addLoad({node(Load->getPointerOperand()), node(&I)});
   } else if (auto *Store = dyn_cast<StoreInst>(&I)) {
@@ -324,20 +324,20 @@ void PointsToGraph::bindCall(const CallBase &Call, const Function &Callee, bool 
       CallObjects[&Call] = O;
       if (Alloc->OutArg >= 0 && unsigned(Alloc->OutArg) < Call.arg_size()) {
         NodeId Fresh = freshNode();
-        addPointees(Fresh, {makePointee(O, 0)});
+        addPointee(Fresh, makePointee(O, 0));
         addStore({node(Call.getArgOperand(Alloc->OutArg)), Fresh});
       } else {
-        addPointees(node(&Call), {makePointee(O, 0)});
+        addPointee(node(&Call), makePointee(O, 0));
       }
       if (Alloc->Kind == AllocKind::Realloc) // the old contents move into the new block
         addCopyMem({node(&Call), node(Call.getArgOperand(0)), std::nullopt});
       return;
     }
     if (Name == "socket" || Name == "accept" || Name == "accept4") {
-      addPointees(node(&Call), {makePointee(SocketObject, 0)});
+      addPointee(node(&Call), makePointee(SocketObject, 0));
     } else if (Name == "socketpair" && Call.arg_size() == 4) {
       NodeId Sock = freshNode(), Second = freshNode();
-      addPointees(Sock, {makePointee(SocketObject, 0)});
+      addPointee(Sock, makePointee(SocketObject, 0));
       addEdge(node(Call.getArgOperand(3)), Edge{Second, 4});
       addStore({node(Call.getArgOperand(3)), Sock});
       addStore({Second, Sock});
@@ -349,7 +349,7 @@ void PointsToGraph::bindCall(const CallBase &Call, const Function &Callee, bool 
       addEdge(node(Call.getArgOperand(0)), Edge{node(&Call)});
     } else if (Direct && Call.getType()->isPointerTy()) {
       ObjectId O = newObject(ObjectKind::External, &Call, Call.getFunction());
-      addPointees(node(&Call), {makePointee(O, 0)});
+      addPointee(node(&Call), makePointee(O, 0));
     }
     return;
   }
@@ -417,27 +417,52 @@ bool PointsToGraph::createdIn(ObjectId Obj, const Function *F) const {
   return (O.Kind == ObjectKind::HeapAlloc || O.Kind == ObjectKind::WrapperResult) && O.Creator == F;
 }
 
-void PointsToGraph::addPointees(NodeId N, const PointeeSet &New) {
-  bool Grew = false;
-  Work += New.size();
-  for (Pointee P : New)
-    if (Pts[N].insert(P).second) {
-      Pending[N].insert(P);
-      Grew = true;
-    }
-  if (Grew && !InWorklist[N]) {
+uint32_t PointsToGraph::idOf(Pointee P) {
+  auto [It, New] = PointeeIds.try_emplace(P, uint32_t(PointeeOf.size()));
+  if (New) PointeeOf.push_back(P);
+  return It->second;
+}
+
+std::vector<Pointee> PointsToGraph::pointeesOf(const PointeeBits &Bits) const {
+  std::vector<Pointee> Out;
+  for (unsigned Id : Bits)
+    Out.push_back(PointeeOf[Id]);
+  return Out;
+}
+
+void PointsToGraph::addPointees(NodeId N, const PointeeBits &New) {
+  Work += New.count();
+  PointeeBits Fresh;
+  Fresh.intersectWithComplement(New, Pts[N]);
+  if (Fresh.empty()) return;
+  Pts[N] |= Fresh;
+  Pending[N] |= Fresh;
+  if (!InWorklist[N]) {
     InWorklist[N] = true;
     Worklist.push_back(N);
   }
 }
 
-void PointsToGraph::propagate(const PointeeSet &From, const Edge &E) {
-  PushedBy[size_t(E.Origin)] += From.size();
-  PointeeSet Out;
-  for (Pointee P : From) {
+void PointsToGraph::addPointee(NodeId N, Pointee P) {
+  PointeeBits One;
+  One.set(idOf(P));
+  addPointees(N, One);
+}
+
+void PointsToGraph::propagate(const PointeeBits &From, const Edge &E) {
+  PushedBy[size_t(E.Origin)] += From.count();
+  // A plain copy carries the set as it is: a collapsed object's pointees are at offset 0
+  // already, so shift() would change none of them.
+  if (!E.Delta && !E.RenameFrom) {
+    addPointees(E.Dst, From);
+    return;
+  }
+  PointeeBits Out;
+  for (unsigned Id : From) {
+    Pointee P = PointeeOf[Id];
     if (E.RenameFrom && createdIn(pointeeObject(P), E.RenameFrom))
       P = makePointee(E.RenameTo, pointeeOffset(P));
-    if (Pointee Q = shift(P, E.Delta); Q != NoPointee) Out.insert(Q);
+    if (Pointee Q = shift(P, E.Delta); Q != NoPointee) Out.set(idOf(Q));
   }
   addPointees(E.Dst, Out);
 }
@@ -445,20 +470,19 @@ void PointsToGraph::propagate(const PointeeSet &From, const Edge &E) {
 bool PointsToGraph::addEdge(NodeId Src, Edge E) {
   if (stopped()) return false;
   int64_t Rename = E.RenameFrom ? int64_t(E.RenameTo) : -1;
-  if (!EdgeKeys.insert({Src, E.Dst, E.Delta, Rename}).second) return false;
+  if (!EdgeKeys.insert(EdgeKey{Src, E.Dst, E.Delta, Rename}).second) return false;
   ++Work;
   E.Origin = Origin;
   ++EdgesBy[size_t(Origin)];
   Succ[Src].push_back(E);
-  PointeeSet Current = Pts[Src]; // a new edge carries everything seen so far
-  propagate(Current, E);
+  propagate(Pts[Src], E); // a new edge carries everything seen so far
   return true;
 }
 
 void PointsToGraph::attach(NodeId N, ComplexKind K, size_t Index) {
   ComplexAt[N].push_back({K, uint32_t(Index)});
   if (!Pts[N].empty()) {
-    PointeeSet Current = Pts[N];
+    PointeeBits Current = Pts[N]; // applying the constraint may add nodes
     applyIncremental(K, Index, Current);
   }
 }
@@ -537,7 +561,7 @@ void PointsToGraph::newCell(ObjectId Obj, uint32_t Off) {
   OriginScope Scope(*this, EdgeOrigin::CopyMem);
   for (auto [Index, Start] : Copies) {
     NodeId Dst = CopyMems[Index].DstPtr;
-    copyCell(Index, Obj, Start, Off, std::vector<Pointee>(Pts[Dst].begin(), Pts[Dst].end()));
+    copyCell(Index, Obj, Start, Off, pointeesOf(Pts[Dst]));
   }
   std::vector<uint32_t> Wrappers = WrapperWatch[Obj];
   OriginScope WrapperScope(*this, EdgeOrigin::Wrapper);
@@ -545,11 +569,12 @@ void PointsToGraph::newCell(ObjectId Obj, uint32_t Off) {
     addEdge(cellNode(Obj, Off), Edge{cellNode(WrapperCells[Index].Result, Off)});
 }
 
-void PointsToGraph::applyIncremental(ComplexKind K, size_t Index, const PointeeSet &New) {
+void PointsToGraph::applyIncremental(ComplexKind K, size_t Index, const PointeeBits &NewBits) {
   static constexpr EdgeOrigin Origins[] = {EdgeOrigin::Load,    EdgeOrigin::Store,
                                            EdgeOrigin::Call,    EdgeOrigin::CopyMem,
                                            EdgeOrigin::CopyMem, EdgeOrigin::Wrapper};
   OriginScope Scope(*this, Origins[size_t(K)]);
+  std::vector<Pointee> New = pointeesOf(NewBits);
   switch (K) {
   case ComplexKind::Load: {
     LoadConstraint C = Loads[Index];
@@ -580,16 +605,16 @@ void PointsToGraph::applyIncremental(ComplexKind K, size_t Index, const PointeeS
       ObjectId Obj = pointeeObject(S);
       if (Watching.insert({Obj, uint32_t(Index), pointeeOffset(S)}).second)
         CopyWatch[Obj].push_back({uint32_t(Index), pointeeOffset(S)});
-      std::vector<Pointee> Dsts(Pts[Dst].begin(), Pts[Dst].end());
+      std::vector<Pointee> Dsts = pointeesOf(Pts[Dst]);
       for (uint32_t Off : offsetsOf(ObjectCells[Obj]))
         copyCell(Index, Obj, pointeeOffset(S), Off, Dsts);
     }
     break;
   }
   case ComplexKind::CopyDst: {
-    std::vector<Pointee> Dsts(New.begin(), New.end());
+    const std::vector<Pointee> &Dsts = New;
     NodeId Src = CopyMems[Index].SrcPtr;
-    std::vector<Pointee> Srcs(Pts[Src].begin(), Pts[Src].end());
+    std::vector<Pointee> Srcs = pointeesOf(Pts[Src]);
     for (Pointee S : Srcs)
       for (uint32_t Off : offsetsOf(ObjectCells[pointeeObject(S)]))
         copyCell(Index, pointeeObject(S), pointeeOffset(S), Off, Dsts);
@@ -624,8 +649,8 @@ void PointsToGraph::drain() {
     NodeId N = Worklist.back();
     Worklist.pop_back();
     InWorklist[N] = false;
-    PointeeSet New;
-    New.swap(Pending[N]);
+    PointeeBits New;
+    std::swap(New, Pending[N]);
     if (New.empty()) continue;
     for (size_t I = 0; I < Succ[N].size(); ++I) {
       Edge E = Succ[N][I];
@@ -697,9 +722,10 @@ std::tuple<uint64_t, uint64_t, uint64_t> PointsToGraph::copyCycles() const {
 
 std::string PointsToGraph::statistics() const {
   uint64_t Pointees = 0, Largest = 0;
-  for (const PointeeSet &S : Pts) {
-    Pointees += S.size();
-    Largest = std::max<uint64_t>(Largest, S.size());
+  for (const PointeeBits &S : Pts) {
+    uint64_t Size = S.count();
+    Pointees += Size;
+    Largest = std::max(Largest, Size);
   }
   size_t CollapsedObjects = std::count(Collapsed.begin(), Collapsed.end(), true);
   std::string S = "nodes " + std::to_string(Pts.size()) + ", edges " +
@@ -722,19 +748,19 @@ std::string PointsToGraph::statistics() const {
 
 // ---- Queries ----
 
-const PointeeSet &PointsToGraph::pointsTo(const Value *V) const {
+PointeeSet PointsToGraph::pointsTo(const Value *V) const {
   auto It = ValueNodes.find(V);
-  return It == ValueNodes.end() ? EmptySet : Pts[It->second];
+  return view(It == ValueNodes.end() ? EmptyBits : Pts[It->second]);
 }
 
-const PointeeSet &PointsToGraph::returnsOf(const Function *F) const {
+PointeeSet PointsToGraph::returnsOf(const Function *F) const {
   auto It = RetNodes.find(F);
-  return It == RetNodes.end() ? EmptySet : Pts[It->second];
+  return view(It == RetNodes.end() ? EmptyBits : Pts[It->second]);
 }
 
-const PointeeSet &PointsToGraph::cell(ObjectId Obj, uint32_t Offset) const {
+PointeeSet PointsToGraph::cell(ObjectId Obj, uint32_t Offset) const {
   auto It = CellNodes.find(makePointee(Obj, Offset));
-  return It == CellNodes.end() ? EmptySet : Pts[It->second];
+  return view(It == CellNodes.end() ? EmptyBits : Pts[It->second]);
 }
 
 const std::set<uint32_t> &PointsToGraph::cellOffsets(ObjectId Obj) const {

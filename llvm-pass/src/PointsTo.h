@@ -12,8 +12,11 @@
 
 #include "llvm/ADT/DenseMap.h"
 #include "llvm/ADT/DenseSet.h"
+#include "llvm/ADT/SparseBitVector.h"
 
+#include <cstddef>
 #include <cstdint>
+#include <iterator>
 #include <map>
 #include <memory>
 #include <optional>
@@ -37,7 +40,7 @@ class Value;
 namespace nicpass {
 
 using ObjectId = uint32_t;
-/// (object, byte offset) packed so that a set of pointees is an ordered set of integers.
+/// (object, byte offset) packed in one integer.
 using Pointee = uint64_t;
 inline Pointee makePointee(ObjectId Obj, uint32_t Offset) {
   return (uint64_t(Obj) << 32) | Offset;
@@ -48,7 +51,53 @@ inline ObjectId pointeeObject(Pointee P) {
 inline uint32_t pointeeOffset(Pointee P) {
   return uint32_t(P);
 }
-using PointeeSet = std::set<Pointee>;
+/// DenseMap's own hash of a 64-bit key keeps only its low bits (the offset here): mix them all.
+struct PointeeKeyInfo {
+  static Pointee getEmptyKey() { return ~Pointee(0); }
+  static Pointee getTombstoneKey() { return ~Pointee(0) - 1; }
+  static unsigned getHashValue(Pointee P) { return unsigned((P * 0x9e3779b97f4a7c15ULL) >> 32); }
+  static bool isEqual(Pointee A, Pointee B) { return A == B; }
+};
+
+/// The solver numbers pointees as they first appear and keeps sets of those numbers as sparse
+/// bit vectors: merging two sets is a word-wise or, not a tree insertion per element.
+using PointeeBits = llvm::SparseBitVector<>;
+
+/// A solved points-to set, read-only: iterates the pointees in the order they were numbered
+/// (not sorted).
+class PointeeSet {
+public:
+  PointeeSet(const PointeeBits &Bits, const std::vector<Pointee> &Table)
+      : Bits(&Bits), Table(&Table) {}
+  class iterator {
+  public:
+    using iterator_category = std::forward_iterator_tag;
+    using value_type = Pointee;
+    using difference_type = std::ptrdiff_t;
+    using pointer = const Pointee *;
+    using reference = Pointee;
+    iterator(PointeeBits::iterator It, const std::vector<Pointee> *Table) : It(It), Table(Table) {}
+    Pointee operator*() const { return (*Table)[*It]; }
+    iterator &operator++() {
+      ++It;
+      return *this;
+    }
+    bool operator==(const iterator &O) const { return It == O.It; }
+    bool operator!=(const iterator &O) const { return It != O.It; }
+
+  private:
+    PointeeBits::iterator It;
+    const std::vector<Pointee> *Table;
+  };
+  iterator begin() const { return iterator(Bits->begin(), Table); }
+  iterator end() const { return iterator(Bits->end(), Table); }
+  size_t size() const { return Bits->count(); }
+  bool empty() const { return Bits->empty(); }
+
+private:
+  const PointeeBits *Bits;
+  const std::vector<Pointee> *Table;
+};
 
 /// Offsets are folded modulo this (consistently, so it only merges fields): p += 16 in a loop
 /// or a memmove inside an array must not create new fields forever.
@@ -108,9 +157,9 @@ public:
   /// One line of sizes (nodes, edges, objects, cells, work) for -nic-sites-stats.
   std::string statistics() const;
 
-  const PointeeSet &pointsTo(const llvm::Value *V) const;
-  const PointeeSet &returnsOf(const llvm::Function *F) const;
-  const PointeeSet &cell(ObjectId Obj, uint32_t Offset) const;
+  PointeeSet pointsTo(const llvm::Value *V) const;
+  PointeeSet returnsOf(const llvm::Function *F) const;
+  PointeeSet cell(ObjectId Obj, uint32_t Offset) const;
   const std::set<uint32_t> &cellOffsets(ObjectId Obj) const;
   const AbstractObject &object(ObjectId Obj) const { return Objects[Obj]; }
   size_t numObjects() const { return Objects.size(); }
@@ -140,6 +189,22 @@ private:
   private:
     PointsToGraph &G;
     EdgeOrigin Saved;
+  };
+  struct EdgeKey {
+    NodeId Src, Dst;
+    int64_t Delta, Rename;
+  };
+  struct EdgeKeyInfo {
+    static EdgeKey getEmptyKey() { return {~NodeId(0), ~NodeId(0), 0, 0}; }
+    static EdgeKey getTombstoneKey() { return {~NodeId(0), ~NodeId(0) - 1, 0, 0}; }
+    static unsigned getHashValue(const EdgeKey &K) {
+      uint64_t H = (uint64_t(K.Src) << 32 | K.Dst) * 0x9e3779b97f4a7c15ULL;
+      H ^= uint64_t(K.Delta) * 0xc2b2ae3d27d4eb4fULL + uint64_t(K.Rename);
+      return unsigned(H >> 32) ^ unsigned(H);
+    }
+    static bool isEqual(const EdgeKey &A, const EdgeKey &B) {
+      return A.Src == B.Src && A.Dst == B.Dst && A.Delta == B.Delta && A.Rename == B.Rename;
+    }
   };
   struct LoadConstraint {
     NodeId Ptr, Dst;
@@ -179,7 +244,7 @@ private:
   NodeId freshNode();
   NodeId retNode(const llvm::Function *F);
   NodeId cellNode(ObjectId Obj, uint32_t Offset);
-  void constantPointees(const llvm::Constant *C, PointeeSet &Out);
+  void constantPointees(const llvm::Constant *C, PointeeBits &Out);
   bool tracked(const llvm::Type *Ty) const;
 
   // Solving.
@@ -197,10 +262,15 @@ private:
   Pointee shift(Pointee P, int64_t Delta);
   static constexpr Pointee NoPointee = ~Pointee(0);
   void attach(NodeId N, ComplexKind K, size_t Index);
-  void applyIncremental(ComplexKind K, size_t Index, const PointeeSet &New);
+  void applyIncremental(ComplexKind K, size_t Index, const PointeeBits &New);
   bool addEdge(NodeId Src, Edge E);
-  void addPointees(NodeId N, const PointeeSet &New);
-  void propagate(const PointeeSet &From, const Edge &E);
+  void addPointees(NodeId N, const PointeeBits &New);
+  void addPointee(NodeId N, Pointee P);
+  void propagate(const PointeeBits &From, const Edge &E);
+  /// The number of P, numbering it if it is new.
+  uint32_t idOf(Pointee P);
+  std::vector<Pointee> pointeesOf(const PointeeBits &Bits) const;
+  PointeeSet view(const PointeeBits &Bits) const { return PointeeSet(Bits, PointeeOf); }
   void drain();
   /// Past the budget: the solution will not be used, and nothing more is added to the graph
   /// (one memcpy can pair very many cells before the solver looks at the budget again).
@@ -220,14 +290,16 @@ private:
   llvm::DenseMap<const llvm::CallBase *, ObjectId> CallObjects;
   ObjectId SocketObject = 0;
 
-  std::vector<PointeeSet> Pts;
-  std::vector<PointeeSet> Pending; ///< difference propagation: pointees not yet pushed on
+  std::vector<Pointee> PointeeOf; ///< pointee by number
+  llvm::DenseMap<Pointee, uint32_t, PointeeKeyInfo> PointeeIds;
+  std::vector<PointeeBits> Pts;
+  std::vector<PointeeBits> Pending; ///< difference propagation: pointees not yet pushed on
   std::vector<std::vector<std::pair<ComplexKind, uint32_t>>> ComplexAt;
   std::vector<std::vector<Edge>> Succ;
-  std::set<std::tuple<NodeId, NodeId, int64_t, int64_t>> EdgeKeys;
+  llvm::DenseSet<EdgeKey, EdgeKeyInfo> EdgeKeys;
   llvm::DenseMap<const llvm::Value *, NodeId> ValueNodes;
   llvm::DenseMap<const llvm::Function *, NodeId> RetNodes;
-  std::map<Pointee, NodeId> CellNodes;
+  llvm::DenseMap<Pointee, NodeId, PointeeKeyInfo> CellNodes;
   std::vector<NodeId> Worklist;
   std::vector<bool> InWorklist;
 
@@ -241,7 +313,7 @@ private:
   /// Objects whose future cells feed a memcpy (constraint, source start) or a wrapper result.
   std::vector<std::vector<std::pair<uint32_t, uint32_t>>> CopyWatch;
   std::vector<std::vector<uint32_t>> WrapperWatch;
-  std::set<std::tuple<ObjectId, uint32_t, uint32_t>> Watching;
+  llvm::DenseSet<std::tuple<ObjectId, uint32_t, uint32_t>> Watching;
   std::vector<Pointee> NewCells;
   std::vector<std::set<uint32_t>> ObjectOffsets;
   std::vector<bool> Collapsed;
