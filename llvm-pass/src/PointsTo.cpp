@@ -118,6 +118,7 @@ PointsToGraph::NodeId PointsToGraph::freshNode() {
   ComplexAt.emplace_back();
   Succ.emplace_back();
   InWorklist.push_back(false);
+  Parent.push_back(NodeId(Parent.size()));
   return NodeId(Pts.size() - 1);
 }
 
@@ -430,17 +431,21 @@ std::vector<Pointee> PointsToGraph::pointeesOf(const PointeeBits &Bits) const {
   return Out;
 }
 
+void PointsToGraph::push(NodeId N) {
+  if (InWorklist[N]) return;
+  InWorklist[N] = true;
+  Worklist.push_back(N);
+}
+
 void PointsToGraph::addPointees(NodeId N, const PointeeBits &New) {
   Work += New.count();
+  N = find(N);
   PointeeBits Fresh;
   Fresh.intersectWithComplement(New, Pts[N]);
   if (Fresh.empty()) return;
   Pts[N] |= Fresh;
   Pending[N] |= Fresh;
-  if (!InWorklist[N]) {
-    InWorklist[N] = true;
-    Worklist.push_back(N);
-  }
+  push(N);
 }
 
 void PointsToGraph::addPointee(NodeId N, Pointee P) {
@@ -469,17 +474,22 @@ void PointsToGraph::propagate(const PointeeBits &From, const Edge &E) {
 
 bool PointsToGraph::addEdge(NodeId Src, Edge E) {
   if (stopped()) return false;
+  Src = find(Src);
+  E.Dst = find(E.Dst);
+  if (plain(E) && Src == E.Dst) return false; // inside a merged cycle
   int64_t Rename = E.RenameFrom ? int64_t(E.RenameTo) : -1;
   if (!EdgeKeys.insert(EdgeKey{Src, E.Dst, E.Delta, Rename}).second) return false;
   ++Work;
   E.Origin = Origin;
   ++EdgesBy[size_t(Origin)];
+  PlainEdgesSinceMerge |= plain(E);
   Succ[Src].push_back(E);
   propagate(Pts[Src], E); // a new edge carries everything seen so far
   return true;
 }
 
 void PointsToGraph::attach(NodeId N, ComplexKind K, size_t Index) {
+  N = find(N);
   ComplexAt[N].push_back({K, uint32_t(Index)});
   if (!Pts[N].empty()) {
     PointeeBits Current = Pts[N]; // applying the constraint may add nodes
@@ -551,16 +561,18 @@ void PointsToGraph::newCell(ObjectId Obj, uint32_t Off) {
   // A collapsed object's pointees are all at offset 0, but cells elsewhere can still appear
   // (a wrapper's object copied field by field into its call site's): tie them to cell 0.
   if (Collapsed[Obj] && Off) {
-    OriginScope Scope(*this, EdgeOrigin::Collapse);
-    NodeId Cell = cellNode(Obj, Off), Zero = cellNode(Obj, 0);
-    addEdge(Cell, Edge{Zero});
-    addEdge(Zero, Edge{Cell});
+    // Tied both ways, the two cells are one: merge them rather than copy between them.
+    NodeId Cell = find(cellNode(Obj, Off)), Zero = find(cellNode(Obj, 0));
+    if (Cell != Zero) {
+      unite(Zero, Cell);
+      tidyEdges(Zero);
+    }
   }
   // Copy the watcher lists: handling them may add watchers (and cells) to this object.
   std::vector<std::pair<uint32_t, uint32_t>> Copies = CopyWatch[Obj];
   OriginScope Scope(*this, EdgeOrigin::CopyMem);
   for (auto [Index, Start] : Copies) {
-    NodeId Dst = CopyMems[Index].DstPtr;
+    NodeId Dst = find(CopyMems[Index].DstPtr);
     copyCell(Index, Obj, Start, Off, pointeesOf(Pts[Dst]));
   }
   std::vector<uint32_t> Wrappers = WrapperWatch[Obj];
@@ -600,7 +612,7 @@ void PointsToGraph::applyIncremental(ComplexKind K, size_t Index, const PointeeB
   }
   case ComplexKind::CopySrc: {
     // New source objects: copy their cells now, and their later cells as they appear.
-    NodeId Dst = CopyMems[Index].DstPtr;
+    NodeId Dst = find(CopyMems[Index].DstPtr);
     for (Pointee S : New) {
       ObjectId Obj = pointeeObject(S);
       if (Watching.insert({Obj, uint32_t(Index), pointeeOffset(S)}).second)
@@ -613,7 +625,7 @@ void PointsToGraph::applyIncremental(ComplexKind K, size_t Index, const PointeeB
   }
   case ComplexKind::CopyDst: {
     const std::vector<Pointee> &Dsts = New;
-    NodeId Src = CopyMems[Index].SrcPtr;
+    NodeId Src = find(CopyMems[Index].SrcPtr);
     std::vector<Pointee> Srcs = pointeesOf(Pts[Src]);
     for (Pointee S : Srcs)
       for (uint32_t Off : offsetsOf(ObjectCells[pointeeObject(S)]))
@@ -646,8 +658,13 @@ void PointsToGraph::drain() {
       newCell(pointeeObject(Cell), pointeeOffset(Cell));
       continue;
     }
+    // A pass costs about as much as the graph is large: one each time the work done since the
+    // last reaches that size keeps them to half the time at most, and a cycle formed meanwhile
+    // does not carry pointees round for long.
+    if (PlainEdgesSinceMerge && Work - WorkAtMerge > Pts.size() + EdgeKeys.size()) mergeCycles();
     NodeId N = Worklist.back();
     Worklist.pop_back();
+    if (find(N) != N) continue; // merged: its pointees are pending at its representative
     InWorklist[N] = false;
     PointeeBits New;
     std::swap(New, Pending[N]);
@@ -669,17 +686,65 @@ void PointsToGraph::solve(uint64_t Budget) {
   Exhausted = stopped();
 }
 
-std::tuple<uint64_t, uint64_t, uint64_t> PointsToGraph::copyCycles() const {
-  // Tarjan's strongly connected components, iteratively (the graphs are deep).
+PointsToGraph::NodeId PointsToGraph::find(NodeId N) {
+  while (Parent[N] != N) {
+    Parent[N] = Parent[Parent[N]];
+    N = Parent[N];
+  }
+  return N;
+}
+
+PointsToGraph::NodeId PointsToGraph::representative(NodeId N) const {
+  while (Parent[N] != N)
+    N = Parent[N];
+  return N;
+}
+
+void PointsToGraph::unite(NodeId R, NodeId X) {
+  // Each half has pushed what it holds, but its pending pointees, along its own edges and to
+  // its own constraints: what both halves have pushed is done, the rest is pending.
+  PointeeBits DoneR, DoneX;
+  DoneR.intersectWithComplement(Pts[R], Pending[R]);
+  DoneX.intersectWithComplement(Pts[X], Pending[X]);
+  DoneR &= DoneX;
+  Pts[R] |= Pts[X];
+  Pending[R].intersectWithComplement(Pts[R], DoneR);
+  Succ[R].insert(Succ[R].end(), Succ[X].begin(), Succ[X].end());
+  ComplexAt[R].insert(ComplexAt[R].end(), ComplexAt[X].begin(), ComplexAt[X].end());
+  Pts[X].clear();
+  Pending[X].clear();
+  std::vector<Edge>().swap(Succ[X]);
+  std::vector<std::pair<ComplexKind, uint32_t>>().swap(ComplexAt[X]);
+  Parent[X] = R;
+  ++MergedNodes;
+  if (!Pending[R].empty()) push(R);
+}
+
+void PointsToGraph::tidyEdges(NodeId R) {
+  DenseSet<std::tuple<NodeId, int64_t, int64_t>> Seen;
+  std::vector<Edge> Kept;
+  Kept.reserve(Succ[R].size());
+  for (Edge E : Succ[R]) {
+    E.Dst = find(E.Dst);
+    if (plain(E) && E.Dst == R) continue;
+    int64_t Rename = E.RenameFrom ? int64_t(E.RenameTo) : -1;
+    if (!Seen.insert({E.Dst, E.Delta, Rename}).second) continue;
+    EdgeKeys.insert(EdgeKey{R, E.Dst, E.Delta, Rename});
+    Kept.push_back(E);
+  }
+  Succ[R] = std::move(Kept);
+}
+
+template <typename VisitFn> void PointsToGraph::components(bool PlainOnly, VisitFn Visit) const {
+  // Tarjan's algorithm, iteratively (the graphs are deep).
   constexpr uint32_t Unvisited = UINT32_MAX;
   std::vector<uint32_t> Index(Pts.size(), Unvisited), Low(Pts.size());
   std::vector<bool> OnStack(Pts.size());
-  std::vector<NodeId> Stack;
+  std::vector<NodeId> Stack, Component;
   std::vector<std::pair<NodeId, size_t>> Path; // DFS: node, next successor to look at
   uint32_t Next = 0;
-  uint64_t Cycles = 0, InCycles = 0, Largest = 0;
   for (NodeId Root = 0; Root < Pts.size(); ++Root) {
-    if (Index[Root] != Unvisited) continue;
+    if (Parent[Root] != Root || Index[Root] != Unvisited) continue;
     Path.push_back({Root, 0});
     Index[Root] = Low[Root] = Next++;
     Stack.push_back(Root);
@@ -688,14 +753,15 @@ std::tuple<uint64_t, uint64_t, uint64_t> PointsToGraph::copyCycles() const {
       auto &[N, I] = Path.back();
       if (I < Succ[N].size()) {
         const Edge &E = Succ[N][I++];
-        if (E.Delta || E.RenameFrom) continue;
-        if (Index[E.Dst] == Unvisited) {
-          Index[E.Dst] = Low[E.Dst] = Next++;
-          Stack.push_back(E.Dst);
-          OnStack[E.Dst] = true;
-          Path.push_back({E.Dst, 0});
-        } else if (OnStack[E.Dst]) {
-          Low[N] = std::min(Low[N], Index[E.Dst]);
+        if (PlainOnly && !plain(E)) continue;
+        NodeId D = representative(E.Dst);
+        if (Index[D] == Unvisited) {
+          Index[D] = Low[D] = Next++;
+          Stack.push_back(D);
+          OnStack[D] = true;
+          Path.push_back({D, 0});
+        } else if (OnStack[D]) {
+          Low[N] = std::min(Low[N], Index[D]);
         }
         continue;
       }
@@ -703,20 +769,47 @@ std::tuple<uint64_t, uint64_t, uint64_t> PointsToGraph::copyCycles() const {
       Path.pop_back();
       if (!Path.empty()) Low[Path.back().first] = std::min(Low[Path.back().first], Low[Done]);
       if (Low[Done] != Index[Done]) continue;
-      uint64_t Size = 0;
+      Component.clear();
       NodeId M;
       do {
         M = Stack.back();
         Stack.pop_back();
         OnStack[M] = false;
-        ++Size;
+        Component.push_back(M);
       } while (M != Done);
-      if (Size < 2) continue;
-      ++Cycles;
-      InCycles += Size;
-      Largest = std::max(Largest, Size);
+      Visit(Component);
     }
   }
+}
+
+void PointsToGraph::mergeCycles() {
+  ++MergePasses;
+  PlainEdgesSinceMerge = false;
+  WorkAtMerge = Work;
+  std::vector<std::vector<NodeId>> Cycles;
+  components(/*PlainOnly=*/true, [&](const std::vector<NodeId> &C) {
+    if (C.size() > 1) Cycles.push_back(C);
+  });
+  for (const std::vector<NodeId> &C : Cycles) {
+    // The largest set takes in the others: a union costs the size of the smaller sets.
+    NodeId R = *std::max_element(
+        C.begin(), C.end(), [&](NodeId A, NodeId B) { return Pts[A].count() < Pts[B].count(); });
+    for (NodeId X : C)
+      if (X != R) unite(R, X);
+  }
+  if (!Cycles.empty())
+    for (NodeId N = 0; N < Succ.size(); ++N)
+      if (Parent[N] == N) tidyEdges(N);
+}
+
+std::tuple<uint64_t, uint64_t, uint64_t> PointsToGraph::copyCycles() const {
+  uint64_t Cycles = 0, InCycles = 0, Largest = 0;
+  components(/*PlainOnly=*/true, [&](const std::vector<NodeId> &C) {
+    if (C.size() < 2) return;
+    ++Cycles;
+    InCycles += C.size();
+    Largest = std::max<uint64_t>(Largest, C.size());
+  });
   return {Cycles, InCycles, Largest};
 }
 
@@ -728,14 +821,14 @@ std::string PointsToGraph::statistics() const {
     Largest = std::max(Largest, Size);
   }
   size_t CollapsedObjects = std::count(Collapsed.begin(), Collapsed.end(), true);
-  std::string S = "nodes " + std::to_string(Pts.size()) + ", edges " +
+  std::string S = "nodes " + std::to_string(Pts.size()) + " (" + std::to_string(MergedNodes) +
+                  " merged in " + std::to_string(MergePasses) + " passes), edges " +
                   std::to_string(EdgeKeys.size()) + ", objects " + std::to_string(Objects.size()) +
                   " (" + std::to_string(CollapsedObjects) + " collapsed), cells " +
                   std::to_string(CellNodes.size()) + ", pointees " + std::to_string(Pointees) +
                   " (largest set " + std::to_string(Largest) + "), work " + std::to_string(Work) +
                   (Exhausted ? ", budget exhausted" : "");
-  static const char *const Names[] = {"build",  "load",    "store",   "call",
-                                      "memcpy", "wrapper", "collapse"};
+  static const char *const Names[] = {"build", "load", "store", "call", "memcpy", "wrapper"};
   S += "; edges/pointees carried by origin:";
   for (size_t I = 0; I < size_t(EdgeOrigin::Count); ++I)
     S += std::string(" ") + Names[I] + " " + std::to_string(EdgesBy[I]) + "/" +
@@ -750,17 +843,17 @@ std::string PointsToGraph::statistics() const {
 
 PointeeSet PointsToGraph::pointsTo(const Value *V) const {
   auto It = ValueNodes.find(V);
-  return view(It == ValueNodes.end() ? EmptyBits : Pts[It->second]);
+  return view(It == ValueNodes.end() ? EmptyBits : Pts[representative(It->second)]);
 }
 
 PointeeSet PointsToGraph::returnsOf(const Function *F) const {
   auto It = RetNodes.find(F);
-  return view(It == RetNodes.end() ? EmptyBits : Pts[It->second]);
+  return view(It == RetNodes.end() ? EmptyBits : Pts[representative(It->second)]);
 }
 
 PointeeSet PointsToGraph::cell(ObjectId Obj, uint32_t Offset) const {
   auto It = CellNodes.find(makePointee(Obj, Offset));
-  return view(It == CellNodes.end() ? EmptyBits : Pts[It->second]);
+  return view(It == CellNodes.end() ? EmptyBits : Pts[representative(It->second)]);
 }
 
 const std::set<uint32_t> &PointsToGraph::cellOffsets(ObjectId Obj) const {

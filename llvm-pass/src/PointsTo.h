@@ -172,7 +172,7 @@ public:
 private:
   using NodeId = uint32_t;
   /// What made an edge, so that the statistics can say where the work comes from.
-  enum class EdgeOrigin : uint8_t { Build, Load, Store, Call, CopyMem, Wrapper, Collapse, Count };
+  enum class EdgeOrigin : uint8_t { Build, Load, Store, Call, CopyMem, Wrapper, Count };
   struct Edge {
     NodeId Dst;
     int64_t Delta = 0;                          ///< added to every pointee's offset
@@ -275,8 +275,23 @@ private:
   /// Past the budget: the solution will not be used, and nothing more is added to the graph
   /// (one memcpy can pair very many cells before the solver looks at the budget again).
   bool stopped() const { return Work > Budget; }
-  /// Cycles of plain copy edges (no offset change, no renaming): every node of one ends up
-  /// with the same pointees. Returns (cycles, nodes in them, largest).
+  /// A plain copy edge moves pointees as they are: no offset change, no renaming.
+  static bool plain(const Edge &E) { return !E.Delta && !E.RenameFrom; }
+  /// The node that stands for N and every node merged with it.
+  NodeId find(NodeId N);
+  NodeId representative(NodeId N) const;
+  /// Merges X into R (both representatives): one set, the edges and constraints of both.
+  void unite(NodeId R, NodeId X);
+  /// Drops the plain edges of R that now lead back to R, and edges that became duplicates.
+  void tidyEdges(NodeId R);
+  /// Strongly connected components of the representatives, over plain edges only or over all
+  /// edges, each given to Visit once complete (so in reverse topological order).
+  template <typename VisitFn> void components(bool PlainOnly, VisitFn Visit) const;
+  /// Merges every cycle of plain copy edges: all its nodes end with the same pointees, and
+  /// around an unmerged cycle every pointee is pushed once per node.
+  void mergeCycles();
+  void push(NodeId N);
+  /// Cycles of plain copy edges still unmerged. Returns (cycles, nodes in them, largest).
   std::tuple<uint64_t, uint64_t, uint64_t> copyCycles() const;
 
   const llvm::Module &M;
@@ -302,6 +317,9 @@ private:
   llvm::DenseMap<Pointee, NodeId, PointeeKeyInfo> CellNodes;
   std::vector<NodeId> Worklist;
   std::vector<bool> InWorklist;
+  std::vector<NodeId> Parent; ///< union-find over merged nodes
+  uint64_t WorkAtMerge = 0, MergedNodes = 0, MergePasses = 0;
+  bool PlainEdgesSinceMerge = false;
 
   std::vector<LoadConstraint> Loads;
   std::vector<StoreConstraint> Stores;
