@@ -549,6 +549,7 @@ Pointee PointsToGraph::shift(Pointee P, int64_t Delta) {
     // The solution will not be used. Going on without the offsets past the limit computes
     // less than the full solution, so every object seen to overflow meanwhile would overflow
     // in it too: the next solve can collapse them all.
+    if (Overflowed.empty()) OverflowStop = 2 * Work;
     if (!Overflows[Obj]) Overflowed.push_back(Obj);
     Overflows[Obj] = true;
     return NoPointee;
@@ -683,7 +684,7 @@ void PointsToGraph::drain() {
 void PointsToGraph::solve(uint64_t Budget) {
   this->Budget = Budget;
   drain();
-  Exhausted = stopped();
+  Exhausted = Work > Budget;
 }
 
 PointsToGraph::NodeId PointsToGraph::find(NodeId N) {

@@ -140,7 +140,8 @@ public:
   ~PointsToGraph();
   /// Solves to a fixed point, or stops after Budget units of work (pointees pushed along
   /// edges, edges added): compile time stays bounded on modules the solver handles badly.
-  /// Also stops early once objects overflow (see overflowed()).
+  /// Also stops early once objects overflow (see overflowed()): when the work done reaches twice
+  /// what it had taken to find the first.
   void solve(uint64_t Budget = DefaultBudget);
   /// True when solve() ran out of budget: the solution is incomplete and must not be used.
   bool exhausted() const { return Exhausted; }
@@ -272,9 +273,14 @@ private:
   std::vector<Pointee> pointeesOf(const PointeeBits &Bits) const;
   PointeeSet view(const PointeeBits &Bits) const { return PointeeSet(Bits, PointeeOf); }
   void drain();
-  /// Past the budget: the solution will not be used, and nothing more is added to the graph
-  /// (one memcpy can pair very many cells before the solver looks at the budget again).
-  bool stopped() const { return Work > Budget; }
+  /// Past the budget, or well past the first overflow: the solution will not be used, and
+  /// nothing more is added to the graph (one memcpy can pair very many cells before the solver
+  /// looks at the budget again). Without collapsing, the overflowing objects keep up to
+  /// MaxOffsetsPerObject offsets each and a memcpy pairs all their cells: solving on to the end
+  /// can cost a hundred times the solve that has them collapsed. Objects overflow in bursts
+  /// (a C++ module's string and container buffers), so stopping at twice the work that found
+  /// the first still finds most of the burst in one solve.
+  bool stopped() const { return Work > Budget || Work > OverflowStop; }
   /// A plain copy edge moves pointees as they are: no offset change, no renaming.
   static bool plain(const Edge &E) { return !E.Delta && !E.RenameFrom; }
   /// The node that stands for N and every node merged with it.
@@ -339,6 +345,7 @@ private:
   std::vector<ObjectId> Overflowed;
   std::vector<bool> Overflows;
   uint64_t Budget = UINT64_MAX;
+  uint64_t OverflowStop = UINT64_MAX; ///< see stopped()
   uint64_t Work = 0;
   EdgeOrigin Origin = EdgeOrigin::Build;
   uint64_t EdgesBy[size_t(EdgeOrigin::Count)] = {};

@@ -209,6 +209,43 @@ TEST_F(DataplaneSitesTest, CollapsedObjectHasOneFieldWhateverTheOrder) {
   }
 }
 
+TEST_F(DataplaneSitesTest, SolveThatFindsAnOverflowStopsSoon) {
+  // %a overflows at once; then memcpys carry 40 buffers down a chain of 40 structs. The solve
+  // that finds %a overflowing is thrown away, so it must not go on with that work.
+  std::string Body = "declare void @llvm.memcpy.p0.p0.i64(ptr, ptr, i64, i1)\n"
+                     "define void @f() {\n"
+                     "  %a = call ptr @malloc(i64 4096)\n";
+  for (int I = 1; I <= 70; ++I)
+    Body +=
+        "  %p" + std::to_string(I) + " = getelementptr i8, ptr %a, i64 " + std::to_string(I) + "\n";
+  for (int S = 0; S <= 40; ++S)
+    Body += "  %s" + std::to_string(S) + " = call ptr @malloc(i64 320)\n";
+  for (int F = 0; F < 40; ++F) {
+    std::string N = std::to_string(F);
+    Body += "  %b" + N + " = call ptr @malloc(i64 64)\n  %f" + N +
+            " = getelementptr i8, ptr %s0, i64 " + std::to_string(8 * F) + "\n  store ptr %b" + N +
+            ", ptr %f" + N + "\n";
+  }
+  for (int S = 1; S <= 40; ++S)
+    Body += "  call void @llvm.memcpy.p0.p0.i64(ptr %s" + std::to_string(S) + ", ptr %s" +
+            std::to_string(S - 1) + ", i64 320, i1 false)\n";
+  Body += "  ret void\n}\n";
+  std::unique_ptr<Module> M = parse(Body);
+  ASSERT_TRUE(M);
+  SinkCatalog Sinks;
+  Sinks.addDefaults();
+  PointsToGraph Finding(*M, Sinks, {});
+  Finding.solve();
+  ASSERT_FALSE(Finding.exhausted());
+  ASSERT_EQ(Finding.overflowed().size(), 1u);
+  DenseSet<ObjectId> Collapse(Finding.overflowed().begin(), Finding.overflowed().end());
+  PointsToGraph Solved(*M, Sinks, {}, Collapse);
+  Solved.solve();
+  ASSERT_TRUE(Solved.overflowed().empty());
+  EXPECT_LT(Finding.work() * 10, Solved.work())
+      << "finding: " << Finding.statistics() << "\nsolved: " << Solved.statistics();
+}
+
 TEST_F(DataplaneSitesTest, RunningTwiceRewritesOnce) {
   std::unique_ptr<Module> M = parse(R"(
 define void @f(i32 %fd) {
