@@ -98,6 +98,7 @@ ObjectId PointsToGraph::newObject(ObjectKind Kind, const Value *Site, const Func
   ObjectCells.emplace_back();
   CopyWatch.emplace_back();
   WrapperWatch.emplace_back();
+  SpreadWatchOf.emplace_back();
   ObjectOffsets.emplace_back();
   Collapsed.push_back(Collapse.count(ObjectId(Objects.size() - 1)));
   Overflows.push_back(false);
@@ -150,7 +151,8 @@ PointsToGraph::NodeId PointsToGraph::cellNode(ObjectId Obj, uint32_t Offset) {
   NodeId N = freshNode();
   CellNodes[Key] = N;
   ObjectCells[Obj].insert(Offset);
-  if (!CopyWatch[Obj].empty() || !WrapperWatch[Obj].empty() || Collapsed[Obj])
+  if (!CopyWatch[Obj].empty() || !WrapperWatch[Obj].empty() || !SpreadWatchOf[Obj].empty() ||
+      Collapsed[Obj])
     NewCells.push_back(Key);
   return N;
 }
@@ -529,6 +531,10 @@ void PointsToGraph::copyCell(size_t Index, ObjectId SrcObj, uint32_t Start, uint
   if (Off < Start || (C.Len && Off - Start >= *C.Len)) return;
   for (Pointee D : Dsts) {
     if (stopped()) return;
+    if (Collapsed[SrcObj] && !Collapsed[pointeeObject(D)]) {
+      spreadCell(Index, SrcObj, D);
+      continue;
+    }
     Pointee To = shift(D, int64_t(Off) - Start);
     if (To == NoPointee) continue;
     uint32_t DstOff = pointeeOffset(To);
@@ -538,6 +544,22 @@ void PointsToGraph::copyCell(size_t Index, ObjectId SrcObj, uint32_t Start, uint
     NodeId From = cellNode(SrcObj, Off);
     addEdge(From, Edge{cellNode(pointeeObject(D), DstOff)});
   }
+}
+
+void PointsToGraph::spreadCell(size_t Index, ObjectId SrcObj, Pointee Dst) {
+  if (!Spreading.insert({uint32_t(Index), SrcObj, Dst}).second) return;
+  ObjectId DstObj = pointeeObject(Dst);
+  SpreadWatch W{uint32_t(Index), SrcObj, pointeeOffset(Dst)};
+  SpreadWatchOf[DstObj].push_back(W);
+  cellNode(DstObj, W.Start);
+  for (uint32_t Off : offsetsOf(ObjectCells[DstObj]))
+    spreadTo(W, DstObj, Off);
+}
+
+void PointsToGraph::spreadTo(const SpreadWatch &W, ObjectId DstObj, uint32_t Off) {
+  const std::optional<uint64_t> &Len = CopyMems[W.Index].Len;
+  if (Off < W.Start || (Len && Off - W.Start >= *Len)) return;
+  addEdge(cellNode(W.Src, 0), Edge{cellNode(DstObj, Off)});
 }
 
 Pointee PointsToGraph::shift(Pointee P, int64_t Delta) {
@@ -576,6 +598,9 @@ void PointsToGraph::newCell(ObjectId Obj, uint32_t Off) {
     NodeId Dst = find(CopyMems[Index].DstPtr);
     copyCell(Index, Obj, Start, Off, pointeesOf(Pts[Dst]));
   }
+  std::vector<SpreadWatch> Spreads = SpreadWatchOf[Obj];
+  for (const SpreadWatch &W : Spreads)
+    spreadTo(W, Obj, Off);
   std::vector<uint32_t> Wrappers = WrapperWatch[Obj];
   OriginScope WrapperScope(*this, EdgeOrigin::Wrapper);
   for (uint32_t Index : Wrappers)

@@ -257,6 +257,15 @@ private:
   void addWrapperCells(WrapperCellsConstraint C);
   void copyCell(size_t Index, ObjectId SrcObj, uint32_t Start, uint32_t Off,
                 const std::vector<Pointee> &Dsts);
+  /// A memcpy from a collapsed object: its one cell holds what any of its offsets holds, so it
+  /// goes to every field of the destination in the copied range, now and as they appear.
+  void spreadCell(size_t Index, ObjectId SrcObj, Pointee Dst);
+  struct SpreadWatch {
+    uint32_t Index;
+    ObjectId Src;
+    uint32_t Start; ///< the copy's first byte in the destination
+  };
+  void spreadTo(const SpreadWatch &W, ObjectId DstObj, uint32_t Off);
   void newCell(ObjectId Obj, uint32_t Off);
   /// P moved by Delta bytes; the one place offsets are made, so collapsing stays consistent.
   /// NoPointee past the offsets an object may have (see overflowed()).
@@ -338,6 +347,9 @@ private:
   std::vector<std::vector<std::pair<uint32_t, uint32_t>>> CopyWatch;
   std::vector<std::vector<uint32_t>> WrapperWatch;
   llvm::DenseSet<std::tuple<ObjectId, uint32_t, uint32_t>> Watching;
+  /// Objects whose future cells take a collapsed object's cell from a memcpy (see spreadCell).
+  std::vector<std::vector<SpreadWatch>> SpreadWatchOf;
+  llvm::DenseSet<std::tuple<uint32_t, ObjectId, Pointee>> Spreading;
   std::vector<Pointee> NewCells;
   std::vector<std::set<uint32_t>> ObjectOffsets;
   std::vector<bool> Collapsed;
