@@ -93,7 +93,8 @@ static void followSink(const PointsToGraph &G, const SinkUse &Use,
       for (const auto &[P, Chain] : Frontier) {
         ObjectId Obj = pointeeObject(P);
         for (uint32_t Off : G.cellOffsets(Obj)) {
-          if (!stepMatches(Off, pointeeOffset(P), Step)) continue;
+          // A collapsed object's cells are all one, at offset 0, whatever the step's offset.
+          if (G.collapsed(Obj) ? Off != 0 : !stepMatches(Off, pointeeOffset(P), Step)) continue;
           std::vector<Pointee> Longer = Chain;
           Longer.push_back(makePointee(Obj, Off));
           for (Pointee Q : G.cell(Obj, Off))

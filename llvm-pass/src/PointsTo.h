@@ -163,6 +163,8 @@ public:
   PointeeSet cell(ObjectId Obj, uint32_t Offset) const;
   const std::set<uint32_t> &cellOffsets(ObjectId Obj) const;
   const AbstractObject &object(ObjectId Obj) const { return Objects[Obj]; }
+  /// A collapsed object has one field, at offset 0, standing for all its offsets.
+  bool collapsed(ObjectId Obj) const { return Collapsed[Obj]; }
   size_t numObjects() const { return Objects.size(); }
   /// The heap or wrapper-result object created by a call, if any.
   std::optional<ObjectId> objectCreatedBy(const llvm::CallBase *Call) const;

@@ -286,6 +286,25 @@ TEST_F(DataplaneSitesTest, CopyFromCollapsedObjectFillsEveryField) {
   EXPECT_EQ(reachingSinks(*M), std::set<std::string>{"buf"});
 }
 
+TEST_F(DataplaneSitesTest, SinkPathGoesThroughCollapsedObject) {
+  // The msghdr is in a collapsed buffer (addressed at 70 other offsets): msg_iov, at +16, is in
+  // its one field, and sendmsg's path must step through it to the iovec and the data.
+  std::string Body = "define void @f(i32 %fd) {\n"
+                     "  %m = call ptr @malloc(i64 4096)\n" +
+                     overflowingGeps("m", 100) +
+                     "  %iov = call ptr @malloc(i64 16)\n"
+                     "  %buf = call ptr @malloc(i64 64)\n"
+                     "  store ptr %buf, ptr %iov\n"
+                     "  %mi = getelementptr i8, ptr %m, i64 16\n"
+                     "  store ptr %iov, ptr %mi\n"
+                     "  %r = call i64 @sendmsg(i32 %fd, ptr %m, i32 0)\n"
+                     "  ret void\n"
+                     "}\n";
+  std::unique_ptr<Module> M = parse(Body);
+  ASSERT_TRUE(M);
+  EXPECT_EQ(reachingSinks(*M), std::set<std::string>{"buf"});
+}
+
 TEST_F(DataplaneSitesTest, RunningTwiceRewritesOnce) {
   std::unique_ptr<Module> M = parse(R"(
 define void @f(i32 %fd) {
