@@ -532,7 +532,7 @@ void PointsToGraph::copyCell(size_t Index, ObjectId SrcObj, uint32_t Start, uint
   for (Pointee D : Dsts) {
     if (stopped()) return;
     if (Collapsed[SrcObj] && !Collapsed[pointeeObject(D)]) {
-      spreadCell(Index, SrcObj, D);
+      spreadCell(SrcObj, D, C.Len);
       continue;
     }
     Pointee To = shift(D, int64_t(Off) - Start);
@@ -546,10 +546,10 @@ void PointsToGraph::copyCell(size_t Index, ObjectId SrcObj, uint32_t Start, uint
   }
 }
 
-void PointsToGraph::spreadCell(size_t Index, ObjectId SrcObj, Pointee Dst) {
-  if (!Spreading.insert({uint32_t(Index), SrcObj, Dst}).second) return;
+void PointsToGraph::spreadCell(ObjectId SrcObj, Pointee Dst, std::optional<uint64_t> Len) {
+  SpreadWatch W{SrcObj, pointeeOffset(Dst), Len.value_or(UINT64_MAX)};
+  if (!Spreading.insert({SrcObj, Dst, W.Len}).second) return;
   ObjectId DstObj = pointeeObject(Dst);
-  SpreadWatch W{uint32_t(Index), SrcObj, pointeeOffset(Dst)};
   SpreadWatchOf[DstObj].push_back(W);
   cellNode(DstObj, W.Start);
   for (uint32_t Off : offsetsOf(ObjectCells[DstObj]))
@@ -557,8 +557,7 @@ void PointsToGraph::spreadCell(size_t Index, ObjectId SrcObj, Pointee Dst) {
 }
 
 void PointsToGraph::spreadTo(const SpreadWatch &W, ObjectId DstObj, uint32_t Off) {
-  const std::optional<uint64_t> &Len = CopyMems[W.Index].Len;
-  if (Off < W.Start || (Len && Off - W.Start >= *Len)) return;
+  if (Off < W.Start || Off - W.Start >= W.Len) return;
   addEdge(cellNode(W.Src, 0), Edge{cellNode(DstObj, Off)});
 }
 
@@ -665,6 +664,10 @@ void PointsToGraph::applyIncremental(ComplexKind K, size_t Index, const PointeeB
     for (Pointee P : New) {
       ObjectId Obj = pointeeObject(P);
       if (!createdIn(Obj, C.Wrapper)) continue;
+      if (Collapsed[Obj] && !Collapsed[C.Result]) {
+        spreadCell(Obj, makePointee(C.Result, 0), std::nullopt);
+        continue;
+      }
       if (Watching.insert({Obj, uint32_t(Index), UINT32_MAX}).second)
         WrapperWatch[Obj].push_back(uint32_t(Index));
       for (uint32_t Off : offsetsOf(ObjectCells[Obj]))

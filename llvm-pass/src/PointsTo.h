@@ -259,13 +259,15 @@ private:
   void addWrapperCells(WrapperCellsConstraint C);
   void copyCell(size_t Index, ObjectId SrcObj, uint32_t Start, uint32_t Off,
                 const std::vector<Pointee> &Dsts);
-  /// A memcpy from a collapsed object: its one cell holds what any of its offsets holds, so it
-  /// goes to every field of the destination in the copied range, now and as they appear.
-  void spreadCell(size_t Index, ObjectId SrcObj, Pointee Dst);
+  /// A memcpy from a collapsed object (or a wrapper's collapsed object seen through its call
+  /// site's): its one cell holds what any of its offsets holds, so it goes to every field of
+  /// the destination in the copied range (Len bytes from Dst, or to its end), now and as they
+  /// appear.
+  void spreadCell(ObjectId SrcObj, Pointee Dst, std::optional<uint64_t> Len);
   struct SpreadWatch {
-    uint32_t Index;
     ObjectId Src;
     uint32_t Start; ///< the copy's first byte in the destination
+    uint64_t Len;   ///< UINT64_MAX: to the end
   };
   void spreadTo(const SpreadWatch &W, ObjectId DstObj, uint32_t Off);
   void newCell(ObjectId Obj, uint32_t Off);
@@ -349,9 +351,9 @@ private:
   std::vector<std::vector<std::pair<uint32_t, uint32_t>>> CopyWatch;
   std::vector<std::vector<uint32_t>> WrapperWatch;
   llvm::DenseSet<std::tuple<ObjectId, uint32_t, uint32_t>> Watching;
-  /// Objects whose future cells take a collapsed object's cell from a memcpy (see spreadCell).
+  /// Objects whose future cells take a collapsed object's cell (see spreadCell).
   std::vector<std::vector<SpreadWatch>> SpreadWatchOf;
-  llvm::DenseSet<std::tuple<uint32_t, ObjectId, Pointee>> Spreading;
+  llvm::DenseSet<std::tuple<ObjectId, Pointee, uint64_t>> Spreading;
   std::vector<Pointee> NewCells;
   std::vector<std::set<uint32_t>> ObjectOffsets;
   std::vector<bool> Collapsed;

@@ -286,6 +286,30 @@ TEST_F(DataplaneSitesTest, CopyFromCollapsedObjectFillsEveryField) {
   EXPECT_EQ(reachingSinks(*M), std::set<std::string>{"buf"});
 }
 
+TEST_F(DataplaneSitesTest, WrapperOfCollapsedObjectShowsItsFieldsAtTheCallSite) {
+  // @mk is a wrapper: its call gets an object of its own for what @mk allocates. %o is
+  // collapsed, so %buf, stored at its +8, is in its one field, and must be seen at +8 of the
+  // call site's object as well.
+  std::string Body = "define internal ptr @mk() {\n"
+                     "  %o = call ptr @malloc(i64 4096)\n" +
+                     overflowingGeps("o", 100) +
+                     "  %buf = call ptr @malloc(i64 64)\n"
+                     "  %q = getelementptr i8, ptr %o, i64 8\n"
+                     "  store ptr %buf, ptr %q\n"
+                     "  ret ptr %o\n"
+                     "}\n"
+                     "define void @f(i32 %fd) {\n"
+                     "  %r = call ptr @mk()\n"
+                     "  %g = getelementptr i8, ptr %r, i64 8\n"
+                     "  %v = load ptr, ptr %g\n"
+                     "  %s = call i64 @send(i32 %fd, ptr %v, i64 64, i32 0)\n"
+                     "  ret void\n"
+                     "}\n";
+  std::unique_ptr<Module> M = parse(Body);
+  ASSERT_TRUE(M);
+  EXPECT_EQ(reachingSinks(*M), std::set<std::string>{"buf"});
+}
+
 TEST_F(DataplaneSitesTest, SinkPathGoesThroughCollapsedObject) {
   // The msghdr is in a collapsed buffer (addressed at 70 other offsets): msg_iov, at +16, is in
   // its one field, and sendmsg's path must step through it to the iovec and the data.
