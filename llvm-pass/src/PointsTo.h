@@ -149,9 +149,11 @@ public:
   /// halfway through a solve would leave its older pointees at their old offsets in the sets
   /// they had reached, which sets depending on the order of the work, so such an object is not
   /// collapsed: the solution is not used, and the module is solved again with these objects
-  /// (and those of earlier solves) collapsed from the start. Every object overflowing a solve
-  /// with fewer objects collapsed also overflows with more, so these rounds reach the one
-  /// smallest set of collapsed objects, and the solution does not depend on the order of work.
+  /// (and those of earlier solves) collapsed from the start, until a solve has none: its
+  /// solution is the one of the module with those objects collapsed. Which objects that is
+  /// can depend on which each solve finds before it stops: collapsing an object can also keep
+  /// another under the limit (a memcpy from a collapsed object has one source offset, not
+  /// many), so it is not always the smallest set.
   const std::vector<ObjectId> &overflowed() const { return Overflowed; }
   uint64_t work() const { return Work; }
   static constexpr uint64_t DefaultBudget = 20'000'000;
