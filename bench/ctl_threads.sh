@@ -33,6 +33,13 @@ mkdir -p "$out"
 csv=$out/ctl_threads.csv
 echo "rep,run,allocator,value" >"$csv"
 IFS=';' read -r -a runs <<<"$modes"
+# An allocator that is not installed runs nowhere; the table says so rather than leave it out
+# unseen (the best of the others is then the best of those that ran).
+missing=()
+for a in "${allocs[@]}"; do
+  IFS='|' read -r name lib <<<"$a"
+  [ -z "$lib" ] || [ -e "$lib" ] || missing+=("$name ($lib)")
+done
 load_before=$(cut -d' ' -f1-3 /proc/loadavg)
 for rep in $(seq "$reps"); do
   mapfile -t order < <(rotated "$rep" "${allocs[@]}")
@@ -53,7 +60,7 @@ for rep in $(seq "$reps"); do
   done
 done
 load_after=$(cut -d' ' -f1-3 /proc/loadavg)
-/usr/bin/python3 - "$csv" "$load_before" "$load_after" "${CTL_CALLGRIND:-0}" <<'EOF' | tee "$out/ctl_threads.md"
+/usr/bin/python3 - "$csv" "$load_before" "$load_after" "${CTL_CALLGRIND:-0}" "${missing[*]:-}" <<'EOF' | tee "$out/ctl_threads.md"
 import csv, statistics, sys
 rows = list(csv.DictReader(open(sys.argv[1])))
 runs, names, values = [], [], {}
@@ -63,6 +70,8 @@ for r in rows:
     values.setdefault((r["run"], r["allocator"]), []).append(float(r["value"]))
 unit = "instructions" if sys.argv[4] == "1" else "seconds, median [min-max]"
 print(f"load average before {sys.argv[2]}, after {sys.argv[3]}; {unit}\n")
+if sys.argv[5]:
+    print(f"not installed, not run (nor among the others compared): {sys.argv[5]}\n")
 print("| run | " + " | ".join(names) + " | nic/mimalloc | nic/best other |")
 print("|---" * (len(names) + 3) + "|")
 for run in runs:
