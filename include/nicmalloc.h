@@ -117,7 +117,9 @@ struct nic_region_ref {
   uint32_t cache_slot;     /* nonzero for NIC_REGION_CACHED: held until nic_unregister */
   /* The registration's generation in its cache slot, which nic_unregister checks with
    * cache_slot. It takes what was the struct's tail padding on 64-bit targets: the size and
-   * every other member's offset are as before, and a copy of the whole struct carries it. */
+   * every other member's offset are as before, and a copy of the whole struct carries it. 0 (a
+   * reference code built before it existed copied member by member) is checked by cache_slot
+   * alone, whose 10 bits of generation repeat after 1024 registrations in one slot. */
   uint32_t cache_gen;
 };
 

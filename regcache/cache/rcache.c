@@ -125,9 +125,12 @@ static uint32_t token_of(const struct region *r, uint32_t slot) {
   return slot | __atomic_load_n(&r->gen, __ATOMIC_RELAXED) << SLOT_BITS;
 }
 
-/* Whether token and gen name the registration slot holds now. */
+/* Whether token and gen name the registration slot holds now. A gen of 0, which no region has
+ * (gen skips it), is a reference from a program built before cache_gen existed that copied its
+ * members one by one: the token alone is asked of it, as then, rather than refusing its every
+ * unregister (a remote key's pages would hold their frees for good). */
 static bool names_current(const struct region *r, uint32_t slot, uint32_t token, uint32_t gen) {
-  return token_of(r, slot) == token && __atomic_load_n(&r->gen, __ATOMIC_RELAXED) == gen;
+  return token_of(r, slot) == token && (!gen || __atomic_load_n(&r->gen, __ATOMIC_RELAXED) == gen);
 }
 
 static inline __attribute__((always_inline)) void hand_out(const struct region *r, uint32_t slot,
@@ -621,7 +624,8 @@ static int insert_locked(struct nic_rcache *c, uintptr_t start, uintptr_t end, u
   uint32_t slot = c->free_head;
   struct region *r = &c->pool[slot];
   c->free_head = r->next_free;
-  __atomic_store_n(&r->gen, r->gen + 1, __ATOMIC_RELAXED); /* read unlocked: release_checked */
+  /* Read unlocked (release_checked); never 0, which names_current takes for "not given". */
+  __atomic_store_n(&r->gen, r->gen + 1 ? r->gen + 1 : 1, __ATOMIC_RELAXED);
   r->revoked = r->gone = false;
   const bool remote = !cached && (access & REMOTE);
   if (remote && !hold_locked(r, start, end)) {

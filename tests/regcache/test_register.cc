@@ -312,6 +312,37 @@ TEST(Register, AStaleUnregisterLeavesTheSlotAloneAfterItsGenerationBitsWrap) {
   }
 }
 
+// A program built against a header without cache_gen that copies a reference member by member
+// hands nic_unregister a cache_gen of 0: it is checked by its slot's token, as before that member
+// existed, not refused (a refused remote key would hold the frees of its pages for good).
+TEST(Register, AReferenceCopiedWithoutItsGenerationIsStillLetGo) {
+  auto *sim = static_cast<sim_nic *>(nic_backend_active()->priv);
+  const long page = sysconf(_SC_PAGESIZE);
+  char *p = static_cast<char *>(aligned_alloc(page, page));
+  ASSERT_NE(p, nullptr);
+  nic_region_ref r;
+  ASSERT_EQ(nic_register(p, page, NIC_REG_REMOTE_READ, &r), 0);
+  ASSERT_NE(r.cache_gen, 0u) << "no registration has generation 0";
+  nic_region_ref old_copy;
+  memset(&old_copy, 0, sizeof old_copy);
+  old_copy.kind = r.kind;
+  old_copy.chunk_index = r.chunk_index;
+  old_copy.region_base = r.region_base;
+  old_copy.region_len = r.region_len;
+  old_copy.offset = r.offset;
+  old_copy.lkey = r.lkey;
+  old_copy.rkey = r.rkey;
+  old_copy.backend_handle = r.backend_handle;
+  old_copy.cache_slot = r.cache_slot;
+  nic_stats before = NIC_STATS_INIT, after = NIC_STATS_INIT;
+  nic_get_stats(&before);
+  nic_unregister(&old_copy);
+  nic_get_stats(&after);
+  EXPECT_EQ(after.registration_errors, before.registration_errors) << "refused";
+  EXPECT_EQ(sim_lookup(sim, r.rkey), nullptr) << "the remote key outlived its nic_unregister";
+  free(p);
+}
+
 // A peer with a remote key reaches the key's pages whenever it likes: a block freed under a
 // live key is not handed out again (where the peer would read and write the next owner's
 // bytes) until the key's nic_unregister; the free waits, as that of a held block does. Control
