@@ -82,11 +82,17 @@ bool nic_thread_stack_watched(uintptr_t lo, uintptr_t hi) {
   return true;
 }
 
+/* The calling thread's own block counts too unless its exit is sure to drop its stack's regions
+ * (nic_thread_stack_watched): where its stack's bounds could not be learnt, nothing did. */
 bool nic_thread_block_in(uintptr_t lo, uintptr_t hi) {
   bool found = false;
+  const struct nic_thread *self = &nic_self;
+  if (self->stack_hi <= self->stack_lo && !nic_on_main_thread() && (uintptr_t)self >= lo &&
+      (uintptr_t)self < hi)
+    return true; /* set up or not, listed or not */
   pthread_mutex_lock(&threads_lock);
   for (const struct nic_thread *t = threads; t && !found; t = t->next)
-    found = t != &nic_self && t->block_on_stack && (uintptr_t)t >= lo && (uintptr_t)t < hi;
+    found = t != self && t->block_on_stack && (uintptr_t)t >= lo && (uintptr_t)t < hi;
   pthread_mutex_unlock(&threads_lock);
   return found;
 }
@@ -236,11 +242,14 @@ static void on_thread_exit_last(void *arg) {
 /* glibc takes the lowest free index: to be given the last one, every other must be held for a
  * moment. Those taken here are given back at once, so that a key another thread makes meanwhile
  * finds a free index (a higher one than it would have had) but for the instant between the last
- * index taken and the first given back. The bits say which keys are held here: another thread's
- * must not be deleted. */
+ * index taken and the first given back (for the whole search where the program holds the last
+ * index already: none is found then). The bits say which keys are held here: another thread's
+ * must not be deleted. Under the thread list's lock, which fork takes: a child forked meanwhile
+ * would keep every key held here, with no one to give them back. */
 static void make_last_exit_key(void) {
   uint64_t held[PTHREAD_KEYS_MAX / 64] = {0};
   pthread_key_t key;
+  pthread_mutex_lock(&threads_lock);
   while (pthread_key_create(&key, on_thread_exit_last) == 0) {
     if (key == PTHREAD_KEYS_MAX - 1) {
       last_exit_key = key;
@@ -251,6 +260,7 @@ static void make_last_exit_key(void) {
   }
   for (unsigned k = 0; k < PTHREAD_KEYS_MAX - 1; k++)
     if (held[k / 64] & ((uint64_t)1 << (k % 64))) pthread_key_delete(k);
+  pthread_mutex_unlock(&threads_lock);
 }
 
 /* Whether a hook will run before the thread dies, whenever its set-up comes. glibc runs key
