@@ -57,6 +57,8 @@ struct uring_req {
   unsigned notifs;   /* notifications still to come, one per send that pinned memory */
   bool lead;         /* first of its batch: a cancellation was not caused by another send */
   unsigned cancels;  /* cancelled as the lead, in a row, without sending anything */
+  bool fixed_vec;    /* its last send was a fixed-buffer SENDMSG_ZC */
+  bool unfixed;      /* the kernel could not map it as one: its sends name plain memory */
   unsigned n, first; /* entries; the first one not entirely sent */
   size_t total, off; /* message bytes; bytes sent so far */
   uint32_t slot[URING_MAX_SGE];
