@@ -38,6 +38,13 @@ struct Parts {
   char small[100];
 };
 
+// Posts one message of the same control-memory block `times` times over (one registration)
+// through the adapters' PostPieces.
+int PostRepeated(nic_endpoint *ep, char *mem, size_t block, size_t times, Done *d) {
+  std::vector<nicmalloc::detail::Piece> pieces(times, {mem, block});
+  return nicmalloc::detail::PostPieces(ep, {pieces.data(), pieces.size(), {}, {}}, Done::Fn, d, 0);
+}
+
 TEST_F(UringSgaTest, BadSocketsAreRefusedWithErrnoAndOneLine) {
   int p[2], u[2], sp[2];
   ASSERT_EQ(pipe(p), 0);
@@ -265,13 +272,10 @@ TEST_F(UringSgaTest, TheAdaptersCutAMessageOverTheLimitIntoPostsTheBackendTakes)
   ASSERT_FALSE(nic_is_dataplane(mem));
   for (size_t i = 0; i < block; i++)
     mem[i] = static_cast<char>(i * 7 + (i >> 13));
-  std::vector<nicmalloc::detail::Piece> pieces(times, {mem, block});
   nic_uring_stats before{}, after{};
   ASSERT_TRUE(nic_uring_get_stats(nic_backend_active(), &before));
   Done d;
-  ASSERT_EQ(
-      nicmalloc::detail::PostPieces(ep, {pieces.data(), pieces.size(), {}, {}}, Done::Fn, &d, 0),
-      0);
+  ASSERT_EQ(PostRepeated(ep, mem, block, times, &d), 0);
   ASSERT_TRUE(NicPollUntil([&] { return d.calls == 1; }));
   ASSERT_TRUE(nic_uring_get_stats(nic_backend_active(), &after));
   EXPECT_EQ(after.posts - before.posts, 2u)
@@ -304,13 +308,10 @@ TEST_F(UringSgaTest, AMessageOverAGibibyteInOneRegistrationGoesWholeOverTcp) {
       got += size_t(r);
     }
   });
-  std::vector<nicmalloc::detail::Piece> pieces(times, {mem, block});
   nic_uring_stats before{}, after{};
   ASSERT_TRUE(nic_uring_get_stats(nic_backend_active(), &before));
   Done d;
-  ASSERT_EQ(
-      nicmalloc::detail::PostPieces(ep, {pieces.data(), pieces.size(), {}, {}}, Done::Fn, &d, 0),
-      0);
+  ASSERT_EQ(PostRepeated(ep, mem, block, times, &d), 0);
   const bool done = NicPollUntil([&] { return d.calls == 1; }, std::chrono::seconds(120));
   if (!done || d.status != 0) shutdown(pair.rx, SHUT_RDWR); // the reader waits for nothing more
   reader.join();
