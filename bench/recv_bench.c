@@ -376,12 +376,21 @@ static bool run_ring(struct run *r, uint64_t *wall, uint64_t *cpu) {
 
 /* ---- the table ---- */
 
-static size_t parse_size(const char *s) {
+/* A whole number with an optional K or M, at least min; 0 for anything else. */
+static size_t parse_size(const char *s, size_t min) {
   char *end;
-  size_t v = strtoul(s, &end, 10);
-  if (*end == 'K' || *end == 'k') v <<= 10;
-  if (*end == 'M' || *end == 'm') v <<= 20;
-  return v;
+  errno = 0;
+  unsigned long long v = strtoull(s, &end, 10);
+  unsigned shift = *end == 'K' || *end == 'k' ? 10 : *end == 'M' || *end == 'm' ? 20 : 0;
+  if (shift) end++;
+  if (errno || end == s || *end || s[0] == '-' || v > (SIZE_MAX >> shift) || (v << shift) < min)
+    return 0;
+  return (size_t)(v << shift);
+}
+
+static _Noreturn void refuse(const char *option, const char *value, const char *wants) {
+  fprintf(stderr, "recv_bench: %s wants %s, not '%s'\n", option, wants, value);
+  exit(2);
 }
 
 int main(int argc, char **argv) {
@@ -402,26 +411,43 @@ int main(int argc, char **argv) {
   int reps = 5;
   size_t bytes = 32u << 20;
   unsigned long max_messages = 50000;
-  for (int i = 2; i + 1 < argc; i += 2) {
-    if (!strcmp(argv[i], "--sizes"))
-      sizes_arg = argv[i + 1];
-    else if (!strcmp(argv[i], "--reps"))
-      reps = atoi(argv[i + 1]);
-    else if (!strcmp(argv[i], "--bytes"))
-      bytes = parse_size(argv[i + 1]);
-    else if (!strcmp(argv[i], "--max-messages"))
-      max_messages = strtoul(argv[i + 1], NULL, 10);
-    else if (!strcmp(argv[i], "--csv"))
-      csv_path = argv[i + 1];
+  for (int i = 2; i < argc; i += 2) {
+    const char *opt = argv[i], *val = i + 1 < argc ? argv[i + 1] : NULL;
+    if (strcmp(opt, "--sizes") && strcmp(opt, "--reps") && strcmp(opt, "--bytes") &&
+        strcmp(opt, "--max-messages") && strcmp(opt, "--csv")) {
+      fprintf(stderr, "recv_bench: unknown argument '%s' (see the usage: %s with no argument)\n",
+              opt, argv[0]);
+      return 2;
+    }
+    if (!val) refuse(opt, "", "a value");
+    if (!strcmp(opt, "--sizes")) {
+      sizes_arg = val;
+    } else if (!strcmp(opt, "--reps")) {
+      size_t v = parse_size(val, 1);
+      if (!v || v > kMaxReps) refuse(opt, val, "a whole number from 1 to 64");
+      reps = (int)v;
+    } else if (!strcmp(opt, "--bytes")) {
+      if (!(bytes = parse_size(val, 1))) refuse(opt, val, "a size of at least 1 (K, M)");
+    } else if (!strcmp(opt, "--max-messages")) {
+      if (!(max_messages = parse_size(val, 1))) refuse(opt, val, "a whole number of at least 1");
+    } else {
+      csv_path = val;
+    }
   }
-  if (reps < 1 || reps > kMaxReps) reps = 5;
   size_t sizes[kMaxSizes];
   int nsizes = 0;
   char *list = strdup(sizes_arg), *save = NULL;
-  for (char *s = strtok_r(list, ",", &save); s && nsizes < kMaxSizes;
-       s = strtok_r(NULL, ",", &save))
-    if ((sizes[nsizes] = parse_size(s)) >= kHeader) nsizes++;
-  FILE *csv = csv_path ? fopen(csv_path, "w") : NULL;
+  for (char *s = strtok_r(list, ",", &save); s; s = strtok_r(NULL, ",", &save)) {
+    if (nsizes == kMaxSizes) refuse("--sizes", sizes_arg, "at most 16 sizes");
+    if (!(sizes[nsizes++] = parse_size(s, kHeader)))
+      refuse("--sizes", s, "sizes of at least 16 bytes (the header), K or M");
+  }
+  if (!nsizes) refuse("--sizes", sizes_arg, "at least one size");
+  FILE *csv = NULL;
+  if (csv_path && !(csv = fopen(csv_path, "w"))) {
+    fprintf(stderr, "recv_bench: cannot write --csv %s: %s\n", csv_path, strerror(errno));
+    return 2;
+  }
   if (csv) fprintf(csv, "transport,size,mode,rep,messages,wall_ns,cpu_ns,minor_faults,status\n");
 
   if (t == RING) {
@@ -499,7 +525,10 @@ int main(int argc, char **argv) {
     }
     fflush(stdout);
   }
-  if (csv) fclose(csv);
+  if (csv && (ferror(csv) | fclose(csv))) {
+    fprintf(stderr, "recv_bench: writing --csv %s failed\n", csv_path);
+    all_ok = false;
+  }
   free(list);
   return all_ok ? 0 : 1;
 }
