@@ -374,7 +374,7 @@ typedef void (*nic_receive_fn)(void *arg, void *data, size_t len);
  * the buffers), or the transport's -errno. */
 int nic_endpoint_receive(struct nic_endpoint *ep, nic_receive_fn receive, void *arg);
 /* 0 while ep is open (or receiving never started), 1 once its peer ended the stream, or the
- * -errno that ended its receiving (-ECONNRESET, say). */
+ * -errno that ended its receiving (-ECONNRESET, say); -EINVAL for ep NULL. */
 int nic_endpoint_status(const struct nic_endpoint *ep);
 /* What one post to ep may carry, for a program that sends a longer message as several posts in
  * a row (include/nicmalloc/sg_post.h does). *max_entries: entries per post, ep's own limit (its

@@ -422,6 +422,10 @@ NIC_EXPORT int nic_endpoint_receive(struct nic_endpoint *ep, nic_receive_fn rece
 }
 
 NIC_EXPORT int nic_endpoint_status(const struct nic_endpoint *ep) {
+  if (!ep) {
+    nic_api_error(endpoint, "nic_endpoint_status: no endpoint");
+    return -EINVAL;
+  }
   pthread_mutex_lock(&lock);
   const struct receiver *r = find_locked(ep);
   const int status = r ? __atomic_load_n(&r->status, __ATOMIC_ACQUIRE) : 0;

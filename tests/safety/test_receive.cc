@@ -4,6 +4,7 @@
 // of their own (tests/regcache, tests/safety/test_uring_*).
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <cerrno>
 #include <cstring>
 #include <string>
@@ -75,6 +76,21 @@ TEST(Receive, BadCallsAreRefused) {
   const std::string err = testing::internal::GetCapturedStderr();
   EXPECT_NE(err.find("nic_endpoint_receive"), std::string::npos) << err;
   EXPECT_EQ(nic_sim_endpoint_destroy(ep), 0);
+}
+
+// No endpoint is an error, as for nic_endpoint_receive and nic_endpoint_limits, not "open":
+// counted on every call, said once.
+TEST(Receive, StatusOfNoEndpointIsRefusedAndSaidOnce) {
+  nic_stats before = NIC_STATS_INIT, after = NIC_STATS_INIT;
+  nic_get_stats(&before);
+  testing::internal::CaptureStderr();
+  EXPECT_EQ(nic_endpoint_status(nullptr), -EINVAL);
+  EXPECT_EQ(nic_endpoint_status(nullptr), -EINVAL);
+  const std::string err = testing::internal::GetCapturedStderr();
+  nic_get_stats(&after);
+  EXPECT_EQ(after.endpoint_errors - before.endpoint_errors, 2u);
+  EXPECT_NE(err.find("nic_endpoint_status: no endpoint"), std::string::npos) << err;
+  EXPECT_EQ(std::count(err.begin(), err.end(), '\n'), 1) << err;
 }
 
 } // namespace
