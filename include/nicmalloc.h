@@ -307,7 +307,9 @@ int nic_poll(int max);
 /* Runs what is ready, as nic_poll(0); when nothing is, blocks until something is or timeout_ms
  * milliseconds pass (-1: no limit). Returns how many ran, 0 at the timeout, -EINTR when a signal
  * interrupted the wait (its handler may not call free or malloc: completions run here, under
- * nicmalloc's locks), -EINVAL for a timeout below -1, -ENODEV without a backend. The wait is a
+ * nicmalloc's locks), -EINVAL for a timeout below -1, -ENODEV while no backend is open (nic_wait,
+ * nic_event_fd and nic_thread_event_fd open none: an endpoint's constructor, a registration or a
+ * post does, so with nothing posted or received there is nothing to wait for). The wait is a
  * cancellation point (pthread_cancel), as poll's is; no other nic_ call is one. Asked for free
  * pages meanwhile (nic_poll), the thread wakes, gives them back and waits on: nothing returns. */
 int nic_wait(int timeout_ms);
@@ -315,11 +317,11 @@ int nic_wait(int timeout_ms);
  * program's poll or epoll set: on readiness call nic_poll (or nic_wait(0)). One for every
  * backend in use, those started after it was handed out included (an epoll set of their own
  * descriptors). Do not read, write or close it: nicmalloc clears it when nothing is left.
- * Level-triggered; with EPOLLET poll until nic_poll returns 0. Returns the fd, -ENODEV without a
- * backend, or -ENOSYS while a backend in use has none (verbs, dpdk): then nic_wait waits in
- * short sleeps. Should such a backend start after the fd was handed out, the fd polls readable
- * every millisecond from then on (said once on stderr), so that a program asleep on it still
- * polls that backend. */
+ * Level-triggered; with EPOLLET poll until nic_poll returns 0. Returns the fd, -ENODEV while no
+ * backend is open (as nic_wait), or -ENOSYS while a backend in use has none (verbs, dpdk): then
+ * nic_wait waits in short sleeps. Should such a backend start after the fd was handed out, the fd
+ * polls readable every millisecond from then on (said once on stderr), so that a program asleep on
+ * it still polls that backend. */
 int nic_event_fd(void);
 /* nic_event_fd for an event loop that calls nic_poll on its own thread: a descriptor that polls
  * readable while nic_poll has work, as nic_event_fd's does, and also while the calling thread

@@ -18,17 +18,22 @@
 
 #define WAIT_STEP_MS 1
 
+/* Said when no backend runs: waiting would wait for nothing (nic_wait(-1), for good). Opening
+ * one here would start a ring and its thread, or DPDK's EAL, for a program that posts nothing;
+ * the first endpoint, registration or post opens it. */
+#define NO_BACKEND_FMT "%s: no backend is open (%s)"
+static const char *no_backend_why(void) {
+  return nic_backend_missing_why()
+             ? nic_backend_missing_why()
+             : "none is opened for waiting: an endpoint, a registration or a post opens one";
+}
+
 /* The backends' set, or -errno, said once (caller: the entry point's name). */
 static int backends_fd(const char *caller) {
-  struct nic_backend *b = nic_backend_active();
-  if (!b) {
-    nic_api_error_by(other, caller, ENODEV, "%s: no registration backend could be opened (%s)",
-                     caller,
-                     nic_backend_missing_why() ? nic_backend_missing_why() : "NICMALLOC_BACKEND");
-    return -ENODEV;
-  }
   const int fd = nic_backends_event_fd();
-  if (fd < 0)
+  if (fd == -ENODEV)
+    nic_api_error_by(other, caller, ENODEV, NO_BACKEND_FMT, caller, no_backend_why());
+  else if (fd < 0)
     nic_api_error_by(other, caller, fd,
                      "%s: a backend in use (%s) has no event descriptor (%s); "
                      "nic_wait polls in short sleeps",
@@ -56,13 +61,11 @@ NIC_EXPORT int nic_wait(int timeout_ms) {
     nic_api_error(other, "nic_wait(%d): the timeout is milliseconds, or -1 for none", timeout_ms);
     return -EINVAL;
   }
-  struct nic_backend *b = nic_backend_active();
-  if (!b) {
-    nic_api_error(other, "nic_wait: no registration backend could be opened (%s)",
-                  nic_backend_missing_why() ? nic_backend_missing_why() : "NICMALLOC_BACKEND");
+  const int fd = nic_backends_event_fd();
+  if (fd == -ENODEV) {
+    nic_api_error(other, NO_BACKEND_FMT, "nic_wait", no_backend_why());
     return -ENODEV;
   }
-  const int fd = nic_backends_event_fd();
   const uint64_t end = nic_now_ms() + (uint64_t)(timeout_ms < 0 ? 0 : timeout_ms);
   for (;;) {
     const int ran = nic_poll(0);

@@ -74,6 +74,7 @@ static const struct command {
     {"huge-usable", 2, cmd_huge_usable},
     {"sites", 2, cmd_sites},
     {"open-backend", 2, cmd_open_backend},
+    {"wait-unopened", 2, cmd_wait_unopened},
     {"stderr-reused", 3, cmd_stderr_reused},
     {"stats-in-scope", 2, cmd_stats_in_scope},
     {"sampled-in-scope", 2, cmd_sampled_in_scope},
@@ -106,7 +107,7 @@ int main(int argc, char **argv) {
       "threads-start N SIZE | lifetime-blocks [register|endpoint] | stats | stats-in-scope | "
       "stderr-reused "
       "FILE [open-backend] | "
-      "open-backend [fds|signals|fork-fds] | as-limit GIB "
+      "open-backend [fds|signals|fork-fds] | wait-unopened | as-limit GIB "
       "ARGS... | as-limit-later GIB | dp-room [none] | mlockall-limited | data-limit MIB ARGS... | "
       "in-cgroup DIR "
       "ARGS... | "

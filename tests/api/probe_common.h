@@ -111,6 +111,7 @@ int cmd_fixed_layout(int argc, char **argv);
 int cmd_uring_endpoint(int argc, char **argv);
 int cmd_sites(int argc, char **argv);
 int cmd_open_backend(int argc, char **argv);
+int cmd_wait_unopened(int argc, char **argv);
 int cmd_stderr_reused(int argc, char **argv);
 
 #endif

@@ -272,3 +272,18 @@ int cmd_stderr_reused(int argc, char **argv) { /* close fd 2; a file takes its n
   printf("dropped=%llu\n", (unsigned long long)s.log_lines_dropped);
   return 0;
 }
+
+/* wait-unopened: nic_event_fd, nic_thread_event_fd and nic_wait(0) in a program that opened no
+ * backend: each says -ENODEV and none opens one (a ring and its thread, DPDK's EAL), so that a
+ * nic_wait(-1) there returns rather than wait for good. */
+int cmd_wait_unopened(int argc, char **argv) {
+  (void)argc, (void)argv;
+  printf("event_fd=%d\n", nic_event_fd());
+  printf("thread_event_fd=%d\n", nic_thread_event_fd());
+  printf("wait=%d\n", nic_wait(0));
+  struct nic_stats s = NIC_STATS_INIT;
+  nic_get_stats(&s);
+  printf("backend_after=%s\nother_api_errors=%llu\n", s.backend,
+         (unsigned long long)s.other_api_errors);
+  return 0;
+}

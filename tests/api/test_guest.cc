@@ -107,6 +107,24 @@ ForEachOpenedBackend(const std::string &what,
   }
 }
 
+// nic_event_fd, nic_thread_event_fd and nic_wait in a program that opened no backend are
+// -ENODEV, as documented, and open none: they started the default one (io_uring's ring and
+// thread, DPDK's EAL), and nic_wait(-1) then blocked for good with nothing to wait for.
+TEST(Guest, WaitingWithNoBackendOpenOpensNone) {
+  for (const std::string backend : {"sim", "uring", "dpdk"}) {
+    SCOPED_TRACE(backend);
+    auto r = run_probe({"NICMALLOC_BACKEND=" + backend, "NICMALLOC_DPDK_VDEV=net_null0"},
+                       {"wait-unopened"});
+    ASSERT_EQ(r.exit_code, 0) << r.out << r.err;
+    EXPECT_EQ(r.num("event_fd"), -ENODEV) << r.out;
+    EXPECT_EQ(r.num("thread_event_fd"), -ENODEV) << r.out;
+    EXPECT_EQ(r.num("wait"), -ENODEV) << r.out;
+    EXPECT_EQ(r.values["backend_after"], "none") << r.out << r.err;
+    EXPECT_EQ(r.num("other_api_errors"), 3) << r.out;
+    EXPECT_EQ(count_lines(r.err, "no backend is open"), 3) << "one line per entry point: " << r.err;
+  }
+}
+
 // What a backend's open leaves open is close-on-exec: DPDK 22.11's EAL kept its memory's memfd
 // (the dataplane's packet buffers), its interrupt pipe, timerfd and epoll set inheritable, so every
 // program the process execed got them (5 descriptors here without the fix).
