@@ -7,8 +7,10 @@
  * (rte_eth_rx_burst on port a), finds each reply in the memory it sent the request from and
  * checks every byte; freeing the reply's mbuf completes the server's post.
  *
- *   echo_dpdk [--check | --copy] [requests]
+ *   echo_dpdk [--check] [--copy] [requests]
  *
+ * in any order; requests (default 20000) is a count from 1 up, and anything else is refused
+ * (exit 2).
  * Runs with NICMALLOC_BACKEND=dpdk (EAL starts when the backend opens; nothing else to set).
  * The reply is one segment: a separate header segment would make net_ring hand over a
  * scattered chain, which a receiver must gather (nicmalloc's receive copies it into one of its
@@ -20,9 +22,11 @@
  * still held it (the request's post had not completed), no entry went
  * through the registration cache, nothing was copied, and every receive buffer went back.
  * --copy answers from a malloc'd copy of the request, as a server without nic_endpoint_receive
- * would: the check then fails, which shows it can tell. Exits 77 (a skip) when DPDK cannot
- * start here. */
+ * would, and checks too: the check then fails, which shows it can tell. A check that received
+ * nothing fails. Exits 77 (a skip) when DPDK cannot start here. */
 #define ALLOW_EXPERIMENTAL_API
+#include "example_args.h"
+
 #include <nicmalloc.h>
 
 #include <errno.h>
@@ -222,10 +226,15 @@ static const char *ring_port_pair(uint16_t ports[2]) {
 }
 
 int main(int argc, char **argv) {
-  const bool check = argc > 1 && !strcmp(argv[1], "--check");
-  copy_mode = argc > 1 && !strcmp(argv[1], "--copy");
-  const int arg = check || copy_mode ? 2 : 1;
-  const uint32_t requests = argc > arg ? (uint32_t)atoi(argv[arg]) : 20000;
+  bool check = false;
+  unsigned long count = 20000;
+  const struct example_arg args[] = {{"--check", &check, NULL, 0},
+                                     {"--copy", &copy_mode, NULL, 0},
+                                     {NULL, NULL, &count, UINT32_MAX}};
+  const int refused = example_args(argc, argv, "echo_dpdk [--check] [--copy] [requests]", args,
+                                   sizeof args / sizeof args[0]);
+  if (refused) return refused;
+  const uint32_t requests = (uint32_t)count;
   const char *me = copy_mode ? "echo_dpdk --copy" : "echo_dpdk";
 
   /* The backend opens, and EAL starts, at the first need. */
@@ -305,10 +314,12 @@ int main(int argc, char **argv) {
   bool ok = c.good == requests && !c.bad && c.replies == requests && c.requests_done == requests &&
             srv.done == srv.posted && !srv.post_errors && !c.send_errors;
   if (check || copy_mode) {
-    const bool zero_copy = srv.requests == requests && srv.requests_dp == requests &&
-                           c.in_request_memory == requests && c.while_held == requests &&
-                           s.rcache_hits + s.rcache_misses == 0 && s.bounce_bytes == 0 &&
-                           s.recv_held_buffers == 0 && s.recv_messages == requests;
+    /* Nothing received is nothing checked: a failure, not an "ok". */
+    const bool zero_copy = srv.requests > 0 && srv.requests == requests &&
+                           srv.requests_dp == requests && c.in_request_memory == requests &&
+                           c.while_held == requests && s.rcache_hits + s.rcache_misses == 0 &&
+                           s.bounce_bytes == 0 && s.recv_held_buffers == 0 &&
+                           s.recv_messages == requests;
     printf("%s: zero-copy check %s\n", me, zero_copy ? "ok" : "FAILED");
     ok = ok && zero_copy;
   }

@@ -5,18 +5,22 @@
  * hands while the reply is in flight, and the reply's completion releases it. The client, a
  * thread on an ordinary socket, keeps a window of requests out and checks every reply byte.
  *
- *   echo_uring [--check | --copy] [--workers N] [requests]
+ *   echo_uring [--check] [--copy] [--workers N] [requests]
  *
- * --workers N runs it as a prefork server would: the parent opens its io_uring backend and
- * registers a dataplane block, then forks N workers, each of which serves its own client on
- * its own socket through an io_uring instance of its own (a child of fork never uses its
+ * in any order; requests (default 20000) and N are counts from 1 up, and anything else is
+ * refused (exit 2). --workers N runs it as a prefork server would: the parent opens its io_uring
+ * backend and registers a dataplane block, then forks N workers, each of which serves its own
+ * client on its own socket through an io_uring instance of its own (a child of fork never uses its
  * parent's: README, fork), with the same checks; the parent exits 0 when every worker did.
  *
  * Runs with NICMALLOC_BACKEND=uring. --check also checks the zero-copy claim and exits 1 when
  * it does not hold: every request arrived in dataplane memory, no entry went through the
  * registration cache, only the reply headers were copied, and every receive buffer went back.
  * --copy answers from a malloc'd copy of the payload instead, as a server without
- * nic_endpoint_receive would: the check then fails, which shows it can tell. */
+ * nic_endpoint_receive would, and checks too: the check then fails, which shows it can tell. A
+ * check that received nothing fails. */
+#include "example_args.h"
+
 #include <nicmalloc.h>
 
 #include <arpa/inet.h>
@@ -35,6 +39,7 @@
 #include <unistd.h>
 
 enum { kMagic = 0x6563686f, kWindow = 1, kMaxPayload = 16384 };
+static const char kUsage[] = "echo_uring [--check] [--copy] [--workers N] [requests]";
 
 struct request_header {
   uint32_t magic, seq, len;
@@ -242,9 +247,11 @@ static int serve(bool check, uint32_t requests) {
          (unsigned long long)s.recv_held_buffers);
   bool ok = c.good == c.requests && !c.bad && !post_errors && !ended;
   if (check || copy_mode) {
-    bool zero_copy = requests_dp == requests_seen && requests_seen == c.requests &&
-                     s.rcache_hits + s.rcache_misses == 0 && s.bounce_bytes == header_bytes &&
-                     s.recv_held_buffers == 0 && s.recv_messages == requests_seen;
+    /* Nothing received is nothing checked: a failure, not an "ok". */
+    bool zero_copy = requests_seen > 0 && requests_dp == requests_seen &&
+                     requests_seen == c.requests && s.rcache_hits + s.rcache_misses == 0 &&
+                     s.bounce_bytes == header_bytes && s.recv_held_buffers == 0 &&
+                     s.recv_messages == requests_seen;
     printf("%s: zero-copy check %s\n", copy_mode ? "echo_uring --copy" : "echo_uring",
            zero_copy ? "ok" : "FAILED");
     ok = ok && zero_copy;
@@ -286,14 +293,14 @@ static int prefork(bool check, uint32_t requests, int workers) {
 }
 
 int main(int argc, char **argv) {
-  int arg = 1, workers = 0;
-  const bool check = argc > arg && !strcmp(argv[arg], "--check");
-  copy_mode = argc > arg && !strcmp(argv[arg], "--copy");
-  arg += check || copy_mode;
-  if (argc > arg + 1 && !strcmp(argv[arg], "--workers")) {
-    workers = atoi(argv[arg + 1]);
-    arg += 2;
-  }
-  const uint32_t requests = argc > arg ? (uint32_t)atoi(argv[arg]) : 20000;
-  return workers > 0 ? prefork(check, requests, workers) : serve(check, requests);
+  bool check = false, workers_given = false;
+  unsigned long requests = 20000, workers = 0;
+  const struct example_arg args[] = {{"--check", &check, NULL, 0},
+                                     {"--copy", &copy_mode, NULL, 0},
+                                     {"--workers", &workers_given, &workers, 64},
+                                     {NULL, NULL, &requests, UINT32_MAX}};
+  const int refused = example_args(argc, argv, kUsage, args, sizeof args / sizeof args[0]);
+  if (refused) return refused;
+  return workers ? prefork(check, (uint32_t)requests, (int)workers)
+                 : serve(check, (uint32_t)requests);
 }
