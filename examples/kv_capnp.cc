@@ -8,8 +8,9 @@
 // thread on an ordinary socket with Cap'n Proto's own serialization, sends GET k, SET k, GET k
 // together, round after round, and checks every reply byte against the version it expects.
 //
-//   kv_capnp [--check | --copy | --rewrite] [rounds]
+//   kv_capnp [--check] [--copy] [--rewrite] [rounds]
 //
+// in any order; rounds (default 5000) is a count from 1 up, and anything else is refused (exit 2).
 // Runs with NICMALLOC_BACKEND=uring. --check also checks the claim and exits 1 when it does not
 // hold: every reply correct, every GET's value sent from the store's own block, no entry
 // through the registration cache, no more bytes copied at post than the pieces under the copy
@@ -23,6 +24,7 @@
 // still sends it. Without a fence the check could not fail on a rewrite: the three runs the
 // check decides start again under NICMALLOC_FENCE=detect when the environment names no fence,
 // and refuse one that names off or wait.
+#include "example_args.h"
 #include "kv.capnp.h"
 
 #include <nicmalloc/capnp.h>
@@ -40,6 +42,7 @@
 #include <atomic>
 #include <cerrno>
 #include <chrono>
+#include <climits>
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
@@ -298,13 +301,19 @@ bool fence_for_check(char **argv) {
 } // namespace
 
 int main(int argc, char **argv) {
-  const bool check = argc > 1 && !strcmp(argv[1], "--check");
-  copy_mode = argc > 1 && !strcmp(argv[1], "--copy");
-  rewrite_mode = argc > 1 && !strcmp(argv[1], "--rewrite");
+  bool check = false;
+  unsigned long rounds = 5000;
+  const example_arg args[] = {{"--check", &check, nullptr, 0},
+                              {"--copy", &copy_mode, nullptr, 0},
+                              {"--rewrite", &rewrite_mode, nullptr, 0},
+                              {nullptr, nullptr, &rounds, UINT_MAX}};
+  if (const int refused =
+          example_args(argc, argv, "kv_capnp [--check] [--copy] [--rewrite] [rounds]", args,
+                       sizeof args / sizeof args[0]))
+    return refused;
   if ((check || copy_mode || rewrite_mode) && !fence_for_check(argv)) return 2;
-  const int arg = check || copy_mode || rewrite_mode ? 2 : 1;
   Client c;
-  c.rounds = argc > arg ? static_cast<unsigned>(strtoul(argv[arg], nullptr, 10)) : 5000;
+  c.rounds = static_cast<unsigned>(rounds);
   const char *name = copy_mode      ? "kv_capnp --copy"
                      : rewrite_mode ? "kv_capnp --rewrite"
                                     : "kv_capnp";

@@ -7,13 +7,18 @@
  *
  *   kv_zero_copy [--check] [items] [gets]
  *
+ * items (default 2000) and gets (default 20000) are counts from 1 up, and anything else is
+ * refused (exit 2).
  * Runs on the sim NIC (NICMALLOC_BACKEND=sim), whose receiver checks every response byte. With
  * --check it also checks the whole-program claim and exits 1 if it does not hold: every item is
  * dataplane and nothing else is, no entry went through the registration cache, and only the
- * headers (shorter than NICMALLOC_COPY_THRESHOLD) were copied. */
+ * headers (shorter than NICMALLOC_COPY_THRESHOLD) were copied; a check that sent nothing fails. */
+#include "example_args.h"
+
 #include <nicmalloc.h>
 
 #include <errno.h>
+#include <limits.h>
 #include <stdbool.h>
 #include <stdint.h>
 #include <stdio.h>
@@ -106,10 +111,16 @@ static int respond(struct nic_endpoint *ep, const struct item *it, uint32_t id) 
 }
 
 int main(int argc, char **argv) {
-  bool check = argc > 1 && !strcmp(argv[1], "--check");
-  int arg = check ? 2 : 1;
-  uint32_t items = argc > arg ? (uint32_t)atoi(argv[arg]) : 2000;
-  unsigned long gets = argc > arg + 1 ? strtoul(argv[arg + 1], NULL, 10) : 20000;
+  bool check = false;
+  unsigned long item_count = 2000, gets = 20000;
+  /* Items are named key:0 up; a GET asks for one of them (so there must be one). */
+  const struct example_arg args[] = {{"--check", &check, NULL, 0},
+                                     {NULL, NULL, &item_count, UINT32_MAX},
+                                     {NULL, NULL, &gets, ULONG_MAX}};
+  const int refused = example_args(argc, argv, "kv_zero_copy [--check] [items] [gets]", args,
+                                   sizeof args / sizeof args[0]);
+  if (refused) return refused;
+  const uint32_t items = (uint32_t)item_count;
   struct nic_endpoint *ep = nic_sim_endpoint_create(receive, NULL, 0);
   table = calloc(kBuckets, sizeof *table);
   struct item **all = malloc(items * sizeof *all);
@@ -163,8 +174,10 @@ int main(int argc, char **argv) {
          (unsigned long long)s.bounce_bytes, header_bytes);
   bool ok = received == posted && !bad_bytes;
   if (check) {
-    bool whole = items_dp == items && !nic_is_dataplane(table) && !nic_is_dataplane(all) &&
-                 s.rcache_hits + s.rcache_misses == 0 && s.bounce_bytes == header_bytes;
+    /* Nothing sent is nothing checked: a failure, not an "ok". */
+    bool whole = posted > 0 && received > 0 && items_dp == items && !nic_is_dataplane(table) &&
+                 !nic_is_dataplane(all) && s.rcache_hits + s.rcache_misses == 0 &&
+                 s.bounce_bytes == header_bytes;
     printf("kv_zero_copy: whole-program check %s\n", whole ? "ok" : "FAILED");
     ok = ok && whole;
   }

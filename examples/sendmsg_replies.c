@@ -6,9 +6,12 @@
  *
  *   sendmsg_replies [--check] [replies]
  *
+ * replies (default 5000) is a count from 1 up, and anything else is refused (exit 2).
  * A reader thread checks every byte that arrives. nicmalloc counts the bytes handed to sendmsg
  * by where they lie; with --check the program exits 1 unless every payload byte was sent from
  * dataplane memory and only the headers from elsewhere. */
+#include "example_args.h"
+
 #include <nicmalloc.h>
 
 #include <arpa/inet.h>
@@ -107,8 +110,13 @@ static bool send_reply(int fd, uint32_t id, const char *payload, uint32_t len) {
 }
 
 int main(int argc, char **argv) {
-  bool check = argc > 1 && !strcmp(argv[1], "--check");
-  unsigned long replies = argc > (check ? 2 : 1) ? strtoul(argv[check ? 2 : 1], NULL, 10) : 5000;
+  bool check = false;
+  unsigned long replies = 5000;
+  const struct example_arg args[] = {{"--check", &check, NULL, 0},
+                                     {NULL, NULL, &replies, UINT32_MAX}};
+  const int refused = example_args(argc, argv, "sendmsg_replies [--check] [replies]", args,
+                                   sizeof args / sizeof args[0]);
+  if (refused) return refused;
   int tx, rx;
   if (connected_pair(&tx, &rx)) {
     perror("sendmsg_replies: loopback TCP");
@@ -151,8 +159,9 @@ int main(int argc, char **argv) {
          (unsigned long long)dp, payload_bytes, (unsigned long long)other, header_bytes);
   bool ok = rd.replies == replies && !rd.bad;
   if (check) {
-    bool whole = payload_dp == kPayloads && !nic_is_dataplane(scratch) && dp == payload_bytes &&
-                 other == header_bytes;
+    /* Nothing sent is nothing checked: a failure, not an "ok". */
+    bool whole = payload_bytes > 0 && payload_dp == kPayloads && !nic_is_dataplane(scratch) &&
+                 dp == payload_bytes && other == header_bytes;
     printf("sendmsg_replies: whole-program check %s\n", whole ? "ok" : "FAILED");
     ok = ok && whole;
   }
