@@ -431,7 +431,7 @@ int nic_uring_endpoint_destroy(struct nic_endpoint *ep);
 /* DPDK: tx queue queue_id of a started port; each post is one mbuf chain whose segments point
  * into the registered memory, and done() runs once the driver (or, on net_ring, the receiver)
  * frees its last segment. NIC_DPDK_DEFAULT_PORT with queue 0: the port nicmalloc started from
- * NICMALLOC_DPDK_VDEV, or the one the application attached (nic_dpdk_attach in the plugin).
+ * NICMALLOC_DPDK_VDEV, or the one the application attached (nic_dpdk_attach, below).
  * Asking twice for one queue gives the same endpoint; destroy each. errno: ENODEV, EINVAL (no
  * such port or tx queue), ENOENT (no default port), EOPNOTSUPP (a physical port probed after the
  * backend opened with virtual ports only: README, backends). It receives (nic_endpoint_receive)
@@ -441,6 +441,16 @@ int nic_uring_endpoint_destroy(struct nic_endpoint *ep);
 #define NIC_DPDK_DEFAULT_PORT 0xffffu
 struct nic_endpoint *nic_dpdk_endpoint_create(uint16_t port_id, uint16_t queue_id);
 int nic_dpdk_endpoint_destroy(struct nic_endpoint *ep);
+/* For an application that runs DPDK's EAL itself: port_id, which it configured and started with
+ * tx queue queue_id, becomes the default port (NIC_DPDK_DEFAULT_PORT), and the backend starts no
+ * EAL and no port of its own. Call it after rte_eal_init and rte_eth_dev_start, before the
+ * backend opens (the first dataplane registration under NICMALLOC_BACKEND=dpdk, or the first
+ * nic_dpdk_endpoint_create): the backend then opens on the application's EAL. It does not open
+ * the backend. Called after, it replaces the default endpoint (endpoints handed out before stay
+ * on their queue). 0, -EINVAL (no such port: EAL not started, or no such tx queue once the backend
+ * is open: the default endpoint unchanged), -ENODEV (the dpdk backend is not built, cannot be
+ * loaded, or a child of fork whose parent started it); counted in endpoint_errors, said once. */
+int nic_dpdk_attach(uint16_t port_id, uint16_t queue_id);
 
 /* RDMA verbs: qp is a struct ibv_qp * created in the protection domain nic_verbs_get_pd()
  * returns (a struct ibv_pd *; its context is the device nicmalloc opened) and connected by the

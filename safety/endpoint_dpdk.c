@@ -1,4 +1,5 @@
-/* nic_dpdk_endpoint_create: the dpdk backend's public endpoint, a started port's tx queue.
+/* nic_dpdk_endpoint_create: the dpdk backend's public endpoint, a started port's tx queue; and
+ * nic_dpdk_attach, the application's port as the default one.
  * The backend is a plugin (libnicmalloc-dpdk.so) loaded only when chosen, so its endpoint API
  * (regcache/dpdk/dpdk.h) is reached through the plugin's own handle. */
 #include "alloc.h"
@@ -91,6 +92,37 @@ NIC_EXPORT struct nic_endpoint *nic_dpdk_endpoint_create(uint16_t port_id, uint1
     errno = err;
   }
   return ep;
+}
+
+/* The plugin's own nic_dpdk_attach (regcache/dpdk/dpdk.h), reached the only way an application
+ * can: the plugin is loaded by libnicmalloc, privately, and only when the backend opens. Before
+ * that it is loaded here without opening the backend (which would start EAL where the
+ * application's does not run), so that the backend, when it opens, uses the attached port. The
+ * plugin says and counts its errors through the host table its open hands it: until then this
+ * side does. */
+typedef int (*attach_fn)(uint16_t, uint16_t);
+
+NIC_EXPORT int nic_dpdk_attach(uint16_t port_id, uint16_t queue_id) {
+  NIC_CANCEL_OFF_SCOPE(); /* the plugin is loaded, and endpoints made, under locks */
+  NIC_INTERNAL_SCOPE();
+  NIC_LIFETIME_SCOPE(); /* the endpoint it may make outlives the calling thread */
+  static const char who[] = "nic_dpdk_attach";
+  const bool hosted = nic_backend_started(NIC_BACKEND_DPDK) != NULL;
+  attach_fn attach = (attach_fn)nic_backend_plugin_symbol(NIC_BACKEND_DPDK, who);
+  if (!attach) {
+    nic_api_error_by(endpoint, who, ENODEV, "%s(%u, %u): the dpdk backend is not available (%s)",
+                     who, port_id, queue_id,
+                     nic_backend_refused_why(NIC_BACKEND_DPDK)
+                         ? nic_backend_refused_why(NIC_BACKEND_DPDK)
+                         : "libnicmalloc-dpdk.so cannot be loaded: NICMALLOC_VERBOSE=1 says why");
+    return -ENODEV;
+  }
+  const int rc = attach(port_id, queue_id);
+  if (rc && !hosted)
+    nic_api_error_by(endpoint, who, rc, "%s(%u, %u): %s", who, port_id, queue_id,
+                     rc == -EINVAL ? "no such port (the application starts EAL and the port first)"
+                                   : strerror(-rc));
+  return rc;
 }
 
 NIC_EXPORT int nic_dpdk_endpoint_destroy(struct nic_endpoint *ep) {

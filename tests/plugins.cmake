@@ -99,6 +99,12 @@ if(TARGET nicmalloc-dpdk AND TARGET nicmalloc-verbs)
         FAIL_REGULAR_EXPRESSION "\\[  SKIPPED \\]")
     endif()
   endforeach()
+  # The application's own EAL, its port attached through the public header before the backend
+  # opens: no NICMALLOC_DPDK_VDEV, the backend must start no EAL of its own.
+  add_test(NAME public_endpoints_dpdk_application_eal
+           COMMAND test_public_endpoints --gtest_filter=DpdkApplicationEal.*)
+  set_tests_properties(public_endpoints_dpdk_application_eal PROPERTIES TIMEOUT 120
+    ENVIRONMENT "NICMALLOC_BACKEND=dpdk;NICMALLOC_CHUNK_SIZE=64M")
   # nic_event_fd's set handed out under sim, then dpdk (no event descriptor) started beside it.
   add_test(NAME public_endpoints_dpdk_after_event_fd
            COMMAND test_public_endpoints --gtest_filter=DpdkAfterEventFd.*)

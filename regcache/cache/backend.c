@@ -41,12 +41,14 @@ static struct nic_backend *open_builtin(const char *name) {
   return NULL;
 }
 
-/* Plugins sit next to libnicmalloc.so; dladdr finds where that is. */
-static struct nic_backend *open_plugin(const char *name) {
+/* Plugins sit next to libnicmalloc.so; dladdr finds where that is. The handle, or NULL with
+ * errno. Loaded once: a later load (the open after an early call, nic_backend_plugin_symbol)
+ * finds the same copy. */
+static void *load_plugin(const char *name) {
   char path[4096];
   Dl_info self;
   const char *dir_end = NULL;
-  if (dladdr((void *)&open_plugin, &self) && self.dli_fname) dir_end = strrchr(self.dli_fname, '/');
+  if (dladdr((void *)&load_plugin, &self) && self.dli_fname) dir_end = strrchr(self.dli_fname, '/');
   size_t dir_len = dir_end ? (size_t)(dir_end - self.dli_fname) + 1 : 0;
   if (dir_len + strlen(name) + 40 > sizeof path) {
     errno = ENAMETOOLONG; /* the start fails with this, not with whatever errno held */
@@ -64,6 +66,12 @@ static struct nic_backend *open_plugin(const char *name) {
   }
   const unsigned guarded = nic_plugin_env_guard();
   if (guarded) nic_log_info("backend %s: %u libraries read no environment", name, guarded);
+  return handle;
+}
+
+static struct nic_backend *open_plugin(const char *name) {
+  void *handle = load_plugin(name);
+  if (!handle) return NULL;
   char symbol[64];
   snprintf(symbol, sizeof symbol, "nic_backend_%s_settings", name);
   void (*take)(const struct nic_plugin_settings *) =
@@ -83,9 +91,12 @@ static struct nic_backend *open_plugin(const char *name) {
 
 static const char *const kind_names[NIC_BACKEND_KINDS] = {"sim", "uring", "verbs", "dpdk"};
 
+/* A plugin's open, or with symbol set its load only (the backend not opened) and that symbol's
+ * address (nic_backend_plugin_symbol). */
 struct plugin_open {
-  const char *name;
+  const char *name, *symbol;
   struct nic_backend *b;
+  void *sym;
   int err;
 };
 static void plugin_open_there(void *arg) {
@@ -95,7 +106,13 @@ static void plugin_open_there(void *arg) {
   struct plugin_open *o = arg;
   nic_plugin_env_hide();
   errno = 0;
-  o->b = open_plugin(o->name);
+  if (o->symbol) {
+    void *handle = load_plugin(o->name);
+    o->sym = handle ? dlsym(handle, o->symbol) : NULL;
+    if (handle && !o->sym) errno = ENOSYS;
+  } else {
+    o->b = open_plugin(o->name);
+  }
   o->err = errno;
   nic_plugin_env_show();
   errno = o->err;
@@ -104,12 +121,10 @@ static void plugin_open_there(void *arg) {
 /* On the main thread, or on the lasting thread when the caller is another (lasting_thread.h):
  * the plugin's blocks live as long as the process. DPDK's EAL makes its main lcore of the thread
  * that opens it, so a program's other thread is left as it was. */
-static struct nic_backend *open_plugin_lasting(const char *name) {
-  struct plugin_open o = {.name = name};
-  if (nic_on_main_thread() || !nic_run_on_lasting_thread(plugin_open_there, &o))
-    plugin_open_there(&o);
-  errno = o.err;
-  return o.b;
+static void open_plugin_lasting(struct plugin_open *o) {
+  if (nic_on_main_thread() || !nic_run_on_lasting_thread(plugin_open_there, o))
+    plugin_open_there(o);
+  errno = o->err;
 }
 
 /* A built-in backend's blocks live as long as the process, whichever thread opens it: kept out
@@ -121,8 +136,9 @@ static struct nic_backend *open_plugin_lasting(const char *name) {
  * with the opening thread's mask, where the program's SIGTERM could land (a program that blocks
  * its signals everywhere and takes them with sigwait was ended by it instead); so the open runs
  * with them blocked, but for the faults, which must reach their handlers (EAL's SIGBUS one while
- * it maps hugepages). Under the lock. */
-static struct nic_backend *open_kind(enum nic_backend_kind kind) {
+ * it maps hugepages). A plugin's load alone (o->symbol set) runs so too: its libraries'
+ * constructors run then. Under the lock. */
+static struct nic_backend *open_kind(enum nic_backend_kind kind, struct plugin_open *o) {
   const char *name = kind_names[kind];
   const int cancel = nic_cancel_off();
   sigset_t all, old;
@@ -132,7 +148,8 @@ static struct nic_backend *open_kind(enum nic_backend_kind kind) {
   nic_fds_snapshot(&before);
   struct nic_backend *b;
   if (kind > NIC_BACKEND_URING) {
-    b = open_plugin_lasting(name);
+    open_plugin_lasting(o);
+    b = o->b;
   } else {
     NIC_INTERNAL_SCOPE(); /* off the inline path, which would not see the scope below */
     nic_lifetime_begin();
@@ -235,7 +252,8 @@ static struct nic_backend *start_locked(enum nic_backend_kind kind) {
     return NULL;
   }
   __atomic_store_n(&opening, true, __ATOMIC_RELEASE);
-  struct nic_backend *b = open_kind(kind);
+  struct plugin_open o = {.name = kind_names[kind]};
+  struct nic_backend *b = open_kind(kind, &o);
   __atomic_store_n(&opening, false, __ATOMIC_RELEASE);
   if (!b) {
     failed[kind] = errno ? errno : ENODEV;
@@ -382,6 +400,22 @@ struct nic_backend *nic_backend_start(enum nic_backend_kind kind) {
   pthread_mutex_unlock(&lock);
   errno = err;
   return b;
+}
+
+void *nic_backend_plugin_symbol(enum nic_backend_kind kind, const char *symbol) {
+  if (kind <= NIC_BACKEND_URING || (unsigned)kind >= NIC_BACKEND_KINDS || parents ||
+      (parents_kinds >> kind & 1)) {
+    errno = ENODEV;
+    return NULL;
+  }
+  pthread_mutex_lock(&lock);
+  struct plugin_open o = {.name = kind_names[kind], .symbol = symbol};
+  __atomic_store_n(&opening, true, __ATOMIC_RELEASE); /* a fork now: the loader half way */
+  open_kind(kind, &o);
+  __atomic_store_n(&opening, false, __ATOMIC_RELEASE);
+  pthread_mutex_unlock(&lock);
+  errno = o.sym ? 0 : o.err == ENOSYS ? ENOSYS : ENODEV;
+  return o.sym;
 }
 
 struct nic_backend *nic_backend_started(enum nic_backend_kind kind) {

@@ -192,6 +192,12 @@ struct nic_backend *nic_backend_if_open(void);
  * not tried again). NULL with errno set when it cannot run here (ENODEV for a kind a child of
  * fork cannot start: nic_backend_refused_why). */
 struct nic_backend *nic_backend_start(enum nic_backend_kind kind);
+/* A plugin kind's own function (verbs, dpdk), its library loaded as an open loads it but the
+ * backend not opened: for what a program calls before the backend opens (nic_dpdk_attach). The
+ * plugin stays loaded; its open later finds the same copy. NULL with errno ENODEV (not a plugin
+ * kind, one a child of fork leaves to its parent, or its library cannot be loaded) or ENOSYS (the
+ * plugin has no such symbol). */
+void *nic_backend_plugin_symbol(enum nic_backend_kind kind, const char *symbol);
 /* Backend kind if it runs, else NULL; never starts one. Lock-free. */
 struct nic_backend *nic_backend_started(enum nic_backend_kind kind);
 /* How many backends run (those of this process: not its parent's). One load. */

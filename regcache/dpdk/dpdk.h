@@ -33,7 +33,10 @@ extern "C" {
 
 struct rte_mbuf;
 
-/* The application owns EAL and has configured and started port_id with tx queue queue_id:
+/* Applications reach this through libnicmalloc's nic_dpdk_attach (include/nicmalloc.h,
+ * safety/endpoint_dpdk.c), which loads the plugin without opening the backend and calls this;
+ * the host table is handed over only at the open, so errors before it are said by libnicmalloc.
+ * The application owns EAL and has configured and started port_id with tx queue queue_id:
  * the backend never starts EAL and uses that queue as its default endpoint. Call before the
  * backend opens (after, it replaces the default endpoint; endpoints handed out before stay on
  * their queue). 0, -EINVAL (no such port), or once the backend is open nic_dpdk_endpoint's

@@ -21,4 +21,12 @@ export PKG_CONFIG_PATH=$libdir/pkgconfig
 # shellcheck disable=SC2046 # word splitting of the flags is intended
 cc -o "$work/pc-consumer" "$here/consumer/main.c" $(pkg-config --cflags --libs nicmalloc)
 "$work/pc-consumer" | grep -qx 'consumer: ok, 1 chunk(s)' || { echo "FAIL: pkg-config consumer"; exit 1; }
-echo "install: find_package and pkg-config consumers built and ran"
+# nic_dpdk_attach through the installed header: the plugin beside libnicmalloc.so answers.
+# shellcheck disable=SC2046 # word splitting of the flags is intended
+cc -Werror=implicit-function-declaration -o "$work/dpdk-attach" "$here/consumer/dpdk_attach.c" \
+  $(pkg-config --cflags --libs nicmalloc)
+want="dpdk_attach: -19, backend none" # ENODEV: no dpdk plugin installed
+[ -f "$libdir/libnicmalloc-dpdk.so" ] && want="dpdk_attach: -22, backend none" # EINVAL: no EAL
+got=$("$work/dpdk-attach" 2>/dev/null)
+[ "$got" = "$want" ] || { echo "FAIL: nic_dpdk_attach consumer: '$got', expected '$want'"; exit 1; }
+echo "install: find_package and pkg-config consumers built and ran; nic_dpdk_attach answered"

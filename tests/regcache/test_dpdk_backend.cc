@@ -26,6 +26,7 @@
 #include <rte_mbuf.h>
 #include <rte_memory.h>
 
+#include "../dpdk_app_eal.h"
 #include "backend.h"
 #include "dpdk.h"
 #include "dpdk_rx.h"
@@ -205,18 +206,7 @@ bool AloneInProcess() {
   if (!AloneInProcess()) GTEST_SKIP() << "needs EAL to itself: run it alone (ctest does)"
 
 uint16_t ApplicationEal() {
-  std::string lcores = "--lcores=0@" + std::to_string(sched_getcpu());
-  const char *argv[] = {"app",
-                        "--no-huge",
-                        "-m",
-                        "128",
-                        "--no-pci",
-                        "--no-shconf",
-                        "--no-telemetry",
-                        "--log-level=notice",
-                        lcores.c_str(),
-                        "--vdev=net_ring1"};
-  if (rte_eal_init(10, const_cast<char **>(argv)) < 0) return UINT16_MAX;
+  if (!StartApplicationEal({"--vdev=net_ring1"})) return UINT16_MAX;
   return StartPort(Port("net_ring1"));
 }
 

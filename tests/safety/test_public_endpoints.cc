@@ -29,6 +29,7 @@
 #include <rte_mbuf.h>
 #include <rte_ring.h>
 
+#include "../dpdk_app_eal.h"
 #include "dpdk_ring_ports.h"
 #include "dpdk_rx.h"
 #include "nicmalloc.h"
@@ -721,6 +722,39 @@ TEST(VerbsEndpoint, ReceivesIntoDataplaneBuffersHeldOnesComeBackAtRelease) {
   ibv_destroy_qp(qp);
   ibv_destroy_cq(scq);
   ibv_destroy_cq(rcq);
+}
+
+// An application that runs EAL itself names its port with nic_dpdk_attach, through the public
+// header (regcache/dpdk/dpdk.h, where the plugin declares its own, is not installed, and the
+// plugin is loaded by libnicmalloc only): before EAL runs there is no such port, and neither call
+// opens the backend (nor starts an EAL of nicmalloc's); once the port runs, the backend opens at
+// the first need on the application's EAL, with that port as its default endpoint. A process of
+// its own, which starts EAL: ctest's public_endpoints_dpdk_application_eal.
+TEST(DpdkApplicationEal, AttachedBeforeTheBackendOpensItsPortIsTheDefault) {
+  testing::internal::CaptureStderr();
+  EXPECT_EQ(nic_dpdk_attach(0, 0), -EINVAL) << "no EAL yet: no port";
+  EXPECT_EQ(nic_dpdk_attach(0, 0), -EINVAL);
+  const std::string err = testing::internal::GetCapturedStderr();
+  EXPECT_EQ(Lines(err), 1) << err;
+  EXPECT_NE(err.find("nic_dpdk_attach(0, 0): no such port"), std::string::npos) << err;
+  EXPECT_EQ(Stats().endpoint_errors, 2u);
+  EXPECT_EQ(std::string(Stats().backend), "none") << "the attach opened the backend";
+
+  ASSERT_TRUE(StartApplicationEal()) << "the application's EAL";
+  int ports[2];
+  ASSERT_EQ(StartRingPortPair("app", 8, ports), "");
+  ASSERT_EQ(nic_dpdk_attach(static_cast<uint16_t>(ports[0]), 0), 0);
+  EXPECT_EQ(std::string(Stats().backend), "none") << "the attach opened the backend";
+
+  nic_endpoint *ep = nic_dpdk_endpoint_create(NIC_DPDK_DEFAULT_PORT, 0);
+  ASSERT_NE(ep, nullptr) << "no default port: " << strerror(errno);
+  EXPECT_EQ(std::string(Stats().backend), "dpdk");
+  Message msg;
+  Done done;
+  ASSERT_EQ(msg.Post(ep, &done), 0);
+  EXPECT_NE(TakeItAndComplete(ports[1], msg.bytes, done), 0u)
+      << "the default endpoint does not send on the attached port";
+  EXPECT_EQ(nic_dpdk_endpoint_destroy(ep), 0);
 }
 
 } // namespace
