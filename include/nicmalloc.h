@@ -309,7 +309,8 @@ int nic_poll(int max);
  * interrupted the wait (its handler may not call free or malloc: completions run here, under
  * nicmalloc's locks), -EINVAL for a timeout below -1, -ENODEV while no backend is open (nic_wait,
  * nic_event_fd and nic_thread_event_fd open none: an endpoint's constructor, a registration or a
- * post does, so with nothing posted or received there is nothing to wait for). The wait is a
+ * post does, so with nothing posted or received there is nothing to wait for; nic_thread_event_fd
+ * works without one). The wait is a
  * cancellation point (pthread_cancel), as poll's is; no other nic_ call is one. Asked for free
  * pages meanwhile (nic_poll), the thread wakes, gives them back and waits on: nothing returns. */
 int nic_wait(int timeout_ms);
@@ -331,9 +332,10 @@ int nic_event_fd(void);
  * One per thread, the same on every call; poll it on this thread only (another thread's polls
  * would not answer for this one, and would find it readable until this one did). Do not read,
  * write or close it: nicmalloc closes it when the thread exits (unless its number names another
- * descriptor by then: one the program closed is not closed again). Returns the fd; nic_event_fd's
- * errors; -ESRCH from a thread that is exiting; or the -errno of making its eventfd or epoll set
- * (-EMFILE). */
+ * descriptor by then: one the program closed is not closed again). It needs no backend: with
+ * none open it polls for the thread's asks alone, and backends that open later join it. Returns
+ * the fd; -ENOSYS as nic_event_fd; -ESRCH from a thread that is exiting; or the -errno of making
+ * its eventfd or epoll set (-EMFILE). */
 int nic_thread_event_fd(void);
 
 /* Keeps the nicmalloc block holding p (a received buffer, say) from being freed and reused

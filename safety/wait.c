@@ -28,9 +28,8 @@ static const char *no_backend_why(void) {
              : "none is opened for waiting: an endpoint, a registration or a post opens one";
 }
 
-/* The backends' set, or -errno, said once (caller: the entry point's name). */
-static int backends_fd(const char *caller) {
-  const int fd = nic_backends_event_fd();
+/* fd, the backends' set or -errno, with the error said once (caller: the entry point's name). */
+static int said(const char *caller, int fd) {
   if (fd == -ENODEV)
     nic_api_error_by(other, caller, ENODEV, NO_BACKEND_FMT, caller, no_backend_why());
   else if (fd < 0)
@@ -42,14 +41,22 @@ static int backends_fd(const char *caller) {
 }
 
 NIC_EXPORT int nic_event_fd(void) {
-  return backends_fd("nic_event_fd");
+  return said("nic_event_fd", nic_backends_event_fd());
 }
 
 NIC_EXPORT int nic_thread_event_fd(void) {
-  const int backends = backends_fd("nic_thread_event_fd");
-  if (backends < 0) return backends;
+  int backends = nic_backends_event_fd();
+  /* The thread's own asks need no backend: with none open yet its descriptor holds the backends'
+   * set empty, which those that start later join (none in a child of fork whose parent was
+   * opening one: the asks alone). */
+  if (backends == -ENODEV)
+    backends = nic_backends_event_set(); /* -errno of making it, said below */
+  else if (backends < 0)
+    return said("nic_thread_event_fd", backends);
   /* Sets the thread up first, as an allocation would: the asks go to listed threads. */
-  const int fd = nic_thread_ready() ? nic_nudge_thread_event_fd(backends) : -ESRCH;
+  const int fd = backends < 0 && backends != -ENODEV ? backends
+                 : nic_thread_ready()                ? nic_nudge_thread_event_fd(backends)
+                                                     : -ESRCH;
   if (fd < 0)
     nic_api_error_by(other, "nic_thread_event_fd", fd, "nic_thread_event_fd: %s",
                      fd == -ESRCH ? "the calling thread is exiting" : strerror(-fd));

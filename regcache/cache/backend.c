@@ -455,6 +455,19 @@ int nic_backends_poll(int max) {
   return ran;
 }
 
+/* The set, made on first use with the started backends in it (those that start later join it
+ * in start_locked), or -errno. */
+static int event_set_locked(void) {
+  if (epfd >= 0) return epfd;
+  epfd = epoll_create1(EPOLL_CLOEXEC);
+  if (epfd < 0) return -errno;
+  nic_fds_adopt(epfd);
+  for (unsigned k = 0; k < NIC_BACKEND_KINDS; k++)
+    if (started[k]) epoll_add_locked(started[k]);
+  epoll_join_locked();
+  return epfd;
+}
+
 int nic_backends_event_fd(void) {
   if (parents || !__atomic_load_n(&count, __ATOMIC_ACQUIRE)) return -ENODEV;
   /* nic_wait asks on every call: the answer stands until another backend starts. */
@@ -464,16 +477,16 @@ int nic_backends_event_fd(void) {
   int rc = 0;
   for (unsigned k = 0; k < NIC_BACKEND_KINDS && !rc; k++)
     if (started[k] && (!started[k]->event_fd || started[k]->event_fd(started[k]) < 0)) rc = -ENOSYS;
-  if (!rc && epfd < 0) {
-    epfd = epoll_create1(EPOLL_CLOEXEC);
-    if (epfd < 0) rc = -errno;
-    nic_fds_adopt(epfd);
-    for (unsigned k = 0; k < NIC_BACKEND_KINDS && !rc; k++)
-      if (started[k]) epoll_add_locked(started[k]);
-    if (!rc) epoll_join_locked();
-  }
-  if (!rc) rc = epfd;
+  if (!rc) rc = event_set_locked();
   if (rc == epfd || rc == -ENOSYS) __atomic_store_n(&event_fd_known, rc, __ATOMIC_RELEASE);
+  pthread_mutex_unlock(&lock);
+  return rc;
+}
+
+int nic_backends_event_set(void) {
+  if (parents) return -ENODEV;
+  pthread_mutex_lock(&lock);
+  const int rc = event_set_locked();
   pthread_mutex_unlock(&lock);
   return rc;
 }

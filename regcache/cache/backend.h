@@ -216,6 +216,9 @@ int nic_backends_poll(int max);
  * nicmalloc owns, holding each started backend's descriptor, those started later included. The
  * fd, or -ENOSYS when a started backend has none (verbs, dpdk), -ENODEV when none runs. */
 int nic_backends_event_fd(void);
+/* That set even while no backend runs (empty until one starts), or -errno: -ENODEV in a child of
+ * fork made while a backend opened. For a descriptor that also polls for other work. */
+int nic_backends_event_set(void);
 /* A descriptor of a layer above that joins that set too (its owner makes it readable while
  * nic_poll has work of its own, and clears it): one, set once; later calls are ignored. It is
  * nicmalloc's from then: closed in fork children, which make their own. */

@@ -274,8 +274,8 @@ int cmd_stderr_reused(int argc, char **argv) { /* close fd 2; a file takes its n
 }
 
 /* wait-unopened: nic_event_fd, nic_thread_event_fd and nic_wait(0) in a program that opened no
- * backend: each says -ENODEV and none opens one (a ring and its thread, DPDK's EAL), so that a
- * nic_wait(-1) there returns rather than wait for good. */
+ * backend: none opens one (a ring and its thread, DPDK's EAL); nic_event_fd and nic_wait say
+ * -ENODEV, so that a nic_wait(-1) there returns rather than wait for good. */
 int cmd_wait_unopened(int argc, char **argv) {
   (void)argc, (void)argv;
   printf("event_fd=%d\n", nic_event_fd());

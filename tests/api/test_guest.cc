@@ -107,9 +107,10 @@ ForEachOpenedBackend(const std::string &what,
   }
 }
 
-// nic_event_fd, nic_thread_event_fd and nic_wait in a program that opened no backend are
-// -ENODEV, as documented, and open none: they started the default one (io_uring's ring and
-// thread, DPDK's EAL), and nic_wait(-1) then blocked for good with nothing to wait for.
+// nic_event_fd and nic_wait in a program that opened no backend are -ENODEV, as documented, and
+// none of the three opens one: they started the default one (io_uring's ring and thread, DPDK's
+// EAL), and nic_wait(-1) then blocked for good with nothing to wait for. nic_thread_event_fd
+// hands out the thread's descriptor, which answers its asks with no backend.
 TEST(Guest, WaitingWithNoBackendOpenOpensNone) {
   for (const std::string backend : {"sim", "uring", "dpdk"}) {
     SCOPED_TRACE(backend);
@@ -117,11 +118,11 @@ TEST(Guest, WaitingWithNoBackendOpenOpensNone) {
                        {"wait-unopened"});
     ASSERT_EQ(r.exit_code, 0) << r.out << r.err;
     EXPECT_EQ(r.num("event_fd"), -ENODEV) << r.out;
-    EXPECT_EQ(r.num("thread_event_fd"), -ENODEV) << r.out;
+    EXPECT_GE(r.num("thread_event_fd"), 0) << r.out;
     EXPECT_EQ(r.num("wait"), -ENODEV) << r.out;
     EXPECT_EQ(r.values["backend_after"], "none") << r.out << r.err;
-    EXPECT_EQ(r.num("other_api_errors"), 3) << r.out;
-    EXPECT_EQ(count_lines(r.err, "no backend is open"), 3) << "one line per entry point: " << r.err;
+    EXPECT_EQ(r.num("other_api_errors"), 2) << r.out;
+    EXPECT_EQ(count_lines(r.err, "no backend is open"), 2) << "one line per entry point: " << r.err;
   }
 }
 
