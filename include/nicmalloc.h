@@ -153,11 +153,12 @@ int nic_translate(const void *p, size_t len, struct nic_region_ref *out);
  * at once, its nic_unregister then only letting go of the reference. Returns 0, or
  * -NIC_ERANGE, -NIC_ECROSS (a dataplane range that runs off its chunk's mapped memory), -EFAULT
  * (not mapped; or dataplane memory whose pin step, on its first registration, the program made
- * partly read-only: the step is faulted in then, and nothing in it is changed), -ENOSPC (cache full
- * of registrations in use), -ENOMEM (remote access: no memory to hold its pages), -ENODEV (no
- * backend), -EINVAL (unknown access bits, out NULL), -EPERM (memory that is not nicmalloc's, where
- * nicmalloc is not the program's malloc: see nic_free), or the backend's error (-NIC_ERANGE: len 0,
- * a wrap, over a registration's or the cache's size). */
+ * partly read-only: the step is faulted in then, and nothing in it is changed), -ENOSPC (no room:
+ * every registration the cache and the backend hold is in use, none idle to evict), -ENOMEM (remote
+ * access: no memory to hold its pages), -ENODEV (no backend), -EINVAL (unknown access bits, out
+ * NULL), -EPERM (memory that is not nicmalloc's, where nicmalloc is not the program's malloc: see
+ * nic_free), or the backend's error (-NIC_ERANGE: len 0, a wrap, over a registration's or the
+ * cache's size). */
 int nic_register(const void *p, size_t len, unsigned access, struct nic_region_ref *out);
 /* Once per nic_register. A reference whose registration is gone is refused (said once, counted
  * in registration_errors), even where a later registration took its cache slot: cache_slot and

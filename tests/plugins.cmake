@@ -119,6 +119,20 @@ if(TARGET nicmalloc-dpdk AND TARGET nicmalloc-verbs)
     "NICMALLOC_BACKEND=sim;NICMALLOC_CHUNK_SIZE=64M;NICMALLOC_DPDK_VDEV=net_ring0")
 endif()
 
+# DPDK's extmem areas run out under registration-cache regions: the cache gives idle ones back.
+# Each case in a process of its own (whether a step came first decides where the areas go).
+if(TARGET nicmalloc-dpdk)
+  add_executable(test_dpdk_room regcache/test_dpdk_room.cc)
+  target_link_libraries(test_dpdk_room PRIVATE nicmalloc GTest::gtest GTest::gtest_main)
+  add_dependencies(test_dpdk_room nicmalloc-dpdk)
+  foreach(name AStepTakesTheAreaOfAnIdleCachedRegion ControlMemoryRegistersPastTheAreas)
+    add_test(NAME dpdk_room_${name} COMMAND test_dpdk_room --gtest_filter=DpdkRoom.${name})
+    set_tests_properties(dpdk_room_${name} PROPERTIES TIMEOUT 120
+      FAIL_REGULAR_EXPRESSION "\\[  SKIPPED \\]"
+      ENVIRONMENT "NICMALLOC_BACKEND=dpdk;NICMALLOC_CHUNK_SIZE=64M;NICMALLOC_DPDK_VDEV=net_ring0")
+  endforeach()
+endif()
+
 # Receiving on the dpdk backend through libnicmalloc.so: net_ring0 (the sender's very mbufs) and
 # net_af_packet0 on a veth pair the test makes in a namespace of its own (it skips, saying why,
 # where it cannot make one: not root, no iproute2).

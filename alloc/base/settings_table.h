@@ -107,7 +107,9 @@
     "`dpdk`; `auto` = the first an endpoint started, else verbs if a device exists, else uring, "  \
     "else sim")                                                                                    \
   X(RCACHE_MAX_REGIONS, "NICMALLOC_RCACHE_MAX_REGIONS", NIC_T_COUNT, "1024", 1, 1ull << 20, "",    \
-    NIC_REACH_VALUE, "registration-cache regions before one not used lately is evicted (CLOCK)")   \
+    NIC_REACH_VALUE,                                                                               \
+    "registration-cache regions before one not used lately is evicted (CLOCK); at most three "     \
+    "quarters of what the backend holds (dpdk: 48 of its 64 extmem areas)")                        \
   X(RCACHE_MAX_BYTES, "NICMALLOC_RCACHE_MAX_BYTES", NIC_T_SIZE, "4G", 4096, UINT64_MAX, "",        \
     NIC_REACH_VALUE, "registration-cache bytes before eviction")                                   \
   X(SIM_TCACHE, "NICMALLOC_SIM_TCACHE", NIC_T_CHOICE, "cx5", 0, 0,                                 \

@@ -49,7 +49,11 @@ struct nic_backend_caps {
   uint32_t max_sge;        /* entries per post */
   size_t max_region_bytes; /* largest single registration */
   uint32_t max_regions;    /* registrations alive at once */
-  bool zero_copy;          /* false where the transport copies (uring over loopback) */
+  /* Of those, registrations of memory outside the dataplane range alive at once, where each
+   * takes a scarcer resource of its own (dpdk: an extmem area); 0: max_regions. The
+   * registration caches keep fewer regions than this (rcache.c). */
+  uint32_t max_separate_regions;
+  bool zero_copy; /* false where the transport copies (uring over loopback) */
   /* A registration refers to memory by address and holds no page references: pages dropped
    * and faulted in again under it stay valid (the sim NIC; DPDK with only virtual ports in
    * IOVA-as-VA mode). false (the safe default) where the kernel or the device keeps the pages it

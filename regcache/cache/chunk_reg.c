@@ -7,6 +7,7 @@
 #include "clock.h"
 #include "events.h"
 #include "log.h"
+#include "rcache.h"
 #include "step_pages.h"
 #include "steps.h"
 #include "thread.h"
@@ -31,12 +32,13 @@ int nic_chunk_register(unsigned index, unsigned step, struct nic_registration *o
  * its pages given back inside (step_pages.h) are faulted in first, and no more go while the
  * registration lasts, or the NIC would keep reading the pages that left. */
 static int register_step(struct nic_backend *b, unsigned index, unsigned step, void *base,
-                         size_t len, struct nic_chunk_reg *r) {
+                         size_t len, struct nic_chunk_reg *r, bool *no_room) {
   const bool holds = !b->caps.pages_follow;
   if (holds && nic_step_pages_hold_locked(index, step)) return -ENOMEM;
   int rc = nic_backend_reg(b, base, len, NIC_ACCESS_LOCAL_WRITE, &r->reg);
   if (rc && holds) nic_step_pages_unhold_locked(index, step);
   r->holds_pages = rc == 0 && holds;
+  *no_room = rc == -ENOSPC || rc == -ENOMEM;
   return rc;
 }
 
@@ -60,7 +62,7 @@ int nic_chunk_register_with(unsigned index, unsigned step, struct nic_backend *b
 again:
   nic_chunks_lock();
   int rc = 0;
-  bool refused = false;
+  bool refused = false, no_room = false;
   if (!nic_chunk_readable(index))
     rc = -ENOENT;
   else if (r->registered && own)
@@ -78,9 +80,19 @@ again:
     refused = true;
   /* Local write: nic_register hands this registration out for NIC_REG_LOCAL_WRITE too (receive
    * buffers), and a verbs MR without it fails every receive into the step. */
-  else if (!r->registered && (rc = register_step(b, index, step, base, len, r)) == 0) {
+  else if (!r->registered && (rc = register_step(b, index, step, base, len, r, &no_room)) == 0) {
     __atomic_store_n(&r->registered, 1, __ATOMIC_RELEASE);
     if (own) __atomic_store_n(flat, &r->reg, __ATOMIC_RELEASE);
+  } else if (no_room) {
+    /* Idle regions of the registration cache give way to the step, one at a time, without the
+     * chunk lock (a deregistration may unmap): the program's data must not be kept from the
+     * NIC by control memory cached for later. */
+    nic_chunks_unlock();
+    if (nic_rcache_make_room(b) || __atomic_load_n(&r->registered, __ATOMIC_ACQUIRE)) goto again;
+    nic_chunks_lock();
+    r->error = rc;
+    r->retry_at_ms = nic_now_ms() + 1000;
+    refused = true;
   } else if (rc == -EAGAIN) { /* pages of it are protected: wait without the lock, try again */
     nic_chunks_unlock();
     if (nic_backend_reg_wait(base, len)) goto again;

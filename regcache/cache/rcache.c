@@ -141,9 +141,27 @@ static inline __attribute__((always_inline)) void hand_out(const struct region *
   out->reg = r->reg;
 }
 
+/* What backend b can hold of the cache's regions: each takes a registration (dpdk: an extmem
+ * area, caps.max_separate_regions), and a quarter of them is left to the dataplane steps and to
+ * registrations of a request's own, so that regions the program holds can never take them all.
+ * 0: b says no limit. */
+static uint32_t backend_room(const struct nic_backend *b) {
+  const uint32_t n =
+      b->caps.max_separate_regions ? b->caps.max_separate_regions : b->caps.max_regions;
+  return n - n / 4;
+}
+
 static bool ready_locked(struct nic_rcache *c) {
   if (c->rt) return true;
   if (!c->max_regions) c->max_regions = nic_config()->rcache_max_regions;
+  const struct nic_backend *b = c->backend ? c->backend : nic_backend_if_open();
+  const uint32_t room = b ? backend_room(b) : 0;
+  if (room && c->max_regions > room) {
+    nic_log_info("registration cache %s: %u regions at most, what backend %s holds beside its "
+                 "dataplane steps (not %u)",
+                 c->name, room, b->name, c->max_regions);
+    c->max_regions = room;
+  }
   if (!c->max_bytes) c->max_bytes = nic_config()->rcache_max_bytes;
   const uint32_t slots = pool_slots_for(c->max_regions);
   if (!c->pool) {
@@ -591,6 +609,39 @@ static bool may_keep(const struct nic_backend *b, uintptr_t start, uintptr_t end
   return true;
 }
 
+/* A backend out of room (-ENOSPC: its table is full; -ENOMEM: so says a full MR table, and a
+ * pin limit, which an idle region's deregistration also lets go) gets it from the idle regions,
+ * least recently used first, one at a time until it takes the new registration or none is left.
+ * Inside one of b's own calls a deregistration only waits (backend_calls.c): nothing to gain. */
+static int register_making_room_locked(struct nic_rcache *c, struct nic_backend *b, uintptr_t start,
+                                       uintptr_t end, unsigned access,
+                                       struct nic_registration *out) {
+  for (;;) {
+    const int rc = nic_backend_reg(b, (void *)start, end - start, access, out);
+    if ((rc != -ENOSPC && rc != -ENOMEM) || nic_backend_in_call(b)) return rc;
+    retry_busy_locked(c);
+    if (!evict_one_locked(c, start, end)) return rc;
+  }
+}
+
+bool nic_rcache_make_room(struct nic_backend *b) {
+  if (!b || nic_backend_in_call(b)) return false;
+  bool evicted = false;
+  pthread_mutex_lock(&lock);
+  struct nic_rcache *c = &nic_rcache_process_instance;
+  if (c->rt && (c->backend ? c->backend : nic_backend_if_open()) == b) {
+    retry_busy_locked(c);
+    evicted = evict_one_locked(c, 0, 0);
+  }
+  for (c = made; c && !evicted; c = c->next)
+    if (c->backend == b) {
+      retry_busy_locked(c);
+      evicted = evict_one_locked(c, 0, 0);
+    }
+  pthread_mutex_unlock(&lock);
+  return evicted;
+}
+
 /* -EAGAIN: pages of [busy[0], busy[1]) are write-protected now (nic_backend_reg). */
 static int insert_locked(struct nic_rcache *c, uintptr_t start, uintptr_t end, unsigned access,
                          struct nic_rcache_ref *out, uintptr_t busy[2]) {
@@ -632,7 +683,7 @@ static int insert_locked(struct nic_rcache *c, uintptr_t start, uintptr_t end, u
     free_slot_locked(c, slot);
     return -ENOMEM;
   }
-  int rc = nic_backend_reg(b, (void *)start, end - start, access, &r->reg);
+  int rc = register_making_room_locked(c, b, start, end, access, &r->reg);
   if (rc == -EAGAIN) busy[0] = start, busy[1] = end;
   if (rc == 0 && cached && !nic_rt_set(c->rt, start, end, slot)) {
     __atomic_store_n(&r->refs, 1, __ATOMIC_RELEASE); /* nobody posted with it: goes at once */

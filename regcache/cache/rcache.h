@@ -123,6 +123,11 @@ int nic_rcache_find(struct nic_rcache *c, const void *p, size_t len, unsigned ac
  * of a request's own, which nothing follows (a post registers such an entry anew: sga_post.c). */
 bool nic_rcache_region_current(const struct nic_rcache *c, uint32_t slot);
 
+/* Evicts one idle cached region (least recently used, never one a user holds) of a cache over
+ * backend b, for a registration b refused for want of room (-ENOSPC, -ENOMEM): a dataplane
+ * step's (chunk_reg.c), which the cache's regions must never keep out. Whether one went; the
+ * caller asks b again, and again here while b still refuses. A cache's own misses do the same. */
+bool nic_rcache_make_room(struct nic_backend *b);
 /* Drops the cached regions overlapping [start, start+len) from every cache: the pages left. */
 void nic_rcache_invalidate(uintptr_t start, size_t len);
 /* Deregisters the regions the backend refused as busy (a post naming them was in flight) when

@@ -67,7 +67,12 @@ registration_refused(const void *p, size_t len, unsigned access, const void *out
       : rc == -NIC_ECROSS ? "the dataplane range runs off its chunk's mapped memory"
       : rc == -EFAULT ? "the range is not (entirely) mapped, or write access was asked for memory "
                         "that is not writable"
-      : rc == -ENOSPC ? "the registration cache is full of registrations in use"
+      : rc == -ENOSPC && nic_in_dp(p)
+          ? "the backend has no room for its dataplane step's registration: every registration "
+            "it holds is in use (none of the registration cache's is idle)"
+      : rc == -ENOSPC ? "no room for another registration: every one the registration cache or the "
+                        "backend holds is in use (or, as said then, its pages stayed "
+                        "write-protected by a post)"
                       : NULL;
   if (why && limit)
     nic_api_error_by(registration, rc, why,

@@ -307,6 +307,7 @@ NIC_EXPORT struct nic_backend *nic_backend_dpdk_open(const struct nic_plugin_hos
                                  .caps = {.max_sge = NIC_DPDK_MAX_SGE,
                                           .max_region_bytes = SIZE_MAX,
                                           .max_regions = NIC_DPDK_MAX_REGS,
+                                          .max_separate_regions = NIC_DPDK_MAX_AREAS,
                                           .max_message = UINT32_MAX, /* pkt_len */
                                           .zero_copy = true,
                                           .pages_follow = follow},

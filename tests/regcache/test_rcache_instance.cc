@@ -41,7 +41,11 @@ struct FakeBackend {
   std::mutex mu;
   std::vector<Call> log;
   std::set<uint32_t> live;
-  int fail_reg = 0;  // reg answers this (a negative errno) while nonzero
+  int fail_reg = 0; // reg answers this (a negative errno) while nonzero
+  // A table of room registrations at most (none: no limit), past which reg answers
+  // full_rc, as a backend out of slots, areas or MRs.
+  size_t room = 0;
+  int full_rc = -ENOSPC;
   bool busy = false; // dereg answers -EBUSY, as with a post in flight
   // Runs at each deregistration before it is logged, as a backend that frees or unmaps there.
   std::function<void()> on_dereg;
@@ -58,10 +62,11 @@ struct FakeBackend {
     ops.reg = [](nic_backend *b, void *base, size_t len, unsigned access, nic_registration *out) {
       auto *self = static_cast<FakeBackend *>(b->priv);
       std::lock_guard<std::mutex> lock(self->mu);
-      if (self->fail_reg) {
-        self->log.push_back(
-            {Call::reg, reinterpret_cast<uintptr_t>(base), len, access, 0, self->fail_reg});
-        return self->fail_reg;
+      const int fail =
+          self->room && self->live.size() >= self->room ? self->full_rc : self->fail_reg;
+      if (fail) {
+        self->log.push_back({Call::reg, reinterpret_cast<uintptr_t>(base), len, access, 0, fail});
+        return fail;
       }
       const bool remote = access & (NIC_ACCESS_REMOTE_READ | NIC_ACCESS_REMOTE_WRITE);
       *out = {base, len, access, next_key++, remote ? next_key : 0, 0};
@@ -225,6 +230,57 @@ TEST_F(RcacheInstance, RegionsBeyondTheLimitsAreEvictedLeastRecentlyUsedFirst) {
   nic_rcache_release(c, r[3].slot);
   ASSERT_EQ(nic_rcache_acquire(c, mem_ + 50 * kPage, 8, NIC_ACCESS_LOCAL, &extra), 0);
   nic_rcache_release(c, extra.slot);
+}
+
+// A backend whose table is full (-ENOSPC; -ENOMEM, as a full MR table and a pin limit say) gets
+// room from the idle regions, least recently used first, until it takes the registration; regions
+// users hold stay, and with nothing idle its refusal is the answer. The cache's own limits (8
+// regions) were never reached: the backend's table (3) was, and a miss was refused for good.
+TEST_F(RcacheInstance, ABackendOutOfRoomGetsItFromIdleRegions) {
+  for (const int full : {-ENOSPC, -ENOMEM}) {
+    FakeBackend &f = Fake("room");
+    f.room = 3;
+    f.full_rc = full;
+    nic_rcache *c = Make(f, 8);
+    ASSERT_TRUE(c);
+    nic_rcache_ref r[3], next;
+    for (int i = 0; i < 3; i++)
+      r[i] = Cached(c, 2 * i);
+    ASSERT_EQ(nic_rcache_acquire(c, mem_ + 10 * kPage, 8, NIC_ACCESS_LOCAL, &next), 0)
+        << "refused with " << full << " though three regions were idle";
+    auto deregs = f.calls(Call::dereg);
+    ASSERT_EQ(deregs.size(), 1u);
+    EXPECT_EQ(deregs[0].lkey, r[0].reg.lkey) << "the oldest goes first";
+    EXPECT_EQ(Stats(c).evictions, 1u);
+    // Every region held now: nothing to evict, the backend's answer stands.
+    nic_rcache_ref held[2], extra;
+    ASSERT_EQ(nic_rcache_acquire(c, mem_ + 2 * kPage, 8, NIC_ACCESS_LOCAL, &held[0]), 0);
+    ASSERT_EQ(nic_rcache_acquire(c, mem_ + 4 * kPage, 8, NIC_ACCESS_LOCAL, &held[1]), 0);
+    EXPECT_EQ(nic_rcache_acquire(c, mem_ + 20 * kPage, 8, NIC_ACCESS_LOCAL, &extra), full);
+    EXPECT_EQ(f.calls(Call::dereg).size(), 1u) << "a held region was evicted";
+    EXPECT_TRUE(f.registered(held[0].reg.lkey) && f.registered(held[1].reg.lkey));
+    for (const nic_rcache_ref &h : held)
+      nic_rcache_release(c, h.slot);
+    nic_rcache_release(c, next.slot);
+    // A registration of a request's own (remote access) makes room the same way.
+    ASSERT_EQ(nic_rcache_acquire(c, mem_ + 30 * kPage, 8, NIC_ACCESS_REMOTE_READ, &extra), 0);
+    nic_rcache_release(c, extra.slot);
+  }
+}
+
+// A backend that can hold 8 registrations: the cache keeps 6 regions at most, whatever its own
+// limit says, so that the backend always has room for what is not cached (steps, registrations
+// of a request's own).
+TEST_F(RcacheInstance, TheCacheKeepsRoomInTheBackendForWhatItDoesNotCache) {
+  FakeBackend &f = Fake("capped");
+  f.ops.caps.max_regions = 8;
+  nic_rcache *c = Make(f, 100);
+  ASSERT_TRUE(c);
+  for (int i = 0; i < 12; i++)
+    Cached(c, 2 * i);
+  EXPECT_EQ(Stats(c).regions, 6u);
+  EXPECT_EQ(f.live.size(), 6u);
+  EXPECT_EQ(Stats(c).evictions, 6u);
 }
 
 // 8 pages at most: a region of 6 unused and a request of 3 touching it. Merged they would not
