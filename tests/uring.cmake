@@ -25,6 +25,17 @@ foreach(suite test_uring_endpoint test_uring_safety test_uring_wait)
 endforeach()
 gtest_discover_tests(test_uring_safety PROPERTIES TIMEOUT 300 DISCOVERY_TIMEOUT 60)
 
+# A first start of the named backend under a shortage that passes (descriptors, address space):
+# none meanwhile, then the named one. A process per case: the first start is the process's.
+add_executable(test_backend_shortage ${CMAKE_CURRENT_LIST_DIR}/regcache/test_backend_shortage.cc)
+target_link_libraries(test_backend_shortage PRIVATE nicmalloc GTest::gtest GTest::gtest_main)
+foreach(name NoDescriptorLeft AddressSpaceLimit)
+  add_test(NAME backend_shortage_${name}
+           COMMAND test_backend_shortage --gtest_filter=BackendShortage.${name})
+  set_tests_properties(backend_shortage_${name} PROPERTIES TIMEOUT 120
+    ENVIRONMENT "NICMALLOC_BACKEND=uring;NICMALLOC_CHUNK_SIZE=64M")
+endforeach()
+
 # Registrations of memory whose pages change unseen (a thread's stack, a file's pages) are never
 # sent stale.
 add_executable(test_uring_stale ${CMAKE_CURRENT_LIST_DIR}/safety/test_uring_stale.cc)

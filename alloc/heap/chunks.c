@@ -1,6 +1,7 @@
 #define _GNU_SOURCE
 #include "chunks.h"
 
+#include "backoff.h"
 #include "clock.h"
 #include "commit_map.h"
 #include "config.h"
@@ -35,7 +36,7 @@ static uint64_t created, released, refusals;
 /* A chunk refused (its mapping, its arena, or its first step's pin under
  * NICMALLOC_ON_PIN_FAIL=fail) is not tried again on every request: each try maps and prefaults
  * a step. The next try waits 1 s, doubling up to a minute. */
-static uint64_t retry_at_ms, backoff_ms;
+static struct nic_backoff backoff;
 
 /* A refused reservation (an address-space limit) is not asked for again on every dataplane
  * request: one more try a second later at most. Only the thread that wins reserving tries, or
@@ -186,8 +187,7 @@ static unsigned pick_slot_locked(void) {
 }
 
 static int refuse_for_a_while(void) {
-  backoff_ms = backoff_ms ? (backoff_ms * 2 > 60000 ? 60000 : backoff_ms * 2) : 1000;
-  retry_at_ms = nic_now_ms() + backoff_ms;
+  nic_backoff_refused(&backoff);
   return -ENOMEM;
 }
 
@@ -195,7 +195,7 @@ static int create_locked(unsigned *index_out) {
   const struct nic_config *cfg = nic_config();
   unsigned index = pick_slot_locked();
   if (index >= nic_chunks_max()) return -ENOSPC;
-  if (retry_at_ms && nic_now_ms() < retry_at_ms) return -ENOMEM;
+  if (nic_backoff_waiting(&backoff)) return -ENOMEM;
   void *base = nic_chunk_base(index);
   struct nic_chunk *c = &nic_chunks[index];
   const bool fresh = c->state == NIC_CHUNK_UNMAPPED; /* a released slot is mapped lazily still */
@@ -234,8 +234,7 @@ static int create_locked(unsigned *index_out) {
     nic_unmap_chunk(base, cfg->chunk_size);
     return refuse_for_a_while();
   }
-  backoff_ms = 0;
-  retry_at_ms = 0;
+  nic_backoff_succeeded(&backoff);
   c->has_arena = true;
   c->empty_since_ms = 0;
   created++;

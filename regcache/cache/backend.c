@@ -3,6 +3,7 @@
  * DPDK (and their constructors) into every program. */
 #define _GNU_SOURCE
 #include "backend.h"
+#include "backoff.h"
 #include "chunk_reg.h"
 #include "forklock.h"
 
@@ -171,6 +172,10 @@ static struct nic_backend *open_kind(enum nic_backend_kind kind, struct plugin_o
 static pthread_mutex_t lock = PTHREAD_MUTEX_INITIALIZER;
 static struct nic_backend *started[NIC_BACKEND_KINDS];
 static int failed[NIC_BACKEND_KINDS]; /* errno of a start that failed: not tried again */
+/* A start refused for a shortage that may pass (shortage()): its errno, and when to try again. */
+static int short_of[NIC_BACKEND_KINDS];
+static struct nic_backoff short_retry[NIC_BACKEND_KINDS];
+static uint64_t short_refusals; /* counted in backend_start_refusals */
 static unsigned count, mask;
 struct nic_backend *nic_backend_only_one; /* while count is 1, and not in a child of fork */
 static struct nic_backend *deflt;
@@ -245,21 +250,45 @@ void nic_backends_event_fd_join(int fd) {
   pthread_mutex_unlock(&lock);
 }
 
+/* What the kernel answers when it is short of something for now (descriptors, memory, threads):
+ * a backend refused for it may well start later, as chunks refused so are tried again. */
+static bool shortage(int err) {
+  return err == EMFILE || err == ENFILE || err == ENOMEM || err == EAGAIN;
+}
+
 static struct nic_backend *start_locked(enum nic_backend_kind kind) {
   if (started[kind]) return started[kind];
   if (failed[kind]) {
     errno = failed[kind];
     return NULL;
   }
+  if (nic_backoff_waiting(&short_retry[kind])) {
+    errno = short_of[kind];
+    return NULL;
+  }
   __atomic_store_n(&opening, true, __ATOMIC_RELEASE);
   struct plugin_open o = {.name = kind_names[kind]};
   struct nic_backend *b = open_kind(kind, &o);
   __atomic_store_n(&opening, false, __ATOMIC_RELEASE);
+  if (!b && shortage(errno)) {
+    short_of[kind] = errno;
+    nic_backoff_refused(&short_retry[kind]);
+    __atomic_add_fetch(&short_refusals, 1, __ATOMIC_RELAXED);
+    static int said[NIC_BACKEND_KINDS];
+    if (!said[kind]++)
+      nic_log_warn("backend %s cannot start now (%s), a shortage that may pass: it is tried again "
+                   "after a second, then after twice as long each time it is still refused, up to "
+                   "a minute (counted in backend_start_refusals)",
+                   kind_names[kind], strerror(short_of[kind]));
+    errno = short_of[kind];
+    return NULL;
+  }
   if (!b) {
     failed[kind] = errno ? errno : ENODEV;
     errno = failed[kind];
     return NULL;
   }
+  nic_backoff_succeeded(&short_retry[kind]);
   const unsigned now = mask | 1u << kind;
   char *n = names[now];
   for (unsigned k = 0, at = 0; k < NIC_BACKEND_KINDS; k++)
@@ -274,7 +303,8 @@ static struct nic_backend *start_locked(enum nic_backend_kind kind) {
   return b;
 }
 
-static struct nic_backend *pick_locked(void) {
+/* *again: no default now, for a shortage that may pass; choose again on a later call. */
+static struct nic_backend *pick_locked(bool *again) {
   /* A name the table does not list was refused there, with a warning: auto. */
   static const int named[] = {-1, NIC_BACKEND_SIM, NIC_BACKEND_URING, NIC_BACKEND_VERBS,
                               NIC_BACKEND_DPDK}; /* auto|sim|... */
@@ -282,6 +312,11 @@ static struct nic_backend *pick_locked(void) {
   struct nic_backend *b = NULL;
   if (want >= 0) {
     if ((b = start_locked((enum nic_backend_kind)want))) return b;
+    /* The program asked for this one: none meanwhile, rather than another for good. */
+    if (short_of[want] && !failed[want]) {
+      *again = true;
+      return NULL;
+    }
     const char *why = nic_backend_refused_why((enum nic_backend_kind)want);
     nic_log_warn("backend %s cannot run here (%s); choosing automatically", kind_names[want],
                  why ? why : strerror(errno));
@@ -296,16 +331,19 @@ static struct nic_backend *pick_locked(void) {
   for (size_t i = 0; i < sizeof order / sizeof order[0] && !b; i++) {
     b = start_locked(order[i]);
     if (!b) nic_log_info("backend %s not available: %s", kind_names[order[i]], strerror(errno));
+    *again |= !b && short_of[order[i]] && !failed[order[i]];
   }
-  if (!b) nic_log_warn("no registration backend could be opened");
+  if (!b && !*again) nic_log_warn("no registration backend could be opened");
+  if (!b && *again) nic_log_warn_once("no registration backend can be opened now: tried again");
   return b;
 }
 
 /* Once: the default never changes (the per-backend tables and the chunks' own registrations
  * are made against it). */
 static void choose_locked(void) {
-  __atomic_store_n(&deflt, pick_locked(), __ATOMIC_RELEASE);
-  __atomic_store_n(&chosen, true, __ATOMIC_RELEASE);
+  bool again = false;
+  __atomic_store_n(&deflt, pick_locked(&again), __ATOMIC_RELEASE);
+  if (deflt || !again) __atomic_store_n(&chosen, true, __ATOMIC_RELEASE);
 }
 
 /* Not held across fork, only made anew in the child (forklock.h): its holder opens backends,
@@ -489,6 +527,10 @@ int nic_backends_event_set(void) {
   const int rc = event_set_locked();
   pthread_mutex_unlock(&lock);
   return rc;
+}
+
+uint64_t nic_backend_start_refusals(void) {
+  return __atomic_load_n(&short_refusals, __ATOMIC_RELAXED);
 }
 
 const char *nic_backends_names(void) {

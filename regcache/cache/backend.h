@@ -227,6 +227,9 @@ int nic_backends_event_set(void);
  * nic_poll has work of its own, and clears it): one, set once; later calls are ignored. It is
  * nicmalloc's from then: closed in fork children, which make their own. */
 void nic_backends_event_fd_join(int fd);
+/* Starts refused for a shortage that may pass (EMFILE, ENFILE, ENOMEM, EAGAIN: not a failure for
+ * good, tried again after 1 s, doubling up to 60 s), for the statistics. */
+uint64_t nic_backend_start_refusals(void);
 /* The started backends' names, joined by '+' ("none" while none runs), for the statistics. */
 const char *nic_backends_names(void);
 

@@ -16,4 +16,5 @@ void nic_regcache_fill_stats(struct nic_stats *out) {
   out->rcache_regions = rc.regions;
   out->rcache_bytes = rc.bytes;
   out->backend = nic_backends_names();
+  out->backend_start_refusals = nic_backend_start_refusals();
 }

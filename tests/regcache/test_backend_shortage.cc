@@ -1,0 +1,88 @@
+// A backend whose first start meets a shortage that passes (no descriptor left, an address-space
+// limit) starts once it has passed, and a backend NICMALLOC_BACKEND names is not replaced by
+// another meanwhile: NICMALLOC_BACKEND=uring (tests/uring.cmake), one case per process, as the
+// first start is the process's. Waits have deadlines, never a duration asserted.
+#include <fcntl.h>
+#include <gtest/gtest.h>
+#include <sys/resource.h>
+#include <unistd.h>
+
+#include <cerrno>
+#include <chrono>
+#include <cstdio>
+#include <cstring>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include "nicmalloc.h"
+
+namespace {
+
+int InitOnce() {
+  nic_sga s;
+  const int rc = nic_sga_init(&s, 0);
+  if (rc == 0) nic_sga_reset(&s);
+  return rc;
+}
+
+// The backend's first start, with fill() making the shortage and empty() ending it.
+template <typename Fill, typename Empty>
+void StartsOnceThePassingShortageHasPassed(Fill fill, Empty empty) {
+  char *p = static_cast<char *>(nic_malloc(5000));
+  ASSERT_NE(p, nullptr);
+  memset(p, 1, 5000);
+  fill();
+  const int during = InitOnce();
+  empty();
+  EXPECT_EQ(during, -ENODEV) << "a start under the shortage";
+  nic_stats st = NIC_STATS_INIT;
+  nic_get_stats(&st);
+  EXPECT_EQ(std::string(st.backend), "none") << "another backend than the one named";
+  EXPECT_GE(st.backend_start_refusals, 1u);
+  int rc = during;
+  for (auto end = std::chrono::steady_clock::now() + std::chrono::seconds(30);
+       rc != 0 && std::chrono::steady_clock::now() < end;)
+    if ((rc = InitOnce()) != 0) std::this_thread::sleep_for(std::chrono::milliseconds(50));
+  ASSERT_EQ(rc, 0) << "the backend never started once the shortage had passed";
+  nic_get_stats(&st);
+  EXPECT_EQ(std::string(st.backend), "uring");
+  nic_sga s;
+  ASSERT_EQ(nic_sga_init(&s, 0), 0);
+  EXPECT_EQ(nic_sga_add(&s, p, 5000), 0);
+  nic_sga_reset(&s);
+  nic_free(p);
+}
+
+TEST(BackendShortage, NoDescriptorLeft) {
+  std::vector<int> fds;
+  StartsOnceThePassingShortageHasPassed(
+      [&] {
+        for (int fd; (fd = open("/dev/null", O_RDONLY | O_CLOEXEC)) >= 0;)
+          fds.push_back(fd);
+      },
+      [&] {
+        for (int fd : fds)
+          close(fd);
+      });
+}
+
+TEST(BackendShortage, AddressSpaceLimit) {
+  rlimit old{};
+  ASSERT_EQ(getrlimit(RLIMIT_AS, &old), 0);
+  StartsOnceThePassingShortageHasPassed(
+      [&] {
+        // What the process maps now, and nothing more.
+        long kb = 0;
+        char line[256];
+        FILE *f = fopen("/proc/self/status", "r");
+        while (f && fgets(line, sizeof line, f))
+          if (!strncmp(line, "VmSize:", 7)) kb = atol(line + 7);
+        if (f) fclose(f);
+        rlimit r{static_cast<rlim_t>(kb) * 1024, old.rlim_max};
+        ASSERT_EQ(setrlimit(RLIMIT_AS, &r), 0);
+      },
+      [&] { ASSERT_EQ(setrlimit(RLIMIT_AS, &old), 0); });
+}
+
+} // namespace
