@@ -88,16 +88,21 @@ static void parse_line(struct walk *w, const char *line) {
   if (e.end > w->lo && !w->fn(&e, w->arg)) w->stop = true;
 }
 
-bool nic_maps_walk(uintptr_t lo, uintptr_t hi,
-                   bool (*fn)(const struct nic_maps_entry *e, void *arg), void *arg) {
+int nic_maps_walk(uintptr_t lo, uintptr_t hi, bool (*fn)(const struct nic_maps_entry *e, void *arg),
+                  void *arg) {
+  const int saved = errno;
   int fd = nic_open_nocancel("/proc/self/maps", O_RDONLY | O_CLOEXEC);
-  if (fd < 0) return false;
+  if (fd < 0) {
+    const int err = errno ? errno : EIO;
+    errno = saved;
+    return -err;
+  }
   if (!__atomic_load_n(&query_missing, __ATOMIC_RELAXED)) {
-    const int saved = errno, walked = walk_by_query(fd, lo, hi, fn, arg);
+    const int walked = walk_by_query(fd, lo, hi, fn, arg), err = errno ? errno : EIO;
     errno = saved;
     if (walked) {
       nic_close_nocancel(fd);
-      return walked > 0;
+      return walked > 0 ? 0 : -err;
     }
   }
   struct walk w = {.lo = lo, .hi = hi, .fn = fn, .arg = arg};
@@ -115,6 +120,8 @@ bool nic_maps_walk(uintptr_t lo, uintptr_t hi,
       parse_line(&w, line);
     }
   }
+  const int err = n < 0 ? (errno ? errno : EIO) : 0;
   nic_close_nocancel(fd);
-  return true;
+  errno = saved;
+  return -err;
 }

@@ -16,8 +16,10 @@ struct nic_maps_entry {
 };
 
 /* Calls fn for each mapping overlapping [lo, hi), in address order, until fn returns false; stops
- * reading at the first mapping past the range. Returns false when the file could not be read. */
-bool nic_maps_walk(uintptr_t lo, uintptr_t hi,
-                   bool (*fn)(const struct nic_maps_entry *e, void *arg), void *arg);
+ * reading at the first mapping past the range. Returns 0, or -errno when the file could not be
+ * read (-EMFILE: no descriptor left to open it): then what fn saw says nothing of the range, which
+ * is unknown, neither mapped nor unmapped, writable nor read-only. errno is left as it was. */
+int nic_maps_walk(uintptr_t lo, uintptr_t hi, bool (*fn)(const struct nic_maps_entry *e, void *arg),
+                  void *arg);
 
 #endif

@@ -67,7 +67,7 @@ static bool note_writable(const struct nic_maps_entry *e, void *arg) {
  * counts as writable, as it was before the program could make it otherwise. */
 static bool range_writable(void *addr, size_t len) {
   struct writable_walk w = {.next = (uintptr_t)addr, .writable = true};
-  if (!nic_maps_walk((uintptr_t)addr, (uintptr_t)addr + len, note_writable, &w)) return true;
+  if (nic_maps_walk((uintptr_t)addr, (uintptr_t)addr + len, note_writable, &w)) return true;
   return w.writable && w.next >= (uintptr_t)addr + len;
 }
 

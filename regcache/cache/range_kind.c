@@ -48,7 +48,9 @@ unsigned nic_range_kind(uintptr_t start, uintptr_t end) {
   uintptr_t lo, hi;
   if (nic_own_stack_overlaps(start, end, &lo, &hi) && !nic_thread_stack_watched(lo, hi)) return 0;
   struct walk w = {.next = start, .end = end, .kind = NIC_RANGE_CACHEABLE | NIC_RANGE_WRITABLE};
-  if (!nic_maps_walk(start, UINTPTR_MAX, look, &w) || !w.covered) return 0;
+  /* Unknown (the maps could not be read: no descriptor left) is not cached: a registration of
+   * the request's own, which the backend checks for itself. */
+  if (nic_maps_walk(start, UINTPTR_MAX, look, &w) || !w.covered) return 0;
   if ((w.kind & NIC_RANGE_CACHEABLE) && nic_thread_block_in(w.span_lo, w.span_hi))
     w.kind &= ~NIC_RANGE_CACHEABLE;
   return w.kind;

@@ -64,10 +64,14 @@ static bool writable_one(const struct nic_maps_entry *e, void *arg) {
   return w->ok;
 }
 
-static bool range_writable(const void *base, size_t len) {
+/* 0, -EFAULT where a page of the range is not writable (or not mapped), or the error that kept
+ * the maps from being read (-EMFILE): memory not known to be bad is not called so, and the
+ * caller copies it or asks again. */
+static int range_writable(const void *base, size_t len) {
   struct writable_walk w = {.next = (uintptr_t)base};
   const uintptr_t end = (uintptr_t)base + len;
-  return nic_maps_walk(w.next, end, writable_one, &w) && w.ok && w.next >= end;
+  const int rc = nic_maps_walk(w.next, end, writable_one, &w);
+  return rc ? rc : w.ok && w.next >= end ? 0 : -EFAULT;
 }
 
 /* ---- the ops table ---- */
@@ -78,8 +82,9 @@ static int sim_reg(struct nic_backend *b, void *base, size_t len, unsigned acces
   if (!base || !len || len > b->caps.max_region_bytes || (uintptr_t)base + len < (uintptr_t)base ||
       (access & ~known) || !out)
     return -EINVAL;
-  if ((access & (NIC_ACCESS_LOCAL_WRITE | NIC_ACCESS_REMOTE_WRITE)) && !range_writable(base, len))
-    return -EFAULT;
+  const int writable =
+      access & (NIC_ACCESS_LOCAL_WRITE | NIC_ACCESS_REMOTE_WRITE) ? range_writable(base, len) : 0;
+  if (writable) return writable;
   sim_lock(s);
   uint32_t i = s->free_slot;
   if (i != SIM_NO_SLOT) {

@@ -57,6 +57,43 @@ TEST(Register, ArenaMemoryUsesItsChunkRegistrationWithoutRemoteKey) {
   free(b);
 }
 
+// With no descriptor left, /proc/self/maps cannot be opened, and whether memory is writable is
+// unknown: the sim says why (-EMFILE), as a caller can then copy or ask again, rather than -EFAULT,
+// which calls good memory bad. Once descriptors are back, the same requests are registered.
+TEST(Register, MemoryWhoseMapsCannotBeReadIsNotCalledBad) {
+  char *d = static_cast<char *>(nic_malloc(8192)); // a step no backend registered yet
+  char *c = static_cast<char *>(
+      mmap(nullptr, 4 * 4096, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0));
+  ASSERT_NE(d, nullptr);
+  ASSERT_NE(c, MAP_FAILED);
+  memset(d, 'D', 8192);
+  memset(c, 'C', 4 * 4096);
+  ASSERT_NE(nic_backend_active(), nullptr); // opened before the descriptors run out
+  std::vector<int> fds;
+  for (int fd; (fd = dup(2)) >= 0;)
+    fds.push_back(fd);
+  nic_region_ref rc, rd;
+  const int ctl = nic_register(c, 4 * 4096, NIC_REG_LOCAL_WRITE, &rc);
+  const int dp = nic_register(d, 8192, NIC_REG_LOCAL, &rd);
+  nic_sga sga;
+  ASSERT_EQ(nic_sga_init(&sga, 0), 0);
+  const int add = nic_sga_add(&sga, d, 8192);
+  nic_sga_reset(&sga);
+  for (int fd : fds)
+    close(fd);
+  EXPECT_EQ(ctl, -EMFILE) << "control memory";
+  EXPECT_EQ(dp, -EMFILE) << "a dataplane step's first registration";
+  EXPECT_EQ(add, 0) << "an entry that cannot be registered now is copied, not refused";
+  ASSERT_EQ(nic_register(c, 4 * 4096, NIC_REG_LOCAL_WRITE, &rc), 0);
+  nic_unregister(&rc);
+  int again = dp; // a step's refusal is given back for a second before the backend is asked
+  for (int i = 0; i < 300 && again; i++)
+    if ((again = nic_register(d, 8192, NIC_REG_LOCAL, &rd)) != 0) usleep(20 * 1000);
+  EXPECT_EQ(again, 0);
+  munmap(c, 4 * 4096);
+  nic_free(d);
+}
+
 TEST(Register, ControlMemoryGoesThroughTheCacheAndIsHeld) {
   char *p = static_cast<char *>(malloc(3000));
   nic_region_ref r;
