@@ -7,6 +7,7 @@
 #include "plugin_services.h"
 
 #include <errno.h>
+#include <fcntl.h>
 #include <rte_eal.h>
 #include <rte_errno.h>
 #include <rte_ethdev.h>
@@ -53,6 +54,30 @@ static char *copy(const char *s) {
  * started without some of its arguments would run, silently, as nobody asked. */
 #define EAL_ARGS_MAX 62
 
+/* EAL 22.11 opens 5 descriptors as it starts (its memory's memfd, the interrupt thread's pipe and
+ * epoll set, the alarm's timerfd; the dsa bus scan one more for a moment), with net_ring and
+ * net_null vdevs alike, and keeps 4. Short of them it fails half way, its interrupt thread
+ * already running: the thread, finding no descriptor for its epoll set, panics and aborts the
+ * program, or (one short) ~1000 mappings and a descriptor stay behind. So EAL starts only where
+ * this many can be had: its 5, and a few for the ports and nicmalloc's event set after it. */
+#define EAL_FDS 8
+
+/* Whether EAL_FDS descriptors can be opened now (RLIMIT_NOFILE, the system's table): opened and
+ * closed again, which asks the kernel itself, /proc or not. */
+static bool eal_fds_free(void) {
+  int fds[EAL_FDS], n = 0;
+  int fd = open("/", O_PATH | O_CLOEXEC);
+  while (fd >= 0) {
+    fds[n++] = fd;
+    fd = n < EAL_FDS ? fcntl(fds[0], F_DUPFD_CLOEXEC, 0) : -1;
+  }
+  const int err = errno;
+  for (int i = 0; i < n; i++)
+    close(fds[i]);
+  errno = err;
+  return n == EAL_FDS;
+}
+
 static int start_eal(void) {
   char *argv[EAL_ARGS_MAX + 2], lcores[1024], *own = NULL, *vdevs = NULL, *save;
   int argc = 0, wanted = 0; /* arguments after the name: given room, and asked for */
@@ -94,6 +119,18 @@ static int start_eal(void) {
     return -E2BIG;
   }
   argv[argc] = NULL;
+  if (!eal_fds_free()) {
+    const int err = errno == EMFILE || errno == ENFILE ? errno : EMFILE;
+    static int said;
+    nic_plugin_log(NIC_PLUGIN_LOG_WARN, &said,
+                   "dpdk: EAL needs about %d free file descriptors as it starts, and fewer are "
+                   "left (%s; see ulimit -n): EAL not started, rather than let it fail half way "
+                   "and end the program",
+                   EAL_FDS, strerror(err));
+    nic_plugin_free(own);
+    nic_plugin_free(vdevs);
+    return -err;
+  }
   int rc = rte_eal_init(argc, argv);
   int err = rte_errno;
   nic_plugin_free(own); /* EAL copies what it keeps (vdev arguments included) */
