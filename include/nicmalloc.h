@@ -262,7 +262,9 @@ struct nic_endpoint;
 typedef void (*nic_sga_done_fn)(void *arg, int status);
 
 /* max_entries 0 = the backend's limit (caps.max_sge), at most NIC_SGA_CAPACITY. Returns 0, or
- * -E2BIG when max_entries is above what the backend or the array allows, -ENODEV (no backend). */
+ * -E2BIG when max_entries is above what the backend or the array allows, -ENODEV (no backend).
+ * On error the array is left empty and unusable: nic_sga_add and nic_sga_post refuse it
+ * (-EINVAL), nic_sga_reset does nothing. */
 int nic_sga_init(struct nic_sga *sga, unsigned max_entries);
 /* Returns 0, or -NIC_ERANGE (len 0, overflow, over 4 GiB), -EFAULT (range not mapped; or
  * dataplane memory whose pin step is partly read-only at its first registration, as
@@ -287,7 +289,8 @@ int nic_sga_add(struct nic_sga *sga, const void *p, size_t len);
  * (pages of its region unmapped or remapped) is registered anew first: no stale registration
  * reaches the NIC. */
 int nic_sga_post(struct nic_sga *sga, struct nic_endpoint *ep, nic_sga_done_fn done, void *arg);
-/* Drops the entries without posting. */
+/* Drops the entries without posting. An array nic_sga_init did not set up is left as it is (and
+ * said once, unless nic_sga_init left it so after an error). */
 void nic_sga_reset(struct nic_sga *sga);
 /* Progress and waiting. Posts move on without the program: the backend (its own thread for
  * io_uring, the NIC or the sim's engine) hands them to the transport and collects what comes

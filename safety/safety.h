@@ -84,6 +84,14 @@ static inline uint32_t nic_sga_entry_slot(const struct nic_sga_entry *e) {
   return e->cache_slot && e->kind != NIC_REGION_ARENA ? e->cache_slot : 0;
 }
 
+/* Whether sga is an array nic_sga_init set up (its limit within the array, its count within the
+ * limit), as nic_sga_add, nic_sga_post and nic_sga_reset ask before they read its entries. An
+ * array whose nic_sga_init failed is never one: the init writes an empty array of limit 0
+ * before it can fail. */
+static inline bool nic_sga_ready(const struct nic_sga *sga) {
+  return sga && sga->max && sga->max <= NIC_SGA_CAPACITY && sga->count <= sga->max;
+}
+
 /* safety_stats.c: the safety fields of struct nic_stats, NIC cache pressure included. */
 struct nic_stats;
 void nic_safety_fill_stats(struct nic_stats *out);

@@ -32,6 +32,12 @@ NIC_EXPORT int nic_sga_init(struct nic_sga *sga, unsigned max_entries) {
     nic_api_count(sga);
     return -EINVAL;
   }
+  /* Empty and not ready (nic_sga_ready) until the end: the program's array may be anything it
+   * had on its stack, and a reset or post of it after a failed init must not read that. */
+  sga->count = 0;
+  sga->max = 0;
+  sga->bytes = 0;
+  sga->bounce = NULL;
   struct nic_backend *b = nic_backend_active();
   if (!b) {
     nic_api_error(sga, "nic_sga_init: no registration backend could be opened (%s)",
@@ -44,10 +50,7 @@ NIC_EXPORT int nic_sga_init(struct nic_sga *sga, unsigned max_entries) {
                   max_entries, b->name, limit);
     return -E2BIG;
   }
-  sga->count = 0;
   sga->max = max_entries ? max_entries : limit;
-  sga->bytes = 0;
-  sga->bounce = NULL;
   return 0;
 }
 
@@ -59,7 +62,16 @@ static void drop_entry(struct nic_sga_entry *e) {
 }
 
 NIC_EXPORT void nic_sga_reset(struct nic_sga *sga) {
-  if (!sga) return;
+  if (!nic_sga_ready(sga)) {
+    /* Nothing to drop in what a failed nic_sga_init left; anything else is not an array of ours,
+     * and its "entries" are not read. */
+    if (sga && (sga->count || sga->bounce))
+      nic_api_error(sga,
+                    "nic_sga_reset(%p): the array is not initialised (nic_sga_init); left as "
+                    "it is",
+                    (void *)sga);
+    return;
+  }
   for (uint32_t i = 0; i < sga->count; i++)
     drop_entry(&sga->entry[i]);
   nic_bounce_free(sga->bounce);
@@ -370,7 +382,7 @@ static __attribute__((noinline, cold)) void add_refused(const struct nic_sga *sg
 
 NIC_EXPORT int nic_sga_add(struct nic_sga *sga, const void *p, size_t len) {
   uintptr_t start = (uintptr_t)p, last;
-  if (!sga || !sga->max || sga->max > NIC_SGA_CAPACITY || sga->count > sga->max) {
+  if (!nic_sga_ready(sga)) {
     nic_api_error(sga, "nic_sga_add(%p): the array is not initialised (nic_sga_init)", (void *)sga);
     return -EINVAL;
   }

@@ -188,7 +188,7 @@ __attribute__((noinline)) static uint32_t freed_arena_entry(const struct nic_sga
 NIC_EXPORT int nic_sga_post(struct nic_sga *sga, struct nic_endpoint *ep, nic_sga_done_fn done,
                             void *arg) {
   struct nic_backend *const d = nic_backend_active(), *b = d ? nic_ep_backend_of(ep) : NULL;
-  if (!sga || !sga->count || sga->count > NIC_SGA_CAPACITY) {
+  if (!nic_sga_ready(sga) || !sga->count) {
     nic_api_error(sga, "nic_sga_post(%p): the array is empty or not initialised", (void *)sga);
     return -EINVAL;
   }

@@ -12,6 +12,10 @@ foreach(suite test_sga test_free_protection test_fence test_receive)
   nic_gtest_with_env(${suite} ${NIC_SAFETY_ENV})
   gtest_discover_tests(${suite} PROPERTIES TIMEOUT 300 DISCOVERY_TIMEOUT 60)
 endforeach()
+# test_sga runs nic_probe too, for an array in a process where no backend could open.
+target_sources(test_sga PRIVATE ${CMAKE_CURRENT_LIST_DIR}/probe_runner.cc)
+target_compile_definitions(test_sga PRIVATE NIC_PROBE_PATH="$<TARGET_FILE:nic_probe>")
+add_dependencies(test_sga nic_probe)
 
 # A sim endpoint's receiver replaced while messages arrive on the NIC's thread: no DMA delay,
 # so that the receiver changes many times a message.

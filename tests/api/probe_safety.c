@@ -2,6 +2,7 @@
 #define _GNU_SOURCE
 #include "nicmalloc.h"
 #include "probe_common.h"
+#include "proc_kb.h"
 
 #include <errno.h>
 #include <pthread.h>
@@ -12,6 +13,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/mman.h>
+#include <sys/resource.h>
 #include <unistd.h>
 
 /* NICMALLOC_FENCE=protect: a fresh thread's first nicmalloc bookkeeping (the heap mimalloc
@@ -185,6 +187,32 @@ static int print_free_key(void) {
   return 0;
 }
 
+/* No backend can open (the address space limited to what is mapped, before the first is tried):
+ * an array whose nic_sga_init failed, and one never set up, both full of what the stack held
+ * before, are reset, added to and posted. Each step is printed as it is passed. */
+static int sga_no_backend(void) {
+  printf("started=1\n");
+  fflush(stdout);
+  const long kb = nic_proc_kb("/proc/self/status", "VmSize:");
+  const struct rlimit lim = {(rlim_t)kb << 10, RLIM_INFINITY};
+  if (kb <= 0 || setrlimit(RLIMIT_AS, &lim)) return 1;
+  static struct nic_sga sga;
+  static char bytes[4096];
+  memset(&sga, 0x5a, sizeof sga);
+  printf("init=%d\n", nic_sga_init(&sga, 0));
+  fflush(stdout);
+  nic_sga_reset(&sga);
+  printf("reset_failed_init=1\nadd=%d\n", nic_sga_add(&sga, bytes, sizeof bytes));
+  printf("post=%d\n", nic_sga_post(&sga, NULL, NULL, NULL));
+  fflush(stdout);
+  memset(&sga, 0x5a, sizeof sga);
+  sga.max = 8; /* a limit that looks right, over a count that cannot be */
+  nic_sga_reset(&sga);
+  nic_sga_reset(&sga);
+  printf("reset_never_set_up=1\npost_never_set_up=%d\n", nic_sga_post(&sga, NULL, NULL, NULL));
+  return 0;
+}
+
 /* The commands: argv[1] names one, its arguments follow (usage in probe.c). */
 int cmd_free_key(int argc, char **argv) {
   (void)argc, (void)argv;
@@ -208,4 +236,9 @@ int cmd_kernel_write(int argc, char **argv) {
 
 int cmd_segv_sent(int argc, char **argv) {
   return segv_sent(argv[2], argc > 3 && !strcmp(argv[3], "kill"));
+}
+
+int cmd_sga_no_backend(int argc, char **argv) {
+  (void)argc, (void)argv;
+  return sga_no_backend();
 }

@@ -36,6 +36,7 @@ extern "C" {
 #include "thread.h"
 }
 
+#include "probe_runner.h"
 #include "sim_endpoint_fixture.h"
 
 namespace {
@@ -821,6 +822,42 @@ TEST_F(Sga, BadInputGetsAnErrorAndAMessage) {
   EXPECT_EQ(Stats().inflight_entries, 0u);
   free(big);
   free(p);
+}
+
+// An array whose nic_sga_init failed holds what the caller's stack held: nic_sga_reset read its
+// count and cache slots and crashed in the registration cache (SIGSEGV). The init now leaves an
+// empty array that no call takes for one.
+TEST_F(Sga, AnArrayWhoseInitFailedIsResetAndRefusedWithoutReadingIt) {
+  nic_sga sga;
+  memset(&sga, 0x5a, sizeof sga);
+  testing::internal::CaptureStderr();
+  ASSERT_EQ(nic_sga_init(&sga, NIC_SGA_CAPACITY + 1), -E2BIG);
+  nic_sga_reset(&sga);
+  char buf[64] = {};
+  EXPECT_EQ(nic_sga_add(&sga, buf, sizeof buf), -EINVAL);
+  EXPECT_EQ(nic_sga_post(&sga, ep, OnDone, nullptr), -EINVAL);
+  // Never set up: a limit that looks right over a count that cannot be is not read either.
+  memset(&sga, 0x5a, sizeof sga);
+  sga.max = 8;
+  nic_sga_reset(&sga);
+  nic_sga_reset(&sga);
+  EXPECT_EQ(nic_sga_post(&sga, ep, OnDone, nullptr), -EINVAL);
+  const std::string err = testing::internal::GetCapturedStderr();
+  EXPECT_EQ(count_lines(err, "nic_sga_reset"), 1) << "said once: " << err;
+  EXPECT_EQ(Stats().inflight_entries, 0u);
+}
+
+// The audit's way there: no backend can open (nic_sga_init: -ENODEV), in a process of its own.
+TEST(SgaNoBackend, AnArrayWhoseInitFoundNoBackendIsResetAndRefused) {
+  const ProbeResult r = run_probe({"NICMALLOC_BACKEND=auto"}, {"sga-no-backend"});
+  EXPECT_EQ(r.exit_code, 0) << r.out << r.err;
+  EXPECT_EQ(r.num("init"), -ENODEV) << r.out << r.err;
+  EXPECT_EQ(r.num("reset_failed_init"), 1) << r.out << r.err;
+  EXPECT_EQ(r.num("add"), -EINVAL) << r.out;
+  EXPECT_EQ(r.num("post"), -EINVAL) << r.out;
+  EXPECT_EQ(r.num("reset_never_set_up"), 1) << r.out << r.err;
+  EXPECT_EQ(r.num("post_never_set_up"), -EINVAL) << r.out;
+  EXPECT_EQ(count_lines(r.err, "nic_sga_reset"), 1) << r.err;
 }
 
 // A post or destroy on an endpoint destroyed already is the program's error, and is refused
