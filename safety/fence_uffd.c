@@ -161,10 +161,12 @@ static void sweep(void) {
     bool done = !nic_fence_marked(h->addr) || nic_fence_released_since(h->addr, h->epoch) ||
                 nic_fence_release_if_done(h->addr);
     if (!done && !h->let_go && now - h->since_ms >= timeout) {
-      nic_log_error("NICMALLOC_FENCE=protect: thread %d waited %u ms (NICMALLOC_FENCE_TIMEOUT_MS) "
-                    "to write %#lx, which the NIC may still read; the page is made writable and "
-                    "the write goes on (does a completion it waits for need a lock it holds?)",
-                    (int)h->tid, timeout, (unsigned long)h->addr);
+      nic_log_error_once("NICMALLOC_FENCE=protect: thread %d waited %u ms "
+                         "(NICMALLOC_FENCE_TIMEOUT_MS) to write %#lx, which the NIC may still "
+                         "read; the page is made writable and the write goes on (does a "
+                         "completion it waits for need a lock it holds?) (said once; "
+                         "fence_bypasses counts them all)",
+                         (int)h->tid, timeout, (unsigned long)h->addr);
       NIC_SAFETY_COUNT(fence_bypasses, 1);
       h->let_go = true;
     }

@@ -246,7 +246,8 @@
   X(FENCE_TIMEOUT_MS, "NICMALLOC_FENCE_TIMEOUT_MS", NIC_T_MS, "5000", 1, 3600000, "",              \
     NIC_REACH_VALUE,                                                                               \
     "how long `nic_fence_write` waits before it returns `-ETIMEDOUT` (said once, all counted); "   \
-    "under `protect`, how long a writer is held before it is let through with a message")          \
+    "under `protect`, how long a writer is held before it is let through (said once, all counted " \
+    "in `fence_bypasses`)")                                                                        \
   X(REALLOC_INFLIGHT, "NICMALLOC_REALLOC_INFLIGHT", NIC_T_CHOICE, "move", 0, 0, "move|wait",       \
     NIC_REACH_VALUE,                                                                               \
     "realloc of a block the NIC is still reading: `move` (copy to a new block, free the "          \

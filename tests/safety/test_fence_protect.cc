@@ -198,22 +198,28 @@ TEST_P(Protect, APageStaysProtectedWhileAnyPostCoversIt) {
   free(p);
 }
 
-TEST_P(Protect, AWriterHeldPastTheTimeoutGoesOnWithAMessage) {
+// Each held write past the timeout is counted; the message is said once (a program whose
+// completions never come printed it at every write: one line per post).
+TEST_P(Protect, AWriterHeldPastTheTimeoutGoesOnWithAMessageSaidOnce) {
   ShortTimeout();
-  char *p = Block(false, 4096);
-  memset(p, 'G', 4096);
   const nic_stats before = Stats();
-  const int target = done_count.load() + 1;
-  PostPaused(p, 4096);
   testing::internal::CaptureStderr();
-  std::thread writer([&] { memset(p, 'H', 4096); });
-  writer.join(); // the NIC stays paused: only the timeout lets it go
+  for (size_t round = 0; round < 3; round++) {
+    char *p = Block(false, 4096);
+    memset(p, 'G', 4096);
+    const int target = done_count.load() + 1;
+    PostPaused(p, 4096);
+    std::thread writer([&] { memset(p, 'H', 4096); });
+    writer.join(); // the NIC stays paused: only the timeout lets it go
+    EXPECT_EQ(Stats().fence_bypasses, before.fence_bypasses + round + 1);
+    DrainWithin(target);
+    EXPECT_EQ(Received(round), std::string(4096, 'H'))
+        << "documented: after the timeout the write wins";
+    free(p);
+  }
   std::string err = testing::internal::GetCapturedStderr();
-  EXPECT_NE(err.find("NICMALLOC_FENCE_TIMEOUT_MS"), std::string::npos) << err;
-  EXPECT_EQ(Stats().fence_bypasses, before.fence_bypasses + 1);
-  DrainWithin(target);
-  EXPECT_EQ(Received(0), std::string(4096, 'H')) << "documented: after the timeout the write wins";
-  free(p);
+  EXPECT_EQ(count_lines(err, "NICMALLOC_FENCE_TIMEOUT_MS"), 1) << err;
+  EXPECT_NE(err.find("fence_bypasses counts them all"), std::string::npos) << err;
 }
 
 // The userfaultfd thread looks at the writers it saw held about every millisecond, and took one
