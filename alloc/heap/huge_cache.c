@@ -7,15 +7,14 @@
 #include "block.h"
 #include "config.h"
 #include "forklock.h"
-#include "nocancel.h"
 #include "page.h"
+#include "proc_number.h"
 #include "reaper.h"
 #include "released.h"
 #include "startup.h"
 #include "thread.h"
 #include "vspace.h"
 
-#include <fcntl.h>
 #include <mimalloc.h>
 #include <pthread.h>
 #include <sys/mman.h>
@@ -34,15 +33,6 @@ struct slot {
 
 bool nic_huge_classes;
 
-static bool strict_overcommit(void) {
-  const int fd = nic_open_nocancel("/proc/sys/vm/overcommit_memory", O_RDONLY | O_CLOEXEC);
-  if (fd < 0) return false;
-  char mode = 0;
-  const ssize_t n = nic_read_nocancel(fd, &mode, 1);
-  nic_close_nocancel(fd);
-  return n == 1 && mode == '2';
-}
-
 /* Under `ulimit -d` a fresh 20 MB block committed 64 MiB of the limit, and a program got a third
  * of the blocks mimalloc's or glibc's malloc give it. */
 static bool data_limited(void) {
@@ -52,7 +42,8 @@ static bool data_limited(void) {
 
 static void huge_cache_init(size_t control_arena_size) {
   nic_huge_classes = nic_config()->huge_cache_bytes && control_arena_size >= ((size_t)1 << 40) &&
-                     !strict_overcommit() && !data_limited();
+                     nic_proc_number(NIC_OVERCOMMIT_MODE, NULL) != NIC_OVERCOMMIT_NEVER &&
+                     !data_limited();
 }
 
 static pthread_mutex_t lock = PTHREAD_MUTEX_INITIALIZER;

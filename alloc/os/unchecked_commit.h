@@ -11,8 +11,9 @@
 
 /* Whether the kernel would commit len more bytes of private writable memory now, asked the way
  * the control arena's commit asks (a mapping made, never touched, and unmapped at once): false
- * under the overcommit limit or RLIMIT_DATA. Before a fresh huge block, which then gets ENOMEM
- * instead; another thread or process may still take the room between the two. */
+ * under the overcommit limit or RLIMIT_DATA; where RLIMIT_AS, which the commit does not meet,
+ * refused that mapping, those two are asked from /proc instead. Before a fresh huge block, which
+ * then gets ENOMEM instead; another thread or process may still take the room between the two. */
 bool nic_commit_room(size_t len);
 
 /* The bytes of arena mimalloc commits for a huge block of size bytes: its segment's header and

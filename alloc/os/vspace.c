@@ -6,8 +6,8 @@
 #include "foreign_arenas.h"
 #include "log.h"
 #include "map.h"
-#include "nocancel.h"
 #include "page.h"
+#include "proc_number.h"
 #include "startup.h"
 #include "valgrind.h"
 
@@ -52,15 +52,8 @@ void *nic_vspace_reserve(size_t size, size_t align, uintptr_t hint) {
 }
 
 uint64_t nic_vspace_mapped(void) {
-  char buf[4096];
-  int fd = nic_open_nocancel("/proc/self/status", O_RDONLY | O_CLOEXEC);
-  if (fd < 0) return 0;
-  ssize_t n = nic_read_nocancel(fd, buf, sizeof buf - 1);
-  nic_close_nocancel(fd);
-  if (n <= 0) return 0;
-  buf[n] = '\0';
-  const char *v = strstr(buf, "\nVmSize:");
-  return v ? strtoull(v + 8, NULL, 10) << 10 : 0;
+  const long long kb = nic_proc_number("/proc/self/status", "VmSize:");
+  return kb > 0 ? (uint64_t)kb << 10 : 0;
 }
 
 uint64_t nic_vspace_soft_limit(void) {

@@ -15,6 +15,7 @@ static const struct command {
     {"as-limit", 4, cmd_as_limit},
     {"as-limit-kib", 4, cmd_as_limit_kib},
     {"as-limit-later", 3, cmd_as_limit_later},
+    {"as-limit-huge", 4, cmd_as_limit_huge},
     {"dp-room", 2, cmd_dp_room},
     {"mlockall-limited", 2, cmd_mlockall_limited},
     {"guest-start", 2, cmd_guest_start},

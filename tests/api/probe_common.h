@@ -58,6 +58,7 @@ int cmd_low_memlock_sga(int argc, char **argv);
 int cmd_as_limit(int argc, char **argv);
 int cmd_as_limit_kib(int argc, char **argv);
 int cmd_as_limit_later(int argc, char **argv);
+int cmd_as_limit_huge(int argc, char **argv);
 int cmd_dp_room(int argc, char **argv);
 int cmd_mlockall_limited(int argc, char **argv);
 int cmd_data_limit(int argc, char **argv);

@@ -153,6 +153,25 @@ static unsigned long long vm_size(void) {
   return kib << 10;
 }
 
+/* as-limit-huge MIB SIZE...: lowers the address-space limit to what the process maps and MIB
+ * more, after start-up, then mallocs each SIZE in turn (blocks over 16 MiB: a segment of their
+ * own, committed inside the control arena's reservation) and writes it whole. */
+int cmd_as_limit_huge(int argc, char **argv) {
+  free(malloc(64));
+  const rlim_t bytes = vm_size() + ((rlim_t)strtoull(argv[2], NULL, 0) << 20);
+  const struct rlimit limit = {bytes, RLIM_INFINITY};
+  if (setrlimit(RLIMIT_AS, &limit)) return 1;
+  for (int i = 3; i < argc; i++) {
+    const size_t size = strtoull(argv[i], NULL, 0);
+    errno = 0;
+    char *p = malloc(size);
+    printf("got_%s=%d\nerrno_%s=%d\n", argv[i], p != NULL, argv[i], errno);
+    if (p) memset(p, 1, size);
+    free(p);
+  }
+  return 0;
+}
+
 /* dp-room [none]: under an address-space limit (as-limit), the room it leaves when main starts
  * and the dataplane bytes reserved by then; whether a dataplane block is had (none: none is
  * asked for); how much the program can still map after it (64 MiB pieces, given back). */

@@ -146,6 +146,19 @@ TEST(AddressSpaceLimit, AMappingRefusedUnderALimitLoweredWhileRunningSaysWhyOnce
   EXPECT_EQ(count_lines(r.err, "before the program starts"), 1) << r.err;
 }
 
+// The same limit does not count a commit inside the control arena's reservation: malloc of a
+// block over 16 MiB (a segment of its own, committed in the arena) goes on, as glibc's malloc
+// of a fresh mapping within the limit does. The check before such a commit made a mapping of
+// its size and took the limit's refusal of that mapping for the commit's.
+TEST(AddressSpaceLimit, HugeBlocksUnderALimitLoweredWhileRunningAreCommittedInTheArena) {
+  auto r = run_probe({}, {"as-limit-huge", "32", "17825792", "20971520", "104857600"});
+  ASSERT_EQ(r.exit_code, 0) << r.out << r.err;
+  for (const char *size : {"17825792", "20971520", "104857600"}) {
+    EXPECT_EQ(r.num(std::string("got_") + size), 1) << size << "\n" << r.out << r.err;
+    EXPECT_EQ(r.num(std::string("errno_") + size), 0) << size;
+  }
+}
+
 // A limit above what the process maps says nothing.
 TEST(AddressSpaceLimit, ALimitAboveTheReservationsSaysNothing) {
   auto r = run_probe({}, {"as-limit-later", "16384"});
