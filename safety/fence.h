@@ -81,6 +81,9 @@ extern const struct nic_fence_mech nic_fence_uffd, nic_fence_mprotect;
 /* fence_uffd.c: false when its descriptor handles faults of user mode only
  * (vm.unprivileged_userfaultfd=0 and no CAP_SYS_PTRACE nor /dev/userfaultfd). */
 bool nic_fence_uffd_kernel_writes_wait(void);
+/* fence_uffd.c: after its start failed, the step that did ("its fault thread could not be
+ * started"), for the message that says so with the errno. */
+const char *nic_fence_uffd_failed_step(void);
 /* fence_segv.c: "nicmalloc: error: <a><x in hex><b>" on stderr, async-signal-safe (no stdio). */
 void nic_fence_say(const char *a, uintptr_t x, const char *b);
 /* fence_sigmask.c: from now on the program's masks never block SIGSEGV (the mprotect fence's

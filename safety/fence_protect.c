@@ -22,6 +22,7 @@
 #include <pthread.h>
 #include <sched.h>
 #include <signal.h>
+#include <stdio.h>
 #include <string.h>
 #include <sys/mman.h>
 #include <sys/syscall.h>
@@ -106,13 +107,19 @@ static void wait_unlocked_calls(void) {
     sched_yield(); /* a system call's time */
 }
 
+/* Why a mechanism could not start: "<step>: <errno's text>" for uffd, whose steps fail alike. */
+static char why_down[2][160];
+
 static bool bring_up(const struct nic_fence_mech *m) {
-  bool *flag = &up[m == &nic_fence_mprotect];
-  if (*flag) return true;
+  const int i = m == &nic_fence_mprotect;
+  if (up[i]) return true;
   int rc = m->start();
-  if (rc)
-    nic_log_info("NICMALLOC_FENCE=protect: %s cannot be used here (%s)", m->name, strerror(-rc));
-  return *flag = rc == 0;
+  if (rc) {
+    snprintf(why_down[i], sizeof why_down[i], "%s%s%s", i ? "" : nic_fence_uffd_failed_step(),
+             i ? "" : ": ", strerror(-rc));
+    nic_log_info("NICMALLOC_FENCE=protect: %s cannot be used here (%s)", m->name, why_down[i]);
+  }
+  return up[i] = rc == 0;
 }
 
 static void start(void) {
@@ -124,8 +131,9 @@ static void start(void) {
   if (with != NIC_PROTECT_MPROTECT && bring_up(&nic_fence_uffd))
     m = &nic_fence_uffd;
   else if (with == NIC_PROTECT_UFFD)
-    nic_log_warn("NICMALLOC_FENCE_PROTECT=uffd: userfaultfd write-protect is not available "
-                 "here; using mprotect");
+    nic_log_warn("NICMALLOC_FENCE_PROTECT=uffd: userfaultfd write-protect cannot be used here "
+                 "(%s); using mprotect",
+                 why_down[0]);
   if (!m && bring_up(&nic_fence_mprotect)) m = &nic_fence_mprotect;
   if (!m)
     nic_log_warn("NICMALLOC_FENCE=protect: neither userfaultfd nor a SIGSEGV handler could be "

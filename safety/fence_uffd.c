@@ -207,19 +207,32 @@ static void *handler(void *arg) {
   return NULL;
 }
 
+/* What the failed start could not do: its errno alone (EAGAIN from a thread that could not
+ * start) read as if the kernel had no userfaultfd. */
+static const char *failed_step = "not started";
+
+const char *nic_fence_uffd_failed_step(void) {
+  return failed_step;
+}
+
 /* The API handshake is once per descriptor, and a request for a feature the kernel lacks fails:
  * a first descriptor asks what is offered, a second one takes it. */
 static int uffd_start(void) {
+  failed_step = "no userfaultfd descriptor could be opened";
   int probe = open_uffd();
   if (probe < 0) return -errno;
+  failed_step = "the kernel refused the userfaultfd API";
   struct uffdio_api api = {.api = UFFD_API};
   int rc = ioctl(probe, UFFDIO_API, &api) ? -errno : 0;
   nic_close_nocancel(probe);
   if (rc) return rc;
+  failed_step = "the kernel has no userfaultfd write-protect";
   const uint64_t need = UFFD_FEATURE_PAGEFAULT_FLAG_WP | UFFD_FEATURE_THREAD_ID;
   if ((api.features & need) != need) return -ENOTSUP;
+  failed_step = "no userfaultfd descriptor could be opened";
   int fd = open_uffd();
   if (fd < 0) return -errno;
+  failed_step = "the kernel refused the userfaultfd API";
   api = (struct uffdio_api){
       .api = UFFD_API,
       .features = need | (api.features & (UFFD_FEATURE_WP_HUGETLBFS_SHMEM | /* hugetlb chunks */
@@ -231,6 +244,7 @@ static int uffd_start(void) {
   }
   uffd = fd;
   pthread_t t;
+  failed_step = "its fault thread could not be started";
   rc = -nic_own_thread_create(&t, handler, NULL, NULL); /* no signal handler may run on it */
   if (rc) {
     nic_close_nocancel(fd);

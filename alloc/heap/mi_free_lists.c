@@ -8,6 +8,7 @@
 #include "mi_layout.h"
 #include "page.h"
 #include "startup.h"
+#include "vspace.h"
 
 #include <mimalloc.h>
 #include <pthread.h>
@@ -323,11 +324,19 @@ static void mi_free_lists_init(void) {
   if (!ok)
     nic_log_info("mimalloc's free lists are not laid out as in 2.0.9: a free whose block holds "
                  "the free key is refused as a double free without confirmation");
+  /* A control segment's header is read only where the commit map vouches for its pages: with
+   * no control arena (its reservation refused under an address-space limit) or no map
+   * (NICMALLOC_FREE_CHECK=0) none is, and check_starts would fail for that, not for the layout. */
+  const bool readable = __atomic_load_n(&nic_commit_map.checked, __ATOMIC_RELAXED) != 0;
   __atomic_store_n(&starts_ok, true, __ATOMIC_RELAXED);
-  const bool starts = ok && check_starts();
+  const bool starts = ok && readable && check_starts();
   __atomic_store_n(&starts_ok, starts, __ATOMIC_RELAXED);
-  if (ok && !starts)
+  if (ok && readable && !starts)
     nic_log_info("mimalloc's page flags are not laid out as in 2.0.9: a free of a pointer inside "
                  "a block is not told from a free of the block");
+  else if (ok && !nic_control_base)
+    nic_log_info("the control heap has no arena of its own (its address space could not be "
+                 "reserved): a free of a pointer inside a block is not told from a free of the "
+                 "block");
 }
 NIC_STARTUP_STEP(mi_free_lists, NIC_START_FREE_LISTS, mi_free_lists_init);

@@ -84,6 +84,7 @@ static const struct command {
     {"segv-sent", 3, cmd_segv_sent},
     {"kernel-write", 2, cmd_kernel_write},
     {"sga-no-backend", 2, cmd_sga_no_backend},
+    {"protect-no-thread", 2, cmd_protect_no_thread},
     {"stats", 2, cmd_stats},
 };
 
@@ -116,7 +117,7 @@ int main(int argc, char **argv) {
       "no-uring ARGS... | "
       "no-getrandom ARGS... | fixed-layout ARGS... | free-key | uring-endpoint | "
       "post-beside-bookkeeping | segv-sent default|ignore|handler [kill] | kernel-write | "
-      "sga-no-backend | "
+      "sga-no-backend | protect-no-thread | "
       "fill-control | "
       "huge-until-null SIZE | register-blocks N SIZE "
       "[dataplane|control|post] | "

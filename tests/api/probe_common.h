@@ -103,6 +103,7 @@ int cmd_protect_neighbour(int argc, char **argv);
 int cmd_segv_sent(int argc, char **argv);
 int cmd_kernel_write(int argc, char **argv);
 int cmd_sga_no_backend(int argc, char **argv);
+int cmd_protect_no_thread(int argc, char **argv);
 
 int cmd_guest_start(int argc, char **argv);
 int cmd_low_memlock_guest(int argc, char **argv);

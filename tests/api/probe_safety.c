@@ -3,6 +3,7 @@
 #include "nicmalloc.h"
 #include "probe_common.h"
 #include "proc_kb.h"
+#include "refuse_syscall.h"
 
 #include <errno.h>
 #include <pthread.h>
@@ -14,6 +15,7 @@
 #include <string.h>
 #include <sys/mman.h>
 #include <sys/resource.h>
+#include <sys/syscall.h>
 #include <unistd.h>
 
 /* NICMALLOC_FENCE=protect: a fresh thread's first nicmalloc bookkeeping (the heap mimalloc
@@ -187,6 +189,21 @@ static int print_free_key(void) {
   return 0;
 }
 
+/* No thread can start once the sim is up (clone3 refused with EAGAIN, as under RLIMIT_NPROC),
+ * then the first post starts protect: uffd's fault thread cannot start. */
+static int protect_no_thread(void) {
+  char *p = nic_aligned_alloc(4096, 4096);
+  struct nic_endpoint *ep = nic_sim_endpoint_create(NULL, NULL, 0);
+  struct nic_sga sga;
+  if (!p || !ep || nic_sga_init(&sga, 0) || nic_sga_add(&sga, memset(p, 1, 4096), 4096)) return 1;
+  if (nic_refuse_syscall(SYS_clone3, -1, EAGAIN)) return 1;
+  printf("post=%d\n", nic_sga_post(&sga, ep, count_done, NULL));
+  while (!__atomic_load_n(&post_done, __ATOMIC_ACQUIRE))
+    nic_poll(0);
+  free(p);
+  return 0;
+}
+
 /* No backend can open (the address space limited to what is mapped, before the first is tried):
  * an array whose nic_sga_init failed, and one never set up, both full of what the stack held
  * before, are reset, added to and posted. Each step is printed as it is passed. */
@@ -241,4 +258,9 @@ int cmd_segv_sent(int argc, char **argv) {
 int cmd_sga_no_backend(int argc, char **argv) {
   (void)argc, (void)argv;
   return sga_no_backend();
+}
+
+int cmd_protect_no_thread(int argc, char **argv) {
+  (void)argc, (void)argv;
+  return protect_no_thread();
 }

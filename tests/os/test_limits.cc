@@ -55,6 +55,9 @@ TEST(AddressSpaceLimit, RefusedReservationFallsBackAndSaysSoOnceWhenVerbose) {
   EXPECT_EQ(count_lines(r.err, kReserveLine), 1) << r.err;
   EXPECT_EQ(count_lines(r.err, "use the control heap"), 1) << r.err;
   EXPECT_EQ(count_lines(r.err, "warning"), 0) << r.err;
+  // No control arena either: the check of mimalloc's page flags reads none, and says why.
+  EXPECT_EQ(count_lines(r.err, "not laid out as in 2.0.9"), 0) << r.err;
+  EXPECT_EQ(count_lines(r.err, "the control heap has no arena of its own"), 1) << r.err;
 }
 
 // Under 8 GiB, 16 chunks of 1 GiB would leave the program none of it: the range holds as many

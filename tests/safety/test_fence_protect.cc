@@ -995,6 +995,20 @@ TEST_P(Protect, AReleaseWhileAPostCoversThePageCountsAMismatch) {
   free(p);
 }
 
+// uffd's fault thread could not start (EAGAIN, as under RLIMIT_NPROC): the warning said that
+// userfaultfd write-protect was "not available here", as if the kernel had none.
+TEST(FenceStart, AUffdWhoseThreadCannotStartSaysSo) {
+  const ProbeResult r =
+      run_probe({"NICMALLOC_FENCE=protect", "NICMALLOC_FENCE_PROTECT=uffd"}, {"protect-no-thread"});
+  ASSERT_EQ(r.exit_code, 0) << r.out << r.err;
+  EXPECT_EQ(r.num("post"), 0) << r.err;
+  EXPECT_EQ(count_lines(r.err, "its fault thread could not be started: Resource temporarily "
+                               "unavailable); using mprotect"),
+            1)
+      << r.err;
+  EXPECT_EQ(count_lines(r.err, "not available here"), 0) << r.err;
+}
+
 // The bitmap a fault handler reads: marking a run sets exactly its pages, across 64-page words
 // and GiB leaves, and unmarking clears exactly them.
 // mimalloc keeps a heap's own structure among the thread's ordinary blocks, so the pages of a
