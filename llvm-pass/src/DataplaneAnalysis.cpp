@@ -111,12 +111,15 @@ static void followSink(const PointsToGraph &G, const SinkUse &Use,
 DataplaneResult analyzeDataplane(const Module &M, const SinkCatalog &Sinks, uint64_t Budget) {
   DataplaneResult R;
   DenseSet<const Function *> Banned;
+  // Objects that overflow their offsets are collapsed from the start of a new solve (see
+  // PointsToGraph::overflowed). A round starts with those of the rounds before: finding them
+  // again costs a solve per burst, and the solves that find the last ones cost about as much as
+  // the whole round. Objects are named by their site, as a new round numbers them anew.
+  std::set<ObjectKey> Collapse;
   // Wrappers are found from a solution and change the next one (a wrapper of a wrapper shows
   // up only once the inner one is cloned), so iterate until the set is stable.
   for (R.Rounds = 1;; ++R.Rounds) {
-    // Objects that overflow their offsets are collapsed from the start of a new solve (see
-    // PointsToGraph::overflowed); the budget covers all the solves of a round.
-    DenseSet<ObjectId> Collapse;
+    // The budget covers all the solves of a round.
     uint64_t Spent = 0;
     for (unsigned Solve = 1;; ++Solve) {
       R.Graph = std::make_unique<PointsToGraph>(M, Sinks, R.Wrappers, Collapse);
@@ -131,11 +134,21 @@ DataplaneResult analyzeDataplane(const Module &M, const SinkCatalog &Sinks, uint
         return R;
       }
       if (R.Graph->overflowed().empty()) break;
-      Collapse.insert(R.Graph->overflowed().begin(), R.Graph->overflowed().end());
+      for (ObjectId Obj : R.Graph->overflowed())
+        Collapse.insert(R.Graph->key(Obj));
     }
     banLeakyWrappers(*R.Graph, R.Wrappers, Banned);
     DenseSet<const Function *> Next = findWrappers(M, *R.Graph, Banned);
     if (Next == R.Wrappers || R.Rounds == 8) break;
+    // A new wrapper's objects stand for its callers' memory no longer (each call site gets an
+    // object of its own): they may not overflow any more, so they are found again or not.
+    for (auto It = Collapse.begin(); It != Collapse.end();) {
+      const auto *Site = dyn_cast_or_null<Instruction>(It->second);
+      bool Cloned =
+          (It->first == ObjectKind::HeapAlloc || It->first == ObjectKind::WrapperResult) && Site &&
+          Next.count(Site->getFunction()) && !R.Wrappers.count(Site->getFunction());
+      It = Cloned ? Collapse.erase(It) : std::next(It);
+    }
     R.Wrappers = std::move(Next);
   }
   for (const SinkUse &Use : R.Graph->sinkUses())

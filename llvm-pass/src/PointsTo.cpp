@@ -80,7 +80,7 @@ static bool isRecurrence(const GetElementPtrInst &GEP) {
 
 PointsToGraph::PointsToGraph(const Module &M, const SinkCatalog &Sinks,
                              const DenseSet<const Function *> &Wrappers,
-                             const DenseSet<ObjectId> &Collapse)
+                             const std::set<ObjectKey> &Collapse)
     : M(M), DL(M.getDataLayout()), Sinks(Sinks), Wrappers(Wrappers), Collapse(Collapse) {
   SocketObject = newObject(ObjectKind::SocketFd, nullptr, nullptr);
   buildGlobals();
@@ -100,7 +100,7 @@ ObjectId PointsToGraph::newObject(ObjectKind Kind, const Value *Site, const Func
   WrapperWatch.emplace_back();
   SpreadWatchOf.emplace_back();
   ObjectOffsets.emplace_back();
-  Collapsed.push_back(Collapse.count(ObjectId(Objects.size() - 1)));
+  Collapsed.push_back(Collapse.count({Kind, Site}));
   Overflows.push_back(false);
   return ObjectId(Objects.size() - 1);
 }

@@ -111,6 +111,10 @@ constexpr size_t MaxOffsetsPerObject = 64;
 /// function or the pointer result of an unknown external call (one object per parameter/call).
 enum class ObjectKind { HeapAlloc, WrapperResult, Stack, Global, Function, SocketFd, External };
 
+/// Names an object in any graph of the module: object ids are numbered as a graph is built and
+/// shift when the wrappers change (each wrapper call site adds an object).
+using ObjectKey = std::pair<ObjectKind, const llvm::Value *>;
+
 struct AbstractObject {
   ObjectKind Kind;
   const llvm::Value *Site = nullptr;       ///< allocating call, wrapper call, alloca, global
@@ -132,11 +136,11 @@ int64_t gepFieldOffset(const llvm::GEPOperator &GEP, const llvm::DataLayout &DL)
 class PointsToGraph {
 public:
   /// Wrappers: functions whose direct call sites each get their own result object.
-  /// Collapse: objects that have a single field from the start (ids as this constructor numbers
-  /// them for these Wrappers, from overflowed() of an earlier graph).
+  /// Collapse: objects that have a single field from the start (from overflowed() of earlier
+  /// graphs, whatever their wrappers).
   PointsToGraph(const llvm::Module &M, const SinkCatalog &Sinks,
                 const llvm::DenseSet<const llvm::Function *> &Wrappers,
-                const llvm::DenseSet<ObjectId> &Collapse = {});
+                const std::set<ObjectKey> &Collapse = {});
   ~PointsToGraph();
   /// Solves to a fixed point, or stops after Budget units of work (pointees pushed along
   /// edges, edges added): compile time stays bounded on modules the solver handles badly.
@@ -165,6 +169,7 @@ public:
   PointeeSet cell(ObjectId Obj, uint32_t Offset) const;
   const std::set<uint32_t> &cellOffsets(ObjectId Obj) const;
   const AbstractObject &object(ObjectId Obj) const { return Objects[Obj]; }
+  ObjectKey key(ObjectId Obj) const { return {Objects[Obj].Kind, Objects[Obj].Site}; }
   /// A collapsed object has one field, at offset 0, standing for all its offsets.
   bool collapsed(ObjectId Obj) const { return Collapsed[Obj]; }
   size_t numObjects() const { return Objects.size(); }
@@ -359,7 +364,7 @@ private:
   std::vector<Pointee> NewCells;
   std::vector<std::set<uint32_t>> ObjectOffsets;
   std::vector<bool> Collapsed;
-  const llvm::DenseSet<ObjectId> Collapse;
+  const std::set<ObjectKey> Collapse;
   std::vector<ObjectId> Overflowed;
   std::vector<bool> Overflows;
   uint64_t Budget = UINT64_MAX;
