@@ -4,6 +4,7 @@
 #include <errno.h>
 #include <pthread.h>
 #include <stdbool.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -147,6 +148,29 @@ static int soft_post_recv(struct ibv_qp *qp, struct ibv_recv_wr *wr, struct ibv_
   return rc;
 }
 
+/* What a send of qp's type needs beyond its entries, as a NIC's provider reads it: 0, or the
+ * errno of a post the soft device refuses. A UD send is a datagram to an address handle that the
+ * provider reads while it builds the work queue entry (mlx5: set_datagram_seg), so one without
+ * dies in ibv_post_send, as here. */
+static int send_type_check(const struct ibv_qp *qp, const struct ibv_send_wr *wr) {
+  switch (qp->qp_type) {
+  case IBV_QPT_RC:
+  case IBV_QPT_UC:
+    return 0;
+  case IBV_QPT_UD:
+    if (!wr->wr.ud.ah) {
+      fprintf(stderr, "soft verbs: a UD send without an address handle: a NIC's provider reads "
+                      "through it (SIGSEGV)\n");
+      abort();
+    }
+    return EOPNOTSUPP; /* datagrams are not modelled */
+  case IBV_QPT_XRC_SEND:
+    return wr->qp_type.xrc.remote_srqn ? EOPNOTSUPP : EINVAL; /* no target SRQ: no message */
+  default:
+    return EOPNOTSUPP; /* raw Ethernet frames, XRC receive QPs (no send queue) */
+  }
+}
+
 static int soft_post_send(struct ibv_qp *qp, struct ibv_send_wr *wr, struct ibv_send_wr **bad) {
   struct soft_qp *q = (struct soft_qp *)qp;
   int rc = 0;
@@ -156,6 +180,8 @@ static int soft_post_send(struct ibv_qp *qp, struct ibv_send_wr *wr, struct ibv_
       rc = EINVAL;
     else if (q->w_n == SOFT_Q)
       rc = ENOMEM;
+    else
+      rc = send_type_check(qp, wr);
     if (rc) {
       *bad = wr;
       break;

@@ -3,7 +3,9 @@
  * query and modify) and the context's post and poll operations, so that verbs.c, built into a
  * test program without libibverbs, runs against it. One QP is connected to itself: a send lands
  * in its own oldest posted receive, or waits (as an RC sender retries after RNR) until one is
- * posted. Entries are checked against the MRs (receives need local write); a message longer than
+ * posted. Only RC and UC sends are modelled: a UD send without an address handle aborts, as the
+ * provider's read through it faults on a NIC, and other types' sends are refused. Entries are
+ * checked against the MRs (receives need local write); a message longer than
  * the receive is IBV_WC_LOC_LEN_ERR and the QP goes to error; error flushes every receive.
  * Enough for the tests, not a model of a NIC's timing. */
 #ifndef NIC_SOFT_VERBS_H
