@@ -588,6 +588,18 @@ NIC_EXPORT struct nic_endpoint *nic_verbs_endpoint(struct nic_backend *b, struct
     errno = EINVAL; /* a QP in another PD could not use our lkeys */
     return NULL;
   }
+  /* A post is a bare IBV_WR_SEND: no address handle, remote QP number, Q_Key or remote SRQ
+   * number, which UD and XRC sends need (a provider reads a UD send's handle: mlx5 faults on a
+   * NULL one), and no frame header for a raw packet QP. */
+  if (qp->qp_type != IBV_QPT_RC && qp->qp_type != IBV_QPT_UC) {
+    static const char once;
+    nic_plugin_log(NIC_PLUGIN_LOG_ERROR, &once,
+                   "verbs endpoint: queue pair type %d refused; only RC and UC queue pairs can "
+                   "send through nicmalloc",
+                   (int)qp->qp_type);
+    errno = EOPNOTSUPP;
+    return NULL;
+  }
   if (!send_cq) send_cq = qp->send_cq;
   struct nic_endpoint *ep = nic_plugin_calloc(1, sizeof *ep);
   if (!ep) return NULL;

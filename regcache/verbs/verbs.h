@@ -29,7 +29,9 @@ struct ibv_pd *nic_verbs_pd(struct nic_backend *b);
 
 /* An endpoint over the application's QP. send_cq is the QP's send CQ (NULL: qp->send_cq) and
  * must carry only nicmalloc's posts: poll() takes every completion it finds there. NULL with
- * errno EINVAL (no QP, or a QP outside nic_verbs_pd), or ENOMEM. */
+ * errno EINVAL (no QP, or a QP outside nic_verbs_pd), EOPNOTSUPP (a QP type other than RC and
+ * UC: a post is a bare send, with no address handle or remote QP number; said once, the public
+ * constructor counts it), or ENOMEM. */
 struct nic_endpoint *nic_verbs_endpoint(struct nic_backend *b, struct ibv_qp *qp,
                                         struct ibv_cq *send_cq);
 /* 0, or -EBUSY while posts on it are in flight, or while it receives and a receive buffer is
