@@ -47,15 +47,31 @@ struct nic_endpoint {
   struct ibv_mr *rx_mr; /* the block's own MR when that registration lacks local write */
 };
 
-/* One post; wr_id points here until its completion runs. */
+/* One post, in the table of live posts from before its ibv_post_send until its completion is
+ * reaped: its wr_id names its slot there. */
 struct vpost {
   nic_completion_fn done;
   void *arg;
   struct nic_endpoint *ep;
   struct vpost *next; /* on the list of finished posts poll() takes from */
+  uint64_t wr_id;
   int status;
   unsigned n;
   uint32_t slots[];
+};
+
+/* A send's wr_id: this tag in the top 16 bits (no user-space pointer has them set, so the
+ * application's own wr_ids, often pointers, never carry it), the slot's generation in the next
+ * 16, the slot in the low 32. A completion is taken as one of nicmalloc's only when its wr_id
+ * names a live post of this very CQ: nothing read through a pointer the completion carries. */
+#define VERBS_WR_TAG ((uint64_t)0x9e1c << 48)
+#define VERBS_WR_TAG_MASK ((uint64_t)0xffff << 48)
+#define VERBS_LIVE_NONE UINT32_MAX
+
+struct vlive {
+  struct vpost *p;    /* NULL: free */
+  uint32_t next_free; /* free slots are a list */
+  uint16_t gen;       /* bumped as the slot is freed: a stale wr_id names no post */
 };
 
 struct vbackend {
@@ -67,7 +83,9 @@ struct vbackend {
   pthread_mutex_t lock;     /* endpoint list, finished posts */
   struct nic_endpoint *eps;
   struct vpost *soft_head, *soft_tail; /* finished: the NIC never saw them, or reaped */
-  struct nic_verbs_rx_memory rx_mem;   /* where receive buffers come from (libnicmalloc's) */
+  struct vlive *live;                  /* under lock: posts the NIC may complete */
+  uint32_t live_cap, live_free;
+  struct nic_verbs_rx_memory rx_mem; /* where receive buffers come from (libnicmalloc's) */
   struct vreg regs[VERBS_MAX_REGS];
 };
 
@@ -156,6 +174,58 @@ static int find_reg(struct vbackend *vb, const struct nic_sge *s) {
   return a >= lo && a - lo <= mr->length && s->len <= mr->length - (a - lo) ? (int)s->handle : -1;
 }
 
+/* Makes room for one more live post: the table doubles, allocated outside the lock. */
+static int live_grow(struct vbackend *vb) {
+  pthread_mutex_lock(&vb->lock);
+  const uint32_t cap = vb->live_cap;
+  const bool full = vb->live_free == VERBS_LIVE_NONE;
+  pthread_mutex_unlock(&vb->lock);
+  if (!full) return 0;
+  const uint32_t ncap = cap ? cap * 2 : 256;
+  struct vlive *n = ncap > cap ? nic_plugin_calloc(ncap, sizeof *n) : NULL;
+  struct vlive *old = n; /* freed below: the table replaced, or n when another thread grew it */
+  if (!n) return -ENOMEM;
+  pthread_mutex_lock(&vb->lock);
+  if (vb->live_cap == cap) { /* nobody grew it meanwhile */
+    if (cap) memcpy(n, vb->live, cap * sizeof *n);
+    for (uint32_t i = cap; i < ncap; i++)
+      n[i].next_free = i + 1 < ncap ? i + 1 : vb->live_free;
+    old = vb->live;
+    vb->live = n;
+    vb->live_cap = ncap;
+    vb->live_free = cap;
+  }
+  pthread_mutex_unlock(&vb->lock);
+  nic_plugin_free(old);
+  return 0;
+}
+
+static bool live_add_locked(struct vbackend *vb, struct vpost *p) {
+  const uint32_t i = vb->live_free;
+  if (i == VERBS_LIVE_NONE) return false;
+  struct vlive *l = &vb->live[i];
+  vb->live_free = l->next_free;
+  l->p = p;
+  p->wr_id = VERBS_WR_TAG | (uint64_t)l->gen << 32 | i;
+  return true;
+}
+
+/* The live post wr_id names, taken off the table, if it was posted to an endpoint completing on
+ * cq; else NULL (a work request that is not nicmalloc's). */
+static struct vpost *live_take_locked(struct vbackend *vb, uint64_t wr_id,
+                                      const struct ibv_cq *cq) {
+  const uint32_t i = (uint32_t)wr_id;
+  if ((wr_id & VERBS_WR_TAG_MASK) != VERBS_WR_TAG || i >= vb->live_cap) return NULL;
+  struct vlive *l = &vb->live[i];
+  struct vpost *p = l->p;
+  if (!p || p->wr_id != wr_id || (cq && p->ep->cq != cq)) return NULL;
+  l->p = NULL;
+  l->gen++;
+  l->next_free = vb->live_free;
+  vb->live_free = i;
+  return p;
+}
+
 static void finish(struct vbackend *vb, struct vpost *p, int status) {
   for (unsigned i = 0; i < p->n; i++)
     atomic_fetch_sub(&vb->regs[p->slots[i]].inflight, 1);
@@ -208,8 +278,15 @@ static int vpost(struct nic_backend *b, struct nic_endpoint *ep, const struct ni
     list[i] =
         (struct ibv_sge){.addr = (uintptr_t)sge[i].addr, .length = sge[i].len, .lkey = sge[i].lkey};
   }
+  while (!status) {
+    pthread_mutex_lock(&vb->lock);
+    const bool added = live_add_locked(vb, p);
+    pthread_mutex_unlock(&vb->lock);
+    if (added) break;
+    status = live_grow(vb);
+  }
   if (!status) {
-    struct ibv_send_wr wr = {.wr_id = (uintptr_t)p,
+    struct ibv_send_wr wr = {.wr_id = p->wr_id,
                              .sg_list = list,
                              .num_sge = (int)n,
                              .opcode = IBV_WR_SEND,
@@ -218,12 +295,32 @@ static int vpost(struct nic_backend *b, struct nic_endpoint *ep, const struct ni
     int rc = ibv_post_send(ep->qp, &wr, &bad);
     if (!rc) return 0;
     status = rc == ENOMEM ? -EAGAIN : -rc; /* ENOMEM: send queue full */
+    pthread_mutex_lock(&vb->lock);
+    live_take_locked(vb, p->wr_id, NULL);
+    pthread_mutex_unlock(&vb->lock);
   }
   soft_complete(vb, p, status);
   return 0;
 }
 
 static int poll_recv(struct vbackend *vb, int max, int *reaped);
+
+/* A completion from a send CQ onto the queue of finished posts. One that names no live post of
+ * that CQ is the application's own work request (a signaled RDMA read or write on the QP, say,
+ * against verbs.h): counted and dropped, never followed as a pointer. */
+static void reaped_send_locked(struct vbackend *vb, const struct ibv_cq *cq,
+                               const struct ibv_wc *wc) {
+  struct vpost *p = live_take_locked(vb, wc->wr_id, cq);
+  if (p) {
+    queue_done_locked(vb, p, nic_verbs_wc_errno(wc->status));
+    return;
+  }
+  nic_plugin_api_error(NIC_PLUGIN_API_ENDPOINT,
+                       "verbs: a completion on the send CQ of an endpoint names no post of "
+                       "nicmalloc's (wr_id %#llx, opcode %d: the application's own work request?); "
+                       "the CQ must carry only nicmalloc's sends. Dropped",
+                       (unsigned long long)wc->wr_id, (int)wc->opcode);
+}
 
 /* Finished posts are taken one at a time, work completions reaped onto the same queue first:
  * a done() that writes its own buffer may have to wait for another finished post on the same
@@ -242,12 +339,11 @@ static int vpoll(struct nic_backend *b, int max) {
       const int limit = 32 < max - ran ? 32 : max - ran;
       int got = 0;
       for (struct nic_endpoint *ep = vb->eps; ep && got < limit; ep = ep->next) {
-        int k = ibv_poll_cq(ep->cq, limit - got, wc + got);
+        const int k = ibv_poll_cq(ep->cq, limit - got, wc + got);
+        for (int i = got; i < got + (k > 0 ? k : 0); i++)
+          reaped_send_locked(vb, ep->cq, &wc[i]);
         got += k > 0 ? k : 0;
       }
-      for (int i = 0; i < got; i++)
-        queue_done_locked(vb, (struct vpost *)(uintptr_t)wc[i].wr_id,
-                          nic_verbs_wc_errno(wc[i].status));
     }
     struct vpost *p = vb->soft_head;
     if (p && !(vb->soft_head = p->next)) vb->soft_tail = NULL;
@@ -562,6 +658,7 @@ static void vclose(struct nic_backend *b) {
   }
   if (vb->pd) ibv_dealloc_pd(vb->pd);
   if (vb->ctx) ibv_close_device(vb->ctx);
+  nic_plugin_free(vb->live);
   pthread_mutex_destroy(&vb->lock);
   pthread_mutex_destroy(&vb->reg_lock);
   nic_plugin_free(vb);
@@ -705,6 +802,7 @@ static int setup(struct vbackend *vb, struct ibv_device *dev) {
       .endpoint_receive = v_endpoint_receive,
       .rx_recycle = v_rx_recycle,
       .endpoint_max_entries = v_endpoint_max_entries};
+  vb->live_free = VERBS_LIVE_NONE;
   pthread_mutex_init(&vb->reg_lock, NULL);
   return pthread_mutex_init(&vb->lock, NULL);
 }

@@ -28,7 +28,9 @@ struct ibv_context *nic_verbs_context(struct nic_backend *b);
 struct ibv_pd *nic_verbs_pd(struct nic_backend *b);
 
 /* An endpoint over the application's QP. send_cq is the QP's send CQ (NULL: qp->send_cq) and
- * must carry only nicmalloc's posts: poll() takes every completion it finds there. NULL with
+ * must carry only nicmalloc's posts: poll() takes every completion it finds there, and one that
+ * names no post of nicmalloc's (the application's own signaled work request) is dropped, said
+ * once and counted among the endpoint API errors. NULL with
  * errno EINVAL (no QP, or a QP outside nic_verbs_pd), EOPNOTSUPP (a QP type other than RC and
  * UC: a post is a bare send, with no address handle or remote QP number; said once, the public
  * constructor counts it), or ENOMEM. */

@@ -274,6 +274,41 @@ TEST_F(SoftVerbs, ACompletionOfTheApplicationsOwnReceiveIsDroppedNotFollowed) {
   EXPECT_EQ(b->dereg(b, &oreg), 0);
 }
 
+// The application's own signaled work requests on an endpoint's QP complete on its send CQ too
+// (an RDMA read or write with a key from nic_register, say): their completions are dropped,
+// said and counted, not taken for nicmalloc's posts. Their wr_id was cast to a post and followed
+// (SIGSEGV on 0x4141; a pointer to the application's own record is followed just the same).
+TEST_F(SoftVerbs, ACompletionOfTheApplicationsOwnSendIsDroppedNotFollowed) {
+  Open();
+  ASSERT_EQ(b->endpoint_receive(b, ep, Rx::Fn, &rx), 0); // where the sends land
+  char *msg = static_cast<char *>(nic_malloc(16));
+  memcpy(msg, "app", 3);
+  static char record[64]; // what an application's wr_id may point at
+  memset(record, 0x41, sizeof record);
+  for (uint64_t wr_id : {uint64_t{0x4141}, reinterpret_cast<uint64_t>(record)}) {
+    ibv_sge sge = {reinterpret_cast<uintptr_t>(msg), 3, chunk.lkey};
+    ibv_send_wr wr{}, *bad = nullptr;
+    wr.wr_id = wr_id;
+    wr.sg_list = &sge;
+    wr.num_sge = 1;
+    wr.opcode = IBV_WR_SEND;
+    wr.send_flags = IBV_SEND_SIGNALED;
+    ASSERT_EQ(ibv_post_send(qp, &wr, &bad), 0);
+  }
+  Done d;
+  Send("ours", &d);
+  testing::internal::CaptureStderr();
+  Poll();
+  const std::string err = testing::internal::GetCapturedStderr();
+  EXPECT_EQ(d.calls, 1);
+  EXPECT_EQ(d.status, 0);
+  ASSERT_EQ(rx.msgs.size(), 3u);
+  EXPECT_EQ(rx.msgs[2], "ours");
+  EXPECT_NE(err.find("names no post of nicmalloc's"), std::string::npos) << err;
+  EXPECT_EQ(CloseReceiving(), 0);
+  free(msg);
+}
+
 TEST_F(SoftVerbs, QueuePairsItCannotServeAndBadCallsAreRefused) {
   Open();
   ibv_pd *pd = nic_verbs_pd(b);
