@@ -2,19 +2,23 @@
 #include "soft_verbs.h"
 
 #include <errno.h>
+#include <fcntl.h>
 #include <pthread.h>
 #include <stdbool.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/eventfd.h>
+#include <unistd.h>
 
 #define SOFT_Q 256 /* work requests or completions a queue holds */
 #define SOFT_MRS 64
 
 struct soft_cq {
-  struct ibv_cq cq;
+  struct ibv_cq cq; /* cq.cqe: the completions it holds */
   struct ibv_wc wc[SOFT_Q];
   unsigned head, n;
+  unsigned overrun; /* 1 once a completion found it full */
 };
 
 struct soft_send {
@@ -34,6 +38,9 @@ struct soft_qp {
 };
 
 static pthread_mutex_t lock = PTHREAD_MUTEX_INITIALIZER;
+/* Asynchronous events not yet read (one context at a time is enough for the tests). */
+static struct ibv_async_event events[SOFT_Q];
+static unsigned events_n;
 static struct ibv_device device;
 static struct ibv_device *devices[2] = {&device, NULL};
 static struct ibv_mr *mrs[SOFT_MRS];
@@ -44,9 +51,19 @@ void soft_verbs_set_devices(int n) {
   devices_listed = n;
 }
 
+static void event_locked(struct ibv_async_event ev) {
+  if (events_n < SOFT_Q) events[events_n++] = ev;
+}
+
+/* A completion into a full CQ overruns it, as on a NIC: the CQ is in error, the completion and
+ * every later one are lost (their posts never complete) and IBV_EVENT_CQ_ERR is raised. */
 static void push(struct ibv_cq *cq, struct ibv_wc wc) {
   struct soft_cq *c = (struct soft_cq *)cq;
-  if (c->n == SOFT_Q) abort(); /* a CQ overrun: the test is wrong */
+  if (!c->overrun && c->n == (unsigned)c->cq.cqe) {
+    c->overrun = 1;
+    event_locked((struct ibv_async_event){.element.cq = cq, .event_type = IBV_EVENT_CQ_ERR});
+  }
+  if (c->overrun) return;
   c->wc[(c->head + c->n++) % SOFT_Q] = wc;
 }
 
@@ -220,6 +237,10 @@ const char *ibv_get_device_name(struct ibv_device *dev) {
 struct ibv_context *ibv_open_device(struct ibv_device *dev) {
   struct ibv_context *ctx = calloc(1, sizeof *ctx);
   if (!ctx) return NULL;
+  if ((ctx->async_fd = eventfd(0, EFD_CLOEXEC)) < 0) {
+    free(ctx);
+    return NULL;
+  }
   ctx->device = dev;
   ctx->ops.poll_cq = soft_poll_cq;
   ctx->ops.post_send = soft_post_send;
@@ -227,6 +248,10 @@ struct ibv_context *ibv_open_device(struct ibv_device *dev) {
   return ctx; /* abi_compat NULL: not extended, so queries take the legacy calls */
 }
 int ibv_close_device(struct ibv_context *ctx) {
+  close(ctx->async_fd);
+  pthread_mutex_lock(&lock);
+  events_n = 0;
+  pthread_mutex_unlock(&lock);
   free(ctx);
   return 0;
 }
@@ -301,6 +326,28 @@ int soft_verbs_mr_access(uint32_t lkey) {
   return access;
 }
 
+/* The oldest event not read. Blocking on none would hang the caller for good here (no NIC
+ * raises one later): the device aborts instead, saying so. */
+int ibv_get_async_event(struct ibv_context *ctx, struct ibv_async_event *ev) {
+  pthread_mutex_lock(&lock);
+  const bool any = events_n > 0;
+  if (any) {
+    *ev = events[0];
+    memmove(events, events + 1, --events_n * sizeof events[0]);
+  }
+  pthread_mutex_unlock(&lock);
+  if (any) return 0;
+  if (!(fcntl(ctx->async_fd, F_GETFL) & O_NONBLOCK)) {
+    fprintf(stderr, "soft verbs: ibv_get_async_event blocks on a context with no event\n");
+    abort();
+  }
+  errno = EAGAIN;
+  return -1;
+}
+void ibv_ack_async_event(struct ibv_async_event *ev) {
+  (void)ev;
+}
+
 int ibv_query_qp(struct ibv_qp *qp, struct ibv_qp_attr *attr, int mask,
                  struct ibv_qp_init_attr *init) {
   (void)mask;
@@ -334,12 +381,35 @@ int ibv_modify_qp(struct ibv_qp *qp, struct ibv_qp_attr *attr, int mask) {
   return 0;
 }
 
-struct ibv_cq *soft_verbs_cq(struct ibv_context *ctx) {
+struct ibv_cq *soft_verbs_cq_depth(struct ibv_context *ctx, int cqe) {
   struct soft_cq *c = calloc(1, sizeof *c);
   if (!c) return NULL;
   c->cq.context = ctx;
-  c->cq.cqe = SOFT_Q;
+  c->cq.cqe = cqe > 0 && cqe < SOFT_Q ? cqe : SOFT_Q;
   return &c->cq;
+}
+
+struct ibv_cq *soft_verbs_cq(struct ibv_context *ctx) {
+  return soft_verbs_cq_depth(ctx, SOFT_Q);
+}
+
+/* A count of the device's state, read under its lock. */
+static unsigned read_locked(const unsigned *count) {
+  pthread_mutex_lock(&lock);
+  const unsigned n = *count;
+  pthread_mutex_unlock(&lock);
+  return n;
+}
+
+bool soft_verbs_cq_overrun(struct ibv_cq *cq) {
+  return read_locked(&((struct soft_cq *)cq)->overrun) != 0;
+}
+
+void soft_verbs_qp_fatal(struct ibv_qp *qp) {
+  pthread_mutex_lock(&lock);
+  to_error_locked((struct soft_qp *)qp);
+  event_locked((struct ibv_async_event){.element.qp = qp, .event_type = IBV_EVENT_QP_FATAL});
+  pthread_mutex_unlock(&lock);
 }
 
 struct ibv_qp *soft_verbs_qp(struct ibv_pd *pd, struct ibv_cq *scq, struct ibv_cq *rcq,
@@ -368,17 +438,11 @@ void soft_verbs_qp_send_sge(struct ibv_qp *qp, uint32_t max_send_sge) {
 }
 
 unsigned soft_verbs_rq_posted(struct ibv_qp *qp) {
-  pthread_mutex_lock(&lock);
-  const unsigned n = ((struct soft_qp *)qp)->rq_n;
-  pthread_mutex_unlock(&lock);
-  return n;
+  return read_locked(&((struct soft_qp *)qp)->rq_n);
 }
 
 unsigned soft_verbs_sends_waiting(struct ibv_qp *qp) {
-  pthread_mutex_lock(&lock);
-  const unsigned n = ((struct soft_qp *)qp)->w_n;
-  pthread_mutex_unlock(&lock);
-  return n;
+  return read_locked(&((struct soft_qp *)qp)->w_n);
 }
 
 bool soft_verbs_write_with_imm(struct ibv_qp *qp, uint32_t len) {

@@ -6,8 +6,11 @@
  * posted. Only RC and UC sends are modelled: a UD send without an address handle aborts, as the
  * provider's read through it faults on a NIC, and other types' sends are refused. Entries are
  * checked against the MRs (receives need local write); a message longer than
- * the receive is IBV_WC_LOC_LEN_ERR and the QP goes to error; error flushes every receive.
- * Enough for the tests, not a model of a NIC's timing. */
+ * the receive is IBV_WC_LOC_LEN_ERR and the QP goes to error; error flushes every receive. A
+ * completion into a full CQ overruns it: the CQ is in error and loses it and every later one,
+ * and IBV_EVENT_CQ_ERR waits for ibv_get_async_event (which aborts where it would block on a
+ * context with no event: nothing would ever raise one). Enough for the tests, not a model of a
+ * NIC's timing. */
 #ifndef NIC_SOFT_VERBS_H
 #define NIC_SOFT_VERBS_H
 
@@ -22,7 +25,14 @@ extern "C" {
 
 /* How many devices ibv_get_device_list reports (1, or 0 for "no device"). */
 void soft_verbs_set_devices(int n);
+/* A CQ of 256 completions, or of cqe (1 to 256). */
 struct ibv_cq *soft_verbs_cq(struct ibv_context *ctx);
+struct ibv_cq *soft_verbs_cq_depth(struct ibv_context *ctx, int cqe);
+/* Whether a completion found cq full (and was lost, with every later one). */
+bool soft_verbs_cq_overrun(struct ibv_cq *cq);
+/* What a NIC does to a QP it can no longer serve: the QP goes to error (flushing its work
+ * requests) and IBV_EVENT_QP_FATAL is raised. */
+void soft_verbs_qp_fatal(struct ibv_qp *qp);
 /* A QP in RESET, with one receive entry per work request. */
 struct ibv_qp *soft_verbs_qp(struct ibv_pd *pd, struct ibv_cq *scq, struct ibv_cq *rcq,
                              enum ibv_qp_type type, uint32_t max_recv_wr, struct ibv_srq *srq);
