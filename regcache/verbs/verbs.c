@@ -10,10 +10,12 @@
 #include "plugin_services.h"
 
 #include <errno.h>
+#include <fcntl.h>
 #include <infiniband/verbs.h>
 #include <pthread.h>
 #include <stdatomic.h>
 #include <string.h>
+#include <time.h>
 
 #define VERBS_MAX_REGS 4096 /* chunks plus the registration cache's regions */
 #define VERBS_MAX_SGE 64    /* stack array per post; devices offer ~30 */
@@ -30,9 +32,21 @@ struct vreg {
   atomic_uint inflight;
 };
 
+/* A CQ endpoints complete on, and how many more work requests may complete there. Every post is
+ * signaled and every receive completes, several endpoints may share a CQ, and a completion into a
+ * full CQ overruns it: the CQ and its QPs go to error and completions are lost, so posts never
+ * complete. Under the backend's lock. */
+struct vcq {
+  struct ibv_cq *cq;
+  int room;       /* cq->cqe less live sends completing there and receives reserved there */
+  unsigned users; /* endpoints sending or receiving through it */
+  struct vcq *next;
+};
+
 struct nic_endpoint {
   struct ibv_qp *qp;
   struct ibv_cq *cq;
+  struct vcq *send_room;
   uint32_t max_sge;
   atomic_uint inflight;
   struct nic_endpoint *next;
@@ -42,9 +56,11 @@ struct nic_endpoint {
   nic_endpoint_rx_fn rx_fn;
   void *rx_arg;
   bool rx_starting, rx_flushing;
-  int64_t rx_slot;      /* the registration of the block counted in flight, or -1 */
-  uint32_t rx_lkey;     /* the chunk registration's lkey (rx_slot) */
-  struct ibv_mr *rx_mr; /* the block's own MR when that registration lacks local write */
+  int64_t rx_slot;       /* the registration of the block counted in flight, or -1 */
+  uint32_t rx_lkey;      /* the chunk registration's lkey (rx_slot) */
+  struct ibv_mr *rx_mr;  /* the block's own MR when that registration lacks local write */
+  struct vcq *recv_room; /* rcq's, with rx_reserved of its room taken while it receives */
+  unsigned rx_reserved;
 };
 
 /* One post, in the table of live posts from before its ibv_post_send until its completion is
@@ -85,6 +101,8 @@ struct vbackend {
   struct vpost *soft_head, *soft_tail; /* finished: the NIC never saw them, or reaped */
   struct vlive *live;                  /* under lock: posts the NIC may complete */
   uint32_t live_cap, live_free;
+  struct vcq *cqs;                   /* under lock */
+  _Atomic int64_t async_ms;          /* when poll last read the device's asynchronous events */
   struct nic_verbs_rx_memory rx_mem; /* where receive buffers come from (libnicmalloc's) */
   struct vreg regs[VERBS_MAX_REGS];
 };
@@ -200,14 +218,18 @@ static int live_grow(struct vbackend *vb) {
   return 0;
 }
 
-static bool live_add_locked(struct vbackend *vb, struct vpost *p) {
+/* p into the table, counted against its CQ's room: 1; 0 when the table is full; -EAGAIN when
+ * the CQ has no room for its completion. */
+static int live_add_locked(struct vbackend *vb, struct vpost *p) {
   const uint32_t i = vb->live_free;
-  if (i == VERBS_LIVE_NONE) return false;
+  if (p->ep->send_room->room <= 0) return -EAGAIN;
+  if (i == VERBS_LIVE_NONE) return 0;
   struct vlive *l = &vb->live[i];
   vb->live_free = l->next_free;
   l->p = p;
   p->wr_id = VERBS_WR_TAG | (uint64_t)l->gen << 32 | i;
-  return true;
+  p->ep->send_room->room--;
+  return 1;
 }
 
 /* The live post wr_id names, taken off the table, if it was posted to an endpoint completing on
@@ -223,7 +245,35 @@ static struct vpost *live_take_locked(struct vbackend *vb, uint64_t wr_id,
   l->gen++;
   l->next_free = vb->live_free;
   vb->live_free = i;
+  p->ep->send_room->room++;
   return p;
+}
+
+/* cq's books, one more user; spare (allocated outside the lock) becomes them for a CQ not yet
+ * known, and is then taken (*spare = NULL). */
+static struct vcq *vcq_use_locked(struct vbackend *vb, struct ibv_cq *cq, struct vcq **spare) {
+  struct vcq *v = vb->cqs;
+  while (v && v->cq != cq)
+    v = v->next;
+  if (!v) {
+    v = *spare;
+    *spare = NULL;
+    *v = (struct vcq){.cq = cq, .room = cq->cqe, .next = vb->cqs};
+    vb->cqs = v;
+  }
+  v->users++;
+  return v;
+}
+
+/* One user fewer; the books, when that was the last, for the caller to free after the lock. */
+static struct vcq *vcq_leave_locked(struct vbackend *vb, struct vcq *v) {
+  if (!v || --v->users) return NULL;
+  for (struct vcq **pp = &vb->cqs; *pp; pp = &(*pp)->next)
+    if (*pp == v) {
+      *pp = v->next;
+      break;
+    }
+  return v;
 }
 
 static void finish(struct vbackend *vb, struct vpost *p, int status) {
@@ -252,7 +302,7 @@ static void soft_complete(struct vbackend *vb, struct vpost *p, int status) {
   pthread_mutex_unlock(&vb->lock);
 }
 
-/* Failures after validation (uncovered entry: -EFAULT; send queue full: -EAGAIN) complete
+/* Failures after validation (uncovered entry: -EFAULT; send queue or CQ full: -EAGAIN) complete
  * through poll like a NIC error would, so callers handle one path. */
 static int vpost(struct nic_backend *b, struct nic_endpoint *ep, const struct nic_sge *sge,
                  unsigned n, nic_completion_fn done, void *arg) {
@@ -280,10 +330,10 @@ static int vpost(struct nic_backend *b, struct nic_endpoint *ep, const struct ni
   }
   while (!status) {
     pthread_mutex_lock(&vb->lock);
-    const bool added = live_add_locked(vb, p);
+    const int added = live_add_locked(vb, p);
     pthread_mutex_unlock(&vb->lock);
-    if (added) break;
-    status = live_grow(vb);
+    if (added > 0) break;
+    status = added < 0 ? added : live_grow(vb); /* -EAGAIN: the send CQ is full */
   }
   if (!status) {
     struct ibv_send_wr wr = {.wr_id = p->wr_id,
@@ -326,9 +376,56 @@ static void reaped_send_locked(struct vbackend *vb, const struct ibv_cq *cq,
  * a done() that writes its own buffer may have to wait for another finished post on the same
  * page to let go of it (the fences wait on its page references), and only a post still on the
  * queue can be completed by the poll that wait makes, or by the fence's poller thread. */
+/* What an asynchronous event means for nicmalloc's posts, said once per kind. */
+static void tell_event(const struct ibv_async_event *ev) {
+  static const char cq_err, qp_err, dev_err;
+  switch (ev->event_type) {
+  case IBV_EVENT_CQ_ERR:
+    nic_plugin_log(NIC_PLUGIN_LOG_ERROR, &cq_err,
+                   "verbs: CQ %p is in error (IBV_EVENT_CQ_ERR: overrun, or the NIC failed it); "
+                   "the posts and receives completing there may never complete",
+                   (void *)ev->element.cq);
+    break;
+  case IBV_EVENT_QP_FATAL:
+  case IBV_EVENT_QP_REQ_ERR:
+  case IBV_EVENT_QP_ACCESS_ERR:
+    nic_plugin_log(NIC_PLUGIN_LOG_ERROR, &qp_err,
+                   "verbs: queue pair %u is in the error state (%s); its posts and receives end "
+                   "flushed",
+                   ev->element.qp ? ev->element.qp->qp_num : 0,
+                   ev->event_type == IBV_EVENT_QP_FATAL     ? "IBV_EVENT_QP_FATAL"
+                   : ev->event_type == IBV_EVENT_QP_REQ_ERR ? "IBV_EVENT_QP_REQ_ERR"
+                                                            : "IBV_EVENT_QP_ACCESS_ERR");
+    break;
+  case IBV_EVENT_DEVICE_FATAL:
+    nic_plugin_log(NIC_PLUGIN_LOG_ERROR, &dev_err,
+                   "verbs: the device failed (IBV_EVENT_DEVICE_FATAL); no post will complete");
+    break;
+  default:
+    break;
+  }
+}
+
+/* The device's asynchronous events, read without blocking (the descriptor is made so at open)
+ * at most once per tick of the coarse clock, so that a poll makes no system call as a rule:
+ * only they say that a CQ or QP broke and its posts will not complete. */
+static void read_events(struct vbackend *vb) {
+  struct timespec now;
+  clock_gettime(CLOCK_MONOTONIC_COARSE, &now);
+  const int64_t ms = (int64_t)now.tv_sec * 1000 + now.tv_nsec / 1000000;
+  int64_t last = atomic_load_explicit(&vb->async_ms, memory_order_relaxed);
+  if (ms == last || !atomic_compare_exchange_strong(&vb->async_ms, &last, ms)) return;
+  struct ibv_async_event ev;
+  while (!ibv_get_async_event(vb->ctx, &ev)) {
+    tell_event(&ev);
+    ibv_ack_async_event(&ev);
+  }
+}
+
 static int vpoll(struct nic_backend *b, int max) {
   struct vbackend *vb = vb_of(b);
   int ran = 0;
+  read_events(vb);
   const bool receives = max != NIC_POLL_COMPLETIONS_ONLY;
   if (max <= 0) max = 1 << 30;
   while (ran < max) {
@@ -421,6 +518,28 @@ static struct nic_verbs_rx_qp rx_qp_locked(struct vbackend *vb, struct nic_endpo
   return q;
 }
 
+/* The receive CQ's room that ep's receives took, given back; its books, when ep was their last
+ * user, for the caller to free after the lock. */
+static struct vcq *rx_room_back_locked(struct vbackend *vb, struct nic_endpoint *ep) {
+  struct vcq *v = ep->recv_room;
+  if (!v) return NULL;
+  v->room += (int)ep->rx_reserved;
+  ep->recv_room = NULL;
+  ep->rx_reserved = 0;
+  return vcq_leave_locked(vb, v);
+}
+
+/* As many of count receives as the receive CQ has room for, taken from it: 0 when none. */
+static unsigned rx_room_take_locked(struct vbackend *vb, struct nic_endpoint *ep, unsigned count,
+                                    struct vcq **spare) {
+  struct vcq *v = vcq_use_locked(vb, ep->qp->recv_cq, spare);
+  const unsigned n = v->room <= 0 ? 0 : (unsigned)v->room < count ? (unsigned)v->room : count;
+  v->room -= (int)n;
+  ep->recv_room = v;
+  ep->rx_reserved = n;
+  return n;
+}
+
 static int v_endpoint_receive(struct nic_backend *b, struct nic_endpoint *ep, nic_endpoint_rx_fn fn,
                               void *arg) {
   struct vbackend *vb = vb_of(b);
@@ -436,6 +555,8 @@ static int v_endpoint_receive(struct nic_backend *b, struct nic_endpoint *ep, ni
                          "endpoint made outside nic_verbs_endpoint_create?)");
     return -EOPNOTSUPP;
   }
+  struct vcq *spare = nic_plugin_calloc(1, sizeof *spare), *gone = NULL;
+  if (!spare) return -ENOMEM;
   pthread_mutex_lock(&vb->lock);
   if (!ep_listed_locked(vb, ep))
     rc = -EINVAL, why = "not an endpoint of the verbs backend";
@@ -447,8 +568,15 @@ static int v_endpoint_receive(struct nic_backend *b, struct nic_endpoint *ep, ni
     struct nic_verbs_rx_qp q = rx_qp_locked(vb, ep, &attr, &init);
     rc = nic_verbs_rx_check(&q, &count, &why);
   }
+  /* Each buffer has one receive posted at most: count of them never overrun the CQ. */
+  if (!rc && !(count = rx_room_take_locked(vb, ep, count, &spare))) {
+    gone = rx_room_back_locked(vb, ep);
+    rc = -ENOSPC, why = "its receive CQ has no room left: the receives of other endpoints fill it";
+  }
   if (!rc) ep->rx_starting = true; /* the endpoint stays while it is set: close says -EBUSY */
   pthread_mutex_unlock(&vb->lock);
+  nic_plugin_free(spare);
+  nic_plugin_free(gone);
   if (rc) {
     nic_plugin_api_error(NIC_PLUGIN_API_ENDPOINT, "verbs receive on endpoint %p: %s", (void *)ep,
                          why);
@@ -480,8 +608,10 @@ static int v_endpoint_receive(struct nic_backend *b, struct nic_endpoint *ep, ni
       ep->rx = NULL;
     }
   }
+  if (rc) gone = rx_room_back_locked(vb, ep);
   ep->rx_starting = false;
   pthread_mutex_unlock(&vb->lock);
+  nic_plugin_free(gone);
   if (rc) {
     rx_unregister(vb, ep);
     if (block) vb->rx_mem.free(block);
@@ -656,6 +786,11 @@ static void vclose(struct nic_backend *b) {
     nic_plugin_free(vb->eps);
     vb->eps = next;
   }
+  while (vb->cqs) {
+    struct vcq *next = vb->cqs->next;
+    nic_plugin_free(vb->cqs);
+    vb->cqs = next;
+  }
   if (vb->pd) ibv_dealloc_pd(vb->pd);
   if (vb->ctx) ibv_close_device(vb->ctx);
   nic_plugin_free(vb->live);
@@ -699,7 +834,11 @@ NIC_EXPORT struct nic_endpoint *nic_verbs_endpoint(struct nic_backend *b, struct
   }
   if (!send_cq) send_cq = qp->send_cq;
   struct nic_endpoint *ep = nic_plugin_calloc(1, sizeof *ep);
-  if (!ep) return NULL;
+  struct vcq *spare = ep ? nic_plugin_calloc(1, sizeof *spare) : NULL;
+  if (!spare) {
+    nic_plugin_free(ep);
+    return NULL;
+  }
   *ep = (struct nic_endpoint){.qp = qp, .cq = send_cq, .max_sge = b->caps.max_sge, .rx_slot = -1};
   if (!ibv_query_qp(qp, &attr, IBV_QP_CAP, &init) && init.cap.max_send_sge < ep->max_sge)
     ep->max_sge = init.cap.max_send_sge;
@@ -709,10 +848,12 @@ NIC_EXPORT struct nic_endpoint *nic_verbs_endpoint(struct nic_backend *b, struct
   for (const struct nic_endpoint *e = vb_of(b)->eps; e; e = e->next)
     shared |= e->rx && e->rcq == send_cq;
   if (!shared) {
+    ep->send_room = vcq_use_locked(vb_of(b), send_cq, &spare);
     ep->next = vb_of(b)->eps;
     vb_of(b)->eps = ep;
   }
   pthread_mutex_unlock(&vb_of(b)->lock);
+  nic_plugin_free(spare);
   if (shared) {
     nic_plugin_free(ep);
     errno = EINVAL;
@@ -723,6 +864,7 @@ NIC_EXPORT struct nic_endpoint *nic_verbs_endpoint(struct nic_backend *b, struct
 
 NIC_EXPORT int nic_verbs_endpoint_close(struct nic_backend *b, struct nic_endpoint *ep) {
   struct vbackend *vb = vb_of(b);
+  struct vcq *gone[2] = {NULL, NULL};
   int rc = -EINVAL;
   pthread_mutex_lock(&vb->lock);
   for (struct nic_endpoint **pp = &vb->eps; *pp; pp = &(*pp)->next) {
@@ -749,13 +891,19 @@ NIC_EXPORT int nic_verbs_endpoint_close(struct nic_backend *b, struct nic_endpoi
       ep->rx_flushing = !err;
       rc = -EBUSY;
     }
-    if (!rc) *pp = ep->next;
+    if (!rc) {
+      *pp = ep->next;
+      gone[0] = vcq_leave_locked(vb, ep->send_room);
+      gone[1] = rx_room_back_locked(vb, ep);
+    }
     break;
   }
   pthread_mutex_unlock(&vb->lock);
   if (!rc) {
     rx_teardown(vb, ep, true);
     nic_plugin_free(ep);
+    nic_plugin_free(gone[0]);
+    nic_plugin_free(gone[1]);
   }
   return rc;
 }
@@ -782,6 +930,9 @@ static int setup(struct vbackend *vb, struct ibv_device *dev) {
     return errno ? errno : EIO;
   int err = ibv_query_device_ex(vb->ctx, NULL, &attr);
   if (err) return err;
+  /* poll() reads the asynchronous events; it must never wait for one. */
+  const int fl = fcntl(vb->ctx->async_fd, F_GETFL);
+  if (fl < 0 || fcntl(vb->ctx->async_fd, F_SETFL, fl | O_NONBLOCK)) return errno ? errno : EIO;
   const struct ibv_odp_caps *odp = &attr.odp_caps;
   vb->odp_capable = (odp->general_caps & IBV_ODP_SUPPORT) &&
                     (odp->per_transport_caps.rc_odp_caps & IBV_ODP_SUPPORT_SEND);

@@ -30,7 +30,13 @@ struct ibv_pd *nic_verbs_pd(struct nic_backend *b);
 /* An endpoint over the application's QP. send_cq is the QP's send CQ (NULL: qp->send_cq) and
  * must carry only nicmalloc's posts: poll() takes every completion it finds there, and one that
  * names no post of nicmalloc's (the application's own signaled work request) is dropped, said
- * once and counted among the endpoint API errors. NULL with
+ * once and counted among the endpoint API errors. Every post is signaled, so the backend counts
+ * what can complete on each CQ (its sends in flight, the receives it reserved) against the CQ's
+ * cqe, several endpoints sharing it or not: a post past that completes -EAGAIN, as one past a
+ * full send queue, and receiving posts no more buffers than the receive CQ has room for
+ * (-ENOSPC when it has none), so that nicmalloc never overruns a CQ. poll() also reads the
+ * context's asynchronous events (its descriptor made non-blocking at open) and says a CQ or QP
+ * in error once. NULL with
  * errno EINVAL (no QP, or a QP outside nic_verbs_pd), EOPNOTSUPP (a QP type other than RC and
  * UC: a post is a bare send, with no address handle or remote QP number; said once, the public
  * constructor counts it), or ENOMEM. */

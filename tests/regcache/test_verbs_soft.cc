@@ -309,6 +309,86 @@ TEST_F(SoftVerbs, ACompletionOfTheApplicationsOwnSendIsDroppedNotFollowed) {
   free(msg);
 }
 
+// Two endpoints share an 8-deep send CQ and a 24-deep receive CQ. The work requests that can
+// complete on a CQ never outnumber its room: the second endpoint posts the 8 receives left, and
+// sends past the 8 in flight complete -EAGAIN. Without the count 32 receives and 12 sends went
+// to the NIC: the send CQ overran at the ninth (in error, completions lost: four posts never
+// completed), and the receive CQ at the flush that closing makes.
+TEST_F(SoftVerbs, WorkRequestsThatCanCompleteOnACqNeverOutnumberItsRoom) {
+  Open();
+  ibv_pd *pd = nic_verbs_pd(b);
+  ibv_cq *small = soft_verbs_cq_depth(pd->context, 8),
+         *rsmall = soft_verbs_cq_depth(pd->context, 24);
+  ibv_qp *q[2];
+  nic_endpoint *e[2];
+  Rx r[2];
+  for (int i = 0; i < 2; i++) {
+    q[i] = soft_verbs_qp(pd, small, rsmall, IBV_QPT_RC, 16, nullptr);
+    for (ibv_qp_state st : {IBV_QPS_INIT, IBV_QPS_RTR, IBV_QPS_RTS})
+      ToState(q[i], st);
+    ASSERT_NE(e[i] = nic_verbs_endpoint(b, q[i], nullptr), nullptr);
+    r[i].b = b;
+    r[i].ep = e[i];
+    ASSERT_EQ(b->endpoint_receive(b, e[i], Rx::Fn, &r[i]), 0) << i;
+  }
+  EXPECT_EQ(soft_verbs_rq_posted(q[0]), 16u);
+  EXPECT_EQ(soft_verbs_rq_posted(q[1]), 8u) << "the receive CQ's room left";
+  char *buf = static_cast<char *>(nic_malloc(16));
+  memcpy(buf, "x", 1);
+  std::vector<Done> done(12);
+  for (int i = 0; i < 12; i++) {
+    nic_sge sge = {buf, 1, chunk.lkey, chunk.handle};
+    ASSERT_EQ(b->post(b, e[i / 6], &sge, 1, Done::Fn, &done[i]), 0);
+  }
+  Poll();
+  EXPECT_FALSE(soft_verbs_cq_overrun(small));
+  int ok = 0, again = 0, calls = 0;
+  for (const Done &d : done) {
+    calls += d.calls;
+    ok += d.calls && d.status == 0;
+    again += d.calls && d.status == -EAGAIN;
+  }
+  EXPECT_EQ(calls, 12) << "every post completes";
+  EXPECT_EQ(ok, 8);
+  EXPECT_EQ(again, 4);
+  // Both close unpolled: their QPs flush every receive still posted into the receive CQ.
+  EXPECT_EQ(nic_verbs_endpoint_close(b, e[0]), -EBUSY);
+  EXPECT_EQ(nic_verbs_endpoint_close(b, e[1]), -EBUSY);
+  for (int i = 0; i < 2; i++) {
+    int rc = nic_verbs_endpoint_close(b, e[i]);
+    for (int k = 0; rc == -EBUSY && k < 100; k++) {
+      Poll();
+      rc = nic_verbs_endpoint_close(b, e[i]);
+    }
+    EXPECT_EQ(rc, 0) << i;
+  }
+  EXPECT_FALSE(soft_verbs_cq_overrun(rsmall));
+  EXPECT_EQ(r[0].msgs.size() + r[1].msgs.size(), 8u);
+  for (void *p : {static_cast<void *>(q[0]), static_cast<void *>(q[1]), static_cast<void *>(small),
+                  static_cast<void *>(rsmall)})
+    soft_verbs_free(p);
+  free(buf);
+}
+
+// A QP the NIC failed says so from poll (its asynchronous event, read without blocking), once.
+TEST_F(SoftVerbs, AQueuePairTheNicFailedIsToldFromPoll) {
+  Open();
+  testing::internal::CaptureStderr();
+  soft_verbs_qp_fatal(qp);
+  std::string err;
+  const auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(10);
+  for (;;) {
+    Poll(); // the events are read at most once per tick of the coarse clock
+    err += testing::internal::GetCapturedStderr();
+    if (err.find("IBV_EVENT_QP_FATAL") != std::string::npos ||
+        std::chrono::steady_clock::now() > deadline)
+      break;
+    testing::internal::CaptureStderr();
+    std::this_thread::sleep_for(std::chrono::milliseconds(1));
+  }
+  EXPECT_NE(err.find("is in the error state (IBV_EVENT_QP_FATAL)"), std::string::npos) << err;
+}
+
 TEST_F(SoftVerbs, QueuePairsItCannotServeAndBadCallsAreRefused) {
   Open();
   ibv_pd *pd = nic_verbs_pd(b);
