@@ -5,6 +5,7 @@
 #include <fcntl.h>
 #include <pthread.h>
 #include <stdbool.h>
+#include <stddef.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -46,9 +47,14 @@ static struct ibv_device *devices[2] = {&device, NULL};
 static struct ibv_mr *mrs[SOFT_MRS];
 static uint32_t next_key = 0x100;
 static int devices_listed = 1;
+static uint32_t max_msg_sz = 1u << 30; /* what mlx5 ports report */
 
 void soft_verbs_set_devices(int n) {
   devices_listed = n;
+}
+
+void soft_verbs_set_max_msg(uint32_t bytes) {
+  max_msg_sz = bytes;
 }
 
 static void event_locked(struct ibv_async_event ev) {
@@ -204,8 +210,17 @@ static int soft_post_send(struct ibv_qp *qp, struct ibv_send_wr *wr, struct ibv_
       break;
     }
     bool ok = true;
-    for (int i = 0; i < wr->num_sge; i++)
+    uint64_t total = 0;
+    for (int i = 0; i < wr->num_sge; i++) {
       ok &= covered(&wr->sg_list[i], false);
+      total += wr->sg_list[i].length;
+    }
+    if (total > max_msg_sz) { /* the send queue stops at it: the QP goes to error */
+      push(qp->send_cq,
+           (struct ibv_wc){.wr_id = wr->wr_id, .status = IBV_WC_LOC_LEN_ERR, .qp_num = qp->qp_num});
+      to_error_locked(q);
+      continue;
+    }
     if (!ok) {
       push(
           qp->send_cq,
@@ -234,25 +249,51 @@ const char *ibv_get_device_name(struct ibv_device *dev) {
   (void)dev;
   return "soft0";
 }
+static int soft_query_port(struct ibv_context *ctx, uint8_t port, struct ibv_port_attr *attr,
+                           size_t len) {
+  (void)ctx;
+  if (port != 1) return EINVAL;
+  struct ibv_port_attr a = {.state = IBV_PORT_ACTIVE,
+                            .max_mtu = IBV_MTU_4096,
+                            .active_mtu = IBV_MTU_4096,
+                            .max_msg_sz = max_msg_sz,
+                            .link_layer = IBV_LINK_LAYER_ETHERNET};
+  memcpy(attr, &a, len < sizeof a ? len : sizeof a);
+  return 0;
+}
+
+/* The legacy entry the inline ibv_query_port falls back on; the extended context never takes it. */
+#undef ibv_query_port
+int ibv_query_port(struct ibv_context *ctx, uint8_t port, struct _compat_ibv_port_attr *attr) {
+  /* The legacy struct is the current one without the fields added since (the first of them). */
+  return soft_query_port(ctx, port, (struct ibv_port_attr *)attr,
+                         offsetof(struct ibv_port_attr, port_cap_flags2));
+}
+
+/* An extended context, as rdma-core's providers make: the inline queries take its operations. */
 struct ibv_context *ibv_open_device(struct ibv_device *dev) {
-  struct ibv_context *ctx = calloc(1, sizeof *ctx);
-  if (!ctx) return NULL;
+  struct verbs_context *v = calloc(1, sizeof *v);
+  if (!v) return NULL;
+  struct ibv_context *ctx = &v->context;
+  v->sz = sizeof *v;
+  v->query_port = soft_query_port;
+  ctx->abi_compat = __VERBS_ABI_IS_EXTENDED;
   if ((ctx->async_fd = eventfd(0, EFD_CLOEXEC)) < 0) {
-    free(ctx);
+    free(v);
     return NULL;
   }
   ctx->device = dev;
   ctx->ops.poll_cq = soft_poll_cq;
   ctx->ops.post_send = soft_post_send;
   ctx->ops.post_recv = soft_post_recv;
-  return ctx; /* abi_compat NULL: not extended, so queries take the legacy calls */
+  return ctx;
 }
 int ibv_close_device(struct ibv_context *ctx) {
   close(ctx->async_fd);
   pthread_mutex_lock(&lock);
   events_n = 0;
   pthread_mutex_unlock(&lock);
-  free(ctx);
+  free(verbs_get_ctx(ctx));
   return 0;
 }
 struct ibv_pd *ibv_alloc_pd(struct ibv_context *ctx) {
@@ -273,6 +314,7 @@ int ibv_query_device(struct ibv_context *ctx, struct ibv_device_attr *attr) {
   attr->max_mr = SOFT_MRS;
   attr->max_mr_size = (uint64_t)1 << 40;
   attr->max_qp_wr = SOFT_Q;
+  attr->phys_port_cnt = 1;
   return 0;
 }
 

@@ -25,6 +25,9 @@ extern "C" {
 
 /* How many devices ibv_get_device_list reports (1, or 0 for "no device"). */
 void soft_verbs_set_devices(int n);
+/* The max_msg_sz port 1 reports (1 GiB unless set, as mlx5's). A send longer than that completes
+ * IBV_WC_LOC_LEN_ERR and its QP goes to error, as on a NIC. */
+void soft_verbs_set_max_msg(uint32_t bytes);
 /* A CQ of 256 completions, or of cqe (1 to 256). */
 struct ibv_cq *soft_verbs_cq(struct ibv_context *ctx);
 struct ibv_cq *soft_verbs_cq_depth(struct ibv_context *ctx, int cqe);
