@@ -283,7 +283,9 @@ int nic_sga_add(struct nic_sga *sga, const void *p, size_t len);
  * a verbs QP created with a smaller max_send_sge or a dpdk port taking fewer segments per packet
  * (an entry over 64 KiB is several; a port configured without RTE_ETH_TX_OFFLOAD_MULTI_SEGS
  * takes one), a registration error of ep's backend, the backend's
- * -EINVAL/-ENOMEM, -EFAULT when the memory of an entry was unmapped since it was added, -NIC_EFREED
+ * -EINVAL/-ENOMEM, -EMSGSIZE when the entries together are longer than one message of ep's
+ * backend (a verbs port's max_msg_sz), -EFAULT when the memory of an entry was unmapped since
+ * it was added, -NIC_EFREED
  * when the dataplane block of an entry was freed since and its step given back) nothing was posted
  * and the array holds the same ranges. An entry whose cached registration went stale meanwhile
  * (pages of its region unmapped or remapped) is registered anew first: no stale registration

@@ -309,8 +309,13 @@ static int vpost(struct nic_backend *b, struct nic_endpoint *ep, const struct ni
   struct vbackend *vb = vb_of(b);
   if (!ep || !done || !sge || !n) return -EINVAL;
   if (n > b->caps.max_sge || n > ep->max_sge) return -E2BIG; /* the QP's max_send_sge */
-  for (unsigned i = 0; i < n; i++)
+  uint64_t bytes = 0;
+  for (unsigned i = 0; i < n; i++) {
     if (!sge[i].addr || !sge[i].len) return -EINVAL;
+    bytes += sge[i].len;
+  }
+  /* A longer send completes IBV_WC_LOC_LEN_ERR and takes the QP to the error state. */
+  if (b->caps.max_message && bytes > b->caps.max_message) return -EMSGSIZE;
   struct vpost *p = nic_plugin_calloc(1, sizeof *p + n * sizeof p->slots[0]);
   if (!p) return -ENOMEM;
   *p = (struct vpost){.done = done, .arg = arg, .ep = ep};
@@ -937,12 +942,21 @@ static int setup(struct vbackend *vb, struct ibv_device *dev) {
   vb->odp_capable = (odp->general_caps & IBV_ODP_SUPPORT) &&
                     (odp->per_transport_caps.rc_odp_caps & IBV_ODP_SUPPORT_SEND);
   int max_sge = attr.orig_attr.max_sge, max_mr = attr.orig_attr.max_mr;
+  /* The longest message: the least that a port carries (a QP may be on any of them). */
+  size_t max_message = 0;
+  for (uint8_t port = 1; port <= attr.orig_attr.phys_port_cnt; port++) {
+    struct ibv_port_attr pa;
+    if (!ibv_query_port(vb->ctx, port, &pa) && pa.max_msg_sz &&
+        (!max_message || pa.max_msg_sz < max_message))
+      max_message = pa.max_msg_sz;
+  }
   vb->pub = (struct nic_backend){
       .name = "verbs",
       .caps = {.max_sge = max_sge < VERBS_MAX_SGE ? (uint32_t)max_sge : VERBS_MAX_SGE,
                .max_region_bytes = (size_t)attr.orig_attr.max_mr_size,
                .max_regions = max_mr < VERBS_MAX_REGS ? (uint32_t)max_mr : VERBS_MAX_REGS,
-               .zero_copy = true},
+               .zero_copy = true,
+               .max_message = max_message},
       .reg = vreg,
       .dereg = vdereg,
       .post = vpost,

@@ -4,7 +4,9 @@
  * The backend opens one device (NICMALLOC_VERBS_DEVICE, else the first) and one protection
  * domain; every chunk is one ibv_reg_mr in it. The application creates its queue pairs on that
  * device and PD (nic_verbs_context, nic_verbs_pd), connects them as it likes, and hands each to
- * nic_verbs_endpoint: posts become one signaled IBV_WR_SEND with the SG list. */
+ * nic_verbs_endpoint: posts become one signaled IBV_WR_SEND with the SG list, refused with
+ * -EMSGSIZE when longer than the least max_msg_sz of the device's ports (caps.max_message): a NIC
+ * completes a longer one IBV_WC_LOC_LEN_ERR and takes its QP to the error state. */
 #ifndef NIC_VERBS_H
 #define NIC_VERBS_H
 

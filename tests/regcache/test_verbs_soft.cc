@@ -370,6 +370,33 @@ TEST_F(SoftVerbs, WorkRequestsThatCanCompleteOnACqNeverOutnumberItsRoom) {
   free(buf);
 }
 
+// A post longer than the port carries (max_msg_sz, caps.max_message) is refused with -EMSGSIZE
+// before it reaches the NIC. It was posted: the NIC completed it IBV_WC_LOC_LEN_ERR and the QP
+// went to the error state, taking every later post and receive with it.
+TEST_F(SoftVerbs, APostLongerThanThePortCarriesIsRefusedAndTheQueuePairLives) {
+  struct PortLimit {
+    PortLimit() { soft_verbs_set_max_msg(4096); }
+    ~PortLimit() { soft_verbs_set_max_msg(1u << 30); }
+  } limit;
+  Open();
+  EXPECT_EQ(b->caps.max_message, 4096u);
+  ASSERT_EQ(b->endpoint_receive(b, ep, Rx::Fn, &rx), 0);
+  char *p = static_cast<char *>(nic_malloc(6000));
+  memset(p, 'm', 6000);
+  nic_sge two[2] = {{p, 3000, chunk.lkey, chunk.handle},
+                    {p + 3000, 3000, chunk.lkey, chunk.handle}};
+  Done big, after;
+  EXPECT_EQ(b->post(b, ep, two, 2, Done::Fn, &big), -EMSGSIZE);
+  Poll();
+  EXPECT_EQ(big.calls, 0) << "refused, not posted";
+  Send("after", &after);
+  Poll();
+  EXPECT_EQ(after.status, 0) << "the queue pair still sends";
+  ASSERT_EQ(rx.msgs.size(), 1u);
+  EXPECT_EQ(rx.msgs[0], "after");
+  free(p);
+}
+
 // A QP the NIC failed says so from poll (its asynchronous event, read without blocking), once.
 TEST_F(SoftVerbs, AQueuePairTheNicFailedIsToldFromPoll) {
   Open();
