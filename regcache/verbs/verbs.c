@@ -96,7 +96,11 @@ struct vbackend {
   struct ibv_pd *pd;
   bool odp_capable, odp;
   pthread_mutex_t reg_lock; /* registrations: held across ibv_reg_mr, so not taken by poll */
-  pthread_mutex_t lock;     /* endpoint list, finished posts */
+  /* A post's lookup and count of its registrations, against a deregistration's test of the count
+   * and clear of the slot and a registration's fill of one: taken last, held for those few loads
+   * and stores only, never across a device call, so that posts never wait for an ibv_reg_mr. */
+  pthread_mutex_t use_lock;
+  pthread_mutex_t lock; /* endpoint list, finished posts */
   struct nic_endpoint *eps;
   struct vpost *soft_head, *soft_tail; /* finished: the NIC never saw them, or reaped */
   struct vlive *live;                  /* under lock: posts the NIC may complete */
@@ -153,8 +157,10 @@ static int vreg(struct nic_backend *b, void *base, size_t len, unsigned access,
       rc = errno ? -errno : -EIO;
       break;
     }
+    pthread_mutex_lock(&vb->use_lock);
     vb->regs[i].mr = mr;
     vb->regs[i].flags = flags;
+    pthread_mutex_unlock(&vb->use_lock);
     *out = (struct nic_registration){.base = base,
                                      .len = len,
                                      .access = access,
@@ -173,18 +179,23 @@ static int vdereg(struct nic_backend *b, struct nic_registration *reg) {
   if (!reg || reg->handle >= b->caps.max_regions) return -EINVAL;
   struct vreg *r = &vb->regs[reg->handle];
   pthread_mutex_lock(&vb->reg_lock);
-  int rc = -EINVAL;
-  if (r->mr && r->mr->lkey == reg->lkey) {
-    rc = atomic_load(&r->inflight) ? -EBUSY : -ibv_dereg_mr(r->mr);
-    if (!rc) r->mr = NULL;
+  pthread_mutex_lock(&vb->use_lock);
+  struct ibv_mr *mr = r->mr;
+  int rc = !mr || mr->lkey != reg->lkey ? -EINVAL : atomic_load(&r->inflight) ? -EBUSY : 0;
+  if (!rc) r->mr = NULL; /* from here no post finds it */
+  pthread_mutex_unlock(&vb->use_lock);
+  if (!rc && (rc = -ibv_dereg_mr(mr))) {
+    pthread_mutex_lock(&vb->use_lock);
+    r->mr = mr; /* still registered */
+    pthread_mutex_unlock(&vb->use_lock);
   }
   pthread_mutex_unlock(&vb->reg_lock);
   return rc;
 }
 
-/* The registration an entry names, if it covers the entry. The NIC would check the lkey too;
- * checking here as well lets us count in-flight posts per registration for dereg. */
-static int find_reg(struct vbackend *vb, const struct nic_sge *s) {
+/* The registration an entry names, if it covers the entry; under use_lock. The NIC would check
+ * the lkey too; checking here as well lets us count in-flight posts per registration for dereg. */
+static int find_reg_locked(struct vbackend *vb, const struct nic_sge *s) {
   if (s->handle >= vb->pub.caps.max_regions) return -1;
   struct ibv_mr *mr = vb->regs[s->handle].mr;
   if (!mr || mr->lkey != s->lkey) return -1;
@@ -322,8 +333,9 @@ static int vpost(struct nic_backend *b, struct nic_endpoint *ep, const struct ni
   atomic_fetch_add(&ep->inflight, 1);
   struct ibv_sge list[VERBS_MAX_SGE];
   int status = 0;
+  pthread_mutex_lock(&vb->use_lock); /* a deregistration finds every one counted, or none */
   for (unsigned i = 0; i < n && !status; i++) {
-    int slot = find_reg(vb, &sge[i]);
+    int slot = find_reg_locked(vb, &sge[i]);
     if (slot < 0) {
       status = -EFAULT;
       break;
@@ -333,6 +345,7 @@ static int vpost(struct nic_backend *b, struct nic_endpoint *ep, const struct ni
     list[i] =
         (struct ibv_sge){.addr = (uintptr_t)sge[i].addr, .length = sge[i].len, .lkey = sge[i].lkey};
   }
+  pthread_mutex_unlock(&vb->use_lock);
   while (!status) {
     pthread_mutex_lock(&vb->lock);
     const int added = live_add_locked(vb, p);
@@ -801,6 +814,7 @@ static void vclose(struct nic_backend *b) {
   nic_plugin_free(vb->live);
   pthread_mutex_destroy(&vb->lock);
   pthread_mutex_destroy(&vb->reg_lock);
+  pthread_mutex_destroy(&vb->use_lock);
   nic_plugin_free(vb);
 }
 
@@ -969,6 +983,7 @@ static int setup(struct vbackend *vb, struct ibv_device *dev) {
       .endpoint_max_entries = v_endpoint_max_entries};
   vb->live_free = VERBS_LIVE_NONE;
   pthread_mutex_init(&vb->reg_lock, NULL);
+  pthread_mutex_init(&vb->use_lock, NULL);
   return pthread_mutex_init(&vb->lock, NULL);
 }
 

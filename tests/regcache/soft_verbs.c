@@ -350,7 +350,14 @@ struct ibv_mr *ibv_reg_mr_iova2(struct ibv_pd *pd, void *addr, size_t length, ui
 struct ibv_mr *ibv_reg_mr(struct ibv_pd *pd, void *addr, size_t length, int access) {
   return ibv_reg_mr_iova2(pd, addr, length, (uintptr_t)addr, (unsigned)access);
 }
+static void (*dereg_hook)(void);
+
+void soft_verbs_on_dereg(void (*hook)(void)) {
+  dereg_hook = hook;
+}
+
 int ibv_dereg_mr(struct ibv_mr *mr) {
+  if (dereg_hook) dereg_hook(); /* the MR is still there: the kernel is tearing it down */
   pthread_mutex_lock(&lock);
   for (int i = 0; i < SOFT_MRS; i++)
     if (mrs[i] == mr) mrs[i] = NULL;

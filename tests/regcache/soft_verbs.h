@@ -50,6 +50,9 @@ unsigned soft_verbs_sends_waiting(struct ibv_qp *qp);
 bool soft_verbs_write_with_imm(struct ibv_qp *qp, uint32_t len);
 /* The access flags the live MR of lkey was registered with (ibv_reg_mr's), or -1 for none. */
 int soft_verbs_mr_access(uint32_t lkey);
+/* Run by ibv_dereg_mr while set, before the MR goes: a test's way in between a
+ * deregistration's checks and the MR's end. */
+void soft_verbs_on_dereg(void (*hook)(void));
 /* Frees a CQ or QP made above. */
 void soft_verbs_free(void *p);
 

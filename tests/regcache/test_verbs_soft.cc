@@ -397,6 +397,39 @@ TEST_F(SoftVerbs, APostLongerThanThePortCarriesIsRefusedAndTheQueuePairLives) {
   free(p);
 }
 
+// A post finds and counts its registrations in one step against a deregistration's test and
+// clear, so one that comes while the MR is being deregistered (here from inside ibv_dereg_mr)
+// finds it gone and completes -EFAULT. It read the slot's MR unlocked and counted it after: it
+// took the MR that was being freed, and the deregistration succeeded under a post in flight.
+TEST_F(SoftVerbs, APostWhileItsRegistrationGoesFindsItGone) {
+  Open();
+  static char own[4096] __attribute__((aligned(4096)));
+  memcpy(own, "gone", 4);
+  static nic_registration oreg;
+  static nic_backend *sb;
+  static nic_endpoint *sep;
+  static Done d;
+  static int hooks;
+  oreg = {};
+  sb = b;
+  sep = ep;
+  d = Done{};
+  hooks = 0;
+  ASSERT_EQ(b->reg(b, own, sizeof own, NIC_ACCESS_LOCAL, &oreg), 0);
+  soft_verbs_on_dereg([] {
+    if (hooks++) return;
+    nic_sge sge = {own, 4, oreg.lkey, oreg.handle};
+    EXPECT_EQ(sb->post(sb, sep, &sge, 1, Done::Fn, &d), 0);
+  });
+  const int rc = b->dereg(b, &oreg);
+  soft_verbs_on_dereg(nullptr);
+  ASSERT_EQ(hooks, 1);
+  EXPECT_EQ(rc, 0);
+  Poll();
+  EXPECT_EQ(d.calls, 1) << "the post was handed to the NIC with an MR being freed";
+  EXPECT_EQ(d.status, -EFAULT);
+}
+
 // A QP the NIC failed says so from poll (its asynchronous event, read without blocking), once.
 TEST_F(SoftVerbs, AQueuePairTheNicFailedIsToldFromPoll) {
   Open();
