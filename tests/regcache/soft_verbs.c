@@ -48,6 +48,7 @@ static struct ibv_mr *mrs[SOFT_MRS];
 static uint32_t next_key = 0x100;
 static int devices_listed = 1;
 static uint32_t max_msg_sz = 1u << 30; /* what mlx5 ports report */
+static struct ibv_odp_caps odp_caps;   /* none unless a test sets them */
 
 void soft_verbs_set_devices(int n) {
   devices_listed = n;
@@ -55,6 +56,11 @@ void soft_verbs_set_devices(int n) {
 
 void soft_verbs_set_max_msg(uint32_t bytes) {
   max_msg_sz = bytes;
+}
+
+void soft_verbs_set_odp(uint64_t general, uint32_t rc, uint32_t uc) {
+  odp_caps = (struct ibv_odp_caps){.general_caps = general,
+                                   .per_transport_caps = {.rc_odp_caps = rc, .uc_odp_caps = uc}};
 }
 
 static void event_locked(struct ibv_async_event ev) {
@@ -262,6 +268,15 @@ static int soft_query_port(struct ibv_context *ctx, uint8_t port, struct ibv_por
   return 0;
 }
 
+static int soft_query_device_ex(struct ibv_context *ctx, const struct ibv_query_device_ex_input *in,
+                                struct ibv_device_attr_ex *attr, size_t len) {
+  (void)in;
+  struct ibv_device_attr_ex a = {.odp_caps = odp_caps};
+  ibv_query_device(ctx, &a.orig_attr);
+  memcpy(attr, &a, len < sizeof a ? len : sizeof a);
+  return 0;
+}
+
 /* The legacy entry the inline ibv_query_port falls back on; the extended context never takes it. */
 #undef ibv_query_port
 int ibv_query_port(struct ibv_context *ctx, uint8_t port, struct _compat_ibv_port_attr *attr) {
@@ -277,6 +292,7 @@ struct ibv_context *ibv_open_device(struct ibv_device *dev) {
   struct ibv_context *ctx = &v->context;
   v->sz = sizeof *v;
   v->query_port = soft_query_port;
+  v->query_device_ex = soft_query_device_ex;
   ctx->abi_compat = __VERBS_ABI_IS_EXTENDED;
   if ((ctx->async_fd = eventfd(0, EFD_CLOEXEC)) < 0) {
     free(v);
@@ -322,6 +338,13 @@ int ibv_query_device(struct ibv_context *ctx, struct ibv_device_attr *attr) {
 struct ibv_mr *ibv_reg_mr_iova2(struct ibv_pd *pd, void *addr, size_t length, uint64_t iova,
                                 unsigned int access) {
   (void)iova;
+  /* ibv_reg_mr refuses on-demand paging the device does not offer, and remote write without
+   * local write, as the kernel does. */
+  if (((access & IBV_ACCESS_ON_DEMAND) && !(odp_caps.general_caps & IBV_ODP_SUPPORT)) ||
+      ((access & IBV_ACCESS_REMOTE_WRITE) && !(access & IBV_ACCESS_LOCAL_WRITE))) {
+    errno = EINVAL;
+    return NULL;
+  }
   struct ibv_mr *m = calloc(1, sizeof *m);
   if (!m) return NULL;
   pthread_mutex_lock(&lock);

@@ -28,6 +28,10 @@ void soft_verbs_set_devices(int n);
 /* The max_msg_sz port 1 reports (1 GiB unless set, as mlx5's). A send longer than that completes
  * IBV_WC_LOC_LEN_ERR and its QP goes to error, as on a NIC. */
 void soft_verbs_set_max_msg(uint32_t bytes);
+/* The on-demand paging caps ibv_query_device_ex reports (none unless set: general_caps and the
+ * RC and UC transports' IBV_ODP_SUPPORT_* bits). ibv_reg_mr refuses IBV_ACCESS_ON_DEMAND without
+ * IBV_ODP_SUPPORT, and IBV_ACCESS_REMOTE_WRITE without IBV_ACCESS_LOCAL_WRITE, with EINVAL. */
+void soft_verbs_set_odp(uint64_t general, uint32_t rc, uint32_t uc);
 /* A CQ of 256 completions, or of cqe (1 to 256). */
 struct ibv_cq *soft_verbs_cq(struct ibv_context *ctx);
 struct ibv_cq *soft_verbs_cq_depth(struct ibv_context *ctx, int cqe);
