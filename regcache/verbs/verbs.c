@@ -94,7 +94,11 @@ struct vbackend {
   struct nic_backend pub;
   struct ibv_context *ctx;
   struct ibv_pd *pd;
-  bool odp_capable, odp;
+  /* On-demand paging: the device's IBV_ODP_SUPPORT_* bits per transport (0 without general
+   * support), whether later registrations use it (under reg_lock and lock), and how many MRs do. */
+  uint32_t odp_rc, odp_uc;
+  bool odp;
+  atomic_uint odp_mrs;
   pthread_mutex_t reg_lock; /* registrations: held across ibv_reg_mr, so not taken by poll */
   /* A post's lookup and count of its registrations, against a deregistration's test of the count
    * and clear of the slot and a registration's fill of one: taken last, held for those few loads
@@ -144,12 +148,29 @@ static struct vbackend *vb_of(struct nic_backend *b) {
   return (struct vbackend *)b;
 }
 
+/* Whether a registration for access may page on demand: the device must offer it on RC for
+ * everything the NIC may do there, sends from it, receives into it (receive buffers are carved
+ * from registrations with local write) and a peer's reads and writes; else it is pinned. */
+static bool odp_for_locked(const struct vbackend *vb, unsigned access) {
+  uint32_t need = IBV_ODP_SUPPORT_SEND;
+  if (access & NIC_ACCESS_LOCAL_WRITE) need |= IBV_ODP_SUPPORT_RECV;
+  if (access & NIC_ACCESS_REMOTE_READ) need |= IBV_ODP_SUPPORT_READ;
+  if (access & NIC_ACCESS_REMOTE_WRITE) need |= IBV_ODP_SUPPORT_WRITE | IBV_ODP_SUPPORT_RECV;
+  return vb->odp && (vb->odp_rc & need) == need;
+}
+
+/* UC sends and receives need ODP of UC's own, which mlx5 never offers. */
+static bool uc_serves_odp(const struct vbackend *vb) {
+  const uint32_t need = IBV_ODP_SUPPORT_SEND | IBV_ODP_SUPPORT_RECV;
+  return (vb->odp_uc & need) == need;
+}
+
 static int vreg(struct nic_backend *b, void *base, size_t len, unsigned access,
                 struct nic_registration *out) {
   struct vbackend *vb = vb_of(b);
   if (!base || !len || !out) return -EINVAL;
   pthread_mutex_lock(&vb->reg_lock);
-  int flags = nic_verbs_access_flags(access, vb->odp), rc = -ENOSPC;
+  int flags = nic_verbs_access_flags(access, odp_for_locked(vb, access)), rc = -ENOSPC;
   for (uint32_t i = 0; flags >= 0 && i < b->caps.max_regions; i++) {
     if (vb->regs[i].mr) continue;
     struct ibv_mr *mr = ibv_reg_mr(vb->pd, base, len, flags);
@@ -161,6 +182,7 @@ static int vreg(struct nic_backend *b, void *base, size_t len, unsigned access,
     vb->regs[i].mr = mr;
     vb->regs[i].flags = flags;
     pthread_mutex_unlock(&vb->use_lock);
+    if (flags & IBV_ACCESS_ON_DEMAND) atomic_fetch_add(&vb->odp_mrs, 1);
     *out = (struct nic_registration){.base = base,
                                      .len = len,
                                      .access = access,
@@ -188,6 +210,8 @@ static int vdereg(struct nic_backend *b, struct nic_registration *reg) {
     pthread_mutex_lock(&vb->use_lock);
     r->mr = mr; /* still registered */
     pthread_mutex_unlock(&vb->use_lock);
+  } else if (!rc && (r->flags & IBV_ACCESS_ON_DEMAND)) {
+    atomic_fetch_sub(&vb->odp_mrs, 1);
   }
   pthread_mutex_unlock(&vb->reg_lock);
   return rc;
@@ -825,10 +849,19 @@ NIC_EXPORT struct ibv_pd *nic_verbs_pd(struct nic_backend *b) {
   return b ? vb_of(b)->pd : NULL;
 }
 
+/* Under reg_lock, as registrations read it, and the backend's lock, as endpoints do. */
 NIC_EXPORT int nic_verbs_set_odp(struct nic_backend *b, bool on) {
-  if (on && !vb_of(b)->odp_capable) return -EOPNOTSUPP;
-  vb_of(b)->odp = on;
-  return 0;
+  struct vbackend *vb = vb_of(b);
+  if (on && !(vb->odp_rc & IBV_ODP_SUPPORT_SEND)) return -EOPNOTSUPP;
+  int rc = 0;
+  pthread_mutex_lock(&vb->reg_lock);
+  pthread_mutex_lock(&vb->lock);
+  for (const struct nic_endpoint *e = vb->eps; on && !uc_serves_odp(vb) && e; e = e->next)
+    if (e->qp->qp_type == IBV_QPT_UC) rc = -EBUSY; /* it could not use the memory */
+  if (!rc) vb->odp = on;
+  pthread_mutex_unlock(&vb->lock);
+  pthread_mutex_unlock(&vb->reg_lock);
+  return rc;
 }
 
 NIC_EXPORT struct nic_endpoint *nic_verbs_endpoint(struct nic_backend *b, struct ibv_qp *qp,
@@ -866,13 +899,25 @@ NIC_EXPORT struct nic_endpoint *nic_verbs_endpoint(struct nic_backend *b, struct
   bool shared = false;
   for (const struct nic_endpoint *e = vb_of(b)->eps; e; e = e->next)
     shared |= e->rx && e->rcq == send_cq;
-  if (!shared) {
+  /* A UC QP cannot reach memory that pages on demand where the device offers no UC ODP. */
+  const bool uc_odp = qp->qp_type == IBV_QPT_UC && !uc_serves_odp(vb_of(b)) &&
+                      (vb_of(b)->odp || atomic_load(&vb_of(b)->odp_mrs));
+  if (!shared && !uc_odp) {
     ep->send_room = vcq_use_locked(vb_of(b), send_cq, &spare);
     ep->next = vb_of(b)->eps;
     vb_of(b)->eps = ep;
   }
   pthread_mutex_unlock(&vb_of(b)->lock);
   nic_plugin_free(spare);
+  if (uc_odp && !shared) {
+    static const char once;
+    nic_plugin_log(NIC_PLUGIN_LOG_ERROR, &once,
+                   "verbs endpoint: a UC queue pair refused: registrations page on demand "
+                   "(NICMALLOC_VERBS_ODP) and the device offers no on-demand paging for UC");
+    nic_plugin_free(ep);
+    errno = EOPNOTSUPP;
+    return NULL;
+  }
   if (shared) {
     nic_plugin_free(ep);
     errno = EINVAL;
@@ -953,8 +998,10 @@ static int setup(struct vbackend *vb, struct ibv_device *dev) {
   const int fl = fcntl(vb->ctx->async_fd, F_GETFL);
   if (fl < 0 || fcntl(vb->ctx->async_fd, F_SETFL, fl | O_NONBLOCK)) return errno ? errno : EIO;
   const struct ibv_odp_caps *odp = &attr.odp_caps;
-  vb->odp_capable = (odp->general_caps & IBV_ODP_SUPPORT) &&
-                    (odp->per_transport_caps.rc_odp_caps & IBV_ODP_SUPPORT_SEND);
+  if (odp->general_caps & IBV_ODP_SUPPORT) {
+    vb->odp_rc = odp->per_transport_caps.rc_odp_caps;
+    vb->odp_uc = odp->per_transport_caps.uc_odp_caps;
+  }
   int max_sge = attr.orig_attr.max_sge, max_mr = attr.orig_attr.max_mr;
   /* The longest message: the least that a port carries (a QP may be on any of them). */
   size_t max_message = 0;

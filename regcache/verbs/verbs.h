@@ -71,8 +71,13 @@ struct nic_verbs_rx_memory {
 void nic_verbs_set_rx_memory(struct nic_backend *b, const struct nic_verbs_rx_memory *m);
 
 /* On-demand paging for later registrations (also NICMALLOC_VERBS_ODP=1): the NIC faults pages
- * in instead of the kernel pinning them at ibv_reg_mr. 0, or -EOPNOTSUPP when the device does
- * not report ODP for RC sends. */
+ * in instead of the kernel pinning them at ibv_reg_mr, for each registration whose every use the
+ * device reports RC ODP for (sends; receives for one with local write, which receive buffers
+ * are carved from; remote reads and writes for one with those rights); the others are pinned.
+ * While on, or while an MR pages on demand, a UC queue pair is refused as an endpoint
+ * (EOPNOTSUPP) unless the device reports UC ODP for sends and receives (mlx5 does not). 0,
+ * -EOPNOTSUPP when the device does not report ODP for RC sends, or -EBUSY to turn it on while a
+ * UC endpoint is open on such a device. */
 int nic_verbs_set_odp(struct nic_backend *b, bool on);
 
 /* ---- Pure mappings, no device needed (the tests run them everywhere). ---- */

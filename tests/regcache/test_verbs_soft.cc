@@ -430,6 +430,40 @@ TEST_F(SoftVerbs, APostWhileItsRegistrationGoesFindsItGone) {
   EXPECT_EQ(d.status, -EFAULT);
 }
 
+// On-demand paging only for registrations whose every use the device offers it for on RC: sends
+// from them, receives into them (receive buffers are carved from registrations with local
+// write) and a peer's reads and writes; and no UC endpoint while registrations page on demand
+// where the device offers no UC ODP (mlx5). It was applied to every registration once the device
+// offered ODP for RC sends, and UC endpoints were taken.
+TEST_F(SoftVerbs, OnDemandPagingOnlyWhereTheDeviceOffersItForThatUse) {
+  struct Caps {
+    Caps() { soft_verbs_set_odp(IBV_ODP_SUPPORT, IBV_ODP_SUPPORT_SEND, 0); }
+    ~Caps() { soft_verbs_set_odp(0, 0, 0); }
+  } caps;
+  Open();
+  ASSERT_EQ(nic_verbs_set_odp(b, true), 0);
+  static char mem[3][4096] __attribute__((aligned(4096)));
+  const unsigned access[3] = {NIC_ACCESS_LOCAL, NIC_ACCESS_LOCAL_WRITE, NIC_ACCESS_REMOTE_READ};
+  const bool odp[3] = {true, false, false}; // no RC receive or read ODP on this device
+  nic_registration reg[3];
+  for (int i = 0; i < 3; i++) {
+    ASSERT_EQ(b->reg(b, mem[i], sizeof mem[i], access[i], &reg[i]), 0) << i;
+    const int flags = soft_verbs_mr_access(reg[i].lkey);
+    EXPECT_EQ((flags & IBV_ACCESS_ON_DEMAND) != 0, odp[i]) << "access " << access[i];
+  }
+  ibv_qp *uc = soft_verbs_qp(nic_verbs_pd(b), scq, rcq, IBV_QPT_UC, 8, nullptr);
+  errno = 0;
+  nic_endpoint *e = nic_verbs_endpoint(b, uc, nullptr);
+  EXPECT_EQ(e, nullptr) << "a UC endpoint while registrations page on demand";
+  EXPECT_EQ(errno, EOPNOTSUPP);
+  if (e) {
+    EXPECT_EQ(nic_verbs_endpoint_close(b, e), 0);
+  }
+  soft_verbs_free(uc);
+  for (nic_registration &r : reg)
+    EXPECT_EQ(b->dereg(b, &r), 0);
+}
+
 // A QP the NIC failed says so from poll (its asynchronous event, read without blocking), once.
 TEST_F(SoftVerbs, AQueuePairTheNicFailedIsToldFromPoll) {
   Open();
