@@ -531,7 +531,10 @@ static int rx_register(struct vbackend *vb, struct nic_endpoint *ep, void *block
     atomic_fetch_add(&r->inflight, 1);
     ep->rx_slot = (int64_t)handle;
     ep->rx_lkey = lkey;
-  } else if (!(ep->rx_mr = ibv_reg_mr(vb->pd, block, len, IBV_ACCESS_LOCAL_WRITE))) {
+  } else if (!(ep->rx_mr =
+                   ibv_reg_mr(vb->pd, block, len,
+                              IBV_ACCESS_LOCAL_WRITE |
+                                  (vb->pub.caps.pages_follow ? IBV_ACCESS_ON_DEMAND : 0)))) {
     rc = errno ? -errno : -EIO;
   }
   pthread_mutex_unlock(&vb->reg_lock);
@@ -853,6 +856,7 @@ NIC_EXPORT struct ibv_pd *nic_verbs_pd(struct nic_backend *b) {
 NIC_EXPORT int nic_verbs_set_odp(struct nic_backend *b, bool on) {
   struct vbackend *vb = vb_of(b);
   if (on && !(vb->odp_rc & IBV_ODP_SUPPORT_SEND)) return -EOPNOTSUPP;
+  if (!on && b->caps.pages_follow) return -EBUSY; /* the heap gives pages back under the MRs */
   int rc = 0;
   pthread_mutex_lock(&vb->reg_lock);
   pthread_mutex_lock(&vb->lock);
@@ -1047,6 +1051,11 @@ NIC_EXPORT struct nic_backend *nic_backend_verbs_open(const struct nic_plugin_ho
     if (settings.verbs_odp && nic_verbs_set_odp(&vb->pub, true))
       nic_plugin_warn("NICMALLOC_VERBS_ODP=1 but %s reports no ODP for RC sends; pinning instead",
                       ibv_get_device_name(dev));
+    /* Every MR follows the address when RC ODP covers every use a registration can have: then
+     * the heap may give pages back under them (caps.pages_follow), and ODP stays on. */
+    const uint32_t all =
+        IBV_ODP_SUPPORT_SEND | IBV_ODP_SUPPORT_RECV | IBV_ODP_SUPPORT_READ | IBV_ODP_SUPPORT_WRITE;
+    vb->pub.caps.pages_follow = vb->odp && (vb->odp_rc & all) == all;
     nic_plugin_info("verbs backend on %s", ibv_get_device_name(dev));
   } else if (vb) {
     if (vb->pd) ibv_dealloc_pd(vb->pd);

@@ -77,7 +77,9 @@ void nic_verbs_set_rx_memory(struct nic_backend *b, const struct nic_verbs_rx_me
  * While on, or while an MR pages on demand, a UC queue pair is refused as an endpoint
  * (EOPNOTSUPP) unless the device reports UC ODP for sends and receives (mlx5 does not). 0,
  * -EOPNOTSUPP when the device does not report ODP for RC sends, or -EBUSY to turn it on while a
- * UC endpoint is open on such a device. */
+ * UC endpoint is open on such a device, or to turn it off where the backend opened with it on a
+ * device whose RC ODP covers sends, receives, reads and writes: every MR then follows the
+ * address (caps.pages_follow), and the heap gives pages back under them. */
 int nic_verbs_set_odp(struct nic_backend *b, bool on);
 
 /* ---- Pure mappings, no device needed (the tests run them everywhere). ---- */

@@ -464,6 +464,42 @@ TEST_F(SoftVerbs, OnDemandPagingOnlyWhereTheDeviceOffersItForThatUse) {
     EXPECT_EQ(b->dereg(b, &r), 0);
 }
 
+// With NICMALLOC_VERBS_ODP=1 on a device whose RC ODP covers every use a registration can have,
+// every MR follows the address: caps.pages_follow says so (the heap then gives pages back under
+// them) and ODP can no longer be turned off. Short of that, registrations that keep their pages
+// may exist and pages_follow stays false. It was never set: README promised pages back with ODP.
+TEST(SoftVerbsOpen, PagesFollowOnlyWhenEveryRegistrationPagesOnDemand) {
+  struct Odp {
+    Odp() { Set(true); }
+    ~Odp() {
+      Set(false);
+      soft_verbs_set_odp(0, 0, 0);
+    }
+    static void Set(bool on) {
+      nic_plugin_settings s{};
+      s.verbs_odp = on;
+      nic_backend_verbs_settings(&s);
+    }
+  } odp;
+  soft_verbs_set_devices(1);
+  const uint32_t all =
+      IBV_ODP_SUPPORT_SEND | IBV_ODP_SUPPORT_RECV | IBV_ODP_SUPPORT_READ | IBV_ODP_SUPPORT_WRITE;
+  for (bool every : {false, true}) {
+    soft_verbs_set_odp(IBV_ODP_SUPPORT, every ? all : uint32_t{IBV_ODP_SUPPORT_SEND}, 0);
+    nic_backend *b = nic_backend_verbs_open(TestPluginHost());
+    ASSERT_NE(b, nullptr);
+    EXPECT_EQ(b->caps.pages_follow, every);
+    static char mem[4096] __attribute__((aligned(4096)));
+    nic_registration reg{};
+    ASSERT_EQ(b->reg(b, mem, sizeof mem, NIC_ACCESS_LOCAL_WRITE | NIC_ACCESS_REMOTE_WRITE, &reg),
+              0);
+    EXPECT_EQ((soft_verbs_mr_access(reg.lkey) & IBV_ACCESS_ON_DEMAND) != 0, every);
+    EXPECT_EQ(b->dereg(b, &reg), 0);
+    EXPECT_EQ(nic_verbs_set_odp(b, false), every ? -EBUSY : 0);
+    b->close(b);
+  }
+}
+
 // A QP the NIC failed says so from poll (its asynchronous event, read without blocking), once.
 TEST_F(SoftVerbs, AQueuePairTheNicFailedIsToldFromPoll) {
   Open();
