@@ -29,11 +29,15 @@ gtest_discover_tests(test_uring_safety PROPERTIES TIMEOUT 300 DISCOVERY_TIMEOUT 
 # none meanwhile, then the named one. A process per case: the first start is the process's.
 add_executable(test_backend_shortage ${CMAKE_CURRENT_LIST_DIR}/regcache/test_backend_shortage.cc)
 target_link_libraries(test_backend_shortage PRIVATE nicmalloc GTest::gtest GTest::gtest_main)
-foreach(name NoDescriptorLeft AddressSpaceLimit)
+target_compile_definitions(test_backend_shortage PRIVATE
+  NIC_DPDK_PLUGIN_PATH="$<TARGET_FILE_DIR:nicmalloc>/libnicmalloc-dpdk.so")
+foreach(case "NoDescriptorLeft;uring" "AddressSpaceLimit;uring" "DpdkWhoseEalFailedGivesWay;dpdk")
+  list(GET case 0 name)
+  list(GET case 1 backend)
   add_test(NAME backend_shortage_${name}
            COMMAND test_backend_shortage --gtest_filter=BackendShortage.${name})
   set_tests_properties(backend_shortage_${name} PROPERTIES TIMEOUT 120
-    ENVIRONMENT "NICMALLOC_BACKEND=uring;NICMALLOC_CHUNK_SIZE=64M")
+    ENVIRONMENT "NICMALLOC_BACKEND=${backend};NICMALLOC_CHUNK_SIZE=64M;NICMALLOC_DPDK_VDEV=net_null0")
 endforeach()
 
 # Registrations of memory whose pages change unseen (a thread's stack, a file's pages) are never

@@ -26,6 +26,9 @@ NIC_EXPORT void nic_backend_dpdk_settings(const struct nic_plugin_settings *s) {
 /* EAL is per process and cannot restart: what we start lives until exit. */
 static struct {
   bool started_eal, attached;
+  /* Our rte_eal_init failed, or a port it brought would not start: EAL stays half up, and
+   * cannot start again, so every later open is refused for good (not as a shortage). */
+  bool broken;
   uint16_t port, queue; /* the default endpoint */
   bool have_port;
   struct rte_mempool *hdr_pool, *rx_pool;
@@ -135,7 +138,10 @@ static int start_eal(void) {
   int err = rte_errno;
   nic_plugin_free(own); /* EAL copies what it keeps (vdev arguments included) */
   nic_plugin_free(vdevs);
-  if (rc < 0) return -(err ? err : EINVAL);
+  if (rc < 0) {
+    g.broken = true;
+    return -(err ? err : EINVAL);
+  }
   nic_plugin_quiet_env(); /* the drivers EAL loaded, before the ports start */
   g.started_eal = true;
   return 0;
@@ -316,6 +322,14 @@ static struct nic_endpoint *d_endpoint_create(struct nic_backend *b,
 
 NIC_EXPORT struct nic_backend *nic_backend_dpdk_open(const struct nic_plugin_host *host) {
   if (!nic_plugin_attach(host)) return NULL;
+  if (g.broken) {
+    static int said;
+    nic_plugin_log(NIC_PLUGIN_LOG_WARN, &said,
+                   "dpdk: cannot start: EAL failed to start earlier in this process (said then), "
+                   "and EAL cannot start twice");
+    errno = ENODEV;
+    return NULL;
+  }
   /* lcore_count is 0 until someone's rte_eal_init ran: then the application owns EAL. */
   bool app_eal = g.attached || (!g.started_eal && rte_lcore_count() > 0);
   int rc = app_eal || g.started_eal ? 0 : start_eal();
@@ -325,6 +339,7 @@ NIC_EXPORT struct nic_backend *nic_backend_dpdk_open(const struct nic_plugin_hos
       if ((rc = start_port(port))) break;
       if (!g.have_port) g.port = port, g.queue = 0, g.have_port = true;
     }
+    if (rc) g.broken = true; /* the ports after it would never be started again */
   }
   if (!rc && !g.hdr_pool &&
       !(g.hdr_pool = rte_pktmbuf_pool_create("nic_extbuf_hdr", 8191, 256, 0, 0, SOCKET_ID_ANY)))
@@ -332,7 +347,12 @@ NIC_EXPORT struct nic_backend *nic_backend_dpdk_open(const struct nic_plugin_hos
   struct dbackend *be = rc ? NULL : nic_plugin_calloc(1, sizeof *be);
   if (!be) {
     errno = rc ? -rc : ENOMEM;
-    if (rc) nic_plugin_warn("dpdk: cannot start: %s", strerror(-rc));
+    if (rc) {
+      static int said;
+      nic_plugin_log(NIC_PLUGIN_LOG_WARN, &said, "dpdk: cannot start: %s%s", strerror(-rc),
+                     g.broken ? "; EAL cannot start again in this process" : "");
+    }
+    if (g.broken) errno = ENODEV; /* not a shortage that passes: not tried again */
     return NULL;
   }
   /* With IOVA = address and only virtual ports, a registration is a record of addresses the

@@ -67,22 +67,54 @@ TEST(BackendShortage, NoDescriptorLeft) {
       });
 }
 
+// Limits the address space to what the process maps now and extra bytes more.
+void LimitAddressSpace(const rlimit &old, long extra) {
+  long kb = 0;
+  char line[256];
+  FILE *f = fopen("/proc/self/status", "r");
+  while (f && fgets(line, sizeof line, f))
+    if (!strncmp(line, "VmSize:", 7)) kb = atol(line + 7);
+  if (f) fclose(f);
+  rlimit r{static_cast<rlim_t>(kb) * 1024 + static_cast<rlim_t>(extra), old.rlim_max};
+  ASSERT_EQ(setrlimit(RLIMIT_AS, &r), 0);
+}
+
 TEST(BackendShortage, AddressSpaceLimit) {
   rlimit old{};
   ASSERT_EQ(getrlimit(RLIMIT_AS, &old), 0);
-  StartsOnceThePassingShortageHasPassed(
-      [&] {
-        // What the process maps now, and nothing more.
-        long kb = 0;
-        char line[256];
-        FILE *f = fopen("/proc/self/status", "r");
-        while (f && fgets(line, sizeof line, f))
-          if (!strncmp(line, "VmSize:", 7)) kb = atol(line + 7);
-        if (f) fclose(f);
-        rlimit r{static_cast<rlim_t>(kb) * 1024, old.rlim_max};
-        ASSERT_EQ(setrlimit(RLIMIT_AS, &r), 0);
-      },
-      [&] { ASSERT_EQ(setrlimit(RLIMIT_AS, &old), 0); });
+  StartsOnceThePassingShortageHasPassed([&] { LimitAddressSpace(old, 0); },
+                                        [&] { ASSERT_EQ(setrlimit(RLIMIT_AS, &old), 0); });
+}
+
+// DPDK's EAL cannot start twice: once nicmalloc's rte_eal_init has failed (here for want of
+// address space), it stays half up, and a start tried again took it for the application's EAL,
+// failed on in the mempool, and was taken for a shortage again, for good: the named backend
+// never started and never gave way, and EAL said "Cannot allocate tailq entry" at each try.
+// Now that failure is final, said once, and the named backend gives way as any that cannot run.
+// NICMALLOC_BACKEND=dpdk here (tests/uring.cmake).
+TEST(BackendShortage, DpdkWhoseEalFailedGivesWay) {
+  if (access(NIC_DPDK_PLUGIN_PATH, R_OK)) GTEST_SKIP() << "the dpdk plugin is not built here";
+  rlimit old{};
+  ASSERT_EQ(getrlimit(RLIMIT_AS, &old), 0);
+  testing::internal::CaptureStderr();
+  LimitAddressSpace(old, 64l << 20);
+  const int during = InitOnce();
+  ASSERT_EQ(setrlimit(RLIMIT_AS, &old), 0);
+  int rc = during;
+  for (auto end = std::chrono::steady_clock::now() + std::chrono::seconds(30);
+       rc != 0 && std::chrono::steady_clock::now() < end;)
+    if ((rc = InitOnce()) != 0) std::this_thread::sleep_for(std::chrono::milliseconds(50));
+  const std::string err = testing::internal::GetCapturedStderr();
+  EXPECT_NE(during, 0) << "EAL started under the limit: nothing tested";
+  ASSERT_EQ(rc, 0) << "no backend started once the limit was lifted: " << err;
+  nic_stats st = NIC_STATS_INIT;
+  nic_get_stats(&st);
+  EXPECT_NE(std::string(st.backend), "dpdk");
+  EXPECT_EQ(err.find("tailq"), std::string::npos) << "EAL was started on again: " << err;
+  size_t said = 0;
+  for (size_t at = 0; (at = err.find("dpdk: cannot start", at)) != std::string::npos; at++)
+    said++;
+  EXPECT_EQ(said, 1u) << err;
 }
 
 } // namespace
