@@ -28,15 +28,23 @@ static const char *no_backend_why(void) {
              : "none is opened for waiting: an endpoint, a registration or a post opens one";
 }
 
-/* fd, the backends' set or -errno, with the error said once (caller: the entry point's name). */
+/* fd, the backends' set or -errno, with the error said once (caller: the entry point's name).
+ * -ENOSYS is a backend that has no descriptor, for good; any other error is one that could not
+ * be made now (no descriptor left: EMFILE), which a later call makes. */
 static int said(const char *caller, int fd) {
   if (fd == -ENODEV)
     nic_api_error_by(other, caller, ENODEV, NO_BACKEND_FMT, caller, no_backend_why());
+  else if (fd == -ENOSYS)
+    nic_api_error_by(other, caller, fd,
+                     "%s: a backend in use (%s) has no event descriptor; nic_wait polls in short "
+                     "sleeps",
+                     caller, nic_backends_names());
   else if (fd < 0)
     nic_api_error_by(other, caller, fd,
-                     "%s: a backend in use (%s) has no event descriptor (%s); "
-                     "nic_wait polls in short sleeps",
-                     caller, nic_backends_names(), strerror(-fd));
+                     "%s: nic_event_fd's epoll set, or a backend's eventfd for it, could not be "
+                     "made (%s); nic_wait polls in short sleeps meanwhile, and a later call "
+                     "makes it",
+                     caller, strerror(-fd));
   return fd;
 }
 
@@ -57,9 +65,16 @@ NIC_EXPORT int nic_thread_event_fd(void) {
   const int fd = backends < 0 && backends != -ENODEV ? backends
                  : nic_thread_ready()                ? nic_nudge_thread_event_fd(backends)
                                                      : -ESRCH;
-  if (fd < 0)
-    nic_api_error_by(other, "nic_thread_event_fd", fd, "nic_thread_event_fd: %s",
-                     fd == -ESRCH ? "the calling thread is exiting" : strerror(-fd));
+  if (fd == -ESRCH)
+    nic_api_error_by(other, "nic_thread_event_fd", fd,
+                     "nic_thread_event_fd: the calling thread is exiting");
+  else if (fd < 0)
+    nic_api_error_by(
+        other, "nic_thread_event_fd", fd,
+        "nic_thread_event_fd: the thread's descriptor (an epoll set holding an eventfd "
+        "of its own and nic_event_fd's set) could not be made (%s); a later call "
+        "makes it",
+        strerror(-fd));
   return fd;
 }
 

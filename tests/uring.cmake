@@ -31,7 +31,9 @@ add_executable(test_backend_shortage ${CMAKE_CURRENT_LIST_DIR}/regcache/test_bac
 target_link_libraries(test_backend_shortage PRIVATE nicmalloc GTest::gtest GTest::gtest_main)
 target_compile_definitions(test_backend_shortage PRIVATE
   NIC_DPDK_PLUGIN_PATH="$<TARGET_FILE_DIR:nicmalloc>/libnicmalloc-dpdk.so")
-foreach(case "NoDescriptorLeft;uring" "AddressSpaceLimit;uring" "DpdkWhoseEalFailedGivesWay;dpdk")
+foreach(case "NoDescriptorLeft;uring" "AddressSpaceLimit;uring" "DpdkWhoseEalFailedGivesWay;dpdk"
+             "EventSetWithNoDescriptorLeft;uring"
+             "SimStartedWithNoDescriptorLeftGetsItsEventFdLater;auto")
   list(GET case 0 name)
   list(GET case 1 backend)
   add_test(NAME backend_shortage_${name}

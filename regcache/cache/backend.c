@@ -184,6 +184,7 @@ static int epfd = -1;   /* nic_backends_event_fd's set, made on first use */
 static int joined = -1; /* nic_backends_event_fd_join's */
 #define EVENT_FD_UNKNOWN INT_MIN
 static int event_fd_known = EVENT_FD_UNKNOWN; /* its answer, until another backend starts */
+static unsigned in_set;                       /* kinds whose event descriptor is in the set */
 static bool parents; /* a child of fork made while a backend opened: none can be its own */
 static unsigned parents_kinds;   /* plugin kinds the parent started: not started again here */
 static int parents_default = -1; /* the parent's default kind, when the child may start it */
@@ -222,14 +223,16 @@ static void ticker_start_locked(const struct nic_backend *b) {
                b->name, b->name);
 }
 
-static void epoll_add_locked(struct nic_backend *b) {
+static void epoll_add_locked(unsigned kind, struct nic_backend *b) {
   const int fd = b->event_fd ? b->event_fd(b) : -ENOSYS;
   if (fd < 0) {
     ticker_start_locked(b);
     return;
   }
   struct epoll_event ev = {.events = EPOLLIN, .data.ptr = b};
-  if (epoll_ctl(epfd, EPOLL_CTL_ADD, fd, &ev) != 0)
+  if (epoll_ctl(epfd, EPOLL_CTL_ADD, fd, &ev) == 0)
+    in_set |= 1u << kind;
+  else
     nic_log_warn_once("backend %s: its event descriptor cannot join nic_event_fd's set (%s)",
                       b->name, strerror(errno));
 }
@@ -294,7 +297,7 @@ static struct nic_backend *start_locked(enum nic_backend_kind kind) {
   for (unsigned k = 0, at = 0; k < NIC_BACKEND_KINDS; k++)
     if (now & 1u << k)
       at += (unsigned)snprintf(n + at, sizeof names[0] - at, "%s%s", at ? "+" : "", kind_names[k]);
-  if (epfd >= 0) epoll_add_locked(b);
+  if (epfd >= 0) epoll_add_locked(kind, b);
   __atomic_store_n(&event_fd_known, EVENT_FD_UNKNOWN, __ATOMIC_RELEASE);
   __atomic_store_n(&started[kind], b, __ATOMIC_RELEASE);
   __atomic_store_n(&mask, now, __ATOMIC_RELEASE);
@@ -373,6 +376,7 @@ static void after_fork_child(void) {
   /* The child's copies only: the parent's backends keep theirs (open_fds.h). */
   nic_fds_close_adopted();
   epfd = -1;
+  in_set = 0;
   ticker = -1;
   joined = -1; /* the layer above's descriptor was one of the adopted */
   nic_chunk_regs_forget_parents();
@@ -501,7 +505,7 @@ static int event_set_locked(void) {
   if (epfd < 0) return -errno;
   nic_fds_adopt(epfd);
   for (unsigned k = 0; k < NIC_BACKEND_KINDS; k++)
-    if (started[k]) epoll_add_locked(started[k]);
+    if (started[k]) epoll_add_locked(k, started[k]);
   epoll_join_locked();
   return epfd;
 }
@@ -512,10 +516,20 @@ int nic_backends_event_fd(void) {
   const int known = __atomic_load_n(&event_fd_known, __ATOMIC_ACQUIRE);
   if (known != EVENT_FD_UNKNOWN) return known;
   pthread_mutex_lock(&lock);
+  /* -ENOSYS, a backend without a descriptor, stands; a shortage (a descriptor, the set, that
+   * could not be made now) is said as such and not remembered: the next call tries again. */
   int rc = 0;
-  for (unsigned k = 0; k < NIC_BACKEND_KINDS && !rc; k++)
-    if (started[k] && (!started[k]->event_fd || started[k]->event_fd(started[k]) < 0)) rc = -ENOSYS;
+  for (unsigned k = 0; k < NIC_BACKEND_KINDS && rc != -ENOSYS; k++) {
+    const int fd = !started[k]            ? 0
+                   : started[k]->event_fd ? started[k]->event_fd(started[k])
+                                          : -ENOSYS;
+    if (fd < 0 && rc >= 0) rc = fd;
+    if (fd == -ENOSYS) rc = fd;
+  }
   if (!rc) rc = event_set_locked();
+  /* One that had none when it joined the set (the ticker wakes for it) has one now. */
+  for (unsigned k = 0; k < NIC_BACKEND_KINDS && rc >= 0; k++)
+    if (started[k] && !(in_set >> k & 1)) epoll_add_locked(k, started[k]);
   if (rc == epfd || rc == -ENOSYS) __atomic_store_n(&event_fd_known, rc, __ATOMIC_RELEASE);
   pthread_mutex_unlock(&lock);
   return rc;

@@ -120,7 +120,8 @@ struct nic_backend {
   /* A file descriptor that polls readable while poll() has work (completions, receives), for
    * nic_wait and nic_event_fd. The backend owns it and clears it from poll() once nothing is
    * left; readers only wait on it. -ENOSYS (or NULL) where the backend has none: waiting then
-   * polls in short sleeps. */
+   * polls in short sleeps. Another -errno where it could not be made for now (EMFILE): asked
+   * again later, under the backends' lock. */
   int (*event_fd)(struct nic_backend *b);
   void (*close)(struct nic_backend *b);
   /* Endpoints, what posts go out on, made from the members of params that are the backend's
@@ -218,7 +219,9 @@ unsigned nic_backend_kind_of(const struct nic_backend *b);
 int nic_backends_poll(int max);
 /* One descriptor that polls readable while a started backend's event_fd does: an epoll set
  * nicmalloc owns, holding each started backend's descriptor, those started later included. The
- * fd, or -ENOSYS when a started backend has none (verbs, dpdk), -ENODEV when none runs. */
+ * fd, or -ENOSYS when a started backend has none (verbs, dpdk), -ENODEV when none runs, another
+ * -errno when the set or a backend's descriptor could not be made for now (EMFILE, ENFILE,
+ * ENOMEM): not remembered, a later call tries again. */
 int nic_backends_event_fd(void);
 /* That set even while no backend runs (empty until one starts), or -errno: -ENODEV in a child of
  * fork made while a backend opened. For a descriptor that also polls for other work. */

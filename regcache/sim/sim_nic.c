@@ -7,6 +7,7 @@
 #include "log.h"
 #include "maps.h"
 #include "nocancel.h"
+#include "open_fds.h"
 #include "settings.h"
 
 #include <errno.h>
@@ -219,9 +220,30 @@ static int sim_poll(struct nic_backend *b, int max) {
   return ran;
 }
 
+/* An open that found no descriptor left (EMFILE) went on without one: made here, under the
+ * backends' lock as every call of event_fd, once one can be had, rather than none for good. */
 static int sim_event_fd(struct nic_backend *b) {
   struct sim_nic *s = b->priv;
-  return s->work_efd >= 0 ? s->work_efd : -ENOSYS;
+  const int known = __atomic_load_n(&s->work_efd, __ATOMIC_ACQUIRE);
+  if (known >= 0) return known;
+  sim_lock(s);
+  if (s->work_efd < 0) {
+    const int fd = eventfd(0, EFD_CLOEXEC | EFD_NONBLOCK);
+    if (fd < 0) {
+      const int err = errno;
+      sim_unlock(s);
+      return -err;
+    }
+    nic_fds_adopt(fd); /* as the open's own: a child of fork closes its copy */
+    __atomic_store_n(&s->work_efd, fd, __ATOMIC_RELEASE);
+    if (s->completed.head && !s->work_signalled) {
+      s->work_signalled = true;
+      nic_eventfd_signal_nocancel(fd);
+    }
+  }
+  const int fd = s->work_efd;
+  sim_unlock(s);
+  return fd;
 }
 
 static void sim_close(struct nic_backend *b) {
@@ -310,7 +332,7 @@ struct nic_backend *nic_sim_open(const struct nic_sim_config *c) {
   s->work.node_size = sizeof(struct sim_work) +
                       c->max_sge * (sizeof(struct nic_sge) + sizeof(void *) + sizeof(uint32_t));
   s->mem_fd = open("/proc/self/mem", O_RDONLY | O_CLOEXEC); /* -1: sim_read does without */
-  s->work_efd = eventfd(0, EFD_CLOEXEC | EFD_NONBLOCK);     /* -1: event_fd says so, waits sleep */
+  s->work_efd = eventfd(0, EFD_CLOEXEC | EFD_NONBLOCK);     /* -1: event_fd makes it later */
   s->b = (struct nic_backend){.name = "sim",
                               .caps = {.max_sge = c->max_sge,
                                        .max_region_bytes = c->max_region_bytes,

@@ -4,6 +4,7 @@
 // first start is the process's. Waits have deadlines, never a duration asserted.
 #include <fcntl.h>
 #include <gtest/gtest.h>
+#include <poll.h>
 #include <sys/resource.h>
 #include <unistd.h>
 
@@ -18,6 +19,25 @@
 #include "nicmalloc.h"
 
 namespace {
+
+int Count(const std::string &s, const std::string &what) {
+  int n = 0;
+  for (size_t at = s.find(what); at != std::string::npos; at = s.find(what, at + 1))
+    n++;
+  return n;
+}
+
+std::vector<int> FillDescriptors() {
+  std::vector<int> fds;
+  for (int fd; (fd = open("/dev/null", O_RDONLY | O_CLOEXEC)) >= 0;)
+    fds.push_back(fd);
+  return fds;
+}
+
+void Close(const std::vector<int> &fds) {
+  for (int fd : fds)
+    close(fd);
+}
 
 int InitOnce() {
   nic_sga s;
@@ -56,15 +76,71 @@ void StartsOnceThePassingShortageHasPassed(Fill fill, Empty empty) {
 
 TEST(BackendShortage, NoDescriptorLeft) {
   std::vector<int> fds;
-  StartsOnceThePassingShortageHasPassed(
-      [&] {
-        for (int fd; (fd = open("/dev/null", O_RDONLY | O_CLOEXEC)) >= 0;)
-          fds.push_back(fd);
-      },
-      [&] {
-        for (int fd : fds)
-          close(fd);
-      });
+  StartsOnceThePassingShortageHasPassed([&] { fds = FillDescriptors(); }, [&] { Close(fds); });
+}
+
+// io_uring runs and has its event descriptor; with no descriptor left, nic_event_fd's set (and
+// nic_thread_event_fd's) cannot be made: said as that, once per call, not as a backend without
+// one, and made by a call once descriptors are free again.
+TEST(BackendShortage, EventSetWithNoDescriptorLeft) {
+  ASSERT_EQ(InitOnce(), 0);
+  testing::internal::CaptureStderr(); // its file first: it takes a descriptor
+  const std::vector<int> fds = FillDescriptors();
+  const int event_fd[2] = {nic_event_fd(), nic_event_fd()};
+  const int thread_fd[2] = {nic_thread_event_fd(), nic_thread_event_fd()};
+  Close(fds);
+  const std::string err = testing::internal::GetCapturedStderr();
+  EXPECT_EQ(event_fd[0], -EMFILE);
+  EXPECT_EQ(event_fd[1], -EMFILE);
+  EXPECT_EQ(thread_fd[0], -EMFILE);
+  EXPECT_EQ(thread_fd[1], -EMFILE);
+  EXPECT_EQ(err.find("no event descriptor"), std::string::npos) << err;
+  EXPECT_EQ(Count(err, "nic_event_fd: nic_event_fd's epoll set, or a backend's eventfd for it, "
+                       "could not be made (Too many open files)"),
+            1)
+      << err;
+  EXPECT_EQ(Count(err, "nic_thread_event_fd: nic_event_fd's epoll set, or a backend's eventfd "
+                       "for it, could not be made (Too many open files)"),
+            1)
+      << err;
+  EXPECT_EQ(Count(err, "\n"), 2) << err;
+  EXPECT_GE(nic_event_fd(), 0) << "the shortage was remembered";
+  EXPECT_GE(nic_thread_event_fd(), 0) << "the shortage was remembered";
+}
+
+// Under auto with no descriptor left, io_uring is refused for now and the sim starts without
+// its eventfd: it gets one once descriptors are free (it used to have none for good, and
+// nic_event_fd said -ENOSYS, "no event descriptor", to the end), and a completion wakes the set.
+TEST(BackendShortage, SimStartedWithNoDescriptorLeftGetsItsEventFdLater) {
+  char *p = static_cast<char *>(nic_malloc(5000));
+  ASSERT_NE(p, nullptr);
+  memset(p, 1, 5000);
+  const std::vector<int> fds = FillDescriptors();
+  const int during = InitOnce();
+  Close(fds);
+  ASSERT_EQ(during, 0);
+  nic_stats st = NIC_STATS_INIT;
+  nic_get_stats(&st);
+  ASSERT_EQ(std::string(st.backend), "sim") << "the test needs the sim started under the shortage";
+  const int efd = nic_event_fd();
+  ASSERT_GE(efd, 0) << "the sim never made its event descriptor";
+  nic_endpoint *ep = nic_sim_endpoint_create(nullptr, nullptr, 0);
+  ASSERT_NE(ep, nullptr);
+  int calls = 0;
+  nic_sga s;
+  ASSERT_EQ(nic_sga_init(&s, 0), 0);
+  ASSERT_EQ(nic_sga_add(&s, p, 5000), 0);
+  ASSERT_EQ(nic_sga_post(
+                &s, ep, [](void *arg, int) { ++*static_cast<int *>(arg); }, &calls),
+            0);
+  for (auto end = std::chrono::steady_clock::now() + std::chrono::seconds(10);
+       !calls && std::chrono::steady_clock::now() < end;) {
+    pollfd pfd = {efd, POLLIN, 0};
+    if (poll(&pfd, 1, 1000) > 0) nic_poll(0);
+  }
+  EXPECT_EQ(calls, 1) << "the set never polled readable for the completion";
+  nic_sim_endpoint_destroy(ep);
+  nic_free(p);
 }
 
 // Limits the address space to what the process maps now and extra bytes more.
