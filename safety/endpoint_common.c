@@ -114,11 +114,15 @@ struct nic_backend *nic_ep_backend(const char *who, enum nic_backend_kind kind, 
   struct nic_backend *b = nic_backend_start(kind);
   if (b) return b;
   const int err = errno;
+  const int short_of = nic_backend_short_of(kind);
   if (nic_backend_missing_why())
     nic_api_error_by(endpoint, who, 0, "%s: %s", who, nic_backend_missing_why());
   else if (nic_backend_refused_why(kind))
     nic_api_error_by(endpoint, who, 0, "%s: the %s backend cannot run here: %s", who, names[kind],
                      nic_backend_refused_why(kind));
+  else if (short_of) /* not for good: the call is to be made again */
+    nic_api_error_by(endpoint, who, short_of, "%s: " NIC_BACKEND_SHORT_FMT, who, names[kind],
+                     strerror(short_of));
   else if (named && nic_setting_is(NIC_S_BACKEND, names[kind]))
     nic_api_error_by(endpoint, who, 0,
                      "%s: the %s backend cannot run here (NICMALLOC_BACKEND=%s is set but could "

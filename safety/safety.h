@@ -92,6 +92,11 @@ static inline bool nic_sga_ready(const struct nic_sga *sga) {
   return sga && sga->max && sga->max <= NIC_SGA_CAPACITY && sga->count <= sga->max;
 }
 
+/* sga.c: caller (nic_sga_init, nic_sga_post) found no default backend: why, said once per kind
+ * (a child of fork's, a start refused for a shortage that is tried again, none that can run),
+ * and -ENODEV. */
+int nic_sga_no_backend(const char *caller);
+
 /* safety_stats.c: the safety fields of struct nic_stats, NIC cache pressure included. */
 struct nic_stats;
 void nic_safety_fill_stats(struct nic_stats *out);

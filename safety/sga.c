@@ -27,6 +27,23 @@
 #define MERGE_MAX ((size_t)64 << 10)         /* largest pair copied to stay under the entry limit */
 #define PRESSURE_COPY_MAX ((size_t)16 << 10) /* "small" under pressure: a copy beats a register */
 
+int nic_sga_no_backend(const char *caller) {
+  const char *kind = "";
+  const int short_of = nic_backend_default_short_of(&kind);
+  if (nic_backend_missing_why())
+    nic_api_error_by(sga, caller, 0, "%s: no registration backend (%s)", caller,
+                     nic_backend_missing_why());
+  else if (short_of) /* tried again: -ENODEV meanwhile, said as that, not as none for good */
+    nic_api_error_by(sga, caller, short_of, "%s: " NIC_BACKEND_SHORT_FMT "; -ENODEV meanwhile",
+                     caller, kind, strerror(short_of));
+  else
+    nic_api_error_by(sga, caller, -1,
+                     "%s: no registration backend could be opened (NICMALLOC_BACKEND; the "
+                     "warnings said as each was tried say why)",
+                     caller);
+  return -ENODEV;
+}
+
 NIC_EXPORT int nic_sga_init(struct nic_sga *sga, unsigned max_entries) {
   if (!sga) {
     nic_api_count(sga);
@@ -39,11 +56,7 @@ NIC_EXPORT int nic_sga_init(struct nic_sga *sga, unsigned max_entries) {
   sga->bytes = 0;
   sga->bounce = NULL;
   struct nic_backend *b = nic_backend_active();
-  if (!b) {
-    nic_api_error(sga, "nic_sga_init: no registration backend could be opened (%s)",
-                  nic_backend_missing_why() ? nic_backend_missing_why() : "NICMALLOC_BACKEND");
-    return -ENODEV;
-  }
+  if (!b) return nic_sga_no_backend("nic_sga_init");
   unsigned limit = b->caps.max_sge < NIC_SGA_CAPACITY ? b->caps.max_sge : NIC_SGA_CAPACITY;
   if (max_entries > limit) {
     nic_api_error(sga, "nic_sga_init: %u entries asked for; backend %s and the array allow %u",

@@ -196,11 +196,7 @@ NIC_EXPORT int nic_sga_post(struct nic_sga *sga, struct nic_endpoint *ep, nic_sg
     nic_api_error(sga, "nic_sga_post(%p): %s; nothing posted", (void *)ep, nic_ep_inherited_why());
     return -ENODEV;
   }
-  if (!b) {
-    nic_api_error(sga, "nic_sga_post: no registration backend could be opened (%s)",
-                  nic_backend_missing_why() ? nic_backend_missing_why() : "NICMALLOC_BACKEND");
-    return -ENODEV;
-  }
+  if (!b) return nic_sga_no_backend("nic_sga_post");
   /* The array's limit is the default backend's (nic_sga_init): another may take fewer. */
   if (b != d && sga->count > b->caps.max_sge) {
     nic_api_error_by(sga, b, 0,

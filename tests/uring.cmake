@@ -32,6 +32,7 @@ target_link_libraries(test_backend_shortage PRIVATE nicmalloc GTest::gtest GTest
 target_compile_definitions(test_backend_shortage PRIVATE
   NIC_DPDK_PLUGIN_PATH="$<TARGET_FILE_DIR:nicmalloc>/libnicmalloc-dpdk.so")
 foreach(case "NoDescriptorLeft;uring" "AddressSpaceLimit;uring" "DpdkWhoseEalFailedGivesWay;dpdk"
+             "RefusalForNowIsSaidAsOne;uring" "AutoSaysNothingOfNoneWhenTheNextKindStarts;auto"
              "EventSetWithNoDescriptorLeft;uring"
              "SimStartedWithNoDescriptorLeftGetsItsEventFdLater;auto")
   list(GET case 0 name)

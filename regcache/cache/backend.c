@@ -279,10 +279,8 @@ static struct nic_backend *start_locked(enum nic_backend_kind kind) {
     __atomic_add_fetch(&short_refusals, 1, __ATOMIC_RELAXED);
     static int said[NIC_BACKEND_KINDS];
     if (!said[kind]++)
-      nic_log_warn("backend %s cannot start now (%s), a shortage that may pass: it is tried again "
-                   "after a second, then after twice as long each time it is still refused, up to "
-                   "a minute (counted in backend_start_refusals)",
-                   kind_names[kind], strerror(short_of[kind]));
+      nic_log_warn(NIC_BACKEND_SHORT_FMT " (counted in backend_start_refusals)", kind_names[kind],
+                   strerror(short_of[kind]));
     errno = short_of[kind];
     return NULL;
   }
@@ -306,17 +304,26 @@ static struct nic_backend *start_locked(enum nic_backend_kind kind) {
   return b;
 }
 
+/* NICMALLOC_BACKEND's choices (auto|sim|...) as kinds, -1 for auto; a name the table does not
+ * list was refused there, with a warning: auto. Under auto, the kinds tried in turn. */
+static const int named[] = {-1, NIC_BACKEND_SIM, NIC_BACKEND_URING, NIC_BACKEND_VERBS,
+                            NIC_BACKEND_DPDK};
+static const enum nic_backend_kind order[] = {NIC_BACKEND_VERBS, NIC_BACKEND_URING,
+                                              NIC_BACKEND_SIM};
+
+/* Under the lock: kind refused for a shortage and to be tried again. */
+static int short_of_locked(int kind) {
+  return kind >= 0 && !started[kind] && !failed[kind] ? short_of[kind] : 0;
+}
+
 /* *again: no default now, for a shortage that may pass; choose again on a later call. */
 static struct nic_backend *pick_locked(bool *again) {
-  /* A name the table does not list was refused there, with a warning: auto. */
-  static const int named[] = {-1, NIC_BACKEND_SIM, NIC_BACKEND_URING, NIC_BACKEND_VERBS,
-                              NIC_BACKEND_DPDK}; /* auto|sim|... */
   const int want = named[nic_setting_choice(NIC_S_BACKEND)];
   struct nic_backend *b = NULL;
   if (want >= 0) {
     if ((b = start_locked((enum nic_backend_kind)want))) return b;
     /* The program asked for this one: none meanwhile, rather than another for good. */
-    if (short_of[want] && !failed[want]) {
+    if (short_of_locked(want)) {
       *again = true;
       return NULL;
     }
@@ -329,16 +336,39 @@ static struct nic_backend *pick_locked(bool *again) {
     b = started[k];
   /* A child of fork goes on with the kind its parent used, as the program chose it there. */
   if (!b && parents_default >= 0) b = start_locked((enum nic_backend_kind)parents_default);
-  static const enum nic_backend_kind order[] = {NIC_BACKEND_VERBS, NIC_BACKEND_URING,
-                                                NIC_BACKEND_SIM};
   for (size_t i = 0; i < sizeof order / sizeof order[0] && !b; i++) {
     b = start_locked(order[i]);
     if (!b) nic_log_info("backend %s not available: %s", kind_names[order[i]], strerror(errno));
-    *again |= !b && short_of[order[i]] && !failed[order[i]];
+    *again |= !b && short_of_locked((int)order[i]);
   }
   if (!b && !*again) nic_log_warn("no registration backend could be opened");
-  if (!b && *again) nic_log_warn_once("no registration backend can be opened now: tried again");
+  for (size_t i = 0; i < sizeof order / sizeof order[0] && !b && *again; i++)
+    if (short_of_locked((int)order[i])) {
+      nic_log_warn_once("no registration backend can start for now: " NIC_BACKEND_SHORT_FMT,
+                        kind_names[order[i]], strerror(short_of[order[i]]));
+      break;
+    }
   return b;
+}
+
+int nic_backend_short_of(enum nic_backend_kind kind) {
+  if ((unsigned)kind >= NIC_BACKEND_KINDS || parents) return 0;
+  pthread_mutex_lock(&lock);
+  const int err = short_of_locked((int)kind);
+  pthread_mutex_unlock(&lock);
+  return err;
+}
+
+int nic_backend_default_short_of(const char **name) {
+  if (parents) return 0;
+  pthread_mutex_lock(&lock);
+  const int want = named[nic_setting_choice(NIC_S_BACKEND)];
+  int kind = want, err = chosen ? 0 : short_of_locked(want);
+  for (size_t i = 0; i < sizeof order / sizeof order[0] && !chosen && want < 0 && !err; i++)
+    err = short_of_locked(kind = (int)order[i]);
+  pthread_mutex_unlock(&lock);
+  if (err && name) *name = kind_names[kind];
+  return err;
 }
 
 /* Once: the default never changes (the per-backend tables and the chunks' own registrations

@@ -233,6 +233,18 @@ void nic_backends_event_fd_join(int fd);
 /* Starts refused for a shortage that may pass (EMFILE, ENFILE, ENOMEM, EAGAIN: not a failure for
  * good, tried again after 1 s, doubling up to 60 s), for the statistics. */
 uint64_t nic_backend_start_refusals(void);
+/* The errno of kind's last start, refused for such a shortage, while it is to be tried again
+ * (not started, not failed for good since); 0 otherwise. */
+int nic_backend_short_of(enum nic_backend_kind kind);
+/* While no default backend is chosen because the kind it waits for (NICMALLOC_BACKEND's, or under
+ * auto the first refused so) was refused for a shortage: that errno, and the kind's name in
+ * *name; 0 otherwise (none could start for good, or one is chosen). */
+int nic_backend_default_short_of(const char **name);
+/* How a refusal for a shortage is said, with the kind's name and the errno's text: the same
+ * words wherever a call finds no backend for it. */
+#define NIC_BACKEND_SHORT_FMT                                                                      \
+  "backend %s cannot start for now (%s), a shortage that may pass: it is tried again after a "     \
+  "second, then after twice as long each time it is still refused, up to a minute"
 /* The started backends' names, joined by '+' ("none" while none runs), for the statistics. */
 const char *nic_backends_names(void);
 

@@ -4,8 +4,10 @@
 // first start is the process's. Waits have deadlines, never a duration asserted.
 #include <fcntl.h>
 #include <gtest/gtest.h>
+#include <netinet/in.h>
 #include <poll.h>
 #include <sys/resource.h>
+#include <sys/socket.h>
 #include <unistd.h>
 
 #include <cerrno>
@@ -77,6 +79,49 @@ void StartsOnceThePassingShortageHasPassed(Fill fill, Empty empty) {
 TEST(BackendShortage, NoDescriptorLeft) {
   std::vector<int> fds;
   StartsOnceThePassingShortageHasPassed([&] { fds = FillDescriptors(); }, [&] { Close(fds); });
+}
+
+// While the named backend waits for its retry, the calls that need it say that it cannot start
+// for now and is tried again (with the errno), once each, not that none could be opened or that
+// it cannot run here.
+TEST(BackendShortage, RefusalForNowIsSaidAsOne) {
+  const int sock = socket(AF_INET, SOCK_DGRAM | SOCK_CLOEXEC, 0);
+  ASSERT_GE(sock, 0);
+  testing::internal::CaptureStderr(); // its file first: it takes a descriptor
+  const std::vector<int> fds = FillDescriptors();
+  const int init[2] = {InitOnce(), InitOnce()};
+  nic_endpoint *ep[2] = {nic_uring_endpoint_create(sock), nic_uring_endpoint_create(sock)};
+  Close(fds);
+  const std::string err = testing::internal::GetCapturedStderr();
+  close(sock);
+  EXPECT_EQ(init[0], -ENODEV);
+  EXPECT_EQ(init[1], -ENODEV);
+  EXPECT_EQ(ep[0], nullptr);
+  EXPECT_EQ(ep[1], nullptr);
+  EXPECT_EQ(err.find("could be opened"), std::string::npos) << err;
+  EXPECT_EQ(err.find("cannot run here"), std::string::npos) << err;
+  const std::string now = "backend uring cannot start for now (Too many open files), a shortage "
+                          "that may pass: it is tried again";
+  EXPECT_EQ(Count(err, "nic_sga_init: " + now), 1) << err;
+  EXPECT_EQ(Count(err, "nic_uring_endpoint_create: " + now), 1) << err;
+  EXPECT_EQ(Count(err, now), 3) << "the start's own warning, and one line per call: " << err;
+  EXPECT_EQ(Count(err, "\n"), 3) << err;
+}
+
+// Under auto, io_uring refused for now and the sim started in its place: a default runs, and
+// nothing says that none can start.
+TEST(BackendShortage, AutoSaysNothingOfNoneWhenTheNextKindStarts) {
+  testing::internal::CaptureStderr(); // its file first: it takes a descriptor
+  const std::vector<int> fds = FillDescriptors();
+  const int init = InitOnce();
+  Close(fds);
+  const std::string err = testing::internal::GetCapturedStderr();
+  EXPECT_EQ(init, 0);
+  nic_stats st = NIC_STATS_INIT;
+  nic_get_stats(&st);
+  EXPECT_EQ(std::string(st.backend), "sim");
+  EXPECT_EQ(err.find("no registration backend"), std::string::npos) << err;
+  EXPECT_EQ(Count(err, "backend uring cannot start for now (Too many open files)"), 1) << err;
 }
 
 // io_uring runs and has its event descriptor; with no descriptor left, nic_event_fd's set (and
