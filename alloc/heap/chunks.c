@@ -50,14 +50,18 @@ static uint64_t as_limit, as_room;
 /* Chunks the range holds: NICMALLOC_MAX_CHUNKS, or, under an address-space limit set before the
  * program started (ulimit -v), as many as fit in half the room the limit leaves. The whole range
  * counts against the limit from the start, used or not; the other half stays the program's. */
+static unsigned chunks_that_fit(const struct nic_config *cfg, uint64_t limit, uint64_t room) {
+  if (limit == UINT64_MAX) return cfg->max_chunks;
+  const uint64_t fit = room / 2 / cfg->chunk_size;
+  return fit < cfg->max_chunks ? (unsigned)fit : cfg->max_chunks;
+}
+
 static unsigned chunks_to_reserve(const struct nic_config *cfg) {
   uint64_t room = 0;
   const uint64_t limit = nic_vspace_limit(&room);
   as_limit = limit == UINT64_MAX ? 0 : limit;
   as_room = room;
-  if (!as_limit) return cfg->max_chunks;
-  const uint64_t fit = room / 2 / cfg->chunk_size;
-  return fit < cfg->max_chunks ? (unsigned)fit : cfg->max_chunks;
+  return chunks_that_fit(cfg, limit, room);
 }
 
 static int reserve_locked(void) {
@@ -105,6 +109,14 @@ static int reserve_locked(void) {
 unsigned nic_chunks_max(void) {
   const size_t span = nic_dp_reserved_span();
   return span ? (unsigned)(span >> nic_dp.shift) : nic_config()->max_chunks;
+}
+
+unsigned nic_chunks_max_now(void) {
+  if (nic_dp_reserved_span()) return nic_chunks_max();
+  if (__atomic_load_n(&reserve_retry_at_ms, __ATOMIC_RELAXED)) return 0;
+  uint64_t room = 0;
+  const uint64_t limit = nic_vspace_limit(&room);
+  return chunks_that_fit(nic_config(), limit, room);
 }
 
 int nic_dp_reserve_early(void) {

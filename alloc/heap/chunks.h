@@ -104,6 +104,10 @@ int nic_dp_reserve_early(void);
 /* The cap on chunks: NICMALLOC_MAX_CHUNKS, or once the range is reserved as many as it holds
  * (fewer under an address-space limit). */
 unsigned nic_chunks_max(void);
+/* For the statistics (chunks_max): as many as the range holds once reserved; before, as many as
+ * a reservation would take now (NICMALLOC_MAX_CHUNKS, fewer under an address-space limit), and 0
+ * while the last one was refused (no chunk fitted; tried again at a dataplane request). */
+unsigned nic_chunks_max_now(void);
 /* Bumped on every chunk state change, and when the stats want fresh usage figures: threads
  * compare it with the value they last saw to learn, with one load, that they must refresh. */
 extern unsigned nic_chunk_epoch __attribute__((visibility("hidden")));

@@ -63,7 +63,7 @@ void nic_heap_fill_stats(struct nic_stats *out) {
   out->chunk_size = cfg->chunk_size;
   out->chunks_live = chunks.live;
   out->chunks_draining = chunks.draining;
-  out->chunks_max = nic_chunks_max();
+  out->chunks_max = nic_chunks_max_now();
   out->chunks_created = chunks.created;
   out->chunks_released = chunks.released;
   out->page_kind = chunks.last_kind;

@@ -52,6 +52,7 @@ TEST(AddressSpaceLimit, RefusedReservationFallsBackAndSaysSoOnceWhenVerbose) {
   EXPECT_EQ(r.num("control_blocks"), 256);
   EXPECT_EQ(r.num("nulls"), 0);
   EXPECT_EQ(r.num("dp_fallbacks"), 256);
+  EXPECT_EQ(r.num("chunks_max"), 0) << "no chunk could be reserved: " << r.out;
   EXPECT_EQ(count_lines(r.err, kReserveLine), 1) << r.err;
   EXPECT_EQ(count_lines(r.err, "use the control heap"), 1) << r.err;
   EXPECT_EQ(count_lines(r.err, "warning"), 0) << r.err;
@@ -86,6 +87,9 @@ TEST(AddressSpaceLimit, AProgramThatAsksNoDataplaneMemoryKeepsItsRoom) {
   auto r = run_probe(kLargeSpan, {"as-limit", "8", "dp-room", "none"});
   ASSERT_EQ(r.exit_code, 0) << r.out << r.err;
   EXPECT_EQ(r.num("reserved_mib"), 0) << r.out;
+  // Not reserved yet: as many as a reservation would take now, not NICMALLOC_MAX_CHUNKS.
+  EXPECT_GE(r.num("chunks_max"), 1) << r.out;
+  EXPECT_LT(r.num("chunks_max"), 16) << r.out;
   EXPECT_GE(r.num("mappable_mib"), r.num("room_before_mib") - 128) << r.out;
   EXPECT_GT(r.num("room_before_mib"), 6 * 1024) << r.out;
 }
