@@ -43,10 +43,10 @@
   X("chunks", chunks_released, uint64_t, count, "# released", "chunks released over the process lifetime") \
   X("chunks", page_kind, enum nic_page_kind, page_kind, "page kind #", "page kind of the most recently backed chunk step") \
   X("fallbacks", page_fallbacks, uint64_t, count, "# smaller page kind", "chunk steps that got a smaller page kind than asked for") \
-  X("fallbacks", pin_failures, uint64_t, count, "# not pinned", "chunk steps that could not be locked in memory") \
+  X("fallbacks", pin_failures, uint64_t, count, "# not pinned", "chunk steps that could not be locked in memory: each step once until it is locked, however often it is asked for again (a chunk refused because its first step could not be is counted here, not in chunk_refusals)") \
   X("fallbacks", dataplane_fallbacks, uint64_t, count, "# dataplane requests served by control", "dataplane requests served from the control heap") \
   X("fallbacks", dataplane_failures, uint64_t, count, "# failed", "dataplane requests that returned NULL (ENOMEM)") \
-  X("fallbacks", chunk_refusals, uint64_t, count, "# chunks refused", "chunks the kernel would not map or mimalloc would not take as an arena") \
+  X("fallbacks", chunk_refusals, uint64_t, count, "# chunks refused", "chunks the kernel would not map or back with memory, or mimalloc would not take as an arena") \
   X("fallbacks", vspace_refusals, uint64_t, count, "# address-space reservations refused", "address-space reservations refused (an address-space limit: the control arena's, the dataplane span's)") \
   X("registration", backend, const char *, name, "backend #", "registration backends started, joined by '+' (\"sim+uring\"), or \"none\" while none was needed") \
   X("registration", rcache_regions, uint32_t, count, "# cached regions", "registration-cache regions (memory outside the chunks) held now") \

@@ -226,7 +226,7 @@ static int create_locked(unsigned *index_out) {
   nic_steps_forget_locked(index);
   c->mapping = (struct nic_mapping){.kind = NIC_PAGE_NONE, .pinned = false};
   if (nic_step_back_locked(index, 0)) {
-    refusals++;
+    if (!nic_step_back_lock_refused()) refusals++; /* a lock refused is a pin failure */
     if (fresh) nic_unmap_chunk(base, cfg->chunk_size);
     return refuse_for_a_while();
   }

@@ -38,7 +38,8 @@ struct nic_step {
    * a page of it may leave, scans count it whole without asking the kernel. Chunk lock. */
   bool whole;
   /* Refused for want of a lock (NICMALLOC_ON_PIN_FAIL=fail) and not backed since: counted once
-   * in pin_failures, however often mimalloc's commits ask for it again. Chunk lock. */
+   * in pin_failures, however often mimalloc's commits ask for it again, or the chunk, refused
+   * for it, is tried again (its steps forgotten keep it). Chunk lock. */
   bool pin_refused;
 };
 

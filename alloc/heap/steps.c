@@ -16,6 +16,7 @@
 #include <sys/resource.h>
 
 static uint64_t backed_total, released_total, page_fallbacks, pin_failures;
+static bool last_refusal_lock; /* nic_step_back_lock_refused; chunk lock */
 static enum nic_page_kind last_kind;
 
 /* Smaller pages than the default asks for are the common case (no hugetlb pool): a warning only
@@ -107,6 +108,7 @@ int nic_step_back_locked(unsigned index, unsigned step) {
       !cfg->populate_at_commit && nic_memcg_headroom() != SIZE_MAX ? untouched_bytes_locked() : 0;
   int rc = nic_back_step(base, len, want, cfg->populate_at_commit, lazy,
                          cfg->on_pin_fail == NIC_PIN_FAIL_FAIL, &m);
+  last_refusal_lock = false;
   if (rc) {
     nic_log_fallback_once(cfg->on_pin_fail == NIC_PIN_FAIL_FAIL,
                           "cannot back dataplane chunk %u step %u with memory (%s)", index, step,
@@ -119,7 +121,10 @@ int nic_step_back_locked(unsigned index, unsigned step) {
    * made of it. nic_back_step faulted nothing in for it; pages it had stay: mimalloc may have
    * written to them already (a registration's backing of a cached segment). Its page kind is
    * neither said nor counted: it is not backed, and mimalloc asks for it again. */
-  if (!accept_pin_result(index, step, &m)) return -ENOMEM;
+  if (!accept_pin_result(index, step, &m)) {
+    last_refusal_lock = true;
+    return -ENOMEM;
+  }
   /* A step locked as it is touched learns whether THP backs it when it is faulted in whole;
    * hugetlb it missed now. */
   if (m.populated || want >= NIC_PAGE_2M) report_mapping(index, step, &m, want);
@@ -327,12 +332,15 @@ int nic_steps_commit(void *addr, size_t len) {
   return rc;
 }
 
+bool nic_step_back_lock_refused(void) {
+  return last_refusal_lock;
+}
+
 void nic_steps_forget_locked(unsigned index) {
   struct nic_chunk *c = nic_chunk_at(index);
   for (unsigned s = 0; s < nic_steps_per_chunk(); s++) {
     __atomic_store_n(&c->steps[s].backed, 0, __ATOMIC_RELEASE);
     c->steps[s].mapping.pinned = false;
-    c->steps[s].pin_refused = false;
     nic_step_not_whole_locked(index, s);
     nic_step_pages_forget_locked(index, s);
   }

@@ -35,6 +35,9 @@ enum nic_huge_claim nic_steps_expect_huge_done(void);
 void nic_steps_decommit(void *addr, size_t len);
 /* The same for one step, with the chunk lock held. */
 int nic_step_back_locked(unsigned index, unsigned step);
+/* Whether the last nic_step_back_locked that failed was refused the lock (counted in
+ * pin_failures, under NICMALLOC_ON_PIN_FAIL=fail) rather than memory. Chunk lock held. */
+bool nic_step_back_lock_refused(void);
 /* Faults in every page of a backed step that was backed without (NICMALLOC_DP_POPULATE=register:
  * its pages are locked as they are touched), so that the NIC never meets a missing page: every
  * registration of the step asks first (chunk_reg.c). 0, -EFAULT where the program made part of

@@ -4,7 +4,8 @@
  * the rest are refused. Prints, after the requests and again once every block was freed and the
  * reaper gave their steps back (dataplane_backed 0, or a bound), the bytes of the dataplane
  * chunks in memory (mincore) beside the stats, and how many steps were refused. "again": before
- * the frees, ten more requests, refused as the limit is taken, and the stats after them. */
+ * the frees, ten more requests, refused as the limit is taken, and the stats after them.
+ * "retry": the same for 2.5 s, long enough for a refused chunk to be tried again. */
 #define _GNU_SOURCE
 #include "nicmalloc.h"
 
@@ -51,10 +52,11 @@ static size_t dataplane_resident(const void *first, size_t chunk) {
 static void print(const char *tag, const void *first) {
   const struct nic_stats s = stats();
   printf("%s_resident=%zu\n%s_backed=%zu\n%s_pinned=%zu\n%s_pin_failures=%llu\n"
-         "%s_page_fallbacks=%llu\n%s_steps_backed=%llu\n",
+         "%s_page_fallbacks=%llu\n%s_steps_backed=%llu\n%s_chunk_refusals=%llu\n",
          tag, dataplane_resident(first, s.chunk_size), tag, s.dataplane_backed, tag,
          s.dataplane_pinned, tag, (unsigned long long)s.pin_failures, tag,
-         (unsigned long long)s.page_fallbacks, tag, (unsigned long long)s.steps_backed);
+         (unsigned long long)s.page_fallbacks, tag, (unsigned long long)s.steps_backed, tag,
+         (unsigned long long)s.chunk_refusals);
 }
 
 static uint64_t now_ms(void) {
@@ -92,6 +94,17 @@ int main(int argc, char **argv) {
     }
     printf("again_got=%d\n", again);
     print("again", first);
+  }
+  /* Requests for 2.5 s: past the second a refused chunk waits before it is tried again. */
+  if (argc > 1 && !strcmp(argv[1], "retry")) {
+    int retried = 0;
+    for (const uint64_t until = now_ms() + 2500; now_ms() < until; usleep(100 * 1000)) {
+      char *p = nic_malloc(BLOCK);
+      retried += p != NULL;
+      nic_free(p);
+    }
+    printf("retry_got=%d\n", retried);
+    print("retry", first);
   }
   for (int i = 0; i < REQUESTS; i++)
     nic_free(b[i]);

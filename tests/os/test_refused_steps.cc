@@ -66,4 +66,19 @@ TEST(RefusedSteps, ARefusedStepIsCountedOnceHoweverOftenItIsAskedFor) {
   }
 }
 
+// A chunk whose first step is refused the lock is tried again a second later, as that step: it
+// is the same refused step, counted once in pin_failures, and a pin failure, not a chunk the
+// kernel would not map (chunk_refusals). Before, every retry counted the step again (pin_failures
+// 3 then 4 over 2.5 s of requests, 2 steps backed) and the chunk in chunk_refusals (1 then 2).
+TEST(RefusedSteps, AChunkRefusedForItsStepsLockIsAPinFailureCountedOnce) {
+  auto r = run_refused("register", "4k", {"retry"});
+  if (r.num("setup_failed") == 1) GTEST_SKIP() << "RLIMIT_MEMLOCK cannot be lowered here";
+  ASSERT_GE(r.num("refused"), 1) << "the lock limit refused nothing: " << r.out;
+  ASSERT_EQ(r.num("retry_got"), 0) << r.out;
+  EXPECT_GE(r.num("requested_pin_failures"), 1) << r.out;
+  EXPECT_EQ(r.num("retry_pin_failures"), r.num("requested_pin_failures")) << r.out;
+  EXPECT_EQ(r.num("requested_chunk_refusals"), 0) << r.out;
+  EXPECT_EQ(r.num("retry_chunk_refusals"), 0) << r.out;
+}
+
 } // namespace
