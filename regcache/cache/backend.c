@@ -16,8 +16,10 @@
 #include "settings.h"
 #include "thread.h"
 
+#include <dirent.h>
 #include <dlfcn.h>
 #include <errno.h>
+#include <fcntl.h>
 #include <limits.h>
 #include <pthread.h>
 #include <signal.h>
@@ -25,6 +27,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/epoll.h>
+#include <sys/syscall.h>
 #include <sys/timerfd.h>
 #include <unistd.h>
 
@@ -316,6 +319,24 @@ static int short_of_locked(int kind) {
   return kind >= 0 && !started[kind] && !failed[kind] ? short_of[kind] : 0;
 }
 
+/* Whether the kernel lists an RDMA device (a uverbs entry of /sys/class/infiniband_verbs, where
+ * libibverbs finds them). Auto tries verbs only then: elsewhere its open can only fail, and
+ * rdma-core, once loaded, tells the program's stderr what it thinks of the process (libibverbs:
+ * "Warning: RLIMIT_MEMLOCK is 16384 bytes", for a user under 32 KiB) though the program named no
+ * backend. getdents64 into a stack buffer: under the backends' lock, no malloc. */
+static bool rdma_device_listed(void) {
+  const int dir =
+      nic_open_nocancel("/sys/class/infiniband_verbs", O_RDONLY | O_DIRECTORY | O_CLOEXEC);
+  if (dir < 0) return false;
+  bool found = false;
+  char buf[2048];
+  for (long got; !found && (got = syscall(SYS_getdents64, dir, buf, sizeof buf)) > 0;)
+    for (long at = 0; !found && at < got; at += ((const struct dirent64 *)(buf + at))->d_reclen)
+      found = !strncmp(((const struct dirent64 *)(buf + at))->d_name, "uverbs", 6);
+  nic_close_nocancel(dir);
+  return found;
+}
+
 /* *again: no default now, for a shortage that may pass; choose again on a later call. */
 static struct nic_backend *pick_locked(bool *again) {
   const int want = named[nic_setting_choice(NIC_S_BACKEND)];
@@ -337,6 +358,10 @@ static struct nic_backend *pick_locked(bool *again) {
   /* A child of fork goes on with the kind its parent used, as the program chose it there. */
   if (!b && parents_default >= 0) b = start_locked((enum nic_backend_kind)parents_default);
   for (size_t i = 0; i < sizeof order / sizeof order[0] && !b; i++) {
+    if (order[i] == NIC_BACKEND_VERBS && !rdma_device_listed()) {
+      nic_log_info("backend verbs not tried: the kernel lists no RDMA device");
+      continue;
+    }
     b = start_locked(order[i]);
     if (!b) nic_log_info("backend %s not available: %s", kind_names[order[i]], strerror(errno));
     *again |= !b && short_of_locked((int)order[i]);

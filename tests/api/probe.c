@@ -51,6 +51,7 @@ static const struct command {
     {"repin", 4, cmd_repin},
     {"low-memlock-register", 4, cmd_low_memlock_register},
     {"low-memlock-sga", 4, cmd_low_memlock_sga},
+    {"user-auto-sga", 2, cmd_user_auto_sga},
     {"fork-child", 3, cmd_fork_child},
     {"fork-write-race", 5, cmd_fork_write_race},
     {"fork-while-opening", 3, cmd_fork_while_opening},
@@ -97,7 +98,7 @@ int main(int argc, char **argv) {
       "usage: nic_probe dp-alloc TOTAL BLOCK | low-memlock BLOCK | low-memlock-fill TOTAL BLOCK | "
       "low-memlock-register N BLOCK | pin-refused LIMIT SIZE COUNT MODE [WAIT_MS] | "
       "low-memlock-sga KIB "
-      "BLOCK | memlock-steps LIMIT TOTAL BLOCK "
+      "BLOCK | user-auto-sga | memlock-steps LIMIT TOTAL BLOCK "
       "| "
       "mixed-frees | fork-child BLOCK | fork-write-race ROUNDS TOTAL BLOCK [register] | "
       "fork-while-opening "

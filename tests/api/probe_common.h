@@ -54,6 +54,7 @@ int cmd_memlock_steps(int argc, char **argv);
 int cmd_pin_refused(int argc, char **argv);
 int cmd_low_memlock_register(int argc, char **argv);
 int cmd_low_memlock_sga(int argc, char **argv);
+int cmd_user_auto_sga(int argc, char **argv);
 
 int cmd_as_limit(int argc, char **argv);
 int cmd_as_limit_kib(int argc, char **argv);

@@ -3,7 +3,9 @@
 #include "nicmalloc.h"
 #include "probe_common.h"
 
+#include <grp.h>
 #include <pthread.h>
+#include <sys/resource.h>
 
 #include <errno.h>
 #include <stdbool.h>
@@ -254,4 +256,25 @@ int cmd_low_memlock_register(int argc, char **argv) {
 int cmd_low_memlock_sga(int argc, char **argv) {
   (void)argc;
   return low_memlock_sga(strtoull(argv[2], NULL, 0), strtoull(argv[3], NULL, 0));
+}
+
+/* A user's program (uid nobody when started as root) under an RLIMIT_MEMLOCK of 16 KiB, the
+ * backend left to auto: the first array picks one. Prints what it picked; the test reads stderr
+ * for lines of libraries nobody asked to load (libibverbs warns of such a limit as it starts). */
+int cmd_user_auto_sga(int argc, char **argv) {
+  (void)argc, (void)argv;
+  const struct rlimit lim = {16 << 10, 16 << 10};
+  if (setrlimit(RLIMIT_MEMLOCK, &lim) ||
+      (geteuid() == 0 &&
+       (setgroups(0, NULL) || setresgid(65534, 65534, 65534) || setresuid(65534, 65534, 65534)))) {
+    printf("setup_failed=%d\n", errno);
+    return 0;
+  }
+  struct nic_sga sga;
+  const int rc = nic_sga_init(&sga, 0);
+  if (rc == 0) nic_sga_reset(&sga);
+  struct nic_stats s = NIC_STATS_INIT;
+  nic_get_stats(&s);
+  printf("setup_failed=0\ninit=%d\nbackend=%s\n", rc, s.backend);
+  return 0;
 }

@@ -129,6 +129,20 @@ TEST(AddressSpaceLimit, RefusedReservationUnderFailGivesEnomemAndSaysSo) {
   EXPECT_EQ(count_lines(r.err, "get ENOMEM"), 1) << r.err;
 }
 
+// A user's program (not root, RLIMIT_MEMLOCK 16 KiB) that leaves the backend to auto on a machine
+// with no RDMA device: verbs, first in auto's order, is not loaded, so libibverbs does not tell
+// the program's stderr that the limit "will severely limit memory registrations" for a backend
+// nobody asked for. The backend picked is another (io_uring may be refused that limit too).
+TEST(MemlockLimit, AutoLoadsNoRdmaLibraryWhereNoDeviceIsListed) {
+  if (access("/sys/class/infiniband_verbs", F_OK) == 0)
+    GTEST_SKIP() << "the kernel lists RDMA devices here: verbs is tried, and may warn";
+  auto r = run_probe({"NICMALLOC_BACKEND=auto"}, {"user-auto-sga"});
+  ASSERT_EQ(r.exit_code, 0) << r.out << r.err;
+  if (r.num("setup_failed") != 0) GTEST_SKIP() << "cannot become a user here: " << r.out;
+  EXPECT_EQ(r.num("init"), 0) << r.out << r.err;
+  EXPECT_EQ(r.err.find("libibverbs"), std::string::npos) << r.err;
+}
+
 // Under 8 GiB there is no room for the control arena either, and mimalloc maps a block over
 // 1 GiB wherever the kernel likes, above the 20 TiB its map covers. The start-up line (verbose)
 // says bad frees can then go unnoticed; good ones must still be taken, not reported and leaked.
