@@ -117,10 +117,35 @@ static void to_error_locked(struct soft_qp *q) {
   flush_locked(q);
 }
 
-/* The oldest waiting send into the oldest posted receive (the QP is connected to itself). */
+/* The oldest waiting send off the queue, its completion pushed with status. */
+static void send_done_locked(struct soft_qp *q, enum ibv_wc_status status) {
+  const struct soft_send *s = &q->waiting[q->w_head];
+  push(q->qp.send_cq,
+       (struct ibv_wc){
+           .wr_id = s->wr_id, .status = status, .opcode = IBV_WC_SEND, .qp_num = q->qp.qp_num});
+  q->w_n--, q->w_head = (q->w_head + 1) % SOFT_Q;
+}
+
+/* Whether the MRs cover a send's entries now: the requester reads them as it sends (and again
+ * at each retry), not when the work request was posted. */
+static bool send_covered_locked(const struct soft_send *s) {
+  for (unsigned i = 0; i < s->n; i++)
+    if (!covered(&s->sge[i], false)) return false;
+  return true;
+}
+
+/* The oldest waiting send into the oldest posted receive (the QP is connected to itself). Each
+ * entry is checked against the MRs as the data moves: an MR deregistered since the post fails the
+ * send IBV_WC_LOC_PROT_ERR, and the QP goes to error, as on a NIC. */
 static void deliver_locked(struct soft_qp *q) {
-  while (q->qp.state == IBV_QPS_RTS && q->w_n && q->rq_n) {
+  while (q->qp.state == IBV_QPS_RTS && q->w_n) {
     struct soft_send *s = &q->waiting[q->w_head];
+    if (!send_covered_locked(s)) {
+      send_done_locked(q, IBV_WC_LOC_PROT_ERR);
+      to_error_locked(q);
+      return;
+    }
+    if (!q->rq_n) return; /* receiver not ready: the sender retries */
     struct ibv_recv_wr *r = &q->rq[q->rq_head];
     size_t total = 0;
     for (unsigned i = 0; i < s->n; i++)
@@ -143,12 +168,8 @@ static void deliver_locked(struct soft_qp *q) {
                                         .opcode = IBV_WC_RECV,
                                         .byte_len = (uint32_t)total,
                                         .qp_num = q->qp.qp_num});
-    push(q->qp.send_cq, (struct ibv_wc){.wr_id = s->wr_id,
-                                        .status = IBV_WC_SUCCESS,
-                                        .opcode = IBV_WC_SEND,
-                                        .qp_num = q->qp.qp_num});
     q->rq_n--, q->rq_head = (q->rq_head + 1) % SOFT_Q;
-    q->w_n--, q->w_head = (q->w_head + 1) % SOFT_Q;
+    send_done_locked(q, IBV_WC_SUCCESS);
   }
 }
 
@@ -215,22 +236,13 @@ static int soft_post_send(struct ibv_qp *qp, struct ibv_send_wr *wr, struct ibv_
       *bad = wr;
       break;
     }
-    bool ok = true;
     uint64_t total = 0;
-    for (int i = 0; i < wr->num_sge; i++) {
-      ok &= covered(&wr->sg_list[i], false);
+    for (int i = 0; i < wr->num_sge; i++)
       total += wr->sg_list[i].length;
-    }
     if (total > max_msg_sz) { /* the send queue stops at it: the QP goes to error */
       push(qp->send_cq,
            (struct ibv_wc){.wr_id = wr->wr_id, .status = IBV_WC_LOC_LEN_ERR, .qp_num = qp->qp_num});
       to_error_locked(q);
-      continue;
-    }
-    if (!ok) {
-      push(
-          qp->send_cq,
-          (struct ibv_wc){.wr_id = wr->wr_id, .status = IBV_WC_LOC_PROT_ERR, .qp_num = qp->qp_num});
       continue;
     }
     struct soft_send *s = &q->waiting[(q->w_head + q->w_n++) % SOFT_Q];

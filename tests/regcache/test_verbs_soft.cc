@@ -15,6 +15,7 @@
 #include <mutex>
 #include <string>
 #include <thread>
+#include <utility>
 #include <vector>
 
 #include "backend.h"
@@ -32,6 +33,61 @@ using Memory = VerbsRxMemory;
 using Rx = VerbsRxSink;
 
 using Done = VerbsDone;
+
+// A QP of the soft device in the backend's PD but outside it, in RTS with CQs of its own: the
+// device's own behaviour, work requests posted and completions reaped by hand.
+struct RawQp {
+  ibv_cq *scq, *rcq;
+  ibv_qp *qp;
+  explicit RawQp(ibv_pd *pd)
+      : scq(soft_verbs_cq(pd->context)), rcq(soft_verbs_cq(pd->context)),
+        qp(soft_verbs_qp(pd, scq, rcq, IBV_QPT_RC, 16, nullptr)) {
+    for (ibv_qp_state st : {IBV_QPS_INIT, IBV_QPS_RTR, IBV_QPS_RTS}) {
+      ibv_qp_attr a{};
+      a.qp_state = st;
+      EXPECT_EQ(ibv_modify_qp(qp, &a, IBV_QP_STATE), 0);
+    }
+  }
+  RawQp(const RawQp &) = delete;
+  RawQp &operator=(const RawQp &) = delete;
+  ~RawQp() {
+    for (void *p : {static_cast<void *>(qp), static_cast<void *>(scq), static_cast<void *>(rcq)})
+      soft_verbs_free(p);
+  }
+  int Send(const void *addr, uint32_t len, uint32_t lkey, uint64_t wr_id, bool signaled = true) {
+    ibv_sge sge = {reinterpret_cast<uintptr_t>(addr), len, lkey};
+    ibv_send_wr wr{}, *bad = nullptr;
+    wr.wr_id = wr_id;
+    wr.sg_list = &sge;
+    wr.num_sge = 1;
+    wr.opcode = IBV_WR_SEND;
+    wr.send_flags = signaled ? IBV_SEND_SIGNALED : 0;
+    return ibv_post_send(qp, &wr, &bad);
+  }
+  int Recv(void *addr, uint32_t len, uint32_t lkey, uint64_t wr_id) {
+    ibv_sge sge = {reinterpret_cast<uintptr_t>(addr), len, lkey};
+    ibv_recv_wr wr{}, *bad = nullptr;
+    wr.wr_id = wr_id;
+    wr.sg_list = &sge;
+    wr.num_sge = 1;
+    return ibv_post_recv(qp, &wr, &bad);
+  }
+  // Each completion on cq, oldest first: its wr_id and status.
+  using Wcs = std::vector<std::pair<uint64_t, int>>;
+  static Wcs Reap(ibv_cq *cq) {
+    Wcs out;
+    ibv_wc wc;
+    while (ibv_poll_cq(cq, 1, &wc) == 1)
+      out.emplace_back(wc.wr_id, wc.status);
+    return out;
+  }
+  ibv_qp_state State() {
+    ibv_qp_attr a{};
+    ibv_qp_init_attr init{};
+    EXPECT_EQ(ibv_query_qp(qp, &a, IBV_QP_STATE, &init), 0);
+    return a.qp_state;
+  }
+};
 
 class SoftVerbs : public ::testing::Test {
 protected:
@@ -395,6 +451,31 @@ TEST_F(SoftVerbs, APostLongerThanThePortCarriesIsRefusedAndTheQueuePairLives) {
   ASSERT_EQ(rx.msgs.size(), 1u);
   EXPECT_EQ(rx.msgs[0], "after");
   free(p);
+}
+
+// The device reads a send's entries as the data moves, not when the work request is posted: an
+// MR deregistered in between fails the send IBV_WC_LOC_PROT_ERR and the QP goes to error,
+// flushing what was queued behind it. The soft device checked at post only, and copied from the
+// deregistered MR at delivery.
+TEST_F(SoftVerbs, DeviceChecksASendsMrWhenItsDataMoves) {
+  Open();
+  RawQp raw(nic_verbs_pd(b));
+  static char src[4096] __attribute__((aligned(4096))), dst[4096] __attribute__((aligned(4096)));
+  memcpy(src, "moved", 5);
+  memset(dst, 0, sizeof dst);
+  ibv_mr *smr = ibv_reg_mr(nic_verbs_pd(b), src, sizeof src, 0);
+  ibv_mr *rmr = ibv_reg_mr(nic_verbs_pd(b), dst, sizeof dst, IBV_ACCESS_LOCAL_WRITE);
+  ASSERT_TRUE(smr && rmr);
+  ASSERT_EQ(raw.Send(src, 5, smr->lkey, 1), 0);
+  ASSERT_EQ(raw.Send(src, 5, smr->lkey, 2), 0);
+  EXPECT_EQ(soft_verbs_sends_waiting(raw.qp), 2u) << "no receive posted: the sender retries";
+  ASSERT_EQ(ibv_dereg_mr(smr), 0);
+  ASSERT_EQ(raw.Recv(dst, sizeof dst, rmr->lkey, 10), 0);
+  EXPECT_EQ(RawQp::Reap(raw.scq), (RawQp::Wcs{{1, IBV_WC_LOC_PROT_ERR}, {2, IBV_WC_WR_FLUSH_ERR}}));
+  EXPECT_EQ(RawQp::Reap(raw.rcq), (RawQp::Wcs{{10, IBV_WC_WR_FLUSH_ERR}}));
+  EXPECT_EQ(raw.State(), IBV_QPS_ERR);
+  EXPECT_EQ(std::string(dst, 5), std::string(5, '\0')) << "copied from a deregistered MR";
+  EXPECT_EQ(ibv_dereg_mr(rmr), 0);
 }
 
 // A post finds and counts its registrations in one step against a deregistration's test and
