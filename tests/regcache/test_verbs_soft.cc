@@ -478,6 +478,31 @@ TEST_F(SoftVerbs, DeviceChecksASendsMrWhenItsDataMoves) {
   EXPECT_EQ(ibv_dereg_mr(rmr), 0);
 }
 
+// A NIC lets an MR be deregistered under work requests still queued that name it, and fails them
+// later (IBV_WC_LOC_PROT_ERR, the QP to error): the backend must refuse the deregistration while
+// a post from the registration is in flight (its count), here a send waiting for a receive.
+TEST_F(SoftVerbs, ARegistrationWithAPostInFlightIsNotDeregistered) {
+  Open();
+  static char own[4096] __attribute__((aligned(4096)));
+  memcpy(own, "waited", 6);
+  nic_registration oreg{};
+  ASSERT_EQ(b->reg(b, own, sizeof own, NIC_ACCESS_LOCAL, &oreg), 0);
+  Done d;
+  nic_sge sge = {own, 6, oreg.lkey, oreg.handle};
+  ASSERT_EQ(b->post(b, ep, &sge, 1, Done::Fn, &d), 0);
+  Poll();
+  ASSERT_EQ(soft_verbs_sends_waiting(qp), 1u) << "no receive posted: the send waits";
+  EXPECT_EQ(b->dereg(b, &oreg), -EBUSY) << "deregistered under a post in flight";
+  EXPECT_NE(soft_verbs_mr_access(oreg.lkey), -1) << "the MR is gone";
+  ASSERT_EQ(b->endpoint_receive(b, ep, Rx::Fn, &rx), 0);
+  Poll();
+  EXPECT_EQ(d.calls, 1);
+  EXPECT_EQ(d.status, 0);
+  ASSERT_EQ(rx.msgs.size(), 1u);
+  EXPECT_EQ(rx.msgs[0], "waited");
+  EXPECT_EQ(b->dereg(b, &oreg), 0) << "once the post completed";
+}
+
 // A post finds and counts its registrations in one step against a deregistration's test and
 // clear, so one that comes while the MR is being deregistered (here from inside ibv_dereg_mr)
 // finds it gone and completes -EFAULT. It read the slot's MR unlocked and counted it after: it
