@@ -89,11 +89,12 @@ static int soft_poll_cq(struct ibv_cq *cq, int num, struct ibv_wc *wc) {
   return k;
 }
 
-/* The MR that lkey names, if it covers the entry. */
-static bool covered(const struct ibv_sge *s, bool write) {
+/* Whether the MR that lkey names is in the QP's protection domain and covers the entry. */
+static bool covered(const struct ibv_qp *qp, const struct ibv_sge *s, bool write) {
   for (int i = 0; i < SOFT_MRS; i++) {
     const struct ibv_mr *m = mrs[i];
     if (!m || m->lkey != s->lkey) continue;
+    if (m->pd != qp->pd) return false;
     const uintptr_t lo = (uintptr_t)m->addr;
     if (write && !(m->handle & IBV_ACCESS_LOCAL_WRITE)) return false;
     return s->addr >= lo && s->addr + s->length <= lo + m->length;
@@ -128,9 +129,9 @@ static void send_done_locked(struct soft_qp *q, enum ibv_wc_status status) {
 
 /* Whether the MRs cover a send's entries now: the requester reads them as it sends (and again
  * at each retry), not when the work request was posted. */
-static bool send_covered_locked(const struct soft_send *s) {
+static bool send_covered_locked(const struct soft_qp *q, const struct soft_send *s) {
   for (unsigned i = 0; i < s->n; i++)
-    if (!covered(&s->sge[i], false)) return false;
+    if (!covered(&q->qp, &s->sge[i], false)) return false;
   return true;
 }
 
@@ -140,7 +141,7 @@ static bool send_covered_locked(const struct soft_send *s) {
 static void deliver_locked(struct soft_qp *q) {
   while (q->qp.state == IBV_QPS_RTS && q->w_n) {
     struct soft_send *s = &q->waiting[q->w_head];
-    if (!send_covered_locked(s)) {
+    if (!send_covered_locked(q, s)) {
       send_done_locked(q, IBV_WC_LOC_PROT_ERR);
       to_error_locked(q);
       return;
@@ -182,7 +183,7 @@ static int soft_post_recv(struct ibv_qp *qp, struct ibv_recv_wr *wr, struct ibv_
       rc = EINVAL;
     else if (q->rq_n == q->max_recv_wr)
       rc = ENOMEM;
-    else if (!covered(&wr->sg_list[0], true))
+    else if (!covered(qp, &wr->sg_list[0], true))
       rc = EFAULT; /* a device would complete it with a protection error; the test wants to know */
     if (rc) {
       *bad = wr;

@@ -5,10 +5,10 @@
  * in its own oldest posted receive, or waits (as an RC sender retries after RNR) until one is
  * posted. Only RC and UC sends are modelled: a UD send without an address handle aborts, as the
  * provider's read through it faults on a NIC, and other types' sends are refused. Entries are
- * checked against the MRs (receives need local write), a send's as its data moves, so that an MR
- * deregistered after the post (ibv_dereg_mr succeeds under work requests that name it, as on a
- * NIC) fails it IBV_WC_LOC_PROT_ERR; a message longer than the receive is
- * IBV_WC_LOC_LEN_ERR; either takes the QP to error, which flushes every work request. A
+ * checked against the MRs (in the QP's protection domain; receives need local write), a send's as
+ * its data moves, so that an MR deregistered after the post (ibv_dereg_mr succeeds under work
+ * requests that name it, as on a NIC) fails it IBV_WC_LOC_PROT_ERR; a message longer than the
+ * receive is IBV_WC_LOC_LEN_ERR; either takes the QP to error, which flushes every work request. A
  * completion into a full CQ overruns it: the CQ is in error and loses it and every later one,
  * and IBV_EVENT_CQ_ERR waits for ibv_get_async_event (which aborts where it would block on a
  * context with no event: nothing would ever raise one). Enough for the tests, not a model of a

@@ -478,6 +478,30 @@ TEST_F(SoftVerbs, DeviceChecksASendsMrWhenItsDataMoves) {
   EXPECT_EQ(ibv_dereg_mr(rmr), 0);
 }
 
+// An lkey names an MR of one protection domain: a QP of another cannot use it, and the send
+// completes IBV_WC_LOC_PROT_ERR, the QP to error. The soft device took any live MR's lkey.
+TEST_F(SoftVerbs, DeviceRefusesAnMrOfAnotherProtectionDomain) {
+  Open();
+  RawQp raw(nic_verbs_pd(b));
+  ibv_pd *other = ibv_alloc_pd(nic_verbs_context(b));
+  ASSERT_NE(other, nullptr);
+  static char src[4096] __attribute__((aligned(4096))), dst[4096] __attribute__((aligned(4096)));
+  memcpy(src, "other", 5);
+  memset(dst, 0, sizeof dst);
+  ibv_mr *smr = ibv_reg_mr(other, src, sizeof src, 0);
+  ibv_mr *rmr = ibv_reg_mr(nic_verbs_pd(b), dst, sizeof dst, IBV_ACCESS_LOCAL_WRITE);
+  ASSERT_TRUE(smr && rmr);
+  ASSERT_EQ(raw.Recv(dst, sizeof dst, rmr->lkey, 10), 0);
+  ASSERT_EQ(raw.Send(src, 5, smr->lkey, 1), 0);
+  EXPECT_EQ(RawQp::Reap(raw.scq), (RawQp::Wcs{{1, IBV_WC_LOC_PROT_ERR}}));
+  EXPECT_EQ(RawQp::Reap(raw.rcq), (RawQp::Wcs{{10, IBV_WC_WR_FLUSH_ERR}}));
+  EXPECT_EQ(raw.State(), IBV_QPS_ERR);
+  EXPECT_EQ(std::string(dst, 5), std::string(5, '\0')) << "copied through another PD's MR";
+  EXPECT_EQ(ibv_dereg_mr(smr), 0);
+  EXPECT_EQ(ibv_dereg_mr(rmr), 0);
+  EXPECT_EQ(ibv_dealloc_pd(other), 0);
+}
+
 // A NIC lets an MR be deregistered under work requests still queued that name it, and fails them
 // later (IBV_WC_LOC_PROT_ERR, the QP to error): the backend must refuse the deregistration while
 // a post from the registration is in flight (its count), here a send waiting for a receive.
