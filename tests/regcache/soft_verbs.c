@@ -227,7 +227,9 @@ static int soft_post_send(struct ibv_qp *qp, struct ibv_send_wr *wr, struct ibv_
   int rc = 0;
   pthread_mutex_lock(&lock);
   for (; wr && !rc; wr = wr->next) {
-    if (qp->state != IBV_QPS_RTS || wr->num_sge > (int)q->max_send_sge)
+    /* mlx5 takes sends in the error state too: they flush. */
+    if ((qp->state != IBV_QPS_RTS && qp->state != IBV_QPS_ERR) ||
+        wr->num_sge > (int)q->max_send_sge)
       rc = EINVAL;
     else if (q->w_n == SOFT_Q)
       rc = ENOMEM;
@@ -236,6 +238,12 @@ static int soft_post_send(struct ibv_qp *qp, struct ibv_send_wr *wr, struct ibv_
     if (rc) {
       *bad = wr;
       break;
+    }
+    if (qp->state == IBV_QPS_ERR) {
+      push(
+          qp->send_cq,
+          (struct ibv_wc){.wr_id = wr->wr_id, .status = IBV_WC_WR_FLUSH_ERR, .qp_num = qp->qp_num});
+      continue;
     }
     uint64_t total = 0;
     for (int i = 0; i < wr->num_sge; i++)

@@ -502,6 +502,23 @@ TEST_F(SoftVerbs, DeviceRefusesAnMrOfAnotherProtectionDomain) {
   EXPECT_EQ(ibv_dealloc_pd(other), 0);
 }
 
+// A QP in the error state still takes sends, as mlx5's does, and flushes them: each completes
+// IBV_WC_WR_FLUSH_ERR. The soft device refused them with EINVAL.
+TEST_F(SoftVerbs, DeviceFlushesSendsPostedInTheErrorState) {
+  Open();
+  RawQp raw(nic_verbs_pd(b));
+  static char src[4096] __attribute__((aligned(4096)));
+  ibv_mr *smr = ibv_reg_mr(nic_verbs_pd(b), src, sizeof src, 0);
+  ASSERT_NE(smr, nullptr);
+  soft_verbs_qp_fatal(raw.qp);
+  EXPECT_EQ(raw.Send(src, 5, smr->lkey, 1), 0);
+  EXPECT_EQ(RawQp::Reap(raw.scq), (RawQp::Wcs{{1, IBV_WC_WR_FLUSH_ERR}}));
+  EXPECT_EQ(ibv_dereg_mr(smr), 0);
+  ibv_async_event ev;
+  while (!ibv_get_async_event(nic_verbs_context(b), &ev)) // the fatal event, not for the backend
+    ibv_ack_async_event(&ev);
+}
+
 // A NIC lets an MR be deregistered under work requests still queued that name it, and fails them
 // later (IBV_WC_LOC_PROT_ERR, the QP to error): the backend must refuse the deregistration while
 // a post from the registration is in flight (its count), here a send waiting for a receive.
