@@ -153,6 +153,62 @@ TEST(VerbsSoftPublic, ReceivesIntoDataplaneBuffersHeldOnesComeBackAtRelease) {
   EXPECT_EQ(rx.ends, 1);
 }
 
+// A queue pair the NIC moved to the error state (a protection error, say) flushes every work
+// request: the posts waiting in it and those made after complete with an error, letting their
+// buffers go, and once the held buffers are given back (their receives flush)
+// nic_endpoint_status says receiving ended.
+TEST(VerbsSoftPublic, AQueuePairInErrorEndsEveryPostWithAnErrorAndTheEndpointSaysSo) {
+  nic_sga probe;
+  nic_sga_init(&probe, 0);
+  auto *pd = static_cast<ibv_pd *>(nic_verbs_get_pd());
+  ASSERT_NE(pd, nullptr);
+  SoftQp q(pd, 2);
+  nic_endpoint *ep = nic_verbs_endpoint_create(q.qp);
+  ASSERT_NE(ep, nullptr);
+  Rx rx;
+  rx.hold = true;
+  ASSERT_EQ(nic_endpoint_receive(ep, Rx::Fn, &rx), 0);
+  const nic_stats before = Stats();
+  struct Ends {
+    int ok = 0, failed = 0, status = 0;
+  } ends;
+  auto post = [&](const char *text) {
+    const size_t len = strlen(text);
+    char *p = static_cast<char *>(nic_malloc(len));
+    memcpy(p, text, len);
+    nic_sga sga;
+    ASSERT_EQ(nic_sga_init(&sga, 0), 0);
+    ASSERT_EQ(nic_sga_add(&sga, p, len), 0);
+    auto done = [](void *arg, int status) {
+      auto *e = static_cast<Ends *>(arg);
+      (status ? e->failed : e->ok)++;
+      if (status) e->status = status;
+    };
+    ASSERT_EQ(nic_sga_post(&sga, ep, done, &ends), 0);
+    free(p); // deferred until the post completed
+  };
+  for (const char *text : {"one", "two", "three", "four"})
+    post(text);
+  Drain();
+  ASSERT_EQ(rx.kept.size(), 2u);
+  EXPECT_EQ(soft_verbs_sends_waiting(q.qp), 2u) << "every buffer held: two wait";
+  EXPECT_EQ(Stats().inflight_posts - before.inflight_posts, 2u);
+  soft_verbs_qp_fatal(q.qp);
+  post("after the error");
+  Drain();
+  EXPECT_EQ(ends.ok, 2);
+  EXPECT_EQ(ends.failed, 3) << "the waiting posts and the one after the error";
+  EXPECT_EQ(ends.status, -ECANCELED);
+  EXPECT_EQ(Stats().inflight_posts, before.inflight_posts) << "their buffers were let go";
+  EXPECT_EQ(nic_endpoint_status(ep), 0) << "receiving has not heard of it yet";
+  for (void *p : rx.kept)
+    EXPECT_EQ(nic_release(p), 0);
+  Drain();
+  EXPECT_EQ(rx.ends, 1);
+  EXPECT_LT(nic_endpoint_status(ep), 0) << "the endpoint says its queue pair broke";
+  EXPECT_EQ(DestroyOncePolled(ep), 0);
+}
+
 // Each receiving endpoint takes one block of 32 buffers of 64 KiB (2 MiB). A block across a pin
 // step's end (4 MiB steps by default) got a registration of its own rather than its step's, was
 // refused, and came back at the same place on every try: every endpoint after the first could
