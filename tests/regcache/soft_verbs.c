@@ -24,6 +24,7 @@ struct soft_cq {
 
 struct soft_send {
   uint64_t wr_id;
+  bool signaled; /* IBV_SEND_SIGNALED: a success completes it too */
   unsigned n;
   struct ibv_sge sge[8];
 };
@@ -118,12 +119,14 @@ static void to_error_locked(struct soft_qp *q) {
   flush_locked(q);
 }
 
-/* The oldest waiting send off the queue, its completion pushed with status. */
+/* The oldest waiting send off the queue, with a completion of status unless it succeeded
+ * unsignaled (an error always completes). */
 static void send_done_locked(struct soft_qp *q, enum ibv_wc_status status) {
   const struct soft_send *s = &q->waiting[q->w_head];
-  push(q->qp.send_cq,
-       (struct ibv_wc){
-           .wr_id = s->wr_id, .status = status, .opcode = IBV_WC_SEND, .qp_num = q->qp.qp_num});
+  if (s->signaled || status != IBV_WC_SUCCESS)
+    push(q->qp.send_cq,
+         (struct ibv_wc){
+             .wr_id = s->wr_id, .status = status, .opcode = IBV_WC_SEND, .qp_num = q->qp.qp_num});
   q->w_n--, q->w_head = (q->w_head + 1) % SOFT_Q;
 }
 
@@ -255,7 +258,9 @@ static int soft_post_send(struct ibv_qp *qp, struct ibv_send_wr *wr, struct ibv_
       continue;
     }
     struct soft_send *s = &q->waiting[(q->w_head + q->w_n++) % SOFT_Q];
-    *s = (struct soft_send){.wr_id = wr->wr_id, .n = (unsigned)wr->num_sge};
+    *s = (struct soft_send){.wr_id = wr->wr_id,
+                            .signaled = (wr->send_flags & IBV_SEND_SIGNALED) != 0,
+                            .n = (unsigned)wr->num_sge};
     memcpy(s->sge, wr->sg_list, (size_t)wr->num_sge * sizeof s->sge[0]);
   }
   deliver_locked(q);

@@ -34,14 +34,20 @@ using Rx = VerbsRxSink;
 
 using Done = VerbsDone;
 
-// A QP of the soft device in the backend's PD but outside it, in RTS with CQs of its own: the
+// A QP of the soft device in the backend's PD but outside it, in RTS with CQs of its own, and a
+// page to send from (src, its MR without local write) and one to receive into (dst, with): the
 // device's own behaviour, work requests posted and completions reaped by hand.
 struct RawQp {
   ibv_cq *scq, *rcq;
   ibv_qp *qp;
+  alignas(4096) char src[4096] = {}, dst[4096] = {};
+  ibv_mr *smr, *rmr;
   explicit RawQp(ibv_pd *pd)
       : scq(soft_verbs_cq(pd->context)), rcq(soft_verbs_cq(pd->context)),
-        qp(soft_verbs_qp(pd, scq, rcq, IBV_QPT_RC, 16, nullptr)) {
+        qp(soft_verbs_qp(pd, scq, rcq, IBV_QPT_RC, 16, nullptr)),
+        smr(ibv_reg_mr(pd, src, sizeof src, 0)),
+        rmr(ibv_reg_mr(pd, dst, sizeof dst, IBV_ACCESS_LOCAL_WRITE)) {
+    EXPECT_TRUE(smr && rmr);
     for (ibv_qp_state st : {IBV_QPS_INIT, IBV_QPS_RTR, IBV_QPS_RTS}) {
       ibv_qp_attr a{};
       a.qp_state = st;
@@ -50,10 +56,20 @@ struct RawQp {
   }
   RawQp(const RawQp &) = delete;
   RawQp &operator=(const RawQp &) = delete;
+  // The MRs that are left go, and the QP's asynchronous events (none are the backend's).
   ~RawQp() {
+    for (ibv_mr *mr : {smr, rmr})
+      if (mr) EXPECT_EQ(ibv_dereg_mr(mr), 0);
+    ibv_async_event ev;
+    while (!ibv_get_async_event(qp->context, &ev))
+      ibv_ack_async_event(&ev);
     for (void *p : {static_cast<void *>(qp), static_cast<void *>(scq), static_cast<void *>(rcq)})
       soft_verbs_free(p);
   }
+  int Send(uint32_t lkey, uint64_t wr_id, bool signaled = true) {
+    return Send(src, 5, lkey, wr_id, signaled);
+  }
+  int Recv(uint64_t wr_id) { return Recv(dst, sizeof dst, rmr->lkey, wr_id); }
   int Send(const void *addr, uint32_t len, uint32_t lkey, uint64_t wr_id, bool signaled = true) {
     ibv_sge sge = {reinterpret_cast<uintptr_t>(addr), len, lkey};
     ibv_send_wr wr{}, *bad = nullptr;
@@ -460,22 +476,17 @@ TEST_F(SoftVerbs, APostLongerThanThePortCarriesIsRefusedAndTheQueuePairLives) {
 TEST_F(SoftVerbs, DeviceChecksASendsMrWhenItsDataMoves) {
   Open();
   RawQp raw(nic_verbs_pd(b));
-  static char src[4096] __attribute__((aligned(4096))), dst[4096] __attribute__((aligned(4096)));
-  memcpy(src, "moved", 5);
-  memset(dst, 0, sizeof dst);
-  ibv_mr *smr = ibv_reg_mr(nic_verbs_pd(b), src, sizeof src, 0);
-  ibv_mr *rmr = ibv_reg_mr(nic_verbs_pd(b), dst, sizeof dst, IBV_ACCESS_LOCAL_WRITE);
-  ASSERT_TRUE(smr && rmr);
-  ASSERT_EQ(raw.Send(src, 5, smr->lkey, 1), 0);
-  ASSERT_EQ(raw.Send(src, 5, smr->lkey, 2), 0);
+  memcpy(raw.src, "moved", 5);
+  ASSERT_EQ(raw.Send(raw.smr->lkey, 1), 0);
+  ASSERT_EQ(raw.Send(raw.smr->lkey, 2), 0);
   EXPECT_EQ(soft_verbs_sends_waiting(raw.qp), 2u) << "no receive posted: the sender retries";
-  ASSERT_EQ(ibv_dereg_mr(smr), 0);
-  ASSERT_EQ(raw.Recv(dst, sizeof dst, rmr->lkey, 10), 0);
+  ASSERT_EQ(ibv_dereg_mr(raw.smr), 0);
+  raw.smr = nullptr;
+  ASSERT_EQ(raw.Recv(10), 0);
   EXPECT_EQ(RawQp::Reap(raw.scq), (RawQp::Wcs{{1, IBV_WC_LOC_PROT_ERR}, {2, IBV_WC_WR_FLUSH_ERR}}));
   EXPECT_EQ(RawQp::Reap(raw.rcq), (RawQp::Wcs{{10, IBV_WC_WR_FLUSH_ERR}}));
   EXPECT_EQ(raw.State(), IBV_QPS_ERR);
-  EXPECT_EQ(std::string(dst, 5), std::string(5, '\0')) << "copied from a deregistered MR";
-  EXPECT_EQ(ibv_dereg_mr(rmr), 0);
+  EXPECT_EQ(std::string(raw.dst, 5), std::string(5, '\0')) << "copied from a deregistered MR";
 }
 
 // An lkey names an MR of one protection domain: a QP of another cannot use it, and the send
@@ -485,20 +496,16 @@ TEST_F(SoftVerbs, DeviceRefusesAnMrOfAnotherProtectionDomain) {
   RawQp raw(nic_verbs_pd(b));
   ibv_pd *other = ibv_alloc_pd(nic_verbs_context(b));
   ASSERT_NE(other, nullptr);
-  static char src[4096] __attribute__((aligned(4096))), dst[4096] __attribute__((aligned(4096)));
-  memcpy(src, "other", 5);
-  memset(dst, 0, sizeof dst);
-  ibv_mr *smr = ibv_reg_mr(other, src, sizeof src, 0);
-  ibv_mr *rmr = ibv_reg_mr(nic_verbs_pd(b), dst, sizeof dst, IBV_ACCESS_LOCAL_WRITE);
-  ASSERT_TRUE(smr && rmr);
-  ASSERT_EQ(raw.Recv(dst, sizeof dst, rmr->lkey, 10), 0);
-  ASSERT_EQ(raw.Send(src, 5, smr->lkey, 1), 0);
+  memcpy(raw.src, "other", 5);
+  ibv_mr *omr = ibv_reg_mr(other, raw.src, sizeof raw.src, 0);
+  ASSERT_NE(omr, nullptr);
+  ASSERT_EQ(raw.Recv(10), 0);
+  ASSERT_EQ(raw.Send(omr->lkey, 1), 0);
   EXPECT_EQ(RawQp::Reap(raw.scq), (RawQp::Wcs{{1, IBV_WC_LOC_PROT_ERR}}));
   EXPECT_EQ(RawQp::Reap(raw.rcq), (RawQp::Wcs{{10, IBV_WC_WR_FLUSH_ERR}}));
   EXPECT_EQ(raw.State(), IBV_QPS_ERR);
-  EXPECT_EQ(std::string(dst, 5), std::string(5, '\0')) << "copied through another PD's MR";
-  EXPECT_EQ(ibv_dereg_mr(smr), 0);
-  EXPECT_EQ(ibv_dereg_mr(rmr), 0);
+  EXPECT_EQ(std::string(raw.dst, 5), std::string(5, '\0')) << "copied through another PD's MR";
+  EXPECT_EQ(ibv_dereg_mr(omr), 0);
   EXPECT_EQ(ibv_dealloc_pd(other), 0);
 }
 
@@ -507,16 +514,36 @@ TEST_F(SoftVerbs, DeviceRefusesAnMrOfAnotherProtectionDomain) {
 TEST_F(SoftVerbs, DeviceFlushesSendsPostedInTheErrorState) {
   Open();
   RawQp raw(nic_verbs_pd(b));
-  static char src[4096] __attribute__((aligned(4096)));
-  ibv_mr *smr = ibv_reg_mr(nic_verbs_pd(b), src, sizeof src, 0);
-  ASSERT_NE(smr, nullptr);
   soft_verbs_qp_fatal(raw.qp);
-  EXPECT_EQ(raw.Send(src, 5, smr->lkey, 1), 0);
+  EXPECT_EQ(raw.Send(raw.smr->lkey, 1), 0);
   EXPECT_EQ(RawQp::Reap(raw.scq), (RawQp::Wcs{{1, IBV_WC_WR_FLUSH_ERR}}));
-  EXPECT_EQ(ibv_dereg_mr(smr), 0);
-  ibv_async_event ev;
-  while (!ibv_get_async_event(nic_verbs_context(b), &ev)) // the fatal event, not for the backend
-    ibv_ack_async_event(&ev);
+}
+
+// A NIC completes a send posted without IBV_SEND_SIGNALED only when it fails. The soft device
+// completed every send.
+TEST_F(SoftVerbs, DeviceCompletesAnUnsignaledSendOnlyInError) {
+  Open();
+  RawQp raw(nic_verbs_pd(b));
+  ASSERT_EQ(raw.Recv(10), 0);
+  ASSERT_EQ(raw.Send(raw.smr->lkey, 1, false), 0);
+  ASSERT_EQ(raw.Send(raw.smr->lkey, 2, false), 0); // waits: no receive left
+  EXPECT_EQ(RawQp::Reap(raw.rcq), (RawQp::Wcs{{10, IBV_WC_SUCCESS}}));
+  EXPECT_EQ(RawQp::Reap(raw.scq), RawQp::Wcs{}) << "an unsignaled success completed";
+  soft_verbs_qp_fatal(raw.qp);
+  EXPECT_EQ(RawQp::Reap(raw.scq), (RawQp::Wcs{{2, IBV_WC_WR_FLUSH_ERR}})) << "errors complete";
+}
+
+// Every post is signaled: an unsignaled send's success makes no completion, so its done() would
+// never run and its endpoint never close (-EBUSY, a post in flight for good).
+TEST_F(SoftVerbs, EveryPostIsSignaledSoItsDoneRuns) {
+  Open();
+  ASSERT_EQ(b->endpoint_receive(b, ep, Rx::Fn, &rx), 0);
+  Done d;
+  Send("signaled", &d);
+  Poll();
+  ASSERT_EQ(rx.msgs.size(), 1u);
+  EXPECT_EQ(d.calls, 1) << "the post's completion never came";
+  EXPECT_EQ(d.status, 0);
 }
 
 // A NIC lets an MR be deregistered under work requests still queued that name it, and fails them
