@@ -138,6 +138,17 @@ static bool send_covered_locked(const struct soft_qp *q, const struct soft_send 
   return true;
 }
 
+/* The responder fails the oldest receive with status and answers the oldest send with a NAK,
+ * which completes it send_status; the QP goes to error. */
+static void receive_fails_locked(struct soft_qp *q, enum ibv_wc_status status,
+                                 enum ibv_wc_status send_status) {
+  push(q->qp.recv_cq,
+       (struct ibv_wc){.wr_id = q->rq[q->rq_head].wr_id, .status = status, .qp_num = q->qp.qp_num});
+  q->rq_n--, q->rq_head = (q->rq_head + 1) % SOFT_Q;
+  send_done_locked(q, send_status);
+  to_error_locked(q);
+}
+
 /* The oldest waiting send into the oldest posted receive (the QP is connected to itself). Each
  * entry is checked against the MRs as the data moves: an MR deregistered since the post fails the
  * send IBV_WC_LOC_PROT_ERR, and the QP goes to error, as on a NIC. */
@@ -151,6 +162,10 @@ static void deliver_locked(struct soft_qp *q) {
     }
     if (!q->rq_n) return; /* receiver not ready: the sender retries */
     struct ibv_recv_wr *r = &q->rq[q->rq_head];
+    if (!covered(&q->qp, &r->sg_list[0], true)) { /* a responder's own error: Remote Op NAK */
+      receive_fails_locked(q, IBV_WC_LOC_PROT_ERR, IBV_WC_REM_OP_ERR);
+      return;
+    }
     size_t total = 0;
     for (unsigned i = 0; i < s->n; i++)
       total += s->sge[i].length;
@@ -185,9 +200,7 @@ static int soft_post_recv(struct ibv_qp *qp, struct ibv_recv_wr *wr, struct ibv_
     if (qp->state == IBV_QPS_RESET || wr->num_sge != 1 || wr->num_sge > (int)q->max_recv_sge)
       rc = EINVAL;
     else if (q->rq_n == q->max_recv_wr)
-      rc = ENOMEM;
-    else if (!covered(qp, &wr->sg_list[0], true))
-      rc = EFAULT; /* a device would complete it with a protection error; the test wants to know */
+      rc = ENOMEM; /* the entry's MR is checked when data arrives, as on a NIC */
     if (rc) {
       *bad = wr;
       break;

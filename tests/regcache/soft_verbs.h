@@ -5,9 +5,10 @@
  * in its own oldest posted receive, or waits (as an RC sender retries after RNR) until one is
  * posted. Only RC and UC sends are modelled: a UD send without an address handle aborts, as the
  * provider's read through it faults on a NIC, and other types' sends are refused. Entries are
- * checked against the MRs (in the QP's protection domain; receives need local write), a send's as
- * its data moves, so that an MR deregistered after the post (ibv_dereg_mr succeeds under work
- * requests that name it, as on a NIC) fails it IBV_WC_LOC_PROT_ERR; a message longer than the
+ * checked against the MRs (in the QP's protection domain; receives need local write) as the data
+ * moves, not at post, so that an MR deregistered after the post (ibv_dereg_mr succeeds under work
+ * requests that name it, as on a NIC) fails a send IBV_WC_LOC_PROT_ERR, and a receive
+ * IBV_WC_LOC_PROT_ERR when a message comes (its send IBV_WC_REM_OP_ERR); a message longer than the
  * receive is IBV_WC_LOC_LEN_ERR; either takes the QP to error, which flushes every work request,
  * those posted later too (ibv_post_send takes them, as mlx5's does, and they complete
  * IBV_WC_WR_FLUSH_ERR). A send without IBV_SEND_SIGNALED completes only in error (the QPs do not

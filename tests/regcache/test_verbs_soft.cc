@@ -302,7 +302,7 @@ TEST_F(SoftVerbs, DestroyIsBusyWhileABufferIsHeldThenFlushesAndFreesTheBlock) {
 
 TEST_F(SoftVerbs, AChunkRegistrationWithoutLocalWriteGetsAnMrOfItsOwn) {
   Open(NIC_ACCESS_LOCAL);
-  // The soft device refuses receives into memory whose MR lacks local write, as a NIC would.
+  // A message into memory whose MR lacks local write fails, as on a NIC.
   ASSERT_EQ(b->endpoint_receive(b, ep, Rx::Fn, &rx), 0);
   EXPECT_EQ(soft_verbs_rq_posted(qp), 16u);
   Done d;
@@ -531,6 +531,22 @@ TEST_F(SoftVerbs, DeviceCompletesAnUnsignaledSendOnlyInError) {
   EXPECT_EQ(RawQp::Reap(raw.scq), RawQp::Wcs{}) << "an unsignaled success completed";
   soft_verbs_qp_fatal(raw.qp);
   EXPECT_EQ(RawQp::Reap(raw.scq), (RawQp::Wcs{{2, IBV_WC_WR_FLUSH_ERR}})) << "errors complete";
+}
+
+// A receive into memory its MR does not let the NIC write is taken, as on a NIC, and fails when a
+// message comes: the receive IBV_WC_LOC_PROT_ERR, the send IBV_WC_REM_OP_ERR (the responder's
+// NAK), the QP to error. The soft device refused the post with EFAULT.
+TEST_F(SoftVerbs, DeviceFailsAReceiveWithoutLocalWriteWhenAMessageComes) {
+  Open();
+  RawQp raw(nic_verbs_pd(b));
+  memcpy(raw.dst, "bytes", 5);
+  ASSERT_EQ(raw.Recv(raw.src, sizeof raw.src, raw.smr->lkey, 10), 0);
+  EXPECT_EQ(soft_verbs_rq_posted(raw.qp), 1u);
+  ASSERT_EQ(raw.Send(raw.dst, 5, raw.rmr->lkey, 1), 0);
+  EXPECT_EQ(RawQp::Reap(raw.rcq), (RawQp::Wcs{{10, IBV_WC_LOC_PROT_ERR}}));
+  EXPECT_EQ(RawQp::Reap(raw.scq), (RawQp::Wcs{{1, IBV_WC_REM_OP_ERR}}));
+  EXPECT_EQ(raw.State(), IBV_QPS_ERR);
+  EXPECT_EQ(std::string(raw.src, 5), std::string(5, '\0')) << "written without local write";
 }
 
 // Every post is signaled: an unsignaled send's success makes no completion, so its done() would
