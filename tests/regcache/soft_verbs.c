@@ -169,12 +169,8 @@ static void deliver_locked(struct soft_qp *q) {
     size_t total = 0;
     for (unsigned i = 0; i < s->n; i++)
       total += s->sge[i].length;
-    if (total > r->sg_list[0].length) {
-      q->rq_n--, q->rq_head = (q->rq_head + 1) % SOFT_Q;
-      push(
-          q->qp.recv_cq,
-          (struct ibv_wc){.wr_id = r->wr_id, .status = IBV_WC_LOC_LEN_ERR, .qp_num = q->qp.qp_num});
-      to_error_locked(q);
+    if (total > r->sg_list[0].length) { /* the responder NAKs it: Invalid Request */
+      receive_fails_locked(q, IBV_WC_LOC_LEN_ERR, IBV_WC_REM_INV_REQ_ERR);
       return;
     }
     char *to = (char *)(uintptr_t)r->sg_list[0].addr;

@@ -9,13 +9,13 @@
  * moves, not at post, so that an MR deregistered after the post (ibv_dereg_mr succeeds under work
  * requests that name it, as on a NIC) fails a send IBV_WC_LOC_PROT_ERR, and a receive
  * IBV_WC_LOC_PROT_ERR when a message comes (its send IBV_WC_REM_OP_ERR); a message longer than the
- * receive is IBV_WC_LOC_LEN_ERR; either takes the QP to error, which flushes every work request,
- * those posted later too (ibv_post_send takes them, as mlx5's does, and they complete
- * IBV_WC_WR_FLUSH_ERR). A send without IBV_SEND_SIGNALED completes only in error (the QPs do not
- * signal every send). A completion into a full CQ overruns it: the CQ is in error and loses it
- * and every later one, and IBV_EVENT_CQ_ERR waits for ibv_get_async_event (which aborts where it
- * would block on a context with no event: nothing would ever raise one). Enough for the tests,
- * not a model of a NIC's timing. */
+ * receive is IBV_WC_LOC_LEN_ERR (its send IBV_WC_REM_INV_REQ_ERR); either takes the QP to error,
+ * which flushes every work request, those posted later too (ibv_post_send takes them, as mlx5's
+ * does, and they complete IBV_WC_WR_FLUSH_ERR). A send without IBV_SEND_SIGNALED completes only in
+ * error (the QPs do not signal every send). A completion into a full CQ overruns it: the CQ is in
+ * error and loses it and every later one, and IBV_EVENT_CQ_ERR waits for ibv_get_async_event (which
+ * aborts where it would block on a context with no event: nothing would ever raise one). Enough for
+ * the tests, not a model of a NIC's timing. */
 #ifndef NIC_SOFT_VERBS_H
 #define NIC_SOFT_VERBS_H
 

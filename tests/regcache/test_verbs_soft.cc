@@ -549,6 +549,19 @@ TEST_F(SoftVerbs, DeviceFailsAReceiveWithoutLocalWriteWhenAMessageComes) {
   EXPECT_EQ(std::string(raw.src, 5), std::string(5, '\0')) << "written without local write";
 }
 
+// A message longer than the receive it lands in: the responder completes the receive
+// IBV_WC_LOC_LEN_ERR and NAKs the send, which completes IBV_WC_REM_INV_REQ_ERR; the QP goes to
+// error. The soft device flushed the send (IBV_WC_WR_FLUSH_ERR), as if it had never gone out.
+TEST_F(SoftVerbs, DeviceFailsTheSendOfAMessageLongerThanItsReceiveWithAnInvalidRequest) {
+  Open();
+  RawQp raw(nic_verbs_pd(b));
+  ASSERT_EQ(raw.Recv(raw.dst, 4, raw.rmr->lkey, 10), 0);
+  ASSERT_EQ(raw.Send(raw.smr->lkey, 1), 0); // 5 bytes
+  EXPECT_EQ(RawQp::Reap(raw.rcq), (RawQp::Wcs{{10, IBV_WC_LOC_LEN_ERR}}));
+  EXPECT_EQ(RawQp::Reap(raw.scq), (RawQp::Wcs{{1, IBV_WC_REM_INV_REQ_ERR}}));
+  EXPECT_EQ(raw.State(), IBV_QPS_ERR);
+}
+
 // Every post is signaled: an unsignaled send's success makes no completion, so its done() would
 // never run and its endpoint never close (-EBUSY, a post in flight for good).
 TEST_F(SoftVerbs, EveryPostIsSignaledSoItsDoneRuns) {
