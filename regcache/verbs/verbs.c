@@ -138,7 +138,9 @@ NIC_EXPORT int nic_verbs_wc_errno(int status) {
                                {IBV_WC_RETRY_EXC_ERR, -ETIMEDOUT},
                                {IBV_WC_RNR_RETRY_EXC_ERR, -ETIMEDOUT},
                                {IBV_WC_REM_ACCESS_ERR, -EACCES},
-                               {IBV_WC_LOC_LEN_ERR, -EMSGSIZE}};
+                               {IBV_WC_LOC_LEN_ERR, -EMSGSIZE},
+                               /* a bare send's NAK: longer than the peer's receive */
+                               {IBV_WC_REM_INV_REQ_ERR, -EMSGSIZE}};
   for (size_t i = 0; i < sizeof map / sizeof map[0]; i++)
     if (map[i][0] == status) return map[i][1];
   return -EIO;

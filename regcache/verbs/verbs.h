@@ -91,7 +91,8 @@ int nic_verbs_access_flags(unsigned nic_access, bool odp);
 uint32_t nic_verbs_exposed_rkey(unsigned nic_access, uint32_t mr_rkey);
 /* Completion status for an enum ibv_wc_status: 0, -EFAULT (local protection: the SGE is not
  * covered by its lkey), -ECANCELED (flushed: the QP went to error before this ran),
- * -ETIMEDOUT (retries exhausted), -EACCES (remote access), -EMSGSIZE (length), else -EIO. */
+ * -ETIMEDOUT (retries exhausted), -EACCES (remote access), -EMSGSIZE (length: the local one, or
+ * IBV_WC_REM_INV_REQ_ERR, the peer's NAK of a send longer than its posted receive), else -EIO. */
 int nic_verbs_wc_errno(int wc_status);
 
 #ifdef __cplusplus
