@@ -190,8 +190,8 @@ const char *nic_page_kind_name(enum nic_page_kind kind);
  * for any program built against a header that has it. */
 /* 2: the step fields (pin_step...) appended; 3: the receive cap, dropped pages and peaks;
  * 4: the control decommits, the nudges and control_live; 5: fence_release_errors and
- * recv_no_buffer; 6: backend_start_refusals */
-#define NIC_STATS_VERSION 6u
+ * recv_no_buffer; 6: backend_start_refusals; 7: verbs_completion_errors */
+#define NIC_STATS_VERSION 7u
 struct nic_stats {
   uint32_t size;    /* in: bytes the caller has (sizeof); out: bytes filled */
   uint32_t version; /* out: NIC_STATS_VERSION of the library */

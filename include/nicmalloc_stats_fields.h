@@ -114,7 +114,8 @@
   X("control blocks", control_live, size_t, bytes, "live #", "usable bytes of live control blocks, every thread's, read from mimalloc's page headers when asked (a block another thread freed counts until its owner takes the free back; freed huge blocks the cache keeps do not count); control_committed where the headers cannot be read") \
   X("fence releases", fence_release_errors, uint64_t, count, "# refused", "protect: releases of write-protected pages the kernel refused (mprotect splitting a mapping once the process has vm.max_map_count of them): those pages stay protected, and are released at a later completion or when a write faults there; said once") \
   X("sim receive", recv_no_buffer, uint64_t, count, "# dropped for want of a buffer", "messages to a sim endpoint (nic_sim_endpoint_create) dropped because no dataplane memory could be had for their receive buffer: not handed to its receive function, and their post completes with -ENOMEM") \
-  X("backend starts", backend_start_refusals, uint64_t, count, "# refused for now", "backend starts refused for a shortage that may pass (EMFILE, ENFILE, ENOMEM, EAGAIN): tried again after 1 s, doubling up to 60 s; a backend NICMALLOC_BACKEND names is not replaced meanwhile")
+  X("backend starts", backend_start_refusals, uint64_t, count, "# refused for now", "backend starts refused for a shortage that may pass (EMFILE, ENFILE, ENOMEM, EAGAIN): tried again after 1 s, doubling up to 60 s; a backend NICMALLOC_BACKEND names is not replaced meanwhile") \
+  X("verbs completions", verbs_completion_errors, uint64_t, count, "# in error", "work completions in error the verbs backend reaped from its endpoints' CQs, sends and receives (a protection or length error, retries exhausted, the flushes of a QP gone to error; not the flushes of the receives an endpoint's destroy takes back); each status is said once on stderr")
 /* clang-format on */
 
 #endif /* NICMALLOC_STATS_FIELDS_H */

@@ -47,6 +47,16 @@ static void host_api_error(enum nic_plugin_api_family family) {
   }
 }
 
+static uint64_t completion_errors;
+
+static void host_completion_error(void) {
+  __atomic_add_fetch(&completion_errors, 1, __ATOMIC_RELAXED);
+}
+
+uint64_t nic_plugin_completion_errors(void) {
+  return __atomic_load_n(&completion_errors, __ATOMIC_RELAXED);
+}
+
 static void host_quiet_env(void) {
   nic_plugin_env_guard();
 }
@@ -66,7 +76,8 @@ static const struct nic_plugin_host host = {.size = sizeof host,
                                             .free = host_free,
                                             .api_error = host_api_error,
                                             .quiet_env = host_quiet_env,
-                                            .dataplane_range = host_dataplane_range};
+                                            .dataplane_range = host_dataplane_range,
+                                            .completion_error = host_completion_error};
 
 const struct nic_plugin_host *nic_plugin_host_table(void) {
   return &host;

@@ -13,6 +13,7 @@
 
 #include <stdarg.h>
 #include <stddef.h>
+#include <stdint.h>
 
 #ifdef __cplusplus
 extern "C" {
@@ -53,6 +54,9 @@ struct nic_plugin_host {
    * are backed now (so a plugin may describe it once, as DPDK's one extmem area, where that
    * records addresses only). Else -ENOENT. */
   int (*dataplane_range)(const void *p, size_t len, void **base, size_t *span);
+  /* Counts a work completion in error that the plugin reaped (nic_get_stats:
+   * verbs_completion_errors). */
+  void (*completion_error)(void);
 };
 
 #define NIC_PLUGIN_HOST_HAS(host, member)                                                          \
@@ -65,6 +69,8 @@ typedef struct nic_backend *(*nic_plugin_open_fn)(const struct nic_plugin_host *
 
 /* The host's table (plugin_host.c). */
 const struct nic_plugin_host *nic_plugin_host_table(void);
+/* The completions in error plugins counted through it. */
+uint64_t nic_plugin_completion_errors(void);
 
 #ifdef __cplusplus
 }

@@ -34,6 +34,11 @@ void nic_plugin_count_api_error(enum nic_plugin_api_family family) {
   if (NIC_PLUGIN_HOST_HAS(h, api_error)) h->api_error(family);
 }
 
+void nic_plugin_count_completion_error(void) {
+  const struct nic_plugin_host *h = the_host();
+  if (NIC_PLUGIN_HOST_HAS(h, completion_error)) h->completion_error();
+}
+
 void nic_plugin_quiet_env(void) {
   const struct nic_plugin_host *h = the_host();
   if (NIC_PLUGIN_HOST_HAS(h, quiet_env)) h->quiet_env();

@@ -4,6 +4,7 @@
 
 #include "backend.h"
 #include "nicmalloc.h"
+#include "plugin_host.h"
 #include "rcache.h"
 
 void nic_regcache_fill_stats(struct nic_stats *out) {
@@ -17,4 +18,5 @@ void nic_regcache_fill_stats(struct nic_stats *out) {
   out->rcache_bytes = rc.bytes;
   out->backend = nic_backends_names();
   out->backend_start_refusals = nic_backend_start_refusals();
+  out->verbs_completion_errors = nic_plugin_completion_errors();
 }

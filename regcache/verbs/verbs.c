@@ -399,11 +399,22 @@ static int vpost(struct nic_backend *b, struct nic_endpoint *ep, const struct ni
 
 static int poll_recv(struct vbackend *vb, int max, int *reaped);
 
+/* A work completion in error, counted (verbs_completion_errors) and said once per status. */
+static void completion_error(const struct ibv_wc *wc) {
+  static const char once[32];
+  nic_plugin_count_completion_error();
+  nic_plugin_log(NIC_PLUGIN_LOG_WARN, &once[(unsigned)wc->status < 32 ? wc->status : 31],
+                 "verbs: a work completion in error on queue pair %u: status %d (%s); counted in "
+                 "verbs_completion_errors, each status said once",
+                 wc->qp_num, (int)wc->status, strerror(-nic_verbs_wc_errno(wc->status)));
+}
+
 /* A completion from a send CQ onto the queue of finished posts. One that names no live post of
  * that CQ is the application's own work request (a signaled RDMA read or write on the QP, say,
  * against verbs.h): counted and dropped, never followed as a pointer. */
 static void reaped_send_locked(struct vbackend *vb, const struct ibv_cq *cq,
                                const struct ibv_wc *wc) {
+  if (wc->status != IBV_WC_SUCCESS) completion_error(wc);
   struct vpost *p = live_take_locked(vb, wc->wr_id, cq);
   if (p) {
     queue_done_locked(vb, p, nic_verbs_wc_errno(wc->status));
@@ -730,6 +741,10 @@ static struct nic_endpoint *rx_owner_locked(struct vbackend *vb, uint64_t wr_id)
  * kept, or a buffer without data posted again. */
 static void book_locked(struct vbackend *vb, const struct ibv_wc *wc) {
   struct nic_endpoint *owner = rx_owner_locked(vb, wc->wr_id); /* CQs may be shared */
+  /* Not the flushes of the receives a close takes back: they are no error. */
+  if (wc->status != IBV_WC_SUCCESS &&
+      !(owner && owner->rx_flushing && wc->status == IBV_WC_WR_FLUSH_ERR))
+    completion_error(wc);
   if (!owner) {
     static const char once;
     nic_plugin_log(NIC_PLUGIN_LOG_WARN, &once,

@@ -6,6 +6,7 @@
 
 #include "plugin_host.h"
 
+#include <atomic>
 #include <cerrno>
 #include <cstdarg>
 #include <cstdint>
@@ -28,6 +29,12 @@ inline TestDataplaneRange &TestRange() {
 inline void (*&TestCallocHook())() {
   static void (*hook)() = nullptr;
   return hook;
+}
+
+// What the table's completion_error counted.
+inline std::atomic<uint64_t> &TestCompletionErrors() {
+  static std::atomic<uint64_t> n{0};
+  return n;
 }
 
 inline const nic_plugin_host *TestPluginHost() {
@@ -57,6 +64,7 @@ inline const nic_plugin_host *TestPluginHost() {
         *span = r.span;
         return 0;
       },
+      [] { TestCompletionErrors()++; },
   };
   return &host;
 }

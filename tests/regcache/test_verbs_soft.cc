@@ -562,6 +562,38 @@ TEST_F(SoftVerbs, DeviceFailsTheSendOfAMessageLongerThanItsReceiveWithAnInvalidR
   EXPECT_EQ(raw.State(), IBV_QPS_ERR);
 }
 
+// Work completions in error are counted through the host's table (verbs_completion_errors) and
+// said (once per status by libnicmalloc's host: VerbsSoftPublic): a message longer than the
+// receive buffer fails the receive (IBV_WC_LOC_LEN_ERR) and its send (IBV_WC_REM_INV_REQ_ERR), the
+// QP's 15 other receives flush, and so does a later post. They were neither counted nor said.
+TEST_F(SoftVerbs, CompletionsInErrorAreCountedAndSaid) {
+  Open();
+  ASSERT_EQ(b->endpoint_receive(b, ep, Rx::Fn, &rx), 0);
+  const uint64_t before = TestCompletionErrors();
+  testing::internal::CaptureStderr();
+  Done d[2];
+  Send(std::string(NIC_VERBS_RX_BUF_BYTES + 1, 'L'), &d[0]);
+  Poll();
+  Send("flushed", &d[1]);
+  Poll();
+  const std::string err = testing::internal::GetCapturedStderr();
+  EXPECT_EQ(d[1].status, -ECANCELED);
+  EXPECT_EQ(TestCompletionErrors() - before, 18u);
+  for (int status : {IBV_WC_LOC_LEN_ERR, IBV_WC_REM_INV_REQ_ERR, IBV_WC_WR_FLUSH_ERR})
+    EXPECT_NE(err.find("status " + std::to_string(status) + " ("), std::string::npos) << err;
+}
+
+// The flushes of the receives an endpoint's close takes back (it moves the QP to error) are no
+// error: not counted.
+TEST_F(SoftVerbs, TheFlushesOfACloseAreNotCountedAsErrors) {
+  Open();
+  ASSERT_EQ(b->endpoint_receive(b, ep, Rx::Fn, &rx), 0);
+  const uint64_t before = TestCompletionErrors();
+  EXPECT_EQ(CloseReceiving(), 0);
+  EXPECT_EQ(rx.ends, 1);
+  EXPECT_EQ(TestCompletionErrors(), before);
+}
+
 // Every post is signaled: an unsignaled send's success makes no completion, so its done() would
 // never run and its endpoint never close (-EBUSY, a post in flight for good).
 TEST_F(SoftVerbs, EveryPostIsSignaledSoItsDoneRuns) {

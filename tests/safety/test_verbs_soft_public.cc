@@ -156,7 +156,8 @@ TEST(VerbsSoftPublic, ReceivesIntoDataplaneBuffersHeldOnesComeBackAtRelease) {
 // A queue pair the NIC moved to the error state (a protection error, say) flushes every work
 // request: the posts waiting in it and those made after complete with an error, letting their
 // buffers go, and once the held buffers are given back (their receives flush)
-// nic_endpoint_status says receiving ended.
+// nic_endpoint_status says receiving ended. Each completion in error is counted in
+// verbs_completion_errors, and their status said once.
 TEST(VerbsSoftPublic, AQueuePairInErrorEndsEveryPostWithAnErrorAndTheEndpointSaysSo) {
   nic_sga probe;
   nic_sga_init(&probe, 0);
@@ -169,6 +170,7 @@ TEST(VerbsSoftPublic, AQueuePairInErrorEndsEveryPostWithAnErrorAndTheEndpointSay
   rx.hold = true;
   ASSERT_EQ(nic_endpoint_receive(ep, Rx::Fn, &rx), 0);
   const nic_stats before = Stats();
+  testing::internal::CaptureStderr();
   struct Ends {
     int ok = 0, failed = 0, status = 0;
   } ends;
@@ -206,6 +208,13 @@ TEST(VerbsSoftPublic, AQueuePairInErrorEndsEveryPostWithAnErrorAndTheEndpointSay
   Drain();
   EXPECT_EQ(rx.ends, 1);
   EXPECT_LT(nic_endpoint_status(ep), 0) << "the endpoint says its queue pair broke";
+  // Three sends and two receives flushed: counted, and said once.
+  const std::string err = testing::internal::GetCapturedStderr();
+  EXPECT_EQ(Stats().verbs_completion_errors - before.verbs_completion_errors, 5u);
+  size_t said = 0;
+  for (size_t at = 0; (at = err.find("a work completion in error", at)) != std::string::npos; at++)
+    said++;
+  EXPECT_EQ(said, 1u) << err;
   EXPECT_EQ(DestroyOncePolled(ep), 0);
 }
 
