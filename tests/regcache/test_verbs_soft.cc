@@ -59,7 +59,9 @@ struct RawQp {
   // The MRs that are left go, and the QP's asynchronous events (none are the backend's).
   ~RawQp() {
     for (ibv_mr *mr : {smr, rmr}) {
-      if (mr) EXPECT_EQ(ibv_dereg_mr(mr), 0);
+      if (mr) {
+        EXPECT_EQ(ibv_dereg_mr(mr), 0);
+      }
     }
     ibv_async_event ev;
     while (!ibv_get_async_event(qp->context, &ev))
