@@ -322,8 +322,8 @@ static struct nic_endpoint *d_endpoint_create(struct nic_backend *b,
 
 NIC_EXPORT struct nic_backend *nic_backend_dpdk_open(const struct nic_plugin_host *host) {
   if (!nic_plugin_attach(host)) return NULL;
+  static int said; /* "cannot start", once whatever the cause */
   if (g.broken) {
-    static int said;
     nic_plugin_log(NIC_PLUGIN_LOG_WARN, &said,
                    "dpdk: cannot start: EAL failed to start earlier in this process (said then), "
                    "and EAL cannot start twice");
@@ -348,12 +348,10 @@ NIC_EXPORT struct nic_backend *nic_backend_dpdk_open(const struct nic_plugin_hos
   if (!be) {
     errno = rc ? -rc : ENOMEM;
     if (rc) {
-      static int said;
       nic_plugin_log(NIC_PLUGIN_LOG_WARN, &said, "dpdk: cannot start: %s%s", strerror(-rc),
                      g.broken ? "; EAL cannot start again in this process" : "");
     }
-    if (g.broken) errno = ENODEV; /* not a shortage that passes: not tried again */
-    return NULL;
+    return NULL; /* the real errno; a later open, if any, is refused with ENODEV (g.broken) */
   }
   /* With IOVA = address and only virtual ports, a registration is a record of addresses the
    * drivers read through the CPU when they send: free pages under it may go back to the OS and
