@@ -160,6 +160,15 @@
     "RDMA device name; unset: the first device")                                                   \
   X(VERBS_ODP, "NICMALLOC_VERBS_ODP", NIC_T_BOOL, "0", 0, 1, "", NIC_REACH_VALUE,                  \
     "on-demand paging instead of pinning, when the device supports it for RC sends")               \
+  X(VERBS_ASYNC_EVENTS, "NICMALLOC_VERBS_ASYNC_EVENTS", NIC_T_BOOL, "0", 0, 1, "",                 \
+    NIC_REACH_VALUE,                                                                               \
+    "who reads the verbs device context's asynchronous events (`ibv_get_async_event`; the "        \
+    "program creates its queue pairs on that context): `0`, the program (nicmalloc neither reads " \
+    "them nor changes the descriptor's flags; a queue pair in error shows as its posts' and "      \
+    "receives' completions in error, counted in `verbs_completion_errors`, each status said "      \
+    "once); `1`, nicmalloc: `nic_poll` reads every one without waiting for one (the descriptor's " \
+    "flags unchanged), says a CQ or queue pair in error or a failed device once and drops the "    \
+    "rest (COMM_EST, SRQ_LIMIT_REACHED, port events), so the program must not read them")          \
   X(DPDK_VDEV, "NICMALLOC_DPDK_VDEV", NIC_T_TEXT, "", 0, 0, "", NIC_REACH_FILE,                    \
     "for the EAL nicmalloc starts when the application has none: `;`-separated vdevs "             \
     "(e.g. `net_ring0`), each passed as `--vdev` and the vdev: two of the 62 EAL arguments "       \

@@ -10,8 +10,8 @@
 #include "plugin_services.h"
 
 #include <errno.h>
-#include <fcntl.h>
 #include <infiniband/verbs.h>
+#include <poll.h>
 #include <pthread.h>
 #include <stdatomic.h>
 #include <string.h>
@@ -109,8 +109,12 @@ struct vbackend {
   struct vpost *soft_head, *soft_tail; /* finished: the NIC never saw them, or reaped */
   struct vlive *live;                  /* under lock: posts the NIC may complete */
   uint32_t live_cap, live_free;
-  struct vcq *cqs;                   /* under lock */
+  struct vcq *cqs; /* under lock */
+  /* The context's asynchronous events are nicmalloc's to read (NICMALLOC_VERBS_ASYNC_EVENTS);
+   * otherwise they stay the application's, which creates its QPs on this context. */
+  bool async_events;
   _Atomic int64_t async_ms;          /* when poll last read the device's asynchronous events */
+  atomic_bool async_reading;         /* a poll is between poll(2) and ibv_get_async_event */
   struct nic_verbs_rx_memory rx_mem; /* where receive buffers come from (libnicmalloc's) */
   struct vreg regs[VERBS_MAX_REGS];
 };
@@ -461,20 +465,25 @@ static void tell_event(const struct ibv_async_event *ev) {
   }
 }
 
-/* The device's asynchronous events, read without blocking (the descriptor is made so at open)
- * at most once per tick of the coarse clock, so that a poll makes no system call as a rule:
- * only they say that a CQ or QP broke and its posts will not complete. */
+/* The device's asynchronous events, when they are nicmalloc's (vb->async_events), at most once
+ * per tick of the coarse clock, so that a poll makes no system call as a rule. The descriptor
+ * keeps the flags it has: poll(2) says whether an event waits, and one thread at a time reads,
+ * so that no ibv_get_async_event waits for one another took. */
 static void read_events(struct vbackend *vb) {
+  if (!vb->async_events) return;
   struct timespec now;
   clock_gettime(CLOCK_MONOTONIC_COARSE, &now);
   const int64_t ms = (int64_t)now.tv_sec * 1000 + now.tv_nsec / 1000000;
   int64_t last = atomic_load_explicit(&vb->async_ms, memory_order_relaxed);
   if (ms == last || !atomic_compare_exchange_strong(&vb->async_ms, &last, ms)) return;
+  if (atomic_exchange(&vb->async_reading, true)) return;
+  struct pollfd pfd = {.fd = vb->ctx->async_fd, .events = POLLIN};
   struct ibv_async_event ev;
-  while (!ibv_get_async_event(vb->ctx, &ev)) {
+  while (poll(&pfd, 1, 0) == 1 && (pfd.revents & POLLIN) && !ibv_get_async_event(vb->ctx, &ev)) {
     tell_event(&ev);
     ibv_ack_async_event(&ev);
   }
+  atomic_store(&vb->async_reading, false);
 }
 
 static int vpoll(struct nic_backend *b, int max) {
@@ -1015,9 +1024,7 @@ static int setup(struct vbackend *vb, struct ibv_device *dev) {
     return errno ? errno : EIO;
   int err = ibv_query_device_ex(vb->ctx, NULL, &attr);
   if (err) return err;
-  /* poll() reads the asynchronous events; it must never wait for one. */
-  const int fl = fcntl(vb->ctx->async_fd, F_GETFL);
-  if (fl < 0 || fcntl(vb->ctx->async_fd, F_SETFL, fl | O_NONBLOCK)) return errno ? errno : EIO;
+  vb->async_events = settings.verbs_async_events;
   const struct ibv_odp_caps *odp = &attr.odp_caps;
   if (odp->general_caps & IBV_ODP_SUPPORT) {
     vb->odp_rc = odp->per_transport_caps.rc_odp_caps;

@@ -36,9 +36,13 @@ struct ibv_pd *nic_verbs_pd(struct nic_backend *b);
  * what can complete on each CQ (its sends in flight, the receives it reserved) against the CQ's
  * cqe, several endpoints sharing it or not: a post past that completes -EAGAIN, as one past a
  * full send queue, and receiving posts no more buffers than the receive CQ has room for
- * (-ENOSPC when it has none), so that nicmalloc never overruns a CQ. poll() also reads the
- * context's asynchronous events (its descriptor made non-blocking at open) and says a CQ or QP
- * in error once. NULL with
+ * (-ENOSPC when it has none), so that nicmalloc never overruns a CQ. The context's asynchronous
+ * events stay the application's (its QPs' COMM_EST, SRQ_LIMIT_REACHED, port events...): nicmalloc
+ * neither reads them nor changes the descriptor's flags, and a QP in error shows as its posts' and
+ * receives' completions in error (verbs_completion_errors, each status said once). Opened under
+ * NICMALLOC_VERBS_ASYNC_EVENTS=1 (nic_plugin_settings.verbs_async_events), the events are
+ * nicmalloc's: poll() reads every one without waiting (poll(2) first), says a CQ or QP in error or
+ * a failed device once, and drops the rest. NULL with
  * errno EINVAL (no QP, or a QP outside nic_verbs_pd), EOPNOTSUPP (a QP type other than RC and
  * UC: a post is a bare send, with no address handle or remote QP number; said once, the public
  * constructor counts it), or ENOMEM. */

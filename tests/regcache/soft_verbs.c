@@ -40,9 +40,11 @@ struct soft_qp {
 };
 
 static pthread_mutex_t lock = PTHREAD_MUTEX_INITIALIZER;
-/* Asynchronous events not yet read (one context at a time is enough for the tests). */
+/* Asynchronous events not yet read (one context at a time is enough for the tests), and that
+ * context's descriptor, readable while one is (an eventfd counting them, as a semaphore). */
 static struct ibv_async_event events[SOFT_Q];
 static unsigned events_n;
+static int events_fd = -1;
 static struct ibv_device device;
 static struct ibv_device *devices[2] = {&device, NULL};
 static struct ibv_mr *mrs[SOFT_MRS];
@@ -65,7 +67,10 @@ void soft_verbs_set_odp(uint64_t general, uint32_t rc, uint32_t uc) {
 }
 
 static void event_locked(struct ibv_async_event ev) {
-  if (events_n < SOFT_Q) events[events_n++] = ev;
+  if (events_n == SOFT_Q) return;
+  events[events_n++] = ev;
+  const uint64_t one = 1;
+  if (events_fd >= 0 && write(events_fd, &one, sizeof one) != sizeof one) abort();
 }
 
 /* A completion into a full CQ overruns it, as on a NIC: the CQ is in error, the completion and
@@ -329,10 +334,13 @@ struct ibv_context *ibv_open_device(struct ibv_device *dev) {
   v->query_port = soft_query_port;
   v->query_device_ex = soft_query_device_ex;
   ctx->abi_compat = __VERBS_ABI_IS_EXTENDED;
-  if ((ctx->async_fd = eventfd(0, EFD_CLOEXEC)) < 0) {
+  if ((ctx->async_fd = eventfd(0, EFD_CLOEXEC | EFD_SEMAPHORE)) < 0) {
     free(v);
     return NULL;
   }
+  pthread_mutex_lock(&lock);
+  events_fd = ctx->async_fd;
+  pthread_mutex_unlock(&lock);
   ctx->device = dev;
   ctx->ops.poll_cq = soft_poll_cq;
   ctx->ops.post_send = soft_post_send;
@@ -340,10 +348,11 @@ struct ibv_context *ibv_open_device(struct ibv_device *dev) {
   return ctx;
 }
 int ibv_close_device(struct ibv_context *ctx) {
-  close(ctx->async_fd);
   pthread_mutex_lock(&lock);
   events_n = 0;
+  if (events_fd == ctx->async_fd) events_fd = -1;
   pthread_mutex_unlock(&lock);
+  close(ctx->async_fd);
   free(verbs_get_ctx(ctx));
   return 0;
 }
@@ -438,9 +447,11 @@ int soft_verbs_mr_access(uint32_t lkey) {
 int ibv_get_async_event(struct ibv_context *ctx, struct ibv_async_event *ev) {
   pthread_mutex_lock(&lock);
   const bool any = events_n > 0;
+  uint64_t one;
   if (any) {
     *ev = events[0];
     memmove(events, events + 1, --events_n * sizeof events[0]);
+    if (read(ctx->async_fd, &one, sizeof one) != sizeof one) abort();
   }
   pthread_mutex_unlock(&lock);
   if (any) return 0;
@@ -516,6 +527,12 @@ void soft_verbs_qp_fatal(struct ibv_qp *qp) {
   pthread_mutex_lock(&lock);
   to_error_locked((struct soft_qp *)qp);
   event_locked((struct ibv_async_event){.element.qp = qp, .event_type = IBV_EVENT_QP_FATAL});
+  pthread_mutex_unlock(&lock);
+}
+
+void soft_verbs_qp_event(struct ibv_qp *qp, enum ibv_event_type type) {
+  pthread_mutex_lock(&lock);
+  event_locked((struct ibv_async_event){.element.qp = qp, .event_type = type});
   pthread_mutex_unlock(&lock);
 }
 

@@ -14,8 +14,9 @@
  * does, and they complete IBV_WC_WR_FLUSH_ERR). A send without IBV_SEND_SIGNALED completes only in
  * error (the QPs do not signal every send). A completion into a full CQ overruns it: the CQ is in
  * error and loses it and every later one, and IBV_EVENT_CQ_ERR waits for ibv_get_async_event (which
- * aborts where it would block on a context with no event: nothing would ever raise one). Enough for
- * the tests, not a model of a NIC's timing. */
+ * aborts where it would block on a context with no event: nothing would ever raise one). The
+ * context's async_fd is readable while an event waits, as rdma-core's, and keeps the flags it was
+ * given. Enough for the tests, not a model of a NIC's timing. */
 #ifndef NIC_SOFT_VERBS_H
 #define NIC_SOFT_VERBS_H
 
@@ -45,6 +46,9 @@ bool soft_verbs_cq_overrun(struct ibv_cq *cq);
 /* What a NIC does to a QP it can no longer serve: the QP goes to error (flushing its work
  * requests) and IBV_EVENT_QP_FATAL is raised. */
 void soft_verbs_qp_fatal(struct ibv_qp *qp);
+/* An asynchronous event of type about qp raised, nothing else done: a QP event the application
+ * reads (IBV_EVENT_COMM_EST, IBV_EVENT_QP_LAST_WQE_REACHED, ...). */
+void soft_verbs_qp_event(struct ibv_qp *qp, enum ibv_event_type type);
 /* A QP in RESET, with one receive entry per work request. */
 struct ibv_qp *soft_verbs_qp(struct ibv_pd *pd, struct ibv_cq *scq, struct ibv_cq *rcq,
                              enum ibv_qp_type type, uint32_t max_recv_wr, struct ibv_srq *srq);

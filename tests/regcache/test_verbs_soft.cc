@@ -6,6 +6,10 @@
 // are the VerbsDevice.Receive* tests (test_verbs_backend.cc).
 #include <gtest/gtest.h>
 
+#include <fcntl.h>
+#include <poll.h>
+#include <time.h>
+
 #include <atomic>
 #include <cerrno>
 #include <chrono>
@@ -63,8 +67,9 @@ struct RawQp {
         EXPECT_EQ(ibv_dereg_mr(mr), 0);
       }
     }
+    pollfd pfd = {qp->context->async_fd, POLLIN, 0};
     ibv_async_event ev;
-    while (!ibv_get_async_event(qp->context, &ev))
+    while (poll(&pfd, 1, 0) == 1 && !ibv_get_async_event(qp->context, &ev))
       ibv_ack_async_event(&ev);
     for (void *p : {static_cast<void *>(qp), static_cast<void *>(scq), static_cast<void *>(rcq)})
       soft_verbs_free(p);
@@ -738,9 +743,26 @@ TEST(SoftVerbsOpen, PagesFollowOnlyWhenEveryRegistrationPagesOnDemand) {
   }
 }
 
-// A QP the NIC failed says so from poll (its asynchronous event, read without blocking), once.
+// NICMALLOC_VERBS_ASYNC_EVENTS as libnicmalloc hands it over (backend.c), for the backends this
+// scope opens.
+struct AsyncEventsSetting {
+  explicit AsyncEventsSetting(bool on) { Set(on); }
+  ~AsyncEventsSetting() { Set(false); }
+  static void Set(bool on) {
+    nic_plugin_settings s{};
+    s.verbs_async_events = on;
+    nic_backend_verbs_settings(&s);
+  }
+};
+
+// Under NICMALLOC_VERBS_ASYNC_EVENTS=1 a QP the NIC failed says so from poll (its asynchronous
+// event, read without waiting for one), once; the descriptor keeps its flags.
 TEST_F(SoftVerbs, AQueuePairTheNicFailedIsToldFromPoll) {
-  Open();
+  {
+    AsyncEventsSetting on(true);
+    Open();
+  }
+  const int fd = nic_verbs_context(b)->async_fd, flags = fcntl(fd, F_GETFL);
   testing::internal::CaptureStderr();
   soft_verbs_qp_fatal(qp);
   std::string err;
@@ -755,6 +777,43 @@ TEST_F(SoftVerbs, AQueuePairTheNicFailedIsToldFromPoll) {
     std::this_thread::sleep_for(std::chrono::milliseconds(1));
   }
   EXPECT_NE(err.find("is in the error state (IBV_EVENT_QP_FATAL)"), std::string::npos) << err;
+  EXPECT_EQ(fcntl(fd, F_GETFL), flags);
+  pollfd pfd = {fd, POLLIN, 0};
+  EXPECT_EQ(poll(&pfd, 1, 0), 0) << "the event was read";
+}
+
+// The device context is the one the application creates its QPs on, so its asynchronous events
+// are the application's: an event about its QP is still there for it after nicmalloc's polls,
+// and the descriptor is as the application left it (blocking: a thread of its may wait there).
+// poll() read and dropped every event, and made the descriptor non-blocking at open, so that the
+// application's ibv_get_async_event failed EAGAIN at once.
+TEST_F(SoftVerbs, TheApplicationsAsyncEventsStayItsOwn) {
+  Open();
+  RawQp app(nic_verbs_pd(b));
+  const int fd = nic_verbs_context(b)->async_fd;
+  EXPECT_EQ(fcntl(fd, F_GETFL) & O_NONBLOCK, 0) << "made non-blocking at open";
+  soft_verbs_qp_event(app.qp, IBV_EVENT_COMM_EST);
+  // Polls across two ticks of the coarse clock, when poll would read events if it did.
+  auto tick = [] {
+    timespec t;
+    clock_gettime(CLOCK_MONOTONIC_COARSE, &t);
+    return static_cast<int64_t>(t.tv_sec) * 1000 + t.tv_nsec / 1000000;
+  };
+  const int64_t first = tick();
+  const auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(10);
+  while (tick() < first + 2 && std::chrono::steady_clock::now() < deadline) {
+    Poll();
+    std::this_thread::sleep_for(std::chrono::milliseconds(1));
+  }
+  Poll();
+  EXPECT_EQ(fcntl(fd, F_GETFL) & O_NONBLOCK, 0) << "made non-blocking";
+  pollfd pfd = {fd, POLLIN, 0};
+  ASSERT_EQ(poll(&pfd, 1, 0), 1) << "the application's event was taken";
+  ibv_async_event ev;
+  ASSERT_EQ(ibv_get_async_event(nic_verbs_context(b), &ev), 0) << strerror(errno);
+  EXPECT_EQ(ev.event_type, IBV_EVENT_COMM_EST);
+  EXPECT_EQ(ev.element.qp, app.qp);
+  ibv_ack_async_event(&ev);
 }
 
 TEST_F(SoftVerbs, QueuePairsItCannotServeAndBadCallsAreRefused) {
