@@ -428,6 +428,10 @@ static void after_fork_child(void) {
   bool any = half_open || __atomic_load_n(&count, __ATOMIC_ACQUIRE) != 0;
   for (unsigned k = 0; k < NIC_BACKEND_KINDS; k++)
     any |= __atomic_load_n(&started[k], __ATOMIC_ACQUIRE) != NULL;
+  /* The set (nic_thread_event_fd's, made before any backend opened) is one epoll instance with
+   * the parent's: the child's backends joining it woke the parent's threads, and the parent's the
+   * child's. */
+  any |= epfd >= 0 || joined >= 0;
   nic_backend_only_one = NULL;
   if (!any) return;
   /* The child's copies only: the parent's backends keep theirs (open_fds.h). */

@@ -58,6 +58,7 @@ static const struct command {
     {"fork-while-registering", 3, cmd_fork_while_registering},
     {"fork-after-open", 3, cmd_fork_after_open},
     {"fork-post", 2, cmd_fork_post},
+    {"fork-event-set", 2, cmd_fork_event_set},
     {"auto", 3, cmd_auto},
     {"cap-again", 3, cmd_cap_again},
     {"threads-start", 4, cmd_threads_start},
@@ -103,6 +104,7 @@ int main(int argc, char **argv) {
       "mixed-frees | fork-child BLOCK | fork-write-race ROUNDS TOTAL BLOCK [register] | "
       "fork-while-opening "
       "BACKEND | fork-while-registering MS | fork-after-open register|sim-endpoint | fork-post | "
+      "fork-event-set | "
       "auto SIZE | "
       "cap-again "
       "BLOCK | huge "

@@ -74,6 +74,7 @@ int cmd_fork_while_opening(int argc, char **argv);
 int cmd_fork_while_registering(int argc, char **argv);
 int cmd_fork_after_open(int argc, char **argv);
 int cmd_fork_post(int argc, char **argv);
+int cmd_fork_event_set(int argc, char **argv);
 int cmd_lifetime_blocks(int argc, char **argv);
 
 int cmd_big_block(int argc, char **argv);

@@ -4,6 +4,7 @@
 #include "probe_common.h"
 
 #include <errno.h>
+#include <poll.h>
 #include <pthread.h>
 #include <sched.h>
 #include <signal.h>
@@ -421,6 +422,47 @@ static int fork_post(void) {
   return 0;
 }
 
+/* fork-event-set: the parent asks for its thread's event descriptor before any backend opened
+ * (the backends' set, empty, is in it), then forks. The child opens a sim backend of its own and
+ * posts without polling, until its own thread descriptor polls readable; then the parent looks
+ * whether its descriptor polls readable too, with no backend and nothing posted of its own. */
+static int fork_event_set(void) {
+  const int mine = nic_thread_event_fd();
+  int ready[2], leave[2];
+  if (mine < 0 || pipe(ready) || pipe(leave)) return 3;
+  fflush(stdout);
+  const pid_t pid = fork();
+  if (pid < 0) return 3;
+  if (pid == 0) {
+    alarm(30);
+    const int own = nic_thread_event_fd();
+    struct nic_endpoint *ep = nic_sim_endpoint_create(NULL, NULL, 0);
+    char *p = nic_malloc(4096);
+    struct nic_sga sga;
+    int rc = !ep || !p || own < 0 ? -ENODEV : nic_sga_init(&sga, 0);
+    if (!rc) rc = nic_sga_add(&sga, p, 4096);
+    if (!rc) rc = nic_sga_post(&sga, ep, NULL, NULL);
+    struct pollfd pf = {.fd = own, .events = POLLIN};
+    const int readable = rc ? 0 : poll(&pf, 1, 10000);
+    printf("child_post=%d\nchild_readable=%d\n", rc, readable);
+    fflush(stdout);
+    char c = 0;
+    if (write(ready[1], &c, 1) != 1 || read(leave[0], &c, 1) != 1) _exit(4);
+    _exit(0);
+  }
+  char c = 0;
+  if (read(ready[0], &c, 1) != 1) return 3;
+  struct pollfd pf = {.fd = mine, .events = POLLIN};
+  printf("parent_readable=%d\n", poll(&pf, 1, 0));
+  fflush(stdout);
+  if (write(leave[1], &c, 1) != 1) return 3;
+  int status = 0;
+  while (waitpid(pid, &status, 0) < 0 && errno == EINTR) {
+  }
+  printf("child_status=%d\n", status);
+  return 0;
+}
+
 /* The commands: argv[1] names one, its arguments follow (usage in probe.c). */
 int cmd_fork_child(int argc, char **argv) {
   (void)argc;
@@ -445,6 +487,11 @@ int cmd_fork_after_open(int argc, char **argv) {
 int cmd_fork_post(int argc, char **argv) {
   (void)argc, (void)argv;
   return fork_post();
+}
+
+int cmd_fork_event_set(int argc, char **argv) {
+  (void)argc, (void)argv;
+  return fork_event_set();
 }
 
 int cmd_fork_while_registering(int argc, char **argv) {

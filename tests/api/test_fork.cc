@@ -664,6 +664,20 @@ TEST(Fork, ChildKeepsNoThreadEventDescriptorOfTheParent) {
   EXPECT_EQ(nic_sim_endpoint_destroy(ep), 0);
 }
 
+// A thread's event descriptor asked for before any backend opened holds the backends' set, made
+// empty then: a child of fork must make a set of its own rather than add its backends' descriptors
+// to the parent's (an epoll instance is shared across fork). The parent's descriptor then woke for
+// the child's completions, which no nic_poll of the parent's could clear, and the other way round.
+TEST(Fork, AChildsBackendsNeverJoinTheParentsEventSet) {
+  auto r = run_probe({"NICMALLOC_BACKEND=sim"}, {"fork-event-set"});
+  ASSERT_EQ(r.exit_code, 0) << r.out << r.err;
+  EXPECT_EQ(r.values["child_status"], "0") << r.out << r.err;
+  EXPECT_EQ(r.values["child_post"], "0") << r.out << r.err;
+  EXPECT_EQ(r.values["child_readable"], "1") << "the child's own descriptor wakes\n" << r.out;
+  EXPECT_EQ(r.values["parent_readable"], "0") << "the parent's woke for the child's post\n"
+                                              << r.out;
+}
+
 // A child forked while another thread opens the backend has that thread's half-made state
 // (DPDK's EAL part set up, the dynamic loader inside the plugin's dlopen): it must take the
 // backend as the parent's and never open one again on top of it. Opening DPDK takes a tenth of
