@@ -34,7 +34,8 @@ target_compile_definitions(test_backend_shortage PRIVATE
 foreach(case "NoDescriptorLeft;uring" "AddressSpaceLimit;uring" "DpdkWhoseEalFailedGivesWay;dpdk"
              "RefusalForNowIsSaidAsOne;uring" "AutoSaysNothingOfNoneWhenTheNextKindStarts;auto"
              "EventSetWithNoDescriptorLeft;uring"
-             "SimStartedWithNoDescriptorLeftGetsItsEventFdLater;auto")
+             "SimStartedWithNoDescriptorLeftGetsItsEventFdLater;auto"
+             "DpdkThatCannotRunIsSaidOnceWhileTheOthersAreShort;dpdk")
   list(GET case 0 name)
   list(GET case 1 backend)
   add_test(NAME backend_shortage_${name}

@@ -339,6 +339,10 @@ static bool rdma_device_listed(void) {
   return found;
 }
 
+/* What pick_locked says of a kind, once each: while a shortage leaves no default, every call
+ * that needs one chooses again (22 lines in a second of retries). Under the lock. */
+static bool said_refused[NIC_BACKEND_KINDS], said_unavailable[NIC_BACKEND_KINDS], said_no_rdma;
+
 /* *again: no default now, for a shortage that may pass; choose again on a later call. */
 static struct nic_backend *pick_locked(bool *again) {
   const int want = named[nic_setting_choice(NIC_S_BACKEND)];
@@ -351,8 +355,11 @@ static struct nic_backend *pick_locked(bool *again) {
       return NULL;
     }
     const char *why = nic_backend_refused_why((enum nic_backend_kind)want);
-    nic_log_warn("backend %s cannot run here (%s); choosing automatically", kind_names[want],
-                 why ? why : strerror(errno));
+    if (!said_refused[want]) {
+      said_refused[want] = true;
+      nic_log_warn("backend %s cannot run here (%s); choosing automatically", kind_names[want],
+                   why ? why : strerror(errno));
+    }
   }
   /* An endpoint's constructor started one already: the program uses that one. */
   for (unsigned k = 0; k < NIC_BACKEND_KINDS && !b; k++)
@@ -361,11 +368,14 @@ static struct nic_backend *pick_locked(bool *again) {
   if (!b && parents_default >= 0) b = start_locked((enum nic_backend_kind)parents_default);
   for (size_t i = 0; i < sizeof order / sizeof order[0] && !b; i++) {
     if (order[i] == NIC_BACKEND_VERBS && !rdma_device_listed()) {
-      nic_log_info("backend verbs not tried: the kernel lists no RDMA device");
+      if (!said_no_rdma) nic_log_info("backend verbs not tried: the kernel lists no RDMA device");
+      said_no_rdma = true;
       continue;
     }
     b = start_locked(order[i]);
-    if (!b) nic_log_info("backend %s not available: %s", kind_names[order[i]], strerror(errno));
+    if (!b && !said_unavailable[order[i]])
+      nic_log_info("backend %s not available: %s", kind_names[order[i]], strerror(errno));
+    said_unavailable[order[i]] |= !b;
     *again |= !b && short_of_locked((int)order[i]);
   }
   if (!b && !*again) nic_log_warn("no registration backend could be opened");
