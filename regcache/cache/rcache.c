@@ -95,6 +95,13 @@ static struct nic_backend *backend(const struct nic_rcache *c) {
   return c->backend ? c->backend : nic_backend_active();
 }
 
+/* The backend already open, never one opened now: what runs under the lock asks this (see
+ * acquire_missed), as backend() would choose again while no default is chosen (a start refused
+ * for a shortage) and open one. */
+static struct nic_backend *backend_if_open(const struct nic_rcache *c) {
+  return c->backend ? c->backend : nic_backend_if_open();
+}
+
 /* The caches of started backends other than the default, made on first use (under the lock). */
 static struct nic_rcache *of_kind[NIC_BACKEND_KINDS];
 
@@ -154,7 +161,7 @@ static uint32_t backend_room(const struct nic_backend *b) {
 static bool ready_locked(struct nic_rcache *c) {
   if (c->rt) return true;
   if (!c->max_regions) c->max_regions = nic_config()->rcache_max_regions;
-  const struct nic_backend *b = c->backend ? c->backend : nic_backend_if_open();
+  const struct nic_backend *b = backend_if_open(c);
   const uint32_t room = b ? backend_room(b) : 0;
   if (room && c->max_regions > room) {
     nic_log_info("registration cache %s: %u regions at most, what backend %s holds beside its "
@@ -350,7 +357,7 @@ static int gone_locked(struct nic_rcache *c, struct region *r) {
 static int dereg_locked(struct nic_rcache *c, uint32_t slot) {
   struct region *r = &c->pool[slot];
   if (r->foreign || r->gone) return gone_locked(c, r);
-  struct nic_backend *b = backend(c);
+  struct nic_backend *b = backend_if_open(c);
   if (b && nic_backend_in_call(b)) {
     deregs_deferred = true;
     return -EINPROGRESS;
@@ -629,7 +636,7 @@ bool nic_rcache_make_room(struct nic_backend *b) {
   bool evicted = false;
   pthread_mutex_lock(&lock);
   struct nic_rcache *c = &nic_rcache_process_instance;
-  if (c->rt && (c->backend ? c->backend : nic_backend_if_open()) == b) {
+  if (c->rt && backend_if_open(c) == b) {
     retry_busy_locked(c);
     evicted = evict_one_locked(c, 0, 0);
   }
@@ -645,8 +652,8 @@ bool nic_rcache_make_room(struct nic_backend *b) {
 /* -EAGAIN: pages of [busy[0], busy[1]) are write-protected now (nic_backend_reg). */
 static int insert_locked(struct nic_rcache *c, uintptr_t start, uintptr_t end, unsigned access,
                          struct nic_rcache_ref *out, uintptr_t busy[2]) {
-  struct nic_backend *b = backend(c);
-  if (!b) return -ENODEV;
+  struct nic_backend *b = backend_if_open(c);
+  if (!b) return -ENODEV; /* acquire_missed's open, before the lock, found none */
   if (!ready_locked(c)) return -ENOMEM;
   /* A remote key reaches every page of its registration with every right it carries, for as
    * long as the registration lives. So a request with remote access gets a registration of
