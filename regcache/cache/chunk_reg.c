@@ -59,6 +59,7 @@ int nic_chunk_register_with(unsigned index, unsigned step, struct nic_backend *b
   }
   void *base = nic_step_base(index, step);
   const size_t len = (size_t)1 << nic_dp.step_shift;
+  bool room_asked = false; /* the cache had no idle region left to give way */
 again:
   nic_chunks_lock();
   int rc = 0;
@@ -83,16 +84,16 @@ again:
   else if (!r->registered && (rc = register_step(b, index, step, base, len, r, &no_room)) == 0) {
     __atomic_store_n(&r->registered, 1, __ATOMIC_RELEASE);
     if (own) __atomic_store_n(flat, &r->reg, __ATOMIC_RELEASE);
-  } else if (no_room) {
+  } else if (no_room && !room_asked) {
     /* Idle regions of the registration cache give way to the step, one at a time, without the
      * chunk lock (a deregistration may unmap): the program's data must not be kept from the
-     * NIC by control memory cached for later. */
+     * NIC by control memory cached for later. Once none is left, the step is tried once more
+     * under the lock before it is refused: meanwhile another thread may have registered it, or
+     * the chunk gone and come back with a fresh step, which a refusal set now would keep from
+     * the NIC for a second. */
     nic_chunks_unlock();
-    if (nic_rcache_make_room(b) || __atomic_load_n(&r->registered, __ATOMIC_ACQUIRE)) goto again;
-    nic_chunks_lock();
-    r->error = rc;
-    r->retry_at_ms = nic_now_ms() + 1000;
-    refused = true;
+    room_asked = !nic_rcache_make_room(b);
+    goto again;
   } else if (rc == -EAGAIN) { /* pages of it are protected: wait without the lock, try again */
     nic_chunks_unlock();
     if (nic_backend_reg_wait(base, len)) goto again;
