@@ -90,6 +90,8 @@ static void prep_send(struct uring_backend *ub, struct uring_req *req, struct io
   if (left == 1) {
     io_uring_prep_send_zc_fixed(sqe, fd, req->iov[first].iov_base, req->iov[first].iov_len,
                                 SEND_FLAGS, zc_flags, req->slot[first]);
+    /* The rest of a vectored send cut short: -ENOMEM here is no sendmsg's mapping (on_sent). */
+    req->fixed_vec = false;
     ub->stats.send_zc_fixed++;
   } else {
     req->msg = (struct msghdr){.msg_iov = &req->iov[first], .msg_iovlen = left};
