@@ -98,8 +98,14 @@ again:
     nic_chunks_unlock();
     if (nic_backend_reg_wait(base, len)) goto again;
     nic_chunks_lock();
-    rc = -ENOSPC;
-    refused = true;
+    /* Another thread may have registered the step while this one waited. */
+    if (nic_chunk_readable(index) && __atomic_load_n(&r->registered, __ATOMIC_ACQUIRE)) {
+      rc = 0;
+      if (own) __atomic_store_n(flat, &r->reg, __ATOMIC_RELEASE);
+    } else {
+      rc = -ENOSPC;
+      refused = true;
+    }
   } else if (rc) {
     r->error = rc;
     r->retry_at_ms = nic_now_ms() + 1000;
