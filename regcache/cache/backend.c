@@ -83,8 +83,6 @@ static struct nic_backend *open_plugin(const char *name) {
   if (take) {
     struct nic_plugin_settings s = {.verbs_device = nic_setting_text(NIC_S_VERBS_DEVICE),
                                     .verbs_odp = nic_setting_bool(NIC_S_VERBS_ODP),
-                                    .verbs_async_events =
-                                        nic_setting_bool(NIC_S_VERBS_ASYNC_EVENTS),
                                     .dpdk_vdev = nic_setting_text(NIC_S_DPDK_VDEV),
                                     .dpdk_eal_args = nic_setting_text(NIC_S_DPDK_EAL_ARGS)};
     take(&s);

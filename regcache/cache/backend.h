@@ -171,7 +171,6 @@ struct nic_backend *nic_backend_dpdk_open(const struct nic_plugin_host *host);
 struct nic_plugin_settings {
   const char *verbs_device;              /* NICMALLOC_VERBS_DEVICE; NULL: the first device */
   bool verbs_odp;                        /* NICMALLOC_VERBS_ODP */
-  bool verbs_async_events;               /* NICMALLOC_VERBS_ASYNC_EVENTS */
   const char *dpdk_vdev, *dpdk_eal_args; /* NICMALLOC_DPDK_VDEV, _EAL_ARGS; NULL: none */
 };
 void nic_backend_verbs_settings(const struct nic_plugin_settings *s);

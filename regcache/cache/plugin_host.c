@@ -5,6 +5,7 @@
 #include "chunks.h"
 #include "log.h"
 #include "plugin_env.h"
+#include "settings.h"
 #include "thread.h"
 
 #include <errno.h>
@@ -57,6 +58,10 @@ uint64_t nic_plugin_completion_errors(void) {
   return __atomic_load_n(&completion_errors, __ATOMIC_RELAXED);
 }
 
+static bool host_verbs_async_events(void) {
+  return nic_setting_bool(NIC_S_VERBS_ASYNC_EVENTS);
+}
+
 static void host_quiet_env(void) {
   nic_plugin_env_guard();
 }
@@ -77,7 +82,8 @@ static const struct nic_plugin_host host = {.size = sizeof host,
                                             .api_error = host_api_error,
                                             .quiet_env = host_quiet_env,
                                             .dataplane_range = host_dataplane_range,
-                                            .completion_error = host_completion_error};
+                                            .completion_error = host_completion_error,
+                                            .verbs_async_events = host_verbs_async_events};
 
 const struct nic_plugin_host *nic_plugin_host_table(void) {
   return &host;

@@ -12,6 +12,7 @@
 #define NIC_PLUGIN_HOST_H
 
 #include <stdarg.h>
+#include <stdbool.h>
 #include <stddef.h>
 #include <stdint.h>
 
@@ -57,6 +58,10 @@ struct nic_plugin_host {
   /* Counts a work completion in error that the plugin reaped (nic_get_stats:
    * verbs_completion_errors). */
   void (*completion_error)(void);
+  /* NICMALLOC_VERBS_ASYNC_EVENTS. Settings newer than struct nic_plugin_settings come through
+   * the table, whose size says whether the host knows them: that struct has no size, and a
+   * member added to it would be read from an older host's padding. */
+  bool (*verbs_async_events)(void);
 };
 
 #define NIC_PLUGIN_HOST_HAS(host, member)                                                          \

@@ -49,6 +49,11 @@ int nic_plugin_dataplane_range(const void *p, size_t len, void **base, size_t *s
   return NIC_PLUGIN_HOST_HAS(h, dataplane_range) ? h->dataplane_range(p, len, base, span) : -ENOENT;
 }
 
+bool nic_plugin_verbs_async_events(void) {
+  const struct nic_plugin_host *h = the_host();
+  return NIC_PLUGIN_HOST_HAS(h, verbs_async_events) && h->verbs_async_events();
+}
+
 void *nic_plugin_calloc(size_t n, size_t size) {
   const struct nic_plugin_host *h = the_host();
   void *p = h ? h->calloc(n, size) : NULL;

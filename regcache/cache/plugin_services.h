@@ -33,6 +33,9 @@ void nic_plugin_count_completion_error(void);
  * execution (plugin_host.h, quiet_env); nothing with an older host. */
 void nic_plugin_quiet_env(void);
 
+/* NICMALLOC_VERBS_ASYNC_EVENTS as the host reads it; false with an older host. */
+bool nic_plugin_verbs_async_events(void);
+
 /* The host's dataplane_range (plugin_host.h); -ENOENT with an older host. */
 int nic_plugin_dataplane_range(const void *p, size_t len, void **base, size_t *span);
 

@@ -1024,7 +1024,7 @@ static int setup(struct vbackend *vb, struct ibv_device *dev) {
     return errno ? errno : EIO;
   int err = ibv_query_device_ex(vb->ctx, NULL, &attr);
   if (err) return err;
-  vb->async_events = settings.verbs_async_events;
+  vb->async_events = nic_plugin_verbs_async_events();
   const struct ibv_odp_caps *odp = &attr.odp_caps;
   if (odp->general_caps & IBV_ODP_SUPPORT) {
     vb->odp_rc = odp->per_transport_caps.rc_odp_caps;

@@ -1,6 +1,7 @@
 // A host table (regcache/cache/plugin_host.h) for suites and benchmarks that open a backend
 // plugin themselves, playing libnicmalloc's part: its own (hidden) table is out of their reach.
-// Settings are not in it: the suites hand them over with nic_backend_<name>_settings.
+// Settings are not in it but the newer ones (verbs_async_events): the suites hand the others over
+// with nic_backend_<name>_settings.
 #ifndef NIC_PLUGIN_TEST_HOST_H
 #define NIC_PLUGIN_TEST_HOST_H
 
@@ -29,6 +30,13 @@ inline TestDataplaneRange &TestRange() {
 inline void (*&TestCallocHook())() {
   static void (*hook)() = nullptr;
   return hook;
+}
+
+// What the table's verbs_async_events answers (NICMALLOC_VERBS_ASYNC_EVENTS); off unless a test
+// sets it.
+inline std::atomic<bool> &TestVerbsAsyncEvents() {
+  static std::atomic<bool> on{false};
+  return on;
 }
 
 // What the table's completion_error counted.
@@ -65,6 +73,7 @@ inline const nic_plugin_host *TestPluginHost() {
         return 0;
       },
       [] { TestCompletionErrors()++; },
+      [] { return TestVerbsAsyncEvents().load(); },
   };
   return &host;
 }

@@ -743,16 +743,11 @@ TEST(SoftVerbsOpen, PagesFollowOnlyWhenEveryRegistrationPagesOnDemand) {
   }
 }
 
-// NICMALLOC_VERBS_ASYNC_EVENTS as libnicmalloc hands it over (backend.c), for the backends this
-// scope opens.
+// NICMALLOC_VERBS_ASYNC_EVENTS as libnicmalloc's host table answers it (plugin_host.h), for the
+// backends this scope opens.
 struct AsyncEventsSetting {
-  explicit AsyncEventsSetting(bool on) { Set(on); }
-  ~AsyncEventsSetting() { Set(false); }
-  static void Set(bool on) {
-    nic_plugin_settings s{};
-    s.verbs_async_events = on;
-    nic_backend_verbs_settings(&s);
-  }
+  explicit AsyncEventsSetting(bool on) { TestVerbsAsyncEvents() = on; }
+  ~AsyncEventsSetting() { TestVerbsAsyncEvents() = false; }
 };
 
 // Under NICMALLOC_VERBS_ASYNC_EVENTS=1 a QP the NIC failed says so from poll (its asynchronous
