@@ -35,7 +35,8 @@ foreach(case "NoDescriptorLeft;uring" "AddressSpaceLimit;uring" "DpdkWhoseEalFai
              "RefusalForNowIsSaidAsOne;uring" "AutoSaysNothingOfNoneWhenTheNextKindStarts;auto"
              "EventSetWithNoDescriptorLeft;uring"
              "SimStartedWithNoDescriptorLeftGetsItsEventFdLater;auto"
-             "DpdkThatCannotRunIsSaidOnceWhileTheOthersAreShort;dpdk")
+             "DpdkThatCannotRunIsSaidOnceWhileTheOthersAreShort;dpdk"
+             "SimCompletionQueuedWithoutADescriptorWakesTheOneMadeLater;auto")
   list(GET case 0 name)
   list(GET case 1 backend)
   add_test(NAME backend_shortage_${name}

@@ -236,7 +236,9 @@ static int sim_event_fd(struct nic_backend *b) {
     }
     nic_fds_adopt(fd); /* as the open's own: a child of fork closes its copy */
     __atomic_store_n(&s->work_efd, fd, __ATOMIC_RELEASE);
-    if (s->completed.head && !s->work_signalled) {
+    /* Completions queued while there was no descriptor set work_signalled with nothing to
+     * signal (the engine's write to -1): the new one must say they are there. */
+    if (s->completed.head) {
       s->work_signalled = true;
       nic_eventfd_signal_nocancel(fd);
     }

@@ -193,6 +193,45 @@ TEST(BackendShortage, SimStartedWithNoDescriptorLeftGetsItsEventFdLater) {
   nic_free(p);
 }
 
+// A completion the sim queued while it had no event descriptor: the descriptor made later polls
+// readable for it. The engine had set "signalled" while signalling nothing (fd -1), and the new
+// descriptor was signalled only when that was clear, so a program asleep on it before its first
+// nic_poll waited for good. NICMALLOC_BACKEND=auto.
+TEST(BackendShortage, SimCompletionQueuedWithoutADescriptorWakesTheOneMadeLater) {
+  char *p = static_cast<char *>(nic_malloc(5000));
+  ASSERT_NE(p, nullptr);
+  memset(p, 1, 5000);
+  const std::vector<int> fds = FillDescriptors();
+  int calls = 0;
+  nic_sga s;
+  const int init = nic_sga_init(&s, 0);
+  nic_endpoint *ep = init ? nullptr : nic_sim_endpoint_create(nullptr, nullptr, 0);
+  int posted = -1;
+  if (ep && nic_sga_add(&s, p, 5000) == 0)
+    posted = nic_sga_post(
+        &s, ep, [](void *arg, int) { ++*static_cast<int *>(arg); }, &calls);
+  // The engine completes the post meanwhile; nothing polls it.
+  std::this_thread::sleep_for(std::chrono::milliseconds(300));
+  Close(fds);
+  ASSERT_EQ(init, 0);
+  ASSERT_NE(ep, nullptr);
+  ASSERT_EQ(posted, 0);
+  nic_stats st = NIC_STATS_INIT;
+  nic_get_stats(&st);
+  ASSERT_EQ(std::string(st.backend), "sim") << "the test needs the sim started under the shortage";
+  const int efd = nic_event_fd();
+  ASSERT_GE(efd, 0);
+  pollfd pfd = {efd, POLLIN, 0};
+  EXPECT_EQ(poll(&pfd, 1, 5000), 1) << "the completion queued before the descriptor never woke it";
+  EXPECT_EQ(calls, 0) << "nothing polled yet";
+  for (auto end = std::chrono::steady_clock::now() + std::chrono::seconds(10);
+       !calls && std::chrono::steady_clock::now() < end;)
+    nic_poll(0);
+  EXPECT_EQ(calls, 1);
+  nic_sim_endpoint_destroy(ep);
+  nic_free(p);
+}
+
 // Limits the address space to what the process maps now and extra bytes more.
 void LimitAddressSpace(const rlimit &old, long extra) {
   long kb = 0;
