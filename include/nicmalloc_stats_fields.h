@@ -37,7 +37,7 @@
   X("dataplane", dataplane_reserved, size_t, bytes, "reserved #", "virtual bytes reserved for all chunks") \
   X("chunks", chunks_live, uint32_t, count, "# live", "chunks mapped now") \
   X("chunks", chunks_draining, uint32_t, count, "# draining", "empty chunks waiting for their threads to let go") \
-  X("chunks", chunks_max, uint32_t, count, "# max", "cap on chunks: as many as the dataplane range holds once reserved (at the first dataplane request), before that as many as it would take now (NICMALLOC_MAX_CHUNKS, fewer under an address-space limit); 0 while no chunk could be reserved (tried again)") \
+  X("chunks", chunks_max, uint32_t, count, "# max", "cap on chunks: as many as the dataplane range holds once reserved (at the first dataplane request), before that as many as it would take now (NICMALLOC_MAX_CHUNKS, fewer under an address-space limit as /proc/self/status tells; without /proc, NICMALLOC_MAX_CHUNKS); 0 while no chunk could be reserved (tried again)") \
   X("chunks", chunk_size, size_t, bytes, "# each", "bytes of one chunk (NICMALLOC_CHUNK_SIZE)") \
   X("chunks", chunks_created, uint64_t, count, "# created", "chunks mapped over the process lifetime") \
   X("chunks", chunks_released, uint64_t, count, "# released", "chunks released over the process lifetime") \

@@ -114,9 +114,13 @@ unsigned nic_chunks_max(void) {
 unsigned nic_chunks_max_now(void) {
   if (nic_dp_reserved_span()) return nic_chunks_max();
   if (__atomic_load_n(&reserve_retry_at_ms, __ATOMIC_RELAXED)) return 0;
-  uint64_t room = 0;
-  const uint64_t limit = nic_vspace_limit(&room);
-  return chunks_that_fit(nic_config(), limit, room);
+  const uint64_t limit = nic_vspace_soft_limit();
+  if (limit == UINT64_MAX) return nic_config()->max_chunks;
+  /* Read from /proc only: without it nic_vspace_limit maps trial regions up to the whole room
+   * left, and another thread's mmap meanwhile could fail for a statistic. */
+  const uint64_t mapped = nic_vspace_mapped();
+  if (!mapped) return nic_config()->max_chunks;
+  return chunks_that_fit(nic_config(), limit, mapped < limit ? limit - mapped : 0);
 }
 
 int nic_dp_reserve_early(void) {
