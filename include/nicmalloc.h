@@ -470,13 +470,15 @@ int nic_dpdk_attach(uint16_t port_id, uint16_t queue_id);
  * receives and is not a send CQ. Destroying a receiving endpoint moves its QP to the error state
  * (the NIC gives posted buffers back only so): -EBUSY until nic_poll has reaped them.
  * The device context's asynchronous events (ibv_get_async_event) are the application's:
- * nicmalloc neither reads them nor changes their descriptor's flags. What tells a program that a
- * QP nicmalloc posts on failed is then its posts' and receives' completions in error (done() and
- * the receiver get a negative errno; counted in verbs_completion_errors, each status said once on
- * stderr). Under NICMALLOC_VERBS_ASYNC_EVENTS=1 the context's asynchronous events are nicmalloc's
- * instead: nic_poll reads them all without waiting, says a CQ or QP in error or a failed device
- * once, and drops the others (COMM_EST, SRQ_LIMIT_REACHED, port events...), so the application
- * must not read them itself. */
+ * nicmalloc neither reads them nor changes their descriptor's flags, and the kernel keeps those
+ * nobody reads (one per connection established, port changes) for the context's life, so a
+ * long-running program that connects often should read and acknowledge them. What tells a program
+ * that a QP nicmalloc posts on failed is then its posts' and receives' completions in error (done()
+ * and the receiver get a negative errno; counted in verbs_completion_errors, each status said once
+ * on stderr). Under NICMALLOC_VERBS_ASYNC_EVENTS=1 the context's asynchronous events are
+ * nicmalloc's instead: nic_poll reads them all without waiting, says a CQ or QP in error or a
+ * failed device once, and drops the others (COMM_EST, SRQ_LIMIT_REACHED, port events...), so the
+ * application must not read them itself. */
 void *nic_verbs_get_pd(void);
 struct nic_endpoint *nic_verbs_endpoint_create(void *qp);
 int nic_verbs_endpoint_destroy(struct nic_endpoint *ep);
