@@ -51,6 +51,7 @@ static const struct command {
     {"repin", 4, cmd_repin},
     {"low-memlock-register", 4, cmd_low_memlock_register},
     {"low-memlock-sga", 4, cmd_low_memlock_sga},
+    {"memlock-rcache", 6, cmd_memlock_rcache},
     {"user-auto-sga", 2, cmd_user_auto_sga},
     {"fork-child", 3, cmd_fork_child},
     {"fork-write-race", 5, cmd_fork_write_race},
@@ -97,7 +98,8 @@ int main(int argc, char **argv) {
   fprintf(
       stderr,
       "usage: nic_probe dp-alloc TOTAL BLOCK | low-memlock BLOCK | low-memlock-fill TOTAL BLOCK | "
-      "low-memlock-register N BLOCK | pin-refused LIMIT SIZE COUNT MODE [WAIT_MS] | "
+      "low-memlock-register N BLOCK | memlock-rcache LIMIT N SMALL BIG | pin-refused LIMIT SIZE "
+      "COUNT MODE [WAIT_MS] | "
       "low-memlock-sga KIB "
       "BLOCK | user-auto-sga | memlock-steps LIMIT TOTAL BLOCK "
       "| "

@@ -27,6 +27,10 @@ int drop_ipc_lock(void);
 /* RLIMIT_MEMLOCK of bytes without CAP_IPC_LOCK, as an ordinary user runs; on failure prints
  * setup_failed=errno and returns false. */
 bool memlock_limit_set(rlim_t bytes);
+/* The same as a user of its own (a uid made from the pid, which drops every capability):
+ * io_uring counts the pins of its fixed buffers per user, so probes run side by side as root
+ * would share one count. */
+bool memlock_limit_set_alone(rlim_t bytes);
 /* Allocates total bytes in blocks of block bytes with nic_malloc; counts where they landed
  * (probe_dataplane.c; the memlock scenarios run it under their limit too). */
 int dp_alloc(size_t total, size_t block);
@@ -35,6 +39,7 @@ int dp_alloc(size_t total, size_t block);
  * main checks argc against the command's minimum first; each parses its arguments itself. */
 int cmd_dp_alloc(int argc, char **argv);
 int cmd_repin(int argc, char **argv);
+int cmd_memlock_rcache(int argc, char **argv);
 int cmd_register_blocks(int argc, char **argv);
 int cmd_dp_register(int argc, char **argv);
 int cmd_first_dp_reads(int argc, char **argv);

@@ -5,6 +5,7 @@
 
 #include <grp.h>
 #include <pthread.h>
+#include <sys/mman.h>
 #include <sys/resource.h>
 
 #include <errno.h>
@@ -176,6 +177,39 @@ static int low_memlock_sga(rlim_t kib, size_t block) {
   return 0;
 }
 
+/* Under limit bytes of RLIMIT_MEMLOCK as a user of its own, n registrations of small bytes each
+ * (apart, so not merged) are cached and let go; then one of big bytes, and the small ones again.
+ * Prints what the big one got and what it cost the cache. */
+static int memlock_rcache(size_t limit, unsigned n, size_t small, size_t big) {
+  if (!memlock_limit_set_alone(limit)) return 3;
+  const size_t apart = small + 4096;
+  char *smalls = mmap(NULL, n * apart, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+  char *large = mmap(NULL, big, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+  if (smalls == MAP_FAILED || large == MAP_FAILED) return 4;
+  memset(smalls, 1, n * apart);
+  memset(large, 2, big);
+  struct nic_region_ref ref;
+  unsigned small_failures = 0;
+  for (unsigned i = 0; i < n; i++)
+    if (nic_register(smalls + i * apart, small, 0, &ref) == 0)
+      nic_unregister(&ref);
+    else
+      small_failures++;
+  const struct nic_stats before = stats_now();
+  const int big_rc = nic_register(large, big, 0, &ref);
+  if (big_rc == 0) nic_unregister(&ref);
+  const struct nic_stats after = stats_now();
+  for (unsigned i = 0; i < n; i++)
+    if (nic_register(smalls + i * apart, small, 0, &ref) == 0) nic_unregister(&ref);
+  const struct nic_stats again = stats_now();
+  printf("small_failures=%u\nbig_rc=%d\nregions_before=%u\nregions_after=%u\n"
+         "evictions=%llu\nhits_again=%llu\nbackend=%s\n",
+         small_failures, big_rc, before.rcache_regions, after.rcache_regions,
+         (unsigned long long)(after.rcache_evictions - before.rcache_evictions),
+         (unsigned long long)(again.rcache_hits - after.rcache_hits), again.backend);
+  return 0;
+}
+
 /* The commands: argv[1] names one, its arguments follow (usage in probe.c). */
 int cmd_low_memlock(int argc, char **argv) {
   (void)argc;
@@ -277,4 +311,10 @@ int cmd_user_auto_sga(int argc, char **argv) {
   nic_get_stats(&s);
   printf("setup_failed=0\ninit=%d\nbackend=%s\n", rc, s.backend);
   return 0;
+}
+
+int cmd_memlock_rcache(int argc, char **argv) {
+  (void)argc;
+  return memlock_rcache(strtoull(argv[2], NULL, 0), (unsigned)atoi(argv[3]),
+                        strtoull(argv[4], NULL, 0), strtoull(argv[5], NULL, 0));
 }

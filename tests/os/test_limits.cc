@@ -428,6 +428,42 @@ TEST(MemlockLimit, RefusedChunkRegistrationIsToldOnceNotPerEntry) {
   EXPECT_LE(count_lines(r.err, "io_uring cannot pin"), 1) << r.err;
 }
 
+// A registration io_uring refuses for want of pinnable memory takes room from the cache's idle
+// regions, but not for one larger than RLIMIT_MEMLOCK itself: no eviction lets that in, and the
+// cache would be emptied for nothing (each region a miss again after).
+TEST(MemlockLimit, RegistrationOverTheLimitEvictsNothing) {
+  if (geteuid() != 0) GTEST_SKIP() << "needs root to drop CAP_IPC_LOCK; uid " << geteuid();
+  auto r = run_probe({"NICMALLOC_BACKEND=uring"},
+                     {"memlock-rcache", "8388608", "8", "262144", "33554432"});
+  ASSERT_EQ(r.exit_code, 0) << r.out << r.err;
+  if (r.values["backend"] != "uring")
+    GTEST_SKIP() << "SKIPPED LOUDLY: io_uring cannot run here (backend " << r.values["backend"]
+                 << ")";
+  EXPECT_EQ(r.num("small_failures"), 0) << r.err;
+  EXPECT_EQ(r.num("big_rc"), -ENOMEM);
+  EXPECT_EQ(r.num("regions_before"), 8);
+  EXPECT_EQ(r.num("regions_after"), 8);
+  EXPECT_EQ(r.num("evictions"), 0);
+  EXPECT_EQ(r.num("hits_again"), 8);
+}
+
+// One that fits the limit once idle regions let go of their pins gets in: as many are evicted
+// as it needs (6 MiB cached and idle, 4 MiB asked for, 8 MiB of limit), not all of them.
+TEST(MemlockLimit, RegistrationThatFitsOnceIdleRegionsGoEvictsWhatItNeeds) {
+  if (geteuid() != 0) GTEST_SKIP() << "needs root to drop CAP_IPC_LOCK; uid " << geteuid();
+  auto r = run_probe({"NICMALLOC_BACKEND=uring"},
+                     {"memlock-rcache", "8388608", "6", "1048576", "4194304"});
+  ASSERT_EQ(r.exit_code, 0) << r.out << r.err;
+  if (r.values["backend"] != "uring")
+    GTEST_SKIP() << "SKIPPED LOUDLY: io_uring cannot run here (backend " << r.values["backend"]
+                 << ")";
+  EXPECT_EQ(r.num("small_failures"), 0) << r.err;
+  EXPECT_EQ(r.num("big_rc"), 0) << r.err;
+  EXPECT_EQ(r.num("regions_before"), 6);
+  EXPECT_GE(r.num("evictions"), 1);
+  EXPECT_LE(r.num("evictions"), 5);
+}
+
 // The step cannot be registered (8 MiB of RLIMIT_MEMLOCK, 32 MiB steps, io_uring), so its
 // entries are copied, as nic_sga_add promises; the bounce slab must then not come from that same
 // chunk, or the copy cannot be registered either.
