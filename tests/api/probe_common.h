@@ -22,15 +22,11 @@ long long smaps_bytes(void);
 /* count one-page mappings the kernel cannot merge (read-only and writable in turn), left
  * mapped: a process with many mappings. False when one was refused. */
 bool map_pages_apart(unsigned count);
-/* Root ignores RLIMIT_MEMLOCK through CAP_IPC_LOCK; dropping it makes the limit bite. */
-int drop_ipc_lock(void);
-/* RLIMIT_MEMLOCK of bytes without CAP_IPC_LOCK, as an ordinary user runs; on failure prints
- * setup_failed=errno and returns false. */
+/* RLIMIT_MEMLOCK of bytes as an ordinary user runs: as a user of its own (a uid made from the
+ * pid; root's capabilities, CAP_IPC_LOCK among them, go with the change), since io_uring counts
+ * the pins of its fixed buffers per user, and probes run side by side as root would share one
+ * count. On failure prints setup_failed=errno and returns false. */
 bool memlock_limit_set(rlim_t bytes);
-/* The same as a user of its own (a uid made from the pid, which drops every capability):
- * io_uring counts the pins of its fixed buffers per user, so probes run side by side as root
- * would share one count. */
-bool memlock_limit_set_alone(rlim_t bytes);
 /* Allocates total bytes in blocks of block bytes with nic_malloc; counts where they landed
  * (probe_dataplane.c; the memlock scenarios run it under their limit too). */
 int dp_alloc(size_t total, size_t block);

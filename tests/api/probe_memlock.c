@@ -177,11 +177,11 @@ static int low_memlock_sga(rlim_t kib, size_t block) {
   return 0;
 }
 
-/* Under limit bytes of RLIMIT_MEMLOCK as a user of its own, n registrations of small bytes each
+/* Under limit bytes of RLIMIT_MEMLOCK without CAP_IPC_LOCK, n registrations of small bytes each
  * (apart, so not merged) are cached and let go; then one of big bytes, and the small ones again.
  * Prints what the big one got and what it cost the cache. */
 static int memlock_rcache(size_t limit, unsigned n, size_t small, size_t big) {
-  if (!memlock_limit_set_alone(limit)) return 3;
+  if (!memlock_limit_set(limit)) return 3;
   const size_t apart = small + 4096;
   char *smalls = mmap(NULL, n * apart, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
   char *large = mmap(NULL, big, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
