@@ -1,11 +1,23 @@
 #!/usr/bin/env bash
-# Installs the build into a scratch prefix, then builds and runs a consumer twice: through
+# Installs the build into a scratch prefix, then builds and runs consumers both ways: through
 # find_package(nicmalloc) and through pkg-config. Usage: check_install.sh BUILD_DIR
+# Everything it makes lies in a scratch directory inside BUILD_DIR, removed at the end.
 set -euo pipefail
 build=$1
 here=$(cd "$(dirname "$0")" && pwd)
-work=$(mktemp -d)
+work=$(mktemp -d "$build/install-test.XXXXXX")
 trap 'rm -rf "$work"' EXIT
+
+# A program that names nothing of libnicmalloc's (it allocates through the C library alone) still
+# needs libnicmalloc, and its malloc is nicmalloc's: gcc's default --as-needed must not have
+# dropped the library.
+owner_is_nicmalloc() { # PROGRAM HOW
+  readelf -d "$1" | grep -q 'NEEDED.*\[libnicmalloc\.so\.0\]' ||
+    { echo "FAIL: $2: libnicmalloc.so.0 is not among the program's NEEDED entries"; exit 1; }
+  local got
+  got=$("$1")
+  [ "$got" = "malloc: libnicmalloc.so.0" ] || { echo "FAIL: $2: '$got'"; exit 1; }
+}
 cmake --install "$build" --prefix "$work/prefix" >/dev/null
 for h in nicmalloc.h nicmalloc_stats_fields.h nicmalloc/stream.h nicmalloc/sg_post.h nicmalloc/capnp.h nicmalloc/flatbuffers.h nicmalloc/protobuf.h; do
   [ -f "$work/prefix/include/$h" ] || { echo "FAIL: $h not installed"; exit 1; }
@@ -16,11 +28,15 @@ export NICMALLOC_CHUNK_SIZE=64M LD_LIBRARY_PATH=$libdir
 cmake -S "$here/consumer" -B "$work/cmake-build" -DCMAKE_PREFIX_PATH="$work/prefix" >/dev/null
 cmake --build "$work/cmake-build" >/dev/null
 "$work/cmake-build/consumer" | grep -qx 'consumer: ok, 1 chunk(s)' || { echo "FAIL: find_package consumer"; exit 1; }
+owner_is_nicmalloc "$work/cmake-build/malloc_owner" "find_package, malloc alone"
 
 export PKG_CONFIG_PATH=$libdir/pkgconfig
 # shellcheck disable=SC2046 # word splitting of the flags is intended
 cc -o "$work/pc-consumer" "$here/consumer/main.c" $(pkg-config --cflags --libs nicmalloc)
 "$work/pc-consumer" | grep -qx 'consumer: ok, 1 chunk(s)' || { echo "FAIL: pkg-config consumer"; exit 1; }
+# shellcheck disable=SC2046 # word splitting of the flags is intended
+cc -o "$work/pc-owner" "$here/consumer/malloc_owner.c" $(pkg-config --cflags --libs nicmalloc)
+owner_is_nicmalloc "$work/pc-owner" "pkg-config, malloc alone"
 # nic_dpdk_attach through the installed header: the plugin beside libnicmalloc.so answers.
 # shellcheck disable=SC2046 # word splitting of the flags is intended
 cc -Werror=implicit-function-declaration -o "$work/dpdk-attach" "$here/consumer/dpdk_attach.c" \
