@@ -25,8 +25,16 @@ done
 libdir=$(dirname "$(find "$work/prefix" -name 'libnicmalloc.so' | head -1)")
 export NICMALLOC_CHUNK_SIZE=64M LD_LIBRARY_PATH=$libdir
 
-cmake -S "$here/consumer" -B "$work/cmake-build" -DCMAKE_PREFIX_PATH="$work/prefix" >/dev/null
+# As a user without mimalloc's CMake package (libmimalloc-dev): the package needs none.
+cmake -S "$here/consumer" -B "$work/cmake-build" -DCMAKE_PREFIX_PATH="$work/prefix" \
+  -DCMAKE_DISABLE_FIND_PACKAGE_mimalloc=ON --no-warn-unused-cli >/dev/null ||
+  { echo "FAIL: find_package(nicmalloc) without mimalloc's CMake package"; exit 1; }
 cmake --build "$work/cmake-build" >/dev/null
+# libmimalloc.so exports a malloc of its own: only libnicmalloc may bring it in.
+if readelf -d "$work/cmake-build/consumer" | grep -q 'NEEDED.*mimalloc'; then
+  echo "FAIL: find_package consumer links libmimalloc itself"
+  exit 1
+fi
 "$work/cmake-build/consumer" | grep -qx 'consumer: ok, 1 chunk(s)' || { echo "FAIL: find_package consumer"; exit 1; }
 owner_is_nicmalloc "$work/cmake-build/malloc_owner" "find_package, malloc alone"
 
