@@ -53,4 +53,17 @@ want="dpdk_attach: -19, backend none" # ENODEV: no dpdk plugin installed
 [ -f "$libdir/libnicmalloc-dpdk.so" ] && want="dpdk_attach: -22, backend none" # EINVAL: no EAL
 got=$("$work/dpdk-attach" 2>/dev/null)
 [ "$got" = "$want" ] || { echo "FAIL: nic_dpdk_attach consumer: '$got', expected '$want'"; exit 1; }
-echo "install: find_package and pkg-config consumers built and ran; nic_dpdk_attach answered"
+
+# The build tree as the package, uninstalled: nicmalloc_DIR=BUILD_DIR, and PKG_CONFIG_PATH=
+# BUILD_DIR, where pkg-config takes nicmalloc-uninstalled.pc.
+export LD_LIBRARY_PATH=$build/alloc PKG_CONFIG_PATH=$build
+{ cmake -S "$here/consumer" -B "$work/tree-build" -Dnicmalloc_DIR="$build" &&
+  cmake --build "$work/tree-build"; } >"$work/tree-build.log" 2>&1 ||
+  { echo "FAIL: find_package from the build tree:"; grep -i -m1 -A1 error "$work/tree-build.log"; exit 1; }
+"$work/tree-build/consumer" | grep -qx 'consumer: ok, 1 chunk(s)' || { echo "FAIL: build tree's find_package consumer"; exit 1; }
+owner_is_nicmalloc "$work/tree-build/malloc_owner" "find_package from the build tree"
+# shellcheck disable=SC2046 # word splitting of the flags is intended
+cc -o "$work/tree-pc-consumer" "$here/consumer/main.c" $(pkg-config --cflags --libs nicmalloc) ||
+  { echo "FAIL: pkg-config from the build tree"; exit 1; }
+"$work/tree-pc-consumer" | grep -qx 'consumer: ok, 1 chunk(s)' || { echo "FAIL: build tree's pkg-config consumer"; exit 1; }
+echo "install: find_package and pkg-config consumers built and ran, installed and from the build tree; nic_dpdk_attach answered"
