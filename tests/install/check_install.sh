@@ -54,6 +54,16 @@ want="dpdk_attach: -19, backend none" # ENODEV: no dpdk plugin installed
 got=$("$work/dpdk-attach" 2>/dev/null)
 [ "$got" = "$want" ] || { echo "FAIL: nic_dpdk_attach consumer: '$got', expected '$want'"; exit 1; }
 
+# The LLVM pass, where the README says, working from there.
+if grep -q '^NICMALLOC_BUILD_LLVM_PASS:BOOL=ON' "$build/CMakeCache.txt"; then
+  pass=$work/prefix/lib/nicmalloc/NicDataplaneSites.so
+  [ -f "$pass" ] || { echo "FAIL: the LLVM pass is not installed as $pass"; exit 1; }
+  clang=$(sed -n 's/^NIC_CLANG_16:FILEPATH=//p' "$build/CMakeCache.txt")
+  "${clang:-clang-16}" -O1 -fpass-plugin="$pass" -c -o "$work/send_site.o" "$here/consumer/send_site.c"
+  nm "$work/send_site.o" | grep -q ' U nic_malloc_site$' ||
+    { echo "FAIL: the installed LLVM pass rewrote no allocation site"; exit 1; }
+fi
+
 # The build tree as the package, uninstalled: nicmalloc_DIR=BUILD_DIR, and PKG_CONFIG_PATH=
 # BUILD_DIR, where pkg-config takes nicmalloc-uninstalled.pc.
 export LD_LIBRARY_PATH=$build/alloc PKG_CONFIG_PATH=$build
