@@ -73,6 +73,13 @@ if(TARGET nicmalloc-dpdk)
   # rte_eth_from_rings lives in the net_ring driver library, outside pkg-config's list.
   target_link_libraries(test_dpdk_backend PRIVATE rte_net_ring)
   target_compile_definitions(test_dpdk_backend PRIVATE ALLOW_EXPERIMENTAL_API)
+  # The plugin found beside libnicmalloc.so's real file, however the loader found the library.
+  add_executable(plugin_dir_probe regcache/plugin_dir_probe.c)
+  target_link_libraries(plugin_dir_probe PRIVATE nicmalloc)
+  add_dependencies(plugin_dir_probe nicmalloc-dpdk)
+  add_test(NAME plugin_dir_relative_and_linked COMMAND ${CMAKE_CURRENT_SOURCE_DIR}/regcache/plugin_dir.sh
+           $<TARGET_FILE:plugin_dir_probe> $<TARGET_FILE_DIR:nicmalloc>)
+  set_tests_properties(plugin_dir_relative_and_linked PROPERTIES TIMEOUT 120)
 endif()
 
 # The public endpoint constructors of dpdk and verbs, through libnicmalloc.so as applications use

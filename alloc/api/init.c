@@ -7,6 +7,7 @@
 #include "log.h"
 #include "mimalloc_imports.h"
 #include "nicmalloc.h"
+#include "plugin_dir.h"
 #include "profile.h"
 #include "startup.h"
 #include "thread.h"
@@ -33,6 +34,7 @@ __attribute__((constructor(101))) static void nic_init(void) {
   nic_mimalloc_own_madvise();
   nic_startup();
   nic_thread_ready();
+  nic_plugin_dir_find();     /* before the program can change its directory */
   nic_profile_start();       /* reads NICMALLOC_SITES, resolves the send calls: see profile.c */
   nic_thread_refresh_fast(); /* it may have lowered nic_dp_fast_max */
 }

@@ -11,6 +11,7 @@
 #include "log.h"
 #include "nocancel.h"
 #include "open_fds.h"
+#include "plugin_dir.h"
 #include "plugin_env.h"
 #include "plugin_host.h"
 #include "settings.h"
@@ -45,26 +46,51 @@ static struct nic_backend *open_builtin(const char *name) {
   return NULL;
 }
 
-/* Plugins sit next to libnicmalloc.so; dladdr finds where that is. The handle, or NULL with
- * errno. Loaded once: a later load (the open after an early call, nic_backend_plugin_symbol)
- * finds the same copy. */
-static void *load_plugin(const char *name) {
-  char path[4096];
-  Dl_info self;
-  const char *dir_end = NULL;
-  if (dladdr((void *)&load_plugin, &self) && self.dli_fname) dir_end = strrchr(self.dli_fname, '/');
-  size_t dir_len = dir_end ? (size_t)(dir_end - self.dli_fname) + 1 : 0;
+static const char *const kind_names[NIC_BACKEND_KINDS] = {"sim", "uring", "verbs", "dpdk"};
+
+/* Why a plugin kind's library could not be loaded, the path tried and the loader's reason, for
+ * the messages that say the backend cannot run (nic_backend_refused_why): else they could only
+ * give errno's "No such file or directory" and leave the reader to suspect the backend's own
+ * needs. Kept from the first failure; written under the lock, read after taking it. */
+#define PLUGIN_KINDS (NIC_BACKEND_KINDS - NIC_BACKEND_VERBS)
+#define PLUGIN_PATH_MAX (PATH_MAX + 64)
+#define LOADER_REASON_MAX 512
+static char unloadable[PLUGIN_KINDS][PLUGIN_PATH_MAX + LOADER_REASON_MAX + 32];
+static bool unloadable_said[PLUGIN_KINDS];
+
+static void note_unloadable(enum nic_backend_kind kind, const char *path, const char *reason) {
+  const unsigned k = kind - NIC_BACKEND_VERBS;
+  if (unloadable_said[k]) return;
+  /* The loader's message starts with the path when the file itself is missing or unreadable. */
+  const size_t len = strlen(path);
+  if (!strncmp(reason, path, len) && !strncmp(reason + len, ": ", 2)) reason += len + 2;
+  snprintf(unloadable[k], sizeof unloadable[k], "%s cannot be loaded: %s", path, reason);
+  __atomic_store_n(&unloadable_said[k], true, __ATOMIC_RELEASE);
+  nic_log_info("backend %s: %s", kind_names[kind], unloadable[k]);
+}
+
+/* Plugins sit next to libnicmalloc.so's real file (plugin_dir.h), else along the library path.
+ * The handle, or NULL with errno. Loaded once: a later load (the open after an early call,
+ * nic_backend_plugin_symbol) finds the same copy. Under the lock. */
+static void *load_plugin(enum nic_backend_kind kind) {
+  const char *name = kind_names[kind];
+  static char path[PLUGIN_PATH_MAX], first_failure[LOADER_REASON_MAX];
+  const char *dir = nic_plugin_dir();
+  const size_t dir_len = strlen(dir);
   if (dir_len + strlen(name) + 40 > sizeof path) {
     errno = ENAMETOOLONG; /* the start fails with this, not with whatever errno held */
     return NULL;
   }
-  if (dir_len) memcpy(path, self.dli_fname, dir_len); /* dladdr may have found no file */
-  snprintf(path + dir_len, sizeof path - dir_len, "libnicmalloc-%s.so", name);
+  snprintf(path, sizeof path, "%slibnicmalloc-%s.so", dir, name);
   nic_plugin_env_mark();
   void *handle = dlopen(path, RTLD_NOW | RTLD_LOCAL);
-  if (!handle) handle = dlopen(path + dir_len, RTLD_NOW | RTLD_LOCAL); /* library path */
   if (!handle) {
-    nic_log_info("backend %s: cannot load %s: %s", name, path, dlerror());
+    const char *err = dlerror(); /* the next dlopen replaces it */
+    snprintf(first_failure, sizeof first_failure, "%s", err ? err : "unknown reason");
+    if (dir_len) handle = dlopen(path + dir_len, RTLD_NOW | RTLD_LOCAL); /* library path */
+  }
+  if (!handle) {
+    note_unloadable(kind, path, first_failure);
     errno = ENOENT;
     return NULL;
   }
@@ -73,8 +99,9 @@ static void *load_plugin(const char *name) {
   return handle;
 }
 
-static struct nic_backend *open_plugin(const char *name) {
-  void *handle = load_plugin(name);
+static struct nic_backend *open_plugin(enum nic_backend_kind kind) {
+  const char *name = kind_names[kind];
+  void *handle = load_plugin(kind);
   if (!handle) return NULL;
   char symbol[64];
   snprintf(symbol, sizeof symbol, "nic_backend_%s_settings", name);
@@ -93,12 +120,11 @@ static struct nic_backend *open_plugin(const char *name) {
   return fn ? fn(nic_plugin_host_table()) : NULL;
 }
 
-static const char *const kind_names[NIC_BACKEND_KINDS] = {"sim", "uring", "verbs", "dpdk"};
-
 /* A plugin's open, or with symbol set its load only (the backend not opened) and that symbol's
  * address (nic_backend_plugin_symbol). */
 struct plugin_open {
-  const char *name, *symbol;
+  enum nic_backend_kind kind;
+  const char *symbol;
   struct nic_backend *b;
   void *sym;
   int err;
@@ -111,11 +137,11 @@ static void plugin_open_there(void *arg) {
   nic_plugin_env_hide();
   errno = 0;
   if (o->symbol) {
-    void *handle = load_plugin(o->name);
+    void *handle = load_plugin(o->kind);
     o->sym = handle ? dlsym(handle, o->symbol) : NULL;
     if (handle && !o->sym) errno = ENOSYS;
   } else {
-    o->b = open_plugin(o->name);
+    o->b = open_plugin(o->kind);
   }
   o->err = errno;
   nic_plugin_env_show();
@@ -273,7 +299,7 @@ static struct nic_backend *start_locked(enum nic_backend_kind kind) {
     return NULL;
   }
   __atomic_store_n(&opening, true, __ATOMIC_RELEASE);
-  struct plugin_open o = {.name = kind_names[kind]};
+  struct plugin_open o = {.kind = kind};
   struct nic_backend *b = open_kind(kind, &o);
   __atomic_store_n(&opening, false, __ATOMIC_RELEASE);
   if (!b && shortage(errno)) {
@@ -372,7 +398,9 @@ static struct nic_backend *pick_locked(bool *again) {
     }
     b = start_locked(order[i]);
     if (!b && !said_unavailable[order[i]])
-      nic_log_info("backend %s not available: %s", kind_names[order[i]], strerror(errno));
+      nic_log_info("backend %s not available: %s", kind_names[order[i]],
+                   nic_backend_refused_why(order[i]) ? nic_backend_refused_why(order[i])
+                                                     : strerror(errno));
     said_unavailable[order[i]] |= !b;
     *again |= !b && short_of_locked((int)order[i]);
   }
@@ -520,7 +548,7 @@ void *nic_backend_plugin_symbol(enum nic_backend_kind kind, const char *symbol) 
     return NULL;
   }
   pthread_mutex_lock(&lock);
-  struct plugin_open o = {.name = kind_names[kind], .symbol = symbol};
+  struct plugin_open o = {.kind = kind, .symbol = symbol};
   __atomic_store_n(&opening, true, __ATOMIC_RELEASE); /* a fork now: the loader half way */
   open_kind(kind, &o);
   __atomic_store_n(&opening, false, __ATOMIC_RELEASE);
@@ -628,9 +656,13 @@ const char *nic_backend_missing_why(void) {
 }
 
 const char *nic_backend_refused_why(enum nic_backend_kind kind) {
-  return (unsigned)kind < NIC_BACKEND_KINDS && parents_kinds >> kind & 1
-             ? "the parent process started it, and a child of fork leaves it to the parent"
-             : NULL;
+  if ((unsigned)kind >= NIC_BACKEND_KINDS) return NULL;
+  if (parents_kinds >> kind & 1)
+    return "the parent process started it, and a child of fork leaves it to the parent";
+  if (kind >= NIC_BACKEND_VERBS &&
+      __atomic_load_n(&unloadable_said[kind - NIC_BACKEND_VERBS], __ATOMIC_ACQUIRE))
+    return unloadable[kind - NIC_BACKEND_VERBS];
+  return NULL;
 }
 
 unsigned nic_backend_generation(void) {

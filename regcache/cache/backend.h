@@ -286,7 +286,8 @@ void nic_backend_pin_guard_set(const struct nic_pin_guard *g);
  * while a backend opened keeps none at all: all of the above say NULL there, and this is why,
  * for messages (NULL elsewhere). */
 const char *nic_backend_missing_why(void);
-/* Why kind cannot start in this child of fork (its parent started it), or NULL. */
+/* Why kind cannot start, where more is known than its errno, or NULL: in this child of fork, its
+ * parent started it; or its plugin cannot be loaded (the path tried and the loader's reason). */
 const char *nic_backend_refused_why(enum nic_backend_kind kind);
 /* How many forks down from the first process of the program this one is, counting only those
  * whose child forgot its parent's backends: what the parent registered, with a different

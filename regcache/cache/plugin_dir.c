@@ -1,0 +1,31 @@
+/* The directory of libnicmalloc.so's real file (plugin_dir.h). */
+#define _GNU_SOURCE
+#include "plugin_dir.h"
+
+#include <dlfcn.h>
+#include <limits.h>
+#include <stdbool.h>
+#include <stdlib.h>
+#include <string.h>
+
+static char dir[PATH_MAX];
+static bool found;
+
+void nic_plugin_dir_find(void) {
+  found = true;
+  Dl_info self;
+  if (!dladdr((void *)&nic_plugin_dir_find, &self) || !self.dli_fname) return;
+  /* Where realpath fails (the file was removed since), the loader's path is the best left. */
+  static char real[PATH_MAX];
+  const char *path = realpath(self.dli_fname, real) ? real : self.dli_fname;
+  const char *slash = strrchr(path, '/');
+  const size_t len = slash ? (size_t)(slash - path) + 1 : 0;
+  if (len >= sizeof dir) return;
+  memcpy(dir, path, len);
+  dir[len] = '\0';
+}
+
+const char *nic_plugin_dir(void) {
+  if (!found) nic_plugin_dir_find();
+  return dir;
+}
