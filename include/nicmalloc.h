@@ -225,7 +225,8 @@ void nic_print_stats_json(int fd);
 /* ---- Scatter-gather and safety ----
  * A serializer collects (pointer, length) entries in a struct nic_sga (on its stack) and posts
  * them to an endpoint as one message. Each entry is resolved when added: dataplane memory uses
- * its pin step's registration (a range across steps is an entry per step), other memory the
+ * its pin step's registration (a range across steps is an entry per step, none of them copied
+ * however short, so its bytes stay end to end), other memory the
  * registration cache, and entries shorter than NICMALLOC_COPY_THRESHOLD (default 512) or that
  * cannot be registered are copied into a pinned bounce area. Adjacent entries are coalesced; past
  * the entry limit the smallest neighbours are copied together. From post until the completion,

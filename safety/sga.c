@@ -112,11 +112,12 @@ static int copy_entry(struct nic_sga *sga, const void *p, size_t len, const void
   return 0;
 }
 
-/* Resolves one entry: direct (arena, cache) or copied. Inlined into add_piece, the fast path,
- * whatever the slow path's call costs. */
+/* Resolves one entry: direct (arena, cache) or copied, the latter when shorter than copy_below.
+ * Inlined into add_piece, the fast path, whatever the slow path's call costs. */
 static inline __attribute__((always_inline)) int resolve(struct nic_sga *sga, const void *p,
-                                                         size_t len, struct nic_sga_entry *e) {
-  if (len < nic_safety_config()->copy_threshold) {
+                                                         size_t len, size_t copy_below,
+                                                         struct nic_sga_entry *e) {
+  if (len < copy_below) {
     nic_own_stack_learn(); /* once per thread: a short entry is often on the caller's stack */
     if (!nic_range_readable(p, len)) return -EFAULT;
     return copy_entry(sga, p, len, NULL, 0, e);
@@ -216,9 +217,9 @@ static int merge_smallest(struct nic_sga *sga, struct nic_sga_entry *fresh) {
   return 0;
 }
 
-static int add_piece(struct nic_sga *sga, const void *p, size_t len) {
+static int add_piece(struct nic_sga *sga, const void *p, size_t len, size_t copy_below) {
   struct nic_sga_entry e;
-  int rc = resolve(sga, p, len, &e);
+  int rc = resolve(sga, p, len, copy_below, &e);
   if (rc == 0 && sga->count && contiguous(&sga->entry[sga->count - 1], &e)) {
     sga->entry[sga->count - 1].len += e.len;
     drop_entry(&e); /* the entry before holds the same cache region already */
@@ -290,7 +291,7 @@ add_pieces_merging(struct nic_sga *sga, const char *p, size_t len, size_t first,
   size_t piece = first, left = len;
   int rc = 0;
   for (uint32_t i = 0; i < pieces && rc == 0; i++) {
-    if ((rc = resolve(sga, p, piece, &e)) != 0) break;
+    if ((rc = resolve(sga, p, piece, 0, &e)) != 0) break; /* a piece: see add_pieces */
     hold_slot(&taken, &e);
     if (n && contiguous(&work[n - 1], &e)) { /* the entry before holds its region already */
       work[n - 1].len += e.len;
@@ -324,7 +325,9 @@ static inline __attribute__((always_inline)) size_t first_piece(const void *p, s
 
 /* Dataplane memory across steps: each step is its own registration (an io_uring fixed buffer
  * is one slot, and a post must stay inside one), so one entry per step. All of them fit, or
- * none is added. */
+ * none is added. A piece shorter than the copy threshold still goes direct: a copy of it saves
+ * no entry, and would make the range's bytes no longer lie end to end, which a receiver that
+ * hands a packet over in place needs (dpdk's, on net_ring, gathered such a one-entry post). */
 static int add_pieces(struct nic_sga *sga, const void *p, size_t len, size_t first) {
   const size_t step = (size_t)1 << nic_dp.step_shift;
   const size_t pieces = 1 + (len - first + step - 1) / step;
@@ -334,7 +337,7 @@ static int add_pieces(struct nic_sga *sga, const void *p, size_t len, size_t fir
   const char *at = p;
   size_t piece = first, left = len;
   int rc = 0;
-  while (left && (rc = add_piece(sga, at, piece)) == 0) {
+  while (left && (rc = add_piece(sga, at, piece, 0)) == 0) {
     at += piece;
     left -= piece;
     piece = left < step ? left : step;
@@ -415,7 +418,8 @@ NIC_EXPORT int nic_sga_add(struct nic_sga *sga, const void *p, size_t len) {
   }
   const struct nic_bounce_mark mark = nic_bounce_mark(sga->bounce);
   const size_t first = first_piece(p, len);
-  int rc = first >= len ? add_piece(sga, p, len) : add_pieces(sga, p, len, first);
+  int rc = first >= len ? add_piece(sga, p, len, nic_safety_config()->copy_threshold)
+                        : add_pieces(sga, p, len, first);
   if (rc == 0) {
     sga->bytes += len;
     nic_sink_range(p, len); /* a sink for NICMALLOC_PROFILE and the sent-bytes counts */

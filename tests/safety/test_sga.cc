@@ -184,6 +184,28 @@ TEST_F(Sga, AShortRangeAcrossAStepEndIsCopiedAsOneEntry) {
   free(p);
 }
 
+// A range across a step end whose piece in one step is shorter than the copy threshold: both
+// pieces go direct, end to end, so a receiver may take the message in place (the copy saved no
+// entry and put the short piece elsewhere: dpdk's receiver dropped such a packet).
+TEST_F(Sga, AShortPieceOfARangeAcrossAStepEndGoesDirect) {
+  char *step_end = StepEndInABlock();
+  ASSERT_NE(step_end, nullptr);
+  const uint64_t copied = Stats().bounce_bytes;
+  const size_t len = 8100;
+  for (const size_t head : {len - 100, size_t{100}}) { // the short piece last, then first
+    char *from = step_end - head;
+    ASSERT_EQ(nic_sga_add(&sga, from, len), 0);
+    ASSERT_EQ(sga.count, 2u);
+    for (uint32_t i = 0; i < 2; i++)
+      EXPECT_EQ(sga.entry[i].kind, NIC_REGION_ARENA) << "piece " << i;
+    EXPECT_EQ(sga.entry[0].addr, from);
+    EXPECT_EQ(sga.entry[1].addr, step_end);
+    EXPECT_EQ(sga.entry[0].len + sga.entry[1].len, len);
+    EXPECT_EQ(PostAndReceive(), std::string(from, len));
+  }
+  EXPECT_EQ(Stats().bounce_bytes, copied) << "a piece was copied";
+}
+
 // A range across a step end takes an entry per step. Where the array has no room for them all,
 // the smallest neighbours are copied together, as for a one-entry add past the limit: the short
 // first piece joins the copy before it. They were refused (-E2BIG) with a message that said no
