@@ -397,8 +397,9 @@ int nic_endpoint_status(const struct nic_endpoint *ep);
  * whole: 65536 on verbs (nic_endpoint_receive's buffers); on uring 0x7ffff000, the most one send
  * takes (Linux's MAX_RW_COUNT; a TCP stream joins any posts; on UDP each post is one datagram,
  * within the socket's limit, so a message cut into posts arrives as several); on dpdk UINT32_MAX,
- * a packet's length (a packet of one entry is received in place, one of several entries
- * gathered into a 4 KiB buffer: post with 1 entry there; a port's MTU bounds its packets);
+ * a packet's length (a packet whose entries lie end to end, as one entry's do, is received in
+ * place; one of several entries is copied into one receive buffer, or into a dataplane block of
+ * its length past 4 KiB; a port's MTU bounds its packets);
  * SIZE_MAX on sim. Either pointer may be NULL. 0, -EINVAL (ep NULL), -ENODEV (no backend; an
  * endpoint of the parent process in a child of fork). */
 int nic_endpoint_limits(const struct nic_endpoint *ep, unsigned *max_entries, size_t *max_message);

@@ -242,13 +242,10 @@ void *nic_ep_plugin_symbol(struct nic_backend *b, const char *name) {
   return sym;
 }
 
-/* NICMALLOC_PIN_STEP's lower bound: every step is at least this long, and aligned to its length. */
-#define SMALLEST_STEP ((size_t)2 << 20)
-
 void *nic_ep_rx_block(struct nic_backend *b, size_t len, size_t align, uint32_t *lkey,
                       uint64_t *handle) {
   NIC_INTERNAL_SCOPE();
-  if (!b || !len || len > SMALLEST_STEP) return NULL;
+  if (!b || !len || len > NIC_EP_SMALLEST_STEP) return NULL;
   /* Aligned to its own size rounded up to a power of two, the block never crosses a step end.
    * One that did would get a registration of its own (NIC_RCACHE_OWN), a reference to keep and
    * give back; freed and asked for again, it would come back at the same place and cross the

@@ -46,11 +46,15 @@ bool nic_ep_is_sim(const struct nic_endpoint *ep);
  * when that returns 0. An endpoint it did not make: -EINVAL and one line on stderr naming who. */
 int nic_ep_untrack(struct nic_endpoint *ep, const char *kind, const char *who);
 
+/* NICMALLOC_PIN_STEP's lower bound: every step is at least this long, and aligned to its length,
+ * so no longer block is sure to fit in one. */
+#define NIC_EP_SMALLEST_STEP ((size_t)2 << 20)
+
 /* Receive buffers for a plugin's endpoints (endpoint_verbs.c, endpoint_dpdk.c): len bytes of
  * dataplane memory, align-aligned at least, inside one pin step, registered for local write with
  * backend b; *lkey and *handle name that registration. It is the step's own, which lasts while
  * the block does: nothing to release but the block (nic_free_named). NULL when no such block can
- * be had (no dataplane memory, a refused registration, len over the smallest pin step). */
+ * be had (no dataplane memory, a refused registration, len over NIC_EP_SMALLEST_STEP). */
 void *nic_ep_rx_block(struct nic_backend *b, size_t len, size_t align, uint32_t *lkey,
                       uint64_t *handle);
 

@@ -4,6 +4,7 @@
  * (regcache/dpdk/dpdk.h) is reached through the plugin's own handle. */
 #include "alloc.h"
 #include "api_errors.h"
+#include "chunks.h"
 #include "endpoint_common.h"
 #include "log.h"
 #include "nicmalloc.h"
@@ -42,7 +43,17 @@ typedef void (*rx_memory_fn)(const struct rx_memory *);
 static void *rx_alloc(size_t len) {
   uint32_t lkey;
   uint64_t handle;
-  return nic_ep_rx_block(nic_backend_started(NIC_BACKEND_DPDK), len, 4096, &lkey, &handle);
+  if (len <= NIC_EP_SMALLEST_STEP)
+    return nic_ep_rx_block(nic_backend_started(NIC_BACKEND_DPDK), len, 4096, &lkey, &handle);
+  /* Longer than a step holds: asked for only for a received packet gathered whole, which no NIC
+   * writes (dpdk.h), so dataplane memory needs no registration here. */
+  NIC_INTERNAL_SCOPE();
+  void *p = nic_alloc(len, 4096, false, NIC_ROUTE_DATAPLANE);
+  if (p && !nic_in_dp(p)) {
+    nic_free_named(p, "receive buffer");
+    p = NULL;
+  }
+  return p;
 }
 
 static void rx_free(void *p) {

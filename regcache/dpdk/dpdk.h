@@ -66,7 +66,9 @@ bool nic_dpdk_owns_eal(struct nic_backend *b);
  * the rx queue of its number; poll() takes bursts and hands each packet over with its mbuf as
  * the token; rx_recycle frees the mbuf (a nic_hold keeps it). A packet is handed over whole when
  * its segments' data lie end to end; a chain whose segments do not is copied into one mbuf of
- * the queue's pool when it fits one (else dropped, said once). An mbuf is handed over as the
+ * the queue's pool when it fits one, else into a block of its length of the memory libnicmalloc
+ * lends (below; the block's address, bit 0 set, is the token), and dropped only when neither can
+ * be had (said once). An mbuf is handed over as the
  * driver gave it: on net_ring that is the sender's very mbuf, pointing wherever its data was
  * (memory the sender had registered): zero-copy, not necessarily dataplane memory. Such an mbuf
  * outside nicmalloc's memory (an application's pool of DPDK memory) cannot be kept: nic_hold
@@ -94,7 +96,9 @@ bool nic_dpdk_owns_eal(struct nic_backend *b);
 #define NIC_DPDK_RX_MBUFS 511u
 /* What libnicmalloc lends for receive buffers (safety/endpoint_dpdk.c hands it over before it
  * makes an endpoint): alloc gives len bytes, 4 KiB aligned, of dataplane memory whose chunk is
- * registered with this backend, or NULL; free gives them back. */
+ * registered with this backend, or NULL; free gives them back. Over 2 MiB (the shortest pin
+ * step) the memory is not registered: the plugin asks that much only for a packet it gathers,
+ * which no NIC writes. */
 struct nic_dpdk_rx_memory {
   void *(*alloc)(size_t len);
   void (*free)(void *p);

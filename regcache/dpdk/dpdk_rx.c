@@ -16,11 +16,16 @@
 #include <rte_errno.h>
 #include <rte_ethdev.h>
 #include <rte_mbuf_pool_ops.h>
+#include <string.h>
 
 #define OBJ_SIZE 4096u
 #define RX_BURST 32u
 #define RX_ITEMS 64u
 #define APP_QUEUE_CAP 512u /* an application's queue whose descriptor count is not known */
+
+/* The token of a packet gathered into a block of lent memory (no mbuf): the block's address
+ * with this bit set, which no mbuf's (cache-line-aligned) address has. */
+#define TOKEN_BLOCK 1u
 
 static struct nic_dpdk_rx_memory source;
 static pthread_mutex_t fill_lock = PTHREAD_MUTEX_INITIALIZER;
@@ -33,6 +38,14 @@ NIC_EXPORT void nic_dpdk_rx_memory(const struct nic_dpdk_rx_memory *m) {
   pthread_mutex_lock(&fill_lock);
   if (m) source = *m;
   pthread_mutex_unlock(&fill_lock);
+}
+
+/* What libnicmalloc lent, read under the lock: it is handed over again at every endpoint. */
+static struct nic_dpdk_rx_memory lent(void) {
+  pthread_mutex_lock(&fill_lock);
+  const struct nic_dpdk_rx_memory m = source;
+  pthread_mutex_unlock(&fill_lock);
+  return m;
 }
 
 struct rte_mempool *nic_dpdk_rx_pool(void) {
@@ -146,7 +159,10 @@ int nic_dpdk_endpoint_receive(struct nic_backend *b, struct nic_endpoint *ep, ni
 
 void nic_dpdk_rx_recycle(struct nic_backend *b, struct nic_endpoint *ep, uint64_t token) {
   (void)b;
-  rte_pktmbuf_free((struct rte_mbuf *)(uintptr_t)token);
+  if (token & TOKEN_BLOCK)
+    lent().free((void *)(uintptr_t)(token & ~(uint64_t)TOKEN_BLOCK));
+  else
+    rte_pktmbuf_free((struct rte_mbuf *)(uintptr_t)token);
   atomic_fetch_sub(&ep->rx_out, 1); /* after the free: a close may follow at once */
 }
 
@@ -168,18 +184,30 @@ static bool contiguous(const struct rte_mbuf *m) {
   return true;
 }
 
-/* A chain whose segments are scattered, in one mbuf of the queue's pool; NULL when it does not
- * fit one (or there is none). m is freed either way. */
-static struct rte_mbuf *gathered(struct nic_endpoint *ep, struct rte_mbuf *m) {
+static void copy_out(const struct rte_mbuf *m, char *to) {
+  for (; m; m = m->next) {
+    memcpy(to, rte_pktmbuf_mtod(m, const char *), m->data_len);
+    to += m->data_len;
+  }
+}
+
+/* A chain whose segments are scattered, copied into one buffer: an mbuf of the queue's pool when
+ * it fits one, else a block of its length from the memory libnicmalloc lends. The buffer's
+ * token, with its data in *data; 0 when none could be had. m stays the caller's. */
+static uint64_t gathered(struct nic_endpoint *ep, const struct rte_mbuf *m, void **data) {
   struct rte_mbuf *c = ep->rx_pool ? rte_pktmbuf_alloc(ep->rx_pool) : NULL;
   if (c && m->pkt_len <= rte_pktmbuf_tailroom(c)) {
-    rte_pktmbuf_read(m, 0, m->pkt_len, rte_pktmbuf_append(c, (uint16_t)m->pkt_len));
-  } else {
-    rte_pktmbuf_free(c);
-    c = NULL;
+    copy_out(m, *data = rte_pktmbuf_append(c, (uint16_t)m->pkt_len));
+    return (uint64_t)(uintptr_t)c;
   }
-  rte_pktmbuf_free(m);
-  return c;
+  rte_pktmbuf_free(c);
+  const struct nic_dpdk_rx_memory mem = lent();
+  const size_t page = OBJ_SIZE, len = ((size_t)m->pkt_len + page - 1) & ~(page - 1);
+  char *block = mem.alloc ? mem.alloc(len) : NULL;
+  if (!block) return 0;
+  copy_out(m, block);
+  *data = block;
+  return (uint64_t)(uintptr_t)block | TOKEN_BLOCK;
 }
 
 struct item {
@@ -196,16 +224,23 @@ static void hand_over(const struct item *it) {
     atomic_fetch_sub(&it->ep->rx_out, 1);
     return;
   }
-  if (m->nb_segs > 1 && !contiguous(m) && !(m = gathered(it->ep, m))) {
-    static const char once;
-    nic_plugin_log(NIC_PLUGIN_LOG_WARN, &once,
-                   "dpdk: a received packet in scattered segments does not fit one receive "
-                   "buffer: dropped (port %u)",
-                   it->ep->port);
-    atomic_fetch_sub(&it->ep->rx_out, 1);
-    return;
+  void *data = rte_pktmbuf_mtod(m, void *);
+  const uint32_t len = m->pkt_len;
+  uint64_t token = (uint64_t)(uintptr_t)m;
+  if (m->nb_segs > 1 && !contiguous(m)) {
+    token = gathered(it->ep, m, &data);
+    rte_pktmbuf_free(m);
+    if (!token) {
+      static const char once;
+      nic_plugin_log(NIC_PLUGIN_LOG_WARN, &once,
+                     "dpdk: no buffer of %u bytes for a received packet in scattered segments: "
+                     "dropped (port %u)",
+                     len, it->ep->port);
+      atomic_fetch_sub(&it->ep->rx_out, 1);
+      return;
+    }
   }
-  it->rx(it->arg, rte_pktmbuf_mtod(m, void *), m->pkt_len, 0, (uint64_t)(uintptr_t)m);
+  it->rx(it->arg, data, len, 0, token);
 }
 
 /* A receive function that polls gets no packet from inside: those after its own would reach it
