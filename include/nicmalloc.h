@@ -190,8 +190,8 @@ const char *nic_page_kind_name(enum nic_page_kind kind);
  * for any program built against a header that has it. */
 /* 2: the step fields (pin_step...) appended; 3: the receive cap, dropped pages and peaks;
  * 4: the control decommits, the nudges and control_live; 5: fence_release_errors and
- * recv_no_buffer; 6: backend_start_refusals; 7: verbs_completion_errors */
-#define NIC_STATS_VERSION 7u
+ * recv_no_buffer; 6: backend_start_refusals; 7: verbs_completion_errors; 8: dpdk_recv_dropped */
+#define NIC_STATS_VERSION 8u
 struct nic_stats {
   uint32_t size;    /* in: bytes the caller has (sizeof); out: bytes filled */
   uint32_t version; /* out: NIC_STATS_VERSION of the library */
@@ -446,8 +446,11 @@ int nic_uring_endpoint_destroy(struct nic_endpoint *ep);
  * such port or tx queue), ENOENT (no default port), EOPNOTSUPP (a physical port probed after the
  * backend opened with virtual ports only: README, backends). It receives (nic_endpoint_receive)
  * from rx queue queue_id: on the ports nicmalloc starts, into its pool of dataplane mbufs; on
- * net_ring, in the sender's very memory; a destroy answers -EBUSY while a received buffer is held,
- * and the first destroy that succeeds stops receiving. */
+ * net_ring, in the sender's very memory. A packet whose segments are scattered is copied into one
+ * buffer; one no buffer of its length can be had for (longer than a chunk) is dropped, counted in
+ * dpdk_recv_dropped, and its post, when this process sent it, completes with -ENOMEM. A destroy
+ * answers -EBUSY while a received buffer is held, and the first destroy that succeeds stops
+ * receiving. */
 #define NIC_DPDK_DEFAULT_PORT 0xffffu
 struct nic_endpoint *nic_dpdk_endpoint_create(uint16_t port_id, uint16_t queue_id);
 int nic_dpdk_endpoint_destroy(struct nic_endpoint *ep);

@@ -25,7 +25,7 @@ if len(lines) != 1:
 obj = json.loads(lines[0])
 missing = [n for n in names if n not in obj]
 extra = sorted(set(obj) - set(names) - {"version"})
-if missing or extra or obj.get("version") != 7:
+if missing or extra or obj.get("version") != 8:
     sys.exit("FAIL: missing %s, extra %s, version %r" % (missing, extra, obj.get("version")))
 for n in names:
     if n in ("backend", "page_kind"):

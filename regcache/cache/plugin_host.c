@@ -58,6 +58,16 @@ uint64_t nic_plugin_completion_errors(void) {
   return __atomic_load_n(&completion_errors, __ATOMIC_RELAXED);
 }
 
+static uint64_t rx_dropped;
+
+static void host_rx_dropped(void) {
+  __atomic_add_fetch(&rx_dropped, 1, __ATOMIC_RELAXED);
+}
+
+uint64_t nic_plugin_rx_dropped(void) {
+  return __atomic_load_n(&rx_dropped, __ATOMIC_RELAXED);
+}
+
 static bool host_verbs_async_events(void) {
   return nic_setting_bool(NIC_S_VERBS_ASYNC_EVENTS);
 }
@@ -83,7 +93,8 @@ static const struct nic_plugin_host host = {.size = sizeof host,
                                             .quiet_env = host_quiet_env,
                                             .dataplane_range = host_dataplane_range,
                                             .completion_error = host_completion_error,
-                                            .verbs_async_events = host_verbs_async_events};
+                                            .verbs_async_events = host_verbs_async_events,
+                                            .rx_dropped = host_rx_dropped};
 
 const struct nic_plugin_host *nic_plugin_host_table(void) {
   return &host;

@@ -62,6 +62,9 @@ struct nic_plugin_host {
    * the table, whose size says whether the host knows them: that struct has no size, and a
    * member added to it would be read from an older host's padding. */
   bool (*verbs_async_events)(void);
+  /* Counts a received message the plugin dropped rather than hand over (nic_get_stats:
+   * dpdk_recv_dropped). */
+  void (*rx_dropped)(void);
 };
 
 #define NIC_PLUGIN_HOST_HAS(host, member)                                                          \
@@ -74,8 +77,9 @@ typedef struct nic_backend *(*nic_plugin_open_fn)(const struct nic_plugin_host *
 
 /* The host's table (plugin_host.c). */
 const struct nic_plugin_host *nic_plugin_host_table(void);
-/* The completions in error plugins counted through it. */
+/* The completions in error, and the received messages dropped, plugins counted through it. */
 uint64_t nic_plugin_completion_errors(void);
+uint64_t nic_plugin_rx_dropped(void);
 
 #ifdef __cplusplus
 }

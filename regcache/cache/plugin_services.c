@@ -39,6 +39,11 @@ void nic_plugin_count_completion_error(void) {
   if (NIC_PLUGIN_HOST_HAS(h, completion_error)) h->completion_error();
 }
 
+void nic_plugin_count_rx_dropped(void) {
+  const struct nic_plugin_host *h = the_host();
+  if (NIC_PLUGIN_HOST_HAS(h, rx_dropped)) h->rx_dropped();
+}
+
 void nic_plugin_quiet_env(void) {
   const struct nic_plugin_host *h = the_host();
   if (NIC_PLUGIN_HOST_HAS(h, quiet_env)) h->quiet_env();

@@ -28,6 +28,8 @@ void nic_plugin_log(enum nic_plugin_log_level level, const void *once, const cha
 void nic_plugin_count_api_error(enum nic_plugin_api_family family);
 /* A work completion in error the plugin reaped, counted by the host (nothing with an older one). */
 void nic_plugin_count_completion_error(void);
+/* A received message the plugin dropped, counted by the host (nothing with an older one). */
+void nic_plugin_count_rx_dropped(void);
 
 /* Asks the host to keep the libraries loaded since the plugin out of the environment in secure
  * execution (plugin_host.h, quiet_env); nothing with an older host. */

@@ -19,4 +19,5 @@ void nic_regcache_fill_stats(struct nic_stats *out) {
   out->backend = nic_backends_names();
   out->backend_start_refusals = nic_backend_start_refusals();
   out->verbs_completion_errors = nic_plugin_completion_errors();
+  out->dpdk_recv_dropped = nic_plugin_rx_dropped();
 }

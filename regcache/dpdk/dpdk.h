@@ -68,7 +68,8 @@ bool nic_dpdk_owns_eal(struct nic_backend *b);
  * its segments' data lie end to end; a chain whose segments do not is copied into one mbuf of
  * the queue's pool when it fits one, else into a block of its length of the memory libnicmalloc
  * lends (below; the block's address, bit 0 set, is the token), and dropped only when neither can
- * be had (said once). An mbuf is handed over as the
+ * be had: said once, counted through the host (dpdk_recv_dropped), and a chain this backend made
+ * (on net_ring, the sender's own) completes its post with -ENOMEM. An mbuf is handed over as the
  * driver gave it: on net_ring that is the sender's very mbuf, pointing wherever its data was
  * (memory the sender had registered): zero-copy, not necessarily dataplane memory. Such an mbuf
  * outside nicmalloc's memory (an application's pool of DPDK memory) cannot be kept: nic_hold
@@ -229,6 +230,9 @@ int nic_dpdk_post(struct nic_backend *b, struct nic_endpoint *ep, const struct n
                   unsigned n, nic_completion_fn done, void *arg);
 int nic_dpdk_poll(struct nic_backend *b, int max);
 int nic_dpdk_run_completions(struct dbackend *be, int max);
+/* A receiver of ours drops m, a chain this backend made (net_ring hands over the sender's very
+ * mbufs): its post is to complete with status once m is freed. false when m is not ours. */
+bool nic_dpdk_chain_refused(const struct rte_mbuf *m, int status);
 /* dpdk_rx.c: the pool for the rx queues of the ports nicmalloc starts (empty until an endpoint
  * receives; NULL with rte_errno), whether port is one of them, and the receive ops. */
 struct rte_mempool *nic_dpdk_rx_pool(void);

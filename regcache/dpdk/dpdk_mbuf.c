@@ -83,6 +83,14 @@ static void chain_freed(void *addr, void *opaque) {
   enqueue(p->be, p);
 }
 
+bool nic_dpdk_chain_refused(const struct rte_mbuf *m, int status) {
+  const struct rte_mbuf_ext_shared_info *sh = RTE_MBUF_HAS_EXTBUF(m) ? m->shinfo : NULL;
+  if (!sh || sh->free_cb != chain_freed) return false;
+  struct dpost *p = sh->fcb_opaque;
+  if (!p->status) p->status = status; /* read by run_completions after the last free */
+  return true;
+}
+
 static struct dpost *new_post(struct dbackend *be, struct nic_endpoint *ep, unsigned n,
                               nic_completion_fn done, void *arg) {
   struct dpost *p = nic_plugin_calloc(1, sizeof *p + n * sizeof p->slots[0]);

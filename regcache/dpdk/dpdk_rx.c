@@ -229,12 +229,15 @@ static void hand_over(const struct item *it) {
   uint64_t token = (uint64_t)(uintptr_t)m;
   if (m->nb_segs > 1 && !contiguous(m)) {
     token = gathered(it->ep, m, &data);
+    /* Dropped: a post of ours says so to its sender, as the sim's receiver does. */
+    if (!token) nic_dpdk_chain_refused(m, -ENOMEM);
     rte_pktmbuf_free(m);
     if (!token) {
       static const char once;
+      nic_plugin_count_rx_dropped();
       nic_plugin_log(NIC_PLUGIN_LOG_WARN, &once,
                      "dpdk: no buffer of %u bytes for a received packet in scattered segments: "
-                     "dropped (port %u)",
+                     "dropped (port %u; counted in dpdk_recv_dropped)",
                      len, it->ep->port);
       atomic_fetch_sub(&it->ep->rx_out, 1);
       return;

@@ -146,7 +146,7 @@ TEST(Stats, ALongerStructKeepsTheFieldsThisLibraryDoesNotKnow) {
 // A zeroed struct (memset, = {0}) says size 0: it is taken as the first layout that had size,
 // which every header from this one on starts with.
 TEST(Stats, SizeZeroIsTheVersionOneLayout) {
-  static_assert(NIC_STATS_VERSION == 7, "versions 2 to 7 appended fields; adjust otherwise");
+  static_assert(NIC_STATS_VERSION == 8, "versions 2 to 8 appended fields; adjust otherwise");
   static_assert(NIC_STATS_SIZE_V1 < sizeof(nic_stats), "version 1 ends at log_lines_dropped");
   Buffer b(0, 0);
   memset(b.bytes + NIC_STATS_SIZE_V1, kGuard, sizeof b.bytes - NIC_STATS_SIZE_V1);

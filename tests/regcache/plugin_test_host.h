@@ -45,6 +45,12 @@ inline std::atomic<uint64_t> &TestCompletionErrors() {
   return n;
 }
 
+// What the table's rx_dropped counted.
+inline std::atomic<uint64_t> &TestRxDropped() {
+  static std::atomic<uint64_t> n{0};
+  return n;
+}
+
 inline const nic_plugin_host *TestPluginHost() {
   static const nic_plugin_host host = {
       sizeof host,
@@ -74,6 +80,7 @@ inline const nic_plugin_host *TestPluginHost() {
       },
       [] { TestCompletionErrors()++; },
       [] { return TestVerbsAsyncEvents().load(); },
+      [] { TestRxDropped()++; },
   };
   return &host;
 }

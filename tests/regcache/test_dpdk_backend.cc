@@ -597,6 +597,61 @@ TEST_F(DpdkRing, UncoveredEntryCompletesWithEfaultAndBadArgumentsFailAtOnce) {
   free(p);
 }
 
+// Receive memory that gives the pool of the ports the backend started its pages and nothing else.
+void *PoolPagesOnly(size_t len) {
+  return len == size_t{NIC_DPDK_RX_MBUFS} * 4096 ? aligned_alloc(4096, len) : nullptr;
+}
+
+// net_ring0 receiving on the backend's default endpoint: a packet in scattered segments longer
+// than a pool buffer, for which the lent memory has no block, is dropped: counted through the
+// host, said once, and the post that sent it (net_ring hands the receiver the sender's mbufs)
+// completes with -ENOMEM. Its post completed with 0 and nothing counted it. A packet whose
+// segments lie end to end is still handed over in place.
+TEST_F(DpdkRing, AScatteredPacketNoBufferCanBeHadForIsDroppedCountedAndItsPostFails) {
+  const struct nic_dpdk_rx_memory lend = {PoolPagesOnly, free};
+  SYM(nic_dpdk_rx_memory)(&lend);
+  static struct nic_backend *be;
+  static nic_endpoint *rx_ep;
+  static std::vector<const void *> got;
+  be = b;
+  rx_ep = SYM(nic_dpdk_endpoint)(b, Port("net_ring0"), 0); // a hold of ours: closed at the end
+  ASSERT_EQ(rx_ep, ep);
+  auto rx = [](void *, void *data, size_t, int, uint64_t token) {
+    if (!data) return;
+    got.push_back(data);
+    be->rx_recycle(be, rx_ep, token);
+  };
+  ASSERT_EQ(b->endpoint_receive(b, rx_ep, rx, nullptr), 0);
+  ChunkReg r(b);
+  ASSERT_EQ(r.rc, 0);
+  char *x = static_cast<char *>(nic_malloc(3000)), *y = static_cast<char *>(nic_malloc(3000));
+  memset(x, 'x', 3000);
+  memset(y, 'y', 3000);
+  const nic_sge scattered[2] = {r.Sge(y, 3000), r.Sge(x, 3000)}; // y first: never end to end
+  const uint64_t dropped = TestRxDropped();
+  testing::internal::CaptureStderr();
+  Done d;
+  EXPECT_EQ(b->post(b, ep, scattered, 2, Done::Fn, &d), 0);
+  EXPECT_TRUE(PollFor(b, d));
+  const std::string said = testing::internal::GetCapturedStderr();
+  EXPECT_EQ(d.status, -ENOMEM) << "the sender was not told";
+  EXPECT_TRUE(got.empty()) << "handed over";
+  EXPECT_EQ(TestRxDropped(), dropped + 1) << "not counted";
+  EXPECT_NE(said.find("no buffer of 6000 bytes for a received packet in scattered segments"),
+            std::string::npos)
+      << said;
+  Done whole;
+  const nic_sge one = r.Sge(x, 3000);
+  EXPECT_EQ(b->post(b, ep, &one, 1, Done::Fn, &whole), 0);
+  EXPECT_TRUE(PollFor(b, whole));
+  EXPECT_EQ(whole.status, 0);
+  EXPECT_EQ(got, std::vector<const void *>{x});
+  EXPECT_EQ(TestRxDropped(), dropped + 1);
+  EXPECT_EQ(SYM(nic_dpdk_endpoint_close)(b, rx_ep), 0); // receiving stops with it
+  free(x);
+  free(y);
+}
+
 TEST_F(DpdkRing, RemoteAccessIsRefusedAndLocalWriteHasNoRkey) {
   static char page[2][4096] __attribute__((aligned(4096)));
   nic_registration reg{};

@@ -244,6 +244,30 @@ TEST(DpdkReceiveRing, AScatteredPacketLongerThanAReceiveBufferArrivesWhole) {
     free(p);
 }
 
+// A scattered packet longer than a chunk (64 MiB here: two control blocks of 40 MiB) cannot be
+// gathered into one dataplane block: dropped, counted in dpdk_recv_dropped, and its post
+// completes with -ENOMEM. It completed with 0, and nothing counted it.
+TEST(DpdkReceiveRing, AScatteredPacketLongerThanAChunkIsDroppedCountedAndItsPostFails) {
+  Rx rx;
+  nic_endpoint *ep = DefaultReceiving(rx);
+  REQUIRE_DPDK();
+  ASSERT_NE(ep, nullptr);
+  ASSERT_LT(Stats().chunk_size, size_t{80} << 20);
+  const size_t half = size_t{40} << 20;
+  std::vector<char> a(half, 'a'), c(half, 'c');
+  const uint64_t dropped = Stats().dpdk_recv_dropped;
+  testing::internal::CaptureStderr();
+  Done d;
+  EXPECT_EQ(Post(ep, {{c.data(), half}, {a.data(), half}}, &d), 0);
+  EXPECT_TRUE(PollUntil([&] { return d.calls == 1; }));
+  const std::string said = testing::internal::GetCapturedStderr();
+  EXPECT_EQ(d.status, -ENOMEM) << "the sender was not told";
+  EXPECT_TRUE(rx.msgs.empty());
+  EXPECT_EQ(Stats().dpdk_recv_dropped, dropped + 1);
+  EXPECT_NE(said.find("counted in dpdk_recv_dropped"), std::string::npos) << said;
+  EXPECT_EQ(nic_dpdk_endpoint_destroy(ep), 0);
+}
+
 // One block posted as one entry, a step end near its end: an entry per step, both direct, so the
 // packet's segments lie end to end and it is handed over in place. Its last 100 bytes, shorter
 // than NICMALLOC_COPY_THRESHOLD, were copied into a bounce slab: the receiver got a scattered
