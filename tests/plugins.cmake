@@ -159,4 +159,9 @@ if(TARGET nicmalloc-dpdk)
       ENVIRONMENT "NICMALLOC_BACKEND=dpdk;NICMALLOC_CHUNK_SIZE=64M;NICMALLOC_DPDK_VDEV=${vdev}")
   endforeach()
   set_tests_properties(dpdk_receive_ring PROPERTIES FAIL_REGULAR_EXPRESSION "\\[  SKIPPED \\]")
+  # Two ports of nicmalloc's own, sharing its receive pool.
+  add_test(NAME dpdk_receive_null COMMAND test_dpdk_receive --gtest_filter=DpdkReceiveNull.*)
+  set_tests_properties(dpdk_receive_null PROPERTIES TIMEOUT 120
+    FAIL_REGULAR_EXPRESSION "\\[  SKIPPED \\]" ENVIRONMENT
+    "NICMALLOC_BACKEND=dpdk;NICMALLOC_CHUNK_SIZE=64M;NICMALLOC_DPDK_VDEV=net_null0\\;net_null1")
 endif()

@@ -90,10 +90,14 @@ bool nic_dpdk_owns_eal(struct nic_backend *b);
  * chunk becomes DPDK external memory), then rte_pktmbuf_pool_create_extbuf over it (buf_iova:
  * rte_mem_virt2iova(block)), or rte_mempool_create_empty + rte_mempool_populate_virt.
  *
- * Stalls: an endpoint with as many mbufs out as its cap (the pool's size on nicmalloc's ports;
- * the queue's descriptor count, or 512, on the application's), or whose pool nicmalloc made is
- * empty, takes no burst and says -ENOBUFS once, until a recycle makes room. The driver keeps the
- * frames meanwhile, and drops what its queue (or the kernel's ring) cannot hold. */
+ * Stalls: an endpoint with as many mbufs out as its cap, or whose pool nicmalloc made is empty,
+ * takes no burst and says -ENOBUFS once, until a recycle makes room. The cap on the ports
+ * nicmalloc starts, which all take from its one pool, is the endpoint's share of it (the pool's
+ * size over the endpoints receiving from it), so that what one holds never leaves another none;
+ * on the application's ports, the queue's descriptor count, or 512. A burst from nicmalloc's pool
+ * asks for no more mbufs than the pool has free: a driver may take a burst's all at once
+ * (net_null does). The driver keeps the frames meanwhile, and drops what its queue (or the
+ * kernel's ring) cannot hold. */
 #define NIC_DPDK_RX_MBUFS 511u
 /* What libnicmalloc lends for receive buffers (safety/endpoint_dpdk.c hands it over before it
  * makes an endpoint): alloc gives len bytes, 4 KiB aligned, of dataplane memory whose chunk is

@@ -13,6 +13,7 @@
 #include "plugin_services.h"
 
 #include <errno.h>
+#include <limits.h>
 #include <rte_errno.h>
 #include <rte_ethdev.h>
 #include <rte_mbuf_pool_ops.h>
@@ -33,6 +34,7 @@ static struct rte_mempool *dp_pool; /* EAL lives until exit: so does the pool */
 static bool dp_filled;
 static struct rte_mempool *port_pool[RTE_MAX_ETHPORTS]; /* of the ports nicmalloc started */
 static atomic_uint receiving;                           /* endpoints receiving now */
+static atomic_uint sharing;                             /* of them, those receiving from dp_pool */
 
 NIC_EXPORT void nic_dpdk_rx_memory(const struct nic_dpdk_rx_memory *m) {
   pthread_mutex_lock(&fill_lock);
@@ -152,6 +154,7 @@ int nic_dpdk_endpoint_receive(struct nic_backend *b, struct nic_endpoint *ep, ni
     ep->rx_arg = arg;
     ep->rx = rx;
     atomic_fetch_add(&receiving, 1);
+    if (ep->rx_pool_ours) atomic_fetch_add(&sharing, 1);
   }
   pthread_mutex_unlock(&be->lock);
   return rc;
@@ -172,6 +175,7 @@ int nic_dpdk_rx_close_locked(struct nic_endpoint *ep) {
   if (ep->rx) {
     ep->rx = NULL;
     atomic_fetch_sub(&receiving, 1);
+    if (ep->rx_pool_ours) atomic_fetch_sub(&sharing, 1);
   }
   return 0;
 }
@@ -262,7 +266,17 @@ int nic_dpdk_rx_poll(struct dbackend *be, int max) {
   for (struct nic_endpoint *ep = be->eps; ep && n < limit; ep = ep->next) {
     if (!ep->rx || ep->rx_delivering) continue;
     const unsigned out = atomic_load(&ep->rx_out);
-    if (out >= ep->rx_cap || (ep->rx_pool_ours && !rte_mempool_avail_count(ep->rx_pool))) {
+    /* Every port nicmalloc starts takes from its one pool. Each endpoint receiving from it may
+     * have its share out, so that another's held buffers never leave it none; and a burst asks
+     * for no more than are free, since a driver may take a burst's mbufs all or nothing
+     * (net_null), and would get none at all while fewer are left. */
+    unsigned cap = ep->rx_cap, pool_free = UINT_MAX;
+    if (ep->rx_pool_ours) {
+      const unsigned endpoints = atomic_load(&sharing);
+      if (endpoints > 1) cap /= endpoints;
+      pool_free = rte_mempool_avail_count(ep->rx_pool);
+    }
+    if (out >= cap || !pool_free) {
       if (!ep->rx_stalled) { /* said once per stall; counted out while it is said */
         ep->rx_stalled = true;
         atomic_fetch_add(&ep->rx_out, 1);
@@ -272,7 +286,8 @@ int nic_dpdk_rx_poll(struct dbackend *be, int max) {
       continue;
     }
     ep->rx_stalled = false;
-    unsigned room = ep->rx_cap - out;
+    unsigned room = cap - out;
+    if (room > pool_free) room = pool_free;
     if (room > limit - n) room = limit - n;
     if (room > RX_BURST) room = RX_BURST;
     struct rte_mbuf *ms[RX_BURST];

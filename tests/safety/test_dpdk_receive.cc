@@ -545,6 +545,51 @@ TEST(DpdkReceiveRing, ApplicationPortStallsAtItsCapAndResumes) {
     free(p);
 }
 
+// net_null0 and net_null1, the two ports nicmalloc started, share its one receive pool, and
+// net_null takes a burst's mbufs from it all at once. Port 0's receiver, alone, holds all but 11
+// buffers; then port 1 receives too. It got nothing, for good, with fewer than a burst (32) free,
+// and no stall was counted. Now it receives; holding what it gets, it empties the pool and the
+// stall is counted; after the release both ports receive again.
+TEST(DpdkReceiveNull, PortsSharingThePoolEachReceiveAndStallsAreCounted) {
+  struct Port {
+    long got = 0;
+    size_t hold_up_to = 0;
+    std::vector<void *> held;
+    static void Fn(void *arg, void *data, size_t) {
+      auto *p = static_cast<Port *>(arg);
+      if (!data) return;
+      p->got++;
+      if (p->held.size() < p->hold_up_to && nic_hold(data) == 0) p->held.push_back(data);
+    }
+  } port[2];
+  nic_endpoint *ep[2] = {nic_dpdk_endpoint_create(0, 0), nic_dpdk_endpoint_create(1, 0)};
+  REQUIRE_DPDK();
+  ASSERT_TRUE(ep[0] && ep[1]) << "net_null0 and net_null1 are not ports 0 and 1";
+  constexpr size_t kPool = 511; // NIC_DPDK_RX_MBUFS
+  port[0].hold_up_to = kPool - 11;
+  ASSERT_EQ(nic_endpoint_receive(ep[0], Port::Fn, &port[0]), 0);
+  ASSERT_TRUE(PollUntil([&] { return port[0].held.size() == port[0].hold_up_to; }));
+  ASSERT_EQ(nic_endpoint_receive(ep[1], Port::Fn, &port[1]), 0);
+  EXPECT_TRUE(PollUntil([&] { return port[1].got > 100; }))
+      << "port 1 got " << port[1].got << " packets with 11 buffers free";
+  const uint64_t stalls = Stats().recv_stalls;
+  port[1].hold_up_to = kPool;
+  EXPECT_TRUE(PollUntil([&] { return Stats().recv_stalls > stalls; }))
+      << "no stall counted with " << port[0].held.size() + port[1].held.size() << " of " << kPool
+      << " buffers held";
+  for (Port &p : port) {
+    p.hold_up_to = 0;
+    for (void *d : p.held)
+      EXPECT_EQ(nic_release(d), 0);
+    p.held.clear();
+  }
+  const long got[2] = {port[0].got, port[1].got};
+  EXPECT_TRUE(PollUntil([&] { return port[0].got > got[0] && port[1].got > got[1]; }))
+      << "not both received after the release";
+  for (nic_endpoint *e : ep)
+    EXPECT_TRUE(PollUntil([&] { return nic_dpdk_endpoint_destroy(e) != -EBUSY; }));
+}
+
 int Run(const std::string &cmd) {
   return system(("timeout 10 " + cmd + " >/dev/null 2>&1").c_str());
 }
