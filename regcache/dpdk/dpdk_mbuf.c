@@ -277,6 +277,11 @@ NIC_EXPORT struct nic_endpoint *nic_dpdk_endpoint(struct nic_backend *b, uint16_
   struct nic_endpoint *ep = nic_plugin_calloc(1, sizeof *ep);
   if (!ep) return NULL;
   uint16_t segs = info.tx_desc_lim.nb_seg_max;
+  /* nb_seg_max bounds a TSO packet's segments; one without TSO (no post asks for it) may take no
+   * more than nb_mtu_seg_max where the driver gives one (i40e, ice: 8): the hardware cannot send
+   * a longer chain. */
+  const uint16_t mtu_segs = info.tx_desc_lim.nb_mtu_seg_max;
+  if (mtu_segs && (!segs || mtu_segs < segs)) segs = mtu_segs;
   /* A port configured without multi-segment transmit may send a chain's first segment alone
    * (drivers trust the offloads and look no further): one segment per packet there. */
   struct rte_eth_conf conf;
