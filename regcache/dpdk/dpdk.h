@@ -49,8 +49,9 @@ int nic_dpdk_attach(uint16_t port_id, uint16_t queue_id);
  * Asking again for the same port and queue gives the same endpoint, counted (two locks on one
  * queue would let two tx_bursts race): each call needs its own close. NULL with errno: EINVAL
  * (no such port, or no such tx queue on it), EOPNOTSUPP (a port that is not a virtual device,
- * when the backend opened with virtual ports only: caps.pages_follow), ENOMEM, or the DMA
- * mapping's error. */
+ * when the backend opened with virtual ports only: caps.pages_follow; or a port or queue
+ * configured with RTE_ETH_TX_OFFLOAD_MBUF_FAST_FREE, whose driver frees sent mbufs without
+ * running their external buffers' free callback), ENOMEM, or the DMA mapping's error. */
 struct nic_endpoint *nic_dpdk_endpoint(struct nic_backend *b, uint16_t port_id, uint16_t queue_id);
 /* The port nicmalloc started (or the attached one), or NULL when there is none. */
 struct nic_endpoint *nic_dpdk_default_endpoint(struct nic_backend *b);

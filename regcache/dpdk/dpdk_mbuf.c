@@ -255,6 +255,17 @@ static struct nic_endpoint *find_locked(struct dbackend *be, uint16_t port, uint
   return NULL;
 }
 
+/* Whether the port, or its tx queue, frees sent mbufs straight into their pool
+ * (MBUF_FAST_FREE): such a driver skips rte_pktmbuf_prefree_seg, so the free callback of a
+ * chain's external buffers never runs, and no post on it would complete. */
+static bool fast_free(uint16_t port, uint16_t queue) {
+  struct rte_eth_conf conf;
+  struct rte_eth_txq_info q;
+  const uint64_t flag = RTE_ETH_TX_OFFLOAD_MBUF_FAST_FREE;
+  return (!rte_eth_dev_conf_get(port, &conf) && conf.txmode.offloads & flag) ||
+         (!rte_eth_tx_queue_info_get(port, queue, &q) && q.conf.offloads & flag);
+}
+
 NIC_EXPORT struct nic_endpoint *nic_dpdk_endpoint(struct nic_backend *b, uint16_t port,
                                                   uint16_t queue) {
   struct dbackend *be = (struct dbackend *)b;
@@ -271,6 +282,16 @@ NIC_EXPORT struct nic_endpoint *nic_dpdk_endpoint(struct nic_backend *b, uint16_
                          "DMA mapping would pin them; start EAL with every port before the "
                          "backend opens",
                          port);
+    errno = EOPNOTSUPP;
+    return NULL;
+  }
+  if (fast_free(port, queue)) {
+    nic_plugin_api_error(NIC_PLUGIN_API_ENDPOINT,
+                         "dpdk: port %u queue %u is configured with "
+                         "RTE_ETH_TX_OFFLOAD_MBUF_FAST_FREE: its driver frees sent mbufs without "
+                         "telling their external buffers, so no post on it would complete; "
+                         "configure the port without it",
+                         port, queue);
     errno = EOPNOTSUPP;
     return NULL;
   }
