@@ -80,6 +80,16 @@ if(TARGET nicmalloc-dpdk)
   add_test(NAME plugin_dir_relative_and_linked COMMAND ${CMAKE_CURRENT_SOURCE_DIR}/regcache/plugin_dir.sh
            $<TARGET_FILE:plugin_dir_probe> $<TARGET_FILE_DIR:nicmalloc>)
   set_tests_properties(plugin_dir_relative_and_linked PROPERTIES TIMEOUT 120)
+
+  # The DMA mappings of a registration, which no port here makes: built from the plugin's source
+  # with the test's own rte_dev_dma_map and rte_dev_dma_unmap.
+  add_executable(test_dpdk_dma regcache/test_dpdk_dma.cc regcache/dpdk_dma_reg.c
+    ${PROJECT_SOURCE_DIR}/regcache/dpdk/dpdk_dma.c)
+  target_include_directories(test_dpdk_dma PRIVATE ${PROJECT_SOURCE_DIR}/regcache/dpdk
+    ${PROJECT_SOURCE_DIR}/regcache/cache ${PROJECT_SOURCE_DIR}/alloc/base)
+  target_compile_definitions(test_dpdk_dma PRIVATE ALLOW_EXPERIMENTAL_API)
+  target_link_libraries(test_dpdk_dma PRIVATE GTest::gtest GTest::gtest_main PkgConfig::NIC_DPDK)
+  gtest_discover_tests(test_dpdk_dma PROPERTIES TIMEOUT 60 DISCOVERY_TIMEOUT 60)
 endif()
 
 # The public endpoint constructors of dpdk and verbs, through libnicmalloc.so as applications use

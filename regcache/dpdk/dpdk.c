@@ -179,13 +179,6 @@ static int start_port(uint16_t port) {
   return 0;
 }
 
-int nic_dpdk_dma(struct rte_device *dev, struct dreg *r, bool map) {
-  rte_iova_t iova = r->iovas ? r->iovas[0] : (rte_iova_t)(uintptr_t)r->map_base;
-  int rc = map ? rte_dev_dma_map(dev, r->map_base, iova, r->map_len)
-               : rte_dev_dma_unmap(dev, r->map_base, iova, r->map_len);
-  return rc && rte_errno != ENOTSUP ? -rte_errno : 0;
-}
-
 /* Maps (or unmaps) r once for every device that has an endpoint. */
 static int dma_all(struct dbackend *be, struct dreg *r, bool map) {
   for (struct nic_endpoint *ep = be->eps; ep; ep = ep->next) {

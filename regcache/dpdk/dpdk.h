@@ -256,8 +256,9 @@ int nic_dpdk_rx_poll(struct dbackend *be, int max);
 /* Under lock, from a close: -EBUSY while mbufs are out or a thread hands the endpoint's packets
  * over, else stops receiving (0). */
 int nic_dpdk_rx_close_locked(struct nic_endpoint *ep);
-/* dpdk.c: DMA-maps (or unmaps) r for dev. 0 or -rte_errno; devices without DMA mapping
- * (virtual ones) count as success. Callers hold reg_lock and lock. */
+/* dpdk_dma.c: DMA-maps (or unmaps) r for dev: in IOVA-as-PA mode, each run of physically
+ * contiguous pages on its own. 0 or -rte_errno (a failed map leaves nothing of r mapped); devices
+ * without DMA mapping (virtual ones) count as success. Callers hold reg_lock and lock. */
 int nic_dpdk_dma(struct rte_device *dev, struct dreg *r, bool map);
 #endif
 
