@@ -317,9 +317,11 @@ static inline __attribute__((always_inline)) size_t first_piece(const void *p, s
   /* A short range is copied whole (resolve), wherever it lies: as two pieces it took two entries,
    * and a full array refused it. */
   size_t first = nic_in_dp(p) && len >= nic_safety_config()->copy_threshold ? step_rest(p) : len;
-  /* Into a chunk that is not mapped: the pieces before it would be sent, the rest not. */
+  if (first >= len) return first;
+  /* Into a chunk that is not mapped: the pieces before it would be sent, the rest not. Only
+   * here is p known to be in the dataplane range (not NULL: arithmetic on it is undefined). */
   const char *end = (const char *)p + len - 1;
-  if (first < len && (!nic_in_dp(end) || !nic_chunk_readable(nic_chunk_index(end)))) first = len;
+  if (!nic_in_dp(end) || !nic_chunk_readable(nic_chunk_index(end))) first = len;
   return first;
 }
 
