@@ -153,7 +153,9 @@ int nic_translate(const void *p, size_t len, struct nic_region_ref *out);
  * at once, its nic_unregister then only letting go of the reference. Returns 0, or
  * -NIC_ERANGE, -NIC_ECROSS (a dataplane range that runs off its chunk's mapped memory), -EFAULT
  * (not mapped; or dataplane memory whose pin step, on its first registration, the program made
- * partly read-only: the step is faulted in then, and nothing in it is changed), -ENOSPC (no room:
+ * partly read-only: the step is faulted in then, and nothing in it is changed; or, on io_uring,
+ * which pins every registration for writing, read-only memory and a shared writable mapping of a
+ * disk file, which nic_sga_add copies), -ENOSPC (no room:
  * every registration the cache and the backend hold is in use, none idle to evict), -ENOMEM (remote
  * access: no memory to hold its pages), -ENODEV (no backend), -EINVAL (unknown access bits, out
  * NULL), -EPERM (memory that is not nicmalloc's, where nicmalloc is not the program's malloc: see
@@ -228,10 +230,11 @@ void nic_print_stats_json(int fd);
  * its pin step's registration (a range across steps is an entry per step, none of them copied
  * however short, so its bytes stay end to end), other memory the
  * registration cache, and entries shorter than NICMALLOC_COPY_THRESHOLD (default 512) or that
- * cannot be registered are copied into a pinned bounce area. Adjacent entries are coalesced; past
- * the entry limit the smallest neighbours are copied together. From post until the completion,
- * free/realloc/delete of the memory an entry points to is deferred (page granularity: see
- * safety/README.md). */
+ * cannot be registered (io_uring: read-only memory, a disk file's shared mapping) are copied into
+ * a pinned bounce area, of any length (a long entry takes a slab of its own). Adjacent entries are
+ * coalesced; past the entry limit the smallest neighbours are copied together. From post until the
+ * completion, free/realloc/delete of the memory an entry points to is deferred (page granularity:
+ * see safety/README.md). */
 #define NIC_EFREED 1004  /* the pointer is a block already freed */
 #define NIC_ENOHOLD 1005 /* nic_release of a pointer with no nic_hold outstanding */
 

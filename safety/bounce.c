@@ -3,9 +3,11 @@
 #include "alloc.h"
 #include "nicmalloc.h"
 #include "rcache.h"
+#include "safety.h"
 
 #include <errno.h>
 #include <stdlib.h>
+#include <string.h>
 
 #define SLAB_BYTES ((size_t)16 << 10) /* one slab serves a whole message of small entries */
 
@@ -52,6 +54,24 @@ void *nic_bounce_take(void **chain, size_t len, uint32_t *lkey, uint64_t *handle
   *lkey = s->ref.lkey;
   *handle = s->ref.backend_handle;
   return p;
+}
+
+int nic_bounce_copy(void **chain, const void *p, size_t len, const void *q, size_t qlen,
+                    struct nic_sga_entry *e) {
+  int err = 0;
+  uint32_t lkey;
+  uint64_t handle;
+  char *dst = nic_bounce_take(chain, len + qlen, &lkey, &handle, &err);
+  if (!dst) return err;
+  memcpy(dst, p, len);
+  if (qlen) memcpy(dst + len, q, qlen);
+  NIC_SAFETY_COUNT(bounce_bytes, len + qlen);
+  *e = (struct nic_sga_entry){.addr = dst,
+                              .len = (uint32_t)(len + qlen),
+                              .lkey = lkey,
+                              .handle = handle,
+                              .kind = NIC_SGA_BOUNCE};
+  return 0;
 }
 
 struct nic_bounce_mark nic_bounce_mark(void *chain) {

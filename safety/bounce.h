@@ -23,6 +23,12 @@ struct nic_bounce_mark {
 struct nic_bounce_mark nic_bounce_mark(void *chain);
 /* Frees the slabs pushed since mark and gives back the room taken in its newest one. */
 void nic_bounce_rewind(void **chain, struct nic_bounce_mark mark);
+/* Copies [p, p+len), and [q, q+qlen) after it when qlen, into room taken from *chain (as
+ * nic_bounce_take), counted in bounce_bytes: *e becomes that copy, a NIC_SGA_BOUNCE entry of
+ * the slab's registration. 0, or the -errno of nic_bounce_take (*e untouched). */
+struct nic_sga_entry;
+int nic_bounce_copy(void **chain, const void *p, size_t len, const void *q, size_t qlen,
+                    struct nic_sga_entry *e);
 /* Frees every slab of the chain and drops their registrations. */
 void nic_bounce_free(void *chain);
 

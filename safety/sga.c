@@ -93,23 +93,10 @@ NIC_EXPORT void nic_sga_reset(struct nic_sga *sga) {
   sga->bytes = 0;
 }
 
-/* Copies [p, p+len) (and [q, q+qlen) after it, when q) into the bounce area as entry *e. */
+/* Copies [p, p+len) (and [q, q+qlen) after it, when qlen) into the bounce area as entry *e. */
 static int copy_entry(struct nic_sga *sga, const void *p, size_t len, const void *q, size_t qlen,
                       struct nic_sga_entry *e) {
-  int err = 0;
-  uint32_t lkey;
-  uint64_t handle;
-  char *dst = nic_bounce_take(&sga->bounce, len + qlen, &lkey, &handle, &err);
-  if (!dst) return err;
-  memcpy(dst, p, len);
-  if (qlen) memcpy(dst + len, q, qlen);
-  NIC_SAFETY_COUNT(bounce_bytes, len + qlen);
-  *e = (struct nic_sga_entry){.addr = dst,
-                              .len = (uint32_t)(len + qlen),
-                              .lkey = lkey,
-                              .handle = handle,
-                              .kind = NIC_SGA_BOUNCE};
-  return 0;
+  return nic_bounce_copy(&sga->bounce, p, len, q, qlen, e);
 }
 
 /* Resolves one entry: direct (arena, cache) or copied, the latter when shorter than copy_below.
@@ -156,9 +143,13 @@ static inline __attribute__((always_inline)) int resolve(struct nic_sga *sga, co
                                 .kind = ref.kind};
     return 0;
   }
-  if (rc == -EFAULT || rc == -NIC_ERANGE || rc == -NIC_ECROSS || rc == -ENODEV) return rc;
+  if (rc == -NIC_ERANGE || rc == -NIC_ECROSS || rc == -ENODEV) return rc;
+  /* -EFAULT for memory that can be read: a backend that pins pages for writing cannot pin these
+   * (io_uring pins every fixed buffer so: read-only memory, a shared mapping of a disk file), and
+   * the copy goes instead. A dataplane step the program made partly read-only stays refused. */
+  if (rc == -EFAULT && nic_in_dp(p)) return rc;
   if (!nic_range_readable(p, len)) return -EFAULT;
-  return copy_entry(sga, p, len, NULL, 0, e); /* registrable in principle, not now: copy */
+  return copy_entry(sga, p, len, NULL, 0, e); /* not registrable, or not now: copy */
 }
 
 static inline __attribute__((always_inline)) bool contiguous(const struct nic_sga_entry *a,

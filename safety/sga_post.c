@@ -64,17 +64,36 @@ static void release(struct message *m) {
   nic_bounce_free(m->bounce);
 }
 
+/* An entry b cannot register that can be read (-EFAULT: b pins pages for writing, as io_uring
+ * does, and these are read-only or a shared mapping of a disk file) is copied into the message's
+ * bounce slabs, as nic_sga_add copies it for the default backend; the copy is registered with b.
+ * A dataplane entry is not: its step's -EFAULT (made partly read-only) stays the post's. */
+static int copy_for(struct nic_backend *b, struct message *m, struct nic_sga_entry *e,
+                    struct nic_region_ref *ref) {
+  if (e->kind == NIC_SGA_BOUNCE || nic_in_dp(e->addr) || !nic_range_readable(e->addr, e->len))
+    return -EFAULT;
+  struct nic_sga_entry copy;
+  int rc = nic_bounce_copy(&m->bounce, e->addr, e->len, NULL, 0, &copy);
+  if (rc) return rc;
+  *e = copy;
+  return nic_register_with(b, e->addr, e->len, NIC_REG_LOCAL, ref);
+}
+
 /* The message's entries resolved against b, which is not the default backend: 0, or the error
- * that makes the post fail (every reference taken here let go again). */
-__attribute__((noinline)) static int resolve_for(struct nic_backend *b, struct message *m) {
+ * that makes the post fail (every reference taken here let go again, and every copy made here
+ * given back: the slabs from mark on). */
+__attribute__((noinline)) static int resolve_for(struct nic_backend *b, struct message *m,
+                                                 struct nic_bounce_mark mark) {
   struct nic_rcache *cache = nic_rcache_of(b);
   if (!cache) return -ENOMEM;
   for (uint32_t i = 0; i < m->n; i++) {
     struct nic_sga_entry *e = &m->entry[i];
     struct nic_region_ref ref;
-    const int rc = nic_register_with(b, e->addr, e->len, NIC_REG_LOCAL, &ref);
+    int rc = nic_register_with(b, e->addr, e->len, NIC_REG_LOCAL, &ref);
+    if (rc == -EFAULT) rc = copy_for(b, m, e, &ref);
     if (rc) {
       release_slots(cache, m->entry, i);
+      nic_bounce_rewind(&m->bounce, mark);
       return rc;
     }
     e->lkey = ref.lkey;
@@ -244,7 +263,9 @@ NIC_EXPORT int nic_sga_post(struct nic_sga *sga, struct nic_endpoint *ep, nic_sg
   }
   *m = (struct message){.done = done, .arg = arg, .bounce = sga->bounce, .n = n};
   memcpy(m->entry, sga->entry, n * sizeof *m->entry);
-  rc = b == d ? 0 : resolve_for(b, m);
+  /* Copies made for b go on the array's chain: given back to this mark if the post fails. */
+  const struct nic_bounce_mark mark = nic_bounce_mark(sga->bounce);
+  rc = b == d ? 0 : resolve_for(b, m, mark);
   if (rc) {
     free(m);
     nic_api_error_by(sga, rc, 0,
@@ -264,6 +285,7 @@ NIC_EXPORT int nic_sga_post(struct nic_sga *sga, struct nic_endpoint *ep, nic_sg
   if (rc) {
     unref_pages(m, i - 1);
     if (m->cache) release_slots(m->cache, m->entry, n);
+    nic_bounce_rewind(&m->bounce, mark);
     free(m);
     nic_api_error(sga, "nic_sga_post: no memory to track the entries in flight");
     return rc;
@@ -282,6 +304,7 @@ NIC_EXPORT int nic_sga_post(struct nic_sga *sga, struct nic_endpoint *ep, nic_sg
     unref_and_unprotect(m);
     nic_safety_retry_deferred();
     if (m->cache) release_slots(m->cache, m->entry, n);
+    nic_bounce_rewind(&m->bounce, mark);
     free(m);
     nic_api_error_by(sga, rc, 0, "nic_sga_post: backend %s refused the message (%s)", b->name,
                      rc == -E2BIG ? "more entries than the endpoint takes: its queue pair's "

@@ -133,3 +133,18 @@ target_link_libraries(test_multi_backend PRIVATE ${NIC_RUNTIME_LAYERS} GTest::gt
 nic_gtest_with_env(test_multi_backend
   "NICMALLOC_BACKEND=sim;NICMALLOC_CHUNK_SIZE=64M;NICMALLOC_PIN_STEP=32M;NICMALLOC_FENCE=wait;NICMALLOC_RELEASE_DELAY_MS=50")
 gtest_discover_tests(test_multi_backend PROPERTIES TIMEOUT 300 DISCOVERY_TIMEOUT 60)
+
+# Memory io_uring cannot pin for writing (read-only, a disk file's shared mapping): copied, from
+# nic_sga_add under uring and from nic_sga_post to a uring endpoint beside the sim.
+add_executable(test_uring_readonly ${CMAKE_CURRENT_LIST_DIR}/safety/test_uring_readonly.cc)
+target_link_libraries(test_uring_readonly PRIVATE ${NIC_RUNTIME_LAYERS} GTest::gtest
+  GTest::gtest_main Threads::Threads)
+nic_gtest_with_env(test_uring_readonly ${NIC_URING_SGA_ENV})
+gtest_discover_tests(test_uring_readonly TEST_FILTER "-UringReadOnlyBesideSim.*"
+                     PROPERTIES TIMEOUT 120 DISCOVERY_TIMEOUT 60)
+# By path, not target name: the target's env(1) wrapper would set the backend back to uring.
+add_test(NAME UringReadOnlyBesideSim.UnderSim
+         COMMAND $<TARGET_FILE:test_uring_readonly> --gtest_filter=UringReadOnlyBesideSim.*)
+set_tests_properties(UringReadOnlyBesideSim.UnderSim PROPERTIES
+  ENVIRONMENT "NICMALLOC_BACKEND=sim;NICMALLOC_CHUNK_SIZE=64M" TIMEOUT 60
+  FAIL_REGULAR_EXPRESSION "\\[  SKIPPED \\]")
