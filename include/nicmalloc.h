@@ -425,7 +425,7 @@ int nic_sim_endpoint_destroy(struct nic_endpoint *ep);
  * it returns), or -EINVAL for an endpoint its constructor did not make. done() runs from nic_poll
  * (or a fence) once the NIC, or the kernel, no longer reads the memory. */
 
-/* io_uring: a connected TCP or UDP socket (AF_INET, AF_INET6), which stays the caller's:
+/* io_uring: a connected TCP, UDP or UDP-Lite socket (AF_INET, AF_INET6), which stays the caller's:
  * destroy the endpoint before closing it (closed first, the socket stays open, and posts go to
  * it, until the destroy; never to a socket that gets its number). A post is one SEND_ZC (one entry)
  * or SENDMSG_ZC from the registered buffers; done() runs after the kernel's zero-copy notification.
@@ -436,8 +436,11 @@ int nic_sim_endpoint_destroy(struct nic_endpoint *ep);
  * EAGAIN meanwhile. nic_endpoint_receive on it receives into NICMALLOC_RECV_BUFFERS buffers of
  * NICMALLOC_RECV_BUFFER_SIZE bytes (default 32 of 64 KiB); a datagram longer than a buffer is
  * dropped and said once, never handed over cut. errno: ENODEV, EBADF, ENOTSOCK, EPROTOTYPE
- * (neither stream nor datagram), EOPNOTSUPP (not TCP or UDP), ENOTCONN, EMFILE (as many
- * endpoints open as RLIMIT_NOFILE, at most 16384). */
+ * (neither stream nor datagram), EOPNOTSUPP (a socket the kernel sends nothing zero-copy from:
+ * another family (AF_UNIX), another protocol (MPTCP, SCTP, a ping socket), or kernel TLS, TCP_ULP
+ * "tls"; the line said names which), ENOTCONN, EMFILE (as many endpoints open as RLIMIT_NOFILE,
+ * at most 16384). A socket that takes kernel TLS or joins a BPF sockmap after the endpoint was
+ * made loses zero-copy send then: its posts complete with -EOPNOTSUPP. */
 struct nic_endpoint *nic_uring_endpoint_create(int sockfd);
 int nic_uring_endpoint_destroy(struct nic_endpoint *ep);
 

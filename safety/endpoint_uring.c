@@ -1,17 +1,19 @@
-/* nic_uring_endpoint_create: the io_uring backend's public endpoint, a connected TCP or UDP
- * socket. Posting and completion are the backend's (regcache/uring/uring_send.c): SEND_ZC or
- * SENDMSG_ZC from the fixed buffers, done() after the kernel's notification. */
+/* nic_uring_endpoint_create: the io_uring backend's public endpoint, a connected TCP, UDP or
+ * UDP-Lite socket. Posting and completion are the backend's (regcache/uring/uring_send.c): SEND_ZC
+ * or SENDMSG_ZC from the fixed buffers, done() after the kernel's notification. */
 #include "api_errors.h"
 #include "endpoint_common.h"
 #include "log.h"
 #include "nicmalloc.h"
 #include "nocancel.h"
 #include "thread.h"
+#include "uring.h"
 
 #include <errno.h>
 #include <string.h>
 
-static const char *why_not(int err) {
+static const char *why_not(int err, int sockfd) {
+  const char *refusal;
   switch (err) {
   case EBADF:
     return "not an open file descriptor";
@@ -20,7 +22,8 @@ static const char *why_not(int err) {
   case EPROTOTYPE:
     return "neither a stream nor a datagram socket";
   case EOPNOTSUPP:
-    return "not an AF_INET or AF_INET6 socket (zero-copy send needs TCP or UDP)";
+    refusal = nic_uring_socket_refusal(sockfd);
+    return refusal ? refusal : "the kernel has no zero-copy send for it";
   case ENOTCONN:
     return "not connected (datagram sockets too: posts carry no address)";
   default:
@@ -43,7 +46,8 @@ NIC_EXPORT struct nic_endpoint *nic_uring_endpoint_create(int sockfd) {
     err = ENOMEM;
   }
   if (!ep) {
-    nic_api_error_by(endpoint, err, 0, "%s(%d): %s", who, sockfd, why_not(err));
+    const char *why = why_not(err, sockfd); /* each reason said once */
+    nic_api_error_by(endpoint, err, why, "%s(%d): %s", who, sockfd, why);
     errno = err;
   }
   return ep;

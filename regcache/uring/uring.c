@@ -9,6 +9,8 @@
 #include "settings.h"
 
 #include <errno.h>
+#include <netinet/in.h>
+#include <netinet/tcp.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -171,8 +173,38 @@ static void uring_close(struct nic_backend *b) {
   free(ub);
 }
 
+static int sockopt_int(int fd, int level, int name) {
+  int v = -1;
+  socklen_t len = sizeof v;
+  return getsockopt(fd, level, name, &v, &len) == 0 ? v : -1;
+}
+
+/* The kernel marks a socket able to send zero-copy (SOCK_SUPPORT_ZC, which SEND_ZC asks, failing
+ * with EOPNOTSUPP) when it is made TCP, UDP or UDP-Lite, and unmarks it when a ULP replaces its
+ * protocol: kernel TLS, or a BPF sockmap, which no option tells. MPTCP, SCTP, ping and AF_UNIX
+ * sockets never have it: accepted, every post to them failed. */
+const char *nic_uring_socket_refusal(int sockfd) {
+  const int type = sockopt_int(sockfd, SOL_SOCKET, SO_TYPE),
+            protocol = sockopt_int(sockfd, SOL_SOCKET, SO_PROTOCOL),
+            domain = sockopt_int(sockfd, SOL_SOCKET, SO_DOMAIN);
+  if (domain != AF_INET && domain != AF_INET6)
+    return "not an AF_INET or AF_INET6 socket (zero-copy send needs TCP, UDP or UDP-Lite)";
+  if (type == SOCK_STREAM && protocol == IPPROTO_MPTCP)
+    return "an MPTCP socket: the kernel has no zero-copy send for MPTCP (it has for TCP, UDP "
+           "and UDP-Lite)";
+  if (!(type == SOCK_STREAM && protocol == IPPROTO_TCP) &&
+      !(type == SOCK_DGRAM && (protocol == IPPROTO_UDP || protocol == IPPROTO_UDPLITE)))
+    return "its protocol has no zero-copy send in the kernel (TCP, UDP and UDP-Lite have)";
+  char ulp[16] = "";
+  socklen_t len = sizeof ulp - 1;
+  if (type == SOCK_STREAM && getsockopt(sockfd, IPPROTO_TCP, TCP_ULP, ulp, &len) == 0 &&
+      strcmp(ulp, "tls") == 0)
+    return "kernel TLS (TCP_ULP \"tls\"): the kernel has no zero-copy send for it";
+  return NULL;
+}
+
 struct nic_endpoint *nic_uring_endpoint_open(struct nic_backend *b, int sockfd) {
-  int type = 0, domain = 0;
+  int type = 0;
   socklen_t len = sizeof type;
   struct sockaddr_storage peer;
   socklen_t peer_len = sizeof peer;
@@ -181,13 +213,11 @@ struct nic_endpoint *nic_uring_endpoint_open(struct nic_backend *b, int sockfd) 
     return NULL;
   }
   if (getsockopt(sockfd, SOL_SOCKET, SO_TYPE, &type, &len) != 0) return NULL; /* ENOTSOCK */
-  len = sizeof domain;
-  if (getsockopt(sockfd, SOL_SOCKET, SO_DOMAIN, &domain, &len) != 0) return NULL;
   if (type != SOCK_STREAM && type != SOCK_DGRAM) { /* SEQPACKET: not TCP or UDP, no SEND_ZC */
     errno = EPROTOTYPE;
     return NULL;
   }
-  if (domain != AF_INET && domain != AF_INET6) { /* AF_UNIX fails SEND_ZC with EOPNOTSUPP */
+  if (nic_uring_socket_refusal(sockfd)) {
     errno = EOPNOTSUPP;
     return NULL;
   }

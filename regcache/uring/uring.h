@@ -4,7 +4,7 @@
  * 1 GiB): handle = slot index, lkey = slot + 1, rkey = 0 (io_uring has no remote access, so
  * NIC_ACCESS_REMOTE_* is refused with -EOPNOTSUPP).
  *
- * Posting on an endpoint (a connected TCP or UDP socket):
+ * Posting on an endpoint (a connected TCP, UDP or UDP-Lite socket):
  *  - one entry: IORING_OP_SEND_ZC from the fixed buffer (the kernel checks the range too);
  *  - several entries in one slot: IORING_OP_SENDMSG_ZC with IORING_RECVSEND_FIXED_BUF, where the
  *    kernel accepts it (probed at open; 6.18 does); otherwise, or when the entries span slots,
@@ -33,13 +33,17 @@
 /* True when b is the io_uring backend. */
 bool nic_uring_is(struct nic_backend *b);
 
-/* A connected SOCK_STREAM or SOCK_DGRAM socket of AF_INET or AF_INET6 (the families with
- * zero-copy send). Returns NULL with errno: EINVAL (b is not the uring backend), ENOTSOCK,
- * EPROTOTYPE (neither stream nor datagram), EOPNOTSUPP (e.g. AF_UNIX, which rejects SEND_ZC),
- * ENOTCONN, ENOMEM, EMFILE (the ring's file table is full). The endpoint does not own sockfd:
- * close the endpoint first, then the socket. The ring keeps its own reference to the socket
- * until then (uring_files.c). */
+/* A connected TCP, UDP or UDP-Lite socket of AF_INET or AF_INET6 (those the kernel sends
+ * zero-copy from). Returns NULL with errno: EINVAL (b is not the uring backend), ENOTSOCK,
+ * EPROTOTYPE (neither stream nor datagram), EOPNOTSUPP (a socket SEND_ZC rejects:
+ * nic_uring_socket_refusal says why), ENOTCONN, ENOMEM, EMFILE (the ring's file table is full). The
+ * endpoint does not own sockfd: close the endpoint first, then the socket. The ring keeps its own
+ * reference to the socket until then (uring_files.c). */
 struct nic_endpoint *nic_uring_endpoint_open(struct nic_backend *b, int sockfd);
+
+/* Why the kernel's zero-copy send refuses sockfd, a stream or datagram socket (another family,
+ * another protocol, kernel TLS): a sentence, or NULL when it takes it. */
+const char *nic_uring_socket_refusal(int sockfd);
 
 /* Returns 0, or -EBUSY while posts on it have not completed (poll until they have). */
 int nic_uring_endpoint_close(struct nic_endpoint *ep);

@@ -63,11 +63,11 @@ struct Region {
   size_t len;
 };
 
-// A connected 127.0.0.1 pair. Small buffers (bytes; 0 = kernel default) bound how much a
-// send can queue before the receiver reads.
+// A connected 127.0.0.1 pair (TCP, or another stream protocol). Small buffers (bytes; 0 = kernel
+// default) bound how much a send can queue before the receiver reads.
 struct LoopbackPair {
-  explicit LoopbackPair(int rcvbuf = 0, int sndbuf = 0) {
-    int l = socket(AF_INET, SOCK_STREAM, 0);
+  explicit LoopbackPair(int rcvbuf = 0, int sndbuf = 0, int protocol = 0) {
+    int l = socket(AF_INET, SOCK_STREAM, protocol);
     sockaddr_in a{};
     a.sin_family = AF_INET;
     a.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
@@ -75,7 +75,7 @@ struct LoopbackPair {
     if (rcvbuf) setsockopt(l, SOL_SOCKET, SO_RCVBUF, &rcvbuf, sizeof rcvbuf); // inherited
     if (bind(l, (sockaddr *)&a, sizeof a) || listen(l, 1) || getsockname(l, (sockaddr *)&a, &alen))
       ADD_FAILURE() << "listen on 127.0.0.1: " << strerror(errno);
-    tx = socket(AF_INET, SOCK_STREAM, 0);
+    tx = socket(AF_INET, SOCK_STREAM, protocol);
     if (sndbuf) setsockopt(tx, SOL_SOCKET, SO_SNDBUF, &sndbuf, sizeof sndbuf);
     if (connect(tx, (sockaddr *)&a, sizeof a)) ADD_FAILURE() << "connect: " << strerror(errno);
     rx = accept(l, nullptr, nullptr);
@@ -88,12 +88,12 @@ struct LoopbackPair {
   int tx = -1, rx = -1;
 };
 
-// Two UDP sockets on 127.0.0.1, connected to each other. A large receive buffer, so that no
-// datagram is dropped while the Reader catches up.
+// Two UDP (or UDP-Lite) sockets on 127.0.0.1, connected to each other. A large receive buffer,
+// so that no datagram is dropped while the Reader catches up.
 struct UdpPair {
-  UdpPair() {
-    rx = socket(AF_INET, SOCK_DGRAM, 0);
-    tx = socket(AF_INET, SOCK_DGRAM, 0);
+  explicit UdpPair(int protocol = 0) {
+    rx = socket(AF_INET, SOCK_DGRAM, protocol);
+    tx = socket(AF_INET, SOCK_DGRAM, protocol);
     int big = 8 << 20;
     setsockopt(rx, SOL_SOCKET, SO_RCVBUFFORCE, &big, sizeof big);
     sockaddr_in a{}, b{};

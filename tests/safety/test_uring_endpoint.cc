@@ -84,6 +84,38 @@ TEST_F(UringSgaTest, BadSocketsAreRefusedWithErrnoAndOneLine) {
     close(fd);
 }
 
+// A stream or datagram socket of AF_INET whose protocol the kernel sends nothing zero-copy for:
+// an MPTCP socket was taken, and each post to it then completed -EOPNOTSUPP.
+TEST_F(UringSgaTest, ProtocolsWithoutZeroCopySendAreRefusedSayingWhich) {
+  const int probe = socket(AF_INET, SOCK_STREAM, IPPROTO_MPTCP);
+  if (probe < 0) GTEST_SKIP() << "no MPTCP in this kernel: " << strerror(errno);
+  close(probe);
+  LoopbackPair pair(0, 0, IPPROTO_MPTCP);
+  testing::internal::CaptureStderr();
+  errno = 0;
+  EXPECT_EQ(nic_uring_endpoint_create(pair.tx), nullptr);
+  EXPECT_EQ(errno, EOPNOTSUPP);
+  const std::string err = testing::internal::GetCapturedStderr();
+  EXPECT_NE(err.find("): an MPTCP socket: the kernel has no zero-copy send for MPTCP"),
+            std::string::npos)
+      << err;
+}
+
+// UDP-Lite sends zero-copy as UDP does: taken, and its posts arrive.
+TEST_F(UringSgaTest, UdpLiteSocketsAreTaken) {
+  UdpPair pair(IPPROTO_UDPLITE);
+  Reader reader(pair.rx);
+  nic_endpoint *ep = Endpoint(pair.tx);
+  ASSERT_NE(ep, nullptr);
+  Parts parts(3);
+  Done d;
+  ASSERT_EQ(PostParts(ep, parts.List(), &d), 0);
+  ASSERT_TRUE(NicPollUntil([&] { return d.calls == 1; }));
+  EXPECT_EQ(d.status, 0);
+  ASSERT_TRUE(reader.WaitFor(parts.Bytes().size()));
+  EXPECT_TRUE(reader.Data() == parts.Bytes());
+}
+
 TEST_F(UringSgaTest, DestroyOfWhatItDidNotMakeIsEinval) {
   LoopbackPair pair;
   nic_endpoint *ep = nic_uring_endpoint_create(pair.tx);
