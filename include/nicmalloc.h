@@ -288,7 +288,8 @@ int nic_sga_add(struct nic_sga *sga, const void *p, size_t len);
  * (an entry over 64 KiB is several; a port configured without RTE_ETH_TX_OFFLOAD_MULTI_SEGS
  * takes one), a registration error of ep's backend, the backend's
  * -EINVAL/-ENOMEM, -EMSGSIZE when the entries together are longer than one message of ep's
- * backend (a verbs port's max_msg_sz), -EFAULT when the memory of an entry was unmapped since
+ * backend (a verbs port's max_msg_sz; on io_uring 0x7ffff000 bytes, Linux's MAX_RW_COUNT, the
+ * max_message of nic_endpoint_limits), -EFAULT when the memory of an entry was unmapped since
  * it was added, -NIC_EFREED
  * when the dataplane block of an entry was freed since and its step given back) nothing was posted
  * and the array holds the same ranges. An entry whose cached registration went stale meanwhile

@@ -224,6 +224,15 @@ NIC_EXPORT int nic_sga_post(struct nic_sga *sga, struct nic_endpoint *ep, nic_sg
                      sga->count, b->name, b->caps.max_sge, b->caps.max_sge);
     return -E2BIG;
   }
+  /* Longer than one message of the endpoint's backend: refused before anything is taken for it,
+   * whatever the backend (io_uring: one send takes at most Linux's MAX_RW_COUNT). */
+  if (b->caps.max_message && sga->bytes > b->caps.max_message) {
+    nic_api_error_by(sga, b, 0,
+                     "nic_sga_post: %llu bytes, and one message of the endpoint's backend %s "
+                     "takes at most %zu (nic_endpoint_limits); nothing posted",
+                     (unsigned long long)sga->bytes, b->name, b->caps.max_message);
+    return -EMSGSIZE;
+  }
   /* The message and the backend's own bookkeeping are control memory. Completions (and the
    * program's callbacks) come from nic_poll or the backend's thread, never from inside here. */
   NIC_INTERNAL_SCOPE();

@@ -259,7 +259,7 @@ int nic_uring_post(struct nic_backend *b, struct nic_endpoint *ep, const struct 
     if (!sge[i].addr || sge[i].len == 0) return -EINVAL;
     total += sge[i].len;
   }
-  if (total > URING_MAX_MSG) return -EINVAL; /* a CQE's result could not say it all went */
+  if (total > URING_MAX_MSG) return -EMSGSIZE; /* one send would be cut short */
   pthread_mutex_lock(&ub->lock);
   struct uring_req *req = nic_uring_req_alloc_locked(ub);
   if (!req) {

@@ -187,7 +187,7 @@ TEST_F(UringTest, MalformedPostsReturnEinvalWithoutCompletion) {
   EXPECT_EQ(b->post(b, foreign, &one, 1, Done::Fn, &d), -EINVAL) << "another backend's";
   EXPECT_EQ(b->post(b, ep, &zero_len, 1, Done::Fn, &d), -EINVAL);
   EXPECT_EQ(b->post(b, ep, &null_addr, 1, Done::Fn, &d), -EINVAL);
-  EXPECT_EQ(b->post(b, ep, huge, 2, Done::Fn, &d), -EINVAL) << "over one send's 2 GiB";
+  EXPECT_EQ(b->post(b, ep, huge, 2, Done::Fn, &d), -EMSGSIZE) << "over one send's 2 GiB";
   for (int i = 0; i < 20; i++)
     b->poll(b, 64);
   EXPECT_EQ(d.calls, 0);
