@@ -441,7 +441,10 @@ int nic_sim_endpoint_destroy(struct nic_endpoint *ep);
  * another family (AF_UNIX), another protocol (MPTCP, SCTP, a ping socket), or kernel TLS, TCP_ULP
  * "tls"; the line said names which), ENOTCONN, EMFILE (as many endpoints open as RLIMIT_NOFILE,
  * at most 16384). A socket that takes kernel TLS or joins a BPF sockmap after the endpoint was
- * made loses zero-copy send then: its posts complete with -EOPNOTSUPP. */
+ * made loses zero-copy send then: its posts complete with -EOPNOTSUPP. On TCP, zero-copy sends
+ * can stall for good while the peer's receive window stays under one segment (a receiver with a
+ * SO_RCVBUF of a few KiB, against loopback's 64 KiB MSS): Linux does so with plain sendmsg and
+ * MSG_ZEROCOPY too, so give the receiver room for several segments. */
 struct nic_endpoint *nic_uring_endpoint_create(int sockfd);
 int nic_uring_endpoint_destroy(struct nic_endpoint *ep);
 
