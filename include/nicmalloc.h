@@ -398,14 +398,15 @@ int nic_endpoint_status(const struct nic_endpoint *ep);
  * NIC_SGA_CAPACITY: nic_sga_init(sga, *max_entries) makes an array ep takes. On dpdk an entry
  * over 64 KiB is several segments, so a post of that many entries may still get -E2BIG.
  * *max_message: the bytes one post to ep may carry that a nicmalloc receiver of ep's kind takes
- * whole: 65536 on verbs (nic_endpoint_receive's buffers); on uring 0x7ffff000, the most one send
- * takes (Linux's MAX_RW_COUNT; a TCP stream joins any posts; on UDP each post is one datagram,
- * within the socket's limit, so a message cut into posts arrives as several); on dpdk UINT32_MAX,
- * a packet's length (a packet whose entries lie end to end, as one entry's do, is received in
- * place; one of several entries is copied into one receive buffer, or into a dataplane block of
- * its length past 4 KiB; a port's MTU bounds its packets);
- * SIZE_MAX on sim. Either pointer may be NULL. 0, -EINVAL (ep NULL), -ENODEV (no backend; an
- * endpoint of the parent process in a child of fork). */
+ * whole: 65536 on verbs (nic_endpoint_receive's buffers); on uring over TCP 0x7ffff000, the most
+ * one send takes (Linux's MAX_RW_COUNT; the stream joins any posts), over UDP one datagram: 65507
+ * bytes (an IPv4 datagram's payload), or NICMALLOC_RECV_BUFFER_SIZE when less, a receive buffer,
+ * past which a nicmalloc receiver drops it (a message cut into posts arrives as several datagrams);
+ * on dpdk UINT32_MAX, a packet's length (a packet whose entries lie end to end, as one entry's do,
+ * is received in place; one of several entries is copied into one receive buffer, or into a
+ * dataplane block of its length past 4 KiB; a port's MTU bounds its packets); SIZE_MAX on sim.
+ * Either pointer may be NULL. 0, -EINVAL (ep NULL), -ENODEV (no backend; an endpoint of the parent
+ * process in a child of fork). */
 int nic_endpoint_limits(const struct nic_endpoint *ep, unsigned *max_entries, size_t *max_message);
 
 /* The sim backend's endpoint: each message is received into a fresh dataplane buffer that is
@@ -455,13 +456,13 @@ int nic_uring_endpoint_destroy(struct nic_endpoint *ep);
  * Asking twice for one queue gives the same endpoint; destroy each. errno: ENODEV, EINVAL (no
  * such port or tx queue), ENOENT (no default port), EOPNOTSUPP (a physical port probed after the
  * backend opened with virtual ports only: README, backends; a port or tx queue configured with
- * RTE_ETH_TX_OFFLOAD_MBUF_FAST_FREE, whose driver would never let a post complete). It receives (nic_endpoint_receive)
- * from rx queue queue_id: on the ports nicmalloc starts, into its pool of dataplane mbufs; on
- * net_ring, in the sender's very memory. A packet whose segments are scattered is copied into one
- * buffer; one no buffer of its length can be had for (longer than a chunk) is dropped, counted in
- * dpdk_recv_dropped, and its post, when this process sent it, completes with -ENOMEM. A destroy
- * answers -EBUSY while a received buffer is held, and the first destroy that succeeds stops
- * receiving. */
+ * RTE_ETH_TX_OFFLOAD_MBUF_FAST_FREE, whose driver would never let a post complete). It receives
+ * (nic_endpoint_receive) from rx queue queue_id: on the ports nicmalloc starts, into its pool of
+ * dataplane mbufs; on net_ring, in the sender's very memory. A packet whose segments are scattered
+ * is copied into one buffer; one no buffer of its length can be had for (longer than a chunk) is
+ * dropped, counted in dpdk_recv_dropped, and its post, when this process sent it, completes with
+ * -ENOMEM. A destroy answers -EBUSY while a received buffer is held, and the first destroy that
+ * succeeds stops receiving. */
 #define NIC_DPDK_DEFAULT_PORT 0xffffu
 struct nic_endpoint *nic_dpdk_endpoint_create(uint16_t port_id, uint16_t queue_id);
 int nic_dpdk_endpoint_destroy(struct nic_endpoint *ep);

@@ -38,7 +38,9 @@ NIC_EXPORT int nic_endpoint_limits(const struct nic_endpoint *ep, unsigned *max_
   if (d->caps.max_sge < entries) entries = d->caps.max_sge;
   if (max_entries) *max_entries = entries;
   /* ep's backend takes the post: the default one only resolved its entries. */
-  size_t bytes = b->caps.max_message ? b->caps.max_message : SIZE_MAX;
+  size_t bytes = b->endpoint_max_message ? b->endpoint_max_message(b, ep)
+                 : b->caps.max_message   ? b->caps.max_message
+                                         : SIZE_MAX;
   if (nic_backend_kind_of(b) == NIC_BACKEND_VERBS && VERBS_RECEIVE_BYTES < bytes)
     bytes = VERBS_RECEIVE_BYTES;
   if (max_message) *max_message = bytes;

@@ -142,6 +142,11 @@ struct nic_backend {
    * caps.max_sge (a verbs QP's max_send_sge, a dpdk port's segments per packet, an entry counted
    * as one segment); NULL where every endpoint takes caps.max_sge. For nic_endpoint_limits. */
   unsigned (*endpoint_max_entries)(struct nic_backend *b, const struct nic_endpoint *ep);
+  /* The most bytes one post to ep carries that a nicmalloc receiver of ep's kind takes whole,
+   * where ep has a lower limit than caps.max_message (a uring datagram socket: one datagram, in
+   * one receive buffer); NULL where every endpoint takes caps.max_message. For
+   * nic_endpoint_limits. */
+  size_t (*endpoint_max_message)(struct nic_backend *b, const struct nic_endpoint *ep);
   void *priv;
 };
 

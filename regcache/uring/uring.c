@@ -68,6 +68,19 @@ static struct nic_endpoint *uring_endpoint_create(struct nic_backend *b,
                                                   const struct nic_endpoint_params *p) {
   return nic_uring_endpoint_open(b, p->sockfd);
 }
+
+/* The most a UDP datagram carries over IPv4: 65535 less the IP and UDP headers. IPv6 carries 20
+ * bytes more, but an AF_INET6 socket may have an IPv4 peer; one figure for both. */
+#define UDP_MAX_PAYLOAD 65507ul
+
+/* On a stream the kernel joins posts, each within one send; on a datagram socket a post is one
+ * datagram, and a nicmalloc receiver drops a datagram longer than its receive buffer. */
+static size_t uring_endpoint_max_message(struct nic_backend *b, const struct nic_endpoint *ep) {
+  (void)b;
+  if (!ep->dgram) return URING_MAX_MSG;
+  const size_t buffer = nic_uring_rx_buffer_bytes();
+  return buffer < UDP_MAX_PAYLOAD ? buffer : UDP_MAX_PAYLOAD;
+}
 static int uring_endpoint_destroy(struct nic_backend *b, struct nic_endpoint *ep) {
   (void)b;
   return nic_uring_endpoint_close(ep);
@@ -134,6 +147,7 @@ struct nic_backend *nic_backend_uring_open(void) {
       .endpoint_destroy = uring_endpoint_destroy,
       .endpoint_receive = nic_uring_endpoint_receive,
       .rx_recycle = nic_uring_rx_recycle,
+      .endpoint_max_message = uring_endpoint_max_message,
       .priv = ub,
   };
   rc = nic_uring_progress_start(ub);

@@ -160,6 +160,9 @@ void nic_uring_ep_unlink_locked(struct uring_backend *ub, struct nic_endpoint *e
 void nic_uring_reap_locked(struct uring_backend *ub);
 
 /* uring_recv.c */
+/* The bytes of one receive buffer (NICMALLOC_RECV_BUFFER_SIZE, whole pages): a longer datagram
+ * is dropped. */
+size_t nic_uring_rx_buffer_bytes(void);
 int nic_uring_endpoint_receive(struct nic_backend *b, struct nic_endpoint *ep,
                                nic_endpoint_rx_fn rx, void *arg);
 void nic_uring_rx_recycle(struct nic_backend *b, struct nic_endpoint *ep, uint64_t token);

@@ -397,13 +397,16 @@ static int register_ring_locked(struct uring_backend *ub, struct uring_rx *rx) {
   return -ENOSPC;
 }
 
+size_t nic_uring_rx_buffer_bytes(void) {
+  return (nic_setting_number(NIC_S_RECV_BUFFER_SIZE) + PAGE - 1) & ~(PAGE - 1); /* 4K to 16M */
+}
+
 int nic_uring_endpoint_receive(struct nic_backend *b, struct nic_endpoint *ep,
                                nic_endpoint_rx_fn fn, void *arg) {
   struct uring_backend *ub = uring_of(b);
   if (!ep || ep->ub != ub || !fn) return -EINVAL;
   const unsigned count = (unsigned)nic_setting_number(NIC_S_RECV_BUFFERS); /* 1 to 32768 */
-  const size_t stride =
-      (nic_setting_number(NIC_S_RECV_BUFFER_SIZE) + PAGE - 1) & ~(PAGE - 1); /* 4K to 16M */
+  const size_t stride = nic_uring_rx_buffer_bytes();
   const size_t words = (count + 63) / 64;
   struct uring_rx *rx =
       calloc(1, sizeof *rx + (1 + EMPTIES_PER_BUFFER) * (size_t)count * sizeof(struct rx_msg) +

@@ -242,6 +242,25 @@ TEST_F(UringSgaTest, EachPostOnAUdpSocketIsOneDatagram) {
   EXPECT_TRUE(reader.Reads() == want) << "datagrams merged, split, reordered or changed";
 }
 
+// Over UDP a post is one datagram: what IPv4 carries (65507 bytes), within the default receive
+// buffer of 64 KiB.
+TEST_F(UringSgaTest, EndpointLimitsOfADatagramSocketAreOneDatagram) {
+  UdpPair pair;
+  nic_endpoint *ep = Endpoint(pair.tx);
+  size_t bytes = 0;
+  ASSERT_EQ(nic_endpoint_limits(ep, nullptr, &bytes), 0);
+  EXPECT_EQ(bytes, 65507u);
+  char *block = static_cast<char *>(nic_malloc(bytes));
+  memset(block, 'U', bytes);
+  Reader reader(pair.rx);
+  Done d;
+  ASSERT_EQ(PostParts(ep, {{block, bytes}}, &d), 0);
+  ASSERT_TRUE(NicPollUntil([&] { return d.calls == 1; }));
+  EXPECT_EQ(d.status, 0) << "a datagram of the limit's length is sent";
+  ASSERT_TRUE(reader.WaitFor(bytes));
+  free(block);
+}
+
 TEST_F(UringSgaTest, OversizedDatagramFailsAloneWithEmsgsize) {
   UdpPair pair;
   Reader reader(pair.rx);

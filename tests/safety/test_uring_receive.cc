@@ -572,6 +572,27 @@ TEST_F(UringReceiveSmall, ADatagramLongerThanABufferIsReportedNotCut) {
   EXPECT_EQ(said, 1u) << err;
 }
 
+// What nic_endpoint_limits says one post to a UDP endpoint carries is what a nicmalloc receiver
+// takes whole: a receive buffer here. It said 0x7ffff000 (the most one send takes), and a
+// message cut into posts of that size went as datagrams the receiver dropped.
+TEST_F(UringReceiveSmall, ADatagramEndpointsLongestMessageIsOneReceiveBuffer) {
+  UdpPair pair;
+  Sink sink;
+  ASSERT_NE(Receiving(pair.rx, &sink), nullptr);
+  nic_endpoint *ep = Endpoint(pair.tx);
+  ASSERT_NE(ep, nullptr);
+  size_t bytes = 0;
+  ASSERT_EQ(nic_endpoint_limits(ep, nullptr, &bytes), 0);
+  EXPECT_EQ(bytes, 4096u);
+  Region data(bytes + 1, 5);
+  for (size_t n : {bytes, bytes + 1, size_t{7}})
+    ASSERT_EQ(send(pair.tx, data.base, n, 0), static_cast<ssize_t>(n));
+  EXPECT_TRUE(NicPollUntil([&] { return sink.Calls() >= 2; }));
+  ASSERT_EQ(sink.msgs.size(), 2u);
+  EXPECT_EQ(sink.msgs[0], data.Bytes(0, bytes)) << "one of the limit's length arrives whole";
+  EXPECT_EQ(sink.msgs[1], data.Bytes(0, 7)) << "one byte more is dropped";
+}
+
 TEST_F(UringReceiveSmall, EveryBufferHeldStallsUdpAndAReleaseResumes) {
   UdpPair pair;
   Sink sink;
