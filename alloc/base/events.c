@@ -46,12 +46,6 @@ bool nic_publish_protection_changing(uintptr_t start, size_t len, int prot, int 
   return false;
 }
 
-void nic_publish_protection_changed(uintptr_t start, size_t len) {
-  EACH_WATCHER(w) {
-    if (w->protection_changed) w->protection_changed(start, len);
-  }
-}
-
 void nic_publish_chunk_mapped(unsigned index, void *base, size_t len) {
   EACH_WATCHER(w) {
     if (w->chunk_mapped) w->chunk_mapped(index, base, len);

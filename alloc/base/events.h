@@ -67,8 +67,6 @@ struct nic_memory_watcher {
    * protection the call must not undo makes the call itself and returns true with *rc its result
    * (0 or -errno); the first that does so makes it for all. */
   bool (*protection_changing)(uintptr_t start, size_t len, int prot, int *rc);
-  /* That mprotect was made and succeeded (whoever made it), heard by every watcher. */
-  void (*protection_changed)(uintptr_t start, size_t len);
   /* A dataplane chunk's memory is new (mapped and pinned), or about to be given back; a
    * watcher that cannot let it go yet (its registration is busy) returns false, and the chunk
    * stays. Called with the chunks lock held. */
@@ -95,7 +93,6 @@ void nic_publish_range_stale(uintptr_t start, size_t len);
 void nic_publish_pages_leaving(uintptr_t start, size_t len);
 /* true: a watcher made the call, with result *rc */
 bool nic_publish_protection_changing(uintptr_t start, size_t len, int prot, int *rc);
-void nic_publish_protection_changed(uintptr_t start, size_t len);
 void nic_publish_chunk_mapped(unsigned index, void *base, size_t len);
 bool nic_publish_chunk_releasing(unsigned index, void *base, size_t len);
 bool nic_publish_step_releasing(unsigned index, unsigned step, void *base, size_t len);

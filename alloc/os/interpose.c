@@ -178,13 +178,9 @@ int nic_mimalloc_decommit(void *addr, size_t len) {
  * call makes those pages writable behind its back. */
 static int protect_watched(void *addr, size_t len, int prot) {
   int err;
-  if (nic_publish_protection_changing((uintptr_t)addr, len, prot, &err)) {
-    if (err) return errno = -err, -1;
-  } else if (syscall(SYS_mprotect, addr, len, prot)) {
-    return -1;
-  }
-  nic_publish_protection_changed((uintptr_t)addr, len);
-  return 0;
+  if (nic_publish_protection_changing((uintptr_t)addr, len, prot, &err))
+    return err ? (errno = -err, -1) : 0;
+  return (int)syscall(SYS_mprotect, addr, len, prot);
 }
 
 static int os_mprotect(void *addr, size_t len, int prot) {

@@ -21,7 +21,6 @@ void nic_range_kind_prepare(uintptr_t start, uintptr_t end) {
 struct walk {
   uintptr_t next, end;
   uintptr_t span_lo, span_hi;
-  uintptr_t one[2]; /* the first mapping, while it holds the whole range */
   unsigned kind;
   bool covered;
 };
@@ -30,10 +29,7 @@ static bool look(const struct nic_maps_entry *e, void *arg) {
   struct walk *w = arg;
   if (e->start > w->next) return false; /* a gap */
   if (!w->covered) {
-    if (!w->span_lo) {
-      w->span_lo = e->start;
-      if (e->start <= w->next && e->end >= w->end) w->one[0] = e->start, w->one[1] = e->end;
-    }
+    if (!w->span_lo) w->span_lo = e->start;
     if (e->shared || !e->anonymous) w->kind &= ~NIC_RANGE_CACHEABLE;
     if (!e->writable) w->kind &= ~NIC_RANGE_WRITABLE;
     w->covered = e->end >= w->end;
@@ -44,10 +40,7 @@ static bool look(const struct nic_maps_entry *e, void *arg) {
   return true;
 }
 
-unsigned nic_range_kind(uintptr_t start, uintptr_t end, uintptr_t mapping[2]) {
-  uintptr_t ignored[2];
-  if (!mapping) mapping = ignored;
-  mapping[0] = start, mapping[1] = end;
+unsigned nic_range_kind(uintptr_t start, uintptr_t end) {
   /* mimalloc's memory, which nicmalloc maps private and anonymous and mimalloc commits writable. */
   const uintptr_t off = start - nic_commit_map.base, checked = nic_commit_map.checked;
   if (off < checked && end - start <= checked - off)
@@ -58,7 +51,6 @@ unsigned nic_range_kind(uintptr_t start, uintptr_t end, uintptr_t mapping[2]) {
   /* Unknown (the maps could not be read: no descriptor left) is not cached: a registration of
    * the request's own, which the backend checks for itself. */
   if (nic_maps_walk(start, UINTPTR_MAX, look, &w) || !w.covered) return 0;
-  if (w.one[1]) mapping[0] = w.one[0], mapping[1] = w.one[1];
   if ((w.kind & NIC_RANGE_CACHEABLE) && nic_thread_block_in(w.span_lo, w.span_hi))
     w.kind &= ~NIC_RANGE_CACHEABLE;
   return w.kind;

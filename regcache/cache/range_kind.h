@@ -25,9 +25,7 @@
  * call it where the program could call malloc, under no lock of nicmalloc's. */
 void nic_range_kind_prepare(uintptr_t start, uintptr_t end);
 /* NIC_RANGE_* of [start, end), page-aligned and readable. Never allocates; reads
- * /proc/self/maps unless the range lies in the control arena, and takes the thread list's lock.
- * mapping, when not NULL, gets the bounds of the one mapping that holds the whole range, as the
- * maps say, or [start, end) itself where they do not say so (several mappings, none read). */
-unsigned nic_range_kind(uintptr_t start, uintptr_t end, uintptr_t mapping[2]);
+ * /proc/self/maps unless the range lies in the control arena, and takes the thread list's lock. */
+unsigned nic_range_kind(uintptr_t start, uintptr_t end);
 
 #endif

@@ -9,7 +9,6 @@
 #include "map.h"
 #include "page.h"
 #include "range_kind.h"
-#include "rcache_refused.h"
 #include "rcache_table.h"
 #include "readable.h"
 
@@ -609,9 +608,9 @@ static bool place_locked(struct nic_rcache *c, uintptr_t *start, uintptr_t *end,
  * itself at the pin), a page still shared copy-on-write (the zero page of memory never written, a
  * page shared with a child of fork or merged by KSM) would stay pinned while the process's next
  * write moved to a copy. Read-only memory is not kept there. */
-static bool may_keep(const struct nic_backend *b, uintptr_t start, uintptr_t end, unsigned *access,
-                     uintptr_t mapping[2]) {
-  const unsigned kind = nic_range_kind(start, end, mapping);
+static bool may_keep(const struct nic_backend *b, uintptr_t start, uintptr_t end,
+                     unsigned *access) {
+  const unsigned kind = nic_range_kind(start, end);
   if (!(kind & NIC_RANGE_CACHEABLE)) return false;
   if (b->caps.pages_follow) return true;
   if (!(kind & NIC_RANGE_WRITABLE)) return false;
@@ -679,7 +678,6 @@ static int insert_locked(struct nic_rcache *c, uintptr_t start, uintptr_t end, u
    * requests, each keeping the peer's access alive, or giving a peer more than was asked. */
   bool cached = !(access & UNSHARED);
   access &= ~(unsigned)NIC_RCACHE_OWN;
-  const unsigned asked = access;
   /* Larger than the backend registers at once, or than the cache holds: refused before
    * anything is evicted for it. */
   if (end - start > b->caps.max_region_bytes || (cached && end - start > c->max_bytes))
@@ -687,8 +685,7 @@ static int insert_locked(struct nic_rcache *c, uintptr_t start, uintptr_t end, u
   /* Else the NIC refuses it, or worse the sim takes it and faults reading it. */
   if (!nic_range_readable((const void *)start, end - start)) return -EFAULT;
   /* Memory the cache cannot follow gets a registration of the request's own. */
-  uintptr_t mapping[2] = {start, end};
-  if (cached) cached = may_keep(b, start, end, &access, mapping);
+  if (cached) cached = may_keep(b, start, end, &access);
   retry_busy_locked(c); /* their slots, if their posts are done */
   if (cached) {
     if (!place_locked(c, &start, &end, &access, b->caps.max_region_bytes)) return -ENOSPC;
@@ -711,8 +708,6 @@ static int insert_locked(struct nic_rcache *c, uintptr_t start, uintptr_t end, u
   }
   int rc = register_making_room_locked(c, b, start, end, access, &r->reg);
   if (rc == -EAGAIN) busy[0] = start, busy[1] = end;
-  /* Readable, and refused all the same: so will its mapping be, until it changes. */
-  if (rc == -EFAULT) nic_rcache_refused_note_locked(c, mapping[0], mapping[1], asked);
   if (rc == 0 && cached && !nic_rt_set(c->rt, start, end, slot)) {
     __atomic_store_n(&r->refs, 1, __ATOMIC_RELEASE); /* nobody posted with it: goes at once */
     drop_ref_locked(c, slot);
@@ -799,16 +794,11 @@ static __attribute__((noinline)) int acquire_missed(struct nic_rcache *c, uintpt
     pthread_mutex_lock(&lock);
     int rc = 0;
     uintptr_t busy[2] = {0, 0}; /* set with -EAGAIN */
-    const uintptr_t first = start & ~(NIC_PAGE_SIZE - 1),
-                    end = (last + NIC_PAGE_SIZE) & ~(NIC_PAGE_SIZE - 1);
     if (cached && lookup(c, start, last, access, out)) {
       count(&c->stats.hits); /* another thread registered it meanwhile */
-    } else if (nic_rcache_refused_covers_locked(c, first, end, access & ~NIC_RCACHE_OWN)) {
-      rc = -EFAULT; /* as the backend answered for its mapping before */
-      count(&c->stats.refusals_remembered);
-      count(&c->stats.failures);
     } else {
-      rc = insert_locked(c, first, end, access, out, busy);
+      rc = insert_locked(c, start & ~(NIC_PAGE_SIZE - 1),
+                         (last + NIC_PAGE_SIZE) & ~(NIC_PAGE_SIZE - 1), access, out, busy);
       if (rc == 0)
         count(&c->stats.misses); /* a lookup that registered a region: refusals are failures */
       else if (rc != -EAGAIN)
@@ -896,7 +886,6 @@ static void invalidate_one_locked(struct nic_rcache *c, uintptr_t start, uintptr
 }
 
 void nic_rcache_invalidate(uintptr_t start, size_t len) {
-  nic_rcache_refused_forget(start, start + len < start ? UINTPTR_MAX : start + len);
   if ((!__atomic_load_n(&nic_rcache_regions_live, __ATOMIC_ACQUIRE) &&
        !__atomic_load_n(&remote_live, __ATOMIC_ACQUIRE)) ||
       len == 0)
@@ -935,7 +924,6 @@ int nic_rcache_destroy(struct nic_rcache *c) {
     pthread_mutex_unlock(&lock);
     return -EBUSY;
   }
-  nic_rcache_refused_drop_locked(c); /* its memory may be another cache's next */
   unlist_locked(c);
   pthread_mutex_unlock(&lock);
   unmap_cache(c);
@@ -976,7 +964,6 @@ static bool forget_parents_locked(struct nic_rcache *c) {
  * memory goes too, unless a reference the program kept (a posted message's) names a slot of it:
  * that reference's release reads the slot. */
 static void after_fork_child(void) {
-  nic_rcache_refused_drop_locked(NULL); /* the parent's backends answered those */
   forget_parents_locked(&nic_rcache_process_instance);
   for (unsigned k = 0; k < NIC_BACKEND_KINDS; k++) {
     struct nic_rcache *c = of_kind[k];
@@ -1022,7 +1009,6 @@ void nic_rcache_get_stats_all(struct nic_rcache_stats *out) {
     out->registrations += one.registrations;
     out->failures += one.failures;
     out->busy_deregs += one.busy_deregs;
-    out->refusals_remembered += one.refusals_remembered;
     out->busy += one.busy;
     out->regions += one.regions;
     out->bytes += one.bytes;
@@ -1071,10 +1057,5 @@ static void retry_busy_tick(void) {
   nic_rcache_retry_busy_all();
   nic_rcache_frees_may_go();
 }
-/* An mprotect that gives write access back ends a refusal (rcache_refused.h). */
-static void protection_changed(uintptr_t start, size_t len) {
-  nic_rcache_refused_forget(start, start + len < start ? UINTPTR_MAX : start + len);
-}
 NIC_MEMORY_WATCHER(registration_cache, .range_stale = nic_rcache_invalidate,
-                   .pages_leaving = nic_rcache_invalidate, .protection_changed = protection_changed,
-                   .tick = retry_busy_tick);
+                   .pages_leaving = nic_rcache_invalidate, .tick = retry_busy_tick);

@@ -169,8 +169,6 @@ struct nic_rcache_stats {
   uint32_t own_regions; /* a request's own (remote access, a range across dataplane steps,
                          * memory the cache does not keep) */
   size_t own_bytes;
-  /* Of the failures, those answered -EFAULT from a refusal remembered (rcache_refused.h). */
-  uint64_t refusals_remembered;
 };
 void nic_rcache_get_stats(struct nic_rcache *c, struct nic_rcache_stats *out);
 /* Sums the statistics of every runtime cache (the process-wide one and nic_rcache_of's). */

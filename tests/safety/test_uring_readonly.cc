@@ -151,53 +151,6 @@ TEST_F(UringSgaTest, UnreadableMemoryIsStillRefused) {
   nic_sga_reset(&sga);
 }
 
-// How often io_uring was asked and refused: the process-wide cache's failures less those it
-// answered from a refusal it remembered.
-uint64_t Asked() {
-  nic_rcache_stats s{};
-  nic_rcache_get_stats(nic_rcache_process(), &s);
-  return s.failures - s.refusals_remembered;
-}
-
-// Adds [p, p+len) to an array of its own and says whether it was copied (-1: refused).
-int Copied(const char *p, size_t len) {
-  nic_sga sga;
-  if (nic_sga_init(&sga, 0) || nic_sga_add(&sga, p, len)) return -1;
-  const int copied = sga.entry[0].kind == NIC_SGA_BOUNCE;
-  nic_sga_reset(&sga);
-  return copied;
-}
-
-// A refusal is its mapping's, and is remembered: each entry asked again read /proc/self/maps and
-// made a system call: 84 us a 64 KiB entry here, against 26-38 us with the copy alone. The
-// mapping's changes (an mprotect, an unmap) end it.
-TEST_F(UringSgaTest, ARefusedMappingIsAskedOnceUntilItChanges) {
-  File file;
-  char *ro = file.Map(PROT_READ, MAP_PRIVATE);
-  ASSERT_NE(ro, nullptr);
-  const uint64_t before = Asked();
-  for (int i = 0; i < 10; i++) {
-    EXPECT_EQ(Copied(ro, kLen), 1) << i;
-    EXPECT_EQ(Copied(ro + 4096 * (i + 1), 4096), 1) << i << ": a part of it";
-  }
-  EXPECT_EQ(Asked() - before, 1u) << "asked per entry";
-  // Writable (its own copy-on-write pages): registered, not copied.
-  ASSERT_EQ(mprotect(ro, kLen, PROT_READ | PROT_WRITE), 0) << strerror(errno);
-  EXPECT_EQ(Copied(ro, kLen), 0) << "still taken for refused after an mprotect";
-  ASSERT_EQ(mprotect(ro, kLen, PROT_READ), 0) << strerror(errno);
-  EXPECT_EQ(Copied(ro, kLen), 1);
-  EXPECT_EQ(Copied(ro, kLen), 1);
-  EXPECT_EQ(Asked() - before, 2u) << "read-only again: asked once more";
-  // Unmapped and mapped again (wherever the kernel puts it).
-  ASSERT_EQ(munmap(ro, kLen), 0);
-  file.maps.clear();
-  ro = file.Map(PROT_READ, MAP_PRIVATE);
-  ASSERT_NE(ro, nullptr);
-  EXPECT_EQ(Copied(ro, kLen), 1);
-  EXPECT_EQ(Copied(ro, kLen), 1);
-  EXPECT_EQ(Asked() - before, 3u) << "mapped anew: asked once more";
-}
-
 // Under sim, which registers these, a uring endpoint's post resolves the entries again, against
 // io_uring: they were refused there ("the entries cannot be registered with the endpoint's
 // backend uring (Bad address)"), and are copied now. A post that fails after such a copy gives
