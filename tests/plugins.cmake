@@ -77,8 +77,14 @@ if(TARGET nicmalloc-dpdk)
   add_executable(plugin_dir_probe regcache/plugin_dir_probe.c)
   target_link_libraries(plugin_dir_probe PRIVATE nicmalloc)
   add_dependencies(plugin_dir_probe nicmalloc-dpdk)
+  # A plugin of another nicmalloc's backend layout, in a directory of its own.
+  add_library(old_dpdk_plugin MODULE regcache/old_plugin.c)
+  set_target_properties(old_dpdk_plugin PROPERTIES OUTPUT_NAME nicmalloc-dpdk PREFIX lib
+    LIBRARY_OUTPUT_DIRECTORY ${CMAKE_CURRENT_BINARY_DIR}/old_plugin)
+  add_dependencies(plugin_dir_probe old_dpdk_plugin)
   add_test(NAME plugin_dir_relative_and_linked COMMAND ${CMAKE_CURRENT_SOURCE_DIR}/regcache/plugin_dir.sh
-           $<TARGET_FILE:plugin_dir_probe> $<TARGET_FILE_DIR:nicmalloc>)
+           $<TARGET_FILE:plugin_dir_probe> $<TARGET_FILE_DIR:nicmalloc>
+           $<TARGET_FILE:old_dpdk_plugin>)
   set_tests_properties(plugin_dir_relative_and_linked PROPERTIES TIMEOUT 120)
 
   # The DMA mappings of a registration, which no port here makes: built from the plugin's source

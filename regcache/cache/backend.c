@@ -84,16 +84,28 @@ static void *load_plugin(enum nic_backend_kind kind) {
   snprintf(path, sizeof path, "%slibnicmalloc-%s.so", dir, name);
   nic_plugin_env_mark();
   void *handle = dlopen(path, RTLD_NOW | RTLD_LOCAL);
+  const char *loaded = path;
   if (!handle) {
     const char *err = dlerror(); /* the next dlopen replaces it */
     snprintf(first_failure, sizeof first_failure, "%s", err ? err : "unknown reason");
-    if (dir_len) handle = dlopen(path + dir_len, RTLD_NOW | RTLD_LOCAL); /* library path */
+    if (dir_len) handle = dlopen(loaded = path + dir_len, RTLD_NOW | RTLD_LOCAL); /* library path */
   }
   if (!handle) {
     note_unloadable(kind, path, first_failure);
     errno = ENOENT;
     return NULL;
   }
+  const unsigned *abi = (const unsigned *)dlsym(handle, "nic_backend_abi");
+  if (!abi || *abi != NIC_BACKEND_ABI) {
+    snprintf(first_failure, sizeof first_failure,
+             "built for another version of nicmalloc (backend ABI %u, this library's %u)",
+             abi ? *abi : 0, NIC_BACKEND_ABI);
+    note_unloadable(kind, loaded, first_failure);
+    dlclose(handle);
+    errno = ENOENT;
+    return NULL;
+  }
+  __atomic_store_n(&unloadable_said[kind - NIC_BACKEND_VERBS], false, __ATOMIC_RELEASE);
   const unsigned guarded = nic_plugin_env_guard();
   if (guarded) nic_log_info("backend %s: %u libraries read no environment", name, guarded);
   return handle;

@@ -97,6 +97,12 @@ typedef void (*nic_completion_fn)(void *arg, int status);
  * its own threads, and in the order its messages came. */
 #define NIC_POLL_COMPLETIONS_ONLY (-1)
 
+/* The layout of struct nic_backend and the meaning of its members, between the host and a plugin
+ * (which hands the host its table): bumped with every change to either. Each plugin exports its
+ * build's value as nic_backend_abi (plugin_services.c), and the host loads none of another, such
+ * as an older plugin found along the library path, whose table it would read wrong. */
+#define NIC_BACKEND_ABI 2u
+
 struct nic_backend {
   const char *name;
   struct nic_backend_caps caps;

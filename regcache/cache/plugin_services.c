@@ -1,8 +1,13 @@
 /* The plugin side of plugin_host.h (see plugin_services.h). */
 #include "plugin_services.h"
 
+#include "backend.h"
+#include "export.h"
+
 #include <errno.h>
 #include <stdarg.h>
+
+NIC_EXPORT const unsigned nic_backend_abi = NIC_BACKEND_ABI;
 
 static const struct nic_plugin_host *host;
 
