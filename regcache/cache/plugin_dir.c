@@ -4,15 +4,16 @@
 
 #include <dlfcn.h>
 #include <limits.h>
-#include <stdbool.h>
+#include <pthread.h>
 #include <stdlib.h>
 #include <string.h>
 
 static char dir[PATH_MAX];
-static bool found;
+static pthread_once_t found = PTHREAD_ONCE_INIT;
 
-void nic_plugin_dir_find(void) {
-  found = true;
+/* Once for the process, whoever asks first: the constructor, or a thread another library's
+ * constructor started before ours ran, which must not read a directory half written. */
+static void find(void) {
   Dl_info self;
   if (!dladdr((void *)&nic_plugin_dir_find, &self) || !self.dli_fname) return;
   /* Where realpath fails (the file was removed since), the loader's path is the best left. */
@@ -25,7 +26,11 @@ void nic_plugin_dir_find(void) {
   dir[len] = '\0';
 }
 
+void nic_plugin_dir_find(void) {
+  pthread_once(&found, find);
+}
+
 const char *nic_plugin_dir(void) {
-  if (!found) nic_plugin_dir_find();
+  pthread_once(&found, find);
   return dir;
 }

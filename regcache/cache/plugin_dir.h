@@ -12,7 +12,7 @@ void nic_plugin_dir_find(void);
 
 /* The directory with its final '/', or "" when the loader names no file for the library (the
  * plugins are then looked for along the library path alone). Found now if the constructor has
- * not run yet. Under the backend lock (or from the constructor, before any other caller). */
+ * not run yet; any thread. */
 const char *nic_plugin_dir(void);
 
 #endif
