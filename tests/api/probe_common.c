@@ -7,6 +7,7 @@
 #include <errno.h>
 #include <fcntl.h>
 #include <grp.h>
+#include <linux/capability.h>
 #include <stddef.h>
 #include <stdint.h>
 #include <stdio.h>
@@ -15,6 +16,7 @@
 #include <sys/mman.h>
 #include <sys/prctl.h>
 #include <sys/resource.h>
+#include <sys/syscall.h>
 #include <time.h>
 #include <unistd.h>
 
@@ -65,13 +67,26 @@ long long smaps_bytes(void) {
   return total;
 }
 
+/* Where no such uid can be had (a user namespace that maps few), root drops CAP_IPC_LOCK alone,
+ * and shares the count. */
+static int drop_ipc_lock(void) {
+  struct __user_cap_header_struct header = {_LINUX_CAPABILITY_VERSION_3, 0};
+  struct __user_cap_data_struct data[2];
+  if (syscall(SYS_capget, &header, data)) return -1;
+  data[CAP_IPC_LOCK / 32].effective &= ~(1u << (CAP_IPC_LOCK % 32));
+  data[CAP_IPC_LOCK / 32].permitted &= ~(1u << (CAP_IPC_LOCK % 32));
+  return (int)syscall(SYS_capset, &header, data);
+}
+
 bool memlock_limit_set(rlim_t bytes) {
   const struct rlimit lim = {bytes, bytes};
   const uid_t own = 0x40000000u + (uid_t)getpid();
-  if (setrlimit(RLIMIT_MEMLOCK, &lim) == 0 && setgroups(0, NULL) == 0 &&
-      setresgid(own, own, own) == 0 && setresuid(own, own, own) == 0 &&
-      prctl(PR_SET_DUMPABLE, 1) == 0)
-    return true;
+  if (setrlimit(RLIMIT_MEMLOCK, &lim) == 0) {
+    if (setgroups(0, NULL) == 0 && setresgid(own, own, own) == 0 && setresuid(own, own, own) == 0 &&
+        prctl(PR_SET_DUMPABLE, 1) == 0)
+      return true;
+    if (drop_ipc_lock() == 0) return true;
+  }
   printf("setup_failed=%d\n", errno);
   return false;
 }

@@ -25,7 +25,8 @@ bool map_pages_apart(unsigned count);
 /* RLIMIT_MEMLOCK of bytes as an ordinary user runs: as a user of its own (a uid made from the
  * pid; root's capabilities, CAP_IPC_LOCK among them, go with the change), since io_uring counts
  * the pins of its fixed buffers per user, and probes run side by side as root would share one
- * count. On failure prints setup_failed=errno and returns false. */
+ * count (where that uid cannot be had, in a user namespace that maps few, root drops
+ * CAP_IPC_LOCK alone). On failure prints setup_failed=errno and returns false. */
 bool memlock_limit_set(rlim_t bytes);
 /* Allocates total bytes in blocks of block bytes with nic_malloc; counts where they landed
  * (probe_dataplane.c; the memlock scenarios run it under their limit too). */
