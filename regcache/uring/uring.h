@@ -60,6 +60,7 @@ struct nic_uring_stats {
   uint64_t send_zc_fixed;       /* one entry left: SEND_ZC from a fixed buffer */
   uint64_t sendmsg_zc_fixed;    /* several entries in one slot: SENDMSG_ZC, fixed buffer */
   uint64_t sendmsg_zc_plain;    /* several entries: SENDMSG_ZC, pages pinned per send */
+  uint64_t dgram_copied;        /* a datagram on more pages than zero-copy takes: SENDMSG, copied */
   uint64_t protection_errors;   /* completed with -EFAULT before submission */
   uint64_t send_errors;         /* completed with another -errno */
   uint64_t resubmits;           /* sends cut short and resumed (see uring_send.c) */

@@ -59,6 +59,7 @@ struct uring_req {
   unsigned cancels;  /* cancelled as the lead, in a row, without sending anything */
   bool fixed_vec;    /* its last send was a fixed-buffer SENDMSG_ZC */
   bool unfixed;      /* the kernel could not map it as one: its sends name plain memory */
+  bool copying;      /* a datagram zero-copy could not carry: sent again copied (on_sent) */
   unsigned n, first; /* entries; the first one not entirely sent */
   size_t total, off; /* message bytes; bytes sent so far */
   uint32_t slot[URING_MAX_SGE];

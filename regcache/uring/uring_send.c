@@ -87,7 +87,12 @@ static void prep_send(struct uring_backend *ub, struct uring_req *req, struct io
   int fd = req->ep->file >= 0 ? req->ep->file : req->ep->fd;
   unsigned first = req->first, left = req->n - first;
   unsigned zc_flags = ub->report_usage ? IORING_SEND_ZC_REPORT_USAGE : 0;
-  if (left == 1) {
+  if (req->copying) { /* copied into the socket at the send: no notification follows */
+    req->msg = (struct msghdr){.msg_iov = &req->iov[first], .msg_iovlen = left};
+    io_uring_prep_sendmsg(sqe, fd, &req->msg, SEND_FLAGS);
+    req->fixed_vec = false;
+    ub->stats.dgram_copied++;
+  } else if (left == 1) {
     io_uring_prep_send_zc_fixed(sqe, fd, req->iov[first].iov_base, req->iov[first].iov_len,
                                 SEND_FLAGS, zc_flags, req->slot[first]);
     /* The rest of a vectored send cut short: -ENOMEM here is no sendmsg's mapping (on_sent). */
@@ -182,9 +187,15 @@ static void on_sent_locked(struct uring_backend *ub, struct uring_req *req, int 
    * of plain memory goes). The rest of the post goes again as plain memory, which it pins. */
   bool refused_fixed = res == -ENOMEM && req->fixed_vec && !req->unfixed;
   if (refused_fixed) req->unfixed = true;
+  /* A datagram sent zero-copy takes at most MAX_SKB_FRAGS pages (17 by default): one of a legal
+   * length over more (entries apart, each on its own pages) fails with -EMSGSIZE, which the
+   * program cannot foresee. It goes again copied, as a plain send would; one too long for a
+   * datagram fails that way too, the same error. */
+  bool too_scattered = res == -EMSGSIZE && ep->dgram && !req->copying;
+  if (too_scattered) req->copying = true;
   if (req->off == req->total) {
     end_sends_locked(ub, req, 0);
-  } else if (refused_fixed) {
+  } else if (refused_fixed || too_scattered) {
     nic_uring_requeue(&ep->backlog, req);
     ub->stats.resubmits++;
   } else if (cut_short || (res == -ECANCELED && (!req->lead || ++req->cancels < MAX_CANCELS))) {
