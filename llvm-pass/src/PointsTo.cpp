@@ -819,16 +819,24 @@ void PointsToGraph::mergeCycles() {
   components(/*PlainOnly=*/true, [&](const std::vector<NodeId> &C) {
     if (C.size() > 1) Cycles.push_back(C);
   });
+  std::vector<NodeId> Merged;
   for (const std::vector<NodeId> &C : Cycles) {
     // The largest set takes in the others: a union costs the size of the smaller sets.
     NodeId R = *std::max_element(
         C.begin(), C.end(), [&](NodeId A, NodeId B) { return Pts[A].count() < Pts[B].count(); });
     for (NodeId X : C)
       if (X != R) unite(R, X);
+    Merged.push_back(R);
   }
+  for (NodeId R : Merged)
+    tidyEdges(R);
+  // Elsewhere only edges into a merged node change: a node without one is tidy already (its
+  // edges were added with their destinations merged as they were, and never twice).
   if (!Cycles.empty())
     for (NodeId N = 0; N < Succ.size(); ++N)
-      if (Parent[N] == N) tidyEdges(N);
+      if (Parent[N] == N && std::any_of(Succ[N].begin(), Succ[N].end(),
+                                        [&](const Edge &E) { return Parent[E.Dst] != E.Dst; }))
+        tidyEdges(N);
 }
 
 std::tuple<uint64_t, uint64_t, uint64_t> PointsToGraph::copyCycles() const {
