@@ -126,8 +126,7 @@ static void *poller(void *arg) {
 /* Signals as the poller's; false when the thread could not be made. */
 static bool spawn(void *(*fn)(void *), const char *name, sigset_t *mask) {
   pthread_t t;
-  if (nic_own_thread_create(&t, fn, NULL, mask)) return false;
-  pthread_setname_np(t, name);
+  if (nic_own_thread_create(&t, name, fn, NULL, mask)) return false;
   pthread_detach(t);
   return true;
 }

@@ -245,13 +245,13 @@ static int uffd_start(void) {
   uffd = fd;
   pthread_t t;
   failed_step = "its fault thread could not be started";
-  rc = -nic_own_thread_create(&t, handler, NULL, NULL); /* no signal handler may run on it */
+  rc = -nic_own_thread_create(&t, "nicmalloc-uffd", handler, NULL,
+                              NULL); /* no signal handler may run on it */
   if (rc) {
     nic_close_nocancel(fd);
     uffd = -1;
     return rc;
   }
-  pthread_setname_np(t, "nicmalloc-uffd");
   pthread_detach(t);
   return 0;
 }

@@ -256,9 +256,8 @@ void nic_reaper_start(void) {
   if (__atomic_exchange_n(&started, 1, __ATOMIC_ACQ_REL)) return;
   nic_abandoned_decommits_wait(); /* whose late drops its passes make */
   nic_nudge_install();
-  if (nic_own_thread_create(&thread, reaper_main, NULL, NULL) == 0) {
+  if (nic_own_thread_create(&thread, "nicmalloc-reap", reaper_main, NULL, NULL) == 0) {
     joinable = true;
-    pthread_setname_np(thread, "nicmalloc-reap");
   } else {
     nic_log_info("cannot start the chunk reaper thread; empty chunks stay pinned");
   }

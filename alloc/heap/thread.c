@@ -17,6 +17,7 @@
 #include <pthread.h>
 #include <string.h>
 #include <sys/epoll.h>
+#include <sys/prctl.h>
 #include <sys/single_threaded.h>
 #include <unistd.h>
 
@@ -170,6 +171,7 @@ static __thread bool own_thread __attribute__((tls_model("initial-exec")));
 struct own_start {
   void *(*fn)(void *);
   void *arg;
+  const char *name;
   int taken; /* a futex word: the new thread has read fn and arg */
 };
 
@@ -182,6 +184,11 @@ static void *own_thread_main(void *start) {
   struct own_start *s = start;
   void *(*fn)(void *) = s->fn;
   void *arg = s->arg;
+  /* Named by itself: pthread_setname_np from another thread writes /proc/self/task/<tid>/comm,
+   * and the /proc entries that leaves made reaping a child of fork that started a thread of ours
+   * cost milliseconds (a shell's command substitution under NICMALLOC_DP_MIN_SIZE: 3.9 s for 500
+   * against 0.8 s named this way). */
+  prctl(PR_SET_NAME, s->name);
   __atomic_add_fetch(&own_live, 1, __ATOMIC_RELEASE);
   own_thread = true;
   __atomic_store_n(&s->taken, 1, __ATOMIC_RELEASE);
@@ -193,12 +200,13 @@ static void *own_thread_main(void *start) {
   return result;
 }
 
-int nic_own_thread_create(pthread_t *thread, void *(*fn)(void *), void *arg, const sigset_t *mask) {
+int nic_own_thread_create(pthread_t *thread, const char *name, void *(*fn)(void *), void *arg,
+                          const sigset_t *mask) {
   NIC_INTERNAL_SCOPE();
   sigset_t all, old;
   sigfillset(&all);
   pthread_sigmask(SIG_SETMASK, mask ? mask : &all, &old); /* the new thread inherits it */
-  struct own_start start = {fn, arg, 0};
+  struct own_start start = {fn, arg, name, 0};
   nic_lifetime_begin();
   const int rc = pthread_create(thread, NULL, own_thread_main, &start);
   nic_lifetime_end();

@@ -179,8 +179,10 @@ void nic_thread_after_late_alloc(struct nic_thread *t);
  * the reaper) had come from a thread that exited. So what the creation allocates on a thread
  * other than the main one is mapped apart, as blocks nicmalloc maps itself (mapped.h). The thread
  * is counted while it runs (nic_own_threads_live), and the reaper started with it, which ends the
- * process once these are all that is left (last_thread.h). Returns pthread_create's answer. */
-int nic_own_thread_create(pthread_t *thread, void *(*fn)(void *), void *arg, const sigset_t *mask);
+ * process once these are all that is left (last_thread.h). The thread names itself name (at most
+ * 15 characters, kept as long as the thread starts). Returns pthread_create's answer. */
+int nic_own_thread_create(pthread_t *thread, const char *name, void *(*fn)(void *), void *arg,
+                          const sigset_t *mask);
 /* How many threads nic_own_thread_create made are alive: at most as many as the kernel counts,
  * never more. */
 unsigned nic_own_threads_live(void);

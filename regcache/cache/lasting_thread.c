@@ -39,9 +39,9 @@ bool nic_run_on_lasting_thread(void (*fn)(void *), void *arg) {
     sigset_t mask;
     nic_signals_but_faults(&mask);
     pthread_t thread;
-    if (nic_own_thread_create(&thread, lasting_main, NULL, &mask) != 0) return false;
+    if (nic_own_thread_create(&thread, "nicmalloc-open", lasting_main, NULL, &mask) != 0)
+      return false;
     pthread_detach(thread);
-    pthread_setname_np(thread, "nicmalloc-open");
     lasting.pid = getpid();
   }
   lasting.fn = fn;

@@ -242,13 +242,12 @@ int sim_dma_start(struct sim_nic *s) {
    * handler (the mprotect fence's) rather than kill the process, as completions run here. */
   sigset_t all;
   nic_signals_but_faults(&all);
-  rc = nic_own_thread_create(&s->thread, engine, s, &all);
+  rc = nic_own_thread_create(&s->thread, "nicmalloc-sim", engine, s, &all);
   if (rc) {
     pthread_cond_destroy(&s->wake);
     pthread_cond_destroy(&s->dma_done);
     return rc;
   }
-  pthread_setname_np(s->thread, "nicmalloc-sim");
   return 0;
 }
 

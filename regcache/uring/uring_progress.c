@@ -188,7 +188,7 @@ int nic_uring_progress_start(struct uring_backend *ub) {
   if (!rc) rc = io_uring_register_eventfd(&ub->ring, ub->ring_efd);
   if (!rc) rc = -pthread_cond_init(&ub->sent, NULL);
   if (!rc) {
-    rc = -nic_own_thread_create(&ub->progress, progress_main, ub, NULL);
+    rc = -nic_own_thread_create(&ub->progress, "nic-uring", progress_main, ub, NULL);
     if (rc) pthread_cond_destroy(&ub->sent);
   }
   if (rc) {
@@ -197,7 +197,6 @@ int nic_uring_progress_start(struct uring_backend *ub) {
     ub->ring_efd = ub->work_efd = -1;
     return rc;
   }
-  pthread_setname_np(ub->progress, "nic-uring");
   ub->progress_running = true;
   ub->pid = getpid();
   nic_send_order_set(before_plain_send);
