@@ -14,9 +14,11 @@
 
 #include <dlfcn.h>
 #include <errno.h>
+#include <limits.h>
 #include <link.h>
 #include <stdbool.h>
 #include <stdint.h>
+#include <stdio.h>
 #include <string.h>
 
 /* Whether name is bound to a definition in the object that holds this code: libnicmalloc.so,
@@ -146,10 +148,12 @@ void nic_interposed_check(void) {
   Dl_info *owner = about_malloc ? &malloc_owner : &free_owner;
   struct link_map **map = about_malloc ? &malloc_map : &free_map;
   if (bound && is_program_entry(name, bound)) find_definition(name, owner, map);
-  const char *what = "malloc, free, operator new, NICMALLOC_DP_MIN_SIZE, NICMALLOC_PROFILE, "
-                     "NICMALLOC_SITES and the dataplane scope do not reach nicmalloc here (code "
-                     "compiled with the LLVM pass allocates with the program's malloc), and "
-                     "its blocks (nic_malloc and the other nic_ calls) must be freed with nic_free";
+#define WHAT                                                                                       \
+  "malloc, free, operator new, NICMALLOC_DP_MIN_SIZE, NICMALLOC_PROFILE, NICMALLOC_SITES and the " \
+  "dataplane scope do not reach nicmalloc here (code compiled with the LLVM pass allocates with "  \
+  "the program's malloc), and its blocks (nic_malloc and the other nic_ calls) must be freed "     \
+  "with nic_free"
+  const char *what = WHAT;
   /* The main program's link map has an empty name. A program with an allocator of its own
    * (rustc's jemalloc) has it whatever is preloaded: said where a setting asks for what cannot
    * be, else only when verbose, as a preloaded wrapper of a whole build would meet many. */
@@ -160,8 +164,14 @@ void nic_interposed_check(void) {
                                           owner->dli_fname ? owner->dli_fname : "?", what);
     return;
   }
-  nic_log_warn("the program's %s is not nicmalloc's but %s's (nicmalloc was loaded with dlopen, "
-               "or after that allocator): %s; preload it (LD_PRELOAD) or link the program with "
-               "it to make it the malloc",
-               name, owner->dli_fname ? owner->dli_fname : "an unknown object", what);
+  /* Longer than a log line's buffer with a long path: the head formatted, the rest written as
+   * it is, so that the advice at its end is not cut off. */
+  char head[PATH_MAX + 128];
+  snprintf(head, sizeof head,
+           "the program's %s is not nicmalloc's but %s's (nicmalloc was loaded with dlopen, or "
+           "after that allocator): ",
+           name, owner->dli_fname ? owner->dli_fname : "an unknown object");
+  nic_log_warn_text(head, WHAT "; preload it (LD_PRELOAD) or link the program with it to make it "
+                               "the malloc");
+#undef WHAT
 }

@@ -391,6 +391,9 @@ TEST(MallocApi, LoadedWithDlopenItSaysItIsNotTheMallocAndFreesItsOwnBlocks) {
   EXPECT_GE(r.num("freed_live_bytes"), 3000) << "nic_free gave the block back";
   EXPECT_EQ(r.num("still_loaded"), 1) << "its threads run on after the library that loaded it";
   EXPECT_EQ(count_lines(r.err, "the program's malloc is not nicmalloc's but "), 1) << r.err;
+  EXPECT_EQ(count_lines(r.err, "link the program with it to make it the malloc"), 1)
+      << "the line whole, its advice too\n"
+      << r.err;
   EXPECT_EQ(count_lines(r.err, "libc.so"), 1) << r.err;
   EXPECT_EQ(count_lines(r.err, "nic_register("), 1) << r.err;
   EXPECT_EQ(count_lines(r.err, "nicmalloc: "), 2) << "the two lines, nothing else\n" << r.err;
