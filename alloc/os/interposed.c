@@ -11,6 +11,7 @@
 #include "config.h"
 #include "log.h"
 #include "mimalloc_imports.h"
+#include "valgrind.h"
 
 #include <dlfcn.h>
 #include <errno.h>
@@ -148,6 +149,11 @@ void nic_interposed_check(void) {
   Dl_info *owner = about_malloc ? &malloc_owner : &free_owner;
   struct link_map **map = about_malloc ? &malloc_map : &free_map;
   if (bound && is_program_entry(name, bound)) find_definition(name, owner, map);
+  /* The entry's first definition is this object's, and still the calls end elsewhere: Valgrind
+   * replaced the code of libnicmalloc's malloc family, which its own warning says at start-up
+   * (valgrind.c); naming libnicmalloc as the other allocator would only confuse. */
+  if (*map && *map == nic_object_of((const void *)nic_interposed_check) && nic_under_valgrind())
+    return;
 #define WHAT                                                                                       \
   "malloc, free, operator new, NICMALLOC_DP_MIN_SIZE, NICMALLOC_PROFILE, NICMALLOC_SITES and the " \
   "dataplane scope do not reach nicmalloc here (code compiled with the LLVM pass allocates with "  \

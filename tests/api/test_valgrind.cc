@@ -66,4 +66,18 @@ TEST(Valgrind, WithUserInterceptsOffNicmallocKeepsItsAllocatorAndMemcheckFindsNo
   EXPECT_EQ(count_lines(r.err, "unhandled amd64-linux syscall"), 0) << r.err;
 }
 
+// A program built without PIE binds malloc to its own table entry, whose first definition is
+// libnicmalloc's, while Valgrind sends the calls to its own: Valgrind's one warning says it all,
+// and nicmalloc must not call itself the program's other allocator.
+TEST(Valgrind, AProgramWithoutPieHearsOnlyTheValgrindWarning) {
+  if (!have_valgrind()) GTEST_SKIP() << "SKIPPED LOUDLY: no " << kValgrind;
+  auto r = run_program(kValgrind, {"NICMALLOC_CHUNK_SIZE=64M", "NICMALLOC_DP_MIN_SIZE=64"},
+                       {"-q", PLT_MALLOC_PROGRAM});
+  ASSERT_EQ(r.exit_code, 0) << r.err;
+  EXPECT_EQ(count_lines(r.err, "nicmalloc: warning: running under Valgrind, which replaced"), 1)
+      << r.err;
+  EXPECT_EQ(count_lines(r.err, "is not nicmalloc's"), 0) << r.err;
+  EXPECT_EQ(count_lines(r.err, "nicmalloc: warning:"), 1) << r.err;
+}
+
 } // namespace
