@@ -13,8 +13,9 @@
  * ORDER. The prepare handler holds the locks of lower ranks while it waits for the next one,
  * so a lock must come before every lock its holders may wait for, directly or through a lock
  * or thread that is not on the list. Derived from the code (holder -> what it may wait for):
- *   profile files              nothing: held only while a profile writer opens or closes
- *                              a file, so that a child closes its copies (profile_write.c)
+ *   files written aside        nothing: held only while a writer of the profile or the report
+ *                              opens or closes a file, so that a child closes its copies
+ *                              (alloc/base/file_aside.c)
  *   sim endpoints, endpoints   close an endpoint: the backend drains its posts, whose
  *                              completions free blocks, drop cache slots, report fence
  *                              mismatches (everything below)
@@ -39,7 +40,8 @@
  * backends marked the parent's and the write protection gone.
  *
  * EVERY LOCK of alloc/, regcache/ and safety/ and its decision:
- *   held across fork (on the list, ranks below): the sim endpoint list (safety/endpoint.c),
+ *   held across fork (on the list, ranks below): the descriptors of files written aside
+ *     (alloc/base/file_aside.c), the sim endpoint list (safety/endpoint.c),
  *     the other endpoints' list (safety/endpoint_common.c), the fence report lock
  *     (safety/fence_report.c), the growth lock (alloc/heap/dp_heap.c), the chunks lock
  *     (alloc/heap/chunks.c), the registration caches (regcache/cache/rcache.c, one lock for
@@ -99,7 +101,7 @@
 
 /* The order: lower ranks are taken first. One entry per rank. */
 enum nic_fork_rank {
-  NIC_FORK_PROFILE_FILES,
+  NIC_FORK_ASIDE_FILES,
   NIC_FORK_SIM_ENDPOINTS,
   NIC_FORK_ENDPOINTS,
   NIC_FORK_FENCE_REPORT,
@@ -127,6 +129,7 @@ enum nic_fork_rank {
   /* Child hooks without a lock of their own. */
   NIC_FORK_REAPER_THREAD, /* the reaper is gone: start it again on need */
   NIC_FORK_PROFILE_SINK,  /* the child's profile counts start from zero */
+  NIC_FORK_PROFILE_FILE,  /* and so does what it has written of the profile */
   NIC_FORK_BACKEND,       /* the backends are the parent's (their start lock made anew) */
   NIC_FORK_INFLIGHT,      /* the parent's posts are void in the child (safety/inflight_fork.c) */
   NIC_FORK_FENCE_THREADS, /* protect's threads are gone: started again by the child's posts */

@@ -12,7 +12,8 @@
  * writer is killed. A writer that waited for the lock finds the path renamed over and locks the
  * new file instead; when there is no file yet, the first new one is put in place only if the path
  * is still free (RENAME_NOREPLACE), and a writer that lost that race merges into the winner's.
- * What may be written where is profile_path.c's business.
+ * What may be written where is alloc/base/safe_path.c's business, and the new file's making
+ * alloc/base/file_aside.c's.
  * Besides at exit, a process writes what it counted since its last write every few seconds from
  * the reaper thread, so a daemon stopped by SIGTERM (or SIGKILL, or _exit) loses at most that
  * interval: this needs no signal handler, which would change the program's signal dispositions
@@ -22,27 +23,24 @@
 
 #include "clock.h"
 #include "config.h"
+#include "file_aside.h"
 #include "forklock.h"
 #include "log.h"
 #include "nocancel.h"
-#include "profile_path.h"
+#include "safe_path.h"
 #include "settings.h"
 
-#include <dirent.h>
 #include <errno.h>
 #include <fcntl.h>
 #include <limits.h>
 #include <pthread.h>
-#include <sched.h>
 #include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/file.h>
 #include <sys/mman.h>
-#include <sys/random.h>
 #include <sys/stat.h>
-#include <sys/syscall.h>
 #include <time.h>
 #include <unistd.h>
 
@@ -56,6 +54,7 @@
 #define LOCK_WAIT_MS 10000u /* another user may hold a lock on a file it can read */
 
 static char run[64];
+static struct nic_safe_path path = {.setting = "NICMALLOC_PROFILE", .escapes = "u"};
 static bool usable;
 static pthread_mutex_t write_mutex = PTHREAD_MUTEX_INITIALIZER; /* reaper thread and exit */
 static bool finished;
@@ -71,7 +70,7 @@ void nic_profile_file_start(const char *given) {
     snprintf(run, sizeof run, "%d-%lld%09ld", (int)getpid(), (long long)ts.tv_sec, ts.tv_nsec);
     setenv(nic_setting_row(NIC_S_PROFILE_RUN)->name, run, 1);
   }
-  usable = nic_prof_path_start(given);
+  usable = nic_safe_path_start(&path, given);
   last_write_ms = nic_now_ms();
 }
 
@@ -281,30 +280,14 @@ static bool write_profile(int fd) {
   return !out_failed;
 }
 
-/* Descriptors open during a write, recorded under fd_lock (which a fork waits for, briefly: it
- * is never held across anything that blocks), so that a forked child closes its copies: a
- * child's copy of the locked file's descriptor would hold the lock for as long as it lives. */
-static int fd_lock;
-static int open_fds[3] = {-1, -1, -1}; /* directory, current file, new file */
-
-static void fd_lock_take(void) {
-  while (__atomic_exchange_n(&fd_lock, 1, __ATOMIC_ACQUIRE))
-    sched_yield();
-}
-static void fd_lock_drop(void) {
-  __atomic_store_n(&fd_lock, 0, __ATOMIC_RELEASE);
-}
-
-static int fd_note(int slot, int fd) {
-  open_fds[slot] = fd;
-  return fd;
-}
+/* Descriptors open during a write: the directory, the current file, the new file (noted with
+ * file_aside.h, so that a forked child closes its copies). */
+enum { DIR_FD, CUR_FD, NEW_FD, HELD };
+static int open_fds[HELD] = {-1, -1, -1};
 
 static void fd_close(int slot) {
-  fd_lock_take();
-  if (open_fds[slot] >= 0) nic_close_nocancel(open_fds[slot]);
+  nic_aside_close(open_fds[slot]);
   open_fds[slot] = -1;
-  fd_lock_drop();
 }
 
 /* flock, waiting at most LOCK_WAIT_MS. */
@@ -317,60 +300,6 @@ static bool lock_file(int fd) {
     if (pause_ns < 32000000) pause_ns *= 2;
   }
   return true;
-}
-
-/* A fresh name next to the profile, created exclusively and never through a link: whatever
- * another user planted under a name makes us pick another. It takes the mode of the file it
- * replaces (cur, NULL when there is none): a rewrite must not open a profile its owner closed. */
-static int create_new(int dirfd, const char *name, char *tmp, size_t cap, const struct stat *cur) {
-  const mode_t mode = cur ? cur->st_mode & 0777 : 0644;
-  for (int tries = 0; tries < 16; tries++) {
-    uint64_t r = 0;
-    if (getrandom(&r, sizeof r, GRND_NONBLOCK) != sizeof r) {
-      struct timespec ts;
-      clock_gettime(CLOCK_MONOTONIC, &ts);
-      r = ((uint64_t)ts.tv_nsec << 20) ^ (uint64_t)getpid() ^ ((uint64_t)tries << 56);
-    }
-    snprintf(tmp, cap, ".%s.%016llx.tmp", name, (unsigned long long)r);
-    fd_lock_take();
-    int fd =
-        fd_note(2, nic_openat_nocancel(dirfd, tmp,
-                                       O_WRONLY | O_CREAT | O_EXCL | O_NOFOLLOW | O_CLOEXEC, mode));
-    fd_lock_drop();
-    if (fd >= 0 && cur) fchmod(fd, mode); /* exactly: the umask may have taken bits at the open */
-    if (fd >= 0 || errno != EEXIST) return fd;
-  }
-  return -1;
-}
-
-/* New files of writers that were killed (SIGKILL, _exit from another thread) before they renamed
- * them: ours, regular, named as create_new names them and older than any write takes. Only
- * called with the current file locked, when no other writer of a live process is between
- * create_new and its rename, but for one that found no file to lock: hence the age. Read with
- * getdents64 into a stack buffer: opendir would malloc. */
-#define STALE_S 60
-static void remove_stale(int dirfd, const char *name) {
-  int fd = nic_openat_nocancel(dirfd, ".", O_RDONLY | O_DIRECTORY | O_CLOEXEC, 0);
-  if (fd < 0) return;
-  char prefix[NAME_MAX + 2];
-  const size_t prefix_len = (size_t)snprintf(prefix, sizeof prefix, ".%s.", name);
-  const time_t old = time(NULL) - STALE_S;
-  char buf[8192];
-  for (long got; (got = syscall(SYS_getdents64, fd, buf, sizeof buf)) > 0;) {
-    for (long at = 0; at < got;) {
-      const struct dirent64 *e = (const struct dirent64 *)(buf + at);
-      at += e->d_reclen;
-      const size_t len = strlen(e->d_name);
-      struct stat st;
-      if (len != prefix_len + 20 || memcmp(e->d_name, prefix, prefix_len) ||
-          strcmp(e->d_name + len - 4, ".tmp") ||
-          fstatat(dirfd, e->d_name, &st, AT_SYMLINK_NOFOLLOW) || !S_ISREG(st.st_mode) ||
-          st.st_uid != geteuid() || st.st_mtime > old)
-        continue;
-      unlinkat(dirfd, e->d_name, 0);
-    }
-  }
-  nic_close_nocancel(fd);
 }
 
 /* Counts of this process not yet in the file: all of them when the file is not of this run. */
@@ -399,16 +328,17 @@ enum attempt { WRITTEN, RETRY, FAILED };
 
 static enum attempt write_attempt(unsigned n) {
   char name[NAME_MAX + 1], tmp[NAME_MAX + 32];
-  fd_lock_take();
-  int dirfd = fd_note(0, nic_prof_path_open_dir(name, sizeof name));
-  int cur = dirfd < 0 ? -2 : fd_note(1, nic_prof_path_open_file(dirfd, name));
-  fd_lock_drop();
+  nic_aside_lock();
+  int dirfd = open_fds[DIR_FD] = nic_aside_note(nic_safe_path_open_dir(&path, name, sizeof name));
+  int cur = dirfd < 0 ? -2 : nic_aside_note(nic_safe_path_open_file(&path, dirfd, name));
+  open_fds[CUR_FD] = cur;
+  nic_aside_unlock();
   if (cur == -2) return FAILED;
   if (cur >= 0) {
     struct stat held, now;
     if (!lock_file(cur)) {
       nic_log_warn_once("NICMALLOC_PROFILE=%s: locked by another process for %u s; not written",
-                        nic_prof_path_shown(), LOCK_WAIT_MS / 1000);
+                        path.given_abs, LOCK_WAIT_MS / 1000);
       return FAILED;
     }
     /* Renamed over while we waited: lock the new one. */
@@ -416,7 +346,9 @@ static enum attempt write_attempt(unsigned n) {
         held.st_ino != now.st_ino || held.st_dev != now.st_dev)
       return RETRY;
   }
-  if (cur >= 0) remove_stale(dirfd, name);
+  /* Only with the current file locked, when no other writer of a live process is between
+   * nic_aside_create and its rename but one that found no file to lock, which the age spares. */
+  if (cur >= 0) nic_aside_remove_stale(dirfd, name);
   count = text_used = 0;
   memset(slots, 0, sizeof *slots * MERGE_SLOTS);
   memset(totals, 0, sizeof totals);
@@ -425,19 +357,20 @@ static enum attempt write_attempt(unsigned n) {
   qsort(sites, count, sizeof *sites, by_sent);
   struct stat cur_st;
   const bool have_cur = cur >= 0 && !fstat(cur, &cur_st);
-  int fd = create_new(dirfd, name, tmp, sizeof tmp, have_cur ? &cur_st : NULL);
+  int fd = open_fds[NEW_FD] =
+      nic_aside_create(dirfd, name, tmp, sizeof tmp, have_cur ? &cur_st : NULL);
   if (fd < 0) {
     nic_log_warn_once("NICMALLOC_PROFILE=%s: no new file can be made next to it (%s); not written",
-                      nic_prof_path_shown(), strerror(errno));
+                      path.given_abs, strerror(errno));
     return FAILED;
   }
   const bool ok = write_profile(fd);
   const int saved = errno;
-  fd_close(2);
+  fd_close(NEW_FD);
   if (!ok) {
     unlinkat(dirfd, tmp, 0);
     nic_log_warn_once("NICMALLOC_PROFILE=%s: cannot be written (%s); the previous profile stays",
-                      nic_prof_path_shown(), strerror(saved));
+                      path.given_abs, strerror(saved));
     return FAILED;
   }
   /* With the current file locked, a plain rename; with none, only if none appeared meanwhile. */
@@ -451,8 +384,8 @@ static enum attempt write_attempt(unsigned n) {
     const int why = errno;
     unlinkat(dirfd, tmp, 0);
     if (why == EEXIST) return RETRY;
-    nic_log_warn_once("NICMALLOC_PROFILE=%s cannot be replaced (%s); not written",
-                      nic_prof_path_shown(), strerror(why));
+    nic_log_warn_once("NICMALLOC_PROFILE=%s cannot be replaced (%s); not written", path.given_abs,
+                      strerror(why));
     return FAILED;
   }
   return WRITTEN;
@@ -492,8 +425,8 @@ static void write_now(bool final) {
   enum attempt a = changed ? RETRY : FAILED;
   for (int tries = 0; a == RETRY && tries < 64; tries++) {
     a = write_attempt(n);
-    fd_close(1);
-    fd_close(0);
+    fd_close(CUR_FD);
+    fd_close(DIR_FD);
   }
   if (a == WRITTEN) {
     written = true;
@@ -518,26 +451,15 @@ void nic_profile_file_tick(void) {
   write_now(false);
 }
 
-static void before_fork(void) {
-  fd_lock_take();
-}
-
-static void after_fork_parent(void) {
-  fd_lock_drop();
-}
-
 /* The child's counts start from zero (profile_table.c), and so does what it has written. A write
- * in progress in the parent is the parent's: the child only closes its copies of the files. */
+ * in progress in the parent is the parent's: file_aside.c closes the child's copies of its
+ * files. */
 static void after_fork_child(void) {
-  for (int i = 0; i < 3; i++)
-    if (open_fds[i] >= 0) nic_close_nocancel(open_fds[i]);
-  open_fds[0] = open_fds[1] = open_fds[2] = -1;
-  fd_lock = 0;
+  open_fds[DIR_FD] = open_fds[CUR_FD] = open_fds[NEW_FD] = -1;
   pthread_mutex_init(&write_mutex, NULL);
   if (done) memset(done, 0, sizeof *done * DONE_SLOTS);
   memset(done_totals, 0, sizeof done_totals);
   written = false;
   last_write_ms = nic_now_ms();
 }
-NIC_FORKLOCK_CUSTOM(profile_files, NIC_FORK_PROFILE_FILES, before_fork, after_fork_parent, NULL,
-                    after_fork_child);
+NIC_FORK_CHILD(profile_file, NIC_FORK_PROFILE_FILE, after_fork_child);

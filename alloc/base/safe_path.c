@@ -1,23 +1,25 @@
-/* Where NICMALLOC_PROFILE's file may be written. The profile is written by whoever runs the
- * program, root included, often into a shared directory such as /tmp, where another user can
- * plant a symbolic link or a file of their own at the path or at a temporary name, or swap a
- * directory on the way. So, before every write:
+/* Where a file a setting names (NICMALLOC_PROFILE) may be written. Such a file is written by
+ * whoever runs the program, root included, often into a shared directory such as /tmp, where
+ * another user can plant a symbolic link or a file of their own at the path or at a temporary
+ * name, or swap a directory on the way. So, before every write:
  * - the directory, resolved once at start-up, is reached again by walking its components without
  *   following links: a component replaced by a link since start-up is refused. At start-up a link
  *   on the given path, or on the path a link points to, is followed only when root or the
  *   process's effective uid owns it (another user's link in /tmp could otherwise send root's
- *   profile into /etc);
+ *   file into /etc);
  * - every directory on the way must be owned by root or the effective uid, and not writable by
  *   group or others unless sticky (the sticky bit keeps others from renaming or removing our
  *   entries; without it they could swap the file between our checks and our rename);
  * - the file must not be a link, must be a regular file, and must be owned by the effective uid.
- * profile_write.c then never writes the file in place: it writes a new one under a fresh name
- * (O_EXCL, O_NOFOLLOW) and renames it over the path.
- * "%u" in the file name stands for the effective uid at the time of writing, so that workers that
- * drop privileges (nginx: master root, workers www-data) write a file of their own.
- * Each kind of refusal is said once per process: the file is written again periodically. */
+ * The writers then never write the file in place: they write a new one under a fresh name
+ * (file_aside.h) and rename it over the path.
+ * '%' in the file name takes the letters the setting allows, as they stand at the time of
+ * writing: "%u" the effective uid, so that workers that drop privileges (nginx: master root,
+ * workers www-data) write a file of their own; "%p" the process id, so that every process of a
+ * run does; "%%" a percent sign.
+ * Each kind of refusal is said once per process and setting: a file may be written again. */
 #define _GNU_SOURCE
-#include "profile_path.h"
+#include "safe_path.h"
 
 #include "log.h"
 #include "nocancel.h"
@@ -43,61 +45,66 @@ enum {
   REFUSE_KINDS
 };
 
-static char given_abs[PATH_MAX];
-static char dir[PATH_MAX]; /* resolved at start-up */
-static char name_tmpl[NAME_MAX + 1];
-static int warned[REFUSE_KINDS];
+_Static_assert(REFUSE_KINDS <= NIC_SAFE_PATH_REFUSALS, "nic_safe_path.warned is too short");
 
-static void refuse(int kind, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
-static void refuse(int kind, const char *fmt, ...) {
-  if (!nic_first_time(&warned[kind])) return;
+static void refuse(struct nic_safe_path *p, int kind, const char *fmt, ...)
+    __attribute__((format(printf, 3, 4)));
+static void refuse(struct nic_safe_path *p, int kind, const char *fmt, ...) {
+  if (!nic_first_time(&p->warned[kind])) return;
   char why[PATH_MAX + 128];
   va_list ap;
   va_start(ap, fmt);
   vsnprintf(why, sizeof why, fmt, ap);
   va_end(ap);
-  nic_log_warn("NICMALLOC_PROFILE=%s: %s; not written", given_abs, why);
-}
-
-const char *nic_prof_path_shown(void) {
-  return given_abs;
+  nic_log_warn("%s=%s: %s; not written", p->setting, p->given_abs, why);
 }
 
 /* A directory others can change under us: owned by another user, or writable by group or
  * others without the sticky bit. */
-static bool dir_ok(const struct stat *st, const char *shown) {
+static bool dir_ok(struct nic_safe_path *p, const struct stat *st, const char *shown) {
   const uid_t me = geteuid();
   if (st->st_uid != me && st->st_uid != 0) {
-    refuse(REFUSE_DIR_OWNER, "directory %s is owned by uid %u, not by root or uid %u", shown,
+    refuse(p, REFUSE_DIR_OWNER, "directory %s is owned by uid %u, not by root or uid %u", shown,
            (unsigned)st->st_uid, (unsigned)me);
     return false;
   }
   if ((st->st_mode & (S_IWGRP | S_IWOTH)) && !(st->st_mode & S_ISVTX)) {
-    refuse(REFUSE_DIR_MODE, "directory %s is writable by %s without the sticky bit", shown,
+    refuse(p, REFUSE_DIR_MODE, "directory %s is writable by %s without the sticky bit", shown,
            st->st_mode & S_IWOTH ? "others" : "its group");
     return false;
   }
   return true;
 }
 
-int nic_prof_path_open_dir(char *name, size_t cap) {
-  /* The name for the current effective uid. */
+/* The file name with its escapes as they stand now: another effective uid or process id (a
+ * worker that dropped privileges, a forked child) writes under another name. */
+static void expand_name(const struct nic_safe_path *p, char *name, size_t cap) {
   size_t n = 0;
-  for (const char *t = name_tmpl; *t && n + 12 < cap; t++) {
-    if (t[0] == '%' && t[1] == 'u') {
-      n += (size_t)snprintf(name + n, cap - n, "%u", (unsigned)geteuid());
-      t++;
-    } else {
+  for (const char *t = p->name_tmpl; *t && n + 12 < cap; t++) {
+    const char *escape = t[0] == '%' && t[1] ? strchr(p->escapes, t[1]) : NULL;
+    if (!escape) {
       name[n++] = *t;
+      continue;
     }
+    if (*escape == 'u')
+      n += (size_t)snprintf(name + n, cap - n, "%u", (unsigned)geteuid());
+    else if (*escape == 'p')
+      n += (size_t)snprintf(name + n, cap - n, "%d", (int)getpid());
+    else
+      name[n++] = *escape;
+    t++;
   }
   name[n] = '\0';
+}
+
+int nic_safe_path_open_dir(struct nic_safe_path *p, char *name, size_t cap) {
+  expand_name(p, name, cap);
   int fd = nic_open_nocancel("/", O_PATH | O_DIRECTORY | O_CLOEXEC);
   struct stat st;
-  if (fd < 0 || fstat(fd, &st) || !dir_ok(&st, "/")) goto fail;
+  if (fd < 0 || fstat(fd, &st) || !dir_ok(p, &st, "/")) goto fail;
   char walked[PATH_MAX] = "";
   size_t walked_len = 0;
-  for (const char *at = dir; *at;) {
+  for (const char *at = p->dir; *at;) {
     while (*at == '/')
       at++;
     if (!*at) break;
@@ -113,15 +120,15 @@ int nic_prof_path_open_dir(char *name, size_t cap) {
     int next = nic_openat_nocancel(fd, comp, O_PATH | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC, 0);
     if (next < 0) {
       if (errno == ELOOP || errno == ENOTDIR)
-        refuse(REFUSE_DIR_GONE, "%s is no longer the directory it was at start-up but a link",
+        refuse(p, REFUSE_DIR_GONE, "%s is no longer the directory it was at start-up but a link",
                walked);
       else
-        refuse(REFUSE_DIR_GONE, "directory %s cannot be opened (%s)", walked, strerror(errno));
+        refuse(p, REFUSE_DIR_GONE, "directory %s cannot be opened (%s)", walked, strerror(errno));
       goto fail;
     }
     nic_close_nocancel(fd);
     fd = next;
-    if (fstat(fd, &st) || !dir_ok(&st, walked)) goto fail;
+    if (fstat(fd, &st) || !dir_ok(p, &st, walked)) goto fail;
     at += len;
   }
   return fd;
@@ -130,28 +137,28 @@ fail:
   return -1;
 }
 
-int nic_prof_path_open_file(int dirfd, const char *name) {
+int nic_safe_path_open_file(struct nic_safe_path *p, int dirfd, const char *name) {
   int fd = nic_openat_nocancel(dirfd, name, O_RDONLY | O_NOFOLLOW | O_NONBLOCK | O_CLOEXEC, 0);
   if (fd < 0) {
     if (errno == ENOENT) return -1;
     struct stat st;
     if (errno == ELOOP ||
         (fstatat(dirfd, name, &st, AT_SYMLINK_NOFOLLOW) == 0 && S_ISLNK(st.st_mode))) {
-      refuse(REFUSE_FILE_LINK, "%s/%s is a symbolic link", dir, name);
+      refuse(p, REFUSE_FILE_LINK, "%s/%s is a symbolic link", p->dir, name);
     } else {
-      refuse(REFUSE_FILE_OPEN, "%s/%s cannot be opened (%s)", dir, name, strerror(errno));
+      refuse(p, REFUSE_FILE_OPEN, "%s/%s cannot be opened (%s)", p->dir, name, strerror(errno));
     }
     return -2;
   }
   struct stat st;
   const uid_t me = geteuid();
   if (fstat(fd, &st) || !S_ISREG(st.st_mode)) {
-    refuse(REFUSE_FILE_KIND, "%s/%s is not a regular file", dir, name);
+    refuse(p, REFUSE_FILE_KIND, "%s/%s is not a regular file", p->dir, name);
   } else if (st.st_uid != me) {
-    refuse(REFUSE_FILE_OWNER,
+    refuse(p, REFUSE_FILE_OWNER,
            "%s/%s is owned by uid %u, not by uid %u (put %%u in the file name "
-           "for a profile per user)",
-           dir, name, (unsigned)st.st_uid, (unsigned)me);
+           "for a file per user)",
+           p->dir, name, (unsigned)st.st_uid, (unsigned)me);
   } else {
     return fd;
   }
@@ -164,7 +171,7 @@ int nic_prof_path_open_file(int dirfd, const char *name) {
  * to included (root's link in /tmp may point at another user's). Each component is opened
  * without following (O_PATH | O_NOFOLLOW), and a link's owner and target are read from that one
  * open, so no link can be swapped in between. False, said, otherwise. */
-static bool resolve_dir(const char *path, char out[PATH_MAX]) {
+static bool resolve_dir(struct nic_safe_path *p, const char *path, char out[PATH_MAX]) {
   char todo[PATH_MAX], next[PATH_MAX], target[PATH_MAX];
   size_t out_len = 0;
   unsigned links = 0;
@@ -207,7 +214,7 @@ static bool resolve_dir(const char *path, char out[PATH_MAX]) {
     }
     if (S_ISLNK(st.st_mode)) {
       if (st.st_uid != me && st.st_uid != 0) {
-        refuse(REFUSE_LINK_ON_PATH, "%s/%s is a symbolic link of uid %u", out, comp,
+        refuse(p, REFUSE_LINK_ON_PATH, "%s/%s is a symbolic link of uid %u", out, comp,
                (unsigned)st.st_uid);
         nic_close_nocancel(fd);
         nic_close_nocancel(cur);
@@ -248,15 +255,14 @@ static bool resolve_dir(const char *path, char out[PATH_MAX]) {
   }
   if (cur >= 0) nic_close_nocancel(cur);
   if (err) {
-    nic_log_warn("NICMALLOC_PROFILE=%s cannot be written (%s); no profile", given_abs,
-                 strerror(err));
+    nic_log_warn("%s=%s cannot be written (%s)", p->setting, p->given_abs, strerror(err));
     return false;
   }
   if (!out[0]) snprintf(out, PATH_MAX, "/");
   return true;
 }
 
-bool nic_prof_path_start(const char *given) {
+bool nic_safe_path_start(struct nic_safe_path *p, const char *given) {
   char full[PATH_MAX];
   int n = 0;
   if (given[0] != '/') {
@@ -266,31 +272,31 @@ bool nic_prof_path_start(const char *given) {
   } else {
     n = snprintf(full, sizeof full, "%s", given);
   }
-  snprintf(given_abs, sizeof given_abs, "%s", n > 0 && (size_t)n < sizeof full ? full : given);
+  snprintf(p->given_abs, sizeof p->given_abs, "%s",
+           n > 0 && (size_t)n < sizeof full ? full : given);
   char *slash = strrchr(full, '/');
   const char *base = slash ? slash + 1 : "";
   if (n <= 0 || (size_t)n >= sizeof full || !*base || !strcmp(base, ".") || !strcmp(base, "..") ||
       strlen(base) > NAME_MAX - 24) {
-    nic_log_warn("NICMALLOC_PROFILE=%s: not a path to a file (or too long); no profile", given);
+    nic_log_warn("%s=%s: not a path to a file (or too long); ignored", p->setting, given);
     return false;
   }
-  snprintf(name_tmpl, sizeof name_tmpl, "%s", base);
+  snprintf(p->name_tmpl, sizeof p->name_tmpl, "%s", base);
   *slash = '\0';
   if (!full[0]) snprintf(full, sizeof full, "/");
-  if (!resolve_dir(full, dir)) return false;
-  if (!strcmp(dir, "/")) dir[0] = '\0'; /* the walk adds the slashes */
+  if (!resolve_dir(p, full, p->dir)) return false;
+  if (!strcmp(p->dir, "/")) p->dir[0] = '\0'; /* the walk adds the slashes */
   /* Said now, not after the whole run; a refusal here is said once and the check is made again
    * at each write, where a worker may have another uid. */
   char name[NAME_MAX + 1];
-  int dirfd = nic_prof_path_open_dir(name, sizeof name);
+  int dirfd = nic_safe_path_open_dir(p, name, sizeof name);
   if (dirfd < 0) return true;
-  if (faccessat(AT_FDCWD, dir[0] ? dir : "/", W_OK | X_OK, AT_EACCESS)) {
-    nic_log_warn("NICMALLOC_PROFILE=%s cannot be written (%s); no profile", given_abs,
-                 strerror(errno));
+  if (faccessat(AT_FDCWD, p->dir[0] ? p->dir : "/", W_OK | X_OK, AT_EACCESS)) {
+    nic_log_warn("%s=%s cannot be written (%s)", p->setting, p->given_abs, strerror(errno));
     nic_close_nocancel(dirfd);
     return false;
   }
-  int fd = nic_prof_path_open_file(dirfd, name);
+  int fd = nic_safe_path_open_file(p, dirfd, name);
   if (fd >= 0) nic_close_nocancel(fd);
   nic_close_nocancel(dirfd);
   return true;
