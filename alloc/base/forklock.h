@@ -133,7 +133,7 @@ enum nic_fork_rank {
   NIC_FORK_BACKEND,       /* the backends are the parent's (their start lock made anew) */
   NIC_FORK_INFLIGHT,      /* the parent's posts are void in the child (safety/inflight_fork.c) */
   NIC_FORK_FENCE_THREADS, /* protect's threads are gone: started again by the child's posts */
-  NIC_FORK_EXIT_REPORT,   /* the child's report at exit waits for its parent's (api/init.c) */
+  NIC_FORK_EXIT_REPORT,   /* a child reports none while its parent runs (api/exit_report.c) */
   NIC_FORK_RANKS
 };
 

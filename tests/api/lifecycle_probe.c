@@ -2,10 +2,14 @@
  * keeps some blocks alive into main, and allocates and frees again in an atexit handler and a
  * destructor. Each stage prints one "<stage>-ok" line, or "FAIL <stage>: <what>" and exits 1.
  * Lines go out with write(2), unbuffered, so that with stdout and stderr on one pipe they
- * appear in order with nicmalloc's report (stdio would flush them after it, at the very end). */
+ * appear in order with nicmalloc's report (stdio would flush them after it, at the very end).
+ * NIC_LIFECYCLE_EXIT=thread: main ends the process from a thread of its own with exit(0);
+ * NIC_LIFECYCLE_EXIT=destructor: the destructor ends it with exit(0), before the destructors of
+ * the libraries (nicmalloc's among them) run. */
 #define _GNU_SOURCE
 #include "nicmalloc.h"
 
+#include <pthread.h>
 #include <stdarg.h>
 #include <stdbool.h>
 #include <stdio.h>
@@ -139,6 +143,13 @@ __attribute__((destructor)) static void destructor(void) {
   nic_get_stats(&s);
   say("destructor-ok dataplane_live=%zu invalid_frees=%llu double_frees=%llu", s.dataplane_live,
       (unsigned long long)s.invalid_frees, (unsigned long long)s.double_frees);
+  const char *how = getenv("NIC_LIFECYCLE_EXIT");
+  if (how && !strcmp(how, "destructor")) exit(0);
+}
+
+static void *exiting_thread(void *arg) {
+  (void)arg;
+  exit(0);
 }
 
 int main(void) {
@@ -155,5 +166,12 @@ int main(void) {
   churn(stage);
   expect(atexit(at_exit_handler) == 0, stage, "atexit failed");
   say("main-ok");
+  const char *how = getenv("NIC_LIFECYCLE_EXIT");
+  pthread_t thread;
+  if (how && !strcmp(how, "thread")) {
+    expect(pthread_create(&thread, NULL, exiting_thread, NULL) == 0, stage, "no thread");
+    for (;;)
+      pause();
+  }
   return 0;
 }

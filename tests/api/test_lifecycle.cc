@@ -161,6 +161,27 @@ TEST(Lifecycle, CxxStaticObjectFreesItsDataplaneBlockAtExit) {
   EXPECT_EQ(count_lines(r.output, "nicmalloc: error"), 0) << r.output;
 }
 
+// The report comes however the process exits: from a thread other than main's, or by exit() from a
+// destructor, which ends the process before the destructors of the libraries run (nicmalloc's,
+// which wrote it, among them): the report used to be missing then.
+TEST(Lifecycle, TheReportComesWhenAThreadOrADestructorCallsExit) {
+  for (const char *how : {"thread", "destructor"}) {
+    Spawned r = spawn(NIC_LIFECYCLE_PROBE_PATH, {},
+                      {std::string("NIC_LIFECYCLE_EXIT=") + how, "NICMALLOC_STATS=1"});
+    ASSERT_TRUE(WIFEXITED(r.status)) << how << "\n" << r.output;
+    EXPECT_EQ(WEXITSTATUS(r.status), 0) << how << "\n" << r.output;
+    EXPECT_EQ(count_lines(r.output, "FAIL"), 0) << how << "\n" << r.output;
+    const size_t destructor = line_of(r.output, "destructor-ok dataplane_live=0");
+    const size_t report = line_of(r.output, "nicmalloc report");
+    ASSERT_NE(destructor, std::string::npos) << how << "\n" << r.output;
+    ASSERT_NE(report, std::string::npos) << how << ": no report\n" << r.output;
+    EXPECT_LT(destructor, report) << how << "\n" << r.output;
+    EXPECT_EQ(count_lines(r.output, "nicmalloc report"), 1) << how << "\n" << r.output;
+    EXPECT_EQ(count_lines(r.output, "  errors  "), 1) << how << ": the report is whole\n"
+                                                      << r.output;
+  }
+}
+
 // NICMALLOC_STATS reports at the exit of the process, not at the exit of a child of fork while
 // its parent runs (a second report of the parent's figures: with json, a second object on the
 // same stderr). A child that execs is a new process, which reports its own, and so does a child

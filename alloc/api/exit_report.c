@@ -1,0 +1,51 @@
+/* The statistics report at exit (NICMALLOC_STATS).
+ *
+ * When. This library's destructor writes it, after the program's own destructors and those of
+ * the libraries loaded after it. But a destructor that calls exit() (or a library's, at its
+ * program's exit) ends the process from inside the loader's run of the destructors: glibc then
+ * runs the exit handlers left and no destructor left, ours among them. So the constructor also
+ * registers an exit handler, before the loader registers its run of the destructors (every
+ * library constructor runs first): it comes after them all, and after such a nested exit too,
+ * and writes the report if the destructor did not. A thread that calls exit runs both, as the
+ * main thread would.
+ *
+ * Whose. A child of fork that exits while the process it was forked from runs prints none: its
+ * figures are mostly that process's, which reports them at its own exit, and a second report on
+ * the same stderr (under NICMALLOC_STATS=json, a second JSON object) was taken for the process's.
+ * A child that outlives it prints its own: a daemon, whose parent exits at once (with _exit,
+ * reporting nothing). One that execs is a new process, which runs the constructor again. */
+#include "config.h"
+#include "forklock.h"
+#include "log.h"
+#include "nicmalloc.h"
+
+#include <stdlib.h>
+#include <unistd.h>
+
+static pid_t self_pid, forked_from;
+static int reported;
+
+static void report(void) {
+  if (__atomic_exchange_n(&reported, 1, __ATOMIC_ACQ_REL)) return;
+  if (forked_from && getppid() == forked_from) return;
+  if (nic_config()->stats_at_exit == NIC_STATS_AT_EXIT_JSON)
+    nic_print_stats_json(nic_log_fd());
+  else if (nic_config()->stats_at_exit)
+    nic_print_stats(nic_log_fd());
+}
+
+static void after_fork_child(void) {
+  forked_from = self_pid;
+  self_pid = getpid();
+}
+NIC_FORK_CHILD(exit_report, NIC_FORK_EXIT_REPORT, after_fork_child);
+
+/* After init.c's (priority 101): the settings are read. */
+__attribute__((constructor)) static void exit_report_start(void) {
+  self_pid = getpid();
+  if (nic_config()->stats_at_exit) atexit(report);
+}
+
+__attribute__((destructor)) static void exit_report_fini(void) {
+  report();
+}
