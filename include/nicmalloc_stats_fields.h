@@ -93,7 +93,7 @@
   X("errors", hold_errors, uint64_t, count, "# hold", "nic_hold/release calls that returned an error") \
   X("errors", endpoint_errors, uint64_t, count, "# endpoint", "endpoint constructors and destroys that returned an error") \
   X("errors", other_api_errors, uint64_t, count, "# other", "other calls that returned an error (nic_fence_write's bad ranges, nic_get_stats, nic_posix_memalign_site)") \
-  X("messages", log_lines_dropped, uint64_t, count, "# lines not written", "lines for a stderr the program has closed or reused for another file: not written (NICMALLOC_STATS keeps a copy of the start-up stderr for them instead)") \
+  X("messages", log_lines_dropped, uint64_t, count, "# lines not written", "lines for a stderr the program has closed or reused for another file: not written (NICMALLOC_STATS, unless NICMALLOC_STATS_FILE takes the report, keeps a copy of the start-up stderr for them instead)") \
   X("steps", pin_step, size_t, bytes, "# each", "bytes of one step: the unit a chunk is backed, pinned and registered in (NICMALLOC_PIN_STEP)") \
   X("steps", steps_pinned, uint32_t, count, "# pinned", "steps of mapped chunks backed and locked in memory now (dataplane_pinned is their bytes in memory)") \
   X("steps", steps_backed, uint64_t, count, "# backed", "steps backed (mapped with memory and locked) over the process lifetime") \

@@ -1,4 +1,4 @@
-/* The statistics report at exit (NICMALLOC_STATS).
+/* The statistics report at exit (NICMALLOC_STATS), on stderr or into NICMALLOC_STATS_FILE.
  *
  * When. This library's destructor writes it, after the program's own destructors and those of
  * the libraries loaded after it. But a destructor that calls exit() (or a library's, at its
@@ -13,11 +13,14 @@
  * figures are mostly that process's, which reports them at its own exit, and a second report on
  * the same stderr (under NICMALLOC_STATS=json, a second JSON object) was taken for the process's.
  * A child that outlives it prints its own: a daemon, whose parent exits at once (with _exit,
- * reporting nothing). One that execs is a new process, which runs the constructor again. */
+ * reporting nothing). One that execs is a new process, which runs the constructor again. The
+ * same holds for the file: a "%p" in its name gives each process that reports a file of its own.
+ */
 #include "config.h"
 #include "forklock.h"
 #include "log.h"
-#include "nicmalloc.h"
+#include "stats.h"
+#include "stats_file.h"
 
 #include <stdlib.h>
 #include <unistd.h>
@@ -25,13 +28,20 @@
 static pid_t self_pid, forked_from;
 static int reported;
 
+static int write_report(int fd, void *json) {
+  return nic_stats_report(fd, *(const bool *)json);
+}
+
 static void report(void) {
   if (__atomic_exchange_n(&reported, 1, __ATOMIC_ACQ_REL)) return;
   if (forked_from && getppid() == forked_from) return;
-  if (nic_config()->stats_at_exit == NIC_STATS_AT_EXIT_JSON)
-    nic_print_stats_json(nic_log_fd());
-  else if (nic_config()->stats_at_exit)
-    nic_print_stats(nic_log_fd());
+  const struct nic_config *c = nic_config();
+  if (!c->stats_at_exit) return;
+  bool json = c->stats_at_exit == NIC_STATS_AT_EXIT_JSON;
+  if (c->stats_file)
+    nic_stats_file_write(write_report, &json);
+  else
+    write_report(nic_log_fd(), &json);
 }
 
 static void after_fork_child(void) {
@@ -40,10 +50,14 @@ static void after_fork_child(void) {
 }
 NIC_FORK_CHILD(exit_report, NIC_FORK_EXIT_REPORT, after_fork_child);
 
-/* After init.c's (priority 101): the settings are read. */
+/* After init.c's (priority 101), before the program's code can change its directory, which a
+ * relative file name is taken from. */
 __attribute__((constructor)) static void exit_report_start(void) {
   self_pid = getpid();
-  if (nic_config()->stats_at_exit) atexit(report);
+  const struct nic_config *c = nic_config();
+  if (!c->stats_at_exit) return;
+  if (c->stats_file) nic_stats_file_start(c->stats_file);
+  atexit(report);
 }
 
 __attribute__((destructor)) static void exit_report_fini(void) {

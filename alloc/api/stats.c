@@ -1,6 +1,7 @@
 /* nic_get_stats, the readable report NICMALLOC_STATS=1 prints at exit and the JSON form
  * NICMALLOC_STATS=json prints. The fields come from one list (nicmalloc_stats_fields.h); each
  * layer fills its own. */
+#include "stats.h"
 #include "alloc.h"
 #include "api_errors.h"
 #include "base_stats.h"
@@ -113,20 +114,25 @@ static const char *text(const struct nic_stats *s, const struct field *f) {
 }
 
 /* Output gathered on the stack and written in few writes: no malloc, and a report is not
- * interleaved line by line with what other threads print at exit. */
+ * interleaved line by line with what other threads print at exit. After a failed write nothing
+ * more is written, and the error is kept for the report at exit, which must not rename a cut
+ * report into place. */
 struct out {
   int fd;
+  int error; /* errno of the failed write, 0 while none failed */
   size_t len;
   char buf[4096];
 };
 
 static void flush(struct out *o) {
   size_t done = 0;
-  while (done < o->len) {
+  while (done < o->len && !o->error) {
     ssize_t n = nic_write_nocancel(o->fd, o->buf + done, o->len - done);
     if (n < 0 && errno == EINTR) continue;
-    if (n <= 0) break;
-    done += (size_t)n;
+    if (n <= 0)
+      o->error = n < 0 ? errno : EIO;
+    else
+      done += (size_t)n;
   }
   o->len = 0;
 }
@@ -221,8 +227,7 @@ static void group_after(struct out *o, const struct nic_stats *s, const char *gr
   }
 }
 
-NIC_EXPORT void nic_print_stats(int fd) {
-  if (fd < 0) return;
+static int print_text(int fd) {
   NIC_INTERNAL_SCOPE();
   struct nic_stats s = NIC_STATS_INIT;
   nic_get_stats(&s);
@@ -245,6 +250,11 @@ NIC_EXPORT void nic_print_stats(int fd) {
     }
   }
   flush(&o);
+  return o.error;
+}
+
+NIC_EXPORT void nic_print_stats(int fd) {
+  if (fd >= 0) print_text(fd);
 }
 
 /* ---- JSON: one object, every field by name. ---- */
@@ -263,8 +273,7 @@ static void put_json_string(struct out *o, const char *v) {
   put(o, "\"");
 }
 
-NIC_EXPORT void nic_print_stats_json(int fd) {
-  if (fd < 0) return;
+static int print_json(int fd) {
   NIC_INTERNAL_SCOPE();
   struct nic_stats s = NIC_STATS_INIT;
   nic_get_stats(&s);
@@ -280,4 +289,14 @@ NIC_EXPORT void nic_print_stats_json(int fd) {
   }
   put(&o, "}\n");
   flush(&o);
+  return o.error;
+}
+
+NIC_EXPORT void nic_print_stats_json(int fd) {
+  if (fd >= 0) print_json(fd);
+}
+
+int nic_stats_report(int fd, bool json) {
+  if (fd < 0) return EBADF;
+  return json ? print_json(fd) : print_text(fd);
 }

@@ -50,11 +50,14 @@ static void read_all(void) {
   static const enum nic_page_kind kinds[] = {NIC_PAGE_1G, NIC_PAGE_1G, NIC_PAGE_2M, NIC_PAGE_THP,
                                              NIC_PAGE_4K};
   config.verbose = nic_setting_bool(NIC_S_VERBOSE);
-  /* Order of NICMALLOC_STATS's words: the false spellings, the true ones, json. */
+  /* Order of NICMALLOC_STATS's words: the false spellings, the true ones, json. A file named
+   * for the report asks for one unless NICMALLOC_STATS says otherwise. */
   const int stats = nic_setting_choice(NIC_S_STATS);
-  config.stats_at_exit = stats == 8   ? NIC_STATS_AT_EXIT_JSON
-                         : stats >= 4 ? NIC_STATS_AT_EXIT_TEXT
-                                      : NIC_STATS_AT_EXIT_OFF;
+  config.stats_file = nic_setting_text(NIC_S_STATS_FILE);
+  const bool asked = stats >= 4 || (config.stats_file && !nic_setting_given(NIC_S_STATS));
+  config.stats_at_exit = stats == 8 ? NIC_STATS_AT_EXIT_JSON
+                         : asked    ? NIC_STATS_AT_EXIT_TEXT
+                                    : NIC_STATS_AT_EXIT_OFF;
   config.free_check = nic_setting_bool(NIC_S_FREE_CHECK);
   config.chunk_size = (size_t)nic_setting_number(NIC_S_CHUNK_SIZE);
   config.chunk_shift = (unsigned)__builtin_ctzl(config.chunk_size);

@@ -38,8 +38,9 @@ struct nic_config {
   size_t rcache_max_bytes;     /* NICMALLOC_RCACHE_MAX_BYTES */
   bool free_check;             /* NICMALLOC_FREE_CHECK */
   unsigned keep_chunks;        /* NICMALLOC_KEEP_CHUNKS: never released */
-  enum nic_stats_at_exit stats_at_exit; /* NICMALLOC_STATS */
-  bool verbose;                         /* NICMALLOC_VERBOSE */
+  enum nic_stats_at_exit stats_at_exit; /* NICMALLOC_STATS, or on by NICMALLOC_STATS_FILE */
+  const char *stats_file; /* NICMALLOC_STATS_FILE: the report goes there; NULL = stderr */
+  bool verbose;           /* NICMALLOC_VERBOSE */
   /* Profile-guided sites (profile.h). */
   const char *profile_path; /* NICMALLOC_PROFILE: write a site profile here at exit; NULL = off */
   size_t profile_sample;    /* NICMALLOC_PROFILE_SAMPLE: mean bytes between samples */

@@ -1,6 +1,6 @@
 /* Files replaced whole: the new file's name and creation, the removal of those a killed writer
  * left, and the descriptors writers hold meanwhile, which a forked child closes. Each writer
- * (alloc/routing/profile_write.c) decides what it writes and when it renames. */
+ * (alloc/routing/profile_write.c, stats_file.c) decides what it writes and when it renames. */
 #define _GNU_SOURCE
 #include "file_aside.h"
 
@@ -20,7 +20,7 @@
 #include <time.h>
 #include <unistd.h>
 
-/* A writer holds three descriptors at most, and there are few writers. */
+/* A writer holds three descriptors at most: the profile's and the report's. */
 #define HELD_MAX 8
 
 static int held_lock;

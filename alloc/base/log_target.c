@@ -4,8 +4,9 @@
  * gtest's capture and daemons do); else the line is dropped and counted. A guest must not hold a
  * descriptor the program can see (programs compare their fd tables, and under a low RLIMIT_NOFILE
  * a copy shifts every number the program opens), so a copy of the start-up stderr is kept only
- * when the user asked for output at exit (NICMALLOC_STATS=1), which a program that closes
- * stderr before exit would otherwise never show. A program that moves fd 2 with freopen (whose
+ * when the user asked for output at exit on stderr (NICMALLOC_STATS=1 without
+ * NICMALLOC_STATS_FILE), which a program that closes stderr before exit would otherwise never
+ * show. A program that moves fd 2 with freopen (whose
  * dup3 is glibc's own, out of our reach) then finds our lines where its stderr first was. */
 #include "config.h"
 #include "log.h"
@@ -75,6 +76,7 @@ unsigned long nic_log_dropped(void) {
 /* Whether a copy of stderr is kept depends on the settings; their warnings go to fd 2 as it
  * is, the start-up stderr by definition. */
 static void note_stderr(void) {
-  nic_log_note_stderr(nic_config()->stats_at_exit != NIC_STATS_AT_EXIT_OFF);
+  const struct nic_config *c = nic_config();
+  nic_log_note_stderr(c->stats_at_exit != NIC_STATS_AT_EXIT_OFF && !c->stats_file);
 }
 NIC_STARTUP_STEP(log_target, NIC_START_LOG, note_stderr);

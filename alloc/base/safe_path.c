@@ -1,7 +1,7 @@
-/* Where a file a setting names (NICMALLOC_PROFILE) may be written. Such a file is written by
- * whoever runs the program, root included, often into a shared directory such as /tmp, where
- * another user can plant a symbolic link or a file of their own at the path or at a temporary
- * name, or swap a directory on the way. So, before every write:
+/* Where a file a setting names (NICMALLOC_PROFILE, NICMALLOC_STATS_FILE) may be written. It is
+ * written by whoever runs the program, root included, often into a shared directory such as /tmp,
+ * where another user can plant a symbolic link or a file of their own at the path or at a
+ * temporary name, or swap a directory on the way. So, before every write:
  * - the directory, resolved once at start-up, is reached again by walking its components without
  *   following links: a component replaced by a link since start-up is refused. At start-up a link
  *   on the given path, or on the path a link points to, is followed only when root or the

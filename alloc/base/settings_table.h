@@ -278,10 +278,27 @@
     "no descriptor of its own, and such lines are dropped (counted as `log_lines_dropped`"         \
     " in `nic_get_stats`); with `1` or `json` it keeps a close-on-exec copy of the start-up "      \
     "stderr (at fd 256, or half the descriptor limit when that is 512 or less) so that the "       \
-    "report still reaches it. A child of `fork` that exits while its parent runs prints "          \
+    "report still reaches it (not with `NICMALLOC_STATS_FILE`, which takes the report). A child "  \
+    "of `fork` that exits while its parent runs prints "                                           \
     "none (its figures are mostly its parent's, whose report comes at its own exit); one "         \
     "that outlives its parent (a daemon) prints its own, and so does a child that execs a "        \
-    "program under nicmalloc, a process of its own")                                               \
+    "program under nicmalloc, a process of its own. The setting reaches every program the "        \
+    "process runs: under a build tool (`cmake`, `configure`) each compiler it runs prints "        \
+    "its report into the output the tool reads and checks; `NICMALLOC_STATS_FILE` writes "         \
+    "the reports to files instead and leaves stderr alone")                                        \
+  X(STATS_FILE, "NICMALLOC_STATS_FILE", NIC_T_TEXT, "", 0, 0, "", NIC_REACH_FILE,                  \
+    "write the report at exit to this file instead of stderr: readable, or JSON under "            \
+    "`NICMALLOC_STATS=json`. Set alone, it turns the report on (readable); "                       \
+    "`NICMALLOC_STATS=0` turns it off. `%p` in the file name stands for the process id and "       \
+    "`%u` for the effective uid when the file is written, `%%` for a percent sign: with "          \
+    "`/tmp/stats.%p` each process of a run (a build tool and every compiler it runs, a "           \
+    "shell and its commands) writes a file of its own. No report goes to stderr then, and no "     \
+    "copy of stderr is kept. The file is written as `NICMALLOC_PROFILE`'s is: a relative path "    \
+    "is taken from the directory the process started in, a new file is written next to it "        \
+    "and renamed over it (so it holds a whole report), and a path that is a symbolic link, "       \
+    "a file of another user or in a directory another user could change is refused, with "         \
+    "one warning; so is a path that cannot be written, at start-up, or a write that fails at "     \
+    "exit. A child of `fork` that exits while its parent runs writes none, as for stderr")         \
   X(VERBOSE, "NICMALLOC_VERBOSE", NIC_T_BOOL, "0", 0, 1, "", NIC_REACH_VALUE,                      \
     "`1` prints a line per chunk mapped and released, and once each fallback taken "               \
     "without a warning: smaller pages, unpinned chunks, no address space for the control "         \

@@ -16,6 +16,7 @@
 
 #include "nicmalloc.h"
 #include "probe_runner.h"
+#include "temp_dir.h"
 
 extern char **environ;
 
@@ -179,21 +180,51 @@ TEST(Lifecycle, TheReportComesWhenAThreadOrADestructorCallsExit) {
     EXPECT_EQ(count_lines(r.output, "nicmalloc report"), 1) << how << "\n" << r.output;
     EXPECT_EQ(count_lines(r.output, "  errors  "), 1) << how << ": the report is whole\n"
                                                       << r.output;
+
+    // The same report into NICMALLOC_STATS_FILE.
+    TempDir dir;
+    r = spawn(
+        NIC_LIFECYCLE_PROBE_PATH, {},
+        {std::string("NIC_LIFECYCLE_EXIT=") + how, "NICMALLOC_STATS_FILE=" + dir.path + "/report"});
+    ASSERT_TRUE(WIFEXITED(r.status)) << how << "\n" << r.output;
+    EXPECT_EQ(WEXITSTATUS(r.status), 0) << how << "\n" << r.output;
+    EXPECT_EQ(count_lines(r.output, "nicmalloc"), 0) << how << "\n" << r.output;
+    const std::string file = read_all(dir.path + "/report");
+    EXPECT_EQ(line_of(file, "nicmalloc report"), 0u) << how << ": no report in the file\n" << file;
+    EXPECT_EQ(count_lines(file, "  errors  "), 1) << how << ": the report is whole\n" << file;
   }
 }
 
 // NICMALLOC_STATS reports at the exit of the process, not at the exit of a child of fork while
 // its parent runs (a second report of the parent's figures: with json, a second object on the
 // same stderr). A child that execs is a new process, which reports its own, and so does a child
-// that outlives its parent (a daemon's parent leaves with _exit, reporting nothing).
+// that outlives its parent (a daemon's parent leaves with _exit, reporting nothing). The same for
+// NICMALLOC_STATS_FILE, with a file per process (%p).
 TEST(Lifecycle, AForkChildReportsOnlyAfterExecOrOnceItsParentIsGone) {
   for (const char *how : {"exit", "exec", "daemon"}) {
     Spawned r = spawn("/proc/self/exe", {"--gtest_filter=NoTestHasThisName"},
                       {std::string("NIC_LIFECYCLE_FORK=") + how, "NICMALLOC_STATS=json"});
     ASSERT_TRUE(WIFEXITED(r.status)) << how << "\n" << r.output;
     EXPECT_EQ(WEXITSTATUS(r.status), 0) << how << "\n" << r.output;
-    EXPECT_EQ(count_lines(r.output, "{\"version\": "), !strcmp(how, "exec") ? 2 : 1) << how << "\n"
-                                                                                     << r.output;
+    const int reports = !strcmp(how, "exec") ? 2 : 1;
+    EXPECT_EQ(count_lines(r.output, "{\"version\": "), reports) << how << "\n" << r.output;
+
+    TempDir dir;
+    r = spawn("/proc/self/exe", {"--gtest_filter=NoTestHasThisName"},
+              {std::string("NIC_LIFECYCLE_FORK=") + how, "NICMALLOC_STATS=json",
+               "NICMALLOC_STATS_FILE=" + dir.path + "/report.%p"});
+    ASSERT_TRUE(WIFEXITED(r.status)) << how << "\n" << r.output;
+    EXPECT_EQ(count_lines(r.output, "{\"version\": "), 0) << how << "\n" << r.output;
+    int files = 0;
+    if (DIR *d = opendir(dir.path.c_str())) {
+      while (dirent *e = readdir(d)) {
+        if (e->d_name[0] == '.') continue;
+        files++;
+        EXPECT_EQ(read_all(dir.path + "/" + e->d_name).rfind("{\"version\": ", 0), 0u) << how;
+      }
+      closedir(d);
+    }
+    EXPECT_EQ(files, reports) << how;
   }
 }
 

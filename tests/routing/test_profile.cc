@@ -20,6 +20,7 @@
 #include <vector>
 
 #include "probe_runner.h"
+#include "temp_dir.h"
 
 extern char **environ;
 
@@ -430,30 +431,6 @@ TEST(Profile, AnOverflowingOrEmptyOffsetIsRefused) {
         << offset << ": " << r.err;
   }
 }
-
-std::string read_all(const std::string &path) {
-  std::ifstream in(path, std::ios::binary);
-  return std::string(std::istreambuf_iterator<char>(in), std::istreambuf_iterator<char>());
-}
-
-// A private directory for one test, removed with everything in it.
-struct TempDir {
-  std::string path;
-  explicit TempDir(mode_t mode = 0700) {
-    char tmpl[] = "/tmp/nic-profile-dir-XXXXXX";
-    if (mkdtemp(tmpl)) path = tmpl;
-    chmod(path.c_str(), mode);
-  }
-  ~TempDir() {
-    if (DIR *d = opendir(path.c_str())) {
-      while (dirent *e = readdir(d))
-        if (strcmp(e->d_name, ".") && strcmp(e->d_name, ".."))
-          unlink((path + "/" + e->d_name).c_str());
-      closedir(d);
-    }
-    rmdir(path.c_str());
-  }
-};
 
 // A uid no account uses, for files of "another user" and for a worker that drops privileges.
 uid_t other_uid() {

@@ -214,5 +214,22 @@ case "$out" in
 *) fail "no line saying NICMALLOC_DP_MIN_SIZE was ignored: $out" ;;
 esac
 
+# 9. NICMALLOC_STATS_FILE creates (and would replace) a file in a root-only folder, and moves the
+# report off stderr: ignored as every setting, it writes no report anywhere.
+setuid_off
+rm -f "$secret"/stats.*
+out=$(as_root NICMALLOC_STATS_FILE="$secret/stats.%p")
+ls "$secret"/stats.* >/dev/null 2>&1 || fail "control: the probe wrote no report file without setuid: $out"
+rm -f "$secret"/stats.*
+setuid_on
+out=$(as_user NICMALLOC_STATS_FILE="$secret/stats.%p")
+ls "$secret"/stats.* >/dev/null 2>&1 && fail "NICMALLOC_STATS_FILE created a file as root: $out"
+case "$out" in
+*"secure execution"*NICMALLOC_STATS_FILE*) ;;
+*) fail "no line saying NICMALLOC_STATS_FILE was ignored: $out" ;;
+esac
+[ "$(printf '%s\n' "$out" | grep -c nicmalloc)" = 1 ] || fail "more than one line (a report?): $out"
+echo "NICMALLOC_STATS_FILE: ignored, no report"
+
 [ "$failed" = 0 ] && echo "setuid: every attack refused"
 exit "$failed"
