@@ -1,7 +1,8 @@
 /* The sim backend's public endpoint. The sim NIC hands each message to its receiver in the
  * engine's own buffer; here it lands in a fresh dataplane buffer instead, as a real NIC would
- * DMA into posted dataplane receive buffers. The buffer is freed when receive returns — a free
- * that nic_hold defers — so a deserializer may keep pointers into it. */
+ * DMA into posted dataplane receive buffers. The buffer is freed when receive returns, or, while
+ * a nic_hold covers it, kept as every backend keeps a held buffer (receive.c) and freed at the
+ * release that ends the last hold: a deserializer may keep pointers into it. */
 #include "alloc.h"
 #include "api_errors.h"
 #include "endpoint_common.h"
@@ -58,7 +59,7 @@ static int deliver(void *arg, const void *data, size_t len) {
     receive(receive_arg, buf, len);
     nic_internal_resume(internal);
   }
-  nic_free_named(buf, "receive buffer");
+  nic_receive_sim_done(buf, len);
   return 0;
 }
 

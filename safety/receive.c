@@ -19,9 +19,13 @@
  * stall above. nic_poll hands the waiting messages over once releases bring the held bytes
  * under the cap; a release says so on wake_fd, which sits in nic_event_fd's set, so that a
  * program asleep in nic_wait or on that fd wakes for them. The sim's endpoints receive on its
- * engine, not through here: the cap does not bound them. */
+ * engine, each message in a dataplane block of its own (endpoint.c), not through deliver(): the
+ * cap does not bound them, nor do their held bytes count toward it. A held one is listed here all
+ * the same (nic_receive_sim_done), and freed once no hold covers it, so that recv_held_buffers and
+ * recv_held_bytes count it as they count a NIC's buffer. */
 #include "receive.h"
 
+#include "alloc.h"
 #include "api_errors.h"
 #include "backend.h"
 #include "endpoint_common.h"
@@ -82,17 +86,28 @@ static int wake_fd = -1;         /* readable while messages wait and could be ha
 static bool woken;               /* wake_fd written and not cleared since */
 static int draining;             /* a thread hands waiting messages over */
 static struct receiver *handing; /* whose waiting message it hands over now */
+static uint64_t sim_held_bytes;  /* the sim's part of recv_held_bytes: the cap is not theirs */
 
 /* The child receives nothing of the parent's (its backend is the parent's, marked so): what the
- * parent's endpoints had out is not the child's to give back. */
+ * parent's endpoints had out is not the child's to give back. A sim buffer is a block of the
+ * child's own copy of memory, under the child's copy of its holds: it stays listed, to be freed
+ * at the child's release. */
 static void after_fork_child(void) {
-  while (held) {
-    struct held *h = held;
-    held = h->next;
-    nic_pool_put(&held_pool, h);
+  uint64_t buffers = 0, bytes = 0;
+  for (struct held **link = &held; *link;) {
+    struct held *h = *link;
+    if (h->b) {
+      *link = h->next;
+      nic_pool_put(&held_pool, h);
+    } else {
+      buffers++;
+      bytes += h->end - h->start;
+      link = &h->next;
+    }
   }
-  __atomic_store_n(&nic_safety_ctr.recv_held_buffers, 0, __ATOMIC_RELAXED);
-  __atomic_store_n(&nic_safety_ctr.recv_held_bytes, 0, __ATOMIC_RELAXED);
+  __atomic_store_n(&nic_safety_ctr.recv_held_buffers, buffers, __ATOMIC_RELAXED);
+  __atomic_store_n(&nic_safety_ctr.recv_held_bytes, bytes, __ATOMIC_RELAXED);
+  sim_held_bytes = bytes;
   while (waiting_head) {
     struct waiting *w = waiting_head;
     waiting_head = w->next;
@@ -128,8 +143,24 @@ static uint64_t held_max(void) {
   return c;
 }
 
+/* Under the lock, as the held bytes change. */
 static bool under_cap(void) {
-  return __atomic_load_n(&nic_safety_ctr.recv_held_bytes, __ATOMIC_RELAXED) < held_max();
+  return __atomic_load_n(&nic_safety_ctr.recv_held_bytes, __ATOMIC_RELAXED) - sim_held_bytes <
+         held_max();
+}
+
+/* h comes onto the list of held buffers (listed) or leaves it: the counters say so. Under the
+ * lock. */
+static void count_held_locked(const struct held *h, bool listed) {
+  const uint64_t bytes = h->end - h->start;
+  if (listed) {
+    NIC_SAFETY_COUNT(recv_held_buffers, 1);
+    NIC_SAFETY_COUNT(recv_held_bytes, bytes);
+  } else {
+    __atomic_sub_fetch(&nic_safety_ctr.recv_held_buffers, 1, __ATOMIC_RELAXED);
+    __atomic_sub_fetch(&nic_safety_ctr.recv_held_bytes, bytes, __ATOMIC_RELAXED);
+  }
+  if (!h->b) sim_held_bytes = listed ? sim_held_bytes + bytes : sim_held_bytes - bytes;
 }
 
 /* wake_fd follows whether a nic_poll would hand a waiting message over. Under the lock, so that
@@ -145,8 +176,54 @@ static void wake_settle_locked(void) {
   woken = ready;
 }
 
-/* Buffers hand_over is listing as held (see there). */
+/* Buffers keep_or_recycle is listing as held (see there). */
 static unsigned listing;
+
+/* A buffer's way back: its backend's rx_recycle; a sim endpoint's (no backend) is a dataplane
+ * block of the process's, its token, which goes back to the allocator. */
+static void recycle(struct nic_backend *b, struct nic_endpoint *ep, uint64_t token) {
+  if (b)
+    b->rx_recycle(b, ep, token);
+  else
+    nic_free_named((void *)(uintptr_t)token, "receive buffer");
+}
+
+/* After the program's function: the buffer of token, [start, end), back to the NIC, or listed
+ * while a hold covers it. */
+static void keep_or_recycle(struct nic_backend *b, struct nic_endpoint *ep, uint64_t token,
+                            uintptr_t start, uintptr_t end) {
+  if (!hold_covers(start, end)) {
+    recycle(b, ep, token);
+    return;
+  }
+  /* Held, but a release on another thread may come meanwhile: it takes its hold away, then
+   * looks for the buffer among the listed ones, under the lock (give_back). So the buffer is
+   * announced (listing) before its hold is looked at again, under the lock: either that release
+   * sees the announcement and waits for the lock, or this look sees the hold gone. Else a
+   * buffer whose last hold went meanwhile would be listed as held, by nobody, for good. */
+  __atomic_add_fetch(&listing, 1, __ATOMIC_SEQ_CST);
+  __atomic_thread_fence(__ATOMIC_SEQ_CST);
+  pthread_mutex_lock(&lock);
+  if (!hold_covers(start, end)) {
+    pthread_mutex_unlock(&lock);
+    __atomic_sub_fetch(&listing, 1, __ATOMIC_SEQ_CST);
+    recycle(b, ep, token);
+    return;
+  }
+  struct held *h = nic_pool_get(&held_pool);
+  if (h) {
+    *h = (struct held){.next = held, .ep = ep, .b = b, .token = token, .start = start, .end = end};
+    held = h;
+    count_held_locked(h, true);
+  }
+  pthread_mutex_unlock(&lock);
+  __atomic_sub_fetch(&listing, 1, __ATOMIC_SEQ_CST); /* listed: recv_held_buffers says so now */
+  /* No memory to list it: give it back rather than lose it (the hold then protects nothing). */
+  if (!h) {
+    nic_log_warn_once("receive: no memory to keep a held receive buffer; it goes back to the NIC");
+    recycle(b, ep, token);
+  }
+}
 
 /* The program's function, then the buffer back to the NIC or listed as held. */
 static void hand_over(struct receiver *r, void *data, size_t len, int status, uint64_t token) {
@@ -162,40 +239,11 @@ static void hand_over(struct receiver *r, void *data, size_t len, int status, ui
   NIC_SAFETY_COUNT(recv_bytes, len);
   r->receive(r->arg, data, len);
   nic_internal_resume(internal);
-  const uintptr_t start = (uintptr_t)data, end = start + (len ? len : 1);
-  if (!hold_covers(start, end)) {
-    b->rx_recycle(b, r->ep, token);
-    return;
-  }
-  /* Held, but a release on another thread may come meanwhile: it takes its hold away, then
-   * looks for the buffer among the listed ones, under the lock (give_back). So the buffer is
-   * announced (listing) before its hold is looked at again, under the lock: either that release
-   * sees the announcement and waits for the lock, or this look sees the hold gone. Else a
-   * buffer whose last hold went meanwhile would be listed as held, by nobody, for good. */
-  __atomic_add_fetch(&listing, 1, __ATOMIC_SEQ_CST);
-  __atomic_thread_fence(__ATOMIC_SEQ_CST);
-  pthread_mutex_lock(&lock);
-  if (!hold_covers(start, end)) {
-    pthread_mutex_unlock(&lock);
-    __atomic_sub_fetch(&listing, 1, __ATOMIC_SEQ_CST);
-    b->rx_recycle(b, r->ep, token);
-    return;
-  }
-  struct held *h = nic_pool_get(&held_pool);
-  if (h) {
-    *h = (struct held){
-        .next = held, .ep = r->ep, .b = b, .token = token, .start = start, .end = end};
-    held = h;
-    NIC_SAFETY_COUNT(recv_held_buffers, 1);
-    NIC_SAFETY_COUNT(recv_held_bytes, end - start);
-  }
-  pthread_mutex_unlock(&lock);
-  __atomic_sub_fetch(&listing, 1, __ATOMIC_SEQ_CST); /* listed: recv_held_buffers says so now */
-  /* No memory to list it: give it back rather than lose it (the hold then protects nothing). */
-  if (!h) {
-    nic_log_warn_once("receive: no memory to keep a held receive buffer; it goes back to the NIC");
-    b->rx_recycle(b, r->ep, token);
-  }
+  keep_or_recycle(b, r->ep, token, (uintptr_t)data, (uintptr_t)data + (len ? len : 1));
+}
+
+void nic_receive_sim_done(void *buf, size_t len) {
+  if (buf) keep_or_recycle(NULL, NULL, (uintptr_t)buf, (uintptr_t)buf, (uintptr_t)buf + len);
 }
 
 /* What the backend hands over, from its poll(). */
@@ -275,8 +323,7 @@ static struct held *take_clear_locked(const struct nic_endpoint *ep) {
       *link = h->next;
       h->next = out;
       out = h;
-      __atomic_sub_fetch(&nic_safety_ctr.recv_held_buffers, 1, __ATOMIC_RELAXED);
-      __atomic_sub_fetch(&nic_safety_ctr.recv_held_bytes, h->end - h->start, __ATOMIC_RELAXED);
+      count_held_locked(h, false);
     } else {
       link = &h->next;
     }
@@ -297,7 +344,7 @@ static void give_back(const struct nic_endpoint *ep) {
   while (ready) {
     struct held *h = ready;
     ready = h->next;
-    h->b->rx_recycle(h->b, h->ep, h->token); /* unlocked: it takes the backend's lock */
+    recycle(h->b, h->ep, h->token); /* unlocked: it takes the backend's lock */
     pthread_mutex_lock(&lock);
     nic_pool_put(&held_pool, h);
     pthread_mutex_unlock(&lock);

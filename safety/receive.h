@@ -19,6 +19,10 @@ void nic_receive_endpoint_closing(struct nic_endpoint *ep);
 /* After its destroy succeeded: forgets what it knew of ep. */
 void nic_receive_endpoint_gone(struct nic_endpoint *ep);
 
+/* endpoint.c, once a sim endpoint's receiver returned: buf, the dataplane block len bytes of the
+ * message came in, is freed, or listed as held (counted as every backend's) while a hold covers
+ * it and freed at the release that ends the last. */
+void nic_receive_sim_done(void *buf, size_t len);
 /* endpoint.c: the sim's endpoints keep their receiver there. 0, or -EINVAL (not one of them). */
 int nic_sim_receive_set(struct nic_endpoint *ep, nic_receive_fn receive, void *arg);
 /* endpoint_common.c: whether ep was made by a public constructor of a non-sim backend. */

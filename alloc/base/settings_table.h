@@ -152,7 +152,8 @@
   X(RECV_HELD_MAX, "NICMALLOC_RECV_HELD_MAX", NIC_T_SIZE, "256M", 64ull << 10, UINT64_MAX, "",     \
     NIC_REACH_VALUE,                                                                               \
     "bytes of received messages the program may hold (`nic_hold`) at once, over all endpoints "    \
-    "of io_uring, verbs and dpdk (not sim). Past it a message is not handed over: it waits, in "   \
+    "of io_uring, verbs and dpdk (not sim: the sim's held messages count in `recv_held_bytes` "    \
+    "but not toward the cap, and never wait). Past it a message is not handed over: it waits, in " \
     "its receive buffer, until releases bring the held bytes under the cap; its endpoint runs "    \
     "out of buffers and its transport pushes back (never copied out: holds keep their "            \
     "addresses). The default, 256 MiB, is the default buffers of 128 endpoints")                   \

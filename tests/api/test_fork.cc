@@ -590,6 +590,57 @@ TEST(Fork, ChildRegistersWithABackendOfItsOwnAndSends) {
   free(dp);
 }
 
+// A message a sim endpoint received and the program holds is a block of the child's own copy of
+// memory, under the child's copy of the hold: the child counts it held, as the parent does, and
+// its nic_release frees it (the NIC backends' buffers are the parent's: not the child's to count).
+TEST(Fork, AChildCountsTheSimMessagesItInheritedHeldAndFreesThemAtRelease) {
+  struct Kept {
+    const void *p = nullptr;
+    static void Receive(void *arg, void *data, size_t) {
+      if (data && nic_hold(data) == 0) static_cast<Kept *>(arg)->p = data;
+    }
+  } kept;
+  nic_endpoint *ep = nic_sim_endpoint_create(Kept::Receive, &kept, 0);
+  ASSERT_NE(ep, nullptr) << "the suite runs with NICMALLOC_BACKEND=sim";
+  const std::string text(3000, 'h');
+  void *msg = nic_malloc(text.size());
+  ASSERT_NE(msg, nullptr);
+  memcpy(msg, text.data(), text.size());
+  ChildInbox sent;
+  nic_sga sga;
+  ASSERT_EQ(nic_sga_init(&sga, 0), 0);
+  ASSERT_EQ(nic_sga_add(&sga, msg, text.size()), 0);
+  ASSERT_EQ(nic_sga_post(&sga, ep, ChildInbox::Done, &sent), 0);
+  for (int i = 0; i < 5000 && !sent.done; i++)
+    if (!nic_poll(0)) usleep(1000);
+  ASSERT_EQ(sent.done, 1);
+  ASSERT_NE(kept.p, nullptr);
+  nic_stats held = NIC_STATS_INIT;
+  nic_get_stats(&held);
+  ASSERT_GE(held.recv_held_buffers, 1u);
+  int status = in_child([&] {
+    nic_stats s = NIC_STATS_INIT;
+    nic_get_stats(&s);
+    if (s.recv_held_buffers != held.recv_held_buffers || s.recv_held_bytes != held.recv_held_bytes)
+      return int(kStatsWrong);
+    if (nic_release(kept.p) != 0) return int(kHoldLeft);
+    nic_get_stats(&s);
+    if (s.recv_held_buffers != held.recv_held_buffers - 1 ||
+        s.recv_held_bytes != held.recv_held_bytes - text.size())
+      return int(kStatsWrong);
+    // Freed: a hold on it now is refused.
+    return nic_hold(kept.p) == -NIC_EFREED ? int(kChildOk) : int(kHoldLeft);
+  });
+  ASSERT_TRUE(WIFEXITED(status)) << describe_status(status);
+  EXPECT_EQ(WEXITSTATUS(status), 0) << describe_status(status) << " (see ChildStatus)";
+  EXPECT_EQ(nic_release(kept.p), 0);
+  nic_stats after = NIC_STATS_INIT;
+  nic_get_stats(&after);
+  EXPECT_EQ(after.recv_held_buffers, held.recv_held_buffers - 1);
+  EXPECT_EQ(nic_sim_endpoint_destroy(ep), 0);
+  free(msg);
+}
+
 // Descriptors of this process that are eventfds.
 int anon_descriptors(const char *kind) {
   int n = 0;

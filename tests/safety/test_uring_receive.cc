@@ -5,7 +5,8 @@
 // the peer's close and reset; destroy while a buffer is held. UringReceiveSmall.* run with
 // 4 buffers of 4 KiB (tests/uring.cmake): a datagram longer than a buffer is reported, not cut.
 // UringReceiveCapped.* run with NICMALLOC_RECV_HELD_MAX=256K: the cap on held bytes over all
-// endpoints, its back-pressure, the wake of nic_wait at a release, destroy with messages waiting.
+// endpoints, its back-pressure, the wake of nic_wait at a release, destroy with messages waiting,
+// a sim endpoint's held messages counted but not capped.
 #include "uring_loopback.h"
 
 #include <algorithm>
@@ -879,6 +880,47 @@ TEST_F(UringReceiveCapped, AReceiverClosedByItsWaitingEndCallLeavesTheNextOneCle
   EXPECT_EQ(NicStats().recv_capped, capped) << "under the cap, the new receiver's message waited";
   EXPECT_EQ(NicStats().recv_waiting, waiting0);
   EXPECT_EQ(nic_uring_endpoint_destroy(c.next), 0);
+}
+
+// A sim endpoint beside (its constructor starts the sim): the messages its receiver holds are
+// counted in recv_held_*, as io_uring's are, but the cap is io_uring's, verbs' and dpdk's: held
+// sim messages past it keep no datagram of io_uring's waiting.
+TEST_F(UringReceiveCapped, HeldSimMessagesAreCountedButKeepNoUringMessageWaiting) {
+  Sink sim_sink;
+  sim_sink.hold = true;
+  nic_endpoint *sim = nic_sim_endpoint_create(Sink::Fn, &sim_sink, 0);
+  ASSERT_NE(sim, nullptr) << strerror(errno);
+  const nic_stats before = NicStats();
+  constexpr size_t kSim = 60000, kSims = 5; // past the cap together
+  void *msg = nic_malloc(kSim);
+  ASSERT_NE(msg, nullptr);
+  memset(msg, 's', kSim);
+  Done done;
+  for (size_t i = 0; i < kSims; i++)
+    ASSERT_EQ(PostParts(sim, {{msg, kSim}}, &done), 0);
+  ASSERT_TRUE(NicPollUntil([&] { return done.calls.load() == int(kSims); }));
+  ASSERT_EQ(sim_sink.Calls(), kSims);
+  const nic_stats held = NicStats();
+  EXPECT_EQ(held.recv_held_buffers - before.recv_held_buffers, kSims);
+  EXPECT_EQ(held.recv_held_bytes - before.recv_held_bytes, kSims * kSim);
+  ASSERT_GT(held.recv_held_bytes, kCap);
+  UdpPair pair;
+  Sink sink;
+  ASSERT_NE(Receiving(pair.rx, &sink), nullptr);
+  Region data(1000, 11);
+  ASSERT_EQ(send(pair.tx, data.base, data.len, 0), ssize_t(data.len));
+  EXPECT_TRUE(NicPollUntil(
+      [&] { return sink.Calls() == 1 || NicStats().recv_waiting > before.recv_waiting; }));
+  EXPECT_EQ(sink.Calls(), 1u) << "the datagram waits for the sim's held bytes";
+  EXPECT_EQ(NicStats().recv_capped, before.recv_capped);
+  sim_sink.ReleaseAll();
+  const nic_stats after = NicStats();
+  EXPECT_EQ(after.recv_held_buffers, before.recv_held_buffers);
+  EXPECT_EQ(after.recv_held_bytes, before.recv_held_bytes);
+  free(msg);
+  int rc = -EBUSY;
+  EXPECT_TRUE(NicPollUntil([&] { return (rc = nic_sim_endpoint_destroy(sim)) != -EBUSY; }));
+  EXPECT_EQ(rc, 0);
 }
 
 // A child of fork keeps none of the messages waiting in the parent: its nic_poll hands none
