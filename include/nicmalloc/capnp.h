@@ -133,8 +133,9 @@ private:
 // rather than copied together, which a stream (TCP, sim and verbs through StreamReader) joins
 // again; on a datagram socket each post is a datagram of its own, so keep such messages within the
 // limits. Returns 0 and later runs done(arg, status) once (from nic_poll or nic_wait) when the NIC
-// no longer reads any of it; or -EMSGSIZE (more than 511 segments, which capnp's readers refuse:
-// nothing is sent, msg is unchanged), or a negative errno of nic_endpoint_limits or
+// no longer reads any of it; or -EINVAL (msg has no root, so no segment: capnp's writeMessage
+// refuses such a message too), -EMSGSIZE (more than 511 segments, which capnp's readers refuse),
+// in both cases nothing sent and msg unchanged, or a negative errno of nic_endpoint_limits or
 // nic_sga_init/add/post, and done() does not run. After an error in a later part, the earlier parts
 // are on their way (a stream is then cut). Works for any capnp::MessageBuilder; one of ours keeps
 // its segments from reuse until done.

@@ -3,9 +3,9 @@
 // mode (tests/adapters.cmake): round trips of nested structs, lists and blobs of 0 B to 4 MiB,
 // referenced where they lie or copied; builders destroyed, blobs freed and segments reused right
 // after post; a message over the entry limit, one to an endpoint of another backend, one of more
-// segments than capnp reads; the stream reader's in-place and gathered paths. Every case checks
-// that no posted byte was written before the NIC read it: no mismatch under NICMALLOC_FENCE=detect,
-// no writer held under protect, and the bytes the receiver got.
+// segments than capnp reads, one with no root; the stream reader's in-place and gathered paths.
+// Every case checks that no posted byte was written before the NIC read it: no mismatch under
+// NICMALLOC_FENCE=detect, no writer held under protect, and the bytes the receiver got.
 #include "adapters_test.capnp.h"
 #include "wire.h"
 
@@ -408,6 +408,33 @@ TEST_F(CapnpAdapter, MessageOfMoreSegmentsThanCapnpReadsIsRefused) {
   }
   ReceiveAndCheck({edge, after});
   EXPECT_EQ(done_.calls.load(), 2) << "the refused post ran no done()";
+  for (void *p : owned)
+    free(p);
+}
+
+// A builder whose root was never set has no segment: there is no message to frame, and capnp's own
+// writers refuse it ("Tried to serialize uninitialized message"). post refuses it too, ours or any
+// capnp::MessageBuilder, with nothing sent and no done(); the next message arrives alone.
+TEST_F(CapnpAdapter, MessageWithNoRootIsRefused) {
+  {
+    ncp::MessageBuilder ours;
+    capnp::MallocMessageBuilder theirs;
+    for (capnp::MessageBuilder *msg : {static_cast<capnp::MessageBuilder *>(&ours),
+                                       static_cast<capnp::MessageBuilder *>(&theirs)}) {
+      EXPECT_ANY_THROW(capnp::messageToFlatArray(*msg));
+      EXPECT_EQ(ncp::post(wire_->tx(), *msg, Done::Fn, &done_, wire_->entries()), -EINVAL);
+    }
+  }
+  std::vector<void *> owned;
+  Spec after;
+  after.seq = 7;
+  {
+    ncp::MessageBuilder msg;
+    Build(msg, after, &owned);
+    Post(msg);
+  }
+  ReceiveAndCheck({after});
+  EXPECT_EQ(done_.calls.load(), 1) << "the refused posts ran no done()";
   for (void *p : owned)
     free(p);
 }
