@@ -1,7 +1,10 @@
 /* The memory events' publishers: each walks the watcher table (events.h). */
 #include "events.h"
 
+#include <errno.h>
+
 uint64_t nic_free_watch;
+uint64_t nic_left_watch;
 
 NIC_REGISTRY_DECLARE(struct nic_memory_watcher, nic_watchers);
 #define EACH_WATCHER(w) NIC_REGISTRY_EACH(struct nic_memory_watcher, nic_watchers, w)
@@ -37,6 +40,14 @@ void nic_publish_pages_leaving(uintptr_t start, size_t len) {
   EACH_WATCHER(w) {
     if (w->pages_leaving) w->pages_leaving(start, len);
   }
+}
+
+void nic_publish_pages_left_watched(uintptr_t start, size_t len) {
+  const int saved = errno; /* the system call's, for its caller */
+  EACH_WATCHER(w) {
+    if (w->pages_left) w->pages_left(start, len);
+  }
+  errno = saved;
 }
 
 bool nic_publish_protection_changing(uintptr_t start, size_t len, int prot, int *rc) {

@@ -39,6 +39,17 @@ static inline void nic_watch_ranges(int64_t delta) {
   nic_fast_spans_follow(now - ((uint64_t)delta << 32), now);
 }
 
+/* pages_left follows every munmap and madvise that drops pages, so it is published only while a
+ * watcher holds something it may concern (the registration cache: a region, or a miss
+ * registering one) and says so here: one load then for the calls that find it zero. A watcher
+ * adds before it may need the event (a miss, before it pins) and takes away after, with what
+ * it then keeps counted already. */
+extern uint64_t nic_left_watch __attribute__((visibility("hidden")));
+
+static inline void nic_watch_left(int64_t delta) {
+  __atomic_add_fetch(&nic_left_watch, (uint64_t)delta, __ATOMIC_SEQ_CST);
+}
+
 /* What realloc may do with a block a watcher cares about. */
 enum nic_resize_answer {
   NIC_RESIZE_AS_USUAL = 0,
@@ -63,6 +74,11 @@ struct nic_memory_watcher {
   /* The pages of [start, start+len) are about to leave the address space or be replaced
    * (munmap, mremap, madvise dropping them, a fixed mmap or shmat over them, shmdt, dlclose). */
   void (*pages_leaving)(uintptr_t start, size_t len);
+  /* The call that pages_leaving told of has returned, whether it succeeded or not: what a
+   * watcher took in meanwhile (a registration pinning the pages the call then replaced) is
+   * dropped here. Published by the interposed calls that take pages away, while nic_left_watch
+   * is not zero; errno is the call's (kept across the watchers). */
+  void (*pages_left)(uintptr_t start, size_t len);
   /* mprotect(start, len, prot), by anyone (mimalloc commits with it). A watcher whose own page
    * protection the call must not undo makes the call itself and returns true with *rc its result
    * (0 or -errno); the first that does so makes it for all. */
@@ -91,6 +107,13 @@ bool nic_publish_block_freeing(void *p); /* true: a watcher took it */
 enum nic_resize_answer nic_publish_block_resizing(void *p, size_t usable);
 void nic_publish_range_stale(uintptr_t start, size_t len);
 void nic_publish_pages_leaving(uintptr_t start, size_t len);
+void nic_publish_pages_left_watched(uintptr_t start, size_t len);
+/* After the system call, so acquire: what a watcher counted in the word before it pinned pages
+ * that the call then took is seen by its watcher's handler. */
+static inline void nic_publish_pages_left(uintptr_t start, size_t len) {
+  if (__atomic_load_n(&nic_left_watch, __ATOMIC_ACQUIRE))
+    nic_publish_pages_left_watched(start, len);
+}
 /* true: a watcher made the call, with result *rc */
 bool nic_publish_protection_changing(uintptr_t start, size_t len, int prot, int *rc);
 void nic_publish_chunk_mapped(unsigned index, void *base, size_t len);

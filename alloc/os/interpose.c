@@ -1,7 +1,9 @@
 /* Calls that change which pages back an address range tell the layers above first
  * (events.h: pages_leaving), so that the registration cache never hands the NIC a registration
  * that still pins the old pages, and the sim NIC keeps the old pages' bytes for posts still to
- * read them. Preloaded or linked into the program, nicmalloc's definitions also catch
+ * read them; and again once the call has returned (pages_left), for what another thread
+ * registered in between (a miss that pinned the old pages while the call was on its way).
+ * Preloaded or linked into the program, nicmalloc's definitions also catch
  * mimalloc's own commits and decommits (it calls mprotect, madvise and munmap through the PLT),
  * which the control arena's commit map records once they succeeded; loaded later, libmimalloc's
  * imports are pointed at the static bodies below (mimalloc_imports.h). Each forwards to the system
@@ -41,6 +43,7 @@ static void *os_mmap(void *addr, size_t len, int prot, int flags, int fd, off_t 
     nic_publish_pages_leaving((uintptr_t)addr, len);
   }
   void *p = raw_mmap(addr, len, prot, flags, fd, offset);
+  if (fixed) nic_publish_pages_left((uintptr_t)addr, len);
   if (p == MAP_FAILED) {
     nic_as_limit_mapping_refused();
     return p;
@@ -69,6 +72,7 @@ static int os_munmap(void *addr, size_t len) {
   nic_late_decommit_forget(addr, len);
   nic_publish_pages_leaving((uintptr_t)addr, len);
   int rc = (int)syscall(SYS_munmap, addr, len);
+  nic_publish_pages_left((uintptr_t)addr, len);
   if (rc == 0) nic_commit_map_note(addr, len, NIC_PAGES_GONE);
   return rc;
 }
@@ -90,6 +94,8 @@ NIC_EXPORT void *mremap(void *old, size_t old_len, size_t new_len, int flags, ..
   nic_late_decommit_forget(old, old_len);
   nic_publish_pages_leaving((uintptr_t)old, old_len);
   long r = syscall(SYS_mremap, old, old_len, new_len, flags, new_addr);
+  if (flags & MREMAP_FIXED) nic_publish_pages_left((uintptr_t)new_addr, new_len);
+  nic_publish_pages_left((uintptr_t)old, old_len);
   if (r == -1) {
     nic_as_limit_mapping_refused();
     return MAP_FAILED;
@@ -127,7 +133,8 @@ static int os_madvise(void *addr, size_t len, int advice) {
     if (advice == MADV_DONTNEED) nic_dp_commit.decommit(addr, len); /* a reset is no decommit */
     return 0;
   }
-  if (drops_pages(advice)) {
+  const bool drops = drops_pages(advice);
+  if (drops) {
     /* A decommit of a control segment a dataplane heap's visit may not take: after the purge
      * delay, unless mimalloc commits the pages again first (late_decommit.h). */
     if (advice == MADV_DONTNEED && nic_late_decommit_note(addr, len)) return 0;
@@ -135,6 +142,7 @@ static int os_madvise(void *addr, size_t len, int advice) {
     nic_publish_pages_leaving((uintptr_t)addr, len);
   }
   int rc = (int)syscall(SYS_madvise, addr, len, advice);
+  if (drops) nic_publish_pages_left((uintptr_t)addr, len);
   /* mimalloc decommits with DONTNEED. MADV_FREE is its "reset", after which it reuses the
    * memory as committed: that must not clear the map. */
   if (rc == 0 && (advice == MADV_DONTNEED || advice == MADV_REMOVE))

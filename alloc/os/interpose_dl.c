@@ -1,8 +1,9 @@
 /* dlclose unmaps a library with the loader's own munmap, which no interposed call sees, so a
  * registration of its static data (a send buffer in .data or .bss) would outlive the pages it
  * pins, and a library loaded later at that address would be sent from them. The library's whole
- * address span is invalidated before the real dlclose: whether this close is the last one is not
- * known beforehand, and a needless invalidation only costs registering again. */
+ * address span is invalidated before the real dlclose, and again after it (a registration another
+ * thread made meanwhile): whether this close is the last one is not known beforehand, and a
+ * needless invalidation only costs registering again. */
 #define _GNU_SOURCE
 #include "events.h"
 #include "export.h"
@@ -40,10 +41,13 @@ NIC_EXPORT int dlclose(void *handle) {
   struct link_map *map = NULL;
   void *h = handle;
   __asm__("" : "+r"(h)); /* declared nonnull, yet a program may pass NULL: keep the test */
+  struct span_search s = {NULL, 0, 0};
   if (h && dlinfo(h, RTLD_DI_LINKMAP, &map) == 0 && map) {
-    struct span_search s = {map, 0, 0};
+    s.map = map;
     dl_iterate_phdr(find_span, &s);
     if (s.end) nic_publish_pages_leaving(s.start, s.end - s.start);
   }
-  return real_dlclose(handle);
+  const int rc = real_dlclose(handle);
+  if (s.end) nic_publish_pages_left(s.start, s.end - s.start);
+  return rc;
 }

@@ -1,9 +1,9 @@
 /* System V shared memory leaves an address range through shmdt, or has its pages replaced by a
  * shmat with SHM_REMAP, without any munmap or mmap the program could see: both invalidate the
- * registration cache first, as interpose.c does for the mapping calls. shmdt names only an
- * address, so each attach's size is kept here; a segment attached some other way (a raw system
- * call) is not known, and its shmdt invalidates everything from its address up, which is always
- * safe and only costs registering again. */
+ * registration cache first, and again once the call returned, as interpose.c does for the
+ * mapping calls. shmdt names only an address, so each attach's size is kept here; a segment
+ * attached some other way (a raw system call) is not known, and its shmdt invalidates everything
+ * from its address up, which is always safe and only costs registering again. */
 #define _GNU_SOURCE
 #include "commit_map.h"
 #include "events.h"
@@ -69,6 +69,7 @@ NIC_EXPORT void *shmat(int shmid, const void *addr, int flags) {
   /* Only a remap can replace pages the cache knows; without it the kernel refuses a busy range. */
   if (addr && (flags & SHM_REMAP)) nic_publish_pages_leaving((uintptr_t)addr, len);
   long r = syscall(SYS_shmat, shmid, addr, flags);
+  if (addr && (flags & SHM_REMAP)) nic_publish_pages_left((uintptr_t)addr, len);
   if (r == -1) return (void *)-1;
   if (len) {
     if (!(flags & SHM_REMAP)) nic_publish_range_stale((uintptr_t)r, len); /* see interpose.c mmap */
@@ -83,6 +84,7 @@ NIC_EXPORT int shmdt(const void *addr) {
   const size_t len = recorded(start, false);
   nic_publish_pages_leaving(start, len ? len : UINTPTR_MAX - start);
   int rc = (int)syscall(SYS_shmdt, addr);
+  nic_publish_pages_left(start, len ? len : UINTPTR_MAX - start);
   if (rc == 0) recorded(start, true);
   return rc;
 }

@@ -73,6 +73,12 @@ struct nic_rcache {
 
 int nic_rcache_regions_live;
 
+/* Misses inside insert_locked: from before the backend pins the range until the region is in the
+ * table or the attempt failed (pages_left). Raised under the lock, read without it. Each also
+ * counts in nic_left_watch (events.h), as each region cached or listed remote does, so that
+ * pages_left is published to the cache whenever one of them may be over the pages. */
+static unsigned misses_registering;
+
 /* One lock for every cache, recursive: a backend may free or unmap memory inside reg/dereg, and
  * that invalidates every cache. With a lock per cache, two caches deregistering at once on two
  * threads could each wait for the other's lock there. Misses are the only callers that wait for
@@ -308,6 +314,7 @@ static void list_remote_locked(struct nic_rcache *c, uint32_t slot) {
   c->remote_head = slot;
   if (r->start < remote_lo) __atomic_store_n(&remote_lo, r->start, __ATOMIC_RELAXED);
   if (r->end > remote_hi) __atomic_store_n(&remote_hi, r->end, __ATOMIC_RELAXED);
+  nic_watch_left(1);
   __atomic_add_fetch(&remote_live, 1, __ATOMIC_RELEASE); /* after the hull: remote_touched */
 }
 
@@ -318,6 +325,7 @@ static void unlist_remote_locked(struct nic_rcache *c, struct region *r) {
   else
     c->remote_head = r->remote_next;
   if (r->remote_next) c->pool[r->remote_next].remote_prev = r->remote_prev;
+  nic_watch_left(-1);
   if (__atomic_sub_fetch(&remote_live, 1, __ATOMIC_RELEASE)) return;
   __atomic_store_n(&remote_lo, UINTPTR_MAX, __ATOMIC_RELAXED);
   __atomic_store_n(&remote_hi, 0, __ATOMIC_RELAXED);
@@ -468,6 +476,7 @@ static void invalidate_locked(struct nic_rcache *c, uint32_t slot) {
   c->bytes_live -= r->end - r->start;
   c->regions--;
   __atomic_sub_fetch(&nic_rcache_regions_live, 1, __ATOMIC_RELAXED);
+  nic_watch_left(-1);
   nic_watch_ranges(-1); /* after the count: events.h */
   drop_ref_locked(c, slot);
 }
@@ -730,6 +739,7 @@ static int insert_locked(struct nic_rcache *c, uintptr_t start, uintptr_t end, u
     c->bytes_live += end - start;
     c->regions++;
     nic_watch_ranges(1); /* before the count: events.h */
+    nic_watch_left(1);
     __atomic_add_fetch(&nic_rcache_regions_live, 1, __ATOMIC_RELAXED);
   } else {
     __atomic_store_n(&r->refs, 1, __ATOMIC_RELEASE); /* the caller's alone */
@@ -797,8 +807,14 @@ static __attribute__((noinline)) int acquire_missed(struct nic_rcache *c, uintpt
     if (cached && lookup(c, start, last, access, out)) {
       count(&c->stats.hits); /* another thread registered it meanwhile */
     } else {
+      /* Before the pin, and down again only once the region is in the table (or not to be):
+       * every path out of insert_locked, each pass of the loop. */
+      nic_watch_left(1);
+      __atomic_add_fetch(&misses_registering, 1, __ATOMIC_SEQ_CST);
       rc = insert_locked(c, start & ~(NIC_PAGE_SIZE - 1),
                          (last + NIC_PAGE_SIZE) & ~(NIC_PAGE_SIZE - 1), access, out, busy);
+      __atomic_sub_fetch(&misses_registering, 1, __ATOMIC_RELEASE);
+      nic_watch_left(-1); /* after: the region's own count, if it went in, came before */
       if (rc == 0)
         count(&c->stats.misses); /* a lookup that registered a region: refusals are failures */
       else if (rc != -EAGAIN)
@@ -885,23 +901,55 @@ static void invalidate_one_locked(struct nic_rcache *c, uintptr_t start, uintptr
   __atomic_add_fetch(&c->stats.invalidations, n, __ATOMIC_RELAXED);
 }
 
+static uintptr_t end_of(uintptr_t start, size_t len) {
+  return start + len < start ? UINTPTR_MAX : start + len;
+}
+
+static void invalidate_every_cache(uintptr_t start, uintptr_t end) {
+  pthread_mutex_lock(&lock);
+  invalidate_one_locked(&nic_rcache_process_instance, start, end);
+  for (struct nic_rcache *c = made; c; c = c->next)
+    invalidate_one_locked(c, start, end);
+  pthread_mutex_unlock(&lock);
+}
+
 void nic_rcache_invalidate(uintptr_t start, size_t len) {
   if ((!__atomic_load_n(&nic_rcache_regions_live, __ATOMIC_ACQUIRE) &&
        !__atomic_load_n(&remote_live, __ATOMIC_ACQUIRE)) ||
       len == 0)
     return;
-  uintptr_t end = start + len < start ? UINTPTR_MAX : start + len;
+  const uintptr_t end = end_of(start, len);
   if (!__atomic_load_n(&made_count, __ATOMIC_ACQUIRE) && !remote_touched(start, end)) {
     /* Lock-free first look: most frees and unmaps touch no cached page. */
     const struct nic_rt *rt = __atomic_load_n(&nic_rcache_process_instance.rt, __ATOMIC_ACQUIRE);
     uintptr_t probe = start;
     if (!rt || !nic_rt_next(rt, &probe, end)) return;
   }
-  pthread_mutex_lock(&lock);
-  invalidate_one_locked(&nic_rcache_process_instance, start, end);
-  for (struct nic_rcache *c = made; c; c = c->next)
-    invalidate_one_locked(c, start, end);
-  pthread_mutex_unlock(&lock);
+  invalidate_every_cache(start, end);
+}
+
+/* The call that took [start, start+len) away has returned (events.h: pages_left). Its
+ * pages_leaving looked at the table before the call, without the lock, and a miss may have
+ * registered the range since: found nothing, pinned the old pages under the lock, and put the
+ * region in the table while the call replaced or dropped them; cached for good, the region then
+ * handed every later post the old pages. So again now:
+ * - a miss registering: the lock waits for it to be done, and whatever it put in the table over
+ *   the range goes (a miss that pinned the new pages loses a region it could have kept); an
+ *   unmap anywhere meanwhile waits for the miss, as one over a cached region always did;
+ * - none: the same look as nic_rcache_invalidate's, and the lock only if a region is there.
+ * Why the counts read after the call are enough. A miss raises them before it pins (seq_cst),
+ * and lowers them only once its region is in the table (release). The kernel orders a pin and a
+ * change of the same page tables (the page-table lock; a lock-free pin against the TLB shootdown
+ * of a change that waits for it), and the loads come after the change: a pin that took an old
+ * page came before the change, so its raise is seen (the publisher's nic_left_watch, then
+ * misses_registering here), or its lowering is, and with it the table entry made before
+ * (acquire). A pin after the change took the new pages, and a region over them may stay. */
+static void pages_left(uintptr_t start, size_t len) {
+  if (!len) return;
+  if (__atomic_load_n(&misses_registering, __ATOMIC_ACQUIRE))
+    invalidate_every_cache(start, end_of(start, len));
+  else
+    nic_rcache_invalidate(start, len);
 }
 
 /* Lock held. Whether a user still holds a reference to a region of c. */
@@ -1058,4 +1106,5 @@ static void retry_busy_tick(void) {
   nic_rcache_frees_may_go();
 }
 NIC_MEMORY_WATCHER(registration_cache, .range_stale = nic_rcache_invalidate,
-                   .pages_leaving = nic_rcache_invalidate, .tick = retry_busy_tick);
+                   .pages_leaving = nic_rcache_invalidate, .pages_left = pages_left,
+                   .tick = retry_busy_tick);

@@ -3,11 +3,14 @@
 // file's pages under a mapping of it (a hole punched, a truncate). On io_uring over loopback UDP
 // through the public API: each post is one datagram, and the kernel sends the pages the
 // registration pinned, so a registration kept past such a change shows as the old bytes at the
-// receiver.
+// receiver. And memory whose pages another thread drops or replaces, by a call the cache does
+// hear of, while a miss registers them.
 #include "uring_loopback.h"
 
 #include <fcntl.h>
 #include <pthread.h>
+
+#include <random>
 
 using namespace uring_test;
 
@@ -147,6 +150,150 @@ TEST_F(UringSgaTest, AFilesMemoryIsSentAsItIsAfterItsPagesChangedUnderTheMapping
   munmap(shared, kLen);
   munmap(priv, kLen);
   close(fd);
+}
+
+// How the other thread changes the buffer's pages.
+enum class Change { kDropped, kReplaced };
+
+// A thread that changes the pages of [buf, buf + len) once per round, a given delay after the
+// round starts, and says when its call began and returned.
+class Changer {
+public:
+  Changer(char *buf, size_t len, Change how)
+      : buf_(buf), len_(len), how_(how), thread_([this] { Run(); }) {}
+  ~Changer() {
+    round_ = -1;
+    thread_.join();
+  }
+  // Starts round n, whose change comes `delay` after `from`.
+  void Start(int n, Clock::time_point from, std::chrono::nanoseconds delay) {
+    from_ = from;
+    delay_ = delay;
+    round_.store(n, std::memory_order_release);
+  }
+  // Waits for round n's change; false at the deadline.
+  bool Wait(int n) {
+    for (auto end = Clock::now() + kLimit; done_.load(std::memory_order_acquire) != n;)
+      if (Clock::now() > end) return false;
+    return true;
+  }
+  Clock::time_point began, returned; // round n's call, once Wait(n) returned
+  int failed_errno = 0;
+
+private:
+  void Run() {
+    for (int n = 1;; n++) {
+      int r;
+      while ((r = round_.load(std::memory_order_acquire)) != n)
+        if (r < 0)
+          return;
+        else
+          std::this_thread::yield();
+      while (Clock::now() < from_ + delay_) {
+      }
+      began = Clock::now();
+      bool ok = how_ == Change::kDropped
+                    ? madvise(buf_, len_, MADV_DONTNEED) == 0
+                    : mmap(buf_, len_, PROT_READ | PROT_WRITE,
+                           MAP_PRIVATE | MAP_ANONYMOUS | MAP_FIXED, -1, 0) == buf_;
+      returned = Clock::now();
+      if (!ok) failed_errno = errno;
+      done_.store(n, std::memory_order_release);
+    }
+  }
+  char *buf_;
+  size_t len_;
+  Change how_;
+  Clock::time_point from_;
+  std::chrono::nanoseconds delay_{0};
+  std::atomic<int> round_{0}, done_{0};
+  std::thread thread_; // last: starts once the rest is built
+};
+
+// One thread's nic_sga_add of a buffer misses the cache and registers (pins) its pages while
+// another thread drops them (madvise) or maps anew over them (mmap MAP_FIXED). Once both calls
+// returned, the buffer is written and posted: the datagram must carry what was written, not the
+// pages the registration pinned before the change. The change comes at a delay spread over the
+// time a miss takes, so that it lands while the miss pins the pages in many rounds; the rounds
+// go on until enough of them overlapped the miss, or the deadline.
+void PostAfterAChangeRacingAMiss(nic_endpoint *ep, Reader &reader, Change how) {
+  constexpr size_t kLen = 1 << 20; // pinned page by page: a wide window, no huge page
+  constexpr int kOverlapping = 300, kMaxRounds = 4000;
+  char *buf = static_cast<char *>(
+      mmap(nullptr, kLen, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0));
+  ASSERT_NE(buf, MAP_FAILED);
+  // Each round's nic_sga_add misses: the madvise before it is heard, and the last round's region
+  // goes. The slowest of a few such misses sets the spread of the change's delays.
+  auto miss = [&](nic_sga *sga) {
+    madvise(buf, kLen, MADV_DONTNEED);
+    memset(buf, 'A', kLen);
+    nic_sga_init(sga, 0);
+  };
+  std::chrono::nanoseconds slowest{0};
+  for (int i = 0; i < 8; i++) {
+    nic_sga sga;
+    miss(&sga);
+    const auto t0 = Clock::now();
+    ASSERT_EQ(nic_sga_add(&sga, buf, kLen), 0);
+    slowest = std::max(slowest, std::chrono::nanoseconds(Clock::now() - t0));
+    nic_sga_reset(&sga);
+  }
+  std::mt19937 rng(7);
+  std::uniform_int_distribution<int64_t> spread(0, slowest.count() * 3 / 2);
+  int rounds = 0, overlapping = 0, stale = 0;
+  std::string first_stale;
+  {
+    Changer changer(buf, kLen, how);
+    const auto deadline = Clock::now() + std::chrono::seconds(20);
+    for (int n = 1; n <= kMaxRounds && overlapping < kOverlapping && Clock::now() < deadline; n++) {
+      nic_sga sga;
+      miss(&sga);
+      const auto t0 = Clock::now();
+      changer.Start(n, t0, std::chrono::nanoseconds(spread(rng)));
+      const int rc = nic_sga_add(&sga, buf, kLen);
+      const auto t1 = Clock::now();
+      ASSERT_TRUE(changer.Wait(n)) << "round " << n << ": the change never returned";
+      ASSERT_EQ(changer.failed_errno, 0) << strerror(changer.failed_errno);
+      nic_sga_reset(&sga);
+      ASSERT_EQ(rc, 0) << "round " << n << ": " << strerror(-rc);
+      rounds = n;
+      overlapping += changer.began < t1 && t0 < changer.returned;
+      // Both calls returned: the buffer's pages are those mapped there now.
+      memset(buf, 'B', kSent);
+      ASSERT_EQ(PostOne(ep, buf), 0) << "round " << n;
+      ASSERT_TRUE(reader.WaitFor(static_cast<size_t>(n) * kSent)) << "round " << n;
+      const std::string why = Mismatch(reader.Reads().back(), 'B');
+      if (why.empty()) continue;
+      if (!stale++) first_stale = "round " + std::to_string(n) + ": " + why;
+      if (stale == 5) break; // enough to tell
+    }
+  }
+  munmap(buf, kLen);
+  EXPECT_EQ(stale, 0) << stale << " of " << rounds
+                      << " posts after the change carried the pages the registration pinned "
+                         "before it; first: "
+                      << first_stale;
+  EXPECT_GT(overlapping, 0) << "in " << rounds << " rounds no change met a miss: nothing tested";
+}
+
+// A loopback pair and an endpoint for each race.
+class UringChangeRacingAMiss : public UringSgaTest {
+protected:
+  void Race(Change how) {
+    UdpPair pair;
+    Reader reader(pair.rx);
+    nic_endpoint *ep = Endpoint(pair.tx);
+    ASSERT_NE(ep, nullptr);
+    PostAfterAChangeRacingAMiss(ep, reader, how);
+  }
+};
+
+TEST_F(UringChangeRacingAMiss, ABufferDroppedWhileAMissRegistersItIsSentFromItsNewPages) {
+  Race(Change::kDropped);
+}
+
+TEST_F(UringChangeRacingAMiss, ABufferMappedOverWhileAMissRegistersItIsSentFromItsNewPages) {
+  Race(Change::kReplaced);
 }
 
 } // namespace
