@@ -11,8 +11,10 @@
  *   by calls nobody sees once the thread is gone, and only the thread's own exit hook could
  *   tell;
  * - anything when /proc/self/maps cannot be read.
- * Not told apart: memory that a raw system call (syscall(SYS_munmap), process_madvise) drops,
- * and the stack of a thread nicmalloc never set up (it neither allocated nor called the API). */
+ * Not told apart: memory that a raw system call (syscall(SYS_munmap)), io_uring's
+ * IORING_OP_MADVISE or process_madvise (another process's through a pidfd, or the process's
+ * own) drops, and the stack of a thread nicmalloc never set up (it neither allocated nor called
+ * the API). */
 #ifndef NIC_RANGE_KIND_H
 #define NIC_RANGE_KIND_H
 
