@@ -305,6 +305,9 @@ NIC_EXPORT int nic_sga_post(struct nic_sga *sga, struct nic_endpoint *ep, nic_sg
    * of this thread to their pages is held like any other (the backends keep what they write in
    * a post in mappings of their own, so that the post itself never waits for its own DMA). */
   nic_fence_posted(m, m->entry, n); /* NICMALLOC_FENCE=protect|detect, before the NIC can read */
+  /* Read now: once the backend has it, m is the completion's, which frees it, maybe on another
+   * thread's nic_poll before the post returns. */
+  const bool message_has_own_refs = m->cache != NULL;
   rc = b->post(b, ep, sge, n, completed, m);
   if (rc) {
     __atomic_sub_fetch(&nic_safety_ctr.inflight_entries, n, __ATOMIC_RELAXED);
@@ -328,7 +331,7 @@ NIC_EXPORT int nic_sga_post(struct nic_sga *sga, struct nic_endpoint *ep, nic_sg
   nic_pressure_note(sga->entry, n);
   /* The message owns the references now: the array's own when its backend took it, else those
    * made for b (resolve_for), and the array's go now. */
-  if (m->cache) release_slots(NULL, sga->entry, n);
+  if (message_has_own_refs) release_slots(NULL, sga->entry, n);
   sga->count = 0;
   sga->bytes = 0;
   sga->bounce = NULL;
