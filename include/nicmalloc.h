@@ -423,9 +423,10 @@ int nic_sim_endpoint_destroy(struct nic_endpoint *ep);
  * (said on stderr once per kind, counted in endpoint_errors) when that backend cannot run here
  * (ENODEV) or its argument is not usable. Each destroy returns 0, -EBUSY while posts on the
  * endpoint have not completed (nic_poll until they have), while a received buffer of it is held,
- * or, on io_uring, from inside its own receive function (the end call included: destroy after
- * it returns), or -EINVAL for an endpoint its constructor did not make. done() runs from nic_poll
- * (or a fence) once the NIC, or the kernel, no longer reads the memory. */
+ * or while its receive function runs, on another thread or from inside it (the end call
+ * included: destroy after it returns), or -EINVAL for an endpoint its constructor did not make.
+ * done() runs from nic_poll (or a fence) once the NIC, or the kernel, no longer reads the
+ * memory. */
 
 /* io_uring: a connected TCP, UDP or UDP-Lite socket (AF_INET, AF_INET6), which stays the caller's:
  * destroy the endpoint before closing it (closed first, the socket stays open, and posts go to

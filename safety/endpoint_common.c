@@ -218,16 +218,23 @@ int nic_ep_untrack(struct nic_endpoint *ep, const char *kind, const char *who) {
   struct made **link = link_of_locked(ep, kind);
   struct made *m = ours ? *link : NULL;
   struct nic_backend *b = m ? m->b : NULL;
-  int rc = b ? b->endpoint_destroy(b, ep) : -EINVAL;
+  /* The receive layer first: the receive function it runs from its queue of messages that
+   * waited for the cap is not the backend's to see. Its receiver goes under this lock, before
+   * an endpoint made at the same address could start receiving. */
+  int rc = !b ? -EINVAL : nic_receive_endpoint_stopping(ep);
+  if (b && rc == 0) {
+    rc = b->endpoint_destroy(b, ep);
+    if (rc)
+      nic_receive_endpoint_kept(ep);
+    else
+      nic_receive_endpoint_gone(ep);
+  }
   if (rc == 0) *link = m->next;
   pthread_mutex_unlock(&lock);
   if (!m)
     nic_api_error_by(endpoint, who, 0, "%s(%p): not an endpoint made by nic_%s_endpoint_create",
                      who, (void *)ep, kind);
-  if (rc == 0) {
-    free(m);
-    nic_receive_endpoint_gone(ep);
-  }
+  free(rc == 0 ? m : NULL);
   return rc;
 }
 

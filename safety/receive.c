@@ -54,7 +54,7 @@ struct receiver {
   void *arg;
   int status;       /* nic_endpoint_status */
   unsigned waiting; /* its messages in the FIFO, or being handed over from it */
-  bool gone;        /* its endpoint closed while nic_receive_drain handed it a message */
+  bool closing;     /* its endpoint's destroy runs: nic_receive_drain hands it nothing */
 };
 
 /* A message deliver() did not hand over, waiting for the held bytes to fall under the cap. */
@@ -86,6 +86,7 @@ static int wake_fd = -1;         /* readable while messages wait and could be ha
 static bool woken;               /* wake_fd written and not cleared since */
 static int draining;             /* a thread hands waiting messages over */
 static struct receiver *handing; /* whose waiting message it hands over now */
+static unsigned closing;         /* receivers whose endpoint's destroy runs */
 static uint64_t sim_held_bytes;  /* the sim's part of recv_held_bytes: the cap is not theirs */
 
 /* The child receives nothing of the parent's (its backend is the parent's, marked so): what the
@@ -163,10 +164,20 @@ static void count_held_locked(const struct held *h, bool listed) {
   if (!h->b) sim_held_bytes = listed ? sim_held_bytes + bytes : sim_held_bytes - bytes;
 }
 
+/* Where the oldest waiting message the drain may hand over is linked: receivers whose endpoint
+ * is being destroyed are passed over, all their messages alike, so each receiver's order holds. */
+static struct waiting **next_link_locked(void) {
+  struct waiting **link = &waiting_head;
+  if (closing)
+    while (*link && (*link)->r->closing)
+      link = &(*link)->next;
+  return link;
+}
+
 /* wake_fd follows whether a nic_poll would hand a waiting message over. Under the lock, so that
  * a clear never swallows a wake written after its check; with calls no cancel acts on. */
 static void wake_settle_locked(void) {
-  const bool ready = waiting_head && under_cap();
+  const bool ready = waiting_head && under_cap() && *next_link_locked();
   if (wake_fd < 0 || ready == woken) return;
   /* a full or empty counter already says what it should */
   if (ready)
@@ -284,29 +295,34 @@ static void deliver(void *arg, void *data, size_t len, int status, uint64_t toke
   hand_over(r, data, len, status, token);
 }
 
+/* Takes *link off the FIFO. */
+static struct waiting unlink_waiting_locked(struct waiting **link) {
+  struct waiting *at = *link, w = *at;
+  *link = w.next;
+  if (waiting_tail == &at->next) waiting_tail = link;
+  nic_pool_put(&waiting_pool, at);
+  __atomic_sub_fetch(&nic_safety_ctr.recv_waiting, 1, __ATOMIC_RELAXED);
+  return w;
+}
+
 int nic_receive_drain(int max) {
   if (!__atomic_load_n(&nic_safety_ctr.recv_waiting, __ATOMIC_ACQUIRE)) return 0;
   /* One thread at a time, so that each receiver's messages are handed over in their order. */
   if (__atomic_exchange_n(&draining, 1, __ATOMIC_ACQUIRE)) return 0;
   int ran = 0;
   pthread_mutex_lock(&lock);
-  while (waiting_head && under_cap() && (max <= 0 || ran < max)) {
-    struct waiting w = *waiting_head;
-    nic_pool_put(&waiting_pool, waiting_head);
-    waiting_head = w.next;
-    if (!waiting_head) waiting_tail = &waiting_head;
-    __atomic_sub_fetch(&nic_safety_ctr.recv_waiting, 1, __ATOMIC_RELAXED);
+  struct waiting **link;
+  while (under_cap() && (max <= 0 || ran < max) && *(link = next_link_locked())) {
+    const struct waiting w = unlink_waiting_locked(link);
+    /* Its endpoint's destroy answers -EBUSY until the receive function returns (even from
+     * inside it: at the end of a stream, say), as the backends' do for what they hand over. */
     handing = w.r;
     pthread_mutex_unlock(&lock);
     hand_over(w.r, w.data, w.len, w.status, w.token);
     ran++;
     pthread_mutex_lock(&lock);
     handing = NULL;
-    /* The program may close the endpoint from its receive function (at the end of a stream). */
-    if (w.r->gone)
-      nic_pool_put(&receiver_pool, w.r);
-    else
-      w.r->waiting--; /* only now may a later message of it be handed over directly */
+    w.r->waiting--; /* only now may a later message of it be handed over directly */
   }
   wake_settle_locked();
   pthread_mutex_unlock(&lock);
@@ -393,18 +409,51 @@ void nic_receive_endpoint_closing(struct nic_endpoint *ep) {
   drop_waiting(ep);
 }
 
+int nic_receive_endpoint_stopping(struct nic_endpoint *ep) {
+  pthread_mutex_lock(&lock);
+  struct receiver *r = find_locked(ep);
+  const int rc = r && r == handing ? -EBUSY : 0;
+  if (r && !rc && !r->closing) {
+    r->closing = true;
+    closing++;
+    wake_settle_locked(); /* its messages may have been all that could go */
+  }
+  pthread_mutex_unlock(&lock);
+  return rc;
+}
+
+void nic_receive_endpoint_kept(struct nic_endpoint *ep) {
+  pthread_mutex_lock(&lock);
+  struct receiver *r = find_locked(ep);
+  if (r && r->closing) {
+    r->closing = false;
+    closing--;
+    wake_settle_locked(); /* its waiting messages may go again */
+  }
+  pthread_mutex_unlock(&lock);
+}
+
 void nic_receive_endpoint_gone(struct nic_endpoint *ep) {
   pthread_mutex_lock(&lock);
+  struct receiver *r = NULL;
   for (struct receiver **link = &receivers; *link; link = &(*link)->next)
     if ((*link)->ep == ep) {
-      struct receiver *r = *link;
+      r = *link;
       *link = r->next;
-      if (r == handing)
-        r->gone = true; /* nic_receive_drain lets go of it once the receive function returns */
-      else
-        nic_pool_put(&receiver_pool, r);
       break;
     }
+  /* What deliver() queued for it while its destroy ran holds no buffer (one that did would have
+   * made the destroy -EBUSY): an empty datagram, the end call. They go with the endpoint. */
+  for (struct waiting **link = &waiting_head; r && r->waiting && *link;)
+    if ((*link)->r == r) {
+      if (unlink_waiting_locked(link).data) NIC_SAFETY_COUNT(recv_capped_dropped, 1);
+      r->waiting--;
+    } else {
+      link = &(*link)->next;
+    }
+  if (r && r->closing) closing--;
+  if (r) nic_pool_put(&receiver_pool, r);
+  wake_settle_locked();
   pthread_mutex_unlock(&lock);
 }
 

@@ -16,6 +16,12 @@ int nic_receive_drain(int max);
 void nic_receive_retry_held(void);
 /* Before an endpoint's destroy: its buffers no hold covers go back first. */
 void nic_receive_endpoint_closing(struct nic_endpoint *ep);
+/* Right before its backend's destroy, under the endpoints' lock: -EBUSY while nic_receive_drain
+ * runs ep's receive function (which the backend does not see); else 0, and the drain hands ep
+ * nothing more until the destroy has gone one way (gone) or the other (kept). */
+int nic_receive_endpoint_stopping(struct nic_endpoint *ep);
+/* Its destroy failed: ep's waiting messages may be handed over again. */
+void nic_receive_endpoint_kept(struct nic_endpoint *ep);
 /* After its destroy succeeded: forgets what it knew of ep. */
 void nic_receive_endpoint_gone(struct nic_endpoint *ep);
 

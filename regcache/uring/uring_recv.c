@@ -31,14 +31,17 @@
  * A datagram longer than a buffer is received with MSG_TRUNC, so the kernel reports its real
  * length: it is dropped (counted in recv_truncated, said once), never handed over cut.
  *
- * Stopping (endpoint close): -EBUSY while a buffer is with the program or its receiver runs;
- * otherwise the receive is cancelled and its last CQE awaited (bounded: a receive that does not
- * end in time leaves the endpoint receiving nothing and closable by a later call), then the
- * ring is unregistered and the block freed. Messages that come meanwhile wait, undelivered: a
- * post that came while the close waited (it lets go of the lock) makes it -EBUSY, and the
- * endpoint goes on receiving, those messages first; else they go with the ring. A child of fork
- * shares the ring with its parent and never polls it (the backend is marked the parent's,
- * cache/backend.c): it receives none of the parent's messages. */
+ * Stopping (endpoint close): -EBUSY while a buffer is with the program or its receiver runs
+ * (from here; a message it handed over that waited in the receive layer for the cap on held
+ * bytes, an end call or an empty datagram too, is handed over from there later, and that layer
+ * answers -EBUSY for it before the close comes here: safety/receive.c); otherwise the receive is
+ * cancelled and its last CQE awaited (bounded: a receive that does not end in time leaves the
+ * endpoint receiving nothing and closable by a later call), then the ring is unregistered and the
+ * block freed. Messages that come meanwhile wait, undelivered: a post that came while the close
+ * waited (it lets go of the lock) makes it -EBUSY, and the endpoint goes on receiving, those
+ * messages first; else they go with the ring. A child of fork shares the ring with its parent and
+ * never polls it (the backend is marked the parent's, cache/backend.c): it receives none of the
+ * parent's messages. */
 #define _GNU_SOURCE
 #include "uring_internal.h"
 
