@@ -18,11 +18,11 @@
  * stays out of the ring, so its endpoint soon runs out of buffers and pushes back through the
  * stall above. nic_poll hands the waiting messages over once releases bring the held bytes
  * under the cap; a release says so on wake_fd, which sits in nic_event_fd's set, so that a
- * program asleep in nic_wait or on that fd wakes for them. The sim's endpoints receive on its
- * engine, each message in a dataplane block of its own (endpoint.c), not through deliver(): the
- * cap does not bound them, nor do their held bytes count toward it. A held one is listed here all
- * the same (nic_receive_sim_done), and freed once no hold covers it, so that recv_held_buffers and
- * recv_held_bytes count it as they count a NIC's buffer. */
+ * program asleep in nic_wait or on that fd wakes for them (see wake_settle_locked). The sim's
+ * endpoints receive on its engine, each message in a dataplane block of its own (endpoint.c), not
+ * through deliver(): the cap does not bound them, nor do their held bytes count toward it. A held
+ * one is listed here all the same (nic_receive_sim_done), and freed once no hold covers it, so that
+ * recv_held_buffers and recv_held_bytes count it as they count a NIC's buffer. */
 #include "receive.h"
 
 #include "alloc.h"
@@ -84,7 +84,7 @@ static struct waiting *waiting_head, **waiting_tail = &waiting_head;
 static struct nic_pool waiting_pool = NIC_POOL_INIT(sizeof(struct waiting));
 static int wake_fd = -1;         /* readable while messages wait and could be handed over */
 static bool woken;               /* wake_fd written and not cleared since */
-static int draining;             /* a thread hands waiting messages over */
+static bool draining;            /* a thread hands waiting messages over */
 static struct receiver *handing; /* whose waiting message it hands over now */
 static unsigned closing;         /* receivers whose endpoint's destroy runs */
 static uint64_t sim_held_bytes;  /* the sim's part of recv_held_bytes: the cap is not theirs */
@@ -121,7 +121,7 @@ static void after_fork_child(void) {
   /* The parent's, which the child closed with the backends' (it joined their set): the
    * child's own receives make another. */
   wake_fd = -1;
-  draining = 0;
+  draining = false;
   handing = NULL;
   __atomic_store_n(&nic_safety_ctr.recv_waiting, 0, __ATOMIC_RELAXED);
 }
@@ -174,10 +174,24 @@ static struct waiting **next_link_locked(void) {
   return link;
 }
 
-/* wake_fd follows whether a nic_poll would hand a waiting message over. Under the lock, so that
- * a clear never swallows a wake written after its check; with calls no cancel acts on. */
+/* wake_fd follows whether a nic_poll on another thread would hand a waiting message over. While
+ * one thread drains, none would (one at a time keeps each receiver's order), so it stays clear:
+ * readable, it had every nic_wait, and every level-triggered epoll on nic_event_fd, poll in a
+ * loop until the drainer's receive function returned. Under the lock, so that a clear never
+ * swallows a wake written after its check; with calls no cancel acts on.
+ *
+ * No wake is lost. Every change to what ready reads (the FIFO, the held bytes, draining, a
+ * receiver's closing) is made under the lock and settled there, bar held bytes growing, whose
+ * stale wake costs one empty poll. A drainer looks at the FIFO and the cap under the lock before
+ * each message, and its last look, the clearing of draining and the settle that follows are one
+ * critical section: a message queued, or a release made, while draining was set is either
+ * handed over by its loop or written to wake_fd by that settle. Work of any other kind (a
+ * completion, a message the backend has read) is said by the backends' own descriptors in the
+ * same set, which a drain leaves alone: a message that comes meanwhile wakes a waiter, whose
+ * poll hands it over, or queues it behind its receiver's waiting ones for the drainer. So there
+ * is nothing for a waiter to do that a settle after each hand-over could tell it of. */
 static void wake_settle_locked(void) {
-  const bool ready = waiting_head && under_cap() && *next_link_locked();
+  const bool ready = waiting_head && !draining && under_cap() && *next_link_locked();
   if (wake_fd < 0 || ready == woken) return;
   /* a full or empty counter already says what it should */
   if (ready)
@@ -307,10 +321,15 @@ static struct waiting unlink_waiting_locked(struct waiting **link) {
 
 int nic_receive_drain(int max) {
   if (!__atomic_load_n(&nic_safety_ctr.recv_waiting, __ATOMIC_ACQUIRE)) return 0;
-  /* One thread at a time, so that each receiver's messages are handed over in their order. */
-  if (__atomic_exchange_n(&draining, 1, __ATOMIC_ACQUIRE)) return 0;
-  int ran = 0;
   pthread_mutex_lock(&lock);
+  /* One thread at a time, so that each receiver's messages are handed over in their order. */
+  if (draining) {
+    pthread_mutex_unlock(&lock);
+    return 0;
+  }
+  draining = true;
+  wake_settle_locked(); /* the FIFO is this thread's now: others sleep (see there) */
+  int ran = 0;
   struct waiting **link;
   while (under_cap() && (max <= 0 || ran < max) && *(link = next_link_locked())) {
     const struct waiting w = unlink_waiting_locked(link);
@@ -324,9 +343,10 @@ int nic_receive_drain(int max) {
     handing = NULL;
     w.r->waiting--; /* only now may a later message of it be handed over directly */
   }
+  /* With the look above, in one critical section: no wake is lost (wake_settle_locked). */
+  draining = false;
   wake_settle_locked();
   pthread_mutex_unlock(&lock);
-  __atomic_store_n(&draining, 0, __ATOMIC_RELEASE);
   return ran;
 }
 

@@ -100,7 +100,7 @@ nic_gtest_with_env(test_wrong_destroy ${NIC_URING_SGA_ENV} NICMALLOC_RECV_HELD_M
 gtest_discover_tests(test_wrong_destroy PROPERTIES TIMEOUT 120 DISCOVERY_TIMEOUT 60)
 
 # Messages that waited behind the held cap, handed over by another thread's poll: destroy is busy
-# while their receive function runs.
+# while their receive function runs, and waiters sleep meanwhile.
 add_executable(test_uring_receive_drain ${CMAKE_CURRENT_LIST_DIR}/safety/test_uring_receive_drain.cc)
 target_link_libraries(test_uring_receive_drain PRIVATE ${NIC_RUNTIME_LAYERS} GTest::gtest
   GTest::gtest_main Threads::Threads)

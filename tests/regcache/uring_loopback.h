@@ -19,6 +19,7 @@ extern "C" {
 #include <poll.h>
 #include <sys/mman.h>
 #include <sys/socket.h>
+#include <sys/syscall.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
@@ -26,6 +27,7 @@ extern "C" {
 #include <cerrno>
 #include <chrono>
 #include <climits>
+#include <cstdio>
 #include <cstring>
 #include <fstream>
 #include <mutex>
@@ -262,6 +264,24 @@ inline nic_stats NicStats() {
   nic_stats s = NIC_STATS_INIT;
   nic_get_stats(&s);
   return s;
+}
+
+// Until thread tid (a gettid number) is inside a poll or epoll_wait system call, as nic_wait's
+// sleep is; false at the deadline.
+inline bool WaitUntilInPoll(pid_t tid, std::chrono::milliseconds limit = kLimit) {
+  const std::string path = "/proc/self/task/" + std::to_string(tid) + "/syscall";
+  for (auto end = Clock::now() + limit; Clock::now() < end;) {
+    FILE *f = fopen(path.c_str(), "r");
+    long nr = -1;
+    if (f) {
+      if (fscanf(f, "%ld", &nr) != 1) nr = -1;
+      fclose(f);
+    }
+    if (nr == SYS_poll || nr == SYS_ppoll || nr == SYS_epoll_wait || nr == SYS_epoll_pwait)
+      return true;
+    std::this_thread::yield();
+  }
+  return false;
 }
 
 // Runs completions (nic_poll) until pred() holds; false at the deadline.

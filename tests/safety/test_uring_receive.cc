@@ -651,18 +651,7 @@ protected:
     const pid_t me = static_cast<pid_t>(syscall(SYS_gettid));
     std::atomic<bool> released{false}, returned{false};
     std::thread releaser([&] {
-      const std::string path = "/proc/self/task/" + std::to_string(me) + "/syscall";
-      for (auto end = Clock::now() + kLimit; Clock::now() < end;) {
-        FILE *f = fopen(path.c_str(), "r");
-        long nr = -1;
-        if (f) {
-          if (fscanf(f, "%ld", &nr) != 1) nr = -1;
-          fclose(f);
-        }
-        if (nr == SYS_poll || nr == SYS_ppoll || nr == SYS_epoll_wait || nr == SYS_epoll_pwait)
-          break;
-        std::this_thread::yield();
-      }
+      WaitUntilInPoll(me);
       SetHold(sink, false);
       sink.ReleaseAll();
       released = true;

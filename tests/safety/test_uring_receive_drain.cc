@@ -1,11 +1,15 @@
 // Messages that waited behind NICMALLOC_RECV_HELD_MAX (256K here: tests/uring.cmake) are handed
 // over later by whichever thread's nic_poll drains them (safety/receive.c, nic_receive_drain).
-// While such a receive function runs on one thread, its endpoint's destroy answers -EBUSY, from
-// another thread and from inside it (the end of a stream, an empty datagram).
+// While such a receive function runs on one thread: its endpoint's destroy answers -EBUSY, from
+// another thread and from inside it (the end of a stream, an empty datagram); a thread asleep in
+// nic_wait, or in its own poll on nic_event_fd, sleeps instead of spinning; and a message that
+// comes meanwhile still wakes it.
 #include "uring_loopback.h"
 
 #include <condition_variable>
 #include <memory>
+
+#include <sys/syscall.h>
 
 using namespace uring_test;
 
@@ -15,7 +19,7 @@ namespace {
 // it tries its endpoint's destroy from inside (when ep is set), says it is in, and waits for
 // Let() (or the deadline).
 struct Blocker {
-  enum Which { kEnd, kEmpty };
+  enum Which { kAny, kEnd, kEmpty };
   explicit Blocker(Which which) : which(which) {}
   static void Fn(void *arg, void *data, size_t len) {
     auto *b = static_cast<Blocker *>(arg);
@@ -26,7 +30,7 @@ struct Blocker {
         if (data && nic_hold(data) == 0) b->held.push_back(data);
         return;
       }
-      const bool picked = b->which == kEnd ? !data : data && !len;
+      const bool picked = b->which == kAny || (b->which == kEnd ? !data : data && !len);
       if (!picked || b->blocked) return;
       b->blocked = true;
     }
@@ -72,6 +76,22 @@ struct Blocker {
   size_t calls = 0;
   std::vector<void *> held;
 };
+
+struct Counter {
+  static void Fn(void *arg, void *data, size_t) {
+    if (data) static_cast<std::atomic<int> *>(arg)->fetch_add(1);
+  }
+};
+
+double ThreadCpuSeconds() {
+  timespec t{};
+  clock_gettime(CLOCK_THREAD_CPUTIME_ID, &t);
+  return static_cast<double>(t.tv_sec) + static_cast<double>(t.tv_nsec) / 1e9;
+}
+
+pid_t Tid() {
+  return static_cast<pid_t>(syscall(SYS_gettid));
+}
 
 class UringReceiveDrain : public UringSgaTest {
 protected:
@@ -141,6 +161,28 @@ protected:
     EXPECT_TRUE(NicPollUntil([&] { return (rc = nic_uring_endpoint_destroy(ep)) != -EBUSY; }));
     EXPECT_EQ(rc, 0) << "destroy after the receive function returned";
   }
+  // The share of a CPU a thread calling wait_once() in a loop uses, over half a second of wall
+  // time, while b blocks in the drain on another thread.
+  template <class WaitOnce> double WaiterCpuShare(UdpPair &pair, Blocker &b, WaitOnce wait_once) {
+    HoldToTheCap(pair, b, 6, 0);
+    if (HasFatalFailure()) return -1;
+    EXPECT_TRUE(DrainUntilBlocked(b));
+    std::atomic<bool> stop{false};
+    double cpu = 0, wall = 1;
+    std::thread waiter([&] {
+      const double cpu0 = ThreadCpuSeconds();
+      const auto wall0 = Clock::now();
+      while (!stop)
+        wait_once();
+      cpu = ThreadCpuSeconds() - cpu0;
+      wall = std::chrono::duration<double>(Clock::now() - wall0).count();
+    });
+    std::this_thread::sleep_for(std::chrono::milliseconds(500));
+    stop = true;
+    waiter.join();
+    EXPECT_FALSE(b.out) << "the receive function returned before the end of the window";
+    return cpu / wall;
+  }
   std::unique_ptr<Blocker> blocker_;
   std::thread drainer_;
 };
@@ -180,6 +222,74 @@ TEST_F(UringReceiveDrain, DestroyIsBusyWhileADrainedEmptyDatagramIsHandedOver) {
   HoldToTheCap(pair, b, 6, 1);
   if (HasFatalFailure()) return;
   DestroyIsBusyUntilTheCallReturns(b, ep);
+}
+
+// Without work of its own, a waiter sleeps: one that spins uses all the CPU the scheduler gives
+// it (measured: 0.9 to 1.0 s per second of wall time here), one that sleeps nearly none (it wakes
+// at its 20 ms timeouts). The bound is on work done, not on time: a fifth of the wall time
+// leaves room for a busy machine, which can only make a spinning waiter look better, never a
+// sleeping one worse.
+constexpr double kSleepingShare = 0.2;
+
+TEST_F(UringReceiveDrain, NicWaitSleepsWhileAnotherThreadsDrainRunsAReceiveFunction) {
+  UdpPair pair;
+  Blocker &b = NewBlocker(Blocker::kAny);
+  ASSERT_EQ(nic_endpoint_receive(Endpoint(pair.rx), Blocker::Fn, &b), 0);
+  const double share = WaiterCpuShare(pair, b, [] { nic_wait(20); });
+  EXPECT_LT(share, kSleepingShare) << "nic_wait spun while the only work was another's drain";
+}
+
+TEST_F(UringReceiveDrain, AnEventFdLoopSleepsWhileAnotherThreadsDrainRunsAReceiveFunction) {
+  UdpPair pair;
+  Blocker &b = NewBlocker(Blocker::kAny);
+  ASSERT_EQ(nic_endpoint_receive(Endpoint(pair.rx), Blocker::Fn, &b), 0);
+  const int efd = nic_event_fd();
+  ASSERT_GE(efd, 0);
+  const double share = WaiterCpuShare(pair, b, [efd] {
+    pollfd p = {efd, POLLIN, 0};
+    if (poll(&p, 1, 20) > 0) nic_poll(0);
+  });
+  EXPECT_LT(share, kSleepingShare) << "nic_event_fd stayed readable through another's drain";
+}
+
+// While the drain runs, a message to another endpoint wakes a waiter, which hands it over; one
+// to the draining endpoint wakes it too, and waits behind that endpoint's messages.
+TEST_F(UringReceiveDrain, AMessageThatComesDuringADrainWakesAWaiter) {
+  UdpPair pair, other;
+  Blocker &b = NewBlocker(Blocker::kAny);
+  ASSERT_EQ(nic_endpoint_receive(Endpoint(pair.rx), Blocker::Fn, &b), 0);
+  std::atomic<int> others{0};
+  ASSERT_EQ(nic_endpoint_receive(Endpoint(other.rx), Counter::Fn, &others), 0);
+  HoldToTheCap(pair, b, 6, 0);
+  if (HasFatalFailure()) return;
+  ASSERT_TRUE(DrainUntilBlocked(b));
+  while (nic_poll(0) >
+         0) { // what the releases left the backend to do: the waiter's is the datagram
+  }
+  // A waiter asleep in nic_wait, then a datagram: what its nic_wait returned.
+  auto woken_by = [&](int tx) {
+    std::atomic<pid_t> tid{0};
+    int ran = -1;
+    std::thread waiter([&] {
+      tid = Tid();
+      ran = nic_wait(static_cast<int>(kLimit.count()));
+    });
+    while (!tid)
+      std::this_thread::yield();
+    EXPECT_TRUE(WaitUntilInPoll(tid));
+    EXPECT_EQ(send(tx, "m", 1, 0), 1);
+    waiter.join();
+    return ran;
+  };
+  EXPECT_GT(woken_by(other.tx), 0) << "nic_wait slept through a message to another endpoint";
+  EXPECT_EQ(others.load(), 1);
+  const uint64_t waiting0 = NicStats().recv_waiting;
+  EXPECT_GT(woken_by(pair.tx), 0) << "nic_wait slept through a message to the draining one";
+  EXPECT_EQ(NicStats().recv_waiting, waiting0 + 1) << "it goes behind the drained ones";
+  EXPECT_FALSE(b.out) << "the receive function returned before the end of the test";
+  b.Let();
+  EXPECT_TRUE(NicPollUntil([&] { return b.Calls() == 7; }));
+  EXPECT_EQ(NicStats().recv_waiting, 0u);
 }
 
 } // namespace
