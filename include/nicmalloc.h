@@ -291,8 +291,15 @@ int nic_sga_add(struct nic_sga *sga, const void *p, size_t len);
  * backend (a verbs port's max_msg_sz; on io_uring 0x7ffff000 bytes, Linux's MAX_RW_COUNT, the
  * max_message of nic_endpoint_limits), -EFAULT when the memory of an entry was unmapped since
  * it was added, -NIC_EFREED
- * when the dataplane block of an entry was freed since and its step given back) nothing was posted
- * and the array holds the same ranges. An entry whose cached registration went stale meanwhile
+ * when the dataplane block of an entry was freed since and its step given back, -EAGAIN when ep
+ * cannot take a message now: on dpdk, its tx queue is full and so is the backlog of
+ * NIC_DPDK_BACKLOG posts (2048) waiting behind it, or every mbuf header is in use; nic_poll, which
+ * sends the backlog and completes what was sent, and post the same array again; -EAGAIN is
+ * neither counted in sga_errors nor said) nothing was posted and the array holds the same ranges.
+ * Posts to one endpoint are sent in post order. On dpdk a post that returned 0 is not dropped for
+ * want of room in the tx queue: it waits in the backlog, and nic_poll sends it (a verbs QP still
+ * completes a send its queue or CQ has no room for with -EAGAIN, unsent, after which later ones
+ * may go). An entry whose cached registration went stale meanwhile
  * (pages of its region unmapped or remapped) is registered anew first: no stale registration
  * reaches the NIC. */
 int nic_sga_post(struct nic_sga *sga, struct nic_endpoint *ep, nic_sga_done_fn done, void *arg);
@@ -462,8 +469,13 @@ int nic_uring_endpoint_destroy(struct nic_endpoint *ep);
  * dataplane mbufs; on net_ring, in the sender's very memory. A packet whose segments are scattered
  * is copied into one buffer; one no buffer of its length can be had for (longer than a chunk) is
  * dropped, counted in dpdk_recv_dropped, and its post, when this process sent it, completes with
- * -ENOMEM. A destroy answers -EBUSY while a received buffer is held, and the first destroy that
- * succeeds stops receiving. */
+ * -ENOMEM. A post the tx queue has no room for waits in the endpoint's backlog, up to
+ * NIC_DPDK_BACKLOG posts, and every later post waits behind it: nic_poll and later posts hand the
+ * backlog to the queue first, so the packets leave in post order. Past that, or with every mbuf
+ * header in use, nic_sga_post refuses the message with -EAGAIN, nothing posted. A destroy answers
+ * -EBUSY while a received buffer is held or posts are in flight, those in the backlog included,
+ * and the first destroy that succeeds stops receiving. */
+#define NIC_DPDK_BACKLOG 2048u
 #define NIC_DPDK_DEFAULT_PORT 0xffffu
 struct nic_endpoint *nic_dpdk_endpoint_create(uint16_t port_id, uint16_t queue_id);
 int nic_dpdk_endpoint_destroy(struct nic_endpoint *ep);

@@ -318,6 +318,9 @@ NIC_EXPORT int nic_sga_post(struct nic_sga *sga, struct nic_endpoint *ep, nic_sg
     if (m->cache) release_slots(m->cache, m->entry, n);
     nic_bounce_rewind(&m->bounce, mark);
     free(m);
+    /* A full queue is the endpoint's flow control, not a wrong call: the caller polls and posts
+     * again, maybe many times, so it is neither counted nor said. */
+    if (rc == -EAGAIN) return rc;
     nic_api_error_by(sga, rc, 0, "nic_sga_post: backend %s refused the message (%s)", b->name,
                      rc == -E2BIG ? "more entries than the endpoint takes: its queue pair's "
                                     "max_send_sge or its port's segments per packet, below the "

@@ -92,7 +92,8 @@ if(TARGET nicmalloc-dpdk)
   add_executable(test_dpdk_dma regcache/test_dpdk_dma.cc regcache/dpdk_dma_reg.c
     ${PROJECT_SOURCE_DIR}/regcache/dpdk/dpdk_dma.c)
   target_include_directories(test_dpdk_dma PRIVATE ${PROJECT_SOURCE_DIR}/regcache/dpdk
-    ${PROJECT_SOURCE_DIR}/regcache/cache ${PROJECT_SOURCE_DIR}/alloc/base)
+    ${PROJECT_SOURCE_DIR}/regcache/cache ${PROJECT_SOURCE_DIR}/alloc/base
+    ${PROJECT_SOURCE_DIR}/include)
   target_compile_definitions(test_dpdk_dma PRIVATE ALLOW_EXPERIMENTAL_API)
   target_link_libraries(test_dpdk_dma PRIVATE GTest::gtest GTest::gtest_main PkgConfig::NIC_DPDK)
   gtest_discover_tests(test_dpdk_dma PROPERTIES TIMEOUT 60 DISCOVERY_TIMEOUT 60)

@@ -293,6 +293,9 @@ NIC_EXPORT int nic_dpdk_attach(uint16_t port, uint16_t queue) {
 
 static void dclose(struct nic_backend *b) {
   struct dbackend *be = (struct dbackend *)b;
+  /* Posts still waiting for a tx queue are never sent now: they complete, unsent, here. */
+  for (struct nic_endpoint *ep = be->eps; ep; ep = ep->next)
+    nic_dpdk_backlog_cancel(ep, -ECANCELED);
   nic_dpdk_run_completions(be, 0);
   for (uint32_t i = 0; i < NIC_DPDK_MAX_REGS; i++)
     if (be->regs[i].used) {

@@ -55,8 +55,9 @@ int nic_dpdk_attach(uint16_t port_id, uint16_t queue_id);
 struct nic_endpoint *nic_dpdk_endpoint(struct nic_backend *b, uint16_t port_id, uint16_t queue_id);
 /* The port nicmalloc started (or the attached one), or NULL when there is none. */
 struct nic_endpoint *nic_dpdk_default_endpoint(struct nic_backend *b);
-/* 0, or -EBUSY while posts on it are in flight (unless another holder keeps it open). The
- * backend's own hold on the default endpoint cannot be closed (-EINVAL). */
+/* 0, or -EBUSY while posts on it are in flight (unless another holder keeps it open), those
+ * waiting in its backlog for the tx queue included (polls send them). The backend's own hold on
+ * the default endpoint cannot be closed (-EINVAL). */
 int nic_dpdk_endpoint_close(struct nic_backend *b, struct nic_endpoint *ep);
 /* Which port and queue an endpoint sends on. */
 void nic_dpdk_endpoint_port(const struct nic_endpoint *ep, uint16_t *port_id, uint16_t *queue_id);
@@ -127,6 +128,7 @@ struct rte_mbuf *nic_dpdk_chain(struct nic_backend *b, const struct nic_sge *sge
 /* ---- Shared by dpdk.c and dpdk_mbuf.c only. ---- */
 #ifdef NIC_DPDK_INTERNAL
 #include "export.h"
+#include "nicmalloc.h"
 #include <pthread.h>
 #include <rte_mbuf.h>
 #include <rte_spinlock.h>
@@ -168,6 +170,11 @@ struct nic_endpoint {
   bool no_cleanup;     /* driver has no tx_done_cleanup */
   rte_spinlock_t lock; /* tx_burst and tx_done_cleanup on one queue must not overlap */
   atomic_uint inflight;
+  /* Posts the tx queue had no room for, oldest first, under lock: a ring of backlog_len chains
+   * from backlog_head, which every post and poll hands to the queue before anything later
+   * (dpdk_mbuf.c). backlog_len is read without the lock only to skip an empty one. */
+  unsigned backlog_head;
+  atomic_uint backlog_len;
   struct rte_device *dev;
   struct nic_endpoint *next;
   /* Receiving (dpdk_rx.c): set under the backend's lock; rx_out counts mbufs handed over and
@@ -180,6 +187,11 @@ struct nic_endpoint {
   bool rx_delivering; /* a thread hands its packets over: no other takes a burst meanwhile */
   unsigned rx_cap;
   atomic_uint rx_out;
+  /* NIC_DPDK_BACKLOG (nicmalloc.h): a quarter of the 8191 mbuf headers every post takes from, so
+   * that one endpoint's backlog of one-segment packets leaves the rest to the queues and the other
+   * endpoints. With net_ring's ring of 1024 (a NIC's queue: 512 to 4096 descriptors) some three
+   * thousand packets in a row are taken before one is refused. */
+  struct rte_mbuf *backlog[NIC_DPDK_BACKLOG];
 };
 
 /* One post or chain: its segments share this shinfo, whose refcount is the segment count, so
@@ -191,6 +203,7 @@ struct dpost {
   nic_completion_fn done;
   void *arg;
   int status;
+  bool refused;       /* post() gave the chain back unsent: freed without a completion */
   struct dpost *next; /* on the completion queue */
   unsigned n;
   uint16_t slots[]; /* registration per entry, for in-flight counts */
@@ -230,9 +243,16 @@ void nic_dpdk_area_drop(struct dbackend *be, struct dreg *r);
 bool nic_dpdk_virtual_device(const struct rte_device *dev);
 bool nic_dpdk_only_virtual_ports(void);
 
-/* dpdk_mbuf.c: the data path (chains, posts, completions, endpoints). */
+/* dpdk_mbuf.c: the data path (chains, posts, completions, endpoints). A post goes to the tx
+ * queue at once when nothing of the endpoint's waits and the queue takes it (after a cleanup of
+ * what the driver sent, once); else it waits at the tail of the endpoint's backlog, which every
+ * later post and every poll hands to the queue first, oldest first: the posts of one endpoint
+ * reach the wire in post order, and a post taken is sent. -EAGAIN, nothing posted and no
+ * done(), when the backlog holds NIC_DPDK_BACKLOG posts or every mbuf header is in use. */
 int nic_dpdk_post(struct nic_backend *b, struct nic_endpoint *ep, const struct nic_sge *sge,
                   unsigned n, nic_completion_fn done, void *arg);
+/* At the backend's close: the posts still in ep's backlog complete with status, unsent. */
+void nic_dpdk_backlog_cancel(struct nic_endpoint *ep, int status);
 int nic_dpdk_poll(struct nic_backend *b, int max);
 int nic_dpdk_run_completions(struct dbackend *be, int max);
 /* A receiver of ours drops m, a chain this backend made (net_ring hands over the sender's very

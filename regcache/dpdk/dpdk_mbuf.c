@@ -74,13 +74,19 @@ static void enqueue(struct dbackend *be, struct dpost *p) {
 }
 
 /* The memory is free again as soon as the last segment is: release the registrations now (so
- * dereg succeeds), run done() later from poll. */
+ * dereg succeeds), run done() later from poll. A chain post() refused was never the caller's
+ * post: it goes without a completion. */
 static void chain_freed(void *addr, void *opaque) {
   (void)addr;
   struct dpost *p = opaque;
   for (unsigned i = 0; i < p->n; i++)
     atomic_fetch_sub(&p->be->regs[p->slots[i]].inflight, 1);
-  enqueue(p->be, p);
+  if (!p->refused) {
+    enqueue(p->be, p);
+    return;
+  }
+  atomic_fetch_sub(&p->ep->inflight, 1);
+  nic_plugin_free(p);
 }
 
 bool nic_dpdk_chain_refused(const struct rte_mbuf *m, int status) {
@@ -197,36 +203,96 @@ int nic_dpdk_run_completions(struct dbackend *be, int max) {
   return ran;
 }
 
-/* A full tx queue gets one cleanup and one retry; then the post completes with -EAGAIN (the
- * chain is freed, nothing was sent) and the caller decides whether to resend. */
+static struct dpost *post_of(const struct rte_mbuf *m) {
+  return m->shinfo->fcb_opaque;
+}
+
+/* Under ep->lock: what the driver has sent is freed, where it can tell (true). */
+static bool cleanup_locked(struct nic_endpoint *ep) {
+  if (ep->no_cleanup) return false;
+  const int rc = rte_eth_tx_done_cleanup(ep->port, ep->queue, 0);
+  if (rc == -ENOTSUP) ep->no_cleanup = true;
+  return rc >= 0;
+}
+
+/* Under ep->lock: hands the backlog to the queue, oldest first, as far as the queue takes it (a
+ * queue that takes less than offered gets one cleanup and one more try). true once it is empty. */
+static bool flush_locked(struct nic_endpoint *ep) {
+  unsigned len = atomic_load_explicit(&ep->backlog_len, memory_order_relaxed);
+  bool cleaned = false;
+  while (len) {
+    const unsigned to_end = NIC_DPDK_BACKLOG - ep->backlog_head, run = len < to_end ? len : to_end;
+    const uint16_t sent =
+        rte_eth_tx_burst(ep->port, ep->queue, &ep->backlog[ep->backlog_head], (uint16_t)run);
+    ep->backlog_head = (ep->backlog_head + sent) % NIC_DPDK_BACKLOG;
+    len -= sent;
+    if (sent < run && (cleaned || !cleanup_locked(ep))) break;
+    cleaned |= sent < run;
+  }
+  atomic_store_explicit(&ep->backlog_len, len, memory_order_relaxed);
+  return !len;
+}
+
+/* Under ep->lock: m to the queue when nothing waits before it and the queue takes it (after a
+ * cleanup), else to the backlog's tail. false when the backlog is full: m is still the caller's. */
+static bool send_or_queue_locked(struct nic_endpoint *ep, struct rte_mbuf *m) {
+  if (flush_locked(ep) && (rte_eth_tx_burst(ep->port, ep->queue, &m, 1) ||
+                           (cleanup_locked(ep) && rte_eth_tx_burst(ep->port, ep->queue, &m, 1))))
+    return true;
+  const unsigned len = atomic_load_explicit(&ep->backlog_len, memory_order_relaxed);
+  if (len == NIC_DPDK_BACKLOG) return false;
+  ep->backlog[(ep->backlog_head + len) % NIC_DPDK_BACKLOG] = m;
+  atomic_store_explicit(&ep->backlog_len, len + 1, memory_order_relaxed);
+  return true;
+}
+
+/* A post is sent, in post order, or refused at once: completing one with an error after later
+ * ones were taken would leave a hole in what the peer receives (a stream's reader then frames
+ * other messages' bytes), with every post() having returned 0. So a full tx queue keeps the post
+ * in the endpoint's backlog, and a full backlog, or no free mbuf header, refuses it with -EAGAIN:
+ * nothing posted, no done(). An entry no registration covers (-EFAULT) still completes with it,
+ * as a NIC's protection error would: nothing of it is sent. */
 int nic_dpdk_post(struct nic_backend *b, struct nic_endpoint *ep, const struct nic_sge *sge,
                   unsigned n, nic_completion_fn done, void *arg) {
   struct dbackend *be = (struct dbackend *)b;
   int err;
   if (!ep || !done) return -EINVAL;
   struct rte_mbuf *m = build(be, ep, sge, n, done, arg, &err);
-  if (!m) /* -EFAULT and -ENOBUFS complete like a NIC error would */
+  if (!m && err == -ENOBUFS) return -EAGAIN; /* headers come back as sent posts complete */
+  if (!m)
     return err == -EINVAL || err == -E2BIG || err == -ENOMEM ? err : fail(be, ep, done, arg, err);
   rte_spinlock_lock(&ep->lock);
-  uint16_t sent = rte_eth_tx_burst(ep->port, ep->queue, &m, 1);
-  if (!sent && !ep->no_cleanup && rte_eth_tx_done_cleanup(ep->port, ep->queue, 0) >= 0)
-    sent = rte_eth_tx_burst(ep->port, ep->queue, &m, 1);
+  const bool taken = send_or_queue_locked(ep, m);
   rte_spinlock_unlock(&ep->lock);
-  if (!sent) {
-    ((struct dpost *)m->shinfo->fcb_opaque)->status = -EAGAIN;
-    rte_pktmbuf_free(m);
-  }
-  return 0;
+  if (taken) return 0;
+  post_of(m)->refused = true;
+  rte_pktmbuf_free(m);
+  return -EAGAIN;
 }
 
-/* Drivers that hold sent mbufs until the next tx call get a cleanup here, so completions do
- * not wait for more traffic; a queue busy in another thread's tx_burst is skipped. */
+void nic_dpdk_backlog_cancel(struct nic_endpoint *ep, int status) {
+  rte_spinlock_lock(&ep->lock);
+  const unsigned len = atomic_load_explicit(&ep->backlog_len, memory_order_relaxed);
+  for (unsigned i = 0; i < len; i++) {
+    struct rte_mbuf *m = ep->backlog[(ep->backlog_head + i) % NIC_DPDK_BACKLOG];
+    post_of(m)->status = status;
+    rte_pktmbuf_free(m);
+  }
+  ep->backlog_head = 0;
+  atomic_store_explicit(&ep->backlog_len, 0, memory_order_relaxed);
+  rte_spinlock_unlock(&ep->lock);
+}
+
+/* Every endpoint's backlog goes to its queue; drivers that hold sent mbufs until the next tx
+ * call get a cleanup, so completions do not wait for more traffic. A queue busy in another
+ * thread's tx_burst is skipped: that thread's post sends the backlog first. */
 int nic_dpdk_poll(struct nic_backend *b, int max) {
   struct dbackend *be = (struct dbackend *)b;
   pthread_mutex_lock(&be->lock);
   for (struct nic_endpoint *ep = be->eps; ep; ep = ep->next) {
-    if (ep->no_cleanup || !rte_spinlock_trylock(&ep->lock)) continue;
-    if (rte_eth_tx_done_cleanup(ep->port, ep->queue, 0) == -ENOTSUP) ep->no_cleanup = true;
+    const bool waiting = atomic_load_explicit(&ep->backlog_len, memory_order_relaxed);
+    if ((ep->no_cleanup && !waiting) || !rte_spinlock_trylock(&ep->lock)) continue;
+    if (flush_locked(ep)) cleanup_locked(ep);
     rte_spinlock_unlock(&ep->lock);
   }
   pthread_mutex_unlock(&be->lock);

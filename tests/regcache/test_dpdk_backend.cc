@@ -18,6 +18,7 @@
 #include <chrono>
 #include <cstring>
 #include <fstream>
+#include <memory>
 #include <string>
 #include <thread>
 #include <vector>
@@ -468,17 +469,173 @@ TEST_F(DpdkRing, ApplicationPortPairAndTheChainHelper) {
   ASSERT_TRUE(PollFor(b, d));
   EXPECT_EQ(d.status, 0);
 
-  // A full queue (ring of 3): the post completes with -EAGAIN, nothing sent.
+  // A full queue (ring of 3): the fourth post waits in the backlog, and a poll sends it once
+  // the peer made room.
   Done ds[4];
   for (Done &x : ds)
     ASSERT_EQ(b->post(b, app_ep, sge.data(), 1, Done::Fn, &x), 0);
-  ASSERT_TRUE(PollFor(b, ds[3]));
-  EXPECT_EQ(ds[3].status, -EAGAIN);
+  EXPECT_EQ(b->poll(b, 16), 0);
+  EXPECT_EQ(ds[3].calls, 0) << "completed unsent";
+  EXPECT_EQ(SYM(nic_dpdk_endpoint_close)(b, app_ep), -EBUSY) << "closed with a post waiting";
   for (int i = 0; i < 3; i++)
     rte_pktmbuf_free(RxOne(peer));
-  for (int i = 0; i < 3; i++)
-    ASSERT_TRUE(PollFor(b, ds[i])) << i;
+  b->poll(b, 16);
+  rte_pktmbuf_free(RxOne(peer));
+  for (Done &x : ds) {
+    ASSERT_TRUE(PollFor(b, x));
+    EXPECT_EQ(x.status, 0);
+  }
   EXPECT_EQ(SYM(nic_dpdk_endpoint_close)(b, app_ep), 0);
+}
+
+// An application port pair whose rings hold 3 packets: port a sends, the test receives on the
+// other one.
+struct SmallRingPair {
+  uint16_t a = UINT16_MAX, peer = UINT16_MAX;
+  SmallRingPair() {
+    static int pairs;
+    const std::string name = "nm_small" + std::to_string(pairs++);
+    rte_ring *ab =
+        rte_ring_create((name + "_ab").c_str(), 4, SOCKET_ID_ANY, RING_F_SP_ENQ | RING_F_SC_DEQ);
+    rte_ring *ba =
+        rte_ring_create((name + "_ba").c_str(), 4, SOCKET_ID_ANY, RING_F_SP_ENQ | RING_F_SC_DEQ);
+    if (!ab || !ba) return;
+    a = RingPort((name + "_a").c_str(), ba, ab);
+    peer = RingPort((name + "_b").c_str(), ab, ba);
+  }
+  bool ok() const { return a != UINT16_MAX && peer != UINT16_MAX; }
+  static constexpr unsigned kHolds = 3;
+};
+
+// Posting on a small ring pair's port a (app_ep), from the registered chunk of reg.
+class DpdkSmallRing : public DpdkRing {
+protected:
+  void SetUp() override {
+    DpdkRing::SetUp();
+    if (HasFatalFailure()) return;
+    pair = std::make_unique<SmallRingPair>();
+    ASSERT_TRUE(pair->ok());
+    ASSERT_NE(app_ep = SYM(nic_dpdk_endpoint)(b, pair->a, 0), nullptr);
+    reg = std::make_unique<ChunkReg>(b);
+    ASSERT_EQ(reg->rc, 0);
+  }
+  void TearDown() override {
+    if (app_ep) {
+      EXPECT_EQ(SYM(nic_dpdk_endpoint_close)(b, app_ep), 0);
+    }
+  }
+  // The next packet on the peer, polling meanwhile (polls send the backlog); NULL after 3 s.
+  rte_mbuf *NextPacket() {
+    rte_mbuf *m = nullptr;
+    for (auto end = Clock::now() + std::chrono::seconds(3); Clock::now() < end; b->poll(b, 0))
+      if (rte_eth_rx_burst(pair->peer, 0, &m, 1)) return m;
+    return nullptr;
+  }
+  // Receives n packets on the peer, the posts' numbers in order from first (each packet the
+  // 4-byte number its post sent), and waits for their posts to complete with 0.
+  void ReceiveInOrder(uint32_t first, uint32_t n, std::vector<Done> &done) {
+    for (uint32_t i = first; i < first + n; i++) {
+      rte_mbuf *m = NextPacket();
+      ASSERT_NE(m, nullptr) << "post " << i << " never arrived";
+      std::string got = Bytes(m);
+      rte_pktmbuf_free(m);
+      uint32_t seq = UINT32_MAX;
+      if (got.size() >= sizeof seq) memcpy(&seq, got.data(), sizeof seq);
+      ASSERT_EQ(seq, i) << "out of order";
+    }
+    for (uint32_t i = first; i < first + n; i++) {
+      ASSERT_TRUE(PollFor(b, done[i])) << "post " << i;
+      EXPECT_EQ(done[i].status, 0) << "post " << i;
+    }
+  }
+  std::unique_ptr<SmallRingPair> pair;
+  nic_endpoint *app_ep = nullptr;
+  std::unique_ptr<ChunkReg> reg;
+};
+
+// Posts past what the tx queue holds wait in the endpoint's backlog and leave in post order as
+// the queue drains (polls and later posts send the backlog first), each completing with 0; past
+// NIC_DPDK_BACKLOG of them a post is refused at once with -EAGAIN: nothing sent, no done(). A
+// post the full queue did not take completed with -EAGAIN, unsent, while the posts after it went
+// out once the queue drained: a stream's reader got a hole and every post() had returned 0.
+TEST_F(DpdkSmallRing, PostsPastAFullQueueWaitAndLeaveInOrderAndAFullBacklogIsRefused) {
+  const uint32_t taken = SmallRingPair::kHolds + NIC_DPDK_BACKLOG;
+  auto *seq = static_cast<uint32_t *>(nic_malloc((taken + 1) * sizeof(uint32_t)));
+  ASSERT_NE(seq, nullptr);
+  std::vector<Done> done(taken + 1);
+  for (uint32_t i = 0; i <= taken; i++)
+    seq[i] = i;
+  for (uint32_t i = 0; i < taken; i++) {
+    const nic_sge sge = reg->Sge(&seq[i], sizeof seq[i]);
+    ASSERT_EQ(b->post(b, app_ep, &sge, 1, Done::Fn, &done[i]), 0) << "post " << i;
+  }
+  const nic_sge last = reg->Sge(&seq[taken], sizeof seq[taken]);
+  EXPECT_EQ(b->post(b, app_ep, &last, 1, Done::Fn, &done[taken]), -EAGAIN);
+  ReceiveInOrder(0, taken, done);
+  EXPECT_EQ(done[taken].calls, 0) << "a refused post completed";
+  ASSERT_EQ(b->post(b, app_ep, &last, 1, Done::Fn, &done[taken]), 0) << "room again";
+  ReceiveInOrder(taken, 1, done);
+  free(seq);
+}
+
+// With every mbuf header in use (chains of many segments waiting), a post is refused at once
+// with -EAGAIN, before the backlog is full; the posts taken before it still leave in order. It
+// completed with -ENOBUFS after the posts taken after it had been sent.
+TEST_F(DpdkSmallRing, APostWithNoMbufHeaderLeftIsRefusedAndThoseBeforeItLeaveInOrder) {
+  // Posts of 64 segments (the number, 64 times): the 8191 headers run out before the 128th.
+  constexpr uint32_t kSegs = 64, kMost = 8191 / kSegs + 1;
+  auto *seq = static_cast<uint32_t *>(nic_malloc(kMost * sizeof(uint32_t)));
+  ASSERT_NE(seq, nullptr);
+  std::vector<Done> done(kMost);
+  uint32_t taken = 0;
+  int rc = 0;
+  for (; taken < kMost; taken++) {
+    seq[taken] = taken;
+    const std::vector<nic_sge> sge(kSegs, reg->Sge(&seq[taken], sizeof seq[taken]));
+    if ((rc = b->post(b, app_ep, sge.data(), kSegs, Done::Fn, &done[taken])) != 0) break;
+  }
+  EXPECT_EQ(rc, -EAGAIN);
+  ASSERT_LT(taken, kMost);
+  EXPECT_GT(taken, SmallRingPair::kHolds) << "none waited";
+  b->poll(b, 0);
+  EXPECT_EQ(done[taken].calls, 0) << "a refused post completed";
+  ReceiveInOrder(0, taken, done);
+  free(seq);
+}
+
+// A backend that closes with posts in an endpoint's backlog completes each of them, unsent, with
+// -ECANCELED, and gives their mbufs back.
+TEST(DpdkBacklog, ClosingTheBackendCompletesWaitingPostsAndGivesTheirMbufsBack) {
+  REQUIRE_OWN_PROCESS();
+  struct nic_backend *b = Backend();
+  ASSERT_NE(b, nullptr) << "EAL did not start: " << strerror(errno);
+  rte_mempool *headers = rte_mempool_lookup("nic_extbuf_hdr");
+  ASSERT_NE(headers, nullptr);
+  SmallRingPair pair;
+  ASSERT_TRUE(pair.ok());
+  nic_endpoint *app_ep = SYM(nic_dpdk_endpoint)(b, pair.a, 0);
+  ASSERT_NE(app_ep, nullptr);
+  char *p = static_cast<char *>(nic_malloc(64));
+  nic_region_ref ref{};
+  ASSERT_EQ(nic_translate(p, 64, &ref), 0);
+  nic_registration reg{}; // deregistered by the close
+  ASSERT_EQ(b->reg(b, ref.region_base, ref.region_len, NIC_ACCESS_LOCAL, &reg), 0);
+  const unsigned free_headers = rte_mempool_avail_count(headers);
+  std::vector<Done> done(SmallRingPair::kHolds + 5);
+  for (Done &d : done) {
+    const nic_sge sge = {p, 64, reg.lkey, reg.handle};
+    ASSERT_EQ(b->post(b, app_ep, &sge, 1, Done::Fn, &d), 0);
+  }
+  for (unsigned i = 0; i < SmallRingPair::kHolds; i++)
+    rte_pktmbuf_free(RxOne(pair.peer));
+  b->close(b);
+  for (size_t i = 0; i < done.size(); i++) {
+    EXPECT_EQ(done[i].calls, 1) << "post " << i;
+    EXPECT_EQ(done[i].status, i < SmallRingPair::kHolds ? 0 : -ECANCELED) << "post " << i;
+  }
+  EXPECT_EQ(rte_mempool_avail_count(headers), free_headers) << "mbufs of waiting posts kept";
+  EXPECT_EQ(RxOne(pair.peer, 50), nullptr) << "a cancelled post was sent";
+  free(p);
 }
 
 // The memseg lists DPDK keeps for external memory (one per extmem area).

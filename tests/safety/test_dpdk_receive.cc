@@ -170,6 +170,60 @@ TEST(DpdkReceiveRing, EveryPacketArrivesHoldsKeepMbufsAndReleaseRecycles) {
     free(b);
 }
 
+// More posts in a row than net_ring0's ring holds, nothing received meanwhile: those past the
+// ring wait in the endpoint's backlog and arrive in post order, each completing with 0; past
+// NIC_DPDK_BACKLOG of them nic_sga_post refuses the message with -EAGAIN, nothing posted, the
+// array as it was and no error counted, and the same array is taken once polls made room. Posts
+// past the ring completed with -EAGAIN, unsent, while those after them arrived once it drained:
+// the receiver got a hole, and every post had returned 0.
+TEST(DpdkReceiveRing, PostsPastTheTxRingArriveInOrderAndAFullBacklogRefusesAtOnce) {
+  Rx rx;
+  nic_endpoint *ep = DefaultReceiving(rx);
+  REQUIRE_DPDK();
+  ASSERT_NE(ep, nullptr);
+  const nic_stats before = Stats();
+  constexpr size_t kMost = 3 * NIC_DPDK_BACKLOG; // more than the ring and the backlog together
+  std::vector<std::string> want;
+  std::vector<Done> done(kMost + 1);
+  nic_sga sga;
+  int rc = 0;
+  for (size_t i = 0; i < kMost && !rc; i++) {
+    std::string bytes = std::to_string(i) + ":" + Pattern(100, static_cast<int>(i));
+    ASSERT_EQ(nic_sga_init(&sga, 0), 0);
+    ASSERT_EQ(nic_sga_add(&sga, bytes.data(), bytes.size()), 0); // copied: its own bytes
+    if (!(rc = nic_sga_post(&sga, ep, Done::Fn, &done[i]))) want.push_back(bytes);
+  }
+  EXPECT_EQ(rc, -EAGAIN) << "never refused";
+  EXPECT_GT(want.size(), size_t{NIC_DPDK_BACKLOG});
+  EXPECT_EQ(Stats().sga_errors, before.sga_errors) << "a full queue counted as an error";
+  if (rc == -EAGAIN) {
+    EXPECT_EQ(sga.count, 1u) << "the refused array was changed";
+    const size_t refused = want.size();
+    EXPECT_EQ(done[refused].calls, 0) << "a refused post completed";
+    ASSERT_TRUE(PollUntil([&] { return rx.msgs.size() == refused; })) << rx.msgs.size();
+    ASSERT_EQ(nic_sga_post(&sga, ep, Done::Fn, &done[refused]), 0) << "room again";
+    want.push_back(std::to_string(refused) + ":" + Pattern(100, static_cast<int>(refused)));
+  }
+  auto completed = [&] {
+    size_t n = 0;
+    for (auto &d : done)
+      n += d.calls;
+    return n;
+  };
+  EXPECT_TRUE(PollUntil([&] {
+    return rx.msgs.size() >= want.size() && completed() >= want.size();
+  })) << rx.msgs.size()
+      << " received, " << completed() << " completed of " << want.size();
+  size_t failed = 0, wrong = 0;
+  for (size_t i = 0; i < want.size(); i++) {
+    failed += done[i].status != 0;
+    wrong += i >= rx.msgs.size() || rx.msgs[i] != want[i];
+  }
+  EXPECT_EQ(failed, 0u) << "posts completed with an error";
+  EXPECT_EQ(wrong, 0u) << "packets out of order or missing";
+  EXPECT_EQ(nic_dpdk_endpoint_destroy(ep), 0);
+}
+
 // A chain whose segments lie end to end (one block over 64 KiB, two extbuf segments) is handed
 // over whole, in place; one whose segments are scattered (a dataplane block and a control one)
 // is gathered into one receive buffer of dataplane memory.
