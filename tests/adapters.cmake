@@ -68,8 +68,9 @@ function(nic_add_adapter_suite name)
         set(page_kind ";NICMALLOC_PAGE_KIND=4k")
       endif()
       # Cases named *Large take more memory and time than a run of every backend and fence
-      # mode should: their own runs below.
-      add_test(NAME ${name}_${backend}_${fence} COMMAND ${name} --gtest_filter=-*Large.*)
+      # mode should, and cases named *Faulty make a transport fail through settings of their
+      # own: their own runs below.
+      add_test(NAME ${name}_${backend}_${fence} COMMAND ${name} --gtest_filter=-*Large.*:*Faulty.*)
       set_tests_properties(${name}_${backend}_${fence} PROPERTIES TIMEOUT 300 ENVIRONMENT
         "${NIC_ADAPTER_ENV_${backend}};NICMALLOC_CHUNK_SIZE=64M;NICMALLOC_FENCE=${fence}${page_kind}")
       if(backend STREQUAL "dpdk")
@@ -121,6 +122,14 @@ if(Protobuf_FOUND AND Protobuf_PROTOC_EXECUTABLE)
   nic_add_adapter_suite(test_protobuf_adapter
     ${CMAKE_CURRENT_LIST_DIR}/adapters/test_protobuf_adapter.cc ${NIC_PB_SRCS}
     LIBS protobuf::libprotobuf)
+  # A part that completes with an error cuts the stream (include/nicmalloc/sg_post.h): on the
+  # sim, under NICMALLOC_ON_PIN_FAIL=fail, a part longer than a chunk (64 MiB) finds no receive
+  # buffer and its post completes with -ENOMEM. About 0.2 GiB.
+  add_test(NAME test_protobuf_adapter_faulty
+           COMMAND test_protobuf_adapter --gtest_filter=ProtobufAdapterFaulty.*)
+  set_tests_properties(test_protobuf_adapter_faulty PROPERTIES TIMEOUT 300
+    ENVIRONMENT "${NIC_ADAPTER_ENV_sim};NICMALLOC_CHUNK_SIZE=64M;NICMALLOC_FENCE=wait;NICMALLOC_ON_PIN_FAIL=fail"
+    FAIL_REGULAR_EXPRESSION "\\[  SKIPPED \\]")
 else()
   message(STATUS "Protobuf not found: test_protobuf_adapter is not built (apt-get install libprotobuf-dev protobuf-compiler)")
 endif()

@@ -135,10 +135,11 @@ private:
 // limits. Returns 0 and later runs done(arg, status) once (from nic_poll or nic_wait) when the NIC
 // no longer reads any of it; or -EINVAL (msg has no root, so no segment: capnp's writeMessage
 // refuses such a message too), -EMSGSIZE (more than 511 segments, which capnp's readers refuse),
-// in both cases nothing sent and msg unchanged, or a negative errno of nic_endpoint_limits or
-// nic_sga_init/add/post, and done() does not run. After an error in a later part, the earlier parts
-// are on their way (a stream is then cut). Works for any capnp::MessageBuilder; one of ours keeps
-// its segments from reuse until done.
+// in both cases nothing sent and msg unchanged, -EAGAIN (ep has no room now: nothing sent; poll
+// and post again), -EPIPE (ep's stream was cut: sg_post.h), or a negative errno of
+// nic_endpoint_limits or nic_sga_init/add/post, and done() does not run. After an error in a later
+// part, the earlier parts are on their way and the stream is cut. Works for any
+// capnp::MessageBuilder; one of ours keeps its segments from reuse until done.
 inline int post(nic_endpoint *ep, ::capnp::MessageBuilder &msg, nic_sga_done_fn done = nullptr,
                 void *arg = nullptr, unsigned max_entries = 0) {
   auto segs = msg.getSegmentsForOutput();

@@ -131,9 +131,10 @@ struct BuilderState : ::flatbuffers::FlatBufferBuilder {
 // sim and verbs through StreamReader) joins again; on a datagram socket each post is a datagram of
 // its own. Returns 0 and later runs done(arg, status) once (from nic_poll or nic_wait) when the NIC
 // no longer reads any of it; or -EINVAL (fbb not finished, or finished and then cleared or posted:
-// it is unchanged), or a negative errno of nic_endpoint_limits or nic_sga_init/add before
-// anything was posted (fbb is then unchanged), or of nic_sga_post, or of a later part (the
-// buffer is then dropped, once the parts posted before the error completed: fbb is empty).
+// it is unchanged), or a negative errno of nic_endpoint_limits or nic_sga_init/add/post before
+// anything was posted (fbb is then unchanged: -EAGAIN, ep has no room now, may be posted again
+// after nic_poll; -EPIPE, ep's stream was cut: sg_post.h), or of a later part (the buffer is then
+// dropped, once the parts posted before the error completed: fbb is empty).
 // Works with any FlatBufferBuilder; one of ours sends dataplane memory, another's buffer goes
 // through the registration cache. Use FinishSizePrefixed on a stream, so that StreamReader can
 // find where each buffer ends.
@@ -148,7 +149,7 @@ inline int post(nic_endpoint *ep, ::flatbuffers::FlatBufferBuilder &fbb,
   }
   const nicmalloc::detail::Piece piece{fbb.GetBufferPointer(), fbb.GetSize()};
   return nicmalloc::detail::PostPieces(ep, {&piece, 1, {}, kept}, done, arg, max_entries, [&] {
-    *kept = fbb.Release(); // the same memory: the entries still point into it
+    *kept = fbb.Release(); // the same memory: the posted entries point into it
     fbb.Clear();           // no buffer now: only the builder's state
   });
 }

@@ -223,8 +223,9 @@ inline int PostMessage(nic_endpoint *ep, const google::protobuf::MessageLite &ms
 // Posts msg, length-delimited, to ep as one scatter-gather message: singular string and bytes
 // fields of 512 bytes and up are sent from the message itself, which must stay unchanged until
 // done() ran (it may be destroyed at once). Returns 0 and later runs done(arg, status) once; or
-// -EINVAL (a required field is missing), -EMSGSIZE (over 2 GiB), -ENOMEM, or a negative errno
-// of nic_endpoint_limits or nic_sga_init/add/post, and done() does not run.
+// -EINVAL (a required field is missing), -EMSGSIZE (over 2 GiB), -ENOMEM, -EAGAIN (ep has no
+// room now: nothing sent; poll and post again), -EPIPE (ep's stream was cut: sg_post.h), or a
+// negative errno of nic_endpoint_limits or nic_sga_init/add/post, and done() does not run.
 inline int post(nic_endpoint *ep, const google::protobuf::MessageLite &msg,
                 nic_sga_done_fn done = nullptr, void *arg = nullptr, unsigned max_entries = 0) {
   return detail::PostMessage(ep, msg, done, arg, max_entries, nullptr);

@@ -9,6 +9,7 @@
 #include <algorithm>
 #include <atomic>
 #include <cerrno>
+#include <chrono>
 #include <cstdint>
 #include <cstdlib>
 #include <cstring>
@@ -16,6 +17,7 @@
 #include <memory>
 #include <mutex>
 #include <new>
+#include <unordered_map>
 #include <utility>
 #include <vector>
 
@@ -116,8 +118,79 @@ private:
 
 namespace detail {
 
+// The messages posted to one endpoint make one stream of bytes, which the peer's reader cuts
+// into messages by their framing (stream.h). A part that does not arrive while parts after it
+// do leaves a hole no reader can frame past: the stream is cut, and the adapters post nothing
+// more to it until the program starts it again (stream_restart). An endpoint is listed while
+// messages to it are in flight, or while its stream is cut.
+struct Stream {
+  std::atomic<int> cut{0}; // the error that cut it, or 0
+  uint64_t cut_at = 0;     // the first message that lost a part (under the list's lock)
+  uint64_t next = 0;       // the number of the next message (under the list's lock)
+  size_t users = 0;        // messages in flight (under the list's lock)
+};
+
+class Streams {
+public:
+  // Never destroyed: done() may run late in exit.
+  static Streams &Get() {
+    static Streams *s = new Streams;
+    return *s;
+  }
+  // ep's stream, one message more on it, numbered *seq; nullptr when there is no memory.
+  Stream *Join(const nic_endpoint *ep, uint64_t *seq) {
+    std::lock_guard<std::mutex> g(mu_);
+    Stream *s;
+    try {
+      s = &map_[ep];
+    } catch (const std::bad_alloc &) {
+      return nullptr;
+    }
+    s->users++;
+    *seq = s->next++;
+    return s;
+  }
+  // Message seq of s lost a part, with error why. The first error stays; the hole is where the
+  // earliest such message is.
+  void Cut(Stream *s, uint64_t seq, int why) {
+    std::lock_guard<std::mutex> g(mu_);
+    if (!s->cut.load(std::memory_order_relaxed) || seq < s->cut_at) s->cut_at = seq;
+    int zero = 0;
+    s->cut.compare_exchange_strong(zero, why);
+  }
+  // Whether message seq of s was posted after the hole (its bytes cannot be framed).
+  bool After(Stream *s, uint64_t seq) {
+    std::lock_guard<std::mutex> g(mu_);
+    return s->cut.load(std::memory_order_relaxed) && seq > s->cut_at;
+  }
+  // One message of ep's stream fewer in flight; an endpoint whose stream is whole and has none
+  // is forgotten (another endpoint may get its address).
+  void Leave(const nic_endpoint *ep, Stream *s) {
+    std::lock_guard<std::mutex> g(mu_);
+    if (--s->users == 0 && !s->cut.load(std::memory_order_relaxed)) map_.erase(ep);
+  }
+  int Error(const nic_endpoint *ep) {
+    std::lock_guard<std::mutex> g(mu_);
+    auto it = map_.find(ep);
+    return it == map_.end() ? 0 : it->second.cut.load(std::memory_order_relaxed);
+  }
+  void Restart(const nic_endpoint *ep) {
+    std::lock_guard<std::mutex> g(mu_);
+    auto it = map_.find(ep);
+    if (it == map_.end()) return;
+    it->second.cut.store(0, std::memory_order_relaxed);
+    if (it->second.users == 0) map_.erase(it);
+  }
+
+private:
+  std::mutex mu_;
+  std::unordered_map<const nic_endpoint *, Stream> map_; // nodes: a Stream never moves
+};
+
 // One message, posted in one or more parts: done() runs once every part has completed, after
-// the blocks it sent are marked free of this post; what it keeps goes after done().
+// the blocks it sent are marked free of this post; what it keeps goes after done(). A part that
+// completes with an error cuts the stream, and done() gets the error; a message posted after
+// the hole whose done() runs once it is known gets -EPIPE.
 struct PostRecord {
   std::atomic<int> pending{1}; // parts posted, plus one for the poster until it is done
   std::atomic<int> status{0};
@@ -125,18 +198,49 @@ struct PostRecord {
   void *arg = nullptr;
   std::vector<BlockRef> blocks;     // kept from reuse until the last part completes
   std::shared_ptr<const void> keep; // what the pieces lie in, released then
+  const nic_endpoint *ep = nullptr;
+  Stream *stream = nullptr;
+  uint64_t seq = 0; // the message's number in its stream
 
   void Finish(int st) {
     int zero = 0;
-    if (st) status.compare_exchange_strong(zero, st);
+    if (st) {
+      status.compare_exchange_strong(zero, st);
+      Streams::Get().Cut(stream, seq, st);
+    }
     if (pending.fetch_sub(1, std::memory_order_acq_rel) != 1) return;
     for (auto &b : blocks)
       b->inflight.fetch_sub(1, std::memory_order_release);
-    if (done) done(arg, status.load());
+    int final_status = status.load();
+    if (!final_status && done && stream->cut.load(std::memory_order_relaxed) &&
+        Streams::Get().After(stream, seq))
+      final_status = -EPIPE;
+    if (done) done(arg, final_status);
+    Streams::Get().Leave(ep, stream);
     delete this;
   }
   static void PartDone(void *a, int st) { static_cast<PostRecord *>(a)->Finish(st); }
 };
+
+// How long a part after a message's first waits for room on its endpoint (nic_sga_post's
+// -EAGAIN: a dpdk port's tx queue and backlog full), as long as NICMALLOC_FENCE_TIMEOUT_MS's
+// default: past it the message stays cut short, and so does the stream.
+constexpr std::chrono::milliseconds kRoomWait{5000};
+
+// Posts a part after a message's first that ep had no room for: the parts before it are on
+// their way, so it must follow them. Polls (nic_wait: completions free room, and on dpdk polls
+// send the backlog) and posts it again. 0; -EPIPE when the stream was cut meanwhile (a part
+// completed with an error); -ETIMEDOUT after kRoomWait; or another error of nic_sga_post.
+inline int PostWhenRoom(nic_sga *sga, nic_endpoint *ep, PostRecord *rec) {
+  const auto end = std::chrono::steady_clock::now() + kRoomWait;
+  for (;;) {
+    nic_wait(1);
+    if (rec->stream->cut.load(std::memory_order_relaxed)) return -EPIPE;
+    const int rc = nic_sga_post(sga, ep, PostRecord::PartDone, rec);
+    if (rc != -EAGAIN) return rc;
+    if (std::chrono::steady_clock::now() >= end) return -ETIMEDOUT;
+  }
+}
 
 struct Piece {
   const void *p;
@@ -173,14 +277,18 @@ struct NoHook {
 // under the entry limit (nic_sga_add would copy neighbours up to 64 KiB together, and fail past
 // that). A part ep refuses as too many entries (-E2BIG: a dpdk port, where an entry over 64 KiB
 // is several segments; nothing was posted) is built again with half as many, and so are the
-// parts after it. Empty pieces are skipped. before_first_post() runs once, right before the first
-// part is posted (not when an error comes first). Returns 0 and later runs done(arg, status)
-// once, when every part completed; or a negative errno of nic_endpoint_limits or
-// nic_sga_init/add/post, and done() does not run (parts posted before the error are on their
-// way, and out.blocks and out.keep are kept until they complete).
+// parts after it. A part after the first that ep has no room for (-EAGAIN) is posted once there
+// is (PostWhenRoom), the parts before it being sent already. Empty pieces are skipped.
+// after_first_post() runs once, right after the first part was taken (not when an error comes
+// first). Returns 0 and later runs done(arg, status) once, when every part completed; or
+// -EPIPE (ep's stream was cut: nothing posted), or a negative errno of nic_endpoint_limits or
+// nic_sga_init/add/post, and done() does not run. An error before any part was taken leaves the
+// stream as it was (-EAGAIN: ep has no room now; poll and post again); one after cuts it (parts
+// posted before the error are on their way, and out.blocks and out.keep are kept until they
+// complete).
 template <typename Hook = NoHook>
 inline int PostPieces(nic_endpoint *ep, Outgoing out, nic_sga_done_fn done, void *arg,
-                      unsigned max_entries, Hook &&before_first_post = Hook()) {
+                      unsigned max_entries, Hook &&after_first_post = Hook()) {
   unsigned entries;
   size_t max_bytes;
   int rc = nic_endpoint_limits(ep, &entries, &max_bytes);
@@ -188,6 +296,12 @@ inline int PostPieces(nic_endpoint *ep, Outgoing out, nic_sga_done_fn done, void
   if (max_entries && max_entries < entries) entries = max_entries;
   auto *rec = new (std::nothrow) PostRecord;
   if (!rec) return -ENOMEM;
+  rec->ep = ep;
+  rec->stream = Streams::Get().Join(ep, &rec->seq);
+  if (!rec->stream) {
+    delete rec;
+    return -ENOMEM;
+  }
   rec->done = done;
   rec->arg = arg;
   rec->blocks = std::move(out.blocks);
@@ -197,9 +311,9 @@ inline int PostPieces(nic_endpoint *ep, Outgoing out, nic_sga_done_fn done, void
   const Piece *const pieces = out.pieces;
   const size_t n = out.n;
   nic_sga sga;
-  rc = nic_sga_init(&sga, entries);
+  rc = rec->stream->cut.load(std::memory_order_relaxed) ? -EPIPE : nic_sga_init(&sga, entries);
   bool live = rc == 0; // sga initialised: holds entries of ours, or none
-  bool hooked = false, posted = false;
+  bool posted = false;
   // The next byte to add (piece i, offset off), where the array's part began, and its bytes.
   size_t i = 0, off = 0, part_i = 0, part_off = 0, part_bytes = 0;
   while (!rc) {
@@ -211,10 +325,14 @@ inline int PostPieces(nic_endpoint *ep, Outgoing out, nic_sga_done_fn done, void
         if (!posted) rc = -EINVAL;
         break;
       }
-      if (!hooked) before_first_post();
-      hooked = true;
+      // A part of this message or an earlier one failed meanwhile: the rest would follow a hole.
+      if (posted && rec->stream->cut.load(std::memory_order_relaxed)) {
+        rc = -EPIPE;
+        break;
+      }
       rec->pending.fetch_add(1, std::memory_order_relaxed);
       rc = nic_sga_post(&sga, ep, PostRecord::PartDone, rec);
+      if (rc == -EAGAIN && posted) rc = PostWhenRoom(&sga, ep, rec);
       if (rc) rec->pending.fetch_sub(1, std::memory_order_relaxed);
       if (rc == -E2BIG && sga.count > 1) { // the same part again, in smaller ones
         entries = sga.count / 2;
@@ -224,8 +342,10 @@ inline int PostPieces(nic_endpoint *ep, Outgoing out, nic_sga_done_fn done, void
         live = rc == 0;
         continue;
       }
-      if (rc || end) break;
+      if (rc) break;
+      if (!posted) after_first_post();
       posted = true;
+      if (end) break;
       part_i = i, part_off = off, part_bytes = 0;
       continue; // the array is empty again
     }
@@ -238,6 +358,7 @@ inline int PostPieces(nic_endpoint *ep, Outgoing out, nic_sga_done_fn done, void
   }
   if (rc) {
     if (live) nic_sga_reset(&sga);
+    if (posted) Streams::Get().Cut(rec->stream, rec->seq, rc); // the message is cut short
     rec->done = nullptr; // the caller hears of the error from the return value
   }
   rec->Finish(0);
@@ -245,6 +366,21 @@ inline int PostPieces(nic_endpoint *ep, Outgoing out, nic_sga_done_fn done, void
 }
 
 } // namespace detail
+
+// The error that cut the stream of messages the adapters post to ep, or 0: a part of a message
+// completed with it (done() got it), or could not be posted after the parts before it
+// (post returned it). From then on every post to ep returns -EPIPE, nothing sent: the peer's
+// reader has lost bytes in the middle of the stream and cannot frame what follows.
+inline int stream_error(const nic_endpoint *ep) {
+  return detail::Streams::Get().Error(ep);
+}
+// Takes posts to ep again after its stream was cut: for a peer that starts reading afresh (a
+// new StreamReader on a new connection), and before ep is destroyed, since another endpoint may
+// be given its address. Call it once the posts on ep have completed.
+inline void stream_restart(const nic_endpoint *ep) {
+  detail::Streams::Get().Restart(ep);
+}
+
 } // namespace nicmalloc
 
 #endif // NICMALLOC_SG_POST_H

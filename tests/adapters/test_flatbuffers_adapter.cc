@@ -227,6 +227,49 @@ TEST_F(FlatbuffersAdapter, BufferOverTheEntryLimitTimesThePinStepArrivesWhole) {
   EXPECT_EQ(done_.calls.load(), 1) << "one done() for the buffer, whatever its parts";
 }
 
+// On dpdk, a buffer posted while the port's tx queue and the backlog behind it are full is
+// refused with -EAGAIN before any of it is sent: it stays in the builder, the stream stays whole,
+// and once polls made room the same builder posts it, after those before it. The builder gave
+// its buffer up before the first part was taken, so a refused buffer was lost with it.
+TEST(FlatbuffersAdapterRoom, ABufferRefusedForWantOfRoomStaysInTheBuilder) {
+  nfb::StreamReader reader;
+  std::vector<uint64_t> seqs;
+  int bad = 0, feed_errors = 0;
+  Wire wire([&](void *data, size_t len) { // checked and dropped at once: nothing stays held
+    feed_errors += reader.feed(data, len, [&](nfb::ReceivedBuffer b) {
+      if (b.Verify<fbs::Outer>())
+        seqs.push_back(b.GetRoot<fbs::Outer>()->seq());
+      else
+        bad++;
+    }) != 0;
+  });
+  if (!wire.Unavailable().empty()) GTEST_SKIP() << wire.Unavailable();
+  if (wire.backend() != "dpdk") GTEST_SKIP() << "only a dpdk port refuses a post for want of room";
+  Done done;
+  nfb::Builder fbb;
+  int rc = 0;
+  uint64_t taken = 0;
+  for (; taken < 3 * NIC_DPDK_BACKLOG; taken++) { // no poll: the ring and the backlog fill
+    Build(fbb, taken, 100, true);
+    if ((rc = nfb::post(wire.tx(), fbb, Done::Fn, &done, 1)) != 0) break;
+    fbb.Clear();
+  }
+  ASSERT_EQ(rc, -EAGAIN);
+  ASSERT_GT(fbb.GetSize(), 0u) << "the refused buffer left the builder";
+  EXPECT_EQ(nicmalloc::stream_error(wire.tx()), 0) << "nothing of it was sent: the stream is whole";
+  ASSERT_TRUE(wire.PollUntil([&] { return seqs.size() == taken; })) << seqs.size();
+  ASSERT_EQ(nfb::post(wire.tx(), fbb, Done::Fn, &done, 1), 0);
+  ASSERT_TRUE(wire.PollUntil([&] { return seqs.size() == taken + 1; })) << seqs.size();
+  ASSERT_TRUE(wire.PollUntil([&] { return done.calls.load() == static_cast<int>(taken + 1); }));
+  size_t out_of_order = 0;
+  for (uint64_t i = 0; i <= taken; i++)
+    out_of_order += seqs[i] != i;
+  EXPECT_EQ(out_of_order, 0u);
+  EXPECT_EQ(done.failed.load(), 0);
+  EXPECT_EQ(bad, 0);
+  EXPECT_EQ(feed_errors, 0);
+}
+
 // The same with the endpoint's own entry limit, in a chunk large enough for a dataplane buffer of
 // 200 MiB, over 32 steps: ctest runs it alone (flatbuffers_adapter_large), on sim.
 class FlatbuffersAdapterLarge : public FlatbuffersAdapter {};

@@ -14,7 +14,9 @@
 
 #include <sys/mman.h>
 
+#include <cstring>
 #include <memory>
+#include <mutex>
 #include <stdexcept>
 #include <vector>
 
@@ -301,6 +303,38 @@ TEST_F(ProtobufAdapter, MessageOverTheEntryLimitArrivesWhole) {
   EXPECT_EQ(done_.calls.load(), 2) << "one done() per message, whatever its parts";
 }
 
+// A message of more pieces than a DPDK port's tx ring and the backlog behind it hold (on dpdk a
+// piece is a packet: net_ring0's ring takes 1023, the backlog NIC_DPDK_BACKLOG) arrives byte for
+// byte, and so does the message after it: a part the endpoint has no room for is posted once
+// polls made room, after the parts before it. Its middle parts completed unsent with -EAGAIN
+// while the later ones went out, and the reader joined the bytes of other messages.
+TEST_F(ProtobufAdapter, AMessageOfMorePiecesThanTheTxRingArrivesByteForByte) {
+  // A verbs QP still completes a send its queue has no room for with -EAGAIN, unsent (regcache/
+  // verbs): a message of more parts than the soft QP holds is cut there (stream_error says so).
+  if (wire_->backend() == "verbs") GTEST_SKIP() << "verbs refuses past its send queue afterwards";
+  adapter_writes_only_ = false;
+  std::vector<Spec> specs(2);
+  specs[0].items = 2000; // 2000 aliased names, each a piece between two pieces of scratch
+  specs[0].name = 1024;
+  specs[1].seq = 1;
+  pb::Outer m[2];
+  nic_dataplane_begin();
+  for (int i = 0; i < 2; i++) {
+    Build(&m[i], specs[i]);
+    npb::OutputStream out;
+    ASSERT_TRUE(npb::serialize(m[i], &out));
+    if (i == 0) {
+      EXPECT_GT(out.pieces(), size_t{1023 + NIC_DPDK_BACKLOG});
+    }
+    Posted(out.post(wire_->tx(), Done::Fn, &done_, wire_->entries()));
+  }
+  nic_dataplane_end();
+  ReceiveAndCheck(specs);
+  for (int i = 0; i < 2 && i < static_cast<int>(got_.size()); i++)
+    EXPECT_EQ(got_[i]->SerializeAsString(), m[i].SerializeAsString()) << "message " << i;
+  EXPECT_EQ(nicmalloc::stream_error(wire_->tx()), 0);
+}
+
 // What a post keeps (post(std::shared_ptr) hands the message so) lives while a part posted
 // before a later part failed is sent: that part reads the message's aliased fields.
 TEST_F(ProtobufAdapter, WhatAPostKeepsOutlivesItsPartsAfterALaterPartFails) {
@@ -329,6 +363,7 @@ TEST_F(ProtobufAdapter, WhatAPostKeepsOutlivesItsPartsAfterALaterPartFails) {
   const uint64_t errors = Stats().sga_errors;
   EXPECT_EQ(out.post(wire_->tx(), Done::Fn, &done_, wire_->entries(2), std::move(keep)), -EFAULT);
   EXPECT_EQ(Stats().sga_errors, errors + 1) << "the unreadable piece was refused";
+  EXPECT_EQ(nicmalloc::stream_error(wire_->tx()), -EFAULT) << "the message was cut short";
   before_.sga_errors = errors + 1;
   // Completions run from nic_poll only, and none ran yet.
   EXPECT_FALSE(kept.expired()) << "released while the first part is sent";
@@ -336,6 +371,59 @@ TEST_F(ProtobufAdapter, WhatAPostKeepsOutlivesItsPartsAfterALaterPartFails) {
   EXPECT_EQ(done_.calls.load(), 0) << "a failed post runs no done()";
   free(sent);
   munmap(gone, gone_len);
+}
+
+// A part that completes with an error cuts the stream: the peer lost bytes in the middle of it
+// and cannot frame what follows. Run on sim under NICMALLOC_ON_PIN_FAIL=fail (its own run,
+// tests/adapters.cmake), where a part longer than a chunk finds no receive buffer and completes
+// with -ENOMEM. The message's done() gets that error, a message posted after it that completes
+// once the hole is known gets -EPIPE, and later posts are refused with -EPIPE, nothing sent,
+// until stream_restart. The posts after the hole were taken and sent, each completing with 0,
+// and the reader framed whatever followed the hole.
+TEST(ProtobufAdapterFaulty, APartThatCompletesWithAnErrorCutsTheStream) {
+  const char *policy = getenv("NICMALLOC_ON_PIN_FAIL");
+  std::mutex mu;
+  std::unique_ptr<npb::StreamReader> reader = std::make_unique<npb::StreamReader>();
+  std::vector<std::string> got;
+  Wire wire([&](void *data, size_t len) {
+    std::lock_guard<std::mutex> g(mu);
+    reader->feed(data, len, [&](npb::ReceivedMessage m) {
+      got.emplace_back(static_cast<const char *>(m.data()), m.size());
+    });
+  });
+  if (wire.backend() != "sim" || !policy || strcmp(policy, "fail") != 0)
+    GTEST_SKIP() << "needs the sim and NICMALLOC_ON_PIN_FAIL=fail (tests/adapters.cmake)";
+  nic_endpoint *ep = wire.tx();
+  ASSERT_NE(ep, nullptr);
+  // The blob, past a chunk, is a part of its own between two of scratch (one entry a part).
+  pb::Outer holed, after, later;
+  holed.set_seq(1);
+  holed.set_blob(std::string(Stats().chunk_size + 4096, 'b'));
+  holed.set_text(std::string(100, 't'));
+  after.set_seq(2);
+  later.set_seq(3);
+  Done first, second, third;
+  ASSERT_EQ(npb::post(ep, holed, Done::Fn, &first, 1), 0);
+  ASSERT_EQ(npb::post(ep, after, Done::Fn, &second, 1), 0) << "posted before the hole is known";
+  ASSERT_TRUE(wire.PollUntil([&] { return first.calls && second.calls; }));
+  EXPECT_EQ(first.failed.load(), 1);
+  EXPECT_EQ(second.failed.load(), 1) << "a message after the hole completed as if it arrived";
+  EXPECT_EQ(nicmalloc::stream_error(ep), -ENOMEM);
+  EXPECT_EQ(npb::post(ep, later, Done::Fn, &third, 1), -EPIPE) << "posted after the hole";
+  nic_wait(50);
+  EXPECT_EQ(third.calls.load(), 0) << "a refused post ran done()";
+  // Started again, with a reader of its own: the stream carries messages again.
+  nicmalloc::stream_restart(ep);
+  {
+    std::lock_guard<std::mutex> g(mu);
+    reader = std::make_unique<npb::StreamReader>();
+    got.clear();
+  }
+  ASSERT_EQ(npb::post(ep, later, Done::Fn, &third, 1), 0);
+  ASSERT_TRUE(wire.PollUntil([&] { return third.calls && !got.empty(); }));
+  EXPECT_EQ(third.failed.load(), 0);
+  EXPECT_EQ(got[0], later.SerializeAsString());
+  EXPECT_EQ(nicmalloc::stream_error(ep), 0);
 }
 
 std::string Delimited(const pb::Outer &m) {
