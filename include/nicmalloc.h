@@ -415,6 +415,15 @@ int nic_endpoint_status(const struct nic_endpoint *ep);
  * Either pointer may be NULL. 0, -EINVAL (ep NULL), -ENODEV (no backend; an endpoint of the parent
  * process in a child of fork). */
 int nic_endpoint_limits(const struct nic_endpoint *ep, unsigned *max_entries, size_t *max_message);
+/* A number unique to ep within the process, for a program that keeps state per endpoint beyond
+ * its life: an endpoint's address may be given to one made after it is destroyed, its number is
+ * never given to another endpoint (an endpoint handed out twice, a dpdk queue asked for again
+ * while open, keeps its number; once destroyed, one made anew gets a new one). Stable while ep
+ * lives, and in a child of fork for the endpoints it inherited. 0 for NULL, and for an endpoint
+ * no constructor of nicmalloc.h made or one already destroyed. Cheap: asked again for the
+ * endpoint it last asked for, a thread takes no lock while no endpoint was made or destroyed
+ * meanwhile. */
+uint64_t nic_endpoint_id(const struct nic_endpoint *ep);
 
 /* The sim backend's endpoint: each message is received into a fresh dataplane buffer that is
  * freed when receive returns, unless receive nic_hold()s a pointer into it. A message no such

@@ -16,6 +16,7 @@
 #include <dlfcn.h>
 #include <errno.h>
 #include <pthread.h>
+#include <stdatomic.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/mman.h>
@@ -24,11 +25,26 @@ struct made {
   struct nic_endpoint *ep;
   const char *kind;
   struct nic_backend *b;
+  uint64_t id; /* nic_endpoint_id: the same in every listing of one endpoint */
   struct made *next;
 };
 
 static pthread_mutex_t lock = PTHREAD_MUTEX_INITIALIZER;
 static struct made *made;
+static uint64_t last_id; /* under lock */
+
+/* Bumped, under the lock, whenever the list changes: a thread's last answer of nic_endpoint_id
+ * holds while it has not moved, so that asking again for one endpoint (the adapters do at every
+ * message) takes neither the lock nor a walk of the list. */
+static atomic_uint_fast64_t list_version;
+static __thread struct {
+  const struct nic_endpoint *ep;
+  uint64_t id, version;
+} last_asked __attribute__((tls_model("initial-exec")));
+
+static void changed_locked(void) {
+  atomic_fetch_add_explicit(&list_version, 1, memory_order_release);
+}
 
 /* The endpoints a child of fork inherited, sorted, read without the lock: each is the parent's,
  * made by a backend the child does not have (regcache/cache/backend.h), and its structure stays
@@ -135,12 +151,23 @@ struct nic_backend *nic_ep_backend(const char *who, enum nic_backend_kind kind, 
   return NULL;
 }
 
+static const struct made *find_locked(const struct nic_endpoint *ep) {
+  const struct made *m = made;
+  while (m && m->ep != ep)
+    m = m->next;
+  return m;
+}
+
 bool nic_ep_track(struct nic_endpoint *ep, const char *kind, struct nic_backend *b) {
   struct made *m = malloc(sizeof *m);
   if (!m) return false;
   pthread_mutex_lock(&lock);
-  *m = (struct made){.ep = ep, .kind = kind, .b = b, .next = made};
+  /* Handed out again while listed (a dpdk queue asked for twice), it is the same endpoint. */
+  const struct made *listed = find_locked(ep);
+  *m = (struct made){
+      .ep = ep, .kind = kind, .b = b, .id = listed ? listed->id : ++last_id, .next = made};
   made = m;
+  changed_locked();
   pthread_mutex_unlock(&lock);
   return true;
 }
@@ -158,15 +185,23 @@ void nic_ep_forget(struct nic_endpoint *ep, const char *kind) {
   struct made **link = link_of_locked(ep, kind);
   struct made *m = *link;
   if (m) *link = m->next;
+  changed_locked();
   pthread_mutex_unlock(&lock);
   free(m);
 }
 
-static const struct made *find_locked(const struct nic_endpoint *ep) {
-  const struct made *m = made;
-  while (m && m->ep != ep)
-    m = m->next;
-  return m;
+NIC_EXPORT uint64_t nic_endpoint_id(const struct nic_endpoint *ep) {
+  if (!ep) return 0;
+  const uint64_t now = atomic_load_explicit(&list_version, memory_order_acquire);
+  if (last_asked.ep == ep && last_asked.version == now) return last_asked.id;
+  pthread_mutex_lock(&lock);
+  const struct made *m = find_locked(ep);
+  const uint64_t id = m ? m->id : 0;
+  last_asked.ep = ep;
+  last_asked.id = id;
+  last_asked.version = atomic_load_explicit(&list_version, memory_order_relaxed);
+  pthread_mutex_unlock(&lock);
+  return id;
 }
 
 bool nic_ep_known(const struct nic_endpoint *ep) {
@@ -229,7 +264,10 @@ int nic_ep_untrack(struct nic_endpoint *ep, const char *kind, const char *who) {
     else
       nic_receive_endpoint_gone(ep);
   }
-  if (rc == 0) *link = m->next;
+  if (rc == 0) {
+    *link = m->next;
+    changed_locked();
+  }
   pthread_mutex_unlock(&lock);
   if (!m)
     nic_api_error_by(endpoint, who, 0, "%s(%p): not an endpoint made by nic_%s_endpoint_create",

@@ -18,7 +18,8 @@
 struct nic_backend *nic_ep_backend(const char *who, enum nic_backend_kind kind, const char *hint);
 
 /* Remembers ep as made by kind's constructor on backend b (once per call: an endpoint handed out
- * twice is listed twice). false when there is no memory for it. */
+ * twice is listed twice), numbered for nic_endpoint_id: the number it has when listed already,
+ * else one never given before. false when there is no memory for it. */
 bool nic_ep_track(struct nic_endpoint *ep, const char *kind, struct nic_backend *b);
 /* Forgets an endpoint of kind that its own code destroyed (the sim's). */
 void nic_ep_forget(struct nic_endpoint *ep, const char *kind);

@@ -124,7 +124,8 @@ if(Protobuf_FOUND AND Protobuf_PROTOC_EXECUTABLE)
     LIBS protobuf::libprotobuf)
   # A part that completes with an error cuts the stream (include/nicmalloc/sg_post.h): on the
   # sim, under NICMALLOC_ON_PIN_FAIL=fail, a part longer than a chunk (64 MiB) finds no receive
-  # buffer and its post completes with -ENOMEM. About 0.2 GiB.
+  # buffer and its post completes with -ENOMEM; and an endpoint made at a cut one's address after
+  # its destroy posts normally. About 0.2 GiB.
   add_test(NAME test_protobuf_adapter_faulty
            COMMAND test_protobuf_adapter --gtest_filter=ProtobufAdapterFaulty.*)
   set_tests_properties(test_protobuf_adapter_faulty PROPERTIES TIMEOUT 300

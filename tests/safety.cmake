@@ -35,6 +35,14 @@ nic_gtest_with_env(test_sim_endpoint_errors NICMALLOC_BACKEND=sim NICMALLOC_CHUN
   NICMALLOC_ON_PIN_FAIL=fail)
 gtest_discover_tests(test_sim_endpoint_errors PROPERTIES TIMEOUT 60 DISCOVERY_TIMEOUT 60)
 
+# nic_endpoint_id: a number per endpoint, never given again, on sim endpoints (whose pool gives a
+# destroyed endpoint's address to the next one).
+add_executable(test_endpoint_id ${CMAKE_CURRENT_LIST_DIR}/safety/test_endpoint_id.cc)
+target_link_libraries(test_endpoint_id PRIVATE ${NIC_RUNTIME_LAYERS} GTest::gtest
+  GTest::gtest_main Threads::Threads)
+nic_gtest_with_env(test_endpoint_id NICMALLOC_BACKEND=sim NICMALLOC_CHUNK_SIZE=64M)
+gtest_discover_tests(test_endpoint_id PROPERTIES TIMEOUT 60 DISCOVERY_TIMEOUT 60)
+
 # NICMALLOC_FENCE=protect with each mechanism (userfaultfd, mprotect + SIGSEGV): the suite
 # switches between them itself. detect needs the setting from the start (it records allocation
 # sites), so it runs in an environment of its own.

@@ -130,6 +130,21 @@ struct Stream {
   size_t users = 0;        // messages in flight (under the list's lock)
 };
 
+// Whose stream: the endpoint's nic_endpoint_id, which no endpoint made after it is destroyed
+// gets, even at its address, so that a cut stream never passes to a newcomer; the address only
+// tells apart endpoints nicmalloc did not make (id 0).
+struct StreamKey {
+  uint64_t id;
+  const nic_endpoint *ep;
+  explicit StreamKey(const nic_endpoint *e) : id(nic_endpoint_id(e)), ep(e) {}
+  bool operator==(const StreamKey &o) const { return id == o.id && ep == o.ep; }
+  struct Hash {
+    size_t operator()(const StreamKey &k) const {
+      return std::hash<uint64_t>()(k.id) ^ std::hash<const void *>()(k.ep);
+    }
+  };
+};
+
 class Streams {
 public:
   // Never destroyed: done() may run late in exit.
@@ -137,12 +152,12 @@ public:
     static Streams *s = new Streams;
     return *s;
   }
-  // ep's stream, one message more on it, numbered *seq; nullptr when there is no memory.
-  Stream *Join(const nic_endpoint *ep, uint64_t *seq) {
+  // k's stream, one message more on it, numbered *seq; nullptr when there is no memory.
+  Stream *Join(const StreamKey &k, uint64_t *seq) {
     std::lock_guard<std::mutex> g(mu_);
     Stream *s;
     try {
-      s = &map_[ep];
+      s = &map_[k];
     } catch (const std::bad_alloc &) {
       return nullptr;
     }
@@ -163,20 +178,21 @@ public:
     std::lock_guard<std::mutex> g(mu_);
     return s->cut.load(std::memory_order_relaxed) && seq > s->cut_at;
   }
-  // One message of ep's stream fewer in flight; an endpoint whose stream is whole and has none
-  // is forgotten (another endpoint may get its address).
-  void Leave(const nic_endpoint *ep, Stream *s) {
+  // One message of k's stream fewer in flight; a stream that is whole and has none is
+  // forgotten. A cut one stays until stream_restart; that of an endpoint destroyed meanwhile
+  // stays for good (a few bytes), matching no endpoint made later.
+  void Leave(const StreamKey &k, Stream *s) {
     std::lock_guard<std::mutex> g(mu_);
-    if (--s->users == 0 && !s->cut.load(std::memory_order_relaxed)) map_.erase(ep);
+    if (--s->users == 0 && !s->cut.load(std::memory_order_relaxed)) map_.erase(k);
   }
-  int Error(const nic_endpoint *ep) {
+  int Error(const StreamKey &k) {
     std::lock_guard<std::mutex> g(mu_);
-    auto it = map_.find(ep);
+    auto it = map_.find(k);
     return it == map_.end() ? 0 : it->second.cut.load(std::memory_order_relaxed);
   }
-  void Restart(const nic_endpoint *ep) {
+  void Restart(const StreamKey &k) {
     std::lock_guard<std::mutex> g(mu_);
-    auto it = map_.find(ep);
+    auto it = map_.find(k);
     if (it == map_.end()) return;
     it->second.cut.store(0, std::memory_order_relaxed);
     if (it->second.users == 0) map_.erase(it);
@@ -184,7 +200,7 @@ public:
 
 private:
   std::mutex mu_;
-  std::unordered_map<const nic_endpoint *, Stream> map_; // nodes: a Stream never moves
+  std::unordered_map<StreamKey, Stream, StreamKey::Hash> map_; // nodes: a Stream never moves
 };
 
 // One message, posted in one or more parts: done() runs once every part has completed, after
@@ -198,10 +214,11 @@ struct PostRecord {
   void *arg = nullptr;
   std::vector<BlockRef> blocks;     // kept from reuse until the last part completes
   std::shared_ptr<const void> keep; // what the pieces lie in, released then
-  const nic_endpoint *ep = nullptr;
+  StreamKey key;
   Stream *stream = nullptr;
   uint64_t seq = 0; // the message's number in its stream
 
+  explicit PostRecord(const nic_endpoint *ep) : key(ep) {}
   void Finish(int st) {
     int zero = 0;
     if (st) {
@@ -216,7 +233,7 @@ struct PostRecord {
         Streams::Get().After(stream, seq))
       final_status = -EPIPE;
     if (done) done(arg, final_status);
-    Streams::Get().Leave(ep, stream);
+    Streams::Get().Leave(key, stream);
     delete this;
   }
   static void PartDone(void *a, int st) { static_cast<PostRecord *>(a)->Finish(st); }
@@ -294,10 +311,9 @@ inline int PostPieces(nic_endpoint *ep, Outgoing out, nic_sga_done_fn done, void
   int rc = nic_endpoint_limits(ep, &entries, &max_bytes);
   if (rc) return rc;
   if (max_entries && max_entries < entries) entries = max_entries;
-  auto *rec = new (std::nothrow) PostRecord;
+  auto *rec = new (std::nothrow) PostRecord(ep);
   if (!rec) return -ENOMEM;
-  rec->ep = ep;
-  rec->stream = Streams::Get().Join(ep, &rec->seq);
+  rec->stream = Streams::Get().Join(rec->key, &rec->seq);
   if (!rec->stream) {
     delete rec;
     return -ENOMEM;
@@ -370,15 +386,18 @@ inline int PostPieces(nic_endpoint *ep, Outgoing out, nic_sga_done_fn done, void
 // The error that cut the stream of messages the adapters post to ep, or 0: a part of a message
 // completed with it (done() got it), or could not be posted after the parts before it
 // (post returned it). From then on every post to ep returns -EPIPE, nothing sent: the peer's
-// reader has lost bytes in the middle of the stream and cannot frame what follows.
+// reader has lost bytes in the middle of the stream and cannot frame what follows. The stream
+// is ep's own (nic_endpoint_id): an endpoint made after ep is destroyed starts whole, even at
+// ep's address.
 inline int stream_error(const nic_endpoint *ep) {
-  return detail::Streams::Get().Error(ep);
+  return detail::Streams::Get().Error(detail::StreamKey(ep));
 }
 // Takes posts to ep again after its stream was cut: for a peer that starts reading afresh (a
-// new StreamReader on a new connection), and before ep is destroyed, since another endpoint may
-// be given its address. Call it once the posts on ep have completed.
+// new StreamReader on a new connection). Call it once the posts on ep have completed. Called
+// before ep is destroyed, it also forgets the cut stream's entry, which otherwise stays (a few
+// bytes, never matched again).
 inline void stream_restart(const nic_endpoint *ep) {
-  detail::Streams::Get().Restart(ep);
+  detail::Streams::Get().Restart(detail::StreamKey(ep));
 }
 
 } // namespace nicmalloc

@@ -156,7 +156,8 @@ public:
   }
   ~Wire() {
     if (backend_ == "none") return;
-    // A stream a case cut is forgotten with its endpoint: the next case's may get its address.
+    // A stream a case cut is forgotten with its endpoint (the next case's endpoint, even at its
+    // address, has a stream of its own: this only drops the entry).
     if (tx_) nicmalloc::stream_restart(tx_);
     auto end = std::chrono::steady_clock::now() + kLimit;
     if (backend_ == "sim") {

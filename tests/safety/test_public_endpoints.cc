@@ -420,6 +420,29 @@ TEST(DpdkEndpoint, DefaultPortIsBusyWhileAPostIsInFlight) {
   EXPECT_EQ(nic_dpdk_endpoint_destroy(ep), 0);
 }
 
+// A queue asked for again while open is the same endpoint, with the same nic_endpoint_id, until
+// its last destroy; asked for after that, it is a new one to the program (the backend's default
+// endpoint at the very same address): a new number, so that no state kept by the old number
+// passes to it.
+TEST(DpdkEndpoint, AQueueAskedForTwiceKeepsItsIdAndAskedForAfterItsDestroyGetsANewOne) {
+  nic_endpoint *ep = nic_dpdk_endpoint_create(NIC_DPDK_DEFAULT_PORT, 0);
+  REQUIRE_DPDK();
+  ASSERT_NE(ep, nullptr);
+  const uint64_t id = nic_endpoint_id(ep);
+  EXPECT_NE(id, 0u);
+  ASSERT_EQ(nic_dpdk_endpoint_create(NIC_DPDK_DEFAULT_PORT, 0), ep);
+  EXPECT_EQ(nic_endpoint_id(ep), id) << "asked for twice";
+  EXPECT_EQ(nic_dpdk_endpoint_destroy(ep), 0);
+  EXPECT_EQ(nic_endpoint_id(ep), id) << "one of its two holders destroyed it";
+  EXPECT_EQ(nic_dpdk_endpoint_destroy(ep), 0);
+  EXPECT_EQ(nic_endpoint_id(ep), 0u) << "destroyed";
+  ASSERT_EQ(nic_dpdk_endpoint_create(NIC_DPDK_DEFAULT_PORT, 0), ep) << "the backend kept it";
+  const uint64_t again = nic_endpoint_id(ep);
+  EXPECT_NE(again, 0u);
+  EXPECT_NE(again, id) << "the number of a destroyed endpoint was given again";
+  EXPECT_EQ(nic_dpdk_endpoint_destroy(ep), 0);
+}
+
 // A port the application configured without multi-segment transmit takes one segment per
 // packet (its driver may send a chain's first segment alone), and nic_endpoint_limits says so:
 // a post of two entries is -E2BIG and leaves the array as it was; one entry goes out.
