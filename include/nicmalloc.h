@@ -293,13 +293,13 @@ int nic_sga_add(struct nic_sga *sga, const void *p, size_t len);
  * it was added, -NIC_EFREED
  * when the dataplane block of an entry was freed since and its step given back, -EAGAIN when ep
  * cannot take a message now: on dpdk, its tx queue is full and so is the backlog of
- * NIC_DPDK_BACKLOG posts (2048) waiting behind it, or every mbuf header is in use; nic_poll, which
+ * NIC_DPDK_BACKLOG posts (2048) waiting behind it, or every mbuf header is in use; on verbs, the
+ * QP's send queue is full, or its send CQ has no room for one more completion; nic_poll, which
  * sends the backlog and completes what was sent, and post the same array again; -EAGAIN is
  * neither counted in sga_errors nor said) nothing was posted and the array holds the same ranges.
- * Posts to one endpoint are sent in post order. On dpdk a post that returned 0 is not dropped for
- * want of room in the tx queue: it waits in the backlog, and nic_poll sends it (a verbs QP still
- * completes a send its queue or CQ has no room for with -EAGAIN, unsent, after which later ones
- * may go). An entry whose cached registration went stale meanwhile
+ * Posts to one endpoint are sent in post order, and none that returned 0 is dropped for want of
+ * room: on dpdk it waits in the backlog, which nic_poll sends; on verbs it is on the QP's send
+ * queue. An entry whose cached registration went stale meanwhile
  * (pages of its region unmapped or remapped) is registered anew first: no stale registration
  * reaches the NIC. */
 int nic_sga_post(struct nic_sga *sga, struct nic_endpoint *ep, nic_sga_done_fn done, void *arg);

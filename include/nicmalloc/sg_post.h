@@ -240,13 +240,14 @@ struct PostRecord {
 };
 
 // How long a part after a message's first waits for room on its endpoint (nic_sga_post's
-// -EAGAIN: a dpdk port's tx queue and backlog full), as long as NICMALLOC_FENCE_TIMEOUT_MS's
-// default: past it the message stays cut short, and so does the stream.
+// -EAGAIN: a dpdk port's tx queue and backlog full, a verbs QP's send queue or send CQ full), as
+// long as NICMALLOC_FENCE_TIMEOUT_MS's default: past it the message stays cut short, and so does
+// the stream.
 constexpr std::chrono::milliseconds kRoomWait{5000};
 
 // Posts a part after a message's first that ep had no room for: the parts before it are on
-// their way, so it must follow them. Polls (nic_wait: completions free room, and on dpdk polls
-// send the backlog) and posts it again. 0; -EPIPE when the stream was cut meanwhile (a part
+// their way, so it must follow them. Polls (nic_wait: completions reaped free room, and on dpdk
+// polls send the backlog) and posts it again. 0; -EPIPE when the stream was cut meanwhile (a part
 // completed with an error); -ETIMEDOUT after kRoomWait; or another error of nic_sga_post.
 inline int PostWhenRoom(nic_sga *sga, nic_endpoint *ep, PostRecord *rec) {
   const auto end = std::chrono::steady_clock::now() + kRoomWait;

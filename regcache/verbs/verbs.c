@@ -317,12 +317,20 @@ static struct vcq *vcq_leave_locked(struct vbackend *vb, struct vcq *v) {
   return v;
 }
 
-static void finish(struct vbackend *vb, struct vpost *p, int status) {
+/* Gives back what vpost took for p: its registrations' in-flight counts, the endpoint's, and p
+ * itself. */
+static void unpost(struct vbackend *vb, struct vpost *p) {
   for (unsigned i = 0; i < p->n; i++)
     atomic_fetch_sub(&vb->regs[p->slots[i]].inflight, 1);
   atomic_fetch_sub(&p->ep->inflight, 1);
-  p->done(p->arg, status);
   nic_plugin_free(p);
+}
+
+static void finish(struct vbackend *vb, struct vpost *p, int status) {
+  const nic_completion_fn done = p->done;
+  void *const arg = p->arg;
+  unpost(vb, p);
+  done(arg, status);
 }
 
 /* The queue of finished posts poll() takes from: software completions, and work completions
@@ -343,8 +351,10 @@ static void soft_complete(struct vbackend *vb, struct vpost *p, int status) {
   pthread_mutex_unlock(&vb->lock);
 }
 
-/* Failures after validation (uncovered entry: -EFAULT; send queue or CQ full: -EAGAIN) complete
- * through poll like a NIC error would, so callers handle one path. */
+/* No room, in the send queue or in its CQ for one more completion: -EAGAIN, nothing posted and
+ * no done(). The caller posts it again after a poll, so the endpoint's sends go in post order
+ * and none leaves a hole in the stream for later ones to follow. Other failures after
+ * validation (an uncovered entry: -EFAULT) complete through poll like a NIC error would. */
 static int vpost(struct nic_backend *b, struct nic_endpoint *ep, const struct nic_sge *sge,
                  unsigned n, nic_completion_fn done, void *arg) {
   struct vbackend *vb = vb_of(b);
@@ -396,6 +406,10 @@ static int vpost(struct nic_backend *b, struct nic_endpoint *ep, const struct ni
     pthread_mutex_lock(&vb->lock);
     live_take_locked(vb, p->wr_id, NULL);
     pthread_mutex_unlock(&vb->lock);
+  }
+  if (status == -EAGAIN) { /* the NIC never saw it */
+    unpost(vb, p);
+    return -EAGAIN;
   }
   soft_complete(vb, p, status);
   return 0;

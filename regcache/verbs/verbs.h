@@ -34,8 +34,9 @@ struct ibv_pd *nic_verbs_pd(struct nic_backend *b);
  * names no post of nicmalloc's (the application's own signaled work request) is dropped, said
  * once and counted among the endpoint API errors. Every post is signaled, so the backend counts
  * what can complete on each CQ (its sends in flight, the receives it reserved) against the CQ's
- * cqe, several endpoints sharing it or not: a post past that completes -EAGAIN, as one past a
- * full send queue, and receiving posts no more buffers than the receive CQ has room for
+ * cqe, several endpoints sharing it or not: a post past that is refused with -EAGAIN, nothing
+ * posted and no completion, as one past a full send queue (poll and post it again), and receiving
+ * posts no more buffers than the receive CQ has room for
  * (-ENOSPC when it has none), so that nicmalloc never overruns a CQ. The context's asynchronous
  * events stay the application's (its QPs' COMM_EST, SRQ_LIMIT_REACHED, port events...): nicmalloc
  * neither reads them nor changes the descriptor's flags, and a QP in error shows as its posts' and

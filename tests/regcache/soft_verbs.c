@@ -31,7 +31,7 @@ struct soft_send {
 
 struct soft_qp {
   struct ibv_qp qp;
-  uint32_t max_recv_wr, max_recv_sge, max_send_sge;
+  uint32_t max_recv_wr, max_recv_sge, max_send_sge, max_send_wr;
   struct ibv_recv_wr rq[SOFT_Q]; /* with sg_list pointing into rq_sge */
   struct ibv_sge rq_sge[SOFT_Q];
   unsigned rq_head, rq_n;
@@ -248,8 +248,8 @@ static int soft_post_send(struct ibv_qp *qp, struct ibv_send_wr *wr, struct ibv_
     if ((qp->state != IBV_QPS_RTS && qp->state != IBV_QPS_ERR) ||
         wr->num_sge > (int)q->max_send_sge)
       rc = EINVAL;
-    else if (q->w_n == SOFT_Q)
-      rc = ENOMEM;
+    else if (q->w_n >= q->max_send_wr)
+      rc = ENOMEM; /* the send queue is full, as mlx5 says it */
     else
       rc = send_type_check(qp, wr);
     if (rc) {
@@ -474,8 +474,8 @@ int ibv_query_qp(struct ibv_qp *qp, struct ibv_qp_attr *attr, int mask,
   memset(init, 0, sizeof *init);
   pthread_mutex_lock(&lock);
   attr->qp_state = qp->state;
-  attr->cap.max_send_wr = SOFT_Q;
   attr->cap.max_send_sge = q->max_send_sge;
+  attr->cap.max_send_wr = q->max_send_wr;
   attr->cap.max_recv_wr = q->max_recv_wr;
   attr->cap.max_recv_sge = q->max_recv_sge;
   init->cap = attr->cap;
@@ -552,12 +552,20 @@ struct ibv_qp *soft_verbs_qp(struct ibv_pd *pd, struct ibv_cq *scq, struct ibv_c
   q->max_recv_wr = max_recv_wr < SOFT_Q ? max_recv_wr : SOFT_Q;
   q->max_recv_sge = 1;
   q->max_send_sge = 8;
+  q->max_send_wr = SOFT_Q;
   return &q->qp;
 }
 
 void soft_verbs_qp_send_sge(struct ibv_qp *qp, uint32_t max_send_sge) {
   pthread_mutex_lock(&lock);
   ((struct soft_qp *)qp)->max_send_sge = max_send_sge < 8 ? max_send_sge : 8;
+  pthread_mutex_unlock(&lock);
+}
+
+void soft_verbs_qp_send_wr(struct ibv_qp *qp, uint32_t max_send_wr) {
+  pthread_mutex_lock(&lock);
+  ((struct soft_qp *)qp)->max_send_wr =
+      max_send_wr >= 1 && max_send_wr < SOFT_Q ? max_send_wr : SOFT_Q;
   pthread_mutex_unlock(&lock);
 }
 

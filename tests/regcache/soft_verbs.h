@@ -55,6 +55,9 @@ struct ibv_qp *soft_verbs_qp(struct ibv_pd *pd, struct ibv_cq *scq, struct ibv_c
 /* What ibv_query_qp reports as the QP's max_send_sge (8 unless set: the device's max_sge), as a
  * QP created with fewer send entries than the device takes. */
 void soft_verbs_qp_send_sge(struct ibv_qp *qp, uint32_t max_send_sge);
+/* The sends qp's send queue holds (256 unless set, 1 to 256), waiting ones included: past that
+ * ibv_post_send fails ENOMEM, as a provider's does on a full send queue. */
+void soft_verbs_qp_send_wr(struct ibv_qp *qp, uint32_t max_send_wr);
 /* Receives posted and not yet taken; sends waiting for one. */
 unsigned soft_verbs_rq_posted(struct ibv_qp *qp);
 unsigned soft_verbs_sends_waiting(struct ibv_qp *qp);
