@@ -471,8 +471,9 @@ int nic_uring_endpoint_destroy(struct nic_endpoint *ep);
  * frees its last segment. NIC_DPDK_DEFAULT_PORT with queue 0: the port nicmalloc started from
  * NICMALLOC_DPDK_VDEV, or the one the application attached (nic_dpdk_attach, below).
  * Asking twice for one queue gives the same endpoint; destroy each. errno: ENODEV, EINVAL (no
- * such port or tx queue), ENOENT (no default port), EOPNOTSUPP (a physical port probed after the
- * backend opened with virtual ports only: README, backends; a port or tx queue configured with
+ * such port or tx queue), ENOENT (no default port), EOPNOTSUPP (a port that may DMA, a NIC or a
+ * vdev such as net_bonding, probed after the backend opened with ports whose drivers reach memory
+ * through the CPU only: README, backends; a port or tx queue configured with
  * RTE_ETH_TX_OFFLOAD_MBUF_FAST_FREE, whose driver would never let a post complete). It receives
  * (nic_endpoint_receive) from rx queue queue_id: on the ports nicmalloc starts, into its pool of
  * dataplane mbufs; on net_ring, in the sender's very memory. A packet whose segments are scattered

@@ -48,7 +48,8 @@ endif()
 if(NIC_DPDK_FOUND)
   nic_add_backend_plugin(dpdk ${CMAKE_CURRENT_LIST_DIR}/dpdk/dpdk.c
     ${CMAKE_CURRENT_LIST_DIR}/dpdk/dpdk_mbuf.c ${CMAKE_CURRENT_LIST_DIR}/dpdk/dpdk_rx.c
-    ${CMAKE_CURRENT_LIST_DIR}/dpdk/dpdk_areas.c ${CMAKE_CURRENT_LIST_DIR}/dpdk/dpdk_dma.c)
+    ${CMAKE_CURRENT_LIST_DIR}/dpdk/dpdk_areas.c ${CMAKE_CURRENT_LIST_DIR}/dpdk/dpdk_dma.c
+    ${CMAKE_CURRENT_LIST_DIR}/dpdk/dpdk_ports.c)
   # rte_dev_dma_map and rte_dev_dma_unmap are experimental in 22.11.
   target_compile_definitions(nicmalloc-dpdk PRIVATE ALLOW_EXPERIMENTAL_API)
   target_link_libraries(nicmalloc-dpdk PRIVATE PkgConfig::NIC_DPDK)

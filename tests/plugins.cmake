@@ -97,6 +97,17 @@ if(TARGET nicmalloc-dpdk)
   target_compile_definitions(test_dpdk_dma PRIVATE ALLOW_EXPERIMENTAL_API)
   target_link_libraries(test_dpdk_dma PRIVATE GTest::gtest GTest::gtest_main PkgConfig::NIC_DPDK)
   gtest_discover_tests(test_dpdk_dma PROPERTIES TIMEOUT 60 DISCOVERY_TIMEOUT 60)
+
+  # Which ports reach memory through the CPU alone, on every vdev that can be made here: built
+  # from the plugin's source, EAL started as an application would.
+  add_executable(test_dpdk_ports regcache/test_dpdk_ports.cc
+    ${PROJECT_SOURCE_DIR}/regcache/dpdk/dpdk_ports.c)
+  target_include_directories(test_dpdk_ports PRIVATE ${PROJECT_SOURCE_DIR}/regcache/dpdk
+    ${PROJECT_SOURCE_DIR}/regcache/cache ${PROJECT_SOURCE_DIR}/alloc/base
+    ${PROJECT_SOURCE_DIR}/include)
+  target_link_libraries(test_dpdk_ports PRIVATE GTest::gtest GTest::gtest_main PkgConfig::NIC_DPDK)
+  gtest_discover_tests(test_dpdk_ports PROPERTIES TIMEOUT 60 DISCOVERY_TIMEOUT 60
+                       FAIL_REGULAR_EXPRESSION "\\[  SKIPPED \\]")
 endif()
 
 # The public endpoint constructors of dpdk and verbs, through libnicmalloc.so as applications use

@@ -5,14 +5,14 @@
  * transparent huge pages; never on hugetlb pages, see step_pages.c), when no registration of
  * the step holds page references.
  *
- * What each backend allows: the sim NIC, and DPDK's virtual ports in IOVA-as-VA mode, read
- * memory by address when they send, so their registrations stay valid over new pages (backend
- * caps.pages_follow). io_uring fixed buffers, verbs MRs (without on-demand paging) and DPDK
- * registrations otherwise (a physical address per page in IOVA-as-PA mode, a device's DMA
- * mapping) hold or record the pages they were given: a page dropped under them would leave the NIC
- * with the old page. A step registered with one of those keeps all its pages (its dropped units are
- * faulted in again before the registration is made), until that registration is dropped with the
- * step.
+ * What each backend allows: the sim NIC, and DPDK's ports whose drivers reach memory through the
+ * CPU (net_ring, net_null...) in IOVA-as-VA mode, read memory by address when they send, so
+ * their registrations stay valid over new pages (backend caps.pages_follow). io_uring fixed
+ * buffers, verbs MRs (without on-demand paging) and DPDK registrations otherwise (a physical
+ * address per page in IOVA-as-PA mode, a device's DMA mapping) hold or record the pages they were
+ * given: a page dropped under them would leave the NIC with the old page. A step registered with
+ * one of those keeps all its pages (its dropped units are faulted in again before the registration
+ * is made), until that registration is dropped with the step.
  *
  * Everything here runs under the chunk lock, except the lock-free test on the commit path. */
 #ifndef NIC_STEP_PAGES_H

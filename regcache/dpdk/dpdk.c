@@ -349,11 +349,12 @@ NIC_EXPORT struct nic_backend *nic_backend_dpdk_open(const struct nic_plugin_hos
     }
     return NULL; /* the real errno; a later open, if any, is refused with ENODEV (g.broken) */
   }
-  /* With IOVA = address and only virtual ports, a registration is a record of addresses the
-   * drivers read through the CPU when they send: free pages under it may go back to the OS and
-   * come back (alloc/heap/step_pages.h), as under the sim's. A port of another kind would
-   * DMA-map registrations, pinning their pages: nic_dpdk_endpoint refuses it then. */
-  const bool follow = rte_eal_iova_mode() != RTE_IOVA_PA && nic_dpdk_only_virtual_ports();
+  /* With IOVA = address and only ports whose drivers reach memory through the CPU
+   * (dpdk_ports.c), a registration is a record of addresses: free pages under it may go back to
+   * the OS and come back (alloc/heap/step_pages.h), as under the sim's. A port of another kind
+   * (a NIC, or a vdev over one) may DMA into the pages it was given: nic_dpdk_endpoint refuses it
+   * then. */
+  const bool follow = rte_eal_iova_mode() != RTE_IOVA_PA && nic_dpdk_only_cpu_ports();
   be->pub = (struct nic_backend){.name = "dpdk",
                                  .caps = {.max_sge = NIC_DPDK_MAX_SGE,
                                           .max_region_bytes = SIZE_MAX,

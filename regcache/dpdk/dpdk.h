@@ -13,11 +13,17 @@
  *
  * Registrations: local access only (remote access is -EOPNOTSUPP, rkey always 0); lkey and
  * handle are the registration's slot, of NIC_DPDK_MAX_REGS. Each lies in an extmem area, of
- * NIC_DPDK_MAX_AREAS (a memseg list each): in IOVA-as-VA mode with only virtual ports, one area
- * over the whole dataplane range serves every dataplane step; other memory, and every
- * registration in IOVA-as-PA mode or with a physical port, takes an area of its own
- * (dpdk_areas.c). A completion's 0 means the driver let go of the memory:
- * like any Ethernet NIC, a driver may drop a frame it cannot send (too long for the port). */
+ * NIC_DPDK_MAX_AREAS (a memseg list each): in IOVA-as-VA mode with only CPU ports (below), one
+ * area over the whole dataplane range serves every dataplane step; other memory, and every
+ * registration in IOVA-as-PA mode or with any other port, takes an area of its own
+ * (dpdk_areas.c). A completion's 0 means the driver let go of the memory: like any Ethernet
+ * NIC, a driver may drop a frame it cannot send (too long for the port).
+ *
+ * CPU ports: those whose driver reaches packet memory only through this process's CPU or the
+ * kernel's copy inside a system call: net_ring, net_null, net_pcap, net_af_packet, net_tap and
+ * net_tun (dpdk_ports.c says why each). Every other port is taken as a NIC that DMAs, the vdevs
+ * among them too (net_bonding, net_failsafe, net_af_xdp, net_virtio_user, net_vhost, net_memif):
+ * with one at open, registrations keep their pages (caps.pages_follow false). */
 #ifndef NIC_DPDK_H
 #define NIC_DPDK_H
 
@@ -48,8 +54,8 @@ int nic_dpdk_attach(uint16_t port_id, uint16_t queue_id);
  * device. Posts to one endpoint may come from several threads (a lock serialises tx_burst).
  * Asking again for the same port and queue gives the same endpoint, counted (two locks on one
  * queue would let two tx_bursts race): each call needs its own close. NULL with errno: EINVAL
- * (no such port, or no such tx queue on it), EOPNOTSUPP (a port that is not a virtual device,
- * when the backend opened with virtual ports only: caps.pages_follow; or a port or queue
+ * (no such port, or no such tx queue on it), EOPNOTSUPP (a port that is not a CPU port, when
+ * the backend opened with CPU ports only: caps.pages_follow; or a port or queue
  * configured with RTE_ETH_TX_OFFLOAD_MBUF_FAST_FREE, whose driver frees sent mbufs without
  * running their external buffers' free callback), ENOMEM, or the DMA mapping's error. */
 struct nic_endpoint *nic_dpdk_endpoint(struct nic_backend *b, uint16_t port_id, uint16_t queue_id);
@@ -237,11 +243,11 @@ void nic_dpdk_set_default(struct dbackend *be, struct nic_endpoint *ep);
  * of r's area. */
 int nic_dpdk_area_take(struct dbackend *be, struct dreg *r);
 void nic_dpdk_area_drop(struct dbackend *be, struct dreg *r);
-/* Whether dev sits on the virtual-device bus (net_ring, net_af_packet, net_tap...: they reach
- * memory by address, through the CPU), and whether every port's device does (a port probed
- * later is not seen). */
-bool nic_dpdk_virtual_device(const struct rte_device *dev);
-bool nic_dpdk_only_virtual_ports(void);
+/* dpdk_ports.c: whether dev is a vdev whose driver reaches packet memory only through the CPU
+ * (a CPU port, above; false for NULL), and whether every port's device is one, ports with an
+ * owner included (a port probed later is not seen). */
+bool nic_dpdk_cpu_device(const struct rte_device *dev);
+bool nic_dpdk_only_cpu_ports(void);
 
 /* dpdk_mbuf.c: the data path (chains, posts, completions, endpoints). A post goes to the tx
  * queue at once when nothing of the endpoint's waits and the queue takes it (after a cleanup of
@@ -277,8 +283,11 @@ int nic_dpdk_rx_poll(struct dbackend *be, int max);
  * over, else stops receiving (0). */
 int nic_dpdk_rx_close_locked(struct nic_endpoint *ep);
 /* dpdk_dma.c: DMA-maps (or unmaps) r for dev: in IOVA-as-PA mode, each run of physically
- * contiguous pages on its own. 0 or -rte_errno (a failed map leaves nothing of r mapped); devices
- * without DMA mapping (virtual ones) count as success. Callers hold reg_lock and lock. */
+ * contiguous pages on its own. 0 or -rte_errno (a failed map leaves nothing of r mapped); a
+ * device without DMA mapping (ENOTSUP: its bus has none; a vdev whose driver has none, such as
+ * net_bonding, maps nothing and answers 0) counts as success: its registrations' pages are held
+ * all the same, which is what keeps the memory a member NIC was given. Callers hold reg_lock and
+ * lock. */
 int nic_dpdk_dma(struct rte_device *dev, struct dreg *r, bool map);
 #endif
 

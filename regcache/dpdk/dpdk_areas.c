@@ -4,10 +4,11 @@
  * dataplane range serves every step in it, and each step is still DMA-mapped on its own:
  *  - IOVA-as-VA: an IOVA is the address, known for pages not backed yet. In IOVA-as-PA mode each
  *    page's physical address is recorded, which exists only for the pinned pages of one step;
- *  - every port a virtual device: rte_extmem_register touches no page and tells no driver. A
- *    physical NIC's driver may make its own registration of the whole area around an address it
- *    has not seen DMA-mapped (mlx5 does, drivers/common/mlx5/mlx5_common_mr.c), which over the
- *    range's unbacked pages would fail: with a PCI port, each registration gets its own area.
+ *  - every port one whose driver reaches memory through the CPU (dpdk_ports.c):
+ *    rte_extmem_register touches no page and tells no driver. A NIC's driver may make its own
+ *    registration of the whole area around an address it has not seen DMA-mapped (mlx5 does,
+ *    drivers/common/mlx5/mlx5_common_mr.c; a bonding port's member may be one), which over the
+ *    range's unbacked pages would fail: with any other port, each registration gets its own area.
  * Registrations outside the dataplane range (registration-cache regions) get their own area. */
 #define _GNU_SOURCE
 #define NIC_DPDK_INTERNAL
@@ -15,25 +16,10 @@
 #include "plugin_services.h"
 
 #include <errno.h>
-#include <rte_bus.h>
 #include <rte_errno.h>
 #include <rte_ethdev.h>
 #include <string.h>
 #include <unistd.h>
-
-bool nic_dpdk_virtual_device(const struct rte_device *dev) {
-  const struct rte_bus *bus = dev ? rte_dev_bus(dev) : NULL;
-  return bus && !strcmp(rte_bus_name(bus), "vdev");
-}
-
-bool nic_dpdk_only_virtual_ports(void) {
-  uint16_t port;
-  RTE_ETH_FOREACH_DEV(port) {
-    struct rte_eth_dev_info info;
-    if (rte_eth_dev_info_get(port, &info) || !nic_dpdk_virtual_device(info.device)) return false;
-  }
-  return true;
-}
 
 /* The IOVA of each page of [base, base + len): its physical address in IOVA-as-PA mode (the
  * memory is pinned), else its address. */
@@ -111,7 +97,7 @@ int nic_dpdk_area_take(struct dbackend *be, struct dreg *r) {
     if (!a->users && free_slot < 0) free_slot = (int)i;
   }
   if (free_slot < 0) return -ENOSPC;
-  if (!share || !nic_dpdk_only_virtual_ports()) {
+  if (!share || !nic_dpdk_only_cpu_ports()) {
     base = r->map_base;
     len = r->map_len;
   }

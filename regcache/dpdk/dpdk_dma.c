@@ -12,7 +12,13 @@
 #include <rte_dev.h>
 #include <rte_errno.h>
 
-/* 0, or -rte_errno; a device without DMA mapping (a virtual one) counts as success. */
+/* 0, or -rte_errno. A device whose bus has no DMA mapping answers ENOTSUP: success, as a vdev
+ * whose driver has none (net_bonding, net_failsafe) already gets 0 from the vdev bus. For such a
+ * port over NICs what matters is that its registrations hold their pages (not a CPU port,
+ * dpdk_ports.c), so that no NIC is left with a page the process let go. Its members' IOMMU
+ * mappings are not made here (DPDK names no member of a vdev): behind VFIO they come from the
+ * application, or from an endpoint on a member port, else the members' DMA faults, which loses
+ * packets but never writes a wrong page. */
 static int dma_range(struct rte_device *dev, void *va, rte_iova_t iova, size_t len, bool map) {
   const int rc = map ? rte_dev_dma_map(dev, va, iova, len) : rte_dev_dma_unmap(dev, va, iova, len);
   return rc && rte_errno != ENOTSUP ? -rte_errno : 0;

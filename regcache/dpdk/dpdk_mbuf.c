@@ -341,13 +341,13 @@ NIC_EXPORT struct nic_endpoint *nic_dpdk_endpoint(struct nic_backend *b, uint16_
     errno = EINVAL; /* a queue not set up would crash tx_burst */
     return NULL;
   }
-  if (be->pub.caps.pages_follow && !nic_dpdk_virtual_device(info.device)) {
+  if (be->pub.caps.pages_follow && !nic_dpdk_cpu_device(info.device)) {
     nic_plugin_api_error(NIC_PLUGIN_API_ENDPOINT,
-                         "dpdk: port %u is not a virtual device: the backend opened with only "
-                         "virtual ports, whose registrations let free dataplane pages go, and a "
-                         "DMA mapping would pin them; start EAL with every port before the "
-                         "backend opens",
-                         port);
+                         "dpdk: port %u (driver %s) may DMA into the memory it sends: the "
+                         "backend opened with only ports whose drivers reach memory through the "
+                         "CPU, whose registrations let free dataplane pages go, and such a port "
+                         "needs them held; start EAL with every port before the backend opens",
+                         port, info.driver_name ? info.driver_name : "unknown");
     errno = EOPNOTSUPP;
     return NULL;
   }

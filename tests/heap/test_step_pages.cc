@@ -179,6 +179,23 @@ TEST(StepPages, ADpdkStepOnVirtualPortsLetsItsFreePagesGo) {
   EXPECT_EQ(r.num("sent_intact"), 1) << r.out << r.err;
 }
 
+// A bonding port sits on DPDK's vdev bus but sends through member ports that may be NICs DMAing
+// from the registered pages (net_null members here): the step keeps every page, as under
+// io_uring. It let them go, as on net_ring.
+TEST(StepPages, ADpdkStepWithABondingPortKeepsItsPages) {
+  auto e = env("dpdk");
+  e.push_back("NICMALLOC_DPDK_VDEV=net_null0;net_null1;net_bonding0,mode=0,slave=net_null0,slave="
+              "net_null1");
+  auto r = run_probe(e, {"held"});
+  ASSERT_EQ(r.exit_code, 0) << r.out << r.err;
+  ASSERT_EQ(r.num("one_step"), 1) << r.out;
+  if (r.num("register_rc") != 0) GTEST_SKIP() << "DPDK does not open here: " << r.out << r.err;
+  EXPECT_EQ(r.num("freed_pinned"), r.num("full_pinned")) << r.out;
+  EXPECT_EQ(r.num("freed_dropped"), 0) << r.out;
+  EXPECT_GE(r.num("freed_rss_anon_kb"), r.num("full_rss_anon_kb") - 1024) << r.out;
+  EXPECT_EQ(r.num("intact"), 1) << r.out;
+}
+
 // A hugetlb page given back must come from the pool again on the next touch, and a touch that
 // finds the pool empty dies of SIGBUS (a fork child copying its chunks did): hugetlb steps keep
 // their pages until the whole step goes.

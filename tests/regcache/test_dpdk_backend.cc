@@ -23,6 +23,7 @@
 #include <thread>
 #include <vector>
 
+#include <rte_dev.h>
 #include <rte_eal.h>
 #include <rte_eth_ring.h>
 #include <rte_ethdev.h>
@@ -183,12 +184,12 @@ uint16_t Port(const char *name) {
 }
 
 // Configures and starts a port as an application would (ethdev wants an rx pool even where
-// net_ring never takes from it).
-uint16_t StartPort(int port) {
+// net_ring never takes from it); multi-segment transmit unless told (net_null has none).
+uint16_t StartPort(int port, bool multi_segs = true) {
   static rte_mempool *pool =
       rte_pktmbuf_pool_create("nm_test_rx", 255, 0, 0, RTE_MBUF_DEFAULT_BUF_SIZE, SOCKET_ID_ANY);
   rte_eth_conf conf{};
-  conf.txmode.offloads = RTE_ETH_TX_OFFLOAD_MULTI_SEGS; // its chains must go out whole
+  if (multi_segs) conf.txmode.offloads = RTE_ETH_TX_OFFLOAD_MULTI_SEGS; // chains go out whole
   if (!pool || port < 0 || rte_eth_dev_configure(port, 1, 1, &conf) ||
       rte_eth_rx_queue_setup(port, 0, 64, SOCKET_ID_ANY, nullptr, pool) ||
       rte_eth_tx_queue_setup(port, 0, 64, SOCKET_ID_ANY, nullptr) || rte_eth_dev_start(port))
@@ -376,6 +377,46 @@ TEST(DpdkEalFds, ThreeDescriptorsLeftRefusedWithoutLeavingMappings) {
   RefusedWithDescriptorsLeft(3);
 }
 
+// A bonding port sends through its member ports, which may be PCI NICs that DMA from the very
+// mbufs: though it sits on the vdev bus, the backend holds the pages of its registrations. It was
+// taken as a virtual device, and free dataplane pages went from under the members' DMA.
+TEST(DpdkPortKinds, ABondingPortAtOpenKeepsRegisteredPages) {
+  REQUIRE_OWN_PROCESS();
+  nic_plugin_settings s{};
+  s.dpdk_vdev = "net_null0;net_null1;net_bonding0,mode=0,slave=net_null0,slave=net_null1";
+  SYM(nic_backend_dpdk_settings)(&s);
+  struct nic_backend *b = SYM(nic_backend_dpdk_open)(TestPluginHost());
+  ASSERT_NE(b, nullptr) << "EAL did not start with a bonding port: " << strerror(errno);
+  EXPECT_FALSE(b->caps.pages_follow) << "a bonding port's registrations let their pages go";
+  b->close(b);
+}
+
+// Opened with CPU ports only (net_null), the backend refuses an endpoint on a bonding port probed
+// after, and says which driver; a net_null port probed after is taken.
+TEST(DpdkPortKinds, ABondingPortProbedAfterAnOpenOnCpuPortsIsRefused) {
+  REQUIRE_OWN_PROCESS();
+  ASSERT_TRUE(StartApplicationEal({"--vdev=net_null0", "--vdev=net_null1"}));
+  struct nic_backend *b = SYM(nic_backend_dpdk_open)(TestPluginHost());
+  ASSERT_NE(b, nullptr);
+  ASSERT_TRUE(b->caps.pages_follow);
+  ASSERT_EQ(rte_dev_probe("net_bonding0,mode=0,slave=net_null1"), 0);
+  ASSERT_EQ(rte_dev_probe("net_null2"), 0);
+  const uint16_t bond = StartPort(Port("net_bonding0"), false);
+  const uint16_t null2 = StartPort(Port("net_null2"), false);
+  ASSERT_NE(bond, UINT16_MAX);
+  ASSERT_NE(null2, UINT16_MAX);
+  testing::internal::CaptureStderr();
+  errno = 0;
+  EXPECT_EQ(SYM(nic_dpdk_endpoint)(b, bond, 0), nullptr) << "taken as a CPU port";
+  EXPECT_EQ(errno, EOPNOTSUPP);
+  const std::string said = testing::internal::GetCapturedStderr();
+  EXPECT_NE(said.find("(driver net_bonding) may DMA"), std::string::npos) << said;
+  nic_endpoint *ep = SYM(nic_dpdk_endpoint)(b, null2, 0);
+  ASSERT_NE(ep, nullptr) << strerror(errno);
+  EXPECT_EQ(SYM(nic_dpdk_endpoint_close)(b, ep), 0);
+  b->close(b);
+}
+
 TEST(DpdkPlugin, LoadsOnlyWhenAskedAndExportsItsApi) {
   std::ifstream maps("/proc/self/maps");
   std::string all((std::istreambuf_iterator<char>(maps)), {});
@@ -403,6 +444,9 @@ TEST_F(DpdkRing, StartedEalWithoutPinningTheCaller) {
   ASSERT_EQ(sched_getaffinity(0, sizeof s, &s), 0);
   EXPECT_EQ(CPU_COUNT(&s), kCpusAtStart);
   EXPECT_FALSE(b->caps.max_regions == 0 || b->caps.max_sge == 0);
+  // net_ring and net_af_packet reach memory through the CPU: free pages may go under a
+  // registration.
+  EXPECT_TRUE(b->caps.pages_follow);
 }
 
 TEST_F(DpdkRing, MultiSegmentPostIsZeroCopyAndCompletesAfterThePeerFrees) {
