@@ -192,4 +192,17 @@ if(TARGET nicmalloc-dpdk)
   set_tests_properties(dpdk_receive_null PROPERTIES TIMEOUT 120
     FAIL_REGULAR_EXPRESSION "\\[  SKIPPED \\]" ENVIRONMENT
     "NICMALLOC_BACKEND=dpdk;NICMALLOC_CHUNK_SIZE=64M;NICMALLOC_DPDK_VDEV=net_null0\\;net_null1")
+  # Ports whose driver takes nothing from that pool (net_ring) beside one another, and beside one
+  # that fills from it.
+  foreach(run "rings;DpdkReceiveRings;net_ring0|net_ring1"
+              "null_and_ring;DpdkReceiveNullAndRing;net_null0|net_ring1")
+    list(GET run 0 name)
+    list(GET run 1 suite)
+    list(GET run 2 vdevs)
+    string(REPLACE "|" "\\;" vdev "${vdevs}")
+    add_test(NAME dpdk_receive_${name} COMMAND test_dpdk_receive --gtest_filter=${suite}.*)
+    set_tests_properties(dpdk_receive_${name} PROPERTIES TIMEOUT 120
+      FAIL_REGULAR_EXPRESSION "\\[  SKIPPED \\]" ENVIRONMENT
+      "NICMALLOC_BACKEND=dpdk;NICMALLOC_CHUNK_SIZE=64M;NICMALLOC_DPDK_VDEV=${vdev}")
+  endforeach()
 endif()

@@ -100,8 +100,11 @@ bool nic_dpdk_owns_eal(struct nic_backend *b);
  *
  * Stalls: an endpoint with as many mbufs out as its cap, or whose pool nicmalloc made is empty,
  * takes no burst and says -ENOBUFS once, until a recycle makes room. The cap on the ports
- * nicmalloc starts, which all take from its one pool, is the endpoint's share of it (the pool's
- * size over the endpoints receiving from it), so that what one holds never leaves another none;
+ * nicmalloc starts whose driver fills its queue from its one pool is the endpoint's share of it
+ * (the pool's size over the receiving endpoints of such ports), so that what one holds never
+ * leaves another none; on a port whose driver takes nothing from it (net_ring, whose receiver
+ * holds its sender's mbufs) the pool's size, counting no share, and its scattered packets are
+ * gathered into lent memory rather than the pool while an endpoint of the first kind receives;
  * on the application's ports, the queue's descriptor count, or 512. A burst from nicmalloc's pool
  * asks for no more mbufs than the pool has free: a driver may take a burst's all at once
  * (net_null does). The driver keeps the frames meanwhile, and drops what its queue (or the
@@ -188,7 +191,8 @@ struct nic_endpoint {
   nic_endpoint_rx_fn rx;
   void *rx_arg;
   struct rte_mempool *rx_pool; /* the queue's pool when known: copies, stalls */
-  bool rx_pool_ours;           /* nicmalloc's pool: empty means every buffer is out */
+  bool rx_pool_ours;           /* nicmalloc's pool */
+  bool rx_shares; /* ours, and the driver fills the queue from it: empty means every buffer out */
   bool rx_stalled;
   bool rx_delivering; /* a thread hands its packets over: no other takes a burst meanwhile */
   unsigned rx_cap;

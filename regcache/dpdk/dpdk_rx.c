@@ -34,7 +34,7 @@ static struct rte_mempool *dp_pool; /* EAL lives until exit: so does the pool */
 static bool dp_filled;
 static struct rte_mempool *port_pool[RTE_MAX_ETHPORTS]; /* of the ports nicmalloc started */
 static atomic_uint receiving;                           /* endpoints receiving now */
-static atomic_uint sharing;                             /* of them, those receiving from dp_pool */
+static atomic_uint sharing; /* of them, those whose driver fills its queue from dp_pool */
 
 NIC_EXPORT void nic_dpdk_rx_memory(const struct nic_dpdk_rx_memory *m) {
   pthread_mutex_lock(&fill_lock);
@@ -114,6 +114,16 @@ static int fill(void) {
   return rc;
 }
 
+/* Whether a port's driver fills its receive queue from the pool the queue was set up with.
+ * ethdev does not say: rte_eth_rx_queue_info_get's mp is the pool given at setup, taken from or
+ * not (and net_ring answers no queue information at all). net_ring is the driver known to take
+ * none: its rx dequeues the very mbufs its peer's tx enqueued (drivers/net/ring in DPDK 22.11).
+ * Any other is taken to fill from it, as NICs, net_null, net_af_packet and net_tap do: for one
+ * that does not, its share only stops its receiver early. */
+static bool fills_from_pool(const struct rte_eth_dev_info *info) {
+  return !info->driver_name || strcmp(info->driver_name, "net_ring") != 0;
+}
+
 static bool listed_locked(struct dbackend *be, struct nic_endpoint *ep) {
   for (struct nic_endpoint *o = be->eps; o; o = o->next)
     if (o == ep) return true;
@@ -149,12 +159,13 @@ int nic_dpdk_endpoint_receive(struct nic_backend *b, struct nic_endpoint *ep, ni
   if (!rc) {
     ep->rx_pool = pool;
     ep->rx_pool_ours = pool && pool == dp_pool;
+    ep->rx_shares = ep->rx_pool_ours && fills_from_pool(&info);
     ep->rx_cap = cap;
     ep->rx_stalled = false;
     ep->rx_arg = arg;
     ep->rx = rx;
     atomic_fetch_add(&receiving, 1);
-    if (ep->rx_pool_ours) atomic_fetch_add(&sharing, 1);
+    if (ep->rx_shares) atomic_fetch_add(&sharing, 1);
   }
   pthread_mutex_unlock(&be->lock);
   return rc;
@@ -175,7 +186,7 @@ int nic_dpdk_rx_close_locked(struct nic_endpoint *ep) {
   if (ep->rx) {
     ep->rx = NULL;
     atomic_fetch_sub(&receiving, 1);
-    if (ep->rx_pool_ours) atomic_fetch_sub(&sharing, 1);
+    if (ep->rx_shares) atomic_fetch_sub(&sharing, 1);
   }
   return 0;
 }
@@ -197,9 +208,12 @@ static void copy_out(const struct rte_mbuf *m, char *to) {
 
 /* A chain whose segments are scattered, copied into one buffer: an mbuf of the queue's pool when
  * it fits one, else a block of its length from the memory libnicmalloc lends. The buffer's
- * token, with its data in *data; 0 when none could be had. m stays the caller's. */
+ * token, with its data in *data; 0 when none could be had. m stays the caller's. An endpoint
+ * on nicmalloc's pool whose driver takes nothing from it (net_ring) copies into the pool only
+ * while no endpoint whose driver does is receiving: its copies would eat into their shares. */
 static uint64_t gathered(struct nic_endpoint *ep, const struct rte_mbuf *m, void **data) {
-  struct rte_mbuf *c = ep->rx_pool ? rte_pktmbuf_alloc(ep->rx_pool) : NULL;
+  const bool pool = ep->rx_pool && (!ep->rx_pool_ours || ep->rx_shares || !atomic_load(&sharing));
+  struct rte_mbuf *c = pool ? rte_pktmbuf_alloc(ep->rx_pool) : NULL;
   if (c && m->pkt_len <= rte_pktmbuf_tailroom(c)) {
     copy_out(m, *data = rte_pktmbuf_append(c, (uint16_t)m->pkt_len));
     return (uint64_t)(uintptr_t)c;
@@ -266,12 +280,14 @@ int nic_dpdk_rx_poll(struct dbackend *be, int max) {
   for (struct nic_endpoint *ep = be->eps; ep && n < limit; ep = ep->next) {
     if (!ep->rx || ep->rx_delivering) continue;
     const unsigned out = atomic_load(&ep->rx_out);
-    /* Every port nicmalloc starts takes from its one pool. Each endpoint receiving from it may
-     * have its share out, so that another's held buffers never leave it none; and a burst asks
-     * for no more than are free, since a driver may take a burst's mbufs all or nothing
-     * (net_null), and would get none at all while fewer are left. */
+    /* Every port nicmalloc starts has its one pool. Each endpoint whose driver fills its queue
+     * from it may have its share out, so that another's held buffers never leave it none; and a
+     * burst asks for no more than are free, since a driver may take a burst's mbufs all or
+     * nothing (net_null), and would get none at all while fewer are left. An endpoint whose
+     * driver takes none (net_ring: the sender's mbufs) holds up to the pool's size, as one
+     * alone does. */
     unsigned cap = ep->rx_cap, pool_free = UINT_MAX;
-    if (ep->rx_pool_ours) {
+    if (ep->rx_shares) {
       const unsigned endpoints = atomic_load(&sharing);
       if (endpoints > 1) cap /= endpoints;
       pool_free = rte_mempool_avail_count(ep->rx_pool);

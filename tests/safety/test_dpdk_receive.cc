@@ -599,31 +599,34 @@ TEST(DpdkReceiveRing, ApplicationPortStallsAtItsCapAndResumes) {
     free(p);
 }
 
+// A receive function's state: what arrived, and up to hold_up_to of the buffers held.
+struct Holder {
+  long got = 0;
+  size_t hold_up_to = 0;
+  std::vector<void *> held;
+  static void Fn(void *arg, void *data, size_t) {
+    auto *h = static_cast<Holder *>(arg);
+    if (!data) return;
+    h->got++;
+    if (h->held.size() < h->hold_up_to && nic_hold(data) == 0) h->held.push_back(data);
+  }
+};
+
 // net_null0 and net_null1, the two ports nicmalloc started, share its one receive pool, and
 // net_null takes a burst's mbufs from it all at once. Port 0's receiver, alone, holds all but 11
 // buffers; then port 1 receives too. It got nothing, for good, with fewer than a burst (32) free,
 // and no stall was counted. Now it receives; holding what it gets, it empties the pool and the
 // stall is counted; after the release both ports receive again.
 TEST(DpdkReceiveNull, PortsSharingThePoolEachReceiveAndStallsAreCounted) {
-  struct Port {
-    long got = 0;
-    size_t hold_up_to = 0;
-    std::vector<void *> held;
-    static void Fn(void *arg, void *data, size_t) {
-      auto *p = static_cast<Port *>(arg);
-      if (!data) return;
-      p->got++;
-      if (p->held.size() < p->hold_up_to && nic_hold(data) == 0) p->held.push_back(data);
-    }
-  } port[2];
+  Holder port[2];
   nic_endpoint *ep[2] = {nic_dpdk_endpoint_create(0, 0), nic_dpdk_endpoint_create(1, 0)};
   REQUIRE_DPDK();
   ASSERT_TRUE(ep[0] && ep[1]) << "net_null0 and net_null1 are not ports 0 and 1";
   constexpr size_t kPool = 511; // NIC_DPDK_RX_MBUFS
   port[0].hold_up_to = kPool - 11;
-  ASSERT_EQ(nic_endpoint_receive(ep[0], Port::Fn, &port[0]), 0);
+  ASSERT_EQ(nic_endpoint_receive(ep[0], Holder::Fn, &port[0]), 0);
   ASSERT_TRUE(PollUntil([&] { return port[0].held.size() == port[0].hold_up_to; }));
-  ASSERT_EQ(nic_endpoint_receive(ep[1], Port::Fn, &port[1]), 0);
+  ASSERT_EQ(nic_endpoint_receive(ep[1], Holder::Fn, &port[1]), 0);
   EXPECT_TRUE(PollUntil([&] { return port[1].got > 100; }))
       << "port 1 got " << port[1].got << " packets with 11 buffers free";
   const uint64_t stalls = Stats().recv_stalls;
@@ -631,7 +634,7 @@ TEST(DpdkReceiveNull, PortsSharingThePoolEachReceiveAndStallsAreCounted) {
   EXPECT_TRUE(PollUntil([&] { return Stats().recv_stalls > stalls; }))
       << "no stall counted with " << port[0].held.size() + port[1].held.size() << " of " << kPool
       << " buffers held";
-  for (Port &p : port) {
+  for (Holder &p : port) {
     p.hold_up_to = 0;
     for (void *d : p.held)
       EXPECT_EQ(nic_release(d), 0);
@@ -642,6 +645,110 @@ TEST(DpdkReceiveNull, PortsSharingThePoolEachReceiveAndStallsAreCounted) {
       << "not both received after the release";
   for (nic_endpoint *e : ep)
     EXPECT_TRUE(PollUntil([&] { return nic_dpdk_endpoint_destroy(e) != -EBUSY; }));
+}
+
+// Posts n one-entry messages of 600 bytes, each in a page of its own, to ep; the blocks go to
+// blocks (the caller frees them), the completions to done (sized n at least).
+void PostPages(nic_endpoint *ep, int n, int seed, std::vector<char *> &blocks,
+               std::vector<Done> &done) {
+  for (int i = 0; i < n; i++) {
+    char *p = static_cast<char *>(nic_aligned_alloc(4096, 4096));
+    ASSERT_NE(p, nullptr);
+    blocks.push_back(p);
+    memcpy(p, Pattern(600, seed + i).data(), 600);
+    ASSERT_EQ(Post(ep, {{p, 600}}, &done[i]), 0) << "message " << i;
+  }
+}
+
+// net_ring0 and net_ring1, nicmalloc's own ports, each looping back to itself: net_ring hands
+// the receiver its sender's mbufs and takes none from nicmalloc's receive pool. Each endpoint
+// holds more than half the pool's size, and neither stalls. Each stalled at 255, half the pool,
+// its share of a pool it never took from.
+TEST(DpdkReceiveRings, RingEndpointsHoldPastAShareOfThePoolTheyTakeNothingFrom) {
+  nic_endpoint *ep[2] = {nic_dpdk_endpoint_create(0, 0), nic_dpdk_endpoint_create(1, 0)};
+  REQUIRE_DPDK();
+  ASSERT_TRUE(ep[0] && ep[1]) << "net_ring0 and net_ring1 are not ports 0 and 1";
+  Rx rx[2];
+  rx[0].hold = rx[1].hold = true;
+  for (int i = 0; i < 2; i++)
+    ASSERT_EQ(nic_endpoint_receive(ep[i], Rx::Fn, &rx[i]), 0);
+  constexpr int kHeld = 400; // NIC_DPDK_RX_MBUFS is 511: over half of it each
+  std::vector<char *> blocks;
+  std::vector<Done> done[2] = {std::vector<Done>(kHeld), std::vector<Done>(kHeld)};
+  const uint64_t stalls = Stats().recv_stalls;
+  for (int i = 0; i < 2; i++)
+    PostPages(ep[i], kHeld, 1000 * i, blocks, done[i]);
+  EXPECT_TRUE(PollUntil([&] { return rx[0].msgs.size() == kHeld && rx[1].msgs.size() == kHeld; }))
+      << "held " << rx[0].msgs.size() << " and " << rx[1].msgs.size() << " of " << kHeld;
+  EXPECT_EQ(Stats().recv_stalls, stalls) << "a ring endpoint stalled";
+  for (int i = 0; i < 2; i++)
+    for (size_t m = 0; m < rx[i].msgs.size(); m++)
+      EXPECT_EQ(rx[i].msgs[m], Pattern(600, 1000 * i + static_cast<int>(m))) << i << ":" << m;
+  for (Rx &r : rx) {
+    r.hold = false;
+    r.ReleaseAll();
+  }
+  for (int i = 0; i < 2; i++) {
+    EXPECT_TRUE(PollUntil([&] {
+      for (const Done &d : done[i])
+        if (!d.calls) return false;
+      return true;
+    })) << "posts of endpoint "
+        << i << " still in flight after the release";
+    EXPECT_EQ(nic_dpdk_endpoint_destroy(ep[i]), 0);
+  }
+  for (char *p : blocks)
+    free(p);
+}
+
+// net_null0 fills its receive queue from nicmalloc's pool; net_ring1 takes nothing from it (its
+// receiver gets the sender's mbufs). Both receive; the ring endpoint gets and holds scattered
+// packets, gathered into one buffer each; then the null endpoint holds what it gets. It reaches
+// the whole pool: the ring endpoint is no sharer of it, and gathered its packets into lent memory,
+// not the pool, while the null one received. The null endpoint stalled at 255, half the pool.
+TEST(DpdkReceiveNullAndRing, ARingEndpointLeavesThePoolToTheEndpointsThatFillFromIt) {
+  Holder null;
+  nic_endpoint *np = nic_dpdk_endpoint_create(0, 0), *rp = nic_dpdk_endpoint_create(1, 0);
+  REQUIRE_DPDK();
+  ASSERT_TRUE(np && rp) << "net_null0 and net_ring1 are not ports 0 and 1";
+  Rx ring;
+  ring.hold = true;
+  ASSERT_EQ(nic_endpoint_receive(rp, Rx::Fn, &ring), 0);
+  ASSERT_EQ(nic_endpoint_receive(np, Holder::Fn, &null), 0);
+  ASSERT_TRUE(PollUntil([&] { return null.got > 100; }));
+  constexpr int kScattered = 20;
+  std::vector<std::string> want;
+  std::vector<char *> blocks;
+  std::vector<Done> done(kScattered);
+  for (int i = 0; i < kScattered; i++) {
+    const std::string a = Pattern(700, 2 * i), c = Pattern(500, 2 * i + 1);
+    blocks.push_back(static_cast<char *>(nic_aligned_alloc(4096, 4096)));
+    blocks.push_back(static_cast<char *>(malloc(c.size()))); // never end to end with the first
+    memcpy(blocks[2 * i], a.data(), a.size());
+    memcpy(blocks[2 * i + 1], c.data(), c.size());
+    want.push_back(a + c);
+    ASSERT_EQ(Post(rp, {{blocks[2 * i], a.size()}, {blocks[2 * i + 1], c.size()}}, &done[i]), 0);
+  }
+  EXPECT_TRUE(PollUntil([&] { return ring.msgs.size() == kScattered; })) << ring.msgs.size();
+  EXPECT_EQ(ring.msgs, want);
+  EXPECT_EQ(Stats().dpdk_recv_dropped, 0u);
+  constexpr size_t kPool = 511; // NIC_DPDK_RX_MBUFS
+  null.hold_up_to = kPool;
+  EXPECT_TRUE(PollUntil([&] { return null.held.size() == kPool; }))
+      << "the null endpoint held " << null.held.size() << " of the pool's " << kPool
+      << ", the ring endpoint " << ring.held.size();
+  null.hold_up_to = 0;
+  for (void *d : null.held)
+    EXPECT_EQ(nic_release(d), 0);
+  null.held.clear();
+  ring.hold = false;
+  ring.ReleaseAll();
+  EXPECT_TRUE(PollUntil([&] { return nic_dpdk_endpoint_destroy(np) != -EBUSY; }));
+  EXPECT_TRUE(PollUntil([&] { return nic_dpdk_endpoint_destroy(rp) != -EBUSY; }));
+  for (const Done &d : done)
+    EXPECT_EQ(d.status, 0);
+  for (char *p : blocks)
+    free(p);
 }
 
 int Run(const std::string &cmd) {
