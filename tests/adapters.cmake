@@ -134,3 +134,30 @@ if(Protobuf_FOUND AND Protobuf_PROTOC_EXECUTABLE)
 else()
   message(STATUS "Protobuf not found: test_protobuf_adapter is not built (apt-get install libprotobuf-dev protobuf-compiler)")
 endif()
+
+# What the adapters share (include/nicmalloc/sg_post.h): a child of fork uses them while threads
+# of its parent were inside them, and a library built with them that is unloaded leaves no fork
+# handler behind (ProcessWide), the FlatBuffers and Protobuf singletons too where those are
+# installed. Once, on the sim: what it tests is no backend's.
+add_executable(test_sg_post_adapters ${CMAKE_CURRENT_LIST_DIR}/adapters/test_sg_post.cc)
+target_include_directories(test_sg_post_adapters PRIVATE ${PROJECT_SOURCE_DIR}/include)
+target_link_libraries(test_sg_post_adapters PRIVATE nicmalloc GTest::gtest GTest::gtest_main
+  ${CMAKE_DL_LIBS})
+add_library(sg_post_module MODULE ${CMAKE_CURRENT_LIST_DIR}/adapters/sg_post_module.cc)
+target_include_directories(sg_post_module PRIVATE ${PROJECT_SOURCE_DIR}/include)
+target_link_libraries(sg_post_module PRIVATE nicmalloc)
+set_target_properties(sg_post_module PROPERTIES CXX_VISIBILITY_PRESET hidden
+  VISIBILITY_INLINES_HIDDEN ON)
+target_compile_definitions(test_sg_post_adapters PRIVATE
+  NIC_SG_POST_MODULE="$<TARGET_FILE:sg_post_module>")
+add_dependencies(test_sg_post_adapters sg_post_module)
+if(NIC_FLATC AND NIC_FLATBUFFERS_INCLUDE)
+  target_compile_definitions(test_sg_post_adapters PRIVATE NIC_WITH_FLATBUFFERS=1)
+endif()
+if(Protobuf_FOUND)
+  target_compile_definitions(test_sg_post_adapters PRIVATE NIC_WITH_PROTOBUF=1)
+  target_link_libraries(test_sg_post_adapters PRIVATE protobuf::libprotobuf)
+endif()
+add_test(NAME test_sg_post_adapters COMMAND test_sg_post_adapters)
+set_tests_properties(test_sg_post_adapters PROPERTIES TIMEOUT 300 ENVIRONMENT
+  "${NIC_ADAPTER_ENV_sim};NICMALLOC_CHUNK_SIZE=64M;NICMALLOC_FENCE=wait")

@@ -86,11 +86,9 @@ public:
     return reused_;
   }
 
-  // One for the process, never destroyed (done() may run late in exit).
-  static Allocator &Default() {
-    static Allocator *a = new Allocator;
-    return *a;
-  }
+  // One for the process, never destroyed (done() may run late in exit), made anew in a child of
+  // fork (sg_post.h).
+  static Allocator &Default() { return nicmalloc::detail::ProcessWide<Allocator>::Get(); }
 
 private:
   static size_t Round(size_t n) {

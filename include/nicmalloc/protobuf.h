@@ -68,6 +68,9 @@ inline void *ArenaBlockAlloc(size_t n) {
 inline void ArenaBlockFree(void *p, size_t) {
   free(p);
 }
+struct ScratchBlocks : BlockPool {
+  ScratchBlocks() : BlockPool(64) {}
+};
 } // namespace detail
 
 // Arena options whose blocks are dataplane memory (ArenaOptions block_alloc/block_dealloc), so
@@ -84,10 +87,10 @@ inline google::protobuf::ArenaOptions DataplaneArenaOptions(size_t start_block_s
   return o;
 }
 
-// The process's pool of scratch blocks, never destroyed (done() may run late in exit).
+// The process's pool of scratch blocks, never destroyed (done() may run late in exit), made anew
+// in a child of fork (sg_post.h).
 inline BlockPool &ScratchPool() {
-  static BlockPool *p = new BlockPool(64);
-  return *p;
+  return nicmalloc::detail::ProcessWide<detail::ScratchBlocks>::Get();
 }
 
 // A ZeroCopyOutputStream that collects a message as scatter-gather pieces: what the coded stream

@@ -17,6 +17,7 @@
 #include <memory>
 #include <mutex>
 #include <new>
+#include <pthread.h>
 #include <unordered_map>
 #include <utility>
 #include <vector>
@@ -118,6 +119,33 @@ private:
 
 namespace detail {
 
+// One object of T for the process (default-constructed at its first use, never destroyed:
+// done() may run late in exit) that a child of fork can use. The child has only the thread that
+// forked: another thread may have held the object's mutex at that moment, or been changing it,
+// and its first use in the child would wait forever. So the child gets a T made anew (the
+// parent's is left as it is, never freed: a half-changed one could not be), which suits what
+// these objects hold: the parent's posts never complete in the child, and its endpoints take no
+// post there (nicmalloc.h). pthread_once rather than a static local: glibc runs again, in the
+// child, a first use that another thread had under way, where a static local's guard would wait
+// for that thread forever. pthread_atfork, from libc_nonshared.a, registers the handler with the
+// program or shared library this is compiled into, and a dlclose of that library unregisters it.
+template <typename T> class ProcessWide {
+public:
+  static T &Get() {
+    pthread_once(&once_, Make);
+    return *std::launder(reinterpret_cast<T *>(storage_));
+  }
+
+private:
+  static void Make() {
+    new (storage_) T;
+    pthread_atfork(nullptr, nullptr, InChild); // without memory for it, fork is not handled
+  }
+  static void InChild() { new (storage_) T; }
+  static inline pthread_once_t once_ = PTHREAD_ONCE_INIT;
+  alignas(T) static inline unsigned char storage_[sizeof(T)];
+};
+
 // The messages posted to one endpoint make one stream of bytes, which the peer's reader cuts
 // into messages by their framing (stream.h). A part that does not arrive while parts after it
 // do leaves a hole no reader can frame past: the stream is cut, and the adapters post nothing
@@ -145,13 +173,10 @@ struct StreamKey {
   };
 };
 
+// The streams of the process (ProcessWide<Streams>).
 class Streams {
 public:
-  // Never destroyed: done() may run late in exit.
-  static Streams &Get() {
-    static Streams *s = new Streams;
-    return *s;
-  }
+  static Streams &Get() { return ProcessWide<Streams>::Get(); }
   // k's stream, one message more on it, numbered *seq; nullptr when there is no memory.
   Stream *Join(const StreamKey &k, uint64_t *seq) {
     std::lock_guard<std::mutex> g(mu_);
@@ -389,7 +414,8 @@ inline int PostPieces(nic_endpoint *ep, Outgoing out, nic_sga_done_fn done, void
 // (post returned it). From then on every post to ep returns -EPIPE, nothing sent: the peer's
 // reader has lost bytes in the middle of the stream and cannot frame what follows. The stream
 // is ep's own (nic_endpoint_id): an endpoint made after ep is destroyed starts whole, even at
-// ep's address.
+// ep's address. A child of fork starts with no stream cut: the parent's endpoints take no post
+// there.
 inline int stream_error(const nic_endpoint *ep) {
   return detail::Streams::Get().Error(detail::StreamKey(ep));
 }
