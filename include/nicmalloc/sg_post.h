@@ -149,13 +149,14 @@ private:
 // The messages posted to one endpoint make one stream of bytes, which the peer's reader cuts
 // into messages by their framing (stream.h). A part that does not arrive while parts after it
 // do leaves a hole no reader can frame past: the stream is cut, and the adapters post nothing
-// more to it until the program starts it again (stream_restart). An endpoint is listed while
-// messages to it are in flight, or while its stream is cut.
+// more to it until the program starts it again (stream_restart). An endpoint's stream is listed
+// from its first message on, for as long as the endpoint lives, so that a message only looks it
+// up, once, and counts itself out without the list's lock.
 struct Stream {
-  std::atomic<int> cut{0}; // the error that cut it, or 0
-  uint64_t cut_at = 0;     // the first message that lost a part (under the list's lock)
-  uint64_t next = 0;       // the number of the next message (under the list's lock)
-  size_t users = 0;        // messages in flight (under the list's lock)
+  std::atomic<int> cut{0};      // the error that cut it, or 0
+  std::atomic<size_t> users{0}; // messages in flight: counted in under the list's lock
+  uint64_t cut_at = 0;          // the first message that lost a part (under the list's lock)
+  uint64_t next = 0;            // the number of the next message (under the list's lock)
 };
 
 // Whose stream: the endpoint's nic_endpoint_id, which no endpoint made after it is destroyed
@@ -166,6 +167,8 @@ struct StreamKey {
   const nic_endpoint *ep;
   explicit StreamKey(const nic_endpoint *e) : id(nic_endpoint_id(e)), ep(e) {}
   bool operator==(const StreamKey &o) const { return id == o.id && ep == o.ep; }
+  // Whether the endpoint is still the one listed (nicmalloc's, and not destroyed).
+  bool Alive() const { return id != 0 && nic_endpoint_id(ep) == id; }
   struct Hash {
     size_t operator()(const StreamKey &k) const {
       return std::hash<uint64_t>()(k.id) ^ std::hash<const void *>()(k.ep);
@@ -173,21 +176,33 @@ struct StreamKey {
   };
 };
 
-// The streams of the process (ProcessWide<Streams>).
+// The streams of the process (ProcessWide<Streams>). nic_endpoint_id, which takes the endpoints'
+// lock, is never asked under this one: done() functions take it (Cut, After), and the library
+// may run them from under locks of its own.
 class Streams {
 public:
   static Streams &Get() { return ProcessWide<Streams>::Get(); }
-  // k's stream, one message more on it, numbered *seq; nullptr when there is no memory.
-  Stream *Join(const StreamKey &k, uint64_t *seq) {
-    std::lock_guard<std::mutex> g(mu_);
+  // ep's stream, one message more on it, numbered *seq; nullptr when there is no memory.
+  Stream *Join(const nic_endpoint *ep, uint64_t *seq) {
+    const StreamKey k(ep);
     Stream *s;
-    try {
-      s = &map_[k];
-    } catch (const std::bad_alloc &) {
-      return nullptr;
+    bool sweep = false;
+    {
+      std::lock_guard<std::mutex> g(mu_);
+      try {
+        auto made = map_.try_emplace(k);
+        s = &made.first->second;
+        if (made.second && map_.size() >= sweep_at_) {
+          sweep = true;
+          sweep_at_ = SIZE_MAX; // one sweep at a time
+        }
+      } catch (const std::bad_alloc &) {
+        return nullptr;
+      }
+      s->users.fetch_add(1, std::memory_order_relaxed);
+      *seq = s->next++;
     }
-    s->users++;
-    *seq = s->next++;
+    if (sweep) Sweep();
     return s;
   }
   // Message seq of s lost a part, with error why. The first error stays; the hole is where the
@@ -203,13 +218,9 @@ public:
     std::lock_guard<std::mutex> g(mu_);
     return s->cut.load(std::memory_order_relaxed) && seq > s->cut_at;
   }
-  // One message of k's stream fewer in flight; a stream that is whole and has none is
-  // forgotten. A cut one stays until stream_restart; that of an endpoint destroyed meanwhile
-  // stays for good (a few bytes), matching no endpoint made later.
-  void Leave(const StreamKey &k, Stream *s) {
-    std::lock_guard<std::mutex> g(mu_);
-    if (--s->users == 0 && !s->cut.load(std::memory_order_relaxed)) map_.erase(k);
-  }
+  // One message of s fewer in flight: the last use of s by that message. release: a sweep that
+  // then reads none in flight drops s after it.
+  void Leave(Stream *s) { s->users.fetch_sub(1, std::memory_order_release); }
   int Error(const StreamKey &k) {
     std::lock_guard<std::mutex> g(mu_);
     auto it = map_.find(k);
@@ -218,14 +229,43 @@ public:
   void Restart(const StreamKey &k) {
     std::lock_guard<std::mutex> g(mu_);
     auto it = map_.find(k);
-    if (it == map_.end()) return;
-    it->second.cut.store(0, std::memory_order_relaxed);
-    if (it->second.users == 0) map_.erase(it);
+    if (it != map_.end()) it->second.cut.store(0, std::memory_order_relaxed);
+  }
+  // Streams listed (for tests).
+  size_t Listed() {
+    std::lock_guard<std::mutex> g(mu_);
+    return map_.size();
   }
 
 private:
+  // Drops the streams of endpoints destroyed since they were listed, cut or not (no endpoint
+  // made later matches them), once none of their messages is in flight. Run whenever the list
+  // has doubled since the last sweep, so that a message pays for it a constant on average and
+  // the list holds at most twice the endpoints alive (and kMinSweep).
+  void Sweep() {
+    std::vector<StreamKey> idle;
+    {
+      std::lock_guard<std::mutex> g(mu_);
+      try {
+        for (auto &e : map_)
+          if (e.second.users.load(std::memory_order_acquire) == 0) idle.push_back(e.first);
+      } catch (const std::bad_alloc &) { // those gathered so far
+      }
+    }
+    idle.erase(
+        std::remove_if(idle.begin(), idle.end(), [](const StreamKey &k) { return k.Alive(); }),
+        idle.end());
+    std::lock_guard<std::mutex> g(mu_);
+    for (const StreamKey &k : idle) {
+      auto it = map_.find(k);
+      if (it != map_.end() && it->second.users.load(std::memory_order_acquire) == 0) map_.erase(it);
+    }
+    sweep_at_ = std::max(kMinSweep, 2 * map_.size());
+  }
+  static constexpr size_t kMinSweep = 64;
   std::mutex mu_;
   std::unordered_map<StreamKey, Stream, StreamKey::Hash> map_; // nodes: a Stream never moves
+  size_t sweep_at_ = kMinSweep;                                // the list's size that sweeps
 };
 
 // One message, posted in one or more parts: done() runs once every part has completed, after
@@ -239,11 +279,9 @@ struct PostRecord {
   void *arg = nullptr;
   std::vector<BlockRef> blocks;     // kept from reuse until the last part completes
   std::shared_ptr<const void> keep; // what the pieces lie in, released then
-  StreamKey key;
   Stream *stream = nullptr;
   uint64_t seq = 0; // the message's number in its stream
 
-  explicit PostRecord(const nic_endpoint *ep) : key(ep) {}
   void Finish(int st) {
     int zero = 0;
     if (st) {
@@ -258,7 +296,7 @@ struct PostRecord {
         Streams::Get().After(stream, seq))
       final_status = -EPIPE;
     if (done) done(arg, final_status);
-    Streams::Get().Leave(key, stream);
+    Streams::Get().Leave(stream);
     delete this;
   }
   static void PartDone(void *a, int st) { static_cast<PostRecord *>(a)->Finish(st); }
@@ -337,9 +375,9 @@ inline int PostPieces(nic_endpoint *ep, Outgoing out, nic_sga_done_fn done, void
   int rc = nic_endpoint_limits(ep, &entries, &max_bytes);
   if (rc) return rc;
   if (max_entries && max_entries < entries) entries = max_entries;
-  auto *rec = new (std::nothrow) PostRecord(ep);
+  auto *rec = new (std::nothrow) PostRecord;
   if (!rec) return -ENOMEM;
-  rec->stream = Streams::Get().Join(rec->key, &rec->seq);
+  rec->stream = Streams::Get().Join(ep, &rec->seq);
   if (!rec->stream) {
     delete rec;
     return -ENOMEM;
@@ -420,9 +458,7 @@ inline int stream_error(const nic_endpoint *ep) {
   return detail::Streams::Get().Error(detail::StreamKey(ep));
 }
 // Takes posts to ep again after its stream was cut: for a peer that starts reading afresh (a
-// new StreamReader on a new connection). Call it once the posts on ep have completed. Called
-// before ep is destroyed, it also forgets the cut stream's entry, which otherwise stays (a few
-// bytes, never matched again).
+// new StreamReader on a new connection). Call it once the posts on ep have completed.
 inline void stream_restart(const nic_endpoint *ep) {
   detail::Streams::Get().Restart(detail::StreamKey(ep));
 }

@@ -6,6 +6,8 @@
 // hold at the fork, and the child's first use then waited forever. Each case forks again and
 // again while parent threads use the object, and each child uses it with a watchdog: a child
 // that hangs is ended by SIGALRM, which the parent sees.
+//
+// Streams: the list that tells whether an endpoint's stream was cut.
 #include <nicmalloc.h>
 #include <nicmalloc/sg_post.h>
 #ifdef NIC_WITH_FLATBUFFERS
@@ -22,6 +24,7 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <atomic>
 #include <cerrno>
 #include <cstring>
@@ -146,6 +149,40 @@ TEST(AdaptersFork, AnUnloadedLibraryLeavesNoForkHandler) {
   EXPECT_TRUE(WIFEXITED(st) && WEXITSTATUS(st) == 0)
       << (WIFSIGNALED(st) ? "killed by signal " + std::to_string(WTERMSIG(st)) : "exited");
   EXPECT_EQ(nic_sim_endpoint_destroy(ep), 0);
+}
+
+// An endpoint's stream stays listed while the endpoint lives, cut or not, so that a message
+// only looks it up; those of endpoints destroyed go, cut or not, so that a program that makes
+// and destroys endpoints (one per connection) does not grow the list.
+TEST(AdapterStreams, AreListedWhileTheirEndpointsLive) {
+  auto &streams = nicmalloc::detail::Streams::Get();
+  // As a part that completes with an error cuts a stream.
+  auto cut = [&](nic_endpoint *ep) {
+    uint64_t seq = 0;
+    nicmalloc::detail::Stream *s = streams.Join(ep, &seq);
+    ASSERT_NE(s, nullptr);
+    streams.Cut(s, seq, -EIO);
+    streams.Leave(s);
+  };
+  nic_endpoint *kept = nic_sim_endpoint_create(ignore_receive, nullptr, 0);
+  ASSERT_NE(kept, nullptr) << strerror(errno);
+  ASSERT_EQ(PostAndWait(kept, "kept ", "message"), 0);
+  cut(kept);
+  ASSERT_EQ(nicmalloc::stream_error(kept), -EIO);
+  size_t most = 0;
+  for (int i = 0; i < 1000; i++) {
+    nic_endpoint *ep = nic_sim_endpoint_create(ignore_receive, nullptr, 0);
+    ASSERT_NE(ep, nullptr) << strerror(errno);
+    ASSERT_EQ(PostAndWait(ep, "passing ", "message"), 0);
+    if (i % 2) cut(ep);
+    ASSERT_EQ(nic_sim_endpoint_destroy(ep), 0);
+    most = std::max(most, streams.Listed());
+  }
+  EXPECT_LE(most, 64u) << "the streams of endpoints destroyed stay listed";
+  EXPECT_EQ(nicmalloc::stream_error(kept), -EIO) << "a live endpoint's cut stream was dropped";
+  nicmalloc::stream_restart(kept);
+  EXPECT_EQ(PostAndWait(kept, "kept ", "again"), 0);
+  EXPECT_EQ(nic_sim_endpoint_destroy(kept), 0);
 }
 
 #ifdef NIC_WITH_FLATBUFFERS
