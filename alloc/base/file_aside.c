@@ -63,7 +63,10 @@ int nic_aside_create(int dirfd, const char *name, char *tmp, size_t cap, const s
       clock_gettime(CLOCK_MONOTONIC, &ts);
       r = ((uint64_t)ts.tv_nsec << 20) ^ (uint64_t)getpid() ^ ((uint64_t)tries << 56);
     }
-    snprintf(tmp, cap, ".%s.%016llx.tmp", name, (unsigned long long)r);
+    if ((size_t)snprintf(tmp, cap, ".%s.%016llx.tmp", name, (unsigned long long)r) >= cap) {
+      errno = ENAMETOOLONG;
+      return -1;
+    }
     nic_aside_lock();
     int fd = nic_aside_note(nic_openat_nocancel(
         dirfd, tmp, O_WRONLY | O_CREAT | O_EXCL | O_NOFOLLOW | O_CLOEXEC, mode));
@@ -90,7 +93,7 @@ void nic_aside_remove_stale(int dirfd, const char *name) {
       at += e->d_reclen;
       const size_t len = strlen(e->d_name);
       struct stat st;
-      if (len != prefix_len + 20 || memcmp(e->d_name, prefix, prefix_len) ||
+      if (len != prefix_len - 2 + NIC_ASIDE_NAME_EXTRA || memcmp(e->d_name, prefix, prefix_len) ||
           strcmp(e->d_name + len - 4, ".tmp") ||
           fstatat(dirfd, e->d_name, &st, AT_SYMLINK_NOFOLLOW) || !S_ISREG(st.st_mode) ||
           st.st_uid != geteuid() || st.st_mtime > old)

@@ -18,6 +18,9 @@ int nic_aside_note(int fd);
 /* Closes a noted descriptor (nothing when fd < 0). */
 void nic_aside_close(int fd);
 
+/* The bytes the new file's name adds to the name of the file it replaces: ".NAME.<16 hex>.tmp". */
+#define NIC_ASIDE_NAME_EXTRA 22
+
 /* A new file next to name in dirfd, ".NAME.<16 hex>.tmp", created exclusively and never through a
  * link (whatever another user planted under a name makes us pick another), noted; its name in
  * tmp. It takes the mode of the file it replaces (cur; NULL when there is none, 0644 less the

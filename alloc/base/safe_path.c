@@ -16,11 +16,13 @@
  * '%' in the file name takes the letters the setting allows, as they stand at the time of
  * writing: "%u" the effective uid, so that workers that drop privileges (nginx: master root,
  * workers www-data) write a file of their own; "%p" the process id, so that every process of a
- * run does; "%%" a percent sign.
+ * run does; "%%" a percent sign. A name that could be too long once they are expanded, with the
+ * bytes the new file's name adds, is refused at start-up: no name is ever cut short.
  * Each kind of refusal is said once per process and setting: a file may be written again. */
 #define _GNU_SOURCE
 #include "safe_path.h"
 
+#include "file_aside.h"
 #include "log.h"
 #include "nocancel.h"
 
@@ -42,6 +44,7 @@ enum {
   REFUSE_FILE_KIND,
   REFUSE_FILE_OWNER,
   REFUSE_FILE_OPEN,
+  REFUSE_NAME_LONG,
   REFUSE_KINDS
 };
 
@@ -76,29 +79,45 @@ static bool dir_ok(struct nic_safe_path *p, const struct stat *st, const char *s
   return true;
 }
 
-/* The file name with its escapes as they stand now: another effective uid or process id (a
- * worker that dropped privileges, a forked child) writes under another name. */
-static void expand_name(const struct nic_safe_path *p, char *name, size_t cap) {
+/* The longest name a file may have here: the new file written beside it (file_aside.h) adds
+ * NIC_ASIDE_NAME_EXTRA bytes, and its name must be one the file system takes too. */
+#define LONGEST_NAME (NAME_MAX - NIC_ASIDE_NAME_EXTRA)
+
+/* The file name with its escapes as they stand now (another effective uid or process id: a worker
+ * that dropped privileges, a forked child, writes under another name), or at their longest:
+ * 10 digits each, as many as a uid_t or a pid_t may have. Returns its length; the name is written
+ * only when it is at most LONGEST_NAME bytes, never cut short (a later escape dropped would make
+ * processes share a file). */
+static size_t expand_name(const struct nic_safe_path *p, bool longest, char name[NAME_MAX + 1]) {
   size_t n = 0;
-  for (const char *t = p->name_tmpl; *t && n + 12 < cap; t++) {
+  for (const char *t = p->name_tmpl; *t; t++) {
     const char *escape = t[0] == '%' && t[1] ? strchr(p->escapes, t[1]) : NULL;
+    char number[16];
+    const char *add = number;
+    size_t len = 1;
     if (!escape) {
-      name[n++] = *t;
-      continue;
+      number[0] = *t;
+    } else if (*escape == 'u') {
+      len = (size_t)snprintf(number, sizeof number, "%u", longest ? UINT_MAX : (unsigned)geteuid());
+    } else if (*escape == 'p') {
+      len = (size_t)snprintf(number, sizeof number, "%d", longest ? INT_MAX : (int)getpid());
+    } else {
+      add = escape;
     }
-    if (*escape == 'u')
-      n += (size_t)snprintf(name + n, cap - n, "%u", (unsigned)geteuid());
-    else if (*escape == 'p')
-      n += (size_t)snprintf(name + n, cap - n, "%d", (int)getpid());
-    else
-      name[n++] = *escape;
-    t++;
+    if (escape) t++;
+    if (n + len <= LONGEST_NAME) memcpy(name + n, add, len);
+    n += len;
   }
-  name[n] = '\0';
+  if (n <= LONGEST_NAME) name[n] = '\0';
+  return n;
 }
 
-int nic_safe_path_open_dir(struct nic_safe_path *p, char *name, size_t cap) {
-  expand_name(p, name, cap);
+int nic_safe_path_open_dir(struct nic_safe_path *p, char name[NAME_MAX + 1]) {
+  const size_t len = expand_name(p, false, name);
+  if (len > LONGEST_NAME) { /* nic_safe_path_start refused any name that could be */
+    refuse(p, REFUSE_NAME_LONG, "the file name would have %zu bytes, over %d", len, LONGEST_NAME);
+    return -1;
+  }
   int fd = nic_open_nocancel("/", O_PATH | O_DIRECTORY | O_CLOEXEC);
   struct stat st;
   if (fd < 0 || fstat(fd, &st) || !dir_ok(p, &st, "/")) goto fail;
@@ -277,19 +296,29 @@ bool nic_safe_path_start(struct nic_safe_path *p, const char *given) {
   char *slash = strrchr(full, '/');
   const char *base = slash ? slash + 1 : "";
   if (n <= 0 || (size_t)n >= sizeof full || !*base || !strcmp(base, ".") || !strcmp(base, "..") ||
-      strlen(base) > NAME_MAX - 24) {
+      strlen(base) > NAME_MAX) {
     nic_log_warn("%s=%s: not a path to a file (or too long); ignored", p->setting, given);
     return false;
   }
   snprintf(p->name_tmpl, sizeof p->name_tmpl, "%s", base);
+  char name[NAME_MAX + 1];
+  const size_t longest = expand_name(p, true, name);
+  if (longest > LONGEST_NAME) {
+    nic_log_warn("%s=%s: the file name is too long: it may have %zu bytes (%s), over the %d a "
+                 "name may have here (%d less the %d that the new file written beside it adds); "
+                 "ignored",
+                 p->setting, p->given_abs, longest,
+                 strchr(p->escapes, 'p') ? "%p and %u at 10 digits" : "%u at 10 digits",
+                 LONGEST_NAME, NAME_MAX, NIC_ASIDE_NAME_EXTRA);
+    return false;
+  }
   *slash = '\0';
   if (!full[0]) snprintf(full, sizeof full, "/");
   if (!resolve_dir(p, full, p->dir)) return false;
   if (!strcmp(p->dir, "/")) p->dir[0] = '\0'; /* the walk adds the slashes */
   /* Said now, not after the whole run; a refusal here is said once and the check is made again
    * at each write, where a worker may have another uid. */
-  char name[NAME_MAX + 1];
-  int dirfd = nic_safe_path_open_dir(p, name, sizeof name);
+  int dirfd = nic_safe_path_open_dir(p, name);
   if (dirfd < 0) return true;
   if (faccessat(AT_FDCWD, p->dir[0] ? p->dir : "/", W_OK | X_OK, AT_EACCESS)) {
     nic_log_warn("%s=%s cannot be written (%s)", p->setting, p->given_abs, strerror(errno));

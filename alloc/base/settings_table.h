@@ -197,7 +197,9 @@
     " it always holds a complete profile. Refused, with one warning: a path that is a "            \
     "symbolic link, a file of another user than the process's effective uid, a directory "         \
     "on the way owned by another user than root or that uid, or writable by group or "             \
-    "others without the sticky bit (`/tmp` is fine). `%u` in the file name stands for the"         \
+    "others without the sticky bit (`/tmp` is fine); so is, at start-up, a file name that "        \
+    "could have more than 233 bytes with `%u` at 10 digits (the new file's name adds 22). "        \
+    "`%u` in the file name stands for the"                                                         \
     " effective uid when the file is written: a daemon whose workers drop privileges "             \
     "(nginx: master root, workers `www-data`) is profiled with a name such as "                    \
     "`/tmp/nginx.%u.profile`, which gives `nginx.0.profile` for the master and "                   \
@@ -298,8 +300,10 @@
     "is taken from the directory the process started in, a new file is written next to it "        \
     "and renamed over it (so it holds a whole report), and a path that is a symbolic link, "       \
     "a file of another user or in a directory another user could change is refused, with "         \
-    "one warning; so is a path that cannot be written, at start-up, or a write that fails at "     \
-    "exit. A child of `fork` that exits while its parent runs writes none, as for stderr")         \
+    "one warning; so is a path that cannot be written, or a file name that could have more "       \
+    "than 233 bytes with `%p` and `%u` at 10 digits (the new file's name adds 22), at "            \
+    "start-up, or a write that fails at exit. A child of `fork` that exits while its parent runs " \
+    "writes none, as for stderr")                                                                  \
   X(VERBOSE, "NICMALLOC_VERBOSE", NIC_T_BOOL, "0", 0, 1, "", NIC_REACH_VALUE,                      \
     "`1` prints a line per chunk mapped and released, and once each fallback taken "               \
     "without a warning: smaller pages, unpinned chunks, no address space for the control "         \

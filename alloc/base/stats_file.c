@@ -55,7 +55,7 @@ bool nic_stats_file_write(int (*write)(int fd, void *arg), void *arg) {
   if (!usable) return false;
   char name[NAME_MAX + 1];
   nic_aside_lock();
-  const int dirfd = nic_aside_note(nic_safe_path_open_dir(&path, name, sizeof name));
+  const int dirfd = nic_aside_note(nic_safe_path_open_dir(&path, name));
   const int cur = dirfd < 0 ? -2 : nic_aside_note(nic_safe_path_open_file(&path, dirfd, name));
   nic_aside_unlock();
   const bool written = cur != -2 && replace(dirfd, name, cur, write, arg);

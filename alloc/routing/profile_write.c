@@ -329,7 +329,7 @@ enum attempt { WRITTEN, RETRY, FAILED };
 static enum attempt write_attempt(unsigned n) {
   char name[NAME_MAX + 1], tmp[NAME_MAX + 32];
   nic_aside_lock();
-  int dirfd = open_fds[DIR_FD] = nic_aside_note(nic_safe_path_open_dir(&path, name, sizeof name));
+  int dirfd = open_fds[DIR_FD] = nic_aside_note(nic_safe_path_open_dir(&path, name));
   int cur = dirfd < 0 ? -2 : nic_aside_note(nic_safe_path_open_file(&path, dirfd, name));
   open_fds[CUR_FD] = cur;
   nic_aside_unlock();

@@ -106,6 +106,33 @@ TEST(StatsFile, StatsZeroTurnsItOff) {
   EXPECT_TRUE(files_in(dir.path).empty());
 }
 
+// The file name is checked at start-up at its longest, %p and %u as 10 digits each (as many as a
+// pid or a uid may have), with the 22 bytes the new file written beside it adds: one that could
+// be too long is refused then, in one line, and nothing is said at exit (the report was lost at
+// exit, "File name too long", without a word at start-up). A name of the most bytes allowed is
+// written with every escape expanded, none cut off.
+TEST(StatsFile, ANameThatCouldBeTooLongIsRefusedAtStartUp) {
+  TempDir dir;
+  const std::string over = dir.path + "/" + std::string(224, 'a') + "%p%p%p";
+  ProbeResult r = run_program("/bin/true", {kPreload, "NICMALLOC_STATS_FILE=" + over}, {});
+  ASSERT_EQ(r.exit_code, 0) << r.err;
+  EXPECT_EQ(r.err, "nicmalloc: warning: NICMALLOC_STATS_FILE=" + over +
+                       ": the file name is too long: it may have 254 bytes (%p and %u at 10 "
+                       "digits), over the 233 a name may have here (255 less the 22 that the new "
+                       "file written beside it adds); ignored\n");
+  EXPECT_TRUE(files_in(dir.path).empty());
+  const std::string longest = std::string(192, 'b') + "%p%u%p%%%u";
+  r = run_program("/usr/bin/env", {},
+                  {kPreload, "NICMALLOC_STATS_FILE=" + dir.path + "/" + longest, "/bin/bash", "-c",
+                   "echo pid=$$"});
+  ASSERT_EQ(r.exit_code, 0) << r.err;
+  EXPECT_EQ(r.err, "");
+  const std::string pid = std::to_string(r.num("pid")), uid = std::to_string(geteuid());
+  const std::string name = std::string(192, 'b') + pid + uid + pid + "%" + uid;
+  EXPECT_EQ(files_in(dir.path), std::set<std::string>{name});
+  expect_whole_report(dir.path + "/" + name);
+}
+
 // A link planted at the path (in /tmp, by anyone) would have root's run write through it.
 TEST(StatsFile, ASymlinkAtThePathIsRefusedAndItsTargetUntouched) {
   TempDir dir;

@@ -453,6 +453,48 @@ TEST(ProfileFile, ASymlinkAtThePathIsRefusedAndItsTargetUntouched) {
   EXPECT_EQ(count_lines(r.err, "symbolic link"), 1) << r.err;
 }
 
+// The file name is checked at start-up at its longest, %u as 10 digits (as many as a uid may
+// have), with the 22 bytes the new file written beside it adds: one that could be too long is
+// refused then, in one line, instead of failing at a write (said only then, by a worker that
+// dropped to a long uid). %p is no escape of the profile's: it stays as it is, and such a name of
+// the most bytes allowed is written.
+TEST(ProfileFile, ANameThatCouldBeTooLongIsRefusedAtStartUp) {
+  TempDir dir;
+  auto run = [&](const std::string &name) {
+    return run_probe({"NICMALLOC_PROFILE=" + dir.path + "/" + name, "NICMALLOC_PROFILE_SAMPLE=4K"},
+                     {});
+  };
+  struct Case {
+    std::string given, written;
+  };
+  const std::string uid = std::to_string(geteuid());
+  for (const Case &c : {Case{std::string(223, 'a') + "%u", std::string(223, 'a') + uid},
+                        Case{std::string(227, 'b') + "%p%p%p", std::string(227, 'b') + "%p%p%p"}}) {
+    const ProbeResult r = run(c.given);
+    ASSERT_EQ(r.exit_code, 0) << r.err;
+    EXPECT_EQ(count_lines(r.err, "nicmalloc"), 0) << r.err;
+    EXPECT_EQ(sending_sites(dir.path + "/" + c.written), 1) << c.given;
+    unlink((dir.path + "/" + c.written).c_str());
+  }
+  const std::string over = dir.path + "/" + std::string(224, 'c') + "%u";
+  const ProbeResult r = run(std::string(224, 'c') + "%u");
+  ASSERT_EQ(r.exit_code, 0) << r.err;
+  EXPECT_EQ(count_lines(r.err, "nicmalloc"), 1) << r.err;
+  EXPECT_EQ(count_lines(r.err, "NICMALLOC_PROFILE=" + over +
+                                   ": the file name is too long: it may have 234 bytes (%u at 10 "
+                                   "digits), over the 233 a name may have here (255 less the 22 "
+                                   "that the new file written beside it adds); ignored"),
+            1)
+      << r.err;
+  DIR *d = opendir(dir.path.c_str());
+  ASSERT_NE(d, nullptr);
+  int entries = 0;
+  while (dirent *e = readdir(d))
+    entries += strcmp(e->d_name, ".") && strcmp(e->d_name, "..");
+  closedir(d);
+  EXPECT_EQ(entries, 0) << "nothing is written";
+}
+
 // A file another user made at the path (or a directory any user can rename entries in) is not
 // written, and what was there stays.
 TEST(ProfileFile, AFileOfAnotherUserOrAnUnsafeDirectoryIsRefused) {
