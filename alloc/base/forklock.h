@@ -16,9 +16,10 @@
  *   files written aside        nothing: held only while a writer of the profile or the report
  *                              opens or closes a file, so that a child closes its copies
  *                              (alloc/base/file_aside.c)
- *   sim endpoints, endpoints   close an endpoint: the backend drains its posts, whose
- *                              completions free blocks, drop cache slots, report fence
- *                              mismatches (everything below)
+ *   sim endpoints, endpoints   close an endpoint: the receivers' lock, then the backend's
+ *                              close, which refuses while posts are out but frees what the
+ *                              endpoint set up (receive buffers: blocks, cache slots), and
+ *                              may run what its lock runs (everything below)
  *   fence report               the profile table (the blocks' sites), the log
  *   dataplane growth           the chunks lock, mmap/munmap of a chunk (the cache)
  *   chunks                     munmap (the cache)
