@@ -21,7 +21,7 @@ enum { HEADERS_PER_COPY = 32 }; /* 2.5 KiB of page headers on the stack per copy
 
 static bool copy(uintptr_t from, void *to, size_t len) {
   struct iovec local = {to, len}, remote = {(void *)from, len};
-  return process_vm_readv(getpid(), &local, 1, &remote, 1, 0) == (ssize_t)len;
+  return process_vm_readv(gettid(), &local, 1, &remote, 1, 0) == (ssize_t)len;
 }
 
 static uint32_t u32_of(const unsigned char *header, size_t offset) {

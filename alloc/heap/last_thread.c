@@ -27,7 +27,9 @@ static const char *stat_fields(const char *path, char *buf, size_t cap) {
 
 long nic_thread_count(void) {
   char buf[1024];
-  /* Field 3 (state) comes first; num_threads is field 20. */
+  /* Field 3 (state) comes first; num_threads is field 20. The thread group's count, which the
+   * leader's file keeps while it is a zombie: /proc/self is right here and below, where the
+   * leader's own state is what is asked. */
   const char *f = stat_fields("/proc/self/stat", buf, sizeof buf);
   for (int field = 3; f && field < 20; field++)
     f = (f = strchr(f, ' ')) ? f + 1 : NULL;

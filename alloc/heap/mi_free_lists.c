@@ -46,7 +46,7 @@ bool nic_mi_load_word(uintptr_t a, uintptr_t *out) {
     return true;
   }
   struct iovec local = {out, sizeof *out}, remote = {(void *)a, sizeof *out};
-  return process_vm_readv(getpid(), &local, 1, &remote, 1, 0) == (ssize_t)sizeof *out;
+  return process_vm_readv(gettid(), &local, 1, &remote, 1, 0) == (ssize_t)sizeof *out;
 }
 
 static bool load(uintptr_t a, uintptr_t *out) {

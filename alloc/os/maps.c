@@ -1,6 +1,7 @@
 #include "maps.h"
 
 #include "nocancel.h"
+#include "proc_own.h"
 
 #include <errno.h>
 #include <fcntl.h>
@@ -91,7 +92,7 @@ static void parse_line(struct walk *w, const char *line) {
 int nic_maps_walk(uintptr_t lo, uintptr_t hi, bool (*fn)(const struct nic_maps_entry *e, void *arg),
                   void *arg) {
   const int saved = errno;
-  int fd = nic_open_nocancel("/proc/self/maps", O_RDONLY | O_CLOEXEC);
+  int fd = nic_proc_own_open("maps", O_RDONLY | O_CLOEXEC);
   if (fd < 0) {
     const int err = errno ? errno : EIO;
     errno = saved;

@@ -1,4 +1,4 @@
-/* Reading /proc/self/maps without allocating: the process's mappings and their permissions.
+/* Reading the process's maps (proc_own.h) without allocating: its mappings and permissions.
  * Not /proc/self/smaps, which says how much of each is resident: the kernel walks every
  * mapping's page tables to write it (tens of milliseconds with a 1 GiB dataplane chunk backed),
  * where mincore over the few ranges wanted walks only theirs. */

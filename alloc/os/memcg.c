@@ -7,6 +7,7 @@
 
 #include "clock.h"
 #include "nocancel.h"
+#include "proc_own.h"
 
 #include <fcntl.h>
 #include <stdbool.h>
@@ -16,14 +17,22 @@
 #include <string.h>
 #include <unistd.h>
 
-static ssize_t read_file(const char *path, char *buf, size_t size) {
-  int fd = nic_open_nocancel(path, O_RDONLY | O_CLOEXEC); /* malloc is no cancellation point */
+static ssize_t read_fd(int fd, char *buf, size_t size) {
   if (fd < 0) return -1;
   ssize_t n = nic_read_nocancel(fd, buf, size - 1);
   nic_close_nocancel(fd);
   if (n < 0) return -1;
   buf[n] = '\0';
   return n;
+}
+
+static ssize_t read_file(const char *path, char *buf, size_t size) {
+  return read_fd(nic_open_nocancel(path, O_RDONLY | O_CLOEXEC), buf,
+                 size); /* malloc is no cancellation point */
+}
+
+static ssize_t read_own_file(const char *name, char *buf, size_t size) {
+  return read_fd(nic_proc_own_open(name, O_RDONLY | O_CLOEXEC), buf, size);
 }
 
 /* A number file; "max" (cgroup v2's no limit) and anything unreadable are SIZE_MAX. */
@@ -87,7 +96,7 @@ size_t nic_memcg_room_up_from(const char *mount, const char *cgroup_path, bool v
 
 static size_t look_up_headroom(void) {
   char buf[2048];
-  if (read_file("/proc/self/cgroup", buf, sizeof buf) <= 0) return SIZE_MAX;
+  if (read_own_file("cgroup", buf, sizeof buf) <= 0) return SIZE_MAX;
   size_t room = SIZE_MAX;
   for (char *line = buf, *next; line && *line; line = next) {
     next = strchr(line, '\n');

@@ -2,14 +2,14 @@
 #include "proc_number.h"
 
 #include "nocancel.h"
+#include "proc_own.h"
 
 #include <fcntl.h>
 #include <stdlib.h>
 #include <string.h>
 
-long long nic_proc_number(const char *path, const char *key) {
+static long long number_in(int fd, const char *key) {
   char buf[4096]; /* status and meminfo are under 2 KiB */
-  const int fd = nic_open_nocancel(path, O_RDONLY | O_CLOEXEC);
   if (fd < 0) return -1;
   const ssize_t n = nic_read_nocancel(fd, buf + 1, sizeof buf - 2);
   nic_close_nocancel(fd);
@@ -27,4 +27,12 @@ long long nic_proc_number(const char *path, const char *key) {
   char *end;
   const long long v = strtoll(at, &end, 10);
   return end == at ? -1 : v;
+}
+
+long long nic_proc_number(const char *path, const char *key) {
+  return number_in(nic_open_nocancel(path, O_RDONLY | O_CLOEXEC), key);
+}
+
+long long nic_proc_own_number(const char *name, const char *key) {
+  return number_in(nic_proc_own_open(name, O_RDONLY | O_CLOEXEC), key);
 }

@@ -8,6 +8,9 @@
  * (kB in status and meminfo); the file's first number when key is NULL (a sysctl). -1 when the
  * file cannot be read or has no such line. */
 long long nic_proc_number(const char *path, const char *key);
+/* The same in one of the process's own files ("status"), read through proc_own.h: the main
+ * thread's /proc/self/status has no Vm lines once it has left with pthread_exit. */
+long long nic_proc_own_number(const char *name, const char *key);
 
 /* vm.overcommit_memory, and its strict mode: every private writable page charged against
  * CommitLimit. */

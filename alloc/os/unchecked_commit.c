@@ -28,7 +28,7 @@ static bool mapping_room(size_t len) {
 static bool data_room(size_t len) {
   struct rlimit lim;
   if (getrlimit(RLIMIT_DATA, &lim) || lim.rlim_cur == RLIM_INFINITY) return true;
-  const long long kb = nic_proc_number("/proc/self/status", "VmData:");
+  const long long kb = nic_proc_own_number("status", "VmData:");
   return kb >= 0 && ((unsigned long long)kb << 10) + len <= lim.rlim_cur;
 }
 

@@ -52,7 +52,7 @@ void *nic_vspace_reserve(size_t size, size_t align, uintptr_t hint) {
 }
 
 uint64_t nic_vspace_mapped(void) {
-  const long long kb = nic_proc_number("/proc/self/status", "VmSize:");
+  const long long kb = nic_proc_own_number("status", "VmSize:");
   return kb > 0 ? (uint64_t)kb << 10 : 0;
 }
 

@@ -6,6 +6,7 @@
  * into module + offset (dl_iterate_phdr takes the loader's lock, which is fine there). */
 #define _GNU_SOURCE
 #define UNW_LOCAL_ONLY
+#include "proc_own.h"
 #include "profile.h"
 #include "thread.h"
 #include "unwind.h"
@@ -108,7 +109,7 @@ static char exe_path[4096];
 static pthread_once_t exe_once = PTHREAD_ONCE_INIT;
 
 static void read_exe_path(void) {
-  ssize_t n = readlink("/proc/self/exe", exe_path, sizeof exe_path - 1);
+  ssize_t n = nic_proc_own_readlink("exe", exe_path, sizeof exe_path - 1);
   exe_path[n > 0 ? n : 0] = '\0';
   /* A program replaced while it runs is still the same program on the next run. */
   static const char deleted[] = " (deleted)";
@@ -117,7 +118,7 @@ static void read_exe_path(void) {
     exe_path[len - (sizeof deleted - 1)] = '\0';
 }
 
-/* The main program has an empty name in dl_iterate_phdr: name it by /proc/self/exe, read once
+/* The main program has an empty name in dl_iterate_phdr: name it by /proc's exe link, read once
  * (a process that execs starts again with a new library image; fork keeps the program). */
 const char *nic_prof_object_name(const struct dl_phdr_info *info) {
   if (info->dlpi_name && info->dlpi_name[0]) return info->dlpi_name;

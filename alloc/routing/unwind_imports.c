@@ -60,7 +60,7 @@ static long unwind_syscall(long number, ...) {
     char bytes[16];
     const size_t len = (size_t)a[2] < sizeof bytes ? (size_t)a[2] : sizeof bytes;
     struct iovec local = {bytes, len}, remote = {(void *)a[1], len};
-    const ssize_t got = process_vm_readv(getpid(), &local, 1, &remote, 1, 0);
+    const ssize_t got = process_vm_readv(gettid(), &local, 1, &remote, 1, 0);
     if (got > 0) return got;
     errno = EFAULT;
     return -1;

@@ -7,6 +7,7 @@
 #include "open_fds.h"
 
 #include "nocancel.h"
+#include "proc_own.h"
 
 #include <dirent.h>
 #include <fcntl.h>
@@ -34,9 +35,9 @@ static long parse_fd(const char *name) {
   return fd;
 }
 
-/* Every open descriptor into s; false when /proc/self/fd cannot be read. */
+/* Every open descriptor into s; false when the fd directory cannot be read. */
 static bool list_proc(struct nic_fd_set *s) {
-  const int dir = nic_open_nocancel("/proc/self/fd", O_RDONLY | O_DIRECTORY | O_CLOEXEC);
+  const int dir = nic_proc_own_open("fd", O_RDONLY | O_DIRECTORY | O_CLOEXEC);
   if (dir < 0) return false;
   char buf[4096];
   for (long got; (got = syscall(SYS_getdents64, dir, buf, sizeof buf)) > 0;) {

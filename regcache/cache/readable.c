@@ -38,7 +38,7 @@ static bool kernel_readable(uintptr_t start, uintptr_t last) {
     for (; n < BATCH && a < end; n++, a += NIC_PAGE_SIZE)
       remote[n] = (struct iovec){.iov_base = (void *)(a < start ? start : a), .iov_len = 1};
     local.iov_len = n;
-    ssize_t got = process_vm_readv(getpid(), &local, 1, remote, n, 0);
+    ssize_t got = process_vm_readv(gettid(), &local, 1, remote, n, 0);
     if (got < 0 && (errno == ENOSYS || errno == EPERM)) return mapped(first, end);
     if (got != (ssize_t)n) return false;
   }

@@ -87,9 +87,10 @@ int sim_read(struct sim_nic *s, void *dst, const void *src, size_t len) {
   char *to = dst;
   uintptr_t from = (uintptr_t)src;
   while (len) {
-    /* The kernel copies what the CPU may read, and says EFAULT instead of faulting. */
+    /* The kernel copies what the CPU may read, and says EFAULT instead of faulting. By the
+     * calling thread's id: the leader getpid names has no memory once main left by pthread_exit. */
     struct iovec local = {to, len}, remote = {(void *)from, len};
-    ssize_t n = process_vm_readv(getpid(), &local, 1, &remote, 1, 0);
+    ssize_t n = process_vm_readv(gettid(), &local, 1, &remote, 1, 0);
     if (n < 0 && errno != EFAULT && errno != ENOSYS && errno != EPERM) return -EFAULT;
     /* A page the CPU may not read (PROT_NONE) the NIC reads all the same: /proc/self/mem reads
      * past the protection, as a debugger does, and says EIO where nothing is mapped. */

@@ -8,6 +8,7 @@
 #include "maps.h"
 #include "nocancel.h"
 #include "open_fds.h"
+#include "proc_own.h"
 #include "settings.h"
 
 #include <errno.h>
@@ -333,8 +334,8 @@ struct nic_backend *nic_sim_open(const struct nic_sim_config *c) {
   s->endpoint_pool.block_bytes = 4096; /* a program opens a few */
   s->work.node_size = sizeof(struct sim_work) +
                       c->max_sge * (sizeof(struct nic_sge) + sizeof(void *) + sizeof(uint32_t));
-  s->mem_fd = open("/proc/self/mem", O_RDONLY | O_CLOEXEC); /* -1: sim_read does without */
-  s->work_efd = eventfd(0, EFD_CLOEXEC | EFD_NONBLOCK);     /* -1: event_fd makes it later */
+  s->mem_fd = nic_proc_own_open("mem", O_RDONLY | O_CLOEXEC); /* -1: sim_read does without */
+  s->work_efd = eventfd(0, EFD_CLOEXEC | EFD_NONBLOCK);       /* -1: event_fd makes it later */
   s->b = (struct nic_backend){.name = "sim",
                               .caps = {.max_sge = c->max_sge,
                                        .max_region_bytes = c->max_region_bytes,

@@ -41,3 +41,18 @@ TEST(MainExit, AProgramThatPostedUnderTheProtectFenceEndsWithItsLastThread) {
 TEST(MainExit, AProgramThatOnlyMadeAnEndpointEndsWithItsLastThread) {
   ExpectEndsAfterMainPthreadExit({}, "endpoint");
 }
+
+// A thread that goes on after main's pthread_exit reaches the process's memory and its /proc
+// files: /proc/self and getpid() name the main thread, a zombie without memory once it has left.
+// Without the fix every sim registration failed (post completions -EFAULT, "cannot register
+// dataplane chunk ... (Bad address)") and mallinfo2's arena left out the control heap, whose
+// mappings it read from an empty /proc/self/maps.
+TEST(MainExit, AThreadThatGoesOnAfterMainPostsRegistersAndCountsItsHeap) {
+  ProbeResult r = run_program(NIC_PROBE_PATH, {"NICMALLOC_BACKEND=sim"}, {"late"});
+  ASSERT_EQ(r.exit_code, 0) << r.out << r.err;
+  ASSERT_EQ(r.num("main_ended"), 1) << r.out;
+  EXPECT_EQ(r.num("late_failed"), 0) << r.out << r.err;
+  EXPECT_EQ(r.num("late_done"), 8) << r.out << r.err;
+  EXPECT_EQ(r.num("late_arena_holds"), 1) << r.out;
+  EXPECT_EQ(r.num("ended"), 1) << "the program outlived its last thread";
+}
