@@ -11,13 +11,18 @@
 #include "settings.h"
 
 #include "log.h"
+#include "map.h"
+#include "nocancel.h"
+#include "proc_own.h"
 #include "settings_internal.h"
 #include "settings_table.h"
 
 #include <stddef.h>
+#include <stdint.h>
 #include <stdio.h>
 #include <string.h>
 #include <sys/auxv.h>
+#include <sys/mman.h>
 
 extern char **environ;
 
@@ -33,7 +38,8 @@ static const char *const tool_variables[] = {NIC_TOOL_VARIABLES(AS_NAME)};
 /* Values live here, not in malloc'd memory: they are taken inside the first malloc. */
 static char store[16384];
 static const char *values[COUNT];
-static int state; /* 0 unread, 1 reading, 2 ready */
+static int state;       /* 0 unread, 1 reading, 2 ready */
+static int proc_failed; /* environ was NULL and /proc's copy could not be read */
 static bool secure;
 
 static const char *name_tail(const char *entry, size_t *len) {
@@ -112,19 +118,33 @@ static void report_secure(const char *const *ignored, const size_t *len, size_t 
                     line);
 }
 
-static void read_environment(bool secure_now) {
+/* The entries of environ, or of a block of NUL-ended entries (/proc's copy). */
+struct entries {
+  char **list;
+  const char *at, *end;
+};
+
+static const char *next_entry(struct entries *w) {
+  if (w->list) return *w->list ? *w->list++ : NULL;
+  if (w->at >= w->end) return NULL;
+  const char *e = w->at;
+  w->at += strnlen(e, (size_t)(w->end - e)) + 1;
+  return e;
+}
+
+static void read_entries(bool secure_now, struct entries *w) {
   enum { REPORT_MAX = 32 };
   const char *odd[REPORT_MAX];
   size_t odd_len[REPORT_MAX], odd_n = 0, used = 0;
   secure = secure_now;
   memset(values, 0, sizeof values);
-  for (char **e = environ; e && *e; e++) {
-    if (strncmp(*e, "NICMALLOC_", 10)) continue;
+  for (const char *e; (e = next_entry(w));) {
+    if (strncmp(e, "NICMALLOC_", 10)) continue;
     size_t len;
-    const char *value = name_tail(*e, &len);
-    int i = find(*e, len);
-    bool report = secure ? true : i < 0 && !is_tool_variable(*e, len);
-    if (report && odd_n < REPORT_MAX) odd[odd_n] = *e, odd_len[odd_n++] = len;
+    const char *value = name_tail(e, &len);
+    int i = find(e, len);
+    bool report = secure ? true : i < 0 && !is_tool_variable(e, len);
+    if (report && odd_n < REPORT_MAX) odd[odd_n] = e, odd_len[odd_n++] = len;
     /* The first of several entries with one name wins, as with getenv. */
     if (secure || i < 0 || !value || values[i]) continue;
     size_t n = strlen(value) + 1;
@@ -143,21 +163,70 @@ static void read_environment(bool secure_now) {
     report_unknown(odd, odd_len, odd_n);
 }
 
-static void ensure_read(void) {
-  if (__atomic_load_n(&state, __ATOMIC_ACQUIRE) == 2) return;
-  int expected = 0;
-  if (__atomic_compare_exchange_n(&state, &expected, 1, false, __ATOMIC_ACQ_REL,
-                                  __ATOMIC_ACQUIRE)) {
-    read_environment(getauxval(AT_SECURE) != 0);
-    __atomic_store_n(&state, 2, __ATOMIC_RELEASE);
-  } else {
-    while (__atomic_load_n(&state, __ATOMIC_ACQUIRE) != 2)
-      __builtin_ia32_pause();
+/* The environment the process started with, from /proc, into pages of our own (no malloc): a
+ * malloc from the main program's .preinit_array runs before libc has set environ. false when
+ * it cannot be read. */
+static bool read_proc_environment(bool secure_now) {
+  const int fd = nic_proc_own_open("environ", O_RDONLY | O_CLOEXEC);
+  if (fd < 0) return false;
+  size_t cap = 256 << 10, len = 0;
+  char *buf = nic_map_anon(cap, PROT_READ | PROT_WRITE, true);
+  ssize_t n = 0;
+  while (buf && (n = nic_read_nocancel(fd, buf + len, cap - 1 - len)) > 0) {
+    len += (size_t)n;
+    if (len < cap - 1) continue;
+    char *more = nic_map_anon(cap * 2, PROT_READ | PROT_WRITE, true); /* zeroed: stays ended */
+    if (more) memcpy(more, buf, len);
+    nic_unmap(buf, cap);
+    buf = more, cap *= 2;
+  }
+  nic_close_nocancel(fd);
+  if (!buf || n < 0) {
+    if (buf) nic_unmap(buf, cap);
+    return false;
+  }
+  struct entries w = {.at = buf, .end = buf + len};
+  read_entries(secure_now, &w);
+  nic_unmap(buf, cap);
+  return true;
+}
+
+/* false while neither environ nor /proc's copy could be read: nothing is taken yet. */
+static bool read_environment(bool secure_now) {
+  if (environ) {
+    struct entries w = {.list = environ};
+    read_entries(secure_now, &w);
+    return true;
+  }
+  if (__atomic_load_n(&proc_failed, __ATOMIC_RELAXED)) return false;
+  if (read_proc_environment(secure_now)) return true;
+  __atomic_store_n(&proc_failed, 1, __ATOMIC_RELAXED);
+  return false;
+}
+
+/* true once the settings are taken for good. false before libc has set environ where /proc
+ * cannot be read either: every setting reads as unset (its default) and the settings are not
+ * marked read, so a call once environ is set takes them. What was read before then keeps its
+ * default: nic_config()'s settings (config.h: the chunk and step sizes, NICMALLOC_DP_MIN_SIZE,
+ * NICMALLOC_STATS and the rest the first allocation takes), and the typed values read meanwhile
+ * are parsed again from the environment, not kept. */
+bool nic_settings_taken(void) {
+  for (;;) {
+    const int now = __atomic_load_n(&state, __ATOMIC_ACQUIRE);
+    if (now == 2) return true;
+    int expected = 0;
+    if (now == 0 && __atomic_compare_exchange_n(&state, &expected, 1, false, __ATOMIC_ACQ_REL,
+                                                __ATOMIC_ACQUIRE)) {
+      const bool taken = read_environment(getauxval(AT_SECURE) != 0);
+      __atomic_store_n(&state, taken ? 2 : 0, __ATOMIC_RELEASE);
+      return taken;
+    }
+    __builtin_ia32_pause();
   }
 }
 
 const char *nic_getenv(const char *name) {
-  ensure_read();
+  if (!nic_settings_taken()) return NULL;
   int i = find(name, strlen(name));
   if (i >= 0) return values[i];
   nic_log_error("internal: %s is read but not declared in settings_table.h; ignored", name);
@@ -165,12 +234,12 @@ const char *nic_getenv(const char *name) {
 }
 
 bool nic_secure_execution(void) {
-  ensure_read();
+  if (!nic_settings_taken()) return getauxval(AT_SECURE) != 0;
   return secure;
 }
 
 void nic_settings_reload(bool secure_now) {
-  ensure_read();
+  nic_settings_taken();
   read_environment(secure_now || getauxval(AT_SECURE) != 0);
   nic_setting_values_forget();
 }

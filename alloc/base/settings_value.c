@@ -234,9 +234,15 @@ static void parse_setting(size_t i) {
 
 static const struct typed *get(enum nic_setting id) {
   static const struct typed none = {.choice = -1};
+  static __thread struct typed provisional __attribute__((tls_model("initial-exec")));
   size_t i = (size_t)id;
   if (i >= COUNT) return &none;
   if (__atomic_load_n(&typed_state[i], __ATOMIC_ACQUIRE) == 2) return &typed[i];
+  if (!nic_settings_taken()) { /* the default, kept by no one: the environment comes later */
+    if (!parse(&settings[i], settings[i].def, &provisional)) provisional = none;
+    provisional.given = false;
+    return &provisional;
+  }
   int expected = 0;
   if (__atomic_compare_exchange_n(&typed_state[i], &expected, 1, false, __ATOMIC_ACQ_REL,
                                   __ATOMIC_ACQUIRE)) {

@@ -162,6 +162,20 @@ TEST(Lifecycle, CxxStaticObjectFreesItsDataplaneBlockAtExit) {
   EXPECT_EQ(count_lines(r.output, "nicmalloc: error"), 0) << r.output;
 }
 
+// A malloc from the main program's .preinit_array comes before libc has set environ: the settings
+// are taken from /proc's copy of the environment. They were marked read with none found, and the
+// whole run ignored them: without the fix it printed preinit_dp=0 main_dp=0 and no report.
+TEST(Lifecycle, AMallocFromPreinitArrayHonoursTheSettings) {
+  Spawned r =
+      spawn(NIC_PREINIT_PROBE_PATH, {}, {"NICMALLOC_DP_MIN_SIZE=1024", "NICMALLOC_STATS=1"});
+  ASSERT_TRUE(WIFEXITED(r.status)) << "killed by signal " << WTERMSIG(r.status) << "\n" << r.output;
+  EXPECT_EQ(WEXITSTATUS(r.status), 0) << r.output;
+  EXPECT_EQ(count_lines(r.output, "preinit_dp=1"), 1) << r.output;
+  EXPECT_EQ(count_lines(r.output, "main_dp=1"), 1) << r.output;
+  EXPECT_EQ(count_lines(r.output, "nicmalloc report"), 1) << r.output;
+  EXPECT_EQ(count_lines(r.output, "nicmalloc: error"), 0) << r.output;
+}
+
 // The report comes however the process exits: from a thread other than main's, or by exit() from a
 // destructor, which ends the process before the destructors of the libraries run (nicmalloc's,
 // which wrote it, among them): the report used to be missing then.
