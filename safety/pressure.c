@@ -1,5 +1,6 @@
 #include "pressure.h"
 #include "bounce.h"
+#include "bounded_lock.h"
 #include "chunk_reg.h"
 
 #include "chunks.h"
@@ -143,7 +144,7 @@ void nic_pressure_fill_stats(struct nic_stats *out) {
   out->nic_regions = regions;
   out->nic_entries_needed = entries;
   if (!__atomic_load_n(&model, __ATOMIC_ACQUIRE)) return; /* nothing posted: no working set */
-  pthread_mutex_lock(&lock);
+  if (!nic_bounded_lock(&lock, "NIC cache pressure")) return;
   struct nic_tcache_counters c;
   nic_tcache_get(model, &c);
   pthread_mutex_unlock(&lock);
@@ -158,7 +159,8 @@ void nic_pressure_fill_stats(struct nic_stats *out) {
 
 void nic_pressure_describe(char *buf, size_t cap) {
   struct busy top[3] = {{0}};
-  pthread_mutex_lock(&lock);
+  buf[0] = '\0';
+  if (!nic_bounded_lock(&lock, "NIC cache pressure")) return;
   for (unsigned i = 0; i < BUSY_SLOTS; i++)
     for (unsigned k = 0; k < 3; k++)
       if (busy[i].posts > top[k].posts) {

@@ -16,6 +16,7 @@
  * reporting nothing). One that execs is a new process, which runs the constructor again. The
  * same holds for the file: a "%p" in its name gives each process that reports a file of its own.
  */
+#include "bounded_lock.h"
 #include "config.h"
 #include "forklock.h"
 #include "log.h"
@@ -38,10 +39,14 @@ static void report(void) {
   const struct nic_config *c = nic_config();
   if (!c->stats_at_exit) return;
   bool json = c->stats_at_exit == NIC_STATS_AT_EXIT_JSON;
+  /* exit() may come from a signal handler that interrupted this thread holding a lock the report
+   * takes, or a thread that holds one may be stopped for good: best-effort, never a hang. */
+  nic_bounded_begin();
   if (c->stats_file)
     nic_stats_file_write(write_report, &json);
   else
     write_report(nic_log_fd(), &json);
+  nic_bounded_end();
 }
 
 static void after_fork_child(void) {

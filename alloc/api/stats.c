@@ -5,6 +5,7 @@
 #include "alloc.h"
 #include "api_errors.h"
 #include "base_stats.h"
+#include "bounded_lock.h"
 #include "export.h"
 #include "fence.h"
 #include "heap_stats.h"
@@ -249,6 +250,9 @@ static int print_text(int fd) {
       group_after(&o, &s, f->group);
     }
   }
+  const char *missed = nic_bounded_missed();
+  if (missed)
+    put(&o, "  some figures unavailable: a lock was held at exit (%s); they read 0\n", missed);
   flush(&o);
   return o.error;
 }
@@ -287,6 +291,8 @@ static int print_json(int fd) {
     else
       put(&o, "%llu", (unsigned long long)number(&s, f));
   }
+  const char *missed = nic_bounded_missed();
+  if (missed) put(&o, ", \"unavailable\": \"a lock was held at exit (%s)\"", missed);
   put(&o, "}\n");
   flush(&o);
   return o.error;

@@ -4,6 +4,8 @@
 #define _GNU_SOURCE
 #include "file_aside.h"
 
+#include "bounded_lock.h"
+
 #include "forklock.h"
 #include "nocancel.h"
 
@@ -35,6 +37,10 @@ void nic_aside_unlock(void) {
   __atomic_store_n(&held_lock, 0, __ATOMIC_RELEASE);
 }
 
+bool nic_aside_lock_bounded(void) {
+  return nic_bounded_spin(&held_lock, "report file's descriptors");
+}
+
 int nic_aside_note(int fd) {
   for (int i = 0; fd >= 0 && i < HELD_MAX; i++) {
     if (held[i] < 0) {
@@ -47,11 +53,12 @@ int nic_aside_note(int fd) {
 
 void nic_aside_close(int fd) {
   if (fd < 0) return;
-  nic_aside_lock();
-  for (int i = 0; i < HELD_MAX; i++)
+  /* Not taken (bounded_lock.h): the entry stays, and a child of fork closes that number. */
+  const bool locked = nic_aside_lock_bounded();
+  for (int i = 0; locked && i < HELD_MAX; i++)
     if (held[i] == fd) held[i] = -1;
   nic_close_nocancel(fd);
-  nic_aside_unlock();
+  if (locked) nic_aside_unlock();
 }
 
 int nic_aside_create(int dirfd, const char *name, char *tmp, size_t cap, const struct stat *cur) {
@@ -67,7 +74,10 @@ int nic_aside_create(int dirfd, const char *name, char *tmp, size_t cap, const s
       errno = ENAMETOOLONG;
       return -1;
     }
-    nic_aside_lock();
+    if (!nic_aside_lock_bounded()) {
+      errno = EDEADLK;
+      return -1;
+    }
     int fd = nic_aside_note(nic_openat_nocancel(
         dirfd, tmp, O_WRONLY | O_CREAT | O_EXCL | O_NOFOLLOW | O_CLOEXEC, mode));
     nic_aside_unlock();

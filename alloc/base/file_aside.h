@@ -4,6 +4,7 @@
 #ifndef NIC_FILE_ASIDE_H
 #define NIC_FILE_ASIDE_H
 
+#include <stdbool.h>
 #include <stddef.h>
 #include <sys/stat.h>
 
@@ -13,6 +14,8 @@
  * one lock (nic_aside_lock), which fork takes: never held across anything that blocks. */
 void nic_aside_lock(void);
 void nic_aside_unlock(void);
+/* nic_aside_lock, which may give up under nic_bounded_begin (bounded_lock.h): false then. */
+bool nic_aside_lock_bounded(void);
 /* Under the lock: notes fd when it is a descriptor, and returns it. */
 int nic_aside_note(int fd);
 /* Closes a noted descriptor (nothing when fd < 0). */

@@ -54,7 +54,10 @@ static bool replace(int dirfd, const char *name, int cur, int (*write)(int fd, v
 bool nic_stats_file_write(int (*write)(int fd, void *arg), void *arg) {
   if (!usable) return false;
   char name[NAME_MAX + 1];
-  nic_aside_lock();
+  if (!nic_aside_lock_bounded()) {
+    nic_log_warn("%s=%s: a lock was held at exit; no report", path.setting, path.given_abs);
+    return false;
+  }
   const int dirfd = nic_aside_note(nic_safe_path_open_dir(&path, name));
   const int cur = dirfd < 0 ? -2 : nic_aside_note(nic_safe_path_open_file(&path, dirfd, name));
   nic_aside_unlock();

@@ -2,6 +2,7 @@
 #include "chunks.h"
 
 #include "backoff.h"
+#include "bounded_lock.h"
 #include "clock.h"
 #include "commit_map.h"
 #include "config.h"
@@ -328,7 +329,7 @@ int nic_chunk_create(unsigned *index_out) {
 
 void nic_chunk_totals(struct nic_chunk_totals *out) {
   memset(out, 0, sizeof *out);
-  pthread_mutex_lock(&chunk_lock);
+  if (!nic_bounded_lock(&chunk_lock, "chunks")) return;
   size_t size = (size_t)1 << nic_dp.shift, step = (size_t)1 << nic_dp.step_shift;
   for (unsigned i = 0; i < slots_used; i++) {
     if (nic_chunks[i].state == NIC_CHUNK_DRAINING) out->draining++;
@@ -365,6 +366,9 @@ void nic_chunk_totals(struct nic_chunk_totals *out) {
 
 void nic_chunks_lock(void) {
   pthread_mutex_lock(&chunk_lock);
+}
+bool nic_chunks_lock_bounded(void) {
+  return nic_bounded_lock(&chunk_lock, "chunks");
 }
 void nic_chunks_unlock(void) {
   pthread_mutex_unlock(&chunk_lock);

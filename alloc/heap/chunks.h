@@ -252,6 +252,8 @@ void nic_chunk_totals(struct nic_chunk_totals *out);
 /* The chunk lock (the reaper's release; fork holds it across: forklock.h, where the child
  * also finds its chunks unpinned, as mlock is not inherited, and hugetlb chunks safe to write). */
 void nic_chunks_lock(void);
+/* nic_chunks_lock, which may give up under nic_bounded_begin (bounded_lock.h): false then. */
+bool nic_chunks_lock_bounded(void);
 void nic_chunks_unlock(void);
 
 #endif

@@ -1,6 +1,7 @@
 #define _GNU_SOURCE
 #include "dp_heap.h"
 
+#include "bounded_lock.h"
 #include "clock.h"
 #include "config.h"
 #include "dp_huge.h"
@@ -84,6 +85,10 @@ void nic_heap_collect_visiting(mi_heap_t *heap, bool force) {
 
 void nic_abandoned_visits_lock(void) {
   pthread_mutex_lock(&visits_lock);
+}
+
+bool nic_abandoned_visits_lock_bounded(void) {
+  return nic_bounded_lock(&visits_lock, "abandoned segment visits");
 }
 
 void nic_abandoned_visits_unlock(void) {

@@ -50,6 +50,8 @@ void nic_heap_collect_visiting(mi_heap_t *heap, bool force);
 /* Held by the visits nicmalloc makes; the live walk (dp_live.h) takes it so as not to read
  * a page halfway through the visit's collect of it. Before the chunk lock. */
 void nic_abandoned_visits_lock(void);
+/* The same, which may give up under nic_bounded_begin (bounded_lock.h): false then. */
+bool nic_abandoned_visits_lock_bounded(void);
 void nic_abandoned_visits_unlock(void);
 /* Tests only: called under the growth lock with a chunk just mapped for a request, before the
  * request tries it, so that a test can take its room the way racing threads do. */

@@ -20,6 +20,7 @@
 
 #include <mimalloc.h>
 #include <stddef.h>
+#include <string.h>
 
 #define HEAPS_MAX 256 /* distinct heaps per chunk whose delayed lists are walked */
 #define DELAYED_STEPS_MAX 65536
@@ -159,8 +160,12 @@ int64_t nic_dp_live_chunk_locked(unsigned index, bool *idle_abandoned) {
 
 bool nic_dp_live_sum(int64_t live[NIC_CHUNK_SLOTS], uint64_t *idle_abandoned) {
   if (idle_abandoned) *idle_abandoned = 0;
-  nic_abandoned_visits_lock();
-  nic_chunks_lock();
+  memset(live, 0, NIC_CHUNK_SLOTS * sizeof live[0]);
+  if (!nic_abandoned_visits_lock_bounded()) return false;
+  if (!nic_chunks_lock_bounded()) {
+    nic_abandoned_visits_unlock();
+    return false;
+  }
   const unsigned slots = nic_chunk_slots_used();
   for (unsigned i = 0; i < NIC_CHUNK_SLOTS; i++) {
     bool idle = false;

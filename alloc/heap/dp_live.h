@@ -19,7 +19,9 @@
  * each chunk counts the bytes of the mimalloc segments in it instead, and returns false.
  * *idle_abandoned (when not NULL) gets the bit of each chunk holding a segment whose thread
  * exited (mimalloc abandoned it) and that holds no live block: mimalloc frees such a segment
- * only when a heap visits it (nic_collect_abandoned), which a program may never make. */
+ * only when a heap visits it (nic_collect_abandoned), which a program may never make.
+ * Under nic_bounded_begin (bounded_lock.h) it may find a lock held: every chunk reads 0, and it
+ * returns false. */
 bool nic_dp_live_sum(int64_t live[NIC_CHUNK_SLOTS], uint64_t *idle_abandoned);
 /* The same for one mapped chunk, with the chunk lock held. */
 int64_t nic_dp_live_chunk_locked(unsigned index, bool *idle_abandoned);

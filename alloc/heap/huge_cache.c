@@ -5,6 +5,7 @@
 #include "huge_cache.h"
 
 #include "block.h"
+#include "bounded_lock.h"
 #include "config.h"
 #include "forklock.h"
 #include "page.h"
@@ -173,7 +174,8 @@ void nic_huge_cache_purge(unsigned max_age_ms) {
 }
 
 void nic_huge_cache_stats(struct nic_huge_cache_stats *out) {
-  pthread_mutex_lock(&lock);
+  *out = (struct nic_huge_cache_stats){0};
+  if (!nic_bounded_lock(&lock, "huge block cache")) return;
   *out = (struct nic_huge_cache_stats){cached_bytes, cached_blocks, hits, misses, purged};
   pthread_mutex_unlock(&lock);
 }

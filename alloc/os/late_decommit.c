@@ -1,6 +1,7 @@
 #define _GNU_SOURCE
 #include "late_decommit.h"
 
+#include "bounded_lock.h"
 #include "clock.h"
 #include "commit_map.h"
 #include "events.h"
@@ -147,7 +148,8 @@ void nic_late_decommit_run(bool all) {
 }
 
 void nic_late_decommit_counts(struct nic_late_decommit_counts *out) {
-  pthread_mutex_lock(&lock);
+  *out = (struct nic_late_decommit_counts){0};
+  if (!nic_bounded_lock(&lock, "late decommits")) return;
   out->noted = noted_total;
   out->reused = reused_total;
   out->dropped = dropped_total;

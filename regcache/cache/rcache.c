@@ -1,6 +1,7 @@
 #define _GNU_SOURCE
 #include "rcache.h"
 
+#include "bounded_lock.h"
 #include "config.h"
 #include "events.h"
 #include "forklock.h"
@@ -1066,7 +1067,8 @@ void nic_rcache_get_stats_all(struct nic_rcache_stats *out) {
 }
 
 void nic_rcache_get_stats(struct nic_rcache *c, struct nic_rcache_stats *out) {
-  pthread_mutex_lock(&lock);
+  *out = (struct nic_rcache_stats){0};
+  if (!nic_bounded_lock(&lock, "registration cache")) return;
   *out = c->stats;
   out->busy = c->busy_count;
   out->regions = c->regions;
