@@ -1,5 +1,5 @@
-/* See range_kind.h. One read of /proc/self/maps per miss outside the control arena: a miss costs
- * a registration, a system call, anyway. */
+/* See range_kind.h. One read of the process's maps (/proc/thread-self/maps) per miss outside the
+ * control arena: a miss costs a registration, a system call, anyway. */
 #include "range_kind.h"
 
 #include "commit_map.h"
