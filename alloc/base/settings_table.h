@@ -288,7 +288,14 @@
     "program under nicmalloc, a process of its own. The setting reaches every program the "        \
     "process runs: under a build tool (`cmake`, `configure`) each compiler it runs prints "        \
     "its report into the output the tool reads and checks; `NICMALLOC_STATS_FILE` writes "         \
-    "the reports to files instead and leaves stderr alone")                                        \
+    "the reports to files instead and leaves stderr alone. The report at exit is best-effort: it " \
+    "never waits more than a few milliseconds for a lock of nicmalloc's, and none for one its "    \
+    "own thread holds (`exit()` from a signal handler that interrupted an allocation or a post, "  \
+    "or another thread stopped holding one), and goes without the figures that lock guards: "      \
+    "they read 0, and the report ends with `some figures unavailable: a lock was held at exit "    \
+    "(<lock>)` (JSON: an `\"unavailable\"` member); with `NICMALLOC_STATS_FILE`, when the file's " \
+    "own lock is the one held, no report is written and one line on stderr says so. "              \
+    "`nic_get_stats` and `nic_print_stats` called by the program wait for the locks as before")    \
   X(STATS_FILE, "NICMALLOC_STATS_FILE", NIC_T_TEXT, "", 0, 0, "", NIC_REACH_FILE,                  \
     "write the report at exit to this file instead of stderr: readable, or JSON under "            \
     "`NICMALLOC_STATS=json`. Set alone, it turns the report on (readable); "                       \
