@@ -191,10 +191,26 @@ static bool read_proc_environment(bool secure_now) {
   return true;
 }
 
+/* The loader's record of the initial stack: argc, argv[], NULL, envp[], NULL (the System V ABI's
+ * process start), which glibc's own loader keeps for the main thread's stack bounds. */
+extern void *__libc_stack_end __attribute__((weak));
+
+/* The environment the process started with, from the initial stack: before libc sets environ
+ * (a malloc from .preinit_array), the one copy that needs neither /proc (not mounted in a chroot)
+ * nor a dumpable process (a setgid program cannot open its own /proc files). NULL when the
+ * stack does not look as the ABI has it. */
+static char **initial_environment(void) {
+  const long *sp = __libc_stack_end;
+  if (!sp || sp[0] < 0 || sp[0] > (1l << 24)) return NULL;
+  char **argv = (char **)(sp + 1);
+  return argv[sp[0]] == NULL ? argv + sp[0] + 1 : NULL;
+}
+
 /* false while neither environ nor /proc's copy could be read: nothing is taken yet. */
 static bool read_environment(bool secure_now) {
-  if (environ) {
-    struct entries w = {.list = environ};
+  char **list = environ ? environ : initial_environment();
+  if (list) {
+    struct entries w = {.list = list};
     read_entries(secure_now, &w);
     return true;
   }

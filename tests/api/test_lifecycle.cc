@@ -177,6 +177,24 @@ TEST(Lifecycle, AMallocFromPreinitArrayHonoursTheSettings) {
   EXPECT_EQ(count_lines(r.output, "nicmalloc: error"), 0) << r.output;
 }
 
+// Without /proc (a chroot, or a setgid program, which cannot open its own /proc files) the
+// settings come from the initial stack: they were all ignored, silently, when only /proc's copy
+// was read. /proc is hidden under a tmpfs in a mount namespace of the probe's own (root only).
+TEST(Lifecycle, AMallocFromPreinitArrayHonoursTheSettingsWithoutProc) {
+  if (geteuid() != 0) GTEST_SKIP() << "SKIPPED LOUDLY: needs root for a mount namespace";
+  Spawned r = spawn("/usr/bin/unshare",
+                    {"-m", "sh", "-c", "mount -t tmpfs none /proc || exit 99; exec \"$0\"",
+                     NIC_PREINIT_PROBE_PATH},
+                    {"NICMALLOC_DP_MIN_SIZE=1024", "NICMALLOC_STATS=1"});
+  ASSERT_TRUE(WIFEXITED(r.status)) << "killed by signal " << WTERMSIG(r.status) << "\n" << r.output;
+  if (WEXITSTATUS(r.status) == 99 || r.output.find("unshare:") != std::string::npos)
+    GTEST_SKIP() << "SKIPPED LOUDLY: no mount namespace here\n" << r.output;
+  EXPECT_EQ(WEXITSTATUS(r.status), 0) << r.output;
+  EXPECT_EQ(count_lines(r.output, "preinit_dp=1"), 1) << r.output;
+  EXPECT_EQ(count_lines(r.output, "main_dp=1"), 1) << r.output;
+  EXPECT_EQ(count_lines(r.output, "nicmalloc report"), 1) << r.output;
+}
+
 // The report comes however the process exits: from a thread other than main's, or by exit() from a
 // destructor, which ends the process before the destructors of the libraries run (nicmalloc's,
 // which wrote it, among them): the report used to be missing then.
