@@ -53,12 +53,14 @@ int nic_aside_note(int fd) {
 
 void nic_aside_close(int fd) {
   if (fd < 0) return;
-  /* Not taken (bounded_lock.h): the entry stays, and a child of fork closes that number. */
-  const bool locked = nic_aside_lock_bounded();
-  for (int i = 0; locked && i < HELD_MAX; i++)
+  /* Not taken (the report at exit, bounded_lock.h): the descriptor stays open and listed, as
+   * closed while listed its number could be reused and a child of fork would close another
+   * file; the process is exiting. */
+  if (!nic_aside_lock_bounded()) return;
+  for (int i = 0; i < HELD_MAX; i++)
     if (held[i] == fd) held[i] = -1;
   nic_close_nocancel(fd);
-  if (locked) nic_aside_unlock();
+  nic_aside_unlock();
 }
 
 int nic_aside_create(int dirfd, const char *name, char *tmp, size_t cap, const struct stat *cur) {
