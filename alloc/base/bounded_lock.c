@@ -52,9 +52,12 @@ static bool held_by_me(pthread_mutex_t *m) {
 
 bool nic_bounded_try(pthread_mutex_t *m, const char *name) {
   const uint64_t until = nic_now_ns() + WAIT_NS;
+  /* First: a recursive mutex (the registration caches') this thread holds would be taken again,
+   * and what it guards read halfway through a change. */
+  if (held_by_me(m)) return give_up(name);
   for (;;) {
     if (!pthread_mutex_trylock(m)) return true;
-    if (held_by_me(m) || nic_now_ns() >= until) return give_up(name);
+    if (nic_now_ns() >= until) return give_up(name);
     pause_briefly();
   }
 }
