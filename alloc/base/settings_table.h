@@ -295,7 +295,8 @@
     "they read 0, and the report ends with `some figures unavailable: a lock was held at exit "    \
     "(<lock>)` (JSON: an `\"unavailable\"` member); with `NICMALLOC_STATS_FILE`, when the file's " \
     "own lock is the one held, no report is written and one line on stderr says so. "              \
-    "`nic_get_stats` and `nic_print_stats` called by the program wait for the locks as before")    \
+    "`nic_get_stats` and `nic_print_stats` called by the program wait for the locks as before. "   \
+    "A process that ends by `_exit` or `quick_exit` runs no exit handler and writes no report")    \
   X(STATS_FILE, "NICMALLOC_STATS_FILE", NIC_T_TEXT, "", 0, 0, "", NIC_REACH_FILE,                  \
     "write the report at exit to this file instead of stderr: readable, or JSON under "            \
     "`NICMALLOC_STATS=json`. Set alone, it turns the report on (readable); "                       \
