@@ -5,11 +5,11 @@
 #include "file_aside.h"
 
 #include "bounded_lock.h"
+#include "dir_names.h"
 
 #include "forklock.h"
 #include "nocancel.h"
 
-#include <dirent.h>
 #include <errno.h>
 #include <fcntl.h>
 #include <limits.h>
@@ -18,7 +18,6 @@
 #include <stdio.h>
 #include <string.h>
 #include <sys/random.h>
-#include <sys/syscall.h>
 #include <time.h>
 #include <unistd.h>
 
@@ -90,29 +89,32 @@ int nic_aside_create(int dirfd, const char *name, char *tmp, size_t cap, const s
 }
 
 /* A writer that found no file to replace may be between nic_aside_create and its rename at any
- * time: hence the age. Read with getdents64 into a stack buffer: opendir would malloc. */
+ * time: hence the age. */
 #define STALE_S 60
+struct stale_walk {
+  int dirfd;
+  char prefix[NAME_MAX + 2];
+  size_t prefix_len;
+  time_t old;
+};
+
+static void remove_if_stale(const char *entry, void *arg) {
+  const struct stale_walk *w = arg;
+  const size_t len = strlen(entry);
+  struct stat st;
+  if (len != w->prefix_len - 2 + NIC_ASIDE_NAME_EXTRA || memcmp(entry, w->prefix, w->prefix_len) ||
+      strcmp(entry + len - 4, ".tmp") || fstatat(w->dirfd, entry, &st, AT_SYMLINK_NOFOLLOW) ||
+      !S_ISREG(st.st_mode) || st.st_uid != geteuid() || st.st_mtime > w->old)
+    return;
+  unlinkat(w->dirfd, entry, 0);
+}
+
 void nic_aside_remove_stale(int dirfd, const char *name) {
   int fd = nic_openat_nocancel(dirfd, ".", O_RDONLY | O_DIRECTORY | O_CLOEXEC, 0);
   if (fd < 0) return;
-  char prefix[NAME_MAX + 2];
-  const size_t prefix_len = (size_t)snprintf(prefix, sizeof prefix, ".%s.", name);
-  const time_t old = time(NULL) - STALE_S;
-  char buf[8192];
-  for (long got; (got = syscall(SYS_getdents64, fd, buf, sizeof buf)) > 0;) {
-    for (long at = 0; at < got;) {
-      const struct dirent64 *e = (const struct dirent64 *)(buf + at);
-      at += e->d_reclen;
-      const size_t len = strlen(e->d_name);
-      struct stat st;
-      if (len != prefix_len - 2 + NIC_ASIDE_NAME_EXTRA || memcmp(e->d_name, prefix, prefix_len) ||
-          strcmp(e->d_name + len - 4, ".tmp") ||
-          fstatat(dirfd, e->d_name, &st, AT_SYMLINK_NOFOLLOW) || !S_ISREG(st.st_mode) ||
-          st.st_uid != geteuid() || st.st_mtime > old)
-        continue;
-      unlinkat(dirfd, e->d_name, 0);
-    }
-  }
+  struct stale_walk w = {.dirfd = dirfd, .old = time(NULL) - STALE_S};
+  w.prefix_len = (size_t)snprintf(w.prefix, sizeof w.prefix, ".%s.", name);
+  nic_dir_names(fd, remove_if_stale, &w);
   nic_close_nocancel(fd);
 }
 

@@ -1,4 +1,4 @@
-/* Which descriptors a backend's open made (open_fds.h). Read with getdents64 into a stack buffer
+/* Which descriptors a backend's open made (open_fds.h). Read with nic_dir_names (no malloc)
  * and raw system calls: no malloc, no cancellation point, under the backend lock. A program thread
  * that opens a descriptor of its own meant for an exec'd child while the backend opens (DPDK
  * takes a tenth of a second, once per process) has it made close-on-exec too, and closed in
@@ -6,15 +6,14 @@
 #define _GNU_SOURCE
 #include "open_fds.h"
 
+#include "dir_names.h"
 #include "nocancel.h"
 #include "proc_own.h"
 
-#include <dirent.h>
 #include <fcntl.h>
 #include <string.h>
 #include <sys/resource.h>
 #include <sys/stat.h>
-#include <sys/syscall.h>
 #include <unistd.h>
 
 static void mark(struct nic_fd_set *s, long fd) {
@@ -35,19 +34,23 @@ static long parse_fd(const char *name) {
   return fd;
 }
 
+struct fd_walk {
+  struct nic_fd_set *set;
+  int dir;
+};
+
+static void mark_named(const char *name, void *arg) {
+  const struct fd_walk *w = arg;
+  const long fd = parse_fd(name);
+  if (fd != w->dir) mark(w->set, fd);
+}
+
 /* Every open descriptor into s; false when the fd directory cannot be read. */
 static bool list_proc(struct nic_fd_set *s) {
   const int dir = nic_proc_own_open("fd", O_RDONLY | O_DIRECTORY | O_CLOEXEC);
   if (dir < 0) return false;
-  char buf[4096];
-  for (long got; (got = syscall(SYS_getdents64, dir, buf, sizeof buf)) > 0;) {
-    for (long at = 0; at < got;) {
-      const struct dirent64 *e = (const struct dirent64 *)(buf + at);
-      at += e->d_reclen;
-      const long fd = parse_fd(e->d_name);
-      if (fd != dir) mark(s, fd);
-    }
-  }
+  struct fd_walk w = {.set = s, .dir = dir};
+  nic_dir_names(dir, mark_named, &w);
   nic_close_nocancel(dir);
   return true;
 }
